@@ -1,0 +1,224 @@
+"""Settings: the environment (and ``.env``) plus an optional TOML file for lists.
+
+The environment variable names are a public contract (README, ``.env.example``).
+A wrong value stops start-up with a ``ConfigError`` that names the variable.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class ConfigError(Exception):
+    """A configuration mistake; the message starts with the variable's name."""
+
+
+def _split_csv(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return [part.strip() for part in str(value).split(",") if part.strip()]
+
+
+def _system_timezone() -> str:
+    try:
+        from tzlocal import get_localzone_name
+
+        return get_localzone_name() or "UTC"
+    except Exception:  # an unreadable /etc/localtime must not stop start-up
+        return "UTC"
+
+
+class Settings(BaseSettings):
+    """Every variable of DESIGN §8. Field names are the variable names, lower-cased."""
+
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
+
+    telegram_bot_token: str | None = None
+    telegram_api_url: str = "https://api.telegram.org"
+    telegram_library: Literal["ptb", "aiogram"] = "ptb"
+    telegram_allowed_user_ids: Annotated[list[int], NoDecode] = Field(default_factory=list)
+    telegram_owner_id: int | None = None
+    telegram_webhook_url: str | None = None
+    telegram_webhook_secret: str | None = None
+
+    llm_base_url: str = "http://localhost:11434/v1"
+    llm_api_key: str = ""
+    llm_model: str | None = None
+    llm_fallback_models: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
+    database_url: str = "sqlite+aiosqlite:///data/chathub.db"
+    chathub_workspace: Path = Path("./workspace")
+    chathub_timezone: str = Field(default_factory=_system_timezone)
+    chathub_config: Path | None = None
+
+    tic_interval_seconds: int = Field(default=900, ge=0)
+    scheduler_min_period_seconds: int = Field(default=60, ge=1)
+    scheduler_max_jobs_per_source: int = Field(default=50, ge=0)
+
+    chathub_api_token: str | None = None
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(default=8080, ge=1, le=65535)
+
+    @field_validator("telegram_allowed_user_ids", mode="before")
+    @classmethod
+    def _user_ids(cls, value: Any) -> list[int]:
+        ids = []
+        for part in _split_csv(value):
+            try:
+                ids.append(int(part))
+            except ValueError:
+                raise ValueError(f"{part!r} is not a numeric Telegram user id") from None
+        return ids
+
+    @field_validator("llm_fallback_models", mode="before")
+    @classmethod
+    def _models(cls, value: Any) -> list[str]:
+        return _split_csv(value)
+
+    @field_validator("telegram_api_url", "llm_base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r} must start with http:// or https://")
+        return value.rstrip("/")
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        if not value.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+            raise ValueError("must start with sqlite+aiosqlite:// or postgresql+asyncpg://")
+        return value
+
+    @field_validator("chathub_timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{value!r} is not an IANA time zone name") from None
+        return value
+
+    @property
+    def timezone(self) -> ZoneInfo:
+        return ZoneInfo(self.chathub_timezone)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """One model a turn may use; the first is preferred, the rest are fallbacks."""
+
+    name: str
+    base_url: str
+    api_key: str = ""
+    cache_hints: bool = False
+    timeout_s: float = 120.0
+    stream: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Turn-engine limits (TOML ``[engine]``)."""
+
+    max_tool_rounds: int = 25
+    max_tool_result_chars: int | None = 20_000
+    max_tool_output_chars: int = 50_000
+    max_history_messages: int = 400
+    command_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class AppConfig:
+    settings: Settings
+    models: tuple[ModelConfig, ...]
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    agents_dir: Path | None = None
+
+
+def load_settings(**overrides: Any) -> Settings:
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        name = ".".join(str(part) for part in err["loc"]).upper() or "configuration"
+        problems.append(f"{name}: {err['msg']}")
+    return "; ".join(problems)
+
+
+_ENGINE_KEYS = {f for f in EngineConfig.__dataclass_fields__}
+_MODEL_KEYS = {f for f in ModelConfig.__dataclass_fields__}
+
+
+def load_config(settings: Settings | None = None) -> AppConfig:
+    """Settings plus the TOML file named by ``CHATHUB_CONFIG`` (models, engine limits)."""
+    settings = settings or load_settings()
+    data = _read_toml(settings.chathub_config) if settings.chathub_config else {}
+    models = _models(settings, data.get("models", []))
+    engine = _engine(data.get("engine", {}))
+    agents_dir = data.get("agents_dir")
+    return AppConfig(
+        settings=settings,
+        models=models,
+        engine=engine,
+        agents_dir=Path(agents_dir) if agents_dir else None,
+    )
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"CHATHUB_CONFIG: file {str(path)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"CHATHUB_CONFIG: {path} is not valid TOML: {exc}") from None
+
+
+def _models(settings: Settings, entries: Any) -> tuple[ModelConfig, ...]:
+    defaults = {"base_url": settings.llm_base_url, "api_key": settings.llm_api_key}
+    names = [settings.llm_model, *settings.llm_fallback_models] if settings.llm_model else []
+    by_name: dict[str, ModelConfig] = {}
+    if not isinstance(entries, list):
+        raise ConfigError("CHATHUB_CONFIG: [[models]] must be an array of tables")
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise ConfigError(f"CHATHUB_CONFIG: models[{index}] needs a string 'name'")
+        unknown = set(entry) - _MODEL_KEYS
+        if unknown:
+            raise ConfigError(f"CHATHUB_CONFIG: models[{index}] has unknown keys {sorted(unknown)}")
+        by_name[entry["name"]] = ModelConfig(**{**defaults, **entry})
+    ordered = [by_name.pop(n, None) or ModelConfig(name=n, **defaults) for n in names]
+    ordered.extend(by_name.values())
+    seen: set[str] = set()
+    unique = []
+    for model in ordered:
+        if model.name not in seen:
+            seen.add(model.name)
+            unique.append(model)
+    return tuple(unique)
+
+
+def _engine(entries: Any) -> EngineConfig:
+    if not isinstance(entries, dict):
+        raise ConfigError("CHATHUB_CONFIG: [engine] must be a table")
+    unknown = set(entries) - _ENGINE_KEYS
+    if unknown:
+        raise ConfigError(f"CHATHUB_CONFIG: [engine] has unknown keys {sorted(unknown)}")
+    for key in ("max_tool_rounds", "max_tool_output_chars", "max_history_messages"):
+        value = entries.get(key)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ConfigError(f"CHATHUB_CONFIG: [engine] {key} must be a positive integer")
+    return EngineConfig(**entries)

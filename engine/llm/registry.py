@@ -1,0 +1,72 @@
+"""The configured models in fallback order.
+
+The registry only orders candidates; the turn's LLM round walks them and moves on
+to the next one when an error is ``retriable``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import httpx
+
+from engine.config import ModelConfig
+from engine.llm.client import OpenAICompatModel
+from engine.llm.types import ChatModel
+
+# Per-request timeouts come from each ModelConfig; these only size the shared pool.
+_DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+
+
+class ModelRegistry:
+    """Models by name, in configured order: the first is the default, the rest fallbacks."""
+
+    def __init__(
+        self, models: Sequence[ChatModel], *, owned_http: httpx.AsyncClient | None = None
+    ) -> None:
+        """``owned_http``, when given, is closed by ``aclose()``."""
+        self._models: dict[str, ChatModel] = {}
+        for model in models:
+            if model.name in self._models:
+                raise ValueError(f"model {model.name!r} is configured twice")
+            self._models[model.name] = model
+        self._owned_http = owned_http
+
+    @classmethod
+    def from_config(
+        cls, models: Sequence[ModelConfig], http: httpx.AsyncClient | None = None
+    ) -> ModelRegistry:
+        """HTTP models sharing ``http``; without one the registry creates and owns a client."""
+        owned = None
+        if http is None:
+            http = owned = httpx.AsyncClient(limits=_DEFAULT_LIMITS)
+        return cls([OpenAICompatModel(config, http) for config in models], owned_http=owned)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._models)
+
+    def get(self, name: str) -> ChatModel | None:
+        return self._models.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._models
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+    def candidates(self, preferred: str | None = None) -> list[ChatModel]:
+        """Models to try in order: ``preferred`` first when configured, then the rest.
+
+        An unknown ``preferred`` (an agent naming a model this install lacks) is ignored.
+        """
+        first = self._models.get(preferred) if preferred else None
+        if first is None:
+            return list(self._models.values())
+        return [first, *(m for m in self._models.values() if m is not first)]
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if the registry created it; a passed-in client stays open."""
+        if self._owned_http is not None:
+            await self._owned_http.aclose()
+            self._owned_http = None

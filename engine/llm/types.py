@@ -1,0 +1,103 @@
+"""Types at the seam between the turn engine and a chat-completions model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+Message = dict[str, Any]
+"""One OpenAI chat-completions message (``{"role": ..., "content": ...}``)."""
+
+ToolSchema = dict[str, Any]
+"""One OpenAI ``tools`` entry: ``{"type": "function", "function": {...}}``."""
+
+DeltaCallback = Callable[[str], None]
+"""Receives streamed text deltas of the assistant's content, in order."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRequest:
+    """A tool call as the model asked for it; ``arguments`` is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LlmResponse:
+    content: str | None
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    reasoning_content: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    finish_reason: str | None = None
+
+
+class LlmError(Exception):
+    """A model call failed. ``retriable`` errors make the round try the next model."""
+
+    retriable: bool = False
+
+    def __init__(self, message: str, *, model: str = "", status: int | None = None) -> None:
+        super().__init__(message)
+        self.model = model
+        self.status = status
+
+
+class LlmTimeout(LlmError):
+    retriable = True
+
+
+class LlmConnectionError(LlmError):
+    retriable = True
+
+
+class LlmRateLimited(LlmError):
+    retriable = True
+
+
+class LlmServerError(LlmError):
+    """HTTP 5xx."""
+
+    retriable = True
+
+
+class LlmRequestError(LlmError):
+    """HTTP 4xx other than 429: the request itself is wrong; another model will not help."""
+
+    retriable = False
+
+
+class LlmProtocolError(LlmError):
+    """The endpoint answered with something that is not a chat completion."""
+
+    retriable = True
+
+
+class ChatModel(Protocol):
+    """One configured model. Implementations: the HTTP client and test doubles."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def cache_hints(self) -> bool:
+        """Whether the static system block should carry ``cache_control: ephemeral``."""
+        ...
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSchema],
+        *,
+        on_delta: DeltaCallback | None = None,
+    ) -> LlmResponse: ...

@@ -1,0 +1,105 @@
+"""Per-call handling: ToolStart → arguments → approval gate → dispatch → record.
+
+Shared by the live loop and by ``resume_pending_tools``, so a resumed call is gated and
+executed exactly as a live one ("re-run from intent").
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from engine.bus.chat import ToolCallEvent
+from engine.session.cancel import TurnCancelled
+from engine.session.dispatch import (
+    Completed,
+    Failed,
+    Interrupted,
+    execute_tool_call,
+    parse_arguments,
+)
+from engine.session.env import TurnEnv
+from engine.session.gate import Decision, GateOutcome, GateRequest, rejection_message
+from engine.store.rows import ToolCallRow
+from engine.tools.base import ToolError
+
+
+class CallFlow(Enum):
+    CONTINUE = "continue"
+    CANCELLED = "cancelled"
+
+
+async def handle_tool_call(
+    env: TurnEnv, call: ToolCallRow, collected: list[ToolCallEvent] | None
+) -> CallFlow:
+    """Handle one persisted call end to end; ``collected`` gathers events for the bus."""
+    env.emitter.tool_start(call.id, call.name, call.arguments or "")
+    try:
+        args = parse_arguments(call.arguments)
+    except ToolError as exc:
+        _collect(collected, await env.recorder.failed(call, str(exc)))
+        return CallFlow.CONTINUE
+    gate = await run_approval_gate(env, call, args, collected)
+    if gate is GateOutcome.CHANNEL_CLOSED:
+        return CallFlow.CANCELLED
+    if gate is GateOutcome.REJECTED:
+        return CallFlow.CONTINUE
+    result = await execute_tool_call(
+        env.tools,
+        call.name,
+        args,
+        env.tool_ctx,
+        env.scope,
+        max_output_chars=env.limits.max_tool_output_chars,
+    )
+    match result:
+        case Completed(text):
+            _collect(collected, await env.recorder.completed(call, text))
+        case Failed(error):
+            _collect(collected, await env.recorder.failed(call, error))
+        case Interrupted():
+            await env.recorder.cancelled(call)
+            return CallFlow.CANCELLED
+    return CallFlow.CONTINUE
+
+
+async def run_approval_gate(
+    env: TurnEnv,
+    call: ToolCallRow,
+    args: dict[str, Any],
+    collected: list[ToolCallEvent] | None = None,
+) -> GateOutcome:
+    request = GateRequest(
+        session_id=env.session.id,
+        agent_id=env.frame.agent_id,
+        source=env.session.source,
+        call=call,
+        args=args,
+    )
+    verdict = await env.policy.check(request)
+    decided_by_human = verdict.decision is Decision.REQUIRE
+    if decided_by_human:
+        await env.recorder.pending(call)
+        try:
+            waited = await env.scope.run(env.policy.wait_for_human(request))
+        except TurnCancelled:
+            await env.recorder.cancelled(call)
+            return GateOutcome.CHANNEL_CLOSED
+        if waited is None:  # nobody can answer now: stays pending, re-asked on resume
+            return GateOutcome.CHANNEL_CLOSED
+        verdict = waited
+    if verdict.decision is Decision.ALLOW:
+        return GateOutcome.PROCEED
+    if decided_by_human:
+        reason = rejection_message(verdict.reason)
+    else:
+        reason = "Tool call denied by the approval rules" + (
+            f": {verdict.reason}" if verdict.reason else "."
+        )
+    _collect(collected, await env.recorder.rejected(call, reason))
+    return GateOutcome.REJECTED
+
+
+def _collect(collected: list[ToolCallEvent] | None, event: ToolCallEvent) -> None:
+    if collected is not None:
+        collected.append(event)

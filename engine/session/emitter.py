@@ -1,0 +1,87 @@
+"""The only way turn events leave a turn."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from engine.session.events import (
+    Done,
+    Error,
+    ModelFallback,
+    TextDelta,
+    Thinking,
+    ToolCancelled,
+    ToolDone,
+    ToolError,
+    ToolRejected,
+    ToolStart,
+    TurnEvent,
+    UserMessage,
+)
+
+log = logging.getLogger(__name__)
+
+EmitFn = Callable[[TurnEvent], None]
+
+
+class TurnEmitter:
+    """Fire-and-forget seam over the caller's ``emit`` callback.
+
+    A failing callback is logged and never breaks the turn: rendering is not allowed to
+    lose the work the turn has already committed.
+    """
+
+    __slots__ = ("_emit", "depth")
+
+    def __init__(self, emit: EmitFn | None, depth: int = 0) -> None:
+        self._emit = emit
+        self.depth = depth
+
+    def deeper(self) -> TurnEmitter:
+        return TurnEmitter(self._emit, self.depth + 1)
+
+    def send(self, event: TurnEvent) -> None:
+        if self._emit is None:
+            return
+        try:
+            self._emit(event)
+        except Exception:
+            log.exception("turn event callback failed on %s", type(event).__name__)
+
+    @property
+    def streams(self) -> bool:
+        return self._emit is not None
+
+    def text_delta(self, text: str) -> None:
+        self.send(TextDelta(text, self.depth))
+
+    def thinking(self, content: str, reasoning: str | None) -> None:
+        self.send(Thinking(content, reasoning, self.depth))
+
+    def model_fallback(self, failed: str, next_model: str, reason: str) -> None:
+        self.send(ModelFallback(failed, next_model, reason))
+
+    def tool_start(self, tool_call_id: int, name: str, arguments: str) -> None:
+        self.send(ToolStart(tool_call_id, name, arguments, self.depth))
+
+    def tool_done(self, tool_call_id: int, name: str, result: str) -> None:
+        self.send(ToolDone(tool_call_id, name, result, self.depth))
+
+    def tool_error(self, tool_call_id: int, name: str, error: str) -> None:
+        self.send(ToolError(tool_call_id, name, error, self.depth))
+
+    def tool_cancelled(self, tool_call_id: int, name: str) -> None:
+        self.send(ToolCancelled(tool_call_id, name, self.depth))
+
+    def tool_rejected(self, tool_call_id: int, name: str, reason: str) -> None:
+        self.send(ToolRejected(tool_call_id, name, reason, self.depth))
+
+    def user_message(self, message_id: int, content: str, attachments: tuple = ()) -> None:
+        self.send(UserMessage(message_id, content, attachments))
+
+    def done(self, event: Done) -> None:
+        self.send(event)
+
+    def error(self, message: str) -> None:
+        self.send(Error(message))

@@ -1,0 +1,34 @@
+"""Everything one agent level of a turn works with, passed explicitly to collaborators."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.config import EngineConfig
+from engine.llm.types import ChatModel, ToolSchema
+from engine.session.cancel import CancelScope
+from engine.session.emitter import TurnEmitter
+from engine.session.gate import ApprovalPolicy
+from engine.session.outcome import OutcomeRecorder
+from engine.session.transcript import FrameTranscript
+from engine.store import Store
+from engine.store.rows import FrameRow, SessionRow
+from engine.tools.base import ToolContext
+from engine.tools.registry import ToolRegistry
+
+
+@dataclass(slots=True)
+class TurnEnv:
+    session: SessionRow
+    frame: FrameRow
+    store: Store
+    transcript: FrameTranscript
+    tools: ToolRegistry
+    tool_schemas: list[ToolSchema]
+    tool_ctx: ToolContext
+    policy: ApprovalPolicy
+    emitter: TurnEmitter
+    scope: CancelScope
+    recorder: OutcomeRecorder
+    models: list[ChatModel]
+    limits: EngineConfig

@@ -1,0 +1,199 @@
+"""The rendered conversation of one stack frame, kept in step with the database.
+
+Loaded once per handler, then updated write-through by the turn (the handler's lock makes
+it the only writer of its frames), so a model step renders only the current turn's rows:
+the cost of a step does not grow with history length.
+
+Rows are grouped in blocks. A block starts at a user/agent row that follows an assistant
+row; consecutive user/agent rows share a block and are merged into one ``user`` message.
+Closed blocks are rendered once, with previous-turn tool results over the limit hidden;
+the open block is rendered fresh on every step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.llm.types import Message
+from engine.store.rows import MessageRow, ToolCallRow
+
+INTERRUPTED = (
+    "Error: tool call was interrupted (connection lost before user approval). "
+    "Please retry the operation."
+)
+
+
+@dataclass(slots=True)
+class _Block:
+    rows: list[MessageRow] = field(default_factory=list)
+    rendered: list[Message] = field(default_factory=list)
+
+    @property
+    def has_assistant(self) -> bool:
+        return any(row.role == "assistant" for row in self.rows)
+
+
+class FrameTranscript:
+    def __init__(self, *, max_messages: int, max_tool_result_chars: int | None) -> None:
+        self._max_messages = max_messages
+        self._hide_over = max_tool_result_chars
+        self._closed: deque[_Block] = deque()
+        self._closed_rows = 0
+        self._closed_flat: list[Message] = []
+        self._open = _Block()
+        self.loaded = False
+
+    def load(self, rows: list[MessageRow]) -> None:
+        """Seed from stored rows (oldest first); a leading partial turn is dropped."""
+        start = next((i for i, r in enumerate(rows) if r.role != "assistant"), len(rows))
+        for row in rows[start:]:
+            self.add(row)
+        self.loaded = True
+
+    def add(self, row: MessageRow) -> None:
+        if row.role != "assistant" and self._open.has_assistant:
+            self._close_open_block()
+        self._open.rows.append(row)
+
+    def last_row(self) -> MessageRow | None:
+        if self._open.rows:
+            return self._open.rows[-1]
+        return self._closed[-1].rows[-1] if self._closed else None
+
+    def drop_last(self, row_id: int) -> None:
+        """Forget a trailing row that was just marked ``failed``."""
+        if self._open.rows and self._open.rows[-1].id == row_id:
+            self._open.rows.pop()
+
+    def open_tool_calls(self) -> list[ToolCallRow]:
+        return [
+            call
+            for row in self._open.rows
+            for call in row.tool_calls
+            if call.status in ("running", "pending")
+        ]
+
+    def tool_call_changed(self, call: ToolCallRow) -> None:
+        """Re-render closed blocks if ``call`` lives in one (only after crash recovery)."""
+        if any(row.id == call.message_id for row in self._open.rows):
+            return  # the open block is rendered fresh anyway
+        for block in reversed(self._closed):
+            if any(row.id == call.message_id for row in block.rows):
+                block.rendered = _render(block.rows, self._hide_over)
+                self._reflatten()
+                return
+
+    def messages(self) -> list[Message]:
+        """History messages: the closed blocks as rendered, then the open block fresh."""
+        return self._closed_flat + _render(self._open.rows, None)
+
+    def _close_open_block(self) -> None:
+        block = self._open
+        block.rendered = _render(block.rows, self._hide_over)
+        self._closed.append(block)
+        self._closed_rows += len(block.rows)
+        self._closed_flat.extend(block.rendered)
+        self._open = _Block()
+        trimmed = False
+        while self._closed and self._closed_rows + len(block.rows) > self._max_messages:
+            oldest = self._closed.popleft()
+            self._closed_rows -= len(oldest.rows)
+            trimmed = True
+        if trimmed:
+            self._reflatten()
+
+    def _reflatten(self) -> None:
+        self._closed_flat = [message for block in self._closed for message in block.rendered]
+
+
+def _render(rows: list[MessageRow], hide_over: int | None) -> list[Message]:
+    out: list[Message] = []
+    user_parts: list[str] = []
+    for row in rows:
+        if row.role != "assistant":
+            user_parts.append(_user_text(row))
+            continue
+        if user_parts:
+            out.append({"role": "user", "content": "\n\n".join(user_parts)})
+            user_parts = []
+        out.extend(_render_assistant(row, hide_over))
+    if user_parts:
+        out.append({"role": "user", "content": "\n\n".join(user_parts)})
+    return out
+
+
+def _user_text(row: MessageRow) -> str:
+    attachments = (row.metadata or {}).get("attachments")
+    if not attachments:
+        return row.content
+    return (
+        f"{row.content}\n\n{attachments_block(attachments)}"
+        if row.content
+        else (attachments_block(attachments))
+    )
+
+
+def attachments_block(attachments: list[dict[str, Any]]) -> str:
+    """Generated on the fly from message metadata; never stored in the content."""
+    lines = ["[SYSTEM INFO] The user attached files, saved in the workspace:"]
+    for item in attachments:
+        details = [str(item[k]) for k in ("mime_type", "size") if item.get(k) is not None]
+        suffix = f" ({', '.join(details)})" if details else ""
+        lines.append(f"- {item.get('path', '?')}{suffix}")
+    return "\n".join(lines)
+
+
+def _render_assistant(row: MessageRow, hide_over: int | None) -> list[Message]:
+    message: Message = {"role": "assistant", "content": row.content or None}
+    if row.reasoning_content:
+        message["reasoning_content"] = row.reasoning_content
+    if not row.tool_calls:
+        if message["content"] is None:
+            message["content"] = ""
+        return [message]
+    message["tool_calls"] = [
+        {
+            "id": call.llm_call_id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": _json_or_empty(call.arguments)},
+        }
+        for call in row.tool_calls
+    ]
+    results = [
+        {
+            "role": "tool",
+            "tool_call_id": call.llm_call_id,
+            "content": _tool_content(call, hide_over),
+        }
+        for call in row.tool_calls
+    ]
+    return [message, *results]
+
+
+def _json_or_empty(arguments: str | None) -> str:
+    # Some servers re-parse echoed arguments; malformed ones (already reported to the
+    # model as a tool error) would make the whole request fail.
+    if not arguments:
+        return "{}"
+    try:
+        json.loads(arguments)
+    except ValueError:
+        return "{}"
+    return arguments
+
+
+def _tool_content(call: ToolCallRow, hide_over: int | None) -> str:
+    if call.status in ("running", "pending"):
+        return INTERRUPTED
+    result = call.result or ""
+    content = f"Error: {result}" if call.status == "failed" else result
+    if hide_over is not None and len(content) > hide_over:
+        return (
+            f"[Tool response for `{call.name}` hidden: response was {len(content)} chars, "
+            f"exceeding the {hide_over}-char limit. Call the tool again if you need this "
+            "information.]"
+        )
+    return content

@@ -1,0 +1,34 @@
+"""Storage: SQLAlchemy Core over SQLite (default) or PostgreSQL, one code path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.store.db import Database, connect, migrate, open_database
+from engine.store.history import History
+from engine.store.scratchpad import ScratchpadStore
+from engine.store.sessions import Sessions
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """The repositories over one database."""
+
+    db: Database
+    sessions: Sessions
+    history: History
+    scratchpad: ScratchpadStore
+
+    @classmethod
+    def over(cls, db: Database) -> Store:
+        return cls(db, Sessions(db), History(db), ScratchpadStore(db))
+
+    @classmethod
+    async def open(cls, url: str) -> Store:
+        return cls.over(await open_database(url))
+
+    async def close(self) -> None:
+        await self.db.close()
+
+
+__all__ = ["Database", "Store", "connect", "migrate", "open_database"]

@@ -1,0 +1,300 @@
+"""Conversation rows of one stack frame and their tool calls."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from engine.store.db import Database
+from engine.store.rows import (
+    AssistantRecord,
+    MessageRow,
+    NewToolCall,
+    Role,
+    ToolCallRow,
+    ToolStatus,
+)
+from engine.store.schema import chat_history as h
+from engine.store.schema import chat_llm_tools as t
+from engine.store.schema import chat_sessions_stack as frames
+from engine.store.schema import utcnow
+
+_MESSAGE_COLUMNS = (
+    h.c.id,
+    h.c.session_stack_id,
+    h.c.role,
+    h.c.content,
+    h.c.status,
+    h.c.is_synthetic,
+    h.c.reasoning_content,
+    h.c.metadata,
+    h.c.created_at,
+    h.c.model,
+    h.c.input_tokens,
+    h.c.output_tokens,
+    h.c.cost,
+)
+_TOOL_COLUMNS = (
+    t.c.id,
+    t.c.message_id,
+    t.c.llm_call_id,
+    t.c.name,
+    t.c.arguments,
+    t.c.result,
+    t.c.status,
+)
+_OPEN = ("running", "pending")
+
+# Built once: these run on every model step.
+_INSERT_MESSAGE = h.insert()
+_INSERT_TOOL = t.insert()
+_UPDATE_TOOL = (
+    t.update()
+    .where(t.c.id == sa.bindparam("b_id"))
+    .values(
+        status=sa.bindparam("b_status"),
+        result=sa.bindparam("b_result"),
+        updated_at=sa.bindparam("b_now"),
+    )
+)
+
+
+class History:
+    """Append-mostly storage of messages and tool calls. Every method commits."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def append_message(
+        self,
+        stack_id: int,
+        role: Role,
+        content: str,
+        *,
+        is_synthetic: bool = False,
+        metadata: dict[str, Any] | None = None,
+        status: str = "ok",
+    ) -> MessageRow:
+        return await self._db.run(
+            insert_message, stack_id, role, content, is_synthetic, metadata, status
+        )
+
+    async def append_assistant(
+        self, stack_id: int, record: AssistantRecord, calls: Sequence[NewToolCall] = ()
+    ) -> MessageRow:
+        """Persist an assistant message and its tool calls (status ``running``) atomically."""
+        return await self._db.run(insert_assistant, stack_id, record, calls)
+
+    async def set_tool_status(
+        self, tool_call_id: int, status: ToolStatus, result: str | None = None
+    ) -> None:
+        await self._db.run(update_tool_status, tool_call_id, status, result)
+
+    async def mark_failed(self, message_id: int) -> None:
+        await self._db.run(_mark_failed, message_id)
+
+    async def get_tool_call(self, tool_call_id: int) -> ToolCallRow | None:
+        return await self._db.run(_get_tool_call, tool_call_id)
+
+    async def load(
+        self, stack_id: int, *, after_id: int = 0, limit: int | None = None
+    ) -> list[MessageRow]:
+        """Non-failed messages of a frame with id > ``after_id``, oldest first, with tool calls.
+
+        ``limit`` keeps only the newest ``limit`` messages.
+        """
+        return await self._db.run(load_messages, stack_id, after_id, limit)
+
+    async def last_message(self, stack_id: int) -> MessageRow | None:
+        """The newest non-failed message of a frame (without its tool calls)."""
+        return await self._db.run(_last_message, stack_id)
+
+    async def open_tool_calls(self, stack_id: int) -> list[ToolCallRow]:
+        """Tool calls of a frame left ``running`` or ``pending`` (by a crash or a wait)."""
+        return await self._db.run(_open_tool_calls, stack_id)
+
+    async def session_open_tool_calls(self, session_id: int) -> list[tuple[int, ToolCallRow]]:
+        """``(stack_id, call)`` for every open tool call of a session, oldest first."""
+        return await self._db.run(_session_open_tool_calls, session_id)
+
+
+def insert_message(
+    conn: Connection,
+    stack_id: int,
+    role: Role,
+    content: str,
+    is_synthetic: bool = False,
+    metadata: dict[str, Any] | None = None,
+    status: str = "ok",
+) -> MessageRow:
+    now = utcnow()
+    result = conn.execute(
+        _INSERT_MESSAGE,
+        {
+            "session_stack_id": stack_id,
+            "role": role,
+            "content": content,
+            "status": status,
+            "is_synthetic": is_synthetic,
+            "metadata": metadata,
+            "created_at": now,
+        },
+    )
+    return MessageRow(
+        id=result.inserted_primary_key[0],
+        stack_id=stack_id,
+        role=role,
+        content=content,
+        status=status,  # type: ignore[arg-type]
+        is_synthetic=is_synthetic,
+        reasoning_content=None,
+        metadata=metadata,
+        created_at=now,
+    )
+
+
+def insert_assistant(
+    conn: Connection, stack_id: int, record: AssistantRecord, calls: Sequence[NewToolCall]
+) -> MessageRow:
+    now = utcnow()
+    result = conn.execute(
+        _INSERT_MESSAGE,
+        {
+            "session_stack_id": stack_id,
+            "role": "assistant",
+            "content": record.content,
+            "status": "ok",
+            "is_synthetic": record.is_synthetic,
+            "reasoning_content": record.reasoning_content,
+            "model": record.model,
+            "input_tokens": record.input_tokens,
+            "output_tokens": record.output_tokens,
+            "cost": record.cost,
+            "duration_ms": record.duration_ms,
+            "created_at": now,
+        },
+    )
+    message_id = result.inserted_primary_key[0]
+    tool_rows = []
+    for call in calls:
+        inserted = conn.execute(
+            _INSERT_TOOL,
+            {
+                "message_id": message_id,
+                "llm_call_id": call.llm_call_id,
+                "name": call.name,
+                "arguments": call.arguments,
+                "status": "running",
+                "created_at": now,
+                "updated_at": now,
+            },
+        )
+        tool_rows.append(
+            ToolCallRow(
+                id=inserted.inserted_primary_key[0],
+                message_id=message_id,
+                llm_call_id=call.llm_call_id,
+                name=call.name,
+                arguments=call.arguments,
+                result=None,
+                status="running",
+            )
+        )
+    return MessageRow(
+        id=message_id,
+        stack_id=stack_id,
+        role="assistant",
+        content=record.content,
+        status="ok",
+        is_synthetic=record.is_synthetic,
+        reasoning_content=record.reasoning_content,
+        metadata=None,
+        created_at=now,
+        model=record.model,
+        input_tokens=record.input_tokens,
+        output_tokens=record.output_tokens,
+        cost=record.cost,
+        tool_calls=tool_rows,
+    )
+
+
+def update_tool_status(
+    conn: Connection, tool_call_id: int, status: ToolStatus, result: str | None
+) -> None:
+    conn.execute(
+        _UPDATE_TOOL,
+        {"b_id": tool_call_id, "b_status": status, "b_result": result, "b_now": utcnow()},
+    )
+
+
+def _mark_failed(conn: Connection, message_id: int) -> None:
+    conn.execute(h.update().where(h.c.id == message_id).values(status="failed"))
+
+
+def _get_tool_call(conn: Connection, tool_call_id: int) -> ToolCallRow | None:
+    row = conn.execute(sa.select(*_TOOL_COLUMNS).where(t.c.id == tool_call_id)).first()
+    return ToolCallRow(*row) if row else None
+
+
+def load_messages(
+    conn: Connection, stack_id: int, after_id: int = 0, limit: int | None = None
+) -> list[MessageRow]:
+    query = sa.select(*_MESSAGE_COLUMNS).where(
+        h.c.session_stack_id == stack_id, h.c.status == "ok", h.c.id > after_id
+    )
+    if limit is not None:
+        messages = [
+            MessageRow(*row) for row in conn.execute(query.order_by(h.c.id.desc()).limit(limit))
+        ]
+        messages.reverse()
+    else:
+        messages = [MessageRow(*row) for row in conn.execute(query.order_by(h.c.id))]
+    if not messages:
+        return []
+    by_id = {m.id: m for m in messages}
+    tool_rows = conn.execute(
+        sa.select(*_TOOL_COLUMNS)
+        .join(h, h.c.id == t.c.message_id)
+        .where(h.c.session_stack_id == stack_id, h.c.id >= messages[0].id, h.c.status == "ok")
+        .order_by(t.c.id)
+    )
+    for row in tool_rows:
+        call = ToolCallRow(*row)
+        owner = by_id.get(call.message_id)
+        if owner is not None:
+            owner.tool_calls.append(call)
+    return messages
+
+
+def _last_message(conn: Connection, stack_id: int) -> MessageRow | None:
+    row = conn.execute(
+        sa.select(*_MESSAGE_COLUMNS)
+        .where(h.c.session_stack_id == stack_id, h.c.status == "ok")
+        .order_by(h.c.id.desc())
+        .limit(1)
+    ).first()
+    return MessageRow(*row) if row else None
+
+
+def _open_tool_calls(conn: Connection, stack_id: int) -> list[ToolCallRow]:
+    rows = conn.execute(
+        sa.select(*_TOOL_COLUMNS)
+        .join(h, h.c.id == t.c.message_id)
+        .where(h.c.session_stack_id == stack_id, t.c.status.in_(_OPEN))
+        .order_by(t.c.id)
+    )
+    return [ToolCallRow(*row) for row in rows]
+
+
+def _session_open_tool_calls(conn: Connection, session_id: int) -> list[tuple[int, ToolCallRow]]:
+    rows = conn.execute(
+        sa.select(h.c.session_stack_id, *_TOOL_COLUMNS)
+        .join(h, h.c.id == t.c.message_id)
+        .join(frames, frames.c.id == h.c.session_stack_id)
+        .where(frames.c.session_id == session_id, t.c.status.in_(_OPEN))
+        .order_by(t.c.id)
+    )
+    return [(row[0], ToolCallRow(*row[1:])) for row in rows]

@@ -1,0 +1,90 @@
+"""Typed rows the store hands out. Plain data; no database handles inside."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+Role = Literal["user", "assistant", "agent"]
+ToolStatus = Literal["running", "pending", "done", "failed", "cancelled", "rejected"]
+TERMINAL_TOOL_STATUSES: frozenset[str] = frozenset({"done", "failed", "cancelled", "rejected"})
+OPEN_TOOL_STATUSES: frozenset[str] = frozenset({"running", "pending"})
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    id: int
+    source: str
+    agent_id: str
+    is_interactive: bool
+    is_ephemeral: bool
+    run_context: dict[str, Any] | None
+    title: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FrameRow:
+    """One level of a session's agent stack (0 = the root conversation)."""
+
+    id: int
+    session_id: int
+    agent_id: str
+    agent_prompt: str | None
+    depth: int
+    parent_tool_call_id: int | None
+    terminated_at: datetime | None
+    created_at: datetime
+
+
+@dataclass(slots=True)
+class ToolCallRow:
+    """A tool call; its ``id`` is the durable tool-call id (approvals key on it)."""
+
+    id: int
+    message_id: int
+    llm_call_id: str
+    name: str
+    arguments: str | None
+    result: str | None
+    status: ToolStatus
+
+
+@dataclass(slots=True)
+class MessageRow:
+    id: int
+    stack_id: int
+    role: Role
+    content: str
+    status: Literal["ok", "failed"]
+    is_synthetic: bool
+    reasoning_content: str | None
+    metadata: dict[str, Any] | None
+    created_at: datetime
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost: float | None = None
+    tool_calls: list[ToolCallRow] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class NewToolCall:
+    llm_call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantRecord:
+    """What one LLM round produced, ready to persist."""
+
+    content: str
+    reasoning_content: str | None = None
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost: float | None = None
+    duration_ms: int | None = None
+    is_synthetic: bool = False

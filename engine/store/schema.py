@@ -1,0 +1,173 @@
+"""Table definitions (SQLAlchemy Core). Migrations create them; queries import them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    false,
+    true,
+)
+from sqlalchemy.engine import Dialect
+
+metadata = MetaData()
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC in Python; naive UTC on disk so SQLite and PostgreSQL agree."""
+
+    impl = DateTime(timezone=False)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+# Primary keys are BIGINT on PostgreSQL and INTEGER (rowid alias) on SQLite.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+chat_sessions = Table(
+    "chat_sessions",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("title", Text),
+    Column("source", String(255), nullable=False),
+    Column("agent_id", String(64), nullable=False, server_default="main"),
+    Column("is_interactive", Boolean, nullable=False, server_default=true()),
+    Column("is_ephemeral", Boolean, nullable=False, server_default=false()),
+    Column("run_context", JSON),
+    Column("created_at", UtcDateTime, nullable=False),
+    Index("ix_chat_sessions_source", "source", "id"),
+)
+
+chat_sessions_stack = Table(
+    "chat_sessions_stack",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("session_id", Id, ForeignKey("chat_sessions.id"), nullable=False),
+    Column("agent_id", String(64), nullable=False),
+    Column("agent_prompt", Text),
+    Column("depth", Integer, nullable=False, server_default="0"),
+    # Not a foreign key: chat_llm_tools references chat_history which references this table.
+    Column("parent_tool_call_id", Id),
+    Column("terminated_at", UtcDateTime),
+    Column("created_at", UtcDateTime, nullable=False),
+    Index("ix_stack_session_active", "session_id", "terminated_at", "depth"),
+)
+
+chat_history = Table(
+    "chat_history",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("session_stack_id", Id, ForeignKey("chat_sessions_stack.id"), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("content", Text, nullable=False, server_default=""),
+    Column("status", String(16), nullable=False, server_default="ok"),
+    Column("input_tokens", Integer),
+    Column("output_tokens", Integer),
+    Column("duration_ms", Integer),
+    Column("model", String(255)),
+    Column("is_synthetic", Boolean, nullable=False, server_default=false()),
+    Column("reasoning_content", Text),
+    Column("cost", Float),
+    Column("metadata", JSON),
+    Column("created_at", UtcDateTime, nullable=False),
+    CheckConstraint("role IN ('user', 'assistant', 'agent')", name="ck_history_role"),
+    CheckConstraint("status IN ('ok', 'failed')", name="ck_history_status"),
+    Index("ix_history_stack", "session_stack_id", "id"),
+)
+
+TOOL_STATUSES = ("running", "pending", "done", "failed", "cancelled", "rejected")
+
+chat_llm_tools = Table(
+    "chat_llm_tools",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("message_id", Id, ForeignKey("chat_history.id"), nullable=False),
+    Column("llm_call_id", String(255), nullable=False),
+    Column("name", String(255), nullable=False),
+    Column("arguments", Text),
+    Column("result", Text),
+    Column("status", String(16), nullable=False, server_default="running"),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    CheckConstraint(
+        "status IN ('running', 'pending', 'done', 'failed', 'cancelled', 'rejected')",
+        name="ck_tools_status",
+    ),
+    Index("ix_tools_message", "message_id", "id"),
+    Index("ix_tools_status", "status"),
+)
+
+chat_summaries = Table(
+    "chat_summaries",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("stack_id", Id, ForeignKey("chat_sessions_stack.id"), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("covers_up_to_message_id", Id, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Index("ix_summaries_stack", "stack_id", "id"),
+)
+
+sources = Table(
+    "sources",
+    metadata,
+    Column("source", String(255), primary_key=True),
+    Column("session_id", Id, ForeignKey("chat_sessions.id"), nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+session_scratchpad = Table(
+    "session_scratchpad",
+    metadata,
+    Column("session_id", Id, ForeignKey("chat_sessions.id"), primary_key=True),
+    Column("key", String(255), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+session_tool_grants = Table(
+    "session_tool_grants",
+    metadata,
+    Column("session_id", Id, ForeignKey("chat_sessions.id"), primary_key=True),
+    Column("tool_group", String(255), primary_key=True),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+stack_tool_grants = Table(
+    "stack_tool_grants",
+    metadata,
+    Column("stack_id", Id, ForeignKey("chat_sessions_stack.id"), primary_key=True),
+    Column("tool_group", String(255), primary_key=True),
+    Column("created_at", UtcDateTime, nullable=False),
+)

@@ -1,0 +1,201 @@
+"""Sessions, their stack frames, and the ``source → active session`` map."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from engine.store.db import Database
+from engine.store.rows import FrameRow, SessionRow
+from engine.store.schema import chat_sessions as s
+from engine.store.schema import chat_sessions_stack as f
+from engine.store.schema import sources, utcnow
+
+_SESSION_COLUMNS = (
+    s.c.id,
+    s.c.source,
+    s.c.agent_id,
+    s.c.is_interactive,
+    s.c.is_ephemeral,
+    s.c.run_context,
+    s.c.title,
+    s.c.created_at,
+)
+_FRAME_COLUMNS = (
+    f.c.id,
+    f.c.session_id,
+    f.c.agent_id,
+    f.c.agent_prompt,
+    f.c.depth,
+    f.c.parent_tool_call_id,
+    f.c.terminated_at,
+    f.c.created_at,
+)
+
+
+class Sessions:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def create(
+        self,
+        source: str,
+        *,
+        agent_id: str = "main",
+        is_interactive: bool = True,
+        is_ephemeral: bool = False,
+        run_context: dict[str, Any] | None = None,
+        title: str | None = None,
+    ) -> SessionRow:
+        """A new session with its root frame (depth 0)."""
+        return await self._db.run(
+            _create, source, agent_id, is_interactive, is_ephemeral, run_context, title
+        )
+
+    async def get(self, session_id: int) -> SessionRow | None:
+        return await self._db.run(_get, session_id)
+
+    async def set_run_context(self, session_id: int, run_context: dict[str, Any] | None) -> None:
+        await self._db.run(_set_run_context, session_id, run_context)
+
+    async def active_frames(self, session_id: int) -> list[FrameRow]:
+        """Frames not yet terminated, shallowest first."""
+        return await self._db.run(_active_frames, session_id)
+
+    async def root_frame(self, session_id: int) -> FrameRow:
+        return await self._db.run(_root_frame, session_id)
+
+    async def push_frame(
+        self,
+        session_id: int,
+        *,
+        agent_id: str,
+        depth: int,
+        parent_tool_call_id: int,
+        agent_prompt: str,
+    ) -> FrameRow:
+        return await self._db.run(
+            _push_frame, session_id, agent_id, depth, parent_tool_call_id, agent_prompt
+        )
+
+    async def terminate_frame(self, frame_id: int) -> None:
+        await self._db.run(_terminate_frame, frame_id)
+
+    async def active_for_source(self, source: str) -> int | None:
+        return await self._db.run(_active_for_source, source)
+
+    async def set_active_for_source(self, source: str, session_id: int) -> None:
+        await self._db.run(_set_active_for_source, source, session_id)
+
+
+def _create(
+    conn: Connection,
+    source: str,
+    agent_id: str,
+    is_interactive: bool,
+    is_ephemeral: bool,
+    run_context: dict[str, Any] | None,
+    title: str | None,
+) -> SessionRow:
+    now = utcnow()
+    result = conn.execute(
+        s.insert().values(
+            source=source,
+            agent_id=agent_id,
+            is_interactive=is_interactive,
+            is_ephemeral=is_ephemeral,
+            run_context=run_context,
+            title=title,
+            created_at=now,
+        )
+    )
+    session_id = result.inserted_primary_key[0]
+    conn.execute(
+        f.insert().values(session_id=session_id, agent_id=agent_id, depth=0, created_at=now)
+    )
+    return SessionRow(
+        session_id, source, agent_id, is_interactive, is_ephemeral, run_context, title, now
+    )
+
+
+def _get(conn: Connection, session_id: int) -> SessionRow | None:
+    row = conn.execute(sa.select(*_SESSION_COLUMNS).where(s.c.id == session_id)).first()
+    return SessionRow(*row) if row else None
+
+
+def _set_run_context(conn: Connection, session_id: int, run_context: dict[str, Any] | None) -> None:
+    conn.execute(s.update().where(s.c.id == session_id).values(run_context=run_context))
+
+
+def _active_frames(conn: Connection, session_id: int) -> list[FrameRow]:
+    rows = conn.execute(
+        sa.select(*_FRAME_COLUMNS)
+        .where(f.c.session_id == session_id, f.c.terminated_at.is_(None))
+        .order_by(f.c.depth, f.c.id)
+    )
+    return [FrameRow(*row) for row in rows]
+
+
+def _root_frame(conn: Connection, session_id: int) -> FrameRow:
+    row = conn.execute(
+        sa.select(*_FRAME_COLUMNS)
+        .where(f.c.session_id == session_id, f.c.depth == 0)
+        .order_by(f.c.id)
+        .limit(1)
+    ).first()
+    if row is None:
+        raise LookupError(f"session {session_id} has no root frame")
+    return FrameRow(*row)
+
+
+def _push_frame(
+    conn: Connection,
+    session_id: int,
+    agent_id: str,
+    depth: int,
+    parent_tool_call_id: int,
+    agent_prompt: str,
+) -> FrameRow:
+    now = utcnow()
+    result = conn.execute(
+        f.insert().values(
+            session_id=session_id,
+            agent_id=agent_id,
+            agent_prompt=agent_prompt,
+            depth=depth,
+            parent_tool_call_id=parent_tool_call_id,
+            created_at=now,
+        )
+    )
+    return FrameRow(
+        result.inserted_primary_key[0],
+        session_id,
+        agent_id,
+        agent_prompt,
+        depth,
+        parent_tool_call_id,
+        None,
+        now,
+    )
+
+
+def _terminate_frame(conn: Connection, frame_id: int) -> None:
+    conn.execute(f.update().where(f.c.id == frame_id).values(terminated_at=utcnow()))
+
+
+def _active_for_source(conn: Connection, source: str) -> int | None:
+    return conn.execute(sa.select(sources.c.session_id).where(sources.c.source == source)).scalar()
+
+
+def _set_active_for_source(conn: Connection, source: str, session_id: int) -> None:
+    """Portable upsert: update, else insert."""
+    now = utcnow()
+    updated = conn.execute(
+        sources.update()
+        .where(sources.c.source == source)
+        .values(session_id=session_id, updated_at=now)
+    )
+    if updated.rowcount == 0:
+        conn.execute(sources.insert().values(source=source, session_id=session_id, updated_at=now))

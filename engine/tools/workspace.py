@@ -1,0 +1,76 @@
+"""The workspace: the one directory tree file and shell tools may touch."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from engine.tools.base import ToolError
+
+__all__ = ["SECRETS_DIR", "Workspace"]
+
+#: Top-level workspace directory no tool may read, list or write.
+SECRETS_DIR = "secrets"
+
+
+class Workspace:
+    """Confines paths to ``root`` (``CHATHUB_WORKSPACE``).
+
+    Paths are canonicalized the way the kernel will see them (``os.path.realpath``:
+    ``..`` and every symlink, including symlinked parents, are resolved), then checked
+    against the canonical root. A symlink pointing out is therefore refused, whatever
+    its name inside the workspace. The check is made when a tool resolves its path;
+    the tools then open the canonical path, never the name the model gave.
+    """
+
+    def __init__(self, root: Path) -> None:
+        root = Path(root).expanduser()
+        root.mkdir(parents=True, exist_ok=True)
+        # Resolved once: every later comparison is against the canonical root.
+        self.root = Path(os.path.realpath(root))
+        self.secrets = self.root / SECRETS_DIR
+
+    def __repr__(self) -> str:
+        return f"Workspace({str(self.root)!r})"
+
+    def contains(self, path: Path) -> bool:
+        """Whether canonical ``path`` is the root or lies beneath it."""
+        return path == self.root or path.is_relative_to(self.root)
+
+    def resolve(self, path: str, *, cwd: Path | None = None) -> Path:
+        """Canonicalize ``path`` (relative to ``cwd``, default the root) inside the workspace.
+
+        Raises ``ToolError`` for an empty path, a NUL byte, anything that resolves
+        outside the root and anything under ``<root>/secrets``.
+        """
+        if not isinstance(path, str):
+            raise ToolError(f"path must be a string, got {type(path).__name__}")
+        if not path.strip():
+            raise ToolError("path is empty")
+        if "\0" in path:
+            raise ToolError(f"path {path!r} contains a NUL byte")
+        base = self.root if cwd is None else Path(os.path.realpath(cwd))
+        if not self.contains(base):
+            raise ToolError(f"working directory {base} is outside the workspace {self.root}")
+        joined = os.path.join(base, path)
+        resolved = Path(os.path.realpath(joined))
+        if not self.contains(resolved):
+            lexical = Path(os.path.normpath(joined))
+            if self.contains(lexical):
+                # Inside by name, outside by target: say so, or the refusal looks wrong.
+                raise ToolError(
+                    f"path {path!r} is outside the workspace {self.root} "
+                    f"(a symlink leads to {resolved})"
+                )
+            raise ToolError(f"path {path!r} is outside the workspace {self.root}")
+        if resolved == self.secrets or resolved.is_relative_to(self.secrets):
+            raise ToolError(f"path {path!r} is in secrets/: secrets/ is never readable")
+        return resolved
+
+    def relative(self, path: Path) -> str:
+        """``path`` relative to the root, for messages (``.`` for the root itself)."""
+        try:
+            rel = Path(path).relative_to(self.root)
+        except ValueError:
+            return str(path)
+        return rel.as_posix() or "."

@@ -1,0 +1,370 @@
+"""OpenAICompatModel against the fake OpenAI server, over real HTTP."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from engine.config import ModelConfig
+from engine.llm.client import OpenAICompatModel
+from engine.llm.types import (
+    LlmConnectionError,
+    LlmError,
+    LlmProtocolError,
+    LlmRateLimited,
+    LlmRequestError,
+    LlmServerError,
+    LlmTimeout,
+    ToolCallRequest,
+    Usage,
+)
+from tests.fakes.openai_server import FakeOpenAIServer
+
+USER = [{"role": "user", "content": "Hello?"}]
+READ_FILE = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a file.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    },
+}
+both_modes = pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient() as client:
+        yield client
+
+
+def make_model(
+    http: httpx.AsyncClient,
+    base_url: str,
+    *,
+    stream: bool = True,
+    timeout_s: float = 5.0,
+    api_key: str = "",
+    name: str = "fake-model",
+) -> OpenAICompatModel:
+    config = ModelConfig(
+        name=name, base_url=base_url, api_key=api_key, timeout_s=timeout_s, stream=stream
+    )
+    return OpenAICompatModel(config, http)
+
+
+# -- answers -------------------------------------------------------------------------
+
+
+@both_modes
+async def test_text_answer_carries_usage_and_cost(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient, stream: bool
+) -> None:
+    fake_openai.reply_text("Hello there, friend.", usage=(12, 4), cost=0.00021)
+    model = make_model(http, fake_openai.base_url, stream=stream)
+
+    response = await model.complete(USER, [])
+
+    assert response.content == "Hello there, friend."
+    assert response.tool_calls == ()
+    assert response.usage == Usage(input_tokens=12, output_tokens=4, cost=0.00021)
+    assert response.finish_reason == "stop"
+    assert response.model == "fake-model"
+    sent = fake_openai.requests[0]
+    assert sent["model"] == "fake-model"
+    assert sent["messages"] == USER
+    assert sent["stream"] is stream
+    assert "tools" not in sent  # some servers reject an empty tools list
+    assert ("stream_options" in sent) is stream
+    if stream:
+        assert sent["stream_options"] == {"include_usage": True}
+
+
+async def test_usage_is_empty_when_the_server_sends_none(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    fake_openai.reply_text("ok")
+    response = await make_model(http, fake_openai.base_url).complete(USER, [])
+    assert response.usage == Usage()
+
+
+async def test_api_key_goes_as_bearer_token_only_when_configured(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    fake_openai.reply_text("one")
+    fake_openai.reply_text("two")
+
+    await make_model(http, fake_openai.base_url, api_key="sk-test").complete(USER, [])
+    await make_model(http, fake_openai.base_url).complete(USER, [])
+
+    assert fake_openai.headers[0]["authorization"] == "Bearer sk-test"
+    assert "authorization" not in fake_openai.headers[1]
+
+
+@both_modes
+async def test_several_tool_calls_come_back_with_raw_arguments(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient, stream: bool
+) -> None:
+    fake_openai.reply_tool_calls(
+        ("call_a", "read_file", '{"path": "notes/today.md"}'),
+        ("call_b", "list_files", {"path": "."}),
+        ("call_c", "write_file", '{"path": "x.txt", "content": '),  # malformed on purpose
+        content="Let me look.",
+        usage=(50, 30),
+    )
+    model = make_model(http, fake_openai.base_url, stream=stream)
+
+    response = await model.complete(USER, [READ_FILE])
+
+    assert response.tool_calls == (
+        ToolCallRequest("call_a", "read_file", '{"path": "notes/today.md"}'),
+        ToolCallRequest("call_b", "list_files", '{"path": "."}'),
+        ToolCallRequest("call_c", "write_file", '{"path": "x.txt", "content": '),
+    )
+    assert response.content == "Let me look."
+    assert response.finish_reason == "tool_calls"
+    assert response.usage.input_tokens == 50
+    assert fake_openai.requests[0]["tools"] == [READ_FILE]
+
+
+async def test_streamed_deltas_arrive_in_order_and_add_up_to_the_content(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    text = "The quick brown fox jumps over the lazy dog.\nTwice, even."
+    fake_openai.reply_text(text)
+    deltas: list[str] = []
+
+    response = await make_model(http, fake_openai.base_url).complete(
+        USER, [], on_delta=deltas.append
+    )
+
+    assert len(deltas) > 5
+    assert "".join(deltas) == text == response.content
+
+
+async def test_without_streaming_the_content_arrives_as_one_delta(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    fake_openai.reply_text("All at once.")
+    deltas: list[str] = []
+
+    await make_model(http, fake_openai.base_url, stream=False).complete(
+        USER, [], on_delta=deltas.append
+    )
+
+    assert deltas == ["All at once."]
+
+
+@both_modes
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+async def test_reasoning_is_kept_apart_from_the_content(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient, stream: bool, field: str
+) -> None:
+    fake_openai.reply_text(
+        "It is 4.", reasoning="Two plus two... carry nothing... four.", reasoning_field=field
+    )
+    deltas: list[str] = []
+
+    response = await make_model(http, fake_openai.base_url, stream=stream).complete(
+        USER, [], on_delta=deltas.append
+    )
+
+    assert response.reasoning_content == "Two plus two... carry nothing... four."
+    assert response.content == "It is 4."
+    assert "".join(deltas) == "It is 4."  # reasoning never leaks into the visible text
+
+
+async def test_reasoning_in_history_is_sent_back_as_given(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    history = [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4", "reasoning_content": "add them"},
+        {"role": "user", "content": "and 3+3?"},
+    ]
+    fake_openai.reply_text("6")
+
+    await make_model(http, fake_openai.base_url).complete(history, [])
+
+    assert fake_openai.requests[0]["messages"] == history
+
+
+@both_modes
+async def test_an_empty_answer_has_no_content_and_no_tool_calls(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient, stream: bool
+) -> None:
+    fake_openai.reply_empty()
+
+    response = await make_model(http, fake_openai.base_url, stream=stream).complete(USER, [])
+
+    assert response.content is None
+    assert response.tool_calls == ()
+    assert response.reasoning_content is None
+
+
+async def test_a_server_that_ignores_stream_is_still_understood(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    completion = {
+        "choices": [{"message": {"role": "assistant", "content": "plain"}, "finish_reason": "stop"}]
+    }
+    fake_openai.reply_raw(json.dumps(completion))
+    deltas: list[str] = []
+
+    response = await make_model(http, fake_openai.base_url).complete(
+        USER, [], on_delta=deltas.append
+    )
+
+    assert response.content == "plain"
+    assert deltas == ["plain"]
+
+
+# -- failures ------------------------------------------------------------------------
+
+
+@both_modes
+@pytest.mark.parametrize(
+    ("status", "kind", "retriable"),
+    [
+        (429, LlmRateLimited, True),
+        (408, LlmTimeout, True),
+        (500, LlmServerError, True),
+        (503, LlmServerError, True),
+        (400, LlmRequestError, False),
+        (401, LlmRequestError, False),
+    ],
+)
+async def test_http_errors_map_to_llm_errors(
+    fake_openai: FakeOpenAIServer,
+    http: httpx.AsyncClient,
+    stream: bool,
+    status: int,
+    kind: type[LlmError],
+    retriable: bool,
+) -> None:
+    fake_openai.reply_error(status, "the server explains why")
+    model = make_model(http, fake_openai.base_url, stream=stream)
+
+    with pytest.raises(kind) as caught:
+        await model.complete(USER, [])
+
+    assert caught.value.retriable is retriable
+    assert caught.value.status == status
+    assert caught.value.model == "fake-model"
+    assert "the server explains why" in str(caught.value)
+
+
+async def test_a_long_error_text_is_truncated(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    fake_openai.reply_error(400, "bad " * 5000)
+
+    with pytest.raises(LlmRequestError) as caught:
+        await make_model(http, fake_openai.base_url).complete(USER, [])
+
+    assert 100 < len(str(caught.value)) < 1000
+
+
+async def test_an_error_object_inside_a_200_answer_is_an_error(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    fake_openai.reply_raw(json.dumps({"error": {"message": "upstream overloaded", "code": 502}}))
+
+    with pytest.raises(LlmServerError, match="upstream overloaded"):
+        await make_model(http, fake_openai.base_url, stream=False).complete(USER, [])
+
+
+async def test_an_error_chunk_mid_stream_is_an_error(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    chunk = {"choices": [{"index": 0, "delta": {"content": "Hal"}}]}
+    error = {"error": {"message": "rate limit hit mid-stream", "code": 429}}
+    body = f"data: {json.dumps(chunk)}\n\ndata: {json.dumps(error)}\n\n"
+    fake_openai.reply_raw(body, content_type="text/event-stream")
+
+    with pytest.raises(LlmRateLimited, match="mid-stream"):
+        await make_model(http, fake_openai.base_url).complete(USER, [])
+
+
+@both_modes
+async def test_a_hanging_server_times_out(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient, stream: bool
+) -> None:
+    fake_openai.reply_hang()
+    model = make_model(http, fake_openai.base_url, stream=stream, timeout_s=0.3)
+
+    with pytest.raises(LlmTimeout) as caught:
+        await model.complete(USER, [])
+
+    assert caught.value.retriable
+
+
+async def test_a_stream_that_stalls_midway_times_out(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    fake_openai.reply_hang(partial="I was about to say")
+    deltas: list[str] = []
+    model = make_model(http, fake_openai.base_url, timeout_s=0.3)
+
+    with pytest.raises(LlmTimeout):
+        await model.complete(USER, [], on_delta=deltas.append)
+
+    assert "".join(deltas) == "I was about to say"
+
+
+async def test_a_refused_connection_is_a_connection_error(http: httpx.AsyncClient) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    model = make_model(http, f"http://127.0.0.1:{port}/v1", timeout_s=2)
+
+    with pytest.raises(LlmConnectionError) as caught:
+        await model.complete(USER, [])
+
+    assert caught.value.retriable
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        ("<html>Bad gateway</html>", "text/html"),
+        ("{not json", "application/json"),
+        ('{"id": "chatcmpl-1", "object": "chat.completion"}', "application/json"),
+        ('{"choices": []}', "application/json"),
+        ('{"choices": [{"message": "hi"}]}', "application/json"),
+        ("data: {oops\n\n", "text/event-stream"),
+        ("data: [DONE]\n\n", "text/event-stream"),
+        ('data: {"choices": [{"delta": {"content": "cut"}}]}\n\n', "text/event-stream"),
+    ],
+    ids=[
+        "html",
+        "broken-json",
+        "no-choices",
+        "empty-choices",
+        "message-not-object",
+        "broken-chunk",
+        "no-chunks",
+        "cut-short",
+    ],
+)
+async def test_a_body_that_is_not_a_completion_is_a_protocol_error(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient, body: str, content_type: str
+) -> None:
+    fake_openai.reply_raw(body, content_type=content_type)
+    stream = content_type == "text/event-stream"
+
+    with pytest.raises(LlmProtocolError) as caught:
+        await make_model(http, fake_openai.base_url, stream=stream).complete(USER, [])
+
+    assert caught.value.retriable
+
+
+async def test_an_unscripted_request_fails_loudly(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    with pytest.raises(LlmServerError, match="no scripted response"):
+        await make_model(http, fake_openai.base_url).complete(USER, [])

@@ -1,0 +1,37 @@
+"""An engine over a real SQLite file, a real workspace and an in-process scripted model."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from engine.config import AppConfig, EngineConfig, load_settings
+from engine.core import Engine
+from engine.llm.registry import ModelRegistry
+from engine.llm.scripted import ScriptedModel
+
+
+@pytest.fixture
+def model() -> ScriptedModel:
+    return ScriptedModel(name="primary")
+
+
+@pytest.fixture
+def limits() -> EngineConfig:
+    return EngineConfig(max_tool_rounds=6, max_tool_result_chars=200, command_timeout_s=5)
+
+
+@pytest.fixture
+async def engine(tmp_path: Path, model: ScriptedModel, limits: EngineConfig) -> AsyncIterator[Engine]:
+    settings = load_settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
+        chathub_workspace=tmp_path / "workspace",
+        chathub_timezone="Europe/Rome",
+        _env_file=None,
+    )
+    config = AppConfig(settings=settings, models=(), engine=limits)
+    engine = await Engine.open(config, models=ModelRegistry([model]))
+    yield engine
+    await engine.close()

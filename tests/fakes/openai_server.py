@@ -1,0 +1,435 @@
+"""A fake OpenAI-compatible chat-completions server over real HTTP on 127.0.0.1.
+
+It runs uvicorn in a background thread with its own event loop, so synchronous
+tests, async tests and subprocesses (pass them ``base_url``) can all use it.
+Tests script the answers in advance; each request takes the next one::
+
+    with FakeOpenAIServer() as fake:
+        fake.reply_tool_calls(("call_1", "read_file", '{"path": "a.txt"}'))
+        fake.reply_text("The file says hi.", usage=(120, 8), cost=0.0004)
+        ...  # point the code under test at fake.base_url
+        assert fake.requests[1]["messages"][-1]["role"] == "tool"
+
+Answers stream when the request asks for ``stream``: content is split into
+word-sized deltas and tool arguments into short fragments. ``model=`` on a
+``reply_*`` call scripts one model only (a per-model queue is used before the
+shared one). With nothing scripted the server answers 500 "no scripted response".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal, Self
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+ToolCallSpec = tuple[str, str, str | dict[str, Any]]
+"""``(id, name, arguments)``; a string is sent verbatim (malformed JSON too)."""
+
+_ARGUMENT_FRAGMENT = 7
+_WORDS = re.compile(r"\s*\S+\s*|\s+")
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedReply:
+    """One scripted answer; build them with the ``FakeOpenAIServer.reply_*`` methods."""
+
+    kind: Literal["completion", "error", "hang", "raw"]
+    content: str | None = None
+    tool_calls: tuple[tuple[str, str, str], ...] = ()
+    reasoning: str | None = None
+    reasoning_field: str = "reasoning_content"
+    usage: tuple[int, int] | None = None
+    cost: float | None = None
+    finish_reason: str | None = None
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "application/json"
+
+
+class FakeOpenAIServer:
+    """Scripted ``POST /v1/chat/completions``; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        """Every request body received, in arrival order."""
+        self.headers: list[dict[str, str]] = []
+        """The matching request headers (lower-case names)."""
+        self._lock = threading.Lock()
+        self._shared: deque[ScriptedReply] = deque()
+        self._per_model: dict[str, deque[ScriptedReply]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._release: asyncio.Event | None = None
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._port = 0
+        self._counter = 0
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``, the value for ``LLM_BASE_URL``."""
+        if not self._port:
+            raise RuntimeError("the fake OpenAI server is not started")
+        return f"http://127.0.0.1:{self._port}/v1"
+
+    def start(self) -> Self:
+        if self._thread is not None:
+            return self
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))  # the OS picks a free port; no race with other tests
+        self._port = sock.getsockname()[1]
+        app = Starlette(routes=[Route("/v1/chat/completions", self._handle, methods=["POST"])])
+        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._run, args=(sock,), name="fake-openai", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the fake OpenAI server did not start")
+            time.sleep(0.005)
+        return self
+
+    def stop(self) -> None:
+        """Release hanging requests and shut down; safe to call twice."""
+        if self._thread is None or self._server is None:
+            return
+        self._release_hangs()
+        self._server.should_exit = True
+        # Skip uvicorn's wait for idle keep-alive connections of clients still open.
+        self._server.force_exit = True
+        self._thread.join(timeout=10)
+        self._thread = None
+        self._server = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def reset(self) -> None:
+        """Forget scripts and recorded requests and release hangs (for a shared server)."""
+        with self._lock:
+            self._shared.clear()
+            self._per_model.clear()
+            self.requests.clear()
+            self.headers.clear()
+        self._release_hangs()
+
+    def pending(self, model: str | None = None) -> int:
+        """Scripted replies not yet used (shared queue, or the queue for ``model``)."""
+        with self._lock:
+            queue = self._shared if model is None else self._per_model.get(model, ())
+            return len(queue)
+
+    # -- scripting ---------------------------------------------------------------
+
+    def reply_text(
+        self,
+        content: str,
+        *,
+        reasoning: str | None = None,
+        reasoning_field: str = "reasoning_content",
+        usage: tuple[int, int] | None = None,
+        cost: float | None = None,
+        finish_reason: str = "stop",
+        model: str | None = None,
+    ) -> None:
+        """An assistant text answer; ``usage`` is ``(prompt_tokens, completion_tokens)``.
+
+        ``reasoning_field="reasoning"`` sends reasoning the way some providers name it.
+        """
+        self.enqueue(
+            ScriptedReply(
+                "completion",
+                content=content,
+                reasoning=reasoning,
+                reasoning_field=reasoning_field,
+                usage=usage,
+                cost=cost,
+                finish_reason=finish_reason,
+            ),
+            model=model,
+        )
+
+    def reply_tool_calls(
+        self,
+        *calls: ToolCallSpec,
+        content: str | None = None,
+        reasoning: str | None = None,
+        reasoning_field: str = "reasoning_content",
+        usage: tuple[int, int] | None = None,
+        cost: float | None = None,
+        model: str | None = None,
+    ) -> None:
+        """One answer carrying ``calls``, each ``(id, name, arguments)``."""
+        if not calls:
+            raise ValueError("reply_tool_calls needs at least one call")
+        self.enqueue(
+            ScriptedReply(
+                "completion",
+                content=content,
+                tool_calls=tuple(_tool_call(*call) for call in calls),
+                reasoning=reasoning,
+                reasoning_field=reasoning_field,
+                usage=usage,
+                cost=cost,
+                finish_reason="tool_calls",
+            ),
+            model=model,
+        )
+
+    def reply_empty(
+        self, *, usage: tuple[int, int] | None = None, model: str | None = None
+    ) -> None:
+        """An answer with neither content nor tool calls."""
+        self.enqueue(
+            ScriptedReply("completion", content="", usage=usage, finish_reason="stop"),
+            model=model,
+        )
+
+    def reply_error(
+        self, status: int, message: str | None = None, *, model: str | None = None
+    ) -> None:
+        """An HTTP error with an OpenAI-style ``{"error": {...}}`` body."""
+        message = message or f"fake error {status}"
+        error = {"message": message, "type": _error_type(status), "code": status}
+        body = json.dumps({"error": error}).encode()
+        self.enqueue(ScriptedReply("error", status=status, body=body), model=model)
+
+    def reply_hang(self, *, partial: str | None = None, model: str | None = None) -> None:
+        """Never answer, until ``reset()`` or ``stop()``.
+
+        With ``partial`` and a streaming request, send that content first and then
+        stall mid-stream.
+        """
+        self.enqueue(ScriptedReply("hang", content=partial), model=model)
+
+    def reply_raw(
+        self,
+        body: str | bytes,
+        *,
+        status: int = 200,
+        content_type: str = "application/json",
+        model: str | None = None,
+    ) -> None:
+        """Send ``body`` verbatim whatever the request asked (malformed answers)."""
+        data = body.encode() if isinstance(body, str) else body
+        self.enqueue(
+            ScriptedReply("raw", status=status, body=data, content_type=content_type),
+            model=model,
+        )
+
+    def enqueue(self, reply: ScriptedReply, *, model: str | None = None) -> None:
+        with self._lock:
+            if model is None:
+                self._shared.append(reply)
+            else:
+                self._per_model.setdefault(model, deque()).append(reply)
+
+    # -- server side -------------------------------------------------------------
+
+    def _run(self, sock: socket.socket) -> None:
+        asyncio.run(self._serve(sock))
+
+    async def _serve(self, sock: socket.socket) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._release = asyncio.Event()
+        assert self._server is not None
+        await self._server.serve(sockets=[sock])
+
+    def _release_hangs(self) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+
+        def release() -> None:
+            # Hangs wait on the event they saw; later hangs get a fresh one.
+            if self._release is not None:
+                self._release.set()
+            self._release = asyncio.Event()
+
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(release)
+
+    def _next(self, model: str | None) -> ScriptedReply | None:
+        with self._lock:
+            queue = self._per_model.get(model) if model is not None else None
+            if queue:
+                return queue.popleft()
+            if self._shared:
+                return self._shared.popleft()
+            return None
+
+    async def _handle(self, request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return _error(400, "request body is not JSON")
+        if not isinstance(body, dict):
+            return _error(400, "request body is not a JSON object")
+        with self._lock:
+            self.requests.append(body)
+            self.headers.append(dict(request.headers))
+            self._counter += 1
+            serial = self._counter
+        model = body.get("model")
+        reply = self._next(model if isinstance(model, str) else None)
+        if reply is None:
+            return _error(500, f"no scripted response for request #{serial} (model {model!r})")
+        stream = bool(body.get("stream"))
+        if reply.kind == "error":
+            return Response(reply.body, status_code=reply.status, media_type="application/json")
+        if reply.kind == "raw":
+            return Response(reply.body, status_code=reply.status, media_type=reply.content_type)
+        release = self._release
+        assert release is not None
+        if reply.kind == "hang":
+            if stream and reply.content:
+                chunks = _stream_content(f"chatcmpl-fake-{serial}", str(model), reply.content)
+                return _sse(_then_stall(chunks, release))
+            await release.wait()
+            return _error(503, "hang released")
+        completion_id = f"chatcmpl-fake-{serial}"
+        if stream:
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return _sse(_stream_completion(completion_id, str(model), reply, include_usage))
+        return JSONResponse(_whole_completion(completion_id, str(model), reply))
+
+
+def _tool_call(call_id: str, name: str, arguments: str | dict[str, Any]) -> tuple[str, str, str]:
+    return call_id, name, arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def _error_type(status: int) -> str:
+    if status == 429:
+        return "rate_limit_exceeded"
+    return "server_error" if status >= 500 else "invalid_request_error"
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    error = {"message": message, "type": _error_type(status), "code": status}
+    return JSONResponse({"error": error}, status_code=status)
+
+
+def _usage(reply: ScriptedReply) -> dict[str, Any] | None:
+    if reply.usage is None and reply.cost is None:
+        return None
+    prompt, completion = reply.usage or (0, 0)
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    if reply.cost is not None:
+        usage["cost"] = reply.cost
+    return usage
+
+
+def _whole_completion(completion_id: str, model: str, reply: ScriptedReply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.reasoning is not None:
+        message[reply.reasoning_field] = reply.reasoning
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+            for call_id, name, args in reply.tool_calls
+        ]
+    data: dict[str, Any] = {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
+    }
+    usage = _usage(reply)
+    if usage is not None:
+        data["usage"] = usage
+    return data
+
+
+def _chunk(completion_id: str, model: str, delta: dict[str, Any], finish: str | None = None) -> str:
+    return json.dumps(
+        {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+    )
+
+
+def _stream_content(completion_id: str, model: str, content: str) -> Iterable[str]:
+    yield _chunk(completion_id, model, {"role": "assistant", "content": ""})
+    for piece in _WORDS.findall(content):
+        yield _chunk(completion_id, model, {"content": piece})
+
+
+def _stream_completion(
+    completion_id: str, model: str, reply: ScriptedReply, include_usage: bool
+) -> Iterable[str]:
+    yield _chunk(completion_id, model, {"role": "assistant", "content": ""})
+    for piece in _WORDS.findall(reply.reasoning or ""):
+        yield _chunk(completion_id, model, {reply.reasoning_field: piece})
+    for piece in _WORDS.findall(reply.content or ""):
+        yield _chunk(completion_id, model, {"content": piece})
+    for index, (call_id, name, args) in enumerate(reply.tool_calls):
+        head = {"index": index, "id": call_id, "type": "function"}
+        head["function"] = {"name": name, "arguments": ""}
+        yield _chunk(completion_id, model, {"tool_calls": [head]})
+        for start in range(0, len(args), _ARGUMENT_FRAGMENT):
+            fragment = args[start : start + _ARGUMENT_FRAGMENT]
+            part = {"index": index, "function": {"arguments": fragment}}
+            yield _chunk(completion_id, model, {"tool_calls": [part]})
+    yield _chunk(completion_id, model, {}, reply.finish_reason)
+    usage = _usage(reply)
+    if include_usage and usage is not None:
+        yield json.dumps(
+            {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [],
+                "usage": usage,
+            }
+        )
+    yield "[DONE]"
+
+
+async def _then_stall(chunks: Iterable[str], release: asyncio.Event) -> AsyncIterator[str]:
+    for chunk in chunks:
+        yield chunk
+    await release.wait()
+
+
+def _sse(chunks: Iterable[str] | AsyncIterator[str]) -> StreamingResponse:
+    async def events() -> AsyncIterator[bytes]:
+        if isinstance(chunks, AsyncIterator):
+            async for chunk in chunks:
+                yield f"data: {chunk}\n\n".encode()
+        else:
+            for chunk in chunks:
+                yield f"data: {chunk}\n\n".encode()
+
+    return StreamingResponse(events(), media_type="text/event-stream")
