@@ -1,2 +1,54 @@
-def main() -> None:
-    raise SystemExit("not yet")
+"""The ``chathub`` command: ``serve``, ``chat``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+
+from engine.config import AppConfig, ConfigError, load_config
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="chathub", description="A self-hosted LLM agent.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO to stderr")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("serve", help="run the service (for now: the terminal chat)")
+    commands.add_parser("chat", help="talk to the agent in this terminal")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        config = load_config()
+        require_model(config)
+    except ConfigError as exc:
+        raise SystemExit(f"chathub: configuration error: {exc}") from None
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_chat(config))
+
+
+def require_model(config: AppConfig) -> None:
+    if not config.models:
+        raise ConfigError(
+            "LLM_MODEL: not set; name the model to use (and LLM_BASE_URL for its endpoint)"
+        )
+
+
+async def _chat(config: AppConfig) -> None:
+    from bot.terminal import TerminalChat
+    from engine.core import Engine
+
+    engine = await Engine.open(config)
+    try:
+        await TerminalChat(engine).run()
+    finally:
+        await engine.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -94,7 +94,8 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, value: str) -> str:
-        if not value.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+        schemes = ("sqlite://", "sqlite+aiosqlite://", "postgresql://", "postgresql+asyncpg://")
+        if not value.startswith(schemes):
             raise ValueError("must start with sqlite+aiosqlite:// or postgresql+asyncpg://")
         return value
 

@@ -24,7 +24,9 @@ def limits() -> EngineConfig:
 
 
 @pytest.fixture
-async def engine(tmp_path: Path, model: ScriptedModel, limits: EngineConfig) -> AsyncIterator[Engine]:
+async def engine(
+    tmp_path: Path, model: ScriptedModel, limits: EngineConfig
+) -> AsyncIterator[Engine]:
     settings = load_settings(
         database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
         chathub_workspace=tmp_path / "workspace",

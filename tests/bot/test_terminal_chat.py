@@ -1,0 +1,99 @@
+"""``chathub chat`` as a user runs it: a subprocess, stdin/stdout, the fake model over HTTP."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.fakes.openai_server import FakeOpenAIServer
+
+
+def _run_chat(tmp_path: Path, fake: FakeOpenAIServer, stdin: str, **env: str) -> str:
+    environment = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "LLM_BASE_URL": fake.base_url,
+        "LLM_MODEL": "fake-model",
+        "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'data' / 'chathub.db'}",
+        "CHATHUB_WORKSPACE": str(tmp_path / "workspace"),
+        "CHATHUB_TIMEZONE": "UTC",
+        **env,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "chat"],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=tmp_path,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_multi_turn_conversation_with_tool_calls(tmp_path: Path, fake_openai: FakeOpenAIServer):
+    fake_openai.reply_tool_calls(
+        ("call_w", "write_file", {"path": "notes/todo.txt", "content": "buy milk\n"})
+    )
+    fake_openai.reply_text("Saved your list to notes/todo.txt.")
+    fake_openai.reply_tool_calls(("call_r", "read_file", {"path": "notes/todo.txt"}))
+    fake_openai.reply_text("It says: buy milk.")
+
+    out = _run_chat(tmp_path, fake_openai, "remember: buy milk\nwhat is on my list?\n")
+
+    assert (tmp_path / "workspace" / "notes" / "todo.txt").read_text() == "buy milk\n"
+    assert "⚙ write_file" in out
+    assert "✓ read_file: buy milk" in out
+    assert "Saved your list to notes/todo.txt." in out
+    assert "It says: buy milk." in out
+    # The fourth request carries the whole conversation: both user turns, both tool rounds.
+    last = fake_openai.requests[-1]["messages"]
+    roles = [m["role"] for m in last]
+    assert roles[0] == "system" and roles[-1] == "system"
+    assert [m["content"] for m in last if m["role"] == "user"] == [
+        "remember: buy milk",
+        "what is on my list?",
+    ]
+    tool_results = [m["content"] for m in last if m["role"] == "tool"]
+    assert tool_results[1] == "buy milk\n"
+    assert fake_openai.requests[-1]["stream"] is True
+
+
+def test_the_conversation_survives_a_restart(tmp_path: Path, fake_openai: FakeOpenAIServer):
+    fake_openai.reply_text("Nice to meet you, Ada.")
+    _run_chat(tmp_path, fake_openai, "my name is Ada\n")
+    fake_openai.reply_text("You are Ada.")
+    out = _run_chat(tmp_path, fake_openai, "who am I?\n")
+    assert "You are Ada." in out
+    users = [m["content"] for m in fake_openai.requests[-1]["messages"] if m["role"] == "user"]
+    assert users == ["my name is Ada", "who am I?"]
+
+
+def test_every_model_failing_shows_an_error_and_keeps_the_message(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+):
+    fake_openai.reply_error(500, model="fake-model")
+    fake_openai.reply_error(503, model="backup")
+    out = _run_chat(tmp_path, fake_openai, "hello?\n", LLM_FALLBACK_MODELS="backup")
+    assert "! fake-model failed" in out
+    assert "Every model failed" in out
+    fake_openai.reply_text("Hello again.")
+    out = _run_chat(tmp_path, fake_openai, "hello?\n", LLM_FALLBACK_MODELS="backup")
+    assert "Hello again." in out
+
+
+def test_a_missing_model_stops_start_up_naming_the_variable(tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "chat"],
+        input="",
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)},
+        cwd=tmp_path,
+        timeout=30,
+    )
+    assert done.returncode != 0
+    assert "LLM_MODEL" in done.stderr
