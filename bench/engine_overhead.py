@@ -13,20 +13,17 @@ import argparse
 import asyncio
 import gc
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from engine.config import AppConfig, EngineConfig, load_settings  # noqa: E402
-from engine.core import Engine  # noqa: E402
-from engine.llm.registry import ModelRegistry  # noqa: E402
-from engine.llm.types import LlmResponse, ToolCallRequest, Usage  # noqa: E402
-from engine.session.outcomes import Final  # noqa: E402
-from engine.tools.base import ToolCategory, ToolContext  # noqa: E402
+from engine.config import AppConfig, EngineConfig, load_settings
+from engine.core import Engine
+from engine.llm.registry import ModelRegistry
+from engine.llm.types import LlmResponse, ToolCallRequest, Usage
+from engine.session.outcomes import Final
+from engine.tools.base import ToolCategory, ToolContext
 
 
 class InstantModel:
@@ -61,7 +58,10 @@ class InstantModel:
 class NoopTool:
     name = "noop"
     description = "Does nothing."
-    parameters = {"type": "object", "properties": {"x": {"type": "integer"}}}
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"x": {"type": "integer"}},
+    }
     category = ToolCategory.INTROSPECTION
     root_agent_only = sub_agents_only = interactive_only = False
 
