@@ -52,7 +52,7 @@ class TerminalRenderer:
             case TextDelta(text=text, depth=0):
                 self._streaming = True
                 self._write(text)
-            case Thinking(content=content) if content:
+            case Thinking(content=content) if content and not self._streaming:
                 self._line(f"· {_preview(content)}")
             case ToolStart(name=name, arguments=arguments):
                 self._line(f"⚙ {name} {_preview(arguments)}")

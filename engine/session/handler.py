@@ -87,6 +87,7 @@ class ChatSessionHandler:
             scope = self._scope = CancelScope()
             emitter = TurnEmitter(emit)
             frame = await self._root_frame()
+            tools = self._tools_for(frame, interface_tools)  # a name clash fails before any write
             transcript = await self._transcript(frame)
             await self.scratchpad.notes()
             await self._fail_orphans(transcript)
@@ -97,7 +98,7 @@ class ChatSessionHandler:
             transcript.add(user_row)
             if not is_synthetic:
                 emitter.user_message(user_row.id, text, _attachments(metadata))
-            env = self._env(frame, transcript, interface_tools, scope, emitter)
+            env = self._env(frame, transcript, tools, scope, emitter)
             parts = self._system_parts(extra_system_static, extra_system_dynamic, tail_reminder)
             try:
                 if await resume_pending_tools(env, interrupted) is CallFlow.CANCELLED:
@@ -187,14 +188,11 @@ class ChatSessionHandler:
         self,
         frame: FrameRow,
         transcript: FrameTranscript,
-        interface_tools: Sequence[Tool],
+        tools: ToolRegistry,
         scope: CancelScope,
         emitter: TurnEmitter,
     ) -> TurnEnv:
         deps = self._deps
-        tools = deps.tools.for_agent(depth=frame.depth, is_interactive=self.session.is_interactive)
-        for tool in interface_tools:
-            tools.register(tool)  # a clash raises: one name is never sent twice
         ctx = ToolContext(
             session_id=self.session.id,
             stack_id=frame.id,
@@ -218,6 +216,14 @@ class ChatSessionHandler:
             models=deps.models.candidates(self.preferred_model),
             limits=deps.limits,
         )
+
+    def _tools_for(self, frame: FrameRow, interface_tools: Sequence[Tool]) -> ToolRegistry:
+        tools = self._deps.tools.for_agent(
+            depth=frame.depth, is_interactive=self.session.is_interactive
+        )
+        for tool in interface_tools:
+            tools.register(tool)  # a clash raises ValueError: one name is never sent twice
+        return tools
 
     def _system_parts(
         self, static: str | None, dynamic: str | None, reminder: str | None

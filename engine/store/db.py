@@ -68,13 +68,20 @@ class SqliteDatabase:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._engine = sa.create_engine(f"sqlite:///{path}", poolclass=sa.pool.StaticPool)
         event.listen(self._engine, "connect", _sqlite_pragmas)
+        event.listen(self._engine, "begin", _sqlite_begin)
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name="chathub-sqlite", daemon=True)
         self._closed = False
         self._thread.start()
 
     def _serve(self) -> None:
-        conn = self._engine.connect()
+        try:
+            conn = self._engine.connect()
+        except Exception as exc:  # e.g. the path is a directory: fail every job, never hang
+            self._engine.dispose()
+            while (job := self._jobs.get()) is not None:
+                _hand_back(job[3], job[4], None, exc)
+            return
         try:
             while (job := self._jobs.get()) is not None:
                 fn, args, kwargs, loop, future = job
@@ -82,9 +89,9 @@ class SqliteDatabase:
                     with conn.begin():
                         result = fn(conn, *args, **kwargs)
                 except BaseException as exc:  # handed to the awaiting coroutine
-                    loop.call_soon_threadsafe(_settle, future, None, exc)
+                    _hand_back(loop, future, None, exc)
                 else:
-                    loop.call_soon_threadsafe(_settle, future, result, None)
+                    _hand_back(loop, future, result, None)
         finally:
             conn.close()
             self._engine.dispose()
@@ -103,6 +110,18 @@ class SqliteDatabase:
         self._closed = True
         self._jobs.put(None)
         await asyncio.to_thread(self._thread.join)
+
+
+def _hand_back(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    result: Any,
+    exc: BaseException | None,
+) -> None:
+    try:
+        loop.call_soon_threadsafe(_settle, future, result, exc)
+    except RuntimeError:
+        pass  # the caller's loop is closed: nobody is waiting, and the thread must live on
 
 
 def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
@@ -133,6 +152,10 @@ class AsyncEngineDatabase:
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    # The sqlite3 module's own transaction handling begins a transaction only before
+    # INSERT/UPDATE/DELETE, so DDL (a migration) and reads ran outside any transaction and a
+    # failed migration stayed half-applied. Turn it off; ``_sqlite_begin`` starts each one.
+    dbapi_conn.isolation_level = None
     cursor = dbapi_conn.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     # NORMAL in WAL mode survives a process crash (kill -9); only power loss can drop
@@ -141,6 +164,13 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    # IMMEDIATE takes the write lock up front, so a unit that reads then writes waits out
+    # another process's writer (busy timeout) instead of failing with SQLITE_BUSY at the
+    # write. One connection per process, so nothing in-process ever waits on it.
+    conn.connection.driver_connection.execute("BEGIN IMMEDIATE")
 
 
 def connect(url: str) -> Database:

@@ -169,7 +169,9 @@ class ExecuteCmd(BuiltinTool):
         try:
             try:
                 async with asyncio.timeout(limit_s):
-                    await protocol.exited
+                    # Shielded: a timeout or cancellation must not cancel the future itself,
+                    # it is still needed to see the shell go.
+                    await asyncio.shield(protocol.exited)
             except TimeoutError:
                 _kill_group(pgid)
                 await protocol.drained()
@@ -183,6 +185,10 @@ class ExecuteCmd(BuiltinTool):
         except asyncio.CancelledError:
             # Kill at once, synchronously: the child must not outlive a cancelled turn.
             _kill_group(pgid)
+            # Then see the shell reaped (SIGKILL makes that a matter of milliseconds),
+            # so no process is left for the garbage collector to complain about.
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(protocol.exited), _DRAIN_S)
             raise
         finally:
             # Closes the pipes; the loop's child watcher still reaps the shell.
