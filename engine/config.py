@@ -40,7 +40,11 @@ def _system_timezone() -> str:
 class Settings(BaseSettings):
     """Every variable of DESIGN §8. Field names are the variable names, lower-cased."""
 
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
+    # ``env_ignore_empty``: ``TELEGRAM_OWNER_ID=`` (as a copied ``.env.example`` or a compose file
+    # writes it) means "unset", not "the empty string" (not an integer; CHATHUB_CONFIG=".").
+    model_config = SettingsConfigDict(
+        env_file=".env", extra="ignore", case_sensitive=False, env_ignore_empty=True
+    )
 
     telegram_bot_token: str | None = None
     telegram_api_url: str = "https://api.telegram.org"
@@ -155,7 +159,8 @@ def _describe(exc: ValidationError) -> str:
     problems = []
     for err in exc.errors():
         name = ".".join(str(part) for part in err["loc"]).upper() or "configuration"
-        problems.append(f"{name}: {err['msg']}")
+        message = err["msg"].removeprefix("Value error, ")
+        problems.append(f"{name}: {message}")
     return "; ".join(problems)
 
 
@@ -170,6 +175,8 @@ def load_config(settings: Settings | None = None) -> AppConfig:
     models = _models(settings, data.get("models", []))
     engine = _engine(data.get("engine", {}))
     agents_dir = data.get("agents_dir")
+    if agents_dir is not None and not (isinstance(agents_dir, str) and agents_dir):
+        raise ConfigError("CHATHUB_CONFIG: agents_dir must be a non-empty string (a directory)")
     return AppConfig(
         settings=settings,
         models=models,
@@ -184,11 +191,15 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"CHATHUB_CONFIG: file {str(path)!r} does not exist") from None
+    except OSError as exc:  # a directory, no permission, ...
+        raise ConfigError(f"CHATHUB_CONFIG: cannot read {str(path)!r}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"CHATHUB_CONFIG: {path} is not valid TOML: {exc}") from None
 
 
 def _models(settings: Settings, entries: Any) -> tuple[ModelConfig, ...]:
+    if settings.llm_fallback_models and not settings.llm_model:
+        raise ConfigError("LLM_FALLBACK_MODELS: set LLM_MODEL too; the fallbacks follow it")
     defaults = {"base_url": settings.llm_base_url, "api_key": settings.llm_api_key}
     names = [settings.llm_model, *settings.llm_fallback_models] if settings.llm_model else []
     by_name: dict[str, ModelConfig] = {}
@@ -200,6 +211,9 @@ def _models(settings: Settings, entries: Any) -> tuple[ModelConfig, ...]:
         unknown = set(entry) - _MODEL_KEYS
         if unknown:
             raise ConfigError(f"CHATHUB_CONFIG: models[{index}] has unknown keys {sorted(unknown)}")
+        problem = _model_problem(entry)
+        if problem:
+            raise ConfigError(f"CHATHUB_CONFIG: models[{index}] ({entry['name']}) {problem}")
         by_name[entry["name"]] = ModelConfig(**{**defaults, **entry})
     ordered = [by_name.pop(n, None) or ModelConfig(name=n, **defaults) for n in names]
     ordered.extend(by_name.values())
@@ -212,14 +226,38 @@ def _models(settings: Settings, entries: Any) -> tuple[ModelConfig, ...]:
     return tuple(unique)
 
 
+def _model_problem(entry: dict[str, Any]) -> str | None:
+    if not entry["name"].strip():
+        return "name must not be empty"
+    base_url = entry.get("base_url")
+    if base_url is not None and not (
+        isinstance(base_url, str) and base_url.startswith(("http://", "https://"))
+    ):
+        return "base_url must start with http:// or https://"
+    if not isinstance(entry.get("api_key", ""), str):
+        return "api_key must be a string"
+    for key in ("cache_hints", "stream"):
+        if not isinstance(entry.get(key, False), bool):
+            return f"{key} must be true or false"
+    if "timeout_s" in entry and not _positive_number(entry["timeout_s"]):
+        return "timeout_s must be a positive number"
+    return None
+
+
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
 def _engine(entries: Any) -> EngineConfig:
     if not isinstance(entries, dict):
         raise ConfigError("CHATHUB_CONFIG: [engine] must be a table")
     unknown = set(entries) - _ENGINE_KEYS
     if unknown:
         raise ConfigError(f"CHATHUB_CONFIG: [engine] has unknown keys {sorted(unknown)}")
-    for key in ("max_tool_rounds", "max_tool_output_chars", "max_history_messages"):
-        value = entries.get(key)
-        if value is not None and (not isinstance(value, int) or value < 1):
+    for key, value in entries.items():
+        if key == "command_timeout_s":
+            if not _positive_number(value):
+                raise ConfigError(f"CHATHUB_CONFIG: [engine] {key} must be a positive number")
+        elif not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             raise ConfigError(f"CHATHUB_CONFIG: [engine] {key} must be a positive integer")
     return EngineConfig(**entries)

@@ -13,6 +13,7 @@ one transaction and commits when it returns. The same function runs on both back
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -118,10 +119,9 @@ def _hand_back(
     result: Any,
     exc: BaseException | None,
 ) -> None:
-    try:
+    # A closed loop (the caller is gone) raises RuntimeError; the thread must live on.
+    with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(_settle, future, result, exc)
-    except RuntimeError:
-        pass  # the caller's loop is closed: nobody is waiting, and the thread must live on
 
 
 def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:

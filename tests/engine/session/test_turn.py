@@ -9,7 +9,7 @@ from engine.llm.scripted import ScriptedModel, text, tool_call
 from engine.llm.types import LlmRequestError, LlmResponse, LlmServerError, LlmTimeout
 from engine.session import events as ev
 from engine.session.outcomes import Exhausted, Failed, Final
-from tests.engine.session.helpers import EchoTool, roles, tool_messages
+from tests.engine.session.helpers import EchoTool, tool_messages
 
 
 async def test_a_tool_round_then_an_answer_persists_every_step(engine: Engine, model):
@@ -76,7 +76,7 @@ async def test_malformed_json_arguments_go_back_to_the_model_and_the_turn_goes_o
     [content] = tool_messages(model.requests[1][0])
     assert content.startswith("Error: invalid JSON in tool arguments")
     # The malformed text is never echoed back (servers re-parse it and would fail).
-    assistant = [m for m in model.requests[1][0] if m["role"] == "assistant"][0]
+    assistant = next(m for m in model.requests[1][0] if m["role"] == "assistant")
     assert assistant["tool_calls"][0]["function"]["arguments"] == "{}"
 
 
@@ -190,9 +190,7 @@ async def test_a_huge_tool_output_is_truncated_with_a_note(engine: Engine, model
     assert "output truncated: 10485760 chars total" in content
 
 
-async def test_a_path_outside_the_workspace_is_refused_with_a_clear_message(
-    engine: Engine, model
-):
+async def test_a_path_outside_the_workspace_is_refused_with_a_clear_message(engine: Engine, model):
     model.add(
         LlmResponse(
             content="",

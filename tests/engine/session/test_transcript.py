@@ -1,0 +1,77 @@
+"""The transcript renders tool results by status and keeps old turns frozen."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from engine.session.transcript import INTERRUPTED, FrameTranscript
+from engine.store.rows import MessageRow, ToolCallRow
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _user(id_: int, text: str) -> MessageRow:
+    return MessageRow(id_, 1, "user", text, "ok", False, None, None, NOW)
+
+
+def _assistant(id_: int, content: str, *calls: tuple[str, str, str | None]) -> MessageRow:
+    row = MessageRow(id_, 1, "assistant", content, "ok", False, None, None, NOW)
+    row.tool_calls = [
+        ToolCallRow(id_ * 10 + i, id_, f"call{id_}_{i}", "t", "{}", result, status)  # type: ignore[arg-type]
+        for i, (status, result, _) in enumerate((c[0], c[1], c[2]) for c in calls)
+    ]
+    return row
+
+
+def test_tool_results_read_by_status():
+    transcript = FrameTranscript(max_messages=100, max_tool_result_chars=None)
+    transcript.load(
+        [
+            _user(1, "go"),
+            _assistant(
+                2,
+                "",
+                ("done", "fine", None),
+                ("failed", "boom", None),
+                ("rejected", "User rejected this tool call. Reason: no", None),
+                ("cancelled", "Tool call cancelled", None),
+                ("pending", None, None),
+                ("running", None, None),
+            ),
+        ]
+    )
+    contents = [m["content"] for m in transcript.messages() if m["role"] == "tool"]
+    assert contents == [
+        "fine",
+        "Error: boom",
+        "User rejected this tool call. Reason: no",
+        "Tool call cancelled",
+        INTERRUPTED,
+        INTERRUPTED,
+    ]
+
+
+def test_a_leading_partial_turn_is_dropped_when_loading_a_window():
+    transcript = FrameTranscript(max_messages=100, max_tool_result_chars=None)
+    transcript.load([_assistant(5, "", ("done", "x", None)), _user(6, "hi")])
+    assert [m["role"] for m in transcript.messages()] == ["user"]
+
+
+def test_consecutive_user_rows_merge_into_one_message():
+    transcript = FrameTranscript(max_messages=100, max_tool_result_chars=None)
+    transcript.load([_user(1, "a"), _user(2, "b"), _assistant(3, "c")])
+    assert transcript.messages() == [
+        {"role": "user", "content": "a\n\nb"},
+        {"role": "assistant", "content": "c"},
+    ]
+
+
+def test_the_history_window_drops_whole_old_turns():
+    transcript = FrameTranscript(max_messages=5, max_tool_result_chars=None)
+    rows = []
+    for turn in range(5):
+        rows += [_user(turn * 2 + 1, f"q{turn}"), _assistant(turn * 2 + 2, f"a{turn}")]
+    transcript.load(rows)
+    contents = [m["content"] for m in transcript.messages()]
+    assert contents[0].startswith("q") and len(contents) <= 5
+    assert contents[-2:] == ["q4", "a4"]
