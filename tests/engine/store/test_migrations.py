@@ -1,0 +1,140 @@
+"""Opening a database and bringing its schema up to date."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic.operations import Operations
+
+from engine.store import Store, connect, migrate
+from engine.store import db as store_db
+from engine.store.db import SQLITE_BUSY_TIMEOUT_MS
+from engine.store.migrations import Migration, all_migrations
+from tests.pg import fresh_postgres_database, requires_postgres
+
+LATEST = len(all_migrations())
+
+
+def _versions(conn: sa.Connection) -> list[int]:
+    return list(conn.execute(sa.text("SELECT version FROM schema_version ORDER BY version")).scalars())
+
+
+def _table_names(conn: sa.Connection) -> set[str]:
+    return set(sa.inspect(conn).get_table_names())
+
+
+async def test_migrating_again_is_a_no_op_that_keeps_the_data(store: Store) -> None:
+    session = await store.sessions.create("cli:me")
+
+    assert await migrate(store.db) == LATEST
+    assert await migrate(store.db) == LATEST
+
+    assert await store.db.run(_versions) == list(range(1, LATEST + 1))
+    assert await store.sessions.get(session.id) == session
+
+
+async def test_reopening_a_migrated_database_keeps_the_data(store_url: str) -> None:
+    first = await Store.open(store_url)
+    session = await first.sessions.create("cli:me")
+    await first.close()
+
+    second = await Store.open(store_url)
+    try:
+        assert await second.sessions.get(session.id) == session
+        assert await second.db.run(_versions) == list(range(1, LATEST + 1))
+    finally:
+        await second.close()
+
+
+async def test_a_schema_newer_than_the_code_is_refused(store: Store, store_url: str) -> None:
+    def from_the_future(conn: sa.Connection) -> None:
+        conn.execute(
+            sa.text("INSERT INTO schema_version (version, name) VALUES (:v, 'future')"),
+            {"v": LATEST + 1},
+        )
+
+    await store.db.run(from_the_future)
+
+    with pytest.raises(RuntimeError, match=rf"version {LATEST + 1} is newer .*upgrade chathub"):
+        await migrate(store.db)
+    with pytest.raises(RuntimeError, match="newer"):
+        await Store.open(store_url)
+
+
+async def test_a_failing_migration_leaves_no_trace(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(op: Operations) -> None:
+        op.create_table("half_done", sa.Column("id", sa.Integer, primary_key=True))
+        raise RuntimeError("migration bug")
+
+    real = all_migrations()
+    monkeypatch.setattr(
+        store_db, "all_migrations", lambda: [*real, Migration(len(real) + 1, "broken", broken)]
+    )
+    with pytest.raises(RuntimeError, match="migration bug"):
+        await Store.open(store_url)
+
+    # Every migration ran in one transaction: nothing of it stayed, so the next start is clean.
+    db = connect(store_url)
+    try:
+        assert await db.run(_table_names) == set()
+        monkeypatch.setattr(store_db, "all_migrations", lambda: real)
+        assert await migrate(db) == LATEST
+        assert "half_done" not in await db.run(_table_names)
+    finally:
+        await db.close()
+
+
+async def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(tmp_path: Path) -> None:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}")
+
+    def pragma(conn: sa.Connection, name: str) -> object:
+        return conn.exec_driver_sql(f"PRAGMA {name}").scalar()
+
+    try:
+        assert await store.db.run(pragma, "journal_mode") == "wal"
+        assert await store.db.run(pragma, "busy_timeout") == SQLITE_BUSY_TIMEOUT_MS > 0
+        assert await store.db.run(pragma, "foreign_keys") == 1
+    finally:
+        await store.close()
+
+
+async def test_two_sqlite_connections_migrating_one_file_at_once(tmp_path: Path) -> None:
+    # Two processes starting together: the second waits for the first (busy timeout).
+    url = f"sqlite:///{tmp_path / 'chathub.db'}"
+    first, second = connect(url), connect(url)
+    try:
+        assert await asyncio.gather(migrate(first), migrate(second)) == [LATEST, LATEST]
+        assert await first.run(_versions) == list(range(1, LATEST + 1))
+    finally:
+        await first.close()
+        await second.close()
+
+
+@requires_postgres
+async def test_concurrent_migrations_on_postgresql_serialise() -> None:
+    # Several workers starting at once: the advisory lock lets one migrate, the others wait.
+    async with fresh_postgres_database() as url:
+        workers = [connect(url) for _ in range(4)]
+        try:
+            versions = await asyncio.gather(*(migrate(db) for db in workers))
+            assert versions == [LATEST] * len(workers)
+            assert await workers[0].run(_versions) == list(range(1, LATEST + 1))
+        finally:
+            for db in workers:
+                await db.close()
+
+
+async def test_an_unopenable_sqlite_file_fails_instead_of_hanging(tmp_path: Path) -> None:
+    async with asyncio.timeout(10):
+        with pytest.raises(sa.exc.OperationalError, match="unable to open database file"):
+            await Store.open(f"sqlite:///{tmp_path}")  # a directory, not a file
+
+
+async def test_an_unknown_database_scheme_is_refused() -> None:
+    with pytest.raises(ValueError, match="unsupported database URL scheme 'mysql'"):
+        connect("mysql://localhost/chathub")
