@@ -1,0 +1,85 @@
+"""kill -9 in the middle of a tool call, restart, and nothing is lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.fakes.openai_server import FakeOpenAIServer
+
+
+def _env(tmp_path: Path, fake: FakeOpenAIServer) -> dict[str, str]:
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "LLM_BASE_URL": fake.base_url,
+        "LLM_MODEL": "fake-model",
+        "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
+        "CHATHUB_WORKSPACE": str(tmp_path / "workspace"),
+        "CHATHUB_TIMEZONE": "UTC",
+    }
+
+
+def _wait_for(path: Path, deadline_s: float = 20) -> None:
+    # Polls a file the child writes; the wait ends as soon as the child gets there.
+    end = time.monotonic() + deadline_s
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def test_a_tool_call_killed_mid_flight_is_rerun_from_intent(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+):
+    workspace = tmp_path / "workspace"
+    command = "echo run >> runs.log; test -f go.flag || sleep 60"
+    fake_openai.reply_tool_calls(("call_1", "execute_cmd", {"command": command}))
+    child = subprocess.Popen(
+        [sys.executable, "-m", "bot.cli", "chat"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=_env(tmp_path, fake_openai),
+        cwd=tmp_path,
+    )
+    assert child.stdin is not None
+    child.stdin.write("append a run to runs.log\n")
+    child.stdin.flush()
+    _wait_for(workspace / "runs.log")
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=10)
+
+    with sqlite3.connect(tmp_path / "chathub.db") as db:
+        assert db.execute("SELECT role, content FROM chat_history ORDER BY id").fetchall() == [
+            ("user", "append a run to runs.log"),
+            ("assistant", ""),
+        ]
+        assert db.execute("SELECT name, status FROM chat_llm_tools").fetchall() == [
+            ("execute_cmd", "running")
+        ]
+
+    (workspace / "go.flag").touch()
+    fake_openai.reply_text("Appended (the first attempt was interrupted).")
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "chat"],
+        input="did it work?\n",
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path, fake_openai),
+        cwd=tmp_path,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Appended" in done.stdout
+    assert (workspace / "runs.log").read_text() == "run\nrun\n"  # re-run from intent
+    messages = fake_openai.requests[-1]["messages"]
+    assert [m["role"] for m in messages[1:-1]] == ["user", "assistant", "tool", "user"]
+    assert messages[3]["content"] == "(no output)\n[exit code 0]"
+    with sqlite3.connect(tmp_path / "chathub.db") as db:
+        assert db.execute("SELECT status FROM chat_llm_tools").fetchall() == [("done",)]
