@@ -15,15 +15,22 @@ rows and nothing is left behind in the database the URL names.
             await store.close()
 
 or, for PostgreSQL alone: ``async with fresh_postgres_database() as url: ...``.
+
+``migrated=True`` gives a database that already has the current schema: a copy of a template
+database migrated once per test run (``CREATE DATABASE ... TEMPLATE``), which saves the
+~0.2 s a migration costs on every test. The template is dropped when the run ends.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.engine import URL, make_url
@@ -49,43 +56,106 @@ BACKENDS = [
 
 
 @asynccontextmanager
-async def fresh_postgres_database(server_url: str | None = None) -> AsyncIterator[str]:
-    """Create an empty database; yield a ``postgresql+asyncpg://`` URL for it; drop it after.
+async def fresh_postgres_database(
+    server_url: str | None = None, *, migrated: bool = False
+) -> AsyncIterator[str]:
+    """Create a database of its own; yield a ``postgresql+asyncpg://`` URL for it; drop it after.
 
-    ``server_url`` defaults to ``CHATHUB_TEST_POSTGRES_URL``; without either the test skips.
-    The drop uses ``WITH (FORCE)``, so connections the test left open do not keep it alive.
+    Empty, or with ``migrated=True`` already at the current schema version. ``server_url``
+    defaults to ``CHATHUB_TEST_POSTGRES_URL``; without either the test skips. The drop uses
+    ``WITH (FORCE)``, so connections the test left open do not keep the database alive.
     """
-    import asyncpg  # a dev dependency; imported here so SQLite-only runs never need it
-
     server_url = server_url or postgres_url()
     if server_url is None:
         pytest.skip(f"{POSTGRES_URL_ENV} is not set")
     server = make_url(server_url)
-    name = f"{DATABASE_PREFIX}{uuid.uuid4().hex}"
-    admin = await asyncpg.connect(_asyncpg_dsn(server))
+    template = await _migrated_template(server) if migrated else None
+    name = _new_name()
+    admin = await _admin(server)
     try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
+        await _create(admin, name, template)
         try:
-            yield server.set(drivername="postgresql+asyncpg", database=name).render_as_string(
-                hide_password=False
-            )
+            yield _url_for(server, name)
         finally:
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await admin.close()
 
 
+# server URL -> name of its migrated template database, made on first use in this run
+_templates: dict[str, str] = {}
+
+
+async def _migrated_template(server: URL) -> str:
+    key = server.render_as_string(hide_password=False)
+    if key in _templates:
+        return _templates[key]
+    from engine.store import Store
+
+    name = _new_name()
+    admin = await _admin(server)
+    try:
+        await _create(admin, name)
+    finally:
+        await admin.close()
+    _templates[key] = name
+    store = await Store.open(_url_for(server, name))
+    await store.close()  # a template must have no connections when it is copied
+    return name
+
+
+@atexit.register
+def _drop_templates() -> None:
+    async def drop() -> None:
+        for key, name in _templates.items():
+            admin = await _admin(make_url(key))
+            try:
+                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            finally:
+                await admin.close()
+
+    if _templates:
+        asyncio.run(drop())
+        _templates.clear()
+
+
+async def _admin(server: URL) -> Any:
+    import asyncpg  # a dev dependency; imported here so SQLite-only runs never need it
+
+    return await asyncpg.connect(
+        server.set(drivername="postgresql").render_as_string(hide_password=False)
+    )
+
+
+async def _create(admin: Any, name: str, template: str | None = None) -> None:
+    # CREATE DATABASE cannot run inside a transaction; asyncpg's execute is outside one.
+    suffix = f' TEMPLATE "{template}"' if template else ""
+    await admin.execute(f'CREATE DATABASE "{name}"{suffix}')
+
+
+def _new_name() -> str:
+    return f"{DATABASE_PREFIX}{uuid.uuid4().hex}"
+
+
+def _url_for(server: URL, name: str) -> str:
+    return server.set(drivername="postgresql+asyncpg", database=name).render_as_string(
+        hide_password=False
+    )
+
+
 @asynccontextmanager
-async def database_url(backend: str, tmp_path: Path) -> AsyncIterator[str]:
-    """A store URL for an empty database: a file under ``tmp_path``, or a fresh PG database."""
+async def database_url(
+    backend: str, tmp_path: Path, *, migrated: bool = False
+) -> AsyncIterator[str]:
+    """A store URL for a database of its own: a file under ``tmp_path``, or a fresh PG database.
+
+    ``migrated`` matters to PostgreSQL only (a copy of the migrated template); a new SQLite
+    file migrates in a few milliseconds when the store opens.
+    """
     if backend == "sqlite":
         yield f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}"
     elif backend == "postgresql":
-        async with fresh_postgres_database() as url:
+        async with fresh_postgres_database(migrated=migrated) as url:
             yield url
     else:
         raise ValueError(f"unknown backend {backend!r}")
-
-
-def _asyncpg_dsn(url: URL) -> str:
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)

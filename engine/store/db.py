@@ -193,7 +193,7 @@ async def migrate(db: Database) -> int:
 
 def _migrate(conn: Connection) -> int:
     if conn.dialect.name == "postgresql":
-        pass
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
     _version_table.create(conn, checkfirst=True)
     current = conn.execute(sa.select(sa.func.max(_version_table.c.version))).scalar() or 0
     migrations = all_migrations()

@@ -15,6 +15,9 @@ How results are reported (what helps the model):
   followed by ``[command timed out after X s; process group killed]``.
 - Output (stdout and stderr interleaved) is bounded by an ``OutputCollector``; a huge
   output keeps its head and tail with a note giving its full size.
+
+The command gets no stdin (``/dev/null``) and the process environment minus chathub's
+own credentials (``DEFAULT_HIDDEN_ENV``): the model has no business reading those.
 """
 
 from __future__ import annotations
@@ -150,8 +153,8 @@ class ExecuteCmd(BuiltinTool):
         loop = asyncio.get_running_loop()
         collector = OutputCollector(self.max_output_chars)
         protocol = _ShellProtocol(collector, loop)
-        try:
-            transport, _ = await loop.subprocess_exec(
+        start = asyncio.ensure_future(
+            loop.subprocess_exec(
                 lambda: protocol,
                 "/bin/sh",
                 "-c",
@@ -163,6 +166,14 @@ class ExecuteCmd(BuiltinTool):
                 env=self._env(),
                 start_new_session=True,  # own session, so own process group: pgid == pid
             )
+        )
+        try:
+            # Shielded: the shell runs before its pipes are connected. Cancelled in that
+            # window, asyncio would kill the shell alone and leave its children running.
+            transport, _ = await asyncio.shield(start)
+        except asyncio.CancelledError:
+            start.add_done_callback(_kill_when_started)
+            raise
         except OSError as exc:
             raise ToolError(f"{self.name}: cannot start /bin/sh: {exc}") from None
         pgid = transport.get_pid()
@@ -176,7 +187,7 @@ class ExecuteCmd(BuiltinTool):
                 _kill_group(pgid)
                 await protocol.drained()
                 raise ToolError(
-                    f"{collector.text()}\n[command timed out after "
+                    f"{collector.text() or '(no output)'}\n[command timed out after "
                     f"{_format_seconds(limit_s)} s; process group killed]"
                 ) from None
             # The shell is done; whatever it left behind goes with it.
@@ -226,8 +237,17 @@ class _ShellProtocol(asyncio.SubprocessProtocol):
             await asyncio.wait_for(asyncio.shield(self.closed), _DRAIN_S)
 
 
+def _kill_when_started(start: asyncio.Future[tuple[asyncio.SubprocessTransport, Any]]) -> None:
+    """Done-callback for a start that was cancelled: kill the group once it exists."""
+    if start.cancelled() or start.exception() is not None:
+        return
+    transport, _ = start.result()
+    _kill_group(transport.get_pid())
+    transport.close()
+
+
 def _resolve(future: asyncio.Future[None]) -> None:
-    # The future may be cancelled already: a timeout or a cancellation awaited it.
+    # Both process_exited and connection_lost resolve ``exited``; the second is a no-op.
     if not future.done():
         future.set_result(None)
 

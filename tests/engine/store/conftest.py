@@ -13,19 +13,26 @@ from tests.pg import BACKENDS, database_url
 
 
 @pytest.fixture(params=BACKENDS)
-async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+async def store_url(backend: str, tmp_path: Path) -> AsyncIterator[str]:
     """The URL of an empty database of its own (nothing migrated yet)."""
-    async with database_url(request.param, tmp_path) as url:
+    async with database_url(backend, tmp_path) as url:
         yield url
 
 
 @pytest.fixture
-async def store(store_url: str) -> AsyncIterator[Store]:
-    store = await Store.open(store_url)
-    try:
-        yield store
-    finally:
-        await store.close()
+async def store(backend: str, tmp_path: Path) -> AsyncIterator[Store]:
+    """A store over a migrated database of its own."""
+    async with database_url(backend, tmp_path, migrated=True) as url:
+        store = await Store.open(url)
+        try:
+            yield store
+        finally:
+            await store.close()
 
 
 @pytest.fixture

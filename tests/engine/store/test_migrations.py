@@ -19,7 +19,9 @@ LATEST = len(all_migrations())
 
 
 def _versions(conn: sa.Connection) -> list[int]:
-    return list(conn.execute(sa.text("SELECT version FROM schema_version ORDER BY version")).scalars())
+    return list(
+        conn.execute(sa.text("SELECT version FROM schema_version ORDER BY version")).scalars()
+    )
 
 
 def _table_names(conn: sa.Connection) -> set[str]:
@@ -49,17 +51,21 @@ async def test_reopening_a_migrated_database_keeps_the_data(store_url: str) -> N
         await second.close()
 
 
-async def test_a_schema_newer_than_the_code_is_refused(store: Store, store_url: str) -> None:
+async def test_a_schema_newer_than_the_code_is_refused(store_url: str) -> None:
     def from_the_future(conn: sa.Connection) -> None:
         conn.execute(
             sa.text("INSERT INTO schema_version (version, name) VALUES (:v, 'future')"),
             {"v": LATEST + 1},
         )
 
-    await store.db.run(from_the_future)
+    store = await Store.open(store_url)
+    try:
+        await store.db.run(from_the_future)
+        with pytest.raises(RuntimeError, match=rf"version {LATEST + 1} is newer .*upgrade chathub"):
+            await migrate(store.db)
+    finally:
+        await store.close()
 
-    with pytest.raises(RuntimeError, match=rf"version {LATEST + 1} is newer .*upgrade chathub"):
-        await migrate(store.db)
     with pytest.raises(RuntimeError, match="newer"):
         await Store.open(store_url)
 
