@@ -9,7 +9,7 @@ rows and nothing is left behind in the database the URL names.
 
     @pytest.fixture(params=BACKENDS)
     async def store(request, tmp_path):
-        async with database_url(request.param, tmp_path) as url:
+        async with database_url(request.param, tmp_path, migrated=True) as url:
             store = await Store.open(url)
             yield store
             await store.close()
@@ -88,20 +88,23 @@ _templates: dict[str, str] = {}
 
 async def _migrated_template(server: URL) -> str:
     key = server.render_as_string(hide_password=False)
-    if key in _templates:
-        return _templates[key]
-    from engine.store import Store
+    if key not in _templates:
+        from engine.store import Store
 
-    name = _new_name()
-    admin = await _admin(server)
-    try:
-        await _create(admin, name)
-    finally:
-        await admin.close()
-    _templates[key] = name
-    store = await Store.open(_url_for(server, name))
-    await store.close()  # a template must have no connections when it is copied
-    return name
+        name = _new_name()
+        admin = await _admin(server)
+        try:
+            await _create(admin, name)
+            try:
+                store = await Store.open(_url_for(server, name))
+            except BaseException:
+                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                raise
+        finally:
+            await admin.close()
+        await store.close()  # a template must have no connections when it is copied
+        _templates[key] = name
+    return _templates[key]
 
 
 @atexit.register

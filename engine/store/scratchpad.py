@@ -25,10 +25,14 @@ class ScratchpadStore:
 
 
 def _all(conn: Connection, session_id: int) -> dict[str, str]:
-    rows = conn.execute(
-        sa.select(pad.c.key, pad.c.value).where(pad.c.session_id == session_id).order_by(pad.c.key)
-    )
-    return {key: value for key, value in rows}
+    """Notes by key in code-point order.
+
+    Sorted here, not by ``ORDER BY``: PostgreSQL would sort by the database's collation
+    (``en_US``: "alpha" < "Beta"), SQLite by bytes ("Beta" < "alpha"), and the prompt that
+    shows the notes must not depend on the back end.
+    """
+    rows = conn.execute(sa.select(pad.c.key, pad.c.value).where(pad.c.session_id == session_id))
+    return dict(sorted((key, value) for key, value in rows))
 
 
 def _set(conn: Connection, session_id: int, key: str, value: str) -> None:

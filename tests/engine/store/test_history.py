@@ -21,8 +21,8 @@ from engine.store.schema import TOOL_STATUSES
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
-def call(name: str, arguments: str = "{}", llm_call_id: str | None = None) -> NewToolCall:
-    return NewToolCall(llm_call_id or f"call_{name}", name, arguments)
+def call(name: str, arguments: str = "{}") -> NewToolCall:
+    return NewToolCall(f"call_{name}", name, arguments)
 
 
 async def exchange(store: Store, frame: FrameRow, n: int) -> list[MessageRow]:
@@ -275,13 +275,13 @@ async def test_open_tool_calls_across_a_session(store: Store, root: FrameRow) ->
     other_root = await store.sessions.root_frame(elsewhere.id)
     await store.history.append_assistant(other_root.id, AssistantRecord(""), [call("read_file")])
 
+    running = in_child.tool_calls[0]
+    pending = await store.history.get_tool_call(in_child.tool_calls[1].id)
     assert await store.history.open_tool_calls(root.id) == delegation.tool_calls
-    pending = in_child.tool_calls[1]
-    pending.status = "pending"
-    assert await store.history.open_tool_calls(child.id) == [in_child.tool_calls[0], pending]
+    assert await store.history.open_tool_calls(child.id) == [running, pending]
     assert await store.history.session_open_tool_calls(root.session_id) == [
         (root.id, delegation.tool_calls[0]),
-        (child.id, in_child.tool_calls[0]),
+        (child.id, running),
         (child.id, pending),
     ]
 
