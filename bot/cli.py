@@ -1,4 +1,4 @@
-"""The ``chathub`` command: ``serve``, ``chat``."""
+"""The ``chathub`` command: ``serve``, ``chat``, ``rules``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import contextlib
 import logging
 import sys
 
-from engine.config import AppConfig, ConfigError, load_config
+from bot.rules_cli import add_rules_parser, run_rules_command
+from engine.config import AppConfig, ConfigError, load_config, load_settings
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -17,12 +18,19 @@ def main(argv: list[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("serve", help="run the service (for now: the terminal chat)")
     commands.add_parser("chat", help="talk to the agent in this terminal")
+    add_rules_parser(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.command == "rules":
+        try:
+            settings = load_settings()
+        except ConfigError as exc:
+            raise SystemExit(f"chathub: configuration error: {exc}") from None
+        raise SystemExit(asyncio.run(run_rules_command(args, settings.database_url)))
     try:
         config = load_config()
         require_model(config)

@@ -16,7 +16,9 @@ import asyncio
 import contextlib
 import logging
 import queue
+import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
@@ -151,17 +153,35 @@ class AsyncEngineDatabase:
         await self._engine.dispose()
 
 
+def _enable_wal(cursor: Any) -> None:
+    # Switching to WAL needs an exclusive lock and SQLite may refuse it at once, without the
+    # busy handler, while another process (starting at the same time) holds the file.
+    # WAL is persistent, so once anyone has switched the file there is nothing left to do.
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError:
+            mode = cursor.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() == "wal":
+                return
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     # The sqlite3 module's own transaction handling begins a transaction only before
     # INSERT/UPDATE/DELETE, so DDL (a migration) and reads ran outside any transaction and a
     # failed migration stayed half-applied. Turn it off; ``_sqlite_begin`` starts each one.
     dbapi_conn.isolation_level = None
     cursor = dbapi_conn.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    _enable_wal(cursor)
     # NORMAL in WAL mode survives a process crash (kill -9); only power loss can drop
     # the last commits.
     cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
 

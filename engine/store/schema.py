@@ -171,3 +171,31 @@ stack_tool_grants = Table(
     Column("tool_group", String(255), primary_key=True),
     Column("created_at", UtcDateTime, nullable=False),
 )
+
+# Approval rules (engine/approval), migration v0002.
+permission_groups = Table(
+    "permission_groups",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("description", Text, nullable=False, server_default=""),
+    # Set once the group's default rules were inserted; they are never inserted again.
+    Column("seeded", Boolean, nullable=False, server_default=false()),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+approval_rules = Table(
+    "approval_rules",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("group_name", String(64), ForeignKey("permission_groups.name"), nullable=False),
+    Column("agent_id", String(64)),
+    Column("source", String(255)),
+    Column("tool_pattern", String(255), nullable=False),
+    Column("path_pattern", Text),
+    Column("action", String(16), nullable=False),
+    Column("priority", Integer, nullable=False, server_default="100"),
+    Column("note", Text, nullable=False, server_default=""),
+    Column("created_at", UtcDateTime, nullable=False),
+    CheckConstraint("action IN ('allow', 'deny', 'require')", name="ck_rules_action"),
+    Index("ix_rules_group", "group_name", "priority", "id"),
+)
