@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
 import engine.approval.bypass as bypass_module
 from engine.approval.bypass import Bypasses, BypassScope
 from engine.tools.base import ToolCategory
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
+from tests.clock import FakeClock
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +20,9 @@ from engine.store.db import Database, open_database
 from engine.store.rows import ToolCallRow
 from engine.tools.base import ToolCategory
 from engine.tools.workspace import Workspace
+from tests.clock import FakeClock
 
 CATEGORIES = {"execute_cmd": ToolCategory.SHELL, "write_file": ToolCategory.FILESYSTEM}
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture
