@@ -26,9 +26,14 @@ from engine.session.outcome import OutcomeRecorder
 from engine.session.outcomes import Cancelled, Exhausted, Failed, Final, TurnResult
 from engine.session.scratchpad import SessionScratchpad
 from engine.session.transcript import FrameTranscript
-from engine.session.turn import PendingUserInput, RequestBuilder, run_agent_turn
+from engine.session.turn import (
+    PendingUserInput,
+    RequestBuilder,
+    attachments_of,
+    run_agent_turn,
+)
 from engine.store import Store
-from engine.store.rows import FrameRow, MessageRow, SessionRow
+from engine.store.rows import FrameRow, MessageRow, SessionRow, ToolCallRow
 from engine.tools.base import Tool, ToolContext
 from engine.tools.registry import ToolRegistry
 
@@ -97,7 +102,7 @@ class ChatSessionHandler:
             )
             transcript.add(user_row)
             if not is_synthetic:
-                emitter.user_message(user_row.id, text, _attachments(metadata))
+                emitter.user_message(user_row.id, text, attachments_of(metadata))
             env = self._env(frame, transcript, tools, scope, emitter)
             parts = self._system_parts(extra_system_static, extra_system_dynamic, tail_reminder)
             try:
@@ -246,7 +251,7 @@ class ChatSessionHandler:
         return build
 
 
-async def resume_pending_tools(env: TurnEnv, calls: Sequence[Any]) -> CallFlow:
+async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> CallFlow:
     """Re-gate and re-run calls a crash left ``running``/``pending`` (re-run from intent)."""
     for call in calls:
         if env.scope.cancelled:
@@ -265,7 +270,3 @@ def _done_event(final: Final) -> Done:
         truncated=final.truncated,
         tool_calls=final.tool_calls,
     )
-
-
-def _attachments(metadata: dict[str, Any] | None) -> tuple[dict[str, Any], ...]:
-    return tuple((metadata or {}).get("attachments") or ())

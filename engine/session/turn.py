@@ -71,7 +71,7 @@ async def inject_pending_input(env: TurnEnv, pending: PendingUserInput) -> None:
             env.frame.id, "user", queued.text, metadata=queued.metadata
         )
         env.transcript.add(row)
-        env.emitter.user_message(row.id, row.content, _attachments(queued.metadata))
+        env.emitter.user_message(row.id, row.content, attachments_of(queued.metadata))
 
 
 async def _finish(env: TurnEnv, round_: RoundResult, collected: list[ToolCallEvent]) -> Final:
@@ -145,5 +145,6 @@ def _unique_call_ids(response: LlmResponse) -> list[str]:
     return ids
 
 
-def _attachments(metadata: dict[str, Any] | None) -> tuple[dict[str, Any], ...]:
+def attachments_of(metadata: dict[str, Any] | None) -> tuple[dict[str, Any], ...]:
+    """The attachments a message's metadata carries, for the UserMessage echo."""
     return tuple((metadata or {}).get("attachments") or ())
