@@ -22,6 +22,8 @@ class SessionRow:
     run_context: dict[str, Any] | None
     title: str | None
     created_at: datetime
+    context_label: str | None = None
+    auto_deny_approvals: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,9 @@ chat_sessions = Table(
     Column("is_ephemeral", Boolean, nullable=False, server_default=false()),
     Column("run_context", JSON),
     Column("created_at", UtcDateTime, nullable=False),
+    # v0003: a human-readable label ("CronJob: <title>") and headless auto-deny.
+    Column("context_label", Text),
+    Column("auto_deny_approvals", Boolean, nullable=False, server_default=false()),
     Index("ix_chat_sessions_source", "source", "id"),
 )
 
@@ -198,4 +201,22 @@ approval_rules = Table(
     Column("created_at", UtcDateTime, nullable=False),
     CheckConstraint("action IN ('allow', 'deny', 'require')", name="ck_rules_action"),
     Index("ix_rules_group", "group_name", "priority", "id"),
+)
+
+# v0003: one approval record per gated tool call, keyed by the durable tool-call id.
+APPROVAL_DECISIONS = ("approved", "rejected")
+
+tool_approvals = Table(
+    "tool_approvals",
+    metadata,
+    Column("tool_call_id", Id, ForeignKey("chat_llm_tools.id"), primary_key=True),
+    Column("session_id", Id, ForeignKey("chat_sessions.id"), nullable=False),
+    Column("requested_at", UtcDateTime, nullable=False),
+    Column("decision", String(16)),
+    Column("note", Text),
+    Column("decided_at", UtcDateTime),
+    CheckConstraint(
+        "decision IS NULL OR decision IN ('approved', 'rejected')", name="ck_approvals_decision"
+    ),
+    Index("ix_approvals_session", "session_id", "decision"),
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,6 +23,8 @@ _SESSION_COLUMNS = (
     s.c.run_context,
     s.c.title,
     s.c.created_at,
+    s.c.context_label,
+    s.c.auto_deny_approvals,
 )
 _FRAME_COLUMNS = (
     f.c.id,
@@ -48,11 +51,23 @@ class Sessions:
         is_ephemeral: bool = False,
         run_context: dict[str, Any] | None = None,
         title: str | None = None,
+        context_label: str | None = None,
+        auto_deny_approvals: bool = False,
     ) -> SessionRow:
         """A new session with its root frame (depth 0)."""
-        return await self._db.run(
-            _create, source, agent_id, is_interactive, is_ephemeral, run_context, title
+        row = SessionRow(
+            id=0,
+            source=source,
+            agent_id=agent_id,
+            is_interactive=is_interactive,
+            is_ephemeral=is_ephemeral,
+            run_context=run_context,
+            title=title,
+            created_at=utcnow(),
+            context_label=context_label,
+            auto_deny_approvals=auto_deny_approvals,
         )
+        return await self._db.run(_create, row)
 
     async def get(self, session_id: int) -> SessionRow | None:
         return await self._db.run(_get, session_id)
@@ -90,34 +105,15 @@ class Sessions:
         await self._db.run(_set_active_for_source, source, session_id)
 
 
-def _create(
-    conn: Connection,
-    source: str,
-    agent_id: str,
-    is_interactive: bool,
-    is_ephemeral: bool,
-    run_context: dict[str, Any] | None,
-    title: str | None,
-) -> SessionRow:
-    now = utcnow()
-    result = conn.execute(
-        s.insert().values(
-            source=source,
-            agent_id=agent_id,
-            is_interactive=is_interactive,
-            is_ephemeral=is_ephemeral,
-            run_context=run_context,
-            title=title,
-            created_at=now,
+def _create(conn: Connection, row: SessionRow) -> SessionRow:
+    values = {k: getattr(row, k) for k in row.__slots__ if k != "id"}
+    session_id = conn.execute(s.insert().values(**values)).inserted_primary_key[0]
+    conn.execute(
+        f.insert().values(
+            session_id=session_id, agent_id=row.agent_id, depth=0, created_at=row.created_at
         )
     )
-    session_id = result.inserted_primary_key[0]
-    conn.execute(
-        f.insert().values(session_id=session_id, agent_id=agent_id, depth=0, created_at=now)
-    )
-    return SessionRow(
-        session_id, source, agent_id, is_interactive, is_ephemeral, run_context, title, now
-    )
+    return replace(row, id=session_id)
 
 
 def _get(conn: Connection, session_id: int) -> SessionRow | None:
