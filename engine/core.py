@@ -2,23 +2,43 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from engine.agents.catalog import AgentCatalog
+from engine.approval.broker import ApprovalBroker, BypassRequest, Resolution
+from engine.approval.bypass import Bypasses
+from engine.approval.policy import RulesPolicy
+from engine.approval.rules import RuleStore
 from engine.bus.chat import ChatEventBus
 from engine.bus.system import SystemEventBus
 from engine.config import AppConfig, EngineConfig
 from engine.llm.registry import ModelRegistry
-from engine.session.gate import AllowAll, ApprovalPolicy
+from engine.session.emitter import EmitFn
+from engine.session.gate import ApprovalPolicy
 from engine.session.handler import ChatSessionHandler, HandlerDeps
 from engine.session.messages import MessageBuilder
+from engine.session.outcomes import TurnResult
 from engine.store import Store
+from engine.store.inbox import InboxItem
 from engine.tools.builtins import builtin_tools
 from engine.tools.registry import ToolRegistry
 from engine.tools.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A human decision applied. ``resumed`` runs the owning session when no turn was waiting."""
+
+    resolution: Resolution
+    resumed: asyncio.Task[TurnResult | None] | None = None
 
 
 @dataclass
@@ -28,10 +48,17 @@ class Engine:
     agents: AgentCatalog
     tools: ToolRegistry
     policy: ApprovalPolicy
+    approvals: ApprovalBroker
+    workspace: Workspace
     limits: EngineConfig
     builder: MessageBuilder
     bus: ChatEventBus = field(default_factory=ChatEventBus)
     system_bus: SystemEventBus = field(default_factory=SystemEventBus)
+    # One handler per session while anyone holds it: two would not share the turn lock.
+    _handlers: weakref.WeakValueDictionary[int, ChatSessionHandler] = field(
+        default_factory=weakref.WeakValueDictionary
+    )
+    _background: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @classmethod
     async def open(
@@ -42,22 +69,35 @@ class Engine:
         policy: ApprovalPolicy | None = None,
         store: Store | None = None,
     ) -> Engine:
+        """The engine over ``config``; the approval rules are seeded on first use."""
         settings = config.settings
         workspace = Workspace(Path(settings.chathub_workspace))
         limits = config.engine
+        store = store or await Store.open(settings.database_url)
+        tools = ToolRegistry(
+            builtin_tools(
+                workspace,
+                command_timeout_s=limits.command_timeout_s,
+                max_read_chars=limits.max_tool_output_chars - 200,
+                max_output_chars=limits.max_tool_output_chars - 200,
+            )
+        )
+        bypasses = Bypasses()
+        if policy is None:
+            policy = RulesPolicy(
+                RuleStore(store.db),
+                workspace,
+                bypasses,
+                tool_categories=lambda name: getattr(tools.get(name), "category", None),
+            )
         return cls(
-            store=store or await Store.open(settings.database_url),
+            store=store,
             models=models or ModelRegistry.from_config(config.models),
             agents=AgentCatalog.load(config.agents_dir),
-            tools=ToolRegistry(
-                builtin_tools(
-                    workspace,
-                    command_timeout_s=limits.command_timeout_s,
-                    max_read_chars=limits.max_tool_output_chars - 200,
-                    max_output_chars=limits.max_tool_output_chars - 200,
-                )
-            ),
-            policy=policy or AllowAll(),
+            tools=tools,
+            policy=policy,
+            approvals=ApprovalBroker(store.inbox, bypasses),
+            workspace=workspace,
             limits=limits,
             builder=MessageBuilder(
                 timezone=ZoneInfo(settings.chathub_timezone),
@@ -72,6 +112,9 @@ class Engine:
             models=self.models,
             tools=self.tools,
             policy=self.policy,
+            approvals=self.approvals,
+            workspace=self.workspace,
+            agents=self.agents,
             bus=self.bus,
             limits=self.limits,
             builder=self.builder,
@@ -81,16 +124,103 @@ class Engine:
         self, source: str, *, agent_id: str = "main", **session: Any
     ) -> ChatSessionHandler:
         row = await self.store.sessions.create(source, agent_id=agent_id, **session)
-        return ChatSessionHandler(row, self.agents[agent_id], self.deps)
+        handler = ChatSessionHandler(row, self.agents[agent_id], self.deps)
+        self._handlers[row.id] = handler
+        return handler
 
     async def open_session(self, session_id: int) -> ChatSessionHandler:
+        """The session's live handler, or a new one over its stored state."""
+        handler = self._handlers.get(session_id)
+        if handler is not None:
+            return handler
         row = await self.store.sessions.get(session_id)
         if row is None:
             raise LookupError(f"no session {session_id}")
-        return ChatSessionHandler(row, self.agents[row.agent_id], self.deps)
+        handler = self._handlers.get(session_id)  # opened meanwhile
+        if handler is None:
+            handler = ChatSessionHandler(row, self.agents[row.agent_id], self.deps)
+            self._handlers[session_id] = handler
+        return handler
+
+    # -- human decisions (adapters and the API call these) ----------------------------------
+
+    async def approve(
+        self,
+        tool_call_id: int,
+        bypass: BypassRequest | None = None,
+        *,
+        session_id: int | None = None,
+        emit: EmitFn | None = None,
+    ) -> Decided:
+        """Approve a pending call, live or persisted before a restart (then its turn resumes)."""
+        resolution = await self.approvals.approve(tool_call_id, bypass, session_id=session_id)
+        return self._after_decision(resolution, emit)
+
+    async def reject(
+        self,
+        tool_call_id: int,
+        note: str = "",
+        *,
+        session_id: int | None = None,
+        emit: EmitFn | None = None,
+    ) -> Decided:
+        resolution = await self.approvals.reject(tool_call_id, note, session_id=session_id)
+        return self._after_decision(resolution, emit)
+
+    async def resolve_question(
+        self,
+        request_id: int,
+        answer: str,
+        *,
+        session_id: int | None = None,
+        emit: EmitFn | None = None,
+    ) -> Decided:
+        resolution = await self.approvals.answer(request_id, answer, session_id=session_id)
+        return self._after_decision(resolution, emit)
+
+    async def pending_approvals(self, session_id: int | None = None) -> list[InboxItem]:
+        return await self.approvals.pending_approvals(session_id)
+
+    async def pending_questions(self, session_id: int | None = None) -> list[InboxItem]:
+        return await self.approvals.pending_questions(session_id)
+
+    def cancel_session(self, session_id: int) -> bool:
+        """Stop a live session's turn with its approvals and questions; False if none is live."""
+        handler = self._handlers.get(session_id)
+        if handler is None:
+            return False
+        handler.cancel()
+        return True
+
+    # -- recovery ---------------------------------------------------------------------------
+
+    async def resume(self, session_id: int, *, emit: EmitFn | None = None) -> TurnResult | None:
+        handler = await self.open_session(session_id)
+        return await handler.resume_turn(emit=emit)
+
+    async def interrupted_sessions(self) -> list[int]:
+        """Sessions a crash left mid-turn (unanswered message, open call, active sub-agent)."""
+        return await self.store.sessions.interrupted()
 
     async def close(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         self.bus.close()
         self.system_bus.close()
         await self.models.aclose()
         await self.store.close()
+
+    def _after_decision(self, resolution: Resolution, emit: EmitFn | None) -> Decided:
+        if resolution.live:
+            return Decided(resolution)
+        task = asyncio.create_task(self.resume(resolution.session_id, emit=emit))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        task.add_done_callback(_log_failure)
+        return Decided(resolution, task)
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("resuming a session after a decision failed", exc_info=task.exception())

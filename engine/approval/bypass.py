@@ -15,7 +15,7 @@ from enum import StrEnum
 from engine.store.schema import utcnow
 from engine.tools.base import ToolCategory
 
-__all__ = ["Bypass", "BypassScope", "Bypasses", "Clock"]
+__all__ = ["Bypass", "BypassScope", "Bypasses", "Clock", "validate_bypass"]
 
 Clock = Callable[[], datetime]
 
@@ -42,6 +42,31 @@ class Bypass:
         return tool_name.startswith(f"mcp__{self.value}__")
 
 
+def validate_bypass(
+    scope: BypassScope | str, value: str | None, ttl: timedelta | None = None
+) -> tuple[BypassScope, str | None]:
+    """The normalised ``(scope, value)``; ``ValueError`` for a bad scope, value or ttl."""
+    try:
+        scope = BypassScope(scope)
+    except ValueError:
+        raise ValueError(
+            f"scope: {scope!r} is not one of {', '.join(s.value for s in BypassScope)}"
+        ) from None
+    if scope is BypassScope.ALL:
+        if value is not None:
+            raise ValueError("value: a bypass of scope 'all' takes no value")
+    elif scope is BypassScope.CATEGORY:
+        try:
+            value = ToolCategory(value).value
+        except ValueError:
+            raise ValueError(f"value: {value!r} is not a tool category") from None
+    elif not value or "__" in value or "*" in value:
+        raise ValueError(f"value: {value!r} is not an MCP server name")
+    if ttl is not None and ttl <= timedelta(0):
+        raise ValueError("ttl: must be positive")
+    return scope, value
+
+
 class Bypasses:
     """The active bypasses of every session, with an injectable clock for expiry."""
 
@@ -58,16 +83,7 @@ class Bypasses:
         ttl: timedelta | None = None,
     ) -> Bypass:
         """Add a bypass for ``session_id``; raise ``ValueError`` for a bad scope or value."""
-        scope = BypassScope(scope)
-        if scope is BypassScope.ALL:
-            if value is not None:
-                raise ValueError("value: a bypass of scope 'all' takes no value")
-        elif scope is BypassScope.CATEGORY:
-            value = ToolCategory(value).value
-        elif not value or "__" in value or "*" in value:
-            raise ValueError(f"value: {value!r} is not an MCP server name")
-        if ttl is not None and ttl <= timedelta(0):
-            raise ValueError("ttl: must be positive")
+        scope, value = validate_bypass(scope, value, ttl)
         expires_at = self._clock() + ttl if ttl is not None else None
         bypass = Bypass(scope, value, expires_at)
         self._by_session.setdefault(session_id, []).append(bypass)

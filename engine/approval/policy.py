@@ -78,7 +78,10 @@ class RulesPolicy:
 
         rc_failed = False
         try:
-            rc = await self.run_context_for(request.session_id)
+            if request.run_context is not None:
+                rc = RunContext.from_json(request.run_context)
+            else:
+                rc = await self.run_context_for(request.session_id)
         except Exception:
             # Without the session's group, the default group still denies what it denies,
             # but nothing may be allowed on its word alone.
@@ -111,10 +114,6 @@ class RulesPolicy:
         if fast_path(decision, rc, tool, path) is Decision.ALLOW:
             return Verdict(Decision.ALLOW, "pre-authorized by the session's run context")
         return Verdict(Decision.REQUIRE, reason)
-
-    async def wait_for_human(self, request: GateRequest) -> Verdict | None:
-        """Not wired yet: the pending-approval registry comes later; nobody can answer."""
-        return None
 
     def _cwd(self, rc: RunContext) -> Path | None:
         if rc.working_directory is None:

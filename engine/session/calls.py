@@ -9,8 +9,10 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
+from engine.approval.preview import preview_call
 from engine.bus.chat import ToolCallEvent
 from engine.session.cancel import TurnCancelled
+from engine.session.clarify import ask_user
 from engine.session.dispatch import (
     Completed,
     Failed,
@@ -19,7 +21,14 @@ from engine.session.dispatch import (
     parse_arguments,
 )
 from engine.session.env import TurnEnv
-from engine.session.gate import Decision, GateOutcome, GateRequest, rejection_message
+from engine.session.gate import (
+    AUTO_DENIED,
+    Decision,
+    GateOutcome,
+    GateRequest,
+    rejection_message,
+)
+from engine.store.inbox import ASK_USER_TOOL
 from engine.store.rows import ToolCallRow
 from engine.tools.base import ToolError
 
@@ -43,6 +52,12 @@ async def handle_tool_call(
     if gate is GateOutcome.CHANNEL_CLOSED:
         return CallFlow.CANCELLED
     if gate is GateOutcome.REJECTED:
+        return CallFlow.CONTINUE
+    if call.name == ASK_USER_TOOL:
+        answered = await ask_user(env, call, args)
+        if answered is None:
+            return CallFlow.CANCELLED
+        _collect(collected, answered)
         return CallFlow.CONTINUE
     result = await execute_tool_call(
         env.tools,
@@ -69,35 +84,52 @@ async def run_approval_gate(
     args: dict[str, Any],
     collected: list[ToolCallEvent] | None = None,
 ) -> GateOutcome:
+    """Allow → proceed; deny → ``rejected``; require → a human decides (or auto-deny)."""
     request = GateRequest(
         session_id=env.session.id,
         agent_id=env.frame.agent_id,
         source=env.session.source,
         call=call,
         args=args,
+        run_context=env.session.run_context,
     )
     verdict = await env.policy.check(request)
-    decided_by_human = verdict.decision is Decision.REQUIRE
-    if decided_by_human:
-        await env.recorder.pending(call)
-        try:
-            waited = await env.scope.run(env.policy.wait_for_human(request))
-        except TurnCancelled:
-            await env.recorder.cancelled(call)
-            return GateOutcome.CHANNEL_CLOSED
-        if waited is None:  # nobody can answer now: stays pending, re-asked on resume
-            return GateOutcome.CHANNEL_CLOSED
-        verdict = waited
     if verdict.decision is Decision.ALLOW:
         return GateOutcome.PROCEED
-    if decided_by_human:
-        reason = rejection_message(verdict.reason)
-    else:
+    if verdict.decision is Decision.DENY:
         reason = "Tool call denied by the approval rules" + (
             f": {verdict.reason}" if verdict.reason else "."
         )
-    _collect(collected, await env.recorder.rejected(call, reason))
+        _collect(collected, await env.recorder.rejected(call, reason))
+        return GateOutcome.REJECTED
+    if env.session.auto_deny_approvals:
+        _collect(collected, await env.recorder.rejected(call, AUTO_DENIED))
+        return GateOutcome.REJECTED
+    try:
+        decided = await env.scope.run(
+            env.approvals.wait_for_approval(request, lambda: _announce(env, call, args))
+        )
+    except TurnCancelled:
+        await env.recorder.cancelled(call)
+        return GateOutcome.CHANNEL_CLOSED
+    if decided is None:  # nobody can answer now: stays pending, asked again on resume
+        await env.recorder.pending(call)
+        return GateOutcome.CHANNEL_CLOSED
+    if decided.decision is Decision.ALLOW:
+        return GateOutcome.PROCEED
+    _collect(collected, await env.recorder.rejected(call, rejection_message(decided.reason)))
     return GateOutcome.REJECTED
+
+
+def _announce(env: TurnEnv, call: ToolCallRow, args: dict[str, Any]) -> None:
+    env.emitter.approval_required(
+        call.id,
+        call.name,
+        args,
+        session_id=env.session.id,
+        agent_id=env.frame.agent_id,
+        preview=preview_call(env.workspace, call.name, args, env.tool_ctx.working_directory),
+    )
 
 
 def _collect(collected: list[ToolCallEvent] | None, event: ToolCallEvent) -> None:

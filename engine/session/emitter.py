@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
+from engine.approval.preview import ApprovalPreview
 from engine.session.events import (
+    ApprovalRequired,
     Done,
     Error,
     ModelFallback,
+    Question,
     TextDelta,
     Thinking,
     ToolCancelled,
@@ -40,6 +44,9 @@ class TurnEmitter:
 
     def deeper(self) -> TurnEmitter:
         return TurnEmitter(self._emit, self.depth + 1)
+
+    def at_depth(self, depth: int) -> TurnEmitter:
+        return self if depth == self.depth else TurnEmitter(self._emit, depth)
 
     def send(self, event: TurnEvent) -> None:
         if self._emit is None:
@@ -76,6 +83,25 @@ class TurnEmitter:
 
     def tool_rejected(self, tool_call_id: int, name: str, reason: str) -> None:
         self.send(ToolRejected(tool_call_id, name, reason, self.depth))
+
+    def approval_required(
+        self,
+        tool_call_id: int,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        session_id: int,
+        agent_id: str,
+        preview: ApprovalPreview | None,
+    ) -> None:
+        self.send(
+            ApprovalRequired(
+                tool_call_id, name, arguments, session_id, agent_id, preview, self.depth
+            )
+        )
+
+    def question(self, request_id: int, question: str, *, session_id: int) -> None:
+        self.send(Question(request_id, question, session_id, self.depth))
 
     def user_message(self, message_id: int, content: str, attachments: tuple = ()) -> None:
         self.send(UserMessage(message_id, content, attachments))

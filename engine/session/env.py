@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.approval.broker import ApprovalBroker
 from engine.config import EngineConfig
 from engine.llm.types import ChatModel, ToolSchema
 from engine.session.cancel import CancelScope
@@ -15,6 +16,7 @@ from engine.store import Store
 from engine.store.rows import FrameRow, SessionRow
 from engine.tools.base import ToolContext
 from engine.tools.registry import ToolRegistry
+from engine.tools.workspace import Workspace
 
 
 @dataclass(slots=True)
@@ -27,6 +29,8 @@ class TurnEnv:
     tool_schemas: list[ToolSchema]
     tool_ctx: ToolContext
     policy: ApprovalPolicy
+    approvals: ApprovalBroker
+    workspace: Workspace
     emitter: TurnEmitter
     scope: CancelScope
     recorder: OutcomeRecorder

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.approval.preview import ApprovalPreview
+
 
 @dataclass(frozen=True, slots=True)
 class TextDelta:
@@ -74,6 +76,29 @@ class ToolRejected:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalRequired:
+    """A gated call waits for ``approve``/``reject`` of ``tool_call_id`` (the durable id)."""
+
+    tool_call_id: int
+    name: str
+    arguments: dict[str, Any]
+    session_id: int
+    agent_id: str
+    preview: ApprovalPreview | None = None
+    depth: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """``ask_user_clarification``: answer with ``resolve_question(request_id, answer)``."""
+
+    request_id: int
+    question: str
+    session_id: int
+    depth: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class UserMessage:
     """Echo of a stored user message (clients never render a message optimistically)."""
 
@@ -106,6 +131,8 @@ TurnEvent = (
     | ToolError
     | ToolCancelled
     | ToolRejected
+    | ApprovalRequired
+    | Question
     | UserMessage
     | Done
     | Error

@@ -22,6 +22,8 @@ class GateRequest:
     source: str
     call: ToolCallRow
     args: dict[str, Any]
+    #: The session's stored RunContext (JSON), when it has one.
+    run_context: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,22 +33,15 @@ class Verdict:
 
 
 class ApprovalPolicy(Protocol):
-    """Decides whether a call may run. Rules, bypasses and pending approvals live behind it."""
+    """Decides whether a call may run, asks a human (``REQUIRE``) or refuses it."""
 
     async def check(self, request: GateRequest) -> Verdict: ...
 
-    async def wait_for_human(self, request: GateRequest) -> Verdict | None:
-        """Block until a human decides a ``REQUIRE``; ``None`` means nobody can answer."""
-        ...
-
 
 class AllowAll:
-    """The policy used until rules exist: every call runs."""
+    """A policy for tests and trusted embeddings: every call runs without asking."""
 
     async def check(self, request: GateRequest) -> Verdict:
-        return Verdict(Decision.ALLOW)
-
-    async def wait_for_human(self, request: GateRequest) -> Verdict | None:
         return Verdict(Decision.ALLOW)
 
 
@@ -54,6 +49,12 @@ class GateOutcome(StrEnum):
     PROCEED = "proceed"
     REJECTED = "rejected"
     CHANNEL_CLOSED = "channel_closed"
+
+
+AUTO_DENIED = (
+    "Tool call rejected automatically: it needs a human's approval and this session "
+    "runs unattended."
+)
 
 
 def rejection_message(note: str) -> str:

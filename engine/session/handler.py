@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from engine.agents.catalog import AgentDefinition
+from engine.agents.catalog import AgentCatalog, AgentDefinition
+from engine.approval.broker import ApprovalBroker
 from engine.bus.chat import ChatEvent, ChatEventBus
 from engine.config import EngineConfig
 from engine.llm.registry import ModelRegistry
@@ -36,10 +37,17 @@ from engine.store import Store
 from engine.store.rows import FrameRow, MessageRow, SessionRow, ToolCallRow
 from engine.tools.base import Tool, ToolContext
 from engine.tools.registry import ToolRegistry
+from engine.tools.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
 CANCELLED_MESSAGE = "Interrupted by user."
+#: What a background caller (cron, an async task) records for a turn ended by /stop.
+CANCELLED_ERROR = "Turn cancelled by user"
+REAPED_NOTE = (
+    "Error: this sub-agent was interrupted by a restart while it ran in parallel with "
+    "others; its work was lost. Run it again if it is still needed."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +58,9 @@ class HandlerDeps:
     models: ModelRegistry
     tools: ToolRegistry
     policy: ApprovalPolicy
+    approvals: ApprovalBroker
+    workspace: Workspace
+    agents: AgentCatalog
     bus: ChatEventBus
     limits: EngineConfig
     builder: MessageBuilder
@@ -72,7 +83,7 @@ class ChatSessionHandler:
         return self.processing.locked()
 
     def cancel(self) -> None:
-        """Stop the in-flight turn (LLM call, tool, sub-agents) at once."""
+        """Stop the in-flight turn: LLM call, tool, sub-agents, approvals and questions."""
         self._scope.cancel()
 
     async def handle_message(
@@ -107,22 +118,136 @@ class ChatSessionHandler:
             parts = self._system_parts(extra_system_static, extra_system_dynamic, tail_reminder)
             try:
                 if await resume_pending_tools(env, interrupted) is CallFlow.CANCELLED:
-                    return self._conclude(Cancelled(), env, user_row, is_synthetic)
-                outcome = await run_agent_turn(env, self._request_builder(parts), pending_input)
+                    outcome: TurnResult = Cancelled()
+                else:
+                    outcome = await run_agent_turn(env, self._request_builder(parts), pending_input)
             except TurnFailed as exc:
-                emitter.error(str(exc))
-                return Failed(str(exc))
-            return self._conclude(outcome, env, user_row, is_synthetic)
+                outcome = Failed(str(exc))
+            return await self._conclude(outcome, env, user_row, is_synthetic)
 
-    def _conclude(
-        self, outcome: Any, env: TurnEnv, user_row: MessageRow, is_synthetic: bool
+    async def resume_turn(
+        self,
+        *,
+        extra_system_static: str | None = None,
+        extra_system_dynamic: str | None = None,
+        tail_reminder: str | None = None,
+        interface_tools: Sequence[Tool] = (),
+        emit: EmitFn | None = None,
+    ) -> TurnResult | None:
+        """Continue an interrupted turn without a new user message; ``None``: nothing to do.
+
+        Reaps interrupted parallel sub-agent batches, resumes the deepest active frame
+        (open calls re-gated and re-run, then the model), and cascades each child's
+        result up to its parent until the root answers.
+        """
+        async with self.processing:
+            self._scope = CancelScope()
+            emitter = TurnEmitter(emit)
+            frames = await self._reap_parallel_batches(emitter)
+            if not frames:
+                return None
+            root_parts = self._system_parts(
+                extra_system_static, extra_system_dynamic, tail_reminder
+            )
+            frame = frames[-1]
+            env = await self._frame_env(frame, emitter, interface_tools)
+            try:
+                outcome = await self._continue_frame(env, root_parts, seed=True)
+                while outcome is not None and frame.parent_tool_call_id is not None:
+                    parent = frames[frames.index(frame) - 1]
+                    parent_env = await self._frame_env(parent, emitter, interface_tools)
+                    if await self._propagate(parent_env, frame, outcome) is CallFlow.CANCELLED:
+                        outcome = Cancelled()
+                        frame, env = parent, parent_env
+                        break
+                    frame, env = parent, parent_env
+                    outcome = await self._continue_frame(env, root_parts, seed=False)
+            except TurnFailed as exc:
+                outcome = Failed(str(exc))
+            if outcome is None:
+                return None
+            return await self._conclude(outcome, env, None, False)
+
+    async def _continue_frame(
+        self, env: TurnEnv, root_parts: SystemParts, *, seed: bool
+    ) -> TurnResult | None:
+        """Finish ``env.frame``'s turn: open calls, then the model unless it already answered."""
+        open_calls = env.transcript.open_tool_calls()
+        if await resume_pending_tools(env, open_calls) is CallFlow.CANCELLED:
+            return Cancelled()
+        last = env.transcript.last_row()
+        if last is None:
+            return None
+        if seed and not open_calls and last.role == "assistant" and not last.tool_calls:
+            if env.frame.depth == 0:
+                return None  # the root already answered: nothing was interrupted
+            # A child answered but the answer never reached its parent: no new model call.
+            return Final(last.content, last.id, last.input_tokens, last.output_tokens, False, ())
+        parts = root_parts if env.frame.depth == 0 else self._child_parts(env.frame)
+        return await run_agent_turn(env, self._request_builder(parts), None)
+
+    async def _propagate(
+        self, parent_env: TurnEnv, child: FrameRow, outcome: TurnResult
+    ) -> CallFlow:
+        """Record a child frame's outcome as its parent's tool result; end the child frame."""
+        call = _find_open_call(parent_env.transcript, child.parent_tool_call_id)
+        if call is None:
+            call = await self._deps.store.history.get_tool_call(child.parent_tool_call_id or 0)
+        flow = CallFlow.CONTINUE
+        if call is not None and call.status in ("running", "pending"):
+            match outcome:
+                case Final(content):
+                    await parent_env.recorder.completed(call, content)
+                case Exhausted(rounds):
+                    await parent_env.recorder.failed(
+                        call, f"sub-agent stopped after {rounds} tool rounds without an answer"
+                    )
+                case Failed(message):
+                    await parent_env.recorder.failed(call, f"sub-agent failed: {message}")
+                case _:
+                    await parent_env.recorder.cancelled(call)
+                    flow = CallFlow.CANCELLED
+        elif isinstance(outcome, Cancelled):
+            flow = CallFlow.CANCELLED
+        await self._deps.store.sessions.terminate_frame(child.id)
+        return flow
+
+    async def _reap_parallel_batches(self, emitter: TurnEmitter) -> list[FrameRow]:
+        """Two active frames at one depth are an interrupted parallel batch: fail and end them.
+
+        The linear cascade needs one active frame per depth. Every frame from the batch's
+        depth down is ended and the spawning calls fail, so the parent, left with fully
+        resolved calls, is resumed by the normal cascade.
+        """
+        sessions = self._deps.store.sessions
+        frames = await sessions.active_frames(self.session.id)
+        depths = [f.depth for f in frames]
+        batch_depth = min((d for d in depths if depths.count(d) > 1), default=None)
+        if batch_depth is None:
+            return frames
+        kept = [f for f in frames if f.depth < batch_depth]
+        parent = kept[-1]
+        parent_env = await self._frame_env(parent, emitter, ())
+        for frame in frames[len(kept) :]:
+            call = _find_open_call(parent_env.transcript, frame.parent_tool_call_id)
+            if call is not None:
+                await parent_env.recorder.failed(call, REAPED_NOTE)
+            await sessions.terminate_frame(frame.id)
+        return kept
+
+    async def _conclude(
+        self, outcome: TurnResult, env: TurnEnv, user_row: MessageRow | None, is_synthetic: bool
     ) -> TurnResult:
         match outcome:
             case Final():
                 env.emitter.done(_done_event(outcome))
                 self._publish(env.frame, user_row, outcome, is_synthetic)
             case Cancelled():
+                await self._fail_orphans(env.transcript)  # /stop: the message is not resumed
                 env.emitter.error(CANCELLED_MESSAGE)
+            case Failed(message):
+                await self._fail_orphans(env.transcript)  # the user was told
+                env.emitter.error(message)
             case Exhausted(rounds):
                 env.emitter.error(
                     f"Stopped after {rounds} tool rounds without a final answer. "
@@ -131,9 +256,9 @@ class ChatSessionHandler:
         return outcome
 
     def _publish(
-        self, frame: FrameRow, user_row: MessageRow, final: Final, is_synthetic: bool
+        self, frame: FrameRow, user_row: MessageRow | None, final: Final, is_synthetic: bool
     ) -> None:
-        """Only a root Final publishes; the rows are committed by now."""
+        """Only a root Final publishes (a resume has no new user row); rows are committed."""
         s = self.session
         now = datetime.now(UTC)
         common = {
@@ -142,16 +267,17 @@ class ChatSessionHandler:
             "is_interactive": s.is_interactive,
             "is_ephemeral": s.is_ephemeral,
         }
-        self._deps.bus.user_message(
-            ChatEvent(
-                message_id=user_row.id,
-                role="user",
-                content=user_row.content,
-                is_synthetic=is_synthetic,
-                created_at=now,
-                **common,
+        if user_row is not None:
+            self._deps.bus.user_message(
+                ChatEvent(
+                    message_id=user_row.id,
+                    role="user",
+                    content=user_row.content,
+                    is_synthetic=is_synthetic,
+                    created_at=now,
+                    **common,
+                )
             )
-        )
         self._deps.bus.assistant_response(
             ChatEvent(
                 message_id=final.message_id,
@@ -215,12 +341,26 @@ class ChatSessionHandler:
             tool_schemas=tools.schemas(),
             tool_ctx=ctx,
             policy=deps.policy,
+            approvals=deps.approvals,
+            workspace=deps.workspace,
             emitter=emitter,
             scope=scope,
             recorder=OutcomeRecorder(deps.store.history, transcript, emitter),
             models=deps.models.candidates(self.preferred_model),
             limits=deps.limits,
         )
+
+    async def _frame_env(
+        self, frame: FrameRow, emitter: TurnEmitter, interface_tools: Sequence[Tool]
+    ) -> TurnEnv:
+        tools = self._tools_for(frame, interface_tools if frame.depth == 0 else ())
+        transcript = await self._transcript(frame)
+        await self.scratchpad.notes()
+        return self._env(frame, transcript, tools, self._scope, emitter.at_depth(frame.depth))
+
+    def _child_parts(self, frame: FrameRow) -> SystemParts:
+        agent = self._deps.agents.get(frame.agent_id) or self.agent
+        return SystemParts(static=agent.prompt, dynamic_extra=None, reminder=None)
 
     def _tools_for(self, frame: FrameRow, interface_tools: Sequence[Tool]) -> ToolRegistry:
         tools = self._deps.tools.for_agent(
@@ -259,6 +399,22 @@ async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> Ca
         if await handle_tool_call(env, call, None) is CallFlow.CANCELLED:
             return CallFlow.CANCELLED
     return CallFlow.CONTINUE
+
+
+def _find_open_call(transcript: FrameTranscript, call_id: int | None) -> ToolCallRow | None:
+    return next((c for c in transcript.open_tool_calls() if c.id == call_id), None)
+
+
+def background_error(result: TurnResult | None) -> str | None:
+    """The error a background caller records for a turn that did not answer."""
+    match result:
+        case Cancelled():
+            return CANCELLED_ERROR
+        case Exhausted(rounds):
+            return f"Stopped after {rounds} tool rounds without a final answer"
+        case Failed(message):
+            return message
+    return None
 
 
 def _done_event(final: Final) -> Done:

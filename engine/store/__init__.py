@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 from engine.store.db import Database, connect, migrate, open_database
 from engine.store.history import History
+from engine.store.inbox import InboxStore
 from engine.store.scratchpad import ScratchpadStore
 from engine.store.sessions import Sessions
+from engine.store.views import SessionViews
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,10 +20,14 @@ class Store:
     sessions: Sessions
     history: History
     scratchpad: ScratchpadStore
+    inbox: InboxStore
+    views: SessionViews
 
     @classmethod
     def over(cls, db: Database) -> Store:
-        return cls(db, Sessions(db), History(db), ScratchpadStore(db))
+        return cls(
+            db, Sessions(db), History(db), ScratchpadStore(db), InboxStore(db), SessionViews(db)
+        )
 
     @classmethod
     async def open(cls, url: str) -> Store:

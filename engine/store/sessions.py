@@ -10,6 +10,8 @@ from sqlalchemy.engine import Connection
 
 from engine.store.db import Database
 from engine.store.rows import FrameRow, SessionRow
+from engine.store.schema import chat_history as h
+from engine.store.schema import chat_llm_tools as t
 from engine.store.schema import chat_sessions as s
 from engine.store.schema import chat_sessions_stack as f
 from engine.store.schema import sources, utcnow
@@ -98,6 +100,16 @@ class Sessions:
     async def terminate_frame(self, frame_id: int) -> None:
         await self._db.run(_terminate_frame, frame_id)
 
+    async def interrupted(self) -> list[int]:
+        """Non-ephemeral sessions a crash left mid-turn, oldest first.
+
+        A frame is mid-turn when a sub-agent frame is still active, a call is still
+        ``running``/``pending``, its last row is an unanswered user/agent message, or its
+        last row is a tool round no answer followed (unless a call in it was cancelled:
+        that turn was ended by /stop).
+        """
+        return await self._db.run(_interrupted)
+
     async def active_for_source(self, source: str) -> int | None:
         return await self._db.run(_active_for_source, source)
 
@@ -179,6 +191,47 @@ def _push_frame(
 
 def _terminate_frame(conn: Connection, frame_id: int) -> None:
     conn.execute(f.update().where(f.c.id == frame_id).values(terminated_at=utcnow()))
+
+
+def _interrupted(conn: Connection) -> list[int]:
+    last_id = (
+        sa.select(sa.func.max(h.c.id))
+        .where(h.c.session_stack_id == f.c.id, h.c.status == "ok")
+        .correlate(f)
+        .scalar_subquery()
+    )
+    last_role = sa.select(h.c.role).where(h.c.id == last_id).correlate(f).scalar_subquery()
+    tool_round_unanswered = sa.and_(
+        sa.select(t.c.id).where(t.c.message_id == last_id).correlate(f).exists(),
+        ~sa.select(t.c.id)
+        .where(t.c.message_id == last_id, t.c.status == "cancelled")
+        .correlate(f)
+        .exists(),
+    )
+    open_calls = (
+        sa.select(t.c.id)
+        .join(h, h.c.id == t.c.message_id)
+        .where(h.c.session_stack_id == f.c.id, t.c.status.in_(("running", "pending")))
+        .correlate(f)
+        .exists()
+    )
+    query = (
+        sa.select(f.c.session_id)
+        .join(s, s.c.id == f.c.session_id)
+        .where(
+            f.c.terminated_at.is_(None),
+            s.c.is_ephemeral.is_(False),
+            sa.or_(
+                f.c.depth > 0,
+                open_calls,
+                last_role.in_(("user", "agent")),
+                tool_round_unanswered,
+            ),
+        )
+        .group_by(f.c.session_id)
+        .order_by(f.c.session_id)
+    )
+    return [row[0] for row in conn.execute(query)]
 
 
 def _active_for_source(conn: Connection, source: str) -> int | None:

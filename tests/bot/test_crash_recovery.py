@@ -37,6 +37,14 @@ def test_a_tool_call_killed_mid_flight_is_rerun_from_intent(
     tmp_path: Path, fake_openai: FakeOpenAIServer
 ):
     workspace = tmp_path / "workspace"
+    allow_shell = ["rules", "add", "--tool", "execute_cmd", "--action", "allow", "--priority", "1"]
+    subprocess.run(
+        [sys.executable, "-m", "bot.cli", *allow_shell],
+        env=_env(tmp_path, fake_openai),
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
     command = "echo run >> runs.log; test -f go.flag || sleep 60"
     fake_openai.reply_tool_calls(("call_1", "execute_cmd", {"command": command}))
     child = subprocess.Popen(
@@ -66,6 +74,7 @@ def test_a_tool_call_killed_mid_flight_is_rerun_from_intent(
 
     (workspace / "go.flag").touch()
     fake_openai.reply_text("Appended (the first attempt was interrupted).")
+    fake_openai.reply_text("Yes: runs.log has the line.")
     done = subprocess.run(
         [sys.executable, "-m", "bot.cli", "chat"],
         input="did it work?\n",
@@ -76,10 +85,14 @@ def test_a_tool_call_killed_mid_flight_is_rerun_from_intent(
         timeout=30,
     )
     assert done.returncode == 0, done.stderr
-    assert "Appended" in done.stdout
+    # At start the interrupted turn is resumed: the call re-runs from intent and the
+    # model answers the first message; then the new message gets its own turn.
+    assert "Resuming" in done.stdout and "Appended" in done.stdout
+    assert "Yes: runs.log has the line." in done.stdout
     assert (workspace / "runs.log").read_text() == "run\nrun\n"  # re-run from intent
-    messages = fake_openai.requests[-1]["messages"]
-    assert [m["role"] for m in messages[1:-1]] == ["user", "assistant", "tool", "user"]
-    assert messages[3]["content"] == "(no output)\n[exit code 0]"
+    resumed, answered = (r["messages"] for r in fake_openai.requests[-2:])
+    assert [m["role"] for m in resumed[1:-1]] == ["user", "assistant", "tool"]
+    assert resumed[3]["content"] == "(no output)\n[exit code 0]"
+    assert [m["role"] for m in answered[1:-1]] == ["user", "assistant", "tool", "assistant", "user"]
     with sqlite3.connect(tmp_path / "chathub.db") as db:
         assert db.execute("SELECT status FROM chat_llm_tools").fetchall() == [("done",)]

@@ -42,10 +42,13 @@ def test_a_multi_turn_conversation_with_tool_calls(tmp_path: Path, fake_openai: 
     fake_openai.reply_tool_calls(("call_r", "read_file", {"path": "notes/todo.txt"}))
     fake_openai.reply_text("It says: buy milk.")
 
-    out = _run_chat(tmp_path, fake_openai, "remember: buy milk\nwhat is on my list?\n")
+    # Under the default rules both file tools ask first: each "y" answers the prompt
+    # shown, and the line in between waits for its own turn.
+    out = _run_chat(tmp_path, fake_openai, "remember: buy milk\ny\nwhat is on my list?\ny\n")
 
     assert (tmp_path / "workspace" / "notes" / "todo.txt").read_text() == "buy milk\n"
     assert "⚙ write_file" in out
+    assert "⚠ write_file wants to write notes/todo.txt" in out and "(new file)" in out
     assert "✓ read_file: buy milk" in out
     assert "Saved your list to notes/todo.txt." in out
     assert "It says: buy milk." in out

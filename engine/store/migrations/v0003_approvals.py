@@ -10,9 +10,7 @@ def upgrade(op: Operations) -> None:
     with op.batch_alter_table("chat_sessions") as batch:
         batch.add_column(sa.Column("context_label", sa.Text))
         batch.add_column(
-            sa.Column(
-                "auto_deny_approvals", sa.Boolean, nullable=False, server_default=sa.false()
-            )
+            sa.Column("auto_deny_approvals", sa.Boolean, nullable=False, server_default=sa.false())
         )
     op.create_table(
         "tool_approvals",

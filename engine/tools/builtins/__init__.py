@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from engine.tools.base import Tool
+from engine.tools.builtins.ask_user import AskUserClarification
 from engine.tools.builtins.files import EditFile, ListFiles, ReadFile, WriteFile
 from engine.tools.builtins.notes import UpdateScratchpad, WriteTodos
 from engine.tools.builtins.shell import ExecuteCmd
 from engine.tools.workspace import Workspace
 
 __all__ = [
+    "AskUserClarification",
     "EditFile",
     "ExecuteCmd",
     "ListFiles",
@@ -48,4 +50,5 @@ def builtin_tools(
         ),
         UpdateScratchpad(),
         WriteTodos(),
+        AskUserClarification(),
     ]

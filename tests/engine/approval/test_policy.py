@@ -186,6 +186,8 @@ async def test_working_directory_resolves_relative_paths(env: Env) -> None:
     assert await env.decide("write_file", path="../secrets/k") is Decision.DENY
 
 
-async def test_wait_for_human_is_not_wired_yet(env: Env) -> None:
-    call = ToolCallRow(1, 1, "c", "execute_cmd", "{}", None, "pending")
-    assert await env.policy.wait_for_human(GateRequest(1, "main", "t", call, {})) is None
+async def test_run_context_carried_by_the_request_is_used(env: Env) -> None:
+    call = ToolCallRow(1, 1, "c", "write_file", '{"path": "data/open/x"}', None, "running")
+    rc = RunContext(allow_fs_writes=["data/open/*"]).to_json()
+    request = GateRequest(1, "main", "t", call, {"path": "data/open/x"}, run_context=rc)
+    assert (await env.policy.check(request)).decision is Decision.ALLOW

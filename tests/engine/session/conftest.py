@@ -11,6 +11,7 @@ from engine.config import AppConfig, EngineConfig, load_settings
 from engine.core import Engine
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel
+from engine.session.gate import AllowAll
 
 
 @pytest.fixture
@@ -34,6 +35,7 @@ async def engine(
         _env_file=None,
     )
     config = AppConfig(settings=settings, models=(), engine=limits)
-    engine = await Engine.open(config, models=ModelRegistry([model]))
+    # The turn tests run every call; the approval tests bring their own engine with rules.
+    engine = await Engine.open(config, models=ModelRegistry([model]), policy=AllowAll())
     yield engine
     await engine.close()

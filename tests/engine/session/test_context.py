@@ -138,9 +138,6 @@ async def test_a_denied_call_shows_the_saved_reason(engine: Engine, model):
                 return Verdict(Decision.DENY, "shell is off")
             return Verdict(Decision.ALLOW)
 
-        async def wait_for_human(self, request: GateRequest) -> Verdict | None:
-            return None
-
     engine.policy = DenyShell()
     model.add(tool_call("execute_cmd", '{"command": "rm -rf /"}', "c1"), text("Not allowed."))
     handler = await engine.new_session("console")

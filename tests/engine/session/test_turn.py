@@ -144,8 +144,13 @@ async def test_every_model_failing_ends_the_turn_and_keeps_the_message(engine: E
     assert "primary: HTTP 500" in result.message and "backup: timed out" in result.message
     assert any(isinstance(e, ev.ModelFallback) for e in events)
     assert isinstance(events[-1], ev.Error)
-    [row] = await engine.store.history.load(1)
-    assert (row.role, row.content, row.status) == ("user", "are you there?", "ok")
+    # The user was told: the message is kept but leaves the context, never resumed.
+    assert await engine.store.history.load(1) == []
+    detail = await engine.store.views.session_detail(handler.session.id)
+    assert detail is not None
+    [row] = detail["messages"]
+    assert (row["kind"], row["content"], row["status"]) == ("user", "are you there?", "failed")
+    assert await engine.interrupted_sessions() == []
 
 
 async def test_a_retriable_failure_falls_back_to_the_next_model(engine: Engine, model):

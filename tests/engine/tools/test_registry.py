@@ -126,13 +126,16 @@ def test_builtin_names_are_unique_and_exactly_the_contract(tmp_path: Path) -> No
         "execute_cmd",
         "update_scratchpad",
         "write_todos",
+        "ask_user_clarification",
     ]
     for tool in registry:
         assert tool.parameters["type"] == "object"
         assert tool.parameters["additionalProperties"] is False
         for prop in tool.parameters["properties"].values():
             assert prop["description"]
-        assert not (tool.root_agent_only or tool.sub_agents_only or tool.interactive_only)
+        assert not (tool.root_agent_only or tool.sub_agents_only)
+        # Only a conversation can answer a question: background sessions never see it.
+        assert tool.interactive_only == (tool.name == "ask_user_clarification")
 
 
 def test_builtin_arguments_follow_the_design(tmp_path: Path) -> None:

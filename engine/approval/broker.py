@@ -1,0 +1,178 @@
+"""``ApprovalBroker``: the human side of the gate — waiting turns and their decisions.
+
+Every decision is written to the database first (``InboxStore``), then handed to the
+turn waiting for it, if one is. When none is (the process restarted since the call was
+gated), the caller resumes the owning session and the re-gated call finds the recorded
+decision. A waiter registers before its request is written, so a decision can never
+fall between "nobody waits" and "the turn starts waiting".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from engine.approval.bypass import Bypasses, BypassScope, validate_bypass
+from engine.session.gate import Decision, GateRequest, Verdict
+from engine.store.inbox import ApprovalRecord, InboxItem, InboxStore
+from engine.store.inbox import Decision as HumanDecision
+from engine.store.rows import ToolCallRow
+
+__all__ = ["ApprovalBroker", "BypassRequest", "Resolution"]
+
+
+@dataclass(frozen=True, slots=True)
+class BypassRequest:
+    """Let the session's later gated calls run without asking (``seconds=None``: no expiry)."""
+
+    scope: BypassScope | str = BypassScope.ALL
+    value: str | None = None
+    seconds: float | None = None
+
+    @property
+    def ttl(self) -> timedelta | None:
+        return timedelta(seconds=self.seconds) if self.seconds is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """``live``: a waiting turn took the decision; otherwise resume ``session_id``."""
+
+    tool_call_id: int
+    session_id: int
+    live: bool
+
+
+@dataclass(slots=True)
+class _Waiter:
+    session_id: int
+    future: asyncio.Future[object]
+
+
+class ApprovalBroker:
+    def __init__(self, inbox: InboxStore, bypasses: Bypasses) -> None:
+        self.inbox = inbox
+        self.bypasses = bypasses
+        self._approvals: dict[int, _Waiter] = {}
+        self._questions: dict[int, _Waiter] = {}
+
+    # -- the turn's side ---------------------------------------------------------------
+
+    async def wait_for_approval(
+        self, request: GateRequest, announce: Callable[[], None]
+    ) -> Verdict | None:
+        """Persist the request, announce it, wait. ``None``: the waiting channel closed."""
+        call = request.call
+        with self._waiting(self._approvals, call.id, request.session_id) as future:
+            record = await self.inbox.request_approval(call.id, request.session_id)
+            if record.decision is not None:  # decided while nobody was waiting
+                return _verdict(record)
+            announce()
+            return await future  # type: ignore[return-value]
+
+    async def wait_for_answer(
+        self, call: ToolCallRow, session_id: int, announce: Callable[[], None]
+    ) -> str | None:
+        """Wait for the user's answer to a clarification question; ``None``: channel closed."""
+        with self._waiting(self._questions, call.id, session_id) as future:
+            announce()
+            return await future  # type: ignore[return-value]
+
+    # -- the human's side --------------------------------------------------------------
+
+    async def approve(
+        self,
+        tool_call_id: int,
+        bypass: BypassRequest | None = None,
+        *,
+        session_id: int | None = None,
+    ) -> Resolution:
+        """Approve a pending call (live or persisted); ``InboxError`` if it cannot apply."""
+        if bypass is not None:  # a bad bypass is refused before anything changes
+            validate_bypass(bypass.scope, bypass.value, bypass.ttl)
+        record = await self.inbox.decide(
+            tool_call_id, HumanDecision.APPROVED, session_id=session_id
+        )
+        if bypass is not None:
+            self.bypasses.grant(record.session_id, bypass.scope, bypass.value, ttl=bypass.ttl)
+        return self._deliver(self._approvals, record, _verdict(record))
+
+    async def reject(
+        self, tool_call_id: int, note: str = "", *, session_id: int | None = None
+    ) -> Resolution:
+        record = await self.inbox.decide(
+            tool_call_id, HumanDecision.REJECTED, note, session_id=session_id
+        )
+        return self._deliver(self._approvals, record, _verdict(record))
+
+    async def answer(
+        self, request_id: int, answer: str, *, session_id: int | None = None
+    ) -> Resolution:
+        """Answer a question: stored as the call's result first, then handed to its turn."""
+        item = await self.inbox.answer_question(request_id, answer, session_id=session_id)
+        waiter = self._questions.get(request_id)
+        live = waiter is not None and not waiter.future.done()
+        if live:
+            waiter.future.set_result(answer)
+        return Resolution(request_id, item.session_id, live)
+
+    def close_session(self, session_id: int) -> int:
+        """The session's waiting channel is gone: its waits end (rows stay ``pending``)."""
+        closed = 0
+        for waiters in (self._approvals, self._questions):
+            for waiter in waiters.values():
+                if waiter.session_id == session_id and not waiter.future.done():
+                    waiter.future.set_result(None)
+                    closed += 1
+        return closed
+
+    def is_waiting(self, tool_call_id: int) -> bool:
+        return tool_call_id in self._approvals or tool_call_id in self._questions
+
+    async def pending_approvals(self, session_id: int | None = None) -> list[InboxItem]:
+        return await self.inbox.pending_approvals(session_id)
+
+    async def pending_questions(self, session_id: int | None = None) -> list[InboxItem]:
+        return await self.inbox.pending_questions(session_id)
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _waiting(self, waiters: dict[int, _Waiter], call_id: int, session_id: int) -> _Registration:
+        return _Registration(waiters, call_id, session_id)
+
+    @staticmethod
+    def _deliver(
+        waiters: dict[int, _Waiter], record: ApprovalRecord, verdict: Verdict
+    ) -> Resolution:
+        waiter = waiters.get(record.tool_call_id)
+        live = waiter is not None and not waiter.future.done()
+        if live:
+            waiter.future.set_result(verdict)
+        return Resolution(record.tool_call_id, record.session_id, live)
+
+
+class _Registration:
+    """Registers a waiter for the span of a ``with`` block."""
+
+    __slots__ = ("_call_id", "_session_id", "_waiters")
+
+    def __init__(self, waiters: dict[int, _Waiter], call_id: int, session_id: int) -> None:
+        self._waiters = waiters
+        self._call_id = call_id
+        self._session_id = session_id
+
+    def __enter__(self) -> asyncio.Future[object]:
+        future = asyncio.get_running_loop().create_future()
+        self._waiters[self._call_id] = _Waiter(self._session_id, future)
+        return future
+
+    def __exit__(self, *exc: object) -> None:
+        self._waiters.pop(self._call_id, None)
+
+
+def _verdict(record: ApprovalRecord) -> Verdict:
+    if record.decision is HumanDecision.APPROVED:
+        return Verdict(Decision.ALLOW, "approved by a human")
+    return Verdict(Decision.DENY, record.note or "")
