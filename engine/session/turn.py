@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engine.bus.chat import ToolCallEvent
+from engine.failpoints import failpoint
 from engine.llm.types import LlmResponse, Message
 from engine.session.calls import CallFlow, handle_tool_call
 from engine.session.cancel import TurnCancelled
@@ -77,6 +78,7 @@ async def inject_pending_input(env: TurnEnv, pending: PendingUserInput) -> None:
 async def _finish(env: TurnEnv, round_: RoundResult, collected: list[ToolCallEvent]) -> Final:
     response = round_.response
     row = await env.store.history.append_assistant(env.frame.id, _assistant_record(round_))
+    failpoint("after_final_row")
     env.transcript.add(row)
     return Final(
         content=row.content,
@@ -97,6 +99,7 @@ async def _record_tool_round(env: TurnEnv, round_: RoundResult) -> MessageRow:
         )
     ]
     row = await env.store.history.append_assistant(env.frame.id, _assistant_record(round_), calls)
+    failpoint("after_tool_rows")
     env.transcript.add(row)
     if row.content or row.reasoning_content:
         env.emitter.thinking(row.content, row.reasoning_content)
