@@ -17,8 +17,8 @@ from engine.session.dispatch import (
     Completed,
     Failed,
     Interrupted,
+    check_call,
     execute_tool_call,
-    parse_arguments,
 )
 from engine.session.env import TurnEnv
 from engine.session.gate import (
@@ -44,7 +44,7 @@ async def handle_tool_call(
     """Handle one persisted call end to end; ``collected`` gathers events for the bus."""
     env.emitter.tool_start(call.id, call.name, call.arguments or "")
     try:
-        args = parse_arguments(call.arguments)
+        args = check_call(env.tools, call.name, call.arguments)
     except ToolError as exc:
         _collect(collected, await env.recorder.failed(call, str(exc)))
         return CallFlow.CONTINUE

@@ -49,6 +49,21 @@ def parse_arguments(raw: str | None) -> dict[str, Any]:
     return value
 
 
+def check_call(tools: ToolRegistry, name: str, raw_arguments: str | None) -> dict[str, Any]:
+    """The call's arguments if it can run at all; ``ToolError`` otherwise.
+
+    Checked before the approval gate: nobody is asked to approve a call to a tool that
+    does not exist (a model inventing ``approve``) or with arguments that cannot work.
+    """
+    tool = tools.get(name)
+    if tool is None:
+        available = ", ".join(tools.names) or "none"
+        raise ToolError(f"unknown tool {name!r}; available tools: {available}")
+    args = parse_arguments(raw_arguments)
+    validate_args(tool, args)
+    return args
+
+
 async def execute_tool_call(
     tools: ToolRegistry,
     name: str,

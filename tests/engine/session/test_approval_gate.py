@@ -1,0 +1,362 @@
+"""The approval gate in the turn: rules decide, a human approves or rejects, even after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from engine.approval.broker import BypassRequest
+from engine.config import AppConfig, EngineConfig, load_settings
+from engine.core import Engine
+from engine.llm.registry import ModelRegistry
+from engine.llm.scripted import ScriptedModel, text, tool_call
+from engine.session import events as ev
+from engine.session.gate import AUTO_DENIED
+from engine.session.handler import CANCELLED_ERROR, background_error
+from engine.session.outcomes import Cancelled, Final
+from engine.store.inbox import MAX_NOTE_CHARS, InboxError
+from tests.engine.session.helpers import tool_messages
+
+
+@pytest.fixture
+async def open_engine(
+    tmp_path: Path, model: ScriptedModel, limits: EngineConfig
+) -> AsyncIterator[Callable[[], object]]:
+    """Opens engines with the default rules over one database: a second open is a restart."""
+    settings = load_settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
+        chathub_workspace=tmp_path / "workspace",
+        chathub_timezone="UTC",
+        _env_file=None,
+    )
+    config = AppConfig(settings=settings, models=(), engine=limits)
+    opened: list[Engine] = []
+
+    async def open_() -> Engine:
+        engine = await Engine.open(config, models=ModelRegistry([model]))
+        opened.append(engine)
+        return engine
+
+    yield open_
+    for engine in opened:
+        await engine.close()
+
+
+@pytest.fixture
+async def engine(open_engine) -> Engine:
+    return await open_engine()
+
+
+def shell(command: str, call_id: str = "c1"):
+    return tool_call("execute_cmd", json.dumps({"command": command}), call_id)
+
+
+async def started_turn(
+    handler, message: str, events: list
+) -> tuple[asyncio.Task, ev.ApprovalRequired]:
+    """Start a turn and wait until it asks for approval."""
+    asked = asyncio.Event()
+
+    def emit(event) -> None:
+        events.append(event)
+        if isinstance(event, ev.ApprovalRequired):
+            asked.set()
+
+    turn = asyncio.create_task(handler.handle_message(message, emit=emit))
+    await asyncio.wait_for(asked.wait(), 5)
+    [request] = [e for e in events if isinstance(e, ev.ApprovalRequired)]
+    return turn, request
+
+
+async def status_of(engine: Engine, tool_call_id: int) -> str:
+    call = await engine.store.history.get_tool_call(tool_call_id)
+    assert call is not None
+    return call.status
+
+
+# -- live decisions --------------------------------------------------------------------
+
+
+async def test_a_risky_command_waits_and_runs_once_approved(engine: Engine, model, tmp_path):
+    model.add(shell("echo hi > out.txt"), text("Done."))
+    handler = await engine.new_session("console")
+    events: list = []
+    turn, request = await started_turn(handler, "write hi", events)
+
+    assert request.name == "execute_cmd" and request.arguments == {"command": "echo hi > out.txt"}
+    assert request.preview is not None and request.preview.kind == "command"
+    assert request.preview.command == "echo hi > out.txt"
+    assert request.preview.workdir == str(engine.workspace.root)
+    assert await status_of(engine, request.tool_call_id) == "pending"
+    assert not (tmp_path / "workspace" / "out.txt").exists()  # nothing ran yet
+
+    decided = await engine.approve(request.tool_call_id, session_id=handler.session.id)
+
+    assert decided.resolution.live and decided.resumed is None
+    result = await asyncio.wait_for(turn, 5)
+    assert isinstance(result, Final) and result.content == "Done."
+    assert (tmp_path / "workspace" / "out.txt").read_text() == "hi\n"
+    assert await status_of(engine, request.tool_call_id) == "done"
+    assert await engine.pending_approvals() == []
+
+
+async def test_a_file_write_shows_old_and_new_content(engine: Engine, model, tmp_path):
+    (tmp_path / "workspace" / "notes.md").write_text("old line\n")
+    edit = {"path": "notes.md", "old": "old line", "new": "new line"}
+    model.add(tool_call("edit_file", json.dumps(edit), "c1"), text("Edited."))
+    handler = await engine.new_session("console")
+    turn, request = await started_turn(handler, "edit it", [])
+
+    preview = request.preview
+    assert preview is not None and preview.kind == "file" and preview.path == "notes.md"
+    assert (preview.old_content, preview.new_content) == ("old line\n", "new line\n")
+    await engine.approve(request.tool_call_id)
+    assert isinstance(await asyncio.wait_for(turn, 5), Final)
+    assert (tmp_path / "workspace" / "notes.md").read_text() == "new line\n"
+
+
+async def test_a_rejection_reaches_the_model_with_the_reason(engine: Engine, model, tmp_path):
+    model.add(shell("rm -rf data"), text("Understood, I left it."))
+    handler = await engine.new_session("console")
+    events: list = []
+    turn, request = await started_turn(handler, "clean up", events)
+
+    await engine.reject(request.tool_call_id, "  keep the data  ")
+
+    assert isinstance(await asyncio.wait_for(turn, 5), Final)
+    assert tool_messages(model.requests[1][0]) == [
+        "User rejected this tool call. Reason: keep the data"
+    ]
+    assert await status_of(engine, request.tool_call_id) == "rejected"
+    assert any(isinstance(e, ev.ToolRejected) for e in events)
+
+
+async def test_a_rejection_without_a_note_says_so_plainly(engine: Engine, model):
+    model.add(shell("rm x"), text("ok"))
+    handler = await engine.new_session("console")
+    turn, request = await started_turn(handler, "go", [])
+    await engine.reject(request.tool_call_id)
+    await asyncio.wait_for(turn, 5)
+    assert tool_messages(model.requests[1][0]) == ["User rejected this tool call."]
+
+
+async def test_allowed_and_denied_calls_never_ask(engine: Engine, model, tmp_path):
+    secret = tmp_path / "workspace" / "secrets"
+    secret.mkdir()
+    (secret / "key").write_text("hunter2")
+    (tmp_path / "workspace" / "link").symlink_to(secret / "key")
+    model.add(
+        tool_call("update_scratchpad", '{"key": "k", "value": "v"}', "c1"),
+        tool_call("read_file", '{"path": "link"}', "c2"),
+        text("Could not read it."),
+    )
+    handler = await engine.new_session("console")
+    events: list = []
+    result = await handler.handle_message("read the key", emit=events.append)
+
+    assert isinstance(result, Final)
+    assert not any(isinstance(e, ev.ApprovalRequired) for e in events)
+    scratch, denied = tool_messages(model.requests[2][0])
+    assert scratch.startswith("saved") or "k" in scratch
+    assert denied.startswith("Tool call denied by the approval rules")
+    assert "hunter2" not in json.dumps(model.requests[2][0])
+
+
+async def test_an_unattended_session_rejects_at_once(engine: Engine, model):
+    model.add(shell("make deploy"), text("Skipped: it needs approval."))
+    handler = await engine.new_session("tic", is_interactive=False, auto_deny_approvals=True)
+    events: list = []
+    result = await handler.handle_message("tick", emit=events.append)
+    assert isinstance(result, Final)
+    assert tool_messages(model.requests[1][0]) == [AUTO_DENIED]
+    assert not any(isinstance(e, ev.ApprovalRequired) for e in events)
+
+
+async def test_pending_approvals_are_listed_for_the_adapters(engine: Engine, model):
+    model.add(shell("ls -la"), text("ok"))
+    handler = await engine.new_session("telegram:42", context_label="Chat with Ada")
+    turn, request = await started_turn(handler, "list", [])
+
+    [item] = await engine.pending_approvals()
+    assert item.tool_call_id == request.tool_call_id
+    assert (item.session_id, item.name, item.agent_id, item.source, item.context_label) == (
+        handler.session.id,
+        "execute_cmd",
+        "main",
+        "telegram:42",
+        "Chat with Ada",
+    )
+    assert json.loads(item.arguments or "") == {"command": "ls -la"}
+    assert item.requested_at.tzinfo is not None  # the age is now - requested_at
+    assert await engine.pending_approvals(session_id=handler.session.id + 1) == []
+    await engine.approve(request.tool_call_id)
+    await asyncio.wait_for(turn, 5)
+
+
+async def test_approving_with_a_bypass_stops_the_asking_for_that_session(engine: Engine, model):
+    model.add(shell("echo 1", "c1"), shell("echo 2", "c2"), text("Both ran."))
+    handler = await engine.new_session("console")
+    events: list = []
+    turn, request = await started_turn(handler, "run both", events)
+
+    await engine.approve(request.tool_call_id, BypassRequest("all", seconds=900))
+
+    assert isinstance(await asyncio.wait_for(turn, 5), Final)
+    assert len([e for e in events if isinstance(e, ev.ApprovalRequired)]) == 1
+    assert tool_messages(model.requests[2][0]) == ["1\n[exit code 0]", "2\n[exit code 0]"]
+
+
+async def test_stop_cancels_a_pending_approval(engine: Engine, model):
+    model.add(shell("sleep 1"))
+    handler = await engine.new_session("cron", is_interactive=False)
+    turn, request = await started_turn(handler, "job", [])
+
+    assert engine.cancel_session(handler.session.id)
+    result = await asyncio.wait_for(turn, 5)
+
+    assert isinstance(result, Cancelled) and background_error(result) == CANCELLED_ERROR
+    assert await status_of(engine, request.tool_call_id) == "cancelled"
+    assert await engine.pending_approvals() == []
+    with pytest.raises(InboxError) as err:
+        await engine.approve(request.tool_call_id)
+    assert err.value.code == "resolved"
+
+
+# -- after a restart ------------------------------------------------------------------
+
+
+async def test_an_approval_made_after_a_restart_runs_the_call_and_finishes_the_turn(
+    open_engine, model, tmp_path
+):
+    first = await open_engine()
+    model.add(shell("echo once >> runs.log"))
+    handler = await first.new_session("console")
+    turn, request = await started_turn(handler, "log a run", [])
+    first.approvals.close_session(handler.session.id)  # the process goes away
+    assert isinstance(await asyncio.wait_for(turn, 5), Cancelled)
+    await first.close()
+
+    second = await open_engine()
+    [item] = await second.pending_approvals()
+    assert item.tool_call_id == request.tool_call_id
+    model.add(text("Logged."))
+    events: list = []
+
+    decided = await second.approve(request.tool_call_id, emit=events.append)
+
+    assert not decided.resolution.live and decided.resumed is not None
+    result = await asyncio.wait_for(decided.resumed, 5)
+    assert isinstance(result, Final) and result.content == "Logged."
+    assert (tmp_path / "workspace" / "runs.log").read_text() == "once\n"
+    assert await status_of(second, request.tool_call_id) == "done"
+    assert not any(isinstance(e, ev.ApprovalRequired) for e in events)  # not asked twice
+    assert await second.interrupted_sessions() == []
+
+
+async def test_a_rejection_made_after_a_restart_reaches_the_model(open_engine, model):
+    first = await open_engine()
+    model.add(shell("shutdown now"))
+    handler = await first.new_session("console")
+    turn, request = await started_turn(handler, "turn it off", [])
+    first.approvals.close_session(handler.session.id)
+    await asyncio.wait_for(turn, 5)
+    await first.close()
+
+    second = await open_engine()
+    model.add(text("I will not shut it down."))
+    decided = await second.reject(request.tool_call_id, "not today")
+    assert isinstance(await asyncio.wait_for(decided.resumed, 5), Final)
+    assert tool_messages(model.requests[-1][0]) == [
+        "User rejected this tool call. Reason: not today"
+    ]
+
+
+async def test_a_restart_resume_asks_again_and_the_answer_completes_it(open_engine, model):
+    first = await open_engine()
+    model.add(shell("echo again"))
+    handler = await first.new_session("console")
+    turn, request = await started_turn(handler, "go", [])
+    first.approvals.close_session(handler.session.id)
+    await asyncio.wait_for(turn, 5)
+    await first.close()
+
+    second = await open_engine()
+    assert await second.interrupted_sessions() == [handler.session.id]
+    model.add(text("Ran it."))
+    asked = asyncio.Event()
+    events: list = []
+
+    def emit(event) -> None:
+        events.append(event)
+        if isinstance(event, ev.ApprovalRequired):
+            asked.set()
+
+    resumed = asyncio.create_task(second.resume(handler.session.id, emit=emit))
+    await asyncio.wait_for(asked.wait(), 5)
+    decided = await second.approve(request.tool_call_id)
+    assert decided.resolution.live
+    assert isinstance(await asyncio.wait_for(resumed, 5), Final)
+
+
+# -- bad input ------------------------------------------------------------------------
+
+
+async def test_decisions_on_ids_that_cannot_apply_are_refused_and_change_nothing(
+    engine: Engine, model
+):
+    model.add(shell("echo a"), text("ok"))
+    handler = await engine.new_session("console")
+    other = await engine.new_session("telegram:7")
+    turn, request = await started_turn(handler, "go", [])
+    call_id = request.tool_call_id
+
+    for attempt, code in [
+        (engine.approve(999_999), "not_found"),
+        (engine.reject(999_999, "no"), "not_found"),
+        (engine.approve(call_id, session_id=other.session.id), "other_session"),
+        (engine.reject(call_id, "x", session_id=other.session.id), "other_session"),
+    ]:
+        with pytest.raises(InboxError) as err:
+            await attempt
+        assert err.value.code == code, str(err.value)
+    assert await status_of(engine, call_id) == "pending"
+    assert (await engine.store.inbox.get(call_id)).decision is None
+
+    with pytest.raises(ValueError, match="scope"):
+        await engine.approve(call_id, BypassRequest("everything"))
+    assert (await engine.store.inbox.get(call_id)).decision is None
+
+    await engine.approve(call_id)
+    await asyncio.wait_for(turn, 5)
+    for attempt in (engine.approve(call_id), engine.reject(call_id, "late")):
+        with pytest.raises(InboxError) as err:
+            await attempt
+        assert err.value.code == "resolved"
+    assert await status_of(engine, call_id) == "done"
+
+
+async def test_a_huge_reject_note_is_stored_truncated(engine: Engine, model):
+    model.add(shell("echo a"), text("ok"))
+    handler = await engine.new_session("console")
+    turn, request = await started_turn(handler, "go", [])
+    await engine.reject(request.tool_call_id, "n" * 100_000)
+    await asyncio.wait_for(turn, 5)
+    record = await engine.store.inbox.get(request.tool_call_id)
+    assert record is not None and record.note is not None
+    assert len(record.note) < MAX_NOTE_CHARS + 100 and "more characters cut" in record.note
+    [seen] = tool_messages(model.requests[1][0])
+    assert len(seen) < MAX_NOTE_CHARS + 200
+
+
+@pytest.mark.parametrize("name", ["approve", "bypass_approvals", "approve_tool_call"])
+async def test_the_model_cannot_call_an_approval_or_bypass(engine: Engine, model, name):
+    model.add(tool_call(name, '{"tool_call_id": 1}', "c1"), text("ok"))
+    handler = await engine.new_session("console")
+    await handler.handle_message("approve yourself")
+    [seen] = tool_messages(model.requests[1][0])
+    assert "unknown tool" in seen.lower()
+    assert engine.approvals.bypasses.active(handler.session.id) == []
