@@ -45,7 +45,7 @@ CANCELLED_MESSAGE = "Interrupted by user."
 #: What a background caller (cron, an async task) records for a turn ended by /stop.
 CANCELLED_ERROR = "Turn cancelled by user"
 REAPED_NOTE = (
-    "Error: this sub-agent was interrupted by a restart while it ran in parallel with "
+    "this sub-agent was interrupted by a restart while it ran in parallel with "
     "others; its work was lost. Run it again if it is still needed."
 )
 

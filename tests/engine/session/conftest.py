@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -39,3 +39,27 @@ async def engine(
     engine = await Engine.open(config, models=ModelRegistry([model]), policy=AllowAll())
     yield engine
     await engine.close()
+
+
+@pytest.fixture
+async def open_engine(
+    tmp_path: Path, model: ScriptedModel, limits: EngineConfig
+) -> AsyncIterator[Callable[[], Awaitable[Engine]]]:
+    """Opens engines with the default rules over one database: a second open is a restart."""
+    settings = load_settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
+        chathub_workspace=tmp_path / "workspace",
+        chathub_timezone="UTC",
+        _env_file=None,
+    )
+    config = AppConfig(settings=settings, models=(), engine=limits)
+    opened: list[Engine] = []
+
+    async def open_() -> Engine:
+        engine = await Engine.open(config, models=ModelRegistry([model]))
+        opened.append(engine)
+        return engine
+
+    yield open_
+    for engine in opened:
+        await engine.close()

@@ -4,46 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import pytest
 
 from engine.approval.broker import BypassRequest
-from engine.config import AppConfig, EngineConfig, load_settings
 from engine.core import Engine
-from engine.llm.registry import ModelRegistry
-from engine.llm.scripted import ScriptedModel, text, tool_call
+from engine.llm.scripted import text, tool_call
 from engine.session import events as ev
 from engine.session.gate import AUTO_DENIED
 from engine.session.handler import CANCELLED_ERROR, background_error
 from engine.session.outcomes import Cancelled, Final
 from engine.store.inbox import MAX_NOTE_CHARS, InboxError
 from tests.engine.session.helpers import tool_messages
-
-
-@pytest.fixture
-async def open_engine(
-    tmp_path: Path, model: ScriptedModel, limits: EngineConfig
-) -> AsyncIterator[Callable[[], object]]:
-    """Opens engines with the default rules over one database: a second open is a restart."""
-    settings = load_settings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
-        chathub_workspace=tmp_path / "workspace",
-        chathub_timezone="UTC",
-        _env_file=None,
-    )
-    config = AppConfig(settings=settings, models=(), engine=limits)
-    opened: list[Engine] = []
-
-    async def open_() -> Engine:
-        engine = await Engine.open(config, models=ModelRegistry([model]))
-        opened.append(engine)
-        return engine
-
-    yield open_
-    for engine in opened:
-        await engine.close()
 
 
 @pytest.fixture

@@ -1,0 +1,156 @@
+"""resume_turn: continue what a crash interrupted, cascading sub-agent results upward."""
+
+from __future__ import annotations
+
+import asyncio
+
+from engine.core import Engine
+from engine.llm.scripted import text, tool_call
+from engine.session import events as ev
+from engine.session.handler import REAPED_NOTE
+from engine.session.outcomes import Cancelled, Final
+from engine.store.rows import AssistantRecord, FrameRow, NewToolCall
+from tests.engine.session.helpers import BlockingTool, roles, tool_messages
+
+
+async def spawn_child(engine: Engine, session_id: int, root: FrameRow, call_id: str, prompt: str):
+    """The rows a sub-agent call leaves: the parent's running call and the child's frame."""
+    message = await engine.store.history.append_assistant(
+        root.id,
+        AssistantRecord(content=""),
+        [NewToolCall(call_id, "execute_task", f'{{"prompt": "{prompt}"}}')],
+    )
+    [call] = message.tool_calls
+    child = await engine.store.sessions.push_frame(
+        session_id, agent_id="main", depth=1, parent_tool_call_id=call.id, agent_prompt=prompt
+    )
+    await engine.store.history.append_message(child.id, "agent", prompt)
+    return call, child
+
+
+async def test_nothing_to_resume_returns_none(engine: Engine, model):
+    handler = await engine.new_session("console")
+    assert await handler.resume_turn() is None
+    model.add(text("hello"))
+    await handler.handle_message("hi")
+    assert await handler.resume_turn() is None
+    assert await engine.interrupted_sessions() == []
+    assert len(model.requests) == 1
+
+
+async def test_a_message_whose_model_call_died_is_answered(engine: Engine, model):
+    handler = await engine.new_session("console")
+    root = await engine.store.sessions.root_frame(handler.session.id)
+    await engine.store.history.append_message(root.id, "user", "still there?")
+    assert await engine.interrupted_sessions() == [handler.session.id]
+
+    model.add(text("Yes."))
+    events: list = []
+    result = await engine.resume(handler.session.id, emit=events.append)
+
+    assert isinstance(result, Final) and result.content == "Yes."
+    assert roles(model.requests[0][0])[1:-1] == ["user"]
+    assert isinstance(events[-1], ev.Done)
+    assert await engine.interrupted_sessions() == []
+
+
+async def test_a_finished_child_is_propagated_without_calling_the_model_again(
+    engine: Engine, model
+):
+    handler = await engine.new_session("console")
+    session_id = handler.session.id
+    root = await engine.store.sessions.root_frame(session_id)
+    await engine.store.history.append_message(root.id, "user", "research X")
+    call, child = await spawn_child(engine, session_id, root, "c1", "find X")
+    await engine.store.history.append_assistant(child.id, AssistantRecord(content="X is 42"))
+
+    model.add(text("X is 42, says the researcher."))
+    result = await handler.resume_turn()
+
+    assert isinstance(result, Final) and result.content == "X is 42, says the researcher."
+    assert len(model.requests) == 1  # the root only: the child's answer was already there
+    assert tool_messages(model.requests[0][0]) == ["X is 42"]
+    assert [f.id for f in await engine.store.sessions.active_frames(session_id)] == [root.id]
+    parent_call = await engine.store.history.get_tool_call(call.id)
+    assert parent_call is not None and parent_call.status == "done"
+
+
+async def test_an_interrupted_child_finishes_then_its_parent(engine: Engine, model):
+    handler = await engine.new_session("console")
+    session_id = handler.session.id
+    root = await engine.store.sessions.root_frame(session_id)
+    await engine.store.history.append_message(root.id, "user", "research X")
+    await spawn_child(engine, session_id, root, "c1", "find X")
+    assert await engine.interrupted_sessions() == [session_id]
+
+    model.add(text("X is 42"), text("Done: 42."))
+    events: list = []
+    result = await handler.resume_turn(emit=events.append)
+
+    assert isinstance(result, Final) and result.content == "Done: 42."
+    child_request, root_request = (request[0] for request in model.requests)
+    assert [m["content"] for m in child_request if m["role"] == "user"] == ["find X"]
+    assert tool_messages(root_request) == ["X is 42"]
+    assert await engine.interrupted_sessions() == []
+
+
+async def test_an_interrupted_parallel_batch_is_reaped_before_the_cascade(engine: Engine, model):
+    handler = await engine.new_session("console")
+    session_id = handler.session.id
+    root = await engine.store.sessions.root_frame(session_id)
+    await engine.store.history.append_message(root.id, "user", "two researches")
+    message = await engine.store.history.append_assistant(
+        root.id,
+        AssistantRecord(content=""),
+        [NewToolCall("a", "execute_task", "{}"), NewToolCall("b", "execute_task", "{}")],
+    )
+    for call in message.tool_calls:
+        child = await engine.store.sessions.push_frame(
+            session_id, agent_id="main", depth=1, parent_tool_call_id=call.id, agent_prompt="p"
+        )
+        await engine.store.history.append_message(child.id, "agent", "p")
+
+    model.add(text("Both were interrupted; shall I retry?"))
+    result = await handler.resume_turn()
+
+    assert isinstance(result, Final)
+    assert len(model.requests) == 1
+    assert tool_messages(model.requests[0][0]) == [f"Error: {REAPED_NOTE}"] * 2
+    assert [f.depth for f in await engine.store.sessions.active_frames(session_id)] == [0]
+
+
+async def test_stop_during_a_resume_cancels_it(engine: Engine, model):
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    handler = await engine.new_session("console")
+    root = await engine.store.sessions.root_frame(handler.session.id)
+    await engine.store.history.append_message(root.id, "user", "wait")
+    message = await engine.store.history.append_assistant(
+        root.id, AssistantRecord(content=""), [NewToolCall("w", "wait_here", "{}")]
+    )
+
+    resumed = asyncio.create_task(handler.resume_turn())
+    await asyncio.wait_for(blocker.started.wait(), 5)
+    handler.cancel()
+
+    assert isinstance(await asyncio.wait_for(resumed, 5), Cancelled)
+    assert blocker.cancelled and model.requests == []
+    call = await engine.store.history.get_tool_call(message.tool_calls[0].id)
+    assert call is not None and call.status == "cancelled"
+    assert await engine.interrupted_sessions() == []  # a /stop is not resumed at start
+
+
+async def test_a_stopped_or_failed_turn_is_not_resumed_at_start(engine: Engine, model):
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    model.add(tool_call("wait_here", "{}", "w"))
+    handler = await engine.new_session("console")
+    turn = asyncio.create_task(handler.handle_message("wait"))
+    await asyncio.wait_for(blocker.started.wait(), 5)
+    handler.cancel()
+    await turn
+    ephemeral = await engine.new_session("cron", is_ephemeral=True, is_interactive=False)
+    root = await engine.store.sessions.root_frame(ephemeral.session.id)
+    await engine.store.history.append_message(root.id, "user", "job prompt")
+
+    assert await engine.interrupted_sessions() == []
