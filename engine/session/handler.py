@@ -392,8 +392,18 @@ class ChatSessionHandler:
 
 
 async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> CallFlow:
-    """Re-gate and re-run calls a crash left ``running``/``pending`` (re-run from intent)."""
+    """Re-gate and re-run calls a crash left ``running``/``pending`` (re-run from intent).
+
+    Each row is re-read first: a question answered while no turn waited was completed
+    in the database behind this handler's transcript, and must not be asked again.
+    """
     for call in calls:
+        stored = await env.store.history.get_tool_call(call.id)
+        if stored is not None and stored.status != call.status:
+            call.status, call.result = stored.status, stored.result
+            env.transcript.tool_call_changed(call)
+        if call.status not in ("running", "pending"):
+            continue
         if env.scope.cancelled:
             return CallFlow.CANCELLED
         if await handle_tool_call(env, call, None) is CallFlow.CANCELLED:

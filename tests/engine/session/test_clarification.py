@@ -149,3 +149,20 @@ async def test_background_sessions_are_never_offered_the_question_tool(engine: E
     await handler.handle_message("run")
     offered = [schema["function"]["name"] for schema in model.requests[0][1]]
     assert "ask_user_clarification" not in offered
+
+
+async def test_an_answer_given_while_nobody_waits_is_not_asked_again(engine: Engine, model):
+    model.add(ask("Which city?"))
+    handler = await engine.new_session("console")
+    events: list = []
+    turn, question = await asked_turn(handler, "book", events)
+    engine.approvals.close_session(handler.session.id)  # e.g. the adapter went away
+    await asyncio.wait_for(turn, 5)
+
+    model.add(text("Booking Lima."))
+    decided = await engine.resolve_question(question.request_id, "Lima", emit=events.append)
+
+    assert not decided.resolution.live
+    assert isinstance(await asyncio.wait_for(decided.resumed, 5), Final)
+    assert len([e for e in events if isinstance(e, ev.Question)]) == 1
+    assert tool_messages(model.requests[-1][0]) == ["Lima"]
