@@ -10,6 +10,7 @@ workspace/runs.log).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -38,7 +39,7 @@ class Chat:
         self.fake = fake
         self.db_path = tmp_path / "chathub.db"
         self.workspace = tmp_path / "workspace"
-        self.children: list[subprocess.Popen[str]] = []
+        self.children: list[Child] = []
 
     def env(self, **extra: str) -> dict[str, str]:
         return {
@@ -75,8 +76,8 @@ class Chat:
             env=self.env(**env),
             cwd=self.tmp_path,
         )
-        self.children.append(process)
         child = Child(process)
+        self.children.append(child)
         child.type(message)
         return child
 
@@ -102,11 +103,9 @@ class Chat:
         log = self.workspace / "runs.log"
         return len(log.read_text().splitlines()) if log.exists() else 0
 
-    def kill_leftovers(self) -> None:
-        for process in self.children:
-            if process.poll() is None:
-                process.kill()
-                process.wait(timeout=10)
+    def close(self) -> None:
+        for child in self.children:
+            child.close()
 
 
 class Child:
@@ -114,8 +113,9 @@ class Child:
         self.process = process
         self._lines: queue.Queue[str | None] = queue.Queue()
         self.output: list[str] = []
+        self._pump_thread = threading.Thread(target=self._pump, daemon=True)
         if process.stdout is not None:
-            threading.Thread(target=self._pump, daemon=True).start()
+            self._pump_thread.start()
 
     def _pump(self) -> None:
         assert self.process.stdout is not None
@@ -149,6 +149,17 @@ class Child:
         """A failpoint kills the process with SIGKILL: wait for that death."""
         assert self.process.wait(timeout=DEADLINE_S) == -signal.SIGKILL
 
+    def close(self) -> None:
+        """Kill the process if a failed test left it running; close its pipes."""
+        if self.process.poll() is None:
+            self.kill()
+        if self._pump_thread.is_alive():
+            self._pump_thread.join(timeout=10)
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
 
 def wait_until(condition: Callable[[], bool], what: str) -> None:
     end = time.monotonic() + DEADLINE_S
@@ -163,7 +174,7 @@ def chat(tmp_path: Path, fake_openai: FakeOpenAIServer) -> Iterator[Chat]:
     try:
         yield harness
     finally:
-        harness.kill_leftovers()
+        harness.close()
 
 
 def assert_nothing_lost(chat: Chat, *, users: list[str], runs: int) -> None:

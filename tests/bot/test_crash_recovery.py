@@ -62,6 +62,7 @@ def test_a_tool_call_killed_mid_flight_is_rerun_from_intent(
     _wait_for(workspace / "runs.log")
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=10)
+    child.stdin.close()
 
     with sqlite3.connect(tmp_path / "chathub.db") as db:
         assert db.execute("SELECT role, content FROM chat_history ORDER BY id").fetchall() == [
