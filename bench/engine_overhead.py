@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+from engine.approval.rules import RuleStore
 from engine.config import AppConfig, EngineConfig, load_settings
 from engine.core import Engine
 from engine.llm.registry import ModelRegistry
@@ -83,6 +84,8 @@ async def measure(history_turns: int, steps: int, with_tool: bool) -> list[float
             AppConfig(settings=settings, models=(), engine=limits), models=ModelRegistry([model])
         )
         engine.tools.register(NoopTool())
+        # The real gate is part of the step: rules are evaluated for every call.
+        await RuleStore(engine.store.db).add_rule("noop", "allow", priority=1)
         handler = await engine.new_session("bench")
         for i in range(history_turns):  # history: each turn one tool round and an answer
             model.tool_steps = 1
