@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,7 +35,14 @@ from engine.session.turn import (
     run_agent_turn,
 )
 from engine.store import Store
-from engine.store.rows import FrameRow, MessageRow, SessionRow, ToolCallRow
+from engine.store.rows import (
+    AssistantRecord,
+    FrameRow,
+    MessageRow,
+    NewToolCall,
+    SessionRow,
+    ToolCallRow,
+)
 from engine.tools.base import Tool, ToolContext
 from engine.tools.registry import ToolRegistry
 from engine.tools.workspace import Workspace
@@ -42,6 +50,11 @@ from engine.tools.workspace import Workspace
 log = logging.getLogger(__name__)
 
 CANCELLED_MESSAGE = "Interrupted by user."
+READ_NOTIFICATION_TOOL = "read_notification"
+NOTIFICATION_REASONING = (
+    "The system signaled pending notifications. Let me read them and surface anything "
+    "relevant to the user."
+)
 #: What a background caller (cron, an async task) records for a turn ended by /stop.
 CANCELLED_ERROR = "Turn cancelled by user"
 REAPED_NOTE = (
@@ -98,7 +111,9 @@ class ChatSessionHandler:
         interface_tools: Sequence[Tool] = (),
         pending_input: PendingUserInput | None = None,
         emit: EmitFn | None = None,
+        consumes: int | None = None,
     ) -> TurnResult:
+        """Store ``text`` (replacing queued message ``consumes``, atomically) and answer it."""
         async with self.processing:
             scope = self._scope = CancelScope()
             emitter = TurnEmitter(emit)
@@ -109,7 +124,12 @@ class ChatSessionHandler:
             await self._fail_orphans(transcript)
             interrupted = transcript.open_tool_calls()
             user_row = await self._deps.store.history.append_message(
-                frame.id, "user", text, is_synthetic=is_synthetic, metadata=metadata
+                frame.id,
+                "user",
+                text,
+                is_synthetic=is_synthetic,
+                metadata=metadata,
+                consumes=consumes,
             )
             transcript.add(user_row)
             if not is_synthetic:
@@ -141,32 +161,65 @@ class ChatSessionHandler:
         result up to its parent until the root answers.
         """
         async with self.processing:
-            self._scope = CancelScope()
-            emitter = TurnEmitter(emit)
-            frames = await self._reap_parallel_batches(emitter)
-            if not frames:
-                return None
-            root_parts = self._system_parts(
-                extra_system_static, extra_system_dynamic, tail_reminder
+            parts = self._system_parts(extra_system_static, extra_system_dynamic, tail_reminder)
+            return await self._resume_locked(TurnEmitter(emit), parts, interface_tools)
+
+    async def deliver_notifications(
+        self,
+        payload: str,
+        *,
+        reasoning: str = NOTIFICATION_REASONING,
+        interface_tools: Sequence[Tool] = (),
+        emit: EmitFn | None = None,
+    ) -> TurnResult | None:
+        """Hand background notifications to the agent as if it had read them, then resume.
+
+        One commit stores a synthetic assistant message with a completed
+        ``read_notification`` call whose result is ``payload``; the resumed turn then
+        writes the user-facing message. Taken under the turn lock, so it never lands in
+        the middle of a running turn.
+        """
+        async with self.processing:
+            frame = await self._root_frame()
+            transcript = await self._transcript(frame)
+            call = NewToolCall(
+                f"notify_{uuid.uuid4().hex[:12]}",
+                READ_NOTIFICATION_TOOL,
+                "{}",
+                status="done",
+                result=payload,
             )
-            frame = frames[-1]
-            env = await self._frame_env(frame, emitter, interface_tools)
-            try:
-                outcome = await self._continue_frame(env, root_parts, seed=True)
-                while outcome is not None and frame.parent_tool_call_id is not None:
-                    parent = frames[frames.index(frame) - 1]
-                    parent_env = await self._frame_env(parent, emitter, interface_tools)
-                    if await self._propagate(parent_env, frame, outcome) is CallFlow.CANCELLED:
-                        outcome = Cancelled()
-                        frame, env = parent, parent_env
-                        break
-                    frame, env = parent, parent_env
-                    outcome = await self._continue_frame(env, root_parts, seed=False)
-            except TurnFailed as exc:
-                outcome = Failed(str(exc))
-            if outcome is None:
-                return None
-            return await self._conclude(outcome, env, None, False)
+            record = AssistantRecord(content="", reasoning_content=reasoning, is_synthetic=True)
+            row = await self._deps.store.history.append_assistant(frame.id, record, [call])
+            transcript.add(row)
+            parts = self._system_parts(None, None, None)
+            return await self._resume_locked(TurnEmitter(emit), parts, interface_tools)
+
+    async def _resume_locked(
+        self, emitter: TurnEmitter, root_parts: SystemParts, interface_tools: Sequence[Tool]
+    ) -> TurnResult | None:
+        self._scope = CancelScope()
+        frames = await self._reap_parallel_batches(emitter)
+        if not frames:
+            return None
+        frame = frames[-1]
+        env = await self._frame_env(frame, emitter, interface_tools)
+        try:
+            outcome = await self._continue_frame(env, root_parts, seed=True)
+            while outcome is not None and frame.parent_tool_call_id is not None:
+                parent = frames[frames.index(frame) - 1]
+                parent_env = await self._frame_env(parent, emitter, interface_tools)
+                flow = await self._propagate(parent_env, frame, outcome)
+                frame, env = parent, parent_env
+                if flow is CallFlow.CANCELLED:
+                    outcome = Cancelled()
+                    break
+                outcome = await self._continue_frame(env, root_parts, seed=False)
+        except TurnFailed as exc:
+            outcome = Failed(str(exc))
+        if outcome is None:
+            return None
+        return await self._conclude(outcome, env, None, False)
 
     async def _continue_frame(
         self, env: TurnEnv, root_parts: SystemParts, *, seed: bool

@@ -22,8 +22,11 @@ NOT_RUN_NOTE = "Not run: the turn was stopped by the user before this call start
 
 @dataclass(frozen=True, slots=True)
 class QueuedMessage:
+    """A user message waiting for the turn; ``queued_id`` is its durable queue row."""
+
     text: str
     metadata: dict[str, Any] | None = None
+    queued_id: int | None = None
 
 
 class PendingUserInput(Protocol):
@@ -69,7 +72,7 @@ async def inject_pending_input(env: TurnEnv, pending: PendingUserInput) -> None:
     """Messages sent during the turn become user rows at this round boundary."""
     for queued in pending.drain_user():
         row = await env.store.history.append_message(
-            env.frame.id, "user", queued.text, metadata=queued.metadata
+            env.frame.id, "user", queued.text, metadata=queued.metadata, consumes=queued.queued_id
         )
         env.transcript.add(row)
         env.emitter.user_message(row.id, row.content, attachments_of(queued.metadata))

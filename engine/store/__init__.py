@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from engine.store.db import Database, connect, migrate, open_database
 from engine.store.history import History
 from engine.store.inbox import InboxStore
+from engine.store.queue import AppSettings, QueueStore
 from engine.store.scratchpad import ScratchpadStore
 from engine.store.sessions import Sessions
 from engine.store.views import SessionViews
@@ -22,11 +23,20 @@ class Store:
     scratchpad: ScratchpadStore
     inbox: InboxStore
     views: SessionViews
+    queue: QueueStore
+    settings: AppSettings
 
     @classmethod
     def over(cls, db: Database) -> Store:
         return cls(
-            db, Sessions(db), History(db), ScratchpadStore(db), InboxStore(db), SessionViews(db)
+            db,
+            Sessions(db),
+            History(db),
+            ScratchpadStore(db),
+            InboxStore(db),
+            SessionViews(db),
+            QueueStore(db),
+            AppSettings(db),
         )
 
     @classmethod

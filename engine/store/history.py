@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.store.db import Database
+from engine.store.queue import consume
 from engine.store.rows import (
     AssistantRecord,
     MessageRow,
@@ -77,9 +78,11 @@ class History:
         is_synthetic: bool = False,
         metadata: dict[str, Any] | None = None,
         status: str = "ok",
+        consumes: int | None = None,
     ) -> MessageRow:
+        """Store a message; ``consumes`` names the queued message it replaces (same commit)."""
         return await self._db.run(
-            insert_message, stack_id, role, content, is_synthetic, metadata, status
+            insert_message, stack_id, role, content, is_synthetic, metadata, status, consumes
         )
 
     async def append_assistant(
@@ -129,7 +132,10 @@ def insert_message(
     is_synthetic: bool = False,
     metadata: dict[str, Any] | None = None,
     status: str = "ok",
+    consumes: int | None = None,
 ) -> MessageRow:
+    if consumes is not None:
+        consume(conn, consumes)
     now = utcnow()
     result = conn.execute(
         _INSERT_MESSAGE,
@@ -187,7 +193,8 @@ def insert_assistant(
                 "llm_call_id": call.llm_call_id,
                 "name": call.name,
                 "arguments": call.arguments,
-                "status": "running",
+                "status": call.status,
+                "result": call.result,
                 "created_at": now,
                 "updated_at": now,
             },
@@ -199,8 +206,8 @@ def insert_assistant(
                 llm_call_id=call.llm_call_id,
                 name=call.name,
                 arguments=call.arguments,
-                result=None,
-                status="running",
+                result=call.result,
+                status=call.status,
             )
         )
     return MessageRow(

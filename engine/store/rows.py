@@ -73,9 +73,13 @@ class MessageRow:
 
 @dataclass(frozen=True, slots=True)
 class NewToolCall:
+    """A call to store. Live calls start ``running``; a synthetic one may be stored done."""
+
     llm_call_id: str
     name: str
     arguments: str
+    status: ToolStatus = "running"
+    result: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

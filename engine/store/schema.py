@@ -148,6 +148,8 @@ sources = Table(
     Column("source", String(255), primary_key=True),
     Column("session_id", Id, ForeignKey("chat_sessions.id"), nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+    # v0004: the model picked with /model (None: automatic).
+    Column("preferred_model", String(255)),
 )
 
 session_scratchpad = Table(
@@ -219,4 +221,28 @@ tool_approvals = Table(
         "decision IS NULL OR decision IN ('approved', 'rejected')", name="ck_approvals_decision"
     ),
     Index("ix_approvals_session", "session_id", "decision"),
+)
+
+# v0004: ChatHub. A message waits here from the moment it is accepted until it becomes a
+# chat_history row (deleted in that same transaction) or a /stop or /clear drops it.
+queued_messages = Table(
+    "queued_messages",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("source", String(255), nullable=False),
+    Column("session_id", Id, ForeignKey("chat_sessions.id"), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("is_synthetic", Boolean, nullable=False, server_default=false()),
+    Column("metadata", JSON),
+    Column("options", JSON),
+    Column("created_at", UtcDateTime, nullable=False),
+    Index("ix_queued_source", "source", "id"),
+)
+
+app_settings = Table(
+    "app_settings",
+    metadata,
+    Column("key", String(255), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
 )

@@ -110,6 +110,35 @@ class Sessions:
         """
         return await self._db.run(_interrupted)
 
+    async def for_source(
+        self, source: str, *, fresh: bool = False, agent_id: str = "main"
+    ) -> SessionRow:
+        """The source's active session, created on first use (or anew with ``fresh``).
+
+        One transaction: two callers racing for a new source get the same session.
+        """
+        template = SessionRow(
+            id=0,
+            source=source,
+            agent_id=agent_id,
+            is_interactive=True,
+            is_ephemeral=False,
+            run_context=None,
+            title=None,
+            created_at=utcnow(),
+        )
+        return await self._db.run(_for_source, template, fresh)
+
+    async def source_model(self, source: str) -> str | None:
+        return await self._db.run(_source_model, source)
+
+    async def set_source_model(self, source: str, model: str | None) -> None:
+        await self._db.run(_set_source_model, source, model)
+
+    async def all_sources(self) -> dict[str, int]:
+        """``source → active session id`` for every source."""
+        return await self._db.run(_all_sources)
+
     async def active_for_source(self, source: str) -> int | None:
         return await self._db.run(_active_for_source, source)
 
@@ -232,6 +261,32 @@ def _interrupted(conn: Connection) -> list[int]:
         .order_by(f.c.session_id)
     )
     return [row[0] for row in conn.execute(query)]
+
+
+def _for_source(conn: Connection, template: SessionRow, fresh: bool) -> SessionRow:
+    if not fresh:
+        session_id = _active_for_source(conn, template.source)
+        if session_id is not None:
+            row = _get(conn, session_id)
+            if row is not None:
+                return row
+    row = _create(conn, replace(template, created_at=utcnow()))
+    _set_active_for_source(conn, template.source, row.id)
+    return row
+
+
+def _source_model(conn: Connection, source: str) -> str | None:
+    return conn.execute(
+        sa.select(sources.c.preferred_model).where(sources.c.source == source)
+    ).scalar()
+
+
+def _set_source_model(conn: Connection, source: str, model: str | None) -> None:
+    conn.execute(sources.update().where(sources.c.source == source).values(preferred_model=model))
+
+
+def _all_sources(conn: Connection) -> dict[str, int]:
+    return {row.source: row.session_id for row in conn.execute(sa.select(sources))}
 
 
 def _active_for_source(conn: Connection, source: str) -> int | None:

@@ -6,6 +6,7 @@ from engine.tools.base import Tool
 from engine.tools.builtins.ask_user import AskUserClarification
 from engine.tools.builtins.files import EditFile, ListFiles, ReadFile, WriteFile
 from engine.tools.builtins.notes import UpdateScratchpad, WriteTodos
+from engine.tools.builtins.notifications import ReadNotification
 from engine.tools.builtins.shell import ExecuteCmd
 from engine.tools.workspace import Workspace
 
@@ -14,6 +15,7 @@ __all__ = [
     "EditFile",
     "ExecuteCmd",
     "ListFiles",
+    "ReadNotification",
     "ReadFile",
     "UpdateScratchpad",
     "WriteFile",
@@ -51,4 +53,5 @@ def builtin_tools(
         UpdateScratchpad(),
         WriteTodos(),
         AskUserClarification(),
+        ReadNotification(),
     ]

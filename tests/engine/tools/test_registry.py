@@ -127,13 +127,15 @@ def test_builtin_names_are_unique_and_exactly_the_contract(tmp_path: Path) -> No
         "update_scratchpad",
         "write_todos",
         "ask_user_clarification",
+        "read_notification",
     ]
     for tool in registry:
         assert tool.parameters["type"] == "object"
         assert tool.parameters["additionalProperties"] is False
         for prop in tool.parameters["properties"].values():
             assert prop["description"]
-        assert not (tool.root_agent_only or tool.sub_agents_only)
+        assert not tool.sub_agents_only
+        assert tool.root_agent_only == (tool.name == "read_notification")
         # Only a conversation can answer a question: background sessions never see it.
         assert tool.interactive_only == (tool.name == "ask_user_clarification")
 

@@ -1,0 +1,108 @@
+"""The hub's durable per-source queue, and small application settings.
+
+A message is written here before its platform is acknowledged. It leaves the queue in the
+same transaction that stores it as a ``chat_history`` row (``History.append_message(...,
+consumes=id)``), so a crash never loses it and never stores it twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from engine.store.db import Database
+from engine.store.schema import app_settings, queued_messages, utcnow
+
+q = queued_messages
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedRow:
+    id: int
+    source: str
+    session_id: int
+    content: str
+    is_synthetic: bool
+    metadata: dict[str, Any] | None
+    options: dict[str, Any] | None
+    created_at: datetime
+
+
+class QueueStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def push(
+        self,
+        source: str,
+        session_id: int,
+        content: str,
+        *,
+        is_synthetic: bool = False,
+        metadata: dict[str, Any] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> QueuedRow:
+        row = QueuedRow(0, source, session_id, content, is_synthetic, metadata, options, utcnow())
+        return await self._db.run(_push, row)
+
+    async def pending(self, source: str | None = None) -> list[QueuedRow]:
+        """Queued messages, oldest first (of one source, or of all)."""
+        return await self._db.run(_pending, source)
+
+    async def drop(self, source: str) -> int:
+        """Forget everything queued for ``source`` (a /stop or /clear); how many went."""
+        return await self._db.run(_drop, source)
+
+
+class AppSettings:
+    """String settings that outlive the process (the home source, ...)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def get(self, key: str) -> str | None:
+        return await self._db.run(_get_setting, key)
+
+    async def set(self, key: str, value: str) -> None:
+        await self._db.run(_set_setting, key, value)
+
+
+def _push(conn: Connection, row: QueuedRow) -> QueuedRow:
+    values = {k: getattr(row, k) for k in row.__slots__ if k != "id"}
+    new_id = conn.execute(q.insert().values(**values)).inserted_primary_key[0]
+    return QueuedRow(new_id, *(values[k] for k in row.__slots__ if k != "id"))
+
+
+def _pending(conn: Connection, source: str | None) -> list[QueuedRow]:
+    query = sa.select(*(q.c[k] for k in QueuedRow.__slots__)).order_by(q.c.id)
+    if source is not None:
+        query = query.where(q.c.source == source)
+    return [QueuedRow(*row) for row in conn.execute(query)]
+
+
+def _drop(conn: Connection, source: str) -> int:
+    return conn.execute(q.delete().where(q.c.source == source)).rowcount
+
+
+def consume(conn: Connection, queued_id: int) -> None:
+    """Part of the unit of work that stores the queued message as a history row."""
+    conn.execute(q.delete().where(q.c.id == queued_id))
+
+
+def _get_setting(conn: Connection, key: str) -> str | None:
+    return conn.execute(
+        sa.select(app_settings.c.value).where(app_settings.c.key == key)
+    ).scalar_one_or_none()
+
+
+def _set_setting(conn: Connection, key: str, value: str) -> None:
+    now = utcnow()
+    updated = conn.execute(
+        app_settings.update().where(app_settings.c.key == key).values(value=value, updated_at=now)
+    )
+    if updated.rowcount == 0:
+        conn.execute(app_settings.insert().values(key=key, value=value, updated_at=now))
