@@ -9,7 +9,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, ValidationError, field_validator
@@ -141,11 +141,26 @@ class EngineConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class HubConfig:
+    """ChatHub behaviour (TOML ``[hub]``)."""
+
+    #: A source with no queued message and no turn for this long leaves memory.
+    idle_evict_s: float = 900.0
+    #: Wait this long after a message to an idle source, to take a burst as one queue.
+    debounce_s: float = 0.0
+    #: Longer messages are refused with a clear error (they would not fit a context).
+    max_message_chars: int = 32_000
+    #: Notifications arriving within this window are delivered as one batch.
+    notify_window_s: float = 0.2
+
+
+@dataclass(frozen=True, slots=True)
 class AppConfig:
     settings: Settings
     models: tuple[ModelConfig, ...]
     engine: EngineConfig = field(default_factory=EngineConfig)
     agents_dir: Path | None = None
+    hub: HubConfig = field(default_factory=HubConfig)
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -164,7 +179,7 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
-_ENGINE_KEYS = {f for f in EngineConfig.__dataclass_fields__}
+T = TypeVar("T")
 _MODEL_KEYS = {f for f in ModelConfig.__dataclass_fields__}
 
 
@@ -173,7 +188,14 @@ def load_config(settings: Settings | None = None) -> AppConfig:
     settings = settings or load_settings()
     data = _read_toml(settings.chathub_config) if settings.chathub_config else {}
     models = _models(settings, data.get("models", []))
-    engine = _engine(data.get("engine", {}))
+    engine = _table("engine", data.get("engine", {}), EngineConfig, {"command_timeout_s"})
+    hub = _table(
+        "hub",
+        data.get("hub", {}),
+        HubConfig,
+        {"idle_evict_s", "notify_window_s"},
+        zero_ok={"debounce_s"},
+    )
     agents_dir = data.get("agents_dir")
     if agents_dir is not None and not (isinstance(agents_dir, str) and agents_dir):
         raise ConfigError("CHATHUB_CONFIG: agents_dir must be a non-empty string (a directory)")
@@ -182,6 +204,7 @@ def load_config(settings: Settings | None = None) -> AppConfig:
         models=models,
         engine=engine,
         agents_dir=Path(agents_dir) if agents_dir else None,
+        hub=hub,
     )
 
 
@@ -248,16 +271,27 @@ def _positive_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
-def _engine(entries: Any) -> EngineConfig:
+def _table(
+    name: str,
+    entries: Any,
+    cls: type[T],
+    float_keys: set[str],
+    *,
+    zero_ok: frozenset[str] | set[str] = frozenset(),
+) -> T:
+    """A TOML table of positive numbers into ``cls`` (``zero_ok`` keys may also be 0)."""
     if not isinstance(entries, dict):
-        raise ConfigError("CHATHUB_CONFIG: [engine] must be a table")
-    unknown = set(entries) - _ENGINE_KEYS
+        raise ConfigError(f"CHATHUB_CONFIG: [{name}] must be a table")
+    unknown = set(entries) - set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
     if unknown:
-        raise ConfigError(f"CHATHUB_CONFIG: [engine] has unknown keys {sorted(unknown)}")
+        raise ConfigError(f"CHATHUB_CONFIG: [{name}] has unknown keys {sorted(unknown)}")
     for key, value in entries.items():
-        if key == "command_timeout_s":
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        if key in zero_ok and numeric and value == 0:
+            continue
+        if key in float_keys or key in zero_ok:
             if not _positive_number(value):
-                raise ConfigError(f"CHATHUB_CONFIG: [engine] {key} must be a positive number")
+                raise ConfigError(f"CHATHUB_CONFIG: [{name}] {key} must be a positive number")
         elif not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-            raise ConfigError(f"CHATHUB_CONFIG: [engine] {key} must be a positive integer")
-    return EngineConfig(**entries)
+            raise ConfigError(f"CHATHUB_CONFIG: [{name}] {key} must be a positive integer")
+    return cls(**entries)
