@@ -53,6 +53,10 @@ class QueueStore:
         """Queued messages, oldest first (of one source, or of all)."""
         return await self._db.run(_pending, source)
 
+    async def remove(self, queued_id: int) -> None:
+        """Forget one queued message (its turn failed before storing it; the user was told)."""
+        await self._db.run(consume, queued_id)
+
     async def drop(self, source: str) -> int:
         """Forget everything queued for ``source`` (a /stop or /clear); how many went."""
         return await self._db.run(_drop, source)

@@ -14,7 +14,7 @@ from engine.store.schema import chat_history as h
 from engine.store.schema import chat_llm_tools as t
 from engine.store.schema import chat_sessions as s
 from engine.store.schema import chat_sessions_stack as f
-from engine.store.schema import sources, utcnow
+from engine.store.schema import session_tool_grants, sources, utcnow
 
 _SESSION_COLUMNS = (
     s.c.id,
@@ -134,6 +134,10 @@ class Sessions:
 
     async def set_source_model(self, source: str, model: str | None) -> None:
         await self._db.run(_set_source_model, source, model)
+
+    async def reset_tool_grants(self, session_id: int) -> int:
+        """Revoke every tool group the session's root activated (``/resettools``)."""
+        return await self._db.run(_reset_tool_grants, session_id)
 
     async def all_sources(self) -> dict[str, int]:
         """``source → active session id`` for every source."""
@@ -283,6 +287,12 @@ def _source_model(conn: Connection, source: str) -> str | None:
 
 def _set_source_model(conn: Connection, source: str, model: str | None) -> None:
     conn.execute(sources.update().where(sources.c.source == source).values(preferred_model=model))
+
+
+def _reset_tool_grants(conn: Connection, session_id: int) -> int:
+    return conn.execute(
+        session_tool_grants.delete().where(session_tool_grants.c.session_id == session_id)
+    ).rowcount
 
 
 def _all_sources(conn: Connection) -> dict[str, int]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -67,13 +68,66 @@ class SessionViews:
             raise ValueError(f"per_page must be between 1 and {MAX_PER_PAGE}, got {per_page}")
         return await self._db.run(_list_sessions, source, page, per_page)
 
+    async def usage(self, session_id: int) -> SessionUsage:
+        return await self._db.run(_usage, session_id)
+
     async def session_detail(self, session_id: int) -> Json | None:
         """A session and its whole message tree in chronological order; None when unknown."""
         return await self._db.run(_session_detail, session_id)
 
 
+@dataclass(frozen=True, slots=True)
+class SessionUsage:
+    """The last root answer's tokens, and the spend of every frame (sub-agents included)."""
+
+    last_input_tokens: int | None
+    last_output_tokens: int | None
+    last_model: str | None
+    total_input_tokens: int
+    total_output_tokens: int
+    total_cost: float
+    model_calls: int
+
+
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+def _usage(conn: Connection, session_id: int) -> SessionUsage:
+    frames = sa.select(f.c.id).where(f.c.session_id == session_id)
+    answered = (
+        h.c.role == "assistant",
+        h.c.session_stack_id.in_(frames),
+        h.c.is_synthetic.is_(False),
+    )
+    totals = conn.execute(
+        sa.select(
+            sa.func.coalesce(sa.func.sum(h.c.input_tokens), 0),
+            sa.func.coalesce(sa.func.sum(h.c.output_tokens), 0),
+            sa.func.coalesce(sa.func.sum(h.c.cost), 0.0),
+            sa.func.count(h.c.id),
+        ).where(*answered)
+    ).one()
+    root = sa.select(f.c.id).where(f.c.session_id == session_id, f.c.depth == 0)
+    last = conn.execute(
+        sa.select(h.c.input_tokens, h.c.output_tokens, h.c.model)
+        .where(
+            h.c.role == "assistant",
+            h.c.session_stack_id.in_(root),
+            h.c.is_synthetic.is_(False),
+        )
+        .order_by(h.c.id.desc())
+        .limit(1)
+    ).first()
+    return SessionUsage(
+        last_input_tokens=last.input_tokens if last else None,
+        last_output_tokens=last.output_tokens if last else None,
+        last_model=last.model if last else None,
+        total_input_tokens=int(totals[0]),
+        total_output_tokens=int(totals[1]),
+        total_cost=float(totals[2]),
+        model_calls=int(totals[3]),
+    )
 
 
 def _list_sessions(conn: Connection, source: str | None, page: int, per_page: int) -> Json:

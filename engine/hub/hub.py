@@ -1,0 +1,532 @@
+"""``ChatHub``: every platform adapter talks to one hub.
+
+One live session per source; one durable FIFO inbox and at most one consumer task per
+source; messages that arrive during a turn steer it; every turn's events on one
+broadcast; background notifications delivered into the home chat through the agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.approval.broker import BypassRequest
+from engine.bus.broadcast import Broadcast, Lagged, Subscription
+from engine.bus.system import SessionCancelled
+from engine.config import HubConfig
+from engine.core import Decided, Engine
+from engine.hub.inbox import SourceInbox, Unit
+from engine.hub.notifications import NotificationBatcher
+from engine.hub.types import (
+    HubError,
+    HubEvent,
+    NewSession,
+    Notification,
+    SendOptions,
+    validate_source,
+)
+from engine.session.emitter import EmitFn
+from engine.session.events import Error, TurnEvent
+from engine.session.handler import ChatSessionHandler
+from engine.session.outcomes import TurnResult
+from engine.store.views import SessionUsage
+from engine.tools.base import Tool
+
+__all__ = ["AUTO_MODEL", "ChatHub", "SourceDefaults", "SourceEvents"]
+
+log = logging.getLogger(__name__)
+
+AUTO_MODEL = "auto"
+HOME_KEY = "home_source"
+EVENT_CAPACITY = 512
+
+
+@dataclass(frozen=True, slots=True)
+class SourceDefaults:
+    """What an adapter adds to every turn of its sources (``register``)."""
+
+    interface_tools: Sequence[Tool] = ()
+    extra_system_static: str | None = None
+    extra_system_dynamic: str | None = None
+    tail_reminder: str | None = None
+
+
+@dataclass(eq=False)
+class _Source:
+    name: str
+    session_id: int
+    inbox: SourceInbox = field(default_factory=SourceInbox)
+    handler: ChatSessionHandler | None = None
+    consumer: asyncio.Task[None] | None = None
+    turn: asyncio.Task[Any] | None = None
+    resume_first: bool = False
+    last_active: float = 0.0
+
+
+class SourceEvents:
+    """A subscription to the hub's events of one source (or all): ``HubEvent`` or ``Lagged``."""
+
+    def __init__(self, subscription: Subscription[HubEvent], source: str | None) -> None:
+        self._subscription = subscription
+        self._source = source
+
+    async def recv(self) -> HubEvent:
+        """The next event of the source; raises ``Lagged`` once after falling behind."""
+        while True:
+            event = await self._subscription.recv()
+            if self._source is None or event.source == self._source:
+                return event
+
+    def close(self) -> None:
+        self._subscription.close()
+
+    def __aiter__(self) -> SourceEvents:
+        return self
+
+    async def __anext__(self) -> HubEvent | Lagged:
+        try:
+            return await self.recv()
+        except Lagged as lagged:
+            return lagged
+        except Exception as exc:  # BusClosed
+            raise StopAsyncIteration from exc
+
+
+class ChatHub:
+    def __init__(
+        self,
+        engine: Engine,
+        config: HubConfig | None = None,
+        *,
+        default_home: str = "console",
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.engine = engine
+        self.config = config or HubConfig()
+        self._default_home = validate_source(default_home)
+        self._home: str | None = None
+        self._clock = clock
+        self._sleep = sleep
+        self._sources: dict[str, _Source] = {}
+        self._creating = asyncio.Lock()
+        self._defaults: list[tuple[str, SourceDefaults]] = []
+        self._events: Broadcast[HubEvent] = Broadcast(EVENT_CAPACITY)
+        self._batcher = NotificationBatcher(self._deliver, self.config.notify_window_s, sleep)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Resume what a crash interrupted, re-queue accepted messages, start the services."""
+        self._home = await self.engine.store.settings.get(HOME_KEY)
+        self._spawn(self._batcher.run())
+        self._spawn(self._sweep())
+        self._spawn(self._watch_system_bus(self.engine.system_bus.subscribe()))
+        await self._recover()
+
+    async def close(self) -> None:
+        """Stop the tasks. Turns in flight stay as they are and are resumed at next start."""
+        self._closing = True
+        tasks = [*self._tasks]
+        for state in self._sources.values():
+            tasks.extend(t for t in (state.consumer, state.turn) if t is not None)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._events.close()
+
+    def register(self, prefix: str, defaults: SourceDefaults) -> None:
+        """Defaults for every source starting with ``prefix`` (longest prefix wins)."""
+        self._defaults.append((prefix, defaults))
+        self._defaults.sort(key=lambda item: len(item[0]), reverse=True)
+
+    def events(self, source: str | None = None, *, capacity: int | None = None) -> SourceEvents:
+        """Subscribe to the events of ``source`` (all sources when ``None``)."""
+        return SourceEvents(self._events.subscribe(capacity), source)
+
+    # -- messages ------------------------------------------------------------------------
+
+    async def send_message(self, source: str, text: str, options: SendOptions | None = None) -> int:
+        """Accept a message: stored durably, then queued; returns its queue id.
+
+        It seeds a turn of its own, or is injected into the running one at its next round
+        boundary. Turn errors reach the source as ``Error`` events, not as exceptions here.
+        """
+        options = options or SendOptions()
+        validate_source(source)
+        self._check_text(text, options)
+        state = await self._state(source, agent_id=options.agent_id)
+        row = await self.engine.store.queue.push(
+            source,
+            state.session_id,
+            text,
+            is_synthetic=options.is_synthetic,
+            metadata=options.metadata,
+            options=options.to_json(),
+        )
+        state.inbox.push(text, options, row.id)
+        self._ensure_consumer(state)
+        return row.id
+
+    async def cancel(self, source: str) -> int:
+        """``/stop``: drop the queued messages, stop the turn; how many messages were dropped."""
+        validate_source(source)
+        state = self._sources.get(source)
+        if state is None:
+            return 0
+        dropped = state.inbox.clear()
+        if state.handler is not None:
+            state.handler.cancel()
+        await self.engine.store.queue.drop(source)
+        return dropped
+
+    async def clear(self, source: str) -> int:
+        """``/new``, ``/clear``: a fresh session; the queued messages and the turn are dropped."""
+        validate_source(source)
+        state = await self._state(source)
+        state.inbox.clear()
+        if state.handler is not None:
+            state.handler.cancel()
+        await self.engine.store.queue.drop(source)
+        previous = state.session_id
+        fresh = await self.engine.store.sessions.for_source(source, fresh=True)
+        state.session_id, state.handler = fresh.id, None
+        self._publish(source, fresh.id, NewSession(fresh.id, previous))
+        return fresh.id
+
+    async def resume(self, source: str) -> TurnResult | None:
+        """Continue the source's interrupted turn (``None``: nothing was interrupted)."""
+        state = await self._state(validate_source(source))
+        return await self._resume(state)
+
+    def is_processing(self, source: str) -> bool:
+        state = self._sources.get(source)
+        if state is None:
+            return False
+        busy_turn = state.turn is not None and not state.turn.done()
+        return busy_turn or (state.handler is not None and state.handler.is_processing)
+
+    # -- human decisions -----------------------------------------------------------------
+
+    async def approve(
+        self,
+        source: str,
+        tool_call_id: int,
+        *,
+        bypass_secs: float | None = None,
+        bypass_scope: str | None = None,
+        bypass_value: str | None = None,
+    ) -> Decided:
+        """Approve a call of the source's session (refused for another session's call)."""
+        state = await self._state(validate_source(source))
+        bypass = None
+        if bypass_scope is not None or bypass_secs is not None:
+            bypass = BypassRequest(bypass_scope or "all", bypass_value, bypass_secs)
+        return await self.engine.approve(
+            tool_call_id, bypass, session_id=state.session_id, emit=self._bridge(state)
+        )
+
+    async def reject(self, source: str, tool_call_id: int, note: str = "") -> Decided:
+        state = await self._state(validate_source(source))
+        return await self.engine.reject(
+            tool_call_id, note, session_id=state.session_id, emit=self._bridge(state)
+        )
+
+    async def resolve_question(self, source: str, request_id: int, answer: str) -> Decided:
+        state = await self._state(validate_source(source))
+        self._check_text(answer, SendOptions())
+        return await self.engine.resolve_question(
+            request_id, answer, session_id=state.session_id, emit=self._bridge(state)
+        )
+
+    # -- notifications -------------------------------------------------------------------
+
+    def notify(self, notification: Notification) -> None:
+        """Queue a notification; bursts are delivered together to the target (or home)."""
+        self._batcher.push(notification)
+
+    @property
+    def home(self) -> str:
+        return self._home or self._default_home
+
+    async def set_home(self, source: str) -> None:
+        validate_source(source)
+        await self.engine.store.settings.set(HOME_KEY, source)
+        self._home = source
+
+    # -- session settings ----------------------------------------------------------------
+
+    async def context_info(self, source: str) -> SessionUsage:
+        """Token use of the last answer (how full the context is) and the session's totals."""
+        state = await self._state(validate_source(source))
+        return await self.engine.store.views.usage(state.session_id)
+
+    async def cost_info(self, source: str) -> SessionUsage:
+        """The session's spend, sub-agents included."""
+        return await self.context_info(source)
+
+    async def force_compact(self, source: str) -> bool:
+        """Compact the context now; False when compaction is not configured."""
+        handler = await self._handler(await self._state(validate_source(source)))
+        compact = getattr(handler, "compact", None)
+        if compact is None:
+            return False
+        return bool(await compact(force=True))
+
+    async def reset_tools(self, source: str) -> int:
+        """``/resettools``: revoke the tool groups the session activated."""
+        state = await self._state(validate_source(source))
+        return await self.engine.store.sessions.reset_tool_grants(state.session_id)
+
+    def list_models(self) -> list[str]:
+        return list(self.engine.models.names)
+
+    async def selected_model(self, source: str) -> str:
+        state = await self._state(validate_source(source))
+        return await self.engine.store.sessions.source_model(state.name) or AUTO_MODEL
+
+    async def select_model(self, source: str, model: str) -> str:
+        """Pin the source to a configured model, or ``auto`` (the configured order)."""
+        state = await self._state(validate_source(source))
+        names = self.list_models()
+        chosen = None if model == AUTO_MODEL else model
+        if chosen is not None and chosen not in names:
+            raise HubError(f"model: {model!r} is not configured; choose one of {names} or 'auto'")
+        await self.engine.store.sessions.set_source_model(source, chosen)
+        if state.handler is not None:
+            state.handler.preferred_model = chosen or state.handler.agent.model
+        return model
+
+    # -- eviction ------------------------------------------------------------------------
+
+    def evict_idle(self, now: float | None = None) -> int:
+        """Drop sources idle for ``idle_evict_s`` from memory (their state is stored)."""
+        now = self._clock() if now is None else now
+        idle = [
+            name
+            for name, state in self._sources.items()
+            if state.consumer is None
+            and len(state.inbox) == 0
+            and not self.is_processing(name)
+            and now - state.last_active >= self.config.idle_evict_s
+        ]
+        for name in idle:
+            del self._sources[name]
+        return len(idle)
+
+    @property
+    def live_sources(self) -> int:
+        return len(self._sources)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _check_text(self, text: str, options: SendOptions) -> None:
+        if not isinstance(text, str):
+            raise HubError("text: must be a string")
+        limit = self.config.max_message_chars
+        if len(text) > limit:
+            raise HubError(
+                f"message is {len(text)} characters long; the limit is {limit}. "
+                "Send it as a file instead."
+            )
+        if not text.strip() and not (options.metadata or {}).get("attachments"):
+            raise HubError("message is empty")
+
+    async def _state(self, source: str, *, agent_id: str | None = None) -> _Source:
+        state = self._sources.get(source)
+        if state is not None:
+            return state
+        async with self._creating:
+            state = self._sources.get(source)
+            if state is None:
+                session = await self.engine.store.sessions.for_source(
+                    source, agent_id=agent_id or "main"
+                )
+                state = _Source(source, session.id, last_active=self._clock())
+                self._sources[source] = state
+        return state
+
+    async def _handler(self, state: _Source) -> ChatSessionHandler:
+        handler = state.handler
+        if handler is None or handler.session.id != state.session_id:
+            handler = await self.engine.open_session(state.session_id)
+            model = await self.engine.store.sessions.source_model(state.name)
+            if model is not None and model in self.list_models():
+                handler.preferred_model = model
+            state.handler = handler
+        return handler
+
+    def _defaults_for(self, source: str) -> SourceDefaults:
+        for prefix, defaults in self._defaults:
+            if source.startswith(prefix):
+                return defaults
+        return SourceDefaults()
+
+    def _bridge(self, state: _Source) -> EmitFn:
+        source, session_id = state.name, state.session_id
+
+        def emit(event: TurnEvent) -> None:
+            self._publish(source, session_id, event)
+
+        return emit
+
+    def _publish(self, source: str, session_id: int | None, event: Any) -> None:
+        if not self._events.closed:
+            self._events.publish(HubEvent(source, session_id, event))
+
+    def _ensure_consumer(self, state: _Source) -> None:
+        if state.consumer is None and not self._closing:
+            state.consumer = asyncio.create_task(self._consume(state), name=f"hub:{state.name}")
+
+    async def _consume(self, state: _Source) -> None:
+        """The source's only consumer: one turn at a time, in arrival order."""
+        try:
+            if state.resume_first:
+                state.resume_first = False
+                await self._run_turn(state, None, self._resume(state))
+            if self.config.debounce_s > 0:
+                await self._sleep(self.config.debounce_s)  # take a burst as one queue
+            while (unit := state.inbox.take()) is not None:
+                await self._dispatch(state, unit)
+        finally:
+            state.consumer = None
+            state.last_active = self._clock()
+            if len(state.inbox) and not self._closing:
+                self._ensure_consumer(state)  # pushed while this one was finishing
+
+    async def _dispatch(self, state: _Source, unit: Unit) -> None:
+        handler = await self._handler(state)
+        if not state.inbox.is_current(unit):
+            return  # a /stop came while this unit was being prepared: it is dropped
+        options = unit.options
+        defaults = self._defaults_for(state.name)
+        turn = handler.handle_message(
+            unit.text,
+            is_synthetic=options.is_synthetic,
+            metadata=options.metadata,
+            extra_system_static=options.extra_system_static or defaults.extra_system_static,
+            extra_system_dynamic=options.extra_system_dynamic or defaults.extra_system_dynamic,
+            tail_reminder=defaults.tail_reminder,
+            interface_tools=tuple(options.interface_tools) or tuple(defaults.interface_tools),
+            pending_input=None if options.is_synthetic else state.inbox,
+            emit=self._bridge(state),
+            consumes=unit.queued_id,
+        )
+        await self._run_turn(state, unit, turn)
+
+    async def _run_turn(
+        self, state: _Source, unit: Unit | None, turn: Coroutine[Any, Any, Any]
+    ) -> None:
+        """Run a turn in its own task: whatever it raises, the consumer goes on."""
+        task = asyncio.create_task(turn)
+        state.turn = task
+        try:
+            await task
+        except asyncio.CancelledError:
+            if self._closing:
+                raise
+        except Exception as exc:
+            log.exception("turn of %s failed; the consumer goes on", state.name)
+            if unit is not None:  # not stored yet: drop it and say so, never silently
+                await self.engine.store.queue.remove(unit.queued_id)
+            self._publish(
+                state.name,
+                state.session_id,
+                Error(f"Your message could not be processed: {type(exc).__name__}: {exc}"),
+            )
+        finally:
+            state.turn = None
+            state.last_active = self._clock()
+
+    async def _resume(self, state: _Source) -> TurnResult | None:
+        handler = await self._handler(state)
+        defaults = self._defaults_for(state.name)
+        return await handler.resume_turn(
+            extra_system_static=defaults.extra_system_static,
+            extra_system_dynamic=defaults.extra_system_dynamic,
+            tail_reminder=defaults.tail_reminder,
+            interface_tools=tuple(defaults.interface_tools),
+            emit=self._bridge(state),
+        )
+
+    async def _recover(self) -> None:
+        """At start: interrupted turns are resumed first, then the queued messages, in order."""
+        store = self.engine.store
+        sources = await store.sessions.all_sources()
+        by_session = {session_id: source for source, session_id in sources.items()}
+        touched: dict[str, _Source] = {}
+        for session_id in await self.engine.interrupted_sessions():
+            source = by_session.get(session_id)
+            if source is None:
+                log.warning("session %s was interrupted but no source uses it", session_id)
+                continue
+            state = touched[source] = await self._state(source)
+            state.resume_first = True
+        for row in await store.queue.pending():
+            if sources.get(row.source) != row.session_id:
+                await store.queue.remove(row.id)  # queued for a session since replaced
+                continue
+            state = touched[row.source] = await self._state(row.source)
+            options = SendOptions.from_row(row.is_synthetic, row.metadata, row.options)
+            state.inbox.push(row.content, options, row.id)
+        for state in touched.values():
+            self._ensure_consumer(state)
+        if touched:
+            log.info("recovered %d source(s) with interrupted or queued work", len(touched))
+
+    async def _deliver(self, batch: list[Notification]) -> None:
+        by_target: dict[str, list[Notification]] = defaultdict(list)
+        known = await self.engine.store.sessions.all_sources()
+        for notification in batch:
+            target = notification.target or self.home
+            if notification.target is not None and target not in known:
+                log.warning(
+                    "notification for unknown target %r delivered to the home source %r",
+                    notification.target,
+                    self.home,
+                )
+                target = self.home
+            by_target[target].append(notification)
+        for target, items in by_target.items():
+            state = await self._state(target)
+            payload = json.dumps([n.to_json() for n in items], ensure_ascii=False)
+            self._spawn(self._deliver_to(state, payload))
+
+    async def _deliver_to(self, state: _Source, payload: str) -> None:
+        handler = await self._handler(state)
+        defaults = self._defaults_for(state.name)
+        try:
+            await handler.deliver_notifications(
+                payload, interface_tools=tuple(defaults.interface_tools), emit=self._bridge(state)
+            )
+        except Exception:
+            log.exception("notification turn for %s failed", state.name)
+        state.last_active = self._clock()
+
+    async def _sweep(self) -> None:
+        interval = max(self.config.idle_evict_s / 4, 1.0)
+        while True:
+            await self._sleep(interval)
+            self.evict_idle()
+
+    async def _watch_system_bus(self, subscription: Subscription[Any]) -> None:
+        """Cancelling a session from elsewhere (an API, the scheduler) arrives here."""
+        with contextlib.closing(subscription):
+            async for event in subscription:
+                if isinstance(event, SessionCancelled):
+                    self.engine.cancel_session(event.session_id)
+
+    def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task

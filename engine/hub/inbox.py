@@ -1,0 +1,63 @@
+"""``SourceInbox``: one source's accepted messages, in arrival order.
+
+It mirrors the source's rows in ``queued_messages``. The consumer takes one message to
+seed a turn; the running turn drains the leading user messages at each round boundary
+(``PendingUserInput``). A ``/stop`` clears it and bumps the epoch, so a unit taken a
+moment before the stop is recognised as stale and dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass
+
+from engine.hub.types import SendOptions
+from engine.session.turn import QueuedMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    text: str
+    options: SendOptions
+    queued_id: int
+    epoch: int
+
+
+class SourceInbox:
+    def __init__(self) -> None:
+        self._pending: deque[Unit] = deque()
+        self.epoch = 0
+        self.wake = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def push(self, text: str, options: SendOptions, queued_id: int) -> None:
+        self._pending.append(Unit(text, options, queued_id, self.epoch))
+        self.wake.set()
+
+    def take(self) -> Unit | None:
+        """The oldest message: it seeds one turn (messages are never merged here)."""
+        return self._pending.popleft() if self._pending else None
+
+    def is_current(self, unit: Unit) -> bool:
+        return unit.epoch == self.epoch
+
+    def drain_user(self) -> list[QueuedMessage]:
+        """The leading run of user messages, for injection into the running turn.
+
+        Stops at the first synthetic message: that one seeds a turn of its own.
+        """
+        drained = []
+        while self._pending and not self._pending[0].options.is_synthetic:
+            unit = self._pending.popleft()
+            drained.append(QueuedMessage(unit.text, unit.options.metadata, unit.queued_id))
+        return drained
+
+    def clear(self) -> int:
+        """Drop everything queued; a unit already taken becomes stale."""
+        dropped = len(self._pending)
+        self._pending.clear()
+        self.epoch += 1
+        return dropped

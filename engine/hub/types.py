@@ -1,0 +1,111 @@
+"""What goes in and out of the hub: options, notifications, bus events, errors."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from engine.session.events import TurnEvent
+from engine.tools.base import Tool
+
+__all__ = [
+    "HubError",
+    "HubEvent",
+    "NewSession",
+    "Notification",
+    "SendOptions",
+    "validate_source",
+]
+
+# `telegram:-100123:45`, `console`, `web:ada@example.org`: a lowercase kind, then ids.
+_SOURCE = re.compile(r"[a-z][a-z0-9_]*(:[A-Za-z0-9_.@+\-]+)*")
+MAX_SOURCE_CHARS = 255
+
+
+class HubError(ValueError):
+    """A request the hub refuses; the message says what was wrong."""
+
+
+def validate_source(source: object) -> str:
+    if not isinstance(source, str) or not source:
+        raise HubError("source: must be a non-empty string such as 'telegram:42'")
+    if len(source) > MAX_SOURCE_CHARS:
+        raise HubError(f"source: longer than {MAX_SOURCE_CHARS} characters")
+    if not _SOURCE.fullmatch(source):
+        raise HubError(
+            f"source: {source[:80]!r} is malformed; expected '<kind>' or '<kind>:<id>[:<id>]' "
+            "(kind in lowercase letters, digits, '_'; ids without spaces or ':')"
+        )
+    return source
+
+
+@dataclass(frozen=True, slots=True)
+class SendOptions:
+    """How one message is handled. Only the JSON-able part survives a restart."""
+
+    is_synthetic: bool = False
+    metadata: dict[str, Any] | None = None
+    agent_id: str | None = None
+    extra_system_static: str | None = None
+    extra_system_dynamic: str | None = None
+    interface_tools: Sequence[Tool] = ()
+
+    def to_json(self) -> dict[str, Any] | None:
+        stored = {
+            k: v
+            for k, v in (
+                ("agent_id", self.agent_id),
+                ("extra_system_static", self.extra_system_static),
+                ("extra_system_dynamic", self.extra_system_dynamic),
+            )
+            if v is not None
+        }
+        return stored or None
+
+    @classmethod
+    def from_row(
+        cls, is_synthetic: bool, metadata: dict[str, Any] | None, options: dict[str, Any] | None
+    ) -> SendOptions:
+        return cls(is_synthetic=is_synthetic, metadata=metadata, **(options or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """A neutral statement of fact from background work, worded for the user by the agent."""
+
+    source: str
+    event_type: str
+    summary: str
+    event_time: datetime = field(default_factory=lambda: datetime.now(UTC))
+    refs: dict[str, Any] = field(default_factory=dict)
+    #: The source to tell; ``None`` is the home source.
+    target: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "event_type": self.event_type,
+            "summary": self.summary,
+            "event_time": self.event_time.isoformat(),
+            "refs": self.refs,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NewSession:
+    """The source now talks to a fresh session (``/new``, ``/clear``)."""
+
+    session_id: int
+    previous_session_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class HubEvent:
+    """One event of any turn, tagged with where it belongs; adapters filter by source."""
+
+    source: str
+    session_id: int | None
+    event: TurnEvent | NewSession

@@ -1,0 +1,107 @@
+"""A hub over a real engine (SQLite file, workspace) and an in-process model."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
+from engine.core import Engine
+from engine.hub import ChatHub, HubEvent
+from engine.llm.registry import ModelRegistry
+from engine.llm.scripted import ScriptedModel
+from engine.llm.types import LlmResponse, Message
+from engine.session.events import Done
+from engine.session.gate import AllowAll
+
+
+def last_user_text(messages: Sequence[Message]) -> str:
+    return next(m["content"] for m in reversed(messages) if m["role"] == "user")
+
+
+class EchoModel(ScriptedModel):
+    """Scripted replies first; then answers every request with ``echo: <last user text>``."""
+
+    async def complete(self, messages, tools, *, on_delta=None):  # type: ignore[override]
+        if not self.pending:
+            self.add(lambda msgs: LlmResponse(content=f"echo: {last_user_text(msgs)}"))
+        return await super().complete(messages, tools, on_delta=on_delta)
+
+
+class ManualSleep:
+    """An injectable ``sleep``: each call waits until the test releases it."""
+
+    def __init__(self) -> None:
+        self.waiting: asyncio.Queue[asyncio.Future[None]] = asyncio.Queue()
+
+    async def __call__(self, seconds: float) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self.waiting.put(future)
+        await future
+
+    async def release_next(self) -> None:
+        future = await asyncio.wait_for(self.waiting.get(), 5)
+        future.set_result(None)
+
+
+@pytest.fixture
+def model() -> EchoModel:
+    return EchoModel(name="primary")
+
+
+@pytest.fixture
+def hub_config() -> HubConfig:
+    return HubConfig(idle_evict_s=60)
+
+
+@pytest.fixture
+def manual_sleep() -> ManualSleep:
+    return ManualSleep()
+
+
+@pytest.fixture
+def app_config(tmp_path: Path) -> AppConfig:
+    settings = load_settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
+        chathub_workspace=tmp_path / "workspace",
+        chathub_timezone="UTC",
+        _env_file=None,
+    )
+    return AppConfig(
+        settings=settings, models=(), engine=EngineConfig(max_tool_rounds=6, command_timeout_s=5)
+    )
+
+
+@pytest.fixture
+async def engine(app_config: AppConfig, model: EchoModel) -> AsyncIterator[Engine]:
+    engine = await Engine.open(app_config, models=ModelRegistry([model]), policy=AllowAll())
+    yield engine
+    await engine.close()
+
+
+@pytest.fixture
+async def hub(engine: Engine, hub_config: HubConfig, manual_sleep) -> AsyncIterator[ChatHub]:
+    hub = ChatHub(engine, hub_config, sleep=manual_sleep)
+    await hub.start()
+    yield hub
+    await hub.close()
+
+
+async def wait_done(events, count: int = 1, timeout: float = 5) -> list[HubEvent]:
+    """Collect events until ``count`` Done events arrived."""
+    seen: list[HubEvent] = []
+    done = 0
+
+    async def collect() -> None:
+        nonlocal done
+        while done < count:
+            event = await events.recv()
+            seen.append(event)
+            if isinstance(event.event, Done):
+                done += 1
+
+    await asyncio.wait_for(collect(), timeout)
+    return seen
