@@ -19,7 +19,7 @@ from engine.session.gate import AllowAll
 
 
 def last_user_text(messages: Sequence[Message]) -> str:
-    return next(m["content"] for m in reversed(messages) if m["role"] == "user")
+    return next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
 
 
 class EchoModel(ScriptedModel):
@@ -32,19 +32,31 @@ class EchoModel(ScriptedModel):
 
 
 class ManualSleep:
-    """An injectable ``sleep``: each call waits until the test releases it."""
+    """An injectable ``sleep``: each call waits until the test releases that duration."""
 
     def __init__(self) -> None:
-        self.waiting: asyncio.Queue[asyncio.Future[None]] = asyncio.Queue()
+        self._waiting: list[tuple[float, asyncio.Future[None]]] = []
+        self._changed = asyncio.Event()
 
     async def __call__(self, seconds: float) -> None:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        await self.waiting.put(future)
+        self._waiting.append((seconds, future))
+        self._changed.set()
         await future
 
-    async def release_next(self) -> None:
-        future = await asyncio.wait_for(self.waiting.get(), 5)
-        future.set_result(None)
+    async def release(self, seconds: float) -> None:
+        """End the (first) sleep of ``seconds``, waiting for it to start if needed."""
+
+        async def find() -> asyncio.Future[None]:
+            while True:
+                for i, (length, future) in enumerate(self._waiting):
+                    if length == seconds:
+                        del self._waiting[i]
+                        return future
+                self._changed.clear()
+                await self._changed.wait()
+
+        (await asyncio.wait_for(find(), 5)).set_result(None)
 
 
 @pytest.fixture
@@ -90,7 +102,7 @@ async def hub(engine: Engine, hub_config: HubConfig, manual_sleep) -> AsyncItera
     await hub.close()
 
 
-async def wait_done(events, count: int = 1, timeout: float = 5) -> list[HubEvent]:
+async def wait_done(events, count: int = 1) -> list[HubEvent]:
     """Collect events until ``count`` Done events arrived."""
     seen: list[HubEvent] = []
     done = 0
@@ -103,5 +115,5 @@ async def wait_done(events, count: int = 1, timeout: float = 5) -> list[HubEvent
             if isinstance(event.event, Done):
                 done += 1
 
-    await asyncio.wait_for(collect(), timeout)
+    await asyncio.wait_for(collect(), 5)
     return seen

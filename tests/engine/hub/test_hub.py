@@ -1,0 +1,333 @@
+"""ChatHub scenarios: ordering, steering, /stop, isolation, notifications, eviction, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pytest
+
+from engine.bus.system import SessionCancelled
+from engine.core import Engine
+from engine.hub import ChatHub, HubError, NewSession, Notification, SendOptions
+from engine.llm.registry import ModelRegistry
+from engine.llm.scripted import text, tool_call
+from engine.session import events as ev
+from engine.store.inbox import InboxError
+from tests.engine.hub.conftest import EchoModel, ManualSleep, wait_done
+from tests.engine.session.helpers import BlockingTool, EchoTool, roles
+
+
+async def user_rows(engine: Engine, session_id: int) -> list[tuple[str, str]]:
+    detail = await engine.store.views.session_detail(session_id)
+    assert detail is not None
+    return [(m["content"], m["status"]) for m in detail["messages"] if m["kind"] == "user"]
+
+
+async def session_of(hub: ChatHub, source: str) -> int:
+    session_id = await hub.engine.store.sessions.active_for_source(source)
+    assert session_id is not None
+    return session_id
+
+
+async def test_a_message_is_stored_before_it_is_acknowledged(hub: ChatHub, engine, model):
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    model.add(tool_call("wait_here", "{}", "w"))
+    events = hub.events("telegram:1")
+    await hub.send_message("telegram:1", "first")
+    await asyncio.wait_for(blocker.started.wait(), 5)
+
+    queued_id = await hub.send_message("telegram:1", "second")
+
+    [row] = await engine.store.queue.pending("telegram:1")
+    assert (row.id, row.content) == (queued_id, "second")
+    blocker.release.set()
+    await wait_done(events)
+    assert await engine.store.queue.pending() == []
+
+
+async def test_a_hundred_rapid_messages_keep_their_order(hub: ChatHub, engine, model):
+    events = hub.events("telegram:1")
+    sent = [f"message {i}" for i in range(100)]
+    for message in sent:
+        await hub.send_message("telegram:1", message)
+    answered: list[str] = []
+    while len(answered) < 100:
+        event = await asyncio.wait_for(events.recv(), 5)
+        if isinstance(event.event, ev.UserMessage):
+            answered.append(event.event.content)
+        if isinstance(event.event, ev.Done) and len(answered) == 100:
+            break
+
+    assert answered == sent
+    rows = await user_rows(engine, await session_of(hub, "telegram:1"))
+    assert rows == [(m, "ok") for m in sent]
+    assert await engine.store.queue.pending() == []
+
+
+async def test_a_message_sent_while_a_tool_runs_steers_the_next_round(hub: ChatHub, engine, model):
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    model.add(tool_call("wait_here", "{}", "w"), text("Switched to Paris as you asked."))
+    events = hub.events("telegram:1")
+    await hub.send_message("telegram:1", "find hotels in Rome")
+    await asyncio.wait_for(blocker.started.wait(), 5)
+
+    await hub.send_message("telegram:1", "actually, Paris")
+    blocker.release.set()
+    seen = await wait_done(events)
+
+    assert seen[-1].event.content == "Switched to Paris as you asked."
+    second = model.requests[1][0]
+    assert roles(second)[1:-1] == ["user", "assistant", "tool", "user"]
+    assert second[-2]["content"] == "actually, Paris"
+    rows = await user_rows(engine, await session_of(hub, "telegram:1"))
+    assert rows == [("find hotels in Rome", "ok"), ("actually, Paris", "ok")]  # two rows
+
+
+async def test_stop_during_a_tool_drops_the_three_queued_messages(hub: ChatHub, engine, model):
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    model.add(tool_call("wait_here", "{}", "w"))
+    events = hub.events("telegram:1")
+    await hub.send_message("telegram:1", "long job")
+    await asyncio.wait_for(blocker.started.wait(), 5)
+    for message in ("one", "two", "three"):
+        await hub.send_message("telegram:1", message)
+
+    assert await hub.cancel("telegram:1") == 3
+
+    async def until_error() -> None:
+        while not isinstance((await events.recv()).event, ev.Error):
+            pass
+
+    await asyncio.wait_for(until_error(), 5)
+    assert blocker.cancelled
+    rows = await user_rows(engine, await session_of(hub, "telegram:1"))
+    assert rows == [("long job", "ok")]  # answered by the cancelled call: not resumed
+    assert await engine.interrupted_sessions() == []
+    assert await engine.store.queue.pending() == []
+    assert len(model.requests) == 1  # none of the three was ever answered
+
+
+async def test_a_turn_that_raises_does_not_stop_later_messages(hub: ChatHub, engine, model):
+    events = hub.events("telegram:1")
+    clash = SendOptions(interface_tools=(EchoTool("read_file"),))  # a duplicate tool name
+    await hub.send_message("telegram:1", "broken", clash)
+    await hub.send_message("telegram:1", "fine")
+
+    seen = await wait_done(events)
+
+    errors = [e.event for e in seen if isinstance(e.event, ev.Error)]
+    assert errors and "could not be processed" in errors[0].message
+    assert seen[-1].event.content == "echo: fine"
+    assert await engine.store.queue.pending() == []
+
+
+async def test_two_sources_never_wait_for_each_other(hub: ChatHub, engine, model):
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    model.add(tool_call("wait_here", "{}", "w"))
+    slow, fast = hub.events("telegram:1"), hub.events("telegram:2")
+    await hub.send_message("telegram:1", "slow job")
+    await asyncio.wait_for(blocker.started.wait(), 5)
+
+    await hub.send_message("telegram:2", "quick question")
+    seen = await wait_done(fast)
+
+    assert seen[-1].event.content == "echo: quick question"
+    assert hub.is_processing("telegram:1") and not hub.is_processing("telegram:2")
+    blocker.release.set()
+    await wait_done(slow)
+
+
+async def test_events_of_other_sources_are_filtered_out(hub: ChatHub):
+    mine, everything = hub.events("telegram:1"), hub.events()
+    await hub.send_message("telegram:2", "not for you")
+    await hub.send_message("telegram:1", "for you")
+    seen = await wait_done(mine)
+    assert {e.source for e in seen} == {"telegram:1"}
+    assert len(await wait_done(everything, 2)) > len(seen)
+
+
+async def test_clear_starts_a_fresh_session_and_drops_the_queue(hub: ChatHub, engine, model):
+    events = hub.events("telegram:1")
+    await hub.send_message("telegram:1", "remember 42")
+    await wait_done(events)
+    old = await session_of(hub, "telegram:1")
+
+    new = await hub.clear("telegram:1")
+
+    event = await asyncio.wait_for(events.recv(), 5)
+    assert event.event == NewSession(new, old) and new != old
+    await hub.send_message("telegram:1", "what did I say?")
+    await wait_done(events)
+    assert roles(model.requests[-1][0])[1:-1] == ["user"]  # the old history is gone
+
+
+async def test_five_notifications_make_one_message_and_one_turn(
+    hub: ChatHub, engine, model, manual_sleep: ManualSleep
+):
+    await hub.set_home("telegram:1")
+    events = hub.events("telegram:1")
+    model.add(text("You have five updates: ..."))
+    for i in range(5):
+        hub.notify(Notification("cron", "job_done", f"job {i} finished"))
+    await manual_sleep.release(hub.config.notify_window_s)  # the 200 ms batching window ends
+
+    seen = await wait_done(events)
+
+    assert seen[-1].event.content == "You have five updates: ..."
+    assert len(model.requests) == 1
+    [tool_message] = [m for m in model.requests[0][0] if m["role"] == "tool"]
+    items = json.loads(tool_message["content"])
+    assert [item["summary"] for item in items] == [f"job {i} finished" for i in range(5)]
+    detail = await engine.store.views.session_detail(await session_of(hub, "telegram:1"))
+    [synthetic] = [m for m in detail["messages"] if m["kind"] == "thinking"]
+    assert synthetic["is_synthetic"] is True
+
+
+async def test_a_notification_for_an_unknown_target_goes_home(
+    hub: ChatHub, engine, model, manual_sleep, caplog
+):
+    await hub.set_home("telegram:1")
+    events = hub.events("telegram:1")
+    with caplog.at_level(logging.WARNING):
+        hub.notify(Notification("cron", "job_done", "backup finished", target="telegram:999"))
+        await manual_sleep.release(hub.config.notify_window_s)
+        await wait_done(events)
+    assert "unknown target 'telegram:999'" in caplog.text
+    assert await engine.store.sessions.active_for_source("telegram:999") is None
+
+
+async def test_the_model_reading_notifications_itself_gets_nothing(hub: ChatHub, model):
+    model.add(tool_call("read_notification", "{}", "r"), text("Nothing new."))
+    events = hub.events("telegram:1")
+    await hub.send_message("telegram:1", "anything new?")
+    await wait_done(events)
+    assert [m["content"] for m in model.requests[1][0] if m["role"] == "tool"] == ["[]"]
+
+
+async def test_the_home_source_survives_a_restart(engine: Engine, hub: ChatHub, hub_config):
+    await hub.set_home("telegram:7")
+    again = ChatHub(engine, hub_config)
+    await again.start()
+    try:
+        assert again.home == "telegram:7"
+    finally:
+        await again.close()
+
+
+async def test_an_evicted_source_reloads_its_session(hub: ChatHub, engine, model):
+    events = hub.events("telegram:1")
+    await hub.send_message("telegram:1", "my name is Ada")
+    await wait_done(events)
+    session_id = await session_of(hub, "telegram:1")
+    assert hub.evict_idle(now=10**9) == 1 and hub.live_sources == 0
+
+    await hub.send_message("telegram:1", "who am I?")
+    await wait_done(events)
+
+    assert await session_of(hub, "telegram:1") == session_id
+    users = [m["content"] for m in model.requests[-1][0] if m["role"] == "user"]
+    assert users == ["my name is Ada\n\nwho am I?"] or users == ["my name is Ada", "who am I?"]
+
+
+async def test_a_busy_or_recent_source_is_not_evicted(hub: ChatHub, engine, model):
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    model.add(tool_call("wait_here", "{}", "w"))
+    events = hub.events("telegram:1")
+    await hub.send_message("telegram:1", "work")
+    await asyncio.wait_for(blocker.started.wait(), 5)
+    assert hub.evict_idle(now=10**9) == 0
+    blocker.release.set()
+    await wait_done(events)
+    assert hub.evict_idle() == 0  # idle, but not for long enough
+
+
+async def test_decisions_are_taken_only_for_the_source_s_own_calls(app_config, model: EchoModel):
+    engine = await Engine.open(app_config, models=ModelRegistry([model]))  # the default rules
+    hub = ChatHub(engine)
+    await hub.start()
+    try:
+        model.add(tool_call("execute_cmd", '{"command": "echo hi"}', "c"), text("Ran it."))
+        events = hub.events("telegram:1")
+        await hub.send_message("telegram:1", "run it")
+
+        async def approval() -> ev.ApprovalRequired:
+            while not isinstance((event := await events.recv()).event, ev.ApprovalRequired):
+                pass
+            return event.event
+
+        request = await asyncio.wait_for(approval(), 5)
+        for attempt in (
+            hub.approve("telegram:2", request.tool_call_id),
+            hub.reject("telegram:2", request.tool_call_id, "no"),
+        ):
+            with pytest.raises(InboxError) as err:
+                await attempt
+            assert err.value.code == "other_session"
+        await hub.approve("telegram:1", request.tool_call_id, bypass_secs=60, bypass_scope="all")
+        seen = await wait_done(events)
+        assert seen[-1].event.content == "Ran it."
+    finally:
+        await hub.close()
+        await engine.close()
+
+
+async def test_a_session_cancelled_on_the_system_bus_stops_its_turn(hub: ChatHub, engine, model):
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    model.add(tool_call("wait_here", "{}", "w"))
+    events = hub.events("telegram:1")
+    await hub.send_message("telegram:1", "work")
+    await asyncio.wait_for(blocker.started.wait(), 5)
+
+    engine.system_bus.publish(SessionCancelled(await session_of(hub, "telegram:1")))
+
+    async def until_error() -> ev.Error:
+        while not isinstance((event := await events.recv()).event, ev.Error):
+            pass
+        return event.event
+
+    assert (await asyncio.wait_for(until_error(), 5)).message == "Interrupted by user."
+    assert blocker.cancelled
+
+
+async def test_model_selection_usage_and_tool_reset(hub: ChatHub, engine, model):
+    assert hub.list_models() == ["primary"]
+    assert await hub.select_model("telegram:1", "primary") == "primary"
+    assert await hub.selected_model("telegram:1") == "primary"
+    with pytest.raises(HubError, match="not configured"):
+        await hub.select_model("telegram:1", "gpt-9")
+    assert await hub.select_model("telegram:1", "auto") == "auto"
+    assert await hub.selected_model("telegram:1") == "auto"
+
+    model.add(text("hi", input_tokens=120, output_tokens=7))
+    events = hub.events("telegram:1")
+    await hub.send_message("telegram:1", "hello")
+    await wait_done(events)
+    usage = await hub.context_info("telegram:1")
+    assert (usage.last_input_tokens, usage.last_output_tokens) == (120, 7)
+    assert (await hub.cost_info("telegram:1")).model_calls == 1
+    assert await hub.reset_tools("telegram:1") == 0
+    assert await hub.force_compact("telegram:1") is False  # compaction is not configured
+
+
+@pytest.mark.parametrize("source", ["", "Telegram:1", "telegram 1", "telegram::1", "x" * 300, 42])
+async def test_a_bad_source_name_is_refused(hub: ChatHub, source):
+    with pytest.raises(HubError, match="source"):
+        await hub.send_message(source, "hi")  # type: ignore[arg-type]
+
+
+async def test_an_oversized_or_empty_message_is_refused_clearly(hub: ChatHub, engine):
+    with pytest.raises(HubError, match="1048576 characters long; the limit is 32000"):
+        await hub.send_message("telegram:1", "x" * 1_048_576)
+    with pytest.raises(HubError, match="empty"):
+        await hub.send_message("telegram:1", "   ")
+    assert await engine.store.queue.pending() == []
+    attachment = SendOptions(metadata={"attachments": [{"path": "uploads/a.png"}]})
+    assert await hub.send_message("telegram:1", "", attachment) > 0  # a photo alone is fine
