@@ -1,0 +1,1 @@
+"""The Telegram adapter: a framework-neutral core and two thin bindings (DESIGN §6)."""

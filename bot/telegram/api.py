@@ -1,0 +1,151 @@
+"""The Bot API surface the framework-neutral core uses, and the errors it understands.
+
+A binding (python-telegram-bot or aiogram, ``bot/telegram/bindings/``) implements
+``BotApi`` over its library's bot client. Everything crossing this seam is plain Bot API
+JSON: updates, messages, entities and reply markups are ``dict``s exactly as Telegram
+documents them (``from``, not ``from_user``), so the core never imports a framework.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+__all__ = [
+    "ALLOWED_UPDATES",
+    "BadRequest",
+    "BotApi",
+    "Forbidden",
+    "Json",
+    "NetworkError",
+    "RetryAfter",
+    "ServerError",
+    "TelegramError",
+    "is_not_modified",
+]
+
+Json = dict[str, Any]
+
+#: The update kinds chathub handles; asked for explicitly so nothing else is delivered.
+ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
+
+
+class TelegramError(Exception):
+    """A Bot API call failed; ``description`` is Telegram's text when it sent one."""
+
+    def __init__(self, description: str) -> None:
+        super().__init__(description)
+        self.description = description
+
+
+class RetryAfter(TelegramError):
+    """429 Too Many Requests: wait ``seconds`` before the next call to that chat."""
+
+    def __init__(self, seconds: float, description: str = "Too Many Requests") -> None:
+        super().__init__(f"{description} (retry after {seconds} s)")
+        self.seconds = seconds
+
+
+class BadRequest(TelegramError):
+    """400: the request itself is wrong (bad entities, message not modified, ...)."""
+
+
+class Forbidden(TelegramError):
+    """403: the bot was blocked or removed from the chat."""
+
+
+class ServerError(TelegramError):
+    """5xx from the Bot API: worth retrying."""
+
+
+class NetworkError(TelegramError):
+    """The request did not get an answer (connection, timeout): worth retrying."""
+
+
+def is_not_modified(error: TelegramError) -> bool:
+    """Telegram's answer to an edit that changes nothing; callers treat it as success."""
+    return "message is not modified" in error.description.lower()
+
+
+class BotApi(Protocol):
+    """What the core needs from Telegram. Implementations raise the errors above."""
+
+    async def get_me(self) -> Json: ...
+
+    async def get_updates(
+        self,
+        offset: int | None,
+        *,
+        timeout: int,
+        allowed_updates: Sequence[str] = ALLOWED_UPDATES,
+        limit: int = 100,
+    ) -> list[Json]: ...
+
+    async def send_message(
+        self,
+        chat_id: int,
+        text: str,
+        *,
+        entities: Sequence[Json] | None = None,
+        reply_markup: Json | None = None,
+        message_thread_id: int | None = None,
+        reply_to_message_id: int | None = None,
+    ) -> Json: ...
+
+    async def edit_message_text(
+        self,
+        chat_id: int,
+        message_id: int,
+        text: str,
+        *,
+        entities: Sequence[Json] | None = None,
+        reply_markup: Json | None = None,
+    ) -> None: ...
+
+    async def delete_message(self, chat_id: int, message_id: int) -> None: ...
+
+    async def answer_callback_query(
+        self, callback_query_id: str, *, text: str | None = None, show_alert: bool = False
+    ) -> None: ...
+
+    async def send_chat_action(
+        self, chat_id: int, action: str = "typing", *, message_thread_id: int | None = None
+    ) -> None: ...
+
+    async def set_my_commands(self, commands: Sequence[tuple[str, str]]) -> None: ...
+
+    async def set_webhook(
+        self, url: str, *, secret_token: str, allowed_updates: Sequence[str] = ALLOWED_UPDATES
+    ) -> None: ...
+
+    async def delete_webhook(self) -> None: ...
+
+    async def get_file(self, file_id: str) -> Json:
+        """``{file_id, file_unique_id, file_size?, file_path}``."""
+        ...
+
+    async def download_file(self, file_path: str, destination: Path) -> None: ...
+
+    async def send_document(
+        self,
+        chat_id: int,
+        filename: str,
+        data: bytes,
+        *,
+        caption: str | None = None,
+        message_thread_id: int | None = None,
+        reply_markup: Json | None = None,
+    ) -> Json: ...
+
+    async def send_message_draft(
+        self,
+        chat_id: int,
+        draft_id: int,
+        text: str,
+        *,
+        entities: Sequence[Json] | None = None,
+        message_thread_id: int | None = None,
+    ) -> None: ...
+
+    async def close(self) -> None: ...
