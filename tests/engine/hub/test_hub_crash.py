@@ -9,6 +9,7 @@ acknowledgement".
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -123,7 +124,7 @@ def _user_texts(request: dict) -> list[str]:
 
 
 def _rows(db_path: Path) -> tuple[list[tuple], list[str]]:
-    with sqlite3.connect(db_path) as db:
+    with contextlib.closing(sqlite3.connect(db_path)) as db:
         history = db.execute("SELECT id, role, content, status FROM chat_history ORDER BY id")
         queued = db.execute("SELECT content FROM queued_messages ORDER BY id")
         return history.fetchall(), [content for (content,) in queued.fetchall()]
