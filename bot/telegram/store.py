@@ -1,0 +1,334 @@
+"""What the Telegram adapter keeps in the database: updates, people, cards, the outbox."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from engine.store.db import Database
+from engine.store.schema import (
+    telegram_cards,
+    telegram_outbox,
+    telegram_pairing,
+    telegram_updates,
+    telegram_users,
+    utcnow,
+)
+
+__all__ = ["CardRow", "OutboxRow", "PairingRow", "TelegramStore"]
+
+Json = dict[str, Any]
+
+# No 0/O or 1/I/L: a code read aloud or retyped from a phone should not be ambiguous.
+CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
+CODE_LENGTH = 6
+CODE_TTL = timedelta(hours=24)
+MAX_PENDING_CODES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class PairingRow:
+    code: str
+    user_id: int
+    chat_id: int
+    name: str
+    created_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CardRow:
+    tool_call_id: int
+    kind: str
+    source: str
+    chat_id: int
+    message_id: int | None
+    text: str
+    entities: list[Json] | None
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    id: int
+    chat_id: int
+    dedupe_key: str
+    payload: Json
+    status: str
+    attempts: int
+    message_id: int | None
+
+
+class TelegramStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    # -- updates -------------------------------------------------------------------------
+
+    async def record_updates(self, updates: Sequence[Json]) -> list[Json]:
+        """Store updates not seen before (one commit); returns those, in update_id order."""
+        return await self._db.run(_record_updates, list(updates))
+
+    async def mark_handled(self, update_id: int) -> None:
+        await self._db.run(_mark_handled, update_id)
+
+    async def unhandled(self) -> list[Json]:
+        """Updates stored but never handled (the process died in between), oldest first."""
+        return await self._db.run(_unhandled)
+
+    async def last_update_id(self) -> int | None:
+        return await self._db.run(_last_update_id)
+
+    # -- people --------------------------------------------------------------------------
+
+    async def paired_users(self) -> set[int]:
+        return await self._db.run(_paired_users)
+
+    async def pair(self, user_id: int, name: str, paired_by: int | None) -> None:
+        await self._db.run(_pair, user_id, name, paired_by)
+
+    async def unpair(self, user_id: int) -> bool:
+        return await self._db.run(_unpair, user_id)
+
+    async def issue_code(
+        self, user_id: int, chat_id: int, name: str, now: datetime | None = None
+    ) -> tuple[PairingRow | None, bool]:
+        """``(code, new)``: the user's pending code (reused), a new one, or ``None`` when
+        ``MAX_PENDING_CODES`` other people are already waiting."""
+        return await self._db.run(_issue_code, user_id, chat_id, name, now or utcnow())
+
+    async def redeem(self, code: str, now: datetime | None = None) -> PairingRow | None:
+        """Use a pending, unexpired code once; ``None`` when there is no such code."""
+        return await self._db.run(_redeem, code.strip().upper(), now or utcnow())
+
+    # -- cards ---------------------------------------------------------------------------
+
+    async def save_card(self, card: CardRow) -> None:
+        await self._db.run(_save_card, card)
+
+    async def card(self, tool_call_id: int) -> CardRow | None:
+        return await self._db.run(_card, tool_call_id)
+
+    async def card_at(self, chat_id: int, message_id: int) -> CardRow | None:
+        return await self._db.run(_card_at, chat_id, message_id)
+
+    async def close_card(self, tool_call_id: int, state: str) -> bool:
+        """Mark an open card closed; False when it was not open (someone else closed it)."""
+        return await self._db.run(_close_card, tool_call_id, state)
+
+    async def open_cards(self, source: str | None = None) -> list[CardRow]:
+        return await self._db.run(_open_cards, source)
+
+    # -- outbox --------------------------------------------------------------------------
+
+    async def enqueue(self, chat_id: int, dedupe_key: str, payload: Json) -> OutboxRow | None:
+        """Record a message to deliver; ``None`` when that key was enqueued before."""
+        return await self._db.run(_enqueue, chat_id, dedupe_key, payload)
+
+    async def has_key(self, dedupe_key: str) -> bool:
+        return await self._db.run(_has_key, dedupe_key)
+
+    async def pending_outbox(self) -> list[OutboxRow]:
+        return await self._db.run(_pending_outbox)
+
+    async def mark_sent(self, outbox_id: int, message_id: int | None) -> None:
+        await self._db.run(_mark_outbox, outbox_id, "sent", message_id, None)
+
+    async def mark_failed(self, outbox_id: int, error: str) -> None:
+        await self._db.run(_mark_outbox, outbox_id, "failed", None, error[:2000])
+
+
+def _record_updates(conn: Connection, updates: list[Json]) -> list[Json]:
+    ids = [u["update_id"] for u in updates if isinstance(u.get("update_id"), int)]
+    if not ids:
+        return []
+    seen = set(
+        conn.execute(
+            sa.select(telegram_updates.c.update_id).where(telegram_updates.c.update_id.in_(ids))
+        ).scalars()
+    )
+    now = utcnow()
+    fresh: dict[int, Json] = {}
+    for update in updates:
+        update_id = update.get("update_id")
+        if isinstance(update_id, int) and update_id not in seen and update_id not in fresh:
+            fresh[update_id] = update
+    if fresh:
+        conn.execute(
+            telegram_updates.insert(),
+            [{"update_id": k, "payload": v, "received_at": now} for k, v in fresh.items()],
+        )
+    return [fresh[k] for k in sorted(fresh)]
+
+
+def _mark_handled(conn: Connection, update_id: int) -> None:
+    conn.execute(
+        telegram_updates.update()
+        .where(telegram_updates.c.update_id == update_id)
+        .values(handled_at=utcnow())
+    )
+
+
+def _unhandled(conn: Connection) -> list[Json]:
+    rows = conn.execute(
+        sa.select(telegram_updates.c.payload)
+        .where(telegram_updates.c.handled_at.is_(None))
+        .order_by(telegram_updates.c.update_id)
+    )
+    return [row[0] for row in rows]
+
+
+def _last_update_id(conn: Connection) -> int | None:
+    return conn.execute(sa.select(sa.func.max(telegram_updates.c.update_id))).scalar()
+
+
+def _paired_users(conn: Connection) -> set[int]:
+    return set(conn.execute(sa.select(telegram_users.c.user_id)).scalars())
+
+
+def _pair(conn: Connection, user_id: int, name: str, paired_by: int | None) -> None:
+    if conn.execute(
+        sa.select(telegram_users.c.user_id).where(telegram_users.c.user_id == user_id)
+    ).first():
+        return
+    conn.execute(
+        telegram_users.insert().values(
+            user_id=user_id, name=name, paired_by=paired_by, paired_at=utcnow()
+        )
+    )
+
+
+def _unpair(conn: Connection, user_id: int) -> bool:
+    return (
+        conn.execute(telegram_users.delete().where(telegram_users.c.user_id == user_id)).rowcount
+        > 0
+    )
+
+
+def _pairing_row(row: sa.Row) -> PairingRow:
+    return PairingRow(row.code, row.user_id, row.chat_id, row.name, row.created_at, row.expires_at)
+
+
+def _issue_code(
+    conn: Connection, user_id: int, chat_id: int, name: str, now: datetime
+) -> tuple[PairingRow | None, bool]:
+    p = telegram_pairing
+    live = sa.and_(p.c.used_at.is_(None), p.c.expires_at > now)
+    mine = conn.execute(sa.select(p).where(live, p.c.user_id == user_id)).first()
+    if mine is not None:
+        return _pairing_row(mine), False
+    waiting = conn.execute(sa.select(sa.func.count()).select_from(p).where(live)).scalar_one()
+    if waiting >= MAX_PENDING_CODES:
+        return None, False
+    while True:
+        code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+        if conn.execute(sa.select(p.c.code).where(p.c.code == code)).first() is None:
+            break
+    row = PairingRow(code, user_id, chat_id, name, now, now + CODE_TTL)
+    conn.execute(p.insert().values(**{k: getattr(row, k) for k in row.__slots__}))
+    return row, True
+
+
+def _redeem(conn: Connection, code: str, now: datetime) -> PairingRow | None:
+    p = telegram_pairing
+    row = conn.execute(
+        sa.select(p).where(p.c.code == code, p.c.used_at.is_(None), p.c.expires_at > now)
+    ).first()
+    if row is None:
+        return None
+    conn.execute(p.update().where(p.c.code == code).values(used_at=now))
+    return _pairing_row(row)
+
+
+_CARD_COLUMNS = [telegram_cards.c[k] for k in CardRow.__slots__]
+
+
+def _save_card(conn: Connection, card: CardRow) -> None:
+    values = {k: getattr(card, k) for k in card.__slots__}
+    c = telegram_cards
+    if conn.execute(
+        sa.select(c.c.tool_call_id).where(c.c.tool_call_id == card.tool_call_id)
+    ).first():
+        conn.execute(c.update().where(c.c.tool_call_id == card.tool_call_id).values(**values))
+    else:
+        conn.execute(c.insert().values(created_at=utcnow(), **values))
+
+
+def _card(conn: Connection, tool_call_id: int) -> CardRow | None:
+    row = conn.execute(
+        sa.select(*_CARD_COLUMNS).where(telegram_cards.c.tool_call_id == tool_call_id)
+    ).first()
+    return CardRow(*row) if row else None
+
+
+def _card_at(conn: Connection, chat_id: int, message_id: int) -> CardRow | None:
+    row = conn.execute(
+        sa.select(*_CARD_COLUMNS).where(
+            telegram_cards.c.chat_id == chat_id, telegram_cards.c.message_id == message_id
+        )
+    ).first()
+    return CardRow(*row) if row else None
+
+
+def _close_card(conn: Connection, tool_call_id: int, state: str) -> bool:
+    c = telegram_cards
+    done = conn.execute(
+        c.update().where(c.c.tool_call_id == tool_call_id, c.c.state == "open").values(state=state)
+    )
+    return done.rowcount > 0
+
+
+def _open_cards(conn: Connection, source: str | None) -> list[CardRow]:
+    query = sa.select(*_CARD_COLUMNS).where(telegram_cards.c.state == "open")
+    if source is not None:
+        query = query.where(telegram_cards.c.source == source)
+    return [CardRow(*row) for row in conn.execute(query.order_by(telegram_cards.c.tool_call_id))]
+
+
+_OUTBOX_COLUMNS = [telegram_outbox.c[k] for k in OutboxRow.__slots__]
+
+
+def _enqueue(conn: Connection, chat_id: int, dedupe_key: str, payload: Json) -> OutboxRow | None:
+    o = telegram_outbox
+    if conn.execute(sa.select(o.c.id).where(o.c.dedupe_key == dedupe_key)).first():
+        return None
+    new_id = conn.execute(
+        o.insert().values(
+            chat_id=chat_id, dedupe_key=dedupe_key, payload=payload, created_at=utcnow()
+        )
+    ).inserted_primary_key[0]
+    return OutboxRow(new_id, chat_id, dedupe_key, payload, "pending", 0, None)
+
+
+def _has_key(conn: Connection, dedupe_key: str) -> bool:
+    o = telegram_outbox
+    return conn.execute(sa.select(o.c.id).where(o.c.dedupe_key == dedupe_key)).first() is not None
+
+
+def _pending_outbox(conn: Connection) -> list[OutboxRow]:
+    o = telegram_outbox
+    rows = conn.execute(sa.select(*_OUTBOX_COLUMNS).where(o.c.status == "pending").order_by(o.c.id))
+    return [OutboxRow(*row) for row in rows]
+
+
+def _mark_outbox(
+    conn: Connection, outbox_id: int, status: str, message_id: int | None, error: str | None
+) -> None:
+    o = telegram_outbox
+    conn.execute(
+        o.update()
+        .where(o.c.id == outbox_id)
+        .values(
+            status=status,
+            message_id=message_id,
+            error=error,
+            attempts=o.c.attempts + 1,
+            sent_at=utcnow() if status == "sent" else None,
+        )
+    )
