@@ -77,7 +77,7 @@ class BotApi(Protocol):
         self,
         offset: int | None,
         *,
-        timeout: int,
+        timeout: int,  # noqa: ASYNC109 — Telegram's long-poll seconds, not an asyncio timeout
         allowed_updates: Sequence[str] = ALLOWED_UPDATES,
         limit: int = 100,
     ) -> list[Json]: ...
