@@ -1,0 +1,205 @@
+"""Everything the bot sends goes through here: paced per chat, retried, recorded.
+
+Telegram's limits: about one message per second in a chat, twenty per minute in a group,
+thirty per second overall. A 429 names how long to wait (``retry_after``); 5xx and network
+errors are retried with backoff. Messages that must arrive exactly once (final replies)
+go through the outbox: recorded before sending under a dedupe key, marked sent with the
+delivered message id, and re-sent at start if the process died in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from bot.telegram.api import (
+    BadRequest,
+    BotApi,
+    Forbidden,
+    Json,
+    NetworkError,
+    RetryAfter,
+    ServerError,
+    TelegramError,
+)
+from bot.telegram.store import OutboxRow, TelegramStore
+
+__all__ = ["Outbound", "Pacing", "is_group_chat"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    private_interval_s: float = 1.0
+    group_interval_s: float = 3.0
+    global_per_second: float = 30.0
+    max_attempts: int = 6
+    backoff_s: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
+    #: A 429 storm never stalls a chat longer than this per wait.
+    max_retry_after_s: float = 60.0
+
+
+@dataclass
+class OutboundStats:
+    sent: int = 0
+    retry_after: int = 0
+    retried_errors: int = 0
+    failed: int = 0
+
+
+@dataclass(eq=False)
+class _Lane:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    next_at: float = 0.0
+
+
+def is_group_chat(chat_id: int) -> bool:
+    """Group and channel ids are negative in the Bot API."""
+    return chat_id < 0
+
+
+class Outbound:
+    def __init__(
+        self,
+        api: BotApi,
+        store: TelegramStore,
+        pacing: Pacing | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.api = api
+        self.store = store
+        self.pacing = pacing or Pacing()
+        self.stats = OutboundStats()
+        self._clock = clock
+        self._sleep = sleep
+        self._lanes: dict[int, _Lane] = {}
+        self._global = asyncio.Lock()
+        self._global_next = 0.0
+
+    async def call(self, chat_id: int, op: Callable[[], Awaitable[T]]) -> T:
+        """Run one Bot API call for ``chat_id`` in its turn, retrying what is retriable."""
+        lane = self._lanes.setdefault(chat_id, _Lane())
+        async with lane.lock:
+            errors = 0
+            while True:
+                await self._wait_turn(chat_id, lane)
+                try:
+                    result = await op()
+                except RetryAfter as exc:
+                    self.stats.retry_after += 1
+                    lane.next_at = self._clock() + min(exc.seconds, self.pacing.max_retry_after_s)
+                    continue
+                except (ServerError, NetworkError) as exc:
+                    errors += 1
+                    self.stats.retried_errors += 1
+                    if errors >= self.pacing.max_attempts:
+                        self.stats.failed += 1
+                        raise
+                    backoff = self.pacing.backoff_s[min(errors, len(self.pacing.backoff_s)) - 1]
+                    log.warning("telegram call for chat %s failed (%s); retrying", chat_id, exc)
+                    await self._sleep(backoff)
+                    continue
+                self.stats.sent += 1
+                return result
+
+    async def send_text(
+        self,
+        chat_id: int,
+        text: str,
+        *,
+        entities: list[Json] | None = None,
+        reply_markup: Json | None = None,
+        thread_id: int | None = None,
+        reply_to: int | None = None,
+    ) -> Json:
+        """Send a message; when Telegram rejects the entities, send it as plain text."""
+        try:
+            return await self.call(
+                chat_id,
+                lambda: self.api.send_message(
+                    chat_id,
+                    text,
+                    entities=entities or None,
+                    reply_markup=reply_markup,
+                    message_thread_id=thread_id,
+                    reply_to_message_id=reply_to,
+                ),
+            )
+        except BadRequest as exc:
+            if not entities or "entit" not in exc.description.lower():
+                raise
+            log.warning("entities rejected (%s); sending plain text", exc.description)
+            return await self.call(
+                chat_id,
+                lambda: self.api.send_message(
+                    chat_id,
+                    text,
+                    reply_markup=reply_markup,
+                    message_thread_id=thread_id,
+                    reply_to_message_id=reply_to,
+                ),
+            )
+
+    async def deliver(self, chat_id: int, key: str, payload: Json) -> int | None:
+        """Send ``payload`` once under ``key``: recorded first, marked sent after."""
+        row = await self.store.enqueue(chat_id, key, payload)
+        if row is None:
+            return None  # delivered (or being delivered) before
+        return await self._deliver_row(row)
+
+    async def resend_pending(self) -> int:
+        """At start: deliver what was recorded but never marked sent."""
+        rows = await self.store.pending_outbox()
+        for row in rows:
+            await self._deliver_row(row)
+        return len(rows)
+
+    async def _deliver_row(self, row: OutboxRow) -> int | None:
+        payload = row.payload
+        try:
+            message = await self.send_text(
+                row.chat_id,
+                payload["text"],
+                entities=payload.get("entities"),
+                reply_markup=payload.get("reply_markup"),
+                thread_id=payload.get("thread_id"),
+            )
+        except (Forbidden, BadRequest, TelegramError) as exc:
+            log.error("could not deliver %s to chat %s: %s", row.dedupe_key, row.chat_id, exc)
+            await self.store.mark_failed(row.id, str(exc))
+            return None
+        message_id = _message_id(message)
+        await self.store.mark_sent(row.id, message_id)
+        return message_id
+
+    async def _wait_turn(self, chat_id: int, lane: _Lane) -> None:
+        interval = (
+            self.pacing.group_interval_s
+            if is_group_chat(chat_id)
+            else self.pacing.private_interval_s
+        )
+        delay = lane.next_at - self._clock()
+        if delay > 0:
+            await self._sleep(delay)
+        async with self._global:
+            delay = self._global_next - self._clock()
+            if delay > 0:
+                await self._sleep(delay)
+            self._global_next = self._clock() + 1.0 / self.pacing.global_per_second
+        lane.next_at = self._clock() + interval
+
+
+def _message_id(message: Any) -> int | None:
+    if isinstance(message, dict):
+        value = message.get("message_id")
+        return value if isinstance(value, int) else None
+    return None
