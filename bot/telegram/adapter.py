@@ -1,0 +1,743 @@
+"""``TelegramAdapter``: Telegram updates into the hub, hub events back into chats.
+
+Framework-neutral: it talks to Telegram only through ``BotApi`` (either binding), stores
+what must survive a restart in ``TelegramStore``, and sends through ``Outbound``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bot.telegram.api import BotApi, Json, TelegramError, is_not_modified
+from bot.telegram.cards import (
+    approval_card,
+    parse_callback,
+    question_text,
+    resolved_card,
+)
+from bot.telegram.lanes import Lanes
+from bot.telegram.outbound import Outbound
+from bot.telegram.render import progress_text, render_markdown
+from bot.telegram.store import CardRow, TelegramStore
+from bot.telegram.updates import Callback, Ignored, Message, parse_update
+from engine.bus.broadcast import Lagged
+from engine.hub import AUTO_MODEL, ChatHub, HubError, HubEvent, NewSession, SendOptions
+from engine.session import events as ev
+from engine.store.inbox import InboxError
+
+__all__ = ["COMMANDS", "TelegramAdapter", "TelegramConfig"]
+
+log = logging.getLogger(__name__)
+
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("start", "Say hello"),
+    ("help", "What I can do"),
+    ("new", "Start a new conversation"),
+    ("clear", "Forget this conversation"),
+    ("stop", "Stop what I am doing"),
+    ("models", "List the models"),
+    ("model", "Choose a model: /model <N|name|auto>"),
+    ("context", "How full my context is"),
+    ("cost", "What this conversation cost"),
+    ("compact", "Compact my context now"),
+    ("resettools", "Revoke the tool groups I activated"),
+    ("sethome", "Send background notifications to this chat"),
+    ("jobs", "Scheduled jobs of this chat"),
+)
+HELP = (
+    "Talk to me in plain words; I answer and use tools, asking first before anything risky.\n\n"
+    + "\n".join(f"/{name} — {text}" for name, text in COMMANDS)
+)
+EXPIRED = "This button has expired."
+REASON_PROMPT = "Reply to this message with a reason within {seconds} s, or tap ❌ again."
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class TelegramConfig:
+    allowed_user_ids: frozenset[int] = frozenset()
+    owner_id: int | None = None
+    workspace: Path = Path("workspace")
+    progress_interval_s: float = 2.0
+    typing_interval_s: float = 4.5
+    reject_window_s: float = 60.0
+    pairing_reminder_s: float = 600.0
+    max_download_bytes: int = 20 * 1024 * 1024
+
+
+@dataclass(eq=False)
+class _ChatView:
+    """What one source's chat shows while a turn runs."""
+
+    chat_id: int
+    thread_id: int | None
+    progress_id: int | None = None
+    progress_lines: list[str] = field(default_factory=list)
+    progress_shown: str = ""
+    progress_at: float = 0.0
+    typing: asyncio.Task[None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Rejecting:
+    deadline: float
+    user_name: str
+
+
+class TelegramAdapter:
+    def __init__(
+        self,
+        hub: ChatHub,
+        api: BotApi,
+        store: TelegramStore,
+        outbound: Outbound,
+        config: TelegramConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        jobs_text: Callable[[str], Awaitable[str]] | None = None,
+    ) -> None:
+        self.hub = hub
+        self.api = api
+        self.store = store
+        self.outbound = outbound
+        self.config = config
+        self._clock = clock
+        self._sleep = sleep
+        self._jobs_text = jobs_text
+        self.bot_id: int | None = None
+        self.bot_username: str | None = None
+        self._paired: set[int] = set()
+        self._views: dict[str, _ChatView] = {}
+        self._rejecting: dict[int, _Rejecting] = {}
+        self._reminded: dict[int, float] = {}
+        self._incoming: Lanes[int, Json] = Lanes(self._handle_in_lane, "tg-in")
+        self._outgoing: Lanes[str, HubEvent] = Lanes(self._render, "tg-out")
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        me = await self.api.get_me()
+        self.bot_id, self.bot_username = me.get("id"), me.get("username")
+        await self.api.set_my_commands(COMMANDS)
+        self._paired = await self.store.paired_users()
+        events = self.hub.events()
+        self._spawn(self._pump(events))
+        await self.outbound.resend_pending()
+
+    async def close(self) -> None:
+        for view in self._views.values():
+            if view.typing is not None:
+                view.typing.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._incoming.close()
+        await self._outgoing.close()
+
+    def submit(self, update: Json) -> None:
+        """Handle a stored update: in order within its chat, concurrently across chats."""
+        key = _chat_key(update)
+        self._incoming.submit(key, update)
+
+    async def drain(self) -> None:
+        """Wait until every submitted update and every received event was handled."""
+        await self._incoming.join()
+        await self._outgoing.join()
+
+    # -- incoming ------------------------------------------------------------------------
+
+    async def _handle_in_lane(self, _key: int, update: Json) -> None:
+        try:
+            await self.handle(update)
+        finally:
+            update_id = update.get("update_id")
+            if isinstance(update_id, int):
+                await self.store.mark_handled(update_id)
+
+    async def handle(self, update: Json) -> None:
+        incoming = parse_update(update)
+        match incoming:
+            case Ignored(reason=reason):
+                log.info("ignored update %s: %s", incoming.update_id, reason)
+            case Message(edited=True):
+                log.info("ignored an edited message in chat %s", incoming.chat_id)
+            case Message():
+                await self._on_message(incoming)
+            case Callback():
+                await self._on_callback(incoming)
+
+    def is_allowed(self, user_id: int) -> bool:
+        return (
+            user_id in self.config.allowed_user_ids
+            or user_id == self.config.owner_id
+            or user_id in self._paired
+        )
+
+    async def _on_message(self, m: Message) -> None:
+        if m.is_group and not self._addressed(m):
+            return
+        if not self.is_allowed(m.user_id):
+            if not m.is_group:
+                await self._offer_pairing(m)
+            return
+        command = m.command(self.bot_username)
+        if command is not None:
+            await self._command(m, *command)
+            return
+        if await self._answer_card(m):
+            return
+        text = m.text
+        if m.location is not None:
+            lat, lon = m.location
+            text = f"{text}\n📍 Location: {lat:.6f}, {lon:.6f}".strip()
+        attachments = await self._download(m)
+        options = SendOptions(
+            metadata={"attachments": attachments, "telegram_message_id": m.message_id}
+            if attachments
+            else {"telegram_message_id": m.message_id}
+        )
+        try:
+            await self.hub.send_message(m.source, text, options)
+        except HubError as exc:
+            await self._say(m.chat_id, m.thread_id, f"⚠️ {exc}")
+            return
+        self._start_typing(m.source, m.chat_id, m.thread_id)
+
+    def _addressed(self, m: Message) -> bool:
+        """In groups the bot answers only when mentioned, replied to, or commanded."""
+        if self.bot_id is not None and m.reply_to_user_id == self.bot_id:
+            return True
+        if m.text.startswith("/"):
+            return m.command(self.bot_username) is not None
+        for entity in m.entities:
+            kind = entity.get("type")
+            if kind == "text_mention" and (entity.get("user") or {}).get("id") == self.bot_id:
+                return True
+            if kind == "mention" and self.bot_username:
+                mention = _utf16_slice(m.text, entity.get("offset", 0), entity.get("length", 0))
+                if mention.lower() == f"@{self.bot_username.lower()}":
+                    return True
+        return False
+
+    async def _offer_pairing(self, m: Message) -> None:
+        row, new = await self.store.issue_code(m.user_id, m.chat_id, m.user_name)
+        now = self._clock()
+        if not new and now - self._reminded.get(m.user_id, -1e18) < self.config.pairing_reminder_s:
+            return  # rate-limited: one reminder per window
+        self._reminded[m.user_id] = now
+        if row is None:
+            await self._say(m.chat_id, None, "I am not taking new people right now; try later.")
+            return
+        await self._say(
+            m.chat_id,
+            None,
+            f"Hi {m.user_name}! I only talk to people my owner approved.\n"
+            f"Your pairing code is {row.code} (valid 24 hours). "
+            f"Ask the owner to send /pair {row.code}.",
+        )
+        if new and self.config.owner_id is not None:
+            await self._say(
+                self.config.owner_id,
+                None,
+                f"{m.user_name} (id {m.user_id}) asks to talk to me. Approve with /pair {row.code}",
+            )
+
+    async def _command(self, m: Message, name: str, arg: str) -> None:
+        source, chat, thread = m.source, m.chat_id, m.thread_id
+        reply: str | None
+        match name:
+            case "start" | "help":
+                reply = HELP
+            case "new" | "clear":
+                await self.hub.clear(source)
+                reply = None  # the NewSession event says it
+            case "stop":
+                busy = self.hub.is_processing(source)
+                dropped = await self.hub.cancel(source)
+                reply = "⏹ Stopped." if busy or dropped else "Nothing to stop."
+            case "models":
+                reply = await self._models_text(source)
+            case "model":
+                reply = await self._select_model(source, arg)
+            case "context":
+                usage = await self.hub.context_info(source)
+                reply = (
+                    f"Context: {usage.last_input_tokens} tokens in the last request "
+                    f"({usage.last_model})."
+                    if usage.last_input_tokens is not None
+                    else "No model call in this conversation yet."
+                )
+            case "cost":
+                usage = await self.hub.cost_info(source)
+                reply = (
+                    f"This conversation: {usage.model_calls} model calls, "
+                    f"{usage.total_input_tokens} tokens in, {usage.total_output_tokens} out, "
+                    f"${usage.total_cost:.4f}."
+                )
+            case "compact":
+                done = await self.hub.force_compact(source)
+                reply = "Context compacted." if done else "Compaction is not configured."
+            case "resettools":
+                count = await self.hub.reset_tools(source)
+                reply = f"Revoked {count} tool group(s)."
+            case "sethome":
+                await self.hub.set_home(source)
+                reply = "🏠 Background notifications will come to this chat."
+            case "jobs":
+                reply = await self._jobs_text(source) if self._jobs_text else "No scheduled jobs."
+            case "pair" if m.user_id == self.config.owner_id:
+                reply = await self._pair(arg, m.user_id)
+            case "unpair" if m.user_id == self.config.owner_id:
+                reply = await self._unpair(arg)
+            case _:
+                reply = f"Unknown command /{name}.\n\n{HELP}"
+        if reply:
+            await self._say(chat, thread, reply)
+
+    async def _models_text(self, source: str) -> str:
+        selected = await self.hub.selected_model(source)
+        lines = [
+            f"{i}. {name}{' ✓' if name == selected else ''}"
+            for i, name in enumerate(self.hub.list_models(), start=1)
+        ]
+        auto = " ✓" if selected == AUTO_MODEL else ""
+        return "\n".join(
+            [*lines, f"auto — the configured order{auto}", "Choose with /model <N|name|auto>"]
+        )
+
+    async def _select_model(self, source: str, arg: str) -> str:
+        names = self.hub.list_models()
+        choice = arg.strip()
+        if choice.isdigit() and 1 <= int(choice) <= len(names):
+            choice = names[int(choice) - 1]
+        if not choice:
+            return "Usage: /model <N|name|auto>"
+        try:
+            await self.hub.select_model(source, choice)
+        except HubError as exc:
+            return f"⚠️ {exc}"
+        return f"Model: {choice}."
+
+    async def _pair(self, code: str, owner: int) -> str:
+        row = await self.store.redeem(code)
+        if row is None:
+            return "No pending pairing with that code (wrong, used or expired)."
+        await self.store.pair(row.user_id, row.name, owner)
+        self._paired.add(row.user_id)
+        await self._say(row.chat_id, None, "👋 Welcome! You can talk to me now.")
+        return f"Paired {row.name} (id {row.user_id})."
+
+    async def _unpair(self, arg: str) -> str:
+        if not arg.strip().lstrip("-").isdigit():
+            return "Usage: /unpair <user_id>"
+        user_id = int(arg)
+        removed = await self.store.unpair(user_id)
+        self._paired.discard(user_id)
+        return f"Unpaired {user_id}." if removed else f"{user_id} was not paired."
+
+    async def _answer_card(self, m: Message) -> bool:
+        """A reply to a question (or any message while one is open) answers it; a reply
+        to an approval card in its reject window is the reason."""
+        cards = await self.store.open_cards(m.source)
+        if m.reply_to_message_id is not None:
+            for card in cards:
+                if card.message_id == m.reply_to_message_id:
+                    if card.kind == "question":
+                        return await self._answer_question(m, card)
+                    if card.tool_call_id in self._rejecting:
+                        await self._reject(m.source, card, m.user_name, m.text)
+                        return True
+        questions = [c for c in cards if c.kind == "question"]
+        if questions and not m.text.startswith("/"):
+            return await self._answer_question(m, questions[-1])
+        return False
+
+    async def _answer_question(self, m: Message, card: CardRow) -> bool:
+        try:
+            await self.hub.resolve_question(m.source, card.tool_call_id, m.text)
+        except (InboxError, HubError) as exc:
+            log.info("question %s not answerable: %s", card.tool_call_id, exc)
+            await self.store.close_card(card.tool_call_id, "expired")
+            return False
+        await self.store.close_card(card.tool_call_id, "answered")
+        self._start_typing(m.source, m.chat_id, m.thread_id)
+        return True
+
+    # -- callbacks -----------------------------------------------------------------------
+
+    async def _on_callback(self, c: Callback) -> None:
+        action = parse_callback(c.data)
+        card = await self.store.card(action.tool_call_id) if action else None
+        valid = (
+            action is not None
+            and card is not None
+            and card.kind == "approval"
+            and card.state == "open"
+            and card.chat_id == c.chat_id
+            and card.message_id == c.message_id
+        )
+        if not valid or card is None or action is None:
+            await self._answer_callback(c.callback_id, EXPIRED)
+            return
+        if not self.is_allowed(c.user_id):
+            await self._answer_callback(c.callback_id, "You are not allowed to decide here.")
+            return
+        await self._answer_callback(c.callback_id, None)  # at once: the spinner stops
+        source = card.source
+        try:
+            match action.action:
+                case "approve":
+                    await self.hub.approve(source, card.tool_call_id)
+                    outcome = f"✅ Approved by {c.user_name}"
+                case "bypass_15m":
+                    await self.hub.approve(
+                        source, card.tool_call_id, bypass_secs=900, bypass_scope="all"
+                    )
+                    outcome = f"⏱ Approved by {c.user_name} — no more asking for 15 min"
+                case "bypass_session":
+                    await self.hub.approve(source, card.tool_call_id, bypass_scope="all")
+                    outcome = f"🔄 Approved by {c.user_name} — no more asking in this session"
+                case _:
+                    if card.tool_call_id in self._rejecting:
+                        await self._reject(source, card, c.user_name, "")
+                        return
+                    await self._open_reject_window(card, c.user_name)
+                    return
+        except (InboxError, HubError) as exc:
+            log.info("decision on %s refused: %s", card.tool_call_id, exc)
+            await self._close(card, "⌛ Expired — already resolved or cancelled", "expired")
+            return
+        await self._close(card, outcome, "resolved")
+
+    async def _open_reject_window(self, card: CardRow, user_name: str) -> None:
+        seconds = int(self.config.reject_window_s)
+        self._rejecting[card.tool_call_id] = _Rejecting(self._clock() + seconds, user_name)
+        keyboard = {
+            "inline_keyboard": [
+                [
+                    {
+                        "text": "❌ Reject without a reason",
+                        "callback_data": f"ap1:{card.tool_call_id}:r",
+                    }
+                ]
+            ]
+        }
+        text = f"{card.text}\n\n{REASON_PROMPT.format(seconds=seconds)}"
+        await self._edit(card.chat_id, card.message_id, text, card.entities or [], keyboard)
+        self._spawn(self._reject_after_window(card, user_name))
+
+    async def _reject_after_window(self, card: CardRow, user_name: str) -> None:
+        await self._sleep(self.config.reject_window_s)
+        if card.tool_call_id in self._rejecting:
+            await self._reject(card.source, card, user_name, "")
+
+    async def _reject(self, source: str, card: CardRow, user_name: str, note: str) -> None:
+        self._rejecting.pop(card.tool_call_id, None)
+        try:
+            await self.hub.reject(source, card.tool_call_id, note)
+        except (InboxError, HubError) as exc:
+            log.info("rejection of %s refused: %s", card.tool_call_id, exc)
+            await self._close(card, "⌛ Expired — already resolved or cancelled", "expired")
+            return
+        outcome = f"❌ Rejected by {user_name}" + (f": {note}" if note else "")
+        await self._close(card, outcome, "resolved")
+
+    async def _close(self, card: CardRow, outcome: str, state: str) -> None:
+        """Show the outcome on the card once (whoever closes it first edits it)."""
+        if not await self.store.close_card(card.tool_call_id, state):
+            return
+        self._rejecting.pop(card.tool_call_id, None)
+        if card.message_id is None:
+            return
+        text, entities = resolved_card(card.text, card.entities or [], outcome, None)
+        await self._edit(card.chat_id, card.message_id, text, entities, None)
+
+    # -- outgoing ------------------------------------------------------------------------
+
+    async def _pump(self, events: Any) -> None:
+        async for item in events:
+            if isinstance(item, Lagged):
+                log.warning("telegram adapter lagged behind the hub by %d event(s)", item.missed)
+                continue
+            if item.source.startswith("telegram:"):
+                self._outgoing.submit(item.source, item)
+
+    async def _render(self, source: str, item: HubEvent) -> None:
+        view = self._view(source)
+        event = item.event
+        match event:
+            case ev.ToolStart(name=name, arguments=arguments, depth=depth):
+                view.progress_lines.append(f"{'  ' * depth}⚙ {name} {_preview(arguments)}")
+                await self._show_progress(view, force=False)
+            case ev.ToolDone(name=name, depth=depth):
+                self._mark_progress(view, depth, name, "✓")
+                await self._close_by_id(event.tool_call_id, "✅ Approved", "ran")
+                await self._show_progress(view, force=False)
+            case ev.ToolError(name=name, depth=depth):
+                self._mark_progress(view, depth, name, "✗")
+                await self._close_by_id(event.tool_call_id, "✅ Approved", "ran")
+                await self._show_progress(view, force=False)
+            case ev.ToolRejected(name=name, depth=depth):
+                self._mark_progress(view, depth, name, "⊘")
+                await self._close_by_id(event.tool_call_id, "❌ Rejected", "rejected")
+            case ev.ToolCancelled(name=name, depth=depth):
+                self._mark_progress(view, depth, name, "⊘")
+                await self._close_by_id(event.tool_call_id, "⊘ Cancelled (/stop)", "cancelled")
+            case ev.ApprovalRequired():
+                await self._send_card(source, view, event)
+            case ev.Question():
+                await self._send_question(source, view, event)
+            case ev.Done(content=content, message_id=message_id):
+                await self._show_progress(view, force=True)
+                self._stop_typing(view)
+                await self._deliver_final(view, message_id, content)
+                self._reset_progress(view)
+            case ev.Error(message=message):
+                self._stop_typing(view)
+                await self._show_progress(view, force=True)
+                self._reset_progress(view)
+                await self._say(view.chat_id, view.thread_id, f"⚠️ {message}")
+            case NewSession():
+                self._reset_progress(view)
+                await self._say(view.chat_id, view.thread_id, "🆕 New conversation started.")
+
+    async def _deliver_final(self, view: _ChatView, message_id: int, content: str) -> None:
+        for index, chunk in enumerate(render_markdown(content)):
+            payload: Json = {
+                "text": chunk.text,
+                "entities": chunk.entities,
+                "thread_id": view.thread_id,
+            }
+            await self.outbound.deliver(view.chat_id, f"final:{message_id}:{index}", payload)
+
+    async def _send_card(self, source: str, view: _ChatView, event: ev.ApprovalRequired) -> None:
+        existing = await self.store.card(event.tool_call_id)
+        if existing is not None and existing.state == "open":
+            return  # asked again after a restart: the card already shown still works
+        card = approval_card(event)
+        sent = await self.outbound.send_text(
+            view.chat_id,
+            card.text,
+            entities=card.entities,
+            reply_markup=card.reply_markup,
+            thread_id=view.thread_id,
+        )
+        message_id = sent.get("message_id")
+        await self.store.save_card(
+            CardRow(
+                event.tool_call_id,
+                "approval",
+                source,
+                view.chat_id,
+                message_id,
+                card.text,
+                card.entities,
+                "open",
+            )
+        )
+        if card.document is not None:
+            filename, data = card.document
+            await self.outbound.call(
+                view.chat_id,
+                lambda: self.api.send_document(
+                    view.chat_id,
+                    filename,
+                    data,
+                    caption="The full arguments of the call above.",
+                    message_thread_id=view.thread_id,
+                ),
+            )
+
+    async def _send_question(self, source: str, view: _ChatView, event: ev.Question) -> None:
+        text, entities = question_text(event.question)
+        sent = await self.outbound.send_text(
+            view.chat_id,
+            text,
+            entities=entities,
+            reply_markup={"force_reply": True, "input_field_placeholder": "Your answer"},
+            thread_id=view.thread_id,
+        )
+        await self.store.save_card(
+            CardRow(
+                event.request_id,
+                "question",
+                source,
+                view.chat_id,
+                sent.get("message_id"),
+                text,
+                entities,
+                "open",
+            )
+        )
+
+    async def _close_by_id(self, tool_call_id: int, outcome: str, state: str) -> None:
+        card = await self.store.card(tool_call_id)
+        if card is not None and card.state == "open":
+            await self._close(card, outcome, state)
+
+    def _mark_progress(self, view: _ChatView, depth: int, name: str, mark: str) -> None:
+        prefix = f"{'  ' * depth}⚙ {name}"
+        for i in range(len(view.progress_lines) - 1, -1, -1):
+            line = view.progress_lines[i]
+            if line.startswith(prefix) and not line.endswith(("✓", "✗", "⊘")):
+                view.progress_lines[i] = f"{line} {mark}"
+                return
+
+    async def _show_progress(self, view: _ChatView, *, force: bool) -> None:
+        """One message edited in place, at most every ``progress_interval_s``."""
+        if not view.progress_lines:
+            return
+        text = progress_text(view.progress_lines)
+        if text == view.progress_shown:
+            return
+        now = self._clock()
+        if view.progress_id is None:
+            sent = await self.outbound.send_text(view.chat_id, text, thread_id=view.thread_id)
+            view.progress_id = sent.get("message_id")
+        elif force or now - view.progress_at >= self.config.progress_interval_s:
+            await self._edit(view.chat_id, view.progress_id, text, [], None)
+        else:
+            return
+        view.progress_shown, view.progress_at = text, now
+
+    def _reset_progress(self, view: _ChatView) -> None:
+        view.progress_id, view.progress_lines, view.progress_shown = None, [], ""
+
+    async def _edit(
+        self,
+        chat_id: int,
+        message_id: int | None,
+        text: str,
+        entities: list[Json],
+        reply_markup: Json | None,
+    ) -> None:
+        if message_id is None:
+            return
+        try:
+            await self.outbound.call(
+                chat_id,
+                lambda: self.api.edit_message_text(
+                    chat_id,
+                    message_id,
+                    text,
+                    entities=entities or None,
+                    reply_markup=reply_markup or {"inline_keyboard": []},
+                ),
+            )
+        except TelegramError as exc:
+            if not is_not_modified(exc):
+                log.warning("editing message %s in chat %s failed: %s", message_id, chat_id, exc)
+
+    async def _say(self, chat_id: int, thread_id: int | None, text: str) -> None:
+        for chunk in render_markdown(text) or ():
+            try:
+                await self.outbound.send_text(
+                    chat_id, chunk.text, entities=chunk.entities, thread_id=thread_id
+                )
+            except TelegramError as exc:
+                log.warning("sending to chat %s failed: %s", chat_id, exc)
+                return
+
+    async def _answer_callback(self, callback_id: str, text: str | None) -> None:
+        try:
+            await self.api.answer_callback_query(callback_id, text=text)
+        except TelegramError as exc:
+            log.info("answering callback %s failed: %s", callback_id, exc)
+
+    def _view(self, source: str) -> _ChatView:
+        view = self._views.get(source)
+        if view is None:
+            chat_id, thread_id = _parse_source(source)
+            view = self._views[source] = _ChatView(chat_id, thread_id)
+        return view
+
+    def _start_typing(self, source: str, chat_id: int, thread_id: int | None) -> None:
+        view = self._view(source)
+        if view.typing is None or view.typing.done():
+            view.typing = self._spawn(self._keep_typing(source, view))
+
+    def _stop_typing(self, view: _ChatView) -> None:
+        if view.typing is not None:
+            view.typing.cancel()
+            view.typing = None
+
+    async def _keep_typing(self, source: str, view: _ChatView) -> None:
+        first = True
+        while first or self.hub.is_processing(source):
+            first = False
+            try:
+                await self.api.send_chat_action(
+                    view.chat_id, "typing", message_thread_id=view.thread_id
+                )
+            except TelegramError as exc:
+                log.debug("typing indicator failed: %s", exc)
+            await self._sleep(self.config.typing_interval_s)
+
+    async def _download(self, m: Message) -> list[Json]:
+        attachments: list[Json] = []
+        folder = Path("uploads") / "telegram" / str(m.chat_id)
+        for ref in m.files:
+            if ref.size is not None and ref.size > self.config.max_download_bytes:
+                await self._say(m.chat_id, m.thread_id, f"⚠️ {ref.name} is too large to download.")
+                continue
+            name = _SAFE_NAME.sub("_", f"{ref.unique_id}_{ref.name}")[:150]
+            relative = folder / name
+            try:
+                info = await self.api.get_file(ref.file_id)
+                await self.api.download_file(info["file_path"], self.config.workspace / relative)
+            except (TelegramError, KeyError, OSError) as exc:
+                log.warning("download of %s failed: %s", ref.file_id, exc)
+                await self._say(m.chat_id, m.thread_id, f"⚠️ I could not download {ref.name}.")
+                continue
+            attachments.append(
+                {
+                    "path": relative.as_posix(),
+                    "name": ref.name,
+                    "mime_type": ref.mime_type,
+                    "size": (self.config.workspace / relative).stat().st_size,
+                }
+            )
+        return attachments
+
+    def _spawn(self, work: Any) -> asyncio.Task[Any]:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+
+def _chat_key(update: Json) -> int:
+    for kind in ("message", "edited_message"):
+        chat = (update.get(kind) or {}).get("chat") if isinstance(update.get(kind), dict) else None
+        if isinstance(chat, dict) and isinstance(chat.get("id"), int):
+            return chat["id"]
+    query = update.get("callback_query")
+    if isinstance(query, dict) and isinstance(query.get("message"), dict):
+        chat = query["message"].get("chat")
+        if isinstance(chat, dict) and isinstance(chat.get("id"), int):
+            return chat["id"]
+    return 0
+
+
+def _parse_source(source: str) -> tuple[int, int | None]:
+    parts = source.split(":")
+    return int(parts[1]), int(parts[2]) if len(parts) > 2 else None
+
+
+def _utf16_slice(text: str, offset: int, length: int) -> str:
+    data = text.encode("utf-16-le")
+    return data[offset * 2 : (offset + length) * 2].decode("utf-16-le", errors="ignore")
+
+
+def _preview(arguments: str, limit: int = 60) -> str:
+    flat = " ".join(arguments.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
