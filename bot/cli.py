@@ -16,7 +16,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="chathub", description="A self-hosted LLM agent.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO to stderr")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("serve", help="run the service (for now: the terminal chat)")
+    commands.add_parser(
+        "serve", help="run the service: HTTP app, Telegram (or the terminal chat), hub"
+    )
     commands.add_parser("chat", help="talk to the agent in this terminal")
     add_rules_parser(commands)
     args = parser.parse_args(argv)
@@ -37,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as exc:
         raise SystemExit(f"chathub: configuration error: {exc}") from None
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_chat(config))
+        asyncio.run(_serve(config) if args.command == "serve" else _chat(config))
 
 
 def require_model(config: AppConfig) -> None:
@@ -45,6 +47,12 @@ def require_model(config: AppConfig) -> None:
         raise ConfigError(
             "LLM_MODEL: not set; name the model to use (and LLM_BASE_URL for its endpoint)"
         )
+
+
+async def _serve(config: AppConfig) -> None:
+    from bot.serve import serve
+
+    await serve(config)
 
 
 async def _chat(config: AppConfig) -> None:

@@ -1,0 +1,1 @@
+"""The HTTP app: the Telegram webhook now; the JSON API and the web inbox later."""
