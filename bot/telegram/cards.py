@@ -1,0 +1,397 @@
+"""Approval cards, their callback data, and clarification questions.
+
+A card is Telegram text plus Bot API entity dicts (offsets in UTF-16 code units) and an
+inline keyboard. Buttons carry ``ap1:<tool_call_id>:<a|r|t|s>``; questions are answered
+by replying with text, so they have no callbacks.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from bot.telegram.render import TELEGRAM_LIMIT, render_markdown, utf16_len
+from engine.session.events import ApprovalRequired
+
+__all__ = [
+    "CALLBACK_PREFIX",
+    "Action",
+    "Card",
+    "CardAction",
+    "Outcome",
+    "approval_card",
+    "approval_keyboard",
+    "format_callback",
+    "parse_callback",
+    "question_text",
+    "resolved_card",
+]
+
+Action = Literal["approve", "reject", "bypass_15m", "bypass_session"]
+Outcome = Literal["approve", "reject", "bypass_15m", "bypass_session", "cancelled", "expired"]
+
+CALLBACK_PREFIX = "ap1"
+_MAX_CALLBACK_BYTES = 64  # Telegram's limit for callback_data
+_ACTION_CODES: dict[str, str] = {
+    "approve": "a",
+    "reject": "r",
+    "bypass_15m": "t",
+    "bypass_session": "s",
+}
+_CODE_ACTIONS = {code: action for action, code in _ACTION_CODES.items()}
+_DIGITS = frozenset("0123456789")
+_NAME_MAX = 100  # tool and agent names longer than this are cut in the header
+
+
+@dataclass(frozen=True, slots=True)
+class CardAction:
+    """A pressed approval button."""
+
+    tool_call_id: int
+    action: Action
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """An approval card: send ``text``/``entities`` with ``reply_markup``; when
+    ``document`` is set (``(filename, data)``) send it too: the text only shows part."""
+
+    text: str
+    entities: list[dict[str, Any]]
+    reply_markup: dict[str, Any]
+    document: tuple[str, bytes] | None = None
+
+
+# --- callback data -------------------------------------------------------------------
+
+
+def format_callback(tool_call_id: int, action: Action) -> str:
+    """``ap1:<tool_call_id>:<code>``; raises ``ValueError`` for a bad id or action."""
+    if isinstance(tool_call_id, bool) or not isinstance(tool_call_id, int) or tool_call_id <= 0:
+        raise ValueError(f"tool_call_id must be a positive int, got {tool_call_id!r}")
+    if action not in _ACTION_CODES:
+        raise ValueError(f"unknown action {action!r}")
+    return f"{CALLBACK_PREFIX}:{tool_call_id}:{_ACTION_CODES[action]}"
+
+
+def parse_callback(data: object) -> CardAction | None:
+    """The button behind ``data``, or ``None`` for anything that is not ours or is bad."""
+    if not isinstance(data, str) or not data:
+        return None
+    try:
+        if len(data.encode("utf-8")) > _MAX_CALLBACK_BYTES:
+            return None
+    except UnicodeEncodeError:
+        return None
+    parts = data.split(":")
+    if len(parts) != 3 or parts[0] != CALLBACK_PREFIX:
+        return None
+    raw_id, code = parts[1], parts[2]
+    # ASCII digits only, canonical (no sign, no leading zero): one id, one spelling.
+    if not raw_id or not set(raw_id) <= _DIGITS or raw_id[0] == "0":
+        return None
+    action = _CODE_ACTIONS.get(code)
+    if action is None:
+        return None
+    return CardAction(int(raw_id), action)  # type: ignore[arg-type]
+
+
+def approval_keyboard(tool_call_id: int) -> dict[str, Any]:
+    """The card's inline keyboard: Approve / Reject, then 15 min / Session bypasses."""
+
+    def button(text: str, action: Action) -> dict[str, str]:
+        return {"text": text, "callback_data": format_callback(tool_call_id, action)}
+
+    return {
+        "inline_keyboard": [
+            [button("✅ Approve", "approve"), button("❌ Reject", "reject")],
+            [button("⏱ 15 min", "bypass_15m"), button("🔄 Session", "bypass_session")],
+        ]
+    }
+
+
+# --- text building -------------------------------------------------------------------
+
+
+class _Text:
+    """Appends text pieces and records entities with UTF-16 offsets."""
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+        self._offset = 0
+        self.entities: list[dict[str, Any]] = []
+
+    @property
+    def length(self) -> int:
+        return self._offset
+
+    def add(self, text: str, kind: str | None = None, **extra: Any) -> _Text:
+        size = utf16_len(text)
+        if kind is not None and size > 0:
+            entity: dict[str, Any] = {"type": kind, "offset": self._offset, "length": size}
+            entity.update({k: v for k, v in extra.items() if v is not None})
+            self.entities.append(entity)
+        self._parts.append(text)
+        self._offset += size
+        return self
+
+    def text(self) -> str:
+        return "".join(self._parts)
+
+
+# --- approval card -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Body:
+    """What the card shows below the header: ``content`` in a ``pre`` block."""
+
+    label: str  # "Command", "Diff", "Arguments"
+    content: str
+    language: str
+    extension: str
+    before: tuple[tuple[str, str | None], ...] = ()  # (text, entity type) pieces
+    after: tuple[tuple[str, str | None], ...] = ()
+
+
+def approval_card(event: ApprovalRequired, *, max_chars: int = 3500) -> Card:
+    """The approval card for ``event``; ``max_chars`` bounds the text (UTF-16 units).
+
+    When the content does not fit, the text shows its beginning, says that it is cut,
+    and ``document`` carries the full content.
+    """
+    max_chars = min(max_chars, TELEGRAM_LIMIT)
+    body = _body(event)
+    header = _header(event)
+
+    full = _assemble(header, body, body.content, note=None)
+    if full.length <= max_chars:
+        return Card(full.text(), full.entities, approval_keyboard(event.tool_call_id))
+
+    filename = f"approval-{event.tool_call_id}.{body.extension}"
+    total_lines = len(body.content.splitlines()) or 1
+    noun = body.label.lower()
+
+    def note(excerpt: str) -> str:
+        if not excerpt:
+            return f"⚠️ The {noun} is too long to show here; it is in full in {filename}."
+        shown = len(excerpt.splitlines())
+        if body.content.startswith(excerpt + "\n"):  # whole lines
+            cut = f"showing the first {shown} of {total_lines} lines"
+        else:
+            cut = "showing only the beginning"
+        return f"⚠️ Cut: {cut}. The full {noun} is in {filename}."
+
+    budget = max_chars - _assemble(header, body, "", note=note("")).length
+    while True:
+        excerpt = _head(body.content, budget)
+        card = _assemble(header, body, excerpt, note=note(excerpt))
+        if card.length <= max_chars or not excerpt:
+            break
+        budget -= card.length - max_chars  # the note is longer than the one assumed
+    return Card(
+        card.text(),
+        card.entities,
+        approval_keyboard(event.tool_call_id),
+        (filename, _document(body)),
+    )
+
+
+def _document(body: _Body) -> bytes:
+    """The full content; a command byte for byte, a diff or JSON as a text file."""
+    data = body.content if body.extension == "txt" else body.content + "\n"
+    return data.encode("utf-8")
+
+
+def _header(event: ApprovalRequired) -> _Text:
+    out = _Text()
+    out.add("🔐 Approval needed", "bold").add("\n")
+    out.add("Tool: ").add(_cut_units(event.name, _NAME_MAX, "…"), "code").add("\n")
+    out.add("Agent: ").add(_cut_units(event.agent_id, _NAME_MAX, "…"), "code")
+    if event.depth > 0:
+        out.add(f" (sub-agent, depth {event.depth})")
+    return out
+
+
+def _body(event: ApprovalRequired) -> _Body:
+    preview, args = event.preview, event.arguments
+    if preview is not None and preview.kind == "command" and preview.command is not None:
+        return _command_body(preview.command, preview.workdir)
+    if event.name == "execute_cmd" and isinstance(args.get("command"), str):
+        workdir = args.get("workdir")
+        return _command_body(args["command"], str(workdir) if workdir else None)
+    if preview is not None and preview.kind == "file" and preview.new_content is not None:
+        path = preview.path or str(args.get("path", "?"))
+        before: list[tuple[str, str | None]] = [("File: ", None), (path, "code")]
+        if preview.old_content is None:
+            before.append((" (new file)", None))
+        return _Body(
+            label="Diff",
+            content=_diff(preview.old_content, preview.new_content),
+            language="diff",
+            extension="diff",
+            before=tuple(before),
+        )
+    return _Body(
+        label="Arguments",
+        content=json.dumps(args, indent=2, ensure_ascii=False, sort_keys=True, default=str),
+        language="json",
+        extension="json",
+    )
+
+
+def _command_body(command: str, workdir: str | None) -> _Body:
+    after = (("Working directory: ", None), (workdir, "code")) if workdir else ()
+    return _Body(label="Command", content=command, language="bash", extension="txt", after=after)
+
+
+def _diff(old: str | None, new: str) -> str:
+    """A compact unified diff (2 lines of context) without the ---/+++ header."""
+    diff = list(
+        difflib.unified_diff(
+            (old or "").splitlines(keepends=True), new.splitlines(keepends=True), n=2
+        )
+    )
+    lines: list[str] = []
+    for line in diff[2:]:  # a non-empty diff starts with the ---/+++ lines
+        if line.endswith("\n"):
+            lines.append(line)
+        else:
+            lines.append(line + "\n\\ No newline at end of file\n")
+    return "".join(lines).rstrip("\n") or "(no changes)"
+
+
+def _assemble(header: _Text, body: _Body, content: str, *, note: str | None) -> _Text:
+    out = _Text()
+    out.add(header.text())
+    out.entities.extend(dict(e) for e in header.entities)
+    out.add("\n")
+    for text, kind in body.before:
+        out.add(text, kind)
+    if body.before:
+        out.add("\n")
+    out.add("\n")
+    if note is not None:
+        out.add(note, "italic").add("\n")
+    if content:
+        out.add(f"{body.label}:\n")
+        out.add(content, "pre", language=body.language)
+    elif note is None:
+        out.add(f"{body.label}: (empty)")
+    else:
+        out.add(f"{body.label}: see the attached file.")
+    if body.after:
+        out.add("\n")
+        for text, kind in body.after:
+            out.add(text, kind)
+    return out
+
+
+def _head(content: str, budget: int) -> str:
+    """The longest run of whole leading lines of ``content`` within ``budget`` units.
+
+    A first line longer than the budget is cut mid-line (the card says it is cut).
+    """
+    if budget <= 0:
+        return ""
+    shown: list[str] = []
+    used = 0
+    for line in content.splitlines():
+        cost = utf16_len(line) + (1 if shown else 0)
+        if used + cost > budget:
+            if not shown:
+                return _cut_units(line, budget)
+            break
+        shown.append(line)
+        used += cost
+    return "\n".join(shown)
+
+
+def _cut_units(text: str, budget: int, mark: str = "") -> str:
+    """``text`` cut to ``budget`` UTF-16 units, ``mark`` included, when it is longer."""
+    if utf16_len(text) <= budget:
+        return text
+    budget -= utf16_len(mark)
+    used = 0
+    for i, ch in enumerate(text):
+        used += 2 if ord(ch) > 0xFFFF else 1
+        if used > budget:
+            return text[:i] + mark
+    return text + mark
+
+
+# --- after resolution ----------------------------------------------------------------
+
+_OUTCOME_LINES: dict[str, tuple[str, str]] = {
+    # outcome: (icon and verb, in bold; what follows "by <who>")
+    "approve": ("✅ Approved", ""),
+    "reject": ("❌ Rejected", ""),
+    "bypass_15m": ("⏱ Approved", " — no more asking for 15 min"),
+    "bypass_session": ("🔄 Approved", " — no more asking this session"),
+    "cancelled": ("⊘ Cancelled", " (/stop)"),
+    "expired": ("⌛ Expired", ""),
+}
+_OUTCOME_ALIASES = {
+    "approved": "approve",
+    "rejected": "reject",
+    "canceled": "cancelled",
+    "cancel": "cancelled",
+    "expire": "expired",
+}
+
+
+def resolved_card(
+    original_text: str,
+    original_entities: Sequence[dict[str, Any]] | None,
+    outcome: str,
+    by: str | None,
+    *,
+    note: str | None = None,
+) -> tuple[str, list[dict[str, Any]]]:
+    """The card after resolution: the original text plus one outcome line.
+
+    ``outcome`` is an action (``approve``, ``reject``, ``bypass_15m``,
+    ``bypass_session``) or ``cancelled`` / ``expired``; ``by`` names who decided and
+    ``note`` (a rejection reason) follows a colon. Send it without buttons.
+    """
+    key = _OUTCOME_ALIASES.get(outcome, outcome)
+    verb, suffix = _OUTCOME_LINES.get(key, (f"• {outcome}", ""))
+    out = _Text()
+    out.add(original_text)
+    out.entities.extend(dict(e) for e in original_entities or ())
+    out.add("\n\n")
+    out.add(verb, "bold")
+    if by:
+        out.add(f" by {by}")
+    out.add(suffix)
+    if note:
+        room = TELEGRAM_LIMIT - out.length - 2
+        if room > 0:
+            out.add(": ").add(_cut_units(note, room))
+    return out.text(), out.entities
+
+
+# --- questions -----------------------------------------------------------------------
+
+
+def question_text(question: str) -> tuple[str, list[dict[str, Any]]]:
+    """A clarification question: a bold ``❓ Question`` header, then the question.
+
+    The question is Markdown (it comes from the model); what does not fit one message is
+    left out, ending with ``…``.
+    """
+    out = _Text()
+    out.add("❓ Question", "bold").add("\n\n")
+    room = TELEGRAM_LIMIT - out.length - 1
+    chunks = render_markdown(question, limit=room)
+    if not chunks:
+        return out.text().rstrip(), list(out.entities)
+    base = out.length
+    out.add(chunks[0].text)
+    out.entities.extend({**e, "offset": e["offset"] + base} for e in chunks[0].entities)
+    if len(chunks) > 1:
+        out.add("…")
+    return out.text(), out.entities
