@@ -397,15 +397,12 @@ class TelegramAdapter:
             match action.action:
                 case "approve":
                     await self.hub.approve(source, card.tool_call_id)
-                    outcome = f"✅ Approved by {c.user_name}"
                 case "bypass_15m":
                     await self.hub.approve(
                         source, card.tool_call_id, bypass_secs=900, bypass_scope="all"
                     )
-                    outcome = f"⏱ Approved by {c.user_name} — no more asking for 15 min"
                 case "bypass_session":
                     await self.hub.approve(source, card.tool_call_id, bypass_scope="all")
-                    outcome = f"🔄 Approved by {c.user_name} — no more asking in this session"
                 case _:
                     if card.tool_call_id in self._rejecting:
                         await self._reject(source, card, c.user_name, "")
@@ -414,9 +411,9 @@ class TelegramAdapter:
                     return
         except (InboxError, HubError) as exc:
             log.info("decision on %s refused: %s", card.tool_call_id, exc)
-            await self._close(card, "⌛ Expired — already resolved or cancelled", "expired")
+            await self._close(card, "expired", "expired")
             return
-        await self._close(card, outcome, "resolved")
+        await self._close(card, action.action, "resolved", by=c.user_name)
 
     async def _open_reject_window(self, card: CardRow, user_name: str) -> None:
         seconds = int(self.config.reject_window_s)
@@ -446,19 +443,26 @@ class TelegramAdapter:
             await self.hub.reject(source, card.tool_call_id, note)
         except (InboxError, HubError) as exc:
             log.info("rejection of %s refused: %s", card.tool_call_id, exc)
-            await self._close(card, "⌛ Expired — already resolved or cancelled", "expired")
+            await self._close(card, "expired", "expired")
             return
-        outcome = f"❌ Rejected by {user_name}" + (f": {note}" if note else "")
-        await self._close(card, outcome, "resolved")
+        await self._close(card, "reject", "resolved", by=user_name, note=note or None)
 
-    async def _close(self, card: CardRow, outcome: str, state: str) -> None:
+    async def _close(
+        self,
+        card: CardRow,
+        outcome: str,
+        state: str,
+        *,
+        by: str | None = None,
+        note: str | None = None,
+    ) -> None:
         """Show the outcome on the card once (whoever closes it first edits it)."""
         if not await self.store.close_card(card.tool_call_id, state):
             return
         self._rejecting.pop(card.tool_call_id, None)
         if card.message_id is None:
             return
-        text, entities = resolved_card(card.text, card.entities or [], outcome, None)
+        text, entities = resolved_card(card.text, card.entities or [], outcome, by, note=note)
         await self._edit(card.chat_id, card.message_id, text, entities, None)
 
     # -- outgoing ------------------------------------------------------------------------
@@ -480,18 +484,18 @@ class TelegramAdapter:
                 await self._show_progress(view, force=False)
             case ev.ToolDone(name=name, depth=depth):
                 self._mark_progress(view, depth, name, "✓")
-                await self._close_by_id(event.tool_call_id, "✅ Approved", "ran")
+                await self._close_by_id(event.tool_call_id, "approve", "ran")
                 await self._show_progress(view, force=False)
             case ev.ToolError(name=name, depth=depth):
                 self._mark_progress(view, depth, name, "✗")
-                await self._close_by_id(event.tool_call_id, "✅ Approved", "ran")
+                await self._close_by_id(event.tool_call_id, "approve", "ran")
                 await self._show_progress(view, force=False)
             case ev.ToolRejected(name=name, depth=depth):
                 self._mark_progress(view, depth, name, "⊘")
-                await self._close_by_id(event.tool_call_id, "❌ Rejected", "rejected")
+                await self._close_by_id(event.tool_call_id, "reject", "rejected")
             case ev.ToolCancelled(name=name, depth=depth):
                 self._mark_progress(view, depth, name, "⊘")
-                await self._close_by_id(event.tool_call_id, "⊘ Cancelled (/stop)", "cancelled")
+                await self._close_by_id(event.tool_call_id, "cancelled", "cancelled")
             case ev.ApprovalRequired():
                 await self._send_card(source, view, event)
             case ev.Question():
