@@ -44,7 +44,7 @@ class TelegramWebhook:
         self.sink = sink
         self._secret = secret.encode()
 
-    async def __call__(self, request: Request) -> JSONResponse:
+    async def handle(self, request: Request) -> JSONResponse:
         given = request.headers.get(SECRET_HEADER, "").encode()
         if not secrets.compare_digest(given, self._secret):
             return JSONResponse({"error": "wrong or missing secret token"}, status_code=401)
@@ -70,7 +70,7 @@ def create_app(
 ) -> Starlette:
     routes = []
     if webhook is not None:
-        routes.append(Route(webhook_path(webhook_url), webhook, methods=["POST"]))
+        routes.append(Route(webhook_path(webhook_url), webhook.handle, methods=["POST"]))
 
     async def healthz(_request: Request) -> JSONResponse:
         report = await health() if health is not None else {"ok": True}

@@ -634,7 +634,7 @@ class TelegramAdapter:
                     message_id,
                     text,
                     entities=entities or None,
-                    reply_markup=reply_markup or {"inline_keyboard": []},
+                    reply_markup=reply_markup,  # none: Telegram drops the buttons
                 ),
             )
         except TelegramError as exc:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from bot.telegram.api import ALLOWED_UPDATES, BotApi, Json, RetryAfter, TelegramError
+from bot.telegram.api import ALLOWED_UPDATES, BotApi, Json, RetryAfter
 from bot.telegram.store import TelegramStore
 
 __all__ = ["Poller"]
@@ -63,7 +63,9 @@ class Poller:
             except RetryAfter as exc:
                 await self._sleep(exc.seconds)
                 continue
-            except TelegramError as exc:
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a library that cannot parse a batch must not end polling
                 failures += 1
                 delay = min(2.0 ** min(failures, 6) / 4, self._max_backoff_s)
                 log.warning("getUpdates failed (%s); retrying in %.1f s", exc, delay)

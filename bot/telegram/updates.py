@@ -164,7 +164,13 @@ def _files(message: Json) -> tuple[FileRef, ...]:
     if isinstance(photos, list) and photos:
         sizes = [p for p in photos if isinstance(p, dict) and isinstance(p.get("file_id"), str)]
         if sizes:
-            best = max(sizes, key=lambda p: _int(p.get("file_size")) or 0)
+            best = max(
+                sizes,
+                key=lambda p: (
+                    (_int(p.get("width")) or 0) * (_int(p.get("height")) or 0),
+                    _int(p.get("file_size")) or 0,
+                ),
+            )
             unique = str(best.get("file_unique_id") or best["file_id"])
             files.append(
                 FileRef(

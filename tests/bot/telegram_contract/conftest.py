@@ -1,0 +1,139 @@
+"""The whole service (engine, hub, Telegram adapter) over each binding and the fake Bot API."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.serve import Service
+from bot.telegram.bindings.factory import make_bot_api
+from bot.telegram.outbound import Pacing
+from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
+from engine.llm.registry import ModelRegistry
+from tests.engine.hub.conftest import EchoModel
+from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
+
+ALICE = 111  # allowlisted
+OWNER = 999
+STRANGER = 555
+TOKEN = "123456:TEST-TOKEN"
+
+# No pacing waits and short retry waits: the suite checks behaviour, the bench timings.
+FAST = Pacing(
+    private_interval_s=0,
+    group_interval_s=0,
+    global_per_second=1e6,
+    backoff_s=(0.01,),
+    max_retry_after_s=0.02,
+)
+
+
+@pytest.fixture(params=["ptb", "aiogram"])
+def library(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def telegram() -> Any:
+    server = FakeTelegramServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def model() -> EchoModel:
+    return EchoModel(name="primary")
+
+
+@pytest.fixture
+def make_config(tmp_path: Path, telegram: FakeTelegramServer) -> Callable[..., AppConfig]:
+    def make(**settings: Any) -> AppConfig:
+        values = {
+            "database_url": f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
+            "chathub_workspace": tmp_path / "workspace",
+            "chathub_timezone": "UTC",
+            "telegram_bot_token": TOKEN,
+            "telegram_api_url": telegram.base_url,
+            "telegram_allowed_user_ids": str(ALICE),
+            "telegram_owner_id": OWNER,
+            "_env_file": None,
+            **settings,
+        }
+        return AppConfig(
+            settings=load_settings(**values),
+            models=(),
+            engine=EngineConfig(max_tool_rounds=6, command_timeout_s=5),
+            hub=HubConfig(idle_evict_s=600),
+        )
+
+    return make
+
+
+@pytest.fixture
+async def start_service(
+    make_config: Callable[..., AppConfig], telegram: FakeTelegramServer, library: str, model
+) -> Any:
+    """Starts services (a second call over the same database is a restart)."""
+    running: list[Service] = []
+
+    async def start(*, http: bool = False, **settings: Any) -> Service:
+        config = make_config(**settings)
+        api = make_bot_api(library, TOKEN, telegram.base_url)
+        service = Service(config, models=ModelRegistry([model]), api=api, pacing=FAST, http=http)
+        await service.start()
+        running.append(service)
+        return service
+
+    yield start
+    for service in running:
+        await stop(service)
+
+
+@pytest.fixture
+async def service(start_service) -> AsyncIterator[Service]:
+    service = await start_service()
+    yield service
+    await stop(service)
+
+
+async def stop(service: Service) -> None:
+    if not getattr(service, "_stopped", False):
+        service._stopped = True  # type: ignore[attr-defined]
+        await service.stop()
+
+
+async def eventually(predicate: Callable[[], Any], within_s: float = 5.0) -> Any:
+    """Wait until ``predicate()`` is truthy (the fake answers over real HTTP)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+def texts(telegram: FakeTelegramServer, chat_id: int) -> list[str]:
+    return [m.text or m.caption or "" for m in telegram.messages(chat_id) if not m.deleted]
+
+
+def find(telegram: FakeTelegramServer, chat_id: int, needle: str) -> SentMessage | None:
+    for message in telegram.messages(chat_id):
+        if needle in (message.text or ""):
+            return message
+    return None
+
+
+@pytest.fixture
+def unused_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

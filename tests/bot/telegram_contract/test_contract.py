@@ -1,0 +1,338 @@
+"""One contract, both bindings: what a person in Telegram sees and can do."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+from bot.telegram.cards import format_callback
+from engine.llm.scripted import text, tool_call
+from tests.bot.telegram_contract.conftest import (
+    ALICE,
+    OWNER,
+    STRANGER,
+    eventually,
+    find,
+    stop,
+    texts,
+)
+from tests.engine.session.helpers import BlockingTool
+
+
+def shell(command: str, call_id: str = "c1"):
+    return tool_call("execute_cmd", json.dumps({"command": command}), call_id)
+
+
+async def test_a_conversation(service, telegram):
+    telegram.user_message(ALICE, ALICE, "hello there")
+    await eventually(lambda: "echo: hello there" in texts(telegram, ALICE))
+    assert telegram.chat_actions and telegram.chat_actions[0]["action"] == "typing"
+    assert {c["command"] for c in telegram.commands["default/"]} >= {"stop", "new", "model"}
+
+
+async def test_approve_runs_the_tool_and_edits_the_card(service, telegram, model, tmp_path):
+    model.add(shell("echo approved >> runs.log"), text("Logged it."))
+    telegram.user_message(ALICE, ALICE, "log it")
+    card = await eventually(lambda: find(telegram, ALICE, "Approval needed"))
+    assert "echo approved >> runs.log" in card.text
+    buttons = [b["callback_data"] for row in card.reply_markup["inline_keyboard"] for b in row]
+    assert buttons[0].startswith("ap1:") and len(buttons) == 4
+
+    telegram.callback(ALICE, ALICE, card.message_id, buttons[0])
+
+    await eventually(lambda: "Logged it." in texts(telegram, ALICE))
+    edited = telegram.message(ALICE, card.message_id)
+    assert "Approved" in edited.text and "Alice" in edited.text
+    assert not (edited.reply_markup or {}).get("inline_keyboard")
+    assert (tmp_path / "workspace" / "runs.log").read_text() == "approved\n"
+    assert telegram.callback_answers  # the spinner was stopped
+
+
+async def test_reject_with_a_reason_given_as_a_reply(service, telegram, model):
+    model.add(shell("rm -rf data"), text("Understood."))
+    telegram.user_message(ALICE, ALICE, "clean up")
+    card = await eventually(lambda: find(telegram, ALICE, "Approval needed"))
+    telegram.callback(ALICE, ALICE, card.message_id, format_callback(_call_id(card), "reject"))
+    await eventually(lambda: "reason" in (telegram.message(ALICE, card.message_id).text or ""))
+
+    telegram.user_message(ALICE, ALICE, "keep the data", reply_to_message_id=card.message_id)
+
+    await eventually(lambda: "Understood." in texts(telegram, ALICE))
+    tool_results = [m["content"] for m in model.requests[-1][0] if m["role"] == "tool"]
+    assert tool_results == ["User rejected this tool call. Reason: keep the data"]
+    assert "keep the data" in telegram.message(ALICE, card.message_id).text
+
+
+async def test_the_15_minute_button_stops_the_asking(service, telegram, model):
+    model.add(shell("echo 1", "a"), shell("echo 2", "b"), text("Both done."))
+    telegram.user_message(ALICE, ALICE, "run both")
+    card = await eventually(lambda: find(telegram, ALICE, "Approval needed"))
+    telegram.callback(ALICE, ALICE, card.message_id, format_callback(_call_id(card), "bypass_15m"))
+    await eventually(lambda: "Both done." in texts(telegram, ALICE))
+    assert sum("Approval needed" in t for t in texts(telegram, ALICE)) == 1
+
+
+async def test_a_pending_card_still_works_after_a_restart(start_service, telegram, model, tmp_path):
+    first = await start_service()
+    model.add(shell("echo once >> runs.log"))
+    telegram.user_message(ALICE, ALICE, "log once")
+    card = await eventually(lambda: find(telegram, ALICE, "Approval needed"))
+    await stop(first)
+
+    model.add(text("Logged once."))
+    second = await start_service()
+    try:
+        telegram.callback(ALICE, ALICE, card.message_id, format_callback(_call_id(card), "approve"))
+        await eventually(lambda: "Logged once." in texts(telegram, ALICE))
+        assert (tmp_path / "workspace" / "runs.log").read_text() == "once\n"
+        assert sum("Approval needed" in t for t in texts(telegram, ALICE)) == 1
+    finally:
+        await stop(second)
+
+
+async def test_a_clarification_is_answered_by_a_reply(service, telegram, model):
+    ask = tool_call("ask_user_clarification", '{"question": "Which city?"}', "q")
+    model.add(ask, text("Booking Rome."))
+    telegram.user_message(ALICE, ALICE, "book a hotel")
+    question = await eventually(lambda: find(telegram, ALICE, "❓"))
+    assert "Which city?" in question.text
+    assert question.reply_markup.get("force_reply") is True
+
+    telegram.user_message(ALICE, ALICE, "Rome", reply_to_message_id=question.message_id)
+
+    await eventually(lambda: "Booking Rome." in texts(telegram, ALICE))
+    assert [m["content"] for m in model.requests[-1][0] if m["role"] == "tool"] == ["Rome"]
+
+
+async def test_stop_during_a_tool(service, telegram, model):
+    blocker = BlockingTool()
+    service.engine.tools.register(blocker)
+    await service.engine.store.db.run(_allow_everything)
+    service.engine.policy.invalidate()
+    model.add(tool_call("wait_here", "{}", "w"))
+    telegram.user_message(ALICE, ALICE, "wait")
+    await eventually(lambda: blocker.started.is_set())
+
+    telegram.user_message(ALICE, ALICE, "/stop")
+
+    await eventually(lambda: blocker.cancelled)
+    await eventually(lambda: any("Stopped" in t for t in texts(telegram, ALICE)))
+
+
+async def test_new_starts_a_fresh_conversation(service, telegram, model):
+    telegram.user_message(ALICE, ALICE, "remember 42")
+    await eventually(lambda: "echo: remember 42" in texts(telegram, ALICE))
+    telegram.user_message(ALICE, ALICE, "/new")
+    await eventually(lambda: any("New conversation" in t for t in texts(telegram, ALICE)))
+    telegram.user_message(ALICE, ALICE, "what was it?")
+    await eventually(lambda: "echo: what was it?" in texts(telegram, ALICE))
+    users = [m for m in model.requests[-1][0] if m["role"] == "user"]
+    assert [m["content"] for m in users] == ["what was it?"]
+
+
+async def test_pairing_a_stranger(service, telegram, model):
+    telegram.user_message(STRANGER, STRANGER, "hi, let me in", first_name="Bob")
+    offer = await eventually(lambda: find(telegram, STRANGER, "pairing code"))
+    code = offer.text.split("pairing code is ")[1].split()[0]
+    assert len(code) == 6 and not model.requests  # nothing reached the model
+    await eventually(lambda: find(telegram, OWNER, f"/pair {code}"))
+
+    telegram.user_message(OWNER, OWNER, f"/pair {code}")
+
+    await eventually(lambda: find(telegram, STRANGER, "Welcome"))
+    telegram.user_message(STRANGER, STRANGER, "thanks")
+    await eventually(lambda: "echo: thanks" in texts(telegram, STRANGER))
+
+
+async def test_a_forged_callback_changes_nothing(service, telegram, model):
+    model.add(shell("echo x"), text("ok"))
+    telegram.user_message(ALICE, ALICE, "go")
+    card = await eventually(lambda: find(telegram, ALICE, "Approval needed"))
+    data = format_callback(_call_id(card), "approve")
+
+    telegram.callback(ALICE, STRANGER, card.message_id, data, first_name="Mallory")
+    telegram.callback(OWNER, OWNER, card.message_id, data)  # the right id, another chat
+    telegram.callback(ALICE, ALICE, card.message_id, "garbage")
+    telegram.callback(ALICE, ALICE, card.message_id, "ap1:" + "9" * 61)  # 65 bytes
+
+    await eventually(lambda: len(telegram.callback_answers) == 4)
+    answers = [a.get("text") or "" for a in telegram.callback_answers]
+    assert sum("expired" in a for a in answers) == 3 and any("not allowed" in a for a in answers)
+    assert "Approved" not in telegram.message(ALICE, card.message_id).text
+    [item] = await service.engine.pending_approvals()
+    assert item.tool_call_id == _call_id(card)
+
+
+async def test_a_429_storm_is_waited_out(service, telegram, model):
+    telegram.fail_next("sendMessage", 3, retry_after=1)
+    telegram.user_message(ALICE, ALICE, "hello")
+    await eventually(lambda: "echo: hello" in texts(telegram, ALICE))
+    assert service.adapter.outbound.stats.retry_after >= 3
+
+
+async def test_a_long_reply_is_split(service, telegram, model):
+    paragraphs = [f"Paragraph {i}: " + "word " * 150 for i in range(12)]
+    model.add(text("\n\n".join(paragraphs)))
+    telegram.user_message(ALICE, ALICE, "write a lot")
+    await eventually(lambda: any("Paragraph 11" in t for t in texts(telegram, ALICE)))
+    replies = [t for t in texts(telegram, ALICE) if "Paragraph" in t]
+    assert len(replies) >= 2 and all(len(t.encode("utf-16-le")) // 2 <= 4096 for t in replies)
+    assert "".join(replies).count("Paragraph") == 12
+
+
+async def test_in_groups_only_a_mention_or_a_reply_is_answered(service, telegram, model):
+    group = -1001
+    telegram.user_message(group, ALICE, "chatting among ourselves", chat_type="supergroup")
+    mention = f"@{telegram.bot_username} what time is it?"
+    entities = [{"type": "mention", "offset": 0, "length": len(telegram.bot_username) + 1}]
+    telegram.user_message(group, ALICE, mention, chat_type="supergroup", entities=entities)
+    await eventually(lambda: any("what time is it" in t for t in texts(telegram, group)))
+    assert not any("among ourselves" in t for t in texts(telegram, group))
+
+
+async def test_forum_topics_are_separate_conversations(service, telegram, model):
+    group = -1002
+    for topic, words in ((5, "topic five"), (6, "topic six")):
+        telegram.user_message(
+            group,
+            ALICE,
+            f"@{telegram.bot_username} {words}",
+            chat_type="supergroup",
+            message_thread_id=topic,
+            entities=[{"type": "mention", "offset": 0, "length": len(telegram.bot_username) + 1}],
+        )
+    await eventually(
+        lambda: len([m for m in telegram.messages(group) if "echo" in (m.text or "")]) == 2
+    )
+    by_topic = {
+        m.message_thread_id: m.text for m in telegram.messages(group) if "echo" in (m.text or "")
+    }
+    assert "topic five" in by_topic[5] and "topic six" in by_topic[6]
+    sessions = await service.engine.store.sessions.all_sources()
+    assert sessions[f"telegram:{group}:5"] != sessions[f"telegram:{group}:6"]
+
+
+async def test_webhook_mode_checks_the_secret(start_service, telegram, unused_port):
+    service = await start_service(
+        http=True,
+        http_port=unused_port,
+        telegram_webhook_url="https://bot.example.org/telegram/webhook",
+        telegram_webhook_secret="s3cret",
+    )
+    try:
+        assert telegram.webhook.url == "https://bot.example.org/telegram/webhook"
+        update = {
+            "update_id": 77,
+            "message": {
+                "message_id": 1,
+                "date": 0,
+                "chat": {"id": ALICE, "type": "private"},
+                "from": {"id": ALICE, "is_bot": False, "first_name": "Alice"},
+                "text": "via webhook",
+            },
+        }
+        url = f"http://127.0.0.1:{unused_port}/telegram/webhook"
+        async with httpx.AsyncClient() as client:
+            await eventually_async(lambda: client.get(f"http://127.0.0.1:{unused_port}/healthz"))
+            wrong = await client.post(
+                url, json=update, headers={"X-Telegram-Bot-Api-Secret-Token": "nope"}
+            )
+            right = await client.post(
+                url, json=update, headers={"X-Telegram-Bot-Api-Secret-Token": "s3cret"}
+            )
+        assert (wrong.status_code, right.status_code) == (401, 200)
+        await eventually(lambda: "echo: via webhook" in texts(telegram, ALICE))
+        assert not telegram.calls_to("getUpdates")
+    finally:
+        await stop(service)
+
+
+# -- bad input ---------------------------------------------------------------------------
+
+
+async def test_malformed_and_unknown_updates_are_ignored(service, telegram, model):
+    telegram.push_update({"update_id": 500, "poll": {"id": "1"}})
+    telegram.push_update({"update_id": 501, "message": {"message_id": 1, "text": "no chat"}})
+    telegram.push_update(
+        {"update_id": 502, "message": {"chat": {"id": ALICE}, "text": "no sender"}}
+    )
+    telegram.user_message(ALICE, ALICE, "still alive?")
+    await eventually(lambda: "echo: still alive?" in texts(telegram, ALICE))
+    assert [m["content"] for m in model.requests[-1][0] if m["role"] == "user"] == ["still alive?"]
+
+
+async def test_a_100_kb_message_gets_a_clear_error(service, telegram, model):
+    telegram.user_message(ALICE, ALICE, "x" * 100_000)
+    reply = await eventually(lambda: find(telegram, ALICE, "limit"))
+    assert "100000 characters" in reply.text and not model.requests
+
+
+async def test_a_duplicated_update_is_handled_once(service, telegram, model):
+    update = telegram.user_message(ALICE, ALICE, "once please")
+    await eventually(lambda: "echo: once please" in texts(telegram, ALICE))
+    telegram.push_update(update)  # Telegram redelivers the same update id
+    telegram.user_message(ALICE, ALICE, "next")
+    await eventually(lambda: "echo: next" in texts(telegram, ALICE))
+    assert texts(telegram, ALICE).count("echo: once please") == 1
+
+
+async def test_an_edited_message_never_reaches_the_model(service, telegram, model):
+    sent = telegram.user_message(ALICE, ALICE, "original")
+    await eventually(lambda: "echo: original" in texts(telegram, ALICE))
+    telegram.edited_message(ALICE, ALICE, sent["message"]["message_id"], "edited!")
+    telegram.user_message(ALICE, ALICE, "after")
+    await eventually(lambda: "echo: after" in texts(telegram, ALICE))
+    assert not any("edited!" in json.dumps(r[0]) for r in model.requests)
+
+
+async def test_an_unknown_command_gets_help_and_never_reaches_the_model(service, telegram, model):
+    telegram.user_message(ALICE, ALICE, "/frobnicate now")
+    reply = await eventually(lambda: find(telegram, ALICE, "Unknown command /frobnicate"))
+    assert "/stop" in reply.text and not model.requests
+
+
+async def test_a_photo_is_downloaded_into_the_workspace(service, telegram, model, tmp_path):
+    telegram.photo_message(ALICE, ALICE, b"\xff\xd8\xff\xe0jpeg-bytes", caption="what is this?")
+    await eventually(lambda: any("what is this?" in t for t in texts(telegram, ALICE)))
+    uploads = list((tmp_path / "workspace" / "uploads" / "telegram" / str(ALICE)).iterdir())
+    assert [p.read_bytes() for p in uploads] == [b"\xff\xd8\xff\xe0jpeg-bytes"]
+    user_text = [m["content"] for m in model.requests[-1][0] if m["role"] == "user"][-1]
+    assert "uploads/telegram/" in user_text
+
+
+def _call_id(card) -> int:
+    data = card.reply_markup["inline_keyboard"][0][0]["callback_data"]
+    return int(data.split(":")[1])
+
+
+def _allow_everything(conn) -> None:
+    import sqlalchemy as sa
+
+    from engine.store.schema import approval_rules, utcnow
+
+    conn.execute(
+        sa.insert(approval_rules).values(
+            group_name="default",
+            tool_pattern="wait_here",
+            action="allow",
+            priority=1,
+            note="test",
+            created_at=utcnow(),
+        )
+    )
+
+
+async def eventually_async(request) -> None:
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            await request()
+            return
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.02)
