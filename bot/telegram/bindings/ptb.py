@@ -1,0 +1,381 @@
+"""``BotApi`` over python-telegram-bot 22 (``telegram.Bot``, no ``Application``).
+
+Errors are classified from the HTTP answer itself: a request subclass turns every
+non-2xx answer into ``_HttpError`` carrying Telegram's status, description and
+``retry_after`` before ptb's own mapping runs (ptb reports 5xx as a plain
+``NetworkError``, indistinguishable from a lost connection, and rewrites descriptions:
+"Bad Request: message is not modified" becomes "Message is not modified"). What ptb
+raises itself (timeouts, connection errors) becomes ``NetworkError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dtm
+import json
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import telegram
+import telegram.error as tg_error
+from telegram.request import HTTPXRequest
+
+from bot.telegram.api import (
+    ALLOWED_UPDATES,
+    BadRequest,
+    Forbidden,
+    Json,
+    NetworkError,
+    RetryAfter,
+    ServerError,
+    TelegramError,
+)
+
+__all__ = ["PtbBotApi"]
+
+_LONG_POLL_MARGIN = 10.0
+"""Seconds of read timeout on top of the getUpdates ``timeout`` (ptb adds the two)."""
+
+
+class _HttpError(tg_error.TelegramError):
+    """A non-2xx Bot API answer, raised from the request so ptb re-raises it untouched."""
+
+    def __init__(self, status: int, description: str, retry_after: float | None) -> None:
+        super().__init__(description)
+        self.status = status
+        self.description = description
+        self.retry_after = retry_after
+
+
+class _ClassifyingRequest(HTTPXRequest):
+    """``HTTPXRequest`` that raises ``_HttpError`` for any non-2xx answer."""
+
+    async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        code, payload = await super().do_request(*args, **kwargs)
+        if 200 <= code <= 299:
+            return code, payload
+        description = f"HTTP {code}"
+        retry_after: float | None = None
+        with contextlib.suppress(ValueError, UnicodeDecodeError, AttributeError):
+            body = json.loads(payload.decode("utf-8"))
+            description = str(body.get("description") or description)
+            parameters = body.get("parameters") or {}
+            if parameters.get("retry_after") is not None:
+                retry_after = float(parameters["retry_after"])
+        raise _HttpError(code, description, retry_after)
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    try:
+        yield
+    except _HttpError as exc:
+        raise _from_status(exc.status, exc.description, exc.retry_after) from exc
+    except tg_error.RetryAfter as exc:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # ptb 22 deprecates the int form of retry_after
+            value = exc.retry_after
+        seconds = value.total_seconds() if isinstance(value, dtm.timedelta) else float(value)
+        raise RetryAfter(seconds) from exc
+    except tg_error.BadRequest as exc:  # a NetworkError subclass in ptb: test it first
+        raise BadRequest(exc.message) from exc
+    except tg_error.Forbidden as exc:
+        raise Forbidden(exc.message) from exc
+    except tg_error.NetworkError as exc:  # TimedOut included
+        raise NetworkError(exc.message) from exc
+    except tg_error.TelegramError as exc:
+        raise TelegramError(exc.message) from exc
+
+
+def _from_status(status: int, description: str, retry_after: float | None) -> TelegramError:
+    if retry_after is not None:
+        return RetryAfter(retry_after, description)
+    if status == 400:
+        return BadRequest(description)
+    if status == 403:
+        return Forbidden(description)
+    if status >= 500:
+        return ServerError(description)
+    return TelegramError(description)
+
+
+# Service-message flags ptb fills in (as False) on every Message it parses.
+_SERVICE_FLAGS = (
+    "delete_chat_photo",
+    "group_chat_created",
+    "supergroup_chat_created",
+    "channel_chat_created",
+)
+
+
+def _plain(obj: telegram.TelegramObject) -> Json:
+    """Bot API JSON for a ptb object: plain str/int (no enums), no invented False flags."""
+    data = json.loads(obj.to_json())
+    _strip_flags(data)
+    return data
+
+
+def _strip_flags(value: Any) -> None:
+    if isinstance(value, dict):
+        if "message_id" in value and "chat" in value:
+            for flag in _SERVICE_FLAGS:
+                if value.get(flag) is False:
+                    del value[flag]
+        for item in value.values():
+            _strip_flags(item)
+    elif isinstance(value, list):
+        for item in value:
+            _strip_flags(item)
+
+
+def _entities(entities: Sequence[Json] | None) -> list[telegram.MessageEntity] | None:
+    if not entities:
+        return None
+    return [telegram.MessageEntity.de_json(dict(entity), None) for entity in entities]
+
+
+def _markup(markup: Json | None) -> telegram.TelegramObject | None:
+    if markup is None:
+        return None
+    kinds: tuple[tuple[str, type[telegram.TelegramObject]], ...] = (
+        ("inline_keyboard", telegram.InlineKeyboardMarkup),
+        ("force_reply", telegram.ForceReply),
+        ("keyboard", telegram.ReplyKeyboardMarkup),
+        ("remove_keyboard", telegram.ReplyKeyboardRemove),
+    )
+    for key, cls in kinds:
+        if key in markup:
+            return cls.de_json(dict(markup), None)
+    raise ValueError(f"unknown reply_markup: {sorted(markup)}")
+
+
+def _reply(message_id: int | None) -> telegram.ReplyParameters | None:
+    return None if message_id is None else telegram.ReplyParameters(message_id=message_id)
+
+
+def _write(destination: Path, data: bytes) -> None:
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    destination.write_bytes(data)
+
+
+class PtbBotApi:
+    """``BotApi`` over ``telegram.Bot``; ``api_root`` is e.g. ``https://api.telegram.org``."""
+
+    def __init__(self, token: str, api_root: str = "https://api.telegram.org") -> None:
+        root = api_root.rstrip("/")
+        self._token = token
+        self._file_prefix = f"{root}/file/bot{token}/"
+        self._requests = (
+            _ClassifyingRequest(connection_pool_size=2, read_timeout=_LONG_POLL_MARGIN),
+            _ClassifyingRequest(connection_pool_size=64, read_timeout=30.0, pool_timeout=10.0),
+        )
+        self._bot = telegram.Bot(
+            token,
+            base_url=f"{root}/bot",
+            base_file_url=f"{root}/file/bot",
+            get_updates_request=self._requests[0],
+            request=self._requests[1],
+        )
+        self._ready = False
+        self._ready_lock = asyncio.Lock()
+
+    @property
+    def bot(self) -> telegram.Bot:
+        """The underlying ``telegram.Bot`` (for what the protocol does not cover)."""
+        return self._bot
+
+    async def _start(self) -> None:
+        if self._ready:
+            return
+        async with self._ready_lock:
+            if not self._ready:
+                with _translated():
+                    await self._bot.initialize()  # one getMe
+                self._ready = True
+
+    async def get_me(self) -> Json:
+        if not self._ready:
+            await self._start()
+            return _plain(self._bot.bot)
+        with _translated():
+            user = await self._bot.get_me()
+        return _plain(user)
+
+    async def get_updates(
+        self,
+        offset: int | None,
+        *,
+        timeout: int,  # noqa: ASYNC109 - Telegram's long-poll timeout, not ours
+        allowed_updates: Sequence[str] = ALLOWED_UPDATES,
+        limit: int = 100,
+    ) -> list[Json]:
+        await self._start()
+        kwargs: Json = {
+            "limit": limit,
+            "timeout": timeout,
+            "allowed_updates": list(allowed_updates),
+        }
+        if offset is not None:
+            kwargs["offset"] = offset
+        with _translated():
+            # Raw JSON, not ``Bot.get_updates``: ptb parses the whole batch into objects, and
+            # one update it cannot parse would fail every poll (the offset never moves past
+            # it). Our own parser ignores what it does not understand.
+            updates = await self._bot._post(
+                "getUpdates", api_kwargs=kwargs, read_timeout=timeout + _LONG_POLL_MARGIN
+            )
+        return [u for u in updates if isinstance(u, dict)]
+
+    async def send_message(
+        self,
+        chat_id: int,
+        text: str,
+        *,
+        entities: Sequence[Json] | None = None,
+        reply_markup: Json | None = None,
+        message_thread_id: int | None = None,
+        reply_to_message_id: int | None = None,
+    ) -> Json:
+        await self._start()
+        with _translated():
+            message = await self._bot.send_message(
+                chat_id,
+                text,
+                entities=_entities(entities),
+                reply_markup=_markup(reply_markup),  # type: ignore[arg-type]
+                message_thread_id=message_thread_id,
+                reply_parameters=_reply(reply_to_message_id),
+            )
+        return _plain(message)
+
+    async def edit_message_text(
+        self,
+        chat_id: int,
+        message_id: int,
+        text: str,
+        *,
+        entities: Sequence[Json] | None = None,
+        reply_markup: Json | None = None,
+    ) -> None:
+        markup = _markup(reply_markup)
+        if markup is not None and not isinstance(markup, telegram.InlineKeyboardMarkup):
+            raise BadRequest("Bad Request: only an inline keyboard can be set by an edit")
+        await self._start()
+        with _translated():
+            await self._bot.edit_message_text(
+                text,
+                chat_id=chat_id,
+                message_id=message_id,
+                entities=_entities(entities),
+                reply_markup=markup,
+            )
+
+    async def delete_message(self, chat_id: int, message_id: int) -> None:
+        await self._start()
+        with _translated():
+            await self._bot.delete_message(chat_id, message_id)
+
+    async def answer_callback_query(
+        self, callback_query_id: str, *, text: str | None = None, show_alert: bool = False
+    ) -> None:
+        await self._start()
+        with _translated():
+            await self._bot.answer_callback_query(
+                callback_query_id, text=text, show_alert=show_alert or None
+            )
+
+    async def send_chat_action(
+        self, chat_id: int, action: str = "typing", *, message_thread_id: int | None = None
+    ) -> None:
+        await self._start()
+        with _translated():
+            await self._bot.send_chat_action(chat_id, action, message_thread_id=message_thread_id)
+
+    async def set_my_commands(self, commands: Sequence[tuple[str, str]]) -> None:
+        await self._start()
+        with _translated():
+            await self._bot.set_my_commands(
+                [telegram.BotCommand(command, description) for command, description in commands]
+            )
+
+    async def set_webhook(
+        self, url: str, *, secret_token: str, allowed_updates: Sequence[str] = ALLOWED_UPDATES
+    ) -> None:
+        await self._start()
+        with _translated():
+            await self._bot.set_webhook(
+                url, secret_token=secret_token, allowed_updates=list(allowed_updates)
+            )
+
+    async def delete_webhook(self) -> None:
+        await self._start()
+        with _translated():
+            await self._bot.delete_webhook()
+
+    async def get_file(self, file_id: str) -> Json:
+        await self._start()
+        with _translated():
+            file = await self._bot.get_file(file_id)
+        data = _plain(file)
+        # ptb turns file_path into a download URL; the protocol wants Telegram's path.
+        path = data.get("file_path")
+        if isinstance(path, str) and path.startswith(self._file_prefix):
+            data["file_path"] = path.removeprefix(self._file_prefix)
+        return data
+
+    async def download_file(self, file_path: str, destination: Path) -> None:
+        await self._start()
+        with _translated():
+            data = await self._bot.request.retrieve(self._file_prefix + file_path.lstrip("/"))
+        await asyncio.to_thread(_write, Path(destination), data)
+
+    async def send_document(
+        self,
+        chat_id: int,
+        filename: str,
+        data: bytes,
+        *,
+        caption: str | None = None,
+        message_thread_id: int | None = None,
+        reply_markup: Json | None = None,
+    ) -> Json:
+        await self._start()
+        with _translated():
+            message = await self._bot.send_document(
+                chat_id,
+                telegram.InputFile(data, filename=filename),
+                caption=caption,
+                message_thread_id=message_thread_id,
+                reply_markup=_markup(reply_markup),  # type: ignore[arg-type]
+            )
+        return _plain(message)
+
+    async def send_message_draft(
+        self,
+        chat_id: int,
+        draft_id: int,
+        text: str,
+        *,
+        entities: Sequence[Json] | None = None,
+        message_thread_id: int | None = None,
+    ) -> None:
+        await self._start()
+        with _translated():
+            await self._bot.send_message_draft(
+                chat_id,
+                draft_id,
+                text,
+                message_thread_id=message_thread_id,
+                entities=_entities(entities),
+            )
+
+    async def close(self) -> None:
+        """Close the HTTP clients; safe to call twice and without a first call."""
+        self._ready = False
+        with contextlib.suppress(Exception):
+            await self._bot.shutdown()
+        for request in self._requests:
+            await request.shutdown()
