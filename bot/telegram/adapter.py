@@ -132,6 +132,8 @@ class TelegramAdapter:
         events = self.hub.events()
         self._spawn(self._pump(events))
         await self.outbound.resend_pending()
+        for source, message_id, content in await self.store.undelivered_finals():
+            await self._deliver_final(self._view(source), message_id, content)
 
     async def close(self) -> None:
         for view in self._views.values():

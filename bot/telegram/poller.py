@@ -16,6 +16,7 @@ from typing import Protocol
 
 from bot.telegram.api import ALLOWED_UPDATES, BotApi, Json, RetryAfter
 from bot.telegram.store import TelegramStore
+from engine.failpoints import failpoint
 
 __all__ = ["Poller"]
 
@@ -76,6 +77,7 @@ class Poller:
             if not updates:
                 continue
             fresh = await self.store.record_updates(updates)  # durable before confirming
+            failpoint("after_updates_stored")
             ids = [u["update_id"] for u in updates if isinstance(u.get("update_id"), int)]
             if ids:
                 offset = max(ids) + 1

@@ -12,7 +12,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.store.db import Database
+from engine.store.schema import chat_history as h
+from engine.store.schema import chat_llm_tools as t
+from engine.store.schema import chat_sessions_stack as f
 from engine.store.schema import (
+    sources,
     telegram_cards,
     telegram_outbox,
     telegram_pairing,
@@ -139,6 +143,14 @@ class TelegramStore:
 
     async def mark_sent(self, outbox_id: int, message_id: int | None) -> None:
         await self._db.run(_mark_outbox, outbox_id, "sent", message_id, None)
+
+    async def undelivered_finals(self) -> list[tuple[str, int, str]]:
+        """``(source, message_id, content)`` of Telegram answers never put in the outbox.
+
+        The process died between storing an answer and recording its delivery; each
+        answer's first chunk has the key ``final:<message id>:0``.
+        """
+        return await self._db.run(_undelivered_finals)
 
     async def mark_failed(self, outbox_id: int, error: str) -> None:
         await self._db.run(_mark_outbox, outbox_id, "failed", None, error[:2000])
@@ -332,3 +344,28 @@ def _mark_outbox(
             sent_at=utcnow() if status == "sent" else None,
         )
     )
+
+
+def _undelivered_finals(conn: Connection) -> list[tuple[str, int, str]]:
+    last = (
+        sa.select(h.c.session_stack_id, sa.func.max(h.c.id).label("last_id"))
+        .where(h.c.status == "ok")
+        .group_by(h.c.session_stack_id)
+        .subquery()
+    )
+    key = sa.literal("final:") + sa.cast(h.c.id, sa.String) + sa.literal(":0")
+    query = (
+        sa.select(sources.c.source, h.c.id, h.c.content)
+        .select_from(sources)
+        .join(f, sa.and_(f.c.session_id == sources.c.session_id, f.c.depth == 0))
+        .join(last, last.c.session_stack_id == f.c.id)
+        .join(h, h.c.id == last.c.last_id)
+        .where(
+            sources.c.source.like("telegram:%"),
+            h.c.role == "assistant",
+            h.c.content != "",
+            ~sa.select(t.c.id).where(t.c.message_id == h.c.id).exists(),
+            ~sa.select(telegram_outbox.c.id).where(telegram_outbox.c.dedupe_key == key).exists(),
+        )
+    )
+    return [(row[0], row[1], row[2]) for row in conn.execute(query)]

@@ -1,0 +1,144 @@
+"""``chathub serve`` as it runs in production: a process with Telegram and a model over HTTP."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.telegram_server import FakeTelegramServer
+
+ALICE = 111
+
+
+@pytest.fixture
+def telegram() -> Iterator[FakeTelegramServer]:
+    server = FakeTelegramServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def serve(tmp_path: Path, telegram: FakeTelegramServer, fake_openai: FakeOpenAIServer):
+    children: list[subprocess.Popen[str]] = []
+
+    def start(**env: str) -> subprocess.Popen[str]:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "bot.cli", "serve"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            env={
+                "PATH": os.environ.get("PATH", ""),
+                "HOME": str(tmp_path),
+                "LLM_BASE_URL": fake_openai.base_url,
+                "LLM_MODEL": "fake-model",
+                "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
+                "CHATHUB_WORKSPACE": str(tmp_path / "workspace"),
+                "CHATHUB_TIMEZONE": "UTC",
+                "TELEGRAM_BOT_TOKEN": "123456:TEST",
+                "TELEGRAM_API_URL": telegram.base_url,
+                "TELEGRAM_ALLOWED_USER_IDS": str(ALICE),
+                "HTTP_PORT": str(_free_port()),
+                **env,
+            },
+        )
+        children.append(child)
+        return child
+
+    yield start
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+        child.wait(timeout=10)
+        if child.stderr:
+            child.stderr.close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate: Callable[[], Any], within_s: float = 20) -> Any:
+    deadline = time.monotonic() + within_s
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+    return value
+
+
+def replies(telegram: FakeTelegramServer) -> list[str]:
+    return [m.text or "" for m in telegram.messages(ALICE)]
+
+
+def test_serve_answers_and_stops_on_sigterm_within_ten_seconds(serve, telegram, fake_openai):
+    fake_openai.reply_text("Hello from chathub.")
+    child = serve()
+    telegram.user_message(ALICE, ALICE, "hi")
+    wait_for(lambda: "Hello from chathub." in replies(telegram))
+
+    started = time.monotonic()
+    child.send_signal(signal.SIGTERM)
+    child.wait(timeout=15)
+    assert time.monotonic() - started < 10
+    assert child.returncode == 0, child.stderr.read() if child.stderr else ""
+
+
+def test_a_message_accepted_before_sigterm_is_answered_after_the_restart(
+    serve, telegram, fake_openai, tmp_path
+):
+    fake_openai.reply_hang()
+    child = serve()
+    telegram.user_message(ALICE, ALICE, "are you there?")
+    wait_for(lambda: fake_openai.requests)  # accepted and in the model's hands
+    child.send_signal(signal.SIGTERM)
+    child.wait(timeout=15)
+
+    fake_openai.reply_text("Yes, still here.")
+    serve()
+    wait_for(lambda: "Yes, still here." in replies(telegram))
+    with sqlite3.connect(tmp_path / "chathub.db") as db:
+        users = db.execute("SELECT content, status FROM chat_history WHERE role='user'").fetchall()
+    assert users == [("are you there?", "ok")]
+
+
+def test_an_update_stored_but_not_handled_is_handled_after_kill_9(serve, telegram, fake_openai):
+    child = serve(CHATHUB_FAILPOINTS="after_updates_stored")
+    telegram.user_message(ALICE, ALICE, "do not lose me")
+    child.wait(timeout=20)
+    assert child.returncode == -signal.SIGKILL
+    assert not any("do not lose me" in str(r) for r in fake_openai.requests)
+
+    fake_openai.reply_text("Got it.")
+    serve()
+    wait_for(lambda: "Got it." in replies(telegram))
+    assert replies(telegram).count("Got it.") == 1
+
+
+def test_an_answer_stored_but_never_sent_is_delivered_after_kill_9(serve, telegram, fake_openai):
+    fake_openai.reply_text("The answer you almost lost.")
+    child = serve(CHATHUB_FAILPOINTS="after_final_row")
+    telegram.user_message(ALICE, ALICE, "question")
+    child.wait(timeout=20)
+    assert child.returncode == -signal.SIGKILL
+    assert "The answer you almost lost." not in replies(telegram)
+
+    serve()
+    wait_for(lambda: "The answer you almost lost." in replies(telegram))
+    assert replies(telegram).count("The answer you almost lost.") == 1
+    assert len(fake_openai.requests) == 1  # not asked again
