@@ -79,6 +79,7 @@ class Service:
                     allowed_user_ids=frozenset(settings.telegram_allowed_user_ids),
                     owner_id=owner,
                     workspace=engine.workspace.root,
+                    streaming=settings.telegram_streaming,
                 ),
             )
             await self.adapter.start()

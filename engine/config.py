@@ -53,6 +53,7 @@ class Settings(BaseSettings):
     telegram_owner_id: int | None = None
     telegram_webhook_url: str | None = None
     telegram_webhook_secret: str | None = None
+    telegram_streaming: bool = False
 
     llm_base_url: str = "http://localhost:11434/v1"
     llm_api_key: str = ""

@@ -70,6 +70,10 @@ class TelegramConfig:
     reject_window_s: float = 60.0
     pairing_reminder_s: float = 600.0
     max_download_bytes: int = 20 * 1024 * 1024
+    #: Show the answer while it is written: a draft in private chats, an edited message
+    #: in groups (``TELEGRAM_STREAMING``).
+    streaming: bool = False
+    stream_interval_s: float = 1.0
 
 
 @dataclass(eq=False)
@@ -83,6 +87,10 @@ class _ChatView:
     progress_shown: str = ""
     progress_at: float = 0.0
     typing: asyncio.Task[None] | None = None
+    stream_text: str = ""
+    stream_at: float = 0.0
+    stream_message_id: int | None = None
+    drafts: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -481,6 +489,11 @@ class TelegramAdapter:
         view = self._view(source)
         event = item.event
         match event:
+            case ev.TextDelta(text=delta, depth=0) if self.config.streaming:
+                view.stream_text += delta
+                await self._show_stream(view, force=False)
+            case ev.Thinking(depth=0):
+                view.stream_text = ""  # that text led to tool calls; the answer comes later
             case ev.ToolStart(name=name, arguments=arguments, depth=depth):
                 view.progress_lines.append(f"{'  ' * depth}⚙ {name} {_preview(arguments)}")
                 await self._show_progress(view, force=False)
@@ -505,16 +518,56 @@ class TelegramAdapter:
             case ev.Done(content=content, message_id=message_id):
                 await self._show_progress(view, force=True)
                 self._stop_typing(view)
+                await self._end_stream(view)
                 await self._deliver_final(view, message_id, content)
                 self._reset_progress(view)
             case ev.Error(message=message):
                 self._stop_typing(view)
+                await self._end_stream(view)
                 await self._show_progress(view, force=True)
                 self._reset_progress(view)
                 await self._say(view.chat_id, view.thread_id, f"⚠️ {message}")
             case NewSession():
                 self._reset_progress(view)
                 await self._say(view.chat_id, view.thread_id, "🆕 New conversation started.")
+
+    async def _show_stream(self, view: _ChatView, *, force: bool) -> None:
+        """The answer so far: a draft in private chats, an edited message elsewhere."""
+        now = self._clock()
+        text = view.stream_text.strip()
+        if not text or (not force and now - view.stream_at < self.config.stream_interval_s):
+            return
+        view.stream_at = now
+        text = text[:4000]
+        try:
+            if view.chat_id > 0:
+                if view.drafts == 0:
+                    view.drafts = int(now * 1000) % 2_000_000_000 + 1
+                await self.outbound.call(
+                    view.chat_id,
+                    lambda: self.api.send_message_draft(
+                        view.chat_id, view.drafts, text, message_thread_id=view.thread_id
+                    ),
+                )
+            elif view.stream_message_id is None:
+                sent = await self.outbound.send_text(view.chat_id, text, thread_id=view.thread_id)
+                view.stream_message_id = sent.get("message_id")
+            else:
+                await self._edit(view.chat_id, view.stream_message_id, text, [], None)
+        except TelegramError as exc:
+            log.info("streaming to chat %s failed: %s", view.chat_id, exc)
+
+    async def _end_stream(self, view: _ChatView) -> None:
+        """The final answer replaces the streamed one (a draft simply ends)."""
+        if view.stream_message_id is not None:
+            message_id = view.stream_message_id
+            try:
+                await self.outbound.call(
+                    view.chat_id, lambda: self.api.delete_message(view.chat_id, message_id)
+                )
+            except TelegramError as exc:
+                log.info("could not delete the streamed message: %s", exc)
+        view.stream_text, view.stream_message_id, view.drafts = "", None, 0
 
     async def _deliver_final(self, view: _ChatView, message_id: int, content: str) -> None:
         for index, chunk in enumerate(render_markdown(content)):

@@ -336,3 +336,23 @@ async def eventually_async(request) -> None:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.02)
+
+
+async def test_streaming_shows_a_draft_in_private_and_an_edited_message_in_groups(
+    start_service, telegram, model
+):
+    service = await start_service(telegram_streaming=True)
+    try:
+        telegram.user_message(ALICE, ALICE, "stream please")
+        await eventually(lambda: "echo: stream please" in texts(telegram, ALICE))
+        assert [d.text for d in telegram.drafts(ALICE)] == ["echo: stream please"]
+
+        group = -1003
+        mention = f"@{telegram.bot_username} in the group"
+        entities = [{"type": "mention", "offset": 0, "length": len(telegram.bot_username) + 1}]
+        telegram.user_message(group, ALICE, mention, chat_type="supergroup", entities=entities)
+        await eventually(lambda: any("in the group" in t for t in texts(telegram, group)))
+        streamed = await eventually(lambda: [m for m in telegram.messages(group) if m.deleted])
+        assert len(streamed) == 1 and "in the group" in (streamed[0].text or "")
+    finally:
+        await stop(service)
