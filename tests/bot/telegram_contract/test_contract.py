@@ -356,3 +356,45 @@ async def test_streaming_shows_a_draft_in_private_and_an_edited_message_in_group
         assert len(streamed) == 1 and "in the group" in (streamed[0].text or "")
     finally:
         await stop(service)
+
+
+async def test_documents_and_locations_reach_the_model(service, telegram, model, tmp_path):
+    telegram.document_message(ALICE, ALICE, b"col1,col2\n1,2\n", "data.csv", caption="sum it")
+    await eventually(lambda: any("sum it" in t for t in texts(telegram, ALICE)))
+    saved = list((tmp_path / "workspace" / "uploads" / "telegram" / str(ALICE)).iterdir())
+    assert [p.read_text() for p in saved] == ["col1,col2\n1,2\n"]
+    telegram.location_message(ALICE, ALICE, 41.9028, 12.4964)
+    await eventually(lambda: any("41.902800, 12.496400" in t for t in texts(telegram, ALICE)))
+
+
+async def test_the_commands(service, telegram, model):
+    for command in (
+        "/models",
+        "/model 1",
+        "/model gpt-9",
+        "/context",
+        "/cost",
+        "/sethome",
+        "/jobs",
+    ):
+        telegram.user_message(ALICE, ALICE, command)
+    await eventually(lambda: any("No scheduled jobs" in t for t in texts(telegram, ALICE)))
+    shown = "\n".join(texts(telegram, ALICE))
+    assert "1. primary" in shown and "Model: primary." in shown
+    assert "'gpt-9' is not configured" in shown
+    assert "No model call in this conversation yet." in shown
+    assert "0 model calls" in shown and "notifications will come to this chat" in shown
+    assert service.hub.home == f"telegram:{ALICE}"
+    assert not model.requests
+
+
+async def test_the_owner_unpairs_a_user(service, telegram, model):
+    await service.adapter.store.pair(STRANGER, "Bob", OWNER)
+    service.adapter._paired.add(STRANGER)
+    telegram.user_message(OWNER, OWNER, f"/unpair {STRANGER}")
+    await eventually(lambda: find(telegram, OWNER, f"Unpaired {STRANGER}"))
+    telegram.user_message(STRANGER, STRANGER, "still here?")
+    await eventually(lambda: find(telegram, STRANGER, "pairing code"))
+    assert not model.requests
+    telegram.user_message(ALICE, ALICE, f"/unpair {OWNER}")  # only the owner may
+    await eventually(lambda: find(telegram, ALICE, "Unknown command /unpair"))
