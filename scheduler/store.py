@@ -1,0 +1,435 @@
+"""Jobs and their runs in the database: every fire exactly once, claimed with a lease.
+
+A due fire becomes a ``job_runs`` row (``UNIQUE(job_id, scheduled_for)``) in the same
+transaction that moves the job's ``next_run_at`` on, so two dispatchers — or one that
+restarts — never create a fire twice. A run is claimed by setting its lease (owner and
+expiry) only where it is still claimable, so two workers never run it both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from engine.store.db import Database
+from engine.store.schema import job_runs as r
+from engine.store.schema import scheduled_jobs as j
+from engine.store.schema import utcnow
+
+__all__ = ["Job", "JobStore", "NewJob", "Run"]
+
+#: At most this many missed fires of one job are recorded per dispatch step; the count of
+#: the others is still reported.
+MAX_MISSED_ROWS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    kind: str
+    title: str
+    prompt: str
+    timezone: str
+    spec: str | None = None
+    agent_id: str = "main"
+    origin_source: str | None = None
+    parent_session_id: int | None = None
+    run_context: dict[str, Any] | None = None
+    enabled: bool = True
+    single_run: bool = False
+    coalesce: bool = True
+    misfire_grace_s: int = 300
+    max_attempts: int = 3
+    next_run_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Job(NewJob):
+    id: int = 0
+    created_at: datetime | None = None
+    deleted_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    id: int
+    job_id: int
+    scheduled_for: datetime
+    status: str
+    attempt: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    session_id: int | None
+    result: str | None
+    error: str | None
+    delivery_status: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Materialized:
+    """What one dispatch step created: runs to execute and fires recorded as missed."""
+
+    runs: list[Run]
+    missed: dict[int, int]  # job id → missed fires in this step
+
+
+# (job, after) → the job's next fire strictly after ``after`` (None: never again)
+NextFire = Callable[[Job, datetime], datetime | None]
+
+_JOB_FIELDS = [f.name for f in fields(Job)]
+_RUN_FIELDS = [f.name for f in fields(Run)]
+
+
+class JobStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def create(self, job: NewJob) -> Job:
+        return await self._db.run(_create, job)
+
+    async def get(self, job_id: int) -> Job | None:
+        return await self._db.run(_get, job_id)
+
+    async def for_source(self, source: str) -> list[Job]:
+        """The live (not deleted) jobs a chat created, oldest first."""
+        return await self._db.run(_for_source, source)
+
+    async def delete(self, job_id: int) -> list[int]:
+        """Delete a job (its history stays); the session ids of its runs still in flight."""
+        return await self._db.run(_delete, job_id)
+
+    async def set_enabled(self, job_id: int, enabled: bool, next_run_at: datetime | None) -> Job:
+        return await self._db.run(_set_enabled, job_id, enabled, next_run_at)
+
+    async def next_due_at(self) -> datetime | None:
+        """The earliest ``next_run_at`` of an enabled job (what to wake up for)."""
+        return await self._db.run(_next_due_at)
+
+    async def materialize(self, now: datetime, next_fire: NextFire) -> Materialized:
+        """Turn every due fire into a run (or a ``missed`` row), and move the jobs on."""
+        return await self._db.run(_materialize, now, next_fire)
+
+    async def claim(self, owner: str, now: datetime, lease: timedelta, limit: int) -> list[Run]:
+        """Take runs to execute: pending ones, and running ones whose lease expired."""
+        return await self._db.run(_claim, owner, now, lease, limit)
+
+    async def abandon_expired(self, now: datetime) -> list[Run]:
+        """Runs whose lease expired after their last attempt become ``abandoned``."""
+        return await self._db.run(_abandon_expired, now)
+
+    async def heartbeat(self, run_id: int, owner: str, expires_at: datetime) -> bool:
+        return await self._db.run(_heartbeat, run_id, owner, expires_at)
+
+    async def set_session(self, run_id: int, session_id: int) -> None:
+        await self._db.run(_set_session, run_id, session_id)
+
+    async def finish(
+        self,
+        run_id: int,
+        owner: str,
+        *,
+        status: str,
+        result: str | None = None,
+        error: str | None = None,
+    ) -> bool:
+        """Store the outcome (before any delivery); False if the lease was lost meanwhile."""
+        return await self._db.run(_finish, run_id, owner, status, result, error)
+
+    async def undelivered(self, limit: int = 100) -> list[Run]:
+        """Finished runs (and missed or abandoned ones) the user was not told about yet."""
+        return await self._db.run(_undelivered, limit)
+
+    async def mark_delivered(self, run_ids: Sequence[int], status: str = "delivered") -> None:
+        await self._db.run(_mark_delivered, list(run_ids), status)
+
+    async def runs(self, job_id: int) -> list[Run]:
+        return await self._db.run(_runs, job_id)
+
+    async def run(self, run_id: int) -> Run | None:
+        return await self._db.run(_run, run_id)
+
+
+def _job(row: sa.Row) -> Job:
+    return Job(**{name: row._mapping[name] for name in _JOB_FIELDS})
+
+
+def _run_row(row: sa.Row) -> Run:
+    return Run(**{name: row._mapping[name] for name in _RUN_FIELDS})
+
+
+def _create(conn: Connection, job: NewJob) -> Job:
+    values = {f.name: getattr(job, f.name) for f in fields(NewJob)}
+    now = utcnow()
+    new_id = conn.execute(j.insert().values(created_at=now, **values)).inserted_primary_key[0]
+    return Job(**values, id=new_id, created_at=now)
+
+
+def _get(conn: Connection, job_id: int) -> Job | None:
+    row = conn.execute(sa.select(j).where(j.c.id == job_id)).first()
+    return _job(row) if row else None
+
+
+def _for_source(conn: Connection, source: str) -> list[Job]:
+    rows = conn.execute(
+        sa.select(j).where(j.c.origin_source == source, j.c.deleted_at.is_(None)).order_by(j.c.id)
+    )
+    return [_job(row) for row in rows]
+
+
+def _delete(conn: Connection, job_id: int) -> list[int]:
+    conn.execute(
+        j.update()
+        .where(j.c.id == job_id, j.c.deleted_at.is_(None))
+        .values(deleted_at=utcnow(), enabled=False, next_run_at=None)
+    )
+    # Runs not started yet are dropped with the job; running ones are cancelled by the caller.
+    conn.execute(
+        r.update()
+        .where(r.c.job_id == job_id, r.c.status == "pending")
+        .values(
+            status="failed", error="job deleted before this run started", delivery_status="none"
+        )
+    )
+    rows = conn.execute(
+        sa.select(r.c.session_id).where(
+            r.c.job_id == job_id, r.c.status == "running", r.c.session_id.is_not(None)
+        )
+    )
+    return [row[0] for row in rows]
+
+
+def _set_enabled(conn: Connection, job_id: int, enabled: bool, next_run_at: datetime | None) -> Job:
+    conn.execute(
+        j.update()
+        .where(j.c.id == job_id, j.c.deleted_at.is_(None))
+        .values(enabled=enabled, next_run_at=next_run_at if enabled else None)
+    )
+    job = _get(conn, job_id)
+    assert job is not None
+    return job
+
+
+def _next_due_at(conn: Connection) -> datetime | None:
+    return conn.execute(
+        sa.select(sa.func.min(j.c.next_run_at)).where(
+            j.c.enabled.is_(True), j.c.deleted_at.is_(None), j.c.next_run_at.is_not(None)
+        )
+    ).scalar()
+
+
+def _insert_ignoring_duplicates(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Insert runs; a fire some other dispatcher already created is skipped."""
+    if not rows:
+        return
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        statement = postgresql.insert(r).on_conflict_do_nothing(constraint="uq_runs_job_fire")
+    elif dialect == "sqlite":
+        statement = sqlite.insert(r).on_conflict_do_nothing()
+    else:  # pragma: no cover - the two supported back ends are above
+        statement = r.insert()
+    conn.execute(statement, rows)
+
+
+def _materialize(conn: Connection, now: datetime, next_fire: NextFire) -> Materialized:
+    due = [
+        _job(row)
+        for row in conn.execute(
+            sa.select(j)
+            .where(
+                j.c.enabled.is_(True),
+                j.c.deleted_at.is_(None),
+                j.c.next_run_at.is_not(None),
+                j.c.next_run_at <= now,
+            )
+            .order_by(j.c.next_run_at, j.c.id)
+        )
+    ]
+    created_ids: list[tuple[int, datetime]] = []
+    missed_counts: dict[int, int] = {}
+    for job in due:
+        assert job.next_run_at is not None
+        fires = [job.next_run_at]
+        while len(fires) < 10_000:
+            following = next_fire(job, fires[-1])
+            if following is None or following > now:
+                break
+            fires.append(following)
+        grace = timedelta(seconds=job.misfire_grace_s)
+        on_time = [f for f in fires if now - f <= grace]
+        late = [f for f in fires if now - f > grace]
+        if job.coalesce and len(on_time) > 1:
+            late, on_time = late + on_time[:-1], on_time[-1:]
+        rows = [_new_run(job.id, fire, "pending", now) for fire in on_time]
+        rows += [_new_run(job.id, fire, "missed", now) for fire in late[-MAX_MISSED_ROWS:]]
+        _insert_ignoring_duplicates(conn, rows)
+        created_ids += [(job.id, fire) for fire in on_time]
+        if late:
+            missed_counts[job.id] = len(late)
+        upcoming = next_fire(job, max(fires[-1], now))
+        values: dict[str, Any] = {"next_run_at": upcoming}
+        if upcoming is None:
+            values["enabled"] = False  # a single run, or a schedule with no future fire
+        conn.execute(j.update().where(j.c.id == job.id).values(**values))
+    runs = []
+    for job_id, fire in created_ids:
+        row = conn.execute(
+            sa.select(r).where(r.c.job_id == job_id, r.c.scheduled_for == fire)
+        ).first()
+        if row is not None and row.status == "pending":
+            runs.append(_run_row(row))
+    return Materialized(runs, missed_counts)
+
+
+def _new_run(job_id: int, fire: datetime, status: str, now: datetime) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "scheduled_for": fire,
+        "status": status,
+        "attempt": 0,
+        "delivery_status": "pending",
+        "created_at": now,
+        "finished_at": now if status == "missed" else None,
+    }
+
+
+def _claimable(now: datetime) -> sa.ColumnElement[bool]:
+    expired = sa.and_(r.c.status == "running", r.c.lease_expires_at < now)
+    return sa.and_(
+        sa.or_(r.c.status == "pending", expired),
+        r.c.attempt < j.c.max_attempts,
+        j.c.deleted_at.is_(None),
+    )
+
+
+def _claim(conn: Connection, owner: str, now: datetime, lease: timedelta, limit: int) -> list[Run]:
+    candidates = conn.execute(
+        sa.select(r.c.id)
+        .join(j, j.c.id == r.c.job_id)
+        .where(_claimable(now), r.c.scheduled_for <= now)
+        .order_by(r.c.scheduled_for, r.c.id)
+        .limit(limit)
+    ).scalars()
+    claimed = []
+    for run_id in list(candidates):
+        jobs_of_run = sa.select(j.c.max_attempts).where(j.c.id == r.c.job_id).scalar_subquery()
+        done = conn.execute(
+            r.update()
+            .where(
+                r.c.id == run_id,
+                sa.or_(
+                    r.c.status == "pending",
+                    sa.and_(r.c.status == "running", r.c.lease_expires_at < now),
+                ),
+                r.c.attempt < jobs_of_run,
+            )
+            .values(
+                status="running",
+                lease_owner=owner,
+                lease_expires_at=now + lease,
+                attempt=r.c.attempt + 1,
+                started_at=now,
+            )
+        )
+        if done.rowcount == 1:
+            row = conn.execute(sa.select(r).where(r.c.id == run_id)).first()
+            claimed.append(_run_row(row))
+    return claimed
+
+
+def _abandon_expired(conn: Connection, now: datetime) -> list[Run]:
+    rows = conn.execute(
+        sa.select(r)
+        .join(j, j.c.id == r.c.job_id)
+        .where(
+            r.c.status == "running",
+            r.c.lease_expires_at < now,
+            r.c.attempt >= j.c.max_attempts,
+        )
+    ).all()
+    abandoned = []
+    for row in rows:
+        conn.execute(
+            r.update()
+            .where(r.c.id == row.id, r.c.status == "running")
+            .values(
+                status="abandoned",
+                finished_at=now,
+                error=f"abandoned after {row.attempt} attempt(s): the worker stopped responding",
+            )
+        )
+        abandoned.append(replace(_run_row(row), status="abandoned"))
+    return abandoned
+
+
+def _heartbeat(conn: Connection, run_id: int, owner: str, expires_at: datetime) -> bool:
+    done = conn.execute(
+        r.update()
+        .where(r.c.id == run_id, r.c.lease_owner == owner, r.c.status == "running")
+        .values(lease_expires_at=expires_at)
+    )
+    return done.rowcount == 1
+
+
+def _set_session(conn: Connection, run_id: int, session_id: int) -> None:
+    conn.execute(r.update().where(r.c.id == run_id).values(session_id=session_id))
+
+
+def _finish(
+    conn: Connection,
+    run_id: int,
+    owner: str,
+    status: str,
+    result: str | None,
+    error: str | None,
+) -> bool:
+    done = conn.execute(
+        r.update()
+        .where(r.c.id == run_id, r.c.lease_owner == owner, r.c.status == "running")
+        .values(
+            status=status,
+            result=result,
+            error=error,
+            finished_at=utcnow(),
+            lease_expires_at=None,
+        )
+    )
+    return done.rowcount == 1
+
+
+def _undelivered(conn: Connection, limit: int) -> list[Run]:
+    rows = conn.execute(
+        sa.select(r)
+        .where(
+            r.c.delivery_status == "pending",
+            r.c.status.in_(("done", "failed", "missed", "abandoned")),
+        )
+        .order_by(r.c.id)
+        .limit(limit)
+    )
+    return [_run_row(row) for row in rows]
+
+
+def _mark_delivered(conn: Connection, run_ids: list[int], status: str) -> None:
+    if run_ids:
+        conn.execute(
+            r.update()
+            .where(r.c.id.in_(run_ids))
+            .values(delivery_status=status, delivered_at=utcnow())
+        )
+
+
+def _runs(conn: Connection, job_id: int) -> list[Run]:
+    rows = conn.execute(sa.select(r).where(r.c.job_id == job_id).order_by(r.c.scheduled_for))
+    return [_run_row(row) for row in rows]
+
+
+def _run(conn: Connection, run_id: int) -> Run | None:
+    row = conn.execute(sa.select(r).where(r.c.id == run_id)).first()
+    return _run_row(row) if row else None
