@@ -203,6 +203,19 @@ class ChatHub:
         self._publish(source, fresh.id, NewSession(fresh.id, previous))
         return fresh.id
 
+    async def inject(self, session_id: int, tool_name: str, payload: str, reasoning: str) -> None:
+        """Bring a background result into a session's conversation (e.g. an async task's
+        ``task_completed``) and resume it; its events go to the session's source."""
+        sources = await self.engine.store.sessions.all_sources()
+        source = next((s for s, sid in sources.items() if sid == session_id), None)
+        state = await self._state(source) if source is not None else None
+        if state is not None and state.session_id == session_id:
+            handler = await self._handler(state)
+            emit: EmitFn | None = self._bridge(state)
+        else:
+            handler, emit = await self.engine.open_session(session_id), None
+        await handler.inject_tool_result(tool_name, payload, reasoning=reasoning, emit=emit)
+
     async def resume(self, source: str) -> TurnResult | None:
         """Continue the source's interrupted turn (``None``: nothing was interrupted)."""
         state = await self._state(validate_source(source))
@@ -498,15 +511,24 @@ class ChatHub:
             by_target[target].append(notification)
         for target, items in by_target.items():
             state = await self._state(target)
-            payload = json.dumps([n.to_json() for n in items], ensure_ascii=False)
-            self._spawn(self._deliver_to(state, payload))
+            self._spawn(self._deliver_to(state, items))
 
-    async def _deliver_to(self, state: _Source, payload: str) -> None:
+    async def _deliver_to(self, state: _Source, items: list[Notification]) -> None:
         handler = await self._handler(state)
         defaults = self._defaults_for(state.name)
+        payload = json.dumps([n.to_json() for n in items], ensure_ascii=False)
+
+        async def stored() -> None:
+            for item in items:
+                if item.on_delivered is not None:
+                    await item.on_delivered()
+
         try:
             await handler.deliver_notifications(
-                payload, interface_tools=tuple(defaults.interface_tools), emit=self._bridge(state)
+                payload,
+                interface_tools=tuple(defaults.interface_tools),
+                emit=self._bridge(state),
+                on_stored=stored,
             )
         except Exception:
             log.exception("notification turn for %s failed", state.name)

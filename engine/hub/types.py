@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -83,6 +83,8 @@ class Notification:
     refs: dict[str, Any] = field(default_factory=dict)
     #: The source to tell; ``None`` is the home source.
     target: str | None = None
+    #: Called once the notification is stored in the target conversation.
+    on_delivered: Callable[[], Awaitable[None]] | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {

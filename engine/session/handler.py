@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -168,23 +168,43 @@ class ChatSessionHandler:
         self,
         payload: str,
         *,
-        reasoning: str = NOTIFICATION_REASONING,
         interface_tools: Sequence[Tool] = (),
         emit: EmitFn | None = None,
+        on_stored: Callable[[], Awaitable[None]] | None = None,
     ) -> TurnResult | None:
-        """Hand background notifications to the agent as if it had read them, then resume.
+        """Hand background notifications to the agent as if it had read them, then resume."""
+        return await self.inject_tool_result(
+            READ_NOTIFICATION_TOOL,
+            payload,
+            reasoning=NOTIFICATION_REASONING,
+            interface_tools=interface_tools,
+            emit=emit,
+            on_stored=on_stored,
+        )
 
-        One commit stores a synthetic assistant message with a completed
-        ``read_notification`` call whose result is ``payload``; the resumed turn then
-        writes the user-facing message. Taken under the turn lock, so it never lands in
-        the middle of a running turn.
+    async def inject_tool_result(
+        self,
+        tool_name: str,
+        payload: str,
+        *,
+        reasoning: str,
+        interface_tools: Sequence[Tool] = (),
+        emit: EmitFn | None = None,
+        on_stored: Callable[[], Awaitable[None]] | None = None,
+    ) -> TurnResult | None:
+        """Store a synthetic assistant message with a completed ``tool_name`` call whose
+        result is ``payload`` (one commit), then resume: the agent writes the message.
+
+        Background work reaches a conversation this way (notifications, async task
+        results). Taken under the turn lock, so it never lands inside a running turn;
+        ``on_stored`` runs right after the commit (to record the delivery).
         """
         async with self.processing:
             frame = await self._root_frame()
             transcript = await self._transcript(frame)
             call = NewToolCall(
-                f"notify_{uuid.uuid4().hex[:12]}",
-                READ_NOTIFICATION_TOOL,
+                f"{tool_name}_{uuid.uuid4().hex[:12]}",
+                tool_name,
                 "{}",
                 status="done",
                 result=payload,
@@ -192,6 +212,8 @@ class ChatSessionHandler:
             record = AssistantRecord(content="", reasoning_content=reasoning, is_synthetic=True)
             row = await self._deps.store.history.append_assistant(frame.id, record, [call])
             transcript.add(row)
+            if on_stored is not None:
+                await on_stored()
             parts = self._system_parts(None, None, None)
             return await self._resume_locked(TurnEmitter(emit), parts, interface_tools)
 
