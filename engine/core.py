@@ -121,10 +121,17 @@ class Engine:
         )
 
     async def new_session(
-        self, source: str, *, agent_id: str = "main", **session: Any
+        self,
+        source: str,
+        *,
+        agent_id: str = "main",
+        scratchpad_of: int | None = None,
+        **session: Any,
     ) -> ChatSessionHandler:
         row = await self.store.sessions.create(source, agent_id=agent_id, **session)
-        handler = ChatSessionHandler(row, self.agents[agent_id], self.deps)
+        handler = ChatSessionHandler(
+            row, self.agents[agent_id], self.deps, scratchpad_of=scratchpad_of
+        )
         self._handlers[row.id] = handler
         return handler
 

@@ -203,7 +203,15 @@ class ChatHub:
         self._publish(source, fresh.id, NewSession(fresh.id, previous))
         return fresh.id
 
-    async def inject(self, session_id: int, tool_name: str, payload: str, reasoning: str) -> None:
+    async def inject(
+        self,
+        session_id: int,
+        tool_name: str,
+        payload: str,
+        reasoning: str,
+        *,
+        on_stored: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         """Bring a background result into a session's conversation (e.g. an async task's
         ``task_completed``) and resume it; its events go to the session's source."""
         sources = await self.engine.store.sessions.all_sources()
@@ -214,7 +222,9 @@ class ChatHub:
             emit: EmitFn | None = self._bridge(state)
         else:
             handler, emit = await self.engine.open_session(session_id), None
-        await handler.inject_tool_result(tool_name, payload, reasoning=reasoning, emit=emit)
+        await handler.inject_tool_result(
+            tool_name, payload, reasoning=reasoning, emit=emit, on_stored=on_stored
+        )
 
     async def resume(self, source: str) -> TurnResult | None:
         """Continue the source's interrupted turn (``None``: nothing was interrupted)."""

@@ -80,7 +80,15 @@ class HandlerDeps:
 
 
 class ChatSessionHandler:
-    def __init__(self, session: SessionRow, agent: AgentDefinition, deps: HandlerDeps) -> None:
+    def __init__(
+        self,
+        session: SessionRow,
+        agent: AgentDefinition,
+        deps: HandlerDeps,
+        *,
+        scratchpad_of: int | None = None,
+    ) -> None:
+        """``scratchpad_of``: share another session's scratchpad (an async task its parent's)."""
         self.session = session
         self.agent = agent
         self._deps = deps
@@ -88,7 +96,7 @@ class ChatSessionHandler:
         self._scope = CancelScope()
         self._transcripts: dict[int, FrameTranscript] = {}
         self._root: FrameRow | None = None
-        self.scratchpad = SessionScratchpad(deps.store.scratchpad, session.id)
+        self.scratchpad = SessionScratchpad(deps.store.scratchpad, scratchpad_of or session.id)
         self.preferred_model: str | None = agent.model
 
     @property

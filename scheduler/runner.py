@@ -1,0 +1,200 @@
+"""Run one claimed job run, store its outcome, then tell the user.
+
+A run executes in a new ephemeral, non-interactive session (source ``cron``, the job's
+agent and run context, context label ``CronJob: <title>``; an async task shares its
+parent's scratchpad). Nobody can answer an approval there, so the session rejects
+what would need one. The lease is renewed while the run works; losing it stops the run.
+The result is stored before any delivery; delivery is recorded separately.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+
+from engine.bus.system import JobCompleted
+from engine.core import Engine
+from engine.hub import ChatHub, Notification
+from engine.session.handler import background_error
+from engine.session.outcomes import Final
+from engine.store.schema import utcnow
+from scheduler.store import Job, JobStore, Run
+
+__all__ = ["TASK_COMPLETED_TOOL", "JobRunner"]
+
+log = logging.getLogger(__name__)
+
+TASK_COMPLETED_TOOL = "task_completed"
+TASK_COMPLETED_REASONING = (
+    "A background task I started has finished. Let me read its result and tell the user."
+)
+
+
+class JobRunner:
+    def __init__(
+        self,
+        engine: Engine,
+        hub: ChatHub,
+        store: JobStore,
+        *,
+        owner: str,
+        lease: timedelta = timedelta(seconds=60),
+        clock: Callable[[], datetime] = utcnow,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.engine = engine
+        self.hub = hub
+        self.store = store
+        self.owner = owner
+        self.lease = lease
+        self._clock = clock
+        self._sleep = sleep
+        #: Runs this process is executing or delivering (the sweep leaves them alone).
+        self.busy: set[int] = set()
+
+    async def execute(self, run: Run) -> Run | None:
+        """Run a claimed run to its stored outcome, then deliver it."""
+        self.busy.add(run.id)
+        try:
+            job = await self.store.get(run.job_id)
+            if job is None or job.deleted_at is not None:
+                await self.store.finish(run.id, self.owner, status="failed", error="job deleted")
+                return None
+            status, result, error = await self._run_session(job, run)
+            if not await self.store.finish(
+                run.id, self.owner, status=status, result=result, error=error
+            ):
+                log.warning("run %s lost its lease before finishing; not delivered here", run.id)
+                return None
+            self.engine.system_bus.publish(JobCompleted(job.id, run.id, status))
+            finished = await self.store.run(run.id)
+            if finished is not None:
+                await self.deliver([finished])
+            return finished
+        finally:
+            self.busy.discard(run.id)
+
+    async def _run_session(self, job: Job, run: Run) -> tuple[str, str | None, str | None]:
+        handler = await self.engine.new_session(
+            "cron",
+            agent_id=job.agent_id if self.engine.agents.get(job.agent_id) else "main",
+            is_interactive=False,
+            is_ephemeral=True,
+            run_context=job.run_context,
+            context_label=f"CronJob: {job.title}",
+            auto_deny_approvals=True,
+            scratchpad_of=job.parent_session_id if job.kind == "async" else None,
+        )
+        await self.store.set_session(run.id, handler.session.id)
+        keeper = asyncio.create_task(self._keep_lease(run.id, handler.cancel))
+        try:
+            outcome = await handler.handle_message(job.prompt)
+        except Exception as exc:  # a bug in a run must not kill the dispatcher
+            log.exception("run %s of job %s crashed", run.id, job.id)
+            return "failed", None, f"{type(exc).__name__}: {exc}"
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+        if isinstance(outcome, Final):
+            return "done", outcome.content, None
+        return "failed", None, background_error(outcome) or "the run ended without an answer"
+
+    async def _keep_lease(self, run_id: int, stop: Callable[[], None]) -> None:
+        interval = max(self.lease.total_seconds() / 3, 0.05)
+        while True:
+            await self._sleep(interval)
+            if not await self.store.heartbeat(run_id, self.owner, self._clock() + self.lease):
+                log.warning("run %s lost its lease; stopping it", run_id)
+                stop()
+                return
+
+    async def deliver(self, runs: list[Run]) -> None:
+        """Tell the user: a result, a failure, an abandoned run, missed fires (grouped)."""
+        missed: dict[int, list[Run]] = defaultdict(list)
+        for run in runs:
+            if run.status == "missed":
+                missed[run.job_id].append(run)
+                continue
+            job = await self.store.get(run.job_id)
+            if job is None:
+                await self.store.mark_delivered([run.id], "none")
+                continue
+            self.busy.add(run.id)
+            try:
+                if job.kind == "async" and job.parent_session_id is not None:
+                    await self._return_to_parent(job, run)
+                else:
+                    self._notify(job, [run], _summary(job, run), _event_type(run))
+            finally:
+                self.busy.discard(run.id)
+        for job_id, group in missed.items():
+            job = await self.store.get(job_id)
+            if job is None:
+                await self.store.mark_delivered([r.id for r in group], "none")
+                continue
+            first, last = group[0].scheduled_for, group[-1].scheduled_for
+            summary = (
+                f"Scheduled job '{job.title}' missed {len(group)} run(s) between "
+                f"{first.isoformat()} and {last.isoformat()} while chathub was not running."
+            )
+            self._notify(job, group, summary, "job_missed")
+
+    def _notify(self, job: Job, runs: list[Run], summary: str, event_type: str) -> None:
+        ids = [run.id for run in runs]
+
+        async def delivered() -> None:
+            await self.store.mark_delivered(ids)
+
+        self.hub.notify(
+            Notification(
+                source="scheduler",
+                event_type=event_type,
+                summary=summary,
+                refs={"job_id": job.id, "run_ids": ids, "title": job.title},
+                target=job.origin_source,
+                on_delivered=delivered,
+            )
+        )
+
+    async def _return_to_parent(self, job: Job, run: Run) -> None:
+        """An async task's result enters its parent conversation as ``task_completed``."""
+        payload = json.dumps(
+            {
+                "task_id": job.id,
+                "title": job.title,
+                "status": run.status,
+                "result": run.result,
+                "error": run.error,
+            },
+            ensure_ascii=False,
+        )
+        assert job.parent_session_id is not None
+
+        async def delivered() -> None:
+            await self.store.mark_delivered([run.id])
+
+        await self.hub.inject(
+            job.parent_session_id,
+            TASK_COMPLETED_TOOL,
+            payload,
+            TASK_COMPLETED_REASONING,
+            on_stored=delivered,
+        )
+
+
+def _event_type(run: Run) -> str:
+    return {"done": "job_result", "abandoned": "job_abandoned"}.get(run.status, "job_failed")
+
+
+def _summary(job: Job, run: Run) -> str:
+    if run.status == "done":
+        return f"Scheduled job '{job.title}' finished. Its result:\n\n{run.result or ''}"
+    if run.status == "abandoned":
+        return f"Scheduled job '{job.title}' was abandoned: {run.error}"
+    return f"Scheduled job '{job.title}' failed: {run.error}"
