@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 from bot.telegram.api import (
     BadRequest,
     BotApi,
-    Forbidden,
     Json,
     NetworkError,
     RetryAfter,
@@ -42,8 +41,9 @@ class Pacing:
     global_per_second: float = 30.0
     max_attempts: int = 6
     backoff_s: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
-    #: A 429 storm never stalls a chat longer than this per wait.
+    #: A 429 storm never stalls a chat longer than this per wait, nor more waits than this.
     max_retry_after_s: float = 60.0
+    max_retry_afters: int = 20
 
 
 @dataclass
@@ -89,13 +89,17 @@ class Outbound:
         """Run one Bot API call for ``chat_id`` in its turn, retrying what is retriable."""
         lane = self._lanes.setdefault(chat_id, _Lane())
         async with lane.lock:
-            errors = 0
+            errors = throttled = 0
             while True:
                 await self._wait_turn(chat_id, lane)
                 try:
                     result = await op()
                 except RetryAfter as exc:
                     self.stats.retry_after += 1
+                    throttled += 1
+                    if throttled > self.pacing.max_retry_afters:
+                        self.stats.failed += 1
+                        raise
                     lane.next_at = self._clock() + min(exc.seconds, self.pacing.max_retry_after_s)
                     continue
                 except (ServerError, NetworkError) as exc:
@@ -173,7 +177,11 @@ class Outbound:
                 reply_markup=payload.get("reply_markup"),
                 thread_id=payload.get("thread_id"),
             )
-        except (Forbidden, BadRequest, TelegramError) as exc:
+        except (ServerError, NetworkError) as exc:
+            # Telegram or the network is down: stays pending, re-sent at the next start.
+            log.error("delivery %s to chat %s postponed: %s", row.dedupe_key, row.chat_id, exc)
+            return None
+        except TelegramError as exc:  # blocked, chat gone, a request Telegram refuses
             log.error("could not deliver %s to chat %s: %s", row.dedupe_key, row.chat_id, exc)
             await self.store.mark_failed(row.id, str(exc))
             return None

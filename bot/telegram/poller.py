@@ -76,13 +76,23 @@ class Poller:
             self.last_success = self._clock()
             if not updates:
                 continue
-            fresh = await self.store.record_updates(updates)  # durable before confirming
+            try:
+                fresh = await self.store.record_updates(updates)  # durable before confirming
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the database is away: ask again later, same offset
+                log.exception("storing %d update(s) failed; polling them again", len(updates))
+                await self._sleep(1.0)
+                continue
             failpoint("after_updates_stored")
             ids = [u["update_id"] for u in updates if isinstance(u.get("update_id"), int)]
             if ids:
-                offset = max(ids) + 1
+                offset = max(max(ids) + 1, offset or 0)
             for update in fresh:
-                self.sink.submit(update)
+                try:
+                    self.sink.submit(update)
+                except Exception:
+                    log.exception("handing over update %s failed", update.get("update_id"))
 
     def age(self) -> float | None:
         """Seconds since the last successful getUpdates, ``None`` before the first."""

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from engine.store.db import Database
@@ -231,6 +232,7 @@ def _issue_code(
     conn: Connection, user_id: int, chat_id: int, name: str, now: datetime
 ) -> tuple[PairingRow | None, bool]:
     p = telegram_pairing
+    _serialize(conn, "pairing")  # count-then-insert must not interleave across workers
     live = sa.and_(p.c.used_at.is_(None), p.c.expires_at > now)
     mine = conn.execute(sa.select(p).where(live, p.c.user_id == user_id)).first()
     if mine is not None:
@@ -308,14 +310,28 @@ _OUTBOX_COLUMNS = [telegram_outbox.c[k] for k in OutboxRow.__slots__]
 
 def _enqueue(conn: Connection, chat_id: int, dedupe_key: str, payload: Json) -> OutboxRow | None:
     o = telegram_outbox
-    if conn.execute(sa.select(o.c.id).where(o.c.dedupe_key == dedupe_key)).first():
-        return None
-    new_id = conn.execute(
-        o.insert().values(
-            chat_id=chat_id, dedupe_key=dedupe_key, payload=payload, created_at=utcnow()
-        )
-    ).inserted_primary_key[0]
+    values = {
+        "chat_id": chat_id,
+        "dedupe_key": dedupe_key,
+        "payload": payload,
+        "created_at": utcnow(),
+    }
+    if conn.dialect.name == "postgresql":
+        statement = postgresql.insert(o).on_conflict_do_nothing(index_elements=["dedupe_key"])
+    else:
+        statement = sqlite.insert(o).on_conflict_do_nothing()
+    inserted = conn.execute(statement.values(**values))
+    if inserted.rowcount != 1:
+        return None  # enqueued before (perhaps at this very moment by another worker)
+    new_id = inserted.inserted_primary_key[0]
     return OutboxRow(new_id, chat_id, dedupe_key, payload, "pending", 0, None)
+
+
+def _serialize(conn: Connection, name: str) -> None:
+    """Hold a transaction-scoped lock on PostgreSQL (SQLite's writer lock already does)."""
+    if conn.dialect.name == "postgresql":
+        key = int.from_bytes(name.encode()[:8].ljust(8, b"\0"), "big") & 0x7FFF_FFFF_FFFF_FFFF
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
 
 
 def _has_key(conn: Connection, dedupe_key: str) -> bool:

@@ -1,0 +1,683 @@
+"""Telegram end to end: latency from an update to the first ``sendMessage``, per binding.
+
+For each binding (python-telegram-bot, aiogram) the whole service runs (``bot.serve.Service``:
+engine, ChatHub, Telegram adapter, long polling) against the fake Bot API
+(``tests/fakes/telegram_server.py``, real HTTP on 127.0.0.1, served by a thread of this
+process) with a zero-latency model, SQLite in a temporary directory and ``AllowAll``. The
+baseline is the same library's own framework with a bare echo handler (ptb ``Application``
++ ``MessageHandler``; aiogram ``Dispatcher`` + ``Router``), polling the same fake.
+
+Latency: ``time.monotonic()`` just before the fake receives the update, to the arrival at
+the fake of the first ``sendMessage`` to that chat (``sendChatAction`` does not count).
+
+* 1 chat: ``--messages`` messages, each sent once the previous one is answered.
+* 200 chats: one message per chat pushed at once, ``--rounds`` times (all answered
+  before the next round); one latency per chat and round.
+
+A warm-up (a few messages; one round for the concurrent case) runs first and is not
+counted. Telegram pacing is disabled for the chathub rows (no per-chat interval, 1e6/s
+overall) unless marked "default pacing": those rows show what the 30 msg/s overall limit
+does to a 200-chat burst. The breakdown (1 chat, a separate instrumented pass) shows where
+chathub's time goes between the update and the reply.
+
+Goal (the issue): chathub within 1.5x of the binding's bare echo round trip (p50).
+
+    python bench/telegram_e2e.py [--quick] [--messages 100] [--chats 200] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.fakes
+
+from bot.serve import Service
+from bot.telegram.bindings.factory import make_bot_api
+from bot.telegram.outbound import Pacing
+from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
+from engine.llm.registry import ModelRegistry
+from engine.llm.scripted import ScriptedModel
+from engine.llm.types import LlmResponse, Message, ToolSchema, Usage
+from engine.session.gate import AllowAll
+from tests.fakes.telegram_server import Call, FakeTelegramServer
+
+LIBRARIES = ("ptb", "aiogram")
+TOKEN = "123456:BENCH-TOKEN"
+FIRST_CHAT = 10_001
+GOAL_RATIO = 1.5
+WARMUP_MESSAGES = 5
+ANSWER = "ok"
+
+SETTLE_S = 0.2
+NO_PACING = Pacing(private_interval_s=0, group_interval_s=0, global_per_second=1e6)
+THREADS = {"MainThread": "event loop", "chathub-sqlite": "SQLite", "fake-telegram": "fake API"}
+CPU_COLUMNS = ("event loop", "SQLite", "fake API", "other")
+
+
+class AbandonedRequests(logging.Filter):
+    """Counts (and hides) the fake's tracebacks for requests the client gave up mid-body."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if type(exc).__name__ == "ClientDisconnect":
+            self.count += 1
+            return False
+        return True
+
+
+ABANDONED = AbandonedRequests()
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) per thread of this process, grouped by ``THREADS``."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    totals: dict[str, float] = defaultdict(float)
+    for thread in threading.enumerate():
+        try:
+            with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        totals[THREADS.get(thread.name, "other")] += (int(fields[11]) + int(fields[12])) / ticks
+    return totals
+
+
+class InstantModel(ScriptedModel):
+    """Answers every request at once with a short text; records nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(name="instant", record=False)
+
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema], *, on_delta: Any = None
+    ) -> LlmResponse:
+        if on_delta is not None:
+            on_delta(ANSWER)
+        return LlmResponse(content=ANSWER, usage=Usage(10, 1), model=self.name)
+
+
+# -- the fake, watched ---------------------------------------------------------------------
+
+
+class _CallLog(list[Call]):
+    """The fake's call list, telling ``on_call`` of every call as it arrives."""
+
+    def __init__(self, on_call: Callable[[Call], None]) -> None:
+        super().__init__()
+        self._on_call = on_call
+
+    def append(self, call: Call) -> None:
+        super().append(call)
+        self._on_call(call)
+
+
+class WatchedTelegram(FakeTelegramServer):
+    """The fake Bot API; ``push`` measures push -> first ``sendMessage`` in that chat."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = _CallLog(self._on_call)
+        self._bench_loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: dict[int, tuple[float, asyncio.Future[float]]] = {}
+
+    def watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._bench_loop = loop
+
+    def _on_call(self, call: Call) -> None:  # the fake's thread, its lock held
+        if call.method.lower() != "sendmessage" or self._bench_loop is None:
+            return
+        with contextlib.suppress(TypeError, ValueError):
+            chat_id = int(call.params.get("chat_id"))  # type: ignore[arg-type]
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                self._bench_loop.call_soon_threadsafe(self._arrived, chat_id, call.time)
+
+    def _arrived(self, chat_id: int, at: float) -> None:  # the bench's loop
+        entry = self._waiting.pop(chat_id, None)
+        if entry is not None and not entry[1].done():
+            entry[1].set_result(at - entry[0])
+
+    def push(self, chat_id: int, text: str) -> asyncio.Future[float]:
+        """Push a user message; the future is its latency in seconds."""
+        assert self._bench_loop is not None
+        future: asyncio.Future[float] = self._bench_loop.create_future()
+        started = time.monotonic()
+        self._waiting[chat_id] = (started, future)
+        self.user_message(chat_id, chat_id, text)
+        return future
+
+
+# -- the systems under test ------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def chathub(
+    library: str, fake: WatchedTelegram, chats: Sequence[int], pacing: Pacing
+) -> AsyncIterator[Service]:
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = load_settings(
+            database_url=f"sqlite+aiosqlite:///{tmp}/chathub.db",
+            chathub_workspace=Path(tmp) / "workspace",
+            chathub_timezone="UTC",
+            telegram_bot_token=TOKEN,
+            telegram_api_url=fake.base_url,
+            telegram_allowed_user_ids=",".join(str(chat) for chat in chats),
+            _env_file=None,
+        )
+        config = AppConfig(settings=settings, models=(), engine=EngineConfig(), hub=HubConfig())
+        service = Service(
+            config,
+            models=ModelRegistry([InstantModel()]),
+            policy=AllowAll(),
+            api=make_bot_api(library, TOKEN, fake.base_url),
+            pacing=pacing,
+            http=False,
+        )
+        await service.start()
+        try:
+            yield service
+            await asyncio.sleep(SETTLE_S)  # the reply's bookkeeping, before stopping
+        finally:
+            await service.stop()
+
+
+@contextlib.asynccontextmanager
+async def ptb_echo(fake: WatchedTelegram, concurrent: bool) -> AsyncIterator[None]:
+    from telegram import Update
+    from telegram.ext import Application, ContextTypes, MessageHandler, filters
+
+    async def echo(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        assert update.message is not None and update.message.text is not None
+        await update.message.reply_text(update.message.text)
+
+    root = fake.base_url
+    application = (
+        Application.builder()
+        .token(TOKEN)
+        .base_url(f"{root}/bot")
+        .base_file_url(f"{root}/file/bot")
+        .concurrent_updates(concurrent)
+        .build()
+    )
+    application.add_handler(MessageHandler(filters.TEXT, echo))
+    await application.initialize()
+    await application.start()
+    assert application.updater is not None
+    await application.updater.start_polling(poll_interval=0.0, timeout=10)
+    try:
+        yield
+        await asyncio.sleep(SETTLE_S)  # the last replies' answers, before stopping
+    finally:
+        await application.updater.stop()
+        await application.stop()
+        await application.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def aiogram_echo(fake: WatchedTelegram) -> AsyncIterator[None]:
+    from aiogram import Bot, Dispatcher, Router
+    from aiogram.client.session.aiohttp import AiohttpSession
+    from aiogram.client.telegram import TelegramAPIServer
+    from aiogram.types import Message as TgMessage
+
+    router = Router()
+
+    @router.message()
+    async def echo(message: TgMessage) -> None:
+        await message.answer(message.text or "?")
+
+    dispatcher = Dispatcher()
+    dispatcher.include_router(router)
+    bot = Bot(TOKEN, session=AiohttpSession(api=TelegramAPIServer.from_base(fake.base_url)))
+    polling = asyncio.create_task(
+        dispatcher.start_polling(bot, handle_signals=False, polling_timeout=10)
+    )
+    try:
+        yield
+        await asyncio.sleep(SETTLE_S)  # the last replies' answers, before stopping
+    finally:
+        with contextlib.suppress(RuntimeError):  # polling never started
+            await dispatcher.stop_polling()
+        await asyncio.wait_for(polling, 10)
+
+
+def echo_bot(library: str, fake: WatchedTelegram, concurrent: bool) -> Any:
+    return ptb_echo(fake, concurrent) if library == "ptb" else aiogram_echo(fake)
+
+
+# -- scenarios -------------------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    latencies_ms: list[float] = field(default_factory=list)
+    missing: int = 0
+    cpu_ms: dict[str, float] = field(default_factory=dict)  # per message, by thread
+    round_s: float = 0.0  # wall time of a round (all chats answered)
+
+    def percentile(self, p: float) -> float:
+        data = sorted(self.latencies_ms)
+        if not data:
+            return float("nan")
+        return data[min(len(data) - 1, int(len(data) * p))]
+
+
+async def sequential(fake: WatchedTelegram, messages: int, timeout_s: float) -> Sample:
+    """One chat; the next message once the previous one is answered."""
+    sample = Sample()
+    for i in range(WARMUP_MESSAGES + messages):
+        try:
+            latency = await asyncio.wait_for(fake.push(FIRST_CHAT, f"message {i}"), timeout_s)
+        except TimeoutError:
+            sample.missing += 1
+            continue
+        if i >= WARMUP_MESSAGES:
+            sample.latencies_ms.append(latency * 1000)
+    return sample
+
+
+async def burst(
+    fake: WatchedTelegram,
+    chats: Sequence[int],
+    rounds: int,
+    timeout_s: float,
+    *,
+    warmup: bool = True,
+    after_warmup: Callable[[], None] | None = None,
+) -> Sample:
+    """One message per chat pushed at once, ``rounds`` times; a warm-up round first."""
+    sample = Sample()
+    cpu_before: dict[str, float] = {}
+    started = 0.0
+    for r in range(-1 if warmup else 0, rounds):
+        if r == 0:
+            if after_warmup is not None:
+                after_warmup()
+            cpu_before, started = thread_cpu(), time.monotonic()
+        futures = [fake.push(chat, f"round {r} in {chat}") for chat in chats]
+        done, pending = await asyncio.wait(futures, timeout=timeout_s)
+        for future in pending:
+            future.cancel()
+        if r >= 0:
+            sample.latencies_ms.extend(f.result() * 1000 for f in done)
+            sample.missing += len(pending)
+    sample.round_s = (time.monotonic() - started) / max(rounds, 1)
+    cpu_after, messages = thread_cpu(), max(len(chats) * rounds, 1)
+    sample.cpu_ms = {
+        name: (cpu_after.get(name, 0.0) - cpu_before.get(name, 0.0)) * 1000 / messages
+        for name in CPU_COLUMNS
+    }
+    return sample
+
+
+@dataclass
+class Row:
+    library: str
+    scenario: str
+    chathub: Sample
+    baseline: Sample | None
+    note: str = ""
+
+
+async def measure(library: str, args: argparse.Namespace) -> list[Row]:
+    loop = asyncio.get_running_loop()
+    chats = [FIRST_CHAT + n for n in range(args.chats)]
+    rows: list[Row] = []
+
+    async def on_fake(work: Callable[[WatchedTelegram], Any]) -> Any:
+        fake = WatchedTelegram()
+        fake.watch(loop)
+        fake.start()
+        try:
+            return await work(fake)
+        finally:
+            fake.stop()
+
+    async def hub_sequential(fake: WatchedTelegram) -> Sample:
+        async with chathub(library, fake, chats, NO_PACING):
+            return await sequential(fake, args.messages, args.timeout)
+
+    async def echo_sequential(fake: WatchedTelegram) -> Sample:
+        async with echo_bot(library, fake, concurrent=False):
+            return await sequential(fake, args.messages, args.timeout)
+
+    async def hub_burst(fake: WatchedTelegram) -> Sample:
+        async with chathub(library, fake, chats, NO_PACING):
+            return await burst(fake, chats, args.rounds, args.timeout)
+
+    async def echo_burst(fake: WatchedTelegram) -> Sample:
+        async with echo_bot(library, fake, concurrent=True):
+            return await burst(fake, chats, args.rounds, args.timeout)
+
+    async def hub_burst_paced(fake: WatchedTelegram) -> Sample:
+        async with chathub(library, fake, chats, NO_PACING) as service:
+            assert service.adapter is not None
+            outbound = service.adapter.outbound
+
+            def pace() -> None:  # warm up unpaced, then measure with Telegram's limits
+                outbound.pacing = Pacing()
+
+            return await burst(fake, chats, 1, args.timeout + 60, after_warmup=pace)
+
+    rows.append(
+        Row(library, "1 chat", await on_fake(hub_sequential), await on_fake(echo_sequential))
+    )
+    rows.append(
+        Row(library, f"{args.chats} chats", await on_fake(hub_burst), await on_fake(echo_burst))
+    )
+    if args.paced:
+        rows.append(
+            Row(
+                library,
+                f"{args.chats} chats, DEFAULT PACING",
+                await on_fake(hub_burst_paced),
+                None,
+                "1 round; 30 msg/s overall",
+            )
+        )
+    return rows
+
+
+# -- where chathub's time goes ---------------------------------------------------------------
+
+
+@dataclass
+class Trace:
+    marks: list[tuple[float, str]] = field(default_factory=list)
+    db: list[tuple[float, float, str]] = field(default_factory=list)
+
+
+def _instrument(service: Service, trace: Trace) -> None:
+    """Wrap (per instance) the steps on the way from an update to the reply."""
+    assert service.adapter is not None and service.engine is not None
+    store, hub, outbound = service.adapter.store, service.adapter.hub, service.adapter.outbound
+
+    def around(obj: Any, name: str) -> None:
+        inner = getattr(obj, name)
+
+        async def wrapper(*a: Any, **kw: Any) -> Any:
+            trace.marks.append((time.monotonic(), f"{name}>"))
+            try:
+                return await inner(*a, **kw)
+            finally:
+                trace.marks.append((time.monotonic(), f"{name}<"))
+
+        setattr(obj, name, wrapper)
+
+    around(store, "record_updates")
+    around(hub, "send_message")
+    around(outbound, "deliver")
+    around(store, "enqueue")
+
+    db = service.engine.store.db
+    run = db.run
+
+    async def timed_run(fn: Any, *a: Any, **kw: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return await run(fn, *a, **kw)
+        finally:
+            trace.db.append((started, time.monotonic(), getattr(fn, "__name__", "?")))
+
+    db.run = timed_run  # type: ignore[method-assign]
+
+
+@dataclass
+class Breakdown:
+    library: str
+    phases: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    db_units: list[int] = field(default_factory=list)
+    db_ms: list[float] = field(default_factory=list)
+    db_names: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    total: list[float] = field(default_factory=list)
+
+
+PHASES = (
+    ("getUpdates wake-up + binding parse", "push", "record_updates>"),
+    ("record_updates (commit)", "record_updates>", "record_updates<"),
+    ("adapter: parse, open cards, lane", "record_updates<", "send_message>"),
+    ("hub.send_message (queue commit)", "send_message>", "send_message<"),
+    ("turn: model, history, Done, render", "send_message<", "deliver>"),
+    ("outbox enqueue (commit)", "deliver>", "enqueue<"),
+    ("pacing + binding sendMessage", "enqueue<", "send"),
+)
+
+
+async def breakdown(library: str, messages: int, timeout_s: float) -> Breakdown:
+    loop = asyncio.get_running_loop()
+    result = Breakdown(library)
+    fake = WatchedTelegram()
+    fake.watch(loop)
+    fake.start()
+    try:
+        async with chathub(library, fake, [FIRST_CHAT], NO_PACING) as service:
+            trace = Trace()
+            _instrument(service, trace)
+            for i in range(WARMUP_MESSAGES + messages):
+                del trace.marks[:]
+                del trace.db[:]
+                pushed = time.monotonic()
+                latency = await asyncio.wait_for(fake.push(FIRST_CHAT, f"m {i}"), timeout_s)
+                sent = pushed + latency
+                await asyncio.sleep(0.01)  # let the reply's bookkeeping finish before the next
+                if i < WARMUP_MESSAGES:
+                    continue
+                first: dict[str, float] = {"push": pushed, "send": sent}
+                for at, mark in trace.marks:
+                    first.setdefault(mark, at)
+                if any(a not in first or b not in first for _, a, b in PHASES):
+                    continue
+                result.total.append(latency * 1000)
+                for name, a, b in PHASES:
+                    result.phases[name].append((first[b] - first[a]) * 1000)
+                on_path = [(s, e, n) for s, e, n in trace.db if s < sent]
+                result.db_units.append(len(on_path))
+                result.db_ms.append(sum(min(e, sent) - s for s, e, _ in on_path) * 1000)
+                for _, _, name in on_path:
+                    result.db_names[name] += 1
+    finally:
+        fake.stop()
+    return result
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def fmt(value: float | None) -> str:
+    return "-" if value is None or value != value else f"{value:.2f}"
+
+
+def report(rows: list[Row], args: argparse.Namespace) -> None:
+    print()
+    header = (
+        f"{'library':<8} | {'scenario':<26} | {'p50 ms':>8} | {'p99 ms':>8} | "
+        f"{'base p50':>8} | {'base p99':>8} | {'ratio p50':>9} | {'ratio p99':>9} | goal"
+    )
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        hub50, hub99 = row.chathub.percentile(0.5), row.chathub.percentile(0.99)
+        base50 = row.baseline.percentile(0.5) if row.baseline else None
+        base99 = row.baseline.percentile(0.99) if row.baseline else None
+        ratio50 = hub50 / base50 if base50 else None
+        ratio99 = hub99 / base99 if base99 else None
+        if ratio50 is None:
+            goal = f"n/a ({row.note})" if row.note else "n/a"
+        else:
+            goal = f"<= {GOAL_RATIO}x: {'met' if ratio50 <= GOAL_RATIO else 'MISSED'}"
+        ratio50_text = "-" if ratio50 is None else f"{ratio50:.2f}x"
+        ratio99_text = "-" if ratio99 is None else f"{ratio99:.2f}x"
+        print(
+            f"{row.library:<8} | {row.scenario:<26} | {fmt(hub50):>8} | {fmt(hub99):>8} | "
+            f"{fmt(base50):>8} | {fmt(base99):>8} | {ratio50_text:>9} | {ratio99_text:>9} | "
+            f"{goal}"
+        )
+    print()
+    print(
+        "Many-chat case: CPU per message by thread (ms; /proc, 10 ms ticks) and wall time "
+        "per round (all chats answered); the fake Bot API shares this process (and the GIL)"
+    )
+    cpu_rows = [
+        (row, label, sample)
+        for row in rows
+        if row.chathub.cpu_ms
+        for label, sample in (("chathub", row.chathub), ("echo", row.baseline))
+        if sample is not None
+    ]
+    head = f"{'library':<8} | {'scenario':<26} | {'system':<8} | " + " | ".join(
+        f"{name:>10}" for name in CPU_COLUMNS
+    )
+    print(f"{head} | {'round ms':>9}")
+    print("-" * (len(head) + 12))
+    for row, label, sample in cpu_rows:
+        cells = " | ".join(f"{sample.cpu_ms.get(name, 0.0):>10.2f}" for name in CPU_COLUMNS)
+        print(
+            f"{row.library:<8} | {row.scenario:<26} | {label:<8} | {cells} | "
+            f"{sample.round_s * 1000:>9.0f}"
+        )
+    for row in rows:
+        for label, sample in (("chathub", row.chathub), ("baseline", row.baseline)):
+            if sample is not None and sample.missing:
+                print(
+                    f"  {row.library} {row.scenario} {label}: {sample.missing} unanswered "
+                    f"within {args.timeout:.0f} s"
+                )
+
+
+def report_breakdown(results: list[Breakdown]) -> None:
+    print()
+    print("Where chathub's time goes (1 chat, instrumented pass; mean / p50 in ms):")
+    width = 20
+    print(f"{'step':<38} | " + " | ".join(f"{b.library:>{width}}" for b in results))
+    print("-" * (41 + (width + 3) * len(results)))
+
+    def cell(values: list[float]) -> str:
+        if not values:
+            return "-"
+        return f"{statistics.fmean(values):.2f} / {statistics.median(values):.2f}"
+
+    for name, _, _ in PHASES:
+        cells = " | ".join(f"{cell(b.phases.get(name, [])):>{width}}" for b in results)
+        print(f"{name:<38} | {cells}")
+    print(
+        f"{'= push -> sendMessage':<38} | "
+        + " | ".join(f"{cell(b.total):>{width}}" for b in results)
+    )
+    units = " | ".join(
+        f"{(statistics.fmean(b.db_units) if b.db_units else 0):>{width}.1f}" for b in results
+    )
+    print(f"{'DB units of work before the reply':<38} | {units}")
+    print(
+        f"{'time awaiting them (sum)':<38} | "
+        + " | ".join(f"{cell(b.db_ms):>{width}}" for b in results)
+    )
+    for b in results:
+        n = max(len(b.db_units), 1)
+        names = ", ".join(
+            f"{name} x{count / n:.1f}"
+            for name, count in sorted(b.db_names.items(), key=lambda kv: -kv[1])
+        )
+        print(f"  {b.library} units per message: {names}")
+
+
+def leftover_tasks() -> list[asyncio.Task[Any]]:
+    current = asyncio.current_task()
+    return [task for task in asyncio.all_tasks() if task is not current and not task.done()]
+
+
+async def run(args: argparse.Namespace) -> None:
+    print(
+        "Telegram end to end: update -> first sendMessage, zero-latency model, fake Bot API "
+        "(real HTTP, in-process thread), SQLite file (WAL), AllowAll"
+    )
+    print(
+        f"1 chat: {args.messages} sequential messages; {args.chats} chats: {args.rounds} "
+        f"round(s) of one message per chat at once (+ {WARMUP_MESSAGES} warm-up messages / "
+        "1 warm-up round, not counted)"
+    )
+    print(
+        "chathub: Telegram pacing DISABLED (per-chat interval 0, 1e6 msg/s overall) except "
+        "rows marked DEFAULT PACING"
+    )
+    print(
+        "baseline: the library's own framework + bare echo handler; ptb runs "
+        "concurrent_updates(True) for the many-chat case (sequential for 1 chat); aiogram "
+        "handles updates as tasks (its default)"
+    )
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPU(s)")
+    rows: list[Row] = []
+    breakdowns: list[Breakdown] = []
+    started = time.monotonic()
+    for library in args.libraries:
+        rows.extend(await measure(library, args))
+        if args.breakdown:
+            breakdowns.append(await breakdown(library, args.breakdown_messages, args.timeout))
+        gc.collect()
+    report(rows, args)
+    if breakdowns:
+        report_breakdown(breakdowns)
+    await asyncio.sleep(0)
+    left = leftover_tasks()
+    print()
+    if ABANDONED.count:
+        print(
+            f"fake API: {ABANDONED.count} request(s) abandoned by the client mid-body "
+            "(a cancelled call: chathub's typing indicator is cancelled by the reply)"
+        )
+    print(f"total {time.monotonic() - started:.1f} s; tasks left running: {len(left)}")
+    for task in left:
+        print(f"  left running: {task!r}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smaller run")
+    parser.add_argument("--messages", type=int, help="1-chat messages (default 100; quick 30)")
+    parser.add_argument("--chats", type=int, help="concurrent chats (default 200; quick 50)")
+    parser.add_argument(
+        "--rounds", type=int, help="rounds of the many-chat case (default 5; quick 2)"
+    )
+    parser.add_argument(
+        "--libraries", nargs="+", choices=LIBRARIES, default=list(LIBRARIES), help="bindings"
+    )
+    parser.add_argument(
+        "--paced",
+        action=argparse.BooleanOptionalAction,
+        help="also the many-chat case with the default pacing (default: on; quick: off)",
+    )
+    parser.add_argument(
+        "--no-breakdown", dest="breakdown", action="store_false", help="skip the breakdown"
+    )
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per wait")
+    args = parser.parse_args()
+    args.messages = args.messages or (30 if args.quick else 100)
+    args.chats = args.chats or (50 if args.quick else 200)
+    args.rounds = args.rounds or (2 if args.quick else 5)
+    args.breakdown_messages = 20 if args.quick else 50
+    if args.paced is None:
+        args.paced = not args.quick
+    logging.basicConfig(level=logging.ERROR)
+    logging.getLogger("uvicorn.error").addFilter(ABANDONED)
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,398 @@
+"""Outbound: pacing, 429s, retries, the entity fallback and the outbox — all in fake time."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from bot.telegram.api import BadRequest, Forbidden, NetworkError, RetryAfter, ServerError
+from bot.telegram.outbound import Outbound, Pacing
+from bot.telegram.store import TelegramStore
+from engine.store.schema import telegram_outbox
+from tests.bot.telegram_unit.fakes import FakeBotApi, FakeTime, settle
+
+PRIVATE = 42
+OTHER_PRIVATE = 43
+GROUP = -100123
+
+#: No pacing at all, so retry tests see only their own backoff sleeps.
+UNPACED = Pacing(private_interval_s=0.0, group_interval_s=0.0, global_per_second=float("inf"))
+
+
+def make(
+    store: TelegramStore, pacing: Pacing | None = None, *, auto: bool = True
+) -> tuple[Outbound, FakeBotApi, FakeTime]:
+    time = FakeTime(auto=auto)
+    api = FakeBotApi(clock=time)
+    return Outbound(api, store, pacing, clock=time, sleep=time.sleep), api, time
+
+
+def send_times(api: FakeBotApi, chat_id: int | None = None) -> list[float]:
+    return [c.at for c in api.calls_to("send_message") if chat_id is None or c.args[0] == chat_id]
+
+
+async def outbox_rows(store: TelegramStore) -> list[dict[str, Any]]:
+    def read(conn: sa.Connection) -> list[dict[str, Any]]:
+        o = telegram_outbox
+        rows = conn.execute(sa.select(o).order_by(o.c.id))
+        return [dict(row._mapping) for row in rows]
+
+    return await store._db.run(read)
+
+
+# -- pacing ------------------------------------------------------------------------------
+
+
+async def test_private_chat_is_paced_one_per_second(sqlite_tg_store: TelegramStore) -> None:
+    out, api, time = make(sqlite_tg_store)
+    for i in range(4):
+        await out.send_text(PRIVATE, f"m{i}")
+    assert send_times(api) == pytest.approx([0.0, 1.0, 2.0, 3.0])
+    assert time.sleeps == pytest.approx([1.0, 1.0, 1.0])
+
+
+async def test_group_chat_is_paced_every_three_seconds(sqlite_tg_store: TelegramStore) -> None:
+    out, api, time = make(sqlite_tg_store)
+    for i in range(3):
+        await out.send_text(GROUP, f"m{i}")
+    assert send_times(api) == pytest.approx([0.0, 3.0, 6.0])
+    assert time.sleeps == pytest.approx([3.0, 3.0])
+
+
+async def test_custom_intervals_are_honoured(sqlite_tg_store: TelegramStore) -> None:
+    pacing = Pacing(private_interval_s=0.25, group_interval_s=5.0)
+    out, api, _ = make(sqlite_tg_store, pacing)
+    await out.send_text(PRIVATE, "a")
+    await out.send_text(PRIVATE, "b")
+    await out.send_text(GROUP, "c")
+    await out.send_text(GROUP, "d")
+    assert send_times(api, PRIVATE) == pytest.approx([0.0, 0.25])
+    assert send_times(api, GROUP)[1] - send_times(api, GROUP)[0] == pytest.approx(5.0)
+
+
+async def test_global_rate_is_thirty_per_second(sqlite_tg_store: TelegramStore) -> None:
+    out, api, _ = make(sqlite_tg_store)
+    for chat in range(1, 62):  # 61 different private chats: only the global limit applies
+        await out.send_text(chat, "hi")
+    times = send_times(api)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert gaps == pytest.approx([1 / 30] * 60)
+    assert times[-1] == pytest.approx(2.0)  # 61 messages span exactly two seconds
+    # never more than 30 in any one-second window
+    for i, start in enumerate(times):
+        assert sum(1 for t in times[i:] if t < start + 1.0 - 1e-9) <= 30
+
+
+async def test_global_rate_is_configurable(sqlite_tg_store: TelegramStore) -> None:
+    out, api, _ = make(sqlite_tg_store, Pacing(global_per_second=4.0))
+    for chat in range(1, 6):
+        await out.send_text(chat, "hi")
+    assert send_times(api) == pytest.approx([0.0, 0.25, 0.5, 0.75, 1.0])
+
+
+async def test_two_chats_do_not_wait_for_each_others_interval(
+    sqlite_tg_store: TelegramStore,
+) -> None:
+    out, api, _ = make(sqlite_tg_store)
+    await out.send_text(GROUP, "g1")
+    await out.send_text(PRIVATE, "p1")  # the group's 3 s interval does not apply here
+    await out.send_text(OTHER_PRIVATE, "q1")
+    assert send_times(api) == pytest.approx([0.0, 1 / 30, 2 / 30])
+
+
+async def test_concurrent_chats_interleave(sqlite_tg_store: TelegramStore) -> None:
+    """While one chat waits out its interval, another chat's message goes right away."""
+    out, api, time = make(sqlite_tg_store, auto=False)
+    await out.send_text(PRIVATE, "a1")  # t=0, no sleep needed
+    a2 = asyncio.create_task(out.send_text(PRIVATE, "a2"))  # must wait until t=1
+    await settle()
+    b1 = asyncio.create_task(out.send_text(OTHER_PRIVATE, "b1"))
+    await settle()
+    await time.advance(1 / 30)  # B only needs the global slot
+    assert b1.done() and not a2.done()
+    assert [c.args[1] for c in api.calls_to("send_message")] == ["a1", "b1"]
+    await time.advance(1.0 - 1 / 30)
+    assert a2.done()
+    assert send_times(api) == pytest.approx([0.0, 1 / 30, 1.0])
+
+
+# -- 429 -----------------------------------------------------------------------------------
+
+
+async def test_retry_after_waits_exactly_the_given_seconds(sqlite_tg_store: TelegramStore) -> None:
+    out, api, time = make(sqlite_tg_store)
+    api.fail("send_message", RetryAfter(7))
+    message = await out.send_text(PRIVATE, "hi")
+    assert message["message_id"] > 0
+    assert send_times(api) == pytest.approx([0.0, 7.0])
+    assert time.sleeps == pytest.approx([7.0])
+    assert out.stats.retry_after == 1
+    assert out.stats.sent == 1
+
+
+async def test_retry_after_is_capped(sqlite_tg_store: TelegramStore) -> None:
+    out, api, time = make(sqlite_tg_store, Pacing(max_retry_after_s=20.0))
+    api.fail("send_message", RetryAfter(600))
+    await out.send_text(PRIVATE, "hi")
+    assert time.sleeps == pytest.approx([20.0])
+    assert send_times(api) == pytest.approx([0.0, 20.0])
+
+
+async def test_retry_after_default_cap_is_sixty(sqlite_tg_store: TelegramStore) -> None:
+    out, api, time = make(sqlite_tg_store)
+    api.fail("send_message", RetryAfter(3600))
+    await out.send_text(PRIVATE, "hi")
+    assert time.sleeps == pytest.approx([60.0])
+
+
+async def test_retry_after_stalls_only_that_chat(sqlite_tg_store: TelegramStore) -> None:
+    out, api, time = make(sqlite_tg_store, auto=False)
+    api.fail("send_message", RetryAfter(7))
+    a = asyncio.create_task(out.send_text(PRIVATE, "a"))  # 429 at t=0, then waits 7 s
+    await settle()
+    b = asyncio.create_task(out.send_text(OTHER_PRIVATE, "b"))
+    await settle()
+    await time.advance(1 / 30)
+    assert b.done() and not a.done()
+    await time.advance(6.0)
+    assert not a.done()
+    await time.advance(7.0 - 6.0 - 1 / 30)
+    assert a.done()
+    times = {c.args[1]: c.at for c in api.calls_to("send_message")[1:]}
+    assert times == pytest.approx({"b": 1 / 30, "a": 7.0})
+    assert time.sleeps == pytest.approx([7.0, 1 / 30])  # A waits 7 s, B only its global slot
+
+
+async def test_retry_after_then_next_message_is_paced_from_the_retry(
+    sqlite_tg_store: TelegramStore,
+) -> None:
+    out, api, _ = make(sqlite_tg_store)
+    api.fail("send_message", RetryAfter(7))
+    await out.send_text(PRIVATE, "a")
+    await out.send_text(PRIVATE, "b")
+    assert send_times(api) == pytest.approx([0.0, 7.0, 8.0])
+
+
+# -- 5xx / network -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("error", [ServerError("Bad Gateway"), NetworkError("timed out")])
+async def test_transient_errors_back_off_then_succeed(
+    sqlite_tg_store: TelegramStore, error: Exception
+) -> None:
+    out, api, time = make(sqlite_tg_store, UNPACED)
+    api.fail("send_message", *[type(error)(str(error)) for _ in range(5)])  # 6th attempt works
+    message = await out.send_text(PRIVATE, "hi")
+    assert message["text"] == "hi"
+    assert len(api.calls_to("send_message")) == 6
+    assert time.sleeps == [0.5, 1.0, 2.0, 4.0, 8.0]
+    assert out.stats.retried_errors == 5
+    assert out.stats.failed == 0
+
+
+@pytest.mark.parametrize("error_type", [ServerError, NetworkError])
+async def test_transient_errors_raise_after_max_attempts(
+    sqlite_tg_store: TelegramStore, error_type: type[Exception]
+) -> None:
+    out, api, time = make(sqlite_tg_store, UNPACED)
+    api.fail("send_message", *[error_type(f"boom {i}") for i in range(10)])
+    with pytest.raises(error_type, match="boom 5"):
+        await out.send_text(PRIVATE, "hi")
+    assert len(api.calls_to("send_message")) == 6  # Pacing.max_attempts
+    assert time.sleeps == [0.5, 1.0, 2.0, 4.0, 8.0]  # no sleep after the last attempt
+    assert out.stats.failed == 1
+    assert out.stats.sent == 0
+
+
+async def test_backoff_repeats_its_last_step(sqlite_tg_store: TelegramStore) -> None:
+    pacing = Pacing(
+        private_interval_s=0.0,
+        global_per_second=float("inf"),
+        max_attempts=4,
+        backoff_s=(1.0, 3.0),
+    )
+    out, api, time = make(sqlite_tg_store, pacing)
+    api.fail("send_message", *[ServerError("x") for _ in range(4)])
+    with pytest.raises(ServerError):
+        await out.send_text(PRIVATE, "hi")
+    assert len(api.calls_to("send_message")) == 4
+    assert time.sleeps == [1.0, 3.0, 3.0]
+
+
+async def test_retries_keep_the_chat_interval(sqlite_tg_store: TelegramStore) -> None:
+    """A retry is still a call to the chat: after a 0.5 s backoff it waits out the 1 s."""
+    out, api, time = make(sqlite_tg_store)
+    api.fail("send_message", ServerError("x"))
+    await out.send_text(PRIVATE, "hi")
+    assert send_times(api) == pytest.approx([0.0, 1.0])
+    assert time.sleeps == pytest.approx([0.5, 0.5])
+
+
+async def test_other_errors_are_not_retried(sqlite_tg_store: TelegramStore) -> None:
+    out, api, _ = make(sqlite_tg_store, UNPACED)
+    api.fail("send_message", Forbidden("Forbidden: bot was blocked by the user"))
+    with pytest.raises(Forbidden):
+        await out.send_text(PRIVATE, "hi")
+    assert len(api.calls_to("send_message")) == 1
+
+
+async def test_call_passes_through_any_operation(sqlite_tg_store: TelegramStore) -> None:
+    out, api, _ = make(sqlite_tg_store, UNPACED)
+    api.fail("edit_message_text", NetworkError("reset"))
+    await out.call(PRIVATE, lambda: api.edit_message_text(PRIVATE, 7, "new"))
+    assert [c.method for c in api.calls] == ["edit_message_text", "edit_message_text"]
+
+
+# -- entities ------------------------------------------------------------------------------
+
+ENTITIES = [{"type": "bold", "offset": 0, "length": 2}]
+
+
+async def test_rejected_entities_fall_back_to_plain_text(sqlite_tg_store: TelegramStore) -> None:
+    out, api, _ = make(sqlite_tg_store, UNPACED)
+    api.fail("send_message", BadRequest("Bad Request: can't parse entities: unsupported"))
+    message = await out.send_text(
+        PRIVATE, "hi there", entities=ENTITIES, reply_markup={"k": 1}, thread_id=9, reply_to=5
+    )
+    assert message["text"] == "hi there"
+    first, second = api.calls_to("send_message")
+    assert first.kwargs["entities"] == ENTITIES
+    assert second.kwargs["entities"] is None
+    assert second.args == (PRIVATE, "hi there")
+    # everything but the entities is kept
+    for key in ("reply_markup", "message_thread_id", "reply_to_message_id"):
+        assert second.kwargs[key] == first.kwargs[key]
+
+
+async def test_entity_fallback_matches_other_wordings(sqlite_tg_store: TelegramStore) -> None:
+    out, api, _ = make(sqlite_tg_store, UNPACED)
+    api.fail("send_message", BadRequest("Bad Request: ENTITY_BOUNDS_INVALID"))
+    await out.send_text(PRIVATE, "hi", entities=ENTITIES)
+    assert [c.kwargs["entities"] for c in api.calls_to("send_message")] == [ENTITIES, None]
+
+
+async def test_bad_request_not_about_entities_propagates(sqlite_tg_store: TelegramStore) -> None:
+    out, api, _ = make(sqlite_tg_store, UNPACED)
+    api.fail("send_message", BadRequest("Bad Request: chat not found"))
+    with pytest.raises(BadRequest, match="chat not found"):
+        await out.send_text(PRIVATE, "hi", entities=ENTITIES)
+    assert len(api.calls_to("send_message")) == 1
+
+
+async def test_entity_error_without_entities_propagates(sqlite_tg_store: TelegramStore) -> None:
+    out, api, _ = make(sqlite_tg_store, UNPACED)
+    api.fail("send_message", BadRequest("Bad Request: can't parse entities"))
+    with pytest.raises(BadRequest):
+        await out.send_text(PRIVATE, "hi")
+    assert len(api.calls_to("send_message")) == 1
+
+
+async def test_empty_entities_are_sent_as_none(sqlite_tg_store: TelegramStore) -> None:
+    out, api, _ = make(sqlite_tg_store, UNPACED)
+    await out.send_text(PRIVATE, "hi", entities=[])
+    assert api.calls_to("send_message")[0].kwargs["entities"] is None
+
+
+# -- outbox --------------------------------------------------------------------------------
+
+PAYLOAD = {"text": "final answer", "entities": ENTITIES, "thread_id": 3}
+
+
+async def test_deliver_twice_with_the_same_key_sends_once(sqlite_tg_store: TelegramStore) -> None:
+    out, api, _ = make(sqlite_tg_store, UNPACED)
+    first = await out.deliver(PRIVATE, "reply:1", PAYLOAD)
+    second = await out.deliver(PRIVATE, "reply:1", {"text": "something else"})
+    assert isinstance(first, int)
+    assert second is None
+    sends = api.calls_to("send_message")
+    assert len(sends) == 1
+    assert sends[0].args == (PRIVATE, "final answer")
+    assert sends[0].kwargs["entities"] == ENTITIES
+    assert sends[0].kwargs["message_thread_id"] == 3
+    [row] = await outbox_rows(sqlite_tg_store)
+    assert (row["status"], row["message_id"], row["attempts"]) == ("sent", first, 1)
+    assert row["payload"] == PAYLOAD
+    assert row["sent_at"] is not None
+
+
+async def test_different_keys_each_deliver(sqlite_tg_store: TelegramStore) -> None:
+    out, api, _ = make(sqlite_tg_store, UNPACED)
+    ids = [await out.deliver(PRIVATE, f"reply:{i}", {"text": f"t{i}"}) for i in range(3)]
+    assert len(set(ids)) == 3
+    assert len(api.calls_to("send_message")) == 3
+    assert [r["status"] for r in await outbox_rows(sqlite_tg_store)] == ["sent"] * 3
+
+
+async def test_interrupted_delivery_is_resent_once_at_start(
+    sqlite_tg_store: TelegramStore,
+) -> None:
+    # The previous process recorded the message, then died before sending it.
+    await sqlite_tg_store.enqueue(PRIVATE, "reply:7", {"text": "lost?"})
+    await sqlite_tg_store.enqueue(GROUP, "reply:8", {"text": "also lost?"})
+    out, api, _ = make(sqlite_tg_store, UNPACED)
+    assert await out.resend_pending() == 2
+    sends = api.calls_to("send_message")
+    assert [(c.args[0], c.args[1]) for c in sends] == [(PRIVATE, "lost?"), (GROUP, "also lost?")]
+    rows = await outbox_rows(sqlite_tg_store)
+    assert [r["status"] for r in rows] == ["sent", "sent"]
+    # each row carries the id Telegram gave the message that delivered it
+    assert [r["message_id"] for r in rows] == [101, 102]
+    assert await sqlite_tg_store.pending_outbox() == []
+    # a second start, or a late deliver() of the same key, sends nothing more
+    again, api2, _ = make(sqlite_tg_store, UNPACED)
+    assert await again.resend_pending() == 0
+    assert await again.deliver(PRIVATE, "reply:7", {"text": "lost?"}) is None
+    assert api2.calls == []
+    assert len(api.calls_to("send_message")) == 2
+
+
+async def test_resend_pending_survives_a_transient_error(sqlite_tg_store: TelegramStore) -> None:
+    await sqlite_tg_store.enqueue(PRIVATE, "reply:1", {"text": "x"})
+    out, api, time = make(sqlite_tg_store, UNPACED)
+    api.fail("send_message", NetworkError("reset"))
+    assert await out.resend_pending() == 1
+    [row] = await outbox_rows(sqlite_tg_store)
+    assert row["status"] == "sent"
+    assert row["message_id"] == 101
+    assert time.sleeps == [0.5]
+
+
+async def test_forbidden_delivery_is_marked_failed_not_retried(
+    sqlite_tg_store: TelegramStore,
+) -> None:
+    out, api, _ = make(sqlite_tg_store, UNPACED)
+    api.fail("send_message", Forbidden("Forbidden: bot was blocked by the user"))
+    assert await out.deliver(PRIVATE, "reply:1", {"text": "x"}) is None
+    assert len(api.calls_to("send_message")) == 1
+    [row] = await outbox_rows(sqlite_tg_store)
+    assert row["status"] == "failed"
+    assert "blocked" in row["error"]
+    assert row["message_id"] is None
+    # not pending, so a restart does not try it again
+    assert await sqlite_tg_store.pending_outbox() == []
+    assert await out.resend_pending() == 0
+    assert len(api.calls_to("send_message")) == 1
+
+
+async def test_bad_request_delivery_is_marked_failed(sqlite_tg_store: TelegramStore) -> None:
+    out, api, _ = make(sqlite_tg_store, UNPACED)
+    api.fail("send_message", BadRequest("Bad Request: chat not found"))
+    assert await out.deliver(PRIVATE, "reply:1", {"text": "x"}) is None
+    [row] = await outbox_rows(sqlite_tg_store)
+    assert row["status"] == "failed"
+    assert "chat not found" in row["error"]
+
+
+async def test_delivery_with_rejected_entities_is_sent_plain(
+    sqlite_tg_store: TelegramStore,
+) -> None:
+    out, api, _ = make(sqlite_tg_store, UNPACED)
+    api.fail("send_message", BadRequest("Bad Request: can't parse entities"))
+    message_id = await out.deliver(PRIVATE, "reply:1", PAYLOAD)
+    assert message_id == 101
+    [row] = await outbox_rows(sqlite_tg_store)
+    assert (row["status"], row["message_id"]) == ("sent", 101)
