@@ -125,6 +125,8 @@ class TelegramAdapter:
         self._paired: set[int] = set()
         self._views: dict[str, _ChatView] = {}
         self._rejecting: dict[int, _Rejecting] = {}
+        # Open cards by source, mirrored from the store: a message checks them without a read.
+        self._open: dict[str, dict[int, CardRow]] = {}
         self._reminded: dict[int, float] = {}
         self._incoming: Lanes[int, Json] = Lanes(self._handle_in_lane, "tg-in")
         self._outgoing: Lanes[str, HubEvent] = Lanes(self._render, "tg-out")
@@ -137,6 +139,8 @@ class TelegramAdapter:
         self.bot_id, self.bot_username = me.get("id"), me.get("username")
         await self.api.set_my_commands(COMMANDS)
         self._paired = await self.store.paired_users()
+        for card in await self.store.open_cards():
+            self._open.setdefault(card.source, {})[card.tool_call_id] = card
         events = self.hub.events()
         self._spawn(self._pump(events))
         await self.outbound.resend_pending()
@@ -357,7 +361,9 @@ class TelegramAdapter:
     async def _answer_card(self, m: Message) -> bool:
         """A reply to a question (or any message while one is open) answers it; a reply
         to an approval card in its reject window is the reason."""
-        cards = await self.store.open_cards(m.source)
+        cards = list(self._open.get(m.source, {}).values())
+        if not cards:
+            return False
         if m.reply_to_message_id is not None:
             for card in cards:
                 if card.message_id == m.reply_to_message_id:
@@ -376,9 +382,9 @@ class TelegramAdapter:
             await self.hub.resolve_question(m.source, card.tool_call_id, m.text)
         except (InboxError, HubError) as exc:
             log.info("question %s not answerable: %s", card.tool_call_id, exc)
-            await self.store.close_card(card.tool_call_id, "expired")
+            await self._close_quietly(card, "expired")
             return False
-        await self.store.close_card(card.tool_call_id, "answered")
+        await self._close_quietly(card, "answered")
         self._start_typing(m.source, m.chat_id, m.thread_id)
         return True
 
@@ -467,7 +473,7 @@ class TelegramAdapter:
         note: str | None = None,
     ) -> None:
         """Show the outcome on the card once (whoever closes it first edits it)."""
-        if not await self.store.close_card(card.tool_call_id, state):
+        if not await self._close_quietly(card, state):
             return
         self._rejecting.pop(card.tool_call_id, None)
         if card.message_id is None:
@@ -591,7 +597,7 @@ class TelegramAdapter:
             thread_id=view.thread_id,
         )
         message_id = sent.get("message_id")
-        await self.store.save_card(
+        await self._save_card(
             CardRow(
                 event.tool_call_id,
                 "approval",
@@ -625,7 +631,7 @@ class TelegramAdapter:
             reply_markup={"force_reply": True, "input_field_placeholder": "Your answer"},
             thread_id=view.thread_id,
         )
-        await self.store.save_card(
+        await self._save_card(
             CardRow(
                 event.request_id,
                 "question",
@@ -637,6 +643,18 @@ class TelegramAdapter:
                 "open",
             )
         )
+
+    async def _save_card(self, card: CardRow) -> None:
+        await self.store.save_card(card)
+        self._open.setdefault(card.source, {})[card.tool_call_id] = card
+
+    async def _close_quietly(self, card: CardRow, state: str) -> bool:
+        """Close in the store and in memory; False when it was closed already."""
+        cards = self._open.get(card.source, {})
+        cards.pop(card.tool_call_id, None)
+        if not cards:
+            self._open.pop(card.source, None)
+        return await self.store.close_card(card.tool_call_id, state)
 
     async def _close_by_id(self, tool_call_id: int, outcome: str, state: str) -> None:
         card = await self.store.card(tool_call_id)
