@@ -12,7 +12,9 @@ import contextlib
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -21,6 +23,7 @@ import uvicorn
 from bot.http.app import TelegramWebhook, create_app
 from bot.telegram.adapter import TelegramAdapter, TelegramConfig
 from bot.telegram.api import BotApi
+from bot.telegram.jobs import JobsPanel
 from bot.telegram.outbound import Outbound, Pacing
 from bot.telegram.poller import Poller
 from bot.telegram.store import TelegramStore
@@ -29,6 +32,9 @@ from engine.core import Engine
 from engine.hub import ChatHub
 from engine.llm.registry import ModelRegistry
 from engine.session.gate import ApprovalPolicy
+from engine.store.schema import utcnow
+from scheduler.service import Scheduler, SchedulerLimits
+from scheduler.tools import scheduler_tools
 
 __all__ = ["Service", "serve"]
 
@@ -47,6 +53,8 @@ class Service:
     http: bool = True
     engine: Engine | None = None
     hub: ChatHub | None = None
+    scheduler: Scheduler | None = None
+    clock: Callable[[], datetime] = utcnow
     adapter: TelegramAdapter | None = None
     poller: Poller | None = None
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -61,6 +69,18 @@ class Service:
         self.hub = hub = ChatHub(
             engine, self.config.hub, default_home=f"telegram:{owner}" if owner else "console"
         )
+        self.scheduler = scheduler = Scheduler(
+            engine,
+            hub,
+            timezone=settings.chathub_timezone,
+            limits=SchedulerLimits(
+                max_jobs_per_source=settings.scheduler_max_jobs_per_source,
+                min_period_s=settings.scheduler_min_period_seconds,
+            ),
+            clock=self.clock,
+        )
+        for tool in scheduler_tools(scheduler):
+            engine.tools.register(tool)
         webhook = None
         if self.api is None and settings.telegram_bot_token:
             from bot.telegram.bindings.factory import make_bot_api
@@ -81,6 +101,7 @@ class Service:
                     workspace=engine.workspace.root,
                     streaming=settings.telegram_streaming,
                 ),
+                jobs=JobsPanel(scheduler),
             )
             await self.adapter.start()
             if settings.telegram_webhook_url:
@@ -91,6 +112,7 @@ class Service:
                 self.poller = Poller(self.api, store, self.adapter)
                 self._tasks.append(asyncio.create_task(self.poller.run(), name="tg-poller"))
         await hub.start()
+        await scheduler.start()
         if self.http:
             app = create_app(
                 webhook=webhook, webhook_url=settings.telegram_webhook_url, health=self.health
@@ -111,6 +133,9 @@ class Service:
             report.update(ok=False, database=f"unreachable: {type(exc).__name__}")
         if self.poller is not None:
             report["telegram_last_poll_age_s"] = self.poller.age()
+        if self.scheduler is not None:
+            last = self.scheduler.dispatcher.last_step_at
+            report["scheduler_last_step"] = last.isoformat() if last else None
         return report
 
     async def stop(self) -> None:
@@ -119,6 +144,8 @@ class Service:
         for task in self._tasks:
             if task.get_name() != "http":
                 task.cancel()
+        if self.scheduler is not None:
+            await self.scheduler.close()
         if self.adapter is not None:
             await self.adapter.close()
         if self.hub is not None:

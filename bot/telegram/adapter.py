@@ -22,6 +22,7 @@ from bot.telegram.cards import (
     question_text,
     resolved_card,
 )
+from bot.telegram.jobs import JobsPanel, parse_job_callback
 from bot.telegram.lanes import Lanes
 from bot.telegram.outbound import Outbound
 from bot.telegram.render import progress_text, render_markdown
@@ -110,7 +111,7 @@ class TelegramAdapter:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        jobs_text: Callable[[str], Awaitable[str]] | None = None,
+        jobs: JobsPanel | None = None,
     ) -> None:
         self.hub = hub
         self.api = api
@@ -119,7 +120,7 @@ class TelegramAdapter:
         self.config = config
         self._clock = clock
         self._sleep = sleep
-        self._jobs_text = jobs_text
+        self._jobs = jobs
         self.bot_id: int | None = None
         self.bot_username: str | None = None
         self._paired: set[int] = set()
@@ -307,7 +308,14 @@ class TelegramAdapter:
                 await self.hub.set_home(source)
                 reply = "🏠 Background notifications will come to this chat."
             case "jobs":
-                reply = await self._jobs_text(source) if self._jobs_text else "No scheduled jobs."
+                if self._jobs is None:
+                    reply = "No scheduled jobs."
+                else:
+                    text, keyboard = await self._jobs.render(source)
+                    await self.outbound.send_text(
+                        chat, text, reply_markup=keyboard, thread_id=thread
+                    )
+                    reply = None
             case "pair" if m.user_id == self.config.owner_id:
                 reply = await self._pair(arg, m.user_id)
             case "unpair" if m.user_id == self.config.owner_id:
@@ -391,6 +399,9 @@ class TelegramAdapter:
     # -- callbacks -----------------------------------------------------------------------
 
     async def _on_callback(self, c: Callback) -> None:
+        if c.data.startswith("jb1:"):
+            await self._on_jobs_callback(c)
+            return
         action = parse_callback(c.data)
         card = await self.store.card(action.tool_call_id) if action else None
         valid = (
@@ -430,6 +441,21 @@ class TelegramAdapter:
             await self._close(card, "expired", "expired")
             return
         await self._close(card, action.action, "resolved", by=c.user_name)
+
+    async def _on_jobs_callback(self, c: Callback) -> None:
+        action = parse_job_callback(c.data)
+        source = c.source
+        if action is None or self._jobs is None or source is None or c.message_id is None:
+            await self._answer_callback(c.callback_id, EXPIRED)
+            return
+        if not self.is_allowed(c.user_id):
+            await self._answer_callback(c.callback_id, "You are not allowed to decide here.")
+            return
+        outcome = await self._jobs.act(source, action)  # only this chat's jobs
+        await self._answer_callback(c.callback_id, outcome)
+        text, keyboard = await self._jobs.render(source)
+        assert c.chat_id is not None
+        await self._edit(c.chat_id, c.message_id, text, [], keyboard)
 
     async def _open_reject_window(self, card: CardRow, user_name: str) -> None:
         seconds = int(self.config.reject_window_s)
