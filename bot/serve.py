@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 import uvicorn
 
-from bot.http.app import TelegramWebhook, create_app
+from bot.http.app import EventsEndpoint, TelegramWebhook, create_app
 from bot.telegram.adapter import TelegramAdapter, TelegramConfig
 from bot.telegram.api import BotApi
 from bot.telegram.jobs import JobsPanel
@@ -78,6 +78,7 @@ class Service:
                 min_period_s=settings.scheduler_min_period_seconds,
             ),
             clock=self.clock,
+            tic_interval_s=settings.tic_interval_seconds,
         )
         for tool in scheduler_tools(scheduler):
             engine.tools.register(tool)
@@ -115,7 +116,10 @@ class Service:
         await scheduler.start()
         if self.http:
             app = create_app(
-                webhook=webhook, webhook_url=settings.telegram_webhook_url, health=self.health
+                webhook=webhook,
+                webhook_url=settings.telegram_webhook_url,
+                health=self.health,
+                events=EventsEndpoint(scheduler.tic.events, settings.chathub_api_token),
             )
             server_config = uvicorn.Config(
                 app, host=settings.http_host, port=settings.http_port, log_level="warning"

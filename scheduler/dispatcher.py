@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.date import DateTrigger
@@ -77,6 +78,13 @@ class Dispatcher:
         )
         self._scheduler.start()
         await self.wake()
+
+    def every(self, seconds: float, work: Callable[[], Any], job_id: str) -> None:
+        """Run ``work`` on an interval in the same scheduler (the tic)."""
+        assert self._scheduler is not None, "start() first"
+        self._scheduler.add_job(
+            work, IntervalTrigger(seconds=seconds), id=job_id, max_instances=1, coalesce=True
+        )
 
     async def close(self) -> None:
         if self._scheduler is not None:

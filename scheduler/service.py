@@ -19,6 +19,7 @@ from scheduler.cron import CronError, CronSchedule
 from scheduler.dispatcher import Dispatcher
 from scheduler.runner import JobRunner
 from scheduler.store import Job, JobStore, NewJob
+from scheduler.tic import Tic
 
 __all__ = ["Scheduler", "SchedulerError", "SchedulerLimits"]
 
@@ -54,6 +55,7 @@ class Scheduler:
         owner: str | None = None,
         lease: timedelta = timedelta(seconds=60),
         safety_interval_s: float = 30.0,
+        tic_interval_s: int = 0,
     ) -> None:
         self.engine = engine
         self.hub = hub
@@ -78,9 +80,13 @@ class Scheduler:
             safety_interval_s=safety_interval_s,
         )
         self._tasks: set[asyncio.Task[None]] = set()
+        self.tic = Tic(engine, hub)
+        self.tic_interval_s = tic_interval_s
 
     async def start(self) -> None:
         await self.dispatcher.start()
+        if self.tic_interval_s > 0:
+            self.dispatcher.every(self.tic_interval_s, self.tic.tick, "chathub-tic")
 
     async def close(self) -> None:
         for task in list(self._tasks):

@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from bot.telegram.poller import UpdateSink
 from bot.telegram.store import TelegramStore
+from scheduler.events import EventStore
 
 __all__ = ["DEFAULT_WEBHOOK_PATH", "TelegramWebhook", "create_app", "webhook_path"]
 
@@ -62,13 +63,60 @@ class TelegramWebhook:
         return JSONResponse({"ok": True})
 
 
+class EventsEndpoint:
+    """``POST /api/events``: an event for the tic (bearer ``CHATHUB_API_TOKEN``)."""
+
+    MAX_BYTES = 256 * 1024
+
+    def __init__(self, events: EventStore, token: str | None) -> None:
+        self.events = events
+        self._token = token.encode() if token else None
+
+    async def handle(self, request: Request) -> JSONResponse:
+        if self._token is not None:
+            given = request.headers.get("authorization", "")
+            scheme, _, value = given.partition(" ")
+            if scheme.lower() != "bearer" or not secrets.compare_digest(
+                value.encode(), self._token
+            ):
+                return JSONResponse({"error": "missing or wrong bearer token"}, status_code=401)
+        body = await request.body()
+        if len(body) > self.MAX_BYTES:
+            return JSONResponse({"error": f"body over {self.MAX_BYTES} bytes"}, status_code=413)
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return JSONResponse({"error": "body is not JSON"}, status_code=422)
+        problem = _event_problem(data)
+        if problem:
+            return JSONResponse({"error": problem}, status_code=422)
+        event_id = await self.events.add(data["source"], data["type"], data.get("payload"))
+        return JSONResponse({"id": event_id}, status_code=201)
+
+
+def _event_problem(data: Any) -> str | None:
+    if not isinstance(data, dict):
+        return "expected a JSON object {source, type, payload}"
+    for key in ("source", "type"):
+        value = data.get(key)
+        if not isinstance(value, str) or not value.strip() or len(value) > 255:
+            return f"{key}: a non-empty string of at most 255 characters is required"
+    unknown = set(data) - {"source", "type", "payload"}
+    if unknown:
+        return f"unknown fields {sorted(unknown)}"
+    return None
+
+
 def create_app(
     *,
     webhook: TelegramWebhook | None = None,
     webhook_url: str | None = None,
     health: Health | None = None,
+    events: EventsEndpoint | None = None,
 ) -> Starlette:
     routes = []
+    if events is not None:
+        routes.append(Route("/api/events", events.handle, methods=["POST"]))
     if webhook is not None:
         routes.append(Route(webhook_path(webhook_url), webhook.handle, methods=["POST"]))
 

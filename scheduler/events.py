@@ -1,0 +1,98 @@
+"""Incoming events for the tic (the HTTP API, MCP server notifications) and notify dedupe."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from engine.store.db import Database
+from engine.store.schema import events as e
+from engine.store.schema import notification_log, utcnow
+
+__all__ = ["Event", "EventStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: int
+    source: str
+    type: str
+    payload: Any
+    created_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "source": self.source,
+            "type": self.type,
+            "payload": self.payload,
+            "received_at": self.created_at.isoformat(),
+        }
+
+
+class EventStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def add(self, source: str, type_: str, payload: Any) -> int:
+        return await self._db.run(_add, source, type_, payload)
+
+    async def take(self, limit: int = 50) -> list[Event]:
+        """The oldest unprocessed events, marked processed in the same transaction."""
+        return await self._db.run(_take, limit)
+
+    async def unprocessed_count(self) -> int:
+        return await self._db.run(_unprocessed_count)
+
+    async def first_notice(self, event_type: str, summary: str, window: timedelta) -> bool:
+        """Record a notification; False when the same one was recorded within ``window``."""
+        digest = hashlib.sha256(f"{event_type}\0{summary.strip()}".encode()).hexdigest()
+        return await self._db.run(_first_notice, digest, window)
+
+
+def _add(conn: Connection, source: str, type_: str, payload: Any) -> int:
+    inserted = conn.execute(
+        e.insert().values(source=source, type=type_, payload=payload, created_at=utcnow())
+    )
+    return inserted.inserted_primary_key[0]
+
+
+def _take(conn: Connection, limit: int) -> list[Event]:
+    rows = conn.execute(
+        sa.select(e.c.id, e.c.source, e.c.type, e.c.payload, e.c.created_at)
+        .where(e.c.processed.is_(False))
+        .order_by(e.c.id)
+        .limit(limit)
+    ).all()
+    if not rows:
+        return []
+    ids = [row.id for row in rows]
+    conn.execute(
+        e.update()
+        .where(e.c.id.in_(ids), e.c.processed.is_(False))
+        .values(processed=True, processed_at=utcnow())
+    )
+    return [Event(*row) for row in rows]
+
+
+def _unprocessed_count(conn: Connection) -> int:
+    return conn.execute(
+        sa.select(sa.func.count()).select_from(e).where(e.c.processed.is_(False))
+    ).scalar_one()
+
+
+def _first_notice(conn: Connection, digest: str, window: timedelta) -> bool:
+    now = utcnow()
+    n = notification_log
+    seen = conn.execute(
+        sa.select(n.c.id).where(n.c.fingerprint == digest, n.c.created_at > now - window)
+    ).first()
+    if seen is not None:
+        return False
+    conn.execute(n.insert().values(fingerprint=digest, created_at=now))
+    return True

@@ -1,0 +1,115 @@
+"""The tic: every ``TIC_INTERVAL_SECONDS`` the watcher agent reads a batch of new events.
+
+Each tick takes the unprocessed events (marked processed in the same transaction) and
+gives them to the ``tic`` system agent in an ephemeral session that can ask nobody
+(``auto_deny_approvals``) and runs only with the ``notify`` interface tool to speak.
+Quiet by default: no events, no session; nothing worth saying, no message; the same
+event type and summary within 24 hours is not delivered twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from engine.core import Engine
+from engine.hub import ChatHub, Notification
+from engine.tools.base import ToolCategory, ToolContext, ToolError
+from engine.tools.builtins._common import BuiltinTool, object_schema
+from scheduler.events import EventStore
+
+__all__ = ["NotifyTool", "Tic", "TickReport"]
+
+log = logging.getLogger(__name__)
+
+#: The tic may read the workspace (memory, notification rules) and nothing else.
+TIC_RUN_CONTEXT = {"allow_fs_reads": ["memory/*"], "allow_fs_writes": []}
+
+
+class NotifyTool(BuiltinTool):
+    """``notify{event_type, summary, refs?}``: tell the user something (via the home chat)."""
+
+    name = "notify"
+    description = (
+        "Tell the user about something worth knowing now. `summary` is a neutral, "
+        "third-person statement of fact with the details that matter; the conversational "
+        "agent words the message. The same event type and summary is sent once a day."
+    )
+    category = ToolCategory.INTROSPECTION
+
+    def __init__(self, hub: ChatHub, events: EventStore, source: str, window: timedelta) -> None:
+        self.hub = hub
+        self.events = events
+        self.source = source
+        self.window = window
+        self.parameters = object_schema(
+            {
+                "event_type": {"type": "string", "description": "The kind, e.g. mail_from_boss."},
+                "summary": {
+                    "type": "string",
+                    "description": "What happened, in one or two sentences.",
+                },
+                "refs": {"type": "object", "description": "Ids or links (optional)."},
+            },
+            ["event_type", "summary"],
+        )
+
+    async def _run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        event_type, summary = args["event_type"].strip(), args["summary"].strip()
+        if not event_type or not summary:
+            raise ToolError("notify: event_type and summary must not be empty")
+        if len(summary) > 4000:
+            raise ToolError("notify: summary over 4000 characters; say it shorter")
+        if not await self.events.first_notice(event_type, summary, self.window):
+            return "not sent: the same notification went out within the last 24 hours"
+        self.hub.notify(Notification(self.source, event_type, summary, refs=args.get("refs") or {}))
+        return "sent"
+
+
+@dataclass(frozen=True, slots=True)
+class TickReport:
+    events: int
+    session_id: int | None
+
+
+class Tic:
+    def __init__(
+        self,
+        engine: Engine,
+        hub: ChatHub,
+        *,
+        batch: int = 50,
+        dedupe_window: timedelta = timedelta(hours=24),
+    ) -> None:
+        self.engine = engine
+        self.hub = hub
+        self.events = EventStore(engine.store.db)
+        self.batch = batch
+        self.dedupe_window = dedupe_window
+
+    async def tick(self) -> TickReport:
+        events = await self.events.take(self.batch)
+        if not events:
+            return TickReport(0, None)
+        agent = "tic" if self.engine.agents.get("tic") else "main"
+        handler = await self.engine.new_session(
+            "tic",
+            agent_id=agent,
+            is_interactive=False,
+            is_ephemeral=True,
+            auto_deny_approvals=True,
+            run_context=TIC_RUN_CONTEXT,
+            context_label="Tic",
+        )
+        notify = NotifyTool(self.hub, self.events, "tic", self.dedupe_window)
+        prompt = "New events:\n" + json.dumps(
+            [e.to_json() for e in events], ensure_ascii=False, indent=1
+        )
+        try:
+            await handler.handle_message(prompt, is_synthetic=True, interface_tools=[notify])
+        except Exception:
+            log.exception("tic session %s failed", handler.session.id)
+        return TickReport(len(events), handler.session.id)
