@@ -15,6 +15,7 @@ from bot.telegram.bindings.factory import make_bot_api
 from bot.telegram.outbound import Pacing
 from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
 from engine.llm.registry import ModelRegistry
+from engine.store.schema import utcnow
 from tests.engine.hub.conftest import EchoModel
 from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
 
@@ -68,7 +69,7 @@ def make_config(tmp_path: Path, telegram: FakeTelegramServer) -> Callable[..., A
             settings=load_settings(**values),
             models=(),
             engine=EngineConfig(max_tool_rounds=6, command_timeout_s=5),
-            hub=HubConfig(idle_evict_s=600),
+            hub=HubConfig(idle_evict_s=600, notify_window_s=0.01),
         )
 
     return make
@@ -81,10 +82,19 @@ async def start_service(
     """Starts services (a second call over the same database is a restart)."""
     running: list[Service] = []
 
-    async def start(*, http: bool = False, **settings: Any) -> Service:
+    async def start(
+        *, http: bool = False, model_override: Any = None, clock: Any = None, **settings: Any
+    ) -> Service:
         config = make_config(**settings)
         api = make_bot_api(library, TOKEN, telegram.base_url)
-        service = Service(config, models=ModelRegistry([model]), api=api, pacing=FAST, http=http)
+        service = Service(
+            config,
+            models=ModelRegistry([model_override or model]),
+            api=api,
+            pacing=FAST,
+            http=http,
+            clock=clock or utcnow,
+        )
         await service.start()
         running.append(service)
         return service
@@ -115,7 +125,7 @@ async def eventually(predicate: Callable[[], Any], within_s: float = 5.0) -> Any
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
+            raise AssertionError(f"condition not met in time: {getattr(predicate, '__doc__', '')}")
         await asyncio.sleep(0.01)
 
 

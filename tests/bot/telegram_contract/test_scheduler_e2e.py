@@ -1,0 +1,180 @@
+"""The scheduler end to end: asked for in a Telegram chat, fired, delivered back into it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+import pytest
+
+from engine.llm.scripted import ScriptedModel, text, tool_call
+from engine.llm.types import LlmResponse, Message
+from tests.bot.telegram_contract.conftest import ALICE, eventually, find, stop, texts
+
+
+class RoutedModel(ScriptedModel):
+    """Answers by looking at the request: each scenario routes its own replies."""
+
+    def __init__(self, route: Callable[[Sequence[Message]], LlmResponse]) -> None:
+        super().__init__(name="primary")
+        self.route = route
+
+    async def complete(self, messages, tools, *, on_delta=None):  # type: ignore[override]
+        self.add(self.route(messages))
+        return await super().complete(messages, tools, on_delta=on_delta)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 12, 1, 7, 59, 30, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def last_user(messages: Sequence[Message]) -> str:
+    return next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+
+
+def last_tool(messages: Sequence[Message]) -> str | None:
+    """The tool result this request ends with (before the tail system messages), if any."""
+    for message in reversed(messages):
+        if message["role"] == "system":
+            continue
+        return message["content"] if message["role"] == "tool" else None
+    return None
+
+
+def system_text(messages: Sequence[Message]) -> str:
+    first = messages[0]["content"]
+    return first if isinstance(first, str) else json.dumps(first)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+async def test_a_briefing_asked_for_in_the_chat_fires_and_arrives_there(
+    start_service, telegram, clock
+):
+    def route(messages: Sequence[Message]) -> LlmResponse:
+        if "You are the tic" in system_text(messages):
+            return text("nothing to report")
+        tool = last_tool(messages)
+        if last_user(messages) == "Write today's briefing.":
+            return text("Sunny, two meetings, no urgent mail.")
+        if tool and "job_result" in tool:
+            return text("Good morning! Your briefing: sunny, two meetings, no urgent mail.")
+        if tool and "task_id" in tool:
+            return text("Done: every minute you will get a briefing.")
+        spec = {
+            "mode": "cron",
+            "title": "Briefing",
+            "prompt": "Write today's briefing.",
+            "cron": "* * * * *",
+        }
+        return tool_call("execute_task", json.dumps(spec), "t1")
+
+    service = await start_service(model_override=RoutedModel(route), clock=clock)
+    try:
+        telegram.user_message(ALICE, ALICE, "send me a briefing every minute")
+        await approve_card(telegram)  # creating a scheduled task asks first (default rules)
+        await eventually(
+            lambda: any("every minute you will get" in t for t in texts(telegram, ALICE))
+        )
+        [job] = await service.scheduler.jobs(f"telegram:{ALICE}")
+        assert (job.spec, job.title, job.enabled) == ("* * * * *", "Briefing", True)
+        assert job.next_run_at == datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+
+        clock.now = datetime(2026, 12, 1, 8, 0, 5, tzinfo=UTC)
+        report = await service.scheduler.dispatcher.step()
+        await service.scheduler.dispatcher.drain()
+
+        assert report.created == 1
+        await eventually(lambda: any("Your briefing: sunny" in t for t in texts(telegram, ALICE)))
+        [run] = await service.scheduler.store.runs(job.id)
+        assert (run.status, run.result) == ("done", "Sunny, two meetings, no urgent mail.")
+        await eventually_async(lambda: _delivered(service, run.id))
+        again = await service.scheduler.dispatcher.step()  # nothing fires twice
+        assert again.created == 0
+    finally:
+        await stop(service)
+
+
+async def test_the_tic_turns_two_events_into_one_notification_at_home(
+    start_service, telegram, clock
+):
+    def route(messages: Sequence[Message]) -> LlmResponse:
+        tool = last_tool(messages)
+        if "You are the tic" in system_text(messages):
+            if tool == "sent":
+                return text("done")
+            args = {"event_type": "mail", "summary": "Anna (your boss) asks to move the 3 pm call."}
+            return tool_call("notify", json.dumps(args), "n1")
+        if tool and '"tic"' in tool:
+            return text("Heads up: Anna asks to move the 3 pm call.")
+        return text("ok")
+
+    service = await start_service(model_override=RoutedModel(route), clock=clock)
+    try:
+        await service.hub.set_home(f"telegram:{ALICE}")
+        events = service.scheduler.tic.events
+        await events.add("mail", "message", {"from": "anna@corp", "subject": "3 pm call"})
+        await events.add("mail", "message", {"from": "news@shop", "subject": "Sale!"})
+
+        report = await service.scheduler.tic.tick()
+
+        assert report.events == 2
+        await eventually(lambda: any("Anna asks to move" in t for t in texts(telegram, ALICE)))
+        assert sum("Anna asks to move" in t for t in texts(telegram, ALICE)) == 1
+        assert (await service.scheduler.tic.tick()).events == 0  # processed once
+    finally:
+        await stop(service)
+
+
+async def test_an_async_task_result_comes_back_into_the_chat(start_service, telegram, clock):
+    def route(messages: Sequence[Message]) -> LlmResponse:
+        tool = last_tool(messages)
+        if last_user(messages) == "Count the primes below 100.":
+            return text("There are 25 primes below 100.")
+        if tool and "25 primes" in tool:
+            return text("The background task finished: 25 primes below 100.")
+        if tool and "started" in tool:
+            return text("I started it in the background.")
+        args = {"mode": "async", "title": "Primes", "prompt": "Count the primes below 100."}
+        return tool_call("execute_task", json.dumps(args), "a1")
+
+    service = await start_service(model_override=RoutedModel(route), clock=clock)
+    try:
+        telegram.user_message(ALICE, ALICE, "count primes below 100 in the background")
+        await approve_card(telegram)
+        await eventually(
+            lambda: any("25 primes below 100" in t for t in texts(telegram, ALICE)), 10
+        )
+        await service.scheduler.dispatcher.drain()
+        shown = texts(telegram, ALICE)
+        assert any("started it in the background" in t for t in shown)
+    finally:
+        await stop(service)
+
+
+async def approve_card(telegram) -> None:
+    card = await eventually(lambda: find(telegram, ALICE, "Approval needed"))
+    data = card.reply_markup["inline_keyboard"][0][0]["callback_data"]
+    telegram.callback(ALICE, ALICE, card.message_id, data)
+
+
+async def _delivered(service, run_id: int) -> bool:
+    run = await service.scheduler.store.run(run_id)
+    return run is not None and run.delivery_status == "delivered"
+
+
+async def eventually_async(predicate) -> None:
+    for _ in range(500):
+        if await predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not met in time")
