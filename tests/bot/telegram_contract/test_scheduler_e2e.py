@@ -178,3 +178,73 @@ async def eventually_async(predicate) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("condition not met in time")
+
+
+async def test_jobs_lists_the_chat_s_tasks_with_buttons_that_work(start_service, telegram, clock):
+    service = await start_service(clock=clock, chathub_timezone="Europe/Rome")
+    try:
+        source = f"telegram:{ALICE}"
+        job = await service.scheduler.create_cron(
+            source, "Briefing", "0 8 * * 1-5", "Write the briefing.", timezone="Europe/Rome"
+        )
+        other = await service.scheduler.create_cron(
+            "telegram:222", "Not yours", "0 9 * * *", "x", timezone="UTC"
+        )
+        telegram.user_message(ALICE, ALICE, "/jobs")
+        panel = await eventually(lambda: find(telegram, ALICE, "Scheduled jobs"))
+        assert "Briefing" in panel.text and "Monday through Friday" in panel.text
+        assert "(Europe/Rome)" in panel.text and "Not yours" not in panel.text
+        buttons = [b["callback_data"] for row in panel.reply_markup["inline_keyboard"] for b in row]
+        assert buttons == [f"jb1:{job.id}:p", f"jb1:{job.id}:d"]
+
+        telegram.callback(ALICE, ALICE, panel.message_id, f"jb1:{job.id}:p")
+        await eventually(lambda: "paused" in (telegram.message(ALICE, panel.message_id).text or ""))
+        assert not (await service.scheduler.store.get(job.id)).enabled
+
+        telegram.callback(ALICE, ALICE, panel.message_id, f"jb1:{other.id}:d")  # not this chat's
+        await eventually(
+            lambda: any("no such task" in (a.get("text") or "") for a in telegram.callback_answers)
+        )
+        assert (await service.scheduler.store.get(other.id)).deleted_at is None
+
+        telegram.callback(ALICE, ALICE, panel.message_id, f"jb1:{job.id}:d")
+        await eventually(
+            lambda: "No scheduled jobs" in (telegram.message(ALICE, panel.message_id).text or "")
+        )
+    finally:
+        await stop(service)
+
+
+async def test_events_api_checks_the_token_and_the_body(start_service, telegram, unused_port):
+    import httpx
+
+    service = await start_service(http=True, http_port=unused_port, chathub_api_token="t0ken")
+    url = f"http://127.0.0.1:{unused_port}/api/events"
+    try:
+        async with httpx.AsyncClient() as client:
+            for _ in range(200):
+                try:
+                    await client.get(f"http://127.0.0.1:{unused_port}/healthz")
+                    break
+                except httpx.TransportError:
+                    await asyncio.sleep(0.02)
+            good = {"source": "mail", "type": "message", "payload": {"subject": "hi"}}
+            auth = {"Authorization": "Bearer t0ken"}
+            missing = await client.post(url, json=good)
+            wrong = await client.post(url, json=good, headers={"Authorization": "Bearer nope"})
+            broken = await client.post(url, content=b"{not json", headers=auth)
+            shape = await client.post(url, json={"source": "", "type": 3}, headers=auth)
+            extra = await client.post(url, json={**good, "evil": 1}, headers=auth)
+            ok = await client.post(url, json=good, headers=auth)
+        assert [r.status_code for r in (missing, wrong, broken, shape, extra, ok)] == [
+            401,
+            401,
+            422,
+            422,
+            422,
+            201,
+        ]
+        assert "source" in shape.json()["error"]
+        assert await service.scheduler.tic.events.unprocessed_count() == 1
+    finally:
+        await stop(service)
