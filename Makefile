@@ -29,6 +29,9 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/engine_overhead.py
+	$(VENV)/bin/python bench/hub_throughput.py
+	$(VENV)/bin/python bench/telegram_e2e.py
+	test ! -f bench/scheduler_scale.py || $(VENV)/bin/python bench/scheduler_scale.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
