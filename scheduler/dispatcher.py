@@ -87,8 +87,9 @@ class Dispatcher:
         )
 
     async def close(self) -> None:
-        if self._scheduler is not None:
+        if self._scheduler is not None and self._scheduler.running:
             self._scheduler.shutdown(wait=False)
+        self._scheduler = None
         for task in list(self._running):
             task.cancel()
         await asyncio.gather(*self._running, return_exceptions=True)

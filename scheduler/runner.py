@@ -64,6 +64,7 @@ class JobRunner:
             job = await self.store.get(run.job_id)
             if job is None or job.deleted_at is not None:
                 await self.store.finish(run.id, self.owner, status="failed", error="job deleted")
+                await self.store.mark_delivered([run.id], "none")
                 return None
             status, result, error = await self._run_session(job, run)
             if not await self.store.finish(
@@ -74,10 +75,17 @@ class JobRunner:
             self.engine.system_bus.publish(JobCompleted(job.id, run.id, status))
             finished = await self.store.run(run.id)
             if finished is not None:
+                self.busy.discard(run.id)  # deliver() keeps it busy until it is stored
                 await self.deliver([finished])
             return finished
         finally:
-            self.busy.discard(run.id)
+            if run.id in self.busy and (await self._delivery_settled(run.id)):
+                self.busy.discard(run.id)
+
+    async def _delivery_settled(self, run_id: int) -> bool:
+        """Whether nothing about this run is still on its way to the chat."""
+        run = await self.store.run(run_id)
+        return run is None or run.delivery_status != "pending" or run.status == "running"
 
     async def _run_session(self, job: Job, run: Run) -> tuple[str, str | None, str | None]:
         handler = await self.engine.new_session(
@@ -115,29 +123,32 @@ class JobRunner:
                 return
 
     async def deliver(self, runs: list[Run]) -> None:
-        """Tell the user: a result, a failure, an abandoned run, missed fires (grouped)."""
+        """Tell the user: a result, a failure, an abandoned run, missed fires (grouped).
+
+        Runs stay in ``busy`` until their notification is stored in the chat, so a step
+        in between does not deliver them again.
+        """
         missed: dict[int, list[Run]] = defaultdict(list)
         for run in runs:
-            if run.status == "missed":
-                missed[run.job_id].append(run)
+            if run.id in self.busy:
                 continue
             job = await self.store.get(run.job_id)
-            if job is None:
-                await self.store.mark_delivered([run.id], "none")
+            if job is None or job.deleted_at is not None:
+                await self.store.mark_delivered([run.id], "none")  # nobody to tell any more
                 continue
-            self.busy.add(run.id)
-            try:
-                if job.kind == "async" and job.parent_session_id is not None:
+            if run.status == "missed":
+                missed[run.job_id].append(run)
+            elif job.kind == "async" and job.parent_session_id is not None:
+                self.busy.add(run.id)
+                try:
                     await self._return_to_parent(job, run)
-                else:
-                    self._notify(job, [run], _summary(job, run), _event_type(run))
-            finally:
-                self.busy.discard(run.id)
+                finally:
+                    self.busy.discard(run.id)
+            else:
+                self._notify(job, [run], _summary(job, run), _event_type(run))
         for job_id, group in missed.items():
             job = await self.store.get(job_id)
-            if job is None:
-                await self.store.mark_delivered([r.id for r in group], "none")
-                continue
+            assert job is not None
             first, last = group[0].scheduled_for, group[-1].scheduled_for
             summary = (
                 f"Scheduled job '{job.title}' missed {len(group)} run(s) between "
@@ -147,9 +158,11 @@ class JobRunner:
 
     def _notify(self, job: Job, runs: list[Run], summary: str, event_type: str) -> None:
         ids = [run.id for run in runs]
+        self.busy.update(ids)
 
         async def delivered() -> None:
             await self.store.mark_delivered(ids)
+            self.busy.difference_update(ids)
 
         self.hub.notify(
             Notification(

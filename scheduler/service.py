@@ -160,6 +160,8 @@ class Scheduler:
     ) -> Job:
         """A task that runs now in the background; its result returns to the parent session."""
         self._check_text(title, prompt)
+        if source is not None:
+            await self._check_count(source)
         job = await self.store.create(
             NewJob(
                 kind="async",
@@ -225,7 +227,10 @@ class Scheduler:
             )
 
     async def _check_count(self, source: str) -> None:
-        existing = len(await self.store.for_source(source))
+        # Finished one-off tasks (single runs that fired, async tasks done) do not count.
+        existing = sum(
+            1 for job in await self.store.for_source(source) if job.enabled or not job.single_run
+        )
         if existing >= self.limits.max_jobs_per_source:
             raise SchedulerError(
                 f"this chat already has {existing} scheduled tasks (the limit is "

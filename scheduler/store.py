@@ -201,7 +201,14 @@ def _delete(conn: Connection, job_id: int) -> list[int]:
             r.c.job_id == job_id, r.c.status == "running", r.c.session_id.is_not(None)
         )
     )
-    return [row[0] for row in rows]
+    sessions = [row[0] for row in rows]
+    # Whatever the runs in flight end with, the chat asked for the job to go: no report.
+    conn.execute(
+        r.update()
+        .where(r.c.job_id == job_id, r.c.status == "running")
+        .values(delivery_status="none")
+    )
+    return sessions
 
 
 def _set_enabled(conn: Connection, job_id: int, enabled: bool, next_run_at: datetime | None) -> Job:
@@ -223,18 +230,19 @@ def _next_due_at(conn: Connection) -> datetime | None:
     ).scalar()
 
 
-def _insert_ignoring_duplicates(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    """Insert runs; a fire some other dispatcher already created is skipped."""
-    if not rows:
-        return
+def _insert_ignoring_duplicates(conn: Connection, rows: list[dict[str, Any]]) -> list[Run]:
+    """Insert runs; a fire some other dispatcher already created is skipped. The inserted."""
     dialect = conn.dialect.name
     if dialect == "postgresql":
         statement = postgresql.insert(r).on_conflict_do_nothing(constraint="uq_runs_job_fire")
-    elif dialect == "sqlite":
+    else:
         statement = sqlite.insert(r).on_conflict_do_nothing()
-    else:  # pragma: no cover - the two supported back ends are above
-        statement = r.insert()
-    conn.execute(statement, rows)
+    inserted = []
+    for row in rows:
+        result = conn.execute(statement.values(**row).returning(*r.c)).first()
+        if result is not None:
+            inserted.append(_run_row(result))
+    return inserted
 
 
 def _materialize(conn: Connection, now: datetime, next_fire: NextFire) -> Materialized:
@@ -251,7 +259,7 @@ def _materialize(conn: Connection, now: datetime, next_fire: NextFire) -> Materi
             .order_by(j.c.next_run_at, j.c.id)
         )
     ]
-    created_ids: list[tuple[int, datetime]] = []
+    created: list[Run] = []
     missed_counts: dict[int, int] = {}
     for job in due:
         assert job.next_run_at is not None
@@ -268,23 +276,19 @@ def _materialize(conn: Connection, now: datetime, next_fire: NextFire) -> Materi
             late, on_time = late + on_time[:-1], on_time[-1:]
         rows = [_new_run(job.id, fire, "pending", now) for fire in on_time]
         rows += [_new_run(job.id, fire, "missed", now) for fire in late[-MAX_MISSED_ROWS:]]
-        _insert_ignoring_duplicates(conn, rows)
-        created_ids += [(job.id, fire) for fire in on_time]
-        if late:
-            missed_counts[job.id] = len(late)
+        for run in _insert_ignoring_duplicates(conn, rows):
+            if run.status == "pending":
+                created.append(run)
+            else:
+                missed_counts[job.id] = missed_counts.get(job.id, 0) + 1
+        if late and job.id in missed_counts:
+            missed_counts[job.id] += len(late) - min(len(late), MAX_MISSED_ROWS)
         upcoming = next_fire(job, max(fires[-1], now))
         values: dict[str, Any] = {"next_run_at": upcoming}
         if upcoming is None:
             values["enabled"] = False  # a single run, or a schedule with no future fire
         conn.execute(j.update().where(j.c.id == job.id).values(**values))
-    runs = []
-    for job_id, fire in created_ids:
-        row = conn.execute(
-            sa.select(r).where(r.c.job_id == job_id, r.c.scheduled_for == fire)
-        ).first()
-        if row is not None and row.status == "pending":
-            runs.append(_run_row(row))
-    return Materialized(runs, missed_counts)
+    return Materialized(created, missed_counts)
 
 
 def _new_run(job_id: int, fire: datetime, status: str, now: datetime) -> dict[str, Any]:
@@ -344,6 +348,16 @@ def _claim(conn: Connection, owner: str, now: datetime, lease: timedelta, limit:
 
 
 def _abandon_expired(conn: Connection, now: datetime) -> list[Run]:
+    # A deleted job's run whose worker died is not retried: it just ends.
+    conn.execute(
+        r.update()
+        .where(
+            r.c.status == "running",
+            r.c.lease_expires_at < now,
+            r.c.job_id.in_(sa.select(j.c.id).where(j.c.deleted_at.is_not(None))),
+        )
+        .values(status="failed", error="job deleted", delivery_status="none", finished_at=now)
+    )
     rows = conn.execute(
         sa.select(r)
         .join(j, j.c.id == r.c.job_id)

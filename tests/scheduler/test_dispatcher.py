@@ -1,0 +1,476 @@
+"""Dispatcher, runner and service end to end: a real engine, hub and in-process model.
+
+The clock is fake: a test moves it past a job's ``next_run_at`` and calls
+``dispatcher.step()`` then ``dispatcher.drain()``. The hub's 200 ms notification window is
+a ``ManualSleep`` the test releases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from engine.bus.system import JobCompleted
+from engine.core import Engine
+from engine.hub import ChatHub, Notification
+from engine.llm.scripted import text, tool_call
+from engine.session.events import Done
+from scheduler.dispatcher import WAKE_ID
+from scheduler.runner import TASK_COMPLETED_TOOL
+from scheduler.service import Scheduler, SchedulerError, SchedulerLimits
+from scheduler.store import Run
+from tests.clock import FakeClock
+from tests.engine.hub.conftest import EchoModel, ManualSleep, last_user_text, wait_done
+from tests.engine.session.helpers import BlockingTool
+from tests.scheduler.conftest import ORIGIN
+
+LEASE = timedelta(seconds=60)
+
+
+async def next_job_completed(subscription: Any) -> JobCompleted:
+    async def find() -> JobCompleted:
+        while True:
+            event = await subscription.recv()
+            if isinstance(event, JobCompleted):
+                return event
+
+    return await asyncio.wait_for(find(), 5)
+
+
+async def cron_sessions(engine: Engine) -> list[dict[str, Any]]:
+    return (await engine.store.views.list_sessions(source="cron"))["items"]
+
+
+def notified_runs(notifications: list[Notification]) -> list[int]:
+    return [run_id for n in notifications for run_id in n.refs.get("run_ids", [])]
+
+
+async def due_run(scheduler: Scheduler, clock: FakeClock, title: str = "Morning digest") -> Run:
+    """A daily 08:00 job whose fire has come: its run is created (not claimed)."""
+    job = await scheduler.create_cron(ORIGIN, title, "0 8 * * *", f"{title}: go")
+    clock.now = job.next_run_at + timedelta(seconds=5)
+    [run] = (await scheduler.store.materialize(clock(), scheduler.next_fire)).runs
+    return run
+
+
+async def deliver_notifications(hub: ChatHub, manual_sleep: ManualSleep, events: Any) -> Done:
+    await manual_sleep.release(hub.config.notify_window_s)
+    seen = await wait_done(events)
+    return seen[-1].event
+
+
+# -- a cron job fires -----------------------------------------------------------------------------
+
+
+async def test_a_cron_job_runs_in_a_cron_session_and_its_result_reaches_the_chat(
+    engine: Engine,
+    hub: ChatHub,
+    scheduler: Scheduler,
+    clock: FakeClock,
+    model: EchoModel,
+    manual_sleep: ManualSleep,
+    origin: int,
+) -> None:
+    job = await scheduler.create_cron(ORIGIN, "Morning digest", "0 8 * * *", "summarise the news")
+    assert job.next_run_at == datetime(2026, 1, 1, 8, tzinfo=UTC)
+    model.add(text("Nothing happened overnight."), text("Your digest: all quiet."))
+    bus = engine.system_bus.subscribe()
+    events = hub.events(ORIGIN)
+
+    clock.advance(timedelta(hours=7, minutes=59))
+    assert (await scheduler.dispatcher.step()).created == 0  # not yet
+    clock.advance(timedelta(minutes=1, seconds=3))
+    report = await scheduler.dispatcher.step()
+    await scheduler.dispatcher.drain()
+
+    assert (report.created, report.started, report.missed) == (1, 1, 0)
+    [session] = await cron_sessions(engine)
+    assert session["context_label"] == "CronJob: Morning digest"
+    assert (session["is_ephemeral"], session["is_interactive"]) == (True, False)
+    assert last_user_text(model.requests[0][0]) == "summarise the news"
+    [run] = await scheduler.store.runs(job.id)
+    assert (run.status, run.result, run.attempt) == ("done", "Nothing happened overnight.", 1)
+    assert run.session_id == session["id"]
+    assert await next_job_completed(bus) == JobCompleted(job.id, run.id, "done")
+    assert (await scheduler.store.get(job.id)).next_run_at == datetime(2026, 1, 2, 8, tzinfo=UTC)
+
+    done = await deliver_notifications(hub, manual_sleep, events)
+
+    assert done.content == "Your digest: all quiet."
+    [notice] = json.loads(next(m["content"] for m in model.requests[-1][0] if m["role"] == "tool"))
+    assert notice["event_type"] == "job_result"
+    assert "Nothing happened overnight." in notice["summary"]
+    assert notice["refs"]["run_ids"] == [run.id]
+    assert (await scheduler.store.run(run.id)).delivery_status == "delivered"
+    assert len(model.requests) == 2
+    assert (await scheduler.dispatcher.step()).delivered == 0
+
+
+async def test_a_stored_result_is_delivered_after_a_restart_without_running_again(
+    engine: Engine,
+    hub: ChatHub,
+    make_scheduler: Callable[..., Scheduler],
+    clock: FakeClock,
+    model: EchoModel,
+    manual_sleep: ManualSleep,
+    origin: int,
+) -> None:
+    """Crash after ``finish`` and before the delivery: only the delivery is redone."""
+    before = make_scheduler(owner="worker-a")
+    run = await due_run(before, clock)
+    [claimed] = await before.store.claim("worker-a", clock(), LEASE, 1)
+    assert await before.store.finish(claimed.id, "worker-a", status="done", result="42 items")
+    # ... the process dies here.
+    model.add(text("Your digest is ready: 42 items."))
+    events = hub.events(ORIGIN)
+
+    after = make_scheduler(owner="worker-b")
+    report = await after.dispatcher.step()
+    await after.dispatcher.drain()
+
+    assert (report.started, report.delivered) == (0, 1)
+    done = await deliver_notifications(hub, manual_sleep, events)
+    assert done.content == "Your digest is ready: 42 items."
+    assert len(model.requests) == 1  # only the notification turn: the job did not run again
+    assert await cron_sessions(engine) == []
+    stored = await after.store.run(run.id)
+    assert (stored.status, stored.result, stored.attempt) == ("done", "42 items", 1)
+    assert stored.delivery_status == "delivered"
+
+
+async def test_a_run_whose_worker_died_is_reclaimed_retried_and_delivered_once(
+    engine: Engine,
+    hub: ChatHub,
+    make_scheduler: Callable[..., Scheduler],
+    clock: FakeClock,
+    model: EchoModel,
+    manual_sleep: ManualSleep,
+    notified: list[Notification],
+    origin: int,
+) -> None:
+    """kill -9 during a run: the lease expires, another worker runs it again."""
+    dead = make_scheduler(owner="worker-a")
+    run = await due_run(dead, clock)
+    [claimed] = await dead.store.claim("worker-a", clock(), LEASE, 1)
+    assert claimed.attempt == 1
+    model.add(text("Second try worked."), text("Here is your digest."))
+    events = hub.events(ORIGIN)
+
+    alive = make_scheduler(owner="worker-b")
+    clock.advance(LEASE / 2)
+    assert (await alive.dispatcher.step()).started == 0  # the lease still holds
+    clock.advance(LEASE)
+    report = await alive.dispatcher.step()
+    await alive.dispatcher.drain()
+
+    assert report.started == 1
+    stored = await alive.store.run(run.id)
+    assert (stored.status, stored.attempt, stored.lease_owner) == ("done", 2, "worker-b")
+    assert stored.result == "Second try worked."
+    assert len(await cron_sessions(engine)) == 1
+    # The dead worker's late outcome cannot overwrite the new one.
+    assert not await dead.store.finish(run.id, "worker-a", status="done", result="zombie")
+
+    done = await deliver_notifications(hub, manual_sleep, events)
+    assert done.content == "Here is your digest."
+    assert (await alive.store.run(run.id)).delivery_status == "delivered"
+    assert (await alive.dispatcher.step()).delivered == 0
+    assert notified_runs(notified) == [run.id]
+    assert len(model.requests) == 2
+
+
+async def test_a_step_while_a_result_waits_for_its_notification_does_not_deliver_it_again(
+    engine: Engine,
+    hub: ChatHub,
+    scheduler: Scheduler,
+    clock: FakeClock,
+    model: EchoModel,
+    manual_sleep: ManualSleep,
+    notified: list[Notification],
+    origin: int,
+) -> None:
+    """The run stays ``delivery_status=pending`` until the notification is stored in the
+    chat (200 ms window, then the chat's turn lock). A step in between (the 30 s safety
+    interval, another job's wake) must not hand the same result to the hub again."""
+    run = await due_run(scheduler, clock)
+    model.add(text("The result."), text("Told once."))
+    events = hub.events(ORIGIN)
+    await scheduler.dispatcher.step()
+    await scheduler.dispatcher.drain()
+    assert notified_runs(notified) == [run.id]
+
+    again = await scheduler.dispatcher.step()  # before the notification is stored
+
+    assert again.delivered == 0
+    assert notified_runs(notified) == [run.id]
+    done = await deliver_notifications(hub, manual_sleep, events)
+    assert done.content == "Told once."
+
+
+async def test_missed_fires_are_told_once_as_one_notice(
+    engine: Engine,
+    hub: ChatHub,
+    scheduler: Scheduler,
+    clock: FakeClock,
+    model: EchoModel,
+    manual_sleep: ManualSleep,
+    notified: list[Notification],
+    origin: int,
+) -> None:
+    job = await scheduler.create_cron(ORIGIN, "Hourly check", "0 * * * *", "check")
+    model.add(text("Checked."))
+    clock.advance(timedelta(hours=4, minutes=2))  # down from before 01:00 to 04:02
+    events = hub.events(ORIGIN)
+
+    report = await scheduler.dispatcher.step()
+    await scheduler.dispatcher.drain()
+
+    assert (report.created, report.missed) == (1, 3)
+    missed = [r for r in await scheduler.store.runs(job.id) if r.status == "missed"]
+    assert [r.scheduled_for.hour for r in missed] == [1, 2, 3]
+    missed_notices = [n for n in notified if n.event_type == "job_missed"]
+    assert len(missed_notices) == 1
+    assert "missed 3 run(s)" in missed_notices[0].summary
+    await scheduler.dispatcher.step()  # nothing new: the missed fires are not told again
+    assert len([n for n in notified if n.event_type == "job_missed"]) == 1
+
+    await deliver_notifications(hub, manual_sleep, events)
+    assert all(r.delivery_status == "delivered" for r in await scheduler.store.runs(job.id))
+
+
+# -- async tasks ----------------------------------------------------------------------------------
+
+
+async def test_an_async_task_returns_to_its_parent_and_shares_its_scratchpad(
+    engine: Engine,
+    hub: ChatHub,
+    scheduler: Scheduler,
+    model: EchoModel,
+    origin: int,
+) -> None:
+    model.add(
+        tool_call("update_scratchpad", json.dumps({"key": "finding", "value": "42"}), "c1"),
+        text("The answer is 42."),
+        text("Your background research is done: 42."),
+    )
+    events = hub.events(ORIGIN)
+
+    job = await scheduler.create_async(ORIGIN, origin, "Research", "find the answer")
+    await scheduler.dispatcher.step()
+    await scheduler.dispatcher.drain()
+
+    [run] = await scheduler.store.runs(job.id)
+    assert (run.status, run.result, run.delivery_status) == (
+        "done",
+        "The answer is 42.",
+        "delivered",
+    )
+    [task_session] = await cron_sessions(engine)
+    assert task_session["context_label"] == "CronJob: Research"
+    assert await engine.store.scratchpad.all(origin) == {"finding": "42"}
+    assert await engine.store.scratchpad.all(task_session["id"]) == {}
+
+    detail = await engine.store.views.session_detail(origin)
+    [synthetic] = [m for m in detail["messages"] if m["kind"] == "thinking"]
+    assert synthetic["is_synthetic"] is True
+    [call] = [m for m in detail["messages"] if m["kind"] == "tool"]
+    assert call["name"] == TASK_COMPLETED_TOOL
+    assert call["status"] == "done"
+    payload = json.loads(call["result"])
+    assert payload["task_id"] == job.id
+    assert (payload["status"], payload["result"]) == ("done", "The answer is 42.")
+    [done] = [e.event for e in await wait_done(events) if isinstance(e.event, Done)]
+    assert done.content == "Your background research is done: 42."
+    assert (await scheduler.store.get(job.id)).enabled is False  # a single run
+
+
+# -- deleting a job while it runs -----------------------------------------------------------------
+
+
+async def in_flight_then_deleted(
+    engine: Engine, scheduler: Scheduler, clock: FakeClock, model: EchoModel
+) -> tuple[Run, BlockingTool]:
+    """A run blocked in a tool when its job is deleted; returns once the run has ended."""
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    model.add(tool_call("wait_here", "{}", "w"))
+    run = await due_run(scheduler, clock, "Slow job")
+    assert (await scheduler.dispatcher.step()).started == 1
+    await asyncio.wait_for(blocker.started.wait(), 5)
+
+    await scheduler.delete(ORIGIN, run.job_id)  # SessionCancelled on the system bus
+    await asyncio.wait_for(scheduler.dispatcher.drain(), 5)
+    return run, blocker
+
+
+async def test_deleting_a_job_cancels_its_run_in_flight_and_no_result_is_delivered(
+    engine: Engine,
+    hub: ChatHub,
+    scheduler: Scheduler,
+    clock: FakeClock,
+    model: EchoModel,
+    notified: list[Notification],
+    origin: int,
+) -> None:
+    bus = engine.system_bus.subscribe()
+    run, blocker = await in_flight_then_deleted(engine, scheduler, clock, model)
+
+    assert blocker.cancelled and blocker.runs == 1
+    stored = await scheduler.store.run(run.id)
+    assert (stored.status, stored.result) == ("failed", None)
+    assert (await next_job_completed(bus)).status == "failed"
+    assert len(model.requests) == 1  # the model was not asked to go on after the cancel
+    assert not [n for n in notified if n.event_type == "job_result"]
+    assert await scheduler.jobs(ORIGIN) == []
+    assert await scheduler.store.claim("worker-z", clock() + LEASE * 10, LEASE, 10) == []
+
+
+async def test_a_deleted_jobs_cancelled_run_is_not_reported_to_the_chat(
+    engine: Engine,
+    hub: ChatHub,
+    scheduler: Scheduler,
+    clock: FakeClock,
+    model: EchoModel,
+    notified: list[Notification],
+    origin: int,
+) -> None:
+    """The user deleted the job; "Scheduled job 'Slow job' failed: Turn cancelled ..." is
+    noise. (Its pending runs get ``delivery_status='none'`` on delete; the running one
+    should end the same way.)"""
+    run, _ = await in_flight_then_deleted(engine, scheduler, clock, model)
+
+    assert notified == []
+    assert (await scheduler.store.run(run.id)).delivery_status == "none"
+
+
+# -- what the service refuses ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "timezone", "message"),
+    [
+        ("every morning", None, "expected 5, 6 or 7 fields"),
+        ("61 * * * *", None, "cron spec: minute"),
+        ("@fortnightly", None, "unknown nickname"),
+        ("0 8 * * *", "Mars/Olympus_Mons", "'Mars/Olympus_Mons' is not an IANA time zone"),
+        ("*/30 * * * * *", None, "fires every 30 s; the shortest allowed period is 60 s"),
+        ("0 0 9 1 2 * 2025", None, "never fires after now"),
+    ],
+)
+async def test_bad_schedules_are_refused_with_a_clear_message(
+    scheduler: Scheduler, spec: str, timezone: str | None, message: str
+) -> None:
+    with pytest.raises(SchedulerError, match=message.replace("*", r"\*")):
+        await scheduler.create_cron(ORIGIN, "t", spec, "do it", timezone=timezone)
+    assert await scheduler.jobs(ORIGIN) == []
+
+
+async def test_oversized_or_empty_text_is_refused(scheduler: Scheduler, origin: int) -> None:
+    with pytest.raises(SchedulerError, match="prompt: 1000000 characters; the limit is 32000"):
+        await scheduler.create_cron(ORIGIN, "big", "0 8 * * *", "x" * 1_000_000)
+    with pytest.raises(SchedulerError, match="prompt: 1000000 characters"):
+        await scheduler.create_async(ORIGIN, origin, "big", "x" * 1_000_000)
+    with pytest.raises(SchedulerError, match="title: empty"):
+        await scheduler.create_cron(ORIGIN, "  ", "0 8 * * *", "do it")
+    with pytest.raises(SchedulerError, match="prompt: empty"):
+        await scheduler.create_cron(ORIGIN, "t", "0 8 * * *", " \n ")
+    assert await scheduler.jobs(ORIGIN) == []
+
+
+async def test_the_per_chat_job_limit(make_scheduler: Callable[..., Scheduler]) -> None:
+    scheduler = make_scheduler(limits=SchedulerLimits(max_jobs_per_source=2))
+    first = await scheduler.create_cron(ORIGIN, "one", "0 8 * * *", "a")
+    await scheduler.create_cron(ORIGIN, "two", "0 9 * * *", "b")
+
+    with pytest.raises(SchedulerError, match=r"already has 2 scheduled tasks \(the limit is 2\)"):
+        await scheduler.create_cron(ORIGIN, "three", "0 10 * * *", "c")
+
+    await scheduler.create_cron("telegram:2", "elsewhere", "0 10 * * *", "c")  # per chat
+    await scheduler.delete(ORIGIN, first.id)
+    await scheduler.create_cron(ORIGIN, "three", "0 10 * * *", "c")  # a slot is free again
+
+
+async def test_finished_one_off_tasks_do_not_use_up_the_job_limit(
+    make_scheduler: Callable[..., Scheduler], clock: FakeClock, model: EchoModel, origin: int
+) -> None:
+    """A single-run job that has fired (or an async task that returned) schedules nothing
+    any more; it should not keep the chat from creating new jobs."""
+    scheduler = make_scheduler(limits=SchedulerLimits(max_jobs_per_source=2))
+    for title in ("first", "second"):
+        await scheduler.create_async(ORIGIN, origin, title, "do it")
+        await scheduler.dispatcher.step()
+        await scheduler.dispatcher.drain()
+    assert all(not job.enabled for job in await scheduler.jobs(ORIGIN))
+
+    await scheduler.create_cron(ORIGIN, "daily", "0 8 * * *", "go")
+
+
+async def test_another_chats_job_cannot_be_changed(scheduler: Scheduler) -> None:
+    job = await scheduler.create_cron(ORIGIN, "mine", "0 8 * * *", "go")
+
+    with pytest.raises(SchedulerError, match=f"task {job.id}: no such task in this chat"):
+        await scheduler.toggle("telegram:2", job.id, False)
+    with pytest.raises(SchedulerError, match="no such task in this chat"):
+        await scheduler.delete("telegram:2", job.id)
+    with pytest.raises(SchedulerError, match="task 999: no such task"):
+        await scheduler.toggle(ORIGIN, 999, False)
+    assert (await scheduler.store.get(job.id)).enabled is True
+
+
+async def test_resuming_computes_the_next_run_from_now_without_catching_up(
+    scheduler: Scheduler, clock: FakeClock
+) -> None:
+    job = await scheduler.create_cron(ORIGIN, "hourly", "0 * * * *", "go")
+    assert job.next_run_at == datetime(2026, 1, 1, 1, tzinfo=UTC)
+    clock.advance(timedelta(minutes=30))
+    paused = await scheduler.toggle(ORIGIN, job.id, False)
+    assert (paused.enabled, paused.next_run_at) == (False, None)
+    assert "paused" in scheduler.describe(paused)
+
+    clock.advance(timedelta(hours=5))  # 05:30: five fires passed while paused
+    assert (await scheduler.dispatcher.step()).created == 0
+    resumed = await scheduler.toggle(ORIGIN, job.id, True)
+    report = await scheduler.dispatcher.step()
+
+    assert (resumed.enabled, resumed.next_run_at) == (True, datetime(2026, 1, 1, 6, tzinfo=UTC))
+    assert (report.created, report.missed) == (0, 0)
+    assert await scheduler.store.runs(job.id) == []
+
+
+# -- the APScheduler wake-up ----------------------------------------------------------------------
+
+
+async def test_the_dispatcher_wakes_at_the_due_time_and_sleeps_until_the_next(
+    engine: Engine,
+    make_scheduler: Callable[..., Scheduler],
+    model: EchoModel,
+    origin: int,
+) -> None:
+    """A real APScheduler timer, with a fire a minute in the (real) past: it runs at once,
+    then the wake-up is set for the next day's fire."""
+    due = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
+    clock = FakeClock(due - timedelta(minutes=10))
+    scheduler = make_scheduler(owner="worker-a", clock_=clock)
+    bus = engine.system_bus.subscribe()
+    await scheduler.start()  # the fixture closes it
+    job = await scheduler.create_cron(ORIGIN, "daily", f"{due.minute} {due.hour} * * *", "go")
+    assert job.next_run_at == due
+    clock.now = due + timedelta(seconds=1)  # the timer (already past) fires next
+
+    completed = await next_job_completed(bus)
+    assert completed.job_id == job.id and completed.status == "done"
+
+    async def rescheduled() -> None:
+        while True:
+            wake = scheduler.dispatcher._scheduler.get_job(WAKE_ID)
+            if wake is not None and wake.next_run_time == due + timedelta(days=1):
+                return
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(rescheduled(), 5)
+    assert scheduler.dispatcher.last_step_at == clock.now

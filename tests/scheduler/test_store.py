@@ -1,0 +1,366 @@
+"""``JobStore`` on SQLite and PostgreSQL: every fire exactly once, leases, misfires, delivery.
+
+Each test builds its jobs directly (``NewJob``) and passes the time in; a second ``Store``
+over the same database stands for a second dispatcher process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from engine.store import Store
+from scheduler.store import Job, JobStore, NewJob, Run
+from tests.scheduler.conftest import cron_next_fire
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+LEASE = timedelta(seconds=60)
+
+
+def at(hours: float = 0, minutes: float = 0, seconds: float = 0) -> datetime:
+    return T0 + timedelta(hours=hours, minutes=minutes, seconds=seconds)
+
+
+async def hourly(jobs: JobStore, **options: object) -> Job:
+    """An ``0 * * * *`` job whose first fire is 01:00."""
+    values: dict = {
+        "kind": "cron",
+        "title": "hourly",
+        "prompt": "check the feed",
+        "timezone": "UTC",
+        "spec": "0 * * * *",
+        "origin_source": "telegram:1",
+        "next_run_at": at(1),
+    }
+    values.update(options)
+    return await jobs.create(NewJob(**values))
+
+
+def by_status(runs: list[Run]) -> dict[str, list[datetime]]:
+    out: dict[str, list[datetime]] = {}
+    for run in runs:
+        out.setdefault(run.status, []).append(run.scheduled_for)
+    return out
+
+
+async def pending_run(jobs: JobStore, **options: object) -> Run:
+    job = await hourly(jobs, **options)
+    [run] = (await jobs.materialize(at(1), cron_next_fire)).runs
+    assert run.job_id == job.id
+    return run
+
+
+# -- materialize: one run per fire ------------------------------------------------------------
+
+
+async def test_a_due_fire_becomes_one_run_and_the_job_moves_on(jobs: JobStore) -> None:
+    job = await hourly(jobs)
+    assert await jobs.next_due_at() == at(1)
+
+    assert (await jobs.materialize(at(0, 59), cron_next_fire)).runs == []  # not due yet
+    made = await jobs.materialize(at(1, 0, 30), cron_next_fire)
+
+    [run] = made.runs
+    assert (run.scheduled_for, run.status, run.attempt) == (at(1), "pending", 0)
+    assert made.missed == {}
+    assert (await jobs.get(job.id)).next_run_at == at(2)
+    assert await jobs.next_due_at() == at(2)
+
+    again = await jobs.materialize(at(1, 0, 30), cron_next_fire)  # the same step, repeated
+    assert again.runs == [] and again.missed == {}
+    assert [r.id for r in await jobs.runs(job.id)] == [run.id]
+
+
+async def test_a_dispatcher_with_a_stale_view_of_the_job_adds_no_second_run(
+    jobs: JobStore,
+) -> None:
+    """The job's ``next_run_at`` rewound (a dispatcher that read it before the move):
+    ``UNIQUE(job_id, scheduled_for)`` plus insert-or-ignore keep one row for the fire."""
+    job = await hourly(jobs)
+    [first] = (await jobs.materialize(at(1, 0, 10), cron_next_fire)).runs
+    await jobs.set_enabled(job.id, True, at(1))  # as if the move had not happened
+
+    await jobs.materialize(at(1, 0, 10), cron_next_fire)
+
+    runs = await jobs.runs(job.id)
+    assert [(r.id, r.scheduled_for) for r in runs] == [(first.id, at(1))]
+    assert (await jobs.get(job.id)).next_run_at == at(2)
+
+
+async def test_two_dispatchers_materializing_at_once_create_each_fire_once(
+    store: Store, open_store: Callable[[], Awaitable[Store]]
+) -> None:
+    first, second = JobStore(store.db), JobStore((await open_store()).db)
+    made = [await hourly(first, title=f"job {i}") for i in range(8)]
+
+    for _ in range(3):  # a few rounds: the race shows up on PostgreSQL when it exists
+        await asyncio.gather(
+            first.materialize(at(1, 0, 30), cron_next_fire),
+            second.materialize(at(1, 0, 30), cron_next_fire),
+        )
+
+    for job in made:
+        runs = await first.runs(job.id)
+        assert [(r.scheduled_for, r.status) for r in runs] == [(at(1), "pending")]
+        assert (await first.get(job.id)).next_run_at == at(2)
+
+
+async def test_each_of_two_concurrent_dispatchers_reports_only_the_runs_it_created(
+    store: Store, open_store: Callable[[], Awaitable[Store]]
+) -> None:
+    """``Materialized.runs`` is "what one dispatch step created" (``StepReport.created``).
+    The row is made once, but a dispatcher whose insert was ignored must not report it."""
+    first, second = JobStore(store.db), JobStore((await open_store()).db)
+    for i in range(8):
+        await hourly(first, title=f"job {i}")
+
+    a, b = await asyncio.gather(
+        first.materialize(at(1, 0, 30), cron_next_fire),
+        second.materialize(at(1, 0, 30), cron_next_fire),
+    )
+
+    assert len(a.runs) + len(b.runs) == 8
+    assert not {r.id for r in a.runs} & {r.id for r in b.runs}
+
+
+async def test_a_single_run_job_is_disabled_after_its_fire(jobs: JobStore) -> None:
+    job = await jobs.create(
+        NewJob(
+            kind="cron",
+            title="once",
+            prompt="remind me",
+            timezone="UTC",
+            spec="0 0 9 1 2 * 2026",  # 9:00 on 1 Feb 2026 only
+            single_run=True,
+            next_run_at=datetime(2026, 2, 1, 9, tzinfo=UTC),
+        )
+    )
+    [run] = (await jobs.materialize(datetime(2026, 2, 1, 9, 0, 5, tzinfo=UTC), cron_next_fire)).runs
+
+    after = await jobs.get(job.id)
+    assert run.scheduled_for == datetime(2026, 2, 1, 9, tzinfo=UTC)
+    assert (after.enabled, after.next_run_at) == (False, None)
+    assert await jobs.next_due_at() is None
+    assert (await jobs.materialize(datetime(2027, 3, 1, tzinfo=UTC), cron_next_fire)).runs == []
+
+
+# -- misfires: down across several fires -----------------------------------------------------
+
+
+async def test_coalesce_keeps_only_the_latest_on_time_fire(jobs: JobStore) -> None:
+    job = await hourly(jobs)  # fires 01:00 .. 05:00 pass while "down"
+    made = await jobs.materialize(at(5, 2), cron_next_fire)
+
+    assert [r.scheduled_for for r in made.runs] == [at(5)]
+    assert made.missed == {job.id: 4}
+    runs = await jobs.runs(job.id)
+    assert by_status(runs) == {"missed": [at(1), at(2), at(3), at(4)], "pending": [at(5)]}
+    assert all(r.delivery_status == "pending" for r in runs)
+    assert (await jobs.get(job.id)).next_run_at == at(6)
+
+
+async def test_coalesce_still_runs_once_when_several_fires_are_within_grace(
+    jobs: JobStore,
+) -> None:
+    job = await hourly(jobs, misfire_grace_s=3 * 3600)  # 03:00, 04:00, 05:00 within grace
+    made = await jobs.materialize(at(5, 2), cron_next_fire)
+
+    assert [r.scheduled_for for r in made.runs] == [at(5)]
+    assert made.missed == {job.id: 4}
+    assert by_status(await jobs.runs(job.id)) == {
+        "missed": [at(1), at(2), at(3), at(4)],
+        "pending": [at(5)],
+    }
+
+
+async def test_without_coalesce_every_fire_within_grace_runs(jobs: JobStore) -> None:
+    job = await hourly(jobs, coalesce=False, misfire_grace_s=3 * 3600)
+    made = await jobs.materialize(at(5, 2), cron_next_fire)
+
+    assert [r.scheduled_for for r in made.runs] == [at(3), at(4), at(5)]
+    assert made.missed == {job.id: 2}
+    assert by_status(await jobs.runs(job.id)) == {
+        "missed": [at(1), at(2)],
+        "pending": [at(3), at(4), at(5)],
+    }
+
+
+@pytest.mark.parametrize(
+    ("grace_s", "pending", "missed"),
+    [
+        (60, [], [1, 2, 3, 4, 5]),  # even the last fire is 2 minutes late
+        (300, [5], [1, 2, 3, 4]),
+        (2 * 3600, [4, 5], [1, 2, 3]),
+        (24 * 3600, [1, 2, 3, 4, 5], []),
+    ],
+)
+async def test_the_misfire_grace_decides_what_still_runs(
+    jobs: JobStore, grace_s: int, pending: list[int], missed: list[int]
+) -> None:
+    job = await hourly(jobs, coalesce=False, misfire_grace_s=grace_s)
+    made = await jobs.materialize(at(5, 2), cron_next_fire)
+
+    assert [r.scheduled_for for r in made.runs] == [at(h) for h in pending]
+    assert made.missed == ({job.id: len(missed)} if missed else {})
+    statuses = by_status(await jobs.runs(job.id))
+    assert statuses.get("pending", []) == [at(h) for h in pending]
+    assert statuses.get("missed", []) == [at(h) for h in missed]
+    assert (await jobs.get(job.id)).next_run_at == at(6)
+
+
+# -- claims and leases -------------------------------------------------------------------------
+
+
+async def test_two_owners_claiming_at_once_never_share_a_run(
+    store: Store, open_store: Callable[[], Awaitable[Store]]
+) -> None:
+    a, b = JobStore(store.db), JobStore((await open_store()).db)
+    for i in range(6):
+        await hourly(a, title=f"job {i}")
+    created = (await a.materialize(at(1), cron_next_fire)).runs
+    assert len(created) == 6
+
+    for_a, for_b = await asyncio.gather(
+        a.claim("worker-a", at(1), LEASE, 10), b.claim("worker-b", at(1), LEASE, 10)
+    )
+
+    ids_a, ids_b = {r.id for r in for_a}, {r.id for r in for_b}
+    assert not ids_a & ids_b
+    assert ids_a | ids_b == {r.id for r in created}
+    assert all((r.lease_owner, r.attempt) == ("worker-a", 1) for r in for_a)
+    assert all((r.lease_owner, r.attempt) == ("worker-b", 1) for r in for_b)
+    assert await a.claim("worker-c", at(1, 0, 30), LEASE, 10) == []
+
+
+async def test_claim_respects_the_limit_and_the_lease_is_set(jobs: JobStore) -> None:
+    for i in range(3):
+        await hourly(jobs, title=f"job {i}")
+    await jobs.materialize(at(1), cron_next_fire)
+
+    claimed = await jobs.claim("worker-a", at(1, 0, 5), LEASE, 2)
+
+    assert len(claimed) == 2
+    for run in claimed:
+        assert run.status == "running"
+        assert run.lease_expires_at == at(1, 0, 5) + LEASE
+    assert len(await jobs.claim("worker-b", at(1, 0, 5), LEASE, 5)) == 1
+
+
+async def test_an_expired_lease_is_reclaimed_with_the_next_attempt(jobs: JobStore) -> None:
+    run = await pending_run(jobs)
+    [mine] = await jobs.claim("worker-a", at(1), LEASE, 1)
+    assert mine.attempt == 1
+
+    assert await jobs.claim("worker-b", at(1, 0, 59), LEASE, 1) == []  # still leased
+    [theirs] = await jobs.claim("worker-b", at(1, 1, 1), LEASE, 1)
+
+    assert (theirs.id, theirs.attempt, theirs.lease_owner) == (run.id, 2, "worker-b")
+    assert theirs.lease_expires_at == at(1, 1, 1) + LEASE
+    # The old owner is a zombie now: it can neither renew nor store an outcome.
+    assert not await jobs.heartbeat(run.id, "worker-a", at(1, 5))
+    assert not await jobs.finish(run.id, "worker-a", status="done", result="late")
+    assert await jobs.finish(run.id, "worker-b", status="done", result="fresh")
+    assert (await jobs.run(run.id)).result == "fresh"
+
+
+async def test_after_the_last_attempt_an_expired_run_is_abandoned(jobs: JobStore) -> None:
+    run = await pending_run(jobs, max_attempts=2)
+    await jobs.claim("worker-a", at(1), LEASE, 1)
+    await jobs.claim("worker-b", at(1, 2), LEASE, 1)  # attempt 2 of 2
+    assert await jobs.abandon_expired(at(1, 2, 30)) == []  # the lease still holds
+
+    assert await jobs.claim("worker-c", at(1, 4), LEASE, 1) == []  # no third attempt
+    [abandoned] = await jobs.abandon_expired(at(1, 4))
+
+    assert (abandoned.id, abandoned.status, abandoned.attempt) == (run.id, "abandoned", 2)
+    stored = await jobs.run(run.id)
+    assert stored.status == "abandoned"
+    assert "abandoned after 2 attempt(s)" in stored.error
+    assert [r.id for r in await jobs.undelivered()] == [run.id]
+    assert await jobs.abandon_expired(at(1, 10)) == []  # once
+
+
+async def test_heartbeat_by_the_owner_extends_the_lease_and_by_another_fails(
+    jobs: JobStore,
+) -> None:
+    run = await pending_run(jobs)
+    await jobs.claim("worker-a", at(1), LEASE, 1)
+
+    assert not await jobs.heartbeat(run.id, "worker-b", at(1, 10))
+    assert (await jobs.run(run.id)).lease_expires_at == at(1) + LEASE
+    assert await jobs.heartbeat(run.id, "worker-a", at(1, 10))
+
+    assert await jobs.claim("worker-b", at(1, 5), LEASE, 1) == []  # renewed: not reclaimable
+
+
+async def test_finish_only_by_the_owner_and_only_once(jobs: JobStore) -> None:
+    run = await pending_run(jobs)
+    assert not await jobs.finish(run.id, "worker-a", status="done", result="x")  # not claimed
+    await jobs.claim("worker-a", at(1), LEASE, 1)
+
+    assert not await jobs.finish(run.id, "worker-b", status="done", result="stolen")
+    assert await jobs.finish(run.id, "worker-a", status="done", result="the result")
+    assert not await jobs.finish(run.id, "worker-a", status="failed", error="again")
+
+    stored = await jobs.run(run.id)
+    assert (stored.status, stored.result, stored.error) == ("done", "the result", None)
+    assert stored.lease_expires_at is None
+
+
+# -- delivery records ------------------------------------------------------------------------
+
+
+async def test_undelivered_lists_outcomes_until_they_are_marked_delivered(
+    jobs: JobStore,
+) -> None:
+    done = await pending_run(jobs, title="done")
+    failed = await pending_run(jobs, title="failed")
+    running = await pending_run(jobs, title="running")
+    abandoned = await pending_run(jobs, title="abandoned", max_attempts=1)
+    await jobs.claim("worker-a", at(1), LEASE, 10)
+    await jobs.finish(done.id, "worker-a", status="done", result="ok")
+    await jobs.finish(failed.id, "worker-a", status="failed", error="boom")
+    await jobs.heartbeat(running.id, "worker-a", at(9))
+    missed_job = await hourly(jobs, title="missed", next_run_at=at(-2))
+    # 22:00, 23:00 and 00:00 missed; 01:00 pending (on time)
+    await jobs.materialize(at(1), cron_next_fire)
+    assert [r.id for r in await jobs.abandon_expired(at(2))] == [abandoned.id]
+
+    missed = [r for r in await jobs.runs(missed_job.id) if r.status == "missed"]
+    assert len(missed) == 3
+    listed = {r.id for r in await jobs.undelivered()}
+    assert listed == {done.id, failed.id, abandoned.id} | {r.id for r in missed}
+
+    await jobs.mark_delivered([done.id, failed.id])
+    await jobs.mark_delivered([r.id for r in missed], "none")
+    assert {r.id for r in await jobs.undelivered()} == {abandoned.id}
+    stored = await jobs.run(done.id)
+    assert stored.delivery_status == "delivered"
+    await jobs.mark_delivered([abandoned.id])
+    assert await jobs.undelivered() == []
+
+
+async def test_delete_drops_pending_runs_and_returns_the_running_sessions(
+    jobs: JobStore,
+) -> None:
+    job = await hourly(jobs, coalesce=False, misfire_grace_s=3 * 3600)
+    await jobs.materialize(at(3), cron_next_fire)  # 01:00, 02:00, 03:00 pending
+    [running] = await jobs.claim("worker-a", at(3), LEASE, 1)
+    await jobs.set_session(running.id, 4242)
+    other = await hourly(jobs, title="other")
+
+    assert await jobs.delete(job.id) == [4242]
+
+    runs = {r.id: r for r in await jobs.runs(job.id)}
+    assert runs[running.id].status == "running"  # the caller cancels its session
+    dropped = [r for r in runs.values() if r.id != running.id]
+    assert len(dropped) == 2
+    assert all((r.status, r.delivery_status) == ("failed", "none") for r in dropped)
+    gone = await jobs.get(job.id)
+    assert gone.deleted_at is not None and (gone.enabled, gone.next_run_at) == (False, None)
+    assert [j.id for j in await jobs.for_source("telegram:1")] == [other.id]
+    assert await jobs.claim("worker-b", at(9), LEASE, 10) == []  # nothing of it is claimable
+    assert await jobs.delete(job.id) == [4242]  # idempotent
