@@ -66,6 +66,8 @@ class Dispatcher:
         self._scheduler: AsyncIOScheduler | None = None
         #: Wall-clock time of the last completed step (health checks read it).
         self.last_step_at: datetime | None = None
+        self._kicked = False
+        self._closing = False
 
     async def start(self) -> None:
         self._scheduler = AsyncIOScheduler(timezone="UTC")
@@ -87,6 +89,7 @@ class Dispatcher:
         )
 
     async def close(self) -> None:
+        self._closing = True
         if self._scheduler is not None and self._scheduler.running:
             self._scheduler.shutdown(wait=False)
         self._scheduler = None
@@ -144,7 +147,7 @@ class Dispatcher:
             )
 
     async def drain(self) -> None:
-        """Wait for the runs this process started (tests, shutdown)."""
+        """Wait for the runs this process started, and the steps they kicked off."""
         while self._running:
             await asyncio.gather(*list(self._running), return_exceptions=True)
 
@@ -154,3 +157,22 @@ class Dispatcher:
                 await self.runner.execute(run)
             except Exception:
                 log.exception("run %s failed in the runner", run.id)
+        self._kick()
+
+    def _kick(self) -> None:
+        """A slot is free: claim more at once (a backlog never waits for the safety timer)."""
+        if self._kicked or self._closing:
+            return
+        self._kicked = True
+
+        async def again() -> None:
+            try:
+                await self.step()
+            except Exception:
+                log.exception("dispatch step after a run failed")
+            finally:
+                self._kicked = False
+
+        task = asyncio.create_task(again())
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)

@@ -60,6 +60,7 @@ class JobRunner:
     async def execute(self, run: Run) -> Run | None:
         """Run a claimed run to its stored outcome, then deliver it."""
         self.busy.add(run.id)
+        handed_over = False  # deliver() owns the busy mark from then on
         try:
             job = await self.store.get(run.job_id)
             if job is None or job.deleted_at is not None:
@@ -75,17 +76,12 @@ class JobRunner:
             self.engine.system_bus.publish(JobCompleted(job.id, run.id, status))
             finished = await self.store.run(run.id)
             if finished is not None:
-                self.busy.discard(run.id)  # deliver() keeps it busy until it is stored
-                await self.deliver([finished])
+                handed_over = True
+                await self.deliver([finished], claimed=True)
             return finished
         finally:
-            if run.id in self.busy and (await self._delivery_settled(run.id)):
+            if not handed_over:
                 self.busy.discard(run.id)
-
-    async def _delivery_settled(self, run_id: int) -> bool:
-        """Whether nothing about this run is still on its way to the chat."""
-        run = await self.store.run(run_id)
-        return run is None or run.delivery_status != "pending" or run.status == "running"
 
     async def _run_session(self, job: Job, run: Run) -> tuple[str, str | None, str | None]:
         handler = await self.engine.new_session(
@@ -122,43 +118,49 @@ class JobRunner:
                 stop()
                 return
 
-    async def deliver(self, runs: list[Run]) -> None:
+    async def deliver(self, runs: list[Run], *, claimed: bool = False) -> None:
         """Tell the user: a result, a failure, an abandoned run, missed fires (grouped).
 
-        Runs stay in ``busy`` until their notification is stored in the chat, so a step
-        in between does not deliver them again.
+        A run is marked busy before the first await and stays busy until its notification
+        is stored in the chat, so no other step delivers it meanwhile. ``claimed``: the
+        caller already holds these runs (the runner that just finished them).
         """
-        missed: dict[int, list[Run]] = defaultdict(list)
+        mine = []
         for run in runs:
-            if run.id in self.busy:
+            if run.id in self.busy and not claimed:
                 continue
-            job = await self.store.get(run.job_id)
-            if job is None or job.deleted_at is not None:
-                await self.store.mark_delivered([run.id], "none")  # nobody to tell any more
-                continue
-            if run.status == "missed":
-                missed[run.job_id].append(run)
-            elif job.kind == "async" and job.parent_session_id is not None:
-                self.busy.add(run.id)
-                try:
+            self.busy.add(run.id)
+            mine.append(run)
+        notified: set[int] = set()
+        missed: dict[int, list[Run]] = defaultdict(list)
+        try:
+            for run in mine:
+                job = await self.store.get(run.job_id)
+                if job is None or job.deleted_at is not None:
+                    await self.store.mark_delivered([run.id], "none")  # nobody to tell now
+                elif run.status == "missed":
+                    missed[run.job_id].append(run)
+                elif job.kind == "async" and job.parent_session_id is not None:
                     await self._return_to_parent(job, run)
-                finally:
-                    self.busy.discard(run.id)
-            else:
-                self._notify(job, [run], _summary(job, run), _event_type(run))
-        for job_id, group in missed.items():
-            job = await self.store.get(job_id)
-            assert job is not None
-            first, last = group[0].scheduled_for, group[-1].scheduled_for
-            summary = (
-                f"Scheduled job '{job.title}' missed {len(group)} run(s) between "
-                f"{first.isoformat()} and {last.isoformat()} while chathub was not running."
-            )
-            self._notify(job, group, summary, "job_missed")
+                else:
+                    self._notify(job, [run], _summary(job, run), _event_type(run))
+                    notified.add(run.id)
+            for job_id, group in missed.items():
+                job = await self.store.get(job_id)
+                assert job is not None
+                first, last = group[0].scheduled_for, group[-1].scheduled_for
+                summary = (
+                    f"Scheduled job '{job.title}' missed {len(group)} run(s) between "
+                    f"{first.isoformat()} and {last.isoformat()} while chathub was not running."
+                )
+                self._notify(job, group, summary, "job_missed")
+                notified.update(run.id for run in group)
+        finally:
+            # What is not on its way to a chat is settled; the rest leaves busy when stored.
+            self.busy.difference_update(run.id for run in mine if run.id not in notified)
 
     def _notify(self, job: Job, runs: list[Run], summary: str, event_type: str) -> None:
         ids = [run.id for run in runs]
-        self.busy.update(ids)
 
         async def delivered() -> None:
             await self.store.mark_delivered(ids)

@@ -56,6 +56,7 @@ class Scheduler:
         lease: timedelta = timedelta(seconds=60),
         safety_interval_s: float = 30.0,
         tic_interval_s: int = 0,
+        max_concurrent: int = 32,
     ) -> None:
         self.engine = engine
         self.hub = hub
@@ -78,6 +79,7 @@ class Scheduler:
             clock=clock,
             lease=lease,
             safety_interval_s=safety_interval_s,
+            max_concurrent=max_concurrent,
         )
         self._tasks: set[asyncio.Task[None]] = set()
         self.tic = Tic(engine, hub)

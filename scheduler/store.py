@@ -77,6 +77,7 @@ class Materialized:
 
     runs: list[Run]
     missed: dict[int, int]  # job id → missed fires in this step
+    jobs: int = 0  # due jobs handled
 
 
 # (job, after) → the job's next fire strictly after ``after`` (None: never again)
@@ -111,9 +112,22 @@ class JobStore:
         """The earliest ``next_run_at`` of an enabled job (what to wake up for)."""
         return await self._db.run(_next_due_at)
 
-    async def materialize(self, now: datetime, next_fire: NextFire) -> Materialized:
-        """Turn every due fire into a run (or a ``missed`` row), and move the jobs on."""
-        return await self._db.run(_materialize, now, next_fire)
+    async def materialize(
+        self, now: datetime, next_fire: NextFire, *, batch: int = 500
+    ) -> Materialized:
+        """Turn every due fire into a run (or a ``missed`` row), and move the jobs on.
+
+        In transactions of ``batch`` jobs, so thousands of jobs due at once never hold
+        the database for seconds.
+        """
+        runs: list[Run] = []
+        missed: dict[int, int] = {}
+        while True:
+            part = await self._db.run(_materialize, now, next_fire, batch)
+            runs += part.runs
+            missed.update(part.missed)
+            if part.jobs < batch:
+                return Materialized(runs, missed)
 
     async def claim(self, owner: str, now: datetime, lease: timedelta, limit: int) -> list[Run]:
         """Take runs to execute: pending ones, and running ones whose lease expired."""
@@ -245,7 +259,7 @@ def _insert_ignoring_duplicates(conn: Connection, rows: list[dict[str, Any]]) ->
     return inserted
 
 
-def _materialize(conn: Connection, now: datetime, next_fire: NextFire) -> Materialized:
+def _materialize(conn: Connection, now: datetime, next_fire: NextFire, batch: int) -> Materialized:
     due = [
         _job(row)
         for row in conn.execute(
@@ -257,6 +271,7 @@ def _materialize(conn: Connection, now: datetime, next_fire: NextFire) -> Materi
                 j.c.next_run_at <= now,
             )
             .order_by(j.c.next_run_at, j.c.id)
+            .limit(batch)
         )
     ]
     created: list[Run] = []
@@ -288,7 +303,7 @@ def _materialize(conn: Connection, now: datetime, next_fire: NextFire) -> Materi
         if upcoming is None:
             values["enabled"] = False  # a single run, or a schedule with no future fire
         conn.execute(j.update().where(j.c.id == job.id).values(**values))
-    return Materialized(created, missed_counts)
+    return Materialized(created, missed_counts, len(due))
 
 
 def _new_run(job_id: int, fire: datetime, status: str, now: datetime) -> dict[str, Any]:
