@@ -139,6 +139,8 @@ class EngineConfig:
     max_tool_output_chars: int = 50_000
     max_history_messages: int = 400
     command_timeout_s: float = 120.0
+    max_agent_depth: int = 3
+    max_parallel_subagents: int = 4
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ The header is a block of ``key: value`` lines between ``---`` fences::
     kind: chat            # chat | task | system
     model: gpt-4o-mini    # optional preferred model
     description: one line shown to other agents
+    tools: read_file, list_files   # optional: only these tools (plus per-level ones)
     ---
     The agent's system prompt.
 """
@@ -34,6 +35,8 @@ class AgentDefinition:
     prompt: str
     model: str | None = None
     description: str = ""
+    #: Only these tools (besides the per-level ones every agent gets); None: all.
+    tools: tuple[str, ...] | None = None
 
 
 def parse_agent(agent_id: str, text: str) -> AgentDefinition:
@@ -54,7 +57,7 @@ def parse_agent(agent_id: str, text: str) -> AgentDefinition:
             if not colon:
                 raise AgentDefinitionError(f"agent {agent_id}: line {number} is not 'key: value'")
             meta[key.strip()] = value.strip()
-    unknown = set(meta) - {"kind", "model", "description"}
+    unknown = set(meta) - {"kind", "model", "description", "tools"}
     if unknown:
         raise AgentDefinitionError(f"agent {agent_id}: unknown header keys {sorted(unknown)}")
     kind = meta.get("kind", "chat")
@@ -69,6 +72,9 @@ def parse_agent(agent_id: str, text: str) -> AgentDefinition:
         prompt=prompt,
         model=meta.get("model") or None,
         description=meta.get("description", ""),
+        tools=tuple(t.strip() for t in meta["tools"].split(",") if t.strip())
+        if "tools" in meta
+        else None,
     )
 
 
@@ -90,6 +96,9 @@ class AgentCatalog:
         if "main" not in agents:
             raise AgentDefinitionError("no 'main' agent defined")
         return cls(agents)
+
+    def task_agents(self) -> list[AgentDefinition]:
+        return [a for a in self._agents.values() if a.kind == "task"]
 
     def get(self, agent_id: str) -> AgentDefinition | None:
         return self._agents.get(agent_id)

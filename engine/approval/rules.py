@@ -42,6 +42,8 @@ PLUMBING_TOOLS = (
     "read_notification",
     "ask_user_clarification",
     "list_tasks",
+    # Spawning a sub-agent changes nothing by itself; every call the sub-agent makes is gated.
+    "execute_subtask",
 )
 _MAX_NAME = 64
 

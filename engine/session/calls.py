@@ -28,6 +28,7 @@ from engine.session.gate import (
     GateRequest,
     rejection_message,
 )
+from engine.session.subagents import sub_agent_request
 from engine.store.inbox import ASK_USER_TOOL
 from engine.store.rows import ToolCallRow
 from engine.tools.base import ToolError
@@ -59,14 +60,18 @@ async def handle_tool_call(
             return CallFlow.CANCELLED
         _collect(collected, answered)
         return CallFlow.CONTINUE
-    result = await execute_tool_call(
-        env.tools,
-        call.name,
-        args,
-        env.tool_ctx,
-        env.scope,
-        max_output_chars=env.limits.max_tool_output_chars,
-    )
+    request = sub_agent_request(call.name, args)
+    if request is not None and env.sub_agents is not None:
+        result = await env.sub_agents.run_sub_agent(env, call, request.agent_id, request.prompt)
+    else:
+        result = await execute_tool_call(
+            env.tools,
+            call.name,
+            args,
+            env.tool_ctx,
+            env.scope,
+            max_output_chars=env.limits.max_tool_output_chars,
+        )
     match result:
         case Completed(text):
             _collect(collected, await env.recorder.completed(call, text))

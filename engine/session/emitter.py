@@ -8,6 +8,8 @@ from typing import Any
 
 from engine.approval.preview import ApprovalPreview
 from engine.session.events import (
+    AgentEnd,
+    AgentStart,
     ApprovalRequired,
     Done,
     Error,
@@ -102,6 +104,12 @@ class TurnEmitter:
 
     def question(self, request_id: int, question: str, *, session_id: int) -> None:
         self.send(Question(request_id, question, session_id, self.depth))
+
+    def agent_start(self, agent_id: str, prompt: str, depth: int) -> None:
+        self.send(AgentStart(agent_id, prompt, depth))
+
+    def agent_end(self, agent_id: str, status: str, depth: int) -> None:
+        self.send(AgentEnd(agent_id, status, depth))
 
     def user_message(self, message_id: int, content: str, attachments: tuple = ()) -> None:
         self.send(UserMessage(message_id, content, attachments))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from engine.approval.broker import ApprovalBroker
 from engine.config import EngineConfig
@@ -17,6 +18,12 @@ from engine.store.rows import FrameRow, SessionRow
 from engine.tools.base import ToolContext
 from engine.tools.registry import ToolRegistry
 from engine.tools.workspace import Workspace
+
+
+class SubAgentRunner(Protocol):
+    """Runs a sub-agent call one frame deeper (the handler implements it)."""
+
+    async def run_sub_agent(self, env: TurnEnv, call: Any, agent_id: str, prompt: str) -> Any: ...
 
 
 @dataclass(slots=True)
@@ -36,3 +43,4 @@ class TurnEnv:
     recorder: OutcomeRecorder
     models: list[ChatModel]
     limits: EngineConfig
+    sub_agents: SubAgentRunner | None = None

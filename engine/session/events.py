@@ -99,6 +99,22 @@ class Question:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentStart:
+    """A sub-agent starts on a task, one frame deeper (``depth`` is the child's)."""
+
+    agent_id: str
+    prompt: str
+    depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEnd:
+    agent_id: str
+    status: str  # done | failed | cancelled
+    depth: int
+
+
+@dataclass(frozen=True, slots=True)
 class UserMessage:
     """Echo of a stored user message (clients never render a message optimistically)."""
 
@@ -133,6 +149,8 @@ TurnEvent = (
     | ToolRejected
     | ApprovalRequired
     | Question
+    | AgentStart
+    | AgentEnd
     | UserMessage
     | Done
     | Error

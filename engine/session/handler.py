@@ -18,6 +18,8 @@ from engine.llm.registry import ModelRegistry
 from engine.llm.types import Message
 from engine.session.calls import CallFlow, handle_tool_call
 from engine.session.cancel import CancelScope
+from engine.session.dispatch import Completed, DispatchResult, Interrupted
+from engine.session.dispatch import Failed as DispatchFailed
 from engine.session.emitter import EmitFn, TurnEmitter
 from engine.session.env import TurnEnv
 from engine.session.events import Done
@@ -44,12 +46,15 @@ from engine.store.rows import (
     ToolCallRow,
 )
 from engine.tools.base import Tool, ToolContext
+from engine.tools.builtins.subagents import SUBTASK_TOOL
 from engine.tools.registry import ToolRegistry
 from engine.tools.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
 CANCELLED_MESSAGE = "Interrupted by user."
+#: Tools every agent keeps whatever its ``tools`` list says (they are how levels talk).
+PER_LEVEL_TOOLS = frozenset({"ask_user_clarification", SUBTASK_TOOL, "activate_tools"})
 READ_NOTIFICATION_TOOL = "read_notification"
 NOTIFICATION_REASONING = (
     "The system signaled pending notifications. Let me read them and surface anything "
@@ -431,6 +436,7 @@ class ChatSessionHandler:
             recorder=OutcomeRecorder(deps.store.history, transcript, emitter),
             models=deps.models.candidates(self.preferred_model),
             limits=deps.limits,
+            sub_agents=self,
         )
 
     async def _frame_env(
@@ -446,12 +452,85 @@ class ChatSessionHandler:
         return SystemParts(static=agent.prompt, dynamic_extra=None, reminder=None)
 
     def _tools_for(self, frame: FrameRow, interface_tools: Sequence[Tool]) -> ToolRegistry:
-        tools = self._deps.tools.for_agent(
-            depth=frame.depth, is_interactive=self.session.is_interactive
+        """The tools of one agent level; a name is never offered twice.
+
+        Visibility flags decide most (root-only, sub-agents-only, interactive-only). The
+        per-level ones are decided here: ``execute_subtask`` for sub-agents below the depth
+        limit and for background roots (conversations use ``execute_task``), and a task
+        agent's ``tools`` list keeps only those (plus the per-level ones).
+        """
+        deps = self._deps
+        tools = deps.tools.for_agent(depth=frame.depth, is_interactive=self.session.is_interactive)
+        can_spawn = frame.depth + 1 <= deps.limits.max_agent_depth and (
+            frame.depth > 0 or not self.session.is_interactive
         )
+        if not can_spawn:
+            tools = tools.without([SUBTASK_TOOL])
+        agent = deps.agents.get(frame.agent_id) if frame.depth > 0 else None
+        if agent is not None and agent.tools is not None:
+            keep = {*agent.tools, *PER_LEVEL_TOOLS}
+            tools = tools.filtered(lambda tool: tool.name in keep)
         for tool in interface_tools:
             tools.register(tool)  # a clash raises ValueError: one name is never sent twice
         return tools
+
+    async def run_sub_agent(
+        self, env: TurnEnv, call: ToolCallRow, agent_id: str, prompt: str
+    ) -> DispatchResult:
+        """Run a task agent on ``prompt`` one frame deeper, inline (same lock and scope)."""
+        deps = self._deps
+        agent = deps.agents.get(agent_id)
+        depth = env.frame.depth + 1
+        task_agents = ", ".join(a.id for a in deps.agents.task_agents()) or "none"
+        if agent is None:
+            return DispatchFailed(f"unknown agent {agent_id!r}; task agents: {task_agents}")
+        if agent.kind != "task":
+            return DispatchFailed(
+                f"{agent_id!r} is a {agent.kind} agent, not a task agent; use one of: {task_agents}"
+            )
+        if agent_id == env.frame.agent_id:
+            return DispatchFailed(f"agent {agent_id!r} cannot hand a task to itself")
+        if depth > deps.limits.max_agent_depth:
+            return DispatchFailed(
+                f"sub-agents may nest {deps.limits.max_agent_depth} levels deep; this would be "
+                f"level {depth}. Do the task yourself."
+            )
+        if not prompt.strip():
+            return DispatchFailed("the task prompt is empty")
+        child = await deps.store.sessions.push_frame(
+            self.session.id,
+            agent_id=agent_id,
+            depth=depth,
+            parent_tool_call_id=call.id,
+            agent_prompt=prompt,
+        )
+        await deps.store.history.append_message(child.id, "agent", prompt)
+        child_env = await self._frame_env(child, env.emitter, ())
+        child_env.emitter.agent_start(agent_id, prompt, depth)
+        try:
+            outcome: TurnResult = await run_agent_turn(
+                child_env, self._request_builder(self._child_parts(child)), None
+            )
+        except TurnFailed as exc:
+            outcome = Failed(str(exc))
+        await deps.store.sessions.terminate_frame(child.id)
+        self._transcripts.pop(child.id, None)
+        match outcome:
+            case Final(content=content):
+                child_env.emitter.agent_end(agent_id, "done", depth)
+                return Completed(content)
+            case Cancelled():
+                child_env.emitter.agent_end(agent_id, "cancelled", depth)
+                return Interrupted()
+            case Exhausted(rounds):
+                child_env.emitter.agent_end(agent_id, "failed", depth)
+                return DispatchFailed(
+                    f"sub-agent {agent_id} stopped after {rounds} tool rounds without an answer"
+                )
+            case Failed(message):
+                child_env.emitter.agent_end(agent_id, "failed", depth)
+                return DispatchFailed(f"sub-agent {agent_id} failed: {message}")
+        return DispatchFailed(f"sub-agent {agent_id} ended without an answer")
 
     def _system_parts(
         self, static: str | None, dynamic: str | None, reminder: str | None

@@ -15,6 +15,7 @@ from engine.session.cancel import TurnCancelled
 from engine.session.env import TurnEnv
 from engine.session.llm_round import RoundResult, call_llm_round
 from engine.session.outcomes import Cancelled, Exhausted, Final, TurnOutcome
+from engine.session.subagents import is_batch, run_batch
 from engine.store.rows import AssistantRecord, MessageRow, NewToolCall, ToolCallRow
 
 NOT_RUN_NOTE = "Not run: the turn was stopped by the user before this call started."
@@ -110,6 +111,12 @@ async def _record_tool_round(env: TurnEnv, round_: RoundResult) -> MessageRow:
 
 
 async def _run_calls(env: TurnEnv, row: MessageRow, collected: list[ToolCallEvent]) -> CallFlow:
+    if is_batch(env, row.tool_calls):
+        return (
+            CallFlow.CONTINUE
+            if await run_batch(env, row.tool_calls, collected)
+            else CallFlow.CANCELLED
+        )
     for index, call in enumerate(row.tool_calls):
         if env.scope.cancelled:
             await _cancel_unstarted(env, row.tool_calls[index:])

@@ -8,12 +8,14 @@ from engine.tools.builtins.files import EditFile, ListFiles, ReadFile, WriteFile
 from engine.tools.builtins.notes import UpdateScratchpad, WriteTodos
 from engine.tools.builtins.notifications import ReadNotification
 from engine.tools.builtins.shell import ExecuteCmd
+from engine.tools.builtins.subagents import ExecuteSubtask
 from engine.tools.workspace import Workspace
 
 __all__ = [
     "AskUserClarification",
     "EditFile",
     "ExecuteCmd",
+    "ExecuteSubtask",
     "ListFiles",
     "ReadFile",
     "ReadNotification",
@@ -54,4 +56,5 @@ def builtin_tools(
         WriteTodos(),
         AskUserClarification(),
         ReadNotification(),
+        ExecuteSubtask(),
     ]

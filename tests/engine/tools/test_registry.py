@@ -128,6 +128,7 @@ def test_builtin_names_are_unique_and_exactly_the_contract(tmp_path: Path) -> No
         "write_todos",
         "ask_user_clarification",
         "read_notification",
+        "execute_subtask",
     ]
     for tool in registry:
         assert tool.parameters["type"] == "object"
