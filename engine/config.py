@@ -158,12 +158,28 @@ class HubConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CompactionConfig:
+    """Context compaction (TOML ``[compaction]``)."""
+
+    enabled: bool = False
+    #: Compact when the previous turn's input tokens (or the estimate) reach this.
+    threshold_tokens: int = 60_000
+    #: At least this many of the newest rows stay raw (more when a turn straddles it).
+    keep_recent: int = 20
+    #: The summarising model; ``None``: the first configured model (fallbacks follow).
+    model: str | None = None
+    #: A longer summary is cut to this many characters.
+    max_summary_chars: int = 8_000
+
+
+@dataclass(frozen=True, slots=True)
 class AppConfig:
     settings: Settings
     models: tuple[ModelConfig, ...]
     engine: EngineConfig = field(default_factory=EngineConfig)
     agents_dir: Path | None = None
     hub: HubConfig = field(default_factory=HubConfig)
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -208,6 +224,7 @@ def load_config(settings: Settings | None = None) -> AppConfig:
         engine=engine,
         agents_dir=Path(agents_dir) if agents_dir else None,
         hub=hub,
+        compaction=_compaction(data.get("compaction", {})),
     )
 
 
@@ -298,3 +315,22 @@ def _table(
         elif not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             raise ConfigError(f"CHATHUB_CONFIG: [{name}] {key} must be a positive integer")
     return cls(**entries)
+
+
+def _compaction(entries: Any) -> CompactionConfig:
+    if not isinstance(entries, dict):
+        raise ConfigError("CHATHUB_CONFIG: [compaction] must be a table")
+    unknown = set(entries) - set(CompactionConfig.__dataclass_fields__)
+    if unknown:
+        raise ConfigError(f"CHATHUB_CONFIG: [compaction] has unknown keys {sorted(unknown)}")
+    for key, value in entries.items():
+        if key == "enabled":
+            ok = isinstance(value, bool)
+        elif key == "model":
+            ok = isinstance(value, str) and bool(value.strip())
+        else:
+            minimum = 0 if key == "keep_recent" else 1
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+        if not ok:
+            raise ConfigError(f"CHATHUB_CONFIG: [compaction] {key} has an invalid value {value!r}")
+    return CompactionConfig(**entries)

@@ -17,8 +17,9 @@ from engine.approval.policy import RulesPolicy
 from engine.approval.rules import RuleStore
 from engine.bus.chat import ChatEventBus
 from engine.bus.system import SystemEventBus
-from engine.config import AppConfig, EngineConfig
+from engine.config import AppConfig, CompactionConfig, EngineConfig
 from engine.llm.registry import ModelRegistry
+from engine.session.compaction import Compactor
 from engine.session.emitter import EmitFn
 from engine.session.gate import ApprovalPolicy
 from engine.session.handler import ChatSessionHandler, HandlerDeps
@@ -52,6 +53,7 @@ class Engine:
     workspace: Workspace
     limits: EngineConfig
     builder: MessageBuilder
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
     bus: ChatEventBus = field(default_factory=ChatEventBus)
     system_bus: SystemEventBus = field(default_factory=SystemEventBus)
     # One handler per session while anyone holds it: two would not share the turn lock.
@@ -103,6 +105,7 @@ class Engine:
                 timezone=ZoneInfo(settings.chathub_timezone),
                 working_directory=workspace.root,
             ),
+            compaction=config.compaction,
         )
 
     @property
@@ -118,6 +121,9 @@ class Engine:
             bus=self.bus,
             limits=self.limits,
             builder=self.builder,
+            compactor=Compactor(
+                self.models, self.store.summaries, self.store.history, self.bus, self.compaction
+            ),
         )
 
     async def new_session(

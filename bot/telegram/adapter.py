@@ -31,6 +31,7 @@ from bot.telegram.updates import Callback, Ignored, Message, parse_update
 from engine.bus.broadcast import Lagged
 from engine.hub import AUTO_MODEL, ChatHub, HubError, HubEvent, NewSession, SendOptions
 from engine.session import events as ev
+from engine.session.compaction import CompactionError
 from engine.store.inbox import InboxError
 
 __all__ = ["COMMANDS", "TelegramAdapter", "TelegramConfig"]
@@ -299,8 +300,16 @@ class TelegramAdapter:
                     f"${usage.total_cost:.4f}."
                 )
             case "compact":
-                done = await self.hub.force_compact(source)
-                reply = "Context compacted." if done else "Compaction is not configured."
+                try:
+                    done = await self.hub.force_compact(source)
+                except CompactionError as exc:
+                    reply = f"⚠️ {exc}"
+                else:
+                    reply = (
+                        f"Context compacted: {done.rows_summarised} messages summarised."
+                        if done
+                        else "Nothing to compact yet."
+                    )
             case "resettools":
                 count = await self.hub.reset_tools(source)
                 reply = f"Revoked {count} tool group(s)."

@@ -32,6 +32,7 @@ from engine.hub.types import (
     SendOptions,
     validate_source,
 )
+from engine.session.compaction import CompactionResult
 from engine.session.emitter import EmitFn
 from engine.session.events import Error, TurnEvent
 from engine.session.handler import ChatSessionHandler
@@ -297,13 +298,13 @@ class ChatHub:
         """The session's spend, sub-agents included."""
         return await self.context_info(source)
 
-    async def force_compact(self, source: str) -> bool:
-        """Compact the context now; False when compaction is not configured."""
+    async def force_compact(self, source: str) -> CompactionResult | None:
+        """``/compact``: summarise the conversation now; ``None`` when there is too little.
+
+        ``CompactionError`` when compaction is not enabled or the summary failed.
+        """
         handler = await self._handler(await self._state(validate_source(source)))
-        compact = getattr(handler, "compact", None)
-        if compact is None:
-            return False
-        return bool(await compact(force=True))
+        return await handler.force_compact()
 
     async def reset_tools(self, source: str) -> int:
         """``/resettools``: revoke the tool groups the session activated."""

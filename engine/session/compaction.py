@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.bus.chat import ChatEventBus, CompactionEvent
+from engine.config import CompactionConfig
 from engine.llm.registry import ModelRegistry
 from engine.llm.types import ChatModel, LlmError, Message
 from engine.session.transcript import FrameTranscript
@@ -77,21 +78,6 @@ Resume from "## Active Task"; keep it under {max_chars} characters."""
 
 class CompactionError(Exception):
     """A compaction could not run; nothing was stored and the history is unchanged."""
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionConfig:
-    """Context compaction (TOML ``[compaction]``)."""
-
-    enabled: bool = False
-    #: Compact when the previous turn's input tokens (or the estimate) reach this.
-    threshold_tokens: int = 60_000
-    #: At least this many of the newest rows stay raw (more when a turn straddles it).
-    keep_recent: int = 20
-    #: The summarising model; ``None``: the first configured model (fallbacks follow).
-    model: str | None = None
-    #: A longer summary is cut to this many characters.
-    max_summary_chars: int = 8_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,12 @@ from engine.llm.registry import ModelRegistry
 from engine.llm.types import Message
 from engine.session.calls import CallFlow, handle_tool_call
 from engine.session.cancel import CancelScope
+from engine.session.compaction import (
+    CompactionError,
+    CompactionResult,
+    Compactor,
+    load_context,
+)
 from engine.session.dispatch import Completed, DispatchResult, Interrupted
 from engine.session.dispatch import Failed as DispatchFailed
 from engine.session.emitter import EmitFn, TurnEmitter
@@ -82,6 +88,7 @@ class HandlerDeps:
     bus: ChatEventBus
     limits: EngineConfig
     builder: MessageBuilder
+    compactor: Compactor
 
 
 class ChatSessionHandler:
@@ -103,6 +110,9 @@ class ChatSessionHandler:
         self._root: FrameRow | None = None
         self.scratchpad = SessionScratchpad(deps.store.scratchpad, scratchpad_of or session.id)
         self.preferred_model: str | None = agent.model
+        # Compaction: the last root answer's input tokens, the frames' summaries.
+        self._last_input_tokens: int | None = None
+        self._summaries: dict[int, str | None] = {}
 
     @property
     def is_processing(self) -> bool:
@@ -135,6 +145,7 @@ class ChatSessionHandler:
             transcript = await self._transcript(frame)
             await self.scratchpad.notes()
             await self._fail_orphans(transcript)
+            transcript = await self._maybe_compact(frame, transcript)
             interrupted = transcript.open_tool_calls()
             user_row = await self._deps.store.history.append_message(
                 frame.id,
@@ -328,6 +339,8 @@ class ChatSessionHandler:
     ) -> TurnResult:
         match outcome:
             case Final():
+                if env.frame.depth == 0:
+                    self._last_input_tokens = outcome.input_tokens
                 env.emitter.done(_done_event(outcome))
                 self._publish(env.frame, user_row, outcome, is_synthetic)
             case Cancelled():
@@ -386,15 +399,53 @@ class ChatSessionHandler:
     async def _transcript(self, frame: FrameRow) -> FrameTranscript:
         transcript = self._transcripts.get(frame.id)
         if transcript is None:
-            limits = self._deps.limits
+            deps = self._deps
+            limits = deps.limits
             transcript = FrameTranscript(
                 max_messages=limits.max_history_messages,
                 max_tool_result_chars=limits.max_tool_result_chars,
             )
-            rows = await self._deps.store.history.load(frame.id, limit=limits.max_history_messages)
+            if deps.compactor.config.enabled:  # the newest summary, then only newer rows
+                summary, rows = await load_context(
+                    deps.store.history,
+                    deps.compactor.summaries,
+                    frame.id,
+                    limit=limits.max_history_messages,
+                )
+                self._summaries[frame.id] = summary.content if summary else None
+            else:  # compaction off: max_history_messages bounds the history
+                rows = await deps.store.history.load(frame.id, limit=limits.max_history_messages)
             transcript.load(rows)
             self._transcripts[frame.id] = transcript
         return transcript
+
+    async def _maybe_compact(self, frame: FrameRow, transcript: FrameTranscript) -> FrameTranscript:
+        """At the start of a turn: compact when the last answer's context was too big."""
+        if frame.depth != 0 or not self._deps.compactor.applies_to(self.session, frame):
+            return transcript
+        try:
+            done = await self._deps.compactor.compact(
+                self.session, frame, last_input_tokens=self._last_input_tokens
+            )
+        except CompactionError as exc:
+            log.warning("compaction skipped for session %s: %s", self.session.id, exc)
+            return transcript
+        if done is None:
+            return transcript
+        self._transcripts.pop(frame.id, None)
+        self._last_input_tokens = None  # stale now; the estimate takes over
+        return await self._transcript(frame)
+
+    async def force_compact(self) -> CompactionResult | None:
+        """``/compact``: summarise now, whatever the size; ``None`` when too little to do."""
+        async with self.processing:
+            frame = await self._root_frame()
+            await self._fail_orphans(await self._transcript(frame))
+            result = await self._deps.compactor.compact(self.session, frame, force=True)
+            if result is not None:
+                self._transcripts.pop(frame.id, None)
+                self._last_input_tokens = None
+            return result
 
     async def _fail_orphans(self, transcript: FrameTranscript) -> None:
         """User/agent rows nobody answered (a /stop, a failure the user saw) leave the context."""
@@ -541,6 +592,7 @@ class ChatSessionHandler:
     def _request_builder(self, parts: SystemParts) -> RequestBuilder:
         builder = self._deps.builder
         notes = self.scratchpad
+        summaries = self._summaries
 
         def build(env: TurnEnv, cache_hints: bool) -> list[Message]:
             return builder.build(
@@ -548,6 +600,7 @@ class ChatSessionHandler:
                 env.transcript,
                 scratchpad=notes.cached(),
                 cache_hints=cache_hints,
+                summary=summaries.get(env.frame.id),
             )
 
         return build

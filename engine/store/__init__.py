@@ -10,6 +10,7 @@ from engine.store.inbox import InboxStore
 from engine.store.queue import AppSettings, QueueStore
 from engine.store.scratchpad import ScratchpadStore
 from engine.store.sessions import Sessions
+from engine.store.summaries import SummaryStore
 from engine.store.views import SessionViews
 
 
@@ -25,6 +26,7 @@ class Store:
     views: SessionViews
     queue: QueueStore
     settings: AppSettings
+    summaries: SummaryStore
 
     @classmethod
     def over(cls, db: Database) -> Store:
@@ -37,6 +39,7 @@ class Store:
             SessionViews(db),
             QueueStore(db),
             AppSettings(db),
+            SummaryStore(db),
         )
 
     @classmethod

@@ -14,6 +14,7 @@ from engine.hub import ChatHub, HubError, NewSession, Notification, SendOptions
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import text, tool_call
 from engine.session import events as ev
+from engine.session.compaction import CompactionError
 from engine.store.inbox import InboxError
 from tests.engine.hub.conftest import EchoModel, ManualSleep, wait_done
 from tests.engine.session.helpers import BlockingTool, EchoTool, roles
@@ -314,7 +315,8 @@ async def test_model_selection_usage_and_tool_reset(hub: ChatHub, engine, model)
     assert (usage.last_input_tokens, usage.last_output_tokens) == (120, 7)
     assert (await hub.cost_info("telegram:1")).model_calls == 1
     assert await hub.reset_tools("telegram:1") == 0
-    assert await hub.force_compact("telegram:1") is False  # compaction is not configured
+    with pytest.raises(CompactionError, match="not enabled"):
+        await hub.force_compact("telegram:1")  # compaction is opt-in
 
 
 @pytest.mark.parametrize("source", ["", "Telegram:1", "telegram 1", "telegram::1", "x" * 300, 42])

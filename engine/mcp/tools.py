@@ -1,0 +1,187 @@
+"""MCP tools as chathub tools, and ``activate_tools``, which makes them visible.
+
+A server's tools are offered to the model only once ``activate_tools`` granted the server
+(a "tool group"): for the session when the root agent (depth 0) asks, for the stack frame
+when a sub-agent asks. The turn engine asks ``visible_mcp_tools`` for the tools to add at
+each round, so a grant takes effect from the next round of the same turn. The reserved
+group ``config`` unlocks the Config-category tools (``config_unlocked``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from engine.mcp.config import RESERVED_GROUPS
+from engine.mcp.manager import McpManager, McpToolSpec
+from engine.tools.base import Tool, ToolCategory, ToolContext, ToolError
+from engine.tools.builtins._common import BuiltinTool, object_schema
+from engine.tools.registry import validate_args
+
+__all__ = [
+    "CONFIG_GROUP",
+    "ActivateTools",
+    "McpTool",
+    "config_unlocked",
+    "granted_groups",
+    "mcp_tool_name",
+    "visible_mcp_tools",
+]
+
+log = logging.getLogger(__name__)
+
+CONFIG_GROUP = "config"  # one of RESERVED_GROUPS
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_MAX_NAME = 64  # the OpenAI limit on function names
+
+
+def mcp_tool_name(server: str, tool: str) -> str:
+    """``mcp__<server>__<tool>``, with characters a function name cannot hold as ``_``."""
+    return f"mcp__{server}__{_UNSAFE.sub('_', tool)}"
+
+
+class McpTool:
+    """One remote tool of an MCP server."""
+
+    category = ToolCategory.INTROSPECTION
+    root_agent_only = False
+    sub_agents_only = False
+    interactive_only = False
+
+    def __init__(self, manager: McpManager, spec: McpToolSpec) -> None:
+        self._manager = manager
+        self.server = spec.server
+        self.remote_name = spec.name
+        self.name = mcp_tool_name(spec.server, spec.name)
+        self.description = spec.description or f"{spec.name} (from the MCP server {spec.server})"
+        schema = dict(spec.input_schema) if spec.input_schema else {}
+        schema.setdefault("type", "object")
+        schema.setdefault("properties", {})
+        self.parameters: dict[str, Any] = schema
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        validate_args(self, args)
+        return await self._manager.call(self.server, self.remote_name, args)
+
+    def __repr__(self) -> str:
+        return f"<McpTool {self.name}>"
+
+
+def mcp_tools(manager: McpManager, specs: list[McpToolSpec]) -> list[McpTool]:
+    """The chathub tools for ``specs``; names too long or clashing are left out (logged)."""
+    tools: list[McpTool] = []
+    seen: set[str] = set()
+    for spec in specs:
+        tool = McpTool(manager, spec)
+        if len(tool.name) > _MAX_NAME or tool.name in seen:
+            log.warning("mcp server %s: tool %r left out (name)", spec.server, spec.name)
+            continue
+        seen.add(tool.name)
+        tools.append(tool)
+    return tools
+
+
+async def granted_groups(
+    manager: McpManager, session_id: int, stack_id: int, depth: int
+) -> set[str]:
+    """The groups granted where an agent at ``depth`` runs: the session or its frame."""
+    return await manager.granted(session_id, None if depth == 0 else stack_id)
+
+
+async def config_unlocked(manager: McpManager, session_id: int, stack_id: int, depth: int) -> bool:
+    """Whether the Config-category tools are offered to this agent."""
+    return CONFIG_GROUP in await granted_groups(manager, session_id, stack_id, depth)
+
+
+async def visible_mcp_tools(
+    manager: McpManager, session_id: int, stack_id: int, depth: int
+) -> list[Tool]:
+    """The tools of the servers granted to this agent, in configuration order.
+
+    A granted server that cannot be reached now contributes nothing this round (logged);
+    its tools come back once it answers again.
+    """
+    groups = await granted_groups(manager, session_id, stack_id, depth)
+    tools: list[Tool] = []
+    for server in manager.server_names:
+        if server not in groups:
+            continue
+        try:
+            specs = await manager.tools(server, passive=True)
+        except ToolError as exc:
+            log.warning("mcp server %s: tools unavailable: %s", server, exc)
+            continue
+        tools.extend(mcp_tools(manager, specs))
+    return tools
+
+
+class ActivateTools(BuiltinTool):
+    """``activate_tools{groups}``: grant MCP servers (and ``config``) to this agent."""
+
+    name = "activate_tools"
+    category = ToolCategory.INTROSPECTION
+
+    def __init__(self, manager: McpManager) -> None:
+        self._manager = manager
+        available = ", ".join([*manager.server_names, CONFIG_GROUP])
+        self.description = (
+            "Make more tools available to you, by group. Groups: the MCP servers "
+            f"configured here and '{CONFIG_GROUP}' (configuration tools); available: "
+            f"{available}. The tools appear from your next step; the grant lasts for this "
+            "conversation (for a sub-agent: for its task)."
+        )
+        self.parameters = object_schema(
+            {
+                "groups": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": f"Group names, among: {available}",
+                }
+            },
+            ["groups"],
+        )
+
+    async def _run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        groups: list[str] = []
+        for group in args["groups"]:
+            if not isinstance(group, str) or not group.strip():
+                raise ToolError("activate_tools: each group must be a non-empty string")
+            if group.strip() not in groups:
+                groups.append(group.strip())
+        if not groups:
+            raise ToolError("activate_tools: name at least one group")
+        manager = self._manager
+        known = [*manager.server_names, CONFIG_GROUP]
+        unknown = [g for g in groups if g not in known and g not in RESERVED_GROUPS]
+        if unknown:
+            listed = ", ".join(repr(g) for g in unknown)
+            raise ToolError(
+                f"activate_tools: unknown group {listed}; available: {', '.join(known)}"
+            )
+        stack_id = None if ctx.depth == 0 else ctx.stack_id
+        already = await manager.granted(ctx.session_id, stack_id)
+
+        lines: list[str] = []
+        for group in groups:
+            if group == CONFIG_GROUP:
+                lines.append(f"{CONFIG_GROUP}: the configuration tools")
+                continue
+            try:
+                specs = await manager.tools(group)  # starts the server: fail now, not later
+            except ToolError as exc:
+                raise ToolError(
+                    f"activate_tools: cannot activate {group!r}, nothing was activated: {exc}"
+                ) from None
+            names = [tool.name for tool in mcp_tools(manager, specs)]
+            lines.append(f"{group}: {', '.join(names) if names else '(no tools)'}")
+        await manager.grant(ctx.session_id, stack_id, groups)
+
+        fresh = [g for g in groups if g not in already]
+        head = (
+            "Activated; these tools are visible from your next step:"
+            if fresh
+            else "Already active:"
+        )
+        return "\n".join([head, *(f"- {line}" for line in lines)])

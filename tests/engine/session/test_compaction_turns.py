@@ -1,0 +1,71 @@
+"""Compaction inside real turns: checked at the start of a turn, summary + newer rows after."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from engine.config import CompactionConfig
+from engine.core import Engine
+from engine.llm.scripted import text
+from engine.session.outcomes import Final
+
+
+def contents(messages) -> str:
+    return "\n".join(str(m.get("content")) for m in messages)
+
+
+async def test_a_big_context_is_compacted_before_the_next_turn(engine: Engine, model):
+    engine.compaction = CompactionConfig(enabled=True, threshold_tokens=1_000, keep_recent=2)
+    handler = await engine.new_session("console")
+    for i in range(4):
+        model.add(text(f"answer {i}", input_tokens=200 * (i + 1)))
+        await handler.handle_message(f"question {i} " + "x" * 50)
+    model.add(text("answer 4", input_tokens=5_000))  # the last context was too big
+    await handler.handle_message("question 4")
+    model.add(text("SUMMARY: the user asked questions 0 to 4."), text("answer 5"))
+
+    result = await handler.handle_message("question 5")
+
+    assert isinstance(result, Final) and result.content == "answer 5"
+    summarise, answer = model.requests[-2][0], model.requests[-1][0]
+    assert "question 0" in contents(summarise)  # the summariser saw the old turns
+    prompt = contents(answer)
+    assert "SUMMARY: the user asked questions 0 to 4." in prompt
+    assert "question 0" not in prompt and "question 5" in prompt
+    summary = await engine.store.summaries.latest(
+        (await engine.store.sessions.root_frame(handler.session.id)).id
+    )
+    assert summary is not None and summary.content.startswith("SUMMARY")
+
+
+async def test_compaction_off_keeps_everything_and_ephemeral_sessions_never_compact(
+    engine: Engine, model
+):
+    engine.compaction = replace(CompactionConfig(), enabled=True, threshold_tokens=10)
+    handler = await engine.new_session("cron", is_ephemeral=True, is_interactive=False)
+    model.add(text("a", input_tokens=999), text("b", input_tokens=999))
+    await handler.handle_message("one")
+    await handler.handle_message("two")
+    assert len(model.requests) == 2  # no summarising call
+    assert (
+        await engine.store.summaries.latest(
+            (await engine.store.sessions.root_frame(handler.session.id)).id
+        )
+        is None
+    )
+
+
+async def test_force_compaction_for_the_compact_command(engine: Engine, model):
+    engine.compaction = CompactionConfig(enabled=True, threshold_tokens=10**9, keep_recent=1)
+    handler = await engine.new_session("console")
+    for i in range(3):
+        model.add(text(f"answer {i}"))
+        await handler.handle_message(f"question {i}")
+    model.add(text("SUMMARY of three questions"))
+
+    result = await handler.force_compact()
+
+    assert result is not None and result.rows_summarised >= 2
+    model.add(text("next"))
+    await handler.handle_message("question 3")
+    assert "SUMMARY of three questions" in contents(model.requests[-1][0])
