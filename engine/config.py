@@ -15,6 +15,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from engine.mcp.config import McpServerConfig, parse_mcp_servers
+
 
 class ConfigError(Exception):
     """A configuration mistake; the message starts with the variable's name."""
@@ -180,6 +182,7 @@ class AppConfig:
     agents_dir: Path | None = None
     hub: HubConfig = field(default_factory=HubConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    mcp_servers: tuple[McpServerConfig, ...] = ()
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -225,6 +228,7 @@ def load_config(settings: Settings | None = None) -> AppConfig:
         agents_dir=Path(agents_dir) if agents_dir else None,
         hub=hub,
         compaction=_compaction(data.get("compaction", {})),
+        mcp_servers=_mcp_servers(data.get("mcp_servers")),
     )
 
 
@@ -334,3 +338,10 @@ def _compaction(entries: Any) -> CompactionConfig:
         if not ok:
             raise ConfigError(f"CHATHUB_CONFIG: [compaction] {key} has an invalid value {value!r}")
     return CompactionConfig(**entries)
+
+
+def _mcp_servers(entries: Any) -> tuple[McpServerConfig, ...]:
+    try:
+        return parse_mcp_servers(entries)
+    except ValueError as exc:
+        raise ConfigError(f"CHATHUB_CONFIG: {exc}") from None

@@ -19,6 +19,8 @@ from engine.bus.chat import ChatEventBus
 from engine.bus.system import SystemEventBus
 from engine.config import AppConfig, CompactionConfig, EngineConfig
 from engine.llm.registry import ModelRegistry
+from engine.mcp.manager import McpManager
+from engine.mcp.tools import ActivateTools
 from engine.session.compaction import Compactor
 from engine.session.emitter import EmitFn
 from engine.session.gate import ApprovalPolicy
@@ -54,6 +56,7 @@ class Engine:
     limits: EngineConfig
     builder: MessageBuilder
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    mcp: McpManager | None = None
     bus: ChatEventBus = field(default_factory=ChatEventBus)
     system_bus: SystemEventBus = field(default_factory=SystemEventBus)
     # One handler per session while anyone holds it: two would not share the turn lock.
@@ -84,6 +87,8 @@ class Engine:
                 max_output_chars=limits.max_tool_output_chars - 200,
             )
         )
+        mcp = McpManager(config.mcp_servers, store.db)
+        tools.register(ActivateTools(mcp))
         bypasses = Bypasses()
         if policy is None:
             policy = RulesPolicy(
@@ -106,6 +111,7 @@ class Engine:
                 working_directory=workspace.root,
             ),
             compaction=config.compaction,
+            mcp=mcp,
         )
 
     @property
@@ -124,6 +130,7 @@ class Engine:
             compactor=Compactor(
                 self.models, self.store.summaries, self.store.history, self.bus, self.compaction
             ),
+            mcp=self.mcp,
         )
 
     async def new_session(
@@ -219,6 +226,8 @@ class Engine:
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        if self.mcp is not None:
+            await self.mcp.close()
         self.bus.close()
         self.system_bus.close()
         await self.models.aclose()

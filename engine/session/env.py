@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -44,3 +45,5 @@ class TurnEnv:
     models: list[ChatModel]
     limits: EngineConfig
     sub_agents: SubAgentRunner | None = None
+    #: Recomputes ``tools``/``tool_schemas`` at each round (tool groups granted meanwhile).
+    refresh_tools: Callable[[TurnEnv], Awaitable[None]] | None = None

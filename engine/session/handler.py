@@ -16,6 +16,8 @@ from engine.bus.chat import ChatEvent, ChatEventBus
 from engine.config import EngineConfig
 from engine.llm.registry import ModelRegistry
 from engine.llm.types import Message
+from engine.mcp.manager import McpManager
+from engine.mcp.tools import CONFIG_GROUP, granted_groups, visible_mcp_tools
 from engine.session.calls import CallFlow, handle_tool_call
 from engine.session.cancel import CancelScope
 from engine.session.compaction import (
@@ -51,7 +53,7 @@ from engine.store.rows import (
     SessionRow,
     ToolCallRow,
 )
-from engine.tools.base import Tool, ToolContext
+from engine.tools.base import Tool, ToolCategory, ToolContext
 from engine.tools.builtins.subagents import SUBTASK_TOOL
 from engine.tools.registry import ToolRegistry
 from engine.tools.workspace import Workspace
@@ -89,6 +91,7 @@ class HandlerDeps:
     limits: EngineConfig
     builder: MessageBuilder
     compactor: Compactor
+    mcp: McpManager | None = None
 
 
 class ChatSessionHandler:
@@ -488,6 +491,7 @@ class ChatSessionHandler:
             models=deps.models.candidates(self.preferred_model),
             limits=deps.limits,
             sub_agents=self,
+            refresh_tools=self._tool_groups(tools) if self._uses_tool_groups() else None,
         )
 
     async def _frame_env(
@@ -524,6 +528,35 @@ class ChatSessionHandler:
         for tool in interface_tools:
             tools.register(tool)  # a clash raises ValueError: one name is never sent twice
         return tools
+
+    def _uses_tool_groups(self) -> bool:
+        mcp = self._deps.mcp
+        return mcp is not None and bool(mcp.server_names or self._config_tools())
+
+    def _config_tools(self) -> list[Tool]:
+        return [t for t in self._deps.tools if t.category is ToolCategory.CONFIG]
+
+    def _tool_groups(self, base: ToolRegistry) -> Callable[[TurnEnv], Awaitable[None]]:
+        """Each round: the level's tools plus the granted groups (MCP servers, ``config``)."""
+        mcp = self._deps.mcp
+        assert mcp is not None
+
+        async def refresh(env: TurnEnv) -> None:
+            frame = env.frame
+            groups = await granted_groups(mcp, self.session.id, frame.id, frame.depth)
+            tools = (
+                base
+                if CONFIG_GROUP in groups
+                else base.filtered(lambda t: t.category is not ToolCategory.CONFIG)
+            )
+            extra = await visible_mcp_tools(mcp, self.session.id, frame.id, frame.depth)
+            if extra:
+                names = set(tools.names)
+                tools = ToolRegistry([*tools, *(t for t in extra if t.name not in names)])
+            if tools.names != env.tools.names:
+                env.tools, env.tool_schemas = tools, tools.schemas()
+
+        return refresh
 
     async def run_sub_agent(
         self, env: TurnEnv, call: ToolCallRow, agent_id: str, prompt: str

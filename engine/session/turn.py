@@ -50,6 +50,8 @@ async def run_agent_turn(
             return Cancelled()
         if pending_input is not None:
             await inject_pending_input(env, pending_input)
+        if env.refresh_tools is not None:  # activate_tools in round N shows in round N+1
+            await env.refresh_tools(env)
         try:
             round_ = await call_llm_round(
                 env.models,

@@ -1,0 +1,83 @@
+"""MCP inside real turns: invisible until activate_tools, visible from the next round."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from engine.config import AppConfig, EngineConfig, load_settings
+from engine.core import Engine
+from engine.llm.registry import ModelRegistry
+from engine.llm.scripted import ScriptedModel, text, tool_call
+from engine.mcp.config import McpServerConfig
+from engine.session.gate import AllowAll
+from engine.session.outcomes import Final
+
+TIME = McpServerConfig(
+    name="time",
+    transport="stdio",
+    command=(sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"),
+    env=None,
+    url=None,
+    headers=None,
+    timeout_s=20,
+)
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
+    settings = load_settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
+        chathub_workspace=tmp_path / "workspace",
+        chathub_timezone="UTC",
+        _env_file=None,
+    )
+    config = AppConfig(
+        settings=settings, models=(), engine=EngineConfig(max_tool_rounds=6), mcp_servers=(TIME,)
+    )
+    model = ScriptedModel(name="primary")
+    engine = await Engine.open(config, models=ModelRegistry([model]), policy=AllowAll())
+    yield engine
+    await engine.close()
+
+
+def offered(model: ScriptedModel, index: int) -> list[str]:
+    return [t["function"]["name"] for t in model.requests[index][1]]
+
+
+async def test_a_server_s_tools_appear_from_the_round_after_activation(engine: Engine):
+    model = engine.models.candidates(None)[0]
+    assert isinstance(model, ScriptedModel)
+    args = {"timezone": "Europe/Rome"}
+    model.add(
+        tool_call("activate_tools", json.dumps({"groups": ["time"]}), "a"),
+        tool_call("mcp__time__get_current_time", json.dumps(args), "t"),
+        text("It is evening in Rome."),
+    )
+    handler = await engine.new_session("console")
+
+    result = await handler.handle_message("what time is it in Rome?")
+
+    assert isinstance(result, Final)
+    assert "mcp__time__get_current_time" not in offered(model, 0)
+    assert "activate_tools" in offered(model, 0)
+    assert "mcp__time__get_current_time" in offered(model, 1)  # the same turn, next round
+    time_result = [m["content"] for m in model.requests[2][0] if m["role"] == "tool"][-1]
+    assert "Europe/Rome" in time_result
+    # granted for the session: the next turn sees the tools from its first round
+    model.add(text("ok"))
+    await handler.handle_message("thanks")
+    assert "mcp__time__get_current_time" in offered(model, 3)
+
+
+async def test_activating_an_unknown_group_is_a_tool_error(engine: Engine):
+    model = engine.models.candidates(None)[0]
+    model.add(tool_call("activate_tools", json.dumps({"groups": ["gmail"]}), "a"), text("ok"))
+    handler = await engine.new_session("console")
+    await handler.handle_message("read my mail")
+    [error] = [m["content"] for m in model.requests[1][0] if m["role"] == "tool"]
+    assert error.startswith("Error:") and "gmail" in error and "time" in error
