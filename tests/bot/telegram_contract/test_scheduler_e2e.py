@@ -248,3 +248,32 @@ async def test_events_api_checks_the_token_and_the_body(start_service, telegram,
         assert await service.scheduler.tic.events.unprocessed_count() == 1
     finally:
         await stop(service)
+
+
+async def test_execute_task_sync_runs_a_sub_agent_and_answers_inline(
+    start_service, telegram, clock
+):
+    def route(messages: Sequence[Message]) -> LlmResponse:
+        if "research sub-agent" in system_text(messages):
+            return text("The README says: chathub is a Telegram agent.")
+        tool = last_tool(messages)
+        if tool and "README says" in tool:
+            return text("According to the researcher, chathub is a Telegram agent.")
+        args = {
+            "mode": "sync",
+            "title": "Look",
+            "prompt": "What does the README say?",
+            "agent_id": "researcher",
+        }
+        return tool_call("execute_task", json.dumps(args), "s1")
+
+    service = await start_service(model_override=RoutedModel(route), clock=clock)
+    try:
+        telegram.user_message(ALICE, ALICE, "ask the researcher what the README says")
+        await approve_card(telegram)
+        await eventually(
+            lambda: any("According to the researcher" in t for t in texts(telegram, ALICE))
+        )
+        assert await service.scheduler.jobs(f"telegram:{ALICE}") == []  # inline, not a job
+    finally:
+        await stop(service)
