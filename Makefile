@@ -31,7 +31,9 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/engine_overhead.py
 	$(VENV)/bin/python bench/hub_throughput.py
 	$(VENV)/bin/python bench/telegram_e2e.py
-	test ! -f bench/scheduler_scale.py || $(VENV)/bin/python bench/scheduler_scale.py
+	$(VENV)/bin/python bench/scheduler_scale.py
+	$(VENV)/bin/python bench/subagents_parallel.py
+	$(VENV)/bin/python bench/compaction.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
