@@ -11,7 +11,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from bot.telegram.jobs import JobsPanel, parse_job_callback
 from bot.telegram.lanes import Lanes
 from bot.telegram.outbound import Outbound
 from bot.telegram.render import progress_text, render_markdown
-from bot.telegram.store import CardRow, TelegramStore
+from bot.telegram.store import CardRow, TelegramStore, mark_handled_in
 from bot.telegram.updates import Callback, Ignored, Message, parse_update
 from engine.bus.broadcast import Lagged
 from engine.hub import AUTO_MODEL, ChatHub, HubError, HubEvent, NewSession, SendOptions
@@ -69,6 +69,8 @@ class TelegramConfig:
     workspace: Path = Path("workspace")
     progress_interval_s: float = 2.0
     typing_interval_s: float = 4.5
+    #: An answer faster than this needs no typing indicator (and sends no request).
+    typing_delay_s: float = 0.4
     reject_window_s: float = 60.0
     pairing_reminder_s: float = 600.0
     max_download_bytes: int = 20 * 1024 * 1024
@@ -172,14 +174,16 @@ class TelegramAdapter:
     # -- incoming ------------------------------------------------------------------------
 
     async def _handle_in_lane(self, _key: int, update: Json) -> None:
+        marked = False
         try:
-            await self.handle(update)
+            marked = await self.handle(update)
         finally:
             update_id = update.get("update_id")
-            if isinstance(update_id, int):
+            if isinstance(update_id, int) and not marked:
                 await self.store.mark_handled(update_id)
 
-    async def handle(self, update: Json) -> None:
+    async def handle(self, update: Json) -> bool:
+        """Act on one update; True when it was marked handled along the way."""
         incoming = parse_update(update)
         match incoming:
             case Ignored(reason=reason):
@@ -187,9 +191,10 @@ class TelegramAdapter:
             case Message(edited=True):
                 log.info("ignored an edited message in chat %s", incoming.chat_id)
             case Message():
-                await self._on_message(incoming)
+                return await self._on_message(incoming)
             case Callback():
                 await self._on_callback(incoming)
+        return False
 
     def is_allowed(self, user_id: int) -> bool:
         return (
@@ -198,19 +203,19 @@ class TelegramAdapter:
             or user_id in self._paired
         )
 
-    async def _on_message(self, m: Message) -> None:
+    async def _on_message(self, m: Message) -> bool:
         if m.is_group and not self._addressed(m):
-            return
+            return False
         if not self.is_allowed(m.user_id):
             if not m.is_group:
                 await self._offer_pairing(m)
-            return
+            return False
         command = m.command(self.bot_username)
         if command is not None:
             await self._command(m, *command)
-            return
+            return False
         if await self._answer_card(m):
-            return
+            return False
         text = m.text
         if m.location is not None:
             lat, lon = m.location
@@ -221,12 +226,17 @@ class TelegramAdapter:
             if attachments
             else {"telegram_message_id": m.message_id}
         )
+        update_id = m.update_id
         try:
-            await self.hub.send_message(m.source, text, options)
+            # Queued and marked handled in one commit: a crash leaves both or neither.
+            await self.hub.send_message(
+                m.source, text, options, also=lambda conn: mark_handled_in(conn, update_id)
+            )
         except HubError as exc:
             await self._say(m.chat_id, m.thread_id, f"⚠️ {exc}")
-            return
+            return False
         self._start_typing(m.source, m.chat_id, m.thread_id)
+        return True
 
     def _addressed(self, m: Message) -> bool:
         """In groups the bot answers only when mentioned, replied to, or commanded."""
@@ -419,7 +429,7 @@ class TelegramAdapter:
             and card.kind == "approval"
             and card.state == "open"
             and card.chat_id == c.chat_id
-            and card.message_id == c.message_id
+            and (card.message_id is None or card.message_id == c.message_id)
         )
         if not valid or card is None or action is None:
             await self._answer_callback(c.callback_id, EXPIRED)
@@ -621,9 +631,20 @@ class TelegramAdapter:
 
     async def _send_card(self, source: str, view: _ChatView, event: ev.ApprovalRequired) -> None:
         existing = await self.store.card(event.tool_call_id)
-        if existing is not None and existing.state == "open":
+        if existing is not None and existing.state == "open" and existing.message_id is not None:
             return  # asked again after a restart: the card already shown still works
         card = approval_card(event)
+        row = CardRow(
+            event.tool_call_id,
+            "approval",
+            source,
+            view.chat_id,
+            None,  # recorded before sending: a tap on a card we never recorded still works
+            card.text,
+            card.entities,
+            "open",
+        )
+        await self._save_card(row)
         sent = await self.outbound.send_text(
             view.chat_id,
             card.text,
@@ -631,19 +652,7 @@ class TelegramAdapter:
             reply_markup=card.reply_markup,
             thread_id=view.thread_id,
         )
-        message_id = sent.get("message_id")
-        await self._save_card(
-            CardRow(
-                event.tool_call_id,
-                "approval",
-                source,
-                view.chat_id,
-                message_id,
-                card.text,
-                card.entities,
-                "open",
-            )
-        )
+        await self._save_card(replace(row, message_id=sent.get("message_id")))
         if card.document is not None:
             filename, data = card.document
             await self.outbound.call(
@@ -783,9 +792,8 @@ class TelegramAdapter:
             view.typing = None
 
     async def _keep_typing(self, source: str, view: _ChatView) -> None:
-        first = True
-        while first or self.hub.is_processing(source):
-            first = False
+        await self._sleep(self.config.typing_delay_s)
+        while self.hub.is_processing(source):
             try:
                 await self.api.send_chat_action(
                     view.chat_id, "typing", message_thread_id=view.thread_id

@@ -180,6 +180,11 @@ def _record_updates(conn: Connection, updates: list[Json]) -> list[Json]:
     return [fresh[k] for k in sorted(fresh)]
 
 
+def mark_handled_in(conn: Connection, update_id: int) -> None:
+    """Mark an update handled inside another unit of work (the hub's queue push)."""
+    _mark_handled(conn, update_id)
+
+
 def _mark_handled(conn: Connection, update_id: int) -> None:
     conn.execute(
         telegram_updates.update()

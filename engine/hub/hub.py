@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy.engine import Connection
+
 from engine.approval.broker import BypassRequest
 from engine.bus.broadcast import Broadcast, Lagged, Subscription
 from engine.bus.system import SessionCancelled
@@ -156,11 +158,19 @@ class ChatHub:
 
     # -- messages ------------------------------------------------------------------------
 
-    async def send_message(self, source: str, text: str, options: SendOptions | None = None) -> int:
+    async def send_message(
+        self,
+        source: str,
+        text: str,
+        options: SendOptions | None = None,
+        *,
+        also: Callable[[Connection], None] | None = None,
+    ) -> int:
         """Accept a message: stored durably, then queued; returns its queue id.
 
         It seeds a turn of its own, or is injected into the running one at its next round
         boundary. Turn errors reach the source as ``Error`` events, not as exceptions here.
+        ``also`` runs in the transaction that stores the message (adapter bookkeeping).
         """
         options = options or SendOptions()
         validate_source(source)
@@ -173,6 +183,7 @@ class ChatHub:
             is_synthetic=options.is_synthetic,
             metadata=options.metadata,
             options=options.to_json(),
+            also=also,
         )
         state.inbox.push(text, options, row.id)
         self._ensure_consumer(state)

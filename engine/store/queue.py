@@ -7,6 +7,7 @@ consumes=id)``), so a crash never loses it and never stores it twice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -45,9 +46,12 @@ class QueueStore:
         is_synthetic: bool = False,
         metadata: dict[str, Any] | None = None,
         options: dict[str, Any] | None = None,
+        also: Callable[[Connection], None] | None = None,
     ) -> QueuedRow:
+        """Queue a message; ``also`` runs in the same transaction (an adapter's bookkeeping,
+        such as marking the platform update handled: both happen or neither)."""
         row = QueuedRow(0, source, session_id, content, is_synthetic, metadata, options, utcnow())
-        return await self._db.run(_push, row)
+        return await self._db.run(_push, row, also)
 
     async def pending(self, source: str | None = None) -> list[QueuedRow]:
         """Queued messages, oldest first (of one source, or of all)."""
@@ -75,9 +79,11 @@ class AppSettings:
         await self._db.run(_set_setting, key, value)
 
 
-def _push(conn: Connection, row: QueuedRow) -> QueuedRow:
+def _push(conn: Connection, row: QueuedRow, also: Callable[[Connection], None] | None) -> QueuedRow:
     values = {k: getattr(row, k) for k in row.__slots__ if k != "id"}
     new_id = conn.execute(q.insert().values(**values)).inserted_primary_key[0]
+    if also is not None:
+        also(conn)
     return QueuedRow(new_id, *(values[k] for k in row.__slots__ if k != "id"))
 
 
