@@ -166,6 +166,9 @@ class JobRunner:
             await self.store.mark_delivered(ids)
             self.busy.difference_update(ids)
 
+        async def answered(message_id: int) -> None:
+            await self.store.set_delivered_messages(ids, [message_id])
+
         self.hub.notify(
             Notification(
                 source="scheduler",
@@ -174,6 +177,7 @@ class JobRunner:
                 refs={"job_id": job.id, "run_ids": ids, "title": job.title},
                 target=job.origin_source,
                 on_delivered=delivered,
+                on_answered=answered,
             )
         )
 

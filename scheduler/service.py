@@ -43,6 +43,12 @@ def _schedule(spec: str, timezone: str) -> CronSchedule:
     return CronSchedule.parse(spec, timezone)
 
 
+@lru_cache(maxsize=16_384)
+def _next_fire(spec: str, timezone: str, after: datetime) -> datetime | None:
+    # Many jobs share a spec and fire together: one computation serves them all.
+    return _schedule(spec, timezone).next_fire(after)
+
+
 class Scheduler:
     def __init__(
         self,
@@ -99,7 +105,7 @@ class Scheduler:
     def next_fire(self, job: Job, after: datetime) -> datetime | None:
         if job.kind != "cron" or job.spec is None:
             return None
-        return _schedule(job.spec, job.timezone).next_fire(after)
+        return _next_fire(job.spec, job.timezone, after)
 
     # -- jobs a chat asks for ----------------------------------------------------------------
 

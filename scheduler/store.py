@@ -69,6 +69,8 @@ class Run:
     error: str | None
     delivery_status: str
     created_at: datetime
+    #: The chat messages that told the user (the agent's answer to the notification).
+    delivered_message_ids: list[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +163,10 @@ class JobStore:
 
     async def mark_delivered(self, run_ids: Sequence[int], status: str = "delivered") -> None:
         await self._db.run(_mark_delivered, list(run_ids), status)
+
+    async def set_delivered_messages(self, run_ids: Sequence[int], message_ids: list[int]) -> None:
+        """The chat messages that told the user about these runs."""
+        await self._db.run(_set_delivered_messages, list(run_ids), message_ids)
 
     async def runs(self, job_id: int) -> list[Run]:
         return await self._db.run(_runs, job_id)
@@ -451,6 +457,13 @@ def _mark_delivered(conn: Connection, run_ids: list[int], status: str) -> None:
             r.update()
             .where(r.c.id.in_(run_ids))
             .values(delivery_status=status, delivered_at=utcnow())
+        )
+
+
+def _set_delivered_messages(conn: Connection, run_ids: list[int], message_ids: list[int]) -> None:
+    if run_ids:
+        conn.execute(
+            r.update().where(r.c.id.in_(run_ids)).values(delivered_message_ids=message_ids)
         )
 
 

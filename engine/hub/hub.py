@@ -38,7 +38,7 @@ from engine.session.compaction import CompactionResult
 from engine.session.emitter import EmitFn
 from engine.session.events import Error, TurnEvent
 from engine.session.handler import ChatSessionHandler
-from engine.session.outcomes import TurnResult
+from engine.session.outcomes import Final, TurnResult
 from engine.store.views import SessionUsage
 from engine.tools.base import Tool
 
@@ -546,12 +546,16 @@ class ChatHub:
                     await item.on_delivered()
 
         try:
-            await handler.deliver_notifications(
+            result = await handler.deliver_notifications(
                 payload,
                 interface_tools=tuple(defaults.interface_tools),
                 emit=self._bridge(state),
                 on_stored=stored,
             )
+            if isinstance(result, Final):
+                for item in items:
+                    if item.on_answered is not None:
+                        await item.on_answered(result.message_id)
         except Exception:
             log.exception("notification turn for %s failed", state.name)
         state.last_active = self._clock()

@@ -85,6 +85,8 @@ class Notification:
     target: str | None = None
     #: Called once the notification is stored in the target conversation.
     on_delivered: Callable[[], Awaitable[None]] | None = field(default=None, compare=False)
+    #: Called with the id of the message the agent wrote about it (the user-facing one).
+    on_answered: Callable[[int], Awaitable[None]] | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -98,6 +98,7 @@ async def test_a_briefing_asked_for_in_the_chat_fires_and_arrives_there(
         [run] = await service.scheduler.store.runs(job.id)
         assert (run.status, run.result) == ("done", "Sunny, two meetings, no urgent mail.")
         await eventually_async(lambda: _delivered(service, run.id))
+        await eventually_async(lambda: _answered(service, run.id))
         again = await service.scheduler.dispatcher.step()  # nothing fires twice
         assert again.created == 0
     finally:
@@ -170,6 +171,18 @@ async def approve_card(telegram) -> None:
 async def _delivered(service, run_id: int) -> bool:
     run = await service.scheduler.store.run(run_id)
     return run is not None and run.delivery_status == "delivered"
+
+
+async def _answered(service, run_id: int) -> bool:
+    run = await service.scheduler.store.run(run_id)
+    if run is None or not run.delivered_message_ids:
+        return False
+    [message_id] = run.delivered_message_ids
+    detail = await service.engine.store.views.session_detail(
+        await service.engine.store.sessions.active_for_source(f"telegram:{ALICE}")
+    )
+    answer = next(m for m in detail["messages"] if m.get("id") == message_id)
+    return "Your briefing" in answer["content"]
 
 
 async def eventually_async(predicate) -> None:
