@@ -50,9 +50,13 @@ def require_model(config: AppConfig) -> None:
 
 
 async def _serve(config: AppConfig) -> None:
+    from bot.http.app import ApiExposureError
     from bot.serve import serve
 
-    await serve(config)
+    try:
+        await serve(config)
+    except ApiExposureError as exc:
+        raise SystemExit(f"chathub: configuration error: {exc}") from None
 
 
 async def _chat(config: AppConfig) -> None:

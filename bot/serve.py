@@ -20,7 +20,13 @@ from typing import Any
 import sqlalchemy as sa
 import uvicorn
 
-from bot.http.app import EventsEndpoint, TelegramWebhook, create_app
+from bot.http.app import (
+    ApiRoutes,
+    EventsEndpoint,
+    TelegramWebhook,
+    check_api_exposure,
+    create_app,
+)
 from bot.telegram.adapter import TelegramAdapter, TelegramConfig
 from bot.telegram.api import BotApi
 from bot.telegram.jobs import JobsPanel
@@ -62,6 +68,8 @@ class Service:
 
     async def start(self) -> None:
         settings = self.config.settings
+        if self.http:  # refuse before anything starts: an open API needs a token
+            check_api_exposure(settings.http_host, settings.chathub_api_token)
         self.engine = engine = await Engine.open(
             self.config, models=self.models, policy=self.policy
         )
@@ -120,6 +128,10 @@ class Service:
                 webhook_url=settings.telegram_webhook_url,
                 health=self.health,
                 events=EventsEndpoint(scheduler.tic.events, settings.chathub_api_token),
+                api=ApiRoutes(
+                    engine, scheduler, token=settings.chathub_api_token, clock=self.clock
+                ),
+                host=settings.http_host,
             )
             server_config = uvicorn.Config(
                 app, host=settings.http_host, port=settings.http_port, log_level="warning"

@@ -14,17 +14,29 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from bot.http.api import ApiRoutes
 from bot.telegram.poller import UpdateSink
 from bot.telegram.store import TelegramStore
 from scheduler.events import EventStore
 
-__all__ = ["DEFAULT_WEBHOOK_PATH", "TelegramWebhook", "create_app", "webhook_path"]
+__all__ = [
+    "DEFAULT_WEBHOOK_PATH",
+    "LOOPBACK_HOSTS",
+    "ApiExposureError",
+    "ApiRoutes",
+    "TelegramWebhook",
+    "check_api_exposure",
+    "create_app",
+    "webhook_path",
+]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_WEBHOOK_PATH = "/telegram/webhook"
 SECRET_HEADER = "x-telegram-bot-api-secret-token"
 MAX_UPDATE_BYTES = 1024 * 1024
+#: Without ``CHATHUB_API_TOKEN`` the API only serves on these.
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 
 Health = Callable[[], Awaitable[dict[str, Any]]]
 
@@ -107,14 +119,31 @@ def _event_problem(data: Any) -> str | None:
     return None
 
 
+class ApiExposureError(ValueError):
+    """The API would be reachable beyond this machine without a token."""
+
+
+def check_api_exposure(host: str, token: str | None) -> None:
+    """Without ``CHATHUB_API_TOKEN`` the API is served on loopback only."""
+    if not token and host not in LOOPBACK_HOSTS:
+        raise ApiExposureError("CHATHUB_API_TOKEN: required when HTTP_HOST is not 127.0.0.1")
+
+
 def create_app(
     *,
     webhook: TelegramWebhook | None = None,
     webhook_url: str | None = None,
     health: Health | None = None,
     events: EventsEndpoint | None = None,
+    api: ApiRoutes | None = None,
+    host: str = "127.0.0.1",
 ) -> Starlette:
-    routes = []
+    """The app; with ``api`` and no token it refuses to serve beyond loopback."""
+    if api is not None:
+        check_api_exposure(host, api.token)
+    routes: list[Route] = []
+    if api is not None:
+        routes.extend(api.routes())
     if events is not None:
         routes.append(Route("/api/events", events.handle, methods=["POST"]))
     if webhook is not None:

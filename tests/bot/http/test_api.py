@@ -1,0 +1,365 @@
+"""The operator's JSON API over a real engine, hub and scheduler (SQLite, default rules)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from bot.http.api import ApiRoutes
+from bot.http.app import create_app
+from engine.bus.system import SessionCancelled
+from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
+from engine.core import Engine
+from engine.hub import ChatHub
+from engine.llm.registry import ModelRegistry
+from engine.llm.scripted import tool_call
+from engine.session import events as ev
+from engine.session.outcomes import Final
+from engine.store.schema import job_runs, utcnow
+from scheduler.service import Scheduler
+from tests.clock import FakeClock
+from tests.engine.hub.conftest import EchoModel, ManualSleep
+
+TOKEN = "s3cret-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+ORIGIN = "telegram:1"
+
+
+@pytest.fixture
+def model() -> EchoModel:
+    return EchoModel(name="primary")
+
+
+@pytest.fixture
+async def engine(tmp_path: Path, model: EchoModel) -> AsyncIterator[Engine]:
+    settings = load_settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
+        chathub_workspace=tmp_path / "workspace",
+        chathub_timezone="UTC",
+        _env_file=None,
+    )
+    config = AppConfig(
+        settings=settings, models=(), engine=EngineConfig(max_tool_rounds=6, command_timeout_s=5)
+    )
+    engine = await Engine.open(config, models=ModelRegistry([model]))  # default rules
+    yield engine
+    await engine.close()
+
+
+@pytest.fixture
+async def hub(engine: Engine) -> AsyncIterator[ChatHub]:
+    hub = ChatHub(engine, HubConfig(idle_evict_s=60), sleep=ManualSleep())
+    await hub.start()
+    yield hub
+    await hub.close()
+
+
+@pytest.fixture
+async def scheduler(engine: Engine, hub: ChatHub) -> AsyncIterator[Scheduler]:
+    scheduler = Scheduler(engine, hub, timezone="UTC", clock=FakeClock(), owner="api-test")
+    yield scheduler
+    await scheduler.close()
+
+
+@pytest.fixture
+async def client(engine: Engine, scheduler: Scheduler) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(api=ApiRoutes(engine, scheduler, token=TOKEN), host="0.0.0.0")
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        yield client
+
+
+def shell(command: str, call_id: str = "c1"):
+    return tool_call("execute_cmd", json.dumps({"command": command}), call_id)
+
+
+def ask(question: str, call_id: str = "q1"):
+    return tool_call("ask_user_clarification", json.dumps({"question": question}), call_id)
+
+
+async def waiting_turn(handler, message: str, kind: type) -> tuple[asyncio.Task, object]:
+    """Start a turn and wait until it emits ``kind`` (an approval request or a question)."""
+    seen = asyncio.Event()
+    found: list = []
+
+    def emit(event) -> None:
+        if isinstance(event, kind):
+            found.append(event)
+            seen.set()
+
+    turn = asyncio.create_task(handler.handle_message(message, emit=emit))
+    await asyncio.wait_for(seen.wait(), 5)
+    return turn, found[0]
+
+
+# -- auth ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/api/sessions"),
+        ("GET", "/api/sessions/1"),
+        ("GET", "/api/inbox"),
+        ("POST", "/api/inbox/approvals/1/resolve"),
+        ("POST", "/api/inbox/clarifications/1/resolve"),
+        ("GET", "/api/jobs"),
+        ("POST", "/api/jobs/1/toggle"),
+        ("DELETE", "/api/jobs/1"),
+        ("POST", "/api/jobs/1/kill"),
+        ("GET", "/metrics"),
+        ("GET", "/api/openapi.json"),
+    ],
+)
+async def test_every_route_wants_the_bearer_token(client, method, path):
+    for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": f"Basic {TOKEN}"}):
+        response = await client.request(method, path, headers=headers, json={"answer": "x"})
+        assert response.status_code == 401, (method, path, headers)
+        assert response.json() == {"error": "missing or wrong bearer token"}
+
+
+async def test_healthz_stays_open(client):
+    assert (await client.get("/healthz")).status_code == 200
+
+
+def test_without_a_token_the_api_serves_only_on_loopback(engine):
+    api = ApiRoutes(engine, None, token=None)
+    with pytest.raises(ValueError, match="CHATHUB_API_TOKEN: required"):
+        create_app(api=api, host="0.0.0.0")
+    create_app(api=api, host="127.0.0.1")  # allowed
+    create_app(api=ApiRoutes(engine, None, token=TOKEN), host="0.0.0.0")
+
+
+async def test_without_a_token_on_loopback_no_header_is_needed(engine):
+    app = create_app(api=ApiRoutes(engine, None, token=None), host="127.0.0.1")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        assert (await c.get("/api/inbox")).status_code == 200
+        assert (await c.get("/api/jobs")).status_code == 503  # no scheduler here
+
+
+# -- sessions -----------------------------------------------------------------------------------
+
+
+async def test_sessions_list_and_detail(client, engine):
+    handler = await engine.new_session("tic")
+    await handler.handle_message("hello")
+    await engine.new_session("console")
+
+    listing = (await client.get("/api/sessions", params={"source": "tic"}, headers=AUTH)).json()
+    assert set(listing) == {"items", "total", "page", "per_page"}
+    assert (listing["total"], listing["page"], listing["per_page"]) == (1, 1, 20)
+    [item] = listing["items"]
+    assert item["id"] == handler.session.id and item["source"] == "tic"
+    assert {"agent_id", "is_ephemeral", "is_interactive", "created_at", "message_count",
+            "last_message_at"} <= set(item)  # fmt: skip
+
+    everything = await client.get("/api/sessions?page=1&per_page=1", headers=AUTH)
+    assert everything.json()["total"] == 2 and len(everything.json()["items"]) == 1
+
+    detail = (await client.get(f"/api/sessions/{handler.session.id}", headers=AUTH)).json()
+    assert detail["session"]["id"] == handler.session.id
+    assert [m["kind"] for m in detail["messages"]] == ["user", "assistant"]
+    assert detail["messages"][1]["content"] == "echo: hello"
+
+
+async def test_unknown_session_and_bad_paging(client):
+    missing = await client.get("/api/sessions/999", headers=AUTH)
+    assert missing.status_code == 404 and "999" in missing.json()["error"]
+    for query in ("page=0", "per_page=0", "per_page=5000", "page=abc"):
+        response = await client.get(f"/api/sessions?{query}", headers=AUTH)
+        assert response.status_code == 422, query
+        assert response.json()["error"]
+
+
+# -- the inbox ----------------------------------------------------------------------------------
+
+
+async def test_inbox_approve_runs_the_tool_and_a_second_decision_conflicts(
+    client, engine, model, tmp_path
+):
+    model.add(shell("echo hi > out.txt"))
+    handler = await engine.new_session(ORIGIN)
+    turn, request = await waiting_turn(handler, "write hi", ev.ApprovalRequired)
+    model.add(ask("Which city?"))
+    asker = await engine.new_session("console")
+    question_turn, question = await waiting_turn(asker, "book", ev.Question)
+
+    inbox = (await client.get("/api/inbox", headers=AUTH)).json()
+    [approval] = inbox["approvals"]
+    assert approval["tool_call_id"] == request.tool_call_id
+    assert approval["tool"] == "execute_cmd"
+    assert approval["arguments"] == {"command": "echo hi > out.txt"}
+    assert approval["session_id"] == handler.session.id and approval["source"] == ORIGIN
+    assert approval["age_s"] >= 0 and approval["requested_at"]
+    [clarification] = inbox["clarifications"]
+    assert clarification["request_id"] == question.request_id
+    assert clarification["question"] == "Which city?" and clarification["source"] == "console"
+
+    url = f"/api/inbox/approvals/{request.tool_call_id}/resolve"
+    resolved = await client.post(url, json={"action": "approve"}, headers=AUTH)
+    assert resolved.status_code == 200
+    assert resolved.json() == {
+        "tool_call_id": request.tool_call_id,
+        "session_id": handler.session.id,
+        "action": "approve",
+        "live": True,
+    }
+    assert isinstance(await asyncio.wait_for(turn, 5), Final)
+    assert (tmp_path / "workspace" / "out.txt").read_text() == "hi\n"
+
+    again = await client.post(url, json={"action": "reject"}, headers=AUTH)
+    assert again.status_code == 409 and again.json()["code"] == "resolved"
+
+    answer_url = f"/api/inbox/clarifications/{question.request_id}/resolve"
+    answered = await client.post(answer_url, json={"answer": "Rome"}, headers=AUTH)
+    assert answered.status_code == 200 and answered.json()["live"] is True
+    assert isinstance(await asyncio.wait_for(question_turn, 5), Final)
+    assert (await client.post(answer_url, json={"answer": "x"}, headers=AUTH)).status_code == 409
+    assert (await client.get("/api/inbox", headers=AUTH)).json() == {
+        "approvals": [],
+        "clarifications": [],
+    }
+
+
+async def test_reject_with_a_note_and_bad_decisions(client, engine, model):
+    model.add(shell("rm -rf data"))
+    handler = await engine.new_session(ORIGIN)
+    turn, request = await waiting_turn(handler, "clean up", ev.ApprovalRequired)
+    url = f"/api/inbox/approvals/{request.tool_call_id}/resolve"
+
+    bad = [
+        {"action": "maybe"},
+        {"action": "approve", "bypass_secs": -5},
+        {"action": "approve", "bypass_scope": "everything"},  # refused by the broker
+        {"action": "approve", "surprise": 1},
+    ]
+    for body in bad:
+        response = await client.post(url, json=body, headers=AUTH)
+        assert response.status_code == 422, body
+    detail = (await client.post(url, json={"action": "maybe"}, headers=AUTH)).json()["detail"]
+    assert detail[0]["loc"] == ["action"]
+    malformed = await client.post(url, content=b"{not json", headers=AUTH)
+    assert malformed.status_code == 422 and malformed.json()["error"] == "body is not valid JSON"
+    huge = await client.post(url, content=b"x" * (10 * 1024 * 1024), headers=AUTH)
+    assert huge.status_code == 413
+
+    rejected = await client.post(
+        url, json={"action": "reject", "note": "keep the data"}, headers=AUTH
+    )
+    assert rejected.status_code == 200 and rejected.json()["action"] == "reject"
+    assert isinstance(await asyncio.wait_for(turn, 5), Final)
+    call = await engine.store.history.get_tool_call(request.tool_call_id)
+    assert call is not None and call.status == "rejected" and "keep the data" in call.result
+
+    unknown = await client.post(
+        "/api/inbox/approvals/99999/resolve", json={"action": "approve"}, headers=AUTH
+    )
+    assert unknown.status_code == 404 and unknown.json()["code"] == "not_found"
+    unknown_q = await client.post(
+        "/api/inbox/clarifications/99999/resolve", json={"answer": "x"}, headers=AUTH
+    )
+    assert unknown_q.status_code == 404
+    empty = await client.post(
+        "/api/inbox/clarifications/99999/resolve", json={"answer": ""}, headers=AUTH
+    )
+    assert empty.status_code == 422
+
+
+# -- jobs ---------------------------------------------------------------------------------------
+
+
+async def test_jobs_list_toggle_kill_delete(client, engine, scheduler):
+    job = await scheduler.create_cron(ORIGIN, "Morning", "0 8 * * *", "summarise the news")
+
+    [listed] = (await client.get("/api/jobs", headers=AUTH)).json()["items"]
+    assert listed["id"] == job.id and listed["title"] == "Morning" and listed["enabled"] is True
+    assert listed["origin_source"] == ORIGIN and listed["running"] is False
+
+    paused = await client.post(f"/api/jobs/{job.id}/toggle", headers=AUTH)
+    assert paused.status_code == 200 and paused.json()["enabled"] is False
+    resumed = await client.post(f"/api/jobs/{job.id}/toggle", json={"enabled": True}, headers=AUTH)
+    assert resumed.status_code == 200 and resumed.json()["enabled"] is True
+    bad = await client.post(f"/api/jobs/{job.id}/toggle", json={"enabled": "yes"}, headers=AUTH)
+    assert bad.status_code == 422
+
+    idle = await client.post(f"/api/jobs/{job.id}/kill", headers=AUTH)
+    assert idle.status_code == 409 and "no run in flight" in idle.json()["error"]
+
+    session = await engine.new_session("cron:test")
+    now = utcnow()
+    await engine.store.db.run(
+        lambda conn: conn.execute(
+            sa.insert(job_runs).values(
+                job_id=job.id, scheduled_for=now, status="running", session_id=session.session.id,
+                created_at=now,
+            )
+        )
+    )  # fmt: skip
+    events = engine.system_bus.subscribe()
+    killed = await client.post(f"/api/jobs/{job.id}/kill", headers=AUTH)
+    assert killed.status_code == 202
+    assert killed.json() == {"id": job.id, "cancelled_sessions": [session.session.id]}
+    assert await asyncio.wait_for(events.recv(), 5) == SessionCancelled(session.session.id)
+
+    deleted = await client.delete(f"/api/jobs/{job.id}", headers=AUTH)
+    assert deleted.status_code == 200
+    assert (await client.get("/api/jobs", headers=AUTH)).json() == {"items": []}
+    for method, path in (
+        ("DELETE", f"/api/jobs/{job.id}"),
+        ("POST", f"/api/jobs/{job.id}/toggle"),
+        ("POST", f"/api/jobs/{job.id}/kill"),
+    ):
+        assert (await client.request(method, path, headers=AUTH)).status_code == 404
+
+
+# -- metrics and the document -------------------------------------------------------------------
+
+
+async def test_metrics_count_from_the_database(client, engine, model):
+    model.add(shell("echo ok"))
+    handler = await engine.new_session(ORIGIN)
+    turn, request = await waiting_turn(handler, "run", ev.ApprovalRequired)
+
+    text = (await client.get("/metrics", headers=AUTH)).text
+    assert "chathub_approvals_pending 1" in text
+    assert 'chathub_tool_calls_total{status="pending"} 1' in text
+
+    await engine.approve(request.tool_call_id)
+    await asyncio.wait_for(turn, 5)
+    response = await client.get("/metrics", headers=AUTH)
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    assert 'chathub_tool_calls_total{status="done"} 1' in text
+    assert "chathub_approvals_pending 0" in text
+    assert "chathub_turns_total 1" in text
+    assert "# TYPE chathub_job_runs_total counter" in text
+
+
+async def test_the_openapi_document_lists_the_routes(client):
+    response = await client.get("/api/openapi.json", headers=AUTH)
+    document = response.json()
+    assert document["openapi"].startswith("3.")
+    assert {
+        "/api/sessions",
+        "/api/sessions/{session_id}",
+        "/api/inbox",
+        "/api/inbox/approvals/{tool_call_id}/resolve",
+        "/api/inbox/clarifications/{request_id}/resolve",
+        "/api/jobs",
+        "/api/jobs/{job_id}",
+        "/api/jobs/{job_id}/toggle",
+        "/api/jobs/{job_id}/kill",
+        "/metrics",
+        "/healthz",
+    } <= set(document["paths"])
+    resolve = document["paths"]["/api/inbox/approvals/{tool_call_id}/resolve"]["post"]
+    assert resolve["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "ApprovalDecision"
+    )
+    assert "ApprovalDecision" in document["components"]["schemas"]
