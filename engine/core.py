@@ -199,10 +199,10 @@ class Engine:
         return self._after_decision(resolution, emit)
 
     async def pending_approvals(self, session_id: int | None = None) -> list[InboxItem]:
-        return await self.approvals.pending_approvals(session_id)
+        return await self.store.inbox.pending_approvals(session_id)
 
     async def pending_questions(self, session_id: int | None = None) -> list[InboxItem]:
-        return await self.approvals.pending_questions(session_id)
+        return await self.store.inbox.pending_questions(session_id)
 
     def cancel_session(self, session_id: int) -> bool:
         """Stop a live session's turn with its approvals and questions; False if none is live."""

@@ -550,18 +550,18 @@ class TelegramAdapter:
                 await self._show_progress(view, force=False)
             case ev.ToolDone(name=name, depth=depth):
                 self._mark_progress(view, depth, name, "✓")
-                await self._close_by_id(event.tool_call_id, "approve", "ran")
+                await self._close_by_id(source, event.tool_call_id, "approve", "ran")
                 await self._show_progress(view, force=False)
             case ev.ToolError(name=name, depth=depth):
                 self._mark_progress(view, depth, name, "✗")
-                await self._close_by_id(event.tool_call_id, "approve", "ran")
+                await self._close_by_id(source, event.tool_call_id, "approve", "ran")
                 await self._show_progress(view, force=False)
             case ev.ToolRejected(name=name, depth=depth):
                 self._mark_progress(view, depth, name, "⊘")
-                await self._close_by_id(event.tool_call_id, "reject", "rejected")
+                await self._close_by_id(source, event.tool_call_id, "reject", "rejected")
             case ev.ToolCancelled(name=name, depth=depth):
                 self._mark_progress(view, depth, name, "⊘")
-                await self._close_by_id(event.tool_call_id, "cancelled", "cancelled")
+                await self._close_by_id(source, event.tool_call_id, "cancelled", "cancelled")
             case ev.ApprovalRequired():
                 await self._send_card(source, view, event)
             case ev.Question():
@@ -700,9 +700,9 @@ class TelegramAdapter:
             self._open.pop(card.source, None)
         return await self.store.close_card(card.tool_call_id, state)
 
-    async def _close_by_id(self, tool_call_id: int, outcome: str, state: str) -> None:
-        card = await self.store.card(tool_call_id)
-        if card is not None and card.state == "open":
+    async def _close_by_id(self, source: str, tool_call_id: int, outcome: str, state: str) -> None:
+        card = self._open.get(source, {}).get(tool_call_id)  # no read per tool event
+        if card is not None:
             await self._close(card, outcome, state)
 
     def _mark_progress(self, view: _ChatView, depth: int, name: str, mark: str) -> None:

@@ -126,32 +126,24 @@ class Outbound:
         reply_to: int | None = None,
     ) -> Json:
         """Send a message; when Telegram rejects the entities, send it as plain text."""
-        try:
-            return await self.call(
+
+        def send(with_entities: list[Json] | None) -> Callable[[], Awaitable[Json]]:
+            return lambda: self.api.send_message(
                 chat_id,
-                lambda: self.api.send_message(
-                    chat_id,
-                    text,
-                    entities=entities or None,
-                    reply_markup=reply_markup,
-                    message_thread_id=thread_id,
-                    reply_to_message_id=reply_to,
-                ),
+                text,
+                entities=with_entities,
+                reply_markup=reply_markup,
+                message_thread_id=thread_id,
+                reply_to_message_id=reply_to,
             )
+
+        try:
+            return await self.call(chat_id, send(entities or None))
         except BadRequest as exc:
             if not entities or "entit" not in exc.description.lower():
                 raise
             log.warning("entities rejected (%s); sending plain text", exc.description)
-            return await self.call(
-                chat_id,
-                lambda: self.api.send_message(
-                    chat_id,
-                    text,
-                    reply_markup=reply_markup,
-                    message_thread_id=thread_id,
-                    reply_to_message_id=reply_to,
-                ),
-            )
+            return await self.call(chat_id, send(None))
 
     async def deliver(self, chat_id: int, key: str, payload: Json) -> int | None:
         """Send ``payload`` once under ``key``: recorded first, marked sent after."""

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from engine.approval.bypass import Bypasses, BypassScope, validate_bypass
 from engine.session.gate import Decision, GateRequest, Verdict
-from engine.store.inbox import ApprovalRecord, InboxItem, InboxStore
+from engine.store.inbox import ApprovalRecord, InboxStore
 from engine.store.inbox import Decision as HumanDecision
 from engine.store.rows import ToolCallRow
 
@@ -130,12 +130,6 @@ class ApprovalBroker:
 
     def is_waiting(self, tool_call_id: int) -> bool:
         return tool_call_id in self._approvals or tool_call_id in self._questions
-
-    async def pending_approvals(self, session_id: int | None = None) -> list[InboxItem]:
-        return await self.inbox.pending_approvals(session_id)
-
-    async def pending_questions(self, session_id: int | None = None) -> list[InboxItem]:
-        return await self.inbox.pending_questions(session_id)
 
     # -- internals ---------------------------------------------------------------------
 

@@ -226,9 +226,12 @@ class ChatHub:
     ) -> None:
         """Bring a background result into a session's conversation (e.g. an async task's
         ``task_completed``) and resume it; its events go to the session's source."""
-        sources = await self.engine.store.sessions.all_sources()
-        source = next((s for s, sid in sources.items() if sid == session_id), None)
-        state = await self._state(source) if source is not None else None
+        sessions = self.engine.store.sessions
+        session = await sessions.get(session_id)
+        live = (
+            session is not None and await sessions.active_for_source(session.source) == session_id
+        )
+        state = await self._state(session.source) if live and session is not None else None
         if state is not None and state.session_id == session_id:
             handler = await self._handler(state)
             emit: EmitFn | None = self._bridge(state)
@@ -520,7 +523,9 @@ class ChatHub:
 
     async def _deliver(self, batch: list[Notification]) -> None:
         by_target: dict[str, list[Notification]] = defaultdict(list)
-        known = await self.engine.store.sessions.all_sources()
+        sessions = self.engine.store.sessions
+        targets = {n.target for n in batch if n.target is not None}
+        known = {t for t in targets if await sessions.active_for_source(t) is not None}
         for notification in batch:
             target = notification.target or self.home
             if notification.target is not None and target not in known:

@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import json
 import re
-import socket
 import threading
 import time
 from collections import deque
@@ -30,11 +29,12 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.fakes.background import BackgroundServer
 
 ToolCallSpec = tuple[str, str, str | dict[str, Any]]
 """``(id, name, arguments)``; a string is sent verbatim (malformed JSON too)."""
@@ -73,8 +73,7 @@ class FakeOpenAIServer:
         self._per_model: dict[str, deque[ScriptedReply]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._release: asyncio.Event | None = None
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._runner: BackgroundServer | None = None
         self._port = 0
         self._counter = 0
 
@@ -88,39 +87,19 @@ class FakeOpenAIServer:
         return f"http://127.0.0.1:{self._port}/v1"
 
     def start(self) -> Self:
-        if self._thread is not None:
-            return self
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # Without it every request on a kept-alive connection waits ~40 ms (Nagle + delayed ACK).
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind(("127.0.0.1", 0))  # the OS picks a free port; no race with other tests
-        self._port = sock.getsockname()[1]
-        app = Starlette(routes=[Route("/v1/chat/completions", self._handle, methods=["POST"])])
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._run, args=(sock,), name="fake-openai", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the fake OpenAI server did not start")
-            time.sleep(0.005)
+        if self._runner is None:
+            app = Starlette(routes=[Route("/v1/chat/completions", self._handle, methods=["POST"])])
+            self._runner = BackgroundServer(app, "fake-openai", self._on_loop)
+        self._runner.start()
+        self._port = self._runner.port
         return self
 
     def stop(self) -> None:
         """Release hanging requests and shut down; safe to call twice."""
-        if self._thread is None or self._server is None:
+        if self._runner is None or not self._runner.running:
             return
         self._release_hangs()
-        self._server.should_exit = True
-        # Skip uvicorn's wait for idle keep-alive connections of clients still open.
-        self._server.force_exit = True
-        self._thread.join(timeout=10)
-        self._thread = None
-        self._server = None
+        self._runner.stop()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -250,14 +229,10 @@ class FakeOpenAIServer:
 
     # -- server side -------------------------------------------------------------
 
-    def _run(self, sock: socket.socket) -> None:
-        asyncio.run(self._serve(sock))
-
-    async def _serve(self, sock: socket.socket) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._release = asyncio.Event()
-        assert self._server is not None
-        await self._server.serve(sockets=[sock])
+    def _on_loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        self._loop = loop
+        if loop is not None:
+            self._release = asyncio.Event()
 
     def _release_hangs(self) -> None:
         loop = self._loop

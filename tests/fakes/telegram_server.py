@@ -28,7 +28,6 @@ import contextlib
 import copy
 import json
 import re
-import socket
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -37,11 +36,12 @@ from email.message import Message as _MimeHeaders
 from typing import Any, Self
 from urllib.parse import parse_qsl
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from tests.fakes.background import BackgroundServer
 
 Json = dict[str, Any]
 
@@ -286,8 +286,7 @@ class FakeTelegramServer:
         self._lock = threading.RLock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._runner: BackgroundServer | None = None
         self._port = 0
         self._closing = False
         self._init_state()
@@ -317,46 +316,27 @@ class FakeTelegramServer:
         return f"http://127.0.0.1:{self._port}"
 
     def start(self) -> Self:
-        if self._thread is not None:
-            return self
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # Accepted sockets inherit this; without it every keep-alive request waits ~40 ms
-        # (Nagle against delayed ACKs: uvicorn writes headers and body separately).
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind(("127.0.0.1", 0))
-        self._port = sock.getsockname()[1]
-        app = Starlette(
-            routes=[
-                Route("/bot{token}/{method}", self._handle, methods=["GET", "POST"]),
-                Route("/file/bot{token}/{file_path:path}", self._download, methods=["GET"]),
-            ]
-        )
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._closing = False
-        self._thread = threading.Thread(
-            target=self._run, args=(sock,), name="fake-telegram", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the fake Telegram server did not start")
-            time.sleep(0.005)
+        if self._runner is None:
+            app = Starlette(
+                routes=[
+                    Route("/bot{token}/{method}", self._handle, methods=["GET", "POST"]),
+                    Route("/file/bot{token}/{file_path:path}", self._download, methods=["GET"]),
+                ]
+            )
+            self._runner = BackgroundServer(app, "fake-telegram", self._on_loop)
+        if not self._runner.running:
+            self._closing = False
+            self._runner.start()
+            self._port = self._runner.port
         return self
 
     def stop(self) -> None:
         """End pending long polls and shut down; safe to call twice."""
-        if self._thread is None or self._server is None:
+        if self._runner is None or not self._runner.running:
             return
         self._closing = True
         self._notify()
-        self._server.should_exit = True
-        self._server.force_exit = True
-        self._thread.join(timeout=10)
-        self._thread = None
-        self._server = None
+        self._runner.stop()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -731,17 +711,10 @@ class FakeTelegramServer:
 
     # -- server side -------------------------------------------------------------------
 
-    def _run(self, sock: socket.socket) -> None:
-        asyncio.run(self._serve(sock))
-
-    async def _serve(self, sock: socket.socket) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
-        assert self._server is not None
-        try:
-            await self._server.serve(sockets=[sock])
-        finally:
-            self._loop = None
+    def _on_loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        self._loop = loop
+        if loop is not None:
+            self._wake = asyncio.Event()
 
     async def _download(self, request: Request) -> Response:
         path = request.path_params["file_path"]

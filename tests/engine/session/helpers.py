@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, ClassVar
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, TypeVar
 
 from engine.tools.base import ToolCategory, ToolContext
 
@@ -60,3 +61,23 @@ def tool_messages(messages: list[dict[str, Any]]) -> list[str]:
 
 def roles(messages: list[dict[str, Any]]) -> list[str]:
     return [m["role"] for m in messages]
+
+
+E = TypeVar("E")
+
+
+async def start_until(
+    work: Callable[[Callable[[Any], None]], Awaitable[Any]], kind: type[E], events: list[Any]
+) -> tuple[asyncio.Task[Any], E]:
+    """Start ``work(emit)`` as a task and wait until it emits a ``kind`` event (it waits)."""
+    seen = asyncio.Event()
+
+    def emit(event: Any) -> None:
+        events.append(event)
+        if isinstance(event, kind):
+            seen.set()
+
+    task = asyncio.create_task(work(emit))
+    await asyncio.wait_for(seen.wait(), 5)
+    [first] = [e for e in events if isinstance(e, kind)][:1]
+    return task, first

@@ -15,7 +15,7 @@ from engine.session.gate import AUTO_DENIED
 from engine.session.handler import CANCELLED_ERROR, background_error
 from engine.session.outcomes import Cancelled, Final
 from engine.store.inbox import MAX_NOTE_CHARS, InboxError
-from tests.engine.session.helpers import tool_messages
+from tests.engine.session.helpers import start_until, tool_messages
 
 
 @pytest.fixture
@@ -31,17 +31,9 @@ async def started_turn(
     handler, message: str, events: list
 ) -> tuple[asyncio.Task, ev.ApprovalRequired]:
     """Start a turn and wait until it asks for approval."""
-    asked = asyncio.Event()
-
-    def emit(event) -> None:
-        events.append(event)
-        if isinstance(event, ev.ApprovalRequired):
-            asked.set()
-
-    turn = asyncio.create_task(handler.handle_message(message, emit=emit))
-    await asyncio.wait_for(asked.wait(), 5)
-    [request] = [e for e in events if isinstance(e, ev.ApprovalRequired)]
-    return turn, request
+    return await start_until(
+        lambda emit: handler.handle_message(message, emit=emit), ev.ApprovalRequired, events
+    )
 
 
 async def status_of(engine: Engine, tool_call_id: int) -> str:
@@ -259,16 +251,9 @@ async def test_a_restart_resume_asks_again_and_the_answer_completes_it(open_engi
     second = await open_engine()
     assert await second.interrupted_sessions() == [handler.session.id]
     model.add(text("Ran it."))
-    asked = asyncio.Event()
-    events: list = []
-
-    def emit(event) -> None:
-        events.append(event)
-        if isinstance(event, ev.ApprovalRequired):
-            asked.set()
-
-    resumed = asyncio.create_task(second.resume(handler.session.id, emit=emit))
-    await asyncio.wait_for(asked.wait(), 5)
+    resumed, _ = await start_until(
+        lambda emit: second.resume(handler.session.id, emit=emit), ev.ApprovalRequired, []
+    )
     decided = await second.approve(request.tool_call_id)
     assert decided.resolution.live
     assert isinstance(await asyncio.wait_for(resumed, 5), Final)

@@ -12,7 +12,7 @@ from engine.llm.scripted import text, tool_call
 from engine.session import events as ev
 from engine.session.outcomes import Cancelled, Final
 from engine.store.inbox import InboxError
-from tests.engine.session.helpers import tool_messages
+from tests.engine.session.helpers import start_until, tool_messages
 
 
 def ask(question: str, call_id: str = "q1"):
@@ -20,17 +20,9 @@ def ask(question: str, call_id: str = "q1"):
 
 
 async def asked_turn(handler, message: str, events: list) -> tuple[asyncio.Task, ev.Question]:
-    asked = asyncio.Event()
-
-    def emit(event) -> None:
-        events.append(event)
-        if isinstance(event, ev.Question):
-            asked.set()
-
-    turn = asyncio.create_task(handler.handle_message(message, emit=emit))
-    await asyncio.wait_for(asked.wait(), 5)
-    [question] = [e for e in events if isinstance(e, ev.Question)]
-    return turn, question
+    return await start_until(
+        lambda emit: handler.handle_message(message, emit=emit), ev.Question, events
+    )
 
 
 async def test_the_answer_becomes_the_tool_result(engine: Engine, model):
@@ -62,16 +54,7 @@ async def test_a_closed_channel_leaves_the_question_pending_and_a_resume_asks_ag
     assert call is not None and call.status == "pending"
 
     model.add(text("Booking Paris."))
-    events: list = []
-    asked = asyncio.Event()
-
-    def emit(event) -> None:
-        events.append(event)
-        if isinstance(event, ev.Question):
-            asked.set()
-
-    resumed = asyncio.create_task(handler.resume_turn(emit=emit))
-    await asyncio.wait_for(asked.wait(), 5)
+    resumed, _ = await start_until(lambda emit: handler.resume_turn(emit=emit), ev.Question, [])
     await engine.resolve_question(question.request_id, "Paris")
     assert isinstance(await asyncio.wait_for(resumed, 5), Final)
     assert tool_messages(model.requests[-1][0]) == ["Paris"]
@@ -125,17 +108,9 @@ async def test_an_approval_id_is_not_a_question(open_engine, model):
     engine = await open_engine()
     model.add(tool_call("execute_cmd", '{"command": "true"}', "c1"), text("ok"))
     handler = await engine.new_session("console")
-    asked = asyncio.Event()
-    events: list = []
-
-    def emit(event) -> None:
-        events.append(event)
-        if isinstance(event, ev.ApprovalRequired):
-            asked.set()
-
-    turn = asyncio.create_task(handler.handle_message("go", emit=emit))
-    await asyncio.wait_for(asked.wait(), 5)
-    [request] = [e for e in events if isinstance(e, ev.ApprovalRequired)]
+    turn, request = await start_until(
+        lambda emit: handler.handle_message("go", emit=emit), ev.ApprovalRequired, []
+    )
     with pytest.raises(InboxError) as err:
         await engine.resolve_question(request.tool_call_id, "yes")
     assert err.value.code == "not_found"
