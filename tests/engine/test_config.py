@@ -341,6 +341,16 @@ def test_engine_limits_left_out_keep_their_defaults(tmp_path: Path) -> None:
         ("[engine]\nmax_tool_result_chars = -1\n", r"\[engine\] max_tool_result_chars must be"),
         ("[engine]\ncommand_timeout_s = 0\n", r"\[engine\] command_timeout_s must be a positive"),
         ("agents_dir = 3\n", r"agents_dir must be a non-empty string"),
+        ("[hub]\nidle_evict_s = 0\n", r"\[hub\] idle_evict_s must be a positive number"),
+        ("[hub]\nmax_inbox = 3\n", r"\[hub\] has unknown keys \['max_inbox'\]"),
+        ('[compaction]\nenabled = "yes"\n', r"\[compaction\] enabled has an invalid value"),
+        ("[compaction]\nkeep_recent = -1\n", r"\[compaction\] keep_recent has an invalid"),
+        ("[compaction]\nthreshold = 5\n", r"\[compaction\] has unknown keys \['threshold'\]"),
+        ('[[mcp_servers]]\nname = "x"\n', r"mcp_servers\[0\]"),
+        (
+            '[[mcp_servers]]\nname = "a__b"\ncommand = ["x"]\n',
+            r"mcp_servers\[0\].*name",
+        ),
     ],
 )
 def test_a_bad_file_entry_is_refused(tmp_path: Path, toml: str, message: str) -> None:
@@ -361,3 +371,17 @@ def test_a_directory_is_refused(tmp_path: Path) -> None:
 def test_invalid_toml_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^CHATHUB_CONFIG: .*chathub.toml is not valid TOML"):
         config(tmp_path, "[[models]\nname = 'unclosed'\n")
+
+
+def test_hub_compaction_and_mcp_tables_are_read(tmp_path: Path) -> None:
+    app = config(
+        tmp_path,
+        "[hub]\ndebounce_s = 0\nmax_message_chars = 1000\n"
+        "[compaction]\nenabled = true\nkeep_recent = 0\n"
+        '[[mcp_servers]]\nname = "time"\ncommand = ["mcp-server-time"]\n',
+    )
+    assert (app.hub.debounce_s, app.hub.max_message_chars) == (0, 1000)
+    assert app.compaction.enabled and app.compaction.keep_recent == 0
+    assert [(s.name, s.transport, s.command) for s in app.mcp_servers] == [
+        ("time", "stdio", ("mcp-server-time",))
+    ]
