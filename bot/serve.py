@@ -27,6 +27,7 @@ from bot.http.app import (
     check_api_exposure,
     create_app,
 )
+from bot.http.operations import Operations
 from bot.telegram.adapter import TelegramAdapter, TelegramConfig
 from bot.telegram.api import BotApi
 from bot.telegram.jobs import JobsPanel
@@ -129,7 +130,10 @@ class Service:
                 health=self.health,
                 events=EventsEndpoint(scheduler.tic.events, settings.chathub_api_token),
                 api=ApiRoutes(
-                    engine, scheduler, token=settings.chathub_api_token, clock=self.clock
+                    Operations(engine, hub, scheduler),
+                    token=settings.chathub_api_token,
+                    clock=self.clock,
+                    telegram=self.adapter.outbound.stats if self.adapter else None,
                 ),
                 host=settings.http_host,
             )

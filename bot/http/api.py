@@ -13,32 +13,27 @@ import functools
 import json
 import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy.engine import Connection
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from bot.http.metrics import CONTENT_TYPE, read_snapshot, render
+from bot.http.operations import OperationError, Operations
+from bot.telegram.outbound import OutboundStats
 from engine.approval.broker import BypassRequest
-from engine.bus.system import SessionCancelled
-from engine.core import Engine
-from engine.store.inbox import InboxError, InboxItem
-from engine.store.schema import chat_history as h
-from engine.store.schema import chat_llm_tools as t
-from engine.store.schema import job_runs as r
-from engine.store.schema import scheduled_jobs as j
+from engine.store.inbox import InboxItem
 from engine.store.schema import utcnow
-from scheduler.service import Scheduler, SchedulerError
-from scheduler.store import Job
 
-__all__ = ["MAX_BODY_BYTES", "ApiRoutes"]
+__all__ = ["API_DECIDER", "MAX_BODY_BYTES", "ApiRoutes", "error_status"]
 
 MAX_BODY_BYTES = 1024 * 1024
+#: Who a decision taken through the API is shown as on the chat's card.
+API_DECIDER = "the API"
 MAX_NOTE_CHARS = 4000
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -121,21 +116,22 @@ _SPECS = (
 
 
 class ApiRoutes:
-    """The API's Starlette routes over explicit dependencies (``scheduler`` may be None)."""
+    """The API's Starlette routes over the operator's ``Operations``."""
 
     def __init__(
         self,
-        engine: Engine,
-        scheduler: Scheduler | None = None,
+        operations: Operations,
         *,
         token: str | None,
         clock: Callable[[], datetime] = utcnow,
+        telegram: OutboundStats | None = None,
     ) -> None:
-        self.engine = engine
-        self.scheduler = scheduler
+        self.ops = operations
+        self.engine = operations.engine
         self.token = token or None
         self._token = token.encode() if token else None
         self._clock = clock
+        self._telegram = telegram
 
     def routes(self) -> list[Route]:
         return [
@@ -163,6 +159,8 @@ class ApiRoutes:
                 return await handler(request)
             except _BadRequest as bad:
                 return bad.response
+            except OperationError as exc:
+                return _error(error_status(exc), str(exc), code=exc.code)
 
         return guarded
 
@@ -208,17 +206,6 @@ class ApiRoutes:
         except ValueError:
             raise _BadRequest(_error(422, f"{name}: an integer is required")) from None
 
-    def _jobs(self) -> Scheduler:
-        if self.scheduler is None:
-            raise _BadRequest(_error(503, "the scheduler is not running"))
-        return self.scheduler
-
-    async def _job(self, job_id: int) -> Job:
-        job = await self._jobs().store.get(job_id)
-        if job is None or job.deleted_at is not None or job.origin_source is None:
-            raise _BadRequest(_error(404, f"job {job_id}: no such job"))
-        return job
-
     # -- sessions ------------------------------------------------------------------------------
 
     async def list_sessions(self, request: Request) -> Response:
@@ -244,12 +231,8 @@ class ApiRoutes:
 
     async def inbox(self, request: Request) -> Response:
         now = self._clock()
-        approvals = [
-            self._approval_json(item, now) for item in await self.engine.pending_approvals()
-        ]
-        questions = [
-            self._question_json(item, now) for item in await self.engine.pending_questions()
-        ]
+        approvals = [self._approval_json(item, now) for item in await self.ops.approvals()]
+        questions = [self._question_json(item, now) for item in await self.ops.questions()]
         return JSONResponse({"approvals": approvals, "clarifications": questions})
 
     @staticmethod
@@ -280,22 +263,17 @@ class ApiRoutes:
     async def resolve_approval(self, request: Request) -> Response:
         tool_call_id = request.path_params["tool_call_id"]
         body = await self._body(request, ApprovalDecision)
-        try:
-            if body.action == "approve":
-                bypass = None
-                if body.bypass_scope is not None or body.bypass_secs is not None:
-                    bypass = BypassRequest(
-                        scope=body.bypass_scope or "all",
-                        value=body.bypass_value,
-                        seconds=body.bypass_secs,
-                    )
-                decided = await self.engine.approve(tool_call_id, bypass)
-            else:
-                decided = await self.engine.reject(tool_call_id, body.note)
-        except InboxError as exc:
-            return _inbox_error(exc)
-        except ValueError as exc:  # a bad bypass, refused before anything changed
-            return _error(422, str(exc))
+        if body.action == "approve":
+            bypass = None
+            if body.bypass_scope is not None or body.bypass_secs is not None:
+                bypass = BypassRequest(
+                    scope=body.bypass_scope or "all",
+                    value=body.bypass_value,
+                    seconds=body.bypass_secs,
+                )
+            decided = await self.ops.approve(tool_call_id, bypass, by=API_DECIDER)
+        else:
+            decided = await self.ops.reject(tool_call_id, body.note, by=API_DECIDER)
         resolution = decided.resolution
         return JSONResponse(
             {
@@ -309,10 +287,7 @@ class ApiRoutes:
     async def resolve_clarification(self, request: Request) -> Response:
         request_id = request.path_params["request_id"]
         body = await self._body(request, ClarificationAnswer)
-        try:
-            decided = await self.engine.resolve_question(request_id, body.answer)
-        except InboxError as exc:
-            return _inbox_error(exc)
+        decided = await self.ops.answer(request_id, body.answer)
         resolution = decided.resolution
         return JSONResponse(
             {
@@ -325,77 +300,32 @@ class ApiRoutes:
     # -- jobs ----------------------------------------------------------------------------------
 
     async def list_jobs(self, request: Request) -> Response:
-        scheduler = self._jobs()
-        jobs, running = await self.engine.store.db.run(_all_jobs)
-        return JSONResponse(
-            {"items": [self._job_json(scheduler, job, job.id in running) for job in jobs]}
-        )
-
-    @staticmethod
-    def _job_json(scheduler: Scheduler, job: Job, running: bool = False) -> dict[str, Any]:
-        data = {
-            key: value.isoformat() if isinstance(value, datetime) else value
-            for key, value in asdict(job).items()
-        }
-        data["description"] = scheduler.describe(job)
-        data["running"] = running
-        return data
+        return JSONResponse({"items": [view.as_json() for view in await self.ops.jobs()]})
 
     async def toggle_job(self, request: Request) -> Response:
-        job = await self._job(request.path_params["job_id"])
+        job_id = request.path_params["job_id"]
+        await self.ops.job(job_id)  # 404 before the body is read
         body = await self._body(request, JobToggle, optional=True)
-        enabled = (not job.enabled) if body.enabled is None else body.enabled
-        assert job.origin_source is not None
-        try:
-            job = await self._jobs().toggle(job.origin_source, job.id, enabled)
-        except SchedulerError as exc:
-            return _error(409, str(exc))
-        return JSONResponse(self._job_json(self._jobs(), job))
+        return JSONResponse((await self.ops.toggle_job(job_id, body.enabled)).as_json())
 
     async def delete_job(self, request: Request) -> Response:
-        job = await self._job(request.path_params["job_id"])
-        assert job.origin_source is not None
-        try:
-            await self._jobs().delete(job.origin_source, job.id)
-        except SchedulerError as exc:  # deleted meanwhile
-            return _error(404, str(exc))
-        return JSONResponse({"id": job.id, "deleted": True})
+        job_id = request.path_params["job_id"]
+        await self.ops.delete_job(job_id)
+        return JSONResponse({"id": job_id, "deleted": True})
 
     async def kill_job(self, request: Request) -> Response:
-        job = await self._job(request.path_params["job_id"])
-        sessions = await self.engine.store.db.run(_running_sessions, job.id)
-        if not sessions:
-            return _error(409, f"job {job.id} has no run in flight")
-        for session_id in sessions:
-            self.engine.system_bus.publish(SessionCancelled(session_id))
-        return JSONResponse({"id": job.id, "cancelled_sessions": sessions}, status_code=202)
+        job_id = request.path_params["job_id"]
+        sessions = await self.ops.kill_job(job_id)
+        return JSONResponse({"id": job_id, "cancelled_sessions": sessions}, status_code=202)
 
     # -- metrics and the document --------------------------------------------------------------
 
     async def metrics(self, request: Request) -> Response:
-        turns, tools, runs = await self.engine.store.db.run(_counts)
-        approvals = len(await self.engine.pending_approvals())
-        questions = len(await self.engine.pending_questions())
-        lines = [
-            "# HELP chathub_turns_total User messages that started a turn.",
-            "# TYPE chathub_turns_total counter",
-            f"chathub_turns_total {turns}",
-            "# HELP chathub_tool_calls_total Tool calls by status.",
-            "# TYPE chathub_tool_calls_total counter",
-            *(f'chathub_tool_calls_total{{status="{s}"}} {n}' for s, n in sorted(tools.items())),
-            "# HELP chathub_approvals_pending Gated tool calls waiting for a decision.",
-            "# TYPE chathub_approvals_pending gauge",
-            f"chathub_approvals_pending {approvals}",
-            "# HELP chathub_clarifications_pending Questions waiting for an answer.",
-            "# TYPE chathub_clarifications_pending gauge",
-            f"chathub_clarifications_pending {questions}",
-            "# HELP chathub_job_runs_total Scheduled job runs by status.",
-            "# TYPE chathub_job_runs_total counter",
-            *(f'chathub_job_runs_total{{status="{s}"}} {n}' for s, n in sorted(runs.items())),
-        ]
-        return PlainTextResponse(
-            "\n".join(lines) + "\n", media_type="text/plain; version=0.0.4; charset=utf-8"
-        )
+        snapshot = await self.engine.store.db.run(read_snapshot)
+        snapshot.approvals_pending = len(await self.ops.approvals())
+        snapshot.clarifications_pending = len(await self.ops.questions())
+        snapshot.telegram = self._telegram
+        return Response(render(snapshot), media_type=CONTENT_TYPE)
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document())
@@ -482,34 +412,8 @@ def _arguments(raw: str | None) -> Any:
         return raw
 
 
-def _inbox_error(exc: InboxError) -> JSONResponse:
-    status = 404 if exc.code == "not_found" else 409
-    return _error(status, str(exc), code=exc.code)
+def error_status(exc: OperationError) -> int:
+    return _ERROR_STATUS[exc.kind]
 
 
-# -- queries -----------------------------------------------------------------------------------
-
-
-def _all_jobs(conn: Connection) -> tuple[list[Job], set[int]]:
-    rows = conn.execute(sa.select(j).where(j.c.deleted_at.is_(None)).order_by(j.c.id)).all()
-    running = conn.execute(
-        sa.select(r.c.job_id).where(r.c.status == "running").distinct()
-    ).scalars()
-    return [Job(**dict(row._mapping)) for row in rows], set(running)
-
-
-def _running_sessions(conn: Connection, job_id: int) -> list[int]:
-    return list(
-        conn.execute(
-            sa.select(r.c.session_id)
-            .where(r.c.job_id == job_id, r.c.status == "running", r.c.session_id.is_not(None))
-            .order_by(r.c.id)
-        ).scalars()
-    )
-
-
-def _counts(conn: Connection) -> tuple[int, dict[str, int], dict[str, int]]:
-    turns = conn.execute(sa.select(sa.func.count()).where(h.c.role == "user")).scalar_one()
-    tools = conn.execute(sa.select(t.c.status, sa.func.count()).group_by(t.c.status)).all()
-    runs = conn.execute(sa.select(r.c.status, sa.func.count()).group_by(r.c.status)).all()
-    return turns, dict(tools), dict(runs)  # type: ignore[arg-type]
+_ERROR_STATUS = {"not_found": 404, "conflict": 409, "unavailable": 503, "invalid": 422}

@@ -29,7 +29,15 @@ from bot.telegram.render import progress_text, render_markdown
 from bot.telegram.store import CardRow, TelegramStore, mark_handled_in
 from bot.telegram.updates import Callback, Ignored, Message, parse_update
 from engine.bus.broadcast import Lagged
-from engine.hub import AUTO_MODEL, ChatHub, HubError, HubEvent, NewSession, SendOptions
+from engine.hub import (
+    AUTO_MODEL,
+    ChatHub,
+    DecisionMade,
+    HubError,
+    HubEvent,
+    NewSession,
+    SendOptions,
+)
 from engine.session import events as ev
 from engine.session.compaction import CompactionError
 from engine.store.inbox import InboxError
@@ -578,6 +586,8 @@ class TelegramAdapter:
                 await self._show_progress(view, force=True)
                 self._reset_progress(view)
                 await self._say(view.chat_id, view.thread_id, f"⚠️ {message}")
+            case DecisionMade(tool_call_id=call_id, outcome=outcome, by=by, note=note):
+                await self._close_by_id(source, call_id, outcome, "resolved", by=by, note=note)
             case NewSession():
                 self._reset_progress(view)
                 await self._say(view.chat_id, view.thread_id, "🆕 New conversation started.")
@@ -700,10 +710,19 @@ class TelegramAdapter:
             self._open.pop(card.source, None)
         return await self.store.close_card(card.tool_call_id, state)
 
-    async def _close_by_id(self, source: str, tool_call_id: int, outcome: str, state: str) -> None:
+    async def _close_by_id(
+        self,
+        source: str,
+        tool_call_id: int,
+        outcome: str,
+        state: str,
+        *,
+        by: str | None = None,
+        note: str | None = None,
+    ) -> None:
         card = self._open.get(source, {}).get(tool_call_id)  # no read per tool event
         if card is not None:
-            await self._close(card, outcome, state)
+            await self._close(card, outcome, state, by=by, note=note or None)
 
     def _mark_progress(self, view: _ChatView, depth: int, name: str, mark: str) -> None:
         prefix = f"{'  ' * depth}⚙ {name}"

@@ -7,13 +7,12 @@ by replying with text, so they have no callbacks.
 
 from __future__ import annotations
 
-import difflib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from bot.telegram.render import TELEGRAM_LIMIT, render_markdown, utf16_len
+from engine.approval.preview import display_call
 from engine.session.events import ApprovalRequired
 
 __all__ = [
@@ -217,51 +216,16 @@ def _header(event: ApprovalRequired) -> _Text:
 
 
 def _body(event: ApprovalRequired) -> _Body:
-    preview, args = event.preview, event.arguments
-    if preview is not None and preview.kind == "command" and preview.command is not None:
-        return _command_body(preview.command, preview.workdir)
-    if event.name == "execute_cmd" and isinstance(args.get("command"), str):
-        workdir = args.get("workdir")
-        return _command_body(args["command"], str(workdir) if workdir else None)
-    if preview is not None and preview.kind == "file" and preview.new_content is not None:
-        path = preview.path or str(args.get("path", "?"))
-        before: list[tuple[str, str | None]] = [("File: ", None), (path, "code")]
-        if preview.old_content is None:
+    shown = display_call(event.name, event.arguments, event.preview)
+    if shown.label == "Command":
+        after = (("Working directory: ", None), (shown.workdir, "code")) if shown.workdir else ()
+        return _Body(shown.label, shown.content, shown.language, "txt", after=after)
+    if shown.label == "Diff":
+        before: list[tuple[str, str | None]] = [("File: ", None), (shown.path or "?", "code")]
+        if shown.new_file:
             before.append((" (new file)", None))
-        return _Body(
-            label="Diff",
-            content=_diff(preview.old_content, preview.new_content),
-            language="diff",
-            extension="diff",
-            before=tuple(before),
-        )
-    return _Body(
-        label="Arguments",
-        content=json.dumps(args, indent=2, ensure_ascii=False, sort_keys=True, default=str),
-        language="json",
-        extension="json",
-    )
-
-
-def _command_body(command: str, workdir: str | None) -> _Body:
-    after = (("Working directory: ", None), (workdir, "code")) if workdir else ()
-    return _Body(label="Command", content=command, language="bash", extension="txt", after=after)
-
-
-def _diff(old: str | None, new: str) -> str:
-    """A compact unified diff (2 lines of context) without the ---/+++ header."""
-    diff = list(
-        difflib.unified_diff(
-            (old or "").splitlines(keepends=True), new.splitlines(keepends=True), n=2
-        )
-    )
-    lines: list[str] = []
-    for line in diff[2:]:  # a non-empty diff starts with the ---/+++ lines
-        if line.endswith("\n"):
-            lines.append(line)
-        else:
-            lines.append(line + "\n\\ No newline at end of file\n")
-    return "".join(lines).rstrip("\n") or "(no changes)"
+        return _Body(shown.label, shown.content, shown.language, "diff", before=tuple(before))
+    return _Body(shown.label, shown.content, shown.language, "json")
 
 
 def _assemble(header: _Text, body: _Body, content: str, *, note: str | None) -> _Text:

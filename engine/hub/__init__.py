@@ -2,6 +2,7 @@
 
 from engine.hub.hub import AUTO_MODEL, ChatHub, SourceDefaults, SourceEvents
 from engine.hub.types import (
+    DecisionMade,
     HubError,
     HubEvent,
     NewSession,
@@ -13,6 +14,7 @@ from engine.hub.types import (
 __all__ = [
     "AUTO_MODEL",
     "ChatHub",
+    "DecisionMade",
     "HubError",
     "HubEvent",
     "NewSession",

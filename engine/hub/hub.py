@@ -27,6 +27,7 @@ from engine.core import Decided, Engine
 from engine.hub.inbox import SourceInbox, Unit
 from engine.hub.notifications import NotificationBatcher
 from engine.hub.types import (
+    DecisionMade,
     HubError,
     HubEvent,
     NewSession,
@@ -263,21 +264,46 @@ class ChatHub:
         bypass_secs: float | None = None,
         bypass_scope: str | None = None,
         bypass_value: str | None = None,
+        by: str | None = None,
     ) -> Decided:
-        """Approve a call of the source's session (refused for another session's call)."""
+        """Approve a call of the source's session (refused for another session's call).
+
+        ``by`` names a decider away from the chat; the source's adapters are told, so a card
+        shown there closes with that name.
+        """
         state = await self._state(validate_source(source))
         bypass = None
         if bypass_scope is not None or bypass_secs is not None:
             bypass = BypassRequest(bypass_scope or "all", bypass_value, bypass_secs)
-        return await self.engine.approve(
+        decided = await self.engine.approve(
             tool_call_id, bypass, session_id=state.session_id, emit=self._bridge(state)
         )
+        if by is not None:
+            outcome = "approve"
+            if bypass_scope is not None and bypass_secs is None:
+                outcome = "bypass_session"
+            elif bypass_secs == 900:
+                outcome = "bypass_15m"
+            self._publish(source, state.session_id, DecisionMade(tool_call_id, outcome, by))
+        return decided
 
-    async def reject(self, source: str, tool_call_id: int, note: str = "") -> Decided:
+    async def reject(
+        self, source: str, tool_call_id: int, note: str = "", *, by: str | None = None
+    ) -> Decided:
         state = await self._state(validate_source(source))
-        return await self.engine.reject(
+        decided = await self.engine.reject(
             tool_call_id, note, session_id=state.session_id, emit=self._bridge(state)
         )
+        if by is not None:
+            self._publish(source, state.session_id, DecisionMade(tool_call_id, "reject", by, note))
+        return decided
+
+    async def is_current(self, source: str, session_id: int) -> bool:
+        """Whether ``session_id`` is the session ``source`` talks to now (nothing is created)."""
+        state = self._sources.get(source)
+        if state is not None:
+            return state.session_id == session_id
+        return await self.engine.store.sessions.active_for_source(source) == session_id
 
     async def resolve_question(self, source: str, request_id: int, answer: str) -> Decided:
         state = await self._state(validate_source(source))

@@ -107,9 +107,19 @@ class NewSession:
 
 
 @dataclass(frozen=True, slots=True)
+class DecisionMade:
+    """A gated call was decided away from the chat (the web inbox, the API): cards close."""
+
+    tool_call_id: int
+    outcome: str  # approve, bypass_15m, bypass_session or reject
+    by: str
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class HubEvent:
     """One event of any turn, tagged with where it belongs; adapters filter by source."""
 
     source: str
     session_id: int | None
-    event: TurnEvent | NewSession
+    event: TurnEvent | NewSession | DecisionMade

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from bot.http.api import ApiRoutes
 from bot.http.app import create_app
+from bot.http.operations import Operations
 from engine.bus.system import SessionCancelled
 from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
 from engine.core import Engine
@@ -69,7 +70,9 @@ async def scheduler(engine: Engine, hub: ChatHub) -> AsyncIterator[Scheduler]:
 
 @pytest.fixture
 async def client(engine: Engine, scheduler: Scheduler) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(api=ApiRoutes(engine, scheduler, token=TOKEN), host="0.0.0.0")
+    app = create_app(
+        api=ApiRoutes(Operations(engine, None, scheduler), token=TOKEN), host="0.0.0.0"
+    )
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         yield client
@@ -129,15 +132,15 @@ async def test_healthz_stays_open(client):
 
 
 def test_without_a_token_the_api_serves_only_on_loopback(engine):
-    api = ApiRoutes(engine, None, token=None)
+    api = ApiRoutes(Operations(engine), token=None)
     with pytest.raises(ValueError, match="CHATHUB_API_TOKEN: required"):
         create_app(api=api, host="0.0.0.0")
     create_app(api=api, host="127.0.0.1")  # allowed
-    create_app(api=ApiRoutes(engine, None, token=TOKEN), host="0.0.0.0")
+    create_app(api=ApiRoutes(Operations(engine), token=TOKEN), host="0.0.0.0")
 
 
 async def test_without_a_token_on_loopback_no_header_is_needed(engine):
-    app = create_app(api=ApiRoutes(engine, None, token=None), host="127.0.0.1")
+    app = create_app(api=ApiRoutes(Operations(engine), token=None), host="127.0.0.1")
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         assert (await c.get("/api/inbox")).status_code == 200
         assert (await c.get("/api/jobs")).status_code == 503  # no scheduler here

@@ -1,0 +1,232 @@
+"""What the operator can see and do, shared by the JSON API and the web inbox page.
+
+Both surfaces are thin: they parse a request, call one method here and present the result
+or the ``OperationError``. A decision on a call of a chat's current session goes through
+the hub, so the chat's adapter hears of it (its approval card closes, naming the decider)
+and the resumed turn's answer reaches the chat; other sessions (cron runs, sessions since
+replaced by ``/new``) are decided on the engine directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from engine.approval.broker import BypassRequest
+from engine.bus.system import SessionCancelled
+from engine.core import Decided, Engine
+from engine.hub import ChatHub, HubError
+from engine.store.inbox import InboxError, InboxItem
+from engine.store.schema import job_runs as r
+from engine.store.schema import scheduled_jobs as j
+from scheduler.service import Scheduler, SchedulerError
+from scheduler.store import Job
+
+__all__ = ["JobView", "OperationError", "Operations"]
+
+ErrorKind = Literal["not_found", "conflict", "unavailable", "invalid"]
+
+
+class OperationError(Exception):
+    """A request that cannot apply; ``kind`` picks the HTTP status, ``code`` is finer."""
+
+    def __init__(self, kind: ErrorKind, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.code = code or kind
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    job: Job
+    description: str
+    running: bool
+    last_status: str | None = None
+    last_result: str | None = None
+    last_error: str | None = None
+    last_at: datetime | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        data = {key: _plain(value) for key, value in asdict(self.job).items()}
+        data["description"] = self.description
+        data["running"] = self.running
+        data["last_run"] = (
+            None
+            if self.last_status is None
+            else {
+                "status": self.last_status,
+                "result": self.last_result,
+                "error": self.last_error,
+                "at": _plain(self.last_at),
+            }
+        )
+        return data
+
+
+class Operations:
+    """The engine, the hub (decisions in chats) and the scheduler (may be None: no jobs)."""
+
+    def __init__(
+        self, engine: Engine, hub: ChatHub | None = None, scheduler: Scheduler | None = None
+    ) -> None:
+        self.engine = engine
+        self.hub = hub
+        self.scheduler = scheduler
+
+    # -- the inbox -----------------------------------------------------------------------------
+
+    async def approvals(self) -> list[InboxItem]:
+        return await self.engine.pending_approvals()
+
+    async def questions(self) -> list[InboxItem]:
+        return await self.engine.pending_questions()
+
+    async def approve(
+        self, tool_call_id: int, bypass: BypassRequest | None = None, *, by: str
+    ) -> Decided:
+        source = await self._chat_source(tool_call_id, await self.approvals())
+        try:
+            if source is not None and self.hub is not None:
+                return await self.hub.approve(
+                    source,
+                    tool_call_id,
+                    bypass_secs=bypass.seconds if bypass else None,
+                    bypass_scope=bypass.scope if bypass else None,
+                    bypass_value=bypass.value if bypass else None,
+                    by=by,
+                )
+            return await self.engine.approve(tool_call_id, bypass)
+        except InboxError as exc:
+            raise _inbox_error(exc) from None
+        except (HubError, ValueError) as exc:  # a bad bypass: refused before anything changed
+            raise OperationError("invalid", str(exc)) from None
+
+    async def reject(self, tool_call_id: int, note: str = "", *, by: str) -> Decided:
+        source = await self._chat_source(tool_call_id, await self.approvals())
+        try:
+            if source is not None and self.hub is not None:
+                return await self.hub.reject(source, tool_call_id, note, by=by)
+            return await self.engine.reject(tool_call_id, note)
+        except InboxError as exc:
+            raise _inbox_error(exc) from None
+        except HubError as exc:
+            raise OperationError("invalid", str(exc)) from None
+
+    async def answer(self, request_id: int, answer: str) -> Decided:
+        source = await self._chat_source(request_id, await self.questions())
+        try:
+            if source is not None and self.hub is not None:
+                return await self.hub.resolve_question(source, request_id, answer)
+            return await self.engine.resolve_question(request_id, answer)
+        except InboxError as exc:
+            raise _inbox_error(exc) from None
+        except HubError as exc:
+            raise OperationError("invalid", str(exc)) from None
+
+    async def _chat_source(self, tool_call_id: int, pending: list[InboxItem]) -> str | None:
+        """The chat whose current session waits on the call, if any."""
+        if self.hub is None:
+            return None
+        item = next((i for i in pending if i.tool_call_id == tool_call_id), None)
+        if item is None:  # unknown or resolved: the engine says which
+            return None
+        return item.source if await self.hub.is_current(item.source, item.session_id) else None
+
+    # -- jobs ----------------------------------------------------------------------------------
+
+    def _jobs(self) -> Scheduler:
+        if self.scheduler is None:
+            raise OperationError("unavailable", "the scheduler is not running")
+        return self.scheduler
+
+    async def jobs(self) -> list[JobView]:
+        scheduler = self._jobs()
+        jobs, running, last = await self.engine.store.db.run(_all_jobs)
+        return [
+            JobView(job, scheduler.describe(job), job.id in running, *last.get(job.id, ()))
+            for job in jobs
+        ]
+
+    async def job(self, job_id: int) -> Job:
+        job = await self._jobs().store.get(job_id)
+        if job is None or job.deleted_at is not None or job.origin_source is None:
+            raise OperationError("not_found", f"job {job_id}: no such job")
+        return job
+
+    async def toggle_job(self, job_id: int, enabled: bool | None = None) -> JobView:
+        """Pause or resume (``None``: flip)."""
+        job = await self.job(job_id)
+        assert job.origin_source is not None
+        wanted = (not job.enabled) if enabled is None else enabled
+        try:
+            job = await self._jobs().toggle(job.origin_source, job.id, wanted)
+        except SchedulerError as exc:
+            raise OperationError("conflict", str(exc)) from None
+        return JobView(job, self._jobs().describe(job), False)
+
+    async def delete_job(self, job_id: int) -> None:
+        job = await self.job(job_id)
+        assert job.origin_source is not None
+        try:
+            await self._jobs().delete(job.origin_source, job.id)
+        except SchedulerError as exc:  # deleted meanwhile
+            raise OperationError("not_found", str(exc)) from None
+
+    async def kill_job(self, job_id: int) -> list[int]:
+        """Cancel the job's runs in flight through the system bus; their session ids."""
+        job = await self.job(job_id)
+        sessions = await self.engine.store.db.run(_running_sessions, job.id)
+        if not sessions:
+            raise OperationError("conflict", f"job {job.id} has no run in flight")
+        for session_id in sessions:
+            self.engine.system_bus.publish(SessionCancelled(session_id))
+        return sessions
+
+
+def _inbox_error(exc: InboxError) -> OperationError:
+    return OperationError(
+        "not_found" if exc.code == "not_found" else "conflict", str(exc), exc.code
+    )
+
+
+def _plain(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+LastRun = tuple[str, str | None, str | None, datetime | None]
+
+
+def _all_jobs(conn: Connection) -> tuple[list[Job], set[int], dict[int, LastRun]]:
+    rows = conn.execute(sa.select(j).where(j.c.deleted_at.is_(None)).order_by(j.c.id)).all()
+    running = conn.execute(
+        sa.select(r.c.job_id).where(r.c.status == "running").distinct()
+    ).scalars()
+    latest = (
+        sa.select(sa.func.max(r.c.id))
+        .join(j, j.c.id == r.c.job_id)
+        .where(j.c.deleted_at.is_(None))
+        .group_by(r.c.job_id)
+    )
+    last = {
+        row.job_id: (row.status, row.result, row.error, row.finished_at or row.created_at)
+        for row in conn.execute(
+            sa.select(
+                r.c.job_id, r.c.status, r.c.result, r.c.error, r.c.finished_at, r.c.created_at
+            ).where(r.c.id.in_(latest))
+        )
+    }
+    return [Job(**dict(row._mapping)) for row in rows], set(running), last
+
+
+def _running_sessions(conn: Connection, job_id: int) -> list[int]:
+    return list(
+        conn.execute(
+            sa.select(r.c.session_id)
+            .where(r.c.job_id == job_id, r.c.status == "running", r.c.session_id.is_not(None))
+            .order_by(r.c.id)
+        ).scalars()
+    )
