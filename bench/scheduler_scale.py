@@ -1,16 +1,18 @@
 """Scheduler at scale: ``--jobs`` cron jobs (default 10,000) due in the same minute.
 
-A real engine and hub over a SQLite file (WAL) and a zero-latency model. The jobs are
-inserted straight into ``scheduled_jobs`` in one transaction (what ``JobStore.create`` writes,
-without the per-chat limit checks of ``Scheduler.create_cron``), all with ``next_run_at``
-at the same minute and ``origin_source`` one of 100 known chats (``bench:0`` … ``bench:99``).
+A real engine and hub over a SQLite file (WAL), or PostgreSQL with ``--database-url``
+(a fresh database is created on that server for each configuration and dropped after),
+and a zero-latency model. The jobs are inserted straight into ``scheduled_jobs`` in one
+transaction (what ``JobStore.create`` writes, without the per-chat limit checks of
+``Scheduler.create_cron``), all with ``next_run_at`` at the same minute and
+``origin_source`` one of 100 known chats (``bench:0`` … ``bench:99``).
 
 The injected clock starts 1 s after that minute and moves with real time (so leases and
-``started_at`` behave as in production). The dispatcher is then driven the way a service
-that re-steps whenever a slot frees would drive it: ``step()``, wait until one of its runs
-ends (or yield once if none is running), ``step()`` again — until no run is pending.
-Note: the real service does NOT do that: it steps at the due time and on its safety
-interval only (30 s); see the "service cadence" line printed below, an extrapolation.
+``started_at`` behave as in production). The dispatcher is driven as the service drives
+it: one ``step()`` (the APScheduler wake at the due time), then whatever that step set
+going — a pool of at most ``max_concurrent`` workers draining the claimed runs, and the
+step each worker kicks off when the queue runs dry. The bench only waits for those tasks
+(and steps again should a run still be pending, which does not happen here).
 
 Each run is the real ``JobRunner.execute``: an ephemeral ``cron`` session, one model step,
 the outcome stored, a ``Notification`` handed to ``hub.notify``. Delivery is included by
@@ -18,20 +20,34 @@ default: the hub batches notifications (0.2 s window) and runs one agent turn pe
 chat per batch; "all delivered" is when no run has ``delivery_status = 'pending'``.
 ``--no-delivery`` replaces ``hub.notify`` by a stub that marks the runs delivered at once.
 
-Dispatch lag is real elapsed time from the start of the first ``step()`` to the moment
-``runner.execute`` began for that run (it holds a concurrency slot by then). Exactly once:
-``job_runs`` rows are counted per job with SQL; notifications handed to the hub are
-counted per run. Each configuration runs in a fresh process, so peak RSS
-(``getrusage`` max RSS) is that configuration's alone; ``--tracemalloc`` adds the Python
-heap peak (slower).
+Three lags per run, all real elapsed time from t0 = the start of the first ``step()``
+(the dispatcher's wake for the due minute; every job is already due then):
+
+* dispatch lag: until the run was claimed — its lease taken (``status='running'``, owner,
+  expiry, ``attempt + 1``) in the claim transaction, committed — and handed to this
+  process's executor queue. From then on the run is this worker's: the lease is renewed
+  while it waits, and a worker that dies leaves it to be reclaimed when the lease expires.
+  This is the issue's measured bar (p99 <= 2 s).
+* start lag: until ``runner.execute`` began for it (a worker slot took it off the queue).
+  At most ``max_concurrent`` runs execute at once, so this is the queue's wait: it grows
+  with the backlog divided by the execution throughput (runs per second).
+* completion lag: until ``runner.execute`` returned — the outcome stored and the
+  notification handed to the hub (not yet delivered into the chat; see "all delivered").
+
+Exactly once: ``job_runs`` rows are counted per job with SQL; ``execute`` calls and
+notifications handed to the hub are counted per run. Each configuration runs in a fresh
+process, so peak RSS (``getrusage`` max RSS) is that configuration's alone;
+``--tracemalloc`` adds the Python heap peak (slower).
 
     python bench/scheduler_scale.py [--jobs 10000] [--concurrency 32 128] [--quick]
+        [--database-url postgresql+asyncpg://postgres@127.0.0.1:5432/test]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -42,7 +58,7 @@ import tempfile
 import time
 import tracemalloc
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -162,109 +178,146 @@ def _pct(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * q))]
 
 
-async def run_one(jobs: int, concurrency: int, delivery: bool, trace: bool) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def database(server_url: str | None, tmp: str) -> AsyncIterator[str]:
+    """A SQLite file under ``tmp``, or a fresh database on the PostgreSQL server."""
+    if server_url is None:
+        yield f"sqlite+aiosqlite:///{tmp}/bench.db"
+        return
+    from tests.pg import fresh_postgres_database
+
+    async with fresh_postgres_database(server_url) as url:
+        yield url
+
+
+async def run_one(
+    jobs: int, concurrency: int, delivery: bool, trace: bool, server_url: str | None
+) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING)
     if trace:
         tracemalloc.start()
     with tempfile.TemporaryDirectory() as tmp:
-        settings = load_settings(
-            database_url=f"sqlite+aiosqlite:///{tmp}/bench.db",
-            chathub_workspace=Path(tmp) / "ws",
-            chathub_timezone="UTC",
-            _env_file=None,
-        )
-        model = InstantModel()
-        engine = await Engine.open(
-            AppConfig(settings=settings, models=(), engine=EngineConfig()),
-            models=ModelRegistry([model]),
-            policy=AllowAll(),
-        )
-        hub = ChatHub(engine, HubConfig(idle_evict_s=3600))
-        await hub.start()
-        for k in range(SOURCES):  # the chats that created the jobs exist (known targets)
-            await engine.store.sessions.for_source(f"bench:{k}")
+        async with database(server_url, tmp) as url:
+            return await _run_one(jobs, concurrency, delivery, trace, url, tmp)
 
-        t_create = time.perf_counter()
-        await engine.store.db.run(_insert_jobs, jobs)
-        create_s = time.perf_counter() - t_create
 
-        clock = RealTimeClock(DUE + timedelta(seconds=1))
-        scheduler = Scheduler(
-            engine, hub, timezone="UTC", clock=clock, owner="bench", max_concurrent=concurrency
-        )
-        dispatcher = scheduler.dispatcher
-        runner = scheduler.runner
+async def _run_one(
+    jobs: int, concurrency: int, delivery: bool, trace: bool, url: str, tmp: str
+) -> dict[str, Any]:
+    settings = load_settings(
+        database_url=url,
+        chathub_workspace=Path(tmp) / "ws",
+        chathub_timezone="UTC",
+        _env_file=None,
+    )
+    model = InstantModel()
+    engine = await Engine.open(
+        AppConfig(settings=settings, models=(), engine=EngineConfig()),
+        models=ModelRegistry([model]),
+        policy=AllowAll(),
+    )
+    hub = ChatHub(engine, HubConfig(idle_evict_s=3600))
+    await hub.start()
+    for k in range(SOURCES):  # the chats that created the jobs exist (known targets)
+        await engine.store.sessions.for_source(f"bench:{k}")
 
-        notified: Counter[int] = Counter()
-        original_notify = hub.notify
+    t_create = time.perf_counter()
+    await engine.store.db.run(_insert_jobs, jobs)
+    create_s = time.perf_counter() - t_create
 
-        def notify(notification: Notification) -> None:
-            notified.update(notification.refs.get("run_ids", ()))
-            if delivery:
-                original_notify(notification)
-            elif notification.on_delivered is not None:
-                hub._spawn(notification.on_delivered())  # a bench stub
+    clock = RealTimeClock(DUE + timedelta(seconds=1))
+    scheduler = Scheduler(
+        engine, hub, timezone="UTC", clock=clock, owner="bench", max_concurrent=concurrency
+    )
+    dispatcher = scheduler.dispatcher
+    runner = scheduler.runner
 
-        hub.notify = notify  # type: ignore[method-assign]
+    notified: Counter[int] = Counter()
+    original_notify = hub.notify
 
-        started: dict[int, float] = {}
-        finished: dict[int, float] = {}
-        original_execute = runner.execute
+    def notify(notification: Notification) -> None:
+        notified.update(notification.refs.get("run_ids", ()))
+        if delivery:
+            original_notify(notification)
+        elif notification.on_delivered is not None:
+            hub._spawn(notification.on_delivered())  # a bench stub
 
-        async def execute(run):  # type: ignore[no-untyped-def]
-            started[run.id] = time.perf_counter()
-            try:
-                return await original_execute(run)
-            finally:
-                finished[run.id] = time.perf_counter()
+    hub.notify = notify  # type: ignore[method-assign]
 
-        runner.execute = execute  # type: ignore[method-assign]
+    claimed: dict[int, float] = {}
+    started: dict[int, float] = {}
+    finished: dict[int, float] = {}
+    store = dispatcher.store
+    original_claim = store.claim_with_jobs
 
-        steps = 0
-        materialize_s = 0.0
-        t0 = time.perf_counter()
-        first = await dispatcher.step()
-        materialize_s = time.perf_counter() - t0
-        steps += 1
-        created = first.created
-        swept = first.delivered
-        while True:
-            running = list(dispatcher._running)  # the bench waits on them
-            if running:
-                await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            else:
-                if await engine.store.db.run(_pending) == 0:
-                    break
-                await asyncio.sleep(0)
-            report = await dispatcher.step()
-            steps += 1
-            created += report.created
-            swept += report.delivered
+    async def claim_with_jobs(*args, **kwargs):  # type: ignore[no-untyped-def]
+        taken = await original_claim(*args, **kwargs)
+        now = time.perf_counter()  # committed; the step queues them right after
+        for run, _ in taken:
+            claimed.setdefault(run.id, now)
+        return taken
+
+    store.claim_with_jobs = claim_with_jobs  # type: ignore[method-assign]
+    original_execute = runner.execute
+
+    async def execute(run, job=None):  # type: ignore[no-untyped-def]
+        started[run.id] = time.perf_counter()
+        try:
+            return await original_execute(run, job)
+        finally:
+            finished[run.id] = time.perf_counter()
+
+    runner.execute = execute  # type: ignore[method-assign]
+
+    reports = []
+    original_step = dispatcher.step
+
+    async def step():  # type: ignore[no-untyped-def]
+        report = await original_step()
+        reports.append(report)
+        return report
+
+    dispatcher.step = step  # type: ignore[method-assign]
+
+    t0 = time.perf_counter()
+    first = await dispatcher.step()
+    first_step_s = time.perf_counter() - t0
+    while True:
+        # The worker pool and the steps it kicks off run by themselves: wait for them.
         await dispatcher.drain()
-        executed_s = time.perf_counter() - t0
+        if await engine.store.db.run(_pending) == 0:
+            break
+        await dispatcher.step()  # not expected: a run still pending
+    steps = len(reports)
+    created = sum(report.created for report in reports)
+    swept = sum(report.delivered for report in reports)
+    executed_s = time.perf_counter() - t0
 
-        delivered_s = math.nan
-        deadline = time.perf_counter() + DELIVERY_TIMEOUT_S
-        while time.perf_counter() < deadline:
-            if await engine.store.db.run(_undelivered) == 0:
-                delivered_s = time.perf_counter() - t0
-                break
-            await asyncio.sleep(0.05)
-        check = await engine.store.db.run(_check_runs)
+    delivered_s = math.nan
+    deadline = time.perf_counter() + DELIVERY_TIMEOUT_S
+    while time.perf_counter() < deadline:
+        if await engine.store.db.run(_undelivered) == 0:
+            delivered_s = time.perf_counter() - t0
+            break
+        await asyncio.sleep(0.05)
+    check = await engine.store.db.run(_check_runs)
 
-        heap_peak = tracemalloc.get_traced_memory()[1] if trace else None
-        await scheduler.close()
-        await hub.close()
-        await engine.close()
+    heap_peak = tracemalloc.get_traced_memory()[1] if trace else None
+    await scheduler.close()
+    await hub.close()
+    await engine.close()
 
-    lags = sorted(s - t0 for s in started.values())
+    lags = sorted(c - t0 for c in claimed.values())
+    start_lags = sorted(s - t0 for s in started.values())
+    done_lags = sorted(f - t0 for f in finished.values())
     durations = sorted(finished[i] - started[i] for i in started if i in finished)
     return {
         "jobs": jobs,
         "concurrency": concurrency,
         "delivery": delivery,
         "create_s": create_s,
-        "first_step_s": materialize_s,
+        "first_step_s": first_step_s,
+        "database": url.split("://")[0],
         "first_step_created": first.created,
         "first_step_started": first.started,
         "created": created,
@@ -276,6 +329,13 @@ async def run_one(jobs: int, concurrency: int, delivery: bool, trace: bool) -> d
         "lag_p50": _pct(lags, 0.5),
         "lag_p99": _pct(lags, 0.99),
         "lag_max": lags[-1] if lags else math.nan,
+        "claimed": len(claimed),
+        "start_p50": _pct(start_lags, 0.5),
+        "start_p99": _pct(start_lags, 0.99),
+        "start_max": start_lags[-1] if start_lags else math.nan,
+        "done_p50": _pct(done_lags, 0.5),
+        "done_p99": _pct(done_lags, 0.99),
+        "done_max": done_lags[-1] if done_lags else math.nan,
         "run_p50_ms": _pct(durations, 0.5) * 1000,
         "run_p99_ms": _pct(durations, 0.99) * 1000,
         "executed": len(started),
@@ -291,7 +351,13 @@ async def run_one(jobs: int, concurrency: int, delivery: bool, trace: bool) -> d
 
 def child(args: argparse.Namespace) -> None:
     result = asyncio.run(
-        run_one(args.jobs, args.concurrency[0], not args.no_delivery, args.tracemalloc)
+        run_one(
+            args.jobs,
+            args.concurrency[0],
+            not args.no_delivery,
+            args.tracemalloc,
+            args.database_url,
+        )
     )
     print(json.dumps(result))
 
@@ -307,6 +373,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1,000 jobs")
     parser.add_argument("--no-delivery", action="store_true", help="stub hub.notify")
     parser.add_argument("--tracemalloc", action="store_true", help="Python heap peak (slower)")
+    parser.add_argument(
+        "--database-url",
+        help="a PostgreSQL server (postgresql+asyncpg://...): a fresh database is made on it",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
@@ -316,17 +386,22 @@ def main() -> None:
         return
 
     delivery = "excluded (hub.notify stubbed)" if args.no_delivery else "included"
+    backend = "PostgreSQL (asyncpg)" if args.database_url else "SQLite file (WAL)"
     print(
         f"scheduler scale: {args.jobs:,} cron jobs due at the same minute, zero-latency model, "
-        f"SQLite file (WAL); delivery {delivery}"
+        f"{backend}; delivery {delivery}"
     )
-    print("dispatcher driven: step() again whenever one of its runs ends (see docstring)")
+    print(
+        "one step() at the due time claims the due runs; a pool of max_concurrent workers "
+        "executes them\n(lags from the start of that step; definitions in the docstring)"
+    )
     results = []
     for concurrency in args.concurrency:
         cmd = [sys.executable, __file__, "--child", "--jobs", str(args.jobs)]
         cmd += ["--concurrency", str(concurrency)]
         cmd += ["--no-delivery"] if args.no_delivery else []
         cmd += ["--tracemalloc"] if args.tracemalloc else []
+        cmd += ["--database-url", args.database_url] if args.database_url else []
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             print(f"concurrency {concurrency}: failed\n{done.stderr[-3000:]}")
@@ -354,7 +429,7 @@ def main() -> None:
 
     n = args.jobs
     row("jobs created (bulk insert), s", lambda r: f"{r['create_s']:.2f}")
-    row("first step (materialize all), s", lambda r: f"{r['first_step_s']:.2f}")
+    row("first step (create+claim all), s", lambda r: f"{r['first_step_s']:.2f}")
     row(
         "runs created (job_runs rows)",
         lambda r: f"{r['rows']:,}",
@@ -380,16 +455,27 @@ def main() -> None:
         lambda r: r["executed"] == n,
     )
     row("runs status done", lambda r: f"{r['done']:,}", f"= {n:,}", lambda r: r["done"] == n)
-    row("dispatch steps", lambda r: f"{r['steps']:,}")
+    row("dispatch steps (incl. kicked off)", lambda r: f"{r['steps']:,}")
     row("re-delivered by step() sweep", lambda r: f"{r['swept']:,}", "0", lambda r: r["swept"] == 0)
-    row("dispatch lag p50, s", lambda r: f"{r['lag_p50']:.2f}")
     row(
-        "dispatch lag p99, s",
+        "runs claimed (lease taken)",
+        lambda r: f"{r['claimed']:,}",
+        f"= {n:,}",
+        lambda r: r["claimed"] == n,
+    )
+    row("dispatch lag (claimed) p50, s", lambda r: f"{r['lag_p50']:.2f}")
+    row(
+        "dispatch lag (claimed) p99, s",
         lambda r: f"{r['lag_p99']:.2f}",
         f"<= {GOAL_P99_LAG_S:.0f}",
         lambda r: r["lag_p99"] <= GOAL_P99_LAG_S,
     )
-    row("dispatch lag max, s", lambda r: f"{r['lag_max']:.2f}")
+    row("dispatch lag (claimed) max, s", lambda r: f"{r['lag_max']:.2f}")
+    row("start lag (execute began) p50, s", lambda r: f"{r['start_p50']:.2f}")
+    row("start lag (execute began) p99, s", lambda r: f"{r['start_p99']:.2f}")
+    row("start lag (execute began) max, s", lambda r: f"{r['start_max']:.2f}")
+    row("completion lag (stored) p50, s", lambda r: f"{r['done_p50']:.2f}")
+    row("completion lag (stored) p99, s", lambda r: f"{r['done_p99']:.2f}")
     row("one run (execute) p50, ms", lambda r: f"{r['run_p50_ms']:.1f}")
     row("one run (execute) p99, ms", lambda r: f"{r['run_p99_ms']:.1f}")
     row("all runs executed, s", lambda r: f"{r['executed_s']:.1f}")

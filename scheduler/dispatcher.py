@@ -5,12 +5,20 @@ timers (the next due time, a safety interval); the jobs themselves live in our t
 so nothing is ever pickled. Each step: due fires become runs, expired leases are
 reclaimed (or abandoned after the last attempt), runs are claimed and executed, and
 outcomes stored but never delivered are delivered.
+
+Claiming and executing are decoupled: a step claims every claimable run (up to
+``max_claimed`` held at once) in one transaction and hands them to an in-process queue;
+at most ``max_concurrent`` of them execute at a time. A queued run is leased like an
+executing one: the dispatcher renews all queued leases in one statement every lease/3,
+so a run whose process dies while it waits is reclaimed by another worker when its lease
+expires, exactly like a run that dies while it executes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -22,7 +30,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from engine.store.schema import utcnow
 from scheduler.runner import JobRunner
-from scheduler.store import JobStore, NextFire
+from scheduler.store import Job, JobStore, NextFire, Run
 
 __all__ = ["Dispatcher", "StepReport"]
 
@@ -52,6 +60,7 @@ class Dispatcher:
         lease: timedelta = timedelta(seconds=60),
         safety_interval_s: float = 30.0,
         max_concurrent: int = 32,
+        max_claimed: int = 20_000,
     ) -> None:
         self.store = store
         self.runner = runner
@@ -59,8 +68,14 @@ class Dispatcher:
         self._clock = clock
         self._lease = lease
         self._safety_interval_s = safety_interval_s
-        self._slots = asyncio.Semaphore(max_concurrent)
         self._max_concurrent = max_concurrent
+        self._max_claimed = max(max_claimed, max_concurrent)
+        #: Claimed runs waiting for an execution slot (their leases are renewed).
+        self._queue: deque[tuple[Run, Job]] = deque()
+        #: Ids of the runs this process holds: queued or executing.
+        self._held: set[int] = set()
+        self._workers = 0
+        self._renewer: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[object]] = set()
         self._step_lock = asyncio.Lock()
         self._scheduler: AsyncIOScheduler | None = None
@@ -93,6 +108,9 @@ class Dispatcher:
         if self._scheduler is not None and self._scheduler.running:
             self._scheduler.shutdown(wait=False)
         self._scheduler = None
+        self._queue.clear()  # their leases expire; another worker (or a restart) takes them
+        if self._renewer is not None:
+            self._renewer.cancel()
         for task in list(self._running):
             task.cancel()
         await asyncio.gather(*self._running, return_exceptions=True)
@@ -126,12 +144,16 @@ class Dispatcher:
             now = self._clock()
             made = await self.store.materialize(now, self.next_fire)
             abandoned = await self.store.abandon_expired(now)
-            free = self._max_concurrent - len(self._running)
-            claimed = await self.store.claim(self.runner.owner, now, self._lease, max(free, 0))
-            for run in claimed:
-                task = asyncio.create_task(self._execute(run))
-                self._running.add(task)
-                task.add_done_callback(self._running.discard)
+            room = self._max_claimed - len(self._held)
+            claimed = await self.store.claim_with_jobs(self.runner.owner, now, self._lease, room)
+            started = 0
+            for run, job in claimed:
+                # Our own expired lease (a stalled renewal) can come back: never hold it twice.
+                if run.id not in self._held:
+                    self._held.add(run.id)
+                    self._queue.append((run, job))
+                    started += 1
+            self._spawn_workers()
             pending = [
                 run for run in await self.store.undelivered() if run.id not in self.runner.busy
             ]
@@ -142,25 +164,70 @@ class Dispatcher:
                 created=len(made.runs),
                 missed=sum(made.missed.values()),
                 abandoned=len(abandoned),
-                started=len(claimed),
+                started=started,
                 delivered=len(pending),
             )
+
+    @property
+    def queued(self) -> int:
+        """Claimed runs waiting for an execution slot."""
+        return len(self._queue)
+
+    def _spawn_workers(self) -> None:
+        while self._queue and self._workers < self._max_concurrent and not self._closing:
+            self._workers += 1
+            task = asyncio.create_task(self._work())
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+        if self._queue and self._renewer is None and not self._closing:
+            self._renewer = asyncio.create_task(self._renew_queued())
+
+    async def _work(self) -> None:
+        """Execute queued runs one after the other until the queue is empty."""
+        try:
+            while self._queue and not self._closing:
+                run, job = self._queue.popleft()
+                if not self._queue and self._renewer is not None:
+                    self._renewer.cancel()  # nothing left waiting; executing runs renew theirs
+                try:
+                    await self.runner.execute(run, job)
+                except Exception:
+                    log.exception("run %s failed in the runner", run.id)
+                finally:
+                    self._held.discard(run.id)
+        finally:
+            self._workers -= 1
+        self._kick()
+
+    async def _renew_queued(self) -> None:
+        """Keep the leases of queued runs alive (executing ones renew their own)."""
+        interval = max(self._lease.total_seconds() / 3, 0.05)
+        try:
+            while self._queue and not self._closing:
+                await self.runner._sleep(interval)
+                ids = [run.id for run, _ in self._queue]
+                if not ids:
+                    break
+                kept = await self.store.renew(self.runner.owner, ids, self._clock() + self._lease)
+                lost = set(ids) - kept
+                if lost:
+                    log.warning("%d queued run(s) lost their lease; not run here", len(lost))
+                    self._queue = deque(item for item in self._queue if item[0].id not in lost)
+                    self._held.difference_update(lost)
+        except Exception:
+            log.exception("renewing the leases of queued runs failed")
+        finally:
+            self._renewer = None
+            if self._queue and not self._closing:
+                self._spawn_workers()  # restart the renewal (the queue got new runs meanwhile)
 
     async def drain(self) -> None:
         """Wait for the runs this process started, and the steps they kicked off."""
         while self._running:
             await asyncio.gather(*list(self._running), return_exceptions=True)
 
-    async def _execute(self, run) -> None:  # type: ignore[no-untyped-def]
-        async with self._slots:
-            try:
-                await self.runner.execute(run)
-            except Exception:
-                log.exception("run %s failed in the runner", run.id)
-        self._kick()
-
     def _kick(self) -> None:
-        """A slot is free: claim more at once (a backlog never waits for the safety timer)."""
+        """The queue ran dry: claim more at once (a backlog never waits for the safety timer)."""
         if self._kicked or self._closing:
             return
         self._kicked = True

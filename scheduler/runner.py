@@ -57,33 +57,41 @@ class JobRunner:
         #: Runs this process is executing or delivering (the sweep leaves them alone).
         self.busy: set[int] = set()
 
-    async def execute(self, run: Run) -> Run | None:
-        """Run a claimed run to its stored outcome, then deliver it."""
+    async def execute(self, run: Run, job: Job | None = None) -> Run | None:
+        """Run a claimed run to its stored outcome, then deliver it.
+
+        ``job``: the run's job as read when the run was claimed (saves a read); whether it
+        was deleted since is checked again when the run starts.
+        """
         self.busy.add(run.id)
         handed_over = False  # deliver() owns the busy mark from then on
         try:
-            job = await self.store.get(run.job_id)
+            if job is None:
+                job = await self.store.get(run.job_id)
             if job is None or job.deleted_at is not None:
                 await self.store.finish(run.id, self.owner, status="failed", error="job deleted")
                 await self.store.mark_delivered([run.id], "none")
                 return None
-            status, result, error = await self._run_session(job, run)
-            if not await self.store.finish(
+            ran = await self._run_session(job, run)
+            if ran is None:
+                return None
+            status, result, error = ran
+            finished = await self.store.finish(
                 run.id, self.owner, status=status, result=result, error=error
-            ):
+            )
+            if finished is None:
                 log.warning("run %s lost its lease before finishing; not delivered here", run.id)
                 return None
             self.engine.system_bus.publish(JobCompleted(job.id, run.id, status))
-            finished = await self.store.run(run.id)
-            if finished is not None:
-                handed_over = True
-                await self.deliver([finished], claimed=True)
+            handed_over = True
+            await self.deliver([finished], claimed=True, jobs={job.id: job})
             return finished
         finally:
             if not handed_over:
                 self.busy.discard(run.id)
 
-    async def _run_session(self, job: Job, run: Run) -> tuple[str, str | None, str | None]:
+    async def _run_session(self, job: Job, run: Run) -> tuple[str, str | None, str | None] | None:
+        """The run's outcome, or None when it must not run (lease lost, job deleted)."""
         handler = await self.engine.new_session(
             "cron",
             agent_id=job.agent_id if self.engine.agents.get(job.agent_id) else "main",
@@ -94,7 +102,16 @@ class JobRunner:
             auto_deny_approvals=True,
             scratchpad_of=job.parent_session_id if job.kind == "async" else None,
         )
-        await self.store.set_session(run.id, handler.session.id)
+        # One transaction records the session and checks the run is still ours and its job
+        # still there (a claimed run may have waited in the dispatcher's queue).
+        started = await self.store.start(run.id, self.owner, handler.session.id)
+        if started == "lost":
+            log.warning("run %s lost its lease before it started; not run here", run.id)
+            return None
+        if started == "deleted":
+            await self.store.finish(run.id, self.owner, status="failed", error="job deleted")
+            await self.store.mark_delivered([run.id], "none")
+            return None
         keeper = asyncio.create_task(self._keep_lease(run.id, handler.cancel))
         try:
             outcome = await handler.handle_message(job.prompt)
@@ -118,13 +135,26 @@ class JobRunner:
                 stop()
                 return
 
-    async def deliver(self, runs: list[Run], *, claimed: bool = False) -> None:
+    async def deliver(
+        self, runs: list[Run], *, claimed: bool = False, jobs: dict[int, Job] | None = None
+    ) -> None:
         """Tell the user: a result, a failure, an abandoned run, missed fires (grouped).
 
         A run is marked busy before the first await and stays busy until its notification
         is stored in the chat, so no other step delivers it meanwhile. ``claimed``: the
-        caller already holds these runs (the runner that just finished them).
+        caller already holds these runs (the runner that just finished them). ``jobs``:
+        the runs' jobs, already read (the runner's own run; saves a read per run).
         """
+        known = dict(jobs or {})
+
+        async def job_of(job_id: int) -> Job | None:
+            if job_id not in known:
+                found = await self.store.get(job_id)
+                if found is None:
+                    return None
+                known[job_id] = found
+            return known[job_id]
+
         mine = []
         for run in runs:
             if run.id in self.busy and not claimed:
@@ -135,7 +165,9 @@ class JobRunner:
         missed: dict[int, list[Run]] = defaultdict(list)
         try:
             for run in mine:
-                job = await self.store.get(run.job_id)
+                if run.delivery_status != "pending":
+                    continue  # settled already (its job was deleted while it ran)
+                job = await job_of(run.job_id)
                 if job is None or job.deleted_at is not None:
                     await self.store.mark_delivered([run.id], "none")  # nobody to tell now
                 elif run.status == "missed":
@@ -146,7 +178,7 @@ class JobRunner:
                     self._notify(job, [run], _summary(job, run), _event_type(run))
                     notified.add(run.id)
             for job_id, group in missed.items():
-                job = await self.store.get(job_id)
+                job = await job_of(job_id)
                 assert job is not None
                 first, last = group[0].scheduled_for, group[-1].scheduled_for
                 summary = (

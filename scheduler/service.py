@@ -63,6 +63,7 @@ class Scheduler:
         safety_interval_s: float = 30.0,
         tic_interval_s: int = 0,
         max_concurrent: int = 32,
+        max_claimed: int = 20_000,
     ) -> None:
         self.engine = engine
         self.hub = hub
@@ -86,6 +87,7 @@ class Scheduler:
             lease=lease,
             safety_interval_s=safety_interval_s,
             max_concurrent=max_concurrent,
+            max_claimed=max_claimed,
         )
         self._tasks: set[asyncio.Task[None]] = set()
         self.tic = Tic(engine, hub)

@@ -135,6 +135,24 @@ class JobStore:
         """Take runs to execute: pending ones, and running ones whose lease expired."""
         return await self._db.run(_claim, owner, now, lease, limit)
 
+    async def claim_with_jobs(
+        self, owner: str, now: datetime, lease: timedelta, limit: int
+    ) -> list[tuple[Run, Job]]:
+        """``claim``, with each run's job read in the same transaction."""
+        return await self._db.run(_claim_with_jobs, owner, now, lease, limit)
+
+    async def renew(self, owner: str, run_ids: Sequence[int], expires_at: datetime) -> set[int]:
+        """Extend the leases of many held runs at once; the ids still held by ``owner``."""
+        return await self._db.run(_renew, owner, list(run_ids), expires_at)
+
+    async def start(self, run_id: int, owner: str, session_id: int) -> str:
+        """Record the session of a claimed run about to execute, if it is still ours.
+
+        ``started``; ``lost`` (the lease went to another owner; do not run it); ``deleted``
+        (the job was deleted while the run waited; do not run it).
+        """
+        return await self._db.run(_start, run_id, owner, session_id)
+
     async def abandon_expired(self, now: datetime) -> list[Run]:
         """Runs whose lease expired after their last attempt become ``abandoned``."""
         return await self._db.run(_abandon_expired, now)
@@ -153,8 +171,9 @@ class JobStore:
         status: str,
         result: str | None = None,
         error: str | None = None,
-    ) -> bool:
-        """Store the outcome (before any delivery); False if the lease was lost meanwhile."""
+    ) -> Run | None:
+        """Store the outcome (before any delivery): the stored run, None if the lease was
+        lost meanwhile."""
         return await self._db.run(_finish, run_id, owner, status, result, error)
 
     async def undelivered(self, limit: int = 100) -> list[Run]:
@@ -251,18 +270,27 @@ def _next_due_at(conn: Connection) -> datetime | None:
 
 
 def _insert_ignoring_duplicates(conn: Connection, rows: list[dict[str, Any]]) -> list[Run]:
-    """Insert runs; a fire some other dispatcher already created is skipped. The inserted."""
+    """Insert runs; a fire some other dispatcher already created is skipped. The inserted.
+
+    One multi-row ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` per batch (SQLAlchemy's
+    insertmanyvalues), not one statement per run.
+    """
+    if not rows:
+        return []
     dialect = conn.dialect.name
     if dialect == "postgresql":
         statement = postgresql.insert(r).on_conflict_do_nothing(constraint="uq_runs_job_fire")
     else:
         statement = sqlite.insert(r).on_conflict_do_nothing()
-    inserted = []
-    for row in rows:
-        result = conn.execute(statement.values(**row).returning(*r.c)).first()
-        if result is not None:
-            inserted.append(_run_row(result))
-    return inserted
+    result = conn.execute(statement.returning(*r.c), rows)
+    return [_run_row(row) for row in result]
+
+
+_move_job = (
+    j.update()
+    .where(j.c.id == sa.bindparam("b_id"))
+    .values(next_run_at=sa.bindparam("b_next"), enabled=sa.bindparam("b_enabled"))
+)
 
 
 def _materialize(conn: Connection, now: datetime, next_fire: NextFire, batch: int) -> Materialized:
@@ -280,8 +308,9 @@ def _materialize(conn: Connection, now: datetime, next_fire: NextFire, batch: in
             .limit(batch)
         )
     ]
-    created: list[Run] = []
-    missed_counts: dict[int, int] = {}
+    rows: list[dict[str, Any]] = []
+    moves: list[dict[str, Any]] = []
+    late_counts: dict[int, int] = {}
     for job in due:
         assert job.next_run_at is not None
         fires = [job.next_run_at]
@@ -295,20 +324,25 @@ def _materialize(conn: Connection, now: datetime, next_fire: NextFire, batch: in
         late = [f for f in fires if now - f > grace]
         if job.coalesce and len(on_time) > 1:
             late, on_time = late + on_time[:-1], on_time[-1:]
-        rows = [_new_run(job.id, fire, "pending", now) for fire in on_time]
+        rows += [_new_run(job.id, fire, "pending", now) for fire in on_time]
         rows += [_new_run(job.id, fire, "missed", now) for fire in late[-MAX_MISSED_ROWS:]]
-        for run in _insert_ignoring_duplicates(conn, rows):
-            if run.status == "pending":
-                created.append(run)
-            else:
-                missed_counts[job.id] = missed_counts.get(job.id, 0) + 1
-        if late and job.id in missed_counts:
-            missed_counts[job.id] += len(late) - min(len(late), MAX_MISSED_ROWS)
+        if late:
+            late_counts[job.id] = len(late)
         upcoming = next_fire(job, max(fires[-1], now))
-        values: dict[str, Any] = {"next_run_at": upcoming}
-        if upcoming is None:
-            values["enabled"] = False  # a single run, or a schedule with no future fire
-        conn.execute(j.update().where(j.c.id == job.id).values(**values))
+        # No future fire (a single run, or a schedule that ended): the job disables itself.
+        moves.append({"b_id": job.id, "b_next": upcoming, "b_enabled": upcoming is not None})
+    created: list[Run] = []
+    missed_counts: dict[int, int] = {}
+    for run in _insert_ignoring_duplicates(conn, rows):
+        if run.status == "pending":
+            created.append(run)
+        else:
+            missed_counts[run.job_id] = missed_counts.get(run.job_id, 0) + 1
+    for job_id in missed_counts:  # fires older than the recorded rows are still counted
+        missed_counts[job_id] += late_counts[job_id] - min(late_counts[job_id], MAX_MISSED_ROWS)
+    if moves:
+        conn.execute(_move_job, moves)
+    created.sort(key=lambda run: (run.scheduled_for, run.id))
     return Materialized(created, missed_counts, len(due))
 
 
@@ -334,38 +368,92 @@ def _claimable(now: datetime) -> sa.ColumnElement[bool]:
 
 
 def _claim(conn: Connection, owner: str, now: datetime, lease: timedelta, limit: int) -> list[Run]:
-    candidates = conn.execute(
+    """One ``UPDATE ... RETURNING`` takes up to ``limit`` claimable runs, oldest fire first.
+
+    The claimable condition is checked again by the UPDATE itself, row by row, so a run
+    another owner took meanwhile (PostgreSQL: after its lock is released) is not taken
+    twice; on PostgreSQL the candidates are locked with ``SKIP LOCKED`` so concurrent
+    claimers take different runs instead of waiting for each other.
+    """
+    if limit <= 0:
+        return []
+    candidates = (
         sa.select(r.c.id)
         .join(j, j.c.id == r.c.job_id)
         .where(_claimable(now), r.c.scheduled_for <= now)
         .order_by(r.c.scheduled_for, r.c.id)
         .limit(limit)
-    ).scalars()
-    claimed = []
-    for run_id in list(candidates):
-        jobs_of_run = sa.select(j.c.max_attempts).where(j.c.id == r.c.job_id).scalar_subquery()
-        done = conn.execute(
-            r.update()
-            .where(
-                r.c.id == run_id,
-                sa.or_(
-                    r.c.status == "pending",
-                    sa.and_(r.c.status == "running", r.c.lease_expires_at < now),
-                ),
-                r.c.attempt < jobs_of_run,
-            )
-            .values(
-                status="running",
-                lease_owner=owner,
-                lease_expires_at=now + lease,
-                attempt=r.c.attempt + 1,
-                started_at=now,
-            )
+    )
+    if conn.dialect.name == "postgresql":
+        candidates = candidates.with_for_update(of=r, skip_locked=True)
+    # A CTE is evaluated once (PostgreSQL may otherwise re-run a LIMIT subquery per row).
+    chosen = candidates.cte("chosen")
+    max_attempts = sa.select(j.c.max_attempts).where(j.c.id == r.c.job_id).scalar_subquery()
+    rows = conn.execute(
+        r.update()
+        .where(
+            r.c.id.in_(sa.select(chosen.c.id)),
+            sa.or_(
+                r.c.status == "pending",
+                sa.and_(r.c.status == "running", r.c.lease_expires_at < now),
+            ),
+            r.c.attempt < max_attempts,
         )
-        if done.rowcount == 1:
-            row = conn.execute(sa.select(r).where(r.c.id == run_id)).first()
-            claimed.append(_run_row(row))
+        .values(
+            status="running",
+            lease_owner=owner,
+            lease_expires_at=now + lease,
+            attempt=r.c.attempt + 1,
+            started_at=now,
+        )
+        .returning(*r.c)
+    ).all()
+    claimed = [_run_row(row) for row in rows]
+    claimed.sort(key=lambda run: (run.scheduled_for, run.id))
     return claimed
+
+
+def _claim_with_jobs(
+    conn: Connection, owner: str, now: datetime, lease: timedelta, limit: int
+) -> list[tuple[Run, Job]]:
+    claimed = _claim(conn, owner, now, lease, limit)
+    jobs: dict[int, Job] = {}
+    ids = sorted({run.job_id for run in claimed})
+    for chunk in _chunks(ids):
+        for row in conn.execute(sa.select(j).where(j.c.id.in_(chunk))):
+            jobs[row.id] = _job(row)
+    return [(run, jobs[run.job_id]) for run in claimed]
+
+
+def _chunks(ids: Sequence[int], size: int = 5_000) -> list[Sequence[int]]:
+    return [ids[i : i + size] for i in range(0, len(ids), size)]
+
+
+def _renew(conn: Connection, owner: str, run_ids: list[int], expires_at: datetime) -> set[int]:
+    kept: set[int] = set()
+    for chunk in _chunks(run_ids):
+        rows = conn.execute(
+            r.update()
+            .where(r.c.id.in_(chunk), r.c.lease_owner == owner, r.c.status == "running")
+            .values(lease_expires_at=expires_at)
+            .returning(r.c.id)
+        )
+        kept.update(row[0] for row in rows)
+    return kept
+
+
+def _start(conn: Connection, run_id: int, owner: str, session_id: int) -> str:
+    """Record the run's session if the run is still ours: ``started``, ``lost`` or ``deleted``."""
+    done = conn.execute(
+        r.update()
+        .where(r.c.id == run_id, r.c.lease_owner == owner, r.c.status == "running")
+        .values(session_id=session_id)
+        .returning(r.c.job_id)
+    ).first()
+    if done is None:
+        return "lost"
+    deleted = conn.execute(sa.select(j.c.deleted_at).where(j.c.id == done[0])).scalar()
+    return "deleted" if deleted is not None else "started"
 
 
 def _abandon_expired(conn: Connection, now: datetime) -> list[Run]:
@@ -423,8 +511,8 @@ def _finish(
     status: str,
     result: str | None,
     error: str | None,
-) -> bool:
-    done = conn.execute(
+) -> Run | None:
+    row = conn.execute(
         r.update()
         .where(r.c.id == run_id, r.c.lease_owner == owner, r.c.status == "running")
         .values(
@@ -434,8 +522,18 @@ def _finish(
             finished_at=utcnow(),
             lease_expires_at=None,
         )
-    )
-    return done.rowcount == 1
+        .returning(*r.c)
+    ).first()
+    if row is None:
+        return None
+    run = _run_row(row)
+    if run.delivery_status == "pending":
+        # The job was deleted while the run worked: nobody asked for its outcome any more.
+        deleted = conn.execute(sa.select(j.c.deleted_at).where(j.c.id == run.job_id)).scalar()
+        if deleted is not None:
+            conn.execute(r.update().where(r.c.id == run_id).values(delivery_status="none"))
+            run = replace(run, delivery_status="none")
+    return run
 
 
 def _undelivered(conn: Connection, limit: int) -> list[Run]:
