@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from bot.http.api import ApiRoutes
+from bot.http.web import WebInbox
 from bot.telegram.poller import UpdateSink
 from bot.telegram.store import TelegramStore
 from scheduler.events import EventStore
@@ -25,6 +26,7 @@ __all__ = [
     "ApiExposureError",
     "ApiRoutes",
     "TelegramWebhook",
+    "WebInbox",
     "check_api_exposure",
     "create_app",
     "webhook_path",
@@ -136,14 +138,19 @@ def create_app(
     health: Health | None = None,
     events: EventsEndpoint | None = None,
     api: ApiRoutes | None = None,
+    web: WebInbox | None = None,
     host: str = "127.0.0.1",
 ) -> Starlette:
-    """The app; with ``api`` and no token it refuses to serve beyond loopback."""
+    """The app; with ``api`` or ``web`` and no token it refuses to serve beyond loopback."""
     if api is not None:
         check_api_exposure(host, api.token)
+    if web is not None:
+        check_api_exposure(host, web.token)
     routes: list[Route] = []
     if api is not None:
         routes.extend(api.routes())
+    if web is not None:
+        routes.extend(web.routes())
     if events is not None:
         routes.append(Route("/api/events", events.handle, methods=["POST"]))
     if webhook is not None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -15,57 +14,16 @@ from bot.http.api import ApiRoutes
 from bot.http.app import create_app
 from bot.http.operations import Operations
 from engine.bus.system import SessionCancelled
-from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
 from engine.core import Engine
-from engine.hub import ChatHub
-from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import tool_call
 from engine.session import events as ev
 from engine.session.outcomes import Final
 from engine.store.schema import job_runs, utcnow
 from scheduler.service import Scheduler
-from tests.clock import FakeClock
-from tests.engine.hub.conftest import EchoModel, ManualSleep
 
 TOKEN = "s3cret-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 ORIGIN = "telegram:1"
-
-
-@pytest.fixture
-def model() -> EchoModel:
-    return EchoModel(name="primary")
-
-
-@pytest.fixture
-async def engine(tmp_path: Path, model: EchoModel) -> AsyncIterator[Engine]:
-    settings = load_settings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
-        chathub_workspace=tmp_path / "workspace",
-        chathub_timezone="UTC",
-        _env_file=None,
-    )
-    config = AppConfig(
-        settings=settings, models=(), engine=EngineConfig(max_tool_rounds=6, command_timeout_s=5)
-    )
-    engine = await Engine.open(config, models=ModelRegistry([model]))  # default rules
-    yield engine
-    await engine.close()
-
-
-@pytest.fixture
-async def hub(engine: Engine) -> AsyncIterator[ChatHub]:
-    hub = ChatHub(engine, HubConfig(idle_evict_s=60), sleep=ManualSleep())
-    await hub.start()
-    yield hub
-    await hub.close()
-
-
-@pytest.fixture
-async def scheduler(engine: Engine, hub: ChatHub) -> AsyncIterator[Scheduler]:
-    scheduler = Scheduler(engine, hub, timezone="UTC", clock=FakeClock(), owner="api-test")
-    yield scheduler
-    await scheduler.close()
 
 
 @pytest.fixture

@@ -1,0 +1,59 @@
+// Progressive enhancement of the Agent Inbox: the page works without this script.
+// With it, action forms are sent in the background and the live part is refreshed
+// (every few seconds, unless someone is typing in it).
+"use strict";
+(function () {
+  const live = () => document.getElementById("live");
+  let busy = false;
+
+  async function refresh(url) {
+    const target = live();
+    if (!target || busy) return;
+    const response = await fetch(url || window.location.pathname + window.location.search, {
+      credentials: "same-origin", headers: { "accept": "text/html" },
+    });
+    if (!response.ok) return;
+    const doc = new DOMParser().parseFromString(await response.text(), "text/html");
+    const fresh = doc.getElementById("live");
+    if (fresh) { target.replaceWith(fresh); bind(); }
+  }
+
+  function typing() {
+    const el = document.activeElement;
+    return el && live() && live().contains(el) && (el.value || "").length > 0;
+  }
+
+  async function submit(event) {
+    const form = event.target;
+    if (form.dataset.confirm && !window.confirm(form.dataset.confirm)) { event.preventDefault(); return; }
+    event.preventDefault();
+    const body = new URLSearchParams(new FormData(form));
+    if (event.submitter && event.submitter.name) body.set(event.submitter.name, event.submitter.value);
+    busy = true;
+    form.querySelectorAll("button").forEach((b) => { b.disabled = true; });
+    try {
+      const response = await fetch(form.action, {
+        method: "POST", body, credentials: "same-origin",
+        headers: { "content-type": "application/x-www-form-urlencoded" },
+      });
+      busy = false;
+      // The server answers 303 to the inbox with a flash message; fetch followed it.
+      await refresh(response.redirected ? response.url : undefined);
+      if (response.redirected) history.replaceState(null, "", response.url);
+    } catch (err) {
+      busy = false;
+      form.submit();  // fall back to the plain form
+    }
+  }
+
+  function bind() {
+    document.querySelectorAll("form.js-action").forEach((form) => {
+      if (!form.dataset.bound) { form.dataset.bound = "1"; form.addEventListener("submit", submit); }
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    bind();
+    if (live()) setInterval(() => { if (!typing() && !document.hidden) refresh(); }, 4000);
+  });
+})();
