@@ -145,7 +145,9 @@ class Dispatcher:
             made = await self.store.materialize(now, self.next_fire)
             abandoned = await self.store.abandon_expired(now)
             room = self._max_claimed - len(self._held)
-            claimed = await self.store.claim_with_jobs(self.runner.owner, now, self._lease, room)
+            claimed = await self.store.claim_with_jobs(
+                self.runner.owner, now, self._lease, room, made.read
+            )
             started = 0
             for run, job in claimed:
                 # Our own expired lease (a stalled renewal) can come back: never hold it twice.

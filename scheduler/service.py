@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -64,6 +64,7 @@ class Scheduler:
         tic_interval_s: int = 0,
         max_concurrent: int = 32,
         max_claimed: int = 20_000,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.engine = engine
         self.hub = hub
@@ -78,6 +79,7 @@ class Scheduler:
             owner=owner or f"worker-{uuid.uuid4().hex[:8]}",
             lease=lease,
             clock=clock,
+            sleep=sleep,
         )
         self.dispatcher = Dispatcher(
             self.store,

@@ -123,9 +123,19 @@ async def make_scheduler(
         lease: timedelta = timedelta(seconds=60),
         limits: SchedulerLimits | None = None,
         clock_: Callable[[], datetime] = clock,
+        max_concurrent: int = 32,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> Scheduler:
         scheduler = Scheduler(
-            engine, hub, timezone="UTC", limits=limits, clock=clock_, owner=owner, lease=lease
+            engine,
+            hub,
+            timezone="UTC",
+            limits=limits,
+            clock=clock_,
+            owner=owner,
+            lease=lease,
+            max_concurrent=max_concurrent,
+            **({"sleep": sleep} if sleep is not None else {}),
         )
         made.append(scheduler)
         return scheduler

@@ -474,3 +474,141 @@ async def test_the_dispatcher_wakes_at_the_due_time_and_sleeps_until_the_next(
 
     await asyncio.wait_for(rescheduled(), 5)
     assert scheduler.dispatcher.last_step_at == clock.now
+
+
+# -- claimed runs waiting for a slot --------------------------------------------------------------
+
+
+async def blocked_with_queue(
+    engine: Engine,
+    make_scheduler: Callable[..., Scheduler],
+    clock: FakeClock,
+    model: EchoModel,
+    *,
+    sleep: ManualSleep,
+) -> tuple[Scheduler, list[Run], BlockingTool]:
+    """Three jobs due, one slot: the first run blocks in a tool, two wait claimed."""
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    model.add(tool_call("wait_here", "{}", "w"))
+    scheduler = make_scheduler(owner="worker-a", max_concurrent=1, sleep=sleep)
+    for i in range(3):
+        await scheduler.create_cron(ORIGIN, f"job {i}", "0 8 * * *", f"job {i}: go")
+    clock.now = datetime(2026, 1, 1, 8, 0, 5, tzinfo=UTC)
+
+    report = await scheduler.dispatcher.step()
+    await asyncio.wait_for(blocker.started.wait(), 5)
+
+    assert (report.created, report.started) == (3, 3)  # all three claimed at once
+    assert scheduler.dispatcher.queued == 2
+    assert len(await cron_sessions(engine)) == 1  # one executes
+    runs = [
+        run for job in await scheduler.jobs(ORIGIN) for run in await scheduler.store.runs(job.id)
+    ]
+    assert all((r.status, r.lease_owner, r.attempt) == ("running", "worker-a", 1) for r in runs)
+    return scheduler, sorted(runs, key=lambda r: r.id), blocker
+
+
+def renewals(scheduler: Scheduler) -> asyncio.Queue[set[int]]:
+    """What each bulk lease renewal kept."""
+    seen: asyncio.Queue[set[int]] = asyncio.Queue()
+    original = scheduler.store.renew
+
+    async def renew(owner: str, run_ids: Any, expires_at: datetime) -> set[int]:
+        kept = await original(owner, run_ids, expires_at)
+        seen.put_nowait(kept)
+        return kept
+
+    scheduler.store.renew = renew  # type: ignore[method-assign]
+    return seen
+
+
+async def test_claimed_runs_wait_for_a_slot_with_their_leases_renewed_and_then_run(
+    engine: Engine,
+    make_scheduler: Callable[..., Scheduler],
+    clock: FakeClock,
+    model: EchoModel,
+    notified: list[Notification],
+    origin: int,
+) -> None:
+    sleep = ManualSleep()
+    scheduler, runs, blocker = await blocked_with_queue(
+        engine, make_scheduler, clock, model, sleep=sleep
+    )
+    seen = renewals(scheduler)
+    queued = {r.id for r in runs[1:]}
+
+    clock.advance(timedelta(seconds=50))
+    await sleep.release(LEASE.total_seconds() / 3)  # the keeper of the executing run
+    await sleep.release(LEASE.total_seconds() / 3)  # the renewal of the queued ones
+    assert await asyncio.wait_for(seen.get(), 5) == queued
+    for run in runs:
+        stored = await scheduler.store.run(run.id)
+        assert stored.lease_expires_at == clock() + LEASE  # renewed at 08:00:55
+    clock.advance(timedelta(seconds=30))  # past the first lease (08:01:05)
+    other = make_scheduler(owner="worker-b")
+    assert (await other.dispatcher.step()).started == 0  # nothing to take over
+
+    blocker.release.set()
+    await asyncio.wait_for(scheduler.dispatcher.drain(), 5)
+
+    stored = [await scheduler.store.run(r.id) for r in runs]
+    assert [(r.status, r.attempt, r.lease_owner) for r in stored] == [("done", 1, "worker-a")] * 3
+    assert sorted(notified_runs(notified)) == [r.id for r in runs]
+    assert len(await cron_sessions(engine)) == 3
+
+
+async def test_queued_runs_of_a_worker_that_stopped_are_reclaimed_by_another(
+    engine: Engine,
+    make_scheduler: Callable[..., Scheduler],
+    clock: FakeClock,
+    model: EchoModel,
+    notified: list[Notification],
+    origin: int,
+) -> None:
+    """The process holding claimed runs dies (its in-memory queue with it): their leases
+    run out and another worker takes them, each run once more, each delivered once."""
+    dead, runs, _ = await blocked_with_queue(
+        engine, make_scheduler, clock, model, sleep=ManualSleep()
+    )
+    await dead.close()  # no outcome stored, no lease released: as if killed
+
+    alive = make_scheduler(owner="worker-b")
+    clock.advance(LEASE / 2)
+    assert (await alive.dispatcher.step()).started == 0  # the leases still hold
+    clock.advance(LEASE)
+    report = await alive.dispatcher.step()
+    await asyncio.wait_for(alive.dispatcher.drain(), 5)
+
+    assert report.started == 3
+    stored = [await alive.store.run(r.id) for r in runs]
+    assert [(r.status, r.attempt, r.lease_owner) for r in stored] == [("done", 2, "worker-b")] * 3
+    assert sorted(notified_runs(notified)) == [r.id for r in runs]
+
+
+async def test_a_run_whose_job_is_deleted_while_it_waits_for_a_slot_does_not_run(
+    engine: Engine,
+    make_scheduler: Callable[..., Scheduler],
+    clock: FakeClock,
+    model: EchoModel,
+    notified: list[Notification],
+    origin: int,
+) -> None:
+    scheduler, runs, blocker = await blocked_with_queue(
+        engine, make_scheduler, clock, model, sleep=ManualSleep()
+    )
+    waiting = runs[1]
+    await scheduler.delete(ORIGIN, waiting.job_id)
+
+    blocker.release.set()
+    await asyncio.wait_for(scheduler.dispatcher.drain(), 5)
+
+    stored = await scheduler.store.run(waiting.id)
+    assert (stored.status, stored.error, stored.delivery_status) == (
+        "failed",
+        "job deleted",
+        "none",
+    )
+    assert waiting.id not in notified_runs(notified)
+    assert sorted(notified_runs(notified)) == [runs[0].id, runs[2].id]
+    assert [m for m in model.requests if last_user_text(m[0]) == "job 1: go"] == []

@@ -364,3 +364,114 @@ async def test_delete_drops_pending_runs_and_returns_the_running_sessions(
     assert [j.id for j in await jobs.for_source("telegram:1")] == [other.id]
     assert await jobs.claim("worker-b", at(9), LEASE, 10) == []  # nothing of it is claimable
     assert await jobs.delete(job.id) == [4242]  # idempotent
+
+
+# -- at scale: materialized and claimed in bulk ------------------------------------------------
+
+
+async def test_many_due_jobs_become_one_run_each_across_batches_and_two_claimers(
+    store: Store, open_store: Callable[[], Awaitable[Store]]
+) -> None:
+    """More due jobs than one materialize batch, two dispatchers creating and claiming at
+    once: every fire is one row, and every run is claimed by exactly one of them."""
+    first, second = JobStore(store.db), JobStore((await open_store()).db)
+    await store.db.run(_insert_due_jobs, 1_200)
+
+    made = await asyncio.gather(
+        first.materialize(at(1, 0, 1), cron_next_fire, batch=500),
+        second.materialize(at(1, 0, 1), cron_next_fire, batch=500),
+    )
+    claims = await asyncio.gather(
+        first.claim_with_jobs("worker-a", at(1, 0, 2), LEASE, 700),
+        second.claim_with_jobs("worker-b", at(1, 0, 2), LEASE, 700),
+    )
+
+    assert sum(len(m.runs) for m in made) == 1_200
+    assert not {r.id for r in made[0].runs} & {r.id for r in made[1].runs}
+    a, b = ({run.id for run, _ in claim} for claim in claims)
+    assert len(a) + len(b) == 1_200 and not a & b
+    assert all(run.job_id == job.id for claim in claims for run, job in claim)
+    assert all(run.attempt == 1 and run.status == "running" for c in claims for run, _ in c)
+    counts = await store.db.run(_runs_per_job)
+    assert counts == {1: 1_200}  # jobs with exactly one run: all of them
+    assert await first.claim("worker-c", at(1, 0, 3), LEASE, 10) == []
+
+
+def _insert_due_jobs(conn, n: int) -> None:  # type: ignore[no-untyped-def]
+    from engine.store.schema import scheduled_jobs, utcnow
+
+    conn.execute(
+        scheduled_jobs.insert(),
+        [
+            {
+                "kind": "cron",
+                "title": f"job {i}",
+                "spec": "0 * * * *",
+                "timezone": "UTC",
+                "prompt": "go",
+                "origin_source": "telegram:1",
+                "next_run_at": at(1),
+                "created_at": utcnow(),
+            }
+            for i in range(n)
+        ],
+    )
+
+
+def _runs_per_job(conn) -> dict[int, int]:  # type: ignore[no-untyped-def]
+    import sqlalchemy as sa
+
+    from engine.store.schema import job_runs
+
+    per_job = (
+        sa.select(job_runs.c.job_id, sa.func.count().label("n"))
+        .group_by(job_runs.c.job_id)
+        .subquery()
+    )
+    return dict(conn.execute(sa.select(per_job.c.n, sa.func.count()).group_by(per_job.c.n)).all())
+
+
+async def test_renew_extends_only_the_leases_the_owner_still_holds(jobs: JobStore) -> None:
+    mine = [await pending_run(jobs, title=f"mine {i}") for i in range(2)]
+    theirs = await pending_run(jobs, title="theirs")
+    await jobs.claim("worker-a", at(1), LEASE, 2)
+    await jobs.claim("worker-b", at(1), LEASE, 1)
+
+    kept = await jobs.renew("worker-a", [r.id for r in (*mine, theirs)], at(1, 1, 50))
+
+    assert kept == {r.id for r in mine}
+    assert await jobs.claim("worker-c", at(1, 1, 30), LEASE, 10) != []  # theirs expired
+    assert (await jobs.run(theirs.id)).lease_owner == "worker-c"
+    assert [(await jobs.run(r.id)).lease_owner for r in mine] == ["worker-a", "worker-a"]
+    assert await jobs.renew("worker-b", [theirs.id], at(1, 5)) == set()  # lost it
+
+
+async def test_start_records_the_session_only_while_the_run_is_held_and_its_job_alive(
+    jobs: JobStore,
+) -> None:
+    run = await pending_run(jobs)
+    other = await pending_run(jobs, title="other")
+    assert await jobs.start(run.id, "worker-a", 7) == "lost"  # not claimed yet
+    await jobs.claim("worker-a", at(1), LEASE, 2)
+
+    assert await jobs.start(run.id, "worker-b", 7) == "lost"
+    assert await jobs.start(run.id, "worker-a", 7) == "started"
+    assert (await jobs.run(run.id)).session_id == 7
+    await jobs.delete(other.job_id)  # deleted while its claimed run waited for a slot
+    assert await jobs.start(other.id, "worker-a", 8) == "deleted"
+
+
+async def test_finish_returns_the_stored_run_and_settles_a_deleted_jobs_delivery(
+    jobs: JobStore,
+) -> None:
+    run = await pending_run(jobs)
+    other = await pending_run(jobs, title="other")
+    await jobs.claim("worker-a", at(1), LEASE, 2)
+
+    stored = await jobs.finish(run.id, "worker-a", status="done", result="ok")
+    assert stored == await jobs.run(run.id)
+    assert (stored.status, stored.result, stored.delivery_status) == ("done", "ok", "pending")
+    await jobs.delete(other.job_id)
+    late = await jobs.finish(other.id, "worker-a", status="failed", error="cancelled")
+    assert (late.status, late.delivery_status) == ("failed", "none")
+    assert [r.id for r in await jobs.undelivered()] == [run.id]
