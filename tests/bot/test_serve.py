@@ -2,84 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
 
-import pytest
-
-from tests.fakes.openai_server import FakeOpenAIServer
+from tests.bot.process import ALICE, wait_for
 from tests.fakes.telegram_server import FakeTelegramServer
-
-ALICE = 111
-
-
-@pytest.fixture
-def telegram() -> Iterator[FakeTelegramServer]:
-    server = FakeTelegramServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def serve(tmp_path: Path, telegram: FakeTelegramServer, fake_openai: FakeOpenAIServer):
-    children: list[subprocess.Popen[str]] = []
-
-    def start(**env: str) -> subprocess.Popen[str]:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "bot.cli", "serve"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=tmp_path,
-            env={
-                "PATH": os.environ.get("PATH", ""),
-                "HOME": str(tmp_path),
-                "LLM_BASE_URL": fake_openai.base_url,
-                "LLM_MODEL": "fake-model",
-                "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
-                "CHATHUB_WORKSPACE": str(tmp_path / "workspace"),
-                "CHATHUB_TIMEZONE": "UTC",
-                "TELEGRAM_BOT_TOKEN": "123456:TEST",
-                "TELEGRAM_API_URL": telegram.base_url,
-                "TELEGRAM_ALLOWED_USER_IDS": str(ALICE),
-                "HTTP_PORT": str(_free_port()),
-                **env,
-            },
-        )
-        children.append(child)
-        return child
-
-    yield start
-    for child in children:
-        if child.poll() is None:
-            child.kill()
-        child.wait(timeout=10)
-        if child.stderr:
-            child.stderr.close()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(predicate: Callable[[], Any], within_s: float = 20) -> Any:
-    deadline = time.monotonic() + within_s
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
-    return value
 
 
 def replies(telegram: FakeTelegramServer) -> list[str]:

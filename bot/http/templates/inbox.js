@@ -32,7 +32,8 @@
     busy = true;
     form.querySelectorAll("button").forEach((b) => { b.disabled = true; });
     try {
-      const response = await fetch(form.action, {
+      // Not form.action: the buttons are named "action", which would shadow it.
+      const response = await fetch(form.getAttribute("action"), {
         method: "POST", body, credentials: "same-origin",
         headers: { "content-type": "application/x-www-form-urlencoded" },
       });

@@ -1,0 +1,130 @@
+"""The Agent Inbox in a real browser: headless Chromium against ``chathub serve``.
+
+The service runs as a process with the fake Bot API and the fake model; a Telegram user's
+message leads to a gated ``execute_cmd``; the owner approves it by clicking on the page;
+the command runs, the chat's approval card is edited to say who approved, and the answer
+arrives in the chat. Screenshots are kept in ``test-artifacts/`` (or
+``$CHATHUB_TEST_ARTIFACTS``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.bot.process import ALICE, free_port, wait_for
+
+CHROMIUM = os.environ.get("CHATHUB_TEST_CHROMIUM", "/usr/bin/chromium")
+TOKEN = "browser-test-token"
+ARTIFACTS = Path(
+    os.environ.get("CHATHUB_TEST_ARTIFACTS", Path(__file__).parents[3] / "test-artifacts")
+)
+
+pytestmark = pytest.mark.skipif(
+    shutil.which(CHROMIUM) is None,
+    reason=f"{CHROMIUM} is missing (Debian packages chromium, chromium-driver; .ci/run installs them)",
+)
+
+
+@pytest.fixture
+def browser_page():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            # This machine has no internet: keep Chromium from trying to reach it.
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.set_default_timeout(20_000)
+        try:
+            yield page
+        finally:
+            browser.close()
+
+
+def test_approving_an_execute_cmd_by_clicking_runs_it_and_edits_the_telegram_card(
+    serve, telegram, fake_openai, tmp_path, browser_page
+):
+    port = free_port()
+    serve(HTTP_PORT=str(port), CHATHUB_API_TOKEN=TOKEN)
+    command = "echo clicked-in-a-browser > clicked.txt"
+    fake_openai.reply_tool_calls(("call_1", "execute_cmd", json.dumps({"command": command})))
+    fake_openai.reply_text("Done: clicked.txt is written.")
+    telegram.user_message(ALICE, ALICE, "please write clicked.txt")
+
+    card = wait_for(
+        lambda: next(
+            (m for m in telegram.messages(ALICE) if m.reply_markup and command in (m.text or "")),
+            None,
+        )
+    )
+
+    page = browser_page
+    page.goto(f"http://127.0.0.1:{port}/")
+    assert page.url.endswith("/login")
+    page.fill("input[name=token]", TOKEN)
+    page.get_by_role("button", name="Sign in").click()
+    approval = page.locator("section.approval").first
+    approval.wait_for()
+    assert command in approval.locator("pre").inner_text()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "inbox-pending.png"), full_page=True)
+
+    approval.get_by_role("button", name="✅ Approve").click()
+    page.get_by_role("status").filter(has_text="Approved call").wait_for()
+    page.screenshot(path=str(ARTIFACTS / "inbox-approved.png"), full_page=True)
+    assert page.locator("section.approval").count() == 0
+
+    workspace = tmp_path / "workspace"
+    wait_for(lambda: (workspace / "clicked.txt").exists())
+    assert (workspace / "clicked.txt").read_text() == "clicked-in-a-browser\n"
+    wait_for(
+        lambda: any(
+            "Done: clicked.txt is written." in (m.text or "") for m in telegram.messages(ALICE)
+        )
+    )
+    edited = telegram.message(ALICE, card.message_id)
+    assert edited.edits, "the card was never edited"
+    assert "Approved" in (edited.text or "") and "by the web inbox" in (edited.text or "")
+    assert not edited.reply_markup or not edited.reply_markup.get("inline_keyboard")
+    edit_calls = [
+        c
+        for c in telegram.calls_to("editMessageText")
+        if c.params.get("message_id") == card.message_id
+    ]
+    assert edit_calls
+
+    # The reverse: a tap on the Telegram card empties the open page (it refreshes itself).
+    second = "echo tapped-in-telegram > tapped.txt"
+    fake_openai.reply_tool_calls(("call_2", "execute_cmd", json.dumps({"command": second})))
+    fake_openai.reply_text("Done: tapped.txt is written.")
+    telegram.user_message(ALICE, ALICE, "and tapped.txt")
+    page.locator("section.approval").first.wait_for()  # appears without a reload
+    assert second in page.locator("section.approval pre").first.inner_text()
+    card = wait_for(
+        lambda: next(
+            (m for m in telegram.messages(ALICE) if m.reply_markup and second in (m.text or "")),
+            None,
+        )
+    )
+    buttons = card.reply_markup["inline_keyboard"][0]
+    approve = next(b["callback_data"] for b in buttons if b["callback_data"].endswith(":a"))
+    telegram.callback(ALICE, ALICE, card.message_id, approve)
+    page.locator("section.approval").first.wait_for(state="detached")
+    wait_for(lambda: (workspace / "tapped.txt").exists())
+    page.screenshot(path=str(ARTIFACTS / "inbox-after-telegram-tap.png"), full_page=True)
