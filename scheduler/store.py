@@ -478,16 +478,18 @@ def _renew(conn: Connection, owner: str, run_ids: list[int], expires_at: datetim
 
 def _start(conn: Connection, run_id: int, owner: str, session_id: int) -> str:
     """Record the run's session if the run is still ours: ``started``, ``lost`` or ``deleted``."""
+    live = sa.select(j.c.id).where(j.c.id == r.c.job_id, j.c.deleted_at.is_(None)).exists()
     done = conn.execute(
         r.update()
-        .where(r.c.id == run_id, r.c.lease_owner == owner, r.c.status == "running")
+        .where(r.c.id == run_id, r.c.lease_owner == owner, r.c.status == "running", live)
         .values(session_id=session_id)
-        .returning(r.c.job_id)
+    )
+    if done.rowcount == 1:
+        return "started"
+    held = conn.execute(
+        sa.select(r.c.id).where(r.c.id == run_id, r.c.lease_owner == owner, r.c.status == "running")
     ).first()
-    if done is None:
-        return "lost"
-    deleted = conn.execute(sa.select(j.c.deleted_at).where(j.c.id == done[0])).scalar()
-    return "deleted" if deleted is not None else "started"
+    return "deleted" if held is not None else "lost"
 
 
 def _abandon_expired(conn: Connection, now: datetime) -> list[Run]:
@@ -546,6 +548,8 @@ def _finish(
     result: str | None,
     error: str | None,
 ) -> Run | None:
+    # The job was deleted while the run worked: nobody asked for its outcome any more.
+    deleted = sa.select(j.c.id).where(j.c.id == r.c.job_id, j.c.deleted_at.is_not(None)).exists()
     row = conn.execute(
         r.update()
         .where(r.c.id == run_id, r.c.lease_owner == owner, r.c.status == "running")
@@ -555,19 +559,11 @@ def _finish(
             error=error,
             finished_at=utcnow(),
             lease_expires_at=None,
+            delivery_status=sa.case((deleted, "none"), else_=r.c.delivery_status),
         )
         .returning(*r.c)
     ).first()
-    if row is None:
-        return None
-    run = _run_row(row)
-    if run.delivery_status == "pending":
-        # The job was deleted while the run worked: nobody asked for its outcome any more.
-        deleted = conn.execute(sa.select(j.c.deleted_at).where(j.c.id == run.job_id)).scalar()
-        if deleted is not None:
-            conn.execute(r.update().where(r.c.id == run_id).values(delivery_status="none"))
-            run = replace(run, delivery_status="none")
-    return run
+    return _run_row(row) if row is not None else None
 
 
 def _undelivered(conn: Connection, limit: int) -> list[Run]:
