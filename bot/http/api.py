@@ -25,13 +25,15 @@ from starlette.routing import Route
 from bot.http.metrics import CONTENT_TYPE, read_snapshot, render
 from bot.http.operations import OperationError, Operations
 from bot.telegram.outbound import OutboundStats
-from engine.approval.broker import BypassRequest
+from engine.approval.broker import MAX_BYPASS_SECONDS, BypassRequest
 from engine.store.inbox import InboxItem
 from engine.store.schema import utcnow
+from engine.store.views import MAX_PER_PAGE
 
-__all__ = ["API_DECIDER", "MAX_BODY_BYTES", "ApiRoutes", "error_status"]
+__all__ = ["API_DECIDER", "MAX_BODY_BYTES", "ApiRoutes", "error_status", "ids_in_range"]
 
 MAX_BODY_BYTES = 1024 * 1024
+MAX_PAGE = 1_000_000
 #: Who a decision taken through the API is shown as on the chat's card.
 API_DECIDER = "the API"
 MAX_NOTE_CHARS = 4000
@@ -47,8 +49,8 @@ class ApprovalDecision(BaseModel):
 
     action: Literal["approve", "reject"]
     note: str = Field(default="", max_length=MAX_NOTE_CHARS)
-    bypass_secs: float | None = Field(default=None, gt=0)
-    bypass_scope: str | None = Field(default=None, max_length=64)
+    bypass_secs: float | None = Field(default=None, gt=0, le=MAX_BYPASS_SECONDS)
+    bypass_scope: Literal["all", "category", "mcp_server"] | None = None
     bypass_value: str | None = Field(default=None, max_length=255)
 
 
@@ -84,12 +86,15 @@ class _Spec:
     summary: str
     body: type[BaseModel] | None = None
     responses: tuple[int, ...] = (200,)
-    query: tuple[str, ...] = ()
+    query: tuple[tuple[str, dict[str, Any]], ...] = ()  # (name, JSON schema)
 
 
 _SPECS = (
     _Spec("/api/sessions", "GET", "list_sessions", "Sessions, newest first, one page",
-          query=("source", "page", "per_page"), responses=(200, 401, 422)),
+          query=(("source", {"type": "string", "maxLength": 255}),
+                 ("page", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}),
+                 ("per_page", {"type": "integer", "minimum": 1, "maximum": MAX_PER_PAGE})),
+          responses=(200, 401, 422)),
     _Spec("/api/sessions/{session_id:int}", "GET", "session_detail",
           "A session and its whole message tree", responses=(200, 401, 404)),
     _Spec("/api/inbox", "GET", "inbox", "Pending approvals and open clarification questions",
@@ -155,6 +160,8 @@ class ApiRoutes:
                     status_code=401,
                     headers={"www-authenticate": "Bearer"},
                 )
+            if not ids_in_range(request):
+                return _error(404, "no such id")
             try:
                 return await handler(request)
             except _BadRequest as bad:
@@ -212,6 +219,10 @@ class ApiRoutes:
         source = request.query_params.get("source") or None
         page = self._int_query(request, "page", 1)
         per_page = self._int_query(request, "per_page", 20)
+        if source is not None and len(source) > 255:
+            return _error(422, "source: at most 255 characters")
+        if page > MAX_PAGE:
+            return _error(422, f"page must be at most {MAX_PAGE}, got {page}")
         try:
             listing = await self.engine.store.views.list_sessions(
                 source=source, page=page, per_page=per_page
@@ -345,17 +356,17 @@ def openapi_document() -> dict[str, Any]:
             },
         }
         parameters = [
-            {"name": name, "in": "path", "required": True, "schema": {"type": "integer"}}
+            {
+                "name": name,
+                "in": "path",
+                "required": True,
+                "schema": {"type": "integer", "format": "int64", "minimum": 1},
+            }
             for name in _path_names(spec.path)
         ]
         parameters += [
-            {
-                "name": name,
-                "in": "query",
-                "required": False,
-                "schema": {"type": "string" if name == "source" else "integer"},
-            }
-            for name in spec.query
+            {"name": name, "in": "query", "required": False, "schema": schema}
+            for name, schema in spec.query
         ]
         if parameters:
             operation["parameters"] = parameters
@@ -367,6 +378,30 @@ def openapi_document() -> dict[str, Any]:
                 "content": {"application/json": {"schema": ref}},
             }
         paths.setdefault(path, {})[spec.method.lower()] = operation
+    paths["/api/events"] = {
+        "post": {
+            "operationId": "post_event",
+            "summary": "An event for the tic session (served by the scheduler's endpoint)",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Event"}}},
+            },
+            "responses": {
+                "201": {"description": "Stored"},
+                **{str(code): {"description": _STATUS_TEXT[code]} for code in (401, 413, 422)},
+            },
+        }
+    }
+    schemas["Event"] = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["source", "type"],
+        "properties": {
+            "source": {"type": "string", "minLength": 1, "maxLength": 255},
+            "type": {"type": "string", "minLength": 1, "maxLength": 255},
+            "payload": {},
+        },
+    }
     paths["/healthz"] = {
         "get": {
             "operationId": "healthz",
@@ -410,6 +445,17 @@ def _arguments(raw: str | None) -> Any:
         return json.loads(raw)
     except ValueError:
         return raw
+
+
+#: Ids are 64-bit signed integers in every database; a larger number names nothing.
+MAX_ID = 2**63 - 1
+
+
+def ids_in_range(request: Request) -> bool:
+    """Whether every integer path parameter can be an id (the database would overflow)."""
+    return all(
+        0 < value <= MAX_ID for value in request.path_params.values() if isinstance(value, int)
+    )
 
 
 def error_status(exc: OperationError) -> int:

@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from bot.http.api import ids_in_range
 from bot.http.operations import OperationError, Operations
 from engine.approval.broker import BypassRequest
 from engine.approval.preview import CallDisplay, display_call, preview_call
@@ -118,6 +119,8 @@ class WebInbox:
         async def page(request: Request) -> Response:
             if not self._signed_in(request):
                 return RedirectResponse("/login", status_code=303)
+            if not ids_in_range(request):
+                return self._render("missing.html", status=404, what="That id")
             return await handler(request)
 
         return page
@@ -128,6 +131,8 @@ class WebInbox:
                 return _plain(403, "cross-site request refused")
             if not self._signed_in(request):
                 return _plain(401, "sign in first")
+            if not ids_in_range(request):
+                return _plain(404, "no such id")
             form = await _form(request)
             if form is None:
                 return _plain(413, f"form over {MAX_FORM_BYTES} bytes")

@@ -20,7 +20,10 @@ from engine.store.inbox import ApprovalRecord, InboxStore
 from engine.store.inbox import Decision as HumanDecision
 from engine.store.rows import ToolCallRow
 
-__all__ = ["ApprovalBroker", "BypassRequest", "Resolution"]
+__all__ = ["MAX_BYPASS_SECONDS", "ApprovalBroker", "BypassRequest", "Resolution"]
+
+#: A bypass lives in memory until the process ends; a year is already longer than that.
+MAX_BYPASS_SECONDS = 366 * 24 * 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +36,12 @@ class BypassRequest:
 
     @property
     def ttl(self) -> timedelta | None:
-        return timedelta(seconds=self.seconds) if self.seconds is not None else None
+        """``ValueError`` beyond ``MAX_BYPASS_SECONDS`` (a float can overflow ``timedelta``)."""
+        if self.seconds is None:
+            return None
+        if not self.seconds <= MAX_BYPASS_SECONDS:  # also NaN
+            raise ValueError(f"ttl: at most {MAX_BYPASS_SECONDS} seconds")
+        return timedelta(seconds=self.seconds)
 
 
 @dataclass(frozen=True, slots=True)
