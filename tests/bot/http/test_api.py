@@ -9,13 +9,15 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 import sqlalchemy as sa
+from prometheus_client.parser import text_string_to_metric_families
 
 from bot.http.api import ApiRoutes
 from bot.http.app import create_app
 from bot.http.operations import Operations
+from bot.telegram.outbound import OutboundStats
 from engine.bus.system import SessionCancelled
 from engine.core import Engine
-from engine.llm.scripted import tool_call
+from engine.llm.scripted import text, tool_call
 from engine.session import events as ev
 from engine.session.outcomes import Final
 from engine.store.schema import job_runs, utcnow
@@ -300,6 +302,33 @@ async def test_metrics_count_from_the_database(client, engine, model):
     assert "chathub_approvals_pending 0" in text
     assert "chathub_turns_total 1" in text
     assert "# TYPE chathub_job_runs_total counter" in text
+
+
+async def test_metrics_include_model_latency_tokens_and_telegram_counters(engine, model):
+    model.add(text("first", input_tokens=120, output_tokens=30))
+    model.add(text("second", input_tokens=200, output_tokens=50))
+    handler = await engine.new_session(ORIGIN)
+    await handler.handle_message("one")
+    await handler.handle_message("two")
+    stats = OutboundStats(sent=7, retry_after=3, retried_errors=1, failed=0)
+    app = create_app(api=ApiRoutes(Operations(engine), token=TOKEN, telegram=stats))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        body = (await c.get("/metrics", headers=AUTH)).text
+
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(body)
+        for sample in family.samples
+    }
+    labels = (("model", "primary"),)
+    assert samples[("chathub_llm_request_duration_seconds_count", labels)] == 2
+    assert samples[("chathub_llm_request_duration_seconds_bucket", (("le", "+Inf"), *labels))] == 2
+    assert samples[("chathub_llm_request_duration_seconds_bucket", (("le", "60.0"), *labels))] == 2
+    assert samples[("chathub_llm_tokens_total", (("kind", "input"), *labels))] == 320
+    assert samples[("chathub_llm_tokens_total", (("kind", "output"), *labels))] == 80
+    assert samples[("chathub_telegram_sends_total", ())] == 7
+    assert samples[("chathub_telegram_429_total", ())] == 3
+    assert samples[("chathub_turns_total", ())] == 2
 
 
 async def test_the_openapi_document_lists_the_routes(client):
