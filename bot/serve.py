@@ -24,6 +24,7 @@ from bot.http.app import (
     ApiRoutes,
     EventsEndpoint,
     TelegramWebhook,
+    WebInbox,
     check_api_exposure,
     create_app,
 )
@@ -124,17 +125,19 @@ class Service:
         await hub.start()
         await scheduler.start()
         if self.http:
+            operations = Operations(engine, hub, scheduler)
             app = create_app(
                 webhook=webhook,
                 webhook_url=settings.telegram_webhook_url,
                 health=self.health,
                 events=EventsEndpoint(scheduler.tic.events, settings.chathub_api_token),
                 api=ApiRoutes(
-                    Operations(engine, hub, scheduler),
+                    operations,
                     token=settings.chathub_api_token,
                     clock=self.clock,
                     telegram=self.adapter.outbound.stats if self.adapter else None,
                 ),
+                web=WebInbox(operations, token=settings.chathub_api_token, clock=self.clock),
                 host=settings.http_host,
             )
             server_config = uvicorn.Config(
