@@ -57,6 +57,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -64,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import make_url
 
 from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
 from engine.core import Engine
@@ -184,10 +186,23 @@ async def database(server_url: str | None, tmp: str) -> AsyncIterator[str]:
     if server_url is None:
         yield f"sqlite+aiosqlite:///{tmp}/bench.db"
         return
-    from tests.pg import fresh_postgres_database
+    import asyncpg
 
-    async with fresh_postgres_database(server_url) as url:
-        yield url
+    server = make_url(server_url)
+    name = f"chathub_bench_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(
+        server.set(drivername="postgresql").render_as_string(hide_password=False)
+    )
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield server.set(drivername="postgresql+asyncpg", database=name).render_as_string(
+                hide_password=False
+            )
+        finally:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
 
 
 async def run_one(

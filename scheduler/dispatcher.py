@@ -156,9 +156,7 @@ class Dispatcher:
                     self._queue.append((run, job))
                     started += 1
             self._spawn_workers()
-            pending = [
-                run for run in await self.store.undelivered() if run.id not in self.runner.busy
-            ]
+            pending = await self.runner.sweepable(self.store.undelivered)
             if pending:
                 await self.runner.deliver(pending)
             self.last_step_at = now

@@ -56,6 +56,8 @@ class JobRunner:
         self._sleep = sleep
         #: Runs this process is executing or delivering (the sweep leaves them alone).
         self.busy: set[int] = set()
+        #: Runs that left ``busy`` since the dispatcher's last sweep began (see ``sweepable``).
+        self._released: set[int] = set()
 
     async def execute(self, run: Run, job: Job | None = None) -> Run | None:
         """Run a claimed run to its stored outcome, then deliver it.
@@ -88,7 +90,23 @@ class JobRunner:
             return finished
         finally:
             if not handed_over:
-                self.busy.discard(run.id)
+                self._release([run.id])
+
+    def _release(self, run_ids: list[int]) -> None:
+        self.busy.difference_update(run_ids)
+        self._released.update(run_ids)
+
+    async def sweepable(self, read: Callable[[], Awaitable[list[Run]]]) -> list[Run]:
+        """The runs ``read`` lists that nobody in this process is delivering.
+
+        ``read`` (the undelivered runs) sees the database as it was at some instant while
+        it ran; a run whose delivery this process recorded meanwhile still shows there as
+        undelivered, and is no longer busy when the read returns. Every run that was busy
+        at any time during the read is left out: the next sweep sees its real state.
+        """
+        self._released.clear()
+        runs = await read()
+        return [run for run in runs if run.id not in self.busy and run.id not in self._released]
 
     async def _run_session(self, job: Job, run: Run) -> tuple[str, str | None, str | None] | None:
         """The run's outcome, or None when it must not run (lease lost, job deleted)."""
@@ -189,14 +207,14 @@ class JobRunner:
                 notified.update(run.id for run in group)
         finally:
             # What is not on its way to a chat is settled; the rest leaves busy when stored.
-            self.busy.difference_update(run.id for run in mine if run.id not in notified)
+            self._release([run.id for run in mine if run.id not in notified])
 
     def _notify(self, job: Job, runs: list[Run], summary: str, event_type: str) -> None:
         ids = [run.id for run in runs]
 
         async def delivered() -> None:
             await self.store.mark_delivered(ids)
-            self.busy.difference_update(ids)
+            self._release(ids)
 
         async def answered(message_id: int) -> None:
             await self.store.set_delivered_messages(ids, [message_id])
