@@ -108,9 +108,17 @@ class Dispatcher:
         if self._scheduler is not None and self._scheduler.running:
             self._scheduler.shutdown(wait=False)
         self._scheduler = None
-        self._queue.clear()  # their leases expire; another worker (or a restart) takes them
         if self._renewer is not None:
             self._renewer.cancel()
+        waiting = [run.id for run, _ in self._queue]
+        self._queue.clear()
+        if waiting:  # never started: give them back now rather than when their leases expire
+            try:
+                await self.store.release(self.runner.owner, waiting)
+            except Exception:
+                log.exception(
+                    "giving back %d queued run(s) failed; their leases expire", len(waiting)
+                )
         for task in list(self._running):
             task.cancel()
         await asyncio.gather(*self._running, return_exceptions=True)

@@ -157,6 +157,11 @@ class JobStore:
         """Extend the leases of many held runs at once; the ids still held by ``owner``."""
         return await self._db.run(_renew, owner, list(run_ids), expires_at)
 
+    async def release(self, owner: str, run_ids: Sequence[int]) -> int:
+        """Give back claimed runs that never started (no session yet): pending again, their
+        attempt not counted, claimable at once by anyone. How many were given back."""
+        return await self._db.run(_release, owner, list(run_ids))
+
     async def start(self, run_id: int, owner: str, session_id: int) -> str:
         """Record the session of a claimed run about to execute, if it is still ours.
 
@@ -474,6 +479,29 @@ def _renew(conn: Connection, owner: str, run_ids: list[int], expires_at: datetim
         )
         kept.update(row[0] for row in rows)
     return kept
+
+
+def _release(conn: Connection, owner: str, run_ids: list[int]) -> int:
+    released = 0
+    for chunk in _chunks(run_ids):
+        done = conn.execute(
+            r.update()
+            .where(
+                r.c.id.in_(chunk),
+                r.c.lease_owner == owner,
+                r.c.status == "running",
+                r.c.session_id.is_(None),
+            )
+            .values(
+                status="pending",
+                lease_owner=None,
+                lease_expires_at=None,
+                started_at=None,
+                attempt=r.c.attempt - 1,
+            )
+        )
+        released += done.rowcount
+    return released
 
 
 def _start(conn: Connection, run_id: int, owner: str, session_id: int) -> str:

@@ -571,7 +571,12 @@ async def test_queued_runs_of_a_worker_that_stopped_are_reclaimed_by_another(
     dead, runs, _ = await blocked_with_queue(
         engine, make_scheduler, clock, model, sleep=ManualSleep()
     )
-    await dead.close()  # no outcome stored, no lease released: as if killed
+
+    async def killed(*_: Any) -> int:
+        return 0  # nothing reaches the database any more
+
+    dead.store.release = killed  # type: ignore[method-assign]
+    await dead.close()  # no outcome stored, no lease given back: as if killed
 
     alive = make_scheduler(owner="worker-b")
     clock.advance(LEASE / 2)
@@ -636,3 +641,32 @@ async def test_a_sweep_does_not_redeliver_a_run_whose_delivery_was_recorded_whil
         return [run]
 
     assert await runner.sweepable(later_read) == [run]  # really undelivered: swept
+
+
+async def test_a_worker_that_shuts_down_gives_its_queued_runs_back_at_once(
+    engine: Engine,
+    make_scheduler: Callable[..., Scheduler],
+    clock: FakeClock,
+    model: EchoModel,
+    notified: list[Notification],
+    origin: int,
+) -> None:
+    """A graceful stop: the claimed runs that never started are pending again at once
+    (their attempt not counted); the one cut off while executing waits for its lease."""
+    stopping, runs, _ = await blocked_with_queue(
+        engine, make_scheduler, clock, model, sleep=ManualSleep()
+    )
+    await stopping.close()
+
+    after = make_scheduler(owner="worker-b")
+    report = await after.dispatcher.step()
+    await asyncio.wait_for(after.dispatcher.drain(), 5)
+
+    assert report.started == 2
+    stored = [await after.store.run(r.id) for r in runs]
+    assert [(r.status, r.attempt, r.lease_owner) for r in stored] == [
+        ("running", 1, "worker-a"),  # cut off mid-run: reclaimed when its lease expires
+        ("done", 1, "worker-b"),
+        ("done", 1, "worker-b"),
+    ]
+    assert sorted(notified_runs(notified)) == [runs[1].id, runs[2].id]

@@ -475,3 +475,19 @@ async def test_finish_returns_the_stored_run_and_settles_a_deleted_jobs_delivery
     late = await jobs.finish(other.id, "worker-a", status="failed", error="cancelled")
     assert (late.status, late.delivery_status) == ("failed", "none")
     assert [r.id for r in await jobs.undelivered()] == [run.id]
+
+
+async def test_release_gives_back_only_claimed_runs_that_never_started(jobs: JobStore) -> None:
+    queued = await pending_run(jobs)
+    started = await pending_run(jobs, title="started")
+    await jobs.claim("worker-a", at(1), LEASE, 2)
+    assert await jobs.start(started.id, "worker-a", 7) == "started"
+
+    assert await jobs.release("worker-b", [queued.id]) == 0  # not theirs
+    assert await jobs.release("worker-a", [queued.id, started.id]) == 1
+
+    back = await jobs.run(queued.id)
+    assert (back.status, back.attempt, back.lease_owner) == ("pending", 0, None)
+    assert (await jobs.run(started.id)).status == "running"
+    [again] = await jobs.claim("worker-b", at(1, 0, 1), LEASE, 10)
+    assert (again.id, again.attempt) == (queued.id, 1)
