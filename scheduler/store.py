@@ -188,10 +188,12 @@ class JobStore:
         status: str,
         result: str | None = None,
         error: str | None = None,
+        run: Run | None = None,
     ) -> Run | None:
         """Store the outcome (before any delivery): the stored run, None if the lease was
-        lost meanwhile."""
-        return await self._db.run(_finish, run_id, owner, status, result, error)
+        lost meanwhile. ``run``: the run as claimed; the stored one is then built from it
+        and the few columns that may have changed since (saves reading the whole row)."""
+        return await self._db.run(_finish, run_id, owner, status, result, error, run)
 
     async def undelivered(self, limit: int = 100) -> list[Run]:
         """Finished runs (and missed or abandoned ones) the user was not told about yet."""
@@ -575,9 +577,11 @@ def _finish(
     status: str,
     result: str | None,
     error: str | None,
+    claimed: Run | None = None,
 ) -> Run | None:
     # The job was deleted while the run worked: nobody asked for its outcome any more.
     deleted = sa.select(j.c.id).where(j.c.id == r.c.job_id, j.c.deleted_at.is_not(None)).exists()
+    returned = (*r.c,) if claimed is None else (r.c.session_id, r.c.delivery_status)
     row = conn.execute(
         r.update()
         .where(r.c.id == run_id, r.c.lease_owner == owner, r.c.status == "running")
@@ -589,9 +593,21 @@ def _finish(
             lease_expires_at=None,
             delivery_status=sa.case((deleted, "none"), else_=r.c.delivery_status),
         )
-        .returning(*r.c)
+        .returning(*returned)
     ).first()
-    return _run_row(row) if row is not None else None
+    if row is None:
+        return None
+    if claimed is None:
+        return _run_row(row)
+    return replace(
+        claimed,
+        status=status,
+        result=result,
+        error=error,
+        lease_expires_at=None,
+        session_id=row.session_id,
+        delivery_status=row.delivery_status,
+    )
 
 
 def _undelivered(conn: Connection, limit: int) -> list[Run]:

@@ -468,12 +468,16 @@ async def test_finish_returns_the_stored_run_and_settles_a_deleted_jobs_delivery
     other = await pending_run(jobs, title="other")
     await jobs.claim("worker-a", at(1), LEASE, 2)
 
-    stored = await jobs.finish(run.id, "worker-a", status="done", result="ok")
-    assert stored == await jobs.run(run.id)
+    [claimed, _] = sorted(await jobs.runs(run.job_id) + await jobs.runs(other.job_id), key=id_of)
+    await jobs.start(run.id, "worker-a", 7)
+    stored = await jobs.finish(run.id, "worker-a", status="done", result="ok", run=claimed)
+    assert stored == await jobs.run(run.id)  # built from the claimed run: the same
+    assert stored.session_id == 7
     assert (stored.status, stored.result, stored.delivery_status) == ("done", "ok", "pending")
     await jobs.delete(other.job_id)
     late = await jobs.finish(other.id, "worker-a", status="failed", error="cancelled")
     assert (late.status, late.delivery_status) == ("failed", "none")
+    assert late == await jobs.run(other.id)
     assert [r.id for r in await jobs.undelivered()] == [run.id]
 
 
@@ -491,3 +495,7 @@ async def test_release_gives_back_only_claimed_runs_that_never_started(jobs: Job
     assert (await jobs.run(started.id)).status == "running"
     [again] = await jobs.claim("worker-b", at(1, 0, 1), LEASE, 10)
     assert (again.id, again.attempt) == (queued.id, 1)
+
+
+def id_of(run: Run) -> int:
+    return run.id
