@@ -506,20 +506,55 @@ def _release(conn: Connection, owner: str, run_ids: list[int]) -> int:
     return released
 
 
+# The statements every run executes are built once, with bound parameters: building a
+# SQLAlchemy expression costs ~5x more than executing it (about 250 us against 45 us on
+# SQLite), and these run ten thousand times when ten thousand jobs fire together.
+_held_by = sa.and_(
+    r.c.id == sa.bindparam("b_run"),
+    r.c.lease_owner == sa.bindparam("b_owner"),
+    r.c.status == "running",
+)
+_job_live = sa.select(j.c.id).where(j.c.id == r.c.job_id, j.c.deleted_at.is_(None)).exists()
+_job_deleted = sa.select(j.c.id).where(j.c.id == r.c.job_id, j.c.deleted_at.is_not(None)).exists()
+_START = r.update().where(_held_by, _job_live).values(session_id=sa.bindparam("b_session"))
+_HELD = sa.select(r.c.id).where(_held_by)
+_HEARTBEAT = r.update().where(_held_by).values(lease_expires_at=sa.bindparam("b_expires"))
+_FINISH = (
+    r.update()
+    .where(_held_by)
+    .values(
+        status=sa.bindparam("b_status"),
+        result=sa.bindparam("b_result"),
+        error=sa.bindparam("b_error"),
+        finished_at=sa.bindparam("b_finished", type_=r.c.finished_at.type),
+        lease_expires_at=None,
+        # The job was deleted while the run worked: nobody asked for its outcome any more.
+        delivery_status=sa.case((_job_deleted, "none"), else_=r.c.delivery_status),
+    )
+)
+_FINISH_KNOWN = _FINISH.returning(r.c.session_id, r.c.delivery_status)
+_FINISH_ALL = _FINISH.returning(*r.c)
+_MARK_DELIVERED = (
+    r.update()
+    .where(r.c.id.in_(sa.bindparam("b_runs", expanding=True)))
+    .values(
+        delivery_status=sa.bindparam("b_delivery"),
+        delivered_at=sa.bindparam("b_at", type_=r.c.delivered_at.type),
+    )
+)
+_SET_MESSAGES = (
+    r.update()
+    .where(r.c.id.in_(sa.bindparam("b_runs", expanding=True)))
+    .values(delivered_message_ids=sa.bindparam("b_messages", type_=r.c.delivered_message_ids.type))
+)
+
+
 def _start(conn: Connection, run_id: int, owner: str, session_id: int) -> str:
     """Record the run's session if the run is still ours: ``started``, ``lost`` or ``deleted``."""
-    live = sa.select(j.c.id).where(j.c.id == r.c.job_id, j.c.deleted_at.is_(None)).exists()
-    done = conn.execute(
-        r.update()
-        .where(r.c.id == run_id, r.c.lease_owner == owner, r.c.status == "running", live)
-        .values(session_id=session_id)
-    )
-    if done.rowcount == 1:
+    held = {"b_run": run_id, "b_owner": owner}
+    if conn.execute(_START, {**held, "b_session": session_id}).rowcount == 1:
         return "started"
-    held = conn.execute(
-        sa.select(r.c.id).where(r.c.id == run_id, r.c.lease_owner == owner, r.c.status == "running")
-    ).first()
-    return "deleted" if held is not None else "lost"
+    return "deleted" if conn.execute(_HELD, held).first() is not None else "lost"
 
 
 def _abandon_expired(conn: Connection, now: datetime) -> list[Run]:
@@ -558,12 +593,8 @@ def _abandon_expired(conn: Connection, now: datetime) -> list[Run]:
 
 
 def _heartbeat(conn: Connection, run_id: int, owner: str, expires_at: datetime) -> bool:
-    done = conn.execute(
-        r.update()
-        .where(r.c.id == run_id, r.c.lease_owner == owner, r.c.status == "running")
-        .values(lease_expires_at=expires_at)
-    )
-    return done.rowcount == 1
+    values = {"b_run": run_id, "b_owner": owner, "b_expires": expires_at}
+    return conn.execute(_HEARTBEAT, values).rowcount == 1
 
 
 def _set_session(conn: Connection, run_id: int, session_id: int) -> None:
@@ -579,22 +610,15 @@ def _finish(
     error: str | None,
     claimed: Run | None = None,
 ) -> Run | None:
-    # The job was deleted while the run worked: nobody asked for its outcome any more.
-    deleted = sa.select(j.c.id).where(j.c.id == r.c.job_id, j.c.deleted_at.is_not(None)).exists()
-    returned = (*r.c,) if claimed is None else (r.c.session_id, r.c.delivery_status)
-    row = conn.execute(
-        r.update()
-        .where(r.c.id == run_id, r.c.lease_owner == owner, r.c.status == "running")
-        .values(
-            status=status,
-            result=result,
-            error=error,
-            finished_at=utcnow(),
-            lease_expires_at=None,
-            delivery_status=sa.case((deleted, "none"), else_=r.c.delivery_status),
-        )
-        .returning(*returned)
-    ).first()
+    values = {
+        "b_run": run_id,
+        "b_owner": owner,
+        "b_status": status,
+        "b_result": result,
+        "b_error": error,
+        "b_finished": utcnow(),
+    }
+    row = conn.execute(_FINISH_ALL if claimed is None else _FINISH_KNOWN, values).first()
     if row is None:
         return None
     if claimed is None:
@@ -625,18 +649,13 @@ def _undelivered(conn: Connection, limit: int) -> list[Run]:
 
 def _mark_delivered(conn: Connection, run_ids: list[int], status: str) -> None:
     if run_ids:
-        conn.execute(
-            r.update()
-            .where(r.c.id.in_(run_ids))
-            .values(delivery_status=status, delivered_at=utcnow())
-        )
+        values = {"b_runs": run_ids, "b_delivery": status, "b_at": utcnow()}
+        conn.execute(_MARK_DELIVERED, values)
 
 
 def _set_delivered_messages(conn: Connection, run_ids: list[int], message_ids: list[int]) -> None:
     if run_ids:
-        conn.execute(
-            r.update().where(r.c.id.in_(run_ids)).values(delivered_message_ids=message_ids)
-        )
+        conn.execute(_SET_MESSAGES, {"b_runs": run_ids, "b_messages": message_ids})
 
 
 def _runs(conn: Connection, job_id: int) -> list[Run]:
