@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.engine import Connection
+
 from bot.telegram.api import BotApi, Json, TelegramError, is_not_modified
 from bot.telegram.cards import (
     approval_card,
@@ -26,7 +28,7 @@ from bot.telegram.jobs import JobsPanel, parse_job_callback
 from bot.telegram.lanes import Lanes
 from bot.telegram.outbound import Outbound
 from bot.telegram.render import progress_text, render_markdown
-from bot.telegram.store import CardRow, TelegramStore, mark_handled_in
+from bot.telegram.store import CardRow, OutboxRow, TelegramStore, enqueue_in, mark_handled_in
 from bot.telegram.updates import Callback, Ignored, Message, parse_update
 from engine.bus.broadcast import Lagged
 from engine.hub import (
@@ -40,6 +42,7 @@ from engine.hub import (
 )
 from engine.session import events as ev
 from engine.session.compaction import CompactionError
+from engine.store.history import AlsoWithRow
 from engine.store.inbox import InboxError
 
 __all__ = ["COMMANDS", "TelegramAdapter", "TelegramConfig"]
@@ -143,6 +146,9 @@ class TelegramAdapter:
         self._incoming: Lanes[int, Json] = Lanes(self._handle_in_lane, "tg-in")
         self._outgoing: Lanes[str, HubEvent] = Lanes(self._render, "tg-out")
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Outbox rows stored with an answer (by ``_answer_unit``), sent when its Done arrives.
+        self._recorded_finals: dict[int, list[OutboxRow]] = {}
+        hub.on_answer("telegram:", self._answer_unit)
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -630,14 +636,28 @@ class TelegramAdapter:
                 log.info("could not delete the streamed message: %s", exc)
         view.stream_text, view.stream_message_id, view.drafts = "", None, 0
 
+    def _answer_unit(self, source: str, content: str) -> AlsoWithRow:
+        """The answer's outbox rows, written in the transaction that stores the answer."""
+        view = self._view(source)
+        payloads = _final_payloads(view, content)
+
+        def record(conn: Connection, message_id: int) -> None:
+            rows = [
+                enqueue_in(conn, view.chat_id, _final_key(message_id, index), payload)
+                for index, payload in enumerate(payloads)
+            ]
+            self._recorded_finals[message_id] = [row for row in rows if row is not None]
+
+        return record
+
     async def _deliver_final(self, view: _ChatView, message_id: int, content: str) -> None:
-        for index, chunk in enumerate(render_markdown(content)):
-            payload: Json = {
-                "text": chunk.text,
-                "entities": chunk.entities,
-                "thread_id": view.thread_id,
-            }
-            await self.outbound.deliver(view.chat_id, f"final:{message_id}:{index}", payload)
+        recorded = self._recorded_finals.pop(message_id, None)
+        if recorded is not None:  # stored with the answer: only the sending is left
+            for row in recorded:
+                await self.outbound.deliver_row(row)
+            return
+        for index, payload in enumerate(_final_payloads(view, content)):
+            await self.outbound.deliver(view.chat_id, _final_key(message_id, index), payload)
 
     async def _send_card(self, source: str, view: _ChatView, event: ev.ApprovalRequired) -> None:
         existing = await self.store.card(event.tool_call_id)
@@ -865,6 +885,18 @@ def _chat_key(update: Json) -> int:
         if isinstance(chat, dict) and isinstance(chat.get("id"), int):
             return chat["id"]
     return 0
+
+
+def _final_key(message_id: int, index: int) -> str:
+    """An answer's chunk in the outbox (``undelivered_finals`` looks for chunk 0)."""
+    return f"final:{message_id}:{index}"
+
+
+def _final_payloads(view: _ChatView, content: str) -> list[Json]:
+    return [
+        {"text": chunk.text, "entities": chunk.entities, "thread_id": view.thread_id}
+        for chunk in render_markdown(content)
+    ]
 
 
 def _parse_source(source: str) -> tuple[int, int | None]:

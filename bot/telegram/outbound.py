@@ -150,16 +150,17 @@ class Outbound:
         row = await self.store.enqueue(chat_id, key, payload)
         if row is None:
             return None  # delivered (or being delivered) before
-        return await self._deliver_row(row)
+        return await self.deliver_row(row)
 
     async def resend_pending(self) -> int:
         """At start: deliver what was recorded but never marked sent."""
         rows = await self.store.pending_outbox()
         for row in rows:
-            await self._deliver_row(row)
+            await self.deliver_row(row)
         return len(rows)
 
-    async def _deliver_row(self, row: OutboxRow) -> int | None:
+    async def deliver_row(self, row: OutboxRow) -> int | None:
+        """Send a recorded row and mark it sent (or failed; a 5xx leaves it pending)."""
         payload = row.payload
         try:
             message = await self.send_text(

@@ -180,6 +180,11 @@ def _record_updates(conn: Connection, updates: list[Json]) -> list[Json]:
     return [fresh[k] for k in sorted(fresh)]
 
 
+def enqueue_in(conn: Connection, chat_id: int, dedupe_key: str, payload: Json) -> OutboxRow | None:
+    """Record a message to deliver inside another unit of work (the answer's own)."""
+    return _enqueue(conn, chat_id, dedupe_key, payload)
+
+
 def mark_handled_in(conn: Connection, update_id: int) -> None:
     """Mark an update handled inside another unit of work (the hub's queue push)."""
     _mark_handled(conn, update_id)

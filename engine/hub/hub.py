@@ -40,6 +40,7 @@ from engine.session.emitter import EmitFn
 from engine.session.events import Error, TurnEvent
 from engine.session.handler import ChatSessionHandler
 from engine.session.outcomes import Final, TurnResult
+from engine.store.history import AlsoWithRow
 from engine.store.views import SessionUsage
 from engine.tools.base import Tool
 
@@ -103,6 +104,25 @@ class SourceEvents:
             raise StopAsyncIteration from exc
 
 
+#: ``(source, answer content)`` → work for the answer's transaction (given its message id).
+AnswerHook = Callable[[str, str], AlsoWithRow | None]
+
+
+class _Bridge:
+    """A turn's events onto the hub's bus, tagged with the source; knows its answer hook."""
+
+    __slots__ = ("_hook", "_hub", "_session_id", "_source")
+
+    def __init__(self, hub: ChatHub, source: str, session_id: int, hook: AnswerHook | None) -> None:
+        self._hub, self._source, self._session_id, self._hook = hub, source, session_id, hook
+
+    def __call__(self, event: TurnEvent) -> None:
+        self._hub._publish(self._source, self._session_id, event)
+
+    def answer_unit(self, content: str) -> AlsoWithRow | None:
+        return self._hook(self._source, content) if self._hook is not None else None
+
+
 class ChatHub:
     def __init__(
         self,
@@ -122,6 +142,7 @@ class ChatHub:
         self._sources: dict[str, _Source] = {}
         self._creating = asyncio.Lock()
         self._defaults: list[tuple[str, SourceDefaults]] = []
+        self._answer_hooks: list[tuple[str, AnswerHook]] = []
         self._events: Broadcast[HubEvent] = Broadcast(EVENT_CAPACITY)
         self._batcher = NotificationBatcher(self._deliver, self.config.notify_window_s, sleep)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -152,6 +173,15 @@ class ChatHub:
         """Defaults for every source starting with ``prefix`` (longest prefix wins)."""
         self._defaults.append((prefix, defaults))
         self._defaults.sort(key=lambda item: len(item[0]), reverse=True)
+
+    def on_answer(self, prefix: str, hook: AnswerHook) -> None:
+        """``hook(source, content)`` may return work for the transaction storing an answer.
+
+        For the sources starting with ``prefix`` (an adapter's own): the root answer of
+        each turn and the hook's rows commit together, before ``Done`` is published.
+        """
+        self._answer_hooks.append((prefix, hook))
+        self._answer_hooks.sort(key=lambda item: len(item[0]), reverse=True)
 
     def events(self, source: str | None = None, *, capacity: int | None = None) -> SourceEvents:
         """Subscribe to the events of ``source`` (all sources when ``None``)."""
@@ -436,12 +466,8 @@ class ChatHub:
         return SourceDefaults()
 
     def _bridge(self, state: _Source) -> EmitFn:
-        source, session_id = state.name, state.session_id
-
-        def emit(event: TurnEvent) -> None:
-            self._publish(source, session_id, event)
-
-        return emit
+        hook = next((h for prefix, h in self._answer_hooks if state.name.startswith(prefix)), None)
+        return _Bridge(self, state.name, state.session_id, hook)
 
     def _publish(self, source: str, session_id: int | None, event: Any) -> None:
         if not self._events.closed:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from engine.approval.preview import ApprovalPreview
 from engine.session.events import (
@@ -25,10 +25,24 @@ from engine.session.events import (
     TurnEvent,
     UserMessage,
 )
+from engine.store.history import AlsoWithRow
 
 log = logging.getLogger(__name__)
 
 EmitFn = Callable[[TurnEvent], None]
+
+
+class RecordsAnswers(Protocol):
+    """An ``EmitFn`` that also wants work done in the transaction storing the root answer.
+
+    The hub's bridge is one: a Telegram chat's outbox row for the answer then commits with
+    the answer itself (one write fewer before the reply, and no window in which the answer
+    is stored but its delivery is not).
+    """
+
+    def __call__(self, event: TurnEvent) -> None: ...
+
+    def answer_unit(self, content: str) -> AlsoWithRow | None: ...
 
 
 class TurnEmitter:
@@ -61,6 +75,19 @@ class TurnEmitter:
     @property
     def streams(self) -> bool:
         return self._emit is not None
+
+    def answer_unit(self, content: str) -> AlsoWithRow | None:
+        """What the caller wants stored with the root answer ``content`` (None: nothing)."""
+        if self.depth != 0:
+            return None
+        unit = getattr(self._emit, "answer_unit", None)
+        if unit is None:
+            return None
+        try:
+            return unit(content)
+        except Exception:  # the answer is stored regardless; delivery falls back
+            log.exception("answer_unit callback failed")
+            return None
 
     def text_delta(self, text: str) -> None:
         self.send(TextDelta(text, self.depth))

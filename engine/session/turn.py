@@ -83,7 +83,10 @@ async def inject_pending_input(env: TurnEnv, pending: PendingUserInput) -> None:
 
 async def _finish(env: TurnEnv, round_: RoundResult, collected: list[ToolCallEvent]) -> Final:
     response = round_.response
-    row = await env.store.history.append_assistant(env.frame.id, _assistant_record(round_))
+    also = env.emitter.answer_unit(response.content or "") if env.frame.depth == 0 else None
+    row = await env.store.history.append_assistant(
+        env.frame.id, _assistant_record(round_), also=also
+    )
     failpoint("after_final_row")
     env.transcript.add(row)
     return Final(

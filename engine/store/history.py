@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,6 +22,9 @@ from engine.store.schema import chat_history as h
 from engine.store.schema import chat_llm_tools as t
 from engine.store.schema import chat_sessions_stack as frames
 from engine.store.schema import utcnow
+
+#: More work for a message's transaction, given the new message's id.
+AlsoWithRow = Callable[[Connection, int], None]
 
 _MESSAGE_COLUMNS = (
     h.c.id,
@@ -86,10 +89,21 @@ class History:
         )
 
     async def append_assistant(
-        self, stack_id: int, record: AssistantRecord, calls: Sequence[NewToolCall] = ()
+        self,
+        stack_id: int,
+        record: AssistantRecord,
+        calls: Sequence[NewToolCall] = (),
+        *,
+        also: AlsoWithRow | None = None,
     ) -> MessageRow:
-        """Persist an assistant message and its tool calls (status ``running``) atomically."""
-        return await self._db.run(insert_assistant, stack_id, record, calls)
+        """Persist an assistant message and its tool calls (status ``running``) atomically.
+
+        ``also`` runs in the same transaction with the new message's id (an adapter's
+        outbox row for the answer, so the answer and its delivery record commit together).
+        """
+        if also is None:
+            return await self._db.run(insert_assistant, stack_id, record, calls)
+        return await self._db.run(_insert_assistant_and, stack_id, record, calls, also)
 
     async def set_tool_status(
         self, tool_call_id: int, status: ToolStatus, result: str | None = None
@@ -160,6 +174,18 @@ def insert_message(
         metadata=metadata,
         created_at=now,
     )
+
+
+def _insert_assistant_and(
+    conn: Connection,
+    stack_id: int,
+    record: AssistantRecord,
+    calls: Sequence[NewToolCall],
+    also: AlsoWithRow,
+) -> MessageRow:
+    row = insert_assistant(conn, stack_id, record, calls)
+    also(conn, row.id)
+    return row
 
 
 def insert_assistant(

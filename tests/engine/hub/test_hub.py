@@ -333,3 +333,44 @@ async def test_an_oversized_or_empty_message_is_refused_clearly(hub: ChatHub, en
     assert await engine.store.queue.pending() == []
     attachment = SendOptions(metadata={"attachments": [{"path": "uploads/a.png"}]})
     assert await hub.send_message("telegram:1", "", attachment) > 0  # a photo alone is fine
+
+
+async def test_an_answer_hook_writes_in_the_answers_own_transaction(hub: ChatHub, engine, model):
+    import sqlalchemy as sa
+
+    from engine.store.schema import chat_history
+
+    seen: list[tuple[str, str, int, bool]] = []
+
+    def hook(source: str, content: str):
+        def unit(conn, message_id: int) -> None:
+            stored = conn.execute(
+                sa.select(chat_history.c.content).where(chat_history.c.id == message_id)
+            ).scalar_one()
+            seen.append((source, content, message_id, stored == content))
+
+        return unit
+
+    hub.on_answer("telegram:", hook)
+    events = hub.events("telegram:7")
+    model.add(text("the answer"))
+    await hub.send_message("telegram:7", "question")
+    done = (await wait_done(events))[-1].event
+    assert seen == [("telegram:7", "the answer", done.message_id, True)]
+
+    other = hub.events("console")
+    await hub.send_message("console", "no hook here")
+    await wait_done(other)
+    assert len(seen) == 1  # only the sources of the prefix
+
+
+async def test_a_failing_answer_hook_never_loses_the_answer(hub: ChatHub, engine, model):
+    def broken(source: str, content: str):
+        raise RuntimeError("adapter bug")
+
+    hub.on_answer("telegram:", broken)
+    events = hub.events("telegram:8")
+    model.add(text("still answered"))
+    await hub.send_message("telegram:8", "question")
+    done = (await wait_done(events))[-1].event
+    assert done.content == "still answered"
