@@ -118,6 +118,8 @@ class Service:
             if settings.telegram_webhook_url:
                 secret = settings.telegram_webhook_secret or ""
                 webhook = TelegramWebhook(store, self.adapter, secret)
+                for update in await store.unhandled():  # stored before a crash, not handled
+                    self.adapter.submit(update)
                 await self.api.set_webhook(settings.telegram_webhook_url, secret_token=secret)
             else:
                 self.poller = Poller(self.api, store, self.adapter)

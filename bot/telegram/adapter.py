@@ -242,9 +242,14 @@ class TelegramAdapter:
         )
         update_id = m.update_id
         try:
-            # Queued and marked handled in one commit: a crash leaves both or neither.
+            # Stored and marked handled in one commit: a crash leaves both or neither (and
+            # an update left unhandled is handed over again at the next start).
             await self.hub.send_message(
-                m.source, text, options, also=lambda conn: mark_handled_in(conn, update_id)
+                m.source,
+                text,
+                options,
+                also=lambda conn: mark_handled_in(conn, update_id),
+                redelivered_if_lost=True,
             )
         except HubError as exc:
             await self._say(m.chat_id, m.thread_id, f"⚠️ {exc}")

@@ -108,6 +108,11 @@ class SourceEvents:
 AnswerHook = Callable[[str, str], AlsoWithRow | None]
 
 
+def _run_all(conn: Connection, units: Sequence[Callable[[Connection], None]]) -> None:
+    for unit in units:
+        unit(conn)
+
+
 class _Bridge:
     """A turn's events onto the hub's bus, tagged with the source; knows its answer hook."""
 
@@ -196,17 +201,27 @@ class ChatHub:
         options: SendOptions | None = None,
         *,
         also: Callable[[Connection], None] | None = None,
-    ) -> int:
+        redelivered_if_lost: bool = False,
+    ) -> int | None:
         """Accept a message: stored durably, then queued; returns its queue id.
 
         It seeds a turn of its own, or is injected into the running one at its next round
         boundary. Turn errors reach the source as ``Error`` events, not as exceptions here.
         ``also`` runs in the transaction that stores the message (adapter bookkeeping).
+
+        ``redelivered_if_lost``: the caller keeps its own durable record of the message
+        until ``also`` marks it handled (a stored Telegram update) and would hand it over
+        again after a crash. Then a message for an idle source skips the queue row: it is
+        stored once, as the turn's user row, together with ``also`` (``None`` is returned).
         """
         options = options or SendOptions()
         validate_source(source)
         self._check_text(text, options)
         state = await self._state(source, agent_id=options.agent_id)
+        if redelivered_if_lost and also is not None and self._idle(state):
+            state.inbox.push(text, options, None, also)  # no await since the check
+            self._ensure_consumer(state)
+            return None
         row = await self.engine.store.queue.push(
             source,
             state.session_id,
@@ -229,17 +244,36 @@ class ChatHub:
         dropped = state.inbox.clear()
         if state.handler is not None:
             state.handler.cancel()
+        await self._drop(source, dropped)
+        return len(dropped)
+
+    async def _drop(self, source: str, units: Sequence[Unit]) -> None:
+        """Forget dropped messages durably: queue rows removed, callers' records settled."""
         await self.engine.store.queue.drop(source)
-        return dropped
+        await self._settle([unit for unit in units if unit.queued_id is None])
+
+    async def _settle(self, units: Sequence[Unit]) -> None:
+        """Run the ``also`` of messages without a queue row that will never be stored."""
+        settle = [unit.also for unit in units if unit.also is not None]
+        if settle:
+            await self.engine.store.db.run(_run_all, settle)
+
+    def _idle(self, state: _Source) -> bool:
+        return (
+            state.consumer is None
+            and state.turn is None
+            and not len(state.inbox)
+            and not state.resume_first
+        )
 
     async def clear(self, source: str) -> int:
         """``/new``, ``/clear``: a fresh session; the queued messages and the turn are dropped."""
         validate_source(source)
         state = await self._state(source)
-        state.inbox.clear()
+        dropped = state.inbox.clear()
         if state.handler is not None:
             state.handler.cancel()
-        await self.engine.store.queue.drop(source)
+        await self._drop(source, dropped)
         previous = state.session_id
         fresh = await self.engine.store.sessions.for_source(source, fresh=True)
         state.session_id, state.handler = fresh.id, None
@@ -496,6 +530,7 @@ class ChatHub:
     async def _dispatch(self, state: _Source, unit: Unit) -> None:
         handler = await self._handler(state)
         if not state.inbox.is_current(unit):
+            await self._settle([unit])
             return  # a /stop came while this unit was being prepared: it is dropped
         options = unit.options
         defaults = self._defaults_for(state.name)
@@ -510,6 +545,7 @@ class ChatHub:
             pending_input=None if options.is_synthetic else state.inbox,
             emit=self._bridge(state),
             consumes=unit.queued_id,
+            also=unit.also,
         )
         await self._run_turn(state, unit, turn)
 
@@ -526,8 +562,11 @@ class ChatHub:
                 raise
         except Exception as exc:
             log.exception("turn of %s failed; the consumer goes on", state.name)
-            if unit is not None:  # not stored yet: drop it and say so, never silently
+            if unit is not None and unit.queued_id is not None:
+                # not stored yet: drop it and say so, never silently
                 await self.engine.store.queue.remove(unit.queued_id)
+            elif unit is not None:
+                await self._settle([unit])
             self._publish(
                 state.name,
                 state.session_id,

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from sqlalchemy.engine import Connection
 
 from engine.hub.types import SendOptions
 from engine.session.turn import QueuedMessage
@@ -18,10 +21,14 @@ from engine.session.turn import QueuedMessage
 
 @dataclass(frozen=True, slots=True)
 class Unit:
+    """An accepted message. Without ``queued_id`` it has no queue row: the caller's own
+    record (a stored Telegram update) stands for it until ``also`` runs with its user row."""
+
     text: str
     options: SendOptions
-    queued_id: int
+    queued_id: int | None
     epoch: int
+    also: Callable[[Connection], None] | None = None
 
 
 class SourceInbox:
@@ -33,8 +40,14 @@ class SourceInbox:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def push(self, text: str, options: SendOptions, queued_id: int) -> None:
-        self._pending.append(Unit(text, options, queued_id, self.epoch))
+    def push(
+        self,
+        text: str,
+        options: SendOptions,
+        queued_id: int | None,
+        also: Callable[[Connection], None] | None = None,
+    ) -> None:
+        self._pending.append(Unit(text, options, queued_id, self.epoch, also))
         self.wake.set()
 
     def take(self) -> Unit | None:
@@ -47,17 +60,22 @@ class SourceInbox:
     def drain_user(self) -> list[QueuedMessage]:
         """The leading run of user messages, for injection into the running turn.
 
-        Stops at the first synthetic message: that one seeds a turn of its own.
+        Stops at the first synthetic message (it seeds a turn of its own) and at one without
+        a queue row (its ``also`` must run with its own user row).
         """
         drained = []
-        while self._pending and not self._pending[0].options.is_synthetic:
+        while (
+            self._pending
+            and not self._pending[0].options.is_synthetic
+            and self._pending[0].queued_id is not None
+        ):
             unit = self._pending.popleft()
             drained.append(QueuedMessage(unit.text, unit.options.metadata, unit.queued_id))
         return drained
 
-    def clear(self) -> int:
-        """Drop everything queued; a unit already taken becomes stale."""
-        dropped = len(self._pending)
+    def clear(self) -> list[Unit]:
+        """Drop everything queued (returned); a unit already taken becomes stale."""
+        dropped = list(self._pending)
         self._pending.clear()
         self.epoch += 1
         return dropped

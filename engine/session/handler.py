@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy.engine import Connection
+
 from engine.agents.catalog import AgentCatalog, AgentDefinition
 from engine.approval.broker import ApprovalBroker
 from engine.bus.chat import ChatEvent, ChatEventBus
@@ -138,8 +140,10 @@ class ChatSessionHandler:
         pending_input: PendingUserInput | None = None,
         emit: EmitFn | None = None,
         consumes: int | None = None,
+        also: Callable[[Connection], None] | None = None,
     ) -> TurnResult:
-        """Store ``text`` (replacing queued message ``consumes``, atomically) and answer it."""
+        """Store ``text`` (replacing queued message ``consumes`` and running ``also``, in the
+        same commit) and answer it."""
         async with self.processing:
             scope = self._scope = CancelScope()
             emitter = TurnEmitter(emit)
@@ -157,6 +161,7 @@ class ChatSessionHandler:
                 is_synthetic=is_synthetic,
                 metadata=metadata,
                 consumes=consumes,
+                also=also,
             )
             transcript.add(user_row)
             if not is_synthetic:

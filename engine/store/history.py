@@ -82,10 +82,12 @@ class History:
         metadata: dict[str, Any] | None = None,
         status: str = "ok",
         consumes: int | None = None,
+        also: Callable[[Connection], None] | None = None,
     ) -> MessageRow:
-        """Store a message; ``consumes`` names the queued message it replaces (same commit)."""
+        """Store a message; ``consumes`` names the queued message it replaces, ``also`` is
+        the caller's bookkeeping (both in the same commit)."""
         return await self._db.run(
-            insert_message, stack_id, role, content, is_synthetic, metadata, status, consumes
+            insert_message, stack_id, role, content, is_synthetic, metadata, status, consumes, also
         )
 
     async def append_assistant(
@@ -147,9 +149,12 @@ def insert_message(
     metadata: dict[str, Any] | None = None,
     status: str = "ok",
     consumes: int | None = None,
+    also: Callable[[Connection], None] | None = None,
 ) -> MessageRow:
     if consumes is not None:
         consume(conn, consumes)
+    if also is not None:
+        also(conn)
     now = utcnow()
     result = conn.execute(
         _INSERT_MESSAGE,

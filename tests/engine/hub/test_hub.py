@@ -374,3 +374,77 @@ async def test_a_failing_answer_hook_never_loses_the_answer(hub: ChatHub, engine
     await hub.send_message("telegram:8", "question")
     done = (await wait_done(events))[-1].event
     assert done.content == "still answered"
+
+
+class Marks:
+    """An adapter's durable record of a message (like a stored Telegram update)."""
+
+    def __init__(self, engine: Engine) -> None:
+        import sqlalchemy as sa
+
+        self.sa = sa
+        self.engine = engine
+        self.table = sa.Table(
+            "test_marks", sa.MetaData(), sa.Column("name", sa.String, primary_key=True)
+        )
+
+    async def create(self) -> None:
+        await self.engine.store.db.run(lambda conn: self.table.create(conn))
+
+    def mark(self, name: str):
+        return lambda conn: conn.execute(self.table.insert().values(name=name))
+
+    async def names(self) -> list[str]:
+        rows = await self.engine.store.db.run(
+            lambda conn: conn.execute(self.sa.select(self.table.c.name)).scalars().all()
+        )
+        return sorted(rows)
+
+
+async def test_a_redeliverable_message_to_an_idle_chat_is_stored_once_with_its_user_row(
+    hub: ChatHub, engine, model
+):
+    marks = Marks(engine)
+    await marks.create()
+    events = hub.events("telegram:3")
+    queued = await hub.send_message(
+        "telegram:3", "hello", also=marks.mark("u1"), redelivered_if_lost=True
+    )
+    assert queued is None  # no queue row: the user row is the first write
+    await wait_done(events)
+    assert await marks.names() == ["u1"]
+    assert await user_rows(engine, await session_of(hub, "telegram:3")) == [("hello", "ok")]
+    assert await engine.store.queue.pending() == []
+
+
+async def test_a_redeliverable_message_to_a_busy_chat_is_queued_as_usual(
+    hub: ChatHub, engine, model
+):
+    marks = Marks(engine)
+    await marks.create()
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    model.add(tool_call("wait_here", "{}", "w"))
+    events = hub.events("telegram:4")
+    await hub.send_message("telegram:4", "first")
+    await asyncio.wait_for(blocker.started.wait(), 5)
+    queued = await hub.send_message(
+        "telegram:4", "second", also=marks.mark("u2"), redelivered_if_lost=True
+    )
+    assert isinstance(queued, int)
+    assert await marks.names() == ["u2"]  # marked with its queue row, before the answer
+    blocker.release.set()
+    await wait_done(events)
+
+
+async def test_stop_settles_a_redeliverable_message_it_drops(hub: ChatHub, engine, model):
+    marks = Marks(engine)
+    await marks.create()
+    await hub.send_message("telegram:5", "dropped", also=marks.mark("u3"), redelivered_if_lost=True)
+    await hub.cancel("telegram:5")  # before the consumer ran it
+    for _ in range(50):
+        if await marks.names():
+            break
+        await asyncio.sleep(0)
+    assert await marks.names() == ["u3"]  # never handed over again after a restart
+    assert await user_rows(engine, await session_of(hub, "telegram:5")) == []
