@@ -424,8 +424,7 @@ def _instrument(service: Service, trace: Trace) -> None:
 
     around(store, "record_updates")
     around(hub, "send_message")
-    around(outbound, "deliver")
-    around(store, "enqueue")
+    around(outbound, "deliver_row")
 
     db = service.engine.store.db
     run = db.run
@@ -454,10 +453,10 @@ PHASES = (
     ("getUpdates wake-up + binding parse", "push", "record_updates>"),
     ("record_updates (commit)", "record_updates>", "record_updates<"),
     ("adapter: parse, open cards, lane", "record_updates<", "send_message>"),
-    ("hub.send_message (queue commit)", "send_message>", "send_message<"),
-    ("turn: model, history, Done, render", "send_message<", "deliver>"),
-    ("outbox enqueue (commit)", "deliver>", "enqueue<"),
-    ("pacing + binding sendMessage", "enqueue<", "send"),
+    ("hub.send_message (accept, idle chat)", "send_message>", "send_message<"),
+    # the user row (+ update handled), the model, the answer (+ outbox rows), Done, render
+    ("turn: 2 commits, model, Done", "send_message<", "deliver_row>"),
+    ("pacing + binding sendMessage", "deliver_row>", "send"),
 )
 
 
