@@ -46,7 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.fakes
 
-from bot.serve import Service
+from bot.serve import Service, freeze_startup_objects
 from bot.telegram.bindings.factory import make_bot_api
 from bot.telegram.outbound import Pacing
 from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
@@ -192,6 +192,7 @@ async def chathub(
             http=False,
         )
         await service.start()
+        freeze_startup_objects()  # as `chathub serve` does
         try:
             yield service
             await asyncio.sleep(SETTLE_S)  # the reply's bookkeeping, before stopping

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import sys
@@ -182,10 +183,22 @@ class Service:
             await self.engine.close()
 
 
+def freeze_startup_objects() -> None:
+    """Keep what start-up built (modules, classes, schemas) out of later collections.
+
+    Those ~150-300k objects live as long as the process; a full collection scanning them
+    paused the event loop for 80-220 ms here (a stall in every chat's reply). Collect
+    once, then freeze the survivors.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 async def serve(config: AppConfig) -> None:
     """Run until SIGINT/SIGTERM (or, with the terminal chat, until it ends)."""
     service = Service(config)
     await service.start()
+    freeze_startup_objects()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

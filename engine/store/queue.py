@@ -98,9 +98,12 @@ def _drop(conn: Connection, source: str) -> int:
     return conn.execute(q.delete().where(q.c.source == source)).rowcount
 
 
+_CONSUME = q.delete().where(q.c.id == sa.bindparam("qid"))
+
+
 def consume(conn: Connection, queued_id: int) -> None:
     """Part of the unit of work that stores the queued message as a history row."""
-    conn.execute(q.delete().where(q.c.id == queued_id))
+    conn.execute(_CONSUME, {"qid": queued_id})
 
 
 def _get_setting(conn: Connection, key: str) -> str | None:
