@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from engine.store.db import Database
+from engine.store.db import Database, quick_unit
 from engine.store.schema import chat_history as h
 from engine.store.schema import chat_llm_tools as t
 from engine.store.schema import chat_sessions_stack as f
@@ -170,6 +170,7 @@ _MARK_HANDLED = (
 )
 
 
+@quick_unit
 def _record_updates(conn: Connection, updates: list[Json]) -> list[Json]:
     ids = [u["update_id"] for u in updates if isinstance(u.get("update_id"), int)]
     if not ids:
@@ -199,6 +200,7 @@ def mark_handled_in(conn: Connection, update_id: int) -> None:
     _mark_handled(conn, update_id)
 
 
+@quick_unit
 def _mark_handled(conn: Connection, update_id: int) -> None:
     conn.execute(_MARK_HANDLED, {"uid": update_id, "at": utcnow()})
 
@@ -331,6 +333,7 @@ _ENQUEUE = {
 }
 
 
+@quick_unit
 def _enqueue(conn: Connection, chat_id: int, dedupe_key: str, payload: Json) -> OutboxRow | None:
     values = {
         "chat_id": chat_id,
@@ -376,6 +379,7 @@ _MARK_OUTBOX = (
 )
 
 
+@quick_unit
 def _mark_outbox(
     conn: Connection, outbox_id: int, status: str, message_id: int | None, error: str | None
 ) -> None:

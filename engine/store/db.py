@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
 UnitOfWork = Callable[Concatenate[Connection, P], T]
+F = TypeVar("F", bound=Callable[..., Any])
 
 SQLITE_BUSY_TIMEOUT_MS = 5_000
 # Serialises concurrent migrators (several workers starting at once on PostgreSQL).
@@ -61,20 +62,43 @@ class Database(Protocol):
     async def close(self) -> None: ...
 
 
+def quick_unit(fn: F) -> F:
+    """Mark a unit of work that touches a handful of rows by key.
+
+    On SQLite such a unit runs on the caller's thread when the database thread has nothing
+    queued or running: a commit in WAL mode costs less than the two thread hops (measured
+    in bench/telegram_e2e.py). Order is kept: it never overtakes a queued unit.
+    """
+    fn.chathub_quick_unit = True  # type: ignore[attr-defined]
+    return fn
+
+
 class SqliteDatabase:
-    """One SQLite connection owned by one thread; a transaction per submitted function."""
+    """One SQLite connection owned by one thread; a transaction per submitted function.
+
+    A ``quick_unit`` runs inline instead when that thread is idle (the connection is then
+    used under the same lock the thread holds while it works).
+    """
 
     dialect = "sqlite"
 
     def __init__(self, path: str) -> None:
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._engine = sa.create_engine(f"sqlite:///{path}", poolclass=sa.pool.StaticPool)
+        self._engine = sa.create_engine(
+            f"sqlite:///{path}",
+            poolclass=sa.pool.StaticPool,
+            connect_args={"check_same_thread": False},  # guarded by ``_busy``
+        )
         event.listen(self._engine, "connect", _sqlite_pragmas)
         event.listen(self._engine, "begin", _sqlite_begin)
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name="chathub-sqlite", daemon=True)
         self._closed = False
+        self._conn: Connection | None = None
+        self._busy = threading.Lock()  # held while a unit uses the connection
+        self._count = threading.Lock()
+        self._submitted = self._finished = 0  # queued units; equal: none queued or running
         self._thread.start()
 
     def _serve(self) -> None:
@@ -85,25 +109,44 @@ class SqliteDatabase:
             while (job := self._jobs.get()) is not None:
                 _hand_back(job[3], job[4], None, exc)
             return
+        self._conn = conn
         try:
             while (job := self._jobs.get()) is not None:
                 fn, args, kwargs, loop, future = job
-                try:
-                    with conn.begin():
-                        result = fn(conn, *args, **kwargs)
-                except BaseException as exc:  # handed to the awaiting coroutine
-                    _hand_back(loop, future, None, exc)
-                else:
-                    _hand_back(loop, future, result, None)
+                with self._busy:
+                    try:
+                        with conn.begin():
+                            result = fn(conn, *args, **kwargs)
+                    except BaseException as exc:  # handed to the awaiting coroutine
+                        outcome: tuple[Any, BaseException | None] = (None, exc)
+                    else:
+                        outcome = (result, None)
+                    with self._count:
+                        self._finished += 1
+                _hand_back(loop, future, *outcome)
         finally:
-            conn.close()
+            with self._busy:
+                self._conn = None
+                conn.close()
             self._engine.dispose()
 
     async def run(self, fn: UnitOfWork[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         if self._closed:
             raise RuntimeError("database is closed")
+        if getattr(fn, "chathub_quick_unit", False) and self._busy.acquire(blocking=False):
+            try:
+                conn = self._conn
+                with self._count:
+                    idle = self._submitted == self._finished
+                if idle and conn is not None:
+                    with conn.begin():
+                        return fn(conn, *args, **kwargs)
+            finally:
+                self._busy.release()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
+        with self._count:
+            self._submitted += 1
         self._jobs.put((fn, args, kwargs, loop, future))
         return await future
 

@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from engine.store.db import Database
+from engine.store.db import Database, quick_unit
 from engine.store.queue import consume
 from engine.store.rows import (
     AssistantRecord,
@@ -140,6 +140,7 @@ class History:
         return await self._db.run(_session_open_tool_calls, session_id)
 
 
+@quick_unit
 def insert_message(
     conn: Connection,
     stack_id: int,
@@ -181,6 +182,7 @@ def insert_message(
     )
 
 
+@quick_unit
 def _insert_assistant_and(
     conn: Connection,
     stack_id: int,
@@ -193,6 +195,7 @@ def _insert_assistant_and(
     return row
 
 
+@quick_unit
 def insert_assistant(
     conn: Connection, stack_id: int, record: AssistantRecord, calls: Sequence[NewToolCall]
 ) -> MessageRow:
