@@ -2,13 +2,14 @@
 
 For each binding (python-telegram-bot, aiogram) the whole service runs (``bot.serve.Service``:
 engine, ChatHub, Telegram adapter, long polling) against the fake Bot API
-(``tests/fakes/telegram_server.py``, real HTTP on 127.0.0.1, served by a thread of this
-process) with a zero-latency model, SQLite in a temporary directory and ``AllowAll``. The
+(``tests/fakes/telegram_server.py``, real HTTP on 127.0.0.1, in a child process of its own —
+Telegram is remote, so it must not share this process's GIL) with a zero-latency model, SQLite in a temporary directory and ``AllowAll``. The
 baseline is the same library's own framework with a bare echo handler (ptb ``Application``
 + ``MessageHandler``; aiogram ``Dispatcher`` + ``Router``), polling the same fake.
 
-Latency: ``time.monotonic()`` just before the fake receives the update, to the arrival at
-the fake of the first ``sendMessage`` to that chat (``sendChatAction`` does not count).
+Latency, measured in the fake's process on one clock: ``time.monotonic()`` just before the
+update is pushed, to the arrival of the first ``sendMessage`` to that chat
+(``sendChatAction`` does not count).
 
 * 1 chat: ``--messages`` messages, each sent once the previous one is answered.
 * 200 chats: one message per chat pushed at once, ``--rounds`` times (all answered
@@ -32,6 +33,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import multiprocessing
 import os
 import statistics
 import sys
@@ -41,6 +43,7 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +68,7 @@ ANSWER = "ok"
 
 SETTLE_S = 0.2
 NO_PACING = Pacing(private_interval_s=0, group_interval_s=0, global_per_second=1e6)
-THREADS = {"MainThread": "event loop", "chathub-sqlite": "SQLite", "fake-telegram": "fake API"}
+THREADS = {"MainThread": "event loop", "chathub-sqlite": "SQLite"}
 CPU_COLUMNS = ("event loop", "SQLite", "fake API", "other")
 
 
@@ -87,17 +90,26 @@ class AbandonedRequests(logging.Filter):
 ABANDONED = AbandonedRequests()
 
 
-def thread_cpu() -> dict[str, float]:
-    """CPU seconds (user + system) per thread of this process, grouped by ``THREADS``."""
+def thread_cpu(fake_pid: int | None = None) -> dict[str, float]:
+    """CPU seconds (user + system) per thread of this process, grouped by ``THREADS``,
+    and of the fake Bot API's process."""
     ticks = os.sysconf("SC_CLK_TCK")
     totals: dict[str, float] = defaultdict(float)
-    for thread in threading.enumerate():
+
+    def seconds(path: str) -> float | None:
         try:
-            with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
+            with open(path) as stat:
                 fields = stat.read().rpartition(")")[2].split()
         except OSError:
-            continue
-        totals[THREADS.get(thread.name, "other")] += (int(fields[11]) + int(fields[12])) / ticks
+            return None
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    for thread in threading.enumerate():
+        used = seconds(f"/proc/self/task/{thread.native_id}/stat")
+        if used is not None:
+            totals[THREADS.get(thread.name, "other")] += used
+    if fake_pid is not None:
+        totals["fake API"] += seconds(f"/proc/{fake_pid}/stat") or 0.0
     return totals
 
 
@@ -115,7 +127,42 @@ class InstantModel(ScriptedModel):
         return LlmResponse(content=ANSWER, usage=Usage(10, 1), model=self.name)
 
 
-# -- the fake, watched ---------------------------------------------------------------------
+# -- the fake, in a process of its own ------------------------------------------------------
+
+
+def _fake_process(commands: Connection, events: Connection) -> None:
+    """The child: the fake Bot API, pushing on command and reporting each reply's latency.
+
+    Latency is measured here, on one clock: from just before the update is pushed to the
+    arrival of the first ``sendMessage`` to that chat.
+    """
+    logging.basicConfig(level=logging.ERROR)
+    logging.getLogger("uvicorn.error").addFilter(ABANDONED)
+    pushed: dict[int, float] = {}
+    lock = threading.Lock()
+
+    def on_call(call: Call) -> None:  # the fake's thread
+        if call.method.lower() != "sendmessage":
+            return
+        with contextlib.suppress(TypeError, ValueError):
+            chat_id = int(call.params.get("chat_id"))  # type: ignore[arg-type]
+            with lock:
+                started = pushed.pop(chat_id, None)
+            if started is not None:
+                events.send((chat_id, call.time - started))
+
+    fake = FakeTelegramServer()
+    fake.calls = _CallLog(on_call)
+    fake.start()
+    events.send(("ready", fake.base_url))
+    try:
+        while (command := commands.recv()) is not None:
+            for chat_id, text in command:
+                with lock:
+                    pushed[chat_id] = time.monotonic()
+                fake.user_message(chat_id, chat_id, text)
+    finally:
+        fake.stop()
 
 
 class _CallLog(list[Call]):
@@ -130,39 +177,67 @@ class _CallLog(list[Call]):
         self._on_call(call)
 
 
-class WatchedTelegram(FakeTelegramServer):
-    """The fake Bot API; ``push`` measures push -> first ``sendMessage`` in that chat."""
+class WatchedTelegram:
+    """The fake Bot API in a child process (as Telegram is remote: no shared GIL).
+
+    ``push`` sends a user message; its future is the latency in seconds.
+    """
 
     def __init__(self) -> None:
-        super().__init__()
-        self.calls = _CallLog(self._on_call)
-        self._bench_loop: asyncio.AbstractEventLoop | None = None
-        self._waiting: dict[int, tuple[float, asyncio.Future[float]]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: dict[int, asyncio.Future[float]] = {}
+        context = multiprocessing.get_context("spawn")
+        child_commands, self._commands = context.Pipe(duplex=False)  # (receive, send)
+        self._events, child_events = context.Pipe(duplex=False)
+        self._process = context.Process(
+            target=_fake_process, args=(child_commands, child_events), daemon=True
+        )
+        self.base_url = ""
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
 
     def watch(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._bench_loop = loop
+        self._loop = loop
 
-    def _on_call(self, call: Call) -> None:  # the fake's thread, its lock held
-        if call.method.lower() != "sendmessage" or self._bench_loop is None:
-            return
-        with contextlib.suppress(TypeError, ValueError):
-            chat_id = int(call.params.get("chat_id"))  # type: ignore[arg-type]
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                self._bench_loop.call_soon_threadsafe(self._arrived, chat_id, call.time)
+    def start(self) -> WatchedTelegram:
+        self._process.start()
+        tag, self.base_url = self._events.recv()
+        assert tag == "ready"
+        if self._loop is not None:
+            self._loop.add_reader(self._events.fileno(), self._on_events)
+        return self
 
-    def _arrived(self, chat_id: int, at: float) -> None:  # the bench's loop
-        entry = self._waiting.pop(chat_id, None)
-        if entry is not None and not entry[1].done():
-            entry[1].set_result(at - entry[0])
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.remove_reader(self._events.fileno())
+        with contextlib.suppress(OSError):
+            self._commands.send(None)
+        self._process.join(10)
+        if self._process.is_alive():
+            self._process.kill()
+
+    def _on_events(self) -> None:
+        while self._events.poll():
+            chat_id, latency = self._events.recv()
+            future = self._waiting.pop(chat_id, None)
+            if future is not None and not future.done():
+                future.set_result(latency)
 
     def push(self, chat_id: int, text: str) -> asyncio.Future[float]:
-        """Push a user message; the future is its latency in seconds."""
-        assert self._bench_loop is not None
-        future: asyncio.Future[float] = self._bench_loop.create_future()
-        started = time.monotonic()
-        self._waiting[chat_id] = (started, future)
-        self.user_message(chat_id, chat_id, text)
-        return future
+        return self.push_many([(chat_id, text)])[0]
+
+    def push_many(self, messages: Sequence[tuple[int, str]]) -> list[asyncio.Future[float]]:
+        """Push several user messages in one go (a burst); a latency future each."""
+        assert self._loop is not None
+        futures = []
+        for chat_id, _ in messages:
+            future: asyncio.Future[float] = self._loop.create_future()
+            self._waiting[chat_id] = future
+            futures.append(future)
+        self._commands.send(list(messages))
+        return futures
 
 
 # -- the systems under test ------------------------------------------------------------------
@@ -312,8 +387,8 @@ async def burst(
         if r == 0:
             if after_warmup is not None:
                 after_warmup()
-            cpu_before, started = thread_cpu(), time.monotonic()
-        futures = [fake.push(chat, f"round {r} in {chat}") for chat in chats]
+            cpu_before, started = thread_cpu(fake.pid), time.monotonic()
+        futures = fake.push_many([(chat, f"round {r} in {chat}") for chat in chats])
         done, pending = await asyncio.wait(futures, timeout=timeout_s)
         for future in pending:
             future.cancel()
@@ -321,7 +396,7 @@ async def burst(
             sample.latencies_ms.extend(f.result() * 1000 for f in done)
             sample.missing += len(pending)
     sample.round_s = (time.monotonic() - started) / max(rounds, 1)
-    cpu_after, messages = thread_cpu(), max(len(chats) * rounds, 1)
+    cpu_after, messages = thread_cpu(fake.pid), max(len(chats) * rounds, 1)
     sample.cpu_ms = {
         name: (cpu_after.get(name, 0.0) - cpu_before.get(name, 0.0)) * 1000 / messages
         for name in CPU_COLUMNS
@@ -533,7 +608,7 @@ def report(rows: list[Row], args: argparse.Namespace) -> None:
     print()
     print(
         "Many-chat case: CPU per message by thread (ms; /proc, 10 ms ticks) and wall time "
-        "per round (all chats answered); the fake Bot API shares this process (and the GIL)"
+        "per round (all chats answered); the fake Bot API runs in its own process"
     )
     cpu_rows = [
         (row, label, sample)
