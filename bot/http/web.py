@@ -18,7 +18,7 @@ import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -278,20 +278,20 @@ class WebInbox:
         return _back("answer", request_id)
 
     async def toggle_job(self, request: Request, form: dict[str, str]) -> Response:
-        job_id = request.path_params["job_id"]
-        try:
-            await self.ops.toggle_job(job_id)
-        except OperationError as exc:
-            return _back(exc.kind, job_id, ok=False)
-        return _back("toggle", job_id)
+        return await self._on_job(request, "toggle", self.ops.toggle_job)
 
     async def delete_job(self, request: Request, form: dict[str, str]) -> Response:
+        return await self._on_job(request, "delete", self.ops.delete_job)
+
+    async def _on_job(
+        self, request: Request, done: str, act: Callable[[int], Awaitable[Any]]
+    ) -> Response:
         job_id = request.path_params["job_id"]
         try:
-            await self.ops.delete_job(job_id)
+            await act(job_id)
         except OperationError as exc:
             return _back(exc.kind, job_id, ok=False)
-        return _back("delete", job_id)
+        return _back(done, job_id)
 
 
 # -- helpers -----------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bot.process import ALICE, free_port
+from tests.bot.process import ALICE, free_port, service_env
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_server import FakeTelegramServer
 
@@ -34,20 +33,17 @@ def serve(tmp_path: Path, telegram: FakeTelegramServer, fake_openai: FakeOpenAIS
             stderr=subprocess.PIPE,
             text=True,
             cwd=tmp_path,
-            env={
-                "PATH": os.environ.get("PATH", ""),
-                "HOME": str(tmp_path),
-                "LLM_BASE_URL": fake_openai.base_url,
-                "LLM_MODEL": "fake-model",
-                "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
-                "CHATHUB_WORKSPACE": str(tmp_path / "workspace"),
-                "CHATHUB_TIMEZONE": "UTC",
-                "TELEGRAM_BOT_TOKEN": "123456:TEST",
-                "TELEGRAM_API_URL": telegram.base_url,
-                "TELEGRAM_ALLOWED_USER_IDS": str(ALICE),
-                "HTTP_PORT": str(free_port()),
-                **env,
-            },
+            env=service_env(
+                tmp_path,
+                fake_openai.base_url,
+                **{
+                    "TELEGRAM_BOT_TOKEN": "123456:TEST",
+                    "TELEGRAM_API_URL": telegram.base_url,
+                    "TELEGRAM_ALLOWED_USER_IDS": str(ALICE),
+                    "HTTP_PORT": str(free_port()),
+                    **env,
+                },
+            ),
         )
         children.append(child)
         return child

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 ALICE = 111
@@ -23,3 +25,17 @@ def wait_for(predicate: Callable[[], Any], within_s: float = 20) -> Any:
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.02)
     return value
+
+
+def service_env(home: Path, model_url: str, **extra: str) -> dict[str, str]:
+    """The environment of a ``chathub`` process living in ``home`` with the fake model."""
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(home),
+        "LLM_BASE_URL": model_url,
+        "LLM_MODEL": "fake-model",
+        "DATABASE_URL": f"sqlite+aiosqlite:///{home / 'chathub.db'}",
+        "CHATHUB_WORKSPACE": str(home / "workspace"),
+        "CHATHUB_TIMEZONE": "UTC",
+        **extra,
+    }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import subprocess
@@ -10,19 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+from tests.bot.process import service_env
 from tests.fakes.openai_server import FakeOpenAIServer
 
 
 def _env(tmp_path: Path, fake: FakeOpenAIServer) -> dict[str, str]:
-    return {
-        "PATH": os.environ.get("PATH", ""),
-        "HOME": str(tmp_path),
-        "LLM_BASE_URL": fake.base_url,
-        "LLM_MODEL": "fake-model",
-        "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
-        "CHATHUB_WORKSPACE": str(tmp_path / "workspace"),
-        "CHATHUB_TIMEZONE": "UTC",
-    }
+    return service_env(tmp_path, fake.base_url)
 
 
 def _wait_for(path: Path, deadline_s: float = 20) -> None:

@@ -8,7 +8,6 @@ document declares (status code, content type).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import positive_data_acceptance
 
-from tests.bot.process import free_port, wait_for
+from tests.bot.process import free_port, service_env, wait_for
 from tests.fakes.openai_server import FakeOpenAIServer
 
 TOKEN = "fuzz-token"
@@ -37,17 +36,7 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[schemathesi
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=home,
-        env={
-            "PATH": os.environ.get("PATH", ""),
-            "HOME": str(home),
-            "LLM_BASE_URL": model.base_url,
-            "LLM_MODEL": "fake-model",
-            "DATABASE_URL": f"sqlite+aiosqlite:///{home / 'chathub.db'}",
-            "CHATHUB_WORKSPACE": str(home / "workspace"),
-            "CHATHUB_TIMEZONE": "UTC",
-            "CHATHUB_API_TOKEN": TOKEN,
-            "HTTP_PORT": str(port),
-        },
+        env=service_env(home, model.base_url, CHATHUB_API_TOKEN=TOKEN, HTTP_PORT=str(port)),
     )
     base = f"http://127.0.0.1:{port}"
     try:
