@@ -174,6 +174,7 @@ class TelegramAdapter:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._incoming.close()
         await self._outgoing.close()
+        await self.outbound.flush()
 
     def submit(self, update: Json) -> None:
         """Handle a stored update: in order within its chat, concurrently across chats."""

@@ -84,6 +84,8 @@ class Outbound:
         self._lanes: dict[int, _Lane] = {}
         self._global = asyncio.Lock()
         self._global_next = 0.0
+        self._sent: list[tuple[int, int | None]] = []
+        self._marking: asyncio.Task[None] | None = None
 
     async def call(self, chat_id: int, op: Callable[[], Awaitable[T]]) -> T:
         """Run one Bot API call for ``chat_id`` in its turn, retrying what is retriable."""
@@ -179,8 +181,31 @@ class Outbound:
             await self.store.mark_failed(row.id, str(exc))
             return None
         message_id = _message_id(message)
-        await self.store.mark_sent(row.id, message_id)
+        self._mark_sent_soon(row.id, message_id)
         return message_id
+
+    def _mark_sent_soon(self, outbox_id: int, message_id: int | None) -> None:
+        """Record a delivery with the others of this moment (one commit for a burst).
+
+        Not awaited by the sender: the reply is out; a crash before the commit sends it
+        again at the next start, the same window a direct write leaves.
+        """
+        self._sent.append((outbox_id, message_id))
+        if self._marking is None or self._marking.done():
+            self._marking = asyncio.create_task(self._write_marks(), name="tg-outbox-marks")
+
+    async def _write_marks(self) -> None:
+        while self._sent:
+            batch, self._sent = self._sent, []
+            try:
+                await self.store.mark_sent_many(batch)
+            except Exception:  # the rows stay pending: re-sent at the next start
+                log.exception("recording %d delivered message(s) failed", len(batch))
+
+    async def flush(self) -> None:
+        """Wait until every delivery so far is recorded (at shutdown)."""
+        while self._marking is not None and not self._marking.done():
+            await asyncio.shield(self._marking)
 
     async def _wait_turn(self, chat_id: int, lane: _Lane) -> None:
         interval = (

@@ -143,7 +143,12 @@ class TelegramStore:
         return await self._db.run(_pending_outbox)
 
     async def mark_sent(self, outbox_id: int, message_id: int | None) -> None:
-        await self._db.run(_mark_outbox, outbox_id, "sent", message_id, None)
+        await self.mark_sent_many([(outbox_id, message_id)])
+
+    async def mark_sent_many(self, sent: Sequence[tuple[int, int | None]]) -> None:
+        """``(outbox id, Telegram message id)`` pairs, in one transaction."""
+        if sent:
+            await self._db.run(_mark_sent_many, list(sent))
 
     async def undelivered_finals(self) -> list[tuple[str, int, str]]:
         """``(source, message_id, content)`` of Telegram answers never put in the outbox.
@@ -377,6 +382,18 @@ _MARK_OUTBOX = (
         sent_at=sa.bindparam("sent_at"),
     )
 )
+
+
+@quick_unit
+def _mark_sent_many(conn: Connection, sent: list[tuple[int, int | None]]) -> None:
+    now = utcnow()
+    conn.execute(
+        _MARK_OUTBOX,
+        [
+            {"oid": oid, "status": "sent", "message_id": mid, "error": None, "sent_at": now}
+            for oid, mid in sent
+        ],
+    )
 
 
 @quick_unit

@@ -128,6 +128,13 @@ class _RawGetUpdates(TelegramMethod[list[dict[str, Any]]]):
     allowed_updates: list[str] | None = None
 
 
+class _RawSendMessage(am.SendMessage):
+    """``sendMessage`` answering Telegram's JSON: the seam wants a dict, and parsing the
+    reply into a ``Message`` only to dump it again cost a tenth of a reply's CPU."""
+
+    __returning__ = dict[str, Any]  # type: ignore[assignment]
+
+
 class _Session(AiohttpSession):
     """``AiohttpSession`` whose ``close`` skips the 250 ms TLS drain wait on plain HTTP."""
 
@@ -160,6 +167,7 @@ def _pinned_response_types() -> tuple[type, ...]:
         am.SendDocument,
         am.SendMessageDraft,
         _RawGetUpdates,
+        _RawSendMessage,
     )
     return tuple(Response[method.__returning__] for method in methods)  # type: ignore[name-defined,misc]
 
@@ -209,17 +217,17 @@ class AiogramBotApi:
         message_thread_id: int | None = None,
         reply_to_message_id: int | None = None,
     ) -> Json:
+        method = _RawSendMessage(
+            chat_id=chat_id,
+            text=text,
+            entities=_entities(entities),
+            reply_markup=_markup(reply_markup),
+            message_thread_id=message_thread_id,
+            reply_parameters=_reply(reply_to_message_id),
+        )
         with _translated():
-            message = await self._bot.send_message(
-                chat_id,
-                text,
-                entities=_entities(entities),
-                reply_markup=_markup(reply_markup),
-                message_thread_id=message_thread_id,
-                reply_parameters=_reply(reply_to_message_id),
-                request_timeout=_REQUEST_TIMEOUT,
-            )
-        return _dump(message)
+            message = await self._bot(method, request_timeout=_REQUEST_TIMEOUT)
+        return message if isinstance(message, dict) else {}
 
     async def edit_message_text(
         self,

@@ -35,7 +35,11 @@ def send_times(api: FakeBotApi, chat_id: int | None = None) -> list[float]:
     return [c.at for c in api.calls_to("send_message") if chat_id is None or c.args[0] == chat_id]
 
 
-async def outbox_rows(store: TelegramStore) -> list[dict[str, Any]]:
+async def outbox_rows(store: TelegramStore, out: Outbound | None = None) -> list[dict[str, Any]]:
+    """The outbox rows, once ``out`` has recorded its deliveries (marks are written soon)."""
+    if out is not None:
+        await out.flush()
+
     def read(conn: sa.Connection) -> list[dict[str, Any]]:
         o = telegram_outbox
         rows = conn.execute(sa.select(o).order_by(o.c.id))
@@ -313,7 +317,7 @@ async def test_deliver_twice_with_the_same_key_sends_once(sqlite_tg_store: Teleg
     assert sends[0].args == (PRIVATE, "final answer")
     assert sends[0].kwargs["entities"] == ENTITIES
     assert sends[0].kwargs["message_thread_id"] == 3
-    [row] = await outbox_rows(sqlite_tg_store)
+    [row] = await outbox_rows(sqlite_tg_store, out)
     assert (row["status"], row["message_id"], row["attempts"]) == ("sent", first, 1)
     assert row["payload"] == PAYLOAD
     assert row["sent_at"] is not None
@@ -324,7 +328,7 @@ async def test_different_keys_each_deliver(sqlite_tg_store: TelegramStore) -> No
     ids = [await out.deliver(PRIVATE, f"reply:{i}", {"text": f"t{i}"}) for i in range(3)]
     assert len(set(ids)) == 3
     assert len(api.calls_to("send_message")) == 3
-    assert [r["status"] for r in await outbox_rows(sqlite_tg_store)] == ["sent"] * 3
+    assert [r["status"] for r in await outbox_rows(sqlite_tg_store, out)] == ["sent"] * 3
 
 
 async def test_interrupted_delivery_is_resent_once_at_start(
@@ -337,7 +341,7 @@ async def test_interrupted_delivery_is_resent_once_at_start(
     assert await out.resend_pending() == 2
     sends = api.calls_to("send_message")
     assert [(c.args[0], c.args[1]) for c in sends] == [(PRIVATE, "lost?"), (GROUP, "also lost?")]
-    rows = await outbox_rows(sqlite_tg_store)
+    rows = await outbox_rows(sqlite_tg_store, out)
     assert [r["status"] for r in rows] == ["sent", "sent"]
     # each row carries the id Telegram gave the message that delivered it
     assert [r["message_id"] for r in rows] == [101, 102]
@@ -355,7 +359,7 @@ async def test_resend_pending_survives_a_transient_error(sqlite_tg_store: Telegr
     out, api, time = make(sqlite_tg_store, UNPACED)
     api.fail("send_message", NetworkError("reset"))
     assert await out.resend_pending() == 1
-    [row] = await outbox_rows(sqlite_tg_store)
+    [row] = await outbox_rows(sqlite_tg_store, out)
     assert row["status"] == "sent"
     assert row["message_id"] == 101
     assert time.sleeps == [0.5]
@@ -368,7 +372,7 @@ async def test_forbidden_delivery_is_marked_failed_not_retried(
     api.fail("send_message", Forbidden("Forbidden: bot was blocked by the user"))
     assert await out.deliver(PRIVATE, "reply:1", {"text": "x"}) is None
     assert len(api.calls_to("send_message")) == 1
-    [row] = await outbox_rows(sqlite_tg_store)
+    [row] = await outbox_rows(sqlite_tg_store, out)
     assert row["status"] == "failed"
     assert "blocked" in row["error"]
     assert row["message_id"] is None
@@ -382,7 +386,7 @@ async def test_bad_request_delivery_is_marked_failed(sqlite_tg_store: TelegramSt
     out, api, _ = make(sqlite_tg_store, UNPACED)
     api.fail("send_message", BadRequest("Bad Request: chat not found"))
     assert await out.deliver(PRIVATE, "reply:1", {"text": "x"}) is None
-    [row] = await outbox_rows(sqlite_tg_store)
+    [row] = await outbox_rows(sqlite_tg_store, out)
     assert row["status"] == "failed"
     assert "chat not found" in row["error"]
 
@@ -394,5 +398,5 @@ async def test_delivery_with_rejected_entities_is_sent_plain(
     api.fail("send_message", BadRequest("Bad Request: can't parse entities"))
     message_id = await out.deliver(PRIVATE, "reply:1", PAYLOAD)
     assert message_id == 101
-    [row] = await outbox_rows(sqlite_tg_store)
+    [row] = await outbox_rows(sqlite_tg_store, out)
     assert (row["status"], row["message_id"]) == ("sent", 101)
