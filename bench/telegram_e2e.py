@@ -356,6 +356,18 @@ class Sample:
         return data[min(len(data) - 1, int(len(data) * p))]
 
 
+def merge(samples: Sequence[Sample]) -> Sample:
+    """One sample from blocks: every latency, the mean CPU and round time."""
+    merged = Sample()
+    for sample in samples:
+        merged.latencies_ms.extend(sample.latencies_ms)
+        merged.missing += sample.missing
+        merged.round_s += sample.round_s / len(samples)
+        for name, value in sample.cpu_ms.items():
+            merged.cpu_ms[name] = merged.cpu_ms.get(name, 0.0) + value / len(samples)
+    return merged
+
+
 async def sequential(fake: WatchedTelegram, messages: int, timeout_s: float) -> Sample:
     """One chat; the next message once the previous one is answered."""
     sample = Sample()
@@ -427,21 +439,24 @@ async def measure(library: str, args: argparse.Namespace) -> list[Row]:
         finally:
             fake.stop()
 
+    messages = -(-args.messages // args.blocks)  # per block
+    rounds = -(-args.rounds // args.blocks)
+
     async def hub_sequential(fake: WatchedTelegram) -> Sample:
         async with chathub(library, fake, chats, NO_PACING):
-            return await sequential(fake, args.messages, args.timeout)
+            return await sequential(fake, messages, args.timeout)
 
     async def echo_sequential(fake: WatchedTelegram) -> Sample:
         async with echo_bot(library, fake, concurrent=False):
-            return await sequential(fake, args.messages, args.timeout)
+            return await sequential(fake, messages, args.timeout)
 
     async def hub_burst(fake: WatchedTelegram) -> Sample:
         async with chathub(library, fake, chats, NO_PACING):
-            return await burst(fake, chats, args.rounds, args.timeout)
+            return await burst(fake, chats, rounds, args.timeout)
 
     async def echo_burst(fake: WatchedTelegram) -> Sample:
         async with echo_bot(library, fake, concurrent=True):
-            return await burst(fake, chats, args.rounds, args.timeout)
+            return await burst(fake, chats, rounds, args.timeout)
 
     async def hub_burst_paced(fake: WatchedTelegram) -> Sample:
         async with chathub(library, fake, chats, NO_PACING) as service:
@@ -453,12 +468,19 @@ async def measure(library: str, args: argparse.Namespace) -> list[Row]:
 
             return await burst(fake, chats, 1, args.timeout + 60, after_warmup=pace)
 
-    rows.append(
-        Row(library, "1 chat", await on_fake(hub_sequential), await on_fake(echo_sequential))
-    )
-    rows.append(
-        Row(library, f"{args.chats} chats", await on_fake(hub_burst), await on_fake(echo_burst))
-    )
+    async def alternating(hub: Any, echo: Any) -> tuple[Sample, Sample]:
+        """Blocks in ABBA order (hub, echo, echo, hub, ...): the machine's drift during the
+        run weighs on both systems alike."""
+        hubs: list[Sample] = []
+        echos: list[Sample] = []
+        for block in range(args.blocks):
+            pair = [(hub, hubs), (echo, echos)]
+            for work, into in pair if block % 2 == 0 else reversed(pair):
+                into.append(await on_fake(work))
+        return merge(hubs), merge(echos)
+
+    rows.append(Row(library, "1 chat", *await alternating(hub_sequential, echo_sequential)))
+    rows.append(Row(library, f"{args.chats} chats", *await alternating(hub_burst, echo_burst)))
     if args.paced:
         rows.append(
             Row(
@@ -681,12 +703,13 @@ def leftover_tasks() -> list[asyncio.Task[Any]]:
 async def run(args: argparse.Namespace) -> None:
     print(
         "Telegram end to end: update -> first sendMessage, zero-latency model, fake Bot API "
-        "(real HTTP, in-process thread), SQLite file (WAL), AllowAll"
+        "(real HTTP, its own process), SQLite file (WAL), AllowAll"
     )
     print(
         f"1 chat: {args.messages} sequential messages; {args.chats} chats: {args.rounds} "
-        f"round(s) of one message per chat at once (+ {WARMUP_MESSAGES} warm-up messages / "
-        "1 warm-up round, not counted)"
+        f"round(s) of one message per chat at once; in {args.blocks} blocks alternating "
+        f"chathub and echo (ABBA), each with {WARMUP_MESSAGES} warm-up messages / "
+        "1 warm-up round, not counted"
     )
     print(
         "chathub: Telegram pacing DISABLED (per-chat interval 0, 1e6 msg/s overall) except "
@@ -725,10 +748,10 @@ async def run(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smaller run")
-    parser.add_argument("--messages", type=int, help="1-chat messages (default 100; quick 30)")
+    parser.add_argument("--messages", type=int, help="1-chat messages (default 200; quick 30)")
     parser.add_argument("--chats", type=int, help="concurrent chats (default 200; quick 50)")
     parser.add_argument(
-        "--rounds", type=int, help="rounds of the many-chat case (default 5; quick 2)"
+        "--rounds", type=int, help="rounds of the many-chat case (default 6; quick 2)"
     )
     parser.add_argument(
         "--libraries", nargs="+", choices=LIBRARIES, default=list(LIBRARIES), help="bindings"
@@ -742,10 +765,14 @@ def main() -> None:
         "--no-breakdown", dest="breakdown", action="store_false", help="skip the breakdown"
     )
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per wait")
+    parser.add_argument(
+        "--blocks", type=int, help="alternating chathub/echo blocks per scenario (default 4)"
+    )
     args = parser.parse_args()
-    args.messages = args.messages or (30 if args.quick else 100)
+    args.messages = args.messages or (30 if args.quick else 200)
     args.chats = args.chats or (50 if args.quick else 200)
-    args.rounds = args.rounds or (2 if args.quick else 5)
+    args.rounds = args.rounds or (2 if args.quick else 6)
+    args.blocks = max(1, args.blocks or (2 if args.quick else 4))
     args.breakdown_messages = 20 if args.quick else 50
     if args.paced is None:
         args.paced = not args.quick
