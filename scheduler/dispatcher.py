@@ -164,7 +164,10 @@ class Dispatcher:
                     self._queue.append((run, job))
                     started += 1
             self._spawn_workers()
-            pending = await self.runner.sweepable(self.store.undelivered)
+            pending = await self.runner.sweepable(
+                # Not another worker's run while its delivery lease holds: it is delivering.
+                lambda: self.store.undelivered(owner=self.runner.owner, now=now)
+            )
             if pending:
                 await self.runner.deliver(pending)
             self.last_step_at = now

@@ -79,7 +79,13 @@ class JobRunner:
                 return None
             status, result, error = ran
             finished = await self.store.finish(
-                run.id, self.owner, status=status, result=result, error=error, run=run
+                run.id,
+                self.owner,
+                status=status,
+                result=result,
+                error=error,
+                run=run,
+                deliver_until=self._clock() + self.lease,
             )
             if finished is None:
                 log.warning("run %s lost its lease before finishing; not delivered here", run.id)

@@ -189,15 +189,25 @@ class JobStore:
         result: str | None = None,
         error: str | None = None,
         run: Run | None = None,
+        deliver_until: datetime | None = None,
     ) -> Run | None:
         """Store the outcome (before any delivery): the stored run, None if the lease was
         lost meanwhile. ``run``: the run as claimed; the stored one is then built from it
-        and the few columns that may have changed since (saves reading the whole row)."""
-        return await self._db.run(_finish, run_id, owner, status, result, error, run)
+        and the few columns that may have changed since (saves reading the whole row).
 
-    async def undelivered(self, limit: int = 100) -> list[Run]:
-        """Finished runs (and missed or abandoned ones) the user was not told about yet."""
-        return await self._db.run(_undelivered, limit)
+        ``deliver_until``: the lease becomes a delivery lease: until then no other worker's
+        sweep delivers the run (this one is about to)."""
+        return await self._db.run(_finish, run_id, owner, status, result, error, run, deliver_until)
+
+    async def undelivered(
+        self, limit: int = 100, *, owner: str | None = None, now: datetime | None = None
+    ) -> list[Run]:
+        """Finished runs (and missed or abandoned ones) the user was not told about yet.
+
+        With ``owner`` and ``now``: only those ``owner`` may deliver — its own, or ones
+        whose delivery lease (another worker's) has expired.
+        """
+        return await self._db.run(_undelivered, limit, owner, now)
 
     async def mark_delivered(self, run_ids: Sequence[int], status: str = "delivered") -> None:
         await self._db.run(_mark_delivered, list(run_ids), status)
@@ -527,7 +537,7 @@ _FINISH = (
         result=sa.bindparam("b_result"),
         error=sa.bindparam("b_error"),
         finished_at=sa.bindparam("b_finished", type_=r.c.finished_at.type),
-        lease_expires_at=None,
+        lease_expires_at=sa.bindparam("b_deliver_until", type_=r.c.lease_expires_at.type),
         # The job was deleted while the run worked: nobody asked for its outcome any more.
         delivery_status=sa.case((_job_deleted, "none"), else_=r.c.delivery_status),
     )
@@ -609,6 +619,7 @@ def _finish(
     result: str | None,
     error: str | None,
     claimed: Run | None = None,
+    deliver_until: datetime | None = None,
 ) -> Run | None:
     values = {
         "b_run": run_id,
@@ -617,6 +628,7 @@ def _finish(
         "b_result": result,
         "b_error": error,
         "b_finished": utcnow(),
+        "b_deliver_until": deliver_until,
     }
     row = conn.execute(_FINISH_ALL if claimed is None else _FINISH_KNOWN, values).first()
     if row is None:
@@ -628,22 +640,28 @@ def _finish(
         status=status,
         result=result,
         error=error,
-        lease_expires_at=None,
+        lease_expires_at=deliver_until,
         session_id=row.session_id,
         delivery_status=row.delivery_status,
     )
 
 
-def _undelivered(conn: Connection, limit: int) -> list[Run]:
-    rows = conn.execute(
-        sa.select(r)
-        .where(
-            r.c.delivery_status == "pending",
-            r.c.status.in_(("done", "failed", "missed", "abandoned")),
+def _undelivered(
+    conn: Connection, limit: int, owner: str | None = None, now: datetime | None = None
+) -> list[Run]:
+    where = [
+        r.c.delivery_status == "pending",
+        r.c.status.in_(("done", "failed", "missed", "abandoned")),
+    ]
+    if owner is not None and now is not None:
+        where.append(
+            sa.or_(
+                r.c.lease_expires_at.is_(None),
+                r.c.lease_expires_at <= now,
+                r.c.lease_owner == owner,
+            )
         )
-        .order_by(r.c.id)
-        .limit(limit)
-    )
+    rows = conn.execute(sa.select(r).where(*where).order_by(r.c.id).limit(limit))
     return [_run_row(row) for row in rows]
 
 

@@ -120,16 +120,23 @@ async def test_a_stored_result_is_delivered_after_a_restart_without_running_agai
     manual_sleep: ManualSleep,
     origin: int,
 ) -> None:
-    """Crash after ``finish`` and before the delivery: only the delivery is redone."""
+    """Crash after ``finish`` and before the delivery: only the delivery is redone, by
+    another worker once the dead one's delivery lease has expired (before that, it could
+    be delivering: a second delivery would tell the user twice)."""
     before = make_scheduler(owner="worker-a")
     run = await due_run(before, clock)
     [claimed] = await before.store.claim("worker-a", clock(), LEASE, 1)
-    assert await before.store.finish(claimed.id, "worker-a", status="done", result="42 items")
+    assert await before.store.finish(
+        claimed.id, "worker-a", status="done", result="42 items", deliver_until=clock() + LEASE
+    )
     # ... the process dies here.
     model.add(text("Your digest is ready: 42 items."))
     events = hub.events(ORIGIN)
 
     after = make_scheduler(owner="worker-b")
+    early = await after.dispatcher.step()
+    assert early.delivered == 0  # worker-a might still be delivering it
+    clock.advance(LEASE + timedelta(seconds=1))
     report = await after.dispatcher.step()
     await after.dispatcher.drain()
 
