@@ -262,6 +262,7 @@ def insert_assistant(
     )
 
 
+@quick_unit
 def update_tool_status(
     conn: Connection, tool_call_id: int, status: ToolStatus, result: str | None
 ) -> None:
