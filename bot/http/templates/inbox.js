@@ -1,6 +1,6 @@
 // Progressive enhancement of the Agent Inbox: the page works without this script.
 // With it, action forms are sent in the background and the live part is refreshed
-// (every few seconds, unless someone is typing in it).
+// (every few seconds, unless someone is typing in it or reading an opened result).
 "use strict";
 (function () {
   const live = () => document.getElementById("live");
@@ -18,9 +18,11 @@
     if (fresh) { target.replaceWith(fresh); bind(); }
   }
 
-  function typing() {
+  function busyReading() {
+    // Someone typing an answer or reading an opened result: do not swap the page under them.
     const el = document.activeElement;
-    return el && live() && live().contains(el) && (el.value || "").length > 0;
+    const typing = el && live() && live().contains(el) && (el.value || "").length > 0;
+    return typing || (live() && live().querySelector("details[open]") !== null);
   }
 
   async function submit(event) {
@@ -55,6 +57,6 @@
 
   document.addEventListener("DOMContentLoaded", () => {
     bind();
-    if (live()) setInterval(() => { if (!typing() && !document.hidden) refresh(); }, 4000);
+    if (live()) setInterval(() => { if (!busyReading() && !document.hidden) refresh(); }, 4000);
   });
 })();
