@@ -31,10 +31,11 @@ from starlette.routing import Route
 
 from bot.http.api import ids_in_range
 from bot.http.operations import OperationError, Operations
-from engine.approval.broker import BypassRequest
+from engine.approval.broker import SHORT_BYPASS_SECONDS, BypassRequest
 from engine.approval.preview import CallDisplay, display_call, preview_call
 from engine.store.inbox import InboxItem
 from engine.store.schema import utcnow
+from engine.store.views import MAX_PAGE
 
 __all__ = ["WEB_DECIDER", "WebInbox"]
 
@@ -174,7 +175,7 @@ class WebInbox:
 
     async def inbox(self, request: Request) -> Response:
         now = self._clock()
-        page = _positive_int(request.query_params.get("page"), 1)
+        page = min(_positive_int(request.query_params.get("page"), 1), MAX_PAGE)
         sessions = await self.ops.engine.store.views.list_sessions(
             page=page, per_page=SESSIONS_PER_PAGE
         )
@@ -252,7 +253,7 @@ class WebInbox:
         note = form.get("note", "")[:MAX_TEXT_CHARS]
         bypass = {
             "approve": None,
-            "bypass_15m": BypassRequest("all", None, 900),
+            "bypass_15m": BypassRequest("all", None, SHORT_BYPASS_SECONDS),
             "bypass_session": BypassRequest("all", None, None),
         }
         try:

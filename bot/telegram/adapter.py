@@ -30,6 +30,7 @@ from bot.telegram.outbound import Outbound
 from bot.telegram.render import progress_text, render_markdown
 from bot.telegram.store import CardRow, OutboxRow, TelegramStore, enqueue_in, mark_handled_in
 from bot.telegram.updates import Callback, Ignored, Message, parse_update
+from engine.approval.broker import SHORT_BYPASS_SECONDS
 from engine.bus.broadcast import Lagged
 from engine.hub import (
     AUTO_MODEL,
@@ -465,7 +466,10 @@ class TelegramAdapter:
                     await self.hub.approve(source, card.tool_call_id)
                 case "bypass_15m":
                     await self.hub.approve(
-                        source, card.tool_call_id, bypass_secs=900, bypass_scope="all"
+                        source,
+                        card.tool_call_id,
+                        bypass_secs=SHORT_BYPASS_SECONDS,
+                        bypass_scope="all",
                     )
                 case "bypass_session":
                     await self.hub.approve(source, card.tool_call_id, bypass_scope="all")

@@ -20,10 +20,18 @@ from engine.store.inbox import ApprovalRecord, InboxStore
 from engine.store.inbox import Decision as HumanDecision
 from engine.store.rows import ToolCallRow
 
-__all__ = ["MAX_BYPASS_SECONDS", "ApprovalBroker", "BypassRequest", "Resolution"]
+__all__ = [
+    "MAX_BYPASS_SECONDS",
+    "SHORT_BYPASS_SECONDS",
+    "ApprovalBroker",
+    "BypassRequest",
+    "Resolution",
+]
 
 #: A bypass lives in memory until the process ends; a year is already longer than that.
 MAX_BYPASS_SECONDS = 366 * 24 * 3600
+#: The "⏱ 15 min" button of every surface.
+SHORT_BYPASS_SECONDS = 15 * 60
 
 
 @dataclass(frozen=True, slots=True)

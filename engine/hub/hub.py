@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from engine.approval.broker import BypassRequest
+from engine.approval.broker import SHORT_BYPASS_SECONDS, BypassRequest
 from engine.bus.broadcast import Broadcast, Lagged, Subscription
 from engine.bus.system import SessionCancelled
 from engine.config import HubConfig
@@ -36,7 +36,7 @@ from engine.hub.types import (
     validate_source,
 )
 from engine.session.compaction import CompactionResult
-from engine.session.emitter import EmitFn
+from engine.session.emitter import EmitFn, RecordsAnswers
 from engine.session.events import Error, TurnEvent
 from engine.session.handler import ChatSessionHandler
 from engine.session.outcomes import Final, TurnResult
@@ -250,10 +250,11 @@ class ChatHub:
     async def _drop(self, source: str, units: Sequence[Unit]) -> None:
         """Forget dropped messages durably: queue rows removed, callers' records settled."""
         await self.engine.store.queue.drop(source)
-        await self._settle([unit for unit in units if unit.queued_id is None])
+        await self._settle(units)
 
     async def _settle(self, units: Sequence[Unit]) -> None:
-        """Run the ``also`` of messages without a queue row that will never be stored."""
+        """Run the ``also`` of dropped messages that have no queue row (only those carry one:
+        a queued message's ``also`` ran with its queue row)."""
         settle = [unit.also for unit in units if unit.also is not None]
         if settle:
             await self.engine.store.db.run(_run_all, settle)
@@ -346,7 +347,7 @@ class ChatHub:
             outcome = "approve"
             if bypass_scope is not None and bypass_secs is None:
                 outcome = "bypass_session"
-            elif bypass_secs == 900:
+            elif bypass_secs == SHORT_BYPASS_SECONDS:
                 outcome = "bypass_15m"
             self._publish(source, state.session_id, DecisionMade(tool_call_id, outcome, by))
         return decided
@@ -499,7 +500,7 @@ class ChatHub:
                 return defaults
         return SourceDefaults()
 
-    def _bridge(self, state: _Source) -> EmitFn:
+    def _bridge(self, state: _Source) -> RecordsAnswers:
         hook = next((h for prefix, h in self._answer_hooks if state.name.startswith(prefix)), None)
         return _Bridge(self, state.name, state.session_id, hook)
 

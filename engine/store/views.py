@@ -29,6 +29,8 @@ from engine.store.schema import chat_sessions as s
 from engine.store.schema import chat_sessions_stack as f
 
 MAX_PER_PAGE = 200
+#: Beyond this the page's offset could overflow the database's integers.
+MAX_PAGE = 1_000_000
 
 Json = dict[str, Any]
 
@@ -60,10 +62,10 @@ class SessionViews:
 
         ``{"items": [...], "total": N, "page": P, "per_page": PP}``; ``total`` counts every
         session matching ``source`` (all sessions when None). Raises ValueError for a page
-        below 1 or a page size outside 1..``MAX_PER_PAGE``.
+        outside 1..``MAX_PAGE`` or a page size outside 1..``MAX_PER_PAGE``.
         """
-        if page < 1:
-            raise ValueError(f"page must be 1 or more, got {page}")
+        if not 1 <= page <= MAX_PAGE:
+            raise ValueError(f"page must be between 1 and {MAX_PAGE}, got {page}")
         if not 1 <= per_page <= MAX_PER_PAGE:
             raise ValueError(f"per_page must be between 1 and {MAX_PER_PAGE}, got {per_page}")
         return await self._db.run(_list_sessions, source, page, per_page)
