@@ -13,6 +13,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from engine.store.db import Database, quick_unit
+from engine.store.prepared import Prepared
 from engine.store.schema import chat_history as h
 from engine.store.schema import chat_llm_tools as t
 from engine.store.schema import chat_sessions_stack as f
@@ -164,11 +165,12 @@ class TelegramStore:
 
 # The statements on every message's path, built once: building an expression costs
 # several times executing it (bench/telegram_e2e.py's breakdown).
-_SEEN_UPDATES = sa.select(telegram_updates.c.update_id).where(
-    telegram_updates.c.update_id.in_(sa.bindparam("ids", expanding=True))
-)
-_INSERT_UPDATE = telegram_updates.insert()
-_MARK_HANDLED = (
+# Insert-if-new: the statement's row count tells a fresh update from a redelivered one.
+_INSERT_UPDATE = {
+    "postgresql": Prepared(postgresql.insert(telegram_updates).on_conflict_do_nothing()),
+    "sqlite": Prepared(sqlite.insert(telegram_updates).on_conflict_do_nothing()),
+}
+_MARK_HANDLED = Prepared(
     telegram_updates.update()
     .where(telegram_updates.c.update_id == sa.bindparam("uid"))
     .values(handled_at=sa.bindparam("at"))
@@ -177,22 +179,22 @@ _MARK_HANDLED = (
 
 @quick_unit
 def _record_updates(conn: Connection, updates: list[Json]) -> list[Json]:
-    ids = [u["update_id"] for u in updates if isinstance(u.get("update_id"), int)]
-    if not ids:
-        return []
-    seen = set(conn.execute(_SEEN_UPDATES, {"ids": ids}).scalars())
+    insert = _INSERT_UPDATE[conn.dialect.name]
     now = utcnow()
     fresh: dict[int, Json] = {}
-    for update in updates:
+    for update in sorted(updates, key=_update_id_or_none):
         update_id = update.get("update_id")
-        if isinstance(update_id, int) and update_id not in seen and update_id not in fresh:
+        if not isinstance(update_id, int) or update_id in fresh:
+            continue
+        row = {"update_id": update_id, "payload": update, "received_at": now}
+        if insert.execute(conn, row).rowcount == 1:
             fresh[update_id] = update
-    if fresh:
-        conn.execute(
-            _INSERT_UPDATE,
-            [{"update_id": k, "payload": v, "received_at": now} for k, v in fresh.items()],
-        )
-    return [fresh[k] for k in sorted(fresh)]
+    return list(fresh.values())
+
+
+def _update_id_or_none(update: Json) -> int:
+    update_id = update.get("update_id")
+    return update_id if isinstance(update_id, int) else -1
 
 
 def enqueue_in(conn: Connection, chat_id: int, dedupe_key: str, payload: Json) -> OutboxRow | None:
@@ -207,7 +209,7 @@ def mark_handled_in(conn: Connection, update_id: int) -> None:
 
 @quick_unit
 def _mark_handled(conn: Connection, update_id: int) -> None:
-    conn.execute(_MARK_HANDLED, {"uid": update_id, "at": utcnow()})
+    _MARK_HANDLED.execute(conn, {"uid": update_id, "at": utcnow()})
 
 
 def _unhandled(conn: Connection) -> list[Json]:
@@ -331,10 +333,10 @@ _OUTBOX_COLUMNS = [telegram_outbox.c[k] for k in OutboxRow.__slots__]
 
 
 _ENQUEUE = {
-    "postgresql": postgresql.insert(telegram_outbox).on_conflict_do_nothing(
-        index_elements=["dedupe_key"]
+    "postgresql": Prepared(
+        postgresql.insert(telegram_outbox).on_conflict_do_nothing(index_elements=["dedupe_key"])
     ),
-    "sqlite": sqlite.insert(telegram_outbox).on_conflict_do_nothing(),
+    "sqlite": Prepared(sqlite.insert(telegram_outbox).on_conflict_do_nothing()),
 }
 
 
@@ -346,10 +348,9 @@ def _enqueue(conn: Connection, chat_id: int, dedupe_key: str, payload: Json) -> 
         "payload": payload,
         "created_at": utcnow(),
     }
-    inserted = conn.execute(_ENQUEUE[conn.dialect.name], values)
-    if inserted.rowcount != 1:
+    new_id = _ENQUEUE[conn.dialect.name].execute(conn, values).primary_key
+    if new_id is None:
         return None  # enqueued before (perhaps at this very moment by another worker)
-    new_id = inserted.inserted_primary_key[0]
     return OutboxRow(new_id, chat_id, dedupe_key, payload, "pending", 0, None)
 
 
@@ -371,7 +372,7 @@ def _pending_outbox(conn: Connection) -> list[OutboxRow]:
     return [OutboxRow(*row) for row in rows]
 
 
-_MARK_OUTBOX = (
+_MARK_OUTBOX = Prepared(
     telegram_outbox.update()
     .where(telegram_outbox.c.id == sa.bindparam("oid"))
     .values(
@@ -387,8 +388,8 @@ _MARK_OUTBOX = (
 @quick_unit
 def _mark_sent_many(conn: Connection, sent: list[tuple[int, int | None]]) -> None:
     now = utcnow()
-    conn.execute(
-        _MARK_OUTBOX,
+    _MARK_OUTBOX.executemany(
+        conn,
         [
             {"oid": oid, "status": "sent", "message_id": mid, "error": None, "sent_at": now}
             for oid, mid in sent
@@ -400,8 +401,8 @@ def _mark_sent_many(conn: Connection, sent: list[tuple[int, int | None]]) -> Non
 def _mark_outbox(
     conn: Connection, outbox_id: int, status: str, message_id: int | None, error: str | None
 ) -> None:
-    conn.execute(
-        _MARK_OUTBOX,
+    _MARK_OUTBOX.execute(
+        conn,
         {
             "oid": outbox_id,
             "status": status,

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.store.db import Database, quick_unit
+from engine.store.prepared import Prepared
 from engine.store.queue import consume
 from engine.store.rows import (
     AssistantRecord,
@@ -53,9 +54,9 @@ _TOOL_COLUMNS = (
 _OPEN = ("running", "pending")
 
 # Built once: these run on every model step.
-_INSERT_MESSAGE = h.insert()
-_INSERT_TOOL = t.insert()
-_UPDATE_TOOL = (
+_INSERT_MESSAGE = Prepared(h.insert())
+_INSERT_TOOL = Prepared(t.insert())
+_UPDATE_TOOL = Prepared(
     t.update()
     .where(t.c.id == sa.bindparam("b_id"))
     .values(
@@ -157,8 +158,8 @@ def insert_message(
     if also is not None:
         also(conn)
     now = utcnow()
-    result = conn.execute(
-        _INSERT_MESSAGE,
+    new_id = _INSERT_MESSAGE.insert(
+        conn,
         {
             "session_stack_id": stack_id,
             "role": role,
@@ -170,7 +171,7 @@ def insert_message(
         },
     )
     return MessageRow(
-        id=result.inserted_primary_key[0],
+        id=new_id,
         stack_id=stack_id,
         role=role,
         content=content,
@@ -200,8 +201,8 @@ def insert_assistant(
     conn: Connection, stack_id: int, record: AssistantRecord, calls: Sequence[NewToolCall]
 ) -> MessageRow:
     now = utcnow()
-    result = conn.execute(
-        _INSERT_MESSAGE,
+    message_id = _INSERT_MESSAGE.insert(
+        conn,
         {
             "session_stack_id": stack_id,
             "role": "assistant",
@@ -217,11 +218,10 @@ def insert_assistant(
             "created_at": now,
         },
     )
-    message_id = result.inserted_primary_key[0]
     tool_rows = []
     for call in calls:
-        inserted = conn.execute(
-            _INSERT_TOOL,
+        tool_call_id = _INSERT_TOOL.insert(
+            conn,
             {
                 "message_id": message_id,
                 "llm_call_id": call.llm_call_id,
@@ -235,7 +235,7 @@ def insert_assistant(
         )
         tool_rows.append(
             ToolCallRow(
-                id=inserted.inserted_primary_key[0],
+                id=tool_call_id,
                 message_id=message_id,
                 llm_call_id=call.llm_call_id,
                 name=call.name,
@@ -266,8 +266,8 @@ def insert_assistant(
 def update_tool_status(
     conn: Connection, tool_call_id: int, status: ToolStatus, result: str | None
 ) -> None:
-    conn.execute(
-        _UPDATE_TOOL,
+    _UPDATE_TOOL.execute(
+        conn,
         {"b_id": tool_call_id, "b_status": status, "b_result": result, "b_now": utcnow()},
     )
 
