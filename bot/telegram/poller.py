@@ -23,6 +23,26 @@ __all__ = ["Poller"]
 log = logging.getLogger(__name__)
 
 
+# Loop turns the next getUpdates waits, at most, for the batch's handlers (see below).
+SETTLE_TURNS = 32
+
+
+async def _let_handlers_run() -> None:
+    """Yield until the event loop has nothing ready (at most ``SETTLE_TURNS`` turns).
+
+    The handlers of a batch (adapter, hub, turn, reply) run before the next getUpdates
+    request is built and written: Telegram holds new updates until that request comes, so
+    asking a moment later loses nothing, and the CPU it costs no longer stands between this
+    batch's updates and their replies. Waiting for I/O (a model call, a send) ends it.
+    """
+    loop = asyncio.get_running_loop()
+    ready = getattr(loop, "_ready", None)  # asyncio's run queue; other loops: fixed turns
+    for _ in range(SETTLE_TURNS):
+        await asyncio.sleep(0)
+        if ready is not None and not ready:
+            return
+
+
 class UpdateSink(Protocol):
     def submit(self, update: Json) -> None: ...
 
@@ -93,6 +113,8 @@ class Poller:
                     self.sink.submit(update)
                 except Exception:
                     log.exception("handing over update %s failed", update.get("update_id"))
+            if fresh:
+                await _let_handlers_run()
 
     def age(self) -> float | None:
         """Seconds since the last successful getUpdates, ``None`` before the first."""
