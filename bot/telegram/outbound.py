@@ -46,6 +46,11 @@ class Pacing:
     max_retry_afters: int = 20
 
 
+# How long a delivered message waits for others before its delivery is recorded: a burst
+# of replies costs one commit, not one each (bench/telegram_e2e.py).
+MARK_DELAY_S = 0.02
+
+
 @dataclass
 class OutboundStats:
     sent: int = 0
@@ -74,6 +79,7 @@ class Outbound:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        mark_delay_s: float = MARK_DELAY_S,
     ) -> None:
         self.api = api
         self.store = store
@@ -86,6 +92,7 @@ class Outbound:
         self._global_next = 0.0
         self._sent: list[tuple[int, int | None]] = []
         self._marking: asyncio.Task[None] | None = None
+        self._mark_delay_s = mark_delay_s
 
     async def call(self, chat_id: int, op: Callable[[], Awaitable[T]]) -> T:
         """Run one Bot API call for ``chat_id`` in its turn, retrying what is retriable."""
@@ -185,16 +192,19 @@ class Outbound:
         return message_id
 
     def _mark_sent_soon(self, outbox_id: int, message_id: int | None) -> None:
-        """Record a delivery with the others of this moment (one commit for a burst).
+        """Record a delivery with the others of the next ``mark_delay_s`` (one commit).
 
         Not awaited by the sender: the reply is out; a crash before the commit sends it
-        again at the next start, the same window a direct write leaves.
+        again at the next start. That window (20 ms) is small beside the one no client can
+        close: a crash while Telegram's answer to the send is on its way.
         """
         self._sent.append((outbox_id, message_id))
         if self._marking is None or self._marking.done():
             self._marking = asyncio.create_task(self._write_marks(), name="tg-outbox-marks")
 
     async def _write_marks(self) -> None:
+        if self._mark_delay_s > 0:
+            await asyncio.sleep(self._mark_delay_s)  # real time: a batch, not a pacing wait
         while self._sent:
             batch, self._sent = self._sent, []
             try:

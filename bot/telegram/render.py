@@ -165,6 +165,8 @@ def _escape_html(markdown: str) -> str:
     The parser (pyromark, the one telegramify-markdown uses) says where the HTML is;
     ``<tg-spoiler>`` tags, which telegramify-markdown understands, are kept.
     """
+    if "<" not in markdown:
+        return markdown  # no HTML to keep visible (and no parse to pay for)
     source = markdown.encode("utf-8")
     escapes: list[int] = []  # byte offsets of '<' to escape
     for event, source_range in pyromark.events_with_range(markdown, options=STANDARD_OPTIONS):

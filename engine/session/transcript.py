@@ -42,7 +42,7 @@ class FrameTranscript:
         self._hide_over = max_tool_result_chars
         self._closed: deque[_Block] = deque()
         self._closed_rows = 0
-        self._closed_flat: list[Message] = []
+        self._closed_flat: deque[Message] = deque()  # the closed blocks' messages, in order
         self._open = _Block()
         self.loaded = False
 
@@ -88,7 +88,7 @@ class FrameTranscript:
 
     def messages(self) -> list[Message]:
         """History messages: the closed blocks as rendered, then the open block fresh."""
-        return self._closed_flat + _render(self._open.rows, None)
+        return [*self._closed_flat, *_render(self._open.rows, None)]
 
     def _close_open_block(self) -> None:
         block = self._open
@@ -97,16 +97,14 @@ class FrameTranscript:
         self._closed_rows += len(block.rows)
         self._closed_flat.extend(block.rendered)
         self._open = _Block()
-        trimmed = False
         while self._closed and self._closed_rows + len(block.rows) > self._max_messages:
             oldest = self._closed.popleft()
             self._closed_rows -= len(oldest.rows)
-            trimmed = True
-        if trimmed:
-            self._reflatten()
+            for _ in oldest.rendered:  # they lead the flat list: drop just those
+                self._closed_flat.popleft()
 
     def _reflatten(self) -> None:
-        self._closed_flat = [message for block in self._closed for message in block.rendered]
+        self._closed_flat = deque(message for block in self._closed for message in block.rendered)
 
 
 def _render(rows: list[MessageRow], hide_over: int | None) -> list[Message]:
