@@ -23,6 +23,9 @@ __all__ = ["Poller"]
 log = logging.getLogger(__name__)
 
 
+# Updates handed over before their handlers run (a burst's first replies need not wait for
+# its last updates' turns).
+HANDOVER_CHUNK = 10
 # Loop turns the next getUpdates waits, at most, for the batch's handlers (see below).
 SETTLE_TURNS = 32
 
@@ -108,13 +111,13 @@ class Poller:
             ids = [u["update_id"] for u in updates if isinstance(u.get("update_id"), int)]
             if ids:
                 offset = max(max(ids) + 1, offset or 0)
-            for update in fresh:
+            for index, update in enumerate(fresh, 1):
                 try:
                     self.sink.submit(update)
                 except Exception:
                     log.exception("handing over update %s failed", update.get("update_id"))
-            if fresh:
-                await _let_handlers_run()
+                if index % HANDOVER_CHUNK == 0 or index == len(fresh):
+                    await _let_handlers_run()
 
     def age(self) -> float | None:
         """Seconds since the last successful getUpdates, ``None`` before the first."""
