@@ -271,3 +271,72 @@ async def test_cancellation_ends_the_loop(sqlite_tg_store: TelegramStore) -> Non
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+class ChainSink:
+    """Each update's handling hops through a few tasks (as adapter → hub → turn → reply do)."""
+
+    def __init__(self, log: list[Any], hops: int = 4, wait: asyncio.Event | None = None) -> None:
+        self.log, self.hops, self.wait = log, hops, wait
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def submit(self, update: dict[str, Any]) -> None:
+        self.log.append(("submit", update["update_id"]))
+        self.tasks.append(asyncio.create_task(self._handle(update["update_id"], self.hops)))
+
+    async def _handle(self, update_id: int, hops: int) -> None:
+        if hops:
+            await asyncio.create_task(self._handle(update_id, hops - 1))
+            return
+        if self.wait is not None:
+            await self.wait.wait()  # I/O: a model call, a send
+        self.log.append(("replied", update_id))
+
+
+def chain_rig(store: TelegramStore, script: list[Any], **sink: Any) -> tuple[Rig, ChainSink]:
+    rig = Rig(store, script)
+    rig.poller.sink = rig.sink = ChainSink(rig.api.log, **sink)  # type: ignore[assignment]
+    return rig, rig.sink  # type: ignore[return-value]
+
+
+async def test_a_batch_is_handled_before_the_next_get_updates_is_asked(
+    sqlite_tg_store: TelegramStore,
+) -> None:
+    rig, _ = chain_rig(sqlite_tg_store, [[upd(1), upd(2)], [upd(3)]])
+    await rig.run_until_drained()
+    log = [entry for entry in rig.api.log if entry[0] != "record_updates"]
+    assert log[log.index(("get_updates", None)) + 1 :] == [
+        ("submit", 1),
+        ("submit", 2),
+        ("replied", 1),
+        ("replied", 2),
+        ("get_updates", 3),
+        ("submit", 3),
+        ("replied", 3),
+        ("get_updates", 4),
+    ]
+
+
+async def test_a_big_batch_is_handed_over_in_groups_each_handled_before_the_next(
+    sqlite_tg_store: TelegramStore,
+) -> None:
+    rig, _ = chain_rig(sqlite_tg_store, [[upd(n) for n in range(1, 26)]])
+    await rig.run_until_drained()
+    order = [entry for entry in rig.api.log if entry[0] in ("submit", "replied")]
+    assert order.index(("replied", 10)) < order.index(("submit", 11))
+    assert order.index(("replied", 20)) < order.index(("submit", 21))
+    assert order.index(("submit", 25)) < order.index(("replied", 21))  # a group runs together
+    assert sorted(n for kind, n in order if kind == "replied") == list(range(1, 26))
+
+
+async def test_a_handler_waiting_on_io_does_not_hold_back_polling(
+    sqlite_tg_store: TelegramStore,
+) -> None:
+    io = asyncio.Event()
+    rig, sink = chain_rig(sqlite_tg_store, [[upd(1)], [upd(2)]], wait=io)
+    await rig.run_until_drained()
+    assert rig.offsets() == [None, 2, 3]  # both batches fetched while 1 still waits
+    assert ("replied", 1) not in rig.api.log
+    io.set()
+    await asyncio.gather(*sink.tasks)
+    assert rig.api.log[-2:] == [("replied", 1), ("replied", 2)]
