@@ -520,7 +520,7 @@ def _instrument(service: Service, trace: Trace) -> None:
 
         setattr(obj, name, wrapper)
 
-    around(store, "record_updates")
+    around(store, "accept_polled")
     around(hub, "send_message")
     around(outbound, "deliver_row")
 
@@ -548,11 +548,12 @@ class Breakdown:
 
 
 PHASES = (
-    ("getUpdates wake-up + binding parse", "push", "record_updates>"),
-    ("record_updates (commit)", "record_updates>", "record_updates<"),
-    ("adapter: parse, open cards, lane", "record_updates<", "send_message>"),
+    ("getUpdates wake-up + binding parse", "push", "accept_polled>"),
+    # SQLite: the update rows are queued to ride with the next unit of work (the turn's first)
+    ("accept_polled (queue the update row)", "accept_polled>", "accept_polled<"),
+    ("adapter: parse, open cards, lane", "accept_polled<", "send_message>"),
     ("hub.send_message (accept, idle chat)", "send_message>", "send_message<"),
-    # the user row (+ update handled), the model, the answer (+ outbox rows), Done, render
+    # update row + user row + handled mark, the model, the answer (+ outbox rows), Done, render
     ("turn: 2 commits, model, Done", "send_message<", "deliver_row>"),
     ("pacing + binding sendMessage", "deliver_row>", "send"),
 )

@@ -708,25 +708,24 @@ class TelegramAdapter:
 
     async def _send_question(self, source: str, view: _ChatView, event: ev.Question) -> None:
         text, entities = question_text(event.question)
-        sent = await self.outbound.send_text(
-            view.chat_id,
-            text,
-            entities=entities,
-            reply_markup={"force_reply": True, "input_field_placeholder": "Your answer"},
-            thread_id=view.thread_id,
+        card = CardRow(
+            event.request_id, "question", source, view.chat_id, None, text, entities, "open"
         )
-        await self._save_card(
-            CardRow(
-                event.request_id,
-                "question",
-                source,
+        # Open before it is sent: an answer typed the moment the question shows must find it.
+        await self._save_card(card)
+        try:
+            sent = await self.outbound.send_text(
                 view.chat_id,
-                sent.get("message_id"),
                 text,
-                entities,
-                "open",
+                entities=entities,
+                reply_markup={"force_reply": True, "input_field_placeholder": "Your answer"},
+                thread_id=view.thread_id,
             )
-        )
+        except TelegramError:
+            await self._close_quietly(card, "expired")  # never shown: nothing may answer it
+            raise
+        if card.tool_call_id in self._open.get(source, {}):  # not answered meanwhile
+            await self._save_card(replace(card, message_id=sent.get("message_id")))
 
     async def _save_card(self, card: CardRow) -> None:
         await self.store.save_card(card)

@@ -1,9 +1,11 @@
 """Long polling that loses nothing: an update is stored before the offset moves past it.
 
-Our own loop over the binding's ``get_updates``: each batch is written to
-``telegram_updates`` (deduplicated by update id) in one commit, and only the next call
-confirms it to Telegram by asking for ``offset = last + 1``. Updates stored but never
-handled (the process died in between) are handed to the adapter again at start.
+Our own loop over the binding's ``get_updates``: each batch is stored in
+``telegram_updates`` (insert-if-new by update id) before the next call confirms it to
+Telegram by asking for ``offset = last + 1``. On SQLite the rows ride along with the first
+commit a handler makes (``TelegramStore.accept_polled``), so a message's update and its user
+row commit together. Updates stored but never handled (the process died in between) are
+handed to the adapter again at start.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class Poller:
         self._max_backoff_s = max_backoff_s
         #: Monotonic time of the last successful getUpdates (health checks read its age).
         self.last_success: float | None = None
+        self._handed: set[int] = set()  # handed over, not yet confirmed to Telegram
 
     async def run(self) -> None:
         await self.api.delete_webhook()
@@ -99,26 +102,53 @@ class Poller:
             self.last_success = self._clock()
             if not updates:
                 continue
+            failpoint("after_updates_fetched")
+            # Telegram returns nothing below the offset it was last given, which moves only
+            # past stored updates (and starts past the last one stored): what is below it,
+            # or was handed over already by an attempt that failed to store, is not new.
+            batch = _new_updates(updates, offset)
+            fresh = [u for u in batch if u["update_id"] not in self._handed]
             try:
-                fresh = await self.store.record_updates(updates)  # durable before confirming
+                durable = await self.store.accept_polled(batch) if batch else None
             except asyncio.CancelledError:
                 raise
             except Exception:  # the database is away: ask again later, same offset
-                log.exception("storing %d update(s) failed; polling them again", len(updates))
+                log.exception("storing %d update(s) failed; polling them again", len(batch))
                 await self._sleep(1.0)
                 continue
-            failpoint("after_updates_stored")
-            ids = [u["update_id"] for u in updates if isinstance(u.get("update_id"), int)]
-            if ids:
-                offset = max(max(ids) + 1, offset or 0)
             for index, update in enumerate(fresh, 1):
+                self._handed.add(update["update_id"])
                 try:
                     self.sink.submit(update)
                 except Exception:
                     log.exception("handing over update %s failed", update.get("update_id"))
                 if index % HANDOVER_CHUNK == 0 or index == len(fresh):
                     await _let_handlers_run()
+            if durable is not None:
+                try:
+                    await durable()  # stored before the next getUpdates confirms them
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("storing %d update(s) failed; polling them again", len(batch))
+                    await self._sleep(1.0)
+                    continue
+            failpoint("after_updates_stored")
+            self._handed.clear()
+            ids = [u["update_id"] for u in updates if isinstance(u.get("update_id"), int)]
+            if ids:
+                offset = max(max(ids) + 1, offset or 0)
 
     def age(self) -> float | None:
         """Seconds since the last successful getUpdates, ``None`` before the first."""
         return None if self.last_success is None else self._clock() - self.last_success
+
+
+def _new_updates(updates: list[Json], offset: int | None) -> list[Json]:
+    """Updates at or above ``offset``, once each, in update_id order."""
+    new: dict[int, Json] = {}
+    for update in updates:
+        update_id = update.get("update_id")
+        if isinstance(update_id, int) and (offset is None or update_id >= offset):
+            new.setdefault(update_id, update)
+    return [new[k] for k in sorted(new)]

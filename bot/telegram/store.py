@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from engine.store.db import Database, quick_unit
+from engine.store.db import Database, SqliteDatabase, quick_unit
 from engine.store.prepared import Prepared
 from engine.store.schema import chat_history as h
 from engine.store.schema import chat_llm_tools as t
@@ -80,6 +80,21 @@ class TelegramStore:
     async def record_updates(self, updates: Sequence[Json]) -> list[Json]:
         """Store updates not seen before (one commit); returns those, in update_id order."""
         return await self._db.run(_record_updates, list(updates))
+
+    async def accept_polled(self, updates: Sequence[Json]) -> Callable[[], Awaitable[None]]:
+        """Record polled updates; the returned ``durable()`` waits until they are committed.
+
+        On SQLite the rows ride along with the next unit of work — for a message that is
+        usually its turn's first commit, which stores the user row and marks the update
+        handled in the same transaction: one commit fewer before the reply. One connection
+        serialises all units, so nothing a handler writes can commit before them. Other
+        back ends run units concurrently: there the rows commit before this returns.
+        """
+        if isinstance(self._db, SqliteDatabase):
+            db, rider = self._db, self._db.ride_along(_record_updates, list(updates))
+            return lambda: db.settle(rider)
+        await self._db.run(_record_updates, list(updates))
+        return _committed
 
     async def mark_handled(self, update_id: int) -> None:
         await self._db.run(_mark_handled, update_id)
@@ -195,6 +210,10 @@ def _record_updates(conn: Connection, updates: list[Json]) -> list[Json]:
 def _update_id_or_none(update: Json) -> int:
     update_id = update.get("update_id")
     return update_id if isinstance(update_id, int) else -1
+
+
+async def _committed() -> None:
+    return None
 
 
 def enqueue_in(conn: Connection, chat_id: int, dedupe_key: str, payload: Json) -> OutboxRow | None:

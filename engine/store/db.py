@@ -73,6 +73,22 @@ def quick_unit(fn: F) -> F:
     return fn
 
 
+class Rider:
+    """Work that commits with the next unit of work on SQLite (see ``ride_along``)."""
+
+    __slots__ = ("args", "committed", "error", "fn")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.fn, self.args = fn, args
+        self.committed = False
+        self.error: BaseException | None = None
+
+
+@quick_unit
+def _nothing(_conn: Connection) -> None:
+    """A unit with no work of its own: its transaction carries the riders."""
+
+
 class SqliteDatabase:
     """One SQLite connection owned by one thread; a transaction per submitted function.
 
@@ -99,7 +115,43 @@ class SqliteDatabase:
         self._busy = threading.Lock()  # held while a unit uses the connection
         self._count = threading.Lock()
         self._submitted = self._finished = 0  # queued units; equal: none queued or running
+        self._riders: list[Rider] = []  # guarded by ``_count``
         self._thread.start()
+
+    def ride_along(self, fn: Callable[..., None], *args: Any) -> Rider:
+        """Run ``fn(conn, *args)`` first in the next unit of work's transaction.
+
+        One connection serialises every unit, so whatever any later unit writes commits
+        with or after it. ``settle`` makes it durable when no unit came along meanwhile.
+        """
+        rider = Rider(fn, args)
+        with self._count:
+            self._riders.append(rider)
+        return rider
+
+    async def settle(self, rider: Rider) -> None:
+        """Return once ``rider`` is committed (in a unit of its own if need be)."""
+        while not rider.committed:
+            if rider.error is not None:
+                raise rider.error
+            await self.run(_nothing)
+
+    def _in_transaction(self, conn: Connection, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+        riders: list[Rider] = []
+        if self._riders:
+            with self._count:
+                riders, self._riders = self._riders, []
+        try:
+            with conn.begin():
+                _carry(riders, conn)
+                result = fn(conn, *args, **kwargs)
+        except BaseException:
+            with self._count:  # the unit failed, not them (see _carry): the next one carries them
+                self._riders[:0] = [r for r in riders if r.error is None]
+            raise
+        for rider in riders:
+            rider.committed = True
+        return result
 
     def _serve(self) -> None:
         try:
@@ -115,8 +167,7 @@ class SqliteDatabase:
                 fn, args, kwargs, loop, future = job
                 with self._busy:
                     try:
-                        with conn.begin():
-                            result = fn(conn, *args, **kwargs)
+                        result = self._in_transaction(conn, fn, args, kwargs)
                     except BaseException as exc:  # handed to the awaiting coroutine
                         outcome: tuple[Any, BaseException | None] = (None, exc)
                     else:
@@ -139,8 +190,7 @@ class SqliteDatabase:
                 with self._count:
                     idle = self._submitted == self._finished
                 if idle and conn is not None:
-                    with conn.begin():
-                        return fn(conn, *args, **kwargs)
+                    return self._in_transaction(conn, fn, args, kwargs)
             finally:
                 self._busy.release()
         loop = asyncio.get_running_loop()
@@ -156,6 +206,18 @@ class SqliteDatabase:
         self._closed = True
         self._jobs.put(None)
         await asyncio.to_thread(self._thread.join)
+
+
+def _carry(riders: list[Rider], conn: Connection) -> None:
+    for rider in riders:
+        try:
+            rider.fn(conn, *rider.args)
+        except BaseException as exc:
+            # Failing riders are not retried by every later unit (that would fail them all):
+            # ``settle`` raises their error to whoever waits for them.
+            for failed in riders:
+                failed.error = exc
+            raise
 
 
 def _hand_back(

@@ -58,6 +58,21 @@ def test_an_update_stored_but_not_handled_is_handled_after_kill_9(serve, telegra
     assert replies(telegram).count("Got it.") == 1
 
 
+def test_an_update_fetched_but_not_yet_stored_is_fetched_again_after_kill_9(
+    serve, telegram, fake_openai
+):
+    child = serve(CHATHUB_FAILPOINTS="after_updates_fetched")
+    telegram.user_message(ALICE, ALICE, "ask me again")
+    child.wait(timeout=20)
+    assert child.returncode == -signal.SIGKILL  # nothing stored, the offset never moved
+
+    fake_openai.reply_text("Asked again, answered once.")
+    serve()
+    wait_for(lambda: "Asked again, answered once." in replies(telegram))
+    assert replies(telegram).count("Asked again, answered once.") == 1
+    assert len(fake_openai.requests) == 1
+
+
 def test_an_answer_stored_but_never_sent_is_delivered_after_kill_9(serve, telegram, fake_openai):
     fake_openai.reply_text("The answer you almost lost.")
     child = serve(CHATHUB_FAILPOINTS="after_final_row")

@@ -8,7 +8,7 @@ blocks until the test calls ``advance`` past its deadline (for interleaving conc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,6 +234,16 @@ class RecordingStore:
         fresh = await self.inner.record_updates(updates)
         self.log.append(("record_updates", [u.get("update_id") for u in updates]))
         return fresh
+
+    async def accept_polled(self, updates: Sequence[Json]) -> Callable[[], Awaitable[None]]:
+        durable = await self.inner.accept_polled(updates)
+        ids = [u.get("update_id") for u in updates]
+
+        async def logged() -> None:
+            await durable()
+            self.log.append(("stored", ids))
+
+        return logged
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

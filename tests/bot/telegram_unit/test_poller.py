@@ -7,6 +7,7 @@ import contextlib
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from bot.telegram.api import ALLOWED_UPDATES, NetworkError, RetryAfter, ServerError
 from bot.telegram.poller import Poller
@@ -68,12 +69,12 @@ async def test_batches_are_stored_before_the_offset_confirms_them(
     assert rig.api.log == [
         ("delete_webhook",),
         ("get_updates", None),
-        ("record_updates", [1, 2]),
         ("submit", 1),
         ("submit", 2),
+        ("stored", [1, 2]),
         ("get_updates", 3),
-        ("record_updates", [3]),
         ("submit", 3),
+        ("stored", [3]),
         ("get_updates", 4),
     ]
     assert [u["update_id"] for u in await sqlite_tg_store.unhandled()] == [1, 2, 3]
@@ -304,7 +305,7 @@ async def test_a_batch_is_handled_before_the_next_get_updates_is_asked(
 ) -> None:
     rig, _ = chain_rig(sqlite_tg_store, [[upd(1), upd(2)], [upd(3)]])
     await rig.run_until_drained()
-    log = [entry for entry in rig.api.log if entry[0] != "record_updates"]
+    log = [entry for entry in rig.api.log if entry[0] != "stored"]
     assert log[log.index(("get_updates", None)) + 1 :] == [
         ("submit", 1),
         ("submit", 2),
@@ -340,3 +341,34 @@ async def test_a_handler_waiting_on_io_does_not_hold_back_polling(
     io.set()
     await asyncio.gather(*sink.tasks)
     assert rig.api.log[-2:] == [("replied", 1), ("replied", 2)]
+
+
+async def test_a_handlers_first_commit_carries_the_update_record(
+    sqlite_tg_store: TelegramStore, tmp_path: Any
+) -> None:
+    """On SQLite the update row rides with what its handler writes: one commit, not two."""
+    rig = Rig(sqlite_tg_store, [[upd(1)]])
+    db = sqlite_tg_store._db
+    commits = [0]
+    sa.event.listen(db._engine, "commit", lambda _c: commits.__setitem__(0, commits[0] + 1))
+
+    class MarkingSink:
+        def submit(self, update: dict[str, Any]) -> None:
+            rig.sink.submitted.append(update)
+            asyncio.get_running_loop().create_task(
+                sqlite_tg_store.mark_handled(update["update_id"])
+            )
+
+    polled = rig.api.get_updates
+
+    async def get_updates(offset: int | None, **kwargs: Any) -> list[dict[str, Any]]:
+        if offset is None:
+            commits[0] = 0  # from here: the start-up's reads are behind us
+        return await polled(offset, **kwargs)
+
+    rig.api.get_updates = get_updates  # type: ignore[method-assign]
+    rig.poller.sink = MarkingSink()  # type: ignore[assignment]
+    await rig.run_until_drained()
+    assert commits == [1]
+    assert await sqlite_tg_store.unhandled() == []  # stored and marked handled together
+    assert await sqlite_tg_store.last_update_id() == 1
