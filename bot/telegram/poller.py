@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from bot.telegram.api import ALLOWED_UPDATES, BotApi, Json, RetryAfter
-from bot.telegram.store import TelegramStore
+from bot.telegram.store import TelegramStore, distinct_updates
 from engine.failpoints import failpoint
 
 __all__ = ["Poller"]
@@ -106,7 +106,7 @@ class Poller:
             # Telegram returns nothing below the offset it was last given, which moves only
             # past stored updates (and starts past the last one stored): what is below it,
             # or was handed over already by an attempt that failed to store, is not new.
-            batch = _new_updates(updates, offset)
+            batch = distinct_updates(updates, offset)
             fresh = [u for u in batch if u["update_id"] not in self._handed]
             try:
                 durable = await self.store.accept_polled(batch) if batch else None
@@ -135,20 +135,9 @@ class Poller:
                     continue
             failpoint("after_updates_stored")
             self._handed.clear()
-            ids = [u["update_id"] for u in updates if isinstance(u.get("update_id"), int)]
-            if ids:
-                offset = max(max(ids) + 1, offset or 0)
+            if batch:  # sorted, and nothing in it below the offset
+                offset = batch[-1]["update_id"] + 1
 
     def age(self) -> float | None:
         """Seconds since the last successful getUpdates, ``None`` before the first."""
         return None if self.last_success is None else self._clock() - self.last_success
-
-
-def _new_updates(updates: list[Json], offset: int | None) -> list[Json]:
-    """Updates at or above ``offset``, once each, in update_id order."""
-    new: dict[int, Json] = {}
-    for update in updates:
-        update_id = update.get("update_id")
-        if isinstance(update_id, int) and (offset is None or update_id >= offset):
-            new.setdefault(update_id, update)
-    return [new[k] for k in sorted(new)]

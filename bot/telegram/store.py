@@ -192,24 +192,26 @@ _MARK_HANDLED = Prepared(
 )
 
 
+def distinct_updates(updates: Sequence[Json], from_id: int | None = None) -> list[Json]:
+    """Updates with an integer id (``from_id`` or above), once each, in update_id order."""
+    by_id: dict[int, Json] = {}
+    for update in updates:
+        update_id = update.get("update_id")
+        if isinstance(update_id, int) and (from_id is None or update_id >= from_id):
+            by_id.setdefault(update_id, update)
+    return [by_id[k] for k in sorted(by_id)]
+
+
 @quick_unit
 def _record_updates(conn: Connection, updates: list[Json]) -> list[Json]:
     insert = _INSERT_UPDATE[conn.dialect.name]
     now = utcnow()
-    fresh: dict[int, Json] = {}
-    for update in sorted(updates, key=_update_id_or_none):
-        update_id = update.get("update_id")
-        if not isinstance(update_id, int) or update_id in fresh:
-            continue
-        row = {"update_id": update_id, "payload": update, "received_at": now}
-        if insert.execute(conn, row).rowcount == 1:
-            fresh[update_id] = update
-    return list(fresh.values())
-
-
-def _update_id_or_none(update: Json) -> int:
-    update_id = update.get("update_id")
-    return update_id if isinstance(update_id, int) else -1
+    fresh = []
+    for update in distinct_updates(updates):
+        row = {"update_id": update["update_id"], "payload": update, "received_at": now}
+        if insert.execute(conn, row).rowcount == 1:  # 0: stored before (a redelivery)
+            fresh.append(update)
+    return fresh
 
 
 async def _committed() -> None:
