@@ -372,3 +372,31 @@ async def test_a_handlers_first_commit_carries_the_update_record(
     assert commits == [1]
     assert await sqlite_tg_store.unhandled() == []  # stored and marked handled together
     assert await sqlite_tg_store.last_update_id() == 1
+
+
+async def test_a_batch_that_failed_to_store_is_polled_again_stored_and_not_handed_twice(
+    sqlite_tg_store: TelegramStore,
+) -> None:
+    # The offset does not move past a batch it could not store, so Telegram sends 1 again.
+    rig = Rig(sqlite_tg_store, [[upd(1)], [upd(1)]])
+    accept = rig.store.accept_polled
+    attempts: list[int] = []
+
+    async def flaky_accept(updates: Any) -> Any:
+        attempts.append(len(updates))
+        durable = await accept(updates)
+        if len(attempts) > 1:
+            return durable
+
+        async def lost() -> None:
+            raise OSError("disk went away")
+
+        return lost
+
+    rig.store.accept_polled = flaky_accept  # type: ignore[method-assign]
+    await rig.run_until_drained()
+    assert attempts == [1, 1]
+    assert rig.offsets() == [None, None, 2]
+    assert rig.sink.ids == [1]  # handed over once, stored by the second attempt
+    assert 1.0 in rig.time.sleeps
+    assert await sqlite_tg_store.last_update_id() == 1
