@@ -30,10 +30,30 @@ from engine.session.outcomes import TurnResult
 from engine.store import Store
 from engine.store.inbox import InboxItem
 from engine.tools.builtins import builtin_tools
+from engine.tools.processes import reap_group
 from engine.tools.registry import ToolRegistry
 from engine.tools.workspace import Workspace
 
 log = logging.getLogger(__name__)
+
+
+async def reap_interrupted_commands(store: Store) -> int:
+    """Before anything resumes: make sure no command a crash interrupted still runs.
+
+    Its group normally died with the service (the shell tool's watcher); this covers a
+    member that outlived it. Returns how many recorded groups were checked.
+    """
+    launched = await store.history.launched_processes()
+    for process in launched:
+        if not await reap_group(process.process_group, process.process_start):
+            log.error(
+                "tool call %s: process group %s could not be killed",
+                process.tool_call_id,
+                process.process_group,
+            )
+    if launched:
+        log.info("checked %d interrupted command(s): their process groups are gone", len(launched))
+    return len(launched)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +99,7 @@ class Engine:
         workspace = Workspace(Path(settings.chathub_workspace))
         limits = config.engine
         store = store or await Store.open(settings.database_url)
+        await reap_interrupted_commands(store)
         tools = ToolRegistry(
             builtin_tools(
                 workspace,

@@ -93,6 +93,7 @@ class ExecuteTask(_SchedulerTool):
 
 class ListTasks(_SchedulerTool):
     name = "list_tasks"
+    rerun_safe = True  # read-only
     description = "List this chat's scheduled tasks with their schedules and next runs."
 
     def __init__(self, scheduler: Scheduler) -> None:
@@ -136,6 +137,7 @@ class DeleteTask(_SchedulerTool):
 
 class ToggleTask(_SchedulerTool):
     name = "toggle_task"
+    rerun_safe = True  # idempotent: the same state again
     description = "Pause (enabled=false) or resume (enabled=true) one of this chat's tasks."
 
     def __init__(self, scheduler: Scheduler) -> None:

@@ -74,6 +74,8 @@ class McpToolSpec:
     name: str
     description: str
     input_schema: dict[str, Any]
+    #: The server marks the tool read-only or idempotent: re-run after a crash.
+    rerun_safe: bool = False
 
 
 class _ConnectionLost(ToolError):
@@ -303,7 +305,13 @@ class McpManager:
                 for tool in result.tools:
                     schema = tool.input_schema if isinstance(tool.input_schema, dict) else {}
                     description = (tool.description or tool.title or "").strip()
-                    specs.append(McpToolSpec(server, tool.name, description, dict(schema)))
+                    hints = tool.annotations
+                    rerun_safe = hints is not None and bool(
+                        hints.read_only_hint or hints.idempotent_hint
+                    )
+                    specs.append(
+                        McpToolSpec(server, tool.name, description, dict(schema), rerun_safe)
+                    )
                 cursor = result.next_cursor
                 if not cursor:
                     return specs

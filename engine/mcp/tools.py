@@ -60,6 +60,7 @@ class McpTool:
         schema.setdefault("type", "object")
         schema.setdefault("properties", {})
         self.parameters: dict[str, Any] = schema
+        self.rerun_safe = spec.rerun_safe
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         validate_args(self, args)
@@ -121,6 +122,7 @@ class ActivateTools(BuiltinTool):
     """``activate_tools{groups}``: grant MCP servers (and ``config``) to this agent."""
 
     name = "activate_tools"
+    rerun_safe = True  # idempotent: a grant again
     category = ToolCategory.INTROSPECTION
 
     def __init__(self, manager: McpManager) -> None:

@@ -6,6 +6,7 @@ executed exactly as a live one ("re-run from intent").
 
 from __future__ import annotations
 
+from dataclasses import replace
 from enum import Enum
 from typing import Any
 
@@ -15,6 +16,7 @@ from engine.session.cancel import TurnCancelled
 from engine.session.clarify import ask_user
 from engine.session.dispatch import (
     Completed,
+    DispatchResult,
     Failed,
     Interrupted,
     check_call,
@@ -29,9 +31,10 @@ from engine.session.gate import (
     rejection_message,
 )
 from engine.session.subagents import sub_agent_request
+from engine.store.history import History
 from engine.store.inbox import ASK_USER_TOOL
 from engine.store.rows import ToolCallRow
-from engine.tools.base import ToolError
+from engine.tools.base import ToolError, rerun_safe
 
 
 class CallFlow(Enum):
@@ -64,14 +67,7 @@ async def handle_tool_call(
     if request is not None and env.sub_agents is not None:
         result = await env.sub_agents.run_sub_agent(env, call, request.agent_id, request.prompt)
     else:
-        result = await execute_tool_call(
-            env.tools,
-            call.name,
-            args,
-            env.tool_ctx,
-            env.scope,
-            max_output_chars=env.limits.max_tool_output_chars,
-        )
+        result = await _dispatch(env, call, args)
     match result:
         case Completed(text):
             _collect(collected, await env.recorder.completed(call, text))
@@ -81,6 +77,35 @@ async def handle_tool_call(
             await env.recorder.cancelled(call)
             return CallFlow.CANCELLED
     return CallFlow.CONTINUE
+
+
+async def _dispatch(env: TurnEnv, call: ToolCallRow, args: dict[str, Any]) -> DispatchResult:
+    """Run an approved call; one not safe to repeat is marked launched before it starts."""
+    ctx = env.tool_ctx
+    tool = env.tools.get(call.name)
+    if tool is not None and not rerun_safe(tool):
+        await env.recorder.launched(call)
+        ctx = replace(ctx, processes=_CallProcesses(env.store.history, call.id))
+    return await execute_tool_call(
+        env.tools,
+        call.name,
+        args,
+        ctx,
+        env.scope,
+        max_output_chars=env.limits.max_tool_output_chars,
+    )
+
+
+class _CallProcesses:
+    """``ProcessLog`` of one call: its command's process group goes on its row."""
+
+    __slots__ = ("_call_id", "_history")
+
+    def __init__(self, history: History, call_id: int) -> None:
+        self._history, self._call_id = history, call_id
+
+    async def started(self, process_group: int, process_start: str | None) -> None:
+        await self._history.record_process(self._call_id, process_group, process_start)
 
 
 async def run_approval_gate(

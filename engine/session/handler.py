@@ -648,7 +648,9 @@ async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> Ca
     """Re-gate and re-run calls a crash left ``running``/``pending`` (re-run from intent).
 
     Each row is re-read first: a question answered while no turn waited was completed
-    in the database behind this handler's transcript, and must not be asked again.
+    in the database behind this handler's transcript, and must not be asked again. A
+    call that had been launched (not safe to repeat, and started) is not run again: the
+    model is told it was interrupted and may or may not have had its effect.
     """
     for call in calls:
         stored = await env.store.history.get_tool_call(call.id)
@@ -659,6 +661,9 @@ async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> Ca
             continue
         if env.scope.cancelled:
             return CallFlow.CANCELLED
+        if stored is not None and stored.launched_at is not None:
+            await env.recorder.interrupted(call)
+            continue
         if await handle_tool_call(env, call, None) is CallFlow.CANCELLED:
             return CallFlow.CANCELLED
     return CallFlow.CONTINUE

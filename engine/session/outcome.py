@@ -11,6 +11,15 @@ from engine.store.rows import ToolCallRow, ToolStatus
 CANCELLED_NOTE = "Tool call cancelled by the user (/stop) before it finished."
 
 
+def interrupted_note(tool_name: str) -> str:
+    """What the model reads (after ``Error: ``) for a started call a restart cut short."""
+    what = "command" if tool_name == "execute_cmd" else "tool call"
+    return (
+        f"the service restarted while this {what} was running; it may or may not have "
+        "completed. Check before retrying."
+    )
+
+
 class OutcomeRecorder:
     """Every terminal transition of a tool call goes through here."""
 
@@ -42,6 +51,15 @@ class OutcomeRecorder:
 
     async def pending(self, call: ToolCallRow) -> None:
         await self._store(call, "pending", None)
+
+    async def launched(self, call: ToolCallRow) -> None:
+        """The call's effect starts now: from here a crash reports it, never re-runs it."""
+        call.launched_at = await self._history.mark_launched(call.id)
+
+    async def interrupted(self, call: ToolCallRow) -> ToolCallEvent:
+        """A crash cut a started call short: the model is told, the call is not re-run."""
+        self._emitter.tool_start(call.id, call.name, call.arguments or "")
+        return await self.failed(call, interrupted_note(call.name))
 
     async def _store(self, call: ToolCallRow, status: ToolStatus, result: str | None) -> None:
         await self._history.set_tool_status(call.id, status, result)

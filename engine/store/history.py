@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -13,6 +14,7 @@ from engine.store.prepared import Prepared
 from engine.store.queue import consume
 from engine.store.rows import (
     AssistantRecord,
+    LaunchedProcess,
     MessageRow,
     NewToolCall,
     Role,
@@ -50,6 +52,7 @@ _TOOL_COLUMNS = (
     t.c.arguments,
     t.c.result,
     t.c.status,
+    t.c.launched_at,
 )
 _OPEN = ("running", "pending")
 
@@ -64,6 +67,17 @@ _UPDATE_TOOL = Prepared(
         result=sa.bindparam("b_result"),
         updated_at=sa.bindparam("b_now"),
     )
+)
+
+_MARK_LAUNCHED = Prepared(
+    t.update()
+    .where(t.c.id == sa.bindparam("b_id"))
+    .values(launched_at=sa.bindparam("b_now"), updated_at=sa.bindparam("b_now"))
+)
+_RECORD_PROCESS = Prepared(
+    t.update()
+    .where(t.c.id == sa.bindparam("b_id"))
+    .values(process_group=sa.bindparam("b_group"), process_start=sa.bindparam("b_start"))
 )
 
 
@@ -112,6 +126,20 @@ class History:
         self, tool_call_id: int, status: ToolStatus, result: str | None = None
     ) -> None:
         await self._db.run(update_tool_status, tool_call_id, status, result)
+
+    async def mark_launched(self, tool_call_id: int) -> datetime:
+        """Record that the call's effect starts now (before it does); returns the time."""
+        return await self._db.run(_mark_launched, tool_call_id)
+
+    async def record_process(
+        self, tool_call_id: int, process_group: int, process_start: str | None
+    ) -> None:
+        """Record the process group a call's command runs in."""
+        await self._db.run(_record_process, tool_call_id, process_group, process_start)
+
+    async def launched_processes(self) -> list[LaunchedProcess]:
+        """Process groups recorded for calls still open: a crash may have left them."""
+        return await self._db.run(_launched_processes)
 
     async def mark_failed(self, message_id: int) -> None:
         await self._db.run(_mark_failed, message_id)
@@ -270,6 +298,31 @@ def update_tool_status(
         conn,
         {"b_id": tool_call_id, "b_status": status, "b_result": result, "b_now": utcnow()},
     )
+
+
+@quick_unit
+def _mark_launched(conn: Connection, tool_call_id: int) -> datetime:
+    now = utcnow()
+    _MARK_LAUNCHED.execute(conn, {"b_id": tool_call_id, "b_now": now})
+    return now
+
+
+@quick_unit
+def _record_process(
+    conn: Connection, tool_call_id: int, process_group: int, process_start: str | None
+) -> None:
+    _RECORD_PROCESS.execute(
+        conn, {"b_id": tool_call_id, "b_group": process_group, "b_start": process_start}
+    )
+
+
+def _launched_processes(conn: Connection) -> list[LaunchedProcess]:
+    rows = conn.execute(
+        sa.select(t.c.id, t.c.process_group, t.c.process_start)
+        .where(t.c.status.in_(_OPEN), t.c.process_group.is_not(None))
+        .order_by(t.c.id)
+    )
+    return [LaunchedProcess(*row) for row in rows]
 
 
 def _mark_failed(conn: Connection, message_id: int) -> None:

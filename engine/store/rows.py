@@ -51,6 +51,17 @@ class ToolCallRow:
     arguments: str | None
     result: str | None
     status: ToolStatus
+    #: When a call that is not safe to repeat started its effect; ``None`` if it never did.
+    launched_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchedProcess:
+    """The process group of an open tool call, as recorded when its command started."""
+
+    tool_call_id: int
+    process_group: int
+    process_start: str | None
 
 
 @dataclass(slots=True)

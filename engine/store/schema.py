@@ -124,6 +124,13 @@ chat_llm_tools = Table(
     Column("status", String(16), nullable=False, server_default="running"),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+    # Set just before a call that is not safe to repeat starts its effect (0007): such a
+    # call interrupted by a crash is reported to the model, never run again.
+    Column("launched_at", UtcDateTime),
+    # The command's process group and its leader's identity (boot id and start time), so
+    # recovery can make sure the group is gone, and never kills a reused id (0007).
+    Column("process_group", BigInteger),
+    Column("process_start", String(80)),
     CheckConstraint(
         "status IN ('running', 'pending', 'done', 'failed', 'cancelled', 'rejected')",
         name="ck_tools_status",

@@ -28,6 +28,12 @@ class Scratchpad(Protocol):
     async def delete(self, key: str) -> None: ...
 
 
+class ProcessLog(Protocol):
+    """Where a tool records the process group its command runs in (for crash recovery)."""
+
+    async def started(self, process_group: int, process_start: str | None) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """What a running tool may know about the turn that called it."""
@@ -38,6 +44,8 @@ class ToolContext:
     depth: int
     working_directory: Path
     scratchpad: Scratchpad
+    #: Set for the one call being run when it is not safe to repeat (see ``rerun_safe``).
+    processes: ProcessLog | None = None
 
 
 class Tool(Protocol):
@@ -58,6 +66,17 @@ class Tool(Protocol):
         (a child process) releases them before re-raising.
         """
         ...
+
+
+def rerun_safe(tool: Tool) -> bool:
+    """Whether running ``tool`` again after a crash interrupted it can do no harm.
+
+    Read-only and idempotent tools say so with ``rerun_safe = True`` and are re-run from
+    intent. Any other call that had started is reported to the model as interrupted
+    (it may or may not have had its effect), never run a second time. The default is
+    the cautious one: a tool that does not say is not safe to repeat.
+    """
+    return bool(getattr(tool, "rerun_safe", False))
 
 
 def tool_schema(tool: Tool) -> dict[str, Any]:

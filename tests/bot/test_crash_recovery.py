@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from engine.tools.processes import ProcessIdentity, members_of
 from tests.bot.process import service_env
 from tests.fakes.openai_server import FakeOpenAIServer
 
@@ -25,7 +26,18 @@ def _wait_for(path: Path, deadline_s: float = 20) -> None:
         time.sleep(0.02)
 
 
-def test_a_tool_call_killed_mid_flight_is_rerun_from_intent(
+def _wait_for_process_group(db_path: Path, deadline_s: float = 20) -> None:
+    end = time.monotonic() + deadline_s
+    query = "SELECT count(*) FROM chat_llm_tools WHERE process_group IS NOT NULL"
+    while True:
+        with sqlite3.connect(db_path) as db:
+            if db.execute(query).fetchone()[0]:
+                return
+        assert time.monotonic() < end, "the command's process group was never recorded"
+        time.sleep(0.02)
+
+
+def test_a_command_killed_mid_flight_is_reported_to_the_model_never_run_twice(
     tmp_path: Path, fake_openai: FakeOpenAIServer
 ):
     workspace = tmp_path / "workspace"
@@ -37,7 +49,7 @@ def test_a_tool_call_killed_mid_flight_is_rerun_from_intent(
         check=True,
         capture_output=True,
     )
-    command = "echo run >> runs.log; test -f go.flag || sleep 60"
+    command = "echo run >> runs.log; sleep 60"
     fake_openai.reply_tool_calls(("call_1", "execute_cmd", {"command": command}))
     child = subprocess.Popen(
         [sys.executable, "-m", "bot.cli", "chat"],
@@ -52,6 +64,7 @@ def test_a_tool_call_killed_mid_flight_is_rerun_from_intent(
     child.stdin.write("append a run to runs.log\n")
     child.stdin.flush()
     _wait_for(workspace / "runs.log")
+    _wait_for_process_group(tmp_path / "chathub.db")  # the command now sleeps
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=10)
     child.stdin.close()
@@ -61,12 +74,20 @@ def test_a_tool_call_killed_mid_flight_is_rerun_from_intent(
             ("user", "append a run to runs.log"),
             ("assistant", ""),
         ]
-        assert db.execute("SELECT name, status FROM chat_llm_tools").fetchall() == [
-            ("execute_cmd", "running")
-        ]
+        [(name, status, launched, group, start)] = db.execute(
+            "SELECT name, status, launched_at, process_group, process_start FROM chat_llm_tools"
+        ).fetchall()
+    assert (name, status) == ("execute_cmd", "running")
+    assert launched is not None and group is not None and start is not None
+    identity = ProcessIdentity.decode(start)
+    assert identity is not None
+    # The command's group died with the service (its `sleep 60` too).
+    deadline = time.monotonic() + 5
+    while members_of(group, identity):
+        assert time.monotonic() < deadline, "the command outlived the service"
+        time.sleep(0.01)
 
-    (workspace / "go.flag").touch()
-    fake_openai.reply_text("Appended (the first attempt was interrupted).")
+    fake_openai.reply_text("It was interrupted; runs.log has the line, so I will not retry.")
     fake_openai.reply_text("Yes: runs.log has the line.")
     done = subprocess.run(
         [sys.executable, "-m", "bot.cli", "chat"],
@@ -78,14 +99,18 @@ def test_a_tool_call_killed_mid_flight_is_rerun_from_intent(
         timeout=30,
     )
     assert done.returncode == 0, done.stderr
-    # At start the interrupted turn is resumed: the call re-runs from intent and the
-    # model answers the first message; then the new message gets its own turn.
-    assert "Resuming" in done.stdout and "Appended" in done.stdout
+    # At start the interrupted turn is resumed: the command had started, so it is not run
+    # again; the model is told and answers the first message; then the new message gets
+    # its own turn.
+    assert "Resuming" in done.stdout and "interrupted" in done.stdout
     assert "Yes: runs.log has the line." in done.stdout
-    assert (workspace / "runs.log").read_text() == "run\nrun\n"  # re-run from intent
+    assert (workspace / "runs.log").read_text() == "run\n"  # its effect happened once
     resumed, answered = (r["messages"] for r in fake_openai.requests[-2:])
     assert [m["role"] for m in resumed[1:-1]] == ["user", "assistant", "tool"]
-    assert resumed[3]["content"] == "(no output)\n[exit code 0]"
+    assert resumed[3]["content"] == (
+        "Error: the service restarted while this command was running; it may or may not "
+        "have completed. Check before retrying."
+    )
     assert [m["role"] for m in answered[1:-1]] == ["user", "assistant", "tool", "assistant", "user"]
     with sqlite3.connect(tmp_path / "chathub.db") as db:
-        assert db.execute("SELECT status FROM chat_llm_tools").fetchall() == [("done",)]
+        assert db.execute("SELECT status FROM chat_llm_tools").fetchall() == [("failed",)]

@@ -22,6 +22,8 @@ class BuiltinTool:
     root_agent_only: bool = False
     sub_agents_only: bool = False
     interactive_only: bool = False
+    #: Safe to run again after a crash interrupted it (read-only or idempotent).
+    rerun_safe: bool = False
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         validate_args(self, args)

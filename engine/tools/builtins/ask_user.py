@@ -17,6 +17,7 @@ __all__ = ["AskUserClarification"]
 
 class AskUserClarification(BuiltinTool):
     name = ASK_USER_TOOL
+    rerun_safe = True  # asking again is harmless
     description = (
         "Ask the user a question and wait for the answer, which becomes this call's result. "
         "Use it when you cannot proceed without a decision or a fact only the user has; "

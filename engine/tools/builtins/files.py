@@ -69,6 +69,7 @@ class ReadFile(BuiltinTool):
     """``read_file{path}``: a text file's content, head and tail kept if it is large."""
 
     name = "read_file"
+    rerun_safe = True  # read-only
     description = (
         "Read a UTF-8 text file from the workspace and return its content. Relative paths "
         "are taken from the working directory. A large file is cut in the middle with a "
@@ -125,6 +126,7 @@ class WriteFile(BuiltinTool):
     """``write_file{path, content}``: create or replace a file, creating parent directories."""
 
     name = "write_file"
+    rerun_safe = True  # idempotent: the same content again
     description = (
         "Write a text file in the workspace, replacing it if it exists. Parent directories "
         "are created. To change part of an existing file prefer edit_file."
@@ -238,6 +240,7 @@ class ListFiles(BuiltinTool):
     """``list_files{path?}``: one directory's entries, sorted, directories marked with ``/``."""
 
     name = "list_files"
+    rerun_safe = True  # read-only
     description = (
         "List the entries of a directory in the workspace (not recursive), sorted by name; "
         "directories end with '/'. Without a path, lists the working directory."

@@ -22,6 +22,7 @@ class UpdateScratchpad(BuiltinTool):
     """``update_scratchpad{key, value}``: set a note; an empty value deletes it."""
 
     name = "update_scratchpad"
+    rerun_safe = True  # idempotent: the same value again
     description = (
         "Save a note in the session scratchpad, which every agent of this conversation "
         "sees on every turn. Writing a key again replaces its value; an empty value "
@@ -79,6 +80,7 @@ class WriteTodos(BuiltinTool):
     """``write_todos{todos}``: replace the task list, stored as a checklist in the scratchpad."""
 
     name = "write_todos"
+    rerun_safe = True  # idempotent: the whole list again
     description = (
         "Write your task list for multi-step work. Send the whole list every time, each "
         "item with its status (pending, in_progress, completed); it replaces the previous "

@@ -16,6 +16,7 @@ __all__ = ["ReadNotification"]
 
 class ReadNotification(BuiltinTool):
     name = "read_notification"
+    rerun_safe = True  # read-only
     description = (
         "Read pending notifications from background work (scheduled jobs, watchers). "
         "They are delivered to you automatically; calling this returns what is left, "

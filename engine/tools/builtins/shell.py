@@ -18,6 +18,14 @@ How results are reported (what helps the model):
 
 The command gets no stdin (``/dev/null``) and the process environment minus chathub's
 own credentials (``DEFAULT_HIDDEN_ENV``): the model has no business reading those.
+
+A command dies with the service. ``PR_SET_PDEATHSIG`` would reach the shell alone, not
+what it started, so the group carries its own watcher instead (``_WATCHED``): a
+subshell blocked reading a pipe whose only writer is this process. When the service
+dies, even by ``kill -9``, the kernel closes that pipe and the watcher kills the whole
+group. The group and its leader's identity are recorded on the tool-call row
+(``ToolContext.processes``), so recovery can make sure the group is gone before the
+call is reported as interrupted (docs/architecture.md, "Interrupted calls").
 """
 
 from __future__ import annotations
@@ -32,9 +40,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from engine.tools.base import ToolCategory, ToolContext, ToolError
+from engine.tools.base import ProcessLog, ToolCategory, ToolContext, ToolError
 from engine.tools.builtins._common import BuiltinTool, object_schema
 from engine.tools.output import OutputCollector
+from engine.tools.processes import process_identity
 from engine.tools.workspace import Workspace
 
 __all__ = ["DEFAULT_HIDDEN_ENV", "ExecuteCmd"]
@@ -55,6 +64,11 @@ DEFAULT_HIDDEN_ENV: frozenset[str] = frozenset(
 
 #: After the shell exits and its group is killed, how long to wait for the pipe to close.
 _DRAIN_S = 1.0
+
+#: ``sh -c _WATCHED sh COMMAND``: the watcher holds the service's pipe (stdin, as fd 3),
+#: the command replaces the shell (same pid, so the group leader, and its own exit code)
+#: with stdin from /dev/null. EOF on the pipe means the service is gone: kill the group.
+_WATCHED = 'exec 3<&0; (read -r _ <&3; kill -KILL 0) & exec /bin/sh -c "$1" 3<&- </dev/null'
 
 
 def _kill_group(pgid: int) -> None:
@@ -128,7 +142,7 @@ class ExecuteCmd(BuiltinTool):
             "execute_cmd: running shell command",
             extra={"command": command, "workdir": str(cwd), "timeout_s": timeout},
         )
-        return await self._execute(command, cwd, timeout)
+        return await self._execute(command, cwd, timeout, ctx.processes)
 
     def _workdir(self, workdir: str | None, working_directory: Path) -> Path:
         path = self.workspace.resolve(workdir or ".", cwd=working_directory)
@@ -149,7 +163,9 @@ class ExecuteCmd(BuiltinTool):
     def _env(self) -> dict[str, str]:
         return {key: val for key, val in os.environ.items() if key not in self.hidden_env}
 
-    async def _execute(self, command: str, cwd: Path, limit_s: float) -> str:
+    async def _execute(
+        self, command: str, cwd: Path, limit_s: float, processes: ProcessLog | None = None
+    ) -> str:
         loop = asyncio.get_running_loop()
         collector = OutputCollector(self.max_output_chars)
         protocol = _ShellProtocol(collector, loop)
@@ -158,8 +174,10 @@ class ExecuteCmd(BuiltinTool):
                 lambda: protocol,
                 "/bin/sh",
                 "-c",
+                _WATCHED,
+                "sh",
                 command,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,  # the watcher's pipe: never written, closed by death
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
@@ -178,6 +196,8 @@ class ExecuteCmd(BuiltinTool):
             raise ToolError(f"{self.name}: cannot start /bin/sh: {exc}") from None
         pgid = transport.get_pid()
         try:
+            if processes is not None:
+                await _record(processes, pgid)
             try:
                 async with asyncio.timeout(limit_s):
                     # Shielded: a timeout or cancellation must not cancel the future itself,
@@ -235,6 +255,15 @@ class _ShellProtocol(asyncio.SubprocessProtocol):
         # Only a process that left the group (setsid) and kept the pipe can make this wait.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self.closed), _DRAIN_S)
+
+
+async def _record(processes: ProcessLog, pgid: int) -> None:
+    """Put the group on the call's row; the command already runs (the watcher covers it)."""
+    identity = process_identity(pgid)
+    try:
+        await processes.started(pgid, identity.encode() if identity else None)
+    except Exception:  # the database is away: the group still dies with the service
+        log.exception("could not record process group %s", pgid)
 
 
 def _kill_when_started(start: asyncio.Future[tuple[asyncio.SubprocessTransport, Any]]) -> None:

@@ -154,3 +154,78 @@ async def test_a_stopped_or_failed_turn_is_not_resumed_at_start(engine: Engine, 
     await engine.store.history.append_message(root.id, "user", "job prompt")
 
     assert await engine.interrupted_sessions() == []
+
+
+async def _interrupted_call(engine: Engine, name: str, arguments: str, *, launched: bool):
+    """A user message and a call to ``name`` a crash left ``running`` (launched or not)."""
+    handler = await engine.new_session("console")
+    root = await engine.store.sessions.root_frame(handler.session.id)
+    await engine.store.history.append_message(root.id, "user", "do it")
+    message = await engine.store.history.append_assistant(
+        root.id, AssistantRecord(content=""), [NewToolCall("c1", name, arguments)]
+    )
+    [call] = message.tool_calls
+    if launched:
+        await engine.store.history.mark_launched(call.id)
+    return handler, call
+
+
+async def test_a_command_that_had_started_is_reported_interrupted_never_rerun(
+    engine: Engine, model
+):
+    workspace = engine.workspace.root
+    command = '{"command": "echo run >> runs.log"}'
+    handler, call = await _interrupted_call(engine, "execute_cmd", command, launched=True)
+
+    model.add(text("It may not have run; let me check first."))
+    events: list = []
+    result = await handler.resume_turn(emit=events.append)
+
+    assert isinstance(result, Final)
+    assert not (workspace / "runs.log").exists()  # not run a second time
+    assert tool_messages(model.requests[0][0]) == [
+        "Error: the service restarted while this command was running; it may or may not "
+        "have completed. Check before retrying."
+    ]
+    stored = await engine.store.history.get_tool_call(call.id)
+    assert stored is not None and stored.status == "failed"
+    assert [type(e) for e in events[:2]] == [ev.ToolStart, ev.ToolError]
+
+
+async def test_a_command_that_never_started_still_runs_once(engine: Engine, model):
+    workspace = engine.workspace.root
+    command = '{"command": "echo run >> runs.log"}'
+    handler, call = await _interrupted_call(engine, "execute_cmd", command, launched=False)
+
+    model.add(text("Done."))
+    assert isinstance(await handler.resume_turn(), Final)
+
+    assert (workspace / "runs.log").read_text() == "run\n"
+    stored = await engine.store.history.get_tool_call(call.id)
+    assert stored is not None and stored.status == "done" and stored.launched_at is not None
+
+
+async def test_a_read_only_call_is_never_marked_launched(engine: Engine, model):
+    (engine.workspace.root / "notes.txt").write_text("hello")
+    model.add(tool_call("read_file", '{"path": "notes.txt"}'), text("It says hello."))
+    handler = await engine.new_session("console")
+    await handler.handle_message("read notes.txt")
+    assert await engine.store.history.session_open_tool_calls(handler.session.id) == []
+    root = await engine.store.sessions.root_frame(handler.session.id)
+    [read] = [c for m in await engine.store.history.load(root.id) for c in m.tool_calls]
+    assert read.status == "done" and read.launched_at is None
+
+
+async def test_another_side_effecting_tool_is_reported_as_an_interrupted_tool_call(
+    engine: Engine, model
+):
+    (engine.workspace.root / "a.txt").write_text("old")
+    arguments = '{"path": "a.txt", "old": "old", "new": "new"}'
+    handler, _ = await _interrupted_call(engine, "edit_file", arguments, launched=True)
+
+    model.add(text("Checking."))
+    assert isinstance(await handler.resume_turn(), Final)
+
+    assert (engine.workspace.root / "a.txt").read_text() == "old"
+    [message] = tool_messages(model.requests[0][0])
+    assert message.startswith("Error: the service restarted while this tool call was running")
