@@ -1,8 +1,16 @@
-"""A ``ChatModel`` over any OpenAI-compatible ``/chat/completions`` endpoint."""
+"""A ``ChatModel`` over any OpenAI-compatible ``/chat/completions`` endpoint.
+
+Whatever the endpoint sends is checked before it is used: a field of the wrong JSON type
+where the answer itself lives (content, tool calls, choices, deltas) is a malformed
+response, an ``LlmProtocolError`` (retriable: the round tries the next model); wrong side
+information (usage numbers, reasoning, finish reason) is dropped. Our own parser never
+raises anything else.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -27,6 +35,12 @@ from engine.llm.types import (
 )
 
 _MAX_ERROR_TEXT = 500
+#: Token counts above this are junk (and would not fit a 64-bit database column).
+_MAX_COUNT = 2**63 - 1
+
+
+class _Malformed(Exception):
+    """A part of the answer has the wrong shape; the model turns it into ``LlmProtocolError``."""
 
 
 class OpenAICompatModel:
@@ -104,47 +118,33 @@ class OpenAICompatModel:
     def _from_body(self, response: httpx.Response, on_delta: DeltaCallback | None) -> LlmResponse:
         try:
             data = response.json()
-        except ValueError:
-            raise self._protocol(f"body is not JSON: {_clip(response.text)!r}") from None
-        result = self._parse_whole(data)
+        except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
+            raise self._protocol("the body is not JSON", response.text) from None
+        try:
+            result = self._parse_whole(data)
+        except _Malformed as exc:
+            raise self._protocol(str(exc), response.text) from None
         if on_delta is not None and result.content:
             on_delta(result.content)
         return result
 
     def _parse_whole(self, data: Any) -> LlmResponse:
-        try:
-            return self._parse_choice(data)
-        except (AttributeError, TypeError):  # a field of the wrong JSON type somewhere
-            raise self._protocol(f"malformed completion: {_clip(json.dumps(data))!r}") from None
-
-    def _parse_choice(self, data: Any) -> LlmResponse:
         if not isinstance(data, dict):
-            raise self._protocol(f"body is not a JSON object: {_clip(str(data))!r}")
+            raise _Malformed(f"the body is {_kind(data)}, not an object")
         choices = data.get("choices")
-        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+        if not isinstance(choices, list) or not choices:
             if data.get("error"):  # some gateways answer 200 with an error object
                 raise self._body_error(data["error"])
-            raise self._protocol(f"no choices in response: {_clip(json.dumps(data))!r}")
-        choice = choices[0]
-        message = choice.get("message")
-        if not isinstance(message, dict):
-            raise self._protocol("choice has no message object")
-        calls = []
-        for raw in message.get("tool_calls") or ():
-            fn = raw.get("function") or {}
-            arguments = fn.get("arguments")
-            if not isinstance(arguments, str):
-                # A few servers send the arguments as an object instead of JSON text.
-                arguments = "" if arguments is None else json.dumps(arguments)
-            call_id = raw.get("id") or _new_id()
-            calls.append(ToolCallRequest(call_id, fn.get("name") or "", arguments))
+            raise _Malformed("the answer has no choices")
+        choice = _required_object(choices[0], "the choice")
+        message = _required_object(choice.get("message"), "the choice's message")
         return LlmResponse(
-            content=message.get("content") or None,
-            tool_calls=tuple(calls),
-            reasoning_content=message.get("reasoning_content") or message.get("reasoning") or None,
+            content=_text(message.get("content"), "the content") or None,
+            tool_calls=tuple(_whole_call(raw) for raw in _list(message.get("tool_calls"))),
+            reasoning_content=_reasoning(message) or None,
             usage=_usage(data.get("usage")),
             model=self._config.name,
-            finish_reason=choice.get("finish_reason"),
+            finish_reason=_side_text(choice.get("finish_reason")),
         )
 
     async def _streamed(self, payload: bytes, on_delta: DeltaCallback | None) -> LlmResponse:
@@ -163,12 +163,8 @@ class OpenAICompatModel:
     async def _read_stream(
         self, response: httpx.Response, on_delta: DeltaCallback | None
     ) -> LlmResponse:
-        content: list[str] = []
-        reasoning: list[str] = []
-        calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
-        usage: Any = None
-        finish_reason: str | None = None
-        saw_choice = done = False
+        answer = _StreamedAnswer(on_delta)
+        done = False
         async for line in response.aiter_lines():
             if not line.startswith("data:"):
                 continue  # blank separators, ``: keep-alive`` comments, ``event:`` lines
@@ -177,46 +173,25 @@ class OpenAICompatModel:
                 done = True
                 break
             try:
-                chunk = json.loads(data)
-            except ValueError:
-                raise self._protocol(f"bad stream chunk: {_clip(data)!r}") from None
-            if not isinstance(chunk, dict):
-                raise self._protocol(f"bad stream chunk: {_clip(data)!r}")
-            if chunk.get("error"):  # OpenRouter-style failure after the stream began
-                raise self._body_error(chunk["error"])
-            if chunk.get("usage"):
-                usage = chunk["usage"]
-            for choice in chunk.get("choices") or ():
-                delta = (choice.get("delta") or {}) if isinstance(choice, dict) else None
-                if not isinstance(delta, dict):
-                    raise self._protocol(f"bad stream chunk: {_clip(data)!r}")
-                saw_choice = True
-                text = delta.get("content")
-                if text:
-                    content.append(text)
-                    if on_delta is not None:
-                        on_delta(text)
-                thought = delta.get("reasoning_content") or delta.get("reasoning")
-                if thought:
-                    reasoning.append(thought)
-                for position, part in enumerate(delta.get("tool_calls") or ()):
-                    _merge_call(calls, part, position)
-                if choice.get("finish_reason"):
-                    finish_reason = choice["finish_reason"]
-        if not saw_choice:
-            raise self._protocol("stream carried no choices")
-        if not done and finish_reason is None:
-            raise self._protocol("stream ended before the answer was finished")
-        return LlmResponse(
-            content="".join(content) or None,
-            tool_calls=tuple(
-                ToolCallRequest(c[0] or _new_id(), c[1], c[2]) for _, c in sorted(calls.items())
-            ),
-            reasoning_content="".join(reasoning) or None,
-            usage=_usage(usage),
-            model=self._config.name,
-            finish_reason=finish_reason,
-        )
+                answer.feed(self._chunk(data))
+            except _Malformed as exc:
+                raise self._protocol(str(exc), data) from None
+        try:
+            return answer.result(self._config.name, done=done)
+        except _Malformed as exc:
+            raise self._protocol(str(exc)) from None
+
+    def _chunk(self, data: str) -> dict[str, Any]:
+        """One ``data:`` line's JSON object; an error object in it is raised as the error."""
+        try:
+            chunk = json.loads(data)
+        except (ValueError, RecursionError):
+            raise _Malformed("a stream chunk is not JSON") from None
+        if not isinstance(chunk, dict):
+            raise _Malformed(f"a stream chunk is {_kind(chunk)}, not an object")
+        if chunk.get("error"):  # OpenRouter-style failure after the stream began
+            raise self._body_error(chunk["error"])
+        return chunk
 
     def _status_error(self, status: int, text: str) -> LlmError:
         detail = f"HTTP {status}: {_error_text(text)}"
@@ -234,51 +209,218 @@ class OpenAICompatModel:
 
     def _body_error(self, error: Any) -> LlmError:
         code = error.get("code") if isinstance(error, dict) else None
-        status = code if isinstance(code, int) and 400 <= code < 600 else 500
+        valid = isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 600
+        status = code if valid else 500
         return self._status_error(status, json.dumps({"error": error}))
 
-    def _protocol(self, message: str) -> LlmProtocolError:
-        return LlmProtocolError(f"{self._config.name}: {message}", model=self._config.name)
+    def _protocol(self, reason: str, raw: str = "") -> LlmProtocolError:
+        """The user may see the message (one plain sentence); the raw text is for the log."""
+        return LlmProtocolError(
+            f"{self._config.name}: the model sent a malformed response ({reason})",
+            model=self._config.name,
+            detail=f"{reason}: {_clip(raw)!r}" if raw else reason,
+        )
 
     def _error(self, kind: type[LlmError], message: str, cause: Exception) -> LlmError:
-        return kind(f"{self._config.name}: {message} ({type(cause).__name__})", model=self.name)
+        # The exception's class is for the log, never for the message a user may see.
+        return kind(
+            f"{self._config.name}: {message}",
+            model=self.name,
+            detail=f"{type(cause).__name__}: {cause}",
+        )
+
+
+class _StreamedAnswer:
+    """The pieces of a streamed answer, checked chunk by chunk as they arrive."""
+
+    __slots__ = (
+        "_calls",
+        "_content",
+        "_finish",
+        "_on_delta",
+        "_reasoning",
+        "_saw_choice",
+        "_usage",
+    )
+
+    def __init__(self, on_delta: DeltaCallback | None) -> None:
+        self._on_delta = on_delta
+        self._content: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
+        self._usage: Any = None
+        self._finish: str | None = None
+        self._saw_choice = False
+
+    def feed(self, chunk: dict[str, Any]) -> None:
+        if chunk.get("usage"):
+            self._usage = chunk["usage"]  # checked once, at the end
+        for choice in _list(chunk.get("choices")):
+            self._choice(_required_object(choice, "a stream choice"))
+
+    def _choice(self, choice: dict[str, Any]) -> None:
+        self._saw_choice = True
+        delta = _object(choice.get("delta"), "a stream delta")
+        text = _text(delta.get("content"), "a content delta")
+        if text:
+            self._content.append(text)
+            if self._on_delta is not None:
+                self._on_delta(text)
+        thought = _reasoning(delta)
+        if thought:
+            self._reasoning.append(thought)
+        for position, part in enumerate(_list(delta.get("tool_calls"))):
+            _merge_call(self._calls, part, position)
+        finish = _side_text(choice.get("finish_reason"))
+        if finish:
+            self._finish = finish
+
+    def result(self, model: str, *, done: bool) -> LlmResponse:
+        if not self._saw_choice:
+            raise _Malformed("the stream carried no choices")
+        if not done and self._finish is None:
+            raise _Malformed("the stream ended before the answer was finished")
+        calls = sorted(self._calls.items())
+        return LlmResponse(
+            content="".join(self._content) or None,
+            tool_calls=tuple(ToolCallRequest(c[0] or _new_id(), c[1], c[2]) for _, c in calls),
+            reasoning_content="".join(self._reasoning) or None,
+            usage=_usage(self._usage),
+            model=model,
+            finish_reason=self._finish,
+        )
+
+
+def _whole_call(raw: Any) -> ToolCallRequest:
+    entry = _required_object(raw, "a tool call")
+    fn = _object(entry.get("function"), "a tool call's function")
+    name = _text(fn.get("name"), "a tool call's name") or ""
+    return ToolCallRequest(_call_id(entry.get("id")), name, _arguments(fn.get("arguments")))
 
 
 def _merge_call(calls: dict[int, list[str]], part: Any, position: int) -> None:
     """Fold one streamed tool-call fragment into the call at its ``index``."""
-    if not isinstance(part, dict):
-        return
+    part = _required_object(part, "a tool call fragment")
     index = part.get("index", position)
+    if not _is_count(index):
+        raise _Malformed(f"a tool call's index is {_kind(index)}, not a number from 0")
     slot = calls.get(index)
     if slot is None:
         slot = calls[index] = ["", "", ""]
-    if part.get("id") and not slot[0]:
-        slot[0] = part["id"]  # some servers repeat the id on every fragment
-    fn = part.get("function") or {}
-    name = fn.get("name")
+    call_id = part.get("id")
+    if isinstance(call_id, str) and call_id and not slot[0]:
+        slot[0] = call_id  # some servers repeat the id on every fragment
+    fn = _object(part.get("function"), "a tool call's function")
+    name = _text(fn.get("name"), "a tool call's name")
     if name and name != slot[1]:  # likewise a repeated name must not double
         slot[1] += name
-    arguments = fn.get("arguments")
-    if arguments:
-        slot[2] += arguments if isinstance(arguments, str) else json.dumps(arguments)
+    if fn.get("arguments") is not None:
+        slot[2] += _arguments(fn["arguments"])
+
+
+def _arguments(value: Any) -> str:
+    """Tool arguments as JSON text; the dispatcher checks that text and tells the model."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):  # a few servers send the object instead of JSON text
+        return json.dumps(value)
+    raise _Malformed(f"a tool call's arguments are {_kind(value)}, not text")
+
+
+def _call_id(value: Any) -> str:
+    """The model's id for a call; only used to pair the call with its result, so a missing
+    or non-text one is replaced rather than fatal."""
+    return value if isinstance(value, str) and value else _new_id()
+
+
+def _reasoning(message: dict[str, Any]) -> str | None:
+    return _side_text(message.get("reasoning_content")) or _side_text(message.get("reasoning"))
+
+
+def _text(value: Any, what: str) -> str | None:
+    """A field the answer is made of: text or absent, anything else is malformed."""
+    if value is None or isinstance(value, str):
+        return value
+    raise _Malformed(f"{what} is {_kind(value)}, not text")
+
+
+def _side_text(value: Any) -> str | None:
+    """Side information (reasoning, finish reason): a wrong type is dropped, not fatal."""
+    return value if isinstance(value, str) else None
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    """An optional JSON object (absent or null: empty)."""
+    return {} if value is None else _required_object(value, what)
+
+
+def _required_object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Malformed(f"{what} is {_kind(value)}, not an object")
+    return value
+
+
+def _list(value: Any) -> list[Any]:
+    """An optional JSON array (absent or null: empty)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _Malformed(f"a list is expected where the model sent {_kind(value)}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    """The JSON type of ``value``, in words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_COUNT
 
 
 def _usage(raw: Any) -> Usage:
+    """Token counts and cost; numbers of the wrong type or range are dropped (harmless)."""
     if not isinstance(raw, dict):
         return Usage()
-    cost = raw.get("cost")
-    return Usage(
-        input_tokens=raw.get("prompt_tokens"),
-        output_tokens=raw.get("completion_tokens"),
-        cost=float(cost) if isinstance(cost, int | float) else None,
+    prompt, completion, cost = (
+        raw.get("prompt_tokens"),
+        raw.get("completion_tokens"),
+        raw.get("cost"),
     )
+    return Usage(
+        input_tokens=prompt if _is_count(prompt) else None,
+        output_tokens=completion if _is_count(completion) else None,
+        cost=_cost(cost),
+    )
+
+
+def _cost(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        cost = float(value)
+    except OverflowError:  # an integer past the float range
+        return None
+    return cost if math.isfinite(cost) and cost >= 0 else None
 
 
 def _error_text(text: str) -> str:
     """The server's own explanation from an OpenAI-style error body, else the raw text."""
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return _clip(text.strip()) or "(empty body)"
     if isinstance(data, dict):
         error = data.get("error", data)

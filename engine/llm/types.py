@@ -43,14 +43,26 @@ class LlmResponse:
 
 
 class LlmError(Exception):
-    """A model call failed. ``retriable`` errors make the round try the next model."""
+    """A model call failed. ``retriable`` errors make the round try the next model.
+
+    The message is plain words a user may be shown (never an exception's class or a raw
+    body); ``detail`` is what only the log gets (the raw text, the underlying error).
+    """
 
     retriable: bool = False
 
-    def __init__(self, message: str, *, model: str = "", status: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str = "",
+        status: int | None = None,
+        detail: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.model = model
         self.status = status
+        self.detail = detail
 
 
 class LlmTimeout(LlmError):

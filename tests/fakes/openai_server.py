@@ -11,9 +11,11 @@ Tests script the answers in advance; each request takes the next one::
         assert fake.requests[1]["messages"][-1]["role"] == "tool"
 
 Answers stream when the request asks for ``stream``: content is split into
-word-sized deltas and tool arguments into short fragments. ``model=`` on a
-``reply_*`` call scripts one model only (a per-model queue is used before the
-shared one). With nothing scripted the server answers 500 "no scripted response".
+word-sized deltas and tool arguments into short fragments. ``reply_raw``, ``reply_json``
+and ``reply_chunks`` send exactly what the test wrote (malformed answers, streamed or
+whole). ``model=`` on a ``reply_*`` call scripts one model only (a per-model queue is
+used before the shared one). With nothing scripted the server answers 500 "no scripted
+response".
 """
 
 from __future__ import annotations
@@ -220,6 +222,23 @@ class FakeOpenAIServer:
             model=model,
         )
 
+    def reply_json(self, value: Any, *, status: int = 200, model: str | None = None) -> None:
+        """Any JSON value as the whole body (a completion with junk in it, a bare number)."""
+        self.reply_raw(json.dumps(value), status=status, model=model)
+
+    def reply_chunks(self, *chunks: Any, done: bool = True, model: str | None = None) -> None:
+        """A stream made of exactly these ``data:`` lines, then ``[DONE]`` unless ``done=False``.
+
+        A string is sent verbatim (junk that is not JSON), anything else JSON-encoded (an
+        object, or a bare number where an object belongs); ``delta_chunk`` builds the usual
+        ``chat.completion.chunk``.
+        """
+        lines = [c if isinstance(c, str) else json.dumps(c) for c in chunks]
+        if done:
+            lines.append("[DONE]")
+        body = "".join(f"data: {line}\n\n" for line in lines)
+        self.reply_raw(body, content_type="text/event-stream", model=model)
+
     def enqueue(self, reply: ScriptedReply, *, model: str | None = None) -> None:
         with self._lock:
             if model is None:
@@ -291,6 +310,18 @@ class FakeOpenAIServer:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return _sse(_stream_completion(completion_id, str(model), reply, include_usage))
         return JSONResponse(_whole_completion(completion_id, str(model), reply))
+
+
+def delta_chunk(delta: Any, finish_reason: Any = None, **fields: Any) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` whose only choice carries ``delta`` (of any JSON type);
+    ``fields`` add or replace top-level keys (``usage=...``, ``choices=...``)."""
+    chunk: dict[str, Any] = {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    }
+    chunk.update(fields)
+    return chunk
 
 
 def _tool_call(call_id: str, name: str, arguments: str | dict[str, Any]) -> tuple[str, str, str]:
