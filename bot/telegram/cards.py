@@ -17,6 +17,7 @@ from engine.session.events import ApprovalRequired
 
 __all__ = [
     "CALLBACK_PREFIX",
+    "MAX_TOOL_CALL_ID",
     "Action",
     "Card",
     "CardAction",
@@ -42,6 +43,8 @@ _ACTION_CODES: dict[str, str] = {
 }
 _CODE_ACTIONS = {code: action for action, code in _ACTION_CODES.items()}
 _DIGITS = frozenset("0123456789")
+#: Tool-call ids are signed 64-bit database ids: a button beyond that names no card.
+MAX_TOOL_CALL_ID = 2**63 - 1
 _NAME_MAX = 100  # tool and agent names longer than this are cut in the header
 
 
@@ -69,8 +72,12 @@ class Card:
 
 def format_callback(tool_call_id: int, action: Action) -> str:
     """``ap1:<tool_call_id>:<code>``; raises ``ValueError`` for a bad id or action."""
-    if isinstance(tool_call_id, bool) or not isinstance(tool_call_id, int) or tool_call_id <= 0:
-        raise ValueError(f"tool_call_id must be a positive int, got {tool_call_id!r}")
+    if (
+        isinstance(tool_call_id, bool)
+        or not isinstance(tool_call_id, int)
+        or not 0 < tool_call_id <= MAX_TOOL_CALL_ID
+    ):
+        raise ValueError(f"tool_call_id must be a positive 64-bit int, got {tool_call_id!r}")
     if action not in _ACTION_CODES:
         raise ValueError(f"unknown action {action!r}")
     return f"{CALLBACK_PREFIX}:{tool_call_id}:{_ACTION_CODES[action]}"
@@ -95,7 +102,10 @@ def parse_callback(data: object) -> CardAction | None:
     action = _CODE_ACTIONS.get(code)
     if action is None:
         return None
-    return CardAction(int(raw_id), action)  # type: ignore[arg-type]
+    tool_call_id = int(raw_id)
+    if tool_call_id > MAX_TOOL_CALL_ID:  # no row has it, and looking it up overflows SQLite
+        return None
+    return CardAction(tool_call_id, action)  # type: ignore[arg-type]
 
 
 def approval_keyboard(tool_call_id: int) -> dict[str, Any]:

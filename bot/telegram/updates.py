@@ -1,15 +1,40 @@
-"""Bot API update JSON → what the adapter acts on. Anything malformed becomes ``Ignored``."""
+"""Bot API update JSON → what the adapter acts on.
+
+This is the adapter's edge: every field is checked here, so nothing after it meets junk.
+``parse_update`` never raises. A malformed optional field is dropped (named in
+``dropped`` and logged, one line per update) and the rest of the message is handled;
+strings are repaired (``clean_text``); an update with nothing usable is ``Ignored``.
+"""
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from bot.telegram.api import Json
 
-__all__ = ["Callback", "FileRef", "Ignored", "Incoming", "Message", "parse_update", "source_of"]
+__all__ = [
+    "Callback",
+    "FileRef",
+    "Ignored",
+    "Incoming",
+    "Message",
+    "clean_text",
+    "fits_db_id",
+    "parse_update",
+    "source_of",
+]
+
+log = logging.getLogger(__name__)
 
 GROUP_TYPES = frozenset({"group", "supergroup"})
+CHAT_TYPES = frozenset({"private", "group", "supergroup", "channel"})
+# Ids are stored in signed 64-bit columns: a bigger one cannot name anything we stored.
+DB_ID_MIN, DB_ID_MAX = -(2**63), 2**63 - 1
+# Optional fields of an entity that the adapter (or a re-send) may read, with their type.
+_ENTITY_STRINGS = ("url", "language", "custom_emoji_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +62,8 @@ class Message:
     files: tuple[FileRef, ...] = ()
     location: tuple[float, float] | None = None
     edited: bool = False
+    #: Malformed fields left out, e.g. ``"message.entities (not a list)"``.
+    dropped: tuple[str, ...] = ()
 
     @property
     def is_group(self) -> bool:
@@ -61,12 +88,14 @@ class Message:
 class Callback:
     update_id: int
     callback_id: str
-    user_id: int
+    #: ``None`` when the query has no usable sender: it is answered, never acted on.
+    user_id: int | None
     user_name: str
     data: str
     chat_id: int | None
     message_id: int | None
     thread_id: int | None = None
+    dropped: tuple[str, ...] = ()
 
     @property
     def source(self) -> str | None:
@@ -87,135 +116,347 @@ def source_of(chat_id: int, thread_id: int | None = None) -> str:
     return f"telegram:{chat_id}" if thread_id is None else f"telegram:{chat_id}:{thread_id}"
 
 
-def parse_update(update: Any) -> Incoming:
-    if not isinstance(update, dict) or not isinstance(update.get("update_id"), int):
+def clean_text(text: str) -> str:
+    """``text`` that every encoder downstream accepts, at the same UTF-16 offsets.
+
+    A lone surrogate (JSON ``"\\ud800"`` decodes to one) cannot be encoded as UTF-8, so
+    the database, the model request and Telegram itself would each fail on it; NUL is
+    refused by PostgreSQL. Each becomes U+FFFD, one UTF-16 unit like what it replaces,
+    so entity offsets stay right. A surrogate pair split over two characters is joined.
+    """
+    if text.isascii() and "\x00" not in text:
+        return text  # the common case, without an encode
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def fits_db_id(value: int) -> bool:
+    """Whether ``value`` fits the signed 64-bit id columns (bigger ones overflow SQLite)."""
+    return DB_ID_MIN <= value <= DB_ID_MAX
+
+
+def parse_update(update: object) -> Incoming:
+    if not isinstance(update, dict):
+        return Ignored(None, "not an update object")
+    update_id = _int(update.get("update_id"))
+    if update_id is None:
         return Ignored(None, "not an update object with an integer update_id")
-    update_id: int = update["update_id"]
-    if isinstance(update.get("message"), dict):
-        return _message(update_id, update["message"], edited=False)
-    if isinstance(update.get("edited_message"), dict):
-        return _message(update_id, update["edited_message"], edited=True)
-    if isinstance(update.get("callback_query"), dict):
-        return _callback(update_id, update["callback_query"])
-    kinds = sorted(k for k in update if k != "update_id")
-    return Ignored(update_id, f"unhandled update kind {kinds}")
+    incoming = _parse_kind(update_id, update)
+    if not isinstance(incoming, Ignored) and incoming.dropped:
+        log.info("update %s: dropped malformed %s", update_id, "; ".join(incoming.dropped))
+    return incoming
+
+
+def _parse_kind(update_id: int, update: Json) -> Incoming:
+    """The first kind present as an object; a callback query first, as it must be answered."""
+    kinds = ("callback_query", "message", "edited_message")
+    for kind in kinds:
+        body = update.get(kind)
+        if isinstance(body, dict):
+            drops = _Drops(kind)
+            if kind == "callback_query":
+                return _callback(update_id, body, drops)
+            return _message(update_id, body, drops, edited=kind == "edited_message")
+    present = [kind for kind in kinds if kind in update]
+    if present:
+        return Ignored(update_id, f"{present[0]} is not an object")
+    others = sorted(str(k) for k in update if k != "update_id")
+    return Ignored(update_id, f"unhandled update kind {others}")
+
+
+class _Drops:
+    """The malformed fields of one update: read through it, what is wrong is noted."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.dropped: list[str] = []
+
+    def at(self, key: str) -> _Drops:
+        """The same record, for a nested object's fields (``message.chat.type``)."""
+        nested = _Drops(f"{self.path}.{key}")
+        nested.dropped = self.dropped
+        return nested
+
+    def drop(self, key: str, why: str) -> None:
+        self.dropped.append(f"{self.path}.{key} ({why})")
+
+    def id(self, obj: Json, key: str) -> int | None:
+        """An integer id that fits the database, or ``None`` (absent or dropped)."""
+        value = obj.get(key)
+        if value is None:
+            return None
+        number = _int(value)
+        if number is None:
+            self.drop(key, "not an integer")
+        elif not fits_db_id(number):
+            self.drop(key, "out of range")
+            return None
+        return number
+
+    def text(self, obj: Json, key: str) -> str | None:
+        """A string field, repaired (``clean_text``), or ``None`` (absent or dropped)."""
+        value = obj.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            self.drop(key, "not a string")
+            return None
+        return clean_text(value)
+
+    def object(self, obj: Json, key: str) -> Json | None:
+        value = obj.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            self.drop(key, "not an object")
+            return None
+        return value
+
+    def array(self, obj: Json, key: str) -> list[Any]:
+        value = obj.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.drop(key, "not a list")
+            return []
+        return value
+
+    def flag(self, obj: Json, key: str) -> bool:
+        value = obj.get(key)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            self.drop(key, "not a boolean")
+            return False
+        return value
 
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _name(user: Json) -> str:
-    parts = [user.get("first_name"), user.get("last_name")]
-    name = " ".join(p for p in parts if isinstance(p, str) and p)
-    username = user.get("username")
-    return name or (f"@{username}" if isinstance(username, str) else str(user.get("id", "?")))
+def _user(obj: Json, key: str, drops: _Drops) -> tuple[int | None, str]:
+    """The sender's id (``None`` when unusable) and a display name."""
+    user = drops.object(obj, key)
+    if user is None:
+        return None, "?"
+    at = drops.at(key)
+    user_id = at.id(user, "id")
+    if user.get("id") is None:
+        at.drop("id", "missing")
+    names = [at.text(user, "first_name"), at.text(user, "last_name")]
+    username = at.text(user, "username")
+    name = " ".join(n for n in names if n)
+    return user_id, name or (f"@{username}" if username else str(user_id or "?"))
 
 
-def _message(update_id: int, message: Json, *, edited: bool) -> Incoming:
-    chat = message.get("chat")
-    user = message.get("from")
-    if not isinstance(chat, dict) or _int(chat.get("id")) is None:
+def _chat_type(chat: Json, chat_id: int, drops: _Drops) -> str:
+    """The chat's type; a malformed one is inferred from the id (groups are negative).
+
+    Never "private" for a negative id: in a group the bot answers only when addressed.
+    """
+    kind = drops.text(chat, "type")
+    if kind is not None and kind in CHAT_TYPES:
+        return kind
+    if kind is not None:
+        drops.drop("type", "unknown chat type")
+    return "private" if chat_id > 0 else "group"
+
+
+def _message(update_id: int, message: Json, drops: _Drops, *, edited: bool) -> Incoming:
+    chat = drops.object(message, "chat")
+    chat_id = None if chat is None else drops.at("chat").id(chat, "id")
+    if chat is None or chat_id is None:
         return Ignored(update_id, "message without a chat id")
-    if not isinstance(user, dict) or _int(user.get("id")) is None:
+    user_id, user_name = _user(message, "from", drops)
+    if user_id is None:
         return Ignored(update_id, "message without a sender (channel post or anonymous admin)")
-    message_id = _int(message.get("message_id"))
+    message_id = drops.id(message, "message_id")
     if message_id is None:
         return Ignored(update_id, "message without a message_id")
-    text = message.get("text")
-    entities = message.get("entities")
-    if not isinstance(text, str):
-        text = message.get("caption") if isinstance(message.get("caption"), str) else ""
-        entities = message.get("caption_entities")
-    reply = message.get("reply_to_message")
-    reply_id = reply_user = None
-    if isinstance(reply, dict):
-        reply_id = _int(reply.get("message_id"))
-        if isinstance(reply.get("from"), dict):
-            reply_user = _int(reply["from"].get("id"))
-    thread_id = _int(message.get("message_thread_id")) if message.get("is_topic_message") else None
-    location = None
-    loc = message.get("location")
-    if isinstance(loc, dict):
-        lat, lon = loc.get("latitude"), loc.get("longitude")
-        if isinstance(lat, int | float) and isinstance(lon, int | float):
-            location = (float(lat), float(lon))
+    text, entities = _text_and_entities(message, drops)
+    reply_id, reply_user = _reply(message, drops)
     return Message(
         update_id=update_id,
-        chat_id=chat["id"],
-        chat_type=str(chat.get("type") or "private"),
-        thread_id=thread_id,
+        chat_id=chat_id,
+        chat_type=_chat_type(chat, chat_id, drops.at("chat")),
+        thread_id=_thread_id(message, drops),
         message_id=message_id,
-        user_id=user["id"],
-        user_name=_name(user),
+        user_id=user_id,
+        user_name=user_name,
         text=text,
-        entities=tuple(e for e in (entities or ()) if isinstance(e, dict)),
+        entities=entities,
         reply_to_message_id=reply_id,
         reply_to_user_id=reply_user,
-        files=_files(message),
-        location=location,
+        files=_files(message, drops),
+        location=_location(message, drops),
         edited=edited,
+        dropped=tuple(drops.dropped),
     )
 
 
-def _files(message: Json) -> tuple[FileRef, ...]:
-    files = []
-    photos = message.get("photo")
-    if isinstance(photos, list) and photos:
-        sizes = [p for p in photos if isinstance(p, dict) and isinstance(p.get("file_id"), str)]
-        if sizes:
-            best = max(
-                sizes,
-                key=lambda p: (
-                    (_int(p.get("width")) or 0) * (_int(p.get("height")) or 0),
-                    _int(p.get("file_size")) or 0,
-                ),
-            )
-            unique = str(best.get("file_unique_id") or best["file_id"])
-            files.append(
-                FileRef(
-                    best["file_id"],
-                    unique,
-                    f"photo_{unique}.jpg",
-                    "image/jpeg",
-                    _int(best.get("file_size")),
-                )
-            )
-    document = message.get("document")
-    if isinstance(document, dict) and isinstance(document.get("file_id"), str):
-        unique = str(document.get("file_unique_id") or document["file_id"])
-        name = document.get("file_name") if isinstance(document.get("file_name"), str) else unique
-        files.append(
-            FileRef(
-                document["file_id"],
-                unique,
-                name,
-                document.get("mime_type") if isinstance(document.get("mime_type"), str) else None,
-                _int(document.get("file_size")),
-            )
-        )
-    return tuple(files)
+def _text_and_entities(message: Json, drops: _Drops) -> tuple[str, tuple[Json, ...]]:
+    """The text and its entities, or else the caption and the caption's entities."""
+    text = drops.text(message, "text")
+    if text is not None:
+        return text, _entities(text, drops.array(message, "entities"), drops, "entities")
+    caption = drops.text(message, "caption")
+    if caption is not None:
+        raw = drops.array(message, "caption_entities")
+        return caption, _entities(caption, raw, drops, "caption_entities")
+    return "", ()
 
 
-def _callback(update_id: int, query: Json) -> Incoming:
-    user = query.get("from")
-    if (
-        not isinstance(query.get("id"), str)
-        or not isinstance(user, dict)
-        or _int(user.get("id")) is None
-    ):
-        return Ignored(update_id, "callback query without an id or a sender")
-    message = query.get("message") if isinstance(query.get("message"), dict) else {}
-    chat = message.get("chat") if isinstance(message.get("chat"), dict) else {}
-    thread_id = _int(message.get("message_thread_id")) if message.get("is_topic_message") else None
-    data = query.get("data")
+def _entities(text: str, raw: list[Any], drops: _Drops, key: str) -> tuple[Json, ...]:
+    """Entities that lie inside ``text``, with only the fields we read, each type-checked."""
+    size = len(text.encode("utf-16-le")) // 2  # Telegram counts UTF-16 units
+    kept: list[Json] = []
+    for index, entity in enumerate(raw):
+        clean = _entity(entity, size)
+        if clean is None:
+            drops.drop(f"{key}[{index}]", "not an entity inside the text")
+        else:
+            kept.append(clean)
+    return tuple(kept)
+
+
+def _entity(entity: Any, text_size: int) -> Json | None:
+    if not isinstance(entity, dict) or not isinstance(entity.get("type"), str):
+        return None
+    offset, length = _int(entity.get("offset")), _int(entity.get("length"))
+    if offset is None or length is None or offset < 0 or length <= 0:
+        return None
+    if offset + length > text_size:
+        return None
+    clean: Json = {"type": clean_text(entity["type"]), "offset": offset, "length": length}
+    user = entity.get("user")
+    if isinstance(user, dict) and _int(user.get("id")) is not None:
+        clean["user"] = {"id": user["id"]}
+    for key in _ENTITY_STRINGS:
+        if isinstance(entity.get(key), str):
+            clean[key] = clean_text(entity[key])
+    return clean
+
+
+def _reply(message: Json, drops: _Drops) -> tuple[int | None, int | None]:
+    """The replied-to message's id and its sender's id (either may be ``None``)."""
+    reply = drops.object(message, "reply_to_message")
+    if reply is None:
+        return None, None
+    at = drops.at("reply_to_message")
+    sender = at.object(reply, "from")
+    return at.id(reply, "message_id"), None if sender is None else at.at("from").id(sender, "id")
+
+
+def _thread_id(message: Json, drops: _Drops) -> int | None:
+    """The forum topic: ``message_thread_id`` counts only in a topic message."""
+    if not drops.flag(message, "is_topic_message"):
+        return None
+    return drops.id(message, "message_thread_id")
+
+
+def _location(message: Json, drops: _Drops) -> tuple[float, float] | None:
+    loc = drops.object(message, "location")
+    if loc is None:
+        return None
+    lat, lon = _number(loc.get("latitude")), _number(loc.get("longitude"))
+    if lat is None or lon is None or abs(lat) > 90 or abs(lon) > 180:
+        drops.drop("location", "not a latitude and longitude")
+        return None
+    return lat, lon
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int too big for a float
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _files(message: Json, drops: _Drops) -> tuple[FileRef, ...]:
+    files = [_photo(message, drops), _document(message, drops)]
+    return tuple(f for f in files if f is not None)
+
+
+def _photo(message: Json, drops: _Drops) -> FileRef | None:
+    """The largest size of a photo."""
+    raw = drops.array(message, "photo")
+    sizes = [p for p in raw if _file_id(p) is not None]
+    if not sizes:
+        if raw:
+            drops.drop("photo", "no size with a file_id")
+        return None
+
+    def area(p: Json) -> tuple[int, int]:
+        width, height = _int(p.get("width")) or 0, _int(p.get("height")) or 0
+        return width * height, _size(p) or 0
+
+    best = max(sizes, key=area)
+    file_id = _file_id(best)
+    assert file_id is not None  # filtered above
+    unique = _unique_id(best, file_id)
+    return FileRef(file_id, unique, f"photo_{unique}.jpg", "image/jpeg", _size(best))
+
+
+def _document(message: Json, drops: _Drops) -> FileRef | None:
+    document = drops.object(message, "document")
+    if document is None:
+        return None
+    file_id = _file_id(document)
+    if file_id is None:
+        drops.drop("document", "no file_id")
+        return None
+    unique = _unique_id(document, file_id)
+    at = drops.at("document")
+    name = at.text(document, "file_name") or unique
+    return FileRef(file_id, unique, name, at.text(document, "mime_type"), _size(document))
+
+
+def _file_id(obj: Any) -> str | None:
+    if not isinstance(obj, dict):
+        return None
+    file_id = obj.get("file_id")
+    return clean_text(file_id) if isinstance(file_id, str) and file_id else None
+
+
+def _unique_id(obj: Json, file_id: str) -> str:
+    unique = obj.get("file_unique_id")
+    return clean_text(unique) if isinstance(unique, str) and unique else file_id
+
+
+def _size(obj: Json) -> int | None:
+    size = _int(obj.get("file_size"))
+    return size if size is not None and size >= 0 else None
+
+
+def _callback(update_id: int, query: Json, drops: _Drops) -> Incoming:
+    callback_id = query.get("id")
+    if not isinstance(callback_id, str) or not callback_id:
+        # Nothing to answer it with: the one callback that cannot get its answer.
+        return Ignored(update_id, "callback query without an id")
+    if query.get("from") is None:
+        drops.drop("from", "missing")
+    user_id, user_name = _user(query, "from", drops)
+    message = drops.object(query, "message") or {}
+    at = drops.at("message")
+    chat = at.object(message, "chat") or {}
+    data = drops.text(query, "data")
     return Callback(
         update_id=update_id,
-        callback_id=query["id"],
-        user_id=user["id"],
-        user_name=_name(user),
-        data=data if isinstance(data, str) else "",
-        chat_id=_int(chat.get("id")),
-        message_id=_int(message.get("message_id")),
-        thread_id=thread_id,
+        callback_id=clean_text(callback_id),
+        user_id=user_id,
+        user_name=user_name,
+        data=data or "",
+        chat_id=at.at("chat").id(chat, "id"),
+        message_id=at.id(message, "message_id"),
+        thread_id=_thread_id(message, at),
+        dropped=tuple(drops.dropped),
     )

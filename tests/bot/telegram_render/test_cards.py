@@ -103,12 +103,24 @@ def test_bad_callbacks(data: str) -> None:
 
 
 def test_callback_size_limit() -> None:
-    ok = "ap1:" + "1" * 58 + ":a"
-    assert len(ok.encode()) == 64
-    assert parse_callback(ok) == CardAction(int("1" * 58), "approve")
     too_long = "ap1:" + "1" * 59 + ":a"
     assert len(too_long.encode()) == 65
     assert parse_callback(too_long) is None
+
+
+@pytest.mark.parametrize(
+    "raw_id",
+    ["9" * 58, str(2**64 + 1), str(2**63)],  # 64 bytes of data; past 64 bits; just past
+)
+def test_callback_ids_past_64_bits_are_no_card(raw_id: str) -> None:
+    # Issue 16: these were looked up and overflowed SQLite's INTEGER (the tap never answered).
+    assert parse_callback(f"ap1:{raw_id}:a") is None
+
+
+def test_the_largest_64_bit_id_is_a_card() -> None:
+    assert parse_callback(f"ap1:{2**63 - 1}:r") == CardAction(2**63 - 1, "reject")
+    with pytest.raises(ValueError):
+        format_callback(2**63, "approve")
 
 
 def test_non_string_callback() -> None:
