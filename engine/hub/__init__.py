@@ -3,6 +3,7 @@
 from engine.hub.hub import AUTO_MODEL, ChatHub, SourceDefaults, SourceEvents
 from engine.hub.types import (
     DecisionMade,
+    FailureNotice,
     HubError,
     HubEvent,
     NewSession,
@@ -15,6 +16,7 @@ __all__ = [
     "AUTO_MODEL",
     "ChatHub",
     "DecisionMade",
+    "FailureNotice",
     "HubError",
     "HubEvent",
     "NewSession",

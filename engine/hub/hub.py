@@ -12,10 +12,11 @@ import contextlib
 import json
 import logging
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection
 
@@ -24,10 +25,12 @@ from engine.bus.broadcast import Broadcast, Lagged, Subscription
 from engine.bus.system import SessionCancelled
 from engine.config import HubConfig
 from engine.core import Decided, Engine
+from engine.failpoints import failpoint
 from engine.hub.inbox import SourceInbox, Unit
 from engine.hub.notifications import NotificationBatcher
 from engine.hub.types import (
     DecisionMade,
+    FailureNotice,
     HubError,
     HubEvent,
     NewSession,
@@ -40,7 +43,8 @@ from engine.session.emitter import EmitFn, RecordsAnswers
 from engine.session.events import Error, TurnEvent
 from engine.session.handler import ChatSessionHandler
 from engine.session.outcomes import Final, TurnResult
-from engine.store.history import AlsoWithRow
+from engine.store.history import AlsoWithKey, AlsoWithRow
+from engine.store.queue import consume
 from engine.store.views import SessionUsage
 from engine.tools.base import Tool
 
@@ -51,6 +55,7 @@ log = logging.getLogger(__name__)
 AUTO_MODEL = "auto"
 HOME_KEY = "home_source"
 EVENT_CAPACITY = 512
+_H = TypeVar("_H")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +111,10 @@ class SourceEvents:
 
 #: ``(source, answer content)`` → work for the answer's transaction (given its message id).
 AnswerHook = Callable[[str, str], AlsoWithRow | None]
+#: ``(source, notice)`` → work for the transaction that ends a failed turn (given its key).
+FailureHook = Callable[[str, str], AlsoWithKey | None]
+#: What the user sees when a turn raised; the id is in the log line with the traceback.
+CRASH_NOTICE = "Sorry, your message could not be processed (error {}). Please try again."
 
 
 def _run_all(conn: Connection, units: Sequence[Callable[[Connection], None]]) -> None:
@@ -113,19 +122,57 @@ def _run_all(conn: Connection, units: Sequence[Callable[[Connection], None]]) ->
         unit(conn)
 
 
+def _hook_for(hooks: Sequence[tuple[str, _H]], source: str) -> _H | None:
+    """The hook of the longest registered prefix of ``source`` (the list is sorted so)."""
+    return next((hook for prefix, hook in hooks if source.startswith(prefix)), None)
+
+
+def _guarded(hook: FailureHook, source: str, notice: str) -> AlsoWithKey | None:
+    try:
+        return hook(source, notice)
+    except Exception:  # the failure is recorded regardless; the notice goes out live
+        log.exception("failure hook for %s failed", source)
+        return None
+
+
 class _Bridge:
-    """A turn's events onto the hub's bus, tagged with the source; knows its answer hook."""
+    """A turn's events onto the hub's bus, tagged with the source; knows its adapter's hooks."""
 
-    __slots__ = ("_hook", "_hub", "_session_id", "_source")
+    __slots__ = ("_failure_hook", "_hook", "_hub", "_recorded", "_session_id", "_source")
 
-    def __init__(self, hub: ChatHub, source: str, session_id: int, hook: AnswerHook | None) -> None:
+    def __init__(
+        self,
+        hub: ChatHub,
+        source: str,
+        session_id: int,
+        hook: AnswerHook | None,
+        failure_hook: FailureHook | None,
+    ) -> None:
         self._hub, self._source, self._session_id, self._hook = hub, source, session_id, hook
+        self._failure_hook = failure_hook
+        self._recorded: tuple[str, str] | None = None  # (notice, key) stored for delivery
 
     def __call__(self, event: TurnEvent) -> None:
+        recorded = self._recorded
+        if recorded is not None and isinstance(event, Error) and event.message == recorded[0]:
+            # The failure's notice was stored with its failed mark: the adapter sends that.
+            self._recorded = None
+            event = FailureNotice(event.message, recorded[1])
         self._hub._publish(self._source, self._session_id, event)
 
     def answer_unit(self, content: str) -> AlsoWithRow | None:
         return self._hook(self._source, content) if self._hook is not None else None
+
+    def failure_unit(self, notice: str) -> AlsoWithKey | None:
+        unit = self._failure_hook(self._source, notice) if self._failure_hook else None
+        if unit is None:
+            return None
+
+        def record(conn: Connection, key: str) -> None:
+            unit(conn, key)
+            self._recorded = (notice, key)
+
+        return record
 
 
 class ChatHub:
@@ -148,6 +195,7 @@ class ChatHub:
         self._creating = asyncio.Lock()
         self._defaults: list[tuple[str, SourceDefaults]] = []
         self._answer_hooks: list[tuple[str, AnswerHook]] = []
+        self._failure_hooks: list[tuple[str, FailureHook]] = []
         self._events: Broadcast[HubEvent] = Broadcast(EVENT_CAPACITY)
         self._batcher = NotificationBatcher(self._deliver, self.config.notify_window_s, sleep)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -187,6 +235,17 @@ class ChatHub:
         """
         self._answer_hooks.append((prefix, hook))
         self._answer_hooks.sort(key=lambda item: len(item[0]), reverse=True)
+
+    def on_failure(self, prefix: str, hook: FailureHook) -> None:
+        """``hook(source, notice)`` may return work for the transaction that ends a failed turn.
+
+        For the sources starting with ``prefix``: when a turn fails (every model failed, or
+        it raised), its unanswered messages are marked failed and the hook's rows (the
+        notice's delivery record, given the failure's key) commit together. The ``Error``
+        published next is then a ``FailureNotice`` carrying that key.
+        """
+        self._failure_hooks.append((prefix, hook))
+        self._failure_hooks.sort(key=lambda item: len(item[0]), reverse=True)
 
     def events(self, source: str | None = None, *, capacity: int | None = None) -> SourceEvents:
         """Subscribe to the events of ``source`` (all sources when ``None``)."""
@@ -501,8 +560,11 @@ class ChatHub:
         return SourceDefaults()
 
     def _bridge(self, state: _Source) -> RecordsAnswers:
-        hook = next((h for prefix, h in self._answer_hooks if state.name.startswith(prefix)), None)
-        return _Bridge(self, state.name, state.session_id, hook)
+        hook = _hook_for(self._answer_hooks, state.name)
+        return _Bridge(self, state.name, state.session_id, hook, self._failure_hook(state.name))
+
+    def _failure_hook(self, source: str) -> FailureHook | None:
+        return _hook_for(self._failure_hooks, source)
 
     def _publish(self, source: str, session_id: int | None, event: Any) -> None:
         if not self._events.closed:
@@ -556,26 +618,55 @@ class ChatHub:
         """Run a turn in its own task: whatever it raises, the consumer goes on."""
         task = asyncio.create_task(turn)
         state.turn = task
+        session_id = state.session_id  # a /clear during the turn moves the source on
         try:
             await task
         except asyncio.CancelledError:
             if self._closing:
                 raise
-        except Exception as exc:
-            log.exception("turn of %s failed; the consumer goes on", state.name)
-            if unit is not None and unit.queued_id is not None:
-                # not stored yet: drop it and say so, never silently
-                await self.engine.store.queue.remove(unit.queued_id)
-            elif unit is not None:
-                await self._settle([unit])
-            self._publish(
-                state.name,
-                state.session_id,
-                Error(f"Your message could not be processed: {type(exc).__name__}: {exc}"),
+        except Exception:
+            # The user gets one plain sentence; the traceback goes to the log under its id.
+            error_id = uuid.uuid4().hex[:6]
+            log.exception(
+                "turn of %s failed (error %s); the consumer goes on", state.name, error_id
             )
+            event = await self._end_failed(state, session_id, unit, CRASH_NOTICE.format(error_id))
+            self._publish(state.name, session_id, event)
         finally:
             state.turn = None
             state.last_active = self._clock()
+
+    async def _end_failed(
+        self, state: _Source, session_id: int, unit: Unit | None, notice: str
+    ) -> Error:
+        """Record a turn that raised as ended, in one commit with the notice's delivery.
+
+        Its unanswered messages are marked failed (recovery never runs them again), a
+        message it never stored leaves the queue or has the caller's record settled (it is
+        not handed over again), and the adapter's ``on_failure`` rows are written. The
+        returned event is what to publish: ``FailureNotice`` when the notice was recorded.
+        """
+        hook = self._failure_hook(state.name)
+        notice_unit = _guarded(hook, state.name, notice) if hook is not None else None
+        recorded: list[str] = []
+
+        def also(conn: Connection, key: str) -> None:
+            if unit is not None and unit.queued_id is not None:
+                consume(conn, unit.queued_id)  # not stored yet: dropped, never silently
+            if unit is not None and unit.also is not None:
+                unit.also(conn)
+            if notice_unit is not None:
+                notice_unit(conn, key)
+                recorded.append(key)
+
+        try:
+            frame = await self.engine.store.sessions.root_frame(session_id)
+            await self.engine.store.history.fail_unanswered(frame.id, also=also)
+        except Exception:  # the database failed too: the notice still goes out, live
+            log.exception("could not record the failed turn of %s", state.name)
+            return Error(notice)
+        failpoint("after_failed_turn")
+        return FailureNotice(notice, recorded[0]) if recorded else Error(notice)
 
     async def _resume(self, state: _Source) -> TurnResult | None:
         handler = await self._handler(state)

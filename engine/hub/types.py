@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from engine.session.events import TurnEvent
+from engine.session.events import Error, TurnEvent
 from engine.tools.base import Tool
 
 __all__ = [
+    "FailureNotice",
     "HubError",
     "HubEvent",
     "NewSession",
@@ -114,6 +115,14 @@ class DecisionMade:
     outcome: str  # approve, bypass_15m, bypass_session or reject
     by: str
     note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FailureNotice(Error):
+    """A failed turn's ``Error`` whose delivery was recorded with the failed mark
+    (``ChatHub.on_failure``) under ``key``: the adapter sends that record, not a new text."""
+
+    key: str = ""
 
 
 @dataclass(frozen=True, slots=True)
