@@ -140,7 +140,9 @@ class OpenAICompatModel:
         message = _required_object(choice.get("message"), "the choice's message")
         return LlmResponse(
             content=_text(message.get("content"), "the content") or None,
-            tool_calls=tuple(_whole_call(raw) for raw in _list(message.get("tool_calls"))),
+            tool_calls=tuple(
+                _whole_call(raw) for raw in _list(message.get("tool_calls"), "the tool calls")
+            ),
             reasoning_content=_reasoning(message) or None,
             usage=_usage(data.get("usage")),
             model=self._config.name,
@@ -255,7 +257,7 @@ class _StreamedAnswer:
     def feed(self, chunk: dict[str, Any]) -> None:
         if chunk.get("usage"):
             self._usage = chunk["usage"]  # checked once, at the end
-        for choice in _list(chunk.get("choices")):
+        for choice in _list(chunk.get("choices"), "a stream chunk's choices"):
             self._choice(_required_object(choice, "a stream choice"))
 
     def _choice(self, choice: dict[str, Any]) -> None:
@@ -269,7 +271,7 @@ class _StreamedAnswer:
         thought = _reasoning(delta)
         if thought:
             self._reasoning.append(thought)
-        for position, part in enumerate(_list(delta.get("tool_calls"))):
+        for position, part in enumerate(_list(delta.get("tool_calls"), "the tool calls")):
             _merge_call(self._calls, part, position)
         finish = _side_text(choice.get("finish_reason"))
         if finish:
@@ -362,12 +364,12 @@ def _required_object(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
-def _list(value: Any) -> list[Any]:
+def _list(value: Any, what: str) -> list[Any]:
     """An optional JSON array (absent or null: empty)."""
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _Malformed(f"a list is expected where the model sent {_kind(value)}")
+        raise _Malformed(f"{what} are {_kind(value)}, not a list")
     return value
 
 
