@@ -25,7 +25,7 @@ from engine.session.events import (
     TurnEvent,
     UserMessage,
 )
-from engine.store.history import AlsoWithRow
+from engine.store.history import AlsoWithKey, AlsoWithRow
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,10 @@ class RecordsAnswers(Protocol):
     def __call__(self, event: TurnEvent) -> None: ...
 
     def answer_unit(self, content: str) -> AlsoWithRow | None: ...
+
+    def failure_unit(self, notice: str) -> AlsoWithKey | None:
+        """Work for the transaction that ends a failed turn (the notice's outbox row)."""
+        ...
 
 
 class TurnEmitter:
@@ -87,6 +91,17 @@ class TurnEmitter:
             return unit(content)
         except Exception:  # the answer is stored regardless; delivery falls back
             log.exception("answer_unit callback failed")
+            return None
+
+    def failure_unit(self, notice: str) -> AlsoWithKey | None:
+        """What the caller wants stored with a failed turn's end, its ``notice`` for the user."""
+        unit = getattr(self._emit, "failure_unit", None)
+        if unit is None:
+            return None
+        try:
+            return unit(notice)
+        except Exception:  # the failure is recorded regardless; the notice goes out live
+            log.exception("failure_unit callback failed")
             return None
 
     def text_delta(self, text: str) -> None:

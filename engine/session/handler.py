@@ -16,6 +16,7 @@ from engine.agents.catalog import AgentCatalog, AgentDefinition
 from engine.approval.broker import ApprovalBroker
 from engine.bus.chat import ChatEvent, ChatEventBus
 from engine.config import EngineConfig
+from engine.failpoints import failpoint
 from engine.llm.registry import ModelRegistry
 from engine.llm.types import Message
 from engine.mcp.manager import McpManager
@@ -355,7 +356,7 @@ class ChatSessionHandler:
                 await self._fail_orphans(env.transcript)  # /stop: the message is not resumed
                 env.emitter.error(CANCELLED_MESSAGE)
             case Failed(message):
-                await self._fail_orphans(env.transcript)  # the user was told
+                await self._fail_turn(env, message)  # the notice commits with the failed mark
                 env.emitter.error(message)
             case Exhausted(rounds):
                 env.emitter.error(
@@ -459,6 +460,19 @@ class ChatSessionHandler:
         """User/agent rows nobody answered (a /stop, a failure the user saw) leave the context."""
         while (last := transcript.last_row()) is not None and last.role != "assistant":
             await self._deps.store.history.mark_failed(last.id)
+            last.status = "failed"
+            transcript.drop_last(last.id)
+
+    async def _fail_turn(self, env: TurnEnv, notice: str) -> None:
+        """A failure the user is told about: its unanswered rows are marked ``failed`` in the
+        commit that records the caller's delivery of ``notice`` (the emitter's
+        ``failure_unit``), so a crash neither resumes the turn nor loses or repeats the notice.
+        """
+        unit = env.emitter.failure_unit(notice)
+        await self._deps.store.history.fail_unanswered(env.frame.id, also=unit)
+        failpoint("after_failed_turn")
+        transcript = env.transcript
+        while (last := transcript.last_row()) is not None and last.role != "assistant":
             last.status = "failed"
             transcript.drop_last(last.id)
 

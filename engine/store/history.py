@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -28,6 +29,9 @@ from engine.store.schema import utcnow
 
 #: More work for a message's transaction, given the new message's id.
 AlsoWithRow = Callable[[Connection, int], None]
+#: More work for the transaction that ends a failed turn, given the failure's key
+#: (``failed:<first failed message id>``): the failure notice's delivery record.
+AlsoWithKey = Callable[[Connection, str], None]
 
 _MESSAGE_COLUMNS = (
     h.c.id,
@@ -143,6 +147,11 @@ class History:
 
     async def mark_failed(self, message_id: int) -> None:
         await self._db.run(_mark_failed, message_id)
+
+    async def fail_unanswered(self, stack_id: int, *, also: AlsoWithKey | None = None) -> list[int]:
+        """Mark the frame's unanswered user/agent rows (after its last answer) ``failed``;
+        their ids. ``also`` commits with them (a failed turn's notice for the user)."""
+        return await self._db.run(_fail_unanswered, stack_id, also)
 
     async def get_tool_call(self, tool_call_id: int) -> ToolCallRow | None:
         return await self._db.run(_get_tool_call, tool_call_id)
@@ -327,6 +336,20 @@ def _launched_processes(conn: Connection) -> list[LaunchedProcess]:
 
 def _mark_failed(conn: Connection, message_id: int) -> None:
     conn.execute(h.update().where(h.c.id == message_id).values(status="failed"))
+
+
+def _fail_unanswered(conn: Connection, stack_id: int, also: AlsoWithKey | None) -> list[int]:
+    ok = sa.and_(h.c.session_stack_id == stack_id, h.c.status == "ok")
+    answered = sa.select(sa.func.max(h.c.id)).where(ok, h.c.role == "assistant").scalar_subquery()
+    query = sa.select(h.c.id).where(ok, h.c.id > sa.func.coalesce(answered, 0)).order_by(h.c.id)
+    ids = [row[0] for row in conn.execute(query)]
+    if ids:
+        conn.execute(h.update().where(h.c.id.in_(ids)).values(status="failed"))
+    if also is not None:
+        # Nothing unanswered (the message was never stored, or a tool round came after
+        # it): the key only has to be new, the failure is recorded once either way.
+        also(conn, f"failed:{ids[0]}" if ids else f"failed:{uuid.uuid4().hex[:12]}")
+    return ids
 
 
 def _get_tool_call(conn: Connection, tool_call_id: int) -> ToolCallRow | None:
