@@ -13,8 +13,18 @@ form-urlencoded or multipart bodies) and ``/file/bot<token>/<file_path>``::
 
 The fake enforces the Bot API limits a bot trips over in practice: text length
 (1..4096 UTF-16 code units), entity bounds and types, 64-byte callback data,
-"message is not modified", unknown messages, unknown callback queries. ``fail_next``
-makes the next calls of a method answer 429 (with ``retry_after``), 5xx or any error.
+"message is not modified", unknown messages, unknown callback queries.
+
+Faults, armed per method (case-insensitive; ``"*"`` = any) for its next ``count`` calls,
+in the order armed; a faulty call has no effect (nothing is sent, no update confirmed),
+except a hang's, which is only late:
+
+- ``fail_next``: an error answer — 429 with ``retry_after`` (sent as given: 0, negative,
+  huge, ``"soon"``; ``OMIT`` leaves it out), 5xx or any status;
+- ``drop_next``: the connection is closed without an answer;
+- ``hang_next``: the answer comes only after ``seconds`` (``None``: never, until the
+  fake stops) — a client's timeout sees a hang;
+- ``garbage_next``: an answer that is not JSON (a proxy's HTML page), any status.
 
 ``getUpdates`` long-polls like Telegram: updates below ``offset`` are confirmed
 (forgotten), ``allowed_updates`` is remembered between calls, and a waiting poll
@@ -159,10 +169,17 @@ def utf16_length(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
-class ApiError(Exception):
-    """Raised inside a handler; becomes ``{"ok": false, ...}`` with ``status``."""
+#: ``fail_next(..., retry_after=OMIT)``: a 429 without ``parameters.retry_after``.
+OMIT: Any = object()
 
-    def __init__(self, status: int, description: str, retry_after: int | None = None) -> None:
+
+class ApiError(Exception):
+    """Raised inside a handler; becomes ``{"ok": false, ...}`` with ``status``.
+
+    ``retry_after`` is sent as given (any JSON value); ``None`` or ``OMIT`` sends none.
+    """
+
+    def __init__(self, status: int, description: str, retry_after: Any = None) -> None:
         super().__init__(description)
         self.status = status
         self.description = description
@@ -257,7 +274,11 @@ class _Failure:
     count: int
     status: int
     description: str
-    retry_after: int | None
+    retry_after: Any
+    kind: str = "error"  # "error" | "drop" | "hang" | "garbage"
+    seconds: float | None = None  # hang: how long (None: until the fake stops)
+    body: bytes = b""  # garbage: the answer's body
+    content_type: str = "text/html"
 
 
 @dataclass(slots=True)
@@ -393,23 +414,57 @@ class FakeTelegramServer:
         method: str,
         count: int = 1,
         *,
-        retry_after: int | None = None,
+        retry_after: Any = None,
         status: int = 429,
         description: str | None = None,
     ) -> None:
         """Make the next ``count`` calls of ``method`` fail (case-insensitive; ``"*"`` = any).
 
-        ``status=429`` (the default) sends ``parameters.retry_after`` (default 1 s); other
-        statuses send Telegram's usual description for that code unless ``description``.
+        ``status=429`` (the default) sends ``parameters.retry_after`` (default 1 s; any other
+        value is sent as given, ``OMIT`` sends none); other statuses send Telegram's usual
+        description for that code unless ``description``.
         """
         if status == 429 and retry_after is None:
             retry_after = 1
         if description is None:
             if status == 429:
-                description = f"Too Many Requests: retry after {retry_after}"
+                shown = "" if retry_after is OMIT else f": retry after {retry_after}"
+                description = f"Too Many Requests{shown}"
             else:
                 description = _DEFAULT_DESCRIPTIONS.get(status, f"Error {status}")
-        failure = _Failure(count, status, description, retry_after)
+        self._arm(method, _Failure(count, status, description, retry_after))
+
+    def drop_next(self, method: str, count: int = 1) -> None:
+        """Close the connection of the next ``count`` calls of ``method`` without an answer."""
+        self._arm(method, _Failure(count, 0, "", None, kind="drop"))
+
+    def hang_next(self, method: str, count: int = 1, *, seconds: float | None = None) -> None:
+        """Answer the next ``count`` calls of ``method`` only after ``seconds`` (``None``:
+        never; the connection is closed when the fake stops). The call then has its usual
+        effect, as a slow Telegram's would: a client that gave up may find it done."""
+        self._arm(method, _Failure(count, 0, "", None, kind="hang", seconds=seconds))
+
+    def garbage_next(
+        self,
+        method: str,
+        count: int = 1,
+        *,
+        body: bytes = b"<html><body><h1>502 Bad Gateway</h1></body></html>",
+        status: int = 200,
+        content_type: str = "text/html",
+    ) -> None:
+        """Answer the next ``count`` calls of ``method`` with ``body``, which is not JSON."""
+        failure = _Failure(
+            count, status, "", None, kind="garbage", body=body, content_type=content_type
+        )
+        self._arm(method, failure)
+
+    def clear_faults(self) -> None:
+        """Disarm every fault not yet used up (the outage is over)."""
+        with self._lock:
+            self._failures.clear()
+
+    def _arm(self, method: str, failure: _Failure) -> None:
         with self._lock:
             self._failures.setdefault(method.lower(), []).append(failure)
 
@@ -734,10 +789,12 @@ class FakeTelegramServer:
         with self._lock:
             self.calls.append(Call(method, params, time.monotonic(), encoding, token, files))
             failure = self._take_failure(method)
-        if failure is not None:
-            return _error_response(
-                ApiError(failure.status, failure.description, failure.retry_after)
-            )
+        if failure is not None and failure.kind == "hang":
+            await self._hang(failure.seconds)
+            if self._closing:
+                return await _drop(request)
+        elif failure is not None:
+            return await self._fault(request, failure)
         handler = _HANDLERS.get(method.lower())
         if handler is None:
             return _error_response(ApiError(404, "Not Found: method not found"))
@@ -750,6 +807,22 @@ class FakeTelegramServer:
         except ApiError as error:
             return _error_response(error)
         return JSONResponse({"ok": True, "result": result})
+
+    async def _fault(self, request: Request, failure: _Failure) -> Response:
+        if failure.kind == "drop":
+            return await _drop(request)
+        if failure.kind == "garbage":
+            return Response(failure.body, failure.status, media_type=failure.content_type)
+        return _error_response(ApiError(failure.status, failure.description, failure.retry_after))
+
+    async def _hang(self, seconds: float | None) -> None:
+        """Wait ``seconds`` (``None``: forever), ending early when the fake stops."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while not self._closing:
+            left = 0.05 if deadline is None else min(deadline - time.monotonic(), 0.05)
+            if left <= 0:
+                return
+            await asyncio.sleep(left)
 
     def _take_failure(self, method: str) -> _Failure | None:  # lock held
         for key in (method.lower(), "*"):
@@ -1356,9 +1429,25 @@ def _file_json(stored: _StoredFile) -> Json:
 
 def _error_response(error: ApiError) -> JSONResponse:
     body: Json = {"ok": False, "error_code": error.status, "description": error.description}
-    if error.retry_after is not None:
+    if error.retry_after is not None and error.retry_after is not OMIT:
         body["parameters"] = {"retry_after": error.retry_after}
     return JSONResponse(body, status_code=error.status)
+
+
+async def _drop(request: Request) -> Response:
+    """Close the request's connection without a byte of answer.
+
+    ASGI has no such message; uvicorn's ``receive`` is a method of the request cycle that
+    holds the transport. Once the connection is lost uvicorn ignores the response below.
+    """
+    cycle = getattr(request.receive, "__self__", None)
+    transport = getattr(cycle, "transport", None)
+    if transport is None:
+        raise RuntimeError("drop_next needs uvicorn's h11 request cycle")
+    transport.abort()
+    for _ in range(3):  # let uvicorn see the connection go before it would answer
+        await asyncio.sleep(0)
+    return Response(b"", status_code=204)
 
 
 def entity(kind: str, offset: int, length: int, **extra: Any) -> Json:

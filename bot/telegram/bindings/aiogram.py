@@ -1,7 +1,10 @@
 """``BotApi`` over aiogram 3 (``aiogram.Bot`` with an ``AiohttpSession``, no dispatcher).
 
-aiogram already classifies answers by HTTP status (``TelegramServerError`` for 5xx)
-and keeps Telegram's description verbatim, so errors map one to one. Objects come
+A failed answer (any non-2xx status) is classified by ``bindings/answers.py``, as in the
+python-telegram-bot binding, before aiogram sees it: aiogram ignores a 429 whose
+``retry_after`` is 0 (a falsy value) and cannot parse one that is not an integer. What
+aiogram raises itself (a lost connection, a timeout, an answer that is not JSON) maps one
+to one. Objects come
 back as pydantic models and leave as Bot API dicts through
 ``model_dump(mode="json", by_alias=True, exclude_none=True)`` ("from", not "from_user").
 """
@@ -39,10 +42,11 @@ from bot.telegram.api import (
     Forbidden,
     Json,
     NetworkError,
-    RetryAfter,
     ServerError,
     TelegramError,
 )
+from bot.telegram.bindings.answers import error_from_answer
+from bot.telegram.errors import NotFound, Unauthorized, retry_after
 
 __all__ = ["AiogramBotApi"]
 
@@ -57,7 +61,11 @@ def _translated() -> Iterator[None]:
     try:
         yield
     except ag_error.TelegramRetryAfter as exc:
-        raise RetryAfter(float(exc.retry_after), exc.message) from exc
+        raise retry_after(exc.retry_after, exc.message) from exc
+    except ag_error.TelegramUnauthorizedError as exc:
+        raise Unauthorized(exc.message) from exc
+    except ag_error.TelegramNotFound as exc:
+        raise NotFound(exc.message) from exc
     except ag_error.TelegramBadRequest as exc:
         raise BadRequest(exc.message) from exc
     except ag_error.TelegramForbiddenError as exc:
@@ -136,7 +144,15 @@ class _RawSendMessage(am.SendMessage):
 
 
 class _Session(AiohttpSession):
-    """``AiohttpSession`` whose ``close`` skips the 250 ms TLS drain wait on plain HTTP."""
+    """``AiohttpSession`` classifying failed answers itself (see the module docstring), and
+    whose ``close`` skips the 250 ms TLS drain wait on plain HTTP."""
+
+    def check_response(
+        self, bot: Bot, method: TelegramMethod[Any], status_code: int, content: str
+    ) -> Response[Any]:
+        if not 200 <= status_code <= 299:
+            raise error_from_answer(status_code, content)  # the core's error: passes through
+        return super().check_response(bot, method, status_code, content)
 
     async def close(self) -> None:
         if self.api.base.startswith("https://"):

@@ -1,11 +1,12 @@
 """``BotApi`` over python-telegram-bot 22 (``telegram.Bot``, no ``Application``).
 
 Errors are classified from the HTTP answer itself: a request subclass turns every
-non-2xx answer into ``_HttpError`` carrying Telegram's status, description and
-``retry_after`` before ptb's own mapping runs (ptb reports 5xx as a plain
+non-2xx answer into ``_HttpError`` carrying the core's error for its status and body
+(``bindings/answers.py``) before ptb's own mapping runs (ptb reports 5xx as a plain
 ``NetworkError``, indistinguishable from a lost connection, and rewrites descriptions:
-"Bad Request: message is not modified" becomes "Message is not modified"). What ptb
-raises itself (timeouts, connection errors) becomes ``NetworkError``.
+"Bad Request: message is not modified" becomes "Message is not modified"). An answer that
+is not JSON is a ``ServerError`` (ptb: a bare ``TelegramError``), as in aiogram. What
+ptb raises itself (timeouts, connection errors) becomes ``NetworkError``.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from bot.telegram.api import (
     Forbidden,
     Json,
     NetworkError,
-    RetryAfter,
     ServerError,
     TelegramError,
 )
+from bot.telegram.bindings.answers import error_from_answer
+from bot.telegram.errors import retry_after
 
 __all__ = ["PtbBotApi"]
 
@@ -41,31 +43,31 @@ _LONG_POLL_MARGIN = 10.0
 
 
 class _HttpError(tg_error.TelegramError):
-    """A non-2xx Bot API answer, raised from the request so ptb re-raises it untouched."""
+    """A failed Bot API answer, raised from the request so ptb re-raises it untouched."""
 
-    def __init__(self, status: int, description: str, retry_after: float | None) -> None:
-        super().__init__(description)
-        self.status = status
-        self.description = description
-        self.retry_after = retry_after
+    def __init__(self, error: TelegramError) -> None:
+        super().__init__(error.description)
+        self.error = error
 
 
 class _ClassifyingRequest(HTTPXRequest):
-    """``HTTPXRequest`` that raises ``_HttpError`` for any non-2xx answer."""
+    """``HTTPXRequest`` that raises ``_HttpError`` for any non-2xx or non-JSON answer."""
 
     async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
         code, payload = await super().do_request(*args, **kwargs)
         if 200 <= code <= 299:
             return code, payload
-        description = f"HTTP {code}"
-        retry_after: float | None = None
-        with contextlib.suppress(ValueError, UnicodeDecodeError, AttributeError):
-            body = json.loads(payload.decode("utf-8"))
-            description = str(body.get("description") or description)
-            parameters = body.get("parameters") or {}
-            if parameters.get("retry_after") is not None:
-                retry_after = float(parameters["retry_after"])
-        raise _HttpError(code, description, retry_after)
+        raise _HttpError(error_from_answer(code, payload))
+
+    @staticmethod
+    def parse_json_payload(payload: bytes) -> Any:
+        # ptb's own logs a traceback and raises a bare TelegramError; an answer that is not
+        # JSON (a proxy's HTML page) is a server-side failure like a 502, retried as one.
+        try:
+            return json.loads(payload.decode("utf-8", "replace"))
+        except ValueError:
+            described = f"undecodable Bot API answer: {payload[:80]!r}"
+            raise _HttpError(ServerError(described)) from None
 
 
 @contextlib.contextmanager
@@ -73,13 +75,13 @@ def _translated() -> Iterator[None]:
     try:
         yield
     except _HttpError as exc:
-        raise _from_status(exc.status, exc.description, exc.retry_after) from exc
+        raise exc.error from exc
     except tg_error.RetryAfter as exc:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # ptb 22 deprecates the int form of retry_after
             value = exc.retry_after
-        seconds = value.total_seconds() if isinstance(value, dtm.timedelta) else float(value)
-        raise RetryAfter(seconds) from exc
+        seconds = value.total_seconds() if isinstance(value, dtm.timedelta) else value
+        raise retry_after(seconds, exc.message) from exc
     except tg_error.BadRequest as exc:  # a NetworkError subclass in ptb: test it first
         raise BadRequest(exc.message) from exc
     except tg_error.Forbidden as exc:
@@ -88,18 +90,6 @@ def _translated() -> Iterator[None]:
         raise NetworkError(exc.message) from exc
     except tg_error.TelegramError as exc:
         raise TelegramError(exc.message) from exc
-
-
-def _from_status(status: int, description: str, retry_after: float | None) -> TelegramError:
-    if retry_after is not None:
-        return RetryAfter(retry_after, description)
-    if status == 400:
-        return BadRequest(description)
-    if status == 403:
-        return Forbidden(description)
-    if status >= 500:
-        return ServerError(description)
-    return TelegramError(description)
 
 
 # Service-message flags ptb fills in (as False) on every Message it parses.
