@@ -165,7 +165,7 @@ def _parse_kind(update_id: int, update: Json) -> Incoming:
     present = [kind for kind in kinds if kind in update]
     if present:
         return Ignored(update_id, f"{present[0]} is not an object")
-    others = sorted(str(k) for k in update if k != "update_id")
+    others = sorted(clean_text(str(k)) for k in update if k != "update_id")  # for the log
     return Ignored(update_id, f"unhandled update kind {others}")
 
 

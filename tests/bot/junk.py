@@ -18,7 +18,6 @@ poller's business, tested there). Three families:
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import re
@@ -71,13 +70,20 @@ def everything_shown(telegram: FakeTelegramServer) -> list[str]:
 class JunkTelegramServer(FakeTelegramServer):
     """The fake Bot API, relaying any update body as Telegram would relay it.
 
-    The fake remembers pushed messages for later replies and edits; a junk one is simply
-    not remembered. A pushed callback query with a string id is registered, so that its
+    The fake remembers pushed messages, and builds its answers to later replies and edits
+    from them; only a well-formed one is remembered, as Telegram's own answers are always
+    well-formed. A pushed callback query with a string id is registered, so that its
     answer is accepted (and recorded in ``callback_answers``).
     """
 
     def _remember(self, message: Json) -> None:  # lock held
-        with contextlib.suppress(TypeError, ValueError, KeyError, AttributeError):
+        chat = message.get("chat")
+        if (
+            isinstance(chat, dict)
+            and type(chat.get("id")) is int
+            and chat.get("type") in ("private", "group", "supergroup", "channel")
+            and type(message.get("message_id")) is int
+        ):
             super()._remember(message)
 
     def push_update(self, update: Json) -> Json:
@@ -229,29 +235,38 @@ JUNK_CHAT_TYPE = st.one_of(st.just("private"), JSON_SCALARS).filter(
 )
 
 
+OPTIONAL_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "entities": ENTITIES,
+    "caption": JSON_SCALARS,
+    "caption_entities": ENTITIES,
+    "reply_to_message": REPLY,
+    "is_topic_message": JSON_SCALARS,
+    "message_thread_id": SMALL,
+    "location": LOCATION,
+    "photo": PHOTO,
+    "document": st.one_of(FILE, JSON_VALUES),
+    "date": JSON_SCALARS,
+    "forward_origin": JSON_VALUES,
+    "via_bot": JSON_VALUES,
+    "sticker": JSON_VALUES,
+}
+
+
 def junk_message_fields() -> st.SearchStrategy[Json]:
     """Junk for the optional fields of a message (never text, chat, sender or id)."""
-    return st.fixed_dictionaries(
-        {},
-        optional={
-            "entities": ENTITIES,
-            "caption": JSON_SCALARS,
-            "caption_entities": ENTITIES,
-            "reply_to_message": REPLY,
-            "is_topic_message": JSON_SCALARS,
-            "message_thread_id": SMALL,
-            "location": LOCATION,
-            "photo": PHOTO,
-            "document": st.one_of(FILE, JSON_VALUES),
-            "date": JSON_SCALARS,
-            "forward_origin": JSON_VALUES,
-            "via_bot": JSON_VALUES,
-            "sticker": JSON_VALUES,
-        },
-    )
+    return st.fixed_dictionaries({}, optional=OPTIONAL_FIELDS)
 
 
 # --- the three families ---------------------------------------------------------------------
+
+
+def mostly(valid: st.SearchStrategy[Any], junk: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """``valid`` three times in four: junk in some fields, not in all of them at once.
+
+    (``one_of(valid, valid, valid, junk)`` would not do: ``one_of`` drops repeats.)
+    """
+    return st.integers(0, 3).flatmap(lambda n: junk if n == 3 else valid)  # draws lean to 0
+
 
 TOKEN = "{token}"  # replaced by ``stamp``
 CALLBACK_ID = "{callback}"
@@ -291,35 +306,36 @@ def wellformed_message(users: Users) -> st.SearchStrategy[Json]:
 
 def callback_data() -> st.SearchStrategy[Any]:
     """Whatever a button can carry, and what no button should."""
-    ids = st.one_of(
-        st.integers(1, 50).map(str),
-        BIG_INTS.map(str),
-        st.sampled_from(["", "-5", "+5", "05", "5.0", "٥", " 5", "0x10", "1e3"]),
-        JUNK_TEXT,
+    ids = mostly(
+        st.one_of(st.integers(1, 50).map(str), BIG_INTS.map(str)),
+        st.one_of(
+            st.sampled_from(["", "-5", "+5", "05", "5.0", "٥", " 5", "0x10", "1e3"]), JUNK_TEXT
+        ),
     )
-    choices = st.one_of(st.sampled_from(["a", "r", "t", "s", "x", "", "approve"]), JUNK_TEXT)
-    prefixes = st.sampled_from(["ap1", "jb1", "ap2", "AP1", "", "q1"])
+    choices = mostly(st.sampled_from(["a", "r", "t", "s", "p", "d"]), JUNK_TEXT)
+    prefixes = st.sampled_from(["ap1", "ap1", "ap1", "jb1", "jb1", "ap2", "AP1", "", "q1"])
     shaped = st.builds(lambda p, i, c: f"{p}:{i}:{c}", prefixes, ids, choices)
-    return st.one_of(
+    return mostly(
         shaped,
-        st.builds(lambda s: s + ":extra", shaped),
-        st.just("ap1:" + "9" * 58 + ":a"),  # the chaos run's three
-        st.just(f"ap1:{2**64 + 1}:a"),
-        st.just(f"ap1:{2**63}:a"),
-        st.just("x" * 300),  # oversized
-        st.just(""),
-        JUNK_TEXT,
-        JSON_VALUES,  # not even a string
+        st.one_of(
+            st.builds(lambda s: s + ":extra", shaped),
+            st.just("ap1:" + "9" * 58 + ":a"),  # the chaos run's three
+            st.just(f"ap1:{2**64 + 1}:a"),
+            st.just(f"ap1:{2**63}:a"),
+            st.just("x" * 300),  # oversized
+            st.just(""),
+            JUNK_TEXT,
+            JSON_VALUES,  # not even a string
+        ),
     )
 
 
 def callback_query(users: Users) -> st.SearchStrategy[Json]:
     everyone = [*users.junk, *users.strangers, users.owner]
-    senders = st.one_of(
-        st.sampled_from(everyone).map(lambda u: {"id": u, "first_name": "Tapper"}),
-        JSON_VALUES,
+    senders = mostly(
+        st.sampled_from(everyone).map(lambda u: {"id": u, "first_name": "Tapper"}), JSON_VALUES
     )
-    messages = st.one_of(
+    messages = mostly(
         st.builds(
             lambda chat, message_id: {"message_id": message_id, "chat": {"id": chat}},
             st.sampled_from(everyone),
@@ -332,8 +348,9 @@ def callback_query(users: Users) -> st.SearchStrategy[Json]:
         query = {"id": CALLBACK_ID, "from": sender, "message": message, "data": data}
         return {"callback_query": {k: v for k, v in query.items() if k in keep or k == "id"}}
 
-    kept = st.sets(st.sampled_from(["from", "message", "data"]), min_size=0, max_size=3)
-    return st.builds(build, senders, messages, callback_data(), kept.map(sorted))
+    every = ["data", "from", "message"]
+    kept = mostly(st.just(every), st.sets(st.sampled_from(every)).map(sorted))
+    return st.builds(build, senders, messages, callback_data(), kept)
 
 
 COMMAND_TEXTS = st.one_of(
@@ -366,11 +383,6 @@ COMMAND_TEXTS = st.one_of(
     ),
     st.sampled_from(["/", "//", "/@", "/ ", "/\ud800"]),
 )
-
-
-def mostly(valid: st.SearchStrategy[Any], junk: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-    """``valid`` three times in four: junk in one field, not in all of them at once."""
-    return st.one_of(valid, valid, valid, junk)
 
 
 def junk_message(users: Users) -> st.SearchStrategy[Json]:
@@ -481,13 +493,43 @@ def stamp(body: Json, serial: int) -> Stamped:
     return Stamped(body, "nothing")
 
 
-def interleave(*families: Sequence[Any]) -> list[Any]:
-    """Round-robin over the families, so that every batch mixes them."""
-    mixed: list[Any] = []
-    longest = max(len(f) for f in families)
-    for index in range(longest):
-        mixed.extend(f[index] for f in families if index < len(f))
-    return mixed
+def generate_updates(users: Users, count: int, *, pool: int) -> list[Stamped]:
+    """``count`` stamped updates, a third of each family, the same on every run.
+
+    Hypothesis draws ``pool`` examples of each family (about 3 ms each: drawing all
+    ``count`` would take longer than pushing them through the service); update ``n`` is
+    example ``n`` of its family with the optional fields of another example, so the
+    combinations keep changing past the pool.
+    """
+    families = [
+        draw(wellformed_message(users), pool),
+        draw(callback_query(users), pool),
+        draw(junk_update(users), pool),
+    ]
+    bodies = []
+    for serial in range(count):
+        family = families[serial % 3]
+        index = serial // 3
+        body = family[index % len(family)]
+        donor = family[(index * 7 + index // len(family)) % len(family)]
+        bodies.append(stamp(recombine(body, donor), serial + 1))
+    return bodies
+
+
+def recombine(body: Json, donor: Json) -> Json:
+    """``body`` with the optional message fields (or callback data) of ``donor``."""
+    body = copy.deepcopy(body)
+    for kind in ("message", "edited_message"):
+        message, other = body.get(kind), donor.get(kind)
+        if isinstance(message, dict) and isinstance(other, dict):
+            for key in OPTIONAL_FIELDS:
+                message.pop(key, None)
+                if key in other:
+                    message[key] = copy.deepcopy(other[key])
+    query, other = body.get("callback_query"), donor.get("callback_query")
+    if isinstance(query, dict) and isinstance(other, dict) and "data" in other:
+        query["data"] = copy.deepcopy(other["data"])
+    return body
 
 
 def answers_by_id(telegram: FakeTelegramServer) -> dict[str, int]:
