@@ -1,8 +1,13 @@
 """``chathub serve``: the engine, the hub, the HTTP app, Telegram or the terminal.
 
 Start order matters: the Telegram adapter subscribes to the hub before the hub recovers,
-so answers to turns resumed at start reach their chats. Shutdown leaves turns in flight
-as a crash would (they resume at the next start): an accepted message is in the database.
+so answers to turns resumed at start reach their chats. That subscription needs no
+Telegram call; reaching Telegram (getMe, setMyCommands, deleteWebhook or setWebhook, then
+polling) runs in the background with retries (``bot/telegram/startup.py``), so a Telegram
+outage at start holds up neither the hub, the scheduler nor the HTTP app, and ``/healthz``
+says ``telegram: starting | ok | failing`` meanwhile. Only a definitive refusal (401, 404)
+stops the service: one line, exit status 1. Shutdown leaves turns in flight as a crash
+would (they resume at the next start): an accepted message is in the database.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import gc
 import logging
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -30,11 +35,16 @@ from bot.http.app import (
     create_app,
 )
 from bot.http.operations import Operations
-from bot.telegram.adapter import TelegramAdapter, TelegramConfig
+from bot.http.web import Deliveries
+from bot.telegram.adapter import COMMANDS, TelegramAdapter, TelegramConfig
 from bot.telegram.api import BotApi
+from bot.telegram.health import TelegramHealth
 from bot.telegram.jobs import JobsPanel
-from bot.telegram.outbound import Outbound, Pacing
+from bot.telegram.outbound import Outbound, Pacing, RetrySchedule
 from bot.telegram.poller import Poller
+from bot.telegram.redelivery import Redelivery
+from bot.telegram.retrying import StartupRefused
+from bot.telegram.startup import HeldUpdates, TelegramStartup
 from bot.telegram.store import TelegramStore
 from engine.config import AppConfig
 from engine.core import Engine
@@ -50,6 +60,11 @@ __all__ = ["Service", "serve"]
 log = logging.getLogger(__name__)
 
 SHUTDOWN_S = 10.0
+#: getUpdates failures back off to at most this: polling resumes within seconds of a
+#: Telegram outage ending (the bar: within 10 s of a fault clearing).
+POLL_MAX_BACKOFF_S = 5.0
+#: How long ``Service.start`` waits, at most, for the Telegram start-up calls.
+STARTUP_GRACE_S = 5.0
 
 
 @dataclass
@@ -59,6 +74,7 @@ class Service:
     policy: ApprovalPolicy | None = None
     api: BotApi | None = None
     pacing: Pacing | None = None
+    schedule: RetrySchedule | None = None
     http: bool = True
     engine: Engine | None = None
     hub: ChatHub | None = None
@@ -66,6 +82,9 @@ class Service:
     clock: Callable[[], datetime] = utcnow
     adapter: TelegramAdapter | None = None
     poller: Poller | None = None
+    telegram_health: TelegramHealth | None = None
+    #: Resolves with one line when Telegram refused the bot for good (``serve`` exits).
+    refused: asyncio.Future[str] | None = None
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     _server: uvicorn.Server | None = None
 
@@ -94,19 +113,25 @@ class Service:
         for tool in scheduler_tools(scheduler):
             engine.tools.register(tool)
         webhook = None
+        deliveries: Deliveries | None = None  # the web inbox's "deliveries waiting"
         if self.api is None and settings.telegram_bot_token:
             from bot.telegram.bindings.factory import make_bot_api
 
             self.api = make_bot_api(
                 settings.telegram_library, settings.telegram_bot_token, settings.telegram_api_url
             )
+        self.refused = asyncio.get_running_loop().create_future()
         if self.api is not None:
+            api = self.api
             store = TelegramStore(engine.store.db)
-            self.adapter = TelegramAdapter(
+            deliveries = store.delivery_summary
+            self.telegram_health = health = TelegramHealth()
+            outbound = Outbound(api, store, self.pacing, schedule=self.schedule, health=health)
+            self.adapter = adapter = TelegramAdapter(
                 hub,
-                self.api,
+                api,
                 store,
-                Outbound(self.api, store, self.pacing),
+                outbound,
                 TelegramConfig(
                     allowed_user_ids=frozenset(settings.telegram_allowed_user_ids),
                     owner_id=owner,
@@ -115,16 +140,25 @@ class Service:
                 ),
                 jobs=JobsPanel(scheduler),
             )
-            await self.adapter.start()
+            await adapter.start()  # no Telegram call: subscribed before the hub recovers
+            self._spawn(Redelivery(outbound, store).run(), "tg-redelivery")
+            startup = TelegramStartup(api, health)
+            receive: Callable[[], Awaitable[None]]
             if settings.telegram_webhook_url:
-                secret = settings.telegram_webhook_secret or ""
-                webhook = TelegramWebhook(store, self.adapter, secret)
-                for update in await store.unhandled():  # stored before a crash, not handled
-                    self.adapter.submit(update)
-                await self.api.set_webhook(settings.telegram_webhook_url, secret_token=secret)
+                url, secret = settings.telegram_webhook_url, settings.telegram_webhook_secret or ""
+                held = HeldUpdates()  # until getMe: the adapter needs its own username
+                webhook = TelegramWebhook(store, held, secret)
+
+                async def receive() -> None:
+                    held.release(adapter, await store.unhandled())  # stored before a crash
+                    await startup.set_webhook(url, secret)
+
             else:
-                self.poller = Poller(self.api, store, self.adapter)
-                self._tasks.append(asyncio.create_task(self.poller.run(), name="tg-poller"))
+                self.poller = poller = Poller(
+                    api, store, adapter, health=health, max_backoff_s=POLL_MAX_BACKOFF_S
+                )
+                receive = poller.run
+            self._spawn(self._reach_telegram(startup, adapter, receive), "tg-startup")
         await hub.start()
         await scheduler.start()
         if self.http:
@@ -140,7 +174,12 @@ class Service:
                     clock=self.clock,
                     telegram=self.adapter.outbound.stats if self.adapter else None,
                 ),
-                web=WebInbox(operations, token=settings.chathub_api_token, clock=self.clock),
+                web=WebInbox(
+                    operations,
+                    token=settings.chathub_api_token,
+                    clock=self.clock,
+                    deliveries=deliveries,
+                ),
                 host=settings.http_host,
             )
             server_config = uvicorn.Config(
@@ -148,6 +187,32 @@ class Service:
             )
             self._server = uvicorn.Server(server_config)
             self._tasks.append(asyncio.create_task(self._server.serve(), name="http"))
+        if self.telegram_health is not None:
+            # A moment for Telegram, which answers in milliseconds when it is well: start
+            # returns with the bot reachable (webhook set, polling begun) — but at once on
+            # the first failure, and never later than the grace, whatever Telegram does.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.telegram_health.settled.wait(), STARTUP_GRACE_S)
+
+    async def _reach_telegram(
+        self,
+        startup: TelegramStartup,
+        adapter: TelegramAdapter,
+        receive: Callable[[], Awaitable[None]],
+    ) -> None:
+        """getMe (retried), the command menu in the background, then updates: polling (until
+        cancelled) or the webhook. A refusal resolves ``refused`` instead of raising."""
+        try:
+            me = await startup.identify()
+            adapter.bot_id, adapter.bot_username = me.get("id"), me.get("username")
+            self._spawn(startup.register_commands(COMMANDS), "tg-commands")
+            await receive()
+        except StartupRefused as exc:
+            if self.refused is not None and not self.refused.done():
+                self.refused.set_result(exc.explain())
+
+    def _spawn(self, work: Coroutine[Any, Any, Any], name: str) -> None:
+        self._tasks.append(asyncio.create_task(work, name=name))
 
     async def health(self) -> dict[str, Any]:
         report: dict[str, Any] = {"ok": True}
@@ -157,6 +222,8 @@ class Service:
             report["database"] = "ok"
         except Exception as exc:
             report.update(ok=False, database=f"unreachable: {type(exc).__name__}")
+        if self.telegram_health is not None:
+            report.update(self.telegram_health.report())
         if self.poller is not None:
             report["telegram_last_poll_age_s"] = self.poller.age()
         if self.scheduler is not None:
@@ -199,7 +266,10 @@ async def serve(config: AppConfig) -> None:
     service = Service(config)
     await service.start()
     freeze_startup_objects()
+    assert service.refused is not None
+    refused = service.refused
     stop = asyncio.Event()
+    refused.add_done_callback(lambda _f: stop.set())
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -220,3 +290,5 @@ async def serve(config: AppConfig) -> None:
         await asyncio.wait_for(service.stop(), SHUTDOWN_S)
     except TimeoutError:
         log.error("shutdown took longer than %.0f s; exiting anyway", SHUTDOWN_S)
+    if refused.done():  # one line, no traceback, exit status 1
+        raise SystemExit(f"chathub: {refused.result()}")

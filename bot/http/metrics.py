@@ -2,8 +2,10 @@
 
 What the database knows (turns, tool calls, model calls with their latency and tokens, job
 runs) is read at scrape time, so counters survive restarts and every worker reports the
-same totals; what only this process knows (Telegram sends and 429s) comes from its
-``OutboundStats``. Each scrape builds a fresh registry: no module-level metric state.
+same totals; what only this process knows (Telegram sends and 429s, postponed deliveries
+and their scheduled retries) comes from its ``OutboundStats``. The Telegram outbox — how
+many deliveries wait for a retry, how many failed for good — is read from the database.
+Each scrape builds a fresh registry: no module-level metric state.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from prometheus_client.core import (
 from sqlalchemy.engine import Connection
 
 from bot.telegram.outbound import OutboundStats
+from bot.telegram.store import DeliverySummary, delivery_summary
 from engine.store.schema import chat_history as h
 from engine.store.schema import chat_llm_tools as t
 from engine.store.schema import job_runs as r
@@ -50,6 +53,7 @@ class MetricsSnapshot:
     approvals_pending: int = 0
     clarifications_pending: int = 0
     telegram: OutboundStats | None = None
+    deliveries: DeliverySummary | None = None
 
 
 def read_snapshot(conn: Connection) -> MetricsSnapshot:
@@ -88,6 +92,7 @@ def read_snapshot(conn: Connection) -> MetricsSnapshot:
         tool_calls={str(s): int(n) for s, n in tools},
         job_runs={str(s): int(n) for s, n in runs},
         models=models,
+        deliveries=delivery_summary(conn, limit=0),
     )
 
 
@@ -129,6 +134,8 @@ class _Collector:
         yield from self._models()
         if s.telegram is not None:
             yield from _telegram(s.telegram)
+        if s.deliveries is not None:
+            yield from _deliveries(s.deliveries)
 
     def _models(self) -> Iterator[Metric]:
         latency = HistogramMetricFamily(
@@ -173,3 +180,36 @@ def _telegram(stats: OutboundStats) -> Iterator[Metric]:
     yield CounterMetricFamily(
         "chathub_telegram_failed", "Bot API calls given up.", value=stats.failed
     )
+    yield CounterMetricFamily(
+        "chathub_telegram_deliveries_postponed",
+        "Outbox deliveries postponed for a scheduled retry (Telegram or the network down).",
+        value=stats.postponed,
+    )
+    yield CounterMetricFamily(
+        "chathub_telegram_redelivery_attempts",
+        "Scheduled retries of postponed deliveries.",
+        value=stats.redelivery_attempts,
+    )
+    yield CounterMetricFamily(
+        "chathub_telegram_redelivered",
+        "Postponed deliveries that a scheduled retry got through.",
+        value=stats.redelivered,
+    )
+
+
+def _deliveries(summary: DeliverySummary) -> Iterator[Metric]:
+    outbox = GaugeMetricFamily(
+        "chathub_telegram_outbox",
+        "Outbox deliveries: waiting for a retry, failed for good (blocked, chat gone), sent.",
+        labels=["state"],
+    )
+    outbox.add_metric(["waiting"], summary.waiting)
+    outbox.add_metric(["failed"], summary.failed)
+    outbox.add_metric(["sent"], summary.sent)
+    yield outbox
+    if summary.oldest_waiting_at is not None:
+        yield GaugeMetricFamily(
+            "chathub_telegram_oldest_waiting_delivery_timestamp_seconds",
+            "When the oldest delivery still waiting for a retry was recorded (Unix time).",
+            value=summary.oldest_waiting_at.timestamp(),
+        )

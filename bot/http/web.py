@@ -31,6 +31,7 @@ from starlette.routing import Route
 
 from bot.http.api import ids_in_range
 from bot.http.operations import OperationError, Operations
+from bot.telegram.store import DeliverySummary
 from engine.approval.broker import SHORT_BYPASS_SECONDS, BypassRequest
 from engine.approval.preview import CallDisplay, display_call, preview_call
 from engine.store.inbox import InboxItem
@@ -46,6 +47,11 @@ MAX_FORM_BYTES = 64 * 1024
 MAX_TEXT_CHARS = 4000
 SESSIONS_PER_PAGE = 20
 _TEMPLATES = Path(__file__).with_name("templates")
+#: Postponed Telegram deliveries listed on the page (the count covers all of them).
+DELIVERIES_SHOWN = 10
+
+#: What reads the Telegram outbox's state (``TelegramStore.delivery_summary``).
+Deliveries = Callable[[int], Awaitable[DeliverySummary]]
 
 #: Flash messages by code: the redirect carries only a code and an id, never text.
 _FLASH = {
@@ -74,8 +80,10 @@ class WebInbox:
         *,
         token: str | None,
         clock: Callable[[], datetime] = utcnow,
+        deliveries: Deliveries | None = None,
     ) -> None:
         self.ops = operations
+        self._deliveries = deliveries
         self.token = token or None
         self._token = token.encode() if token else None
         key = self._token or secrets.token_bytes(32)
@@ -183,6 +191,20 @@ class WebInbox:
             jobs = await self.ops.jobs()
         except OperationError:
             jobs = None
+        deliveries = None
+        if self._deliveries is not None:
+            summary = await self._deliveries(DELIVERIES_SHOWN)
+            deliveries = {
+                "summary": summary,
+                "rows": [
+                    {
+                        "row": row,
+                        "age": _age(now, row.created_at),
+                        "next": _until(now, row.next_attempt_at),
+                    }
+                    for row in summary.rows
+                ],
+            }
         return self._render(
             "inbox.html",
             approvals=[self._approval(item, now) for item in await self.ops.approvals()],
@@ -190,6 +212,7 @@ class WebInbox:
             sessions=sessions,
             pages=max(1, -(-sessions["total"] // SESSIONS_PER_PAGE)),
             jobs=jobs,
+            deliveries=deliveries,
             flash=_flash(request),
             flash_error=request.query_params.get("ok") == "0",
         )
@@ -364,6 +387,15 @@ def _pretty(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _until(now: datetime, then: datetime | None) -> str:
+    if then is None:
+        return "now"
+    seconds = int((then - now).total_seconds())
+    if seconds <= 0:
+        return "now"
+    return f"in {seconds} s" if seconds < 120 else f"in {seconds // 60} min"
 
 
 def _age(now: datetime, then: datetime) -> str:

@@ -5,29 +5,41 @@ thirty per second overall. A 429 names how long to wait (``retry_after``); 5xx a
 errors are retried with backoff. Messages that must arrive exactly once (final replies)
 go through the outbox: recorded before sending under a dedupe key, marked sent with the
 delivered message id, and re-sent at start if the process died in between.
+
+An outbox delivery that still fails after those retries is postponed, not dropped: the
+row records the attempt and when it is due again (``RetrySchedule``: 1 s doubling to
+5 min), and ``Redelivery`` (``redelivery.py``) sends it then, in this process. Only an
+answer that no retry changes — 403 (the bot was blocked), 400 (chat not found, a
+request Telegram refuses) — marks it failed, with Telegram's reason.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from bot.telegram.api import (
     BadRequest,
     BotApi,
+    Forbidden,
     Json,
     NetworkError,
     RetryAfter,
     ServerError,
     TelegramError,
 )
+from bot.telegram.health import TelegramHealth
+from bot.telegram.retrying import describe
 from bot.telegram.store import OutboxRow, TelegramStore
+from engine.store.schema import utcnow
 
-__all__ = ["Outbound", "Pacing", "is_group_chat"]
+__all__ = ["Delivery", "Outbound", "OutboundStats", "Pacing", "RetrySchedule", "is_group_chat"]
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +58,31 @@ class Pacing:
     max_retry_afters: int = 20
 
 
+@dataclass(frozen=True, slots=True)
+class RetrySchedule:
+    """When a postponed delivery is tried again: ``first_s`` doubling up to ``cap_s``."""
+
+    first_s: float = 1.0
+    cap_s: float = 300.0
+    #: A claimed row not settled within this (the process died mid-send) is due again.
+    lease_s: float = 900.0
+
+    def delay(self, attempts: int) -> float:
+        """Seconds from the ``attempts``-th failed attempt to the next one."""
+        return min(self.first_s * 2.0 ** min(max(attempts, 1) - 1, 30), self.cap_s)
+
+
 # How long a delivered message waits for others before its delivery is recorded: a burst
 # of replies costs one commit, not one each (bench/telegram_e2e.py).
 MARK_DELAY_S = 0.02
+# The health kind of send outcomes (``TelegramHealth``).
+SEND = "send"
+
+
+class Delivery(enum.Enum):
+    SENT = "sent"
+    POSTPONED = "postponed"
+    FAILED = "failed"
 
 
 @dataclass
@@ -57,6 +91,13 @@ class OutboundStats:
     retry_after: int = 0
     retried_errors: int = 0
     failed: int = 0
+    #: Outbox deliveries postponed after their in-line retries (each postponement counts).
+    postponed: int = 0
+    #: Scheduled retries of postponed deliveries, and how many of them got through.
+    redelivery_attempts: int = 0
+    redelivered: int = 0
+    #: Outbox deliveries marked failed (blocked, chat gone, refused, unsendable payload).
+    deliveries_failed: int = 0
 
 
 @dataclass(eq=False)
@@ -80,13 +121,24 @@ class Outbound:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         mark_delay_s: float = MARK_DELAY_S,
+        schedule: RetrySchedule | None = None,
+        now: Callable[[], datetime] = utcnow,
+        health: TelegramHealth | None = None,
     ) -> None:
         self.api = api
         self.store = store
         self.pacing = pacing or Pacing()
+        self.schedule = schedule or RetrySchedule()
         self.stats = OutboundStats()
+        self.health = health or TelegramHealth(clock=clock)
+        #: Set whenever a delivery is postponed (or due at once): ``Redelivery`` wakes on it.
+        self.postponed = asyncio.Event()
         self._clock = clock
         self._sleep = sleep
+        self._now = now  # wall time: a postponed row's schedule is stored
+        # Rows postponed per chat and not settled yet: a new reply to such a chat goes
+        # after them (see ``attempt``).
+        self._waiting: dict[int, set[int]] = {}
         self._lanes: dict[int, _Lane] = {}
         self._global = asyncio.Lock()
         self._global_next = 0.0
@@ -114,6 +166,7 @@ class Outbound:
                 except (ServerError, NetworkError) as exc:
                     errors += 1
                     self.stats.retried_errors += 1
+                    self.health.failed(SEND, "send", describe(exc))
                     if errors >= self.pacing.max_attempts:
                         self.stats.failed += 1
                         raise
@@ -122,6 +175,7 @@ class Outbound:
                     await self._sleep(backoff)
                     continue
                 self.stats.sent += 1
+                self.health.succeeded(SEND)
                 return result
 
     async def send_text(
@@ -162,14 +216,45 @@ class Outbound:
         return await self.deliver_row(row)
 
     async def resend_pending(self) -> int:
-        """At start: deliver what was recorded but never marked sent."""
+        """Deliver, now, what was recorded but never marked sent (the service leaves this to
+        ``recover`` and ``Redelivery``, which do not hold up start-up)."""
         rows = await self.store.pending_outbox()
         for row in rows:
             await self.deliver_row(row)
         return len(rows)
 
+    async def recover(self) -> int:
+        """At start, before anything new is recorded: every pending delivery is due now.
+
+        ``Redelivery`` sends them (recorded by a process that died before sending, or
+        postponed); returns how many.
+        """
+        count = await self.store.recover_outbox(self._now())
+        if count:
+            self.postponed.set()
+        return count
+
     async def deliver_row(self, row: OutboxRow) -> int | None:
-        """Send a recorded row and mark it sent (or failed; a 5xx leaves it pending)."""
+        """Send a recorded row and mark it sent; the message id, ``None`` when it was not.
+
+        A 5xx, a 429 storm or a lost connection postpones it (``Redelivery`` sends it when
+        due); a 403 or 400 marks it failed.
+        """
+        _outcome, message_id = await self.attempt(row)
+        return message_id
+
+    async def attempt(
+        self, row: OutboxRow, *, record_now: bool = False
+    ) -> tuple[Delivery, int | None]:
+        """One delivery attempt of a recorded row (with ``call``'s in-line retries).
+
+        ``record_now``: the delivery is recorded before this returns, not batched with
+        others a moment later (``Redelivery``: a row it claimed must not look due again).
+        """
+        waiting = self._waiting.get(row.chat_id)
+        if waiting and not record_now:
+            await self._queue_behind(row, waiting)
+            return Delivery.POSTPONED, None
         payload = row.payload
         try:
             message = await self.send_text(
@@ -179,17 +264,84 @@ class Outbound:
                 reply_markup=payload.get("reply_markup"),
                 thread_id=payload.get("thread_id"),
             )
-        except (ServerError, NetworkError) as exc:
-            # Telegram or the network is down: stays pending, re-sent at the next start.
-            log.error("delivery %s to chat %s postponed: %s", row.dedupe_key, row.chat_id, exc)
-            return None
-        except TelegramError as exc:  # blocked, chat gone, a request Telegram refuses
-            log.error("could not deliver %s to chat %s: %s", row.dedupe_key, row.chat_id, exc)
-            await self.store.mark_failed(row.id, str(exc))
-            return None
+        except (BadRequest, Forbidden) as exc:  # blocked, chat gone, a request refused
+            await self._fail(row, exc.description)
+            return Delivery.FAILED, None
+        except TelegramError as exc:  # Telegram or the network is down: not this message
+            await self._postpone(row, exc)
+            return Delivery.POSTPONED, None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a payload no binding can send (a bug): never retried
+            log.exception("delivery %s to chat %s cannot be sent", row.dedupe_key, row.chat_id)
+            await self._fail(row, f"unsendable payload ({describe(exc)})")
+            return Delivery.FAILED, None
         message_id = _message_id(message)
-        self._mark_sent_soon(row.id, message_id)
-        return message_id
+        self._settled(row)
+        if not record_now:
+            self._mark_sent_soon(row.id, message_id)
+            return Delivery.SENT, message_id
+        try:
+            await self.store.mark_sent(row.id, message_id)
+        except Exception:  # pending under its lease: sent again when that ends (a duplicate)
+            log.exception("recording the delivery %s failed", row.dedupe_key)
+        return Delivery.SENT, message_id
+
+    async def _queue_behind(self, row: OutboxRow, waiting: set[int]) -> None:
+        """An earlier reply to this chat waits for a retry: this one goes after it.
+
+        Sending it now could put it before the earlier one in the chat. Instead the chat's
+        waiting rows and this one are due at once: ``Redelivery`` tries them in order right
+        away (a new reply is a good moment to find out whether Telegram is back), and when
+        the first fails again the others wait with it.
+        """
+        waiting.add(row.id)
+        try:
+            await self.store.reschedule(sorted(waiting), self._now())
+        except Exception:  # they keep their old times; this one is due at the next start
+            log.exception("queueing the delivery %s failed", row.dedupe_key)
+        self.postponed.set()
+
+    def _settled(self, row: OutboxRow) -> None:
+        waiting = self._waiting.get(row.chat_id)
+        if waiting is not None:
+            waiting.discard(row.id)
+            if not waiting:
+                del self._waiting[row.chat_id]
+
+    async def _postpone(self, row: OutboxRow, error: TelegramError) -> None:
+        waiting = self._waiting.setdefault(row.chat_id, set())
+        waiting.add(row.id)
+        attempts = row.attempts + 1
+        delay = self.schedule.delay(attempts)
+        now = self._now()
+        due = now + timedelta(seconds=delay)
+        self.stats.postponed += 1
+        log.warning(
+            "delivery %s to chat %s postponed (attempt %d: %s); next try in %.1f s",
+            row.dedupe_key,
+            row.chat_id,
+            attempts,
+            describe(error),
+            delay,
+        )
+        # Replies queued behind this one while it was being tried wait with it.
+        later = sorted(other for other in waiting if other > row.id)
+        try:
+            await self.store.postpone(row.id, describe(error), now, due)
+            await self.store.reschedule(later, due)
+        except Exception:  # the row stays pending: due at its lease's end, or the next start
+            log.exception("recording the postponed delivery %s failed", row.dedupe_key)
+        self.postponed.set()
+
+    async def _fail(self, row: OutboxRow, reason: str) -> None:
+        self._settled(row)
+        log.error("could not deliver %s to chat %s: %s", row.dedupe_key, row.chat_id, reason)
+        self.stats.deliveries_failed += 1
+        try:
+            await self.store.mark_failed(row.id, reason)
+        except Exception:  # stays pending: tried again at the next start, failed again then
+            log.exception("recording the failed delivery %s failed", row.dedupe_key)
 
     def _mark_sent_soon(self, outbox_id: int, message_id: int | None) -> None:
         """Record a delivery with the others of the next ``mark_delay_s`` (one commit).

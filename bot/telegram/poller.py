@@ -6,6 +6,12 @@ Telegram by asking for ``offset = last + 1``. On SQLite the rows ride along with
 commit a handler makes (``TelegramStore.accept_polled``), so a message's update and its user
 row commit together. Updates stored but never handled (the process died in between) are
 handed to the adapter again at start.
+
+Nothing Telegram answers ends the loop: deleteWebhook (the first call) is retried like
+every start-up call (``retrying.py``: only a 401/404 raises ``StartupRefused``), and a
+failed getUpdates — a 5xx, a 429, a dropped or hung connection, an answer that is not
+JSON — is logged in one line and asked again after a backoff (``retry_after`` for a 429,
+clamped to 1..300 s). ``TelegramHealth`` is told each outcome (``/healthz``).
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from bot.telegram.api import ALLOWED_UPDATES, BotApi, Json, RetryAfter
+from bot.telegram.errors import clamp_retry_after
+from bot.telegram.health import TelegramHealth
+from bot.telegram.retrying import describe, until_ok
 from bot.telegram.store import TelegramStore, distinct_updates
 from engine.failpoints import failpoint
 
@@ -30,6 +39,11 @@ log = logging.getLogger(__name__)
 HANDOVER_CHUNK = 10
 # Loop turns the next getUpdates waits, at most, for the batch's handlers (see below).
 SETTLE_TURNS = 32
+# The health kind of getUpdates outcomes (``TelegramHealth``).
+POLL = "getUpdates"
+# A long poll held open this long without an error tells that Telegram has us (a failing
+# Telegram answers at once); real time, a health signal only.
+OPEN_POLL_S = 1.0
 
 
 async def _let_handlers_run() -> None:
@@ -63,6 +77,7 @@ class Poller:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         max_backoff_s: float = 30.0,
+        health: TelegramHealth | None = None,
     ) -> None:
         self.api = api
         self.store = store
@@ -71,35 +86,51 @@ class Poller:
         self._clock = clock
         self._sleep = sleep
         self._max_backoff_s = max_backoff_s
+        self.health = health or TelegramHealth(clock=clock)
         #: Monotonic time of the last successful getUpdates (health checks read its age).
         self.last_success: float | None = None
         self._handed: set[int] = set()  # handed over, not yet confirmed to Telegram
 
     async def run(self) -> None:
-        await self.api.delete_webhook()
+        """Poll until cancelled; raises only ``StartupRefused`` (deleteWebhook: 401/404)."""
+        # Polling is refused while a webhook is set (409): an earlier webhook-mode run may
+        # have left one behind.
+        await until_ok(
+            "deleteWebhook", self.api.delete_webhook, health=self.health, sleep=self._sleep
+        )
         for update in await self.store.unhandled():
             self.sink.submit(update)
         last = await self.store.last_update_id()
         offset = None if last is None else last + 1
+        self.health.started()
         failures = 0
+        loop = asyncio.get_running_loop()
         while True:
+            held_open = loop.call_later(OPEN_POLL_S, self._polling_well)
             try:
                 updates = await self.api.get_updates(
                     offset, timeout=self.timeout_s, allowed_updates=ALLOWED_UPDATES
                 )
-            except RetryAfter as exc:
-                await self._sleep(exc.seconds)
+            except RetryAfter as exc:  # not a failure to back off from: Telegram names the wait
+                delay = clamp_retry_after(exc.seconds)
+                self.health.failed(POLL, "getUpdates", describe(exc))
+                log.warning("getUpdates throttled (%s); retrying in %.1f s", exc, delay)
+                await self._sleep(delay)
                 continue
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a library that cannot parse a batch must not end polling
                 failures += 1
                 delay = min(2.0 ** min(failures, 6) / 4, self._max_backoff_s)
-                log.warning("getUpdates failed (%s); retrying in %.1f s", exc, delay)
+                self.health.failed(POLL, "getUpdates", describe(exc))
+                log.warning("getUpdates failed (%s); retrying in %.1f s", describe(exc), delay)
                 await self._sleep(delay)
                 continue
+            finally:
+                held_open.cancel()
             failures = 0
             self.last_success = self._clock()
+            self._polling_well()
             if not updates:
                 continue
             failpoint("after_updates_fetched")
@@ -137,6 +168,11 @@ class Poller:
             self._handed.clear()
             if batch:  # sorted, and nothing in it below the offset
                 offset = batch[-1]["update_id"] + 1
+
+    def _polling_well(self) -> None:
+        """A getUpdates answered, or is held open without an error (see ``OPEN_POLL_S``)."""
+        self.health.succeeded(POLL)
+        self.health.receiving()
 
     def age(self) -> float | None:
         """Seconds since the last successful getUpdates, ``None`` before the first."""

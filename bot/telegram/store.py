@@ -27,7 +27,15 @@ from engine.store.schema import (
     utcnow,
 )
 
-__all__ = ["CardRow", "OutboxRow", "PairingRow", "TelegramStore"]
+__all__ = [
+    "CardRow",
+    "DeliverySummary",
+    "OutboxRow",
+    "PairingRow",
+    "TelegramStore",
+    "WaitingDelivery",
+    "delivery_summary",
+]
 
 Json = dict[str, Any]
 
@@ -69,6 +77,33 @@ class OutboxRow:
     status: str
     attempts: int
     message_id: int | None
+    error: str | None = None
+    #: When a postponed delivery is due again; ``None`` while its recorder is sending it.
+    next_attempt_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingDelivery:
+    """A delivery postponed by Telegram or the network, as the web inbox lists it."""
+
+    id: int
+    chat_id: int
+    attempts: int
+    error: str | None
+    created_at: datetime
+    last_attempt_at: datetime | None
+    next_attempt_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverySummary:
+    """The outbox at a glance (``/metrics``, the web inbox)."""
+
+    waiting: int  # pending after at least one failed attempt
+    failed: int  # given up: blocked, chat gone, a request Telegram refuses
+    sent: int
+    oldest_waiting_at: datetime | None
+    rows: tuple[WaitingDelivery, ...]  # the oldest waiting ones, at most ``limit``
 
 
 class TelegramStore:
@@ -176,6 +211,40 @@ class TelegramStore:
 
     async def mark_failed(self, outbox_id: int, error: str) -> None:
         await self._db.run(_mark_outbox, outbox_id, "failed", None, error[:2000])
+
+    async def postpone(
+        self, outbox_id: int, error: str, tried_at: datetime, next_attempt_at: datetime
+    ) -> None:
+        """One more failed attempt: pending, due again at ``next_attempt_at``."""
+        await self._db.run(_postpone, outbox_id, error[:2000], tried_at, next_attempt_at)
+
+    async def reschedule(self, outbox_ids: Sequence[int], next_attempt_at: datetime) -> None:
+        """Claimed rows not tried after all (an earlier one of their chat failed)."""
+        if outbox_ids:
+            await self._db.run(_reschedule, list(outbox_ids), next_attempt_at)
+
+    async def recover_outbox(self, now: datetime) -> int:
+        """At start: every pending delivery is due now (unsent by a process that died,
+        postponed, or claimed by a retry that never finished); returns how many."""
+        return await self._db.run(_recover_outbox, now)
+
+    async def claim_due(
+        self, now: datetime, lease_until: datetime, limit: int = 50
+    ) -> list[OutboxRow]:
+        """Pending rows due by ``now``, oldest first, each moved to ``lease_until``.
+
+        The move is conditional (still pending, still due), so two claimers never both get
+        a row; a claim that is never settled (a crash mid-send) is due again at
+        ``lease_until``, or at the next start.
+        """
+        return await self._db.run(_claim_due, now, lease_until, limit)
+
+    async def next_attempt_at(self) -> datetime | None:
+        """When the earliest postponed delivery is due; ``None`` when none waits."""
+        return await self._db.run(_next_attempt_at)
+
+    async def delivery_summary(self, limit: int = 10) -> DeliverySummary:
+        return await self._db.run(delivery_summary, limit)
 
 
 # The statements on every message's path, built once: building an expression costs
@@ -385,6 +454,105 @@ def _serialize(conn: Connection, name: str) -> None:
 def _has_key(conn: Connection, dedupe_key: str) -> bool:
     o = telegram_outbox
     return conn.execute(sa.select(o.c.id).where(o.c.dedupe_key == dedupe_key)).first() is not None
+
+
+def _postpone(
+    conn: Connection, outbox_id: int, error: str, tried_at: datetime, next_attempt_at: datetime
+) -> None:
+    o = telegram_outbox
+    conn.execute(
+        o.update()
+        .where(o.c.id == outbox_id, o.c.status == "pending")
+        .values(
+            attempts=o.c.attempts + 1,
+            error=error,
+            last_attempt_at=tried_at,
+            next_attempt_at=next_attempt_at,
+        )
+    )
+
+
+def _reschedule(conn: Connection, outbox_ids: list[int], next_attempt_at: datetime) -> None:
+    o = telegram_outbox
+    conn.execute(
+        o.update()
+        .where(o.c.id.in_(outbox_ids), o.c.status == "pending")
+        .values(next_attempt_at=next_attempt_at)
+    )
+
+
+def _recover_outbox(conn: Connection, now: datetime) -> int:
+    o = telegram_outbox
+    due = sa.or_(o.c.next_attempt_at.is_(None), o.c.next_attempt_at > now)
+    result = conn.execute(
+        o.update().where(o.c.status == "pending", due).values(next_attempt_at=now)
+    )
+    return result.rowcount
+
+
+def _claim_due(
+    conn: Connection, now: datetime, lease_until: datetime, limit: int
+) -> list[OutboxRow]:
+    o = telegram_outbox
+    due = sa.and_(o.c.status == "pending", o.c.next_attempt_at <= now)
+    candidates = conn.execute(
+        sa.select(*_OUTBOX_COLUMNS).where(due).order_by(o.c.id).limit(limit)
+    ).all()
+    claimed = []
+    for row in candidates:
+        # Conditional: another worker may have claimed (or sent) it since the SELECT.
+        moved = conn.execute(
+            o.update().where(o.c.id == row.id, due).values(next_attempt_at=lease_until)
+        )
+        if moved.rowcount == 1:
+            claimed.append(OutboxRow(*row))
+    return claimed
+
+
+def _next_attempt_at(conn: Connection) -> datetime | None:
+    o = telegram_outbox
+    return conn.execute(
+        sa.select(sa.func.min(o.c.next_attempt_at)).where(o.c.status == "pending")
+    ).scalar()
+
+
+def delivery_summary(conn: Connection, limit: int = 10) -> DeliverySummary:
+    """The outbox's counts and oldest waiting rows, in one connection (``/metrics`` reads it
+    inside its own snapshot)."""
+    o = telegram_outbox
+    waiting = sa.and_(o.c.status == "pending", o.c.attempts > 0)
+    counts = conn.execute(
+        sa.select(
+            sa.func.coalesce(sa.func.sum(sa.case((waiting, 1), else_=0)), 0),
+            sa.func.coalesce(sa.func.sum(sa.case((o.c.status == "failed", 1), else_=0)), 0),
+            sa.func.coalesce(sa.func.sum(sa.case((o.c.status == "sent", 1), else_=0)), 0),
+            sa.func.min(sa.case((waiting, o.c.created_at))),
+        )
+    ).one()
+    if limit <= 0:
+        return DeliverySummary(int(counts[0]), int(counts[1]), int(counts[2]), counts[3], ())
+    rows = conn.execute(
+        sa.select(
+            o.c.id,
+            o.c.chat_id,
+            o.c.attempts,
+            o.c.error,
+            o.c.created_at,
+            o.c.last_attempt_at,
+            o.c.next_attempt_at,
+        )
+        .where(waiting)
+        .order_by(o.c.id)
+        .limit(limit)
+    ).all()
+    shown = tuple(WaitingDelivery(*row) for row in rows)
+    return DeliverySummary(
+        waiting=int(counts[0]),
+        failed=int(counts[1]),
+        sent=int(counts[2]),
+        oldest_waiting_at=counts[3],
+        rows=shown,
+    )
 
 
 def _pending_outbox(conn: Connection) -> list[OutboxRow]:

@@ -1,0 +1,125 @@
+"""Postponed outbox deliveries, sent again by the running process when they are due.
+
+``Outbound`` postpones a delivery that failed through its in-line retries (a Telegram
+outage, a dead network): the row stays pending with its attempt count and the time it is
+due again (``RetrySchedule``: 1 s, doubling, at most 5 min apart). This loop sleeps
+until the earliest row is due — or until a new postponement wakes it — claims what is
+due, and delivers it: chats concurrently, each chat's rows in order; when one fails again
+the rest of that chat waits with it, so a chat never sees a later reply before an
+earlier one that was waiting. At start every pending row is due at once
+(``Outbound.recover``).
+
+Time is injected (``now`` for the stored schedule, ``sleep`` for the waits): tests run
+an outage's whole schedule without waiting for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+
+from bot.telegram.outbound import Delivery, Outbound
+from bot.telegram.store import OutboxRow, TelegramStore
+from engine.store.schema import utcnow
+
+__all__ = ["Redelivery"]
+
+log = logging.getLogger(__name__)
+
+#: Rows claimed per round; more wait for the next round (which starts at once).
+BATCH = 50
+#: After a failure of the loop itself (the database away), try again this much later.
+ERROR_PAUSE_S = 5.0
+
+
+class Redelivery:
+    def __init__(
+        self,
+        outbound: Outbound,
+        store: TelegramStore,
+        *,
+        now: Callable[[], datetime] = utcnow,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.outbound = outbound
+        self.store = store
+        self._now = now
+        self._sleep = sleep
+        self._in_flight: set[int] = set()
+
+    async def run(self) -> None:
+        """Deliver postponed rows as they come due, until cancelled."""
+        wake = self.outbound.postponed
+        while True:
+            wake.clear()  # before reading the schedule: a postponement from now on wakes us
+            try:
+                if await self.run_due():
+                    continue  # a full batch, perhaps: look again at once
+                due = await self.store.next_attempt_at()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the database is away: the rows wait, nothing is lost
+                log.exception("redelivering postponed Telegram messages failed")
+                await self._sleep(ERROR_PAUSE_S)
+                continue
+            if due is None:
+                await wake.wait()
+                continue
+            delay = (due - self._now()).total_seconds()
+            if delay > 0:
+                await self._wait(delay, wake)
+
+    async def run_due(self) -> int:
+        """Claim the rows due now and deliver them; how many were tried."""
+        now = self._now()
+        lease_until = now + timedelta(seconds=self.outbound.schedule.lease_s)
+        claimed = await self.store.claim_due(now, lease_until, BATCH)
+        # A row still being sent here (its lease ran out during a long 429 storm) is left
+        # to the delivery in progress: never two sends of one row from this process.
+        rows = [row for row in claimed if row.id not in self._in_flight]
+        by_chat: dict[int, list[OutboxRow]] = {}
+        for row in rows:
+            by_chat.setdefault(row.chat_id, []).append(row)
+        outcomes = await asyncio.gather(
+            *(self._deliver_chat(chat_rows) for chat_rows in by_chat.values()),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):  # that chat's rows wait for their lease
+                log.error("redelivering to a chat failed", exc_info=outcome)
+        return len(rows)
+
+    async def _deliver_chat(self, rows: list[OutboxRow]) -> None:
+        stats = self.outbound.stats
+        for index, row in enumerate(rows):
+            self._in_flight.add(row.id)
+            try:
+                stats.redelivery_attempts += 1
+                outcome, _message_id = await self.outbound.attempt(row, record_now=True)
+            finally:
+                self._in_flight.discard(row.id)
+            if outcome is Delivery.SENT:
+                stats.redelivered += 1
+                log.info("postponed delivery %s reached chat %s", row.dedupe_key, row.chat_id)
+            elif outcome is Delivery.POSTPONED:
+                # Telegram is still failing for this chat: its later rows wait with this one
+                # (trying them now would only fail again, or overtake it).
+                rest = [later.id for later in rows[index + 1 :]]
+                if rest:
+                    due = self._now() + timedelta(
+                        seconds=self.outbound.schedule.delay(row.attempts + 1)
+                    )
+                    await self.store.reschedule(rest, due)
+                return
+
+    async def _wait(self, delay: float, wake: asyncio.Event) -> None:
+        """Sleep ``delay`` seconds, or less if a postponement comes in meanwhile."""
+        sleeper = asyncio.ensure_future(self._sleep(delay))
+        waker = asyncio.ensure_future(wake.wait())
+        try:
+            await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            waker.cancel()

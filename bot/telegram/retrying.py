@@ -1,0 +1,100 @@
+"""Calls retried until Telegram answers; only a definitive "no" (401, 404) ends them.
+
+Used for the start-up calls (getMe, deleteWebhook, setWebhook: ``startup.py``, the
+poller): one log line per failure and no traceback, a 429's ``retry_after`` honoured,
+other failures backed off up to ``Backoff.cap_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from bot.telegram.api import RetryAfter, TelegramError
+from bot.telegram.errors import DEFINITIVE, RETRY_AFTER_MAX_S, NotFound, Unauthorized
+from bot.telegram.health import TelegramHealth
+
+__all__ = ["STARTUP", "STARTUP_BACKOFF", "Backoff", "StartupRefused", "describe", "until_ok"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: The health kind start-up calls report under (``TelegramHealth``).
+STARTUP = "start-up"
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """``first_s`` after the first failure, doubling, never above ``cap_s``."""
+
+    first_s: float = 0.5
+    cap_s: float = 5.0
+
+    def delay(self, failures: int) -> float:
+        return min(self.first_s * 2.0 ** min(max(failures, 1) - 1, 30), self.cap_s)
+
+
+#: Start-up calls: 0.5, 1, 2, 4, then every 5 s.
+STARTUP_BACKOFF = Backoff()
+
+
+class StartupRefused(Exception):
+    """Telegram said no for good: retrying cannot change a 401 or a 404."""
+
+    def __init__(self, call: str, error: TelegramError) -> None:
+        self.call = call
+        self.error = error
+        super().__init__(self.explain())
+
+    def explain(self) -> str:
+        """One line for the operator, naming the setting to check."""
+        if isinstance(self.error, Unauthorized):
+            hint = "TELEGRAM_BOT_TOKEN: Telegram does not accept this token"
+        elif isinstance(self.error, NotFound):
+            hint = "TELEGRAM_BOT_TOKEN or TELEGRAM_API_URL: the Bot API answered 404"
+        else:
+            hint = "Telegram refused the bot"
+        return f"{hint} ({self.call}: {self.error.description})"
+
+
+def describe(error: BaseException) -> str:
+    """An error for a log line: its kind and Telegram's words, never a traceback."""
+    text = error.description if isinstance(error, TelegramError) else str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+async def until_ok(
+    call: str,
+    op: Callable[[], Awaitable[T]],
+    *,
+    health: TelegramHealth,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    backoff: Backoff = STARTUP_BACKOFF,
+) -> T:
+    """Run ``op`` until it succeeds; a definitive answer raises ``StartupRefused``."""
+    failures = 0
+    while True:
+        try:
+            result = await op()
+        except DEFINITIVE as exc:
+            health.failed(STARTUP, call, describe(exc))
+            raise StartupRefused(call, exc) from None
+        except RetryAfter as exc:
+            delay = min(exc.seconds, RETRY_AFTER_MAX_S)  # a 429 is not a failure to back off
+            error: Exception = exc
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # 5xx, network, not JSON — or a binding's own bug
+            failures += 1
+            delay = backoff.delay(failures)
+            error = exc
+        else:
+            health.succeeded(STARTUP)
+            return result
+        health.failed(STARTUP, call, describe(error))
+        log.warning("Telegram %s failed (%s); retrying in %.1f s", call, describe(error), delay)
+        await sleep(delay)
