@@ -8,6 +8,7 @@ come out as the same core error, with a sane wait.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -126,8 +127,28 @@ async def test_a_hang_answers_late_and_has_its_effect(
     api: BotApi, fake: FakeTelegramServer
 ) -> None:
     fake.hang_next("sendMessage", seconds=0.3)
+    started = time.monotonic()
     sent = await api.send_message(CHAT, "slow")
+    assert time.monotonic() - started >= 0.3
     assert sent["text"] == "slow"
     first, *_ = fake.calls_to("sendMessage")
     assert fake.messages(CHAT)[0].text == "slow"
     assert first.params["text"] == "slow"
+
+
+async def test_a_poll_that_never_answers_is_a_network_error_at_the_clients_timeout(
+    request: pytest.FixtureRequest,
+    api: BotApi,
+    fake: FakeTelegramServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hang past the client's timeout (getUpdates: its long-poll seconds plus a margin,
+    shortened here from 10 s) is a lost connection, and the next poll works."""
+    library = request.node.callspec.params["api"]
+    monkeypatch.setattr(f"bot.telegram.bindings.{library}._LONG_POLL_MARGIN", 0.5)
+    fake.hang_next("getUpdates")  # never answers (until the fake stops)
+    with pytest.raises(NetworkError):
+        await api.get_updates(None, timeout=0)
+    fake.user_message(CHAT, CHAT, "after the hang")
+    [update] = await api.get_updates(None, timeout=0)
+    assert update["message"]["text"] == "after the hang"
