@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -29,13 +30,14 @@ from bot.telegram.lanes import Lanes
 from bot.telegram.outbound import Outbound
 from bot.telegram.render import progress_text, render_markdown
 from bot.telegram.store import CardRow, OutboxRow, TelegramStore, enqueue_in, mark_handled_in
-from bot.telegram.updates import Callback, Ignored, Message, parse_update
+from bot.telegram.updates import Callback, Ignored, Message, fits_db_id, parse_update
 from engine.approval.broker import SHORT_BYPASS_SECONDS
 from engine.bus.broadcast import Lagged
 from engine.hub import (
     AUTO_MODEL,
     ChatHub,
     DecisionMade,
+    FailureNotice,
     HubError,
     HubEvent,
     NewSession,
@@ -43,7 +45,7 @@ from engine.hub import (
 )
 from engine.session import events as ev
 from engine.session.compaction import CompactionError
-from engine.store.history import AlsoWithRow
+from engine.store.history import AlsoWithKey, AlsoWithRow
 from engine.store.inbox import InboxError
 
 __all__ = ["COMMANDS", "TelegramAdapter", "TelegramConfig"]
@@ -70,6 +72,10 @@ HELP = (
     + "\n".join(f"/{name} — {text}" for name, text in COMMANDS)
 )
 EXPIRED = "This button has expired."
+# What a person sees when handling their update failed: never the exception, an id the
+# log line (with the traceback) carries too.
+SORRY_MESSAGE = "Sorry, something went wrong while handling your message (error {error})."
+SORRY_TAP = "Sorry, something went wrong while handling your tap (error {error})."
 REASON_PROMPT = "Reply to this message with a reason within {seconds} s, or tap ❌ again."
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -115,6 +121,26 @@ class _Rejecting:
     user_name: str
 
 
+class _OneAnswer:
+    """The answer to one callback query: the first call sends it, later calls do nothing.
+
+    Telegram keeps a button spinning until the query is answered, and accepts one answer.
+    """
+
+    def __init__(self, send: Callable[[str, str | None], Awaitable[None]], callback_id: str):
+        self._send = send
+        self._callback_id = callback_id
+        self.sent = False
+
+    async def __call__(self, text: str | None) -> bool:
+        """Answer with ``text`` unless answered already; True when this call answered."""
+        if self.sent:
+            return False
+        self.sent = True  # before the request: a failing one is not sent twice
+        await self._send(self._callback_id, text)
+        return True
+
+
 class TelegramAdapter:
     def __init__(
         self,
@@ -150,21 +176,39 @@ class TelegramAdapter:
         # Outbox rows stored with an answer (by ``_answer_unit``), sent when its Done arrives.
         self._recorded_finals: dict[int, list[OutboxRow]] = {}
         hub.on_answer("telegram:", self._answer_unit)
+        # A failed turn's notice rows (by ``_failure_unit``), sent when its FailureNotice comes.
+        self._recorded_notices: dict[str, list[OutboxRow]] = {}
+        hub.on_failure("telegram:", self._failure_unit)
 
     # -- life cycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        me = await self.api.get_me()
-        self.bot_id, self.bot_username = me.get("id"), me.get("username")
-        await self.api.set_my_commands(COMMANDS)
+        """Local state and the hub subscription; no Telegram call, so nothing here waits
+        for Telegram (a Telegram outage at start must not hold up the hub).
+
+        Called before the hub recovers, so answers to resumed turns reach their chats. The
+        caller makes the start-up calls (``bot/telegram/startup.py``: getMe — which sets
+        ``bot_id``/``bot_username`` — and setMyCommands, retried) before any update is
+        handed over. Deliveries recorded but unsent become due at once and are sent by
+        ``Redelivery``; answers stored without outbox rows are delivered in the background.
+        """
         self._paired = await self.store.paired_users()
         for card in await self.store.open_cards():
             self._open.setdefault(card.source, {})[card.tool_call_id] = card
         events = self.hub.events()
         self._spawn(self._pump(events))
-        await self.outbound.resend_pending()
-        for source, message_id, content in await self.store.undelivered_finals():
-            await self._deliver_final(self._view(source), message_id, content)
+        await self.outbound.recover()
+        finals = await self.store.undelivered_finals()
+
+        async def deliver_finals() -> None:
+            for source, message_id, content in finals:
+                try:
+                    await self._deliver_final(self._view(source), message_id, content)
+                except Exception:  # the database is away: found again at the next start
+                    log.exception("delivering the stored answer %s failed", message_id)
+
+        if finals:
+            self._spawn(deliver_finals())
 
     async def close(self) -> None:
         for view in self._views.values():
@@ -199,7 +243,12 @@ class TelegramAdapter:
                 await self.store.mark_handled(update_id)
 
     async def handle(self, update: Json) -> bool:
-        """Act on one update; True when it was marked handled along the way."""
+        """Act on one update; True when it was marked handled along the way.
+
+        Junk never gets this far (``parse_update`` checks every field). A failure of our
+        own is logged with a short error id, and the sender is told that id in one plain
+        sentence: never the exception.
+        """
         incoming = parse_update(update)
         match incoming:
             case Ignored(reason=reason):
@@ -207,12 +256,23 @@ class TelegramAdapter:
             case Message(edited=True):
                 log.info("ignored an edited message in chat %s", incoming.chat_id)
             case Message():
-                return await self._on_message(incoming)
+                return await self._on_message_guarded(incoming)
             case Callback():
                 await self._on_callback(incoming)
         return False
 
-    def is_allowed(self, user_id: int) -> bool:
+    async def _on_message_guarded(self, m: Message) -> bool:
+        try:
+            return await self._on_message(m)
+        except Exception:
+            error = _report_failure(f"message {m.message_id} in chat {m.chat_id}")
+            if self.is_allowed(m.user_id):  # a stranger learns nothing but the pairing code
+                await self._say(m.chat_id, m.thread_id, SORRY_MESSAGE.format(error=error))
+            return False
+
+    def is_allowed(self, user_id: int | None) -> bool:
+        if user_id is None:  # a callback without a sender (and owner_id may be None too)
+            return False
         return (
             user_id in self.config.allowed_user_ids
             or user_id == self.config.owner_id
@@ -379,8 +439,9 @@ class TelegramAdapter:
     async def _select_model(self, source: str, arg: str) -> str:
         names = self.hub.list_models()
         choice = arg.strip()
-        if choice.isdigit() and 1 <= int(choice) <= len(names):
-            choice = names[int(choice) - 1]
+        number = _id_argument(choice)
+        if number is not None and 1 <= number <= len(names):
+            choice = names[number - 1]
         if not choice:
             return "Usage: /model <N|name|auto>"
         try:
@@ -399,9 +460,9 @@ class TelegramAdapter:
         return f"Paired {row.name} (id {row.user_id})."
 
     async def _unpair(self, arg: str) -> str:
-        if not arg.strip().lstrip("-").isdigit():
+        user_id = _id_argument(arg.strip())
+        if user_id is None:
             return "Usage: /unpair <user_id>"
-        user_id = int(arg)
         removed = await self.store.unpair(user_id)
         self._paired.discard(user_id)
         return f"Unpaired {user_id}." if removed else f"{user_id} was not paired."
@@ -439,10 +500,28 @@ class TelegramAdapter:
     # -- callbacks -----------------------------------------------------------------------
 
     async def _on_callback(self, c: Callback) -> None:
-        if c.data.startswith("jb1:"):
-            await self._on_jobs_callback(c)
-            return
-        action = parse_callback(c.data)
+        """Exactly one answerCallbackQuery per query, whatever its data and whatever fails.
+
+        Every path answers through ``answer`` (which sends once); a path that has not
+        answered when it ends or fails is answered here, so no button is left spinning.
+        """
+        answer = _OneAnswer(self._answer_callback, c.callback_id)
+        try:
+            if c.data.startswith("jb1:"):
+                await self._on_jobs_callback(c, answer)
+            else:
+                await self._on_card_callback(c, answer)
+        except Exception:
+            error = _report_failure(f"callback {c.callback_id} ({c.data[:64]!r})")
+            sorry = SORRY_TAP.format(error=error)
+            told = await answer(sorry)
+            if not told and c.chat_id is not None and self.is_allowed(c.user_id):
+                await self._say(c.chat_id, c.thread_id, sorry)  # the tap was answered already
+        finally:
+            await answer(None)
+
+    async def _on_card_callback(self, c: Callback, answer: _OneAnswer) -> None:
+        action = parse_callback(c.data)  # None for ids no card can have (past 64 bits)
         card = await self.store.card(action.tool_call_id) if action else None
         valid = (
             action is not None
@@ -453,12 +532,12 @@ class TelegramAdapter:
             and (card.message_id is None or card.message_id == c.message_id)
         )
         if not valid or card is None or action is None:
-            await self._answer_callback(c.callback_id, EXPIRED)
+            await answer(EXPIRED)
             return
         if not self.is_allowed(c.user_id):
-            await self._answer_callback(c.callback_id, "You are not allowed to decide here.")
+            await answer("You are not allowed to decide here.")
             return
-        await self._answer_callback(c.callback_id, None)  # at once: the spinner stops
+        await answer(None)  # at once: the spinner stops
         source = card.source
         try:
             match action.action:
@@ -485,19 +564,25 @@ class TelegramAdapter:
             return
         await self._close(card, action.action, "resolved", by=c.user_name)
 
-    async def _on_jobs_callback(self, c: Callback) -> None:
+    async def _on_jobs_callback(self, c: Callback, answer: _OneAnswer) -> None:
         action = parse_job_callback(c.data)
         source = c.source
-        if action is None or self._jobs is None or source is None or c.message_id is None:
-            await self._answer_callback(c.callback_id, EXPIRED)
+        if (
+            action is None
+            or not fits_db_id(action.job_id)  # no job has it, and the lookup would overflow
+            or self._jobs is None
+            or source is None
+            or c.chat_id is None
+            or c.message_id is None
+        ):
+            await answer(EXPIRED)
             return
         if not self.is_allowed(c.user_id):
-            await self._answer_callback(c.callback_id, "You are not allowed to decide here.")
+            await answer("You are not allowed to decide here.")
             return
         outcome = await self._jobs.act(source, action)  # only this chat's jobs
-        await self._answer_callback(c.callback_id, outcome)
+        await answer(outcome)
         text, keyboard = await self._jobs.render(source)
-        assert c.chat_id is not None
         await self._edit(c.chat_id, c.message_id, text, [], keyboard)
 
     async def _open_reject_window(self, card: CardRow, user_name: str) -> None:
@@ -596,12 +681,12 @@ class TelegramAdapter:
                 await self._end_stream(view)
                 await self._deliver_final(view, message_id, content)
                 self._reset_progress(view)
-            case ev.Error(message=message):
+            case ev.Error():
                 self._stop_typing(view)
                 await self._end_stream(view)
                 await self._show_progress(view, force=True)
                 self._reset_progress(view)
-                await self._say(view.chat_id, view.thread_id, f"⚠️ {message}")
+                await self._deliver_notice(view, event)
             case DecisionMade(tool_call_id=call_id, outcome=outcome, by=by, note=note):
                 await self._close_by_id(source, call_id, outcome, "resolved", by=by, note=note)
             case NewSession():
@@ -659,6 +744,31 @@ class TelegramAdapter:
             self._recorded_finals[message_id] = [row for row in rows if row is not None]
 
         return record
+
+    def _failure_unit(self, source: str, notice: str) -> AlsoWithKey:
+        """A failed turn's notice in the outbox, written in the transaction ending the turn."""
+        view = self._view(source)
+        payloads = _final_payloads(view, f"⚠️ {notice}")
+
+        def record(conn: Connection, key: str) -> None:
+            rows = [
+                enqueue_in(conn, view.chat_id, f"{key}:{index}", payload)
+                for index, payload in enumerate(payloads)
+            ]
+            self._recorded_notices[key] = [row for row in rows if row is not None]
+
+        return record
+
+    async def _deliver_notice(self, view: _ChatView, event: ev.Error) -> None:
+        """A notice stored with its failed turn is sent from the outbox (once, a restart
+        included); any other error is said directly."""
+        key = event.key if isinstance(event, FailureNotice) else None
+        recorded = self._recorded_notices.pop(key, None) if key is not None else None
+        if recorded is None:
+            await self._say(view.chat_id, view.thread_id, f"⚠️ {event.message}")
+            return
+        for row in recorded:
+            await self.outbound.deliver_row(row)
 
     async def _deliver_final(self, view: _ChatView, message_id: int, content: str) -> None:
         recorded = self._recorded_finals.pop(message_id, None)
@@ -881,6 +991,27 @@ class TelegramAdapter:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+
+def _report_failure(what: str) -> str:
+    """Log the exception being handled under a fresh short id; returns the id.
+
+    The person affected is told the id, never the exception: they can quote it, and the
+    log line with the traceback is found by it.
+    """
+    error = secrets.token_hex(3)
+    log.exception("%s failed (error %s)", what, error)
+    return error
+
+
+def _id_argument(text: str) -> int | None:
+    """A command's numeric argument, or ``None``: ASCII digits (``str.isdigit`` accepts
+    "²", which ``int`` refuses), an optional minus, and a number the database can hold."""
+    digits = text.removeprefix("-")
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 19:
+        return None
+    number = int(text)
+    return number if fits_db_id(number) else None
 
 
 def _chat_key(update: Json) -> int:

@@ -359,10 +359,12 @@ class ChatSessionHandler:
                 await self._fail_turn(env, message)  # the notice commits with the failed mark
                 env.emitter.error(message)
             case Exhausted(rounds):
-                env.emitter.error(
+                notice = (
                     f"Stopped after {rounds} tool rounds without a final answer. "
                     "Send a message to continue."
                 )
+                await self._fail_turn(env, notice)  # ended, told once: never resumed
+                env.emitter.error(notice)
         return outcome
 
     def _publish(

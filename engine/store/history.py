@@ -149,8 +149,10 @@ class History:
         await self._db.run(_mark_failed, message_id)
 
     async def fail_unanswered(self, stack_id: int, *, also: AlsoWithKey | None = None) -> list[int]:
-        """Mark the frame's unanswered user/agent rows (after its last answer) ``failed``;
-        their ids. ``also`` commits with them (a failed turn's notice for the user)."""
+        """End a turn the user was told failed: its unanswered user/agent rows (after the
+        last answer) become ``failed`` and the frame records where the turn ended (a tool
+        round left last is not resumed); their ids. ``also`` commits with them (the
+        notice's delivery record)."""
         return await self._db.run(_fail_unanswered, stack_id, also)
 
     async def get_tool_call(self, tool_call_id: int) -> ToolCallRow | None:
@@ -345,6 +347,9 @@ def _fail_unanswered(conn: Connection, stack_id: int, also: AlsoWithKey | None) 
     ids = [row[0] for row in conn.execute(query)]
     if ids:
         conn.execute(h.update().where(h.c.id.in_(ids)).values(status="failed"))
+    # A tool round may be the last row left: the turn ended there, it is not to resume.
+    last = sa.select(sa.func.max(h.c.id)).where(ok).scalar_subquery()
+    conn.execute(frames.update().where(frames.c.id == stack_id).values(ended_turn_at=last))
     if also is not None:
         # Nothing unanswered (the message was never stored, or a tool round came after
         # it): the key only has to be new, the failure is recorded once either way.

@@ -85,6 +85,9 @@ chat_sessions_stack = Table(
     Column("parent_tool_call_id", Id),
     Column("terminated_at", UtcDateTime),
     Column("created_at", UtcDateTime, nullable=False),
+    # The frame's last row when a turn ended without an answer and the user was told
+    # (a failure, exhaustion): recovery resumes nothing up to it (0009).
+    Column("ended_turn_at", Id),
     Index("ix_stack_session_active", "session_id", "terminated_at", "depth"),
 )
 
@@ -318,7 +321,12 @@ telegram_outbox = Table(
     Column("error", Text),
     Column("created_at", UtcDateTime, nullable=False),
     Column("sent_at", UtcDateTime),
+    # v0008: a postponed delivery's schedule (bot/telegram/redelivery.py). NULL while the
+    # process that recorded the row is sending it.
+    Column("next_attempt_at", UtcDateTime),
+    Column("last_attempt_at", UtcDateTime),
     Index("ix_tg_outbox_status", "status", "id"),
+    Index("ix_tg_outbox_due", "status", "next_attempt_at"),
 )
 
 # v0006: the scheduler (scheduler/store.py) and incoming events (the tic, MCP notifications).

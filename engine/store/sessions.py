@@ -106,7 +106,8 @@ class Sessions:
         A frame is mid-turn when a sub-agent frame is still active, a call is still
         ``running``/``pending``, its last row is an unanswered user/agent message, or its
         last row is a tool round no answer followed (unless a call in it was cancelled:
-        that turn was ended by /stop).
+        that turn was ended by /stop; or the turn was recorded as ended there: the user
+        was told it failed or ran out of rounds).
         """
         return await self._db.run(_interrupted)
 
@@ -235,6 +236,7 @@ def _interrupted(conn: Connection) -> list[int]:
     )
     last_role = sa.select(h.c.role).where(h.c.id == last_id).correlate(f).scalar_subquery()
     tool_round_unanswered = sa.and_(
+        sa.or_(f.c.ended_turn_at.is_(None), f.c.ended_turn_at < last_id),
         sa.select(t.c.id).where(t.c.message_id == last_id).correlate(f).exists(),
         ~sa.select(t.c.id)
         .where(t.c.message_id == last_id, t.c.status == "cancelled")

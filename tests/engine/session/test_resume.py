@@ -6,9 +6,10 @@ import asyncio
 
 from engine.core import Engine
 from engine.llm.scripted import text, tool_call
+from engine.llm.types import LlmError
 from engine.session import events as ev
 from engine.session.handler import REAPED_NOTE
-from engine.session.outcomes import Cancelled, Final
+from engine.session.outcomes import Cancelled, Exhausted, Failed, Final
 from engine.store.rows import AssistantRecord, FrameRow, NewToolCall
 from tests.engine.session.helpers import BlockingTool, roles, tool_messages
 
@@ -229,3 +230,38 @@ async def test_another_side_effecting_tool_is_reported_as_an_interrupted_tool_ca
     assert (engine.workspace.root / "a.txt").read_text() == "old"
     [message] = tool_messages(model.requests[0][0])
     assert message.startswith("Error: the service restarted while this tool call was running")
+
+
+async def test_a_turn_that_failed_after_a_tool_round_is_ended_not_resumed(engine: Engine, model):
+    handler = await engine.new_session("console")
+    model.add(tool_call("list_files", "{}", "c1"), LlmError("the model went away"))
+    assert isinstance(await handler.handle_message("list them"), Failed)
+
+    # The user was told it failed; a restart must not run it (and tell them) again.
+    assert await engine.interrupted_sessions() == []
+    model.add(text("Here they are."))
+    assert isinstance(await handler.handle_message("try again"), Final)
+    assert roles(model.requests[-1][0])[1:-1] == ["user", "assistant", "tool", "user"]
+
+
+async def test_a_turn_that_ran_out_of_rounds_is_ended_not_resumed(engine: Engine, model, limits):
+    handler = await engine.new_session("console")
+    model.add(*[tool_call("list_files", "{}", f"c{i}") for i in range(limits.max_tool_rounds)])
+    assert isinstance(await handler.handle_message("loop"), Exhausted)
+
+    assert await engine.interrupted_sessions() == []
+    model.add(text("Continuing."))
+    assert isinstance(await handler.handle_message("go on"), Final)
+
+
+async def test_a_tool_round_after_an_ended_turn_is_resumed_again(engine: Engine, model):
+    handler = await engine.new_session("console")
+    model.add(tool_call("list_files", "{}", "c1"), LlmError("the model went away"))
+    assert isinstance(await handler.handle_message("list them"), Failed)
+    root = await engine.store.sessions.root_frame(handler.session.id)
+    # A later turn that a crash cuts after its tool round is mid-turn again.
+    await engine.store.history.append_message(root.id, "user", "once more")
+    await engine.store.history.append_assistant(
+        root.id, AssistantRecord(content=""), [NewToolCall("c2", "list_files", "{}", "done", "")]
+    )
+    assert await engine.interrupted_sessions() == [handler.session.id]
