@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ __all__ = [
     "WaitingDelivery",
     "delivery_summary",
 ]
+
+log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
 
@@ -261,12 +264,22 @@ _MARK_HANDLED = Prepared(
 )
 
 
+_MAX_UPDATE_ID = 2**63 - 1
+
+
 def distinct_updates(updates: Sequence[Json], from_id: int | None = None) -> list[Json]:
-    """Updates with an integer id (``from_id`` or above), once each, in update_id order."""
+    """Updates with an integer id (``from_id`` or above), once each, in update_id order.
+
+    An id that is not a plain integer (``true``), or does not fit the 64-bit column, is
+    no update Telegram sends: it is dropped (logged) rather than failing the whole batch.
+    """
     by_id: dict[int, Json] = {}
     for update in updates:
-        update_id = update.get("update_id")
-        if isinstance(update_id, int) and (from_id is None or update_id >= from_id):
+        update_id = update.get("update_id") if isinstance(update, dict) else None
+        if type(update_id) is not int or not 0 <= update_id <= _MAX_UPDATE_ID:
+            log.warning("dropped an update with an unusable update_id: %.80r", update_id)
+            continue
+        if from_id is None or update_id >= from_id:
             by_id.setdefault(update_id, update)
     return [by_id[k] for k in sorted(by_id)]
 

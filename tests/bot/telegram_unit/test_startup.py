@@ -310,3 +310,14 @@ async def test_an_update_far_above_the_offset_is_handled_and_the_offset_follows(
     await run_until_drained(again, api2)
     assert api2.calls_to("get_updates")[0].args[0] == far + 2
     assert sink2.ids == [far, far + 1, far + 2]  # unhandled ones replayed, then the new one
+
+
+async def test_an_update_id_past_64_bits_or_not_an_integer_is_dropped_and_polling_goes_on(
+    sqlite_tg_store: TelegramStore,
+) -> None:
+    junk = [{"update_id": 2**63, "message": {}}, {"update_id": True, "message": {}}]
+    junk += [{"update_id": "7"}, {"update_id": -1}, "not an object"]  # type: ignore[list-item]
+    p, api, sink, _ = poller(sqlite_tg_store, [[*junk, upd(5)], [upd(6)]])
+    await run_until_drained(p, api)
+    assert sink.ids == [5, 6]  # the batch was stored, not retried forever
+    assert await sqlite_tg_store.last_update_id() == 6
