@@ -9,13 +9,11 @@ come out as the same core error, with a sane wait.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
 from bot.telegram.api import BotApi, NetworkError, RetryAfter, ServerError
-from bot.telegram.bindings.factory import make_bot_api
 from bot.telegram.errors import (
     RETRY_AFTER_DEFAULT_S,
     RETRY_AFTER_MAX_S,
@@ -27,28 +25,6 @@ from tests.fakes.telegram_server import OMIT, FakeTelegramServer
 
 TOKEN = "123456:TEST-token"
 CHAT = 42
-
-
-@pytest.fixture(scope="module")
-def _server() -> Iterator[FakeTelegramServer]:
-    with FakeTelegramServer() as server:
-        yield server
-
-
-@pytest.fixture
-def fake(_server: FakeTelegramServer) -> Iterator[FakeTelegramServer]:
-    _server.reset()
-    yield _server
-    _server.reset()
-
-
-@pytest.fixture(params=["ptb", "aiogram"])
-async def api(request: pytest.FixtureRequest, fake: FakeTelegramServer) -> AsyncIterator[BotApi]:
-    bot_api = make_bot_api(request.param, TOKEN, fake.base_url)
-    try:
-        yield bot_api
-    finally:
-        await bot_api.close()
 
 
 @pytest.mark.parametrize(

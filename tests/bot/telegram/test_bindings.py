@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -29,28 +28,6 @@ from tests.fakes.telegram_server import FakeTelegramServer, entity, inline_keybo
 TOKEN = "123456:TEST-token"
 CHAT = 42
 USER = 42
-
-
-@pytest.fixture(scope="module")
-def _server() -> Iterator[FakeTelegramServer]:
-    with FakeTelegramServer() as server:
-        yield server
-
-
-@pytest.fixture
-def fake(_server: FakeTelegramServer) -> Iterator[FakeTelegramServer]:
-    _server.reset()
-    yield _server
-    _server.reset()
-
-
-@pytest.fixture(params=["ptb", "aiogram"])
-async def api(request: pytest.FixtureRequest, fake: FakeTelegramServer) -> AsyncIterator[BotApi]:
-    bot_api = make_bot_api(request.param, TOKEN, fake.base_url)
-    try:
-        yield bot_api
-    finally:
-        await bot_api.close()
 
 
 async def test_get_me(api: BotApi) -> None:

@@ -17,19 +17,6 @@ TOKEN = "123456:TEST-token"
 CHAT = 42
 
 
-@pytest.fixture(scope="module")
-def _server() -> Iterator[FakeTelegramServer]:
-    with FakeTelegramServer() as server:
-        yield server
-
-
-@pytest.fixture
-def fake(_server: FakeTelegramServer) -> Iterator[FakeTelegramServer]:
-    _server.reset()
-    yield _server
-    _server.reset()
-
-
 @pytest.fixture
 def client(fake: FakeTelegramServer) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=f"{fake.base_url}/bot{TOKEN}/", timeout=10) as http:
