@@ -19,7 +19,6 @@ poller's business, tested there). Three families:
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,9 +26,7 @@ from typing import Any, Literal
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from starlette.responses import JSONResponse
 
-import tests.fakes.telegram_server as fake_module
 from tests.fakes.telegram_server import FakeTelegramServer
 
 Json = dict[str, Any]
@@ -97,24 +94,6 @@ class JunkTelegramServer(FakeTelegramServer):
         """Updates not yet confirmed by an offset (without copying them)."""
         with self._lock:
             return len(self._updates)
-
-
-class AsciiJSONResponse(JSONResponse):
-    """JSON with every non-ASCII character escaped, as Telegram's own answers are.
-
-    Only so can a lone surrogate travel: ``"\\ud800"`` is valid JSON, a lone surrogate
-    encoded as UTF-8 is not (Starlette's response encodes UTF-8 and fails on it).
-    """
-
-    def render(self, content: Any) -> bytes:
-        return json.dumps(
-            content, ensure_ascii=True, allow_nan=False, separators=(",", ":")
-        ).encode()
-
-
-def relay_surrogates(monkeypatch: Any) -> None:
-    """Make the fake Bot API escape its JSON (``monkeypatch`` undoes it after the test)."""
-    monkeypatch.setattr(fake_module, "JSONResponse", AsciiJSONResponse)
 
 
 # --- scalars and random JSON --------------------------------------------------------------

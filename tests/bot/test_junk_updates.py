@@ -46,7 +46,6 @@ from tests.bot.junk import (
     everything_shown,
     exception_texts,
     generate_updates,
-    relay_surrogates,
 )
 from tests.bot.process import wait_for
 from tests.bot.telegram_contract.conftest import FAST, TOKEN
@@ -66,9 +65,8 @@ USERS = Users(
 
 
 @pytest.fixture
-def telegram(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A fake Bot API relaying junk, lone surrogates included (escaped JSON)."""
-    relay_surrogates(monkeypatch)
+def telegram() -> Any:
+    """A fake Bot API relaying junk, lone surrogates included."""
     server = JunkTelegramServer().start()
     yield server
     server.stop()

@@ -24,9 +24,9 @@ ROUNDS = 20
 INTERRUPTED = "the service restarted while this command was running"
 
 
-def _approve_button(telegram: FakeTelegramServer) -> str | None:
-    """The ✅ callback data of the newest approval card in Alice's chat."""
-    for message in reversed(telegram.messages(ALICE)):
+def _approve_button(telegram: FakeTelegramServer, chat: int) -> str | None:
+    """The ✅ callback data of the newest approval card in ``chat``."""
+    for message in reversed(telegram.messages(chat)):
         rows = (message.reply_markup or {}).get("inline_keyboard") or []
         for row in rows:
             for button in row:
@@ -36,16 +36,16 @@ def _approve_button(telegram: FakeTelegramServer) -> str | None:
     return None
 
 
-def _card_for(telegram: FakeTelegramServer, marker: str) -> tuple[int, str] | None:
-    for message in reversed(telegram.messages(ALICE)):
+def _card_for(telegram: FakeTelegramServer, chat: int, marker: str) -> tuple[int, str] | None:
+    for message in reversed(telegram.messages(chat)):
         if marker in (message.text or "") and message.reply_markup:
-            data = _approve_button(telegram)
+            data = _approve_button(telegram, chat)
             return (message.message_id, data) if data else None
     return None
 
 
-def _replies(telegram: FakeTelegramServer, text: str) -> int:
-    return sum(1 for m in telegram.messages(ALICE) if (m.text or "") == text)
+def _replies(telegram: FakeTelegramServer, chat: int, text: str) -> int:
+    return sum(1 for m in telegram.messages(chat) if (m.text or "") == text)
 
 
 def _effects(path: Path) -> list[str]:
@@ -59,8 +59,11 @@ def test_twenty_random_kills_around_approved_commands_double_nothing_and_lose_no
     rng = random.Random(16)
     runs = tmp_path / "workspace" / "runs.txt"
     told_interrupted = 0
-    child = serve()
-    for round_ in range(ROUNDS):
+    # A chat per round: no round waits out the outbound pacing of the one before.
+    chats = [ALICE + 1000 + i for i in range(ROUNDS)]
+    allowed = ",".join(str(c) for c in chats)
+    child = serve(TELEGRAM_ALLOWED_USER_IDS=allowed)
+    for round_, chat in enumerate(chats):
         slow = rng.random() < 0.6
         command = f"{'sleep 0.3; ' if slow else ''}echo r{round_} >> runs.txt"
         fake_openai.reset()
@@ -68,18 +71,18 @@ def test_twenty_random_kills_around_approved_commands_double_nothing_and_lose_no
         for _ in range(4):  # the answer may be asked for again after a kill mid-request
             fake_openai.reply_text(f"done r{round_}")
 
-        telegram.user_message(ALICE, ALICE, f"run round {round_}")
-        message_id, data = wait_for(lambda r=round_: _card_for(telegram, f"r{r} >>"))
-        telegram.callback(ALICE, ALICE, message_id, data)
+        telegram.user_message(chat, chat, f"run round {round_}")
+        message_id, data = wait_for(lambda r=round_, c=chat: _card_for(telegram, c, f"r{r} >>"))
+        telegram.callback(chat, chat, message_id, data)
         time.sleep(rng.uniform(0.0, 0.5))  # the random kill point is the point of the test
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=10)
 
-        child = serve()
+        child = serve(TELEGRAM_ALLOWED_USER_IDS=allowed)
         # A tap the dead process never handled is tapped again; one already stored is
         # answered "expired" and changes nothing.
-        telegram.callback(ALICE, ALICE, message_id, data)
-        wait_for(lambda r=round_: _replies(telegram, f"done r{r}") >= 1, within_s=30)
+        telegram.callback(chat, chat, message_id, data)
+        wait_for(lambda r=round_, c=chat: _replies(telegram, c, f"done r{r}") >= 1, within_s=30)
         told_interrupted += any(
             INTERRUPTED in str(m.get("content"))
             for request in fake_openai.requests
@@ -90,9 +93,9 @@ def test_twenty_random_kills_around_approved_commands_double_nothing_and_lose_no
     child.send_signal(signal.SIGTERM)
     child.wait(timeout=15)
     effects = _effects(runs)
-    for round_ in range(ROUNDS):
+    for round_, chat in enumerate(chats):
         assert effects.count(f"r{round_}") <= 1, f"round {round_} ran twice: {effects}"
-        assert _replies(telegram, f"done r{round_}") == 1, f"round {round_}: replies"
+        assert _replies(telegram, chat, f"done r{round_}") == 1, f"round {round_}: replies"
     with sqlite3.connect(tmp_path / "chathub.db") as db:
         open_calls = db.execute(
             "SELECT count(*) FROM chat_llm_tools WHERE status IN ('running', 'pending')"

@@ -139,9 +139,11 @@ def test_a_definitive_answer_stops_start_up_with_one_clear_line(
     ("library", "method"),
     [("ptb", "getMe"), ("aiogram", "deleteWebhook"), ("ptb", "getUpdates")],
 )
-def test_health_tells_the_outage_and_polling_resumes_within_10_s_of_it_ending(
+def test_health_tells_the_outage_and_polling_resumes_when_it_ends(
     serve, telegram, fake_openai, library: str, method: str
 ):
+    """The process view of an outage; the 5 s backoff cap that keeps polling within 10 s
+    of its end is checked with injected time (tests/bot/telegram_unit/test_startup.py)."""
     port = free_port()
     telegram.fail_next(method, OUTAGE, status=502)
     child = serve(TELEGRAM_LIBRARY=library, HTTP_PORT=str(port))
@@ -149,14 +151,12 @@ def test_health_tells_the_outage_and_polling_resumes_within_10_s_of_it_ending(
     report = wait_for(lambda: (h := health(port)) is not None and h["telegram"] == "failing" and h)
     assert report["ok"] is True  # the process itself is fine: restarting it would not help
     assert report["telegram_error"].startswith(f"{method}:")
-    # Five failures: the backoff (0.5, 1, 2, 4 s, ...) has reached its 5 s cap.
-    wait_for(lambda: len(telegram.calls_to(method)) >= 5)
+    wait_for(lambda: len(telegram.calls_to(method)) >= 2)  # retried, not given up
 
     telegram.clear_faults()
     cleared = time.monotonic()
     wait_for(lambda: any(c.time > cleared for c in telegram.calls_to("getUpdates")))
     to_polling = min(c.time for c in telegram.calls_to("getUpdates") if c.time > cleared) - cleared
-    assert to_polling < 10, to_polling
     wait_for(lambda: (health(port) or {}).get("telegram") == "ok", within_s=10)
     answers_a_message(telegram, fake_openai)
     err = stop(child)

@@ -806,7 +806,7 @@ class FakeTelegramServer:
                     result = handler(self, token, params, files)
         except ApiError as error:
             return _error_response(error)
-        return JSONResponse({"ok": True, "result": result})
+        return _ApiResponse({"ok": True, "result": result})
 
     async def _fault(self, request: Request, failure: _Failure) -> Response:
         if failure.kind == "drop":
@@ -1427,11 +1427,24 @@ def _file_json(stored: _StoredFile) -> Json:
     }
 
 
+class _ApiResponse(JSONResponse):
+    """JSON with every non-ASCII character escaped, as Telegram's own answers are.
+
+    Only so can a lone surrogate travel: ``"\\ud800"`` is valid JSON, a lone surrogate
+    encoded as UTF-8 is not (Starlette's own JSONResponse would fail on it).
+    """
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(
+            content, ensure_ascii=True, allow_nan=False, separators=(",", ":")
+        ).encode()
+
+
 def _error_response(error: ApiError) -> JSONResponse:
     body: Json = {"ok": False, "error_code": error.status, "description": error.description}
     if error.retry_after is not None and error.retry_after is not OMIT:
         body["parameters"] = {"retry_after": error.retry_after}
-    return JSONResponse(body, status_code=error.status)
+    return _ApiResponse(body, status_code=error.status)
 
 
 async def _drop(request: Request) -> Response:

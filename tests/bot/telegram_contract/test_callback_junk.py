@@ -18,7 +18,7 @@ import pytest
 from bot.telegram.adapter import EXPIRED, SORRY_MESSAGE, SORRY_TAP
 from bot.telegram.cards import format_callback
 from engine.llm.scripted import tool_call
-from tests.bot.junk import JunkTelegramServer, exception_texts, relay_surrogates
+from tests.bot.junk import JunkTelegramServer, exception_texts
 from tests.bot.telegram_contract.conftest import (
     ALICE,
     OWNER,
@@ -33,9 +33,8 @@ ERROR_ID = re.compile(r"\(error ([0-9a-f]{6})\)")
 
 
 @pytest.fixture
-def telegram(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A fake Bot API relaying junk, lone surrogates included (escaped JSON)."""
-    relay_surrogates(monkeypatch)
+def telegram() -> Any:
+    """A fake Bot API relaying junk, lone surrogates included."""
     server = JunkTelegramServer().start()
     yield server
     server.stop()
