@@ -15,63 +15,43 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from bot.http.metrics import CONTENT_TYPE, read_snapshot, render
+from bot.http.models import (
+    MAX_BODY_BYTES,
+    MAX_ID,
+    ApprovalDecision,
+    ClarificationAnswer,
+    EventIn,
+    JobToggle,
+    RequestError,
+    SafeJSONResponse,
+    SessionsQuery,
+    ids_in_range,
+    json_body,
+    query_params,
+)
 from bot.http.operations import OperationError, Operations
 from bot.telegram.outbound import OutboundStats
-from engine.approval.broker import MAX_BYPASS_SECONDS, BypassRequest
+from engine.approval.broker import BypassRequest
 from engine.store.inbox import InboxItem
 from engine.store.schema import utcnow
-from engine.store.views import MAX_PAGE, MAX_PER_PAGE
 
 __all__ = ["API_DECIDER", "MAX_BODY_BYTES", "ApiRoutes", "error_status", "ids_in_range"]
 
-MAX_BODY_BYTES = 1024 * 1024
 #: Who a decision taken through the API is shown as on the chat's card.
 API_DECIDER = "the API"
-MAX_NOTE_CHARS = 4000
-
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-# -- request bodies ---------------------------------------------------------------------------
-
-
-class ApprovalDecision(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    action: Literal["approve", "reject"]
-    note: str = Field(default="", max_length=MAX_NOTE_CHARS)
-    bypass_secs: float | None = Field(default=None, gt=0, le=MAX_BYPASS_SECONDS)
-    bypass_scope: Literal["all", "category", "mcp_server"] | None = None
-    bypass_value: str | None = Field(default=None, max_length=255)
-
-
-class ClarificationAnswer(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    answer: str = Field(min_length=1, max_length=MAX_NOTE_CHARS)
-
-
-class JobToggle(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    enabled: bool | None = None
-
-
-class _BadRequest(Exception):
-    def __init__(self, response: Response) -> None:
-        self.response = response
-
-
-def _error(status: int, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": message, **extra}, status_code=status)
+def _error(status: int, message: str, **extra: Any) -> SafeJSONResponse:
+    return SafeJSONResponse({"error": message, **extra}, status_code=status)
 
 
 # -- the route table (also the OpenAPI document) ------------------------------------------------
@@ -85,33 +65,31 @@ class _Spec:
     summary: str
     body: type[BaseModel] | None = None
     responses: tuple[int, ...] = (200,)
-    query: tuple[tuple[str, dict[str, Any]], ...] = ()  # (name, JSON schema)
+    query: type[BaseModel] | None = None
 
 
 _SPECS = (
     _Spec("/api/sessions", "GET", "list_sessions", "Sessions, newest first, one page",
-          query=(("source", {"type": "string", "maxLength": 255}),
-                 ("page", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}),
-                 ("per_page", {"type": "integer", "minimum": 1, "maximum": MAX_PER_PAGE})),
+          query=SessionsQuery,
           responses=(200, 401, 422)),
-    _Spec("/api/sessions/{session_id:int}", "GET", "session_detail",
+    _Spec("/api/sessions/{session_id:id}", "GET", "session_detail",
           "A session and its whole message tree", responses=(200, 401, 404)),
     _Spec("/api/inbox", "GET", "inbox", "Pending approvals and open clarification questions",
           responses=(200, 401)),
-    _Spec("/api/inbox/approvals/{tool_call_id:int}/resolve", "POST", "resolve_approval",
+    _Spec("/api/inbox/approvals/{tool_call_id:id}/resolve", "POST", "resolve_approval",
           "Approve or reject a gated tool call", body=ApprovalDecision,
           responses=(200, 401, 404, 409, 413, 422)),
-    _Spec("/api/inbox/clarifications/{request_id:int}/resolve", "POST", "resolve_clarification",
+    _Spec("/api/inbox/clarifications/{request_id:id}/resolve", "POST", "resolve_clarification",
           "Answer an ask_user_clarification question", body=ClarificationAnswer,
           responses=(200, 401, 404, 409, 413, 422)),
     _Spec("/api/jobs", "GET", "list_jobs", "Scheduled jobs (not deleted)",
           responses=(200, 401, 503)),
-    _Spec("/api/jobs/{job_id:int}/toggle", "POST", "toggle_job",
+    _Spec("/api/jobs/{job_id:id}/toggle", "POST", "toggle_job",
           "Pause or resume a job (no body: flip)", body=JobToggle,
           responses=(200, 401, 404, 409, 413, 422, 503)),
-    _Spec("/api/jobs/{job_id:int}", "DELETE", "delete_job",
+    _Spec("/api/jobs/{job_id:id}", "DELETE", "delete_job",
           "Delete a job; a run in flight is cancelled", responses=(200, 401, 404, 503)),
-    _Spec("/api/jobs/{job_id:int}/kill", "POST", "kill_job",
+    _Spec("/api/jobs/{job_id:id}/kill", "POST", "kill_job",
           "Cancel the job's runs in flight (409 when none is running)",
           responses=(202, 401, 404, 409, 503)),
     _Spec("/metrics", "GET", "metrics", "Prometheus text metrics", responses=(200, 401)),
@@ -154,7 +132,7 @@ class ApiRoutes:
         @functools.wraps(handler)
         async def guarded(request: Request) -> Response:
             if not self._authorized(request):
-                return JSONResponse(
+                return SafeJSONResponse(
                     {"error": "missing or wrong bearer token"},
                     status_code=401,
                     headers={"www-authenticate": "Bearer"},
@@ -163,8 +141,8 @@ class ApiRoutes:
                 return _error(404, "no such id")
             try:
                 return await handler(request)
-            except _BadRequest as bad:
-                return bad.response
+            except RequestError as bad:
+                return bad.response()
             except OperationError as exc:
                 return _error(error_status(exc), str(exc), code=exc.code)
 
@@ -178,62 +156,21 @@ class ApiRoutes:
             value.strip().encode(), self._token
         )
 
-    async def _body(self, request: Request, model: type[BaseModel], *, optional: bool = False):
-        """The validated body; ``_BadRequest`` with 413 or 422 otherwise."""
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-            raise _BadRequest(_error(413, f"body over {MAX_BODY_BYTES} bytes"))
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise _BadRequest(_error(413, f"body over {MAX_BODY_BYTES} bytes"))
-            chunks.append(chunk)
-        raw = b"".join(chunks)
-        if optional and not raw.strip():
-            return model()
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise _BadRequest(_error(422, "body is not valid JSON")) from None
-        try:
-            return model.model_validate(data)
-        except ValidationError as exc:
-            detail = json.loads(exc.json(include_url=False, include_context=False))
-            raise _BadRequest(_error(422, "invalid body", detail=detail)) from None
-
-    def _int_query(self, request: Request, name: str, default: int) -> int:
-        value = request.query_params.get(name)
-        if value is None or value == "":
-            return default
-        try:
-            return int(value)
-        except ValueError:
-            raise _BadRequest(_error(422, f"{name}: an integer is required")) from None
-
     # -- sessions ------------------------------------------------------------------------------
 
     async def list_sessions(self, request: Request) -> Response:
-        source = request.query_params.get("source") or None
-        page = self._int_query(request, "page", 1)
-        per_page = self._int_query(request, "per_page", 20)
-        if source is not None and len(source) > 255:
-            return _error(422, "source: at most 255 characters")
-        try:
-            listing = await self.engine.store.views.list_sessions(
-                source=source, page=page, per_page=per_page
-            )
-        except ValueError as exc:
-            return _error(422, str(exc))
-        return JSONResponse(listing)
+        query = query_params(request, SessionsQuery)
+        listing = await self.engine.store.views.list_sessions(
+            source=query.source or None, page=query.page, per_page=query.per_page
+        )
+        return SafeJSONResponse(listing)
 
     async def session_detail(self, request: Request) -> Response:
         session_id = request.path_params["session_id"]
         detail = await self.engine.store.views.session_detail(session_id)
         if detail is None:
             return _error(404, f"session {session_id}: no such session")
-        return JSONResponse(detail)
+        return SafeJSONResponse(detail)
 
     # -- the inbox -----------------------------------------------------------------------------
 
@@ -241,7 +178,7 @@ class ApiRoutes:
         now = self._clock()
         approvals = [self._approval_json(item, now) for item in await self.ops.approvals()]
         questions = [self._question_json(item, now) for item in await self.ops.questions()]
-        return JSONResponse({"approvals": approvals, "clarifications": questions})
+        return SafeJSONResponse({"approvals": approvals, "clarifications": questions})
 
     @staticmethod
     def _common(item: InboxItem, now: datetime) -> dict[str, Any]:
@@ -270,7 +207,7 @@ class ApiRoutes:
 
     async def resolve_approval(self, request: Request) -> Response:
         tool_call_id = request.path_params["tool_call_id"]
-        body = await self._body(request, ApprovalDecision)
+        body = await json_body(request, ApprovalDecision)
         if body.action == "approve":
             bypass = None
             if body.bypass_scope is not None or body.bypass_secs is not None:
@@ -283,7 +220,7 @@ class ApiRoutes:
         else:
             decided = await self.ops.reject(tool_call_id, body.note, by=API_DECIDER)
         resolution = decided.resolution
-        return JSONResponse(
+        return SafeJSONResponse(
             {
                 "tool_call_id": resolution.tool_call_id,
                 "session_id": resolution.session_id,
@@ -294,10 +231,10 @@ class ApiRoutes:
 
     async def resolve_clarification(self, request: Request) -> Response:
         request_id = request.path_params["request_id"]
-        body = await self._body(request, ClarificationAnswer)
+        body = await json_body(request, ClarificationAnswer)
         decided = await self.ops.answer(request_id, body.answer)
         resolution = decided.resolution
-        return JSONResponse(
+        return SafeJSONResponse(
             {
                 "request_id": resolution.tool_call_id,
                 "session_id": resolution.session_id,
@@ -308,23 +245,23 @@ class ApiRoutes:
     # -- jobs ----------------------------------------------------------------------------------
 
     async def list_jobs(self, request: Request) -> Response:
-        return JSONResponse({"items": [view.as_json() for view in await self.ops.jobs()]})
+        return SafeJSONResponse({"items": [view.as_json() for view in await self.ops.jobs()]})
 
     async def toggle_job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
         await self.ops.job(job_id)  # 404 before the body is read
-        body = await self._body(request, JobToggle, optional=True)
-        return JSONResponse((await self.ops.toggle_job(job_id, body.enabled)).as_json())
+        body = await json_body(request, JobToggle, optional=True)
+        return SafeJSONResponse((await self.ops.toggle_job(job_id, body.enabled)).as_json())
 
     async def delete_job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
         await self.ops.delete_job(job_id)
-        return JSONResponse({"id": job_id, "deleted": True})
+        return SafeJSONResponse({"id": job_id, "deleted": True})
 
     async def kill_job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
         sessions = await self.ops.kill_job(job_id)
-        return JSONResponse({"id": job_id, "cancelled_sessions": sessions}, status_code=202)
+        return SafeJSONResponse({"id": job_id, "cancelled_sessions": sessions}, status_code=202)
 
     # -- metrics and the document --------------------------------------------------------------
 
@@ -336,7 +273,7 @@ class ApiRoutes:
         return Response(render(snapshot), media_type=CONTENT_TYPE)
 
     async def openapi(self, request: Request) -> Response:
-        return JSONResponse(openapi_document())
+        return SafeJSONResponse(openapi_document())
 
 
 def openapi_document() -> dict[str, Any]:
@@ -344,7 +281,7 @@ def openapi_document() -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     schemas: dict[str, Any] = {}
     for spec in _SPECS:
-        path = spec.path.replace(":int}", "}")
+        path = spec.path.replace(":id}", "}")
         operation: dict[str, Any] = {
             "operationId": spec.name,
             "summary": spec.summary,
@@ -357,14 +294,12 @@ def openapi_document() -> dict[str, Any]:
                 "name": name,
                 "in": "path",
                 "required": True,
-                "schema": {"type": "integer", "format": "int64", "minimum": 1},
+                "schema": {"type": "integer", "format": "int64", "minimum": 1, "maximum": MAX_ID},
             }
             for name in _path_names(spec.path)
         ]
-        parameters += [
-            {"name": name, "in": "query", "required": False, "schema": schema}
-            for name, schema in spec.query
-        ]
+        if spec.query is not None:
+            parameters += _query_parameters(spec.query)
         if parameters:
             operation["parameters"] = parameters
         if spec.body is not None:
@@ -389,16 +324,7 @@ def openapi_document() -> dict[str, Any]:
             },
         }
     }
-    schemas["Event"] = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["source", "type"],
-        "properties": {
-            "source": {"type": "string", "minLength": 1, "maxLength": 255},
-            "type": {"type": "string", "minLength": 1, "maxLength": 255},
-            "payload": {},
-        },
-    }
+    schemas["Event"] = EventIn.model_json_schema()
     paths["/healthz"] = {
         "get": {
             "operationId": "healthz",
@@ -431,6 +357,18 @@ _STATUS_TEXT = {
 }
 
 
+def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
+    """The model's fields as OpenAPI query parameters (optional, each given at most once)."""
+    properties = model.model_json_schema()["properties"]
+    parameters = []
+    for name, schema in properties.items():
+        schema = {key: value for key, value in schema.items() if key not in ("title", "default")}
+        if "anyOf" in schema:  # ``str | None``: the parameter is simply left out
+            schema = next(s for s in schema.pop("anyOf") if s.get("type") != "null") | schema
+        parameters.append({"name": name, "in": "query", "required": False, "schema": schema})
+    return parameters
+
+
 def _path_names(path: str) -> list[str]:
     return [part[1:].split(":")[0].rstrip("}") for part in path.split("/") if part.startswith("{")]
 
@@ -442,17 +380,6 @@ def _arguments(raw: str | None) -> Any:
         return json.loads(raw)
     except ValueError:
         return raw
-
-
-#: Ids are 64-bit signed integers in every database; a larger number names nothing.
-MAX_ID = 2**63 - 1
-
-
-def ids_in_range(request: Request) -> bool:
-    """Whether every integer path parameter can be an id (the database would overflow)."""
-    return all(
-        0 < value <= MAX_ID for value in request.path_params.values() if isinstance(value, int)
-    )
 
 
 def error_status(exc: OperationError) -> int:

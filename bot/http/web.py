@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from bot.http.api import ids_in_range
+from bot.http.models import ids_in_range
 from bot.http.operations import OperationError, Operations
 from bot.telegram.store import DeliverySummary
 from engine.approval.broker import SHORT_BYPASS_SECONDS, BypassRequest
@@ -100,11 +100,11 @@ class WebInbox:
     def routes(self) -> list[Route]:
         return [
             Route("/", self._page(self.inbox), methods=["GET"], name="web_inbox"),
-            Route("/sessions/{session_id:int}", self._page(self.session), methods=["GET"]),
-            Route("/approvals/{tool_call_id:int}", self._action(self.decide), methods=["POST"]),
-            Route("/questions/{request_id:int}", self._action(self.answer), methods=["POST"]),
-            Route("/jobs/{job_id:int}/toggle", self._action(self.toggle_job), methods=["POST"]),
-            Route("/jobs/{job_id:int}/delete", self._action(self.delete_job), methods=["POST"]),
+            Route("/sessions/{session_id:id}", self._page(self.session), methods=["GET"]),
+            Route("/approvals/{tool_call_id:id}", self._action(self.decide), methods=["POST"]),
+            Route("/questions/{request_id:id}", self._action(self.answer), methods=["POST"]),
+            Route("/jobs/{job_id:id}/toggle", self._action(self.toggle_job), methods=["POST"]),
+            Route("/jobs/{job_id:id}/delete", self._action(self.delete_job), methods=["POST"]),
             Route("/login", self.login_form, methods=["GET"]),
             Route("/login", self.login, methods=["POST"]),
             Route("/logout", self._action(self.logout), methods=["POST"]),
@@ -145,6 +145,8 @@ class WebInbox:
             form = await _form(request)
             if form is None:
                 return _plain(413, f"form over {MAX_FORM_BYTES} bytes")
+            if _REPEATED in form:
+                return _plain(400, "a form field is given more than once")
             if not hmac.compare_digest(form.get("csrf", "").encode(), self._csrf.encode()):
                 return _plain(403, "missing or wrong form token; reload the page")
             return await handler(request, form)
@@ -159,7 +161,11 @@ class WebInbox:
     async def login(self, request: Request) -> Response:
         if not _same_origin(request):
             return _plain(403, "cross-site request refused")
-        form = await _form(request) or {}
+        form = await _form(request)
+        if form is None:
+            return _plain(413, f"form over {MAX_FORM_BYTES} bytes")
+        if _REPEATED in form:
+            return _plain(400, "a form field is given more than once")
         given = form.get("token", "").strip().encode()
         if self._token is None or not hmac.compare_digest(given, self._token):
             return self._render("login.html", status=401, failed=self._token is not None)
@@ -346,7 +352,16 @@ async def _form(request: Request) -> dict[str, str] | None:
             return None
         chunks.append(chunk)
     body = b"".join(chunks).decode("utf-8", errors="replace")
-    return {key: value for key, value in parse_qsl(body, keep_blank_values=True)}
+    form: dict[str, str] = {}
+    for key, value in parse_qsl(body, keep_blank_values=True):
+        if key in form:  # a field given twice is refused, not decided by the last one
+            return {_REPEATED: key}
+        form[key] = value
+    return form
+
+
+#: Marks a form that named a field twice (``_form``); the key cannot come from a browser form.
+_REPEATED = "\x00repeated"
 
 
 def _back(code: str, item_id: int, *, ok: bool = True) -> Response:

@@ -1,0 +1,295 @@
+"""The one request validation layer of the HTTP app: bodies, query strings and path ids.
+
+Every JSON route reads its body through ``json_body`` and its query string through
+``query_params``; both end in a pydantic model, so the checks live in the models and the
+OpenAPI document is generated from the same models (``bot.http.api.openapi_document``).
+
+What is refused, always with a 4xx and one plain sentence (never an exception's text):
+
+* a body over the route's limit: 413, decided while reading (the ``content-length`` is
+  checked first, then the bytes as they arrive), before anything is parsed;
+* JSON that is not valid, carries a non-finite number (``NaN``, ``Infinity``, ``1e400``),
+  an integer of more than ``MAX_INT_DIGITS`` digits, nesting deeper than ``MAX_JSON_DEPTH``
+  or a lone UTF-16 surrogate (``"\\ud800"``): 422;
+* a query parameter given more than once (``per_page=abc&per_page=2``), or one that fails
+  the model: 422;
+* a path id that is not a positive 64-bit integer (``IdConvertor``: the route answers 404,
+  and a number of thousands of digits is never converted).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.convertors import Convertor, register_url_convertor
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from engine.approval.broker import MAX_BYPASS_SECONDS
+from engine.store.views import MAX_PAGE, MAX_PER_PAGE
+
+__all__ = [
+    "MAX_BODY_BYTES",
+    "MAX_ID",
+    "MAX_JSON_DEPTH",
+    "ApprovalDecision",
+    "ClarificationAnswer",
+    "EventIn",
+    "IdConvertor",
+    "JobToggle",
+    "RequestError",
+    "SafeJSONResponse",
+    "SessionsQuery",
+    "json_body",
+    "parse_json",
+    "query_params",
+    "read_body",
+]
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound="BaseModel")
+
+MAX_BODY_BYTES = 1024 * 1024
+#: Objects and arrays nested deeper than this are refused (no route needs more than 3).
+MAX_JSON_DEPTH = 32
+#: Integers longer than this are refused (an id or a count never needs 20 digits).
+MAX_INT_DIGITS = 40
+MAX_NOTE_CHARS = 4000
+#: Ids are 64-bit signed integers in every database; a larger number names nothing.
+MAX_ID = 2**63 - 1
+
+
+class RequestError(Exception):
+    """A request the layer refuses: ``status`` and one plain sentence."""
+
+    def __init__(self, status: int, message: str, detail: list[dict[str, Any]] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.detail = detail
+
+    def response(self) -> JSONResponse:
+        content: dict[str, Any] = {"error": self.message}
+        if self.detail is not None:
+            content["detail"] = self.detail
+        return SafeJSONResponse(content, status_code=self.status)
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSON whose text may hold a lone surrogate (from stored data): it is sent escaped."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(
+                content, ensure_ascii=True, allow_nan=False, separators=(",", ":")
+            ).encode("ascii")
+
+
+# -- request models ----------------------------------------------------------------------------
+
+
+class ApprovalDecision(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    action: Literal["approve", "reject"]
+    note: str = Field(default="", max_length=MAX_NOTE_CHARS)
+    bypass_secs: float | None = Field(default=None, gt=0, le=MAX_BYPASS_SECONDS)
+    bypass_scope: Literal["all", "category", "mcp_server"] | None = None
+    bypass_value: str | None = Field(default=None, max_length=255)
+
+
+class ClarificationAnswer(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    answer: str = Field(min_length=1, max_length=MAX_NOTE_CHARS)
+
+
+class JobToggle(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    enabled: bool | None = None
+
+
+class EventIn(BaseModel):
+    """``POST /api/events``: an event for the tic session."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    source: str = Field(min_length=1, max_length=255, pattern=r"\S")
+    type: str = Field(min_length=1, max_length=255, pattern=r"\S")
+    payload: Any = None
+
+
+class SessionsQuery(BaseModel):
+    """``GET /api/sessions``: the query string (every value arrives as text)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    source: str | None = Field(default=None, max_length=255)
+    page: int = Field(default=1, ge=1, le=MAX_PAGE)
+    per_page: int = Field(default=20, ge=1, le=MAX_PER_PAGE)
+
+
+# -- reading and parsing -----------------------------------------------------------------------
+
+
+async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The body's bytes; ``RequestError(413)`` as soon as it is known to exceed ``limit``."""
+    declared = request.headers.get("content-length", "").strip()
+    if declared.isdigit() and (len(declared) > 20 or int(declared) > limit):
+        raise RequestError(413, f"The body is over the limit of {limit} bytes.")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, f"The body is over the limit of {limit} bytes.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class _Refused(Exception):
+    pass
+
+
+def _constant(name: str) -> Any:
+    raise _Refused(f"Numbers must be finite; {name} is refused.")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused("Numbers must be finite; a number this large is refused.")
+    return value
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _Refused(f"Integers of more than {MAX_INT_DIGITS} digits are refused.")
+    return int(text)
+
+
+def parse_json(raw: bytes, *, surrogates: bool = False) -> Any:
+    """The JSON value of ``raw``, or ``RequestError(422)`` saying what is wrong with it."""
+    try:
+        data = json.loads(raw, parse_constant=_constant, parse_float=_float, parse_int=_int)
+    except _Refused as refused:
+        raise RequestError(422, str(refused)) from None
+    except RecursionError:
+        raise RequestError(422, _TOO_DEEP) from None
+    except ValueError:
+        raise RequestError(422, "body is not valid JSON") from None
+    _check_shape(data, surrogates=surrogates)
+    return data
+
+
+_TOO_DEEP = f"The JSON is nested too deeply (at most {MAX_JSON_DEPTH} levels)."
+
+
+def _check_shape(data: Any, *, surrogates: bool) -> None:
+    """Depth at most ``MAX_JSON_DEPTH``; no lone surrogate in any string (iterative walk)."""
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            if depth >= MAX_JSON_DEPTH:
+                raise RequestError(422, _TOO_DEEP)
+            for key, item in value.items():
+                _check_text(key, surrogates)
+                stack.append((item, depth + 1))
+        elif isinstance(value, list):
+            if depth >= MAX_JSON_DEPTH:
+                raise RequestError(422, _TOO_DEEP)
+            stack.extend((item, depth + 1) for item in value)
+        elif isinstance(value, str):
+            _check_text(value, surrogates)
+
+
+def _check_text(text: str, surrogates: bool) -> None:
+    if surrogates:
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError(
+            422, "The text holds a lone UTF-16 surrogate, which is not a character."
+        ) from None
+
+
+def validate(model: type[M], data: Any) -> M:
+    """``model`` from ``data``; ``RequestError(422)`` naming the first field at fault."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        detail = [
+            {
+                "loc": [part for part in error["loc"]],
+                "msg": error["msg"],
+                "type": error["type"],
+            }
+            for error in exc.errors(include_url=False, include_context=False, include_input=False)
+        ]
+        first = detail[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise RequestError(422, f"{where}: {first['msg']}.", detail) from None
+
+
+async def json_body(
+    request: Request, model: type[M], *, optional: bool = False, limit: int = MAX_BODY_BYTES
+) -> M:
+    """The request's body as ``model`` (``optional``: an empty body is the model's defaults)."""
+    raw = await read_body(request, limit)
+    if optional and not raw.strip():
+        return model()
+    return validate(model, parse_json(raw))
+
+
+def query_params(request: Request, model: type[M]) -> M:
+    """The query string as ``model``; a parameter of the model given twice is refused."""
+    values: dict[str, str] = {}
+    for name, value in request.query_params.multi_items():
+        if name not in model.model_fields:
+            continue
+        if name in values:
+            raise RequestError(422, f"{name}: given more than once.")
+        _check_text(value, False)
+        if len(value) > 1000:
+            raise RequestError(422, f"{name}: too long.")
+        if value != "":
+            values[name] = value
+    return validate(model, values)
+
+
+# -- path ids ----------------------------------------------------------------------------------
+
+
+class IdConvertor(Convertor[int]):
+    """``{name:id}``: digits as a positive 64-bit id; anything longer is out of range (0)."""
+
+    regex = "[0-9]+"
+
+    def convert(self, value: str) -> int:
+        digits = value.lstrip("0")
+        if len(digits) > 19:
+            return 0  # never converted: ``ids_in_range`` answers 404
+        return int(digits or "0")
+
+    def to_string(self, value: int) -> str:
+        return str(value)
+
+
+register_url_convertor("id", IdConvertor())
+
+
+def ids_in_range(request: Request) -> bool:
+    """Whether every integer path parameter can be an id (the database would overflow)."""
+    return all(
+        0 < value <= MAX_ID for value in request.path_params.values() if isinstance(value, int)
+    )
