@@ -27,12 +27,22 @@ from bot.http.models import (
     MAX_BODY_BYTES,
     MAX_ID,
     ApprovalDecision,
+    ApprovalResolved,
     ClarificationAnswer,
+    ClarificationResolved,
+    ErrorBody,
+    EventCreated,
     EventIn,
+    InboxListing,
+    JobDeleted,
+    JobKilled,
+    JobList,
     JobToggle,
     RequestError,
     SafeJSONResponse,
+    SessionsPage,
     SessionsQuery,
+    SessionTree,
     ids_in_range,
     json_body,
     query_params,
@@ -286,7 +296,8 @@ def openapi_document() -> dict[str, Any]:
             "operationId": spec.name,
             "summary": spec.summary,
             "responses": {
-                str(code): {"description": _STATUS_TEXT[code]} for code in spec.responses
+                str(code): _response(code, _ANSWERS.get(spec.name), schemas)
+                for code in spec.responses
             },
         }
         parameters = [
@@ -303,8 +314,7 @@ def openapi_document() -> dict[str, Any]:
         if parameters:
             operation["parameters"] = parameters
         if spec.body is not None:
-            schemas[spec.body.__name__] = spec.body.model_json_schema()
-            ref = {"$ref": f"#/components/schemas/{spec.body.__name__}"}
+            ref = _schema_ref(spec.body, schemas)
             operation["requestBody"] = {
                 "required": spec.body is not JobToggle,
                 "content": {"application/json": {"schema": ref}},
@@ -316,15 +326,14 @@ def openapi_document() -> dict[str, Any]:
             "summary": "An event for the tic session (served by the scheduler's endpoint)",
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Event"}}},
+                "content": {"application/json": {"schema": _schema_ref(EventIn, schemas)}},
             },
             "responses": {
-                "201": {"description": "Stored"},
-                **{str(code): {"description": _STATUS_TEXT[code]} for code in (401, 413, 422)},
+                "201": _response(201, EventCreated, schemas),
+                **{str(code): _response(code, None, schemas) for code in (401, 413, 422)},
             },
         }
     }
-    schemas["Event"] = EventIn.model_json_schema()
     paths["/healthz"] = {
         "get": {
             "operationId": "healthz",
@@ -345,8 +354,40 @@ def openapi_document() -> dict[str, Any]:
     }
 
 
+#: The success answer of each operation (the handlers build these shapes).
+_ANSWERS: dict[str, type[BaseModel]] = {
+    "list_sessions": SessionsPage,
+    "session_detail": SessionTree,
+    "inbox": InboxListing,
+    "resolve_approval": ApprovalResolved,
+    "resolve_clarification": ClarificationResolved,
+    "list_jobs": JobList,
+    "delete_job": JobDeleted,
+    "kill_job": JobKilled,
+}
+
+
+def _schema_ref(model: type[BaseModel], schemas: dict[str, Any]) -> dict[str, str]:
+    """``model``'s JSON schema put in ``components.schemas`` (its ``$defs`` beside it)."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(schema.pop("$defs", {}))
+    schemas[model.__name__] = schema
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def _response(code: int, answer: type[BaseModel] | None, schemas: dict[str, Any]) -> dict:
+    """One documented answer: errors are ``ErrorBody``, successes their model (or an object)."""
+    described: dict[str, Any] = {"description": _STATUS_TEXT[code]}
+    if code >= 400:
+        described["content"] = {"application/json": {"schema": _schema_ref(ErrorBody, schemas)}}
+    elif answer is not None:
+        described["content"] = {"application/json": {"schema": _schema_ref(answer, schemas)}}
+    return described
+
+
 _STATUS_TEXT = {
     200: "OK",
+    201: "Stored",
     202: "Accepted",
     401: "Missing or wrong bearer token",
     404: "Not found",

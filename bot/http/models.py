@@ -293,3 +293,83 @@ def ids_in_range(request: Request) -> bool:
     return all(
         0 < value <= MAX_ID for value in request.path_params.values() if isinstance(value, int)
     )
+
+
+# -- response models (the OpenAPI document's answers; the handlers build the same shapes) -----
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx of the JSON API."""
+
+    error: str
+    code: str | None = None
+    detail: list[dict[str, Any]] | None = None
+
+
+class _Waiting(BaseModel):
+    session_id: int
+    source: str
+    agent_id: str
+    depth: int
+    context_label: str | None
+    requested_at: str
+    age_s: float
+
+
+class PendingApproval(_Waiting):
+    tool_call_id: int
+    tool: str
+    arguments: Any
+
+
+class OpenQuestion(_Waiting):
+    request_id: int
+    question: Any
+
+
+class InboxListing(BaseModel):
+    approvals: list[PendingApproval]
+    clarifications: list[OpenQuestion]
+
+
+class SessionsPage(BaseModel):
+    items: list[dict[str, Any]]
+    total: int
+    page: int
+    per_page: int
+
+
+class SessionTree(BaseModel):
+    session: dict[str, Any]
+    messages: list[dict[str, Any]]
+
+
+class ApprovalResolved(BaseModel):
+    tool_call_id: int
+    session_id: int
+    action: Literal["approve", "reject"]
+    live: bool
+
+
+class ClarificationResolved(BaseModel):
+    request_id: int
+    session_id: int
+    live: bool
+
+
+class JobList(BaseModel):
+    items: list[dict[str, Any]]
+
+
+class JobDeleted(BaseModel):
+    id: int
+    deleted: bool
+
+
+class JobKilled(BaseModel):
+    id: int
+    cancelled_sessions: list[int]
+
+
+class EventCreated(BaseModel):
+    id: int
