@@ -35,7 +35,7 @@ from bot.telegram.api import (
     TelegramError,
 )
 from bot.telegram.health import TelegramHealth
-from bot.telegram.retrying import describe
+from bot.telegram.retrying import Backoff, describe
 from bot.telegram.store import OutboxRow, TelegramStore
 from engine.store.schema import utcnow
 
@@ -59,17 +59,14 @@ class Pacing:
 
 
 @dataclass(frozen=True, slots=True)
-class RetrySchedule:
-    """When a postponed delivery is tried again: ``first_s`` doubling up to ``cap_s``."""
+class RetrySchedule(Backoff):
+    """When a postponed delivery is tried again: ``first_s`` doubling up to ``cap_s``
+    (``delay(attempts)``: seconds from the ``attempts``-th failed attempt to the next)."""
 
     first_s: float = 1.0
     cap_s: float = 300.0
     #: A claimed row not settled within this (the process died mid-send) is due again.
     lease_s: float = 900.0
-
-    def delay(self, attempts: int) -> float:
-        """Seconds from the ``attempts``-th failed attempt to the next one."""
-        return min(self.first_s * 2.0 ** min(max(attempts, 1) - 1, 30), self.cap_s)
 
 
 # How long a delivered message waits for others before its delivery is recorded: a burst

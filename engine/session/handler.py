@@ -460,10 +460,8 @@ class ChatSessionHandler:
 
     async def _fail_orphans(self, transcript: FrameTranscript) -> None:
         """User/agent rows nobody answered (a /stop, a failure the user saw) leave the context."""
-        while (last := transcript.last_row()) is not None and last.role != "assistant":
-            await self._deps.store.history.mark_failed(last.id)
-            last.status = "failed"
-            transcript.drop_last(last.id)
+        for row in _drop_unanswered(transcript):
+            await self._deps.store.history.mark_failed(row.id)
 
     async def _fail_turn(self, env: TurnEnv, notice: str) -> None:
         """A failure the user is told about: its unanswered rows are marked ``failed`` in the
@@ -473,10 +471,7 @@ class ChatSessionHandler:
         unit = env.emitter.failure_unit(notice)
         await self._deps.store.history.fail_unanswered(env.frame.id, also=unit)
         failpoint("after_failed_turn")
-        transcript = env.transcript
-        while (last := transcript.last_row()) is not None and last.role != "assistant":
-            last.status = "failed"
-            transcript.drop_last(last.id)
+        _drop_unanswered(env.transcript)  # marked in the database just above
 
     def _env(
         self,
@@ -683,6 +678,16 @@ async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> Ca
         if await handle_tool_call(env, call, None) is CallFlow.CANCELLED:
             return CallFlow.CANCELLED
     return CallFlow.CONTINUE
+
+
+def _drop_unanswered(transcript: FrameTranscript) -> list[MessageRow]:
+    """Take the trailing user/agent rows nobody answered out of the transcript, as failed."""
+    dropped = []
+    while (last := transcript.last_row()) is not None and last.role != "assistant":
+        last.status = "failed"
+        transcript.drop_last(last.id)
+        dropped.append(last)
+    return dropped
 
 
 def _find_open_call(transcript: FrameTranscript, call_id: int | None) -> ToolCallRow | None:
