@@ -228,6 +228,10 @@ tool_approvals = Table(
     Column("decision", String(16)),
     Column("note", Text),
     Column("decided_at", UtcDateTime),
+    # Whose message started the turn that raised the call (0010): with APPROVERS
+    # requester+owner they and the owner may decide. NULL for background sessions.
+    Column("requester_id", String(64)),
+    Column("requester_name", String(255)),
     CheckConstraint(
         "decision IS NULL OR decision IN ('approved', 'rejected')", name="ck_approvals_decision"
     ),
