@@ -412,3 +412,14 @@ notification_log = Table(
     Column("created_at", UtcDateTime, nullable=False),
     Index("ix_notification_log", "fingerprint", "created_at"),
 )
+
+web_signins = Table(
+    "web_signins",
+    metadata,
+    Column("id_hash", String(64), primary_key=True),  # sha256 of the cookie's id, never the id
+    Column("token_fingerprint", String(64), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("last_seen_at", UtcDateTime, nullable=False),
+    Column("address", String(64)),
+    Column("user_agent", String(255)),
+)
