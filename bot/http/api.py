@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -33,8 +33,10 @@ from bot.http.models import (
     ErrorBody,
     EventCreated,
     EventIn,
+    HealthReport,
     InboxListing,
     JobDeleted,
+    JobItem,
     JobKilled,
     JobList,
     JobToggle,
@@ -49,11 +51,20 @@ from bot.http.models import (
 )
 from bot.http.operations import OperationError, Operations
 from bot.telegram.outbound import OutboundStats
-from engine.approval.broker import BypassRequest
 from engine.store.inbox import InboxItem
 from engine.store.schema import utcnow
 
-__all__ = ["API_DECIDER", "MAX_BODY_BYTES", "ApiRoutes", "error_status", "ids_in_range"]
+__all__ = [
+    "API_DECIDER",
+    "MAX_BODY_BYTES",
+    "OPERATIONS",
+    "ApiRoutes",
+    "Operation",
+    "error_status",
+    "ids_in_range",
+    "openapi_document",
+    "operation",
+]
 
 #: Who a decision taken through the API is shown as on the chat's card.
 API_DECIDER = "the API"
@@ -68,43 +79,70 @@ def _error(status: int, message: str, **extra: Any) -> SafeJSONResponse:
 
 
 @dataclass(frozen=True, slots=True)
-class _Spec:
+class Operation:
+    """One documented operation: its route, body, query string and answers.
+
+    ``served_by`` says who handles it: ``api`` (a method of ``ApiRoutes`` named ``name``),
+    ``events`` (``EventsEndpoint``) or ``health`` (``create_app``'s ``/healthz``). The
+    routes and the OpenAPI document are both built from ``OPERATIONS``.
+    """
+
     path: str
     method: str
     name: str
     summary: str
+    status: int = 200
+    answer: type[BaseModel] | None = None
+    errors: tuple[int, ...] = (401,)
     body: type[BaseModel] | None = None
-    responses: tuple[int, ...] = (200,)
+    body_required: bool = True
     query: type[BaseModel] | None = None
+    served_by: Literal["api", "events", "health"] = "api"
+    secured: bool = True
+
+    @property
+    def document_path(self) -> str:
+        return self.path.replace(":id}", "}")
 
 
-_SPECS = (
-    _Spec("/api/sessions", "GET", "list_sessions", "Sessions, newest first, one page",
-          query=SessionsQuery,
-          responses=(200, 401, 422)),
-    _Spec("/api/sessions/{session_id:id}", "GET", "session_detail",
-          "A session and its whole message tree", responses=(200, 401, 404)),
-    _Spec("/api/inbox", "GET", "inbox", "Pending approvals and open clarification questions",
-          responses=(200, 401)),
-    _Spec("/api/inbox/approvals/{tool_call_id:id}/resolve", "POST", "resolve_approval",
-          "Approve or reject a gated tool call", body=ApprovalDecision,
-          responses=(200, 401, 404, 409, 413, 422)),
-    _Spec("/api/inbox/clarifications/{request_id:id}/resolve", "POST", "resolve_clarification",
-          "Answer an ask_user_clarification question", body=ClarificationAnswer,
-          responses=(200, 401, 404, 409, 413, 422)),
-    _Spec("/api/jobs", "GET", "list_jobs", "Scheduled jobs (not deleted)",
-          responses=(200, 401, 503)),
-    _Spec("/api/jobs/{job_id:id}/toggle", "POST", "toggle_job",
-          "Pause or resume a job (no body: flip)", body=JobToggle,
-          responses=(200, 401, 404, 409, 413, 422, 503)),
-    _Spec("/api/jobs/{job_id:id}", "DELETE", "delete_job",
-          "Delete a job; a run in flight is cancelled", responses=(200, 401, 404, 503)),
-    _Spec("/api/jobs/{job_id:id}/kill", "POST", "kill_job",
-          "Cancel the job's runs in flight (409 when none is running)",
-          responses=(202, 401, 404, 409, 503)),
-    _Spec("/metrics", "GET", "metrics", "Prometheus text metrics", responses=(200, 401)),
-    _Spec("/api/openapi.json", "GET", "openapi", "This document", responses=(200, 401)),
+OPERATIONS = (
+    Operation("/api/sessions", "GET", "list_sessions", "Sessions, newest first, one page",
+              answer=SessionsPage, query=SessionsQuery, errors=(401, 422)),
+    Operation("/api/sessions/{session_id:id}", "GET", "session_detail",
+              "A session and its whole message tree", answer=SessionTree, errors=(401, 404)),
+    Operation("/api/inbox", "GET", "inbox", "Pending approvals and open clarification questions",
+              answer=InboxListing),
+    Operation("/api/inbox/approvals/{tool_call_id:id}/resolve", "POST", "resolve_approval",
+              "Approve or reject a gated tool call", answer=ApprovalResolved,
+              body=ApprovalDecision, errors=(401, 404, 409, 413, 422)),
+    Operation("/api/inbox/clarifications/{request_id:id}/resolve", "POST",
+              "resolve_clarification", "Answer an ask_user_clarification question",
+              answer=ClarificationResolved, body=ClarificationAnswer,
+              errors=(401, 404, 409, 413, 422)),
+    Operation("/api/jobs", "GET", "list_jobs", "Scheduled jobs (not deleted)", answer=JobList,
+              errors=(401, 503)),
+    Operation("/api/jobs/{job_id:id}/toggle", "POST", "toggle_job",
+              "Pause or resume a job (no body: flip)", answer=JobItem, body=JobToggle,
+              body_required=False, errors=(401, 404, 409, 413, 422, 503)),
+    Operation("/api/jobs/{job_id:id}", "DELETE", "delete_job",
+              "Delete a job; a run in flight is cancelled", answer=JobDeleted,
+              errors=(401, 404, 503)),
+    Operation("/api/jobs/{job_id:id}/kill", "POST", "kill_job",
+              "Cancel the job's runs in flight (409 when none is running)", status=202,
+              answer=JobKilled, errors=(401, 404, 409, 503)),
+    Operation("/api/events", "POST", "post_event",
+              "An event for the tic session (served by the scheduler's endpoint)", status=201,
+              answer=EventCreated, body=EventIn, errors=(401, 413, 422), served_by="events"),
+    Operation("/metrics", "GET", "metrics", "Prometheus text metrics"),
+    Operation("/api/openapi.json", "GET", "openapi", "This document"),
+    Operation("/healthz", "GET", "healthz", "Liveness (no token); 503 with the same report",
+              answer=HealthReport, errors=(), served_by="health", secured=False),
 )  # fmt: skip
+
+
+def operation(name: str) -> Operation:
+    """The documented operation called ``name``."""
+    return next(spec for spec in OPERATIONS if spec.name == name)
 
 
 class ApiRoutes:
@@ -133,7 +171,8 @@ class ApiRoutes:
                 methods=[spec.method],
                 name=f"api_{spec.name}",
             )
-            for spec in _SPECS
+            for spec in OPERATIONS
+            if spec.served_by == "api"
         ]
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -217,24 +256,18 @@ class ApiRoutes:
 
     async def resolve_approval(self, request: Request) -> Response:
         tool_call_id = request.path_params["tool_call_id"]
-        body = await json_body(request, ApprovalDecision)
-        if body.action == "approve":
-            bypass = None
-            if body.bypass_scope is not None or body.bypass_secs is not None:
-                bypass = BypassRequest(
-                    scope=body.bypass_scope or "all",
-                    value=body.bypass_value,
-                    seconds=body.bypass_secs,
-                )
-            decided = await self.ops.approve(tool_call_id, bypass, by=API_DECIDER)
+        decision = await json_body(request, ApprovalDecision)
+        action = decision.root.action
+        if action == "approve":
+            decided = await self.ops.approve(tool_call_id, decision.bypass(), by=API_DECIDER)
         else:
-            decided = await self.ops.reject(tool_call_id, body.note, by=API_DECIDER)
+            decided = await self.ops.reject(tool_call_id, decision.root.note, by=API_DECIDER)
         resolution = decided.resolution
         return SafeJSONResponse(
             {
                 "tool_call_id": resolution.tool_call_id,
                 "session_id": resolution.session_id,
-                "action": body.action,
+                "action": action,
                 "live": resolution.live,
             }
         )
@@ -287,61 +320,11 @@ class ApiRoutes:
 
 
 def openapi_document() -> dict[str, Any]:
-    """OpenAPI 3.1 for the routes of ``ApiRoutes`` (bearer auth on all of them)."""
+    """OpenAPI 3.1 for ``OPERATIONS`` (bearer auth on all but ``/healthz``)."""
     paths: dict[str, dict[str, Any]] = {}
     schemas: dict[str, Any] = {}
-    for spec in _SPECS:
-        path = spec.path.replace(":id}", "}")
-        operation: dict[str, Any] = {
-            "operationId": spec.name,
-            "summary": spec.summary,
-            "responses": {
-                str(code): _response(code, _ANSWERS.get(spec.name), schemas)
-                for code in spec.responses
-            },
-        }
-        parameters = [
-            {
-                "name": name,
-                "in": "path",
-                "required": True,
-                "schema": {"type": "integer", "format": "int64", "minimum": 1, "maximum": MAX_ID},
-            }
-            for name in _path_names(spec.path)
-        ]
-        if spec.query is not None:
-            parameters += _query_parameters(spec.query)
-        if parameters:
-            operation["parameters"] = parameters
-        if spec.body is not None:
-            ref = _schema_ref(spec.body, schemas)
-            operation["requestBody"] = {
-                "required": spec.body is not JobToggle,
-                "content": {"application/json": {"schema": ref}},
-            }
-        paths.setdefault(path, {})[spec.method.lower()] = operation
-    paths["/api/events"] = {
-        "post": {
-            "operationId": "post_event",
-            "summary": "An event for the tic session (served by the scheduler's endpoint)",
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": _schema_ref(EventIn, schemas)}},
-            },
-            "responses": {
-                "201": _response(201, EventCreated, schemas),
-                **{str(code): _response(code, None, schemas) for code in (401, 413, 422)},
-            },
-        }
-    }
-    paths["/healthz"] = {
-        "get": {
-            "operationId": "healthz",
-            "summary": "Liveness (no token)",
-            "security": [],
-            "responses": {"200": {"description": "OK"}, "503": {"description": "Unhealthy"}},
-        }
-    }
+    for spec in OPERATIONS:
+        paths.setdefault(spec.document_path, {})[spec.method.lower()] = _operation(spec, schemas)
     return {
         "openapi": "3.1.0",
         "info": {"title": "chathub API", "version": "1"},
@@ -354,17 +337,37 @@ def openapi_document() -> dict[str, Any]:
     }
 
 
-#: The success answer of each operation (the handlers build these shapes).
-_ANSWERS: dict[str, type[BaseModel]] = {
-    "list_sessions": SessionsPage,
-    "session_detail": SessionTree,
-    "inbox": InboxListing,
-    "resolve_approval": ApprovalResolved,
-    "resolve_clarification": ClarificationResolved,
-    "list_jobs": JobList,
-    "delete_job": JobDeleted,
-    "kill_job": JobKilled,
-}
+def _operation(spec: Operation, schemas: dict[str, Any]) -> dict[str, Any]:
+    described: dict[str, Any] = {
+        "operationId": spec.name,
+        "summary": spec.summary,
+        "responses": {str(spec.status): _response(spec.status, spec.answer, schemas)},
+    }
+    if not spec.secured:
+        described["security"] = []
+    for code in spec.errors:
+        described["responses"][str(code)] = _response(code, ErrorBody, schemas)
+    if spec.served_by == "health":  # unhealthy: the same report
+        described["responses"]["503"] = _response(503, spec.answer, schemas)
+    parameters = [
+        {
+            "name": name,
+            "in": "path",
+            "required": True,
+            "schema": {"type": "integer", "format": "int64", "minimum": 1, "maximum": MAX_ID},
+        }
+        for name in _path_names(spec.path)
+    ]
+    if spec.query is not None:
+        parameters += _query_parameters(spec.query)
+    if parameters:
+        described["parameters"] = parameters
+    if spec.body is not None:
+        described["requestBody"] = {
+            "required": spec.body_required,
+            "content": {"application/json": {"schema": _schema_ref(spec.body, schemas)}},
+        }
+    return described
 
 
 def _schema_ref(model: type[BaseModel], schemas: dict[str, Any]) -> dict[str, str]:
@@ -376,11 +379,9 @@ def _schema_ref(model: type[BaseModel], schemas: dict[str, Any]) -> dict[str, st
 
 
 def _response(code: int, answer: type[BaseModel] | None, schemas: dict[str, Any]) -> dict:
-    """One documented answer: errors are ``ErrorBody``, successes their model (or an object)."""
+    """One documented answer: its model's schema (none: not JSON, e.g. the metrics' text)."""
     described: dict[str, Any] = {"description": _STATUS_TEXT[code]}
-    if code >= 400:
-        described["content"] = {"application/json": {"schema": _schema_ref(ErrorBody, schemas)}}
-    elif answer is not None:
+    if answer is not None:
         described["content"] = {"application/json": {"schema": _schema_ref(answer, schemas)}}
     return described
 
@@ -394,7 +395,7 @@ _STATUS_TEXT = {
     409: "Conflict (already resolved, or nothing to do)",
     413: "Body too large",
     422: "Invalid input",
-    503: "Not available in this process",
+    503: "Not available in this process (or, for /healthz, unhealthy)",
 }
 
 

@@ -9,12 +9,21 @@ from typing import Any
 from urllib.parse import urlparse
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Match, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from bot.http.api import ApiRoutes
-from bot.http.models import EventIn, RequestError, json_body, parse_json, read_body
+from bot.http.api import ApiRoutes, operation
+from bot.http.models import (
+    EventIn,
+    RequestError,
+    SafeJSONResponse,
+    json_body,
+    parse_json,
+    read_body,
+)
 from bot.http.web import WebInbox
 from bot.telegram.poller import UpdateSink
 from bot.telegram.store import TelegramStore
@@ -25,6 +34,7 @@ __all__ = [
     "LOOPBACK_HOSTS",
     "ApiExposureError",
     "ApiRoutes",
+    "InternalErrors",
     "TelegramWebhook",
     "WebInbox",
     "check_api_exposure",
@@ -102,6 +112,47 @@ class EventsEndpoint:
         return JSONResponse({"id": event_id}, status_code=201)
 
 
+class InternalErrors:
+    """An exception no route handled: logged with an id, answered 500 with one sentence.
+
+    JSON ``{"error": "internal error (id …)"}`` everywhere but on the page's routes
+    (``pages``), which get the same sentence as plain text. The exception's text and
+    traceback go to the log only. An exception after the answer started is logged and the
+    connection ends (nothing more can be said).
+    """
+
+    def __init__(self, app: ASGIApp, *, pages: list[Route] | tuple[Route, ...] = ()) -> None:
+        self.app = app
+        self.pages = tuple(pages)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception:
+            error_id = secrets.token_hex(6)
+            log.exception(
+                "internal error %s on %s %s", error_id, scope.get("method"), scope.get("path")
+            )
+            if not started:
+                await self._answer(scope, error_id)(scope, receive, send)
+
+    def _answer(self, scope: Scope, error_id: str) -> Response:
+        sentence = f"internal error (id {error_id})"
+        if any(route.matches(scope)[0] is not Match.NONE for route in self.pages):
+            return PlainTextResponse(f"Sorry, an {sentence}.", status_code=500)
+        return JSONResponse({"error": sentence}, status_code=500)
+
+
 class ApiExposureError(ValueError):
     """The API would be reachable beyond this machine without a token."""
 
@@ -128,18 +179,24 @@ def create_app(
     if web is not None:
         check_api_exposure(host, web.token)
     routes: list[Route] = []
+    pages: list[Route] = web.routes() if web is not None else []
     if api is not None:
         routes.extend(api.routes())
-    if web is not None:
-        routes.extend(web.routes())
+    routes.extend(pages)
     if events is not None:
-        routes.append(Route("/api/events", events.handle, methods=["POST"]))
+        routes.append(_route("post_event", events.handle))
     if webhook is not None:
         routes.append(Route(webhook_path(webhook_url), webhook.handle, methods=["POST"]))
 
     async def healthz(_request: Request) -> JSONResponse:
         report = await health() if health is not None else {"ok": True}
-        return JSONResponse(report, status_code=200 if report.get("ok") else 503)
+        return SafeJSONResponse(report, status_code=200 if report.get("ok") else 503)
 
-    routes.append(Route("/healthz", healthz, methods=["GET"]))
-    return Starlette(routes=routes)
+    routes.append(_route("healthz", healthz))
+    return Starlette(routes=routes, middleware=[Middleware(InternalErrors, pages=pages)])
+
+
+def _route(name: str, endpoint: Callable[[Request], Awaitable[JSONResponse]]) -> Route:
+    """The route of the documented operation ``name`` (``bot.http.api.OPERATIONS``)."""
+    spec = operation(name)
+    return Route(spec.path, endpoint, methods=[spec.method], name=name)

@@ -22,25 +22,39 @@ from __future__ import annotations
 import json
 import logging
 import math
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    RootModel,
+    Tag,
+    ValidationError,
+)
+from pydantic.json_schema import SkipJsonSchema
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from engine.approval.broker import MAX_BYPASS_SECONDS
+from engine.approval.broker import MAX_BYPASS_SECONDS, BypassRequest
 from engine.store.views import MAX_PAGE, MAX_PER_PAGE
+from engine.tools.base import ToolCategory
 
 __all__ = [
     "MAX_BODY_BYTES",
     "MAX_ID",
     "MAX_JSON_DEPTH",
     "ApprovalDecision",
+    "Approve",
+    "ApproveCategory",
+    "ApproveMcpServer",
     "ClarificationAnswer",
     "EventIn",
     "IdConvertor",
     "JobToggle",
+    "Reject",
     "RequestError",
     "SafeJSONResponse",
     "SessionsQuery",
@@ -60,6 +74,8 @@ MAX_JSON_DEPTH = 32
 #: Integers longer than this are refused (an id or a count never needs 20 digits).
 MAX_INT_DIGITS = 40
 MAX_NOTE_CHARS = 4000
+#: A shorter bypass would last no time at all (``timedelta``'s resolution).
+MIN_BYPASS_SECONDS = 1e-6
 #: Ids are 64-bit signed integers in every database; a larger number names nothing.
 MAX_ID = 2**63 - 1
 
@@ -95,32 +111,128 @@ class SafeJSONResponse(JSONResponse):
 # -- request models ----------------------------------------------------------------------------
 
 
-class ApprovalDecision(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, regex_engine="python-re")
+
+
+#: How long a bypass may last: from the clock's resolution (a microsecond) to a year.
+_BypassSecs = Annotated[float, Field(ge=MIN_BYPASS_SECONDS, le=MAX_BYPASS_SECONDS)]
+#: An MCP server's name as a bypass names it: not empty, no ``__`` and no ``*``.
+MCP_SERVER_PATTERN = r"^_?(?:[^_*]_?)*$"
+
+
+class Reject(_Body):
+    """Reject the call; ``note`` is passed on to the model."""
+
+    action: Literal["reject"]
+    note: str = Field(default="", max_length=MAX_NOTE_CHARS)
+
+
+class _Approve(_Body):
+    action: Literal["approve"]
+    note: str = Field(default="", max_length=MAX_NOTE_CHARS, description="Ignored on approve.")
+    bypass_secs: _BypassSecs | None = None
+
+
+class Approve(_Approve):
+    """Approve the call; with ``bypass_secs`` or ``bypass_scope: all`` every later gated call
+    of the session runs without asking (for ``bypass_secs``, or while the process lives)."""
+
+    bypass_scope: Literal["all"] | None = None
+    bypass_value: None = None
+
+
+class ApproveCategory(_Approve):
+    """Approve the call, and let the session's later calls of one tool category through."""
+
+    bypass_scope: Literal["category"]
+    bypass_value: Literal[tuple(category.value for category in ToolCategory)]  # type: ignore[valid-type]
+
+
+class ApproveMcpServer(_Approve):
+    """Approve the call, and let the session's later calls of one MCP server through."""
+
+    bypass_scope: Literal["mcp_server"]
+    bypass_value: str = Field(min_length=1, max_length=255, pattern=MCP_SERVER_PATTERN)
+
+
+_SCOPES = {"all": "approve", None: "approve", "category": "category", "mcp_server": "mcp_server"}
+
+
+def _decision_tag(data: Any) -> str | None:
+    """Which variant ``data`` means (``invalid``: an unknown action or scope, explained)."""
+    if isinstance(data, BaseModel):
+        return _TAGS[type(data)]
+    if not isinstance(data, dict):
+        return None
+    action, scope = data.get("action"), data.get("bypass_scope")
+    if action == "reject":
+        return "reject"
+    if action != "approve" or not isinstance(scope, str | None) or scope not in _SCOPES:
+        return "invalid"
+    return _SCOPES[scope]
+
+
+class _InvalidDecision(BaseModel):
+    """Never valid: names what is wrong with an unknown ``action`` or ``bypass_scope``."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
 
     action: Literal["approve", "reject"]
-    note: str = Field(default="", max_length=MAX_NOTE_CHARS)
-    bypass_secs: float | None = Field(default=None, gt=0, le=MAX_BYPASS_SECONDS)
     bypass_scope: Literal["all", "category", "mcp_server"] | None = None
-    bypass_value: str | None = Field(default=None, max_length=255)
 
 
-class ClarificationAnswer(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+_TAGS: dict[type[BaseModel], str] = {
+    Reject: "reject",
+    Approve: "approve",
+    ApproveCategory: "category",
+    ApproveMcpServer: "mcp_server",
+}
 
+
+class ApprovalDecision(RootModel[Any]):
+    """``POST /api/inbox/approvals/{id}/resolve``: one of the variants, picked by ``action``
+    and ``bypass_scope`` (so a bypass's value is exactly what its scope takes)."""
+
+    root: Annotated[
+        Annotated[Reject, Tag("reject")]
+        | Annotated[Approve, Tag("approve")]
+        | Annotated[ApproveCategory, Tag("category")]
+        | Annotated[ApproveMcpServer, Tag("mcp_server")]
+        | Annotated[SkipJsonSchema[_InvalidDecision], Tag("invalid")],
+        Discriminator(
+            _decision_tag,
+            custom_error_type="not_an_object",
+            custom_error_message="Input should be an object",
+        ),
+    ]
+    #: Tags of the union (``validate`` drops them from an error's location).
+    union_tags: ClassVar[frozenset[str]] = frozenset({*_TAGS.values(), "invalid"})
+
+    def bypass(self) -> BypassRequest | None:
+        """The bypass an approval asks for (None: none, or a rejection)."""
+        decision = self.root
+        if isinstance(decision, Reject):
+            return None
+        if decision.bypass_scope is None and decision.bypass_secs is None:
+            return None
+        return BypassRequest(
+            scope=decision.bypass_scope or "all",
+            value=decision.bypass_value,
+            seconds=decision.bypass_secs,
+        )
+
+
+class ClarificationAnswer(_Body):
     answer: str = Field(min_length=1, max_length=MAX_NOTE_CHARS)
 
 
-class JobToggle(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class JobToggle(_Body):
     enabled: bool | None = None
 
 
-class EventIn(BaseModel):
+class EventIn(_Body):
     """``POST /api/events``: an event for the tic session."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
 
     source: str = Field(min_length=1, max_length=255, pattern=r"\S")
     type: str = Field(min_length=1, max_length=255, pattern=r"\S")
@@ -130,7 +242,7 @@ class EventIn(BaseModel):
 class SessionsQuery(BaseModel):
     """``GET /api/sessions``: the query string (every value arrives as text)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", regex_engine="python-re")
 
     source: str | None = Field(default=None, max_length=255)
     page: int = Field(default=1, ge=1, le=MAX_PAGE)
@@ -228,9 +340,10 @@ def validate(model: type[M], data: Any) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
+        tags = getattr(model, "union_tags", frozenset())
         detail = [
             {
-                "loc": [part for part in error["loc"]],
+                "loc": _location(error["loc"], tags),
                 "msg": error["msg"],
                 "type": error["type"],
             }
@@ -239,6 +352,11 @@ def validate(model: type[M], data: Any) -> M:
         first = detail[0]
         where = ".".join(str(part) for part in first["loc"]) or "body"
         raise RequestError(422, f"{where}: {first['msg']}.", detail) from None
+
+
+def _location(loc: tuple[int | str, ...], tags: frozenset[str]) -> list[int | str]:
+    """The error's location in the body, without the union's tag that pydantic puts first."""
+    return list(loc[1:] if loc and loc[0] in tags else loc)
 
 
 async def json_body(
@@ -332,16 +450,96 @@ class InboxListing(BaseModel):
     clarifications: list[OpenQuestion]
 
 
+class SessionSummary(BaseModel):
+    """A session in ``GET /api/sessions`` (``engine.store.views``)."""
+
+    id: int
+    source: str
+    agent_id: str
+    is_ephemeral: bool
+    is_interactive: bool
+    context_label: str | None
+    created_at: str | None
+    message_count: int
+    last_message_at: str | None
+
+
 class SessionsPage(BaseModel):
-    items: list[dict[str, Any]]
+    items: list[SessionSummary]
     total: int
     page: int
     per_page: int
 
 
+class SessionInfo(BaseModel):
+    id: int
+    source: str
+    agent_id: str
+    is_interactive: bool
+    is_ephemeral: bool
+    context_label: str | None
+    created_at: str | None
+
+
+class UserRow(BaseModel):
+    kind: Literal["user"]
+    id: int
+    content: str | None
+    is_synthetic: bool
+    status: str
+    created_at: str | None
+    attachments: list[Any]
+
+
+class AssistantRow(BaseModel):
+    """An answer of the model (``thinking``: it called tools, listed right after it)."""
+
+    kind: Literal["assistant", "thinking"]
+    id: int
+    content: str | None
+    reasoning: str | None
+    created_at: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    model: str | None
+    is_synthetic: bool
+    depth: int
+
+
+class ToolRow(BaseModel):
+    kind: Literal["tool"]
+    id: int
+    name: str
+    arguments: Any
+    status: str
+    result: str | None
+    depth: int
+
+
+class AgentStartRow(BaseModel):
+    """A sub-agent's frame begins (``content``: its prompt)."""
+
+    kind: Literal["agent"]
+    agent_id: str
+    depth: int
+    content: str | None
+    created_at: str | None
+
+
+class AgentEndRow(BaseModel):
+    kind: Literal["agent_end"]
+    agent_id: str
+    depth: int
+
+
 class SessionTree(BaseModel):
-    session: dict[str, Any]
-    messages: list[dict[str, Any]]
+    session: SessionInfo
+    messages: list[
+        Annotated[
+            UserRow | AssistantRow | ToolRow | AgentStartRow | AgentEndRow,
+            Field(discriminator="kind"),
+        ]
+    ]
 
 
 class ApprovalResolved(BaseModel):
@@ -357,8 +555,42 @@ class ClarificationResolved(BaseModel):
     live: bool
 
 
+class JobLastRun(BaseModel):
+    status: str
+    result: str | None
+    error: str | None
+    at: str | None
+
+
+class JobItem(BaseModel):
+    """A scheduled job (``bot.http.operations.JobView.as_json``): the stored job, its
+    schedule in words, whether a run is in flight and the last run's outcome."""
+
+    id: int
+    kind: str
+    title: str
+    prompt: str
+    timezone: str
+    spec: str | None
+    agent_id: str
+    origin_source: str | None
+    parent_session_id: int | None
+    run_context: dict[str, Any] | None
+    enabled: bool
+    single_run: bool
+    coalesce: bool
+    misfire_grace_s: int
+    max_attempts: int
+    next_run_at: str | None
+    created_at: str | None
+    deleted_at: str | None
+    description: str
+    running: bool
+    last_run: JobLastRun | None
+
+
 class JobList(BaseModel):
-    items: list[dict[str, Any]]
+    items: list[JobItem]
 
 
 class JobDeleted(BaseModel):
@@ -373,3 +605,14 @@ class JobKilled(BaseModel):
 
 class EventCreated(BaseModel):
     id: int
+
+
+class HealthReport(BaseModel):
+    """``GET /healthz`` (200 healthy, 503 not): ``ok`` and what was checked."""
+
+    model_config = ConfigDict(extra="allow")
+
+    ok: bool
+    database: str | None = None
+    telegram_last_poll_age_s: float | None = None
+    scheduler_last_step: str | None = None

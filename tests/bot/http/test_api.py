@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 
 import httpx
@@ -14,7 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from bot.http.api import ApiRoutes
 from bot.http.app import create_app
 from bot.http.operations import Operations
+from bot.http.web import WebInbox
 from bot.telegram.outbound import OutboundStats
+from engine.approval.deciders import OPERATOR
 from engine.bus.system import SessionCancelled
 from engine.core import Engine
 from engine.llm.scripted import text, tool_call
@@ -293,7 +296,7 @@ async def test_metrics_count_from_the_database(client, engine, model):
     assert "chathub_approvals_pending 1" in text
     assert 'chathub_tool_calls_total{status="pending"} 1' in text
 
-    await engine.approve(request.tool_call_id)
+    await engine.approve(request.tool_call_id, decider=OPERATOR)
     await asyncio.wait_for(turn, 5)
     response = await client.get("/metrics", headers=AUTH)
     assert response.headers["content-type"].startswith("text/plain")
@@ -353,3 +356,35 @@ async def test_the_openapi_document_lists_the_routes(client):
         "ApprovalDecision"
     )
     assert "ApprovalDecision" in document["components"]["schemas"]
+
+
+# -- a route that fails -------------------------------------------------------------------------
+
+
+class _Broken(Operations):
+    """Operations whose inbox listing fails as an unforeseen bug would."""
+
+    async def approvals(self):
+        raise RuntimeError("secret sauce: /srv/db.sqlite")
+
+
+async def test_an_unexpected_exception_is_a_plain_500_with_an_error_id(engine, caplog):
+    broken = _Broken(engine)
+    app = create_app(
+        api=ApiRoutes(broken, token=TOKEN), web=WebInbox(broken, token=TOKEN), host="0.0.0.0"
+    )
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=True)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        for path in ("/api/inbox", "/metrics"):
+            response = await c.get(path, headers=AUTH)
+            assert response.status_code == 500, path
+            assert response.headers["content-type"] == "application/json"
+            [error] = response.json().values()
+            assert re.fullmatch(r"internal error \(id [0-9a-f]{12}\)", error), error
+            assert error.split("id ")[1].rstrip(")") in caplog.text
+        page = await c.get("/", headers=AUTH)
+    assert page.status_code == 500 and page.headers["content-type"].startswith("text/plain")
+    assert re.fullmatch(r"Sorry, an internal error \(id [0-9a-f]{12}\)\.", page.text), page.text
+    for answer in (response.text, page.text):
+        assert "secret" not in answer and "RuntimeError" not in answer
+    assert "secret sauce" in caplog.text and "RuntimeError" in caplog.text

@@ -9,20 +9,44 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import jsonschema
 import pytest
+from pydantic import BaseModel
 
-from bot.http.api import openapi_document
-from bot.http.models import ApprovalDecision, SessionsQuery
+from bot.http.api import OPERATIONS, ApiRoutes, openapi_document
+from bot.http.app import EventsEndpoint, create_app
+from bot.http.models import (
+    ApprovalDecision,
+    JobItem,
+    SessionsQuery,
+    SessionSummary,
+    SessionTree,
+)
+from bot.http.operations import Operations
 from engine.session import events as ev
-from tests.bot.http.test_api import AUTH, ORIGIN, ask, client, shell, waiting_turn
+from engine.tools.base import ToolCategory
+from tests.bot.http.test_api import AUTH, ORIGIN, TOKEN, ask, shell, waiting_turn
 
-__all__ = ["client"]
+REF = "#/components/schemas/{model}"
 
 
 @pytest.fixture(scope="module")
 def document() -> dict:
     return openapi_document()
+
+
+@pytest.fixture
+async def client(engine, scheduler):
+    """The API with the events endpoint and ``/healthz``: every documented operation."""
+    app = create_app(
+        api=ApiRoutes(Operations(engine, None, scheduler), token=TOKEN),
+        events=EventsEndpoint(scheduler.tic.events, TOKEN),
+        host="0.0.0.0",
+    )
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        yield client
 
 
 def _check(document: dict, path: str, method: str, response) -> None:
@@ -32,10 +56,45 @@ def _check(document: dict, path: str, method: str, response) -> None:
     jsonschema.validate(response.json(), resolver)
 
 
+def _same_fields(model: type[BaseModel], answer: dict) -> None:
+    """The answer has exactly the model's fields (the handler and the model agree)."""
+    assert set(answer) == set(model.model_fields), (model.__name__, sorted(answer))
+
+
+def test_every_route_is_a_documented_operation(engine, scheduler, document):
+    app = create_app(
+        api=ApiRoutes(Operations(engine, None, scheduler), token=TOKEN),
+        events=EventsEndpoint(scheduler.tic.events, TOKEN),
+        host="0.0.0.0",
+    )
+    served = {
+        (route.path.replace(":id}", "}"), method.lower())
+        for route in app.routes
+        for method in route.methods - {"HEAD"}
+    }
+    documented = {
+        (path, method) for path, operations in document["paths"].items() for method in operations
+    }
+    assert served == documented
+    assert len(documented) == len(OPERATIONS) == 13
+
+
 def test_bodies_and_query_come_from_the_models(document):
     schemas = document["components"]["schemas"]
-    expected = ApprovalDecision.model_json_schema()
-    assert schemas["ApprovalDecision"] == expected
+    for spec in OPERATIONS:
+        if spec.body is None:
+            continue
+        expected = spec.body.model_json_schema(ref_template=REF)
+        for name, schema in expected.pop("$defs", {}).items():
+            assert schemas[name] == schema, name
+        assert schemas[spec.body.__name__] == expected, spec.name
+    # A decision is one of four shapes, and a bypass's value is exactly what its scope takes.
+    variants = [ref["$ref"].rsplit("/", 1)[1] for ref in schemas["ApprovalDecision"]["oneOf"]]
+    assert variants == ["Reject", "Approve", "ApproveCategory", "ApproveMcpServer"]
+    assert schemas["ApproveCategory"]["properties"]["bypass_value"]["enum"] == [
+        category.value for category in ToolCategory
+    ]
+    assert ApprovalDecision.model_json_schema()["oneOf"]
     [sessions] = [document["paths"]["/api/sessions"]["get"]]
     names = [p["name"] for p in sessions["parameters"] if p["in"] == "query"]
     assert names == list(SessionsQuery.model_fields)
@@ -94,5 +153,31 @@ async def test_real_answers_match_the_document(client, engine, model, scheduler,
     await asyncio.wait_for(turn, 5)
     await asyncio.wait_for(question_turn, 5)
     [job] = (await client.get("/api/jobs", headers=AUTH)).json()["items"]
+    _same_fields(JobItem, job)
+    toggled = await client.post(f"/api/jobs/{job['id']}/toggle", headers=AUTH)
+    _check(document, "/api/jobs/{job_id}/toggle", "post", toggled)
+    assert toggled.json()["enabled"] is False
+    _same_fields(JobItem, toggled.json())
+    idle = await client.post(f"/api/jobs/{job['id']}/kill", headers=AUTH)
+    assert idle.status_code == 409
+    _check(document, "/api/jobs/{job_id}/kill", "post", idle)
     deleted = await client.delete(f"/api/jobs/{job['id']}", headers=AUTH)
     _check(document, "/api/jobs/{job_id}", "delete", deleted)
+
+    # After the turns: sessions with messages, a session tree with a tool call in it.
+    listing = await client.get("/api/sessions", headers=AUTH)
+    _check(document, "/api/sessions", "get", listing)
+    for item in listing.json()["items"]:
+        _same_fields(SessionSummary, item)
+    tree = await client.get(f"/api/sessions/{handler.session.id}", headers=AUTH)
+    _check(document, "/api/sessions/{session_id}", "get", tree)
+    rows = SessionTree.model_validate(tree.json()).messages
+    assert [row.kind for row in rows] == ["user", "thinking", "tool", "assistant"]
+    for row, answer in zip(rows, tree.json()["messages"], strict=True):
+        _same_fields(type(row), answer)
+
+    event = await client.post("/api/events", json={"source": "s", "type": "t"}, headers=AUTH)
+    _check(document, "/api/events", "post", event)
+    too_deep = await client.post("/api/events", content=b"[" * 40 + b"]" * 40, headers=AUTH)
+    _check(document, "/api/events", "post", too_deep)
+    _check(document, "/healthz", "get", await client.get("/healthz"))
