@@ -19,6 +19,7 @@ import threading
 from typing import Any, TextIO
 
 from engine.approval.broker import BypassRequest
+from engine.approval.deciders import OPERATOR
 from engine.core import Engine
 from engine.session.events import (
     ApprovalRequired,
@@ -232,14 +233,16 @@ class TerminalChat:
             match asking:
                 case ApprovalRequired(tool_call_id=call_id, session_id=session_id):
                     if text.lower() in ("y", "yes"):
-                        await self._engine.approve(call_id, session_id=session_id)
+                        await self._engine.approve(call_id, decider=OPERATOR, session_id=session_id)
                     elif text.lower() in ("a", "always"):
                         await self._engine.approve(
-                            call_id, BypassRequest("all"), session_id=session_id
+                            call_id, BypassRequest("all"), decider=OPERATOR, session_id=session_id
                         )
                     else:
                         note = "" if text.lower() in ("n", "no") else text
-                        await self._engine.reject(call_id, note, session_id=session_id)
+                        await self._engine.reject(
+                            call_id, note, decider=OPERATOR, session_id=session_id
+                        )
                 case Question(request_id=request_id, session_id=session_id):
                     await self._engine.resolve_question(request_id, text, session_id=session_id)
         except InboxError as exc:

@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 from engine.agents.catalog import AgentCatalog
 from engine.approval.broker import ApprovalBroker, BypassRequest, Resolution
 from engine.approval.bypass import Bypasses
+from engine.approval.deciders import Decider
 from engine.approval.policy import RulesPolicy
 from engine.approval.rules import RuleStore
 from engine.bus.chat import ChatEventBus
@@ -124,7 +125,7 @@ class Engine:
             agents=AgentCatalog.load(config.agents_dir),
             tools=tools,
             policy=policy,
-            approvals=ApprovalBroker(store.inbox, bypasses),
+            approvals=ApprovalBroker(store.inbox, bypasses, approvers=settings.approvers),
             workspace=workspace,
             limits=limits,
             builder=MessageBuilder(
@@ -190,11 +191,16 @@ class Engine:
         tool_call_id: int,
         bypass: BypassRequest | None = None,
         *,
+        decider: Decider,
         session_id: int | None = None,
         emit: EmitFn | None = None,
     ) -> Decided:
-        """Approve a pending call, live or persisted before a restart (then its turn resumes)."""
-        resolution = await self.approvals.approve(tool_call_id, bypass, session_id=session_id)
+        """Approve a pending call, live or persisted before a restart (then its turn resumes).
+
+        ``NotPermitted`` when ``decider`` may not decide it under ``APPROVERS``."""
+        resolution = await self.approvals.approve(
+            tool_call_id, bypass, decider=decider, session_id=session_id
+        )
         return self._after_decision(resolution, emit)
 
     async def reject(
@@ -202,10 +208,13 @@ class Engine:
         tool_call_id: int,
         note: str = "",
         *,
+        decider: Decider,
         session_id: int | None = None,
         emit: EmitFn | None = None,
     ) -> Decided:
-        resolution = await self.approvals.reject(tool_call_id, note, session_id=session_id)
+        resolution = await self.approvals.reject(
+            tool_call_id, note, decider=decider, session_id=session_id
+        )
         return self._after_decision(resolution, emit)
 
     async def resolve_question(

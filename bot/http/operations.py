@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.approval.broker import BypassRequest
+from engine.approval.deciders import OPERATOR
 from engine.bus.system import SessionCancelled
 from engine.core import Decided, Engine
 from engine.hub import ChatHub, HubError
@@ -97,9 +98,10 @@ class Operations:
                     bypass_secs=bypass.seconds if bypass else None,
                     bypass_scope=bypass.scope if bypass else None,
                     bypass_value=bypass.value if bypass else None,
+                    decider=OPERATOR,
                     by=by,
                 )
-            return await self.engine.approve(tool_call_id, bypass)
+            return await self.engine.approve(tool_call_id, bypass, decider=OPERATOR)
         except InboxError as exc:
             raise _inbox_error(exc) from None
         except (HubError, ValueError) as exc:  # a bad bypass: refused before anything changed
@@ -109,8 +111,8 @@ class Operations:
         source = await self._chat_source(tool_call_id, await self.approvals())
         try:
             if source is not None and self.hub is not None:
-                return await self.hub.reject(source, tool_call_id, note, by=by)
-            return await self.engine.reject(tool_call_id, note)
+                return await self.hub.reject(source, tool_call_id, note, decider=OPERATOR, by=by)
+            return await self.engine.reject(tool_call_id, note, decider=OPERATOR)
         except InboxError as exc:
             raise _inbox_error(exc) from None
         except HubError as exc:

@@ -32,6 +32,7 @@ from bot.telegram.render import progress_text, render_markdown
 from bot.telegram.store import CardRow, OutboxRow, TelegramStore, enqueue_in, mark_handled_in
 from bot.telegram.updates import Callback, Ignored, Message, fits_db_id, parse_update
 from engine.approval.broker import SHORT_BYPASS_SECONDS
+from engine.approval.deciders import Decider
 from engine.bus.broadcast import Lagged
 from engine.hub import (
     AUTO_MODEL,
@@ -46,7 +47,7 @@ from engine.hub import (
 from engine.session import events as ev
 from engine.session.compaction import CompactionError
 from engine.store.history import AlsoWithKey, AlsoWithRow
-from engine.store.inbox import InboxError
+from engine.store.inbox import SENDER_KEY, InboxError, NotPermitted
 
 __all__ = ["COMMANDS", "TelegramAdapter", "TelegramConfig"]
 
@@ -119,6 +120,7 @@ class _ChatView:
 class _Rejecting:
     deadline: float
     user_name: str
+    decider: Decider
 
 
 class _OneAnswer:
@@ -270,6 +272,13 @@ class TelegramAdapter:
                 await self._say(m.chat_id, m.thread_id, SORRY_MESSAGE.format(error=error))
             return False
 
+    def decider(self, user_id: int | None) -> Decider:
+        """Who taps a card or replies to it, for the ``APPROVERS`` rule."""
+        if user_id is None:
+            return Decider(None)
+        owner = self.config.owner_id is not None and user_id == self.config.owner_id
+        return Decider(str(user_id), is_owner=owner, is_allowed=self.is_allowed(user_id))
+
     def is_allowed(self, user_id: int | None) -> bool:
         if user_id is None:  # a callback without a sender (and owner_id may be None too)
             return False
@@ -297,11 +306,14 @@ class TelegramAdapter:
             lat, lon = m.location
             text = f"{text}\n📍 Location: {lat:.6f}, {lon:.6f}".strip()
         attachments = await self._download(m)
-        options = SendOptions(
-            metadata={"attachments": attachments, "telegram_message_id": m.message_id}
-            if attachments
-            else {"telegram_message_id": m.message_id}
-        )
+        metadata: dict[str, Any] = {
+            "telegram_message_id": m.message_id,
+            # Who asked: with APPROVERS requester+owner they may decide what this turn gates.
+            SENDER_KEY: {"id": str(m.user_id), "name": m.user_name},
+        }
+        if attachments:
+            metadata["attachments"] = attachments
+        options = SendOptions(metadata=metadata)
         update_id = m.update_id
         try:
             # Stored and marked handled in one commit: a crash leaves both or neither (and
@@ -479,7 +491,9 @@ class TelegramAdapter:
                     if card.kind == "question":
                         return await self._answer_question(m, card)
                     if card.tool_call_id in self._rejecting:
-                        await self._reject(m.source, card, m.user_name, m.text)
+                        await self._reject(
+                            m.source, card, m.user_name, m.text, self.decider(m.user_id)
+                        )
                         return True
         questions = [c for c in cards if c.kind == "question"]
         if questions and not m.text.startswith("/"):
@@ -537,27 +551,38 @@ class TelegramAdapter:
         if not self.is_allowed(c.user_id):
             await answer("You are not allowed to decide here.")
             return
+        decider = self.decider(c.user_id)
+        refused = await self.hub.decision_refusal(card.tool_call_id, decider)
+        if refused is not None:  # the card stays as it is, for those who may decide
+            await answer(refused)
+            return
         await answer(None)  # at once: the spinner stops
         source = card.source
         try:
             match action.action:
                 case "approve":
-                    await self.hub.approve(source, card.tool_call_id)
+                    await self.hub.approve(source, card.tool_call_id, decider=decider)
                 case "bypass_15m":
                     await self.hub.approve(
                         source,
                         card.tool_call_id,
                         bypass_secs=SHORT_BYPASS_SECONDS,
                         bypass_scope="all",
+                        decider=decider,
                     )
                 case "bypass_session":
-                    await self.hub.approve(source, card.tool_call_id, bypass_scope="all")
+                    await self.hub.approve(
+                        source, card.tool_call_id, bypass_scope="all", decider=decider
+                    )
                 case _:
                     if card.tool_call_id in self._rejecting:
-                        await self._reject(source, card, c.user_name, "")
+                        await self._reject(source, card, c.user_name, "", decider)
                         return
-                    await self._open_reject_window(card, c.user_name)
+                    await self._open_reject_window(card, c.user_name, decider)
                     return
+        except NotPermitted as exc:  # cannot follow the check above; the card stays open
+            log.warning("decision on %s refused: %s", card.tool_call_id, exc)
+            return
         except (InboxError, HubError) as exc:
             log.info("decision on %s refused: %s", card.tool_call_id, exc)
             await self._close(card, "expired", "expired")
@@ -585,9 +610,9 @@ class TelegramAdapter:
         text, keyboard = await self._jobs.render(source)
         await self._edit(c.chat_id, c.message_id, text, [], keyboard)
 
-    async def _open_reject_window(self, card: CardRow, user_name: str) -> None:
+    async def _open_reject_window(self, card: CardRow, user_name: str, decider: Decider) -> None:
         seconds = int(self.config.reject_window_s)
-        self._rejecting[card.tool_call_id] = _Rejecting(self._clock() + seconds, user_name)
+        self._rejecting[card.tool_call_id] = _Rejecting(self._clock() + seconds, user_name, decider)
         keyboard = {
             "inline_keyboard": [
                 [
@@ -600,17 +625,26 @@ class TelegramAdapter:
         }
         text = f"{card.text}\n\n{REASON_PROMPT.format(seconds=seconds)}"
         await self._edit(card.chat_id, card.message_id, text, card.entities or [], keyboard)
-        self._spawn(self._reject_after_window(card, user_name))
+        self._spawn(self._reject_after_window(card, user_name, decider))
 
-    async def _reject_after_window(self, card: CardRow, user_name: str) -> None:
+    async def _reject_after_window(self, card: CardRow, user_name: str, decider: Decider) -> None:
         await self._sleep(self.config.reject_window_s)
         if card.tool_call_id in self._rejecting:
-            await self._reject(card.source, card, user_name, "")
+            await self._reject(card.source, card, user_name, "", decider)
 
-    async def _reject(self, source: str, card: CardRow, user_name: str, note: str) -> None:
+    async def _reject(
+        self, source: str, card: CardRow, user_name: str, note: str, decider: Decider
+    ) -> None:
+        refused = await self.hub.decision_refusal(card.tool_call_id, decider)
+        if refused is not None:  # a reason from someone else: the window stays open
+            await self._say(card.chat_id, _parse_source(card.source)[1], f"⚠️ {refused}")
+            return
         self._rejecting.pop(card.tool_call_id, None)
         try:
-            await self.hub.reject(source, card.tool_call_id, note)
+            await self.hub.reject(source, card.tool_call_id, note, decider=decider)
+        except NotPermitted as exc:  # cannot follow the check above
+            log.warning("rejection of %s by %s refused: %s", card.tool_call_id, user_name, exc)
+            return
         except (InboxError, HubError) as exc:
             log.info("rejection of %s refused: %s", card.tool_call_id, exc)
             await self._close(card, "expired", "expired")
@@ -783,7 +817,7 @@ class TelegramAdapter:
         existing = await self.store.card(event.tool_call_id)
         if existing is not None and existing.state == "open" and existing.message_id is not None:
             return  # asked again after a restart: the card already shown still works
-        card = approval_card(event)
+        card = approval_card(event, deciders=await self.hub.who_may_decide(event.tool_call_id))
         row = CardRow(
             event.tool_call_id,
             "approval",

@@ -166,15 +166,18 @@ class _Body:
     after: tuple[tuple[str, str | None], ...] = ()
 
 
-def approval_card(event: ApprovalRequired, *, max_chars: int = 3500) -> Card:
+def approval_card(
+    event: ApprovalRequired, *, max_chars: int = 3500, deciders: str | None = None
+) -> Card:
     """The approval card for ``event``; ``max_chars`` bounds the text (UTF-16 units).
 
-    When the content does not fit, the text shows its beginning, says that it is cut,
-    and ``document`` carries the full content.
+    ``deciders`` is the line saying who may decide (``APPROVERS``). When the content does
+    not fit, the text shows its beginning, says that it is cut, and ``document`` carries
+    the full content.
     """
     max_chars = min(max_chars, TELEGRAM_LIMIT)
     body = _body(event)
-    header = _header(event)
+    header = _header(event, deciders)
 
     full = _assemble(header, body, body.content, note=None)
     if full.length <= max_chars:
@@ -215,13 +218,15 @@ def _document(body: _Body) -> bytes:
     return data.encode("utf-8")
 
 
-def _header(event: ApprovalRequired) -> _Text:
+def _header(event: ApprovalRequired, deciders: str | None) -> _Text:
     out = _Text()
     out.add("🔐 Approval needed", "bold").add("\n")
     out.add("Tool: ").add(_cut_units(event.name, _NAME_MAX, "…"), "code").add("\n")
     out.add("Agent: ").add(_cut_units(event.agent_id, _NAME_MAX, "…"), "code")
     if event.depth > 0:
         out.add(f" (sub-agent, depth {event.depth})")
+    if deciders:
+        out.add("\n").add(f"👤 {_cut_units(deciders, 2 * _NAME_MAX, '…')}", "italic")
     return out
 
 

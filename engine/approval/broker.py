@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from engine.approval.bypass import Bypasses, BypassScope, validate_bypass
+from engine.approval.deciders import Decider, refusal, requester_of, who_may_decide
 from engine.session.gate import Decision, GateRequest, Verdict
 from engine.store.inbox import ApprovalRecord, InboxStore
 from engine.store.inbox import Decision as HumanDecision
@@ -68,9 +69,15 @@ class _Waiter:
 
 
 class ApprovalBroker:
-    def __init__(self, inbox: InboxStore, bypasses: Bypasses) -> None:
+    """``approvers`` is the ``APPROVERS`` policy, applied to every decision it records."""
+
+    def __init__(
+        self, inbox: InboxStore, bypasses: Bypasses, *, approvers: str = "requester+owner"
+    ) -> None:
+        refusal(approvers, Decider(None, is_owner=True), None)  # an unknown policy: ValueError
         self.inbox = inbox
         self.bypasses = bypasses
+        self.approvers = approvers
         self._approvals: dict[int, _Waiter] = {}
         self._questions: dict[int, _Waiter] = {}
 
@@ -98,28 +105,56 @@ class ApprovalBroker:
 
     # -- the human's side --------------------------------------------------------------
 
+    async def refusal(self, tool_call_id: int, decider: Decider) -> str | None:
+        """Why ``decider`` may not decide the call (``None``: they may, or it is not open).
+
+        For a surface to answer at once; the decision itself is checked again when written.
+        """
+        record = await self.inbox.get(tool_call_id)
+        if record is None or record.decision is not None:
+            return None
+        return refusal(self.approvers, decider, requester_of(record))
+
+    async def who_may_decide(self, tool_call_id: int) -> str:
+        """The card's line naming who may decide the call."""
+        return who_may_decide(self.approvers, requester_of(await self.inbox.get(tool_call_id)))
+
     async def approve(
         self,
         tool_call_id: int,
         bypass: BypassRequest | None = None,
         *,
+        decider: Decider,
         session_id: int | None = None,
     ) -> Resolution:
-        """Approve a pending call (live or persisted); ``InboxError`` if it cannot apply."""
+        """Approve a pending call (live or persisted); ``InboxError`` if it cannot apply,
+        ``NotPermitted`` if ``decider`` may not decide it."""
         if bypass is not None:  # a bad bypass is refused before anything changes
             validate_bypass(bypass.scope, bypass.value, bypass.ttl)
         record = await self.inbox.decide(
-            tool_call_id, HumanDecision.APPROVED, session_id=session_id
+            tool_call_id,
+            HumanDecision.APPROVED,
+            session_id=session_id,
+            vet=self._vet(decider),
         )
         if bypass is not None:
             self.bypasses.grant(record.session_id, bypass.scope, bypass.value, ttl=bypass.ttl)
         return self._deliver(self._approvals, record, _verdict(record))
 
     async def reject(
-        self, tool_call_id: int, note: str = "", *, session_id: int | None = None
+        self,
+        tool_call_id: int,
+        note: str = "",
+        *,
+        decider: Decider,
+        session_id: int | None = None,
     ) -> Resolution:
         record = await self.inbox.decide(
-            tool_call_id, HumanDecision.REJECTED, note, session_id=session_id
+            tool_call_id,
+            HumanDecision.REJECTED,
+            note,
+            session_id=session_id,
+            vet=self._vet(decider),
         )
         return self._deliver(self._approvals, record, _verdict(record))
 
@@ -148,6 +183,9 @@ class ApprovalBroker:
         return tool_call_id in self._approvals or tool_call_id in self._questions
 
     # -- internals ---------------------------------------------------------------------
+
+    def _vet(self, decider: Decider) -> Callable[[ApprovalRecord], str | None]:
+        return lambda record: refusal(self.approvers, decider, requester_of(record))
 
     def _waiting(self, waiters: dict[int, _Waiter], call_id: int, session_id: int) -> _Registration:
         return _Registration(waiters, call_id, session_id)

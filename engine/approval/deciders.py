@@ -1,33 +1,56 @@
 """Who may decide an approval: the one rule every surface is meant to call (issue 17, hole 1).
 
 ``APPROVERS`` is ``requester+owner`` (default), ``owner`` or ``allowed``. The *requester* is
-the user whose message started the turn that raised the call (``None`` for a background
-session: tic, cron); the *owner* is ``TELEGRAM_OWNER_ID``, and the operator of the web inbox,
-the JSON API and the local terminal. The model is never a decider.
+the sender of the last person's message before the call (recorded with the approval;
+``None`` for a background session: tic, cron); the *owner* is ``TELEGRAM_OWNER_ID``, and the
+operator of the web inbox, the JSON API and the local terminal (``OPERATOR``). The model is
+never a decider: no tool reaches a decision. ``ApprovalBroker`` applies the rule inside the
+transaction that records a decision, for every surface.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["APPROVER_POLICIES", "Decider", "Requester", "refusal", "who_may_decide"]
+from engine.store.inbox import ApprovalRecord
+
+__all__ = [
+    "APPROVER_POLICIES",
+    "OPERATOR",
+    "Decider",
+    "Requester",
+    "refusal",
+    "requester_of",
+    "who_may_decide",
+]
 
 APPROVER_POLICIES = ("requester+owner", "owner", "allowed")
 
 
 @dataclass(frozen=True, slots=True)
 class Decider:
-    """Who taps or posts a decision. ``user_id=None``: no sender (refused unless the owner)."""
+    """Who taps or posts a decision. ``user_id`` is the platform's user id as an opaque
+    string; ``None``: no sender (refused unless the owner)."""
 
-    user_id: int | None
+    user_id: str | None
     is_owner: bool = False
     is_allowed: bool = False
 
 
+#: The web inbox, the JSON API and the terminal: whoever holds the service's keys.
+OPERATOR = Decider(None, is_owner=True)
+
+
 @dataclass(frozen=True, slots=True)
 class Requester:
-    user_id: int
+    user_id: str
     name: str = ""
+
+
+def requester_of(record: ApprovalRecord | None) -> Requester | None:
+    if record is None or not record.requester_id:
+        return None
+    return Requester(record.requester_id, record.requester_name or "")
 
 
 def refusal(policy: str, decider: Decider, requester: Requester | None) -> str | None:

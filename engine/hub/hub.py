@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import Connection
 
 from engine.approval.broker import SHORT_BYPASS_SECONDS, BypassRequest
+from engine.approval.deciders import Decider
 from engine.bus.broadcast import Broadcast, Lagged, Subscription
 from engine.bus.system import SessionCancelled
 from engine.config import HubConfig
@@ -388,9 +389,11 @@ class ChatHub:
         bypass_secs: float | None = None,
         bypass_scope: str | None = None,
         bypass_value: str | None = None,
+        decider: Decider,
         by: str | None = None,
     ) -> Decided:
-        """Approve a call of the source's session (refused for another session's call).
+        """Approve a call of the source's session (refused for another session's call, and
+        ``NotPermitted`` when ``decider`` may not decide it).
 
         ``by`` names a decider away from the chat; the source's adapters are told, so a card
         shown there closes with that name.
@@ -400,7 +403,11 @@ class ChatHub:
         if bypass_scope is not None or bypass_secs is not None:
             bypass = BypassRequest(bypass_scope or "all", bypass_value, bypass_secs)
         decided = await self.engine.approve(
-            tool_call_id, bypass, session_id=state.session_id, emit=self._bridge(state)
+            tool_call_id,
+            bypass,
+            decider=decider,
+            session_id=state.session_id,
+            emit=self._bridge(state),
         )
         if by is not None:
             outcome = "approve"
@@ -412,15 +419,34 @@ class ChatHub:
         return decided
 
     async def reject(
-        self, source: str, tool_call_id: int, note: str = "", *, by: str | None = None
+        self,
+        source: str,
+        tool_call_id: int,
+        note: str = "",
+        *,
+        decider: Decider,
+        by: str | None = None,
     ) -> Decided:
         state = await self._state(validate_source(source))
         decided = await self.engine.reject(
-            tool_call_id, note, session_id=state.session_id, emit=self._bridge(state)
+            tool_call_id,
+            note,
+            decider=decider,
+            session_id=state.session_id,
+            emit=self._bridge(state),
         )
         if by is not None:
             self._publish(source, state.session_id, DecisionMade(tool_call_id, "reject", by, note))
         return decided
+
+    async def decision_refusal(self, tool_call_id: int, decider: Decider) -> str | None:
+        """Why ``decider`` may not decide the call now (``None``: they may, or it is closed);
+        for a surface to answer at once. The decision is checked again when recorded."""
+        return await self.engine.approvals.refusal(tool_call_id, decider)
+
+    async def who_may_decide(self, tool_call_id: int) -> str:
+        """The line an approval card shows about who may decide it (``APPROVERS``)."""
+        return await self.engine.approvals.who_may_decide(tool_call_id)
 
     async def is_current(self, source: str, session_id: int) -> bool:
         """Whether ``session_id`` is the session ``source`` talks to now (nothing is created)."""

@@ -6,7 +6,8 @@ restart finds the call it is about. A decision is written here before anyone is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
@@ -26,6 +27,8 @@ from engine.store.schema import utcnow
 ASK_USER_TOOL = "ask_user_clarification"
 #: Notes and answers are the human's words; beyond this they are cut (and say so).
 MAX_NOTE_CHARS = 4000
+#: The user message metadata naming who sent it: ``{"id": "<platform user id>", "name": ...}``.
+SENDER_KEY = "sender"
 
 
 class Decision(StrEnum):
@@ -41,6 +44,14 @@ class ApprovalRecord:
     decision: Decision | None = None
     note: str | None = None
     decided_at: datetime | None = None
+    #: Whose message started the turn (``None``: a background session such as cron or tic).
+    requester_id: str | None = None
+    requester_name: str | None = None
+
+
+#: Called inside the deciding transaction: ``None`` lets the decision through, otherwise
+#: the sentence refusing it (``NotPermitted``).
+Vet = Callable[[ApprovalRecord], str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +77,13 @@ class InboxError(ValueError):
         self.code = code
 
 
+class NotPermitted(InboxError):
+    """The decider may not decide this call (``APPROVERS``); nothing changed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("not_permitted", message)
+
+
 class InboxStore:
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -81,9 +99,14 @@ class InboxStore:
         note: str = "",
         *,
         session_id: int | None = None,
+        vet: Vet | None = None,
     ) -> ApprovalRecord:
-        """Record a human's decision once; ``InboxError`` when it cannot apply."""
-        return await self._db.run(_decide, tool_call_id, Decision(decision), note, session_id)
+        """Record a human's decision once; ``InboxError`` when it cannot apply.
+
+        ``vet`` sees the record in the same transaction, so who asked and whether it is
+        still open are read together with the write (``NotPermitted`` when it refuses).
+        """
+        return await self._db.run(_decide, tool_call_id, Decision(decision), note, session_id, vet)
 
     async def get(self, tool_call_id: int) -> ApprovalRecord | None:
         return await self._db.run(_get, tool_call_id)
@@ -114,7 +137,14 @@ def _record(row: sa.Row | None) -> ApprovalRecord | None:
         return None
     decision = Decision(row.decision) if row.decision else None
     return ApprovalRecord(
-        row.tool_call_id, row.session_id, row.requested_at, decision, row.note, row.decided_at
+        row.tool_call_id,
+        row.session_id,
+        row.requested_at,
+        decision,
+        row.note,
+        row.decided_at,
+        row.requester_id,
+        row.requester_name,
     )
 
 
@@ -128,15 +158,54 @@ def _request(conn: Connection, tool_call_id: int, session_id: int) -> ApprovalRe
     if existing is not None:
         return existing
     now = utcnow()
+    requester_id, requester_name = _requester(conn, tool_call_id)
     conn.execute(
-        a.insert().values(tool_call_id=tool_call_id, session_id=session_id, requested_at=now)
+        a.insert().values(
+            tool_call_id=tool_call_id,
+            session_id=session_id,
+            requested_at=now,
+            requester_id=requester_id,
+            requester_name=requester_name,
+        )
     )
-    return ApprovalRecord(tool_call_id, session_id, now)
+    return ApprovalRecord(
+        tool_call_id, session_id, now, requester_id=requester_id, requester_name=requester_name
+    )
+
+
+def _requester(conn: Connection, tool_call_id: int) -> tuple[str | None, str | None]:
+    """The sender of the last person's message before the call in its session.
+
+    That message is what the model was answering when it made the call (a steering
+    message counts: its sender asked too). Synthetic rows (cron, tic, sub-agent tasks)
+    name nobody, and neither does a session no person wrote to: only the owner decides.
+    """
+    call = _owner(conn, tool_call_id)
+    if call is None:
+        return None, None
+    row = conn.execute(
+        sa.select(h.c.metadata, h.c.is_synthetic)
+        .join(f, f.c.id == h.c.session_stack_id)
+        .where(
+            f.c.session_id == call.session_id,
+            h.c.role == "user",
+            h.c.id < call.message_id,
+        )
+        .order_by(h.c.id.desc())
+        .limit(1)
+    ).first()
+    if row is None or row.is_synthetic:
+        return None, None
+    sender = (row.metadata or {}).get(SENDER_KEY)
+    if not isinstance(sender, dict) or not isinstance(sender.get("id"), str) or not sender["id"]:
+        return None, None
+    name = sender.get("name")
+    return sender["id"][:64], name[:255] if isinstance(name, str) and name else None
 
 
 def _owner(conn: Connection, tool_call_id: int) -> sa.Row | None:
     return conn.execute(
-        sa.select(t.c.id, t.c.name, t.c.status, f.c.session_id)
+        sa.select(t.c.id, t.c.name, t.c.status, t.c.message_id, f.c.session_id)
         .join(h, h.c.id == t.c.message_id)
         .join(f, f.c.id == h.c.session_stack_id)
         .where(t.c.id == tool_call_id)
@@ -162,6 +231,7 @@ def _decide(
     decision: Decision,
     note: str,
     session_id: int | None,
+    vet: Vet | None,
 ) -> ApprovalRecord:
     _check_owner(conn, tool_call_id, session_id, "approval")
     record = _get(conn, tool_call_id)
@@ -171,6 +241,9 @@ def _decide(
         raise InboxError(
             "resolved", f"tool call {tool_call_id} was already {record.decision.value}"
         )
+    refused = vet(record) if vet is not None else None
+    if refused is not None:
+        raise NotPermitted(refused)
     now = utcnow()
     note = truncate_note(note)
     done = conn.execute(
@@ -180,7 +253,7 @@ def _decide(
     )
     if done.rowcount != 1:
         raise InboxError("resolved", f"tool call {tool_call_id} was already decided")
-    return ApprovalRecord(tool_call_id, record.session_id, record.requested_at, decision, note, now)
+    return replace(record, decision=decision, note=note, decided_at=now)
 
 
 def _answer(conn: Connection, tool_call_id: int, answer: str, session_id: int | None) -> InboxItem:

@@ -7,10 +7,10 @@ import pytest
 from engine.approval.deciders import Decider, Requester, refusal, who_may_decide
 from engine.config import ConfigError, load_settings
 
-ALICE = Requester(11, "Alice")
-alice = Decider(11, is_allowed=True)
-bob = Decider(22, is_allowed=True)  # another allowed member of the group
-owner = Decider(1, is_owner=True, is_allowed=True)
+ALICE = Requester("11", "Alice")
+alice = Decider("11", is_allowed=True)
+bob = Decider("22", is_allowed=True)  # another allowed member of the group
+owner = Decider("1", is_owner=True, is_allowed=True)
 nobody = Decider(None)  # a tap with no sender
 
 
@@ -31,7 +31,7 @@ nobody = Decider(None)  # a tap with no sender
         ("allowed", owner, None, None),
         ("allowed", bob, None, None),  # background card under `allowed`
         ("allowed", nobody, ALICE, "Only allowed members can decide this."),
-        ("allowed", Decider(33), ALICE, "Only allowed members can decide this."),
+        ("allowed", Decider("33"), ALICE, "Only allowed members can decide this."),
     ],
 )
 def test_who_may_decide(
@@ -41,7 +41,7 @@ def test_who_may_decide(
 
 
 def test_an_unnamed_requester_is_named_by_id() -> None:
-    assert refusal("requester+owner", bob, Requester(11)) == (
+    assert refusal("requester+owner", bob, Requester("11")) == (
         "Only user 11 (who asked) or the owner can decide this."
     )
 

@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+from engine.approval.deciders import OPERATOR
 from engine.bus.system import SessionCancelled
 from engine.core import Engine
 from engine.hub import ChatHub, HubError, NewSession, Notification, SendOptions
@@ -265,13 +266,15 @@ async def test_decisions_are_taken_only_for_the_source_s_own_calls(app_config, m
 
         request = await asyncio.wait_for(approval(), 5)
         for attempt in (
-            hub.approve("telegram:2", request.tool_call_id),
-            hub.reject("telegram:2", request.tool_call_id, "no"),
+            hub.approve("telegram:2", request.tool_call_id, decider=OPERATOR),
+            hub.reject("telegram:2", request.tool_call_id, "no", decider=OPERATOR),
         ):
             with pytest.raises(InboxError) as err:
                 await attempt
             assert err.value.code == "other_session"
-        await hub.approve("telegram:1", request.tool_call_id, bypass_secs=60, bypass_scope="all")
+        await hub.approve(
+            "telegram:1", request.tool_call_id, bypass_secs=60, bypass_scope="all", decider=OPERATOR
+        )
         seen = await wait_done(events)
         assert seen[-1].event.content == "Ran it."
     finally:

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from engine.approval.broker import BypassRequest
+from engine.approval.deciders import OPERATOR
 from engine.core import Engine
 from engine.llm.scripted import text, tool_call
 from engine.session import events as ev
@@ -58,7 +59,9 @@ async def test_a_risky_command_waits_and_runs_once_approved(engine: Engine, mode
     assert await status_of(engine, request.tool_call_id) == "pending"
     assert not (tmp_path / "workspace" / "out.txt").exists()  # nothing ran yet
 
-    decided = await engine.approve(request.tool_call_id, session_id=handler.session.id)
+    decided = await engine.approve(
+        request.tool_call_id, session_id=handler.session.id, decider=OPERATOR
+    )
 
     assert decided.resolution.live and decided.resumed is None
     result = await asyncio.wait_for(turn, 5)
@@ -78,7 +81,7 @@ async def test_a_file_write_shows_old_and_new_content(engine: Engine, model, tmp
     preview = request.preview
     assert preview is not None and preview.kind == "file" and preview.path == "notes.md"
     assert (preview.old_content, preview.new_content) == ("old line\n", "new line\n")
-    await engine.approve(request.tool_call_id)
+    await engine.approve(request.tool_call_id, decider=OPERATOR)
     assert isinstance(await asyncio.wait_for(turn, 5), Final)
     assert (tmp_path / "workspace" / "notes.md").read_text() == "new line\n"
 
@@ -89,7 +92,7 @@ async def test_a_rejection_reaches_the_model_with_the_reason(engine: Engine, mod
     events: list = []
     turn, request = await started_turn(handler, "clean up", events)
 
-    await engine.reject(request.tool_call_id, "  keep the data  ")
+    await engine.reject(request.tool_call_id, "  keep the data  ", decider=OPERATOR)
 
     assert isinstance(await asyncio.wait_for(turn, 5), Final)
     assert tool_messages(model.requests[1][0]) == [
@@ -103,7 +106,7 @@ async def test_a_rejection_without_a_note_says_so_plainly(engine: Engine, model)
     model.add(shell("rm x"), text("ok"))
     handler = await engine.new_session("console")
     turn, request = await started_turn(handler, "go", [])
-    await engine.reject(request.tool_call_id)
+    await engine.reject(request.tool_call_id, decider=OPERATOR)
     await asyncio.wait_for(turn, 5)
     assert tool_messages(model.requests[1][0]) == ["User rejected this tool call."]
 
@@ -157,7 +160,7 @@ async def test_pending_approvals_are_listed_for_the_adapters(engine: Engine, mod
     assert json.loads(item.arguments or "") == {"command": "ls -la"}
     assert item.requested_at.tzinfo is not None  # the age is now - requested_at
     assert await engine.pending_approvals(session_id=handler.session.id + 1) == []
-    await engine.approve(request.tool_call_id)
+    await engine.approve(request.tool_call_id, decider=OPERATOR)
     await asyncio.wait_for(turn, 5)
 
 
@@ -167,7 +170,7 @@ async def test_approving_with_a_bypass_stops_the_asking_for_that_session(engine:
     events: list = []
     turn, request = await started_turn(handler, "run both", events)
 
-    await engine.approve(request.tool_call_id, BypassRequest("all", seconds=900))
+    await engine.approve(request.tool_call_id, BypassRequest("all", seconds=900), decider=OPERATOR)
 
     assert isinstance(await asyncio.wait_for(turn, 5), Final)
     assert len([e for e in events if isinstance(e, ev.ApprovalRequired)]) == 1
@@ -186,7 +189,7 @@ async def test_stop_cancels_a_pending_approval(engine: Engine, model):
     assert await status_of(engine, request.tool_call_id) == "cancelled"
     assert await engine.pending_approvals() == []
     with pytest.raises(InboxError) as err:
-        await engine.approve(request.tool_call_id)
+        await engine.approve(request.tool_call_id, decider=OPERATOR)
     assert err.value.code == "resolved"
 
 
@@ -210,7 +213,7 @@ async def test_an_approval_made_after_a_restart_runs_the_call_and_finishes_the_t
     model.add(text("Logged."))
     events: list = []
 
-    decided = await second.approve(request.tool_call_id, emit=events.append)
+    decided = await second.approve(request.tool_call_id, emit=events.append, decider=OPERATOR)
 
     assert not decided.resolution.live and decided.resumed is not None
     result = await asyncio.wait_for(decided.resumed, 5)
@@ -232,7 +235,7 @@ async def test_a_rejection_made_after_a_restart_reaches_the_model(open_engine, m
 
     second = await open_engine()
     model.add(text("I will not shut it down."))
-    decided = await second.reject(request.tool_call_id, "not today")
+    decided = await second.reject(request.tool_call_id, "not today", decider=OPERATOR)
     assert isinstance(await asyncio.wait_for(decided.resumed, 5), Final)
     assert tool_messages(model.requests[-1][0]) == [
         "User rejected this tool call. Reason: not today"
@@ -254,7 +257,7 @@ async def test_a_restart_resume_asks_again_and_the_answer_completes_it(open_engi
     resumed, _ = await start_until(
         lambda emit: second.resume(handler.session.id, emit=emit), ev.ApprovalRequired, []
     )
-    decided = await second.approve(request.tool_call_id)
+    decided = await second.approve(request.tool_call_id, decider=OPERATOR)
     assert decided.resolution.live
     assert isinstance(await asyncio.wait_for(resumed, 5), Final)
 
@@ -272,10 +275,13 @@ async def test_decisions_on_ids_that_cannot_apply_are_refused_and_change_nothing
     call_id = request.tool_call_id
 
     for attempt, code in [
-        (engine.approve(999_999), "not_found"),
-        (engine.reject(999_999, "no"), "not_found"),
-        (engine.approve(call_id, session_id=other.session.id), "other_session"),
-        (engine.reject(call_id, "x", session_id=other.session.id), "other_session"),
+        (engine.approve(999_999, decider=OPERATOR), "not_found"),
+        (engine.reject(999_999, "no", decider=OPERATOR), "not_found"),
+        (engine.approve(call_id, session_id=other.session.id, decider=OPERATOR), "other_session"),
+        (
+            engine.reject(call_id, "x", session_id=other.session.id, decider=OPERATOR),
+            "other_session",
+        ),
     ]:
         with pytest.raises(InboxError) as err:
             await attempt
@@ -284,12 +290,15 @@ async def test_decisions_on_ids_that_cannot_apply_are_refused_and_change_nothing
     assert (await engine.store.inbox.get(call_id)).decision is None
 
     with pytest.raises(ValueError, match="scope"):
-        await engine.approve(call_id, BypassRequest("everything"))
+        await engine.approve(call_id, BypassRequest("everything"), decider=OPERATOR)
     assert (await engine.store.inbox.get(call_id)).decision is None
 
-    await engine.approve(call_id)
+    await engine.approve(call_id, decider=OPERATOR)
     await asyncio.wait_for(turn, 5)
-    for attempt in (engine.approve(call_id), engine.reject(call_id, "late")):
+    for attempt in (
+        engine.approve(call_id, decider=OPERATOR),
+        engine.reject(call_id, "late", decider=OPERATOR),
+    ):
         with pytest.raises(InboxError) as err:
             await attempt
         assert err.value.code == "resolved"
@@ -300,7 +309,7 @@ async def test_a_huge_reject_note_is_stored_truncated(engine: Engine, model):
     model.add(shell("echo a"), text("ok"))
     handler = await engine.new_session("console")
     turn, request = await started_turn(handler, "go", [])
-    await engine.reject(request.tool_call_id, "n" * 100_000)
+    await engine.reject(request.tool_call_id, "n" * 100_000, decider=OPERATOR)
     await asyncio.wait_for(turn, 5)
     record = await engine.store.inbox.get(request.tool_call_id)
     assert record is not None and record.note is not None

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from engine.approval.deciders import OPERATOR
 from engine.core import Engine
 from engine.llm.scripted import text, tool_call
 from engine.session import events as ev
@@ -114,7 +115,7 @@ async def test_an_approval_id_is_not_a_question(open_engine, model):
     with pytest.raises(InboxError) as err:
         await engine.resolve_question(request.tool_call_id, "yes")
     assert err.value.code == "not_found"
-    await engine.approve(request.tool_call_id)
+    await engine.approve(request.tool_call_id, decider=OPERATOR)
     await asyncio.wait_for(turn, 5)
 
 

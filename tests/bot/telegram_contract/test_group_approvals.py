@@ -1,0 +1,142 @@
+"""A group of colleagues, both bindings: who may decide a card follows ``APPROVERS``.
+
+Alice asks for something risky; Bob (allowed too) taps the card; the owner is a member.
+Whoever may not decide gets "Only … can decide this." and nothing runs.
+"""
+
+from __future__ import annotations
+
+import json
+
+from bot.telegram.cards import format_callback
+from engine.llm.scripted import text, tool_call
+from tests.bot.telegram_contract.conftest import ALICE, OWNER, eventually, find, texts
+
+BOB = 222
+GROUP = -100777
+MEMBERS = f"{ALICE},{BOB}"
+ONLY_ALICE = "Only Alice (who asked) or the owner can decide this."
+
+
+def shell(command: str, call_id: str = "c1"):
+    return tool_call("execute_cmd", json.dumps({"command": command}), call_id)
+
+
+def ask(telegram, user_id: int, words: str, first_name: str) -> None:
+    mention = f"@{telegram.bot_username} {words}"
+    entities = [{"type": "mention", "offset": 0, "length": len(telegram.bot_username) + 1}]
+    telegram.user_message(
+        GROUP, user_id, mention, chat_type="supergroup", entities=entities, first_name=first_name
+    )
+
+
+async def alice_asks(telegram, model, command: str = "echo ran >> runs.log"):
+    model.add(shell(command), text("Done."))
+    ask(telegram, ALICE, "log it", "Alice")
+    return await eventually(lambda: find(telegram, GROUP, "Approval needed"))
+
+
+def tap(telegram, user_id: int, card, action: str, first_name: str) -> None:
+    data = format_callback(_call_id(card), action)
+    telegram.callback(GROUP, user_id, card.message_id, data, first_name=first_name)
+
+
+def answers(telegram) -> list[str]:
+    return [a.get("text") or "" for a in telegram.callback_answers]
+
+
+def ran(tmp_path) -> bool:
+    return (tmp_path / "workspace" / "runs.log").exists()
+
+
+async def test_a_member_cannot_decide_someone_elses_card(start_service, telegram, model, tmp_path):
+    service = await start_service(telegram_allowed_user_ids=MEMBERS)
+    card = await alice_asks(telegram, model)
+    assert "Alice (who asked) or the owner can decide." in card.text
+
+    tap(telegram, BOB, card, "approve", "Bob")
+    tap(telegram, BOB, card, "bypass_session", "Bob")
+    tap(telegram, BOB, card, "reject", "Bob")
+    await eventually(lambda: len(telegram.callback_answers) == 3)
+
+    assert answers(telegram) == [ONLY_ALICE] * 3
+    [pending] = await service.engine.pending_approvals()
+    assert pending.tool_call_id == _call_id(card)
+    shown = telegram.message(GROUP, card.message_id)
+    assert shown.text == card.text and "reason" not in shown.text  # no reject window opened
+    assert not ran(tmp_path)
+
+    tap(telegram, ALICE, card, "approve", "Alice")
+    await eventually(lambda: "Done." in texts(telegram, GROUP))
+    assert ran(tmp_path)
+    assert "Approved" in telegram.message(GROUP, card.message_id).text
+
+
+async def test_the_owner_decides_a_members_card(start_service, telegram, model, tmp_path):
+    await start_service(telegram_allowed_user_ids=MEMBERS)
+    card = await alice_asks(telegram, model)
+    tap(telegram, OWNER, card, "approve", "Olga")
+    await eventually(lambda: "Done." in texts(telegram, GROUP))
+    assert ran(tmp_path)
+
+
+async def test_approvers_owner_leaves_the_requester_out(start_service, telegram, model, tmp_path):
+    service = await start_service(telegram_allowed_user_ids=MEMBERS, approvers="owner")
+    card = await alice_asks(telegram, model)
+    assert "Only the owner can decide." in card.text
+
+    tap(telegram, ALICE, card, "approve", "Alice")
+    await eventually(lambda: len(telegram.callback_answers) == 1)
+    assert answers(telegram) == ["Only the owner can decide this."]
+    assert len(await service.engine.pending_approvals()) == 1 and not ran(tmp_path)
+
+    tap(telegram, OWNER, card, "approve", "Olga")
+    await eventually(lambda: "Done." in texts(telegram, GROUP))
+    assert ran(tmp_path)
+
+
+async def test_approvers_allowed_is_any_member(start_service, telegram, model, tmp_path):
+    await start_service(telegram_allowed_user_ids=MEMBERS, approvers="allowed")
+    card = await alice_asks(telegram, model)
+    assert "Any allowed member can decide." in card.text
+    tap(telegram, BOB, card, "approve", "Bob")
+    await eventually(lambda: "Done." in texts(telegram, GROUP))
+    assert ran(tmp_path)
+    assert "Bob" in telegram.message(GROUP, card.message_id).text
+
+
+async def test_a_reason_from_another_member_is_refused(start_service, telegram, model):
+    service = await start_service(telegram_allowed_user_ids=MEMBERS)
+    model.add(shell("rm -rf data"), text("Understood."))
+    ask(telegram, ALICE, "clean up", "Alice")
+    card = await eventually(lambda: find(telegram, GROUP, "Approval needed"))
+    tap(telegram, ALICE, card, "reject", "Alice")
+    await eventually(lambda: "reason" in (telegram.message(GROUP, card.message_id).text or ""))
+
+    telegram.user_message(
+        GROUP,
+        BOB,
+        "do it anyway, not rejected",
+        chat_type="supergroup",
+        reply_to_message_id=card.message_id,
+        first_name="Bob",
+    )
+    await eventually(lambda: any(ONLY_ALICE in t for t in texts(telegram, GROUP)))
+    assert len(await service.engine.pending_approvals()) == 1
+
+    telegram.user_message(
+        GROUP,
+        ALICE,
+        "keep the data",
+        chat_type="supergroup",
+        reply_to_message_id=card.message_id,
+        first_name="Alice",
+    )
+    await eventually(lambda: "Understood." in texts(telegram, GROUP))
+    tool_results = [m["content"] for m in model.requests[-1][0] if m["role"] == "tool"]
+    assert tool_results == ["User rejected this tool call. Reason: keep the data"]
+
+
+def _call_id(card) -> int:
+    data = card.reply_markup["inline_keyboard"][0][0]["callback_data"]
+    return int(data.split(":")[1])
