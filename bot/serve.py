@@ -20,7 +20,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -35,6 +35,7 @@ from bot.http.app import (
     create_app,
 )
 from bot.http.operations import Operations
+from bot.http.signins import SignInPolicy, SignIns
 from bot.http.web import Deliveries
 from bot.telegram.adapter import COMMANDS, TelegramAdapter, TelegramConfig
 from bot.telegram.api import BotApi
@@ -163,6 +164,15 @@ class Service:
         await scheduler.start()
         if self.http:
             operations = Operations(engine, hub, scheduler)
+            token = settings.chathub_api_token
+            signins = None
+            if token:  # without a token nobody signs in (loopback only)
+                policy = SignInPolicy(
+                    idle=timedelta(hours=settings.web_session_idle_hours),
+                    absolute=timedelta(days=settings.web_session_max_days),
+                )
+                signins = SignIns(engine.store.db, token=token, policy=policy, clock=self.clock)
+                await signins.purge()  # rows of an old token or long expired go at start-up
             app = create_app(
                 webhook=webhook,
                 webhook_url=settings.telegram_webhook_url,
@@ -176,7 +186,8 @@ class Service:
                 ),
                 web=WebInbox(
                     operations,
-                    token=settings.chathub_api_token,
+                    token=token,
+                    signins=signins,
                     clock=self.clock,
                     deliveries=deliveries,
                 ),

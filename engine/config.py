@@ -76,6 +76,10 @@ class Settings(BaseSettings):
     chathub_api_token: str | None = None
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=8080, ge=1, le=65535)
+    #: A web inbox sign-in ends this long after its last request (bot/http/signins.py),
+    web_session_idle_hours: int = Field(default=12, ge=1, le=24 * 366)
+    #: and this long after it began, however much it is used.
+    web_session_max_days: int = Field(default=7, ge=1, le=366)
 
     @field_validator("telegram_allowed_user_ids", mode="before")
     @classmethod

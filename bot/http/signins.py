@@ -129,8 +129,8 @@ class SignIns:
     async def lookup(self, secret: str) -> SignIn | None:
         """The live sign-in the cookie names (its last use noted), or None.
 
-        A value of the wrong shape never reaches the database; an expired row, or one
-        made under another token, is deleted.
+        A value of the wrong shape never reaches the database; an expired row is deleted,
+        and a row made under another token takes every such row with it.
         """
         if _SECRET.fullmatch(secret) is None:
             return None
@@ -221,11 +221,11 @@ def _lookup(
     row = conn.execute(sa.select(w).where(w.c.id_hash == handle)).one_or_none()
     if row is None:
         return None
-    if (
-        not hmac.compare_digest(row.token_fingerprint, fingerprint)
-        or row.last_seen_at <= limits.seen_after
-        or row.created_at <= limits.created_after
-    ):
+    if not hmac.compare_digest(row.token_fingerprint, fingerprint):
+        # The token changed: every sign-in made under another one ends now, not one by one.
+        conn.execute(sa.delete(w).where(w.c.token_fingerprint != fingerprint))
+        return None
+    if row.last_seen_at <= limits.seen_after or row.created_at <= limits.created_after:
         conn.execute(sa.delete(w).where(w.c.id_hash == handle))
         return None
     signin = _signin(row)

@@ -4,12 +4,14 @@ Server-rendered with Jinja2; every action is a plain HTML form (POST, then 303 b
 the page works without JavaScript. A small script (``inbox.js``) only makes it nicer: it
 sends the forms in the background and refreshes the live parts every few seconds.
 
-Access: with ``CHATHUB_API_TOKEN`` set, ``/login`` takes the token and sets an HttpOnly,
-SameSite=Strict cookie holding an HMAC of it (never the token itself); a bearer header
-works too. Without a token the app only listens on loopback (``create_app``). Every POST
-carries a CSRF field derived from a secret the page never shows elsewhere, and a request
-whose ``Origin`` is not this host is refused, so another site cannot act through a
-logged-in browser.
+Access: with ``CHATHUB_API_TOKEN`` set, ``/login`` takes the token and starts a sign-in
+(``signins.py``): the HttpOnly, SameSite=Strict cookie holds a random id whose hash is
+stored, so ``/logout``, the sign-ins page, expiry or a new token end it for good. Failed
+sign-ins are counted per client address (``LoginThrottle``). A bearer header works too.
+Without a token the app only listens on loopback (``create_app``) and nobody signs in.
+Every POST carries a CSRF field of its sign-in (of the token for a bearer request, of a
+per-process secret on loopback), and a request whose ``Origin`` is not this host is
+refused, so another site cannot act through a signed-in browser.
 """
 
 from __future__ import annotations
@@ -19,18 +21,21 @@ import hmac
 import json
 import secrets
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlparse
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from bot.http.models import ids_in_range
+from bot.http.models import RequestError, ids_in_range, query_params
 from bot.http.operations import OperationError, Operations
+from bot.http.signins import LoginThrottle, SignIn, SignIns, csrf_token, is_handle
 from bot.telegram.store import DeliverySummary
 from engine.approval.broker import SHORT_BYPASS_SECONDS, BypassRequest
 from engine.approval.preview import CallDisplay, display_call, preview_call
@@ -69,16 +74,44 @@ _FLASH = {
     "unavailable": "The scheduler is not running.",
     "empty": "#{id}: an answer cannot be empty.",
 }
+#: Flash messages of the sign-ins page (``n`` is a count).
+_SIGNIN_FLASH = {
+    "ended": "Ended that sign-in.",
+    "gone": "That sign-in had already ended.",
+    "others": "Ended {n} other sign-in(s).",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Visitor:
+    """Who a request comes from: a browser's sign-in, or a bearer header / loopback (None)."""
+
+    csrf: str
+    signin: SignIn | None = None
+
+
+class _PageQuery(BaseModel):
+    """The inbox's query string: only a repeated ``page`` is refused, a bad one is page 1."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    page: str | None = None
 
 
 class WebInbox:
-    """Routes of the page over ``Operations``; ``token`` None only on loopback."""
+    """Routes of the page over ``Operations``; ``token`` None only on loopback.
+
+    ``signins`` defaults to sign-ins in the engine's database with the default policy;
+    ``throttle`` to a fresh ``LoginThrottle`` on ``clock``.
+    """
 
     def __init__(
         self,
         operations: Operations,
         *,
         token: str | None,
+        signins: SignIns | None = None,
+        throttle: LoginThrottle | None = None,
         clock: Callable[[], datetime] = utcnow,
         deliveries: Deliveries | None = None,
     ) -> None:
@@ -86,9 +119,13 @@ class WebInbox:
         self._deliveries = deliveries
         self.token = token or None
         self._token = token.encode() if token else None
-        key = self._token or secrets.token_bytes(32)
-        self._cookie_value = _mac(key, "web-session")
-        self._csrf = _mac(key, "csrf")
+        self._signins: SignIns | None = None
+        if token:
+            self._signins = signins or SignIns(operations.engine.store.db, token=token, clock=clock)
+        self._throttle = throttle or LoginThrottle(clock=clock)
+        # A bearer request (or loopback, keyed by a per-process secret) has no sign-in: its
+        # form token is derived from the token, which a bearer holder knows anyway.
+        self._fixed_csrf = _mac(self._token or secrets.token_bytes(32), "csrf")
         self._clock = clock
         self._templates = Environment(
             loader=FileSystemLoader(_TEMPLATES),
@@ -108,37 +145,53 @@ class WebInbox:
             Route("/login", self.login_form, methods=["GET"]),
             Route("/login", self.login, methods=["POST"]),
             Route("/logout", self._action(self.logout), methods=["POST"]),
+            Route("/signins", self._page(self.signins_page), methods=["GET"]),
+            Route("/signins/end", self._action(self.end_signin), methods=["POST"]),
+            Route("/signins/end-others", self._action(self.end_others), methods=["POST"]),
             Route("/static/inbox.js", self.script, methods=["GET"]),
         ]
 
     # -- access --------------------------------------------------------------------------------
 
-    def _signed_in(self, request: Request) -> bool:
-        if self._token is None:
-            return True
-        cookie = request.cookies.get(COOKIE, "")
-        if cookie and hmac.compare_digest(cookie.encode(), self._cookie_value.encode()):
-            return True
+    async def _visitor(self, request: Request) -> Visitor | None:
+        """The request's sign-in, bearer header or loopback; None when it must sign in."""
+        if self._token is None or self._signins is None:
+            return Visitor(self._fixed_csrf)
         scheme, _, value = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            value.strip().encode(), self._token
-        )
+        if scheme.lower() == "bearer":
+            # A bearer header is a sign-in attempt too: counted, and not even checked once
+            # its address has failed too often.
+            address = _address(request)
+            if self._throttle.retry_after(address) is not None:
+                return None
+            if hmac.compare_digest(value.strip().encode(), self._token):
+                return Visitor(self._fixed_csrf)
+            self._throttle.failed(address)
+        secret = request.cookies.get(COOKIE, "")
+        signin = await self._signins.lookup(secret) if secret else None
+        if signin is None:
+            return None
+        return Visitor(csrf_token(secret), signin)
 
-    def _page(self, handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    def _page(self, handler: Callable[[Request, Visitor], Any]) -> Callable[[Request], Any]:
         async def page(request: Request) -> Response:
-            if not self._signed_in(request):
-                return RedirectResponse("/login", status_code=303)
+            visitor = await self._visitor(request)
+            if visitor is None:
+                return self._signed_out(request, "/login")
             if not ids_in_range(request):
-                return self._render("missing.html", status=404, what="That id")
-            return await handler(request)
+                return self._render("missing.html", visitor, status=404, what="That id")
+            return await handler(request, visitor)
 
         return page
 
-    def _action(self, handler: Callable[[Request, dict[str, str]], Any]) -> Callable[..., Any]:
+    def _action(
+        self, handler: Callable[[Request, dict[str, str], Visitor], Any]
+    ) -> Callable[..., Any]:
         async def action(request: Request) -> Response:
             if not _same_origin(request):
                 return _plain(403, "cross-site request refused")
-            if not self._signed_in(request):
+            visitor = await self._visitor(request)
+            if visitor is None:
                 return _plain(401, "sign in first")
             if not ids_in_range(request):
                 return _plain(404, "no such id")
@@ -147,49 +200,120 @@ class WebInbox:
                 return _plain(413, f"form over {MAX_FORM_BYTES} bytes")
             if _REPEATED in form:
                 return _plain(400, "a form field is given more than once")
-            if not hmac.compare_digest(form.get("csrf", "").encode(), self._csrf.encode()):
+            if not hmac.compare_digest(form.get("csrf", "").encode(), visitor.csrf.encode()):
                 return _plain(403, "missing or wrong form token; reload the page")
-            return await handler(request, form)
+            return await handler(request, form, visitor)
 
         return action
 
+    def _signed_out(self, request: Request, location: str) -> Response:
+        """A redirect that also drops a cookie naming no live sign-in."""
+        response = RedirectResponse(location, status_code=303)
+        if COOKIE in request.cookies:
+            response.delete_cookie(
+                COOKIE, httponly=True, samesite="strict", secure=request.url.scheme == "https"
+            )
+        return response
+
     async def login_form(self, request: Request) -> Response:
-        if self._signed_in(request):
+        if self._token is not None and await self._visitor(request) is not None:
             return RedirectResponse("/", status_code=303)
-        return self._render("login.html", status=200, failed=False)
+        return self._render("login.html", None, status=200, failed=False)
 
     async def login(self, request: Request) -> Response:
         if not _same_origin(request):
             return _plain(403, "cross-site request refused")
+        address = _address(request)
+        wait = self._throttle.retry_after(address)
+        if wait is not None:  # refused before the token is even looked at
+            return Response(
+                f"Too many failed sign-ins from this address; try again in {_wait_words(wait)}.\n",
+                status_code=429,
+                media_type="text/plain",
+                headers={"retry-after": str(wait)},
+            )
         form = await _form(request)
         if form is None:
             return _plain(413, f"form over {MAX_FORM_BYTES} bytes")
         if _REPEATED in form:
             return _plain(400, "a form field is given more than once")
         given = form.get("token", "").strip().encode()
-        if self._token is None or not hmac.compare_digest(given, self._token):
-            return self._render("login.html", status=401, failed=self._token is not None)
+        if self._token is None or self._signins is None:
+            return self._render("login.html", None, status=401, failed=False)
+        if not hmac.compare_digest(given, self._token):
+            self._throttle.failed(address)
+            return self._render("login.html", None, status=401, failed=True)
+        self._throttle.succeeded(address)
+        previous = await self._visitor(request)
+        if previous is not None and previous.signin is not None:
+            await self._signins.revoke(previous.signin.handle)  # one browser, one sign-in
+        new = await self._signins.create(address, request.headers.get("user-agent"))
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(
             COOKIE,
-            self._cookie_value,
+            new.secret,
             httponly=True,
             samesite="strict",
             secure=request.url.scheme == "https",
-            max_age=30 * 24 * 3600,
+            max_age=int(self._signins.policy.absolute.total_seconds()),
         )
         return response
 
-    async def logout(self, request: Request, form: dict[str, str]) -> Response:
-        response = RedirectResponse("/login", status_code=303)
-        response.delete_cookie(COOKIE)
-        return response
+    async def logout(self, request: Request, form: dict[str, str], visitor: Visitor) -> Response:
+        if self._signins is not None and visitor.signin is not None:
+            await self._signins.revoke(visitor.signin.handle)
+        return self._signed_out(request, "/login")
+
+    async def signins_page(self, request: Request, visitor: Visitor) -> Response:
+        signins = await self._signins.active() if self._signins is not None else None
+        now = self._clock()
+        rows = [
+            {
+                "signin": signin,
+                "this": visitor.signin is not None and signin.handle == visitor.signin.handle,
+                "created": _age(now, signin.created_at),
+                "seen": _age(now, signin.last_seen_at),
+            }
+            for signin in signins or []
+        ]
+        return self._render(
+            "signins.html",
+            visitor,
+            rows=rows,
+            enabled=signins is not None,
+            flash=_signin_flash(request),
+        )
+
+    async def end_signin(
+        self, request: Request, form: dict[str, str], visitor: Visitor
+    ) -> Response:
+        handle = form.get("signin", "")
+        if self._signins is None or not is_handle(handle):
+            return _plain(400, "that is not a sign-in")
+        ended = await self._signins.revoke(handle)
+        if visitor.signin is not None and handle == visitor.signin.handle:
+            return self._signed_out(request, "/login")
+        return RedirectResponse(f"/signins?done={'ended' if ended else 'gone'}", status_code=303)
+
+    async def end_others(
+        self, request: Request, form: dict[str, str], visitor: Visitor
+    ) -> Response:
+        if self._signins is None:
+            return _plain(400, "nobody signs in without CHATHUB_API_TOKEN")
+        keep = visitor.signin.handle if visitor.signin is not None else None
+        ended = await self._signins.revoke_others(keep)
+        query = urlencode({"done": "others", "n": ended})
+        return RedirectResponse(f"/signins?{query}", status_code=303)
 
     # -- pages ---------------------------------------------------------------------------------
 
-    async def inbox(self, request: Request) -> Response:
+    async def inbox(self, request: Request, visitor: Visitor) -> Response:
         now = self._clock()
-        page = min(_positive_int(request.query_params.get("page"), 1), MAX_PAGE)
+        try:
+            query = query_params(request, _PageQuery)
+        except RequestError as exc:  # ``page`` given twice: neither is taken
+            return _plain(400, exc.message)
+        page = min(_positive_int(query.page, 1), MAX_PAGE)
         sessions = await self.ops.engine.store.views.list_sessions(
             page=page, per_page=SESSIONS_PER_PAGE
         )
@@ -213,6 +337,7 @@ class WebInbox:
             }
         return self._render(
             "inbox.html",
+            visitor,
             approvals=[self._approval(item, now) for item in await self.ops.approvals()],
             questions=[self._question(item, now) for item in await self.ops.questions()],
             sessions=sessions,
@@ -223,12 +348,12 @@ class WebInbox:
             flash_error=request.query_params.get("ok") == "0",
         )
 
-    async def session(self, request: Request) -> Response:
+    async def session(self, request: Request, visitor: Visitor) -> Response:
         session_id = request.path_params["session_id"]
         detail = await self.ops.engine.store.views.session_detail(session_id)
         if detail is None:
-            return self._render("missing.html", status=404, what=f"Session {session_id}")
-        return self._render("session.html", detail=detail, as_json=_pretty)
+            return self._render("missing.html", visitor, status=404, what=f"Session {session_id}")
+        return self._render("session.html", visitor, detail=detail, as_json=_pretty)
 
     async def script(self, request: Request) -> Response:
         return Response(
@@ -237,9 +362,12 @@ class WebInbox:
             headers={"cache-control": "no-cache"},
         )
 
-    def _render(self, template: str, *, status: int = 200, **context: Any) -> HTMLResponse:
+    def _render(
+        self, template: str, visitor: Visitor | None, *, status: int = 200, **context: Any
+    ) -> HTMLResponse:
+        """``visitor`` None: a page for someone not signed in (no sign-out button)."""
         html = self._templates.get_template(template).render(
-            csrf=self._csrf, signed=self._token is not None, **context
+            csrf=visitor.csrf if visitor else None, signed=self._token is not None, **context
         )
         return HTMLResponse(
             html,
@@ -276,7 +404,7 @@ class WebInbox:
 
     # -- actions -------------------------------------------------------------------------------
 
-    async def decide(self, request: Request, form: dict[str, str]) -> Response:
+    async def decide(self, request: Request, form: dict[str, str], visitor: Visitor) -> Response:
         tool_call_id = request.path_params["tool_call_id"]
         action = form.get("action", "")
         note = form.get("note", "")[:MAX_TEXT_CHARS]
@@ -296,7 +424,7 @@ class WebInbox:
             return _back(exc.code if exc.code in _FLASH else exc.kind, tool_call_id, ok=False)
         return _back(action, tool_call_id)
 
-    async def answer(self, request: Request, form: dict[str, str]) -> Response:
+    async def answer(self, request: Request, form: dict[str, str], visitor: Visitor) -> Response:
         request_id = request.path_params["request_id"]
         text = form.get("answer", "").strip()
         if not text:
@@ -307,10 +435,14 @@ class WebInbox:
             return _back(exc.code if exc.code in _FLASH else exc.kind, request_id, ok=False)
         return _back("answer", request_id)
 
-    async def toggle_job(self, request: Request, form: dict[str, str]) -> Response:
+    async def toggle_job(
+        self, request: Request, form: dict[str, str], visitor: Visitor
+    ) -> Response:
         return await self._on_job(request, "toggle", self.ops.toggle_job)
 
-    async def delete_job(self, request: Request, form: dict[str, str]) -> Response:
+    async def delete_job(
+        self, request: Request, form: dict[str, str], visitor: Visitor
+    ) -> Response:
         return await self._on_job(request, "delete", self.ops.delete_job)
 
     async def _on_job(
@@ -329,6 +461,11 @@ class WebInbox:
 
 def _mac(key: bytes, purpose: str) -> str:
     return hmac.new(key, f"chathub {purpose} v1".encode(), hashlib.sha256).hexdigest()
+
+
+def _address(request: Request) -> str | None:
+    """The client's address (behind a trusted proxy, uvicorn's proxy headers set it)."""
+    return request.client.host if request.client else None
 
 
 def _same_origin(request: Request) -> bool:
@@ -375,6 +512,18 @@ def _flash(request: Request) -> str | None:
     if template is None:
         return None
     return template.format(id=_positive_int(request.query_params.get("id"), 0))
+
+
+def _signin_flash(request: Request) -> str | None:
+    template = _SIGNIN_FLASH.get(request.query_params.get("done") or "")
+    if template is None:
+        return None
+    return template.format(n=_positive_int(request.query_params.get("n"), 0))
+
+
+def _wait_words(seconds: int) -> str:
+    minutes = -(-seconds // 60)
+    return f"{seconds} seconds" if seconds < 60 else f"{minutes} minute(s)"
 
 
 def _plain(status: int, message: str) -> Response:

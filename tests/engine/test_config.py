@@ -69,6 +69,7 @@ def test_defaults() -> None:
     assert s.scheduler_max_jobs_per_source == 50
     assert s.chathub_api_token is None
     assert (s.http_host, s.http_port) == ("127.0.0.1", 8080)
+    assert (s.web_session_idle_hours, s.web_session_max_days) == (12, 7)
 
 
 def test_every_variable_is_read_from_the_environment(tmp_path: Path) -> None:
@@ -94,6 +95,8 @@ def test_every_variable_is_read_from_the_environment(tmp_path: Path) -> None:
         CHATHUB_API_TOKEN="token",
         HTTP_HOST="0.0.0.0",
         HTTP_PORT="9000",
+        WEB_SESSION_IDLE_HOURS="2",
+        WEB_SESSION_MAX_DAYS="30",
     )
 
     assert s.telegram_bot_token == "123:abc"
@@ -113,6 +116,7 @@ def test_every_variable_is_read_from_the_environment(tmp_path: Path) -> None:
     assert s.tic_interval_seconds == 0  # 0 disables the tic
     assert (s.scheduler_min_period_seconds, s.scheduler_max_jobs_per_source) == (30, 5)
     assert (s.chathub_api_token, s.http_host, s.http_port) == ("token", "0.0.0.0", 9000)
+    assert (s.web_session_idle_hours, s.web_session_max_days) == (2, 30)
 
 
 @pytest.mark.parametrize(
@@ -131,6 +135,12 @@ def test_every_variable_is_read_from_the_environment(tmp_path: Path) -> None:
         ("DATABASE_URL", "mysql://chathub@localhost/chathub"),
         ("LLM_BASE_URL", "ftp://models.example/v1"),
         ("TELEGRAM_API_URL", "api.telegram.org"),
+        ("WEB_SESSION_IDLE_HOURS", "0"),
+        ("WEB_SESSION_IDLE_HOURS", "1.5"),
+        ("WEB_SESSION_IDLE_HOURS", "twelve"),
+        ("WEB_SESSION_MAX_DAYS", "0"),
+        ("WEB_SESSION_MAX_DAYS", "-7"),
+        ("WEB_SESSION_MAX_DAYS", "367"),
     ],
 )
 def test_a_bad_value_names_its_variable(variable: str, value: str) -> None:

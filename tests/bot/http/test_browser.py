@@ -3,8 +3,8 @@
 The service runs as a process with the fake Bot API and the fake model; a Telegram user's
 message leads to a gated ``execute_cmd``; the owner approves it by clicking on the page;
 the command runs, the chat's approval card is edited to say who approved, and the answer
-arrives in the chat. Screenshots are kept in ``test-artifacts/`` (or
-``$CHATHUB_TEST_ARTIFACTS``).
+arrives in the chat; then the page lists its sign-in, signs out, and the old cookie opens
+nothing. Screenshots are kept in ``test-artifacts/`` (or ``$CHATHUB_TEST_ARTIFACTS``).
 """
 
 from __future__ import annotations
@@ -128,3 +128,16 @@ def test_approving_an_execute_cmd_by_clicking_runs_it_and_edits_the_telegram_car
     page.locator("section.approval").first.wait_for(state="detached")
     wait_for(lambda: (workspace / "tapped.txt").exists())
     page.screenshot(path=str(ARTIFACTS / "inbox-after-telegram-tap.png"), full_page=True)
+
+    # Sign-ins: this browser is listed and marked; after signing out its cookie opens nothing.
+    page.get_by_role("link", name="Sign-ins").click()
+    mine = page.locator("tr.signin.this")
+    mine.wait_for()
+    assert "this one" in mine.inner_text() and "127.0.0.1" in mine.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "signins.png"), full_page=True)
+    cookie = next(c for c in page.context.cookies() if c["name"] == "chathub_web")
+    page.get_by_role("button", name="Sign out", exact=True).click()
+    page.wait_for_url("**/login")
+    page.context.add_cookies([cookie])  # the old cookie, replayed
+    page.goto(f"http://127.0.0.1:{port}/")
+    assert page.url.endswith("/login")

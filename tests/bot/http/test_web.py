@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
+import hmac
 import re
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from bot.http.app import create_app
 from bot.http.operations import Operations
-from bot.http.web import WEB_DECIDER, WebInbox
+from bot.http.signins import LoginThrottle, SignIns
+from bot.http.web import COOKIE, WEB_DECIDER, WebInbox
 from engine.core import Engine
 from engine.hub import ChatHub, DecisionMade
 from engine.session import events as ev
+from engine.store.schema import web_signins
 from scheduler.service import Scheduler
 from tests.bot.http.test_api import ORIGIN, TOKEN, ask, shell
+from tests.clock import FakeClock
 
 
 @pytest.fixture
@@ -211,3 +219,302 @@ async def test_without_a_token_the_page_is_loopback_only(engine):
         assert page.status_code == 200 and "not running in this process" in page.text
         # Still no cross-site form posts: the CSRF field is a per-process secret.
         assert (await c.post("/approvals/1", data={"action": "approve"})).status_code == 403
+
+
+# -- sign-ins (issue 17, hole 2) -----------------------------------------------------------------
+
+
+class Site:
+    """The page over one engine, built with an injected clock; clients from chosen addresses."""
+
+    def __init__(self, engine: Engine, hub: ChatHub, scheduler: Scheduler, stack) -> None:
+        self.engine, self.hub, self.scheduler, self._stack = engine, hub, scheduler, stack
+        self.clock = FakeClock(datetime.now(UTC))
+
+    def app(self, token: str = TOKEN):
+        inbox = WebInbox(
+            Operations(self.engine, self.hub, self.scheduler),
+            token=token,
+            signins=SignIns(self.engine.store.db, token=token, clock=self.clock),
+            throttle=LoginThrottle(clock=self.clock),
+            clock=self.clock,
+        )
+        return create_app(web=inbox, host="0.0.0.0")
+
+    async def client(
+        self, app=None, *, address: str = "127.0.0.1", agent: str = "test-browser", cookie=None
+    ) -> httpx.AsyncClient:
+        transport = httpx.ASGITransport(app=app or self.app(), client=(address, 40000))
+        headers = {"user-agent": agent}
+        if cookie is not None:  # sent as given, as a replaying attacker would
+            headers["cookie"] = f"{COOKIE}={cookie}"
+        client = httpx.AsyncClient(
+            transport=transport, base_url="http://inbox.test", headers=headers
+        )
+        return await self._stack.enter_async_context(client)
+
+
+@pytest.fixture
+async def site(engine, hub, scheduler) -> AsyncIterator[Site]:
+    async with contextlib.AsyncExitStack() as stack:
+        yield Site(engine, hub, scheduler, stack)
+
+
+async def is_signed_out(client: httpx.AsyncClient) -> bool:
+    response = await client.get("/")
+    return response.status_code == 303 and response.headers["location"] == "/login"
+
+
+async def test_after_logout_the_old_cookie_opens_nothing(site):
+    browser = await site.client()
+    csrf = await signed_in(browser)
+    old = browser.cookies[COOKIE]
+
+    out = await browser.post("/logout", data={"csrf": csrf})
+    assert out.status_code == 303 and out.headers["location"] == "/login"
+    assert COOKIE not in browser.cookies  # the browser was told to drop it
+    replay = await site.client(cookie=old)
+    assert await is_signed_out(replay)
+    refused = await replay.post("/jobs/1/toggle", data={"csrf": csrf})
+    assert refused.status_code == 401
+    assert await site.engine.store.db.run(_signin_rows) == []
+
+
+async def test_a_new_token_ends_every_sign_in(site):
+    first_app = site.app()
+    browsers = [await site.client(first_app) for _ in range(2)]
+    cookies = []
+    for browser in browsers:
+        await signed_in(browser)
+        cookies.append(browser.cookies[COOKIE])
+
+    rotated = site.app(token="a-brand-new-token")
+    assert await is_signed_out(await site.client(rotated, cookie=cookies[0]))
+    # Back to the old token (a rollback): the sign-ins made under it stay ended.
+    assert await is_signed_out(await site.client(site.app(), cookie=cookies[0]))
+    assert await is_signed_out(await site.client(site.app(), cookie=cookies[1]))
+    assert await site.engine.store.db.run(_signin_rows) == []
+    new = await site.client(rotated)
+    assert (await new.post("/login", data={"token": TOKEN})).status_code == 401
+    assert (await new.post("/login", data={"token": "a-brand-new-token"})).status_code == 303
+
+
+async def test_an_idle_sign_in_and_a_too_old_one_end(site):
+    idle = await site.client()
+    await signed_in(idle)
+    site.clock.advance(timedelta(hours=11, minutes=59))
+    assert (await idle.get("/")).status_code == 200  # used: idle time starts again
+    site.clock.advance(timedelta(hours=12))
+    assert await is_signed_out(idle)
+
+    busy = await site.client()
+    await signed_in(busy)
+    for _ in range(15):  # used every 11 hours: never idle for 12
+        site.clock.advance(timedelta(hours=11))
+        assert (await busy.get("/")).status_code == 200
+    site.clock.advance(timedelta(days=7) - 15 * timedelta(hours=11) - timedelta(minutes=1))
+    assert (await busy.get("/")).status_code == 200
+    site.clock.advance(timedelta(minutes=1))
+    assert await is_signed_out(busy)  # 7 days after signing in, however much it is used
+    assert await site.engine.store.db.run(_signin_rows) == []
+
+
+async def test_a_form_with_another_sign_ins_csrf_is_refused(site, scheduler):
+    job = await scheduler.create_cron(ORIGIN, title="j", spec="0 8 * * *", prompt="p")
+    alice, bob = await site.client(), await site.client()
+    alice_csrf, bob_csrf = await signed_in(alice), await signed_in(bob)
+    assert alice_csrf != bob_csrf
+
+    crossed = await alice.post(f"/jobs/{job.id}/toggle", data={"csrf": bob_csrf})
+    assert crossed.status_code == 403 and "form token" in crossed.text
+    assert (await scheduler.store.get(job.id)).enabled is True
+    own = await alice.post(f"/jobs/{job.id}/toggle", data={"csrf": alice_csrf})
+    assert own.status_code == 303
+    assert (await scheduler.store.get(job.id)).enabled is False
+    # The same browser signing in again gets a new sign-in and a new form token.
+    again = await signed_in(alice)
+    assert again != alice_csrf
+    stale = await alice.post(f"/jobs/{job.id}/toggle", data={"csrf": alice_csrf})
+    assert stale.status_code == 403
+
+
+async def test_bearer_scripts_keep_working_with_the_token_form_field(site, scheduler):
+    job = await scheduler.create_cron(ORIGIN, title="j", spec="0 8 * * *", prompt="p")
+    script = await site.client()
+    bearer = {"authorization": f"Bearer {TOKEN}"}
+    page = await script.get("/", headers=bearer)
+    assert page.status_code == 200
+    csrf = csrf_of(page.text)
+    done = await script.post(f"/jobs/{job.id}/toggle", data={"csrf": csrf}, headers=bearer)
+    assert done.status_code == 303
+    assert (await scheduler.store.get(job.id)).enabled is False
+    browser = await site.client()
+    await signed_in(browser)  # a browser's sign-in cannot use the bearer's form token
+    assert (await browser.post(f"/jobs/{job.id}/toggle", data={"csrf": csrf})).status_code == 403
+
+
+@pytest.mark.parametrize(
+    "cookie",
+    [
+        hmac.new(TOKEN.encode(), b"chathub web-session v1", hashlib.sha256).hexdigest(),
+        hmac.new(b"an old key", b"chathub web-session v1", hashlib.sha256).hexdigest(),
+        "A" * 42,
+        "A" * 44,
+        "A" * 42 + "+",
+        "A" * 42 + "%00",
+        "A" * 4000,
+        '"' + "A" * 43 + '"',
+        "",
+    ],
+    ids=["old-format", "old-key", "short", "long", "alphabet", "nul", "huge", "quoted", "empty"],
+)
+async def test_a_forged_or_old_cookie_is_sent_to_the_sign_in(site, cookie):
+    client = await site.client(cookie=cookie)
+
+    page = await client.get("/")
+    assert page.status_code == 303 and page.headers["location"] == "/login"
+    if cookie:
+        assert f'{COOKIE}=""' in page.headers.get("set-cookie", "")  # and told to drop it
+    assert (await client.post("/jobs/1/toggle", data={"csrf": "x"})).status_code == 401
+    assert (await client.get("/signins")).status_code == 303
+
+
+async def test_a_null_origin_is_refused_on_login_and_logout(site):
+    browser = await site.client()
+    csrf = await signed_in(browser)
+
+    login = await browser.post("/login", data={"token": TOKEN}, headers={"origin": "null"})
+    assert login.status_code == 403
+    logout = await browser.post("/logout", data={"csrf": csrf}, headers={"origin": "null"})
+    assert logout.status_code == 403
+    assert (await browser.get("/")).status_code == 200  # still signed in
+    same = await browser.post(
+        "/logout", data={"csrf": csrf}, headers={"origin": "http://inbox.test"}
+    )
+    assert same.status_code == 303 and await is_signed_out(browser)
+
+
+async def test_a_1_mb_password_is_413_and_not_counted(site):
+    client = await site.client()
+    for _ in range(12):
+        huge = await client.post("/login", data={"token": "x" * 1024 * 1024})
+        assert huge.status_code == 413
+    assert (await client.post("/login", data={"token": TOKEN})).status_code == 303
+
+
+async def test_failed_sign_ins_from_one_address_are_throttled(site):
+    app = site.app()
+    attacker = await site.client(app, address="198.51.100.7")
+    answers = [(await attacker.post("/login", data={"token": f"guess-{n}"})) for n in range(100)]
+
+    assert [r.status_code for r in answers[:10]] == [401] * 10
+    assert {r.status_code for r in answers[10:]} == {429}
+    limited = answers[-1]
+    assert limited.headers["retry-after"] == str(15 * 60)
+    assert limited.text.startswith("Too many failed sign-ins from this address")
+    assert "Error" not in limited.text
+    right = await attacker.post("/login", data={"token": TOKEN})  # the token is not even checked
+    assert right.status_code == 429 and COOKIE not in attacker.cookies
+    bearer = await attacker.get("/", headers={"authorization": f"Bearer {TOKEN}"})
+    assert bearer.headers["location"] == "/login"  # nor is a bearer header from there
+    other = await site.client(app, address="198.51.100.8")
+    assert (await other.post("/login", data={"token": TOKEN})).status_code == 303
+
+    site.clock.advance(timedelta(minutes=14, seconds=59))
+    assert (await attacker.post("/login", data={"token": TOKEN})).headers["retry-after"] == "1"
+    site.clock.advance(timedelta(seconds=1))
+    assert (await attacker.post("/login", data={"token": TOKEN})).status_code == 303
+
+
+async def test_wrong_bearer_headers_on_the_page_count_as_failed_sign_ins(site):
+    app = site.app()
+    script = await site.client(app, address="198.51.100.9")
+    for n in range(10):
+        wrong = await script.get("/", headers={"authorization": f"Bearer guess-{n}"})
+        assert wrong.headers["location"] == "/login"
+    assert (await script.post("/login", data={"token": TOKEN})).status_code == 429
+    site.clock.advance(timedelta(minutes=15))
+    right = await script.get("/", headers={"authorization": f"Bearer {TOKEN}"})
+    assert right.status_code == 200
+
+
+async def test_the_sign_ins_page_lists_and_ends_sign_ins(site):
+    app = site.app()
+    laptop = await site.client(app, address="192.0.2.10", agent="Laptop <Firefox>")
+    csrf = await signed_in(laptop)
+    phone = await site.client(app, address="192.0.2.11", agent="Phone Safari")
+    await signed_in(phone)
+    site.clock.advance(timedelta(minutes=5))
+
+    inbox = (await laptop.get("/")).text
+    assert 'href="/signins"' in inbox
+    page = await laptop.get("/signins")
+    assert page.status_code == 200
+    rows = re.findall(r'<tr class="signin( this)?">(.*?)</tr>', page.text, re.S)
+    assert len(rows) == 2
+    this = [row for marked, row in rows if marked]
+    assert len(this) == 1 and "this one" in this[0] and "Laptop &lt;Firefox&gt;" in this[0]
+    assert "192.0.2.10" in this[0] and "5 min ago" in this[0]
+    [phone_row] = [row for marked, row in rows if not marked]
+    assert "Phone Safari" in phone_row and "192.0.2.11" in phone_row
+    phone_handle = re.search(r'name="signin" value="([0-9a-f]{64})"', phone_row).group(1)
+
+    ended = await laptop.post("/signins/end", data={"csrf": csrf, "signin": phone_handle})
+    assert ended.status_code == 303 and ended.headers["location"] == "/signins?done=ended"
+    assert "Ended that sign-in." in (await laptop.get(ended.headers["location"])).text
+    assert await is_signed_out(phone)
+    again = await laptop.post("/signins/end", data={"csrf": csrf, "signin": phone_handle})
+    assert "already ended" in (await laptop.get(again.headers["location"])).text
+    for bad in ("", "nope", "A" * 64, phone_handle + "0"):
+        refused = await laptop.post("/signins/end", data={"csrf": csrf, "signin": bad})
+        assert refused.status_code == 400, bad
+
+    others = [await site.client(app, agent=f"tablet {n}") for n in range(3)]
+    for other in others:
+        await signed_in(other)
+    wrong = await laptop.post("/signins/end-others", data={"csrf": "0" * 64})
+    assert wrong.status_code == 403
+    all_others = await laptop.post("/signins/end-others", data={"csrf": csrf})
+    assert "Ended 3 other sign-in(s)." in (await laptop.get(all_others.headers["location"])).text
+    assert [await is_signed_out(other) for other in others] == [True] * 3
+    assert (await laptop.get("/")).status_code == 200
+
+    [mine] = re.findall(
+        r'name="signin" value="([0-9a-f]{64})"', (await laptop.get("/signins")).text
+    )
+    myself = await laptop.post("/signins/end", data={"csrf": csrf, "signin": mine})
+    assert myself.headers["location"] == "/login" and await is_signed_out(laptop)
+
+
+async def test_the_cookie_lasts_as_long_as_a_sign_in_and_is_secure_on_https(site):
+    transport = httpx.ASGITransport(app=site.app())
+    async with httpx.AsyncClient(transport=transport, base_url="https://inbox.test") as client:
+        response = await client.post("/login", data={"token": TOKEN})
+    cookie = response.headers["set-cookie"].lower()
+    assert "secure" in cookie and "httponly" in cookie and "samesite=strict" in cookie
+    assert f"max-age={7 * 24 * 3600}" in cookie
+
+
+async def test_a_repeated_page_parameter_is_refused(web):
+    await signed_in(web)
+
+    twice = await web.get("/?page=1&page=2")
+    assert twice.status_code == 400 and twice.text == "page: given more than once.\n"
+    assert (await web.get("/?page=2")).status_code == 200
+    assert (await web.get("/?other=1&other=2")).status_code == 200
+
+
+async def test_without_a_token_nobody_signs_in(engine):
+    inbox = WebInbox(Operations(engine), token=None)
+    app = create_app(web=inbox, host="127.0.0.1")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        assert (await c.get("/")).status_code == 200
+        assert "nobody signs in" in (await c.get("/signins")).text
+        login = await c.post("/login", data={"token": "anything"})
+        assert login.status_code == 401 and COOKIE not in c.cookies
+        assert 'action="/logout"' not in (await c.get("/")).text
+        assert (await c.post("/signins/end-others", data={})).status_code == 403
+
+
+def _signin_rows(conn):
+    return list(conn.execute(sa.select(web_signins)))
