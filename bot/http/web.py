@@ -158,12 +158,10 @@ class WebInbox:
         if self._token is None or self._signins is None:
             return Visitor(self._fixed_csrf)
         scheme, _, value = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer":
-            # A bearer header is a sign-in attempt too: counted, and not even checked once
-            # its address has failed too often.
-            address = _address(request)
-            if self._throttle.retry_after(address) is not None:
-                return None
+        address = _address(request)
+        # A bearer header is a sign-in attempt too: counted, and not even checked once its
+        # address has failed too often (a cookie's sign-in still counts then).
+        if scheme.lower() == "bearer" and self._throttle.retry_after(address) is None:
             if hmac.compare_digest(value.strip().encode(), self._token):
                 return Visitor(self._fixed_csrf)
             self._throttle.failed(address)

@@ -433,6 +433,12 @@ async def test_wrong_bearer_headers_on_the_page_count_as_failed_sign_ins(site):
         wrong = await script.get("/", headers={"authorization": f"Bearer guess-{n}"})
         assert wrong.headers["location"] == "/login"
     assert (await script.post("/login", data={"token": TOKEN})).status_code == 429
+    assert (await script.get("/", headers={"authorization": f"Bearer {TOKEN}"})).status_code == 303
+    browser = await site.client(app)  # signed in from elsewhere, then seen from that address
+    await signed_in(browser)
+    moved = await site.client(app, address="198.51.100.9", cookie=browser.cookies[COOKIE])
+    wrong = await moved.get("/", headers={"authorization": "Bearer still-wrong"})
+    assert wrong.status_code == 200  # the bearer is not checked; the sign-in holds
     site.clock.advance(timedelta(minutes=15))
     right = await script.get("/", headers={"authorization": f"Bearer {TOKEN}"})
     assert right.status_code == 200
