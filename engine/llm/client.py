@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -23,6 +23,7 @@ from engine.llm.types import (
     LlmConnectionError,
     LlmError,
     LlmProtocolError,
+    LlmProviderError,
     LlmRateLimited,
     LlmRequestError,
     LlmResponse,
@@ -131,17 +132,18 @@ class OpenAICompatModel:
     def _parse_whole(self, data: Any) -> LlmResponse:
         if not isinstance(data, dict):
             raise _Malformed(f"the body is {_kind(data)}, not an object")
+        if data.get("error"):  # OpenRouter and other gateways answer 200 with an error object
+            raise self._body_error(data["error"])
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
-            if data.get("error"):  # some gateways answer 200 with an error object
-                raise self._body_error(data["error"])
             raise _Malformed("the answer has no choices")
         choice = _required_object(choices[0], "the choice")
+        self._check_choice(choice)
         message = _required_object(choice.get("message"), "the choice's message")
         return LlmResponse(
             content=_text(message.get("content"), "the content") or None,
-            tool_calls=tuple(
-                _whole_call(raw) for raw in _list(message.get("tool_calls"), "the tool calls")
+            tool_calls=_distinct_ids(
+                [_whole_call(raw) for raw in _list(message.get("tool_calls"), "the tool calls")]
             ),
             reasoning_content=_reasoning(message) or None,
             usage=_usage(data.get("usage")),
@@ -165,7 +167,7 @@ class OpenAICompatModel:
     async def _read_stream(
         self, response: httpx.Response, on_delta: DeltaCallback | None
     ) -> LlmResponse:
-        answer = _StreamedAnswer(on_delta)
+        answer = _StreamedAnswer(on_delta, self._check_choice)
         done = False
         async for line in response.aiter_lines():
             if not line.startswith("data:"):
@@ -209,11 +211,31 @@ class OpenAICompatModel:
             kind = LlmProtocolError
         return kind(f"{self._config.name}: {detail}", model=self._config.name, status=status)
 
+    def _check_choice(self, choice: dict[str, Any]) -> None:
+        """A choice that ended in the provider's error (OpenRouter: ``finish_reason: "error"``
+        and an ``error`` object beside it) is that error, not an empty answer."""
+        error = choice.get("error")
+        if error or choice.get("finish_reason") == "error":
+            raise self._body_error(error or "the provider ended the answer with an error")
+
     def _body_error(self, error: Any) -> LlmError:
+        """An error sent in an HTTP 200 answer. The request was accepted, so whatever its
+        code says it happened while the provider answered: retriable, the next model may
+        succeed (OpenRouter documents in-band errors this way)."""
         code = error.get("code") if isinstance(error, dict) else None
         valid = isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 600
-        status = code if valid else 500
-        return self._status_error(status, json.dumps({"error": error}))
+        status = code if valid else 502
+        detail = _error_text(json.dumps({"error": error}))
+        kind: type[LlmError] = LlmProviderError
+        if status == 429:
+            kind = LlmRateLimited
+        elif status >= 500:
+            kind = LlmServerError
+        return kind(
+            f"{self._config.name}: the provider reported an error: {detail}",
+            model=self._config.name,
+            status=status,
+        )
 
     def _protocol(self, reason: str, raw: str = "") -> LlmProtocolError:
         """The user may see the message (one plain sentence); the raw text is for the log."""
@@ -237,6 +259,7 @@ class _StreamedAnswer:
 
     __slots__ = (
         "_calls",
+        "_check_choice",
         "_content",
         "_finish",
         "_on_delta",
@@ -245,11 +268,14 @@ class _StreamedAnswer:
         "_usage",
     )
 
-    def __init__(self, on_delta: DeltaCallback | None) -> None:
+    def __init__(
+        self, on_delta: DeltaCallback | None, check_choice: Callable[[dict[str, Any]], None]
+    ) -> None:
         self._on_delta = on_delta
+        self._check_choice = check_choice
         self._content: list[str] = []
         self._reasoning: list[str] = []
-        self._calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
+        self._calls = _StreamedCalls()
         self._usage: Any = None
         self._finish: str | None = None
         self._saw_choice = False
@@ -262,6 +288,7 @@ class _StreamedAnswer:
 
     def _choice(self, choice: dict[str, Any]) -> None:
         self._saw_choice = True
+        self._check_choice(choice)
         delta = _object(choice.get("delta"), "a stream delta")
         text = _text(delta.get("content"), "a content delta")
         if text:
@@ -272,7 +299,7 @@ class _StreamedAnswer:
         if thought:
             self._reasoning.append(thought)
         for position, part in enumerate(_list(delta.get("tool_calls"), "the tool calls")):
-            _merge_call(self._calls, part, position)
+            self._calls.feed(part, position)
         finish = _side_text(choice.get("finish_reason"))
         if finish:
             self._finish = finish
@@ -282,10 +309,9 @@ class _StreamedAnswer:
             raise _Malformed("the stream carried no choices")
         if not done and self._finish is None:
             raise _Malformed("the stream ended before the answer was finished")
-        calls = sorted(self._calls.items())
         return LlmResponse(
             content="".join(self._content) or None,
-            tool_calls=tuple(ToolCallRequest(c[0] or _new_id(), c[1], c[2]) for _, c in calls),
+            tool_calls=self._calls.result(),
             reasoning_content="".join(self._reasoning) or None,
             usage=_usage(self._usage),
             model=model,
@@ -300,24 +326,70 @@ def _whole_call(raw: Any) -> ToolCallRequest:
     return ToolCallRequest(_call_id(entry.get("id")), name, _arguments(fn.get("arguments")))
 
 
-def _merge_call(calls: dict[int, list[str]], part: Any, position: int) -> None:
-    """Fold one streamed tool-call fragment into the call at its ``index``."""
-    part = _required_object(part, "a tool call fragment")
-    index = part.get("index", position)
-    if not _is_count(index):
-        raise _Malformed(f"a tool call's index is {_kind(index)}, not a number from 0")
-    slot = calls.get(index)
-    if slot is None:
-        slot = calls[index] = ["", "", ""]
-    call_id = part.get("id")
-    if isinstance(call_id, str) and call_id and not slot[0]:
-        slot[0] = call_id  # some servers repeat the id on every fragment
-    fn = _object(part.get("function"), "a tool call's function")
-    name = _text(fn.get("name"), "a tool call's name")
-    if name and name != slot[1]:  # likewise a repeated name must not double
-        slot[1] += name
-    if fn.get("arguments") is not None:
-        slot[2] += _arguments(fn["arguments"])
+class _Call:
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.name = ""
+        self.arguments: list[str] = []
+
+
+class _StreamedCalls:
+    """Streamed tool-call fragments folded into calls, in the order the calls began.
+
+    A fragment continues the latest call at its ``index`` unless it carries an id other
+    than that call's: Ollama streams every call whole at index 0, each with its own id,
+    while OpenAI, vLLM, llama.cpp and the rest send the id once (or repeat the same one)
+    and the arguments in pieces at one index per call.
+    """
+
+    __slots__ = ("_at", "_calls")
+
+    def __init__(self) -> None:
+        self._calls: list[_Call] = []
+        self._at: dict[int, _Call] = {}  # the latest call begun at each index
+
+    def feed(self, part: Any, position: int) -> None:
+        part = _required_object(part, "a tool call fragment")
+        index = part.get("index", position)
+        if not _is_count(index):
+            raise _Malformed(f"a tool call's index is {_kind(index)}, not a number from 0")
+        given = part.get("id")
+        call_id = given if isinstance(given, str) and given else ""
+        call = self._at.get(index)
+        if call is None or (call_id and call.id and call_id != call.id):
+            call = self._at[index] = _Call()
+            self._calls.append(call)
+        if call_id and not call.id:
+            call.id = call_id
+        fn = _object(part.get("function"), "a tool call's function")
+        name = _text(fn.get("name"), "a tool call's name")
+        if name and name != call.name:  # some servers repeat the name on every fragment
+            call.name += name
+        if fn.get("arguments") is not None:
+            call.arguments.append(_arguments(fn["arguments"]))
+
+    def result(self) -> tuple[ToolCallRequest, ...]:
+        made = [
+            ToolCallRequest(c.id, c.name, "".join(c.arguments))
+            for c in self._calls
+            if c.name or any(c.arguments)  # an id alone announces nothing to run
+        ]
+        return _distinct_ids(made)
+
+
+def _distinct_ids(calls: list[ToolCallRequest]) -> tuple[ToolCallRequest, ...]:
+    """Every call gets an id of its own: each result is paired with its call by id, so a
+    missing or repeated one is replaced (the model sees the ids we sent back)."""
+    seen: set[str] = set()
+    out = []
+    for call in calls:
+        if not call.id or call.id in seen:
+            call = ToolCallRequest(_new_id(), call.name, call.arguments)
+        seen.add(call.id)
+        out.append(call)
+    return tuple(out)
 
 
 def _arguments(value: Any) -> str:
@@ -333,8 +405,8 @@ def _arguments(value: Any) -> str:
 
 def _call_id(value: Any) -> str:
     """The model's id for a call; only used to pair the call with its result, so a missing
-    or non-text one is replaced rather than fatal."""
-    return value if isinstance(value, str) and value else _new_id()
+    or non-text one is replaced rather than fatal (``_distinct_ids``)."""
+    return value if isinstance(value, str) else ""
 
 
 def _reasoning(message: dict[str, Any]) -> str | None:

@@ -83,6 +83,13 @@ class LlmServerError(LlmError):
     retriable = True
 
 
+class LlmProviderError(LlmError):
+    """The endpoint accepted the request and then reported an error in its answer (an HTTP
+    200 with an ``error`` object, or a choice ending ``finish_reason: "error"``)."""
+
+    retriable = True
+
+
 class LlmRequestError(LlmError):
     """HTTP 4xx other than 429: the request itself is wrong; another model will not help."""
 
