@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -193,7 +194,26 @@ def create_app(
         return SafeJSONResponse(report, status_code=200 if report.get("ok") else 503)
 
     routes.append(_route("healthz", healthz))
-    return Starlette(routes=routes, middleware=[Middleware(InternalErrors, pages=pages)])
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(InternalErrors, pages=pages)],
+        exception_handlers={404: _not_routed, 405: _not_routed},
+    )
+
+
+_NOT_ROUTED = {404: "no such route", 405: "method not allowed on this route"}
+
+
+async def _not_routed(request: Request, exc: Exception) -> Response:
+    """No route took the request: JSON under ``/api/`` (``ErrorBody``), plain text elsewhere."""
+    assert isinstance(exc, HTTPException)
+    if request.url.path.startswith("/api/"):
+        return JSONResponse(
+            {"error": _NOT_ROUTED[exc.status_code]},
+            status_code=exc.status_code,
+            headers=exc.headers,
+        )
+    return PlainTextResponse(exc.detail, status_code=exc.status_code, headers=exc.headers)
 
 
 def _route(name: str, endpoint: Callable[[Request], Awaitable[JSONResponse]]) -> Route:

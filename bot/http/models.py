@@ -380,8 +380,7 @@ def query_params(request: Request, model: type[M]) -> M:
         _check_text(value, False)
         if len(value) > 1000:
             raise RequestError(422, f"{name}: too long.")
-        if value != "":
-            values[name] = value
+        values[name] = value
     return validate(model, values)
 
 
