@@ -9,11 +9,20 @@ strings are repaired (``clean_text``); an update with nothing usable is ``Ignore
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from bot.telegram.api import Json
+from bot.telegram.fields import (
+    Drops,
+    as_int,
+    as_number,
+    clean_text,
+    file_id_of,
+    fits_db_id,
+    size_of,
+    unique_id_of,
+)
 
 __all__ = [
     "Callback",
@@ -31,8 +40,6 @@ log = logging.getLogger(__name__)
 
 GROUP_TYPES = frozenset({"group", "supergroup"})
 CHAT_TYPES = frozenset({"private", "group", "supergroup", "channel"})
-# Ids are stored in signed 64-bit columns: a bigger one cannot name anything we stored.
-DB_ID_MIN, DB_ID_MAX = -(2**63), 2**63 - 1
 # Optional fields of an entity that the adapter (or a re-send) may read, with their type.
 _ENTITY_STRINGS = ("url", "language", "custom_emoji_id")
 
@@ -116,34 +123,10 @@ def source_of(chat_id: int, thread_id: int | None = None) -> str:
     return f"telegram:{chat_id}" if thread_id is None else f"telegram:{chat_id}:{thread_id}"
 
 
-def clean_text(text: str) -> str:
-    """``text`` that every encoder downstream accepts, at the same UTF-16 offsets.
-
-    A lone surrogate (JSON ``"\\ud800"`` decodes to one) cannot be encoded as UTF-8, so
-    the database, the model request and Telegram itself would each fail on it; NUL is
-    refused by PostgreSQL. Each becomes U+FFFD, one UTF-16 unit like what it replaces,
-    so entity offsets stay right. A surrogate pair split over two characters is joined.
-    """
-    if text.isascii() and "\x00" not in text:
-        return text  # the common case, without an encode
-    if "\x00" in text:
-        text = text.replace("\x00", "\ufffd")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return text
-
-
-def fits_db_id(value: int) -> bool:
-    """Whether ``value`` fits the signed 64-bit id columns (bigger ones overflow SQLite)."""
-    return DB_ID_MIN <= value <= DB_ID_MAX
-
-
 def parse_update(update: object) -> Incoming:
     if not isinstance(update, dict):
         return Ignored(None, "not an update object")
-    update_id = _int(update.get("update_id"))
+    update_id = as_int(update.get("update_id"))
     if update_id is None:
         return Ignored(None, "not an update object with an integer update_id")
     incoming = _parse_kind(update_id, update)
@@ -158,7 +141,7 @@ def _parse_kind(update_id: int, update: Json) -> Incoming:
     for kind in kinds:
         body = update.get(kind)
         if isinstance(body, dict):
-            drops = _Drops(kind)
+            drops = Drops(kind)
             if kind == "callback_query":
                 return _callback(update_id, body, drops)
             return _message(update_id, body, drops, edited=kind == "edited_message")
@@ -169,78 +152,7 @@ def _parse_kind(update_id: int, update: Json) -> Incoming:
     return Ignored(update_id, f"unhandled update kind {others}")
 
 
-class _Drops:
-    """The malformed fields of one update: read through it, what is wrong is noted."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.dropped: list[str] = []
-
-    def at(self, key: str) -> _Drops:
-        """The same record, for a nested object's fields (``message.chat.type``)."""
-        nested = _Drops(f"{self.path}.{key}")
-        nested.dropped = self.dropped
-        return nested
-
-    def drop(self, key: str, why: str) -> None:
-        self.dropped.append(f"{self.path}.{key} ({why})")
-
-    def id(self, obj: Json, key: str) -> int | None:
-        """An integer id that fits the database, or ``None`` (absent or dropped)."""
-        value = obj.get(key)
-        if value is None:
-            return None
-        number = _int(value)
-        if number is None:
-            self.drop(key, "not an integer")
-        elif not fits_db_id(number):
-            self.drop(key, "out of range")
-            return None
-        return number
-
-    def text(self, obj: Json, key: str) -> str | None:
-        """A string field, repaired (``clean_text``), or ``None`` (absent or dropped)."""
-        value = obj.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            self.drop(key, "not a string")
-            return None
-        return clean_text(value)
-
-    def object(self, obj: Json, key: str) -> Json | None:
-        value = obj.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            self.drop(key, "not an object")
-            return None
-        return value
-
-    def array(self, obj: Json, key: str) -> list[Any]:
-        value = obj.get(key)
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            self.drop(key, "not a list")
-            return []
-        return value
-
-    def flag(self, obj: Json, key: str) -> bool:
-        value = obj.get(key)
-        if value is None:
-            return False
-        if not isinstance(value, bool):
-            self.drop(key, "not a boolean")
-            return False
-        return value
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _user(obj: Json, key: str, drops: _Drops) -> tuple[int | None, str]:
+def _user(obj: Json, key: str, drops: Drops) -> tuple[int | None, str]:
     """The sender's id (``None`` when unusable) and a display name."""
     user = drops.object(obj, key)
     if user is None:
@@ -255,7 +167,7 @@ def _user(obj: Json, key: str, drops: _Drops) -> tuple[int | None, str]:
     return user_id, name or (f"@{username}" if username else str(user_id or "?"))
 
 
-def _chat_type(chat: Json, chat_id: int, drops: _Drops) -> str:
+def _chat_type(chat: Json, chat_id: int, drops: Drops) -> str:
     """The chat's type; a malformed one is inferred from the id (groups are negative).
 
     Never "private" for a negative id: in a group the bot answers only when addressed.
@@ -268,7 +180,7 @@ def _chat_type(chat: Json, chat_id: int, drops: _Drops) -> str:
     return "private" if chat_id > 0 else "group"
 
 
-def _message(update_id: int, message: Json, drops: _Drops, *, edited: bool) -> Incoming:
+def _message(update_id: int, message: Json, drops: Drops, *, edited: bool) -> Incoming:
     chat = drops.object(message, "chat")
     chat_id = None if chat is None else drops.at("chat").id(chat, "id")
     if chat is None or chat_id is None:
@@ -300,7 +212,7 @@ def _message(update_id: int, message: Json, drops: _Drops, *, edited: bool) -> I
     )
 
 
-def _text_and_entities(message: Json, drops: _Drops) -> tuple[str, tuple[Json, ...]]:
+def _text_and_entities(message: Json, drops: Drops) -> tuple[str, tuple[Json, ...]]:
     """The text and its entities, or else the caption and the caption's entities."""
     text = drops.text(message, "text")
     if text is not None:
@@ -312,7 +224,7 @@ def _text_and_entities(message: Json, drops: _Drops) -> tuple[str, tuple[Json, .
     return "", ()
 
 
-def _entities(text: str, raw: list[Any], drops: _Drops, key: str) -> tuple[Json, ...]:
+def _entities(text: str, raw: list[Any], drops: Drops, key: str) -> tuple[Json, ...]:
     """Entities that lie inside ``text``, with only the fields we read, each type-checked."""
     size = len(text.encode("utf-16-le")) // 2  # Telegram counts UTF-16 units
     kept: list[Json] = []
@@ -328,14 +240,14 @@ def _entities(text: str, raw: list[Any], drops: _Drops, key: str) -> tuple[Json,
 def _entity(entity: Any, text_size: int) -> Json | None:
     if not isinstance(entity, dict) or not isinstance(entity.get("type"), str):
         return None
-    offset, length = _int(entity.get("offset")), _int(entity.get("length"))
+    offset, length = as_int(entity.get("offset")), as_int(entity.get("length"))
     if offset is None or length is None or offset < 0 or length <= 0:
         return None
     if offset + length > text_size:
         return None
     clean: Json = {"type": clean_text(entity["type"]), "offset": offset, "length": length}
     user = entity.get("user")
-    if isinstance(user, dict) and _int(user.get("id")) is not None:
+    if isinstance(user, dict) and as_int(user.get("id")) is not None:
         clean["user"] = {"id": user["id"]}
     for key in _ENTITY_STRINGS:
         if isinstance(entity.get(key), str):
@@ -343,7 +255,7 @@ def _entity(entity: Any, text_size: int) -> Json | None:
     return clean
 
 
-def _reply(message: Json, drops: _Drops) -> tuple[int | None, int | None]:
+def _reply(message: Json, drops: Drops) -> tuple[int | None, int | None]:
     """The replied-to message's id and its sender's id (either may be ``None``)."""
     reply = drops.object(message, "reply_to_message")
     if reply is None:
@@ -353,91 +265,64 @@ def _reply(message: Json, drops: _Drops) -> tuple[int | None, int | None]:
     return at.id(reply, "message_id"), None if sender is None else at.at("from").id(sender, "id")
 
 
-def _thread_id(message: Json, drops: _Drops) -> int | None:
+def _thread_id(message: Json, drops: Drops) -> int | None:
     """The forum topic: ``message_thread_id`` counts only in a topic message."""
     if not drops.flag(message, "is_topic_message"):
         return None
     return drops.id(message, "message_thread_id")
 
 
-def _location(message: Json, drops: _Drops) -> tuple[float, float] | None:
+def _location(message: Json, drops: Drops) -> tuple[float, float] | None:
     loc = drops.object(message, "location")
     if loc is None:
         return None
-    lat, lon = _number(loc.get("latitude")), _number(loc.get("longitude"))
+    lat, lon = as_number(loc.get("latitude")), as_number(loc.get("longitude"))
     if lat is None or lon is None or abs(lat) > 90 or abs(lon) > 180:
         drops.drop("location", "not a latitude and longitude")
         return None
     return lat, lon
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:  # an int too big for a float
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _files(message: Json, drops: _Drops) -> tuple[FileRef, ...]:
+def _files(message: Json, drops: Drops) -> tuple[FileRef, ...]:
     files = [_photo(message, drops), _document(message, drops)]
     return tuple(f for f in files if f is not None)
 
 
-def _photo(message: Json, drops: _Drops) -> FileRef | None:
+def _photo(message: Json, drops: Drops) -> FileRef | None:
     """The largest size of a photo."""
     raw = drops.array(message, "photo")
-    sizes = [p for p in raw if _file_id(p) is not None]
+    sizes = [p for p in raw if file_id_of(p) is not None]
     if not sizes:
         if raw:
             drops.drop("photo", "no size with a file_id")
         return None
 
     def area(p: Json) -> tuple[int, int]:
-        width, height = _int(p.get("width")) or 0, _int(p.get("height")) or 0
-        return width * height, _size(p) or 0
+        width, height = as_int(p.get("width")) or 0, as_int(p.get("height")) or 0
+        return width * height, size_of(p) or 0
 
     best = max(sizes, key=area)
-    file_id = _file_id(best)
+    file_id = file_id_of(best)
     assert file_id is not None  # filtered above
-    unique = _unique_id(best, file_id)
-    return FileRef(file_id, unique, f"photo_{unique}.jpg", "image/jpeg", _size(best))
+    unique = unique_id_of(best, file_id)
+    return FileRef(file_id, unique, f"photo_{unique}.jpg", "image/jpeg", size_of(best))
 
 
-def _document(message: Json, drops: _Drops) -> FileRef | None:
+def _document(message: Json, drops: Drops) -> FileRef | None:
     document = drops.object(message, "document")
     if document is None:
         return None
-    file_id = _file_id(document)
+    file_id = file_id_of(document)
     if file_id is None:
         drops.drop("document", "no file_id")
         return None
-    unique = _unique_id(document, file_id)
+    unique = unique_id_of(document, file_id)
     at = drops.at("document")
     name = at.text(document, "file_name") or unique
-    return FileRef(file_id, unique, name, at.text(document, "mime_type"), _size(document))
+    return FileRef(file_id, unique, name, at.text(document, "mime_type"), size_of(document))
 
 
-def _file_id(obj: Any) -> str | None:
-    if not isinstance(obj, dict):
-        return None
-    file_id = obj.get("file_id")
-    return clean_text(file_id) if isinstance(file_id, str) and file_id else None
-
-
-def _unique_id(obj: Json, file_id: str) -> str:
-    unique = obj.get("file_unique_id")
-    return clean_text(unique) if isinstance(unique, str) and unique else file_id
-
-
-def _size(obj: Json) -> int | None:
-    size = _int(obj.get("file_size"))
-    return size if size is not None and size >= 0 else None
-
-
-def _callback(update_id: int, query: Json, drops: _Drops) -> Incoming:
+def _callback(update_id: int, query: Json, drops: Drops) -> Incoming:
     callback_id = query.get("id")
     if not isinstance(callback_id, str) or not callback_id:
         # Nothing to answer it with: the one callback that cannot get its answer.
