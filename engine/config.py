@@ -136,6 +136,9 @@ class ModelConfig:
     cache_hints: bool = False
     timeout_s: float = 120.0
     stream: bool = True
+    #: Offer tools with portable schemas: no ``$schema``, ``$ref`` inlined (Gemini's and some
+    #: llama.cpp endpoints answer 400 otherwise; engine/llm/tool_schemas.py, docs/mcp.md).
+    strict_tool_schemas: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,7 +292,7 @@ def _model_problem(entry: dict[str, Any]) -> str | None:
         return "base_url must start with http:// or https://"
     if not isinstance(entry.get("api_key", ""), str):
         return "api_key must be a string"
-    for key in ("cache_hints", "stream"):
+    for key in ("cache_hints", "stream", "strict_tool_schemas"):
         if not isinstance(entry.get(key, False), bool):
             return f"{key} must be true or false"
     if "timeout_s" in entry and not _positive_number(entry["timeout_s"]):
