@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bot.http.api import ApiRoutes, operation
 from bot.http.models import (
+    MAX_ID,
     EventIn,
     RequestError,
     SafeJSONResponse,
@@ -81,11 +82,16 @@ class TelegramWebhook:
             return JSONResponse(
                 {"error": bad.message}, status_code=413 if bad.status == 413 else 400
             )
-        if not isinstance(update, dict) or not isinstance(update.get("update_id"), int):
+        if not isinstance(update, dict) or not _is_update_id(update.get("update_id")):
             return JSONResponse({"error": "not an update (no integer update_id)"}, status_code=400)
         for fresh in await self.store.record_updates([update]):
             self.sink.submit(fresh)
         return JSONResponse({"ok": True})
+
+
+def _is_update_id(value: Any) -> bool:
+    """An integer (not a boolean) that fits the database's 64-bit column."""
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_ID
 
 
 class EventsEndpoint:

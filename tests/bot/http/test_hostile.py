@@ -1,4 +1,5 @@
-"""Hand-made hostile requests on every JSON route, the page's forms and the login: never a 5xx.
+"""Hand-made hostile requests on every JSON route (the Telegram webhook too), the page's forms
+and the login: never a 5xx.
 
 Non-finite numbers, nesting far past any need, lone UTF-16 surrogates, integers and ids of
 thousands of digits, bodies over the limit (declared and streamed), invalid UTF-8 and
@@ -14,9 +15,16 @@ import httpx
 import pytest
 
 from bot.http.api import ApiRoutes
-from bot.http.app import EventsEndpoint, create_app
+from bot.http.app import (
+    DEFAULT_WEBHOOK_PATH,
+    SECRET_HEADER,
+    EventsEndpoint,
+    TelegramWebhook,
+    create_app,
+)
 from bot.http.operations import Operations
 from bot.http.web import WebInbox
+from bot.telegram.store import TelegramStore
 from engine.core import Engine
 from scheduler.service import Scheduler
 
@@ -206,3 +214,80 @@ async def test_the_page_refuses_a_null_origin_repeated_fields_and_a_huge_passwor
     assert tally.check("1 MB password", huge).status_code == 413
     wrong = await client.post("/login", data={"token": "nope"})
     assert tally.check("wrong password", wrong).status_code == 401
+
+
+# -- the Telegram webhook -----------------------------------------------------------------------
+
+SECRET = "webhook-secret"
+HOOK = {"x-telegram-bot-api-secret-token": SECRET, "content-type": "application/json"}
+
+
+class Submitted(list):
+    """The webhook's sink: updates handed on for handling."""
+
+    def submit(self, update: dict) -> None:
+        self.append(update)
+
+
+@pytest.fixture
+async def webhook(engine: Engine) -> AsyncIterator[tuple[httpx.AsyncClient, Submitted]]:
+    submitted = Submitted()
+    app = create_app(webhook=TelegramWebhook(TelegramStore(engine.store.db), submitted, SECRET))
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        yield client, submitted
+
+
+def _hostile_updates() -> list[tuple[str, bytes]]:
+    return [
+        ("NaN", b'{"update_id": NaN}'),
+        ("Infinity", b'{"update_id": 1, "message": {"date": Infinity}}'),
+        ("-Infinity", b'{"update_id": 1, "message": {"date": -Infinity}}'),
+        ("1e400", b'{"update_id": 1, "message": {"date": 1e400}}'),
+        ("deep body", DEEP),
+        ("deep message", b'{"update_id": 1, "message": ' + DEEP + b"}"),
+        ("50 levels", b'{"update_id": 1, "message": ' + NESTED_50 + b"}"),
+        ("5000-digit update_id", b'{"update_id": ' + HUGE.encode() + b"}"),
+        ("update_id beyond 64 bits", b'{"update_id": ' + str(2**70).encode() + b"}"),
+        ("boolean update_id", b'{"update_id": true}'),
+        ("no update_id", b'{"message": {}}'),
+        ("invalid UTF-8", b'{"update_id": 1, "message": {"text": "\xff\xfe"}}'),
+        ("not JSON", b"{nope"),
+        ("a list", b"[1, 2]"),
+    ]
+
+
+async def test_hostile_updates_on_the_webhook_are_refused_plainly(webhook, tally):
+    client, submitted = webhook
+    path = DEFAULT_WEBHOOK_PATH
+    for name, body in _hostile_updates():
+        response = tally.check(name, await client.post(path, content=body, headers=HOOK))
+        assert response.status_code == 400, (name, response.status_code)
+        assert isinstance(response.json()["error"], str), name
+    big = b'{"update_id": 1, "text": "' + b"x" * (2 * 1024 * 1024) + b'"}'
+
+    async def streamed() -> AsyncIterator[bytes]:
+        for _ in range(40):
+            yield b"[" * 64 * 1024
+
+    declared = await client.post(path, content=big, headers=HOOK)
+    assert tally.check("declared 2 MB", declared).status_code == 413
+    chunked = await client.post(path, content=streamed(), headers=HOOK)
+    assert tally.check("chunked 2.5 MB", chunked).status_code == 413
+    lying = await client.post(path, content=b"{}", headers={**HOOK, "content-length": HUGE[:30]})
+    assert tally.check("huge content-length", lying).status_code in (400, 413)
+    wrong = await client.post(
+        path, content=b'{"update_id": 1}', headers={**HOOK, SECRET_HEADER: "x"}
+    )
+    assert tally.check("wrong secret", wrong).status_code == 401
+    assert submitted == []
+
+    # Deliberately let through: Telegram escapes a lone surrogate and a chat may hold one.
+    lone = await client.post(
+        path, content=b'{"update_id": 7, "message": {"text": "\\ud800"}}', headers=HOOK
+    )
+    assert lone.status_code == 200, lone.text
+    ok = await client.post(path, content=b'{"update_id": 8}', headers=HOOK)
+    assert ok.status_code == 200
+    assert [update["update_id"] for update in submitted] == [7, 8]
+    assert submitted[0]["message"]["text"] == "\ud800"
