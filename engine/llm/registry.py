@@ -12,6 +12,7 @@ import httpx
 
 from engine.config import ModelConfig
 from engine.llm.client import OpenAICompatModel
+from engine.llm.tool_schemas import with_tool_schemas
 from engine.llm.types import ChatModel
 
 # Per-request timeouts come from each ModelConfig; these only size the shared pool.
@@ -36,11 +37,19 @@ class ModelRegistry:
     def from_config(
         cls, models: Sequence[ModelConfig], http: httpx.AsyncClient | None = None
     ) -> ModelRegistry:
-        """HTTP models sharing ``http``; without one the registry creates and owns a client."""
+        """HTTP models sharing ``http``; without one the registry creates and owns a client.
+
+        A model configured with ``strict_tool_schemas`` (the default) is offered portable
+        tool schemas (``engine.llm.tool_schemas``).
+        """
         owned = None
         if http is None:
             http = owned = httpx.AsyncClient(limits=_DEFAULT_LIMITS)
-        return cls([OpenAICompatModel(config, http) for config in models], owned_http=owned)
+        built = [
+            with_tool_schemas(OpenAICompatModel(config, http), strict=config.strict_tool_schemas)
+            for config in models
+        ]
+        return cls(built, owned_http=owned)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from engine.mcp.tools import (
     config_unlocked,
     granted_groups,
     mcp_tool_name,
+    mcp_tool_names,
     visible_mcp_tools,
 )
 
@@ -25,6 +26,7 @@ __all__ = [
     "config_unlocked",
     "granted_groups",
     "mcp_tool_name",
+    "mcp_tool_names",
     "parse_mcp_servers",
     "visible_mcp_tools",
 ]

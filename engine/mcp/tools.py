@@ -9,10 +9,13 @@ group ``config`` unlocks the Config-category tools (``config_unlocked``).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from engine.mcp.arguments import drop_optional_nulls
 from engine.mcp.config import RESERVED_GROUPS
 from engine.mcp.manager import McpManager, McpToolSpec
 from engine.tools.base import Tool, ToolCategory, ToolContext, ToolError
@@ -26,6 +29,8 @@ __all__ = [
     "config_unlocked",
     "granted_groups",
     "mcp_tool_name",
+    "mcp_tool_names",
+    "mcp_tools",
     "visible_mcp_tools",
 ]
 
@@ -34,7 +39,8 @@ log = logging.getLogger(__name__)
 CONFIG_GROUP = "config"  # one of RESERVED_GROUPS
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-_MAX_NAME = 64  # the OpenAI limit on function names
+_MAX_NAME = 64  # function names: ^[a-zA-Z0-9_-]{1,64}$ (OpenAI, Gemini, llama.cpp)
+_HASH = 8  # hex digits of the suffix that tells mapped names apart
 
 
 def mcp_tool_name(server: str, tool: str) -> str:
@@ -42,20 +48,67 @@ def mcp_tool_name(server: str, tool: str) -> str:
     return f"mcp__{server}__{_UNSAFE.sub('_', tool)}"
 
 
+def mcp_tool_names(
+    server: str, tools: Sequence[str], taken: Iterable[str] = ()
+) -> list[str | None]:
+    """A valid, unique function name for each of ``server``'s ``tools`` (None: left out).
+
+    A tool keeps its ``mcp_tool_name`` when it fits in 64 characters and either needed no
+    character replaced or equals no other tool's. The others (too long, or equal to
+    another's after replacing characters) get it cut to fit plus a hash of the server's own
+    tool name, so the result does not depend on the listing order and no two tools share a
+    name. ``taken`` holds names given already (other servers'). A duplicate in the listing
+    is left out.
+    """
+    natural = [mcp_tool_name(server, tool) for tool in tools]
+    used = set(taken)
+    own = {
+        name
+        for name, tool in zip(natural, tools, strict=True)
+        if len(name) <= _MAX_NAME and name == f"mcp__{server}__{tool}"
+    }
+    counts: dict[str, int] = {}
+    for name in natural:
+        counts[name] = counts.get(name, 0) + 1
+    names: list[str | None] = []
+    seen: set[str] = set()
+    for name, tool in zip(natural, tools, strict=True):
+        if tool in seen:
+            names.append(None)
+            continue
+        seen.add(tool)
+        if name in own and name == f"mcp__{server}__{tool}":
+            fits = name not in used
+        else:
+            fits = len(name) <= _MAX_NAME and counts[name] == 1 and name not in used | own
+        if not fits:
+            digest = hashlib.sha256(f"{server}/{tool}".encode()).hexdigest()[:_HASH]
+            name = f"{name[: _MAX_NAME - _HASH - 1]}_{digest}"
+            if name in used:
+                names.append(None)  # a 32-bit clash as well: vanishingly rare
+                continue
+        used.add(name)
+        names.append(name)
+    return names
+
+
 class McpTool:
-    """One remote tool of an MCP server."""
+    """One remote tool of an MCP server, offered under a valid function ``name``."""
 
     category = ToolCategory.INTROSPECTION
     root_agent_only = False
     sub_agents_only = False
     interactive_only = False
 
-    def __init__(self, manager: McpManager, spec: McpToolSpec) -> None:
+    def __init__(self, manager: McpManager, spec: McpToolSpec, name: str | None = None) -> None:
         self._manager = manager
         self.server = spec.server
         self.remote_name = spec.name
-        self.name = mcp_tool_name(spec.server, spec.name)
-        self.description = spec.description or f"{spec.name} (from the MCP server {spec.server})"
+        self.name = name or mcp_tool_name(spec.server, spec.name)
+        description = spec.description or f"{spec.name} (from the MCP server {spec.server})"
+        if self.name != f"mcp__{spec.server}__{spec.name}":
+            description = f"{description}\n(The server names this tool {spec.name!r}.)"
+        self.description = description
         schema = dict(spec.input_schema) if spec.input_schema else {}
         schema.setdefault("type", "object")
         schema.setdefault("properties", {})
@@ -63,6 +116,8 @@ class McpTool:
         self.rerun_safe = spec.rerun_safe
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        if isinstance(args, dict):
+            args = drop_optional_nulls(self.parameters, args)
         validate_args(self, args)
         return await self._manager.call(self.server, self.remote_name, args)
 
@@ -70,17 +125,20 @@ class McpTool:
         return f"<McpTool {self.name}>"
 
 
-def mcp_tools(manager: McpManager, specs: list[McpToolSpec]) -> list[McpTool]:
-    """The chathub tools for ``specs``; names too long or clashing are left out (logged)."""
+def mcp_tools(
+    manager: McpManager, specs: list[McpToolSpec], taken: Iterable[str] = ()
+) -> list[McpTool]:
+    """The chathub tools for one server's ``specs``, named by ``mcp_tool_names``."""
+    if not specs:
+        return []
+    server = specs[0].server
+    names = mcp_tool_names(server, [spec.name for spec in specs], taken)
     tools: list[McpTool] = []
-    seen: set[str] = set()
-    for spec in specs:
-        tool = McpTool(manager, spec)
-        if len(tool.name) > _MAX_NAME or tool.name in seen:
-            log.warning("mcp server %s: tool %r left out (name)", spec.server, spec.name)
+    for spec, name in zip(specs, names, strict=True):
+        if name is None:
+            log.warning("mcp server %s: tool %r left out (listed twice)", server, spec.name)
             continue
-        seen.add(tool.name)
-        tools.append(tool)
+        tools.append(McpTool(manager, spec, name))
     return tools
 
 
@@ -114,7 +172,7 @@ async def visible_mcp_tools(
         except ToolError as exc:
             log.warning("mcp server %s: tools unavailable: %s", server, exc)
             continue
-        tools.extend(mcp_tools(manager, specs))
+        tools.extend(mcp_tools(manager, specs, taken=[tool.name for tool in tools]))
     return tools
 
 
