@@ -175,7 +175,7 @@ def _plain(target: Any) -> dict[str, Any]:
         return {}
     kind = target.get("type")
     plain: dict[str, Any] = {"type": copy.deepcopy(kind) if kind else "object"}
-    note = "its nested structure is not spelled out here (recursive)"
+    note = "recursive: its nested structure is not spelled out here"
     description = target.get("description")
     plain["description"] = f"{description} ({note})" if isinstance(description, str) else note
     return plain
@@ -269,7 +269,10 @@ class PortableToolSchemas:
         return await self._model.complete(messages, portable_tools(tools), on_delta=on_delta)
 
     def __getattr__(self, name: str) -> Any:
-        # ``config`` and whatever else the wrapped client offers.
+        # ``config`` and whatever else the wrapped client offers (not ``_model`` itself:
+        # asked before ``__init__`` ran, as copy does, that would recurse).
+        if name == "_model":
+            raise AttributeError(name)
         return getattr(self._model, name)
 
     def __repr__(self) -> str:
