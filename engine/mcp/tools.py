@@ -62,11 +62,11 @@ def mcp_tool_names(
     """
     natural = [mcp_tool_name(server, tool) for tool in tools]
     used = set(taken)
-    own = {
-        name
-        for name, tool in zip(natural, tools, strict=True)
-        if len(name) <= _MAX_NAME and name == f"mcp__{server}__{tool}"
-    }
+
+    def is_own(name: str, tool: str) -> bool:
+        return len(name) <= _MAX_NAME and name == f"mcp__{server}__{tool}"
+
+    own = {name for name, tool in zip(natural, tools, strict=True) if is_own(name, tool)}
     counts: dict[str, int] = {}
     for name in natural:
         counts[name] = counts.get(name, 0) + 1
@@ -77,7 +77,7 @@ def mcp_tool_names(
             names.append(None)
             continue
         seen.add(tool)
-        if name in own and name == f"mcp__{server}__{tool}":
+        if is_own(name, tool):
             fits = name not in used
         else:
             fits = len(name) <= _MAX_NAME and counts[name] == 1 and name not in used | own
@@ -136,7 +136,7 @@ def mcp_tools(
     tools: list[McpTool] = []
     for spec, name in zip(specs, names, strict=True):
         if name is None:
-            log.warning("mcp server %s: tool %r left out (listed twice)", server, spec.name)
+            log.warning("mcp server %s: tool %r left out (listed twice?)", server, spec.name)
             continue
         tools.append(McpTool(manager, spec, name))
     return tools
