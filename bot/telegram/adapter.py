@@ -75,6 +75,7 @@ HELP = (
 EXPIRED = "This button has expired."
 # What a person sees when handling their update failed: never the exception, an id the
 # log line (with the traceback) carries too.
+UNREADABLE_MESSAGE = "I cannot read this kind of message yet; please send text, a photo or a file."
 SORRY_MESSAGE = "Sorry, something went wrong while handling your message (error {error})."
 SORRY_TAP = "Sorry, something went wrong while handling your tap (error {error})."
 REASON_PROMPT = "Reply to this message with a reason within {seconds} s, or tap ❌ again."
@@ -301,11 +302,21 @@ class TelegramAdapter:
             return False
         if await self._answer_card(m):
             return False
-        text = m.text
+        if m.notice is not None:  # a voice note: not handled yet, and said so once
+            await self._say(m.chat_id, m.thread_id, m.notice)
+            return False
+        lines = [m.text, *m.described]
         if m.location is not None:
             lat, lon = m.location
-            text = f"{text}\n📍 Location: {lat:.6f}, {lon:.6f}".strip()
-        attachments = await self._download(m)
+            lines.append(f"📍 Location: {lat:.6f}, {lon:.6f}")
+        text = "\n".join(line for line in lines if line)
+        attachments, problems = await self._download(m)
+        if problems:  # one warning per message, whatever went wrong with its files
+            await self._say(m.chat_id, m.thread_id, "⚠️ " + " ".join(problems))
+        if not text.strip() and not attachments:
+            if not problems:
+                await self._say(m.chat_id, m.thread_id, UNREADABLE_MESSAGE)
+            return False
         metadata: dict[str, Any] = {
             "telegram_message_id": m.message_id,
             # Who asked: with APPROVERS requester+owner they may decide what this turn gates.
@@ -994,37 +1005,52 @@ class TelegramAdapter:
                 log.debug("typing indicator failed: %s", exc)
             await self._sleep(self.config.typing_interval_s)
 
-    async def _download(self, m: Message) -> list[Json]:
+    async def _download(self, m: Message) -> tuple[list[Json], list[str]]:
+        """The message's files saved in the workspace, and a sentence for each one that
+        could not be (too large, or the download failed)."""
         attachments: list[Json] = []
+        problems: list[str] = []
         folder = Path("uploads") / "telegram" / str(m.chat_id)
+        limit = self.config.max_download_bytes
         for ref in m.files:
-            if ref.size is not None and ref.size > self.config.max_download_bytes:
-                await self._say(m.chat_id, m.thread_id, f"⚠️ {ref.name} is too large to download.")
+            too_large = f"{ref.name} is too large to download (the limit is {_mb(limit)})."
+            if ref.size is not None and ref.size > limit:
+                problems.append(too_large)
                 continue
             name = _SAFE_NAME.sub("_", f"{ref.unique_id}_{ref.name}")[:150]
             relative = folder / name
             try:
                 info = await self.api.get_file(ref.file_id)
+                size = info.get("file_size")  # the message may not have said (or lied)
+                if isinstance(size, int) and size > limit:
+                    problems.append(too_large)
+                    continue
                 await self.api.download_file(info["file_path"], self.config.workspace / relative)
             except (TelegramError, KeyError, OSError) as exc:
                 log.warning("download of %s failed: %s", ref.file_id, exc)
-                await self._say(m.chat_id, m.thread_id, f"⚠️ I could not download {ref.name}.")
+                problems.append(f"I could not download {ref.name}.")
                 continue
-            attachments.append(
-                {
-                    "path": relative.as_posix(),
-                    "name": ref.name,
-                    "mime_type": ref.mime_type,
-                    "size": (self.config.workspace / relative).stat().st_size,
-                }
-            )
-        return attachments
+            attachment: Json = {
+                "path": relative.as_posix(),
+                "name": ref.name,
+                "kind": ref.kind,
+                "mime_type": ref.mime_type,
+                "size": (self.config.workspace / relative).stat().st_size,
+            }
+            if ref.duration is not None:
+                attachment["duration_s"] = ref.duration
+            attachments.append(attachment)
+        return attachments, problems
 
     def _spawn(self, work: Any) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+
+def _mb(size: int) -> str:
+    return f"{size / (1024 * 1024):g} MB"
 
 
 def _report_failure(what: str) -> str:

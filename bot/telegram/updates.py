@@ -18,11 +18,9 @@ from bot.telegram.fields import (
     as_int,
     as_number,
     clean_text,
-    file_id_of,
     fits_db_id,
-    size_of,
-    unique_id_of,
 )
+from bot.telegram.media import FileRef, descriptions_of, files_of, notice_of
 
 __all__ = [
     "Callback",
@@ -39,18 +37,43 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 GROUP_TYPES = frozenset({"group", "supergroup"})
+#: Messages Telegram writes about the chat itself (pins, members, topics, calls): nobody
+#: said anything to the bot, so nothing is answered.
+_SERVICE_KEYS = (
+    "pinned_message",
+    "new_chat_members",
+    "left_chat_member",
+    "new_chat_title",
+    "new_chat_photo",
+    "delete_chat_photo",
+    "group_chat_created",
+    "supergroup_chat_created",
+    "channel_chat_created",
+    "migrate_to_chat_id",
+    "migrate_from_chat_id",
+    "message_auto_delete_timer_changed",
+    "write_access_allowed",
+    "forum_topic_created",
+    "forum_topic_edited",
+    "forum_topic_closed",
+    "forum_topic_reopened",
+    "general_forum_topic_hidden",
+    "general_forum_topic_unhidden",
+    "video_chat_scheduled",
+    "video_chat_started",
+    "video_chat_ended",
+    "video_chat_participants_invited",
+    "chat_background_set",
+    "boost_added",
+    "proximity_alert_triggered",
+    "giveaway_created",
+    "giveaway_completed",
+    "users_shared",
+    "chat_shared",
+)
 CHAT_TYPES = frozenset({"private", "group", "supergroup", "channel"})
 # Optional fields of an entity that the adapter (or a re-send) may read, with their type.
 _ENTITY_STRINGS = ("url", "language", "custom_emoji_id")
-
-
-@dataclass(frozen=True, slots=True)
-class FileRef:
-    file_id: str
-    unique_id: str
-    name: str
-    mime_type: str | None
-    size: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +91,10 @@ class Message:
     reply_to_user_id: int | None = None
     files: tuple[FileRef, ...] = ()
     location: tuple[float, float] | None = None
+    #: Lines for the model about what else the message carries (a contact, a poll, ...).
+    described: tuple[str, ...] = ()
+    #: Said instead of handling the message (a voice note, for now).
+    notice: str | None = None
     edited: bool = False
     #: Malformed fields left out, e.g. ``"message.entities (not a list)"``.
     dropped: tuple[str, ...] = ()
@@ -191,13 +218,17 @@ def _message(update_id: int, message: Json, drops: Drops, *, edited: bool) -> In
     message_id = drops.id(message, "message_id")
     if message_id is None:
         return Ignored(update_id, "message without a message_id")
+    service = next((key for key in _SERVICE_KEYS if key in message), None)
+    if service is not None and "text" not in message and "caption" not in message:
+        return Ignored(update_id, f"service message ({service})")
     text, entities = _text_and_entities(message, drops)
-    reply_id, reply_user = _reply(message, drops)
+    thread_id = _thread_id(message, drops)
+    reply_id, reply_user = _reply(message, drops, thread_id)
     return Message(
         update_id=update_id,
         chat_id=chat_id,
         chat_type=_chat_type(chat, chat_id, drops.at("chat")),
-        thread_id=_thread_id(message, drops),
+        thread_id=thread_id,
         message_id=message_id,
         user_id=user_id,
         user_name=user_name,
@@ -205,8 +236,11 @@ def _message(update_id: int, message: Json, drops: Drops, *, edited: bool) -> In
         entities=entities,
         reply_to_message_id=reply_id,
         reply_to_user_id=reply_user,
-        files=_files(message, drops),
-        location=_location(message, drops),
+        files=files_of(message, drops),
+        # A venue carries its location; its description names the point already.
+        location=None if isinstance(message.get("venue"), dict) else _location(message, drops),
+        described=descriptions_of(message, drops),
+        notice=notice_of(message),
         edited=edited,
         dropped=tuple(drops.dropped),
     )
@@ -255,14 +289,22 @@ def _entity(entity: Any, text_size: int) -> Json | None:
     return clean
 
 
-def _reply(message: Json, drops: Drops) -> tuple[int | None, int | None]:
-    """The replied-to message's id and its sender's id (either may be ``None``)."""
+def _reply(message: Json, drops: Drops, thread_id: int | None) -> tuple[int | None, int | None]:
+    """The replied-to message's id and its sender's id (either may be ``None``).
+
+    Telegram marks every message in a forum topic as a reply to the topic's creation
+    message: that is where the message was written, not whom it answers (when the bot
+    created the topic it would read as a reply to the bot). It is not a reply.
+    """
     reply = drops.object(message, "reply_to_message")
     if reply is None:
         return None, None
     at = drops.at("reply_to_message")
+    reply_id = at.id(reply, "message_id")
+    if "forum_topic_created" in reply or (thread_id is not None and reply_id == thread_id):
+        return None, None
     sender = at.object(reply, "from")
-    return at.id(reply, "message_id"), None if sender is None else at.at("from").id(sender, "id")
+    return reply_id, None if sender is None else at.at("from").id(sender, "id")
 
 
 def _thread_id(message: Json, drops: Drops) -> int | None:
@@ -281,45 +323,6 @@ def _location(message: Json, drops: Drops) -> tuple[float, float] | None:
         drops.drop("location", "not a latitude and longitude")
         return None
     return lat, lon
-
-
-def _files(message: Json, drops: Drops) -> tuple[FileRef, ...]:
-    files = [_photo(message, drops), _document(message, drops)]
-    return tuple(f for f in files if f is not None)
-
-
-def _photo(message: Json, drops: Drops) -> FileRef | None:
-    """The largest size of a photo."""
-    raw = drops.array(message, "photo")
-    sizes = [p for p in raw if file_id_of(p) is not None]
-    if not sizes:
-        if raw:
-            drops.drop("photo", "no size with a file_id")
-        return None
-
-    def area(p: Json) -> tuple[int, int]:
-        width, height = as_int(p.get("width")) or 0, as_int(p.get("height")) or 0
-        return width * height, size_of(p) or 0
-
-    best = max(sizes, key=area)
-    file_id = file_id_of(best)
-    assert file_id is not None  # filtered above
-    unique = unique_id_of(best, file_id)
-    return FileRef(file_id, unique, f"photo_{unique}.jpg", "image/jpeg", size_of(best))
-
-
-def _document(message: Json, drops: Drops) -> FileRef | None:
-    document = drops.object(message, "document")
-    if document is None:
-        return None
-    file_id = file_id_of(document)
-    if file_id is None:
-        drops.drop("document", "no file_id")
-        return None
-    unique = unique_id_of(document, file_id)
-    at = drops.at("document")
-    name = at.text(document, "file_name") or unique
-    return FileRef(file_id, unique, name, at.text(document, "mime_type"), size_of(document))
 
 
 def _callback(update_id: int, query: Json, drops: Drops) -> Incoming:

@@ -139,6 +139,8 @@ def attachments_block(attachments: list[dict[str, Any]]) -> str:
     lines = ["[SYSTEM INFO] The user attached files, saved in the workspace:"]
     for item in attachments:
         details = [str(item[k]) for k in ("mime_type", "size") if item.get(k) is not None]
+        if isinstance(item.get("duration_s"), int):
+            details.insert(1 if item.get("mime_type") else 0, f"{item['duration_s']} s")
         suffix = f" ({', '.join(details)})" if details else ""
         lines.append(f"- {item.get('path', '?')}{suffix}")
     return "\n".join(lines)

@@ -1,0 +1,358 @@
+"""Every kind of message a person sends gets one sensible answer, on both bindings.
+
+Real-shaped Bot API payloads (fields as Telegram sends them) go through the fake Bot API,
+the binding, the adapter and the hub; the echo model shows what the model received.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import pytest
+
+from tests.bot.telegram_contract.conftest import ALICE, eventually, texts
+
+_MESSAGE_IDS = itertools.count(5000)
+BOT_ID = 123456  # the fake's bot, from the token's prefix
+GROUP = -1004242
+
+
+def sender() -> dict[str, Any]:
+    return {"id": ALICE, "is_bot": False, "first_name": "Alice", "language_code": "en"}
+
+
+def private(telegram, **content: Any) -> None:
+    message = {
+        "message_id": next(_MESSAGE_IDS),
+        "from": sender(),
+        "chat": {"id": ALICE, "type": "private", "first_name": "Alice"},
+        "date": int(time.time()),
+        **content,
+    }
+    telegram.push_update({"message": message})
+
+
+def received(model) -> str:
+    """The user message the model was sent before the closing "ping"."""
+    messages = model.requests[-2][0]
+    return next(m["content"] for m in reversed(messages) if m["role"] == "user")
+
+
+async def only_reply(telegram) -> str:
+    """The one message the bot sent back. A text sent after it is answered after it (one
+    chat is handled in order), so once that answer is there a doubled one would be too."""
+    await eventually(lambda: texts(telegram, ALICE))
+    private(telegram, text="ping")  # after the answer: sent during the turn it would steer it
+    await eventually(lambda: "echo: ping" in texts(telegram, ALICE))
+    *replies, last = texts(telegram, ALICE)
+    assert last == "echo: ping"
+    assert len(replies) == 1, f"not exactly one answer: {replies}"
+    return replies[0]
+
+
+DESCRIBED = [
+    (
+        "contact",
+        {
+            "contact": {
+                "phone_number": "+15550123",
+                "first_name": "Bob",
+                "last_name": "Builder",
+                "user_id": 222,
+                "vcard": "BEGIN:VCARD\nEND:VCARD",
+            }
+        },
+        "📇 Contact: Bob Builder, phone +15550123, Telegram user 222",
+    ),
+    (
+        "venue",
+        {
+            "location": {"latitude": 48.8584, "longitude": 2.2945},
+            "venue": {
+                "location": {"latitude": 48.8584, "longitude": 2.2945},
+                "title": "Eiffel Tower",
+                "address": "Champ de Mars, Paris",
+                "foursquare_id": "4adcda09f964a520d83421e3",
+            },
+        },
+        "📍 Venue: Eiffel Tower, Champ de Mars, Paris (48.858400, 2.294500)",
+    ),
+    (
+        "location",
+        {"location": {"latitude": 45.0, "longitude": -7.5, "horizontal_accuracy": 20}},
+        "📍 Location: 45.000000, -7.500000",
+    ),
+    (
+        "poll",
+        {
+            "poll": {
+                "id": "5123",
+                "question": "Lunch?",
+                "options": [
+                    {"text": "Pizza", "voter_count": 0},
+                    {"text": "Sushi", "voter_count": 0},
+                ],
+                "total_voter_count": 0,
+                "is_closed": False,
+                "is_anonymous": True,
+                "type": "regular",
+                "allows_multiple_answers": False,
+            }
+        },
+        "📊 Poll: Lunch?\n- Pizza\n- Sushi",
+    ),
+    ("dice", {"dice": {"emoji": "🎯", "value": 6}}, "🎲 The user rolled 🎯 and got 6."),
+    (
+        "sticker",
+        {
+            "sticker": {
+                "file_id": "CAACAgIAAxkBAAEB",
+                "file_unique_id": "AgADxyz",
+                "type": "regular",
+                "width": 512,
+                "height": 512,
+                "is_animated": False,
+                "is_video": False,
+                "emoji": "😂",
+                "set_name": "FunnyFaces",
+                "file_size": 23000,
+            }
+        },
+        "[Sticker 😂]",
+    ),
+    (
+        "game",
+        {
+            "game": {
+                "title": "Lumberjack",
+                "description": "Chop the tree",
+                "photo": [{"file_id": "g1", "file_unique_id": "g1u", "width": 1, "height": 1}],
+            }
+        },
+        "🎮 Game: Lumberjack — Chop the tree",
+    ),
+    (
+        "invoice",
+        {
+            "invoice": {
+                "title": "Coffee",
+                "description": "One cup",
+                "start_parameter": "coffee",
+                "currency": "EUR",
+                "total_amount": 350,
+            }
+        },
+        "🧾 Invoice: Coffee, 350 EUR (in the currency's smallest unit)",
+    ),
+    (
+        "successful_payment",
+        {
+            "successful_payment": {
+                "currency": "XTR",
+                "total_amount": 5,
+                "invoice_payload": "order-1",
+                "telegram_payment_charge_id": "tg-1",
+                "provider_payment_charge_id": "",
+            }
+        },
+        "💳 Payment received: 5 XTR (in the currency's smallest unit)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "content", "expected"), DESCRIBED, ids=[d[0] for d in DESCRIBED])
+async def test_a_described_kind_reaches_the_model_as_text(
+    service, telegram, model, kind, content, expected
+):
+    private(telegram, **content)
+    reply = await only_reply(telegram)
+    assert reply.startswith("echo: ")
+    assert received(model) == expected
+
+
+MEDIA = [
+    (
+        "audio",
+        {
+            "audio": {
+                "file_id": "aud1",
+                "file_unique_id": "aud1u",
+                "duration": 183,
+                "performer": "Band",
+                "title": "Song",
+                "file_name": "song.mp3",
+                "mime_type": "audio/mpeg",
+                "file_size": 12,
+            },
+            "caption": "listen to this",
+        },
+        "aud1",
+        ["listen to this", "song.mp3 (audio/mpeg, 183 s, 12)"],
+    ),
+    (
+        "video",
+        {
+            "video": {
+                "file_id": "vid1",
+                "file_unique_id": "vid1u",
+                "width": 640,
+                "height": 360,
+                "duration": 9,
+                "mime_type": "video/mp4",
+                "file_size": 12,
+            },
+            "caption": "look",
+        },
+        "vid1",
+        ["look", "video_vid1u.mp4 (video/mp4, 9 s, 12)"],
+    ),
+    (
+        "video_note",
+        {
+            "video_note": {
+                "file_id": "vn1",
+                "file_unique_id": "vn1u",
+                "length": 240,
+                "duration": 4,
+                "file_size": 12,
+            }
+        },
+        "vn1",
+        ["video_note_vn1u.mp4 (video/mp4, 4 s, 12)"],
+    ),
+    (
+        "animation",
+        {
+            "animation": {
+                "file_id": "gif1",
+                "file_unique_id": "gif1u",
+                "width": 320,
+                "height": 240,
+                "duration": 2,
+                "file_name": "fun.gif.mp4",
+                "mime_type": "video/mp4",
+                "file_size": 12,
+            },
+            "document": {
+                "file_id": "gif1",
+                "file_unique_id": "gif1u",
+                "file_name": "fun.gif.mp4",
+                "mime_type": "video/mp4",
+                "file_size": 12,
+            },
+        },
+        "gif1",
+        ["fun.gif.mp4 (video/mp4, 2 s, 12)"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "content", "file_id", "shown"), MEDIA, ids=[m[0] for m in MEDIA])
+async def test_a_media_file_is_downloaded_and_attached(
+    service, telegram, model, tmp_path, kind, content, file_id, shown
+):
+    telegram.add_file(file_id, b"media-bytes!")
+    private(telegram, **content)
+    reply = await only_reply(telegram)
+    assert reply.startswith("echo: ")
+    text = received(model)
+    assert "attached files" in text
+    for part in shown:
+        assert part in text
+    assert text.count("uploads/telegram/") == 1  # an animation's document is the same file
+    saved = list((tmp_path / "workspace" / "uploads" / "telegram" / str(ALICE)).iterdir())
+    assert [p.read_bytes() for p in saved] == [b"media-bytes!"]
+
+
+async def test_a_voice_note_gets_its_notice(service, telegram, model):
+    voice = {"file_id": "v1", "file_unique_id": "v1u", "duration": 3, "mime_type": "audio/ogg"}
+    private(telegram, voice=voice)
+    reply = await only_reply(telegram)
+    assert reply == "🎤 Voice messages are not supported yet; please type your message."
+    assert len(model.requests) == 1  # the ping alone
+
+
+async def test_a_huge_document_gets_one_warning(service, telegram, model):
+    document = {
+        "file_id": "big1",
+        "file_unique_id": "big1u",
+        "file_name": "backup.tar",
+        "mime_type": "application/x-tar",
+        "file_size": 1_900_000_000,
+    }
+    private(telegram, document=document)
+    reply = await only_reply(telegram)
+    assert reply.startswith("⚠️ backup.tar is too large to download (the limit is 20 MB).")
+    assert len(model.requests) == 1  # the ping alone
+
+
+async def test_a_document_without_file_size_is_checked_by_get_file(service, telegram, model):
+    telegram.add_file("doc1", b"hello")
+    document = {"file_id": "doc1", "file_unique_id": "doc1u", "file_name": "notes.txt"}
+    private(telegram, document=document)
+    await only_reply(telegram)
+    assert "notes.txt (5)" in received(model)
+
+
+async def test_a_message_of_no_known_kind_gets_a_plain_sentence(service, telegram, model):
+    private(telegram, story={"chat": {"id": 5, "type": "private"}, "id": 1})
+    reply = await only_reply(telegram)
+    assert reply == "I cannot read this kind of message yet; please send text, a photo or a file."
+    assert len(model.requests) == 1  # the ping alone
+
+
+async def test_a_service_message_is_not_answered(service, telegram):
+    private(telegram, pinned_message={"message_id": 1, "date": 0, "chat": {"id": ALICE}})
+    private(telegram, text="after the pin")
+    await eventually(lambda: "echo: after the pin" in texts(telegram, ALICE))
+    assert texts(telegram, ALICE) == ["echo: after the pin"]
+
+
+# -- forum topics ------------------------------------------------------------------------
+
+
+def topic_message(telegram, text: str, *, reply_to: dict[str, Any], user_id: int = ALICE) -> None:
+    telegram.push_update(
+        {
+            "message": {
+                "message_id": next(_MESSAGE_IDS),
+                "message_thread_id": 77,
+                "is_topic_message": True,
+                "from": {**sender(), "id": user_id},
+                "chat": {"id": GROUP, "type": "supergroup", "title": "Team", "is_forum": True},
+                "date": int(time.time()),
+                "reply_to_message": reply_to,
+                "text": text,
+            }
+        }
+    )
+
+
+def topic_created_by_bot() -> dict[str, Any]:
+    return {
+        "message_id": 77,
+        "message_thread_id": 77,
+        "from": {"id": BOT_ID, "is_bot": True, "first_name": "Bot", "username": "test_bot"},
+        "chat": {"id": GROUP, "type": "supergroup", "title": "Team", "is_forum": True},
+        "date": int(time.time()) - 60,
+        "forum_topic_created": {"name": "Ops", "icon_color": 7322096},
+        "is_topic_message": True,
+    }
+
+
+async def test_talk_in_a_topic_the_bot_created_is_not_addressed_to_it(service, telegram):
+    topic_message(telegram, "just chatting among colleagues", reply_to=topic_created_by_bot())
+    bots_message = {
+        "message_id": 90,
+        "message_thread_id": 77,
+        "from": {"id": BOT_ID, "is_bot": True, "first_name": "Bot"},
+        "chat": {"id": GROUP, "type": "supergroup", "title": "Team", "is_forum": True},
+        "date": int(time.time()) - 5,
+        "text": "an earlier answer",
+        "is_topic_message": True,
+    }
+    topic_message(telegram, "a real reply to the bot", reply_to=bots_message)
+    await eventually(lambda: any("a real reply" in t for t in texts(telegram, GROUP)))
+    assert not any("among colleagues" in t for t in texts(telegram, GROUP))
