@@ -56,7 +56,7 @@ class Settings(BaseSettings):
     telegram_webhook_url: str | None = None
     telegram_webhook_secret: str | None = None
     telegram_streaming: bool = False
-    #: Who may decide an approval card (engine/approval/deciders.py); enforcement: issue 17.
+    #: Who may decide an approval card (engine/approval/deciders.py, docs/approval.md).
     approvers: Literal["requester+owner", "owner", "allowed"] = "requester+owner"
 
     llm_base_url: str = "http://localhost:11434/v1"
