@@ -112,6 +112,7 @@ class SafeJSONResponse(JSONResponse):
 
 
 class _Body(BaseModel):
+    # Patterns mean what they mean to the fuzzer and to ``jsonschema``: Python's ``re``.
     model_config = ConfigDict(extra="forbid", strict=True, regex_engine="python-re")
 
 
@@ -190,29 +191,32 @@ _TAGS: dict[type[BaseModel], str] = {
 }
 
 
-class ApprovalDecision(RootModel[Any]):
+#: The variants of a decision, picked by ``action`` and ``bypass_scope`` (``_decision_tag``).
+Decision = Annotated[
+    Annotated[Reject, Tag("reject")]
+    | Annotated[Approve, Tag("approve")]
+    | Annotated[ApproveCategory, Tag("category")]
+    | Annotated[ApproveMcpServer, Tag("mcp_server")]
+    | Annotated[SkipJsonSchema[_InvalidDecision], Tag("invalid")],
+    Discriminator(
+        _decision_tag,
+        custom_error_type="not_an_object",
+        custom_error_message="Input should be an object",
+    ),
+]
+
+
+class ApprovalDecision(RootModel[Decision]):
     """``POST /api/inbox/approvals/{id}/resolve``: one of the variants, picked by ``action``
     and ``bypass_scope`` (so a bypass's value is exactly what its scope takes)."""
 
-    root: Annotated[
-        Annotated[Reject, Tag("reject")]
-        | Annotated[Approve, Tag("approve")]
-        | Annotated[ApproveCategory, Tag("category")]
-        | Annotated[ApproveMcpServer, Tag("mcp_server")]
-        | Annotated[SkipJsonSchema[_InvalidDecision], Tag("invalid")],
-        Discriminator(
-            _decision_tag,
-            custom_error_type="not_an_object",
-            custom_error_message="Input should be an object",
-        ),
-    ]
     #: Tags of the union (``validate`` drops them from an error's location).
     union_tags: ClassVar[frozenset[str]] = frozenset({*_TAGS.values(), "invalid"})
 
     def bypass(self) -> BypassRequest | None:
         """The bypass an approval asks for (None: none, or a rejection)."""
         decision = self.root
-        if isinstance(decision, Reject):
+        if isinstance(decision, Reject | _InvalidDecision):
             return None
         if decision.bypass_scope is None and decision.bypass_secs is None:
             return None

@@ -202,8 +202,18 @@ async def test_reject_with_a_note_and_bad_decisions(client, engine, model):
     bad = [
         {"action": "maybe"},
         {"action": "approve", "bypass_secs": -5},
-        {"action": "approve", "bypass_scope": "everything"},  # refused by the broker
+        {"action": "approve", "bypass_scope": "everything"},
         {"action": "approve", "surprise": 1},
+        # A bypass's value is what its scope takes, and nothing where it takes none.
+        {"action": "approve", "bypass_scope": "category", "bypass_value": "Nope"},
+        {"action": "approve", "bypass_scope": "category"},
+        {"action": "approve", "bypass_scope": "mcp_server", "bypass_value": "a__b"},
+        {"action": "approve", "bypass_scope": "mcp_server", "bypass_value": ""},
+        {"action": "approve", "bypass_scope": "all", "bypass_value": "x"},
+        {"action": "approve", "bypass_value": "x"},
+        {"action": "approve", "bypass_secs": 0},
+        {"action": "reject", "bypass_secs": 60},
+        [{"action": "reject"}],
     ]
     for body in bad:
         response = await client.post(url, json=body, headers=AUTH)
@@ -235,6 +245,28 @@ async def test_reject_with_a_note_and_bad_decisions(client, engine, model):
         "/api/inbox/clarifications/99999/resolve", json={"answer": ""}, headers=AUTH
     )
     assert empty.status_code == 422
+
+
+async def test_approve_with_a_category_bypass_lets_the_next_call_through(client, engine, model):
+    model.add(shell("echo one", "c1"))
+    model.add(shell("echo two", "c2"))
+    handler = await engine.new_session(ORIGIN)
+    asked: list[ev.ApprovalRequired] = []
+    seen = asyncio.Event()
+
+    def emit(event) -> None:
+        if isinstance(event, ev.ApprovalRequired):
+            asked.append(event)
+            seen.set()
+
+    turn = asyncio.create_task(handler.handle_message("run both", emit=emit))
+    await asyncio.wait_for(seen.wait(), 5)
+    body = {"action": "approve", "bypass_scope": "category", "bypass_value": "Shell"}
+    url = f"/api/inbox/approvals/{asked[0].tool_call_id}/resolve"
+    resolved = await client.post(url, json={**body, "bypass_secs": 900}, headers=AUTH)
+    assert resolved.status_code == 200, resolved.text
+    assert isinstance(await asyncio.wait_for(turn, 5), Final)
+    assert len(asked) == 1  # the second command ran without asking
 
 
 # -- jobs ---------------------------------------------------------------------------------------
