@@ -419,12 +419,20 @@ def ids_in_range(request: Request) -> bool:
 # -- response models (the OpenAPI document's answers; the handlers build the same shapes) -----
 
 
+class FieldError(BaseModel):
+    """A field at fault (``loc``: its path in the body), without the input echoed."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
 class ErrorBody(BaseModel):
     """Every 4xx/5xx of the JSON API."""
 
     error: str
     code: str | None = None
-    detail: list[dict[str, Any]] | None = None
+    detail: list[FieldError] | None = None
 
 
 class _Waiting(BaseModel):

@@ -1,23 +1,26 @@
 """Schemathesis fuzzes every operation of the OpenAPI document against the app in-process.
 
 The app is the one ``chathub serve`` builds (API, events endpoint, ``/healthz``) over a real
-engine, hub and scheduler on a SQLite file, with a session and a job in it; it runs as an
-ASGI app in Schemathesis's event loop (opened and closed by the ASGI lifespan). Each
-operation gets schema-valid requests (which must be accepted: 2xx, or 404/409 for an id
-that names nothing or a job with no run) and schema-invalid ones (which must be refused
-with a 4xx). Every answer must be one the document declares (status code, content type,
-schema). The app itself counts the requests and the 5xx answers: the bar is 0.
+engine, hub and scheduler on a SQLite file, with a session, a job, a gated call and a
+question in it; it runs as an ASGI app in Schemathesis's event loop (opened and closed by
+the ASGI lifespan). Each operation gets schema-valid requests (which must be accepted: 2xx,
+or 404/409 for an id that names nothing, a call already decided or a job with no run) and
+schema-invalid ones (which must be refused with a 4xx). Every answer must be one the
+document declares (status code, content type, schema). The app itself counts the requests
+and the 5xx answers: the bar is 0.
 
-``CHATHUB_FUZZ_EXAMPLES`` sets how many requests to generate in all (2,000 by default;
-10,000 for the issue's bar: ``CHATHUB_FUZZ_EXAMPLES=10000 .venv/bin/pytest -q
+``CHATHUB_FUZZ_EXAMPLES`` sets how many cases to generate in all (2,000 by default; 10,000
+for the issue's bar: ``CHATHUB_FUZZ_EXAMPLES=10000 .venv/bin/pytest -q -s
 tests/bot/http/test_fuzz.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -37,7 +40,9 @@ from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
 from engine.core import Engine
 from engine.hub import ChatHub
 from engine.llm.registry import ModelRegistry
+from engine.session import events as ev
 from scheduler.service import Scheduler
+from tests.bot.http.test_api import ask, shell, waiting_turn
 from tests.clock import FakeClock
 from tests.engine.hub.conftest import EchoModel, ManualSleep
 
@@ -68,6 +73,7 @@ class FuzzedService:
         self.home = home
         self.requests = 0
         self.server_errors: list[str] = []
+        self.statuses: Counter[int] = Counter()
         self._app: ASGIApp | None = None
         self._stack = AsyncExitStack()
 
@@ -79,8 +85,10 @@ class FuzzedService:
         self.requests += 1
 
         async def counted(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] >= 500:
-                self.server_errors.append(f"{scope['method']} {scope['path']}")
+            if message["type"] == "http.response.start":
+                self.statuses[message["status"]] += 1
+                if message["status"] >= 500:
+                    self.server_errors.append(f"{scope['method']} {scope['path']}")
             await send(message)
 
         await self._app(scope, receive, counted)
@@ -108,22 +116,36 @@ class FuzzedService:
             models=(),
             engine=EngineConfig(max_tool_rounds=6, command_timeout_s=5),
         )
-        engine = await Engine.open(config, models=ModelRegistry([EchoModel(name="primary")]))
+        model = EchoModel(name="primary")
+        engine = await Engine.open(config, models=ModelRegistry([model]))
         self._stack.push_async_callback(engine.close)
         hub = ChatHub(engine, HubConfig(idle_evict_s=60), sleep=ManualSleep())
         await hub.start()
         self._stack.push_async_callback(hub.close)
         scheduler = Scheduler(engine, hub, timezone="UTC", clock=FakeClock(), owner="fuzz")
         self._stack.push_async_callback(scheduler.close)
-        # Data for the ids the fuzzer tries first (1 is the minimum of every path id).
+        # Data for the ids the fuzzer tries first (1 is the minimum of every path id): a
+        # session with messages, a job, a gated call and a question waiting for a human.
         handler = await engine.new_session("telegram:1")
         await handler.handle_message("hello")
         await scheduler.create_cron("telegram:1", "Morning", "0 8 * * *", "news")
+        waiting: list[asyncio.Task] = []
+        self._stack.push_async_callback(_cancel, waiting)
+        for reply, kind in ((shell("echo fuzz"), ev.ApprovalRequired), (ask("Why?"), ev.Question)):
+            model.add(reply)
+            turn, _ = await waiting_turn(await engine.new_session("console"), "go", kind)
+            waiting.append(turn)
         return create_app(
             api=ApiRoutes(Operations(engine, hub, scheduler), token=TOKEN),
             events=EventsEndpoint(scheduler.tic.events, TOKEN),
             host="0.0.0.0",
         )
+
+
+async def _cancel(turns: list[asyncio.Task]) -> None:
+    for turn in turns:
+        turn.cancel()
+    await asyncio.gather(*turns, return_exceptions=True)
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +188,7 @@ def test_no_request_gets_a_server_error_and_every_answer_is_documented(
     elapsed = time.monotonic() - started
     print(
         f"\nfuzz: {cases} generated cases, {service.requests} requests (with the checks' own),"
-        f" {len(service.server_errors)} 5xx, {elapsed:.1f} s"
+        f" {len(service.server_errors)} 5xx, {elapsed:.1f} s; by status {sorted(service.statuses.items())}"
     )
     assert service.server_errors == []
     assert cases >= EXAMPLES, cases

@@ -8,22 +8,29 @@ checked against the document's schemas, and the document against the models.
 from __future__ import annotations
 
 import asyncio
+import re
 
 import httpx
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from bot.http.api import OPERATIONS, ApiRoutes, openapi_document
 from bot.http.app import EventsEndpoint, create_app
 from bot.http.models import (
+    MCP_SERVER_PATTERN,
     ApprovalDecision,
     JobItem,
+    OpenQuestion,
+    PendingApproval,
     SessionsQuery,
     SessionSummary,
     SessionTree,
 )
 from bot.http.operations import Operations
+from engine.approval.bypass import validate_bypass
 from engine.session import events as ev
 from engine.tools.base import ToolCategory
 from tests.bot.http.test_api import AUTH, ORIGIN, TOKEN, ask, shell, waiting_turn
@@ -130,6 +137,15 @@ async def test_real_answers_match_the_document(client, engine, model, scheduler,
         _check(document, path, "get", response)
     inbox = (await client.get("/api/inbox", headers=AUTH)).json()
     assert inbox["approvals"] and inbox["clarifications"]
+    _same_fields(PendingApproval, inbox["approvals"][0])
+    _same_fields(OpenQuestion, inbox["clarifications"][0])
+    refused = await client.post(
+        f"/api/inbox/approvals/{request.tool_call_id}/resolve",
+        json={"action": "approve", "bypass_scope": "category", "bypass_value": "Nope"},
+        headers=AUTH,
+    )
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["bypass_value"]
+    _check(document, "/api/inbox/approvals/{tool_call_id}/resolve", "post", refused)
 
     approve = await client.post(
         f"/api/inbox/approvals/{request.tool_call_id}/resolve",
@@ -181,3 +197,22 @@ async def test_real_answers_match_the_document(client, engine, model, scheduler,
     too_deep = await client.post("/api/events", content=b"[" * 40 + b"]" * 40, headers=AUTH)
     _check(document, "/api/events", "post", too_deep)
     _check(document, "/healthz", "get", await client.get("/healthz"))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(
+    name=st.one_of(
+        st.from_regex(MCP_SERVER_PATTERN, fullmatch=True),
+        st.text(alphabet="ab_*\n", max_size=8),
+        st.text(max_size=300),
+    )
+)
+def test_the_mcp_server_pattern_is_what_the_engine_takes(name):
+    """The document's pattern for ``bypass_value`` agrees with ``validate_bypass``."""
+    documented = 1 <= len(name) <= 255 and re.search(MCP_SERVER_PATTERN, name) is not None
+    try:
+        validate_bypass("mcp_server", name)
+        taken = len(name) <= 255
+    except ValueError:
+        taken = False
+    assert documented == taken, name
