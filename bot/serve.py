@@ -21,10 +21,9 @@ import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-import uvicorn
 
 from bot.http.app import (
     ApiRoutes,
@@ -57,6 +56,10 @@ from scheduler.service import Scheduler, SchedulerLimits
 from scheduler.tools import scheduler_tools
 
 __all__ = ["Service", "serve"]
+
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +196,8 @@ class Service:
                 ),
                 host=settings.http_host,
             )
+            import uvicorn  # only a service that serves HTTP loads it
+
             server_config = uvicorn.Config(
                 app, host=settings.http_host, port=settings.http_port, log_level="warning"
             )

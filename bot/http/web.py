@@ -24,10 +24,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlparse
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
 from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -42,6 +41,9 @@ from engine.approval.preview import CallDisplay, display_call, preview_call
 from engine.store.inbox import InboxItem
 from engine.store.schema import utcnow
 from engine.store.views import MAX_PAGE
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 __all__ = ["WEB_DECIDER", "WebInbox"]
 
@@ -127,12 +129,7 @@ class WebInbox:
         # form token is derived from the token, which a bearer holder knows anyway.
         self._fixed_csrf = _mac(self._token or secrets.token_bytes(32), "csrf")
         self._clock = clock
-        self._templates = Environment(
-            loader=FileSystemLoader(_TEMPLATES),
-            autoescape=select_autoescape(["html"]),
-            trim_blocks=True,
-            lstrip_blocks=True,
-        )
+        self._environment: Environment | None = None
 
     def routes(self) -> list[Route]:
         return [
@@ -360,12 +357,29 @@ class WebInbox:
             headers={"cache-control": "no-cache"},
         )
 
+    def _templates(self) -> Environment:
+        """Jinja2 is loaded with the first page, not with the service (most never serve one)."""
+        if self._environment is None:
+            from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+            self._environment = Environment(
+                loader=FileSystemLoader(_TEMPLATES),
+                autoescape=select_autoescape(["html"]),
+                trim_blocks=True,
+                lstrip_blocks=True,
+            )
+        return self._environment
+
     def _render(
         self, template: str, visitor: Visitor | None, *, status: int = 200, **context: Any
     ) -> HTMLResponse:
         """``visitor`` None: a page for someone not signed in (no sign-out button)."""
-        html = self._templates.get_template(template).render(
-            csrf=visitor.csrf if visitor else None, signed=self._token is not None, **context
+        html = (
+            self._templates()
+            .get_template(template)
+            .render(
+                csrf=visitor.csrf if visitor else None, signed=self._token is not None, **context
+            )
         )
         return HTMLResponse(
             html,

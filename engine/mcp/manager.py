@@ -25,16 +25,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mcp.types as mt
 import sqlalchemy as sa
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
-from mcp.shared.exceptions import MCPError
 from sqlalchemy.engine import Connection
 
 from engine.mcp.config import McpServerConfig
+
+if TYPE_CHECKING:
+    import mcp.types as mt
+    from mcp import ClientSession
 from engine.store.db import Database
 from engine.store.schema import (
     chat_sessions_stack,
@@ -148,6 +148,11 @@ class _Connection:
             ) from None
 
     async def _run(self) -> None:
+        # The SDK (about 0.7 s to import) is loaded when a server is first used, never by
+        # a service with no MCP servers or before its first update.
+        from mcp import ClientSession, StdioServerParameters, stdio_client
+        from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
         config = self.config
         try:
             async with contextlib.AsyncExitStack() as stack:
@@ -223,6 +228,9 @@ def _describe(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     if isinstance(exc, FileNotFoundError):
         return f"command not found: {exc.filename or exc}"
+    import mcp.types as mt
+    from mcp.shared.exceptions import MCPError
+
     if isinstance(exc, MCPError) and exc.code == mt.CONNECTION_CLOSED:
         return "the server closed the connection during the handshake (it exited?)"
     text = str(exc).strip()
@@ -294,6 +302,8 @@ class McpManager:
         raise AssertionError("unreachable")
 
     async def _list(self, conn: _Connection, limit: float) -> list[McpToolSpec]:
+        import mcp.types as mt
+
         server = conn.config.name
         specs: list[McpToolSpec] = []
         cursor: str | None = None
@@ -320,6 +330,8 @@ class McpManager:
         self, server: str, tool: str, args: dict[str, Any], timeout_s: float | None = None
     ) -> str:
         """Call ``tool`` and return its text; ``ToolError`` for an error result or a failure."""
+        import mcp.types as mt
+
         config = self.config(server)
         limit = timeout_s if timeout_s is not None else config.timeout_s
         conn = await self._connection(server)
@@ -335,6 +347,9 @@ class McpManager:
     @contextlib.asynccontextmanager
     async def _guard(self, conn: _Connection, limit: float) -> Any:
         """Bound a request by ``limit``; map SDK failures to ``ToolError``, dropping dead links."""
+        import mcp.types as mt
+        from mcp.shared.exceptions import MCPError
+
         server = conn.config.name
         try:
             async with asyncio.timeout(limit) as scope:
@@ -368,6 +383,9 @@ class McpManager:
             ) from None
 
     def _session(self, conn: _Connection) -> ClientSession:
+        import mcp.types as mt
+        from mcp.shared.exceptions import MCPError
+
         session = conn.session
         if session is None or conn.closed:
             raise MCPError(code=mt.CONNECTION_CLOSED, message="Connection closed")
@@ -435,6 +453,8 @@ class McpManager:
         if method in _NOT_STORED:
             return
         params = getattr(message, "params", None)
+        import mcp.types as mt
+
         if isinstance(message, mt.LoggingMessageNotification) and params.level == "debug":
             return
         payload = (
@@ -463,6 +483,8 @@ class McpManager:
 
 
 def _result_text(result: mt.CallToolResult) -> str:
+    import mcp.types as mt
+
     parts: list[str] = []
     for block in result.content:
         if isinstance(block, mt.TextContent):
