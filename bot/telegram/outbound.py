@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import math
+import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -45,6 +47,14 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: Environment variables that override the per-chat intervals of an ``Outbound`` built
+#: without a ``Pacing`` (as ``chathub serve`` builds it). Meant for a fake or local Bot API
+#: (the subprocess tests set them to 0); against Telegram, lower intervals earn 429s.
+PACING_ENVIRONMENT = {
+    "private_interval_s": "TELEGRAM_PRIVATE_INTERVAL_SECONDS",
+    "group_interval_s": "TELEGRAM_GROUP_INTERVAL_SECONDS",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Pacing:
@@ -56,6 +66,25 @@ class Pacing:
     #: A 429 storm never stalls a chat longer than this per wait, nor more waits than this.
     max_retry_after_s: float = 60.0
     max_retry_afters: int = 20
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Pacing:
+        """The defaults, with the intervals ``PACING_ENVIRONMENT`` names where they are set
+        (seconds, a number >= 0; an empty value counts as unset)."""
+        environ = os.environ if environ is None else environ
+        overrides: dict[str, float] = {}
+        for name, variable in PACING_ENVIRONMENT.items():
+            raw = environ.get(variable, "").strip()
+            if not raw:
+                continue
+            try:
+                value = float(raw)
+            except ValueError:
+                value = math.nan
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{variable} must be a number of seconds >= 0, not {raw!r}")
+            overrides[name] = value
+        return cls(**overrides)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +153,7 @@ class Outbound:
     ) -> None:
         self.api = api
         self.store = store
-        self.pacing = pacing or Pacing()
+        self.pacing = pacing or Pacing.from_environment()
         self.schedule = schedule or RetrySchedule()
         self.stats = OutboundStats()
         self.health = health or TelegramHealth(clock=clock)

@@ -22,6 +22,13 @@ from tests.fakes.telegram_server import FakeTelegramServer
 
 ROUNDS = 20
 INTERRUPTED = "the service restarted while this command was running"
+# Half the per-chat pacing (bot/telegram/outbound.py, 1 s by default): a round waits it out
+# three times in its chat (the card after the progress message; after the restart the
+# progress edit and the reply), 3 s a round at 1 s. Not less: the first process's reply
+# comes three intervals after the card (card edit, progress edit, reply), 1.5 s, well after
+# the latest kill point (0.5 s after the tap), so no kill lands between a reply's send and
+# its record, the window no client can close (bot/telegram/outbound.py, _mark_sent_soon).
+PACED = {"TELEGRAM_PRIVATE_INTERVAL_SECONDS": "0.5"}
 
 
 def _approve_button(telegram: FakeTelegramServer, chat: int) -> str | None:
@@ -59,10 +66,10 @@ def test_twenty_random_kills_around_approved_commands_double_nothing_and_lose_no
     rng = random.Random(16)
     runs = tmp_path / "workspace" / "runs.txt"
     told_interrupted = 0
-    # A chat per round: no round waits out the outbound pacing of the one before.
+    # A chat per round: every round starts with a conversation of its own.
     chats = [ALICE + 1000 + i for i in range(ROUNDS)]
     allowed = ",".join(str(c) for c in chats)
-    child = serve(TELEGRAM_ALLOWED_USER_IDS=allowed)
+    child = serve(TELEGRAM_ALLOWED_USER_IDS=allowed, **PACED)
     for round_, chat in enumerate(chats):
         slow = rng.random() < 0.6
         command = f"{'sleep 0.3; ' if slow else ''}echo r{round_} >> runs.txt"
@@ -78,7 +85,7 @@ def test_twenty_random_kills_around_approved_commands_double_nothing_and_lose_no
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=10)
 
-        child = serve(TELEGRAM_ALLOWED_USER_IDS=allowed)
+        child = serve(TELEGRAM_ALLOWED_USER_IDS=allowed, **PACED)
         # A tap the dead process never handled is tapped again; one already stored is
         # answered "expired" and changes nothing.
         telegram.callback(chat, chat, message_id, data)

@@ -67,6 +67,31 @@ async def test_group_chat_is_paced_every_three_seconds(sqlite_tg_store: Telegram
     assert time.sleeps == pytest.approx([3.0, 3.0])
 
 
+def test_pacing_intervals_come_from_the_environment_when_set() -> None:
+    assert Pacing.from_environment({}) == Pacing()
+    assert Pacing.from_environment({"TELEGRAM_PRIVATE_INTERVAL_SECONDS": ""}) == Pacing()
+    pacing = Pacing.from_environment(
+        {"TELEGRAM_PRIVATE_INTERVAL_SECONDS": "0", "TELEGRAM_GROUP_INTERVAL_SECONDS": " 0.5 "}
+    )
+    assert pacing == Pacing(private_interval_s=0.0, group_interval_s=0.5)
+
+
+@pytest.mark.parametrize("raw", ["-1", "soon", "nan", "inf"])
+def test_a_bad_pacing_interval_names_its_variable(raw: str) -> None:
+    with pytest.raises(ValueError, match="TELEGRAM_GROUP_INTERVAL_SECONDS"):
+        Pacing.from_environment({"TELEGRAM_GROUP_INTERVAL_SECONDS": raw})
+
+
+async def test_an_outbound_without_pacing_reads_the_environment(
+    sqlite_tg_store: TelegramStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TELEGRAM_PRIVATE_INTERVAL_SECONDS", "0.25")
+    out, api, _ = make(sqlite_tg_store)
+    for i in range(3):
+        await out.send_text(PRIVATE, f"m{i}")
+    assert send_times(api) == pytest.approx([0.0, 0.25, 0.5])
+
+
 async def test_custom_intervals_are_honoured(sqlite_tg_store: TelegramStore) -> None:
     pacing = Pacing(private_interval_s=0.25, group_interval_s=5.0)
     out, api, _ = make(sqlite_tg_store, pacing)
