@@ -16,6 +16,9 @@ and ``reply_chunks`` send exactly what the test wrote (malformed answers, stream
 whole). ``model=`` on a ``reply_*`` call scripts one model only (a per-model queue is
 used before the shared one). With nothing scripted the server answers 500 "no scripted
 response".
+
+``GET /v1/models`` lists ``fake.models`` (ids; empty unless a test sets them). With
+``fake.api_key`` set, both routes answer 401 to any other bearer token.
 """
 
 from __future__ import annotations
@@ -70,6 +73,10 @@ class FakeOpenAIServer:
         """Every request body received, in arrival order."""
         self.headers: list[dict[str, str]] = []
         """The matching request headers (lower-case names)."""
+        self.models: list[str] = []
+        """The model ids ``GET /v1/models`` lists."""
+        self.api_key: str | None = None
+        """When set, requests without ``Authorization: Bearer <api_key>`` get 401."""
         self._lock = threading.Lock()
         self._shared: deque[ScriptedReply] = deque()
         self._per_model: dict[str, deque[ScriptedReply]] = {}
@@ -90,7 +97,12 @@ class FakeOpenAIServer:
 
     def start(self) -> Self:
         if self._runner is None:
-            app = Starlette(routes=[Route("/v1/chat/completions", self._handle, methods=["POST"])])
+            app = Starlette(
+                routes=[
+                    Route("/v1/chat/completions", self._handle, methods=["POST"]),
+                    Route("/v1/models", self._list_models, methods=["GET"]),
+                ]
+            )
             self._runner = BackgroundServer(app, "fake-openai", self._on_loop)
         self._runner.start()
         self._port = self._runner.port
@@ -276,7 +288,24 @@ class FakeOpenAIServer:
                 return self._shared.popleft()
             return None
 
+    def _refused(self, request: Request) -> Response | None:
+        if self.api_key is None:
+            return None
+        if request.headers.get("authorization", "") == f"Bearer {self.api_key}":
+            return None
+        return _error(401, "Incorrect API key provided")
+
+    async def _list_models(self, request: Request) -> Response:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        listing = [{"id": m, "object": "model", "owned_by": "fake"} for m in self.models]
+        return JSONResponse({"object": "list", "data": listing})
+
     async def _handle(self, request: Request) -> Response:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
         try:
             body = json.loads(await request.body())
         except ValueError:
