@@ -3,8 +3,9 @@
 Every route is behind the bearer ``CHATHUB_API_TOKEN`` (when no token is configured the
 app only starts bound to loopback, see ``create_app``). Bodies are validated with pydantic
 models, so a 422 lists the fields at fault; a body over ``MAX_BODY_BYTES`` is refused with
-413 before it is parsed. The OpenAPI document (``/api/openapi.json``) is built from the
-route table below and the models' JSON schemas.
+413 before it is parsed. ``OPERATIONS`` below lists every documented operation (the events
+endpoint and ``/healthz`` too): the routes are built from it, and so is the OpenAPI
+document (``/api/openapi.json``), from the request and response models' JSON schemas.
 """
 
 from __future__ import annotations
