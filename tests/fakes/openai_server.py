@@ -122,12 +122,15 @@ class FakeOpenAIServer:
         self.stop()
 
     def reset(self) -> None:
-        """Forget scripts and recorded requests and release hangs (for a shared server)."""
+        """Forget scripts, recorded requests, the model listing and the key; release hangs
+        (for a shared server)."""
         with self._lock:
             self._shared.clear()
             self._per_model.clear()
             self.requests.clear()
             self.headers.clear()
+            self.models = []
+            self.api_key = None
         self._release_hangs()
 
     def pending(self, model: str | None = None) -> int:
