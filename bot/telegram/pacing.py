@@ -1,0 +1,183 @@
+"""Outbound pacing as token buckets: as fast as Telegram allows, never a 429 we could avoid.
+
+Telegram's guidance (Bot API FAQ, "My bot is hitting limits, how do I avoid this?"): about
+one message per second per chat, short bursts allowed; at most 20 messages per minute in a
+group; about 30 messages per second overall; a ``429`` with ``retry_after`` is the
+authority. So each chat has a bucket (private: a burst of 4, refilled at 1/s; group: a
+burst of 3, refilled at 20 per minute) and all chats share one (30/s, a burst of 30).
+A reply to a chat that has been quiet goes out at once, and so do the several messages of
+one turn while the bucket holds. Edits of a message already sent have buckets of their own
+(Telegram counts them apart from new messages; the progress line edits often).
+
+A ``429`` pauses what it names: its chat for ``retry_after``. When 429s come from several
+chats at once, the limit hit is the overall one, and everything waits (a global flood wait).
+Nothing here is persisted: after a restart the buckets start full, which Telegram allows
+(its counters are per second and per minute).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+__all__ = ["Bucket", "Pacer", "PacingPolicy", "Rate"]
+
+log = logging.getLogger(__name__)
+
+_EPSILON = 1e-9
+_MAX_CHATS = 4096  # remembered buckets before idle (full) ones are forgotten
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """``burst`` messages at once, then ``per_second`` (both > 0)."""
+
+    burst: float
+    per_second: float
+
+    def __post_init__(self) -> None:
+        for name in ("burst", "per_second"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a number above 0, not {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class PacingPolicy:
+    private: Rate = Rate(4, 1.0)
+    group: Rate = Rate(3, 20 / 60)
+    overall: Rate = Rate(30, 30.0)
+    #: Edits of sent messages, per chat (separate from new messages).
+    edits: Rate = Rate(3, 1.0)
+    #: 429s from this many different chats within ``flood_window_s`` mean a global flood.
+    flood_chats: int = 3
+    flood_window_s: float = 1.0
+
+    @classmethod
+    def uniform(cls, per_second: float, *, burst: float = 1) -> PacingPolicy:
+        """One rate for every chat (tests and benchmarks that want no waiting: a big one)."""
+        rate = Rate(burst, per_second)
+        return cls(private=rate, group=rate, edits=rate)
+
+
+@dataclass(slots=True)
+class Bucket:
+    rate: Rate
+    tokens: float
+    updated: float
+    paused_until: float = 0.0
+
+    @classmethod
+    def full(cls, rate: Rate, now: float) -> Bucket:
+        return cls(rate, float(rate.burst), now)
+
+    def wait(self, now: float) -> float:
+        """Seconds until a token is there (0: now)."""
+        self._refill(now)
+        pause = max(0.0, self.paused_until - now)
+        if self.tokens >= 1 - _EPSILON:  # refills in float arithmetic land just short of 1
+            return pause if pause > _EPSILON else 0.0
+        return max(pause, (1 - self.tokens) / self.rate.per_second)
+
+    def take(self, now: float) -> None:
+        self._refill(now)
+        self.tokens -= 1
+
+    def pause(self, until: float) -> None:
+        """Nothing goes out before ``until``; afterwards one message at a time again."""
+        self.paused_until = max(self.paused_until, until)
+        self.tokens = min(self.tokens, 1.0)  # at ``until``: one, not a burst
+        self.updated = max(self.updated, until)
+
+    def _refill(self, now: float) -> None:
+        if now > self.updated:
+            gained = (now - self.updated) * self.rate.per_second
+            self.tokens = min(float(self.rate.burst), self.tokens + gained)
+            self.updated = now
+
+
+@dataclass(slots=True)
+class _Chat:
+    sends: Bucket
+    edits: Bucket
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class Pacer:
+    """Waits each Bot API call's turn: its chat's bucket, then the overall one."""
+
+    def __init__(
+        self,
+        policy: PacingPolicy | None = None,
+        *,
+        clock: Callable[[], float],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.policy = policy or PacingPolicy()
+        self._clock = clock
+        self._sleep = sleep
+        self._chats: dict[int, _Chat] = {}
+        self._overall = Bucket.full(self.policy.overall, clock())
+        self._overall_lock = asyncio.Lock()
+        self._recent_429s: dict[int, float] = {}
+        #: Seconds spent waiting for a bucket, for the benchmark's "wait due to pacing".
+        self.waited_s = 0.0
+        self.global_pauses = 0
+
+    async def turn(self, chat_id: int, *, edit: bool = False) -> None:
+        """Return when a message (or an edit) to ``chat_id`` may go out; takes the token."""
+        chat = self._chat(chat_id)
+        bucket = chat.edits if edit else chat.sends
+        async with chat.lock:
+            await self._take(bucket)
+            async with self._overall_lock:
+                await self._take(self._overall)
+
+    def retry_after(self, chat_id: int, seconds: float) -> None:
+        """A 429 for ``chat_id``: pause that chat, or everything in a global flood."""
+        now = self._clock()
+        until = now + seconds
+        chat = self._chat(chat_id)
+        chat.sends.pause(until)
+        chat.edits.pause(until)
+        self._recent_429s[chat_id] = now
+        window = now - self.policy.flood_window_s
+        recent = [c for c, at in self._recent_429s.items() if at >= window]
+        self._recent_429s = {c: self._recent_429s[c] for c in recent}
+        if len(recent) >= self.policy.flood_chats:
+            self.global_pauses += 1
+            log.warning(
+                "telegram: 429s from %d chats at once; all sends wait %gs", len(recent), seconds
+            )
+            self._overall.pause(until)
+        else:
+            log.info("telegram: 429 for chat %s; it waits %gs", chat_id, seconds)
+
+    async def _take(self, bucket: Bucket) -> None:
+        while (delay := bucket.wait(self._clock())) > 0:
+            self.waited_s += delay
+            await self._sleep(delay)
+        bucket.take(self._clock())
+
+    def _chat(self, chat_id: int) -> _Chat:
+        chat = self._chats.get(chat_id)
+        if chat is None:
+            now = self._clock()
+            if len(self._chats) >= _MAX_CHATS:
+                self._forget_idle(now)
+            rate = self.policy.group if chat_id < 0 else self.policy.private
+            chat = self._chats[chat_id] = _Chat(
+                Bucket.full(rate, now), Bucket.full(self.policy.edits, now)
+            )
+        return chat
+
+    def _forget_idle(self, now: float) -> None:
+        """Chats whose buckets are full again are like new ones: they need no memory."""
+        for chat_id, chat in list(self._chats.items()):
+            if not chat.lock.locked() and all(
+                b.wait(now) == 0 and b.tokens >= b.rate.burst for b in (chat.sends, chat.edits)
+            ):
+                del self._chats[chat_id]
