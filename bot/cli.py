@@ -1,4 +1,10 @@
-"""The ``chathub`` command: ``serve``, ``chat``, ``rules``."""
+"""The ``chathub`` command: ``serve``, ``chat``, ``rules``, ``setup``, ``doctor``, ``run``.
+
+``run`` is ``make run``'s: with no model configured and a person at a terminal it runs
+the setup wizard first, then serves; without a terminal (Docker, CI, systemd) it stops
+with the configuration error and the command that fixes it, as ``serve`` does. ``serve``
+itself never asks anything: a service must not wait on a question nobody sees.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,9 @@ import contextlib
 import logging
 import sys
 
+from bot.checks.model import DEFAULT_TIMEOUT_S
 from bot.rules_cli import add_rules_parser, run_rules_command
+from bot.setup.cli import add_setup_parser, run_setup, setup_options
 from engine.config import AppConfig, ConfigError, load_config, load_settings
 
 
@@ -21,6 +29,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     commands.add_parser("chat", help="talk to the agent in this terminal")
     add_rules_parser(commands)
+    add_setup_parser(
+        commands.add_parser("setup", help="interactive first-run setup: model, Telegram, .env")
+    )
+    doctor = commands.add_parser("doctor", help="check every part of the setup, one line each")
+    doctor.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per network check"
+    )
+    add_setup_parser(
+        commands.add_parser(
+            "run", help="serve; in a terminal with no model configured, run setup first"
+        )
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
@@ -33,20 +53,70 @@ def main(argv: list[str] | None = None) -> None:
         except ConfigError as exc:
             raise SystemExit(f"chathub: configuration error: {exc}") from None
         raise SystemExit(asyncio.run(run_rules_command(args, settings.database_url)))
+    if args.command == "setup":
+        raise SystemExit(run_setup(setup_options(args), then=NEXT_COMMAND))
+    if args.command == "doctor":
+        raise SystemExit(run_doctor(args.timeout))
+    if args.command == "run" and needs_setup() and interactive():
+        status = run_setup(setup_options(args), then="Starting chathub…")
+        if status:
+            raise SystemExit(status)
     try:
         config = load_config()
         require_model(config)
     except ConfigError as exc:
-        raise SystemExit(f"chathub: configuration error: {exc}") from None
+        raise SystemExit(f"chathub: configuration error: {exc}{_fix_hint(exc)}") from None
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(config) if args.command == "serve" else _chat(config))
+        asyncio.run(_chat(config) if args.command == "chat" else _serve(config))
+
+
+NEXT_COMMAND = "Next: `make run` (or `.venv/bin/chathub serve`); `chathub doctor` checks it all."
+_NO_MODEL = "LLM_MODEL: not set"
+
+
+def _fix_hint(exc: ConfigError) -> str:
+    """The command that fixes a missing model, on a line of its own."""
+    if str(exc).startswith(_NO_MODEL):
+        return (
+            "\nTo fix it: run `chathub setup` (or `make run`) in a terminal; or set "
+            "LLM_MODEL and LLM_BASE_URL in .env or the environment."
+        )
+    return ""
+
+
+def needs_setup() -> bool:
+    """No model configured, and nothing else wrong (another mistake is reported as it is)."""
+    try:
+        return not load_config().models
+    except ConfigError:
+        return False
+
+
+def interactive() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def run_doctor(timeout_s: float) -> int:
+    """Every check, one line each; 0 only when all pass."""
+    from bot.doctor import Doctor, config_checks, render
+
+    async def go() -> int:
+        import httpx
+
+        config, checks = config_checks(load_config)
+        if config is not None:
+            async with httpx.AsyncClient() as http:
+                checks += await Doctor(config, http, timeout_s=timeout_s).run()
+        return render(checks, sys.stdout)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(go())
+    return 130
 
 
 def require_model(config: AppConfig) -> None:
     if not config.models:
-        raise ConfigError(
-            "LLM_MODEL: not set; name the model to use (and LLM_BASE_URL for its endpoint)"
-        )
+        raise ConfigError(f"{_NO_MODEL}; name the model to use (and LLM_BASE_URL for its endpoint)")
 
 
 async def _serve(config: AppConfig) -> None:

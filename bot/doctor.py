@@ -1,0 +1,249 @@
+"""``chathub doctor``: every part of a setup checked for real, one line each.
+
+The same ``Doctor`` serves ``GET /api/health/details`` (``bot/http/health_details.py``).
+It changes nothing: it reads, probes and rolls back. The order is the order a newcomer
+fixes things in: configuration, database, models, Telegram, MCP, workspace, port.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+import httpx
+
+from bot.checks.database import check_database
+from bot.checks.mcp import check_mcp_servers
+from bot.checks.model import DEFAULT_TIMEOUT_S, Endpoint, check_tool_calling, list_models
+from bot.checks.port import check_port
+from bot.checks.result import Check, Problem
+from bot.checks.telegram import TelegramProbe, token_problem
+from bot.checks.workspace import check_workspace
+from engine.config import AppConfig, ConfigError, ModelConfig, Settings
+
+__all__ = ["Doctor", "config_checks", "render"]
+
+log = logging.getLogger(__name__)
+
+_TOOLS_FIX = (
+    "choose a model that supports tool calling (for Ollama: qwen3, llama3.1, mistral-nemo…), "
+    "or start the server with tool calling on (vLLM: --enable-auto-tool-choice; llama.cpp: --jinja)"
+)
+
+
+def config_checks(load: Callable[[], AppConfig]) -> tuple[AppConfig | None, list[Check]]:
+    """Parse the configuration; without a usable one the other checks cannot run."""
+    from bot.http.app import ApiExposureError, check_api_exposure
+
+    try:
+        config = load()
+        settings = config.settings
+        check_api_exposure(settings.http_host, settings.chathub_api_token)
+    except (ConfigError, ApiExposureError) as exc:
+        return None, [Check("config", False, f"configuration: {exc}", _config_fix(str(exc)))]
+    checks = [Check("config", True, "configuration parses")]
+    if not config.models:
+        checks.append(
+            Check(
+                "config.model",
+                False,
+                "no model is configured (LLM_MODEL is not set)",
+                "run `chathub setup`, or set LLM_MODEL and LLM_BASE_URL in .env",
+            )
+        )
+    return config, checks
+
+
+def _config_fix(message: str) -> str:
+    name = message.split(":", 1)[0]
+    return f"correct {name} in .env (or the environment)" if name.isupper() else "see .env"
+
+
+@dataclass
+class Doctor:
+    """Runs the checks for one configuration over one ``httpx`` client."""
+
+    config: AppConfig
+    http: httpx.AsyncClient
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    async def run(self) -> list[Check]:
+        settings = self.config.settings
+        checks: list[Check] = []
+        checks += await check_database(settings.database_url, timeout_s=self.timeout_s)
+        checks += await self.models()
+        checks += await self.telegram()
+        checks += await check_mcp_servers(self.config.mcp_servers)
+        checks += check_workspace(settings.chathub_workspace)
+        checks.append(
+            await check_port(
+                settings.http_host, settings.http_port, self.http, timeout_s=self.timeout_s
+            )
+        )
+        return checks
+
+    async def models(self) -> list[Check]:
+        checks: list[Check] = []
+        listings: dict[tuple[str, str], list[str] | None] = {}
+        for position, model in enumerate(self.config.models):
+            role = "model" if position == 0 else "fallback model"
+            key = (model.base_url, model.api_key)
+            if key not in listings:
+                endpoint_check, listing = await self._endpoint(model)
+                checks.append(endpoint_check)
+                listings[key] = listing
+            listing = listings[key]
+            if listing is None:
+                continue  # the endpoint's line says why; nothing more can be learnt
+            checks += await self._model(model, role, listing)
+        return checks
+
+    async def _endpoint(self, model: ModelConfig) -> tuple[Check, list[str] | None]:
+        try:
+            listing = await list_models(
+                self.http, Endpoint(model.base_url, model.api_key), self.timeout_s
+            )
+        except Problem as problem:
+            fix = problem.fix or "start the model server, or correct LLM_BASE_URL"
+            return Check("model.endpoint", False, f"model endpoint: {problem}", fix), None
+        return (
+            Check(
+                "model.endpoint",
+                True,
+                f"model endpoint {model.base_url} lists {len(listing)} models",
+            ),
+            listing,
+        )
+
+    async def _model(self, model: ModelConfig, role: str, listing: Sequence[str]) -> list[Check]:
+        name = model.name
+        if name not in listing:
+            offer = ", ".join(listing[:8]) + ("…" if len(listing) > 8 else "")
+            variable = "LLM_MODEL" if role == "model" else "LLM_FALLBACK_MODELS"
+            return [
+                Check(
+                    f"model.exists.{name}",
+                    False,
+                    f"{role} {name} is not among the models of {model.base_url}",
+                    f"set {variable} to one it lists ({offer or 'it lists none'})",
+                )
+            ]
+        checks = [Check(f"model.exists.{name}", True, f"{role} {name} exists")]
+        try:
+            verdict = await check_tool_calling(self.http, model, self.timeout_s)
+        except Problem as problem:
+            checks.append(
+                Check(
+                    f"model.tools.{name}",
+                    False,
+                    f"{role} {name}: tool calling could not be checked: {problem}",
+                    problem.fix or "check that the model server is up and the model loads",
+                )
+            )
+            return checks
+        checks.append(
+            Check(
+                f"model.tools.{name}",
+                verdict.works,
+                verdict.sentence,
+                "" if verdict.works else _TOOLS_FIX,
+            )
+        )
+        return checks
+
+    async def telegram(self) -> list[Check]:
+        settings = self.config.settings
+        token = settings.telegram_bot_token
+        if not token:
+            return [
+                Check(
+                    "telegram",
+                    True,
+                    "Telegram is not configured (the terminal chat and the web inbox only)",
+                )
+            ]
+        shape = token_problem(token)
+        if shape is not None:
+            return [
+                Check(
+                    "telegram.token",
+                    False,
+                    f"TELEGRAM_BOT_TOKEN: {shape}",
+                    "copy the token from @BotFather again",
+                )
+            ]
+        probe = TelegramProbe(self.http, settings.telegram_api_url, token, timeout_s=self.timeout_s)
+        try:
+            me = await probe.get_me()
+            info = await probe.webhook_info()
+        except Problem as problem:
+            fix = problem.fix or "check the network and TELEGRAM_API_URL"
+            return [Check("telegram.token", False, str(problem), fix), _owner(settings)]
+        return [
+            Check("telegram.token", True, f"Telegram bot @{me.username} answers"),
+            _webhook(settings, info),
+            _owner(settings),
+        ]
+
+
+def _webhook(settings: Settings, info: dict[str, object]) -> Check:
+    current = str(info.get("url") or "")
+    wanted = settings.telegram_webhook_url
+    if not wanted:
+        if not current:
+            return Check("telegram.webhook", True, "long polling; no webhook is set")
+        return Check(
+            "telegram.webhook",
+            False,
+            f"Telegram has a webhook set ({current}) but chathub is set for long polling",
+            "`chathub serve` removes it at start; if another deployment set it, give each "
+            "deployment its own bot, or set TELEGRAM_WEBHOOK_URL to use the webhook",
+        )
+    if not settings.telegram_webhook_secret:
+        return Check(
+            "telegram.webhook",
+            False,
+            "TELEGRAM_WEBHOOK_URL is set without TELEGRAM_WEBHOOK_SECRET",
+            "set TELEGRAM_WEBHOOK_SECRET (1-256 of A-Z, a-z, 0-9, _ and -)",
+        )
+    if current != wanted:
+        return Check(
+            "telegram.webhook",
+            False,
+            f"Telegram's webhook is {current or 'not set'}, chathub's is {wanted}",
+            "start (or restart) `chathub serve`: it sets the webhook at start",
+        )
+    error = info.get("last_error_message")
+    if error:
+        return Check(
+            "telegram.webhook",
+            False,
+            f"Telegram cannot deliver to {wanted}: {error}",
+            "make that URL reach this service over HTTPS from the internet",
+        )
+    return Check("telegram.webhook", True, f"webhook {wanted} is set")
+
+
+def _owner(settings: Settings) -> Check:
+    if settings.telegram_owner_id:
+        return Check("telegram.owner", True, f"owner id {settings.telegram_owner_id}")
+    return Check(
+        "telegram.owner",
+        False,
+        "TELEGRAM_OWNER_ID is not set: nobody can approve pairing codes",
+        "run `chathub setup` (it reads your id when you send /start), or set TELEGRAM_OWNER_ID",
+    )
+
+
+def render(checks: Sequence[Check], out: TextIO) -> int:
+    """Print one line per check; the exit status: 0 only when every check passed."""
+    for check in checks:
+        print(check.line(), file=out)
+    failed = sum(not c.ok for c in checks)
+    if failed:
+        print(f"{failed} of {len(checks)} checks failed.", file=out)
+    else:
+        print(f"All {len(checks)} checks passed.", file=out)
+    return 1 if failed else 0

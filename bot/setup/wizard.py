@@ -1,0 +1,327 @@
+"""``chathub setup``: find what it can, ask only what it must, check every answer for real.
+
+1. the model: the usual local servers probed (``discovery``), else a base URL and key;
+   the endpoint's models listed; the chosen one asked one real question with a tool;
+2. Telegram, optional: the token checked with ``getMe``; the owner's id read from the
+   ``/start`` they send the bot (or typed);
+3. ``.env`` written once, at the end (``EnvFile``): Ctrl-C before then writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+
+from bot.checks.discovery import DEFAULT_SERVERS, Found, LocalServer, discover
+from bot.checks.model import (
+    DEFAULT_TIMEOUT_S,
+    Endpoint,
+    check_tool_calling,
+    list_models,
+    normalize_base_url,
+)
+from bot.checks.result import Problem
+from bot.checks.telegram import BotIdentity, TelegramProbe, token_problem
+from bot.setup.envfile import EnvFile, EnvFileError
+from bot.setup.terminal import Terminal
+from engine.config import ModelConfig
+
+__all__ = ["ModelChoice", "Network", "SetupOptions", "TelegramChoice", "Wizard"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+TELEGRAM_API_URL = "https://api.telegram.org"
+#: Models shown in the numbered list; a longer listing still accepts any typed name.
+SHOWN_MODELS = 30
+
+
+@dataclass(frozen=True, slots=True)
+class SetupOptions:
+    env_file: Path = Path(".env")
+    servers: Sequence[LocalServer] = DEFAULT_SERVERS
+    #: A local port either answers at once or is not there.
+    probe_timeout_s: float = 1.5
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    #: ``None``: ``TELEGRAM_API_URL`` from ``.env``, else Telegram's.
+    telegram_api_url: str | None = None
+    #: Each look for the owner's ``/start`` long-polls this long.
+    owner_wait_s: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChoice:
+    base_url: str
+    api_key: str
+    model: str
+    tools_work: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TelegramChoice:
+    token: str
+    username: str
+    owner_id: int | None
+
+
+class Network:
+    """The wizard's network calls, each run to completion on one event loop.
+
+    The questions are asked outside that loop, on purpose: inside ``asyncio.run`` Ctrl-C
+    only cancels the running task, which a blocking ``input()`` never yields to, so the
+    wizard would sit there until Enter. Here asyncio's handler is installed only while a
+    call runs (Ctrl-C cancels the call and raises ``KeyboardInterrupt``); during a
+    question Ctrl-C raises ``KeyboardInterrupt`` at once, as in any program.
+    """
+
+    def __init__(self) -> None:
+        self._runner = asyncio.Runner()
+        self.http = httpx.AsyncClient()
+
+    def __call__(self, call: Coroutine[Any, Any, T]) -> T:
+        return self._runner.run(call)
+
+    def close(self) -> None:
+        with contextlib.suppress(BaseException):  # closing after Ctrl-C must not raise anew
+            self._runner.run(self.http.aclose())
+        self._runner.close()
+
+
+class Wizard:
+    def __init__(self, terminal: Terminal, net: Network, options: SetupOptions):
+        self.t = terminal
+        self.net = net
+        self.options = options
+        self.env = EnvFile(options.env_file)
+
+    def run(self) -> int:
+        """The whole conversation; the exit status (``Cancelled`` propagates)."""
+        problem = self.env.problem()
+        if problem:  # before any question: typing everything in for nothing is worse
+            self.t.say(f"✗ {problem}")
+            return 1
+        self.t.say(f"chathub setup: a few questions, then {self.env.path} is written.")
+        self.t.say("Ctrl-C at any point leaves everything as it was.")
+        self.t.say()
+        model = self.choose_model()
+        self.t.say()
+        telegram = self.choose_telegram()
+        return self.write(model, telegram)
+
+    # -- the model ---------------------------------------------------------------------
+
+    def choose_model(self) -> ModelChoice:
+        endpoint, listing = self.choose_endpoint()
+        while True:
+            name = self.choose_model_name(listing)
+            config = ModelConfig(name=name, base_url=endpoint.base_url, api_key=endpoint.api_key)
+            self.t.say(f"Asking {name} one question with a tool, to see whether it calls it…")
+            try:
+                verdict = self.net(
+                    check_tool_calling(self.net.http, config, self.options.timeout_s)
+                )
+            except Problem as problem:
+                self.t.say(f"✗ Tool calling could not be checked: {problem}.")
+                if self.t.yes(f"Use {name} anyway?", default=False):
+                    return ModelChoice(endpoint.base_url, endpoint.api_key, name, False)
+                continue
+            if verdict.works:
+                self.t.say("✓ Tool calling works.")
+                return ModelChoice(endpoint.base_url, endpoint.api_key, name, True)
+            self.t.say(f"⚠ {verdict.sentence}.")
+            if self.t.yes(f"Use {name} anyway?", default=False):
+                return ModelChoice(endpoint.base_url, endpoint.api_key, name, False)
+
+    def choose_endpoint(self) -> tuple[Endpoint, list[str]]:
+        self.t.say("Looking for a model server on this machine…")
+        found = self.net(
+            discover(self.net.http, self.options.servers, self.options.probe_timeout_s)
+        )
+        for seen in found:
+            where = seen.server.base_url
+            if seen.usable:
+                said = "needs an API key" if seen.needs_key else f"{len(seen.models)} models"
+                self.t.say(f"  ✓ {seen.server.name} at {where} ({said})")
+            else:
+                self.t.say(f"  · {seen.server.name} at {where}: {seen.problem}")
+        usable = [seen for seen in found if seen.usable]
+        picked = self._pick_local(usable)
+        if picked is not None:
+            chosen = self._with_key(Endpoint(picked.server.base_url), picked)
+            if chosen is not None:
+                return chosen
+        return self.ask_endpoint()
+
+    def _pick_local(self, usable: list[Found]) -> Found | None:
+        if not usable:
+            self.t.say("No local model server answered.")
+            return None
+        if len(usable) == 1:
+            only = usable[0]
+            if self.t.yes(f"Use {only.server.name} at {only.server.base_url}?", default=True):
+                return only
+            return None
+        labels = [f"{seen.server.name} at {seen.server.base_url}" for seen in usable]
+        index = self.t.choose("Which one", labels, other="another endpoint (type its URL)")
+        return usable[index] if index >= 0 else None
+
+    def _with_key(
+        self, endpoint: Endpoint, found: Found | None = None
+    ) -> tuple[Endpoint, list[str]] | None:
+        """The listing, asking for the key while the endpoint refuses it; ``None`` when
+        the endpoint fails otherwise (or the person gives up on the key)."""
+        if found is not None and not found.needs_key:
+            return endpoint, list(found.models)
+        while True:
+            try:
+                listing = self.net(list_models(self.net.http, endpoint, self.options.timeout_s))
+            except Problem as problem:
+                self.t.say(f"✗ {problem}.")
+                if problem.kind != "auth":
+                    return None
+                key = self.t.secret("API key (Enter to choose another endpoint)")
+                if not key:
+                    return None
+                endpoint = Endpoint(endpoint.base_url, key)
+                continue
+            self.t.say(f"✓ {endpoint.base_url} lists {len(listing)} models.")
+            return endpoint, listing
+
+    def ask_endpoint(self) -> tuple[Endpoint, list[str]]:
+        while True:
+            text = self.t.ask(
+                "Base URL of an OpenAI-compatible endpoint (e.g. https://openrouter.ai/api/v1)"
+            )
+            try:
+                url = normalize_base_url(text)
+            except Problem as problem:
+                self.t.say(f"✗ {problem}.")
+                continue
+            key = self.t.secret("API key (Enter if it needs none)")
+            chosen = self._with_key(Endpoint(url, key))
+            if chosen is not None:
+                return chosen
+
+    def choose_model_name(self, listing: list[str]) -> str:
+        if not listing:
+            while True:
+                name = self.t.ask("The endpoint lists no models; model name")
+                if name:
+                    return name
+        shown = listing[:SHOWN_MODELS]
+        self.t.say("Models:")
+        for number, name in enumerate(shown, 1):
+            self.t.say(f"  {number}) {name}")
+        if len(listing) > len(shown):
+            self.t.say(f"  … and {len(listing) - len(shown)} more (type a name)")
+        while True:
+            answer = self.t.ask("Model (number or name)", "1")
+            if answer.isdigit() and 1 <= int(answer) <= len(shown):
+                return shown[int(answer) - 1]
+            if answer in listing:
+                return answer
+            if self.t.yes(f"{answer!r} is not in the listing. Use it anyway?", default=False):
+                return answer
+
+    # -- Telegram ----------------------------------------------------------------------
+
+    def choose_telegram(self) -> TelegramChoice | None:
+        self.t.say("Telegram (optional): talk to the agent from your phone.")
+        self.t.say("Create a bot with @BotFather (/newbot) and paste its token here.")
+        api_url = self._telegram_api_url()
+        while True:
+            token = self.t.secret("Bot token (Enter to skip)")
+            if not token:
+                self.t.say("Skipped: the terminal chat and the web inbox work without it.")
+                return None
+            shape = token_problem(token)
+            if shape is not None:
+                self.t.say(f"✗ {shape}.")
+                continue
+            probe = TelegramProbe(self.net.http, api_url, token, timeout_s=self.options.timeout_s)
+            try:
+                me = self.net(probe.get_me())
+            except Problem as problem:
+                self.t.say(f"✗ {problem}.")
+                continue
+            self.t.say(f"✓ This is @{me.username}.")
+            owner = self.find_owner(probe, me)
+            return TelegramChoice(token, me.username, owner)
+
+    def find_owner(self, probe: TelegramProbe, me: BotIdentity) -> int | None:
+        """The owner's user id: from the ``/start`` they send now, or typed."""
+        try:
+            baseline: int | None = self.net(probe.last_update_id())
+        except Problem as problem:
+            self.t.say(f"✗ Cannot read the bot's messages ({problem}); type your id instead.")
+            baseline = None
+        if baseline is not None:
+            self.t.say(f"Now send /start to @{me.username} (https://t.me/{me.username}).")
+        while True:
+            prompt = (
+                "Press Enter once you have sent it, or type your numeric Telegram id"
+                if baseline is not None
+                else "Your numeric Telegram user id (Enter to skip)"
+            )
+            answer = self.t.ask(prompt)
+            if answer:
+                if answer.isdigit() and int(answer) > 0:
+                    return int(answer)
+                self.t.say("✗ A Telegram user id is a positive number, like 123456789.")
+                continue
+            if baseline is None:
+                return None
+            try:
+                senders = self.net(probe.start_senders(baseline, self.options.owner_wait_s))
+            except Problem as problem:
+                self.t.say(f"✗ {problem}; type your id instead.")
+                baseline = None
+                continue
+            if not senders:
+                self.t.say("No /start has arrived yet.")
+                continue
+            sender = senders[-1]
+            if self.t.yes(f"Is {sender.name} (id {sender.user_id}) you?", default=True):
+                return sender.user_id
+            baseline = sender.update_id  # someone else: wait for a newer /start
+
+    def _telegram_api_url(self) -> str:
+        if self.options.telegram_api_url:
+            return self.options.telegram_api_url
+        return self.env.values().get("TELEGRAM_API_URL") or TELEGRAM_API_URL
+
+    # -- .env --------------------------------------------------------------------------
+
+    def write(self, model: ModelChoice, telegram: TelegramChoice | None) -> int:
+        updates = {
+            "LLM_BASE_URL": model.base_url,
+            "LLM_API_KEY": model.api_key,
+            "LLM_MODEL": model.model,
+        }
+        if telegram is not None:
+            updates["TELEGRAM_BOT_TOKEN"] = telegram.token
+            if telegram.owner_id is not None:
+                updates["TELEGRAM_OWNER_ID"] = str(telegram.owner_id)
+            api_url = self._telegram_api_url()
+            if api_url != TELEGRAM_API_URL:
+                updates["TELEGRAM_API_URL"] = api_url
+        try:
+            backup = self.env.write(updates)
+        except EnvFileError as exc:
+            self.t.say(f"✗ {exc}")
+            return 1
+        self.t.say()
+        self.t.say(f"✓ Wrote {self.env.path} (mode 0600).")
+        if backup is not None:
+            self.t.say(f"  The previous one is kept as {backup}.")
+        if not model.tools_work:
+            self.t.say(f"⚠ {model.model} may not call tools; `chathub doctor` checks again.")
+        return 0

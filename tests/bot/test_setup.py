@@ -1,0 +1,416 @@
+"""``chathub setup`` (and ``chathub run``) through a pseudo-terminal, against the fakes.
+
+The probe list is always given (``--probe``), so no test ever reaches a real server on
+this machine's usual ports.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.applications import Starlette
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
+
+from bot.setup.envfile import EnvFile
+from tests.bot.process import free_port
+from tests.fakes.background import BackgroundServer
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.terminal import PtySession
+
+TOKEN = "123456789:AAHk3mQx9vT2Lw8ZpR5nY7cB4dF6gJ0sE1u"
+TOOL_CALL = ("call_1", "get_time", '{"timezone": "Europe/Rome"}')
+
+
+@pytest.fixture
+def fake(fake_openai: FakeOpenAIServer) -> FakeOpenAIServer:
+    fake_openai.models = ["qwen3:14b", "llama3.1:8b"]
+    return fake_openai
+
+
+@pytest.fixture(scope="module")
+def _telegram() -> Iterator[FakeTelegramServer]:
+    with FakeTelegramServer() as server:
+        yield server
+
+
+@pytest.fixture
+def telegram(_telegram: FakeTelegramServer) -> FakeTelegramServer:
+    _telegram.reset()
+    return _telegram
+
+
+@pytest.fixture(scope="module")
+def html_site() -> Iterator[str]:
+    """A web server that answers every path with a page, not the API."""
+    page = HTMLResponse("<html><body><h1>Welcome to nginx!</h1></body></html>")
+    app = Starlette(routes=[Route("/{path:path}", lambda _r: page)])
+    server = BackgroundServer(app, "html-site")
+    server.start()
+    yield f"http://127.0.0.1:{server.port}/v1"
+    server.stop()
+
+
+@pytest.fixture
+def black_hole() -> Iterator[str]:
+    """A port that accepts connections (the kernel's backlog) and never answers."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
+
+def closed_url() -> str:
+    return f"http://127.0.0.1:{free_port()}/v1"
+
+
+def env_for(home: Path) -> dict[str, str]:
+    """No LLM_* or TELEGRAM_* from the test's own environment."""
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "PYTHONIOENCODING": "utf-8",
+        "DATABASE_URL": f"sqlite+aiosqlite:///{home / 'chathub.db'}",
+        "CHATHUB_WORKSPACE": str(home / "workspace"),
+        "CHATHUB_TIMEZONE": "UTC",
+    }
+
+
+def setup(home: Path, *probes: str, extra: tuple[str, ...] = ()) -> PtySession:
+    argv = [sys.executable, "-m", "bot.cli", "setup", "--timeout", "3", "--probe-timeout", "1"]
+    for probe in probes or (closed_url(),):
+        argv += ["--probe", probe]
+    return PtySession([*argv, *extra], cwd=home, env=env_for(home))
+
+
+def skip_telegram(term: PtySession) -> None:
+    term.expect(r"Bot token \(Enter to skip\): ")
+    term.send("")
+
+
+def dotenv(home: Path) -> dict[str, str]:
+    return EnvFile(home / ".env").values()
+
+
+def test_local_server_found_and_chosen_keeps_other_lines_and_backs_up(
+    tmp_path: Path, fake: FakeOpenAIServer
+) -> None:
+    old = "# my settings\nHTTP_PORT=9090\nLLM_MODEL=old-model\nLLM_MODEL=older\n"
+    (tmp_path / ".env").write_text(old)
+    fake.reply_tool_calls(TOOL_CALL)
+    with setup(tmp_path, f"Ollama={fake.base_url}", closed_url()) as term:
+        term.expect(r"✓ Ollama at http://127\.0\.0\.1:\d+/v1 \(2 models\)")
+        term.expect(r"· model server at \S+: nothing there")
+        term.expect(r"Use Ollama at \S+\? \[Y/n\]")
+        term.send("")
+        term.expect(r"2\) llama3\.1:8b")
+        term.expect(r"Model \(number or name\) \[1\]: ")
+        term.send("2")
+        term.expect("✓ Tool calling works.")
+        skip_telegram(term)
+        term.expect(r"✓ Wrote .*\.env \(mode 0600\)")
+        term.expect(r"previous one is kept as (\S+)\.")
+        term.expect("Next: `make run`")
+        assert term.wait() == 0
+    env = tmp_path / ".env"
+    assert stat.S_IMODE(env.stat().st_mode) == 0o600
+    text = env.read_text()
+    assert text.startswith("# my settings\nHTTP_PORT=9090\nLLM_MODEL=llama3.1:8b\n")
+    assert text.count("LLM_MODEL=") == 1  # the repeat would have overridden the new value
+    assert dotenv(tmp_path)["LLM_BASE_URL"] == fake.base_url
+    backups = list(tmp_path.glob(".env.bak-*"))
+    assert [b.read_text() for b in backups] == [old]
+    assert stat.S_IMODE(backups[0].stat().st_mode) == 0o600
+    assert not list(tmp_path.glob(".env.*.tmp"))
+    request = fake.requests[0]
+    assert request["model"] == "llama3.1:8b"
+    assert request["tools"][0]["function"]["name"] == "get_time"
+
+
+def test_custom_url_typed_after_a_url_without_a_scheme(
+    tmp_path: Path, fake: FakeOpenAIServer
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    with setup(tmp_path) as term:
+        term.expect("No local model server answered.")
+        term.expect("Base URL of an OpenAI-compatible endpoint")
+        term.send(fake.base_url.removeprefix("http://"))
+        term.expect(r"✗ '127\.0\.0\.1:\d+/v1' is not a URL: it must start with http://")
+        term.expect("Base URL of an OpenAI-compatible endpoint")
+        term.send(fake.base_url.removesuffix("/v1"))  # no path: /v1 is added
+        term.expect(r"API key \(Enter if it needs none\): ")
+        term.send("")
+        term.expect(r"lists 2 models")
+        term.expect(r"Model \(number or name\)")
+        term.send("qwen3:14b")
+        term.expect("✓ Tool calling works.")
+        skip_telegram(term)
+        assert term.wait() == 0
+    values = dotenv(tmp_path)
+    assert values["LLM_BASE_URL"] == fake.base_url
+    assert values["LLM_MODEL"] == "qwen3:14b"
+    assert values["LLM_API_KEY"] == ""
+    assert not list(tmp_path.glob(".env.bak-*"))  # there was nothing to back up
+
+
+def test_bad_key_is_asked_again(tmp_path: Path, fake: FakeOpenAIServer) -> None:
+    fake.api_key = "sk-right"
+    fake.reply_tool_calls(TOOL_CALL)
+    with setup(tmp_path, fake.base_url) as term:
+        term.expect(r"✓ model server at \S+ \(needs an API key\)")
+        term.expect(r"\[Y/n\]")
+        term.send("y")
+        term.expect(r"✗ \S+ needs an API key \(HTTP 401\)")
+        term.expect(r"API key \(Enter to choose another endpoint\): ")
+        term.send("sk-wrong")
+        term.expect(r"✗ \S+ refused the API key \(HTTP 401\)")
+        term.expect(r"API key \(Enter to choose another endpoint\): ")
+        term.send("sk-right")
+        term.expect("lists 2 models")
+        term.expect(r"Model \(number or name\)")
+        term.send("1")
+        term.expect("✓ Tool calling works.")
+        skip_telegram(term)
+        assert term.wait() == 0
+    assert "sk-wrong" not in term.output  # secrets are typed without echo
+    assert dotenv(tmp_path)["LLM_API_KEY"] == "sk-right"
+    assert fake.headers[0]["authorization"] == "Bearer sk-right"
+
+
+def test_model_without_tool_calling_is_warned_about(tmp_path: Path, fake: FakeOpenAIServer) -> None:
+    fake.reply_text("It is ten o'clock in Rome.", model="qwen3:14b")
+    fake.reply_tool_calls(TOOL_CALL, model="llama3.1:8b")
+    with setup(tmp_path, fake.base_url) as term:
+        term.expect(r"\[Y/n\]")
+        term.send("")
+        term.expect(r"Model \(number or name\)")
+        term.send("1")
+        term.expect(
+            "⚠ qwen3:14b answered in text instead of calling the tool it was offered: "
+            "chathub's tools"
+        )
+        term.expect(r"Use qwen3:14b anyway\? \[y/N\]")
+        term.send("")
+        term.expect(r"Model \(number or name\)")
+        term.send("2")
+        term.expect("✓ Tool calling works.")
+        skip_telegram(term)
+        assert term.wait() == 0
+    assert dotenv(tmp_path)["LLM_MODEL"] == "llama3.1:8b"
+
+
+def test_model_without_tool_calling_kept_when_the_person_insists(
+    tmp_path: Path, fake: FakeOpenAIServer
+) -> None:
+    fake.reply_text("No tools here.")
+    with setup(tmp_path, fake.base_url) as term:
+        term.expect(r"\[Y/n\]")
+        term.send("")
+        term.expect(r"Model \(number or name\)")
+        term.send("1")
+        term.expect(r"Use qwen3:14b anyway\? \[y/N\]")
+        term.send("y")
+        skip_telegram(term)
+        term.expect("⚠ qwen3:14b may not call tools; `chathub doctor` checks again.")
+        assert term.wait() == 0
+    assert dotenv(tmp_path)["LLM_MODEL"] == "qwen3:14b"
+
+
+def test_an_endpoint_answering_html_is_refused(
+    tmp_path: Path, fake: FakeOpenAIServer, html_site: str
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    with setup(tmp_path, html_site) as term:
+        term.expect(r"· model server at \S+: something else answers there")
+        term.expect("Base URL")
+        term.send(html_site)
+        term.expect(r"API key")
+        term.send("")
+        term.expect(r"✗ \S+ answers with a web page, not the OpenAI API")
+        term.expect("Base URL")
+        term.send(fake.base_url)
+        term.expect(r"API key")
+        term.send("")
+        term.expect(r"Model \(number or name\)")
+        term.send("1")
+        skip_telegram(term)
+        assert term.wait() == 0
+    assert "Traceback" not in term.output
+    assert dotenv(tmp_path)["LLM_BASE_URL"] == fake.base_url
+
+
+def test_an_endpoint_that_never_answers_times_out(
+    tmp_path: Path, fake: FakeOpenAIServer, black_hole: str
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    with setup(tmp_path, black_hole, extra=("--timeout", "0.5")) as term:
+        term.expect(r"· model server at \S+: nothing there")
+        term.expect("Base URL")
+        term.send(black_hole)
+        term.expect(r"API key")
+        term.send("")
+        term.expect(r"✗ \S+ did not answer within 0\.5 s")
+        term.expect("Base URL")
+        term.send(fake.base_url)
+        term.expect(r"API key")
+        term.send("")
+        term.expect(r"Model \(number or name\)")
+        term.send("1")
+        skip_telegram(term)
+        assert term.wait() == 0
+
+
+def test_telegram_token_checked_and_owner_read_from_start(
+    tmp_path: Path, fake: FakeOpenAIServer, telegram: FakeTelegramServer
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    telegram.user_message(chat_id=555, user_id=555, text="/start", username="mallory")
+    telegram.fail_next("getMe", status=401, description="Unauthorized")
+    extra = ("--telegram-api-url", telegram.base_url, "--owner-wait", "1")
+    with setup(tmp_path, fake.base_url, extra=extra) as term:
+        term.expect(r"\[Y/n\]")
+        term.send("")
+        term.expect(r"Model \(number or name\)")
+        term.send("1")
+        term.expect(r"Bot token \(Enter to skip\): ")
+        term.send("not-a-token")
+        term.expect(r"✗ that is not a bot token: @BotFather's look like 123456789:AAH")
+        term.expect(r"Bot token \(Enter to skip\): ")
+        term.send(TOKEN)
+        term.expect(r"✗ Telegram does not accept this token \(revoked, or mistyped\)")
+        term.expect(r"Bot token \(Enter to skip\): ")
+        term.send(TOKEN)
+        term.expect("✓ This is @chathub_test_bot.")
+        term.expect(r"Now send /start to @chathub_test_bot")
+        term.expect("Press Enter once you have sent it")
+        term.send("")  # nothing new yet: mallory's /start came before
+        term.expect("No /start has arrived yet.")
+        telegram.user_message(chat_id=777, user_id=777, text="/start", first_name="Olga")
+        term.expect("Press Enter once you have sent it")
+        term.send("")
+        term.expect(r"Is Olga \(@alice\) \(id 777\) you\? \[Y/n\]")
+        term.send("y")
+        term.expect(r"✓ Wrote")
+        assert term.wait() == 0
+    assert TOKEN not in term.output
+    values = dotenv(tmp_path)
+    assert values["TELEGRAM_BOT_TOKEN"] == TOKEN
+    assert values["TELEGRAM_OWNER_ID"] == "777"
+    assert values["TELEGRAM_API_URL"] == telegram.base_url
+    assert len(telegram.pending_updates()) == 2  # left for the service: nothing confirmed
+
+
+def test_owner_id_typed(
+    tmp_path: Path, fake: FakeOpenAIServer, telegram: FakeTelegramServer
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    extra = ("--telegram-api-url", telegram.base_url)
+    with setup(tmp_path, fake.base_url, extra=extra) as term:
+        term.expect(r"\[Y/n\]")
+        term.send("")
+        term.expect(r"Model \(number or name\)")
+        term.send("1")
+        term.expect(r"Bot token")
+        term.send(TOKEN)
+        term.expect("Press Enter once you have sent it, or type your numeric Telegram id")
+        term.send("@me")
+        term.expect("✗ A Telegram user id is a positive number")
+        term.send("4242")
+        assert term.wait() == 0
+    assert dotenv(tmp_path)["TELEGRAM_OWNER_ID"] == "4242"
+
+
+def test_ctrl_c_in_the_middle_writes_nothing(tmp_path: Path, fake: FakeOpenAIServer) -> None:
+    old = "LLM_MODEL=kept\n"
+    (tmp_path / ".env").write_text(old)
+    fake.reply_tool_calls(TOOL_CALL)
+    with setup(tmp_path, fake.base_url) as term:
+        term.expect(r"\[Y/n\]")
+        term.send("")
+        term.expect(r"Model \(number or name\)")
+        term.send("1")
+        term.expect(r"Bot token \(Enter to skip\): ")
+        term.ctrl_c()
+        term.expect("Setup cancelled; nothing was written.")
+        assert term.wait() == 130
+    assert "Traceback" not in term.output
+    assert (tmp_path / ".env").read_text() == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".env"]
+
+
+def test_ctrl_c_during_a_network_call_writes_nothing(
+    tmp_path: Path, fake: FakeOpenAIServer
+) -> None:
+    fake.reply_hang()
+    with setup(tmp_path, fake.base_url) as term:
+        term.expect(r"\[Y/n\]")
+        term.send("")
+        term.expect(r"Model \(number or name\)")
+        term.send("1")
+        term.expect("Asking qwen3:14b one question")
+        term.ctrl_c()
+        term.expect("Setup cancelled; nothing was written.")
+        assert term.wait() == 130
+    assert "Traceback" not in term.output
+    assert not (tmp_path / ".env").exists()
+
+
+def test_a_read_only_env_is_left_alone(tmp_path: Path) -> None:
+    env = tmp_path / ".env"
+    env.write_text("LLM_MODEL=mine\n")
+    env.chmod(0o444)
+    with setup(tmp_path) as term:
+        term.expect(r"✗ \S*\.env is read-only; make it writable \(chmod u\+w \S+\)")
+        assert term.wait() == 1
+    assert "Base URL" not in term.output  # refused before any question
+    assert env.read_text() == "LLM_MODEL=mine\n"
+
+
+def test_envfile_write_failure_is_one_sentence(tmp_path: Path, monkeypatch) -> None:
+    from bot.setup import envfile
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(envfile.os, "replace", refuse)
+    target = EnvFile(tmp_path / ".env")
+    with pytest.raises(envfile.EnvFileError, match=r"cannot write .*: Read-only file system$"):
+        target.write({"LLM_MODEL": "x"})
+    assert list(tmp_path.iterdir()) == []  # the temporary file is gone too
+
+
+def test_envfile_quotes_what_needs_it(tmp_path: Path) -> None:
+    target = EnvFile(tmp_path / ".env")
+    target.write({"LLM_API_KEY": 'a b"c\\d', "LLM_MODEL": "qwen3:14b"})
+    assert target.values() == {"LLM_API_KEY": 'a b"c\\d', "LLM_MODEL": "qwen3:14b"}
+    from engine.config import Settings
+
+    settings = Settings(_env_file=tmp_path / ".env")  # dotenv reads what we wrote
+    assert settings.llm_api_key == 'a b"c\\d'
+
+
+def test_run_without_a_terminal_prints_the_fix(tmp_path: Path) -> None:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "run"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env_for(tmp_path),
+        timeout=30,
+    )
+    assert done.returncode == 1
+    assert "chathub: configuration error: LLM_MODEL: not set" in done.stderr
+    assert "To fix it: run `chathub setup` (or `make run`) in a terminal" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / ".env").exists()
