@@ -1,0 +1,323 @@
+"""``chathub doctor`` against a healthy setup (exit 0), then each part broken in turn.
+
+The doctor runs in-process (``bot.cli.main``) in a temporary directory holding the
+``.env``; the test's own environment is cleared of every chathub variable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from bot.cli import main
+from engine.config import Settings
+from engine.store.db import open_database
+from tests.bot.process import free_port
+from tests.fakes.background import BackgroundServer
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.telegram_server import FakeTelegramServer, Webhook
+
+TOKEN = "123456789:AAHk3mQx9vT2Lw8ZpR5nY7cB4dF6gJ0sE1u"
+TOOL_CALL = ("call_1", "get_time", '{"timezone": "UTC"}')
+
+
+@pytest.fixture(scope="module")
+def _telegram() -> Iterator[FakeTelegramServer]:
+    with FakeTelegramServer() as server:
+        yield server
+
+
+@dataclass
+class Setup:
+    home: Path
+    model: FakeOpenAIServer
+    telegram: FakeTelegramServer
+    env: dict[str, str] = field(default_factory=dict)
+    toml: str = ""
+
+    def doctor(self, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
+        if self.toml:
+            (self.home / "chathub.toml").write_text(self.toml)
+            self.env["CHATHUB_CONFIG"] = str(self.home / "chathub.toml")
+        lines = [f"{k}={v}" for k, v in self.env.items()]
+        (self.home / ".env").write_text("\n".join(lines) + "\n")
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as done:
+            main(["doctor", "--timeout", "2"])
+        out = capsys.readouterr().out
+        return int(done.value.code or 0), out.splitlines()
+
+
+@pytest.fixture
+def healthy(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fake_openai: FakeOpenAIServer,
+    _telegram: FakeTelegramServer,
+) -> Setup:
+    for name in Settings.model_fields:
+        monkeypatch.delenv(name.upper(), raising=False)
+    monkeypatch.chdir(tmp_path)
+    _telegram.reset()
+    fake_openai.models = ["qwen3:14b", "llama3.1:8b"]
+    fake_openai.reply_tool_calls(TOOL_CALL)
+    database = f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}"
+    asyncio.run(_migrated(database))
+    (tmp_path / "workspace").mkdir()
+    return Setup(
+        tmp_path,
+        fake_openai,
+        _telegram,
+        {
+            "LLM_BASE_URL": fake_openai.base_url,
+            "LLM_MODEL": "qwen3:14b",
+            "TELEGRAM_BOT_TOKEN": TOKEN,
+            "TELEGRAM_API_URL": _telegram.base_url,
+            "TELEGRAM_OWNER_ID": "42",
+            "DATABASE_URL": database,
+            "CHATHUB_WORKSPACE": str(tmp_path / "workspace"),
+            "CHATHUB_TIMEZONE": "UTC",
+            "HTTP_PORT": str(free_port()),
+        },
+    )
+
+
+async def _migrated(url: str) -> None:
+    db = await open_database(url)
+    await db.close()
+
+
+def test_a_healthy_setup_passes(healthy: Setup, capsys: pytest.CaptureFixture[str]) -> None:
+    status, lines = healthy.doctor(capsys)
+    assert status == 0, "\n".join(lines)
+    assert lines[0] == "✓ configuration parses"
+    assert any(line.startswith("✓ database ") and "schema current" in line for line in lines)
+    assert f"✓ model endpoint {healthy.model.base_url} lists 2 models" in lines
+    assert "✓ model qwen3:14b exists" in lines
+    assert "✓ qwen3:14b calls tools" in lines
+    assert "✓ Telegram bot @chathub_test_bot answers" in lines
+    assert "✓ long polling; no webhook is set" in lines
+    assert "✓ owner id 42" in lines
+    assert "✓ secrets/ is out of the agent's reach" in lines
+    assert any(line.startswith("✓ workspace ") for line in lines)
+    assert any(line.startswith("✓ HTTP port ") and "is free" in line for line in lines)
+    assert lines[-1].startswith("All ") and lines[-1].endswith(" checks passed.")
+    assert all(line.startswith("✓") for line in lines[:-1])
+
+
+def _no_db_yet(s: Setup) -> None:
+    s.env["DATABASE_URL"] = f"sqlite+aiosqlite:///{s.home / 'new' / 'c.db'}"
+
+
+def test_a_fresh_setup_without_database_or_telegram_passes(
+    healthy: Setup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _no_db_yet(healthy)
+    for name in ("TELEGRAM_BOT_TOKEN", "TELEGRAM_OWNER_ID"):
+        del healthy.env[name]
+    status, lines = healthy.doctor(capsys)
+    assert status == 0, "\n".join(lines)
+    assert any("will be created at the first start" in line for line in lines)
+    assert "✓ Telegram is not configured (the terminal chat and the web inbox only)" in lines
+    assert not (healthy.home / "new").exists()  # the doctor creates nothing
+
+
+def _occupy(s: Setup) -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    s.env["HTTP_PORT"] = str(sock.getsockname()[1])
+    s.__dict__["_held"] = sock  # closed with the test's garbage
+
+
+def _schema(version: int) -> Callable[[Setup], None]:
+    def breaks(s: Setup) -> None:
+        import sqlite3
+
+        path = s.home / "old.db"
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name TEXT)")
+            conn.execute("INSERT INTO schema_version VALUES (?, 'x')", (version,))
+        s.env["DATABASE_URL"] = f"sqlite+aiosqlite:///{path}"
+
+    return breaks
+
+
+def _set(**values: str) -> Callable[[Setup], None]:
+    def breaks(s: Setup) -> None:
+        s.env.update(values)
+
+    return breaks
+
+
+def _unset(name: str) -> Callable[[Setup], None]:
+    def breaks(s: Setup) -> None:
+        del s.env[name]
+
+    return breaks
+
+
+def _wrong_key(s: Setup) -> None:
+    s.model.api_key = "sk-right"
+    s.env["LLM_API_KEY"] = "sk-wrong"
+
+
+def _no_tools(s: Setup) -> None:
+    s.model.reset()
+    s.model.models = ["qwen3:14b"]
+    s.model.reply_text("It is noon.")
+
+
+def _fallback_without_tools(s: Setup) -> None:
+    s.model.reset()
+    s.model.models = ["qwen3:14b", "llama3.1:8b"]
+    s.model.reply_tool_calls(TOOL_CALL, model="qwen3:14b")
+    s.model.reply_text("It is noon.", model="llama3.1:8b")
+    s.env["LLM_FALLBACK_MODELS"] = "llama3.1:8b"
+
+
+def _revoked(s: Setup) -> None:
+    s.telegram.fail_next("getMe", status=401, description="Unauthorized")
+
+
+def _webhook_while_polling(s: Setup) -> None:
+    s.telegram.webhook = Webhook(url="https://old.example.org/hook")
+
+
+def _webhook_elsewhere(s: Setup) -> None:
+    s.env["TELEGRAM_WEBHOOK_URL"] = "https://bot.example.org/telegram"
+    s.env["TELEGRAM_WEBHOOK_SECRET"] = "s3cret"
+
+
+def _workspace_is_a_file(s: Setup) -> None:
+    (s.home / "ws-file").write_text("")
+    s.env["CHATHUB_WORKSPACE"] = str(s.home / "ws-file")
+
+
+def _secrets_link(s: Setup) -> None:
+    (s.home / "workspace" / "notes").mkdir()
+    (s.home / "workspace" / "secrets").symlink_to(s.home / "workspace" / "notes")
+
+
+def _mcp_broken(s: Setup) -> None:
+    s.toml = (
+        '[[mcp_servers]]\nname = "gone"\ncommand = ["/nonexistent/mcp-server"]\ntimeout_s = 5\n'
+    )
+
+
+BROKEN = {
+    "configuration": (_set(HTTP_PORT="0"), r"✗ configuration: HTTP_PORT: Input should be"),
+    "no model": (_unset("LLM_MODEL"), r"✗ no model is configured .* — run `chathub setup`"),
+    "database unreachable": (
+        _set(DATABASE_URL="sqlite+aiosqlite:////"),
+        r"✗ the database at .* cannot be reached or opened — check DATABASE_URL",
+    ),
+    "database behind": (_schema(1), r"✗ the database at .* has schema 1 of \d+ — restart"),
+    "database ahead": (_schema(9999), r"✗ .* has schema 9999, newer than this chathub"),
+    "endpoint down": (
+        _set(LLM_BASE_URL=f"http://127.0.0.1:{free_port()}/v1"),
+        r"✗ model endpoint: nothing answers at http://127\.0\.0\.1:\d+/v1 — start the model",
+    ),
+    "endpoint refuses the key": (
+        _wrong_key,
+        r"✗ model endpoint: \S+ refused the API key \(HTTP 401\) — set LLM_API_KEY",
+    ),
+    "model missing": (
+        _set(LLM_MODEL="mistral:7b"),
+        r"✗ model mistral:7b is not among the models of \S+ — set LLM_MODEL to one it lists "
+        r"\(qwen3:14b, llama3\.1:8b\)",
+    ),
+    "no tool calling": (_no_tools, r"✗ qwen3:14b answered in text .* — choose a model"),
+    "fallback without tool calling": (
+        _fallback_without_tools,
+        r"✗ llama3\.1:8b answered in text instead of calling the tool",
+    ),
+    "token shape": (
+        _set(TELEGRAM_BOT_TOKEN="12345"),
+        r"✗ TELEGRAM_BOT_TOKEN: that is not a bot token",
+    ),
+    "token revoked": (_revoked, r"✗ Telegram does not accept this token .* — get the current"),
+    "webhook while polling": (
+        _webhook_while_polling,
+        r"✗ Telegram has a webhook set \(https://old\.example\.org/hook\) but chathub is set "
+        r"for long polling",
+    ),
+    "webhook not where configured": (
+        _webhook_elsewhere,
+        r"✗ Telegram's webhook is not set, chathub's is https://bot\.example\.org/telegram",
+    ),
+    "webhook without secret": (
+        _set(TELEGRAM_WEBHOOK_URL="https://bot.example.org/telegram"),
+        r"✗ TELEGRAM_WEBHOOK_URL is set without TELEGRAM_WEBHOOK_SECRET",
+    ),
+    "no owner": (_unset("TELEGRAM_OWNER_ID"), r"✗ TELEGRAM_OWNER_ID is not set"),
+    "workspace": (_workspace_is_a_file, r"✗ workspace \S+ is not a directory"),
+    "secrets is a link": (_secrets_link, r"✗ \S+/secrets is a link to \S+/notes: the agent"),
+    "port taken": (_occupy, r"✗ HTTP port 127\.0\.0\.1:\d+ is taken by another program"),
+    "mcp server": (_mcp_broken, r"✗ MCP server gone did not start or list its tools"),
+}
+
+
+@pytest.mark.parametrize("part", BROKEN)
+def test_each_broken_part_fails_with_its_line(
+    part: str, healthy: Setup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    breaks, expected = BROKEN[part]
+    breaks(healthy)
+    status, lines = healthy.doctor(capsys)
+    assert status == 1, "\n".join(lines)
+    import re
+
+    failed = [line for line in lines if line.startswith("✗")]
+    assert any(re.search(expected, line) for line in failed), "\n".join(lines)
+    assert lines[-1].endswith("checks failed.")
+    assert not any("Error" in line or "Traceback" in line for line in lines), "\n".join(lines)
+
+
+def test_the_port_held_by_chathub_passes(
+    healthy: Setup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    healthz = JSONResponse({"ok": True, "database": "ok"})
+    server = BackgroundServer(Starlette(routes=[Route("/healthz", lambda _r: healthz)]), "hz")
+    server.start()
+    try:
+        healthy.env["HTTP_PORT"] = str(server.port)
+        status, lines = healthy.doctor(capsys)
+    finally:
+        server.stop()
+    assert status == 0, "\n".join(lines)
+    assert f"✓ HTTP port 127.0.0.1:{server.port} is held by chathub serve" in lines
+
+
+def test_a_working_mcp_server_lists_its_tools(
+    healthy: Setup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    command = f'["{sys.executable}", "-m", "mcp_server_time", "--local-timezone", "UTC"]'
+    healthy.toml = f'[[mcp_servers]]\nname = "time"\ncommand = {command}\n'
+    status, lines = healthy.doctor(capsys)
+    assert status == 0, "\n".join(lines)
+    assert any(line.startswith("✓ MCP server time lists ") for line in lines)
+
+
+def test_a_model_endpoint_that_hangs_times_out(
+    healthy: Setup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        healthy.env["LLM_BASE_URL"] = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        status, lines = healthy.doctor(capsys)
+    assert status == 1
+    assert any(
+        line.startswith("✗ model endpoint: ") and "did not answer within 2 s" in line
+        for line in lines
+    ), "\n".join(lines)
