@@ -34,7 +34,7 @@ from bot.http.app import (
     create_app,
 )
 from bot.http.operations import Operations
-from bot.http.signins import SignInPolicy, SignIns
+from bot.http.signins import LoginThrottle, SignInPolicy, SignIns
 from bot.http.web import Deliveries
 from bot.telegram.adapter import COMMANDS, TelegramAdapter, TelegramConfig
 from bot.telegram.api import BotApi
@@ -169,6 +169,9 @@ class Service:
             operations = Operations(engine, hub, scheduler)
             token = settings.chathub_api_token
             signins = None
+            # Wrong tokens count together on the page's sign-in and the API's bearer header:
+            # guessing the token through one is as slow as through the other.
+            throttle = LoginThrottle(clock=self.clock)
             if token:  # without a token nobody signs in (loopback only)
                 policy = SignInPolicy(
                     idle=timedelta(hours=settings.web_session_idle_hours),
@@ -186,11 +189,13 @@ class Service:
                     token=settings.chathub_api_token,
                     clock=self.clock,
                     telegram=self.adapter.outbound.stats if self.adapter else None,
+                    throttle=throttle,
                 ),
                 web=WebInbox(
                     operations,
                     token=token,
                     signins=signins,
+                    throttle=throttle,
                     clock=self.clock,
                     deliveries=deliveries,
                 ),

@@ -51,6 +51,7 @@ from bot.http.models import (
     query_params,
 )
 from bot.http.operations import OperationError, Operations
+from bot.http.signins import LoginThrottle
 from bot.telegram.outbound import OutboundStats
 from engine.store.inbox import InboxItem
 from engine.store.schema import utcnow
@@ -156,8 +157,12 @@ class ApiRoutes:
         token: str | None,
         clock: Callable[[], datetime] = utcnow,
         telegram: OutboundStats | None = None,
+        throttle: LoginThrottle | None = None,
     ) -> None:
+        """``throttle``: wrong bearer tokens counted per address, shared with the page's
+        sign-in (``chathub serve`` passes one); ``None`` counts nothing."""
         self.ops = operations
+        self._throttle = throttle
         self.engine = operations.engine
         self.token = token or None
         self._token = token.encode() if token else None
@@ -181,7 +186,17 @@ class ApiRoutes:
     def _guarded(self, handler: Handler) -> Handler:
         @functools.wraps(handler)
         async def guarded(request: Request) -> Response:
+            address = request.client.host if request.client else None
+            wait = self._throttle.retry_after(address) if self._throttle else None
+            if wait is not None:  # refused before the token is even looked at
+                return SafeJSONResponse(
+                    {"error": f"Too many wrong tokens from this address; try again in {wait} s."},
+                    status_code=429,
+                    headers={"retry-after": str(wait)},
+                )
             if not self._authorized(request):
+                if self._throttle is not None and self._token is not None:
+                    self._throttle.failed(address)
                 return SafeJSONResponse(
                     {"error": "missing or wrong bearer token"},
                     status_code=401,
@@ -346,7 +361,8 @@ def _operation(spec: Operation, schemas: dict[str, Any]) -> dict[str, Any]:
     }
     if not spec.secured:
         described["security"] = []
-    for code in spec.errors:
+    throttled = (429,) if spec.served_by == "api" and spec.secured else ()
+    for code in (*spec.errors, *throttled):
         described["responses"][str(code)] = _response(code, ErrorBody, schemas)
     if spec.served_by == "health":  # unhealthy: the same report
         described["responses"]["503"] = _response(503, spec.answer, schemas)
@@ -396,6 +412,7 @@ _STATUS_TEXT = {
     409: "Conflict (already resolved, or nothing to do)",
     413: "Body too large",
     422: "Invalid input",
+    429: "Too many wrong bearer tokens from this address (see Retry-After)",
     503: "Not available in this process (or, for /healthz, unhealthy)",
 }
 

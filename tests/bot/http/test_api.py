@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -420,3 +421,36 @@ async def test_an_unexpected_exception_is_a_plain_500_with_an_error_id(engine, c
     for answer in (response.text, page.text):
         assert "secret" not in answer and "RuntimeError" not in answer
     assert "secret sauce" in caplog.text and "RuntimeError" in caplog.text
+
+
+# -- guessing the token ----------------------------------------------------------------------
+
+
+async def test_wrong_bearer_tokens_are_throttled_with_the_page_sign_in(engine):
+    """The API and the page share one count per address: guessing through either is slow."""
+    from bot.http.signins import LoginThrottle
+
+    now = [utcnow()]
+    throttle = LoginThrottle(clock=lambda: now[0])
+    ops = Operations(engine)
+    app = create_app(
+        api=ApiRoutes(ops, token=TOKEN, throttle=throttle),
+        web=WebInbox(ops, token=TOKEN, throttle=throttle),
+        host="0.0.0.0",
+    )
+    transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 5000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        wrong = {"authorization": "Bearer guess"}
+        statuses = [(await c.get("/api/inbox", headers=wrong)).status_code for _ in range(12)]
+        assert statuses[:10] == [401] * 10 and statuses[10:] == [429, 429]
+        refused = await c.get("/api/inbox", headers=AUTH)  # the right one waits too
+        assert refused.status_code == 429 and int(refused.headers["retry-after"]) > 0
+        assert "Too many wrong tokens" in refused.json()["error"]
+        login = await c.post("/login", data={"token": TOKEN}, headers={"origin": "http://t"})
+        assert login.status_code == 429  # the page counts the same failures
+    other = httpx.ASGITransport(app=app, client=("198.51.100.9", 5000))
+    async with httpx.AsyncClient(transport=other, base_url="http://t") as c:
+        assert (await c.get("/api/inbox", headers=AUTH)).status_code == 200
+    now[0] += timedelta(minutes=16)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        assert (await c.get("/api/inbox", headers=AUTH)).status_code == 200
