@@ -13,13 +13,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from bot.checks.result import Check
 from bot.cli import main
-from engine.config import Settings
+from bot.http.health_details import PATH, HealthDetails, bearer, service_checks
+from engine.config import Settings, load_config
 from engine.store.db import open_database
 from tests.bot.process import free_port
 from tests.fakes.background import BackgroundServer
@@ -44,12 +47,15 @@ class Setup:
     env: dict[str, str] = field(default_factory=dict)
     toml: str = ""
 
-    def doctor(self, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
+    def write(self) -> None:
         if self.toml:
             (self.home / "chathub.toml").write_text(self.toml)
             self.env["CHATHUB_CONFIG"] = str(self.home / "chathub.toml")
         lines = [f"{k}={v}" for k, v in self.env.items()]
         (self.home / ".env").write_text("\n".join(lines) + "\n")
+
+    def doctor(self, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
+        self.write()
         capsys.readouterr()
         with pytest.raises(SystemExit) as done:
             main(["doctor", "--timeout", "2"])
@@ -321,3 +327,65 @@ def test_a_model_endpoint_that_hangs_times_out(
         line.startswith("✗ model endpoint: ") and "did not answer within 2 s" in line
         for line in lines
     ), "\n".join(lines)
+
+
+# -- GET /api/health/details ----------------------------------------------------------------
+
+
+def _details_app(details: HealthDetails) -> httpx.AsyncClient:
+    app = Starlette(routes=[details.route()])
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://inbox")
+
+
+async def test_health_details_needs_the_token_and_reports_every_check() -> None:
+    runs: list[int] = []
+
+    async def checks() -> list[Check]:
+        runs.append(1)
+        return [Check("a", True, "fine"), Check("b", False, "broken", "mend it")]
+
+    details = HealthDetails(checks, bearer("t0ken"))
+    async with _details_app(details) as client:
+        assert (await client.get(PATH)).status_code == 401
+        wrong = await client.get(PATH, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        assert wrong.json() == {"error": "missing or wrong bearer token"}
+        answer = await client.get(PATH, headers={"Authorization": "Bearer t0ken"})
+        assert answer.status_code == 200  # a report, whatever it says
+        body = answer.json()
+        assert body["ok"] is False
+        assert body["checks"] == [
+            {"name": "a", "ok": True, "summary": "fine", "fix": ""},
+            {"name": "b", "ok": False, "summary": "broken", "fix": "mend it"},
+        ]
+        assert body["checked_at"].endswith("+00:00")
+        # A reload within max_age_s reuses the report: each run asks every model.
+        await client.get(PATH, headers={"Authorization": "Bearer t0ken"})
+        assert len(runs) == 1
+        await client.get(PATH, params={"fresh": "1"}, headers={"Authorization": "Bearer t0ken"})
+        assert len(runs) == 2
+
+
+async def test_health_details_hides_a_crashing_check() -> None:
+    async def checks() -> list[Check]:
+        raise RuntimeError("secret internals")
+
+    async with _details_app(HealthDetails(checks, bearer(None))) as client:
+        answer = await client.get(PATH)
+    assert answer.status_code == 500
+    assert answer.json() == {"error": "the checks could not be run; see the log"}
+
+
+async def test_health_details_runs_the_doctors_checks(healthy: Setup) -> None:
+    healthy.write()
+    config = load_config()
+    async with httpx.AsyncClient() as http:
+        details = HealthDetails(service_checks(config, http, timeout_s=2), bearer("t"))
+        async with _details_app(details) as client:
+            body = (await client.get(PATH, headers={"Authorization": "Bearer t"})).json()
+    assert body["ok"] is True, body
+    names = [c["name"] for c in body["checks"]]
+    assert names[:3] == ["config", "database", "model.endpoint"]
+    assert {"model.tools.qwen3:14b", "telegram.token", "workspace.secrets", "http.port"} <= set(
+        names
+    )
