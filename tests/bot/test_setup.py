@@ -414,3 +414,39 @@ def test_run_without_a_terminal_prints_the_fix(tmp_path: Path) -> None:
     assert "To fix it: run `chathub setup` (or `make run`) in a terminal" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / ".env").exists()
+
+
+def test_run_in_a_terminal_sets_up_then_starts_and_talks(
+    tmp_path: Path, fake: FakeOpenAIServer
+) -> None:
+    """From nothing to talking to the agent: ``make run``'s path in a terminal."""
+    fake.reply_tool_calls(TOOL_CALL)  # the wizard's check
+    fake.reply_text("Hello! How can I help?")  # the first turn
+    env = {**env_for(tmp_path), "HTTP_PORT": str(free_port())}
+    argv = [sys.executable, "-m", "bot.cli", "run", "--timeout", "3", "--probe", fake.base_url]
+    with PtySession(argv, cwd=tmp_path, env=env, timeout_s=30) as term:
+        term.expect(r"\[Y/n\]")
+        term.send("")
+        term.expect(r"Model \(number or name\)")
+        term.send("1")
+        skip_telegram(term)
+        term.expect("Starting chathub…")
+        term.expect("› ")
+        term.send("hi")
+        term.expect("Hello! How can I help?")
+        term.expect("› ")
+        term.send("/quit")
+        assert term.wait() == 0
+    assert dotenv(tmp_path)["LLM_MODEL"] == "qwen3:14b"
+    said = [m["content"] for m in fake.requests[-1]["messages"] if m["role"] == "user"]
+    assert any(text.startswith("hi") for text in said), said
+
+
+def test_run_with_a_model_configured_asks_nothing(tmp_path: Path, fake: FakeOpenAIServer) -> None:
+    (tmp_path / ".env").write_text(f"LLM_BASE_URL={fake.base_url}\nLLM_MODEL=qwen3:14b\n")
+    env = {**env_for(tmp_path), "HTTP_PORT": str(free_port())}
+    with PtySession([sys.executable, "-m", "bot.cli", "run"], cwd=tmp_path, env=env) as term:
+        term.expect("› ")
+        term.send("/quit")
+        assert term.wait() == 0
+    assert "chathub setup" not in term.output
