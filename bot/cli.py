@@ -78,8 +78,9 @@ def _fix_hint(exc: ConfigError) -> str:
     """The command that fixes a missing model, on a line of its own."""
     if str(exc).startswith(_NO_MODEL):
         return (
-            "\nTo fix it: run `chathub setup` (or `make run`) in a terminal; or set "
-            "LLM_MODEL and LLM_BASE_URL in .env or the environment."
+            "\nTo fix it: run `chathub setup` in a terminal (in a clone: "
+            "`.venv/bin/chathub setup`, or `make run`), or set LLM_MODEL and LLM_BASE_URL "
+            "in .env or the environment."
         )
     return ""
 

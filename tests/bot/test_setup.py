@@ -411,7 +411,7 @@ def test_run_without_a_terminal_prints_the_fix(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert "chathub: configuration error: LLM_MODEL: not set" in done.stderr
-    assert "To fix it: run `chathub setup` (or `make run`) in a terminal" in done.stderr
+    assert "To fix it: run `chathub setup` in a terminal" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / ".env").exists()
 
