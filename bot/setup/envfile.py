@@ -46,6 +46,10 @@ class EnvFile:
             return f"the directory {path.parent} does not exist"
         if not os.access(path.parent, os.W_OK):
             return f"the directory {path.parent} is not writable, so {path.name} cannot be replaced"
+        try:  # its lines are kept, so they must be readable
+            self._lines()
+        except EnvFileError as exc:
+            return str(exc)
         return None
 
     def values(self) -> dict[str, str]:
@@ -75,8 +79,12 @@ class EnvFile:
             return self.path.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
             return []
-        except (OSError, UnicodeDecodeError) as exc:
-            raise EnvFileError(f"cannot read {self.path}: {exc}") from None
+        except UnicodeDecodeError:
+            raise EnvFileError(f"{self.path} is not UTF-8 text; fix or move it first") from None
+        except OSError as exc:
+            raise EnvFileError(
+                f"cannot read {self.path}: {exc.strerror or 'read failed'}"
+            ) from None
 
     def _replace(self, text: str) -> Path | None:
         fd, temp = tempfile.mkstemp(

@@ -7,6 +7,7 @@ The doctor runs in-process (``bot.cli.main``) in a temporary directory holding t
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import sys
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from bot.checks.database import check_database
 from bot.checks.result import Check
 from bot.cli import main
 from bot.http.health_details import PATH, HealthDetails, bearer, service_checks
@@ -28,6 +30,7 @@ from tests.bot.process import free_port
 from tests.fakes.background import BackgroundServer
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_server import FakeTelegramServer, Webhook
+from tests.pg import fresh_postgres_database, requires_postgres
 
 TOKEN = "123456789:AAHk3mQx9vT2Lw8ZpR5nY7cB4dF6gJ0sE1u"
 TOOL_CALL = ("call_1", "get_time", '{"timezone": "UTC"}')
@@ -46,6 +49,7 @@ class Setup:
     telegram: FakeTelegramServer
     env: dict[str, str] = field(default_factory=dict)
     toml: str = ""
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
 
     def write(self) -> None:
         if self.toml:
@@ -54,11 +58,13 @@ class Setup:
         lines = [f"{k}={v}" for k, v in self.env.items()]
         (self.home / ".env").write_text("\n".join(lines) + "\n")
 
-    def doctor(self, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
+    def doctor(
+        self, capsys: pytest.CaptureFixture[str], timeout_s: float = 2
+    ) -> tuple[int, list[str]]:
         self.write()
         capsys.readouterr()
         with pytest.raises(SystemExit) as done:
-            main(["doctor", "--timeout", "2"])
+            main(["doctor", "--timeout", str(timeout_s)])
         out = capsys.readouterr().out
         return int(done.value.code or 0), out.splitlines()
 
@@ -69,7 +75,7 @@ def healthy(
     monkeypatch: pytest.MonkeyPatch,
     fake_openai: FakeOpenAIServer,
     _telegram: FakeTelegramServer,
-) -> Setup:
+) -> Iterator[Setup]:
     for name in Settings.model_fields:
         monkeypatch.delenv(name.upper(), raising=False)
     monkeypatch.chdir(tmp_path)
@@ -79,7 +85,7 @@ def healthy(
     database = f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}"
     asyncio.run(_migrated(database))
     (tmp_path / "workspace").mkdir()
-    return Setup(
+    setup = Setup(
         tmp_path,
         fake_openai,
         _telegram,
@@ -95,6 +101,9 @@ def healthy(
             "HTTP_PORT": str(free_port()),
         },
     )
+    yield setup
+    for cleanup in setup.cleanups:
+        cleanup()
 
 
 async def _migrated(url: str) -> None:
@@ -138,11 +147,12 @@ def test_a_fresh_setup_without_database_or_telegram_passes(
 
 
 def _occupy(s: Setup) -> None:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(1)
-    s.env["HTTP_PORT"] = str(sock.getsockname()[1])
-    s.__dict__["_held"] = sock  # closed with the test's garbage
+    """Another web server on the port: it answers, but not as chathub."""
+    page = JSONResponse({"status": "up"})
+    server = BackgroundServer(Starlette(routes=[Route("/healthz", lambda _r: page)]), "other")
+    server.start()
+    s.env["HTTP_PORT"] = str(server.port)
+    s.cleanups.append(server.stop)
 
 
 def _schema(version: int) -> Callable[[Setup], None]:
@@ -281,8 +291,6 @@ def test_each_broken_part_fails_with_its_line(
     breaks(healthy)
     status, lines = healthy.doctor(capsys)
     assert status == 1, "\n".join(lines)
-    import re
-
     failed = [line for line in lines if line.startswith("✗")]
     assert any(re.search(expected, line) for line in failed), "\n".join(lines)
     assert lines[-1].endswith("checks failed.")
@@ -321,10 +329,10 @@ def test_a_model_endpoint_that_hangs_times_out(
         sock.bind(("127.0.0.1", 0))
         sock.listen(8)
         healthy.env["LLM_BASE_URL"] = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-        status, lines = healthy.doctor(capsys)
+        status, lines = healthy.doctor(capsys, timeout_s=0.5)
     assert status == 1
     assert any(
-        line.startswith("✗ model endpoint: ") and "did not answer within 2 s" in line
+        line.startswith("✗ model endpoint: ") and "did not answer within 0.5 s" in line
         for line in lines
     ), "\n".join(lines)
 
@@ -389,3 +397,26 @@ async def test_health_details_runs_the_doctors_checks(healthy: Setup) -> None:
     assert {"model.tools.qwen3:14b", "telegram.token", "workspace.secrets", "http.port"} <= set(
         names
     )
+
+
+# -- PostgreSQL -------------------------------------------------------------------------------
+
+
+@requires_postgres
+async def test_postgres_is_checked_with_its_version() -> None:
+    async with fresh_postgres_database(migrated=True) as url:
+        checks = await check_database(url)
+    assert [c.name for c in checks] == ["database", "database.postgres"]
+    assert checks[0].ok and "schema current" in checks[0].summary, checks
+    assert checks[1].ok and re.fullmatch(r"PostgreSQL \d+", checks[1].summary), checks
+
+
+async def test_an_unreachable_postgres_is_one_line_without_the_password() -> None:
+    url = f"postgresql+asyncpg://chathub:hunter2@127.0.0.1:{free_port()}/chathub"
+    checks = await check_database(url, timeout_s=2)
+    assert len(checks) == 1 and not checks[0].ok
+    assert checks[0].summary == (
+        "the database at postgresql+asyncpg://chathub:***@127.0.0.1:"
+        f"{url.split(':')[3].split('/')[0]}/chathub cannot be reached or opened"
+    )
+    assert "hunter2" not in checks[0].line()

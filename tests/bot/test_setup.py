@@ -251,7 +251,8 @@ def test_an_endpoint_that_never_answers_times_out(
     tmp_path: Path, fake: FakeOpenAIServer, black_hole: str
 ) -> None:
     fake.reply_tool_calls(TOOL_CALL)
-    with setup(tmp_path, black_hole, extra=("--timeout", "0.5")) as term:
+    extra = ("--timeout", "0.5", "--probe-timeout", "0.3")
+    with setup(tmp_path, black_hole, extra=extra) as term:
         term.expect(r"· model server at \S+: nothing there")
         term.expect("Base URL")
         term.send(black_hole)
@@ -450,3 +451,11 @@ def test_run_with_a_model_configured_asks_nothing(tmp_path: Path, fake: FakeOpen
         term.send("/quit")
         assert term.wait() == 0
     assert "chathub setup" not in term.output
+
+
+def test_an_env_that_is_not_text_is_left_alone(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_bytes(b"LLM_MODEL=\xff\xfe\n")
+    with setup(tmp_path) as term:
+        term.expect(r"✗ \S*\.env is not UTF-8 text; fix or move it first")
+        assert term.wait() == 1
+    assert "Traceback" not in term.output
