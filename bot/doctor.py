@@ -19,6 +19,7 @@ from bot.checks.mcp import check_mcp_servers
 from bot.checks.model import DEFAULT_TIMEOUT_S, Endpoint, check_tool_calling, list_models
 from bot.checks.port import check_port
 from bot.checks.result import Check, Problem
+from bot.checks.shell import check_shell_gate
 from bot.checks.telegram import TelegramProbe, token_problem
 from bot.checks.workspace import check_workspace
 from engine.config import AppConfig, ConfigError, ModelConfig, Settings
@@ -77,6 +78,7 @@ class Doctor:
         checks += await self.telegram()
         checks += await check_mcp_servers(self.config.mcp_servers)
         checks += check_workspace(settings.chathub_workspace)
+        checks.append(await check_shell_gate(settings.database_url))
         checks.append(
             await check_port(
                 settings.http_host, settings.http_port, self.http, timeout_s=self.timeout_s

@@ -21,7 +21,7 @@ from bot.checks.result import Check
 from engine.store.db import connect
 from engine.store.migrations import all_migrations
 
-__all__ = ["MIN_POSTGRES", "check_database"]
+__all__ = ["MIN_POSTGRES", "check_database", "missing_sqlite_file"]
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def _probe(conn: Connection) -> None:
 
 async def check_database(url: str, *, timeout_s: float = 10.0) -> list[Check]:
     shown = make_url(url).render_as_string(hide_password=True)
-    missing = _missing_sqlite_file(url)
+    missing = missing_sqlite_file(url)
     if missing is not None:
         return [_not_created(missing)]
     db = None
@@ -87,7 +87,7 @@ async def check_database(url: str, *, timeout_s: float = 10.0) -> list[Check]:
     raise AssertionError("the probe always ends by rolling back")
 
 
-def _missing_sqlite_file(url: str) -> Path | None:
+def missing_sqlite_file(url: str) -> Path | None:
     """The SQLite file ``url`` names when it does not exist (``connect`` would create it)."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):

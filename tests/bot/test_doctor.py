@@ -24,6 +24,7 @@ from bot.checks.database import check_database
 from bot.checks.result import Check
 from bot.cli import main
 from bot.http.health_details import PATH, HealthDetails, bearer, service_checks
+from engine.approval.rules import RuleStore
 from engine.config import Settings, load_config
 from engine.store.db import open_database
 from tests.bot.process import free_port
@@ -123,6 +124,7 @@ def test_a_healthy_setup_passes(healthy: Setup, capsys: pytest.CaptureFixture[st
     assert "✓ long polling; no webhook is set" in lines
     assert "✓ owner id 42" in lines
     assert "✓ secrets/ is out of the agent's reach" in lines
+    assert "✓ the shell asks before it runs a command" in lines
     assert any(line.startswith("✓ workspace ") for line in lines)
     assert any(line.startswith("✓ HTTP port ") and "is free" in line for line in lines)
     assert lines[-1].startswith("All ") and lines[-1].endswith(" checks passed.")
@@ -224,6 +226,19 @@ def _secrets_link(s: Setup) -> None:
     (s.home / "workspace" / "secrets").symlink_to(s.home / "workspace" / "notes")
 
 
+def _shell_allowed(s: Setup) -> None:
+    async def add() -> None:
+        db = await open_database(s.env["DATABASE_URL"])
+        try:
+            store = RuleStore(db)
+            await store.seed_defaults()
+            await store.add_rule("execute_cmd", "allow", priority=10, note="trust me")
+        finally:
+            await db.close()
+
+    asyncio.run(add())
+
+
 def _mcp_broken(s: Setup) -> None:
     s.toml = (
         '[[mcp_servers]]\nname = "gone"\ncommand = ["/nonexistent/mcp-server"]\ntimeout_s = 5\n'
@@ -278,6 +293,11 @@ BROKEN = {
     "no owner": (_unset("TELEGRAM_OWNER_ID"), r"✗ TELEGRAM_OWNER_ID is not set"),
     "workspace": (_workspace_is_a_file, r"✗ workspace \S+ is not a directory"),
     "secrets is a link": (_secrets_link, r"✗ \S+/secrets is a link to \S+/notes: the agent"),
+    "shell runs unasked": (
+        _shell_allowed,
+        r"✗ rule \d+ lets execute_cmd run without asking: the agent's shell can read secrets/ "
+        r"— remove it \(`chathub rules remove \d+`\)",
+    ),
     "port taken": (_occupy, r"✗ HTTP port 127\.0\.0\.1:\d+ is taken by another program"),
     "mcp server": (_mcp_broken, r"✗ MCP server gone did not start or list its tools"),
 }
