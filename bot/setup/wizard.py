@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine, Sequence
+import os
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -96,11 +97,19 @@ class Network:
 
 
 class Wizard:
-    def __init__(self, terminal: Terminal, net: Network, options: SetupOptions):
+    def __init__(
+        self,
+        terminal: Terminal,
+        net: Network,
+        options: SetupOptions,
+        *,
+        environ: Mapping[str, str] = os.environ,
+    ) -> None:
         self.t = terminal
         self.net = net
         self.options = options
         self.env = EnvFile(options.env_file)
+        self.environ = environ
 
     def run(self) -> int:
         """The whole conversation; the exit status (``Cancelled`` propagates)."""
@@ -324,4 +333,10 @@ class Wizard:
             self.t.say(f"  The previous one is kept as {backup}.")
         if not model.tools_work:
             self.t.say(f"⚠ {model.model} may not call tools; `chathub doctor` checks again.")
+        for name, value in updates.items():
+            # The environment wins over .env: a stale variable would undo this setup.
+            if self.environ.get(name) and self.environ[name] != value:
+                self.t.say(
+                    f"⚠ {name} is also set in the environment, which wins over .env: unset it."
+                )
         return 0

@@ -22,7 +22,7 @@ from bot.setup.envfile import EnvFile
 from tests.bot.process import free_port
 from tests.fakes.background import BackgroundServer
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.telegram_server import FakeTelegramServer, Webhook
 from tests.fakes.terminal import PtySession
 
 TOKEN = "123456789:AAHk3mQx9vT2Lw8ZpR5nY7cB4dF6gJ0sE1u"
@@ -459,3 +459,39 @@ def test_an_env_that_is_not_text_is_left_alone(tmp_path: Path) -> None:
         term.expect(r"✗ \S*\.env is not UTF-8 text; fix or move it first")
         assert term.wait() == 1
     assert "Traceback" not in term.output
+
+
+def test_a_variable_in_the_environment_is_pointed_out(
+    tmp_path: Path, fake: FakeOpenAIServer
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    argv = [sys.executable, "-m", "bot.cli", "setup", "--probe", fake.base_url]
+    env = {**env_for(tmp_path), "LLM_MODEL": "stale-model"}
+    with PtySession(argv, cwd=tmp_path, env=env) as term:
+        term.expect(r"\[Y/n\]")
+        term.send("")
+        term.expect(r"Model \(number or name\)")
+        term.send("1")
+        skip_telegram(term)
+        term.expect("⚠ LLM_MODEL is also set in the environment, which wins over .env: unset it.")
+        assert term.wait() == 0
+
+
+def test_owner_typed_when_a_webhook_blocks_get_updates(
+    tmp_path: Path, fake: FakeOpenAIServer, telegram: FakeTelegramServer
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    telegram.webhook = Webhook(url="https://elsewhere.example.org/hook")
+    extra = ("--telegram-api-url", telegram.base_url)
+    with setup(tmp_path, fake.base_url, extra=extra) as term:
+        term.expect(r"\[Y/n\]")
+        term.send("")
+        term.expect(r"Model \(number or name\)")
+        term.send("1")
+        term.expect(r"Bot token")
+        term.send(TOKEN)
+        term.expect(r"✗ Cannot read the bot's messages \(Telegram refused getUpdates: Conflict")
+        term.expect(r"Your numeric Telegram user id \(Enter to skip\): ")
+        term.send("99")
+        assert term.wait() == 0
+    assert dotenv(tmp_path)["TELEGRAM_OWNER_ID"] == "99"
