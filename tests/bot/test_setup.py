@@ -495,3 +495,27 @@ def test_owner_typed_when_a_webhook_blocks_get_updates(
         term.send("99")
         assert term.wait() == 0
     assert dotenv(tmp_path)["TELEGRAM_OWNER_ID"] == "99"
+
+
+def test_several_local_servers_are_offered_by_number(
+    tmp_path: Path, fake: FakeOpenAIServer
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    probes = (f"Ollama={fake.base_url}", f"vLLM={fake.base_url}")
+    with setup(tmp_path, *probes) as term:
+        term.expect(r"1\) Ollama at \S+")
+        term.expect(r"2\) vLLM at \S+")
+        term.expect(r"0\) another endpoint \(type its URL\)")
+        term.expect(r"Which one \[1\]: ")
+        term.send("7")
+        term.expect("Please type a number from 0 to 2.")
+        term.send("2")
+        term.expect(r"Model \(number or name\)")
+        term.send("nemo")
+        term.expect(r"'nemo' is not in the listing. Use it anyway\? \[y/N\]")
+        term.send("n")
+        term.expect(r"Model \(number or name\)")
+        term.send("1")
+        skip_telegram(term)
+        assert term.wait() == 0
+    assert dotenv(tmp_path)["LLM_MODEL"] == "qwen3:14b"
