@@ -58,8 +58,13 @@ def config_checks(load: Callable[[], AppConfig]) -> tuple[AppConfig | None, list
 
 
 def _config_fix(message: str) -> str:
+    """The message starts with the variable's name (``ConfigError``'s contract)."""
     name = message.split(":", 1)[0]
-    return f"correct {name} in .env (or the environment)" if name.isupper() else "see .env"
+    if name == "CHATHUB_CONFIG":
+        return "correct the TOML file CHATHUB_CONFIG names (docs/configuration.md)"
+    if name.isupper():
+        return f"correct {name} in .env (or the environment)"
+    return "correct .env (every variable is described in .env.example)"
 
 
 @dataclass

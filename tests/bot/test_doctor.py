@@ -177,6 +177,13 @@ def _set(**values: str) -> Callable[[Setup], None]:
     return breaks
 
 
+def _toml(text: str) -> Callable[[Setup], None]:
+    def breaks(s: Setup) -> None:
+        s.toml = text
+
+    return breaks
+
+
 def _unset(name: str) -> Callable[[Setup], None]:
     def breaks(s: Setup) -> None:
         del s.env[name]
@@ -247,6 +254,15 @@ def _mcp_broken(s: Setup) -> None:
 
 BROKEN = {
     "configuration": (_set(HTTP_PORT="0"), r"✗ configuration: HTTP_PORT: Input should be"),
+    "configuration file": (
+        _toml("this is [not toml"),
+        r"✗ configuration: CHATHUB_CONFIG: \S+ is not valid TOML.* — correct the TOML file",
+    ),
+    "API exposed without a token": (
+        _set(HTTP_HOST="0.0.0.0"),
+        r"✗ configuration: CHATHUB_API_TOKEN: required when HTTP_HOST is not 127\.0\.0\.1 — "
+        r"correct CHATHUB_API_TOKEN",
+    ),
     "no model": (_unset("LLM_MODEL"), r"✗ no model is configured .* — run `chathub setup`"),
     "database unreachable": (
         _set(DATABASE_URL="sqlite+aiosqlite:////"),
