@@ -54,6 +54,11 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"chathub: configuration error: {exc}") from None
         raise SystemExit(asyncio.run(run_rules_command(args, settings.database_url)))
     if args.command == "setup":
+        if not interactive():  # questions nobody sees would wait forever, or read a pipe
+            raise SystemExit(
+                "chathub setup asks questions: run it in a terminal, or write .env by hand "
+                "(every variable is described in .env.example)"
+            )
         raise SystemExit(run_setup(setup_options(args), then=NEXT_COMMAND))
     if args.command == "doctor":
         raise SystemExit(run_doctor(args.timeout))

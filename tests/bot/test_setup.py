@@ -519,3 +519,23 @@ def test_several_local_servers_are_offered_by_number(
         skip_telegram(term)
         assert term.wait() == 0
     assert dotenv(tmp_path)["LLM_MODEL"] == "qwen3:14b"
+
+
+def test_setup_without_a_terminal_says_so(tmp_path: Path) -> None:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "setup"],
+        input="http://127.0.0.1:1/v1\n",
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env_for(tmp_path),
+        timeout=30,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "chathub setup asks questions: run it in a terminal, or write .env by hand "
+        "(every variable is described in .env.example)"
+    )
+    assert not (tmp_path / ".env").exists()
