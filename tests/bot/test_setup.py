@@ -1,12 +1,16 @@
-"""``chathub setup`` (and ``chathub run``) through a pseudo-terminal, against the fakes.
+"""``chathub setup`` (and ``chathub run``) against the fakes.
 
-The probe list is always given (``--probe``), so no test ever reaches a real server on
-this machine's usual ports.
+The main flows run the real command through a pseudo-terminal (keys typed, Ctrl-C sent
+as a terminal sends it); the variants of bad input drive the same ``Wizard`` in-process
+with scripted answers (its terminal is a parameter), which is ten times faster. The probe
+list is always given, so no test ever reaches a real server on this machine's usual ports.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import socket
 import stat
 import sys
@@ -18,7 +22,10 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
+from bot.checks.discovery import LocalServer
 from bot.setup.envfile import EnvFile
+from bot.setup.terminal import Terminal
+from bot.setup.wizard import Network, SetupOptions, Wizard
 from tests.bot.process import free_port
 from tests.fakes.background import BackgroundServer
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -207,68 +214,6 @@ def test_model_without_tool_calling_is_warned_about(tmp_path: Path, fake: FakeOp
     assert dotenv(tmp_path)["LLM_MODEL"] == "llama3.1:8b"
 
 
-def test_model_without_tool_calling_kept_when_the_person_insists(
-    tmp_path: Path, fake: FakeOpenAIServer
-) -> None:
-    fake.reply_text("No tools here.")
-    with setup(tmp_path, fake.base_url) as term:
-        term.expect(r"\[Y/n\]")
-        term.send("")
-        term.expect(r"Model \(number or name\)")
-        term.send("1")
-        term.expect(r"Use qwen3:14b anyway\? \[y/N\]")
-        term.send("y")
-        skip_telegram(term)
-        term.expect("⚠ qwen3:14b may not call tools; `chathub doctor` checks again.")
-        assert term.wait() == 0
-    assert dotenv(tmp_path)["LLM_MODEL"] == "qwen3:14b"
-
-
-def test_an_endpoint_answering_html_is_refused(
-    tmp_path: Path, fake: FakeOpenAIServer, html_site: str
-) -> None:
-    fake.reply_tool_calls(TOOL_CALL)
-    with setup(tmp_path, html_site) as term:
-        term.expect(r"· model server at \S+: something else answers there")
-        term.expect("Base URL")
-        term.send(html_site)
-        term.expect(r"API key")
-        term.send("")
-        term.expect(r"✗ \S+ answers with a web page, not the OpenAI API")
-        term.expect("Base URL")
-        term.send(fake.base_url)
-        term.expect(r"API key")
-        term.send("")
-        term.expect(r"Model \(number or name\)")
-        term.send("1")
-        skip_telegram(term)
-        assert term.wait() == 0
-    assert "Traceback" not in term.output
-    assert dotenv(tmp_path)["LLM_BASE_URL"] == fake.base_url
-
-
-def test_an_endpoint_that_never_answers_times_out(
-    tmp_path: Path, fake: FakeOpenAIServer, black_hole: str
-) -> None:
-    fake.reply_tool_calls(TOOL_CALL)
-    extra = ("--timeout", "0.5", "--probe-timeout", "0.3")
-    with setup(tmp_path, black_hole, extra=extra) as term:
-        term.expect(r"· model server at \S+: nothing there")
-        term.expect("Base URL")
-        term.send(black_hole)
-        term.expect(r"API key")
-        term.send("")
-        term.expect(r"✗ \S+ did not answer within 0\.5 s")
-        term.expect("Base URL")
-        term.send(fake.base_url)
-        term.expect(r"API key")
-        term.send("")
-        term.expect(r"Model \(number or name\)")
-        term.send("1")
-        skip_telegram(term)
-        assert term.wait() == 0
-
-
 def test_telegram_token_checked_and_owner_read_from_start(
     tmp_path: Path, fake: FakeOpenAIServer, telegram: FakeTelegramServer
 ) -> None:
@@ -307,26 +252,6 @@ def test_telegram_token_checked_and_owner_read_from_start(
     assert values["TELEGRAM_OWNER_ID"] == "777"
     assert values["TELEGRAM_API_URL"] == telegram.base_url
     assert len(telegram.pending_updates()) == 2  # left for the service: nothing confirmed
-
-
-def test_owner_id_typed(
-    tmp_path: Path, fake: FakeOpenAIServer, telegram: FakeTelegramServer
-) -> None:
-    fake.reply_tool_calls(TOOL_CALL)
-    extra = ("--telegram-api-url", telegram.base_url)
-    with setup(tmp_path, fake.base_url, extra=extra) as term:
-        term.expect(r"\[Y/n\]")
-        term.send("")
-        term.expect(r"Model \(number or name\)")
-        term.send("1")
-        term.expect(r"Bot token")
-        term.send(TOKEN)
-        term.expect("Press Enter once you have sent it, or type your numeric Telegram id")
-        term.send("@me")
-        term.expect("✗ A Telegram user id is a positive number")
-        term.send("4242")
-        assert term.wait() == 0
-    assert dotenv(tmp_path)["TELEGRAM_OWNER_ID"] == "4242"
 
 
 def test_ctrl_c_in_the_middle_writes_nothing(tmp_path: Path, fake: FakeOpenAIServer) -> None:
@@ -461,66 +386,6 @@ def test_an_env_that_is_not_text_is_left_alone(tmp_path: Path) -> None:
     assert "Traceback" not in term.output
 
 
-def test_a_variable_in_the_environment_is_pointed_out(
-    tmp_path: Path, fake: FakeOpenAIServer
-) -> None:
-    fake.reply_tool_calls(TOOL_CALL)
-    argv = [sys.executable, "-m", "bot.cli", "setup", "--probe", fake.base_url]
-    env = {**env_for(tmp_path), "LLM_MODEL": "stale-model"}
-    with PtySession(argv, cwd=tmp_path, env=env) as term:
-        term.expect(r"\[Y/n\]")
-        term.send("")
-        term.expect(r"Model \(number or name\)")
-        term.send("1")
-        skip_telegram(term)
-        term.expect("⚠ LLM_MODEL is also set in the environment, which wins over .env: unset it.")
-        assert term.wait() == 0
-
-
-def test_owner_typed_when_a_webhook_blocks_get_updates(
-    tmp_path: Path, fake: FakeOpenAIServer, telegram: FakeTelegramServer
-) -> None:
-    fake.reply_tool_calls(TOOL_CALL)
-    telegram.webhook = Webhook(url="https://elsewhere.example.org/hook")
-    extra = ("--telegram-api-url", telegram.base_url)
-    with setup(tmp_path, fake.base_url, extra=extra) as term:
-        term.expect(r"\[Y/n\]")
-        term.send("")
-        term.expect(r"Model \(number or name\)")
-        term.send("1")
-        term.expect(r"Bot token")
-        term.send(TOKEN)
-        term.expect(r"✗ Cannot read the bot's messages \(Telegram refused getUpdates: Conflict")
-        term.expect(r"Your numeric Telegram user id \(Enter to skip\): ")
-        term.send("99")
-        assert term.wait() == 0
-    assert dotenv(tmp_path)["TELEGRAM_OWNER_ID"] == "99"
-
-
-def test_several_local_servers_are_offered_by_number(
-    tmp_path: Path, fake: FakeOpenAIServer
-) -> None:
-    fake.reply_tool_calls(TOOL_CALL)
-    probes = (f"Ollama={fake.base_url}", f"vLLM={fake.base_url}")
-    with setup(tmp_path, *probes) as term:
-        term.expect(r"1\) Ollama at \S+")
-        term.expect(r"2\) vLLM at \S+")
-        term.expect(r"0\) another endpoint \(type its URL\)")
-        term.expect(r"Which one \[1\]: ")
-        term.send("7")
-        term.expect("Please type a number from 0 to 2.")
-        term.send("2")
-        term.expect(r"Model \(number or name\)")
-        term.send("nemo")
-        term.expect(r"'nemo' is not in the listing. Use it anyway\? \[y/N\]")
-        term.send("n")
-        term.expect(r"Model \(number or name\)")
-        term.send("1")
-        skip_telegram(term)
-        assert term.wait() == 0
-    assert dotenv(tmp_path)["LLM_MODEL"] == "qwen3:14b"
-
-
 def test_setup_without_a_terminal_says_so(tmp_path: Path) -> None:
     import subprocess
 
@@ -539,3 +404,165 @@ def test_setup_without_a_terminal_says_so(tmp_path: Path) -> None:
         "(every variable is described in .env.example)"
     )
     assert not (tmp_path / ".env").exists()
+
+
+# -- in-process: the same wizard with scripted answers (its terminal is a parameter) ----------
+
+
+class Scripted:
+    """Answers in order, each checked against the question it answers."""
+
+    def __init__(self, *steps: tuple[str, str]) -> None:
+        self.steps = list(steps)
+        self.out = io.StringIO()
+        self.terminal = Terminal(read=self._read, read_secret=self._read, out=self.out)
+
+    def _read(self, prompt: str) -> str:
+        self.out.write(prompt)
+        assert self.steps, f"an unexpected question: {prompt!r}\n{self.out.getvalue()}"
+        pattern, answer = self.steps.pop(0)
+        assert re.search(pattern, prompt), f"{pattern!r} ≠ {prompt!r}\n{self.out.getvalue()}"
+        self.out.write(answer + "\n")
+        return answer
+
+
+def run_wizard(
+    home: Path, script: Scripted, *servers: str, environ: dict[str, str] | None = None, **options
+) -> str:
+    net = Network()
+    try:
+        status = Wizard(
+            script.terminal,
+            net,
+            SetupOptions(
+                env_file=home / ".env",
+                servers=tuple(LocalServer(name, url) for name, url in servers),
+                timeout_s=options.pop("timeout_s", 3.0),
+                probe_timeout_s=options.pop("probe_timeout_s", 1.0),
+                **options,
+            ),
+            environ=environ or {},
+        ).run()
+    finally:
+        net.close()
+    transcript = script.out.getvalue()
+    assert status == 0, transcript
+    assert not script.steps, f"questions not asked: {script.steps}\n{transcript}"
+    assert "Traceback" not in transcript
+    return transcript
+
+
+USE_IT = (r"Use model server at \S+\? \[Y/n\]", "")
+FIRST_MODEL = (r"Model \(number or name\)", "1")
+NO_TELEGRAM = (r"Bot token \(Enter to skip\)", "")
+
+
+def test_model_without_tool_calling_kept_when_the_person_insists(
+    tmp_path: Path, fake: FakeOpenAIServer
+) -> None:
+    fake.reply_text("No tools here.")
+    script = Scripted(USE_IT, FIRST_MODEL, (r"Use qwen3:14b anyway\? \[y/N\]", "y"), NO_TELEGRAM)
+    out = run_wizard(tmp_path, script, ("model server", fake.base_url))
+    assert "⚠ qwen3:14b may not call tools; `chathub doctor` checks again." in out
+    assert dotenv(tmp_path)["LLM_MODEL"] == "qwen3:14b"
+
+
+def test_an_endpoint_answering_html_is_refused(
+    tmp_path: Path, fake: FakeOpenAIServer, html_site: str
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    script = Scripted(
+        ("Base URL", html_site),
+        ("API key", ""),
+        ("Base URL", fake.base_url),
+        ("API key", ""),
+        FIRST_MODEL,
+        NO_TELEGRAM,
+    )
+    out = run_wizard(tmp_path, script, ("model server", html_site))
+    assert re.search(r"· model server at \S+: something else answers there", out)
+    assert re.search(r"✗ \S+ answers with a web page, not the OpenAI API", out)
+    assert dotenv(tmp_path)["LLM_BASE_URL"] == fake.base_url
+
+
+def test_an_endpoint_that_never_answers_times_out(
+    tmp_path: Path, fake: FakeOpenAIServer, black_hole: str
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    script = Scripted(
+        ("Base URL", black_hole),
+        ("API key", ""),
+        ("Base URL", fake.base_url),
+        ("API key", ""),
+        FIRST_MODEL,
+        NO_TELEGRAM,
+    )
+    server = ("model server", black_hole)
+    out = run_wizard(tmp_path, script, server, timeout_s=0.5, probe_timeout_s=0.3)
+    assert re.search(r"· model server at \S+: nothing there", out)
+    assert re.search(r"✗ \S+ did not answer within 0\.5 s", out)
+
+
+def test_owner_id_typed(
+    tmp_path: Path, fake: FakeOpenAIServer, telegram: FakeTelegramServer
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    script = Scripted(
+        USE_IT,
+        FIRST_MODEL,
+        (r"Bot token", TOKEN),
+        ("Press Enter once you have sent it, or type your numeric Telegram id", "@me"),
+        ("Press Enter once you have sent it", "4242"),
+    )
+    out = run_wizard(
+        tmp_path, script, ("model server", fake.base_url), telegram_api_url=telegram.base_url
+    )
+    assert "✗ A Telegram user id is a positive number" in out
+    assert dotenv(tmp_path)["TELEGRAM_OWNER_ID"] == "4242"
+
+
+def test_owner_typed_when_a_webhook_blocks_get_updates(
+    tmp_path: Path, fake: FakeOpenAIServer, telegram: FakeTelegramServer
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    telegram.webhook = Webhook(url="https://elsewhere.example.org/hook")
+    script = Scripted(
+        USE_IT,
+        FIRST_MODEL,
+        (r"Bot token", TOKEN),
+        (r"Your numeric Telegram user id \(Enter to skip\)", "99"),
+    )
+    out = run_wizard(
+        tmp_path, script, ("model server", fake.base_url), telegram_api_url=telegram.base_url
+    )
+    assert "✗ Cannot read the bot's messages (Telegram refused getUpdates: Conflict" in out
+    assert dotenv(tmp_path)["TELEGRAM_OWNER_ID"] == "99"
+
+
+def test_a_variable_in_the_environment_is_pointed_out(
+    tmp_path: Path, fake: FakeOpenAIServer
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    script = Scripted(USE_IT, FIRST_MODEL, NO_TELEGRAM)
+    out = run_wizard(
+        tmp_path, script, ("model server", fake.base_url), environ={"LLM_MODEL": "stale"}
+    )
+    assert "⚠ LLM_MODEL is also set in the environment, which wins over .env: unset it." in out
+
+
+def test_several_local_servers_are_offered_by_number(
+    tmp_path: Path, fake: FakeOpenAIServer
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    script = Scripted(
+        (r"Which one \[1\]", "7"),
+        (r"Which one \[1\]", "2"),
+        (r"Model \(number or name\)", "nemo"),
+        (r"'nemo' is not in the listing. Use it anyway\? \[y/N\]", "n"),
+        FIRST_MODEL,
+        NO_TELEGRAM,
+    )
+    out = run_wizard(tmp_path, script, ("Ollama", fake.base_url), ("vLLM", fake.base_url))
+    assert re.search(r"1\) Ollama at \S+\n  2\) vLLM at \S+\n  0\) another endpoint", out)
+    assert "Please type a number from 0 to 2." in out
+    assert dotenv(tmp_path)["LLM_MODEL"] == "qwen3:14b"
