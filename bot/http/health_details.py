@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 PATH = "/api/health/details"
 
+#: The texts pydantic reads as ``True`` (``HealthDetailsQuery.fresh`` when served by the API).
+_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
+
 Authorized = Callable[[Request], bool]
 RunChecks = Callable[[], Awaitable[Sequence[Check]]]
 
@@ -80,15 +83,16 @@ class HealthDetails:
                 status_code=401,
                 headers={"www-authenticate": "Bearer"},
             )
-        fresh = request.query_params.get("fresh") in ("1", "true")
+        fresh = request.query_params.get("fresh", "").lower() in _TRUE
         try:
-            report = await self._report(fresh)
+            report = await self.report(fresh=fresh)
         except Exception:  # a check that crashed is a bug: logged, one sentence out
             log.exception("health details: a check failed unexpectedly")
             return JSONResponse({"error": "the checks could not be run; see the log"}, 500)
         return JSONResponse(report)
 
-    async def _report(self, fresh: bool) -> dict[str, Any]:
+    async def report(self, *, fresh: bool = False) -> dict[str, Any]:
+        """The report (``ApiRoutes`` may serve it behind its own guard and query model)."""
         async with self._lock:  # concurrent requests share one run
             if self._last is not None and not fresh:
                 at, report = self._last
