@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.fakes
 from bot.serve import Service, freeze_startup_objects
 from bot.telegram.bindings.factory import make_bot_api
 from bot.telegram.outbound import Pacing
+from bot.telegram.pacing import Pacer
 from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel
@@ -67,7 +68,7 @@ WARMUP_MESSAGES = 5
 ANSWER = "ok"
 
 SETTLE_S = 0.2
-NO_PACING = Pacing(private_interval_s=0, group_interval_s=0, global_per_second=1e6)
+NO_PACING = Pacing.unpaced()
 THREADS = {"MainThread": "event loop", "chathub-sqlite": "SQLite"}
 CPU_COLUMNS = ("event loop", "SQLite", "fake API", "other")
 
@@ -465,6 +466,7 @@ async def measure(library: str, args: argparse.Namespace) -> list[Row]:
 
             def pace() -> None:  # warm up unpaced, then measure with Telegram's limits
                 outbound.pacing = Pacing()
+                outbound.pacer = Pacer(outbound.pacing.policy, clock=time.monotonic)
 
             return await burst(fake, chats, 1, args.timeout + 60, after_warmup=pace)
 

@@ -130,7 +130,8 @@ class Service:
             store = TelegramStore(engine.store.db)
             deliveries = store.delivery_summary
             self.telegram_health = health = TelegramHealth()
-            outbound = Outbound(api, store, self.pacing, schedule=self.schedule, health=health)
+            pacing = self.pacing or Pacing.from_settings(settings)
+            outbound = Outbound(api, store, pacing, schedule=self.schedule, health=health)
             self.adapter = adapter = TelegramAdapter(
                 hub,
                 api,

@@ -56,6 +56,14 @@ class Settings(BaseSettings):
     telegram_webhook_url: str | None = None
     telegram_webhook_secret: str | None = None
     telegram_streaming: bool = False
+    #: Outbound pacing, token buckets (bot/telegram/pacing.py; docs/telegram.md "Pacing"):
+    #: per private chat a burst, then a rate; per group a burst, then so many a minute;
+    #: all chats together at most so many a second. Every value above 0.
+    telegram_private_burst: int = Field(default=4, ge=1, le=1000)
+    telegram_private_per_second: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    telegram_group_burst: int = Field(default=3, ge=1, le=1000)
+    telegram_group_per_minute: float = Field(default=20.0, gt=0, allow_inf_nan=False)
+    telegram_global_per_second: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     #: Who may decide an approval card (engine/approval/deciders.py, docs/approval.md).
     approvers: Literal["requester+owner", "owner", "allowed"] = "requester+owner"
 

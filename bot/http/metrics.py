@@ -173,6 +173,16 @@ def _telegram(stats: OutboundStats) -> Iterator[Metric]:
         "chathub_telegram_429", "Bot API answers 429 (retry_after).", value=stats.retry_after
     )
     yield CounterMetricFamily(
+        "chathub_telegram_global_pauses",
+        "429s from several chats at once: every send waited (a global flood wait).",
+        value=stats.global_pauses,
+    )
+    yield CounterMetricFamily(
+        "chathub_telegram_retry_after_capped",
+        "429s asking for a wait longer than the cap (60 s): the cap was waited.",
+        value=stats.retry_after_capped,
+    )
+    yield CounterMetricFamily(
         "chathub_telegram_retried_errors",
         "Bot API 5xx or network errors that were retried.",
         value=stats.retried_errors,

@@ -947,8 +947,9 @@ class TelegramAdapter:
         if message_id is None:
             return
         try:
-            await self.outbound.call(
+            await self.outbound.edit(
                 chat_id,
+                message_id,
                 lambda: self.api.edit_message_text(
                     chat_id,
                     message_id,

@@ -1,8 +1,10 @@
 """Everything the bot sends goes through here: paced per chat, retried, recorded.
 
-Telegram's limits: about one message per second in a chat, twenty per minute in a group,
-thirty per second overall. A 429 names how long to wait (``retry_after``); 5xx and network
-errors are retried with backoff. Messages that must arrive exactly once (final replies)
+Pacing is token buckets (``pacing.py``): bursts within Telegram's limits — about one
+message per second in a chat, twenty per minute in a group, thirty per second overall —
+so a quiet chat's reply goes out at once. A 429 names how long to wait (``retry_after``):
+that chat waits (everything, when several chats get one at once); 5xx and network errors
+are retried with backoff. Messages that must arrive exactly once (final replies)
 go through the outbox: recorded before sending under a dedupe key, marked sent with the
 delivered message id, and re-sent at start if the process died in between.
 
@@ -18,10 +20,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import math
-import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -37,6 +37,7 @@ from bot.telegram.api import (
     TelegramError,
 )
 from bot.telegram.health import TelegramHealth
+from bot.telegram.pacing import Pacer, PacingPolicy, Rate
 from bot.telegram.retrying import Backoff, describe
 from bot.telegram.store import OutboxRow, TelegramStore
 from engine.store.schema import utcnow
@@ -47,20 +48,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Environment variables that override the per-chat intervals of an ``Outbound`` built
-#: without a ``Pacing`` (as ``chathub serve`` builds it). Meant for a fake or local Bot API
-#: (the subprocess tests set them to 0); against Telegram, lower intervals earn 429s.
-PACING_ENVIRONMENT = {
-    "private_interval_s": "TELEGRAM_PRIVATE_INTERVAL_SECONDS",
-    "group_interval_s": "TELEGRAM_GROUP_INTERVAL_SECONDS",
-}
-
 
 @dataclass(frozen=True, slots=True)
 class Pacing:
-    private_interval_s: float = 1.0
-    group_interval_s: float = 3.0
-    global_per_second: float = 30.0
+    """How fast to send (``policy``: token buckets, ``pacing.py``) and how to retry."""
+
+    policy: PacingPolicy = field(default_factory=PacingPolicy)
     max_attempts: int = 6
     backoff_s: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
     #: A 429 storm never stalls a chat longer than this per wait, nor more waits than this.
@@ -68,23 +61,23 @@ class Pacing:
     max_retry_afters: int = 20
 
     @classmethod
-    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Pacing:
-        """The defaults, with the intervals ``PACING_ENVIRONMENT`` names where they are set
-        (seconds, a number >= 0; an empty value counts as unset)."""
-        environ = os.environ if environ is None else environ
-        overrides: dict[str, float] = {}
-        for name, variable in PACING_ENVIRONMENT.items():
-            raw = environ.get(variable, "").strip()
-            if not raw:
-                continue
-            try:
-                value = float(raw)
-            except ValueError:
-                value = math.nan
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{variable} must be a number of seconds >= 0, not {raw!r}")
-            overrides[name] = value
-        return cls(**overrides)
+    def unpaced(cls, **retries: Any) -> Pacing:
+        """No waiting between sends (tests and benchmarks against a fake Bot API)."""
+        return cls(policy=PacingPolicy.uniform(1e9, burst=1e9), **retries)
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Pacing:
+        """The ``TELEGRAM_*_BURST`` / ``_PER_SECOND`` / ``_PER_MINUTE`` settings."""
+        return cls(
+            policy=PacingPolicy(
+                private=Rate(settings.telegram_private_burst, settings.telegram_private_per_second),
+                group=Rate(settings.telegram_group_burst, settings.telegram_group_per_minute / 60),
+                overall=Rate(
+                    max(1.0, settings.telegram_global_per_second),
+                    settings.telegram_global_per_second,
+                ),
+            )
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +108,10 @@ class Delivery(enum.Enum):
 class OutboundStats:
     sent: int = 0
     retry_after: int = 0
+    #: 429s that came from several chats at once: every send waited (a global flood wait).
+    global_pauses: int = 0
+    #: A retry_after longer than ``Pacing.max_retry_after_s`` (waited only that long).
+    retry_after_capped: int = 0
     retried_errors: int = 0
     failed: int = 0
     #: Outbox deliveries postponed after their in-line retries (each postponement counts).
@@ -129,7 +126,6 @@ class OutboundStats:
 @dataclass(eq=False)
 class _Lane:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    next_at: float = 0.0
 
 
 def is_group_chat(chat_id: int) -> bool:
@@ -153,7 +149,8 @@ class Outbound:
     ) -> None:
         self.api = api
         self.store = store
-        self.pacing = pacing or Pacing.from_environment()
+        self.pacing = pacing or Pacing()
+        self.pacer = Pacer(self.pacing.policy, clock=clock, sleep=sleep)
         self.schedule = schedule or RetrySchedule()
         self.stats = OutboundStats()
         self.health = health or TelegramHealth(clock=clock)
@@ -166,8 +163,9 @@ class Outbound:
         # after them (see ``attempt``).
         self._waiting: dict[int, set[int]] = {}
         self._lanes: dict[int, _Lane] = {}
-        self._global = asyncio.Lock()
-        self._global_next = 0.0
+        # The newest edit asked for each (chat, message): an older one still waiting for
+        # its turn is dropped, the latest text wins.
+        self._edits: dict[tuple[int, int], int] = {}
         self._sent: list[tuple[int, int | None]] = []
         self._marking: asyncio.Task[None] | None = None
         self._mark_delay_s = mark_delay_s
@@ -176,33 +174,62 @@ class Outbound:
         """Run one Bot API call for ``chat_id`` in its turn, retrying what is retriable."""
         lane = self._lanes.setdefault(chat_id, _Lane())
         async with lane.lock:
-            errors = throttled = 0
-            while True:
-                await self._wait_turn(chat_id, lane)
-                try:
-                    result = await op()
-                except RetryAfter as exc:
-                    self.stats.retry_after += 1
-                    throttled += 1
-                    if throttled > self.pacing.max_retry_afters:
-                        self.stats.failed += 1
-                        raise
-                    lane.next_at = self._clock() + min(exc.seconds, self.pacing.max_retry_after_s)
-                    continue
-                except (ServerError, NetworkError) as exc:
-                    errors += 1
-                    self.stats.retried_errors += 1
-                    self.health.failed(SEND, "send", describe(exc))
-                    if errors >= self.pacing.max_attempts:
-                        self.stats.failed += 1
-                        raise
-                    backoff = self.pacing.backoff_s[min(errors, len(self.pacing.backoff_s)) - 1]
-                    log.warning("telegram call for chat %s failed (%s); retrying", chat_id, exc)
-                    await self._sleep(backoff)
-                    continue
-                self.stats.sent += 1
-                self.health.succeeded(SEND)
-                return result
+            return await self._run(chat_id, op, edit=False)
+
+    async def edit(self, chat_id: int, message_id: int, op: Callable[[], Awaitable[Any]]) -> bool:
+        """An edit of a message already sent: paced apart from new messages, and coalesced
+        (False: a newer edit of the same message came while this one waited, and replaced it)."""
+        key = (chat_id, message_id)
+        ticket = self._edits[key] = self._edits.get(key, 0) + 1
+        lane = self._lanes.setdefault(chat_id, _Lane())
+        try:
+            async with lane.lock:
+                if self._edits.get(key) != ticket:
+                    return False
+                await self._run(chat_id, op, edit=True)
+                return True
+        finally:
+            if self._edits.get(key) == ticket:
+                del self._edits[key]
+
+    async def _run(self, chat_id: int, op: Callable[[], Awaitable[T]], *, edit: bool) -> T:
+        errors = throttled = 0
+        while True:
+            await self.pacer.turn(chat_id, edit=edit)
+            try:
+                result = await op()
+            except RetryAfter as exc:
+                self.stats.retry_after += 1
+                throttled += 1
+                if throttled > self.pacing.max_retry_afters:
+                    self.stats.failed += 1
+                    raise
+                wait = min(exc.seconds, self.pacing.max_retry_after_s)
+                if exc.seconds > wait:
+                    self.stats.retry_after_capped += 1
+                    log.warning(
+                        "telegram asked chat %s to wait %gs; waiting %gs (the cap)",
+                        chat_id,
+                        exc.seconds,
+                        wait,
+                    )
+                if self.pacer.retry_after(chat_id, wait):
+                    self.stats.global_pauses += 1
+                continue
+            except (ServerError, NetworkError) as exc:
+                errors += 1
+                self.stats.retried_errors += 1
+                self.health.failed(SEND, "send", describe(exc))
+                if errors >= self.pacing.max_attempts:
+                    self.stats.failed += 1
+                    raise
+                backoff = self.pacing.backoff_s[min(errors, len(self.pacing.backoff_s)) - 1]
+                log.warning("telegram call for chat %s failed (%s); retrying", chat_id, exc)
+                await self._sleep(backoff)
+                continue
+            self.stats.sent += 1
+            self.health.succeeded(SEND)
+            return result
 
     async def send_text(
         self,
@@ -394,22 +421,6 @@ class Outbound:
         """Wait until every delivery so far is recorded (at shutdown)."""
         while self._marking is not None and not self._marking.done():
             await asyncio.shield(self._marking)
-
-    async def _wait_turn(self, chat_id: int, lane: _Lane) -> None:
-        interval = (
-            self.pacing.group_interval_s
-            if is_group_chat(chat_id)
-            else self.pacing.private_interval_s
-        )
-        delay = lane.next_at - self._clock()
-        if delay > 0:
-            await self._sleep(delay)
-        async with self._global:
-            delay = self._global_next - self._clock()
-            if delay > 0:
-                await self._sleep(delay)
-            self._global_next = self._clock() + 1.0 / self.pacing.global_per_second
-        lane.next_at = self._clock() + interval
 
 
 def _message_id(message: Any) -> int | None:

@@ -136,8 +136,8 @@ class Pacer:
             async with self._overall_lock:
                 await self._take(self._overall)
 
-    def retry_after(self, chat_id: int, seconds: float) -> None:
-        """A 429 for ``chat_id``: pause that chat, or everything in a global flood."""
+    def retry_after(self, chat_id: int, seconds: float) -> bool:
+        """A 429 for ``chat_id``: pause that chat, or everything in a global flood (True)."""
         now = self._clock()
         until = now + seconds
         chat = self._chat(chat_id)
@@ -153,8 +153,9 @@ class Pacer:
                 "telegram: 429s from %d chats at once; all sends wait %gs", len(recent), seconds
             )
             self._overall.pause(until)
-        else:
-            log.info("telegram: 429 for chat %s; it waits %gs", chat_id, seconds)
+            return True
+        log.info("telegram: 429 for chat %s; it waits %gs", chat_id, seconds)
+        return False
 
     async def _take(self, bucket: Bucket) -> None:
         while (delay := bucket.wait(self._clock())) > 0:

@@ -22,13 +22,12 @@ from tests.fakes.telegram_server import FakeTelegramServer
 
 ROUNDS = 20
 INTERRUPTED = "the service restarted while this command was running"
-# Half the per-chat pacing (bot/telegram/outbound.py, 1 s by default): a round waits it out
-# three times in its chat (the card after the progress message; after the restart the
-# progress edit and the reply), 3 s a round at 1 s. Not less: the first process's reply
-# comes three intervals after the card (card edit, progress edit, reply), 1.5 s, well after
-# the latest kill point (0.5 s after the tap), so no kill lands between a reply's send and
-# its record, the window no client can close (bot/telegram/outbound.py, _mark_sent_soon).
-PACED = {"TELEGRAM_PRIVATE_INTERVAL_SECONDS": "0.5"}
+# One message a second per chat, no burst (bot/telegram/pacing.py; the default is a burst of
+# 4 then 1/s): the reply then comes at least a second after the card (the card took the
+# chat's token; edits have their own bucket), well after the latest kill point (0.5 s after
+# the tap), so no kill lands between a reply's send and its record, the window no client
+# can close (bot/telegram/outbound.py, _mark_sent_soon).
+PACED = {"TELEGRAM_PRIVATE_BURST": "1", "TELEGRAM_PRIVATE_PER_SECOND": "1"}
 
 
 def _approve_button(telegram: FakeTelegramServer, chat: int) -> str | None:

@@ -25,13 +25,7 @@ STRANGER = 555
 TOKEN = "123456:TEST-TOKEN"
 
 # No pacing waits and short retry waits: the suite checks behaviour, the bench timings.
-FAST = Pacing(
-    private_interval_s=0,
-    group_interval_s=0,
-    global_per_second=1e6,
-    backoff_s=(0.01,),
-    max_retry_after_s=0.02,
-)
+FAST = Pacing.unpaced(backoff_s=(0.01,), max_retry_after_s=0.02)
 
 
 @pytest.fixture(params=["ptb", "aiogram"])

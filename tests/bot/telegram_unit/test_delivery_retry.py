@@ -32,11 +32,9 @@ OTHER = 43
 BASE = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 #: No pacing; Telegram's own in-line retries as in production (6 attempts, 0.5..8 s).
-UNPACED = Pacing(private_interval_s=0.0, group_interval_s=0.0, global_per_second=float("inf"))
+UNPACED = Pacing.unpaced()
 #: One call per attempt: each postponement is one failed sendMessage.
-ONE_CALL = Pacing(
-    private_interval_s=0.0, group_interval_s=0.0, global_per_second=float("inf"), max_attempts=1
-)
+ONE_CALL = Pacing.unpaced(max_attempts=1)
 
 
 @dataclass
@@ -184,12 +182,7 @@ async def test_a_delivery_that_cannot_succeed_is_failed_with_its_reason_and_stop
 
 
 async def test_a_429_storm_postpones_instead_of_failing(make) -> None:
-    pacing = Pacing(
-        private_interval_s=0.0,
-        group_interval_s=0.0,
-        global_per_second=float("inf"),
-        max_retry_afters=2,
-    )
+    pacing = Pacing.unpaced(max_retry_afters=2)
     rig = make(pacing, run=False)
     rig.api.fail("send_message", *[RetryAfter(1) for _ in range(3)])
     await rig.out.deliver(CHAT, "final:1:0", {"text": "x"})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ OTHER_PRIVATE = 43
 GROUP = -100123
 
 #: No pacing at all, so retry tests see only their own backoff sleeps.
-UNPACED = Pacing(private_interval_s=0.0, group_interval_s=0.0, global_per_second=float("inf"))
+UNPACED = Pacing.unpaced()
 
 
 def make(
@@ -51,50 +50,67 @@ async def outbox_rows(store: TelegramStore, out: Outbound | None = None) -> list
 # -- pacing ------------------------------------------------------------------------------
 
 
-async def test_private_chat_is_paced_one_per_second(sqlite_tg_store: TelegramStore) -> None:
-    out, api, time = make(sqlite_tg_store)
-    for i in range(4):
-        await out.send_text(PRIVATE, f"m{i}")
-    assert send_times(api) == pytest.approx([0.0, 1.0, 2.0, 3.0])
-    assert time.sleeps == pytest.approx([1.0, 1.0, 1.0])
-
-
-async def test_group_chat_is_paced_every_three_seconds(sqlite_tg_store: TelegramStore) -> None:
-    out, api, time = make(sqlite_tg_store)
-    for i in range(3):
-        await out.send_text(GROUP, f"m{i}")
-    assert send_times(api) == pytest.approx([0.0, 3.0, 6.0])
-    assert time.sleeps == pytest.approx([3.0, 3.0])
-
-
-def test_pacing_intervals_come_from_the_environment_when_set() -> None:
-    assert Pacing.from_environment({}) == Pacing()
-    assert Pacing.from_environment({"TELEGRAM_PRIVATE_INTERVAL_SECONDS": ""}) == Pacing()
-    pacing = Pacing.from_environment(
-        {"TELEGRAM_PRIVATE_INTERVAL_SECONDS": "0", "TELEGRAM_GROUP_INTERVAL_SECONDS": " 0.5 "}
-    )
-    assert pacing == Pacing(private_interval_s=0.0, group_interval_s=0.5)
-
-
-@pytest.mark.parametrize("raw", ["-1", "soon", "nan", "inf"])
-def test_a_bad_pacing_interval_names_its_variable(raw: str) -> None:
-    with pytest.raises(ValueError, match="TELEGRAM_GROUP_INTERVAL_SECONDS"):
-        Pacing.from_environment({"TELEGRAM_GROUP_INTERVAL_SECONDS": raw})
-
-
-async def test_an_outbound_without_pacing_reads_the_environment(
-    sqlite_tg_store: TelegramStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("TELEGRAM_PRIVATE_INTERVAL_SECONDS", "0.25")
+async def test_a_quiet_private_chat_gets_its_burst_at_once(sqlite_tg_store: TelegramStore) -> None:
+    """A reply of several messages to a chat that was quiet goes out without waiting."""
     out, api, _ = make(sqlite_tg_store)
-    for i in range(3):
+    for i in range(6):
         await out.send_text(PRIVATE, f"m{i}")
-    assert send_times(api) == pytest.approx([0.0, 0.25, 0.5])
+    assert send_times(api) == pytest.approx([0.0, 0.0, 0.0, 0.0, 1.0, 2.0])
 
 
-async def test_custom_intervals_are_honoured(sqlite_tg_store: TelegramStore) -> None:
-    pacing = Pacing(private_interval_s=0.25, group_interval_s=5.0)
-    out, api, _ = make(sqlite_tg_store, pacing)
+async def test_a_group_gets_a_small_burst_then_twenty_a_minute(
+    sqlite_tg_store: TelegramStore,
+) -> None:
+    out, api, _ = make(sqlite_tg_store)
+    for i in range(5):
+        await out.send_text(GROUP, f"m{i}")
+    assert send_times(api) == pytest.approx([0.0, 0.0, 0.0, 3.0, 6.0])
+
+
+async def test_pacing_comes_from_the_settings() -> None:
+    from engine.config import load_settings
+
+    settings = load_settings(
+        _env_file=None,
+        telegram_private_burst=2,
+        telegram_private_per_second=0.5,
+        telegram_group_per_minute=6,
+        telegram_global_per_second=10,
+    )
+    policy = Pacing.from_settings(settings).policy
+    assert (policy.private.burst, policy.private.per_second) == (2, 0.5)
+    assert policy.group.per_second == pytest.approx(0.1)
+    assert policy.overall.per_second == 10
+    assert Pacing.from_settings(load_settings(_env_file=None)) == Pacing()
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw"),
+    [
+        ("TELEGRAM_PRIVATE_PER_SECOND", "0"),
+        ("TELEGRAM_PRIVATE_PER_SECOND", "-1"),
+        ("TELEGRAM_GROUP_PER_MINUTE", "soon"),
+        ("TELEGRAM_GLOBAL_PER_SECOND", "nan"),
+        ("TELEGRAM_GLOBAL_PER_SECOND", "inf"),
+        ("TELEGRAM_PRIVATE_BURST", "0"),
+        ("TELEGRAM_GROUP_BURST", "2.5"),
+    ],
+)
+def test_a_bad_pacing_setting_names_its_variable(
+    variable: str, raw: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.config import ConfigError, load_settings
+
+    monkeypatch.setenv(variable, raw)
+    with pytest.raises(ConfigError, match=variable):
+        load_settings(_env_file=None)
+
+
+async def test_custom_rates_are_honoured(sqlite_tg_store: TelegramStore) -> None:
+    from bot.telegram.pacing import PacingPolicy, Rate
+
+    policy = PacingPolicy(private=Rate(1, 4.0), group=Rate(1, 0.2))
+    out, api, _ = make(sqlite_tg_store, Pacing(policy=policy))
     await out.send_text(PRIVATE, "a")
     await out.send_text(PRIVATE, "b")
     await out.send_text(GROUP, "c")
@@ -105,48 +121,98 @@ async def test_custom_intervals_are_honoured(sqlite_tg_store: TelegramStore) -> 
 
 async def test_global_rate_is_thirty_per_second(sqlite_tg_store: TelegramStore) -> None:
     out, api, _ = make(sqlite_tg_store)
-    for chat in range(1, 62):  # 61 different private chats: only the global limit applies
+    for chat in range(1, 91):  # 90 different private chats: only the global limit applies
         await out.send_text(chat, "hi")
     times = send_times(api)
-    gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert gaps == pytest.approx([1 / 30] * 60)
-    assert times[-1] == pytest.approx(2.0)  # 61 messages span exactly two seconds
-    # never more than 30 in any one-second window
+    assert times[-1] == pytest.approx(2.0)  # a burst of 30, then 30 a second
+    # never more than 30 in any one-second window, after the first burst
     for i, start in enumerate(times):
-        assert sum(1 for t in times[i:] if t < start + 1.0 - 1e-9) <= 30
+        assert sum(1 for t in times[i:] if t < start + 1.0 - 1e-9) <= 60
 
 
 async def test_global_rate_is_configurable(sqlite_tg_store: TelegramStore) -> None:
-    out, api, _ = make(sqlite_tg_store, Pacing(global_per_second=4.0))
+    from bot.telegram.pacing import PacingPolicy, Rate
+
+    out, api, _ = make(sqlite_tg_store, Pacing(policy=PacingPolicy(overall=Rate(1, 4.0))))
     for chat in range(1, 6):
         await out.send_text(chat, "hi")
     assert send_times(api) == pytest.approx([0.0, 0.25, 0.5, 0.75, 1.0])
 
 
-async def test_two_chats_do_not_wait_for_each_others_interval(
+async def test_two_chats_do_not_wait_for_each_other(sqlite_tg_store: TelegramStore) -> None:
+    out, api, _ = make(sqlite_tg_store)
+    for i in range(4):
+        await out.send_text(GROUP, f"g{i}")  # the group's burst is spent: it waits 3 s
+    await out.send_text(PRIVATE, "p1")  # not here: at once after the group's last
+    assert send_times(api, GROUP)[-1] == pytest.approx(3.0)
+    assert send_times(api, PRIVATE) == pytest.approx([3.0])
+
+
+async def test_edits_are_paced_apart_and_the_latest_text_wins(
     sqlite_tg_store: TelegramStore,
 ) -> None:
-    out, api, _ = make(sqlite_tg_store)
-    await out.send_text(GROUP, "g1")
-    await out.send_text(PRIVATE, "p1")  # the group's 3 s interval does not apply here
-    await out.send_text(OTHER_PRIVATE, "q1")
-    assert send_times(api) == pytest.approx([0.0, 1 / 30, 2 / 30])
+    from bot.telegram.pacing import PacingPolicy, Rate
+
+    policy = PacingPolicy(private=Rate(1, 1.0), edits=Rate(1, 1.0))
+    out, _, time = make(sqlite_tg_store, Pacing(policy=policy), auto=False)
+    await out.send_text(PRIVATE, "progress")
+    edited: list[str] = []
+
+    def edit(text: str):
+        async def op() -> None:
+            edited.append(text)
+
+        return op
+
+    first = asyncio.create_task(out.edit(PRIVATE, 1, edit("step 1")))  # the edit bucket: now
+    await settle()
+    blocked = asyncio.create_task(out.send_text(PRIVATE, "second message"))  # waits 1 s
+    await settle()
+    stale = asyncio.create_task(out.edit(PRIVATE, 1, edit("step 2")))
+    latest = asyncio.create_task(out.edit(PRIVATE, 1, edit("step 3")))
+    await settle()
+    await time.advance(2.0)
+    await asyncio.gather(first, blocked, stale, latest)
+    assert first.result() is True and stale.result() is False and latest.result() is True
+    assert edited == ["step 1", "step 3"]
 
 
 async def test_concurrent_chats_interleave(sqlite_tg_store: TelegramStore) -> None:
-    """While one chat waits out its interval, another chat's message goes right away."""
-    out, api, time = make(sqlite_tg_store, auto=False)
+    """While one chat waits for its bucket, another chat's message goes right away."""
+    from bot.telegram.pacing import PacingPolicy, Rate
+
+    out, api, time = make(
+        sqlite_tg_store, Pacing(policy=PacingPolicy(private=Rate(1, 1.0))), auto=False
+    )
     await out.send_text(PRIVATE, "a1")  # t=0, no sleep needed
     a2 = asyncio.create_task(out.send_text(PRIVATE, "a2"))  # must wait until t=1
     await settle()
     b1 = asyncio.create_task(out.send_text(OTHER_PRIVATE, "b1"))
     await settle()
-    await time.advance(1 / 30)  # B only needs the global slot
     assert b1.done() and not a2.done()
     assert [c.args[1] for c in api.calls_to("send_message")] == ["a1", "b1"]
-    await time.advance(1.0 - 1 / 30)
+    await time.advance(1.0)
     assert a2.done()
-    assert send_times(api) == pytest.approx([0.0, 1 / 30, 1.0])
+    assert send_times(api) == pytest.approx([0.0, 0.0, 1.0])
+
+
+async def test_429s_from_several_chats_at_once_pause_everything(
+    sqlite_tg_store: TelegramStore,
+) -> None:
+    out, api, time = make(sqlite_tg_store, auto=False)
+    api.fail("send_message", RetryAfter(5), RetryAfter(5), RetryAfter(5))
+    flooded = [asyncio.create_task(out.send_text(chat, "x")) for chat in (1, 2, 3)]
+    await settle()
+    assert out.stats.retry_after == 3 and out.stats.global_pauses == 1
+    after = asyncio.create_task(out.send_text(4, "after the flood"))  # got no 429 itself
+    await settle()
+    await time.advance(4.9)
+    assert not after.done()
+    await time.advance(0.1)
+    assert after.done()
+    await time.advance(1.0)  # after a pause, one at a time: the others within 3/30 s
+    await asyncio.gather(*flooded)
+    assert send_times(api, 4) == pytest.approx([5.0])
 
 
 # -- 429 -----------------------------------------------------------------------------------
@@ -185,15 +251,14 @@ async def test_retry_after_stalls_only_that_chat(sqlite_tg_store: TelegramStore)
     await settle()
     b = asyncio.create_task(out.send_text(OTHER_PRIVATE, "b"))
     await settle()
-    await time.advance(1 / 30)
-    assert b.done() and not a.done()
-    await time.advance(6.0)
+    assert b.done() and not a.done()  # another chat goes at once
+    await time.advance(6.9)
     assert not a.done()
-    await time.advance(7.0 - 6.0 - 1 / 30)
+    await time.advance(0.1)
     assert a.done()
     times = {c.args[1]: c.at for c in api.calls_to("send_message")[1:]}
-    assert times == pytest.approx({"b": 1 / 30, "a": 7.0})
-    assert time.sleeps == pytest.approx([7.0, 1 / 30])  # A waits 7 s, B only its global slot
+    assert times == pytest.approx({"b": 0.0, "a": 7.0})
+    assert out.stats.global_pauses == 0
 
 
 async def test_retry_after_then_next_message_is_paced_from_the_retry(
@@ -238,12 +303,7 @@ async def test_transient_errors_raise_after_max_attempts(
 
 
 async def test_backoff_repeats_its_last_step(sqlite_tg_store: TelegramStore) -> None:
-    pacing = Pacing(
-        private_interval_s=0.0,
-        global_per_second=float("inf"),
-        max_attempts=4,
-        backoff_s=(1.0, 3.0),
-    )
+    pacing = Pacing.unpaced(max_attempts=4, backoff_s=(1.0, 3.0))
     out, api, time = make(sqlite_tg_store, pacing)
     api.fail("send_message", *[ServerError("x") for _ in range(4)])
     with pytest.raises(ServerError):
@@ -252,9 +312,11 @@ async def test_backoff_repeats_its_last_step(sqlite_tg_store: TelegramStore) -> 
     assert time.sleeps == [1.0, 3.0, 3.0]
 
 
-async def test_retries_keep_the_chat_interval(sqlite_tg_store: TelegramStore) -> None:
-    """A retry is still a call to the chat: after a 0.5 s backoff it waits out the 1 s."""
-    out, api, time = make(sqlite_tg_store)
+async def test_a_retry_takes_a_token_of_its_own(sqlite_tg_store: TelegramStore) -> None:
+    """A retry is still a call to the chat: after a 0.5 s backoff it waits for the bucket."""
+    from bot.telegram.pacing import PacingPolicy, Rate
+
+    out, api, time = make(sqlite_tg_store, Pacing(policy=PacingPolicy(private=Rate(1, 1.0))))
     api.fail("send_message", ServerError("x"))
     await out.send_text(PRIVATE, "hi")
     assert send_times(api) == pytest.approx([0.0, 1.0])
