@@ -16,6 +16,7 @@ from engine.llm.scripted import ScriptedModel
 from engine.llm.types import LlmResponse, Message
 from engine.session.events import Done
 from engine.session.gate import AllowAll
+from tests.pg import migrated_sqlite
 
 
 def last_user_text(messages: Sequence[Message]) -> str:
@@ -77,7 +78,7 @@ def manual_sleep() -> ManualSleep:
 @pytest.fixture
 def app_config(tmp_path: Path) -> AppConfig:
     settings = load_settings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
+        database_url=migrated_sqlite(tmp_path / "chathub.db"),
         chathub_workspace=tmp_path / "workspace",
         chathub_timezone="UTC",
         _env_file=None,

@@ -12,6 +12,7 @@ from engine.core import Engine
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel
 from engine.session.gate import AllowAll
+from tests.pg import migrated_sqlite
 
 
 @pytest.fixture
@@ -29,7 +30,7 @@ async def engine(
     tmp_path: Path, model: ScriptedModel, limits: EngineConfig
 ) -> AsyncIterator[Engine]:
     settings = load_settings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
+        database_url=migrated_sqlite(tmp_path / "chathub.db"),
         chathub_workspace=tmp_path / "workspace",
         chathub_timezone="Europe/Rome",
         _env_file=None,
@@ -47,7 +48,7 @@ async def open_engine(
 ) -> AsyncIterator[Callable[[], Awaitable[Engine]]]:
     """Opens engines with the default rules over one database: a second open is a restart."""
     settings = load_settings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
+        database_url=migrated_sqlite(tmp_path / "chathub.db"),
         chathub_workspace=tmp_path / "workspace",
         chathub_timezone="UTC",
         _env_file=None,
