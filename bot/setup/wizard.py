@@ -64,6 +64,8 @@ class ModelChoice:
     api_key: str
     model: str
     tools_work: bool
+    #: Kept from ``.env`` as it was: not checked again, not rewritten.
+    kept: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +122,29 @@ class Wizard:
         self.t.say(f"chathub setup: a few questions, then {self.env.path} is written.")
         self.t.say("Ctrl-C at any point leaves everything as it was.")
         self.t.say()
-        model = self.choose_model()
+        current = self.env.values()
+        model = self.keep_model(current) or self.choose_model()
         self.t.say()
-        telegram = self.choose_telegram()
+        telegram = None if self.keep_telegram(current) else self.choose_telegram()
         return self.write(model, telegram)
+
+    # -- a second run: what .env already has may stay ------------------------------------
+
+    def keep_model(self, current: Mapping[str, str]) -> ModelChoice | None:
+        name = current.get("LLM_MODEL")
+        if not name:
+            return None
+        where = current.get("LLM_BASE_URL") or "the default endpoint"
+        if not self.t.yes(
+            f"{self.env.path} names the model {name} at {where}. Keep it?", default=True
+        ):
+            return None
+        return ModelChoice(where, current.get("LLM_API_KEY", ""), name, tools_work=True, kept=True)
+
+    def keep_telegram(self, current: Mapping[str, str]) -> bool:
+        if not current.get("TELEGRAM_BOT_TOKEN"):
+            return False
+        return self.t.yes(f"{self.env.path} has a Telegram bot token. Keep it?", default=True)
 
     # -- the model ---------------------------------------------------------------------
 
@@ -310,11 +331,11 @@ class Wizard:
     # -- .env --------------------------------------------------------------------------
 
     def write(self, model: ModelChoice, telegram: TelegramChoice | None) -> int:
-        updates = {
-            "LLM_BASE_URL": model.base_url,
-            "LLM_API_KEY": model.api_key,
-            "LLM_MODEL": model.model,
-        }
+        updates = {}
+        if not model.kept:
+            updates.update(
+                LLM_BASE_URL=model.base_url, LLM_API_KEY=model.api_key, LLM_MODEL=model.model
+            )
         if telegram is not None:
             updates["TELEGRAM_BOT_TOKEN"] = telegram.token
             if telegram.owner_id is not None:
@@ -322,6 +343,9 @@ class Wizard:
             api_url = self._telegram_api_url()
             if api_url != TELEGRAM_API_URL:
                 updates["TELEGRAM_API_URL"] = api_url
+        if not updates:
+            self.t.say(f"Nothing changed; {self.env.path} is as it was.")
+            return 0
         try:
             backup = self.env.write(updates)
         except EnvFileError as exc:

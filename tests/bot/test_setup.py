@@ -114,6 +114,8 @@ def test_local_server_found_and_chosen_keeps_other_lines_and_backs_up(
     (tmp_path / ".env").write_text(old)
     fake.reply_tool_calls(TOOL_CALL)
     with setup(tmp_path, f"Ollama={fake.base_url}", closed_url()) as term:
+        term.expect(r"names the model older at the default endpoint\. Keep it\? \[Y/n\]")
+        term.send("n")
         term.expect(r"✓ Ollama at http://127\.0\.0\.1:\d+/v1 \(2 models\)")
         term.expect(r"· model server at \S+: nothing there")
         term.expect(r"Use Ollama at \S+\? \[Y/n\]")
@@ -259,7 +261,9 @@ def test_ctrl_c_in_the_middle_writes_nothing(tmp_path: Path, fake: FakeOpenAISer
     (tmp_path / ".env").write_text(old)
     fake.reply_tool_calls(TOOL_CALL)
     with setup(tmp_path, fake.base_url) as term:
-        term.expect(r"\[Y/n\]")
+        term.expect(r"Keep it\? \[Y/n\]")
+        term.send("n")
+        term.expect(r"Use model server at \S+\? \[Y/n\]")
         term.send("")
         term.expect(r"Model \(number or name\)")
         term.send("1")
@@ -566,3 +570,32 @@ def test_several_local_servers_are_offered_by_number(
     assert re.search(r"1\) Ollama at \S+\n  2\) vLLM at \S+\n  0\) another endpoint", out)
     assert "Please type a number from 0 to 2." in out
     assert dotenv(tmp_path)["LLM_MODEL"] == "qwen3:14b"
+
+
+def test_a_second_run_keeps_what_env_has(tmp_path: Path, telegram: FakeTelegramServer) -> None:
+    old = f"LLM_BASE_URL=http://gpu-box:8000/v1\nLLM_MODEL=qwen3\nTELEGRAM_BOT_TOKEN={TOKEN}\n"
+    (tmp_path / ".env").write_text(old)
+    script = Scripted(
+        (r"names the model qwen3 at http://gpu-box:8000/v1\. Keep it\? \[Y/n\]", ""),
+        (r"has a Telegram bot token\. Keep it\? \[Y/n\]", "y"),
+    )
+    out = run_wizard(tmp_path, script)
+    assert "Nothing changed; " in out
+    assert (tmp_path / ".env").read_text() == old
+    assert not list(tmp_path.glob(".env.bak-*"))
+
+
+def test_a_second_run_changes_only_telegram(tmp_path: Path, telegram: FakeTelegramServer) -> None:
+    (tmp_path / ".env").write_text("LLM_MODEL=qwen3\n")
+    script = Scripted(
+        (r"Keep it\?", "y"),
+        (r"Bot token", TOKEN),
+        ("Press Enter once you have sent it", "42"),
+    )
+    run_wizard(tmp_path, script, telegram_api_url=telegram.base_url)
+    assert dotenv(tmp_path) == {
+        "LLM_MODEL": "qwen3",
+        "TELEGRAM_BOT_TOKEN": TOKEN,
+        "TELEGRAM_OWNER_ID": "42",
+        "TELEGRAM_API_URL": telegram.base_url,
+    }
