@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     add_setup_parser(
         commands.add_parser(
             "run", help="serve; in a terminal with no model configured, run setup first"
-        )
+        ),
+        env_file=False,  # serve reads ./.env: setup must write that one
     )
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -61,7 +62,9 @@ def main(argv: list[str] | None = None) -> None:
             )
         raise SystemExit(run_setup(setup_options(args), then=NEXT_COMMAND))
     if args.command == "doctor":
-        raise SystemExit(run_doctor(args.timeout))
+        from bot.doctor import run_doctor
+
+        raise SystemExit(run_doctor(load_config, args.timeout))
     if args.command == "run" and needs_setup() and interactive():
         status = run_setup(setup_options(args), then="Starting chathub…")
         if status:
@@ -100,24 +103,6 @@ def needs_setup() -> bool:
 
 def interactive() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
-
-
-def run_doctor(timeout_s: float) -> int:
-    """Every check, one line each; 0 only when all pass."""
-    from bot.doctor import Doctor, config_checks, render
-
-    async def go() -> int:
-        import httpx
-
-        config, checks = config_checks(load_config)
-        if config is not None:
-            async with httpx.AsyncClient() as http:
-                checks += await Doctor(config, http, timeout_s=timeout_s).run()
-        return render(checks, sys.stdout)
-
-    with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(go())
-    return 130
 
 
 def require_model(config: AppConfig) -> None:

@@ -7,7 +7,9 @@ fixes things in: configuration, database, models, Telegram, MCP, workspace, port
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
@@ -24,7 +26,7 @@ from bot.checks.telegram import TelegramProbe, token_problem
 from bot.checks.workspace import check_workspace
 from engine.config import AppConfig, ConfigError, ModelConfig, Settings
 
-__all__ = ["Doctor", "config_checks", "render"]
+__all__ = ["Doctor", "config_checks", "render", "run_doctor"]
 
 log = logging.getLogger(__name__)
 
@@ -254,3 +256,20 @@ def render(checks: Sequence[Check], out: TextIO) -> int:
     else:
         print(f"All {len(checks)} checks passed.", file=out)
     return 1 if failed else 0
+
+
+def run_doctor(load: Callable[[], AppConfig], timeout_s: float, out: TextIO | None = None) -> int:
+    """``chathub doctor``: every check, one line each; the exit status (0: all passed)."""
+
+    async def checks() -> list[Check]:
+        config, found = config_checks(load)
+        if config is not None:  # without a configuration nothing else can be checked
+            async with httpx.AsyncClient() as http:
+                found += await Doctor(config, http, timeout_s=timeout_s).run()
+        return found
+
+    try:
+        found = asyncio.run(checks())
+    except KeyboardInterrupt:
+        return 130
+    return render(found, out or sys.stdout)

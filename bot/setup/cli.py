@@ -18,8 +18,9 @@ __all__ = ["add_setup_parser", "run_setup", "setup_options"]
 log = logging.getLogger(__name__)
 
 
-def add_setup_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env-file", type=Path, default=Path(".env"), help="default: ./.env")
+def add_setup_parser(parser: argparse.ArgumentParser, *, env_file: bool = True) -> None:
+    if env_file:
+        parser.add_argument("--env-file", type=Path, default=Path(".env"), help="default: ./.env")
     parser.add_argument(
         "--probe",
         action="append",
@@ -48,7 +49,7 @@ def setup_options(args: argparse.Namespace) -> SetupOptions:
         except Problem as problem:
             raise SystemExit(f"chathub: --probe: {problem}") from None
     return SetupOptions(
-        env_file=args.env_file,
+        env_file=getattr(args, "env_file", Path(".env")),
         servers=servers,
         probe_timeout_s=args.probe_timeout,
         timeout_s=args.timeout,
