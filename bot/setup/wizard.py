@@ -17,10 +17,11 @@ from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 
-from bot.checks.discovery import DEFAULT_SERVERS, Found, LocalServer, discover
+from bot.checks.discovery import DEFAULT_SERVERS, Found, LocalServer, discover, free_port
 from bot.checks.model import (
     DEFAULT_TIMEOUT_S,
     Endpoint,
@@ -323,6 +324,22 @@ class Wizard:
                 return sender.user_id
             baseline = sender.update_id  # someone else: wait for a newer /start
 
+    def _port_clash(self, base_url: str) -> int | None:
+        """A free ``HTTP_PORT`` when the model server holds chathub's own on this machine
+        (llama.cpp's server and chathub both default to 8080); ``None`` when they differ."""
+        parts = urlsplit(base_url)
+        if parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+            return None
+        current = self.environ.get("HTTP_PORT") or self.env.values().get("HTTP_PORT") or "8080"
+        if not current.isdigit() or parts.port != int(current):
+            return None
+        port = free_port(int(current) + 1)
+        self.t.say(
+            f"The model server uses port {current}, chathub's HTTP port: chathub gets {port} "
+            "(HTTP_PORT)."
+        )
+        return port
+
     def _telegram_api_url(self) -> str:
         if self.options.telegram_api_url:
             return self.options.telegram_api_url
@@ -336,6 +353,9 @@ class Wizard:
             updates.update(
                 LLM_BASE_URL=model.base_url, LLM_API_KEY=model.api_key, LLM_MODEL=model.model
             )
+            port = self._port_clash(model.base_url)
+            if port is not None:
+                updates["HTTP_PORT"] = str(port)
         if telegram is not None:
             updates["TELEGRAM_BOT_TOKEN"] = telegram.token
             if telegram.owner_id is not None:

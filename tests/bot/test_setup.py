@@ -599,3 +599,18 @@ def test_a_second_run_changes_only_telegram(tmp_path: Path, telegram: FakeTelegr
         "TELEGRAM_OWNER_ID": "42",
         "TELEGRAM_API_URL": telegram.base_url,
     }
+
+
+def test_a_model_server_on_chathubs_port_moves_chathub(
+    tmp_path: Path, fake: FakeOpenAIServer
+) -> None:
+    """llama.cpp's server and chathub both default to 8080: chathub gets another port."""
+    fake.reply_tool_calls(TOOL_CALL)
+    taken = fake.base_url.split(":")[2].split("/")[0]
+    script = Scripted(USE_IT, FIRST_MODEL, NO_TELEGRAM)
+    out = run_wizard(
+        tmp_path, script, ("model server", fake.base_url), environ={"HTTP_PORT": taken}
+    )
+    assert f"The model server uses port {taken}, chathub's HTTP port: chathub gets " in out
+    moved = dotenv(tmp_path)["HTTP_PORT"]
+    assert moved.isdigit() and moved != taken
