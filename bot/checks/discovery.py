@@ -7,7 +7,6 @@ fakes and never at whatever happens to run on the machine.
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,7 +15,7 @@ import httpx
 from bot.checks.model import Endpoint, list_models
 from bot.checks.result import Problem
 
-__all__ = ["DEFAULT_SERVERS", "Found", "LocalServer", "discover", "free_port"]
+__all__ = ["DEFAULT_SERVERS", "Found", "LocalServer", "discover"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,17 +64,3 @@ async def _probe(http: httpx.AsyncClient, server: LocalServer, timeout_s: float)
             return Found(server, problem="nothing there")
         return Found(server, problem="something else answers there")
     return Found(server, tuple(models))
-
-
-def free_port(start: int, *, host: str = "127.0.0.1") -> int:
-    """The first port from ``start`` that can be bound on ``host`` now."""
-    for port in range(start, min(start + 100, 65536)):
-        with socket.socket() as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as sock:  # a hundred taken in a row: any free one
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])

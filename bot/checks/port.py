@@ -8,7 +8,7 @@ import httpx
 
 from bot.checks.result import Check
 
-__all__ = ["check_port"]
+__all__ = ["check_port", "free_port"]
 
 
 async def check_port(
@@ -60,3 +60,17 @@ async def _is_chathub(host: str, port: int, http: httpx.AsyncClient, timeout_s: 
     except (httpx.HTTPError, ValueError):
         return False
     return isinstance(body, dict) and "ok" in body and "database" in body
+
+
+def free_port(start: int, *, host: str = "127.0.0.1") -> int:
+    """The first port from ``start`` that can be bound on ``host`` now."""
+    for port in range(start, min(start + 100, 65536)):
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # a hundred taken in a row: any free one
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])

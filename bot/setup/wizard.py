@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from bot.checks.discovery import DEFAULT_SERVERS, Found, LocalServer, discover, free_port
+from bot.checks.discovery import DEFAULT_SERVERS, Found, LocalServer, discover
 from bot.checks.model import (
     DEFAULT_TIMEOUT_S,
     Endpoint,
@@ -29,6 +29,7 @@ from bot.checks.model import (
     list_models,
     normalize_base_url,
 )
+from bot.checks.port import free_port
 from bot.checks.result import Problem
 from bot.checks.telegram import BotIdentity, TelegramProbe, token_problem
 from bot.setup.envfile import EnvFile, EnvFileError
