@@ -244,8 +244,9 @@ class Wizard:
 
     def choose_model_name(self, listing: list[str]) -> str:
         if not listing:
+            self.t.say("The endpoint lists no models (Ollama: `ollama pull qwen3` gets one).")
             while True:
-                name = self.t.ask("The endpoint lists no models; model name")
+                name = self.t.ask("Model name")
                 if name:
                     return name
         shown = listing[:SHOWN_MODELS]

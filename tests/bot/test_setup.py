@@ -614,3 +614,12 @@ def test_a_model_server_on_chathubs_port_moves_chathub(
     assert f"The model server uses port {taken}, chathub's HTTP port: chathub gets " in out
     moved = dotenv(tmp_path)["HTTP_PORT"]
     assert moved.isdigit() and moved != taken
+
+
+def test_an_endpoint_without_models_asks_for_a_name(tmp_path: Path, fake: FakeOpenAIServer) -> None:
+    fake.models = []
+    fake.reply_tool_calls(TOOL_CALL)
+    script = Scripted(USE_IT, ("Model name", ""), ("Model name", "qwen3"), NO_TELEGRAM)
+    out = run_wizard(tmp_path, script, ("model server", fake.base_url))
+    assert "lists no models (Ollama: `ollama pull qwen3` gets one)" in out
+    assert dotenv(tmp_path)["LLM_MODEL"] == "qwen3"
