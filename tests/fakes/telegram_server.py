@@ -29,6 +29,11 @@ except a hang's, which is only late:
 ``getUpdates`` long-polls like Telegram: updates below ``offset`` are confirmed
 (forgotten), ``allowed_updates`` is remembered between calls, and a waiting poll
 wakes as soon as a test pushes an update. While a webhook is set it answers 409.
+
+Rate limits are off unless asked for: ``FakeTelegramServer(enforce_limits=True)`` or
+``fake.enforce_limits(limits, clock=...)`` answers sends and edits over Telegram's
+documented limits with 429 and ``retry_after``, and counts them (``fake.limits``; the
+rules are in ``tests/fakes/telegram_limits.py``).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from email.message import Message as _MimeHeaders
 from typing import Any, Self
@@ -52,6 +57,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tests.fakes.background import BackgroundServer
+from tests.fakes.telegram_limits import Limits, RateLimits
 
 Json = dict[str, Any]
 
@@ -292,8 +298,12 @@ class _StoredFile:
 class FakeTelegramServer:
     """A Bot API server with state; see the module docstring."""
 
-    def __init__(self, *, bot_username: str = "chathub_test_bot") -> None:
+    def __init__(
+        self, *, bot_username: str = "chathub_test_bot", enforce_limits: bool = False
+    ) -> None:
         self.bot_username = bot_username
+        self.limits: RateLimits | None = RateLimits() if enforce_limits else None
+        """Telegram's rate limits when enforced (``enforce_limits``), else ``None``."""
         self.calls: list[Call] = []
         """Every API call received, in arrival order."""
         self.webhook = Webhook()
@@ -365,9 +375,21 @@ class FakeTelegramServer:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def reset(self) -> None:
-        """Forget all state: calls, updates, messages, files, failures, webhook, commands."""
+    def enforce_limits(
+        self, limits: Limits | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> RateLimits:
+        """Answer sends and edits over Telegram's limits with 429 from now on (counted in
+        the returned ``RateLimits``, also ``self.limits``); ``clock`` for fake time."""
         with self._lock:
+            self.limits = RateLimits(limits, clock=clock)
+            return self.limits
+
+    def reset(self) -> None:
+        """Forget all state: calls, updates, messages, files, failures, webhook, commands
+        (and the rate limits' counts, when enforced)."""
+        with self._lock:
+            if self.limits is not None:
+                self.limits.reset()
             self.calls.clear()
             self.webhook = Webhook()
             self.commands.clear()
@@ -803,7 +825,12 @@ class FakeTelegramServer:
                 result = await self._get_updates(params)
             else:
                 with self._lock:
+                    limits = self.limits
+                    if limits is not None and (wait := limits.check(method, params)):
+                        raise ApiError(429, f"Too Many Requests: retry after {wait}", wait)
                     result = handler(self, token, params, files)
+                    if limits is not None:
+                        limits.record(method, params)
         except ApiError as error:
             return _error_response(error)
         return _ApiResponse({"ok": True, "result": result})

@@ -325,3 +325,105 @@ def test_builders_register_files_and_ids(client: httpx.Client, fake: FakeTelegra
     assert fake.user_message(CHAT, CHAT, "/start@chathub_test_bot go")["message"]["entities"] == [
         entity("bot_command", 0, 23)
     ]
+
+
+# -- rate limits (opt-in) ------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def limited(fake: FakeTelegramServer) -> Iterator[tuple[FakeTelegramServer, FakeClock]]:
+    clock = FakeClock()
+    fake.enforce_limits(clock=clock)
+    try:
+        yield fake, clock
+    finally:
+        fake.limits = None  # the module's server is shared: back to no limits
+
+
+def test_limits_are_off_by_default(client: httpx.Client, fake: FakeTelegramServer) -> None:
+    assert fake.limits is None
+    for n in range(40):
+        send(client, f"m{n}")
+
+
+def test_private_chat_allows_a_short_burst_then_429_with_retry_after(
+    client: httpx.Client, limited: tuple[FakeTelegramServer, FakeClock]
+) -> None:
+    fake, clock = limited
+    for n in range(5):  # a burst of 5 within a second passes
+        send(client, f"m{n}")
+        clock.now += 0.1
+    answer = call(client, "sendMessage", chat_id=CHAT, text="sixth")
+    assert answer == {
+        "ok": False,
+        "error_code": 429,
+        "description": "Too Many Requests: retry after 1",
+        "parameters": {"retry_after": 1},
+    }
+    assert len(fake.messages(CHAT)) == 5  # the refused call sent nothing
+    assert fake.limits is not None and fake.limits.count_429 == 1
+    assert fake.limits.rejected[0].rule.startswith("private")
+    # Another chat, edits and chat actions have counters of their own.
+    assert call(client, "sendMessage", chat_id=CHAT + 1, text="other chat")["ok"]
+    assert call(client, "editMessageText", chat_id=CHAT, message_id=1, text="edited")["ok"]
+    assert call(client, "sendChatAction", chat_id=CHAT, action="typing")["ok"]
+    clock.now += 0.6  # the first message is more than 1 s old: one more fits
+    send(client, "later")
+    assert fake.limits.count_429 == 1
+    assert fake.limits.peak["private 5/1s"] == 5
+
+
+def test_private_chat_sustained_over_one_a_second_earns_429_within_the_minute(
+    client: httpx.Client, limited: tuple[FakeTelegramServer, FakeClock]
+) -> None:
+    fake, clock = limited
+    start = clock.now
+    for burst in range(13):  # a burst of 5 every second: each second passes, 65 in all
+        clock.now = start + burst
+        for n in range(5):
+            assert call(client, "sendMessage", chat_id=CHAT, text=f"{burst}.{n}")["ok"]
+            clock.now += 0.1
+    clock.now = start + 13
+    answer = call(client, "sendMessage", chat_id=CHAT, text="66th within a minute")
+    assert answer["error_code"] == 429
+    assert answer["parameters"]["retry_after"] == 47  # the first leaves the minute then
+    assert fake.limits is not None and fake.limits.rejected[0].rule.startswith("private")
+
+
+def test_group_limit_is_20_per_minute(
+    client: httpx.Client, limited: tuple[FakeTelegramServer, FakeClock]
+) -> None:
+    _, clock = limited
+    group = -100_123
+    for n in range(20):
+        assert call(client, "sendMessage", chat_id=group, text=f"g{n}")["ok"]
+        clock.now += 1.5
+    answer = call(client, "sendMessage", chat_id=group, text="21st")
+    assert answer["error_code"] == 429
+    assert answer["parameters"]["retry_after"] == 30  # the first one leaves the minute then
+    clock.now += 30
+    assert call(client, "sendMessage", chat_id=group, text="21st again")["ok"]
+
+
+def test_overall_limit_is_30_per_second_across_chats(
+    client: httpx.Client, limited: tuple[FakeTelegramServer, FakeClock]
+) -> None:
+    fake, clock = limited
+    for chat in range(30):
+        assert call(client, "sendMessage", chat_id=1000 + chat, text="hi")["ok"]
+    answer = call(client, "sendMessage", chat_id=2000, text="31st chat")
+    assert answer["error_code"] == 429 and answer["parameters"]["retry_after"] == 1
+    assert (
+        call(client, "editMessageText", chat_id=1000, message_id=1, text="x")["error_code"] == 429
+    )  # edits count towards the overall limit too
+    assert fake.limits is not None and fake.limits.count_429 == 2
+    clock.now += 1.0
+    assert call(client, "sendMessage", chat_id=2000, text="next second")["ok"]
