@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format bench clean
+.PHONY: run test lint format bench fuzz clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/chathub serve
+	$(VENV)/bin/chathub run
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -34,6 +34,9 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/scheduler_scale.py
 	$(VENV)/bin/python bench/subagents_parallel.py
 	$(VENV)/bin/python bench/compaction.py
+
+fuzz: $(STAMP)
+	CHATHUB_FUZZ_EXAMPLES=10000 $(VENV)/bin/pytest -q -s tests/bot/http/test_fuzz.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

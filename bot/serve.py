@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import sqlalchemy as sa
 
 from bot.http.app import (
@@ -33,6 +34,7 @@ from bot.http.app import (
     check_api_exposure,
     create_app,
 )
+from bot.http.health_details import HealthDetails, service_checks
 from bot.http.operations import Operations
 from bot.http.signins import LoginThrottle, SignInPolicy, SignIns
 from bot.http.web import Deliveries
@@ -91,6 +93,7 @@ class Service:
     refused: asyncio.Future[str] | None = None
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     _server: uvicorn.Server | None = None
+    _checks_http: httpx.AsyncClient | None = None
 
     async def start(self) -> None:
         settings = self.config.settings
@@ -168,6 +171,11 @@ class Service:
         await scheduler.start()
         if self.http:
             operations = Operations(engine, hub, scheduler)
+            # The doctor's checks for the inbox; ApiRoutes checks the token before them.
+            self._checks_http = httpx.AsyncClient()
+            details = HealthDetails(
+                service_checks(self.config, self._checks_http), lambda _request: True
+            )
             token = settings.chathub_api_token
             signins = None
             # Wrong tokens count together on the page's sign-in and the API's bearer header:
@@ -191,6 +199,7 @@ class Service:
                     clock=self.clock,
                     telegram=self.adapter.outbound.stats if self.adapter else None,
                     throttle=throttle,
+                    health_details=details,
                 ),
                 web=WebInbox(
                     operations,
@@ -268,6 +277,8 @@ class Service:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.api is not None:
             await self.api.close()
+        if self._checks_http is not None:
+            await self._checks_http.aclose()
         if self.engine is not None:
             await self.engine.close()
 

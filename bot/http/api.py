@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from bot.http.health_details import HealthDetails
 from bot.http.metrics import CONTENT_TYPE, read_snapshot, render
 from bot.http.models import (
     MAX_BODY_BYTES,
@@ -34,6 +35,8 @@ from bot.http.models import (
     ErrorBody,
     EventCreated,
     EventIn,
+    HealthDetailsQuery,
+    HealthDetailsReport,
     HealthReport,
     InboxListing,
     JobDeleted,
@@ -137,6 +140,9 @@ OPERATIONS = (
               answer=EventCreated, body=EventIn, errors=(401, 413, 422), served_by="events"),
     Operation("/metrics", "GET", "metrics", "Prometheus text metrics"),
     Operation("/api/openapi.json", "GET", "openapi", "This document"),
+    Operation("/api/health/details", "GET", "health_details",
+              "Every check of chathub doctor, one per part (a report under 30 s old is reused)",
+              answer=HealthDetailsReport, query=HealthDetailsQuery, errors=(401, 422, 503)),
     Operation("/healthz", "GET", "healthz", "Liveness (no token); 503 with the same report",
               answer=HealthReport, errors=(), served_by="health", secured=False),
 )  # fmt: skip
@@ -158,6 +164,7 @@ class ApiRoutes:
         clock: Callable[[], datetime] = utcnow,
         telegram: OutboundStats | None = None,
         throttle: LoginThrottle | None = None,
+        health_details: HealthDetails | None = None,
     ) -> None:
         """``throttle``: wrong bearer tokens counted per address, shared with the page's
         sign-in (``chathub serve`` passes one); ``None`` counts nothing."""
@@ -168,6 +175,7 @@ class ApiRoutes:
         self._token = token.encode() if token else None
         self._clock = clock
         self._telegram = telegram
+        self._health_details = health_details
 
     def routes(self) -> list[Route]:
         return [
@@ -322,7 +330,13 @@ class ApiRoutes:
         sessions = await self.ops.kill_job(job_id)
         return SafeJSONResponse({"id": job_id, "cancelled_sessions": sessions}, status_code=202)
 
-    # -- metrics and the document --------------------------------------------------------------
+    # -- health details, metrics and the document ----------------------------------------------
+
+    async def health_details(self, request: Request) -> Response:
+        query = query_params(request, HealthDetailsQuery)
+        if self._health_details is None:
+            return _error(503, "health details are not available in this process")
+        return SafeJSONResponse(await self._health_details.report(fresh=query.fresh))
 
     async def metrics(self, request: Request) -> Response:
         snapshot = await self.engine.store.db.run(read_snapshot)

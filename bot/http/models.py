@@ -618,6 +618,31 @@ class EventCreated(BaseModel):
     id: int
 
 
+class CheckItem(BaseModel):
+    """One check of ``chathub doctor`` (``bot/checks/result.py``); ``fix`` when it failed."""
+
+    name: str
+    ok: bool
+    summary: str
+    fix: str
+
+
+class HealthDetailsReport(BaseModel):
+    """``GET /api/health/details``: every check of ``chathub doctor`` (docs/setup.md)."""
+
+    ok: bool
+    checked_at: str
+    checks: list[CheckItem]
+
+
+class HealthDetailsQuery(BaseModel):
+    """``?fresh=true`` runs the checks anew instead of answering a report under 30 s old."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    fresh: bool = False
+
+
 class HealthReport(BaseModel):
     """``GET /healthz`` (200 healthy, 503 not): ``ok`` and what was checked."""
 

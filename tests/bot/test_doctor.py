@@ -27,7 +27,7 @@ from bot.http.health_details import PATH, HealthDetails, bearer, service_checks
 from engine.approval.rules import RuleStore
 from engine.config import Settings, load_config
 from engine.store.db import open_database
-from tests.bot.process import free_port
+from tests.bot.process import free_port, wait_for
 from tests.fakes.background import BackgroundServer
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_server import FakeTelegramServer, Webhook
@@ -456,3 +456,24 @@ async def test_an_unreachable_postgres_is_one_line_without_the_password() -> Non
         f"{url.split(':')[3].split('/')[0]}/chathub cannot be reached or opened"
     )
     assert "hunter2" not in checks[0].line()
+
+
+def test_chathub_serve_answers_health_details(serve, fake_openai: FakeOpenAIServer) -> None:
+    fake_openai.models = ["fake-model"]
+    fake_openai.reply_tool_calls(TOOL_CALL)
+    port = free_port()
+    serve(HTTP_PORT=str(port), CHATHUB_API_TOKEN="inbox-token")
+    url = f"http://127.0.0.1:{port}{PATH}"
+
+    def answer() -> httpx.Response | None:
+        try:
+            return httpx.get(url, headers={"Authorization": "Bearer inbox-token"}, timeout=10)
+        except httpx.HTTPError:
+            return None  # not listening yet
+
+    body = wait_for(answer).json()
+    checks = {c["name"]: c for c in body["checks"]}
+    assert checks["model.tools.fake-model"]["ok"], checks
+    assert checks["http.port"]["summary"] == f"HTTP port 127.0.0.1:{port} is held by chathub serve"
+    assert checks["telegram.token"]["ok"] is False  # the fixture's token has the wrong shape
+    assert httpx.get(url, timeout=10).status_code == 401

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
+import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -35,6 +36,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bot.http.api import ApiRoutes
 from bot.http.app import EventsEndpoint, create_app
+from bot.http.health_details import HealthDetails, service_checks
 from bot.http.operations import Operations
 from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
 from engine.core import Engine
@@ -52,11 +54,13 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 EXAMPLES = int(os.environ.get("CHATHUB_FUZZ_EXAMPLES", "2000"))
 MODES = (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
 #: An unknown query parameter is ignored, not refused (the document cannot say so): invalid
-#: query strings of ``GET /api/sessions`` are bad values, not extra names.
+#: query strings of ``GET /api/sessions`` and ``/api/health/details`` are bad values, not
+#: extra names.
 CONFIG = SchemathesisConfig.from_dict(
     {
         "operations": [
-            {"include-path": "/api/sessions", "generation": {"allow-extra-parameters": False}}
+            {"include-path": path, "generation": {"allow-extra-parameters": False}}
+            for path in ("/api/sessions", "/api/health/details")
         ]
     }
 )
@@ -135,8 +139,11 @@ class FuzzedService:
             model.add(reply)
             turn, _ = await waiting_turn(await engine.new_session("console"), "go", kind)
             waiting.append(turn)
+        http = httpx.AsyncClient()
+        self._stack.push_async_callback(http.aclose)
+        details = HealthDetails(service_checks(config, http, timeout_s=2), lambda _r: True)
         return create_app(
-            api=ApiRoutes(Operations(engine, hub, scheduler), token=TOKEN),
+            api=ApiRoutes(Operations(engine, hub, scheduler), token=TOKEN, health_details=details),
             events=EventsEndpoint(scheduler.tic.events, TOKEN),
             host="0.0.0.0",
         )
@@ -177,7 +184,7 @@ def test_no_request_gets_a_server_error_and_every_answer_is_documented(
     started = time.monotonic()
     checked = operations(api_schema)
     # An empty document would make this pass vacuously.
-    assert len(checked) == 13, " | ".join(operation.label for operation in checked)
+    assert len(checked) == 14, " | ".join(operation.label for operation in checked)
     runs = [(operation, mode) for operation in checked for mode in _modes(operation)]
     # An operation without inputs has one request to make; the others share the count.
     with_inputs = sum(1 for operation, _ in runs if _has_inputs(operation))
