@@ -87,6 +87,17 @@ class TelegramConfig:
     allowed_user_ids: frozenset[int] = frozenset()
     owner_id: int | None = None
     workspace: Path = Path("workspace")
+
+    @property
+    def approving_owner(self) -> int | None:
+        """Who decides as the owner: ``TELEGRAM_OWNER_ID``, or else the one allowed user of
+        a bot that has just one (whose cron and tic cards would otherwise wait forever)."""
+        if self.owner_id is not None:
+            return self.owner_id
+        if len(self.allowed_user_ids) == 1:
+            return next(iter(self.allowed_user_ids))
+        return None
+
     progress_interval_s: float = 2.0
     typing_interval_s: float = 4.5
     #: An answer faster than this needs no typing indicator (and sends no request).
@@ -277,7 +288,7 @@ class TelegramAdapter:
         """Who taps a card or replies to it, for the ``APPROVERS`` rule."""
         if user_id is None:
             return Decider(None)
-        owner = self.config.owner_id is not None and user_id == self.config.owner_id
+        owner = user_id == self.config.approving_owner
         return Decider(str(user_id), is_owner=owner, is_allowed=self.is_allowed(user_id))
 
     def is_allowed(self, user_id: int | None) -> bool:

@@ -140,3 +140,16 @@ async def test_a_reason_from_another_member_is_refused(start_service, telegram, 
 def _call_id(card) -> int:
     data = card.reply_markup["inline_keyboard"][0][0]["callback_data"]
     return int(data.split(":")[1])
+
+
+async def test_without_an_owner_id_a_single_allowed_user_is_the_owner(start_service):
+    """Else the cards of cron and tic runs (no requester) would wait for nobody."""
+    service = await start_service(telegram_owner_id=None)
+    assert service.adapter.decider(ALICE).is_owner
+    assert not service.adapter.decider(BOB).is_owner
+
+
+async def test_without_an_owner_id_several_allowed_users_have_no_owner(start_service):
+    service = await start_service(telegram_owner_id=None, telegram_allowed_user_ids=MEMBERS)
+    assert not service.adapter.decider(ALICE).is_owner
+    assert not service.adapter.decider(BOB).is_owner
