@@ -18,7 +18,7 @@ import gc
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import sqlalchemy as sa
 
+from bot.checks.result import Check
 from bot.http.app import (
     ApiRoutes,
     EventsEndpoint,
@@ -94,6 +95,13 @@ class Service:
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     _server: uvicorn.Server | None = None
     _checks_http: httpx.AsyncClient | None = None
+
+    async def _run_checks(self) -> Sequence[Check]:
+        """The doctor's checks, over a client made on first use (each client costs its TLS
+        set-up, not worth paying at start for a page few open)."""
+        if self._checks_http is None:
+            self._checks_http = httpx.AsyncClient()
+        return await service_checks(self.config, self._checks_http)()
 
     async def start(self) -> None:
         settings = self.config.settings
@@ -172,10 +180,7 @@ class Service:
         if self.http:
             operations = Operations(engine, hub, scheduler)
             # The doctor's checks for the inbox; ApiRoutes checks the token before them.
-            self._checks_http = httpx.AsyncClient()
-            details = HealthDetails(
-                service_checks(self.config, self._checks_http), lambda _request: True
-            )
+            details = HealthDetails(self._run_checks, lambda _request: True)
             token = settings.chathub_api_token
             signins = None
             # Wrong tokens count together on the page's sign-in and the API's bearer header:
