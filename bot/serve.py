@@ -39,7 +39,7 @@ from bot.http.health_details import HealthDetails, service_checks
 from bot.http.operations import Operations
 from bot.http.signins import LoginThrottle, SignInPolicy, SignIns
 from bot.http.web import Deliveries
-from bot.telegram.adapter import COMMANDS, TelegramAdapter, TelegramConfig
+from bot.telegram.adapter import TelegramAdapter, TelegramConfig
 from bot.telegram.api import BotApi
 from bot.telegram.health import TelegramHealth
 from bot.telegram.jobs import JobsPanel
@@ -241,7 +241,7 @@ class Service:
         try:
             me = await startup.identify()
             adapter.bot_id, adapter.bot_username = me.get("id"), me.get("username")
-            self._spawn(startup.register_commands(COMMANDS), "tg-commands")
+            self._spawn(startup.register_commands(adapter.commands.listed()), "tg-commands")
             await receive()
         except StartupRefused as exc:
             if self.refused is not None and not self.refused.done():

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from bot.platform.commands import Command, CommandContext, CommandRegistry, shared_commands
 from bot.telegram.api import BotApi, Json, TelegramError, is_not_modified
 from bot.telegram.cards import (
     approval_card,
@@ -35,7 +36,6 @@ from engine.approval.broker import SHORT_BYPASS_SECONDS
 from engine.approval.deciders import Decider
 from engine.bus.broadcast import Lagged
 from engine.hub import (
-    AUTO_MODEL,
     ChatHub,
     DecisionMade,
     FailureNotice,
@@ -45,33 +45,13 @@ from engine.hub import (
     SendOptions,
 )
 from engine.session import events as ev
-from engine.session.compaction import CompactionError
 from engine.store.history import AlsoWithKey, AlsoWithRow
 from engine.store.inbox import SENDER_KEY, InboxError, NotPermitted
 
-__all__ = ["COMMANDS", "TelegramAdapter", "TelegramConfig"]
+__all__ = ["TelegramAdapter", "TelegramConfig"]
 
 log = logging.getLogger(__name__)
 
-COMMANDS: tuple[tuple[str, str], ...] = (
-    ("start", "Say hello"),
-    ("help", "What I can do"),
-    ("new", "Start a new conversation"),
-    ("clear", "Forget this conversation"),
-    ("stop", "Stop what I am doing"),
-    ("models", "List the models"),
-    ("model", "Choose a model: /model <N|name|auto>"),
-    ("context", "How full my context is"),
-    ("cost", "What this conversation cost"),
-    ("compact", "Compact my context now"),
-    ("resettools", "Revoke the tool groups I activated"),
-    ("sethome", "Send background notifications to this chat"),
-    ("jobs", "Scheduled jobs of this chat"),
-)
-HELP = (
-    "Talk to me in plain words; I answer and use tools, asking first before anything risky.\n\n"
-    + "\n".join(f"/{name} — {text}" for name, text in COMMANDS)
-)
 EXPIRED = "This button has expired."
 # What a person sees when handling their update failed: never the exception, an id the
 # log line (with the traceback) carries too.
@@ -176,6 +156,7 @@ class TelegramAdapter:
         self._clock = clock
         self._sleep = sleep
         self._jobs = jobs
+        self.commands = self._commands()
         self.bot_id: int | None = None
         self.bot_username: str | None = None
         self._paired: set[int] = set()
@@ -392,100 +373,37 @@ class TelegramAdapter:
                 f"{m.user_name} (id {m.user_id}) asks to talk to me. Approve with /pair {row.code}",
             )
 
-    async def _command(self, m: Message, name: str, arg: str) -> None:
-        source, chat, thread = m.source, m.chat_id, m.thread_id
-        reply: str | None
-        match name:
-            case "start" | "help":
-                reply = HELP
-            case "new" | "clear":
-                await self.hub.clear(source)
-                reply = None  # the NewSession event says it
-            case "stop":
-                busy = self.hub.is_processing(source)
-                dropped = await self.hub.cancel(source)
-                reply = "⏹ Stopped." if busy or dropped else "Nothing to stop."
-            case "models":
-                reply = await self._models_text(source)
-            case "model":
-                reply = await self._select_model(source, arg)
-            case "context":
-                usage = await self.hub.context_info(source)
-                reply = (
-                    f"Context: {usage.last_input_tokens} tokens in the last request "
-                    f"({usage.last_model})."
-                    if usage.last_input_tokens is not None
-                    else "No model call in this conversation yet."
-                )
-            case "cost":
-                usage = await self.hub.cost_info(source)
-                reply = (
-                    f"This conversation: {usage.model_calls} model calls, "
-                    f"{usage.total_input_tokens} tokens in, {usage.total_output_tokens} out, "
-                    f"${usage.total_cost:.4f}."
-                )
-            case "compact":
-                try:
-                    done = await self.hub.force_compact(source)
-                except CompactionError as exc:
-                    reply = f"⚠️ {exc}"
-                else:
-                    reply = (
-                        f"Context compacted: {done.rows_summarised} messages summarised."
-                        if done
-                        else "Nothing to compact yet."
-                    )
-            case "resettools":
-                count = await self.hub.reset_tools(source)
-                reply = f"Revoked {count} tool group(s)."
-            case "sethome":
-                await self.hub.set_home(source)
-                reply = "🏠 Background notifications will come to this chat."
-            case "jobs":
-                if self._jobs is None:
-                    reply = "No scheduled jobs."
-                else:
-                    text, keyboard = await self._jobs.render(source)
-                    await self.outbound.send_text(
-                        chat, text, reply_markup=keyboard, thread_id=thread
-                    )
-                    reply = None
-            case "pair" if m.user_id == self.config.owner_id:
-                reply = await self._pair(arg, m.user_id)
-            case "unpair" if m.user_id == self.config.owner_id:
-                reply = await self._unpair(arg)
-            case _:
-                reply = f"Unknown command /{name}.\n\n{HELP}"
-        if reply:
-            await self._say(chat, thread, reply)
-
-    async def _models_text(self, source: str) -> str:
-        selected = await self.hub.selected_model(source)
-        lines = [
-            f"{i}. {name}{' ✓' if name == selected else ''}"
-            for i, name in enumerate(self.hub.list_models(), start=1)
-        ]
-        auto = " ✓" if selected == AUTO_MODEL else ""
-        return "\n".join(
-            [*lines, f"auto — the configured order{auto}", "Choose with /model <N|name|auto>"]
+    def _commands(self) -> CommandRegistry:
+        """The shared commands and Telegram's own (``/jobs`` with buttons, pairing)."""
+        registry = CommandRegistry()
+        for command in shared_commands(lambda: registry.help_text()):
+            registry.register(command)
+        registry.register(Command("jobs", "Scheduled jobs of this chat", self._show_jobs))
+        registry.register(Command("pair", "Let a user in", self._pair, "<code>", owner_only=True))
+        registry.register(
+            Command("unpair", "Revoke a user", self._unpair, "<user_id>", owner_only=True)
         )
+        return registry
 
-    async def _select_model(self, source: str, arg: str) -> str:
-        names = self.hub.list_models()
-        choice = arg.strip()
-        number = _id_argument(choice)
-        if number is not None and 1 <= number <= len(names):
-            choice = names[number - 1]
-        if not choice:
-            return "Usage: /model <N|name|auto>"
-        try:
-            await self.hub.select_model(source, choice)
-        except HubError as exc:
-            return f"⚠️ {exc}"
-        return f"Model: {choice}."
+    async def _command(self, m: Message, name: str, arg: str) -> None:
+        # Pairing is Telegram's own: the owner is TELEGRAM_OWNER_ID, never a fallback.
+        is_owner = self.config.owner_id is not None and m.user_id == self.config.owner_id
+        context = CommandContext(self.hub, m.source, arg, str(m.user_id), is_owner)
+        reply = await self.commands.run(name, context)
+        if reply:
+            await self._say(m.chat_id, m.thread_id, reply)
 
-    async def _pair(self, code: str, owner: int) -> str:
-        row = await self.store.redeem(code)
+    async def _show_jobs(self, c: CommandContext) -> str | None:
+        if self._jobs is None:
+            return "No scheduled jobs."
+        chat_id, thread_id = _parse_source(c.source)
+        text, keyboard = await self._jobs.render(c.source)
+        await self.outbound.send_text(chat_id, text, reply_markup=keyboard, thread_id=thread_id)
+        return None
+
+    async def _pair(self, c: CommandContext) -> str:
+        owner = int(c.user_id or 0)
+        row = await self.store.redeem(c.argument)
         if row is None:
             return "No pending pairing with that code (wrong, used or expired)."
         await self.store.pair(row.user_id, row.name, owner)
@@ -493,8 +411,8 @@ class TelegramAdapter:
         await self._say(row.chat_id, None, "👋 Welcome! You can talk to me now.")
         return f"Paired {row.name} (id {row.user_id})."
 
-    async def _unpair(self, arg: str) -> str:
-        user_id = _id_argument(arg.strip())
+    async def _unpair(self, c: CommandContext) -> str:
+        user_id = _id_argument(c.argument.strip())
         if user_id is None:
             return "Usage: /unpair <user_id>"
         removed = await self.store.unpair(user_id)

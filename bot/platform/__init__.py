@@ -1,0 +1,1 @@
+"""What every chat front end shares, whatever its transport: commands (more to come)."""

@@ -1,0 +1,190 @@
+"""Commands as a registry: a name, its help text, its argument, and a handler on the hub.
+
+Every front end shows the same commands with the same meaning and the same words: it parses
+``/name argument`` its own way, builds a ``CommandContext`` and calls ``CommandRegistry.run``;
+what comes back is the one reply to show (``None``: the handler showed what it had to, or
+a hub event will). A platform adds its own commands (Telegram: ``/jobs`` with buttons,
+``/pair``) to the shared ones from ``shared_commands``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from engine.hub import AUTO_MODEL, ChatHub, HubError
+from engine.session.compaction import CompactionError
+
+__all__ = [
+    "INTRO",
+    "Command",
+    "CommandContext",
+    "CommandRegistry",
+    "shared_commands",
+]
+
+INTRO = "Talk to me in plain words; I answer and use tools, asking first before anything risky."
+
+
+@dataclass(frozen=True, slots=True)
+class CommandContext:
+    """One command as a person gave it: where, by whom, with what argument."""
+
+    hub: ChatHub
+    source: str
+    argument: str = ""
+    #: The platform's user id as an opaque string (``None``: no sender).
+    user_id: str | None = None
+    is_owner: bool = False
+
+
+Handler = Callable[[CommandContext], Awaitable[str | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: str
+    help: str
+    handler: Handler
+    #: Shown after the name in the help text, e.g. ``<N|name|auto>``.
+    argument: str = ""
+    #: Only the owner may run it; for anyone else it does not exist (never listed).
+    owner_only: bool = False
+
+
+class CommandRegistry:
+    """The commands of one front end, in the order they are listed."""
+
+    def __init__(self, commands: Iterable[Command] = ()) -> None:
+        self._commands: dict[str, Command] = {}
+        for command in commands:
+            self.register(command)
+
+    def register(self, command: Command) -> None:
+        if command.name in self._commands:
+            raise ValueError(f"command /{command.name} is registered twice")
+        self._commands[command.name] = command
+
+    def get(self, name: str, *, is_owner: bool = False) -> Command | None:
+        command = self._commands.get(name)
+        if command is None or (command.owner_only and not is_owner):
+            return None
+        return command
+
+    def listed(self) -> tuple[tuple[str, str], ...]:
+        """``(name, help)`` of the commands everyone has (a platform's command menu)."""
+        return tuple((c.name, c.help) for c in self._commands.values() if not c.owner_only)
+
+    def help_text(self) -> str:
+        lines = [
+            f"/{c.name}{f' {c.argument}' if c.argument else ''} — {c.help}"
+            for c in self._commands.values()
+            if not c.owner_only
+        ]
+        return INTRO + "\n\n" + "\n".join(lines)
+
+    async def run(self, name: str, context: CommandContext) -> str | None:
+        """The reply to ``/name``; an unknown command gets the help text."""
+        command = self.get(name, is_owner=context.is_owner)
+        if command is None:
+            return f"Unknown command /{name}.\n\n{self.help_text()}"
+        return await command.handler(context)
+
+
+# -- the commands every front end has ------------------------------------------------------
+
+
+def shared_commands(help_text: Callable[[], str]) -> list[Command]:
+    """The hub's commands; ``help_text`` is the front end's whole list (its own included)."""
+
+    async def show_help(_context: CommandContext) -> str:
+        return help_text()
+
+    return [
+        Command("start", "Say hello", show_help),
+        Command("help", "What I can do", show_help),
+        Command("new", "Start a new conversation", _new),
+        Command("clear", "Forget this conversation", _new),
+        Command("stop", "Stop what I am doing", _stop),
+        Command("models", "List the models", _models),
+        Command("model", "Choose a model", _model, argument="<N|name|auto>"),
+        Command("context", "How full my context is", _context),
+        Command("cost", "What this conversation cost", _cost),
+        Command("compact", "Compact my context now", _compact),
+        Command("resettools", "Revoke the tool groups I activated", _reset_tools),
+        Command("sethome", "Send background notifications to this chat", _set_home),
+    ]
+
+
+async def _new(c: CommandContext) -> None:
+    await c.hub.clear(c.source)  # the NewSession event says it
+    return None
+
+
+async def _stop(c: CommandContext) -> str:
+    busy = c.hub.is_processing(c.source)
+    dropped = await c.hub.cancel(c.source)
+    return "⏹ Stopped." if busy or dropped else "Nothing to stop."
+
+
+async def _models(c: CommandContext) -> str:
+    selected = await c.hub.selected_model(c.source)
+    lines = [
+        f"{i}. {name}{' ✓' if name == selected else ''}"
+        for i, name in enumerate(c.hub.list_models(), start=1)
+    ]
+    auto = " ✓" if selected == AUTO_MODEL else ""
+    return "\n".join(
+        [*lines, f"auto — the configured order{auto}", "Choose with /model <N|name|auto>"]
+    )
+
+
+async def _model(c: CommandContext) -> str:
+    names = c.hub.list_models()
+    choice = c.argument.strip()
+    number = int(choice) if choice.isascii() and choice.isdigit() and len(choice) < 6 else None
+    if number is not None and 1 <= number <= len(names):
+        choice = names[number - 1]
+    if not choice:
+        return "Usage: /model <N|name|auto>"
+    try:
+        await c.hub.select_model(c.source, choice)
+    except HubError as exc:
+        return f"⚠️ {exc}"
+    return f"Model: {choice}."
+
+
+async def _context(c: CommandContext) -> str:
+    usage = await c.hub.context_info(c.source)
+    if usage.last_input_tokens is None:
+        return "No model call in this conversation yet."
+    return f"Context: {usage.last_input_tokens} tokens in the last request ({usage.last_model})."
+
+
+async def _cost(c: CommandContext) -> str:
+    usage = await c.hub.cost_info(c.source)
+    return (
+        f"This conversation: {usage.model_calls} model calls, "
+        f"{usage.total_input_tokens} tokens in, {usage.total_output_tokens} out, "
+        f"${usage.total_cost:.4f}."
+    )
+
+
+async def _compact(c: CommandContext) -> str:
+    try:
+        done = await c.hub.force_compact(c.source)
+    except CompactionError as exc:
+        return f"⚠️ {exc}"
+    if not done:
+        return "Nothing to compact yet."
+    return f"Context compacted: {done.rows_summarised} messages summarised."
+
+
+async def _reset_tools(c: CommandContext) -> str:
+    count = await c.hub.reset_tools(c.source)
+    return f"Revoked {count} tool group(s)."
+
+
+async def _set_home(c: CommandContext) -> str:
+    await c.hub.set_home(c.source)
+    return "🏠 Background notifications will come to this chat."
