@@ -18,6 +18,7 @@ from engine.llm.registry import ModelRegistry
 from engine.store.schema import utcnow
 from tests.engine.hub.conftest import EchoModel
 from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
+from tests.pg import migrated_sqlite
 
 ALICE = 111  # allowlisted
 OWNER = 999
@@ -47,9 +48,11 @@ def model() -> EchoModel:
 
 @pytest.fixture
 def make_config(tmp_path: Path, telegram: FakeTelegramServer) -> Callable[..., AppConfig]:
+    database_url = migrated_sqlite(tmp_path / "chathub.db")
+
     def make(**settings: Any) -> AppConfig:
         values = {
-            "database_url": f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
+            "database_url": database_url,
             "chathub_workspace": tmp_path / "workspace",
             "chathub_timezone": "UTC",
             "telegram_bot_token": TOKEN,
