@@ -21,9 +21,30 @@ overall) unless marked "default pacing": those rows show what the 30 msg/s overa
 does to a 200-chat burst. The breakdown (1 chat, a separate instrumented pass) shows where
 chathub's time goes between the update and the reply.
 
-Goal (the issue): chathub within 1.5x of the binding's bare echo round trip (p50).
+Goal (issue 15): chathub within 1.5x of the binding's bare echo round trip (p50). These
+latency tables run with ``--latency`` (about 3 minutes on their own).
 
-    python bench/telegram_e2e.py [--quick] [--messages 100] [--chats 200] [--rounds 5]
+The default run is issue 20's bar, with DEFAULT pacing (``Pacing()``) and the fake
+enforcing Telegram's limits (``tests/fakes/telegram_limits.py``: 429 with ``retry_after``,
+counted), for each binding against its bare echo bot, medians of ``--runs`` (3):
+
+* conversation: 30 messages in one chat, each 200 ms after the previous reply (the runs
+  side by side in their own chats, 70 ms apart, unless ``--separate-runs``); p50 of the
+  first 5 replies and of all 30, the time each reply spent in ``Pacer.turn`` against what
+  the private bucket requires (a simulated ``Bucket`` fed with when each reply was ready),
+  and ``Outbound.pacer.waited_s``;
+* a 3-message turn in a quiet chat: a tool that needs no approval (its progress line is
+  a message), then an answer in two parts; push -> the third ``sendMessage``, against the
+  bare bot's three replies;
+* a 100-chat burst: one message each at once; until all are answered, against 100 / the
+  overall rate;
+* start-up: a real process each (``python -m bot.cli serve`` with the fake OpenAI-compatible
+  model and ``TELEGRAM_LIBRARY``; ``bench/telegram_bare.py``), from its start to its first
+  ``getUpdates``; its RSS after 30 chats' messages are answered;
+* every 429 the fake answered (the bar: 0), and the fullest each limit's window was.
+
+    python bench/telegram_e2e.py [--quick] [--runs 3] [--separate-runs] [--latency]
+        [--messages 100] [--chats 200] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -36,6 +57,7 @@ import logging
 import multiprocessing
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -49,16 +71,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.fakes
 
+from bench.telegram_bare import replies as bare_replies
 from bot.serve import Service, freeze_startup_objects
 from bot.telegram.bindings.factory import make_bot_api
 from bot.telegram.outbound import Pacing
-from bot.telegram.pacing import Pacer
+from bot.telegram.pacing import Bucket, Pacer, PacingPolicy, Rate
 from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel
-from engine.llm.types import LlmResponse, Message, ToolSchema, Usage
+from engine.llm.types import LlmResponse, Message, ToolCallRequest, ToolSchema, Usage
 from engine.session.gate import AllowAll
-from tests.fakes.telegram_server import Call, FakeTelegramServer
+from engine.tools.base import ToolCategory
+from tests.bot.process import free_port, service_env
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.telegram_server import Call, FakeTelegramServer, Json
 
 LIBRARIES = ("ptb", "aiogram")
 TOKEN = "123456:BENCH-TOKEN"
@@ -131,37 +157,77 @@ class InstantModel(ScriptedModel):
 # -- the fake, in a process of its own ------------------------------------------------------
 
 
-def _fake_process(commands: Connection, events: Connection) -> None:
+@dataclass
+class _Pushed:
+    at: float
+    expect: int  # replies (sendMessage) to wait for
+    seen: int = 0
+
+
+def _fake_process(commands: Connection, events: Connection, enforce_limits: bool) -> None:
     """The child: the fake Bot API, pushing on command and reporting each reply's latency.
 
     Latency is measured here, on one clock: from just before the update is pushed to the
-    arrival of the first ``sendMessage`` to that chat.
+    arrival of the ``expect``-th ``sendMessage`` to that chat (the first, unless asked for
+    more). With ``enforce_limits`` the fake answers calls over Telegram's limits with 429
+    (``tests/fakes/telegram_limits.py``) and only accepted sends count as replies.
     """
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("uvicorn.error").addFilter(ABANDONED)
-    pushed: dict[int, float] = {}
+    pushed: dict[int, _Pushed] = {}
     lock = threading.Lock()
+    first_poll: list[bool] = []  # armed: report the next getUpdates
 
-    def on_call(call: Call) -> None:  # the fake's thread
-        if call.method.lower() != "sendmessage":
+    def on_send(method: str, params: Json, at: float) -> None:  # the fake's thread
+        if method.lower() != "sendmessage":
             return
         with contextlib.suppress(TypeError, ValueError):
-            chat_id = int(call.params.get("chat_id"))  # type: ignore[arg-type]
+            chat_id = int(params.get("chat_id"))  # type: ignore[arg-type]
             with lock:
-                started = pushed.pop(chat_id, None)
-            if started is not None:
-                events.send((chat_id, call.time - started))
+                waiting = pushed.get(chat_id)
+                if waiting is None:
+                    return
+                waiting.seen += 1
+                if waiting.seen < waiting.expect:
+                    return
+                del pushed[chat_id]
+            events.send(("reply", chat_id, at - waiting.at, waiting.at))
 
-    fake = FakeTelegramServer()
+    def on_call(call: Call) -> None:  # the fake's thread
+        if call.method.lower() == "getupdates":
+            if first_poll and first_poll.pop():
+                events.send(("polled", call.time))
+        elif not enforce_limits:
+            on_send(call.method, call.params, call.time)
+
+    fake = FakeTelegramServer(enforce_limits=enforce_limits)
     fake.calls = _CallLog(on_call)
+    if fake.limits is not None:
+        limits, record = fake.limits, fake.limits.record
+
+        def accepted(method: str, params: Json) -> None:  # the lock held
+            record(method, params)
+            on_send(method, params, time.monotonic())
+
+        limits.record = accepted  # type: ignore[method-assign]
     fake.start()
     events.send(("ready", fake.base_url))
     try:
         while (command := commands.recv()) is not None:
-            for chat_id, text in command:
-                with lock:
-                    pushed[chat_id] = time.monotonic()
-                fake.user_message(chat_id, chat_id, text)
+            if command == "stats":
+                stats: dict[str, Any] = {"429": 0, "peak": {}, "rejected": []}
+                if fake.limits is not None:
+                    stats["429"] = fake.limits.count_429
+                    stats["peak"] = dict(fake.limits.peak)
+                    stats["rejected"] = [(r.method, r.rule) for r in fake.limits.rejected[:5]]
+                events.send(("stats", stats))
+            elif command == "watch-poll":
+                first_poll.append(True)
+            else:
+                for chat_id, text, expect in command:
+                    with lock:
+                        pushed[chat_id] = _Pushed(time.monotonic(), expect)
+                    fake.user_message(chat_id, chat_id, text)
     finally:
         fake.stop()
 
@@ -184,14 +250,19 @@ class WatchedTelegram:
     ``push`` sends a user message; its future is the latency in seconds.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, enforce_limits: bool = False) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiting: dict[int, asyncio.Future[float]] = {}
+        self._answers: dict[str, asyncio.Future[Any]] = {}
+        #: When each chat's awaited reply was pushed (the fake's clock: CLOCK_MONOTONIC).
+        self.pushed_at: dict[int, float] = {}
         context = multiprocessing.get_context("spawn")
         child_commands, self._commands = context.Pipe(duplex=False)  # (receive, send)
         self._events, child_events = context.Pipe(duplex=False)
         self._process = context.Process(
-            target=_fake_process, args=(child_commands, child_events), daemon=True
+            target=_fake_process,
+            args=(child_commands, child_events, enforce_limits),
+            daemon=True,
         )
         self.base_url = ""
 
@@ -221,15 +292,24 @@ class WatchedTelegram:
 
     def _on_events(self) -> None:
         while self._events.poll():
-            chat_id, latency = self._events.recv()
-            future = self._waiting.pop(chat_id, None)
+            event = self._events.recv()
+            if event[0] == "reply":
+                _, chat_id, latency, pushed_at = event
+                self.pushed_at[chat_id] = pushed_at
+                future = self._waiting.pop(chat_id, None)
+            else:  # "stats", "polled": answers to a command
+                future = self._answers.pop(event[0], None)
+                latency = event[1]
             if future is not None and not future.done():
                 future.set_result(latency)
 
-    def push(self, chat_id: int, text: str) -> asyncio.Future[float]:
-        return self.push_many([(chat_id, text)])[0]
+    def push(self, chat_id: int, text: str, *, expect: int = 1) -> asyncio.Future[float]:
+        """A user message; its future is the latency to the ``expect``-th reply."""
+        return self.push_many([(chat_id, text)], expect=expect)[0]
 
-    def push_many(self, messages: Sequence[tuple[int, str]]) -> list[asyncio.Future[float]]:
+    def push_many(
+        self, messages: Sequence[tuple[int, str]], *, expect: int = 1
+    ) -> list[asyncio.Future[float]]:
         """Push several user messages in one go (a burst); a latency future each."""
         assert self._loop is not None
         futures = []
@@ -237,8 +317,23 @@ class WatchedTelegram:
             future: asyncio.Future[float] = self._loop.create_future()
             self._waiting[chat_id] = future
             futures.append(future)
-        self._commands.send(list(messages))
+        self._commands.send([(chat, text, expect) for chat, text in messages])
         return futures
+
+    def _ask(self, command: str, answer: str) -> asyncio.Future[Any]:
+        assert self._loop is not None
+        future: asyncio.Future[Any] = self._loop.create_future()
+        self._answers[answer] = future
+        self._commands.send(command)
+        return future
+
+    async def stats(self) -> dict[str, Any]:
+        """The fake's 429 count and the fullest each rate-limit window has been."""
+        return await asyncio.wait_for(self._ask("stats", "stats"), 10)
+
+    def next_poll(self) -> asyncio.Future[float]:
+        """When the next ``getUpdates`` arrives (the fake's clock)."""
+        return self._ask("watch-poll", "polled")
 
 
 # -- the systems under test ------------------------------------------------------------------
@@ -246,7 +341,13 @@ class WatchedTelegram:
 
 @contextlib.asynccontextmanager
 async def chathub(
-    library: str, fake: WatchedTelegram, chats: Sequence[int], pacing: Pacing
+    library: str,
+    fake: WatchedTelegram,
+    chats: Sequence[int],
+    pacing: Pacing,
+    *,
+    model: Any = None,
+    tools: Sequence[Any] = (),
 ) -> AsyncIterator[Service]:
     with tempfile.TemporaryDirectory() as tmp:
         settings = load_settings(
@@ -261,13 +362,16 @@ async def chathub(
         config = AppConfig(settings=settings, models=(), engine=EngineConfig(), hub=HubConfig())
         service = Service(
             config,
-            models=ModelRegistry([InstantModel()]),
+            models=ModelRegistry([model or InstantModel()]),
             policy=AllowAll(),
             api=make_bot_api(library, TOKEN, fake.base_url),
             pacing=pacing,
             http=False,
         )
         await service.start()
+        assert service.engine is not None
+        for tool in tools:
+            service.engine.tools.register(tool)
         freeze_startup_objects()  # as `chathub serve` does
         try:
             yield service
@@ -283,7 +387,8 @@ async def ptb_echo(fake: WatchedTelegram, concurrent: bool) -> AsyncIterator[Non
 
     async def echo(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         assert update.message is not None and update.message.text is not None
-        await update.message.reply_text(update.message.text)
+        for _ in range(bare_replies(update.message.text)):
+            await update.message.reply_text(update.message.text)
 
     root = fake.base_url
     application = (
@@ -319,7 +424,8 @@ async def aiogram_echo(fake: WatchedTelegram) -> AsyncIterator[None]:
 
     @router.message()
     async def echo(message: TgMessage) -> None:
-        await message.answer(message.text or "?")
+        for _ in range(bare_replies(message.text or "")):
+            await message.answer(message.text or "?")
 
     dispatcher = Dispatcher()
     dispatcher.include_router(router)
@@ -698,6 +804,527 @@ def report_breakdown(results: list[Breakdown]) -> None:
         print(f"  {b.library} units per message: {names}")
 
 
+# -- issue 20's bar: default pacing, a fake that enforces Telegram's limits -----------------
+
+CONVERSATION = 30  # messages in one chat, each GAP_S after the previous reply
+CONVERSATION_FIRST = 5
+GAP_S = 0.2
+STAGGER_S = 0.07  # side-by-side conversations start this far apart
+BURST_CHATS = 100
+SUBPROCESS_CHATS = 30  # the messages a started process answers before its RSS is read
+LONG_ANSWER = " ".join(f"word{n}" for n in range(900))  # > 4096 characters: two messages
+BAR = {
+    "conversation": 2.0,  # first 5 replies p50, x the bare bot's
+    "turn": 2.0,  # time to the last of three messages, x the bare bot's
+    "burst": 1.10,  # 100 chats answered, x 100 / overall rate
+    "startup_s": 0.6,
+    "startup": 2.0,
+    "rss_mb": 80.0,
+}
+BAR_BASE = 20_001  # chat ids of this section: well apart from the latency section's
+CHATHUB_BIN = [sys.executable, "-m", "bot.cli", "serve"]
+BARE_SCRIPT = Path(__file__).resolve().parent / "telegram_bare.py"
+
+
+class TurnModel(ScriptedModel):
+    """Zero latency. "three ...": a tool call, then an answer long enough for two messages
+    (three sends in all: the progress line, two parts); anything else: a short answer."""
+
+    def __init__(self) -> None:
+        super().__init__(name="instant", record=False)
+        self._calls = 0
+
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema], *, on_delta: Any = None
+    ) -> LlmResponse:
+        said = [m for m in messages if m.get("role") != "system"]  # the time note is last
+        last = said[-1] if said else {}
+        if last.get("role") == "tool":
+            return LlmResponse(content=LONG_ANSWER, usage=Usage(10, 900), model=self.name)
+        if last.get("role") == "user" and "three" in str(last.get("content")):
+            self._calls += 1
+            call = ToolCallRequest(f"call-{self._calls}", LookupTool.name, "{}")
+            return LlmResponse(content="", tool_calls=(call,), usage=Usage(10, 1), model=self.name)
+        return LlmResponse(content=ANSWER, usage=Usage(10, 1), model=self.name)
+
+
+class LookupTool:
+    """A tool that needs no approval (``AllowAll``) and answers at once."""
+
+    name = "bench_lookup"
+    description = "Looks the answer up."
+    parameters: dict[str, Any] = {"type": "object", "properties": {}}  # noqa: RUF012
+    category = ToolCategory.INTROSPECTION
+    root_agent_only = False
+    sub_agents_only = False
+    interactive_only = False
+    rerun_safe = True
+
+    async def run(self, args: dict[str, Any], ctx: Any) -> str:
+        return "42"
+
+
+@dataclass
+class Conversation:
+    latencies_ms: list[float] = field(default_factory=list)
+    waits_s: list[float] = field(default_factory=list)  # in Pacer.turn, per reply
+    required_s: list[float] = field(default_factory=list)  # what the bucket requires
+    missing: int = 0
+
+    def p50(self, first: int | None = None) -> float:
+        data = self.latencies_ms[:first] if first else self.latencies_ms
+        return statistics.median(data) if data else float("nan")
+
+
+@dataclass
+class BarRuns:
+    """One system's measurements, a value per run."""
+
+    first5_ms: list[float] = field(default_factory=list)
+    all30_ms: list[float] = field(default_factory=list)
+    conversations: list[Conversation] = field(default_factory=list)
+    waited_s: float = 0.0  # Outbound.pacer.waited_s over the conversations
+    turn_ms: list[float] = field(default_factory=list)
+    burst_s: list[float] = field(default_factory=list)
+    startup_s: list[float] = field(default_factory=list)
+    rss_mb: list[float] = field(default_factory=list)
+    count_429: int = 0
+    peak: dict[str, int] = field(default_factory=dict)
+    rejected: list[Any] = field(default_factory=list)
+    missing: int = 0
+
+
+def bar_chats(kind: str, runs: int, per_run: int = 1) -> list[int]:
+    offset = {"warm": 0, "conversation": 100, "turn": 200, "burst": 1000, "process": 9000}[kind]
+    return [BAR_BASE + offset + n for n in range(runs * per_run)]
+
+
+def required_waits(ready: Sequence[float], waits: Sequence[float], rate: Rate) -> list[float]:
+    """What the private chat's bucket requires of each reply, given when it was ready."""
+    if not ready:
+        return []
+    bucket = Bucket.full(rate, ready[0])
+    required = []
+    for at in ready:
+        need = bucket.wait(at)
+        bucket.take(at + need)
+        required.append(need)
+    return required
+
+
+async def converse(
+    fake: WatchedTelegram,
+    chat: int,
+    args: argparse.Namespace,
+    waits: dict[int, float] | None,
+    start_after: float,
+) -> Conversation:
+    await asyncio.sleep(start_after)
+    result = Conversation()
+    ready: list[float] = []
+    for i in range(args.conversation):
+        before = waits.get(chat, 0.0) if waits is not None else 0.0
+        try:
+            latency = await asyncio.wait_for(fake.push(chat, f"message {i}"), args.timeout)
+        except TimeoutError:
+            result.missing += 1
+            continue
+        waited = (waits.get(chat, 0.0) - before) if waits is not None else 0.0
+        result.latencies_ms.append(latency * 1000)
+        result.waits_s.append(waited)
+        ready.append(fake.pushed_at[chat] + latency - waited)
+        await asyncio.sleep(GAP_S)
+    if waits is not None:
+        result.required_s = required_waits(ready, result.waits_s, PacingPolicy().private)
+    return result
+
+
+async def conversations(
+    fake: WatchedTelegram, args: argparse.Namespace, waits: dict[int, float] | None
+) -> list[Conversation]:
+    chats = bar_chats("conversation", args.runs)
+    if args.separate_runs:
+        return [await converse(fake, chat, args, waits, 0.0) for chat in chats]
+    return list(
+        await asyncio.gather(
+            *(converse(fake, chat, args, waits, n * STAGGER_S) for n, chat in enumerate(chats))
+        )
+    )
+
+
+async def warm_up(fake: WatchedTelegram, args: argparse.Namespace) -> None:
+    """A first message and a first three-message turn, each in a chat of its own."""
+    first, second = bar_chats("warm", 2)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(fake.push(first, "warm up"), args.timeout)
+        await asyncio.wait_for(fake.push(second, "three warm up", expect=3), args.timeout)
+    await asyncio.sleep(0.3)
+
+
+async def turns(fake: WatchedTelegram, args: argparse.Namespace, into: BarRuns) -> None:
+    for chat in bar_chats("turn", args.runs):
+        try:
+            latency = await asyncio.wait_for(
+                fake.push(chat, "three messages, please", expect=3), args.timeout
+            )
+        except TimeoutError:
+            into.missing += 1
+            continue
+        into.turn_ms.append(latency * 1000)
+        await asyncio.sleep(0.3)
+
+
+async def bursts(fake: WatchedTelegram, args: argparse.Namespace, into: BarRuns) -> None:
+    chats = bar_chats("burst", args.runs, BURST_CHATS)
+    for run in range(args.runs):
+        ours = chats[run * BURST_CHATS : (run + 1) * BURST_CHATS]
+        futures = fake.push_many([(chat, f"burst {run}") for chat in ours])
+        done, pending = await asyncio.wait(futures, timeout=args.timeout + 60)
+        for future in pending:
+            future.cancel()
+        into.missing += len(pending)
+        if done:
+            into.burst_s.append(max(f.result() for f in done))
+        await asyncio.sleep(1.5)  # the overall bucket fills again before the next
+
+
+def _conversation_stats(into: BarRuns, results: list[Conversation]) -> None:
+    into.conversations = results
+    for result in results:
+        into.missing += result.missing
+        into.first5_ms.append(result.p50(CONVERSATION_FIRST))
+        into.all30_ms.append(result.p50())
+
+
+async def bar_chathub(library: str, args: argparse.Namespace) -> BarRuns:
+    into = BarRuns()
+    fake = WatchedTelegram(enforce_limits=True)
+    fake.watch(asyncio.get_running_loop())
+    fake.start()
+    chats = [
+        *bar_chats("warm", 2),
+        *bar_chats("conversation", args.runs),
+        *bar_chats("turn", args.runs),
+        *bar_chats("burst", args.runs, BURST_CHATS),
+    ]
+    try:
+        async with chathub(
+            library, fake, chats, Pacing(), model=TurnModel(), tools=[LookupTool()]
+        ) as service:
+            assert service.adapter is not None
+            pacer = service.adapter.outbound.pacer
+            waits: dict[int, float] = defaultdict(float)
+            turn = pacer.turn
+
+            async def timed_turn(chat_id: int, *, edit: bool = False) -> None:
+                started = time.monotonic()
+                try:
+                    await turn(chat_id, edit=edit)
+                finally:
+                    waits[chat_id] += time.monotonic() - started
+
+            pacer.turn = timed_turn  # type: ignore[method-assign]
+            await warm_up(fake, args)
+            await asyncio.sleep(1.0)  # the warm-up's tokens back in the overall bucket
+            before = pacer.waited_s
+            _conversation_stats(into, await conversations(fake, args, waits))
+            into.waited_s = pacer.waited_s - before
+            await turns(fake, args, into)
+            await bursts(fake, args, into)
+        stats = await fake.stats()
+    finally:
+        fake.stop()
+    into.count_429, into.peak, into.rejected = stats["429"], stats["peak"], stats["rejected"]
+    return into
+
+
+async def bar_bare(library: str, args: argparse.Namespace) -> BarRuns:
+    into = BarRuns()
+    fake = WatchedTelegram(enforce_limits=True)
+    fake.watch(asyncio.get_running_loop())
+    fake.start()
+    try:
+        async with echo_bot(library, fake, concurrent=True):
+            await warm_up(fake, args)
+            _conversation_stats(into, await conversations(fake, args, None))
+            await turns(fake, args, into)
+        stats = await fake.stats()
+    finally:
+        fake.stop()
+    into.count_429, into.peak, into.rejected = stats["429"], stats["peak"], stats["rejected"]
+    return into
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def started_process(
+    system: str,
+    library: str,
+    fake: WatchedTelegram,
+    model: FakeOpenAIServer,
+    args: argparse.Namespace,
+    into: BarRuns,
+) -> None:
+    """One start of a real process: to its first getUpdates, then SUBPROCESS_CHATS chats'
+    messages answered, then its RSS; stopped with SIGTERM. (The fake is not reset between
+    processes: a stopped process's long poll, still waiting there, would confirm the new
+    updates away with its old offset if update ids started again at 1.)"""
+    model.reset()
+    for _ in range(SUBPROCESS_CHATS + 5):
+        model.reply_text(ANSWER)
+    chats = bar_chats("process", 1, SUBPROCESS_CHATS)
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        env = {"PATH": os.environ.get("PATH", ""), "HOME": tmp, "TELEGRAM_BOT_TOKEN": TOKEN}
+        if system == "chathub":
+            command = CHATHUB_BIN
+            env |= service_env(
+                home,
+                model.base_url,
+                TELEGRAM_BOT_TOKEN=TOKEN,
+                TELEGRAM_API_URL=fake.base_url,
+                TELEGRAM_LIBRARY=library,
+                TELEGRAM_ALLOWED_USER_IDS=",".join(str(chat) for chat in chats),
+                HTTP_PORT=str(free_port()),
+            )
+        else:
+            command = [sys.executable, str(BARE_SCRIPT), "--library", library]
+            command += ["--api-url", fake.base_url]
+        polled = fake.next_poll()
+        with open(home / "stderr.txt", "w+") as stderr:  # noqa: ASYNC230 (before the timing)
+            started = time.monotonic()
+            child = await asyncio.create_subprocess_exec(
+                *command,
+                cwd=tmp,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+            try:
+                first = await asyncio.wait_for(polled, args.timeout)
+                into.startup_s.append(first - started)
+                futures = fake.push_many([(chat, "hello") for chat in chats])
+                _done, pending = await asyncio.wait(futures, timeout=args.timeout)
+                for future in pending:
+                    future.cancel()
+                into.missing += len(pending)
+                if pending:
+                    stderr.seek(0)
+                    print(f"  {system} {library}: {len(pending)} unanswered; its stderr:")
+                    print(stderr.read()[-2000:])
+                await asyncio.sleep(SETTLE_S)
+                into.rss_mb.append(rss_mb(child.pid))
+            except TimeoutError:
+                into.missing += 1
+                stderr.seek(0)
+                print(f"  {system} {library}: no getUpdates in time:\n{stderr.read()[-2000:]}")
+            finally:
+                if child.returncode is None:
+                    child.terminate()
+                try:
+                    await asyncio.wait_for(child.wait(), 15)
+                except TimeoutError:
+                    child.kill()
+                    await child.wait()
+
+
+async def processes(library: str, args: argparse.Namespace, hub: BarRuns, bare: BarRuns) -> None:
+    fake = WatchedTelegram(enforce_limits=True)
+    fake.watch(asyncio.get_running_loop())
+    fake.start()
+    model = FakeOpenAIServer().start()
+    try:
+        for run in range(args.runs):  # alternating, as the machine drifts
+            pair = [("chathub", hub), ("bare", bare)]
+            for system, into in pair if run % 2 == 0 else reversed(pair):
+                await asyncio.sleep(1.1)  # the last process's sends leave the 1 s window
+                before = (await fake.stats())["429"]
+                await started_process(system, library, fake, model, args, into)
+                stats = await fake.stats()
+                into.count_429 += stats["429"] - before
+                into.rejected += stats["rejected"] if stats["429"] > before else []
+    finally:
+        model.stop()
+        fake.stop()
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _runs(values: Sequence[float], digits: int = 0) -> str:
+    return "/".join(f"{v:.{digits}f}" for v in values)
+
+
+def report_bar(results: list[tuple[str, BarRuns, BarRuns]], args: argparse.Namespace) -> list[bool]:
+    print()
+    print(
+        f"Issue 20's bar: DEFAULT pacing (Pacing(): private burst 4 then 1/s, 30/s overall), "
+        f"the fake Bot API enforcing Telegram's limits; medians of {args.runs} runs "
+        "(each run's value in brackets)"
+    )
+    head = f"{'binding':<8} | {'measure':<44} | {'chathub':>9} | {'bare':>9} | {'ratio':>7} | bar"
+    print(head)
+    print("-" * (len(head) + 30))
+    verdicts: list[bool] = []
+    overall = PacingPolicy().overall.per_second
+
+    def line(
+        library: str,
+        name: str,
+        ours: float,
+        base: float,
+        ratio: float | None,
+        bar: str,
+        met: bool | None,
+        detail: str = "",
+        digits: int = 1,
+    ) -> None:
+        ratio_text = "-" if ratio is None else f"{ratio:.2f}x"
+        verdict = "" if met is None else ("met" if met else "MISSED")
+        if met is not None:
+            verdicts.append(met)
+        print(
+            f"{library:<8} | {name:<44} | {ours:>9.{digits}f} | {base:>9.{digits}f} | "
+            f"{ratio_text:>7} | {bar} {verdict}{detail}"
+        )
+
+    for library, hub, bare in results:
+        h, b = _median(hub.first5_ms), _median(bare.first5_ms)
+        line(
+            library,
+            f"conversation: first {CONVERSATION_FIRST} replies p50 (ms)",
+            h,
+            b,
+            h / b,
+            f"<= {BAR['conversation']:g}x",
+            h / b <= BAR["conversation"],
+            f"  [{_runs(hub.first5_ms, 1)} vs {_runs(bare.first5_ms, 1)}]",
+        )
+        h, b = _median(hub.all30_ms), _median(bare.all30_ms)
+        line(
+            library,
+            f"conversation: all {args.conversation} replies p50 (ms)",
+            h,
+            b,
+            h / b,
+            "(paced: 1/s after the burst)",
+            None,
+            f"  [{_runs(hub.all30_ms)} vs {_runs(bare.all30_ms)}]",
+        )
+        waits = [sum(c.waits_s) for c in hub.conversations]
+        required = [sum(c.required_s) for c in hub.conversations]
+        excess = [
+            max((w - r for w, r in zip(c.waits_s, c.required_s, strict=True)), default=0)
+            for c in hub.conversations
+        ]
+        print(
+            f"{library:<8} |   pacing wait per conversation: {_median(waits):.2f} s in "
+            f"Pacer.turn (the bucket requires {_median(required):.2f} s; the most any reply "
+            f"waited beyond it: {_median(excess) * 1000:.1f} ms); Outbound.pacer.waited_s "
+            f"over the {len(hub.conversations)} conversations: {hub.waited_s:.2f} s"
+        )
+        h, b = _median(hub.turn_ms), _median(bare.turn_ms)
+        line(
+            library,
+            "3-message turn: push -> last message (ms)",
+            h,
+            b,
+            h / b,
+            f"<= {BAR['turn']:g}x",
+            h / b <= BAR["turn"],
+            f"  [{_runs(hub.turn_ms, 1)} vs {_runs(bare.turn_ms, 1)}]",
+        )
+        ideal = BURST_CHATS / overall
+        h = _median(hub.burst_s)
+        line(
+            library,
+            f"{BURST_CHATS}-chat burst: all answered (s; base: {BURST_CHATS}/rate)",
+            h,
+            ideal,
+            h / ideal,
+            f"<= {BAR['burst']:g}x",
+            h / ideal <= BAR["burst"],
+            f"  [{_runs(hub.burst_s, 2)}]",
+            digits=2,
+        )
+        h, b = _median(hub.startup_s), _median(bare.startup_s)
+        line(
+            library,
+            "start-up: process start -> first getUpdates (s)",
+            h,
+            b,
+            h / b,
+            f"<= {BAR['startup_s']:g} s and <= {BAR['startup']:g}x",
+            h <= BAR["startup_s"] and h / b <= BAR["startup"],
+            f"  [{_runs(hub.startup_s, 2)} vs {_runs(bare.startup_s, 2)}]",
+            digits=2,
+        )
+        h, b = _median(hub.rss_mb), _median(bare.rss_mb)
+        line(
+            library,
+            f"RSS after start-up + {SUBPROCESS_CHATS} chats answered (MB)",
+            h,
+            b,
+            h / b,
+            f"<= {BAR['rss_mb']:g} MB",
+            h <= BAR["rss_mb"],
+            f"  [{_runs(hub.rss_mb)} vs {_runs(bare.rss_mb)}]",
+        )
+        line(
+            library,
+            "responses with status 429 (all of the above)",
+            hub.count_429,
+            bare.count_429,
+            None,
+            "0 (chathub)",
+            hub.count_429 == 0,
+            digits=0,
+        )
+        peaks = ", ".join(f"{k} {v}" for k, v in sorted(hub.peak.items()))
+        print(f"{library:<8} |   chathub's fullest windows (in-process runs): {peaks}")
+        if hub.rejected:
+            print(f"{library:<8} |   first 429s: {hub.rejected[:3]}")
+        for label, runs in (("chathub", hub), ("bare", bare)):
+            if runs.missing:
+                print(f"{library:<8} |   {label}: {runs.missing} replies missing (timeouts)")
+    return verdicts
+
+
+async def run_bar(args: argparse.Namespace) -> None:
+    print(
+        f"Conversation: {args.conversation} messages in one chat, each {GAP_S * 1000:.0f} ms "
+        f"after the previous reply ({args.runs} runs "
+        + (
+            "one after another"
+            if args.separate_runs
+            else f"side by side in {args.runs} chats, {STAGGER_S * 1000:.0f} ms apart"
+        )
+        + "); 3-message turn: a tool call (its progress line) and an answer in two parts, "
+        "in a quiet chat, against a bare bot's three replies; "
+        f"{BURST_CHATS}-chat burst: one message each, at once. In-process (as above); "
+        "start-up and RSS: a real process each (`python -m bot.cli serve` with the fake "
+        "OpenAI-compatible model; bench/telegram_bare.py), from its start to its first "
+        f"getUpdates, RSS after {SUBPROCESS_CHATS} chats answered"
+    )
+    results = []
+    for library in args.libraries:
+        hub = await bar_chathub(library, args)
+        bare = await bar_bare(library, args)
+        await processes(library, args, hub, bare)
+        results.append((library, hub, bare))
+        gc.collect()
+    verdicts = report_bar(results, args)
+    print(f"bar: {sum(verdicts)} of {len(verdicts)} met")
+
+
 def leftover_tasks() -> list[asyncio.Task[Any]]:
     current = asyncio.current_task()
     return [task for task in asyncio.all_tasks() if task is not current and not task.done()]
@@ -708,6 +1335,28 @@ async def run(args: argparse.Namespace) -> None:
         "Telegram end to end: update -> first sendMessage, zero-latency model, fake Bot API "
         "(real HTTP, its own process), SQLite file (WAL), AllowAll"
     )
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPU(s)")
+    started = time.monotonic()
+    if args.bar:
+        await run_bar(args)
+    if args.latency:
+        await run_latency(args)
+    await asyncio.sleep(0)
+    left = leftover_tasks()
+    print()
+    if ABANDONED.count:
+        print(
+            f"fake API: {ABANDONED.count} request(s) abandoned by the client mid-body "
+            "(a cancelled call: chathub's typing indicator is cancelled by the reply)"
+        )
+    print(f"total {time.monotonic() - started:.1f} s; tasks left running: {len(left)}")
+    for task in left:
+        print(f"  left running: {task!r}")
+
+
+async def run_latency(args: argparse.Namespace) -> None:
+    print()
+    print("Latency, pacing off (--latency):")
     print(
         f"1 chat: {args.messages} sequential messages; {args.chats} chats: {args.rounds} "
         f"round(s) of one message per chat at once; in {args.blocks} blocks alternating "
@@ -723,10 +1372,8 @@ async def run(args: argparse.Namespace) -> None:
         "concurrent_updates(True) for the many-chat case (sequential for 1 chat); aiogram "
         "handles updates as tasks (its default)"
     )
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPU(s)")
     rows: list[Row] = []
     breakdowns: list[Breakdown] = []
-    started = time.monotonic()
     for library in args.libraries:
         rows.extend(await measure(library, args))
         if args.breakdown:
@@ -735,22 +1382,28 @@ async def run(args: argparse.Namespace) -> None:
     report(rows, args)
     if breakdowns:
         report_breakdown(breakdowns)
-    await asyncio.sleep(0)
-    left = leftover_tasks()
-    print()
-    if ABANDONED.count:
-        print(
-            f"fake API: {ABANDONED.count} request(s) abandoned by the client mid-body "
-            "(a cancelled call: chathub's typing indicator is cancelled by the reply)"
-        )
-    print(f"total {time.monotonic() - started:.1f} s; tasks left running: {len(left)}")
-    for task in left:
-        print(f"  left running: {task!r}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smaller run")
+    parser.add_argument(
+        "--latency",
+        action="store_true",
+        help="also the latency tables with pacing off (1 chat, many chats, breakdown: ~3 min)",
+    )
+    parser.add_argument(
+        "--no-bar", dest="bar", action="store_false", help="skip issue 20's bar (default pacing)"
+    )
+    parser.add_argument("--runs", type=int, help="runs of the bar's cases (default 3; quick 1)")
+    parser.add_argument(
+        "--conversation", type=int, help=f"conversation messages (default {CONVERSATION})"
+    )
+    parser.add_argument(
+        "--separate-runs",
+        action="store_true",
+        help="the bar's conversations one after another, not side by side (longer)",
+    )
     parser.add_argument("--messages", type=int, help="1-chat messages (default 200; quick 30)")
     parser.add_argument("--chats", type=int, help="concurrent chats (default 200; quick 50)")
     parser.add_argument(
@@ -772,6 +1425,8 @@ def main() -> None:
         "--blocks", type=int, help="alternating chathub/echo blocks per scenario (default 4)"
     )
     args = parser.parse_args()
+    args.runs = max(1, args.runs or (1 if args.quick else 3))
+    args.conversation = args.conversation or (10 if args.quick else CONVERSATION)
     args.messages = args.messages or (30 if args.quick else 200)
     args.chats = args.chats or (50 if args.quick else 200)
     args.rounds = args.rounds or (2 if args.quick else 6)
