@@ -144,3 +144,58 @@ async def test_an_unopenable_sqlite_file_fails_instead_of_hanging(tmp_path: Path
 async def test_an_unknown_database_scheme_is_refused() -> None:
     with pytest.raises(ValueError, match="unsupported database URL scheme 'mysql'"):
         connect("mysql://localhost/chathub")
+
+
+async def test_an_approval_waiting_in_an_older_database_survives_the_upgrade(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database at 0009 (before approvals named who asked) with a call waiting: after the
+    upgrade the call still waits, names nobody, and only the owner may decide it."""
+    from engine.approval.broker import ApprovalBroker
+    from engine.approval.bypass import Bypasses
+    from engine.approval.deciders import OPERATOR, Decider
+    from engine.store.inbox import NotPermitted
+    from engine.store.rows import AssistantRecord, NewToolCall
+    from engine.store.schema import tool_approvals, utcnow
+
+    real = all_migrations()
+    monkeypatch.setattr(store_db, "all_migrations", lambda: real[:9])
+    old = await Store.open(store_url)
+    try:
+        session = await old.sessions.create("telegram:-100")
+        root = await old.sessions.root_frame(session.id)
+        sender = {"sender": {"id": "11", "name": "Alice"}}
+        await old.history.append_message(root.id, "user", "clean up", metadata=sender)
+        message = await old.history.append_assistant(
+            root.id, AssistantRecord(""), [NewToolCall("c1", "execute_cmd", '{"command": "ls"}')]
+        )
+        call = message.tool_calls[0]
+        await old.history.set_tool_status(call.id, "pending", None)
+
+        def waiting(conn: sa.Connection) -> None:  # as 0009's code wrote it: no requester
+            conn.execute(
+                tool_approvals.insert().values(
+                    tool_call_id=call.id, session_id=session.id, requested_at=utcnow()
+                )
+            )
+
+        await old.db.run(waiting)
+    finally:
+        await old.close()
+
+    monkeypatch.setattr(store_db, "all_migrations", lambda: real)
+    store = await Store.open(store_url)
+    try:
+        assert await store.db.run(_versions) == list(range(1, LATEST + 1))
+        [item] = await store.inbox.pending_approvals()
+        assert item.tool_call_id == call.id
+        record = await store.inbox.get(call.id)
+        assert record is not None and record.requester_id is None
+        broker = ApprovalBroker(store.inbox, Bypasses())
+        with pytest.raises(NotPermitted):  # Alice asked, but 0009 did not record it
+            await broker.approve(call.id, decider=Decider("11", is_allowed=True))
+        await broker.approve(call.id, decider=OPERATOR)
+        assert await store.inbox.pending_approvals() == []
+        assert "web_signins" in await store.db.run(_table_names)
+    finally:
+        await store.close()
