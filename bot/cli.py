@@ -121,13 +121,19 @@ async def _serve(config: AppConfig) -> None:
 
 
 async def _chat(config: AppConfig) -> None:
-    from bot.terminal import TerminalChat
+    from bot.terminal import SOURCE, TerminalChat, console_interrupted
     from engine.core import Engine
+    from engine.hub import ChatHub
 
     engine = await Engine.open(config)
+    hub = ChatHub(engine, config.hub, recover_prefix=SOURCE)
+    events = hub.events(SOURCE)  # before the hub resumes an interrupted turn
     try:
-        await TerminalChat(engine).run()
+        resuming = await console_interrupted(engine)
+        await hub.start()
+        await TerminalChat(hub, events, resuming=resuming).run()
     finally:
+        await hub.close()
         await engine.close()
 
 

@@ -52,6 +52,7 @@ from bot.telegram.store import TelegramStore
 from engine.config import AppConfig
 from engine.core import Engine
 from engine.hub import ChatHub
+from engine.hub.hub import SourceEvents
 from engine.llm.registry import ModelRegistry
 from engine.session.gate import ApprovalPolicy
 from engine.store.schema import utcnow
@@ -83,6 +84,8 @@ class Service:
     pacing: Pacing | None = None
     schedule: RetrySchedule | None = None
     http: bool = True
+    #: Talk in this terminal when there is no Telegram (``console_events`` then set).
+    console: bool = False
     engine: Engine | None = None
     hub: ChatHub | None = None
     scheduler: Scheduler | None = None
@@ -92,6 +95,9 @@ class Service:
     telegram_health: TelegramHealth | None = None
     #: Resolves with one line when Telegram refused the bot for good (``serve`` exits).
     refused: asyncio.Future[str] | None = None
+    #: The ``console`` source's events, subscribed before the hub resumes anything.
+    console_events: SourceEvents | None = None
+    console_resuming: bool = False
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     _server: uvicorn.Server | None = None
     _checks_http: httpx.AsyncClient | None = None
@@ -175,6 +181,11 @@ class Service:
                 )
                 receive = poller.run
             self._spawn(self._reach_telegram(startup, adapter, receive), "tg-startup")
+        if self.console and self.api is None:
+            from bot.terminal import SOURCE, console_interrupted
+
+            self.console_events = hub.events(SOURCE)
+            self.console_resuming = await console_interrupted(engine)
         await hub.start()
         await scheduler.start()
         if self.http:
@@ -301,7 +312,7 @@ def freeze_startup_objects() -> None:
 
 async def serve(config: AppConfig) -> None:
     """Run until SIGINT/SIGTERM (or, with the terminal chat, until it ends)."""
-    service = Service(config)
+    service = Service(config, console=sys.stdin.isatty())
     await service.start()
     freeze_startup_objects()
     assert service.refused is not None
@@ -313,11 +324,12 @@ async def serve(config: AppConfig) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
     terminal: asyncio.Task[None] | None = None
-    if service.adapter is None and sys.stdin.isatty():
+    if service.console_events is not None:
         from bot.terminal import TerminalChat
 
-        assert service.engine is not None
-        terminal = asyncio.create_task(TerminalChat(service.engine).run())
+        assert service.hub is not None
+        chat = TerminalChat(service.hub, service.console_events, resuming=service.console_resuming)
+        terminal = asyncio.create_task(chat.run())
         terminal.add_done_callback(lambda _t: stop.set())
     if service.adapter is None and terminal is None:
         log.warning("TELEGRAM_BOT_TOKEN is not set and stdin is not a terminal: HTTP only")

@@ -1,4 +1,4 @@
-"""``chathub chat``: talk to the engine in a terminal.
+"""``chathub chat``: talk to the agent in a terminal, through the hub like every front end.
 
 Line input, streamed output, tool activity shown as it happens. The conversation is the
 ``console`` source's session, so it survives restarts; ``/new`` starts a fresh one.
@@ -18,9 +18,11 @@ import sys
 import threading
 from typing import Any, TextIO
 
-from engine.approval.broker import BypassRequest
 from engine.approval.deciders import OPERATOR
+from engine.bus.broadcast import Lagged
 from engine.core import Engine
+from engine.hub import ChatHub, HubError
+from engine.hub.hub import SourceEvents
 from engine.session.events import (
     ApprovalRequired,
     Done,
@@ -36,7 +38,6 @@ from engine.session.events import (
     ToolStart,
     TurnEvent,
 )
-from engine.session.handler import ChatSessionHandler
 from engine.store.inbox import InboxError
 
 SOURCE = "console"
@@ -147,29 +148,65 @@ class _LineReader:
         return self.take()
 
 
+async def console_interrupted(engine: Engine) -> bool:
+    """Whether the ``console`` session has a turn a restart interrupted (the hub resumes it)."""
+    session_id = await engine.store.sessions.active_for_source(SOURCE)
+    return session_id is not None and session_id in await engine.interrupted_sessions()
+
+
 class TerminalChat:
-    def __init__(self, engine: Engine, *, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout):
-        self._engine = engine
+    """The terminal as a hub client, like every other front end: one way into a session.
+
+    Lines go to the hub as messages of the ``console`` source, one turn at a time (lines
+    typed during a turn wait for it to end, so piped input runs line by line); the turn's
+    events come back from the hub's event stream and are rendered; a line answers the
+    approval prompt or question a turn shows; Ctrl-C stops the turn (``hub.cancel``).
+    """
+
+    def __init__(
+        self,
+        hub: ChatHub,
+        events: SourceEvents,
+        *,
+        resuming: bool = False,
+        stdin: TextIO = sys.stdin,
+        stdout: TextIO = sys.stdout,
+    ) -> None:
+        """``events``: the ``console`` source's events, subscribed before the hub started;
+        ``resuming``: the hub resumes a turn of it a restart interrupted (its events are
+        in ``events`` from its start)."""
+        self._hub = hub
+        self._resuming = resuming
+        self._events = events
         self._stdin = stdin
         self._out = stdout
         self._render = TerminalRenderer(stdout)
-        self._handler: ChatSessionHandler | None = None
-        self._turn: asyncio.Future[object] | None = None
         self._asking: ApprovalRequired | Question | None = None
+        self._running = False
         self._stdin_closed = False
         self._backlog: list[str] = []
-        self._asked = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._stopping: asyncio.Future[int] | None = None
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         reader = _LineReader(loop, self._stdin)
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, self._interrupt)
-        handler = await self._session()
-        self._say(f"chathub — session {handler.session.id}. {HELP}")
-        if handler.session.id in await self._engine.interrupted_sessions():
-            self._say("Resuming the turn a restart interrupted…")
-            await self._drive(handler.resume_turn(emit=self._on_event), reader)
+        pump = asyncio.create_task(self._pump(), name="terminal-events")
+        try:
+            session_id = await self._hub.session_id(SOURCE)
+            self._say(f"chathub — session {session_id}. {HELP}")
+            self._running = self._resuming
+            if self._running:
+                self._say("Resuming the turn a restart interrupted…")
+                await self._wait_turn(reader)
+            await self._converse(reader)
+        finally:
+            pump.cancel()
+            self._events.close()
+
+    async def _converse(self, reader: _LineReader) -> None:
         while True:
             if self._backlog:
                 line: str | None = self._backlog.pop(0)
@@ -190,92 +227,85 @@ class TerminalChat:
                 self._say(HELP)
                 continue
             if text == "/new":
-                handler = await self._session(fresh=True)
-                self._say(f"New conversation (session {handler.session.id}).")
+                await self._hub.clear(SOURCE)
+                self._say(f"New conversation (session {await self._hub.session_id(SOURCE)}).")
                 continue
-            await self._drive(handler.handle_message(text, emit=self._on_event), reader)
+            self._running = True
+            try:
+                await self._hub.send_message(SOURCE, text)
+            except HubError as exc:
+                self._running = False
+                self._say(f"! {exc}")
+                continue
+            await self._wait_turn(reader)
 
-    async def _drive(self, turn: Any, reader: _LineReader) -> None:
-        """Run a turn; lines answer its prompts, the others wait for their own turn."""
-        self._turn = asyncio.ensure_future(turn)
-        self._asking = None
-        asked = asyncio.Event()
-        self._asked = asked
-        try:
-            while not self._turn.done():
-                if self._asking is not None and self._backlog:
-                    await self._answer(self._backlog.pop(0))
-                    continue
-                if self._asking is not None and self._stdin_closed:
-                    self._close_prompts()  # nobody can answer: the call stays pending
-                    continue
-                asked.clear()
-                woke = asyncio.ensure_future(asked.wait())
-                waits: set[asyncio.Future[Any]] = {self._turn, woke}
-                if not self._stdin_closed:
-                    waits.add(reader.line_future())
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                woke.cancel()
-                if self._stdin_closed or not reader.line_future().done():
-                    continue
-                line = reader.take()
-                if line is None:
-                    self._stdin_closed = True
-                elif line.strip():
-                    self._backlog.append(line.strip())
-            self._turn.result()
-        finally:
-            self._turn = None
+    async def _wait_turn(self, reader: _LineReader) -> None:
+        """Until the turn ends; lines answer its prompts, the others wait for their turn."""
+        while self._running:
+            if self._asking is not None and self._backlog:
+                await self._answer(self._backlog.pop(0))
+                continue
+            if self._asking is not None and self._stdin_closed:
+                self._close_prompts()  # nobody can answer: the call stays pending
+                continue
+            self._changed.clear()
+            woke = asyncio.ensure_future(self._changed.wait())
+            waits: set[asyncio.Future[Any]] = {woke}
+            if not self._stdin_closed:
+                waits.add(reader.line_future())
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            woke.cancel()
+            if self._stdin_closed or not reader.line_future().done():
+                continue
+            line = reader.take()
+            if line is None:
+                self._stdin_closed = True
+            elif line.strip():
+                self._backlog.append(line.strip())
+
+    async def _pump(self) -> None:
+        async for item in self._events:
+            if isinstance(item, Lagged):
+                continue
+            event = item.event
+            if isinstance(event, ApprovalRequired | Question):
+                self._asking = event
+            self._render(event)  # events it does not show (NewSession, ...) pass by
+            if isinstance(event, Done | Error):
+                self._asking = None
+                self._running = False
+            self._changed.set()
 
     async def _answer(self, text: str) -> None:
         asking, self._asking = self._asking, None
         try:
             match asking:
-                case ApprovalRequired(tool_call_id=call_id, session_id=session_id):
+                case ApprovalRequired(tool_call_id=call_id):
                     if text.lower() in ("y", "yes"):
-                        await self._engine.approve(call_id, decider=OPERATOR, session_id=session_id)
+                        await self._hub.approve(SOURCE, call_id, decider=OPERATOR)
                     elif text.lower() in ("a", "always"):
-                        await self._engine.approve(
-                            call_id, BypassRequest("all"), decider=OPERATOR, session_id=session_id
+                        await self._hub.approve(
+                            SOURCE, call_id, bypass_scope="all", decider=OPERATOR
                         )
                     else:
                         note = "" if text.lower() in ("n", "no") else text
-                        await self._engine.reject(
-                            call_id, note, decider=OPERATOR, session_id=session_id
-                        )
-                case Question(request_id=request_id, session_id=session_id):
-                    await self._engine.resolve_question(request_id, text, session_id=session_id)
-        except InboxError as exc:
+                        await self._hub.reject(SOURCE, call_id, note, decider=OPERATOR)
+                case Question(request_id=request_id):
+                    await self._hub.resolve_question(SOURCE, request_id, text)
+        except (InboxError, HubError) as exc:
             self._say(f"! {exc}")
-
-    def _on_event(self, event: TurnEvent) -> None:
-        if isinstance(event, ApprovalRequired | Question):
-            self._asking = event
-            self._asked.set()
-        self._render(event)
 
     def _close_prompts(self) -> None:
         """The call stays pending (asked again at the next start) and the turn ends."""
         asking, self._asking = self._asking, None
         if asking is not None:
-            self._engine.approvals.close_session(asking.session_id)
+            self._hub.engine.approvals.close_session(asking.session_id)
 
     def _interrupt(self) -> None:
-        if self._turn is not None and self._handler is not None:
-            self._handler.cancel()
+        if self._running:
+            self._stopping = asyncio.ensure_future(self._hub.cancel(SOURCE))
         else:
             raise KeyboardInterrupt
-
-    async def _session(self, *, fresh: bool = False) -> ChatSessionHandler:
-        sessions = self._engine.store.sessions
-        session_id = None if fresh else await sessions.active_for_source(SOURCE)
-        if session_id is None:
-            handler = await self._engine.new_session(SOURCE)
-            await sessions.set_active_for_source(SOURCE, handler.session.id)
-        else:
-            handler = await self._engine.open_session(session_id)
-        self._handler = handler
-        return handler
 
     def _prompt(self) -> None:
         self._out.write("› ")

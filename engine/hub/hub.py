@@ -183,10 +183,15 @@ class ChatHub:
         config: HubConfig | None = None,
         *,
         default_home: str = "console",
+        recover_prefix: str = "",
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        """``recover_prefix``: at start, only the sources starting with it are resumed and
+        their queued messages taken (``chathub chat`` takes only ``console``'s, leaving
+        the chats to the service)."""
         self.engine = engine
+        self._recover_prefix = recover_prefix
         self.config = config or HubConfig()
         self._default_home = validate_source(default_home)
         self._home: str | None = None
@@ -447,6 +452,10 @@ class ChatHub:
     async def who_may_decide(self, tool_call_id: int) -> str:
         """The line an approval card shows about who may decide it (``APPROVERS``)."""
         return await self.engine.approvals.who_may_decide(tool_call_id)
+
+    async def session_id(self, source: str) -> int:
+        """The session ``source`` talks to now (created when it has none yet)."""
+        return (await self._state(validate_source(source))).session_id
 
     async def is_current(self, source: str, session_id: int) -> bool:
         """Whether ``session_id`` is the session ``source`` talks to now (nothing is created)."""
@@ -716,9 +725,13 @@ class ChatHub:
             if source is None:
                 log.warning("session %s was interrupted but no source uses it", session_id)
                 continue
+            if not source.startswith(self._recover_prefix):
+                continue
             state = touched[source] = await self._state(source)
             state.resume_first = True
         for row in await store.queue.pending():
+            if not row.source.startswith(self._recover_prefix):
+                continue
             if sources.get(row.source) != row.session_id:
                 await store.queue.remove(row.id)  # queued for a session since replaced
                 continue
