@@ -37,7 +37,7 @@ from bot.telegram.api import (
     TelegramError,
 )
 from bot.telegram.health import TelegramHealth
-from bot.telegram.pacing import Pacer, PacingPolicy, Rate
+from bot.telegram.pacing import Cap, Pacer, PacingPolicy, Rate
 from bot.telegram.retrying import Backoff, describe
 from bot.telegram.store import OutboxRow, TelegramStore
 from engine.store.schema import utcnow
@@ -72,10 +72,8 @@ class Pacing:
             policy=PacingPolicy(
                 private=Rate(settings.telegram_private_burst, settings.telegram_private_per_second),
                 group=Rate(settings.telegram_group_burst, settings.telegram_group_per_minute / 60),
-                overall=Rate(
-                    max(1.0, settings.telegram_global_per_second),
-                    settings.telegram_global_per_second,
-                ),
+                group_cap=Cap(max(1, int(settings.telegram_group_per_minute)), 60.0),
+                overall=Cap.per_second(settings.telegram_global_per_second),
             )
         )
 

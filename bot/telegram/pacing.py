@@ -4,7 +4,9 @@ Telegram's guidance (Bot API FAQ, "My bot is hitting limits, how do I avoid this
 one message per second per chat, short bursts allowed; at most 20 messages per minute in a
 group; about 30 messages per second overall; a ``429`` with ``retry_after`` is the
 authority. So each chat has a bucket (private: a burst of 4, refilled at 1/s; group: a
-burst of 3, refilled at 20 per minute) and all chats share one (30/s, a burst of 30).
+burst of 3, refilled at 20 per minute, and never more than 20 in any minute), and all
+chats share a cap of 30 in any second. The caps are sliding windows, not buckets: a bucket
+of 30 refilled at 30/s would let 60 through in its first second.
 A reply to a chat that has been quiet goes out at once, and so do the several messages of
 one turn while the bucket holds. Edits of a message already sent have buckets of their own
 (Telegram counts them apart from new messages; the progress line edits often).
@@ -20,14 +22,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-__all__ = ["Bucket", "Pacer", "PacingPolicy", "Rate"]
+__all__ = ["Bucket", "Cap", "Pacer", "PacingPolicy", "Rate", "Window"]
 
 log = logging.getLogger(__name__)
 
 _EPSILON = 1e-9
+_MARGIN_S = 0.01
 _MAX_CHATS = 4096  # remembered buckets before idle (full) ones are forgotten
 
 
@@ -46,10 +50,32 @@ class Rate:
 
 
 @dataclass(frozen=True, slots=True)
+class Cap:
+    """At most ``limit`` messages in any ``seconds`` (a sliding window)."""
+
+    limit: int
+    seconds: float
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.limit, int) and self.limit >= 1):
+            raise ValueError(f"limit must be a whole number above 0, not {self.limit!r}")
+        if not (math.isfinite(self.seconds) and self.seconds > 0):
+            raise ValueError(f"seconds must be a number above 0, not {self.seconds!r}")
+
+    @classmethod
+    def per_second(cls, rate: float) -> Cap:
+        """``rate`` a second as a window: 30/s is 30 in any second, 0.5/s one in 2 s."""
+        limit = max(1, int(rate)) if rate < 1e9 else 10**9
+        return cls(limit, limit / rate)
+
+
+@dataclass(frozen=True, slots=True)
 class PacingPolicy:
     private: Rate = Rate(4, 1.0)
     group: Rate = Rate(3, 20 / 60)
-    overall: Rate = Rate(30, 30.0)
+    #: Never more than this in a group, whatever the bucket holds (Telegram: 20 a minute).
+    group_cap: Cap | None = Cap(20, 60.0)
+    overall: Cap = Cap(30, 1.0)
     #: Edits of sent messages, per chat (separate from new messages).
     edits: Rate = Rate(3, 1.0)
     #: 429s from this many different chats within ``flood_window_s`` mean a global flood.
@@ -60,7 +86,9 @@ class PacingPolicy:
     def uniform(cls, per_second: float, *, burst: float = 1) -> PacingPolicy:
         """One rate for every chat (tests and benchmarks that want no waiting: a big one)."""
         rate = Rate(burst, per_second)
-        return cls(private=rate, group=rate, edits=rate)
+        return cls(
+            private=rate, group=rate, group_cap=None, overall=Cap.per_second(per_second), edits=rate
+        )
 
 
 @dataclass(slots=True)
@@ -100,9 +128,43 @@ class Bucket:
 
 
 @dataclass(slots=True)
+class Window:
+    """A ``Cap`` kept: the times of the latest sends within its window."""
+
+    cap: Cap
+    sent: deque[float] = field(default_factory=deque)
+    paused_until: float = 0.0
+
+    def wait(self, now: float) -> float:
+        self._forget(now)
+        pause = max(0.0, self.paused_until - now)
+        if len(self.sent) < self.cap.limit:
+            return pause if pause > _EPSILON else 0.0
+        # The oldest leaves the window just after ``seconds``: a margin keeps the count
+        # under the limit wherever the other side draws the window's edge.
+        return max(pause, self.sent[0] + self.cap.seconds + _MARGIN_S - now)
+
+    def take(self, now: float) -> None:
+        self.sent.append(now)
+
+    def pause(self, until: float) -> None:
+        self.paused_until = max(self.paused_until, until)
+
+    def idle(self, now: float) -> bool:
+        self._forget(now)
+        return not self.sent and self.paused_until <= now
+
+    def _forget(self, now: float) -> None:
+        horizon = now - self.cap.seconds - _MARGIN_S
+        while self.sent and self.sent[0] <= horizon:
+            self.sent.popleft()
+
+
+@dataclass(slots=True)
 class _Chat:
     sends: Bucket
     edits: Bucket
+    cap: Window | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -120,7 +182,7 @@ class Pacer:
         self._clock = clock
         self._sleep = sleep
         self._chats: dict[int, _Chat] = {}
-        self._overall = Bucket.full(self.policy.overall, clock())
+        self._overall = Window(self.policy.overall)
         self._overall_lock = asyncio.Lock()
         self._recent_429s: dict[int, float] = {}
         #: Seconds spent waiting for a bucket, for the benchmark's "wait due to pacing".
@@ -133,6 +195,8 @@ class Pacer:
         bucket = chat.edits if edit else chat.sends
         async with chat.lock:
             await self._take(bucket)
+            if chat.cap is not None and not edit:
+                await self._take(chat.cap)
             async with self._overall_lock:
                 await self._take(self._overall)
 
@@ -157,7 +221,7 @@ class Pacer:
         log.info("telegram: 429 for chat %s; it waits %gs", chat_id, seconds)
         return False
 
-    async def _take(self, bucket: Bucket) -> None:
+    async def _take(self, bucket: Bucket | Window) -> None:
         while (delay := bucket.wait(self._clock())) > 0:
             self.waited_s += delay
             await self._sleep(delay)
@@ -169,16 +233,24 @@ class Pacer:
             now = self._clock()
             if len(self._chats) >= _MAX_CHATS:
                 self._forget_idle(now)
-            rate = self.policy.group if chat_id < 0 else self.policy.private
+            group = chat_id < 0
+            rate = self.policy.group if group else self.policy.private
+            cap = self.policy.group_cap if group else None
             chat = self._chats[chat_id] = _Chat(
-                Bucket.full(rate, now), Bucket.full(self.policy.edits, now)
+                Bucket.full(rate, now),
+                Bucket.full(self.policy.edits, now),
+                Window(cap) if cap is not None else None,
             )
         return chat
 
     def _forget_idle(self, now: float) -> None:
         """Chats whose buckets are full again are like new ones: they need no memory."""
         for chat_id, chat in list(self._chats.items()):
-            if not chat.lock.locked() and all(
-                b.wait(now) == 0 and b.tokens >= b.rate.burst for b in (chat.sends, chat.edits)
+            if (
+                not chat.lock.locked()
+                and all(
+                    b.wait(now) == 0 and b.tokens >= b.rate.burst for b in (chat.sends, chat.edits)
+                )
+                and (chat.cap is None or chat.cap.idle(now))
             ):
                 del self._chats[chat_id]

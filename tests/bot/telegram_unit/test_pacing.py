@@ -58,10 +58,13 @@ async def test_the_bucket_refills_while_the_chat_is_quiet(clock):
 
 async def test_a_group_gets_twenty_a_minute(clock):
     times = await send_times(pacer(clock), clock, GROUP, 23)
-    assert times[:3] == [0, 0, 0]
-    assert times[-1] == pytest.approx(60.0)  # 3 at once, then one every 3 s
-    per_minute = [t for t in times if t < 60]
-    assert len(per_minute) <= 3 + 20
+    assert times[:4] == [0, 0, 0, 3]  # a burst of 3, then one every 3 s
+    assert times[19] == pytest.approx(51.0)
+    # The 21st would fit the bucket at 54 s, but 20 went in the last minute: it waits for
+    # the first of them to be a minute old.
+    assert times[20] == pytest.approx(60.01)
+    for i, start in enumerate(times):
+        assert sum(1 for t in times[i:] if t < start + 60) <= 20
 
 
 async def test_chats_do_not_wait_for_each_other(clock):
@@ -73,10 +76,14 @@ async def test_chats_do_not_wait_for_each_other(clock):
 async def test_the_overall_rate_binds_a_burst_over_many_chats(clock):
     p = pacer(clock)
     start = clock.now
+    times = []
     for chat in range(1, 101):
         await p.turn(chat)
-    # 30 at once, then 30 per second: 100 messages in 70/30 s.
-    assert clock.now - start == pytest.approx(70 / 30)
+        times.append(clock.now - start)
+    # 30 in any second, never 30 at once and 30 more in the same second.
+    for i, first in enumerate(times):
+        assert sum(1 for t in times[i:] if t < first + 1.0) <= 30
+    assert times[-1] == pytest.approx(3 * 1.01)  # 30 at 0, 1.01, 2.02, the last 10 at 3.03
 
 
 async def test_edits_have_their_own_bucket(clock):
@@ -148,3 +155,18 @@ def test_a_rate_must_be_a_positive_number(bad):
 def test_a_bucket_never_holds_more_than_its_burst():
     bucket = Bucket.full(Rate(2, 1), now=0)
     assert bucket.wait(1_000_000) == 0 and bucket.tokens == 2
+
+
+@pytest.mark.parametrize(("limit", "seconds"), [(0, 1.0), (1.5, 1.0), (1, 0), (1, float("nan"))])
+def test_a_cap_must_be_a_count_over_a_time(limit, seconds):
+    from bot.telegram.pacing import Cap
+
+    with pytest.raises(ValueError, match="above 0"):
+        Cap(limit, seconds)
+
+
+def test_a_rate_as_a_cap():
+    from bot.telegram.pacing import Cap
+
+    assert Cap.per_second(30) == Cap(30, 1.0)
+    assert Cap.per_second(0.5) == Cap(1, 2.0)
