@@ -94,12 +94,8 @@ WARMUP_MESSAGES = 5
 ANSWER = "ok"
 
 SETTLE_S = 0.2
-# Every bucket unlimited, the overall one included: ``Pacing.unpaced()`` (PacingPolicy.uniform)
-# leaves the overall bucket at 30/s, which put a 50-chat round at ~0.8 s.
-_UNLIMITED = Rate(1e9, 1e9)
-NO_PACING = Pacing(
-    policy=PacingPolicy(private=_UNLIMITED, group=_UNLIMITED, edits=_UNLIMITED, overall=_UNLIMITED)
-)
+# Every bucket and cap unlimited, the overall one included.
+NO_PACING = Pacing.unpaced()
 THREADS = {"MainThread": "event loop", "chathub-sqlite": "SQLite"}
 CPU_COLUMNS = ("event loop", "SQLite", "fake API", "other")
 
@@ -1179,7 +1175,8 @@ def report_bar(results: list[tuple[str, BarRuns, BarRuns]], args: argparse.Names
     print(head)
     print("-" * (len(head) + 30))
     verdicts: list[bool] = []
-    overall = PacingPolicy().overall.per_second
+    cap = PacingPolicy().overall
+    overall = cap.limit / cap.seconds
 
     def line(
         library: str,
