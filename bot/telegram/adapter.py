@@ -650,10 +650,12 @@ class TelegramAdapter:
             case ev.Question():
                 await self._send_question(source, view, event)
             case ev.Done(content=content, message_id=message_id):
-                await self._show_progress(view, force=True)
                 self._stop_typing(view)
                 await self._end_stream(view)
                 await self._deliver_final(view, message_id, content)
+                # The last marks on the progress line after the answer: the person waits
+                # for the answer, not for a cosmetic edit above it.
+                await self._show_progress(view, force=True)
                 self._reset_progress(view)
             case ev.Error():
                 self._stop_typing(view)
