@@ -14,10 +14,15 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/chathub run
 
+# Two pytest workers (pytest-xdist), a test file each at a time: the suite waits on
+# subprocesses, HTTP and the databases about half the time. Each worker has its own
+# PostgreSQL and SQLite templates (tests/pg.py). `make test TEST_WORKERS=0` runs in one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
