@@ -224,6 +224,7 @@ class Service:
                     throttle=throttle,
                     clock=self.clock,
                     deliveries=deliveries,
+                    health=details,
                 ),
                 host=settings.http_host,
             )

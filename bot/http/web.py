@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from bot.http.health_details import HealthDetails
 from bot.http.models import RequestError, ids_in_range, query_params
 from bot.http.operations import OperationError, Operations
 from bot.http.signins import LoginThrottle, SignIn, SignIns, csrf_token, is_handle
@@ -44,6 +46,8 @@ from engine.store.views import MAX_PAGE
 
 if TYPE_CHECKING:
     from jinja2 import Environment
+
+log = logging.getLogger(__name__)
 
 __all__ = ["WEB_DECIDER", "WebInbox"]
 
@@ -116,9 +120,11 @@ class WebInbox:
         throttle: LoginThrottle | None = None,
         clock: Callable[[], datetime] = utcnow,
         deliveries: Deliveries | None = None,
+        health: HealthDetails | None = None,
     ) -> None:
         self.ops = operations
         self._deliveries = deliveries
+        self._health = health  # the doctor's checks, for /health
         self.token = token or None
         self._token = token.encode() if token else None
         self._signins: SignIns | None = None
@@ -143,6 +149,7 @@ class WebInbox:
             Route("/login", self.login, methods=["POST"]),
             Route("/logout", self._action(self.logout), methods=["POST"]),
             Route("/signins", self._page(self.signins_page), methods=["GET"]),
+            Route("/health", self._page(self.health_page), methods=["GET"]),
             Route("/signins/end", self._action(self.end_signin), methods=["POST"]),
             Route("/signins/end-others", self._action(self.end_others), methods=["POST"]),
             Route("/static/inbox.js", self.script, methods=["GET"]),
@@ -258,6 +265,17 @@ class WebInbox:
         if self._signins is not None and visitor.signin is not None:
             await self._signins.revoke(visitor.signin.handle)
         return self._signed_out(request, "/login")
+
+    async def health_page(self, request: Request, visitor: Visitor) -> Response:
+        """``chathub doctor``'s checks, one line each with the fix (``?fresh=1`` runs anew)."""
+        report = None
+        if self._health is not None:
+            fresh = request.query_params.get("fresh") == "1"
+            try:
+                report = await self._health.report(fresh=fresh)
+            except Exception:  # a check that crashed is a bug: logged, one sentence shown
+                log.exception("health page: the checks failed unexpectedly")
+        return self._render("health.html", visitor, report=report, enabled=self._health is not None)
 
     async def signins_page(self, request: Request, visitor: Visitor) -> Response:
         signins = await self._signins.active() if self._signins is not None else None

@@ -524,3 +524,48 @@ async def test_without_a_token_nobody_signs_in(engine):
 
 def _signin_rows(conn):
     return list(conn.execute(sa.select(web_signins)))
+
+
+async def test_the_health_page_shows_the_doctors_lines(engine):
+    from bot.checks.result import Check
+    from bot.http.health_details import HealthDetails
+
+    runs = []
+
+    async def checks():
+        runs.append(1)
+        return [
+            Check("config", True, "configuration parses"),
+            Check("model", False, "model endpoint: nothing answers", "start the model server"),
+        ]
+
+    health = HealthDetails(checks, lambda _request: True)
+    inbox = WebInbox(Operations(engine), token=TOKEN, health=health)
+    app = create_app(web=inbox, host="0.0.0.0")
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://inbox.test"
+    ) as c:
+        assert (await c.get("/health")).status_code == 303  # signed-in only
+        await c.post("/login", data={"token": TOKEN})
+        page = await c.get("/health")
+        assert page.status_code == 200
+        assert "✓</td>" in page.text and "configuration parses" in page.text
+        assert "model endpoint: nothing answers" in page.text
+        assert "Fix: start the model server" in page.text and "Some checks fail." in page.text
+        await c.get("/health")  # reused within 30 s
+        await c.get("/health?fresh=1")  # run anew
+        assert len(runs) == 2
+
+
+async def test_the_health_page_when_the_checks_crash(engine):
+    from bot.http.health_details import HealthDetails
+
+    async def broken():
+        raise RuntimeError("bug in a check")
+
+    inbox = WebInbox(Operations(engine), token=None, health=HealthDetails(broken, lambda r: True))
+    app = create_app(web=inbox, host="127.0.0.1")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        page = await c.get("/health")
+        assert page.status_code == 200 and "could not be run" in page.text
+        assert "RuntimeError" not in page.text and "bug in a check" not in page.text
