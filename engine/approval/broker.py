@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from engine.approval.bypass import Bypasses, BypassScope, validate_bypass
-from engine.approval.deciders import Decider, refusal, requester_of, who_may_decide
+from engine.approval.deciders import (
+    APPROVER_POLICIES,
+    Decider,
+    refusal,
+    requester_of,
+    who_may_decide,
+)
 from engine.session.gate import Decision, GateRequest, Verdict
 from engine.store.inbox import ApprovalRecord, InboxStore
 from engine.store.inbox import Decision as HumanDecision
@@ -74,7 +80,8 @@ class ApprovalBroker:
     def __init__(
         self, inbox: InboxStore, bypasses: Bypasses, *, approvers: str = "requester+owner"
     ) -> None:
-        refusal(approvers, Decider(None, is_owner=True), None)  # an unknown policy: ValueError
+        if approvers not in APPROVER_POLICIES:
+            raise ValueError(f"APPROVERS: unknown value {approvers!r}")
         self.inbox = inbox
         self.bypasses = bypasses
         self.approvers = approvers
