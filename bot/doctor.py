@@ -17,6 +17,7 @@ from typing import TextIO
 import httpx
 
 from bot.checks.database import check_database
+from bot.checks.exposure import ApiExposureError, check_api_exposure
 from bot.checks.mcp import check_mcp_servers
 from bot.checks.model import DEFAULT_TIMEOUT_S, Endpoint, check_tool_calling, list_models
 from bot.checks.port import check_port
@@ -38,8 +39,6 @@ _TOOLS_FIX = (
 
 def config_checks(load: Callable[[], AppConfig]) -> tuple[AppConfig | None, list[Check]]:
     """Parse the configuration; without a usable one the other checks cannot run."""
-    from bot.http.app import ApiExposureError, check_api_exposure
-
     try:
         config = load()
         settings = config.settings

@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from bot.checks.exposure import LOOPBACK_HOSTS, ApiExposureError, check_api_exposure
 from bot.http.api import ApiRoutes, operation
 from bot.http.models import (
     MAX_ID,
@@ -49,8 +50,6 @@ log = logging.getLogger(__name__)
 DEFAULT_WEBHOOK_PATH = "/telegram/webhook"
 SECRET_HEADER = "x-telegram-bot-api-secret-token"
 MAX_UPDATE_BYTES = 1024 * 1024
-#: Without ``CHATHUB_API_TOKEN`` the API only serves on these.
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 
 Health = Callable[[], Awaitable[dict[str, Any]]]
 
@@ -158,16 +157,6 @@ class InternalErrors:
         if any(route.matches(scope)[0] is not Match.NONE for route in self.pages):
             return PlainTextResponse(f"Sorry, an {sentence}.", status_code=500)
         return JSONResponse({"error": sentence}, status_code=500)
-
-
-class ApiExposureError(ValueError):
-    """The API would be reachable beyond this machine without a token."""
-
-
-def check_api_exposure(host: str, token: str | None) -> None:
-    """Without ``CHATHUB_API_TOKEN`` the API is served on loopback only."""
-    if not token and host not in LOOPBACK_HOSTS:
-        raise ApiExposureError("CHATHUB_API_TOKEN: required when HTTP_HOST is not 127.0.0.1")
 
 
 def create_app(
