@@ -9,7 +9,7 @@ import logging
 from bot.checks.database import missing_sqlite_file
 from bot.checks.result import Check
 from engine.approval.rules import DEFAULT_GROUP, RuleStore, evaluate
-from engine.session.gate import Decision
+from engine.session.protocols import Decision
 from engine.store.db import connect
 
 __all__ = ["check_shell_gate"]

@@ -39,10 +39,11 @@ from bot.http.operations import OperationError, Operations
 from bot.http.signins import LoginThrottle, SignIn, SignIns, csrf_token, is_handle
 from bot.telegram.store import DeliverySummary
 from engine.approval.broker import SHORT_BYPASS_SECONDS, BypassRequest
-from engine.approval.preview import CallDisplay, display_call, preview_call
+from engine.approval.preview import CallDisplay, display_call
 from engine.store.inbox import InboxItem
 from engine.store.schema import utcnow
 from engine.store.views import MAX_PAGE
+from engine.tools.preview import preview_call
 
 if TYPE_CHECKING:
     from jinja2 import Environment

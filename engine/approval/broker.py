@@ -22,7 +22,7 @@ from engine.approval.deciders import (
     requester_of,
     who_may_decide,
 )
-from engine.session.gate import Decision, GateRequest, Verdict
+from engine.session.protocols import Decision, GateRequest, Verdict
 from engine.store.inbox import ApprovalRecord, InboxStore
 from engine.store.inbox import Decision as HumanDecision
 from engine.store.rows import ToolCallRow

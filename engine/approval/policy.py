@@ -11,7 +11,7 @@ from engine.approval.bypass import Bypasses, Clock
 from engine.approval.patterns import PathRefused, canonical_path, is_fs_tool
 from engine.approval.rules import DEFAULT_GROUP, Rule, RuleStore, evaluate
 from engine.approval.run_context import RunContext, fast_path
-from engine.session.gate import Decision, GateRequest, Verdict
+from engine.session.protocols import Decision, GateRequest, Verdict
 from engine.store.schema import utcnow
 from engine.tools.base import ToolCategory
 from engine.tools.workspace import Workspace

@@ -15,7 +15,7 @@ from engine.approval.patterns import (
     validate_path_pattern,
     validate_tool_pattern,
 )
-from engine.session.gate import Decision
+from engine.session.protocols import Decision
 from engine.store.db import Database
 from engine.store.schema import approval_rules, permission_groups, utcnow
 

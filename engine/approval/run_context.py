@@ -12,7 +12,7 @@ from engine.approval.patterns import (
     path_matches,
     validate_path_pattern,
 )
-from engine.session.gate import Decision
+from engine.session.protocols import Decision
 
 __all__ = ["RunContext", "fast_path"]
 

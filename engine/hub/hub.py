@@ -40,10 +40,10 @@ from engine.hub.types import (
     validate_source,
 )
 from engine.session.compaction import CompactionResult
-from engine.session.emitter import EmitFn, RecordsAnswers
 from engine.session.events import Error, TurnEvent
 from engine.session.handler import ChatSessionHandler
 from engine.session.outcomes import Final, TurnResult
+from engine.session.protocols import EmitFn, RecordsAnswers
 from engine.store.history import AlsoWithKey, AlsoWithRow
 from engine.store.queue import consume
 from engine.store.views import SessionUsage

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Connection
 
 from engine.hub.types import SendOptions
-from engine.session.turn import QueuedMessage
+from engine.session.protocols import QueuedMessage
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from engine.config import ModelConfig
+from engine.llm.protocols import ModelSettings
 from engine.llm.types import (
     DeltaCallback,
     LlmConnectionError,
@@ -52,7 +52,7 @@ class OpenAICompatModel:
     live stream is not cut off.
     """
 
-    def __init__(self, config: ModelConfig, http: httpx.AsyncClient) -> None:
+    def __init__(self, config: ModelSettings, http: httpx.AsyncClient) -> None:
         self._config = config
         self._http = http
         self._url = config.base_url.rstrip("/") + "/chat/completions"
@@ -70,7 +70,7 @@ class OpenAICompatModel:
         return self._config.cache_hints
 
     @property
-    def config(self) -> ModelConfig:
+    def config(self) -> ModelSettings:
         return self._config
 
     def __repr__(self) -> str:

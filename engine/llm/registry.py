@@ -10,12 +10,11 @@ from collections.abc import Sequence
 
 import httpx
 
-from engine.config import ModelConfig
 from engine.llm.client import OpenAICompatModel
+from engine.llm.protocols import ChatModel, ModelSettings
 from engine.llm.tool_schemas import with_tool_schemas
-from engine.llm.types import ChatModel
 
-# Per-request timeouts come from each ModelConfig; these only size the shared pool.
+# Per-request timeouts come from model's settings; these only size the shared pool.
 _DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
 
 
@@ -35,7 +34,7 @@ class ModelRegistry:
 
     @classmethod
     def from_config(
-        cls, models: Sequence[ModelConfig], http: httpx.AsyncClient | None = None
+        cls, models: Sequence[ModelSettings], http: httpx.AsyncClient | None = None
     ) -> ModelRegistry:
         """HTTP models sharing ``http``; without one the registry creates and owns a client.
 

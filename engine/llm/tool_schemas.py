@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote
 
-from engine.llm.types import ChatModel, DeltaCallback, LlmResponse, Message, ToolSchema
+from engine.llm.protocols import ChatModel
+from engine.llm.types import DeltaCallback, LlmResponse, Message, ToolSchema
 
 __all__ = [
     "MAX_NODES",

@@ -1,10 +1,13 @@
-"""Types at the seam between the turn engine and a chat-completions model."""
+"""Types at the seam between the turn engine and a chat-completions model.
+
+The seam itself (``ChatModel``) is in ``engine.llm.protocols``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 Message = dict[str, Any]
 """One OpenAI chat-completions message (``{"role": ..., "content": ...}``)."""
@@ -100,23 +103,3 @@ class LlmProtocolError(LlmError):
     """The endpoint answered with something that is not a chat completion."""
 
     retriable = True
-
-
-class ChatModel(Protocol):
-    """One configured model. Implementations: the HTTP client and test doubles."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def cache_hints(self) -> bool:
-        """Whether the static system block should carry ``cache_control: ephemeral``."""
-        ...
-
-    async def complete(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSchema],
-        *,
-        on_delta: DeltaCallback | None = None,
-    ) -> LlmResponse: ...

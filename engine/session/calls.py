@@ -1,7 +1,7 @@
 """Per-call handling: ToolStart → arguments → approval gate → dispatch → record.
 
 Shared by the live loop and by ``resume_pending_tools``, so a resumed call is gated and
-executed exactly as a live one ("re-run from intent").
+executed exactly as a live one ("re-run from intent"). The gate itself is ``gate.py``.
 """
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ from dataclasses import replace
 from enum import Enum
 from typing import Any
 
-from engine.approval.preview import preview_call
 from engine.bus.chat import ToolCallEvent
-from engine.session.cancel import TurnCancelled
 from engine.session.clarify import ask_user
 from engine.session.dispatch import (
     Completed,
@@ -23,13 +21,7 @@ from engine.session.dispatch import (
     execute_tool_call,
 )
 from engine.session.env import TurnEnv
-from engine.session.gate import (
-    AUTO_DENIED,
-    Decision,
-    GateOutcome,
-    GateRequest,
-    rejection_message,
-)
+from engine.session.gate import GateOutcome, run_approval_gate
 from engine.session.subagents import sub_agent_request
 from engine.store.history import History
 from engine.store.inbox import ASK_USER_TOOL
@@ -106,60 +98,6 @@ class _CallProcesses:
 
     async def started(self, process_group: int, process_start: str | None) -> None:
         await self._history.record_process(self._call_id, process_group, process_start)
-
-
-async def run_approval_gate(
-    env: TurnEnv,
-    call: ToolCallRow,
-    args: dict[str, Any],
-    collected: list[ToolCallEvent] | None = None,
-) -> GateOutcome:
-    """Allow → proceed; deny → ``rejected``; require → a human decides (or auto-deny)."""
-    request = GateRequest(
-        session_id=env.session.id,
-        agent_id=env.frame.agent_id,
-        source=env.session.source,
-        call=call,
-        args=args,
-        run_context=env.session.run_context,
-    )
-    verdict = await env.policy.check(request)
-    if verdict.decision is Decision.ALLOW:
-        return GateOutcome.PROCEED
-    if verdict.decision is Decision.DENY:
-        reason = "Tool call denied by the approval rules" + (
-            f": {verdict.reason}" if verdict.reason else "."
-        )
-        _collect(collected, await env.recorder.rejected(call, reason))
-        return GateOutcome.REJECTED
-    if env.session.auto_deny_approvals:
-        _collect(collected, await env.recorder.rejected(call, AUTO_DENIED))
-        return GateOutcome.REJECTED
-    try:
-        decided = await env.scope.run(
-            env.approvals.wait_for_approval(request, lambda: _announce(env, call, args))
-        )
-    except TurnCancelled:
-        await env.recorder.cancelled(call)
-        return GateOutcome.CHANNEL_CLOSED
-    if decided is None:  # nobody can answer now: stays pending, asked again on resume
-        await env.recorder.pending(call)
-        return GateOutcome.CHANNEL_CLOSED
-    if decided.decision is Decision.ALLOW:
-        return GateOutcome.PROCEED
-    _collect(collected, await env.recorder.rejected(call, rejection_message(decided.reason)))
-    return GateOutcome.REJECTED
-
-
-def _announce(env: TurnEnv, call: ToolCallRow, args: dict[str, Any]) -> None:
-    env.emitter.approval_required(
-        call.id,
-        call.name,
-        args,
-        session_id=env.session.id,
-        agent_id=env.frame.agent_id,
-        preview=preview_call(env.workspace, call.name, args, env.tool_ctx.working_directory),
-    )
 
 
 def _collect(collected: list[ToolCallEvent] | None, event: ToolCallEvent) -> None:

@@ -22,8 +22,9 @@ from typing import Any
 
 from engine.bus.chat import ChatEventBus, CompactionEvent
 from engine.config import CompactionConfig
+from engine.llm.protocols import ChatModel
 from engine.llm.registry import ModelRegistry
-from engine.llm.types import ChatModel, LlmError, Message
+from engine.llm.types import LlmError, Message
 from engine.session.transcript import FrameTranscript
 from engine.store.history import History
 from engine.store.rows import OPEN_TOOL_STATUSES, FrameRow, MessageRow, SessionRow

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
-from engine.approval.preview import ApprovalPreview
 from engine.session.events import (
     AgentEnd,
     AgentStart,
@@ -25,28 +23,11 @@ from engine.session.events import (
     TurnEvent,
     UserMessage,
 )
+from engine.session.protocols import EmitFn
 from engine.store.history import AlsoWithKey, AlsoWithRow
+from engine.tools.preview import ApprovalPreview
 
 log = logging.getLogger(__name__)
-
-EmitFn = Callable[[TurnEvent], None]
-
-
-class RecordsAnswers(Protocol):
-    """An ``EmitFn`` that also wants work done in the transaction storing the root answer.
-
-    The hub's bridge is one: a Telegram chat's outbox row for the answer then commits with
-    the answer itself (one write fewer before the reply, and no window in which the answer
-    is stored but its delivery is not).
-    """
-
-    def __call__(self, event: TurnEvent) -> None: ...
-
-    def answer_unit(self, content: str) -> AlsoWithRow | None: ...
-
-    def failure_unit(self, notice: str) -> AlsoWithKey | None:
-        """Work for the transaction that ends a failed turn (the notice's outbox row)."""
-        ...
 
 
 class TurnEmitter:

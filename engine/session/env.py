@@ -6,13 +6,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine.approval.broker import ApprovalBroker
 from engine.config import EngineConfig
-from engine.llm.types import ChatModel, ToolSchema
+from engine.llm.protocols import ChatModel
+from engine.llm.types import ToolSchema
 from engine.session.cancel import CancelScope
 from engine.session.emitter import TurnEmitter
-from engine.session.gate import ApprovalPolicy
 from engine.session.outcome import OutcomeRecorder
+from engine.session.protocols import ApprovalPolicy, HumanApprovals
 from engine.session.transcript import FrameTranscript
 from engine.store import Store
 from engine.store.rows import FrameRow, SessionRow
@@ -37,7 +37,7 @@ class TurnEnv:
     tool_schemas: list[ToolSchema]
     tool_ctx: ToolContext
     policy: ApprovalPolicy
-    approvals: ApprovalBroker
+    approvals: HumanApprovals
     workspace: Workspace
     emitter: TurnEmitter
     scope: CancelScope

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.approval.preview import ApprovalPreview
+from engine.tools.preview import ApprovalPreview
 
 
 @dataclass(frozen=True, slots=True)

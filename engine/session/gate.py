@@ -1,41 +1,34 @@
-"""The approval gate: one decision point shared by the live loop and resume."""
+"""The approval gate: one decision point shared by the live loop, a sub-agent batch and
+resume, so a resumed call is gated exactly as a live one.
+
+Its contract with the approval package (``ApprovalPolicy``, ``HumanApprovals`` and the
+data they exchange) is in ``engine.session.protocols``; the names are also here for the
+callers that import them from the gate.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
+from engine.bus.chat import ToolCallEvent
+from engine.session.cancel import TurnCancelled
+from engine.session.env import TurnEnv
+from engine.session.protocols import ApprovalPolicy, Decision, GateRequest, Verdict
 from engine.store.rows import ToolCallRow
+from engine.tools.preview import preview_call
 
-
-class Decision(StrEnum):
-    ALLOW = "allow"
-    DENY = "deny"
-    REQUIRE = "require"
-
-
-@dataclass(frozen=True, slots=True)
-class GateRequest:
-    session_id: int
-    agent_id: str
-    source: str
-    call: ToolCallRow
-    args: dict[str, Any]
-    #: The session's stored RunContext (JSON), when it has one.
-    run_context: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    decision: Decision
-    reason: str = ""
-
-
-class ApprovalPolicy(Protocol):
-    """Decides whether a call may run, asks a human (``REQUIRE``) or refuses it."""
-
-    async def check(self, request: GateRequest) -> Verdict: ...
+__all__ = [
+    "AUTO_DENIED",
+    "AllowAll",
+    "ApprovalPolicy",
+    "Decision",
+    "GateOutcome",
+    "GateRequest",
+    "Verdict",
+    "rejection_message",
+    "run_approval_gate",
+]
 
 
 class AllowAll:
@@ -63,3 +56,62 @@ def rejection_message(note: str) -> str:
     return (
         f"User rejected this tool call. Reason: {note}" if note else "User rejected this tool call."
     )
+
+
+async def run_approval_gate(
+    env: TurnEnv,
+    call: ToolCallRow,
+    args: dict[str, Any],
+    collected: list[ToolCallEvent] | None = None,
+) -> GateOutcome:
+    """Allow → proceed; deny → ``rejected``; require → a human decides (or auto-deny)."""
+    request = GateRequest(
+        session_id=env.session.id,
+        agent_id=env.frame.agent_id,
+        source=env.session.source,
+        call=call,
+        args=args,
+        run_context=env.session.run_context,
+    )
+    verdict = await env.policy.check(request)
+    if verdict.decision is Decision.ALLOW:
+        return GateOutcome.PROCEED
+    if verdict.decision is Decision.DENY:
+        reason = "Tool call denied by the approval rules" + (
+            f": {verdict.reason}" if verdict.reason else "."
+        )
+        _collect(collected, await env.recorder.rejected(call, reason))
+        return GateOutcome.REJECTED
+    if env.session.auto_deny_approvals:
+        _collect(collected, await env.recorder.rejected(call, AUTO_DENIED))
+        return GateOutcome.REJECTED
+    try:
+        decided = await env.scope.run(
+            env.approvals.wait_for_approval(request, lambda: _announce(env, call, args))
+        )
+    except TurnCancelled:
+        await env.recorder.cancelled(call)
+        return GateOutcome.CHANNEL_CLOSED
+    if decided is None:  # nobody can answer now: stays pending, asked again on resume
+        await env.recorder.pending(call)
+        return GateOutcome.CHANNEL_CLOSED
+    if decided.decision is Decision.ALLOW:
+        return GateOutcome.PROCEED
+    _collect(collected, await env.recorder.rejected(call, rejection_message(decided.reason)))
+    return GateOutcome.REJECTED
+
+
+def _announce(env: TurnEnv, call: ToolCallRow, args: dict[str, Any]) -> None:
+    env.emitter.approval_required(
+        call.id,
+        call.name,
+        args,
+        session_id=env.session.id,
+        agent_id=env.frame.agent_id,
+        preview=preview_call(env.workspace, call.name, args, env.tool_ctx.working_directory),
+    )
+
+
+def _collect(collected: list[ToolCallEvent] | None, event: ToolCallEvent) -> None:
+    if collected is not None:
+        collected.append(event)

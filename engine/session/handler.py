@@ -13,7 +13,6 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from engine.agents.catalog import AgentCatalog, AgentDefinition
-from engine.approval.broker import ApprovalBroker
 from engine.bus.chat import ChatEvent, ChatEventBus
 from engine.config import EngineConfig
 from engine.failpoints import failpoint
@@ -34,15 +33,14 @@ from engine.session.dispatch import Failed as DispatchFailed
 from engine.session.emitter import EmitFn, TurnEmitter
 from engine.session.env import TurnEnv
 from engine.session.events import Done
-from engine.session.gate import ApprovalPolicy
 from engine.session.llm_round import TurnFailed
 from engine.session.messages import MessageBuilder, SystemParts
 from engine.session.outcome import OutcomeRecorder
 from engine.session.outcomes import Cancelled, Exhausted, Failed, Final, TurnResult
+from engine.session.protocols import ApprovalPolicy, HumanApprovals, PendingUserInput
 from engine.session.scratchpad import SessionScratchpad
 from engine.session.transcript import FrameTranscript
 from engine.session.turn import (
-    PendingUserInput,
     RequestBuilder,
     attachments_of,
     run_agent_turn,
@@ -87,7 +85,7 @@ class HandlerDeps:
     models: ModelRegistry
     tools: ToolRegistry
     policy: ApprovalPolicy
-    approvals: ApprovalBroker
+    approvals: HumanApprovals
     workspace: Workspace
     agents: AgentCatalog
     bus: ChatEventBus

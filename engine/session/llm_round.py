@@ -8,7 +8,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from engine.llm.types import ChatModel, LlmError, LlmResponse, Message, ToolSchema
+from engine.llm.protocols import ChatModel
+from engine.llm.types import LlmError, LlmResponse, Message, ToolSchema
 from engine.session.cancel import CancelScope, TurnCancelled
 from engine.session.emitter import TurnEmitter
 

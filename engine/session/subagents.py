@@ -16,7 +16,7 @@ from typing import Any
 from engine.bus.chat import ToolCallEvent
 from engine.session.dispatch import Completed, DispatchResult, Failed, Interrupted, check_call
 from engine.session.env import TurnEnv
-from engine.session.gate import GateOutcome
+from engine.session.gate import GateOutcome, run_approval_gate
 from engine.store.rows import ToolCallRow
 from engine.tools.base import ToolError
 from engine.tools.builtins.subagents import SUBTASK_TOOL
@@ -61,8 +61,6 @@ def is_batch(env: TurnEnv, calls: list[ToolCallRow]) -> bool:
 
 async def run_batch(env: TurnEnv, calls: list[ToolCallRow], collected: list[ToolCallEvent]) -> bool:
     """Run a batch; False when the turn must end as cancelled."""
-    from engine.session.calls import run_approval_gate  # the one gate, shared
-
     assert env.sub_agents is not None
     approved: list[tuple[ToolCallRow, SubAgentRequest]] = []
     for call in calls:  # call order: ToolStart, then the gate

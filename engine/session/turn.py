@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from engine.bus.chat import ToolCallEvent
 from engine.failpoints import failpoint
@@ -15,25 +14,11 @@ from engine.session.cancel import TurnCancelled
 from engine.session.env import TurnEnv
 from engine.session.llm_round import RoundResult, call_llm_round
 from engine.session.outcomes import Cancelled, Exhausted, Final, TurnOutcome
+from engine.session.protocols import PendingUserInput
 from engine.session.subagents import is_batch, run_batch
 from engine.store.rows import AssistantRecord, MessageRow, NewToolCall, ToolCallRow
 
 NOT_RUN_NOTE = "Not run: the turn was stopped by the user before this call started."
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedMessage:
-    """A user message waiting for the turn; ``queued_id`` is its durable queue row."""
-
-    text: str
-    metadata: dict[str, Any] | None = None
-    queued_id: int | None = None
-
-
-class PendingUserInput(Protocol):
-    """The source's inbox, drained at each round boundary of the root interactive turn."""
-
-    def drain_user(self) -> list[QueuedMessage]: ...
 
 
 RequestBuilder = Callable[[TurnEnv, bool], list[Message]]

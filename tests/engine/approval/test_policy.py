@@ -15,7 +15,7 @@ from engine.approval.bypass import Bypasses
 from engine.approval.policy import RulesPolicy
 from engine.approval.rules import Rule, RuleStore
 from engine.approval.run_context import RunContext
-from engine.session.gate import Decision, GateRequest
+from engine.session.protocols import Decision, GateRequest
 from engine.store.db import Database, open_database
 from engine.store.rows import ToolCallRow
 from engine.tools.base import ToolCategory

@@ -15,7 +15,7 @@ from engine.approval.rules import (
     RuleStore,
     evaluate,
 )
-from engine.session.gate import Decision
+from engine.session.protocols import Decision
 from engine.store.db import Database, open_database
 from tests.pg import BACKENDS, database_url
 

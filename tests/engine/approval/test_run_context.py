@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.approval.run_context import RunContext, fast_path
-from engine.session.gate import Decision
+from engine.session.protocols import Decision
 
 
 def test_json_round_trip() -> None:

@@ -8,8 +8,9 @@ import httpx
 import pytest
 
 from engine.config import ModelConfig
+from engine.llm.protocols import ChatModel
 from engine.llm.registry import ModelRegistry
-from engine.llm.types import ChatModel, LlmError, LlmRequestError, LlmResponse
+from engine.llm.types import LlmError, LlmRequestError, LlmResponse
 from tests.fakes.openai_server import FakeOpenAIServer
 
 USER = [{"role": "user", "content": "Hi"}]

@@ -1,0 +1,129 @@
+"""The session's seams: what the turn engine needs from the packages that plug into it.
+
+The approval package implements the gate (``ApprovalPolicy`` decides, ``HumanApprovals``
+waits for a person); the hub implements the inbox a turn drains (``PendingUserInput``)
+and the bridge its events leave by (``EmitFn``, ``RecordsAnswers``). The session owns
+these and imports none of their implementations; implementations do not subclass them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from engine.session.events import TurnEvent
+from engine.store.history import AlsoWithKey, AlsoWithRow
+from engine.store.rows import ToolCallRow
+
+__all__ = [
+    "Announce",
+    "ApprovalPolicy",
+    "Decision",
+    "EmitFn",
+    "GateRequest",
+    "HumanApprovals",
+    "PendingUserInput",
+    "QueuedMessage",
+    "RecordsAnswers",
+    "Verdict",
+]
+
+
+# -- the approval gate -----------------------------------------------------------------
+
+
+class Decision(StrEnum):
+    """What the gate does with a call: run it, refuse it, or ask a human."""
+
+    ALLOW = "allow"
+    DENY = "deny"
+    REQUIRE = "require"
+
+
+@dataclass(frozen=True, slots=True)
+class GateRequest:
+    """One call put to the gate, with the session it comes from."""
+
+    session_id: int
+    agent_id: str
+    source: str
+    call: ToolCallRow
+    args: dict[str, Any]
+    #: The session's stored RunContext (JSON), when it has one.
+    run_context: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The gate's answer; ``reason`` is for the model when the call is refused."""
+
+    decision: Decision
+    reason: str = ""
+
+
+#: Shows the pending call to the people who may decide it (an ``ApprovalRequired`` event).
+Announce = Callable[[], None]
+
+
+class ApprovalPolicy(Protocol):
+    """Decides whether a call may run, asks a human (``REQUIRE``) or refuses it."""
+
+    async def check(self, request: GateRequest) -> Verdict: ...
+
+
+class HumanApprovals(Protocol):
+    """Where a turn waits for a person: an approval of a gated call, an answer to a question.
+
+    ``None``: the waiting channel closed (the row stays ``pending``; a resume asks again).
+    """
+
+    async def wait_for_approval(
+        self, request: GateRequest, announce: Announce
+    ) -> Verdict | None: ...
+
+    async def wait_for_answer(
+        self, call: ToolCallRow, session_id: int, announce: Announce
+    ) -> str | None: ...
+
+
+# -- the source's inbox ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedMessage:
+    """A user message waiting for the turn; ``queued_id`` is its durable queue row."""
+
+    text: str
+    metadata: dict[str, Any] | None = None
+    queued_id: int | None = None
+
+
+class PendingUserInput(Protocol):
+    """The source's inbox, drained at each round boundary of the root interactive turn."""
+
+    def drain_user(self) -> list[QueuedMessage]: ...
+
+
+# -- the way events leave a turn -------------------------------------------------------
+
+#: Receives every event of a turn; it must not block (``TurnEmitter`` guards the turn).
+EmitFn = Callable[[TurnEvent], None]
+
+
+class RecordsAnswers(Protocol):
+    """An ``EmitFn`` that also wants work done in the transaction storing the root answer.
+
+    The hub's bridge is one: a Telegram chat's outbox row for the answer then commits with
+    the answer itself (one write fewer before the reply, and no window in which the answer
+    is stored but its delivery is not).
+    """
+
+    def __call__(self, event: TurnEvent) -> None: ...
+
+    def answer_unit(self, content: str) -> AlsoWithRow | None: ...
+
+    def failure_unit(self, notice: str) -> AlsoWithKey | None:
+        """Work for the transaction that ends a failed turn (the notice's outbox row)."""
+        ...

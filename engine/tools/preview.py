@@ -1,0 +1,79 @@
+"""What a call would do, made concrete for the human asked to approve it.
+
+For a file write the old and the predicted new content; for ``execute_cmd`` the command
+and the directory it runs in. A preview that cannot be computed (the file is binary,
+the edit does not apply) is ``None`` and the arguments alone are shown. The turn computes
+it when it announces a gated call; how a surface shows it is ``engine.approval.preview``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.tools.base import ToolError
+from engine.tools.workspace import Workspace
+
+__all__ = ["ApprovalPreview", "preview_call"]
+
+# A preview is for a human's eyes; a file larger than this is described, not shown.
+MAX_PREVIEW_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalPreview:
+    """``kind`` is ``file`` (path, old → new) or ``command`` (command, workdir)."""
+
+    kind: str
+    path: str | None = None
+    old_content: str | None = None
+    new_content: str | None = None
+    command: str | None = None
+    workdir: str | None = None
+
+
+def preview_call(
+    workspace: Workspace, name: str, args: dict[str, Any], cwd: Path | None = None
+) -> ApprovalPreview | None:
+    try:
+        if name == "execute_cmd":
+            return _command(workspace, args, cwd)
+        if name == "write_file":
+            path = workspace.resolve(args["path"], cwd=cwd)
+            return _file(workspace, path, _read(path), str(args["content"]))
+        if name == "edit_file":
+            path = workspace.resolve(args["path"], cwd=cwd)
+            old_text = _read(path)
+            if old_text is None or str(args["old"]) not in old_text:
+                return None
+            new_text = old_text.replace(str(args["old"]), str(args["new"]), 1)
+            return _file(workspace, path, old_text, new_text)
+    except (ToolError, KeyError, OSError, UnicodeDecodeError):
+        return None
+    return None
+
+
+def _command(workspace: Workspace, args: dict[str, Any], cwd: Path | None) -> ApprovalPreview:
+    workdir = workspace.resolve(str(args.get("workdir") or "."), cwd=cwd)
+    return ApprovalPreview(
+        kind="command", command=str(args.get("command", "")), workdir=str(workdir)
+    )
+
+
+def _file(workspace: Workspace, path: Path, old_text: str | None, new_text: str) -> ApprovalPreview:
+    return ApprovalPreview(
+        kind="file",
+        path=workspace.relative(path),
+        old_content=old_text,
+        new_content=new_text,
+    )
+
+
+def _read(path: Path) -> str | None:
+    """The current text, ``None`` for a file that does not exist yet."""
+    if not path.exists():
+        return None
+    if not path.is_file() or path.stat().st_size > MAX_PREVIEW_BYTES:
+        raise ToolError("not previewable")
+    return path.read_text(encoding="utf-8")
