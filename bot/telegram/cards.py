@@ -1,8 +1,9 @@
-"""Approval cards, their callback data, and clarification questions.
+"""Approval cards, their callback data, and clarification questions, rendered for Telegram.
 
-A card is Telegram text plus Bot API entity dicts (offsets in UTF-16 code units) and an
-inline keyboard. Buttons carry ``ap1:<tool_call_id>:<a|r|t|s>``; questions are answered
-by replying with text, so they have no callbacks.
+What a card shows and what its choices mean is ``bot/platform/cards.py``; here it becomes
+Telegram text plus Bot API entity dicts (offsets in UTF-16 code units) and an inline
+keyboard. Buttons carry ``ap1:<tool_call_id>:<a|r|t|s>``; questions are answered by
+replying with text, so they have no callbacks.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from bot.platform.cards import CHOICE_LABELS, CardContent, Choice, card_content, outcome_line
 from bot.telegram.render import TELEGRAM_LIMIT, render_markdown, utf16_len
-from engine.approval.preview import display_call
 from engine.session.events import ApprovalRequired
 
 __all__ = [
@@ -27,10 +28,11 @@ __all__ = [
     "format_callback",
     "parse_callback",
     "question_text",
+    "reject_window_keyboard",
     "resolved_card",
 ]
 
-Action = Literal["approve", "reject", "bypass_15m", "bypass_session"]
+Action = Choice
 Outcome = Literal["approve", "reject", "bypass_15m", "bypass_session", "cancelled", "expired"]
 
 CALLBACK_PREFIX = "ap1"
@@ -111,15 +113,22 @@ def parse_callback(data: object) -> CardAction | None:
 def approval_keyboard(tool_call_id: int) -> dict[str, Any]:
     """The card's inline keyboard: Approve / Reject, then 15 min / Session bypasses."""
 
-    def button(text: str, action: Action) -> dict[str, str]:
-        return {"text": text, "callback_data": format_callback(tool_call_id, action)}
+    def button(action: Action) -> dict[str, str]:
+        label = CHOICE_LABELS[action]
+        return {"text": label, "callback_data": format_callback(tool_call_id, action)}
 
     return {
         "inline_keyboard": [
-            [button("✅ Approve", "approve"), button("❌ Reject", "reject")],
-            [button("⏱ 15 min", "bypass_15m"), button("🔄 Session", "bypass_session")],
+            [button("approve"), button("reject")],
+            [button("bypass_15m"), button("bypass_session")],
         ]
     }
+
+
+def reject_window_keyboard(tool_call_id: int) -> dict[str, Any]:
+    """While a reason may be given: one button to reject without one."""
+    data = format_callback(tool_call_id, "reject")
+    return {"inline_keyboard": [[{"text": "❌ Reject without a reason", "callback_data": data}]]}
 
 
 # --- text building -------------------------------------------------------------------
@@ -176,8 +185,9 @@ def approval_card(
     the full content.
     """
     max_chars = min(max_chars, TELEGRAM_LIMIT)
-    body = _body(event)
-    header = _header(event, deciders)
+    content = card_content(event, deciders)
+    body = _body(content)
+    header = _header(content)
 
     full = _assemble(header, body, body.content, note=None)
     if full.length <= max_chars:
@@ -218,20 +228,19 @@ def _document(body: _Body) -> bytes:
     return data.encode("utf-8")
 
 
-def _header(event: ApprovalRequired, deciders: str | None) -> _Text:
+def _header(shown: CardContent) -> _Text:
     out = _Text()
     out.add("🔐 Approval needed", "bold").add("\n")
-    out.add("Tool: ").add(_cut_units(event.name, _NAME_MAX, "…"), "code").add("\n")
-    out.add("Agent: ").add(_cut_units(event.agent_id, _NAME_MAX, "…"), "code")
-    if event.depth > 0:
-        out.add(f" (sub-agent, depth {event.depth})")
-    if deciders:
-        out.add("\n").add(f"👤 {_cut_units(deciders, 2 * _NAME_MAX, '…')}", "italic")
+    out.add("Tool: ").add(_cut_units(shown.tool, _NAME_MAX, "…"), "code").add("\n")
+    out.add("Agent: ").add(_cut_units(shown.agent, _NAME_MAX, "…"), "code")
+    if shown.depth > 0:
+        out.add(f" (sub-agent, depth {shown.depth})")
+    if shown.deciders:
+        out.add("\n").add(f"👤 {_cut_units(shown.deciders, 2 * _NAME_MAX, '…')}", "italic")
     return out
 
 
-def _body(event: ApprovalRequired) -> _Body:
-    shown = display_call(event.name, event.arguments, event.preview)
+def _body(shown: CardContent) -> _Body:
     if shown.label == "Command":
         after = (("Working directory: ", None), (shown.workdir, "code")) if shown.workdir else ()
         return _Body(shown.label, shown.content, shown.language, "txt", after=after)
@@ -304,23 +313,6 @@ def _cut_units(text: str, budget: int, mark: str = "") -> str:
 
 # --- after resolution ----------------------------------------------------------------
 
-_OUTCOME_LINES: dict[str, tuple[str, str]] = {
-    # outcome: (icon and verb, in bold; what follows "by <who>")
-    "approve": ("✅ Approved", ""),
-    "reject": ("❌ Rejected", ""),
-    "bypass_15m": ("⏱ Approved", " — no more asking for 15 min"),
-    "bypass_session": ("🔄 Approved", " — no more asking this session"),
-    "cancelled": ("⊘ Cancelled", " (/stop)"),
-    "expired": ("⌛ Expired", ""),
-}
-_OUTCOME_ALIASES = {
-    "approved": "approve",
-    "rejected": "reject",
-    "canceled": "cancelled",
-    "cancel": "cancelled",
-    "expire": "expired",
-}
-
 
 def resolved_card(
     original_text: str,
@@ -336,8 +328,7 @@ def resolved_card(
     ``bypass_session``) or ``cancelled`` / ``expired``; ``by`` names who decided and
     ``note`` (a rejection reason) follows a colon. Send it without buttons.
     """
-    key = _OUTCOME_ALIASES.get(outcome, outcome)
-    verb, suffix = _OUTCOME_LINES.get(key, (f"• {outcome}", ""))
+    verb, suffix = outcome_line(outcome)
     out = _Text()
     out.add(original_text)
     out.entities.extend(dict(e) for e in original_entities or ())

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from bot.telegram.api import Json
 from scheduler.service import Scheduler, SchedulerError
 
-__all__ = ["JobAction", "JobsPanel", "parse_job_callback"]
+__all__ = ["JOBS_PREFIX", "JobAction", "JobsPanel", "parse_job_callback"]
 
+JOBS_PREFIX = "jb1"
 _ACTIONS = {"p": "pause", "r": "resume", "d": "delete"}
 
 
@@ -25,7 +26,7 @@ def parse_job_callback(data: str) -> JobAction | None:
     if not isinstance(data, str) or len(data.encode()) > 64:
         return None
     parts = data.split(":")
-    if len(parts) != 3 or parts[0] != "jb1" or parts[2] not in _ACTIONS:
+    if len(parts) != 3 or parts[0] != JOBS_PREFIX or parts[2] not in _ACTIONS:
         return None
     if not parts[1].isascii() or not parts[1].isdigit() or parts[1].startswith("0"):
         return None
@@ -51,9 +52,9 @@ class JobsPanel:
                 [
                     {
                         "text": f"{toggle[0]} #{job.id}",
-                        "callback_data": f"jb1:{job.id}:{toggle[1]}",
+                        "callback_data": f"{JOBS_PREFIX}:{job.id}:{toggle[1]}",
                     },
-                    {"text": f"🗑 Delete #{job.id}", "callback_data": f"jb1:{job.id}:d"},
+                    {"text": f"🗑 Delete #{job.id}", "callback_data": f"{JOBS_PREFIX}:{job.id}:d"},
                 ]
             )
         return "\n".join(lines), {"inline_keyboard": rows}

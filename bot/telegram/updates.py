@@ -28,8 +28,10 @@ __all__ = [
     "Ignored",
     "Incoming",
     "Message",
+    "chat_key",
     "clean_text",
     "fits_db_id",
+    "parse_source",
     "parse_update",
     "source_of",
 ]
@@ -148,6 +150,26 @@ Incoming = Message | Callback | Ignored
 
 def source_of(chat_id: int, thread_id: int | None = None) -> str:
     return f"telegram:{chat_id}" if thread_id is None else f"telegram:{chat_id}:{thread_id}"
+
+
+def parse_source(source: str) -> tuple[int, int | None]:
+    """``(chat_id, thread_id)`` of a ``telegram:<chat_id>[:<thread_id>]`` source."""
+    parts = source.split(":")
+    return int(parts[1]), int(parts[2]) if len(parts) > 2 else None
+
+
+def chat_key(update: Json) -> int:
+    """The chat an update belongs to, before it is parsed (its lane); 0 when none."""
+    for kind in ("message", "edited_message"):
+        chat = (update.get(kind) or {}).get("chat") if isinstance(update.get(kind), dict) else None
+        if isinstance(chat, dict) and isinstance(chat.get("id"), int):
+            return chat["id"]
+    query = update.get("callback_query")
+    if isinstance(query, dict) and isinstance(query.get("message"), dict):
+        chat = query["message"].get("chat")
+        if isinstance(chat, dict) and isinstance(chat.get("id"), int):
+            return chat["id"]
+    return 0
 
 
 def parse_update(update: object) -> Incoming:

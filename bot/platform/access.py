@@ -1,0 +1,147 @@
+"""Who may talk to the bot: the allowlist, the owner, and paired users (pairing codes).
+
+User ids are the platform's, as opaque strings. A stranger is offered a pairing code (and
+the owner told); the owner lets them in with ``/pair <code>`` and out with ``/unpair``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from bot.platform.commands import Command, CommandContext
+from bot.platform.protocols import AccessStore, PairingCode
+from engine.approval.deciders import Decider
+
+__all__ = ["Access", "PairingOffer", "pairing_commands"]
+
+BUSY = "I am not taking new people right now; try later."
+WELCOME = "👋 Welcome! You can talk to me now."
+_MAX_ID_DIGITS = 19  # a signed 64-bit id: what every store here can hold
+
+
+@dataclass(frozen=True, slots=True)
+class PairingOffer:
+    """What to say when a stranger writes: to them, and to the owner (``None``: nothing)."""
+
+    to_user: str | None = None
+    to_owner: str | None = None
+
+
+class Access:
+    """The allowlist, the owner and paired users of one platform."""
+
+    def __init__(
+        self,
+        store: AccessStore,
+        *,
+        allowed: Iterable[str] = (),
+        owner: str | None = None,
+        clock: Callable[[], float],
+        reminder_s: float = 600.0,
+    ) -> None:
+        self.store = store
+        self.allowed = frozenset(allowed)
+        self.owner = owner
+        self.paired: set[str] = set()
+        self._clock = clock
+        self._reminder_s = reminder_s
+        self._reminded: dict[str, float] = {}
+
+    @property
+    def approving_owner(self) -> str | None:
+        """Who decides as the owner: the owner, or else the one allowed user of a bot that
+        has just one (whose cron and tic cards would otherwise wait forever)."""
+        if self.owner is not None:
+            return self.owner
+        if len(self.allowed) == 1:
+            return next(iter(self.allowed))
+        return None
+
+    async def load(self) -> None:
+        self.paired = await self.store.paired_users()
+
+    def is_allowed(self, user_id: str | None) -> bool:
+        if user_id is None:  # a tap without a sender (and the owner may be unset too)
+            return False
+        return user_id in self.allowed or user_id == self.owner or user_id in self.paired
+
+    def is_owner(self, user_id: str | None) -> bool:
+        """The configured owner, never the single-user fallback (pairing is theirs)."""
+        return self.owner is not None and user_id == self.owner
+
+    def decider(self, user_id: str | None) -> Decider:
+        """Who taps a card or replies to it, for the ``APPROVERS`` rule."""
+        if user_id is None:
+            return Decider(None)
+        owner = user_id == self.approving_owner
+        return Decider(user_id, is_owner=owner, is_allowed=self.is_allowed(user_id))
+
+    async def offer_pairing(self, user_id: str, chat: str, name: str) -> PairingOffer:
+        """A stranger wrote: their code (reminded at most once per window), the owner told."""
+        code, new = await self.store.issue_code(user_id, chat, name)
+        now = self._clock()
+        if not new and now - self._reminded.get(user_id, -1e18) < self._reminder_s:
+            return PairingOffer()
+        self._reminded[user_id] = now
+        if code is None:
+            return PairingOffer(to_user=BUSY)
+        to_user = (
+            f"Hi {name}! I only talk to people my owner approved.\n"
+            f"Your pairing code is {code.code} (valid 24 hours). "
+            f"Ask the owner to send /pair {code.code}."
+        )
+        to_owner = None
+        if new and self.owner is not None:
+            to_owner = f"{name} (id {user_id}) asks to talk to me. Approve with /pair {code.code}"
+        return PairingOffer(to_user, to_owner)
+
+    async def pair(self, code: str, by: str | None) -> PairingCode | None:
+        redeemed = await self.store.redeem(code)
+        if redeemed is not None:
+            await self.store.pair(redeemed.user_id, redeemed.name, by)
+            self.paired.add(redeemed.user_id)
+        return redeemed
+
+    async def unpair(self, user_id: str) -> bool:
+        removed = await self.store.unpair(user_id)
+        self.paired.discard(user_id)
+        return removed
+
+
+def pairing_commands(
+    access: Access, welcome: Callable[[PairingCode], Awaitable[None]]
+) -> list[Command]:
+    """``/pair <code>`` and ``/unpair <user_id>``, the owner's; ``welcome`` greets the new
+    user in their chat."""
+
+    async def pair(c: CommandContext) -> str:
+        paired = await access.pair(c.argument, c.user_id)
+        if paired is None:
+            return "No pending pairing with that code (wrong, used or expired)."
+        await welcome(paired)
+        return f"Paired {paired.name} (id {paired.user_id})."
+
+    async def unpair(c: CommandContext) -> str:
+        user_id = _id_argument(c.argument.strip())
+        if user_id is None:
+            return "Usage: /unpair <user_id>"
+        removed = await access.unpair(user_id)
+        return f"Unpaired {user_id}." if removed else f"{user_id} was not paired."
+
+    return [
+        Command("pair", "Let a user in", pair, "<code>", owner_only=True),
+        Command("unpair", "Revoke a user", unpair, "<user_id>", owner_only=True),
+    ]
+
+
+def _id_argument(text: str) -> str | None:
+    """A user id argument in its canonical spelling, or ``None``: ASCII digits
+    (``str.isdigit`` accepts "²", which ``int`` refuses), an optional minus, 64 bits."""
+    digits = text.removeprefix("-")
+    if not digits.isascii() or not digits.isdigit() or len(digits) > _MAX_ID_DIGITS:
+        return None
+    number = int(text)
+    if not -(2**63) <= number < 2**63:
+        return None
+    return str(number)

@@ -1,0 +1,228 @@
+"""What approval cards and clarification questions mean, on every platform.
+
+A card shows the tool, the agent, the call in full (``CardContent``) and who may decide.
+Its choices are approve, reject (with an optional reason, given within a window after
+the first ❌), a 15-minute bypass and a session bypass; ``decide`` is what a tap does. A
+card is *expired* when it is gone, closed, or the tap is not on the message that shows it.
+A question is answered by a reply to it, or by any plain message while it is open.
+Rendering (buttons, callback data, markup) is each platform's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+from bot.platform.protocols import MessageRef, ShownCard
+from engine.approval.broker import SHORT_BYPASS_SECONDS
+from engine.approval.deciders import Decider
+from engine.approval.preview import display_call
+from engine.hub import ChatHub, HubError
+from engine.session.events import ApprovalRequired
+from engine.store.inbox import InboxError, NotPermitted
+
+__all__ = [
+    "CHOICES",
+    "CHOICE_LABELS",
+    "EXPIRED",
+    "NOT_ALLOWED",
+    "REJECT_WINDOW_S",
+    "CardContent",
+    "Choice",
+    "Outcome",
+    "RejectWindow",
+    "RejectWindows",
+    "card_content",
+    "decide",
+    "is_live",
+    "outcome_line",
+    "reply_target",
+]
+
+log = logging.getLogger(__name__)
+
+Choice = Literal["approve", "reject", "bypass_15m", "bypass_session"]
+#: What a closed card says happened: a choice, or ``cancelled`` (/stop) / ``expired``.
+Outcome = Literal["approve", "reject", "bypass_15m", "bypass_session", "cancelled", "expired"]
+
+CHOICES: tuple[Choice, ...] = ("approve", "reject", "bypass_15m", "bypass_session")
+#: The words of the choices, everywhere they are offered.
+CHOICE_LABELS: dict[Choice, str] = {
+    "approve": "✅ Approve",
+    "reject": "❌ Reject",
+    "bypass_15m": "⏱ 15 min",
+    "bypass_session": "🔄 Session",
+}
+EXPIRED = "This button has expired."
+NOT_ALLOWED = "You are not allowed to decide here."
+#: After the first ❌, a reason may follow within this long; then it is rejected without.
+REJECT_WINDOW_S = 60.0
+
+_OUTCOME_LINES: dict[str, tuple[str, str]] = {
+    # outcome: (icon and verb; what follows "by <who>")
+    "approve": ("✅ Approved", ""),
+    "reject": ("❌ Rejected", ""),
+    "bypass_15m": ("⏱ Approved", " — no more asking for 15 min"),
+    "bypass_session": ("🔄 Approved", " — no more asking this session"),
+    "cancelled": ("⊘ Cancelled", " (/stop)"),
+    "expired": ("⌛ Expired", ""),
+}
+_OUTCOME_ALIASES = {
+    "approved": "approve",
+    "rejected": "reject",
+    "canceled": "cancelled",
+    "cancel": "cancelled",
+    "expire": "expired",
+}
+
+
+def outcome_line(outcome: str) -> tuple[str, str]:
+    """``(verb, suffix)`` of a closed card: "✅ Approved" [by who] "" and so on."""
+    key = _OUTCOME_ALIASES.get(outcome, outcome)
+    return _OUTCOME_LINES.get(key, (f"• {outcome}", ""))
+
+
+# -- what a card shows -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CardContent:
+    """A card's fields: the call in full, never cut here (a platform cuts and attaches)."""
+
+    tool: str
+    agent: str
+    depth: int
+    label: str  # "Command", "Diff", "Arguments"
+    content: str
+    language: str
+    workdir: str | None = None
+    path: str | None = None
+    new_file: bool = False
+    #: Who may decide (``APPROVERS``), e.g. "Ada (who asked) or the owner can decide."
+    deciders: str | None = None
+
+
+def card_content(event: ApprovalRequired, deciders: str | None = None) -> CardContent:
+    shown = display_call(event.name, event.arguments, event.preview)
+    return CardContent(
+        tool=event.name,
+        agent=event.agent_id,
+        depth=event.depth,
+        label=shown.label,
+        content=shown.content,
+        language=shown.language,
+        workdir=shown.workdir,
+        path=shown.path,
+        new_file=bool(shown.new_file),
+        deciders=deciders,
+    )
+
+
+# -- what a tap does ------------------------------------------------------------------
+
+
+def is_live(
+    card: ShownCard | None, *, chat: MessageRef | None, shown_at: MessageRef | None
+) -> bool:
+    """Whether a tap on the message ``shown_at`` in ``chat`` may act on ``card``; when not,
+    the button has expired (gone, closed, or not the message that shows the card)."""
+    return (
+        card is not None
+        and card.kind == "approval"
+        and card.state == "open"
+        and card.chat_id == chat
+        and (card.message_id is None or card.message_id == shown_at)
+    )
+
+
+Decided = Literal["decided", "expired", "kept"]
+
+
+async def decide(
+    hub: ChatHub,
+    source: str,
+    tool_call_id: int,
+    choice: Choice,
+    decider: Decider,
+    note: str = "",
+) -> Decided:
+    """Record ``choice``: ``decided``; ``expired`` when the call is no longer open;
+    ``kept`` when the decider may not decide it after all (the card stays as it is)."""
+    try:
+        match choice:
+            case "approve":
+                await hub.approve(source, tool_call_id, decider=decider)
+            case "bypass_15m":
+                await hub.approve(
+                    source,
+                    tool_call_id,
+                    bypass_secs=SHORT_BYPASS_SECONDS,
+                    bypass_scope="all",
+                    decider=decider,
+                )
+            case "bypass_session":
+                await hub.approve(source, tool_call_id, bypass_scope="all", decider=decider)
+            case "reject":
+                await hub.reject(source, tool_call_id, note, decider=decider)
+    except NotPermitted as exc:  # a check just before said yes: the card stays open
+        log.warning("decision on %s refused: %s", tool_call_id, exc)
+        return "kept"
+    except (InboxError, HubError) as exc:
+        log.info("decision on %s refused: %s", tool_call_id, exc)
+        return "expired"
+    return "decided"
+
+
+@dataclass(frozen=True, slots=True)
+class RejectWindow:
+    deadline: float
+    user_name: str
+    decider: Decider
+
+
+class RejectWindows:
+    """Cards whose ❌ was tapped once: a reply within the window is the reason."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, RejectWindow] = {}
+
+    def open(self, tool_call_id: int, window: RejectWindow) -> None:
+        self._open[tool_call_id] = window
+
+    def close(self, tool_call_id: int) -> None:
+        self._open.pop(tool_call_id, None)
+
+    def __contains__(self, tool_call_id: object) -> bool:
+        return tool_call_id in self._open
+
+
+# -- what a message answers -----------------------------------------------------------
+
+Card = TypeVar("Card", bound=ShownCard)
+
+
+def reply_target(
+    cards: Sequence[Card],
+    *,
+    reply_to: MessageRef | None,
+    is_command: bool,
+    rejecting: RejectWindows,
+) -> tuple[Literal["answer", "reason"], Card] | None:
+    """Which open card a message answers: ``answer`` for a question (a reply to it, or any
+    plain message while one is open: the newest), ``reason`` for a card in its reject
+    window replied to; ``None``: the message is a message."""
+    if not cards:
+        return None
+    if reply_to is not None:
+        for card in cards:
+            if card.message_id == reply_to:
+                if card.kind == "question":
+                    return "answer", card
+                if card.tool_call_id in rejecting:
+                    return "reason", card
+    questions = [c for c in cards if c.kind == "question"]
+    if questions and not is_command:
+        return "answer", questions[-1]
+    return None

@@ -1,0 +1,160 @@
+"""What a chat is sent while and after a turn runs, through the platform's sender.
+
+Final replies are durable: their rows are recorded in the transaction that stores the
+answer (``ChatHub.on_answer``), sent when the turn's ``Done`` arrives, and sent from the
+store after a crash; a failed turn's notice likewise (``ChatHub.on_failure``). The
+progress line lists the turn's tool calls in one message, edited in place at most every
+``progress_interval_s``. How anything is rendered and sent is the sender's
+(``OutboxSender``, e.g. Telegram's ``TelegramSender`` over ``Outbound``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from sqlalchemy.engine import Connection
+
+from bot.platform.protocols import MessageRef, OutboxSender
+from engine.hub import ChatHub
+from engine.store.history import AlsoWithKey, AlsoWithRow
+
+__all__ = ["DONE", "FAILED", "SKIPPED", "Outbox", "final_key", "preview"]
+
+Prepared = TypeVar("Prepared")
+Row = TypeVar("Row")
+
+# The marks a tool call's progress line ends with.
+DONE, FAILED, SKIPPED = "✓", "✗", "⊘"
+_MARKS = (DONE, FAILED, SKIPPED)
+
+
+def final_key(message_id: int) -> str:
+    """An answer's key in the outbox; its parts are ``final:<message id>:<part>``."""
+    return f"final:{message_id}"
+
+
+def preview(arguments: str, limit: int = 60) -> str:
+    """A call's arguments on one line, cut to ``limit`` characters."""
+    flat = " ".join(arguments.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+@dataclass(eq=False)
+class _Progress:
+    """One chat's progress message while a turn runs."""
+
+    ref: MessageRef | None = None
+    lines: list[str] = field(default_factory=list)
+    shown: str = ""
+    at: float = 0.0
+
+
+class Outbox(Generic[Prepared, Row]):
+    """Progress and final-reply delivery for every chat of one platform."""
+
+    def __init__(
+        self,
+        sender: OutboxSender[Prepared, Row],
+        *,
+        clock: Callable[[], float],
+        progress_interval_s: float = 2.0,
+    ) -> None:
+        self._sender = sender
+        self._clock = clock
+        self._interval = progress_interval_s
+        self._progress: dict[str, _Progress] = {}
+        # Rows stored with an answer (by message id) or a failed turn's notice (by key),
+        # sent when the turn's Done or FailureNotice arrives.
+        self._finals: dict[int, list[Row]] = {}
+        self._notices: dict[str, list[Row]] = {}
+
+    def attach(self, hub: ChatHub, prefix: str) -> None:
+        """Record the answers and failure notices of the hub's ``prefix`` sources."""
+        hub.on_answer(prefix, self.answer_unit)
+        hub.on_failure(prefix, self.failure_unit)
+
+    # -- final replies --------------------------------------------------------------------
+
+    def answer_unit(self, source: str, content: str) -> AlsoWithRow:
+        """The answer's outbox rows, written in the transaction that stores the answer."""
+        prepared = self._sender.prepare(source, content)  # rendered outside the transaction
+
+        def record(conn: Connection, message_id: int) -> None:
+            key = final_key(message_id)
+            self._finals[message_id] = self._sender.record(conn, source, key, prepared)
+
+        return record
+
+    def failure_unit(self, source: str, notice: str) -> AlsoWithKey:
+        """A failed turn's notice in the outbox, written in the transaction ending the turn."""
+        prepared = self._sender.prepare(source, f"⚠️ {notice}")
+
+        def record(conn: Connection, key: str) -> None:
+            self._notices[key] = self._sender.record(conn, source, key, prepared)
+
+        return record
+
+    async def final(self, source: str, message_id: int, content: str) -> None:
+        recorded = self._finals.pop(message_id, None)
+        if recorded is not None:  # stored with the answer: only the sending is left
+            await self._sender.send_recorded(recorded)
+            return
+        prepared = self._sender.prepare(source, content)
+        await self._sender.send_durable(source, final_key(message_id), prepared)
+
+    async def notice(self, source: str, message: str, key: str | None) -> None:
+        """A notice stored with its failed turn is sent from the outbox (once, a restart
+        included); any other error is said directly."""
+        recorded = self._notices.pop(key, None) if key is not None else None
+        if recorded is None:
+            await self._sender.say(source, f"⚠️ {message}")
+            return
+        await self._sender.send_recorded(recorded)
+
+    async def say(self, source: str, text: str) -> None:
+        await self._sender.say(source, text)
+
+    # -- the progress line ----------------------------------------------------------------
+
+    def tool_started(self, source: str, depth: int, name: str, arguments: str) -> None:
+        self._of(source).lines.append(f"{'  ' * depth}⚙ {name} {preview(arguments)}")
+
+    def tool_ended(self, source: str, depth: int, name: str, mark: str) -> None:
+        """Mark the newest unmarked line of that call."""
+        lines = self._of(source).lines
+        prefix = f"{'  ' * depth}⚙ {name}"
+        for i in range(len(lines) - 1, -1, -1):
+            line = lines[i]
+            if line.startswith(prefix) and not line.endswith(_MARKS):
+                lines[i] = f"{line} {mark}"
+                return
+
+    async def show_progress(self, source: str, *, force: bool = False) -> None:
+        """One message edited in place, at most every ``progress_interval_s``."""
+        progress = self._of(source)
+        if not progress.lines:
+            return
+        text = self._sender.progress_text(progress.lines)
+        if text == progress.shown:
+            return
+        now = self._clock()
+        if progress.ref is None:
+            progress.ref = await self._sender.send_progress(source, text)
+        elif force or now - progress.at >= self._interval:
+            await self._sender.edit_progress(source, progress.ref, text)
+        else:
+            return
+        progress.shown, progress.at = text, now
+
+    def reset_progress(self, source: str) -> None:
+        """The next tool call starts a new progress message."""
+        progress = self._of(source)
+        progress.ref, progress.lines, progress.shown = None, [], ""
+
+    def _of(self, source: str) -> _Progress:
+        progress = self._progress.get(source)
+        if progress is None:
+            progress = self._progress[source] = _Progress()
+        return progress

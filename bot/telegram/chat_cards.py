@@ -1,0 +1,144 @@
+"""The approval cards and questions shown in Telegram chats: sent, kept open, closed.
+
+Open cards are stored (``telegram_cards``) and mirrored in memory by source, so a message
+or a tool event checks them without a read. A card is recorded before it is sent (a tap
+on a card we never recorded still works) and closed once: whoever closes it first edits
+it to show the outcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from bot.platform.cards import RejectWindows
+from bot.telegram.api import TelegramError
+from bot.telegram.cards import approval_card, question_text, resolved_card
+from bot.telegram.delivery import TelegramSender
+from bot.telegram.store import CardRow, TelegramStore
+from bot.telegram.updates import parse_source
+from engine.hub import ChatHub
+from engine.session import events as ev
+
+__all__ = ["ChatCards"]
+
+_FORCE_REPLY = {"force_reply": True, "input_field_placeholder": "Your answer"}
+
+
+class ChatCards:
+    def __init__(
+        self,
+        hub: ChatHub,
+        store: TelegramStore,
+        sender: TelegramSender,
+        rejecting: RejectWindows,
+    ) -> None:
+        self._hub = hub
+        self.store = store
+        self._sender = sender
+        self._rejecting = rejecting
+        self._open: dict[str, dict[int, CardRow]] = {}
+
+    async def load(self) -> None:
+        for card in await self.store.open_cards():
+            self._open.setdefault(card.source, {})[card.tool_call_id] = card
+
+    def open_in(self, source: str) -> list[CardRow]:
+        return list(self._open.get(source, {}).values())
+
+    # -- showing --------------------------------------------------------------------------
+
+    async def send_card(self, source: str, event: ev.ApprovalRequired) -> None:
+        existing = await self.store.card(event.tool_call_id)
+        if existing is not None and existing.state == "open" and existing.message_id is not None:
+            return  # asked again after a restart: the card already shown still works
+        deciders = await self._hub.who_may_decide(event.tool_call_id)
+        card = approval_card(event, deciders=deciders)
+        chat_id, thread_id = parse_source(source)
+        # Recorded before sending: a tap on a card we never recorded still works.
+        row = CardRow(
+            event.tool_call_id, "approval", source, chat_id, None, card.text, card.entities, "open"
+        )
+        await self._save(row)
+        outbound = self._sender.outbound
+        sent = await outbound.send_text(
+            chat_id,
+            card.text,
+            entities=card.entities,
+            reply_markup=card.reply_markup,
+            thread_id=thread_id,
+        )
+        await self._save(replace(row, message_id=sent.get("message_id")))
+        if card.document is not None:
+            filename, data = card.document
+            await outbound.call(
+                chat_id,
+                lambda: self._sender.api.send_document(
+                    chat_id,
+                    filename,
+                    data,
+                    caption="The full arguments of the call above.",
+                    message_thread_id=thread_id,
+                ),
+            )
+
+    async def send_question(self, source: str, event: ev.Question) -> None:
+        text, entities = question_text(event.question)
+        chat_id, thread_id = parse_source(source)
+        card = CardRow(event.request_id, "question", source, chat_id, None, text, entities, "open")
+        # Open before it is sent: an answer typed the moment the question shows must find it.
+        await self._save(card)
+        try:
+            sent = await self._sender.outbound.send_text(
+                chat_id, text, entities=entities, reply_markup=_FORCE_REPLY, thread_id=thread_id
+            )
+        except TelegramError:
+            await self.close_quietly(card, "expired")  # never shown: nothing may answer it
+            raise
+        if card.tool_call_id in self._open.get(source, {}):  # not answered meanwhile
+            await self._save(replace(card, message_id=sent.get("message_id")))
+
+    async def _save(self, card: CardRow) -> None:
+        await self.store.save_card(card)
+        self._open.setdefault(card.source, {})[card.tool_call_id] = card
+
+    # -- closing --------------------------------------------------------------------------
+
+    async def close_quietly(self, card: CardRow, state: str) -> bool:
+        """Close in the store and in memory; False when it was closed already."""
+        cards = self._open.get(card.source, {})
+        cards.pop(card.tool_call_id, None)
+        if not cards:
+            self._open.pop(card.source, None)
+        return await self.store.close_card(card.tool_call_id, state)
+
+    async def close(
+        self,
+        card: CardRow,
+        outcome: str,
+        state: str,
+        *,
+        by: str | None = None,
+        note: str | None = None,
+    ) -> None:
+        """Show the outcome on the card once (whoever closes it first edits it)."""
+        if not await self.close_quietly(card, state):
+            return
+        self._rejecting.close(card.tool_call_id)
+        if card.message_id is None:
+            return
+        text, entities = resolved_card(card.text, card.entities or [], outcome, by, note=note)
+        await self._sender.edit(card.chat_id, card.message_id, text, entities, None)
+
+    async def close_by_id(
+        self,
+        source: str,
+        tool_call_id: int,
+        outcome: str,
+        state: str,
+        *,
+        by: str | None = None,
+        note: str | None = None,
+    ) -> None:
+        card = self._open.get(source, {}).get(tool_call_id)  # no read per tool event
+        if card is not None:
+            await self.close(card, outcome, state, by=by, note=note or None)

@@ -1,0 +1,37 @@
+"""Telegram's commands: the shared ones, ``/jobs`` with buttons, and the owner's pairing."""
+
+from __future__ import annotations
+
+from bot.platform.access import WELCOME, Access, pairing_commands
+from bot.platform.commands import Command, CommandContext, CommandRegistry, shared_commands
+from bot.platform.protocols import PairingCode
+from bot.telegram.delivery import TelegramSender
+from bot.telegram.jobs import JobsPanel
+from bot.telegram.updates import parse_source
+
+__all__ = ["telegram_commands"]
+
+
+def telegram_commands(
+    access: Access, sender: TelegramSender, jobs: JobsPanel | None
+) -> CommandRegistry:
+    """In menu order: the shared commands, ``/jobs``, then ``/pair`` and ``/unpair``."""
+    registry = CommandRegistry()
+    for command in shared_commands(lambda: registry.help_text()):
+        registry.register(command)
+
+    async def show_jobs(c: CommandContext) -> str | None:
+        if jobs is None:
+            return "No scheduled jobs."
+        chat_id, thread_id = parse_source(c.source)
+        text, keyboard = await jobs.render(c.source)
+        await sender.outbound.send_text(chat_id, text, reply_markup=keyboard, thread_id=thread_id)
+        return None
+
+    async def welcome(paired: PairingCode) -> None:
+        await sender.say_in(int(paired.chat), None, WELCOME)
+
+    registry.register(Command("jobs", "Scheduled jobs of this chat", show_jobs))
+    for command in pairing_commands(access, welcome):
+        registry.register(command)
+    return registry

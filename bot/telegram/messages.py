@@ -1,0 +1,199 @@
+"""A Telegram message, from its parsed form to the hub (or to its one answer here).
+
+In order: in groups only what is addressed to the bot; strangers get a pairing code;
+commands run from the registry; a reply may answer a question or give a reject reason;
+a voice note gets its notice; files are downloaded; the rest becomes a hub message,
+stored and marked handled in one commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from bot.platform.access import Access
+from bot.platform.cards import RejectWindows, reply_target
+from bot.platform.commands import CommandContext, CommandRegistry
+from bot.platform.failures import SORRY_MESSAGE, report_failure
+from bot.telegram.access import user_key
+from bot.telegram.approvals import ApprovalTaps
+from bot.telegram.chat_cards import ChatCards
+from bot.telegram.delivery import TelegramSender
+from bot.telegram.downloads import Downloads
+from bot.telegram.progress import ChatActivity
+from bot.telegram.store import CardRow, mark_handled_in
+from bot.telegram.updates import Message
+from engine.hub import ChatHub, HubError, SendOptions
+from engine.store.inbox import SENDER_KEY, InboxError
+
+__all__ = ["UNREADABLE_MESSAGE", "BotIdentity", "MessageHandler"]
+
+log = logging.getLogger(__name__)
+
+UNREADABLE_MESSAGE = "I cannot read this kind of message yet; please send text, a photo or a file."
+
+
+@dataclass(slots=True)
+class BotIdentity:
+    """Who the bot is, known once getMe answered (a group message may mention it)."""
+
+    id: int | None = None
+    username: str | None = None
+
+
+class MessageHandler:
+    def __init__(
+        self,
+        hub: ChatHub,
+        me: BotIdentity,
+        access: Access,
+        commands: CommandRegistry,
+        cards: ChatCards,
+        approvals: ApprovalTaps,
+        rejecting: RejectWindows,
+        sender: TelegramSender,
+        downloads: Downloads,
+        activity: ChatActivity,
+    ) -> None:
+        self._hub = hub
+        self._me = me
+        self._access = access
+        self._commands = commands
+        self._cards = cards
+        self._approvals = approvals
+        self._rejecting = rejecting
+        self._sender = sender
+        self._downloads = downloads
+        self._activity = activity
+
+    async def handle(self, m: Message) -> bool:
+        """True when the update was marked handled along the way. A failure of ours is
+        logged with a short error id, and the sender told that id: never the exception."""
+        try:
+            return await self._on_message(m)
+        except Exception:
+            error = report_failure(log, f"message {m.message_id} in chat {m.chat_id}")
+            if self._access.is_allowed(user_key(m.user_id)):  # a stranger learns nothing more
+                await self._sender.say_in(m.chat_id, m.thread_id, SORRY_MESSAGE.format(error=error))
+            return False
+
+    async def _on_message(self, m: Message) -> bool:
+        if m.is_group and not self._addressed(m):
+            return False
+        user = str(m.user_id)
+        if not self._access.is_allowed(user):
+            if not m.is_group:
+                await self._offer_pairing(m, user)
+            return False
+        command = m.command(self._me.username)
+        if command is not None:
+            await self._command(m, user, *command)
+            return False
+        if await self._answer_card(m):
+            return False
+        say = self._sender.say_in
+        if m.notice is not None:  # a voice note: not handled yet, and said so once
+            await say(m.chat_id, m.thread_id, m.notice)
+            return False
+        lines = [m.text, *m.described]
+        if m.location is not None:
+            lat, lon = m.location
+            lines.append(f"📍 Location: {lat:.6f}, {lon:.6f}")
+        text = "\n".join(line for line in lines if line)
+        attachments, problems = await self._downloads.fetch(m)
+        if problems:  # one warning per message, whatever went wrong with its files
+            await say(m.chat_id, m.thread_id, "⚠️ " + " ".join(problems))
+        if not text.strip() and not attachments:
+            if not problems:
+                await say(m.chat_id, m.thread_id, UNREADABLE_MESSAGE)
+            return False
+        metadata: dict[str, Any] = {
+            "telegram_message_id": m.message_id,
+            # Who asked: with APPROVERS requester+owner they may decide what this turn gates.
+            SENDER_KEY: {"id": user, "name": m.user_name},
+        }
+        if attachments:
+            metadata["attachments"] = attachments
+        update_id = m.update_id
+        try:
+            # Stored and marked handled in one commit: a crash leaves both or neither (and
+            # an update left unhandled is handed over again at the next start).
+            await self._hub.send_message(
+                m.source,
+                text,
+                SendOptions(metadata=metadata),
+                also=lambda conn: mark_handled_in(conn, update_id),
+                redelivered_if_lost=True,
+            )
+        except HubError as exc:
+            await say(m.chat_id, m.thread_id, f"⚠️ {exc}")
+            return False
+        self._activity.start_typing(m.source)
+        return True
+
+    def _addressed(self, m: Message) -> bool:
+        """In groups the bot answers only when mentioned, replied to, or commanded."""
+        me = self._me
+        if me.id is not None and m.reply_to_user_id == me.id:
+            return True
+        if m.text.startswith("/"):
+            return m.command(me.username) is not None
+        for entity in m.entities:
+            kind = entity.get("type")
+            if kind == "text_mention" and (entity.get("user") or {}).get("id") == me.id:
+                return True
+            if kind == "mention" and me.username:
+                mention = _utf16_slice(m.text, entity.get("offset", 0), entity.get("length", 0))
+                if mention.lower() == f"@{me.username.lower()}":
+                    return True
+        return False
+
+    async def _offer_pairing(self, m: Message, user: str) -> None:
+        offer = await self._access.offer_pairing(user, str(m.chat_id), m.user_name)
+        if offer.to_user is not None:
+            await self._sender.say_in(m.chat_id, None, offer.to_user)
+        owner = self._access.owner
+        if offer.to_owner is not None and owner is not None:
+            await self._sender.say_in(int(owner), None, offer.to_owner)
+
+    async def _command(self, m: Message, user: str, name: str, argument: str) -> None:
+        # Pairing is the owner's: TELEGRAM_OWNER_ID, never the single-user fallback.
+        context = CommandContext(self._hub, m.source, argument, user, self._access.is_owner(user))
+        reply = await self._commands.run(name, context)
+        if reply:
+            await self._sender.say_in(m.chat_id, m.thread_id, reply)
+
+    async def _answer_card(self, m: Message) -> bool:
+        """A reply to a question (or any message while one is open) answers it; a reply
+        to an approval card in its reject window is the reason."""
+        target = reply_target(
+            self._cards.open_in(m.source),
+            reply_to=m.reply_to_message_id,
+            is_command=m.text.startswith("/"),
+            rejecting=self._rejecting,
+        )
+        if target is None:
+            return False
+        what, card = target
+        if what == "answer":
+            return await self._answer_question(m, card)
+        decider = self._access.decider(str(m.user_id))
+        await self._approvals.reject(card, m.user_name, m.text, decider)
+        return True
+
+    async def _answer_question(self, m: Message, card: CardRow) -> bool:
+        try:
+            await self._hub.resolve_question(m.source, card.tool_call_id, m.text)
+        except (InboxError, HubError) as exc:
+            log.info("question %s not answerable: %s", card.tool_call_id, exc)
+            await self._cards.close_quietly(card, "expired")
+            return False
+        await self._cards.close_quietly(card, "answered")
+        self._activity.start_typing(m.source)
+        return True
+
+
+def _utf16_slice(text: str, offset: int, length: int) -> str:
+    data = text.encode("utf-16-le")
+    return data[offset * 2 : (offset + length) * 2].decode("utf-16-le", errors="ignore")

@@ -1,0 +1,94 @@
+"""Hub events back into Telegram chats: one source's events in order, chats concurrently.
+
+Each turn event becomes what the chat shows: the progress line and the final reply
+(through the platform outbox), cards and questions, streaming and the typing indicator.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from bot.platform.outbox import DONE, FAILED, SKIPPED, Outbox
+from bot.telegram.chat_cards import ChatCards
+from bot.telegram.progress import ChatActivity
+from engine.bus.broadcast import Lagged
+from engine.hub import DecisionMade, FailureNotice, HubEvent, NewSession
+from engine.session import events as ev
+
+__all__ = ["EventRenderer"]
+
+log = logging.getLogger(__name__)
+
+PREFIX = "telegram:"
+
+
+class EventRenderer:
+    def __init__(
+        self,
+        outbox: Outbox[Any, Any],
+        cards: ChatCards,
+        activity: ChatActivity,
+        *,
+        streaming: bool,
+    ) -> None:
+        self._outbox = outbox
+        self._cards = cards
+        self._activity = activity
+        self._streaming = streaming
+
+    async def pump(self, events: Any, submit: Any) -> None:
+        """Hand Telegram's events from the hub's stream to ``submit(source, event)``."""
+        async for item in events:
+            if isinstance(item, Lagged):
+                log.warning("telegram adapter lagged behind the hub by %d event(s)", item.missed)
+                continue
+            if item.source.startswith(PREFIX):
+                submit(item.source, item)
+
+    async def render(self, source: str, item: HubEvent) -> None:
+        outbox, cards, activity = self._outbox, self._cards, self._activity
+        event = item.event
+        match event:
+            case ev.TextDelta(text=delta, depth=0) if self._streaming:
+                await activity.stream(source, delta)
+            case ev.Thinking(depth=0):
+                activity.thinking(source)
+            case ev.ToolStart(name=name, arguments=arguments, depth=depth):
+                outbox.tool_started(source, depth, name, arguments)
+                await outbox.show_progress(source)
+            case ev.ToolDone(name=name, depth=depth) | ev.ToolError(name=name, depth=depth):
+                mark = DONE if isinstance(event, ev.ToolDone) else FAILED
+                outbox.tool_ended(source, depth, name, mark)
+                await cards.close_by_id(source, event.tool_call_id, "approve", "ran")
+                await outbox.show_progress(source)
+            case ev.ToolRejected(name=name, depth=depth):
+                outbox.tool_ended(source, depth, name, SKIPPED)
+                await cards.close_by_id(source, event.tool_call_id, "reject", "rejected")
+            case ev.ToolCancelled(name=name, depth=depth):
+                outbox.tool_ended(source, depth, name, SKIPPED)
+                await cards.close_by_id(source, event.tool_call_id, "cancelled", "cancelled")
+            case ev.ApprovalRequired():
+                await cards.send_card(source, event)
+            case ev.Question():
+                await cards.send_question(source, event)
+            case ev.Done(content=content, message_id=message_id):
+                activity.stop_typing(source)
+                await activity.end_stream(source)
+                await outbox.final(source, message_id, content)
+                # The last marks on the progress line after the answer: the person waits
+                # for the answer, not for a cosmetic edit above it.
+                await outbox.show_progress(source, force=True)
+                outbox.reset_progress(source)
+            case ev.Error():
+                activity.stop_typing(source)
+                await activity.end_stream(source)
+                await outbox.show_progress(source, force=True)
+                outbox.reset_progress(source)
+                key = event.key if isinstance(event, FailureNotice) else None
+                await outbox.notice(source, event.message, key)
+            case DecisionMade(tool_call_id=call_id, outcome=outcome, by=by, note=note):
+                await cards.close_by_id(source, call_id, outcome, "resolved", by=by, note=note)
+            case NewSession():
+                outbox.reset_progress(source)
+                await outbox.say(source, "🆕 New conversation started.")
