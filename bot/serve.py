@@ -15,30 +15,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib
 import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import sqlalchemy as sa
 
+from bot.checks.exposure import check_api_exposure
 from bot.checks.result import Check
-from bot.http.app import (
-    ApiRoutes,
-    EventsEndpoint,
-    TelegramWebhook,
-    WebInbox,
-    check_api_exposure,
-    create_app,
-)
-from bot.http.health_details import HealthDetails, service_checks
-from bot.http.operations import Operations
-from bot.http.signins import LoginThrottle, SignInPolicy, SignIns
-from bot.http.web import Deliveries
 from bot.telegram.adapter import TelegramAdapter, TelegramConfig
 from bot.telegram.api import BotApi
 from bot.telegram.health import TelegramHealth
@@ -64,6 +54,9 @@ __all__ = ["Service", "serve"]
 
 if TYPE_CHECKING:
     import uvicorn
+
+    from bot.http.app import TelegramWebhook
+    from bot.http.web import Deliveries
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +98,8 @@ class Service:
     async def _run_checks(self) -> Sequence[Check]:
         """The doctor's checks, over a client made on first use (each client costs its TLS
         set-up, not worth paying at start for a page few open)."""
+        from bot.http.health_details import service_checks  # loaded with the HTTP app
+
         if self._checks_http is None:
             self._checks_http = httpx.AsyncClient()
         return await service_checks(self.config, self._checks_http)()
@@ -133,7 +128,7 @@ class Service:
         )
         for tool in scheduler_tools(scheduler):
             engine.tools.register(tool)
-        webhook = None
+        webhook: TelegramWebhook | None = None
         deliveries: Deliveries | None = None  # the web inbox's "deliveries waiting"
         if self.api is None and settings.telegram_bot_token:
             from bot.telegram.bindings.factory import make_bot_api
@@ -168,6 +163,8 @@ class Service:
             receive: Callable[[], Awaitable[None]]
             if settings.telegram_webhook_url:
                 url, secret = settings.telegram_webhook_url, settings.telegram_webhook_secret or ""
+                from bot.http.app import TelegramWebhook
+
                 held = HeldUpdates()  # until getMe: the adapter needs its own username
                 webhook = TelegramWebhook(store, held, secret)
 
@@ -188,59 +185,38 @@ class Service:
             self.console_resuming = await console_interrupted(engine)
         await hub.start()
         await scheduler.start()
-        if self.http:
-            operations = Operations(engine, hub, scheduler)
-            # The doctor's checks for the inbox; ApiRoutes checks the token before them.
-            details = HealthDetails(self._run_checks, lambda _request: True)
-            token = settings.chathub_api_token
-            signins = None
-            # Wrong tokens count together on the page's sign-in and the API's bearer header:
-            # guessing the token through one is as slow as through the other.
-            throttle = LoginThrottle(clock=self.clock)
-            if token:  # without a token nobody signs in (loopback only)
-                policy = SignInPolicy(
-                    idle=timedelta(hours=settings.web_session_idle_hours),
-                    absolute=timedelta(days=settings.web_session_max_days),
-                )
-                signins = SignIns(engine.store.db, token=token, policy=policy, clock=self.clock)
-                await signins.purge()  # rows of an old token or long expired go at start-up
-            app = create_app(
-                webhook=webhook,
-                webhook_url=settings.telegram_webhook_url,
-                health=self.health,
-                events=EventsEndpoint(scheduler.tic.events, settings.chathub_api_token),
-                api=ApiRoutes(
-                    operations,
-                    token=settings.chathub_api_token,
-                    clock=self.clock,
-                    telegram=self.adapter.outbound.stats if self.adapter else None,
-                    throttle=throttle,
-                    health_details=details,
-                ),
-                web=WebInbox(
-                    operations,
-                    token=token,
-                    signins=signins,
-                    throttle=throttle,
-                    clock=self.clock,
-                    deliveries=deliveries,
-                    health=details,
-                ),
-                host=settings.http_host,
-            )
-            import uvicorn  # only a service that serves HTTP loads it
-
-            server_config = uvicorn.Config(
-                app, host=settings.http_host, port=settings.http_port, log_level="warning"
-            )
-            self._server = uvicorn.Server(server_config)
-            self._tasks.append(asyncio.create_task(self._server.serve(), name="http"))
+        if self.http and webhook is not None:  # Telegram posts as soon as the webhook is set
+            await self._start_http(webhook, deliveries)
         if self.telegram_health is not None:
             # A moment for Telegram, which answers in milliseconds when it is well: start
             # returns with the bot reachable (webhook set, polling begun) — but at once on
             # the first failure, and never later than the grace, whatever Telegram does.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.telegram_health.settled.wait(), STARTUP_GRACE_S)
+        if self.http and webhook is None:
+            await self._start_http(None, deliveries)
+
+    async def _start_http(
+        self, webhook: TelegramWebhook | None, deliveries: Deliveries | None
+    ) -> None:
+        """The HTTP app, its modules loaded in a worker thread (bot/http/serving.py): the
+        event loop meanwhile goes on polling Telegram and answering."""
+        assert self.engine is not None and self.hub is not None and self.scheduler is not None
+        serving = await asyncio.to_thread(importlib.import_module, "bot.http.serving")
+        parts = serving.HttpParts(
+            settings=self.config.settings,
+            engine=self.engine,
+            hub=self.hub,
+            scheduler=self.scheduler,
+            clock=self.clock,
+            health=self.health,
+            run_checks=self._run_checks,
+            webhook=webhook,
+            deliveries=deliveries,
+            telegram_stats=self.adapter.outbound.stats if self.adapter else None,
+        )
+        self._server = await serving.http_server(parts)
+        self._tasks.append(asyncio.create_task(self._server.serve(), name="http"))
 
     async def _reach_telegram(
         self,
@@ -314,16 +290,18 @@ def freeze_startup_objects() -> None:
 async def serve(config: AppConfig) -> None:
     """Run until SIGINT/SIGTERM (or, with the terminal chat, until it ends)."""
     service = Service(config, console=sys.stdin.isatty())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    # Before start: polling begins before start returns (the HTTP app loads meanwhile), and
+    # a SIGTERM then must stop the service as it would later.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
     await service.start()
     freeze_startup_objects()
     assert service.refused is not None
     refused = service.refused
-    stop = asyncio.Event()
     refused.add_done_callback(lambda _f: stop.set())
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signum, stop.set)
     terminal: asyncio.Task[None] | None = None
     if service.console_events is not None:
         from bot.terminal import TerminalChat
