@@ -11,8 +11,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.store.db import Database
-from engine.store.schema import events as e
-from engine.store.schema import notification_log, utcnow
+from engine.store.schema import utcnow
+from scheduler.tables import events as e
+from scheduler.tables import notification_log
 
 __all__ = ["Event", "EventStore"]
 

@@ -19,11 +19,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from engine.store.db import Database
-from engine.store.schema import job_runs as r
-from engine.store.schema import scheduled_jobs as j
 from engine.store.schema import utcnow
+from scheduler.tables import job_runs as r
+from scheduler.tables import scheduled_jobs as j
 
-__all__ = ["Job", "JobStore", "NewJob", "Run"]
+__all__ = ["Job", "JobStore", "JobsOverview", "LastRun", "NewJob", "Run", "run_counts"]
 
 #: At most this many missed fires of one job are recorded per dispatch step; the count of
 #: the others is still reported.
@@ -83,6 +83,25 @@ class Materialized:
     jobs: int = 0  # due jobs handled
     #: The jobs of the runs created, as read (a claim right after need not read them again).
     read: dict[int, Job] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class LastRun:
+    """A job's latest run as the operator sees it."""
+
+    status: str
+    result: str | None
+    error: str | None
+    at: datetime | None  # finished, or created when it has not finished
+
+
+@dataclass(frozen=True, slots=True)
+class JobsOverview:
+    """Every live job, which of them have a run in flight, and each one's latest run."""
+
+    jobs: list[Job]
+    running: set[int]
+    last: dict[int, LastRun]
 
 
 # (job, after) → the job's next fire strictly after ``after`` (None: never again)
@@ -221,6 +240,53 @@ class JobStore:
 
     async def run(self, run_id: int) -> Run | None:
         return await self._db.run(_run, run_id)
+
+    async def overview(self) -> JobsOverview:
+        """Every live job, oldest first, with its run in flight and latest run (the
+        operator's job list)."""
+        return await self._db.run(_overview)
+
+    async def running_sessions(self, job_id: int) -> list[int]:
+        """The session ids of the job's runs in flight, oldest first."""
+        return await self._db.run(_running_sessions, job_id)
+
+
+def run_counts(conn: Connection) -> dict[str, int]:
+    """How many runs there are in each status (a unit of work's part: the metrics scrape)."""
+    rows = conn.execute(sa.select(r.c.status, sa.func.count()).group_by(r.c.status)).all()
+    return {str(status): int(n) for status, n in rows}
+
+
+def _overview(conn: Connection) -> JobsOverview:
+    rows = conn.execute(sa.select(j).where(j.c.deleted_at.is_(None)).order_by(j.c.id)).all()
+    running = conn.execute(
+        sa.select(r.c.job_id).where(r.c.status == "running").distinct()
+    ).scalars()
+    latest = (
+        sa.select(sa.func.max(r.c.id))
+        .join(j, j.c.id == r.c.job_id)
+        .where(j.c.deleted_at.is_(None))
+        .group_by(r.c.job_id)
+    )
+    last = {
+        row.job_id: LastRun(row.status, row.result, row.error, row.finished_at or row.created_at)
+        for row in conn.execute(
+            sa.select(
+                r.c.job_id, r.c.status, r.c.result, r.c.error, r.c.finished_at, r.c.created_at
+            ).where(r.c.id.in_(latest))
+        )
+    }
+    return JobsOverview([_job(row) for row in rows], set(running), last)
+
+
+def _running_sessions(conn: Connection, job_id: int) -> list[int]:
+    return list(
+        conn.execute(
+            sa.select(r.c.session_id)
+            .where(r.c.job_id == job_id, r.c.status == "running", r.c.session_id.is_not(None))
+            .order_by(r.c.id)
+        ).scalars()
+    )
 
 
 def _job(row: sa.Row) -> Job:

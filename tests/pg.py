@@ -187,6 +187,7 @@ _templates: dict[str, str] = {}
 async def _migrated_template(server: URL) -> str:
     key = server.render_as_string(hide_password=False)
     if key not in _templates:
+        from bot.schema import LAYERS
         from engine.store import Store
 
         name = _new_name()
@@ -194,7 +195,7 @@ async def _migrated_template(server: URL) -> str:
         try:
             await _create(admin, name)
             try:
-                store = await Store.open(_url_for(server, name))
+                store = await Store.open(_url_for(server, name), LAYERS)
             except BaseException:
                 await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
                 raise
@@ -277,9 +278,10 @@ def migrated_sqlite(path: Path) -> str:
 
 
 async def _migrate_sqlite(path: Path) -> None:
+    from bot.schema import LAYERS
     from engine.store import Store
 
-    store = await Store.open(f"sqlite+aiosqlite:///{path}")
+    store = await Store.open(f"sqlite+aiosqlite:///{path}", LAYERS)
     await store.close()
 
 

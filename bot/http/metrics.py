@@ -27,7 +27,7 @@ from bot.telegram.outbound import OutboundStats
 from bot.telegram.store import DeliverySummary, delivery_summary
 from engine.store.schema import chat_history as h
 from engine.store.schema import chat_llm_tools as t
-from engine.store.schema import job_runs as r
+from scheduler.store import run_counts
 
 __all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS_S", "MetricsSnapshot", "read_snapshot", "render"]
 
@@ -60,7 +60,6 @@ def read_snapshot(conn: Connection) -> MetricsSnapshot:
     """The database part of a scrape, in one connection."""
     turns = conn.execute(sa.select(sa.func.count()).where(h.c.role == "user")).scalar_one()
     tools = conn.execute(sa.select(t.c.status, sa.func.count()).group_by(t.c.status)).all()
-    runs = conn.execute(sa.select(r.c.status, sa.func.count()).group_by(r.c.status)).all()
     bucket_columns = [
         sa.func.sum(sa.case((h.c.duration_ms <= int(bound * 1000), 1), else_=0))
         for bound in LATENCY_BUCKETS_S
@@ -90,7 +89,7 @@ def read_snapshot(conn: Connection) -> MetricsSnapshot:
     return MetricsSnapshot(
         turns=int(turns),
         tool_calls={str(s): int(n) for s, n in tools},
-        job_runs={str(s): int(n) for s, n in runs},
+        job_runs=run_counts(conn),
         models=models,
         deliveries=delivery_summary(conn, limit=0),
     )

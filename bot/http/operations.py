@@ -13,19 +13,14 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from engine.approval.broker import BypassRequest
 from engine.approval.deciders import OPERATOR
 from engine.bus.system import SessionCancelled
 from engine.core import Decided, Engine
 from engine.hub import ChatHub, HubError
 from engine.store.inbox import InboxError, InboxItem
-from engine.store.schema import job_runs as r
-from engine.store.schema import scheduled_jobs as j
 from scheduler.service import Scheduler, SchedulerError
-from scheduler.store import Job
+from scheduler.store import Job, LastRun
 
 __all__ = ["JobView", "OperationError", "Operations"]
 
@@ -147,10 +142,10 @@ class Operations:
 
     async def jobs(self) -> list[JobView]:
         scheduler = self._jobs()
-        jobs, running, last = await self.engine.store.db.run(_all_jobs)
+        overview = await scheduler.store.overview()
         return [
-            JobView(job, scheduler.describe(job), job.id in running, *last.get(job.id, ()))
-            for job in jobs
+            _view(scheduler, job, job.id in overview.running, overview.last.get(job.id))
+            for job in overview.jobs
         ]
 
     async def job(self, job_id: int) -> Job:
@@ -181,7 +176,7 @@ class Operations:
     async def kill_job(self, job_id: int) -> list[int]:
         """Cancel the job's runs in flight through the system bus; their session ids."""
         job = await self.job(job_id)
-        sessions = await self.engine.store.db.run(_running_sessions, job.id)
+        sessions = await self._jobs().store.running_sessions(job.id)
         if not sessions:
             raise OperationError("conflict", f"job {job.id} has no run in flight")
         for session_id in sessions:
@@ -199,36 +194,9 @@ def _plain(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime) else value
 
 
-LastRun = tuple[str, str | None, str | None, datetime | None]
-
-
-def _all_jobs(conn: Connection) -> tuple[list[Job], set[int], dict[int, LastRun]]:
-    rows = conn.execute(sa.select(j).where(j.c.deleted_at.is_(None)).order_by(j.c.id)).all()
-    running = conn.execute(
-        sa.select(r.c.job_id).where(r.c.status == "running").distinct()
-    ).scalars()
-    latest = (
-        sa.select(sa.func.max(r.c.id))
-        .join(j, j.c.id == r.c.job_id)
-        .where(j.c.deleted_at.is_(None))
-        .group_by(r.c.job_id)
-    )
-    last = {
-        row.job_id: (row.status, row.result, row.error, row.finished_at or row.created_at)
-        for row in conn.execute(
-            sa.select(
-                r.c.job_id, r.c.status, r.c.result, r.c.error, r.c.finished_at, r.c.created_at
-            ).where(r.c.id.in_(latest))
-        )
-    }
-    return [Job(**dict(row._mapping)) for row in rows], set(running), last
-
-
-def _running_sessions(conn: Connection, job_id: int) -> list[int]:
-    return list(
-        conn.execute(
-            sa.select(r.c.session_id)
-            .where(r.c.job_id == job_id, r.c.status == "running", r.c.session_id.is_not(None))
-            .order_by(r.c.id)
-        ).scalars()
+def _view(scheduler: Scheduler, job: Job, running: bool, last: LastRun | None) -> JobView:
+    if last is None:
+        return JobView(job, scheduler.describe(job), running)
+    return JobView(
+        job, scheduler.describe(job), running, last.status, last.result, last.error, last.at
     )

@@ -25,9 +25,9 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from bot.http.tables import web_signins as w
 from engine.store.db import Database, quick_unit
 from engine.store.schema import utcnow
-from engine.store.schema import web_signins as w
 
 __all__ = [
     "LoginThrottle",

@@ -13,20 +13,19 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from engine.store.db import Database, SqliteDatabase, quick_unit
-from engine.store.prepared import Prepared
-from engine.store.schema import chat_history as h
-from engine.store.schema import chat_llm_tools as t
-from engine.store.schema import chat_sessions_stack as f
-from engine.store.schema import (
-    sources,
+from bot.telegram.tables import (
     telegram_cards,
     telegram_outbox,
     telegram_pairing,
     telegram_updates,
     telegram_users,
-    utcnow,
 )
+from engine.store.db import Database, SqliteDatabase, quick_unit
+from engine.store.prepared import Prepared
+from engine.store.schema import chat_history as h
+from engine.store.schema import chat_llm_tools as t
+from engine.store.schema import chat_sessions_stack as f
+from engine.store.schema import sources, utcnow
 
 __all__ = [
     "CardRow",

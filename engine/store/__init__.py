@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.store.db import Database, connect, migrate, open_database
 from engine.store.history import History
 from engine.store.inbox import InboxStore
+from engine.store.migrations import ENGINE, Layer
 from engine.store.queue import AppSettings, QueueStore
 from engine.store.scratchpad import ScratchpadStore
 from engine.store.sessions import Sessions
@@ -43,11 +45,12 @@ class Store:
         )
 
     @classmethod
-    async def open(cls, url: str) -> Store:
-        return cls.over(await open_database(url))
+    async def open(cls, url: str, layers: Sequence[Layer] | None = None) -> Store:
+        """Over ``url``, migrated to ``layers`` (``bot.schema.LAYERS`` for the service)."""
+        return cls.over(await open_database(url, layers))
 
     async def close(self) -> None:
         await self.db.close()
 
 
-__all__ = ["Database", "Store", "connect", "migrate", "open_database"]
+__all__ = ["ENGINE", "Database", "Layer", "Store", "connect", "migrate", "open_database"]

@@ -19,18 +19,18 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import sqlalchemy as sa
-from alembic.operations import Operations
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from engine.store.migrations import all_migrations
+from engine.store.migrations import Layer, Migration, default_layers, discover
+
+if TYPE_CHECKING:  # imported for PostgreSQL only: SQLite runs on a thread of its own
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +43,18 @@ SQLITE_BUSY_TIMEOUT_MS = 5_000
 # Serialises concurrent migrators (several workers starting at once on PostgreSQL).
 _PG_MIGRATION_LOCK = 0x6368_6174_6875_62
 
+# One row per applied migration. ``layer`` names the layer it belongs to; rows written
+# before the layers were split (0001..0011, all in one sequence) have none.
 _version_table = sa.Table(
     "schema_version",
     sa.MetaData(),
     sa.Column("version", sa.Integer, primary_key=True),
     sa.Column("name", sa.String(255), nullable=False),
+    sa.Column("layer", sa.String(64)),
 )
+#: The last version numbered before the layers were split: a row up to it without a layer
+#: belongs to whichever layer owns that number now.
+LAST_BEFORE_LAYERS = 11
 
 
 class Database(Protocol):
@@ -244,6 +250,8 @@ class AsyncEngineDatabase:
     """PostgreSQL (asyncpg) through SQLAlchemy's asyncio extension."""
 
     def __init__(self, url: str) -> None:
+        from sqlalchemy.ext.asyncio import create_async_engine
+
         self._engine: AsyncEngine = create_async_engine(url, pool_pre_ping=True)
 
     @property
@@ -311,35 +319,89 @@ def connect(url: str) -> Database:
     raise ValueError(f"unsupported database URL scheme {parsed.drivername!r}")
 
 
-async def migrate(db: Database) -> int:
-    """Apply pending migrations; return the schema version now in place."""
-    return await db.run(_migrate)
+async def migrate(db: Database, layers: Sequence[Layer] | None = None) -> int:
+    """Apply the pending migrations of ``layers`` in version order; return the highest
+    version now applied.
+
+    Without ``layers``: every layer (``engine.store.migrations.default_layers``). Only
+    what is pending imports Alembic and the migration modules; an up-to-date database
+    costs one read of ``schema_version``.
+    """
+    layers = default_layers() if layers is None else layers
+    names = frozenset(layer.name for layer in layers)
+    return await db.run(_migrate, discover(layers), names)
 
 
-def _migrate(conn: Connection) -> int:
+def _migrate(conn: Connection, migrations: Sequence[Migration], layers: Collection[str]) -> int:
     if conn.dialect.name == "postgresql":
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
-    _version_table.create(conn, checkfirst=True)
-    current = conn.execute(sa.select(sa.func.max(_version_table.c.version))).scalar() or 0
-    migrations = all_migrations()
-    if current > len(migrations):
-        raise RuntimeError(
-            f"database schema version {current} is newer than this chathub "
-            f"(knows {len(migrations)}); upgrade chathub"
-        )
-    ops = Operations(MigrationContext.configure(conn))
-    for migration in migrations[current:]:
-        log.info("applying migration %04d %s", migration.version, migration.name)
-        migration.upgrade(ops)
-        conn.execute(_version_table.insert().values(version=migration.version, name=migration.name))
-        current = migration.version
-    return current
+    applied = _applied(conn)
+    pending = _pending(migrations, layers, applied)
+    if pending:
+        from alembic.operations import Operations
+        from alembic.runtime.migration import MigrationContext
+
+        ops = Operations(MigrationContext.configure(conn))
+        for migration in pending:
+            log.info(
+                "applying migration %04d %s (%s)",
+                migration.version,
+                migration.name,
+                migration.layer,
+            )
+            migration.upgrade(ops)
+            conn.execute(
+                _version_table.insert().values(
+                    version=migration.version, name=migration.name, layer=migration.layer
+                )
+            )
+    return max([*applied, *(m.version for m in pending)], default=0)
 
 
-async def open_database(url: str) -> Database:
+def _applied(conn: Connection) -> dict[int, str | None]:
+    """The recorded migrations, version → layer (None: recorded before the layers)."""
+    if not sa.inspect(conn).has_table("schema_version"):
+        _version_table.create(conn)
+        return {}
+    result = conn.execute(sa.text("SELECT * FROM schema_version"))
+    columns = result.keys()
+    if "layer" not in columns:  # written by a chathub from before the layers
+        result.close()
+        conn.execute(sa.text("ALTER TABLE schema_version ADD COLUMN layer VARCHAR(64)"))
+        return {int(v): None for v in conn.execute(sa.select(_version_table.c.version)).scalars()}
+    return {int(row.version): row.layer for row in result}
+
+
+def _pending(
+    migrations: Sequence[Migration], layers: Collection[str], applied: Mapping[int, str | None]
+) -> list[Migration]:
+    """What is left to apply, in version order, after refusing a database from a newer
+    chathub.
+
+    Recorded versions are a set, never a high-water mark: a database migrated by fewer
+    layers (the engine's alone, say) gets a later layer's lower numbers when that layer
+    first runs. A recorded version of a layer that is not in ``layers`` is that layer's
+    business and is left alone.
+    """
+    known = {m.version for m in migrations}
+    newest = max(known, default=0)
+    for version, layer in sorted(applied.items()):
+        if version in known:
+            continue
+        ours = version > LAST_BEFORE_LAYERS if layer is None else layer in layers
+        if ours:
+            raise RuntimeError(
+                f"database schema version {version} is newer than this chathub "
+                f"(which knows up to {newest}): upgrade chathub"
+            )
+    return [m for m in migrations if m.version not in applied]
+
+
+async def open_database(url: str, layers: Sequence[Layer] | None = None) -> Database:
+    """``connect`` and ``migrate`` (see there for ``layers``)."""
     db = connect(url)
     try:
-        await migrate(db)
+        await migrate(db, layers)
     except BaseException:
         await db.close()
         raise

@@ -1,4 +1,8 @@
-"""Table definitions (SQLAlchemy Core). Migrations create them; queries import them."""
+"""The engine's tables (SQLAlchemy Core), and the one ``MetaData`` and column types that every
+layer's tables share (``bot/telegram/tables.py``, ``scheduler/tables.py``, ``bot/http/tables.py``).
+
+Migrations create the tables; queries import them.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +25,6 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
-    UniqueConstraint,
     false,
     true,
 )
@@ -262,164 +265,29 @@ app_settings = Table(
     Column("updated_at", UtcDateTime, nullable=False),
 )
 
-# v0005: the Telegram adapter (bot/telegram/store.py).
-_Big = BigInteger()
+# The tables of the outer layers live with their layer (bot/telegram/tables.py,
+# scheduler/tables.py, bot/http/tables.py), on this same ``metadata``. Until every importer
+# of their old names here has switched, those names still resolve, on first use only: no
+# engine module imports them, and importing this module loads no outer layer.
+_MOVED = {
+    "telegram_updates": "bot.telegram.tables",
+    "telegram_users": "bot.telegram.tables",
+    "telegram_pairing": "bot.telegram.tables",
+    "telegram_cards": "bot.telegram.tables",
+    "telegram_outbox": "bot.telegram.tables",
+    "JOB_KINDS": "scheduler.tables",
+    "RUN_STATUSES": "scheduler.tables",
+    "scheduled_jobs": "scheduler.tables",
+    "job_runs": "scheduler.tables",
+    "events": "scheduler.tables",
+    "notification_log": "scheduler.tables",
+    "web_signins": "bot.http.tables",
+}
 
-telegram_updates = Table(
-    "telegram_updates",
-    metadata,
-    Column("update_id", _Big, primary_key=True, autoincrement=False),
-    Column("payload", JSON, nullable=False),
-    Column("received_at", UtcDateTime, nullable=False),
-    Column("handled_at", UtcDateTime),
-    Index("ix_tg_updates_unhandled", "handled_at", "update_id"),
-)
 
-telegram_users = Table(
-    "telegram_users",
-    metadata,
-    Column("user_id", _Big, primary_key=True, autoincrement=False),
-    Column("name", Text, nullable=False, server_default=""),
-    Column("paired_by", _Big),
-    Column("paired_at", UtcDateTime, nullable=False),
-)
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        import importlib
 
-telegram_pairing = Table(
-    "telegram_pairing",
-    metadata,
-    Column("code", String(16), primary_key=True),
-    Column("user_id", _Big, nullable=False),
-    Column("chat_id", _Big, nullable=False),
-    Column("name", Text, nullable=False, server_default=""),
-    Column("created_at", UtcDateTime, nullable=False),
-    Column("expires_at", UtcDateTime, nullable=False),
-    Column("used_at", UtcDateTime),
-    Index("ix_tg_pairing_user", "user_id", "created_at"),
-)
-
-telegram_cards = Table(
-    "telegram_cards",
-    metadata,
-    Column("tool_call_id", _Big, primary_key=True, autoincrement=False),
-    Column("kind", String(16), nullable=False),
-    Column("source", String(255), nullable=False),
-    Column("chat_id", _Big, nullable=False),
-    Column("message_id", _Big),
-    Column("text", Text, nullable=False, server_default=""),
-    Column("entities", JSON),
-    Column("state", String(16), nullable=False, server_default="open"),
-    Column("created_at", UtcDateTime, nullable=False),
-    Index("ix_tg_cards_message", "chat_id", "message_id"),
-)
-
-telegram_outbox = Table(
-    "telegram_outbox",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
-    Column("chat_id", _Big, nullable=False),
-    Column("dedupe_key", String(255), nullable=False, unique=True),
-    Column("payload", JSON, nullable=False),
-    Column("status", String(16), nullable=False, server_default="pending"),
-    Column("attempts", Integer, nullable=False, server_default="0"),
-    Column("message_id", _Big),
-    Column("error", Text),
-    Column("created_at", UtcDateTime, nullable=False),
-    Column("sent_at", UtcDateTime),
-    # v0008: a postponed delivery's schedule (bot/telegram/redelivery.py). NULL while the
-    # process that recorded the row is sending it.
-    Column("next_attempt_at", UtcDateTime),
-    Column("last_attempt_at", UtcDateTime),
-    Index("ix_tg_outbox_status", "status", "id"),
-    Index("ix_tg_outbox_due", "status", "next_attempt_at"),
-)
-
-# v0006: the scheduler (scheduler/store.py) and incoming events (the tic, MCP notifications).
-JOB_KINDS = ("cron", "sync", "async", "tic")
-RUN_STATUSES = ("pending", "running", "done", "failed", "missed", "abandoned")
-
-scheduled_jobs = Table(
-    "scheduled_jobs",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
-    Column("kind", String(16), nullable=False),
-    Column("title", Text, nullable=False),
-    Column("spec", String(255)),
-    Column("timezone", String(64), nullable=False),
-    Column("prompt", Text, nullable=False),
-    Column("agent_id", String(64), nullable=False, server_default="main"),
-    Column("origin_source", String(255)),
-    Column("parent_session_id", Id, ForeignKey("chat_sessions.id")),
-    Column("run_context", JSON),
-    Column("enabled", Boolean, nullable=False, server_default=true()),
-    Column("single_run", Boolean, nullable=False, server_default=false()),
-    Column("coalesce", Boolean, nullable=False, server_default=true()),
-    Column("misfire_grace_s", Integer, nullable=False, server_default="300"),
-    Column("max_attempts", Integer, nullable=False, server_default="3"),
-    Column("next_run_at", UtcDateTime),
-    Column("created_at", UtcDateTime, nullable=False),
-    Column("deleted_at", UtcDateTime),
-    CheckConstraint("kind IN ('cron', 'sync', 'async', 'tic')", name="ck_jobs_kind"),
-    Index("ix_jobs_due", "enabled", "next_run_at"),
-    Index("ix_jobs_source", "origin_source", "id"),
-)
-
-job_runs = Table(
-    "job_runs",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
-    Column("job_id", Id, ForeignKey("scheduled_jobs.id"), nullable=False),
-    Column("scheduled_for", UtcDateTime, nullable=False),
-    Column("status", String(16), nullable=False, server_default="pending"),
-    Column("attempt", Integer, nullable=False, server_default="0"),
-    Column("lease_owner", String(64)),
-    Column("lease_expires_at", UtcDateTime),
-    Column("session_id", Id),
-    Column("result", Text),
-    Column("error", Text),
-    Column("delivery_status", String(16), nullable=False, server_default="pending"),
-    Column("delivered_message_ids", JSON),
-    Column("created_at", UtcDateTime, nullable=False),
-    Column("started_at", UtcDateTime),
-    Column("finished_at", UtcDateTime),
-    Column("delivered_at", UtcDateTime),
-    UniqueConstraint("job_id", "scheduled_for", name="uq_runs_job_fire"),
-    CheckConstraint(
-        "status IN ('pending', 'running', 'done', 'failed', 'missed', 'abandoned')",
-        name="ck_runs_status",
-    ),
-    Index("ix_runs_status", "status", "lease_expires_at"),
-    Index("ix_runs_delivery", "delivery_status", "status"),
-)
-
-events = Table(
-    "events",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
-    Column("source", String(255), nullable=False),
-    Column("type", String(255), nullable=False),
-    Column("payload", JSON),
-    Column("processed", Boolean, nullable=False, server_default=false()),
-    Column("created_at", UtcDateTime, nullable=False),
-    Column("processed_at", UtcDateTime),
-    Index("ix_events_unprocessed", "processed", "id"),
-)
-
-notification_log = Table(
-    "notification_log",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
-    Column("fingerprint", String(64), nullable=False),
-    Column("created_at", UtcDateTime, nullable=False),
-    Index("ix_notification_log", "fingerprint", "created_at"),
-)
-
-web_signins = Table(
-    "web_signins",
-    metadata,
-    Column("id_hash", String(64), primary_key=True),  # sha256 of the cookie's id, never the id
-    Column("token_fingerprint", String(64), nullable=False),
-    Column("created_at", UtcDateTime, nullable=False),
-    Column("last_seen_at", UtcDateTime, nullable=False),
-    Column("address", String(64)),
-    Column("user_agent", String(255)),
-)
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.schema import LAYERS
 from engine.core import Engine
 from engine.hub import ChatHub, Notification
 from engine.store import Store
@@ -56,7 +57,7 @@ async def open_store(store_url: str) -> AsyncIterator[Callable[[], Awaitable[Sto
     opened: list[Store] = []
 
     async def open_() -> Store:
-        store = await Store.open(store_url)
+        store = await Store.open(store_url, LAYERS)
         opened.append(store)
         return store
 

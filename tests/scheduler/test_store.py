@@ -398,7 +398,8 @@ async def test_many_due_jobs_become_one_run_each_across_batches_and_two_claimers
 
 
 def _insert_due_jobs(conn, n: int) -> None:  # type: ignore[no-untyped-def]
-    from engine.store.schema import scheduled_jobs, utcnow
+    from engine.store.schema import utcnow
+    from scheduler.tables import scheduled_jobs
 
     conn.execute(
         scheduled_jobs.insert(),
@@ -421,7 +422,7 @@ def _insert_due_jobs(conn, n: int) -> None:  # type: ignore[no-untyped-def]
 def _runs_per_job(conn) -> dict[int, int]:  # type: ignore[no-untyped-def]
     import sqlalchemy as sa
 
-    from engine.store.schema import job_runs
+    from scheduler.tables import job_runs
 
     per_job = (
         sa.select(job_runs.c.job_id, sa.func.count().label("n"))

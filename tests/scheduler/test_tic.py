@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.schema import LAYERS
 from engine.hub import Notification
 from engine.store import Store
 from engine.tools.base import ToolContext, ToolError
@@ -24,7 +25,7 @@ class Hub:
 
 @pytest.fixture
 async def events(tmp_path: Path):
-    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 't.db'}")
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 't.db'}", LAYERS)
     yield EventStore(store.db)
     await store.close()
 

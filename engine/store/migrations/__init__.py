@@ -1,18 +1,40 @@
-"""Versioned schema migrations, applied at start-up.
+"""Versioned schema migrations, in layers: the engine's here, each outer layer's in its own
+package (``bot/schema.py`` composes them into the one sequence ``chathub serve`` runs).
 
-Each module ``vNNNN_<name>.py`` defines ``upgrade(op: alembic.operations.Operations)``.
-A migration is history: never edit one that has shipped; add the next number instead
-and change ``engine/store/schema.py`` to match.
+Each module ``vNNNN_<name>.py`` of a layer's package defines
+``upgrade(op: alembic.operations.Operations)``. Version numbers form one sequence across
+all layers (no number twice); pending migrations run in version order, whatever their layer.
+A migration is history: never edit one that has shipped; add the next number instead and
+change the layer's tables to match.
+
+Finding the migrations reads module names only: a migration's module (and Alembic) is
+imported when it has to run.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
 
-from alembic.operations import Operations
+if TYPE_CHECKING:
+    from alembic.operations import Operations
+
+__all__ = ["ENGINE", "Layer", "Migration", "all_migrations", "default_layers", "discover"]
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """One layer's migrations: the ``vNNNN_<name>`` modules of ``package``.
+
+    ``name`` is recorded with every migration of the layer that is applied.
+    """
+
+    name: str
+    package: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,18 +42,48 @@ class Migration:
     version: int
     name: str
     upgrade: Callable[[Operations], None]
+    layer: str = "engine"
 
 
-def all_migrations() -> list[Migration]:
-    found = []
-    for info in pkgutil.iter_modules(__path__):
-        if not info.name.startswith("v"):
-            continue
-        number, _, name = info.name[1:].partition("_")
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        found.append(Migration(int(number), name, module.upgrade))
-    found.sort(key=lambda m: m.version)
-    versions = [m.version for m in found]
-    if versions != list(range(1, len(found) + 1)):
-        raise RuntimeError(f"migration numbers must be 1..n without gaps, got {versions}")
-    return found
+#: The engine's own migrations (this package).
+ENGINE = Layer("engine", __name__)
+
+
+def discover(layers: Sequence[Layer]) -> list[Migration]:
+    """Every migration of ``layers``, in version order; a number used twice is an error."""
+    found: dict[int, Migration] = {}
+    for layer in layers:
+        package = importlib.import_module(layer.package)
+        for info in pkgutil.iter_modules(package.__path__):
+            if not (info.name.startswith("v") and info.name[1:5].isdigit()):
+                continue
+            number, _, name = info.name[1:].partition("_")
+            version = int(number)
+            if version in found:
+                other = found[version]
+                raise RuntimeError(
+                    f"migration {version:04d} is defined twice: {other.layer} {other.name!r} "
+                    f"and {layer.name} {name!r}"
+                )
+            module = f"{layer.package}.{info.name}"
+            found[version] = Migration(version, name, partial(_upgrade, module), layer.name)
+    return [found[version] for version in sorted(found)]
+
+
+def all_migrations(layers: Sequence[Layer] | None = None) -> list[Migration]:
+    """``discover(layers)``; without ``layers``, the sequence ``chathub serve`` runs."""
+    return discover(default_layers() if layers is None else layers)
+
+
+def default_layers() -> tuple[Layer, ...]:
+    """The layers a caller that names none gets: today every layer, as before the split.
+
+    Transitional: once ``chathub serve``, ``chathub chat`` and the doctor pass
+    ``bot.schema.LAYERS`` themselves, this becomes ``(ENGINE,)`` and the engine no longer
+    knows the outer layers' names at all.
+    """
+    return importlib.import_module("bot.schema").LAYERS
+
+
+def _upgrade(module: str, op: Operations) -> None:
+    importlib.import_module(module).upgrade(op)

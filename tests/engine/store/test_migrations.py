@@ -7,15 +7,18 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from alembic.operations import Operations
 
+from bot.schema import LAYERS
 from engine.store import Store, connect, migrate
-from engine.store import db as store_db
 from engine.store.db import SQLITE_BUSY_TIMEOUT_MS
-from engine.store.migrations import Migration, all_migrations
+from engine.store.migrations import ENGINE, Layer, all_migrations, discover
+from tests import legacy_schema
 from tests.pg import fresh_postgres_database, requires_postgres
 
-LATEST = len(all_migrations())
+LATEST = len(all_migrations(LAYERS))
+ENGINE_ONLY = (ENGINE,)
+ENGINE_VERSIONS = [m.version for m in discover(ENGINE_ONLY)]
+BROKEN = Layer("broken", "tests.engine.store.layers.broken")
 
 
 def _versions(conn: sa.Connection) -> list[int]:
@@ -70,26 +73,15 @@ async def test_a_schema_newer_than_the_code_is_refused(store_url: str) -> None:
         await Store.open(store_url)
 
 
-async def test_a_failing_migration_leaves_no_trace(
-    store_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def broken(op: Operations) -> None:
-        op.create_table("half_done", sa.Column("id", sa.Integer, primary_key=True))
-        raise RuntimeError("migration bug")
-
-    real = all_migrations()
-    monkeypatch.setattr(
-        store_db, "all_migrations", lambda: [*real, Migration(len(real) + 1, "broken", broken)]
-    )
+async def test_a_failing_migration_leaves_no_trace(store_url: str) -> None:
     with pytest.raises(RuntimeError, match="migration bug"):
-        await Store.open(store_url)
+        await Store.open(store_url, [*LAYERS, BROKEN])
 
     # Every migration ran in one transaction: nothing of it stayed, so the next start is clean.
     db = connect(store_url)
     try:
         assert await db.run(_table_names) == set()
-        monkeypatch.setattr(store_db, "all_migrations", lambda: real)
-        assert await migrate(db) == LATEST
+        assert await migrate(db, LAYERS) == LATEST
         assert "half_done" not in await db.run(_table_names)
     finally:
         await db.close()
@@ -147,7 +139,7 @@ async def test_an_unknown_database_scheme_is_refused() -> None:
 
 
 async def test_an_approval_waiting_in_an_older_database_survives_the_upgrade(
-    store_url: str, monkeypatch: pytest.MonkeyPatch
+    store_url: str,
 ) -> None:
     """A database at 0009 (before approvals named who asked) with a call waiting: after the
     upgrade the call still waits, names nobody, and only the owner may decide it."""
@@ -158,9 +150,8 @@ async def test_an_approval_waiting_in_an_older_database_survives_the_upgrade(
     from engine.store.rows import AssistantRecord, NewToolCall
     from engine.store.schema import tool_approvals, utcnow
 
-    real = all_migrations()
-    monkeypatch.setattr(store_db, "all_migrations", lambda: real[:9])
-    old = await Store.open(store_url)
+    old = Store.over(connect(store_url))
+    assert await legacy_schema.build(old.db, up_to=9) == 9  # as main's code made it
     try:
         session = await old.sessions.create("telegram:-100")
         root = await old.sessions.root_frame(session.id)
@@ -183,8 +174,7 @@ async def test_an_approval_waiting_in_an_older_database_survives_the_upgrade(
     finally:
         await old.close()
 
-    monkeypatch.setattr(store_db, "all_migrations", lambda: real)
-    store = await Store.open(store_url)
+    store = await Store.open(store_url, LAYERS)
     try:
         assert await store.db.run(_versions) == list(range(1, LATEST + 1))
         [item] = await store.inbox.pending_approvals()
@@ -199,3 +189,83 @@ async def test_an_approval_waiting_in_an_older_database_survives_the_upgrade(
         assert "web_signins" in await store.db.run(_table_names)
     finally:
         await store.close()
+
+
+async def test_a_database_of_the_engine_alone_gets_the_lower_numbers_of_later_layers(
+    store_url: str,
+) -> None:
+    """The engine alone records 1-4, 7, 9, 10; the full sequence then applies 5, 6, 8, 11
+    (lower than the highest recorded) instead of taking 10 for a high-water mark."""
+    first = await Store.open(store_url, ENGINE_ONLY)
+    try:
+        session = await first.sessions.create("cli:me")
+        assert await first.db.run(_versions) == ENGINE_VERSIONS
+        assert "telegram_outbox" not in await first.db.run(_table_names)
+        assert await migrate(first.db, ENGINE_ONLY) == max(ENGINE_VERSIONS)
+    finally:
+        await first.close()
+
+    second = await Store.open(store_url, LAYERS)
+    try:
+        assert await second.db.run(_versions) == list(range(1, LATEST + 1))
+        tables = await second.db.run(_table_names)
+        assert {"telegram_outbox", "job_runs", "events", "web_signins"} <= tables
+        assert await second.sessions.get(session.id) == session
+    finally:
+        await second.close()
+
+    # And back: the engine alone leaves the other layers' rows alone.
+    third = await Store.open(store_url, ENGINE_ONLY)
+    try:
+        assert await third.db.run(_versions) == list(range(1, LATEST + 1))
+    finally:
+        await third.close()
+
+
+async def test_each_applied_migration_records_its_layer(store_url: str) -> None:
+    store = await Store.open(store_url, LAYERS)
+
+    def layers(conn: sa.Connection) -> dict[int, str]:
+        rows = conn.execute(sa.text("SELECT version, layer FROM schema_version"))
+        return {int(version): layer for version, layer in rows}
+
+    try:
+        recorded = await store.db.run(layers)
+    finally:
+        await store.close()
+    assert recorded == {m.version: m.layer for m in discover(LAYERS)}
+    assert {recorded[5], recorded[8]} == {"telegram"}
+    assert (recorded[6], recorded[11], recorded[1]) == ("scheduler", "http", "engine")
+
+
+async def test_a_newer_migration_of_a_known_layer_is_refused_but_another_layers_is_not(
+    store_url: str,
+) -> None:
+    def record(conn: sa.Connection, version: int, layer: str) -> None:
+        conn.execute(
+            sa.text("INSERT INTO schema_version (version, name, layer) VALUES (:v, 'x', :l)"),
+            {"v": version, "l": layer},
+        )
+
+    store = await Store.open(store_url, ENGINE_ONLY)
+    try:
+        await store.db.run(record, 11, "http")  # not the engine's: none of its business
+        assert await migrate(store.db, ENGINE_ONLY) == 11
+        await store.db.run(record, 90, "discord")  # a layer this chathub does not have
+        assert await migrate(store.db, ENGINE_ONLY) == 90
+        await store.db.run(record, 91, "engine")  # the engine's, from a newer chathub
+        with pytest.raises(RuntimeError, match=r"version 91 is newer .*upgrade chathub"):
+            await migrate(store.db, ENGINE_ONLY)
+    finally:
+        await store.close()
+
+
+async def test_a_version_number_taken_by_two_layers_is_refused() -> None:
+    twice = Layer("twice", "tests.engine.store.layers.twice")
+    with pytest.raises(RuntimeError, match=r"migration 0005 is defined twice: telegram .* twice"):
+        discover([*LAYERS, twice])
+
+
+def test_the_layers_together_number_their_migrations_1_to_n() -> None:
+    assert [m.version for m in discover(LAYERS)] == list(range(1, LATEST + 1))
+    assert LATEST >= 11

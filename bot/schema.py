@@ -1,0 +1,21 @@
+"""The one migration sequence: every layer's migrations, on the one shared ``MetaData``.
+
+The engine's come first, then the layers built on it; the engine (``engine.store``) runs
+the pending ones of all of them in version order (``Store.open(url, layers=LAYERS)``).
+A new layer adds its package here and takes the next free version number.
+"""
+
+from __future__ import annotations
+
+from engine.store.migrations import ENGINE, Layer
+
+__all__ = ["HTTP", "LAYERS", "SCHEDULER", "TELEGRAM"]
+
+#: jobs, runs, events, notify dedupe (``scheduler/tables.py``): 0006
+SCHEDULER = Layer("scheduler", "scheduler.migrations")
+#: updates, users, pairing, cards, outbox (``bot/telegram/tables.py``): 0005, 0008
+TELEGRAM = Layer("telegram", "bot.telegram.migrations")
+#: the web inbox's sign-ins (``bot/http/tables.py``): 0011
+HTTP = Layer("http", "bot.http.migrations")
+
+LAYERS: tuple[Layer, ...] = (ENGINE, SCHEDULER, TELEGRAM, HTTP)

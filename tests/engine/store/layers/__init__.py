@@ -1,0 +1,1 @@
+"""Migration layers that exist only for the tests of the mechanism."""

@@ -1,0 +1,1 @@
+"""A layer whose one migration fails halfway."""

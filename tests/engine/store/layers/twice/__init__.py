@@ -1,0 +1,1 @@
+"""A layer that takes a number the Telegram layer already has."""
