@@ -7,17 +7,15 @@ Bypasses live in memory and end with the process.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from engine.approval.protocols import Clock
 from engine.store.schema import utcnow
 from engine.tools.base import ToolCategory
 
 __all__ = ["Bypass", "BypassScope", "Bypasses", "Clock", "validate_bypass"]
-
-Clock = Callable[[], datetime]
 
 
 class BypassScope(StrEnum):

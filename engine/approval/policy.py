@@ -4,23 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from engine.approval.bypass import Bypasses, Clock
+from engine.approval.bypass import Bypasses
 from engine.approval.patterns import PathRefused, canonical_path, is_fs_tool
+from engine.approval.protocols import Clock, RunContextFor, ToolCategories
 from engine.approval.rules import DEFAULT_GROUP, Rule, RuleStore, evaluate
 from engine.approval.run_context import RunContext, fast_path
 from engine.session.protocols import Decision, GateRequest, Verdict
 from engine.store.schema import utcnow
-from engine.tools.base import ToolCategory
 from engine.tools.workspace import Workspace
 
 __all__ = ["RulesPolicy"]
 
 log = logging.getLogger(__name__)
-
-RunContextFor = Callable[[int], Awaitable[RunContext]]
 
 
 async def _default_run_context(_session_id: int) -> RunContext:
@@ -40,7 +37,7 @@ class RulesPolicy:
         rule_store: RuleStore,
         workspace: Workspace,
         bypasses: Bypasses | None = None,
-        tool_categories: Callable[[str], ToolCategory | None] = lambda _name: None,
+        tool_categories: ToolCategories = lambda _name: None,
         clock: Clock = utcnow,
         run_context_for: RunContextFor = _default_run_context,
     ) -> None:

@@ -29,6 +29,7 @@ from engine.core import Decided, Engine
 from engine.failpoints import failpoint
 from engine.hub.inbox import SourceInbox, Unit
 from engine.hub.notifications import NotificationBatcher
+from engine.hub.protocols import AnswerHook, FailureHook, MonotonicClock, Sleep
 from engine.hub.types import (
     DecisionMade,
     FailureNotice,
@@ -110,10 +111,6 @@ class SourceEvents:
             raise StopAsyncIteration from exc
 
 
-#: ``(source, answer content)`` → work for the answer's transaction (given its message id).
-AnswerHook = Callable[[str, str], AlsoWithRow | None]
-#: ``(source, notice)`` → work for the transaction that ends a failed turn (given its key).
-FailureHook = Callable[[str, str], AlsoWithKey | None]
 #: What the user sees when a turn raised; the id is in the log line with the traceback.
 CRASH_NOTICE = "Sorry, your message could not be processed (error {}). Please try again."
 
@@ -184,8 +181,8 @@ class ChatHub:
         *,
         default_home: str = "console",
         recover_prefix: str = "",
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: MonotonicClock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         """``recover_prefix``: at start, only the sources starting with it are resumed and
         their queued messages taken (``chathub chat`` takes only ``console``'s, leaving

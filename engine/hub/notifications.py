@@ -6,12 +6,12 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from engine.hub.protocols import Sleep
 from engine.hub.types import Notification
 
 log = logging.getLogger(__name__)
 
 Deliver = Callable[[list[Notification]], Awaitable[None]]
-Sleep = Callable[[float], Awaitable[None]]
 
 
 class NotificationBatcher:

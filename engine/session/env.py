@@ -4,27 +4,34 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from engine.config import EngineConfig
 from engine.llm.protocols import ChatModel
 from engine.llm.types import ToolSchema
 from engine.session.cancel import CancelScope
+from engine.session.dispatch import DispatchResult
 from engine.session.emitter import TurnEmitter
 from engine.session.outcome import OutcomeRecorder
 from engine.session.protocols import ApprovalPolicy, HumanApprovals
 from engine.session.transcript import FrameTranscript
 from engine.store import Store
-from engine.store.rows import FrameRow, SessionRow
+from engine.store.rows import FrameRow, SessionRow, ToolCallRow
 from engine.tools.base import ToolContext
 from engine.tools.registry import ToolRegistry
 from engine.tools.workspace import Workspace
 
 
 class SubAgentRunner(Protocol):
-    """Runs a sub-agent call one frame deeper (the handler implements it)."""
+    """Runs a sub-agent call one frame deeper (the handler implements it).
 
-    async def run_sub_agent(self, env: TurnEnv, call: Any, agent_id: str, prompt: str) -> Any: ...
+    The one Protocol of this package kept out of ``protocols.py``: it is no seam another
+    package plugs into, only how the per-call code reaches its handler without importing it.
+    """
+
+    async def run_sub_agent(
+        self, env: TurnEnv, call: ToolCallRow, agent_id: str, prompt: str
+    ) -> DispatchResult: ...
 
 
 @dataclass(slots=True)

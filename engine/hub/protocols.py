@@ -1,0 +1,39 @@
+"""The hub's seams: what a platform adapter (and a test) plugs into ``ChatHub``.
+
+A platform registers its hooks for the sources it serves (``ChatHub.on_answer`` /
+``on_failure``), so its delivery record commits in the same transaction as what it
+delivers; tests pass a fake clock and sleep. Implementations are plain functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Protocol
+
+from engine.store.history import AlsoWithKey, AlsoWithRow
+
+__all__ = ["AnswerHook", "FailureHook", "MonotonicClock", "Sleep"]
+
+
+class AnswerHook(Protocol):
+    """Work for the transaction storing ``source``'s root answer ``content`` (its outbox row)."""
+
+    def __call__(self, source: str, content: str, /) -> AlsoWithRow | None: ...
+
+
+class FailureHook(Protocol):
+    """Work for the transaction that ends ``source``'s failed turn (the ``notice``'s row)."""
+
+    def __call__(self, source: str, notice: str, /) -> AlsoWithKey | None: ...
+
+
+class MonotonicClock(Protocol):
+    """Seconds from an arbitrary origin that never go back (``time.monotonic``)."""
+
+    def __call__(self) -> float: ...
+
+
+class Sleep(Protocol):
+    """Waits ``seconds`` (``asyncio.sleep``; a fake one in tests)."""
+
+    def __call__(self, seconds: float, /) -> Awaitable[None]: ...
