@@ -3,21 +3,25 @@
 Line input, streamed output, tool activity shown as it happens. The conversation is the
 ``console`` source's session, so it survives restarts; ``/new`` starts a fresh one.
 A turn a crash interrupted is resumed at start. While a turn runs, a line answers the
-approval prompt or question it shows (``y`` approves, ``a`` approves and stops asking for
-this session, anything else rejects with that text as the reason); other lines wait and
-become the next messages, in order (so piped input works line by line). Ctrl-C stops a running turn; at the prompt it (or Ctrl-D, or ``/quit``) exits.
+approval prompt or question it shows (``y`` approves, ``t`` approves and stops asking for
+15 minutes, ``a`` for this session, anything else rejects with that text as the reason);
+other lines wait and become the next messages, in order (so piped input works line by
+line). Commands are the platform layer's (``bot/platform/commands.py``), the same as in
+Telegram; an unknown one gets the list. Ctrl-C stops a running turn; at the prompt it (or
+Ctrl-D, or ``/quit``) exits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
 import sys
 import threading
 from typing import Any, TextIO
 
+from bot.platform.cards import CardContent, Choice, card_content, decide, outcome_line
+from bot.platform.commands import CommandContext, CommandRegistry, shared_commands
 from engine.approval.deciders import OPERATOR
 from engine.bus.broadcast import Lagged
 from engine.core import Engine
@@ -41,9 +45,28 @@ from engine.session.events import (
 from engine.store.inbox import InboxError
 
 SOURCE = "console"
-HELP = "Commands: /new (fresh conversation), /help, /quit. Ctrl-C stops a running turn."
-APPROVE_HELP = "Approve? [y]es / [a]lways this session / anything else rejects (as the reason)"
+HELP = "Commands: /help lists them, /new starts afresh, /quit leaves. Ctrl-C stops a running turn."
+APPROVE_HELP = (
+    "Approve? [y]es / [t] 15 min / [a]lways this session / anything else rejects (as the reason)"
+)
+#: What a line answering an approval prompt chooses (anything else: reject, the line the reason).
+ANSWERS: dict[str, Choice] = {
+    "y": "approve",
+    "yes": "approve",
+    "t": "bypass_15m",
+    "a": "bypass_session",
+    "always": "bypass_session",
+}
+_QUIT = ("/quit", "/exit")
 _PREVIEW = 160
+
+
+def terminal_commands() -> CommandRegistry:
+    """The shared commands (``/quit`` is the terminal's own, handled before them)."""
+    registry = CommandRegistry()
+    for command in shared_commands(lambda: f"{registry.help_text()}\n/quit — leave"):
+        registry.register(command)
+    return registry
 
 
 def _preview(text: str) -> str:
@@ -103,17 +126,20 @@ class TerminalRenderer:
 
 
 def describe_approval(event: ApprovalRequired) -> str:
-    """The approval prompt: the whole call, concrete (command and directory, old → new)."""
-    preview = event.preview
-    if preview is not None and preview.kind == "command":
-        return f"⚠ {event.name} wants to run in {preview.workdir}:\n  $ {preview.command}"
-    if preview is not None and preview.kind == "file":
-        before = "(new file)" if preview.old_content is None else preview.old_content
-        return (
-            f"⚠ {event.name} wants to write {preview.path}\n"
-            f"--- before\n{before}\n+++ after\n{preview.new_content}"
-        )
-    return f"⚠ {event.name} wants to run with {json.dumps(event.arguments, ensure_ascii=False)}"
+    """The approval prompt: what every platform's card shows (``card_content``), as lines:
+    the command and directory, the diff of a file write, or the arguments."""
+    return describe_card(card_content(event))
+
+
+def describe_card(card: CardContent) -> str:
+    who = f" (agent {card.agent}, sub-agent depth {card.depth})" if card.depth > 0 else ""
+    if card.label == "Command":
+        where = f" in {card.workdir}" if card.workdir else ""
+        return f"⚠ {card.tool}{who} wants to run{where}:\n  $ {card.content}"
+    if card.label == "Diff":
+        new = " (new file)" if card.new_file else ""
+        return f"⚠ {card.tool}{who} wants to write {card.path}{new}\n{card.content}"
+    return f"⚠ {card.tool}{who} wants to run with:\n{card.content}"
 
 
 class _LineReader:
@@ -181,6 +207,7 @@ class TerminalChat:
         self._stdin = stdin
         self._out = stdout
         self._render = TerminalRenderer(stdout)
+        self.commands = terminal_commands()
         self._asking: ApprovalRequired | Question | None = None
         self._running = False
         self._stdin_closed = False
@@ -221,14 +248,10 @@ class TerminalChat:
             text = line.strip()
             if not text:
                 continue
-            if text in ("/quit", "/exit"):
+            if text in _QUIT:
                 return
-            if text == "/help":
-                self._say(HELP)
-                continue
-            if text == "/new":
-                await self._hub.clear(SOURCE)
-                self._say(f"New conversation (session {await self._hub.session_id(SOURCE)}).")
+            if text.startswith("/"):
+                await self._command(text)
                 continue
             self._running = True
             try:
@@ -276,24 +299,32 @@ class TerminalChat:
                 self._running = False
             self._changed.set()
 
+    async def _command(self, text: str) -> None:
+        head, _, argument = text.partition(" ")
+        name = head[1:].lower()
+        context = CommandContext(self._hub, SOURCE, argument.strip(), None, is_owner=True)
+        try:
+            reply = await self.commands.run(name, context)
+        except HubError as exc:
+            reply = f"! {exc}"
+        if reply is None and name in ("new", "clear"):  # the terminal does not show events
+            reply = f"New conversation (session {await self._hub.session_id(SOURCE)})."
+        if reply:
+            self._say(reply)
+
     async def _answer(self, text: str) -> None:
         asking, self._asking = self._asking, None
-        try:
-            match asking:
-                case ApprovalRequired(tool_call_id=call_id):
-                    if text.lower() in ("y", "yes"):
-                        await self._hub.approve(SOURCE, call_id, decider=OPERATOR)
-                    elif text.lower() in ("a", "always"):
-                        await self._hub.approve(
-                            SOURCE, call_id, bypass_scope="all", decider=OPERATOR
-                        )
-                    else:
-                        note = "" if text.lower() in ("n", "no") else text
-                        await self._hub.reject(SOURCE, call_id, note, decider=OPERATOR)
-                case Question(request_id=request_id):
+        match asking:
+            case ApprovalRequired(tool_call_id=call_id):
+                choice = ANSWERS.get(text.lower(), "reject")
+                note = "" if choice != "reject" or text.lower() in ("n", "no") else text
+                if await decide(self._hub, SOURCE, call_id, choice, OPERATOR, note) != "decided":
+                    self._say(f"! {outcome_line('expired')[0]}")
+            case Question(request_id=request_id):
+                try:
                     await self._hub.resolve_question(SOURCE, request_id, text)
-        except (InboxError, HubError) as exc:
-            self._say(f"! {exc}")
+                except (InboxError, HubError) as exc:
+                    self._say(f"! {exc}")
 
     def _close_prompts(self) -> None:
         """The call stays pending (asked again at the next start) and the turn ends."""

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Background"]
+__all__ = ["Background", "Runtime"]
 
 
 class Background:
@@ -25,3 +26,12 @@ class Background:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """The clock, the sleep and the tasks a front end's parts share (fakes in tests)."""
+
+    clock: Callable[[], float]
+    sleep: Callable[[float], Awaitable[None]]
+    background: Background

@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bot.platform.access import Access
-from bot.platform.cards import EXPIRED, RejectWindows
+from bot.platform.cards import EXPIRED
 from bot.platform.failures import SORRY_MESSAGE, SORRY_TAP
 from bot.platform.outbox import Outbox
-from bot.platform.tasks import Background
+from bot.platform.tasks import Background, Runtime
 from bot.telegram.access import PairedIds, PairingStore, user_key
 from bot.telegram.api import BotApi, Json
 from bot.telegram.approvals import REASON_PROMPT, ApprovalTaps
@@ -67,13 +67,8 @@ class TelegramAdapter:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         jobs: JobsPanel | None = None,
     ) -> None:
-        self.hub, self.api, self.store, self.outbound, self.config = (
-            hub,
-            api,
-            store,
-            outbound,
-            config,
-        )
+        self.hub, self.api, self.store, self.outbound = hub, api, store, outbound
+        self.config = config
         self._me = BotIdentity()
         self._background = background = Background()
         self.access = access = Access(
@@ -89,35 +84,14 @@ class TelegramAdapter:
             sender, clock=clock, progress_interval_s=config.progress_interval_s
         )
         self.outbox.attach(hub, PREFIX)
-        rejecting = RejectWindows()
-        self.cards = cards = ChatCards(hub, store, sender, rejecting)
-        activity = ChatActivity(
-            hub, sender, config, clock=clock, sleep=sleep, background=background
-        )
-        approvals = ApprovalTaps(
-            hub,
-            access,
-            cards,
-            sender,
-            rejecting,
-            window_s=config.reject_window_s,
-            clock=clock,
-            sleep=sleep,
-            background=background,
-        )
+        runtime = Runtime(clock, sleep, background)
+        self.cards = cards = ChatCards(hub, store, sender)
+        activity = ChatActivity(hub, sender, config, runtime)
+        approvals = ApprovalTaps(hub, access, cards, sender, config.reject_window_s, runtime)
         self.commands = telegram_commands(access, sender, jobs)
         downloads = Downloads(api, config.workspace, config.max_download_bytes)
         self._messages = MessageHandler(
-            hub,
-            self._me,
-            access,
-            self.commands,
-            cards,
-            approvals,
-            rejecting,
-            sender,
-            downloads,
-            activity,
+            hub, self._me, access, self.commands, cards, approvals, sender, downloads, activity
         )
         self._callbacks = Callbacks(access, sender, approvals, jobs)
         self._events = EventRenderer(self.outbox, cards, activity, streaming=config.streaming)
@@ -143,15 +117,11 @@ class TelegramAdapter:
     # -- life cycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Local state and the hub subscription; no Telegram call, so nothing here waits
-        for Telegram (a Telegram outage at start must not hold up the hub).
-
-        Called before the hub recovers, so answers to resumed turns reach their chats. The
-        caller makes the start-up calls (``bot/telegram/startup.py``: getMe — which sets
-        ``bot_id``/``bot_username`` — and setMyCommands, retried) before any update is
-        handed over. Deliveries recorded but unsent become due at once and are sent by
-        ``Redelivery``; answers stored without outbox rows are delivered in the background.
-        """
+        """Local state and the hub subscription, before the hub recovers (answers to
+        resumed turns reach their chats); no Telegram call: an outage must not hold up
+        the hub. The caller's start-up calls (``startup.py``: getMe sets ``bot_id`` and
+        ``bot_username``) come before any update. Deliveries recorded but unsent are due
+        at once (``Redelivery``); answers stored without outbox rows are sent here."""
         await self.access.load()
         await self.cards.load()
         self._background.spawn(self._events.pump(self.hub.events(), self._outgoing.submit))

@@ -8,19 +8,17 @@ what expired is); here it meets Telegram: the tap's answer, the card's edits, th
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 
 from bot.platform.access import Access
 from bot.platform.cards import (
     EXPIRED,
     NOT_ALLOWED,
     RejectWindow,
-    RejectWindows,
     decide,
     is_live,
 )
 from bot.platform.protocols import Answer
-from bot.platform.tasks import Background
+from bot.platform.tasks import Runtime
 from bot.telegram.access import user_key
 from bot.telegram.cards import parse_callback, reject_window_keyboard
 from bot.telegram.chat_cards import ChatCards
@@ -44,22 +42,16 @@ class ApprovalTaps:
         access: Access,
         cards: ChatCards,
         sender: TelegramSender,
-        rejecting: RejectWindows,
-        *,
         window_s: float,
-        clock: Callable[[], float],
-        sleep: Callable[[float], Awaitable[None]],
-        background: Background,
+        runtime: Runtime,
     ) -> None:
         self._hub = hub
         self._access = access
         self._cards = cards
         self._sender = sender
-        self._rejecting = rejecting
+        self._rejecting = cards.rejecting
         self._window_s = window_s
-        self._clock = clock
-        self._sleep = sleep
-        self._background = background
+        self._runtime = runtime
 
     async def on_tap(self, c: Callback, answer: Answer) -> None:
         action = parse_callback(c.data)  # None for ids no card can have (past 64 bits)
@@ -109,14 +101,14 @@ class ApprovalTaps:
 
     async def _open_window(self, card: CardRow, user_name: str, decider: Decider) -> None:
         seconds = int(self._window_s)
-        window = RejectWindow(self._clock() + seconds, user_name, decider)
+        window = RejectWindow(self._runtime.clock() + seconds, user_name, decider)
         self._rejecting.open(card.tool_call_id, window)
         text = f"{card.text}\n\n{REASON_PROMPT.format(seconds=seconds)}"
         keyboard = reject_window_keyboard(card.tool_call_id)
         await self._sender.edit(card.chat_id, card.message_id, text, card.entities or [], keyboard)
-        self._background.spawn(self._reject_after_window(card, user_name, decider))
+        self._runtime.background.spawn(self._reject_after_window(card, user_name, decider))
 
     async def _reject_after_window(self, card: CardRow, user_name: str, decider: Decider) -> None:
-        await self._sleep(self._window_s)
+        await self._runtime.sleep(self._window_s)
         if card.tool_call_id in self._rejecting:
             await self.reject(card, user_name, "", decider)

@@ -30,12 +30,12 @@ class ChatCards:
         hub: ChatHub,
         store: TelegramStore,
         sender: TelegramSender,
-        rejecting: RejectWindows,
     ) -> None:
         self._hub = hub
         self.store = store
         self._sender = sender
-        self._rejecting = rejecting
+        #: Cards whose ❌ was tapped once; closing a card ends its window.
+        self.rejecting = RejectWindows()
         self._open: dict[str, dict[int, CardRow]] = {}
 
     async def load(self) -> None:
@@ -123,7 +123,7 @@ class ChatCards:
         """Show the outcome on the card once (whoever closes it first edits it)."""
         if not await self.close_quietly(card, state):
             return
-        self._rejecting.close(card.tool_call_id)
+        self.rejecting.close(card.tool_call_id)
         if card.message_id is None:
             return
         text, entities = resolved_card(card.text, card.entities or [], outcome, by, note=note)

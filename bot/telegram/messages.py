@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.platform.access import Access
-from bot.platform.cards import RejectWindows, reply_target
+from bot.platform.cards import reply_target
 from bot.platform.commands import CommandContext, CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.telegram.access import user_key
@@ -51,7 +51,6 @@ class MessageHandler:
         commands: CommandRegistry,
         cards: ChatCards,
         approvals: ApprovalTaps,
-        rejecting: RejectWindows,
         sender: TelegramSender,
         downloads: Downloads,
         activity: ChatActivity,
@@ -62,7 +61,6 @@ class MessageHandler:
         self._commands = commands
         self._cards = cards
         self._approvals = approvals
-        self._rejecting = rejecting
         self._sender = sender
         self._downloads = downloads
         self._activity = activity
@@ -171,7 +169,7 @@ class MessageHandler:
             self._cards.open_in(m.source),
             reply_to=m.reply_to_message_id,
             is_command=m.text.startswith("/"),
-            rejecting=self._rejecting,
+            rejecting=self._cards.rejecting,
         )
         if target is None:
             return False

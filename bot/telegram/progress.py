@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from bot.platform.tasks import Background
+from bot.platform.tasks import Runtime
 from bot.telegram.api import TelegramError
 from bot.telegram.config import TelegramConfig
 from bot.telegram.delivery import TelegramSender
@@ -40,19 +39,16 @@ class ChatActivity:
         hub: ChatHub,
         sender: TelegramSender,
         config: TelegramConfig,
-        *,
-        clock: Callable[[], float],
-        sleep: Callable[[float], Awaitable[None]],
-        background: Background,
+        runtime: Runtime,
     ) -> None:
         self._hub = hub
         self._sender = sender
         self._api = sender.api
         self._outbound = sender.outbound
         self._config = config
-        self._clock = clock
-        self._sleep = sleep
-        self._background = background
+        self._clock = runtime.clock
+        self._sleep = runtime.sleep
+        self._background = runtime.background
         self._chats: dict[str, _Live] = {}
 
     # -- typing ---------------------------------------------------------------------------

@@ -100,3 +100,24 @@ def test_a_missing_model_stops_start_up_naming_the_variable(tmp_path: Path):
     )
     assert done.returncode != 0
     assert "LLM_MODEL" in done.stderr
+
+
+def test_commands_are_the_platform_layers(tmp_path: Path, fake_openai: FakeOpenAIServer):
+    out = _run_chat(tmp_path, fake_openai, "/help\n/models\n/frobnicate\n/stop\n/new\n")
+    assert "/model <N|name|auto> — Choose a model" in out  # the words Telegram shows
+    assert "/quit — leave" in out
+    assert "1. fake-model" in out
+    assert "Unknown command /frobnicate." in out
+    assert "Nothing to stop." in out
+    assert "New conversation (session" in out
+    assert not fake_openai.requests  # no command reached the model
+
+
+def test_an_approval_prompt_is_the_cards_content(tmp_path: Path, fake_openai: FakeOpenAIServer):
+    fake_openai.reply_tool_calls(("call_x", "execute_cmd", {"command": "echo hi"}))
+    fake_openai.reply_text("Done.")
+    out = _run_chat(tmp_path, fake_openai, "say hi\nt\n")
+    assert "⚠ execute_cmd wants to run" in out and "$ echo hi" in out
+    assert "[t] 15 min" in out
+    assert "✓ execute_cmd: hi" in out
+    assert "Done." in out
