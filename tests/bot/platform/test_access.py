@@ -1,0 +1,110 @@
+"""Access control with opaque user ids: allowlist, owner, pairing codes."""
+
+from __future__ import annotations
+
+from bot.platform.access import BUSY, WELCOME, Access, pairing_commands
+from bot.platform.commands import CommandContext
+from bot.platform.protocols import PairingCode
+
+
+class Store:
+    """An ``AccessStore`` in memory: codes by user, at most ``room`` people waiting."""
+
+    def __init__(self, room: int = 3) -> None:
+        self.paired: dict[str, str | None] = {}
+        self.codes: dict[str, PairingCode] = {}
+        self.room = room
+
+    async def paired_users(self) -> set[str]:
+        return set(self.paired)
+
+    async def pair(self, user_id: str, name: str, paired_by: str | None) -> None:
+        self.paired[user_id] = paired_by
+
+    async def unpair(self, user_id: str) -> bool:
+        return self.paired.pop(user_id, "gone") != "gone"
+
+    async def issue_code(self, user_id: str, chat: str, name: str):
+        for code in self.codes.values():
+            if code.user_id == user_id:
+                return code, False
+        if len(self.codes) >= self.room:
+            return None, True
+        code = PairingCode(f"C{len(self.codes)}", user_id, chat, name)
+        self.codes[code.code] = code
+        return code, True
+
+    async def redeem(self, code: str) -> PairingCode | None:
+        return self.codes.pop(code.strip().upper(), None)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def access(store: Store | None = None, clock: Clock | None = None, **kwargs) -> Access:
+    return Access(store or Store(), clock=clock or Clock(), **kwargs)
+
+
+def test_who_is_allowed() -> None:
+    a = access(allowed=["1", "2"], owner="9")
+    a.paired.add("5")
+    assert [a.is_allowed(u) for u in ("1", "9", "5", "3", None)] == [True] * 3 + [False] * 2
+
+
+def test_the_owner_decides_as_owner_and_a_single_allowed_user_stands_in() -> None:
+    assert access(allowed=["1"], owner="9").decider("9").is_owner
+    single = access(allowed=["1"])
+    assert single.decider("1").is_owner and not single.is_owner("1")  # pairing stays the owner's
+    several = access(allowed=["1", "2"])
+    assert several.approving_owner is None and not several.decider("1").is_owner
+    assert several.decider("2").is_allowed and not several.decider("3").is_allowed
+    assert access().decider(None).user_id is None
+
+
+async def test_a_stranger_gets_a_code_the_owner_is_told_and_reminders_are_rate_limited() -> None:
+    clock = Clock()
+    a = access(clock=clock, owner="9", reminder_s=600)
+    first = await a.offer_pairing("5", "chat5", "Bob")
+    assert first.to_user is not None and "C0" in first.to_user and "/pair C0" in first.to_user
+    assert first.to_owner == "Bob (id 5) asks to talk to me. Approve with /pair C0"
+    clock.now = 10
+    assert await a.offer_pairing("5", "chat5", "Bob") == type(first)()  # nothing, within 10 min
+    clock.now = 700
+    again = await a.offer_pairing("5", "chat5", "Bob")
+    assert again.to_user == first.to_user and again.to_owner is None  # reminded, owner not again
+
+
+async def test_when_too_many_wait_the_stranger_is_told_to_try_later() -> None:
+    a = access(Store(room=0))
+    assert (await a.offer_pairing("5", "c", "Bob")).to_user == BUSY
+
+
+async def test_pair_and_unpair_commands() -> None:
+    store = Store()
+    a = access(store, owner="9")
+    await a.offer_pairing("5", "chat5", "Bob")
+    welcomed: list[PairingCode] = []
+
+    async def welcome(code: PairingCode) -> None:
+        welcomed.append(code)
+
+    pair, unpair = pairing_commands(a, welcome)
+    assert pair.owner_only and unpair.owner_only
+
+    def run(argument: str) -> CommandContext:
+        return CommandContext(None, "s", argument, "9", True)  # type: ignore[arg-type]
+
+    assert await pair.handler(run("c0")) == "Paired Bob (id 5)."
+    assert welcomed[0].chat == "chat5" and store.paired == {"5": "9"} and a.is_allowed("5")
+    assert "No pending pairing" in str(await pair.handler(run("c0")))  # used once
+    for junk in ("", "x", "²", "1" * 20, "99999999999999999999"):
+        assert await unpair.handler(run(junk)) == "Usage: /unpair <user_id>"
+    assert await unpair.handler(run(" 5 ")) == "Unpaired 5."
+    assert not a.is_allowed("5")
+    assert await unpair.handler(run("5")) == "5 was not paired."
+    assert WELCOME.startswith("👋")

@@ -1,0 +1,163 @@
+"""What cards mean on every platform: content, choices, expiry, what a reply answers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from bot.platform.cards import (
+    CHOICE_LABELS,
+    CHOICES,
+    RejectWindow,
+    RejectWindows,
+    card_content,
+    decide,
+    is_live,
+    outcome_line,
+    reply_target,
+)
+from engine.approval.broker import SHORT_BYPASS_SECONDS
+from engine.approval.deciders import OPERATOR
+from engine.approval.preview import ApprovalPreview
+from engine.hub import HubError
+from engine.session.events import ApprovalRequired
+from engine.store.inbox import InboxError, NotPermitted
+
+
+@dataclass(frozen=True)
+class Shown:
+    tool_call_id: int
+    kind: str = "approval"
+    chat_id: int = 1
+    message_id: int | None = 10
+    state: str = "open"
+
+
+class Hub:
+    """Records decisions; ``fails`` is raised instead when set."""
+
+    def __init__(self, fails: Exception | None = None) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self.fails = fails
+
+    async def approve(self, *args: Any, **kwargs: Any) -> None:
+        self._record("approve", args, kwargs)
+
+    async def reject(self, *args: Any, **kwargs: Any) -> None:
+        self._record("reject", args, kwargs)
+
+    def _record(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if self.fails is not None:
+            raise self.fails
+        self.calls.append((name, args, kwargs))
+
+
+def test_a_card_shows_the_call_in_full() -> None:
+    command = ApprovalRequired(
+        7,
+        "execute_cmd",
+        {"command": "ls"},
+        1,
+        "main",
+        ApprovalPreview("command", command="ls", workdir="/w"),
+    )
+    shown = card_content(command, "Only the owner can decide.")
+    assert (shown.tool, shown.agent, shown.label, shown.content) == (
+        "execute_cmd",
+        "main",
+        "Command",
+        "ls",
+    )
+    assert shown.workdir == "/w" and shown.deciders == "Only the owner can decide."
+    write = ApprovalRequired(
+        8,
+        "write_file",
+        {"path": "a.txt", "content": "x\n"},
+        1,
+        "main",
+        ApprovalPreview("file", path="a.txt", old_content=None, new_content="x\n"),
+        depth=1,
+    )
+    shown = card_content(write)
+    assert shown.label == "Diff" and shown.new_file and shown.path == "a.txt" and shown.depth == 1
+    other = card_content(ApprovalRequired(9, "web", {"q": "é"}, 1, "main"))
+    assert other.label == "Arguments" and '"q": "é"' in other.content
+
+
+def test_the_choices_and_their_words() -> None:
+    assert CHOICES == ("approve", "reject", "bypass_15m", "bypass_session")
+    assert [CHOICE_LABELS[c] for c in CHOICES] == [
+        "✅ Approve",
+        "❌ Reject",
+        "⏱ 15 min",
+        "🔄 Session",
+    ]
+    assert outcome_line("bypass_15m") == ("⏱ Approved", " — no more asking for 15 min")
+    assert outcome_line("rejected") == ("❌ Rejected", "")  # spelled as the hub does
+    assert outcome_line("cancelled")[0] == "⊘ Cancelled" and outcome_line("odd")[0] == "• odd"
+
+
+def test_a_tap_is_live_only_on_the_open_approval_card_it_shows() -> None:
+    assert is_live(Shown(1), chat=1, shown_at=10)
+    assert is_live(Shown(1, message_id=None), chat=1, shown_at=99)  # recorded, not yet confirmed
+    for card, chat, at in [
+        (None, 1, 10),
+        (Shown(1, state="resolved"), 1, 10),
+        (Shown(1, kind="question"), 1, 10),
+        (Shown(1), 2, 10),
+        (Shown(1), 1, 11),
+    ]:
+        assert not is_live(card, chat=chat, shown_at=at)
+
+
+@pytest.mark.parametrize(
+    ("choice", "call"),
+    [
+        ("approve", ("approve", {})),
+        ("bypass_15m", ("approve", {"bypass_secs": SHORT_BYPASS_SECONDS, "bypass_scope": "all"})),
+        ("bypass_session", ("approve", {"bypass_scope": "all"})),
+        ("reject", ("reject", {})),
+    ],
+)
+async def test_what_a_tap_does(choice: Any, call: tuple[str, dict[str, Any]]) -> None:
+    hub = Hub()
+    assert await decide(hub, "s", 5, choice, OPERATOR, "why") == "decided"  # type: ignore[arg-type]
+    [(name, args, kwargs)] = hub.calls
+    assert name == call[0] and args[:2] == ("s", 5) and kwargs.pop("decider") == OPERATOR
+    if name == "reject":
+        assert args[2] == "why"
+    assert kwargs == call[1]
+
+
+async def test_a_closed_call_expires_and_a_refusal_keeps_the_card() -> None:
+    for error in (InboxError("resolved", "closed"), HubError("other session")):
+        assert await decide(Hub(error), "s", 5, "approve", OPERATOR) == "expired"  # type: ignore[arg-type]
+    assert await decide(Hub(NotPermitted("no")), "s", 5, "reject", OPERATOR) == "kept"  # type: ignore[arg-type]
+
+
+def test_what_a_message_answers() -> None:
+    windows = RejectWindows()
+    card, question, newer = Shown(1), Shown(2, "question", message_id=20), Shown(3, "question")
+    cards = [card, question, newer]
+    assert reply_target([], reply_to=None, is_command=False, rejecting=windows) is None
+    assert reply_target(cards, reply_to=20, is_command=False, rejecting=windows) == (
+        "answer",
+        question,
+    )
+    # Any plain message answers the newest open question; a command never does.
+    assert reply_target(cards, reply_to=None, is_command=False, rejecting=windows) == (
+        "answer",
+        newer,
+    )
+    assert reply_target(cards, reply_to=None, is_command=True, rejecting=windows) is None
+    # A reply to a card is its reason only while its reject window is open.
+    assert reply_target([card], reply_to=10, is_command=False, rejecting=windows) is None
+    windows.open(1, RejectWindow(60.0, "Ada", OPERATOR))
+    assert reply_target([card], reply_to=10, is_command=False, rejecting=windows) == (
+        "reason",
+        card,
+    )
+    windows.close(1)
+    assert 1 not in windows
