@@ -7,14 +7,29 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+from tests.bot.process import service_env
+from tests.pg import migrated_sqlite
+
+ROOT = Path(__file__).resolve().parents[2]
 NOT_AT_IMPORT = ("mcp", "telegram", "aiogram", "jinja2", "uvicorn")
 
 
-def loaded_after(code: str) -> set[str]:
+def loaded_after(
+    code: str, *, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> set[str]:
     probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    if env is not None:  # the project importable from anywhere, as it is from the root
+        env = {**env, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env=env,
+        cwd=cwd,
     ).stdout
     return set(json.loads(out.splitlines()[-1]))
 
@@ -31,3 +46,27 @@ def test_a_binding_brings_only_its_own_library() -> None:
         "make_bot_api('aiogram', '1:x', 'http://127.0.0.1:9')"
     )
     assert "aiogram" in loaded and "telegram" not in loaded and "mcp" not in loaded
+
+
+def test_a_service_started_on_an_up_to_date_database_never_imports_alembic(
+    tmp_path: Path,
+) -> None:
+    """Alembic (~75 ms, several MB) and the migration modules come only with a migration to
+    run; SQLite needs no SQLAlchemy asyncio either (it runs on a thread of its own)."""
+    database = migrated_sqlite(tmp_path / "chathub.db")
+    start = (
+        "import asyncio\n"
+        "from bot.serve import Service\n"
+        "from bot.settings import load_config\n"
+        "async def main():\n"
+        "    service = Service(load_config(), http=False)\n"
+        "    await service.start()\n"
+        "    await service.stop()\n"
+        "asyncio.run(main())"
+    )
+    env = service_env(tmp_path, "http://127.0.0.1:9", DATABASE_URL=database)
+    loaded = loaded_after(start, env=env, cwd=tmp_path)
+    assert "bot.serve" in loaded
+    assert not {name for name in loaded if name.split(".")[0] == "alembic"}
+    assert not {name for name in loaded if ".migrations." in name}
+    assert "sqlalchemy.ext.asyncio" not in loaded
