@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.config import AppConfig, EngineConfig, load_settings
+from bot.settings import load_settings
+from engine.config import AppConfig, EngineConfig
 from engine.core import Engine
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel, text

@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+from bot.settings import load_settings
 from engine.approval.rules import RuleStore
-from engine.config import AppConfig, EngineConfig, load_settings
+from engine.config import AppConfig, EngineConfig
 from engine.core import Engine
 from engine.llm.registry import ModelRegistry
 from engine.llm.types import LlmResponse, ToolCallRequest, Usage

@@ -37,8 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bot.settings import load_settings
 from engine.bus.broadcast import Lagged
-from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
+from engine.config import AppConfig, EngineConfig, HubConfig
 from engine.core import Engine
 from engine.hub import ChatHub, SourceEvents
 from engine.llm.registry import ModelRegistry

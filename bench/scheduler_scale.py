@@ -67,7 +67,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
+from bot.settings import load_settings
+from engine.config import AppConfig, EngineConfig, HubConfig
 from engine.core import Engine
 from engine.hub import ChatHub, Notification
 from engine.llm.registry import ModelRegistry

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.config import AppConfig, EngineConfig, load_settings
+from bot.settings import load_settings
+from engine.config import AppConfig, EngineConfig
 from engine.core import Engine
 from engine.llm.registry import ModelRegistry
 from engine.llm.types import LlmResponse, ToolCallRequest

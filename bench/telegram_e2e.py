@@ -73,10 +73,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.fakes
 
 from bench.telegram_bare import replies as bare_replies
 from bot.serve import Service, freeze_startup_objects
+from bot.settings import load_settings
 from bot.telegram.bindings.factory import make_bot_api
 from bot.telegram.outbound import Pacing
 from bot.telegram.pacing import Bucket, Pacer, PacingPolicy, Rate
-from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
+from engine.config import AppConfig, EngineConfig, HubConfig
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel
 from engine.llm.types import LlmResponse, Message, ToolCallRequest, ToolSchema, Usage

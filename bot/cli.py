@@ -16,8 +16,9 @@ import sys
 
 from bot.checks.model import DEFAULT_TIMEOUT_S
 from bot.rules_cli import add_rules_parser, run_rules_command
+from bot.settings import load_config, load_settings
 from bot.setup.cli import add_setup_parser, run_setup, setup_options
-from engine.config import AppConfig, ConfigError, load_config, load_settings
+from engine.config import AppConfig, ConfigError
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,7 +25,8 @@ from bot.checks.result import Check, Problem
 from bot.checks.shell import check_shell_gate
 from bot.checks.telegram import TelegramProbe, token_problem
 from bot.checks.workspace import check_workspace
-from engine.config import AppConfig, ConfigError, ModelConfig, Settings
+from bot.settings import Settings, service_settings
+from engine.config import AppConfig, ConfigError, ModelConfig
 
 __all__ = ["Doctor", "config_checks", "render", "run_doctor"]
 
@@ -41,7 +42,7 @@ def config_checks(load: Callable[[], AppConfig]) -> tuple[AppConfig | None, list
     """Parse the configuration; without a usable one the other checks cannot run."""
     try:
         config = load()
-        settings = config.settings
+        settings = service_settings(config)
         check_api_exposure(settings.http_host, settings.chathub_api_token)
     except (ConfigError, ApiExposureError) as exc:
         return None, [Check("config", False, f"configuration: {exc}", _config_fix(str(exc)))]
@@ -77,7 +78,7 @@ class Doctor:
     timeout_s: float = DEFAULT_TIMEOUT_S
 
     async def run(self) -> list[Check]:
-        settings = self.config.settings
+        settings = service_settings(self.config)
         checks: list[Check] = []
         checks += await check_database(settings.database_url, timeout_s=self.timeout_s)
         checks += await self.models()
@@ -162,7 +163,7 @@ class Doctor:
         return checks
 
     async def telegram(self) -> list[Check]:
-        settings = self.config.settings
+        settings = service_settings(self.config)
         token = settings.telegram_bot_token
         if not token:
             return [

@@ -29,6 +29,7 @@ import sqlalchemy as sa
 
 from bot.checks.exposure import check_api_exposure
 from bot.checks.result import Check
+from bot.settings import service_settings
 from bot.telegram.adapter import TelegramAdapter, TelegramConfig
 from bot.telegram.api import BotApi
 from bot.telegram.health import TelegramHealth
@@ -105,7 +106,7 @@ class Service:
         return await service_checks(self.config, self._checks_http)()
 
     async def start(self) -> None:
-        settings = self.config.settings
+        settings = service_settings(self.config)
         if self.http:  # refuse before anything starts: an open API needs a token
             check_api_exposure(settings.http_host, settings.chathub_api_token)
         self.engine = engine = await Engine.open(
@@ -204,7 +205,7 @@ class Service:
         assert self.engine is not None and self.hub is not None and self.scheduler is not None
         serving = await asyncio.to_thread(importlib.import_module, "bot.http.serving")
         parts = serving.HttpParts(
-            settings=self.config.settings,
+            settings=service_settings(self.config),
             engine=self.engine,
             hub=self.hub,
             scheduler=self.scheduler,

@@ -22,14 +22,6 @@ class ConfigError(Exception):
     """A configuration mistake; the message starts with the variable's name."""
 
 
-def _split_csv(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, list | tuple):
-        return [str(v).strip() for v in value if str(v).strip()]
-    return [part.strip() for part in str(value).split(",") if part.strip()]
-
-
 def _system_timezone() -> str:
     try:
         from tzlocal import get_localzone_name
@@ -39,31 +31,37 @@ def _system_timezone() -> str:
         return "UTC"
 
 
-class Settings(BaseSettings):
-    """Every variable of DESIGN §8. Field names are the variable names, lower-cased."""
+#: How every layer's settings read the environment (bot/settings.py composes them):
+#: ``env_ignore_empty``: ``TELEGRAM_OWNER_ID=`` (as a copied ``.env.example`` or a compose
+#: file writes it) means "unset", not "the empty string" (not an integer; CHATHUB_CONFIG=".").
+SETTINGS_CONFIG = SettingsConfigDict(
+    env_file=".env", extra="ignore", case_sensitive=False, env_ignore_empty=True
+)
 
-    # ``env_ignore_empty``: ``TELEGRAM_OWNER_ID=`` (as a copied ``.env.example`` or a compose file
-    # writes it) means "unset", not "the empty string" (not an integer; CHATHUB_CONFIG=".").
-    model_config = SettingsConfigDict(
-        env_file=".env", extra="ignore", case_sensitive=False, env_ignore_empty=True
-    )
 
-    telegram_bot_token: str | None = None
-    telegram_api_url: str = "https://api.telegram.org"
-    telegram_library: Literal["ptb", "aiogram"] = "ptb"
-    telegram_allowed_user_ids: Annotated[list[int], NoDecode] = Field(default_factory=list)
-    telegram_owner_id: int | None = None
-    telegram_webhook_url: str | None = None
-    telegram_webhook_secret: str | None = None
-    telegram_streaming: bool = False
-    #: Outbound pacing, token buckets (bot/telegram/pacing.py; docs/telegram.md "Pacing"):
-    #: per private chat a burst, then a rate; per group a burst, then so many a minute;
-    #: all chats together at most so many a second. Every value above 0.
-    telegram_private_burst: int = Field(default=4, ge=1, le=1000)
-    telegram_private_per_second: float = Field(default=1.0, gt=0, allow_inf_nan=False)
-    telegram_group_burst: int = Field(default=3, ge=1, le=1000)
-    telegram_group_per_minute: float = Field(default=20.0, gt=0, allow_inf_nan=False)
-    telegram_global_per_second: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+def split_csv(value: Any) -> list[str]:
+    """A comma-separated variable (or a list given directly) as its non-empty parts."""
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return [part.strip() for part in str(value).split(",") if part.strip()]
+
+
+def http_url(value: str) -> str:
+    """An ``http(s)://`` URL without its trailing slash (a ValueError names the problem)."""
+    if not value.startswith(("http://", "https://")):
+        raise ValueError(f"{value!r} must start with http:// or https://")
+    return value.rstrip("/")
+
+
+class EngineSettings(BaseSettings):
+    """The engine's variables of DESIGN §8: the model, the database, the workspace, who
+    decides approvals. Field names are the variable names, lower-cased; each outer layer
+    has its own settings class (Telegram, HTTP, scheduler), composed in bot/settings.py."""
+
+    model_config = SETTINGS_CONFIG
+
     #: Who may decide an approval card (engine/approval/deciders.py, docs/approval.md).
     approvers: Literal["requester+owner", "owner", "allowed"] = "requester+owner"
 
@@ -77,40 +75,15 @@ class Settings(BaseSettings):
     chathub_timezone: str = Field(default_factory=_system_timezone)
     chathub_config: Path | None = None
 
-    tic_interval_seconds: int = Field(default=900, ge=0)
-    scheduler_min_period_seconds: int = Field(default=60, ge=1)
-    scheduler_max_jobs_per_source: int = Field(default=50, ge=0)
-
-    chathub_api_token: str | None = None
-    http_host: str = "127.0.0.1"
-    http_port: int = Field(default=8080, ge=1, le=65535)
-    #: A web inbox sign-in ends this long after its last request (bot/http/signins.py),
-    web_session_idle_hours: int = Field(default=12, ge=1, le=24 * 366)
-    #: and this long after it began, however much it is used.
-    web_session_max_days: int = Field(default=7, ge=1, le=366)
-
-    @field_validator("telegram_allowed_user_ids", mode="before")
-    @classmethod
-    def _user_ids(cls, value: Any) -> list[int]:
-        ids = []
-        for part in _split_csv(value):
-            try:
-                ids.append(int(part))
-            except ValueError:
-                raise ValueError(f"{part!r} is not a numeric Telegram user id") from None
-        return ids
-
     @field_validator("llm_fallback_models", mode="before")
     @classmethod
-    def _models(cls, value: Any) -> list[str]:
-        return _split_csv(value)
+    def _fallback_models(cls, value: Any) -> list[str]:
+        return split_csv(value)
 
-    @field_validator("telegram_api_url", "llm_base_url")
+    @field_validator("llm_base_url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"{value!r} must start with http:// or https://")
-        return value.rstrip("/")
+    def _llm_base_url(cls, value: str) -> str:
+        return http_url(value)
 
     @field_validator("database_url")
     @classmethod
@@ -122,7 +95,7 @@ class Settings(BaseSettings):
 
     @field_validator("chathub_timezone")
     @classmethod
-    def _timezone(cls, value: str) -> str:
+    def _chathub_timezone(cls, value: str) -> str:
         try:
             ZoneInfo(value)
         except (ZoneInfoNotFoundError, ValueError):
@@ -193,7 +166,8 @@ class CompactionConfig:
 
 @dataclass(frozen=True, slots=True)
 class AppConfig:
-    settings: Settings
+    #: The engine's settings; ``chathub serve`` gives the composed ones (bot/settings.py).
+    settings: EngineSettings
     models: tuple[ModelConfig, ...]
     engine: EngineConfig = field(default_factory=EngineConfig)
     agents_dir: Path | None = None
@@ -202,14 +176,28 @@ class AppConfig:
     mcp_servers: tuple[McpServerConfig, ...] = ()
 
 
-def load_settings(**overrides: Any) -> Settings:
+S = TypeVar("S", bound=EngineSettings)
+
+
+def read_settings(cls: type[S], **overrides: Any) -> S:
+    """``cls`` from the environment and ``.env``; a wrong value is a ``ConfigError``.
+
+    An override that is no field of ``cls`` is a mistake (it would be ignored silently)."""
+    unknown = {name for name in overrides if not name.startswith("_")} - set(cls.model_fields)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no settings {sorted(unknown)}")
     try:
-        return Settings(**overrides)
+        return cls(**overrides)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from None
+        raise ConfigError(describe_errors(exc)) from None
 
 
-def _describe(exc: ValidationError) -> str:
+def load_settings(**overrides: Any) -> EngineSettings:
+    return read_settings(EngineSettings, **overrides)
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """Each problem as ``VARIABLE: message``."""
     problems = []
     for err in exc.errors():
         name = ".".join(str(part) for part in err["loc"]).upper() or "configuration"
@@ -222,7 +210,7 @@ T = TypeVar("T")
 _MODEL_KEYS = {f for f in ModelConfig.__dataclass_fields__}
 
 
-def load_config(settings: Settings | None = None) -> AppConfig:
+def load_config(settings: EngineSettings | None = None) -> AppConfig:
     """Settings plus the TOML file named by ``CHATHUB_CONFIG`` (models, engine limits)."""
     settings = settings or load_settings()
     data = _read_toml(settings.chathub_config) if settings.chathub_config else {}
@@ -261,7 +249,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"CHATHUB_CONFIG: {path} is not valid TOML: {exc}") from None
 
 
-def _models(settings: Settings, entries: Any) -> tuple[ModelConfig, ...]:
+def _models(settings: EngineSettings, entries: Any) -> tuple[ModelConfig, ...]:
     if settings.llm_fallback_models and not settings.llm_model:
         raise ConfigError("LLM_FALLBACK_MODELS: set LLM_MODEL too; the fallbacks follow it")
     defaults = {"base_url": settings.llm_base_url, "api_key": settings.llm_api_key}

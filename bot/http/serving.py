@@ -19,8 +19,8 @@ from bot.http.health_details import HealthDetails
 from bot.http.operations import Operations
 from bot.http.signins import LoginThrottle, SignInPolicy, SignIns
 from bot.http.web import Deliveries
+from bot.settings import Settings
 from bot.telegram.outbound import OutboundStats
-from engine.config import Settings
 from engine.core import Engine
 from engine.hub import ChatHub
 from scheduler.service import Scheduler

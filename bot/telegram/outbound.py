@@ -39,8 +39,8 @@ from bot.telegram.api import (
 from bot.telegram.health import TelegramHealth
 from bot.telegram.pacing import Cap, Pacer, PacingPolicy, Rate
 from bot.telegram.retrying import Backoff, describe
+from bot.telegram.settings import TelegramSettings
 from bot.telegram.store import OutboxRow, TelegramStore
-from engine.config import Settings
 from engine.store.schema import utcnow
 
 __all__ = ["Delivery", "Outbound", "OutboundStats", "Pacing", "RetrySchedule", "is_group_chat"]
@@ -67,7 +67,7 @@ class Pacing:
         return cls(policy=PacingPolicy.uniform(1e9, burst=1e9), **retries)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Pacing:
+    def from_settings(cls, settings: TelegramSettings) -> Pacing:
         """The ``TELEGRAM_*_BURST`` / ``_PER_SECOND`` / ``_PER_MINUTE`` settings."""
         return cls(
             policy=PacingPolicy(

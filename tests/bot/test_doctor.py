@@ -24,8 +24,8 @@ from bot.checks.database import check_database
 from bot.checks.result import Check
 from bot.cli import main
 from bot.http.health_details import PATH, HealthDetails, bearer, service_checks
+from bot.settings import Settings, load_config
 from engine.approval.rules import RuleStore
-from engine.config import Settings, load_config
 from engine.store.db import open_database
 from tests.bot.process import free_port, wait_for
 from tests.fakes.background import BackgroundServer

@@ -35,8 +35,9 @@ from typing import Any
 import pytest
 
 from bot.serve import Service
+from bot.settings import load_settings
 from bot.telegram.bindings.factory import make_bot_api
-from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
+from engine.config import AppConfig, EngineConfig, HubConfig
 from engine.llm.registry import ModelRegistry
 from tests.bot.junk import (
     JunkTelegramServer,

@@ -321,7 +321,7 @@ def test_envfile_quotes_what_needs_it(tmp_path: Path) -> None:
     target = EnvFile(tmp_path / ".env")
     target.write({"LLM_API_KEY": 'a b"c\\d', "LLM_MODEL": "qwen3:14b"})
     assert target.values() == {"LLM_API_KEY": 'a b"c\\d', "LLM_MODEL": "qwen3:14b"}
-    from engine.config import Settings
+    from bot.settings import Settings
 
     settings = Settings(_env_file=tmp_path / ".env")  # dotenv reads what we wrote
     assert settings.llm_api_key == 'a b"c\\d'

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
+from bot.settings import load_settings
+from engine.config import AppConfig, EngineConfig, HubConfig
 from engine.core import Engine
 from engine.hub import ChatHub
 from engine.llm.registry import ModelRegistry

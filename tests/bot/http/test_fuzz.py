@@ -38,7 +38,8 @@ from bot.http.api import ApiRoutes
 from bot.http.app import EventsEndpoint, create_app
 from bot.http.health_details import HealthDetails, service_checks
 from bot.http.operations import Operations
-from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
+from bot.settings import load_settings
+from engine.config import AppConfig, EngineConfig, HubConfig
 from engine.core import Engine
 from engine.hub import ChatHub
 from engine.llm.registry import ModelRegistry

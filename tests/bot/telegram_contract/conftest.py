@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bot.serve import Service
+from bot.settings import load_settings
 from bot.telegram.bindings.factory import make_bot_api
 from bot.telegram.outbound import Pacing
-from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
+from engine.config import AppConfig, EngineConfig, HubConfig
 from engine.llm.registry import ModelRegistry
 from engine.store.schema import utcnow
 from tests.engine.hub.conftest import EchoModel
@@ -46,28 +47,35 @@ def model() -> EchoModel:
     return EchoModel(name="primary")
 
 
+def app_config(database_url: str, workspace: Path, **settings: Any) -> AppConfig:
+    """The service's configuration for the contract tests (``settings`` override)."""
+    values = {
+        "database_url": database_url,
+        "chathub_workspace": workspace,
+        "chathub_timezone": "UTC",
+        "_env_file": None,
+        **settings,
+    }
+    return AppConfig(
+        settings=load_settings(**values),
+        models=(),
+        engine=EngineConfig(max_tool_rounds=6, command_timeout_s=5),
+        hub=HubConfig(idle_evict_s=600, notify_window_s=0.01),
+    )
+
+
 @pytest.fixture
 def make_config(tmp_path: Path, telegram: FakeTelegramServer) -> Callable[..., AppConfig]:
     database_url = migrated_sqlite(tmp_path / "chathub.db")
 
     def make(**settings: Any) -> AppConfig:
-        values = {
-            "database_url": database_url,
-            "chathub_workspace": tmp_path / "workspace",
-            "chathub_timezone": "UTC",
+        telegram_settings = {
             "telegram_bot_token": TOKEN,
             "telegram_api_url": telegram.base_url,
             "telegram_allowed_user_ids": str(ALICE),
             "telegram_owner_id": OWNER,
-            "_env_file": None,
-            **settings,
         }
-        return AppConfig(
-            settings=load_settings(**values),
-            models=(),
-            engine=EngineConfig(max_tool_rounds=6, command_timeout_s=5),
-            hub=HubConfig(idle_evict_s=600, notify_window_s=0.01),
-        )
+        return app_config(database_url, tmp_path / "workspace", **{**telegram_settings, **settings})
 
     return make
 
@@ -123,6 +131,15 @@ async def eventually(predicate: Callable[[], Any], within_s: float = 5.0) -> Any
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met in time: {getattr(predicate, '__doc__', '')}")
+        await asyncio.sleep(0.01)
+
+
+async def eventually_true(check: Callable[[], Awaitable[bool]], within_s: float = 5.0) -> None:
+    """Wait until the coroutine ``check()`` returns true (a store written meanwhile)."""
+    deadline = time.monotonic() + within_s
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met in time: {getattr(check, '__doc__', '')}")
         await asyncio.sleep(0.01)
 
 

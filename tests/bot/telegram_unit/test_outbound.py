@@ -68,7 +68,7 @@ async def test_a_group_gets_a_small_burst_then_twenty_a_minute(
 
 
 async def test_pacing_comes_from_the_settings() -> None:
-    from engine.config import load_settings
+    from bot.settings import load_settings
 
     settings = load_settings(
         _env_file=None,
@@ -100,7 +100,8 @@ async def test_pacing_comes_from_the_settings() -> None:
 def test_a_bad_pacing_setting_names_its_variable(
     variable: str, raw: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from engine.config import ConfigError, load_settings
+    from bot.settings import load_settings
+    from engine.config import ConfigError
 
     monkeypatch.setenv(variable, raw)
     with pytest.raises(ConfigError, match=variable):

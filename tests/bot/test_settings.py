@@ -1,4 +1,5 @@
-"""Settings from the environment, and the optional TOML file named by CHATHUB_CONFIG."""
+"""Settings from the environment (every layer's, composed in bot/settings.py), and the
+optional TOML file named by CHATHUB_CONFIG."""
 
 from __future__ import annotations
 
@@ -7,15 +8,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from engine.config import (
-    AppConfig,
-    ConfigError,
-    EngineConfig,
-    ModelConfig,
-    Settings,
-    load_config,
-    load_settings,
-)
+from bot.settings import Settings, load_config, load_settings
+from engine.config import AppConfig, ConfigError, EngineConfig, ModelConfig
 
 VARIABLES = [name.upper() for name in Settings.model_fields]
 

@@ -1,0 +1,51 @@
+"""Telegram's variables: the bot, who may talk to it, how it receives, how fast it sends."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode
+
+from engine.config import SETTINGS_CONFIG, http_url, split_csv
+
+__all__ = ["TelegramSettings"]
+
+
+class TelegramSettings(BaseSettings):
+    """Field names are the variable names, lower-cased (DESIGN §8)."""
+
+    model_config = SETTINGS_CONFIG
+
+    telegram_bot_token: str | None = None
+    telegram_api_url: str = "https://api.telegram.org"
+    telegram_library: Literal["ptb", "aiogram"] = "ptb"
+    telegram_allowed_user_ids: Annotated[list[int], NoDecode] = Field(default_factory=list)
+    telegram_owner_id: int | None = None
+    telegram_webhook_url: str | None = None
+    telegram_webhook_secret: str | None = None
+    telegram_streaming: bool = False
+    #: Outbound pacing, token buckets (bot/telegram/pacing.py; docs/telegram.md "Pacing"):
+    #: per private chat a burst, then a rate; per group a burst, then so many a minute;
+    #: all chats together at most so many a second. Every value above 0.
+    telegram_private_burst: int = Field(default=4, ge=1, le=1000)
+    telegram_private_per_second: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    telegram_group_burst: int = Field(default=3, ge=1, le=1000)
+    telegram_group_per_minute: float = Field(default=20.0, gt=0, allow_inf_nan=False)
+    telegram_global_per_second: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+
+    @field_validator("telegram_allowed_user_ids", mode="before")
+    @classmethod
+    def _user_ids(cls, value: Any) -> list[int]:
+        ids = []
+        for part in split_csv(value):
+            try:
+                ids.append(int(part))
+            except ValueError:
+                raise ValueError(f"{part!r} is not a numeric Telegram user id") from None
+        return ids
+
+    @field_validator("telegram_api_url")
+    @classmethod
+    def _telegram_api_url(cls, value: str) -> str:
+        return http_url(value)
