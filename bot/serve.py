@@ -29,6 +29,7 @@ import sqlalchemy as sa
 
 from bot.checks.exposure import check_api_exposure
 from bot.checks.result import Check
+from bot.schema import LAYERS
 from bot.settings import service_settings
 from bot.telegram.adapter import TelegramAdapter, TelegramConfig
 from bot.telegram.api import BotApi
@@ -46,6 +47,7 @@ from engine.hub import ChatHub
 from engine.hub.hub import SourceEvents
 from engine.llm.registry import ModelRegistry
 from engine.session.gate import ApprovalPolicy
+from engine.store import Store
 from engine.store.schema import utcnow
 from scheduler.service import Scheduler, SchedulerLimits
 from scheduler.tools import scheduler_tools
@@ -109,8 +111,11 @@ class Service:
         settings = service_settings(self.config)
         if self.http:  # refuse before anything starts: an open API needs a token
             check_api_exposure(settings.http_host, settings.chathub_api_token)
+        # Every layer's migrations in one sequence (bot/schema.py); the engine on its own
+        # migrates only its own tables.
+        database = await Store.open(settings.database_url, LAYERS)
         self.engine = engine = await Engine.open(
-            self.config, models=self.models, policy=self.policy
+            self.config, models=self.models, policy=self.policy, store=database
         )
         owner = settings.telegram_owner_id
         self.hub = hub = ChatHub(

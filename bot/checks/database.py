@@ -18,8 +18,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, make_url
 
 from bot.checks.result import Check
+from bot.schema import LAYERS
 from engine.store.db import connect
-from engine.store.migrations import all_migrations
+from engine.store.migrations import discover
 
 __all__ = ["MIN_POSTGRES", "check_database", "missing_sqlite_file"]
 
@@ -115,7 +116,7 @@ def _not_created(path: Path) -> Check:
 
 
 def _report(shown: str, found: _Found) -> list[Check]:
-    known = len(all_migrations())
+    known = max(m.version for m in discover(LAYERS))
     checks = []
     if found.version > known:
         checks.append(
