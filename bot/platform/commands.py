@@ -3,8 +3,9 @@
 Every front end shows the same commands with the same meaning and the same words: it parses
 ``/name argument`` its own way, builds a ``CommandContext`` and calls ``CommandRegistry.run``;
 what comes back is the one reply to show (``None``: the handler showed what it had to, or
-a hub event will). A platform adds its own commands (Telegram: ``/jobs`` with buttons,
-``/pair``) to the shared ones from ``shared_commands``.
+a hub event will). A platform adds its own commands (Telegram: ``/jobs`` with buttons) to
+the shared ones from ``shared_commands``, and where strangers can write, the owner's
+``/pair`` and ``/unpair`` (``bot.platform.access.pairing_commands``).
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ class ApprovalTaps:
 
     async def on_tap(self, c: Callback, answer: Answer) -> None:
         action = parse_callback(c.data)  # None for ids no card can have (past 64 bits)
-        card = await self._cards.store.card(action.tool_call_id) if action else None
+        card = await self._cards.stored(action.tool_call_id) if action else None
         if (
             action is None
             or card is None

@@ -45,10 +45,14 @@ class ChatCards:
     def open_in(self, source: str) -> list[CardRow]:
         return list(self._open.get(source, {}).values())
 
+    async def stored(self, tool_call_id: int) -> CardRow | None:
+        """The card as stored, open or not (a tap checks the store, not the mirror)."""
+        return await self.store.card(tool_call_id)
+
     # -- showing --------------------------------------------------------------------------
 
     async def send_card(self, source: str, event: ev.ApprovalRequired) -> None:
-        existing = await self.store.card(event.tool_call_id)
+        existing = await self.stored(event.tool_call_id)
         if existing is not None and existing.state == "open" and existing.message_id is not None:
             return  # asked again after a restart: the card already shown still works
         deciders = await self._hub.who_may_decide(event.tool_call_id)
