@@ -20,10 +20,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import telegram
-import telegram.error as tg_error
-from telegram.request import HTTPXRequest
-
 from bot.telegram.api import (
     ALLOWED_UPDATES,
     BadRequest,
@@ -34,6 +30,7 @@ from bot.telegram.api import (
     TelegramError,
 )
 from bot.telegram.bindings.answers import error_from_answer
+from bot.telegram.bindings.ptb_library import HTTPXRequest, telegram, tg_error
 from bot.telegram.errors import retry_after
 
 __all__ = ["PtbBotApi"]
