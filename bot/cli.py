@@ -127,9 +127,10 @@ async def _chat(config: AppConfig) -> None:
     from engine.core import Engine
     from engine.hub import ChatHub
     from engine.store import Store
+    from scheduler.events import EventStore
 
     store = await Store.open(config.settings.database_url, LAYERS)
-    engine = await Engine.open(config, store=store)
+    engine = await Engine.open(config, store=store, notifications=EventStore(store.db))
     hub = ChatHub(engine, config.hub, recover_prefix=SOURCE)
     events = hub.events(SOURCE)  # before the hub resumes an interrupted turn
     try:

@@ -49,6 +49,7 @@ from engine.llm.registry import ModelRegistry
 from engine.session.gate import ApprovalPolicy
 from engine.store import Store
 from engine.store.schema import utcnow
+from scheduler.events import EventStore
 from scheduler.service import Scheduler, SchedulerLimits
 from scheduler.tools import scheduler_tools
 
@@ -115,7 +116,11 @@ class Service:
         # migrates only its own tables.
         database = await Store.open(settings.database_url, LAYERS)
         self.engine = engine = await Engine.open(
-            self.config, models=self.models, policy=self.policy, store=database
+            self.config,
+            models=self.models,
+            policy=self.policy,
+            store=database,
+            notifications=EventStore(database.db),  # MCP notifications, for the tic
         )
         owner = settings.telegram_owner_id
         self.hub = hub = ChatHub(

@@ -21,6 +21,7 @@ from engine.bus.system import SystemEventBus
 from engine.config import AppConfig, CompactionConfig, EngineConfig
 from engine.llm.registry import ModelRegistry
 from engine.mcp.manager import McpManager
+from engine.mcp.protocols import NotificationSink
 from engine.mcp.tools import ActivateTools
 from engine.session.compaction import Compactor
 from engine.session.emitter import EmitFn
@@ -94,8 +95,12 @@ class Engine:
         models: ModelRegistry | None = None,
         policy: ApprovalPolicy | None = None,
         store: Store | None = None,
+        notifications: NotificationSink | None = None,
     ) -> Engine:
-        """The engine over ``config``; the approval rules are seeded on first use."""
+        """The engine over ``config``; the approval rules are seeded on first use.
+
+        ``notifications`` receives the MCP servers' notifications (the scheduler's events,
+        which the tic reads); without it they are dropped."""
         settings = config.settings
         workspace = Workspace(Path(settings.chathub_workspace))
         limits = config.engine
@@ -109,7 +114,7 @@ class Engine:
                 max_output_chars=limits.max_tool_output_chars - 200,
             )
         )
-        mcp = McpManager(config.mcp_servers, store.db)
+        mcp = McpManager(config.mcp_servers, store.db, notifications=notifications)
         tools.register(ActivateTools(mcp))
         bypasses = Bypasses()
         if policy is None:

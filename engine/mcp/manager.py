@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.mcp.config import McpServerConfig
+from engine.mcp.protocols import NotificationSink
 
 if TYPE_CHECKING:
     import mcp.types as mt
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 from engine.store.db import Database
 from engine.store.schema import (
     chat_sessions_stack,
-    events,
     session_tool_grants,
     stack_tool_grants,
     utcnow,
@@ -55,7 +55,7 @@ Clock = Callable[[], datetime]
 START_RETRY_S = 60.0
 # Grace for a dropped connection's shutdown before its task is cancelled outright.
 _CLOSE_GRACE_S = 8.0
-# Notifications handled here or too chatty for the events table.
+# Notifications handled here or too chatty to pass on.
 _NOT_STORED = frozenset(
     {
         "notifications/progress",
@@ -245,10 +245,13 @@ class McpManager:
         servers: Iterable[McpServerConfig],
         db: Database,
         *,
+        notifications: NotificationSink | None = None,
         clock: Clock = utcnow,
     ) -> None:
         self._configs = {server.name: server for server in servers}
         self._db = db
+        #: None: nobody reads notifications (no scheduler, e.g. ``chathub doctor``).
+        self._notifications = notifications
         self._clock = clock
         self._conns: dict[str, _Connection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -450,7 +453,7 @@ class McpManager:
             return
         if method == "notifications/tools/list_changed":
             self._tools.pop(server, None)
-        if method in _NOT_STORED:
+        if method in _NOT_STORED or self._notifications is None:
             return
         params = getattr(message, "params", None)
         import mcp.types as mt
@@ -463,7 +466,7 @@ class McpManager:
             else None
         )
         try:
-            await self._db.run(_add_event, f"mcp:{server}", method, payload, self._clock())
+            await self._notifications.add(f"mcp:{server}", method, payload)
         except Exception:
             log.exception("mcp server %s: could not store notification %s", server, method)
 
@@ -504,13 +507,6 @@ def _result_text(result: mt.CallToolResult) -> str:
     if not parts and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
     return "\n".join(parts) if parts else "(no output)"
-
-
-def _add_event(conn: Connection, source: str, type_: str, payload: Any, now: datetime) -> int:
-    inserted = conn.execute(
-        events.insert().values(source=source, type=type_, payload=payload, created_at=now)
-    )
-    return inserted.inserted_primary_key[0]
 
 
 def _grant(

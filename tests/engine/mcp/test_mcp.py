@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from bot.schema import LAYERS
 from engine.mcp import (
     ActivateTools,
     McpManager,
@@ -26,8 +27,9 @@ from engine.mcp import (
     visible_mcp_tools,
 )
 from engine.store import Store
-from engine.store.schema import events
 from engine.tools.base import ToolContext, ToolError
+from scheduler.events import EventStore
+from scheduler.tables import events
 
 BROKEN = str(Path(__file__).with_name("broken_server.py"))
 TIME = McpServerConfig(
@@ -62,14 +64,16 @@ def _ctx(session_id: int, stack_id: int, depth: int) -> ToolContext:
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path}/t.db")
+    store = await Store.open(
+        f"sqlite+aiosqlite:///{tmp_path}/t.db", LAYERS
+    )  # events: the scheduler's
     yield store
     await store.close()
 
 
 @contextlib.asynccontextmanager
 async def _manager(store: Store, *servers: McpServerConfig) -> AsyncIterator[McpManager]:
-    manager = McpManager(servers, store.db)
+    manager = McpManager(servers, store.db, notifications=EventStore(store.db))
     try:
         yield manager
     finally:

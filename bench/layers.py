@@ -1,0 +1,182 @@
+"""Issue 21's bar, read from the code: who owns which tables and settings, and how large
+the classes on the message path are. Prints one line per rule; exits 1 when one fails.
+
+    .venv/bin/python bench/layers.py
+
+The same rules are asserted by tests/test_layers.py (a structure, not a timing).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The packages a Telegram message passes through, from its update to its reply.
+MESSAGE_PATH = ("bot/telegram", "bot/platform", "engine/hub", "engine/session")
+MAX_CLASS_LINES = 300
+MAX_ADAPTER_LINES = 200
+
+#: Each outer layer's tables (their ``tables.py``) and settings (``settings.py``).
+LAYER_PACKAGES = {"telegram": "bot/telegram", "scheduler": "scheduler", "http": "bot/http"}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    rule: str
+    ok: bool
+    detail: str
+
+
+def python_files(folder: str) -> Iterator[Path]:
+    yield from sorted((ROOT / folder).rglob("*.py"))
+
+
+def relative(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def classes(path: Path) -> Iterator[tuple[str, int]]:
+    """Each class of ``path`` with its length in lines (decorators to the last line)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            yield node.name, (node.end_lineno or node.lineno) - first + 1
+
+
+def layer_tables() -> dict[str, set[str]]:
+    """Table names per outer layer: the ``sa.Table("name", ...)`` of its ``tables.py``."""
+    found: dict[str, set[str]] = {}
+    for layer, folder in LAYER_PACKAGES.items():
+        found[layer] = set()
+        tables = ROOT / folder / "tables.py"
+        if not tables.exists():
+            continue
+        for node in ast.walk(ast.parse(tables.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", getattr(node.func, "id", "")) == "Table"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                found[layer].add(str(node.args[0].value))
+    return found
+
+
+def layer_settings() -> dict[str, set[str]]:
+    """Setting names per outer layer: the annotated fields of its ``settings.py`` classes."""
+    found: dict[str, set[str]] = {}
+    for layer, folder in LAYER_PACKAGES.items():
+        found[layer] = set()
+        settings = ROOT / folder / "settings.py"
+        if not settings.exists():
+            continue
+        for node in ast.walk(ast.parse(settings.read_text())):
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                        if item.target.id != "model_config":
+                            found[layer].add(item.target.id)
+    return found
+
+
+def names_in(path: Path) -> set[str]:
+    """String constants and identifiers of ``path`` (what it could name a table or field by)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.add(node.value)
+        elif isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.alias):
+            names.add(node.name.rsplit(".", 1)[-1])
+            if node.asname:
+                names.add(node.asname)
+    return names
+
+
+def imports_of(path: Path) -> Iterator[tuple[str, str]]:
+    """``(module, name)`` of each ``from module import name`` in ``path``."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                yield node.module, alias.name
+
+
+def findings() -> list[Finding]:
+    out: list[Finding] = []
+
+    largest = max(
+        (lines, f"{relative(path)}:{name}")
+        for folder in MESSAGE_PATH
+        for path in python_files(folder)
+        for name, lines in classes(path)
+    )
+    out.append(
+        Finding(
+            f"largest class on the message path <= {MAX_CLASS_LINES} lines",
+            largest[0] <= MAX_CLASS_LINES,
+            f"{largest[1]}: {largest[0]} lines",
+        )
+    )
+    adapter = len((ROOT / "bot/telegram/adapter.py").read_text().splitlines())
+    out.append(
+        Finding(
+            f"bot/telegram/adapter.py <= {MAX_ADAPTER_LINES} lines",
+            adapter <= MAX_ADAPTER_LINES,
+            f"{adapter} lines",
+        )
+    )
+
+    tables = layer_tables()
+    settings = layer_settings()
+    foreign_imports = []
+    for path in [*python_files("bot"), *python_files("engine"), *python_files("scheduler")]:
+        for module, name in imports_of(path):
+            if module == "engine.store.schema" and any(name in t for t in tables.values()):
+                foreign_imports.append(f"{relative(path)}: {name}")
+    out.append(
+        Finding(
+            "imports from engine.store.schema of another layer's table: 0",
+            not foreign_imports,
+            ", ".join(foreign_imports) or "none",
+        )
+    )
+
+    outer_names = set().union(*tables.values(), *settings.values())
+    engine_hits = []
+    for path in python_files("engine"):
+        named = names_in(path) & outer_names
+        if named:
+            engine_hits.append(f"{relative(path)}: {', '.join(sorted(named))}")
+    out.append(
+        Finding(
+            "modules under engine/ naming a Telegram, scheduler or HTTP table or setting: 0",
+            not engine_hits,
+            "; ".join(engine_hits) or "none",
+        )
+    )
+    counts = ", ".join(
+        f"{layer} {len(tables[layer])} tables / {len(settings[layer])} settings"
+        for layer in LAYER_PACKAGES
+    )
+    out.append(Finding("each outer layer owns its tables and settings", True, counts))
+    return out
+
+
+def main() -> int:
+    results = findings()
+    for finding in results:
+        print(f"{'met ' if finding.ok else 'MISS'}  {finding.rule}: {finding.detail}")
+    return 0 if all(f.ok for f in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
