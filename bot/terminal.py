@@ -18,7 +18,7 @@ import contextlib
 import signal
 import sys
 import threading
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from bot.platform.cards import CardContent, Choice, card_content, decide, outcome_line
 from bot.platform.commands import CommandContext, CommandRegistry, shared_commands
@@ -44,6 +44,9 @@ from engine.session.events import (
 )
 from engine.store.inbox import InboxError
 
+if TYPE_CHECKING:  # the scheduler comes only with a service that has one
+    from bot.platform.jobs import Jobs
+
 SOURCE = "console"
 HELP = "Commands: /help lists them, /new starts afresh, /quit leaves. Ctrl-C stops a running turn."
 APPROVE_HELP = (
@@ -61,11 +64,16 @@ _QUIT = ("/quit", "/exit")
 _PREVIEW = 160
 
 
-def terminal_commands() -> CommandRegistry:
-    """The shared commands (``/quit`` is the terminal's own, handled before them)."""
+def terminal_commands(jobs: Jobs | None = None) -> CommandRegistry:
+    """The shared commands, and ``/jobs`` when there is a scheduler (``/quit`` is the
+    terminal's own, handled before them)."""
     registry = CommandRegistry()
     for command in shared_commands(lambda: f"{registry.help_text()}\n/quit — leave"):
         registry.register(command)
+    if jobs is not None:
+        from bot.platform.jobs import jobs_command
+
+        registry.register(jobs_command(jobs))
     return registry
 
 
@@ -197,17 +205,18 @@ class TerminalChat:
         resuming: bool = False,
         stdin: TextIO = sys.stdin,
         stdout: TextIO = sys.stdout,
+        jobs: Jobs | None = None,
     ) -> None:
         """``events``: the ``console`` source's events, subscribed before the hub started;
         ``resuming``: the hub resumes a turn of it a restart interrupted (its events are
-        in ``events`` from its start)."""
+        in ``events`` from its start); ``jobs``: the console's scheduled jobs (``/jobs``)."""
         self._hub = hub
         self._resuming = resuming
         self._events = events
         self._stdin = stdin
         self._out = stdout
         self._render = TerminalRenderer(stdout)
-        self.commands = terminal_commands()
+        self.commands = terminal_commands(jobs)
         self._asking: ApprovalRequired | Question | None = None
         self._running = False
         self._stdin_closed = False

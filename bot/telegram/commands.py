@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bot.platform.access import WELCOME, Access, pairing_commands
 from bot.platform.commands import Command, CommandContext, CommandRegistry, shared_commands
+from bot.platform.jobs import JOBS_HELP
 from bot.platform.protocols import PairingCode
 from bot.telegram.delivery import TelegramSender
 from bot.telegram.jobs import JobsPanel
@@ -31,7 +32,7 @@ def telegram_commands(
     async def welcome(paired: PairingCode) -> None:
         await sender.say_in(int(paired.chat), None, WELCOME)
 
-    registry.register(Command("jobs", "Scheduled jobs of this chat", show_jobs))
+    registry.register(Command("jobs", JOBS_HELP, show_jobs))
     for command in pairing_commands(access, welcome):
         registry.register(command)
     return registry

@@ -1,25 +1,19 @@
-"""``/jobs`` in Telegram: the chat's scheduled tasks with pause, resume and delete buttons.
+"""``/jobs`` in Telegram: the chat's scheduled jobs with pause, resume and delete buttons.
 
-Callback data ``jb1:<job_id>:<p|r|d>``; the panel is re-rendered after each action.
+What is listed and what an action does is ``bot/platform/jobs.py``. Callback data
+``jb1:<job_id>:<p|r|d>``; the panel is re-rendered after each action.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from bot.platform.jobs import JobAction, JobChoice, Jobs
 from bot.telegram.api import Json
-from scheduler.service import Scheduler, SchedulerError
+from scheduler.service import Scheduler
 
 __all__ = ["JOBS_PREFIX", "JobAction", "JobsPanel", "parse_job_callback"]
 
 JOBS_PREFIX = "jb1"
-_ACTIONS = {"p": "pause", "r": "resume", "d": "delete"}
-
-
-@dataclass(frozen=True, slots=True)
-class JobAction:
-    job_id: int
-    action: str
+_ACTIONS: dict[str, JobChoice] = {"p": "pause", "r": "resume", "d": "delete"}
 
 
 def parse_job_callback(data: str) -> JobAction | None:
@@ -35,36 +29,26 @@ def parse_job_callback(data: str) -> JobAction | None:
 
 class JobsPanel:
     def __init__(self, scheduler: Scheduler) -> None:
-        self.scheduler = scheduler
+        self.jobs = Jobs(scheduler)
 
     async def render(self, source: str) -> tuple[str, Json | None]:
-        jobs = await self.scheduler.jobs(source)
-        if not jobs:
-            return (
-                "No scheduled jobs in this chat. Ask me, e.g. “every weekday at 8 send me a briefing”.",
-                None,
-            )
-        lines, rows = ["Scheduled jobs:"], []
-        for job in jobs:
-            lines.append(f"\n#{job.id} {job.title}\n{self.scheduler.describe(job)}")
-            toggle = ("⏸ Pause", "p") if job.enabled else ("▶️ Resume", "r")
+        text, entries = await self.jobs.listing(source)
+        if not entries:
+            return text, None
+        rows = []
+        for entry in entries:
+            job_id = entry.job_id
+            toggle = ("⏸ Pause", "p") if entry.enabled else ("▶️ Resume", "r")
             rows.append(
                 [
                     {
-                        "text": f"{toggle[0]} #{job.id}",
-                        "callback_data": f"{JOBS_PREFIX}:{job.id}:{toggle[1]}",
+                        "text": f"{toggle[0]} #{job_id}",
+                        "callback_data": f"{JOBS_PREFIX}:{job_id}:{toggle[1]}",
                     },
-                    {"text": f"🗑 Delete #{job.id}", "callback_data": f"{JOBS_PREFIX}:{job.id}:d"},
+                    {"text": f"🗑 Delete #{job_id}", "callback_data": f"{JOBS_PREFIX}:{job_id}:d"},
                 ]
             )
-        return "\n".join(lines), {"inline_keyboard": rows}
+        return text, {"inline_keyboard": rows}
 
     async def act(self, source: str, action: JobAction) -> str:
-        try:
-            if action.action == "delete":
-                job = await self.scheduler.delete(source, action.job_id)
-                return f"Deleted #{job.id}."
-            job = await self.scheduler.toggle(source, action.job_id, action.action == "resume")
-            return f"{'Resumed' if job.enabled else 'Paused'} #{job.id}."
-        except SchedulerError as exc:
-            return str(exc)[:180]
+        return await self.jobs.act(source, action)

@@ -1,0 +1,73 @@
+"""``/jobs``: the same list and the same actions on every platform."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.platform.commands import CommandContext
+from bot.platform.jobs import NO_JOBS, JobAction, JobEntry, Jobs
+from bot.telegram.jobs import JobsPanel, parse_job_callback
+from bot.terminal import terminal_commands
+from scheduler.service import SchedulerError
+
+
+@dataclass
+class Job:
+    id: int
+    title: str
+    enabled: bool = True
+
+
+class Scheduler:
+    def __init__(self, *jobs: Job) -> None:
+        self._jobs = {job.id: job for job in jobs}
+
+    async def jobs(self, source: str) -> list[Job]:
+        return list(self._jobs.values()) if source == "mine" else []
+
+    def describe(self, job: Job) -> str:
+        return "every day at 08:00"
+
+    async def delete(self, source: str, job_id: int) -> Job:
+        if job_id not in self._jobs:
+            raise SchedulerError(f"No job #{job_id} in this chat.")
+        return self._jobs.pop(job_id)
+
+    async def toggle(self, source: str, job_id: int, enabled: bool) -> Job:
+        self._jobs[job_id].enabled = enabled
+        return self._jobs[job_id]
+
+
+async def test_the_list_and_the_actions() -> None:
+    jobs = Jobs(Scheduler(Job(3, "Briefing"), Job(4, "Tea", enabled=False)))  # type: ignore[arg-type]
+    text, entries = await jobs.listing("mine")
+    assert (
+        text == "Scheduled jobs:\n\n#3 Briefing\nevery day at 08:00\n\n#4 Tea\nevery day at 08:00"
+    )
+    assert entries == [JobEntry(3, True), JobEntry(4, False)]
+    assert await jobs.listing("other") == (NO_JOBS, [])
+    assert await jobs.act("mine", JobAction(3, "pause")) == "Paused #3."
+    assert await jobs.act("mine", JobAction(4, "resume")) == "Resumed #4."
+    assert await jobs.act("mine", JobAction(3, "delete")) == "Deleted #3."
+    assert await jobs.act("mine", JobAction(3, "delete")) == "No job #3 in this chat."
+
+
+async def test_telegram_adds_a_button_row_per_job() -> None:
+    panel = JobsPanel(Scheduler(Job(3, "Briefing"), Job(4, "Tea", enabled=False)))  # type: ignore[arg-type]
+    text, keyboard = await panel.render("mine")
+    assert text.startswith("Scheduled jobs:") and keyboard is not None
+    assert [[b["callback_data"] for b in row] for row in keyboard["inline_keyboard"]] == [
+        ["jb1:3:p", "jb1:3:d"],
+        ["jb1:4:r", "jb1:4:d"],
+    ]
+    assert await panel.render("other") == (NO_JOBS, None)
+    assert parse_job_callback("jb1:4:r") == JobAction(4, "resume")
+    assert parse_job_callback("jb1:04:r") is None and parse_job_callback("jb1:4:x") is None
+
+
+async def test_the_terminal_lists_the_jobs_when_it_has_a_scheduler() -> None:
+    assert terminal_commands().get("jobs") is None
+    commands = terminal_commands(Jobs(Scheduler(Job(3, "Briefing"))))  # type: ignore[arg-type]
+    assert "/jobs — Scheduled jobs of this chat" in commands.help_text()
+    reply = await commands.run("jobs", CommandContext(None, "mine"))  # type: ignore[arg-type]
+    assert reply is not None and "#3 Briefing" in reply
