@@ -13,19 +13,10 @@ __all__ = ["TelegramConfig"]
 @dataclass(frozen=True, slots=True)
 class TelegramConfig:
     allowed_user_ids: frozenset[int] = frozenset()
+    #: ``TELEGRAM_OWNER_ID``: pairs people; decides approvals as the owner (without it, a
+    #: bot with one allowed user has that user decide as the owner: ``Access``).
     owner_id: int | None = None
     workspace: Path = Path("workspace")
-
-    @property
-    def approving_owner(self) -> int | None:
-        """Who decides as the owner: ``TELEGRAM_OWNER_ID``, or else the one allowed user of
-        a bot that has just one (whose cron and tic cards would otherwise wait forever)."""
-        if self.owner_id is not None:
-            return self.owner_id
-        if len(self.allowed_user_ids) == 1:
-            return next(iter(self.allowed_user_ids))
-        return None
-
     progress_interval_s: float = 2.0
     typing_interval_s: float = 4.5
     #: An answer faster than this needs no typing indicator (and sends no request).
