@@ -20,7 +20,8 @@ Splitting rules (``render_markdown`` and ``plain_chunks``):
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -93,11 +94,11 @@ def split_text(
     if not text or not text.strip():
         return []
     units = _utf16_table(text)
-    to_index = {u: i for i, u in enumerate(units)}
+    to_index = _index_of_offset(units)
     spans = []  # (start index, end index, entity) in Python string indices
     for entity in entities:
-        start = to_index.get(entity["offset"])
-        end = to_index.get(entity["offset"] + entity["length"])
+        start = to_index(entity["offset"])
+        end = to_index(entity["offset"] + entity["length"])
         if start is None or end is None or end <= start:
             continue  # not on a character boundary or empty: Telegram would refuse it
         spans.append((start, end, entity))
@@ -206,6 +207,8 @@ def _keep_entity(kind: str, url: str | None) -> bool:
 
 def _utf16_table(text: str) -> list[int]:
     """``table[i]`` is the UTF-16 offset of ``text[i]``; ``table[len(text)]`` the total."""
+    if len(text.encode("utf-16-le")) == 2 * len(text):  # no astral character: i is i
+        return list(range(len(text) + 1))
     table = [0] * (len(text) + 1)
     total = 0
     for i, ch in enumerate(text):
@@ -213,6 +216,13 @@ def _utf16_table(text: str) -> list[int]:
         total += 2 if ord(ch) > 0xFFFF else 1
     table[len(text)] = total
     return table
+
+
+def _index_of_offset(units: list[int]) -> Callable[[int], int | None]:
+    """The string index at a UTF-16 offset (None: inside a surrogate pair or beyond)."""
+    if units[-1] == len(units) - 1:  # no astral character
+        return lambda offset: offset if 0 <= offset < len(units) else None
+    return {u: i for i, u in enumerate(units)}.get
 
 
 def _blocked_cuts(
@@ -230,28 +240,33 @@ def _choose_cut(text: str, units: list[int], blocked: bytearray, start: int, lim
     budget = units[start] + limit
     if units[len(text)] <= budget:
         return len(text)
-    hard = start
-    while hard + 1 <= len(text) and units[hard + 1] <= budget:
-        hard += 1
+    # The last index whose offset fits (units ascend): the furthest a cut may go.
+    hard = min(bisect_right(units, budget, lo=start) - 1, len(text))
     if hard == start:  # cannot happen with limit >= 2, kept for safety
         return start + 1
-
-    def last(accept) -> int | None:
-        for i in range(hard, start, -1):
-            if not blocked[i] and accept(i):
-                return i
-        return None
-
-    for accept in (
-        lambda i: text[i - 1] == "\n" and i >= 2 and text[i - 2] == "\n",  # paragraph
-        lambda i: text[i - 1] == "\n",  # line
-        lambda i: text[i - 1] == " ",  # word
-        lambda i: True,  # hard cut outside entities that fit
-    ):
-        cut = last(accept)
+    for separator in ("\n\n", "\n", " "):  # after a paragraph, a line, a word
+        cut = _last_cut_after(text, blocked, start, hard, separator)
         if cut is not None:
             return cut  # a whitespace-only piece is dropped later; progress is made
-    return hard  # every position blocked: split even a fitting entity
+    cut = blocked.rfind(0, start + 1, hard + 1)  # a hard cut outside entities that fit
+    return cut if cut > start else hard  # every position blocked: split even a fitting one
+
+
+def _last_cut_after(
+    text: str, blocked: bytearray, start: int, hard: int, separator: str
+) -> int | None:
+    """The largest cut ``i`` in ``start < i <= hard``, not blocked, right after
+    ``separator`` (which may begin before ``start``)."""
+    lowest = max(0, start - len(separator) + 1)
+    end = hard
+    while (found := text.rfind(separator, lowest, end)) >= 0:
+        cut = found + len(separator)
+        if cut <= start:
+            return None
+        if not blocked[cut]:
+            return cut
+        end = cut - 1  # the next occurrence ends before this cut
+    return None
 
 
 def _make_chunk(
