@@ -1,0 +1,133 @@
+"""One driver per platform; the platform-neutral scenarios run over each of them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.serve import Service
+from bot.telegram.bindings.factory import make_bot_api
+from engine.llm.registry import ModelRegistry
+from tests.bot.platform_contract.driver import PlatformDriver
+from tests.bot.platform_contract.telegram_driver import TelegramDriver
+from tests.bot.platform_contract.terminal_driver import TerminalDriver
+from tests.bot.telegram_contract.conftest import (  # noqa: F401 (telegram: a fixture)
+    ALICE,
+    FAST,
+    OWNER,
+    TOKEN,
+    app_config,
+    telegram,
+)
+from tests.engine.hub.conftest import EchoModel
+from tests.fakes.telegram_server import FakeTelegramServer
+from tests.pg import migrated_sqlite
+
+PLATFORMS = ["telegram-ptb", "telegram-aiogram", "terminal"]
+
+MakeDriver = Callable[..., Awaitable[PlatformDriver]]
+
+
+@pytest.fixture(params=PLATFORMS)
+def platform(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def model() -> EchoModel:
+    return EchoModel(name="primary")
+
+
+@pytest.fixture
+async def make_driver(
+    request: pytest.FixtureRequest, platform: str, tmp_path: Path, model: EchoModel
+) -> AsyncIterator[MakeDriver]:
+    """Starts the platform's service and its driver (``settings`` override the config)."""
+    database_url = migrated_sqlite(tmp_path / "chathub.db")
+    workspace = tmp_path / "workspace"
+    drivers: list[PlatformDriver] = []
+
+    async def make(**settings: Any) -> PlatformDriver:
+        driver: TelegramDriver | TerminalDriver
+        if platform == "terminal":
+
+            async def start_terminal() -> Service:
+                config = app_config(database_url, workspace, **settings)
+                service = Service(config, models=ModelRegistry([model]), http=False, console=True)
+                await service.start()
+                return service
+
+            driver = TerminalDriver(start_terminal, workspace)
+        else:
+            library = platform.removeprefix("telegram-")
+            fake: FakeTelegramServer = request.getfixturevalue("telegram")
+
+            async def start_telegram() -> Service:
+                config = app_config(
+                    database_url,
+                    workspace,
+                    **{
+                        "telegram_bot_token": TOKEN,
+                        "telegram_api_url": fake.base_url,
+                        "telegram_allowed_user_ids": str(ALICE),
+                        "telegram_owner_id": OWNER,
+                        **settings,
+                    },
+                )
+                api = make_bot_api(library, TOKEN, fake.base_url)
+                service = Service(
+                    config, models=ModelRegistry([model]), api=api, pacing=FAST, http=False
+                )
+                await service.start()
+                return service
+
+            driver = TelegramDriver(library, fake, start_telegram, workspace)
+        await driver.start()
+        drivers.append(driver)
+        return driver
+
+    yield make
+    for driver in drivers:
+        await driver.close()
+
+
+@pytest.fixture
+async def driver(make_driver: MakeDriver) -> PlatformDriver:
+    return await make_driver()
+
+
+# -- scenarios that are not (yet) on every platform ------------------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "only_on(*platforms): the scenario runs on these platforms only"
+    )
+    config.addinivalue_line(
+        "markers",
+        "terminal_lacks(reason): the scenario is expected to fail on the terminal (strict xfail)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``only_on``: the other platforms' items are deselected. ``terminal_lacks``: a strict
+    xfail on the terminal, so passing there fails the run and the mark goes as soon as the
+    terminal catches up."""
+    kept, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        platform = callspec.params.get("platform") if callspec is not None else None
+        only = item.get_closest_marker("only_on")
+        if platform is not None and only is not None and platform not in only.args:
+            dropped.append(item)
+            continue
+        lacks = item.get_closest_marker("terminal_lacks")
+        if lacks is not None and platform == "terminal":
+            item.add_marker(pytest.mark.xfail(strict=True, reason=lacks.args[0]))
+        kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

@@ -1,0 +1,83 @@
+"""The seam the platform contract runs through: what a person does and sees on one platform.
+
+A scenario talks to a ``PlatformDriver`` only; each driver reaches its platform from the
+outside (Telegram: updates into the fake Bot API and what it records; the terminal: lines
+typed and the text printed), never through the adapter's insides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from bot.serve import Service
+
+__all__ = ["PlatformDriver", "Prompt", "StopAsking"]
+
+#: How long an approval stops the asking: 15 minutes, or the rest of the session.
+StopAsking = Literal["15m", "session"]
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """An approval card or a question as the platform shows it."""
+
+    text: str
+    #: The driver's handle on it (a Telegram message, a terminal output offset).
+    handle: Any = None
+
+
+class PlatformDriver(Protocol):
+    """One person in one private conversation with the bot, on one platform."""
+
+    #: ``telegram-ptb``, ``telegram-aiogram``, ``terminal``.
+    name: str
+    #: The hub source of the conversation (``telegram:111``, ``console``).
+    source: str
+    #: The running service (its engine and hub) a scenario sets tools and rules up on.
+    service: Service
+    workspace: Path
+
+    async def say(self, text: str) -> None:
+        """Send ``text`` as a message (a ``/command`` too: the platform parses it)."""
+
+    async def reply_to(self, text: str) -> str:
+        """Send ``text`` and return the bot's reply (the next message; in the terminal what
+        it prints until it prompts for the next line)."""
+
+    async def expect(self, needle: str) -> str:
+        """Wait until something shown contains ``needle``; returns that message (or line)."""
+
+    async def expect_message(self, text: str) -> None:
+        """Wait until a whole message (a whole line in the terminal) is ``text``."""
+
+    def shown(self) -> list[str]:
+        """Everything shown so far, one item per message (per line in the terminal)."""
+
+    async def approval(self) -> Prompt:
+        """Wait for the next approval card not yet returned."""
+
+    def approvals_shown(self) -> int:
+        """How many approval cards the person sees (the terminal: since it started)."""
+
+    async def approve(self, card: Prompt) -> None: ...
+
+    async def approve_and_stop_asking(self, card: Prompt, *, for_: StopAsking) -> None:
+        """Approve, and let later calls run without asking for 15 minutes or the session."""
+
+    async def reject(self, card: Prompt, reason: str = "") -> None:
+        """Reject, with ``reason`` for the model when given."""
+
+    async def question(self) -> Prompt:
+        """Wait for the next clarification question not yet returned."""
+
+    async def answer(self, question: Prompt, text: str) -> None: ...
+
+    async def expect_stopped(self) -> None:
+        """Wait until the platform shows that the running turn was stopped."""
+
+    async def restart(self) -> None:
+        """Stop the service and start it again over the same database."""
+
+    async def close(self) -> None: ...

@@ -1,0 +1,63 @@
+"""Stopping a running turn: ``/stop`` on every platform, and the terminal's Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import sqlalchemy as sa
+
+from engine.llm.scripted import tool_call
+from engine.store.schema import approval_rules, utcnow
+from tests.engine.session.helpers import BlockingTool
+
+TYPED_STOP_WAITS = (
+    "bot/terminal.py keeps a line typed during a running turn for after it (unless it "
+    "answers a prompt), so /stop typed then runs once the turn has ended; only Ctrl-C "
+    "stops it (Telegram's /stop stops it at once)"
+)
+
+
+@pytest.mark.terminal_lacks(TYPED_STOP_WAITS)
+async def test_stop_during_a_tool(driver, model):
+    blocker = await _a_turn_blocked_in_a_tool(driver, model)
+
+    await driver.say("/stop")
+
+    await driver.expect_stopped()
+    assert blocker.cancelled
+
+
+@pytest.mark.only_on("terminal")
+async def test_ctrl_c_during_a_tool(driver, model):
+    blocker = await _a_turn_blocked_in_a_tool(driver, model)
+
+    await driver.ctrl_c()
+
+    await driver.expect_stopped()
+    assert blocker.cancelled
+
+
+async def _a_turn_blocked_in_a_tool(driver, model) -> BlockingTool:
+    blocker = BlockingTool()
+    engine = driver.service.engine
+    engine.tools.register(blocker)
+    await engine.store.db.run(_allow_the_blocker)
+    engine.policy.invalidate()
+    model.add(tool_call("wait_here", "{}", "w"))
+    await driver.say("wait")
+    await asyncio.wait_for(blocker.started.wait(), 5)
+    return blocker
+
+
+def _allow_the_blocker(conn) -> None:
+    conn.execute(
+        sa.insert(approval_rules).values(
+            group_name="default",
+            tool_pattern="wait_here",
+            action="allow",
+            priority=1,
+            note="test",
+            created_at=utcnow(),
+        )
+    )
