@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.engine import Connection
 
 from engine.hub.types import SendOptions
 from engine.session.protocols import QueuedMessage
+from engine.store.db import Database
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,3 +80,16 @@ class SourceInbox:
         self._pending.clear()
         self.epoch += 1
         return dropped
+
+
+def _run_all(conn: Connection, units: Sequence[Callable[[Connection], None]]) -> None:
+    for unit in units:
+        unit(conn)
+
+
+async def settle(db: Database, units: Sequence[Unit]) -> None:
+    """Run the ``also`` of dropped messages that have no queue row (only those carry one:
+    a queued message's ``also`` ran with its queue row), so they are not handed over again."""
+    pending = [unit.also for unit in units if unit.also is not None]
+    if pending:
+        await db.run(_run_all, pending)

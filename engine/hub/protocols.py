@@ -8,11 +8,11 @@ delivers; tests pass a fake clock and sleep. Implementations are plain functions
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Protocol
+from typing import Any, Protocol
 
 from engine.store.history import AlsoWithKey, AlsoWithRow
 
-__all__ = ["AnswerHook", "FailureHook", "MonotonicClock", "Sleep"]
+__all__ = ["AnswerHook", "FailureHook", "MonotonicClock", "Publish", "Sleep"]
 
 
 class AnswerHook(Protocol):
@@ -37,3 +37,9 @@ class Sleep(Protocol):
     """Waits ``seconds`` (``asyncio.sleep``; a fake one in tests)."""
 
     def __call__(self, seconds: float, /) -> Awaitable[None]: ...
+
+
+class Publish(Protocol):
+    """Puts ``event`` of ``source``'s session on the hub's broadcast (``HubEvents.publish``)."""
+
+    def __call__(self, source: str, session_id: int | None, event: Any, /) -> None: ...

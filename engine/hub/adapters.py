@@ -1,0 +1,63 @@
+"""``AdapterRegistry``: what each platform adapter registered for the sources it serves."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine.hub.bridge import TurnBridge
+from engine.hub.prefixes import PrefixMap
+from engine.hub.protocols import AnswerHook, FailureHook, Publish
+from engine.tools.base import Tool
+
+__all__ = ["AdapterRegistry", "SourceDefaults"]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceDefaults:
+    """What an adapter adds to every turn of its sources (``register``)."""
+
+    interface_tools: Sequence[Tool] = ()
+    extra_system_static: str | None = None
+    extra_system_dynamic: str | None = None
+    tail_reminder: str | None = None
+
+
+_NO_DEFAULTS = SourceDefaults()
+
+
+class AdapterRegistry:
+    """Turn defaults, answer hooks and failure hooks by source prefix (longest wins)."""
+
+    __slots__ = ("_answer_hooks", "_defaults", "_failure_hooks", "_publish")
+
+    def __init__(self, publish: Publish) -> None:
+        self._publish = publish
+        self._defaults: PrefixMap[SourceDefaults] = PrefixMap()
+        self._answer_hooks: PrefixMap[AnswerHook] = PrefixMap()
+        self._failure_hooks: PrefixMap[FailureHook] = PrefixMap()
+
+    def register(self, prefix: str, defaults: SourceDefaults) -> None:
+        self._defaults.add(prefix, defaults)
+
+    def on_answer(self, prefix: str, hook: AnswerHook) -> None:
+        self._answer_hooks.add(prefix, hook)
+
+    def on_failure(self, prefix: str, hook: FailureHook) -> None:
+        self._failure_hooks.add(prefix, hook)
+
+    def defaults_for(self, source: str) -> SourceDefaults:
+        return self._defaults.get(source) or _NO_DEFAULTS
+
+    def failure_hook(self, source: str) -> FailureHook | None:
+        return self._failure_hooks.get(source)
+
+    def bridge(self, source: str, session_id: int) -> TurnBridge:
+        """The ``emit`` for one turn of ``source``'s session ``session_id``."""
+        return TurnBridge(
+            self._publish,
+            source,
+            session_id,
+            self._answer_hooks.get(source),
+            self._failure_hooks.get(source),
+        )

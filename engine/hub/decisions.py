@@ -1,0 +1,97 @@
+"""``Decisions``: approvals, rejections and answers to questions, for a source's own calls."""
+
+from __future__ import annotations
+
+from engine.approval.broker import SHORT_BYPASS_SECONDS, BypassRequest
+from engine.approval.deciders import Decider
+from engine.config import HubConfig
+from engine.core import Decided, Engine
+from engine.hub.adapters import AdapterRegistry
+from engine.hub.intake import check_text
+from engine.hub.protocols import Publish
+from engine.hub.sources import SourceRegistry
+from engine.hub.types import DecisionMade, SendOptions
+
+__all__ = ["Decisions", "decision_outcome"]
+
+
+def decision_outcome(bypass_secs: float | None, bypass_scope: str | None) -> str:
+    """How an approval is named to the cards that close on it (``DecisionMade.outcome``)."""
+    if bypass_scope is not None and bypass_secs is None:
+        return "bypass_session"
+    if bypass_secs == SHORT_BYPASS_SECONDS:
+        return "bypass_15m"
+    return "approve"
+
+
+class Decisions:
+    """Records a human decision on the source's current session; the engine refuses a call
+    of another session (``InboxError`` ``other_session``) and a decider who may not decide."""
+
+    __slots__ = ("_adapters", "_config", "_engine", "_publish", "_sources")
+
+    def __init__(
+        self,
+        engine: Engine,
+        sources: SourceRegistry,
+        adapters: AdapterRegistry,
+        publish: Publish,
+        config: HubConfig,
+    ) -> None:
+        self._engine = engine
+        self._sources = sources
+        self._adapters = adapters
+        self._publish = publish
+        self._config = config
+
+    async def approve(
+        self,
+        source: str,
+        tool_call_id: int,
+        *,
+        bypass_secs: float | None,
+        bypass_scope: str | None,
+        bypass_value: str | None,
+        decider: Decider,
+        by: str | None,
+    ) -> Decided:
+        state = await self._sources.state(source)
+        bypass = None
+        if bypass_scope is not None or bypass_secs is not None:
+            bypass = BypassRequest(bypass_scope or "all", bypass_value, bypass_secs)
+        decided = await self._engine.approve(
+            tool_call_id,
+            bypass,
+            decider=decider,
+            session_id=state.session_id,
+            emit=self._adapters.bridge(source, state.session_id),
+        )
+        if by is not None:  # decided away from the chat: the source's cards close
+            outcome = decision_outcome(bypass_secs, bypass_scope)
+            self._publish(source, state.session_id, DecisionMade(tool_call_id, outcome, by))
+        return decided
+
+    async def reject(
+        self, source: str, tool_call_id: int, note: str, *, decider: Decider, by: str | None
+    ) -> Decided:
+        state = await self._sources.state(source)
+        decided = await self._engine.reject(
+            tool_call_id,
+            note,
+            decider=decider,
+            session_id=state.session_id,
+            emit=self._adapters.bridge(source, state.session_id),
+        )
+        if by is not None:
+            self._publish(source, state.session_id, DecisionMade(tool_call_id, "reject", by, note))
+        return decided
+
+    async def resolve_question(self, source: str, request_id: int, answer: str) -> Decided:
+        state = await self._sources.state(source)
+        check_text(answer, SendOptions(), self._config.max_message_chars)
+        return await self._engine.resolve_question(
+            request_id,
+            answer,
+            session_id=state.session_id,
+            emit=self._adapters.bridge(source, state.session_id),
+        )

@@ -1,0 +1,105 @@
+"""``MessageIntake``: accepting a message durably, and dropping what is queued (/stop, /new)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from sqlalchemy.engine import Connection
+
+from engine.config import HubConfig
+from engine.hub.consumer import InboxConsumer
+from engine.hub.inbox import Unit, settle
+from engine.hub.protocols import Publish
+from engine.hub.sources import SourceRegistry, SourceState
+from engine.hub.types import HubError, NewSession, SendOptions
+from engine.store import Store
+
+__all__ = ["MessageIntake", "check_text"]
+
+
+def check_text(text: str, options: SendOptions, limit: int) -> None:
+    """Refuse (``HubError``) a text that is no string, longer than ``limit``, or empty."""
+    if not isinstance(text, str):
+        raise HubError("text: must be a string")
+    if len(text) > limit:
+        raise HubError(
+            f"message is {len(text)} characters long; the limit is {limit}. "
+            "Send it as a file instead."
+        )
+    if not text.strip() and not (options.metadata or {}).get("attachments"):
+        raise HubError("message is empty")
+
+
+class MessageIntake:
+    """A message is checked, written to ``queued_messages`` and only then acknowledged."""
+
+    __slots__ = ("_config", "_consumer", "_publish", "_sources", "_store")
+
+    def __init__(
+        self,
+        store: Store,
+        sources: SourceRegistry,
+        consumer: InboxConsumer,
+        publish: Publish,
+        config: HubConfig,
+    ) -> None:
+        self._store = store
+        self._sources = sources
+        self._consumer = consumer
+        self._publish = publish
+        self._config = config
+
+    async def accept(
+        self,
+        source: str,
+        text: str,
+        options: SendOptions,
+        also: Callable[[Connection], None] | None,
+        redelivered_if_lost: bool,
+    ) -> int | None:
+        """Store and queue a checked message for a valid source; its queue id (``None``:
+        an idle source takes a redeliverable message without a queue row)."""
+        check_text(text, options, self._config.max_message_chars)
+        state = await self._sources.state(source, agent_id=options.agent_id)
+        if redelivered_if_lost and also is not None and state.is_idle:
+            state.inbox.push(text, options, None, also)  # no await since the check
+            self._consumer.ensure(state)
+            return None
+        row = await self._store.queue.push(
+            source,
+            state.session_id,
+            text,
+            is_synthetic=options.is_synthetic,
+            metadata=options.metadata,
+            options=options.to_json(),
+            also=also,
+        )
+        state.inbox.push(text, options, row.id)
+        self._consumer.ensure(state)
+        return row.id
+
+    async def stop(self, source: str) -> int:
+        """Drop the queued messages and stop the turn; how many messages were dropped."""
+        state = self._sources.get(source)
+        if state is None:
+            return 0
+        return len(await self._stop(state))
+
+    async def clear(self, source: str) -> int:
+        """Stop as ``stop`` does, then move the source to a fresh session; its id."""
+        state = await self._sources.state(source)
+        await self._stop(state)
+        previous = state.session_id
+        fresh = await self._store.sessions.for_source(source, fresh=True)
+        state.session_id, state.handler = fresh.id, None
+        self._publish(source, fresh.id, NewSession(fresh.id, previous))
+        return fresh.id
+
+    async def _stop(self, state: SourceState) -> Sequence[Unit]:
+        dropped = state.inbox.clear()
+        if state.handler is not None:
+            state.handler.cancel()
+        # Forget them durably: queue rows removed, callers' records settled.
+        await self._store.queue.drop(state.name)
+        await settle(self._store.db, dropped)
+        return dropped
