@@ -15,10 +15,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from engine.store.db import Database
+from engine.store.dialects import insert_for
 from engine.store.schema import utcnow
 from scheduler.tables import job_runs as r
 from scheduler.tables import scheduled_jobs as j
@@ -375,10 +375,8 @@ def _insert_ignoring_duplicates(conn: Connection, rows: list[dict[str, Any]]) ->
     if not rows:
         return []
     dialect = conn.dialect.name
-    if dialect == "postgresql":
-        statement = postgresql.insert(r).on_conflict_do_nothing(constraint="uq_runs_job_fire")
-    else:
-        statement = sqlite.insert(r).on_conflict_do_nothing()
+    options = {"constraint": "uq_runs_job_fire"} if dialect == "postgresql" else {}
+    statement = insert_for(dialect, r).on_conflict_do_nothing(**options)
     result = conn.execute(statement.returning(r.c.id, r.c.job_id, r.c.scheduled_for), rows)
     # Only the key comes back; the rest of each run is what was inserted.
     by_fire = {(row["job_id"], row["scheduled_for"]): row for row in rows}

@@ -10,7 +10,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from bot.telegram.tables import (
@@ -21,6 +20,7 @@ from bot.telegram.tables import (
     telegram_users,
 )
 from engine.store.db import Database, SqliteDatabase, quick_unit
+from engine.store.dialects import PerDialect, insert_for
 from engine.store.prepared import Prepared
 from engine.store.schema import chat_history as h
 from engine.store.schema import chat_llm_tools as t
@@ -252,10 +252,9 @@ class TelegramStore:
 # The statements on every message's path, built once: building an expression costs
 # several times executing it (bench/telegram_e2e.py's breakdown).
 # Insert-if-new: the statement's row count tells a fresh update from a redelivered one.
-_INSERT_UPDATE = {
-    "postgresql": Prepared(postgresql.insert(telegram_updates).on_conflict_do_nothing()),
-    "sqlite": Prepared(sqlite.insert(telegram_updates).on_conflict_do_nothing()),
-}
+_INSERT_UPDATE = PerDialect(
+    lambda dialect: Prepared(insert_for(dialect, telegram_updates).on_conflict_do_nothing())
+)
 _MARK_HANDLED = Prepared(
     telegram_updates.update()
     .where(telegram_updates.c.update_id == sa.bindparam("uid"))
@@ -434,12 +433,13 @@ def _open_cards(conn: Connection, source: str | None) -> list[CardRow]:
 _OUTBOX_COLUMNS = [telegram_outbox.c[k] for k in OutboxRow.__slots__]
 
 
-_ENQUEUE = {
-    "postgresql": Prepared(
-        postgresql.insert(telegram_outbox).on_conflict_do_nothing(index_elements=["dedupe_key"])
-    ),
-    "sqlite": Prepared(sqlite.insert(telegram_outbox).on_conflict_do_nothing()),
-}
+_ENQUEUE = PerDialect(
+    lambda dialect: Prepared(
+        insert_for(dialect, telegram_outbox).on_conflict_do_nothing(
+            **({"index_elements": ["dedupe_key"]} if dialect == "postgresql" else {})
+        )
+    )
+)
 
 
 @quick_unit

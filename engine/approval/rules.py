@@ -17,6 +17,7 @@ from engine.approval.patterns import (
 )
 from engine.session.protocols import Decision
 from engine.store.db import Database
+from engine.store.dialects import insert_for
 from engine.store.schema import approval_rules, permission_groups, utcnow
 
 __all__ = [
@@ -183,11 +184,8 @@ def _check_name(field: str, value: str | None) -> str | None:
 
 def _insert_group_if_absent(conn: Connection, name: str, description: str) -> None:
     values = {"name": name, "description": description, "created_at": utcnow()}
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
-    conn.execute(insert(permission_groups).values(**values).on_conflict_do_nothing())
+    insert = insert_for(conn.dialect.name, permission_groups)
+    conn.execute(insert.values(**values).on_conflict_do_nothing())
 
 
 class RuleStore:
