@@ -34,19 +34,19 @@ def _table_names(conn: sa.Connection) -> set[str]:
 async def test_migrating_again_is_a_no_op_that_keeps_the_data(store: Store) -> None:
     session = await store.sessions.create("cli:me")
 
-    assert await migrate(store.db) == LATEST
-    assert await migrate(store.db) == LATEST
+    assert await migrate(store.db, LAYERS) == LATEST
+    assert await migrate(store.db, LAYERS) == LATEST
 
     assert await store.db.run(_versions) == list(range(1, LATEST + 1))
     assert await store.sessions.get(session.id) == session
 
 
 async def test_reopening_a_migrated_database_keeps_the_data(store_url: str) -> None:
-    first = await Store.open(store_url)
+    first = await Store.open(store_url, LAYERS)
     session = await first.sessions.create("cli:me")
     await first.close()
 
-    second = await Store.open(store_url)
+    second = await Store.open(store_url, LAYERS)
     try:
         assert await second.sessions.get(session.id) == session
         assert await second.db.run(_versions) == list(range(1, LATEST + 1))
@@ -61,16 +61,16 @@ async def test_a_schema_newer_than_the_code_is_refused(store_url: str) -> None:
             {"v": LATEST + 1},
         )
 
-    store = await Store.open(store_url)
+    store = await Store.open(store_url, LAYERS)
     try:
         await store.db.run(from_the_future)
         with pytest.raises(RuntimeError, match=rf"version {LATEST + 1} is newer .*upgrade chathub"):
-            await migrate(store.db)
+            await migrate(store.db, LAYERS)
     finally:
         await store.close()
 
     with pytest.raises(RuntimeError, match="newer"):
-        await Store.open(store_url)
+        await Store.open(store_url, LAYERS)
 
 
 async def test_a_failing_migration_leaves_no_trace(store_url: str) -> None:
@@ -106,7 +106,10 @@ async def test_two_sqlite_connections_migrating_one_file_at_once(tmp_path: Path)
     url = f"sqlite:///{tmp_path / 'chathub.db'}"
     first, second = connect(url), connect(url)
     try:
-        assert await asyncio.gather(migrate(first), migrate(second)) == [LATEST, LATEST]
+        assert await asyncio.gather(migrate(first, LAYERS), migrate(second, LAYERS)) == [
+            LATEST,
+            LATEST,
+        ]
         assert await first.run(_versions) == list(range(1, LATEST + 1))
     finally:
         await first.close()
@@ -119,7 +122,7 @@ async def test_concurrent_migrations_on_postgresql_serialise() -> None:
     async with fresh_postgres_database() as url:
         workers = [connect(url) for _ in range(4)]
         try:
-            versions = await asyncio.gather(*(migrate(db) for db in workers))
+            versions = await asyncio.gather(*(migrate(db, LAYERS) for db in workers))
             assert versions == [LATEST] * len(workers)
             assert await workers[0].run(_versions) == list(range(1, LATEST + 1))
         finally:
