@@ -112,7 +112,7 @@ def require_model(config: AppConfig) -> None:
 
 
 async def _serve(config: AppConfig) -> None:
-    from bot.http.app import ApiExposureError
+    from bot.checks.exposure import ApiExposureError
     from bot.serve import serve
 
     try:

@@ -46,7 +46,7 @@ from engine.core import Engine
 from engine.hub import ChatHub
 from engine.hub.hub import SourceEvents
 from engine.llm.registry import ModelRegistry
-from engine.session.gate import ApprovalPolicy
+from engine.session.protocols import ApprovalPolicy
 from engine.store import Store
 from engine.store.schema import utcnow
 from scheduler.events import EventStore
@@ -318,7 +318,15 @@ async def serve(config: AppConfig) -> None:
         from bot.terminal import TerminalChat
 
         assert service.hub is not None
-        chat = TerminalChat(service.hub, service.console_events, resuming=service.console_resuming)
+        from bot.platform.jobs import Jobs
+
+        assert service.scheduler is not None
+        chat = TerminalChat(
+            service.hub,
+            service.console_events,
+            resuming=service.console_resuming,
+            jobs=Jobs(service.scheduler),  # /jobs, as in Telegram
+        )
         terminal = asyncio.create_task(chat.run())
         terminal.add_done_callback(lambda _t: stop.set())
     if service.adapter is None and terminal is None:

@@ -24,11 +24,10 @@ from engine.mcp.manager import McpManager
 from engine.mcp.protocols import NotificationSink
 from engine.mcp.tools import ActivateTools
 from engine.session.compaction import Compactor
-from engine.session.emitter import EmitFn
-from engine.session.gate import ApprovalPolicy
 from engine.session.handler import ChatSessionHandler, HandlerDeps
 from engine.session.messages import MessageBuilder
 from engine.session.outcomes import TurnResult
+from engine.session.protocols import ApprovalPolicy, EmitFn
 from engine.store import Store
 from engine.store.inbox import InboxItem
 from engine.tools.builtins import builtin_tools
