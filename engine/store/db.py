@@ -325,7 +325,7 @@ async def migrate(db: Database, layers: Sequence[Layer] | None = None) -> int:
 
     Without ``layers``: every layer (``engine.store.migrations.default_layers``). Only
     what is pending imports Alembic and the migration modules; an up-to-date database
-    costs one read of ``schema_version``.
+    costs a look at ``schema_version`` (does it exist, then its rows).
     """
     layers = default_layers() if layers is None else layers
     names = frozenset(layer.name for layer in layers)
