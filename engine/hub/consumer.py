@@ -33,13 +33,13 @@ class InboxConsumer:
     __slots__ = (
         "_adapters",
         "_clock",
+        "_closing",
         "_config",
         "_db",
         "_failed",
         "_publish",
         "_sleep",
         "_sources",
-        "closing",
     )
 
     def __init__(
@@ -61,12 +61,16 @@ class InboxConsumer:
         self._config = config
         self._clock = clock
         self._sleep = sleep
-        #: Set by ``ChatHub.close``: no new consumers, and a cancelled turn stops its consumer.
-        self.closing = False
+        self._closing = False
+
+    def stop(self) -> None:
+        """The hub is closing: no new consumers, and a cancelled turn ends its consumer too
+        (any other cancellation is a /stop of that turn only)."""
+        self._closing = True
 
     def ensure(self, state: SourceState) -> None:
         """Start the source's consumer unless it runs (or the hub is closing)."""
-        if state.consumer is None and not self.closing:
+        if state.consumer is None and not self._closing:
             state.consumer = asyncio.create_task(self._consume(state), name=f"hub:{state.name}")
 
     async def resume(self, state: SourceState) -> TurnResult | None:
@@ -94,7 +98,7 @@ class InboxConsumer:
         finally:
             state.consumer = None
             state.last_active = self._clock()
-            if len(state.inbox) and not self.closing:
+            if len(state.inbox) and not self._closing:
                 self.ensure(state)  # pushed while this one was finishing
 
     async def _dispatch(self, state: SourceState, unit: Unit) -> None:
@@ -129,7 +133,7 @@ class InboxConsumer:
         try:
             await task
         except asyncio.CancelledError:
-            if self.closing:
+            if self._closing:
                 raise
         except Exception:
             # The user gets one plain sentence; the traceback goes to the log under its id.

@@ -7,10 +7,9 @@ from engine.approval.deciders import Decider
 from engine.config import HubConfig
 from engine.core import Decided, Engine
 from engine.hub.adapters import AdapterRegistry
-from engine.hub.intake import check_text
 from engine.hub.protocols import Publish
 from engine.hub.sources import SourceRegistry
-from engine.hub.types import DecisionMade, SendOptions
+from engine.hub.types import DecisionMade, SendOptions, check_text
 
 __all__ = ["Decisions", "decision_outcome"]
 

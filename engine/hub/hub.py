@@ -95,7 +95,7 @@ class ChatHub:
 
     async def close(self) -> None:
         """Stop the tasks. Turns in flight stay as they are and are resumed at next start."""
-        self._consumer.closing = True
+        self._consumer.stop()
         tasks = [*self._tasks.running(), *self._sources.tasks()]
         for task in tasks:
             task.cancel()

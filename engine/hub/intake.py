@@ -11,23 +11,10 @@ from engine.hub.consumer import InboxConsumer
 from engine.hub.inbox import Unit, settle
 from engine.hub.protocols import Publish
 from engine.hub.sources import SourceRegistry, SourceState
-from engine.hub.types import HubError, NewSession, SendOptions
+from engine.hub.types import NewSession, SendOptions, check_text
 from engine.store import Store
 
-__all__ = ["MessageIntake", "check_text"]
-
-
-def check_text(text: str, options: SendOptions, limit: int) -> None:
-    """Refuse (``HubError``) a text that is no string, longer than ``limit``, or empty."""
-    if not isinstance(text, str):
-        raise HubError("text: must be a string")
-    if len(text) > limit:
-        raise HubError(
-            f"message is {len(text)} characters long; the limit is {limit}. "
-            "Send it as a file instead."
-        )
-    if not text.strip() and not (options.metadata or {}).get("attachments"):
-        raise HubError("message is empty")
+__all__ = ["MessageIntake"]
 
 
 class MessageIntake:

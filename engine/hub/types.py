@@ -18,6 +18,7 @@ __all__ = [
     "NewSession",
     "Notification",
     "SendOptions",
+    "check_text",
     "validate_source",
 ]
 
@@ -41,6 +42,20 @@ def validate_source(source: object) -> str:
             "(kind in lowercase letters, digits, '_'; ids without spaces or ':')"
         )
     return source
+
+
+def check_text(text: object, options: SendOptions, limit: int) -> None:
+    """Refuse a text that is no string, longer than ``limit`` characters, or empty (a
+    message with attachments may be empty)."""
+    if not isinstance(text, str):
+        raise HubError("text: must be a string")
+    if len(text) > limit:
+        raise HubError(
+            f"message is {len(text)} characters long; the limit is {limit}. "
+            "Send it as a file instead."
+        )
+    if not text.strip() and not (options.metadata or {}).get("attachments"):
+        raise HubError("message is empty")
 
 
 @dataclass(frozen=True, slots=True)
