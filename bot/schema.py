@@ -12,10 +12,10 @@ from engine.store.migrations import ENGINE, Layer
 __all__ = ["HTTP", "LAYERS", "SCHEDULER", "TELEGRAM"]
 
 #: jobs, runs, events, notify dedupe (``scheduler/tables.py``): 0006
-SCHEDULER = Layer("scheduler", "scheduler.migrations")
+SCHEDULER = Layer("scheduler", "scheduler.migrations", "scheduler.tables")
 #: updates, users, pairing, cards, outbox (``bot/telegram/tables.py``): 0005, 0008
-TELEGRAM = Layer("telegram", "bot.telegram.migrations")
+TELEGRAM = Layer("telegram", "bot.telegram.migrations", "bot.telegram.tables")
 #: the web inbox's sign-ins (``bot/http/tables.py``): 0011
-HTTP = Layer("http", "bot.http.migrations")
+HTTP = Layer("http", "bot.http.migrations", "bot.http.tables")
 
 LAYERS: tuple[Layer, ...] = (ENGINE, SCHEDULER, TELEGRAM, HTTP)

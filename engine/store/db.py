@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import queue
 import sqlite3
@@ -328,15 +329,16 @@ async def migrate(db: Database, layers: Sequence[Layer] | None = None) -> int:
     costs a look at ``schema_version`` (does it exist, then its rows).
     """
     layers = default_layers() if layers is None else layers
-    names = frozenset(layer.name for layer in layers)
-    return await db.run(_migrate, discover(layers), names)
+    return await db.run(_migrate, discover(layers), tuple(layers))
 
 
-def _migrate(conn: Connection, migrations: Sequence[Migration], layers: Collection[str]) -> int:
+def _migrate(conn: Connection, migrations: Sequence[Migration], layers: Sequence[Layer]) -> int:
     if conn.dialect.name == "postgresql":
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+    if _created_whole(conn, migrations, layers):
+        return max((m.version for m in migrations), default=0)
     applied = _applied(conn)
-    pending = _pending(migrations, layers, applied)
+    pending = _pending(migrations, frozenset(layer.name for layer in layers), applied)
     if pending:
         from alembic.operations import Operations
         from alembic.runtime.migration import MigrationContext
@@ -356,6 +358,34 @@ def _migrate(conn: Connection, migrations: Sequence[Migration], layers: Collecti
                 )
             )
     return max([*applied, *(m.version for m in pending)], default=0)
+
+
+def _created_whole(
+    conn: Connection, migrations: Sequence[Migration], layers: Sequence[Layer]
+) -> bool:
+    """A database without a single table gets every layer's tables as their migrations
+    leave them, in one ``create_all``, and every migration recorded: the first start costs
+    neither Alembic nor the migration modules (about 12 MB and 0.1 s).
+    tests/engine/store/test_fresh_schema.py holds the two ways to the same schema."""
+    if (
+        sa.inspect(conn).get_table_names()
+        or not layers
+        or any(not layer.tables for layer in layers)
+    ):
+        return False
+    tables = []
+    for layer in layers:
+        module = importlib.import_module(str(layer.tables))
+        tables += [t for t in vars(module).values() if isinstance(t, sa.Table)]
+    log.info("a new database: creating %d tables", len(tables))
+    tables[0].metadata.create_all(conn, tables=tables)
+    _version_table.create(conn)
+    if migrations:
+        conn.execute(
+            _version_table.insert(),
+            [{"version": m.version, "name": m.name, "layer": m.layer} for m in migrations],
+        )
+    return True
 
 
 def _applied(conn: Connection) -> dict[int, str | None]:

@@ -30,11 +30,14 @@ __all__ = ["ENGINE", "Layer", "Migration", "all_migrations", "default_layers", "
 class Layer:
     """One layer's migrations: the ``vNNNN_<name>`` modules of ``package``.
 
-    ``name`` is recorded with every migration of the layer that is applied.
+    ``name`` is recorded with every migration of the layer that is applied. ``tables``
+    names the module that defines the layer's tables (on the shared ``MetaData``, as its
+    migrations leave them): a new database gets them in one ``create_all``.
     """
 
     name: str
     package: str
+    tables: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +49,7 @@ class Migration:
 
 
 #: The engine's own migrations (this package).
-ENGINE = Layer("engine", __name__)
+ENGINE = Layer("engine", __name__, "engine.store.schema")
 
 
 def discover(layers: Sequence[Layer]) -> list[Migration]:
