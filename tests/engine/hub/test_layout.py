@@ -1,0 +1,61 @@
+"""The hub's files import each other one way (``hub.py`` on top, the collaborators below),
+and nothing in the hub reaches up into a platform or the scheduler."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import engine.hub
+
+HUB = Path(engine.hub.__file__).parent
+ABOVE = ("bot", "scheduler")
+
+
+def imports_of(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def hub_graph() -> dict[str, set[str]]:
+    modules = {f"engine.hub.{p.stem}": p for p in HUB.glob("*.py") if p.stem != "__init__"}
+    return {name: imports_of(path) & modules.keys() for name, path in modules.items()}
+
+
+def test_the_hub_files_import_each_other_one_way() -> None:
+    graph = hub_graph()
+    order: list[str] = []
+    visiting: set[str] = set()
+    cycles: list[str] = []
+
+    def visit(module: str) -> None:
+        if module in order:
+            return
+        if module in visiting:
+            cycles.append(module)
+            return
+        visiting.add(module)
+        for target in sorted(graph[module]):
+            visit(target)
+        visiting.discard(module)
+        order.append(module)
+
+    for module in sorted(graph):
+        visit(module)
+    assert cycles == []
+    assert not any("engine.hub.hub" in targets for targets in graph.values())
+
+
+def test_the_hub_imports_no_platform_and_no_scheduler() -> None:
+    offending = {
+        f"{path.name} -> {module}"
+        for path in HUB.glob("*.py")
+        for module in imports_of(path)
+        if module.startswith(ABOVE)
+    }
+    assert offending == set()
