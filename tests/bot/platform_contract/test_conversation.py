@@ -1,7 +1,8 @@
-"""Talking, starting over, and the limit on a message: the same on every platform."""
+"""Talking, starting over, a message too long, a model call that fails: alike everywhere."""
 
 from __future__ import annotations
 
+from engine.llm.types import LlmError
 from tests.bot.platform_contract.scripts import user_texts
 
 
@@ -24,3 +25,15 @@ async def test_a_100_kb_message_gets_a_clear_error(driver, model):
     await driver.say("x" * 100_000)
     reply = await driver.expect("limit")
     assert "100000 characters" in reply and not model.requests
+
+
+async def test_a_failed_model_call_is_one_sentence_and_the_next_message_works(driver, model):
+    model.add(LlmError("the model is down for maintenance", model="primary"))
+    await driver.say("hello?")
+    said = await driver.expect("down for maintenance")
+    assert "The model rejected the request" in said
+    assert not any("Traceback" in t or "LlmError" in t for t in driver.shown())
+
+    await driver.say("again")
+
+    await driver.expect_message("echo: again")

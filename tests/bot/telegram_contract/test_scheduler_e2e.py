@@ -4,26 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pytest
 
-from engine.llm.scripted import ScriptedModel, text, tool_call
+from engine.llm.scripted import text, tool_call
 from engine.llm.types import LlmResponse, Message
 from tests.bot.telegram_contract.conftest import ALICE, eventually, find, stop, texts
-
-
-class RoutedModel(ScriptedModel):
-    """Answers by looking at the request: each scenario routes its own replies."""
-
-    def __init__(self, route: Callable[[Sequence[Message]], LlmResponse]) -> None:
-        super().__init__(name="primary")
-        self.route = route
-
-    async def complete(self, messages, tools, *, on_delta=None):  # type: ignore[override]
-        self.add(self.route(messages))
-        return await super().complete(messages, tools, on_delta=on_delta)
+from tests.bot.telegram_contract.routed_model import RoutedModel, last_tool, last_user, system_text
 
 
 class Clock:
@@ -32,24 +21,6 @@ class Clock:
 
     def __call__(self) -> datetime:
         return self.now
-
-
-def last_user(messages: Sequence[Message]) -> str:
-    return next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
-
-
-def last_tool(messages: Sequence[Message]) -> str | None:
-    """The tool result this request ends with (before the tail system messages), if any."""
-    for message in reversed(messages):
-        if message["role"] == "system":
-            continue
-        return message["content"] if message["role"] == "tool" else None
-    return None
-
-
-def system_text(messages: Sequence[Message]) -> str:
-    first = messages[0]["content"]
-    return first if isinstance(first, str) else json.dumps(first)
 
 
 @pytest.fixture
@@ -101,37 +72,6 @@ async def test_a_briefing_asked_for_in_the_chat_fires_and_arrives_there(
         await eventually_async(lambda: _answered(service, run.id))
         again = await service.scheduler.dispatcher.step()  # nothing fires twice
         assert again.created == 0
-    finally:
-        await stop(service)
-
-
-async def test_the_tic_turns_two_events_into_one_notification_at_home(
-    start_service, telegram, clock
-):
-    def route(messages: Sequence[Message]) -> LlmResponse:
-        tool = last_tool(messages)
-        if "You are the tic" in system_text(messages):
-            if tool == "sent":
-                return text("done")
-            args = {"event_type": "mail", "summary": "Anna (your boss) asks to move the 3 pm call."}
-            return tool_call("notify", json.dumps(args), "n1")
-        if tool and '"tic"' in tool:
-            return text("Heads up: Anna asks to move the 3 pm call.")
-        return text("ok")
-
-    service = await start_service(model_override=RoutedModel(route), clock=clock)
-    try:
-        await service.hub.set_home(f"telegram:{ALICE}")
-        events = service.scheduler.tic.events
-        await events.add("mail", "message", {"from": "anna@corp", "subject": "3 pm call"})
-        await events.add("mail", "message", {"from": "news@shop", "subject": "Sale!"})
-
-        report = await service.scheduler.tic.tick()
-
-        assert report.events == 2
-        await eventually(lambda: any("Anna asks to move" in t for t in texts(telegram, ALICE)))
-        assert sum("Anna asks to move" in t for t in texts(telegram, ALICE)) == 1
-        assert (await service.scheduler.tic.tick()).events == 0  # processed once
     finally:
         await stop(service)
 
