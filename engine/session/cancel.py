@@ -55,3 +55,20 @@ class CancelScope:
             raise
         finally:
             self._tasks.discard(task)
+
+
+class TurnScopes:
+    """The scope of the call that holds the turn lock: each call mints a fresh one, so a
+    ``cancel()`` that came after the last turn ended never stops the next one."""
+
+    __slots__ = ("current",)
+
+    def __init__(self) -> None:
+        self.current = CancelScope()
+
+    def fresh(self) -> CancelScope:
+        self.current = CancelScope()
+        return self.current
+
+    def cancel(self) -> None:
+        self.current.cancel()

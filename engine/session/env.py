@@ -23,10 +23,11 @@ from engine.tools.workspace import Workspace
 
 
 class SubAgentRunner(Protocol):
-    """Runs a sub-agent call one frame deeper (the handler implements it).
+    """Runs a sub-agent call one frame deeper (``subframes.SubAgentFrames`` implements it).
 
     The one Protocol of this package kept out of ``protocols.py``: it is no seam another
-    package plugs into, only how the per-call code reaches its handler without importing it.
+    package plugs into, only how the per-call code reaches the child frames without
+    importing them (they import the per-call code).
     """
 
     async def run_sub_agent(

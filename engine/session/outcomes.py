@@ -38,3 +38,19 @@ class Failed:
 
 
 TurnResult = TurnOutcome | Failed
+
+
+#: What a background caller (cron, an async task) records for a turn ended by /stop.
+CANCELLED_ERROR = "Turn cancelled by user"
+
+
+def background_error(result: TurnResult | None) -> str | None:
+    """The error a background caller records for a turn that did not answer."""
+    match result:
+        case Cancelled():
+            return CANCELLED_ERROR
+        case Exhausted(rounds):
+            return f"Stopped after {rounds} tool rounds without a final answer"
+        case Failed(message):
+            return message
+    return None
