@@ -70,3 +70,29 @@ def test_a_service_started_on_an_up_to_date_database_never_imports_alembic(
     assert not {name for name in loaded if name.split(".")[0] == "alembic"}
     assert not {name for name in loaded if ".migrations." in name}
     assert "sqlalchemy.ext.asyncio" not in loaded
+
+
+def test_a_ptb_service_loads_no_library_it_never_uses() -> None:
+    """Before the first getUpdates: no HTTP app (it loads in a thread once polling has
+    begun), no httpx command-line client (click, rich, pygments), no Telegram Passport
+    decryption (cryptography), no PostgreSQL dialect on SQLite."""
+    loaded = loaded_after(
+        "from bot.cli import main\n"
+        "import bot.serve\n"
+        "from bot.telegram.bindings.factory import make_bot_api\n"
+        "make_bot_api('ptb', '1:x', 'http://127.0.0.1:9')"
+    )
+    assert "telegram" in loaded
+    never = ("rich", "pygments", "click", "cryptography", "starlette", "bot.http.app")
+    assert not {name for name in loaded if name in never or name.split(".")[0] in never}
+    assert "sqlalchemy.dialects.postgresql" not in loaded
+
+
+def test_a_passport_free_ptb_still_lets_others_import_cryptography() -> None:
+    loaded = loaded_after(
+        "from bot.telegram.bindings.ptb_library import telegram\n"
+        "import telegram._passport.credentials as passport\n"
+        "assert not passport.CRYPTO_INSTALLED\n"
+        "import cryptography.hazmat.backends"
+    )
+    assert "cryptography" in loaded
