@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 
 from bot.serve import Service
 from bot.telegram.bindings.factory import make_bot_api
+from engine.config import AppConfig
 from engine.llm.registry import ModelRegistry
 from tests.bot.platform_contract.driver import PlatformDriver
 from tests.bot.platform_contract.telegram_driver import TelegramDriver
@@ -48,43 +50,30 @@ async def make_driver(
     """Starts the platform's service and its driver (``settings`` override the config)."""
     database_url = migrated_sqlite(tmp_path / "chathub.db")
     workspace = tmp_path / "workspace"
-    drivers: list[PlatformDriver] = []
+    models = ModelRegistry([model])
+    drivers: list[TelegramDriver | TerminalDriver] = []
 
     async def make(**settings: Any) -> PlatformDriver:
+        config = partial(app_config, database_url, workspace)
         driver: TelegramDriver | TerminalDriver
         if platform == "terminal":
-
-            async def start_terminal() -> Service:
-                config = app_config(database_url, workspace, **settings)
-                service = Service(config, models=ModelRegistry([model]), http=False, console=True)
-                await service.start()
-                return service
-
-            driver = TerminalDriver(start_terminal, workspace)
+            driver = terminal_driver(lambda: config(**settings), models, workspace)
         else:
-            library = platform.removeprefix("telegram-")
             fake: FakeTelegramServer = request.getfixturevalue("telegram")
-
-            async def start_telegram() -> Service:
-                config = app_config(
-                    database_url,
-                    workspace,
-                    **{
-                        "telegram_bot_token": TOKEN,
-                        "telegram_api_url": fake.base_url,
-                        "telegram_allowed_user_ids": str(ALICE),
-                        "telegram_owner_id": OWNER,
-                        **settings,
-                    },
-                )
-                api = make_bot_api(library, TOKEN, fake.base_url)
-                service = Service(
-                    config, models=ModelRegistry([model]), api=api, pacing=FAST, http=False
-                )
-                await service.start()
-                return service
-
-            driver = TelegramDriver(library, fake, start_telegram, workspace)
+            library = platform.removeprefix("telegram-")
+            telegram_settings = {
+                "telegram_bot_token": TOKEN,
+                "telegram_api_url": fake.base_url,
+                "telegram_allowed_user_ids": str(ALICE),
+                "telegram_owner_id": OWNER,
+            }
+            driver = telegram_driver(
+                lambda: config(**{**telegram_settings, **settings}),
+                models,
+                workspace,
+                library,
+                fake,
+            )
         await driver.start()
         drivers.append(driver)
         return driver
@@ -92,6 +81,37 @@ async def make_driver(
     yield make
     for driver in drivers:
         await driver.close()
+
+
+def terminal_driver(
+    config: Callable[[], AppConfig], models: ModelRegistry, workspace: Path
+) -> TerminalDriver:
+    """``chathub serve`` at a terminal with no Telegram token: the hub and the chat."""
+
+    async def start() -> Service:
+        service = Service(config(), models=models, http=False, console=True)
+        await service.start()
+        return service
+
+    return TerminalDriver(start, workspace)
+
+
+def telegram_driver(
+    config: Callable[[], AppConfig],
+    models: ModelRegistry,
+    workspace: Path,
+    library: str,
+    fake: FakeTelegramServer,
+) -> TelegramDriver:
+    """The service over one binding and the fake Bot API, unpaced."""
+
+    async def start() -> Service:
+        api = make_bot_api(library, TOKEN, fake.base_url)
+        service = Service(config(), models=models, api=api, pacing=FAST, http=False)
+        await service.start()
+        return service
+
+    return TelegramDriver(library, fake, start, workspace)
 
 
 @pytest.fixture

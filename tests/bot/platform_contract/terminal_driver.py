@@ -15,12 +15,15 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 from bot.serve import Service
 from bot.terminal import TerminalChat
 from tests.bot.platform_contract.driver import Prompt, StopAsking
 
 __all__ = ["TerminalDriver", "TerminalScreen"]
+
+T = TypeVar("T")
 
 WAIT_S = 5.0
 PROMPT = "› "  # the input prompt, printed before each line is read
@@ -48,12 +51,14 @@ class TerminalScreen(io.TextIOBase):
         """Printed lines without the input prompts in front of them."""
         return [line.replace(PROMPT, "") for line in self.text.split("\n")]
 
-    async def wait_for(self, found: Callable[[], object], what: str) -> object:
-        async def until() -> object:
+    async def wait_for(self, found: Callable[[], T | bool | None], what: str) -> T:
+        """The first truthy ``found()``, checked after every write (``WAIT_S`` at most)."""
+
+        async def until() -> T:
             while not (value := found()):
                 self._changed.clear()
                 await self._changed.wait()
-            return value
+            return value  # type: ignore[return-value]
 
         try:
             return await asyncio.wait_for(until(), WAIT_S)
@@ -114,19 +119,18 @@ class TerminalDriver:
     async def reply_to(self, text: str) -> str:
         start = len(self.screen.text)
         await self.say(text)
-        end = await self.screen.wait_for(
-            lambda: self.screen.text.find(PROMPT, start) + 1, f"the reply to {text!r}"
-        )
-        return self.screen.text[start : int(end) - 1].strip()  # type: ignore[call-overload]
+
+        def reply() -> str | None:  # what came before the next prompt
+            end = self.screen.text.find(PROMPT, start)
+            return None if end < 0 else self.screen.text[start:end].strip()
+
+        return await self.screen.wait_for(reply, f"the reply to {text!r}")
 
     async def expect(self, needle: str) -> str:
         def found() -> str | None:
             return next((line for line in self.screen.lines() if needle in line), None)
 
-        if "\n" in needle:  # a multi-line reply: the whole screen holds it
-            await self.screen.wait_for(lambda: needle in self.screen.text, repr(needle))
-            return self.screen.text
-        return str(await self.screen.wait_for(found, repr(needle)))
+        return await self.screen.wait_for(found, repr(needle))
 
     async def expect_message(self, text: str) -> None:
         await self.screen.wait_for(lambda: text in self.screen.lines(), f"the line {text!r}")
@@ -136,8 +140,7 @@ class TerminalDriver:
 
     async def approval(self) -> Prompt:
         self._approvals_seen += 1
-        card = await self._prompt(APPROVAL_MARK, self._approvals_seen, end=APPROVAL_END)
-        return card
+        return await self._prompt(APPROVAL_MARK, self._approvals_seen, end=APPROVAL_END)
 
     def approvals_shown(self) -> int:
         return sum(line.startswith(APPROVAL_MARK) for line in self.screen.lines())
@@ -210,4 +213,4 @@ class TerminalDriver:
             last = next((i for i in range(first, len(lines)) if lines[i].startswith(end)), None)
             return None if last is None else Prompt("\n".join(lines[first:last]), handle=first)
 
-        return await self.screen.wait_for(found, f"prompt {nth} ({mark!r})")  # type: ignore[return-value]
+        return await self.screen.wait_for(found, f"prompt {nth} ({mark!r})")
