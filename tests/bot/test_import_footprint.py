@@ -88,6 +88,14 @@ def test_a_ptb_service_loads_no_library_it_never_uses() -> None:
     assert "sqlalchemy.dialects.postgresql" not in loaded
 
 
+def test_the_http_app_loads_prometheus_client_with_the_first_scrape() -> None:
+    assert "prometheus_client" not in loaded_after("import bot.http.serving")
+    assert "prometheus_client" in loaded_after(
+        "from bot.http.metrics import MetricsSnapshot, render
+render(MetricsSnapshot())"
+    )
+
+
 def test_a_passport_free_ptb_still_lets_others_import_cryptography() -> None:
     loaded = loaded_after(
         "from bot.telegram.bindings.ptb_library import telegram\n"
