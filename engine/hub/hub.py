@@ -47,6 +47,9 @@ __all__ = ["AUTO_MODEL", "ChatHub", "SourceDefaults", "SourceEvents"]
 
 
 class ChatHub:
+    """The hub's public surface: each method checks its source and hands the work to the
+    collaborator that owns it; the constructor wires them, each given what it uses."""
+
     def __init__(
         self,
         engine: Engine,
