@@ -20,7 +20,7 @@ from engine.session.calls import CallFlow
 from engine.session.cancel import TurnScopes
 from engine.session.compacting import CompactionTrigger
 from engine.session.compaction import CompactionResult
-from engine.session.conclusion import CANCELLED_MESSAGE, TurnConclusion
+from engine.session.conclusion import TurnConclusion
 from engine.session.deps import HandlerDeps
 from engine.session.emitter import EmitFn, TurnEmitter
 from engine.session.envs import FrameEnvs
@@ -35,27 +35,17 @@ from engine.session.orphans import fail_orphans
 from engine.session.outcomes import CANCELLED_ERROR, Cancelled, Failed, TurnResult, background_error
 from engine.session.prompts import SessionPrompts
 from engine.session.protocols import PendingUserInput
-from engine.session.resume import REAPED_NOTE, TurnResume, resume_pending_tools
+from engine.session.resume import TurnResume, resume_pending_tools
 from engine.session.scratchpad import SessionScratchpad
 from engine.session.subframes import SubAgentFrames
-from engine.session.toolsets import PER_LEVEL_TOOLS, LevelTools
+from engine.session.toolsets import LevelTools
 from engine.session.transcript import FrameTranscript
 from engine.session.turn import attachments_of, run_agent_turn
 from engine.store.rows import FrameRow, SessionRow
 from engine.tools.base import Tool
 
-__all__ = [
-    "CANCELLED_ERROR",
-    "CANCELLED_MESSAGE",
-    "NOTIFICATION_REASONING",
-    "PER_LEVEL_TOOLS",
-    "READ_NOTIFICATION_TOOL",
-    "REAPED_NOTE",
-    "ChatSessionHandler",
-    "HandlerDeps",
-    "background_error",
-    "resume_pending_tools",
-]
+#: What others import from here (the names have homes of their own).
+__all__ = ["CANCELLED_ERROR", "ChatSessionHandler", "HandlerDeps", "background_error"]
 
 
 class ChatSessionHandler:

@@ -13,8 +13,7 @@ from engine.core import Engine
 from engine.llm.scripted import text, tool_call
 from engine.session import events as ev
 from engine.session.gate import AUTO_DENIED
-from engine.session.handler import CANCELLED_ERROR, background_error
-from engine.session.outcomes import Cancelled, Final
+from engine.session.outcomes import CANCELLED_ERROR, Cancelled, Final, background_error
 from engine.store.inbox import MAX_NOTE_CHARS, InboxError
 from tests.engine.session.helpers import start_until, tool_messages
 
