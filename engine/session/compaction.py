@@ -1,6 +1,6 @@
 """Context compaction: the older part of a frame's history becomes one summary.
 
-Opt-in (``[compaction] enabled = true``). At the start of a turn the handler asks
+Opt-in (``[compaction] enabled = true``). At the start of a turn ``CompactionTrigger`` asks
 :meth:`Compactor.compact`; when the previous turn's input tokens (or, unknown, a
 character estimate of the history) reach ``threshold_tokens``, the rows before the
 boundary are summarised by a model, the summary is stored in ``chat_summaries`` with
