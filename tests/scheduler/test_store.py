@@ -366,6 +366,46 @@ async def test_delete_drops_pending_runs_and_returns_the_running_sessions(
     assert await jobs.delete(job.id) == [4242]  # idempotent
 
 
+# -- what the operator sees (the HTTP app's job list, kill and metrics) ---------------------
+
+
+async def test_the_overview_lists_live_jobs_with_their_runs_in_flight_and_latest_run(
+    jobs: JobStore,
+) -> None:
+    finished = await hourly(jobs, title="finished")
+    busy = await hourly(jobs, title="busy")
+    idle = await hourly(jobs, title="idle", next_run_at=at(5))
+    deleted = await hourly(jobs, title="deleted", next_run_at=at(5))
+    made = {r.job_id: r for r in (await jobs.materialize(at(1), cron_next_fire)).runs}
+    await jobs.claim("worker-a", at(1), LEASE, 10)
+    await jobs.finish(made[finished.id].id, "worker-a", status="done", result="ok")
+    await jobs.set_session(made[busy.id].id, 4242)
+    await jobs.delete(deleted.id)
+
+    overview = await jobs.overview()
+
+    assert [j.id for j in overview.jobs] == [finished.id, busy.id, idle.id]
+    assert overview.running == {busy.id}
+    assert set(overview.last) == {finished.id, busy.id}
+    last = overview.last[finished.id]
+    assert (last.status, last.result, last.error) == ("done", "ok", None)
+    assert last.at is not None
+    assert overview.last[busy.id].status == "running"
+    assert await jobs.running_sessions(busy.id) == [4242]
+    assert await jobs.running_sessions(finished.id) == []
+
+
+async def test_run_counts_count_every_run_by_status(store: Store, jobs: JobStore) -> None:
+    from scheduler.store import run_counts
+
+    first = await pending_run(jobs, title="first")
+    await pending_run(jobs, title="second")
+    await jobs.claim("worker-a", at(1), LEASE, 1)
+    await jobs.finish(first.id, "worker-a", status="failed", error="boom")
+
+    assert await store.db.run(run_counts) == {"failed": 1, "pending": 1}
+
+
 # -- at scale: materialized and claimed in bulk ------------------------------------------------
 
 
