@@ -13,6 +13,7 @@ import httpx
 from engine.llm.client import OpenAICompatModel
 from engine.llm.protocols import ChatModel, ModelSettings
 from engine.llm.tool_schemas import with_tool_schemas
+from engine.tls import shared_tls_context
 
 # Per-request timeouts come from model's settings; these only size the shared pool.
 _DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
@@ -43,7 +44,7 @@ class ModelRegistry:
         """
         owned = None
         if http is None:
-            http = owned = httpx.AsyncClient(limits=_DEFAULT_LIMITS)
+            http = owned = httpx.AsyncClient(limits=_DEFAULT_LIMITS, verify=shared_tls_context())
         built = [
             with_tool_schemas(OpenAICompatModel(config, http), strict=config.strict_tool_schemas)
             for config in models

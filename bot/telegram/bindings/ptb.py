@@ -32,6 +32,7 @@ from bot.telegram.api import (
 from bot.telegram.bindings.answers import error_from_answer
 from bot.telegram.bindings.ptb_library import HTTPXRequest, telegram, tg_error
 from bot.telegram.errors import retry_after
+from engine.tls import shared_tls_context
 
 __all__ = ["PtbBotApi"]
 
@@ -155,9 +156,14 @@ class PtbBotApi:
         root = api_root.rstrip("/")
         self._token = token
         self._file_prefix = f"{root}/file/bot{token}/"
+        tls = {"verify": shared_tls_context()}  # one CA bundle load for both clients
         self._requests = (
-            _ClassifyingRequest(connection_pool_size=2, read_timeout=_LONG_POLL_MARGIN),
-            _ClassifyingRequest(connection_pool_size=64, read_timeout=30.0, pool_timeout=10.0),
+            _ClassifyingRequest(
+                connection_pool_size=2, read_timeout=_LONG_POLL_MARGIN, httpx_kwargs=tls
+            ),
+            _ClassifyingRequest(
+                connection_pool_size=64, read_timeout=30.0, pool_timeout=10.0, httpx_kwargs=tls
+            ),
         )
         self._bot = telegram.Bot(
             token,
