@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from starlette.applications import Starlette
@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Match, Route
+from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bot.checks.exposure import LOOPBACK_HOSTS, ApiExposureError, check_api_exposure
@@ -31,6 +31,9 @@ from bot.http.web import WebInbox
 from bot.telegram.poller import UpdateSink
 from bot.telegram.store import TelegramStore
 from scheduler.events import EventStore
+
+if TYPE_CHECKING:
+    from bot.webchat.transport import WebChat
 
 __all__ = [
     "DEFAULT_WEBHOOK_PATH",
@@ -167,18 +170,24 @@ def create_app(
     events: EventsEndpoint | None = None,
     api: ApiRoutes | None = None,
     web: WebInbox | None = None,
+    webchat: WebChat | None = None,
     host: str = "127.0.0.1",
 ) -> Starlette:
-    """The app; with ``api`` or ``web`` and no token it refuses to serve beyond loopback."""
+    """The app; with ``api``, ``web`` or ``webchat`` and no token it refuses to serve beyond
+    loopback."""
     if api is not None:
         check_api_exposure(host, api.token)
     if web is not None:
         check_api_exposure(host, web.token)
-    routes: list[Route] = []
+    if webchat is not None:
+        check_api_exposure(host, webchat.auth.token)
+    routes: list[BaseRoute] = []
     pages: list[Route] = web.routes() if web is not None else []
     if api is not None:
         routes.extend(api.routes())
     routes.extend(pages)
+    if webchat is not None:
+        routes.extend(webchat.routes())
     if events is not None:
         routes.append(_route("post_event", events.handle))
     if webhook is not None:

@@ -21,6 +21,10 @@ from bot.http.signins import LoginThrottle, SignInPolicy, SignIns
 from bot.http.web import Deliveries
 from bot.settings import Settings
 from bot.telegram.outbound import OutboundStats
+from bot.webchat.auth import SocketAuth
+from bot.webchat.conversations import AnyConversation
+from bot.webchat.protocol import MAX_FRAME_BYTES
+from bot.webchat.transport import WebChat
 from engine.core import Engine
 from engine.hub import ChatHub
 from scheduler.service import Scheduler
@@ -86,9 +90,19 @@ async def http_server(parts: HttpParts) -> uvicorn.Server:
             deliveries=parts.deliveries,
             health=details,
         ),
+        webchat=WebChat(
+            parts.hub,
+            SocketAuth(token=token, signins=signins, throttle=throttle),
+            AnyConversation(),
+        ),
         host=settings.http_host,
     )
     config = uvicorn.Config(
-        app, host=settings.http_host, port=settings.http_port, log_level="warning"
+        app,
+        host=settings.http_host,
+        port=settings.http_port,
+        log_level="warning",
+        # A bigger frame is refused by the socket layer itself (1009) before it is buffered.
+        ws_max_size=2 * MAX_FRAME_BYTES,
     )
     return uvicorn.Server(config)

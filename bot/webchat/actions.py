@@ -1,0 +1,171 @@
+"""What a validated client frame does, on the hub, for one conversation.
+
+Decisions are the platform's (``bot.platform.cards.decide``) and taken as the operator:
+whoever opens a socket holds the service's keys, as in the web inbox. A failure of ours
+is logged under an id and said in one sentence (``bot.platform.failures``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+from bot.platform.cards import EXPIRED, NOT_ALLOWED, Choice, decide
+from bot.platform.commands import CommandContext, CommandRegistry, shared_commands
+from bot.platform.failures import SORRY_MESSAGE, SORRY_TAP, report_failure
+from bot.platform.tasks import Background
+from bot.webchat.protocol import (
+    Accepted,
+    AnswerQuestion,
+    ApproveTool,
+    ErrorFrame,
+    Notice,
+    Ping,
+    Pong,
+    QuestionAnswered,
+    RejectTool,
+    Resume,
+    SendMessage,
+    ServerFrame,
+    Stop,
+)
+from bot.webchat.rooms import Rooms
+from bot.webchat.translate import resolved_frame
+from engine.approval.deciders import OPERATOR
+from engine.hub import ChatHub, HubError
+from engine.store.inbox import InboxError
+
+__all__ = ["WEB_CHAT_DECIDER", "Actions", "Reply", "web_commands"]
+
+log = logging.getLogger(__name__)
+
+#: Who a decision taken in the web chat is shown as.
+WEB_CHAT_DECIDER = "the web chat"
+QUESTION_CLOSED = "That question is no longer open."
+NOTHING_TO_RESUME = "Nothing to resume."
+
+_CHOICE_OF_BYPASS: dict[int | None, Choice] = {
+    None: "approve",
+    900: "bypass_15m",
+    0: "bypass_session",
+}
+
+
+class Reply(Protocol):
+    async def send(self, frame: ServerFrame) -> None: ...
+
+
+def web_commands() -> CommandRegistry:
+    """The shared commands, in the same words as everywhere."""
+    registry = CommandRegistry()
+    for command in shared_commands(registry.help_text):
+        registry.register(command)
+    return registry
+
+
+class Actions:
+    def __init__(
+        self, hub: ChatHub, rooms: Rooms, commands: CommandRegistry, background: Background
+    ) -> None:
+        self._hub = hub
+        self._rooms = rooms
+        self.commands = commands
+        self._background = background
+
+    async def run(self, source: str, frame: Any, reply: Reply) -> None:
+        """Act on ``frame``; what the socket must be told goes to ``reply``."""
+        try:
+            match frame:
+                case SendMessage():
+                    await self._message(source, frame, reply)
+                case Stop():
+                    await self._command(source, "stop", "", frame.ref, reply)
+                case Resume():
+                    self._resume(source, frame.ref, reply)
+                case ApproveTool():
+                    choice = _CHOICE_OF_BYPASS[frame.bypass_secs]
+                    await self._decide(source, frame.tool_call_id, choice, "", frame.ref, reply)
+                case RejectTool():
+                    await self._decide(
+                        source, frame.tool_call_id, "reject", frame.reason, frame.ref, reply
+                    )
+                case AnswerQuestion():
+                    await self._answer(source, frame, reply)
+                case Ping():
+                    await reply.send(Pong(ref=frame.ref))
+        except Exception:
+            is_message = isinstance(frame, SendMessage)
+            error = report_failure(log, f"web chat {type(frame).__name__} on {source}")
+            sorry = (SORRY_MESSAGE if is_message else SORRY_TAP).format(error=error)
+            await reply.send(ErrorFrame(code="internal", message=sorry, ref=frame.ref))
+
+    async def _message(self, source: str, frame: SendMessage, reply: Reply) -> None:
+        text = frame.text.strip()
+        if text.startswith("/") and len(text) > 1:
+            head, _, argument = text.partition(" ")
+            await self._command(source, head[1:].lower(), argument.strip(), frame.ref, reply)
+            return
+        try:
+            queued = await self._hub.send_message(source, frame.text)
+        except HubError as exc:  # the hub's refusals are sentences meant for people
+            await reply.send(ErrorFrame(code="refused", message=str(exc), ref=frame.ref))
+            return
+        await reply.send(Accepted(ref=frame.ref, queued_id=queued))
+
+    async def _command(
+        self, source: str, name: str, argument: str, ref: str | None, reply: Reply
+    ) -> None:
+        context = CommandContext(self._hub, source, argument, None, is_owner=True)
+        try:
+            text = await self.commands.run(name, context)
+        except HubError as exc:
+            await reply.send(ErrorFrame(code="refused", message=str(exc), ref=ref))
+            return
+        if text is not None:
+            await reply.send(Notice(text=text, ref=ref))
+
+    def _resume(self, source: str, ref: str | None, reply: Reply) -> None:
+        """The turn runs on a task of its own: it outlives this socket."""
+        if self._hub.is_processing(source):
+            return  # the live stream already shows it
+
+        async def resume() -> None:
+            try:
+                if await self._hub.resume(source) is None:
+                    await reply.send(Notice(text=NOTHING_TO_RESUME, ref=ref))
+            except Exception:
+                error = report_failure(log, f"web chat resume on {source}")
+                sorry = SORRY_TAP.format(error=error)
+                await reply.send(ErrorFrame(code="internal", message=sorry, ref=ref))
+
+        self._background.spawn(resume())
+
+    async def _decide(
+        self,
+        source: str,
+        tool_call_id: int,
+        choice: Choice,
+        note: str,
+        ref: str | None,
+        reply: Reply,
+    ) -> None:
+        decided = await decide(self._hub, source, tool_call_id, choice, OPERATOR, note)
+        if decided == "decided":
+            frame = resolved_frame(tool_call_id, choice, WEB_CHAT_DECIDER, note)
+            await self._rooms.broadcast(source, frame)
+        elif decided == "expired":
+            await reply.send(ErrorFrame(code="expired", message=EXPIRED, ref=ref))
+        else:
+            await reply.send(ErrorFrame(code="not_allowed", message=NOT_ALLOWED, ref=ref))
+
+    async def _answer(self, source: str, frame: AnswerQuestion, reply: Reply) -> None:
+        try:
+            await self._hub.resolve_question(source, frame.request_id, frame.answer)
+        except InboxError:  # answered, gone, or another conversation's
+            await reply.send(ErrorFrame(code="expired", message=QUESTION_CLOSED, ref=frame.ref))
+            return
+        except HubError as exc:  # empty or too long
+            await reply.send(ErrorFrame(code="refused", message=str(exc), ref=frame.ref))
+            return
+        answered = QuestionAnswered(request_id=frame.request_id, answer=frame.answer)
+        await self._rooms.broadcast(source, answered)

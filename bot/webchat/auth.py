@@ -1,0 +1,74 @@
+"""Who may open a web chat socket: checked on the handshake, before any frame is read.
+
+The same keys as the web inbox: its signed-in browser's cookie (``bot.http.signins``,
+cookie ``bot.http.web.COOKIE``), or ``Authorization: Bearer <CHATHUB_API_TOKEN>`` for API
+clients, counted by the inbox's ``LoginThrottle`` like its own sign-in attempts. Never a
+token in the query string. A browser always names the page that opens a socket
+(``Origin``); one that is not this host is refused first, so another site cannot talk
+through a signed-in browser (cross-site WebSocket hijacking). Without a token the app
+serves loopback only (``create_app``) and every local client is let in, as in the inbox.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Literal
+from urllib.parse import urlparse
+
+from starlette.requests import HTTPConnection
+
+from bot.http.signins import LoginThrottle, SignIns
+from bot.http.web import COOKIE
+
+__all__ = ["Refusal", "SocketAuth"]
+
+Refusal = Literal["foreign_origin", "signed_out", "throttled"]
+
+
+class SocketAuth:
+    """Checks a socket's handshake (or an HTTP request of the chat's JSON routes)."""
+
+    def __init__(
+        self,
+        *,
+        token: str | None,
+        signins: SignIns | None,
+        throttle: LoginThrottle,
+    ) -> None:
+        if token and signins is None:
+            raise ValueError("a token needs its sign-ins (bot.http.signins.SignIns)")
+        self.token = token or None
+        self._token = token.encode() if token else None
+        self._signins = signins
+        self._throttle = throttle
+
+    async def refusal(self, connection: HTTPConnection) -> Refusal | None:
+        """Why ``connection`` may not open a socket; ``None``: it may."""
+        if not same_origin(connection):
+            return "foreign_origin"
+        if self._token is None or self._signins is None:
+            return None
+        address = connection.client.host if connection.client else None
+        scheme, _, value = connection.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer":
+            if self._throttle.retry_after(address) is not None:
+                return "throttled"
+            if hmac.compare_digest(value.strip().encode(), self._token):
+                return None
+            self._throttle.failed(address)
+            return "signed_out"
+        secret = connection.cookies.get(COOKIE, "")
+        if secret and await self._signins.lookup(secret) is not None:
+            return None
+        return "signed_out"
+
+
+def same_origin(connection: HTTPConnection) -> bool:
+    """No ``Origin`` (not a browser), or this very host over http(s)."""
+    origin = connection.headers.get("origin")
+    if origin is None:
+        return True
+    parsed = urlparse(origin)
+    return parsed.scheme in ("http", "https") and parsed.netloc == connection.headers.get(
+        "host", ""
+    )

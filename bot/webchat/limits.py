@@ -1,0 +1,40 @@
+"""How much one socket may send: frame size and frame rate (a token bucket)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bot.webchat.protocol import MAX_FRAME_BYTES
+
+__all__ = ["FrameRate", "SocketLimits"]
+
+
+@dataclass(frozen=True, slots=True)
+class SocketLimits:
+    max_frame_bytes: int = MAX_FRAME_BYTES
+    #: Frames a socket may send per second on average, and in one burst.
+    frames_per_second: float = 10.0
+    burst: int = 30
+    #: Refused frames in a row after which the socket is closed (1008).
+    max_refused: int = 200
+
+
+class FrameRate:
+    """A token bucket: ``burst`` frames at once, then ``per_second``."""
+
+    def __init__(self, per_second: float, burst: int, clock: Callable[[], float]) -> None:
+        self._rate = per_second
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._clock = clock
+        self._last = clock()
+
+    def allow(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._last) * self._rate)
+        self._last = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True

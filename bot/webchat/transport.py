@@ -1,0 +1,218 @@
+"""``GET /ws/chat?conversation=<id>``: the web chat's WebSocket endpoint.
+
+The handshake is checked before it is accepted (``auth.py``: Origin, then the cookie or
+bearer header; a refusal is an HTTP 403 and no frame is ever read). Then the socket
+subscribes to its conversation's hub events, says ``hello`` and ``turn_running``, shows
+what waits for a decision, and from then on streams the conversation's events while it
+reads the client's frames. Closing the socket stops nothing: the turn runs in the hub
+and every other socket of the conversation keeps receiving it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from starlette.routing import BaseRoute, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketState
+
+from bot.platform.tasks import Background
+from bot.webchat.actions import Actions, web_commands
+from bot.webchat.auth import SocketAuth
+from bot.webchat.conversations import ConversationDirectory, is_conversation_id, source_of
+from bot.webchat.limits import FrameRate, SocketLimits
+from bot.webchat.protocol import (
+    ErrorFrame,
+    FrameError,
+    Hello,
+    LaggedFrame,
+    Limits,
+    ServerFrame,
+    TurnRunning,
+    parse_client_frame,
+)
+from bot.webchat.rooms import Rooms
+from bot.webchat.translate import (
+    approval_frame,
+    pending_approval_event,
+    pending_question_frame,
+    to_frame,
+)
+from engine.bus.broadcast import Lagged
+from engine.hub import ChatHub
+from engine.hub.hub import SourceEvents
+from engine.session.events import ApprovalRequired
+
+__all__ = ["CLOSE_TOO_BIG", "WebChat"]
+
+log = logging.getLogger(__name__)
+
+CLOSE_TOO_BIG = 1009
+CLOSE_POLICY = 1008
+RATE_LIMITED = "Too many frames; slow down (this one was not taken)."
+BINARY = "Frames are JSON text; a binary frame is not taken."
+
+
+class WebChat:
+    """The endpoint and what its sockets share (rooms, the resume tasks)."""
+
+    def __init__(
+        self,
+        hub: ChatHub,
+        auth: SocketAuth,
+        conversations: ConversationDirectory,
+        *,
+        limits: SocketLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.hub = hub
+        self.auth = auth
+        self.conversations = conversations
+        self.limits = limits or SocketLimits()
+        self._clock = clock
+        self.rooms = Rooms()
+        self._background = Background()
+        self.actions = Actions(hub, self.rooms, web_commands(), self._background)
+
+    def routes(self) -> list[BaseRoute]:
+        return [WebSocketRoute("/ws/chat", self.endpoint, name="web_chat_socket")]
+
+    async def close(self) -> None:
+        await self._background.close()
+
+    async def endpoint(self, websocket: WebSocket) -> None:
+        refusal = await self.auth.refusal(websocket)
+        if refusal is not None:
+            log.info("web chat socket refused: %s", refusal)
+            await websocket.close(code=CLOSE_POLICY)  # before accept: an HTTP 403
+            return
+        conversation = websocket.query_params.get("conversation", "")
+        if not is_conversation_id(conversation) or not await self.conversations.is_open(
+            conversation
+        ):
+            await websocket.close(code=CLOSE_POLICY)
+            return
+        await websocket.accept()
+        source = source_of(conversation)
+        socket = ChatSocket(websocket)
+        events = self.hub.events(source)  # subscribed before turn_running is read
+        self.rooms.join(source, socket)
+        pump: asyncio.Task[None] | None = None
+        try:
+            session_id = await self.hub.session_id(source)
+            await socket.send(
+                Hello(conversation_id=conversation, session_id=session_id, limits=self._limits())
+            )
+            await socket.send(TurnRunning(running=self.hub.is_processing(source)))
+            await self._show_pending(socket, session_id)
+            pump = asyncio.create_task(self._pump(events, socket), name=f"ws:{source}")
+            await self._read(source, websocket, socket)
+        finally:
+            self.rooms.leave(source, socket)
+            events.close()
+            if pump is not None:
+                pump.cancel()
+                await asyncio.gather(pump, return_exceptions=True)
+
+    def _limits(self) -> Limits:
+        return Limits(
+            max_frame_bytes=self.limits.max_frame_bytes,
+            max_message_chars=self.hub.config.max_message_chars,
+            frames_per_second=self.limits.frames_per_second,
+            burst=self.limits.burst,
+        )
+
+    async def _show_pending(self, socket: ChatSocket, session_id: int) -> None:
+        """Cards and questions already waiting (a reload, a second tab, a restart)."""
+        engine = self.hub.engine
+        for item in await engine.pending_approvals(session_id):
+            await socket.send(await self._card(pending_approval_event(item)))
+        for item in await engine.pending_questions(session_id):
+            await socket.send(pending_question_frame(item))
+
+    async def _card(self, event: ApprovalRequired) -> ServerFrame:
+        return approval_frame(event, await self.hub.who_may_decide(event.tool_call_id))
+
+    async def _pump(self, events: SourceEvents, socket: ChatSocket) -> None:
+        async for item in events:
+            if isinstance(item, Lagged):
+                await socket.send(LaggedFrame(missed=item.missed))
+                continue
+            event = item.event
+            frame = (
+                await self._card(event) if isinstance(event, ApprovalRequired) else to_frame(event)
+            )
+            if frame is not None:
+                await socket.send(frame)
+            if socket.gone:
+                return
+
+    async def _read(self, source: str, websocket: WebSocket, socket: ChatSocket) -> None:
+        limits = self.limits
+        rate = FrameRate(limits.frames_per_second, limits.burst, self._clock)
+        refused = 0
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            text, data = message.get("text"), message.get("bytes")
+            size = len(data) if text is None else _utf8_size(text, limits.max_frame_bytes)
+            if size > limits.max_frame_bytes:
+                await socket.close(CLOSE_TOO_BIG, "frame too big")
+                return
+            try:
+                if text is None:
+                    raise FrameError("binary", BINARY)
+                frame = parse_client_frame(text)
+                if not rate.allow():
+                    raise FrameError("rate_limited", RATE_LIMITED, frame.ref)
+            except FrameError as bad:
+                if bad.code != "rate_limited" and not rate.allow():  # junk counts too
+                    bad = FrameError("rate_limited", RATE_LIMITED, bad.ref)
+                if bad.code == "rate_limited":
+                    refused += 1
+                    if refused > limits.max_refused:
+                        await socket.close(CLOSE_POLICY, "too many refused frames")
+                        return
+                await socket.send(ErrorFrame(code=bad.code, message=bad.message, ref=bad.ref))
+                continue
+            refused = 0
+            await self.actions.run(source, frame, socket)
+
+
+def _utf8_size(text: str, limit: int) -> int:
+    """The UTF-8 size of ``text``, exact only near ``limit`` (encoding is skipped when it
+    cannot matter: a character takes one to four bytes)."""
+    if len(text) > limit:
+        return len(text)
+    if len(text) * 4 <= limit:
+        return len(text)
+    return len(text.encode("utf-8", errors="surrogatepass"))
+
+
+class ChatSocket:
+    """One accepted socket; frames from the pump and the reader go out one at a time."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self._websocket = websocket
+        self._lock = asyncio.Lock()
+        self.gone = False
+
+    async def send(self, frame: ServerFrame) -> None:
+        if self.gone:
+            return
+        async with self._lock:
+            try:
+                await self._websocket.send_text(frame.dump())
+            except Exception:  # closed under us: the reader sees the disconnect
+                self.gone = True
+
+    async def close(self, code: int, reason: str) -> None:
+        self.gone = True
+        async with self._lock:
+            if self._websocket.application_state is WebSocketState.CONNECTED:
+                with contextlib.suppress(Exception):
+                    await self._websocket.close(code=code, reason=reason)

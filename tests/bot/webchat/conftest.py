@@ -1,0 +1,180 @@
+"""The web chat over a real socket: uvicorn on 127.0.0.1 (a free port) in the test's loop,
+the ``websockets`` client, a real engine and hub, the fake model over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from websockets.asyncio.client import ClientConnection, connect
+
+from bot.http.app import create_app
+from bot.http.signins import LoginThrottle, SignIns
+from bot.settings import load_config, load_settings
+from bot.webchat.auth import SocketAuth
+from bot.webchat.conversations import AnyConversation
+from bot.webchat.limits import SocketLimits
+from bot.webchat.protocol import MAX_FRAME_BYTES
+from bot.webchat.transport import WebChat
+from engine.config import EngineConfig, HubConfig
+from engine.core import Engine
+from engine.hub import ChatHub
+from tests.engine.hub.conftest import ManualSleep
+from tests.fakes.openai_server import FakeOpenAIServer
+
+TOKEN = "webchat-test-token-0123456789"
+#: A guard against a hang, never a timing assertion.
+RECV_TIMEOUT_S = 15.0
+
+
+class StepClock:
+    """The rate limiter's clock: still unless a test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Client:
+    """One socket, frames as dicts."""
+
+    def __init__(self, connection: ClientConnection) -> None:
+        self.connection = connection
+        self.seen: list[dict[str, Any]] = []
+
+    async def send(self, **frame: Any) -> None:
+        await self.connection.send(json.dumps(frame))
+
+    async def recv(self) -> dict[str, Any]:
+        try:
+            raw = await asyncio.wait_for(self.connection.recv(), RECV_TIMEOUT_S)
+        except TimeoutError:
+            raise AssertionError(f"no frame; seen so far: {self.seen}") from None
+        frame = json.loads(raw)
+        self.seen.append(frame)
+        return frame
+
+    async def until(self, kind: str, **match: Any) -> list[dict[str, Any]]:
+        """Frames up to and including the first of ``kind`` (with ``match``'s fields)."""
+        frames = []
+        while True:
+            frame = await self.recv()
+            frames.append(frame)
+            if frame["type"] == kind and all(frame.get(k) == v for k, v in match.items()):
+                return frames
+
+    async def opened(self) -> list[dict[str, Any]]:
+        """``hello`` and ``turn_running``, the first two frames of every socket."""
+        return [await self.recv(), await self.recv()]
+
+    async def close(self) -> None:
+        await self.connection.close()
+
+
+class ChatServer:
+    def __init__(self, port: int, hub: ChatHub, webchat: WebChat, signins: SignIns) -> None:
+        self.port = port
+        self.hub = hub
+        self.webchat = webchat
+        self.signins = signins
+        self.url = f"ws://127.0.0.1:{port}/ws/chat"
+
+    def connect(
+        self,
+        conversation: str = "c1",
+        *,
+        auth: bool = True,
+        headers: dict[str, str] | None = None,
+        max_size: int | None = 4 * MAX_FRAME_BYTES,
+    ) -> Any:
+        sent = {"Authorization": f"Bearer {TOKEN}"} if auth else {}
+        sent.update(headers or {})
+        return connect(
+            f"{self.url}?conversation={conversation}",
+            additional_headers=sent,
+            max_size=max_size,
+            open_timeout=RECV_TIMEOUT_S,
+        )
+
+    async def client(self, conversation: str = "c1", **kwargs: Any) -> Client:
+        client = Client(await self.connect(conversation, **kwargs))
+        await client.opened()
+        return client
+
+
+@pytest.fixture
+def rate_clock() -> StepClock:
+    return StepClock()
+
+
+@pytest.fixture
+async def engine(tmp_path: Path, fake_openai: FakeOpenAIServer) -> AsyncIterator[Engine]:
+    settings = load_settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
+        chathub_workspace=tmp_path / "workspace",
+        chathub_timezone="UTC",
+        llm_base_url=fake_openai.base_url,
+        llm_model="fake-model",
+        _env_file=None,
+    )
+    config = replace(
+        load_config(settings), engine=EngineConfig(max_tool_rounds=6, command_timeout_s=20)
+    )
+    engine = await Engine.open(config)  # default rules: file writes and commands ask
+    yield engine
+    await engine.close()
+
+
+@pytest.fixture
+async def hub(engine: Engine) -> AsyncIterator[ChatHub]:
+    hub = ChatHub(engine, HubConfig(idle_evict_s=600), sleep=ManualSleep())
+    await hub.start()
+    yield hub
+    await hub.close()
+
+
+@pytest.fixture
+async def make_server(
+    engine: Engine, hub: ChatHub, rate_clock: StepClock
+) -> AsyncIterator[Callable[..., Any]]:
+    servers: list[tuple[uvicorn.Server, asyncio.Task[None], WebChat]] = []
+
+    async def start(limits: SocketLimits | None = None) -> ChatServer:
+        signins = SignIns(engine.store.db, token=TOKEN)
+        auth = SocketAuth(token=TOKEN, signins=signins, throttle=LoginThrottle())
+        webchat = WebChat(hub, auth, AnyConversation(), limits=limits, clock=rate_clock)
+        app = create_app(webchat=webchat)
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            app, log_level="warning", ws_max_size=2 * MAX_FRAME_BYTES, lifespan="off"
+        )
+        server = uvicorn.Server(config)
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            await asyncio.sleep(0.01)
+            if task.done():
+                task.result()
+        servers.append((server, task, webchat))
+        return ChatServer(port, hub, webchat, signins)
+
+    yield start
+    for server, task, webchat in servers:
+        server.should_exit = server.force_exit = True
+        await task
+        await webchat.close()
+
+
+@pytest.fixture
+async def server(make_server: Callable[..., Any]) -> ChatServer:
+    return await make_server()

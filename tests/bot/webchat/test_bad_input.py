@@ -1,0 +1,199 @@
+"""Bad input over a real socket: each refused in one sentence, nothing else changes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from bot.http.web import COOKIE
+from bot.webchat.limits import SocketLimits
+from bot.webchat.protocol import MAX_FRAME_BYTES
+from tests.bot.webchat.conftest import ChatServer, Client, StepClock
+from tests.fakes.openai_server import FakeOpenAIServer
+
+
+async def refused(client: Client, code: str) -> dict:
+    frame = await client.recv()
+    assert frame["type"] == "error" and frame["code"] == code, frame
+    assert "Traceback" not in frame["message"] and frame["message"].endswith(".")
+    return frame
+
+
+async def test_non_json_text_is_refused(server: ChatServer):
+    client = await server.client()
+    for junk in ("not json", "[1, 2]", '"text"', "{", '{"type": "ping", "x": NaN}', "1e400"):
+        await client.connection.send(junk)
+        await refused(client, "bad_json")
+    await client.send(type="ping")
+    assert (await client.recv())["type"] == "pong"  # still open
+
+
+async def test_a_binary_frame_is_refused(server: ChatServer):
+    client = await server.client()
+    await client.connection.send(b'{"type": "ping"}')
+    frame = await refused(client, "binary")
+    assert "binary" in frame["message"]
+
+
+async def test_an_unknown_type_is_refused(server: ChatServer):
+    client = await server.client()
+    await client.send(type="rm_rf", ref="r1")
+    frame = await refused(client, "unknown_type")
+    assert frame["ref"] == "r1"
+    await client.connection.send(json.dumps({"text": "no type"}))
+    await refused(client, "invalid")
+
+
+@pytest.mark.parametrize(
+    ("frame", "says"),
+    [
+        ({"type": "message"}, "needs the field 'text'"),
+        ({"type": "approve_tool"}, "needs the field 'tool_call_id'"),
+        ({"type": "answer_question", "request_id": 3}, "needs the field 'answer'"),
+        ({"type": "approve_tool", "tool_call_id": "7"}, "tool_call_id"),
+        ({"type": "approve_tool", "tool_call_id": 2**70}, "tool_call_id"),
+        ({"type": "approve_tool", "tool_call_id": 7, "bypass_secs": 5}, "bypass_secs"),
+        ({"type": "message", "text": "hi", "extra": 1}, "has no field 'extra'"),
+        ({"type": "ping", "v": 2}, "version 1"),
+    ],
+)
+async def test_missing_and_malformed_fields_are_refused(server: ChatServer, frame: dict, says: str):
+    client = await server.client()
+    await client.connection.send(json.dumps(frame))
+    error = await client.recv()
+    assert error["type"] == "error" and says in error["message"], error
+
+
+async def test_a_frame_over_the_size_limit_closes_with_1009(server: ChatServer):
+    client = await server.client()
+    await client.send(type="message", text="x" * (MAX_FRAME_BYTES + 1))
+    with pytest.raises(ConnectionClosed) as closed:
+        await client.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+    assert not server.hub.is_processing("web:c1")
+
+
+async def test_a_flood_is_rate_limited_and_nothing_acknowledged_is_lost(
+    make_server, rate_clock: StepClock, fake_openai: FakeOpenAIServer
+):
+    server = await make_server(SocketLimits(frames_per_second=1.0, burst=5, max_refused=50))
+    client = await server.client()
+    for i in range(12):
+        await client.send(type="ping", ref=f"p{i}")
+    answers = [await client.recv() for _ in range(12)]
+    assert [a["type"] for a in answers] == ["pong"] * 5 + ["error"] * 7
+    assert {a["code"] for a in answers[5:]} == {"rate_limited"}
+    assert "slow down" in answers[5]["message"]
+    rate_clock.now += 1.0  # a second later one more frame is taken
+    fake_openai.reply_text("Got it.")
+    await client.send(type="message", text="after the flood", ref="m")
+    frames = await client.until("done")
+    assert next(f for f in frames if f["type"] == "accepted")["ref"] == "m"
+
+
+async def test_a_flood_that_goes_on_is_closed(make_server):
+    server = await make_server(SocketLimits(frames_per_second=1.0, burst=2, max_refused=5))
+    client = await server.client()
+    with pytest.raises(ConnectionClosed) as closed:
+        for _ in range(50):
+            await client.send(type="ping")
+        while True:
+            await client.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+
+async def test_another_conversations_ids_are_refused(
+    server: ChatServer, fake_openai: FakeOpenAIServer
+):
+    fake_openai.reply_tool_calls(("w1", "write_file", {"path": "a.txt", "content": "a"}))
+    fake_openai.reply_text("ok")
+    mine = await server.client("c1")
+    stranger = await server.client("c2")
+    await mine.send(type="message", text="write")
+    card = (await mine.until("approval_required"))[-1]
+    call = card["tool_call_id"]
+    await stranger.send(type="approve_tool", tool_call_id=call)
+    await refused(stranger, "expired")
+    await stranger.send(type="reject_tool", tool_call_id=call, reason="ha")
+    await refused(stranger, "expired")
+    await stranger.send(type="answer_question", request_id=call, answer="x")
+    await refused(stranger, "expired")
+    pending = await server.hub.engine.pending_approvals()
+    assert [item.tool_call_id for item in pending] == [call]  # untouched
+    await mine.send(type="approve_tool", tool_call_id=call)
+    await mine.until("done")
+
+
+async def test_an_answer_to_a_closed_or_unknown_question_is_refused(server: ChatServer):
+    client = await server.client()
+    await client.send(type="answer_question", request_id=12345, answer="blue")
+    frame = await refused(client, "expired")
+    assert frame["message"] == "That question is no longer open."
+
+
+async def test_a_socket_without_auth_is_refused_before_any_frame(server: ChatServer):
+    with pytest.raises(InvalidStatus) as refused_status:
+        async with server.connect(auth=False):
+            pass
+    assert refused_status.value.response.status_code == 403
+    with pytest.raises(InvalidStatus):
+        async with server.connect(auth=False, headers={"Authorization": "Bearer wrong"}):
+            pass
+    with pytest.raises(InvalidStatus):
+        async with server.connect(auth=False, headers={"Cookie": f"{COOKIE}=" + "a" * 43}):
+            pass
+
+
+async def test_a_token_in_the_query_string_opens_nothing(server: ChatServer):
+    from websockets.asyncio.client import connect
+
+    from tests.bot.webchat.conftest import TOKEN
+
+    with pytest.raises(InvalidStatus):
+        async with connect(f"{server.url}?conversation=c1&token={TOKEN}"):
+            pass
+
+
+async def test_a_foreign_origin_is_refused_even_with_the_token(server: ChatServer):
+    for origin in ("http://evil.example", "null", f"https://127.0.0.1:{server.port + 1}"):
+        with pytest.raises(InvalidStatus):
+            async with server.connect(headers={"Origin": origin}):
+                pass
+    async with server.connect(headers={"Origin": f"http://127.0.0.1:{server.port}"}) as ok:
+        assert json.loads(await ok.recv())["type"] == "hello"
+
+
+async def test_the_inbox_sign_in_cookie_opens_a_socket(server: ChatServer):
+    signin = await server.signins.create("127.0.0.1", "test")
+    cookie = {"Cookie": f"{COOKIE}={signin.secret}"}
+    async with server.connect(auth=False, headers=cookie) as connection:
+        assert json.loads(await connection.recv())["type"] == "hello"
+    await server.signins.revoke(signin.signin.handle)
+    with pytest.raises(InvalidStatus):
+        async with server.connect(auth=False, headers=cookie):
+            pass
+
+
+async def test_a_malformed_conversation_id_is_refused(server: ChatServer):
+    for conversation in ("", "a:b", "x" * 41, "%20"):
+        with pytest.raises(InvalidStatus):
+            async with server.connect(conversation):
+                pass
+
+
+async def test_html_in_model_output_and_arguments_travels_as_text(
+    server: ChatServer, fake_openai: FakeOpenAIServer
+):
+    """The frames carry text; the page shows it as text (it never parses frames as HTML)."""
+    script = "<script>alert(1)</script>"
+    fake_openai.reply_tool_calls(("w1", "write_file", {"path": "x.html", "content": script}))
+    fake_openai.reply_text(f"Here: {script}")
+    client = await server.client()
+    await client.send(type="message", text=script)
+    card = (await client.until("approval_required"))[-1]
+    assert script in card["content"]
+    await client.send(type="reject_tool", tool_call_id=card["tool_call_id"])
+    frames = await client.until("done")
+    assert frames[-1]["content"] == f"Here: {script}"

@@ -1,0 +1,209 @@
+"""A conversation over a real socket: streaming, stop, approvals, questions, tabs, reconnects."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bot.webchat.conftest import ChatServer, Client
+from tests.fakes.openai_server import FakeOpenAIServer
+
+
+def types(frames: list[dict]) -> list[str]:
+    return [f["type"] for f in frames]
+
+
+async def test_a_socket_opens_with_hello_then_turn_running(server: ChatServer):
+    async with server.connect() as connection:
+        client = Client(connection)
+        hello, running = await client.opened()
+    assert hello["type"] == "hello" and hello["protocol"] == 1
+    assert hello["conversation_id"] == "c1" and hello["session_id"] > 0
+    assert hello["limits"]["max_frame_bytes"] > 0
+    assert running == {"type": "turn_running", "running": False}
+
+
+async def test_a_streamed_turn_arrives_in_order(server: ChatServer, fake_openai: FakeOpenAIServer):
+    fake_openai.reply_text("Hello there, my friend.")
+    client = await server.client()
+    await client.send(type="message", text="hi", ref="m1")
+    frames = await client.until("done")
+    kinds = types(frames)
+    assert "accepted" in kinds
+    accepted = frames[kinds.index("accepted")]
+    assert accepted["ref"] == "m1"
+    user = kinds.index("user_message")
+    deltas = [i for i, kind in enumerate(kinds) if kind == "text_delta"]
+    assert frames[user]["text"] == "hi" and frames[user]["id"] > 0
+    assert len(deltas) > 1 and user < deltas[0] and deltas[-1] < len(kinds) - 1
+    assert "".join(frames[i]["text"] for i in deltas) == "Hello there, my friend."
+    assert frames[-1]["content"] == "Hello there, my friend."
+    await client.close()
+
+
+def write_call(call_id: str, path: str = "notes/a.txt", content: str = "hello\n") -> tuple:
+    return (call_id, "write_file", {"path": path, "content": content})
+
+
+async def test_stop_while_the_answer_streams(server: ChatServer, fake_openai: FakeOpenAIServer):
+    fake_openai.reply_hang(partial="Thinking about it ")
+    client = await server.client()
+    await client.send(type="message", text="a long question")
+    await client.until("text_delta")
+    await client.send(type="stop", ref="s1")
+    frames = await client.until("error", code="turn")
+    notice = next(f for f in frames if f["type"] == "notice")
+    assert notice["ref"] == "s1" and "Stopped" in notice["text"]
+    # The next message is answered: the stop ended that turn only.
+    fake_openai.reply_text("Here I am.")
+    await client.send(type="message", text="still there?")
+    assert (await client.until("done"))[-1]["content"] == "Here I am."
+
+
+async def test_stop_while_a_tool_runs(server: ChatServer, fake_openai: FakeOpenAIServer):
+    fake_openai.reply_tool_calls(("c1", "execute_cmd", {"command": "sleep 30"}))
+    client = await server.client()
+    await client.send(type="message", text="wait a while")
+    card = (await client.until("approval_required"))[-1]
+    assert card["label"] == "Command" and "sleep 30" in card["content"]
+    await client.send(type="approve_tool", tool_call_id=card["tool_call_id"])
+    await client.until("approval_resolved")
+    await client.send(type="stop")
+    frames = await client.until("error", code="turn")
+    ended = [f for f in frames if f["type"] == "tool_end"]
+    assert ended and ended[-1]["status"] in ("cancelled", "failed")
+    assert not server.hub.is_processing("web:c1")
+
+
+@pytest.mark.parametrize(
+    ("bypass_secs", "outcome", "asks_again"),
+    [(None, "approve", True), (900, "bypass_15m", False), (0, "bypass_session", False)],
+)
+async def test_approve_with_and_without_a_bypass(
+    server: ChatServer,
+    fake_openai: FakeOpenAIServer,
+    bypass_secs: int | None,
+    outcome: str,
+    asks_again: bool,
+):
+    fake_openai.reply_tool_calls(write_call("w1", "notes/a.txt"))
+    fake_openai.reply_text("Wrote a.")
+    client = await server.client()
+    await client.send(type="message", text="write a")
+    card = (await client.until("approval_required"))[-1]
+    assert [c["choice"] for c in card["choices"]] == [
+        "approve",
+        "reject",
+        "bypass_15m",
+        "bypass_session",
+    ]
+    approve = {"bypass_secs": bypass_secs} if bypass_secs is not None else {}
+    await client.send(type="approve_tool", tool_call_id=card["tool_call_id"], **approve)
+    frames = await client.until("done")
+    resolved = next(f for f in frames if f["type"] == "approval_resolved")
+    assert resolved["outcome"] == outcome and resolved["by"] == "the web chat"
+    assert next(f for f in frames if f["type"] == "tool_end")["status"] == "done"
+    assert (server.hub.engine.workspace.root / "notes/a.txt").exists()
+
+    fake_openai.reply_tool_calls(write_call("w2", "notes/b.txt"))
+    fake_openai.reply_text("Wrote b.")
+    await client.send(type="message", text="write b")
+    frames = await client.until("tool_start")
+    if asks_again:
+        card = (await client.until("approval_required"))[-1]
+        await client.send(type="approve_tool", tool_call_id=card["tool_call_id"])
+    frames = await client.until("done")
+    assert ("approval_required" in types(frames)) is False
+    assert next(f for f in frames if f["type"] == "tool_end")["status"] == "done"
+
+
+async def test_reject_with_a_reason_the_model_reads(
+    server: ChatServer, fake_openai: FakeOpenAIServer
+):
+    fake_openai.reply_tool_calls(write_call("w1"))
+    fake_openai.reply_text("Understood, I will not.")
+    client = await server.client()
+    await client.send(type="message", text="write it")
+    card = (await client.until("approval_required"))[-1]
+    await client.send(
+        type="reject_tool", tool_call_id=card["tool_call_id"], reason="<b>not</b> today"
+    )
+    frames = await client.until("done")
+    resolved = next(f for f in frames if f["type"] == "approval_resolved")
+    assert resolved["outcome"] == "reject" and resolved["note"] == "<b>not</b> today"
+    assert next(f for f in frames if f["type"] == "tool_end")["status"] == "rejected"
+    tool_messages = [m for m in fake_openai.requests[-1]["messages"] if m["role"] == "tool"]
+    assert "<b>not</b> today" in tool_messages[-1]["content"]
+
+
+async def test_a_question_answered(server: ChatServer, fake_openai: FakeOpenAIServer):
+    fake_openai.reply_tool_calls(("q1", "ask_user_clarification", {"question": "Which colour?"}))
+    fake_openai.reply_text("Blue it is.")
+    one = await server.client()
+    two = await server.client()
+    await one.send(type="message", text="paint it")
+    question = (await one.until("agent_question"))[-1]
+    assert question["question"] == "Which colour?"
+    await two.until("agent_question")
+    await one.send(type="answer_question", request_id=question["request_id"], answer="blue")
+    for client in (one, two):
+        frames = await client.until("done")
+        answered = next(f for f in frames if f["type"] == "question_answered")
+        assert answered == {
+            "type": "question_answered",
+            "request_id": question["request_id"],
+            "answer": "blue",
+        }
+    tool_messages = [m for m in fake_openai.requests[-1]["messages"] if m["role"] == "tool"]
+    assert "blue" in tool_messages[-1]["content"]
+    # Answering again: the question is closed.
+    await one.send(type="answer_question", request_id=question["request_id"], answer="red", ref="x")
+    error = await one.until("error")
+    assert error[-1]["code"] == "expired" and error[-1]["ref"] == "x"
+
+
+async def test_two_sockets_of_a_conversation_see_everything(
+    server: ChatServer, fake_openai: FakeOpenAIServer
+):
+    fake_openai.reply_tool_calls(write_call("w1"))
+    fake_openai.reply_text("Done writing.")
+    one = await server.client()
+    two = await server.client()
+    other = await server.client("c2")
+    await one.send(type="message", text="from tab one")
+    card = (await two.until("approval_required"))[-1]
+    await two.send(type="approve_tool", tool_call_id=card["tool_call_id"])
+    seen_one = await one.until("done")
+    seen_two = two.seen[2:] + await two.until("done")
+    shown = ["user_message", "tool_start", "approval_required", "approval_resolved", "tool_end"]
+    for frames in (seen_one, seen_two):
+        kinds = [k for k in types(frames) if k in (*shown, "done")]
+        assert kinds == [*shown, "done"]
+        assert next(f for f in frames if f["type"] == "user_message")["text"] == "from tab one"
+    await other.send(type="ping", ref="p")
+    assert await other.recv() == {"type": "pong", "ref": "p"}  # nothing of c1 reached c2
+
+
+async def test_a_reconnect_mid_turn_gets_running_then_the_answer(
+    server: ChatServer, fake_openai: FakeOpenAIServer
+):
+    """The socket closes while a card waits: the turn waits on; a new socket sees
+    ``turn_running: true``, the card again, approves it and gets ``done``."""
+    fake_openai.reply_tool_calls(write_call("w1"))
+    fake_openai.reply_text("Written after the reload.")
+    first = await server.client()
+    await first.send(type="message", text="write it")
+    card = (await first.until("approval_required"))[-1]
+    await first.close()
+    assert server.hub.is_processing("web:c1")
+
+    async with server.connect() as connection:
+        second = Client(connection)
+        _hello, running = await second.opened()
+        assert running == {"type": "turn_running", "running": True}
+        again = await second.recv()
+        assert again["type"] == "approval_required"
+        assert again["tool_call_id"] == card["tool_call_id"]
+        await second.send(type="approve_tool", tool_call_id=again["tool_call_id"])
+        frames = await second.until("done")
+    assert frames[-1]["content"] == "Written after the reload."
+    assert "tool_end" in types(frames)
