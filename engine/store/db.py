@@ -373,12 +373,16 @@ def _created_whole(
         or any(not layer.tables for layer in layers)
     ):
         return False
-    tables = []
+    tables, seeds = [], []
     for layer in layers:
         module = importlib.import_module(str(layer.tables))
         tables += [t for t in vars(module).values() if isinstance(t, sa.Table)]
+        if callable(getattr(module, "seed_rows", None)):
+            seeds.append(module.seed_rows)
     log.info("a new database: creating %d tables", len(tables))
     tables[0].metadata.create_all(conn, tables=tables)
+    for seed in seeds:
+        seed(conn)
     _version_table.create(conn)
     if migrations:
         conn.execute(

@@ -28,7 +28,7 @@ from sqlalchemy import (
     false,
     true,
 )
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Connection, Dialect
 
 metadata = MetaData()
 
@@ -201,6 +201,20 @@ permission_groups = Table(
     Column("seeded", Boolean, nullable=False, server_default=false()),
     Column("created_at", UtcDateTime, nullable=False),
 )
+
+
+def seed_rows(conn: Connection) -> None:
+    """The rows the engine's migrations put in a new database (v0002's default group), for
+    a database created whole (``engine.store.db``)."""
+    conn.execute(
+        permission_groups.insert().values(
+            name="default",
+            description="Rules every session falls back to",
+            seeded=False,
+            created_at=utcnow(),
+        )
+    )
+
 
 approval_rules = Table(
     "approval_rules",

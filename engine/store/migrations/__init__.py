@@ -32,7 +32,8 @@ class Layer:
 
     ``name`` is recorded with every migration of the layer that is applied. ``tables``
     names the module that defines the layer's tables (on the shared ``MetaData``, as its
-    migrations leave them): a new database gets them in one ``create_all``.
+    migrations leave them): a new database gets them in one ``create_all``, then the rows
+    its migrations insert from that module's ``seed_rows(conn)``, when it has one.
     """
 
     name: str

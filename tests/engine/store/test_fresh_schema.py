@@ -1,6 +1,7 @@
-"""A new database is created whole (every layer's tables in one create_all, every
-migration recorded) and ends up exactly as the migrations, one by one, leave a database:
-the same tables, columns, types, defaults, keys, indexes and recorded versions."""
+"""A new database is created whole (every layer's tables in one create_all, the rows the
+migrations insert, every migration recorded) and ends up exactly as the migrations, one
+by one, leave a database: the same tables, columns, types, defaults, keys, indexes, rows
+and recorded versions."""
 
 from __future__ import annotations
 
@@ -40,6 +41,18 @@ def describe(conn: sa.Connection) -> dict[str, Any]:
                 for f in inspector.get_foreign_keys(table)
             ),
         }
+    for table in sorted(inspector.get_table_names()):  # the rows migrations insert, too
+        if table == "schema_version":
+            continue
+        reflected = sa.Table(table, sa.MetaData(), autoload_with=conn)
+        data = [c.name for c in reflected.columns if not c.name.endswith("_at")]
+        found[f"rows of {table}"] = (
+            sorted(
+                tuple(str(v) for v in row) for row in conn.execute(sa.select(*reflected.c[*data]))
+            )
+            if data
+            else []
+        )
     found["recorded"] = sorted(
         (row.version, row.name, row.layer) for row in conn.execute(sa.select(_version_table))
     )
