@@ -128,14 +128,14 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "terminal_lacks(reason): the scenario is expected to fail on the terminal (strict xfail)",
+        "fails_on(*platforms, reason): a known gap there (a strict xfail on those platforms)",
     )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``only_on``: the other platforms' items are deselected. ``terminal_lacks``: a strict
-    xfail on the terminal, so passing there fails the run and the mark goes as soon as the
-    terminal catches up."""
+    """``only_on``: the other platforms' items are deselected. ``fails_on``: a strict xfail
+    on those platforms, so passing there fails the run and the mark goes as soon as the gap
+    is closed."""
     kept, dropped = [], []
     for item in items:
         callspec = getattr(item, "callspec", None)
@@ -144,9 +144,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if platform is not None and only is not None and platform not in only.args:
             dropped.append(item)
             continue
-        lacks = item.get_closest_marker("terminal_lacks")
-        if lacks is not None and platform == "terminal":
-            item.add_marker(pytest.mark.xfail(strict=True, reason=lacks.args[0]))
+        gap = item.get_closest_marker("fails_on")
+        if gap is not None and platform in gap.args:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=gap.kwargs["reason"]))
         kept.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)

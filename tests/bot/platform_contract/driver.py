@@ -72,6 +72,9 @@ class PlatformDriver(Protocol):
     async def question(self) -> Prompt:
         """Wait for the next clarification question not yet returned."""
 
+    def questions_shown(self) -> int:
+        """How many questions the person sees (the terminal: since it started)."""
+
     async def answer(self, question: Prompt, text: str) -> None: ...
 
     async def expect_stopped(self) -> None:

@@ -72,6 +72,9 @@ class TelegramDriver:
     def approvals_shown(self) -> int:
         return sum(APPROVAL_MARK in t for t in self.shown())
 
+    def questions_shown(self) -> int:
+        return sum(QUESTION_MARK in t for t in self.shown())
+
     async def approve(self, card: Prompt) -> None:
         self._tap(card, "approve")
 
@@ -100,22 +103,20 @@ class TelegramDriver:
         await eventually(lambda: any("Stopped" in t for t in self.shown()))
 
     async def restart(self) -> None:
-        """Once the open cards are recorded with their message ids (a crash before that
-        sends them again); then the person sees the chat as it is."""
-        cards = [self._current_by_id(i) for i in sorted(self._approvals_seen)]
-        still_open = [card for card in cards if _has_buttons(card)]
+        """Once the open cards and questions are recorded with their message ids (a crash
+        before that sends them again); then the person sees the chat as it is."""
         store = TelegramStore(self.service.engine.store.db)
-        for card in still_open:
-            await eventually_true(partial(_recorded, store, card))
+        await eventually_true(partial(_all_recorded, store, self.source))
+        waiting = [card.tool_call_id for card in await store.open_cards(self.source)]
         await stop(self.service)
         self._approvals_seen.clear()
         self._questions_seen.clear()
         await self.start()
-        await self._settle([call_id(card) for card in still_open])
+        await self._settle(waiting)
 
     async def _settle(self, calls: list[int]) -> None:
         """Until the resumed turn waits at its cards again and the adapter has shown what
-        it had to. A tap before that gets a second card for the decided call (the adapter
+        it had to. A tap before that got a second card for the decided call (the adapter
         resends a card that is no longer open): a bug of its own, not what this checks."""
         approvals = self.service.engine.approvals
         await eventually(lambda: all(approvals.is_waiting(call) for call in calls))
@@ -136,9 +137,6 @@ class TelegramDriver:
             ALICE, ALICE, message.message_id, format_callback(call_id(message), action)
         )  # type: ignore[arg-type]
 
-    def _current_by_id(self, message_id: int) -> SentMessage:
-        return self.telegram.message(ALICE, message_id)
-
     def _current(self, message: SentMessage) -> SentMessage:
         return self.telegram.message(ALICE, message.message_id)
 
@@ -153,13 +151,9 @@ class TelegramDriver:
         return None
 
 
-async def _recorded(store: TelegramStore, card: SentMessage) -> bool:
-    row = await store.card(call_id(card))
-    return row is not None and row.message_id == card.message_id
-
-
-def _has_buttons(card: SentMessage) -> bool:
-    return bool((card.reply_markup or {}).get("inline_keyboard"))
+async def _all_recorded(store: TelegramStore, source: str) -> bool:
+    """Every open card and question of ``source`` is stored with its message id."""
+    return all(card.message_id is not None for card in await store.open_cards(source))
 
 
 def call_id(card: SentMessage) -> int:

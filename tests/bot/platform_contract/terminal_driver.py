@@ -145,6 +145,9 @@ class TerminalDriver:
     def approvals_shown(self) -> int:
         return sum(line.startswith(APPROVAL_MARK) for line in self.screen.lines())
 
+    def questions_shown(self) -> int:
+        return sum(line.startswith(QUESTION_MARK) for line in self.screen.lines())
+
     async def approve(self, card: Prompt) -> None:
         await self.say("y")
 

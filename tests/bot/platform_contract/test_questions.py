@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from engine.llm.scripted import text, tool_call
 from tests.bot.platform_contract.scripts import tool_results
+
+QUESTION_ASKED_TWICE = (
+    "after a restart the resumed turn asks its question again and Telegram sends it again "
+    "(bot/telegram/chat_cards.py send_question has no 'already shown' check; send_card has "
+    "one, so an approval card is not resent)"
+)
 
 
 async def test_a_clarification_is_answered(driver, model):
@@ -17,3 +25,31 @@ async def test_a_clarification_is_answered(driver, model):
 
     await driver.expect("Booking Rome.")
     assert tool_results(model) == ["Rome"]
+
+
+async def test_a_pending_question_still_works_after_a_restart(driver, model):
+    ask = tool_call("ask_user_clarification", '{"question": "Which city?"}', "q")
+    model.add(ask)
+    await driver.say("book a hotel")
+    await driver.question()
+
+    await driver.restart()
+    model.add(text("Booking Rome."))
+    question = await driver.question()
+    await driver.answer(question, "Rome")
+
+    await driver.expect("Booking Rome.")
+    assert tool_results(model) == ["Rome"]
+
+
+@pytest.mark.fails_on("telegram-ptb", "telegram-aiogram", reason=QUESTION_ASKED_TWICE)
+async def test_a_pending_question_is_not_asked_twice_after_a_restart(driver, model):
+    ask = tool_call("ask_user_clarification", '{"question": "Which city?"}', "q")
+    model.add(ask)
+    await driver.say("book a hotel")
+    await driver.question()
+
+    await driver.restart()
+    await driver.question()  # the terminal asks again at start, on a screen of its own
+
+    assert driver.questions_shown() == 1

@@ -18,7 +18,7 @@ TYPED_STOP_WAITS = (
 )
 
 
-@pytest.mark.terminal_lacks(TYPED_STOP_WAITS)
+@pytest.mark.fails_on("terminal", reason=TYPED_STOP_WAITS)
 async def test_stop_during_a_tool(driver, model):
     blocker = await _a_turn_blocked_in_a_tool(driver, model)
 
