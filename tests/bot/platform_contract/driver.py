@@ -80,6 +80,9 @@ class PlatformDriver(Protocol):
     async def expect_stopped(self) -> None:
         """Wait until the platform shows that the running turn was stopped."""
 
+    async def idle(self) -> None:
+        """After a turn the person started: wait until it is over and all it said shown."""
+
     async def restart(self) -> None:
         """Stop the service and start it again over the same database."""
 

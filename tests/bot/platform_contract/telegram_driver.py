@@ -102,6 +102,11 @@ class TelegramDriver:
     async def expect_stopped(self) -> None:
         await eventually(lambda: any("Stopped" in t for t in self.shown()))
 
+    async def idle(self) -> None:
+        hub = self.service.hub
+        await eventually(lambda: not hub.is_processing(self.source))
+        await self.service.adapter.drain()
+
     async def restart(self) -> None:
         """Once the open cards and questions are recorded with their message ids (a crash
         before that sends them again); then the person sees the chat as it is."""

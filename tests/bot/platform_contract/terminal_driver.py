@@ -173,6 +173,14 @@ class TerminalDriver:
     async def expect_stopped(self) -> None:
         await self.expect("cancelled")
 
+    async def idle(self) -> None:
+        """The chat prompts for the next line once the turn is over."""
+        hub = self.service.hub
+        await self.screen.wait_for(
+            lambda: not hub.is_processing(self.source) and self.screen.text.endswith(PROMPT),
+            "the prompt after the turn",
+        )
+
     async def restart(self) -> None:
         await self._end()
         self.screen = TerminalScreen()

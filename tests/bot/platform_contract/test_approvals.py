@@ -56,6 +56,7 @@ async def test_approving_and_stopping_the_asking(driver, model, for_):
     await driver.approve_and_stop_asking(card, for_=for_)
 
     await driver.expect("Both done.")
+    await driver.idle()
     assert driver.approvals_shown() == 1
 
 
