@@ -12,17 +12,28 @@ serves loopback only (``create_app``) and every local client is let in, as in th
 from __future__ import annotations
 
 import hmac
+import secrets
+from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlparse
 
 from starlette.requests import HTTPConnection
 
-from bot.http.signins import LoginThrottle, SignIns
+from bot.http.signins import LoginThrottle, SignIns, csrf_token
 from bot.http.web import COOKIE
 
-__all__ = ["Refusal", "SocketAuth"]
+__all__ = ["Access", "Refusal", "SocketAuth"]
 
 Refusal = Literal["foreign_origin", "signed_out", "throttled"]
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """Let in. ``csrf``: what a write must carry in ``X-CSRF-Token`` (a browser's sign-in
+    or loopback without a token); ``None`` for a bearer header, which no other site can
+    make a browser send."""
+
+    csrf: str | None
 
 
 class SocketAuth:
@@ -41,25 +52,30 @@ class SocketAuth:
         self._token = token.encode() if token else None
         self._signins = signins
         self._throttle = throttle
+        self._loopback_csrf = secrets.token_hex(32)  # per process, as the inbox's
 
     async def refusal(self, connection: HTTPConnection) -> Refusal | None:
         """Why ``connection`` may not open a socket; ``None``: it may."""
+        access = await self.check(connection)
+        return access if isinstance(access, str) else None
+
+    async def check(self, connection: HTTPConnection) -> Access | Refusal:
         if not same_origin(connection):
             return "foreign_origin"
         if self._token is None or self._signins is None:
-            return None
+            return Access(self._loopback_csrf)
         address = connection.client.host if connection.client else None
         scheme, _, value = connection.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer":
             if self._throttle.retry_after(address) is not None:
                 return "throttled"
             if hmac.compare_digest(value.strip().encode(), self._token):
-                return None
+                return Access(None)
             self._throttle.failed(address)
             return "signed_out"
         secret = connection.cookies.get(COOKIE, "")
         if secret and await self._signins.lookup(secret) is not None:
-            return None
+            return Access(csrf_token(secret))
         return "signed_out"
 
 

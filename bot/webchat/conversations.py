@@ -1,4 +1,8 @@
-"""Which conversations a socket may open: each is the hub source ``web:<id>``."""
+"""Which conversations a socket may open: each is the hub source ``web:<id>``.
+
+The service's are ``store.py``'s (created over HTTP first); ``AnyConversation`` lets an
+API client name its own.
+"""
 
 from __future__ import annotations
 
@@ -23,9 +27,15 @@ class ConversationDirectory(Protocol):
     async def is_open(self, conversation_id: str) -> bool:
         """Whether the conversation exists and was not deleted."""
 
+    async def used(self, conversation_id: str) -> None:
+        """A message was sent in it (the sidebar lists it first)."""
+
 
 class AnyConversation:
     """Every well-formed id is a conversation (an API client names its own)."""
 
     async def is_open(self, conversation_id: str) -> bool:
         return is_conversation_id(conversation_id)
+
+    async def used(self, conversation_id: str) -> None:
+        return None

@@ -48,6 +48,7 @@ __all__ = [
     "approval_frame",
     "pending_approval_event",
     "pending_question_frame",
+    "preview",
     "resolved_frame",
     "to_frame",
 ]
@@ -160,8 +161,11 @@ def _arguments(text: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def preview(text: str, limit: int = RESULT_PREVIEW_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _tool_end(call_id: int, name: str, status: Any, text: str, depth: int) -> ToolEndFrame:
-    preview = text if len(text) <= RESULT_PREVIEW_CHARS else text[: RESULT_PREVIEW_CHARS - 1] + "…"
     return ToolEndFrame(
-        tool_call_id=call_id, name=name, status=status, preview=preview, depth=depth
+        tool_call_id=call_id, name=name, status=status, preview=preview(text), depth=depth
     )

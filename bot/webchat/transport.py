@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketState
@@ -30,6 +30,7 @@ from bot.webchat.protocol import (
     Hello,
     LaggedFrame,
     Limits,
+    SendMessage,
     ServerFrame,
     TurnRunning,
     parse_client_frame,
@@ -67,8 +68,11 @@ class WebChat:
         *,
         limits: SocketLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
+        pages: Sequence[BaseRoute] = (),
     ) -> None:
+        """``pages``: the chat's HTTP routes (the conversations, the page), served beside."""
         self.hub = hub
+        self._pages = tuple(pages)
         self.auth = auth
         self.conversations = conversations
         self.limits = limits or SocketLimits()
@@ -78,7 +82,7 @@ class WebChat:
         self.actions = Actions(hub, self.rooms, web_commands(), self._background)
 
     def routes(self) -> list[BaseRoute]:
-        return [WebSocketRoute("/ws/chat", self.endpoint, name="web_chat_socket")]
+        return [WebSocketRoute("/ws/chat", self.endpoint, name="web_chat_socket"), *self._pages]
 
     async def close(self) -> None:
         await self._background.close()
@@ -109,7 +113,7 @@ class WebChat:
             await socket.send(TurnRunning(running=self.hub.is_processing(source)))
             await self._show_pending(socket, session_id)
             pump = asyncio.create_task(self._pump(events, socket), name=f"ws:{source}")
-            await self._read(source, websocket, socket)
+            await self._read(conversation, websocket, socket)
         finally:
             self.rooms.leave(source, socket)
             events.close()
@@ -150,7 +154,8 @@ class WebChat:
             if socket.gone:
                 return
 
-    async def _read(self, source: str, websocket: WebSocket, socket: ChatSocket) -> None:
+    async def _read(self, conversation: str, websocket: WebSocket, socket: ChatSocket) -> None:
+        source = source_of(conversation)
         limits = self.limits
         rate = FrameRate(limits.frames_per_second, limits.burst, self._clock)
         refused = 0
@@ -181,6 +186,8 @@ class WebChat:
                 continue
             refused = 0
             await self.actions.run(source, frame, socket)
+            if isinstance(frame, SendMessage):
+                await self.conversations.used(conversation)
 
 
 def _utf8_size(text: str, limit: int) -> int:

@@ -17,15 +17,20 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from bot.http.app import create_app
 from bot.http.signins import LoginThrottle, SignIns
+from bot.schema import LAYERS
 from bot.settings import load_config, load_settings
 from bot.webchat.auth import SocketAuth
-from bot.webchat.conversations import AnyConversation
+from bot.webchat.conversations import AnyConversation, ConversationDirectory
+from bot.webchat.layer import WEBCHAT
 from bot.webchat.limits import SocketLimits
 from bot.webchat.protocol import MAX_FRAME_BYTES
+from bot.webchat.routes import ConversationRoutes
+from bot.webchat.store import ConversationStore
 from bot.webchat.transport import WebChat
 from engine.config import EngineConfig, HubConfig
 from engine.core import Engine
 from engine.hub import ChatHub
+from engine.store import Store
 from tests.engine.hub.conftest import ManualSleep
 from tests.fakes.openai_server import FakeOpenAIServer
 
@@ -87,6 +92,7 @@ class ChatServer:
         self.webchat = webchat
         self.signins = signins
         self.url = f"ws://127.0.0.1:{port}/ws/chat"
+        self.http = f"http://127.0.0.1:{port}"
 
     def connect(
         self,
@@ -129,7 +135,9 @@ async def engine(tmp_path: Path, fake_openai: FakeOpenAIServer) -> AsyncIterator
     config = replace(
         load_config(settings), engine=EngineConfig(max_tool_rounds=6, command_timeout_s=20)
     )
-    engine = await Engine.open(config)  # default rules: file writes and commands ask
+    # Every layer and the web chat's (until bot/schema.py lists it).
+    store = await Store.open(settings.database_url, (*LAYERS, WEBCHAT))
+    engine = await Engine.open(config, store=store)  # default rules: writes and commands ask
     yield engine
     await engine.close()
 
@@ -148,10 +156,18 @@ async def make_server(
 ) -> AsyncIterator[Callable[..., Any]]:
     servers: list[tuple[uvicorn.Server, asyncio.Task[None], WebChat]] = []
 
-    async def start(limits: SocketLimits | None = None) -> ChatServer:
+    async def start(limits: SocketLimits | None = None, *, stored: bool = False) -> ChatServer:
+        """``stored``: conversations from the database (created over HTTP first), with
+        their HTTP routes; otherwise any well-formed id is a conversation."""
         signins = SignIns(engine.store.db, token=TOKEN)
         auth = SocketAuth(token=TOKEN, signins=signins, throttle=LoginThrottle())
-        webchat = WebChat(hub, auth, AnyConversation(), limits=limits, clock=rate_clock)
+        conversations: ConversationDirectory = AnyConversation()
+        pages: list[Any] = []
+        if stored:
+            store = ConversationStore(engine.store.db)
+            conversations = store
+            pages = ConversationRoutes(store, hub, auth).routes()
+        webchat = WebChat(hub, auth, conversations, limits=limits, clock=rate_clock, pages=pages)
         app = create_app(webchat=webchat)
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))

@@ -1,0 +1,88 @@
+"""The web chat in ``chathub serve`` as it runs: a process, its HTTP port, a real socket.
+
+Also a ``kill -9`` in the middle of a turn: after the restart a new socket finds the turn
+running again with its card, approves it, and the turn finishes once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+from typing import Any
+
+import httpx
+from websockets.asyncio.client import connect
+
+from tests.bot.process import free_port
+from tests.fakes.openai_server import FakeOpenAIServer
+
+TOKEN = "served-webchat-token-0123456789"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+GUARD_S = 30.0  # against a hang, never a timing assertion
+
+
+async def _up(base: str, child: subprocess.Popen[str]) -> None:
+    async with httpx.AsyncClient(base_url=base) as client:
+        while True:
+            assert child.poll() is None, child.stderr.read() if child.stderr else ""
+            try:
+                if (await client.get("/healthz")).status_code in (200, 503):
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.05)
+
+
+async def _until(connection: Any, kind: str) -> list[dict[str, Any]]:
+    frames = []
+    while True:
+        frame = json.loads(await asyncio.wait_for(connection.recv(), GUARD_S))
+        frames.append(frame)
+        if frame["type"] == kind:
+            return frames
+
+
+async def test_a_conversation_through_the_served_app_survives_kill_9(
+    serve, fake_openai: FakeOpenAIServer, tmp_path
+):
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {"HTTP_PORT": str(port), "CHATHUB_API_TOKEN": TOKEN}
+    child = serve(**env)
+    await asyncio.wait_for(_up(base, child), GUARD_S)
+    async with httpx.AsyncClient(base_url=base, headers=BEARER) as http:
+        created = (await http.post("/chat/conversations", json={"title": "served"})).json()
+    url = f"ws://127.0.0.1:{port}/ws/chat?conversation={created['id']}"
+
+    fake_openai.reply_text("Hello over the socket.")
+    fake_openai.reply_tool_calls(("w1", "write_file", {"path": "once.txt", "content": "1\n"}))
+    fake_openai.reply_text("Wrote it once.")
+    async with connect(url, additional_headers=BEARER) as ws:
+        await _until(ws, "turn_running")
+        await ws.send(json.dumps({"type": "message", "text": "hi"}))
+        assert (await _until(ws, "done"))[-1]["content"] == "Hello over the socket."
+        await ws.send(json.dumps({"type": "message", "text": "write once.txt"}))
+        await _until(ws, "approval_required")
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(timeout=GUARD_S)
+
+    child = serve(**env)  # the hub resumes the interrupted turn: the card is asked again
+    await asyncio.wait_for(_up(base, child), GUARD_S)
+    async with connect(url, additional_headers=BEARER) as ws:
+        frames = await _until(ws, "turn_running")
+        await ws.send(json.dumps({"type": "resume"}))  # what the page sends: harmless here
+        card = (
+            next((f for f in frames if f["type"] == "approval_required"), None)
+            or (await _until(ws, "approval_required"))[-1]
+        )
+        await ws.send(json.dumps({"type": "approve_tool", "tool_call_id": card["tool_call_id"]}))
+        done = await _until(ws, "done")
+    assert done[-1]["content"] == "Wrote it once."
+    assert (tmp_path / "workspace" / "once.txt").read_text() == "1\n"
+    async with httpx.AsyncClient(base_url=base, headers=BEARER) as http:
+        history = (await http.get(f"/chat/conversations/{created['id']}/messages")).json()
+    answers = [m["text"] for m in history["messages"] if m["role"] == "assistant" and m["text"]]
+    assert answers == ["Hello over the socket.", "Wrote it once."]
