@@ -67,6 +67,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from bot.schema import LAYERS
 from bot.settings import load_settings
 from engine.config import AppConfig, EngineConfig, HubConfig
 from engine.core import Engine
@@ -75,8 +76,9 @@ from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel
 from engine.llm.types import LlmResponse, Message, ToolSchema, Usage
 from engine.session.gate import AllowAll
-from engine.store.schema import job_runs, scheduled_jobs
+from engine.store import Store
 from scheduler.service import Scheduler
+from scheduler.tables import job_runs, scheduled_jobs
 
 GOAL_P99_LAG_S = 2.0
 SOURCES = 100
@@ -231,6 +233,7 @@ async def _run_one(
         AppConfig(settings=settings, models=(), engine=EngineConfig()),
         models=ModelRegistry([model]),
         policy=AllowAll(),
+        store=await Store.open(url, LAYERS),  # the scheduler's tables too
     )
     hub = ChatHub(engine, HubConfig(idle_evict_s=3600))
     await hub.start()

@@ -24,6 +24,7 @@ from bot.checks.database import check_database
 from bot.checks.result import Check
 from bot.cli import main
 from bot.http.health_details import PATH, HealthDetails, bearer, service_checks
+from bot.schema import LAYERS
 from bot.settings import Settings, load_config
 from engine.approval.rules import RuleStore
 from engine.store.db import open_database
@@ -108,7 +109,7 @@ def healthy(
 
 
 async def _migrated(url: str) -> None:
-    db = await open_database(url)
+    db = await open_database(url, LAYERS)
     await db.close()
 
 
@@ -235,7 +236,7 @@ def _secrets_link(s: Setup) -> None:
 
 def _shell_allowed(s: Setup) -> None:
     async def add() -> None:
-        db = await open_database(s.env["DATABASE_URL"])
+        db = await open_database(s.env["DATABASE_URL"], LAYERS)
         try:
             store = RuleStore(db)
             await store.seed_defaults()

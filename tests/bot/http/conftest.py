@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from bot.schema import LAYERS
 from bot.settings import load_settings
 from engine.config import AppConfig, EngineConfig, HubConfig
 from engine.core import Engine
 from engine.hub import ChatHub
 from engine.llm.registry import ModelRegistry
+from engine.store import Store
 from scheduler.service import Scheduler
 from tests.clock import FakeClock
 from tests.engine.hub.conftest import EchoModel, ManualSleep
@@ -33,7 +35,8 @@ async def engine(tmp_path: Path, model: EchoModel) -> AsyncIterator[Engine]:
     config = AppConfig(
         settings=settings, models=(), engine=EngineConfig(max_tool_rounds=6, command_timeout_s=5)
     )
-    engine = await Engine.open(config, models=ModelRegistry([model]))  # default rules
+    store = await Store.open(settings.database_url, LAYERS)  # every layer's tables
+    engine = await Engine.open(config, models=ModelRegistry([model]), store=store)  # default rules
     yield engine
     await engine.close()
 

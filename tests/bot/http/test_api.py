@@ -24,8 +24,9 @@ from engine.core import Engine
 from engine.llm.scripted import text, tool_call
 from engine.session import events as ev
 from engine.session.outcomes import Final
-from engine.store.schema import job_runs, utcnow
+from engine.store.schema import utcnow
 from scheduler.service import Scheduler
+from scheduler.tables import job_runs
 
 TOKEN = "s3cret-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}

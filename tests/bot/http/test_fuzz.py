@@ -38,12 +38,14 @@ from bot.http.api import ApiRoutes
 from bot.http.app import EventsEndpoint, create_app
 from bot.http.health_details import HealthDetails, service_checks
 from bot.http.operations import Operations
+from bot.schema import LAYERS
 from bot.settings import load_settings
 from engine.config import AppConfig, EngineConfig, HubConfig
 from engine.core import Engine
 from engine.hub import ChatHub
 from engine.llm.registry import ModelRegistry
 from engine.session import events as ev
+from engine.store import Store
 from scheduler.service import Scheduler
 from tests.bot.http.test_api import ask, shell, waiting_turn
 from tests.clock import FakeClock
@@ -122,7 +124,8 @@ class FuzzedService:
             engine=EngineConfig(max_tool_rounds=6, command_timeout_s=5),
         )
         model = EchoModel(name="primary")
-        engine = await Engine.open(config, models=ModelRegistry([model]))
+        store = await Store.open(settings.database_url, LAYERS)  # every layer's tables
+        engine = await Engine.open(config, models=ModelRegistry([model]), store=store)
         self._stack.push_async_callback(engine.close)
         hub = ChatHub(engine, HubConfig(idle_evict_s=60), sleep=ManualSleep())
         await hub.start()

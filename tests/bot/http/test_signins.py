@@ -21,8 +21,8 @@ from bot.http.signins import (
     csrf_token,
     token_fingerprint,
 )
+from bot.http.tables import web_signins
 from engine.store import Store
-from engine.store.schema import web_signins
 from tests.clock import FakeClock
 from tests.pg import BACKENDS, database_url
 

@@ -17,11 +17,11 @@ import sqlalchemy as sa
 from bot.http.app import create_app
 from bot.http.operations import Operations
 from bot.http.signins import LoginThrottle, SignIns
+from bot.http.tables import web_signins
 from bot.http.web import COOKIE, WEB_DECIDER, WebInbox
 from engine.core import Engine
 from engine.hub import ChatHub, DecisionMade
 from engine.session import events as ev
-from engine.store.schema import web_signins
 from scheduler.service import Scheduler
 from tests.bot.http.test_api import ORIGIN, TOKEN, ask, shell
 from tests.clock import FakeClock

@@ -20,9 +20,9 @@ import sqlalchemy as sa
 from bot.serve import Service
 from bot.telegram.bindings.factory import make_bot_api
 from bot.telegram.outbound import RetrySchedule
+from bot.telegram.tables import telegram_outbox
 from engine.config import AppConfig
 from engine.llm.registry import ModelRegistry
-from engine.store.schema import telegram_outbox
 from tests.bot.telegram_contract.conftest import ALICE, FAST, TOKEN, eventually, texts
 from tests.engine.hub.conftest import EchoModel
 from tests.fakes.telegram_server import FakeTelegramServer

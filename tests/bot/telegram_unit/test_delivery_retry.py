@@ -24,7 +24,7 @@ from bot.telegram.errors import Unauthorized
 from bot.telegram.outbound import Outbound, Pacing, RetrySchedule
 from bot.telegram.redelivery import Redelivery
 from bot.telegram.store import TelegramStore
-from engine.store.schema import telegram_outbox
+from bot.telegram.tables import telegram_outbox
 from tests.bot.telegram_unit.fakes import FakeBotApi, FakeTime
 
 CHAT = 42

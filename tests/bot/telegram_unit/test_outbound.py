@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from bot.telegram.api import BadRequest, Forbidden, NetworkError, RetryAfter, ServerError
 from bot.telegram.outbound import Outbound, Pacing
 from bot.telegram.store import TelegramStore
-from engine.store.schema import telegram_outbox
+from bot.telegram.tables import telegram_outbox
 from tests.bot.telegram_unit.fakes import FakeBotApi, FakeTime, settle
 
 PRIVATE = 42

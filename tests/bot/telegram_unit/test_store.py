@@ -17,7 +17,7 @@ from bot.telegram.store import (
     CardRow,
     TelegramStore,
 )
-from engine.store.schema import telegram_outbox
+from bot.telegram.tables import telegram_outbox
 from tests.clock import FakeClock
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
