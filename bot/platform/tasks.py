@@ -3,29 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+
+from engine.hub.tasks import BackgroundTasks
 
 __all__ = ["Background", "Runtime"]
 
 
-class Background:
-    """Tasks kept until they end (a task nobody holds may be collected mid-run)."""
+class Background(BackgroundTasks):
+    """Tasks kept until they end (a task nobody holds may be collected mid-run), cancelled
+    when the front end closes."""
 
-    def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[Any]] = set()
-
-    def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+    __slots__ = ()
 
     async def close(self) -> None:
-        for task in list(self._tasks):
+        tasks = self.running()
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @dataclass(frozen=True, slots=True)
