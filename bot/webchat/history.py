@@ -14,6 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from bot.webchat.markdown import render_markdown
 from bot.webchat.translate import RESULT_PREVIEW_CHARS, preview
 from engine.store.db import Database
 from engine.store.schema import chat_history as h
@@ -85,6 +86,7 @@ def _page(conn: Connection, session_id: int, before: int | None, limit: int) -> 
             "id": row.id,
             "role": row.role,
             "text": row.content,
+            "html": render_markdown(row.content) if row.role == "assistant" else None,
             "status": row.status,
             "synthetic": bool(row.is_synthetic),
             "created_at": row.created_at.isoformat(),

@@ -349,11 +349,13 @@ class AgentEndFrame(_ServerFrame):
 
 
 class DoneFrame(_ServerFrame):
-    """The turn's answer, whole (the deltas before it were its parts)."""
+    """The turn's answer, whole (the deltas before it were its parts); ``html`` is its
+    Markdown rendered on the server, safe to insert (``bot.webchat.markdown``)."""
 
     type: Literal["done"] = "done"
     message_id: int
     content: str
+    html: str
     truncated: bool = False
 
 

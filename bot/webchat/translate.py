@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from bot.platform.cards import CHOICE_LABELS, CHOICES, card_content, outcome_line
+from bot.webchat.markdown import render_markdown
 from bot.webchat.protocol import (
     AgentEndFrame,
     AgentQuestion,
@@ -96,7 +97,12 @@ def to_frame(event: Any) -> ServerFrame | None:
         case AgentEnd(agent_id=agent_id, status=status, depth=depth):
             return AgentEndFrame(agent_id=agent_id, status=status, depth=depth)
         case Done(content=content, message_id=message_id, truncated=truncated):
-            return DoneFrame(message_id=message_id, content=content, truncated=truncated)
+            return DoneFrame(
+                message_id=message_id,
+                content=content,
+                html=render_markdown(content),
+                truncated=truncated,
+            )
         case Error(message=message):
             return ErrorFrame(code="turn", message=message)
         case NewSession(session_id=session_id):
