@@ -52,9 +52,8 @@ class ChatCards:
     # -- showing --------------------------------------------------------------------------
 
     async def send_card(self, source: str, event: ev.ApprovalRequired) -> None:
-        existing = await self.stored(event.tool_call_id)
-        if existing is not None and existing.state == "open" and existing.message_id is not None:
-            return  # asked again after a restart: the card already shown still works
+        if await self._shown(event.tool_call_id):
+            return  # asked again after a restart (or decided meanwhile): that card stands
         deciders = await self._hub.who_may_decide(event.tool_call_id)
         card = approval_card(event, deciders=deciders)
         chat_id, thread_id = parse_source(source)
@@ -86,6 +85,8 @@ class ChatCards:
             )
 
     async def send_question(self, source: str, event: ev.Question) -> None:
+        if await self._shown(event.request_id):
+            return  # asked again after a restart: the question already shown still works
         text, entities = question_text(event.question)
         chat_id, thread_id = parse_source(source)
         card = CardRow(event.request_id, "question", source, chat_id, None, text, entities, "open")
@@ -100,6 +101,15 @@ class ChatCards:
             raise
         if card.tool_call_id in self._open.get(source, {}):  # not answered meanwhile
             await self._save(replace(card, message_id=sent.get("message_id")))
+
+    async def _shown(self, key: int) -> bool:
+        """The card or question was shown and still works, or was decided: a second one
+        would ask again what is asked (or answered) already. An expired one was never
+        answered: a new one is shown."""
+        existing = await self.stored(key)
+        return (
+            existing is not None and existing.message_id is not None and existing.state != "expired"
+        )
 
     async def _save(self, card: CardRow) -> None:
         await self.store.save_card(card)

@@ -2,16 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from engine.llm.scripted import text, tool_call
 from tests.bot.platform_contract.scripts import tool_results
-
-QUESTION_ASKED_TWICE = (
-    "after a restart the resumed turn asks its question again and Telegram sends it again "
-    "(bot/telegram/chat_cards.py send_question has no 'already shown' check; send_card has "
-    "one, so an approval card is not resent)"
-)
 
 
 async def test_a_clarification_is_answered(driver, model):
@@ -42,7 +34,6 @@ async def test_a_pending_question_still_works_after_a_restart(driver, model):
     assert tool_results(model) == ["Rome"]
 
 
-@pytest.mark.fails_on("telegram-ptb", "telegram-aiogram", reason=QUESTION_ASKED_TWICE)
 async def test_a_pending_question_is_not_asked_twice_after_a_restart(driver, model):
     ask = tool_call("ask_user_clarification", '{"question": "Which city?"}', "q")
     model.add(ask)
