@@ -61,6 +61,8 @@ ANSWERS: dict[str, Choice] = {
     "always": "bypass_session",
 }
 _QUIT = ("/quit", "/exit")
+#: Typed during a turn, these run at once (they are about that turn); other lines wait.
+_STOP = ("/stop",)
 _PREVIEW = 160
 
 
@@ -272,7 +274,8 @@ class TerminalChat:
             await self._wait_turn(reader)
 
     async def _wait_turn(self, reader: _LineReader) -> None:
-        """Until the turn ends; lines answer its prompts, the others wait for their turn."""
+        """Until the turn ends; lines answer its prompts, ``/stop`` stops it, the others
+        wait for their turn."""
         while self._running:
             if self._asking is not None and self._backlog:
                 await self._answer(self._backlog.pop(0))
@@ -292,6 +295,8 @@ class TerminalChat:
             line = reader.take()
             if line is None:
                 self._stdin_closed = True
+            elif line.strip().lower() in _STOP:  # for this turn: now, as Ctrl-C (and Telegram)
+                await self._command(line.strip())
             elif line.strip():
                 self._backlog.append(line.strip())
 

@@ -11,14 +11,7 @@ from engine.llm.scripted import tool_call
 from engine.store.schema import approval_rules, utcnow
 from tests.engine.session.helpers import BlockingTool
 
-TYPED_STOP_WAITS = (
-    "bot/terminal.py keeps a line typed during a running turn for after it (unless it "
-    "answers a prompt), so /stop typed then runs once the turn has ended; only Ctrl-C "
-    "stops it (Telegram's /stop stops it at once)"
-)
 
-
-@pytest.mark.fails_on("terminal", reason=TYPED_STOP_WAITS)
 async def test_stop_during_a_tool(driver, model):
     blocker = await _a_turn_blocked_in_a_tool(driver, model)
 
