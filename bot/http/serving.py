@@ -23,6 +23,7 @@ from bot.settings import Settings
 from bot.telegram.outbound import OutboundStats
 from bot.webchat.auth import SocketAuth
 from bot.webchat.layer import WEBCHAT
+from bot.webchat.page import ChatPage
 from bot.webchat.protocol import MAX_FRAME_BYTES
 from bot.webchat.routes import ConversationRoutes
 from bot.webchat.store import ConversationStore
@@ -102,7 +103,10 @@ async def http_server(parts: HttpParts) -> uvicorn.Server:
             parts.hub,
             chat_auth,
             conversations,
-            pages=ConversationRoutes(conversations, parts.hub, chat_auth).routes(),
+            pages=[
+                *ConversationRoutes(conversations, parts.hub, chat_auth).routes(),
+                *ChatPage(chat_auth).routes(),
+            ],
         ),
         host=settings.http_host,
     )

@@ -16,13 +16,16 @@ import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 
 from bot.http.app import create_app
+from bot.http.operations import Operations
 from bot.http.signins import LoginThrottle, SignIns
+from bot.http.web import WebInbox
 from bot.schema import LAYERS
 from bot.settings import load_config, load_settings
 from bot.webchat.auth import SocketAuth
 from bot.webchat.conversations import AnyConversation, ConversationDirectory
 from bot.webchat.layer import WEBCHAT
 from bot.webchat.limits import SocketLimits
+from bot.webchat.page import ChatPage
 from bot.webchat.protocol import MAX_FRAME_BYTES
 from bot.webchat.routes import ConversationRoutes
 from bot.webchat.store import ConversationStore
@@ -156,19 +159,28 @@ async def make_server(
 ) -> AsyncIterator[Callable[..., Any]]:
     servers: list[tuple[uvicorn.Server, asyncio.Task[None], WebChat]] = []
 
-    async def start(limits: SocketLimits | None = None, *, stored: bool = False) -> ChatServer:
+    async def start(
+        limits: SocketLimits | None = None, *, stored: bool = False, page: bool = False
+    ) -> ChatServer:
         """``stored``: conversations from the database (created over HTTP first), with
-        their HTTP routes; otherwise any well-formed id is a conversation."""
+        their HTTP routes; otherwise any well-formed id is a conversation. ``page``: the
+        chat page and the inbox (its sign-in) too."""
         signins = SignIns(engine.store.db, token=TOKEN)
-        auth = SocketAuth(token=TOKEN, signins=signins, throttle=LoginThrottle())
+        throttle = LoginThrottle()
+        auth = SocketAuth(token=TOKEN, signins=signins, throttle=throttle)
         conversations: ConversationDirectory = AnyConversation()
         pages: list[Any] = []
-        if stored:
+        if stored or page:
             store = ConversationStore(engine.store.db)
             conversations = store
             pages = ConversationRoutes(store, hub, auth).routes()
+        inbox = None
+        if page:
+            pages += ChatPage(auth).routes()
+            operations = Operations(engine, hub)
+            inbox = WebInbox(operations, token=TOKEN, signins=signins, throttle=throttle)
         webchat = WebChat(hub, auth, conversations, limits=limits, clock=rate_clock, pages=pages)
-        app = create_app(webchat=webchat)
+        app = create_app(webchat=webchat, web=inbox)
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

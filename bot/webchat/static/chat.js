@@ -1,0 +1,445 @@
+// The web chat page: conversations in the sidebar, the thread, one WebSocket per open
+// conversation (docs/webchat.md). No build step, no library. Model text arrives rendered
+// and sanitized by the server (done.html, history's html) and only that goes in as HTML;
+// everything else (user text, tool calls, cards, titles) goes in as textContent.
+"use strict";
+
+const csrf = document.querySelector('meta[name="csrf"]').content;
+const $ = (id) => document.getElementById(id);
+const thread = $("thread");
+const input = $("input");
+const send = $("send");
+
+const state = {
+  conversations: [],
+  current: null,
+  socket: null,
+  running: false,
+  streaming: null, // the answer bubble being streamed
+  shown: new Set(), // message ids in the thread
+  cards: new Map(), // tool_call_id -> card element
+  questions: new Map(), // request_id -> question element
+  tools: new Map(), // tool_call_id -> tool line
+  retry: 0,
+};
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+async function api(method, path, body) {
+  const headers = { "X-CSRF-Token": csrf };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, {
+    method,
+    headers,
+    credentials: "same-origin",
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (response.status === 401) {
+    location.href = "/login";
+    throw new Error("signed out");
+  }
+  if (!response.ok) {
+    let message = `request failed (${response.status})`;
+    try { message = (await response.json()).error || message; } catch (e) { /* not JSON */ }
+    throw new Error(message);
+  }
+  return response.status === 204 ? null : response.json();
+}
+
+function scrollDown() {
+  thread.scrollTop = thread.scrollHeight;
+}
+
+function notice(text, error) {
+  thread.append(el("div", error ? "notice error" : "notice", text));
+  scrollDown();
+}
+
+function setRunning(running) {
+  state.running = running;
+  send.textContent = running ? "Stop" : "Send";
+  send.classList.toggle("stop", running);
+  $("status").textContent = running ? "working…" : "";
+}
+
+// -- conversations -------------------------------------------------------------------
+
+async function loadConversations() {
+  state.conversations = (await api("GET", "/chat/conversations")).conversations;
+  if (state.conversations.length === 0) {
+    state.conversations = [await api("POST", "/chat/conversations", {})];
+  }
+  renderSidebar();
+}
+
+function renderSidebar() {
+  const list = $("conversations");
+  list.replaceChildren();
+  for (const conversation of state.conversations) {
+    const item = el("li", conversation.id === state.current ? "current" : "", conversation.title);
+    item.dataset.id = conversation.id;
+    item.title = conversation.title;
+    item.addEventListener("click", () => {
+      $("sidebar").classList.remove("open");
+      select(conversation.id);
+    });
+    list.append(item);
+  }
+  const current = state.conversations.find((c) => c.id === state.current);
+  $("title").textContent = current ? current.title : "chathub";
+}
+
+async function select(id) {
+  if (state.socket) {
+    state.socket.onclose = null;
+    state.socket.close();
+    state.socket = null;
+  }
+  state.current = id;
+  history.replaceState(null, "", `#c=${id}`);
+  renderSidebar();
+  clearThread();
+  setRunning(false);
+  // Subscribe first, then load the history: frames that arrive meanwhile wait, and what
+  // the history already shows is not shown twice.
+  const waiting = [];
+  let loaded = false;
+  connect(id, (frame) => (loaded ? handle(frame) : waiting.push(frame)));
+  try {
+    await loadHistory(null);
+  } catch (error) {
+    notice(`Could not load the history: ${error.message}`, true);
+  }
+  loaded = true;
+  for (const frame of waiting) handle(frame);
+}
+
+function clearThread() {
+  thread.replaceChildren();
+  state.shown.clear();
+  state.cards.clear();
+  state.questions.clear();
+  state.tools.clear();
+  state.streaming = null;
+}
+
+async function loadHistory(before) {
+  const query = before ? `?limit=50&before=${before}` : "?limit=50";
+  const page = await api("GET", `/chat/conversations/${state.current}/messages${query}`);
+  const nodes = [];
+  if (page.next_before) {
+    const earlier = el("button", "", "Load earlier messages");
+    earlier.id = "earlier";
+    earlier.type = "button";
+    earlier.addEventListener("click", async () => {
+      earlier.remove();
+      await loadHistory(page.next_before);
+    });
+    nodes.push(earlier);
+  }
+  for (const message of page.messages) {
+    if (state.shown.has(message.id)) continue;
+    state.shown.add(message.id);
+    if (message.role === "user") {
+      nodes.push(el("div", "msg user", message.text));
+    } else {
+      for (const tool of message.tools) {
+        nodes.push(el("div", "tool", `⚙ ${tool.name} — ${tool.status}`));
+      }
+      if (message.html) nodes.push(answerBubble(message.html));
+    }
+  }
+  const first = thread.querySelector(".msg, .tool, .notice, .card, .question");
+  if (before && first) {
+    for (const node of nodes) thread.insertBefore(node, first);
+  } else {
+    thread.prepend(...nodes);
+    scrollDown();
+  }
+}
+
+function answerBubble(html) {
+  const bubble = el("div", "msg assistant");
+  bubble.innerHTML = html; // rendered and sanitized by the server (bot/webchat/markdown.py)
+  addCopyButtons(bubble);
+  return bubble;
+}
+
+function addCopyButtons(bubble) {
+  for (const pre of bubble.querySelectorAll("pre")) {
+    const button = el("button", "copy", "Copy");
+    button.type = "button";
+    button.addEventListener("click", () => copy(pre.querySelector("code") || pre, button));
+    pre.append(button);
+  }
+}
+
+async function copy(code, button) {
+  const text = code.textContent;
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch (error) {
+    const area = el("textarea");
+    area.value = text;
+    document.body.append(area);
+    area.select();
+    document.execCommand("copy");
+    area.remove();
+  }
+  button.textContent = "Copied";
+  setTimeout(() => (button.textContent = "Copy"), 1500);
+}
+
+// -- the socket ----------------------------------------------------------------------
+
+function connect(id, deliver) {
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const socket = new WebSocket(`${scheme}//${location.host}/ws/chat?conversation=${id}`);
+  state.socket = socket;
+  socket.onmessage = (event) => {
+    let frame;
+    try { frame = JSON.parse(event.data); } catch (e) { return; }
+    deliver(frame);
+  };
+  socket.onopen = () => { state.retry = 0; };
+  socket.onclose = () => {
+    if (state.socket !== socket) return;
+    state.socket = null;
+    $("status").textContent = "reconnecting…";
+    const wait = Math.min(10000, 500 * 2 ** state.retry++);
+    setTimeout(() => { if (state.current === id && !state.socket) select(id); }, wait);
+  };
+}
+
+function frameOut(frame) {
+  if (state.socket && state.socket.readyState === WebSocket.OPEN) {
+    state.socket.send(JSON.stringify(frame));
+    return true;
+  }
+  notice("Not connected; trying again…", true);
+  return false;
+}
+
+function handle(frame) {
+  switch (frame.type) {
+    case "turn_running": setRunning(frame.running); break;
+    case "user_message":
+      setRunning(true);
+      if (!state.shown.has(frame.id)) {
+        state.shown.add(frame.id);
+        thread.append(el("div", "msg user", frame.text));
+      }
+      break;
+    case "text_delta":
+      if (frame.depth !== 0) break;
+      setRunning(true);
+      if (!state.streaming) {
+        state.streaming = el("div", "msg assistant streaming");
+        thread.append(state.streaming);
+      }
+      state.streaming.append(document.createTextNode(frame.text));
+      break;
+    case "thinking_delta":
+      if (frame.depth === 0) thread.append(el("div", "tool", `· ${frame.text}`));
+      break;
+    case "tool_start": {
+      setRunning(true);
+      endStreaming();
+      const line = el("div", "tool", `⚙ ${frame.name} ${preview(frame.arguments)}`);
+      state.tools.set(frame.tool_call_id, line);
+      thread.append(line);
+      break;
+    }
+    case "tool_end": {
+      const icon = { done: "✓", failed: "✗", rejected: "⊘", cancelled: "⊘" }[frame.status] || "•";
+      const text = `  ${icon} ${frame.name}: ${preview(frame.preview) || frame.status}`;
+      const line = state.tools.get(frame.tool_call_id);
+      if (line) line.textContent += `\n${text}`;
+      else thread.append(el("div", "tool", text));
+      break;
+    }
+    case "approval_required": setRunning(true); showCard(frame); break;
+    case "approval_resolved": closeCard(frame.tool_call_id, frame.line); break;
+    case "agent_question": setRunning(true); showQuestion(frame); break;
+    case "question_answered": closeQuestion(frame.request_id, frame.answer); break;
+    case "done":
+      if (state.streaming) state.streaming.remove();
+      state.streaming = null;
+      if (!state.shown.has(frame.message_id)) {
+        state.shown.add(frame.message_id);
+        thread.append(answerBubble(frame.html));
+      }
+      setRunning(false);
+      break;
+    case "error":
+      notice(frame.message, true);
+      if (frame.code === "turn") { endStreaming(); setRunning(false); }
+      break;
+    case "notice": notice(frame.text); break;
+    case "new_session": clearThread(); notice("New conversation."); break;
+    case "lagged": select(state.current); return;
+    default: break;
+  }
+  scrollDown();
+}
+
+function endStreaming() {
+  if (state.streaming) state.streaming.classList.remove("streaming");
+  state.streaming = null;
+}
+
+function preview(text) {
+  const flat = (text || "").replace(/\s+/g, " ").trim();
+  return flat.length > 160 ? `${flat.slice(0, 159)}…` : flat;
+}
+
+function showCard(frame) {
+  if (state.cards.has(frame.tool_call_id)) return;
+  const card = el("div", "card");
+  card.dataset.call = frame.tool_call_id;
+  const who = frame.depth > 0 ? ` (agent ${frame.agent}, depth ${frame.depth})` : "";
+  let what = `⚠ ${frame.tool}${who} wants to run with:`;
+  if (frame.label === "Command") what = `⚠ ${frame.tool}${who} wants to run${frame.workdir ? ` in ${frame.workdir}` : ""}:`;
+  if (frame.label === "Diff") what = `⚠ ${frame.tool}${who} wants to write ${frame.path || ""}${frame.new_file ? " (new file)" : ""}`;
+  card.append(el("div", "what", what), el("pre", "", frame.content));
+  if (frame.deciders) card.append(el("div", "who", frame.deciders));
+  const choices = el("div", "choices");
+  for (const choice of frame.choices) {
+    const button = el("button", `choice ${choice.choice}`, choice.label);
+    button.type = "button";
+    button.addEventListener("click", () => decide(card, frame.tool_call_id, choice));
+    choices.append(button);
+  }
+  card.append(choices);
+  state.cards.set(frame.tool_call_id, card);
+  thread.append(card);
+}
+
+function decide(card, toolCallId, choice) {
+  if (choice.choice !== "reject") {
+    const approve = { type: "approve_tool", tool_call_id: toolCallId };
+    if (choice.bypass_secs !== null) approve.bypass_secs = choice.bypass_secs;
+    frameOut(approve);
+    return;
+  }
+  if (card.querySelector(".reason")) return;
+  const row = el("div", "choices reason");
+  const reason = el("input");
+  reason.placeholder = "Why not? (optional; the agent reads it)";
+  reason.setAttribute("aria-label", "Reason");
+  const confirm = el("button", "confirm-reject", "Reject");
+  confirm.type = "button";
+  const reject = () => frameOut({ type: "reject_tool", tool_call_id: toolCallId, reason: reason.value });
+  confirm.addEventListener("click", reject);
+  reason.addEventListener("keydown", (event) => { if (event.key === "Enter") { event.preventDefault(); reject(); } });
+  row.append(reason, confirm);
+  card.append(row);
+  reason.focus();
+}
+
+function closeCard(toolCallId, line) {
+  const card = state.cards.get(toolCallId);
+  if (!card || card.classList.contains("closed")) return;
+  card.classList.add("closed");
+  for (const part of card.querySelectorAll(".choices")) part.remove();
+  card.append(el("div", "outcome", line));
+}
+
+function showQuestion(frame) {
+  if (state.questions.has(frame.request_id)) return;
+  const box = el("div", "question");
+  box.append(el("div", "what", `? ${frame.question}`));
+  const row = el("div", "answer");
+  const answer = el("textarea");
+  answer.rows = 2;
+  answer.setAttribute("aria-label", "Answer");
+  const button = el("button", "", "Answer");
+  button.type = "button";
+  const submit = () => {
+    if (answer.value.trim()) frameOut({ type: "answer_question", request_id: frame.request_id, answer: answer.value });
+  };
+  button.addEventListener("click", submit);
+  answer.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) { event.preventDefault(); submit(); }
+  });
+  row.append(answer, button);
+  box.append(row);
+  state.questions.set(frame.request_id, box);
+  thread.append(box);
+  answer.focus();
+}
+
+function closeQuestion(requestId, text) {
+  const box = state.questions.get(requestId);
+  if (!box || box.classList.contains("closed")) return;
+  box.classList.add("closed");
+  box.querySelector(".answer")?.remove();
+  box.append(el("div", "outcome", `↳ ${text}`));
+}
+
+// -- the composer --------------------------------------------------------------------
+
+function submitMessage() {
+  const text = input.value;
+  if (!text.trim()) {
+    if (state.running) frameOut({ type: "stop" });
+    return;
+  }
+  if (frameOut({ type: "message", text })) input.value = "";
+}
+
+$("composer").addEventListener("submit", (event) => {
+  event.preventDefault();
+  if (state.running && !input.value.trim()) frameOut({ type: "stop" });
+  else submitMessage();
+});
+input.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    submitMessage();
+  }
+});
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && state.running) frameOut({ type: "stop" });
+});
+
+$("new").addEventListener("click", async () => {
+  const conversation = await api("POST", "/chat/conversations", {});
+  state.conversations.unshift(conversation);
+  $("sidebar").classList.remove("open");
+  await select(conversation.id);
+  input.focus();
+});
+$("rename").addEventListener("click", async () => {
+  const current = state.conversations.find((c) => c.id === state.current);
+  const title = prompt("Rename the conversation", current ? current.title : "");
+  if (!title || !title.trim()) return;
+  try {
+    const renamed = await api("PATCH", `/chat/conversations/${state.current}`, { title });
+    state.conversations = [renamed, ...state.conversations.filter((c) => c.id !== renamed.id)];
+    renderSidebar();
+  } catch (error) {
+    notice(error.message, true);
+  }
+});
+$("delete").addEventListener("click", async () => {
+  if (!confirm("Delete this conversation? It disappears from the list.")) return;
+  await api("DELETE", `/chat/conversations/${state.current}`);
+  state.conversations = state.conversations.filter((c) => c.id !== state.current);
+  if (state.conversations.length === 0) state.conversations = [await api("POST", "/chat/conversations", {})];
+  await select(state.conversations[0].id);
+});
+$("menu").addEventListener("click", () => $("sidebar").classList.toggle("open"));
+
+(async () => {
+  await loadConversations();
+  const wanted = (location.hash.match(/^#c=(\d+)$/) || [])[1];
+  const start = state.conversations.find((c) => c.id === wanted) || state.conversations[0];
+  await select(start.id);
+  input.focus();
+})();
