@@ -7,9 +7,10 @@ A new layer adds its package here and takes the next free version number.
 
 from __future__ import annotations
 
+from bot.webchat.layer import WEBCHAT
 from engine.store.migrations import ENGINE, Layer
 
-__all__ = ["HTTP", "LAYERS", "SCHEDULER", "TELEGRAM"]
+__all__ = ["HTTP", "LAYERS", "SCHEDULER", "TELEGRAM", "WEBCHAT"]
 
 #: jobs, runs, events, notify dedupe (``scheduler/tables.py``): 0006
 SCHEDULER = Layer("scheduler", "scheduler.migrations", "scheduler.tables")
@@ -18,4 +19,4 @@ TELEGRAM = Layer("telegram", "bot.telegram.migrations", "bot.telegram.tables")
 #: the web inbox's sign-ins (``bot/http/tables.py``): 0011
 HTTP = Layer("http", "bot.http.migrations", "bot.http.tables")
 
-LAYERS: tuple[Layer, ...] = (ENGINE, SCHEDULER, TELEGRAM, HTTP)
+LAYERS: tuple[Layer, ...] = (ENGINE, SCHEDULER, TELEGRAM, HTTP, WEBCHAT)

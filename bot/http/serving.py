@@ -22,7 +22,6 @@ from bot.http.web import Deliveries
 from bot.settings import Settings
 from bot.telegram.outbound import OutboundStats
 from bot.webchat.auth import SocketAuth
-from bot.webchat.layer import WEBCHAT
 from bot.webchat.page import ChatPage
 from bot.webchat.protocol import MAX_FRAME_BYTES
 from bot.webchat.routes import ConversationRoutes
@@ -30,7 +29,6 @@ from bot.webchat.store import ConversationStore
 from bot.webchat.transport import WebChat
 from engine.core import Engine
 from engine.hub import ChatHub
-from engine.store import migrate
 from scheduler.service import Scheduler
 
 __all__ = ["HttpParts", "http_server"]
@@ -73,9 +71,6 @@ async def http_server(parts: HttpParts) -> uvicorn.Server:
         signins = SignIns(parts.engine.store.db, token=token, policy=policy, clock=parts.clock)
         await signins.purge()  # rows of an old token or long expired go at start-up
     chat_auth = SocketAuth(token=token, signins=signins, throttle=throttle)
-    # The web chat's table, until bot/schema.py's LAYERS lists its layer (then a no-op: a
-    # look at schema_version).
-    await migrate(parts.engine.store.db, (WEBCHAT,))
     conversations = ConversationStore(parts.engine.store.db)
     app = create_app(
         webhook=parts.webhook,

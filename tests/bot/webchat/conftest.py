@@ -23,7 +23,6 @@ from bot.schema import LAYERS
 from bot.settings import load_config, load_settings
 from bot.webchat.auth import SocketAuth
 from bot.webchat.conversations import AnyConversation, ConversationDirectory
-from bot.webchat.layer import WEBCHAT
 from bot.webchat.limits import SocketLimits
 from bot.webchat.page import ChatPage
 from bot.webchat.protocol import MAX_FRAME_BYTES
@@ -139,7 +138,7 @@ async def engine(tmp_path: Path, fake_openai: FakeOpenAIServer) -> AsyncIterator
         load_config(settings), engine=EngineConfig(max_tool_rounds=6, command_timeout_s=20)
     )
     # Every layer and the web chat's (until bot/schema.py lists it).
-    store = await Store.open(settings.database_url, (*LAYERS, WEBCHAT))
+    store = await Store.open(settings.database_url, LAYERS)
     engine = await Engine.open(config, store=store)  # default rules: writes and commands ask
     yield engine
     await engine.close()

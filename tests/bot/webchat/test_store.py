@@ -9,7 +9,6 @@ import pytest
 import sqlalchemy as sa
 
 from bot.schema import LAYERS
-from bot.webchat.layer import WEBCHAT
 from bot.webchat.store import ConversationStore
 from engine.store import Store
 from tests.pg import BACKENDS, database_url
@@ -28,10 +27,10 @@ async def test_a_new_and_a_migrated_database_get_the_same_table(backend: str, tm
         database_url(backend, tmp_path / "a") as fresh_url,
         database_url(backend, tmp_path / "b") as old_url,
     ):
-        fresh = await Store.open(fresh_url, (*LAYERS, WEBCHAT))
+        fresh = await Store.open(fresh_url, LAYERS)
         old = await Store.open(old_url, LAYERS)  # a database from before the web chat
         await old.close()
-        upgraded = await Store.open(old_url, (*LAYERS, WEBCHAT))
+        upgraded = await Store.open(old_url, LAYERS)
         try:
             assert await fresh.db.run(_columns) == await upgraded.db.run(_columns)
             await _use(ConversationStore(upgraded.db))
