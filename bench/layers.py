@@ -22,7 +22,12 @@ MAX_CLASS_LINES = 300
 MAX_ADAPTER_LINES = 200
 
 #: Each outer layer's tables (their ``tables.py``) and settings (``settings.py``).
-LAYER_PACKAGES = {"telegram": "bot/telegram", "scheduler": "scheduler", "http": "bot/http"}
+LAYER_PACKAGES = {
+    "telegram": "bot/telegram",
+    "scheduler": "scheduler",
+    "http": "bot/http",
+    "webchat": "bot/webchat",
+}
 
 
 @dataclass(frozen=True, slots=True)
