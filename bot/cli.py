@@ -17,7 +17,7 @@ import sys
 from bot.checks.model import DEFAULT_TIMEOUT_S
 from bot.rules_cli import add_rules_parser, run_rules_command
 from bot.settings import load_config, load_settings
-from bot.setup.cli import add_setup_parser, run_setup, setup_options
+from bot.setup.arguments import add_setup_parser
 from engine.config import AppConfig, ConfigError
 
 
@@ -61,12 +61,16 @@ def main(argv: list[str] | None = None) -> None:
                 "chathub setup asks questions: run it in a terminal, or write .env by hand "
                 "(every variable is described in .env.example)"
             )
+        from bot.setup.cli import run_setup, setup_options
+
         raise SystemExit(run_setup(setup_options(args), then=NEXT_COMMAND))
     if args.command == "doctor":
         from bot.doctor import run_doctor
 
         raise SystemExit(run_doctor(load_config, args.timeout))
     if args.command == "run" and needs_setup() and interactive():
+        from bot.setup.cli import run_setup, setup_options
+
         status = run_setup(setup_options(args), then="Starting chathub…")
         if status:
             raise SystemExit(status)

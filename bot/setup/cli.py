@@ -8,37 +8,15 @@ import logging
 from pathlib import Path
 
 from bot.checks.discovery import DEFAULT_SERVERS, LocalServer
-from bot.checks.model import DEFAULT_TIMEOUT_S, normalize_base_url
+from bot.checks.model import normalize_base_url
 from bot.checks.result import Problem
+from bot.setup.arguments import add_setup_parser
 from bot.setup.terminal import Cancelled, Terminal
 from bot.setup.wizard import Network, SetupOptions, Wizard
 
 __all__ = ["add_setup_parser", "run_setup", "setup_options"]
 
 log = logging.getLogger(__name__)
-
-
-def add_setup_parser(parser: argparse.ArgumentParser, *, env_file: bool = True) -> None:
-    if env_file:
-        parser.add_argument("--env-file", type=Path, default=Path(".env"), help="default: ./.env")
-    parser.add_argument(
-        "--probe",
-        action="append",
-        metavar="URL",
-        help="a model server to look for, URL or NAME=URL (repeatable; replaces the "
-        "default list: Ollama :11434, LM Studio :1234, vLLM :8000, llama.cpp :8080)",
-    )
-    parser.add_argument("--probe-timeout", type=float, default=1.5, help="seconds per local probe")
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT_S,
-        help="seconds for each model and Telegram call",
-    )
-    parser.add_argument("--telegram-api-url", help="Bot API root (default: TELEGRAM_API_URL)")
-    parser.add_argument(
-        "--owner-wait", type=int, default=5, help="seconds each look for /start waits"
-    )
 
 
 def setup_options(args: argparse.Namespace) -> SetupOptions:
