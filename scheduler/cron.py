@@ -36,14 +36,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import cron_descriptor
-from apscheduler.triggers.base import BaseTrigger
-from apscheduler.triggers.combining import OrTrigger
-from apscheduler.triggers.cron import CronTrigger
-from cron_descriptor import ExpressionDescriptor, Options
+if TYPE_CHECKING:
+    from apscheduler.triggers.base import BaseTrigger
 
 __all__ = ["CronError", "CronSchedule"]
 
@@ -173,6 +170,8 @@ def _locale_code(locale: str) -> str:
     code = locale.replace("-", "_")
     if "_" in code:
         return code
+    import cron_descriptor
+
     translations = Path(cron_descriptor.__file__).parent / "locale"
     available = sorted(path.stem for path in translations.glob(f"{code.lower()}_*.mo"))
     preferred = f"{code.lower()}_{code.upper()}"
@@ -231,6 +230,11 @@ class CronSchedule:
             "year": _aps(years, _YEAR),
             "timezone": UTC,
         }
+        # APScheduler (and its metadata lookup, ~15 ms) loads with the first cron spec parsed,
+        # not with every start of a service that may have none.
+        from apscheduler.triggers.combining import OrTrigger
+        from apscheduler.triggers.cron import CronTrigger
+
         weekday_names = ",".join(_APS_WEEKDAYS[d] for d in sorted(weekdays))
         by_weekday = "*" if len(weekdays) == 7 else weekday_names
         wall: BaseTrigger
@@ -313,6 +317,8 @@ class CronSchedule:
         expression = _NICKNAMES.get(self.spec, self.spec)
         # Crontab weekdays (0 and 7 Sunday) are cron-descriptor's default; a 6-field spec is read
         # seconds-first since its last field (day-of-week) is never a 4-digit year.
+        from cron_descriptor import ExpressionDescriptor, Options
+
         options = Options(locale_code=_locale_code(locale), day_of_week_start_index_zero=True)
         return ExpressionDescriptor(expression, options).get_description()
 
