@@ -45,8 +45,9 @@ class Store:
         )
 
     @classmethod
-    async def open(cls, url: str, layers: Sequence[Layer] | None = None) -> Store:
-        """Over ``url``, migrated to ``layers`` (``bot.schema.LAYERS`` for the service)."""
+    async def open(cls, url: str, layers: Sequence[Layer] = (ENGINE,)) -> Store:
+        """Over ``url``, migrated to ``layers``: the engine's own tables unless told more
+        (``bot.schema.LAYERS`` for the service)."""
         return cls.over(await open_database(url, layers))
 
     async def close(self) -> None:

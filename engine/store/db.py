@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
 
-from engine.store.migrations import Layer, Migration, default_layers, discover
+from engine.store.migrations import ENGINE, Layer, Migration, discover
 
 if TYPE_CHECKING:  # imported for PostgreSQL only: SQLite runs on a thread of its own
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -320,15 +320,14 @@ def connect(url: str) -> Database:
     raise ValueError(f"unsupported database URL scheme {parsed.drivername!r}")
 
 
-async def migrate(db: Database, layers: Sequence[Layer] | None = None) -> int:
+async def migrate(db: Database, layers: Sequence[Layer] = (ENGINE,)) -> int:
     """Apply the pending migrations of ``layers`` in version order; return the highest
     version now applied.
 
-    Without ``layers``: every layer (``engine.store.migrations.default_layers``). Only
+    Without ``layers``: the engine's own (the service passes ``bot.schema.LAYERS``). Only
     what is pending imports Alembic and the migration modules; an up-to-date database
     costs a look at ``schema_version`` (does it exist, then its rows).
     """
-    layers = default_layers() if layers is None else layers
     return await db.run(_migrate, discover(layers), tuple(layers))
 
 
@@ -431,7 +430,7 @@ def _pending(
     return [m for m in migrations if m.version not in applied]
 
 
-async def open_database(url: str, layers: Sequence[Layer] | None = None) -> Database:
+async def open_database(url: str, layers: Sequence[Layer] = (ENGINE,)) -> Database:
     """``connect`` and ``migrate`` (see there for ``layers``)."""
     db = connect(url)
     try:

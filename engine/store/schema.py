@@ -278,30 +278,3 @@ app_settings = Table(
     Column("value", Text, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
 )
-
-# The tables of the outer layers live with their layer (bot/telegram/tables.py,
-# scheduler/tables.py, bot/http/tables.py), on this same ``metadata``. Until every importer
-# of their old names here has switched, those names still resolve, on first use only: no
-# engine module imports them, and importing this module loads no outer layer.
-_MOVED = {
-    "telegram_updates": "bot.telegram.tables",
-    "telegram_users": "bot.telegram.tables",
-    "telegram_pairing": "bot.telegram.tables",
-    "telegram_cards": "bot.telegram.tables",
-    "telegram_outbox": "bot.telegram.tables",
-    "JOB_KINDS": "scheduler.tables",
-    "RUN_STATUSES": "scheduler.tables",
-    "scheduled_jobs": "scheduler.tables",
-    "job_runs": "scheduler.tables",
-    "events": "scheduler.tables",
-    "notification_log": "scheduler.tables",
-    "web_signins": "bot.http.tables",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

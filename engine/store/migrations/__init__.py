@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from alembic.operations import Operations
 
-__all__ = ["ENGINE", "Layer", "Migration", "all_migrations", "default_layers", "discover"]
+__all__ = ["ENGINE", "Layer", "Migration", "all_migrations", "discover"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,19 +74,9 @@ def discover(layers: Sequence[Layer]) -> list[Migration]:
     return [found[version] for version in sorted(found)]
 
 
-def all_migrations(layers: Sequence[Layer] | None = None) -> list[Migration]:
-    """``discover(layers)``; without ``layers``, the sequence ``chathub serve`` runs."""
-    return discover(default_layers() if layers is None else layers)
-
-
-def default_layers() -> tuple[Layer, ...]:
-    """The layers a caller that names none gets: today every layer, as before the split.
-
-    Transitional: once ``chathub serve``, ``chathub chat`` and the doctor pass
-    ``bot.schema.LAYERS`` themselves, this becomes ``(ENGINE,)`` and the engine no longer
-    knows the outer layers' names at all.
-    """
-    return importlib.import_module("bot.schema").LAYERS
+def all_migrations(layers: Sequence[Layer] = (ENGINE,)) -> list[Migration]:
+    """``discover(layers)``: without ``layers``, the engine's own migrations."""
+    return discover(layers)
 
 
 def _upgrade(module: str, op: Operations) -> None:

@@ -272,3 +272,13 @@ async def test_a_version_number_taken_by_two_layers_is_refused() -> None:
 def test_the_layers_together_number_their_migrations_1_to_n() -> None:
     assert [m.version for m in discover(LAYERS)] == list(range(1, LATEST + 1))
     assert LATEST >= 11
+
+
+async def test_without_layers_the_engine_migrates_only_its_own_tables(store_url: str) -> None:
+    store = await Store.open(store_url)
+    try:
+        assert await store.db.run(_versions) == ENGINE_VERSIONS
+        tables = await store.db.run(_table_names)
+        assert not tables & {"telegram_outbox", "job_runs", "events", "web_signins"}
+    finally:
+        await store.close()
