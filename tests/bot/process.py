@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 ALICE = 111
 
 
@@ -39,3 +41,16 @@ def service_env(home: Path, model_url: str, **extra: str) -> dict[str, str]:
         "CHATHUB_TIMEZONE": "UTC",
         **extra,
     }
+
+
+def wait_for_http(port: int, within_s: float = 20) -> None:
+    """Until ``chathub serve``'s HTTP app answers on ``port``: it starts once Telegram
+    polling has begun (its modules load meanwhile), a moment after the bot answers."""
+
+    def answers() -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code < 500
+        except httpx.HTTPError:
+            return False
+
+    wait_for(answers, within_s)

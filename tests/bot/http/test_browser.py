@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bot.process import ALICE, free_port, wait_for
+from tests.bot.process import ALICE, free_port, wait_for, wait_for_http
 
 CHROMIUM = os.environ.get("CHATHUB_TEST_CHROMIUM", "/usr/bin/chromium")
 TOKEN = "browser-test-token"
@@ -75,6 +75,7 @@ def test_approving_an_execute_cmd_by_clicking_runs_it_and_edits_the_telegram_car
     )
 
     page = browser_page
+    wait_for_http(port)
     page.goto(f"http://127.0.0.1:{port}/")
     assert page.url.endswith("/login")
     page.fill("input[name=token]", TOKEN)
