@@ -8,9 +8,17 @@ is logged under an id and said in one sentence (``bot.platform.failures``).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bot.platform.cards import EXPIRED, NOT_ALLOWED, Choice, decide
+from bot.platform.cards import (
+    EXPIRED,
+    NOT_ALLOWED,
+    Choice,
+    RejectWindows,
+    decide,
+    reply_target,
+)
 from bot.platform.commands import CommandContext, CommandRegistry, shared_commands
 from bot.platform.failures import SORRY_MESSAGE, SORRY_TAP, report_failure
 from bot.platform.tasks import Background
@@ -49,6 +57,17 @@ _CHOICE_OF_BYPASS: dict[int | None, Choice] = {
     900: "bypass_15m",
     0: "bypass_session",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class _OpenQuestion:
+    """An open question as ``bot.platform.cards.reply_target`` sees a shown card."""
+
+    tool_call_id: int
+    chat_id: str
+    kind: str = "question"
+    message_id: str | None = None
+    state: str = "open"
 
 
 class Reply(Protocol):
@@ -105,12 +124,38 @@ class Actions:
             head, _, argument = text.partition(" ")
             await self._command(source, head[1:].lower(), argument.strip(), frame.ref, reply)
             return
+        if await self._answers_question(source, frame, reply):
+            return
         try:
             queued = await self._hub.send_message(source, frame.text)
         except HubError as exc:  # the hub's refusals are sentences meant for people
             await reply.send(ErrorFrame(code="refused", message=str(exc), ref=frame.ref))
             return
         await reply.send(Accepted(ref=frame.ref, queued_id=queued))
+
+    async def _answers_question(self, source: str, frame: SendMessage, reply: Reply) -> bool:
+        """A plain message while a question is open answers it (``reply_target``, the
+        platform's rule); a question is open only while its turn waits."""
+        if not self._hub.is_processing(source):
+            return False
+        session_id = await self._hub.session_id(source)
+        open_questions = await self._hub.engine.pending_questions(session_id)
+        cards = [_OpenQuestion(item.tool_call_id, source) for item in open_questions]
+        target = reply_target(cards, reply_to=None, is_command=False, rejecting=RejectWindows())
+        if target is None:
+            return False
+        _, card = target
+        await self._answer(
+            source,
+            AnswerQuestion(
+                type="answer_question",
+                request_id=card.tool_call_id,
+                answer=frame.text,
+                ref=frame.ref,
+            ),
+            reply,
+        )
+        return True
 
     async def _command(
         self, source: str, name: str, argument: str, ref: str | None, reply: Reply
