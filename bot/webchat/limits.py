@@ -18,6 +18,8 @@ class SocketLimits:
     burst: int = 30
     #: Refused frames in a row after which the socket is closed (1008).
     max_refused: int = 200
+    #: Sockets open at once, all conversations together; one more is refused (HTTP 403).
+    max_sockets: int = 1000
 
 
 class FrameRate:

@@ -78,8 +78,13 @@ class WebChat:
         self.limits = limits or SocketLimits()
         self._clock = clock
         self.rooms = Rooms()
+        self._open = 0
         self._background = Background()
         self.actions = Actions(hub, self.rooms, web_commands(), self._background)
+
+    @property
+    def open_sockets(self) -> int:
+        return self._open
 
     def routes(self) -> list[BaseRoute]:
         return [WebSocketRoute("/ws/chat", self.endpoint, name="web_chat_socket"), *self._pages]
@@ -99,6 +104,17 @@ class WebChat:
         ):
             await websocket.close(code=CLOSE_POLICY)
             return
+        if self._open >= self.limits.max_sockets:
+            log.warning("web chat socket refused: %d sockets are open", self._open)
+            await websocket.close(code=CLOSE_POLICY)
+            return
+        self._open += 1
+        try:
+            await self._serve(websocket, conversation)
+        finally:
+            self._open -= 1
+
+    async def _serve(self, websocket: WebSocket, conversation: str) -> None:
         await websocket.accept()
         source = source_of(conversation)
         socket = ChatSocket(websocket)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -197,3 +198,19 @@ async def test_html_in_model_output_and_arguments_travels_as_text(
     await client.send(type="reject_tool", tool_call_id=card["tool_call_id"])
     frames = await client.until("done")
     assert frames[-1]["content"] == f"Here: {script}"
+
+
+async def test_sockets_over_the_limit_are_refused(make_server):
+    server = await make_server(SocketLimits(max_sockets=2))
+    first = await server.client("a")
+    await server.client("b")
+    with pytest.raises(InvalidStatus):
+        async with server.connect("c"):
+            pass
+    await first.close()
+    # The endpoint ends just after the close handshake; nothing signals it.
+    while server.webchat.open_sockets > 1:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    third = await server.client("c")
+    await third.send(type="ping")
+    assert (await third.recv())["type"] == "pong"
