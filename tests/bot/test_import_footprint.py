@@ -103,3 +103,12 @@ def test_a_passport_free_ptb_still_lets_others_import_cryptography() -> None:
         "import cryptography.hazmat.backends"
     )
     assert "cryptography" in loaded
+
+
+def test_pydantic_plugins_are_not_looked_up_unless_the_operator_asks(tmp_path: Path) -> None:
+    probe = "import bot, os; print(os.environ['PYDANTIC_DISABLE_PLUGINS'])"
+    run = [sys.executable, "-c", probe]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    assert subprocess.run(run, capture_output=True, text=True, env=env).stdout.strip() == "__all__"
+    mine = {**env, "PYDANTIC_DISABLE_PLUGINS": "logfire"}
+    assert subprocess.run(run, capture_output=True, text=True, env=mine).stdout.strip() == "logfire"
