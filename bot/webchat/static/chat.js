@@ -245,7 +245,8 @@ function handle(frame) {
       state.streaming.append(document.createTextNode(frame.text));
       break;
     case "thinking_delta":
-      if (frame.depth === 0) thread.append(el("div", "tool", `· ${frame.text}`));
+      // Streamed already when it came as text deltas; otherwise a line of its own.
+      if (frame.depth === 0 && !state.streaming) thread.append(el("div", "tool", `· ${frame.text}`));
       break;
     case "tool_start": {
       setRunning(true);

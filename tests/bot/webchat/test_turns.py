@@ -207,3 +207,19 @@ async def test_a_reconnect_mid_turn_gets_running_then_the_answer(
         frames = await second.until("done")
     assert frames[-1]["content"] == "Written after the reload."
     assert "tool_end" in types(frames)
+
+
+async def test_text_beside_tool_calls_is_a_thinking_delta(
+    server: ChatServer, fake_openai: FakeOpenAIServer
+):
+    fake_openai.reply_tool_calls(
+        ("w1", "write_file", {"path": "t.txt", "content": "t"}), content="Let me write it."
+    )
+    fake_openai.reply_text("Written.")
+    client = await server.client()
+    await client.send(type="message", text="write t.txt")
+    frames = await client.until("approval_required")
+    thinking = [f for f in frames if f["type"] == "thinking_delta"]
+    assert thinking and "Let me write it." in thinking[0]["text"]
+    await client.send(type="approve_tool", tool_call_id=frames[-1]["tool_call_id"])
+    assert (await client.until("done"))[-1]["content"] == "Written."
