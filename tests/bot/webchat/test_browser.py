@@ -101,14 +101,18 @@ async def test_the_page_in_chromium(
     assert await page.text_content("#send") == "Send"
 
     # A card: approve it by clicking.
-    fake_openai.reply_tool_calls(("w1", "write_file", {"path": "page.txt", "content": "x\n"}))
+    hostile = "<img src=x onerror=window.hacked=3>"
+    fake_openai.reply_tool_calls(("w1", "write_file", {"path": "page.txt", "content": hostile}))
     fake_openai.reply_text("Wrote page.txt.")
     await _send(page, "write page.txt")
     await page.wait_for_selector(".card .choice.approve")
     assert await page.text_content("#send") == "Stop"
     await page.screenshot(path=str(artifacts / "webchat-card-desktop.png"), full_page=True)
+    assert hostile in await page.text_content(".card pre")  # tool arguments are text
+    assert hostile in await page.text_content(".tool")
     await page.click(".card .choice.approve")
     await page.wait_for_selector(".card.closed .outcome:has-text('Approved')")
+    assert await page.evaluate("window.hacked") is None
     await page.wait_for_selector(".msg.assistant:has-text('Wrote page.txt.')")
 
     # A question: answer it in its box.
