@@ -171,12 +171,15 @@ async def test_the_page_in_chromium(
     assert await page.evaluate("window.hacked") is None
 
     await page.screenshot(path=str(artifacts / "webchat-desktop.png"), full_page=True)
-    phone = await browser.new_page(viewport={"width": 390, "height": 844})
+    light = await page.evaluate("getComputedStyle(document.body).backgroundColor")
+    phone = await browser.new_page(viewport={"width": 390, "height": 844}, color_scheme="dark")
     await phone.context.add_cookies(await context.cookies())
     await phone.goto(page.url)
     await phone.wait_for_selector(".msg.assistant:has-text('Written after the reload.')")
     assert await phone.is_hidden("#sidebar")
-    await phone.screenshot(path=str(artifacts / "webchat-phone.png"), full_page=True)
+    dark = await phone.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert light == "rgb(255, 255, 255)" and dark != light  # the OS's scheme is followed
+    await phone.screenshot(path=str(artifacts / "webchat-phone-dark.png"), full_page=True)
     await phone.click("#menu")
     assert await phone.is_visible("#sidebar")
     await phone.screenshot(path=str(artifacts / "webchat-phone-sidebar.png"))
