@@ -159,14 +159,18 @@ async def make_server(
     servers: list[tuple[uvicorn.Server, asyncio.Task[None], WebChat]] = []
 
     async def start(
-        limits: SocketLimits | None = None, *, stored: bool = False, page: bool = False
+        limits: SocketLimits | None = None,
+        *,
+        stored: bool = False,
+        page: bool = False,
+        token: str | None = TOKEN,
     ) -> ChatServer:
         """``stored``: conversations from the database (created over HTTP first), with
         their HTTP routes; otherwise any well-formed id is a conversation. ``page``: the
         chat page and the inbox (its sign-in) too."""
-        signins = SignIns(engine.store.db, token=TOKEN)
+        signins = SignIns(engine.store.db, token=token or TOKEN)
         throttle = LoginThrottle()
-        auth = SocketAuth(token=TOKEN, signins=signins, throttle=throttle)
+        auth = SocketAuth(token=token, signins=signins if token else None, throttle=throttle)
         conversations: ConversationDirectory = AnyConversation()
         pages: list[Any] = []
         if stored or page:
@@ -177,7 +181,9 @@ async def make_server(
         if page:
             pages += ChatPage(auth).routes()
             operations = Operations(engine, hub)
-            inbox = WebInbox(operations, token=TOKEN, signins=signins, throttle=throttle)
+            inbox = WebInbox(
+                operations, token=token, signins=signins if token else None, throttle=throttle
+            )
         webchat = WebChat(hub, auth, conversations, limits=limits, clock=rate_clock, pages=pages)
         app = create_app(webchat=webchat, web=inbox)
         # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say so (a

@@ -155,3 +155,33 @@ async def test_history_in_pages(
     assert everything[-1]["text"] == "answer 4"
     empty = (await http.get(f"/chat/conversations/{other['id']}/messages")).json()
     assert empty["messages"] == [] and empty["next_before"] is None
+
+
+async def test_without_a_token_loopback_needs_no_sign_in_but_still_the_origin_and_csrf(
+    make_server, fake_openai: FakeOpenAIServer
+):
+    """``make run`` without CHATHUB_API_TOKEN (loopback only): the page and the socket open
+    without a sign-in; another site's page is still refused, and writes need the page's
+    form token."""
+    server = await make_server(page=True, token=None)
+    async with httpx.AsyncClient(base_url=server.http) as http:
+        page = await http.get("/chat")
+        assert page.status_code == 200
+        assert "content-security-policy" in page.headers
+        csrf = page.text.split('name="csrf" content="')[1].split('"')[0]
+        assert len(csrf) == 64
+        assert (await http.post("/chat/conversations", json={})).status_code == 403
+        created = await http.post("/chat/conversations", json={}, headers={"X-CSRF-Token": csrf})
+        assert created.status_code == 201
+        foreign = {"Origin": "http://evil.example"}
+        assert (await http.get("/chat/conversations", headers=foreign)).status_code == 403
+    conversation = created.json()["id"]
+    fake_openai.reply_text("Local hello.")
+    client = await server.client(conversation, auth=False)
+    await client.send(type="message", text="hi")
+    assert (await client.until("done"))[-1]["content"] == "Local hello."
+    from websockets.exceptions import InvalidStatus
+
+    with pytest.raises(InvalidStatus):
+        async with server.connect(conversation, auth=False, headers=foreign):
+            pass
