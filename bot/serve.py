@@ -226,8 +226,13 @@ class Service:
             deliveries=deliveries,
             telegram_stats=self.adapter.outbound.stats if self.adapter else None,
         )
-        self._server = await serving.http_server(parts)
-        self._tasks.append(asyncio.create_task(self._server.serve(), name="http"))
+        self._server = server = await serving.http_server(parts)
+        serving_task = asyncio.create_task(server.serve(), name="http")
+        self._tasks.append(serving_task)
+        # start returns with the app listening (or its failure logged by uvicorn)
+        listening = asyncio.ensure_future(server.listening.wait())
+        await asyncio.wait({serving_task, listening}, return_when=asyncio.FIRST_COMPLETED)
+        listening.cancel()
 
     async def _reach_telegram(
         self,
@@ -329,6 +334,15 @@ async def serve(config: AppConfig) -> None:
         )
         terminal = asyncio.create_task(chat.run())
         terminal.add_done_callback(lambda _t: stop.set())
+    if service.adapter is None and service.http:
+        settings = service_settings(config)
+        host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::") else settings.http_host
+        # stderr, whatever the log level, and not mixed into the terminal chat's output
+        print(
+            f"chathub: web chat at http://{host}:{settings.http_port}/chat",
+            file=sys.stderr,
+            flush=True,
+        )
     if service.adapter is None and terminal is None:
         log.warning("TELEGRAM_BOT_TOKEN is not set and stdin is not a terminal: HTTP only")
     await stop.wait()

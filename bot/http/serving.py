@@ -7,6 +7,8 @@ and 15 MB of imports that no message has to wait for.
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -31,7 +33,19 @@ from engine.core import Engine
 from engine.hub import ChatHub
 from scheduler.service import Scheduler
 
-__all__ = ["HttpParts", "http_server"]
+__all__ = ["HttpParts", "ListeningServer", "http_server"]
+
+
+class ListeningServer(uvicorn.Server):
+    """``uvicorn.Server`` that says when its socket is bound (``listening``)."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.listening = asyncio.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self.listening.set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +66,7 @@ class HttpParts:
     telegram_stats: OutboundStats | None = None
 
 
-async def http_server(parts: HttpParts) -> uvicorn.Server:
+async def http_server(parts: HttpParts) -> ListeningServer:
     """The app on ``HTTP_HOST:HTTP_PORT``, not yet serving (``Server.serve`` starts it)."""
     settings = parts.settings
     operations = Operations(parts.engine, parts.hub, parts.scheduler)
@@ -113,4 +127,4 @@ async def http_server(parts: HttpParts) -> uvicorn.Server:
         # A bigger frame is refused by the socket layer itself (1009) before it is buffered.
         ws_max_size=2 * MAX_FRAME_BYTES,
     )
-    return uvicorn.Server(config)
+    return ListeningServer(config)

@@ -6,7 +6,9 @@ import signal
 import sqlite3
 import time
 
-from tests.bot.process import ALICE, wait_for
+import httpx
+
+from tests.bot.process import ALICE, free_port, wait_for
 from tests.fakes.telegram_server import FakeTelegramServer
 
 
@@ -85,3 +87,15 @@ def test_an_answer_stored_but_never_sent_is_delivered_after_kill_9(serve, telegr
     wait_for(lambda: "The answer you almost lost." in replies(telegram))
     assert replies(telegram).count("The answer you almost lost.") == 1
     assert len(fake_openai.requests) == 1  # not asked again
+
+
+def test_without_a_bot_token_serve_prints_the_web_chats_address(serve, fake_openai):
+    port = free_port()
+    child = serve(TELEGRAM_BOT_TOKEN="", HTTP_PORT=str(port), CHATHUB_API_TOKEN="t" * 32)
+    assert child.stderr is not None
+    line = child.stderr.readline()  # the first line it writes once it is up
+    assert line.strip() == f"chathub: web chat at http://127.0.0.1:{port}/chat"
+    page = httpx.get(f"http://127.0.0.1:{port}/chat", follow_redirects=False, timeout=5)
+    assert page.status_code in (200, 302, 303)  # the page, or its sign-in first
+    child.send_signal(signal.SIGTERM)
+    child.wait(timeout=15)
