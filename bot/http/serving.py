@@ -37,15 +37,24 @@ __all__ = ["HttpParts", "ListeningServer", "http_server"]
 
 
 class ListeningServer(uvicorn.Server):
-    """``uvicorn.Server`` that says when its socket is bound (``listening``)."""
+    """``uvicorn.Server`` that says when its socket is bound (``listening``) and ends the
+    app's own tasks (``closing``: the web chat's) after its connections have closed."""
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(
+        self, config: uvicorn.Config, closing: Sequence[Callable[[], Awaitable[None]]] = ()
+    ) -> None:
         super().__init__(config)
         self.listening = asyncio.Event()
+        self._closing = tuple(closing)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         self.listening.set()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        for close in self._closing:
+            await close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +95,15 @@ async def http_server(parts: HttpParts) -> ListeningServer:
         await signins.purge()  # rows of an old token or long expired go at start-up
     chat_auth = SocketAuth(token=token, signins=signins, throttle=throttle)
     conversations = ConversationStore(parts.engine.store.db)
+    webchat = WebChat(
+        parts.hub,
+        chat_auth,
+        conversations,
+        pages=[
+            *ConversationRoutes(conversations, parts.hub, chat_auth).routes(),
+            *ChatPage(chat_auth).routes(),
+        ],
+    )
     app = create_app(
         webhook=parts.webhook,
         webhook_url=settings.telegram_webhook_url,
@@ -108,15 +126,7 @@ async def http_server(parts: HttpParts) -> ListeningServer:
             deliveries=parts.deliveries,
             health=details,
         ),
-        webchat=WebChat(
-            parts.hub,
-            chat_auth,
-            conversations,
-            pages=[
-                *ConversationRoutes(conversations, parts.hub, chat_auth).routes(),
-                *ChatPage(chat_auth).routes(),
-            ],
-        ),
+        webchat=webchat,
         host=settings.http_host,
     )
     config = uvicorn.Config(
@@ -127,4 +137,4 @@ async def http_server(parts: HttpParts) -> ListeningServer:
         # A bigger frame is refused by the socket layer itself (1009) before it is buffered.
         ws_max_size=2 * MAX_FRAME_BYTES,
     )
-    return ListeningServer(config)
+    return ListeningServer(config, closing=[webchat.close])

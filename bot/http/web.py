@@ -219,9 +219,10 @@ class WebInbox:
         return response
 
     async def login_form(self, request: Request) -> Response:
+        after = after_sign_in(request.query_params.get("next"))
         if self._token is not None and await self._visitor(request) is not None:
-            return RedirectResponse("/", status_code=303)
-        return self._render("login.html", None, status=200, failed=False)
+            return RedirectResponse(after, status_code=303)
+        return self._render("login.html", None, status=200, failed=False, next=after)
 
     async def login(self, request: Request) -> Response:
         if not _same_origin(request):
@@ -241,17 +242,18 @@ class WebInbox:
         if _REPEATED in form:
             return _plain(400, "a form field is given more than once")
         given = form.get("token", "").strip().encode()
+        after = after_sign_in(form.get("next"))
         if self._token is None or self._signins is None:
-            return self._render("login.html", None, status=401, failed=False)
+            return self._render("login.html", None, status=401, failed=False, next=after)
         if not hmac.compare_digest(given, self._token):
             self._throttle.failed(address)
-            return self._render("login.html", None, status=401, failed=True)
+            return self._render("login.html", None, status=401, failed=True, next=after)
         self._throttle.succeeded(address)
         previous = await self._visitor(request)
         if previous is not None and previous.signin is not None:
             await self._signins.revoke(previous.signin.handle)  # one browser, one sign-in
         new = await self._signins.create(address, request.headers.get("user-agent"))
-        response = RedirectResponse("/", status_code=303)
+        response = RedirectResponse(after, status_code=303)
         response.set_cookie(
             COOKIE,
             new.secret,
@@ -602,3 +604,12 @@ def _age(now: datetime, then: datetime) -> str:
     if seconds < 86400:
         return f"{seconds // 3600} h ago"
     return f"{seconds // 86400} d ago"
+
+
+#: Where a sign-in may lead: this app's own pages only (never a link to another site).
+SIGN_IN_DESTINATIONS = frozenset({"/", "/chat"})
+
+
+def after_sign_in(wanted: str | None) -> str:
+    """The page a sign-in leads to: ``next`` when it is one of ours, else the inbox."""
+    return wanted if wanted in SIGN_IN_DESTINATIONS else "/"

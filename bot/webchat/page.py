@@ -49,7 +49,7 @@ class ChatPage:
         if access == "foreign_origin":
             return PlainTextResponse("cross-site request refused", status_code=403)
         if isinstance(access, str):
-            return RedirectResponse("/login", status_code=303)
+            return RedirectResponse("/login?next=/chat", status_code=303)
         body = self._page.replace("{{csrf}}", html.escape(access.csrf or "", quote=True))
         return Response(body, media_type="text/html; charset=utf-8", headers=_HEADERS)
 

@@ -569,3 +569,26 @@ async def test_the_health_page_when_the_checks_crash(engine):
         page = await c.get("/health")
         assert page.status_code == 200 and "could not be run" in page.text
         assert "RuntimeError" not in page.text and "bug in a check" not in page.text
+
+
+@pytest.mark.parametrize(
+    ("wanted", "lands"),
+    [
+        ("/chat", "/chat"),
+        ("/", "/"),
+        ("//evil.example/", "/"),
+        ("https://evil.example/chat", "/"),
+        ("/chat/../admin", "/"),
+        ("", "/"),
+    ],
+)
+async def test_a_sign_in_leads_back_only_to_a_page_of_ours(web, wanted, lands):
+    form = await web.get("/login", params={"next": wanted})
+    assert f'name="next" value="{lands}"' in form.text
+    response = await web.post("/login", data={"token": TOKEN, "next": wanted})
+    assert response.status_code == 303 and response.headers["location"] == lands
+
+
+async def test_the_inbox_links_to_the_web_chat(web):
+    await signed_in(web)
+    assert 'href="/chat"' in (await web.get("/")).text

@@ -79,13 +79,12 @@ async def test_the_page_in_chromium(
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
 
-    # Signed out: the page sends you to the inbox's sign-in.
+    # Signed out: the page sends you to the inbox's sign-in, and the sign-in back here.
     await page.goto(f"{base}/chat")
-    assert page.url.endswith("/login")
+    assert page.url.endswith("/login?next=/chat")
     await page.fill("input[name=token]", TOKEN)
     await page.click('form[action="/login"] button')
-    await page.wait_for_url(f"{base}/")
-    await page.goto(f"{base}/chat")
+    await page.wait_for_url(f"{base}/chat")
     await page.wait_for_selector("#conversations li.current")
 
     # A streamed answer, rendered from the server's HTML; the model's HTML is text.
