@@ -84,9 +84,12 @@ def layer_settings() -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(settings.read_text())):
             if isinstance(node, ast.ClassDef):
                 for item in node.body:
-                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
-                        if item.target.id != "model_config":
-                            found[layer].add(item.target.id)
+                    if (
+                        isinstance(item, ast.AnnAssign)
+                        and isinstance(item.target, ast.Name)
+                        and item.target.id != "model_config"
+                    ):
+                        found[layer].add(item.target.id)
     return found
 
 
