@@ -22,6 +22,7 @@ from bot.platform.cards import (
 from bot.platform.commands import CommandContext, CommandRegistry, shared_commands
 from bot.platform.failures import SORRY_MESSAGE, SORRY_TAP, report_failure
 from bot.platform.tasks import Background
+from bot.webchat.conversations import PREFIX
 from bot.webchat.protocol import (
     Accepted,
     AnswerQuestion,
@@ -39,8 +40,9 @@ from bot.webchat.protocol import (
 )
 from bot.webchat.rooms import Rooms
 from bot.webchat.translate import resolved_frame
+from bot.webchat.uploads import AttachmentError, Uploads
 from engine.approval.deciders import OPERATOR
-from engine.hub import ChatHub, HubError
+from engine.hub import ChatHub, HubError, SendOptions
 from engine.store.inbox import InboxError
 
 __all__ = ["WEB_CHAT_DECIDER", "Actions", "Reply", "web_commands"]
@@ -84,12 +86,18 @@ def web_commands() -> CommandRegistry:
 
 class Actions:
     def __init__(
-        self, hub: ChatHub, rooms: Rooms, commands: CommandRegistry, background: Background
+        self,
+        hub: ChatHub,
+        rooms: Rooms,
+        commands: CommandRegistry,
+        background: Background,
+        uploads: Uploads,
     ) -> None:
         self._hub = hub
         self._rooms = rooms
         self.commands = commands
         self._background = background
+        self._uploads = uploads
 
     async def run(self, source: str, frame: Any, reply: Reply) -> None:
         """Act on ``frame``; what the socket must be told goes to ``reply``."""
@@ -119,6 +127,9 @@ class Actions:
             await reply.send(ErrorFrame(code="internal", message=sorry, ref=frame.ref))
 
     async def _message(self, source: str, frame: SendMessage, reply: Reply) -> None:
+        if frame.attachments:  # files make it a message: no command, no answer, takes them
+            await self._send(source, frame, reply)
+            return
         text = frame.text.strip()
         if text.startswith("/") and len(text) > 1:
             head, _, argument = text.partition(" ")
@@ -126,8 +137,20 @@ class Actions:
             return
         if await self._answers_question(source, frame, reply):
             return
+        await self._send(source, frame, reply)
+
+    async def _send(self, source: str, frame: SendMessage, reply: Reply) -> None:
+        options = None
+        if frame.attachments:
+            conversation_id = source.removeprefix(PREFIX)
+            try:
+                found = self._uploads.attachments(conversation_id, list(frame.attachments))
+            except AttachmentError as exc:
+                await reply.send(ErrorFrame(code="attachment", message=str(exc), ref=frame.ref))
+                return
+            options = SendOptions(metadata={"attachments": found})
         try:
-            queued = await self._hub.send_message(source, frame.text)
+            queued = await self._hub.send_message(source, frame.text, options)
         except HubError as exc:  # the hub's refusals are sentences meant for people
             await reply.send(ErrorFrame(code="refused", message=str(exc), ref=frame.ref))
             return

@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from bot.webchat.uploads import MAX_ATTACHMENTS, UPLOAD_ID_PATTERN
+
 __all__ = [
     "CLIENT_FRAMES",
     "MAX_FRAME_BYTES",
@@ -42,6 +44,8 @@ _MAX_DEPTH = 8  # client frames are flat; a deeply nested one is junk, refused u
 
 Id = Annotated[int, Field(strict=True, ge=1, le=MAX_ID)]
 Ref = Annotated[str, Field(max_length=MAX_REF_CHARS)]
+#: An upload's id (``POST /chat/conversations/{id}/files`` answers it).
+UploadId = Annotated[str, Field(pattern=UPLOAD_ID_PATTERN)]
 
 
 class FrameError(ValueError):
@@ -66,10 +70,12 @@ class _ClientFrame(BaseModel):
 
 
 class SendMessage(_ClientFrame):
-    """A message to the agent; ``/name argument`` runs a command."""
+    """A message to the agent; ``/name argument`` runs a command. ``attachments``: ids of
+    files uploaded to this conversation first (the text may then be empty)."""
 
     type: Literal["message"]
     text: str
+    attachments: Annotated[list[UploadId], Field(max_length=MAX_ATTACHMENTS)] = []
 
 
 class Stop(_ClientFrame):
@@ -187,6 +193,10 @@ def _first_problem(kind: str, exc: ValidationError) -> str:
         return f"A '{kind}' frame needs the field '{field}'."
     if error["type"] == "extra_forbidden":
         return f"A '{kind}' frame has no field '{field}'."
+    if error["type"] == "string_pattern_mismatch":
+        return f"Field '{field}' of the '{kind}' frame is not in the form the server gave."
+    if error["type"] == "too_long" and field == "attachments":
+        return f"A message carries at most {MAX_ATTACHMENTS} files."
     return f"Field '{field}' of the '{kind}' frame: {error['msg']}."
 
 
@@ -245,12 +255,24 @@ class Notice(_ServerFrame):
     ref: str | None = None
 
 
+class Attachment(BaseModel):
+    """A file a user message carries, as saved in the workspace."""
+
+    #: Workspace-relative (what the model is told).
+    path: str
+    name: str
+    kind: str
+    mime_type: str | None = None
+    size: int | None = None
+
+
 class UserMessageFrame(_ServerFrame):
     """A user message as stored (every tab shows it; none shows one optimistically)."""
 
     type: Literal["user_message"] = "user_message"
     id: int
     text: str
+    attachments: list[Attachment] = []
 
 
 class TextDeltaFrame(_ServerFrame):

@@ -2,7 +2,9 @@
 
 ``GET /chat/conversations`` lists, ``POST`` creates (``{"title"}`` optional),
 ``PATCH /chat/conversations/{id}`` renames, ``DELETE`` hides (its messages stay),
-``GET /chat/conversations/{id}/messages?before=&limit=`` pages the history back in time.
+``GET /chat/conversations/{id}/messages?before=&limit=`` pages the history back in time,
+``POST /chat/conversations/{id}/files?name=`` uploads one file (the raw bytes, as
+``application/octet-stream``) for a later ``message`` frame to attach (``uploads.py``).
 Access is the socket's (``auth.py``): the inbox's sign-in cookie or the bearer token. A
 write also needs a JSON body type and, from a browser's sign-in, its form token in
 ``X-CSRF-Token`` (another site can send neither without the browser asking this one
@@ -25,12 +27,16 @@ from bot.webchat.auth import Access, SocketAuth
 from bot.webchat.conversations import source_of
 from bot.webchat.history import DEFAULT_PAGE, MAX_PAGE, read_page
 from bot.webchat.store import MAX_TITLE_CHARS, ConversationStore, clean_title
+from bot.webchat.uploads import TooLarge, Uploads
 from engine.hub import ChatHub
 
 __all__ = ["ConversationRoutes"]
 
 MAX_BODY_BYTES = 8 * 1024
 CSRF_HEADER = "x-csrf-token"
+JSON = "application/json"
+OCTETS = "application/octet-stream"
+MAX_FILE_NAME_CHARS = 1000
 
 Handler = Callable[[Request, Access], Awaitable[Response]]
 
@@ -54,11 +60,26 @@ class PageQuery(BaseModel):
     limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE
 
 
+class FileQuery(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: Annotated[str, Field(min_length=1, max_length=MAX_FILE_NAME_CHARS)]
+
+
 class ConversationRoutes:
-    def __init__(self, store: ConversationStore, hub: ChatHub, auth: SocketAuth) -> None:
+    def __init__(
+        self,
+        store: ConversationStore,
+        hub: ChatHub,
+        auth: SocketAuth,
+        *,
+        uploads: Uploads | None = None,
+    ) -> None:
+        """``uploads``: where files go (default: the engine's workspace, 20 MB each)."""
         self._store = store
         self._hub = hub
         self._auth = auth
+        self._uploads = uploads or Uploads(hub.engine.workspace.root)
 
     def routes(self) -> list[Route]:
         one = "/chat/conversations/{conversation_id:id}"
@@ -68,6 +89,7 @@ class ConversationRoutes:
             Route(one, self._write(self.rename), methods=["PATCH"]),
             Route(one, self._write(self.delete), methods=["DELETE"]),
             Route(f"{one}/messages", self._read(self.messages), methods=["GET"]),
+            Route(f"{one}/files", self._write(self.upload, body=OCTETS), methods=["POST"]),
         ]
 
     # -- access ------------------------------------------------------------------------------
@@ -83,7 +105,9 @@ class ConversationRoutes:
 
         return read
 
-    def _write(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    def _write(
+        self, handler: Handler, *, body: str = JSON
+    ) -> Callable[[Request], Awaitable[Response]]:
         async def write(request: Request) -> Response:
             access = await self._auth.check(request)
             if isinstance(access, str):
@@ -94,14 +118,16 @@ class ConversationRoutes:
                     return _error(403, "Missing or wrong form token; reload the page.")
             if request.method != "DELETE":
                 kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-                if kind != "application/json":
-                    return _error(415, "Send the body as application/json.")
+                if kind != body:
+                    return _error(415, f"Send the body as {body}.")
             if not ids_in_range(request):
                 return _error(404, "No such conversation.")
             try:
                 return await handler(request, access)
             except RequestError as bad:
                 return bad.response()
+            except TooLarge as big:
+                return _error(413, str(big))
 
         return write
 
@@ -130,6 +156,18 @@ class ConversationRoutes:
         if not await self._store.hide(request.path_params["conversation_id"]):
             return _error(404, "No such conversation.")
         return Response(status_code=204)
+
+    async def upload(self, request: Request, access: Access) -> Response:
+        conversation_id = request.path_params["conversation_id"]
+        query = query_params(request, FileQuery)
+        limit = self._uploads.max_bytes
+        declared = request.headers.get("content-length", "").strip()
+        if declared.isdigit() and (len(declared) > 20 or int(declared) > limit):
+            raise TooLarge(limit)  # refused before a byte of the body is read
+        if await self._store.get(conversation_id) is None:
+            return _error(404, "No such conversation.")
+        saved = await self._uploads.save(str(conversation_id), query.name, request.stream())
+        return SafeJSONResponse(saved.to_json(), status_code=201)
 
     async def messages(self, request: Request, access: Access) -> Response:
         conversation_id = request.path_params["conversation_id"]

@@ -13,6 +13,7 @@ from bot.webchat.protocol import (
     AgentStartFrame,
     ApprovalRequiredFrame,
     ApprovalResolved,
+    Attachment,
     Choice,
     DoneFrame,
     ErrorFrame,
@@ -47,6 +48,7 @@ from engine.store.inbox import InboxItem
 __all__ = [
     "RESULT_PREVIEW_CHARS",
     "approval_frame",
+    "attachments_of",
     "pending_approval_event",
     "pending_question_frame",
     "preview",
@@ -69,12 +71,37 @@ CARD_CHOICES = [
 ]
 
 
+def attachments_of(items: Any) -> list[Attachment]:
+    """A message's stored attachments as the frame shows them (what is not one is left
+    out: metadata comes from every front end)."""
+    shown = []
+    for item in items or ():
+        if isinstance(item, dict) and isinstance(item.get("path"), str):
+            try:
+                shown.append(
+                    Attachment.model_validate(
+                        {
+                            "path": item["path"],
+                            "name": item.get("name") or item["path"].rsplit("/", 1)[-1],
+                            "kind": item.get("kind") or "document",
+                            "mime_type": item.get("mime_type"),
+                            "size": item.get("size"),
+                        }
+                    )
+                )
+            except ValueError:
+                continue
+    return shown
+
+
 def to_frame(event: Any) -> ServerFrame | None:
     """The frame of one hub event (``None``: the web chat does not show it). Approval
     cards are built by ``approval_frame`` (they need who may decide)."""
     match event:
-        case UserMessage(message_id=message_id, content=content):
-            return UserMessageFrame(id=message_id, text=content)
+        case UserMessage(message_id=message_id, content=content, attachments=attachments):
+            return UserMessageFrame(
+                id=message_id, text=content, attachments=attachments_of(attachments)
+            )
         case TextDelta(text=text, depth=depth):
             return TextDeltaFrame(text=text, depth=depth)
         case Thinking(content=content, reasoning=reasoning, depth=depth):

@@ -42,6 +42,7 @@ from bot.webchat.translate import (
     pending_question_frame,
     to_frame,
 )
+from bot.webchat.uploads import Uploads
 from engine.bus.broadcast import Lagged
 from engine.hub import ChatHub
 from engine.hub.hub import SourceEvents
@@ -69,8 +70,10 @@ class WebChat:
         limits: SocketLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
         pages: Sequence[BaseRoute] = (),
+        uploads: Uploads | None = None,
     ) -> None:
-        """``pages``: the chat's HTTP routes (the conversations, the page), served beside."""
+        """``pages``: the chat's HTTP routes (the conversations, the page), served beside;
+        ``uploads``: where a message's attachments are found (default: the workspace's)."""
         self.hub = hub
         self._pages = tuple(pages)
         self.auth = auth
@@ -80,7 +83,8 @@ class WebChat:
         self.rooms = Rooms()
         self._open = 0
         self._background = Background()
-        self.actions = Actions(hub, self.rooms, web_commands(), self._background)
+        uploads = uploads or Uploads(hub.engine.workspace.root)
+        self.actions = Actions(hub, self.rooms, web_commands(), self._background, uploads)
 
     @property
     def open_sockets(self) -> int:

@@ -29,6 +29,7 @@ from bot.webchat.protocol import MAX_FRAME_BYTES
 from bot.webchat.routes import ConversationRoutes
 from bot.webchat.store import ConversationStore
 from bot.webchat.transport import WebChat
+from bot.webchat.uploads import MAX_UPLOAD_BYTES, Uploads
 from engine.config import EngineConfig, HubConfig
 from engine.core import Engine
 from engine.hub import ChatHub
@@ -164,10 +165,12 @@ async def make_server(
         stored: bool = False,
         page: bool = False,
         token: str | None = TOKEN,
+        upload_limit: int = MAX_UPLOAD_BYTES,
     ) -> ChatServer:
         """``stored``: conversations from the database (created over HTTP first), with
         their HTTP routes; otherwise any well-formed id is a conversation. ``page``: the
-        chat page and the inbox (its sign-in) too."""
+        chat page and the inbox (its sign-in) too. ``upload_limit``: bytes per file."""
+        uploads = Uploads(engine.workspace.root, max_bytes=upload_limit)
         signins = SignIns(engine.store.db, token=token or TOKEN)
         throttle = LoginThrottle()
         auth = SocketAuth(token=token, signins=signins if token else None, throttle=throttle)
@@ -176,7 +179,7 @@ async def make_server(
         if stored or page:
             store = ConversationStore(engine.store.db)
             conversations = store
-            pages = ConversationRoutes(store, hub, auth).routes()
+            pages = ConversationRoutes(store, hub, auth, uploads=uploads).routes()
         inbox = None
         if page:
             pages += ChatPage(auth).routes()
@@ -184,7 +187,15 @@ async def make_server(
             inbox = WebInbox(
                 operations, token=token, signins=signins if token else None, throttle=throttle
             )
-        webchat = WebChat(hub, auth, conversations, limits=limits, clock=rate_clock, pages=pages)
+        webchat = WebChat(
+            hub,
+            auth,
+            conversations,
+            limits=limits,
+            clock=rate_clock,
+            pages=pages,
+            uploads=uploads,
+        )
         app = create_app(webchat=webchat, web=inbox)
         # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say so (a
         # plain socket() would leave Nagle on and every reply 40 ms late).

@@ -1,0 +1,148 @@
+"""A conversation's uploaded files, kept in the workspace for the model.
+
+Telegram's shape (``bot/telegram/downloads.py``): a file lands in
+``<workspace>/uploads/web/<conversation id>/<random token>_<safe name>`` and a message
+names it by that file name, its id. An id is resolved only inside its own conversation's
+folder, and only when it has the strict form an upload gets, so a message cannot point
+the model at any other file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import mimetypes
+import os
+import re
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "MAX_ATTACHMENTS",
+    "MAX_NAME_CHARS",
+    "MAX_UPLOAD_BYTES",
+    "UPLOAD_ID_PATTERN",
+    "AttachmentError",
+    "TooLarge",
+    "Upload",
+    "Uploads",
+    "safe_name",
+]
+
+#: Telegram's bot download limit, so a file is welcome in both front ends.
+MAX_UPLOAD_BYTES = 20 * 1024 * 1024
+#: Files one message may carry.
+MAX_ATTACHMENTS = 10
+MAX_NAME_CHARS = 120
+_TOKEN_HEX = 32
+#: What an upload's id looks like: the token, then a safe name (no dot first, no slash).
+UPLOAD_ID_PATTERN = (
+    rf"^[0-9a-f]{{{_TOKEN_HEX}}}_[A-Za-z0-9_-][A-Za-z0-9._-]{{0,{MAX_NAME_CHARS - 1}}}$"
+)
+_UPLOAD_ID = re.compile(UPLOAD_ID_PATTERN)
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_FOLDER = Path("uploads") / "web"
+_PART = ".part"  # a file being written: its name fails the id pattern (leading dot)
+
+
+class TooLarge(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"The file is over the limit of {_mb(limit)}.")
+
+
+class AttachmentError(ValueError):
+    """A message names a file it may not attach; the message is one sentence."""
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    id: str
+    name: str
+    size: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "size": self.size}
+
+
+def safe_name(name: str) -> str:
+    """``name``'s last path part in letters, digits, ``.``, ``_``, ``-``; no dot first (no
+    hidden file, no ``..``), at most ``MAX_NAME_CHARS`` (the extension kept)."""
+    base = re.split(r"[/\\]", name)[-1]
+    cleaned = _UNSAFE.sub("_", base).lstrip(".")
+    if len(cleaned) > MAX_NAME_CHARS:
+        stem, dot, extension = cleaned.rpartition(".")
+        if dot and 0 < len(extension) <= 16:
+            cleaned = f"{stem[: MAX_NAME_CHARS - len(extension) - 1]}.{extension}"
+        else:
+            cleaned = cleaned[:MAX_NAME_CHARS]
+    return cleaned or "file"
+
+
+class Uploads:
+    """Saves and finds the files of the conversations under ``workspace``."""
+
+    def __init__(self, workspace: Path, *, max_bytes: int = MAX_UPLOAD_BYTES) -> None:
+        self._workspace = workspace
+        self.max_bytes = max_bytes
+
+    def _folder(self, conversation_id: str) -> Path:
+        return _FOLDER / conversation_id
+
+    async def save(self, conversation_id: str, name: str, body: AsyncIterator[bytes]) -> Upload:
+        """Write ``body`` chunk by chunk (never whole in memory); ``TooLarge`` as soon as it
+        passes the limit, and nothing is kept."""
+        kept = safe_name(name)
+        upload_id = f"{secrets.token_hex(_TOKEN_HEX // 2)}_{kept}"
+        folder = self._workspace / self._folder(conversation_id)
+        final = folder / upload_id
+        partial = folder / f"{_PART}{upload_id}"
+        await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
+        size = 0
+        out = await asyncio.to_thread(partial.open, "xb")
+        try:
+            async for chunk in body:
+                size += len(chunk)
+                if size > self.max_bytes:
+                    raise TooLarge(self.max_bytes)
+                await asyncio.to_thread(out.write, chunk)
+            await asyncio.to_thread(out.close)
+            await asyncio.to_thread(os.replace, partial, final)
+        except BaseException:
+            out.close()
+            partial.unlink(missing_ok=True)
+            raise
+        return Upload(upload_id, kept, size)
+
+    def attachments(self, conversation_id: str, ids: list[str]) -> list[dict[str, Any]]:
+        """The metadata of each id's file in this conversation (the engine's attachment
+        shape), or ``AttachmentError``."""
+        folder = self._folder(conversation_id)
+        real_folder = os.path.realpath(self._workspace / folder)
+        found: list[dict[str, Any]] = []
+        for upload_id in ids:
+            if not _UPLOAD_ID.fullmatch(upload_id):
+                raise AttachmentError("An attachment's id is not one an upload gave.")
+            path = self._workspace / folder / upload_id
+            real = os.path.realpath(path)
+            if os.path.dirname(real) != real_folder or path.is_symlink() or not path.is_file():
+                raise AttachmentError(
+                    "An attached file is not in this conversation; upload it again."
+                )
+            name = upload_id[_TOKEN_HEX + 1 :]
+            mime_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
+            found.append(
+                {
+                    "path": (folder / upload_id).as_posix(),
+                    "name": name,
+                    "kind": "photo" if mime_type.startswith("image/") else "document",
+                    "mime_type": mime_type,
+                    "size": path.stat().st_size,
+                }
+            )
+        return found
+
+
+def _mb(size: int) -> str:
+    return f"{size / (1024 * 1024):g} MB"
