@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from bot.webchat.markdown import render_markdown
-from bot.webchat.translate import RESULT_PREVIEW_CHARS, preview
+from bot.webchat.translate import RESULT_PREVIEW_CHARS, attachments_of, preview
 from engine.store.db import Database
 from engine.store.schema import chat_history as h
 from engine.store.schema import chat_llm_tools as t
@@ -53,7 +53,15 @@ async def read_page(
 
 def _page(conn: Connection, session_id: int, before: int | None, limit: int) -> HistoryPage:
     query = (
-        sa.select(h.c.id, h.c.role, h.c.content, h.c.status, h.c.is_synthetic, h.c.created_at)
+        sa.select(
+            h.c.id,
+            h.c.role,
+            h.c.content,
+            h.c.status,
+            h.c.is_synthetic,
+            h.c.created_at,
+            h.c["metadata"].label("meta"),
+        )
         .join(f, f.c.id == h.c.session_stack_id)
         .where(f.c.session_id == session_id, f.c.depth == 0, h.c.role.in_(_SHOWN_ROLES))
         .order_by(h.c.id.desc())
@@ -91,9 +99,15 @@ def _page(conn: Connection, session_id: int, before: int | None, limit: int) -> 
             "synthetic": bool(row.is_synthetic),
             "created_at": row.created_at.isoformat(),
             "tools": calls.get(row.id, []),
+            "attachments": [item.model_dump() for item in _attachments(row)],
         }
         for row in rows
         if row.role == "user" or row.content or calls.get(row.id)
     ]
     next_before = rows[0].id if more and rows else None
     return HistoryPage(session_id, messages, next_before)
+
+
+def _attachments(row: sa.Row) -> list[Any]:
+    meta = row.meta if isinstance(row.meta, dict) else {}
+    return attachments_of(meta.get("attachments")) if row.role == "user" else []

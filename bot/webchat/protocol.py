@@ -215,6 +215,9 @@ class Limits(BaseModel):
     max_message_chars: int
     frames_per_second: float
     burst: int
+    #: An upload's size limit, and the files one message may carry.
+    max_upload_bytes: int
+    max_attachments: int = MAX_ATTACHMENTS
 
 
 class Hello(_ServerFrame):

@@ -83,8 +83,8 @@ class WebChat:
         self.rooms = Rooms()
         self._open = 0
         self._background = Background()
-        uploads = uploads or Uploads(hub.engine.workspace.root)
-        self.actions = Actions(hub, self.rooms, web_commands(), self._background, uploads)
+        self._uploads = uploads or Uploads(hub.engine.workspace.root)
+        self.actions = Actions(hub, self.rooms, web_commands(), self._background, self._uploads)
 
     @property
     def open_sockets(self) -> int:
@@ -147,6 +147,7 @@ class WebChat:
             max_message_chars=self.hub.config.max_message_chars,
             frames_per_second=self.limits.frames_per_second,
             burst=self.limits.burst,
+            max_upload_bytes=self._uploads.max_bytes,
         )
 
     async def _show_pending(self, socket: ChatSocket, session_id: int) -> None:

@@ -21,6 +21,9 @@ const state = {
   questions: new Map(), // request_id -> question element
   tools: new Map(), // tool_call_id -> tool line
   retry: 0,
+  limits: null, // from hello: max_upload_bytes, max_attachments
+  attached: [], // {id, name, size, chip}: uploaded, sent with the next message
+  uploading: 0, // uploads under way
 };
 
 function el(tag, className, text) {
@@ -49,6 +52,34 @@ async function api(method, path, body) {
     throw new Error(message);
   }
   return response.status === 204 ? null : response.json();
+}
+
+// One file's bytes as the body (no form encoding); the server answers its id.
+async function uploadFile(conversation, file) {
+  let response;
+  try {
+    response = await fetch(
+      `/chat/conversations/${conversation}/files?name=${encodeURIComponent(file.name)}`,
+      {
+        method: "POST",
+        headers: { "X-CSRF-Token": csrf, "Content-Type": "application/octet-stream" },
+        credentials: "same-origin",
+        body: file,
+      },
+    );
+  } catch (error) { // the connection broke (or the server closed it on a body too large)
+    throw new Error(`The upload of ${file.name} did not get through; try again.`);
+  }
+  if (response.status === 401) {
+    location.href = "/login?next=/chat";
+    throw new Error("signed out");
+  }
+  if (!response.ok) {
+    let message = `The upload of ${file.name} failed (${response.status}).`;
+    try { message = (await response.json()).error || message; } catch (e) { /* not JSON */ }
+    throw new Error(message);
+  }
+  return response.json();
 }
 
 function scrollDown() {
@@ -100,6 +131,7 @@ async function select(id) {
     state.socket.close();
     state.socket = null;
   }
+  if (state.current !== id) clearAttached(); // a conversation's files are its own
   state.current = id;
   history.replaceState(null, "", `#c=${id}`);
   renderSidebar();
@@ -146,7 +178,7 @@ async function loadHistory(before) {
     if (state.shown.has(message.id)) continue;
     state.shown.add(message.id);
     if (message.role === "user") {
-      nodes.push(el("div", "msg user", message.text));
+      nodes.push(userBubble(message.text, message.attachments));
     } else {
       for (const tool of message.tools) {
         nodes.push(el("div", "tool", `⚙ ${tool.name} — ${tool.status}`));
@@ -161,6 +193,20 @@ async function loadHistory(before) {
     thread.prepend(...nodes);
     scrollDown();
   }
+}
+
+function userBubble(text, attachments) {
+  const bubble = el("div", "msg user", text);
+  if (attachments && attachments.length) {
+    const files = el("div", "files");
+    for (const file of attachments) {
+      const chip = el("span", "", file.name);
+      chip.title = file.path;
+      files.append(chip);
+    }
+    bubble.append(files);
+  }
+  return bubble;
 }
 
 function answerBubble(html) {
@@ -227,12 +273,13 @@ function frameOut(frame) {
 
 function handle(frame) {
   switch (frame.type) {
+    case "hello": state.limits = frame.limits; break;
     case "turn_running": setRunning(frame.running); break;
     case "user_message":
       setRunning(true);
       if (!state.shown.has(frame.id)) {
         state.shown.add(frame.id);
-        thread.append(el("div", "msg user", frame.text));
+        thread.append(userBubble(frame.text, frame.attachments));
       }
       break;
     case "text_delta":
@@ -385,19 +432,94 @@ function closeQuestion(requestId, text) {
 
 // -- the composer --------------------------------------------------------------------
 
+function hasDraft() {
+  return input.value.trim() !== "" || state.attached.length > 0 || state.uploading > 0;
+}
+
 function submitMessage() {
   const text = input.value;
-  if (!text.trim()) {
+  if (!hasDraft()) {
     if (state.running) frameOut({ type: "stop" });
     return;
   }
-  if (frameOut({ type: "message", text })) input.value = "";
+  if (state.uploading > 0) {
+    notice("Wait until the files are uploaded.", true);
+    return;
+  }
+  const frame = { type: "message", text };
+  if (state.attached.length) frame.attachments = state.attached.map((file) => file.id);
+  if (frameOut(frame)) {
+    input.value = "";
+    clearAttached();
+  }
 }
 
 $("composer").addEventListener("submit", (event) => {
   event.preventDefault();
-  if (state.running && !input.value.trim()) frameOut({ type: "stop" });
+  if (state.running && !hasDraft()) frameOut({ type: "stop" });
   else submitMessage();
+});
+
+// -- attachments: chosen, uploaded one by one, shown as chips, sent with the next message --
+
+function clearAttached() {
+  state.attached = [];
+  $("chips").replaceChildren();
+}
+
+function chip(name) {
+  const item = el("li", "chip uploading");
+  item.append(el("span", "name", name));
+  $("chips").append(item);
+  return item;
+}
+
+async function attach(file) {
+  const limits = state.limits || {};
+  const most = limits.max_attachments || 10;
+  if (state.attached.length + state.uploading >= most) {
+    notice(`A message carries at most ${most} files.`, true);
+    return;
+  }
+  if (limits.max_upload_bytes && file.size > limits.max_upload_bytes) {
+    const limit = limits.max_upload_bytes;
+    const said = limit >= 1024 * 1024 ? `${+(limit / (1024 * 1024)).toFixed(1)} MB` : `${limit} bytes`;
+    notice(`${file.name} is over the limit of ${said}.`, true);
+    return;
+  }
+  const conversation = state.current;
+  const item = chip(file.name);
+  state.uploading++;
+  let uploaded;
+  try {
+    uploaded = await uploadFile(conversation, file);
+  } catch (error) {
+    item.remove();
+    notice(error.message, true);
+    return;
+  } finally {
+    state.uploading--;
+  }
+  if (state.current !== conversation || !item.isConnected) return; // switched meanwhile
+  item.classList.remove("uploading");
+  item.title = `${uploaded.name} (${uploaded.size} bytes)`;
+  const remove = el("button", "", "✕");
+  remove.type = "button";
+  remove.setAttribute("aria-label", `Remove ${uploaded.name}`);
+  const entry = { id: uploaded.id, name: uploaded.name, size: uploaded.size };
+  remove.addEventListener("click", () => {
+    state.attached = state.attached.filter((file) => file !== entry);
+    item.remove();
+  });
+  item.append(remove);
+  state.attached.push(entry);
+}
+
+$("attach").addEventListener("click", () => $("files").click());
+$("files").addEventListener("change", () => {
+  const chosen = [...$("files").files];
+  $("files").value = ""; // the same file can be chosen again
+  for (const file of chosen) attach(file);
 });
 input.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {

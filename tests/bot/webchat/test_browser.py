@@ -185,3 +185,90 @@ async def test_the_page_in_chromium(
     await phone.close()
     assert errors == []
     await context.close()
+
+
+async def _signed_in(browser: Any, server: ChatServer) -> tuple[Any, Any]:
+    context = await browser.new_context(viewport={"width": 1200, "height": 900})
+    context.set_default_timeout(WAIT_MS)
+    page = await context.new_page()
+    await page.goto(f"{server.http}/chat")
+    await page.fill("input[name=token]", TOKEN)
+    await page.click('form[action="/login"] button')
+    await page.wait_for_url(f"{server.http}/chat")
+    await page.wait_for_selector("#conversations li.current")
+    return context, page
+
+
+async def _choose(page: Any, *files: tuple[str, bytes]) -> None:
+    """Through the paperclip button and the browser's file chooser, as a person would."""
+    async with page.expect_file_chooser() as chooser:
+        await page.click("#attach")
+    chosen = [
+        {"name": name, "mimeType": "application/octet-stream", "buffer": body}
+        for name, body in files
+    ]
+    await (await chooser.value).set_files(chosen)
+
+
+async def test_attachments_in_chromium(
+    browser: Any, make_server, fake_openai: FakeOpenAIServer, artifacts: Path
+):
+    limit = 1000
+    server: ChatServer = await make_server(page=True, upload_limit=limit)
+    context, page = await _signed_in(browser, server)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    conversation = page.url.split("#c=")[1]
+    folder = server.hub.engine.workspace.root / "uploads" / "web" / conversation
+
+    # Two files chosen, uploaded as chips; one removed; the other sent with the text.
+    await _choose(page, ("notes.txt", b"remember the milk"), ("<b>cat</b>.png", b"\x89PNG"))
+    await page.locator("#chips .chip:not(.uploading)").nth(1).wait_for()
+    assert await page.text_content("#chips") == "notes.txt✕<b>cat</b>.png✕"  # as text
+    await page.click("#chips .chip:has-text('cat') button")
+    assert await page.locator("#chips .chip").count() == 1
+    await page.screenshot(path=str(artifacts / "webchat-attachments-desktop.png"))
+    fake_openai.reply_text("Milk noted.")
+    await _send(page, "read this")
+    await page.wait_for_selector(".msg.user .files span:text('notes.txt')")
+    await page.wait_for_selector(".msg.assistant:has-text('Milk noted.')")
+    assert await page.locator("#chips .chip").count() == 0
+    [notes] = [p for p in folder.iterdir() if p.name.endswith("_notes.txt")]
+    assert notes.read_bytes() == b"remember the milk"
+    asked = [m for m in fake_openai.requests[-1]["messages"] if m["role"] == "user"][-1]
+    assert f"uploads/web/{conversation}/{notes.name}" in asked["content"]
+
+    # Files and no text: Enter sends them.
+    fake_openai.reply_text("A picture.")
+    await _choose(page, ("cat.png", b"\x89PNG"))
+    await page.wait_for_selector("#chips .chip:not(.uploading)")
+    await page.press("#input", "Enter")
+    await page.wait_for_selector(".msg.assistant:has-text('A picture.')")
+    assert await page.locator(".msg.user .files span").count() == 2
+
+    # A reload shows the files from the history.
+    await page.reload()
+    await page.wait_for_selector(".msg.user .files span:text('cat.png')")
+    assert await page.locator(".msg.user .files span").count() == 2
+    await page.set_viewport_size({"width": 390, "height": 844})  # and at phone width
+    await _choose(page, ("a-rather-long-name-for-a-phone-screen.csv", b"a,b"))
+    await page.wait_for_selector("#chips .chip:not(.uploading)")
+    await page.screenshot(path=str(artifacts / "webchat-attachments-phone.png"))
+    await page.click("#chips .chip button")
+
+    # Too large: refused before it is sent; a refusal of the server: its sentence.
+    await _choose(page, ("big.bin", b"x" * (limit + 1)))
+    await page.wait_for_selector(
+        f".notice.error:text('big.bin is over the limit of {limit} bytes.')"
+    )
+    await page.evaluate(
+        f"fetch('/chat/conversations/{conversation}', {{method: 'DELETE', credentials:"
+        " 'same-origin', headers: {'X-CSRF-Token':"
+        " document.querySelector('meta[name=csrf]').content}})"
+    )
+    await _choose(page, ("late.txt", b"late"))
+    await page.wait_for_selector(".notice.error:text('No such conversation.')")
+    assert await page.locator("#chips .chip").count() == 0
+    assert not [p for p in folder.iterdir() if "late" in p.name or "big" in p.name]
+    assert errors == []
+    await context.close()

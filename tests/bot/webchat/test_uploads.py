@@ -75,7 +75,10 @@ async def test_an_uploaded_file_reaches_the_model_and_every_tab(
 
     fake_openai.reply_text("Milk noted.")
     fake_openai.reply_text("A picture.")
-    client = await stored.client(conversation)
+    client = Client(await stored.connect(conversation))
+    hello, _ = await client.opened()
+    assert hello["limits"]["max_upload_bytes"] == LIMIT
+    assert hello["limits"]["max_attachments"] == MAX_ATTACHMENTS
     other_tab = await stored.client(conversation)
     await client.send(type="message", text="read this", attachments=[file["id"]], ref="m1")
     frames = await client.until("done")
@@ -93,6 +96,7 @@ async def test_an_uploaded_file_reaches_the_model_and_every_tab(
             "size": 17,
         }
     ]
+    shown_first = shown["attachments"][0]
     in_other_tab = (await other_tab.until("user_message"))[-1]
     assert in_other_tab["attachments"] == shown["attachments"]
     asked = _last_user_message(fake_openai)
@@ -107,6 +111,14 @@ async def test_an_uploaded_file_reaches_the_model_and_every_tab(
     assert shown["text"] == "" and shown["attachments"][0]["kind"] == "photo"
     asked = _last_user_message(fake_openai)["content"]
     assert asked.startswith("[SYSTEM INFO]") and picture["id"] in asked
+    history = (await http.get(f"/chat/conversations/{conversation}/messages")).json()
+    users = [m for m in history["messages"] if m["role"] == "user"]
+    assert [m["attachments"] for m in users] == [
+        [{**shown_first, "path": path}],
+        shown["attachments"],
+    ]
+    answers = [m for m in history["messages"] if m["role"] == "assistant"]
+    assert all(m["attachments"] == [] for m in answers)
     await client.close()
     await other_tab.close()
 
