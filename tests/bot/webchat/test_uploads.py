@@ -10,7 +10,7 @@ import pytest
 
 from bot.http.signins import csrf_token
 from bot.http.web import COOKIE
-from bot.webchat.uploads import MAX_ATTACHMENTS, MAX_NAME_CHARS, safe_name
+from bot.webchat.uploads import MAX_ATTACHMENTS, MAX_NAME_CHARS, MAX_UPLOAD_BYTES, safe_name
 from tests.bot.webchat.conftest import TOKEN, ChatServer, Client
 from tests.fakes.openai_server import FakeOpenAIServer
 
@@ -282,3 +282,29 @@ async def test_more_than_the_maximum_of_attachments_is_refused(
     shown = next(f for f in await client.until("done") if f["type"] == "user_message")
     assert len(shown["attachments"]) == MAX_ATTACHMENTS
     await client.close()
+
+
+async def test_the_real_limit_is_twenty_megabytes_streamed_to_disk(make_server):
+    """The default limit, a body sent in chunks without a length (never whole in memory
+    on either side): 20 MB is taken, one byte more is not."""
+    server = await make_server(stored=True)
+    chunk = b"z" * (1024 * 1024)
+
+    async def body(extra: bytes) -> AsyncIterator[bytes]:
+        for _ in range(MAX_UPLOAD_BYTES // len(chunk)):
+            yield chunk
+        yield extra
+
+    async with httpx.AsyncClient(base_url=server.http, headers=BEARER, timeout=60) as http:
+        conversation = await _conversation(http)
+        path = f"/chat/conversations/{conversation}/files"
+        taken = await http.post(
+            path, params={"name": "full.bin"}, content=body(b""), headers=OCTETS
+        )
+        assert taken.status_code == 201 and taken.json()["size"] == MAX_UPLOAD_BYTES
+        over = await http.post(
+            path, params={"name": "over.bin"}, content=body(b"!"), headers=OCTETS
+        )
+        assert over.status_code == 413
+        assert over.json() == {"error": "The file is over the limit of 20 MB."}
+    assert [p.name for p in _folder(server, conversation).iterdir()] == [taken.json()["id"]]
