@@ -86,3 +86,36 @@ async def test_a_conversation_through_the_served_app_survives_kill_9(
         history = (await http.get(f"/chat/conversations/{created['id']}/messages")).json()
     answers = [m["text"] for m in history["messages"] if m["role"] == "assistant" and m["text"]]
     assert answers == ["Hello over the socket.", "Wrote it once."]
+
+
+async def test_an_attachment_through_the_served_app(serve, fake_openai: FakeOpenAIServer, tmp_path):
+    """The upload route and the socket as ``chathub serve`` wires them: the file lands in
+    the service's workspace and the model is told its path."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    child = serve(HTTP_PORT=str(port), CHATHUB_API_TOKEN=TOKEN)
+    await asyncio.wait_for(_up(base, child), GUARD_S)
+    async with httpx.AsyncClient(base_url=base, headers=BEARER) as http:
+        created = (await http.post("/chat/conversations", json={})).json()
+        uploaded = await http.post(
+            f"/chat/conversations/{created['id']}/files",
+            params={"name": "../plan.md"},
+            content=b"# plan\n",
+            headers={"content-type": "application/octet-stream"},
+        )
+    assert uploaded.status_code == 201, uploaded.text
+    path = f"uploads/web/{created['id']}/{uploaded.json()['id']}"
+    assert (tmp_path / "workspace" / path).read_bytes() == b"# plan\n"
+    fake_openai.reply_text("Read the plan.")
+    url = f"ws://127.0.0.1:{port}/ws/chat?conversation={created['id']}"
+    async with connect(url, additional_headers=BEARER) as ws:
+        hello = (await _until(ws, "hello"))[-1]
+        assert hello["limits"]["max_upload_bytes"] == 20 * 1024 * 1024
+        await _until(ws, "turn_running")
+        frame = {"type": "message", "text": "", "attachments": [uploaded.json()["id"]]}
+        await ws.send(json.dumps(frame))
+        frames = await _until(ws, "done")
+    shown = next(f for f in frames if f["type"] == "user_message")
+    assert [a["path"] for a in shown["attachments"]] == [path]
+    asked = [m for m in fake_openai.requests[-1]["messages"] if m["role"] == "user"][-1]
+    assert f"- {path} (" in asked["content"] and ", 7)" in asked["content"]
