@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from starlette.applications import Starlette
@@ -32,8 +32,16 @@ from bot.telegram.poller import UpdateSink
 from bot.telegram.store import TelegramStore
 from scheduler.events import EventStore
 
-if TYPE_CHECKING:
-    from bot.webchat.transport import WebChat
+
+class ChatPart(Protocol):
+    """The web chat's part of the app (``bot.webchat.transport.WebChat``, or a stand-in
+    that builds it on first use): its routes, and the token its sign-ins need."""
+
+    @property
+    def token(self) -> str | None: ...
+
+    def routes(self) -> list[BaseRoute]: ...
+
 
 __all__ = [
     "DEFAULT_WEBHOOK_PATH",
@@ -170,7 +178,7 @@ def create_app(
     events: EventsEndpoint | None = None,
     api: ApiRoutes | None = None,
     web: WebInbox | None = None,
-    webchat: WebChat | None = None,
+    webchat: ChatPart | None = None,
     host: str = "127.0.0.1",
 ) -> Starlette:
     """The app; with ``api``, ``web`` or ``webchat`` and no token it refuses to serve beyond
@@ -180,7 +188,7 @@ def create_app(
     if web is not None:
         check_api_exposure(host, web.token)
     if webchat is not None:
-        check_api_exposure(host, webchat.auth.token)
+        check_api_exposure(host, webchat.token)
     routes: list[BaseRoute] = []
     pages: list[Route] = web.routes() if web is not None else []
     if api is not None:

@@ -8,12 +8,15 @@ and 15 MB of imports that no message has to wait for.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import uvicorn
+from starlette.routing import BaseRoute, Route, Router, WebSocketRoute
+from starlette.types import Receive, Scope, Send
 
 from bot.checks.result import Check
 from bot.http.app import ApiRoutes, EventsEndpoint, Health, TelegramWebhook, WebInbox, create_app
@@ -23,12 +26,7 @@ from bot.http.signins import LoginThrottle, SignInPolicy, SignIns
 from bot.http.web import Deliveries
 from bot.settings import Settings
 from bot.telegram.outbound import OutboundStats
-from bot.webchat.auth import SocketAuth
-from bot.webchat.page import ChatPage
-from bot.webchat.protocol import MAX_FRAME_BYTES
-from bot.webchat.routes import ConversationRoutes
-from bot.webchat.store import ConversationStore
-from bot.webchat.transport import WebChat
+from bot.webchat.limits import MAX_FRAME_BYTES as MAX_WEB_CHAT_FRAME_BYTES
 from engine.core import Engine
 from engine.hub import ChatHub
 from scheduler.service import Scheduler
@@ -55,6 +53,44 @@ class ListeningServer(uvicorn.Server):
         await super().shutdown(sockets)
         for close in self._closing:
             await close()
+
+
+class LazyChat:
+    """The web chat, built on its first request (``/chat...``, ``/ws/chat``): its frames'
+    models, the page and the socket code (~1.5 MB) load then, in a worker thread, not with
+    every service that may never see a browser."""
+
+    def __init__(
+        self, hub: ChatHub, token: str | None, signins: SignIns | None, throttle: LoginThrottle
+    ) -> None:
+        self._hub, self._token, self._signins, self._throttle = hub, token, signins, throttle
+        self._router: Router | None = None
+        self._close: Callable[[], Awaitable[None]] | None = None
+        self._building = asyncio.Lock()
+
+    @property
+    def token(self) -> str | None:
+        return self._token
+
+    def routes(self) -> list[BaseRoute]:
+        return [Route("/chat{rest:path}", self), WebSocketRoute("/ws/chat", self)]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        router = self._router or await self._build()
+        await router(scope, receive, send)
+
+    async def close(self) -> None:
+        if self._close is not None:
+            await self._close()
+
+    async def _build(self) -> Router:
+        async with self._building:
+            if self._router is None:
+                built = await asyncio.to_thread(importlib.import_module, "bot.webchat.serving")
+                webchat = built.web_chat(self._hub, self._token, self._signins, self._throttle)
+                self._close = webchat.close
+                self._router = Router(routes=webchat.routes())
+        return self._router
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,17 +129,7 @@ async def http_server(parts: HttpParts) -> ListeningServer:
         )
         signins = SignIns(parts.engine.store.db, token=token, policy=policy, clock=parts.clock)
         await signins.purge()  # rows of an old token or long expired go at start-up
-    chat_auth = SocketAuth(token=token, signins=signins, throttle=throttle)
-    conversations = ConversationStore(parts.engine.store.db)
-    webchat = WebChat(
-        parts.hub,
-        chat_auth,
-        conversations,
-        pages=[
-            *ConversationRoutes(conversations, parts.hub, chat_auth).routes(),
-            *ChatPage(chat_auth).routes(),
-        ],
-    )
+    webchat = LazyChat(parts.hub, token, signins, throttle)
     app = create_app(
         webhook=parts.webhook,
         webhook_url=settings.telegram_webhook_url,
@@ -135,6 +161,6 @@ async def http_server(parts: HttpParts) -> ListeningServer:
         port=settings.http_port,
         log_level="warning",
         # A bigger frame is refused by the socket layer itself (1009) before it is buffered.
-        ws_max_size=2 * MAX_FRAME_BYTES,
+        ws_max_size=2 * MAX_WEB_CHAT_FRAME_BYTES,
     )
     return ListeningServer(config, closing=[webchat.close])

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bot.webchat.protocol import MAX_FRAME_BYTES
+#: A text frame longer than this (in UTF-8 bytes) closes the socket with 1009.
+MAX_FRAME_BYTES = 512 * 1024
+
 
 __all__ = ["FrameRate", "SocketLimits"]
 

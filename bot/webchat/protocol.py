@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from bot.webchat.limits import MAX_FRAME_BYTES
 from bot.webchat.uploads import MAX_ATTACHMENTS, UPLOAD_ID_PATTERN
 
 __all__ = [
@@ -35,8 +36,6 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 1
-#: A text frame longer than this (in UTF-8 bytes) closes the socket with 1009.
-MAX_FRAME_BYTES = 512 * 1024
 MAX_REF_CHARS = 64
 MAX_REASON_CHARS = 4000
 MAX_ID = 2**63 - 1

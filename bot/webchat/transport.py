@@ -90,6 +90,10 @@ class WebChat:
     def open_sockets(self) -> int:
         return self._open
 
+    @property
+    def token(self) -> str | None:
+        return self.auth.token
+
     def routes(self) -> list[BaseRoute]:
         return [WebSocketRoute("/ws/chat", self.endpoint, name="web_chat_socket"), *self._pages]
 

@@ -89,7 +89,13 @@ def test_a_ptb_service_loads_no_library_it_never_uses() -> None:
 
 
 def test_the_http_app_loads_prometheus_client_with_the_first_scrape() -> None:
-    assert "prometheus_client" not in loaded_after("import bot.http.serving")
+    loaded = loaded_after("import bot.http.serving")
+    assert "prometheus_client" not in loaded
+    # the web chat comes with its first request (bot.http.serving.LazyChat)
+    assert not {name for name in loaded if name.startswith("bot.webchat.")} - {
+        "bot.webchat.layer",
+        "bot.webchat.limits",
+    }
     assert "prometheus_client" in loaded_after(
         "from bot.http.metrics import MetricsSnapshot, render\nrender(MetricsSnapshot())"
     )

@@ -1,0 +1,30 @@
+"""The web chat as the HTTP app serves it: its socket, page and conversation routes over
+the hub (``bot/http/serving.py`` builds it on the first request that needs it)."""
+
+from __future__ import annotations
+
+from bot.http.signins import LoginThrottle, SignIns
+from bot.webchat.auth import SocketAuth
+from bot.webchat.page import ChatPage
+from bot.webchat.routes import ConversationRoutes
+from bot.webchat.store import ConversationStore
+from bot.webchat.transport import WebChat
+from engine.hub import ChatHub
+
+__all__ = ["web_chat"]
+
+
+def web_chat(
+    hub: ChatHub, token: str | None, signins: SignIns | None, throttle: LoginThrottle
+) -> WebChat:
+    auth = SocketAuth(token=token, signins=signins, throttle=throttle)
+    conversations = ConversationStore(hub.engine.store.db)
+    return WebChat(
+        hub,
+        auth,
+        conversations,
+        pages=[
+            *ConversationRoutes(conversations, hub, auth).routes(),
+            *ChatPage(auth).routes(),
+        ],
+    )
