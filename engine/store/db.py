@@ -379,7 +379,7 @@ def _created_whole(
         if callable(getattr(module, "seed_rows", None)):
             seeds.append(module.seed_rows)
     log.info("a new database: creating %d tables", len(tables))
-    tables[0].metadata.create_all(conn, tables=tables)
+    tables[0].metadata.create_all(conn, tables=tables, checkfirst=False)  # it has none
     for seed in seeds:
         seed(conn)
     _version_table.create(conn)
