@@ -890,6 +890,9 @@ class BarRuns:
     burst_s: list[float] = field(default_factory=list)
     startup_s: list[float] = field(default_factory=list)
     rss_mb: list[float] = field(default_factory=list)
+    #: chathub's second start in the same home (its database exists)
+    restart_s: list[float] = field(default_factory=list)
+    restart_rss_mb: list[float] = field(default_factory=list)
     count_429: int = 0
     peak: dict[str, int] = field(default_factory=dict)
     rejected: list[Any] = field(default_factory=list)
@@ -1072,69 +1075,75 @@ async def started_process(
     model: FakeOpenAIServer,
     args: argparse.Namespace,
     into: BarRuns,
+    home: Path,
+    *,
+    restart: bool = False,
 ) -> None:
-    """One start of a real process: to its first getUpdates, then SUBPROCESS_CHATS chats'
-    messages answered, then its RSS; stopped with SIGTERM. (The fake is not reset between
-    processes: a stopped process's long poll, still waiting there, would confirm the new
-    updates away with its old offset if update ids started again at 1.)"""
+    """One start of a real process in ``home``: to its first getUpdates, then
+    SUBPROCESS_CHATS chats' messages answered, then its RSS; stopped with SIGTERM.
+    ``restart``: the second start in that home (chathub's database is there already). (The
+    fake is not reset between processes: a stopped process's long poll, still waiting
+    there, would confirm the new updates away with its old offset if update ids started
+    again at 1.)"""
     model.reset()
     for _ in range(SUBPROCESS_CHATS + 5):
         model.reply_text(ANSWER)
     chats = bar_chats("process", 1, SUBPROCESS_CHATS)
-    with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp)
-        env = {"PATH": os.environ.get("PATH", ""), "HOME": tmp, "TELEGRAM_BOT_TOKEN": TOKEN}
-        if system == "chathub":
-            command = CHATHUB_BIN
-            env |= service_env(
-                home,
-                model.base_url,
-                TELEGRAM_BOT_TOKEN=TOKEN,
-                TELEGRAM_API_URL=fake.base_url,
-                TELEGRAM_LIBRARY=library,
-                TELEGRAM_ALLOWED_USER_IDS=",".join(str(chat) for chat in chats),
-                HTTP_PORT=str(free_port()),
-            )
-        else:
-            command = [sys.executable, str(BARE_SCRIPT), "--library", library]
-            command += ["--api-url", fake.base_url]
-        polled = fake.next_poll()
-        with open(home / "stderr.txt", "w+") as stderr:  # noqa: ASYNC230 (before the timing)
-            started = time.monotonic()
-            child = await asyncio.create_subprocess_exec(
-                *command,
-                cwd=tmp,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-            )
-            try:
-                first = await asyncio.wait_for(polled, args.timeout)
-                into.startup_s.append(first - started)
-                futures = fake.push_many([(chat, "hello") for chat in chats])
-                _done, pending = await asyncio.wait(futures, timeout=args.timeout)
-                for future in pending:
-                    future.cancel()
-                into.missing += len(pending)
-                if pending:
-                    stderr.seek(0)
-                    print(f"  {system} {library}: {len(pending)} unanswered; its stderr:")
-                    print(stderr.read()[-2000:])
-                await asyncio.sleep(SETTLE_S)
-                into.rss_mb.append(rss_mb(child.pid))
-            except TimeoutError:
-                into.missing += 1
+    startups = into.restart_s if restart else into.startup_s
+    rss = into.restart_rss_mb if restart else into.rss_mb
+    tmp = str(home)
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": tmp, "TELEGRAM_BOT_TOKEN": TOKEN}
+    if system == "chathub":
+        command = CHATHUB_BIN
+        env |= service_env(
+            home,
+            model.base_url,
+            TELEGRAM_BOT_TOKEN=TOKEN,
+            TELEGRAM_API_URL=fake.base_url,
+            TELEGRAM_LIBRARY=library,
+            TELEGRAM_ALLOWED_USER_IDS=",".join(str(chat) for chat in chats),
+            HTTP_PORT=str(free_port()),
+        )
+    else:
+        command = [sys.executable, str(BARE_SCRIPT), "--library", library]
+        command += ["--api-url", fake.base_url]
+    polled = fake.next_poll()
+    with open(home / "stderr.txt", "w+") as stderr:  # noqa: ASYNC230 (before the timing)
+        started = time.monotonic()
+        child = await asyncio.create_subprocess_exec(
+            *command,
+            cwd=tmp,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        try:
+            first = await asyncio.wait_for(polled, args.timeout)
+            startups.append(first - started)
+            futures = fake.push_many([(chat, "hello") for chat in chats])
+            _done, pending = await asyncio.wait(futures, timeout=args.timeout)
+            for future in pending:
+                future.cancel()
+            into.missing += len(pending)
+            if pending:
                 stderr.seek(0)
-                print(f"  {system} {library}: no getUpdates in time:\n{stderr.read()[-2000:]}")
-            finally:
-                if child.returncode is None:
-                    child.terminate()
-                try:
-                    await asyncio.wait_for(child.wait(), 15)
-                except TimeoutError:
-                    child.kill()
-                    await child.wait()
+                print(f"  {system} {library}: {len(pending)} unanswered; its stderr:")
+                print(stderr.read()[-2000:])
+            await asyncio.sleep(SETTLE_S)
+            rss.append(rss_mb(child.pid))
+        except TimeoutError:
+            into.missing += 1
+            stderr.seek(0)
+            print(f"  {system} {library}: no getUpdates in time:\n{stderr.read()[-2000:]}")
+        finally:
+            if child.returncode is None:
+                child.terminate()
+            try:
+                await asyncio.wait_for(child.wait(), 15)
+            except TimeoutError:
+                child.kill()
+                await child.wait()
 
 
 async def processes(library: str, args: argparse.Namespace, hub: BarRuns, bare: BarRuns) -> None:
@@ -1146,12 +1155,17 @@ async def processes(library: str, args: argparse.Namespace, hub: BarRuns, bare: 
         for run in range(args.runs):  # alternating, as the machine drifts
             pair = [("chathub", hub), ("bare", bare)]
             for system, into in pair if run % 2 == 0 else reversed(pair):
-                await asyncio.sleep(1.1)  # the last process's sends leave the 1 s window
-                before = (await fake.stats())["429"]
-                await started_process(system, library, fake, model, args, into)
-                stats = await fake.stats()
-                into.count_429 += stats["429"] - before
-                into.rejected += stats["rejected"] if stats["429"] > before else []
+                with tempfile.TemporaryDirectory() as tmp:
+                    # chathub's first start (a new database), then a restart in the same home
+                    for restart in (False, True) if system == "chathub" else (False,):
+                        await asyncio.sleep(1.1)  # the last process's sends leave the window
+                        before = (await fake.stats())["429"]
+                        await started_process(
+                            system, library, fake, model, args, into, Path(tmp), restart=restart
+                        )
+                        stats = await fake.stats()
+                        into.count_429 += stats["429"] - before
+                        into.rejected += stats["rejected"] if stats["429"] > before else []
     finally:
         model.stop()
         fake.stop()
@@ -1280,6 +1294,11 @@ def report_bar(results: list[tuple[str, BarRuns, BarRuns]], args: argparse.Names
             f"<= {BAR['rss_mb']:g} MB",
             h <= BAR["rss_mb"],
             f"  [{_runs(hub.rss_mb)} vs {_runs(bare.rss_mb)}]",
+        )
+        print(
+            f"{library:<8} |   a restart (chathub's database exists): start-up "
+            f"{_median(hub.restart_s):.2f} s [{_runs(hub.restart_s, 2)}], RSS "
+            f"{_median(hub.restart_rss_mb):.1f} MB [{_runs(hub.restart_rss_mb)}]"
         )
         line(
             library,
