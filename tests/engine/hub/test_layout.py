@@ -3,23 +3,13 @@ and nothing in the hub reaches up into a platform or the scheduler."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import engine.hub
+from tests.imports import imports_of
 
 HUB = Path(engine.hub.__file__).parent
 ABOVE = ("bot", "scheduler")
-
-
-def imports_of(path: Path) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-    return found
 
 
 def hub_graph() -> dict[str, set[str]]:

@@ -3,25 +3,14 @@ and its own files import each other one way only."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import engine.session
+from tests.imports import imports_of
 
 SESSION = Path(engine.session.__file__).parent
 #: Packages that implement the session's protocols or sit above it; the session imports none.
 ABOVE = ("engine.approval", "engine.hub", "engine.core", "bot", "scheduler")
-
-
-def imports_of(path: Path) -> set[str]:
-    """Every module ``path`` imports, at the top or inside a function."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-    return found
 
 
 def session_graph() -> dict[str, set[str]]:
