@@ -1,0 +1,215 @@
+"""Copies committed chat text into the search index, session by session, from the database.
+
+The database is the truth: whatever event arrives (or is missed), indexing a session reads
+its root-frame messages and summaries past the session's watermark, writes their documents
+and moves the watermark, in one transaction. So an event seen twice, a lagged bus or a
+restart never indexes a thing twice or skips one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Connection
+
+from engine.store import Database
+from engine.store.schema import (
+    chat_history,
+    chat_sessions,
+    chat_sessions_stack,
+    chat_summaries,
+    utcnow,
+)
+from memory.tables import memory_documents, memory_watermarks
+
+__all__ = ["Indexer", "IndexerLimits", "chunks"]
+
+#: Roles whose text is worth finding again (tool output and system prompts are not).
+INDEXED_ROLES = ("user", "assistant")
+
+
+@dataclass(frozen=True, slots=True)
+class IndexerLimits:
+    #: Longest document; a longer message is split (PostgreSQL's tsvector caps at 1 MB,
+    #: and a snippet out of a short chunk is cheap to make).
+    chunk_chars: int = 4_000
+    #: Rows read per transaction, so a long catch-up never holds the write lock for long.
+    batch: int = 500
+
+
+def chunks(text: str, size: int) -> Iterator[str]:
+    """``text`` in pieces of at most ``size`` characters, cut at whitespace when there is
+    some in the piece's second half."""
+    while len(text) > size:
+        cut = text.rfind(" ", size // 2, size)
+        cut = size if cut <= 0 else cut
+        yield text[:cut]
+        text = text[cut:].lstrip()
+    if text.strip():
+        yield text
+
+
+class Indexer:
+    """Indexes sessions from the database; safe to call for any session at any time."""
+
+    def __init__(self, db: Database, limits: IndexerLimits | None = None) -> None:
+        self._db = db
+        self._limits = limits or IndexerLimits()
+
+    async def index_session(self, session_id: int) -> int:
+        """Index what ``session_id`` has past its watermark; return the documents written."""
+        written = 0
+        while True:
+            count, more = await self._db.run(_index_batch, session_id, self._limits)
+            written += count
+            if not more:
+                return written
+
+    async def behind(self) -> list[int]:
+        """Sessions with messages or summaries past their watermark."""
+        return await self._db.run(_sessions_behind)
+
+    async def catch_up(self) -> int:
+        """Index every session that is behind; return the documents written."""
+        written = 0
+        for session_id in await self.behind():
+            written += await self.index_session(session_id)
+        return written
+
+
+def _watermark(conn: Connection, session_id: int) -> tuple[int, int]:
+    row = conn.execute(
+        sa.select(memory_watermarks.c.last_message_id, memory_watermarks.c.last_summary_id).where(
+            memory_watermarks.c.session_id == session_id
+        )
+    ).first()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def _index_batch(conn: Connection, session_id: int, limits: IndexerLimits) -> tuple[int, bool]:
+    session = conn.execute(
+        sa.select(chat_sessions.c.source).where(chat_sessions.c.id == session_id)
+    ).first()
+    if session is None:
+        return 0, False
+    source = session.source
+    last_message, last_summary = _watermark(conn, session_id)
+    root = sa.and_(chat_sessions_stack.c.session_id == session_id, chat_sessions_stack.c.depth == 0)
+    messages = conn.execute(
+        sa.select(
+            chat_history.c.id,
+            chat_history.c.role,
+            chat_history.c.content,
+            chat_history.c.status,
+            chat_history.c.is_synthetic,
+            chat_history.c.created_at,
+        )
+        .join(chat_sessions_stack, chat_sessions_stack.c.id == chat_history.c.session_stack_id)
+        .where(root, chat_history.c.id > last_message)
+        .order_by(chat_history.c.id)
+        .limit(limits.batch)
+    ).all()
+    summaries = conn.execute(
+        sa.select(chat_summaries.c.id, chat_summaries.c.content, chat_summaries.c.created_at)
+        .join(chat_sessions_stack, chat_sessions_stack.c.id == chat_summaries.c.stack_id)
+        .where(root, chat_summaries.c.id > last_summary)
+        .order_by(chat_summaries.c.id)
+        .limit(limits.batch)
+    ).all()
+    documents: list[dict[str, Any]] = []
+    for m in messages:
+        # Synthetic prompts (ticks, briefings) are the system's words, not the user's.
+        if m.role in INDEXED_ROLES and m.status == "ok" and not m.is_synthetic:
+            documents += _documents(
+                session_id, source, "message", m.id, m.role, m.content, m.created_at, limits
+            )
+    for s in summaries:
+        documents += _documents(
+            session_id, source, "summary", s.id, "summary", s.content, s.created_at, limits
+        )
+    if documents:
+        conn.execute(_insert_ignoring_duplicates(conn), documents)
+    if messages or summaries:
+        _set_watermark(
+            conn,
+            session_id,
+            messages[-1].id if messages else last_message,
+            summaries[-1].id if summaries else last_summary,
+        )
+    more = len(messages) == limits.batch or len(summaries) == limits.batch
+    return len(documents), more
+
+
+def _documents(
+    session_id: int,
+    source: str,
+    kind: str,
+    ref_id: int,
+    role: str,
+    content: str | None,
+    created_at: Any,
+    limits: IndexerLimits,
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "session_id": session_id,
+            "source": source,
+            "kind": kind,
+            "ref_id": ref_id,
+            "chunk": number,
+            "role": role,
+            "body": body,
+            "created_at": created_at,
+        }
+        for number, body in enumerate(chunks(content or "", limits.chunk_chars))
+    ]
+
+
+def _insert_ignoring_duplicates(conn: Connection) -> Any:
+    # Two processes indexing one session at once (a second worker): the unique key keeps
+    # a document once, whoever wrote it first.
+    if conn.dialect.name == "postgresql":
+        return pg_insert(memory_documents).on_conflict_do_nothing()
+    return sqlite_insert(memory_documents).on_conflict_do_nothing()
+
+
+def _set_watermark(conn: Connection, session_id: int, message_id: int, summary_id: int) -> None:
+    values = {
+        "session_id": session_id,
+        "last_message_id": message_id,
+        "last_summary_id": summary_id,
+        "updated_at": utcnow(),
+    }
+    insert = (
+        pg_insert(memory_watermarks)
+        if conn.dialect.name == "postgresql"
+        else sqlite_insert(memory_watermarks)
+    )
+    conn.execute(
+        insert.values(**values).on_conflict_do_update(
+            index_elements=["session_id"],
+            set_={k: v for k, v in values.items() if k != "session_id"},
+        )
+    )
+
+
+def _sessions_behind(conn: Connection) -> list[int]:
+    stack, wm = chat_sessions_stack, memory_watermarks
+    joined = stack.outerjoin(wm, wm.c.session_id == stack.c.session_id)
+    by_message = (
+        sa.select(stack.c.session_id)
+        .select_from(joined.join(chat_history, chat_history.c.session_stack_id == stack.c.id))
+        .where(stack.c.depth == 0, chat_history.c.id > sa.func.coalesce(wm.c.last_message_id, 0))
+    )
+    by_summary = (
+        sa.select(stack.c.session_id)
+        .select_from(joined.join(chat_summaries, chat_summaries.c.stack_id == stack.c.id))
+        .where(stack.c.depth == 0, chat_summaries.c.id > sa.func.coalesce(wm.c.last_summary_id, 0))
+    )
+    union = sa.union(by_message, by_summary).subquery()
+    return sorted(int(v) for v in conn.execute(sa.select(union.c[0])).scalars())

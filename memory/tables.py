@@ -1,0 +1,94 @@
+"""The memory layer's tables, as its migrations leave them.
+
+``memory_documents`` holds the searchable text: one row per chunk of a user or assistant
+message or of a compaction summary, with the session's source copied in so a search is
+scoped without a join. The full-text index over ``body`` is not a SQLAlchemy table:
+
+* SQLite: an FTS5 virtual table ``memory_fts`` over the documents (external content, kept
+  in step by triggers), Porter stemming;
+* PostgreSQL: a GIN index over ``to_tsvector('english', body)``.
+
+``create_search_index`` makes it (``seed_rows`` for a database created whole; migration
+0013 holds its own copy of the same statements, as history).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.engine import Connection
+
+from engine.store.schema import Id, UtcDateTime, metadata
+
+__all__ = [
+    "SEARCH_INDEX_DDL",
+    "create_search_index",
+    "memory_documents",
+    "memory_watermarks",
+    "seed_rows",
+]
+
+#: How far indexing got in each session: everything up to these ids is in the index.
+memory_watermarks = Table(
+    "memory_watermarks",
+    metadata,
+    Column("session_id", Id, ForeignKey("chat_sessions.id"), primary_key=True),
+    Column("last_message_id", Id, nullable=False, server_default="0"),
+    Column("last_summary_id", Id, nullable=False, server_default="0"),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+memory_documents = Table(
+    "memory_documents",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("session_id", Id, ForeignKey("chat_sessions.id"), nullable=False),
+    Column("source", String(255), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("ref_id", Id, nullable=False),  # chat_history.id or chat_summaries.id
+    Column("chunk", Integer, nullable=False, server_default="0"),
+    Column("role", String(16), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    UniqueConstraint("kind", "ref_id", "chunk", name="uq_memory_documents_ref"),
+    CheckConstraint("kind IN ('message', 'summary')", name="ck_memory_documents_kind"),
+)
+Index("ix_memory_documents_source", memory_documents.c.source, memory_documents.c.created_at)
+
+#: The full-text index, per dialect.
+SEARCH_INDEX_DDL: dict[str, tuple[str, ...]] = {
+    "sqlite": (
+        "CREATE VIRTUAL TABLE memory_fts USING fts5(body, content='memory_documents', "
+        "content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')",
+        "CREATE TRIGGER memory_documents_ai AFTER INSERT ON memory_documents BEGIN "
+        "INSERT INTO memory_fts(rowid, body) VALUES (new.id, new.body); END",
+        "CREATE TRIGGER memory_documents_ad AFTER DELETE ON memory_documents BEGIN "
+        "INSERT INTO memory_fts(memory_fts, rowid, body) VALUES ('delete', old.id, old.body); "
+        "END",
+    ),
+    "postgresql": (
+        "CREATE INDEX ix_memory_documents_fts ON memory_documents "
+        "USING gin (to_tsvector('english', body))",
+    ),
+}
+
+
+def create_search_index(conn: Connection) -> None:
+    """The full-text index over ``memory_documents`` (which must exist)."""
+    for statement in SEARCH_INDEX_DDL[conn.dialect.name]:
+        conn.execute(text(statement))
+
+
+def seed_rows(conn: Connection) -> None:
+    """What migration 0013 makes besides tables, for a database created whole."""
+    create_search_index(conn)
