@@ -40,6 +40,7 @@ class MemoryService:
         self.search = Search(db)
         self._sub: Subscription[BusEvent] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()  # set while waiting for an event with nothing buffered
 
     async def start(self) -> None:
         self._sub = self._bus.subscribe(self._capacity)
@@ -49,6 +50,19 @@ class MemoryService:
         """Return once the bus is closed and everything it delivered is indexed."""
         if self._task is not None:
             await asyncio.shield(self._task)
+
+    async def settled(self) -> None:
+        """Return once everything published so far is indexed (for tests and tools that
+        must read their own writes); at once when the service is not running."""
+        sub = self._sub
+        while sub is not None and self._task is not None and not self._task.done():
+            if self._idle.is_set() and not sub.pending:
+                return
+            self._idle.clear()
+            # The worker sets it again when it next waits with an empty buffer.
+            waiter = asyncio.ensure_future(self._idle.wait())
+            await asyncio.wait({waiter, self._task}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
 
     async def close(self) -> None:
         if self._sub is not None:
@@ -67,7 +81,11 @@ class MemoryService:
             closed = False
             try:
                 if wait:
-                    sessions.add(_session_of(await sub.recv()))
+                    if not sub.pending:
+                        self._idle.set()
+                    item = await sub.recv()
+                    self._idle.clear()
+                    sessions.add(_session_of(item))
                 while sub.pending:  # whatever else is buffered: one pass per session
                     sessions.add(_session_of(await sub.recv()))
             except Lagged as lagged:
@@ -75,6 +93,7 @@ class MemoryService:
                 full = True
             except BusClosed:
                 closed = True
+            self._idle.clear()  # (Lagged skipped the clear after recv)
             sessions.discard(0)
             # A failed round leaves ``full`` set: the next event retries everything behind.
             full = not await self._index(sessions, full)
