@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 from engine.store import Database
@@ -170,12 +168,19 @@ def _documents(
     ]
 
 
+def _dialect_insert(conn: Connection, table: sa.Table) -> Any:
+    # Imported on use: a SQLite deployment never loads the PostgreSQL dialect.
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(table)
+
+
 def _insert_ignoring_duplicates(conn: Connection) -> Any:
     # Two processes indexing one session at once (a second worker): the unique key keeps
     # a document once, whoever wrote it first.
-    if conn.dialect.name == "postgresql":
-        return pg_insert(memory_documents).on_conflict_do_nothing()
-    return sqlite_insert(memory_documents).on_conflict_do_nothing()
+    return _dialect_insert(conn, memory_documents).on_conflict_do_nothing()
 
 
 def _set_watermark(conn: Connection, session_id: int, message_id: int, summary_id: int) -> None:
@@ -185,13 +190,10 @@ def _set_watermark(conn: Connection, session_id: int, message_id: int, summary_i
         "last_summary_id": summary_id,
         "updated_at": utcnow(),
     }
-    insert = (
-        pg_insert(memory_watermarks)
-        if conn.dialect.name == "postgresql"
-        else sqlite_insert(memory_watermarks)
-    )
     conn.execute(
-        insert.values(**values).on_conflict_do_update(
+        _dialect_insert(conn, memory_watermarks)
+        .values(**values)
+        .on_conflict_do_update(
             index_elements=["session_id"],
             set_={k: v for k, v in values.items() if k != "session_id"},
         )
