@@ -84,9 +84,9 @@ def _search(
             "'StartSel=[, StopSel=], MaxWords=30, MinWords=12, MaxFragments=2') AS snippet "
             "FROM memory_documents d CROSS JOIN q "
             "JOIN chat_sessions s ON s.id = d.session_id "
-            "WHERE to_tsvector('english', d.body) @@ q.query AND d.source = :source"
+            "WHERE d.body_tsv @@ q.query AND d.source = :source"
             f"{when} "
-            "ORDER BY ts_rank(to_tsvector('english', d.body), q.query) DESC, d.id DESC "
+            "ORDER BY ts_rank(d.body_tsv, q.query) DESC, d.id DESC "
             "LIMIT :limit"
         )
     else:

@@ -6,7 +6,8 @@ scoped without a join. The full-text index over ``body`` is not a SQLAlchemy tab
 
 * SQLite: an FTS5 virtual table ``memory_fts`` over the documents (external content, kept
   in step by triggers), Porter stemming;
-* PostgreSQL: a GIN index over ``to_tsvector('english', body)``.
+* PostgreSQL: a generated ``tsvector`` column ``body_tsv`` (``to_tsvector('english',
+  body)``, stored) with a GIN index.
 
 ``create_search_index`` makes it (``seed_rows`` for a database created whole; migration
 0013 holds its own copy of the same statements, as history).
@@ -77,8 +78,10 @@ SEARCH_INDEX_DDL: dict[str, tuple[str, ...]] = {
         "END",
     ),
     "postgresql": (
-        "CREATE INDEX ix_memory_documents_fts ON memory_documents "
-        "USING gin (to_tsvector('english', body))",
+        # Stored, so ranking reads the vector instead of parsing every matching body again.
+        "ALTER TABLE memory_documents ADD COLUMN body_tsv tsvector "
+        "GENERATED ALWAYS AS (to_tsvector('english', body)) STORED",
+        "CREATE INDEX ix_memory_documents_fts ON memory_documents USING gin (body_tsv)",
     ),
 }
 

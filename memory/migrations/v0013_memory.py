@@ -16,8 +16,10 @@ _SEARCH_INDEX = {
         "END",
     ),
     "postgresql": (
-        "CREATE INDEX ix_memory_documents_fts ON memory_documents "
-        "USING gin (to_tsvector('english', body))",
+        # Stored, so ranking reads the vector instead of parsing every matching body again.
+        "ALTER TABLE memory_documents ADD COLUMN body_tsv tsvector "
+        "GENERATED ALWAYS AS (to_tsvector('english', body)) STORED",
+        "CREATE INDEX ix_memory_documents_fts ON memory_documents USING gin (body_tsv)",
     ),
 }
 
