@@ -36,8 +36,9 @@ class IndexerLimits:
     #: Longest document; a longer message is split (PostgreSQL's tsvector caps at 1 MB,
     #: and a snippet out of a short chunk is cheap to make).
     chunk_chars: int = 4_000
-    #: Rows read per transaction, so a long catch-up never holds the write lock for long.
-    batch: int = 500
+    #: Rows read per transaction, so a long catch-up never holds the write lock (and, on
+    #: SQLite, the one database thread a turn's writes also use) for long: ~12 ms here.
+    batch: int = 200
 
 
 def chunks(text: str, size: int) -> Iterator[str]:
