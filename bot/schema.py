@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from bot.webchat.layer import WEBCHAT
 from engine.store.migrations import ENGINE, Layer
+from memory.layer import MEMORY
 
-__all__ = ["HTTP", "LAYERS", "SCHEDULER", "TELEGRAM", "WEBCHAT"]
+__all__ = ["HTTP", "LAYERS", "MEMORY", "SCHEDULER", "TELEGRAM", "WEBCHAT"]
 
 #: jobs, runs, events, notify dedupe (``scheduler/tables.py``): 0006
 SCHEDULER = Layer("scheduler", "scheduler.migrations", "scheduler.tables")
@@ -19,4 +20,5 @@ TELEGRAM = Layer("telegram", "bot.telegram.migrations", "bot.telegram.tables")
 #: the web inbox's sign-ins (``bot/http/tables.py``): 0011
 HTTP = Layer("http", "bot.http.migrations", "bot.http.tables")
 
-LAYERS: tuple[Layer, ...] = (ENGINE, SCHEDULER, TELEGRAM, HTTP, WEBCHAT)
+#: the search index and per-session watermarks (``memory/tables.py``): 0013
+LAYERS: tuple[Layer, ...] = (ENGINE, SCHEDULER, TELEGRAM, HTTP, WEBCHAT, MEMORY)

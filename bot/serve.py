@@ -49,6 +49,8 @@ from engine.llm.registry import ModelRegistry
 from engine.session.protocols import ApprovalPolicy
 from engine.store import Store
 from engine.store.schema import utcnow
+from memory.service import MemoryService
+from memory.tools import memory_tools
 from scheduler.events import EventStore
 from scheduler.service import Scheduler, SchedulerLimits
 from scheduler.tools import scheduler_tools
@@ -86,6 +88,8 @@ class Service:
     engine: Engine | None = None
     hub: ChatHub | None = None
     scheduler: Scheduler | None = None
+    #: The ChatEventBus's consumer: past conversations indexed for search_sessions.
+    memory: MemoryService | None = None
     clock: Callable[[], datetime] = utcnow
     adapter: TelegramAdapter | None = None
     poller: Poller | None = None
@@ -138,6 +142,11 @@ class Service:
             tic_interval_s=settings.tic_interval_seconds,
         )
         for tool in scheduler_tools(scheduler):
+            engine.tools.register(tool)
+        # Subscribed before the hub starts: turns it resumes publish (catch-up runs apart).
+        self.memory = memory = MemoryService(database.db, engine.bus)
+        await memory.start()
+        for tool in memory_tools(database, memory.search):
             engine.tools.register(tool)
         webhook: TelegramWebhook | None = None
         deliveries: Deliveries | None = None  # the web inbox's "deliveries waiting"
@@ -283,6 +292,8 @@ class Service:
             await self.adapter.close()
         if self.hub is not None:
             await self.hub.close()
+        if self.memory is not None:
+            await self.memory.close()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.api is not None:
             await self.api.close()
