@@ -23,7 +23,7 @@ from engine.store.schema import (
     chat_summaries,
     utcnow,
 )
-from memory.tables import memory_documents, memory_watermarks
+from memory.tables import memory_documents, memory_watermarks, scope_of
 
 __all__ = ["Indexer", "IndexerLimits", "chunks"]
 
@@ -158,6 +158,7 @@ def _documents(
         {
             "session_id": session_id,
             "source": source,
+            "scope": scope_of(source),
             "kind": kind,
             "ref_id": ref_id,
             "chunk": number,

@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 
 from engine.store import Database
 from engine.store.schema import UtcDateTime
+from memory.tables import scope_of
 
 __all__ = ["MAX_TERMS", "Hit", "Search", "query_terms"]
 
@@ -68,7 +69,7 @@ class Search:
 def _search(
     conn: Connection, source: str, terms: list[str], limit: int, since: datetime | None
 ) -> list[Hit]:
-    params: dict[str, object] = {"source": source, "limit": limit}
+    params: dict[str, object] = {"source": source, "scope": scope_of(source), "limit": limit}
     when = ""
     if since is not None:
         when = " AND d.created_at >= :since"
@@ -78,27 +79,33 @@ def _search(
         params.update(zip(names, terms, strict=True))
         tsquery = " || ".join(f"plainto_tsquery('english', :{n})" for n in names)
         sql = (
-            f"WITH q AS (SELECT ({tsquery}) AS query) "
+            # The scope token narrows the match to the source's rows; weight D (0) is the
+            # scope's, A (1) the body's: only the body is ranked. Words that are all stop
+            # words make an empty query, which matches nothing (not the whole scope).
+            f"WITH w AS (SELECT ({tsquery}) AS words), "
+            "q AS (SELECT words, CASE WHEN numnode(words) = 0 THEN words "
+            "ELSE plainto_tsquery('simple', :scope) && words END AS query FROM w) "
             "SELECT d.session_id, s.title, d.role, d.kind, d.ref_id, d.created_at, "
-            "ts_headline('english', d.body, q.query, "
+            "ts_headline('english', d.body, q.words, "
             "'StartSel=[, StopSel=], MaxWords=30, MinWords=12, MaxFragments=2') AS snippet "
             "FROM memory_documents d CROSS JOIN q "
             "JOIN chat_sessions s ON s.id = d.session_id "
             "WHERE d.body_tsv @@ q.query AND d.source = :source"
             f"{when} "
-            "ORDER BY ts_rank(d.body_tsv, q.query) DESC, d.id DESC "
+            "ORDER BY ts_rank('{0, 0, 0, 1}', d.body_tsv, q.query) DESC, d.id DESC "
             "LIMIT :limit"
         )
     else:
         # Every term a quoted string: FTS5 reads no operator, column filter or prefix in it.
-        params["match"] = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+        words = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+        params["match"] = f'scope : "{scope_of(source)}" AND ({words})'
         sql = (
             "SELECT d.session_id, s.title, d.role, d.kind, d.ref_id, d.created_at, "
             "snippet(memory_fts, 0, '[', ']', '…', 24) AS snippet "
             "FROM memory_fts JOIN memory_documents d ON d.id = memory_fts.rowid "
             "JOIN chat_sessions s ON s.id = d.session_id "
             f"WHERE memory_fts MATCH :match AND d.source = :source{when} "
-            "ORDER BY bm25(memory_fts), d.id DESC LIMIT :limit"
+            "ORDER BY bm25(memory_fts, 1.0, 0.0), d.id DESC LIMIT :limit"
         )
     text = sa.text(sql)
     if since is not None:

@@ -2,7 +2,7 @@
 
 ``memory_documents`` holds the searchable text: one row per chunk of a user or assistant
 message or of a compaction summary, with the session's source copied in so a search is
-scoped without a join. The full-text index over ``body`` is not a SQLAlchemy table:
+scoped without a join (and indexed as a token, ``scope``, see ``scope_of``). The full-text index over ``body`` is not a SQLAlchemy table:
 
 * SQLite: an FTS5 virtual table ``memory_fts`` over the documents (external content, kept
   in step by triggers), Porter stemming;
@@ -14,6 +14,8 @@ scoped without a join. The full-text index over ``body`` is not a SQLAlchemy tab
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from sqlalchemy import (
     CheckConstraint,
@@ -36,6 +38,7 @@ __all__ = [
     "create_search_index",
     "memory_documents",
     "memory_watermarks",
+    "scope_of",
     "seed_rows",
 ]
 
@@ -55,6 +58,7 @@ memory_documents = Table(
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("session_id", Id, ForeignKey("chat_sessions.id"), nullable=False),
     Column("source", String(255), nullable=False),
+    Column("scope", String(32), nullable=False),  # the source's index token
     Column("kind", String(16), nullable=False),
     Column("ref_id", Id, nullable=False),  # chat_history.id or chat_summaries.id
     Column("chunk", Integer, nullable=False, server_default="0"),
@@ -69,21 +73,33 @@ Index("ix_memory_documents_source", memory_documents.c.source, memory_documents.
 #: The full-text index, per dialect.
 SEARCH_INDEX_DDL: dict[str, tuple[str, ...]] = {
     "sqlite": (
-        "CREATE VIRTUAL TABLE memory_fts USING fts5(body, content='memory_documents', "
+        "CREATE VIRTUAL TABLE memory_fts USING fts5(body, scope, content='memory_documents', "
         "content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')",
         "CREATE TRIGGER memory_documents_ai AFTER INSERT ON memory_documents BEGIN "
-        "INSERT INTO memory_fts(rowid, body) VALUES (new.id, new.body); END",
+        "INSERT INTO memory_fts(rowid, body, scope) VALUES (new.id, new.body, new.scope); END",
         "CREATE TRIGGER memory_documents_ad AFTER DELETE ON memory_documents BEGIN "
-        "INSERT INTO memory_fts(memory_fts, rowid, body) VALUES ('delete', old.id, old.body); "
-        "END",
+        "INSERT INTO memory_fts(memory_fts, rowid, body, scope) "
+        "VALUES ('delete', old.id, old.body, old.scope); END",
     ),
     "postgresql": (
         # Stored, so ranking reads the vector instead of parsing every matching body again.
         "ALTER TABLE memory_documents ADD COLUMN body_tsv tsvector "
-        "GENERATED ALWAYS AS (to_tsvector('english', body)) STORED",
+        "GENERATED ALWAYS AS (setweight(to_tsvector('english', body), 'A') || "
+        "setweight(to_tsvector('simple', scope), 'D')) STORED",
         "CREATE INDEX ix_memory_documents_fts ON memory_documents USING gin (body_tsv)",
     ),
 }
+
+
+def scope_of(source: str) -> str:
+    """The one-word token standing for ``source`` in the full-text index.
+
+    A search matches it first, so the engine ranks one source's documents rather than
+    every source's (a common word is in half of all rows); hashed, so any source string is
+    one plain word (a collision only widens that first cut: the exact ``source`` column is
+    filtered too). Not weighed in the ranking.
+    """
+    return "s" + hashlib.sha256(source.encode()).hexdigest()[:24]
 
 
 def create_search_index(conn: Connection) -> None:

@@ -7,18 +7,19 @@ from engine.store.schema import Id, UtcDateTime
 
 _SEARCH_INDEX = {
     "sqlite": (
-        "CREATE VIRTUAL TABLE memory_fts USING fts5(body, content='memory_documents', "
+        "CREATE VIRTUAL TABLE memory_fts USING fts5(body, scope, content='memory_documents', "
         "content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')",
         "CREATE TRIGGER memory_documents_ai AFTER INSERT ON memory_documents BEGIN "
-        "INSERT INTO memory_fts(rowid, body) VALUES (new.id, new.body); END",
+        "INSERT INTO memory_fts(rowid, body, scope) VALUES (new.id, new.body, new.scope); END",
         "CREATE TRIGGER memory_documents_ad AFTER DELETE ON memory_documents BEGIN "
-        "INSERT INTO memory_fts(memory_fts, rowid, body) VALUES ('delete', old.id, old.body); "
-        "END",
+        "INSERT INTO memory_fts(memory_fts, rowid, body, scope) "
+        "VALUES ('delete', old.id, old.body, old.scope); END",
     ),
     "postgresql": (
         # Stored, so ranking reads the vector instead of parsing every matching body again.
         "ALTER TABLE memory_documents ADD COLUMN body_tsv tsvector "
-        "GENERATED ALWAYS AS (to_tsvector('english', body)) STORED",
+        "GENERATED ALWAYS AS (setweight(to_tsvector('english', body), 'A') || "
+        "setweight(to_tsvector('simple', scope), 'D')) STORED",
         "CREATE INDEX ix_memory_documents_fts ON memory_documents USING gin (body_tsv)",
     ),
 }
@@ -37,6 +38,7 @@ def upgrade(op: Operations) -> None:
         sa.Column("id", Id, primary_key=True, autoincrement=True),
         sa.Column("session_id", Id, sa.ForeignKey("chat_sessions.id"), nullable=False),
         sa.Column("source", sa.String(255), nullable=False),
+        sa.Column("scope", sa.String(32), nullable=False),
         sa.Column("kind", sa.String(16), nullable=False),
         sa.Column("ref_id", Id, nullable=False),
         sa.Column("chunk", sa.Integer, nullable=False, server_default="0"),

@@ -114,6 +114,7 @@ BAD_QUERIES = {
     "10 KB of operators": ('AND OR NOT NEAR( ) " * ^ : & | ! <-> ' * 300)[:10_240],
     "only punctuation": '()"*:^-+',
     "empty": "",
+    "stop words only": "the and or of",
 }
 
 
