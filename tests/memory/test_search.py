@@ -8,11 +8,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from engine.store import Store
 from engine.tools.base import ToolContext, ToolError
 from memory.indexer import Indexer
 from memory.search import MAX_TERMS, Search, query_terms
+from memory.tables import memory_documents
 from memory.tools import SearchSessions, memory_tools
 from tests.memory.conftest import write_history
 from tests.memory.corpus import NEEDLES, filler
@@ -167,3 +169,21 @@ async def test_recall_at_5_on_the_fixed_corpus(store: Store) -> None:
     print(f"\nrecall@5 (full text, {len(messages)} messages, {len(NEEDLES)} queries): {recall:.2f}")
     assert len(messages) >= 200
     assert recall >= 0.9
+
+
+async def test_deleted_documents_leave_the_index(store: Store) -> None:
+    """What a later /forget_me does: the search rows of a source go, the FTS index too."""
+    await indexed(store, "telegram:1", [("user", "my passport number is in the drawer")])
+    await indexed(store, "telegram:2", [("user", "the passport office opens at nine")])
+
+    def forget(conn: sa.Connection) -> None:
+        conn.execute(memory_documents.delete().where(memory_documents.c.source == "telegram:1"))
+        if conn.dialect.name == "sqlite":  # the external-content index agrees with its table
+            conn.execute(
+                sa.text("INSERT INTO memory_fts(memory_fts, rank) VALUES ('integrity-check', 1)")
+            )
+
+    await store.db.run(forget)
+    search = Search(store.db)
+    assert await search.sessions("telegram:1", "passport") == []
+    assert len(await search.sessions("telegram:2", "passport")) == 1
