@@ -27,6 +27,7 @@ LAYER_PACKAGES = {
     "scheduler": "scheduler",
     "http": "bot/http",
     "webchat": "bot/webchat",
+    "memory": "memory",
 }
 
 
@@ -146,7 +147,8 @@ def findings() -> list[Finding]:
     tables = layer_tables()
     settings = layer_settings()
     foreign_imports = []
-    for path in [*python_files("bot"), *python_files("engine"), *python_files("scheduler")]:
+    scanned = [*python_files("bot"), *python_files("engine"), *python_files("scheduler")]
+    for path in [*scanned, *python_files("memory")]:
         for module, name in imports_of(path):
             if module == "engine.store.schema" and any(name in t for t in tables.values()):
                 foreign_imports.append(f"{relative(path)}: {name}")
