@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/scheduler_scale.py
 	$(VENV)/bin/python bench/subagents_parallel.py
 	$(VENV)/bin/python bench/compaction.py
+	$(VENV)/bin/python bench/memory.py
 	$(VENV)/bin/python bench/layers.py
 
 fuzz: $(STAMP)
