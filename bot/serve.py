@@ -143,11 +143,12 @@ class Service:
         )
         for tool in scheduler_tools(scheduler):
             engine.tools.register(tool)
-        # Subscribed before the hub starts: turns it resumes publish (catch-up runs apart).
-        self.memory = memory = MemoryService(database.db, engine.bus)
-        await memory.start()
-        for tool in memory_tools(database, memory.search):
-            engine.tools.register(tool)
+        if settings.memory_enabled:
+            # Subscribed before the hub starts: turns it resumes publish (catch-up apart).
+            self.memory = memory = MemoryService(database.db, engine.bus)
+            await memory.start()
+            for tool in memory_tools(database, memory.search):
+                engine.tools.register(tool)
         webhook: TelegramWebhook | None = None
         deliveries: Deliveries | None = None  # the web inbox's "deliveries waiting"
         if self.api is None and settings.telegram_bot_token:

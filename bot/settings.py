@@ -13,12 +13,13 @@ from bot.http.settings import HttpSettings
 from bot.telegram.settings import TelegramSettings
 from engine.config import SETTINGS_CONFIG, AppConfig, EngineSettings, read_settings
 from engine.config import load_config as load_engine_config
+from memory.settings import MemorySettings
 from scheduler.settings import SchedulerSettings
 
 __all__ = ["Settings", "load_config", "load_settings", "service_settings"]
 
 
-class Settings(TelegramSettings, HttpSettings, SchedulerSettings, EngineSettings):
+class Settings(TelegramSettings, HttpSettings, SchedulerSettings, MemorySettings, EngineSettings):
     """Every variable of DESIGN §8."""
 
     model_config = SETTINGS_CONFIG

@@ -99,3 +99,26 @@ def test_without_a_bot_token_serve_prints_the_web_chats_address(serve, fake_open
     assert page.status_code in (200, 302, 303)  # the page, or its sign-in first
     child.send_signal(signal.SIGTERM)
     child.wait(timeout=15)
+
+
+def offered_tools(fake_openai) -> set[str]:
+    return {tool["function"]["name"] for tool in fake_openai.requests[0].get("tools", [])}
+
+
+def test_memory_offers_search_sessions_unless_turned_off(serve, telegram, fake_openai):
+    fake_openai.reply_text("On.")
+    child = serve()
+    telegram.user_message(ALICE, ALICE, "hi")
+    wait_for(lambda: "On." in replies(telegram))
+    assert "search_sessions" in offered_tools(fake_openai)
+    child.send_signal(signal.SIGTERM)
+    child.wait(timeout=15)
+
+    fake_openai.reset()
+    fake_openai.reply_text("Off.")
+    child = serve(MEMORY_ENABLED="false")
+    telegram.user_message(ALICE, ALICE, "hi again")
+    wait_for(lambda: "Off." in replies(telegram))
+    assert "search_sessions" not in offered_tools(fake_openai)
+    child.send_signal(signal.SIGTERM)
+    child.wait(timeout=15)

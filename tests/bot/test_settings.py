@@ -389,3 +389,10 @@ def test_hub_compaction_and_mcp_tables_are_read(tmp_path: Path) -> None:
     assert [(s.name, s.transport, s.command) for s in app.mcp_servers] == [
         ("time", "stdio", ("mcp-server-time",))
     ]
+
+
+def test_memory_is_on_unless_turned_off(clean_env: pytest.MonkeyPatch) -> None:
+    assert settings().memory_enabled is True
+    assert settings(MEMORY_ENABLED="false").memory_enabled is False
+    with pytest.raises(ConfigError, match="MEMORY_ENABLED"):
+        settings(MEMORY_ENABLED="sometimes")
