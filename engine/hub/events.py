@@ -42,20 +42,37 @@ class SourceEvents:
 
 
 class HubEvents:
-    """Every turn's events, tagged with their source, once on one broadcast."""
+    """Every turn's events, tagged with their source: a subscriber to every source gets
+    them all; a subscriber to one source gets only that source's, from a broadcast of its
+    own (another chat's token deltas never fill its buffer, wake it or make it lag)."""
 
-    __slots__ = ("_broadcast",)
+    __slots__ = ("_all", "_by_source", "_capacity")
 
     def __init__(self, capacity: int = EVENT_CAPACITY) -> None:
-        self._broadcast: Broadcast[HubEvent] = Broadcast(capacity)
+        self._capacity = capacity
+        self._all: Broadcast[HubEvent] = Broadcast(capacity)
+        self._by_source: dict[str, Broadcast[HubEvent]] = {}
 
     def publish(self, source: str, session_id: int | None, event: Any) -> None:
         # After close a late turn event has no one to reach; dropping it is not an error.
-        if not self._broadcast.closed:
-            self._broadcast.publish(HubEvent(source, session_id, event))
+        if self._all.closed:
+            return
+        item = HubEvent(source, session_id, event)
+        self._all.publish(item)
+        own = self._by_source.get(source)
+        if own is not None and not own.publish(item):
+            del self._by_source[source]  # its last subscriber left
 
     def subscribe(self, source: str | None, capacity: int | None = None) -> SourceEvents:
-        return SourceEvents(self._broadcast.subscribe(capacity), source)
+        if source is None or self._all.closed:
+            return SourceEvents(self._all.subscribe(capacity), source)
+        own = self._by_source.get(source)
+        if own is None:
+            own = self._by_source[source] = Broadcast(self._capacity)
+        return SourceEvents(own.subscribe(capacity), source)
 
     def close(self) -> None:
-        self._broadcast.close()
+        self._all.close()
+        for own in self._by_source.values():
+            own.close()
+        self._by_source.clear()
