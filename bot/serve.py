@@ -49,6 +49,7 @@ from engine.llm.registry import ModelRegistry
 from engine.session.protocols import ApprovalPolicy
 from engine.store import Store
 from engine.store.schema import utcnow
+from engine.tls import shared_tls_context
 from memory.service import MemoryService
 from memory.tools import memory_tools
 from scheduler.events import EventStore
@@ -109,7 +110,7 @@ class Service:
         from bot.http.health_details import service_checks  # loaded with the HTTP app
 
         if self._checks_http is None:
-            self._checks_http = httpx.AsyncClient()
+            self._checks_http = httpx.AsyncClient(verify=shared_tls_context())
         return await service_checks(self.config, self._checks_http)()
 
     async def start(self) -> None:

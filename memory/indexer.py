@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.store import Database
+from engine.store.dialects import insert_for
 from engine.store.schema import (
     chat_history,
     chat_sessions,
@@ -170,19 +171,10 @@ def _documents(
     ]
 
 
-def _dialect_insert(conn: Connection, table: sa.Table) -> Any:
-    # Imported on use: a SQLite deployment never loads the PostgreSQL dialect.
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert(table)
-
-
 def _insert_ignoring_duplicates(conn: Connection) -> Any:
     # Two processes indexing one session at once (a second worker): the unique key keeps
     # a document once, whoever wrote it first.
-    return _dialect_insert(conn, memory_documents).on_conflict_do_nothing()
+    return insert_for(conn.dialect.name, memory_documents).on_conflict_do_nothing()
 
 
 def _set_watermark(conn: Connection, session_id: int, message_id: int, summary_id: int) -> None:
@@ -193,7 +185,7 @@ def _set_watermark(conn: Connection, session_id: int, message_id: int, summary_i
         "updated_at": utcnow(),
     }
     conn.execute(
-        _dialect_insert(conn, memory_watermarks)
+        insert_for(conn.dialect.name, memory_watermarks)
         .values(**values)
         .on_conflict_do_update(
             index_elements=["session_id"],

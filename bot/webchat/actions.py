@@ -39,7 +39,7 @@ from bot.webchat.protocol import (
     Stop,
 )
 from bot.webchat.rooms import Rooms
-from bot.webchat.translate import resolved_frame
+from bot.webchat.translate import BYPASS_SECS, resolved_frame
 from bot.webchat.uploads import AttachmentError, Uploads
 from engine.approval.deciders import OPERATOR
 from engine.hub import ChatHub, HubError, SendOptions
@@ -54,10 +54,9 @@ WEB_CHAT_DECIDER = "the web chat"
 QUESTION_CLOSED = "That question is no longer open."
 NOTHING_TO_RESUME = "Nothing to resume."
 
+#: The choice an ``approve_tool``'s ``bypass_secs`` stands for (the cards' map, reversed).
 _CHOICE_OF_BYPASS: dict[int | None, Choice] = {
-    None: "approve",
-    900: "bypass_15m",
-    0: "bypass_session",
+    secs: choice for choice, secs in BYPASS_SECS.items() if choice != "reject"
 }
 
 

@@ -29,9 +29,6 @@ class Rooms:
             if not room:
                 del self._rooms[source]
 
-    def count(self, source: str) -> int:
-        return len(self._rooms.get(source, ()))
-
     async def broadcast(self, source: str, frame: ServerFrame) -> None:
         for sink in list(self._rooms.get(source, ())):
             await sink.send(frame)

@@ -46,6 +46,7 @@ from engine.session.events import (
 from engine.store.inbox import InboxItem
 
 __all__ = [
+    "BYPASS_SECS",
     "RESULT_PREVIEW_CHARS",
     "approval_frame",
     "attachments_of",
@@ -59,14 +60,14 @@ __all__ = [
 RESULT_PREVIEW_CHARS = 500
 
 #: What ``approve_tool`` sends for each choice (reject is its own frame).
-_BYPASS_SECS: dict[str, int | None] = {
+BYPASS_SECS: dict[str, int | None] = {
     "approve": None,
     "bypass_15m": int(SHORT_BYPASS_SECONDS),
     "bypass_session": 0,
     "reject": None,
 }
 CARD_CHOICES = [
-    Choice(choice=choice, label=CHOICE_LABELS[choice], bypass_secs=_BYPASS_SECS[choice])
+    Choice(choice=choice, label=CHOICE_LABELS[choice], bypass_secs=BYPASS_SECS[choice])
     for choice in CHOICES
 ]
 

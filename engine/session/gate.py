@@ -2,8 +2,7 @@
 resume, so a resumed call is gated exactly as a live one.
 
 Its contract with the approval package (``ApprovalPolicy``, ``HumanApprovals`` and the
-data they exchange) is in ``engine.session.protocols``; the names are also here for the
-callers that import them from the gate.
+data they exchange) is in ``engine.session.protocols``.
 """
 
 from __future__ import annotations
@@ -14,18 +13,14 @@ from typing import Any
 from engine.bus.chat import ToolCallEvent
 from engine.session.cancel import TurnCancelled
 from engine.session.env import TurnEnv
-from engine.session.protocols import ApprovalPolicy, Decision, GateRequest, Verdict
+from engine.session.protocols import Decision, GateRequest, Verdict
 from engine.store.rows import ToolCallRow
 from engine.tools.preview import preview_call
 
 __all__ = [
     "AUTO_DENIED",
     "AllowAll",
-    "ApprovalPolicy",
-    "Decision",
     "GateOutcome",
-    "GateRequest",
-    "Verdict",
     "rejection_message",
     "run_approval_gate",
 ]

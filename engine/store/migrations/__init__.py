@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from alembic.operations import Operations
 
-__all__ = ["ENGINE", "Layer", "Migration", "all_migrations", "discover"]
+__all__ = ["ENGINE", "Layer", "Migration", "discover"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +72,6 @@ def discover(layers: Sequence[Layer]) -> list[Migration]:
             module = f"{layer.package}.{info.name}"
             found[version] = Migration(version, name, partial(_upgrade, module), layer.name)
     return [found[version] for version in sorted(found)]
-
-
-def all_migrations(layers: Sequence[Layer] = (ENGINE,)) -> list[Migration]:
-    """``discover(layers)``: without ``layers``, the engine's own migrations."""
-    return discover(layers)
 
 
 def _upgrade(module: str, op: Operations) -> None:

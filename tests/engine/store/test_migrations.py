@@ -11,11 +11,11 @@ import sqlalchemy as sa
 from bot.schema import LAYERS
 from engine.store import Store, connect, migrate
 from engine.store.db import SQLITE_BUSY_TIMEOUT_MS
-from engine.store.migrations import ENGINE, Layer, all_migrations, discover
+from engine.store.migrations import ENGINE, Layer, discover
 from tests import legacy_schema
 from tests.pg import fresh_postgres_database, requires_postgres
 
-LATEST = len(all_migrations(LAYERS))
+LATEST = len(discover(LAYERS))
 ENGINE_ONLY = (ENGINE,)
 ENGINE_VERSIONS = [m.version for m in discover(ENGINE_ONLY)]
 BROKEN = Layer("broken", "tests.engine.store.layers.broken")
