@@ -126,15 +126,11 @@ async def _serve(config: AppConfig) -> None:
 
 
 async def _chat(config: AppConfig) -> None:
-    from bot.schema import LAYERS
+    from bot.serve import open_engine
     from bot.terminal import SOURCE, TerminalChat, console_interrupted
-    from engine.core import Engine
     from engine.hub import ChatHub
-    from engine.store import Store
-    from scheduler.events import EventStore
 
-    store = await Store.open(config.settings.database_url, LAYERS)
-    engine = await Engine.open(config, store=store, notifications=EventStore(store.db))
+    engine = await open_engine(config)
     hub = ChatHub(engine, config.hub, recover_prefix=SOURCE)
     events = hub.events(SOURCE)  # before the hub resumes an interrupted turn
     try:

@@ -56,7 +56,7 @@ from scheduler.events import EventStore
 from scheduler.service import Scheduler, SchedulerLimits
 from scheduler.tools import scheduler_tools
 
-__all__ = ["Service", "serve"]
+__all__ = ["Service", "open_engine", "serve"]
 
 
 if TYPE_CHECKING:
@@ -117,15 +117,8 @@ class Service:
         settings = service_settings(self.config)
         if self.http:  # refuse before anything starts: an open API needs a token
             check_api_exposure(settings.http_host, settings.chathub_api_token)
-        # Every layer's migrations in one sequence (bot/schema.py); the engine on its own
-        # migrates only its own tables.
-        database = await Store.open(settings.database_url, LAYERS)
-        self.engine = engine = await Engine.open(
-            self.config,
-            models=self.models,
-            policy=self.policy,
-            store=database,
-            notifications=EventStore(database.db),  # MCP notifications, for the tic
+        self.engine = engine = await open_engine(
+            self.config, models=self.models, policy=self.policy
         )
         owner = settings.telegram_owner_id
         self.hub = hub = ChatHub(
@@ -146,9 +139,9 @@ class Service:
             engine.tools.register(tool)
         if settings.memory_enabled:
             # Subscribed before the hub starts: turns it resumes publish (catch-up apart).
-            self.memory = memory = MemoryService(database.db, engine.bus)
+            self.memory = memory = MemoryService(engine.store.db, engine.bus)
             await memory.start()
-            for tool in memory_tools(database, memory.search):
+            for tool in memory_tools(engine.store, memory.search):
                 engine.tools.register(tool)
         webhook: TelegramWebhook | None = None
         deliveries: Deliveries | None = None  # the web inbox's "deliveries waiting"
@@ -303,6 +296,21 @@ class Service:
             await self._checks_http.aclose()
         if self.engine is not None:
             await self.engine.close()
+
+
+async def open_engine(
+    config: AppConfig,
+    *,
+    models: ModelRegistry | None = None,
+    policy: ApprovalPolicy | None = None,
+) -> Engine:
+    """The engine as every ``chathub`` command that serves runs it: over a store of every
+    layer's tables (bot/schema.py; the engine on its own migrates only its own), with MCP
+    notifications going to the scheduler's events, which the tic reads."""
+    store = await Store.open(config.settings.database_url, LAYERS)
+    return await Engine.open(
+        config, models=models, policy=policy, store=store, notifications=EventStore(store.db)
+    )
 
 
 def freeze_startup_objects() -> None:
