@@ -396,3 +396,8 @@ def test_memory_is_on_unless_turned_off(clean_env: pytest.MonkeyPatch) -> None:
     assert settings(MEMORY_ENABLED="false").memory_enabled is False
     with pytest.raises(ConfigError, match="MEMORY_ENABLED"):
         settings(MEMORY_ENABLED="sometimes")
+
+
+def test_an_override_that_is_no_setting_is_refused_not_ignored() -> None:
+    with pytest.raises(TypeError, match="telegram_owner"):
+        load_settings(telegram_owner=5, _env_file=None)  # a typo of telegram_owner_id
