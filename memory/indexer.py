@@ -24,7 +24,9 @@ from engine.store.schema import (
     chat_summaries,
     utcnow,
 )
+from memory.optouts import opted_out_in
 from memory.tables import memory_documents, memory_watermarks, scope_of
+from memory.users import identity_of, resolve_in
 
 __all__ = ["Indexer", "IndexerLimits", "chunks"]
 
@@ -107,6 +109,7 @@ def _index_batch(conn: Connection, session_id: int, limits: IndexerLimits) -> tu
             chat_history.c.content,
             chat_history.c.status,
             chat_history.c.is_synthetic,
+            chat_history.c.metadata,
             chat_history.c.created_at,
         )
         .join(chat_sessions_stack, chat_sessions_stack.c.id == chat_history.c.session_stack_id)
@@ -122,13 +125,25 @@ def _index_batch(conn: Connection, session_id: int, limits: IndexerLimits) -> tu
         .limit(limits.batch)
     ).all()
     documents: list[dict[str, Any]] = []
-    for m in messages:
+    # An opted-out conversation's rows are passed over for good (the watermark moves).
+    indexed = not opted_out_in(conn, source)
+    for m in messages if indexed else ():
         # Synthetic prompts (ticks, briefings) are the system's words, not the user's.
         if m.role in INDEXED_ROLES and m.status == "ok" and not m.is_synthetic:
+            speaker = identity_of(source, m.metadata) if m.role == "user" else None
+            user_id = resolve_in(conn, speaker) if speaker is not None else None
             documents += _documents(
-                session_id, source, "message", m.id, m.role, m.content, m.created_at, limits
+                session_id,
+                source,
+                "message",
+                m.id,
+                m.role,
+                m.content,
+                m.created_at,
+                limits,
+                user_id,
             )
-    for s in summaries:
+    for s in summaries if indexed else ():
         documents += _documents(
             session_id, source, "summary", s.id, "summary", s.content, s.created_at, limits
         )
@@ -154,6 +169,7 @@ def _documents(
     content: str | None,
     created_at: Any,
     limits: IndexerLimits,
+    user_id: int | None = None,
 ) -> list[dict[str, Any]]:
     return [
         {
@@ -166,6 +182,7 @@ def _documents(
             "role": role,
             "body": body,
             "created_at": created_at,
+            "user_id": user_id,
         }
         for number, body in enumerate(chunks(content or "", limits.chunk_chars))
     ]

@@ -11,6 +11,11 @@ scoped without a join (and indexed as a token, ``scope``, see ``scope_of``). The
 
 ``create_search_index`` makes it (``seed_rows`` for a database created whole; migration
 0013 holds its own copy of the same statements, as history).
+
+The people (0014): ``memory_users`` is the one user table every platform maps into through
+``memory_identities`` (platform, the platform's own id); ``memory_facts`` is each user's
+profile; ``memory_derive_marks`` is the deriver's durable queue (per session, how far its
+messages were read for facts); ``memory_optouts`` the conversations memory leaves alone.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import hashlib
 
 from sqlalchemy import (
+    JSON,
     CheckConstraint,
     Column,
     ForeignKey,
@@ -36,7 +42,12 @@ from engine.store.schema import Id, UtcDateTime, metadata
 __all__ = [
     "SEARCH_INDEX_DDL",
     "create_search_index",
+    "memory_derive_marks",
     "memory_documents",
+    "memory_facts",
+    "memory_identities",
+    "memory_optouts",
+    "memory_users",
     "memory_watermarks",
     "scope_of",
     "seed_rows",
@@ -65,10 +76,70 @@ memory_documents = Table(
     Column("role", String(16), nullable=False),
     Column("body", Text, nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
+    # Who said it (0014): null for the assistant, summaries and rows indexed before.
+    Column("user_id", Id),
     UniqueConstraint("kind", "ref_id", "chunk", name="uq_memory_documents_ref"),
     CheckConstraint("kind IN ('message', 'summary')", name="ck_memory_documents_kind"),
 )
 Index("ix_memory_documents_source", memory_documents.c.source, memory_documents.c.created_at)
+Index("ix_memory_documents_user", memory_documents.c.user_id)
+
+memory_users = Table(
+    "memory_users",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("display_name", String(255)),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+#: A platform's id of a person -> the one user: ("telegram", "123"), ("web", "owner").
+memory_identities = Table(
+    "memory_identities",
+    metadata,
+    Column("platform", String(32), primary_key=True),
+    Column("external_id", String(255), primary_key=True),
+    Column("user_id", Id, ForeignKey("memory_users.id"), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+Index("ix_memory_identities_user", memory_identities.c.user_id)
+
+FACT_AUTHORS = ("deriver", "tool", "user")
+
+memory_facts = Table(
+    "memory_facts",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("user_id", Id, ForeignKey("memory_users.id"), nullable=False),
+    Column("body", Text, nullable=False),
+    # The conversation it was learned in: a group's facts are shown in that group only.
+    Column("origin_source", String(255), nullable=False),
+    Column("message_ids", JSON, nullable=False),  # chat_history ids it came from
+    Column("created_by", String(16), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    CheckConstraint("created_by IN ('deriver', 'tool', 'user')", name="ck_memory_facts_created_by"),
+)
+Index("ix_memory_facts_user", memory_facts.c.user_id, memory_facts.c.updated_at)
+
+#: The deriver's durable queue: a session's messages past ``last_message_id`` are unread.
+memory_derive_marks = Table(
+    "memory_derive_marks",
+    metadata,
+    Column("session_id", Id, ForeignKey("chat_sessions.id"), primary_key=True),
+    Column("last_message_id", Id, nullable=False, server_default="0"),
+    # Failed attempts at the batch past the mark: a batch the model cannot read is skipped
+    # after a few (and logged), so one bad batch never stops a session's derivation.
+    Column("failures", Integer, nullable=False, server_default="0"),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+#: Conversations memory leaves alone: not indexed, nothing derived, no profile shown.
+memory_optouts = Table(
+    "memory_optouts",
+    metadata,
+    Column("source", String(255), primary_key=True),
+    Column("created_at", UtcDateTime, nullable=False),
+)
 
 #: The full-text index, per dialect.
 SEARCH_INDEX_DDL: dict[str, tuple[str, ...]] = {

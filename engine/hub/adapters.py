@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from engine.hub.bridge import TurnBridge
 from engine.hub.prefixes import PrefixMap
-from engine.hub.protocols import AnswerHook, FailureHook, Publish
+from engine.hub.protocols import AnswerHook, FailureHook, Publish, TurnContext
 from engine.tools.base import Tool
 
 __all__ = ["AdapterRegistry", "SourceDefaults"]
@@ -25,17 +27,21 @@ class SourceDefaults:
 
 _NO_DEFAULTS = SourceDefaults()
 
+log = logging.getLogger(__name__)
+
 
 class AdapterRegistry:
-    """Turn defaults, answer hooks and failure hooks by source prefix (longest wins)."""
+    """Turn defaults, answer hooks and failure hooks by source prefix (longest wins), and
+    the services adding dynamic content to every turn."""
 
-    __slots__ = ("_answer_hooks", "_defaults", "_failure_hooks", "_publish")
+    __slots__ = ("_answer_hooks", "_contexts", "_defaults", "_failure_hooks", "_publish")
 
     def __init__(self, publish: Publish) -> None:
         self._publish = publish
         self._defaults: PrefixMap[SourceDefaults] = PrefixMap()
         self._answer_hooks: PrefixMap[AnswerHook] = PrefixMap()
         self._failure_hooks: PrefixMap[FailureHook] = PrefixMap()
+        self._contexts: list[TurnContext] = []
 
     def register(self, prefix: str, defaults: SourceDefaults) -> None:
         self._defaults.add(prefix, defaults)
@@ -45,6 +51,30 @@ class AdapterRegistry:
 
     def on_failure(self, prefix: str, hook: FailureHook) -> None:
         self._failure_hooks.add(prefix, hook)
+
+    def add_context(self, context: TurnContext) -> None:
+        self._contexts.append(context)
+
+    async def dynamic(
+        self, source: str, metadata: Mapping[str, Any] | None, base: str | None
+    ) -> str | None:
+        """``base`` (the adapter's or message's dynamic extra) with each context's part.
+
+        A context that fails adds nothing to this turn (and is logged): a broken memory
+        never stops a turn.
+        """
+        parts = [base] if base else []
+        for context in self._contexts:
+            try:
+                part = await context(source, metadata)
+            except Exception:
+                log.exception(
+                    "turn context %r failed for %s; the turn goes on without it", context, source
+                )
+                continue
+            if part:
+                parts.append(part)
+        return "\n\n".join(parts) if parts else None
 
     def defaults_for(self, source: str) -> SourceDefaults:
         return self._defaults.get(source) or _NO_DEFAULTS

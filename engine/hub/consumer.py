@@ -77,9 +77,10 @@ class InboxConsumer:
         """Continue the source's interrupted turn (``None``: nothing was interrupted)."""
         handler = await self._sources.handler(state)
         defaults = self._adapters.defaults_for(state.name)
+        dynamic = await self._adapters.dynamic(state.name, None, defaults.extra_system_dynamic)
         return await handler.resume_turn(
             extra_system_static=defaults.extra_system_static,
-            extra_system_dynamic=defaults.extra_system_dynamic,
+            extra_system_dynamic=dynamic,
             tail_reminder=defaults.tail_reminder,
             interface_tools=tuple(defaults.interface_tools),
             emit=self._adapters.bridge(state.name, state.session_id),
@@ -108,12 +109,17 @@ class InboxConsumer:
             return  # a /stop came while this unit was being prepared: it is dropped
         options = unit.options
         defaults = self._adapters.defaults_for(state.name)
+        dynamic = await self._adapters.dynamic(
+            state.name,
+            options.metadata,
+            options.extra_system_dynamic or defaults.extra_system_dynamic,
+        )
         turn = handler.handle_message(
             unit.text,
             is_synthetic=options.is_synthetic,
             metadata=options.metadata,
             extra_system_static=options.extra_system_static or defaults.extra_system_static,
-            extra_system_dynamic=options.extra_system_dynamic or defaults.extra_system_dynamic,
+            extra_system_dynamic=dynamic,
             tail_reminder=defaults.tail_reminder,
             interface_tools=tuple(options.interface_tools) or tuple(defaults.interface_tools),
             pending_input=None if options.is_synthetic else state.inbox,

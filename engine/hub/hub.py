@@ -33,7 +33,7 @@ from engine.hub.failures import FailedTurns
 from engine.hub.home import HomeSource
 from engine.hub.intake import MessageIntake
 from engine.hub.notifications import NotificationBatcher
-from engine.hub.protocols import AnswerHook, FailureHook, MonotonicClock, Sleep
+from engine.hub.protocols import AnswerHook, FailureHook, MonotonicClock, Sleep, TurnContext
 from engine.hub.recovery import Recovery
 from engine.hub.sources import SourceRegistry
 from engine.hub.system_bus import watch_cancellations
@@ -108,6 +108,11 @@ class ChatHub:
     def register(self, prefix: str, defaults: SourceDefaults) -> None:
         """Defaults for every source starting with ``prefix`` (longest prefix wins)."""
         self._adapters.register(prefix, defaults)
+
+    def add_turn_context(self, context: TurnContext) -> None:
+        """``context(source, metadata)`` adds dynamic system content to every turn (after
+        the cache-stable prefix), fetched as the turn starts."""
+        self._adapters.add_context(context)
 
     def on_answer(self, prefix: str, hook: AnswerHook) -> None:
         """``hook(source, content)`` may return work for the transaction storing an answer.

@@ -7,12 +7,12 @@ delivers; tests pass a fake clock and sleep. Implementations are plain functions
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol
 
 from engine.store.history import AlsoWithKey, AlsoWithRow
 
-__all__ = ["AnswerHook", "FailureHook", "MonotonicClock", "Publish", "Sleep"]
+__all__ = ["AnswerHook", "FailureHook", "MonotonicClock", "Publish", "Sleep", "TurnContext"]
 
 
 class AnswerHook(Protocol):
@@ -43,3 +43,13 @@ class Publish(Protocol):
     """Puts ``event`` of ``source``'s session on the hub's broadcast (``HubEvents.publish``)."""
 
     def __call__(self, source: str, session_id: int | None, event: Any, /) -> None: ...
+
+
+class TurnContext(Protocol):
+    """Dynamic system content for one turn of ``source`` whose message carries ``metadata``
+    (``None`` when a turn is resumed): long-term memory's profile. Called as each turn
+    starts; ``None`` adds nothing."""
+
+    def __call__(
+        self, source: str, metadata: Mapping[str, Any] | None, /
+    ) -> Awaitable[str | None]: ...

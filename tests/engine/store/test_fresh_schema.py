@@ -23,10 +23,12 @@ def describe(conn: sa.Connection) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for table in sorted(inspector.get_table_names()):
         found[table] = {
-            "columns": [
+            # By name: PostgreSQL appends a column a later migration adds after one that
+            # ``seed_rows`` adds to a database created whole; every query names its columns.
+            "columns": sorted(
                 (c["name"], str(c["type"]), c["nullable"], str(c.get("default")))
                 for c in inspector.get_columns(table)
-            ],
+            ),
             "primary key": inspector.get_pk_constraint(table)["constrained_columns"],
             "indexes": sorted(
                 (i["name"], tuple(i["column_names"]), bool(i["unique"]))

@@ -1,0 +1,147 @@
+"""People: one user table, every platform's ids mapped into it.
+
+A message names its speaker in its metadata (``engine.store.inbox.SENDER_KEY``: Telegram
+puts the sender's id there); a front end with one operator and no sender (the web chat,
+the console) speaks for its owner. ``identity_of`` reads that; ``Users`` turns an identity
+into the one ``memory_users`` id, creating it the first time. A later platform plugs in the
+same way: its source prefix is its platform name, its sender id the external id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from engine.store import Database
+from engine.store.dialects import insert_for
+from engine.store.inbox import SENDER_KEY
+from engine.store.schema import utcnow
+from memory.tables import memory_identities, memory_users
+
+__all__ = ["OWNER", "Identity", "Users", "identity_of", "is_personal", "resolve_in"]
+
+#: The external id of a one-operator front end's only person.
+OWNER = "owner"
+#: Front ends whose every conversation is its operator's (no sender in the metadata).
+_OPERATOR_PLATFORMS = {"webchat": "web", "console": "console", "terminal": "console"}
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    platform: str
+    external_id: str
+    display_name: str | None = None
+
+
+def platform_of(source: str) -> str:
+    return source.split(":", 1)[0]
+
+
+def is_personal(source: str) -> bool:
+    """Whether ``source`` is one person's conversation with the bot (a Telegram private
+    chat, whose chat id is the user's id; the operator's web chat and console), not a group
+    where others read along."""
+    platform = platform_of(source)
+    if platform in _OPERATOR_PLATFORMS:
+        return True
+    if platform == "telegram":
+        chat = source.split(":")[1] if source.count(":") >= 1 else ""
+        return chat.isdigit()  # groups and channels have negative ids
+    return False
+
+
+def identity_of(source: str, metadata: Mapping[str, Any] | None) -> Identity | None:
+    """Who said a message of ``source`` with ``metadata``; ``None`` when nobody can tell."""
+    platform = platform_of(source)
+    sender = (metadata or {}).get(SENDER_KEY)
+    if isinstance(sender, Mapping) and sender.get("id") not in (None, ""):
+        name = sender.get("name")
+        return Identity(platform, str(sender["id"]), name if isinstance(name, str) else None)
+    if platform in _OPERATOR_PLATFORMS:
+        return Identity(_OPERATOR_PLATFORMS[platform], OWNER)
+    if platform == "telegram" and is_personal(source):
+        return Identity(platform, source.split(":")[1])  # a private chat's id is its user's
+    return None
+
+
+class Users:
+    """Identity -> user id, cached (an identity's user never changes once made)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._ids: dict[tuple[str, str], int] = {}
+
+    async def resolve(self, identity: Identity) -> int:
+        key = (identity.platform, identity.external_id)
+        found = self._ids.get(key)
+        if found is None:
+            found = self._ids[key] = await self._db.run(resolve_in, identity)
+        return found
+
+    def cached(self, identity: Identity) -> int | None:
+        return self._ids.get((identity.platform, identity.external_id))
+
+    async def link(self, identity: Identity, to: Identity) -> int:
+        """Make ``identity`` the same person as ``to`` (the owner's Telegram id and the
+        web sign-in), unless ``identity`` already has a user of its own; the user id."""
+        user_id = await self.resolve(to)
+        linked = await self._db.run(_link, identity, user_id)
+        self._ids[(identity.platform, identity.external_id)] = linked
+        return linked
+
+    async def identities(self, user_id: int) -> list[Identity]:
+        return await self._db.run(_identities, user_id)
+
+
+def resolve_in(conn: Connection, identity: Identity) -> int:
+    """The user of ``identity``, created (with its identity row) when there is none."""
+    found = _lookup(conn, identity)
+    if found is not None:
+        return found
+    user_id = int(
+        conn.execute(
+            memory_users.insert().values(display_name=identity.display_name, created_at=utcnow())
+        ).inserted_primary_key[0]
+    )
+    return _link(conn, identity, user_id)
+
+
+def _lookup(conn: Connection, identity: Identity) -> int | None:
+    ids = memory_identities
+    value = conn.execute(
+        sa.select(ids.c.user_id).where(
+            ids.c.platform == identity.platform, ids.c.external_id == identity.external_id
+        )
+    ).scalar()
+    return None if value is None else int(value)
+
+
+def _link(conn: Connection, identity: Identity, user_id: int) -> int:
+    # Two writers at once (two processes): the first identity row wins, both read it back.
+    conn.execute(
+        insert_for(conn.dialect.name, memory_identities)
+        .values(
+            platform=identity.platform,
+            external_id=identity.external_id,
+            user_id=user_id,
+            created_at=utcnow(),
+        )
+        .on_conflict_do_nothing()
+    )
+    found = _lookup(conn, identity)
+    assert found is not None
+    return found
+
+
+def _identities(conn: Connection, user_id: int) -> list[Identity]:
+    ids = memory_identities
+    rows = conn.execute(
+        sa.select(ids.c.platform, ids.c.external_id)
+        .where(ids.c.user_id == user_id)
+        .order_by(ids.c.platform, ids.c.external_id)
+    )
+    return [Identity(r.platform, r.external_id) for r in rows]
