@@ -50,8 +50,11 @@ from engine.session.protocols import ApprovalPolicy
 from engine.store import Store
 from engine.store.schema import utcnow
 from engine.tls import shared_tls_context
+from memory.facts import FactLimits
+from memory.profile import ProfileLimits
 from memory.service import MemoryService
 from memory.tools import memory_tools
+from memory.users import Identity
 from scheduler.events import EventStore
 from scheduler.service import Scheduler, SchedulerLimits
 from scheduler.tools import scheduler_tools
@@ -139,10 +142,18 @@ class Service:
             engine.tools.register(tool)
         if settings.memory_enabled:
             # Subscribed before the hub starts: turns it resumes publish (catch-up apart).
-            self.memory = memory = MemoryService(engine.store.db, engine.bus)
+            self.memory = memory = MemoryService(
+                engine.store.db,
+                engine.bus,
+                fact_limits=FactLimits(max_chars=settings.memory_fact_chars),
+                profile_limits=ProfileLimits(max_chars=settings.memory_profile_chars),
+            )
             await memory.start()
-            for tool in memory_tools(engine.store, memory.search):
+            if owner:  # the owner's web chat and console are the owner's Telegram self
+                await memory.link_operator(Identity("telegram", str(owner)))
+            for tool in memory_tools(engine.store, memory):
                 engine.tools.register(tool)
+            hub.add_turn_context(memory.turn_context)
         webhook: TelegramWebhook | None = None
         deliveries: Deliveries | None = None  # the web inbox's "deliveries waiting"
         if self.api is None and settings.telegram_bot_token:

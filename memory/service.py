@@ -1,4 +1,5 @@
-"""The memory service: the ChatEventBus's consumer that keeps the search index current.
+"""The memory service: the ChatEventBus's consumer that keeps the search index current,
+and the one place the front ends and tools reach users, facts and profiles through.
 
 Subscribed before its first catch-up, so nothing published after ``start`` is missed; an
 event only names a session to index (``Indexer`` reads the text back from the database).
@@ -11,14 +12,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from engine.bus.broadcast import BusClosed, Lagged, Subscription
 from engine.bus.chat import AssistantResponse, BusEvent, ChatEventBus, CompactionDone, UserMessage
 from engine.store import Database
+from engine.store.schema import chat_history, chat_sessions, chat_sessions_stack
+from memory.facts import FactLimits, FactStore
 from memory.indexer import Indexer
+from memory.optouts import OptOuts
+from memory.profile import ProfileCache, ProfileLimits
 from memory.search import Search
+from memory.tables import memory_documents, memory_facts
+from memory.users import OPERATOR_PLATFORMS, OWNER, Identity, Users, identity_of, is_personal
 
-__all__ = ["MemoryService"]
+__all__ = ["Forgotten", "MemoryService"]
+
+
+@dataclass(frozen=True, slots=True)
+class Forgotten:
+    """What ``forget_user`` deleted."""
+
+    facts: int
+    documents: int
+
 
 log = logging.getLogger(__name__)
 
@@ -33,16 +55,24 @@ class MemoryService:
         *,
         indexer: Indexer | None = None,
         capacity: int | None = None,
+        fact_limits: FactLimits | None = None,
+        profile_limits: ProfileLimits | None = None,
     ) -> None:
+        self._db = db
         self._bus = bus
         self._capacity = capacity
         self.indexer = indexer or Indexer(db)
         self.search = Search(db)
+        self.users = Users(db)
+        self.optouts = OptOuts(db)
+        self.facts = FactStore(db, limits=fact_limits, on_change=self._facts_changed)
+        self.profiles = ProfileCache(self.facts, profile_limits)
         self._sub: Subscription[BusEvent] | None = None
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()  # set while waiting for an event with nothing buffered
 
     async def start(self) -> None:
+        await self.optouts.load()
         self._sub = self._bus.subscribe(self._capacity)
         self._task = asyncio.create_task(self._run(self._sub), name="chathub-memory")
 
@@ -72,6 +102,60 @@ class MemoryService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self._task = self._sub = None
+
+    # -- people, facts, profiles ---------------------------------------------------------
+
+    async def user_of(self, source: str, metadata: Mapping[str, Any] | None = None) -> int | None:
+        """The user speaking in ``source`` (the sender in ``metadata``; a personal
+        conversation's owner without one); ``None`` when nobody can tell."""
+        identity = identity_of(source, metadata)
+        return None if identity is None else await self.users.resolve(identity)
+
+    async def speaker(self, session_id: int) -> tuple[str, int | None] | None:
+        """``(source, user id)`` of whoever wrote the session's latest message (the person
+        a memory tool acts for); ``None`` for an unknown session."""
+        found = await self._db.run(_latest_message, session_id)
+        if found is None:
+            return None
+        source, metadata = found
+        return source, await self.user_of(source, metadata)
+
+    async def link_operator(self, identity: Identity) -> None:
+        """Make the one-operator front ends (web chat, console) speak as ``identity``
+        (the owner's Telegram id), unless they already have a user of their own."""
+        for platform in OPERATOR_PLATFORMS:
+            await self.users.link(Identity(platform, OWNER), to=identity)
+
+    async def user_for(self, identity: Identity) -> int:
+        return await self.users.resolve(identity)
+
+    async def turn_context(self, source: str, metadata: Mapping[str, Any] | None) -> str | None:
+        """The speaker's profile for a turn of ``source`` (``ChatHub.add_turn_context``):
+        all their facts in their own conversation, in a group only what they said there."""
+        if source in self.optouts:
+            return None
+        identity = identity_of(source, metadata)
+        if identity is None:
+            return None
+        user_id = self.users.cached(identity) or await self.users.resolve(identity)
+        return await self.profiles.profile(user_id, None if is_personal(source) else source)
+
+    def _facts_changed(self, user_id: int) -> None:
+        self.profiles.forget(user_id)
+
+    async def forget_user(self, user_id: int) -> Forgotten:
+        """``/forget_me``: the user's facts and search rows (what they said anywhere, and
+        both sides of their own conversations). The chat history itself is kept."""
+        facts, documents = await self._db.run(_forget_user, user_id)
+        self.facts.changed(user_id)
+        return Forgotten(facts, documents)
+
+    async def set_opt_out(self, source: str, *, opted_out: bool) -> None:
+        """``/memory off`` / ``on`` for one conversation (off: nothing new is indexed or
+        derived there and no profile is shown; what is stored stays until forgotten)."""
+        await self.optouts.set(source, opted_out=opted_out)
+
+    # -- the bus consumer ----------------------------------------------------------------
 
     async def _run(self, sub: Subscription[BusEvent]) -> None:
         full = True  # at start: resume every session from its watermark
@@ -115,6 +199,39 @@ class MemoryService:
             log.exception("memory: indexing failed; retrying with the next event")
             return False
         return True
+
+
+def _latest_message(conn: Connection, session_id: int) -> tuple[str, Any] | None:
+    source = conn.execute(
+        sa.select(chat_sessions.c.source).where(chat_sessions.c.id == session_id)
+    ).scalar()
+    if source is None:
+        return None
+    h, stack = chat_history, chat_sessions_stack
+    metadata = conn.execute(
+        sa.select(h.c.metadata)
+        .join(stack, stack.c.id == h.c.session_stack_id)
+        .where(stack.c.session_id == session_id, stack.c.depth == 0, h.c.role == "user")
+        .order_by(h.c.id.desc())
+        .limit(1)
+    ).scalar()
+    return source, metadata
+
+
+def _forget_user(conn: Connection, user_id: int) -> tuple[int, int]:
+    d = memory_documents
+    personal = [
+        source
+        for source in conn.execute(
+            sa.select(d.c.source).where(d.c.user_id == user_id).distinct()
+        ).scalars()
+        if is_personal(source)
+    ]
+    documents = conn.execute(
+        d.delete().where(sa.or_(d.c.user_id == user_id, d.c.source.in_(personal)))
+    ).rowcount
+    facts = conn.execute(memory_facts.delete().where(memory_facts.c.user_id == user_id)).rowcount
+    return int(facts), int(documents)
 
 
 def _session_of(event: BusEvent) -> int:

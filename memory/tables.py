@@ -180,5 +180,8 @@ def create_search_index(conn: Connection) -> None:
 
 
 def seed_rows(conn: Connection) -> None:
-    """What migration 0013 makes besides tables, for a database created whole."""
+    """What migrations 0013 and 0014 make besides tables, for a database created whole."""
+    from memory.rules import allow_memory_tools  # (not here: this module's tables are memory's)
+
     create_search_index(conn)
+    allow_memory_tools(conn)

@@ -22,12 +22,22 @@ from engine.store.inbox import SENDER_KEY
 from engine.store.schema import utcnow
 from memory.tables import memory_identities, memory_users
 
-__all__ = ["OWNER", "Identity", "Users", "identity_of", "is_personal", "resolve_in"]
+__all__ = [
+    "OPERATOR_PLATFORMS",
+    "OWNER",
+    "Identity",
+    "Users",
+    "identity_of",
+    "is_personal",
+    "resolve_in",
+]
 
 #: The external id of a one-operator front end's only person.
 OWNER = "owner"
 #: Front ends whose every conversation is its operator's (no sender in the metadata).
-_OPERATOR_PLATFORMS = {"webchat": "web", "console": "console", "terminal": "console"}
+_OPERATOR_SOURCES = {"webchat": "web", "console": "console", "terminal": "console"}
+#: Their platform names in ``memory_identities``.
+OPERATOR_PLATFORMS = tuple(dict.fromkeys(_OPERATOR_SOURCES.values()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +56,7 @@ def is_personal(source: str) -> bool:
     chat, whose chat id is the user's id; the operator's web chat and console), not a group
     where others read along."""
     platform = platform_of(source)
-    if platform in _OPERATOR_PLATFORMS:
+    if platform in _OPERATOR_SOURCES:
         return True
     if platform == "telegram":
         chat = source.split(":")[1] if source.count(":") >= 1 else ""
@@ -61,8 +71,8 @@ def identity_of(source: str, metadata: Mapping[str, Any] | None) -> Identity | N
     if isinstance(sender, Mapping) and sender.get("id") not in (None, ""):
         name = sender.get("name")
         return Identity(platform, str(sender["id"]), name if isinstance(name, str) else None)
-    if platform in _OPERATOR_PLATFORMS:
-        return Identity(_OPERATOR_PLATFORMS[platform], OWNER)
+    if platform in _OPERATOR_SOURCES:
+        return Identity(_OPERATOR_SOURCES[platform], OWNER)
     if platform == "telegram" and is_personal(source):
         return Identity(platform, source.split(":")[1])  # a private chat's id is its user's
     return None

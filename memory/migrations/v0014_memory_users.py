@@ -3,7 +3,10 @@
 import sqlalchemy as sa
 from alembic.operations import Operations
 
-from engine.store.schema import Id, UtcDateTime
+from engine.store.schema import Id, UtcDateTime, utcnow
+
+#: Tools over the speaker's own memory, allowed like the agent's memory/ files.
+_ALLOWED = ("search_sessions", "memory_list", "memory_save", "memory_forget")
 
 
 def upgrade(op: Operations) -> None:
@@ -50,4 +53,44 @@ def upgrade(op: Operations) -> None:
         "memory_optouts",
         sa.Column("source", sa.String(255), primary_key=True),
         sa.Column("created_at", UtcDateTime, nullable=False),
+    )
+    _allow_memory_tools(op.get_bind())
+
+
+def _allow_memory_tools(conn: sa.Connection) -> None:
+    groups = sa.table(
+        "permission_groups",
+        sa.column("name"),
+        sa.column("description"),
+        sa.column("created_at", UtcDateTime),
+    )
+    rules = sa.table(
+        "approval_rules",
+        sa.column("group_name"),
+        sa.column("tool_pattern"),
+        sa.column("action"),
+        sa.column("priority"),
+        sa.column("note"),
+        sa.column("created_at", UtcDateTime),
+    )
+    now = utcnow()
+    if conn.execute(sa.select(groups.c.name).where(groups.c.name == "default")).first() is None:
+        conn.execute(
+            groups.insert().values(
+                name="default", description="Rules every session falls back to", created_at=now
+            )
+        )
+    conn.execute(
+        rules.insert(),
+        [
+            {
+                "group_name": "default",
+                "tool_pattern": name,
+                "action": "allow",
+                "priority": 50,
+                "note": "long-term memory: the speaker's own",
+                "created_at": now,
+            }
+            for name in _ALLOWED
+        ],
     )

@@ -48,7 +48,7 @@ async def memory(engine: Engine) -> AsyncIterator[MemoryService]:
     # The wiring bot/serve.py gets: start after the engine, register the tool, close first.
     service = MemoryService(engine.store.db, engine.bus)
     await service.start()
-    for tool in memory_tools(engine.store, service.search):
+    for tool in memory_tools(engine.store, service):
         engine.tools.register(tool)
     yield service
     await service.close()

@@ -15,7 +15,7 @@ from engine.tools.base import ToolContext, ToolError
 from memory.indexer import Indexer
 from memory.search import MAX_TERMS, Search, query_terms
 from memory.tables import memory_documents
-from memory.tools import SearchSessions, memory_tools
+from memory.tools import SearchSessions
 from tests.memory.conftest import write_history
 from tests.memory.corpus import NEEDLES, filler
 
@@ -61,7 +61,7 @@ async def test_a_hit_has_a_snippet_date_and_title(store: Store) -> None:
         [("user", "about the trip: we decided on the Alfama hotel with the terrace")],
         start=when,
     )
-    [tool] = memory_tools(store, Search(store.db))
+    tool = SearchSessions(store, Search(store.db))
     out = json.loads(await tool.run({"query": "hotel", "limit": 3}, context(session)))
     assert out == {
         "results": [
