@@ -24,6 +24,7 @@ from engine.bus.chat import AssistantResponse, BusEvent, ChatEventBus, Compactio
 from engine.store import Database
 from engine.store.schema import chat_history, chat_sessions, chat_sessions_stack
 from memory.facts import FactLimits, FactStore
+from memory.followups import FollowUps
 from memory.indexer import Indexer
 from memory.optouts import OptOuts
 from memory.profile import ProfileCache, ProfileLimits
@@ -67,6 +68,8 @@ class MemoryService:
         self.optouts = OptOuts(db)
         self.facts = FactStore(db, limits=fact_limits, on_change=self._facts_changed)
         self.profiles = ProfileCache(self.facts, profile_limits)
+        #: Embedding and fact derivation: run after indexing rounds, in a task of their own.
+        self.followups = FollowUps()
         self._sub: Subscription[BusEvent] | None = None
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()  # set while waiting for an event with nothing buffered
@@ -75,6 +78,7 @@ class MemoryService:
         await self.optouts.load()
         self._sub = self._bus.subscribe(self._capacity)
         self._task = asyncio.create_task(self._run(self._sub), name="chathub-memory")
+        self.followups.start()
 
     async def drained(self) -> None:
         """Return once the bus is closed and everything it delivered is indexed."""
@@ -94,7 +98,13 @@ class MemoryService:
             await asyncio.wait({waiter, self._task}, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
 
+    async def followed_up(self) -> None:
+        """``settled``, then return once the follow-up jobs have nothing due (tests)."""
+        await self.settled()
+        await self.followups.settled()
+
     async def close(self) -> None:
+        await self.followups.close()
         if self._sub is not None:
             self._sub.close()
         if self._task is not None:
@@ -198,6 +208,7 @@ class MemoryService:
         except Exception:
             log.exception("memory: indexing failed; retrying with the next event")
             return False
+        self.followups.wake()
         return True
 
 
