@@ -32,6 +32,7 @@ from bot.telegram.delivery import TelegramSender
 from bot.telegram.downloads import Downloads
 from bot.telegram.jobs import JobsPanel
 from bot.telegram.lanes import Lanes
+from bot.telegram.memory import MemoryPanel
 from bot.telegram.messages import UNREADABLE_MESSAGE, BotIdentity, MessageHandler
 from bot.telegram.outbound import Outbound
 from bot.telegram.outgoing import PREFIX, EventRenderer
@@ -40,6 +41,7 @@ from bot.telegram.store import TelegramStore
 from bot.telegram.updates import Callback, Ignored, Message, chat_key, parse_update
 from engine.approval.deciders import Decider
 from engine.hub import ChatHub, HubEvent
+from memory.service import MemoryService
 
 __all__ = [
     "EXPIRED",
@@ -66,7 +68,10 @@ class TelegramAdapter:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         jobs: JobsPanel | None = None,
+        memory: MemoryService | None = None,
     ) -> None:
+        """``memory``: long-term memory for ``/search``, ``/memory`` and ``/forget_me``
+        (``None``, ``MEMORY_ENABLED=false``: they say it is switched off)."""
         self.hub, self.api, self.store, self.outbound = hub, api, store, outbound
         self.config = config
         self._me = BotIdentity()
@@ -88,12 +93,13 @@ class TelegramAdapter:
         self.cards = cards = ChatCards(hub, store, sender)
         activity = ChatActivity(hub, sender, config, runtime)
         approvals = ApprovalTaps(hub, access, cards, sender, config.reject_window_s, runtime)
-        self.commands = telegram_commands(access, sender, jobs)
+        panel = MemoryPanel(memory, sender)
+        self.commands = telegram_commands(access, sender, jobs, panel)
         downloads = Downloads(api, config.workspace, config.max_download_bytes)
         self._messages = MessageHandler(
             hub, self._me, access, self.commands, cards, approvals, sender, downloads, activity
         )
-        self._callbacks = Callbacks(access, sender, approvals, jobs)
+        self._callbacks = Callbacks(access, sender, approvals, jobs, panel)
         self._events = EventRenderer(self.outbox, cards, activity, streaming=config.streaming)
         self._incoming: Lanes[int, Json] = Lanes(self._handle_in_lane, "tg-in")
         self._outgoing: Lanes[str, HubEvent] = Lanes(self._events.render, "tg-out")

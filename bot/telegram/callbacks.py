@@ -1,7 +1,8 @@
 """Telegram's callback queries: routed by the prefix of their data, answered exactly once.
 
-``ap1:`` is an approval card's button (``approvals.py``), ``jb1:`` the ``/jobs`` panel's;
-anything else has expired. Whatever the data and whatever fails, the query gets exactly
+``ap1:`` is an approval card's button (``approvals.py``), ``jb1:`` the ``/jobs`` panel's,
+``mm1:`` the ``/memory`` panel's and ``/forget_me``'s (``memory.py``); anything else has
+expired. Whatever the data and whatever fails, the query gets exactly
 one ``answerCallbackQuery``: every path answers through a ``OneAnswer``, and what no path
 answered is answered at the end, so no button is left spinning.
 """
@@ -20,6 +21,7 @@ from bot.telegram.approvals import ApprovalTaps
 from bot.telegram.cards import CALLBACK_PREFIX
 from bot.telegram.delivery import TelegramSender
 from bot.telegram.jobs import JOBS_PREFIX, JobsPanel, parse_job_callback
+from bot.telegram.memory import MEMORY_PREFIX, MemoryPanel
 from bot.telegram.updates import Callback, fits_db_id
 
 __all__ = ["Callbacks"]
@@ -34,13 +36,16 @@ class Callbacks:
         sender: TelegramSender,
         approvals: ApprovalTaps,
         jobs: JobsPanel | None,
+        memory: MemoryPanel | None = None,
     ) -> None:
         self._access = access
         self._sender = sender
         self._jobs = jobs
+        self._memory = memory
         self.router: CallbackRouter[Callback] = CallbackRouter(_expired)
         self.router.on(f"{CALLBACK_PREFIX}:", approvals.on_tap)
         self.router.on(f"{JOBS_PREFIX}:", self._on_jobs)
+        self.router.on(f"{MEMORY_PREFIX}:", self._on_memory)
 
     async def handle(self, c: Callback) -> None:
         async def send(text: str | None) -> None:
@@ -78,6 +83,15 @@ class Callbacks:
         await answer(outcome)
         text, keyboard = await self._jobs.render(source)
         await self._sender.edit(c.chat_id, c.message_id, text, [], keyboard)
+
+    async def _on_memory(self, c: Callback, answer: Answer) -> None:
+        if self._memory is None:
+            await answer(EXPIRED)
+            return
+        if not self._access.is_allowed(user_key(c.user_id)):
+            await answer(NOT_ALLOWED)
+            return
+        await self._memory.on_tap(c, answer)  # whose facts: the panel checks the presser
 
 
 async def _expired(_c: Callback, answer: Answer) -> None:

@@ -1,4 +1,5 @@
-"""Telegram's commands: the shared ones, ``/jobs`` with buttons, and the owner's pairing."""
+"""Telegram's commands: the shared ones, ``/jobs`` and the memory commands with buttons,
+and the owner's pairing."""
 
 from __future__ import annotations
 
@@ -8,15 +9,20 @@ from bot.platform.jobs import JOBS_HELP
 from bot.platform.protocols import PairingCode
 from bot.telegram.delivery import TelegramSender
 from bot.telegram.jobs import JobsPanel
+from bot.telegram.memory import MemoryPanel
 from bot.telegram.updates import parse_source
 
 __all__ = ["telegram_commands"]
 
 
 def telegram_commands(
-    access: Access, sender: TelegramSender, jobs: JobsPanel | None
+    access: Access,
+    sender: TelegramSender,
+    jobs: JobsPanel | None,
+    memory: MemoryPanel | None = None,
 ) -> CommandRegistry:
-    """In menu order: the shared commands, ``/jobs``, then ``/pair`` and ``/unpair``."""
+    """In menu order: the shared commands, ``/jobs``, ``/search``, ``/memory`` and
+    ``/forget_me`` (with ``memory``), then ``/pair`` and ``/unpair``."""
     registry = CommandRegistry()
     for command in shared_commands(lambda: registry.help_text()):
         registry.register(command)
@@ -33,6 +39,8 @@ def telegram_commands(
         await sender.say_in(int(paired.chat), None, WELCOME)
 
     registry.register(Command("jobs", JOBS_HELP, show_jobs))
+    for command in memory.commands() if memory is not None else ():
+        registry.register(command)
     for command in pairing_commands(access, welcome):
         registry.register(command)
     return registry
