@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from bot.platform.cards import CardContent, Choice, card_content, decide, outcome_line
 from bot.platform.commands import CommandContext, CommandRegistry, shared_commands
+from bot.platform.memory import MemoryFront, memory_commands
 from engine.approval.deciders import OPERATOR
 from engine.bus.broadcast import Lagged
 from engine.core import Engine
@@ -46,6 +47,7 @@ from engine.store.inbox import InboxError
 
 if TYPE_CHECKING:  # the scheduler comes only with a service that has one
     from bot.platform.jobs import Jobs
+    from memory.service import MemoryService
 
 SOURCE = "console"
 HELP = "Commands: /help lists them, /new starts afresh, /quit leaves. Ctrl-C stops a running turn."
@@ -66,9 +68,12 @@ _STOP = ("/stop",)
 _PREVIEW = 160
 
 
-def terminal_commands(jobs: Jobs | None = None) -> CommandRegistry:
-    """The shared commands, and ``/jobs`` when there is a scheduler (``/quit`` is the
-    terminal's own, handled before them)."""
+def terminal_commands(
+    jobs: Jobs | None = None, memory: MemoryService | None = None
+) -> CommandRegistry:
+    """The shared commands, ``/jobs`` when there is a scheduler, and ``/search``,
+    ``/memory``, ``/forget_me`` (``memory`` None: they say it is switched off; ``/quit``
+    is the terminal's own, handled before them)."""
     registry = CommandRegistry()
     for command in shared_commands(lambda: f"{registry.help_text()}\n/quit — leave"):
         registry.register(command)
@@ -76,6 +81,8 @@ def terminal_commands(jobs: Jobs | None = None) -> CommandRegistry:
         from bot.platform.jobs import jobs_command
 
         registry.register(jobs_command(jobs))
+    for command in memory_commands(MemoryFront(memory)):
+        registry.register(command)
     return registry
 
 
@@ -208,17 +215,19 @@ class TerminalChat:
         stdin: TextIO = sys.stdin,
         stdout: TextIO = sys.stdout,
         jobs: Jobs | None = None,
+        memory: MemoryService | None = None,
     ) -> None:
         """``events``: the ``console`` source's events, subscribed before the hub started;
         ``resuming``: the hub resumes a turn of it a restart interrupted (its events are
-        in ``events`` from its start); ``jobs``: the console's scheduled jobs (``/jobs``)."""
+        in ``events`` from its start); ``jobs``: the console's scheduled jobs (``/jobs``);
+        ``memory``: long-term memory (``/search``, ``/memory``, ``/forget_me``)."""
         self._hub = hub
         self._resuming = resuming
         self._events = events
         self._stdin = stdin
         self._out = stdout
         self._render = TerminalRenderer(stdout)
-        self.commands = terminal_commands(jobs)
+        self.commands = terminal_commands(jobs, memory)
         self._asking: ApprovalRequired | Question | None = None
         self._running = False
         self._stdin_closed = False

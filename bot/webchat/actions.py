@@ -21,6 +21,7 @@ from bot.platform.cards import (
 )
 from bot.platform.commands import CommandContext, CommandRegistry, shared_commands
 from bot.platform.failures import SORRY_MESSAGE, SORRY_TAP, report_failure
+from bot.platform.memory import MemoryFront, memory_commands
 from bot.platform.tasks import Background
 from bot.webchat.conversations import PREFIX
 from bot.webchat.protocol import (
@@ -44,6 +45,7 @@ from bot.webchat.uploads import AttachmentError, Uploads
 from engine.approval.deciders import OPERATOR
 from engine.hub import ChatHub, HubError, SendOptions
 from engine.store.inbox import InboxError
+from memory.service import MemoryService
 
 __all__ = ["WEB_CHAT_DECIDER", "Actions", "Reply", "web_commands"]
 
@@ -75,10 +77,13 @@ class Reply(Protocol):
     async def send(self, frame: ServerFrame) -> None: ...
 
 
-def web_commands() -> CommandRegistry:
-    """The shared commands, in the same words as everywhere."""
+def web_commands(memory: MemoryService | None = None) -> CommandRegistry:
+    """The shared commands and ``/search``, ``/memory``, ``/forget_me``, in the same words
+    as everywhere (``memory`` None: those say long-term memory is switched off)."""
     registry = CommandRegistry()
     for command in shared_commands(registry.help_text):
+        registry.register(command)
+    for command in memory_commands(MemoryFront(memory)):
         registry.register(command)
     return registry
 
