@@ -1,7 +1,9 @@
-"""Long-term memory's bar (issue 23), as far as it is built: indexing throughput and
-``search_sessions`` latency over many stored messages, on SQLite and on PostgreSQL.
+"""Long-term memory's bar (issue 23): indexing throughput and ``search_sessions`` latency
+over many stored messages, on SQLite and on PostgreSQL; the added cost per turn of the
+profile injection (``MemoryService.turn_context`` for a cached profile) and the memory of
+the service with 1,000 users' profiles loaded.
 
-    .venv/bin/python bench/memory.py [--messages 100000] [--postgres URL]
+    .venv/bin/python bench/memory.py [--messages 100000] [--postgres URL] [--part all]
 
 PostgreSQL runs when ``--postgres`` or ``CHATHUB_TEST_POSTGRES_URL`` names a server (a
 database of its own is made and dropped). Two vocabularies: a Zipf-like one of 5,000
@@ -12,27 +14,47 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import random
 import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bot.schema import LAYERS
+from engine.bus.chat import ChatEventBus
 from engine.store import Store
+from engine.store.inbox import SENDER_KEY
 from engine.store.schema import chat_history, utcnow
 from memory.indexer import Indexer
 from memory.search import Search
+from memory.service import MemoryService
+from memory.tables import memory_facts
+from memory.users import Identity
 from tests.pg import POSTGRES_URL_ENV, fresh_postgres_database
 
 SOURCES = 50
 SESSIONS = 200
 QUERIES = 200
+USERS = 1_000
+FACTS_PER_USER = 20
+TURNS = 20_000
+FACT_TEMPLATES = [
+    "prefers window seats on long flights",
+    "is vegetarian and avoids fish sauce",
+    "works as a backend engineer at Acme, on the billing team",
+    "lives in Porto and commutes by bike",
+    "time zone is Europe/Lisbon",
+    "has a sister called Marta who lives in Berlin",
+    "is training for the Lisbon marathon in October",
+    "wants answers short, with code first",
+]
 FEW_WORDS = [
     "trip",
     "hotel",
@@ -141,17 +163,124 @@ async def run(args: argparse.Namespace) -> None:
                 await measure(url, "PostgreSQL", vocabulary, args.messages)
     if not args.postgres:
         print(f"PostgreSQL: skipped (set {POSTGRES_URL_ENV} or pass --postgres URL)")
-    print(
-        "Not built yet (issue 23's later parts): the profile's added cost per turn, memory "
-        "with 1,000 users' profiles, the hybrid ranking."
-    )
+
+
+def rss_bytes() -> int:
+    """This process's resident set (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 0
+
+
+async def add_people(store: Store, memory: MemoryService) -> list[int]:
+    """``USERS`` Telegram users with ``FACTS_PER_USER`` facts each; their user ids."""
+    user_ids = [await memory.user_for(Identity("telegram", str(10_000 + n))) for n in range(USERS)]
+    now = utcnow()
+    rows = [
+        {
+            "user_id": user_id,
+            "body": f"{FACT_TEMPLATES[k % len(FACT_TEMPLATES)]} (note {k} about person {user_id})",
+            "origin_source": f"telegram:{10_000 + n}",
+            "message_ids": [k],
+            "created_by": "deriver",
+            "created_at": now,
+            "updated_at": now,
+        }
+        for n, user_id in enumerate(user_ids)
+        for k in range(FACTS_PER_USER)
+    ]
+
+    def write(conn: Any) -> None:
+        conn.execute(memory_facts.insert(), rows)
+
+    await store.db.run(write)
+    return user_ids
+
+
+async def measure_profiles(url: str) -> None:
+    store = await Store.open(url, LAYERS)
+    try:
+        memory = MemoryService(store.db, ChatEventBus())
+        user_ids = await add_people(store, memory)
+        # What the service holds for them: rendered profiles (and the identity cache,
+        # filled above as the users were made).
+        gc.collect()
+        rss_before = rss_bytes()
+        tracemalloc.start()
+        await memory.profiles.load(user_ids)
+        # SQLite's database thread keeps its last result (the facts read) until its next
+        # job: one trivial job, so what is counted is what the service holds.
+        await store.db.run(lambda _conn: None)
+        gc.collect()
+        held, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        gc.collect()
+        rss_after = rss_bytes()
+        assert len(memory.profiles) == USERS
+        profile = await memory.turn_context("telegram:10000", None)
+        chars = len(profile or "")
+
+        # The added cost per turn: the hub awaits turn_context as each turn starts; with the
+        # profile cached that is the whole of it (a private chat, a group message's sender).
+        sources = [
+            (f"telegram:{10_000 + n % USERS}", {SENDER_KEY: {"id": str(10_000 + n % USERS)}})
+            for n in range(TURNS)
+        ]
+        latencies = []
+        for source, metadata in sources:
+            started = time.perf_counter()
+            await memory.turn_context(source, metadata)
+            latencies.append((time.perf_counter() - started) * 1000)
+        latencies.sort()
+        p50 = statistics.median(latencies)
+        p99 = latencies[int(len(latencies) * 0.99) - 1]
+        print(
+            f"profile injection: turn_context for a cached profile ({TURNS:,} turns over "
+            f"{USERS:,} users): p50 {p50:.4f} ms, p99 {p99:.4f} ms | "
+            f"{'met' if p99 <= 0.2 else 'MISSED'} (p99 <= 0.2 ms)"
+        )
+        # The first turn after a user's facts changed reads and renders the profile again.
+        misses = []
+        for n in range(QUERIES):
+            source, metadata = sources[n]
+            memory.profiles.forget(user_ids[n % USERS])
+            started = time.perf_counter()
+            await memory.turn_context(source, metadata)
+            misses.append((time.perf_counter() - started) * 1000)
+        misses.sort()
+        print(
+            f"  after a change (read from the database and rendered, {QUERIES} turns): "
+            f"p50 {statistics.median(misses):.2f} ms, p99 {misses[int(len(misses) * 0.99) - 1]:.2f} ms"
+        )
+        print(
+            f"profiles loaded: {USERS:,} users x {FACTS_PER_USER} facts (a profile is "
+            f"{chars:,} chars): tracemalloc {held / 1e6:.2f} MB held ({peak / 1e6:.2f} MB peak "
+            f"while loading), RSS +{(rss_after - rss_before) / 1e6:.1f} MB"
+        )
+    finally:
+        await store.close()
+
+
+async def run_profiles() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        await measure_profiles(f"sqlite+aiosqlite:///{tmp}/profiles.db")
+
+
+async def run_all(args: argparse.Namespace) -> None:
+    if args.part in ("all", "search"):
+        await run(args)
+    if args.part in ("all", "profiles"):
+        await run_profiles()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--postgres", default=os.environ.get(POSTGRES_URL_ENV))
-    asyncio.run(run(parser.parse_args()))
+    parser.add_argument("--part", choices=("all", "search", "profiles"), default="all")
+    asyncio.run(run_all(parser.parse_args()))
 
 
 if __name__ == "__main__":
