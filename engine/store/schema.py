@@ -278,3 +278,16 @@ app_settings = Table(
     Column("value", Text, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
 )
+
+# v0016: named leases (scale-out: the Telegram receiver, later per-source ownership). Times
+# are the database's own clock in epoch seconds (engine/store/leases.py), never a process's.
+leases = Table(
+    "leases",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("owner", String(255), nullable=False),
+    # The fencing token: +1 at every change of owner, never reset (a release keeps the row).
+    Column("epoch", BigInteger, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("acquired_at", Float, nullable=False),
+)

@@ -1,0 +1,142 @@
+"""One Telegram receiver in a fleet: whoever holds the lease ``telegram:receiver`` polls.
+
+``ReceiverElection.run`` tries for the lease every ``ttl/3``; once it wins it starts the
+receiver (the poller's ``run``) and renews every ``ttl/3``. The receiver is cancelled at
+once when a renewal fails, raises, or comes back later than the lease could still be
+ours (the process was paused: SIGSTOP, a swapped-out VM) — and only then does the loop go
+back to trying. A holder killed with ``kill -9`` is replaced when its lease expires: at
+most ``ttl`` after its last renewal, plus one ``ttl/3`` try of the next process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Awaitable, Callable
+
+from engine.store.leases import Lease, Leases
+
+__all__ = ["RECEIVER_LEASE", "RECEIVER_TTL_S", "ReceiverElection", "process_identity"]
+
+log = logging.getLogger(__name__)
+
+RECEIVER_LEASE = "telegram:receiver"
+RECEIVER_TTL_S = 6.0
+
+
+def process_identity() -> str:
+    """``host:pid:random``: unique per process start, readable in the ``leases`` table."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+class ReceiverElection:
+    """Hold ``name`` and run ``receive`` while it is held (see the module's docstring)."""
+
+    def __init__(
+        self,
+        leases: Leases,
+        owner: str,
+        receive: Callable[[], Awaitable[None]],
+        *,
+        name: str = RECEIVER_LEASE,
+        ttl_s: float = RECEIVER_TTL_S,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not ttl_s > 0:
+            raise ValueError(f"the receiver's lease needs a positive ttl, not {ttl_s!r}")
+        self._leases = leases
+        self.owner = owner
+        self._receive = receive
+        self.name = name
+        self.ttl_s = ttl_s
+        self._sleep = sleep
+        self._monotonic = monotonic
+        #: The lease while this process receives, else None (``/metrics``).
+        self.lease: Lease | None = None
+        #: How many times this process won the lease, and lost it while receiving.
+        self.won = 0
+        self.lost = 0
+
+    @property
+    def interval_s(self) -> float:
+        return self.ttl_s / 3
+
+    async def run(self) -> None:
+        """Until cancelled, or until the receiver itself ends (its exception propagates)."""
+        while True:
+            # The lease's time runs from the statement that took it: measure from before.
+            asked = self._monotonic()
+            lease = await self._try_acquire()
+            if lease is None:
+                await self._sleep(self.interval_s)
+                continue
+            if await self._hold(lease, asked):
+                return
+
+    async def _try_acquire(self) -> Lease | None:
+        try:
+            return await self._leases.acquire(self.name, self.owner, self.ttl_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the database is away: try again at the next interval
+            log.warning("could not ask for the %s lease (%s); trying again", self.name, exc)
+            return None
+
+    async def _hold(self, lease: Lease, confirmed: float) -> bool:
+        """Receive while ``lease`` holds; True when the receiver ended on its own.
+
+        ``confirmed``: monotonic time before the statement that last gave us the lease.
+        """
+        self.lease, self.won = lease, self.won + 1
+        log.info("%s: this process (%s) receives, epoch %d", self.name, self.owner, lease.epoch)
+        receiver = asyncio.ensure_future(self._receive())
+        try:
+            while True:
+                tick = asyncio.ensure_future(self._sleep(self.interval_s))
+                try:
+                    await asyncio.wait({receiver, tick}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    tick.cancel()
+                if receiver.done():
+                    receiver.result()  # its exception, if any, is the caller's
+                    return True
+                started = self._monotonic()
+                if started - confirmed >= self.ttl_s or not await self._renew(lease):
+                    self.lost += 1
+                    log.warning("%s: lost the lease (epoch %d); stopped", self.name, lease.epoch)
+                    return False
+                confirmed = started
+        finally:
+            self.lease = None
+            await _cancelled(receiver)
+            # Let the next process in now rather than at expiry. Harmless when the lease is
+            # lost already: a release needs our owner and epoch on a live lease.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._leases.release(lease), self.interval_s)
+
+    async def _renew(self, lease: Lease) -> bool:
+        # A renewal slower than what is left of the lease could confirm one that already
+        # expired and was taken: give up waiting for it before then.
+        try:
+            return await asyncio.wait_for(
+                self._leases.renew(lease, self.ttl_s), self.ttl_s - self.interval_s
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("%s: renewing failed (%s)", self.name, exc)
+            return False
+
+
+async def _cancelled(task: asyncio.Future[None]) -> None:
+    if task.done():
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
