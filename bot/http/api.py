@@ -1,4 +1,4 @@
-"""The operator's JSON API: sessions, the Agent Inbox, scheduled jobs, metrics.
+"""The operator's JSON API: sessions, the Agent Inbox, scheduled jobs, memory, metrics.
 
 Every route is behind the bearer ``CHATHUB_API_TOKEN`` (when no token is configured the
 app only starts bound to loopback, see ``create_app``). Bodies are validated with pydantic
@@ -24,6 +24,19 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bot.http.health_details import HealthDetails
+from bot.http.memory_pages import (
+    FactDeleted,
+    FactIn,
+    FactItem,
+    FactList,
+    MemoryAdmin,
+    MemoryHits,
+    MemorySearchQuery,
+    MemoryUserList,
+    fact_json,
+    hit_json,
+    person_json,
+)
 from bot.http.metrics import CONTENT_TYPE, read_snapshot, render
 from bot.http.models import (
     MAX_BODY_BYTES,
@@ -58,6 +71,8 @@ from bot.http.signins import LoginThrottle
 from bot.telegram.outbound import OutboundStats
 from engine.store.inbox import InboxItem
 from engine.store.schema import utcnow
+from memory.facts import FactError
+from memory.service import MemoryService
 
 __all__ = [
     "API_DECIDER",
@@ -138,6 +153,22 @@ OPERATIONS = (
     Operation("/api/events", "POST", "post_event",
               "An event for the tic session (served by the scheduler's endpoint)", status=201,
               answer=EventCreated, body=EventIn, errors=(401, 413, 422), served_by="events"),
+    Operation("/api/memory/users", "GET", "list_memory_users",
+              "People memory knows: their platform identities and how many facts",
+              answer=MemoryUserList, errors=(401, 503)),
+    Operation("/api/memory/users/{user_id:id}/facts", "GET", "list_memory_facts",
+              "A person's facts, oldest first", answer=FactList, errors=(401, 404, 503)),
+    Operation("/api/memory/users/{user_id:id}/facts", "POST", "add_memory_fact",
+              "Add a fact about a person", status=201, answer=FactItem, body=FactIn,
+              errors=(401, 404, 413, 422, 503)),
+    Operation("/api/memory/facts/{fact_id:id}", "PATCH", "edit_memory_fact",
+              "Change a fact's text", answer=FactItem, body=FactIn,
+              errors=(401, 404, 413, 422, 503)),
+    Operation("/api/memory/facts/{fact_id:id}", "DELETE", "delete_memory_fact",
+              "Delete a fact", answer=FactDeleted, errors=(401, 404, 503)),
+    Operation("/api/memory/search", "GET", "search_memory",
+              "Search one chat's past conversations (ranked snippets)", answer=MemoryHits,
+              query=MemorySearchQuery, errors=(401, 422, 503)),
     Operation("/metrics", "GET", "metrics", "Prometheus text metrics"),
     Operation("/api/openapi.json", "GET", "openapi", "This document"),
     Operation("/api/health/details", "GET", "health_details",
@@ -165,9 +196,11 @@ class ApiRoutes:
         telegram: OutboundStats | None = None,
         throttle: LoginThrottle | None = None,
         health_details: HealthDetails | None = None,
+        memory: MemoryService | None = None,
     ) -> None:
         """``throttle``: wrong bearer tokens counted per address, shared with the page's
-        sign-in (``chathub serve`` passes one); ``None`` counts nothing."""
+        sign-in (``chathub serve`` passes one); ``None`` counts nothing. ``memory``: the
+        memory routes' (``None``, ``MEMORY_ENABLED=false``: they answer 503)."""
         self.ops = operations
         self._throttle = throttle
         self.engine = operations.engine
@@ -176,6 +209,7 @@ class ApiRoutes:
         self._clock = clock
         self._telegram = telegram
         self._health_details = health_details
+        self._memory = None if memory is None else MemoryAdmin(memory, self.engine.store.db)
 
     def routes(self) -> list[Route]:
         return [
@@ -330,6 +364,62 @@ class ApiRoutes:
         sessions = await self.ops.kill_job(job_id)
         return SafeJSONResponse({"id": job_id, "cancelled_sessions": sessions}, status_code=202)
 
+    # -- memory --------------------------------------------------------------------------------
+
+    def _memory_admin(self) -> MemoryAdmin:
+        if self._memory is None:
+            raise RequestError(503, "Long-term memory is switched off (MEMORY_ENABLED=false).")
+        return self._memory
+
+    async def list_memory_users(self, request: Request) -> Response:
+        people = await self._memory_admin().people()
+        return SafeJSONResponse({"items": [person_json(person) for person in people]})
+
+    async def list_memory_facts(self, request: Request) -> Response:
+        user_id = request.path_params["user_id"]
+        facts = await self._memory_admin().facts(user_id)
+        if facts is None:
+            return _error(404, f"user {user_id}: no such user")
+        return SafeJSONResponse({"items": [fact_json(fact) for fact in facts]})
+
+    async def add_memory_fact(self, request: Request) -> Response:
+        admin, user_id = self._memory_admin(), request.path_params["user_id"]
+        if not await admin.exists(user_id):  # 404 before the body is read
+            return _error(404, f"user {user_id}: no such user")
+        body = await json_body(request, FactIn)
+        try:
+            fact = await admin.add(user_id, body.body)
+        except FactError as exc:
+            return _error(422, str(exc))
+        if fact is None:  # the user went meanwhile
+            return _error(404, f"user {user_id}: no such user")
+        return SafeJSONResponse(fact_json(fact), status_code=201)
+
+    async def edit_memory_fact(self, request: Request) -> Response:
+        admin, fact_id = self._memory_admin(), request.path_params["fact_id"]
+        if await admin.owner(fact_id) is None:  # 404 before the body is read
+            return _error(404, f"fact {fact_id}: no such fact")
+        body = await json_body(request, FactIn)
+        try:
+            fact = await admin.edit(fact_id, body.body)
+        except FactError as exc:
+            return _error(422, str(exc))
+        if fact is None:
+            return _error(404, f"fact {fact_id}: no such fact")
+        return SafeJSONResponse(fact_json(fact))
+
+    async def delete_memory_fact(self, request: Request) -> Response:
+        fact_id = request.path_params["fact_id"]
+        if not await self._memory_admin().delete(fact_id):
+            return _error(404, f"fact {fact_id}: no such fact")
+        return SafeJSONResponse({"id": fact_id, "deleted": True})
+
+    async def search_memory(self, request: Request) -> Response:
+        admin = self._memory_admin()
+        query = query_params(request, MemorySearchQuery)
+        hits = await admin.search(query.source, query.q, query.limit)
+        return SafeJSONResponse({"items": [hit_json(hit) for hit in hits]})
+
     # -- health details, metrics and the document ----------------------------------------------
 
     async def health_details(self, request: Request) -> Response:
@@ -432,14 +522,18 @@ _STATUS_TEXT = {
 
 
 def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
-    """The model's fields as OpenAPI query parameters (optional, each given at most once)."""
-    properties = model.model_json_schema()["properties"]
+    """The model's fields as OpenAPI query parameters (each given at most once; required
+    when the model has no default for it)."""
+    schema_of = model.model_json_schema()
+    properties, required = schema_of["properties"], set(schema_of.get("required", ()))
     parameters = []
     for name, schema in properties.items():
         schema = {key: value for key, value in schema.items() if key not in ("title", "default")}
         if "anyOf" in schema:  # ``str | None``: the parameter is simply left out
             schema = next(s for s in schema.pop("anyOf") if s.get("type") != "null") | schema
-        parameters.append({"name": name, "in": "query", "required": False, "schema": schema})
+        parameters.append(
+            {"name": name, "in": "query", "required": name in required, "schema": schema}
+        )
     return parameters
 
 

@@ -34,6 +34,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from bot.http.health_details import HealthDetails
+from bot.http.memory_pages import MemoryAdmin, MemoryPages
 from bot.http.models import RequestError, ids_in_range, query_params
 from bot.http.operations import OperationError, Operations
 from bot.http.signins import LoginThrottle, SignIn, SignIns, csrf_token, is_handle
@@ -44,6 +45,7 @@ from engine.store.inbox import InboxItem
 from engine.store.schema import utcnow
 from engine.store.views import MAX_PAGE
 from engine.tools.preview import preview_call
+from memory.service import MemoryService
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -122,7 +124,10 @@ class WebInbox:
         clock: Callable[[], datetime] = utcnow,
         deliveries: Deliveries | None = None,
         health: HealthDetails | None = None,
+        memory: MemoryService | None = None,
     ) -> None:
+        """``memory``: long-term memory for the Memory page (``None``: it says memory is
+        switched off)."""
         self.ops = operations
         self._deliveries = deliveries
         self._health = health  # the doctor's checks, for /health
@@ -137,6 +142,8 @@ class WebInbox:
         self._fixed_csrf = _mac(self._token or secrets.token_bytes(32), "csrf")
         self._clock = clock
         self._environment: Environment | None = None
+        admin = None if memory is None else MemoryAdmin(memory, operations.engine.store.db)
+        self._memory_pages = MemoryPages(self, admin)
 
     def routes(self) -> list[Route]:
         return [
@@ -154,7 +161,25 @@ class WebInbox:
             Route("/signins/end", self._action(self.end_signin), methods=["POST"]),
             Route("/signins/end-others", self._action(self.end_others), methods=["POST"]),
             Route("/static/inbox.js", self.script, methods=["GET"]),
+            *self._memory_pages.routes(),
         ]
+
+    # -- for the pages of other modules (``memory_pages.py``) ----------------------------------
+
+    def guarded_page(self, handler: Callable[[Request, Visitor], Any]) -> Callable[[Request], Any]:
+        """``handler`` as a page: signed in, ids in range."""
+        return self._page(handler)
+
+    def guarded_action(
+        self, handler: Callable[[Request, dict[str, str], Visitor], Any]
+    ) -> Callable[..., Any]:
+        """``handler`` as a form's POST: same origin, signed in, the form's CSRF field."""
+        return self._action(handler)
+
+    def render(
+        self, template: str, visitor: Visitor | None, *, status: int = 200, **context: Any
+    ) -> HTMLResponse:
+        return self._render(template, visitor, status=status, **context)
 
     # -- access --------------------------------------------------------------------------------
 
