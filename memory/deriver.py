@@ -115,6 +115,7 @@ class _Batch:
     source: str
     mark: int  # the mark the batch was read past (the apply moves it only from there)
     failures: int
+    first_id: int
     last_id: int
     messages: list[_Message]
     opted_out: bool
@@ -199,7 +200,7 @@ class Deriver:
         if skipped:
             log.error(
                 "memory: skipped messages %d-%d of session %d after %d failed derivations",
-                batch.messages[0].id,
+                batch.first_id,
                 batch.last_id,
                 session_id,
                 self.limits.max_failures,
@@ -397,6 +398,7 @@ def _read_batch(
         source=source,
         mark=int(mark.last_message_id),
         failures=int(mark.failures),
+        first_id=int(rows[0].id),
         last_id=int(rows[-1].id),
         messages=messages,
         opted_out=opted_out,
