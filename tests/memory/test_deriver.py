@@ -129,6 +129,29 @@ def request_data(request: dict[str, Any]) -> dict[str, Any]:
     return json.loads(user["content"])
 
 
+class Before:
+    """A model that runs ``action`` (a user's own change) before the real call answers."""
+
+    def __init__(self, inner: ChatModel, action: Any) -> None:
+        self._inner = inner
+        self._action = action
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    @property
+    def cache_hints(self) -> bool:
+        return False
+
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema], **kw: Any
+    ) -> LlmResponse:
+        response = await self._inner.complete(messages, tools, **kw)
+        await self._action()
+        return response
+
+
 # -- attribution ------------------------------------------------------------------------------
 
 
@@ -540,29 +563,6 @@ async def test_an_update_or_delete_of_a_fact_not_the_speakers_is_ignored(
     assert [body for _, body, *_ in await setup.stored()] == ["Bob likes coffee", "Ann likes tea"]
 
 
-class Before:
-    """A model that runs ``action`` (a user's own change) before the real call answers."""
-
-    def __init__(self, inner: ChatModel, action: Any) -> None:
-        self._inner = inner
-        self._action = action
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
-
-    @property
-    def cache_hints(self) -> bool:
-        return False
-
-    async def complete(
-        self, messages: Sequence[Message], tools: Sequence[ToolSchema], **kw: Any
-    ) -> LlmResponse:
-        response = await self._inner.complete(messages, tools, **kw)
-        await self._action()
-        return response
-
-
 async def test_a_fact_deleted_while_the_deriver_updates_it_stays_deleted(
     setup: Setup, fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
 ) -> None:
@@ -583,9 +583,11 @@ async def test_a_fact_deleted_while_the_deriver_updates_it_stays_deleted(
         ),
         model=MODEL,
     )
+    setup.changes.clear()
     assert await setup.deriver.derive_pending() == 0
     assert await setup.stored() == []
     assert await setup.mark(chat) == (said, 0)
+    assert setup.changes == [ann]  # the user's delete; the deriver changed nothing
 
 
 async def test_a_prompt_injection_is_stored_verbatim_as_data(
