@@ -196,12 +196,12 @@ def update_in(
     if current is None:
         return False
     merged = list(dict.fromkeys([*(current.message_ids or ()), *(int(i) for i in message_ids)]))
-    conn.execute(
+    result = conn.execute(
         f.update()
         .where(f.c.id == fact_id, f.c.user_id == user_id)
         .values(body=body, message_ids=merged, updated_at=utcnow())
     )
-    return True
+    return bool(result.rowcount)  # 0: deleted while this update waited for its lock
 
 
 def delete_in(conn: Connection, user_id: int, fact_id: int) -> bool:

@@ -36,7 +36,7 @@ def render_profile(facts: Iterable[Fact], limits: ProfileLimits) -> str | None:
     """The newest facts that fit in ``limits.max_chars`` (heading included), oldest first;
     ``None`` without any."""
     newest_first = sorted(facts, key=lambda f: (f.updated_at, f.id), reverse=True)
-    budget = limits.max_chars - len(HEADING) - 1
+    budget = limits.max_chars - len(HEADING)  # each line pays for the newline before it
     lines: list[str] = []
     for fact in newest_first:
         line = "- " + json.dumps(fact.body, ensure_ascii=False)

@@ -35,7 +35,7 @@ __all__ = [
 #: The external id of a one-operator front end's only person.
 OWNER = "owner"
 #: Front ends whose every conversation is its operator's (no sender in the metadata).
-_OPERATOR_SOURCES = {"webchat": "web", "console": "console", "terminal": "console"}
+_OPERATOR_SOURCES = {"web": "web", "console": "console"}
 #: Their platform names in ``memory_identities``.
 OPERATOR_PLATFORMS = tuple(dict.fromkeys(_OPERATOR_SOURCES.values()))
 
@@ -117,7 +117,10 @@ def resolve_in(conn: Connection, identity: Identity) -> int:
             memory_users.insert().values(display_name=identity.display_name, created_at=utcnow())
         ).inserted_primary_key[0]
     )
-    return _link(conn, identity, user_id)
+    found = _link(conn, identity, user_id)
+    if found != user_id:  # another writer made the identity first: ours is nobody's
+        conn.execute(memory_users.delete().where(memory_users.c.id == user_id))
+    return found
 
 
 def _lookup(conn: Connection, identity: Identity) -> int | None:

@@ -182,6 +182,9 @@ class SqliteDatabase:
                     with self._count:
                         self._finished += 1
                 _hand_back(loop, future, *outcome)
+                # Not kept alive while waiting for the next job (a big result would be).
+                del job, fn, args, kwargs, future, outcome
+                result = None
         finally:
             with self._busy:
                 self._conn = None

@@ -55,9 +55,9 @@ def test_a_sender_name_that_is_not_text_is_dropped() -> None:
 
 
 def test_the_web_chat_and_the_console_speak_for_their_owner() -> None:
-    assert identity_of("webchat:abc", None) == Identity("web", "owner")
+    assert identity_of("web:abc", None) == Identity("web", "owner")
     assert identity_of("console", None) == Identity("console", "owner")
-    assert identity_of("terminal:1", {}) == Identity("console", "owner")
+    assert identity_of("console", {}) == Identity("console", "owner")
 
 
 def test_an_unknown_platform_is_nobody_unless_its_message_names_a_sender() -> None:
@@ -68,7 +68,7 @@ def test_an_unknown_platform_is_nobody_unless_its_message_names_a_sender() -> No
 def test_personal_conversations_are_private_chats_and_the_operators_front_ends() -> None:
     assert is_personal("telegram:111")
     assert is_personal("telegram:111:5")  # a topic of a private chat
-    assert is_personal("webchat:abc") and is_personal("console")
+    assert is_personal("web:abc") and is_personal("console")
     assert not is_personal("telegram:-100")
     assert not is_personal("telegram:-1001234:7")
     assert not is_personal("telegram")
@@ -145,7 +145,7 @@ async def test_the_operator_front_ends_are_linked_to_the_owners_telegram_user(
     service = MemoryService(store.db, ChatEventBus())
     owner = await service.user_for(Identity("telegram", "42"))
     await service.link_operator(Identity("telegram", "42"))
-    assert await service.user_of("webchat:main", None) == owner
+    assert await service.user_of("web:main", None) == owner
     assert await service.user_of("console", None) == owner
     assert await Users(store.db).resolve(Identity("web", "owner")) == owner  # stored, not cached
     assert await service.users.identities(owner) == [
