@@ -147,6 +147,10 @@ class Service:
                 engine.bus,
                 fact_limits=FactLimits(max_chars=settings.memory_fact_chars),
                 profile_limits=ProfileLimits(max_chars=settings.memory_profile_chars),
+                # MEMORY_MODEL first, the other models as fallbacks (unset: the main model).
+                models=(lambda: engine.models.candidates(settings.memory_model))
+                if settings.memory_derive_facts
+                else None,
             )
             await memory.start()
             if owner:  # the owner's web chat and console are the owner's Telegram self
@@ -182,6 +186,7 @@ class Service:
                     streaming=settings.telegram_streaming,
                 ),
                 jobs=JobsPanel(scheduler),
+                memory=self.memory,
             )
             await adapter.start()  # no Telegram call: subscribed before the hub recovers
             self._spawn(Redelivery(outbound, store).run(), "tg-redelivery")
@@ -240,6 +245,7 @@ class Service:
             webhook=webhook,
             deliveries=deliveries,
             telegram_stats=self.adapter.outbound.stats if self.adapter else None,
+            memory=self.memory,
         )
         self._server = server = await serving.http_server(parts)
         serving_task = asyncio.create_task(server.serve(), name="http")
@@ -363,6 +369,7 @@ async def serve(config: AppConfig) -> None:
             service.console_events,
             resuming=service.console_resuming,
             jobs=Jobs(service.scheduler),  # /jobs, as in Telegram
+            memory=service.memory,
         )
         terminal = asyncio.create_task(chat.run())
         terminal.add_done_callback(lambda _t: stop.set())

@@ -49,6 +49,8 @@ def clean_fact(body: object, limits: FactLimits) -> str:
     """``body`` as one stored line, or ``FactError``."""
     if not isinstance(body, str):
         raise FactError("A fact must be text.")
+    if "\x00" in body:  # PostgreSQL's text holds no NUL
+        raise FactError("A fact cannot hold a NUL character.")
     line = " ".join(body.split())
     if not line:
         raise FactError("A fact cannot be empty.")

@@ -87,7 +87,7 @@ def _search(
             "ELSE plainto_tsquery('simple', :scope) && words END AS query FROM w) "
             "SELECT d.session_id, s.title, d.role, d.kind, d.ref_id, d.created_at, "
             "ts_headline('english', d.body, q.words, "
-            "'StartSel=[, StopSel=], MaxWords=30, MinWords=12, MaxFragments=2') AS snippet "
+            "'StartSel=[, StopSel=], MaxWords=30, MinWords=12') AS snippet "
             "FROM memory_documents d CROSS JOIN q "
             "JOIN chat_sessions s ON s.id = d.session_id "
             "WHERE d.body_tsv @@ q.query AND d.source = :source"

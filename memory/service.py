@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +21,10 @@ from sqlalchemy.engine import Connection
 
 from engine.bus.broadcast import BusClosed, Lagged, Subscription
 from engine.bus.chat import AssistantResponse, BusEvent, ChatEventBus, CompactionDone, UserMessage
+from engine.llm.protocols import ChatModel
 from engine.store import Database
 from engine.store.schema import chat_history, chat_sessions, chat_sessions_stack
+from memory.deriver import Deriver, DeriverLimits
 from memory.facts import FactLimits, FactStore
 from memory.followups import FollowUps
 from memory.indexer import Indexer
@@ -58,7 +60,11 @@ class MemoryService:
         capacity: int | None = None,
         fact_limits: FactLimits | None = None,
         profile_limits: ProfileLimits | None = None,
+        models: Callable[[], Sequence[ChatModel]] | None = None,
+        deriver_limits: DeriverLimits | None = None,
     ) -> None:
+        """``models``: the deriver's models in the order to try them; ``None``: no facts
+        are derived (search, profiles and the tools still work)."""
         self._db = db
         self._bus = bus
         self._capacity = capacity
@@ -70,6 +76,11 @@ class MemoryService:
         self.profiles = ProfileCache(self.facts, profile_limits)
         #: Embedding and fact derivation: run after indexing rounds, in a task of their own.
         self.followups = FollowUps()
+        self.deriver: Deriver | None = None
+        if models is not None:
+            # The same FactStore: its change callback drops the profiles it changes.
+            self.deriver = Deriver(db, models, self.facts, deriver_limits)
+            self.followups.add("fact derivation", self.deriver.derive_pending)
         self._sub: Subscription[BusEvent] | None = None
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()  # set while waiting for an event with nothing buffered

@@ -17,6 +17,8 @@ class MemorySettings(BaseSettings):
 
     #: Off: past conversations are not indexed and ``search_sessions`` is not offered.
     memory_enabled: bool = True
+    #: Off: no facts are derived from conversations (the tools may still save some).
+    memory_derive_facts: bool = True
     #: The model the fact deriver asks (a configured model's name); unset: the main model.
     memory_model: str | None = None
     #: The profile a turn sees is at most this many characters.

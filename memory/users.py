@@ -111,6 +111,16 @@ def resolve_in(conn: Connection, identity: Identity) -> int:
     """The user of ``identity``, created (with its identity row) when there is none."""
     found = _lookup(conn, identity)
     if found is not None:
+        if identity.display_name:  # a name seen later (the first sighting had none)
+            u = memory_users
+            conn.execute(
+                u.update()
+                .where(
+                    u.c.id == found,
+                    sa.or_(u.c.display_name.is_(None), u.c.display_name != identity.display_name),
+                )
+                .values(display_name=identity.display_name)
+            )
         return found
     user_id = int(
         conn.execute(

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from tests.fakes.openai_server import FakeOpenAIServer
+
+# A service's fact deriver asks the model after turns: in tests it would take the replies
+# scripted for the next turn. Off unless a test turns it on (tests/memory test it).
+os.environ.setdefault("MEMORY_DERIVE_FACTS", "false")
 
 
 @pytest.fixture(scope="session")

@@ -19,13 +19,13 @@ import sqlalchemy as sa
 
 from bot.http.signins import SignIns, token_fingerprint
 from bot.schema import LAYERS
-from memory.rules import MEMORY_TOOLS
 from bot.telegram.store import TelegramStore
 from engine.approval.broker import ApprovalBroker
 from engine.approval.bypass import Bypasses
 from engine.approval.deciders import OPERATOR
 from engine.store import Store, connect
 from engine.store.migrations import discover
+from memory.rules import MEMORY_TOOLS
 from scheduler.events import EventStore
 from scheduler.store import JobStore
 from tests import legacy_schema

@@ -29,6 +29,7 @@ from bot.telegram.outbound import OutboundStats
 from bot.webchat.limits import MAX_FRAME_BYTES as MAX_WEB_CHAT_FRAME_BYTES
 from engine.core import Engine
 from engine.hub import ChatHub
+from memory.service import MemoryService
 from scheduler.service import Scheduler
 
 __all__ = ["HttpParts", "ListeningServer", "http_server"]
@@ -61,9 +62,15 @@ class LazyChat:
     every service that may never see a browser."""
 
     def __init__(
-        self, hub: ChatHub, token: str | None, signins: SignIns | None, throttle: LoginThrottle
+        self,
+        hub: ChatHub,
+        token: str | None,
+        signins: SignIns | None,
+        throttle: LoginThrottle,
+        memory: MemoryService | None = None,
     ) -> None:
         self._hub, self._token, self._signins, self._throttle = hub, token, signins, throttle
+        self._memory = memory
         self._router: Router | None = None
         self._close: Callable[[], Awaitable[None]] | None = None
         self._building = asyncio.Lock()
@@ -87,7 +94,9 @@ class LazyChat:
         async with self._building:
             if self._router is None:
                 built = await asyncio.to_thread(importlib.import_module, "bot.webchat.serving")
-                webchat = built.web_chat(self._hub, self._token, self._signins, self._throttle)
+                webchat = built.web_chat(
+                    self._hub, self._token, self._signins, self._throttle, self._memory
+                )
                 self._close = webchat.close
                 self._router = Router(routes=webchat.routes())
         return self._router
@@ -109,6 +118,8 @@ class HttpParts:
     #: The web inbox's "deliveries waiting" (Telegram's outbox), when Telegram runs.
     deliveries: Deliveries | None = None
     telegram_stats: OutboundStats | None = None
+    #: Long-term memory (``None`` when MEMORY_ENABLED is off): commands, pages, API.
+    memory: MemoryService | None = None
 
 
 async def http_server(parts: HttpParts) -> ListeningServer:
@@ -129,7 +140,7 @@ async def http_server(parts: HttpParts) -> ListeningServer:
         )
         signins = SignIns(parts.engine.store.db, token=token, policy=policy, clock=parts.clock)
         await signins.purge()  # rows of an old token or long expired go at start-up
-    webchat = LazyChat(parts.hub, token, signins, throttle)
+    webchat = LazyChat(parts.hub, token, signins, throttle, parts.memory)
     app = create_app(
         webhook=parts.webhook,
         webhook_url=settings.telegram_webhook_url,
@@ -142,6 +153,7 @@ async def http_server(parts: HttpParts) -> ListeningServer:
             telegram=parts.telegram_stats,
             throttle=throttle,
             health_details=details,
+            memory=parts.memory,
         ),
         web=WebInbox(
             operations,
@@ -151,6 +163,7 @@ async def http_server(parts: HttpParts) -> ListeningServer:
             clock=parts.clock,
             deliveries=parts.deliveries,
             health=details,
+            memory=parts.memory,
         ),
         webchat=webchat,
         host=settings.http_host,

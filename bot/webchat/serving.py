@@ -10,12 +10,17 @@ from bot.webchat.routes import ConversationRoutes
 from bot.webchat.store import ConversationStore
 from bot.webchat.transport import WebChat
 from engine.hub import ChatHub
+from memory.service import MemoryService
 
 __all__ = ["web_chat"]
 
 
 def web_chat(
-    hub: ChatHub, token: str | None, signins: SignIns | None, throttle: LoginThrottle
+    hub: ChatHub,
+    token: str | None,
+    signins: SignIns | None,
+    throttle: LoginThrottle,
+    memory: MemoryService | None = None,
 ) -> WebChat:
     auth = SocketAuth(token=token, signins=signins, throttle=throttle)
     conversations = ConversationStore(hub.engine.store.db)
@@ -27,4 +32,5 @@ def web_chat(
             *ConversationRoutes(conversations, hub, auth).routes(),
             *ChatPage(auth).routes(),
         ],
+        memory=memory,
     )

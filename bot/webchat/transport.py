@@ -47,6 +47,7 @@ from engine.bus.broadcast import Lagged
 from engine.hub import ChatHub
 from engine.hub.hub import SourceEvents
 from engine.session.events import ApprovalRequired
+from memory.service import MemoryService
 
 __all__ = ["CLOSE_TOO_BIG", "WebChat"]
 
@@ -71,6 +72,7 @@ class WebChat:
         clock: Callable[[], float] = time.monotonic,
         pages: Sequence[BaseRoute] = (),
         uploads: Uploads | None = None,
+        memory: MemoryService | None = None,
     ) -> None:
         """``pages``: the chat's HTTP routes (the conversations, the page), served beside;
         ``uploads``: where a message's attachments are found (default: the workspace's)."""
@@ -84,7 +86,9 @@ class WebChat:
         self._open = 0
         self._background = Background()
         self._uploads = uploads or Uploads(hub.engine.workspace.root)
-        self.actions = Actions(hub, self.rooms, web_commands(), self._background, self._uploads)
+        self.actions = Actions(
+            hub, self.rooms, web_commands(memory), self._background, self._uploads
+        )
 
     @property
     def open_sockets(self) -> int:

@@ -279,7 +279,7 @@ app_settings = Table(
     Column("updated_at", UtcDateTime, nullable=False),
 )
 
-# v0016: named leases (scale-out: the Telegram receiver, later per-source ownership). Times
+# v0015: named leases (scale-out: the Telegram receiver, later per-source ownership). Times
 # are the database's own clock in epoch seconds (engine/store/leases.py), never a process's.
 leases = Table(
     "leases",

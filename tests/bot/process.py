@@ -39,6 +39,7 @@ def service_env(home: Path, model_url: str, **extra: str) -> dict[str, str]:
         "DATABASE_URL": f"sqlite+aiosqlite:///{home / 'chathub.db'}",
         "CHATHUB_WORKSPACE": str(home / "workspace"),
         "CHATHUB_TIMEZONE": "UTC",
+        "MEMORY_DERIVE_FACTS": os.environ.get("MEMORY_DERIVE_FACTS", "false"),
         **extra,
     }
 

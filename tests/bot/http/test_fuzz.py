@@ -46,6 +46,8 @@ from engine.hub import ChatHub
 from engine.llm.registry import ModelRegistry
 from engine.session import events as ev
 from engine.store import Store
+from memory.service import MemoryService
+from memory.users import Identity
 from scheduler.service import Scheduler
 from tests.bot.http.test_api import ask, shell, waiting_turn
 from tests.clock import FakeClock
@@ -146,8 +148,17 @@ class FuzzedService:
         http = httpx.AsyncClient()
         self._stack.push_async_callback(http.aclose)
         details = HealthDetails(service_checks(config, http, timeout_s=2), lambda _r: True)
+        memory = MemoryService(engine.store.db, engine.bus)
+        self._stack.push_async_callback(memory.close)
+        user = await memory.user_for(Identity("telegram", "1", "Fuzz"))
+        await memory.facts.add(user, "likes fuzz", origin_source="telegram:1", created_by="user")
         return create_app(
-            api=ApiRoutes(Operations(engine, hub, scheduler), token=TOKEN, health_details=details),
+            api=ApiRoutes(
+                Operations(engine, hub, scheduler),
+                token=TOKEN,
+                health_details=details,
+                memory=memory,
+            ),
             events=EventsEndpoint(scheduler.tic.events, TOKEN),
             host="0.0.0.0",
         )
@@ -188,7 +199,7 @@ def test_no_request_gets_a_server_error_and_every_answer_is_documented(
     started = time.monotonic()
     checked = operations(api_schema)
     # An empty document would make this pass vacuously.
-    assert len(checked) == 14, " | ".join(operation.label for operation in checked)
+    assert len(checked) == 20, " | ".join(operation.label for operation in checked)
     runs = [(operation, mode) for operation in checked for mode in _modes(operation)]
     # An operation without inputs has one request to make; the others share the count.
     with_inputs = sum(1 for operation, _ in runs if _has_inputs(operation))
