@@ -29,6 +29,8 @@ import sqlalchemy as sa
 
 from bot.checks.exposure import check_api_exposure
 from bot.checks.result import Check
+from bot.fleet.bot_identity import OtherBot, check_bot_identity, is_bot_token
+from bot.fleet.single_sqlite import ServeLock, hold_serve_lock
 from bot.schema import LAYERS
 from bot.settings import service_settings
 from bot.telegram.adapter import TelegramAdapter, TelegramConfig
@@ -106,6 +108,7 @@ class Service:
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     _server: uvicorn.Server | None = None
     _checks_http: httpx.AsyncClient | None = None
+    _serve_lock: ServeLock | None = None
 
     async def _run_checks(self) -> Sequence[Check]:
         """The doctor's checks, over a client made on first use (each client costs its TLS
@@ -120,9 +123,20 @@ class Service:
         settings = service_settings(self.config)
         if self.http:  # refuse before anything starts: an open API needs a token
             check_api_exposure(settings.http_host, settings.chathub_api_token)
+        # SQLite serves one process: a second serve on the file is refused (SqliteInUse).
+        self._serve_lock = hold_serve_lock(settings.database_url)
         self.engine = engine = await open_engine(
             self.config, models=self.models, policy=self.policy
         )
+        token = settings.telegram_bot_token
+        # One bot per database (OtherBot). A token that is no token is Telegram's to refuse.
+        if token and is_bot_token(token):
+            try:
+                await check_bot_identity(engine.store.db, token)
+            except OtherBot:
+                await engine.close()
+                self.engine = None
+                raise
         owner = settings.telegram_owner_id
         self.hub = hub = ChatHub(
             engine, self.config.hub, default_home=f"telegram:{owner}" if owner else "console"
@@ -313,6 +327,9 @@ class Service:
             await self._checks_http.aclose()
         if self.engine is not None:
             await self.engine.close()
+        if self._serve_lock is not None:
+            self._serve_lock.close()
+            self._serve_lock = None
 
 
 async def open_engine(

@@ -32,6 +32,14 @@ def bot_id_of(token: str) -> str:
     return bot_id
 
 
+def is_bot_token(token: str) -> bool:
+    try:
+        bot_id_of(token)
+    except ValueError:
+        return False
+    return True
+
+
 def _claim(conn: Connection, bot_id: str) -> str:
     """Record ``bot_id`` unless a bot is recorded already; returns the recorded one."""
     conn.execute(

@@ -1,0 +1,41 @@
+"""``chathub serve`` refuses, in one sentence, what would make two bots of one database:
+a second serve on one SQLite file, and a token of another bot."""
+
+from __future__ import annotations
+
+from tests.bot.process import wait_for
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.telegram_server import FakeTelegramServer
+
+
+def test_a_second_serve_on_one_sqlite_file_is_refused(
+    serve,  # type: ignore[no-untyped-def]
+    telegram: FakeTelegramServer,
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    first = serve()
+    wait_for(lambda: telegram.calls_to("getUpdates"))  # up and polling
+    second = serve()
+    assert second.wait(timeout=30) != 0
+    assert second.stderr is not None
+    said = second.stderr.read()
+    assert "Another chathub serve" in said and f"pid {first.pid}" in said
+    assert "Traceback" not in said
+    assert first.poll() is None  # the first goes on serving
+
+
+def test_another_bots_token_on_the_database_is_refused(
+    serve,  # type: ignore[no-untyped-def]
+    telegram: FakeTelegramServer,
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    first = serve()
+    wait_for(lambda: telegram.calls_to("getUpdates"))
+    first.terminate()
+    assert first.wait(timeout=30) == 0
+    other = serve(TELEGRAM_BOT_TOKEN="999999:OTHER")
+    assert other.wait(timeout=30) != 0
+    assert other.stderr is not None
+    said = other.stderr.read()
+    assert "belongs to Telegram bot 123456" in said and "for bot 999999" in said
+    assert "OTHER" not in said and "Traceback" not in said
