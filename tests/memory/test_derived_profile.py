@@ -1,0 +1,113 @@
+"""The whole loop, wired as ``chathub serve`` wires it: a person says something lasting,
+the deriver (its own model, after indexing) stores it as a fact, and their next turn's
+request carries it; the other person's never does."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from engine.config import AppConfig, EngineConfig, HubConfig, ModelConfig, load_settings
+from engine.core import Engine
+from engine.hub import ChatHub
+from engine.llm.scripted import ScriptedModel, text
+from engine.llm.types import LlmResponse, Message
+from engine.session.gate import AllowAll
+from engine.store import Store
+from memory.service import MemoryService
+from memory.tools import memory_tools
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.memory.conftest import MEMORY_LAYERS
+from tests.memory.test_isolation import ANN, BOB, Chat, profile_of, said_by
+
+
+@pytest.fixture
+def deriver_model() -> ScriptedModel:
+    return ScriptedModel(name="memory-model")
+
+
+def _message_id(content: object, said: str) -> int | None:
+    """The id the deriver's prompt (JSON data) gives the message ``said``."""
+    if isinstance(content, dict):
+        if content.get("text") == said and isinstance(content.get("message_id"), int):
+            return content["message_id"]
+        content = list(content.values())
+    if isinstance(content, list):
+        for item in content:
+            if (found := _message_id(item, said)) is not None:
+                return found
+    return None
+
+
+def add_fact_citing(said: str, fact: str) -> Callable[[Sequence[Message]], LlmResponse]:
+    def answer(messages: Sequence[Message]) -> LlmResponse:
+        [ids] = [
+            found
+            for m in messages
+            if m["role"] == "user"
+            and (found := _message_id(json.loads(str(m["content"])), said)) is not None
+        ]
+        return text(json.dumps({"operations": [{"op": "add", "fact": fact, "message_ids": [ids]}]}))
+
+    return answer
+
+
+@pytest.fixture
+async def chat(
+    store_url: str, tmp_path: Path, fake_openai: FakeOpenAIServer, deriver_model: ScriptedModel
+) -> AsyncIterator[Chat]:
+    settings = load_settings(
+        database_url=store_url,
+        chathub_workspace=tmp_path / "workspace",
+        chathub_timezone="UTC",
+        _env_file=None,
+    )
+    config = AppConfig(
+        settings=settings,
+        models=(ModelConfig(name="primary", base_url=fake_openai.base_url, timeout_s=10),),
+        engine=EngineConfig(max_tool_rounds=4),
+    )
+    store = await Store.open(store_url, MEMORY_LAYERS)
+    engine = await Engine.open(config, policy=AllowAll(), store=store)
+    hub = ChatHub(engine, HubConfig())
+    memory = MemoryService(engine.store.db, engine.bus, models=lambda: [deriver_model])
+    await memory.start()
+    for tool in memory_tools(engine.store, memory):
+        engine.tools.register(tool)
+    hub.add_turn_context(memory.turn_context)
+    await hub.start()
+    yield Chat(hub, memory, fake_openai)
+    await hub.close()
+    await memory.close()
+    await engine.close()
+
+
+async def test_what_a_person_said_reaches_their_next_turn_as_a_fact(
+    chat: Chat, deriver_model: ScriptedModel
+) -> None:
+    fake = chat.fake
+    fake.reply_text("Noted.")
+    deriver_model.add(add_fact_citing("I'm vegetarian.", "Is vegetarian."))
+    await chat.turn(f"telegram:{ANN}", "I'm vegetarian.", said_by(ANN, "Ann"))
+    await chat.memory.followed_up()  # the deriver ran after the indexing round
+    assert deriver_model.pending == 0
+    user_id = await chat.memory.user_of(f"telegram:{ANN}")
+    assert user_id is not None
+    [fact] = await chat.memory.facts.list(user_id)
+    assert (fact.body, fact.created_by, fact.origin_source) == (
+        "Is vegetarian.",
+        "deriver",
+        f"telegram:{ANN}",
+    )
+
+    fake.reply_text("Risotto.")
+    [ann_next] = await chat.turn(f"telegram:{ANN}", "Dinner idea?", said_by(ANN, "Ann", 2))
+    assert profile_of(ann_next) == ["Is vegetarian."]
+
+    fake.reply_text("Steak.")
+    [bob_turn] = await chat.turn(f"telegram:{BOB}", "Dinner idea?", said_by(BOB, "Bob"))
+    assert profile_of(bob_turn) is None
+    assert "vegetarian" not in json.dumps(bob_turn)
