@@ -10,18 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import AppConfig, EngineConfig, HubConfig, ModelConfig, load_settings
-from engine.core import Engine
-from engine.hub import ChatHub
 from engine.llm.scripted import ScriptedModel, text
 from engine.llm.types import LlmResponse, Message
-from engine.session.gate import AllowAll
-from engine.store import Store
-from memory.service import MemoryService
-from memory.tools import memory_tools
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.memory.conftest import MEMORY_LAYERS
-from tests.memory.test_isolation import ANN, BOB, Chat, profile_of, said_by
+from tests.memory.test_isolation import ANN, BOB, Chat, open_chat, profile_of, said_by
 
 
 @pytest.fixture
@@ -59,30 +51,8 @@ def add_fact_citing(said: str, fact: str) -> Callable[[Sequence[Message]], LlmRe
 async def chat(
     store_url: str, tmp_path: Path, fake_openai: FakeOpenAIServer, deriver_model: ScriptedModel
 ) -> AsyncIterator[Chat]:
-    settings = load_settings(
-        database_url=store_url,
-        chathub_workspace=tmp_path / "workspace",
-        chathub_timezone="UTC",
-        _env_file=None,
-    )
-    config = AppConfig(
-        settings=settings,
-        models=(ModelConfig(name="primary", base_url=fake_openai.base_url, timeout_s=10),),
-        engine=EngineConfig(max_tool_rounds=4),
-    )
-    store = await Store.open(store_url, MEMORY_LAYERS)
-    engine = await Engine.open(config, policy=AllowAll(), store=store)
-    hub = ChatHub(engine, HubConfig())
-    memory = MemoryService(engine.store.db, engine.bus, models=lambda: [deriver_model])
-    await memory.start()
-    for tool in memory_tools(engine.store, memory):
-        engine.tools.register(tool)
-    hub.add_turn_context(memory.turn_context)
-    await hub.start()
-    yield Chat(hub, memory, fake_openai)
-    await hub.close()
-    await memory.close()
-    await engine.close()
+    async with open_chat(store_url, tmp_path, fake_openai, lambda: [deriver_model]) as chat:
+        yield chat
 
 
 async def test_what_a_person_said_reaches_their_next_turn_as_a_fact(

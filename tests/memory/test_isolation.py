@@ -5,8 +5,9 @@ fake model (an OpenAI-compatible server over HTTP) receives: through the hub, wi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from engine.config import AppConfig, EngineConfig, HubConfig, ModelConfig, load_settings
 from engine.core import Engine
 from engine.hub import ChatHub, SendOptions
+from engine.llm.protocols import ChatModel
 from engine.session.events import Done, Error
 from engine.session.gate import AllowAll
 from engine.store import Store
@@ -72,10 +74,15 @@ class Chat:
         await self.memory.facts.add(user_id, body, origin_source=origin, created_by="user")
 
 
-@pytest.fixture
-async def chat(
-    store_url: str, tmp_path: Path, fake_openai: FakeOpenAIServer
+@contextlib.asynccontextmanager
+async def open_chat(
+    store_url: str,
+    tmp_path: Path,
+    fake: FakeOpenAIServer,
+    deriver_models: Callable[[], Sequence[ChatModel]] | None = None,
 ) -> AsyncIterator[Chat]:
+    """A hub over ``store_url`` wired as bot/serve.py wires it (the fact deriver only with
+    ``deriver_models``), answering through ``fake``."""
     settings = load_settings(
         database_url=store_url,
         chathub_workspace=tmp_path / "workspace",
@@ -84,23 +91,33 @@ async def chat(
     )
     config = AppConfig(
         settings=settings,
-        models=(ModelConfig(name="primary", base_url=fake_openai.base_url, timeout_s=10),),
+        models=(ModelConfig(name="primary", base_url=fake.base_url, timeout_s=10),),
         engine=EngineConfig(max_tool_rounds=4),
     )
     store = await Store.open(store_url, MEMORY_LAYERS)
     engine = await Engine.open(config, policy=AllowAll(), store=store)
     hub = ChatHub(engine, HubConfig())
     # bot/serve.py's wiring: the service starts before the hub, its tools and turn context.
-    memory = MemoryService(engine.store.db, engine.bus)
+    memory = MemoryService(engine.store.db, engine.bus, models=deriver_models)
     await memory.start()
     for tool in memory_tools(engine.store, memory):
         engine.tools.register(tool)
     hub.add_turn_context(memory.turn_context)
     await hub.start()
-    yield Chat(hub, memory, fake_openai)
-    await hub.close()
-    await memory.close()
-    await engine.close()
+    try:
+        yield Chat(hub, memory, fake)
+    finally:
+        await hub.close()
+        await memory.close()
+        await engine.close()
+
+
+@pytest.fixture
+async def chat(
+    store_url: str, tmp_path: Path, fake_openai: FakeOpenAIServer
+) -> AsyncIterator[Chat]:
+    async with open_chat(store_url, tmp_path, fake_openai) as chat:
+        yield chat
 
 
 def tail(request: dict[str, Any]) -> str:
