@@ -44,7 +44,7 @@ from memory.facts import (
 )
 from memory.optouts import opted_out_in
 from memory.tables import memory_derive_marks
-from memory.users import identity_of, is_personal, resolve_in
+from memory.users import BatchSpeakers, identity_of, is_personal
 
 __all__ = ["SYSTEM_PROMPT", "BadOutput", "Deriver", "DeriverLimits", "parse_operations"]
 
@@ -383,6 +383,7 @@ def _read_batch(
         return None
     opted_out = opted_out_in(conn, source)
     messages: list[_Message] = []
+    speakers = BatchSpeakers(conn)
     for row in rows if not opted_out else ():
         if row.role == "assistant":
             messages.append(_Message(row.id, row.role, row.content or "", None, None))
@@ -390,7 +391,7 @@ def _read_batch(
         identity = identity_of(source, row.metadata)
         if identity is None:
             continue  # nobody can tell who said it: nobody's fact
-        user_id = resolve_in(conn, identity)
+        user_id = speakers.user_id(identity)
         messages.append(
             _Message(row.id, row.role, row.content or "", user_id, identity.display_name)
         )

@@ -26,7 +26,7 @@ from engine.store.schema import (
 )
 from memory.optouts import opted_out_in
 from memory.tables import memory_documents, memory_watermarks, scope_of
-from memory.users import identity_of, resolve_in
+from memory.users import BatchSpeakers, identity_of
 
 __all__ = ["Indexer", "IndexerLimits", "chunks"]
 
@@ -127,11 +127,12 @@ def _index_batch(conn: Connection, session_id: int, limits: IndexerLimits) -> tu
     documents: list[dict[str, Any]] = []
     # An opted-out conversation's rows are passed over for good (the watermark moves).
     indexed = not opted_out_in(conn, source)
+    speakers = BatchSpeakers(conn)
     for m in messages if indexed else ():
         # Synthetic prompts (ticks, briefings) are the system's words, not the user's.
         if m.role in INDEXED_ROLES and m.status == "ok" and not m.is_synthetic:
             speaker = identity_of(source, m.metadata) if m.role == "user" else None
-            user_id = resolve_in(conn, speaker) if speaker is not None else None
+            user_id = speakers.user_id(speaker) if speaker is not None else None
             documents += _documents(
                 session_id,
                 source,

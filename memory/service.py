@@ -158,7 +158,7 @@ class MemoryService:
         identity = identity_of(source, metadata)
         if identity is None:
             return None
-        user_id = self.users.cached(identity) or await self.users.resolve(identity)
+        user_id = await self.users.resolve(identity)  # cached after the first turn
         return await self.profiles.profile(user_id, None if is_personal(source) else source)
 
     def _facts_changed(self, user_id: int) -> None:

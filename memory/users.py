@@ -25,6 +25,7 @@ from memory.tables import memory_identities, memory_users
 __all__ = [
     "OPERATOR_PLATFORMS",
     "OWNER",
+    "BatchSpeakers",
     "Identity",
     "Users",
     "identity_of",
@@ -92,9 +93,6 @@ class Users:
             found = self._ids[key] = await self._db.run(resolve_in, identity)
         return found
 
-    def cached(self, identity: Identity) -> int | None:
-        return self._ids.get((identity.platform, identity.external_id))
-
     async def link(self, identity: Identity, to: Identity) -> int:
         """Make ``identity`` the same person as ``to`` (the owner's Telegram id and the
         web sign-in), unless ``identity`` already has a user of its own; the user id."""
@@ -105,6 +103,21 @@ class Users:
 
     async def identities(self, user_id: int) -> list[Identity]:
         return await self._db.run(_identities, user_id)
+
+
+class BatchSpeakers:
+    """The users of one batch of messages, resolved inside its transaction: each identity
+    once (a batch is mostly one or two people), not once per message."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._ids: dict[Identity, int] = {}
+
+    def user_id(self, identity: Identity) -> int:
+        found = self._ids.get(identity)
+        if found is None:
+            found = self._ids[identity] = resolve_in(self._conn, identity)
+        return found
 
 
 def resolve_in(conn: Connection, identity: Identity) -> int:
