@@ -52,9 +52,11 @@ from engine.session.protocols import ApprovalPolicy
 from engine.store import Store
 from engine.store.schema import utcnow
 from engine.tls import shared_tls_context
+from memory.embedder import EmbedderLimits
 from memory.facts import FactLimits
 from memory.profile import ProfileLimits
 from memory.service import MemoryService
+from memory.settings import embedding_config
 from memory.tools import memory_tools
 from memory.users import Identity
 from scheduler.events import EventStore
@@ -165,6 +167,9 @@ class Service:
                 models=(lambda: engine.models.candidates(settings.memory_model))
                 if settings.memory_derive_facts
                 else None,
+                embeddings=embedding_config(settings),
+                embedder_limits=EmbedderLimits(batch=settings.embedding_batch),
+                min_similarity=settings.embedding_min_similarity,
             )
             await memory.start()
             if owner:  # the owner's web chat and console are the owner's Telegram self

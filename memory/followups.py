@@ -32,6 +32,10 @@ class FollowUps:
     def add(self, name: str, job: Job) -> None:
         self._jobs.append((name, job))
 
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _ in self._jobs]
+
     def __bool__(self) -> bool:
         return bool(self._jobs)
 

@@ -6,11 +6,19 @@ Telegram private chat is one user; a group chat sees its own conversations only)
 User text is never query syntax: it is cut into word tokens, each one quoted (FTS5) or
 turned into a plain tsquery of its own (PostgreSQL), and the terms are OR-ed so a hit
 need not contain every word; ranking (BM25 / ``ts_rank``) puts the best matches first.
+
+Semantic recall (``Semantic``: an embeddings endpoint and a place for vectors): the query
+is embedded too, the source's nearest documents are found, and the two rankings are fused
+by reciprocal rank (``RRF_K``), so a hit may share no word with the query ("where are we
+staying in Portugal" finds "the hotel in Lisbon"). When the endpoint fails the search is
+full text alone, and the log says why.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -18,16 +26,139 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.store import Database
-from engine.store.schema import UtcDateTime
-from memory.tables import scope_of
+from engine.store.schema import UtcDateTime, chat_sessions
+from memory.embeddings import EmbeddingClient, EmbeddingError
+from memory.tables import memory_documents, scope_of
+from memory.vectors import Vectors
 
-__all__ = ["MAX_TERMS", "Hit", "Search", "query_terms"]
+__all__ = ["MAX_TERMS", "RRF_K", "Hit", "Search", "Semantic", "fuse", "query_terms"]
+
+log = logging.getLogger(__name__)
 
 #: Terms kept of a query (the first ones): a 10 KB query costs what a short one does.
 MAX_TERMS = 24
 MAX_TERM_CHARS = 64
 MAX_LIMIT = 50
+#: Reciprocal rank fusion's constant (Cormack et al.; 60 is the usual choice).
+RRF_K = 60
+#: Candidates each ranking brings to the fusion, per result asked for.
+CANDIDATES_PER_RESULT = 4
+#: Characters of a hit found by meaning alone shown as its snippet (no word to highlight).
+PLAIN_SNIPPET_CHARS = 200
 _WORD = re.compile(r"\w+")
+#: Words too common to find anything by (PostgreSQL's 'english' configuration drops the
+#: same ones; FTS5 would match nearly every row with them and rank that noise).
+STOP_WORDS = frozenset(
+    [
+        "a",
+        "about",
+        "after",
+        "all",
+        "also",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "been",
+        "before",
+        "being",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "done",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "him",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "just",
+        "me",
+        "more",
+        "most",
+        "my",
+        "no",
+        "nor",
+        "not",
+        "now",
+        "of",
+        "off",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "ours",
+        "out",
+        "over",
+        "own",
+        "same",
+        "she",
+        "should",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "yours",
+    ]
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,18 +173,44 @@ class Hit:
 
 
 def query_terms(query: str) -> list[str]:
-    """The distinct word tokens of ``query``, lower-cased, at most ``MAX_TERMS``."""
+    """The distinct word tokens of ``query``, lower-cased, stop words left out, at most
+    ``MAX_TERMS``."""
     terms: dict[str, None] = {}
     for match in _WORD.finditer(query):
-        terms[match.group().lower()[:MAX_TERM_CHARS]] = None
+        word = match.group().lower()[:MAX_TERM_CHARS]
+        if word in STOP_WORDS:
+            continue
+        terms[word] = None
         if len(terms) == MAX_TERMS:
             break
     return list(terms)
 
 
+@dataclass(frozen=True, slots=True)
+class Semantic:
+    """Where query vectors come from and document vectors are ranked."""
+
+    client: EmbeddingClient
+    vectors: Vectors
+    #: Documents less similar than this (cosine) to the query are not hits by meaning: the
+    #: nearest documents of a chat that never spoke of it are not an answer.
+    min_similarity: float = 0.3
+
+
+def fuse(rankings: Sequence[Sequence[int]], limit: int, k: int = RRF_K) -> list[int]:
+    """Reciprocal rank fusion: each id scores ``sum(1 / (k + rank))`` over the rankings it
+    is in (rank from 1); ties go to the newer (higher) id."""
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, doc_id in enumerate(ranking, 1):
+            scores[doc_id] = scores.get(doc_id, 0.0) + 1.0 / (k + rank)
+    return sorted(scores, key=lambda d: (-scores[d], -d))[:limit]
+
+
 class Search:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, semantic: Semantic | None = None) -> None:
         self._db = db
+        self.semantic = semantic
 
     async def sessions(
         self, source: str, query: str, *, limit: int = 5, since: datetime | None = None
@@ -63,12 +220,88 @@ class Search:
         if not terms:
             return []
         limit = max(1, min(limit, MAX_LIMIT))
-        return await self._db.run(_search, source, terms, limit, since)
+        query_vector = await self._query_vector(query)
+        if query_vector is None:
+            return [hit for _, hit in await self._db.run(_search, source, terms, limit, since)]
+        return await self._db.run(_hybrid, source, terms, query_vector, self.semantic, limit, since)
+
+    async def _query_vector(self, query: str) -> list[float] | None:
+        if self.semantic is None:
+            return None
+        try:
+            [vector] = await self.semantic.client.embed([query])
+        except EmbeddingError as exc:
+            log.warning("memory: searching by full text only: %s", exc)
+            return None
+        return vector
+
+
+def _hybrid(
+    conn: Connection,
+    source: str,
+    terms: list[str],
+    query_vector: list[float],
+    semantic: Semantic,
+    limit: int,
+    since: datetime | None,
+) -> list[Hit]:
+    pool = min(limit * CANDIDATES_PER_RESULT, MAX_LIMIT * CANDIDATES_PER_RESULT)
+    by_words = _search(conn, source, terms, pool, since)
+    by_meaning = semantic.vectors.nearest(
+        conn,
+        source,
+        semantic.client.model,
+        query_vector,
+        pool,
+        since,
+        min_similarity=semantic.min_similarity,
+    )
+    best = fuse([[doc_id for doc_id, _ in by_words], by_meaning], limit)
+    hits = dict(by_words)
+    missing = [doc_id for doc_id in best if doc_id not in hits]
+    hits.update(_plain_hits(conn, missing))
+    return [hits[doc_id] for doc_id in best if doc_id in hits]
+
+
+def _plain_hits(conn: Connection, ids: list[int]) -> dict[int, Hit]:
+    """Hits for documents found by meaning alone: their opening words as the snippet."""
+    if not ids:
+        return {}
+    d, s = memory_documents, chat_sessions
+    rows = conn.execute(
+        sa.select(
+            d.c.id,
+            d.c.session_id,
+            s.c.title,
+            d.c.role,
+            d.c.kind,
+            d.c.ref_id,
+            d.c.created_at,
+            sa.func.substr(d.c.body, 1, PLAIN_SNIPPET_CHARS + 1).label("opening"),
+        )
+        .join(s, s.c.id == d.c.session_id)
+        .where(d.c.id.in_(ids))
+    )
+    out: dict[int, Hit] = {}
+    for row in rows:
+        opening = row.opening
+        if len(opening) > PLAIN_SNIPPET_CHARS:
+            opening = opening[:PLAIN_SNIPPET_CHARS].rsplit(" ", 1)[0] + "…"
+        out[int(row.id)] = Hit(
+            session_id=int(row.session_id),
+            title=row.title,
+            role=row.role,
+            kind=row.kind,
+            ref_id=int(row.ref_id),
+            created_at=row.created_at,
+            snippet=opening,
+        )
+    return out
 
 
 def _search(
     conn: Connection, source: str, terms: list[str], limit: int, since: datetime | None
-) -> list[Hit]:
+) -> list[tuple[int, Hit]]:
     params: dict[str, object] = {"source": source, "scope": scope_of(source), "limit": limit}
     when = ""
     if since is not None:
@@ -90,7 +323,7 @@ def _search(
             f"WITH w AS (SELECT ({tsquery}) AS words), "
             "q AS (SELECT words, CASE WHEN numnode(words) = 0 THEN words "
             "ELSE plainto_tsquery('simple', :scope) && words END AS query FROM w) "
-            "SELECT d.session_id, s.title, d.role, d.kind, d.ref_id, d.created_at, "
+            "SELECT d.id, d.session_id, s.title, d.role, d.kind, d.ref_id, d.created_at, "
             "ts_headline('english', d.body, q.words, "
             "'StartSel=[, StopSel=], MaxWords=30, MinWords=12') AS snippet "
             "FROM memory_documents d CROSS JOIN q "
@@ -105,7 +338,7 @@ def _search(
         words = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         params["match"] = f'scope : "{scope_of(source)}" AND ({words})'
         sql = (
-            "SELECT d.session_id, s.title, d.role, d.kind, d.ref_id, d.created_at, "
+            "SELECT d.id, d.session_id, s.title, d.role, d.kind, d.ref_id, d.created_at, "
             "snippet(memory_fts, 0, '[', ']', '…', 24) AS snippet "
             "FROM memory_fts JOIN memory_documents d ON d.id = memory_fts.rowid "
             "JOIN chat_sessions s ON s.id = d.session_id "
@@ -117,14 +350,17 @@ def _search(
         text = text.bindparams(sa.bindparam("since", type_=UtcDateTime()))
     statement = text.columns(created_at=UtcDateTime())
     return [
-        Hit(
-            session_id=int(row.session_id),
-            title=row.title,
-            role=row.role,
-            kind=row.kind,
-            ref_id=int(row.ref_id),
-            created_at=row.created_at,
-            snippet=row.snippet,
+        (
+            int(row.id),
+            Hit(
+                session_id=int(row.session_id),
+                title=row.title,
+                role=row.role,
+                kind=row.kind,
+                ref_id=int(row.ref_id),
+                created_at=row.created_at,
+                snippet=row.snippet,
+            ),
         )
         for row in conn.execute(statement, params)
     ]

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -24,15 +25,19 @@ from engine.bus.chat import AssistantResponse, BusEvent, ChatEventBus, Compactio
 from engine.llm.protocols import ChatModel
 from engine.store import Database
 from engine.store.schema import chat_history, chat_sessions, chat_sessions_stack
+from engine.tls import shared_tls_context
 from memory.deriver import Deriver, DeriverLimits
+from memory.embedder import Embedder, EmbedderLimits
+from memory.embeddings import EmbeddingClient, EmbeddingConfig
 from memory.facts import FactLimits, FactStore
 from memory.followups import FollowUps
 from memory.indexer import Indexer
 from memory.optouts import OptOuts
 from memory.profile import ProfileCache, ProfileLimits
-from memory.search import Search
+from memory.search import Search, Semantic
 from memory.tables import memory_documents, memory_facts
 from memory.users import OPERATOR_PLATFORMS, OWNER, Identity, Users, identity_of, is_personal
+from memory.vectors import detect
 
 __all__ = ["Forgotten", "MemoryService"]
 
@@ -62,9 +67,13 @@ class MemoryService:
         profile_limits: ProfileLimits | None = None,
         models: Callable[[], Sequence[ChatModel]] | None = None,
         deriver_limits: DeriverLimits | None = None,
+        embeddings: EmbeddingConfig | None = None,
+        embedder_limits: EmbedderLimits | None = None,
+        min_similarity: float = 0.3,
     ) -> None:
         """``models``: the deriver's models in the order to try them; ``None``: no facts
-        are derived (search, profiles and the tools still work)."""
+        are derived (search, profiles and the tools still work). ``embeddings``: the
+        endpoint for semantic recall; ``None``: search is full text only."""
         self._db = db
         self._bus = bus
         self._capacity = capacity
@@ -81,15 +90,36 @@ class MemoryService:
             # The same FactStore: its change callback drops the profiles it changes.
             self.deriver = Deriver(db, models, self.facts, deriver_limits)
             self.followups.add("fact derivation", self.deriver.derive_pending)
+        self._embeddings = embeddings
+        self._embedder_limits = embedder_limits
+        self._min_similarity = min_similarity
+        self._http: httpx.AsyncClient | None = None
         self._sub: Subscription[BusEvent] | None = None
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()  # set while waiting for an event with nothing buffered
 
     async def start(self) -> None:
         await self.optouts.load()
+        if self._embeddings is not None:
+            await self._start_semantic(self._embeddings)
         self._sub = self._bus.subscribe(self._capacity)
         self._task = asyncio.create_task(self._run(self._sub), name="chathub-memory")
         self.followups.start()
+
+    async def _start_semantic(self, config: EmbeddingConfig) -> None:
+        vectors = await detect(self._db)
+        if vectors is None:
+            log.warning(
+                "memory: EMBEDDING_MODEL is set, but this PostgreSQL has no pgvector "
+                "extension; search stays full text"
+            )
+            return
+        self._http = httpx.AsyncClient(verify=shared_tls_context())
+        client = EmbeddingClient(config, self._http)
+        self.search.semantic = Semantic(client, vectors, self._min_similarity)
+        embedder = Embedder(self._db, client, vectors, self._embedder_limits)
+        self.followups.add("embedding", embedder.embed_pending)
+        log.info("memory: semantic recall with %s (vectors: %s)", config.model, vectors.kind)
 
     async def drained(self) -> None:
         """Return once the bus is closed and everything it delivered is indexed."""
@@ -116,6 +146,9 @@ class MemoryService:
 
     async def close(self) -> None:
         await self.followups.close()
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
         if self._sub is not None:
             self._sub.close()
         if self._task is not None:

@@ -16,6 +16,10 @@ The people (0014): ``memory_users`` is the one user table every platform maps in
 ``memory_identities`` (platform, the platform's own id); ``memory_facts`` is each user's
 profile; ``memory_derive_marks`` is the deriver's durable queue (per session, how far its
 messages were read for facts); ``memory_optouts`` the conversations memory leaves alone.
+
+Semantic recall (0016): ``memory_embed_marks`` (per embedding model, how far documents
+were embedded) and the vectors themselves (``memory/vectors.py``: not a SQLAlchemy table,
+its column type is the dialect's).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ __all__ = [
     "create_search_index",
     "memory_derive_marks",
     "memory_documents",
+    "memory_embed_marks",
     "memory_facts",
     "memory_identities",
     "memory_optouts",
@@ -141,6 +146,17 @@ memory_optouts = Table(
     Column("created_at", UtcDateTime, nullable=False),
 )
 
+#: How far each embedding model got (0016): documents up to this id have its vectors (or
+#: were skipped after ``failures`` attempts). The vectors' own table is ``memory/vectors.py``'s.
+memory_embed_marks = Table(
+    "memory_embed_marks",
+    metadata,
+    Column("model", String(255), primary_key=True),
+    Column("last_document_id", Id, nullable=False, server_default="0"),
+    Column("failures", Integer, nullable=False, server_default="0"),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
 #: The full-text index, per dialect.
 SEARCH_INDEX_DDL: dict[str, tuple[str, ...]] = {
     "sqlite": (
@@ -180,8 +196,12 @@ def create_search_index(conn: Connection) -> None:
 
 
 def seed_rows(conn: Connection) -> None:
-    """What migrations 0013 and 0014 make besides tables, for a database created whole."""
+    """What migrations 0013, 0014 and 0016 make besides tables, for a database created whole."""
     from memory.rules import allow_memory_tools  # (not here: this module's tables are memory's)
+    from memory.vectors import SQLITE_VECTORS_DDL
 
     create_search_index(conn)
     allow_memory_tools(conn)
+    if conn.dialect.name == "sqlite":
+        for statement in SQLITE_VECTORS_DDL:
+            conn.execute(text(statement))

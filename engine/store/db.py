@@ -17,11 +17,11 @@ import contextlib
 import importlib
 import logging
 import queue
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import sqlalchemy as sa
@@ -105,13 +105,15 @@ class SqliteDatabase:
 
     dialect = "sqlite"
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, dbapi: ModuleType | None = None) -> None:
+        """``dbapi``: a DB-API module in place of ``sqlite3`` (``pysqlite3.dbapi2``)."""
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._engine = sa.create_engine(
             f"sqlite:///{path}",
             poolclass=sa.pool.StaticPool,
             connect_args={"check_same_thread": False},  # guarded by ``_busy``
+            **({"module": dbapi} if dbapi is not None else {}),
         )
         event.listen(self._engine, "connect", _sqlite_pragmas)
         event.listen(self._engine, "begin", _sqlite_begin)
@@ -279,7 +281,7 @@ def _enable_wal(cursor: Any) -> None:
         try:
             cursor.execute("PRAGMA journal_mode=WAL")
             return
-        except sqlite3.OperationalError:
+        except cursor.connection.OperationalError:  # (sqlite3's or another driver's)
             mode = cursor.execute("PRAGMA journal_mode").fetchone()[0]
             if str(mode).lower() == "wal":
                 return
@@ -301,6 +303,28 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+    _load_sqlite_vec(dbapi_conn)
+
+
+def _load_sqlite_vec(dbapi_conn: Any) -> None:
+    """Load the sqlite-vec extension (vector search for memory) where the driver can.
+
+    CPython's ``sqlite3`` can load extensions only when built with them (``pyenv``'s
+    default build cannot); without it memory ranks vectors in Python instead.
+    """
+    if not hasattr(dbapi_conn, "enable_load_extension"):
+        return
+    try:
+        import sqlite_vec
+    except ImportError:
+        return
+    try:
+        dbapi_conn.enable_load_extension(True)
+        sqlite_vec.load(dbapi_conn)
+    except Exception as exc:  # a missing or foreign-architecture build: Python ranks instead
+        log.warning("sqlite-vec did not load (%s); vectors are ranked in Python", exc)
+    finally:
+        dbapi_conn.enable_load_extension(False)
 
 
 def _sqlite_begin(conn: Connection) -> None:

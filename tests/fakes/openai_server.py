@@ -18,7 +18,12 @@ used before the shared one). With nothing scripted the server answers 500 "no sc
 response".
 
 ``GET /v1/models`` lists ``fake.models`` (ids; empty unless a test sets them). With
-``fake.api_key`` set, both routes answer 401 to any other bearer token.
+``fake.api_key`` set, every route answers 401 to any other bearer token.
+
+``POST /v1/embeddings`` answers deterministic vectors (``tests/fakes/embeddings.py``:
+synonyms land near each other) for any model, and records each request in
+``fake.embedding_requests``; ``fake.embedding_failures`` holds scripted answers
+(``ScriptedReply`` of kind error/raw/hang) its next requests get first.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.fakes.background import BackgroundServer
+from tests.fakes.embeddings import embed
 
 ToolCallSpec = tuple[str, str, str | dict[str, Any]]
 """``(id, name, arguments)``; a string is sent verbatim (malformed JSON too)."""
@@ -77,6 +83,10 @@ class FakeOpenAIServer:
         """The model ids ``GET /v1/models`` lists."""
         self.api_key: str | None = None
         """When set, requests without ``Authorization: Bearer <api_key>`` get 401."""
+        self.embedding_requests: list[dict[str, Any]] = []
+        """Every ``/v1/embeddings`` request body, in arrival order."""
+        self.embedding_failures: deque[ScriptedReply] = deque()
+        """Answers the next embedding requests get instead of vectors."""
         self._lock = threading.Lock()
         self._shared: deque[ScriptedReply] = deque()
         self._per_model: dict[str, deque[ScriptedReply]] = {}
@@ -101,6 +111,7 @@ class FakeOpenAIServer:
                 routes=[
                     Route("/v1/chat/completions", self._handle, methods=["POST"]),
                     Route("/v1/models", self._list_models, methods=["GET"]),
+                    Route("/v1/embeddings", self._embeddings, methods=["POST"]),
                 ]
             )
             self._runner = BackgroundServer(app, "fake-openai", self._on_loop)
@@ -131,6 +142,8 @@ class FakeOpenAIServer:
             self.headers.clear()
             self.models = []
             self.api_key = None
+            self.embedding_requests.clear()
+            self.embedding_failures.clear()
         self._release_hangs()
 
     def pending(self, model: str | None = None) -> int:
@@ -304,6 +317,38 @@ class FakeOpenAIServer:
             return refused
         listing = [{"id": m, "object": "model", "owned_by": "fake"} for m in self.models]
         return JSONResponse({"object": "list", "data": listing})
+
+    async def _embeddings(self, request: Request) -> Response:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return _error(400, "request body is not JSON")
+        texts = body.get("input") if isinstance(body, dict) else None
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return _error(400, "input must be a string or a list of strings")
+        with self._lock:
+            self.embedding_requests.append(body)
+            failure = self.embedding_failures.popleft() if self.embedding_failures else None
+        if failure is not None:
+            if failure.kind == "hang":
+                assert self._release is not None
+                await self._release.wait()
+                return _error(503, "hang released")
+            return Response(
+                failure.body, status_code=failure.status, media_type=failure.content_type
+            )
+        data = [
+            {"object": "embedding", "index": n, "embedding": embed(t)} for n, t in enumerate(texts)
+        ]
+        usage = {"prompt_tokens": sum(len(t.split()) for t in texts)}
+        return JSONResponse(
+            {"object": "list", "data": data, "model": body.get("model"), "usage": usage}
+        )
 
     async def _handle(self, request: Request) -> Response:
         refused = self._refused(request)

@@ -69,6 +69,30 @@ NEEDLES: tuple[tuple[str, str], ...] = (
     ),
 )
 
+#: Each needle asked for in other words, sharing no content word with it (same order).
+PARAPHRASES: tuple[str, ...] = (
+    "where are we staying in Portugal",
+    "which animal products do I avoid eating",
+    "when was my sibling born",
+    "when do we upgrade postgres",
+    "the name of my puppy",
+    "what colour will the cupboards be",
+    "internet name at the chalet",
+    "my race goal in Germany",
+    "my clock region in Italy",
+    "payment deadline for the customer bill",
+    "which antibiotic makes me sick",
+    "vegetables growing in the yard",
+    "which book do I love best",
+    "where does the vehicle get its maintenance",
+    "what did we call the software",
+    "where do the directors gather each quarter",
+    "code for my bicycle padlock",
+    "my grandmother's baked pasta",
+    "which plane do I take to Japan",
+    "how should replies be formatted",
+)
+
 _TOPICS = (
     "the trip to Madrid",
     "the hotel booking in Paris",

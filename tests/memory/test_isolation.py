@@ -22,6 +22,7 @@ from engine.session.events import Done, Error
 from engine.session.gate import AllowAll
 from engine.store import Store
 from engine.store.inbox import SENDER_KEY
+from memory.embeddings import EmbeddingConfig
 from memory.profile import HEADING
 from memory.service import MemoryService
 from memory.tools import memory_tools
@@ -80,9 +81,10 @@ async def open_chat(
     tmp_path: Path,
     fake: FakeOpenAIServer,
     deriver_models: Callable[[], Sequence[ChatModel]] | None = None,
+    embeddings: EmbeddingConfig | None = None,
 ) -> AsyncIterator[Chat]:
     """A hub over ``store_url`` wired as bot/serve.py wires it (the fact deriver only with
-    ``deriver_models``), answering through ``fake``."""
+    ``deriver_models``, semantic recall only with ``embeddings``), answering through ``fake``."""
     settings = load_settings(
         database_url=store_url,
         chathub_workspace=tmp_path / "workspace",
@@ -98,7 +100,9 @@ async def open_chat(
     engine = await Engine.open(config, policy=AllowAll(), store=store)
     hub = ChatHub(engine, HubConfig())
     # bot/serve.py's wiring: the service starts before the hub, its tools and turn context.
-    memory = MemoryService(engine.store.db, engine.bus, models=deriver_models)
+    memory = MemoryService(
+        engine.store.db, engine.bus, models=deriver_models, embeddings=embeddings
+    )
     await memory.start()
     for tool in memory_tools(engine.store, memory):
         engine.tools.register(tool)

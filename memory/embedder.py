@@ -1,0 +1,161 @@
+"""Embeds indexed documents in batches, after indexing rounds (a ``FollowUps`` job).
+
+The watermark is per embedding model (``memory_embed_marks``): documents with ids up to
+it have their vectors. A batch is read past the mark, sent in one request, and its vectors
+and the moved mark commit in one transaction (a compare-and-set on the mark, so two
+processes never store one batch twice). A failing request leaves the mark where it was and
+is retried at the next round; after ``max_failures`` attempts the batch is skipped, logged,
+and stays findable by full text. Changing ``EMBEDDING_MODEL`` embeds everything again under
+the new model's own mark.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from engine.store import Database
+from engine.store.dialects import insert_for
+from engine.store.schema import utcnow
+from memory.embeddings import EmbeddingClient, EmbeddingError
+from memory.tables import memory_documents, memory_embed_marks
+from memory.vectors import Vectors
+
+__all__ = ["Embedder", "EmbedderLimits"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedderLimits:
+    #: Documents per request (and per transaction).
+    batch: int = 32
+    max_failures: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    after: int  # the mark it was read past
+    documents: list[tuple[int, str, str]]  # (id, source, body)
+
+    @property
+    def last_id(self) -> int:
+        return self.documents[-1][0]
+
+
+class Embedder:
+    def __init__(
+        self,
+        db: Database,
+        client: EmbeddingClient,
+        vectors: Vectors,
+        limits: EmbedderLimits | None = None,
+    ) -> None:
+        self._db = db
+        self._client = client
+        self._vectors = vectors
+        self.limits = limits or EmbedderLimits()
+
+    async def embed_pending(self) -> int:
+        """Embed every document past the mark; return how many got vectors."""
+        done = 0
+        model = self._client.model
+        while True:
+            batch = await self._db.run(_read_batch, model, self.limits.batch)
+            if batch is None:
+                return done
+            try:
+                vectors = await self._client.embed([body for _, _, body in batch.documents])
+            except EmbeddingError as exc:
+                await self._failed(batch, exc)
+                raise
+            rows = [
+                (doc_id, source, vector)
+                for (doc_id, source, _), vector in zip(batch.documents, vectors, strict=True)
+            ]
+            if await self._db.run(_store, self._vectors, model, batch, rows):
+                done += len(rows)
+
+    async def _failed(self, batch: _Batch, exc: EmbeddingError) -> None:
+        limit = self.limits.max_failures
+        skipped = await self._db.run(_count_failure, self._client.model, batch, limit)
+        if skipped:
+            log.error(
+                "memory: embedding documents %d..%d failed %d times (%s); they are found by "
+                "full text only",
+                batch.documents[0][0],
+                batch.last_id,
+                limit,
+                exc,
+            )
+
+
+def _read_batch(conn: Connection, model: str, size: int) -> _Batch | None:
+    marks, d = memory_embed_marks, memory_documents
+    conn.execute(
+        insert_for(conn.dialect.name, marks)
+        .values(model=model, last_document_id=0, failures=0, updated_at=utcnow())
+        .on_conflict_do_nothing(index_elements=[marks.c.model])
+    )
+    after = int(
+        conn.execute(sa.select(marks.c.last_document_id).where(marks.c.model == model)).scalar_one()
+    )
+    rows = conn.execute(
+        sa.select(d.c.id, d.c.source, d.c.body).where(d.c.id > after).order_by(d.c.id).limit(size)
+    ).all()
+    if not rows:
+        return None
+    return _Batch(after, [(int(r.id), r.source, r.body) for r in rows])
+
+
+def _move_mark(conn: Connection, model: str, batch: _Batch) -> bool:
+    marks = memory_embed_marks
+    moved = conn.execute(
+        marks.update()
+        .where(marks.c.model == model, marks.c.last_document_id == batch.after)
+        .values(last_document_id=batch.last_id, failures=0, updated_at=utcnow())
+    )
+    return bool(moved.rowcount)
+
+
+def _store(
+    conn: Connection,
+    vectors: Vectors,
+    model: str,
+    batch: _Batch,
+    rows: list[tuple[int, str, list[float]]],
+) -> bool:
+    if not _move_mark(conn, model, batch):
+        return False  # another process stored this batch meanwhile
+    # A document deleted while its batch was away (``/forget_me``) gets no vector.
+    ids = [doc_id for doc_id, _, _ in rows]
+    present = set(
+        conn.execute(
+            sa.select(memory_documents.c.id).where(memory_documents.c.id.in_(ids))
+        ).scalars()
+    )
+    vectors.write(conn, model, [row for row in rows if row[0] in present])
+    return True
+
+
+def _count_failure(conn: Connection, model: str, batch: _Batch, max_failures: int) -> bool:
+    """Count a failed attempt at ``batch``; past ``max_failures``, skip it (True)."""
+    marks = memory_embed_marks
+    failures = conn.execute(
+        sa.select(marks.c.failures).where(
+            marks.c.model == model, marks.c.last_document_id == batch.after
+        )
+    ).scalar()
+    if failures is None:
+        return False  # the mark moved meanwhile
+    if int(failures) + 1 >= max_failures:
+        return _move_mark(conn, model, batch)
+    conn.execute(
+        marks.update()
+        .where(marks.c.model == model, marks.c.last_document_id == batch.after)
+        .values(failures=marks.c.failures + 1, updated_at=utcnow())
+    )
+    return False
