@@ -243,6 +243,8 @@ class NoticeStream:
 class Notifier(Protocol):
     """Publishes small notices and hands them to every subscriber of their channel."""
 
+    process_id: str  # the ``sender`` of what this one publishes
+
     async def start(self) -> None: ...
 
     async def publish(self, channel: str, payload: dict[str, Any]) -> None: ...
@@ -396,6 +398,11 @@ class PgNotifier:
         """The server process id of the listening connection, when it is up."""
         conn = self._conn
         return None if conn is None or conn.is_closed() else conn.get_server_pid()
+
+    @property
+    def listening(self) -> frozenset[str]:
+        """The channels LISTENed on by the current listening connection."""
+        return frozenset(self._listened)
 
     async def start(self) -> None:
         if self._supervisor is not None:

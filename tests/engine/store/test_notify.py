@@ -374,6 +374,89 @@ async def test_reconnecting_backs_off_while_postgres_refuses(dsn: str) -> None:
 
 
 @requires_postgres
+async def test_losses_unread_become_one_resync(dsn: str) -> None:
+    sender, receiver = PgNotifier(dsn, "sender"), PgNotifier(dsn, "receiver")
+    await receiver.start()
+    try:
+        idle, watcher = receiver.subscribe("jobs"), receiver.subscribe("jobs")
+        await listening(idle, watcher)
+        for _ in range(2):
+            pid = receiver.listener_pid
+            assert pid is not None
+            await _terminate(dsn, pid)
+            assert await take(watcher, 1) == [Resync("reconnected")]
+        await sender.publish("jobs", {"n": 1})
+        assert payloads(await take(idle, 2)) == [Resync("reconnected"), {"n": 1}]
+    finally:
+        await sender.close()
+        await receiver.close()
+
+
+@requires_postgres
+async def test_a_channel_nobody_wants_any_more_is_unlistened(dsn: str) -> None:
+    receiver = PgNotifier(dsn, "receiver")
+    await receiver.start()
+    try:
+        one, two, both = (
+            receiver.subscribe("one"),
+            receiver.subscribe("two"),
+            receiver.subscribe(["one", "two"]),
+        )
+        await listening(one, two, both)
+        assert receiver.listening == {"one", "two"}
+        one.close()
+        both.close()
+        await asyncio.wait_for(_until(lambda: receiver.listening == {"two"}), WAIT_S)
+        again = receiver.subscribe("one")
+        await listening(again)
+        assert receiver.listening == {"one", "two"}
+    finally:
+        await receiver.close()
+
+
+class _Silent:
+    """A listening connection that stops answering without closing (a half-open TCP
+    connection): its termination listeners never run, its queries never return."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn, self.silent = conn, False
+
+    async def fetchval(self, query: str) -> Any:
+        if self.silent:
+            await asyncio.Event().wait()
+        return await self.conn.fetchval(query)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+
+@requires_postgres
+async def test_a_listener_that_stops_answering_is_found_by_its_ping(dsn: str) -> None:
+    import asyncpg
+
+    opened: list[_Silent] = []
+
+    async def connect(to: str) -> Any:
+        opened.append(_Silent(await asyncpg.connect(to)))
+        return opened[-1]
+
+    sender = PgNotifier(dsn, "sender")
+    receiver = PgNotifier(dsn, "receiver", connect=connect, ping_interval=0.05, connect_timeout=0.2)
+    await receiver.start()
+    try:
+        stream = receiver.subscribe("jobs")
+        await listening(stream)
+        opened[0].silent = True
+        assert await take(stream, 1) == [Resync("reconnected")]
+        assert len(opened) == 2 and opened[0].conn.is_closed()
+        await sender.publish("jobs", {"n": 1})
+        assert payloads(await take(stream, 1)) == [{"n": 1}]
+    finally:
+        await sender.close()
+        await receiver.close()
+
+
+@requires_postgres
 async def test_a_notice_published_before_the_kill_comes_before_the_resync(dsn: str) -> None:
     sender, receiver = PgNotifier(dsn, "sender"), PgNotifier(dsn, "receiver")
     await receiver.start()
