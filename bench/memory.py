@@ -5,6 +5,12 @@ the service with 1,000 users' profiles loaded.
 
     .venv/bin/python bench/memory.py [--messages 100000] [--postgres URL] [--part all]
 
+``--part semantic``: semantic recall on SQLite (``--semantic-docs`` messages in one chat,
+the scan a vector search makes): embedding throughput through the fake OpenAI server over
+HTTP (its deterministic 256-float vectors), hybrid ``search_sessions`` p50/p99, and the
+ranking alone over 768-float vectors (a real model's size), by numpy and, where
+``pysqlite3`` is installed, by sqlite-vec.
+
 PostgreSQL runs when ``--postgres`` or ``CHATHUB_TEST_POSTGRES_URL`` names a server (a
 database of its own is made and dropped). Two vocabularies: a Zipf-like one of 5,000
 words (close to chat text) and 37 words (every term very common: the worst case).
@@ -268,18 +274,116 @@ async def run_profiles() -> None:
         await measure_profiles(f"sqlite+aiosqlite:///{tmp}/profiles.db")
 
 
+def percentiles(latencies: list[float]) -> tuple[float, float]:
+    latencies = sorted(latencies)
+    return statistics.median(latencies), latencies[int(len(latencies) * 0.99) - 1]
+
+
+async def measure_semantic(path: str, docs: int, dbapi: Any, kind: str) -> None:
+    import httpx
+    import numpy as np
+
+    from engine.store import migrate
+    from engine.store.db import SqliteDatabase
+    from memory.embedder import Embedder
+    from memory.embeddings import EmbeddingClient, EmbeddingConfig
+    from memory.search import Semantic
+    from memory.vectors import detect
+    from tests.fakes.openai_server import FakeOpenAIServer
+
+    db = SqliteDatabase(path, dbapi=dbapi)
+    await migrate(db, LAYERS)
+    store = Store.over(db)
+    rnd = random.Random(2)
+    try:
+        vectors = await detect(db)
+        assert vectors is not None and vectors.kind == kind, vectors
+        session = await store.sessions.create("telegram:1")
+        frame = (await store.sessions.root_frame(session.id)).id
+        now = utcnow()
+        words = sorted(set(MANY_WORDS))
+        rows = [
+            {
+                "session_stack_id": frame,
+                "role": "user",
+                "content": " ".join(rnd.choice(words) for _ in range(25)),
+                "created_at": now,
+            }
+            for _ in range(docs)
+        ]
+        await db.run(lambda conn: conn.execute(chat_history.insert(), rows))
+        await Indexer(db).catch_up()
+        with FakeOpenAIServer() as fake:
+            async with httpx.AsyncClient() as http:
+                client = EmbeddingClient(EmbeddingConfig("fake-embed", fake.base_url), http)
+                started = time.perf_counter()
+                embedded = await Embedder(db, client, vectors).embed_pending()
+                took = time.perf_counter() - started
+                search = Search(db, Semantic(client, vectors))
+                latencies = []
+                for _ in range(QUERIES // 2):
+                    query = " ".join(rnd.sample(words, 3))
+                    started = time.perf_counter()
+                    await search.sessions("telegram:1", query, limit=5)
+                    latencies.append((time.perf_counter() - started) * 1000)
+        hybrid = percentiles(latencies)
+        # Ranking alone over 768-float vectors, written directly (no endpoint).
+        matrix = np.random.default_rng(3).standard_normal((docs, 768)).astype("<f4")
+        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+        ids = await db.run(
+            lambda c: [
+                int(i) for i in c.exec_driver_sql("SELECT id FROM memory_documents").scalars()
+            ]
+        )
+        batch = [(doc_id, "telegram:1", matrix[n]) for n, doc_id in enumerate(ids)]
+        await db.run(vectors.write, "random-768", batch)
+        ranking = []
+        for n in range(QUERIES // 2):
+            started = time.perf_counter()
+            await db.run(vectors.nearest, "telegram:1", "random-768", matrix[n].tolist(), 20)
+            ranking.append((time.perf_counter() - started) * 1000)
+        ranked = percentiles(ranking)
+        print(
+            f"{kind:<10} | {embedded / took:>8,.0f} docs/s | hybrid search p50 {hybrid[0]:.1f} "
+            f"ms, p99 {hybrid[1]:.1f} ms (256 floats) | nearest 20 of {docs:,} x 768 floats: "
+            f"p50 {ranked[0]:.1f} ms, p99 {ranked[1]:.1f} ms"
+        )
+    finally:
+        await store.close()
+
+
+async def run_semantic(docs: int) -> None:
+    print(
+        f"semantic recall (SQLite): {docs:,} messages in one chat, embedded through the fake "
+        "OpenAI server over HTTP (batches of 32)"
+    )
+    kinds: list[tuple[str, Any]] = [("numpy", None)]
+    try:
+        import pysqlite3.dbapi2 as with_extensions
+
+        kinds.append(("sqlite-vec", with_extensions))
+    except ImportError:
+        print("sqlite-vec: skipped (pysqlite3 is not installed)")
+    for kind, dbapi in kinds:
+        with tempfile.TemporaryDirectory() as tmp:
+            await measure_semantic(f"{tmp}/semantic.db", docs, dbapi, kind)
+
+
 async def run_all(args: argparse.Namespace) -> None:
     if args.part in ("all", "search"):
         await run(args)
     if args.part in ("all", "profiles"):
         await run_profiles()
+    if args.part in ("all", "semantic"):
+        await run_semantic(args.semantic_docs)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--postgres", default=os.environ.get(POSTGRES_URL_ENV))
-    parser.add_argument("--part", choices=("all", "search", "profiles"), default="all")
+    parser.add_argument("--semantic-docs", type=int, default=10_000)
+    parser.add_argument("--part", choices=("all", "search", "profiles", "semantic"), default="all")
     asyncio.run(run_all(parser.parse_args()))
 
 

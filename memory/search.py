@@ -335,12 +335,15 @@ def _search(
         )
     else:
         # Every term a quoted string: FTS5 reads no operator, column filter or prefix in it.
+        # CROSS JOIN keeps the full-text match the outer loop: SQLite 3.51's planner (seen
+        # through pysqlite3) otherwise walks the source's documents and matches each one,
+        # 445 ms instead of 2.8 ms over 10,000 documents of one chat.
         words = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         params["match"] = f'scope : "{scope_of(source)}" AND ({words})'
         sql = (
             "SELECT d.id, d.session_id, s.title, d.role, d.kind, d.ref_id, d.created_at, "
             "snippet(memory_fts, 0, '[', ']', '…', 24) AS snippet "
-            "FROM memory_fts JOIN memory_documents d ON d.id = memory_fts.rowid "
+            "FROM memory_fts CROSS JOIN memory_documents d ON d.id = memory_fts.rowid "
             "JOIN chat_sessions s ON s.id = d.session_id "
             f"WHERE memory_fts MATCH :match AND d.source = :source{when} "
             "ORDER BY bm25(memory_fts, 1.0, 0.0), d.id DESC LIMIT :limit"

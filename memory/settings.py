@@ -31,9 +31,9 @@ class MemorySettings(BaseSettings):
     #: An OpenAI-compatible embeddings model (``/v1/embeddings``): search also finds
     #: conversations by meaning. Unset: full text only.
     embedding_model: str | None = None
-    #: Its server; unset: ``LLM_BASE_URL``.
+    #: Its server; unset or empty: ``LLM_BASE_URL``.
     embedding_base_url: str | None = None
-    #: Its key; unset: ``LLM_API_KEY``.
+    #: Its key; unset or empty: ``LLM_API_KEY``.
     embedding_api_key: str | None = None
     embedding_timeout_seconds: float = Field(30.0, gt=0, le=600)
     #: Documents embedded per request.
@@ -51,8 +51,7 @@ def embedding_config(settings: Any) -> EmbeddingConfig | None:
     return EmbeddingConfig(
         model=model,
         base_url=settings.embedding_base_url or settings.llm_base_url,
-        api_key=settings.embedding_api_key
-        if settings.embedding_api_key is not None
-        else settings.llm_api_key,
+        # Empty counts as unset, as a copied .env.example writes it.
+        api_key=settings.embedding_api_key or settings.llm_api_key,
         timeout_s=settings.embedding_timeout_seconds,
     )

@@ -131,14 +131,16 @@ class Vectors:
             return self._nearest_in_python(conn, where, join, params, query, min_similarity)
         if self.kind == "pgvector":
             params["query"] = _pg_literal(query)
-            distance = "(v.vector <=> CAST(:query AS vector))"
+            distance = "v.vector <=> CAST(:query AS vector)"
         else:
             params["query"] = to_blob(query)
             distance = "vec_distance_cosine(v.vector, :query)"
+        # The distance computed once per row (in the inner query), filtered and ordered outside.
         statement = sa.text(
-            f"SELECT v.document_id FROM memory_vectors v {join}WHERE {where} "
-            f"AND {distance} <= :max_distance "
-            f"ORDER BY {distance}, v.document_id DESC LIMIT :limit"
+            f"SELECT document_id FROM (SELECT v.document_id, {distance} AS distance "
+            f"FROM memory_vectors v {join}WHERE {where}) AS near "
+            "WHERE distance <= :max_distance "
+            "ORDER BY distance, document_id DESC LIMIT :limit"
         )
         if since is not None:
             statement = statement.bindparams(sa.bindparam("since", type_=UtcDateTime()))

@@ -106,12 +106,19 @@ def test_embedding_settings_default_to_the_model_server() -> None:
         _Settings(
             embedding_model="text-embedding-3-small",
             embedding_base_url="https://api.openai.com/v1",
-            embedding_api_key="",
+            embedding_api_key="sk-embed",
             embedding_timeout_seconds=5,
             _env_file=None,
         )
     )
-    assert own == EmbeddingConfig("text-embedding-3-small", "https://api.openai.com/v1", "", 5)
+    assert own == EmbeddingConfig(
+        "text-embedding-3-small", "https://api.openai.com/v1", "sk-embed", 5
+    )
+    # As a copied .env.example writes them: empty is unset.
+    copied = _Settings(
+        embedding_model="m", embedding_base_url="", embedding_api_key="", _env_file=None
+    )
+    assert embedding_config(copied) == EmbeddingConfig("m", "http://llm.example/v1", "sk-llm")
 
 
 @pytest.mark.parametrize(
