@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Awaitable, Coroutine
+from typing import Any, Protocol
 
 from engine.config import HubConfig
 from engine.hub.adapters import AdapterRegistry
@@ -21,10 +21,25 @@ from engine.hub.protocols import MonotonicClock, Publish, Sleep
 from engine.hub.sources import SourceRegistry, SourceState
 from engine.session.outcomes import TurnResult
 from engine.store.db import Database
+from engine.store.fencing import Fence, Fenced, fenced
 
-__all__ = ["InboxConsumer"]
+__all__ = ["FleetSeat", "InboxConsumer"]
 
 log = logging.getLogger(__name__)
+
+
+def _never_ours(_conn: Any) -> None:
+    raise Fenced("this process does not hold the source's lease")
+
+
+class FleetSeat(Protocol):
+    """What the consumer asks of the fleet (``engine/hub/fleet.py``) when there is one."""
+
+    def owns(self, source: str) -> bool: ...
+
+    def fence(self, source: str) -> Fence | None: ...
+
+    def idle(self, state: SourceState) -> Awaitable[None]: ...
 
 
 class InboxConsumer:
@@ -37,6 +52,7 @@ class InboxConsumer:
         "_config",
         "_db",
         "_failed",
+        "_fleet",
         "_publish",
         "_sleep",
         "_sources",
@@ -62,6 +78,11 @@ class InboxConsumer:
         self._clock = clock
         self._sleep = sleep
         self._closing = False
+        self._fleet: FleetSeat | None = None
+
+    def join_fleet(self, fleet: FleetSeat) -> None:
+        """Run each turn behind its source's lease, and only while the source is ours."""
+        self._fleet = fleet
 
     def stop(self) -> None:
         """The hub is closing: no new consumers, and a cancelled turn ends its consumer too
@@ -95,12 +116,29 @@ class InboxConsumer:
             if self._config.debounce_s > 0:
                 await self._sleep(self._config.debounce_s)  # take a burst as one queue
             while (unit := state.inbox.take()) is not None:
+                if self._fleet is not None and not self._fleet.owns(state.name):
+                    state.inbox.clear()  # the source is another process's now (rows stay)
+                    break
                 await self._dispatch(state, unit)
         finally:
             state.consumer = None
             state.last_active = self._clock()
             if len(state.inbox) and not self._closing:
                 self.ensure(state)  # pushed while this one was finishing
+            elif self._fleet is not None and not self._closing:
+                state.consumer = asyncio.create_task(
+                    self._fleet_idle(state), name=f"hub:{state.name}:idle"
+                )
+
+    async def _fleet_idle(self, state: SourceState) -> None:
+        assert self._fleet is not None
+        try:
+            await self._fleet.idle(state)
+        finally:
+            if state.consumer is asyncio.current_task():
+                state.consumer = None
+                if len(state.inbox) and not self._closing:
+                    self.ensure(state)
 
     async def _dispatch(self, state: SourceState, unit: Unit) -> None:
         handler = await self._sources.handler(state)
@@ -133,7 +171,11 @@ class InboxConsumer:
         self, state: SourceState, unit: Unit | None, turn: Coroutine[Any, Any, Any]
     ) -> None:
         """Run a turn in its own task: whatever it raises, the consumer goes on."""
-        task = asyncio.create_task(turn)
+        fence = None
+        if self._fleet is not None:  # every transaction of the turn checks the lease first
+            fence = self._fleet.fence(state.name) or _never_ours
+        with fenced(fence):
+            task = asyncio.create_task(turn)
         state.turn = task
         session_id = state.session_id  # a /clear during the turn moves the source on
         try:
@@ -141,6 +183,8 @@ class InboxConsumer:
         except asyncio.CancelledError:
             if self._closing:
                 raise
+        except Fenced as exc:  # nothing of it committed since: the new owner resumes it
+            log.warning("turn of %s stopped: %s", state.name, exc)
         except Exception:
             # The user gets one plain sentence; the traceback goes to the log under its id.
             error_id = uuid.uuid4().hex[:6]

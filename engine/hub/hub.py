@@ -30,9 +30,11 @@ from engine.hub.controls import AUTO_MODEL, SessionControls
 from engine.hub.decisions import Decisions
 from engine.hub.events import HubEvents, SourceEvents
 from engine.hub.failures import FailedTurns
+from engine.hub.fleet import FleetWork
 from engine.hub.home import HomeSource
 from engine.hub.intake import MessageIntake
 from engine.hub.notifications import NotificationBatcher
+from engine.hub.ownership import FleetConfig, SourceOwnership
 from engine.hub.protocols import AnswerHook, FailureHook, MonotonicClock, Sleep, TurnContext
 from engine.hub.recovery import Recovery
 from engine.hub.sources import SourceRegistry
@@ -41,6 +43,8 @@ from engine.hub.tasks import BackgroundTasks
 from engine.hub.types import Notification, SendOptions, validate_source
 from engine.session.compaction import CompactionResult
 from engine.session.outcomes import TurnResult
+from engine.store.leases import Leases
+from engine.store.notify import Notifier
 from engine.store.views import SessionUsage
 
 __all__ = ["AUTO_MODEL", "ChatHub", "SourceDefaults", "SourceEvents"]
@@ -59,10 +63,13 @@ class ChatHub:
         recover_prefix: str = "",
         clock: MonotonicClock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        fleet: FleetConfig | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         """``recover_prefix``: at start, only the sources starting with it are resumed and
         their queued messages taken (``chathub chat`` takes only ``console``'s, leaving
-        the chats to the service)."""
+        the chats to the service). ``fleet``: one of several processes on one PostgreSQL
+        database (``engine/hub/fleet.py``), told of each other's work by ``notifier``."""
         self.engine = engine
         self.config = config = config or HubConfig()
         self._sleep = sleep
@@ -85,6 +92,15 @@ class ChatHub:
         self._batcher = NotificationBatcher(self._background.deliver, config.notify_window_s, sleep)
         self._decisions = Decisions(engine, self._sources, self._adapters, publish, config)
         self._controls = SessionControls(engine, self._sources)
+        #: In a fleet: the sources this process works, and how work moves between processes.
+        self.fleet: FleetWork | None = None
+        if fleet is not None:
+            ownership = SourceOwnership(Leases(store.db), fleet, sleep=sleep)
+            self.fleet = FleetWork(
+                engine, self._sources, self._consumer, ownership, notifier, sleep
+            )
+            self._consumer.join_fleet(self.fleet)
+            self._intake.join_fleet(self.fleet)
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -94,7 +110,14 @@ class ChatHub:
         self._spawn(self._batcher.run())
         self._spawn(self._sources.sweep(self.config.idle_evict_s, self._sleep))
         self._spawn(watch_cancellations(self.engine, self.engine.system_bus.subscribe()))
-        await self._recovery.run()
+        if self.fleet is not None:
+            # No start-up recovery of everything: the fleet's scan takes, source by source,
+            # what no live process holds (a dead one's turns and queued messages).
+            await self.fleet.join()
+            await self.fleet.scan()
+            self._spawn(self.fleet.run())
+        else:
+            await self._recovery.run()
 
     async def close(self) -> None:
         """Stop the tasks. Turns in flight stay as they are and are resumed at next start."""
@@ -103,6 +126,8 @@ class ChatHub:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.fleet is not None:
+            await self.fleet.close()  # let the sources go: the others take them at once
         self._events.close()
 
     def register(self, prefix: str, defaults: SourceDefaults) -> None:

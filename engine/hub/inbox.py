@@ -37,6 +37,9 @@ class SourceInbox:
         self._pending: deque[Unit] = deque()
         self.epoch = 0
         self.wake = asyncio.Event()
+        #: In a fleet: the queue rows pushed here that may not be consumed yet (the owner
+        #: pulls the rows other processes queued; these it has already).
+        self.seen: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._pending)

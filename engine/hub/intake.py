@@ -8,6 +8,7 @@ from sqlalchemy.engine import Connection
 
 from engine.config import HubConfig
 from engine.hub.consumer import InboxConsumer
+from engine.hub.fleet import FleetWork
 from engine.hub.inbox import Unit, settle
 from engine.hub.protocols import Publish
 from engine.hub.sources import SourceRegistry, SourceState
@@ -20,7 +21,7 @@ __all__ = ["MessageIntake"]
 class MessageIntake:
     """A message is checked, written to ``queued_messages`` and only then acknowledged."""
 
-    __slots__ = ("_config", "_consumer", "_publish", "_sources", "_store")
+    __slots__ = ("_config", "_consumer", "_fleet", "_publish", "_sources", "_store")
 
     def __init__(
         self,
@@ -35,6 +36,11 @@ class MessageIntake:
         self._consumer = consumer
         self._publish = publish
         self._config = config
+        self._fleet: FleetWork | None = None
+
+    def join_fleet(self, fleet: FleetWork) -> None:
+        """Queue every message, and run it where its source is owned."""
+        self._fleet = fleet
 
     async def accept(
         self,
@@ -47,6 +53,8 @@ class MessageIntake:
         """Store and queue a checked message for a valid source; its queue id (``None``:
         an idle source takes a redeliverable message without a queue row)."""
         check_text(text, options, self._config.max_message_chars)
+        if self._fleet is not None:  # a row always: another process may be the one to run it
+            return await self._fleet.accept(source, text, options, also)
         state = await self._sources.state(source, agent_id=options.agent_id)
         if redelivered_if_lost and also is not None and state.is_idle:
             state.inbox.push(text, options, None, also)  # no await since the check
@@ -67,6 +75,13 @@ class MessageIntake:
 
     async def stop(self, source: str) -> int:
         """Drop the queued messages and stop the turn; how many messages were dropped."""
+        if self._fleet is not None:  # the rows are everyone's; the turn may run elsewhere
+            dropped = await self._store.queue.drop(source)
+            await self._fleet.stop_elsewhere(source)
+            state = self._sources.get(source)
+            if state is not None:
+                dropped = max(dropped, len(await self._stop(state)))
+            return dropped
         state = self._sources.get(source)
         if state is None:
             return 0

@@ -97,6 +97,12 @@ class SourceRegistry:
             state.handler = handler
         return handler
 
+    def forget(self, source: str) -> None:
+        """Drop ``source``'s state unless it has work here (the next use reads it again)."""
+        state = self._sources.get(source)
+        if state is not None and state.is_idle and not state.is_processing:
+            del self._sources[source]
+
     def tasks(self) -> Iterator[asyncio.Task[Any]]:
         """Every source's consumer and turn task (``ChatHub.close`` cancels them)."""
         for state in self._sources.values():

@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
 
+from engine.store.fencing import Fence, current_fence
 from engine.store.migrations import ENGINE, Layer, Migration, discover
 
 if TYPE_CHECKING:  # imported for PostgreSQL only: SQLite runs on a thread of its own
@@ -196,6 +197,9 @@ class SqliteDatabase:
     async def run(self, fn: UnitOfWork[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         if self._closed:
             raise RuntimeError("database is closed")
+        fence = current_fence()  # read here: the database thread has no task context
+        if fence is not None:
+            return await self._submit(_behind_fence, (fence, fn, args, kwargs), {})
         if getattr(fn, "chathub_quick_unit", False) and self._busy.acquire(blocking=False):
             try:
                 conn = self._conn
@@ -205,6 +209,9 @@ class SqliteDatabase:
                     return self._in_transaction(conn, fn, args, kwargs)
             finally:
                 self._busy.release()
+        return await self._submit(fn, args, kwargs)
+
+    async def _submit(self, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         with self._count:
@@ -265,11 +272,21 @@ class AsyncEngineDatabase:
         return self._engine.dialect.name
 
     async def run(self, fn: UnitOfWork[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        fence = current_fence()
         async with self._engine.begin() as conn:
+            if fence is not None:  # a fleet's turn: nothing commits once its lease is gone
+                return await conn.run_sync(_behind_fence, fence, fn, args, kwargs)
             return await conn.run_sync(fn, *args, **kwargs)
 
     async def close(self) -> None:
         await self._engine.dispose()
+
+
+def _behind_fence(
+    conn: Connection, fence: Fence, fn: Callable[..., T], args: Any, kwargs: Any
+) -> T:
+    fence(conn)
+    return fn(conn, *args, **kwargs)
 
 
 def _enable_wal(cursor: Any) -> None:

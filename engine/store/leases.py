@@ -16,8 +16,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.store.db import Database
+from engine.store.fencing import Fence, Fenced
 
-__all__ = ["Lease", "Leases", "db_now_sql"]
+__all__ = ["Lease", "Leases", "db_now_sql", "lease_fence"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,28 @@ WHERE name = :name AND expires_at > {now}
 """
 
 
+# FOR SHARE (PostgreSQL): the row stays locked until the transaction ends, so a take-over
+# (an UPDATE of the row) waits for it: the fenced write commits before the new owner
+# starts, or not at all. Shared, so a turn's concurrent transactions do not queue.
+_HOLDS = """
+SELECT 1 FROM leases
+WHERE name = :name AND owner = :owner AND epoch = :epoch AND expires_at > {now}
+"""
+
+
+def lease_fence(lease: Lease) -> Fence:
+    """A ``Fence`` (``engine/store/fencing.py``): raises ``Fenced`` in a transaction unless
+    ``lease`` is still held, at its epoch, unexpired by the database's clock."""
+    params = {"name": lease.name, "owner": lease.owner, "epoch": lease.epoch}
+
+    def holds(conn: Connection) -> None:
+        template = _HOLDS + (" FOR SHARE" if conn.dialect.name == "postgresql" else "")
+        if conn.execute(_sql(conn, template), params).first() is None:
+            raise Fenced(f"the lease {lease.name!r} (epoch {lease.epoch}) is no longer ours")
+
+    return holds
+
+
 def _sql(conn: Connection, template: str) -> sa.TextClause:
     return sa.text(template.format(now=db_now_sql(conn.dialect.name)))
 
@@ -103,6 +126,18 @@ def _holder(conn: Connection, name: str) -> Lease | None:
     return _lease(conn.execute(_sql(conn, _HOLDER), {"name": name}).first())
 
 
+_LIVE = """
+SELECT name, owner, epoch, expires_at, acquired_at FROM leases
+WHERE name LIKE :prefix ESCAPE '\\' AND expires_at > {now} ORDER BY name
+"""
+
+
+def _live(conn: Connection, prefix: str) -> list[Lease]:
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    rows = conn.execute(_sql(conn, _LIVE), {"prefix": escaped + "%"})
+    return [lease for lease in map(_lease, rows) if lease is not None]
+
+
 def _now(conn: Connection) -> float:
     return float(conn.execute(sa.text(f"SELECT {db_now_sql(conn.dialect.name)}")).scalar_one())
 
@@ -130,6 +165,10 @@ class Leases:
     async def holder(self, name: str) -> Lease | None:
         """Who holds ``name`` now (None: nobody, or the holding expired)."""
         return await self._db.run(_holder, name)
+
+    async def live(self, prefix: str) -> list[Lease]:
+        """The unexpired leases whose names start with ``prefix``."""
+        return await self._db.run(_live, prefix)
 
     async def now(self) -> float:
         """The database's clock, epoch seconds (the one every lease is timed by)."""

@@ -1,0 +1,306 @@
+"""``FleetWork``: the hub's work shared by several processes on one PostgreSQL database.
+
+Every accepted message is a row in ``queued_messages`` first (in a fleet there is no
+"redeliverable without a queue row": another process may have to read it). Then:
+
+* the process that holds the source's lease (``SourceOwnership``), or claims it now that
+  nobody does, pushes the row into the source's inbox and its consumer runs the turn;
+* otherwise the row waits for its owner, which is told over ``chathub_work`` (a NOTIFY)
+  and pulls the source's rows it has not seen, in queue order;
+* every ``scan_interval_s`` each process also looks for work nobody holds: queue rows and
+  sessions cut mid-turn of sources whose lease is free or expired (an owner killed with
+  ``kill -9``). It claims such a source and resumes it the way a restart would: the
+  interrupted turn first, then the queued messages.
+
+A source whose consumer finds its inbox empty is let go (its lease released), so the next
+message's process takes it: work spreads, and moves only when an owner dies or sheds it.
+A lost lease (renewal failed) stops the source here at once: its inbox is dropped from
+memory (the rows stay for the new owner) and the running turn's next transaction fails
+behind its fence. ``/stop`` for a source worked elsewhere is sent over ``chathub_stop``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from engine.core import Engine
+from engine.hub.consumer import InboxConsumer
+from engine.hub.ownership import SOURCE_LEASE_PREFIX, SourceOwnership, pick
+from engine.hub.protocols import Sleep
+from engine.hub.sources import SourceRegistry, SourceState
+from engine.hub.types import SendOptions
+from engine.store.fencing import Fence
+from engine.store.leases import db_now_sql
+from engine.store.notify import Notice, Notifier, Resync
+from engine.store.schema import queued_messages, sources
+
+__all__ = ["STOP_CHANNEL", "WORK_CHANNEL", "FleetWork"]
+
+log = logging.getLogger(__name__)
+
+WORK_CHANNEL = "chathub_work"
+STOP_CHANNEL = "chathub_stop"
+
+
+class FleetWork:
+    """Claims, pulls, scans and lets go of sources (see the module's docstring)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        sources: SourceRegistry,
+        consumer: InboxConsumer,
+        ownership: SourceOwnership,
+        notifier: Notifier | None,
+        sleep: Sleep,
+    ) -> None:
+        self._engine = engine
+        self._sources = sources
+        self._consumer = consumer
+        self.ownership = ownership
+        self._notifier = notifier
+        self._sleep = sleep
+        #: Sources this process claimed from an owner that had not let them go (metrics).
+        self.takeovers = 0
+        self._unowned_before: set[str] = set()
+
+    def owns(self, source: str) -> bool:
+        return self.ownership.owns(source)
+
+    def fence(self, source: str) -> Fence | None:
+        return self.ownership.fence(source)
+
+    # -- messages --------------------------------------------------------------------------
+
+    async def accept(
+        self,
+        source: str,
+        text: str,
+        options: SendOptions,
+        also: Callable[[Connection], None] | None,
+    ) -> int:
+        """Queue a message; run it here if the source is ours (claimed now when free), else
+        tell its owner. The queue row's id."""
+        owned = self.ownership.owns(source)
+        chosen = None if owned else pick(source, self.ownership.members)
+        if not owned and chosen == self.ownership.owner:
+            owned = await self.claim(source)
+        if not owned:
+            self._sources.forget(source)  # its session as the database has it now
+        state = await self._sources.state(source, agent_id=options.agent_id)
+        row = await self._engine.store.queue.push(
+            source,
+            state.session_id,
+            text,
+            is_synthetic=options.is_synthetic,
+            metadata=options.metadata,
+            options=options.to_json(),
+            also=also,
+        )
+        if owned and self.ownership.owns(source):
+            state.inbox.seen.add(row.id)
+            state.inbox.push(text, options, row.id)
+            self._consumer.ensure(state)
+        else:  # its owner, or the member it goes to, pulls it (any scan, if nobody does)
+            await self._tell(WORK_CHANNEL, source, to=chosen)
+        return row.id
+
+    async def claim(self, source: str) -> bool:
+        """Hold ``source``; a source taken anew is read again from the database (another
+        process may have moved it to a new session meanwhile)."""
+        held = self.ownership.owns(source)
+        if not await self.ownership.claim(source):
+            return False
+        if not held:
+            self._sources.forget(source)
+        return True
+
+    async def pull(self, source: str) -> int:
+        """Take ``source``'s queued rows not seen here into its inbox, if the source is
+        ours (claimed now when free); how many."""
+        if not await self.claim(source):
+            return 0
+        state = await self._sources.state(source)
+        rows = await self._engine.store.queue.pending(source)
+        pulled = 0
+        for row in rows:
+            if row.id in state.inbox.seen:
+                continue
+            if row.session_id != state.session_id:
+                await self._engine.store.queue.remove(row.id)  # its session was replaced
+                continue
+            options = SendOptions.from_row(row.is_synthetic, row.metadata, row.options)
+            state.inbox.seen.add(row.id)
+            state.inbox.push(row.content, options, row.id)
+            pulled += 1
+        # A row no longer pending was consumed: it cannot come back, so it need not be kept.
+        state.inbox.seen &= {row.id for row in rows}
+        if pulled:
+            self._consumer.ensure(state)
+        return pulled
+
+    async def stop_elsewhere(self, source: str) -> None:
+        """``/stop`` of a source this process does not work: its owner stops the turn."""
+        if not self.ownership.owns(source):
+            await self._tell(STOP_CHANNEL, source)
+
+    # -- ownership -------------------------------------------------------------------------
+
+    def lost(self, sources: Iterable[str]) -> None:
+        """Leases that slipped away: stop taking those sources' messages here at once."""
+        for source in sources:
+            state = self._sources.get(source)
+            if state is not None:
+                state.inbox.clear()  # in memory only: the rows are the new owner's
+                state.inbox.seen.clear()
+
+    async def idle(self, state: SourceState) -> None:
+        """The source's consumer found nothing more: let it go, unless a row came in."""
+        if not self.ownership.owns(state.name) or not _quiet(state):
+            return
+        if await self.pull(state.name):
+            return
+        if _quiet(state):
+            await self.ownership.release(state.name)
+
+    async def scan(self) -> int:
+        """Claim and resume the sources with work nobody holds; how many were taken."""
+        await self.ownership.refresh_members()
+        interrupted = set(await self._engine.interrupted_sessions())
+        unowned = await self._engine.store.db.run(_unowned_work, interrupted)
+        waited, self._unowned_before = self._unowned_before, {source for source, _ in unowned}
+        taken = 0
+        for source, session_id in unowned:
+            # Its member's to take; anyone's once it has waited a whole scan for it.
+            if (
+                pick(source, self.ownership.members) != self.ownership.owner
+                and source not in waited
+            ):
+                continue
+            if not await self.claim(source):
+                continue
+            taken += 1
+            state = await self._sources.state(source)
+            if session_id is not None and session_id in interrupted and state.is_idle:
+                state.resume_first = True
+            if await self.pull(source) == 0 and state.resume_first:
+                self._consumer.ensure(state)
+            elif state.is_idle:
+                await self.ownership.release(source)  # it was only a stale row
+        if taken:
+            self.takeovers += taken
+            log.info("took over %d source(s) with work nobody held", taken)
+        return taken
+
+    # -- running -----------------------------------------------------------------------------
+
+    async def join(self) -> None:
+        """Become a member (the hub's start, before its first scan)."""
+        await self.ownership.join()
+        await self.ownership.refresh_members()
+
+    async def run(self) -> None:
+        """Renew, scan and listen until cancelled (the hub runs it as a task)."""
+        async with contextlib.AsyncExitStack() as stack:
+            tasks = [
+                asyncio.create_task(self.ownership.keep(self.lost), name="fleet:renew"),
+                asyncio.create_task(self._scan_forever(), name="fleet:scan"),
+            ]
+            if self._notifier is not None:
+                stream = self._notifier.subscribe([WORK_CHANNEL, STOP_CHANNEL])
+                stack.callback(stream.close)
+                await stream.ready()
+                tasks.append(asyncio.create_task(self._listen(stream), name="fleet:notices"))
+            try:
+                await asyncio.gather(*tasks)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.ownership.release_all()
+        await self.ownership.leave()
+
+    async def _scan_forever(self) -> None:
+        while True:
+            try:
+                await self.scan()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("scanning for unowned work failed; trying again")
+            await self._sleep(self.ownership.config.scan_interval_s)
+
+    async def _listen(self, stream: Any) -> None:
+        async for item in stream:
+            try:
+                await self._on_notice(item)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("handling a fleet notice failed")
+
+    async def _on_notice(self, item: Notice | Resync) -> None:
+        if isinstance(item, Resync):
+            await self.scan()  # notices may have been missed: the tables tell
+            for source in self.ownership.owned():
+                await self.pull(source)
+            return
+        source = item.payload.get("source")
+        if not isinstance(source, str):
+            return
+        if item.channel == WORK_CHANNEL:
+            to = item.payload.get("to")
+            if self.ownership.owns(source) or to == self.ownership.owner:
+                await self.pull(source)
+        elif item.channel == STOP_CHANNEL and self.ownership.owns(source):
+            state = self._sources.get(source)
+            if state is not None:
+                state.inbox.clear()
+                if state.handler is not None:
+                    state.handler.cancel()
+
+    async def _tell(self, channel: str, source: str, to: str | None = None) -> None:
+        if self._notifier is None:
+            return  # the owner's next scan or pull finds it
+        payload: dict[str, Any] = {"source": source}
+        if to is not None:
+            payload["to"] = to
+        try:
+            await self._notifier.publish(channel, payload)
+        except Exception:
+            log.warning("telling the fleet about %s failed; the next scan finds it", source)
+
+
+def _quiet(state: SourceState) -> bool:
+    """Nothing queued, running or to resume (its consumer may be the one asking)."""
+    return state.turn is None and not len(state.inbox) and not state.resume_first
+
+
+def _unowned_work(conn: Connection, interrupted: set[int]) -> list[tuple[str, int | None]]:
+    """Sources with queued rows or a session cut mid-turn whose lease is free or expired,
+    with their active session."""
+    now = db_now_sql(conn.dialect.name)
+    live = {
+        row[0][len(SOURCE_LEASE_PREFIX) :]
+        for row in conn.execute(
+            sa.text(f"SELECT name FROM leases WHERE name LIKE :prefix AND expires_at > {now}"),
+            {"prefix": SOURCE_LEASE_PREFIX + "%"},
+        )
+    }
+    active = {
+        row.source: int(row.session_id)
+        for row in conn.execute(sa.select(sources.c.source, sources.c.session_id))
+        if int(row.session_id) in interrupted
+    }
+    queued = set(conn.execute(sa.select(queued_messages.c.source).distinct()).scalars())
+    candidates = (queued | set(active)) - live
+    return [(source, active.get(source)) for source in sorted(candidates)]

@@ -1,0 +1,182 @@
+"""``SourceOwnership``: in a fleet, which sources this process works, under leases.
+
+A source (a chat, a topic, a web conversation) is worked by one process at a time: the
+one holding the lease ``source:<name>`` (``engine/store/leases.py``, timed by the
+database's clock). This process claims a source when work for it arrives and nobody
+holds it, renews what it holds every ``ttl/3``, and lets it go when the source falls
+idle, so work spreads over the fleet and moves only when an owner dies or sheds it.
+
+Each turn runs behind the lease's fence (``engine/store/fencing.py``): once the lease is
+lost, none of that turn's transactions commit, so an owner paused past its expiry (SIGSTOP)
+cannot answer a second time after the new owner took over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from engine.hub.protocols import Sleep
+from engine.store.fencing import Fence
+from engine.store.leases import Lease, Leases, lease_fence
+
+__all__ = ["PROCESS_LEASE_PREFIX", "SOURCE_LEASE_PREFIX", "FleetConfig", "SourceOwnership", "pick"]
+
+log = logging.getLogger(__name__)
+
+SOURCE_LEASE_PREFIX = "source:"
+#: Each live process holds ``process:<owner>``: the fleet's membership.
+PROCESS_LEASE_PREFIX = "process:"
+
+
+@dataclass(frozen=True, slots=True)
+class FleetConfig:
+    """This process's part in a fleet of processes on one PostgreSQL database."""
+
+    #: This process's id in the ``leases`` table (``host:pid:random``).
+    owner: str
+    #: A source's lease lasts this long without renewal: the longest a dead owner's
+    #: sources wait before another process takes them over.
+    lease_ttl_s: float = 10.0
+    #: How often each process looks for work nobody holds (a dead owner's, or a message
+    #: that arrived while its owner was letting the source go).
+    scan_interval_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not self.owner:
+            raise ValueError("a fleet process needs an owner id")
+        if not self.lease_ttl_s > 0 or not self.scan_interval_s > 0:
+            raise ValueError("the fleet's lease ttl and scan interval must be positive")
+
+
+def lease_name(source: str) -> str:
+    return SOURCE_LEASE_PREFIX + source
+
+
+def pick(source: str, members: Iterable[str]) -> str | None:
+    """The member a free source goes to: rendezvous hashing, so every process picks the
+    same one, and a member leaving moves only its own share."""
+    best: tuple[bytes, str] | None = None
+    for member in members:
+        weight = hashlib.sha256(f"{member}\0{source}".encode()).digest()
+        if best is None or weight > best[0]:
+            best = (weight, member)
+    return None if best is None else best[1]
+
+
+class SourceOwnership:
+    """The sources this process holds; claims, renewals, releases and fences."""
+
+    def __init__(
+        self,
+        leases: Leases,
+        config: FleetConfig,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._leases = leases
+        self.config = config
+        self._sleep = sleep
+        self._monotonic = monotonic
+        self._held: dict[str, Lease] = {}
+        self._membership: Lease | None = None
+        #: The live processes as last read (``refresh_members``), this one included.
+        self.members: tuple[str, ...] = (config.owner,)
+
+    @property
+    def owner(self) -> str:
+        return self.config.owner
+
+    def owned(self) -> list[str]:
+        return sorted(self._held)
+
+    def owns(self, source: str) -> bool:
+        return source in self._held
+
+    async def claim(self, source: str) -> bool:
+        """Hold ``source`` (True) unless another live process does."""
+        lease = await self._leases.acquire(lease_name(source), self.owner, self.config.lease_ttl_s)
+        if lease is None:
+            self._held.pop(source, None)
+            return False
+        self._held[source] = lease
+        return True
+
+    def fence(self, source: str) -> Fence | None:
+        """The fence of ``source``'s current holding (``None``: not held here)."""
+        lease = self._held.get(source)
+        return None if lease is None else lease_fence(lease)
+
+    def epoch(self, source: str) -> int | None:
+        lease = self._held.get(source)
+        return None if lease is None else lease.epoch
+
+    async def release(self, source: str) -> None:
+        """Let ``source`` go (it fell idle here): the next message's process claims it."""
+        lease = self._held.pop(source, None)
+        if lease is not None:
+            try:
+                await self._leases.release(lease)
+            except Exception:  # expires by itself; only a take-over waits longer
+                log.warning("releasing %s failed; it expires by itself", lease.name)
+
+    async def release_all(self) -> None:
+        for source in list(self._held):
+            await self.release(source)
+
+    async def join(self) -> None:
+        """Hold this process's membership lease (renewed with the sources')."""
+        name = PROCESS_LEASE_PREFIX + self.owner
+        self._membership = await self._leases.acquire(name, self.owner, self.config.lease_ttl_s)
+
+    async def leave(self) -> None:
+        if self._membership is not None:
+            with contextlib.suppress(Exception):
+                await self._leases.release(self._membership)
+            self._membership = None
+
+    async def refresh_members(self) -> tuple[str, ...]:
+        live = await self._leases.live(PROCESS_LEASE_PREFIX)
+        owners = {lease.owner for lease in live} | {self.owner}
+        self.members = tuple(sorted(owners))
+        return self.members
+
+    async def renew(self) -> list[str]:
+        """Renew every holding; the sources lost (expired, or taken over meanwhile)."""
+        if self._membership is not None:
+            try:
+                kept = await self._leases.renew(self._membership, self.config.lease_ttl_s)
+            except Exception:
+                kept = False
+            if not kept:
+                await self.join()
+        lost = []
+        for source, lease in list(self._held.items()):
+            started = self._monotonic()
+            try:
+                kept = await self._leases.renew(lease, self.config.lease_ttl_s)
+            except Exception:
+                log.warning("renewing %s failed; treating it as lost", lease.name, exc_info=True)
+                kept = False
+            if kept and self._monotonic() - started >= self.config.lease_ttl_s:
+                kept = False  # renewed too late to trust what ran meanwhile
+            if not kept and self._held.get(source) is lease:
+                del self._held[source]
+                lost.append(source)
+        return lost
+
+    async def keep(self, on_lost: Callable[[Iterable[str]], None]) -> None:
+        """Renew every ``ttl/3`` until cancelled; ``on_lost`` gets what slipped away."""
+        interval = self.config.lease_ttl_s / 3
+        while True:
+            await self._sleep(interval)
+            lost = await self.renew()
+            if lost:
+                log.warning("lost the lease of %d source(s): %s", len(lost), ", ".join(lost))
+                on_lost(lost)

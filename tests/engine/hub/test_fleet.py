@@ -1,0 +1,273 @@
+"""Several hubs on one database, each one "process" of a fleet: every message is answered
+exactly once and in order, work spreads, a dead process's sources are taken over, a
+process that lost its lease commits nothing more, and ``/stop`` reaches the owner."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
+from engine.core import Engine
+from engine.hub import ChatHub
+from engine.hub.ownership import FleetConfig, lease_name, pick
+from engine.llm.registry import ModelRegistry
+from engine.llm.scripted import ScriptedModel
+from engine.llm.types import LlmResponse
+from engine.session.gate import AllowAll
+from engine.store.fencing import Fenced, fenced
+from engine.store.leases import Leases, lease_fence
+from engine.store.notify import LocalNotifier
+from engine.store.schema import chat_history, chat_sessions, chat_sessions_stack, leases
+from tests.engine.hub.conftest import last_user_text
+from tests.pg import BACKENDS, database_url
+
+TTL = 1.0  # seconds of database clock: take-over tests wait for real expiry
+
+
+class Echo(ScriptedModel):
+    """Answers ``echo: <last user text>``; ``gate`` (when set) holds every answer."""
+
+    def __init__(self) -> None:
+        super().__init__(name="primary")
+        self.gate: asyncio.Event | None = None
+        self.started = asyncio.Event()
+        self.calls = 0
+
+    async def complete(self, messages, tools, *, on_delta=None):  # type: ignore[override]
+        self.started.set()
+        self.calls += 1
+        if self.gate is not None:
+            await self.gate.wait()
+        if not self.pending:
+            self.add(lambda msgs: LlmResponse(content=f"echo: {last_user_text(msgs)}"))
+        return await super().complete(messages, tools, on_delta=on_delta)
+
+
+@dataclass
+class Member:
+    name: str
+    engine: Engine
+    hub: ChatHub
+    model: Echo
+
+
+@pytest.fixture(params=BACKENDS)
+async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    async with database_url(request.param, tmp_path, migrated=True) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def member(
+    url: str, tmp_path: Path, name: str, notifier: LocalNotifier | None, ttl: float = 10.0
+) -> AsyncIterator[Member]:
+    settings = load_settings(
+        database_url=url,
+        chathub_workspace=tmp_path / f"workspace-{name}",
+        chathub_timezone="UTC",
+        _env_file=None,
+    )
+    config = AppConfig(settings=settings, models=(), engine=EngineConfig(max_tool_rounds=2))
+    model = Echo()
+    engine = await Engine.open(config, models=ModelRegistry([model]), policy=AllowAll())
+    fleet = FleetConfig(owner=name, lease_ttl_s=ttl, scan_interval_s=0.2)
+    hub = ChatHub(engine, HubConfig(idle_evict_s=60), fleet=fleet, notifier=notifier)
+    await hub.start()
+    try:
+        yield Member(name, engine, hub, model)
+    finally:
+        await hub.close()
+        await engine.close()
+
+
+def answers(conn: sa.Connection) -> dict[str, list[str]]:
+    """Each source's root-frame assistant answers, in order."""
+    h, stack, s = chat_history, chat_sessions_stack, chat_sessions
+    rows = conn.execute(
+        sa.select(s.c.source, h.c.content)
+        .join(stack, stack.c.id == h.c.session_stack_id)
+        .join(s, s.c.id == stack.c.session_id)
+        .where(h.c.role == "assistant", stack.c.depth == 0)
+        .order_by(h.c.id)
+    )
+    out: dict[str, list[str]] = {}
+    for source, content in rows:
+        out.setdefault(source, []).append(content)
+    return out
+
+
+async def until(check: Callable[[], Awaitable[bool]], within: float = 15.0) -> None:
+    """Poll the database (other "processes" and the lease clock write it) until ``check``."""
+    for _ in range(int(within / 0.02)):
+        if await check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"not within {within} s")
+
+
+async def test_messages_through_any_process_are_answered_once_in_order_and_spread(
+    url: str, tmp_path: Path
+) -> None:
+    notifier = LocalNotifier("shared")  # one process here: the fleet's NOTIFY stand-in
+    async with (
+        member(url, tmp_path, "a", notifier) as a,
+        member(url, tmp_path, "b", notifier) as b,
+        member(url, tmp_path, "c", notifier) as c,
+    ):
+        for m in (a, b, c):
+            await m.hub.fleet.ownership.refresh_members()  # type: ignore[union-attr]
+        sources = [f"telegram:{n}" for n in range(12)]
+        expected = {s: [f"echo: {s} message {k}" for k in range(3)] for s in sources}
+        for k in range(3):
+            for n, source in enumerate(sources):
+                via = (a, b, c)[(n + k) % 3]  # every source's messages through all three
+                await via.hub.send_message(source, f"{source} message {k}")
+
+        async def all_answered() -> bool:
+            got = await a.engine.store.db.run(answers)
+            return sum(len(v) for v in got.values()) >= 36
+
+        await until(all_answered)
+        await asyncio.sleep(0.3)  # nothing more comes
+        assert await a.engine.store.db.run(answers) == expected
+        worked = {m.name: m.model.calls for m in (a, b, c)}
+        assert all(calls > 0 for calls in worked.values()), worked  # spread over all three
+        chosen = {pick(s, ("a", "b", "c")) for s in sources}
+        assert chosen == {"a", "b", "c"}
+
+
+async def test_a_dead_processs_queued_and_interrupted_work_is_taken_over(
+    url: str, tmp_path: Path
+) -> None:
+    """``a`` holds a source mid-turn and stops renewing (its lease expires, as after
+    kill -9); ``b`` takes the source over, resumes the turn and answers the queue once."""
+    async with member(url, tmp_path, "b", None, ttl=TTL) as b:
+        dead = await Engine.open(
+            AppConfig(
+                settings=load_settings(
+                    database_url=url,
+                    chathub_workspace=tmp_path / "w-dead",
+                    chathub_timezone="UTC",
+                    _env_file=None,
+                ),
+                models=(),
+                engine=EngineConfig(max_tool_rounds=2),
+            ),
+            models=ModelRegistry([(model := Echo())]),
+            policy=AllowAll(),
+        )
+        model.gate = asyncio.Event()  # its answers never come
+        hub = ChatHub(
+            dead, HubConfig(), fleet=FleetConfig(owner="a", lease_ttl_s=TTL, scan_interval_s=60)
+        )
+        assert hub.fleet is not None
+        await hub.fleet.ownership.claim("telegram:9")
+        await hub.send_message("telegram:9", "first")
+        await asyncio.wait_for(model.started.wait(), 5)  # its turn is in the model call
+        await hub.send_message("telegram:9", "second")  # queued behind it
+        # "kill -9": never started, so never renewed; its turn hangs where it was.
+
+        async def answered() -> bool:
+            got = await b.engine.store.db.run(answers)
+            return len(got.get("telegram:9", [])) >= 2
+
+        await until(answered)
+        await asyncio.sleep(0.3)
+        assert (await b.engine.store.db.run(answers))["telegram:9"] == [
+            "echo: first",
+            "echo: second",
+        ]
+        assert b.hub.fleet is not None and b.hub.fleet.takeovers >= 1
+        await hub.close()
+        await dead.close()
+
+
+async def test_a_process_that_lost_its_lease_commits_nothing_more(url: str, tmp_path: Path) -> None:
+    """SIGSTOP past the lease: the turn's answer comes back after another process took the
+    source; its transaction fails behind the fence and nothing of it is stored."""
+    async with member(url, tmp_path, "a", None, ttl=TTL) as a:
+        assert a.hub.fleet is not None
+        a.model.gate = asyncio.Event()
+        await a.hub.fleet.ownership.claim("telegram:5")
+        await a.hub.send_message("telegram:5", "hello")
+        await asyncio.wait_for(a.model.started.wait(), 5)
+        # Paused: the lease expires and another process takes it.
+        a.hub.fleet.ownership.renew = _never_renew  # type: ignore[method-assign]
+        other = Leases(a.engine.store.db)
+
+        async def taken() -> bool:
+            return await other.acquire(lease_name("telegram:5"), "z", TTL) is not None
+
+        await until(taken)
+        a.model.gate.set()  # "SIGCONT": the answer arrives, too late
+        await asyncio.sleep(0.5)
+        got = await a.engine.store.db.run(answers)
+        assert got.get("telegram:5", []) == []
+
+
+async def _never_renew() -> list[str]:
+    return []
+
+
+async def test_the_fence_rolls_back_a_transaction_once_the_lease_is_gone(
+    url: str, tmp_path: Path
+) -> None:
+    async with member(url, tmp_path, "a", None) as a:
+        db = a.engine.store.db
+        held = Leases(db)
+        lease = await held.acquire("source:x", "a", 30)
+        assert lease is not None
+
+        def write(conn: sa.Connection) -> None:
+            conn.execute(sa.text("UPDATE leases SET owner = owner WHERE name = 'source:x'"))
+            conn.execute(
+                chat_sessions.insert().values(
+                    source="fenced",
+                    agent_id="main",
+                    is_interactive=True,
+                    is_ephemeral=False,
+                    created_at=sa.func.now(),
+                )
+            )
+
+        with fenced(lease_fence(lease)):
+            await db.run(write)  # held: commits
+        await held.release(lease)
+        with fenced(lease_fence(lease)), pytest.raises(Fenced):
+            await db.run(write)
+        count = await db.run(
+            lambda c: c.execute(
+                sa.select(sa.func.count())
+                .select_from(chat_sessions)
+                .where(chat_sessions.c.source == "fenced")
+            ).scalar()
+        )
+        assert count == 1
+        assert await db.run(lambda c: c.execute(sa.select(leases.c.epoch)).scalar()) == 1
+
+
+async def test_stop_reaches_the_process_running_the_turn(url: str, tmp_path: Path) -> None:
+    notifier = LocalNotifier("shared")
+    async with member(url, tmp_path, "a", notifier) as a, member(url, tmp_path, "b", notifier) as b:
+        assert a.hub.fleet is not None
+        a.model.gate = asyncio.Event()
+        await a.hub.fleet.ownership.claim("telegram:3")
+        await a.hub.send_message("telegram:3", "a long job")
+        await asyncio.wait_for(a.model.started.wait(), 5)
+        assert a.hub.is_processing("telegram:3")
+        await b.hub.cancel("telegram:3")  # /stop arrives at the other process
+
+        async def stopped() -> bool:
+            return not a.hub.is_processing("telegram:3")
+
+        await until(stopped, within=5)
+        a.model.gate.set()
+        await asyncio.sleep(0.2)
+        assert (await a.engine.store.db.run(answers)).get("telegram:3", []) == []
