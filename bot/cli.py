@@ -118,12 +118,15 @@ def require_model(config: AppConfig) -> None:
 async def _serve(config: AppConfig) -> None:
     from bot.checks.exposure import ApiExposureError
     from bot.fleet.bot_identity import OtherBot
+    from bot.fleet.settings import FleetNeedsPostgres
     from bot.fleet.single_sqlite import SqliteInUse
     from bot.serve import serve
 
     try:
         await serve(config)
     except ApiExposureError as exc:
+        raise SystemExit(f"chathub: configuration error: {exc}") from None
+    except FleetNeedsPostgres as exc:
         raise SystemExit(f"chathub: configuration error: {exc}") from None
     except (SqliteInUse, OtherBot) as exc:  # a sentence each, naming no secret
         raise SystemExit(f"chathub: {exc}") from None

@@ -30,6 +30,8 @@ import sqlalchemy as sa
 from bot.checks.exposure import check_api_exposure
 from bot.checks.result import Check
 from bot.fleet.bot_identity import OtherBot, check_bot_identity, is_bot_token
+from bot.fleet.receiver import ReceiverElection, process_identity
+from bot.fleet.settings import check_fleet_database
 from bot.fleet.single_sqlite import ServeLock, hold_serve_lock
 from bot.schema import LAYERS
 from bot.settings import service_settings
@@ -47,9 +49,12 @@ from engine.config import AppConfig
 from engine.core import Engine
 from engine.hub import ChatHub
 from engine.hub.hub import SourceEvents
+from engine.hub.ownership import FleetConfig
 from engine.llm.registry import ModelRegistry
 from engine.session.protocols import ApprovalPolicy
 from engine.store import Store
+from engine.store.leases import Leases
+from engine.store.notify import Notifier, notifier_for
 from engine.store.schema import utcnow
 from engine.tls import shared_tls_context
 from memory.embedder import EmbedderLimits
@@ -73,6 +78,19 @@ if TYPE_CHECKING:
     from bot.http.web import Deliveries
 
 log = logging.getLogger(__name__)
+
+#: In a fleet, a reply recorded this long ago and still unsent was its process's last act.
+OUTBOX_GRACE_S = 60.0
+
+
+async def _recover_outbox_forever(outbound: Outbound) -> None:
+    while True:
+        await asyncio.sleep(OUTBOX_GRACE_S / 2)
+        try:
+            await outbound.recover(grace_s=OUTBOX_GRACE_S)
+        except Exception:  # the database is away: the next round
+            log.warning("recovering the fleet's unsent replies failed", exc_info=True)
+
 
 SHUTDOWN_S = 10.0
 #: getUpdates failures back off to at most this: polling resumes within seconds of a
@@ -109,6 +127,10 @@ class Service:
     console_resuming: bool = False
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     _server: uvicorn.Server | None = None
+    #: In a fleet (``CHATHUB_FLEET``): this process's id, its notifier, its receiver.
+    process_id: str | None = None
+    notifier: Notifier | None = None
+    receiver: ReceiverElection | None = None
     _checks_http: httpx.AsyncClient | None = None
     _serve_lock: ServeLock | None = None
 
@@ -125,6 +147,8 @@ class Service:
         settings = service_settings(self.config)
         if self.http:  # refuse before anything starts: an open API needs a token
             check_api_exposure(settings.http_host, settings.chathub_api_token)
+        if settings.chathub_fleet:  # refused before anything starts, as the API's exposure
+            check_fleet_database(settings.database_url)
         # SQLite serves one process: a second serve on the file is refused (SqliteInUse).
         self._serve_lock = hold_serve_lock(settings.database_url)
         self.engine = engine = await open_engine(
@@ -140,8 +164,20 @@ class Service:
                 self.engine = None
                 raise
         owner = settings.telegram_owner_id
+        fleet = None
+        if settings.chathub_fleet:
+            self.process_id = settings.chathub_process_id or process_identity()
+            self.notifier = notifier_for(settings.database_url, self.process_id)
+            await self.notifier.start()
+            ttl = settings.chathub_fleet_lease_seconds
+            fleet = FleetConfig(self.process_id, lease_ttl_s=ttl, scan_interval_s=min(2.0, ttl / 4))
+            log.info("fleet member %s (leases of %.0f s)", self.process_id, ttl)
         self.hub = hub = ChatHub(
-            engine, self.config.hub, default_home=f"telegram:{owner}" if owner else "console"
+            engine,
+            self.config.hub,
+            default_home=f"telegram:{owner}" if owner else "console",
+            fleet=fleet,
+            notifier=self.notifier,
         )
         self.scheduler = scheduler = Scheduler(
             engine,
@@ -203,12 +239,15 @@ class Service:
                     owner_id=owner,
                     workspace=engine.workspace.root,
                     streaming=settings.telegram_streaming,
+                    outbox_recovery_grace_s=OUTBOX_GRACE_S if fleet else 0.0,
                 ),
                 jobs=JobsPanel(scheduler),
                 memory=self.memory,
             )
             await adapter.start()  # no Telegram call: subscribed before the hub recovers
             self._spawn(Redelivery(outbound, store).run(), "tg-redelivery")
+            if fleet is not None:  # a dead process's unsent replies: due once they are old
+                self._spawn(_recover_outbox_forever(outbound), "tg-fleet-outbox")
             startup = TelegramStartup(api, health)
             receive: Callable[[], Awaitable[None]]
             if settings.telegram_webhook_url:
@@ -227,6 +266,11 @@ class Service:
                     api, store, adapter, health=health, max_backoff_s=POLL_MAX_BACKOFF_S
                 )
                 receive = poller.run
+                if fleet is not None:  # one process of the fleet polls: the lease's holder
+                    self.receiver = ReceiverElection(
+                        Leases(engine.store.db), fleet.owner, poller.run
+                    )
+                    receive = self.receiver.run
             self._spawn(self._reach_telegram(startup, adapter, receive), "tg-startup")
         if self.console and self.api is None:
             from bot.terminal import SOURCE, console_interrupted
@@ -326,6 +370,8 @@ class Service:
         if self.memory is not None:
             await self.memory.close()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.notifier is not None:
+            await self.notifier.close()
         if self.api is not None:
             await self.api.close()
         if self._checks_http is not None:

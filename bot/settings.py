@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.fleet.settings import FleetSettings
 from bot.http.settings import HttpSettings
 from bot.telegram.settings import TelegramSettings
 from engine.config import SETTINGS_CONFIG, AppConfig, EngineSettings, read_settings
@@ -19,7 +20,14 @@ from scheduler.settings import SchedulerSettings
 __all__ = ["Settings", "load_config", "load_settings", "service_settings"]
 
 
-class Settings(TelegramSettings, HttpSettings, SchedulerSettings, MemorySettings, EngineSettings):
+class Settings(
+    TelegramSettings,
+    HttpSettings,
+    SchedulerSettings,
+    MemorySettings,
+    FleetSettings,
+    EngineSettings,
+):
     """Every variable of DESIGN §8."""
 
     model_config = SETTINGS_CONFIG

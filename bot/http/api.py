@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from bot.fleet.receiver import RECEIVER_LEASE
 from bot.http.health_details import HealthDetails
 from bot.http.memory_pages import (
     FactDeleted,
@@ -37,7 +38,7 @@ from bot.http.memory_pages import (
     hit_json,
     person_json,
 )
-from bot.http.metrics import CONTENT_TYPE, read_snapshot, render
+from bot.http.metrics import CONTENT_TYPE, FleetStats, read_snapshot, render
 from bot.http.models import (
     MAX_BODY_BYTES,
     MAX_ID,
@@ -70,6 +71,7 @@ from bot.http.operations import OperationError, Operations
 from bot.http.signins import LoginThrottle
 from bot.telegram.outbound import OutboundStats
 from engine.store.inbox import InboxItem
+from engine.store.leases import Leases
 from engine.store.schema import utcnow
 from memory.facts import FactError
 from memory.service import MemoryService
@@ -433,6 +435,16 @@ class ApiRoutes:
         snapshot.approvals_pending = len(await self.ops.approvals())
         snapshot.clarifications_pending = len(await self.ops.questions())
         snapshot.telegram = self._telegram
+        hub = self.ops.hub
+        if hub is not None and hub.fleet is not None:
+            fleet = hub.fleet
+            holder = await Leases(self.engine.store.db).holder(RECEIVER_LEASE)
+            snapshot.fleet = FleetStats(
+                process_id=fleet.ownership.owner,
+                owned_sources=len(fleet.ownership.owned()),
+                takeovers=fleet.takeovers,
+                receiver=None if holder is None else holder.owner,
+            )
         return Response(render(snapshot), media_type=CONTENT_TYPE)
 
     async def openapi(self, request: Request) -> Response:

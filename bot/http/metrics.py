@@ -21,7 +21,14 @@ from engine.store.schema import chat_history as h
 from engine.store.schema import chat_llm_tools as t
 from scheduler.store import run_counts
 
-__all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS_S", "MetricsSnapshot", "read_snapshot", "render"]
+__all__ = [
+    "CONTENT_TYPE",
+    "LATENCY_BUCKETS_S",
+    "FleetStats",
+    "MetricsSnapshot",
+    "read_snapshot",
+    "render",
+]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -36,6 +43,17 @@ class ModelCalls:
     output_tokens: int
 
 
+@dataclass(frozen=True, slots=True)
+class FleetStats:
+    """This process's part in a fleet (``CHATHUB_FLEET``)."""
+
+    process_id: str
+    owned_sources: int
+    takeovers: int
+    #: The process holding the Telegram receiver's lease (polling), if any.
+    receiver: str | None
+
+
 @dataclass(slots=True)
 class MetricsSnapshot:
     turns: int = 0
@@ -46,6 +64,7 @@ class MetricsSnapshot:
     clarifications_pending: int = 0
     telegram: OutboundStats | None = None
     deliveries: DeliverySummary | None = None
+    fleet: FleetStats | None = None
 
 
 def read_snapshot(conn: Connection) -> MetricsSnapshot:

@@ -13,7 +13,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-from bot.http.metrics import LATENCY_BUCKETS_S, MetricsSnapshot
+from bot.http.metrics import LATENCY_BUCKETS_S, FleetStats, MetricsSnapshot
 from bot.telegram.outbound import OutboundStats
 from bot.telegram.store import DeliverySummary
 
@@ -58,6 +58,8 @@ class _Collector:
         yield from self._models()
         if s.telegram is not None:
             yield from _telegram(s.telegram)
+        if s.fleet is not None:
+            yield from _fleet(s.fleet)
         if s.deliveries is not None:
             yield from _deliveries(s.deliveries)
 
@@ -147,3 +149,27 @@ def _deliveries(summary: DeliverySummary) -> Iterator[Metric]:
             "When the oldest delivery still waiting for a retry was recorded (Unix time).",
             value=summary.oldest_waiting_at.timestamp(),
         )
+
+
+def _fleet(fleet: FleetStats) -> Iterator[Metric]:
+    labels = ["process"]
+    owned = GaugeMetricFamily(
+        "chathub_fleet_owned_sources", "Chats this process holds the lease of.", labels=labels
+    )
+    owned.add_metric([fleet.process_id], fleet.owned_sources)
+    yield owned
+    takeovers = CounterMetricFamily(
+        "chathub_fleet_takeovers",
+        "Chats this process took with work nobody held (a dead process's, or unclaimed).",
+        labels=labels,
+    )
+    takeovers.add_metric([fleet.process_id], fleet.takeovers)
+    yield takeovers
+    receiver = GaugeMetricFamily(
+        "chathub_fleet_receiver",
+        "1 for the process holding the Telegram receiver's lease (polling).",
+        labels=["receiver"],
+    )
+    if fleet.receiver is not None:
+        receiver.add_metric([fleet.receiver], 1)
+    yield receiver

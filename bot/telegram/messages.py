@@ -22,7 +22,7 @@ from bot.telegram.chat_cards import ChatCards
 from bot.telegram.delivery import TelegramSender
 from bot.telegram.downloads import Downloads
 from bot.telegram.progress import ChatActivity
-from bot.telegram.store import CardRow, mark_handled_in
+from bot.telegram.store import CardRow, UpdateAlreadyHandled, mark_handled_in
 from bot.telegram.updates import Message
 from engine.hub import ChatHub, HubError, SendOptions
 from engine.store.inbox import SENDER_KEY, InboxError
@@ -127,6 +127,9 @@ class MessageHandler:
         except HubError as exc:
             await say(m.chat_id, m.thread_id, f"⚠️ {exc}")
             return False
+        except UpdateAlreadyHandled:  # another poller of the fleet handed it over too
+            log.info("update %s was handled already; not queued again", update_id)
+            return True
         self._activity.start_typing(m.source)
         return True
 

@@ -275,13 +275,16 @@ class Outbound:
             await self.deliver_row(row)
         return len(rows)
 
-    async def recover(self) -> int:
+    async def recover(self, *, grace_s: float = 0.0) -> int:
         """At start, before anything new is recorded: every pending delivery is due now.
 
         ``Redelivery`` sends them (recorded by a process that died before sending, or
-        postponed); returns how many.
+        postponed); returns how many. ``grace_s`` (a fleet, where other processes record and
+        send meanwhile): only rows recorded at least that long ago.
         """
-        count = await self.store.recover_outbox(self._now())
+        now = self._now()
+        before = now - timedelta(seconds=grace_s) if grace_s > 0 else None
+        count = await self.store.recover_outbox(now, recorded_before=before)
         if count:
             self.postponed.set()
         return count

@@ -225,10 +225,15 @@ class TelegramStore:
         if outbox_ids:
             await self._db.run(_reschedule, list(outbox_ids), next_attempt_at)
 
-    async def recover_outbox(self, now: datetime) -> int:
+    async def recover_outbox(
+        self, now: datetime, *, recorded_before: datetime | None = None
+    ) -> int:
         """At start: every pending delivery is due now (unsent by a process that died,
-        postponed, or claimed by a retry that never finished); returns how many."""
-        return await self._db.run(_recover_outbox, now)
+        postponed, or claimed by a retry that never finished); returns how many.
+
+        ``recorded_before`` (a fleet): only rows recorded before it, so a row another live
+        process is sending this moment is left to that process."""
+        return await self._db.run(_recover_outbox, now, recorded_before)
 
     async def claim_due(
         self, now: datetime, lease_until: datetime, limit: int = 50
@@ -303,9 +308,26 @@ def enqueue_in(conn: Connection, chat_id: int, dedupe_key: str, payload: Json) -
     return _enqueue(conn, chat_id, dedupe_key, payload)
 
 
+class UpdateAlreadyHandled(Exception):
+    """The update was handled before (by another process's overlapping poller, in a
+    fleet): the unit of work that would handle it again rolls back."""
+
+
 def mark_handled_in(conn: Connection, update_id: int) -> None:
-    """Mark an update handled inside another unit of work (the hub's queue push)."""
-    _mark_handled(conn, update_id)
+    """Mark an update handled inside another unit of work (the hub's queue push); raises
+    ``UpdateAlreadyHandled`` when it already was, so one update makes one message."""
+    t = telegram_updates
+    marked = conn.execute(
+        t.update()
+        .where(t.c.update_id == update_id, t.c.handled_at.is_(None))
+        .values(handled_at=utcnow())
+    ).rowcount
+    if (
+        marked == 0
+        and conn.execute(sa.select(t.c.update_id).where(t.c.update_id == update_id)).first()
+        is not None
+    ):
+        raise UpdateAlreadyHandled(update_id)
 
 
 @quick_unit
@@ -493,9 +515,11 @@ def _reschedule(conn: Connection, outbox_ids: list[int], next_attempt_at: dateti
     )
 
 
-def _recover_outbox(conn: Connection, now: datetime) -> int:
+def _recover_outbox(conn: Connection, now: datetime, recorded_before: datetime | None) -> int:
     o = telegram_outbox
     due = sa.or_(o.c.next_attempt_at.is_(None), o.c.next_attempt_at > now)
+    if recorded_before is not None:
+        due = sa.and_(due, o.c.created_at < recorded_before)
     result = conn.execute(
         o.update().where(o.c.status == "pending", due).values(next_attempt_at=now)
     )
