@@ -223,6 +223,31 @@ def test_nginx_fails_over_on_errors_timeouts_502_and_503_and_retries_the_webhook
     assert "non_idempotent" in webhook.group(1), "a POSTed update may go to a second process"
 
 
+def _seconds(value: str) -> float:
+    number, unit = re.fullmatch(r"(\d+)(ms|s|m|h)?", value).groups()
+    return int(number) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[unit]
+
+
+def _directive(block: str, name: str) -> str | None:
+    found = re.findall(rf"^\s*{name}\s+([^;]+);", block, re.M)
+    return found[-1] if found else None
+
+
+def test_a_frozen_process_times_out_in_time_for_the_request_to_go_elsewhere() -> None:
+    # A SIGSTOPped process accepts and never answers: only the read timeout ends the wait,
+    # and nginx retries only while proxy_next_upstream_timeout has not run out.
+    text = uncommented(NGINX_CONF.read_text())
+    server_level = re.sub(r"location[^{]*\{.*?\}", "", text, flags=re.S)
+    limit = _seconds(_directive(server_level, "proxy_next_upstream_timeout") or "0")
+    read = _seconds(_directive(server_level, "proxy_read_timeout") or "60s")
+    webhook = re.search(r"location\s*=\s*/telegram/webhook\s*\{(.*?)\}", text, re.S).group(1)
+    webhook_read = _seconds(_directive(webhook, "proxy_read_timeout") or str(read))
+    if limit:  # 0: no limit
+        assert read < limit, "a request to a frozen process would end as a 504"
+        assert webhook_read < limit
+    assert webhook_read <= 10, "Telegram waits for the webhook's answer; it must move on soon"
+
+
 def test_nginx_gets_its_config_from_deploy() -> None:
     nginx = services()["nginx"]
     assert "./deploy/nginx.conf:/etc/nginx/conf.d/default.conf:ro" in nginx["volumes"]
