@@ -17,6 +17,7 @@ import contextlib
 import gc
 import importlib
 import logging
+import secrets
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -49,7 +50,7 @@ from engine.config import AppConfig
 from engine.core import Engine
 from engine.hub import ChatHub
 from engine.hub.hub import SourceEvents
-from engine.hub.ownership import FleetConfig
+from engine.hub.ownership import PROCESS_LEASE_PREFIX, FleetConfig
 from engine.llm.registry import ModelRegistry
 from engine.session.protocols import ApprovalPolicy
 from engine.store import Store
@@ -79,17 +80,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: In a fleet, a reply recorded this long ago and still unsent was its process's last act.
-OUTBOX_GRACE_S = 60.0
 
-
-async def _recover_outbox_forever(outbound: Outbound) -> None:
+async def _recover_orphans_forever(outbound: Outbound, leases: Leases, every_s: float) -> None:
+    """A fleet's: replies a dead process recorded and never sent are due (its membership
+    lease expired); a live process's in-flight replies stay its own."""
     while True:
-        await asyncio.sleep(OUTBOX_GRACE_S / 2)
         try:
-            await outbound.recover(grace_s=OUTBOX_GRACE_S)
+            live = {lease.owner for lease in await leases.live(PROCESS_LEASE_PREFIX)}
+            await outbound.recover_orphans(live)
         except Exception:  # the database is away: the next round
             log.warning("recovering the fleet's unsent replies failed", exc_info=True)
+        await asyncio.sleep(every_s)
 
 
 SHUTDOWN_S = 10.0
@@ -166,7 +167,10 @@ class Service:
         owner = settings.telegram_owner_id
         fleet = None
         if settings.chathub_fleet:
-            self.process_id = settings.chathub_process_id or process_identity()
+            # Unique per start, so a restarted process never holds its predecessor's leases
+            # as its own (CHATHUB_PROCESS_ID names it; the suffix tells the starts apart).
+            name = settings.chathub_process_id
+            self.process_id = f"{name}:{secrets.token_hex(3)}" if name else process_identity()
             self.notifier = notifier_for(settings.database_url, self.process_id)
             await self.notifier.start()
             ttl = settings.chathub_fleet_lease_seconds
@@ -224,7 +228,7 @@ class Service:
         self.refused = asyncio.get_running_loop().create_future()
         if self.api is not None:
             api = self.api
-            store = TelegramStore(engine.store.db)
+            store = TelegramStore(engine.store.db, process_id=self.process_id)
             deliveries = store.delivery_summary
             self.telegram_health = health = TelegramHealth()
             pacing = self.pacing or Pacing.from_settings(settings)
@@ -239,7 +243,7 @@ class Service:
                     owner_id=owner,
                     workspace=engine.workspace.root,
                     streaming=settings.telegram_streaming,
-                    outbox_recovery_grace_s=OUTBOX_GRACE_S if fleet else 0.0,
+                    recover_outbox_at_start=fleet is None,
                 ),
                 jobs=JobsPanel(scheduler),
                 memory=self.memory,
@@ -247,7 +251,10 @@ class Service:
             await adapter.start()  # no Telegram call: subscribed before the hub recovers
             self._spawn(Redelivery(outbound, store).run(), "tg-redelivery")
             if fleet is not None:  # a dead process's unsent replies: due once they are old
-                self._spawn(_recover_outbox_forever(outbound), "tg-fleet-outbox")
+                orphans = _recover_orphans_forever(
+                    outbound, Leases(engine.store.db), fleet.scan_interval_s
+                )
+                self._spawn(orphans, "tg-fleet-outbox")
             startup = TelegramStartup(api, health)
             receive: Callable[[], Awaitable[None]]
             if settings.telegram_webhook_url:

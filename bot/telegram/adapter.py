@@ -131,7 +131,8 @@ class TelegramAdapter:
         await self.access.load()
         await self.cards.load()
         self._background.spawn(self._events.pump(self.hub.events(), self._outgoing.submit))
-        await self.outbound.recover(grace_s=self.config.outbox_recovery_grace_s)
+        if self.config.recover_outbox_at_start:
+            await self.outbound.recover()
         finals = await self.store.undelivered_finals()
 
         async def deliver_finals() -> None:

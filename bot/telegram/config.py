@@ -27,7 +27,7 @@ class TelegramConfig:
     #: Show the answer while it is written: a draft in private chats, an edited message
     #: in groups (``TELEGRAM_STREAMING``).
     streaming: bool = False
-    #: In a fleet: outbox rows are recovered only once this old (another live process may
-    #: be sending a younger one); 0: every pending row at start (one process).
-    outbox_recovery_grace_s: float = 0.0
+    #: One process: every pending outbox row is due at start. A fleet (False): only those
+    #: of dead processes, found by the fleet's own loop (another live one may be sending).
+    recover_outbox_at_start: bool = True
     stream_interval_s: float = 1.0

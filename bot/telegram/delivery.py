@@ -45,7 +45,7 @@ class TelegramSender:
     ) -> list[OutboxRow]:
         chat_id = parse_source(source)[0]
         rows = [
-            enqueue_in(conn, chat_id, f"{key}:{index}", payload)
+            enqueue_in(conn, chat_id, f"{key}:{index}", payload, self.outbound.store.process_id)
             for index, payload in enumerate(prepared)
         ]
         return [row for row in rows if row is not None]

@@ -21,7 +21,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -275,16 +275,20 @@ class Outbound:
             await self.deliver_row(row)
         return len(rows)
 
-    async def recover(self, *, grace_s: float = 0.0) -> int:
+    async def recover(self) -> int:
         """At start, before anything new is recorded: every pending delivery is due now.
 
         ``Redelivery`` sends them (recorded by a process that died before sending, or
-        postponed); returns how many. ``grace_s`` (a fleet, where other processes record and
-        send meanwhile): only rows recorded at least that long ago.
+        postponed); returns how many.
         """
-        now = self._now()
-        before = now - timedelta(seconds=grace_s) if grace_s > 0 else None
-        count = await self.store.recover_outbox(now, recorded_before=before)
+        count = await self.store.recover_outbox(self._now())
+        if count:
+            self.postponed.set()
+        return count
+
+    async def recover_orphans(self, live: Collection[str]) -> int:
+        """A fleet's: what processes not in ``live`` recorded and never sent is due now."""
+        count = await self.store.recover_orphans(self._now(), live)
         if count:
             self.postponed.set()
         return count

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -109,8 +109,10 @@ class DeliverySummary:
 
 
 class TelegramStore:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, process_id: str | None = None) -> None:
+        """``process_id``: a fleet's process, recorded with each outbox row it writes."""
         self._db = db
+        self.process_id = process_id
 
     # -- updates -------------------------------------------------------------------------
 
@@ -187,7 +189,7 @@ class TelegramStore:
 
     async def enqueue(self, chat_id: int, dedupe_key: str, payload: Json) -> OutboxRow | None:
         """Record a message to deliver; ``None`` when that key was enqueued before."""
-        return await self._db.run(_enqueue, chat_id, dedupe_key, payload)
+        return await self._db.run(_enqueue, chat_id, dedupe_key, payload, self.process_id)
 
     async def has_key(self, dedupe_key: str) -> bool:
         return await self._db.run(_has_key, dedupe_key)
@@ -225,15 +227,15 @@ class TelegramStore:
         if outbox_ids:
             await self._db.run(_reschedule, list(outbox_ids), next_attempt_at)
 
-    async def recover_outbox(
-        self, now: datetime, *, recorded_before: datetime | None = None
-    ) -> int:
+    async def recover_outbox(self, now: datetime) -> int:
         """At start: every pending delivery is due now (unsent by a process that died,
-        postponed, or claimed by a retry that never finished); returns how many.
+        postponed, or claimed by a retry that never finished); returns how many."""
+        return await self._db.run(_recover_outbox, now)
 
-        ``recorded_before`` (a fleet): only rows recorded before it, so a row another live
-        process is sending this moment is left to that process."""
-        return await self._db.run(_recover_outbox, now, recorded_before)
+    async def recover_orphans(self, now: datetime, live: Collection[str]) -> int:
+        """A fleet's: the rows being sent by a process not in ``live`` (it died before it
+        sent them) are due now; another live process's in-flight rows stay its own."""
+        return await self._db.run(_recover_orphans, now, list(live))
 
     async def claim_due(
         self, now: datetime, lease_until: datetime, limit: int = 50
@@ -303,9 +305,15 @@ async def _committed() -> None:
     return None
 
 
-def enqueue_in(conn: Connection, chat_id: int, dedupe_key: str, payload: Json) -> OutboxRow | None:
+def enqueue_in(
+    conn: Connection,
+    chat_id: int,
+    dedupe_key: str,
+    payload: Json,
+    recorded_by: str | None = None,
+) -> OutboxRow | None:
     """Record a message to deliver inside another unit of work (the answer's own)."""
-    return _enqueue(conn, chat_id, dedupe_key, payload)
+    return _enqueue(conn, chat_id, dedupe_key, payload, recorded_by)
 
 
 class UpdateAlreadyHandled(Exception):
@@ -465,12 +473,19 @@ _ENQUEUE = PerDialect(
 
 
 @quick_unit
-def _enqueue(conn: Connection, chat_id: int, dedupe_key: str, payload: Json) -> OutboxRow | None:
+def _enqueue(
+    conn: Connection,
+    chat_id: int,
+    dedupe_key: str,
+    payload: Json,
+    recorded_by: str | None = None,
+) -> OutboxRow | None:
     values = {
         "chat_id": chat_id,
         "dedupe_key": dedupe_key,
         "payload": payload,
         "created_at": utcnow(),
+        "recorded_by": recorded_by,
     }
     new_id = _ENQUEUE[conn.dialect.name].execute(conn, values).primary_key
     if new_id is None:
@@ -515,15 +530,23 @@ def _reschedule(conn: Connection, outbox_ids: list[int], next_attempt_at: dateti
     )
 
 
-def _recover_outbox(conn: Connection, now: datetime, recorded_before: datetime | None) -> int:
+def _recover_outbox(conn: Connection, now: datetime) -> int:
     o = telegram_outbox
     due = sa.or_(o.c.next_attempt_at.is_(None), o.c.next_attempt_at > now)
-    if recorded_before is not None:
-        due = sa.and_(due, o.c.created_at < recorded_before)
     result = conn.execute(
         o.update().where(o.c.status == "pending", due).values(next_attempt_at=now)
     )
     return result.rowcount
+
+
+def _recover_orphans(conn: Connection, now: datetime, live: list[str]) -> int:
+    o = telegram_outbox
+    orphaned = sa.and_(
+        o.c.status == "pending",
+        o.c.next_attempt_at.is_(None),  # in flight (a postponed row has its schedule)
+        sa.or_(o.c.recorded_by.is_(None), o.c.recorded_by.not_in(live)),
+    )
+    return conn.execute(o.update().where(orphaned).values(next_attempt_at=now)).rowcount
 
 
 def _claim_due(

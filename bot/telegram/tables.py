@@ -84,6 +84,8 @@ telegram_outbox = Table(
     # process that recorded the row is sending it.
     Column("next_attempt_at", UtcDateTime),
     Column("last_attempt_at", UtcDateTime),
+    # v0017: the fleet process that recorded it (NULL: one process, or before 0017).
+    Column("recorded_by", String(200)),
     Index("ix_tg_outbox_status", "status", "id"),
     Index("ix_tg_outbox_due", "status", "next_attempt_at"),
 )

@@ -105,9 +105,9 @@ class FleetWork:
             also=also,
         )
         if owned and self.ownership.owns(source):
-            state.inbox.seen.add(row.id)
-            state.inbox.push(text, options, row.id)
-            self._consumer.ensure(state)
+            # Through the queue, not straight into the inbox: rows other processes queued
+            # for this source before it became ours come first (the chat's order).
+            await self.pull(source)
         else:  # its owner, or the member it goes to, pulls it (any scan, if nobody does)
             await self._tell(WORK_CHANNEL, source, to=chosen)
         return row.id
@@ -120,6 +120,11 @@ class FleetWork:
             return False
         if not held:
             self._sources.forget(source)
+            # A turn the last owner left cut goes first, as after a restart: a new turn
+            # would take its unanswered message for an orphan and drop it.
+            state = await self._sources.state(source)
+            if state.is_idle and await self._engine.store.sessions.interrupted(state.session_id):
+                state.resume_first = True
         return True
 
     async def pull(self, source: str) -> int:
@@ -177,7 +182,7 @@ class FleetWork:
         unowned = await self._engine.store.db.run(_unowned_work, interrupted)
         waited, self._unowned_before = self._unowned_before, {source for source, _ in unowned}
         taken = 0
-        for source, session_id in unowned:
+        for source, _session in unowned:
             # Its member's to take; anyone's once it has waited a whole scan for it.
             if (
                 pick(source, self.ownership.members) != self.ownership.owner
@@ -187,9 +192,7 @@ class FleetWork:
             if not await self.claim(source):
                 continue
             taken += 1
-            state = await self._sources.state(source)
-            if session_id is not None and session_id in interrupted and state.is_idle:
-                state.resume_first = True
+            state = await self._sources.state(source)  # claim set it to resume, if cut
             if await self.pull(source) == 0 and state.resume_first:
                 self._consumer.ensure(state)
             elif state.is_idle:

