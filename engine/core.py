@@ -198,14 +198,16 @@ class Engine:
         decider: Decider,
         session_id: int | None = None,
         emit: EmitFn | None = None,
+        resume: bool = True,
     ) -> Decided:
-        """Approve a pending call, live or persisted before a restart (then its turn resumes).
+        """Approve a pending call, live or persisted before a restart (then its turn resumes,
+        unless ``resume`` is off: a fleet resumes it where the session is owned).
 
         ``NotPermitted`` when ``decider`` may not decide it under ``APPROVERS``."""
         resolution = await self.approvals.approve(
             tool_call_id, bypass, decider=decider, session_id=session_id
         )
-        return self._after_decision(resolution, emit)
+        return self._after_decision(resolution, emit, resume)
 
     async def reject(
         self,
@@ -215,11 +217,12 @@ class Engine:
         decider: Decider,
         session_id: int | None = None,
         emit: EmitFn | None = None,
+        resume: bool = True,
     ) -> Decided:
         resolution = await self.approvals.reject(
             tool_call_id, note, decider=decider, session_id=session_id
         )
-        return self._after_decision(resolution, emit)
+        return self._after_decision(resolution, emit, resume)
 
     async def resolve_question(
         self,
@@ -267,8 +270,14 @@ class Engine:
         await self.models.aclose()
         await self.store.close()
 
-    def _after_decision(self, resolution: Resolution, emit: EmitFn | None) -> Decided:
-        if resolution.live:
+    async def deliver_decided(self, tool_call_id: int) -> bool:
+        """A decision another process recorded: wake its call's waiter here, if it waits."""
+        return await self.approvals.deliver_decided(tool_call_id)
+
+    def _after_decision(
+        self, resolution: Resolution, emit: EmitFn | None, resume: bool = True
+    ) -> Decided:
+        if resolution.live or not resume:
             return Decided(resolution)
         task = asyncio.create_task(self.resume(resolution.session_id, emit=emit))
         self._background.add(task)

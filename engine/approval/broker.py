@@ -197,6 +197,14 @@ class ApprovalBroker:
     def _waiting(self, waiters: dict[int, _Waiter], call_id: int, session_id: int) -> _Registration:
         return _Registration(waiters, call_id, session_id)
 
+    async def deliver_decided(self, tool_call_id: int) -> bool:
+        """A decision recorded by another process (a fleet's): wake the call's waiter if it
+        waits here (True); the database has it either way."""
+        record = await self.inbox.get(tool_call_id)
+        if record is None or record.decision is None:
+            return False
+        return self._deliver(self._approvals, record, _verdict(record)).live
+
     @staticmethod
     def _deliver(
         waiters: dict[int, _Waiter], record: ApprovalRecord, verdict: Verdict

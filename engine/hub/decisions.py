@@ -7,6 +7,7 @@ from engine.approval.deciders import Decider
 from engine.config import HubConfig
 from engine.core import Decided, Engine
 from engine.hub.adapters import AdapterRegistry
+from engine.hub.fleet import FleetWork
 from engine.hub.protocols import Publish
 from engine.hub.sources import SourceRegistry
 from engine.hub.types import DecisionMade, SendOptions, check_text
@@ -27,7 +28,7 @@ class Decisions:
     """Records a human decision on the source's current session; the engine refuses a call
     of another session (``InboxError`` ``other_session``) and a decider who may not decide."""
 
-    __slots__ = ("_adapters", "_config", "_engine", "_publish", "_sources")
+    __slots__ = ("_adapters", "_config", "_engine", "_fleet", "_publish", "_sources")
 
     def __init__(
         self,
@@ -42,6 +43,11 @@ class Decisions:
         self._adapters = adapters
         self._publish = publish
         self._config = config
+        self._fleet: FleetWork | None = None
+
+    def join_fleet(self, fleet: FleetWork) -> None:
+        """A decision whose turn is not live here resumes where its source is owned."""
+        self._fleet = fleet
 
     async def approve(
         self,
@@ -64,7 +70,10 @@ class Decisions:
             decider=decider,
             session_id=state.session_id,
             emit=self._adapters.bridge(source, state.session_id),
+            resume=self._fleet is None,
         )
+        if self._fleet is not None and not decided.resolution.live:
+            await self._fleet.decided(source, tool_call_id)
         if by is not None:  # decided away from the chat: the source's cards close
             outcome = decision_outcome(bypass_secs, bypass_scope)
             self._publish(source, state.session_id, DecisionMade(tool_call_id, outcome, by))
@@ -80,7 +89,10 @@ class Decisions:
             decider=decider,
             session_id=state.session_id,
             emit=self._adapters.bridge(source, state.session_id),
+            resume=self._fleet is None,
         )
+        if self._fleet is not None and not decided.resolution.live:
+            await self._fleet.decided(source, tool_call_id)
         if by is not None:
             self._publish(source, state.session_id, DecisionMade(tool_call_id, "reject", by, note))
         return decided

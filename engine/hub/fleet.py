@@ -41,12 +41,13 @@ from engine.store.leases import db_now_sql
 from engine.store.notify import Notice, Notifier, Resync
 from engine.store.schema import queued_messages, sources
 
-__all__ = ["STOP_CHANNEL", "WORK_CHANNEL", "FleetWork"]
+__all__ = ["DECISION_CHANNEL", "STOP_CHANNEL", "WORK_CHANNEL", "FleetWork"]
 
 log = logging.getLogger(__name__)
 
 WORK_CHANNEL = "chathub_work"
 STOP_CHANNEL = "chathub_stop"
+DECISION_CHANNEL = "chathub_decision"
 
 
 class FleetWork:
@@ -151,6 +152,18 @@ class FleetWork:
             self._consumer.ensure(state)
         return pulled
 
+    async def decided(self, source: str, tool_call_id: int) -> None:
+        """A decision recorded here for a call whose turn does not wait in this process:
+        resume the turn here if the source is ours (claimed now when free), else tell
+        its owner, whose waiting turn then reads the decision."""
+        if await self.claim(source):
+            state = await self._sources.state(source)
+            if not state.is_processing:
+                state.resume_first = True
+                self._consumer.ensure(state)
+            return
+        await self._tell(DECISION_CHANNEL, source, call=tool_call_id)
+
     async def stop_elsewhere(self, source: str) -> None:
         """``/stop`` of a source this process does not work: its owner stops the turn."""
         if not self.ownership.owns(source):
@@ -217,7 +230,7 @@ class FleetWork:
                 asyncio.create_task(self._scan_forever(), name="fleet:scan"),
             ]
             if self._notifier is not None:
-                stream = self._notifier.subscribe([WORK_CHANNEL, STOP_CHANNEL])
+                stream = self._notifier.subscribe([WORK_CHANNEL, STOP_CHANNEL, DECISION_CHANNEL])
                 stack.callback(stream.close)
                 await stream.ready()
                 tasks.append(asyncio.create_task(self._listen(stream), name="fleet:notices"))
@@ -264,6 +277,10 @@ class FleetWork:
             to = item.payload.get("to")
             if self.ownership.owns(source) or to == self.ownership.owner:
                 await self.pull(source)
+        elif item.channel == DECISION_CHANNEL and self.ownership.owns(source):
+            call = item.payload.get("call")
+            if isinstance(call, int) and not await self._engine.deliver_decided(call):
+                await self.decided(source, call)  # its turn does not wait here: resume it
         elif item.channel == STOP_CHANNEL and self.ownership.owns(source):
             state = self._sources.get(source)
             if state is not None:
@@ -271,12 +288,16 @@ class FleetWork:
                 if state.handler is not None:
                     state.handler.cancel()
 
-    async def _tell(self, channel: str, source: str, to: str | None = None) -> None:
+    async def _tell(
+        self, channel: str, source: str, to: str | None = None, call: int | None = None
+    ) -> None:
         if self._notifier is None:
             return  # the owner's next scan or pull finds it
         payload: dict[str, Any] = {"source": source}
         if to is not None:
             payload["to"] = to
+        if call is not None:
+            payload["call"] = call
         try:
             await self._notifier.publish(channel, payload)
         except Exception:

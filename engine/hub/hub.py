@@ -101,6 +101,7 @@ class ChatHub:
             )
             self._consumer.join_fleet(self.fleet)
             self._intake.join_fleet(self.fleet)
+            self._decisions.join_fleet(self.fleet)
 
     # -- life cycle ----------------------------------------------------------------------
 

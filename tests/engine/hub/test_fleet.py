@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from engine.approval.deciders import OPERATOR
 from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
 from engine.core import Engine
 from engine.hub import ChatHub
 from engine.hub.ownership import FleetConfig, lease_name, pick
 from engine.llm.registry import ModelRegistry
-from engine.llm.scripted import ScriptedModel
+from engine.llm.scripted import ScriptedModel, text, tool_call
 from engine.llm.types import LlmResponse
 from engine.session.gate import AllowAll
 from engine.store.fencing import Fenced, fenced
@@ -66,8 +67,16 @@ async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[s
 
 @contextlib.asynccontextmanager
 async def member(
-    url: str, tmp_path: Path, name: str, notifier: LocalNotifier | None, ttl: float = 10.0
+    url: str,
+    tmp_path: Path,
+    name: str,
+    notifier: LocalNotifier | None,
+    ttl: float = 10.0,
+    *,
+    rules: bool = False,
 ) -> AsyncIterator[Member]:
+    """A fleet member: its own engine and hub over ``url`` (``rules``: the default approval
+    rules, so ``execute_cmd`` asks; else every call runs)."""
     settings = load_settings(
         database_url=url,
         chathub_workspace=tmp_path / f"workspace-{name}",
@@ -76,7 +85,8 @@ async def member(
     )
     config = AppConfig(settings=settings, models=(), engine=EngineConfig(max_tool_rounds=2))
     model = Echo()
-    engine = await Engine.open(config, models=ModelRegistry([model]), policy=AllowAll())
+    policy = None if rules else AllowAll()
+    engine = await Engine.open(config, models=ModelRegistry([model]), policy=policy)
     fleet = FleetConfig(owner=name, lease_ttl_s=ttl, scan_interval_s=0.2)
     hub = ChatHub(engine, HubConfig(idle_evict_s=60), fleet=fleet, notifier=notifier)
     await hub.start()
@@ -99,7 +109,8 @@ def answers(conn: sa.Connection) -> dict[str, list[str]]:
     )
     out: dict[str, list[str]] = {}
     for source, content in rows:
-        out.setdefault(source, []).append(content)
+        if content:  # (a tool round's assistant row has none)
+            out.setdefault(source, []).append(content)
     return out
 
 
@@ -271,3 +282,76 @@ async def test_stop_reaches_the_process_running_the_turn(url: str, tmp_path: Pat
         a.model.gate.set()
         await asyncio.sleep(0.2)
         assert (await a.engine.store.db.run(answers)).get("telegram:3", []) == []
+
+
+async def pending_call(engine: Engine) -> int:
+    for _ in range(500):
+        if pending := await engine.pending_approvals():
+            return pending[0].tool_call_id
+        await asyncio.sleep(0.01)
+    raise AssertionError("no approval was asked for")
+
+
+def ran(workspace: Path) -> list[str]:
+    path = workspace / "runs.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def test_an_approval_pressed_on_another_process_wakes_the_waiting_turn(
+    url: str, tmp_path: Path
+) -> None:
+    notifier = LocalNotifier("shared")
+    async with (
+        member(url, tmp_path, "a", notifier, rules=True) as a,
+        member(url, tmp_path, "b", notifier, rules=True) as b,
+    ):
+        assert a.hub.fleet is not None
+        a.model.add(tool_call("execute_cmd", '{"command": "echo run >> runs.log"}', "c1"))
+        a.model.add(text("Ran it."))
+        await a.hub.fleet.ownership.claim("telegram:7")
+        await a.hub.send_message("telegram:7", "run it")
+        call = await pending_call(a.engine)
+        await b.hub.approve("telegram:7", call, decider=OPERATOR)  # the button, at b
+
+        async def answered() -> bool:
+            return (await a.engine.store.db.run(answers)).get("telegram:7") == ["Ran it."]
+
+        await until(answered)
+        assert ran(tmp_path / "workspace-a") == ["run"] and ran(tmp_path / "workspace-b") == []
+        assert b.model.calls == 0
+
+
+async def test_an_approval_card_of_a_dead_process_is_approved_and_runs_once_elsewhere(
+    url: str, tmp_path: Path
+) -> None:
+    async with member(url, tmp_path, "b", None, ttl=TTL, rules=True) as b:
+        settings = load_settings(
+            database_url=url,
+            chathub_workspace=tmp_path / "workspace-b",  # one workspace, as in compose.yaml
+            chathub_timezone="UTC",
+            _env_file=None,
+        )
+        dead = await Engine.open(
+            AppConfig(settings=settings, models=(), engine=EngineConfig(max_tool_rounds=2)),
+            models=ModelRegistry([(model := Echo())]),
+        )
+        model.add(tool_call("execute_cmd", '{"command": "echo run >> runs.log"}', "c1"))
+        hub = ChatHub(
+            dead, HubConfig(), fleet=FleetConfig(owner="a", lease_ttl_s=TTL, scan_interval_s=60)
+        )
+        assert hub.fleet is not None
+        await hub.fleet.ownership.claim("telegram:8")
+        await hub.send_message("telegram:8", "run it")
+        call = await pending_call(dead)
+        # "kill -9" of a: never renewed; b gets its (old) button once a's lease is gone.
+        await asyncio.sleep(TTL)
+        b.model.add(text("Ran it."))
+        await b.hub.approve("telegram:8", call, decider=OPERATOR)
+
+        async def answered() -> bool:
+            return (await b.engine.store.db.run(answers)).get("telegram:8") == ["Ran it."]
+
+        await until(answered)
+        assert ran(tmp_path / "workspace-b") == ["run"]  # once, by b
+        await hub.close()
+        await dead.close()
