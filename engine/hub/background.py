@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from engine.core import Engine
 from engine.hub.adapters import AdapterRegistry
+from engine.hub.fleet import FleetWork
 from engine.hub.home import HomeSource
 from engine.hub.protocols import MonotonicClock
 from engine.hub.sources import SourceRegistry, SourceState
@@ -22,6 +23,7 @@ from engine.hub.tasks import BackgroundTasks
 from engine.hub.types import Notification
 from engine.session.outcomes import Final
 from engine.session.protocols import EmitFn
+from engine.store.fencing import fenced
 
 __all__ = ["BackgroundDelivery"]
 
@@ -31,7 +33,7 @@ log = logging.getLogger(__name__)
 class BackgroundDelivery:
     """Delivers notification batches to their targets (or home) and injects tool results."""
 
-    __slots__ = ("_adapters", "_clock", "_engine", "_home", "_sources", "_tasks")
+    __slots__ = ("_adapters", "_clock", "_engine", "_fleet", "_home", "_sources", "_tasks")
 
     def __init__(
         self,
@@ -48,6 +50,11 @@ class BackgroundDelivery:
         self._home = home
         self._tasks = tasks
         self._clock = clock
+        self._fleet: FleetWork | None = None
+
+    def join_fleet(self, fleet: FleetWork) -> None:
+        """Deliver into a chat only while holding its lease, behind its fence."""
+        self._fleet = fleet
 
     async def deliver(self, batch: list[Notification]) -> None:
         """Group a batch by target (unknown targets go home) and deliver each group."""
@@ -71,6 +78,15 @@ class BackgroundDelivery:
             self._tasks.spawn(self._deliver_to(state, items))
 
     async def _deliver_to(self, state: SourceState, items: list[Notification]) -> None:
+        if self._fleet is not None:  # the chat's owner may be another process: wait for it
+            fence = await self._fleet.hold(state.name)
+            state = await self._sources.state(state.name)
+            with fenced(fence):
+                await self._deliver_here(state, items)
+            return
+        await self._deliver_here(state, items)
+
+    async def _deliver_here(self, state: SourceState, items: list[Notification]) -> None:
         handler = await self._sources.handler(state)
         defaults = self._adapters.defaults_for(state.name)
         payload = json.dumps([n.to_json() for n in items], ensure_ascii=False)
@@ -106,6 +122,22 @@ class BackgroundDelivery:
     ) -> None:
         """Bring a background result into a session's conversation and resume it; its events
         go to the session's source when that source still talks to it (else nowhere)."""
+        sessions = self._engine.store.sessions
+        session = await sessions.get(session_id)
+        if self._fleet is not None and session is not None:
+            with fenced(await self._fleet.hold(session.source)):
+                await self._inject_here(session_id, tool_name, payload, reasoning, on_stored)
+            return
+        await self._inject_here(session_id, tool_name, payload, reasoning, on_stored)
+
+    async def _inject_here(
+        self,
+        session_id: int,
+        tool_name: str,
+        payload: str,
+        reasoning: str,
+        on_stored: Callable[[], Awaitable[None]] | None,
+    ) -> None:
         sessions = self._engine.store.sessions
         session = await sessions.get(session_id)
         live = (

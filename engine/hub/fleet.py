@@ -128,6 +128,16 @@ class FleetWork:
                 state.resume_first = True
         return True
 
+    async def hold(self, source: str) -> Fence:
+        """Wait until ``source`` is ours (its owner lets it go when idle, or dies); its
+        fence. For work that reaches a chat from outside its queue (cron results,
+        background tasks)."""
+        while not await self.claim(source):
+            await self._sleep(self.ownership.config.scan_interval_s)
+        fence = self.ownership.fence(source)
+        assert fence is not None
+        return fence
+
     async def pull(self, source: str) -> int:
         """Take ``source``'s queued rows not seen here into its inbox, if the source is
         ours (claimed now when free); how many."""

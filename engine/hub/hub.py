@@ -102,6 +102,7 @@ class ChatHub:
             self._consumer.join_fleet(self.fleet)
             self._intake.join_fleet(self.fleet)
             self._decisions.join_fleet(self.fleet)
+            self._background.join_fleet(self.fleet)
 
     # -- life cycle ----------------------------------------------------------------------
 

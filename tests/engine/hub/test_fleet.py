@@ -18,6 +18,7 @@ from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
 from engine.core import Engine
 from engine.hub import ChatHub
 from engine.hub.ownership import FleetConfig, lease_name, pick
+from engine.hub.types import Notification
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel, text, tool_call
 from engine.llm.types import LlmResponse
@@ -355,3 +356,32 @@ async def test_an_approval_card_of_a_dead_process_is_approved_and_runs_once_else
         assert ran(tmp_path / "workspace-b") == ["run"]  # once, by b
         await hub.close()
         await dead.close()
+
+
+async def test_a_cron_result_for_a_chat_worked_elsewhere_waits_for_it_and_runs_behind_its_fence(
+    url: str, tmp_path: Path
+) -> None:
+    """A notification fired in b for a chat whose turn runs in a: b waits until a lets the
+    chat go, then delivers it there; one answer each, in order."""
+    notifier = LocalNotifier("shared")
+    async with member(url, tmp_path, "a", notifier) as a, member(url, tmp_path, "b", notifier) as b:
+        assert a.hub.fleet is not None and b.hub.fleet is not None
+        a.model.gate = asyncio.Event()
+        await a.hub.fleet.ownership.claim("telegram:4")
+        await a.hub.send_message("telegram:4", "first")
+        await asyncio.wait_for(a.model.started.wait(), 5)
+        b.model.add(text("Your report is ready."))
+        b.hub.notify(Notification("cron", "job_done", "report ready", target="telegram:4"))
+        await asyncio.sleep(0.5)
+        assert b.model.calls == 0  # it waits: the chat is a's
+        a.model.gate.set()
+
+        async def both() -> bool:
+            return len((await a.engine.store.db.run(answers)).get("telegram:4", [])) >= 2
+
+        await until(both)
+        assert (await a.engine.store.db.run(answers))["telegram:4"] == [
+            "echo: first",
+            "Your report is ready.",
+        ]
+        assert b.hub.fleet.owns("telegram:4")
