@@ -42,6 +42,9 @@ UnitOfWork = Callable[Concatenate[Connection, P], T]
 F = TypeVar("F", bound=Callable[..., Any])
 
 SQLITE_BUSY_TIMEOUT_MS = 5_000
+#: PostgreSQL: a unit whose connection dies before COMMIT runs again, this many times.
+DISCONNECT_RETRIES = 3
+DISCONNECT_BACKOFF_S = 0.2
 # Serialises concurrent migrators (several workers starting at once on PostgreSQL).
 _PG_MIGRATION_LOCK = 0x6368_6174_6875_62
 
@@ -273,13 +276,44 @@ class AsyncEngineDatabase:
 
     async def run(self, fn: UnitOfWork[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         fence = current_fence()
-        async with self._engine.begin() as conn:
-            if fence is not None:  # a fleet's turn: nothing commits once its lease is gone
-                return await conn.run_sync(_behind_fence, fence, fn, args, kwargs)
-            return await conn.run_sync(fn, *args, **kwargs)
+        for attempt in range(DISCONNECT_RETRIES + 1):
+            try:
+                async with self._engine.begin() as conn:
+                    try:
+                        if (
+                            fence is not None
+                        ):  # a fleet's turn: nothing commits once its lease is gone
+                            result = await conn.run_sync(_behind_fence, fence, fn, args, kwargs)
+                        else:
+                            result = await conn.run_sync(fn, *args, **kwargs)
+                    except sa.exc.DBAPIError as exc:
+                        # The connection died before COMMIT (a restarted server, a killed
+                        # backend): nothing of the unit committed, so it runs again on a new
+                        # one. A failure at COMMIT itself is never retried (it may have).
+                        if _lost_connection(exc) and attempt < DISCONNECT_RETRIES:
+                            await conn.invalidate()
+                            raise _Reconnect from exc
+                        raise
+                return result
+            except _Reconnect:
+                log.warning("the database connection was lost; running the unit again")
+                await asyncio.sleep(DISCONNECT_BACKOFF_S * (attempt + 1))
+        raise AssertionError("unreachable")
 
     async def close(self) -> None:
         await self._engine.dispose()
+
+
+def _lost_connection(exc: sa.exc.DBAPIError) -> bool:
+    """The unit's connection is gone: invalidated by SQLAlchemy, or asyncpg left it in a
+    state it cannot continue from after the server dropped it mid-statement."""
+    if exc.connection_invalidated:
+        return True
+    return "another operation" in str(exc.orig) and "in progress" in str(exc.orig)
+
+
+class _Reconnect(Exception):
+    """A unit of work lost its connection before committing: run it again."""
 
 
 def _behind_fence(

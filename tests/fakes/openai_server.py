@@ -69,6 +69,8 @@ class ScriptedReply:
     status: int = 200
     body: bytes = b""
     content_type: str = "application/json"
+    #: Seconds the server waits before answering (a slow model).
+    delay_s: float = 0.0
 
 
 class FakeOpenAIServer:
@@ -168,10 +170,12 @@ class FakeOpenAIServer:
         cost: float | None = None,
         finish_reason: str = "stop",
         model: str | None = None,
+        delay_s: float = 0.0,
     ) -> None:
         """An assistant text answer; ``usage`` is ``(prompt_tokens, completion_tokens)``.
 
-        ``reasoning_field="reasoning"`` sends reasoning the way some providers name it.
+        ``reasoning_field="reasoning"`` sends reasoning the way some providers name it;
+        ``delay_s``: answered that much later (real time: a slow model).
         """
         self.enqueue(
             ScriptedReply(
@@ -182,6 +186,7 @@ class FakeOpenAIServer:
                 usage=usage,
                 cost=cost,
                 finish_reason=finish_reason,
+                delay_s=delay_s,
             ),
             model=model,
         )
@@ -389,6 +394,8 @@ class FakeOpenAIServer:
             await release.wait()
             return _error(503, "hang released")
         completion_id = f"chatcmpl-fake-{serial}"
+        if reply.delay_s > 0:
+            await asyncio.sleep(reply.delay_s)
         if stream:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return _sse(_stream_completion(completion_id, str(model), reply, include_usage))

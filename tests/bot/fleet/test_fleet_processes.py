@@ -228,3 +228,72 @@ def test_every_message_is_answered_once_in_order_while_processes_are_killed(
         f"0 lost, {doubled} sent twice (killed between sending and recording it)"
     )
     assert sent == len(CHATS) * PER_CHAT
+
+
+def owner_of(fleet: Fleet, chat: int) -> str | None:
+    rows = fleet.psql(
+        f"SELECT owner FROM leases WHERE name = 'source:telegram:{chat}' "
+        "AND expires_at > extract(epoch from clock_timestamp())"
+    )
+    return rows[0][0] if rows else None
+
+
+@pytest.mark.timeout(120)
+def test_a_process_paused_past_its_lease_sends_no_second_reply(fleet: Fleet) -> None:
+    """SIGSTOP the process whose turn waits for a slow model, past its lease: another
+    process takes the chat over and answers; the paused one, continued, finds its lease
+    gone and its late answer rolls back."""
+    chat = CHATS[0]
+    for name in ("p1", "p2"):
+        fleet.start(name)
+    wait_for(lambda: fleet.telegram.calls_to("getUpdates"), within_s=30)
+    fleet.fake.reply_text("the paused process's late answer", delay_s=8.0)
+    fleet.telegram.user_message(chat, chat, "hello")
+    owner = wait_for(lambda: owner_of(fleet, chat), within_s=20)
+    paused = next(n for n, pid in fleet.ids.items() if owner.startswith(pid + ":"))
+    wait_for(lambda: len(fleet.fake.requests) >= 1, within_s=20)  # its model call is out
+    fleet.children[paused].send_signal(signal.SIGSTOP)
+    try:
+        # The lease (5 s) runs out; the other process resumes the turn (echo, at once).
+        wait_for(lambda: replies(fleet.telegram, chat), within_s=40)
+    finally:
+        fleet.children[paused].send_signal(signal.SIGCONT)
+    time.sleep(10.0)  # the late answer came back meanwhile: it must not reach the chat
+    texts = [m.text for m in fleet.telegram.messages(chat)]
+    assert replies(fleet.telegram, chat) == ["echo: hello"], texts
+    assert "the paused process's late answer" not in " ".join(t or "" for t in texts)
+    assert not [t for t in texts if (t or "").startswith("⚠️")], texts
+
+
+@pytest.mark.timeout(180)
+def test_every_process_reconnects_after_the_database_drops_all_connections(
+    fleet: Fleet,
+) -> None:
+    """PostgreSQL restarted, as the clients see it: every connection of the fleet's
+    database is terminated while messages arrive; nothing is lost."""
+    for name in ("p1", "p2", "p3"):
+        fleet.start(name)
+    wait_for(lambda: fleet.telegram.calls_to("getUpdates"), within_s=30)
+    chats = CHATS[:10]
+    for k in range(3):
+        for chat in chats:
+            fleet.telegram.user_message(chat, chat, f"chat {chat} message {k}")
+        time.sleep(0.5)
+        fleet.psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+    def all_answered() -> bool:
+        return all(len(set(answered(fleet.telegram, chat))) >= 3 for chat in chats)
+
+    try:
+        wait_for(all_answered, within_s=120)
+    except AssertionError:
+        print({chat: answered(fleet.telegram, chat) for chat in chats})
+        print(fleet.logs())
+        raise
+    for chat in chats:
+        expected = [f"chat {chat} message {k}" for k in range(3)]
+        assert list(dict.fromkeys(answered(fleet.telegram, chat))) == expected
+    assert all(child.poll() is None for child in fleet.children.values())  # none died
