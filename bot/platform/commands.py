@@ -123,7 +123,7 @@ async def _new(c: CommandContext) -> None:
 
 
 async def _stop(c: CommandContext) -> str:
-    busy = c.hub.is_processing(c.source)
+    busy = await c.hub.is_busy(c.source)  # here, or (a fleet) in the process working it
     dropped = await c.hub.cancel(c.source)
     return "⏹ Stopped." if busy or dropped else "Nothing to stop."
 

@@ -32,6 +32,7 @@ from sqlalchemy.engine import Connection
 
 from engine.core import Engine
 from engine.hub.consumer import InboxConsumer
+from engine.hub.inbox import queue_message
 from engine.hub.ownership import SOURCE_LEASE_PREFIX, SourceOwnership, pick
 from engine.hub.protocols import Sleep
 from engine.hub.sources import SourceRegistry, SourceState
@@ -96,15 +97,7 @@ class FleetWork:
         if not owned:
             self._sources.forget(source)  # its session as the database has it now
         state = await self._sources.state(source, agent_id=options.agent_id)
-        row = await self._engine.store.queue.push(
-            source,
-            state.session_id,
-            text,
-            is_synthetic=options.is_synthetic,
-            metadata=options.metadata,
-            options=options.to_json(),
-            also=also,
-        )
+        row = await queue_message(self._engine.store, source, state.session_id, text, options, also)
         if owned and self.ownership.owns(source):
             # Through the queue, not straight into the inbox: rows other processes queued
             # for this source before it became ours come first (the chat's order).
@@ -173,6 +166,12 @@ class FleetWork:
                 self._consumer.ensure(state)
             return
         await self._tell(DECISION_CHANNEL, source, call=tool_call_id)
+
+    async def worked_elsewhere(self, source: str) -> bool:
+        """Whether another live process holds ``source`` (its turn may run there)."""
+        if self.ownership.owns(source):
+            return False
+        return await self.ownership.holder(source) is not None
 
     async def stop_elsewhere(self, source: str) -> None:
         """``/stop`` of a source this process does not work: its owner stops the turn."""

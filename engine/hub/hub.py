@@ -221,6 +221,12 @@ class ChatHub:
         state = self._sources.get(source)
         return state is not None and state.is_processing
 
+    async def is_busy(self, source: str) -> bool:
+        """``is_processing``, or (in a fleet) another process holds the source."""
+        if self.is_processing(source):
+            return True
+        return self.fleet is not None and await self.fleet.worked_elsewhere(source)
+
     # -- human decisions -----------------------------------------------------------------
 
     async def approve(

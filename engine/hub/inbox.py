@@ -12,12 +12,17 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Connection
 
 from engine.hub.types import SendOptions
 from engine.session.protocols import QueuedMessage
 from engine.store.db import Database
+from engine.store.queue import QueuedRow
+
+if TYPE_CHECKING:
+    from engine.store import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +88,26 @@ class SourceInbox:
         self._pending.clear()
         self.epoch += 1
         return dropped
+
+
+async def queue_message(
+    store: Store,
+    source: str,
+    session_id: int,
+    text: str,
+    options: SendOptions,
+    also: Callable[[Connection], None] | None,
+) -> QueuedRow:
+    """Write an accepted message's ``queued_messages`` row (with ``also``, one commit)."""
+    return await store.queue.push(
+        source,
+        session_id,
+        text,
+        is_synthetic=options.is_synthetic,
+        metadata=options.metadata,
+        options=options.to_json(),
+        also=also,
+    )
 
 
 def _run_all(conn: Connection, units: Sequence[Callable[[Connection], None]]) -> None:

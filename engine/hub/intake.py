@@ -9,7 +9,7 @@ from sqlalchemy.engine import Connection
 from engine.config import HubConfig
 from engine.hub.consumer import InboxConsumer
 from engine.hub.fleet import FleetWork
-from engine.hub.inbox import Unit, settle
+from engine.hub.inbox import Unit, queue_message, settle
 from engine.hub.protocols import Publish
 from engine.hub.sources import SourceRegistry, SourceState
 from engine.hub.types import NewSession, SendOptions, check_text
@@ -60,15 +60,7 @@ class MessageIntake:
             state.inbox.push(text, options, None, also)  # no await since the check
             self._consumer.ensure(state)
             return None
-        row = await self._store.queue.push(
-            source,
-            state.session_id,
-            text,
-            is_synthetic=options.is_synthetic,
-            metadata=options.metadata,
-            options=options.to_json(),
-            also=also,
-        )
+        row = await queue_message(self._store, source, state.session_id, text, options, also)
         state.inbox.push(text, options, row.id)
         self._consumer.ensure(state)
         return row.id

@@ -117,6 +117,11 @@ class SourceOwnership:
         lease = self._held.get(source)
         return None if lease is None else lease.epoch
 
+    async def holder(self, source: str) -> str | None:
+        """Who holds ``source`` now, if anyone (this process included)."""
+        lease = await self._leases.holder(lease_name(source))
+        return None if lease is None else lease.owner
+
     async def release(self, source: str) -> None:
         """Let ``source`` go (it fell idle here): the next message's process claims it."""
         lease = self._held.pop(source, None)

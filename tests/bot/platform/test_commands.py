@@ -31,6 +31,9 @@ class Hub:
     def is_processing(self, source: str) -> bool:
         return False
 
+    async def is_busy(self, source: str) -> bool:
+        return False
+
     async def cancel(self, source: str) -> bool:
         return False
 

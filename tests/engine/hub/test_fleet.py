@@ -274,6 +274,7 @@ async def test_stop_reaches_the_process_running_the_turn(url: str, tmp_path: Pat
         await a.hub.send_message("telegram:3", "a long job")
         await asyncio.wait_for(a.model.started.wait(), 5)
         assert a.hub.is_processing("telegram:3")
+        assert not b.hub.is_processing("telegram:3") and await b.hub.is_busy("telegram:3")
         await b.hub.cancel("telegram:3")  # /stop arrives at the other process
 
         async def stopped() -> bool:
