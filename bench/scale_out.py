@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -50,7 +49,6 @@ from starlette.responses import Response
 
 from engine.hub.ownership import pick
 from tests.bot.fleet.test_fleet_processes import Fleet, answered, replies
-from tests.bot.process import free_port, service_env
 from tests.fakes.openai_server import FakeOpenAIServer, _error, _last_user
 from tests.fakes.telegram_server import FakeTelegramServer
 from tests.pg import POSTGRES_URL_ENV, fresh_postgres_database
@@ -124,53 +122,7 @@ class SlowModel(FakeOpenAIServer):
 
 
 class BenchFleet(Fleet):
-    """The test's ``Fleet`` with this bench's chats allowed and its lease ttl."""
-
-    def __init__(
-        self,
-        tmp_path: Path,
-        url: str,
-        telegram: FakeTelegramServer,
-        fake: FakeOpenAIServer,
-        *,
-        allowed: list[int],
-        lease_seconds: float,
-    ) -> None:
-        super().__init__(tmp_path, url, telegram, fake)
-        self.allowed = allowed
-        self.lease_seconds = lease_seconds
-
-    def start(self, name: str) -> subprocess.Popen[str]:
-        self.starts += 1
-        self.ids[name] = f"{name}-{self.starts}"
-        home = self.tmp_path / name
-        home.mkdir(exist_ok=True)
-        log = open(home / f"serve-{self.starts}.log", "w")  # noqa: SIM115 - the child's
-        env = service_env(
-            home,
-            self.fake.base_url,
-            DATABASE_URL=self.url,
-            CHATHUB_FLEET="true",
-            CHATHUB_PROCESS_ID=self.ids[name],
-            CHATHUB_FLEET_LEASE_SECONDS=str(self.lease_seconds),
-            TELEGRAM_BOT_TOKEN="123456:TEST",
-            TELEGRAM_API_URL=self.telegram.base_url,
-            TELEGRAM_ALLOWED_USER_IDS=",".join(str(c) for c in self.allowed),
-            HTTP_PORT=str(free_port()),
-            MEMORY_ENABLED="false",
-        )
-        child = subprocess.Popen(
-            [sys.executable, "-m", "bot.cli", "serve"],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=home,
-            env=env,
-        )
-        log.close()
-        self.children[name] = child
-        return child
+    """The test's ``Fleet`` (this bench's chats allowed, its lease ttl, quiet logs)."""
 
     def name_of(self, owner: str | None) -> str | None:
         """The name whose current start holds ``owner`` (``<process id>:<suffix>``)."""
@@ -216,7 +168,13 @@ def fleet_of(
     telegram = FakeTelegramServer().start()
     with tempfile.TemporaryDirectory(prefix="chathub-scale-out-") as tmp:
         fleet = BenchFleet(
-            Path(tmp), url, telegram, model, allowed=allowed, lease_seconds=lease_seconds
+            Path(tmp),
+            url,
+            telegram,
+            model,
+            allowed=allowed,
+            lease_seconds=lease_seconds,
+            verbose=False,
         )
         try:
             yield fleet

@@ -36,9 +36,18 @@ class Fleet:
     """``chathub serve`` processes sharing one database, each with a home of its own."""
 
     def __init__(
-        self, tmp_path: Path, url: str, telegram: FakeTelegramServer, fake: FakeOpenAIServer
+        self,
+        tmp_path: Path,
+        url: str,
+        telegram: FakeTelegramServer,
+        fake: FakeOpenAIServer,
+        *,
+        allowed: list[int] = CHATS,
+        lease_seconds: float = 5.0,
+        verbose: bool = True,
     ) -> None:
         self.tmp_path, self.url, self.telegram, self.fake = tmp_path, url, telegram, fake
+        self.allowed, self.lease_seconds, self.verbose = allowed, lease_seconds, verbose
         self.children: dict[str, subprocess.Popen[str]] = {}
         self.ids: dict[str, str] = {}  # name -> CHATHUB_PROCESS_ID of its current start
         self.killed: list[str] = []  # the process ids killed with kill -9
@@ -55,16 +64,16 @@ class Fleet:
             self.fake.base_url,
             DATABASE_URL=self.url,
             CHATHUB_FLEET="true",
-            CHATHUB_PROCESS_ID=self.ids.setdefault(name, f"{name}-{self.starts}"),
-            CHATHUB_FLEET_LEASE_SECONDS="5",
+            CHATHUB_PROCESS_ID=self.ids[name],
+            CHATHUB_FLEET_LEASE_SECONDS=str(self.lease_seconds),
             TELEGRAM_BOT_TOKEN="123456:TEST",
             TELEGRAM_API_URL=self.telegram.base_url,
-            TELEGRAM_ALLOWED_USER_IDS=",".join(str(c) for c in CHATS),
+            TELEGRAM_ALLOWED_USER_IDS=",".join(str(c) for c in self.allowed),
             HTTP_PORT=str(free_port()),
             MEMORY_ENABLED="false",
         )
         child = subprocess.Popen(
-            [sys.executable, "-m", "bot.cli", "--verbose", "serve"],
+            [sys.executable, "-m", "bot.cli", *(["--verbose"] if self.verbose else []), "serve"],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
