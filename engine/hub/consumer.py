@@ -41,6 +41,8 @@ class FleetSeat(Protocol):
 
     def idle(self, state: SourceState) -> Awaitable[None]: ...
 
+    def cut(self, state: SourceState) -> Awaitable[bool]: ...
+
 
 class InboxConsumer:
     """Starts a source's consumer when work arrives and runs its turns until the inbox is empty."""
@@ -110,7 +112,9 @@ class InboxConsumer:
     async def _consume(self, state: SourceState) -> None:
         """The source's only consumer: one turn at a time, in arrival order."""
         try:
-            if state.resume_first:
+            # In a fleet a turn may have been cut by another process (or by this one, while
+            # its lease was lost): resume it before a new turn would drop its message.
+            if state.resume_first or (self._fleet is not None and await self._fleet.cut(state)):
                 state.resume_first = False
                 await self._run_turn(state, None, self.resume(state))
             if self._config.debounce_s > 0:

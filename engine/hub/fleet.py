@@ -79,6 +79,10 @@ class FleetWork:
     def fence(self, source: str) -> Fence | None:
         return self.ownership.fence(source)
 
+    async def cut(self, state: SourceState) -> bool:
+        """Whether the source's session was left mid-turn (by any process)."""
+        return bool(await self._engine.store.sessions.interrupted(state.session_id))
+
     # -- messages --------------------------------------------------------------------------
 
     async def accept(
