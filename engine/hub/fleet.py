@@ -38,7 +38,7 @@ from engine.hub.protocols import Sleep
 from engine.hub.sources import SourceRegistry, SourceState
 from engine.hub.types import SendOptions
 from engine.store.fencing import Fence
-from engine.store.leases import db_now_sql
+from engine.store.leases import live_leases
 from engine.store.notify import Notice, Notifier, Resync
 from engine.store.schema import queued_messages, sources
 
@@ -206,9 +206,9 @@ class FleetWork:
         await self.ownership.refresh_members()
         interrupted = set(await self._engine.interrupted_sessions())
         unowned = await self._engine.store.db.run(_unowned_work, interrupted)
-        waited, self._unowned_before = self._unowned_before, {source for source, _ in unowned}
+        waited, self._unowned_before = self._unowned_before, set(unowned)
         taken = 0
-        for source, _session in unowned:
+        for source in unowned:
             # Its member's to take; anyone's once it has waited a whole scan for it.
             if (
                 pick(source, self.ownership.members) != self.ownership.owner
@@ -322,22 +322,15 @@ def _quiet(state: SourceState) -> bool:
     return state.turn is None and not len(state.inbox) and not state.resume_first
 
 
-def _unowned_work(conn: Connection, interrupted: set[int]) -> list[tuple[str, int | None]]:
-    """Sources with queued rows or a session cut mid-turn whose lease is free or expired,
-    with their active session."""
-    now = db_now_sql(conn.dialect.name)
+def _unowned_work(conn: Connection, interrupted: set[int]) -> list[str]:
+    """Sources with queued rows or a session cut mid-turn whose lease is free or expired."""
     live = {
-        row[0][len(SOURCE_LEASE_PREFIX) :]
-        for row in conn.execute(
-            sa.text(f"SELECT name FROM leases WHERE name LIKE :prefix AND expires_at > {now}"),
-            {"prefix": SOURCE_LEASE_PREFIX + "%"},
-        )
+        lease.name[len(SOURCE_LEASE_PREFIX) :] for lease in live_leases(conn, SOURCE_LEASE_PREFIX)
     }
-    active = {
-        row.source: int(row.session_id)
+    cut = {
+        row.source
         for row in conn.execute(sa.select(sources.c.source, sources.c.session_id))
         if int(row.session_id) in interrupted
     }
     queued = set(conn.execute(sa.select(queued_messages.c.source).distinct()).scalars())
-    candidates = (queued | set(active)) - live
-    return [(source, active.get(source)) for source in sorted(candidates)]
+    return sorted((queued | cut) - live)

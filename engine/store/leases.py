@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from engine.store.db import Database
 from engine.store.fencing import Fence, Fenced
 
-__all__ = ["Lease", "Leases", "db_now_sql", "lease_fence"]
+__all__ = ["Lease", "Leases", "db_now_sql", "lease_fence", "live_leases"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +132,8 @@ WHERE name LIKE :prefix ESCAPE '\\' AND expires_at > {now} ORDER BY name
 """
 
 
-def _live(conn: Connection, prefix: str) -> list[Lease]:
+def live_leases(conn: Connection, prefix: str) -> list[Lease]:
+    """The unexpired leases whose names start with ``prefix`` (inside a unit of work)."""
     escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     rows = conn.execute(_sql(conn, _LIVE), {"prefix": escaped + "%"})
     return [lease for lease in map(_lease, rows) if lease is not None]
@@ -168,7 +169,7 @@ class Leases:
 
     async def live(self, prefix: str) -> list[Lease]:
         """The unexpired leases whose names start with ``prefix``."""
-        return await self._db.run(_live, prefix)
+        return await self._db.run(live_leases, prefix)
 
     async def now(self) -> float:
         """The database's clock, epoch seconds (the one every lease is timed by)."""
