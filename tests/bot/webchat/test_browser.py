@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,28 @@ async def browser() -> AsyncIterator[Any]:
             await browser.close()
 
 
+@asynccontextmanager
+async def _evidence_on_failure(page: Any, artifacts: Path, name: str) -> AsyncIterator[None]:
+    """Keep a screenshot and the page's address and text when a step fails, to read later."""
+    try:
+        yield
+    except Exception as error:
+        await page.screenshot(path=str(artifacts / f"{name}-failed.png"), full_page=True)
+        text = await page.evaluate("document.body ? document.body.innerText : ''")
+        error.add_note(f"the page at {page.url} showed: {text[:500]!r}")
+        raise
+
+
+async def _sign_in(page: Any, base: str, artifacts: Path) -> None:
+    """From the sign-in page the chat sent us to, back to the chat."""
+    await page.fill("input[name=token]", TOKEN)
+    # Listen before clicking: on a loaded machine the page can load and set its #c= hash
+    # before the click returns, and a wait_for_url begun after that waits for ever.
+    signing_in = page.expect_navigation(url=f"{base}/chat")
+    async with _evidence_on_failure(page, artifacts, "webchat-sign-in"), signing_in:
+        await page.click('form[action="/login"] button')
+
+
 async def _send(page: Any, text: str) -> None:
     await page.fill("#input", text)
     await page.press("#input", "Enter")
@@ -82,9 +105,7 @@ async def test_the_page_in_chromium(
     # Signed out: the page sends you to the inbox's sign-in, and the sign-in back here.
     await page.goto(f"{base}/chat")
     assert page.url.endswith("/login?next=/chat")
-    await page.fill("input[name=token]", TOKEN)
-    await page.click('form[action="/login"] button')
-    await page.wait_for_url(f"{base}/chat")
+    await _sign_in(page, base, artifacts)
     await page.wait_for_selector("#conversations li.current")
 
     # A streamed answer, rendered from the server's HTML; the model's HTML is text.
@@ -192,9 +213,7 @@ async def _signed_in(browser: Any, server: ChatServer) -> tuple[Any, Any]:
     context.set_default_timeout(WAIT_MS)
     page = await context.new_page()
     await page.goto(f"{server.http}/chat")
-    await page.fill("input[name=token]", TOKEN)
-    await page.click('form[action="/login"] button')
-    await page.wait_for_url(f"{server.http}/chat")
+    await _sign_in(page, server.http, ARTIFACTS)
     await page.wait_for_selector("#conversations li.current")
     return context, page
 
