@@ -17,6 +17,7 @@ import contextlib
 import importlib
 import logging
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -45,6 +46,8 @@ SQLITE_BUSY_TIMEOUT_MS = 5_000
 #: PostgreSQL: a unit whose connection dies before COMMIT runs again, this many times.
 DISCONNECT_RETRIES = 3
 DISCONNECT_BACKOFF_S = 0.2
+#: How often to ask the server what became of a transaction whose COMMIT was cut off.
+OUTCOME_TRIES = 10
 # Serialises concurrent migrators (several workers starting at once on PostgreSQL).
 _PG_MIGRATION_LOCK = 0x6368_6174_6875_62
 
@@ -268,48 +271,111 @@ class AsyncEngineDatabase:
     def __init__(self, url: str) -> None:
         from sqlalchemy.ext.asyncio import create_async_engine
 
-        self._engine: AsyncEngine = create_async_engine(url, pool_pre_ping=True)
+        # No pre-ping (a round trip per unit): a connection found dead runs the unit again.
+        self._engine: AsyncEngine = create_async_engine(url)
+        event.listen(self._engine.sync_engine, "before_cursor_execute", _note_writes)
 
     @property
     def dialect(self) -> str:
         return self._engine.dialect.name
 
     async def run(self, fn: UnitOfWork[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn`` in one transaction, exactly once even when the connection dies.
+
+        Before COMMIT, a lost connection means nothing committed: the unit runs again on a
+        new one. At COMMIT it is ambiguous (the server may have committed before the
+        connection went): the transaction's id, read before COMMIT, is then looked up on a
+        new connection, and the unit runs again only if the server says it aborted."""
         fence = current_fence()
         for attempt in range(DISCONNECT_RETRIES + 1):
+            committing = False
             try:
                 async with self._engine.begin() as conn:
                     try:
-                        if (
-                            fence is not None
-                        ):  # a fleet's turn: nothing commits once its lease is gone
-                            result = await conn.run_sync(_behind_fence, fence, fn, args, kwargs)
-                        else:
-                            result = await conn.run_sync(fn, *args, **kwargs)
+                        result, xid = await conn.run_sync(_unit_and_xid, fence, fn, args, kwargs)
                     except sa.exc.DBAPIError as exc:
-                        # The connection died before COMMIT (a restarted server, a killed
-                        # backend): nothing of the unit committed, so it runs again on a new
-                        # one. A failure at COMMIT itself is never retried (it may have).
                         if _lost_connection(exc) and attempt < DISCONNECT_RETRIES:
                             await conn.invalidate()
                             raise _Reconnect from exc
                         raise
+                    committing = True
                 return result
             except _Reconnect:
-                log.warning("the database connection was lost; running the unit again")
-                await asyncio.sleep(DISCONNECT_BACKOFF_S * (attempt + 1))
+                pass
+            except sa.exc.DBAPIError as exc:
+                if not (committing and _lost_connection(exc)):
+                    raise
+                with contextlib.suppress(Exception):
+                    await conn.invalidate()
+                if xid is None:
+                    return result  # it wrote nothing: what it read stands
+                status = await self._outcome(xid)
+                if status == "committed":
+                    return result
+                if status != "aborted" or attempt == DISCONNECT_RETRIES:
+                    raise  # unknown: running it again could act twice
+            log.warning("the database connection was lost; running the unit again")
+            await asyncio.sleep(DISCONNECT_BACKOFF_S * (attempt + 1))
         raise AssertionError("unreachable")
+
+    async def _outcome(self, xid: int) -> str | None:
+        """What became of transaction ``xid``: committed, aborted, or None when it cannot be
+        told (the server stays away, or it no longer knows the id)."""
+        for attempt in range(OUTCOME_TRIES):
+            try:
+                async with self._engine.connect() as conn:
+                    status = (
+                        await conn.execute(sa.text("SELECT txid_status(:xid)"), {"xid": xid})
+                    ).scalar()
+            except (sa.exc.DBAPIError, OSError):
+                status = "unreachable"
+            if status in ("committed", "aborted") or status is None:
+                return status
+            # in progress: the server is still ending the dropped backend's transaction
+            await asyncio.sleep(DISCONNECT_BACKOFF_S * (attempt + 1))
+        return None
 
     async def close(self) -> None:
         await self._engine.dispose()
 
 
+def _unit_and_xid(
+    conn: Connection, fence: Fence | None, fn: Callable[..., T], args: Any, kwargs: Any
+) -> tuple[T, int | None]:
+    """The unit's result and its transaction's id (None if it wrote nothing)."""
+    conn.info[_WROTE] = False
+    if fence is not None:  # a fleet's turn: nothing commits once its lease is gone
+        result = _behind_fence(conn, fence, fn, args, kwargs)
+    else:
+        result = fn(conn, *args, **kwargs)
+    if not conn.info.get(_WROTE):
+        return result, None  # a read: nothing to look up, and no round trip spent on it
+    xid = conn.execute(sa.text("SELECT txid_current_if_assigned()")).scalar()
+    return result, None if xid is None else int(xid)
+
+
+_WROTE = "chathub_unit_wrote"
+_READ_ONLY = re.compile(r"\s*(SELECT|WITH|SHOW)\b", re.IGNORECASE)
+_WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE)\b", re.IGNORECASE)
+
+
+def _note_writes(
+    conn: Connection, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
+) -> None:
+    """Mark a unit that may write (a false alarm costs one round trip at its end)."""
+    if not _READ_ONLY.match(statement) or _WRITES.search(statement):
+        conn.info[_WROTE] = True
+
+
 def _lost_connection(exc: sa.exc.DBAPIError) -> bool:
-    """The unit's connection is gone: invalidated by SQLAlchemy, or asyncpg left it in a
-    state it cannot continue from after the server dropped it mid-statement."""
+    """The unit's connection is gone: invalidated by SQLAlchemy, closed under asyncpg, or
+    left by asyncpg in a state it cannot continue from after the server dropped it."""
     if exc.connection_invalidated:
         return True
-    return "another operation" in str(exc.orig) and "in progress" in str(exc.orig)
+    text = str(exc.orig)
+    return "underlying connection is closed" in text or (
+        "another operation" in text and "in progress" in text
+    )
 
 
 class _Reconnect(Exception):

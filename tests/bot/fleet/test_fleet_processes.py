@@ -1,7 +1,8 @@
 """Three ``chathub serve`` processes on one PostgreSQL, against the fake Bot API and the fake
 model: while one process after another is killed with ``kill -9`` and started again, every
 message of every chat is answered, in order; the poller's process dies and another polls;
-a process paused past its lease sends no second reply.
+a process paused past its lease sends no second reply; every connection to the database
+dropped under load (PostgreSQL restarted, as the clients see it) loses nothing.
 
 PostgreSQL only (``CHATHUB_TEST_POSTGRES_URL``): a fleet shares its work through it.
 """
@@ -272,3 +273,40 @@ def test_a_process_paused_past_its_lease_sends_no_second_reply(fleet: Fleet) -> 
     assert replies(fleet.telegram, chat) == ["echo: hello"], texts
     assert "the paused process's late answer" not in " ".join(t or "" for t in texts)
     assert not [t for t in texts if (t or "").startswith("⚠️")], texts
+
+
+@pytest.mark.timeout(180)
+def test_every_process_reconnects_after_the_database_drops_all_connections(
+    fleet: Fleet,
+) -> None:
+    """PostgreSQL restarted, as the clients see it: every connection of the fleet's
+    database is terminated while messages arrive; nothing is lost, nobody sees an error."""
+    for name in ("p1", "p2", "p3"):
+        fleet.start(name)
+    wait_for(lambda: fleet.telegram.calls_to("getUpdates"), within_s=30)
+    chats = CHATS[:10]
+    for k in range(3):
+        for chat in chats:
+            fleet.telegram.user_message(chat, chat, f"chat {chat} message {k}")
+        time.sleep(0.5)
+        fleet.psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+    def all_answered() -> bool:
+        return all(len(set(answered(fleet.telegram, chat))) >= 3 for chat in chats)
+
+    try:
+        wait_for(all_answered, within_s=90)
+    except AssertionError:
+        print({chat: answered(fleet.telegram, chat) for chat in chats})
+        print(fleet.state())
+        print(fleet.logs())
+        raise
+    for chat in chats:
+        expected = [f"chat {chat} message {k}" for k in range(3)]
+        assert list(dict.fromkeys(answered(fleet.telegram, chat))) == expected
+        texts = [m.text or "" for m in fleet.telegram.messages(chat)]
+        assert not [t for t in texts if t.startswith("⚠️")], texts
+    assert all(child.poll() is None for child in fleet.children.values())  # none died
