@@ -231,9 +231,10 @@ class Engine:
         *,
         session_id: int | None = None,
         emit: EmitFn | None = None,
+        resume: bool = True,
     ) -> Decided:
         resolution = await self.approvals.answer(request_id, answer, session_id=session_id)
-        return self._after_decision(resolution, emit)
+        return self._after_decision(resolution, emit, resume)
 
     async def pending_approvals(self, session_id: int | None = None) -> list[InboxItem]:
         return await self.store.inbox.pending_approvals(session_id)
@@ -271,7 +272,8 @@ class Engine:
         await self.store.close()
 
     async def deliver_decided(self, tool_call_id: int) -> bool:
-        """A decision another process recorded: wake its call's waiter here, if it waits."""
+        """A decision or answer another process recorded: wake its call's waiter here, if
+        it waits."""
         return await self.approvals.deliver_decided(tool_call_id)
 
     def _after_decision(

@@ -198,8 +198,15 @@ class ApprovalBroker:
         return _Registration(waiters, call_id, session_id)
 
     async def deliver_decided(self, tool_call_id: int) -> bool:
-        """A decision recorded by another process (a fleet's): wake the call's waiter if it
-        waits here (True); the database has it either way."""
+        """A decision or an answer recorded by another process (a fleet's): wake the call's
+        waiter if it waits here (True); the database has it either way."""
+        question = self._questions.get(tool_call_id)
+        if question is not None:
+            answer = await self.inbox.answer_of(tool_call_id)
+            if answer is None or question.future.done():
+                return False
+            question.future.set_result(answer)
+            return True
         record = await self.inbox.get(tool_call_id)
         if record is None or record.decision is None:
             return False

@@ -100,9 +100,13 @@ class Decisions:
     async def resolve_question(self, source: str, request_id: int, answer: str) -> Decided:
         state = await self._sources.state(source)
         check_text(answer, SendOptions(), self._config.max_message_chars)
-        return await self._engine.resolve_question(
+        decided = await self._engine.resolve_question(
             request_id,
             answer,
             session_id=state.session_id,
             emit=self._adapters.bridge(source, state.session_id),
+            resume=self._fleet is None,
         )
+        if self._fleet is not None and not decided.resolution.live:
+            await self._fleet.decided(source, request_id)  # its turn waits elsewhere, or none
+        return decided

@@ -124,6 +124,10 @@ class InboxStore:
         """Store ``answer`` as the result of a persisted open question (nobody is waiting)."""
         return await self._db.run(_answer, tool_call_id, answer, session_id)
 
+    async def answer_of(self, tool_call_id: int) -> str | None:
+        """The stored answer to question ``tool_call_id``; None while it is open."""
+        return await self._db.run(_answer_of, tool_call_id)
+
 
 def truncate_note(text: str) -> str:
     if len(text) <= MAX_NOTE_CHARS:
@@ -262,6 +266,14 @@ def _answer(conn: Connection, tool_call_id: int, answer: str, session_id: int | 
         raise InboxError("not_found", f"tool call {tool_call_id} is not a question")
     update_tool_status(conn, tool_call_id, "done", truncate_note(answer))
     return _pending_query(conn, None, True, tool_call_id)[0]
+
+
+def _answer_of(conn: Connection, tool_call_id: int) -> str | None:
+    return conn.execute(
+        sa.select(t.c.result).where(
+            t.c.id == tool_call_id, t.c.name == ASK_USER_TOOL, t.c.status == "done"
+        )
+    ).scalar()
 
 
 def _pending(conn: Connection, session_id: int | None, questions: bool) -> list[InboxItem]:

@@ -294,6 +294,10 @@ async def pending_call(engine: Engine) -> int:
     raise AssertionError("no approval was asked for")
 
 
+def last_tool_result(messages: list[dict[str, object]]) -> str:
+    return next(str(m["content"]) for m in reversed(messages) if m["role"] == "tool")
+
+
 def ran(workspace: Path) -> list[str]:
     path = workspace / "runs.log"
     return path.read_text().splitlines() if path.exists() else []
@@ -321,6 +325,74 @@ async def test_an_approval_pressed_on_another_process_wakes_the_waiting_turn(
         await until(answered)
         assert ran(tmp_path / "workspace-a") == ["run"] and ran(tmp_path / "workspace-b") == []
         assert b.model.calls == 0
+
+
+async def pending_question(engine: Engine) -> int:
+    for _ in range(500):
+        if pending := await engine.pending_questions():
+            return pending[0].tool_call_id
+        await asyncio.sleep(0.01)
+    raise AssertionError("no question was asked")
+
+
+async def test_a_question_answered_on_another_process_wakes_the_waiting_turn(
+    url: str, tmp_path: Path
+) -> None:
+    notifier = LocalNotifier("shared")
+    async with (
+        member(url, tmp_path, "a", notifier) as a,
+        member(url, tmp_path, "b", notifier) as b,
+    ):
+        assert a.hub.fleet is not None
+        a.model.add(tool_call("ask_user_clarification", '{"question": "Which colour?"}', "q1"))
+        a.model.add(lambda msgs: LlmResponse(content=f"Painted {last_tool_result(msgs)}."))
+        await a.hub.fleet.ownership.claim("telegram:9")
+        await a.hub.send_message("telegram:9", "paint it")
+        question = await pending_question(a.engine)
+        decided = await b.hub.resolve_question("telegram:9", question, "blue")  # typed at b
+        assert decided.resumed is None  # b resumes nothing: a's turn waits for it
+
+        async def answered() -> bool:
+            return (await a.engine.store.db.run(answers)).get("telegram:9") == ["Painted blue."]
+
+        await until(answered)
+        assert b.model.calls == 0 and a.model.calls == 2
+
+
+async def test_a_question_of_a_dead_process_is_answered_and_its_turn_goes_on_elsewhere(
+    url: str, tmp_path: Path
+) -> None:
+    async with member(url, tmp_path, "b", None, ttl=TTL) as b:
+        settings = load_settings(
+            database_url=url,
+            chathub_workspace=tmp_path / "workspace-b",
+            chathub_timezone="UTC",
+            _env_file=None,
+        )
+        dead = await Engine.open(
+            AppConfig(settings=settings, models=(), engine=EngineConfig(max_tool_rounds=2)),
+            models=ModelRegistry([(model := Echo())]),
+            policy=AllowAll(),
+        )
+        model.add(tool_call("ask_user_clarification", '{"question": "Which colour?"}', "q1"))
+        hub = ChatHub(
+            dead, HubConfig(), fleet=FleetConfig(owner="a", lease_ttl_s=TTL, scan_interval_s=60)
+        )
+        assert hub.fleet is not None
+        await hub.fleet.ownership.claim("telegram:10")
+        await hub.send_message("telegram:10", "paint it")
+        question = await pending_question(dead)
+        await asyncio.sleep(TTL)  # "kill -9" of a: its lease runs out, never renewed
+        b.model.add(lambda msgs: LlmResponse(content=f"Painted {last_tool_result(msgs)}."))
+        await b.hub.resolve_question("telegram:10", question, "green")
+
+        async def answered() -> bool:
+            return (await b.engine.store.db.run(answers)).get("telegram:10") == ["Painted green."]
+
+        await until(answered)
+        assert b.model.calls == 1
+        await hub.close()
+        await dead.close()
 
 
 async def test_an_approval_card_of_a_dead_process_is_approved_and_runs_once_elsewhere(
