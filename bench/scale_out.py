@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from starlette.requests import Request
 from starlette.responses import Response
 
-from engine.hub.ownership import pick
+from engine.hub.ownership import FleetConfig, pick
 from tests.bot.fleet.test_fleet_processes import Fleet, answered, replies
 from tests.fakes.openai_server import FakeOpenAIServer, _error, _last_user
 from tests.fakes.telegram_server import FakeTelegramServer
@@ -267,6 +267,10 @@ def all_answered(telegram: FakeTelegramServer, chats: list[int], per_chat: int) 
     return all(len(set(answered(telegram, chat))) >= per_chat for chat in chats)
 
 
+def scan_interval(args: argparse.Namespace) -> float:
+    return FleetConfig.for_lease("bench", args.lease_seconds).scan_interval_s
+
+
 def throughput(args: argparse.Namespace, model: SlowModel, allowed: list[int]) -> None:
     chats = [THROUGHPUT + n for n in range(args.chats)]
     total = args.chats * args.messages
@@ -287,7 +291,7 @@ def throughput(args: argparse.Namespace, model: SlowModel, allowed: list[int]) -
                 fleet.telegram.user_message(chat, chat, f"warm {chat}")
             wait(lambda w=warm: all_answered(fleet.telegram, w, 1), args.timeout, 0.05)
             # Each process reads the members at its scans: let every one see them all.
-            time.sleep(2 * min(2.0, args.lease_seconds / 4) + 0.5)
+            time.sleep(2 * scan_interval(args) + 0.5)
             receiver = fleet.name_of(fleet.holder(RECEIVER))
             window = CpuWindow({name: fleet.children[name].pid for name in names})
             started = time.monotonic()
@@ -428,7 +432,7 @@ def takeover(args: argparse.Namespace, fleet: BenchFleet) -> None:
     print(
         f"\n== lease take-over: kill -9 of a chat's owner mid-turn, {args.repeats} runs "
         f"(CHATHUB_FLEET_LEASE_SECONDS={args.lease_seconds:g}, scan every "
-        f"{min(2.0, args.lease_seconds / 4):g} s)"
+        f"{scan_interval(args):g} s)"
     )
     times = []
     for run in range(args.repeats):
@@ -580,7 +584,7 @@ def main() -> None:
     parser.add_argument("--chats", type=int, default=60)
     parser.add_argument("--messages", type=int, default=5, help="messages per chat")
     parser.add_argument("--repeats", type=int, default=5, help="runs of each timed kill")
-    parser.add_argument("--lease-seconds", type=float, default=5.0)
+    parser.add_argument("--lease-seconds", type=float, default=4.0)
     parser.add_argument("--processes", default="1,2,3", help="fleet sizes for throughput")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait")
     parser.add_argument("--part", default="all", help=f"all or some of {','.join(PARTS)}")

@@ -174,7 +174,7 @@ class Service:
             self.notifier = notifier_for(settings.database_url, self.process_id)
             await self.notifier.start()
             ttl = settings.chathub_fleet_lease_seconds
-            fleet = FleetConfig(self.process_id, lease_ttl_s=ttl, scan_interval_s=min(2.0, ttl / 4))
+            fleet = FleetConfig.for_lease(self.process_id, ttl)
             log.info("fleet member %s (leases of %.0f s)", self.process_id, ttl)
         self.hub = hub = ChatHub(
             engine,

@@ -1,11 +1,12 @@
 """One Telegram receiver in a fleet: whoever holds the lease ``telegram:receiver`` polls.
 
-``ReceiverElection.run`` tries for the lease every ``ttl/3``; once it wins it starts the
-receiver (the poller's ``run``) and renews every ``ttl/3``. The receiver is cancelled at
+``ReceiverElection.run`` tries for the lease every ``min(ttl/3, 0.5 s)``; once it wins it
+starts the receiver (the poller's ``run``) and renews every ``ttl/3``. The receiver is cancelled at
 once when a renewal fails, raises, or comes back later than the lease could still be
 ours (the process was paused: SIGSTOP, a swapped-out VM) — and only then does the loop go
 back to trying. A holder killed with ``kill -9`` is replaced when its lease expires: at
-most ``ttl`` after its last renewal, plus one ``ttl/3`` try of the next process.
+most ``ttl`` after its last renewal, plus one try interval of the next process: with the
+default 4 s, fail-over takes 3-4.5 s.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ __all__ = ["RECEIVER_LEASE", "RECEIVER_TTL_S", "ReceiverElection", "process_iden
 log = logging.getLogger(__name__)
 
 RECEIVER_LEASE = "telegram:receiver"
-RECEIVER_TTL_S = 6.0
+RECEIVER_TTL_S = 4.0
+#: How often a process that does not receive asks for the lease (one UPDATE each).
+RECEIVER_TRY_S = 0.5
 
 
 def process_identity() -> str:
@@ -65,7 +68,13 @@ class ReceiverElection:
 
     @property
     def interval_s(self) -> float:
+        """Between renewals while receiving."""
         return self.ttl_s / 3
+
+    @property
+    def try_interval_s(self) -> float:
+        """Between tries for the lease while another process holds it."""
+        return min(self.interval_s, RECEIVER_TRY_S)
 
     async def run(self) -> None:
         """Until cancelled, or until the receiver itself ends (its exception propagates)."""
@@ -74,7 +83,7 @@ class ReceiverElection:
             asked = self._monotonic()
             lease = await self._try_acquire()
             if lease is None:
-                await self._sleep(self.interval_s)
+                await self._sleep(self.try_interval_s)
                 continue
             if await self._hold(lease, asked):
                 return
@@ -84,7 +93,7 @@ class ReceiverElection:
             return await self._leases.acquire(self.name, self.owner, self.ttl_s)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the database is away: try again at the next interval
+        except Exception as exc:  # the database is away: try again at the next try
             log.warning("could not ask for the %s lease (%s); trying again", self.name, exc)
             return None
 

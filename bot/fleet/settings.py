@@ -20,7 +20,7 @@ class FleetSettings(BaseSettings):
     #: This process's id in the ``leases`` table; unset: ``host:pid:random``.
     chathub_process_id: str | None = Field(None, min_length=1, max_length=200)
     #: A dead process's chats wait at most this long before another process takes them.
-    chathub_fleet_lease_seconds: float = Field(10.0, ge=2.0, le=300.0)
+    chathub_fleet_lease_seconds: float = Field(4.0, ge=2.0, le=300.0)
 
 
 class FleetNeedsPostgres(Exception):

@@ -47,6 +47,12 @@ class FleetConfig:
     #: that arrived while its owner was letting the source go).
     scan_interval_s: float = 2.0
 
+    @classmethod
+    def for_lease(cls, owner: str, lease_ttl_s: float) -> FleetConfig:
+        """Scans every quarter lease, at most every second: a dead owner's work is taken
+        within about ``lease_ttl_s`` plus one second."""
+        return cls(owner, lease_ttl_s=lease_ttl_s, scan_interval_s=min(1.0, lease_ttl_s / 4))
+
     def __post_init__(self) -> None:
         if not self.owner:
             raise ValueError("a fleet process needs an owner id")
