@@ -81,12 +81,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def _recover_orphans_forever(outbound: Outbound, leases: Leases, every_s: float) -> None:
+async def _recover_orphans_forever(
+    outbound: Outbound, leases: Leases, own: str, every_s: float
+) -> None:
     """A fleet's: replies a dead process recorded and never sent are due (its membership
-    lease expired); a live process's in-flight replies stay its own."""
+    lease expired); a live process's in-flight replies stay its own, and so do this
+    process's own even while its membership has lapsed for a moment."""
     while True:
         try:
-            live = {lease.owner for lease in await leases.live(PROCESS_LEASE_PREFIX)}
+            live = {lease.owner for lease in await leases.live(PROCESS_LEASE_PREFIX)} | {own}
             await outbound.recover_orphans(live)
         except Exception:  # the database is away: the next round
             log.warning("recovering the fleet's unsent replies failed", exc_info=True)
@@ -252,7 +255,7 @@ class Service:
             self._spawn(Redelivery(outbound, store).run(), "tg-redelivery")
             if fleet is not None:  # a dead process's unsent replies: due once they are old
                 orphans = _recover_orphans_forever(
-                    outbound, Leases(engine.store.db), fleet.scan_interval_s
+                    outbound, Leases(engine.store.db), fleet.owner, fleet.scan_interval_s
                 )
                 self._spawn(orphans, "tg-fleet-outbox")
             startup = TelegramStartup(api, health)

@@ -28,6 +28,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from engine.store.fencing import fenced
 from engine.store.schema import utcnow
 from scheduler.runner import JobRunner
 from scheduler.store import Job, JobStore, NextFire, Run
@@ -139,6 +140,13 @@ class Dispatcher:
             if self._scheduler.get_job(WAKE_ID) is not None:
                 self._scheduler.remove_job(WAKE_ID)
             return
+        # A chat's turn may call this (a task created by a tool): APScheduler's timers copy
+        # the caller's context, and with it the turn's fence, into every later wake.
+        with fenced(None):
+            self._add_wake(due)
+
+    def _add_wake(self, due: datetime) -> None:
+        assert self._scheduler is not None
         self._scheduler.add_job(
             self.wake,
             DateTrigger(run_date=max(due, self._clock())),

@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 from engine.bus.system import SessionCancelled
 from engine.core import Engine
 from engine.hub import ChatHub
+from engine.store.fencing import fenced
 from engine.store.schema import utcnow
 from scheduler.cron import CronError, CronSchedule
 from scheduler.dispatcher import Dispatcher
@@ -256,6 +257,7 @@ class Scheduler:
         return job
 
     def _spawn(self, work) -> None:  # type: ignore[no-untyped-def]
-        task = asyncio.create_task(work)
+        with fenced(None):  # a turn's fence must not follow the work out of the turn
+            task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -83,6 +83,9 @@ class BackgroundDelivery:
             state = await self._sources.state(state.name)
             with fenced(fence):
                 await self._deliver_here(state, items)
+            # No consumer ran here, so nothing else lets the chat go: the next result
+            # fired in another process would wait for it until this one dies.
+            await self._fleet.idle(state)
             return
         await self._deliver_here(state, items)
 
@@ -127,6 +130,7 @@ class BackgroundDelivery:
         if self._fleet is not None and session is not None:
             with fenced(await self._fleet.hold(session.source)):
                 await self._inject_here(session_id, tool_name, payload, reasoning, on_stored)
+            await self._fleet.idle(await self._sources.state(session.source))
             return
         await self._inject_here(session_id, tool_name, payload, reasoning, on_stored)
 

@@ -72,6 +72,11 @@ class FleetWork:
         #: Sources this process claimed from an owner that had not let them go (metrics).
         self.takeovers = 0
         self._unowned_before: set[str] = set()
+        # One claim at a time per source: two at once (a notice's pull and a scan) could
+        # each take the source anew and each make it a fresh state, whose consumers would
+        # then run one queued row twice.
+        self._claiming: dict[str, asyncio.Lock] = {}
+        self._keeping: asyncio.Task[None] | None = None
 
     def owns(self, source: str) -> bool:
         return self.ownership.owns(source)
@@ -113,6 +118,12 @@ class FleetWork:
     async def claim(self, source: str) -> bool:
         """Hold ``source``; a source taken anew is read again from the database (another
         process may have moved it to a new session meanwhile)."""
+        # Kept per source once made (a small object each): removing one while a claim
+        # waits on it would let a third claim run beside the waiting one.
+        async with self._claiming.setdefault(source, asyncio.Lock()):
+            return await self._claim(source)
+
+    async def _claim(self, source: str) -> bool:
         held = self.ownership.owns(source)
         if not await self.ownership.claim(source):
             return False
@@ -231,17 +242,17 @@ class FleetWork:
     # -- running -----------------------------------------------------------------------------
 
     async def join(self) -> None:
-        """Become a member (the hub's start, before its first scan)."""
+        """Become a member and start renewing (the hub's start, before its first scan: a
+        first scan that takes over many sources must not outlast the membership)."""
         await self.ownership.join()
         await self.ownership.refresh_members()
+        if self._keeping is None:
+            self._keeping = asyncio.create_task(self.ownership.keep(self.lost), name="fleet:renew")
 
     async def run(self) -> None:
-        """Renew, scan and listen until cancelled (the hub runs it as a task)."""
+        """Scan and listen until cancelled (the hub runs it as a task, after ``join``)."""
         async with contextlib.AsyncExitStack() as stack:
-            tasks = [
-                asyncio.create_task(self.ownership.keep(self.lost), name="fleet:renew"),
-                asyncio.create_task(self._scan_forever(), name="fleet:scan"),
-            ]
+            tasks = [asyncio.create_task(self._scan_forever(), name="fleet:scan")]
             if self._notifier is not None:
                 stream = self._notifier.subscribe([WORK_CHANNEL, STOP_CHANNEL, DECISION_CHANNEL])
                 stack.callback(stream.close)
@@ -255,6 +266,10 @@ class FleetWork:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
     async def close(self) -> None:
+        if self._keeping is not None:
+            self._keeping.cancel()
+            await asyncio.gather(self._keeping, return_exceptions=True)
+            self._keeping = None
         await self.ownership.release_all()
         await self.ownership.leave()
 

@@ -160,34 +160,62 @@ class SourceOwnership:
 
     async def renew(self) -> list[str]:
         """Renew every holding; the sources lost (expired, or taken over meanwhile)."""
-        if self._membership is not None:
-            try:
-                kept = await self._leases.renew(self._membership, self.config.lease_ttl_s)
-            except Exception:
-                kept = False
-            if not kept:
-                await self.join()
+        await self.renew_membership()
+        return await self.renew_sources()
+
+    async def renew_membership(self) -> None:
+        if self._membership is None:
+            return
+        try:
+            kept = await self._leases.renew(self._membership, self.config.lease_ttl_s)
+        except Exception:
+            kept = False
+        if not kept:
+            log.warning("this process's membership lease had lapsed; joining again")
+            await self.join()
+
+    async def renew_sources(self) -> list[str]:
+        """Every source lease in one statement; the sources lost."""
+        held = dict(self._held)
+        started = self._monotonic()
+        try:
+            kept = await self._leases.renew_all(list(held.values()), self.config.lease_ttl_s)
+        except Exception:
+            log.warning("renewing %d source lease(s) failed; treating them as lost", len(held))
+            kept = set()
+        if self._monotonic() - started >= self.config.lease_ttl_s:
+            kept = set()  # renewed too late to trust what ran meanwhile
         lost = []
-        for source, lease in list(self._held.items()):
-            started = self._monotonic()
-            try:
-                kept = await self._leases.renew(lease, self.config.lease_ttl_s)
-            except Exception:
-                log.warning("renewing %s failed; treating it as lost", lease.name, exc_info=True)
-                kept = False
-            if kept and self._monotonic() - started >= self.config.lease_ttl_s:
-                kept = False  # renewed too late to trust what ran meanwhile
-            if not kept and self._held.get(source) is lease:
+        for source, lease in held.items():
+            if lease.name not in kept and self._held.get(source) is lease:
                 del self._held[source]
                 lost.append(source)
         return lost
 
     async def keep(self, on_lost: Callable[[Iterable[str]], None]) -> None:
-        """Renew every ``ttl/3`` until cancelled; ``on_lost`` gets what slipped away."""
-        interval = self.config.lease_ttl_s / 3
+        """Renew every ``ttl/3`` until cancelled; ``on_lost`` gets what slipped away. The
+        membership has a loop of its own: others take a lapsed member for dead and send
+        its replies, so it never waits behind the sources' renewal."""
+        membership = asyncio.ensure_future(self._keep_membership())
+        try:
+            interval = self.config.lease_ttl_s / 3
+            while True:
+                await self._sleep(interval)
+                lost = await self.renew_sources()
+                if lost:
+                    log.warning("lost the lease of %d source(s): %s", len(lost), ", ".join(lost))
+                    on_lost(lost)
+        finally:
+            membership.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await membership
+
+    async def _keep_membership(self) -> None:
         while True:
-            await self._sleep(interval)
-            lost = await self.renew()
-            if lost:
-                log.warning("lost the lease of %d source(s): %s", len(lost), ", ".join(lost))
-                on_lost(lost)
+            await self._sleep(self.config.lease_ttl_s / 3)
+            try:
+                await self.renew_membership()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the database is away: the next round
+                log.warning("renewing this process's membership failed", exc_info=True)

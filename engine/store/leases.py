@@ -10,6 +10,7 @@ on both back ends whatever the number of processes racing for the same name.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -60,6 +61,12 @@ _RENEW = """
 UPDATE leases SET expires_at = {now} + :ttl
 WHERE name = :name AND owner = :owner AND epoch = :epoch AND expires_at > {now}
 RETURNING expires_at
+"""
+
+_RENEW_ALL = """
+UPDATE leases SET expires_at = {now} + :ttl
+WHERE owner = :owner AND name IN :names AND expires_at > {now}
+RETURNING name, epoch
 """
 
 # The row stays (expired at once): the next owner's epoch must still be higher.
@@ -117,6 +124,18 @@ def _renew(conn: Connection, lease: Lease, ttl_s: float) -> bool:
     return conn.execute(_sql(conn, _RENEW), params).first() is not None
 
 
+def _renew_all(conn: Connection, leases: list[Lease], ttl_s: float) -> set[str]:
+    owners = {lease.owner for lease in leases}
+    if len(owners) != 1:
+        raise ValueError("renew_all renews one owner's leases")
+    statement = _sql(conn, _RENEW_ALL).bindparams(sa.bindparam("names", expanding=True))
+    params = {"owner": owners.pop(), "names": [lease.name for lease in leases], "ttl": ttl_s}
+    epochs = {lease.name: lease.epoch for lease in leases}
+    # The owner's id is unique per process start, so a name held by it has the epoch it
+    # took it at; a different epoch would be a holding this caller does not know of.
+    return {name for name, epoch in conn.execute(statement, params) if epochs[name] == epoch}
+
+
 def _release(conn: Connection, lease: Lease) -> bool:
     params = {"name": lease.name, "owner": lease.owner, "epoch": lease.epoch}
     return conn.execute(_sql(conn, _RELEASE), params).rowcount == 1
@@ -158,6 +177,14 @@ class Leases:
         """Extend ``lease`` to ``ttl_s`` from now; False when it expired or changed hands."""
         _check_ttl(ttl_s)
         return await self._db.run(_renew, lease, ttl_s)
+
+    async def renew_all(self, leases: Sequence[Lease], ttl_s: float) -> set[str]:
+        """Extend every one of ``leases`` (one owner's) in one statement; the names still
+        held, at their epochs."""
+        _check_ttl(ttl_s)
+        if not leases:
+            return set()
+        return await self._db.run(_renew_all, list(leases), ttl_s)
 
     async def release(self, lease: Lease) -> bool:
         """Let ``lease`` go at once (True), if we still held it."""

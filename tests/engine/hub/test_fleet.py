@@ -17,8 +17,9 @@ from engine.approval.deciders import OPERATOR
 from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
 from engine.core import Engine
 from engine.hub import ChatHub
+from engine.hub.inbox import queue_message
 from engine.hub.ownership import FleetConfig, lease_name, pick
-from engine.hub.types import Notification
+from engine.hub.types import Notification, SendOptions
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel, text, tool_call
 from engine.llm.types import LlmResponse
@@ -155,6 +156,48 @@ async def test_messages_through_any_process_are_answered_once_in_order_and_sprea
         assert chosen == {"a", "b", "c"}
 
 
+async def test_two_pulls_at_once_of_a_source_taken_anew_run_its_message_once(
+    url: str, tmp_path: Path
+) -> None:
+    """A notice and a scan reach a source nobody holds at the same moment: one turn."""
+    async with member(url, tmp_path, "a", None) as a:
+        assert a.hub.fleet is not None
+        source = "telegram:11"
+        state = await a.hub._sources.state(source)
+        await queue_message(a.engine.store, source, state.session_id, "once", SendOptions(), None)
+        a.hub._sources.forget(source)  # queued as by another process: not seen here yet
+        # The interleaving that ran one row twice: the second claim's answer comes back
+        # while the first pull, its source's state made, reads the queue.
+        leases, queue = a.hub.fleet.ownership._leases, a.engine.store.queue
+        acquire, pending = leases.acquire, queue.pending
+        reading, claims = asyncio.Event(), 0
+
+        async def acquire_second_late(*args: object, **kwargs: object) -> object:
+            nonlocal claims
+            claims += 1
+            lease = await acquire(*args, **kwargs)  # type: ignore[arg-type]
+            if claims == 2:
+                await reading.wait()
+            return lease
+
+        async def pending_signalled(source: str) -> object:
+            reading.set()
+            return await pending(source)
+
+        leases.acquire = acquire_second_late  # type: ignore[method-assign]
+        queue.pending = pending_signalled  # type: ignore[method-assign]
+        pulled = await asyncio.gather(a.hub.fleet.pull(source), a.hub.fleet.pull(source))
+        assert sum(pulled) == 1
+
+        async def answered() -> bool:
+            return bool((await a.engine.store.db.run(answers)).get(source))
+
+        await until(answered)
+        await asyncio.sleep(0.3)  # a second turn would have answered by now
+        assert (await a.engine.store.db.run(answers))[source] == ["echo: once"]
+        assert a.model.calls == 1
+
+
 async def test_a_dead_processs_queued_and_interrupted_work_is_taken_over(
     url: str, tmp_path: Path
 ) -> None:
@@ -211,7 +254,7 @@ async def test_a_process_that_lost_its_lease_commits_nothing_more(url: str, tmp_
         await a.hub.send_message("telegram:5", "hello")
         await asyncio.wait_for(a.model.started.wait(), 5)
         # Paused: the lease expires and another process takes it.
-        a.hub.fleet.ownership.renew = _never_renew  # type: ignore[method-assign]
+        a.hub.fleet.ownership.renew_sources = _never_renew  # type: ignore[method-assign]
         other = Leases(a.engine.store.db)
 
         async def taken() -> bool:
@@ -457,4 +500,9 @@ async def test_a_cron_result_for_a_chat_worked_elsewhere_waits_for_it_and_runs_b
             "echo: first",
             "Your report is ready.",
         ]
-        assert b.hub.fleet.owns("telegram:4")
+        fleet_b = b.hub.fleet
+
+        async def let_go() -> bool:  # delivered and idle: the next process may take it
+            return not fleet_b.owns("telegram:4")
+
+        await until(let_go)

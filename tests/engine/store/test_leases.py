@@ -91,6 +91,29 @@ async def test_an_expired_lease_cannot_be_renewed_even_by_its_owner(
     assert not await leases.renew(mine, 30)
 
 
+async def test_one_statement_renews_what_is_still_held_and_nothing_else(
+    store: Store,  # noqa: F811
+) -> None:
+    leases = Leases(store.db)
+    held = [await leases.acquire(name, "a", 5) for name in ("s1", "s2", "s3", "s4")]
+    assert all(lease is not None for lease in held)
+    s1, s2, s3, s4 = held  # type: ignore[misc]
+    await expire(store, "s2")  # lapsed: not renewed, even by its owner
+    await expire(store, "s3")
+    assert await leases.acquire("s3", "b", 30) is not None  # taken over meanwhile
+    await expire(store, "s4")
+    back = await leases.acquire("s4", "a", 5)  # lapsed and taken again: a new epoch
+    assert back is not None and back.epoch == s4.epoch
+    assert await leases.renew_all([s1, s2, s3, s4], 60) == {"s1", "s4"}
+    renewed = await leases.holder("s1")
+    assert renewed is not None and renewed.expires_at > s1.expires_at + 50
+    assert await leases.holder("s2") is None
+    assert (await leases.holder("s3")).owner == "b"  # type: ignore[union-attr]
+    assert await leases.renew_all([], 60) == set()
+    with pytest.raises(ValueError):
+        await leases.renew_all([s1, await leases.acquire("x", "b", 5)], 60)  # type: ignore[list-item]
+
+
 async def test_a_short_lease_expires_on_the_databases_clock(store: Store) -> None:  # noqa: F811
     leases = Leases(store.db)
     mine = await leases.acquire("r", "a", 0.2)
