@@ -130,7 +130,9 @@ class WebChat:
         await websocket.accept()
         source = source_of(conversation)
         socket = ChatSocket(websocket)
-        events = self.hub.events(source)  # subscribed before turn_running is read
+        # Subscribed before turn_running is read; with the turns other processes of a fleet
+        # run (a gap in those is a RemoteLagged: the lagged frame below reloads the page).
+        events = self.hub.events(source, remote=True)
         self.rooms.join(source, socket)
         pump: asyncio.Task[None] | None = None
         try:
@@ -138,7 +140,7 @@ class WebChat:
             await socket.send(
                 Hello(conversation_id=conversation, session_id=session_id, limits=self._limits())
             )
-            await socket.send(TurnRunning(running=self.hub.is_processing(source)))
+            await socket.send(TurnRunning(running=await self.hub.is_busy(source)))
             await self._show_pending(socket, session_id)
             pump = asyncio.create_task(self._pump(events, socket), name=f"ws:{source}")
             await self._read(conversation, websocket, socket)

@@ -35,6 +35,7 @@ from engine.hub.consumer import InboxConsumer
 from engine.hub.inbox import queue_message
 from engine.hub.ownership import SOURCE_LEASE_PREFIX, SourceOwnership, pick
 from engine.hub.protocols import Sleep
+from engine.hub.relay import EventRelay
 from engine.hub.sources import SourceRegistry, SourceState
 from engine.hub.types import SendOptions
 from engine.store.fencing import Fence
@@ -62,6 +63,7 @@ class FleetWork:
         ownership: SourceOwnership,
         notifier: Notifier | None,
         sleep: Sleep,
+        relay: EventRelay | None = None,
     ) -> None:
         self._engine = engine
         self._sources = sources
@@ -69,6 +71,7 @@ class FleetWork:
         self.ownership = ownership
         self._notifier = notifier
         self._sleep = sleep
+        self._relay = relay  # started with the membership, closed before the leases go
         #: Sources this process claimed from an owner that had not let them go (metrics).
         self.takeovers = 0
         self._unowned_before: set[str] = set()
@@ -244,6 +247,8 @@ class FleetWork:
     async def join(self) -> None:
         """Become a member and start renewing (the hub's start, before its first scan: a
         first scan that takes over many sources must not outlast the membership)."""
+        if self._relay is not None:
+            await self._relay.start()
         await self.ownership.join()
         await self.ownership.refresh_members()
         if self._keeping is None:
@@ -266,6 +271,8 @@ class FleetWork:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
     async def close(self) -> None:
+        if self._relay is not None:
+            await self._relay.close()  # the stopped turns' last events go out first
         if self._keeping is not None:
             self._keeping.cancel()
             await asyncio.gather(self._keeping, return_exceptions=True)

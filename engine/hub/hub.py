@@ -35,8 +35,16 @@ from engine.hub.home import HomeSource
 from engine.hub.intake import MessageIntake
 from engine.hub.notifications import NotificationBatcher
 from engine.hub.ownership import FleetConfig, SourceOwnership
-from engine.hub.protocols import AnswerHook, FailureHook, MonotonicClock, Sleep, TurnContext
+from engine.hub.protocols import (
+    AnswerHook,
+    FailureHook,
+    MonotonicClock,
+    Publish,
+    Sleep,
+    TurnContext,
+)
 from engine.hub.recovery import Recovery
+from engine.hub.relay import EventRelay
 from engine.hub.sources import SourceRegistry
 from engine.hub.system_bus import watch_cancellations
 from engine.hub.tasks import BackgroundTasks
@@ -77,7 +85,9 @@ class ChatHub:
         self._home = HomeSource(store.settings, default_home)
         self._tasks = BackgroundTasks()
         self._events = HubEvents()
-        publish = self._events.publish
+        #: In a fleet, events also go to (and come from) the other processes (``relay.py``).
+        self.relay = EventRelay(notifier, self._events) if fleet and notifier else None
+        publish: Publish = self.relay.publish if self.relay else self._events.publish
         self._adapters = AdapterRegistry(publish)
         self._sources = SourceRegistry(engine, clock)
         failed = FailedTurns(store, self._adapters)
@@ -97,7 +107,7 @@ class ChatHub:
         if fleet is not None:
             ownership = SourceOwnership(Leases(store.db), fleet, sleep=sleep)
             self.fleet = FleetWork(
-                engine, self._sources, self._consumer, ownership, notifier, sleep
+                engine, self._sources, self._consumer, ownership, notifier, sleep, self.relay
             )
             self._consumer.join_fleet(self.fleet)
             self._intake.join_fleet(self.fleet)
@@ -150,18 +160,20 @@ class ChatHub:
         self._adapters.on_answer(prefix, hook)
 
     def on_failure(self, prefix: str, hook: FailureHook) -> None:
-        """``hook(source, notice)`` may return work for the transaction that ends a failed turn.
-
-        For the sources starting with ``prefix``: when a turn fails (every model failed, or
-        it raised), its unanswered messages are marked failed and the hook's rows (the
-        notice's delivery record, given the failure's key) commit together. The ``Error``
-        published next is then a ``FailureNotice`` carrying that key.
-        """
+        """``hook(source, notice)`` may return work for the transaction that ends a failed
+        turn of a source starting with ``prefix`` (every model failed, or it raised): its
+        unanswered messages are marked failed and the hook's rows (the notice's delivery
+        record, given the failure's key) commit together. The ``Error`` published next is
+        then a ``FailureNotice`` carrying that key."""
         self._adapters.on_failure(prefix, hook)
 
-    def events(self, source: str | None = None, *, capacity: int | None = None) -> SourceEvents:
-        """Subscribe to the events of ``source`` (all sources when ``None``)."""
-        return self._events.subscribe(source, capacity)
+    def events(
+        self, source: str | None = None, *, capacity: int | None = None, remote: bool = False
+    ) -> SourceEvents:
+        """Subscribe to the events of ``source`` (all sources when ``None``). ``remote``: in
+        a fleet, other processes' turns' too (``HubEvent.remote``; a gap: ``RemoteLagged``),
+        for viewers only: a subscriber that delivers them would send their answers again."""
+        return self._events.subscribe(source, capacity, remote=remote)
 
     # -- messages ------------------------------------------------------------------------
 
@@ -241,11 +253,8 @@ class ChatHub:
         by: str | None = None,
     ) -> Decided:
         """Approve a call of the source's session (refused for another session's call, and
-        ``NotPermitted`` when ``decider`` may not decide it).
-
-        ``by`` names a decider away from the chat; the source's adapters are told, so a card
-        shown there closes with that name.
-        """
+        ``NotPermitted`` when ``decider`` may not decide it). ``by`` names a decider away
+        from the chat; the source's adapters are told, so a card there closes with it."""
         return await self._decisions.approve(
             validate_source(source),
             tool_call_id,
@@ -317,9 +326,7 @@ class ChatHub:
 
     async def force_compact(self, source: str) -> CompactionResult | None:
         """``/compact``: summarise the conversation now; ``None`` when there is too little.
-
-        ``CompactionError`` when compaction is not enabled or the summary failed.
-        """
+        ``CompactionError`` when compaction is not enabled or the summary failed."""
         return await self._controls.force_compact(validate_source(source))
 
     async def reset_tools(self, source: str) -> int:

@@ -142,8 +142,12 @@ class FailureNotice(Error):
 
 @dataclass(frozen=True, slots=True)
 class HubEvent:
-    """One event of any turn, tagged with where it belongs; adapters filter by source."""
+    """One event of any turn, tagged with where it belongs; adapters filter by source.
+
+    ``remote``: from a turn of another process of the fleet (``engine/hub/relay.py``),
+    given only to subscribers that asked for such events (a viewer, never a deliverer)."""
 
     source: str
     session_id: int | None
     event: TurnEvent | NewSession | DecisionMade
+    remote: bool = False
