@@ -26,6 +26,7 @@ from bot.http.signins import LoginThrottle, SignInPolicy, SignIns
 from bot.http.web import Deliveries
 from bot.settings import Settings
 from bot.telegram.outbound import OutboundStats
+from bot.webchat.conversations import PREFIX as WEB_CHAT_PREFIX
 from bot.webchat.limits import MAX_FRAME_BYTES as MAX_WEB_CHAT_FRAME_BYTES
 from engine.core import Engine
 from engine.hub import ChatHub
@@ -71,6 +72,8 @@ class LazyChat:
     ) -> None:
         self._hub, self._token, self._signins, self._throttle = hub, token, signins, throttle
         self._memory = memory
+        if hub.relay is not None:  # in a fleet its sockets watch turns of any process
+            hub.relay.relay_only(WEB_CHAT_PREFIX)
         self._router: Router | None = None
         self._close: Callable[[], Awaitable[None]] | None = None
         self._building = asyncio.Lock()

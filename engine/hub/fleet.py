@@ -349,10 +349,11 @@ def _unowned_work(conn: Connection, interrupted: set[int]) -> list[str]:
     live = {
         lease.name[len(SOURCE_LEASE_PREFIX) :] for lease in live_leases(conn, SOURCE_LEASE_PREFIX)
     }
-    cut = {
-        row.source
-        for row in conn.execute(sa.select(sources.c.source, sources.c.session_id))
-        if int(row.session_id) in interrupted
-    }
+    # Only the cut sessions' rows: the table holds every chat ever seen, read every scan.
+    cut = set(
+        conn.execute(
+            sa.select(sources.c.source).where(sources.c.session_id.in_(sorted(interrupted)))
+        ).scalars()
+    )
     queued = set(conn.execute(sa.select(queued_messages.c.source).distinct()).scalars())
     return sorted((queued | cut) - live)

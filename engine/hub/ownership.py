@@ -158,11 +158,6 @@ class SourceOwnership:
         self.members = tuple(sorted(owners))
         return self.members
 
-    async def renew(self) -> list[str]:
-        """Renew every holding; the sources lost (expired, or taken over meanwhile)."""
-        await self.renew_membership()
-        return await self.renew_sources()
-
     async def renew_membership(self) -> None:
         if self._membership is None:
             return

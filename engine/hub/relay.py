@@ -370,6 +370,8 @@ class EventRelay:
         self._tasks: list[asyncio.Task[None]] = []
         self._stream: Any = None
         self._closed = False
+        #: Only these sources' events are sent, once a viewer named them (``relay_only``).
+        self._prefixes: tuple[str, ...] | None = None
         self._overflowing = False
         self._failing = False
         #: Notices sent, events dropped (queue full, unsendable), notices from other
@@ -380,6 +382,12 @@ class EventRelay:
 
     # -- sending (this process's events)
 
+    def relay_only(self, prefix: str) -> None:
+        """Send only the events of sources starting with ``prefix`` (or another prefix so
+        named): a front end whose viewers watch from any process names its own. Until one
+        does, every source's events are sent."""
+        self._prefixes = (*(self._prefixes or ()), prefix)
+
     def publish(self, source: str, session_id: int | None, event: Any) -> None:
         """The hub's publish in a fleet: this process's bus, then the fleet."""
         self._events.publish(source, session_id, event)
@@ -387,7 +395,7 @@ class EventRelay:
 
     def send(self, source: str, session_id: int | None, event: Any) -> None:
         """Queue ``event`` for the other processes; never waits, never raises."""
-        if self._closed:
+        if self._closed or (self._prefixes is not None and not source.startswith(self._prefixes)):
             return
         try:
             if isinstance(event, DELTAS):

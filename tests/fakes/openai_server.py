@@ -35,7 +35,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
@@ -92,6 +92,10 @@ class FakeOpenAIServer:
         self.echo = False
         """With nothing scripted, answer ``echo: <the user messages since the last answer>``
         instead of 500 (load and kill-loop tests, where every message needs an answer)."""
+        self.respond: Callable[[list[dict[str, Any]]], ScriptedReply | None] | None = None
+        """With nothing scripted, the reply to a request's messages (before ``echo``): for
+        several processes whose requests interleave, where a queue cannot say which is
+        whose."""
         self._lock = threading.Lock()
         self._shared: deque[ScriptedReply] = deque()
         self._per_model: dict[str, deque[ScriptedReply]] = {}
@@ -376,6 +380,9 @@ class FakeOpenAIServer:
             serial = self._counter
         model = body.get("model")
         reply = self._next(model if isinstance(model, str) else None)
+        if reply is None and self.respond is not None:
+            messages = body.get("messages")
+            reply = self.respond(messages if isinstance(messages, list) else [])
         if reply is None and self.echo:
             reply = ScriptedReply(kind="completion", content=f"echo: {_last_user(body)}")
         if reply is None:

@@ -10,7 +10,6 @@ PostgreSQL only (``CHATHUB_TEST_POSTGRES_URL``): a fleet shares its work through
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import itertools
 import json
 import os
@@ -21,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from starlette.requests import Request
-from starlette.responses import Response
 
 from tests.bot.fleet.test_fleet_processes import Fleet
 from tests.bot.process import wait_for
@@ -45,10 +42,6 @@ ASKED = "every ten seconds, tell me the next tick"
 # No \b: in a notification's JSON a result follows the two characters "\n".
 TICK = re.compile(r"tick \d+")
 FAILED_STEP = "dispatch step failed"  # scheduler/dispatcher.py logs it with the traceback
-
-_ROUTED: contextvars.ContextVar[ScriptedReply | None] = contextvars.ContextVar(
-    "routed", default=None
-)
 
 
 def _text(message: dict[str, Any]) -> str:
@@ -77,6 +70,7 @@ class CronModel(FakeOpenAIServer):
         super().__init__()
         self._ticks = itertools.count(1)
         self.ticks: list[str] = []  # what the job's sessions answered, in order
+        self.respond = self.answer
 
     def answer(self, messages: list[dict[str, Any]]) -> ScriptedReply:
         last = _last(messages)
@@ -99,17 +93,6 @@ class CronModel(FakeOpenAIServer):
                 finish_reason="tool_calls",
             )
         return _said("ok")
-
-    async def _handle(self, request: Request) -> Response:
-        body = json.loads(await request.body())  # starlette keeps it for the base's read
-        token = _ROUTED.set(self.answer(body.get("messages") or []))
-        try:
-            return await super()._handle(request)
-        finally:
-            _ROUTED.reset(token)
-
-    def _next(self, model: str | None) -> ScriptedReply | None:
-        return _ROUTED.get()  # this request's answer (a context variable per request)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -94,6 +95,36 @@ async def member(
     await hub.start()
     try:
         yield Member(name, engine, hub, model)
+    finally:
+        await hub.close()
+        await engine.close()
+
+
+@dataclass
+class Dead:
+    """A fleet member "a" that is never started: it holds what it claims until the lease
+    runs out and renews nothing (as after ``kill -9``)."""
+
+    engine: Engine
+    hub: ChatHub
+    model: Echo
+
+
+@contextlib.asynccontextmanager
+async def dead_member(url: str, workspace: Path, *, rules: bool = False) -> AsyncIterator[Dead]:
+    settings = load_settings(
+        database_url=url, chathub_workspace=workspace, chathub_timezone="UTC", _env_file=None
+    )
+    model = Echo()
+    engine = await Engine.open(
+        AppConfig(settings=settings, models=(), engine=EngineConfig(max_tool_rounds=2)),
+        models=ModelRegistry([model]),
+        policy=None if rules else AllowAll(),
+    )
+    fleet = FleetConfig(owner="a", lease_ttl_s=TTL, scan_interval_s=60)
+    hub = ChatHub(engine, HubConfig(), fleet=fleet)
+    try:
+        yield Dead(engine, hub, model)
     finally:
         await hub.close()
         await engine.close()
@@ -203,25 +234,12 @@ async def test_a_dead_processs_queued_and_interrupted_work_is_taken_over(
 ) -> None:
     """``a`` holds a source mid-turn and stops renewing (its lease expires, as after
     kill -9); ``b`` takes the source over, resumes the turn and answers the queue once."""
-    async with member(url, tmp_path, "b", None, ttl=TTL) as b:
-        dead = await Engine.open(
-            AppConfig(
-                settings=load_settings(
-                    database_url=url,
-                    chathub_workspace=tmp_path / "w-dead",
-                    chathub_timezone="UTC",
-                    _env_file=None,
-                ),
-                models=(),
-                engine=EngineConfig(max_tool_rounds=2),
-            ),
-            models=ModelRegistry([(model := Echo())]),
-            policy=AllowAll(),
-        )
+    async with (
+        member(url, tmp_path, "b", None, ttl=TTL) as b,
+        dead_member(url, tmp_path / "w-dead") as a,
+    ):
+        model, hub = a.model, a.hub
         model.gate = asyncio.Event()  # its answers never come
-        hub = ChatHub(
-            dead, HubConfig(), fleet=FleetConfig(owner="a", lease_ttl_s=TTL, scan_interval_s=60)
-        )
         assert hub.fleet is not None
         await hub.fleet.ownership.claim("telegram:9")
         await hub.send_message("telegram:9", "first")
@@ -240,8 +258,6 @@ async def test_a_dead_processs_queued_and_interrupted_work_is_taken_over(
             "echo: second",
         ]
         assert b.hub.fleet is not None and b.hub.fleet.takeovers >= 1
-        await hub.close()
-        await dead.close()
 
 
 async def test_a_process_that_lost_its_lease_commits_nothing_more(url: str, tmp_path: Path) -> None:
@@ -330,11 +346,21 @@ async def test_stop_reaches_the_process_running_the_turn(url: str, tmp_path: Pat
 
 
 async def pending_call(engine: Engine) -> int:
+    """The first approval the engine waits for (waiting for it to be asked)."""
+    return await _first_pending(engine.pending_approvals, "no approval was asked for")
+
+
+async def pending_question(engine: Engine) -> int:
+    """The first question the engine waits for an answer to."""
+    return await _first_pending(engine.pending_questions, "no question was asked")
+
+
+async def _first_pending(read: Callable[[], Awaitable[list[Any]]], missing: str) -> int:
     for _ in range(500):
-        if pending := await engine.pending_approvals():
-            return pending[0].tool_call_id
+        if pending := await read():
+            return int(pending[0].tool_call_id)
         await asyncio.sleep(0.01)
-    raise AssertionError("no approval was asked for")
+    raise AssertionError(missing)
 
 
 def last_tool_result(messages: list[dict[str, object]]) -> str:
@@ -370,14 +396,6 @@ async def test_an_approval_pressed_on_another_process_wakes_the_waiting_turn(
         assert b.model.calls == 0
 
 
-async def pending_question(engine: Engine) -> int:
-    for _ in range(500):
-        if pending := await engine.pending_questions():
-            return pending[0].tool_call_id
-        await asyncio.sleep(0.01)
-    raise AssertionError("no question was asked")
-
-
 async def test_a_question_answered_on_another_process_wakes_the_waiting_turn(
     url: str, tmp_path: Path
 ) -> None:
@@ -405,22 +423,12 @@ async def test_a_question_answered_on_another_process_wakes_the_waiting_turn(
 async def test_a_question_of_a_dead_process_is_answered_and_its_turn_goes_on_elsewhere(
     url: str, tmp_path: Path
 ) -> None:
-    async with member(url, tmp_path, "b", None, ttl=TTL) as b:
-        settings = load_settings(
-            database_url=url,
-            chathub_workspace=tmp_path / "workspace-b",
-            chathub_timezone="UTC",
-            _env_file=None,
-        )
-        dead = await Engine.open(
-            AppConfig(settings=settings, models=(), engine=EngineConfig(max_tool_rounds=2)),
-            models=ModelRegistry([(model := Echo())]),
-            policy=AllowAll(),
-        )
-        model.add(tool_call("ask_user_clarification", '{"question": "Which colour?"}', "q1"))
-        hub = ChatHub(
-            dead, HubConfig(), fleet=FleetConfig(owner="a", lease_ttl_s=TTL, scan_interval_s=60)
-        )
+    async with (
+        member(url, tmp_path, "b", None, ttl=TTL) as b,
+        dead_member(url, tmp_path / "workspace-b") as a,
+    ):
+        dead, hub = a.engine, a.hub
+        a.model.add(tool_call("ask_user_clarification", '{"question": "Which colour?"}', "q1"))
         assert hub.fleet is not None
         await hub.fleet.ownership.claim("telegram:10")
         await hub.send_message("telegram:10", "paint it")
@@ -434,28 +442,18 @@ async def test_a_question_of_a_dead_process_is_answered_and_its_turn_goes_on_els
 
         await until(answered)
         assert b.model.calls == 1
-        await hub.close()
-        await dead.close()
 
 
 async def test_an_approval_card_of_a_dead_process_is_approved_and_runs_once_elsewhere(
     url: str, tmp_path: Path
 ) -> None:
-    async with member(url, tmp_path, "b", None, ttl=TTL, rules=True) as b:
-        settings = load_settings(
-            database_url=url,
-            chathub_workspace=tmp_path / "workspace-b",  # one workspace, as in compose.yaml
-            chathub_timezone="UTC",
-            _env_file=None,
-        )
-        dead = await Engine.open(
-            AppConfig(settings=settings, models=(), engine=EngineConfig(max_tool_rounds=2)),
-            models=ModelRegistry([(model := Echo())]),
-        )
-        model.add(tool_call("execute_cmd", '{"command": "echo run >> runs.log"}', "c1"))
-        hub = ChatHub(
-            dead, HubConfig(), fleet=FleetConfig(owner="a", lease_ttl_s=TTL, scan_interval_s=60)
-        )
+    async with (
+        member(url, tmp_path, "b", None, ttl=TTL, rules=True) as b,
+        # One workspace, as in compose.yaml.
+        dead_member(url, tmp_path / "workspace-b", rules=True) as a,
+    ):
+        dead, hub = a.engine, a.hub
+        a.model.add(tool_call("execute_cmd", '{"command": "echo run >> runs.log"}', "c1"))
         assert hub.fleet is not None
         await hub.fleet.ownership.claim("telegram:8")
         await hub.send_message("telegram:8", "run it")
@@ -470,8 +468,6 @@ async def test_an_approval_card_of_a_dead_process_is_approved_and_runs_once_else
 
         await until(answered)
         assert ran(tmp_path / "workspace-b") == ["run"]  # once, by b
-        await hub.close()
-        await dead.close()
 
 
 async def test_a_cron_result_for_a_chat_worked_elsewhere_waits_for_it_and_runs_behind_its_fence(

@@ -363,6 +363,23 @@ async def test_deltas_go_together_and_in_order_with_the_events_between_them() ->
     assert relay.sent == 10
 
 
+async def test_once_a_front_end_names_its_sources_only_theirs_are_sent() -> None:
+    """A Telegram chat has no viewer on another process: its events cost no notices."""
+    notifier = LocalNotifier("p")
+    notices = notifier.subscribe(CHANNEL)
+    events = HubEvents()
+    local = events.subscribe("telegram:7")
+    relay = EventRelay(notifier, events)
+    relay.relay_only("web:")
+    await relay.start()
+    relay.publish("telegram:7", 1, ToolStart(1, "ls", "{}"))
+    relay.publish("web:a", 2, ToolStart(2, "ls", "{}"))
+    await relay.close()
+    assert [brief(p) for p in await take(notices, 1)] == [("web:a", "ToolStart", None)]
+    assert relay.sent == 1
+    assert (await local.recv()).source == "telegram:7"  # its own process still has it
+
+
 async def test_held_deltas_go_out_at_the_end_of_their_window() -> None:
     notifier = LocalNotifier("p")
     notices = notifier.subscribe(CHANNEL)
