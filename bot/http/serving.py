@@ -26,7 +26,7 @@ from bot.http.signins import LoginThrottle, SignInPolicy, SignIns
 from bot.http.web import Deliveries
 from bot.settings import Settings
 from bot.telegram.outbound import OutboundStats
-from bot.webchat.conversations import PREFIX as WEB_CHAT_PREFIX
+from bot.webchat.layer import SOURCE_PREFIX as WEB_CHAT_PREFIX
 from bot.webchat.limits import MAX_FRAME_BYTES as MAX_WEB_CHAT_FRAME_BYTES
 from engine.core import Engine
 from engine.hub import ChatHub

@@ -9,9 +9,11 @@ from __future__ import annotations
 import re
 from typing import Protocol
 
+from bot.webchat.layer import SOURCE_PREFIX
+
 __all__ = ["PREFIX", "AnyConversation", "ConversationDirectory", "is_conversation_id", "source_of"]
 
-PREFIX = "web:"
+PREFIX = SOURCE_PREFIX
 _ID = re.compile(r"[A-Za-z0-9_-]{1,40}")
 
 

@@ -28,7 +28,13 @@ from engine.session.gate import AllowAll
 from engine.store.fencing import Fenced, fenced
 from engine.store.leases import Leases, lease_fence
 from engine.store.notify import LocalNotifier
-from engine.store.schema import chat_history, chat_sessions, chat_sessions_stack, leases
+from engine.store.schema import (
+    chat_history,
+    chat_sessions,
+    chat_sessions_stack,
+    leases,
+    queued_messages,
+)
 from tests.engine.hub.conftest import last_user_text
 from tests.pg import BACKENDS, database_url
 
@@ -147,6 +153,10 @@ def answers(conn: sa.Connection) -> dict[str, list[str]]:
     return out
 
 
+def queued_sources(conn: sa.Connection) -> list[str]:
+    return list(conn.execute(sa.select(queued_messages.c.source)).scalars())
+
+
 async def until(check: Callable[[], Awaitable[bool]], within: float = 15.0) -> None:
     """Poll the database (other "processes" and the lease clock write it) until ``check``."""
     for _ in range(int(within / 0.02)):
@@ -178,7 +188,13 @@ async def test_messages_through_any_process_are_answered_once_in_order_and_sprea
             got = await a.engine.store.db.run(answers)
             return sum(len(v) for v in got.values()) >= 36
 
-        await until(all_answered)
+        try:
+            await until(all_answered)
+        except AssertionError as error:  # what was missing, and where the work stood
+            error.add_note(f"answers: {await a.engine.store.db.run(answers)}")
+            error.add_note(f"queued: {await a.engine.store.db.run(queued_sources)}")
+            error.add_note(f"held: { {m.name: m.hub.fleet.ownership.owned() for m in (a, b, c)} }")  # type: ignore[union-attr]
+            raise
         await asyncio.sleep(0.3)  # nothing more comes
         assert await a.engine.store.db.run(answers) == expected
         worked = {m.name: m.model.calls for m in (a, b, c)}
