@@ -92,7 +92,13 @@ class Network:
         self.http = httpx.AsyncClient()
 
     def __call__(self, call: Coroutine[Any, Any, T]) -> T:
-        return self._runner.run(call)
+        try:
+            return self._runner.run(call)
+        except asyncio.CancelledError:
+            # Only Ctrl-C cancels the call. asyncio turns that cancellation into
+            # KeyboardInterrupt only when the task's cancel count ends at zero, which a
+            # timeout inside the call (cancelling and uncancelling) can upset.
+            raise KeyboardInterrupt from None
 
     def close(self) -> None:
         with contextlib.suppress(BaseException):  # closing after Ctrl-C must not raise anew
