@@ -50,7 +50,7 @@ from engine.config import AppConfig
 from engine.core import Engine
 from engine.hub import ChatHub
 from engine.hub.hub import SourceEvents
-from engine.hub.ownership import PROCESS_LEASE_PREFIX, FleetConfig
+from engine.hub.ownership import FleetConfig
 from engine.llm.registry import ModelRegistry
 from engine.session.protocols import ApprovalPolicy
 from engine.store import Store
@@ -81,16 +81,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def _recover_orphans_forever(
-    outbound: Outbound, leases: Leases, own: str, every_s: float
-) -> None:
-    """A fleet's: replies a dead process recorded and never sent are due (its membership
-    lease expired); a live process's in-flight replies stay its own, and so do this
-    process's own even while its membership has lapsed for a moment."""
+async def _recover_orphans_forever(outbound: Outbound, every_s: float) -> None:
+    """A fleet's: replies a dead process took to send and never sent are due (its
+    membership lease expired); a live process's in-flight replies stay its own, and so do
+    this process's own (it hands back itself what it may no longer send)."""
     while True:
         try:
-            live = {lease.owner for lease in await leases.live(PROCESS_LEASE_PREFIX)} | {own}
-            await outbound.recover_orphans(live)
+            await outbound.recover_orphans()
         except Exception:  # the database is away: the next round
             log.warning("recovering the fleet's unsent replies failed", exc_info=True)
         await asyncio.sleep(every_s)
@@ -235,7 +232,14 @@ class Service:
             deliveries = store.delivery_summary
             self.telegram_health = health = TelegramHealth()
             pacing = self.pacing or Pacing.from_settings(settings)
-            outbound = Outbound(api, store, pacing, schedule=self.schedule, health=health)
+            outbound = Outbound(
+                api,
+                store,
+                pacing,
+                schedule=self.schedule,
+                health=health,
+                tenure=hub.fleet.ownership if hub.fleet is not None else None,
+            )
             self.adapter = adapter = TelegramAdapter(
                 hub,
                 api,
@@ -254,9 +258,7 @@ class Service:
             await adapter.start()  # no Telegram call: subscribed before the hub recovers
             self._spawn(Redelivery(outbound, store).run(), "tg-redelivery")
             if fleet is not None:  # a dead process's unsent replies: due once they are old
-                orphans = _recover_orphans_forever(
-                    outbound, Leases(engine.store.db), fleet.owner, fleet.scan_interval_s
-                )
+                orphans = _recover_orphans_forever(outbound, fleet.scan_interval_s)
                 self._spawn(orphans, "tg-fleet-outbox")
             startup = TelegramStartup(api, health)
             receive: Callable[[], Awaitable[None]]

@@ -44,15 +44,15 @@ class TelegramSender:
         self, conn: Connection, source: str, key: str, prepared: list[Json]
     ) -> list[OutboxRow]:
         chat_id = parse_source(source)[0]
+        mark = self.outbound.mark()  # in the transaction: its commit comes after
         rows = [
             enqueue_in(conn, chat_id, f"{key}:{index}", payload, self.outbound.store.process_id)
             for index, payload in enumerate(prepared)
         ]
-        return [row for row in rows if row is not None]
+        return self.outbound.taken([row for row in rows if row is not None], mark)
 
     async def send_recorded(self, rows: Sequence[OutboxRow]) -> None:
-        for row in rows:
-            await self.outbound.deliver_row(row)
+        await self.outbound.deliver_rows(rows)
 
     async def send_durable(self, source: str, key: str, prepared: list[Json]) -> None:
         chat_id = parse_source(source)[0]

@@ -13,6 +13,11 @@ row records the attempt and when it is due again (``RetrySchedule``: 1 s doublin
 5 min), and ``Redelivery`` (``redelivery.py``) sends it then, in this process. Only an
 answer that no retry changes — 403 (the bot was blocked), 400 (chat not found, a
 request Telegram refuses) — marks it failed, with Telegram's reason.
+
+In a fleet, a row is sent only by the process that took it (recorded or claimed it), and
+only while that process's membership has held without a break since (``Tenure``): a
+process paused or cut off past its membership lease has its rows sent by another, and
+when it comes back it hands them back (``release``) instead of sending them a second time.
 """
 
 from __future__ import annotations
@@ -21,10 +26,10 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from bot.telegram.api import (
     BadRequest,
@@ -41,9 +46,18 @@ from bot.telegram.pacing import Cap, Pacer, PacingPolicy, Rate
 from bot.telegram.retrying import Backoff, describe
 from bot.telegram.settings import TelegramSettings
 from bot.telegram.store import OutboxRow, TelegramStore
+from engine.failpoints import failpoint
 from engine.store.schema import utcnow
 
-__all__ = ["Delivery", "Outbound", "OutboundStats", "Pacing", "RetrySchedule", "is_group_chat"]
+__all__ = [
+    "Delivery",
+    "Outbound",
+    "OutboundStats",
+    "Pacing",
+    "RetrySchedule",
+    "Tenure",
+    "is_group_chat",
+]
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +115,24 @@ class Delivery(enum.Enum):
     SENT = "sent"
     POSTPONED = "postponed"
     FAILED = "failed"
+    #: Handed back unsent: this fleet process's tenure broke (another sends it).
+    RELEASED = "released"
+
+
+class Tenure(Protocol):
+    """A fleet process's hold on what it takes to send (``SourceOwnership``'s membership)."""
+
+    def mark(self) -> float:
+        """Now, taken before a row is recorded or claimed."""
+        ...
+
+    def tenure_holds(self, mark: float) -> bool:
+        """Whether a row taken at ``mark`` is still this process's to send."""
+        ...
+
+
+class TenureLost(Exception):
+    """A send not started: the row's process may no longer send it."""
 
 
 @dataclass
@@ -120,6 +152,8 @@ class OutboundStats:
     redelivered: int = 0
     #: Outbox deliveries marked failed (blocked, chat gone, refused, unsendable payload).
     deliveries_failed: int = 0
+    #: Fleet rows handed back unsent because this process's membership had lapsed.
+    released: int = 0
 
 
 @dataclass(eq=False)
@@ -145,9 +179,14 @@ class Outbound:
         schedule: RetrySchedule | None = None,
         now: Callable[[], datetime] = utcnow,
         health: TelegramHealth | None = None,
+        tenure: Tenure | None = None,
     ) -> None:
+        """``tenure``: a fleet process's (every row it sends was taken under it)."""
         self.api = api
         self.store = store
+        self.tenure = tenure
+        #: Rows handed back while the database was away: ``recover_orphans`` retries them.
+        self.stranded: set[int] = set()
         self.pacing = pacing or Pacing()
         self.pacer = Pacer(self.pacing.policy, clock=clock, sleep=sleep)
         self.schedule = schedule or RetrySchedule()
@@ -169,11 +208,21 @@ class Outbound:
         self._marking: asyncio.Task[None] | None = None
         self._mark_delay_s = mark_delay_s
 
-    async def call(self, chat_id: int, op: Callable[[], Awaitable[T]]) -> T:
-        """Run one Bot API call for ``chat_id`` in its turn, retrying what is retriable."""
+    async def call(
+        self,
+        chat_id: int,
+        op: Callable[[], Awaitable[T]],
+        *,
+        may_send: Callable[[], bool] | None = None,
+    ) -> T:
+        """Run one Bot API call for ``chat_id`` in its turn, retrying what is retriable.
+
+        ``may_send`` is asked right before each try (a wait for the pace or a retry can be
+        long); when it says no, ``TenureLost`` is raised and nothing more is sent.
+        """
         lane = self._lanes.setdefault(chat_id, _Lane())
         async with lane.lock:
-            return await self._run(chat_id, op, edit=False)
+            return await self._run(chat_id, op, edit=False, may_send=may_send)
 
     async def edit(self, chat_id: int, message_id: int, op: Callable[[], Awaitable[Any]]) -> bool:
         """An edit of a message already sent: paced apart from new messages, and coalesced
@@ -191,10 +240,19 @@ class Outbound:
             if self._edits.get(key) == ticket:
                 del self._edits[key]
 
-    async def _run(self, chat_id: int, op: Callable[[], Awaitable[T]], *, edit: bool) -> T:
+    async def _run(
+        self,
+        chat_id: int,
+        op: Callable[[], Awaitable[T]],
+        *,
+        edit: bool,
+        may_send: Callable[[], bool] | None = None,
+    ) -> T:
         errors = throttled = 0
         while True:
             await self.pacer.turn(chat_id, edit=edit)
+            if may_send is not None and not may_send():
+                raise TenureLost
             try:
                 result = await op()
             except RetryAfter as exc:
@@ -239,6 +297,7 @@ class Outbound:
         reply_markup: Json | None = None,
         thread_id: int | None = None,
         reply_to: int | None = None,
+        may_send: Callable[[], bool] | None = None,
     ) -> Json:
         """Send a message; when Telegram rejects the entities, send it as plain text."""
 
@@ -253,19 +312,29 @@ class Outbound:
             )
 
         try:
-            return await self.call(chat_id, send(entities or None))
+            return await self.call(chat_id, send(entities or None), may_send=may_send)
         except BadRequest as exc:
             if not entities or "entit" not in exc.description.lower():
                 raise
             log.warning("entities rejected (%s); sending plain text", exc.description)
-            return await self.call(chat_id, send(None))
+            return await self.call(chat_id, send(None), may_send=may_send)
+
+    def mark(self) -> float | None:
+        """A fleet's: taken before rows are recorded or claimed (``taken``)."""
+        return None if self.tenure is None else self.tenure.mark()
+
+    @staticmethod
+    def taken(rows: list[OutboxRow], mark: float | None) -> list[OutboxRow]:
+        """``rows`` as taken by this process at ``mark`` (``None``: outside a fleet)."""
+        return rows if mark is None else [replace(row, taken_at=mark) for row in rows]
 
     async def deliver(self, chat_id: int, key: str, payload: Json) -> int | None:
         """Send ``payload`` once under ``key``: recorded first, marked sent after."""
+        mark = self.mark()
         row = await self.store.enqueue(chat_id, key, payload)
         if row is None:
             return None  # delivered (or being delivered) before
-        return await self.deliver_row(row)
+        return await self.deliver_row(self.taken([row], mark)[0])
 
     async def resend_pending(self) -> int:
         """Deliver, now, what was recorded but never marked sent (the service leaves this to
@@ -286,12 +355,28 @@ class Outbound:
             self.postponed.set()
         return count
 
-    async def recover_orphans(self, live: Collection[str]) -> int:
-        """A fleet's: what processes not in ``live`` recorded and never sent is due now."""
-        count = await self.store.recover_orphans(self._now(), live)
+    async def recover_orphans(self) -> int:
+        """A fleet's: what dead (or lapsed) processes took and never sent is due now, and so
+        are this process's rows it could not hand back before."""
+        stranded = set(self.stranded)
+        count = await self.store.recover_orphans(self._now(), stranded)
+        self.stranded -= stranded
         if count:
             self.postponed.set()
         return count
+
+    async def deliver_rows(self, rows: Sequence[OutboxRow]) -> None:
+        """Send one reply's recorded rows in order; once one is handed back (the tenure
+        broke), so are the rest: none may overtake it."""
+        for index, row in enumerate(rows):
+            outcome, _message_id = await self.attempt(row)
+            if outcome is Delivery.RELEASED:
+                await self.release_rows(rows[index + 1 :])
+                return
+
+    async def release_rows(self, rows: Sequence[OutboxRow]) -> None:
+        for row in rows:
+            await self._release(row)
 
     async def deliver_row(self, row: OutboxRow) -> int | None:
         """Send a recorded row and mark it sent; the message id, ``None`` when it was not.
@@ -315,6 +400,7 @@ class Outbound:
             await self._queue_behind(row, waiting)
             return Delivery.POSTPONED, None
         payload = row.payload
+        failpoint("before_outbox_send")
         try:
             message = await self.send_text(
                 row.chat_id,
@@ -322,7 +408,11 @@ class Outbound:
                 entities=payload.get("entities"),
                 reply_markup=payload.get("reply_markup"),
                 thread_id=payload.get("thread_id"),
+                may_send=self._tenure_check(row),
             )
+        except TenureLost:
+            await self._release(row)
+            return Delivery.RELEASED, None
         except (BadRequest, Forbidden) as exc:  # blocked, chat gone, a request refused
             await self._fail(row, exc.description)
             return Delivery.FAILED, None
@@ -359,6 +449,32 @@ class Outbound:
             await self.store.reschedule(sorted(waiting), self._now())
         except Exception:  # they keep their old times; this one is due at the next start
             log.exception("queueing the delivery %s failed", row.dedupe_key)
+        self.postponed.set()
+
+    def _tenure_check(self, row: OutboxRow) -> Callable[[], bool] | None:
+        tenure, mark = self.tenure, row.taken_at
+        if tenure is None:
+            return None
+        if mark is None:  # taken outside ``taken``: never sent unchecked in a fleet
+            return lambda: False
+        return lambda: tenure.tenure_holds(mark)
+
+    async def _release(self, row: OutboxRow) -> None:
+        """Hand ``row`` back to the fleet: it is due for whoever claims it first (another
+        process that took it for an orphan already did)."""
+        self._settled(row)
+        self.stats.released += 1
+        log.warning(
+            "this process's fleet membership lapsed (paused or cut off): delivery %s to "
+            "chat %s is left to the fleet",
+            row.dedupe_key,
+            row.chat_id,
+        )
+        try:
+            await self.store.release(row.id, self._now())
+        except Exception:  # the database is away: the orphan scan hands it back later
+            log.warning("handing back the delivery %s failed", row.dedupe_key, exc_info=True)
+            self.stranded.add(row.id)
         self.postponed.set()
 
     def _settled(self, row: OutboxRow) -> None:

@@ -75,7 +75,8 @@ class Redelivery:
         """Claim the rows due now and deliver them; how many were tried."""
         now = self._now()
         lease_until = now + timedelta(seconds=self.outbound.schedule.lease_s)
-        claimed = await self.store.claim_due(now, lease_until, BATCH)
+        mark = self.outbound.mark()
+        claimed = self.outbound.taken(await self.store.claim_due(now, lease_until, BATCH), mark)
         # A row still being sent here (its lease ran out during a long 429 storm) is left
         # to the delivery in progress: never two sends of one row from this process.
         rows = [row for row in claimed if row.id not in self._in_flight]
@@ -103,6 +104,9 @@ class Redelivery:
             if outcome is Delivery.SENT:
                 stats.redelivered += 1
                 log.info("postponed delivery %s reached chat %s", row.dedupe_key, row.chat_id)
+            elif outcome is Delivery.RELEASED:  # a fleet's: the rest are no longer ours
+                await self.outbound.release_rows(rows[index + 1 :])
+                return
             elif outcome is Delivery.POSTPONED:
                 # Telegram is still failing for this chat: its later rows wait with this one
                 # (trying them now would only fail again, or overtake it).

@@ -21,11 +21,12 @@ from bot.telegram.tables import (
 )
 from engine.store.db import Database, SqliteDatabase, quick_unit
 from engine.store.dialects import PerDialect, insert_for
+from engine.store.leases import PROCESS_LEASE_PREFIX, db_now_sql
 from engine.store.prepared import Prepared
 from engine.store.schema import chat_history as h
 from engine.store.schema import chat_llm_tools as t
 from engine.store.schema import chat_sessions_stack as f
-from engine.store.schema import sources, utcnow
+from engine.store.schema import leases, sources, utcnow
 
 __all__ = [
     "CardRow",
@@ -82,6 +83,23 @@ class OutboxRow:
     error: str | None = None
     #: When a postponed delivery is due again; ``None`` while its recorder is sending it.
     next_attempt_at: datetime | None = None
+    #: Not stored: when this process took the row to send it, on its fleet tenure's clock
+    #: (``Outbound``); ``None`` outside a fleet.
+    taken_at: float | None = None
+
+
+#: The stored columns of ``OutboxRow``, in its order.
+_OUTBOX_FIELDS = (
+    "id",
+    "chat_id",
+    "dedupe_key",
+    "payload",
+    "status",
+    "attempts",
+    "message_id",
+    "error",
+    "next_attempt_at",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,21 +250,32 @@ class TelegramStore:
         postponed, or claimed by a retry that never finished); returns how many."""
         return await self._db.run(_recover_outbox, now)
 
-    async def recover_orphans(self, now: datetime, live: Collection[str]) -> int:
-        """A fleet's: the rows being sent by a process not in ``live`` (it died before it
-        sent them) are due now; another live process's in-flight rows stay its own."""
-        return await self._db.run(_recover_orphans, now, list(live))
+    async def recover_orphans(self, now: datetime, stranded: Collection[int] = ()) -> int:
+        """A fleet's: rows in flight with a process that is no fleet member now (it died,
+        or was paused past its membership lease), and ``stranded`` rows of this process,
+        are due at ``now``. Membership is read in the same statement, by the database's
+        clock: a process that joined again meanwhile keeps what it took since."""
+        if self.process_id is None:
+            raise RuntimeError("recovering a fleet's orphans needs the process's id")
+        return await self._db.run(_recover_orphans, now, self.process_id, list(stranded))
 
     async def claim_due(
         self, now: datetime, lease_until: datetime, limit: int = 50
     ) -> list[OutboxRow]:
-        """Pending rows due by ``now``, oldest first, each moved to ``lease_until``.
+        """Pending rows due by ``now``, oldest first, each claimed for sending.
 
-        The move is conditional (still pending, still due), so two claimers never both get
-        a row; a claim that is never settled (a crash mid-send) is due again at
-        ``lease_until``, or at the next start.
+        The claim is conditional (still pending, still due), so two claimers never both get
+        a row. A single process moves a claimed row to ``lease_until``: a claim never
+        settled (a crash mid-send) is due again then, or at the next start. A fleet's
+        process takes it in flight as its own (``recorded_by``), as if it had recorded it:
+        when it dies, ``recover_orphans`` makes the row due again within a lease.
         """
-        return await self._db.run(_claim_due, now, lease_until, limit)
+        return await self._db.run(_claim_due, now, lease_until, limit, self.process_id)
+
+    async def release(self, outbox_id: int, now: datetime) -> bool:
+        """A fleet's: hand back a row this process took and no longer may send (its
+        membership lapsed): due at ``now`` for any process, unless another took it meanwhile."""
+        return await self._db.run(_release, outbox_id, self.process_id, now)
 
     async def next_attempt_at(self) -> datetime | None:
         """When the earliest postponed delivery is due; ``None`` when none waits."""
@@ -460,7 +489,7 @@ def _open_cards(conn: Connection, source: str | None) -> list[CardRow]:
     return [CardRow(*row) for row in conn.execute(query.order_by(telegram_cards.c.tool_call_id))]
 
 
-_OUTBOX_COLUMNS = [telegram_outbox.c[k] for k in OutboxRow.__slots__]
+_OUTBOX_COLUMNS = [telegram_outbox.c[k] for k in _OUTBOX_FIELDS]
 
 
 _ENQUEUE = PerDialect(
@@ -539,30 +568,55 @@ def _recover_outbox(conn: Connection, now: datetime) -> int:
     return result.rowcount
 
 
-def _recover_orphans(conn: Connection, now: datetime, live: list[str]) -> int:
+def _recover_orphans(conn: Connection, now: datetime, own: str, stranded: list[int]) -> int:
     o = telegram_outbox
-    orphaned = sa.and_(
-        o.c.status == "pending",
-        o.c.next_attempt_at.is_(None),  # in flight (a postponed row has its schedule)
-        sa.or_(o.c.recorded_by.is_(None), o.c.recorded_by.not_in(live)),
+    members = sa.select(leases.c.owner).where(
+        leases.c.name.startswith(PROCESS_LEASE_PREFIX, autoescape=True),
+        leases.c.expires_at > sa.text(db_now_sql(conn.dialect.name)),
     )
-    return conn.execute(o.update().where(orphaned).values(next_attempt_at=now)).rowcount
+    orphaned = sa.or_(
+        # This process's own rows are never orphans (it may have lapsed for a moment):
+        # it hands back what it can no longer send itself (``release``, ``stranded``).
+        sa.and_(
+            o.c.recorded_by.is_distinct_from(own),
+            sa.or_(o.c.recorded_by.is_(None), o.c.recorded_by.not_in(members)),
+        ),
+        o.c.id.in_(stranded),
+    )
+    in_flight = sa.and_(o.c.status == "pending", o.c.next_attempt_at.is_(None))
+    return conn.execute(o.update().where(in_flight, orphaned).values(next_attempt_at=now)).rowcount
+
+
+def _release(conn: Connection, outbox_id: int, own: str | None, now: datetime) -> bool:
+    o = telegram_outbox
+    ours = sa.and_(
+        o.c.id == outbox_id,
+        o.c.status == "pending",
+        o.c.next_attempt_at.is_(None),
+        o.c.recorded_by == own,
+    )
+    return conn.execute(o.update().where(ours).values(next_attempt_at=now)).rowcount == 1
 
 
 def _claim_due(
-    conn: Connection, now: datetime, lease_until: datetime, limit: int
+    conn: Connection, now: datetime, lease_until: datetime, limit: int, own: str | None
 ) -> list[OutboxRow]:
     o = telegram_outbox
     due = sa.and_(o.c.status == "pending", o.c.next_attempt_at <= now)
     candidates = conn.execute(
         sa.select(*_OUTBOX_COLUMNS).where(due).order_by(o.c.id).limit(limit)
     ).all()
+    # A fleet's process takes the row in flight (no schedule, its own id); one process
+    # alone leases it until ``lease_until``.
+    claim = (
+        {"next_attempt_at": lease_until}
+        if own is None
+        else {"next_attempt_at": None, "recorded_by": own}
+    )
     claimed = []
     for row in candidates:
         # Conditional: another worker may have claimed (or sent) it since the SELECT.
-        moved = conn.execute(
-            o.update().where(o.c.id == row.id, due).values(next_attempt_at=lease_until)
-        )
+        moved = conn.execute(o.update().where(o.c.id == row.id, due).values(**claim))
         if moved.rowcount == 1:
             claimed.append(OutboxRow(*row))
     return claimed

@@ -23,15 +23,13 @@ from dataclasses import dataclass
 
 from engine.hub.protocols import Sleep
 from engine.store.fencing import Fence
-from engine.store.leases import Lease, Leases, lease_fence
+from engine.store.leases import PROCESS_LEASE_PREFIX, Lease, Leases, lease_fence
 
 __all__ = ["PROCESS_LEASE_PREFIX", "SOURCE_LEASE_PREFIX", "FleetConfig", "SourceOwnership", "pick"]
 
 log = logging.getLogger(__name__)
 
 SOURCE_LEASE_PREFIX = "source:"
-#: Each live process holds ``process:<owner>``: the fleet's membership.
-PROCESS_LEASE_PREFIX = "process:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +90,12 @@ class SourceOwnership:
         self._monotonic = monotonic
         self._held: dict[str, Lease] = {}
         self._membership: Lease | None = None
+        # The membership's tenure on the monotonic clock: held without a break since
+        # ``_member_since`` (read after the joining statement returned) and, as far as this
+        # process can tell, until ``_member_until`` (the last renewal's start plus the ttl:
+        # the database's expiry is at least that late).
+        self._member_since: float | None = None
+        self._member_until = float("-inf")
         #: The live processes as last read (``refresh_members``), this one included.
         self.members: tuple[str, ...] = (config.owner,)
 
@@ -142,15 +146,41 @@ class SourceOwnership:
             await self.release(source)
 
     async def join(self) -> None:
-        """Hold this process's membership lease (renewed with the sources')."""
+        """Hold this process's membership lease (renewed in a loop of its own)."""
         name = PROCESS_LEASE_PREFIX + self.owner
+        self._member_since = None  # a new tenure: what was taken before it may be gone
+        started = self._monotonic()
         self._membership = await self._leases.acquire(name, self.owner, self.config.lease_ttl_s)
+        if self._membership is not None:
+            self._member_since = self._monotonic()
+            self._member_until = started + self.config.lease_ttl_s
 
     async def leave(self) -> None:
+        self._member_since = None
         if self._membership is not None:
             with contextlib.suppress(Exception):
                 await self._leases.release(self._membership)
             self._membership = None
+
+    def mark(self) -> float:
+        """Now, on the clock ``tenure_holds`` reads: taken before a row is recorded or
+        claimed, so the row's commit comes after it."""
+        return self._monotonic()
+
+    def tenure_holds(self, mark: float) -> bool:
+        """Whether this process has been a member without a break since before ``mark``
+        and still is, with a quarter lease to spare.
+
+        Others take a lapsed member for dead and send what it recorded but had not sent;
+        a send that passes this check goes out before they could have (their check and
+        this one are both timed against the membership's expiry in the database). Once
+        it fails, what was taken at ``mark`` is no longer this process's to send.
+        """
+        since = self._member_since
+        margin = self.config.lease_ttl_s / 4
+        return (
+            since is not None and since <= mark and self._monotonic() < self._member_until - margin
+        )
 
     async def refresh_members(self) -> tuple[str, ...]:
         live = await self._leases.live(PROCESS_LEASE_PREFIX)
@@ -161,11 +191,14 @@ class SourceOwnership:
     async def renew_membership(self) -> None:
         if self._membership is None:
             return
+        started = self._monotonic()
         try:
             kept = await self._leases.renew(self._membership, self.config.lease_ttl_s)
         except Exception:
             kept = False
-        if not kept:
+        if kept:  # unexpired when renewed: the tenure goes on
+            self._member_until = started + self.config.lease_ttl_s
+        else:
             log.warning("this process's membership lease had lapsed; joining again")
             await self.join()
 

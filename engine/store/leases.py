@@ -19,7 +19,10 @@ from sqlalchemy.engine import Connection
 from engine.store.db import Database
 from engine.store.fencing import Fence, Fenced
 
-__all__ = ["Lease", "Leases", "db_now_sql", "lease_fence", "live_leases"]
+__all__ = ["PROCESS_LEASE_PREFIX", "Lease", "Leases", "db_now_sql", "lease_fence", "live_leases"]
+
+#: Each live process of a fleet holds ``process:<owner>``: the fleet's membership.
+PROCESS_LEASE_PREFIX = "process:"
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,7 +56,7 @@ class Fleet:
         self.killed: list[str] = []  # the process ids killed with kill -9
         self.starts = 0
 
-    def start(self, name: str) -> subprocess.Popen[str]:
+    def start(self, name: str, **extra_env: str) -> subprocess.Popen[str]:
         self.starts += 1
         self.ids[name] = f"{name}-{self.starts}"
         home = self.tmp_path / name
@@ -74,6 +74,7 @@ class Fleet:
             TELEGRAM_ALLOWED_USER_IDS=",".join(str(c) for c in self.allowed),
             HTTP_PORT=str(free_port()),
             MEMORY_ENABLED="false",
+            **extra_env,
         )
         child = subprocess.Popen(
             [sys.executable, "-m", "bot.cli", *(["--verbose"] if self.verbose else []), "serve"],
@@ -285,6 +286,44 @@ def test_a_process_paused_past_its_lease_sends_no_second_reply(fleet: Fleet) -> 
     assert replies(fleet.telegram, chat) == ["echo: hello"], texts
     assert "the paused process's late answer" not in " ".join(t or "" for t in texts)
     assert not [t for t in texts if (t or "").startswith("⚠️")], texts
+
+
+def stopped(child: subprocess.Popen[str]) -> bool:
+    """Whether ``child`` is stopped (SIGSTOP): its state in /proc is ``T``."""
+    stat = Path(f"/proc/{child.pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.mark.timeout(120)
+def test_a_process_paused_between_recording_and_sending_a_reply_never_sends_it_twice(
+    fleet: Fleet,
+) -> None:
+    """The pause lands after the answer is recorded and before it is sent (a failpoint
+    stops the process right there). Another process takes the paused one for dead and
+    sends the reply; continued, the paused one finds its membership broke since it took
+    the reply, and hands it back instead of sending it a second time."""
+    chat = CHATS[0]
+    paused = fleet.start("p1", CHATHUB_FAILPOINTS="stop:before_outbox_send")
+    wait_for(lambda: fleet.telegram.calls_to("getUpdates"), within_s=30)
+    fleet.telegram.user_message(chat, chat, "hello")  # p1 alone: its turn, its reply
+    wait_for(lambda: stopped(paused), within_s=30)
+    fleet.start("p2")
+    try:
+        wait_for(lambda: replies(fleet.telegram, chat), within_s=40)
+    finally:
+        paused.send_signal(signal.SIGCONT)
+    p1 = fleet.ids["p1"]
+    # Continued, p1 renews, finds its membership lapsed, and joins again.
+    wait_for(lambda: "membership lease had lapsed" in fleet.logs(), within_s=20)
+    texts = [m.text for m in fleet.telegram.messages(chat)]
+    assert replies(fleet.telegram, chat) == ["echo: hello"], texts
+    assert "is left to the fleet" in fleet.logs()
+    assert not [t for t in texts if (t or "").startswith("⚠️")], texts
+    [[sender]] = fleet.psql("SELECT recorded_by FROM telegram_outbox")
+    assert not sender.startswith(p1 + ":")  # sent by p2
+    assert paused.poll() is None  # p1 lives on, and answers the next message
+    fleet.telegram.user_message(chat, chat, "again")
+    wait_for(lambda: len(replies(fleet.telegram, chat)) == 2, within_s=30)
 
 
 @pytest.mark.timeout(180)

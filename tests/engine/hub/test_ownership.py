@@ -86,3 +86,91 @@ async def test_chats_renewed_together_and_the_lapsed_ones_reported_lost(store: S
     assert await leases.acquire("source:telegram:1", "b", 30) is not None
     assert await ownership.renew_sources() == ["telegram:1"]
     assert ownership.owned() == ["telegram:0", "telegram:2"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class SwitchedRenewals(Leases):
+    """The membership's renewals answer as the test says: kept, lapsed, or the database
+    away (``fail``)."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store.db)
+        self.answer: bool | None = True  # None: raise
+
+    async def renew(self, lease: Lease, ttl_s: float) -> bool:
+        if self.answer is None:
+            raise ConnectionError("the database is away")
+        return self.answer and await super().renew(lease, ttl_s)
+
+    async def acquire(self, name: str, owner: str, ttl_s: float) -> Lease | None:
+        if self.answer is None:
+            raise ConnectionError("the database is away")
+        return await super().acquire(name, owner, ttl_s)
+
+
+def tenured(store: Store) -> tuple[SourceOwnership, SwitchedRenewals, Clock]:
+    leases, clock = SwitchedRenewals(store), Clock()
+    return (
+        SourceOwnership(leases, FleetConfig("a", lease_ttl_s=4.0), monotonic=clock),
+        leases,
+        clock,
+    )
+
+
+async def test_what_is_taken_holds_until_a_quarter_lease_before_the_membership_could_end(
+    store: Store,
+) -> None:
+    ownership, _, clock = tenured(store)
+    assert not ownership.tenure_holds(ownership.mark())  # not a member yet
+    await ownership.join()
+    taken = ownership.mark()
+    clock.now += 2.9
+    assert ownership.tenure_holds(taken)
+    clock.now += 0.2  # 3.1 s after the join: less than a quarter of the 4 s lease is left
+    assert not ownership.tenure_holds(taken)
+    await ownership.renew_membership()  # renewed (late, but unexpired): the tenure goes on
+    assert ownership.tenure_holds(taken)
+
+
+async def test_a_lapsed_membership_ends_the_tenure_of_what_was_taken_before(store: Store) -> None:
+    """Paused past the lease: the renewal finds it lapsed and joins again. What was taken
+    before may have been sent by another process by now; what is taken after is its own."""
+    ownership, leases, clock = tenured(store)
+    await ownership.join()
+    before = ownership.mark()
+    clock.now += 10.0
+    leases.answer = False
+    await ownership.renew_membership()
+    after = ownership.mark()
+    assert not ownership.tenure_holds(before)
+    assert ownership.tenure_holds(after)
+
+
+async def test_the_database_away_ends_the_tenure_until_joined_again(store: Store) -> None:
+    ownership, leases, clock = tenured(store)
+    await ownership.join()
+    before = ownership.mark()
+    leases.answer = None
+    with pytest.raises(ConnectionError):
+        await ownership.renew_membership()  # the renewal and the joining again both fail
+    assert not ownership.tenure_holds(before)
+    leases.answer = True
+    clock.now += 1.0
+    await ownership.join()
+    assert not ownership.tenure_holds(before)
+    assert ownership.tenure_holds(ownership.mark())
+
+
+async def test_leaving_ends_the_tenure(store: Store) -> None:
+    ownership, _, _ = tenured(store)
+    await ownership.join()
+    taken = ownership.mark()
+    await ownership.leave()
+    assert not ownership.tenure_holds(taken)

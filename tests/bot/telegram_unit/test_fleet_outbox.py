@@ -1,0 +1,275 @@
+"""A fleet's outbox: a reply is sent by the process that took it, while its membership
+holds; a process paused past its membership lease hands its rows back instead of sending
+them a second time, and a dead process's rows (recorded or claimed) are sent by another.
+
+Two processes, A and B, share one database: each has its own ``TelegramStore`` (its
+process id), ``Outbound`` and fake Bot API. Their memberships are real ``process:<id>``
+leases; A's tenure (what its ``SourceOwnership`` would say) is a switch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from bot.telegram.api import ServerError
+from bot.telegram.outbound import Delivery, Outbound, Pacing, RetrySchedule
+from bot.telegram.redelivery import Redelivery
+from bot.telegram.store import OutboxRow, TelegramStore
+from bot.telegram.tables import telegram_outbox
+from engine.store import Store
+from engine.store.leases import PROCESS_LEASE_PREFIX, Leases
+from tests.bot.telegram_unit.fakes import FakeBotApi, FakeTime
+from tests.pg import BACKENDS, database_url
+
+CHAT = 42
+NOW = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+
+
+class SwitchTenure:
+    """A fleet process's tenure, switched by the test: marks count up; ``lapsed_after``
+    marks taken at or before it no longer hold (the membership broke after them)."""
+
+    def __init__(self) -> None:
+        self.marks = 0
+        self.lapsed_after: int | None = None
+
+    def mark(self) -> float:
+        self.marks += 1
+        return float(self.marks)
+
+    def tenure_holds(self, mark: float) -> bool:
+        return self.lapsed_after is None or mark > self.lapsed_after
+
+    def lapse(self) -> None:
+        self.lapsed_after = self.marks
+
+
+@dataclass
+class Process:
+    name: str
+    store: TelegramStore
+    api: FakeBotApi
+    out: Outbound
+    tenure: SwitchTenure
+    redelivery: Redelivery
+
+    def sent(self) -> list[str]:
+        return [
+            call.kwargs.get("text") or call.args[1] for call in self.api.calls_to("send_message")
+        ]
+
+
+@dataclass
+class Fleet:
+    db: Store
+    leases: Leases
+
+    def process(self, name: str, pacing: Pacing | None = None) -> Process:
+        store = TelegramStore(self.db.db, process_id=name)
+        time = FakeTime()
+        api = FakeBotApi(clock=time)
+        tenure = SwitchTenure()
+        out = Outbound(
+            api,
+            store,
+            pacing or Pacing.unpaced(max_attempts=1),
+            clock=time,
+            sleep=time.sleep,
+            now=lambda: NOW,
+            schedule=RetrySchedule(),
+            tenure=tenure,
+        )
+        redelivery = Redelivery(out, store, now=lambda: NOW, sleep=time.sleep)
+        return Process(name, store, api, out, tenure, redelivery)
+
+    async def join(self, name: str) -> None:
+        assert await self.leases.acquire(PROCESS_LEASE_PREFIX + name, name, 60.0)
+
+    async def die(self, name: str) -> None:
+        """``name``'s membership ends, as its expiry would end it."""
+        lease = await self.leases.holder(PROCESS_LEASE_PREFIX + name)
+        assert lease is not None
+        assert await self.leases.release(lease)
+
+    async def rows(self) -> list[dict[str, Any]]:
+        def read(conn: sa.Connection) -> list[dict[str, Any]]:
+            o = telegram_outbox
+            return [dict(r._mapping) for r in conn.execute(sa.select(o).order_by(o.c.id))]
+
+        return await self.db.db.run(read)
+
+
+@pytest.fixture(params=BACKENDS)
+async def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Fleet]:
+    async with database_url(request.param, tmp_path, migrated=True) as url:
+        store = await Store.open(url)
+        try:
+            fleet = Fleet(store, Leases(store.db))
+            await fleet.join("A")
+            await fleet.join("B")
+            yield fleet
+        finally:
+            await store.close()
+
+
+async def record(process: Process, key: str, *texts: str) -> list[OutboxRow]:
+    """Rows recorded the way a turn records its answer: marked, then enqueued."""
+    mark = process.out.mark()
+    rows = [
+        await process.store.enqueue(CHAT, f"{key}:{i}", {"text": t}) for i, t in enumerate(texts)
+    ]
+    return process.out.taken([row for row in rows if row is not None], mark)
+
+
+async def test_a_reply_is_sent_by_its_recorder_while_its_membership_holds(fleet: Fleet) -> None:
+    a = fleet.process("A")
+    rows = await record(a, "final:1", "the answer")
+    await a.out.deliver_rows(rows)
+    await a.out.flush()
+    assert a.sent() == ["the answer"]
+    [row] = await fleet.rows()
+    assert (row["status"], row["recorded_by"]) == ("sent", "A")
+
+
+async def test_a_paused_recorder_hands_its_reply_back_and_another_sends_it_once(
+    fleet: Fleet,
+) -> None:
+    """A recorded a two-part answer, then was paused past its membership lease: when it
+    goes on it sends nothing; both parts are due for the fleet, and B sends them, in order."""
+    a, b = fleet.process("A"), fleet.process("B")
+    rows = await record(a, "final:1", "part one", "part two")
+    a.tenure.lapse()
+    await a.out.deliver_rows(rows)
+    assert a.sent() == []
+    assert a.out.stats.released == 2
+    assert [(r["status"], r["next_attempt_at"] is not None) for r in await fleet.rows()] == [
+        ("pending", True),
+        ("pending", True),
+    ]
+    assert await b.redelivery.run_due() == 2
+    assert b.sent() == ["part one", "part two"]
+    assert [(r["status"], r["recorded_by"]) for r in await fleet.rows()] == [
+        ("sent", "B"),
+        ("sent", "B"),
+    ]
+    assert await a.redelivery.run_due() == 0  # nothing is left for A to send again
+    assert a.sent() == []
+
+
+async def test_a_tenure_broken_during_the_retry_wait_sends_no_second_try(fleet: Fleet) -> None:
+    """The first try fails with a 500; while A waits to try again its membership lapses:
+    the retry is not sent, and the row goes back to the fleet."""
+    a = fleet.process("A", Pacing.unpaced(max_attempts=3))
+    a.api.fail("send_message", ServerError("Bad Gateway"))
+    original_sleep = a.out._sleep
+
+    async def sleep_and_lapse(delay: float) -> None:  # the backoff: A is paused there
+        a.tenure.lapse()
+        await original_sleep(delay)
+
+    a.out._sleep = sleep_and_lapse
+    [row] = await record(a, "final:1", "the answer")
+    outcome, _ = await a.out.attempt(row)
+    assert outcome is Delivery.RELEASED
+    assert len(a.api.calls_to("send_message")) == 1  # the failed try only
+    [stored] = await fleet.rows()
+    assert stored["status"] == "pending" and stored["next_attempt_at"] is not None
+
+
+async def test_a_row_another_process_already_took_is_not_handed_back(fleet: Fleet) -> None:
+    """B took A's row for an orphan (A had lapsed) and claimed it; A, going on, must not
+    make B's claim due again: it sends nothing and the row stays B's."""
+    a, b = fleet.process("A"), fleet.process("B")
+    [row] = await record(a, "final:1", "the answer")
+    await fleet.die("A")
+    assert await b.out.recover_orphans() == 1
+    claimed = await b.store.claim_due(NOW, NOW, 10)
+    assert [r.id for r in claimed] == [row.id]
+    a.tenure.lapse()
+    assert await a.store.release(row.id, NOW) is False
+    outcome, _ = await a.out.attempt(row)
+    assert outcome is Delivery.RELEASED  # not sent
+    assert a.sent() == []
+    [stored] = await fleet.rows()
+    assert (stored["recorded_by"], stored["next_attempt_at"]) == ("B", None)
+
+
+async def test_a_dead_processs_recorded_rows_are_sent_by_another_and_a_live_ones_are_not(
+    fleet: Fleet,
+) -> None:
+    a, b = fleet.process("A"), fleet.process("B")
+    await record(a, "final:1", "A's answer")
+    await record(b, "final:2", "B's own answer")  # B's in-flight row: never its own orphan
+    assert await b.out.recover_orphans() == 0  # A is a live member: its row stays A's
+    await fleet.die("A")
+    assert await b.out.recover_orphans() == 1
+    assert await b.redelivery.run_due() == 1
+    assert b.sent() == ["A's answer"]
+
+
+async def test_a_member_that_joined_again_keeps_what_it_took_since(fleet: Fleet) -> None:
+    """Membership is read by the recovering statement itself: A lapsed, then joined again
+    and recorded a reply; B's recovery after that leaves the reply to A."""
+    a, b = fleet.process("A"), fleet.process("B")
+    await fleet.die("A")
+    await fleet.join("A")
+    await record(a, "final:1", "the answer")
+    assert await b.out.recover_orphans() == 0
+
+
+async def test_a_dead_processs_claimed_retry_is_due_again_within_a_lease(fleet: Fleet) -> None:
+    """A claimed a postponed reply to retry it and died before sending: the claim makes the
+    row A's in flight, so B's next orphan scan makes it due (a single process's claim lease
+    would have held it for 15 minutes)."""
+    a, b = fleet.process("A"), fleet.process("B")
+    [row] = await record(b, "final:1", "the answer")
+    await b.store.postpone(row.id, "Bad Gateway", NOW, NOW)
+    [claimed] = await a.store.claim_due(NOW, NOW, 10)
+    stored = (await fleet.rows())[0]
+    assert (stored["recorded_by"], stored["next_attempt_at"]) == ("A", None)
+    assert await b.redelivery.run_due() == 0  # in flight with A: not B's to send
+    await fleet.die("A")
+    assert await b.out.recover_orphans() == 1
+    assert await b.redelivery.run_due() == 1
+    assert b.sent() == ["the answer"]
+    assert claimed.id == row.id
+
+
+async def test_a_row_handed_back_while_the_database_was_away_is_recovered_later(
+    fleet: Fleet,
+) -> None:
+    a = fleet.process("A")
+    [row] = await record(a, "final:1", "the answer")
+    a.tenure.lapse()
+
+    async def away(outbox_id: int, now: datetime) -> bool:
+        raise ConnectionError("the database is away")
+
+    real_release = a.store.release
+    a.store.release = away  # type: ignore[method-assign]
+    outcome, _ = await a.out.attempt(row)
+    assert outcome is Delivery.RELEASED
+    assert a.out.stranded == {row.id}
+    a.store.release = real_release  # type: ignore[method-assign]
+    assert await a.out.recover_orphans() == 1  # its own row, handed back now
+    assert a.out.stranded == set()
+    assert await a.redelivery.run_due() == 1  # claimed anew, under a new mark
+    assert a.sent() == ["the answer"]
+
+
+async def test_a_row_taken_without_a_mark_is_never_sent_unchecked_in_a_fleet(
+    fleet: Fleet,
+) -> None:
+    a = fleet.process("A")
+    row = await a.store.enqueue(CHAT, "final:1:0", {"text": "the answer"})
+    assert row is not None and row.taken_at is None
+    outcome, _ = await a.out.attempt(row)
+    assert outcome is Delivery.RELEASED
+    assert a.sent() == []
