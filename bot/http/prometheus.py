@@ -131,6 +131,11 @@ def _telegram(stats: OutboundStats) -> Iterator[Metric]:
         "Postponed deliveries that a scheduled retry got through.",
         value=stats.redelivered,
     )
+    yield CounterMetricFamily(
+        "chathub_telegram_deliveries_released",
+        "A fleet's: deliveries handed back unsent, this process's membership having lapsed.",
+        value=stats.released,
+    )
 
 
 def _deliveries(summary: DeliverySummary) -> Iterator[Metric]:

@@ -267,7 +267,7 @@ class TelegramStore:
         The claim is conditional (still pending, still due), so two claimers never both get
         a row. A single process moves a claimed row to ``lease_until``: a claim never
         settled (a crash mid-send) is due again then, or at the next start. A fleet's
-        process takes it in flight as its own (``recorded_by``), as if it had recorded it:
+        process takes it in flight as its own (``sending_by``), as if it had recorded it:
         when it dies, ``recover_orphans`` makes the row due again within a lease.
         """
         return await self._db.run(_claim_due, now, lease_until, limit, self.process_id)
@@ -568,18 +568,25 @@ def _recover_outbox(conn: Connection, now: datetime) -> int:
     return result.rowcount
 
 
+def _sender() -> sa.ColumnElement[str | None]:
+    """The process a row is in flight with: its claimer, else its recorder."""
+    o = telegram_outbox
+    return sa.func.coalesce(o.c.sending_by, o.c.recorded_by)
+
+
 def _recover_orphans(conn: Connection, now: datetime, own: str, stranded: list[int]) -> int:
     o = telegram_outbox
     members = sa.select(leases.c.owner).where(
         leases.c.name.startswith(PROCESS_LEASE_PREFIX, autoescape=True),
         leases.c.expires_at > sa.text(db_now_sql(conn.dialect.name)),
     )
+    sender = _sender()
     orphaned = sa.or_(
         # This process's own rows are never orphans (it may have lapsed for a moment):
         # it hands back what it can no longer send itself (``release``, ``stranded``).
         sa.and_(
-            o.c.recorded_by.is_distinct_from(own),
-            sa.or_(o.c.recorded_by.is_(None), o.c.recorded_by.not_in(members)),
+            sender.is_distinct_from(own),
+            sa.or_(sender.is_(None), sender.not_in(members)),
         ),
         o.c.id.in_(stranded),
     )
@@ -593,7 +600,7 @@ def _release(conn: Connection, outbox_id: int, own: str | None, now: datetime) -
         o.c.id == outbox_id,
         o.c.status == "pending",
         o.c.next_attempt_at.is_(None),
-        o.c.recorded_by == own,
+        _sender() == own,
     )
     return conn.execute(o.update().where(ours).values(next_attempt_at=now)).rowcount == 1
 
@@ -611,7 +618,7 @@ def _claim_due(
     claim = (
         {"next_attempt_at": lease_until}
         if own is None
-        else {"next_attempt_at": None, "recorded_by": own}
+        else {"next_attempt_at": None, "sending_by": own}
     )
     claimed = []
     for row in candidates:

@@ -86,6 +86,8 @@ telegram_outbox = Table(
     Column("last_attempt_at", UtcDateTime),
     # v0017: the fleet process that recorded it (NULL: one process, or before 0017).
     Column("recorded_by", String(200)),
+    # v0018: the fleet process that claimed it to send it again (NULL: the recorder sends).
+    Column("sending_by", String(200)),
     Index("ix_tg_outbox_status", "status", "id"),
     Index("ix_tg_outbox_due", "status", "next_attempt_at"),
 )

@@ -319,8 +319,8 @@ def test_a_process_paused_between_recording_and_sending_a_reply_never_sends_it_t
     assert replies(fleet.telegram, chat) == ["echo: hello"], texts
     assert "is left to the fleet" in fleet.logs()
     assert not [t for t in texts if (t or "").startswith("⚠️")], texts
-    [[sender]] = fleet.psql("SELECT recorded_by FROM telegram_outbox")
-    assert not sender.startswith(p1 + ":")  # sent by p2
+    [[recorder, sender]] = fleet.psql("SELECT recorded_by, sending_by FROM telegram_outbox")
+    assert recorder.startswith(p1 + ":") and not sender.startswith(p1 + ":")  # sent by p2
     assert paused.poll() is None  # p1 lives on, and answers the next message
     fleet.telegram.user_message(chat, chat, "again")
     wait_for(lambda: len(replies(fleet.telegram, chat)) == 2, within_s=30)

@@ -155,9 +155,9 @@ async def test_a_paused_recorder_hands_its_reply_back_and_another_sends_it_once(
     ]
     assert await b.redelivery.run_due() == 2
     assert b.sent() == ["part one", "part two"]
-    assert [(r["status"], r["recorded_by"]) for r in await fleet.rows()] == [
-        ("sent", "B"),
-        ("sent", "B"),
+    assert [(r["status"], r["recorded_by"], r["sending_by"]) for r in await fleet.rows()] == [
+        ("sent", "A", "B"),
+        ("sent", "A", "B"),
     ]
     assert await a.redelivery.run_due() == 0  # nothing is left for A to send again
     assert a.sent() == []
@@ -198,7 +198,7 @@ async def test_a_row_another_process_already_took_is_not_handed_back(fleet: Flee
     assert outcome is Delivery.RELEASED  # not sent
     assert a.sent() == []
     [stored] = await fleet.rows()
-    assert (stored["recorded_by"], stored["next_attempt_at"]) == ("B", None)
+    assert (stored["sending_by"], stored["next_attempt_at"]) == ("B", None)
 
 
 async def test_a_dead_processs_recorded_rows_are_sent_by_another_and_a_live_ones_are_not(
@@ -233,7 +233,11 @@ async def test_a_dead_processs_claimed_retry_is_due_again_within_a_lease(fleet: 
     await b.store.postpone(row.id, "Bad Gateway", NOW, NOW)
     [claimed] = await a.store.claim_due(NOW, NOW, 10)
     stored = (await fleet.rows())[0]
-    assert (stored["recorded_by"], stored["next_attempt_at"]) == ("A", None)
+    assert (stored["recorded_by"], stored["sending_by"], stored["next_attempt_at"]) == (
+        "B",
+        "A",
+        None,
+    )
     assert await b.redelivery.run_due() == 0  # in flight with A: not B's to send
     await fleet.die("A")
     assert await b.out.recover_orphans() == 1
