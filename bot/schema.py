@@ -15,7 +15,7 @@ __all__ = ["HTTP", "LAYERS", "MEMORY", "SCHEDULER", "TELEGRAM", "WEBCHAT"]
 
 #: jobs, runs, events, notify dedupe (``scheduler/tables.py``): 0006
 SCHEDULER = Layer("scheduler", "scheduler.migrations", "scheduler.tables")
-#: updates, users, pairing, cards, outbox (``bot/telegram/tables.py``): 0005, 0008
+#: updates, users, pairing, cards, outbox (``bot/telegram/tables.py``): 0005, 0008, 0017, 0018
 TELEGRAM = Layer("telegram", "bot.telegram.migrations", "bot.telegram.tables")
 #: the web inbox's sign-ins (``bot/http/tables.py``): 0011
 HTTP = Layer("http", "bot.http.migrations", "bot.http.tables")
