@@ -128,10 +128,15 @@ class Fleet:
         return "\n".join(out)
 
     def logs(self) -> str:
+        """The end of every process's log (for a failure's report)."""
         return "\n".join(
             f"--- {path.relative_to(self.tmp_path)}\n{path.read_text()[-3000:]}"
             for path in sorted(self.tmp_path.glob("*/serve-*.log"))
         )
+
+    def log_of(self, name: str) -> str:
+        """The whole log of ``name``'s current start."""
+        return (self.tmp_path / name / f"serve-{self.ids[name].rsplit('-', 1)[1]}.log").read_text()
 
 
 @pytest.fixture
@@ -314,10 +319,10 @@ def test_a_process_paused_between_recording_and_sending_a_reply_never_sends_it_t
         paused.send_signal(signal.SIGCONT)
     p1 = fleet.ids["p1"]
     # Continued, p1 renews, finds its membership lapsed, and joins again.
-    wait_for(lambda: "membership lease had lapsed" in fleet.logs(), within_s=20)
+    wait_for(lambda: "membership lease had lapsed" in fleet.log_of("p1"), within_s=20)
     texts = [m.text for m in fleet.telegram.messages(chat)]
     assert replies(fleet.telegram, chat) == ["echo: hello"], texts
-    assert "is left to the fleet" in fleet.logs()
+    assert "is left to the fleet" in fleet.log_of("p1")
     assert not [t for t in texts if (t or "").startswith("⚠️")], texts
     [[recorder, sender]] = fleet.psql("SELECT recorded_by, sending_by FROM telegram_outbox")
     assert recorder.startswith(p1 + ":") and not sender.startswith(p1 + ":")  # sent by p2
