@@ -1,6 +1,7 @@
 """The fleet's event relay (``engine/hub/relay.py``): what it costs between two processes.
 
     .venv/bin/python bench/relay.py [--postgres URL] [--events 50] [--deltas 500]
+        [--chats 20] [--seconds 3]
 
 Two relays, each with its own ``PgNotifier`` (its own listening connection), on a fresh
 database; both run in this process, so one clock times both ends. Prints:
@@ -9,7 +10,14 @@ database; both run in this process, so one clock times both ends. Prints:
   p50/p90/max over ``--events`` events sent 20 ms apart (a ``ToolStart``: sent at once),
   and the same for the first token delta of a stream (sent at once, the next ones held);
 * notices per streamed answer: ``--deltas`` token deltas of four characters published at
-  several paces (all at once, one every 5, 20 and 50 ms), and how many notices carried them.
+  several paces (all at once, one every 5, 20 and 50 ms), how many deltas they went out as
+  once joined, and in how many notices;
+* the sustained rate: ``--chats`` chats streaming for ``--seconds`` at several offered rates
+  (and as fast as this process can publish), four token deltas of four characters then a
+  ``ToolStart`` over and over; per rate, the events a remote subscriber on b got (a delta
+  counted by its characters, as deltas are joined on the way), those lost, the notices
+  sent, the events the relay dropped and the gaps b was told of. Both relays share one
+  event loop (and its CPU) with the producers.
 
 PostgreSQL from ``--postgres`` or ``CHATHUB_TEST_POSTGRES_URL``. Timings are printed, not
 judged.
@@ -23,12 +31,15 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from engine.bus.broadcast import Lagged
 from engine.hub.events import HubEvents
-from engine.hub.relay import CHANNEL, EventRelay
+from engine.hub.relay import CHANNEL, EventRelay, unpack
+from engine.hub.types import HubEvent
 from engine.session.events import Done, TextDelta, ToolStart
 from engine.store.notify import Notice, PgNotifier, asyncpg_dsn
 from tests.pg import POSTGRES_URL_ENV, fresh_postgres_database
@@ -83,8 +94,9 @@ async def first_delta(a: EventRelay, b_events: HubEvents, n: int) -> list[float]
 
 async def notices_per_answer(
     a: EventRelay, b: PgNotifier, b_events: HubEvents, deltas: int, pace_s: float
-) -> tuple[int, float]:
-    """(notices carrying the deltas, seconds the stream took) for one streamed answer."""
+) -> tuple[int, int, float]:
+    """(deltas sent once joined, notices carrying them, seconds the stream took) for one
+    streamed answer."""
     notices = b.subscribe(CHANNEL, capacity=100_000)
     await notices.ready()
     remote = b_events.subscribe(SOURCE, capacity=100_000, remote=True)
@@ -94,15 +106,102 @@ async def notices_per_answer(
         await asyncio.sleep(pace_s)
     took = time.perf_counter() - start
     a.publish(SOURCE, 1, Done("(the answer)", 1))
-    carried = 0
+    joined = carrying = 0
     async for item in notices:
         assert isinstance(item, Notice)
-        if item.payload["type"] == "Done":
+        kinds = [entry["type"] for entry in unpack(item.payload)]
+        joined += kinds.count("TextDelta")
+        carrying += "TextDelta" in kinds
+        if "Done" in kinds:
             break
-        carried += item.payload["type"] == "TextDelta"
     notices.close()
     remote.close()
-    return carried, took
+    return joined, carrying, took
+
+
+#: Each chat's stream, over and over: this many deltas, then a ToolStart.
+DELTAS_PER_TOOL = 4
+DELTA = "tok "  # every delta the same size: the characters received count the deltas
+END = "web:rate-end"
+
+
+@dataclass
+class Sustained:
+    offered: int  # events published on a
+    delivered: int  # events whose content reached b's remote subscriber
+    notices: int
+    dropped: int  # by a's relay (queue full, not sendable)
+    gaps: int  # RemoteLagged at b
+    producing_s: float
+    elapsed_s: float  # from the first publish to a's relay having sent everything
+
+
+async def sustained(
+    a: EventRelay, b_events: HubEvents, *, chats: int, burst: int, pace_s: float, seconds: float
+) -> Sustained:
+    """``chats`` chats each publishing ``burst`` events every ``pace_s`` (0: as fast as the
+    loop turns) for ``seconds``, then a ``Done``; what reached b once a sent everything."""
+    sources = [f"web:rate{i}" for i in range(chats)]
+    remote = b_events.subscribe(None, capacity=10_000_000, remote=True)
+    counts = {"tools": 0, "chars": 0, "gaps": 0, "dones": 0}
+    published = 0
+    sent_before, dropped_before = a.sent, a.dropped
+
+    async def receive() -> None:
+        while True:
+            try:
+                item: HubEvent = await remote.recv()
+            except Lagged:  # a RemoteLagged: events of a chat were lost on the way
+                counts["gaps"] += 1
+                continue
+            if item.source == END:
+                return
+            if isinstance(item.event, TextDelta):
+                counts["chars"] += len(item.event.text)
+            elif isinstance(item.event, ToolStart):
+                counts["tools"] += 1
+            elif isinstance(item.event, Done):
+                counts["dones"] += 1
+
+    async def produce(source: str, end: float) -> None:
+        nonlocal published
+        loop = asyncio.get_running_loop()
+        n, due = 0, loop.time()
+        while loop.time() < end:
+            for _ in range(burst):
+                if n % (DELTAS_PER_TOOL + 1) == DELTAS_PER_TOOL:
+                    a.publish(source, 1, ToolStart(n, "read_file", '{"path": "notes.txt"}'))
+                else:
+                    a.publish(source, 1, TextDelta(DELTA))
+                n += 1
+            published += burst
+            due += pace_s
+            await asyncio.sleep(max(0.0, due - loop.time()))
+
+    receiver = asyncio.create_task(receive())
+    start = time.perf_counter()
+    end = asyncio.get_running_loop().time() + seconds
+    await asyncio.gather(*(produce(source, end) for source in sources))
+    producing = time.perf_counter() - start
+    for source in sources:
+        a.publish(source, 1, Done("(the answer)", 1))
+    published += chats
+    # Once a's relay has sent everything (the gaps too), one more event: b has all that
+    # came before it once it arrives. (``_idle``: there is no public way to wait for it.)
+    await asyncio.wait_for(a._idle.wait(), 120)
+    elapsed = time.perf_counter() - start
+    a.publish(END, None, Done("(the end)", 1))
+    await asyncio.wait_for(receiver, 30)
+    remote.close()
+    return Sustained(
+        offered=published,
+        delivered=counts["tools"] + counts["chars"] // len(DELTA) + counts["dones"],
+        notices=a.sent - sent_before,
+        dropped=a.dropped - dropped_before,
+        gaps=counts["gaps"],
+        producing_s=producing,
+        elapsed_s=elapsed,
+    )
 
 
 async def main() -> None:
@@ -110,6 +209,8 @@ async def main() -> None:
     parser.add_argument("--postgres", default=os.environ.get(POSTGRES_URL_ENV))
     parser.add_argument("--events", type=int, default=50)
     parser.add_argument("--deltas", type=int, default=500)
+    parser.add_argument("--chats", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
     if not args.postgres:
         raise SystemExit(f"PostgreSQL needed: --postgres URL or {POSTGRES_URL_ENV}")
@@ -133,10 +234,40 @@ async def main() -> None:
             )
             print(f"notices per streamed answer of {args.deltas} deltas:")
             for pace in (0.0, 0.005, 0.02, 0.05):
-                carried, took = await notices_per_answer(a, nb, b_events, args.deltas, pace)
+                joined, carrying, took = await notices_per_answer(
+                    a, nb, b_events, args.deltas, pace
+                )
                 print(
-                    f"  one every {pace * 1000:>4.0f} ms ({took:5.2f} s): {carried:4d} notices "
-                    f"({args.deltas / carried:.0f} deltas each)"
+                    f"  one every {pace * 1000:>4.0f} ms ({took:5.2f} s): sent as {joined:4d} "
+                    f"joined deltas ({args.deltas / joined:.0f} each) in {carrying:4d} notices"
+                )
+            print(
+                f"sustained, {args.chats} chats, {DELTAS_PER_TOOL} deltas then a ToolStart, "
+                f"{args.seconds:g} s each:"
+            )
+            # (events per chat per burst, seconds between bursts); 0 s: as fast as it can.
+            rates = (
+                (1, 0.01),
+                (3, 0.01),
+                (10, 0.01),
+                (20, 0.01),
+                (30, 0.01),
+                (50, 0.01),
+                (10, 0.0),
+            )
+            for burst, pace in rates:
+                got = await sustained(
+                    a, b_events, chats=args.chats, burst=burst, pace_s=pace, seconds=args.seconds
+                )
+                offered = f"{args.chats * burst / pace:>6.0f}/s" if pace else "   max  "
+                print(
+                    f"  offered {offered}: published {got.offered / got.producing_s:6.0f}/s, "
+                    f"delivered {got.delivered / got.elapsed_s:6.0f}/s "
+                    f"({got.delivered}/{got.offered}, lost {got.offered - got.delivered}), "
+                    f"{got.notices / got.elapsed_s:5.0f} notices/s "
+                    f"({got.delivered / max(got.notices, 1):.1f} events each), "
+                    f"dropped {got.dropped}, gaps {got.gaps}, "
+                    f"drained in {got.elapsed_s - got.producing_s:.2f} s"
                 )
         finally:
             await a.close()

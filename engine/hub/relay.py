@@ -2,24 +2,30 @@
 
 A web chat socket is served by whichever process its connection reached; the turn it
 watches runs in the process holding the conversation's lease. So every event published on
-this process's bus is also sent on ``chathub_events`` (PostgreSQL ``NOTIFY``) as a small
-JSON payload, ``{"source", "session_id", "type", "fields"}``, and every other process
-publishes what it receives into its own bus marked ``remote``: only subscribers that ask
-for remote events get it (``HubEvents.subscribe(..., remote=True)``), never one that
-delivers what it receives (the Telegram adapter would send another process's answers).
+this process's bus is also sent on ``chathub_events`` (PostgreSQL ``NOTIFY``), and every
+other process publishes what it receives into its own bus marked ``remote``: only
+subscribers that ask for remote events get it (``HubEvents.subscribe(..., remote=True)``),
+never one that delivers what it receives (the Telegram adapter would send another
+process's answers). A notice carries several events, of any chats, in the order they were
+published: ``{"events": [{"source", "session_id", "type", "fields"}, ...]}``.
 
 What keeps the turn unharmed and the notices few:
 
 * ``publish`` never waits and never raises: events go into a bounded queue that one task
-  sends, one notice at a time and in order. When the queue is full, token deltas go first
-  (logged once per overflow), and the viewers of the chats that lost events are told.
+  sends in order, one notice at a time (two in flight could overtake each other on the
+  notifier's pool), each packed with as many of the queued events as fit. A notice costs
+  a round trip to PostgreSQL whatever it carries, so under load the queue drains in packs
+  of dozens of events; when idle, an event goes alone at once. When the queue is full,
+  token deltas go first (logged once per overflow), and the viewers of the chats that
+  lost events are told.
 * Token deltas (``TextDelta``, ``Thinking``) go out at most once per ``flush_interval_s``
   per source: the first of a stream at once, those after it held for the rest of the
   window and sent together at its end, at the source's next other event (so order is
-  kept), or once ``MAX_HELD_CHARS`` have gathered. A streamed answer is a notice every
+  kept), or once ``MAX_HELD_CHARS`` have gathered. A streamed answer is an event every
   0.1 s, not one per token.
-* A notice may carry 7,000 bytes. An event over that has its longest texts cut, each
-  ending in ``CUT_MARKER`` (the full text is in the tables: a reload shows it; after a cut
+* A notice may carry 7,000 bytes. An event that does not fit in the rest of a notice waits
+  for the next one; only an event over that alone has its longest texts cut, each ending
+  in ``CUT_MARKER`` (the full text is in the tables: a reload shows it; after a cut
   ``Done``, the viewers are told to reload at once). Deltas are split, never cut.
 * Events of other processes that may have been missed (the listening connection was lost,
   the sender dropped or could not send some) reach remote subscribers as ``RemoteLagged``,
@@ -65,6 +71,8 @@ __all__ = [
     "decode_event",
     "encode_event",
     "fit",
+    "pack",
+    "unpack",
 ]
 
 log = logging.getLogger(__name__)
@@ -101,7 +109,8 @@ class Malformed(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Relayed:
-    """One decoded notice: an event of ``source``, or (``event`` None) a gap in them."""
+    """One decoded entry of a notice: an event of ``source``, or (``event`` None) a gap in
+    them."""
 
     source: str
     session_id: int | None
@@ -113,8 +122,25 @@ class Relayed:
 # -- the wire form ---------------------------------------------------------------------------
 
 
+def pack(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The payload of a notice carrying ``entries`` (``encode_event``'s, in order)."""
+    return {"events": entries}
+
+
+def unpack(payload: Mapping[str, Any]) -> list[Any]:
+    """The entries a notice's payload carries (each for ``decode_event``), or ``Malformed``."""
+    entries = payload.get("events")
+    if not isinstance(entries, list):
+        raise Malformed("no list of events")
+    return entries
+
+
+#: Bytes of a notice's payload around its entries (each after the first adds a comma).
+_PACK_BYTES = len(json.dumps(pack([]), separators=(",", ":")))
+
+
 def encode_event(source: str, session_id: int | None, event: Any) -> dict[str, Any]:
-    """The full payload of ``event`` (``fit`` makes it small enough to send)."""
+    """The full entry of ``event`` in a notice (``fit`` makes it small enough to send)."""
     cls = type(event)
     if EVENT_TYPES.get(cls.__name__) is not cls:
         raise TypeError(f"{cls.__name__} is not an event the relay carries")
@@ -131,8 +157,10 @@ def _gap_payload(source: str) -> dict[str, Any]:
     return {"source": source, "session_id": None, "type": GAP}
 
 
-def decode_event(payload: Mapping[str, Any]) -> Relayed:
-    """What a notice's payload carries; ``Malformed`` says why it is not a hub event."""
+def decode_event(payload: Any) -> Relayed:
+    """What an entry of a notice carries; ``Malformed`` says why it is not a hub event."""
+    if not isinstance(payload, Mapping):
+        raise Malformed(f"an entry is not an object: {payload!r:.80}")
     source = payload.get("source")
     try:
         validate_source(source)
@@ -155,7 +183,7 @@ def decode_event(payload: Mapping[str, Any]) -> Relayed:
 
 
 def fit(payload: dict[str, Any], budget: int) -> list[dict[str, Any]] | None:
-    """``payload`` as notices of at most ``budget`` bytes each: itself; a text delta split
+    """``payload`` as entries of at most ``budget`` bytes each: itself; a text delta split
     in pieces (they join to the same text); another event with its longest texts cut
     (``"cut": true``). ``None`` when even cut it does not fit."""
     if _size(payload) <= budget:
@@ -220,6 +248,11 @@ def _size(value: Any) -> int:
 def _budget(sender: str) -> int:
     """Bytes left for a payload once the notifier's envelope is around it."""
     return MAX_PAYLOAD_BYTES - (_size({"sender": sender, "payload": {}}) - 2)
+
+
+def _entry_budget(sender: str) -> int:
+    """Bytes an entry may take to be sent alone in a notice."""
+    return _budget(sender) - _PACK_BYTES
 
 
 def _plain(value: Any) -> Any:
@@ -308,6 +341,40 @@ class _Out:
 
 
 @dataclass(slots=True)
+class _Entry:
+    """An event encoded to fit (or a gap), with what it takes in a notice."""
+
+    payload: dict[str, Any]
+    source: str
+    size: int
+
+    @classmethod
+    def of(cls, payload: dict[str, Any], source: str) -> _Entry:
+        return cls(payload, source, _size(payload))
+
+
+@dataclass(slots=True)
+class _Pack:
+    """The entries of the next notice, within ``budget`` bytes of payload."""
+
+    budget: int
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    sources: set[str] = field(default_factory=set)
+    gaps: bool = False
+    size: int = _PACK_BYTES
+
+    def add(self, entry: _Entry) -> bool:
+        """Take ``entry`` if it fits in what is left (False: it goes in the next one)."""
+        size = self.size + entry.size + (1 if self.entries else 0)
+        if size > self.budget:
+            return False
+        self.entries.append(entry.payload)
+        self.sources.add(entry.source)
+        self.size = size
+        return True
+
+
+@dataclass(slots=True)
 class _Held:
     """A source's open window of token deltas: what came since its first went out."""
 
@@ -359,7 +426,11 @@ class EventRelay:
         self._interval = flush_interval_s
         self._capacity = capacity
         self._budget = _budget(notifier.process_id)
+        self._entry_budget = _entry_budget(notifier.process_id)
         self._queue: deque[_Out] = deque()
+        #: The queue's first events, encoded: what did not fit in the last notice.
+        self._encoded: deque[_Entry] = deque()
+        self._queued_deltas = 0
         self._held: dict[str, _Held] = {}
         #: Sources whose viewers elsewhere missed some of their events: told when the
         #: queue is empty (after everything queued before, so a reload shows it all).
@@ -374,9 +445,10 @@ class EventRelay:
         self._prefixes: tuple[str, ...] | None = None
         self._overflowing = False
         self._failing = False
-        #: Notices sent, events dropped (queue full, unsendable), notices from other
-        #: processes skipped as unreadable.
+        #: Notices sent, the events (and gaps) they carried, events dropped (queue full,
+        #: unsendable), events from other processes skipped as unreadable.
         self.sent = 0
+        self.carried = 0
         self.dropped = 0
         self.skipped = 0
 
@@ -454,6 +526,7 @@ class EventRelay:
         if len(self._queue) >= self._capacity and not self._make_room(item):
             return
         self._queue.append(item)
+        self._queued_deltas += isinstance(item.event, DELTAS)
         self._idle.clear()
         self._wake.set()
 
@@ -467,10 +540,12 @@ class EventRelay:
                 self._capacity,
             )
         self.dropped += 1
-        if not isinstance(item.event, DELTAS):
+        # Counted, so that a queue of other events only is not searched at every event.
+        if not isinstance(item.event, DELTAS) and self._queued_deltas:
             for index, queued in enumerate(self._queue):
                 if isinstance(queued.event, DELTAS):
                     del self._queue[index]
+                    self._queued_deltas -= 1
                     self._gaps.add(queued.source)
                     return True
         self._gaps.add(item.source)
@@ -479,13 +554,9 @@ class EventRelay:
     async def _drain(self) -> None:
         gaps_due = True
         while True:
-            if self._queue:
-                await self._send(self._queue.popleft())
-                continue
-            self._overflowing = False
-            if self._gaps and gaps_due:
-                source = self._gaps.pop()
-                if not await self._publish(_gap_payload(source), source):
+            notice = self._pack(gaps_due)
+            if notice.entries:
+                if not await self._publish(notice) and notice.gaps:
                     gaps_due = False  # tried again once there is something new to send
                 continue
             self._idle.set()
@@ -493,13 +564,41 @@ class EventRelay:
             await self._wake.wait()
             gaps_due = True
 
-    async def _send(self, item: _Out) -> None:
+    def _pack(self, gaps_due: bool) -> _Pack:
+        """The next notice: queued events in order while they fit; once none is left, the
+        gaps (after every event queued before them: a reload shows those too)."""
+        notice = _Pack(self._budget)
+        while self._encoded or self._queue:
+            if not self._encoded:
+                self._encode(self._queue.popleft())
+                continue
+            if not notice.add(self._encoded[0]):
+                return notice
+            self._encoded.popleft()
+        self._overflowing = False
+        if gaps_due:
+            for source in list(self._gaps):
+                if not notice.add(_Entry.of(_gap_payload(source), source)):
+                    break
+                self._gaps.discard(source)
+                notice.gaps = True
+        return notice
+
+    def _encode(self, item: _Out) -> None:
+        """``item`` as entries that each fit in a notice alone, or a gap for its source."""
+        self._queued_deltas -= isinstance(item.event, DELTAS)
+        entries: list[_Entry] | None = None
         try:
-            payloads = fit(encode_event(item.source, item.session_id, item.event), self._budget)
+            payload = encode_event(item.source, item.session_id, item.event)
+            size = _size(payload)
+            # Most events fit as they are: measured once (encoding is most of the cost).
+            if size <= self._entry_budget:
+                entries = [_Entry(payload, item.source, size)]
+            elif (pieces := fit(payload, self._entry_budget)) is not None:
+                entries = [_Entry.of(piece, item.source) for piece in pieces]
         except Exception:
             log.exception("a hub event of %s could not be encoded for the fleet", item.source)
-            payloads = None
-        if payloads is None:
+        if entries is None:
             log.warning(
                 "a %s of %s does not fit in a notice even cut; its viewers elsewhere reload",
                 type(item.event).__name__,
@@ -508,17 +607,16 @@ class EventRelay:
             self.dropped += 1
             self._gaps.add(item.source)
             return
-        for payload in payloads:
-            await self._publish(payload, item.source)
+        self._encoded.extend(entries)
 
-    async def _publish(self, payload: dict[str, Any], source: str) -> bool:
+    async def _publish(self, notice: _Pack) -> bool:
         try:
-            await self._notifier.publish(CHANNEL, payload)
+            await self._notifier.publish(CHANNEL, pack(notice.entries))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the database is away: the viewers elsewhere reload later
-            self.dropped += 1
-            self._gaps.add(source)
+            self.dropped += len(notice.entries)
+            self._gaps.update(notice.sources)
             if not self._failing:
                 self._failing = True
                 log.warning("sending hub events to the fleet failed (%r); going on", exc)
@@ -527,6 +625,7 @@ class EventRelay:
             self._failing = False
             log.info("sending hub events to the fleet works again")
         self.sent += 1
+        self.carried += len(notice.entries)
         return True
 
     # -- receiving (the other processes' events)
@@ -545,11 +644,21 @@ class EventRelay:
         if item.sender == self._notifier.process_id:
             return  # this process's own: its bus had it already
         try:
-            relayed = decode_event(item.payload)
+            entries = unpack(item.payload)
         except Malformed as exc:
             self.skipped += 1
-            log.warning("skipped a hub event from process %s: %s", item.sender, exc)
+            log.warning("skipped a notice from process %s: %s", item.sender, exc)
             return
+        for entry in entries:
+            try:
+                relayed = decode_event(entry)
+            except Malformed as exc:
+                self.skipped += 1
+                log.warning("skipped a hub event from process %s: %s", item.sender, exc)
+                continue
+            self._publish_remote(relayed)
+
+    def _publish_remote(self, relayed: Relayed) -> None:
         if relayed.event is None:
             self._events.remote_gap(relayed.source, "the sender dropped events")
             return
@@ -586,7 +695,8 @@ class EventRelay:
             try:
                 await asyncio.wait_for(self._idle.wait(), CLOSE_TIMEOUT_S)
             except TimeoutError:
-                log.warning("%d hub events were not sent to the fleet", len(self._queue))
+                unsent = len(self._queue) + len(self._encoded)
+                log.warning("%d hub events were not sent to the fleet", unsent)
         if self._stream is not None:
             self._stream.close()
         for task in self._tasks:

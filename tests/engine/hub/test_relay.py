@@ -1,7 +1,8 @@
 """Hub events across a fleet (``engine/hub/relay.py``): a turn run by one process reaches
 the viewers on another (remote subscribers, a web chat socket) in order, with its token
 deltas sent a few at a time; nothing of it reaches a subscriber that did not ask for other
-processes' events; an event too big for a notice arrives cut, a notice that is not an event
+processes' events; what queues while a notice is sent goes packed in the next, in order and
+within the limit; an event too big for a notice arrives cut, a notice that is not an event
 is skipped, and a gap (a lost listener, a full queue) reaches viewers as ``RemoteLagged``.
 
 The wire form and the sending side run without a database; the fleet's tests need
@@ -12,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
+import random
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -44,10 +47,13 @@ from engine.hub.relay import (
     EventRelay,
     Malformed,
     _budget,
+    _entry_budget,
     _size,
     decode_event,
     encode_event,
     fit,
+    pack,
+    unpack,
 )
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel, text, tool_call
@@ -71,7 +77,14 @@ from engine.session.events import (
     UserMessage,
 )
 from engine.session.gate import AllowAll
-from engine.store.notify import MAX_PAYLOAD_BYTES, LocalNotifier, Notice, PgNotifier, asyncpg_dsn
+from engine.store.notify import (
+    MAX_PAYLOAD_BYTES,
+    LocalNotifier,
+    Notice,
+    PgNotifier,
+    asyncpg_dsn,
+    encode,
+)
 from engine.tools.preview import ApprovalPreview
 from tests.bot.webchat.conftest import TOKEN, ChatServer, Client
 from tests.pg import fresh_postgres_database
@@ -121,6 +134,13 @@ SAMPLES: list[Any] = [
 def over_the_wire(payload: dict[str, Any]) -> dict[str, Any]:
     """The payload as a receiver reads it: JSON text and back (tuples become lists)."""
     return json.loads(json.dumps(payload))
+
+
+def encoded_size(payload: dict[str, Any], sender: str) -> int:
+    """Bytes of the notice carrying ``payload`` as the notifier encodes it (over the limit
+    too: ``encode`` would refuse it)."""
+    envelope = {"sender": sender, "payload": payload}
+    return len(json.dumps(envelope, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 def test_every_event_type_of_the_bus_has_a_wire_form_and_a_sample() -> None:
@@ -258,13 +278,22 @@ def test_an_event_that_cannot_be_cut_small_enough_does_not_fit() -> None:
     assert fit(encode_event("web:c1", 1, ApprovalRequired(1, "x", many, 1, "main")), BUDGET) is None
 
 
-def test_the_budget_leaves_room_for_the_notifiers_envelope() -> None:
-    from engine.store.notify import encode
-
+def test_an_event_cut_to_its_budget_fits_alone_in_a_notice_with_the_envelope() -> None:
     sender = "host:1234:abcdef"
-    (payload,) = fit(encode_event("web:c1", 1, Error("x" * 20_000)), _budget(sender)) or [None]
-    assert payload is not None
-    assert len(encode(CHANNEL, payload, sender).encode()) <= MAX_PAYLOAD_BYTES
+    (entry,) = fit(encode_event("web:c1", 1, Error("x" * 20_000)), _entry_budget(sender)) or [None]
+    assert entry is not None
+    assert MAX_PAYLOAD_BYTES - 5 <= encoded_size(pack([entry]), sender) <= MAX_PAYLOAD_BYTES
+
+
+def test_a_notice_carries_its_entries_in_order_and_a_bad_one_is_refused_alone() -> None:
+    entries = [encode_event("web:a", 1, TextDelta("Hi")), {"source": "web:a", "type": "Nope"}, 7]
+    got = unpack(over_the_wire(pack(entries)))
+    assert decode_event(got[0]).event == TextDelta("Hi")
+    for bad, why in ((got[1], "unknown event type 'Nope'"), (got[2], "not an object")):
+        with pytest.raises(Malformed, match=why):
+            decode_event(bad)
+    with pytest.raises(Malformed, match="no list of events"):
+        unpack(encode_event("web:a", 1, TextDelta("Hi")))  # one event alone is no notice
 
 
 # -- the bus: remote events for those who ask -----------------------------------------------
@@ -314,15 +343,21 @@ class HeldNotifier(LocalNotifier):
         await super().publish(channel, payload)
 
 
-async def take(stream: Any, n: int) -> list[dict[str, Any]]:
-    got = []
+async def notices_of(stream: Any, n: int) -> list[list[dict[str, Any]]]:
+    """The entries of each notice on ``stream`` until ``n`` entries have come."""
+    got: list[list[dict[str, Any]]] = []
     async with asyncio.timeout(WITHIN_S):
         async for item in stream:
             assert isinstance(item, Notice), item
-            got.append(item.payload)
-            if len(got) == n:
+            got.append(unpack(item.payload))
+            if sum(map(len, got)) >= n:
                 return got
     raise AssertionError(f"the stream ended after {got}")
+
+
+async def take(stream: Any, n: int) -> list[dict[str, Any]]:
+    """The next ``n`` entries of the notices on ``stream``, in order."""
+    return [entry for notice in await notices_of(stream, n) for entry in notice]
 
 
 def brief(payload: dict[str, Any]) -> tuple[str, str, Any]:
@@ -360,7 +395,7 @@ async def test_deltas_go_together_and_in_order_with_the_events_between_them() ->
         ("web:a", "Done", "Done."),
         ("web:b", "TextDelta", ", still"),
     ]
-    assert relay.sent == 10
+    assert relay.carried == 10
 
 
 async def test_once_a_front_end_names_its_sources_only_theirs_are_sent() -> None:
@@ -376,7 +411,7 @@ async def test_once_a_front_end_names_its_sources_only_theirs_are_sent() -> None
     relay.publish("web:a", 2, ToolStart(2, "ls", "{}"))
     await relay.close()
     assert [brief(p) for p in await take(notices, 1)] == [("web:a", "ToolStart", None)]
-    assert relay.sent == 1
+    assert relay.carried == 1
     assert (await local.recv()).source == "telegram:7"  # its own process still has it
 
 
@@ -450,6 +485,133 @@ async def test_a_notifier_that_fails_never_reaches_the_turn(
     assert relay.sent == 0 and relay.dropped >= 5
     failures = [r for r in caplog.records if "sending hub events to the fleet failed" in r.message]
     assert len(failures) == 1
+
+
+# -- packing: a notice carries as many queued events as fit --------------------------------
+
+
+def entry_ids(entries: list[dict[str, Any]]) -> list[tuple[str, str, Any]]:
+    """Each entry's chat, kind and what tells it from the others of its kind."""
+    return [
+        (e["source"], e["type"], e["fields"].get("tool_call_id", e["fields"].get("text")))
+        for e in entries
+    ]
+
+
+async def held_relay(**options: Any) -> tuple[HeldNotifier, Any, EventRelay]:
+    """A relay whose first notice (a ``UserMessage`` of ``web:a``) is being sent and held:
+    what is published now queues behind it. Returns the notifier, its notices, the relay."""
+    notifier = HeldNotifier("p")
+    notices = notifier.subscribe(CHANNEL)
+    relay = EventRelay(notifier, HubEvents(), flush_interval_s=3_600, **options)
+    await relay.start()
+    relay.publish("web:a", 1, UserMessage(1, "first"))
+    await asyncio.wait_for(notifier.waiting.wait(), WITHIN_S)
+    return notifier, notices, relay
+
+
+async def test_events_queued_while_a_notice_is_sent_go_together_in_the_next() -> None:
+    """A notice costs a round trip whatever it carries: what queued meanwhile, of every
+    chat, goes in one notice, in the order it was published."""
+    notifier, notices, relay = await held_relay()
+    published = []
+    for n in range(30):
+        source = f"web:{'abc'[n % 3]}"
+        relay.publish(source, 1, ToolStart(n, "read_file", "{}"))
+        published.append((source, "ToolStart", n))
+    notifier.gate.set()
+    got = await notices_of(notices, 31)
+    assert [len(notice) for notice in got] == [1, 30]
+    assert entry_ids(got[1]) == published
+    assert (relay.sent, relay.carried) == (2, 31)
+    await relay.close()
+
+
+async def test_order_is_kept_across_notices_deltas_and_other_events_alike() -> None:
+    notifier, notices, relay = await held_relay()
+    published = []
+    for n in range(120):
+        source = f"web:{'abc'[n % 3]}"
+        # After a ToolDone the chat's next delta opens a window: it goes at once.
+        relay.publish(source, 1, TextDelta(f"{n} "))
+        relay.publish(source, 1, ToolDone(n, "read_file", f"{n}:" + "x" * 300))
+        published += [(source, "TextDelta", f"{n} "), (source, "ToolDone", n)]
+    notifier.gate.set()
+    got = await notices_of(notices, 1 + len(published))
+    assert 5 < len(got) < len(published) // 5  # several notices, each of many events
+    assert entry_ids([entry for notice in got[1:] for entry in notice]) == published
+    await relay.close()
+
+
+async def test_an_event_over_the_limit_is_cut_to_go_alone_and_none_is_cut_to_fill_a_notice() -> (
+    None
+):
+    """An event that does not fit in what is left of a notice waits for the next one; only
+    one over the limit by itself is cut, and fills its notice alone."""
+    notifier, notices, relay = await held_relay()
+    medium = "m" * 4_000  # fits alone, not two in a notice
+    relay.publish("web:b", 2, ToolStart(1, "read_file", "{}"))
+    relay.publish("web:b", 2, ToolDone(1, "read_file", "big " * 10_000))
+    relay.publish("web:c", 3, ToolDone(2, "read_file", medium))
+    relay.publish("web:b", 2, ToolDone(3, "read_file", medium))
+    relay.publish("web:c", 3, Error("small"))
+    notifier.gate.set()
+    got = await notices_of(notices, 6)
+    assert [[(e["source"], e["type"]) for e in notice] for notice in got] == [
+        [("web:a", "UserMessage")],
+        [("web:b", "ToolStart")],
+        [("web:b", "ToolDone")],
+        [("web:c", "ToolDone")],
+        [("web:b", "ToolDone"), ("web:c", "Error")],
+    ]
+    cut = decode_event(got[2][0])
+    assert cut.cut and cut.event.result.endswith(CUT_MARKER)
+    for entry in (got[3][0], got[4][0]):
+        relayed = decode_event(entry)
+        assert not relayed.cut and relayed.event.result == medium
+    assert relay.dropped == 0
+    await relay.close()
+
+
+async def test_packed_notices_are_full_and_never_over_the_limit() -> None:
+    """Events of every size, with texts JSON escapes and UTF-8 make longer than they are:
+    each notice is within the limit (the notifier would refuse it), and the next notice's
+    first event would not have fitted in it."""
+    notifier, notices, relay = await held_relay()
+    rng = random.Random(7)
+    alphabet = 'aä✓"\
+ '
+    published = []
+    for n in range(300):
+        # At most 900 characters: even all escaped to six bytes, it fits alone uncut.
+        result = "".join(rng.choices(alphabet, k=rng.randrange(1, 900)))
+        relay.publish(f"web:{n % 7}", 1, ToolDone(n, "read_file", result))
+        published.append(n)
+    notifier.gate.set()
+    got = await notices_of(notices, 301)
+    packed = got[1:]
+    assert [e["fields"]["tool_call_id"] for notice in packed for e in notice] == published
+    assert not any(e.get("cut") for notice in packed for e in notice)
+    for notice, after in itertools.pairwise(packed):
+        assert len(encode(CHANNEL, pack(notice), "p").encode()) <= MAX_PAYLOAD_BYTES
+        assert encoded_size(pack([*notice, after[0]]), "p") > MAX_PAYLOAD_BYTES
+    assert relay.dropped == 0 and len(packed) < 300 // 2
+    await relay.close()
+
+
+async def test_a_gap_goes_in_the_notice_after_the_chats_queued_events() -> None:
+    notifier, notices, relay = await held_relay(capacity=4)
+    for n in range(6):  # two over the queue's room, dropped
+        relay.publish("web:b", 2, ToolStart(n, "ls", "{}"))
+    relay.publish("web:c", 3, Error("kept"))  # takes no one's place: dropped too
+    notifier.gate.set()
+    got = await notices_of(notices, 7)
+    assert [len(notice) for notice in got] == [1, 6]
+    assert entry_ids(got[1][:4]) == [("web:b", "ToolStart", n) for n in range(4)]
+    gaps = [decode_event(entry) for entry in got[1][4:]]
+    assert sorted((gap.source, gap.event) for gap in gaps) == [("web:b", None), ("web:c", None)]
+    assert relay.dropped == 3
+    await relay.close()
 
 
 # -- the fleet (PostgreSQL) ------------------------------------------------------------------
@@ -619,8 +781,9 @@ async def test_a_turn_run_by_a_streams_to_the_remote_viewers_on_b_in_order(
         async with asyncio.timeout(WITHIN_S):
             async for notice in notices:
                 assert isinstance(notice, Notice) and notice.sender == "a"
-                sent_deltas += notice.payload["type"] == "TextDelta"
-                if notice.payload["type"] == "Done":
+                kinds = [entry["type"] for entry in unpack(notice.payload)]
+                sent_deltas += kinds.count("TextDelta")
+                if "Done" in kinds:
                     break
         deltas = sum(isinstance(item.event, TextDelta) for item in seen_on_a)  # type: ignore[union-attr]
         assert deltas == a.model.deltas
@@ -655,18 +818,62 @@ async def test_a_notice_that_is_no_hub_event_is_logged_and_skipped(
         remote_on_b = b.hub.events("web:x", remote=True)
         try:
             with caplog.at_level(logging.WARNING, logger="engine.hub.relay"):
-                await intruder.publish(CHANNEL, {"source": "web:x", "type": "Nope"})
+                await intruder.publish(CHANNEL, encode_event("web:x", 1, TextDelta("lone")))
                 await intruder.publish(
-                    CHANNEL, {"source": "web:x", "type": "TextDelta", "fields": {"text": 5}}
+                    CHANNEL,
+                    pack(
+                        [
+                            {"source": "web:x", "type": "Nope"},
+                            encode_event("web:x", 1, TextDelta("fine")),
+                            {"source": "web:x", "type": "TextDelta", "fields": {"text": 5}},
+                            encode_event("web:x", 1, TextDelta(" too")),
+                        ]
+                    ),
                 )
-                await intruder.publish(CHANNEL, encode_event("web:x", 1, TextDelta("fine")))
-                got = await asyncio.wait_for(remote_on_b.recv(), WITHIN_S)
+                got = [await asyncio.wait_for(remote_on_b.recv(), WITHIN_S) for _ in range(2)]
         finally:
             await intruder.close()
-        assert got == HubEvent("web:x", 1, TextDelta("fine"), remote=True)
-        assert b.relay.skipped == 2
-        skipped = [r.getMessage() for r in caplog.records if "skipped a hub event" in r.message]
-        assert len(skipped) == 2 and "intruder" in skipped[0] and "'Nope'" in skipped[0]
+        # The good entries of a notice arrive, each bad one is skipped alone.
+        assert got == [
+            HubEvent("web:x", 1, TextDelta("fine"), remote=True),
+            HubEvent("web:x", 1, TextDelta(" too"), remote=True),
+        ]
+        assert b.relay.skipped == 3
+        skipped = [r.getMessage() for r in caplog.records if "skipped a" in r.message]
+        assert len(skipped) == 3 and all("intruder" in line for line in skipped)
+        assert "no list of events" in skipped[0] and "'Nope'" in skipped[1]
+
+
+async def test_events_the_sender_dropped_reach_the_viewers_elsewhere_as_a_gap_after_the_rest(
+    url: str,
+) -> None:
+    """A packed notice carries the gap after the chat's events that were kept: the viewer
+    on b shows those, then reloads."""
+    dsn = asyncpg_dsn(url)
+    on_a, on_b = PgNotifier(dsn, "a"), PgNotifier(dsn, "b")
+    await on_a.start()
+    await on_b.start()
+    b_events = HubEvents()
+    a, b = EventRelay(on_a, HubEvents(), capacity=10), EventRelay(on_b, b_events)
+    try:
+        await b.start()
+        await a.start()
+        remote_on_b = b_events.subscribe(SOURCE, remote=True)
+        for n in range(25):  # in one go: the queue holds ten of them
+            a.publish(SOURCE, 1, ToolStart(n, "ls", "{}"))
+        async with asyncio.timeout(WITHIN_S):
+            got = [await anext(remote_on_b) for _ in range(11)]
+        assert got[:10] == [
+            HubEvent(SOURCE, 1, ToolStart(n, "ls", "{}"), remote=True) for n in range(10)
+        ]
+        assert isinstance(got[10], RemoteLagged) and got[10].reason == "the sender dropped events"
+        await a.close()  # its counts are final once it has sent everything
+        assert (a.sent, a.carried, a.dropped) == (1, 11, 15)
+    finally:
+        await a.close()
+        await b.close()
+        await on_a.close()
+        await on_b.close()
 
 
 async def test_a_lost_listener_tells_the_remote_viewers_and_then_relays_again(
