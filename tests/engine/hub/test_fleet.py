@@ -153,6 +153,44 @@ def answers(conn: sa.Connection) -> dict[str, list[str]]:
     return out
 
 
+def transcripts(conn: sa.Connection) -> dict[str, list[tuple[str, str]]]:
+    """Each source's root-frame user messages and answers, in order: ``(role, content)``."""
+    h, stack, s = chat_history, chat_sessions_stack, chat_sessions
+    rows = conn.execute(
+        sa.select(s.c.source, h.c.role, h.c.content)
+        .join(stack, stack.c.id == h.c.session_stack_id)
+        .join(s, s.c.id == stack.c.session_id)
+        .where(h.c.role.in_(("user", "assistant")), stack.c.depth == 0)
+        .order_by(h.c.id)
+    )
+    out: dict[str, list[tuple[str, str]]] = {}
+    for source, role, content in rows:
+        if content:  # (a tool round's assistant row has none)
+            out.setdefault(source, []).append((role, content))
+    return out
+
+
+def echo_turns(transcript: list[tuple[str, str]]) -> list[tuple[list[str], str]]:
+    """The transcript as turns: the user messages each answer took, and the answer.
+
+    A message that reaches the owner before the turn ahead of it has begun its first round
+    is taken into that turn (steering, as in one process): the model sees both as one user
+    message, so one answer echoes both. A user message left unanswered shows as a last
+    turn with no answer (``""``); an answer doubled, as a turn with no user message.
+    """
+    turns: list[tuple[list[str], str]] = []
+    asked: list[str] = []
+    for role, content in transcript:
+        if role == "user":
+            asked.append(content)
+        else:
+            turns.append((asked, content))
+            asked = []
+    if asked:
+        turns.append((asked, ""))
+    return turns
+
+
 def queued_sources(conn: sa.Connection) -> list[str]:
     return list(conn.execute(sa.select(queued_messages.c.source)).scalars())
 
@@ -178,25 +216,32 @@ async def test_messages_through_any_process_are_answered_once_in_order_and_sprea
         for m in (a, b, c):
             await m.hub.fleet.ownership.refresh_members()  # type: ignore[union-attr]
         sources = [f"telegram:{n}" for n in range(12)]
-        expected = {s: [f"echo: {s} message {k}" for k in range(3)] for s in sources}
+        sent = {s: [f"{s} message {k}" for k in range(3)] for s in sources}
         for k in range(3):
             for n, source in enumerate(sources):
                 via = (a, b, c)[(n + k) % 3]  # every source's messages through all three
-                await via.hub.send_message(source, f"{source} message {k}")
+                await via.hub.send_message(source, sent[source][k])
 
-        async def all_answered() -> bool:
-            got = await a.engine.store.db.run(answers)
-            return sum(len(v) for v in got.values()) >= 36
+        def stored(got: dict[str, list[tuple[str, str]]], source: str) -> list[str]:
+            return [content for role, content in got.get(source, []) if role == "user"]
+
+        async def all_answered() -> bool:  # every message stored, every source answered last
+            got = await a.engine.store.db.run(transcripts)
+            return all(len(stored(got, s)) >= 3 and got[s][-1][0] == "assistant" for s in sources)
 
         try:
             await until(all_answered)
         except AssertionError as error:  # what was missing, and where the work stood
-            error.add_note(f"answers: {await a.engine.store.db.run(answers)}")
+            error.add_note(f"transcripts: {await a.engine.store.db.run(transcripts)}")
             error.add_note(f"queued: {await a.engine.store.db.run(queued_sources)}")
             error.add_note(f"held: { {m.name: m.hub.fleet.ownership.owned() for m in (a, b, c)} }")  # type: ignore[union-attr]
             raise
         await asyncio.sleep(0.3)  # nothing more comes
-        assert await a.engine.store.db.run(answers) == expected
+        got = await a.engine.store.db.run(transcripts)
+        assert {s: stored(got, s) for s in sources} == sent  # each once, in order
+        for source in sources:  # each answered once, by the turn that took it
+            for asked, answer in echo_turns(got[source]):
+                assert asked and answer == "echo: " + "\n\n".join(asked), got[source]
         worked = {m.name: m.model.calls for m in (a, b, c)}
         assert all(calls > 0 for calls in worked.values()), worked  # spread over all three
         chosen = {pick(s, ("a", "b", "c")) for s in sources}
