@@ -48,13 +48,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from engine.hub.ownership import FleetConfig, pick
-from tests.bot.fleet.test_fleet_processes import Fleet, answered, doubled_replies, replies
+from tests.bot.fleet.test_fleet_processes import (
+    RECEIVER,
+    Fleet,
+    answered,
+    doubled_replies,
+    replies,
+)
 from tests.fakes.openai_server import FakeOpenAIServer, _error, _last_user
 from tests.fakes.telegram_server import FakeTelegramServer
 from tests.pg import POSTGRES_URL_ENV, fresh_postgres_database
 
-RECEIVER = "telegram:receiver"
-LIVE = "expires_at > extract(epoch from clock_timestamp())"
 CLOCK_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 # Chat id ranges, one per part (all allowed users of every process).
@@ -123,29 +127,6 @@ class SlowModel(FakeOpenAIServer):
 
 class BenchFleet(Fleet):
     """The test's ``Fleet`` (this bench's chats allowed, its lease ttl, quiet logs)."""
-
-    def name_of(self, owner: str | None) -> str | None:
-        """The name whose current start holds ``owner`` (``<process id>:<suffix>``)."""
-        if owner is None:
-            return None
-        return next((n for n, pid in self.ids.items() if owner.rsplit(":", 1)[0] == pid), None)
-
-    def holder(self, lease: str) -> str | None:
-        rows = self.psql(f"SELECT owner FROM leases WHERE name = '{lease}' AND {LIVE}")
-        return rows[0][0] if rows else None
-
-    def members(self) -> list[str]:
-        rows = self.psql(f"SELECT owner FROM leases WHERE name LIKE 'process:%' AND {LIVE}")
-        return [row[0] for row in rows]
-
-    def ready(self, names: list[str], within_s: float = 60) -> None:
-        """Until each of ``names``'s current start is a member and someone polls."""
-
-        def joined() -> bool:
-            current = {self.name_of(owner) for owner in self.members()}
-            return set(names) <= current and self.holder(RECEIVER) is not None
-
-        wait(joined, within_s, interval_s=0.2)
 
 
 def wait(predicate: Callable[[], Any], within_s: float, interval_s: float = 0.02) -> Any:

@@ -1,8 +1,11 @@
 """Three ``chathub serve`` processes on one PostgreSQL, against the fake Bot API and the fake
 model: while one process after another is killed with ``kill -9`` and started again, every
-message of every chat is answered, in order; the poller's process dies and another polls;
-a process paused past its lease sends no second reply; every connection to the database
-dropped under load (PostgreSQL restarted, as the clients see it) loses nothing.
+message of every chat is answered, in order; the poller's process dies and another polls,
+losing and doubling nothing; a process paused past its lease (mid-turn, or between
+recording a reply and sending it) sends no second reply; every connection to the database
+dropped under load (PostgreSQL restarted, as the clients see it) loses nothing; a dead
+process's approval card is approved with its old button and the command runs once on
+another; ``/stop`` reaches the turn on the process that runs it.
 
 PostgreSQL only (``CHATHUB_TEST_POSTGRES_URL``): a fleet shares its work through it.
 """
@@ -22,9 +25,10 @@ from pathlib import Path
 
 import pytest
 
+from engine.hub.ownership import pick
 from tests.bot.process import free_port, service_env, wait_for
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
 from tests.pg import POSTGRES_URL_ENV, fresh_postgres_database
 
 pytestmark = pytest.mark.skipif(
@@ -33,6 +37,8 @@ pytestmark = pytest.mark.skipif(
 
 CHATS = [1000 + n for n in range(24)]  # private chats: the chat id is the user's
 PER_CHAT = 5
+RECEIVER = "telegram:receiver"
+LIVE = "expires_at > extract(epoch from clock_timestamp())"
 
 
 class Fleet:
@@ -94,6 +100,29 @@ class Fleet:
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=10)
         self.killed.append(self.ids[name])
+
+    def name_of(self, owner: str | None) -> str | None:
+        """The name whose current start holds ``owner`` (``<process id>:<suffix>``)."""
+        if owner is None:
+            return None
+        return next((n for n, pid in self.ids.items() if owner.rsplit(":", 1)[0] == pid), None)
+
+    def holder(self, lease: str) -> str | None:
+        rows = self.psql(f"SELECT owner FROM leases WHERE name = '{lease}' AND {LIVE}")
+        return rows[0][0] if rows else None
+
+    def members(self) -> list[str]:
+        rows = self.psql(f"SELECT owner FROM leases WHERE name LIKE 'process:%' AND {LIVE}")
+        return [row[0] for row in rows]
+
+    def ready(self, names: list[str], within_s: float = 60) -> None:
+        """Until each of ``names``'s current start is a member and someone polls."""
+
+        def joined() -> bool:
+            current = {self.name_of(owner) for owner in self.members()}
+            return set(names) <= current and self.holder(RECEIVER) is not None
+
+        wait_for(joined, within_s)
 
     def psql(self, query: str) -> list[list[str]]:
         dsn = self.url.replace("postgresql+asyncpg://", "postgresql://")
@@ -366,3 +395,91 @@ def test_every_process_reconnects_after_the_database_drops_all_connections(
         texts = [m.text or "" for m in fleet.telegram.messages(chat)]
         assert not [t for t in texts if t.startswith("⚠️")], texts
     assert all(child.poll() is None for child in fleet.children.values())  # none died
+
+
+def button(message: SentMessage, label: str) -> str:
+    """The callback data of ``message``'s inline button whose text has ``label``."""
+    assert message.reply_markup is not None, message
+    for row in message.reply_markup["inline_keyboard"]:
+        for key in row:
+            if label in key["text"]:
+                return str(key["callback_data"])
+    raise AssertionError(f"no {label!r} button on {message}")
+
+
+@pytest.mark.timeout(120)
+def test_an_approval_card_of_a_dead_process_is_approved_with_its_old_button_and_runs_once(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """p1 asks for approval of a command and is killed; the card's old button, pressed
+    afterwards, reaches p2, which takes the chat over and runs the command once."""
+    chat = CHATS[0]
+    workspace = tmp_path / "shared-workspace"  # as compose shares one volume
+    workspace.mkdir()
+    fleet.start("p1", CHATHUB_WORKSPACE=str(workspace))
+    wait_for(lambda: fleet.telegram.calls_to("getUpdates"), within_s=30)
+    fleet.fake.reply_tool_calls(("call_1", "execute_cmd", {"command": "echo run >> runs.log"}))
+    fleet.fake.reply_text("the command ran")
+    fleet.telegram.user_message(chat, chat, "run the command")
+    card = wait_for(
+        lambda: next((m for m in fleet.telegram.messages(chat) if m.reply_markup), None),
+        within_s=30,
+    )
+    fleet.kill("p1")
+    fleet.start("p2", CHATHUB_WORKSPACE=str(workspace))
+    fleet.ready(["p2"])
+    fleet.telegram.callback(chat, chat, card.message_id, button(card, "Approve"))
+    wait_for(lambda: "the command ran" in texts_of(fleet, chat), within_s=60)
+    time.sleep(2.0)  # a second run or reply would come now
+    assert (workspace / "runs.log").read_text() == "run\n"
+    assert texts_of(fleet, chat).count("the command ran") == 1
+    assert not [t for t in texts_of(fleet, chat) if t.startswith("⚠️")]
+
+
+def texts_of(fleet: Fleet, chat: int) -> list[str]:
+    return [m.text or "" for m in fleet.telegram.messages(chat)]
+
+
+@pytest.mark.timeout(120)
+def test_stop_sent_to_a_chat_whose_turn_runs_on_another_process_stops_it(fleet: Fleet) -> None:
+    for name in ("p1", "p2"):
+        fleet.start(name)
+    fleet.ready(["p1", "p2"])
+    # Each process reads who the members are at its scans (every second): until the
+    # receiver has, it keeps every chat itself.
+    time.sleep(2.5)
+    receiver = fleet.holder(RECEIVER)
+    members = fleet.members()
+    # A chat that the rendezvous hashing gives to the process that does not poll.
+    chat = next(c for c in CHATS if pick(f"telegram:{c}", members) != receiver)
+    fleet.fake.reply_hang()
+    fleet.telegram.user_message(chat, chat, "a long job")
+    wait_for(lambda: fleet.fake.requests, within_s=30)  # the turn waits for the model
+    owner = wait_for(lambda: owner_of(fleet, chat), within_s=20)
+    assert owner != receiver
+    fleet.telegram.user_message(chat, chat, "/stop")
+    wait_for(lambda: "⏹ Stopped." in texts_of(fleet, chat), within_s=20)
+    fleet.telegram.user_message(chat, chat, "again")
+    wait_for(lambda: replies(fleet.telegram, chat), within_s=30)
+    assert replies(fleet.telegram, chat) == ["echo: again"]  # the stopped turn never answered
+
+
+@pytest.mark.timeout(120)
+def test_the_pollers_process_killed_another_polls_and_no_update_is_lost_or_doubled(
+    fleet: Fleet,
+) -> None:
+    for name in ("p1", "p2", "p3"):
+        fleet.start(name)
+    fleet.ready(["p1", "p2", "p3"])
+    receiver = fleet.name_of(fleet.holder(RECEIVER))
+    assert receiver is not None
+    chats = CHATS[:6]
+    fleet.kill(receiver)
+    for chat in chats:  # while nobody polls
+        fleet.telegram.user_message(chat, chat, f"chat {chat} after the kill")
+    # The dead process's receiver lease runs out; another process takes it and polls.
+    wait_for(lambda: fleet.name_of(fleet.holder(RECEIVER)) not in (None, receiver), within_s=30)
+    wait_for(lambda: all(replies(fleet.telegram, c) for c in chats), within_s=60)
+    time.sleep(2.0)  # a doubled answer would come now
+    for chat in chats:
+        assert replies(fleet.telegram, chat) == [f"echo: chat {chat} after the kill"]
