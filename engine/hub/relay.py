@@ -7,7 +7,7 @@ other process publishes what it receives into its own bus marked ``remote``: onl
 subscribers that ask for remote events get it (``HubEvents.subscribe(..., remote=True)``),
 never one that delivers what it receives (the Telegram adapter would send another
 process's answers). A notice carries several events, of any chats, in the order they were
-published: ``{"events": [{"source", "session_id", "type", "fields"}, ...]}``.
+published: ``{"entries": [{"source", "session_id", "type", "fields"}, ...]}``.
 
 What keeps the turn unharmed and the notices few:
 
@@ -124,14 +124,14 @@ class Relayed:
 
 def pack(entries: list[dict[str, Any]]) -> dict[str, Any]:
     """The payload of a notice carrying ``entries`` (``encode_event``'s, in order)."""
-    return {"events": entries}
+    return {"entries": entries}
 
 
 def unpack(payload: Mapping[str, Any]) -> list[Any]:
     """The entries a notice's payload carries (each for ``decode_event``), or ``Malformed``."""
-    entries = payload.get("events")
+    entries = payload.get("entries")
     if not isinstance(entries, list):
-        raise Malformed("no list of events")
+        raise Malformed("no list of entries")
     return entries
 
 

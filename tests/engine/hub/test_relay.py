@@ -292,7 +292,7 @@ def test_a_notice_carries_its_entries_in_order_and_a_bad_one_is_refused_alone() 
     for bad, why in ((got[1], "unknown event type 'Nope'"), (got[2], "not an object")):
         with pytest.raises(Malformed, match=why):
             decode_event(bad)
-    with pytest.raises(Malformed, match="no list of events"):
+    with pytest.raises(Malformed, match="no list of entries"):
         unpack(encode_event("web:a", 1, TextDelta("Hi")))  # one event alone is no notice
 
 
@@ -841,7 +841,7 @@ async def test_a_notice_that_is_no_hub_event_is_logged_and_skipped(
         assert b.relay.skipped == 3
         skipped = [r.getMessage() for r in caplog.records if "skipped a" in r.message]
         assert len(skipped) == 3 and all("intruder" in line for line in skipped)
-        assert "no list of events" in skipped[0] and "'Nope'" in skipped[1]
+        assert "no list of entries" in skipped[0] and "'Nope'" in skipped[1]
 
 
 async def test_events_the_sender_dropped_reach_the_viewers_elsewhere_as_a_gap_after_the_rest(
