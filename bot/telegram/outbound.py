@@ -28,8 +28,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from datetime import datetime
+from typing import Any, TypeVar
 
 from bot.telegram.api import (
     BadRequest,
@@ -41,8 +41,10 @@ from bot.telegram.api import (
     ServerError,
     TelegramError,
 )
+from bot.telegram.handback import DeliveryMarks, Handback, Tenure, TenureLost
 from bot.telegram.health import TelegramHealth
 from bot.telegram.pacing import Cap, Pacer, PacingPolicy, Rate
+from bot.telegram.postponements import Postponements
 from bot.telegram.retrying import Backoff, describe
 from bot.telegram.settings import TelegramSettings
 from bot.telegram.store import OutboxRow, TelegramStore
@@ -119,22 +121,6 @@ class Delivery(enum.Enum):
     RELEASED = "released"
 
 
-class Tenure(Protocol):
-    """A fleet process's hold on what it takes to send (``SourceOwnership``'s membership)."""
-
-    def mark(self) -> float:
-        """Now, taken before a row is recorded or claimed."""
-        ...
-
-    def tenure_holds(self, mark: float) -> bool:
-        """Whether a row taken at ``mark`` is still this process's to send."""
-        ...
-
-
-class TenureLost(Exception):
-    """A send not started: the row's process may no longer send it."""
-
-
 @dataclass
 class OutboundStats:
     sent: int = 0
@@ -184,9 +170,7 @@ class Outbound:
         """``tenure``: a fleet process's (every row it sends was taken under it)."""
         self.api = api
         self.store = store
-        self.tenure = tenure
-        #: Rows handed back while the database was away: ``recover_orphans`` retries them.
-        self.stranded: set[int] = set()
+        self.handback = None if tenure is None else Handback(tenure, store, now)
         self.pacing = pacing or Pacing()
         self.pacer = Pacer(self.pacing.policy, clock=clock, sleep=sleep)
         self.schedule = schedule or RetrySchedule()
@@ -197,16 +181,12 @@ class Outbound:
         self._clock = clock
         self._sleep = sleep
         self._now = now  # wall time: a postponed row's schedule is stored
-        # Rows postponed per chat and not settled yet: a new reply to such a chat goes
-        # after them (see ``attempt``).
-        self._waiting: dict[int, set[int]] = {}
+        self.postponements = Postponements(store, self.schedule, self.stats, now, self.postponed)
         self._lanes: dict[int, _Lane] = {}
         # The newest edit asked for each (chat, message): an older one still waiting for
         # its turn is dropped, the latest text wins.
         self._edits: dict[tuple[int, int], int] = {}
-        self._sent: list[tuple[int, int | None]] = []
-        self._marking: asyncio.Task[None] | None = None
-        self._mark_delay_s = mark_delay_s
+        self._marks = DeliveryMarks(store, mark_delay_s)
 
     async def call(
         self,
@@ -321,7 +301,7 @@ class Outbound:
 
     def mark(self) -> float | None:
         """A fleet's: taken before rows are recorded or claimed (``taken``)."""
-        return None if self.tenure is None else self.tenure.mark()
+        return None if self.handback is None else self.handback.tenure.mark()
 
     @staticmethod
     def taken(rows: list[OutboxRow], mark: float | None) -> list[OutboxRow]:
@@ -358,9 +338,9 @@ class Outbound:
     async def recover_orphans(self) -> int:
         """A fleet's: what dead (or lapsed) processes took and never sent is due now, and so
         are this process's rows it could not hand back before."""
-        stranded = set(self.stranded)
-        count = await self.store.recover_orphans(self._now(), stranded)
-        self.stranded -= stranded
+        if self.handback is None:
+            raise RuntimeError("recovering a fleet's orphans in a process of no fleet")
+        count = await self.handback.recover_orphans()
         if count:
             self.postponed.set()
         return count
@@ -395,9 +375,9 @@ class Outbound:
         ``record_now``: the delivery is recorded before this returns, not batched with
         others a moment later (``Redelivery``: a row it claimed must not look due again).
         """
-        waiting = self._waiting.get(row.chat_id)
+        waiting = self.postponements.waiting(row.chat_id)
         if waiting and not record_now:
-            await self._queue_behind(row, waiting)
+            await self.postponements.queue_behind(row, waiting)
             return Delivery.POSTPONED, None
         payload = row.payload
         failpoint("before_outbox_send")
@@ -408,27 +388,27 @@ class Outbound:
                 entities=payload.get("entities"),
                 reply_markup=payload.get("reply_markup"),
                 thread_id=payload.get("thread_id"),
-                may_send=self._tenure_check(row),
+                may_send=None if self.handback is None else self.handback.may_send(row),
             )
         except TenureLost:
             await self._release(row)
             return Delivery.RELEASED, None
         except (BadRequest, Forbidden) as exc:  # blocked, chat gone, a request refused
-            await self._fail(row, exc.description)
+            await self.postponements.fail(row, exc.description)
             return Delivery.FAILED, None
         except TelegramError as exc:  # Telegram or the network is down: not this message
-            await self._postpone(row, exc)
+            await self.postponements.postpone(row, exc)
             return Delivery.POSTPONED, None
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a payload no binding can send (a bug): never retried
             log.exception("delivery %s to chat %s cannot be sent", row.dedupe_key, row.chat_id)
-            await self._fail(row, f"unsendable payload ({describe(exc)})")
+            await self.postponements.fail(row, f"unsendable payload ({describe(exc)})")
             return Delivery.FAILED, None
         message_id = _message_id(message)
-        self._settled(row)
+        self.postponements.settled(row)
         if not record_now:
-            self._mark_sent_soon(row.id, message_id)
+            self._marks.add(row.id, message_id)
             return Delivery.SENT, message_id
         try:
             await self.store.mark_sent(row.id, message_id)
@@ -436,113 +416,16 @@ class Outbound:
             log.exception("recording the delivery %s failed", row.dedupe_key)
         return Delivery.SENT, message_id
 
-    async def _queue_behind(self, row: OutboxRow, waiting: set[int]) -> None:
-        """An earlier reply to this chat waits for a retry: this one goes after it.
-
-        Sending it now could put it before the earlier one in the chat. Instead the chat's
-        waiting rows and this one are due at once: ``Redelivery`` tries them in order right
-        away (a new reply is a good moment to find out whether Telegram is back), and when
-        the first fails again the others wait with it.
-        """
-        waiting.add(row.id)
-        try:
-            await self.store.reschedule(sorted(waiting), self._now())
-        except Exception:  # they keep their old times; this one is due at the next start
-            log.exception("queueing the delivery %s failed", row.dedupe_key)
-        self.postponed.set()
-
-    def _tenure_check(self, row: OutboxRow) -> Callable[[], bool] | None:
-        tenure, mark = self.tenure, row.taken_at
-        if tenure is None:
-            return None
-        if mark is None:  # taken outside ``taken``: never sent unchecked in a fleet
-            return lambda: False
-        return lambda: tenure.tenure_holds(mark)
-
     async def _release(self, row: OutboxRow) -> None:
-        """Hand ``row`` back to the fleet: it is due for whoever claims it first (another
-        process that took it for an orphan already did)."""
-        self._settled(row)
+        assert self.handback is not None  # only a fleet's tenure breaks
+        self.postponements.settled(row)
         self.stats.released += 1
-        log.warning(
-            "this process's fleet membership lapsed (paused or cut off): delivery %s to "
-            "chat %s is left to the fleet",
-            row.dedupe_key,
-            row.chat_id,
-        )
-        try:
-            await self.store.release(row.id, self._now())
-        except Exception:  # the database is away: the orphan scan hands it back later
-            log.warning("handing back the delivery %s failed", row.dedupe_key, exc_info=True)
-            self.stranded.add(row.id)
+        await self.handback.hand_back(row)
         self.postponed.set()
-
-    def _settled(self, row: OutboxRow) -> None:
-        waiting = self._waiting.get(row.chat_id)
-        if waiting is not None:
-            waiting.discard(row.id)
-            if not waiting:
-                del self._waiting[row.chat_id]
-
-    async def _postpone(self, row: OutboxRow, error: TelegramError) -> None:
-        waiting = self._waiting.setdefault(row.chat_id, set())
-        waiting.add(row.id)
-        attempts = row.attempts + 1
-        delay = self.schedule.delay(attempts)
-        now = self._now()
-        due = now + timedelta(seconds=delay)
-        self.stats.postponed += 1
-        log.warning(
-            "delivery %s to chat %s postponed (attempt %d: %s); next try in %.1f s",
-            row.dedupe_key,
-            row.chat_id,
-            attempts,
-            describe(error),
-            delay,
-        )
-        # Replies queued behind this one while it was being tried wait with it.
-        later = sorted(other for other in waiting if other > row.id)
-        try:
-            await self.store.postpone(row.id, describe(error), now, due)
-            await self.store.reschedule(later, due)
-        except Exception:  # the row stays pending: due at its lease's end, or the next start
-            log.exception("recording the postponed delivery %s failed", row.dedupe_key)
-        self.postponed.set()
-
-    async def _fail(self, row: OutboxRow, reason: str) -> None:
-        self._settled(row)
-        log.error("could not deliver %s to chat %s: %s", row.dedupe_key, row.chat_id, reason)
-        self.stats.deliveries_failed += 1
-        try:
-            await self.store.mark_failed(row.id, reason)
-        except Exception:  # stays pending: tried again at the next start, failed again then
-            log.exception("recording the failed delivery %s failed", row.dedupe_key)
-
-    def _mark_sent_soon(self, outbox_id: int, message_id: int | None) -> None:
-        """Record a delivery with the others of the next ``mark_delay_s`` (one commit).
-
-        Not awaited by the sender: the reply is out; a crash before the commit sends it
-        again at the next start. That window (20 ms) is small beside the one no client can
-        close: a crash while Telegram's answer to the send is on its way.
-        """
-        self._sent.append((outbox_id, message_id))
-        if self._marking is None or self._marking.done():
-            self._marking = asyncio.create_task(self._write_marks(), name="tg-outbox-marks")
-
-    async def _write_marks(self) -> None:
-        if self._mark_delay_s > 0:
-            await asyncio.sleep(self._mark_delay_s)  # real time: a batch, not a pacing wait
-        while self._sent:
-            batch, self._sent = self._sent, []
-            try:
-                await self.store.mark_sent_many(batch)
-            except Exception:  # the rows stay pending: re-sent at the next start
-                log.exception("recording %d delivered message(s) failed", len(batch))
 
     async def flush(self) -> None:
         """Wait until every delivery so far is recorded (at shutdown)."""
-        while self._marking is not None and not self._marking.done():
-            await asyncio.shield(self._marking)
+        await self._marks.flush()
 
 
 def _message_id(message: Any) -> int | None:

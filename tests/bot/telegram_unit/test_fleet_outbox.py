@@ -260,10 +260,11 @@ async def test_a_row_handed_back_while_the_database_was_away_is_recovered_later(
     a.store.release = away  # type: ignore[method-assign]
     outcome, _ = await a.out.attempt(row)
     assert outcome is Delivery.RELEASED
-    assert a.out.stranded == {row.id}
+    assert a.out.handback is not None
+    assert a.out.handback.stranded == {row.id}
     a.store.release = real_release  # type: ignore[method-assign]
     assert await a.out.recover_orphans() == 1  # its own row, handed back now
-    assert a.out.stranded == set()
+    assert a.out.handback.stranded == set()
     assert await a.redelivery.run_due() == 1  # claimed anew, under a new mark
     assert a.sent() == ["the answer"]
 

@@ -1,0 +1,115 @@
+"""Two collaborators of ``Outbound`` on the outbox's side: a fleet process's hold on the
+rows it sends (``Handback``), and the batched "sent" marks (``DeliveryMarks``).
+
+In a fleet a row is sent only by the process that took it (recorded or claimed it), and
+only while that process's membership has held without a break since (``Tenure``, checked
+right before every try). Once it broke — the process was paused or cut off past its
+membership lease, and another may have taken the row for an orphan and sent it — the row
+is handed back instead (``release``: due for the fleet unless another process took it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Protocol
+
+from bot.telegram.store import OutboxRow, TelegramStore
+
+__all__ = ["DeliveryMarks", "Handback", "Tenure", "TenureLost"]
+
+log = logging.getLogger(__name__)
+
+
+class Tenure(Protocol):
+    """A fleet process's hold on what it takes to send (``SourceOwnership``'s membership)."""
+
+    def mark(self) -> float:
+        """Now, taken before a row is recorded or claimed."""
+        ...
+
+    def tenure_holds(self, mark: float) -> bool:
+        """Whether a row taken at ``mark`` is still this process's to send."""
+        ...
+
+
+class TenureLost(Exception):
+    """A send not started: the row's process may no longer send it."""
+
+
+class Handback:
+    """A fleet process's side of sending outbox rows: checked against its tenure, handed
+    back when it broke."""
+
+    def __init__(self, tenure: Tenure, store: TelegramStore, now: Callable[[], datetime]) -> None:
+        self.tenure = tenure
+        self.store = store
+        self._now = now
+        #: Rows handed back while the database was away: ``recover_orphans`` retries them.
+        self.stranded: set[int] = set()
+
+    def may_send(self, row: OutboxRow) -> Callable[[], bool]:
+        """What to ask right before each try of ``row``."""
+        tenure, mark = self.tenure, row.taken_at
+        if mark is None:  # taken without a mark: never sent unchecked in a fleet
+            return lambda: False
+        return lambda: tenure.tenure_holds(mark)
+
+    async def hand_back(self, row: OutboxRow) -> None:
+        """``row`` is due for whoever claims it first (another process that took it for an
+        orphan already did)."""
+        log.warning(
+            "this process's fleet membership lapsed (paused or cut off): delivery %s to "
+            "chat %s is left to the fleet",
+            row.dedupe_key,
+            row.chat_id,
+        )
+        try:
+            await self.store.release(row.id, self._now())
+        except Exception:  # the database is away: the orphan scan hands it back later
+            log.warning("handing back the delivery %s failed", row.dedupe_key, exc_info=True)
+            self.stranded.add(row.id)
+
+    async def recover_orphans(self) -> int:
+        """What dead (or lapsed) processes took and never sent is due now, and so are this
+        process's rows it could not hand back before."""
+        stranded = set(self.stranded)
+        count = await self.store.recover_orphans(self._now(), stranded)
+        self.stranded -= stranded
+        return count
+
+
+class DeliveryMarks:
+    """Deliveries recorded as sent together: those of the next ``delay_s``, one commit."""
+
+    def __init__(self, store: TelegramStore, delay_s: float) -> None:
+        self.store = store
+        self.delay_s = delay_s
+        self._sent: list[tuple[int, int | None]] = []
+        self._marking: asyncio.Task[None] | None = None
+
+    def add(self, outbox_id: int, message_id: int | None) -> None:
+        """Not awaited by the sender: the reply is out; a crash before the commit sends it
+        again at the next start. That window (20 ms; none in a fleet) is small beside the
+        one no client can close: a crash while Telegram's answer to the send is on its way.
+        """
+        self._sent.append((outbox_id, message_id))
+        if self._marking is None or self._marking.done():
+            self._marking = asyncio.create_task(self._write(), name="tg-outbox-marks")
+
+    async def _write(self) -> None:
+        if self.delay_s > 0:
+            await asyncio.sleep(self.delay_s)  # real time: a batch, not a pacing wait
+        while self._sent:
+            batch, self._sent = self._sent, []
+            try:
+                await self.store.mark_sent_many(batch)
+            except Exception:  # the rows stay pending: re-sent at the next start
+                log.exception("recording %d delivered message(s) failed", len(batch))
+
+    async def flush(self) -> None:
+        """Until every delivery so far is recorded."""
+        while self._marking is not None and not self._marking.done():
+            await asyncio.shield(self._marking)

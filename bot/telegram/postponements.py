@@ -1,0 +1,105 @@
+"""``Postponements``: the outbox rows of each chat that wait for a retry, for ``Outbound``.
+
+A delivery that failed through its in-line retries is postponed: its row records the
+attempt and when it is due again (``RetrySchedule``), and ``Redelivery`` sends it then. A
+chat's later replies wait behind it, so the chat never sees a later reply before an
+earlier one that was waiting. A delivery that no retry changes is marked failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from bot.telegram.api import TelegramError
+from bot.telegram.retrying import describe
+from bot.telegram.store import OutboxRow, TelegramStore
+
+if TYPE_CHECKING:
+    from bot.telegram.outbound import OutboundStats, RetrySchedule
+
+__all__ = ["Postponements"]
+
+log = logging.getLogger(__name__)
+
+
+class Postponements:
+    def __init__(
+        self,
+        store: TelegramStore,
+        schedule: RetrySchedule,
+        stats: OutboundStats,
+        now: Callable[[], datetime],
+        wake: asyncio.Event,
+    ) -> None:
+        """``wake``: set whenever a delivery is postponed or due at once (``Redelivery``)."""
+        self.store = store
+        self.schedule = schedule
+        self.stats = stats
+        self._now = now  # wall time: a postponed row's schedule is stored
+        self._wake = wake
+        # Rows postponed per chat and not settled yet: a new reply to such a chat goes
+        # after them.
+        self._waiting: dict[int, set[int]] = {}
+
+    def waiting(self, chat_id: int) -> set[int] | None:
+        return self._waiting.get(chat_id) or None
+
+    async def queue_behind(self, row: OutboxRow, waiting: set[int]) -> None:
+        """An earlier reply to this chat waits for a retry: this one goes after it.
+
+        Sending it now could put it before the earlier one in the chat. Instead the chat's
+        waiting rows and this one are due at once: ``Redelivery`` tries them in order right
+        away (a new reply is a good moment to find out whether Telegram is back), and when
+        the first fails again the others wait with it.
+        """
+        waiting.add(row.id)
+        try:
+            await self.store.reschedule(sorted(waiting), self._now())
+        except Exception:  # they keep their old times; this one is due at the next start
+            log.exception("queueing the delivery %s failed", row.dedupe_key)
+        self._wake.set()
+
+    def settled(self, row: OutboxRow) -> None:
+        waiting = self._waiting.get(row.chat_id)
+        if waiting is not None:
+            waiting.discard(row.id)
+            if not waiting:
+                del self._waiting[row.chat_id]
+
+    async def postpone(self, row: OutboxRow, error: TelegramError) -> None:
+        waiting = self._waiting.setdefault(row.chat_id, set())
+        waiting.add(row.id)
+        attempts = row.attempts + 1
+        delay = self.schedule.delay(attempts)
+        now = self._now()
+        due = now + timedelta(seconds=delay)
+        self.stats.postponed += 1
+        log.warning(
+            "delivery %s to chat %s postponed (attempt %d: %s); next try in %.1f s",
+            row.dedupe_key,
+            row.chat_id,
+            attempts,
+            describe(error),
+            delay,
+        )
+        # Replies queued behind this one while it was being tried wait with it.
+        later = sorted(other for other in waiting if other > row.id)
+        try:
+            await self.store.postpone(row.id, describe(error), now, due)
+            await self.store.reschedule(later, due)
+        except Exception:  # the row stays pending: due at its lease's end, or the next start
+            log.exception("recording the postponed delivery %s failed", row.dedupe_key)
+        self._wake.set()
+
+    async def fail(self, row: OutboxRow, reason: str) -> None:
+        self.settled(row)
+        log.error("could not deliver %s to chat %s: %s", row.dedupe_key, row.chat_id, reason)
+        self.stats.deliveries_failed += 1
+        try:
+            await self.store.mark_failed(row.id, reason)
+        except Exception:  # stays pending: tried again at the next start, failed again then
+            log.exception("recording the failed delivery %s failed", row.dedupe_key)
