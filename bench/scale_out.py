@@ -522,13 +522,13 @@ def killloop(args: argparse.Namespace, fleet: BenchFleet) -> None:
         if [m for m in dict.fromkeys(got) if m in expected] != expected[: len(set(got))]:
             disordered += 1
         # As the test checks, reply by reply: a re-sent reply is explained only where its
-        # own recorder was killed between Telegram taking it and recording that.
-        for text, recorders in doubled_replies(fleet, chat):
+        # own sender was killed between Telegram taking it and recording that.
+        for text, senders in doubled_replies(fleet, chat):
             doubled += 1
-            if recorders & killed:
+            if senders & killed:
                 in_window += 1
             elif len(unexplained) < 5:
-                unexplained.append(f"{chat}: {text!r} recorded by {sorted(recorders)}")
+                unexplained.append(f"{chat}: {text!r} sent by {sorted(senders)}")
     print(
         f"  {len(killed)} kills: lost {lost}, replies sent twice {doubled} ({in_window} of them "
         f"re-sent for a process killed between sending and recording it), chats out of order "

@@ -196,20 +196,22 @@ def replies(telegram: FakeTelegramServer, chat: int) -> list[str]:
 
 def doubled_replies(fleet: Fleet, chat: int) -> list[tuple[str, set[str]]]:
     """Each reply the chat got more than once (once per extra copy), with the processes
-    that recorded its outbox row (their start's id, as ``Fleet.killed`` names them)."""
+    that had its outbox row in flight: the one that recorded it and the last one that
+    claimed it to send it again (their start's id, as ``Fleet.killed`` names them)."""
     texts = replies(fleet.telegram, chat)
     extra = [text for text, n in Counter(texts).items() for _ in range(n - 1)]
     if not extra:
         return []
     rows = fleet.psql(
-        f"SELECT recorded_by, payload FROM telegram_outbox WHERE chat_id = {chat} "
-        "AND recorded_by IS NOT NULL"
+        f"SELECT recorded_by, coalesce(sending_by, ''), payload FROM telegram_outbox "
+        f"WHERE chat_id = {chat} AND recorded_by IS NOT NULL"
     )
-    recorders: dict[str, set[str]] = {}
-    for recorded_by, payload in rows:
+    senders: dict[str, set[str]] = {}
+    for recorded_by, sending_by, payload in rows:
         text = json.loads(payload).get("text", "")
-        recorders.setdefault(text, set()).add(recorded_by.rsplit(":", 1)[0])
-    return [(text, recorders.get(text, set())) for text in extra]
+        for process in filter(None, (recorded_by, sending_by)):
+            senders.setdefault(text, set()).add(process.rsplit(":", 1)[0])
+    return [(text, senders.get(text, set())) for text in extra]
 
 
 def answered(telegram: FakeTelegramServer, chat: int) -> list[str]:
@@ -274,12 +276,12 @@ def test_every_message_is_answered_once_in_order_while_processes_are_killed(
         got = answered(fleet.telegram, chat)
         expected = [f"chat {chat} message {k}" for k in range(PER_CHAT)]
         assert list(dict.fromkeys(got)) == expected, (chat, replies(fleet.telegram, chat))
-        # A reply sent twice: only where the process that recorded it was killed between
+        # A reply sent twice: only where the process sending it was killed between
         # Telegram taking the send and the process marking it sent (no client can close
-        # that window), and another process re-sent the row after its recorder died.
-        for text, recorders in doubled_replies(fleet, chat):
+        # that window), and another process re-sent the row after it died.
+        for text, senders in doubled_replies(fleet, chat):
             doubled += 1
-            assert recorders & set(fleet.killed), (chat, text, recorders)
+            assert senders & set(fleet.killed), (chat, text, senders)
     print(
         f"\n{len(CHATS)} chats x {PER_CHAT} messages, {len(fleet.killed)} kills: "
         f"0 lost, {doubled} sent twice (killed between sending and recording it)"
