@@ -107,6 +107,12 @@ class ApprovalBroker:
     ) -> str | None:
         """Wait for the user's answer to a clarification question; ``None``: channel closed."""
         with self._waiting(self._questions, call.id, session_id) as future:
+            # Answered while nobody was waiting (a turn resumed here as the answer came, or
+            # the answer's notice came first): read after the waiter is in place, so an
+            # answer is either stored by now or finds the waiter.
+            stored = await self.inbox.answer_of(call.id)
+            if stored is not None:
+                return stored
             announce()
             return await future  # type: ignore[return-value]
 

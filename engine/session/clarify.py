@@ -19,7 +19,10 @@ async def ask_user(env: TurnEnv, call: ToolCallRow, args: dict[str, Any]) -> Too
     question = str(args.get("question") or "").strip()
     if not question:
         return await env.recorder.failed(call, "ask_user_clarification: 'question' is empty")
-    await env.recorder.pending(call)
+    # A resumed question is pending already: writing it again could wipe an answer stored
+    # since the resume read the row (the answer's process then finds no question open).
+    if call.status != "pending":
+        await env.recorder.pending(call)
     try:
         answer = await env.scope.run(
             env.approvals.wait_for_answer(

@@ -142,3 +142,53 @@ async def test_an_answer_given_while_nobody_waits_is_not_asked_again(engine: Eng
     assert isinstance(await asyncio.wait_for(decided.resumed, 5), Final)
     assert len([e for e in events if isinstance(e, ev.Question)]) == 1
     assert tool_messages(model.requests[-1][0]) == ["Lima"]
+
+
+async def test_an_answer_stored_as_a_resume_asks_again_reaches_the_resumed_turn(
+    engine: Engine, model
+):
+    """A fleet's take-over resumes the turn while the user answers at another process: the
+    answer is stored after the resume read the question open and before it waits."""
+    model.add(ask("Which city?"))
+    handler = await engine.new_session("console")
+    turn, question = await asked_turn(handler, "book a hotel", [])
+    engine.approvals.close_session(handler.session.id)
+    await asyncio.wait_for(turn, 5)
+
+    history, read = engine.store.history, engine.store.history.get_tool_call
+
+    async def answered_right_after_reading(tool_call_id: int):
+        row = await read(tool_call_id)
+        if tool_call_id == question.request_id:
+            history.get_tool_call = read  # type: ignore[method-assign]  # (once)
+            # As the other process does: stored, no waiter here, nothing resumed.
+            decided = await engine.resolve_question(tool_call_id, "Quito", resume=False)
+            assert not decided.resolution.live
+        return row
+
+    history.get_tool_call = answered_right_after_reading  # type: ignore[method-assign]
+    model.add(text("Booking Quito."))
+    result = await asyncio.wait_for(handler.resume_turn(), 5)
+
+    assert isinstance(result, Final) and result.content == "Booking Quito."
+    assert tool_messages(model.requests[-1][0]) == ["Quito"]
+
+
+async def test_an_answer_stored_before_the_turn_waits_for_it_is_taken(engine: Engine, model):
+    """The answer (or its notice from another process) comes between the question being
+    stored as pending and the turn beginning to wait."""
+    model.add(ask("Which city?"), text("Booking Cusco."))
+    handler = await engine.new_session("console")
+    history, set_status = engine.store.history, engine.store.history.set_tool_status
+
+    async def answered_once_pending(tool_call_id: int, status, result=None) -> None:
+        await set_status(tool_call_id, status, result)
+        if status == "pending":
+            history.set_tool_status = set_status  # type: ignore[method-assign]  # (once)
+            await engine.resolve_question(tool_call_id, "Cusco", resume=False)
+
+    history.set_tool_status = answered_once_pending  # type: ignore[method-assign]
+    result = await asyncio.wait_for(handler.handle_message("book a hotel"), 5)
+
+    assert isinstance(result, Final) and result.content == "Booking Cusco."
+    assert tool_messages(model.requests[-1][0]) == ["Cusco"]
