@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from starlette.requests import Request
 from starlette.responses import Response
 
+from bot.fleet.receiver import RECEIVER_TRY_S, RECEIVER_TTL_S
 from engine.hub.ownership import FleetConfig, pick
 from tests.bot.fleet.test_fleet_processes import (
     RECEIVER,
@@ -366,7 +367,7 @@ def report_throughput(
 def failover(args: argparse.Namespace, fleet: BenchFleet) -> None:
     print(
         f"\n== poller fail-over: kill -9 of the receiver, {args.repeats} runs "
-        "(receiver lease ttl 6 s, tried every 2 s; goal <= 5 s)"
+        f"(receiver lease ttl {RECEIVER_TTL_S:g} s, tried every {RECEIVER_TRY_S:g} s; goal <= 5 s)"
     )
     times, message_times = [], []
     for run in range(args.repeats):
