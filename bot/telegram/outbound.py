@@ -44,9 +44,10 @@ from bot.telegram.api import (
 from bot.telegram.handback import DeliveryMarks, Handback, Tenure, TenureLost
 from bot.telegram.health import TelegramHealth
 from bot.telegram.pacing import Cap, Pacer, PacingPolicy, Rate
-from bot.telegram.postponements import Postponements
-from bot.telegram.retrying import Backoff, describe
+from bot.telegram.postponements import Postponements, RetrySchedule
+from bot.telegram.retrying import describe
 from bot.telegram.settings import TelegramSettings
+from bot.telegram.stats import OutboundStats
 from bot.telegram.store import OutboxRow, TelegramStore
 from engine.failpoints import failpoint
 from engine.store.schema import utcnow
@@ -95,17 +96,6 @@ class Pacing:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class RetrySchedule(Backoff):
-    """When a postponed delivery is tried again: ``first_s`` doubling up to ``cap_s``
-    (``delay(attempts)``: seconds from the ``attempts``-th failed attempt to the next)."""
-
-    first_s: float = 1.0
-    cap_s: float = 300.0
-    #: A claimed row not settled within this (the process died mid-send) is due again.
-    lease_s: float = 900.0
-
-
 # How long a delivered message waits for others before its delivery is recorded: a burst
 # of replies costs one commit, not one each (bench/telegram_e2e.py).
 MARK_DELAY_S = 0.02
@@ -119,27 +109,6 @@ class Delivery(enum.Enum):
     FAILED = "failed"
     #: Handed back unsent: this fleet process's tenure broke (another sends it).
     RELEASED = "released"
-
-
-@dataclass
-class OutboundStats:
-    sent: int = 0
-    retry_after: int = 0
-    #: 429s that came from several chats at once: every send waited (a global flood wait).
-    global_pauses: int = 0
-    #: A retry_after longer than ``Pacing.max_retry_after_s`` (waited only that long).
-    retry_after_capped: int = 0
-    retried_errors: int = 0
-    failed: int = 0
-    #: Outbox deliveries postponed after their in-line retries (each postponement counts).
-    postponed: int = 0
-    #: Scheduled retries of postponed deliveries, and how many of them got through.
-    redelivery_attempts: int = 0
-    redelivered: int = 0
-    #: Outbox deliveries marked failed (blocked, chat gone, refused, unsendable payload).
-    deliveries_failed: int = 0
-    #: Fleet rows handed back unsent because this process's membership had lapsed.
-    released: int = 0
 
 
 @dataclass(eq=False)

@@ -11,19 +11,28 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from bot.telegram.api import TelegramError
-from bot.telegram.retrying import describe
+from bot.telegram.retrying import Backoff, describe
+from bot.telegram.stats import OutboundStats
 from bot.telegram.store import OutboxRow, TelegramStore
 
-if TYPE_CHECKING:
-    from bot.telegram.outbound import OutboundStats, RetrySchedule
-
-__all__ = ["Postponements"]
+__all__ = ["Postponements", "RetrySchedule"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RetrySchedule(Backoff):
+    """When a postponed delivery is tried again: ``first_s`` doubling up to ``cap_s``
+    (``delay(attempts)``: seconds from the ``attempts``-th failed attempt to the next)."""
+
+    first_s: float = 1.0
+    cap_s: float = 300.0
+    #: A claimed row not settled within this (the process died mid-send) is due again.
+    lease_s: float = 900.0
 
 
 class Postponements:
