@@ -368,7 +368,8 @@ def test_run_in_a_terminal_sets_up_then_starts_and_talks(
         term.send("/quit")
         assert term.wait() == 0
     assert dotenv(tmp_path)["LLM_MODEL"] == "qwen3:14b"
-    said = [m["content"] for m in fake.requests[-1]["messages"] if m["role"] == "user"]
+    # Every request: after the turn, the memory's fact deriver (on by default) may ask too.
+    said = [m["content"] for r in fake.requests for m in r["messages"] if m["role"] == "user"]
     assert any(text.startswith("hi") for text in said), said
 
 
