@@ -50,6 +50,8 @@ class Chat:
             "DATABASE_URL": f"sqlite+aiosqlite:///{self.db_path}",
             "CHATHUB_WORKSPACE": str(self.workspace),
             "CHATHUB_TIMEZONE": "UTC",
+            # The fact deriver would ask the model after a turn (as service_env says).
+            "MEMORY_DERIVE_FACTS": os.environ.get("MEMORY_DERIVE_FACTS", "false"),
             **extra,
         }
 

@@ -19,6 +19,8 @@ def _run_chat(tmp_path: Path, fake: FakeOpenAIServer, stdin: str, **env: str) ->
         "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'data' / 'chathub.db'}",
         "CHATHUB_WORKSPACE": str(tmp_path / "workspace"),
         "CHATHUB_TIMEZONE": "UTC",
+        # The fact deriver would ask the model after a turn (as service_env says).
+        "MEMORY_DERIVE_FACTS": os.environ.get("MEMORY_DERIVE_FACTS", "false"),
         **env,
     }
     done = subprocess.run(
