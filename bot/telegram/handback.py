@@ -50,6 +50,10 @@ class Handback:
         #: Rows handed back while the database was away: ``recover_orphans`` retries them.
         self.stranded: set[int] = set()
 
+    def mark(self) -> float:
+        """Taken before rows are recorded or claimed (``OutboxRow.taken_at``)."""
+        return self.tenure.mark()
+
     def may_send(self, row: OutboxRow) -> Callable[[], bool]:
         """What to ask right before each try of ``row``."""
         tenure, mark = self.tenure, row.taken_at

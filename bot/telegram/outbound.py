@@ -270,7 +270,7 @@ class Outbound:
 
     def mark(self) -> float | None:
         """A fleet's: taken before rows are recorded or claimed (``taken``)."""
-        return None if self.handback is None else self.handback.tenure.mark()
+        return None if self.handback is None else self.handback.mark()
 
     @staticmethod
     def taken(rows: list[OutboxRow], mark: float | None) -> list[OutboxRow]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -85,21 +85,11 @@ class OutboxRow:
     next_attempt_at: datetime | None = None
     #: Not stored: when this process took the row to send it, on its fleet tenure's clock
     #: (``Outbound``); ``None`` outside a fleet.
-    taken_at: float | None = None
+    taken_at: float | None = field(default=None, metadata={"stored": False})
 
 
 #: The stored columns of ``OutboxRow``, in its order.
-_OUTBOX_FIELDS = (
-    "id",
-    "chat_id",
-    "dedupe_key",
-    "payload",
-    "status",
-    "attempts",
-    "message_id",
-    "error",
-    "next_attempt_at",
-)
+_OUTBOX_FIELDS = tuple(f.name for f in fields(OutboxRow) if f.metadata.get("stored", True))
 
 
 @dataclass(frozen=True, slots=True)
