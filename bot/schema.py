@@ -13,7 +13,7 @@ from memory.layer import MEMORY
 
 __all__ = ["HTTP", "LAYERS", "MEMORY", "SCHEDULER", "TELEGRAM", "WEBCHAT"]
 
-#: jobs, runs, events, notify dedupe (``scheduler/tables.py``): 0006
+#: jobs, runs, events, notify dedupe (``scheduler/tables.py``): 0006, 0019
 SCHEDULER = Layer("scheduler", "scheduler.migrations", "scheduler.tables")
 #: updates, users, pairing, cards, outbox (``bot/telegram/tables.py``): 0005, 0008, 0017, 0018
 TELEGRAM = Layer("telegram", "bot.telegram.migrations", "bot.telegram.tables")

@@ -22,7 +22,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -190,10 +190,14 @@ class Service:
             limits=SchedulerLimits(
                 max_jobs_per_source=settings.scheduler_max_jobs_per_source,
                 min_period_s=settings.scheduler_min_period_seconds,
+                approval_wait_s=round(settings.scheduler_approval_wait_minutes * 60),
             ),
             clock=self.clock,
+            lease=timedelta(seconds=settings.scheduler_lease_seconds),
             tic_interval_s=settings.tic_interval_seconds,
+            owner_allowed=self._job_owner_allowed,
         )
+        hub.on_standing_grant(scheduler.grant_for_session)
         for tool in scheduler_tools(scheduler):
             engine.tools.register(tool)
         if settings.memory_enabled:
@@ -304,6 +308,17 @@ class Service:
                 await asyncio.wait_for(self.telegram_health.settled.wait(), STARTUP_GRACE_S)
         if self.http and webhook is None:
             await self._start_http(None, deliveries)
+
+    async def _job_owner_allowed(self, owner_id: str) -> bool:
+        """Whether the user a scheduled job acts for may still use the bot: a Telegram
+        user while allowed (owner, allowlist, paired); the operator's own front ends
+        (``web:``, ``console:``) always."""
+        platform, _, user = owner_id.partition(":")
+        if platform in ("web", "console"):
+            return True
+        if platform == "telegram" and self.adapter is not None:
+            return self.adapter.access.is_allowed(user)
+        return False
 
     async def _start_http(
         self, webhook: TelegramWebhook | None, deliveries: Deliveries | None

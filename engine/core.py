@@ -197,6 +197,7 @@ class Engine:
         *,
         decider: Decider,
         session_id: int | None = None,
+        shown_in: str | None = None,
         emit: EmitFn | None = None,
         resume: bool = True,
     ) -> Decided:
@@ -205,7 +206,7 @@ class Engine:
 
         ``NotPermitted`` when ``decider`` may not decide it under ``APPROVERS``."""
         resolution = await self.approvals.approve(
-            tool_call_id, bypass, decider=decider, session_id=session_id
+            tool_call_id, bypass, decider=decider, session_id=session_id, shown_in=shown_in
         )
         return self._after_decision(resolution, emit, resume)
 
@@ -216,11 +217,12 @@ class Engine:
         *,
         decider: Decider,
         session_id: int | None = None,
+        shown_in: str | None = None,
         emit: EmitFn | None = None,
         resume: bool = True,
     ) -> Decided:
         resolution = await self.approvals.reject(
-            tool_call_id, note, decider=decider, session_id=session_id
+            tool_call_id, note, decider=decider, session_id=session_id, shown_in=shown_in
         )
         return self._after_decision(resolution, emit, resume)
 

@@ -1,10 +1,13 @@
 """Run one claimed job run, store its outcome, then tell the user.
 
 A run executes in a new ephemeral, non-interactive session (source ``cron``, the job's
-agent and run context, context label ``CronJob: <title>``; an async task shares its
-parent's scratchpad). Nobody can answer an approval there, so the session rejects
-what would need one. The lease is renewed while the run works; losing it stops the run.
-The result is stored before any delivery; delivery is recorded separately.
+agent, its grants as the run context, context label ``CronJob: <title>``; an async task
+shares its parent's scratchpad), with the profile of the user the job serves. What its
+grants allow runs; a call outside them asks in the job's chat (``asking.RunCards``) and
+waits up to the job's limit. A run taken again after a crash resumes its session when a
+call of it waits for a decision (the card's old button still works), else starts anew.
+The lease is renewed while the run works; losing it stops the run. The result is stored
+before any delivery; delivery is recorded separately.
 """
 
 from __future__ import annotations
@@ -20,12 +23,15 @@ from datetime import datetime, timedelta
 from engine.bus.system import JobCompleted
 from engine.core import Engine
 from engine.hub import ChatHub, Notification
-from engine.session.handler import background_error
-from engine.session.outcomes import Final
+from engine.session.handler import ChatSessionHandler, background_error
+from engine.session.outcomes import Final, TurnResult
+from engine.store.inbox import SENDER_KEY
 from engine.store.schema import utcnow
+from scheduler.asking import RunCards
+from scheduler.grants import JobGrants
 from scheduler.store import Job, JobStore, Run
 
-__all__ = ["TASK_COMPLETED_TOOL", "JobRunner"]
+__all__ = ["TASK_COMPLETED_TOOL", "JobRunner", "OwnerCheck"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +39,14 @@ TASK_COMPLETED_TOOL = "task_completed"
 TASK_COMPLETED_REASONING = (
     "A background task I started has finished. Let me read its result and tell the user."
 )
+
+
+#: Whether the user a job serves (``telegram:42``) may still use the bot (their access).
+OwnerCheck = Callable[[str], Awaitable[bool]]
+
+
+async def _everyone_allowed(_owner_id: str) -> bool:
+    return True
 
 
 class JobRunner:
@@ -46,7 +60,11 @@ class JobRunner:
         lease: timedelta = timedelta(seconds=60),
         clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        approval_wait: timedelta = timedelta(minutes=30),
+        owner_allowed: OwnerCheck = _everyone_allowed,
     ) -> None:
+        """``approval_wait``: how long a run waits for a decision (a job may say otherwise);
+        ``owner_allowed``: the front ends' access, asked before a job acts for its owner."""
         self.engine = engine
         self.hub = hub
         self.store = store
@@ -54,6 +72,8 @@ class JobRunner:
         self.lease = lease
         self._clock = clock
         self._sleep = sleep
+        self.approval_wait = approval_wait
+        self.owner_allowed = owner_allowed
         #: Runs this process is executing or delivering (the sweep leaves them alone).
         self.busy: set[int] = set()
         #: Runs that left ``busy`` since the dispatcher's last sweep began (see ``sweepable``).
@@ -116,16 +136,11 @@ class JobRunner:
 
     async def _run_session(self, job: Job, run: Run) -> tuple[str, str | None, str | None] | None:
         """The run's outcome, or None when it must not run (lease lost, job deleted)."""
-        handler = await self.engine.new_session(
-            "cron",
-            agent_id=job.agent_id if self.engine.agents.get(job.agent_id) else "main",
-            is_interactive=False,
-            is_ephemeral=True,
-            run_context=job.run_context,
-            context_label=f"CronJob: {job.title}",
-            auto_deny_approvals=True,
-            scratchpad_of=job.parent_session_id if job.kind == "async" else None,
-        )
+        refused = await self._refusal(job)
+        if refused is not None:
+            return "failed", None, refused
+        handler = await self._resumable(run) or await self._new_session(job)
+        resuming = handler.session.id == run.session_id
         # One transaction records the session and checks the run is still ours and its job
         # still there (a claimed run may have waited in the dispatcher's queue).
         started = await self.store.start(run.id, self.owner, handler.session.id)
@@ -136,9 +151,10 @@ class JobRunner:
             await self.store.finish(run.id, self.owner, status="failed", error="job deleted")
             await self.store.mark_delivered([run.id], "none")
             return None
+        cards = self._cards(job)
         keeper = asyncio.create_task(self._keep_lease(run.id, handler.cancel))
         try:
-            outcome = await handler.handle_message(job.prompt)
+            outcome = await self._turn(job, handler, cards, resuming)
         except Exception as exc:  # a bug in a run must not kill the dispatcher
             log.exception("run %s of job %s crashed", run.id, job.id)
             return "failed", None, f"{type(exc).__name__}: {exc}"
@@ -146,9 +162,88 @@ class JobRunner:
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
+            if cards is not None:
+                await cards.close()
         if isinstance(outcome, Final):
             return "done", outcome.content, None
         return "failed", None, background_error(outcome) or "the run ended without an answer"
+
+    async def _refusal(self, job: Job) -> str | None:
+        """Why the job may not run now (its owner lost access, its directory is gone)."""
+        if job.owner_id is not None and not await self.owner_allowed(job.owner_id):
+            return (
+                f"it did not run: the user it acts for ({job.owner_id}) is no longer allowed "
+                "to use this bot"
+            )
+        grants = JobGrants.of(job.run_context)
+        if grants.working_directory is not None:
+            directory = self.engine.workspace.root / grants.working_directory
+            if not directory.is_dir():
+                return (
+                    f"it did not run: its working directory {grants.working_directory} "
+                    "is no longer there"
+                )
+        return None
+
+    async def _resumable(self, run: Run) -> ChatSessionHandler | None:
+        """The session of an earlier attempt whose call waits for a decision: its card's
+        button still works, so the run goes on from there instead of starting over."""
+        if run.session_id is None:
+            return None
+        if not await self.engine.pending_approvals(run.session_id):
+            return None
+        return await self.engine.open_session(run.session_id)
+
+    async def _new_session(self, job: Job) -> ChatSessionHandler:
+        handler = await self.engine.new_session(
+            "cron",
+            agent_id=job.agent_id if self.engine.agents.get(job.agent_id) else "main",
+            is_interactive=False,
+            is_ephemeral=True,
+            run_context=job.run_context,
+            context_label=f"CronJob: {job.title}",
+            auto_deny_approvals=self._chat_of(job) is None,
+            scratchpad_of=job.parent_session_id if job.kind == "async" else None,
+        )
+        servers = JobGrants.of(job.run_context).mcp_servers
+        if servers and self.engine.mcp is not None:
+            await self.engine.mcp.grant(handler.session.id, None, servers)
+        return handler
+
+    async def _turn(
+        self, job: Job, handler: ChatSessionHandler, cards: RunCards | None, resuming: bool
+    ) -> TurnResult | None:
+        """The run's turn: the job's prompt as its owner's message, with their profile."""
+        chat = self._chat_of(job) or self.hub.home
+        metadata = _sender(job)
+        profile = await self.hub.turn_context(chat, metadata)
+        if resuming:
+            return await handler.resume_turn(extra_system_dynamic=profile, emit=cards)
+        return await handler.handle_message(
+            job.prompt, metadata=metadata, extra_system_dynamic=profile, emit=cards
+        )
+
+    def _chat_of(self, job: Job) -> str | None:
+        """Where the run's calls ask: the job's chat, else the home chat (``None``: nowhere,
+        and its session rejects what would need a human)."""
+        if job.kind not in ("cron", "async"):
+            return None
+        return job.origin_source or self.hub.home or None
+
+    def _cards(self, job: Job) -> RunCards | None:
+        chat = self._chat_of(job)
+        if chat is None:
+            return None
+        wait = timedelta(seconds=job.approval_wait_s) if job.approval_wait_s else self.approval_wait
+        return RunCards(
+            self.hub,
+            self.engine.store.inbox,
+            chat=chat,
+            title=job.title,
+            wait=wait,
+            clock=self._clock,
+            sleep=self._sleep,
+        )
 
     async def _keep_lease(self, run_id: int, stop: Callable[[], None]) -> None:
         interval = max(self.lease.total_seconds() / 3, 0.05)
@@ -261,6 +356,20 @@ class JobRunner:
             TASK_COMPLETED_REASONING,
             on_stored=delivered,
         )
+
+
+def _sender(job: Job) -> dict[str, object] | None:
+    """The prompt's metadata naming the user the job serves, as a chat message names its
+    sender: their profile comes with it, and with ``APPROVERS=requester+owner`` they may
+    decide their job's cards. ``None`` for the operator's front ends (no sender there)."""
+    if job.owner_id is None or ":" not in job.owner_id:
+        return None
+    platform, user = job.owner_id.split(":", 1)
+    if job.origin_source is not None and not job.origin_source.startswith(f"{platform}:"):
+        return None
+    if platform in ("web", "console"):
+        return None
+    return {SENDER_KEY: {"id": user}}
 
 
 def _event_type(run: Run) -> str:

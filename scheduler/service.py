@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -18,13 +19,17 @@ from engine.store.fencing import fenced
 from engine.store.schema import utcnow
 from scheduler.cron import CronError, CronSchedule
 from scheduler.dispatcher import Dispatcher
-from scheduler.runner import JobRunner
+from scheduler.grants import GrantChecker, JobGrants
+from scheduler.runner import JobRunner, OwnerCheck
 from scheduler.store import Job, JobStore, NewJob
 from scheduler.tic import Tic
 
 __all__ = ["Scheduler", "SchedulerError", "SchedulerLimits"]
 
 log = logging.getLogger(__name__)
+
+#: Front ends whose every conversation is their operator's (no sender on a message).
+OPERATOR_PLATFORMS = ("web", "console")
 
 
 class SchedulerError(ValueError):
@@ -37,6 +42,8 @@ class SchedulerLimits:
     min_period_s: int = 60
     max_prompt_chars: int = 32_000
     max_title_chars: int = 200
+    #: How long a run waits for a decision on a call outside its job's grants.
+    approval_wait_s: int = 30 * 60
 
 
 @lru_cache(maxsize=4096)
@@ -66,7 +73,9 @@ class Scheduler:
         max_concurrent: int = 32,
         max_claimed: int = 20_000,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        owner_allowed: OwnerCheck | None = None,
     ) -> None:
+        """``owner_allowed``: the front ends' access check for the user a job acts for."""
         self.engine = engine
         self.hub = hub
         self.timezone = timezone
@@ -81,6 +90,8 @@ class Scheduler:
             lease=lease,
             clock=clock,
             sleep=sleep,
+            approval_wait=timedelta(seconds=self.limits.approval_wait_s),
+            **({"owner_allowed": owner_allowed} if owner_allowed is not None else {}),
         )
         self.dispatcher = Dispatcher(
             self.store,
@@ -91,6 +102,11 @@ class Scheduler:
             safety_interval_s=safety_interval_s,
             max_concurrent=max_concurrent,
             max_claimed=max_claimed,
+        )
+        self.grants = GrantChecker(
+            engine.workspace,
+            lambda: engine.tools.for_agent(depth=0, is_interactive=False).names(),
+            lambda: engine.mcp.server_names if engine.mcp is not None else (),
         )
         self._tasks: set[asyncio.Task[None]] = set()
         self.tic = Tic(engine, hub)
@@ -123,9 +139,14 @@ class Scheduler:
         *,
         timezone: str | None = None,
         agent_id: str = "main",
-        run_context: dict | None = None,
+        grants: JobGrants | None = None,
+        owner_id: str | None = None,
+        approval_wait_s: int | None = None,
     ) -> Job:
-        """A recurring (or single future) job; its runs are delivered to ``source``."""
+        """A recurring (or single future) job; its runs are delivered to ``source``.
+
+        ``grants``: what its runs may do without asking (checked: ``self.grants``);
+        ``owner_id``: whom it serves (its runs see that user's profile and ask them)."""
         timezone = timezone or self.timezone
         self._check_text(title, prompt)
         try:
@@ -154,7 +175,9 @@ class Scheduler:
                 spec=spec.strip(),
                 agent_id=agent_id,
                 origin_source=source,
-                run_context=run_context,
+                run_context=(grants or JobGrants()).run_context(),
+                owner_id=owner_id,
+                approval_wait_s=approval_wait_s,
                 single_run=single,
                 next_run_at=first,
             )
@@ -170,6 +193,9 @@ class Scheduler:
         prompt: str,
         *,
         agent_id: str = "main",
+        grants: JobGrants | None = None,
+        owner_id: str | None = None,
+        approval_wait_s: int | None = None,
     ) -> Job:
         """A task that runs now in the background; its result returns to the parent session."""
         self._check_text(title, prompt)
@@ -184,6 +210,9 @@ class Scheduler:
                 agent_id=agent_id,
                 origin_source=source,
                 parent_session_id=parent_session_id,
+                run_context=(grants or JobGrants()).run_context(),
+                owner_id=owner_id,
+                approval_wait_s=approval_wait_s,
                 single_run=True,
                 next_run_at=self._clock(),
             )
@@ -211,6 +240,62 @@ class Scheduler:
         job = await self.store.set_enabled(job.id, enabled, next_run)
         await self.dispatcher.reschedule()
         return job
+
+    async def set_grants(self, job_id: int, grants: JobGrants) -> Job:
+        """Narrow or revoke a job's grants (the owner's pages and API): ``grants`` may only
+        keep what the job has; widening goes through a chat, where the owner approves it."""
+        job = await self._live(job_id)
+        added = grants.without(JobGrants.of(job.run_context))
+        if added:
+            raise SchedulerError(
+                f"grants: only narrowing is possible here ({'; '.join(added.lines())}: not "
+                "granted now); ask for more in the chat, where the owner approves it"
+            )
+        return await self.store.set_run_context(job.id, grants.run_context())
+
+    async def grant_tool(self, job_id: int, tool: str) -> Job:
+        """Add ``tool`` to a job's grants (the "🔄 Session" choice on its run's card)."""
+        job = await self._live(job_id)
+        grants = JobGrants.of(job.run_context)
+        return await self.store.set_run_context(job.id, grants.with_tool(tool).run_context())
+
+    async def grant_for_session(self, session_id: int, tool_call_id: int) -> None:
+        """ "🔄 Session" on a run's card: the run's job may call that tool from now on."""
+        job_id = await self.store.job_of_session(session_id)
+        call = await self.engine.store.history.get_tool_call(tool_call_id)
+        if job_id is None or call is None:
+            return
+        try:
+            self.grants.check({"tools": [call.name]})
+        except ValueError:
+            # A file tool is granted by path, an unknown one not at all: this approval
+            # stands for this call only.
+            log.info("job %s: %s is not a tool a job can be granted", job_id, call.name)
+            return
+        with contextlib.suppress(SchedulerError):
+            await self.grant_tool(job_id, call.name)
+
+    async def owner_of(self, session_id: int, source: str) -> str | None:
+        """Whom a job created in ``session_id`` (a chat of ``source``) serves: the person whose
+        message the creating turn answers (``telegram:42``); the operator's front ends speak
+        for their owner (``web:owner``); ``None`` when nobody can tell."""
+        sender = await self.engine.store.inbox.last_sender(session_id)
+        platform = source.split(":", 1)[0]
+        if sender is not None:
+            return f"{platform}:{sender}"
+        if platform in OPERATOR_PLATFORMS:
+            return f"{platform}:owner"
+        return None
+
+    def describe_spec(self, spec: object, timezone: object) -> str:
+        """A proposed spec in words (the approval card), or what is wrong with it."""
+        zone = timezone if isinstance(timezone, str) and timezone else self.timezone
+        if not isinstance(spec, str) or not spec.strip():
+            return "(no schedule given)"
+        try:
+            return f"{_schedule(spec.strip(), zone).describe()} ({zone})"
+        except CronError as exc:
+            return f"{spec} (not valid: {exc})"
 
     def describe(self, job: Job) -> str:
         """``every weekday at 08:00 — next: Mon 1 Dec 08:00 (Europe/Rome)`` style."""
@@ -249,6 +334,12 @@ class Scheduler:
                 f"this chat already has {existing} scheduled tasks (the limit is "
                 f"{self.limits.max_jobs_per_source}); delete one first"
             )
+
+    async def _live(self, job_id: int) -> Job:
+        job = await self.store.get(job_id)
+        if job is None or job.deleted_at is not None:
+            raise SchedulerError(f"task {job_id}: no such task")
+        return job
 
     async def _owned(self, source: str, job_id: int) -> Job:
         job = await self.store.get(job_id)

@@ -1,4 +1,5 @@
-"""The scheduler's variables: the tic session's interval and the limits on cron jobs."""
+"""The scheduler's variables: the tic session's interval, the limits on cron jobs, how
+long a job's run waits for a decision and how long a run's lease lasts."""
 
 from __future__ import annotations
 
@@ -18,3 +19,8 @@ class SchedulerSettings(BaseSettings):
     tic_interval_seconds: int = Field(default=900, ge=0)
     scheduler_min_period_seconds: int = Field(default=60, ge=1)
     scheduler_max_jobs_per_source: int = Field(default=50, ge=0)
+    #: How long a job's run waits for a decision on a call outside its grants (a job may
+    #: set its own), then the call is rejected.
+    scheduler_approval_wait_minutes: float = Field(default=30, gt=0, le=24 * 60)
+    #: A run's lease: a process that dies mid-run has its run taken again after this long.
+    scheduler_lease_seconds: float = Field(default=60, ge=1, le=3600)

@@ -40,7 +40,12 @@ class NewJob:
     agent_id: str = "main"
     origin_source: str | None = None
     parent_session_id: int | None = None
+    #: The job's grants (scheduler/grants.py), applied as its runs' RunContext.
     run_context: dict[str, Any] | None = None
+    #: Whom the job serves: a platform user id (``telegram:42``); ``None``: the home chat's.
+    owner_id: str | None = None
+    #: Seconds a run waits for a decision on a call outside its grants (``None``: default).
+    approval_wait_s: int | None = None
     enabled: bool = True
     single_run: bool = False
     coalesce: bool = True
@@ -128,6 +133,10 @@ class JobStore:
     async def delete(self, job_id: int) -> list[int]:
         """Delete a job (its history stays); the session ids of its runs still in flight."""
         return await self._db.run(_delete, job_id)
+
+    async def set_run_context(self, job_id: int, run_context: dict[str, Any] | None) -> Job:
+        """Replace a live job's grants (its runs' RunContext); later runs apply them."""
+        return await self._db.run(_set_run_context, job_id, run_context)
 
     async def set_enabled(self, job_id: int, enabled: bool, next_run_at: datetime | None) -> Job:
         return await self._db.run(_set_enabled, job_id, enabled, next_run_at)
@@ -246,6 +255,10 @@ class JobStore:
         operator's job list)."""
         return await self._db.run(_overview)
 
+    async def job_of_session(self, session_id: int) -> int | None:
+        """The job whose run works in ``session_id`` (``None``: no run's session)."""
+        return await self._db.run(_job_of_session, session_id)
+
     async def running_sessions(self, job_id: int) -> list[int]:
         """The session ids of the job's runs in flight, oldest first."""
         return await self._db.run(_running_sessions, job_id)
@@ -277,6 +290,10 @@ def _overview(conn: Connection) -> JobsOverview:
         )
     }
     return JobsOverview([_job(row) for row in rows], set(running), last)
+
+
+def _job_of_session(conn: Connection, session_id: int) -> int | None:
+    return conn.execute(sa.select(r.c.job_id).where(r.c.session_id == session_id).limit(1)).scalar()
 
 
 def _running_sessions(conn: Connection, job_id: int) -> list[int]:
@@ -316,6 +333,15 @@ def _for_source(conn: Connection, source: str) -> list[Job]:
         sa.select(j).where(j.c.origin_source == source, j.c.deleted_at.is_(None)).order_by(j.c.id)
     )
     return [_job(row) for row in rows]
+
+
+def _set_run_context(conn: Connection, job_id: int, run_context: dict[str, Any] | None) -> Job:
+    conn.execute(
+        j.update().where(j.c.id == job_id, j.c.deleted_at.is_(None)).values(run_context=run_context)
+    )
+    job = _get(conn, job_id)
+    assert job is not None
+    return job
 
 
 def _delete(conn: Connection, job_id: int) -> list[int]:

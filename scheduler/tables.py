@@ -48,7 +48,12 @@ scheduled_jobs = Table(
     Column("agent_id", String(64), nullable=False, server_default="main"),
     Column("origin_source", String(255)),
     Column("parent_session_id", Id, ForeignKey("chat_sessions.id")),
+    #: The job's grants: the RunContext its runs apply (scheduler/grants.py).
     Column("run_context", JSON),
+    #: Whom the job serves (a platform user id, ``telegram:42``); ``None``: the home chat's.
+    Column("owner_id", String(255)),
+    #: How long a run waits for a decision on a call outside its grants (``None``: default).
+    Column("approval_wait_s", Integer),
     Column("enabled", Boolean, nullable=False, server_default=true()),
     Column("single_run", Boolean, nullable=False, server_default=false()),
     Column("coalesce", Boolean, nullable=False, server_default=true()),
@@ -81,6 +86,8 @@ job_runs = Table(
     Column("started_at", UtcDateTime),
     Column("finished_at", UtcDateTime),
     Column("delivered_at", UtcDateTime),
+    #: A kill or delete asked the run to stop (read by whichever process runs it).
+    Column("cancel_requested_at", UtcDateTime),
     UniqueConstraint("job_id", "scheduled_for", name="uq_runs_job_fire"),
     CheckConstraint(
         "status IN ('pending', 'running', 'done', 'failed', 'missed', 'abandoned')",

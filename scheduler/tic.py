@@ -108,8 +108,12 @@ class Tic:
         prompt = "New events:\n" + json.dumps(
             [e.to_json() for e in events], ensure_ascii=False, indent=1
         )
+        # The tic watches on the owner's behalf: it knows them as their home chat's turns do.
+        profile = await self.hub.turn_context(self.hub.home, None) if self.hub.home else None
         try:
-            await handler.handle_message(prompt, is_synthetic=True, interface_tools=[notify])
+            await handler.handle_message(
+                prompt, is_synthetic=True, interface_tools=[notify], extra_system_dynamic=profile
+            )
         except Exception:
             log.exception("tic session %s failed", handler.session.id)
         return TickReport(len(events), handler.session.id)

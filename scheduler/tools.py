@@ -11,9 +11,41 @@ from typing import Any
 
 from engine.tools.base import ToolCategory, ToolContext, ToolError
 from engine.tools.builtins._common import BuiltinTool, object_schema
+from scheduler.grants import GrantError, JobGrants
 from scheduler.service import Scheduler, SchedulerError
 
 __all__ = ["scheduler_tools"]
+
+# No maxItems: a longer list is refused by the checker, with a sentence the model reads.
+_LIST = {"type": "array", "items": {"type": "string"}}
+GRANTS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "What the task may do without asking the user.",
+    "properties": {
+        "tools": {**_LIST, "description": "Tool names, or mcp__<server>__* for a server's."},
+        "mcp_servers": {**_LIST, "description": "MCP servers to start before the task runs."},
+        "read": {**_LIST, "description": "Workspace files or folders it may read."},
+        "write": {**_LIST, "description": "Workspace files or folders it may write (and read)."},
+        "working_directory": {"type": "string", "description": "Where relative paths start."},
+    },
+    "additionalProperties": False,
+}
+#: A run never waits longer than a day for a decision.
+MAX_WAIT_MINUTES = 24 * 60
+
+
+def _wait_seconds(minutes: object) -> int | None:
+    if minutes is None:
+        return None
+    if (
+        not isinstance(minutes, int)
+        or isinstance(minutes, bool)
+        or not 1 <= minutes <= MAX_WAIT_MINUTES
+    ):
+        raise ToolError(
+            f"execute_task: approval_wait_minutes must be a whole number from 1 to {MAX_WAIT_MINUTES}"
+        )
+    return minutes * 60
 
 
 class _SchedulerTool(BuiltinTool):
@@ -39,7 +71,12 @@ class ExecuteTask(_SchedulerTool):
         "weekdays at 08:00; 6 fields with seconds first, 7 with a year last) in the user's "
         "time zone unless `timezone` says otherwise; each run's result is delivered to this "
         "chat. mode 'async': start now in the background and get the result back here when "
-        "it is done. The prompt must be self-contained: the task does not see this chat."
+        "it is done. The prompt must be self-contained: the task does not see this chat. "
+        "`grants` lists what the task may do without asking (the user approves them with "
+        "the task): `tools` by name or one MCP server's tools as mcp__<server>__*, "
+        "`mcp_servers` to start before it begins, workspace paths it may `read` or "
+        "`write` (a folder covers what is in it), a `working_directory`. Anything else "
+        "it tries is asked of the user in this chat when it runs."
     )
 
     def __init__(self, scheduler: Scheduler) -> None:
@@ -52,15 +89,44 @@ class ExecuteTask(_SchedulerTool):
                 "agent_id": {"type": "string", "description": "Agent to run it (default main)."},
                 "cron": {"type": "string", "description": "Crontab spec (mode cron)."},
                 "timezone": {"type": "string", "description": "IANA zone (mode cron)."},
+                "grants": GRANTS_SCHEMA,
+                "approval_wait_minutes": {
+                    "type": "integer",
+                    "description": "How long a run waits for the user's decision on a call "
+                    "outside its grants before it is rejected (default 30).",
+                },
             },
             ["mode", "title", "prompt"],
         )
+
+    def describe_call(self, args: dict[str, Any]) -> str | None:
+        """The task as the user approves it: what, when, and each grant on a line."""
+        mode = args.get("mode")
+        title = str(args.get("title") or "").strip() or "(untitled)"
+        lines = [f"Task: {title}"]
+        if mode == "cron":
+            lines.append(
+                f"Schedule: {self.scheduler.describe_spec(args.get('cron'), args.get('timezone'))}"
+            )
+        elif mode == "async":
+            lines.append("Runs: now, in the background")
+        try:
+            grants = self.scheduler.grants.check(args.get("grants"))
+        except GrantError as exc:
+            lines.append(f"Grants: refused ({exc})")
+        else:
+            lines += grants.lines() or ["May do nothing without asking."]
+        lines += ["", "Prompt:", str(args.get("prompt") or "")]
+        return "\n".join(lines)
 
     async def _run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         mode = args["mode"]
         source = await self._source(ctx)
         agent_id = args.get("agent_id") or "main"
         try:
+            grants = self.scheduler.grants.check(args.get("grants"))
+            wait = _wait_seconds(args.get("approval_wait_minutes"))
+            owner = await self.scheduler.owner_of(ctx.session_id, source)
             if mode == "cron":
                 if not args.get("cron"):
                     raise ToolError("execute_task: mode 'cron' needs a `cron` spec")
@@ -71,22 +137,33 @@ class ExecuteTask(_SchedulerTool):
                     args["prompt"],
                     timezone=args.get("timezone"),
                     agent_id=agent_id,
+                    grants=grants,
+                    owner_id=owner,
+                    approval_wait_s=wait,
                 )
                 return json.dumps(
                     {
                         "task_id": job.id,
                         "schedule": self.scheduler.describe(job),
                         "single_run": job.single_run,
+                        "grants": grants.lines(),
                     }
                 )
             if mode == "async":
                 job = await self.scheduler.create_async(
-                    source, ctx.session_id, args["title"], args["prompt"], agent_id=agent_id
+                    source,
+                    ctx.session_id,
+                    args["title"],
+                    args["prompt"],
+                    agent_id=agent_id,
+                    grants=grants,
+                    owner_id=owner,
+                    approval_wait_s=wait,
                 )
                 return json.dumps(
                     {"task_id": job.id, "status": "started; the result comes back here"}
                 )
-        except SchedulerError as exc:
+        except (SchedulerError, GrantError) as exc:
             raise ToolError(f"execute_task: {exc}") from None
         raise ToolError("execute_task: mode 'sync' is not available yet; use 'async'")
 
@@ -112,6 +189,7 @@ class ListTasks(_SchedulerTool):
                     "timezone": job.timezone,
                     "enabled": job.enabled,
                     "schedule": self.scheduler.describe(job),
+                    "grants": JobGrants.of(job.run_context).lines(),
                 }
                 for job in jobs
             ],

@@ -440,7 +440,12 @@ class WebInbox:
     def _approval(self, item: InboxItem, now: datetime) -> dict[str, Any]:
         args = _arguments(item.arguments)
         preview = (
-            preview_call(self.ops.engine.workspace, item.name, args)
+            preview_call(
+                self.ops.engine.workspace,
+                item.name,
+                args,
+                tool=self.ops.engine.tools.get(item.name),
+            )
             if isinstance(args, dict)
             else None
         )

@@ -68,6 +68,9 @@ _OUTCOME_LINES: dict[str, tuple[str, str]] = {
     "bypass_session": ("🔄 Approved", " — no more asking this session"),
     "cancelled": ("⊘ Cancelled", " (/stop)"),
     "expired": ("⌛ Expired", ""),
+    # A scheduled job's card (``scheduler/asking.py``): closed without a decision.
+    "timed_out": ("⌛ Not decided in time", " — the call was rejected and the job went on"),
+    "stopped": ("⊘ Stopped", " — the job's run ended"),
 }
 _OUTCOME_ALIASES = {
     "approved": "approve",
@@ -102,6 +105,15 @@ class CardContent:
     new_file: bool = False
     #: Who may decide (``APPROVERS``), e.g. "Ada (who asked) or the owner can decide."
     deciders: str | None = None
+    #: A scheduled job's title when the call is its run's, not this chat's own turn's.
+    asked_by: str | None = None
+
+    @property
+    def title(self) -> str:
+        """The card's first line: "🔐 Approval needed", or "⏰ <job> wants to run: <tool>"."""
+        if self.asked_by:
+            return f"⏰ {self.asked_by} wants to run: {self.tool}"
+        return "🔐 Approval needed"
 
 
 def card_content(event: ApprovalRequired, deciders: str | None = None) -> CardContent:
@@ -117,6 +129,7 @@ def card_content(event: ApprovalRequired, deciders: str | None = None) -> CardCo
         path=shown.path,
         new_file=bool(shown.new_file),
         deciders=deciders,
+        asked_by=event.asked_by,
     )
 
 

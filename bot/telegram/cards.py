@@ -230,7 +230,7 @@ def _document(body: _Body) -> bytes:
 
 def _header(shown: CardContent) -> _Text:
     out = _Text()
-    out.add("🔐 Approval needed", "bold").add("\n")
+    out.add(_cut_units(shown.title, 2 * _NAME_MAX, "…"), "bold").add("\n")
     out.add("Tool: ").add(_cut_units(shown.tool, _NAME_MAX, "…"), "code").add("\n")
     out.add("Agent: ").add(_cut_units(shown.agent, _NAME_MAX, "…"), "code")
     if shown.depth > 0:

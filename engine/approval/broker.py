@@ -139,15 +139,18 @@ class ApprovalBroker:
         *,
         decider: Decider,
         session_id: int | None = None,
+        shown_in: str | None = None,
     ) -> Resolution:
         """Approve a pending call (live or persisted); ``InboxError`` if it cannot apply,
-        ``NotPermitted`` if ``decider`` may not decide it."""
+        ``NotPermitted`` if ``decider`` may not decide it. ``session_id`` / ``shown_in``:
+        the deciding chat's session and source (``InboxStore.decide``)."""
         if bypass is not None:  # a bad bypass is refused before anything changes
             validate_bypass(bypass.scope, bypass.value, bypass.ttl)
         record = await self.inbox.decide(
             tool_call_id,
             HumanDecision.APPROVED,
             session_id=session_id,
+            shown_in=shown_in,
             vet=self._vet(decider),
         )
         if bypass is not None:
@@ -161,12 +164,14 @@ class ApprovalBroker:
         *,
         decider: Decider,
         session_id: int | None = None,
+        shown_in: str | None = None,
     ) -> Resolution:
         record = await self.inbox.decide(
             tool_call_id,
             HumanDecision.REJECTED,
             note,
             session_id=session_id,
+            shown_in=shown_in,
             vet=self._vet(decider),
         )
         return self._deliver(self._approvals, record, _verdict(record))

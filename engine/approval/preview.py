@@ -19,16 +19,19 @@ __all__ = ["ApprovalPreview", "CallDisplay", "compact_diff", "display_call", "pr
 class CallDisplay:
     """What every surface shows of a gated call: ``content`` whole, never cut."""
 
-    label: str  # "Command", "Diff" or "Arguments"
+    label: str  # "Command", "Diff", "Request" or "Arguments"
     content: str
-    language: str  # "bash", "diff" or "json"
+    language: str  # "bash", "diff", "text" or "json"
     path: str | None = None  # the file of a diff
     new_file: bool = False
     workdir: str | None = None  # where a command runs
 
 
 def display_call(name: str, args: dict[str, Any], preview: ApprovalPreview | None) -> CallDisplay:
-    """The command for ``execute_cmd``, a compact diff for a file write, else the JSON."""
+    """The command for ``execute_cmd``, a compact diff for a file write, the tool's own
+    lines (``summary``), else the JSON."""
+    if preview is not None and preview.kind == "summary" and preview.summary:
+        return CallDisplay("Request", preview.summary, "text")
     if preview is not None and preview.kind == "command" and preview.command is not None:
         return CallDisplay("Command", preview.command, "bash", workdir=preview.workdir)
     if name == "execute_cmd" and isinstance(args.get("command"), str):

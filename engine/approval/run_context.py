@@ -9,8 +9,11 @@ from typing import Any
 from engine.approval.patterns import (
     FS_READ_TOOLS,
     FS_WRITE_TOOLS,
+    is_fs_tool,
     path_matches,
+    tool_matches,
     validate_path_pattern,
+    validate_tool_pattern,
 )
 from engine.session.protocols import Decision
 
@@ -21,7 +24,16 @@ _FIELDS = (
     "system_prompt_fragments",
     "allow_fs_writes",
     "allow_fs_reads",
+    "allow_tools",
+    "mcp_servers",
     "working_directory",
+)
+_LISTS = (
+    "system_prompt_fragments",
+    "allow_fs_writes",
+    "allow_fs_reads",
+    "allow_tools",
+    "mcp_servers",
 )
 
 
@@ -33,22 +45,28 @@ def _grant(entry: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RunContext:
-    """Which rule group applies, extra prompt text, pre-authorized paths, working directory.
+    """Which rule group applies, extra prompt text, pre-authorized paths and tools, MCP
+    servers granted up front, working directory.
 
     ``allow_fs_writes`` / ``allow_fs_reads`` are workspace-relative path patterns (a bare
     directory name means its whole subtree); a write grant also grants reads.
+    ``allow_tools`` are tool patterns (``web_fetch``, ``mcp__news__*``) whose calls run
+    without asking; file tools are granted by path only. ``mcp_servers`` are activated
+    before the first round.
     """
 
     security_group: str = "default"
     system_prompt_fragments: list[str] = field(default_factory=list)
     allow_fs_writes: list[str] = field(default_factory=list)
     allow_fs_reads: list[str] = field(default_factory=list)
+    allow_tools: list[str] = field(default_factory=list)
+    mcp_servers: list[str] = field(default_factory=list)
     working_directory: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.security_group, str) or not self.security_group.strip():
             raise ValueError("security_group: must be a non-empty string")
-        for name in ("system_prompt_fragments", "allow_fs_writes", "allow_fs_reads"):
+        for name in _LISTS:
             value = getattr(self, name)
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ValueError(f"{name}: must be a list of strings")
@@ -58,6 +76,11 @@ class RunContext:
                     _grant(entry)
                 except ValueError as exc:
                     raise ValueError(f"{name}: {exc}") from None
+        for entry in self.allow_tools:
+            try:
+                validate_tool_pattern(entry)
+            except ValueError as exc:
+                raise ValueError(f"allow_tools: {exc}") from None
         if self.working_directory is not None and not isinstance(self.working_directory, str):
             raise ValueError("working_directory: must be a string or null")
 
@@ -68,6 +91,8 @@ class RunContext:
             "system_prompt_fragments": list(self.system_prompt_fragments),
             "allow_fs_writes": list(self.allow_fs_writes),
             "allow_fs_reads": list(self.allow_fs_reads),
+            "allow_tools": list(self.allow_tools),
+            "mcp_servers": list(self.mcp_servers),
             "working_directory": self.working_directory,
         }
 
@@ -101,13 +126,24 @@ class RunContext:
             path_matches(_grant(e), path) for e in self.allow_fs_reads
         )
 
+    def is_tool_allowed(self, tool_name: str) -> bool:
+        """Whether a call of ``tool_name`` is pre-authorized (never a file tool: by path)."""
+        return not is_fs_tool(tool_name) and any(
+            tool_matches(pattern, tool_name) for pattern in self.allow_tools
+        )
+
 
 def fast_path(decision: Decision, rc: RunContext, tool_name: str, path: str | None) -> Decision:
-    """Relax ``REQUIRE`` to ``ALLOW`` for a pre-authorized file read/write; nothing else.
+    """Relax ``REQUIRE`` to ``ALLOW`` for a pre-authorized file read/write or a granted
+    tool; nothing else.
 
     ``path`` must already be canonical (``patterns.canonical_path``); ``DENY`` stays ``DENY``.
     """
-    if decision is not Decision.REQUIRE or path is None:
+    if decision is not Decision.REQUIRE:
+        return decision
+    if rc.is_tool_allowed(tool_name):
+        return Decision.ALLOW
+    if path is None:
         return decision
     if tool_name in FS_WRITE_TOOLS and rc.is_write_allowed(path):
         return Decision.ALLOW

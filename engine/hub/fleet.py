@@ -185,6 +185,11 @@ class FleetWork:
             return
         await self._tell(DECISION_CHANNEL, source, call=tool_call_id)
 
+    async def decided_anywhere(self, source: str, tool_call_id: int) -> None:
+        """A decision on a call of a session no chat owns (a job's run, carded in
+        ``source``): whichever process waits for it wakes; none resumes it."""
+        await self._tell(DECISION_CHANNEL, source, call=tool_call_id, anywhere=True)
+
     async def worked_elsewhere(self, source: str) -> bool:
         """Whether another live process holds ``source`` (its turn may run there)."""
         if self.ownership.owns(source):
@@ -312,6 +317,10 @@ class FleetWork:
             to = item.payload.get("to")
             if self.ownership.owns(source) or to == self.ownership.owner:
                 await self.pull(source)
+        elif item.channel == DECISION_CHANNEL and item.payload.get("anywhere") is True:
+            call = item.payload.get("call")
+            if isinstance(call, int):
+                await self._engine.deliver_decided(call)
         elif item.channel == DECISION_CHANNEL and self.ownership.owns(source):
             call = item.payload.get("call")
             if isinstance(call, int) and not await self._engine.deliver_decided(call):
@@ -324,7 +333,13 @@ class FleetWork:
                     state.handler.cancel()
 
     async def _tell(
-        self, channel: str, source: str, to: str | None = None, call: int | None = None
+        self,
+        channel: str,
+        source: str,
+        to: str | None = None,
+        call: int | None = None,
+        *,
+        anywhere: bool = False,
     ) -> None:
         if self._notifier is None:
             return  # the owner's next scan or pull finds it
@@ -333,6 +348,8 @@ class FleetWork:
             payload["to"] = to
         if call is not None:
             payload["call"] = call
+        if anywhere:
+            payload["anywhere"] = True
         try:
             await self._notifier.publish(channel, payload)
         except Exception:

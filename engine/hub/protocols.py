@@ -12,7 +12,15 @@ from typing import Any, Protocol
 
 from engine.store.history import AlsoWithKey, AlsoWithRow
 
-__all__ = ["AnswerHook", "FailureHook", "MonotonicClock", "Publish", "Sleep", "TurnContext"]
+__all__ = [
+    "AnswerHook",
+    "FailureHook",
+    "MonotonicClock",
+    "Publish",
+    "Sleep",
+    "StandingGrant",
+    "TurnContext",
+]
 
 
 class AnswerHook(Protocol):
@@ -53,3 +61,10 @@ class TurnContext(Protocol):
     def __call__(
         self, source: str, metadata: Mapping[str, Any] | None, /
     ) -> Awaitable[str | None]: ...
+
+
+class StandingGrant(Protocol):
+    """ "🔄 Session" on a card another session raised in a chat (a job's run): let that
+    session's owner (the job) call the tool of ``tool_call_id`` from now on, without asking."""
+
+    def __call__(self, session_id: int, tool_call_id: int, /) -> Awaitable[None]: ...

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from engine.session.cancel import CancelScope
 from engine.session.deps import HandlerDeps
@@ -79,7 +80,7 @@ class FrameEnvs:
             stack_id=frame.id,
             agent_id=frame.agent_id,
             depth=frame.depth,
-            working_directory=deps.builder.working_directory,
+            working_directory=working_directory(session, deps),
             scratchpad=self._scratchpad,
         )
         return TurnEnv(
@@ -101,3 +102,12 @@ class FrameEnvs:
             sub_agents=self.sub_agents,
             refresh_tools=self._tools.refresher(tools),
         )
+
+
+def working_directory(session: SessionRow, deps: HandlerDeps) -> Path:
+    """The directory relative paths of the session's tools start from: its RunContext's
+    ``working_directory`` (workspace-relative, as the gate reads it), else the workspace."""
+    chosen = (session.run_context or {}).get("working_directory")
+    if isinstance(chosen, str) and chosen:
+        return deps.workspace.root / chosen
+    return deps.builder.working_directory

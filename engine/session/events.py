@@ -86,6 +86,9 @@ class ApprovalRequired:
     agent_id: str
     preview: ApprovalPreview | None = None
     depth: int = 0
+    #: Who wants the call when it is not the chat's own turn: a job's title (its card says
+    #: "⏰ <title> wants to run: …"); ``None``: the chat's own turn.
+    asked_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

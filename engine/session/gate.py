@@ -103,7 +103,9 @@ def _announce(env: TurnEnv, call: ToolCallRow, args: dict[str, Any]) -> None:
         args,
         session_id=env.session.id,
         agent_id=env.frame.agent_id,
-        preview=preview_call(env.workspace, call.name, args, env.tool_ctx.working_directory),
+        preview=preview_call(
+            env.workspace, call.name, args, env.tool_ctx.working_directory, env.tools.get(call.name)
+        ),
     )
 
 

@@ -47,6 +47,8 @@ class ApprovalRecord:
     #: Whose message started the turn (``None``: a background session such as cron or tic).
     requester_id: str | None = None
     requester_name: str | None = None
+    #: The chat where a call of another session asks (a job run's card); ``None``: its own.
+    shown_in: str | None = None
 
 
 #: Called inside the deciding transaction: ``None`` lets the decision through, otherwise
@@ -92,6 +94,10 @@ class InboxStore:
         """Mark the call ``pending`` and open its record (kept, decision included, if it exists)."""
         return await self._db.run(_request, tool_call_id, session_id)
 
+    async def show_in(self, tool_call_id: int, source: str) -> None:
+        """Record that the open call asks in chat ``source`` (not its session's own)."""
+        await self._db.run(_show_in, tool_call_id, source)
+
     async def decide(
         self,
         tool_call_id: int,
@@ -99,14 +105,20 @@ class InboxStore:
         note: str = "",
         *,
         session_id: int | None = None,
+        shown_in: str | None = None,
         vet: Vet | None = None,
     ) -> ApprovalRecord:
         """Record a human's decision once; ``InboxError`` when it cannot apply.
 
+        ``session_id``: the deciding chat's session; a call of another session is refused
+        unless its card is shown in ``shown_in`` (that chat's source).
+
         ``vet`` sees the record in the same transaction, so who asked and whether it is
         still open are read together with the write (``NotPermitted`` when it refuses).
         """
-        return await self._db.run(_decide, tool_call_id, Decision(decision), note, session_id, vet)
+        return await self._db.run(
+            _decide, tool_call_id, Decision(decision), note, session_id, shown_in, vet
+        )
 
     async def get(self, tool_call_id: int) -> ApprovalRecord | None:
         return await self._db.run(_get, tool_call_id)
@@ -123,6 +135,12 @@ class InboxStore:
     ) -> InboxItem:
         """Store ``answer`` as the result of a persisted open question (nobody is waiting)."""
         return await self._db.run(_answer, tool_call_id, answer, session_id)
+
+    async def last_sender(self, session_id: int) -> str | None:
+        """The platform id of whoever wrote the session's last person's message (``None``:
+        a synthetic message, or nobody named); the owner of work that turn asks for."""
+        sender_id, _name = await self._db.run(_sender, session_id)
+        return sender_id
 
     async def answer_of(self, tool_call_id: int) -> str | None:
         """The stored answer to question ``tool_call_id``; None while it is open."""
@@ -149,6 +167,7 @@ def _record(row: sa.Row | None) -> ApprovalRecord | None:
         row.decided_at,
         row.requester_id,
         row.requester_name,
+        row.shown_in,
     )
 
 
@@ -187,17 +206,23 @@ def _requester(conn: Connection, tool_call_id: int) -> tuple[str | None, str | N
     call = _owner(conn, tool_call_id)
     if call is None:
         return None, None
-    row = conn.execute(
+    return _sender(conn, call.session_id, before=call.message_id)
+
+
+def _sender(
+    conn: Connection, session_id: int, *, before: int | None = None
+) -> tuple[str | None, str | None]:
+    """``(id, name)`` of the last person's message of the session (before ``before``)."""
+    query = (
         sa.select(h.c.metadata, h.c.is_synthetic)
         .join(f, f.c.id == h.c.session_stack_id)
-        .where(
-            f.c.session_id == call.session_id,
-            h.c.role == "user",
-            h.c.id < call.message_id,
-        )
+        .where(f.c.session_id == session_id, h.c.role == "user")
         .order_by(h.c.id.desc())
         .limit(1)
-    ).first()
+    )
+    if before is not None:
+        query = query.where(h.c.id < before)
+    row = conn.execute(query).first()
     if row is None or row.is_synthetic:
         return None, None
     sender = (row.metadata or {}).get(SENDER_KEY)
@@ -229,16 +254,23 @@ def _check_owner(conn: Connection, tool_call_id: int, session_id: int | None, wh
     return call
 
 
+def _show_in(conn: Connection, tool_call_id: int, source: str) -> None:
+    conn.execute(a.update().where(a.c.tool_call_id == tool_call_id).values(shown_in=source))
+
+
 def _decide(
     conn: Connection,
     tool_call_id: int,
     decision: Decision,
     note: str,
     session_id: int | None,
+    shown_in: str | None,
     vet: Vet | None,
 ) -> ApprovalRecord:
-    _check_owner(conn, tool_call_id, session_id, "approval")
     record = _get(conn, tool_call_id)
+    if record is not None and shown_in is not None and record.shown_in == shown_in:
+        session_id = None  # asked in this chat for another session (a job's run)
+    _check_owner(conn, tool_call_id, session_id, "approval")
     if record is None:
         raise InboxError("not_found", f"tool call {tool_call_id} is not waiting for approval")
     if record.decision is not None:

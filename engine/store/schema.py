@@ -249,6 +249,9 @@ tool_approvals = Table(
     # requester+owner they and the owner may decide. NULL for background sessions.
     Column("requester_id", String(64)),
     Column("requester_name", String(255)),
+    # The chat where a call of another session asks (0020): a job run's card; a decision
+    # there may reach this call. NULL: asked in the session's own chat.
+    Column("shown_in", String(255)),
     CheckConstraint(
         "decision IS NULL OR decision IN ('approved', 'rejected')", name="ck_approvals_decision"
     ),

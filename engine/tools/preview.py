@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.tools.base import ToolError
+from engine.tools.protocols import DescribesCalls
 from engine.tools.workspace import Workspace
 
 __all__ = ["ApprovalPreview", "preview_call"]
@@ -23,7 +24,8 @@ MAX_PREVIEW_BYTES = 256 * 1024
 
 @dataclass(frozen=True, slots=True)
 class ApprovalPreview:
-    """``kind`` is ``file`` (path, old → new) or ``command`` (command, workdir)."""
+    """``kind`` is ``file`` (path, old → new), ``command`` (command, workdir) or
+    ``summary`` (plain lines the tool wrote for the human: ``DescribesCalls``)."""
 
     kind: str
     path: str | None = None
@@ -31,11 +33,20 @@ class ApprovalPreview:
     new_content: str | None = None
     command: str | None = None
     workdir: str | None = None
+    summary: str | None = None
 
 
 def preview_call(
-    workspace: Workspace, name: str, args: dict[str, Any], cwd: Path | None = None
+    workspace: Workspace,
+    name: str,
+    args: dict[str, Any],
+    cwd: Path | None = None,
+    tool: object = None,
 ) -> ApprovalPreview | None:
+    """What the call would do; ``tool``: the called tool, if it describes its calls."""
+    if isinstance(tool, DescribesCalls):
+        summary = tool.describe_call(args)
+        return ApprovalPreview(kind="summary", summary=summary) if summary else None
     try:
         if name == "execute_cmd":
             return _command(workspace, args, cwd)

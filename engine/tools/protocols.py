@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["ProcessLog", "Scratchpad", "Tool", "ToolCategory", "ToolContext"]
+__all__ = ["DescribesCalls", "ProcessLog", "Scratchpad", "Tool", "ToolCategory", "ToolContext"]
 
 
 class ToolCategory(StrEnum):
@@ -70,4 +70,14 @@ class Tool(Protocol):
         Cancellation arrives as ``asyncio.CancelledError``; a tool that owns resources
         (a child process) releases them before re-raising.
         """
+        ...
+
+
+@runtime_checkable
+class DescribesCalls(Protocol):
+    """A tool whose calls a human approves best in its own words (``execute_task``: the
+    schedule and what the job may do, one line each)."""
+
+    def describe_call(self, args: dict[str, Any]) -> str | None:
+        """Plain lines for the approval card; ``None``: show the arguments."""
         ...

@@ -1,0 +1,121 @@
+"""How a job's run asks: a call outside its grants becomes a card in the job's chat.
+
+The run's session emits ``ApprovalRequired`` as an interactive turn does; ``RunCards``
+(the run's ``emit``) shows it in the job's chat, marked with the job's title
+(``ChatHub.show_card``: recorded with the approval, so the card's button works there,
+also after a restart), and gives it until the job's limit, counted from when the call
+first asked (stored: a resumed run keeps the time already waited). Then the call is
+rejected with a reason the model reads, and the card says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from engine.approval.deciders import OPERATOR
+from engine.hub import ChatHub
+from engine.session.events import (
+    ApprovalRequired,
+    ToolCancelled,
+    ToolDone,
+    ToolError,
+    ToolRejected,
+    ToolStart,
+    TurnEvent,
+)
+from engine.store.inbox import InboxError, InboxStore
+
+__all__ = ["RunCards", "wait_ran_out"]
+
+log = logging.getLogger(__name__)
+
+#: The outcomes of a card closed without a decision (``bot.platform.cards``' lines).
+TIMED_OUT = "timed_out"
+STOPPED = "stopped"
+
+
+def wait_ran_out(wait: timedelta) -> str:
+    """The reason the model reads for a call nobody decided within the job's limit."""
+    minutes = max(1, round(wait.total_seconds() / 60))
+    return (
+        f"Nobody approved this call within {minutes} minute(s) of being asked, so it did "
+        "not run. Do not try it again in this run; say in your answer that it needs the "
+        "user's approval, or a grant on the job."
+    )
+
+
+class RunCards:
+    """The ``emit`` of one job run: its gated calls as cards in ``chat``."""
+
+    def __init__(
+        self,
+        hub: ChatHub,
+        inbox: InboxStore,
+        *,
+        chat: str,
+        title: str,
+        wait: timedelta,
+        clock: Callable[[], datetime],
+        sleep: Callable[[float], Awaitable[None]],
+    ) -> None:
+        self._hub = hub
+        self._inbox = inbox
+        self._chat = chat
+        self._title = title
+        self._wait = wait
+        self._clock = clock
+        self._sleep = sleep
+        #: The calls waiting for a decision in the chat, each with its deadline's task.
+        self._waits: dict[int, asyncio.Task[None]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def __call__(self, event: TurnEvent) -> None:
+        if isinstance(event, ApprovalRequired):
+            if event.tool_call_id not in self._waits:
+                asked = replace(event, asked_by=self._title)
+                self._waits[event.tool_call_id] = asyncio.create_task(self._ask(asked))
+        elif isinstance(event, ToolCancelled):
+            self._end(event.tool_call_id, close=True)
+        elif isinstance(event, ToolStart | ToolDone | ToolError | ToolRejected):
+            self._end(event.tool_call_id, close=False)  # decided: its card closed with it
+
+    async def close(self) -> None:
+        """The run ended: cards still open close as stopped (their calls cannot run now)."""
+        for call_id in list(self._waits):
+            self._end(call_id, close=True)
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    def _end(self, call_id: int, *, close: bool) -> None:
+        task = self._waits.pop(call_id, None)
+        if task is None:
+            return
+        task.cancel()
+        if close:
+            closing = asyncio.create_task(self._hub.close_card(self._chat, call_id, STOPPED, ""))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+
+    async def _ask(self, event: ApprovalRequired) -> None:
+        try:
+            await self._hub.show_card(self._chat, event)
+            record = await self._inbox.get(event.tool_call_id)
+            asked_at = record.requested_at if record is not None else self._clock()
+            left = (asked_at + self._wait - self._clock()).total_seconds()
+            if left > 0:
+                await self._sleep(left)
+            await self._hub.reject(
+                self._chat, event.tool_call_id, wait_ran_out(self._wait), decider=OPERATOR
+            )
+            self._waits.pop(event.tool_call_id, None)
+            await self._hub.close_card(self._chat, event.tool_call_id, TIMED_OUT, "")
+        except InboxError:
+            self._waits.pop(event.tool_call_id, None)  # decided meanwhile: nothing to do
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("job card for call %s failed", event.tool_call_id)
