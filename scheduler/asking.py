@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from engine.approval.deciders import OPERATOR
 from engine.hub import ChatHub
@@ -28,6 +28,7 @@ from engine.session.events import (
     TurnEvent,
 )
 from engine.store.inbox import InboxError, InboxStore
+from engine.store.schema import utcnow
 
 __all__ = ["RunCards", "wait_ran_out"]
 
@@ -59,15 +60,15 @@ class RunCards:
         chat: str,
         title: str,
         wait: timedelta,
-        clock: Callable[[], datetime],
         sleep: Callable[[float], Awaitable[None]],
     ) -> None:
+        """``wait`` counts from when the call first asked, as the approval row records it
+        (the database's clock, ``utcnow``); ``sleep`` is injectable for tests."""
         self._hub = hub
         self._inbox = inbox
         self._chat = chat
         self._title = title
         self._wait = wait
-        self._clock = clock
         self._sleep = sleep
         #: The calls waiting for a decision in the chat, each with its deadline's task.
         self._waits: dict[int, asyncio.Task[None]] = {}
@@ -104,8 +105,9 @@ class RunCards:
         try:
             await self._hub.show_card(self._chat, event)
             record = await self._inbox.get(event.tool_call_id)
-            asked_at = record.requested_at if record is not None else self._clock()
-            left = (asked_at + self._wait - self._clock()).total_seconds()
+            now = utcnow()
+            asked_at = record.requested_at if record is not None else now
+            left = (asked_at + self._wait - now).total_seconds()
             if left > 0:
                 await self._sleep(left)
             await self._hub.reject(

@@ -241,7 +241,6 @@ class JobRunner:
             chat=chat,
             title=job.title,
             wait=wait,
-            clock=self._clock,
             sleep=self._sleep,
         )
 

@@ -105,7 +105,7 @@ class Scheduler:
         )
         self.grants = GrantChecker(
             engine.workspace,
-            lambda: engine.tools.for_agent(depth=0, is_interactive=False).names(),
+            lambda: engine.tools.for_agent(depth=0, is_interactive=False).names,
             lambda: engine.mcp.server_names if engine.mcp is not None else (),
         )
         self._tasks: set[asyncio.Task[None]] = set()

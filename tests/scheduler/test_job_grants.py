@@ -1,0 +1,442 @@
+"""Scheduled jobs that act: what a job was granted runs, anything else asks in its chat.
+
+A real engine with the real approval rules (``RulesPolicy``: the seeded defaults ask for
+every file read outside ``memory/``), a real hub and scheduler, an in-process model that
+reads a file and then writes the briefing from what it read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from engine.approval.deciders import OPERATOR
+from engine.approval.rules import RuleStore
+from engine.config import AppConfig
+from engine.core import Engine
+from engine.hub import ChatHub, DecisionMade, HubEvent, Notification
+from engine.llm.registry import ModelRegistry
+from engine.llm.scripted import text, tool_call
+from engine.llm.types import LlmResponse, Message
+from engine.session.events import ApprovalRequired
+from engine.store.inbox import InboxError
+from scheduler.grants import JobGrants
+from scheduler.service import Scheduler
+from scheduler.store import Job
+from tests.clock import FakeClock
+from tests.engine.hub.conftest import EchoModel
+from tests.scheduler.conftest import ORIGIN
+
+NOTES = "Buy milk. Call Ada at 10."
+
+
+class Sleeps:
+    """An injectable ``sleep``: a sleep longer than ``threshold`` ends only when the test
+    says so (a card's wait); shorter ones (the lease keeper's) never end during a test."""
+
+    def __init__(self) -> None:
+        self.long: list[tuple[float, asyncio.Future[None]]] = []
+        self._changed = asyncio.Event()
+
+    async def __call__(self, seconds: float) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.long.append((seconds, future))
+        self._changed.set()
+        await future
+
+    async def end_longer_than(self, threshold: float) -> float:
+        async def find() -> float:
+            while True:
+                for i, (seconds, future) in enumerate(self.long):
+                    if seconds > threshold:
+                        del self.long[i]
+                        future.set_result(None)
+                        return seconds
+                self._changed.clear()
+                await self._changed.wait()
+
+        return await asyncio.wait_for(find(), 5)
+
+
+def tool_text(messages: Sequence[Message]) -> str:
+    return next((str(m["content"]) for m in reversed(messages) if m["role"] == "tool"), "")
+
+
+def briefing_from_what_it_read(model: EchoModel, path: str = "notes.txt") -> None:
+    """The run reads ``path``, then answers with what the tool gave it."""
+    model.add(
+        tool_call("read_file", json.dumps({"path": path})),
+        lambda messages: LlmResponse(content=f"Brief: {tool_text(messages)}"),
+    )
+
+
+@pytest.fixture
+async def engine(app_config: AppConfig, model: EchoModel) -> AsyncIterator[Engine]:
+    """The engine with the real approval rules (the hub tests' engine allows everything)."""
+    engine = await Engine.open(app_config, models=ModelRegistry([model]))
+    (engine.workspace.root / "notes.txt").write_text(NOTES)
+    (engine.workspace.root / "secrets").mkdir(exist_ok=True)
+    (engine.workspace.root / "secrets" / "token").write_text("hunter2")
+    (engine.workspace.root / "reports").mkdir(exist_ok=True)
+    yield engine
+    await engine.close()
+
+
+@pytest.fixture
+def sleeps() -> Sleeps:
+    return Sleeps()
+
+
+@pytest.fixture
+def acting(make_scheduler: Callable[..., Scheduler], sleeps: Sleeps) -> Scheduler:
+    return make_scheduler(owner="worker-a", sleep=sleeps)
+
+
+async def fire(scheduler: Scheduler, clock: FakeClock, job: Job) -> None:
+    """The job's fire comes: its run is claimed and starts (not awaited to its end)."""
+    assert job.next_run_at is not None
+    clock.now = job.next_run_at + timedelta(seconds=1)
+    await scheduler.dispatcher.step()
+
+
+async def next_card(events: Any) -> ApprovalRequired:
+    async def find() -> ApprovalRequired:
+        while True:
+            item: HubEvent = await events.recv()
+            if isinstance(item.event, ApprovalRequired):
+                return item.event
+
+    return await asyncio.wait_for(find(), 5)
+
+
+async def next_close(events: Any) -> DecisionMade:
+    async def find() -> DecisionMade:
+        while True:
+            item: HubEvent = await events.recv()
+            if isinstance(item.event, DecisionMade):
+                return item.event
+
+    return await asyncio.wait_for(find(), 5)
+
+
+async def result_of(scheduler: Scheduler, job: Job) -> tuple[str, str | None, str | None]:
+    await asyncio.wait_for(scheduler.dispatcher.drain(), 5)
+    [run] = await scheduler.store.runs(job.id)
+    return run.status, run.result, run.error
+
+
+def job_notices(notified: list[Notification]) -> list[Notification]:
+    return [n for n in notified if n.refs.get("job_id") is not None]
+
+
+# -- what a job was granted runs --------------------------------------------------------------
+
+
+async def test_a_job_granted_a_read_reads_the_file_and_briefs_without_any_card(
+    acting: Scheduler,
+    hub: ChatHub,
+    clock: FakeClock,
+    model: EchoModel,
+    origin: int,
+    notified: list[Notification],
+) -> None:
+    grants = acting.grants.check({"read": ["notes.txt"]})
+    job = await acting.create_cron(
+        ORIGIN, "Daily brief", "0 8 * * *", "Read notes.txt and brief me.", grants=grants
+    )
+    briefing_from_what_it_read(model)
+    events = hub.events(ORIGIN)
+
+    await fire(acting, clock, job)
+    status, result, _ = await result_of(acting, job)
+
+    assert status == "done"
+    assert result == f"Brief: {NOTES}"
+    assert events.pending == 0  # no card, nothing waited
+    assert "Brief: Buy milk" in job_notices(notified)[0].summary
+
+
+async def test_a_job_granted_a_tool_calls_it_without_asking_and_nothing_else(
+    acting: Scheduler, hub: ChatHub, clock: FakeClock, model: EchoModel, origin: int
+) -> None:
+    job = await acting.create_cron(
+        ORIGIN,
+        "Disk",
+        "0 8 * * *",
+        "Say how full the disk is.",
+        grants=acting.grants.check({"tools": ["execute_cmd"]}),
+    )
+    model.add(
+        tool_call("execute_cmd", json.dumps({"command": "echo granted"})),
+        tool_call("read_file", json.dumps({"path": "notes.txt"})),
+        lambda messages: LlmResponse(content="done"),
+    )
+    events = hub.events(ORIGIN)
+
+    await fire(acting, clock, job)
+    card = await next_card(events)  # the command ran; the read was not granted: it asks
+
+    assert card.name == "read_file"
+    await hub.reject(ORIGIN, card.tool_call_id, "", decider=OPERATOR)
+    assert (await result_of(acting, job))[0] == "done"
+    ran = json.dumps(model.requests[1][0])
+    assert "granted" in ran
+
+
+# -- anything else asks in the job's chat --------------------------------------------------
+
+
+async def test_a_job_without_the_grant_asks_in_its_chat_and_the_same_run_goes_on_when_approved(
+    acting: Scheduler,
+    engine: Engine,
+    hub: ChatHub,
+    clock: FakeClock,
+    model: EchoModel,
+    origin: int,
+    notified: list[Notification],
+) -> None:
+    job = await acting.create_cron(ORIGIN, "Daily brief", "0 8 * * *", "Brief me from notes.")
+    briefing_from_what_it_read(model)
+    events = hub.events(ORIGIN)
+
+    await fire(acting, clock, job)
+    card = await next_card(events)
+
+    assert card.name == "read_file"
+    assert card.asked_by == "Daily brief"
+    [run] = await acting.store.runs(job.id)
+    assert card.session_id == run.session_id != origin  # the run's own session asks here
+    await hub.approve(ORIGIN, card.tool_call_id, decider=OPERATOR)
+
+    status, result, _ = await result_of(acting, job)
+    assert (status, result) == ("done", f"Brief: {NOTES}")
+    assert len(await acting.store.runs(job.id)) == 1  # the same run, not a new one
+    assert job_notices(notified)
+
+
+async def test_a_card_left_alone_is_rejected_after_the_jobs_limit_and_the_briefing_says_so(
+    acting: Scheduler,
+    hub: ChatHub,
+    clock: FakeClock,
+    model: EchoModel,
+    sleeps: Sleeps,
+    origin: int,
+) -> None:
+    job = await acting.create_cron(
+        ORIGIN, "Daily brief", "0 8 * * *", "Brief me from notes.", approval_wait_s=600
+    )
+    model.add(
+        tool_call("read_file", json.dumps({"path": "notes.txt"})),
+        lambda messages: LlmResponse(content=f"Could not read: {tool_text(messages)}"),
+    )
+    events = hub.events(ORIGIN)
+
+    await fire(acting, clock, job)
+    card = await next_card(events)
+    waited = await sleeps.end_longer_than(100)
+    closed = await next_close(events)
+
+    assert 590 < waited <= 600
+    assert (closed.tool_call_id, closed.outcome) == (card.tool_call_id, "timed_out")
+    status, result, _ = await result_of(acting, job)
+    assert status == "done"
+    assert "Nobody approved this call within 10 minute(s)" in (result or "")
+    with pytest.raises(InboxError):  # the old button does nothing now
+        await hub.approve(ORIGIN, card.tool_call_id, decider=OPERATOR)
+
+
+async def test_rejected_in_the_chat_the_run_reads_why(
+    acting: Scheduler, hub: ChatHub, clock: FakeClock, model: EchoModel, origin: int
+) -> None:
+    job = await acting.create_cron(ORIGIN, "Daily brief", "0 8 * * *", "Brief me.")
+    model.add(
+        tool_call("read_file", json.dumps({"path": "notes.txt"})),
+        lambda messages: LlmResponse(content=f"Skipped: {tool_text(messages)}"),
+    )
+    events = hub.events(ORIGIN)
+
+    await fire(acting, clock, job)
+    card = await next_card(events)
+    await hub.reject(ORIGIN, card.tool_call_id, "not today", decider=OPERATOR)
+
+    assert "not today" in ((await result_of(acting, job))[1] or "")
+
+
+async def test_session_on_a_jobs_card_grants_the_job_that_tool_for_later_runs(
+    acting: Scheduler, hub: ChatHub, clock: FakeClock, model: EchoModel, origin: int
+) -> None:
+    hub.on_standing_grant(acting.grant_for_session)
+    job = await acting.create_cron(ORIGIN, "Todos", "0 8 * * *", "Plan the day.")
+    model.add(tool_call("execute_cmd", json.dumps({"command": "true"})), text("planned"))
+    events = hub.events(ORIGIN)
+
+    await fire(acting, clock, job)
+    card = await next_card(events)
+    await hub.approve(ORIGIN, card.tool_call_id, bypass_scope="all", decider=OPERATOR)
+
+    assert (await result_of(acting, job))[0] == "done"
+    assert JobGrants.of((await acting.store.get(job.id)).run_context).tools == ("execute_cmd",)
+
+
+async def test_a_card_of_a_job_cannot_be_decided_from_another_chat(
+    acting: Scheduler, hub: ChatHub, clock: FakeClock, model: EchoModel, origin: int
+) -> None:
+    job = await acting.create_cron(ORIGIN, "Daily brief", "0 8 * * *", "Brief me.")
+    briefing_from_what_it_read(model)
+    events = hub.events(ORIGIN)
+
+    await fire(acting, clock, job)
+    card = await next_card(events)
+
+    with pytest.raises(InboxError) as refused:
+        await hub.approve("telegram:999", card.tool_call_id, decider=OPERATOR)
+    assert refused.value.code == "other_session"
+    await hub.reject(ORIGIN, card.tool_call_id, "", decider=OPERATOR)
+    await result_of(acting, job)
+
+
+async def test_a_card_answered_after_its_job_was_deleted_does_nothing(
+    acting: Scheduler, hub: ChatHub, clock: FakeClock, model: EchoModel, origin: int
+) -> None:
+    job = await acting.create_cron(ORIGIN, "Daily brief", "0 8 * * *", "Brief me.")
+    briefing_from_what_it_read(model)
+    events = hub.events(ORIGIN)
+
+    await fire(acting, clock, job)
+    card = await next_card(events)
+    await acting.delete(ORIGIN, job.id)
+    closed = await next_close(events)
+
+    assert closed.outcome == "stopped"
+    with pytest.raises(InboxError):
+        await hub.approve(ORIGIN, card.tool_call_id, decider=OPERATOR)
+    [run] = await acting.store.runs(job.id)
+    assert run.status != "done"
+
+
+# -- what grants never do ----------------------------------------------------------------------
+
+
+async def test_a_deny_rule_beats_a_grant(
+    acting: Scheduler,
+    engine: Engine,
+    clock: FakeClock,
+    model: EchoModel,
+    origin: int,
+) -> None:
+    rules = RuleStore(engine.store.db)
+    await rules.seed_defaults()
+    await rules.add_rule("read_file", "deny", path_pattern="notes.txt", priority=5)
+    engine.policy.invalidate()  # type: ignore[attr-defined]
+    job = await acting.create_cron(
+        ORIGIN,
+        "Daily brief",
+        "0 8 * * *",
+        "Brief me.",
+        grants=acting.grants.check({"read": ["notes.txt"]}),
+    )
+    model.add(
+        tool_call("read_file", json.dumps({"path": "notes.txt"})),
+        lambda messages: LlmResponse(content=f"Refused: {tool_text(messages)}"),
+    )
+
+    await fire(acting, clock, job)
+
+    result = (await result_of(acting, job))[1] or ""
+    assert "denied by the approval rules" in result
+    assert "Buy milk" not in result
+
+
+async def test_a_grant_never_reaches_secrets_even_through_its_working_directory(
+    acting: Scheduler, clock: FakeClock, model: EchoModel, origin: int
+) -> None:
+    job = await acting.create_cron(
+        ORIGIN,
+        "Sneaky",
+        "0 8 * * *",
+        "Read it.",
+        grants=acting.grants.check({"read": ["reports"], "working_directory": "reports"}),
+    )
+    model.add(
+        tool_call("read_file", json.dumps({"path": "../secrets/token"})),
+        lambda messages: LlmResponse(content=f"Got: {tool_text(messages)}"),
+    )
+
+    await fire(acting, clock, job)
+
+    result = (await result_of(acting, job))[1] or ""
+    assert "hunter2" not in result
+    assert "secrets/" in result
+
+
+async def test_the_working_directory_is_where_relative_paths_start(
+    acting: Scheduler, engine: Engine, clock: FakeClock, model: EchoModel, origin: int
+) -> None:
+    (engine.workspace.root / "reports" / "today.md").write_text("All green.")
+    job = await acting.create_cron(
+        ORIGIN,
+        "Report",
+        "0 8 * * *",
+        "Read today.md.",
+        grants=acting.grants.check({"read": ["today.md"], "working_directory": "reports"}),
+    )
+    briefing_from_what_it_read(model, "today.md")
+
+    await fire(acting, clock, job)
+
+    assert (await result_of(acting, job))[1] == "Brief: All green."
+    assert JobGrants.of((await acting.store.get(job.id)).run_context).read == ("reports/today.md",)
+
+
+async def test_a_job_whose_owner_lost_access_stops_and_says_why(
+    make_scheduler: Callable[..., Scheduler],
+    clock: FakeClock,
+    model: EchoModel,
+    origin: int,
+) -> None:
+    async def nobody_allowed(owner_id: str) -> bool:
+        return False
+
+    scheduler = make_scheduler(owner="worker-b")
+    scheduler.runner.owner_allowed = nobody_allowed
+    job = await scheduler.create_cron(
+        ORIGIN, "Daily brief", "0 8 * * *", "Brief me.", owner_id="telegram:42"
+    )
+
+    await fire(scheduler, clock, job)
+
+    status, _, error = await result_of(scheduler, job)
+    assert status == "failed"
+    assert "telegram:42" in (error or "") and "no longer allowed" in (error or "")
+    assert model.requests == []  # nothing ran for them
+
+
+# -- the user's profile in every scheduled turn ------------------------------------------------
+
+
+async def test_a_cron_turn_carries_its_owners_profile_to_the_model(
+    acting: Scheduler, hub: ChatHub, clock: FakeClock, model: EchoModel, origin: int
+) -> None:
+    seen: list[tuple[str, Any]] = []
+
+    async def profile(source: str, metadata: Any) -> str:
+        seen.append((source, metadata))
+        return "The user is Ada; she prefers short answers."
+
+    hub.add_turn_context(profile)
+    job = await acting.create_cron(
+        ORIGIN, "Daily brief", "0 8 * * *", "Brief me.", owner_id="telegram:1"
+    )
+    model.add(text("Short brief."))
+
+    await fire(acting, clock, job)
+    await result_of(acting, job)
+
+    system = json.dumps(model.requests[0][0])
+    assert "she prefers short answers" in system
+    assert seen == [(ORIGIN, {"sender": {"id": "1"}})]
