@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from engine.bus.system import SessionCancelled
 from engine.core import Engine
 from engine.hub import ChatHub
 from engine.store.fencing import fenced
@@ -24,7 +23,7 @@ from scheduler.runner import JobRunner, OwnerCheck
 from scheduler.store import Job, JobStore, NewJob
 from scheduler.tic import Tic
 
-__all__ = ["Scheduler", "SchedulerError", "SchedulerLimits"]
+__all__ = ["Scheduler", "SchedulerError", "SchedulerLimits", "StopReport"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +33,18 @@ OPERATOR_PLATFORMS = ("web", "console")
 
 class SchedulerError(ValueError):
     """A request the scheduler refuses; the message says what to change."""
+
+
+#: How often a stop looks whether the runs it asked to stop have ended.
+STOP_POLL_S = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class StopReport:
+    """The sessions of the runs asked to stop, and whether all of them had stopped."""
+
+    sessions: list[int]
+    stopped: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +119,8 @@ class Scheduler:
             lambda: engine.tools.for_agent(depth=0, is_interactive=False).names,
             lambda: engine.mcp.server_names if engine.mcp is not None else (),
         )
+        #: How long a kill or delete waits for the run to stop before saying it did not.
+        self.stop_wait_s = 10.0
         self._tasks: set[asyncio.Task[None]] = set()
         self.tic = Tic(engine, hub)
         self.tic_interval_s = tic_interval_s
@@ -224,12 +237,33 @@ class Scheduler:
         return await self.store.for_source(source)
 
     async def delete(self, source: str, job_id: int) -> Job:
-        """Delete one of the source's jobs; a run in flight is cancelled."""
-        job = await self._owned(source, job_id)
-        for session_id in await self.store.delete(job.id):
-            self.engine.system_bus.publish(SessionCancelled(session_id))
-        await self.dispatcher.reschedule()
+        """Delete one of the source's jobs; a run in flight is stopped wherever it runs."""
+        job, _stop = await self.delete_reporting(source, job_id)
         return job
+
+    async def delete_reporting(self, source: str, job_id: int) -> tuple[Job, StopReport]:
+        """``delete``, saying whether its runs in flight had stopped within ``stop_wait_s``."""
+        job = await self._owned(source, job_id)
+        sessions = await self.store.delete(job.id)
+        await self.dispatcher.reschedule()
+        return job, StopReport(sessions, await self._stopped(job.id, sessions))
+
+    async def stop(self, job_id: int) -> StopReport:
+        """Stop the job's runs in flight, on whichever process of a fleet runs them, and
+        wait until they have stopped (``stopped``) or ``stop_wait_s`` has passed."""
+        sessions = await self.store.request_stop(job_id)
+        return StopReport(sessions, await self._stopped(job_id, sessions))
+
+    async def _stopped(self, job_id: int, sessions: list[int]) -> bool:
+        for session_id in sessions:
+            await self.hub.cancel_anywhere(session_id)
+        waited = 0.0
+        while sessions and set(sessions) & set(await self.store.running_sessions(job_id)):
+            if waited >= self.stop_wait_s:
+                return False
+            await asyncio.sleep(STOP_POLL_S)  # the run ends in another task or process
+            waited += STOP_POLL_S
+        return True
 
     async def toggle(self, source: str, job_id: int, enabled: bool) -> Job:
         """Pause or resume; resuming computes the next run from now (no catch-up)."""

@@ -203,6 +203,7 @@ class JobStore:
         return await self._db.run(_abandon_expired, now)
 
     async def heartbeat(self, run_id: int, owner: str, expires_at: datetime) -> bool:
+        """Renew a held run's lease; False when it is not ours any more or was asked to stop."""
         return await self._db.run(_heartbeat, run_id, owner, expires_at)
 
     async def set_session(self, run_id: int, session_id: int) -> None:
@@ -255,6 +256,10 @@ class JobStore:
         operator's job list)."""
         return await self._db.run(_overview)
 
+    async def request_stop(self, job_id: int) -> list[int]:
+        """Ask the job's runs in flight to stop; their session ids (``running_sessions``)."""
+        return await self._db.run(_request_stop, job_id)
+
     async def job_of_session(self, session_id: int) -> int | None:
         """The job whose run works in ``session_id`` (``None``: no run's session)."""
         return await self._db.run(_job_of_session, session_id)
@@ -290,6 +295,17 @@ def _overview(conn: Connection) -> JobsOverview:
         )
     }
     return JobsOverview([_job(row) for row in rows], set(running), last)
+
+
+def _request_stop(conn: Connection, job_id: int) -> list[int]:
+    """Mark the job's runs in flight to stop (whichever process runs one sees it at its next
+    lease renewal, if no notice reached it first); their session ids."""
+    conn.execute(
+        r.update()
+        .where(r.c.job_id == job_id, r.c.status == "running", r.c.cancel_requested_at.is_(None))
+        .values(cancel_requested_at=utcnow())
+    )
+    return _running_sessions(conn, job_id)
 
 
 def _job_of_session(conn: Connection, session_id: int) -> int | None:
@@ -358,6 +374,7 @@ def _delete(conn: Connection, job_id: int) -> list[int]:
             status="failed", error="job deleted before this run started", delivery_status="none"
         )
     )
+    _request_stop(conn, job_id)
     rows = conn.execute(
         sa.select(r.c.session_id).where(
             r.c.job_id == job_id, r.c.status == "running", r.c.session_id.is_not(None)
@@ -618,7 +635,12 @@ _job_live = sa.select(j.c.id).where(j.c.id == r.c.job_id, j.c.deleted_at.is_(Non
 _job_deleted = sa.select(j.c.id).where(j.c.id == r.c.job_id, j.c.deleted_at.is_not(None)).exists()
 _START = r.update().where(_held_by, _job_live).values(session_id=sa.bindparam("b_session"))
 _HELD = sa.select(r.c.id).where(_held_by)
-_HEARTBEAT = r.update().where(_held_by).values(lease_expires_at=sa.bindparam("b_expires"))
+# A run asked to stop (a kill, a delete) renews no more: its runner stops it.
+_HEARTBEAT = (
+    r.update()
+    .where(_held_by, r.c.cancel_requested_at.is_(None))
+    .values(lease_expires_at=sa.bindparam("b_expires"))
+)
 _FINISH = (
     r.update()
     .where(_held_by)

@@ -54,6 +54,7 @@ from bot.http.models import (
     HealthReport,
     InboxListing,
     JobDeleted,
+    JobGrantsBody,
     JobItem,
     JobKilled,
     JobList,
@@ -146,12 +147,18 @@ OPERATIONS = (
     Operation("/api/jobs/{job_id:id}/toggle", "POST", "toggle_job",
               "Pause or resume a job (no body: flip)", answer=JobItem, body=JobToggle,
               body_required=False, errors=(401, 404, 409, 413, 422, 503)),
+    Operation("/api/jobs/{job_id:id}/grants", "PUT", "set_job_grants",
+              "Narrow or revoke what a job may do without asking (only fewer grants than "
+              "now: more is asked for in a chat, where the owner approves the job's card)",
+              answer=JobItem, body=JobGrantsBody, errors=(401, 404, 413, 422, 503)),
     Operation("/api/jobs/{job_id:id}", "DELETE", "delete_job",
-              "Delete a job; a run in flight is cancelled", answer=JobDeleted,
+              "Delete a job; a run in flight is stopped on whichever process runs it "
+              "(runs_stopped: whether it had stopped when this answered)", answer=JobDeleted,
               errors=(401, 404, 503)),
     Operation("/api/jobs/{job_id:id}/kill", "POST", "kill_job",
-              "Cancel the job's runs in flight (409 when none is running)", status=202,
-              answer=JobKilled, errors=(401, 404, 409, 503)),
+              "Stop the job's runs in flight on whichever process runs them; answers once "
+              "they have stopped (409 when none is running, 504 when they did not stop in "
+              "time)", answer=JobKilled, errors=(401, 404, 409, 503, 504)),
     Operation("/api/events", "POST", "post_event",
               "An event for the tic session (served by the scheduler's endpoint)", status=201,
               answer=EventCreated, body=EventIn, errors=(401, 413, 422), served_by="events"),
@@ -356,15 +363,22 @@ class ApiRoutes:
         body = await json_body(request, JobToggle, optional=True)
         return SafeJSONResponse((await self.ops.toggle_job(job_id, body.enabled)).as_json())
 
+    async def set_job_grants(self, request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        await self.ops.job(job_id)  # 404 before the body is read
+        body = await json_body(request, JobGrantsBody)
+        view = await self.ops.narrow_job_grants(job_id, body.model_dump())
+        return SafeJSONResponse(view.as_json())
+
     async def delete_job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        await self.ops.delete_job(job_id)
-        return SafeJSONResponse({"id": job_id, "deleted": True})
+        stop = await self.ops.delete_job(job_id)
+        return SafeJSONResponse({"id": job_id, "deleted": True, "runs_stopped": stop.stopped})
 
     async def kill_job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
         sessions = await self.ops.kill_job(job_id)
-        return SafeJSONResponse({"id": job_id, "cancelled_sessions": sessions}, status_code=202)
+        return SafeJSONResponse({"id": job_id, "cancelled_sessions": sessions})
 
     # -- memory --------------------------------------------------------------------------------
 
@@ -530,6 +544,7 @@ _STATUS_TEXT = {
     422: "Invalid input",
     429: "Too many wrong bearer tokens from this address (see Retry-After)",
     503: "Not available in this process (or, for /healthz, unhealthy)",
+    504: "Asked of another part (a run to stop), which did not do it in time",
 }
 
 
@@ -566,4 +581,10 @@ def error_status(exc: OperationError) -> int:
     return _ERROR_STATUS[exc.kind]
 
 
-_ERROR_STATUS = {"not_found": 404, "conflict": 409, "unavailable": 503, "invalid": 422}
+_ERROR_STATUS = {
+    "not_found": 404,
+    "conflict": 409,
+    "unavailable": 503,
+    "invalid": 422,
+    "timeout": 504,  # asked of another part (a run to stop), which did not do it in time
+}

@@ -573,6 +573,16 @@ class JobLastRun(BaseModel):
     at: str | None
 
 
+class JobGrantsBody(_Body):
+    """A job's grants; as a body of ``PUT /api/jobs/{id}/grants``, only fewer than now."""
+
+    tools: list[str] = []
+    mcp_servers: list[str] = []
+    read: list[str] = []
+    write: list[str] = []
+    working_directory: str | None = None
+
+
 class JobItem(BaseModel):
     """A scheduled job (``bot.http.operations.JobView.as_json``): the stored job, its
     schedule in words, whether a run is in flight and the last run's outcome."""
@@ -587,6 +597,8 @@ class JobItem(BaseModel):
     origin_source: str | None
     parent_session_id: int | None
     run_context: dict[str, Any] | None
+    owner_id: str | None
+    approval_wait_s: int | None
     enabled: bool
     single_run: bool
     coalesce: bool
@@ -596,6 +608,9 @@ class JobItem(BaseModel):
     created_at: str | None
     deleted_at: str | None
     description: str
+    #: What its runs may do without asking (``scheduler.grants``), and the same as lines.
+    grants: JobGrantsBody
+    grant_lines: list[str]
     running: bool
     last_run: JobLastRun | None
 
@@ -607,6 +622,8 @@ class JobList(BaseModel):
 class JobDeleted(BaseModel):
     id: int
     deleted: bool
+    #: Whether its runs in flight (if any) had stopped when the answer was sent.
+    runs_stopped: bool
 
 
 class JobKilled(BaseModel):

@@ -15,16 +15,16 @@ from typing import Any, Literal
 
 from engine.approval.broker import BypassRequest
 from engine.approval.deciders import OPERATOR
-from engine.bus.system import SessionCancelled
 from engine.core import Decided, Engine
 from engine.hub import ChatHub, HubError
 from engine.store.inbox import InboxError, InboxItem
-from scheduler.service import Scheduler, SchedulerError
+from scheduler.grants import GrantError, JobGrants
+from scheduler.service import Scheduler, SchedulerError, StopReport
 from scheduler.store import Job, LastRun
 
 __all__ = ["JobView", "OperationError", "Operations"]
 
-ErrorKind = Literal["not_found", "conflict", "unavailable", "invalid"]
+ErrorKind = Literal["not_found", "conflict", "unavailable", "invalid", "timeout"]
 
 
 class OperationError(Exception):
@@ -49,6 +49,9 @@ class JobView:
     def as_json(self) -> dict[str, Any]:
         data = {key: _plain(value) for key, value in asdict(self.job).items()}
         data["description"] = self.description
+        grants = JobGrants.of(self.job.run_context)
+        data["grants"] = grants.to_json()
+        data["grant_lines"] = grants.lines()
         data["running"] = self.running
         data["last_run"] = (
             None
@@ -165,23 +168,42 @@ class Operations:
             raise OperationError("conflict", str(exc)) from None
         return JobView(job, self._jobs().describe(job), False)
 
-    async def delete_job(self, job_id: int) -> None:
+    async def narrow_job_grants(self, job_id: int, body: dict[str, Any]) -> JobView:
+        """Replace a job's grants with fewer (the owner narrows or revokes; widening is
+        asked for in a chat, where the owner approves it with the job's card)."""
+        job = await self.job(job_id)
+        try:
+            grants = self._jobs().grants.check(body)
+            job = await self._jobs().set_grants(job.id, grants)
+        except (GrantError, SchedulerError) as exc:
+            raise OperationError("invalid", str(exc)) from None
+        return JobView(job, self._jobs().describe(job), False)
+
+    async def delete_job(self, job_id: int) -> StopReport:
+        """Delete a job; its runs in flight are stopped wherever they run (the report says
+        whether they had stopped when it answers)."""
         job = await self.job(job_id)
         assert job.origin_source is not None
         try:
-            await self._jobs().delete(job.origin_source, job.id)
+            _job, stop = await self._jobs().delete_reporting(job.origin_source, job.id)
         except SchedulerError as exc:  # deleted meanwhile
             raise OperationError("not_found", str(exc)) from None
+        return stop
 
     async def kill_job(self, job_id: int) -> list[int]:
-        """Cancel the job's runs in flight through the system bus; their session ids."""
+        """Stop the job's runs in flight, on whichever process runs them; their session ids
+        once they have stopped (``not_stopped`` when they did not in time)."""
         job = await self.job(job_id)
-        sessions = await self._jobs().store.running_sessions(job.id)
-        if not sessions:
+        stop = await self._jobs().stop(job.id)
+        if not stop.sessions:
             raise OperationError("conflict", f"job {job.id} has no run in flight")
-        for session_id in sessions:
-            self.engine.system_bus.publish(SessionCancelled(session_id))
-        return sessions
+        if not stop.stopped:
+            raise OperationError(
+                "timeout",
+                f"job {job.id}: its run was asked to stop but had not stopped after "
+                f"{self._jobs().stop_wait_s:.0f} s; it stops at its next lease renewal",
+            )
+        return stop.sessions
 
 
 def _inbox_error(exc: InboxError) -> OperationError:

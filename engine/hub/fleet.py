@@ -190,6 +190,10 @@ class FleetWork:
         ``source``): whichever process waits for it wakes; none resumes it."""
         await self._tell(DECISION_CHANNEL, source, call=tool_call_id, anywhere=True)
 
+    async def stop_session(self, session_id: int) -> None:
+        """Stop a session no chat owns (a job's run) on whichever process runs it."""
+        await self._tell(STOP_CHANNEL, "", session=session_id)
+
     async def worked_elsewhere(self, source: str) -> bool:
         """Whether another live process holds ``source`` (its turn may run there)."""
         if self.ownership.owns(source):
@@ -317,6 +321,8 @@ class FleetWork:
             to = item.payload.get("to")
             if self.ownership.owns(source) or to == self.ownership.owner:
                 await self.pull(source)
+        elif item.channel == STOP_CHANNEL and isinstance(item.payload.get("session"), int):
+            self._engine.cancel_session(item.payload["session"])
         elif item.channel == DECISION_CHANNEL and item.payload.get("anywhere") is True:
             call = item.payload.get("call")
             if isinstance(call, int):
@@ -340,6 +346,7 @@ class FleetWork:
         call: int | None = None,
         *,
         anywhere: bool = False,
+        session: int | None = None,
     ) -> None:
         if self._notifier is None:
             return  # the owner's next scan or pull finds it
@@ -350,6 +357,8 @@ class FleetWork:
             payload["call"] = call
         if anywhere:
             payload["anywhere"] = True
+        if session is not None:
+            payload["session"] = session
         try:
             await self._notifier.publish(channel, payload)
         except Exception:

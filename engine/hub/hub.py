@@ -281,6 +281,12 @@ class ChatHub:
             validate_source(source), tool_call_id, note, decider=decider, by=by
         )
 
+    async def cancel_anywhere(self, session_id: int) -> None:
+        """Stop the session's turn, here or on the process of a fleet that runs it (a job's
+        run: it belongs to no chat)."""
+        if not self.engine.cancel_session(session_id) and self.fleet is not None:
+            await self.fleet.stop_session(session_id)
+
     async def show_card(self, source: str, event: ApprovalRequired) -> None:
         """A call of another session (a scheduled job's run) asks in chat ``source``:
         recorded first (a decision there, even after a restart, reaches that call), then
