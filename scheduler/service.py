@@ -287,6 +287,11 @@ class Scheduler:
             )
         return await self.store.set_run_context(job.id, grants.run_context())
 
+    async def revoke_grants(self, source: str, job_id: int) -> Job:
+        """One of the source's jobs asks before every action from now on."""
+        job = await self._owned(source, job_id)
+        return await self.store.set_run_context(job.id, None)
+
     async def grant_tool(self, job_id: int, tool: str) -> Job:
         """Add ``tool`` to a job's grants (the "🔄 Session" choice on its run's card)."""
         job = await self._live(job_id)

@@ -46,6 +46,11 @@ class JobView:
     last_error: str | None = None
     last_at: datetime | None = None
 
+    @property
+    def grant_lines(self) -> list[str]:
+        """What the job may do without asking, a line each (empty: it asks first)."""
+        return JobGrants.of(self.job.run_context).lines()
+
     def as_json(self) -> dict[str, Any]:
         data = {key: _plain(value) for key, value in asdict(self.job).items()}
         data["description"] = self.description
@@ -167,6 +172,10 @@ class Operations:
         except SchedulerError as exc:
             raise OperationError("conflict", str(exc)) from None
         return JobView(job, self._jobs().describe(job), False)
+
+    async def revoke_job_grants(self, job_id: int) -> JobView:
+        """The job asks before every action from now on."""
+        return await self.narrow_job_grants(job_id, {})
 
     async def narrow_job_grants(self, job_id: int, body: dict[str, Any]) -> JobView:
         """Replace a job's grants with fewer (the owner narrows or revokes; widening is

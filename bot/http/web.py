@@ -76,6 +76,8 @@ _FLASH = {
     "answer": "Answered question #{id}.",
     "toggle": "Job #{id} updated.",
     "delete": "Job #{id} deleted.",
+    "revoke": "Job #{id} now asks before every action.",
+    "timeout": "#{id}: asked to stop, but it had not stopped yet; it stops within a minute.",
     "not_found": "#{id} no longer exists.",
     "resolved": "#{id} was already decided elsewhere.",
     "conflict": "#{id}: that cannot be done now.",
@@ -153,6 +155,7 @@ class WebInbox:
             Route("/questions/{request_id:id}", self._action(self.answer), methods=["POST"]),
             Route("/jobs/{job_id:id}/toggle", self._action(self.toggle_job), methods=["POST"]),
             Route("/jobs/{job_id:id}/delete", self._action(self.delete_job), methods=["POST"]),
+            Route("/jobs/{job_id:id}/revoke", self._action(self.revoke_job), methods=["POST"]),
             Route("/login", self.login_form, methods=["GET"]),
             Route("/login", self.login, methods=["POST"]),
             Route("/logout", self._action(self.logout), methods=["POST"]),
@@ -507,6 +510,11 @@ class WebInbox:
         self, request: Request, form: dict[str, str], visitor: Visitor
     ) -> Response:
         return await self._on_job(request, "delete", self.ops.delete_job)
+
+    async def revoke_job(
+        self, request: Request, form: dict[str, str], visitor: Visitor
+    ) -> Response:
+        return await self._on_job(request, "revoke", self.ops.revoke_job_grants)
 
     async def _on_job(
         self, request: Request, done: str, act: Callable[[int], Awaitable[Any]]

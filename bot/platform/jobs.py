@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bot.platform.commands import Command, CommandContext
+from scheduler.grants import JobGrants
 from scheduler.service import Scheduler, SchedulerError
 
 __all__ = ["JOBS_HELP", "NO_JOBS", "JobAction", "JobChoice", "JobEntry", "Jobs", "jobs_command"]
@@ -18,7 +19,7 @@ NO_JOBS = "No scheduled jobs in this chat. Ask me, e.g. “every weekday at 8 se
 
 JOBS_HELP = "Scheduled jobs of this chat"
 
-JobChoice = Literal["pause", "resume", "delete"]
+JobChoice = Literal["pause", "resume", "delete", "revoke"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,8 @@ class JobEntry:
 
     job_id: int
     enabled: bool
+    #: Whether the job may do anything without asking (a platform offers to revoke it).
+    granted: bool = False
 
 
 class Jobs:
@@ -47,9 +50,13 @@ class Jobs:
         if not jobs:
             return NO_JOBS, []
         lines = ["Scheduled jobs:"]
+        entries = []
         for job in jobs:
+            grants = JobGrants.of(job.run_context)
             lines.append(f"\n#{job.id} {job.title}\n{self.scheduler.describe(job)}")
-        return "\n".join(lines), [JobEntry(job.id, job.enabled) for job in jobs]
+            lines += [f"  • {line}" for line in grants.lines()] or ["  • asks before acting"]
+            entries.append(JobEntry(job.id, job.enabled, bool(grants)))
+        return "\n".join(lines), entries
 
     async def act(self, source: str, action: JobAction) -> str:
         """Do ``action``; the sentence to show (a refusal is the scheduler's own words)."""
@@ -57,6 +64,9 @@ class Jobs:
             if action.action == "delete":
                 job = await self.scheduler.delete(source, action.job_id)
                 return f"Deleted #{job.id}."
+            if action.action == "revoke":
+                job = await self.scheduler.revoke_grants(source, action.job_id)
+                return f"#{job.id} now asks before every action."
             job = await self.scheduler.toggle(source, action.job_id, action.action == "resume")
             return f"{'Resumed' if job.enabled else 'Paused'} #{job.id}."
         except SchedulerError as exc:

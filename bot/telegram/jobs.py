@@ -1,7 +1,8 @@
 """``/jobs`` in Telegram: the chat's scheduled jobs with pause, resume and delete buttons.
 
 What is listed and what an action does is ``bot/platform/jobs.py``. Callback data
-``jb1:<job_id>:<p|r|d>``; the panel is re-rendered after each action.
+``jb1:<job_id>:<p|r|d|g>`` (g: revoke the job's grants); the panel is re-rendered after
+each action.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from scheduler.service import Scheduler
 __all__ = ["JOBS_PREFIX", "JobAction", "JobsPanel", "parse_job_callback"]
 
 JOBS_PREFIX = "jb1"
-_ACTIONS: dict[str, JobChoice] = {"p": "pause", "r": "resume", "d": "delete"}
+_ACTIONS: dict[str, JobChoice] = {"p": "pause", "r": "resume", "d": "delete", "g": "revoke"}
 
 
 def parse_job_callback(data: str) -> JobAction | None:
@@ -48,6 +49,10 @@ class JobsPanel:
                     {"text": f"🗑 Delete #{job_id}", "callback_data": f"{JOBS_PREFIX}:{job_id}:d"},
                 ]
             )
+            if entry.granted:
+                rows[-1].append(
+                    {"text": f"🔒 Revoke #{job_id}", "callback_data": f"{JOBS_PREFIX}:{job_id}:g"}
+                )
         return text, {"inline_keyboard": rows}
 
     async def act(self, source: str, action: JobAction) -> str:

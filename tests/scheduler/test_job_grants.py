@@ -30,6 +30,7 @@ from scheduler.service import Scheduler
 from scheduler.store import Job
 from tests.clock import FakeClock
 from tests.engine.hub.conftest import EchoModel
+from tests.engine.session.helpers import BlockingTool
 from tests.scheduler.conftest import ORIGIN
 
 NOTES = "Buy milk. Call Ada at 10."
@@ -440,3 +441,59 @@ async def test_a_cron_turn_carries_its_owners_profile_to_the_model(
     system = json.dumps(model.requests[0][0])
     assert "she prefers short answers" in system
     assert seen == [(ORIGIN, {"sender": {"id": "1"}})]
+
+
+# -- kill and delete stop a run wherever it runs -------------------------------------------------
+
+
+async def blocked_run(
+    scheduler: Scheduler, engine: Engine, clock: FakeClock, model: EchoModel
+) -> tuple[Job, BlockingTool]:
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    job = await scheduler.create_cron(
+        ORIGIN,
+        "Slow",
+        "0 8 * * *",
+        "Wait.",
+        grants=scheduler.grants.check({"tools": ["wait_here"]}),
+    )
+    model.add(tool_call("wait_here", "{}"), text("never"))
+    await fire(scheduler, clock, job)
+    await asyncio.wait_for(blocker.started.wait(), 5)
+    return job, blocker
+
+
+async def test_a_kill_answers_once_the_run_has_stopped(
+    acting: Scheduler, engine: Engine, clock: FakeClock, model: EchoModel, origin: int
+) -> None:
+    job, blocker = await blocked_run(acting, engine, clock, model)
+
+    report = await acting.stop(job.id)
+
+    [run] = await acting.store.runs(job.id)
+    assert report.stopped and report.sessions == [run.session_id]
+    assert blocker.cancelled
+    assert run.status == "failed"
+    assert (await acting.stop(job.id)).sessions == []  # nothing in flight any more
+
+
+async def test_a_run_asked_to_stop_elsewhere_stops_at_its_next_lease_renewal(
+    acting: Scheduler,
+    engine: Engine,
+    clock: FakeClock,
+    model: EchoModel,
+    sleeps: Sleeps,
+    origin: int,
+) -> None:
+    """The notice of another process may never arrive: the stored request still stops it."""
+    job, blocker = await blocked_run(acting, engine, clock, model)
+
+    await acting.store.request_stop(job.id)  # as a kill on another process records it
+    assert not blocker.cancelled
+    await sleeps.end_longer_than(10)  # the run's lease keeper wakes to renew
+
+    await asyncio.wait_for(acting.dispatcher.drain(), 5)
+    assert blocker.cancelled
+    [run] = await acting.store.runs(job.id)
+    assert run.status == "failed"

@@ -273,6 +273,34 @@ async def test_approve_with_a_category_bypass_lets_the_next_call_through(client,
 # -- jobs ---------------------------------------------------------------------------------------
 
 
+async def test_a_jobs_grants_are_listed_and_can_only_be_narrowed(client, engine, scheduler):
+    (engine.workspace.root / "notes").mkdir(parents=True, exist_ok=True)
+    grants = scheduler.grants.check({"tools": ["execute_cmd"], "read": ["notes"]})
+    job = await scheduler.create_cron(ORIGIN, "Brief", "0 8 * * *", "brief me", grants=grants)
+
+    [listed] = (await client.get("/api/jobs", headers=AUTH)).json()["items"]
+    assert listed["grants"]["tools"] == ["execute_cmd"]
+    assert listed["grant_lines"] == ["may read notes", "may call execute_cmd"]
+
+    narrowed = await client.put(
+        f"/api/jobs/{job.id}/grants", json={"read": ["notes"]}, headers=AUTH
+    )
+    assert narrowed.status_code == 200 and narrowed.json()["grant_lines"] == ["may read notes"]
+    wider = await client.put(
+        f"/api/jobs/{job.id}/grants",
+        json={"read": ["notes"], "tools": ["execute_cmd"]},
+        headers=AUTH,
+    )
+    assert wider.status_code == 422 and "only narrowing" in wider.json()["error"]
+    for bad in ({"tools": ["*"]}, {"read": ["../etc"]}, {"read": ["x"] * 10_000}, {"x": 1}):
+        refused = await client.put(f"/api/jobs/{job.id}/grants", json=bad, headers=AUTH)
+        assert refused.status_code == 422, bad
+    revoked = await client.put(f"/api/jobs/{job.id}/grants", json={}, headers=AUTH)
+    assert revoked.json()["grant_lines"] == [] and revoked.json()["run_context"] is None
+    missing = await client.put("/api/jobs/999/grants", json={}, headers=AUTH)
+    assert missing.status_code == 404
+
+
 async def test_jobs_list_toggle_kill_delete(client, engine, scheduler):
     job = await scheduler.create_cron(ORIGIN, "Morning", "0 8 * * *", "summarise the news")
 

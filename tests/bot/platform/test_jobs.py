@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from bot.platform.commands import CommandContext
 from bot.platform.jobs import NO_JOBS, JobAction, JobEntry, Jobs
@@ -16,6 +17,7 @@ class Job:
     id: int
     title: str
     enabled: bool = True
+    run_context: dict[str, Any] | None = field(default=None)
 
 
 class Scheduler:
@@ -37,15 +39,25 @@ class Scheduler:
         self._jobs[job_id].enabled = enabled
         return self._jobs[job_id]
 
+    async def revoke_grants(self, source: str, job_id: int) -> Job:
+        self._jobs[job_id].run_context = None
+        return self._jobs[job_id]
+
+
+READS = {"allow_fs_reads": ["notes"], "allow_tools": ["mcp__news__*"]}
+
 
 async def test_the_list_and_the_actions() -> None:
-    jobs = Jobs(Scheduler(Job(3, "Briefing"), Job(4, "Tea", enabled=False)))  # type: ignore[arg-type]
+    jobs = Jobs(Scheduler(Job(3, "Briefing", run_context=READS), Job(4, "Tea", enabled=False)))  # type: ignore[arg-type]
     text, entries = await jobs.listing("mine")
-    assert (
-        text == "Scheduled jobs:\n\n#3 Briefing\nevery day at 08:00\n\n#4 Tea\nevery day at 08:00"
+    assert text == (
+        "Scheduled jobs:\n\n#3 Briefing\nevery day at 08:00\n  • may read notes\n"
+        "  • may call mcp__news__*\n\n#4 Tea\nevery day at 08:00\n  • asks before acting"
     )
-    assert entries == [JobEntry(3, True), JobEntry(4, False)]
+    assert entries == [JobEntry(3, True, True), JobEntry(4, False)]
     assert await jobs.listing("other") == (NO_JOBS, [])
+    assert await jobs.act("mine", JobAction(3, "revoke")) == "#3 now asks before every action."
+    assert (await jobs.listing("mine"))[1][0] == JobEntry(3, True, False)
     assert await jobs.act("mine", JobAction(3, "pause")) == "Paused #3."
     assert await jobs.act("mine", JobAction(4, "resume")) == "Resumed #4."
     assert await jobs.act("mine", JobAction(3, "delete")) == "Deleted #3."
@@ -53,13 +65,14 @@ async def test_the_list_and_the_actions() -> None:
 
 
 async def test_telegram_adds_a_button_row_per_job() -> None:
-    panel = JobsPanel(Scheduler(Job(3, "Briefing"), Job(4, "Tea", enabled=False)))  # type: ignore[arg-type]
+    panel = JobsPanel(Scheduler(Job(3, "Briefing"), Job(4, "Tea", False, READS)))  # type: ignore[arg-type]
     text, keyboard = await panel.render("mine")
     assert text.startswith("Scheduled jobs:") and keyboard is not None
     assert [[b["callback_data"] for b in row] for row in keyboard["inline_keyboard"]] == [
         ["jb1:3:p", "jb1:3:d"],
-        ["jb1:4:r", "jb1:4:d"],
+        ["jb1:4:r", "jb1:4:d", "jb1:4:g"],
     ]
+    assert parse_job_callback("jb1:4:g") == JobAction(4, "revoke")
     assert await panel.render("other") == (NO_JOBS, None)
     assert parse_job_callback("jb1:4:r") == JobAction(4, "resume")
     assert parse_job_callback("jb1:04:r") is None and parse_job_callback("jb1:4:x") is None
