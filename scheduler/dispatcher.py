@@ -135,7 +135,7 @@ class Dispatcher:
     async def reschedule(self) -> None:
         if self._scheduler is None:
             return
-        due = await self.store.next_due_at()
+        due = await self.store.next_due_at(besides=self.runner.owner)
         if due is None:
             if self._scheduler.get_job(WAKE_ID) is not None:
                 self._scheduler.remove_job(WAKE_ID)

@@ -190,8 +190,9 @@ class JobRunner:
         button still works, so the run goes on from there instead of starting over."""
         if run.session_id is None:
             return None
-        if not await self.engine.pending_approvals(run.session_id):
-            return None
+        open_calls = await self.engine.store.history.session_open_tool_calls(run.session_id)
+        if not any(call.status == "pending" for _frame, call in open_calls):
+            return None  # nothing was waiting for a human: the run starts over
         return await self.engine.open_session(run.session_id)
 
     async def _new_session(self, job: Job) -> ChatSessionHandler:

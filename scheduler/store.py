@@ -141,9 +141,12 @@ class JobStore:
     async def set_enabled(self, job_id: int, enabled: bool, next_run_at: datetime | None) -> Job:
         return await self._db.run(_set_enabled, job_id, enabled, next_run_at)
 
-    async def next_due_at(self) -> datetime | None:
-        """The earliest ``next_run_at`` of an enabled job (what to wake up for)."""
-        return await self._db.run(_next_due_at)
+    async def next_due_at(self, *, besides: str | None = None) -> datetime | None:
+        """What to wake up for: the earliest ``next_run_at`` of an enabled job and, with
+        ``besides`` (the asking dispatcher), the earliest lease of another owner's run in
+        flight (a dead process's run is taken again when its lease ends, not at the next
+        safety wake)."""
+        return await self._db.run(_next_due_at, besides)
 
     async def materialize(
         self, now: datetime, next_fire: NextFire, *, batch: int = 500
@@ -401,12 +404,20 @@ def _set_enabled(conn: Connection, job_id: int, enabled: bool, next_run_at: date
     return job
 
 
-def _next_due_at(conn: Connection) -> datetime | None:
-    return conn.execute(
+def _next_due_at(conn: Connection, besides: str | None) -> datetime | None:
+    due = conn.execute(
         sa.select(sa.func.min(j.c.next_run_at)).where(
             j.c.enabled.is_(True), j.c.deleted_at.is_(None), j.c.next_run_at.is_not(None)
         )
     ).scalar()
+    if besides is None:
+        return due
+    expiry = conn.execute(
+        sa.select(sa.func.min(r.c.lease_expires_at)).where(
+            r.c.status == "running", r.c.lease_owner != besides
+        )
+    ).scalar()
+    return min((t for t in (due, expiry) if t is not None), default=None)
 
 
 def _insert_ignoring_duplicates(conn: Connection, rows: list[dict[str, Any]]) -> list[Run]:
