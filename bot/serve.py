@@ -193,6 +193,8 @@ class Service:
                 approval_wait_s=round(settings.scheduler_approval_wait_minutes * 60),
             ),
             clock=self.clock,
+            # In a fleet a run's lease names its process (its worker otherwise).
+            owner=self.process_id[-64:] if self.process_id else None,
             lease=timedelta(seconds=settings.scheduler_lease_seconds),
             tic_interval_s=settings.tic_interval_seconds,
             owner_allowed=self._job_owner_allowed,

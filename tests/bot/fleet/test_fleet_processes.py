@@ -78,9 +78,7 @@ class Fleet:
             TELEGRAM_BOT_TOKEN="123456:TEST",
             TELEGRAM_API_URL=self.telegram.base_url,
             TELEGRAM_ALLOWED_USER_IDS=",".join(str(c) for c in self.allowed),
-            HTTP_PORT=str(free_port()),
-            MEMORY_ENABLED="false",
-            **extra_env,
+            **{"HTTP_PORT": str(free_port()), "MEMORY_ENABLED": "false", **extra_env},
         )
         child = subprocess.Popen(
             [sys.executable, "-m", "bot.cli", *(["--verbose"] if self.verbose else []), "serve"],
