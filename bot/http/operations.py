@@ -133,12 +133,16 @@ class Operations:
             raise OperationError("invalid", str(exc)) from None
 
     async def _chat_source(self, tool_call_id: int, pending: list[InboxItem]) -> str | None:
-        """The chat whose current session waits on the call, if any."""
+        """The chat whose current session waits on the call, or where the call asks (a
+        scheduled job's run: its card's chat, whose decision its run reads), if any."""
         if self.hub is None:
             return None
         item = next((i for i in pending if i.tool_call_id == tool_call_id), None)
         if item is None:  # unknown or resolved: the engine says which
             return None
+        record = await self.engine.store.inbox.get(tool_call_id)
+        if record is not None and record.shown_in is not None:
+            return record.shown_in
         return item.source if await self.hub.is_current(item.source, item.session_id) else None
 
     # -- jobs ----------------------------------------------------------------------------------

@@ -331,6 +331,8 @@ class ApprovalRequiredFrame(_ServerFrame):
     path: str | None = None
     new_file: bool = False
     deciders: str | None = None
+    #: A scheduled job's title when its run asks here (not this conversation's own turn).
+    asked_by: str | None = None
     choices: list[Choice]
 
 

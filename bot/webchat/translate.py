@@ -154,6 +154,7 @@ def approval_frame(event: ApprovalRequired, deciders: str | None) -> ApprovalReq
         path=card.path,
         new_file=card.new_file,
         deciders=card.deciders,
+        asked_by=card.asked_by,
         choices=CARD_CHOICES,
     )
 

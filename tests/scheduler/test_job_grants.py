@@ -497,3 +497,47 @@ async def test_a_run_asked_to_stop_elsewhere_stops_at_its_next_lease_renewal(
     assert blocker.cancelled
     [run] = await acting.store.runs(job.id)
     assert run.status == "failed"
+
+
+async def test_a_run_cannot_ask_a_question_nobody_would_read(
+    acting: Scheduler, clock: FakeClock, model: EchoModel, origin: int
+) -> None:
+    """A question of a scheduled run would wait for ever: the tool is not a run's."""
+    job = await acting.create_cron(ORIGIN, "Curious", "0 8 * * *", "Brief me.")
+    model.add(
+        tool_call("ask_user_clarification", json.dumps({"question": "Which notes?"})),
+        lambda messages: LlmResponse(content=f"Answered: {tool_text(messages)}"),
+    )
+
+    await fire(acting, clock, job)
+
+    status, result, _ = await result_of(acting, job)
+    assert status == "done"
+    assert "unknown tool 'ask_user_clarification'" in (result or "")
+
+
+async def test_a_jobs_card_decided_in_the_inbox_reaches_the_run_and_closes_the_chats_card(
+    acting: Scheduler,
+    engine: Engine,
+    hub: ChatHub,
+    clock: FakeClock,
+    model: EchoModel,
+    origin: int,
+) -> None:
+    from bot.http.operations import Operations
+
+    job = await acting.create_cron(ORIGIN, "Daily brief", "0 8 * * *", "Brief me from notes.")
+    briefing_from_what_it_read(model)
+    events = hub.events(ORIGIN)
+    await fire(acting, clock, job)
+    card = await next_card(events)
+
+    await Operations(engine, hub, acting).approve(card.tool_call_id, by="the web inbox")
+
+    closed = await next_close(events)
+    assert (closed.tool_call_id, closed.outcome, closed.by) == (
+        card.tool_call_id,
+        "approve",
+        "the web inbox",
+    )
+    assert (await result_of(acting, job))[:2] == ("done", f"Brief: {NOTES}")

@@ -354,6 +354,7 @@ function showCard(frame) {
   let what = `⚠ ${frame.tool}${who} wants to run with:`;
   if (frame.label === "Command") what = `⚠ ${frame.tool}${who} wants to run${frame.workdir ? ` in ${frame.workdir}` : ""}:`;
   if (frame.label === "Diff") what = `⚠ ${frame.tool}${who} wants to write ${frame.path || ""}${frame.new_file ? " (new file)" : ""}`;
+  if (frame.asked_by) what = `⏰ ${frame.asked_by} wants to run: ${frame.tool}`;
   card.append(el("div", "what", what), el("pre", "", frame.content));
   if (frame.deciders) card.append(el("div", "who", frame.deciders));
   const choices = el("div", "choices");
