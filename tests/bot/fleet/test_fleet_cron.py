@@ -9,7 +9,6 @@ PostgreSQL only (``CHATHUB_TEST_POSTGRES_URL``): a fleet shares its work through
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import os
@@ -21,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from tests.bot.fleet.test_fleet_processes import Fleet
+from tests.bot.fleet.test_fleet_processes import Fleet, fleet_on_fresh_database
 from tests.bot.process import wait_for
 from tests.fakes.openai_server import FakeOpenAIServer, ScriptedReply
-from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
-from tests.pg import POSTGRES_URL_ENV, fresh_postgres_database
+from tests.fakes.telegram_server import SentMessage
+from tests.pg import POSTGRES_URL_ENV
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get(POSTGRES_URL_ENV), reason=f"{POSTGRES_URL_ENV} is not set"
@@ -103,22 +102,8 @@ def model() -> Iterator[CronModel]:
 
 @pytest.fixture
 def fleet(tmp_path: Path, model: CronModel) -> Iterator[Fleet]:
-    telegram = FakeTelegramServer().start()
-
-    async def database() -> tuple[str, Any]:
-        manager = fresh_postgres_database(migrated=True)
-        return await manager.__aenter__(), manager
-
-    loop = asyncio.new_event_loop()
-    url, manager = loop.run_until_complete(database())
-    fleet = Fleet(tmp_path, url, telegram, model)
-    try:
+    with fleet_on_fresh_database(tmp_path, model) as fleet:
         yield fleet
-    finally:
-        fleet.close()
-        telegram.stop()
-        loop.run_until_complete(manager.__aexit__(None, None, None))
-        loop.close()
 
 
 @dataclass(frozen=True)

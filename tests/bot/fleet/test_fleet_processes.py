@@ -13,6 +13,7 @@ PostgreSQL only (``CHATHUB_TEST_POSTGRES_URL``): a fleet shares its work through
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -168,8 +169,15 @@ class Fleet:
 
 @pytest.fixture
 def fleet(tmp_path: Path, fake_openai: FakeOpenAIServer) -> Iterator[Fleet]:
-    telegram = FakeTelegramServer().start()
     fake_openai.echo = True
+    with fleet_on_fresh_database(tmp_path, fake_openai) as fleet:
+        yield fleet
+
+
+@contextlib.contextmanager
+def fleet_on_fresh_database(tmp_path: Path, fake: FakeOpenAIServer) -> Iterator[Fleet]:
+    """A ``Fleet`` over a new PostgreSQL database and a fake Bot API, closed after."""
+    telegram = FakeTelegramServer().start()
 
     async def database() -> tuple[str, object]:
         manager = fresh_postgres_database(migrated=True)
@@ -178,7 +186,7 @@ def fleet(tmp_path: Path, fake_openai: FakeOpenAIServer) -> Iterator[Fleet]:
 
     loop = asyncio.new_event_loop()
     url, manager = loop.run_until_complete(database())
-    fleet = Fleet(tmp_path, url, telegram, fake_openai)
+    fleet = Fleet(tmp_path, url, telegram, fake)
     try:
         yield fleet
     finally:
