@@ -19,17 +19,19 @@ from engine.approval.deciders import OPERATOR
 from engine.approval.rules import RuleStore
 from engine.config import AppConfig
 from engine.core import Engine
-from engine.hub import ChatHub, DecisionMade, HubEvent, Notification
+from engine.hub import ChatHub, DecisionMade, HubEvent, Notification, SendOptions
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import text, tool_call
 from engine.llm.types import LlmResponse, Message
-from engine.session.events import ApprovalRequired
+from engine.session.events import ApprovalRequired, Done
 from engine.store.inbox import InboxError
+from scheduler.events import EventStore
 from scheduler.grants import JobGrants
 from scheduler.service import Scheduler
 from scheduler.store import Job
+from scheduler.tools import scheduler_tools
 from tests.clock import FakeClock
-from tests.engine.hub.conftest import EchoModel
+from tests.engine.hub.conftest import EchoModel, wait_done
 from tests.engine.session.helpers import BlockingTool
 from tests.scheduler.conftest import ORIGIN
 
@@ -541,3 +543,79 @@ async def test_a_jobs_card_decided_in_the_inbox_reaches_the_run_and_closes_the_c
         "the web inbox",
     )
     assert (await result_of(acting, job))[:2] == ("done", f"Brief: {NOTES}")
+
+
+# -- asked for in a chat ---------------------------------------------------------------------------
+
+
+async def test_a_job_asked_for_in_a_chat_shows_its_grants_on_the_card_and_records_who_asked(
+    acting: Scheduler, engine: Engine, hub: ChatHub, model: EchoModel, origin: int
+) -> None:
+    for tool in scheduler_tools(acting):
+        engine.tools.register(tool)
+    spec = {
+        "mode": "cron",
+        "title": "Daily brief",
+        "prompt": "Read notes.txt and brief me.",
+        "cron": "0 8 * * 1-5",
+        "grants": {"read": ["notes.txt"], "tools": ["execute_cmd"]},
+        "approval_wait_minutes": 45,
+    }
+    model.add(tool_call("execute_task", json.dumps(spec)), text("Scheduled."))
+    events = hub.events(ORIGIN)
+
+    await hub.send_message(
+        ORIGIN, "brief me on weekdays", SendOptions(metadata={"sender": {"id": "1", "name": "Ada"}})
+    )
+    card = await next_card(events)
+    assert card.preview is not None and card.preview.summary is not None
+    assert "may read notes.txt\nmay call execute_cmd" in card.preview.summary
+    await hub.approve(ORIGIN, card.tool_call_id, decider=OPERATOR)
+    await wait_done(events)
+
+    [job] = await acting.jobs(ORIGIN)
+    assert (job.owner_id, job.approval_wait_s) == ("telegram:1", 45 * 60)
+    assert JobGrants.of(job.run_context) == JobGrants(tools=("execute_cmd",), read=("notes.txt",))
+
+
+async def test_a_job_asking_for_too_much_is_refused_before_anything_is_scheduled(
+    acting: Scheduler, engine: Engine, hub: ChatHub, model: EchoModel, origin: int
+) -> None:
+    for tool in scheduler_tools(acting):
+        engine.tools.register(tool)
+    spec = {"mode": "cron", "title": "All", "prompt": "Do it.", "cron": "0 8 * * *"}
+    model.add(
+        tool_call("execute_task", json.dumps({**spec, "grants": {"tools": ["*"]}})),
+        lambda messages: LlmResponse(content=f"Could not: {tool_text(messages)}"),
+    )
+    events = hub.events(ORIGIN)
+
+    await hub.send_message(ORIGIN, "do everything every day")
+    card = await next_card(events)
+    assert "Grants: refused" in (card.preview.summary or "")  # type: ignore[union-attr]
+    await hub.approve(ORIGIN, card.tool_call_id, decider=OPERATOR)
+    [done] = [e.event for e in await wait_done(events) if isinstance(e.event, Done)]
+
+    assert "would match every tool" in done.content
+    assert await acting.jobs(ORIGIN) == []
+
+
+async def test_the_tic_knows_the_home_chats_user(
+    acting: Scheduler, engine: Engine, hub: ChatHub, model: EchoModel
+) -> None:
+    seen: list[tuple[str, Any]] = []
+
+    async def profile(source: str, metadata: Any) -> str:
+        seen.append((source, metadata))
+        return "The owner is Ada."
+
+    hub.add_turn_context(profile)
+    await hub.set_home(ORIGIN)
+    await EventStore(engine.store.db).add("mail", "new_mail", {"from": "boss"})
+    model.add(text("nothing to say"))
+
+    report = await acting.tic.tick()
+
+    assert report.events == 1
+    assert "The owner is Ada." in json.dumps(model.requests[-1][0])
+    assert seen == [(ORIGIN, None)]
