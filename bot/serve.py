@@ -199,7 +199,7 @@ class Service:
             tic_interval_s=settings.tic_interval_seconds,
             owner_allowed=self._job_owner_allowed,
         )
-        hub.on_standing_grant(scheduler.grant_for_session)
+        hub.visiting.on_standing_grant(scheduler.grant_for_session)
         for tool in scheduler_tools(scheduler):
             engine.tools.register(tool)
         if settings.memory_enabled:

@@ -2,7 +2,7 @@
 
 The run's session emits ``ApprovalRequired`` as an interactive turn does; ``RunCards``
 (the run's ``emit``) shows it in the job's chat, marked with the job's title
-(``ChatHub.show_card``: recorded with the approval, so the card's button works there,
+(``ChatHub.visiting``: recorded with the approval, so the card's button works there,
 also after a restart), and gives it until the job's limit, counted from when the call
 first asked (stored: a resumed run keeps the time already waited). Then the call is
 rejected with a reason the model reads, and the card says so.
@@ -97,13 +97,13 @@ class RunCards:
             return
         task.cancel()
         if close:
-            closing = asyncio.create_task(self._hub.close_card(self._chat, call_id, STOPPED, ""))
+            closing = asyncio.create_task(self._hub.visiting.close(self._chat, call_id, STOPPED))
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
 
     async def _ask(self, event: ApprovalRequired) -> None:
         try:
-            await self._hub.show_card(self._chat, event)
+            await self._hub.visiting.show(self._chat, event)
             record = await self._inbox.get(event.tool_call_id)
             now = utcnow()
             asked_at = record.requested_at if record is not None else now
@@ -114,7 +114,7 @@ class RunCards:
                 self._chat, event.tool_call_id, wait_ran_out(self._wait), decider=OPERATOR
             )
             self._waits.pop(event.tool_call_id, None)
-            await self._hub.close_card(self._chat, event.tool_call_id, TIMED_OUT, "")
+            await self._hub.visiting.close(self._chat, event.tool_call_id, TIMED_OUT)
         except InboxError:
             self._waits.pop(event.tool_call_id, None)  # decided meanwhile: nothing to do
         except asyncio.CancelledError:

@@ -217,7 +217,7 @@ class JobRunner:
         """The run's turn: the job's prompt as its owner's message, with their profile."""
         chat = self._chat_of(job) or self.hub.home
         metadata = _sender(job)
-        profile = await self.hub.turn_context(chat, metadata)
+        profile = await self.hub.visiting.turn_context(chat, metadata)
         if resuming:
             return await handler.resume_turn(extra_system_dynamic=profile, emit=cards)
         return await handler.handle_message(

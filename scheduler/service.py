@@ -256,7 +256,7 @@ class Scheduler:
 
     async def _stopped(self, job_id: int, sessions: list[int]) -> bool:
         for session_id in sessions:
-            await self.hub.cancel_anywhere(session_id)
+            await self.hub.visiting.stop(session_id)
         waited = 0.0
         while sessions and set(sessions) & set(await self.store.running_sessions(job_id)):
             if waited >= self.stop_wait_s:

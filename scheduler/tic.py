@@ -109,7 +109,9 @@ class Tic:
             [e.to_json() for e in events], ensure_ascii=False, indent=1
         )
         # The tic watches on the owner's behalf: it knows them as their home chat's turns do.
-        profile = await self.hub.turn_context(self.hub.home, None) if self.hub.home else None
+        profile = (
+            await self.hub.visiting.turn_context(self.hub.home, None) if self.hub.home else None
+        )
         try:
             await handler.handle_message(
                 prompt, is_synthetic=True, interface_tools=[notify], extra_system_dynamic=profile

@@ -82,6 +82,11 @@ class AdapterRegistry:
     def failure_hook(self, source: str) -> FailureHook | None:
         return self._failure_hooks.get(source)
 
+    @property
+    def publish(self) -> Publish:
+        """The hub's broadcast (``HubEvents.publish``, or a fleet's relay)."""
+        return self._publish
+
     def bridge(self, source: str, session_id: int) -> TurnBridge:
         """The ``emit`` for one turn of ``source``'s session ``session_id``."""
         return TurnBridge(

@@ -28,7 +28,7 @@ class Decisions:
     """Records a human decision on the source's current session; the engine refuses a call
     of another session (``InboxError`` ``other_session``) and a decider who may not decide.
 
-    A call another session asks in this chat (a scheduled job's run: ``ChatHub.show_card``)
+    A call another session asks in this chat (a scheduled job's run: ``Visitors.show``)
     is decided here too; its run, not the chat, resumes it, and "🔄 Session" on it grants
     the job the tool (``StandingGrant``) instead of a bypass of everything."""
 

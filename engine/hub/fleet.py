@@ -186,8 +186,8 @@ class FleetWork:
         await self._tell(DECISION_CHANNEL, source, call=tool_call_id)
 
     async def decided_anywhere(self, source: str, tool_call_id: int) -> None:
-        """A decision on a call of a session no chat owns (a job's run, carded in
-        ``source``): whichever process waits for it wakes; none resumes it."""
+        """A decision on a call of a session no chat owns (a job's run) wakes whichever
+        process waits for it; none resumes it."""
         await self._tell(DECISION_CHANNEL, source, call=tool_call_id, anywhere=True)
 
     async def stop_session(self, session_id: int) -> None:
@@ -338,27 +338,12 @@ class FleetWork:
                 if state.handler is not None:
                     state.handler.cancel()
 
-    async def _tell(
-        self,
-        channel: str,
-        source: str,
-        to: str | None = None,
-        call: int | None = None,
-        *,
-        anywhere: bool = False,
-        session: int | None = None,
-    ) -> None:
+    async def _tell(self, channel: str, source: str, **extra: str | int | bool) -> None:
+        """``extra``: ``to`` (a process), ``call`` (a tool call), ``anywhere`` (whoever
+        waits for the call), ``session`` (a session no chat owns)."""
         if self._notifier is None:
             return  # the owner's next scan or pull finds it
-        payload: dict[str, Any] = {"source": source}
-        if to is not None:
-            payload["to"] = to
-        if call is not None:
-            payload["call"] = call
-        if anywhere:
-            payload["anywhere"] = True
-        if session is not None:
-            payload["session"] = session
+        payload: dict[str, Any] = {"source": source, **extra}
         try:
             await self._notifier.publish(channel, payload)
         except Exception:

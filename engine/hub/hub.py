@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -41,7 +41,6 @@ from engine.hub.protocols import (
     MonotonicClock,
     Publish,
     Sleep,
-    StandingGrant,
     TurnContext,
 )
 from engine.hub.recovery import Recovery
@@ -49,9 +48,9 @@ from engine.hub.relay import EventRelay
 from engine.hub.sources import SourceRegistry
 from engine.hub.system_bus import watch_cancellations
 from engine.hub.tasks import BackgroundTasks
-from engine.hub.types import DecisionMade, Notification, SendOptions, validate_source
+from engine.hub.types import Notification, SendOptions, validate_source
+from engine.hub.visiting import Visitors
 from engine.session.compaction import CompactionResult
-from engine.session.events import ApprovalRequired
 from engine.session.outcomes import TurnResult
 from engine.store.leases import Leases
 from engine.store.notify import Notifier
@@ -90,7 +89,6 @@ class ChatHub:
         #: In a fleet, events also go to (and come from) the other processes (``relay.py``).
         self.relay = EventRelay(notifier, self._events) if fleet and notifier else None
         publish: Publish = self.relay.publish if self.relay else self._events.publish
-        self._publish = publish
         self._adapters = AdapterRegistry(publish)
         self._sources = SourceRegistry(engine, clock)
         failed = FailedTurns(store, self._adapters)
@@ -116,6 +114,8 @@ class ChatHub:
             self._intake.join_fleet(self.fleet)
             self._decisions.join_fleet(self.fleet)
             self._background.join_fleet(self.fleet)
+        #: Sessions no chat owns (a scheduled job's run) serving a chat's user, asking there.
+        self.visiting = Visitors(engine, self._sources, self._adapters, self._decisions, self.fleet)
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -280,39 +280,6 @@ class ChatHub:
         return await self._decisions.reject(
             validate_source(source), tool_call_id, note, decider=decider, by=by
         )
-
-    async def cancel_anywhere(self, session_id: int) -> None:
-        """Stop the session's turn, here or on the process of a fleet that runs it (a job's
-        run: it belongs to no chat)."""
-        if not self.engine.cancel_session(session_id) and self.fleet is not None:
-            await self.fleet.stop_session(session_id)
-
-    async def show_card(self, source: str, event: ApprovalRequired) -> None:
-        """A call of another session (a scheduled job's run) asks in chat ``source``:
-        recorded first (a decision there, even after a restart, reaches that call), then
-        published so the chat's front end shows the card."""
-        source = validate_source(source)
-        await self.engine.store.inbox.show_in(event.tool_call_id, source)
-        state = await self._sources.state(source)
-        self._publish(source, state.session_id, event)
-
-    async def close_card(
-        self, source: str, tool_call_id: int, outcome: str, by: str, note: str = ""
-    ) -> None:
-        """Close a card ``show_card`` raised whose call ended without a decision there (its
-        wait ran out, its job was stopped): the chat's card shows ``outcome`` by ``by``."""
-        source = validate_source(source)
-        state = await self._sources.state(source)
-        self._publish(source, state.session_id, DecisionMade(tool_call_id, outcome, by, note))
-
-    def on_standing_grant(self, grant: StandingGrant) -> None:
-        """What "🔄 Session" on a card ``show_card`` raised does: the job gets the tool."""
-        self._decisions.standing_grant = grant
-
-    async def turn_context(self, source: str, metadata: Mapping[str, Any] | None) -> str | None:
-        """The dynamic system content a turn of ``source`` by the sender in ``metadata``
-        gets (the user's profile): for a turn run outside the hub on their behalf."""
-        return await self._adapters.dynamic(source, metadata, None)
 
     async def decision_refusal(self, tool_call_id: int, decider: Decider) -> str | None:
         """Why ``decider`` may not decide the call now (``None``: they may, or it is closed);

@@ -273,7 +273,7 @@ async def test_rejected_in_the_chat_the_run_reads_why(
 async def test_session_on_a_jobs_card_grants_the_job_that_tool_for_later_runs(
     acting: Scheduler, hub: ChatHub, clock: FakeClock, model: EchoModel, origin: int
 ) -> None:
-    hub.on_standing_grant(acting.grant_for_session)
+    hub.visiting.on_standing_grant(acting.grant_for_session)
     job = await acting.create_cron(ORIGIN, "Todos", "0 8 * * *", "Plan the day.")
     model.add(tool_call("execute_cmd", json.dumps({"command": "true"})), text("planned"))
     events = hub.events(ORIGIN)
