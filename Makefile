@@ -33,14 +33,14 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 
 bench: $(STAMP)
-	$(VENV)/bin/python bench/engine_overhead.py
-	$(VENV)/bin/python bench/hub_throughput.py
-	$(VENV)/bin/python bench/telegram_e2e.py
-	$(VENV)/bin/python bench/scheduler_scale.py
-	$(VENV)/bin/python bench/subagents_parallel.py
-	$(VENV)/bin/python bench/compaction.py
-	$(VENV)/bin/python bench/memory.py
-	$(VENV)/bin/python bench/layers.py
+	$(VENV)/bin/python -P bench/engine_overhead.py
+	$(VENV)/bin/python -P bench/hub_throughput.py
+	$(VENV)/bin/python -P bench/telegram_e2e.py
+	$(VENV)/bin/python -P bench/scheduler_scale.py
+	$(VENV)/bin/python -P bench/subagents_parallel.py
+	$(VENV)/bin/python -P bench/compaction.py
+	$(VENV)/bin/python -P bench/memory_recall.py
+	$(VENV)/bin/python -P bench/layers.py
 
 fuzz: $(STAMP)
 	CHATHUB_FUZZ_EXAMPLES=10000 $(VENV)/bin/pytest -q -s tests/bot/http/test_fuzz.py

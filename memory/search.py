@@ -310,7 +310,7 @@ def _search(
     if conn.dialect.name == "postgresql":
         # asyncpg prepares statements, and after five runs PostgreSQL may switch to a generic
         # plan, which cannot see how common the words are: here 4.8 -> 20 ms a query (the
-        # 37-word worst case of bench/memory.py: p99 48 ms). A custom plan per run costs
+        # 37-word worst case of bench/memory_recall.py: p99 48 ms). A custom plan per run costs
         # ~0.3 ms of planning.
         conn.execute(sa.text("SET LOCAL plan_cache_mode = force_custom_plan"))
         names = [f"t{i}" for i in range(len(terms))]
