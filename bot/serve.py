@@ -40,7 +40,7 @@ from bot.telegram.adapter import TelegramAdapter, TelegramConfig
 from bot.telegram.api import BotApi
 from bot.telegram.health import TelegramHealth
 from bot.telegram.jobs import JobsPanel
-from bot.telegram.outbound import MARK_DELAY_S, Outbound, Pacing, RetrySchedule
+from bot.telegram.outbound import Outbound, Pacing, RetrySchedule
 from bot.telegram.poller import Poller
 from bot.telegram.redelivery import Redelivery
 from bot.telegram.retrying import StartupRefused
@@ -245,9 +245,6 @@ class Service:
                 schedule=self.schedule,
                 health=health,
                 tenure=hub.fleet.ownership if hub.fleet is not None else None,
-                # A fleet's processes are killed and replaced: a delivery is recorded at
-                # once, not batched for 20 ms, so a kill right after a send re-sends less.
-                mark_delay_s=MARK_DELAY_S if hub.fleet is None else 0.0,
             )
             self.adapter = adapter = TelegramAdapter(
                 hub,

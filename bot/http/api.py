@@ -221,15 +221,16 @@ class ApiRoutes:
         self._memory = None if memory is None else MemoryAdmin(memory, self.engine.store.db)
 
     def routes(self) -> list[Route]:
+        """One route per path with every method of it: a method the path does not have is
+        405 with all the ones it has in ``Allow`` (not only the first route's)."""
+        by_path: dict[str, dict[str, Handler]] = {}
+        for spec in OPERATIONS:
+            if spec.served_by == "api":
+                handler = self._guarded(getattr(self, spec.name))
+                by_path.setdefault(spec.path, {})[spec.method] = handler
         return [
-            Route(
-                spec.path,
-                self._guarded(getattr(self, spec.name)),
-                methods=[spec.method],
-                name=f"api_{spec.name}",
-            )
-            for spec in OPERATIONS
-            if spec.served_by == "api"
+            Route(path, _by_method(handlers), methods=list(handlers), name=f"api {path}")
+            for path, handlers in by_path.items()
         ]
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -575,6 +576,17 @@ def _arguments(raw: str | None) -> Any:
         return json.loads(raw)
     except ValueError:
         return raw
+
+
+def _by_method(handlers: dict[str, Handler]) -> Handler:
+    if len(handlers) == 1:
+        return next(iter(handlers.values()))
+
+    async def dispatch(request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        return await handlers[method](request)
+
+    return dispatch
 
 
 def error_status(exc: OperationError) -> int:

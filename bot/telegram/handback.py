@@ -96,8 +96,8 @@ class DeliveryMarks:
 
     def add(self, outbox_id: int, message_id: int | None) -> None:
         """Not awaited by the sender: the reply is out; a crash before the commit sends it
-        again at the next start. That window (20 ms; none in a fleet) is small beside the
-        one no client can close: a crash while Telegram's answer to the send is on its way.
+        again at the next start. That window (the commit's few ms) is small beside the one
+        no client can close: a crash while Telegram's answer to the send is on its way.
         """
         self._sent.append((outbox_id, message_id))
         if self._marking is None or self._marking.done():

@@ -96,9 +96,11 @@ class Pacing:
         )
 
 
-# How long a delivered message waits for others before its delivery is recorded: a burst
-# of replies costs one commit, not one each (bench/telegram_e2e.py).
-MARK_DELAY_S = 0.02
+# How long a delivered message waits for others before its delivery is recorded: none. A
+# delivery is recorded as soon as Telegram answers, in every mode (a kill in a waiting
+# window re-sent replies Telegram had); deliveries answered while a record is being
+# written still share the next commit (``DeliveryMarks``).
+MARK_DELAY_S = 0.0
 # The health kind of send outcomes (``TelegramHealth``).
 SEND = "send"
 

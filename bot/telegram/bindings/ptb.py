@@ -37,6 +37,11 @@ from engine.tls import shared_tls_context
 __all__ = ["PtbBotApi"]
 
 _LONG_POLL_MARGIN = 10.0
+#: Methods called for their raw JSON through ``Bot.do_api_request`` (ptb's public door for
+#: any method). The Bot API's method names are case-insensitive; in lower case they are
+#: not the name of a ptb method, which ``do_api_request`` would otherwise warn us to use
+#: (and that one parses the answer into objects: the cost and the fragility avoided here).
+_RAW = {name: name.lower() for name in ("getUpdates", "sendMessage")}
 """Seconds of read timeout on top of the getUpdates ``timeout`` (ptb adds the two)."""
 
 
@@ -216,9 +221,10 @@ class PtbBotApi:
         with _translated():
             # Raw JSON, not ``Bot.get_updates``: ptb parses the whole batch into objects, and
             # one update it cannot parse would fail every poll (the offset never moves past
-            # it). Our own parser ignores what it does not understand.
-            updates = await self._bot._post(
-                "getUpdates", api_kwargs=kwargs, read_timeout=timeout + _LONG_POLL_MARGIN
+            # it). Our own parser ignores what it does not understand. (``_RAW``: why the
+            # method's name is in lower case.)
+            updates = await self._bot.do_api_request(
+                _RAW["getUpdates"], api_kwargs=kwargs, read_timeout=timeout + _LONG_POLL_MARGIN
             )
         return [u for u in updates if isinstance(u, dict)]
 
@@ -243,9 +249,8 @@ class PtbBotApi:
         params.update((key, value) for key, value in optional.items() if value is not None)
         with _translated():
             # Raw JSON back: parsing the reply into a ``Message`` only to dump it again cost
-            # a tenth of a reply's CPU (bench/telegram_e2e.py). ``_post`` as for getUpdates
-            # (``do_api_request`` warns for methods ptb has).
-            message = await self._bot._post("sendMessage", params)
+            # a tenth of a reply's CPU (bench/telegram_e2e.py).
+            message = await self._bot.do_api_request(_RAW["sendMessage"], api_kwargs=params)
         return message if isinstance(message, dict) else {}
 
     async def edit_message_text(

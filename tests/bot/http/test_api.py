@@ -483,3 +483,14 @@ async def test_wrong_bearer_tokens_are_throttled_with_the_page_sign_in(engine):
     now[0] += timedelta(minutes=16)
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
         assert (await c.get("/api/inbox", headers=AUTH)).status_code == 200
+
+
+async def test_a_method_a_path_lacks_is_405_naming_every_method_it_has(client):
+    for method, path, allowed in (
+        ("OPTIONS", "/api/memory/users/1/facts", {"GET", "HEAD", "POST"}),
+        ("PUT", "/api/memory/facts/1", {"PATCH", "DELETE"}),
+        ("GET", "/api/jobs/1/kill", {"POST"}),
+    ):
+        answer = await client.request(method, path, headers=AUTH)
+        assert answer.status_code == 405, (method, path)
+        assert set(answer.headers["allow"].split(", ")) == allowed, (method, path)
