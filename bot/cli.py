@@ -134,9 +134,10 @@ async def _serve(config: AppConfig) -> None:
 
 async def _chat(config: AppConfig) -> None:
     from bot.serve import open_engine
-    from bot.terminal import SOURCE, TerminalChat, console_interrupted
+    from bot.terminal import SOURCE, TerminalChat, console_interrupted, log_to_file
     from engine.hub import ChatHub
 
+    print(f"chathub: the log is in {log_to_file()}", file=sys.stderr, flush=True)
     engine = await open_engine(config)
     hub = ChatHub(engine, config.hub, recover_prefix=SOURCE)
     events = hub.events(SOURCE)  # before the hub resumes an interrupted turn

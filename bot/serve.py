@@ -455,7 +455,9 @@ async def serve(config: AppConfig) -> None:
     refused.add_done_callback(lambda _f: stop.set())
     terminal: asyncio.Task[None] | None = None
     if service.console_events is not None:
-        from bot.terminal import TerminalChat
+        from bot.terminal import TerminalChat, log_to_file
+
+        print(f"chathub: the log is in {log_to_file()}", file=sys.stderr, flush=True)
 
         assert service.hub is not None
         from bot.platform.jobs import Jobs

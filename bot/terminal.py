@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from bot.platform.cards import CardContent, Choice, card_content, decide, outcome_line
@@ -50,6 +53,25 @@ if TYPE_CHECKING:  # the scheduler comes only with a service that has one
     from memory.service import MemoryService
 
 SOURCE = "console"
+
+
+def log_to_file(home: Path | None = None) -> Path:
+    """While a person chats in this terminal, the log goes to a file, not between their
+    prompt and the answer: ``$XDG_STATE_HOME/chathub/chathub.log`` (default
+    ``~/.local/state/chathub/chathub.log``). Returns the file's path."""
+    state = os.environ.get("XDG_STATE_HOME") or str((home or Path.home()) / ".local" / "state")
+    path = Path(state) / "chathub" / "chathub.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger()
+    handler = logging.FileHandler(path, encoding="utf-8")
+    for old in list(root.handlers):
+        if isinstance(old, logging.StreamHandler) and not isinstance(old, logging.FileHandler):
+            handler.setFormatter(old.formatter)
+            root.removeHandler(old)
+    root.addHandler(handler)
+    return path
+
+
 HELP = "Commands: /help lists them, /new starts afresh, /quit leaves. Ctrl-C stops a running turn."
 APPROVE_HELP = (
     "Approve? [y]es / [t] 15 min / [a]lways this session / anything else rejects (as the reason)"

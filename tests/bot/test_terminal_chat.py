@@ -11,6 +11,12 @@ from tests.fakes.openai_server import FakeOpenAIServer
 
 
 def _run_chat(tmp_path: Path, fake: FakeOpenAIServer, stdin: str, **env: str) -> str:
+    return _chat_process(tmp_path, fake, stdin, **env).stdout
+
+
+def _chat_process(
+    tmp_path: Path, fake: FakeOpenAIServer, stdin: str, **env: str
+) -> subprocess.CompletedProcess[str]:
     environment = {
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(tmp_path),
@@ -33,7 +39,7 @@ def _run_chat(tmp_path: Path, fake: FakeOpenAIServer, stdin: str, **env: str) ->
         timeout=30,
     )
     assert done.returncode == 0, done.stderr
-    return done.stdout
+    return done
 
 
 def test_a_multi_turn_conversation_with_tool_calls(tmp_path: Path, fake_openai: FakeOpenAIServer):
@@ -123,3 +129,15 @@ def test_an_approval_prompt_is_the_cards_content(tmp_path: Path, fake_openai: Fa
     assert "[t] 15 min" in out
     assert "✓ execute_cmd: hi" in out
     assert "Done." in out
+
+
+def test_the_log_goes_to_a_file_not_between_the_prompt_and_the_answer(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+):
+    fake_openai.reply_error(500, model="fake-model")
+    stderr = _chat_process(tmp_path, fake_openai, "hello?\n").stderr
+
+    log = tmp_path / ".local" / "state" / "chathub" / "chathub.log"
+    assert f"the log is in {log}" in stderr
+    assert "WARNING" not in stderr and "ERROR" not in stderr, stderr
+    assert "WARNING" in log.read_text() or "ERROR" in log.read_text()
