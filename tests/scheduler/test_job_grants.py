@@ -70,12 +70,17 @@ def tool_text(messages: Sequence[Message]) -> str:
     return next((str(m["content"]) for m in reversed(messages) if m["role"] == "tool"), "")
 
 
+def calls_then_says(model: EchoModel, tool: str, args: dict[str, Any], said: str) -> None:
+    """The run calls ``tool``, then answers ``said`` and what the call gave it."""
+    model.add(
+        tool_call(tool, json.dumps(args)),
+        lambda messages: LlmResponse(content=f"{said}: {tool_text(messages)}"),
+    )
+
+
 def briefing_from_what_it_read(model: EchoModel, path: str = "notes.txt") -> None:
     """The run reads ``path``, then answers with what the tool gave it."""
-    model.add(
-        tool_call("read_file", json.dumps({"path": path})),
-        lambda messages: LlmResponse(content=f"Brief: {tool_text(messages)}"),
-    )
+    calls_then_says(model, "read_file", {"path": path}, "Brief")
 
 
 @pytest.fixture
@@ -233,10 +238,7 @@ async def test_a_card_left_alone_is_rejected_after_the_jobs_limit_and_the_briefi
     job = await acting.create_cron(
         ORIGIN, "Daily brief", "0 8 * * *", "Brief me from notes.", approval_wait_s=600
     )
-    model.add(
-        tool_call("read_file", json.dumps({"path": "notes.txt"})),
-        lambda messages: LlmResponse(content=f"Could not read: {tool_text(messages)}"),
-    )
+    calls_then_says(model, "read_file", {"path": "notes.txt"}, "Could not read")
     events = hub.events(ORIGIN)
 
     await fire(acting, clock, job)
@@ -257,10 +259,7 @@ async def test_rejected_in_the_chat_the_run_reads_why(
     acting: Scheduler, hub: ChatHub, clock: FakeClock, model: EchoModel, origin: int
 ) -> None:
     job = await acting.create_cron(ORIGIN, "Daily brief", "0 8 * * *", "Brief me.")
-    model.add(
-        tool_call("read_file", json.dumps({"path": "notes.txt"})),
-        lambda messages: LlmResponse(content=f"Skipped: {tool_text(messages)}"),
-    )
+    calls_then_says(model, "read_file", {"path": "notes.txt"}, "Skipped")
     events = hub.events(ORIGIN)
 
     await fire(acting, clock, job)
@@ -343,10 +342,7 @@ async def test_a_deny_rule_beats_a_grant(
         "Brief me.",
         grants=acting.grants.check({"read": ["notes.txt"]}),
     )
-    model.add(
-        tool_call("read_file", json.dumps({"path": "notes.txt"})),
-        lambda messages: LlmResponse(content=f"Refused: {tool_text(messages)}"),
-    )
+    calls_then_says(model, "read_file", {"path": "notes.txt"}, "Refused")
 
     await fire(acting, clock, job)
 
@@ -365,10 +361,7 @@ async def test_a_grant_never_reaches_secrets_even_through_its_working_directory(
         "Read it.",
         grants=acting.grants.check({"read": ["reports"], "working_directory": "reports"}),
     )
-    model.add(
-        tool_call("read_file", json.dumps({"path": "../secrets/token"})),
-        lambda messages: LlmResponse(content=f"Got: {tool_text(messages)}"),
-    )
+    calls_then_says(model, "read_file", {"path": "../secrets/token"}, "Got")
 
     await fire(acting, clock, job)
 
@@ -506,10 +499,7 @@ async def test_a_run_cannot_ask_a_question_nobody_would_read(
 ) -> None:
     """A question of a scheduled run would wait for ever: the tool is not a run's."""
     job = await acting.create_cron(ORIGIN, "Curious", "0 8 * * *", "Brief me.")
-    model.add(
-        tool_call("ask_user_clarification", json.dumps({"question": "Which notes?"})),
-        lambda messages: LlmResponse(content=f"Answered: {tool_text(messages)}"),
-    )
+    calls_then_says(model, "ask_user_clarification", {"question": "Which notes?"}, "Answered")
 
     await fire(acting, clock, job)
 
@@ -584,10 +574,7 @@ async def test_a_job_asking_for_too_much_is_refused_before_anything_is_scheduled
     for tool in scheduler_tools(acting):
         engine.tools.register(tool)
     spec = {"mode": "cron", "title": "All", "prompt": "Do it.", "cron": "0 8 * * *"}
-    model.add(
-        tool_call("execute_task", json.dumps({**spec, "grants": {"tools": ["*"]}})),
-        lambda messages: LlmResponse(content=f"Could not: {tool_text(messages)}"),
-    )
+    calls_then_says(model, "execute_task", {**spec, "grants": {"tools": ["*"]}}, "Could not")
     events = hub.events(ORIGIN)
 
     await hub.send_message(ORIGIN, "do everything every day")
