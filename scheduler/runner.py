@@ -29,7 +29,7 @@ from engine.store.inbox import SENDER_KEY
 from engine.store.schema import utcnow
 from scheduler.asking import RunCards
 from scheduler.grants import JobGrants
-from scheduler.store import Job, JobStore, Run
+from scheduler.store import STOPPED, Job, JobStore, Run
 
 __all__ = ["TASK_COMPLETED_TOOL", "JobRunner", "OwnerCheck"]
 
@@ -147,8 +147,9 @@ class JobRunner:
         if started == "lost":
             log.warning("run %s lost its lease before it started; not run here", run.id)
             return None
-        if started == "deleted":
-            await self.store.finish(run.id, self.owner, status="failed", error="job deleted")
+        if started in ("deleted", "stopped"):
+            error = "job deleted" if started == "deleted" else STOPPED
+            await self.store.finish(run.id, self.owner, status="failed", error=error)
             await self.store.mark_delivered([run.id], "none")
             return None
         cards = self._cards(job)

@@ -37,6 +37,8 @@ class SchedulerError(ValueError):
 
 #: How often a stop looks whether the runs it asked to stop have ended.
 STOP_POLL_S = 0.05
+#: How often it asks the run again to stop, while it has not.
+STOP_AGAIN_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +265,11 @@ class Scheduler:
                 return False
             await asyncio.sleep(STOP_POLL_S)  # the run ends in another task or process
             waited += STOP_POLL_S
+            if waited % STOP_AGAIN_S < STOP_POLL_S:
+                # A cancel that came as the run's turn began (or a notice lost on the way)
+                # stopped nothing: ask again rather than wait for the lease renewal.
+                for session_id in sessions:
+                    await self.hub.visiting.stop(session_id)
         return True
 
     async def toggle(self, source: str, job_id: int, enabled: bool) -> Job:

@@ -23,7 +23,16 @@ from engine.store.schema import utcnow
 from scheduler.tables import job_runs as r
 from scheduler.tables import scheduled_jobs as j
 
-__all__ = ["Job", "JobStore", "JobsOverview", "LastRun", "NewJob", "Run", "run_counts"]
+__all__ = [
+    "STOPPED",
+    "Job",
+    "JobStore",
+    "JobsOverview",
+    "LastRun",
+    "NewJob",
+    "Run",
+    "run_counts",
+]
 
 #: At most this many missed fires of one job are recorded per dispatch step; the count of
 #: the others is still reported.
@@ -111,6 +120,9 @@ class JobsOverview:
 
 # (job, after) → the job's next fire strictly after ``after`` (None: never again)
 NextFire = Callable[[Job, datetime], datetime | None]
+
+#: The error of a run a kill stopped before it could end by itself.
+STOPPED = "stopped by a kill"
 
 _JOB_FIELDS = [f.name for f in fields(Job)]
 _RUN_FIELDS = [f.name for f in fields(Run)]
@@ -528,6 +540,7 @@ def _claimable(now: datetime) -> sa.ColumnElement[bool]:
         sa.or_(r.c.status == "pending", expired),
         r.c.attempt < j.c.max_attempts,
         j.c.deleted_at.is_(None),
+        r.c.cancel_requested_at.is_(None),  # a run asked to stop is never taken again
     )
 
 
@@ -644,7 +657,11 @@ _held_by = sa.and_(
 )
 _job_live = sa.select(j.c.id).where(j.c.id == r.c.job_id, j.c.deleted_at.is_(None)).exists()
 _job_deleted = sa.select(j.c.id).where(j.c.id == r.c.job_id, j.c.deleted_at.is_not(None)).exists()
-_START = r.update().where(_held_by, _job_live).values(session_id=sa.bindparam("b_session"))
+_START = (
+    r.update()
+    .where(_held_by, _job_live, r.c.cancel_requested_at.is_(None))
+    .values(session_id=sa.bindparam("b_session"))
+)
 _HELD = sa.select(r.c.id).where(_held_by)
 # A run asked to stop (a kill, a delete) renews no more: its runner stops it.
 _HEARTBEAT = (
@@ -683,15 +700,20 @@ _SET_MESSAGES = (
 
 
 def _start(conn: Connection, run_id: int, owner: str, session_id: int) -> str:
-    """Record the run's session if the run is still ours: ``started``, ``lost`` or ``deleted``."""
+    """Record the run's session if the run is still ours: ``started``, ``lost`` or
+    ``deleted`` (its job was deleted while it waited) or ``stopped`` (a kill asked it to)."""
     held = {"b_run": run_id, "b_owner": owner}
     if conn.execute(_START, {**held, "b_session": session_id}).rowcount == 1:
         return "started"
-    return "deleted" if conn.execute(_HELD, held).first() is not None else "lost"
+    still = conn.execute(sa.select(_job_live.label("live")).where(_held_by), held).first()
+    if still is None:
+        return "lost"
+    return "stopped" if still.live else "deleted"
 
 
 def _abandon_expired(conn: Connection, now: datetime) -> list[Run]:
-    # A deleted job's run whose worker died is not retried: it just ends.
+    # A deleted job's run whose worker died is not retried: it just ends; so does a run a
+    # kill asked to stop (its worker stopped renewing, or died).
     conn.execute(
         r.update()
         .where(
@@ -700,6 +722,15 @@ def _abandon_expired(conn: Connection, now: datetime) -> list[Run]:
             r.c.job_id.in_(sa.select(j.c.id).where(j.c.deleted_at.is_not(None))),
         )
         .values(status="failed", error="job deleted", delivery_status="none", finished_at=now)
+    )
+    conn.execute(
+        r.update()
+        .where(
+            r.c.status == "running",
+            r.c.lease_expires_at < now,
+            r.c.cancel_requested_at.is_not(None),
+        )
+        .values(status="failed", error=STOPPED, delivery_status="none", finished_at=now)
     )
     rows = conn.execute(
         sa.select(r)

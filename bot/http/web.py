@@ -77,7 +77,7 @@ _FLASH = {
     "toggle": "Job #{id} updated.",
     "delete": "Job #{id} deleted.",
     "revoke": "Job #{id} now asks before every action.",
-    "timeout": "#{id}: asked to stop, but it had not stopped yet; it stops within a minute.",
+    "timeout": "Job #{id} deleted; its run was asked to stop and had not stopped yet.",
     "not_found": "#{id} no longer exists.",
     "resolved": "#{id} was already decided elsewhere.",
     "conflict": "#{id}: that cannot be done now.",
@@ -509,7 +509,11 @@ class WebInbox:
     async def delete_job(
         self, request: Request, form: dict[str, str], visitor: Visitor
     ) -> Response:
-        return await self._on_job(request, "delete", self.ops.delete_job)
+        async def delete(job_id: int) -> None:
+            if not (await self.ops.delete_job(job_id)).stopped:
+                raise OperationError("timeout", "its run is still stopping")
+
+        return await self._on_job(request, "delete", delete)
 
     async def revoke_job(
         self, request: Request, form: dict[str, str], visitor: Visitor

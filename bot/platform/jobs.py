@@ -62,7 +62,9 @@ class Jobs:
         """Do ``action``; the sentence to show (a refusal is the scheduler's own words)."""
         try:
             if action.action == "delete":
-                job = await self.scheduler.delete(source, action.job_id)
+                job, stop = await self.scheduler.delete_reporting(source, action.job_id)
+                if not stop.stopped:
+                    return f"Deleted #{job.id}; its run is still stopping."
                 return f"Deleted #{job.id}."
             if action.action == "revoke":
                 job = await self.scheduler.revoke_grants(source, action.job_id)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from engine.store import Store
-from scheduler.store import Job, JobStore, NewJob, Run
+from scheduler.store import STOPPED, Job, JobStore, NewJob, Run
 from tests.scheduler.conftest import cron_next_fire
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -281,6 +281,36 @@ async def test_after_the_last_attempt_an_expired_run_is_abandoned(jobs: JobStore
     assert "abandoned after 2 attempt(s)" in stored.error
     assert [r.id for r in await jobs.undelivered()] == [run.id]
     assert await jobs.abandon_expired(at(1, 10)) == []  # once
+
+
+async def test_a_run_a_kill_asked_to_stop_is_never_taken_again_and_ends_when_its_lease_does(
+    jobs: JobStore,
+) -> None:
+    """Its worker died (or stopped renewing) after the kill: no other worker runs it again."""
+    run = await pending_run(jobs)
+    await jobs.claim("worker-a", at(1), LEASE, 1)
+    assert await jobs.start(run.id, "worker-a", 7) == "started"
+
+    assert await jobs.request_stop(run.job_id) == [7]
+    assert not await jobs.heartbeat(run.id, "worker-a", at(1, 0, 30))  # its runner stops it
+
+    assert await jobs.claim("worker-b", at(1, 5), LEASE, 1) == []
+    await jobs.abandon_expired(at(1, 5))
+    stopped = await jobs.run(run.id)
+    assert (stopped.status, stopped.error, stopped.attempt) == ("failed", STOPPED, 1)
+    assert stopped.delivery_status == "none"
+
+
+async def test_a_claimed_run_a_kill_marked_before_it_started_does_not_start(
+    jobs: JobStore,
+) -> None:
+    run = await pending_run(jobs)
+    await jobs.claim("worker-a", at(1), LEASE, 1)  # waiting in the worker's queue
+
+    assert await jobs.request_stop(run.job_id) == []  # no session yet: nothing to cancel
+
+    assert await jobs.start(run.id, "worker-a", 7) == "stopped"
+    assert (await jobs.run(run.id)).session_id is None
 
 
 async def test_heartbeat_by_the_owner_extends_the_lease_and_by_another_fails(

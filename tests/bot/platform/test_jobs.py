@@ -9,7 +9,7 @@ from bot.platform.commands import CommandContext
 from bot.platform.jobs import NO_JOBS, JobAction, JobEntry, Jobs
 from bot.telegram.jobs import JobsPanel, parse_job_callback
 from bot.terminal import terminal_commands
-from scheduler.service import SchedulerError
+from scheduler.service import SchedulerError, StopReport
 
 
 @dataclass
@@ -30,10 +30,10 @@ class Scheduler:
     def describe(self, job: Job) -> str:
         return "every day at 08:00"
 
-    async def delete(self, source: str, job_id: int) -> Job:
+    async def delete_reporting(self, source: str, job_id: int) -> tuple[Job, StopReport]:
         if job_id not in self._jobs:
             raise SchedulerError(f"No job #{job_id} in this chat.")
-        return self._jobs.pop(job_id)
+        return self._jobs.pop(job_id), StopReport([], stopped=job_id != 9)
 
     async def toggle(self, source: str, job_id: int, enabled: bool) -> Job:
         self._jobs[job_id].enabled = enabled
@@ -62,6 +62,10 @@ async def test_the_list_and_the_actions() -> None:
     assert await jobs.act("mine", JobAction(4, "resume")) == "Resumed #4."
     assert await jobs.act("mine", JobAction(3, "delete")) == "Deleted #3."
     assert await jobs.act("mine", JobAction(3, "delete")) == "No job #3 in this chat."
+    stubborn = Jobs(Scheduler(Job(9, "Stuck")))  # type: ignore[arg-type]
+    assert await stubborn.act("mine", JobAction(9, "delete")) == (
+        "Deleted #9; its run is still stopping."
+    )
 
 
 async def test_telegram_adds_a_button_row_per_job() -> None:
