@@ -91,6 +91,13 @@ class RunCards:
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
+    def leave_open(self) -> None:
+        """The process stops mid-run: its waits end here, its cards stay open (the run is
+        taken again after the restart and asks with them)."""
+        for task in self._waits.values():
+            task.cancel()
+        self._waits.clear()
+
     def _end(self, call_id: int, *, close: bool) -> None:
         task = self._waits.pop(call_id, None)
         if task is None:

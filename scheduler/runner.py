@@ -154,17 +154,27 @@ class JobRunner:
             return None
         cards = self._cards(job)
         keeper = asyncio.create_task(self._keep_lease(run.id, handler.cancel))
+        outcome: TurnResult | None = None
+        crashed: str | None = None
         try:
             outcome = await self._turn(job, handler, cards, resuming)
+        except asyncio.CancelledError:
+            # The process is stopping, not the run: it is taken again after the restart and
+            # asks with the same cards, so they stay open.
+            if cards is not None:
+                cards.leave_open()
+            raise
         except Exception as exc:  # a bug in a run must not kill the dispatcher
             log.exception("run %s of job %s crashed", run.id, job.id)
-            return "failed", None, f"{type(exc).__name__}: {exc}"
+            crashed = f"{type(exc).__name__}: {exc}"
         finally:
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
-            if cards is not None:
-                await cards.close()
+        if cards is not None:
+            await cards.close()
+        if crashed is not None:
+            return "failed", None, crashed
         if isinstance(outcome, Final):
             return "done", outcome.content, None
         return "failed", None, background_error(outcome) or "the run ended without an answer"

@@ -606,3 +606,36 @@ async def test_the_tic_knows_the_home_chats_user(
     assert report.events == 1
     assert "The owner is Ada." in json.dumps(model.requests[-1][0])
     assert seen == [(ORIGIN, None)]
+
+
+async def test_a_process_stopping_mid_wait_leaves_the_card_open_for_the_run_taken_again(
+    make_scheduler: Callable[..., Scheduler],
+    hub: ChatHub,
+    clock: FakeClock,
+    model: EchoModel,
+    sleeps: Sleeps,
+    origin: int,
+) -> None:
+    first = make_scheduler(owner="worker-a", sleep=sleeps)
+    job = await first.create_cron(ORIGIN, "Daily brief", "0 8 * * *", "Brief me from notes.")
+    briefing_from_what_it_read(model)
+    events = hub.events(ORIGIN)
+    await fire(first, clock, job)
+    card = await next_card(events)
+
+    await first.dispatcher.close()  # a graceful stop (SIGTERM) while the card waits
+
+    assert all(not isinstance(e.event, DecisionMade) for e in await drained(events))
+    # Taken again after the restart: the same call asks, and the old card decides it.
+    second = make_scheduler(owner="worker-b", sleep=sleeps)
+    clock.advance(timedelta(minutes=5))
+    await second.dispatcher.step()
+    assert (await next_card(events)).tool_call_id == card.tool_call_id
+    await hub.approve(ORIGIN, card.tool_call_id, decider=OPERATOR)
+    assert (await result_of(second, job))[:2] == ("done", f"Brief: {NOTES}")
+
+
+async def drained(events: Any) -> list[HubEvent]:
+    """The events already published (none is waited for)."""
+    await asyncio.sleep(0)
+    return [await events.recv() for _ in range(events.pending)]
