@@ -238,8 +238,10 @@ class Engine:
         resolution = await self.approvals.answer(request_id, answer, session_id=session_id)
         return self._after_decision(resolution, emit, resume)
 
-    async def pending_approvals(self, session_id: int | None = None) -> list[InboxItem]:
-        return await self.store.inbox.pending_approvals(session_id)
+    async def pending_approvals(
+        self, session_id: int | None = None, *, shown_in: str | None = None
+    ) -> list[InboxItem]:
+        return await self.store.inbox.pending_approvals(session_id, shown_in=shown_in)
 
     async def pending_questions(self, session_id: int | None = None) -> list[InboxItem]:
         return await self.store.inbox.pending_questions(session_id)

@@ -31,7 +31,11 @@ from scheduler.asking import RunCards
 from scheduler.grants import JobGrants
 from scheduler.store import STOPPED, Job, JobStore, Run
 
-__all__ = ["TASK_COMPLETED_TOOL", "JobRunner", "OwnerCheck"]
+__all__ = ["JOB_LABEL", "TASK_COMPLETED_TOOL", "JobRunner", "OwnerCheck"]
+
+#: A run's session is labelled ``CronJob: <title>`` (the inbox shows it; a card names the
+#: job from it).
+JOB_LABEL = "CronJob: "
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +217,7 @@ class JobRunner:
             is_interactive=False,
             is_ephemeral=True,
             run_context=job.run_context,
-            context_label=f"CronJob: {job.title}",
+            context_label=f"{JOB_LABEL}{job.title}",
             auto_deny_approvals=self._chat_of(job) is None,
             scratchpad_of=job.parent_session_id if job.kind == "async" else None,
         )

@@ -44,6 +44,7 @@ from engine.session.events import (
     UserMessage,
 )
 from engine.store.inbox import InboxItem
+from scheduler.runner import JOB_LABEL
 
 __all__ = [
     "BYPASS_SECS",
@@ -167,8 +168,12 @@ def resolved_frame(
     return ApprovalResolved(tool_call_id=tool_call_id, outcome=outcome, line=line, by=by, note=note)
 
 
-def pending_approval_event(item: InboxItem) -> ApprovalRequired:
-    """A stored waiting call as the event that showed it (a socket that opens later)."""
+def pending_approval_event(item: InboxItem, *, visiting: bool = False) -> ApprovalRequired:
+    """A stored waiting call as the event that showed it (a socket that opens later).
+
+    ``visiting``: the call of a scheduled job's run asking in this conversation; its card
+    names the job (from the run's session label, as the run named it)."""
+    label = item.context_label or ""
     return ApprovalRequired(
         tool_call_id=item.tool_call_id,
         name=item.name,
@@ -176,6 +181,7 @@ def pending_approval_event(item: InboxItem) -> ApprovalRequired:
         session_id=item.session_id,
         agent_id=item.agent_id,
         depth=item.depth,
+        asked_by=(label.removeprefix(JOB_LABEL) or "A scheduled job") if visiting else None,
     )
 
 

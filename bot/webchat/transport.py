@@ -141,7 +141,7 @@ class WebChat:
                 Hello(conversation_id=conversation, session_id=session_id, limits=self._limits())
             )
             await socket.send(TurnRunning(running=await self.hub.is_busy(source)))
-            await self._show_pending(socket, session_id)
+            await self._show_pending(socket, session_id, source)
             pump = asyncio.create_task(self._pump(events, socket), name=f"ws:{source}")
             await self._read(conversation, websocket, socket)
         finally:
@@ -160,11 +160,15 @@ class WebChat:
             max_upload_bytes=self._uploads.max_bytes,
         )
 
-    async def _show_pending(self, socket: ChatSocket, session_id: int) -> None:
-        """Cards and questions already waiting (a reload, a second tab, a restart)."""
+    async def _show_pending(self, socket: ChatSocket, session_id: int, source: str) -> None:
+        """Cards and questions already waiting (a reload, a second tab, a restart), those
+        of a scheduled job's run asking here included."""
         engine = self.hub.engine
         for item in await engine.pending_approvals(session_id):
             await socket.send(await self._card(pending_approval_event(item)))
+        for item in await engine.pending_approvals(shown_in=source):
+            if item.session_id != session_id:
+                await socket.send(await self._card(pending_approval_event(item, visiting=True)))
         for item in await engine.pending_questions(session_id):
             await socket.send(pending_question_frame(item))
 

@@ -123,9 +123,12 @@ class InboxStore:
     async def get(self, tool_call_id: int) -> ApprovalRecord | None:
         return await self._db.run(_get, tool_call_id)
 
-    async def pending_approvals(self, session_id: int | None = None) -> list[InboxItem]:
-        """Undecided approvals (including those persisted across restarts), oldest first."""
-        return await self._db.run(_pending, session_id, False)
+    async def pending_approvals(
+        self, session_id: int | None = None, *, shown_in: str | None = None
+    ) -> list[InboxItem]:
+        """Undecided approvals (including those persisted across restarts), oldest first;
+        ``shown_in``: only the calls of other sessions asking in that chat (a job's run)."""
+        return await self._db.run(_pending, session_id, False, shown_in)
 
     async def pending_questions(self, session_id: int | None = None) -> list[InboxItem]:
         return await self._db.run(_pending, session_id, True)
@@ -308,12 +311,18 @@ def _answer_of(conn: Connection, tool_call_id: int) -> str | None:
     ).scalar()
 
 
-def _pending(conn: Connection, session_id: int | None, questions: bool) -> list[InboxItem]:
-    return _pending_query(conn, session_id, questions, None)
+def _pending(
+    conn: Connection, session_id: int | None, questions: bool, shown_in: str | None = None
+) -> list[InboxItem]:
+    return _pending_query(conn, session_id, questions, None, shown_in)
 
 
 def _pending_query(
-    conn: Connection, session_id: int | None, questions: bool, tool_call_id: int | None
+    conn: Connection,
+    session_id: int | None,
+    questions: bool,
+    tool_call_id: int | None,
+    shown_in: str | None = None,
 ) -> list[InboxItem]:
     query = (
         sa.select(
@@ -343,4 +352,6 @@ def _pending_query(
         )
     if session_id is not None:
         query = query.where(f.c.session_id == session_id)
+    if shown_in is not None:
+        query = query.where(a.c.shown_in == shown_in)
     return [InboxItem(*row) for row in conn.execute(query)]
