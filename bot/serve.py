@@ -66,6 +66,7 @@ from memory.settings import embedding_config
 from memory.tools import memory_tools
 from memory.users import Identity
 from scheduler.events import EventStore
+from scheduler.runner import OPERATOR_PLATFORMS
 from scheduler.service import Scheduler, SchedulerLimits
 from scheduler.tools import scheduler_tools
 
@@ -313,7 +314,7 @@ class Service:
         user while allowed (owner, allowlist, paired); the operator's own front ends
         (``web:``, ``console:``) always."""
         platform, _, user = owner_id.partition(":")
-        if platform in ("web", "console"):
+        if platform in OPERATOR_PLATFORMS:
             return True
         if platform == "telegram" and self.adapter is not None:
             return self.adapter.access.is_allowed(user)

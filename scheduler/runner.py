@@ -31,11 +31,14 @@ from scheduler.asking import RunCards
 from scheduler.grants import JobGrants
 from scheduler.store import STOPPED, Job, JobStore, Run
 
-__all__ = ["JOB_LABEL", "TASK_COMPLETED_TOOL", "JobRunner", "OwnerCheck"]
+__all__ = ["JOB_LABEL", "OPERATOR_PLATFORMS", "TASK_COMPLETED_TOOL", "JobRunner", "OwnerCheck"]
 
 #: A run's session is labelled ``CronJob: <title>`` (the inbox shows it; a card names the
 #: job from it).
 JOB_LABEL = "CronJob: "
+#: Front ends whose every conversation is their operator's: a job made there serves the
+#: operator (``web:owner``), and no message there names a sender.
+OPERATOR_PLATFORMS = ("web", "console")
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +68,7 @@ class JobRunner:
         clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         approval_wait: timedelta = timedelta(minutes=30),
-        owner_allowed: OwnerCheck = _everyone_allowed,
+        owner_allowed: OwnerCheck | None = None,
     ) -> None:
         """``approval_wait``: how long a run waits for a decision (a job may say otherwise);
         ``owner_allowed``: the front ends' access, asked before a job acts for its owner."""
@@ -77,7 +80,7 @@ class JobRunner:
         self._clock = clock
         self._sleep = sleep
         self.approval_wait = approval_wait
-        self.owner_allowed = owner_allowed
+        self.owner_allowed = owner_allowed or _everyone_allowed
         #: Runs this process is executing or delivering (the sweep leaves them alone).
         self.busy: set[int] = set()
         #: Runs that left ``busy`` since the dispatcher's last sweep began (see ``sweepable``).
@@ -382,7 +385,7 @@ def _sender(job: Job) -> dict[str, object] | None:
     platform, user = job.owner_id.split(":", 1)
     if job.origin_source is not None and not job.origin_source.startswith(f"{platform}:"):
         return None
-    if platform in ("web", "console"):
+    if platform in OPERATOR_PLATFORMS:
         return None
     return {SENDER_KEY: {"id": user}}
 

@@ -19,16 +19,13 @@ from engine.store.schema import utcnow
 from scheduler.cron import CronError, CronSchedule
 from scheduler.dispatcher import Dispatcher
 from scheduler.grants import GrantChecker, JobGrants
-from scheduler.runner import JobRunner, OwnerCheck
+from scheduler.runner import OPERATOR_PLATFORMS, JobRunner, OwnerCheck
 from scheduler.store import Job, JobStore, NewJob
 from scheduler.tic import Tic
 
 __all__ = ["Scheduler", "SchedulerError", "SchedulerLimits", "StopReport"]
 
 log = logging.getLogger(__name__)
-
-#: Front ends whose every conversation is their operator's (no sender on a message).
-OPERATOR_PLATFORMS = ("web", "console")
 
 
 class SchedulerError(ValueError):
@@ -104,7 +101,7 @@ class Scheduler:
             clock=clock,
             sleep=sleep,
             approval_wait=timedelta(seconds=self.limits.approval_wait_s),
-            **({"owner_allowed": owner_allowed} if owner_allowed is not None else {}),
+            owner_allowed=owner_allowed,
         )
         self.dispatcher = Dispatcher(
             self.store,
@@ -257,20 +254,19 @@ class Scheduler:
         return StopReport(sessions, await self._stopped(job_id, sessions))
 
     async def _stopped(self, job_id: int, sessions: list[int]) -> bool:
-        for session_id in sessions:
-            await self.hub.visiting.stop(session_id)
-        waited = 0.0
-        while sessions and set(sessions) & set(await self.store.running_sessions(job_id)):
-            if waited >= self.stop_wait_s:
-                return False
-            await asyncio.sleep(STOP_POLL_S)  # the run ends in another task or process
-            waited += STOP_POLL_S
-            if waited % STOP_AGAIN_S < STOP_POLL_S:
-                # A cancel that came as the run's turn began (or a notice lost on the way)
-                # stopped nothing: ask again rather than wait for the lease renewal.
+        if not sessions:
+            return True
+        polls_per_ask = round(STOP_AGAIN_S / STOP_POLL_S)
+        for poll in range(round(self.stop_wait_s / STOP_POLL_S) + 1):
+            if not set(sessions) & set(await self.store.running_sessions(job_id)):
+                return True
+            if poll % polls_per_ask == 0:
+                # Asked again each second: a cancel that came as the run's turn began (or a
+                # notice lost on the way) stopped nothing, and the lease renewal is far off.
                 for session_id in sessions:
                     await self.hub.visiting.stop(session_id)
-        return True
+            await asyncio.sleep(STOP_POLL_S)  # the run ends in another task or process
+        return False
 
     async def toggle(self, source: str, job_id: int, enabled: bool) -> Job:
         """Pause or resume; resuming computes the next run from now (no catch-up)."""

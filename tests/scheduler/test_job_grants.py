@@ -639,3 +639,49 @@ async def drained(events: Any) -> list[HubEvent]:
     """The events already published (none is waited for)."""
     await asyncio.sleep(0)
     return [await events.recv() for _ in range(events.pending)]
+
+
+@pytest.mark.parametrize(
+    ("wait", "says"),
+    [
+        (0, "approval_wait_minutes must be a whole number from 1 to 1440"),
+        (100_000, "approval_wait_minutes must be a whole number from 1 to 1440"),
+        (True, "'approval_wait_minutes' must be an integer, got boolean"),
+        ("30", "'approval_wait_minutes' must be an integer, got string"),
+    ],
+)
+async def test_a_bad_approval_wait_is_refused_before_anything_is_scheduled(
+    acting: Scheduler,
+    engine: Engine,
+    hub: ChatHub,
+    model: EchoModel,
+    origin: int,
+    wait: object,
+    says: str,
+) -> None:
+    for tool in scheduler_tools(acting):
+        engine.tools.register(tool)
+    spec = {"mode": "cron", "title": "T", "prompt": "Do it.", "cron": "0 8 * * *"}
+    calls_then_says(model, "execute_task", {**spec, "approval_wait_minutes": wait}, "Could not")
+    events = hub.events(ORIGIN)
+
+    await hub.send_message(ORIGIN, "brief me daily")
+    asked = [e.event for e in await wait_until_card_or_done(events)]
+    if isinstance(asked[-1], ApprovalRequired):
+        await hub.approve(ORIGIN, asked[-1].tool_call_id, decider=OPERATOR)
+        asked = [e.event for e in await wait_done(events)]
+    [done] = [e for e in asked if isinstance(e, Done)]
+
+    assert says in done.content
+    assert await acting.jobs(ORIGIN) == []
+
+
+async def wait_until_card_or_done(events: Any) -> list[HubEvent]:
+    seen: list[HubEvent] = []
+
+    async def collect() -> None:
+        while not seen or not isinstance(seen[-1].event, ApprovalRequired | Done):
+            seen.append(await events.recv())
+
+    await asyncio.wait_for(collect(), 5)
+    return seen
