@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python -P bench/compaction.py
 	$(VENV)/bin/python -P bench/memory_recall.py
 	$(VENV)/bin/python -P bench/layers.py
+	$(VENV)/bin/python -P bench/message_path.py
 
 fuzz: $(STAMP)
 	CHATHUB_FUZZ_EXAMPLES=10000 $(VENV)/bin/pytest -q -s tests/bot/http/test_fuzz.py

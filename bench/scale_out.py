@@ -295,8 +295,9 @@ def throughput(args: argparse.Namespace, model: SlowModel, allowed: list[int]) -
             turns = sum(len(replies(fleet.telegram, chat)) for chat in chats)
             worked = dict(
                 fleet.psql(  # who wrote the replies (the turns' processes)
-                    "SELECT recorded_by, count(*) FROM telegram_outbox "
-                    f"WHERE chat_id >= {THROUGHPUT} AND chat_id < {THROUGHPUT + args.chats} "
+                    "SELECT recorded_by, count(*) FROM platform_outbox WHERE platform = 'telegram' "
+                    f"AND CAST(conversation AS BIGINT) >= {THROUGHPUT} "
+                    f"AND CAST(conversation AS BIGINT) < {THROUGHPUT + args.chats} "
                     "GROUP BY recorded_by"
                 )
             )

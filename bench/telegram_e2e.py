@@ -72,11 +72,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.fakes
 
 from bench.telegram_bare import replies as bare_replies
+from bot.delivery import Pacing
+from bot.delivery.pacing import Bucket, Pacer, PacingPolicy, Rate
 from bot.serve import Service, freeze_startup_objects
 from bot.settings import load_settings
 from bot.telegram.bindings.factory import make_bot_api
-from bot.telegram.outbound import Pacing
-from bot.telegram.pacing import Bucket, Pacer, PacingPolicy, Rate
 from engine.config import AppConfig, EngineConfig, HubConfig
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel
@@ -574,7 +574,9 @@ async def measure(library: str, args: argparse.Namespace) -> list[Row]:
 
             def pace() -> None:  # warm up unpaced, then measure with Telegram's limits
                 outbound.pacing = Pacing()
-                outbound.pacer = Pacer(outbound.pacing.policy, clock=time.monotonic)
+                outbound.pacer = Pacer(
+                    outbound.pacing.policy, clock=time.monotonic, is_group=outbound.client.is_group
+                )
 
             return await burst(fake, chats, 1, args.timeout + 60, after_warmup=pace)
 

@@ -11,14 +11,17 @@ from bot.webchat.layer import WEBCHAT
 from engine.store.migrations import ENGINE, Layer
 from memory.layer import MEMORY
 
-__all__ = ["HTTP", "LAYERS", "MEMORY", "SCHEDULER", "TELEGRAM", "WEBCHAT"]
+__all__ = ["DELIVERY", "HTTP", "LAYERS", "MEMORY", "SCHEDULER", "TELEGRAM", "WEBCHAT"]
 
 #: jobs, runs, events, notify dedupe (``scheduler/tables.py``): 0006, 0019
 SCHEDULER = Layer("scheduler", "scheduler.migrations", "scheduler.tables")
-#: updates, users, pairing, cards, outbox (``bot/telegram/tables.py``): 0005, 0008, 0017, 0018
+#: users, pairing (``bot/telegram/tables.py``): 0005, 0008, 0017, 0018 (its updates, cards
+#: and outbox until 0021 moved them to the delivery layer)
 TELEGRAM = Layer("telegram", "bot.telegram.migrations", "bot.telegram.tables")
+#: every platform's events, cards and outbox (``bot/delivery/tables.py``): 0021
+DELIVERY = Layer("delivery", "bot.delivery.migrations", "bot.delivery.tables")
 #: the web inbox's sign-ins (``bot/http/tables.py``): 0011
 HTTP = Layer("http", "bot.http.migrations", "bot.http.tables")
 
 #: the search index and per-session watermarks (``memory/tables.py``): 0013
-LAYERS: tuple[Layer, ...] = (ENGINE, SCHEDULER, TELEGRAM, HTTP, WEBCHAT, MEMORY)
+LAYERS: tuple[Layer, ...] = (ENGINE, SCHEDULER, TELEGRAM, DELIVERY, HTTP, WEBCHAT, MEMORY)

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -30,6 +31,7 @@ import sqlalchemy as sa
 
 from bot.checks.exposure import check_api_exposure
 from bot.checks.result import Check
+from bot.delivery import Outbound, Pacing, Redelivery, RetrySchedule, delivery_summary
 from bot.fleet.bot_identity import OtherBot, check_bot_identity, is_bot_token
 from bot.fleet.receiver import ReceiverElection, process_identity
 from bot.fleet.settings import check_fleet_database
@@ -38,11 +40,10 @@ from bot.schema import LAYERS
 from bot.settings import service_settings
 from bot.telegram.adapter import TelegramAdapter, TelegramConfig
 from bot.telegram.api import BotApi
+from bot.telegram.delivery import TelegramClient, telegram_pacing
 from bot.telegram.health import TelegramHealth
 from bot.telegram.jobs import JobsPanel
-from bot.telegram.outbound import Outbound, Pacing, RetrySchedule
 from bot.telegram.poller import Poller
-from bot.telegram.redelivery import Redelivery
 from bot.telegram.retrying import StartupRefused
 from bot.telegram.startup import HeldUpdates, TelegramStartup
 from bot.telegram.store import TelegramStore
@@ -236,16 +237,19 @@ class Service:
         if self.api is not None:
             api = self.api
             store = TelegramStore(engine.store.db, process_id=self.process_id)
-            deliveries = store.delivery_summary
+            deliveries = partial(engine.store.db.run, delivery_summary)
             self.telegram_health = health = TelegramHealth()
-            pacing = self.pacing or Pacing.from_settings(settings)
+            pacing = self.pacing or telegram_pacing(settings)
+            ownership = hub.fleet.ownership if hub.fleet is not None else None
             outbound = Outbound(
-                api,
-                store,
+                TelegramClient(api),
+                store.outbox,
                 pacing,
                 schedule=self.schedule,
                 health=health,
-                tenure=hub.fleet.ownership if hub.fleet is not None else None,
+                tenure=ownership,
+                # The bot's cap is the fleet's: each live member keeps its share.
+                members=(lambda: len(ownership.members)) if ownership is not None else lambda: 1,
             )
             self.adapter = adapter = TelegramAdapter(
                 hub,
@@ -263,7 +267,7 @@ class Service:
                 memory=self.memory,
             )
             await adapter.start()  # no Telegram call: subscribed before the hub recovers
-            self._spawn(Redelivery(outbound, store).run(), "tg-redelivery")
+            self._spawn(Redelivery(outbound, store.outbox).run(), "tg-redelivery")
             if fleet is not None:  # a dead process's unsent replies: due once they are old
                 orphans = _recover_orphans_forever(outbound, fleet.scan_interval_s)
                 self._spawn(orphans, "tg-fleet-outbox")

@@ -1,6 +1,6 @@
-"""Issue 21's structure, held: each layer owns its tables and settings, nothing under
-engine/ names another layer's table or setting, the Telegram adapter is a dispatcher and
-no class on a message's path grows past its bound (bench/layers.py prints the same)."""
+"""Issue 21's structure, held: each layer owns its tables and settings, and nothing under
+engine/ names another layer's table or setting (bench/layers.py prints the same). No rule
+counts lines: issue 33 retired them."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from bot.delivery import OutboundStats
 from bot.fleet.receiver import RECEIVER_LEASE
 from bot.http.health_details import HealthDetails
 from bot.http.memory_pages import (
@@ -70,7 +71,6 @@ from bot.http.models import (
 )
 from bot.http.operations import OperationError, Operations
 from bot.http.signins import LoginThrottle
-from bot.telegram.outbound import OutboundStats
 from engine.store.inbox import InboxItem
 from engine.store.leases import Leases
 from engine.store.schema import utcnow

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from bot.telegram.outbound import OutboundStats
-from bot.telegram.store import DeliverySummary, delivery_summary
+from bot.delivery import DeliverySummary, OutboundStats, delivery_summary
 from engine.store.schema import chat_history as h
 from engine.store.schema import chat_llm_tools as t
 from scheduler.store import run_counts

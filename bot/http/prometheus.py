@@ -13,9 +13,8 @@ from prometheus_client.core import (
     Metric,
 )
 
+from bot.delivery import DeliverySummary, OutboundStats
 from bot.http.metrics import LATENCY_BUCKETS_S, FleetStats, MetricsSnapshot
-from bot.telegram.outbound import OutboundStats
-from bot.telegram.store import DeliverySummary
 
 __all__ = ["render_text"]
 

@@ -33,12 +33,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from bot.delivery import DeliverySummary
 from bot.http.health_details import HealthDetails
 from bot.http.memory_pages import MemoryAdmin, MemoryPages
 from bot.http.models import RequestError, ids_in_range, query_params
 from bot.http.operations import OperationError, Operations
 from bot.http.signins import LoginThrottle, SignIn, SignIns, csrf_token, is_handle
-from bot.telegram.store import DeliverySummary
 from engine.approval.broker import SHORT_BYPASS_SECONDS, BypassRequest
 from engine.approval.preview import CallDisplay, display_call
 from engine.store.inbox import InboxItem
@@ -64,7 +64,7 @@ _TEMPLATES = Path(__file__).with_name("templates")
 #: Postponed Telegram deliveries listed on the page (the count covers all of them).
 DELIVERIES_SHOWN = 10
 
-#: What reads the Telegram outbox's state (``TelegramStore.delivery_summary``).
+#: What reads the outbox's state (``bot.delivery.delivery_summary``).
 Deliveries = Callable[[int], Awaitable[DeliverySummary]]
 
 #: Flash messages by code: the redirect carries only a code and an id, never text.

@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from bot.delivery import Outbound
 from bot.platform.access import Access
 from bot.platform.cards import EXPIRED
 from bot.platform.failures import SORRY_MESSAGE, SORRY_TAP
@@ -34,7 +35,6 @@ from bot.telegram.jobs import JobsPanel
 from bot.telegram.lanes import Lanes
 from bot.telegram.memory import MemoryPanel
 from bot.telegram.messages import UNREADABLE_MESSAGE, BotIdentity, MessageHandler
-from bot.telegram.outbound import Outbound
 from bot.telegram.outgoing import PREFIX, EventRenderer
 from bot.telegram.progress import ChatActivity
 from bot.telegram.store import TelegramStore
@@ -95,7 +95,7 @@ class TelegramAdapter:
         approvals = ApprovalTaps(hub, access, cards, sender, config.reject_window_s, runtime)
         panel = MemoryPanel(memory, sender)
         self.commands = telegram_commands(access, sender, jobs, panel)
-        downloads = Downloads(api, config.workspace, config.max_download_bytes)
+        downloads = Downloads(sender, config.workspace, config.max_download_bytes)
         self._messages = MessageHandler(
             hub, self._me, access, self.commands, cards, approvals, sender, downloads, activity
         )
@@ -133,7 +133,7 @@ class TelegramAdapter:
         self._background.spawn(self._events.pump(self.hub.events(), self._outgoing.submit))
         if self.config.recover_outbox_at_start:
             await self.outbound.recover()
-        finals = await self.store.undelivered_finals()
+        finals = await self.store.outbox.undelivered_finals()
 
         async def deliver_finals() -> None:
             for source, message_id, content in finals:

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from bot.delivery import PlatformError, Refused, RetryLater, Unavailable
+
 __all__ = [
     "ALLOWED_UPDATES",
     "BadRequest",
@@ -31,35 +33,27 @@ Json = dict[str, Any]
 ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
 
 
-class TelegramError(Exception):
+class TelegramError(PlatformError):
     """A Bot API call failed; ``description`` is Telegram's text when it sent one."""
 
-    def __init__(self, description: str) -> None:
-        super().__init__(description)
-        self.description = description
 
-
-class RetryAfter(TelegramError):
+class RetryAfter(TelegramError, RetryLater):
     """429 Too Many Requests: wait ``seconds`` before the next call to that chat."""
 
-    def __init__(self, seconds: float, description: str = "Too Many Requests") -> None:
-        super().__init__(f"{description} (retry after {seconds} s)")
-        self.seconds = seconds
 
-
-class BadRequest(TelegramError):
+class BadRequest(TelegramError, Refused):
     """400: the request itself is wrong (bad entities, message not modified, ...)."""
 
 
-class Forbidden(TelegramError):
+class Forbidden(TelegramError, Refused):
     """403: the bot was blocked or removed from the chat."""
 
 
-class ServerError(TelegramError):
+class ServerError(TelegramError, Unavailable):
     """5xx from the Bot API: worth retrying."""
 
 
-class NetworkError(TelegramError):
+class NetworkError(TelegramError, Unavailable):
     """The request did not get an answer (connection, timeout): worth retrying."""
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from bot.delivery import SEND
 from bot.platform.cards import RejectWindows
 from bot.telegram.api import TelegramError
 from bot.telegram.cards import approval_card, question_text, resolved_card
@@ -62,8 +63,7 @@ class ChatCards:
             event.tool_call_id, "approval", source, chat_id, None, card.text, card.entities, "open"
         )
         await self._save(row)
-        outbound = self._sender.outbound
-        sent = await outbound.send_text(
+        sent = await self._sender.send_text(
             chat_id,
             card.text,
             entities=card.entities,
@@ -73,7 +73,7 @@ class ChatCards:
         await self._save(replace(row, message_id=sent.get("message_id")))
         if card.document is not None:
             filename, data = card.document
-            await outbound.call(
+            await self._sender.call(
                 chat_id,
                 lambda: self._sender.api.send_document(
                     chat_id,
@@ -82,6 +82,7 @@ class ChatCards:
                     caption="The full arguments of the call above.",
                     message_thread_id=thread_id,
                 ),
+                kind=SEND,
             )
 
     async def send_question(self, source: str, event: ev.Question) -> None:
@@ -93,7 +94,7 @@ class ChatCards:
         # Open before it is sent: an answer typed the moment the question shows must find it.
         await self._save(card)
         try:
-            sent = await self._sender.outbound.send_text(
+            sent = await self._sender.send_text(
                 chat_id, text, entities=entities, reply_markup=_FORCE_REPLY, thread_id=thread_id
             )
         except TelegramError:

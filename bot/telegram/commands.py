@@ -32,7 +32,7 @@ def telegram_commands(
             return "No scheduled jobs."
         chat_id, thread_id = parse_source(c.source)
         text, keyboard = await jobs.render(c.source)
-        await sender.outbound.send_text(chat_id, text, reply_markup=keyboard, thread_id=thread_id)
+        await sender.send_text(chat_id, text, reply_markup=keyboard, thread_id=thread_id)
         return None
 
     async def welcome(paired: PairingCode) -> None:

@@ -1,28 +1,91 @@
-"""``TelegramSender``: how the platform outbox, cards and commands send to Telegram.
+"""Telegram's side of the delivery layer: its client (``TelegramClient``: one try of a
+recorded message) and its sender (``TelegramSender``).
 
-The outbox's sender (``bot.platform.protocols.OutboxSender``) over ``Outbound`` (pacing,
-retries, the durable outbox table): replies rendered to text + entities and split at
-Telegram's limit, recorded as ``telegram_outbox`` rows, sent from them; plus the plain
-messages, edits and tap answers everything else here needs.
+The sender is the outbox's (``bot.platform.protocols.OutboxSender``) over ``Outbound``
+(``bot.delivery``: pacing, retries, the durable outbox): replies rendered to text +
+entities and split at Telegram's limit, recorded as outbox rows of the ``telegram``
+platform, sent from them; plus every other call the adapter makes to Telegram — plain
+messages, edits, tap answers, the typing indicator, files — each through ``Outbound``,
+so none escapes the pacing.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection
 
+from bot.delivery import (
+    OTHER,
+    CallKind,
+    Cap,
+    Outbound,
+    OutboxRow,
+    Pacing,
+    PacingPolicy,
+    Rate,
+    Refused,
+)
 from bot.platform.protocols import MessageRef
 from bot.telegram.api import BotApi, Json, TelegramError, is_not_modified
-from bot.telegram.outbound import Outbound
 from bot.telegram.render import progress_text, render_markdown
-from bot.telegram.store import OutboxRow, enqueue_in
+from bot.telegram.settings import TelegramSettings
+from bot.telegram.store import TELEGRAM
 from bot.telegram.updates import parse_source
 
-__all__ = ["TelegramSender"]
+__all__ = ["TelegramClient", "TelegramSender", "telegram_pacing"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def telegram_pacing(settings: TelegramSettings) -> Pacing:
+    """Telegram's limits from the ``TELEGRAM_*_BURST`` / ``_PER_SECOND`` / ``_PER_MINUTE``
+    settings (docs/telegram.md, "Pacing")."""
+    return Pacing(
+        policy=PacingPolicy(
+            private=Rate(settings.telegram_private_burst, settings.telegram_private_per_second),
+            group=Rate(settings.telegram_group_burst, settings.telegram_group_per_minute / 60),
+            group_cap=Cap(max(1, int(settings.telegram_group_per_minute)), 60.0),
+            overall=Cap.per_second(settings.telegram_global_per_second),
+        )
+    )
+
+
+class TelegramClient:
+    """A recorded message, sent with ``sendMessage`` (``bot.delivery.PlatformClient``)."""
+
+    name = TELEGRAM
+
+    def __init__(self, api: BotApi) -> None:
+        self.api = api
+
+    def is_group(self, conversation: str) -> bool:
+        """Group and channel ids are negative in the Bot API."""
+        return conversation.startswith("-")
+
+    async def send(self, conversation: str, payload: Json) -> Json:
+        return await self.api.send_message(
+            int(conversation),
+            payload["text"],
+            entities=payload.get("entities") or None,
+            reply_markup=payload.get("reply_markup"),
+            message_thread_id=payload.get("thread_id"),
+            reply_to_message_id=payload.get("reply_to"),
+        )
+
+    def message_id(self, answer: Any) -> str | None:
+        value = answer.get("message_id") if isinstance(answer, dict) else None
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def fallback(self, payload: Json, error: Refused) -> Json | None:
+        """Entities Telegram rejects: the same text, plain."""
+        if payload.get("entities") and "entit" in error.description.lower():
+            return {**payload, "entities": None}
+        return None
 
 
 class TelegramSender:
@@ -43,21 +106,15 @@ class TelegramSender:
     def record(
         self, conn: Connection, source: str, key: str, prepared: list[Json]
     ) -> list[OutboxRow]:
-        chat_id = parse_source(source)[0]
-        mark = self.outbound.mark()  # in the transaction: its commit comes after
-        rows = [
-            enqueue_in(conn, chat_id, f"{key}:{index}", payload, self.outbound.store.process_id)
-            for index, payload in enumerate(prepared)
-        ]
-        return self.outbound.taken([row for row in rows if row is not None], mark)
+        return self.outbound.record_in(conn, str(parse_source(source)[0]), key, prepared)
 
     async def send_recorded(self, rows: Sequence[OutboxRow]) -> None:
         await self.outbound.deliver_rows(rows)
 
     async def send_durable(self, source: str, key: str, prepared: list[Json]) -> None:
-        chat_id = parse_source(source)[0]
+        chat = str(parse_source(source)[0])
         for index, payload in enumerate(prepared):
-            await self.outbound.deliver(chat_id, f"{key}:{index}", payload)
+            await self.outbound.deliver(chat, f"{key}:{index}", payload)
 
     async def say(self, source: str, text: str) -> None:
         await self.say_in(*parse_source(source), text)
@@ -67,7 +124,7 @@ class TelegramSender:
 
     async def send_progress(self, source: str, text: str) -> MessageRef | None:
         chat_id, thread_id = parse_source(source)
-        sent = await self.outbound.send_text(chat_id, text, thread_id=thread_id)
+        sent = await self.send_text(chat_id, text, thread_id=thread_id)
         return sent.get("message_id")
 
     async def edit_progress(self, source: str, ref: MessageRef, text: str) -> None:
@@ -75,11 +132,39 @@ class TelegramSender:
 
     # -- what else is sent ------------------------------------------------------------------
 
+    async def send_text(
+        self,
+        chat_id: int,
+        text: str,
+        *,
+        entities: list[Json] | None = None,
+        reply_markup: Json | None = None,
+        thread_id: int | None = None,
+        reply_to: int | None = None,
+    ) -> Json:
+        """Send a message now (not recorded); entities Telegram rejects: plain text."""
+        payload: Json = {
+            "text": text,
+            "entities": entities or None,
+            "reply_markup": reply_markup,
+            "thread_id": thread_id,
+            "reply_to": reply_to,
+        }
+        return await self.outbound.send(str(chat_id), payload)
+
+    async def call(
+        self, chat_id: int | None, op: Callable[[], Awaitable[T]], *, kind: CallKind = OTHER
+    ) -> T:
+        """Any other Bot API call: paused with its chat and the bot, and retried; a message
+        of another kind (a document, a draft) takes a message's tokens (``kind=SEND``), the
+        rest (the typing indicator, a deletion, a file, a tap's answer) none."""
+        return await self.outbound.call(None if chat_id is None else str(chat_id), op, kind=kind)
+
     async def say_in(self, chat_id: int, thread_id: int | None, text: str) -> None:
         """Markdown ``text`` as one or more messages; a failure is logged, not raised."""
         for chunk in render_markdown(text) or ():
             try:
-                await self.outbound.send_text(
+                await self.send_text(
                     chat_id, chunk.text, entities=chunk.entities, thread_id=thread_id
                 )
             except TelegramError as exc:
@@ -99,8 +184,8 @@ class TelegramSender:
             return
         try:
             await self.outbound.edit(
-                chat_id,
-                message_id,
+                str(chat_id),
+                str(message_id),
                 lambda: self.api.edit_message_text(
                     chat_id,
                     message_id,
@@ -115,6 +200,6 @@ class TelegramSender:
 
     async def answer_callback(self, callback_id: str, text: str | None) -> None:
         try:
-            await self.api.answer_callback_query(callback_id, text=text)
+            await self.call(None, lambda: self.api.answer_callback_query(callback_id, text=text))
         except TelegramError as exc:
             log.info("answering callback %s failed: %s", callback_id, exc)

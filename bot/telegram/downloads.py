@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import re
+from functools import partial
 from pathlib import Path
 
-from bot.telegram.api import BotApi, Json, TelegramError
+from bot.telegram.api import Json, TelegramError
+from bot.telegram.delivery import TelegramSender
 from bot.telegram.updates import Message
 
 __all__ = ["Downloads"]
@@ -19,8 +21,9 @@ _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 class Downloads:
     """Files go to ``<workspace>/uploads/telegram/<chat_id>/``."""
 
-    def __init__(self, api: BotApi, workspace: Path, max_bytes: int) -> None:
-        self._api = api
+    def __init__(self, sender: TelegramSender, workspace: Path, max_bytes: int) -> None:
+        self._sender = sender
+        self._api = sender.api
         self._workspace = workspace
         self._limit = max_bytes
 
@@ -39,12 +42,14 @@ class Downloads:
             name = _SAFE_NAME.sub("_", f"{ref.unique_id}_{ref.name}")[:150]
             relative = folder / name
             try:
-                info = await self._api.get_file(ref.file_id)
+                info = await self._sender.call(m.chat_id, partial(self._api.get_file, ref.file_id))
                 size = info.get("file_size")  # the message may not have said (or lied)
                 if isinstance(size, int) and size > limit:
                     problems.append(too_large)
                     continue
-                await self._api.download_file(info["file_path"], self._workspace / relative)
+                target = self._workspace / relative
+                download = partial(self._api.download_file, info["file_path"], target)
+                await self._sender.call(m.chat_id, download)
             except (TelegramError, KeyError, OSError) as exc:
                 log.warning("download of %s failed: %s", ref.file_id, exc)
                 problems.append(f"I could not download {ref.name}.")

@@ -8,30 +8,17 @@ clear on its own and is retried.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from bot.delivery import clamp_retry_after
 from bot.telegram.api import RetryAfter, TelegramError
 
 __all__ = [
     "DEFINITIVE",
-    "RETRY_AFTER_DEFAULT_S",
-    "RETRY_AFTER_MAX_S",
-    "RETRY_AFTER_MIN_S",
     "NotFound",
     "Unauthorized",
-    "clamp_retry_after",
     "retry_after",
 ]
-
-#: A 429 saying "wait 0 s" (or less) still waits this long: retrying at once hammers a
-#: server that just said it is overloaded.
-RETRY_AFTER_MIN_S = 1.0
-#: No single wait is longer than this, whatever the answer says (a typo in a proxy's
-#: config must not park a chat for a day).
-RETRY_AFTER_MAX_S = 300.0
-#: A 429 whose ``retry_after`` is missing or not a number.
-RETRY_AFTER_DEFAULT_S = 5.0
 
 
 class Unauthorized(TelegramError):
@@ -44,23 +31,6 @@ class NotFound(TelegramError):
 
 #: Answers that stop start-up: retrying them only repeats the same "no".
 DEFINITIVE: tuple[type[TelegramError], ...] = (Unauthorized, NotFound)
-
-
-def clamp_retry_after(raw: Any) -> float:
-    """Seconds to wait for a ``retry_after`` as sent: clamped, defaulted when not a number.
-
-    Telegram sends an integer; a proxy or a broken server may send 0, a negative number,
-    a huge one, ``"soon"`` or nothing at all. Booleans are not numbers here.
-    """
-    if isinstance(raw, bool):
-        return RETRY_AFTER_DEFAULT_S
-    try:
-        seconds = float(raw)
-    except (TypeError, ValueError, OverflowError):
-        return RETRY_AFTER_DEFAULT_S
-    if math.isnan(seconds):
-        return RETRY_AFTER_DEFAULT_S
-    return min(max(seconds, RETRY_AFTER_MIN_S), RETRY_AFTER_MAX_S)
 
 
 def retry_after(raw: Any, description: str = "Too Many Requests") -> RetryAfter:

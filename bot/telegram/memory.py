@@ -212,7 +212,7 @@ class MemoryPanel:
     async def _show(self, c: Callback, text: str, keyboard: Json | None) -> None:
         assert c.chat_id is not None
         if c.message_id is None:  # too old for Telegram to say which message: a new one
-            await self._sender.outbound.send_text(
+            await self._sender.send_text(
                 c.chat_id, text, reply_markup=keyboard, thread_id=c.thread_id
             )
             return
@@ -222,9 +222,7 @@ class MemoryPanel:
         """Plain text: what people wrote is never read as markup."""
         chat_id, thread_id = parse_source(source)
         try:
-            await self._sender.outbound.send_text(
-                chat_id, text, reply_markup=keyboard, thread_id=thread_id
-            )
+            await self._sender.send_text(chat_id, text, reply_markup=keyboard, thread_id=thread_id)
         except TelegramError as exc:
             log.warning("sending to chat %s failed: %s", chat_id, exc)
 

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from bot.delivery import EventAlreadyHandled
 from bot.platform.access import Access
 from bot.platform.cards import reply_target
 from bot.platform.commands import CommandContext, CommandRegistry
@@ -22,7 +23,7 @@ from bot.telegram.chat_cards import ChatCards
 from bot.telegram.delivery import TelegramSender
 from bot.telegram.downloads import Downloads
 from bot.telegram.progress import ChatActivity
-from bot.telegram.store import CardRow, UpdateAlreadyHandled, mark_handled_in
+from bot.telegram.store import CardRow, mark_handled_in
 from bot.telegram.updates import Message
 from engine.hub import ChatHub, HubError, SendOptions
 from engine.store.inbox import SENDER_KEY, InboxError
@@ -127,7 +128,7 @@ class MessageHandler:
         except HubError as exc:
             await say(m.chat_id, m.thread_id, f"⚠️ {exc}")
             return False
-        except UpdateAlreadyHandled:  # another poller of the fleet handed it over too
+        except EventAlreadyHandled:  # another poller of the fleet handed it over too
             log.info("update %s was handled already; not queued again", update_id)
             return True
         self._activity.start_typing(m.source)

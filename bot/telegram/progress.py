@@ -8,6 +8,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+from bot.delivery import SEND
 from bot.platform.tasks import Runtime
 from bot.telegram.api import TelegramError
 from bot.telegram.config import TelegramConfig
@@ -44,7 +45,6 @@ class ChatActivity:
         self._hub = hub
         self._sender = sender
         self._api = sender.api
-        self._outbound = sender.outbound
         self._config = config
         self._clock = runtime.clock
         self._sleep = runtime.sleep
@@ -68,8 +68,11 @@ class ChatActivity:
         await self._sleep(self._config.typing_delay_s)
         while self._hub.is_processing(source):
             try:
-                await self._api.send_chat_action(
-                    live.chat_id, "typing", message_thread_id=live.thread_id
+                await self._sender.call(
+                    live.chat_id,
+                    lambda: self._api.send_chat_action(
+                        live.chat_id, "typing", message_thread_id=live.thread_id
+                    ),
                 )
             except TelegramError as exc:
                 log.debug("typing indicator failed: %s", exc)
@@ -98,14 +101,15 @@ class ChatActivity:
             if live.chat_id > 0:
                 if live.drafts == 0:
                     live.drafts = int(now * 1000) % 2_000_000_000 + 1
-                await self._outbound.call(
+                await self._sender.call(
                     live.chat_id,
                     lambda: self._api.send_message_draft(
                         live.chat_id, live.drafts, text, message_thread_id=live.thread_id
                     ),
+                    kind=SEND,
                 )
             elif live.stream_message_id is None:
-                sent = await self._outbound.send_text(live.chat_id, text, thread_id=live.thread_id)
+                sent = await self._sender.send_text(live.chat_id, text, thread_id=live.thread_id)
                 live.stream_message_id = sent.get("message_id")
             else:
                 await self._sender.edit(live.chat_id, live.stream_message_id, text, [], None)
@@ -118,7 +122,7 @@ class ChatActivity:
         if live.stream_message_id is not None:
             chat_id, message_id = live.chat_id, live.stream_message_id
             try:
-                await self._outbound.call(
+                await self._sender.call(
                     chat_id, lambda: self._api.delete_message(chat_id, message_id)
                 )
             except TelegramError as exc:

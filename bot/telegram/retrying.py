@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
+from bot.delivery import RETRY_AFTER_MAX_S, Backoff, describe
 from bot.telegram.api import RetryAfter, TelegramError
-from bot.telegram.errors import DEFINITIVE, RETRY_AFTER_MAX_S, NotFound, Unauthorized
+from bot.telegram.errors import DEFINITIVE, NotFound, Unauthorized
 from bot.telegram.health import TelegramHealth
 
 __all__ = ["STARTUP", "STARTUP_BACKOFF", "Backoff", "StartupRefused", "describe", "until_ok"]
@@ -25,17 +25,6 @@ T = TypeVar("T")
 
 #: The health kind start-up calls report under (``TelegramHealth``).
 STARTUP = "start-up"
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """``first_s`` after the first failure, doubling, never above ``cap_s``."""
-
-    first_s: float = 0.5
-    cap_s: float = 5.0
-
-    def delay(self, failures: int) -> float:
-        return min(self.first_s * 2.0 ** min(max(failures, 1) - 1, 30), self.cap_s)
 
 
 #: Start-up calls: 0.5, 1, 2, 4, then every 5 s.
@@ -59,12 +48,6 @@ class StartupRefused(Exception):
         else:
             hint = "Telegram refused the bot"
         return f"{hint} ({self.call}: {self.error.description})"
-
-
-def describe(error: BaseException) -> str:
-    """An error for a log line: its kind and Telegram's words, never a traceback."""
-    text = error.description if isinstance(error, TelegramError) else str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 async def until_ok(

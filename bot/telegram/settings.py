@@ -25,7 +25,7 @@ class TelegramSettings(BaseSettings):
     telegram_webhook_url: str | None = None
     telegram_webhook_secret: str | None = None
     telegram_streaming: bool = False
-    #: Outbound pacing, token buckets (bot/telegram/pacing.py; docs/telegram.md "Pacing"):
+    #: Outbound pacing, token buckets (bot/delivery/pacing.py; docs/telegram.md "Pacing"):
     #: per private chat a burst, then a rate; per group a burst, then so many a minute;
     #: all chats together at most so many a second. Every value above 0.
     telegram_private_burst: int = Field(default=4, ge=1, le=1000)

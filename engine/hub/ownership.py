@@ -185,7 +185,10 @@ class SourceOwnership:
     async def refresh_members(self) -> tuple[str, ...]:
         live = await self._leases.live(PROCESS_LEASE_PREFIX)
         owners = {lease.owner for lease in live} | {self.owner}
-        self.members = tuple(sorted(owners))
+        members = tuple(sorted(owners))
+        if members != self.members:  # what each member's share of a platform's cap follows
+            log.info("fleet members now %d: %s", len(members), ", ".join(members))
+        self.members = members
         return self.members
 
     async def renew_membership(self) -> None:

@@ -81,7 +81,7 @@ def test_killed_after_the_notice_went_out_nothing_is_repeated(
     [notice] = wait_for(lambda: notices(telegram))
     assert MALFORMED in notice and "TypeError" not in notice
     # The outbox knows it was sent: a kill now must not send it again.
-    sent = "SELECT status FROM telegram_outbox WHERE dedupe_key LIKE 'failed:%'"
+    sent = "SELECT status FROM platform_outbox WHERE dedupe_key LIKE 'failed:%'"
     wait_for(lambda: query(tmp_path, sent) == [("sent",)])
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=10)

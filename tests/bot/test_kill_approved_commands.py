@@ -22,11 +22,12 @@ from tests.fakes.telegram_server import FakeTelegramServer
 
 ROUNDS = 20
 INTERRUPTED = "the service restarted while this command was running"
-# One message a second per chat, no burst (bot/telegram/pacing.py; the default is a burst of
+# One message a second per chat, no burst (bot/delivery/pacing.py; the default is a burst of
 # 4 then 1/s): the reply then comes at least a second after the card (the card took the
 # chat's token; edits have their own bucket), well after the latest kill point (0.5 s after
-# the tap), so no kill lands between a reply's send and its record, the window no client
-# can close (bot/telegram/outbound.py, _mark_sent_soon).
+# the tap), so no kill lands between Telegram taking a reply and its answer arriving, the
+# window no client can close (a delivery is recorded as soon as the answer comes:
+# bot/delivery/outbound.py, Outbound.attempt).
 PACED = {"TELEGRAM_PRIVATE_BURST": "1", "TELEGRAM_PRIVATE_PER_SECOND": "1"}
 
 

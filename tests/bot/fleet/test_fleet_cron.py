@@ -139,8 +139,8 @@ def delivered(fleet: Fleet, *, besides: Collection[int] = (), at_least: int) -> 
 def sender(fleet: Fleet, message: SentMessage) -> str | None:
     """The fleet name of the process that recorded and sent ``message`` (once it is sent)."""
     rows = fleet.psql(
-        f"SELECT recorded_by FROM telegram_outbox WHERE chat_id = {CHAT} "
-        f"AND message_id = {message.message_id} AND status = 'sent'"
+        f"SELECT recorded_by FROM platform_outbox WHERE conversation = '{CHAT}' "
+        f"AND message_id = '{message.message_id}' AND status = 'sent'"
     )
     if not rows:
         return None

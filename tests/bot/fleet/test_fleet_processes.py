@@ -143,7 +143,7 @@ class Fleet:
         queries = (
             "SELECT name, owner, epoch, expires_at > extract(epoch from clock_timestamp()) AS live FROM leases ORDER BY name",
             "SELECT source, count(*) FROM queued_messages GROUP BY source ORDER BY source",
-            "SELECT count(*) AS updates, count(handled_at) AS handled FROM telegram_updates",
+            "SELECT count(*) AS updates, count(handled_at) AS handled FROM platform_events",
             "SELECT s.source, h.role, h.status, count(*) FROM chat_history h "
             "JOIN chat_sessions_stack k ON k.id = h.session_stack_id "
             "JOIN chat_sessions s ON s.id = k.session_id WHERE k.depth = 0 "
@@ -209,8 +209,8 @@ def doubled_replies(fleet: Fleet, chat: int) -> list[tuple[str, set[str]]]:
     if not extra:
         return []
     rows = fleet.psql(
-        f"SELECT recorded_by, coalesce(sending_by, ''), payload FROM telegram_outbox "
-        f"WHERE chat_id = {chat} AND recorded_by IS NOT NULL"
+        f"SELECT recorded_by, coalesce(sending_by, ''), payload FROM platform_outbox "
+        f"WHERE conversation = '{chat}' AND recorded_by IS NOT NULL"
     )
     senders: dict[str, set[str]] = {}
     for recorded_by, sending_by, payload in rows:
@@ -272,7 +272,8 @@ def test_every_message_is_answered_once_in_order_while_processes_are_killed(
             print(
                 fleet.psql(
                     "SELECT id, status, dedupe_key, attempts, recorded_by, next_attempt_at, "
-                    f"created_at, sent_at, error FROM telegram_outbox WHERE chat_id = {chat} ORDER BY id"
+                    "created_at, sent_at, error FROM platform_outbox "
+                    f"WHERE conversation = '{chat}' ORDER BY id"
                 )
             )
         print(fleet.logs())
@@ -361,7 +362,7 @@ def test_a_process_paused_between_recording_and_sending_a_reply_never_sends_it_t
     assert replies(fleet.telegram, chat) == ["echo: hello"], texts
     assert "is left to the fleet" in fleet.log_of("p1")
     assert not [t for t in texts if (t or "").startswith("⚠️")], texts
-    [[recorder, sender]] = fleet.psql("SELECT recorded_by, sending_by FROM telegram_outbox")
+    [[recorder, sender]] = fleet.psql("SELECT recorded_by, sending_by FROM platform_outbox")
     assert recorder.startswith(p1 + ":") and not sender.startswith(p1 + ":")  # sent by p2
     assert paused.poll() is None  # p1 lives on, and answers the next message
     fleet.telegram.user_message(chat, chat, "again")

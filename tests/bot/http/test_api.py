@@ -13,11 +13,11 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
+from bot.delivery import OutboundStats
 from bot.http.api import ApiRoutes
 from bot.http.app import create_app
 from bot.http.operations import Operations
 from bot.http.web import WebInbox
-from bot.telegram.outbound import OutboundStats
 from engine.approval.deciders import OPERATOR
 from engine.core import Engine
 from engine.llm.scripted import text, tool_call

@@ -16,6 +16,8 @@ from engine.llm.registry import ModelRegistry
 from tests.bot.platform_contract.driver import PlatformDriver
 from tests.bot.platform_contract.telegram_driver import TelegramDriver
 from tests.bot.platform_contract.terminal_driver import TerminalDriver
+from tests.bot.platform_contract.webchat_driver import WebChatDriver
+from tests.bot.process import free_port
 from tests.bot.telegram_contract.conftest import (  # noqa: F401 (telegram: a fixture)
     ALICE,
     FAST,
@@ -28,7 +30,7 @@ from tests.engine.hub.conftest import EchoModel
 from tests.fakes.telegram_server import FakeTelegramServer
 from tests.pg import migrated_sqlite
 
-PLATFORMS = ["telegram-ptb", "telegram-aiogram", "terminal"]
+PLATFORMS = ["telegram-ptb", "telegram-aiogram", "terminal", "webchat"]
 
 MakeDriver = Callable[..., Awaitable[PlatformDriver]]
 
@@ -51,13 +53,15 @@ async def make_driver(
     database_url = migrated_sqlite(tmp_path / "chathub.db")
     workspace = tmp_path / "workspace"
     models = ModelRegistry([model])
-    drivers: list[TelegramDriver | TerminalDriver] = []
+    drivers: list[TelegramDriver | TerminalDriver | WebChatDriver] = []
 
     async def make(**settings: Any) -> PlatformDriver:
         config = partial(app_config, database_url, workspace)
-        driver: TelegramDriver | TerminalDriver
+        driver: TelegramDriver | TerminalDriver | WebChatDriver
         if platform == "terminal":
             driver = terminal_driver(lambda: config(**settings), models, workspace)
+        elif platform == "webchat":
+            driver = webchat_driver(config, settings, models, workspace)
         else:
             fake: FakeTelegramServer = request.getfixturevalue("telegram")
             library = platform.removeprefix("telegram-")
@@ -94,6 +98,26 @@ def terminal_driver(
         return service
 
     return TerminalDriver(start, workspace)
+
+
+def webchat_driver(
+    config: Callable[..., AppConfig],
+    settings: dict[str, Any],
+    models: ModelRegistry,
+    workspace: Path,
+) -> WebChatDriver:
+    """``chathub serve`` with no Telegram token and no terminal: its HTTP app on 127.0.0.1
+    (a free port, kept across a restart as a bookmarked page's), no API token (loopback
+    lets the page in without a sign-in)."""
+    port = free_port()
+    http = {"http_host": "127.0.0.1", "http_port": port, "chathub_api_token": None}
+
+    async def start() -> Service:
+        service = Service(config(**{**http, **settings}), models=models, http=True)
+        await service.start()
+        return service
+
+    return WebChatDriver(start, workspace, port)
 
 
 def telegram_driver(

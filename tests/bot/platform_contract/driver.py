@@ -31,7 +31,7 @@ class Prompt:
 class PlatformDriver(Protocol):
     """One person in one private conversation with the bot, on one platform."""
 
-    #: ``telegram-ptb``, ``telegram-aiogram``, ``terminal``.
+    #: ``telegram-ptb``, ``telegram-aiogram``, ``terminal``, ``webchat``.
     name: str
     #: The hub source of the conversation (``telegram:111``, ``console``).
     source: str

@@ -13,14 +13,9 @@ from typing import Any
 
 import pytest
 
+from bot.delivery.errors import RETRY_AFTER_DEFAULT_S, RETRY_AFTER_MAX_S, RETRY_AFTER_MIN_S
 from bot.telegram.api import BotApi, NetworkError, RetryAfter, ServerError
-from bot.telegram.errors import (
-    RETRY_AFTER_DEFAULT_S,
-    RETRY_AFTER_MAX_S,
-    RETRY_AFTER_MIN_S,
-    NotFound,
-    Unauthorized,
-)
+from bot.telegram.errors import NotFound, Unauthorized
 from tests.fakes.telegram_server import OMIT, FakeTelegramServer
 
 TOKEN = "123456:TEST-token"

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from bot.delivery import Outbound
 from bot.platform.memory import MEMORY_OFF, NOT_YOURS
 from bot.serve import Service
 from bot.telegram.adapter import TelegramAdapter, TelegramConfig
 from bot.telegram.api import BotApi
 from bot.telegram.bindings.factory import make_bot_api
+from bot.telegram.delivery import TelegramClient
 from bot.telegram.memory import BAD_BUTTON
-from bot.telegram.outbound import Outbound
 from bot.telegram.poller import Poller
 from bot.telegram.store import TelegramStore
 from engine.llm.registry import ModelRegistry
@@ -65,7 +66,7 @@ async def run_bot(
         service.hub,
         api,
         store,
-        Outbound(api, store, FAST),
+        Outbound(TelegramClient(api), store.outbox, FAST),
         TelegramConfig(
             allowed_user_ids=frozenset({ALICE, BOB}),
             owner_id=OWNER,

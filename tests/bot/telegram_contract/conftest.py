@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from bot.delivery import Pacing
 from bot.serve import Service
 from bot.settings import load_settings
 from bot.telegram.bindings.factory import make_bot_api
-from bot.telegram.outbound import Pacing
 from engine.config import AppConfig, EngineConfig, HubConfig
 from engine.llm.registry import ModelRegistry
 from engine.store.schema import utcnow

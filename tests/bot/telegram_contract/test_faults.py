@@ -17,10 +17,10 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from bot.delivery import RetrySchedule
+from bot.delivery.tables import platform_outbox
 from bot.serve import Service
 from bot.telegram.bindings.factory import make_bot_api
-from bot.telegram.outbound import RetrySchedule
-from bot.telegram.tables import telegram_outbox
 from engine.config import AppConfig
 from engine.llm.registry import ModelRegistry
 from tests.bot.telegram_contract.conftest import ALICE, FAST, TOKEN, eventually, texts
@@ -61,7 +61,7 @@ async def outbox(service: Service) -> list[dict[str, Any]]:
     assert service.engine is not None
 
     def read(conn: sa.Connection) -> list[dict[str, Any]]:
-        o = telegram_outbox
+        o = platform_outbox
         return [dict(r._mapping) for r in conn.execute(sa.select(o).order_by(o.c.id))]
 
     return await service.engine.store.db.run(read)

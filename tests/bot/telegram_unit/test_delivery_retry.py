@@ -18,17 +18,19 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from bot.delivery import Outbound, Pacing, Redelivery, RetrySchedule, delivery_summary
+from bot.delivery.tables import platform_outbox
 from bot.http.metrics import read_snapshot, render
 from bot.telegram.api import BadRequest, Forbidden, NetworkError, RetryAfter, ServerError
+from bot.telegram.delivery import TelegramClient
 from bot.telegram.errors import Unauthorized
-from bot.telegram.outbound import Outbound, Pacing, RetrySchedule
-from bot.telegram.redelivery import Redelivery
-from bot.telegram.store import TelegramStore
-from bot.telegram.tables import telegram_outbox
+from bot.telegram.store import TELEGRAM, TelegramStore
 from tests.bot.telegram_unit.fakes import FakeBotApi, FakeTime
 
 CHAT = 42
 OTHER = 43
+#: The same chats as the outbox keys them.
+CHAT_KEY, OTHER_KEY = str(CHAT), str(OTHER)
 BASE = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 #: No pacing; Telegram's own in-line retries as in production (6 attempts, 0.5..8 s).
@@ -59,7 +61,7 @@ class Rig:
         await self.out.flush()
 
         def read(conn: sa.Connection) -> list[dict[str, Any]]:
-            o = telegram_outbox
+            o = platform_outbox
             return [dict(r._mapping) for r in conn.execute(sa.select(o).order_by(o.c.id))]
 
         return await self.store._db.run(read)
@@ -85,15 +87,15 @@ async def make(sqlite_tg_store: TelegramStore) -> AsyncIterator[Callable[..., Ri
             return BASE + timedelta(seconds=time.now)
 
         out = Outbound(
-            api,
-            sqlite_tg_store,
+            TelegramClient(api),
+            sqlite_tg_store.outbox,
             pacing,
             clock=time,
             sleep=time.sleep,
             now=wall,
             schedule=RetrySchedule(),
         )
-        redelivery = Redelivery(out, sqlite_tg_store, now=wall, sleep=time.sleep)
+        redelivery = Redelivery(out, sqlite_tg_store.outbox, now=wall, sleep=time.sleep)
         rig = Rig(out, api, time, sqlite_tg_store, redelivery, tasks)
         if run:
             rig.start_retrier()
@@ -110,7 +112,7 @@ async def test_eight_failures_then_the_reply_arrives_without_a_restart(make) -> 
     """The issue's outage: eight 500s in a row on sendMessage (in-line retries as deployed)."""
     rig = make(UNPACED, run=False)
     rig.api.fail("send_message", *[ServerError("Internal Server Error") for _ in range(8)])
-    assert await rig.out.deliver(CHAT, "final:1:0", {"text": "the answer"}) is None
+    assert await rig.out.deliver(CHAT_KEY, "final:1:0", {"text": "the answer"}) is None
     [row] = await rig.rows()
     assert (row["status"], row["attempts"]) == ("pending", 1)  # postponed, not dropped
     assert row["next_attempt_at"] == rig.wall() + timedelta(seconds=1)
@@ -119,7 +121,7 @@ async def test_eight_failures_then_the_reply_arrives_without_a_restart(make) -> 
     rig.start_retrier()
     await rig.until(lambda: len(rig.api.calls_to("send_message")) == 9)
     [row] = await rig.rows()
-    assert (row["status"], row["message_id"]) == ("sent", 101)
+    assert (row["status"], row["message_id"]) == ("sent", "101")
     # 6 in-line attempts (0.5 + 1 + 2 + 4 + 8 s), the 1 s schedule, then 2 more in-line
     assert rig.send_times()[-1] == pytest.approx(15.5 + 1.0 + 0.5 + 1.0)
     assert rig.send_times()[-1] < RetrySchedule().cap_s
@@ -130,7 +132,7 @@ async def test_eight_failures_then_the_reply_arrives_without_a_restart(make) -> 
 async def test_the_schedule_doubles_from_one_second_to_five_minutes(make) -> None:
     rig = make()
     rig.api.fail("send_message", *[NetworkError("reset") for _ in range(12)])
-    await rig.out.deliver(CHAT, "final:1:0", {"text": "patience"})
+    await rig.out.deliver(CHAT_KEY, "final:1:0", {"text": "patience"})
     await rig.until(lambda: len(rig.api.calls_to("send_message")) == 13)
     times = rig.send_times()
     gaps = [round(b - a, 6) for a, b in itertools.pairwise(times)]
@@ -142,7 +144,7 @@ async def test_the_schedule_doubles_from_one_second_to_five_minutes(make) -> Non
 async def test_each_attempt_is_stored_on_the_row(make) -> None:
     rig = make(run=False)
     rig.api.fail("send_message", ServerError("a"), ServerError("b"), ServerError("c"))
-    await rig.out.deliver(CHAT, "final:1:0", {"text": "x"})
+    await rig.out.deliver(CHAT_KEY, "final:1:0", {"text": "x"})
     for expected_attempts, delay in [(2, 2), (3, 4)]:
         rig.time.now += 3600  # long after it was due
         assert await rig.redelivery.run_due() == 1
@@ -170,7 +172,7 @@ async def test_a_delivery_that_cannot_succeed_is_failed_with_its_reason_and_stop
 ) -> None:
     rig = make()
     rig.api.fail("send_message", ServerError("down"), error)
-    await rig.out.deliver(CHAT, "final:1:0", {"text": "x"})
+    await rig.out.deliver(CHAT_KEY, "final:1:0", {"text": "x"})
     await rig.until(lambda: len(rig.api.calls_to("send_message")) == 2)
     await rig.until(lambda: rig.out.stats.deliveries_failed == 1)
     [row] = await rig.rows()
@@ -185,7 +187,7 @@ async def test_a_429_storm_postpones_instead_of_failing(make) -> None:
     pacing = Pacing.unpaced(max_retry_afters=2)
     rig = make(pacing, run=False)
     rig.api.fail("send_message", *[RetryAfter(1) for _ in range(3)])
-    await rig.out.deliver(CHAT, "final:1:0", {"text": "x"})
+    await rig.out.deliver(CHAT_KEY, "final:1:0", {"text": "x"})
     [row] = await rig.rows()
     assert (row["status"], row["attempts"]) == ("pending", 1)
 
@@ -193,14 +195,14 @@ async def test_a_429_storm_postpones_instead_of_failing(make) -> None:
 async def test_a_revoked_token_postpones_rather_than_losing_the_reply(make) -> None:
     rig = make(run=False)
     rig.api.fail("send_message", Unauthorized("Unauthorized"))
-    await rig.out.deliver(CHAT, "final:1:0", {"text": "x"})
+    await rig.out.deliver(CHAT_KEY, "final:1:0", {"text": "x"})
     [row] = await rig.rows()
     assert row["status"] == "pending"
 
 
 async def test_an_unsendable_payload_is_failed_not_retried(make) -> None:
     rig = make(run=False)
-    await rig.out.deliver(CHAT, "final:1:0", {"no text": True})
+    await rig.out.deliver(CHAT_KEY, "final:1:0", {"no text": True})
     [row] = await rig.rows()
     assert row["status"] == "failed"
     assert "unsendable" in row["error"]
@@ -210,9 +212,9 @@ async def test_an_unsendable_payload_is_failed_not_retried(make) -> None:
 async def test_a_chats_waiting_replies_keep_their_order(make) -> None:
     rig = make(run=False)
     rig.api.fail("send_message", ServerError("x"), ServerError("x"))
-    await rig.out.deliver(CHAT, "final:1:0", {"text": "first"})  # fails: postponed
-    await rig.out.deliver(CHAT, "final:2:0", {"text": "second"})  # queued behind "first"
-    await rig.out.deliver(OTHER, "final:3:0", {"text": "elsewhere"})  # fails: postponed
+    await rig.out.deliver(CHAT_KEY, "final:1:0", {"text": "first"})  # fails: postponed
+    await rig.out.deliver(CHAT_KEY, "final:2:0", {"text": "second"})  # queued behind "first"
+    await rig.out.deliver(OTHER_KEY, "final:3:0", {"text": "elsewhere"})  # fails: postponed
     assert [c.args[1] for c in rig.api.calls_to("send_message")] == ["first", "elsewhere"]
     rows = {r["dedupe_key"]: r for r in await rig.rows()}
     assert rows["final:2:0"]["attempts"] == 0  # never sent ahead of "first"
@@ -237,15 +239,15 @@ async def test_a_chats_waiting_replies_keep_their_order(make) -> None:
 async def test_a_new_reply_to_a_waiting_chat_retries_its_backlog_at_once(make) -> None:
     rig = make(run=False)
     rig.api.fail("send_message", ServerError("x"))
-    await rig.out.deliver(CHAT, "final:1:0", {"text": "old"})
+    await rig.out.deliver(CHAT_KEY, "final:1:0", {"text": "old"})
     [row] = await rig.rows()
     assert row["next_attempt_at"] == rig.wall() + timedelta(seconds=1)
-    await rig.out.deliver(CHAT, "final:2:0", {"text": "new"})  # Telegram is back meanwhile
+    await rig.out.deliver(CHAT_KEY, "final:2:0", {"text": "new"})  # Telegram is back meanwhile
     assert rig.out.postponed.is_set()  # the retrier is woken ...
     assert await rig.redelivery.run_due() == 2  # ... and finds both due now, not in 1 s
     assert [c.args[1] for c in rig.api.calls_to("send_message")] == ["old", "old", "new"]
     assert {r["status"] for r in await rig.rows()} == {"sent"}
-    await rig.out.deliver(CHAT, "final:3:0", {"text": "later"})  # nothing waits: sent at once
+    await rig.out.deliver(CHAT_KEY, "final:3:0", {"text": "later"})  # nothing waits: sent at once
     assert rig.api.calls_to("send_message")[-1].args[1] == "later"
 
 
@@ -253,16 +255,16 @@ async def test_a_sleeping_retrier_wakes_for_a_new_postponement(make) -> None:
     rig = make()
     await asyncio.sleep(0.01)  # the retrier found nothing and waits
     rig.api.fail("send_message", NetworkError("reset"))
-    await rig.out.deliver(CHAT, "final:1:0", {"text": "late"})
+    await rig.out.deliver(CHAT_KEY, "final:1:0", {"text": "late"})
     await rig.until(lambda: len(rig.api.calls_to("send_message")) == 2)
     assert rig.send_times() == pytest.approx([0.0, 1.0])
 
 
 async def test_at_start_every_pending_delivery_is_due_at_once(make) -> None:
     # A process died: one row recorded and never sent, one postponed far into the future.
-    store: TelegramStore = make(run=False).store
-    await store.enqueue(CHAT, "final:1:0", {"text": "unsent"})
-    postponed = await store.enqueue(OTHER, "final:2:0", {"text": "postponed"})
+    store = make(run=False).store.outbox
+    await store.enqueue(CHAT_KEY, "final:1:0", {"text": "unsent"})
+    postponed = await store.enqueue(OTHER_KEY, "final:2:0", {"text": "postponed"})
     assert postponed is not None
     await store.postpone(postponed.id, "down", BASE, BASE + timedelta(hours=2))
     rig = make()
@@ -275,27 +277,29 @@ async def test_at_start_every_pending_delivery_is_due_at_once(make) -> None:
 
 async def test_a_row_claimed_by_a_retry_that_died_is_due_again_after_its_lease(make) -> None:
     rig = make(run=False)
-    await rig.store.enqueue(CHAT, "final:1:0", {"text": "x"})
+    outbox = rig.store.outbox
+    await outbox.enqueue(CHAT_KEY, "final:1:0", {"text": "x"})
     await rig.out.recover()
-    [claimed] = await rig.store.claim_due(rig.wall(), rig.wall() + timedelta(seconds=900))
+    [claimed] = await outbox.claim_due(rig.wall(), rig.wall() + timedelta(seconds=900))
     # ... and the claimer died: nobody else gets it until the lease ends
-    assert await rig.store.claim_due(rig.wall() + timedelta(seconds=899), rig.wall()) == []
+    assert await outbox.claim_due(rig.wall() + timedelta(seconds=899), rig.wall()) == []
     later = rig.wall() + timedelta(seconds=900)
-    assert [r.id for r in await rig.store.claim_due(later, later)] == [claimed.id]
+    assert [r.id for r in await outbox.claim_due(later, later)] == [claimed.id]
 
 
 async def test_deliveries_waiting_show_in_metrics_and_the_summary(make) -> None:
     rig = make(run=False)
     rig.api.fail("send_message", ServerError("Bad Gateway"), Forbidden("Forbidden: blocked"))
-    await rig.out.deliver(CHAT, "final:1:0", {"text": "waits"})
-    await rig.out.deliver(OTHER, "final:2:0", {"text": "blocked"})
-    await rig.out.deliver(CHAT + 2, "final:3:0", {"text": "fine"})
+    await rig.out.deliver(CHAT_KEY, "final:1:0", {"text": "waits"})
+    await rig.out.deliver(OTHER_KEY, "final:2:0", {"text": "blocked"})
+    await rig.out.deliver(str(CHAT + 2), "final:3:0", {"text": "fine"})
     await rig.out.flush()
-    summary = await rig.store.delivery_summary()
+    summary = await rig.store._db.run(delivery_summary, 10)
     assert (summary.waiting, summary.failed, summary.sent) == (1, 1, 1)
     [waiting] = summary.rows
-    assert (waiting.chat_id, waiting.attempts, waiting.error) == (
-        CHAT,
+    assert (waiting.platform, waiting.conversation, waiting.attempts, waiting.error) == (
+        TELEGRAM,
+        CHAT_KEY,
         1,
         "ServerError: Bad Gateway",
     )

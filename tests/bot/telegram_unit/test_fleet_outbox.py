@@ -3,7 +3,7 @@ holds; a process paused past its membership lease hands its rows back instead of
 them a second time, and a dead process's rows (recorded or claimed) are sent by another.
 
 Two processes, A and B, share one database: each has its own ``TelegramStore`` (its
-process id), ``Outbound`` and fake Bot API. Their memberships are real ``process:<id>``
+process id; its outbox is ``store.outbox``), ``Outbound`` and fake Bot API. Their memberships are real ``process:<id>``
 leases; A's tenure (what its ``SourceOwnership`` would say) is a switch.
 """
 
@@ -18,17 +18,26 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from bot.delivery import (
+    Delivery,
+    Outbound,
+    OutboxRow,
+    OutboxStore,
+    Pacing,
+    Redelivery,
+    RetrySchedule,
+)
+from bot.delivery.tables import platform_outbox
 from bot.telegram.api import ServerError
-from bot.telegram.outbound import Delivery, Outbound, Pacing, RetrySchedule
-from bot.telegram.redelivery import Redelivery
-from bot.telegram.store import OutboxRow, TelegramStore
-from bot.telegram.tables import telegram_outbox
+from bot.telegram.delivery import TelegramClient
+from bot.telegram.store import TelegramStore
 from engine.store import Store
 from engine.store.leases import PROCESS_LEASE_PREFIX, Leases
 from tests.bot.telegram_unit.fakes import FakeBotApi, FakeTime
 from tests.pg import BACKENDS, database_url
 
 CHAT = 42
+CHAT_KEY = str(CHAT)  # the conversation, as the outbox keys it
 NOW = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 
 
@@ -60,6 +69,10 @@ class Process:
     tenure: SwitchTenure
     redelivery: Redelivery
 
+    @property
+    def outbox(self) -> OutboxStore:
+        return self.store.outbox
+
     def sent(self) -> list[str]:
         return [
             call.kwargs.get("text") or call.args[1] for call in self.api.calls_to("send_message")
@@ -77,8 +90,8 @@ class Fleet:
         api = FakeBotApi(clock=time)
         tenure = SwitchTenure()
         out = Outbound(
-            api,
-            store,
+            TelegramClient(api),
+            store.outbox,
             pacing or Pacing.unpaced(max_attempts=1),
             clock=time,
             sleep=time.sleep,
@@ -86,7 +99,7 @@ class Fleet:
             schedule=RetrySchedule(),
             tenure=tenure,
         )
-        redelivery = Redelivery(out, store, now=lambda: NOW, sleep=time.sleep)
+        redelivery = Redelivery(out, store.outbox, now=lambda: NOW, sleep=time.sleep)
         return Process(name, store, api, out, tenure, redelivery)
 
     async def join(self, name: str) -> None:
@@ -100,7 +113,7 @@ class Fleet:
 
     async def rows(self) -> list[dict[str, Any]]:
         def read(conn: sa.Connection) -> list[dict[str, Any]]:
-            o = telegram_outbox
+            o = platform_outbox
             return [dict(r._mapping) for r in conn.execute(sa.select(o).order_by(o.c.id))]
 
         return await self.db.db.run(read)
@@ -123,7 +136,8 @@ async def record(process: Process, key: str, *texts: str) -> list[OutboxRow]:
     """Rows recorded the way a turn records its answer: marked, then enqueued."""
     mark = process.out.mark()
     rows = [
-        await process.store.enqueue(CHAT, f"{key}:{i}", {"text": t}) for i, t in enumerate(texts)
+        await process.outbox.enqueue(CHAT_KEY, f"{key}:{i}", {"text": t})
+        for i, t in enumerate(texts)
     ]
     return process.out.taken([row for row in rows if row is not None], mark)
 
@@ -190,10 +204,10 @@ async def test_a_row_another_process_already_took_is_not_handed_back(fleet: Flee
     [row] = await record(a, "final:1", "the answer")
     await fleet.die("A")
     assert await b.out.recover_orphans() == 1
-    claimed = await b.store.claim_due(NOW, NOW, 10)
+    claimed = await b.outbox.claim_due(NOW, NOW, 10)
     assert [r.id for r in claimed] == [row.id]
     a.tenure.lapse()
-    assert await a.store.release(row.id, NOW) is False
+    assert await a.outbox.release(row.id, NOW) is False
     outcome, _ = await a.out.attempt(row)
     assert outcome is Delivery.RELEASED  # not sent
     assert a.sent() == []
@@ -230,8 +244,8 @@ async def test_a_dead_processs_claimed_retry_is_due_again_within_a_lease(fleet: 
     would have held it for 15 minutes)."""
     a, b = fleet.process("A"), fleet.process("B")
     [row] = await record(b, "final:1", "the answer")
-    await b.store.postpone(row.id, "Bad Gateway", NOW, NOW)
-    [claimed] = await a.store.claim_due(NOW, NOW, 10)
+    await b.outbox.postpone(row.id, "Bad Gateway", NOW, NOW)
+    [claimed] = await a.outbox.claim_due(NOW, NOW, 10)
     stored = (await fleet.rows())[0]
     assert (stored["recorded_by"], stored["sending_by"], stored["next_attempt_at"]) == (
         "B",
@@ -256,13 +270,13 @@ async def test_a_row_handed_back_while_the_database_was_away_is_recovered_later(
     async def away(outbox_id: int, now: datetime) -> bool:
         raise ConnectionError("the database is away")
 
-    real_release = a.store.release
-    a.store.release = away  # type: ignore[method-assign]
+    real_release = a.outbox.release
+    a.outbox.release = away  # type: ignore[method-assign]
     outcome, _ = await a.out.attempt(row)
     assert outcome is Delivery.RELEASED
     assert a.out.handback is not None
     assert a.out.handback.stranded == {row.id}
-    a.store.release = real_release  # type: ignore[method-assign]
+    a.outbox.release = real_release  # type: ignore[method-assign]
     assert await a.out.recover_orphans() == 1  # its own row, handed back now
     assert a.out.handback.stranded == set()
     assert await a.redelivery.run_due() == 1  # claimed anew, under a new mark
@@ -273,7 +287,7 @@ async def test_a_row_taken_without_a_mark_is_never_sent_unchecked_in_a_fleet(
     fleet: Fleet,
 ) -> None:
     a = fleet.process("A")
-    row = await a.store.enqueue(CHAT, "final:1:0", {"text": "the answer"})
+    row = await a.outbox.enqueue(CHAT_KEY, "final:1:0", {"text": "the answer"})
     assert row is not None and row.taken_at is None
     outcome, _ = await a.out.attempt(row)
     assert outcome is Delivery.RELEASED

@@ -1,4 +1,5 @@
-"""TelegramStore on SQLite and (when configured) PostgreSQL."""
+"""TelegramStore (and its outbox, ``tg_store.outbox``) on SQLite and (when configured)
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from bot.delivery.tables import platform_outbox
 from bot.telegram.store import (
     CODE_ALPHABET,
     CODE_LENGTH,
@@ -17,7 +19,6 @@ from bot.telegram.store import (
     CardRow,
     TelegramStore,
 )
-from bot.telegram.tables import telegram_outbox
 from tests.clock import FakeClock
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -30,7 +31,7 @@ def upd(update_id: Any, text: str = "hi") -> dict[str, Any]:
 
 async def outbox_row(store: TelegramStore, outbox_id: int) -> dict[str, Any]:
     def read(conn: sa.Connection) -> dict[str, Any]:
-        row = conn.execute(sa.select(telegram_outbox).where(telegram_outbox.c.id == outbox_id))
+        row = conn.execute(sa.select(platform_outbox).where(platform_outbox.c.id == outbox_id))
         return dict(row.one()._mapping)
 
     return await store._db.run(read)
@@ -238,55 +239,57 @@ async def test_open_cards(tg_store: TelegramStore) -> None:
 
 
 async def test_enqueue_dedupes_by_key(tg_store: TelegramStore) -> None:
-    assert not await tg_store.has_key("reply:1")
-    row = await tg_store.enqueue(42, "reply:1", {"text": "hello", "entities": []})
+    outbox = tg_store.outbox
+    assert not await outbox.has_key("reply:1")
+    row = await outbox.enqueue("42", "reply:1", {"text": "hello", "entities": []})
     assert row is not None
-    assert (row.chat_id, row.dedupe_key, row.status, row.attempts, row.message_id) == (
-        42,
+    assert (row.conversation, row.dedupe_key, row.status, row.attempts, row.message_id) == (
+        "42",
         "reply:1",
         "pending",
         0,
         None,
     )
     assert row.payload == {"text": "hello", "entities": []}
-    assert await tg_store.enqueue(42, "reply:1", {"text": "other"}) is None
-    assert await tg_store.enqueue(43, "reply:1", {"text": "other chat"}) is None
-    assert await tg_store.has_key("reply:1")
-    assert await tg_store.pending_outbox() == [row]
+    assert await outbox.enqueue("42", "reply:1", {"text": "other"}) is None
+    assert await outbox.enqueue("43", "reply:1", {"text": "other chat"}) is None
+    assert await outbox.has_key("reply:1")
+    assert await outbox.pending() == [row]
 
 
 async def test_concurrent_enqueue_of_one_key_records_it_once(
     tg_store: TelegramStore, request: pytest.FixtureRequest
 ) -> None:
     results = await asyncio.gather(
-        *[tg_store.enqueue(42, "reply:1", {"text": "x"}) for _ in range(5)],
+        *[tg_store.outbox.enqueue("42", "reply:1", {"text": "x"}) for _ in range(5)],
         return_exceptions=True,
     )
     assert not [r for r in results if isinstance(r, BaseException)]
     assert sum(1 for r in results if r is not None) == 1
-    assert len(await tg_store.pending_outbox()) == 1
+    assert len(await tg_store.outbox.pending()) == 1
 
 
 async def test_outbox_pending_to_sent(tg_store: TelegramStore) -> None:
-    a = await tg_store.enqueue(42, "a", {"text": "a"})
-    b = await tg_store.enqueue(-100, "b", {"text": "b"})
+    outbox = tg_store.outbox
+    a = await outbox.enqueue("42", "a", {"text": "a"})
+    b = await outbox.enqueue("-100", "b", {"text": "b"})
     assert a is not None and b is not None
-    assert [r.id for r in await tg_store.pending_outbox()] == [a.id, b.id]
-    await tg_store.mark_sent(a.id, 9001)
-    [pending] = await tg_store.pending_outbox()
+    assert [r.id for r in await outbox.pending()] == [a.id, b.id]
+    await outbox.mark_sent(a.id, "9001")
+    [pending] = await outbox.pending()
     assert pending.id == b.id
     sent = await outbox_row(tg_store, a.id)
-    assert (sent["status"], sent["message_id"], sent["attempts"]) == ("sent", 9001, 1)
+    assert (sent["status"], sent["message_id"], sent["attempts"]) == ("sent", "9001", 1)
     assert sent["sent_at"] is not None and sent["error"] is None
-    assert await tg_store.has_key("a")  # still deduped after sending
-    assert await tg_store.enqueue(42, "a", {"text": "a"}) is None
+    assert await outbox.has_key("a")  # still deduped after sending
+    assert await outbox.enqueue("42", "a", {"text": "a"}) is None
 
 
 async def test_outbox_pending_to_failed(tg_store: TelegramStore) -> None:
-    row = await tg_store.enqueue(42, "x", {"text": "x"})
+    row = await tg_store.outbox.enqueue("42", "x", {"text": "x"})
     assert row is not None
-    await tg_store.mark_failed(row.id, "Forbidden: " + "e" * 5000)
-    assert await tg_store.pending_outbox() == []
+    await tg_store.outbox.mark_failed(row.id, "Forbidden: " + "e" * 5000)
+    assert await tg_store.outbox.pending() == []
     failed = await outbox_row(tg_store, row.id)
     assert failed["status"] == "failed"
     assert failed["attempts"] == 1
@@ -296,9 +299,9 @@ async def test_outbox_pending_to_failed(tg_store: TelegramStore) -> None:
 
 
 async def test_mark_sent_without_message_id(tg_store: TelegramStore) -> None:
-    row = await tg_store.enqueue(42, "x", {"text": "x"})
+    row = await tg_store.outbox.enqueue("42", "x", {"text": "x"})
     assert row is not None
-    await tg_store.mark_sent(row.id, None)
+    await tg_store.outbox.mark_sent(row.id, None)
     sent = await outbox_row(tg_store, row.id)
     assert sent["status"] == "sent" and sent["message_id"] is None
 

@@ -203,7 +203,7 @@ async def test_a_database_of_the_engine_alone_gets_the_lower_numbers_of_later_la
     try:
         session = await first.sessions.create("cli:me")
         assert await first.db.run(_versions) == ENGINE_VERSIONS
-        assert "telegram_outbox" not in await first.db.run(_table_names)
+        assert "platform_outbox" not in await first.db.run(_table_names)
         assert await migrate(first.db, ENGINE_ONLY) == max(ENGINE_VERSIONS)
     finally:
         await first.close()
@@ -212,7 +212,7 @@ async def test_a_database_of_the_engine_alone_gets_the_lower_numbers_of_later_la
     try:
         assert await second.db.run(_versions) == list(range(1, LATEST + 1))
         tables = await second.db.run(_table_names)
-        assert {"telegram_outbox", "job_runs", "events", "web_signins"} <= tables
+        assert {"platform_outbox", "job_runs", "events", "web_signins"} <= tables
         assert await second.sessions.get(session.id) == session
     finally:
         await second.close()
@@ -280,6 +280,6 @@ async def test_without_layers_the_engine_migrates_only_its_own_tables(store_url:
     try:
         assert await store.db.run(_versions) == ENGINE_VERSIONS
         tables = await store.db.run(_table_names)
-        assert not tables & {"telegram_outbox", "job_runs", "events", "web_signins"}
+        assert not tables & {"platform_outbox", "job_runs", "events", "web_signins"}
     finally:
         await store.close()

@@ -1,18 +1,24 @@
-"""Everything the bot sends goes through here: paced per chat, retried, recorded.
+"""Everything a platform is sent goes through here: paced, retried, recorded.
 
-Pacing is token buckets (``pacing.py``): bursts within Telegram's limits — about one
-message per second in a chat, twenty per minute in a group, thirty per second overall —
-so a quiet chat's reply goes out at once. A 429 names how long to wait (``retry_after``):
-that chat waits (everything, when several chats get one at once); 5xx and network errors
-are retried with backoff. Messages that must arrive exactly once (final replies)
+A platform gives its ``PlatformClient`` (one try of a recorded payload, the message id in
+its answer, which conversations are groups) and its ``PacingPolicy``; this gives it
+durable, paced, exactly-once delivery. Every other call to the platform's API goes
+through ``call`` too (``kind``: a new message, an edit, or anything else), so no call
+escapes the pacing and the retries.
+
+Pacing is token buckets (``pacing.py``): bursts within the platform's limits, so a quiet
+conversation's reply goes out at once. A 429 names how long to wait (``RetryLater``): that
+conversation waits (everything, when several get one at once); ``Unavailable`` (5xx,
+network) is retried with backoff. Messages that must arrive exactly once (final replies)
 go through the outbox: recorded before sending under a dedupe key, marked sent with the
-delivered message id, and re-sent at start if the process died in between.
+delivered message id as soon as the platform answers, and re-sent at start if the process
+died in between.
 
 An outbox delivery that still fails after those retries is postponed, not dropped: the
 row records the attempt and when it is due again (``RetrySchedule``: 1 s doubling to
 5 min), and ``Redelivery`` (``redelivery.py``) sends it then, in this process. Only an
-answer that no retry changes — 403 (the bot was blocked), 400 (chat not found, a
-request Telegram refuses) — marks it failed, with Telegram's reason.
+answer that no retry changes (``Refused``: blocked, the conversation gone, a request the
+platform refuses) marks it failed, with the platform's reason.
 
 In a fleet, a row is sent only by the process that took it (recorded or claimed it), and
 only while that process's membership has held without a break since (``Tenure``): a
@@ -29,26 +35,21 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from bot.telegram.api import (
-    BadRequest,
-    BotApi,
-    Forbidden,
-    Json,
-    NetworkError,
-    RetryAfter,
-    ServerError,
-    TelegramError,
+from bot.delivery.errors import (
+    PlatformError,
+    Refused,
+    RetryLater,
+    Unavailable,
+    clamp_retry_after,
+    describe,
 )
-from bot.telegram.handback import DeliveryMarks, Handback, Tenure, TenureLost
-from bot.telegram.health import TelegramHealth
-from bot.telegram.pacing import Cap, Pacer, PacingPolicy, Rate
-from bot.telegram.postponements import Postponements, RetrySchedule
-from bot.telegram.retrying import describe
-from bot.telegram.settings import TelegramSettings
-from bot.telegram.stats import OutboundStats
-from bot.telegram.store import OutboxRow, TelegramStore
+from bot.delivery.handback import DeliveryMarks, Handback, Tenure, TenureLost
+from bot.delivery.pacing import EDIT, OTHER, SEND, CallKind, Pacer, PacingPolicy
+from bot.delivery.postponements import Postponements, RetrySchedule
+from bot.delivery.stats import OutboundStats
+from bot.delivery.store import OutboxRow, OutboxStore
 from engine.failpoints import failpoint
 from engine.store.schema import utcnow
 
@@ -57,14 +58,56 @@ __all__ = [
     "Outbound",
     "OutboundStats",
     "Pacing",
+    "PlatformClient",
     "RetrySchedule",
+    "SendHealth",
     "Tenure",
-    "is_group_chat",
 ]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Json = dict[str, Any]
+
+
+class PlatformClient(Protocol):
+    """What a platform gives the delivery layer: how to send one recorded payload."""
+
+    #: The platform's name in the tables and the logs (``telegram``, ``discord``, ...).
+    name: str
+
+    def is_group(self, conversation: str) -> bool:
+        """Whether ``conversation`` is paced as a group (``PacingPolicy.group``)."""
+        ...
+
+    async def send(self, conversation: str, payload: Json) -> Any:
+        """One try: the platform's answer, or a ``PlatformError`` subclass raised."""
+        ...
+
+    def message_id(self, answer: Any) -> str | None:
+        """The sent message's id in ``send``'s answer."""
+        ...
+
+    def fallback(self, payload: Json, error: Refused) -> Json | None:
+        """A simpler payload to try once instead after a refusal (Telegram: the text
+        without its entities), or ``None``."""
+        ...
+
+
+class SendHealth(Protocol):
+    """Where send outcomes are reported (``/healthz``); Telegram's ``TelegramHealth``."""
+
+    def failed(self, kind: str, call: str, error: str) -> None: ...
+
+    def succeeded(self, kind: str) -> None: ...
+
+
+class _NoHealth:
+    def failed(self, kind: str, call: str, error: str) -> None:
+        return None
+
+    def succeeded(self, kind: str) -> None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,35 +117,23 @@ class Pacing:
     policy: PacingPolicy = field(default_factory=PacingPolicy)
     max_attempts: int = 6
     backoff_s: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
-    #: A 429 storm never stalls a chat longer than this per wait, nor more waits than this.
+    #: A 429 storm never stalls a conversation longer than this per wait, nor more waits.
     max_retry_after_s: float = 60.0
     max_retry_afters: int = 20
 
     @classmethod
     def unpaced(cls, **retries: Any) -> Pacing:
-        """No waiting between sends (tests and benchmarks against a fake Bot API)."""
+        """No waiting between sends (tests and benchmarks against a fake platform)."""
         return cls(policy=PacingPolicy.uniform(1e9, burst=1e9), **retries)
-
-    @classmethod
-    def from_settings(cls, settings: TelegramSettings) -> Pacing:
-        """The ``TELEGRAM_*_BURST`` / ``_PER_SECOND`` / ``_PER_MINUTE`` settings."""
-        return cls(
-            policy=PacingPolicy(
-                private=Rate(settings.telegram_private_burst, settings.telegram_private_per_second),
-                group=Rate(settings.telegram_group_burst, settings.telegram_group_per_minute / 60),
-                group_cap=Cap(max(1, int(settings.telegram_group_per_minute)), 60.0),
-                overall=Cap.per_second(settings.telegram_global_per_second),
-            )
-        )
 
 
 # How long a delivered message waits for others before its delivery is recorded: none. A
-# delivery is recorded as soon as Telegram answers, in every mode (a kill in a waiting
-# window re-sent replies Telegram had); deliveries answered while a record is being
+# delivery is recorded as soon as the platform answers, in every mode (a kill in a waiting
+# window re-sent replies the platform had); deliveries answered while a record is being
 # written still share the next commit (``DeliveryMarks``).
 MARK_DELAY_S = 0.0
-# The health kind of send outcomes (``TelegramHealth``).
-SEND = "send"
+# The health kind of send outcomes.
+SEND_HEALTH = "send"
 
 
 class Delivery(enum.Enum):
@@ -118,16 +149,13 @@ class _Lane:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
-def is_group_chat(chat_id: int) -> bool:
-    """Group and channel ids are negative in the Bot API."""
-    return chat_id < 0
-
-
 class Outbound:
+    """One platform's paced client and outbox sender."""
+
     def __init__(
         self,
-        api: BotApi,
-        store: TelegramStore,
+        client: PlatformClient,
+        store: OutboxStore,
         pacing: Pacing | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -135,140 +163,153 @@ class Outbound:
         mark_delay_s: float = MARK_DELAY_S,
         schedule: RetrySchedule | None = None,
         now: Callable[[], datetime] = utcnow,
-        health: TelegramHealth | None = None,
+        health: SendHealth | None = None,
         tenure: Tenure | None = None,
+        members: Callable[[], int] = lambda: 1,
     ) -> None:
-        """``tenure``: a fleet process's (every row it sends was taken under it)."""
-        self.api = api
+        """``tenure``: a fleet process's (every row it sends was taken under it);
+        ``members``: how many processes share the platform's cap (the fleet's live ones)."""
+        self.client = client
         self.store = store
         self.handback = None if tenure is None else Handback(tenure, store, now)
         self.pacing = pacing or Pacing()
-        self.pacer = Pacer(self.pacing.policy, clock=clock, sleep=sleep)
+        self.pacer = Pacer(
+            self.pacing.policy,
+            clock=clock,
+            sleep=sleep,
+            is_group=client.is_group,
+            members=members,
+            name=client.name,
+        )
         self.schedule = schedule or RetrySchedule()
         self.stats = OutboundStats()
-        self.health = health or TelegramHealth(clock=clock)
+        self.health: SendHealth = health or _NoHealth()
         #: Set whenever a delivery is postponed (or due at once): ``Redelivery`` wakes on it.
         self.postponed = asyncio.Event()
         self._clock = clock
         self._sleep = sleep
         self._now = now  # wall time: a postponed row's schedule is stored
         self.postponements = Postponements(store, self.schedule, self.stats, now, self.postponed)
-        self._lanes: dict[int, _Lane] = {}
-        # The newest edit asked for each (chat, message): an older one still waiting for
-        # its turn is dropped, the latest text wins.
-        self._edits: dict[tuple[int, int], int] = {}
+        self._lanes: dict[str, _Lane] = {}
+        # The newest edit asked for each (conversation, message): an older one still
+        # waiting for its turn is dropped, the latest text wins.
+        self._edits: dict[tuple[str, str], int] = {}
         self._marks = DeliveryMarks(store, mark_delay_s)
 
     async def call(
         self,
-        chat_id: int,
+        conversation: str | None,
         op: Callable[[], Awaitable[T]],
         *,
+        kind: CallKind = SEND,
         may_send: Callable[[], bool] | None = None,
     ) -> T:
-        """Run one Bot API call for ``chat_id`` in its turn, retrying what is retriable.
+        """Run one platform call in its turn, retrying what is retriable.
 
-        ``may_send`` is asked right before each try (a wait for the pace or a retry can be
-        long); when it says no, ``TenureLost`` is raised and nothing more is sent.
+        ``kind``: ``SEND`` takes the conversation's and the platform's tokens and keeps the
+        conversation's order; ``OTHER`` (a tap's answer, the typing indicator, a file)
+        only waits out the pauses. ``may_send`` is asked right before each try (a wait
+        for the pace or a retry can be long); when it says no, ``TenureLost`` is raised
+        and nothing more is sent.
         """
-        lane = self._lanes.setdefault(chat_id, _Lane())
+        if kind != SEND or conversation is None:
+            return await self._run(conversation, op, kind=kind, may_send=may_send)
+        lane = self._lanes.setdefault(conversation, _Lane())
         async with lane.lock:
-            return await self._run(chat_id, op, edit=False, may_send=may_send)
+            return await self._run(conversation, op, kind=kind, may_send=may_send)
 
-    async def edit(self, chat_id: int, message_id: int, op: Callable[[], Awaitable[Any]]) -> bool:
+    async def edit(
+        self, conversation: str, message_id: str, op: Callable[[], Awaitable[Any]]
+    ) -> bool:
         """An edit of a message already sent: paced apart from new messages, and coalesced
         (False: a newer edit of the same message came while this one waited, and replaced it)."""
-        key = (chat_id, message_id)
+        key = (conversation, message_id)
         ticket = self._edits[key] = self._edits.get(key, 0) + 1
-        lane = self._lanes.setdefault(chat_id, _Lane())
+        lane = self._lanes.setdefault(conversation, _Lane())
         try:
             async with lane.lock:
                 if self._edits.get(key) != ticket:
                     return False
-                await self._run(chat_id, op, edit=True)
+                await self._run(conversation, op, kind=EDIT)
                 return True
         finally:
             if self._edits.get(key) == ticket:
                 del self._edits[key]
 
+    async def send(
+        self, conversation: str, payload: Json, *, may_send: Callable[[], bool] | None = None
+    ) -> Any:
+        """Send ``payload`` now (not recorded); after a refusal, the client's fallback once."""
+        client = self.client
+        try:
+            return await self.call(
+                conversation, lambda: client.send(conversation, payload), may_send=may_send
+            )
+        except Refused as exc:
+            simpler = client.fallback(payload, exc)
+            if simpler is None:
+                raise
+            log.warning(
+                "%s refused a message (%s); sending it plainer", client.name, exc.description
+            )
+            return await self.call(
+                conversation, lambda: client.send(conversation, simpler), may_send=may_send
+            )
+
     async def _run(
         self,
-        chat_id: int,
+        conversation: str | None,
         op: Callable[[], Awaitable[T]],
         *,
-        edit: bool,
+        kind: CallKind,
         may_send: Callable[[], bool] | None = None,
     ) -> T:
         errors = throttled = 0
         while True:
-            await self.pacer.turn(chat_id, edit=edit)
+            await self.pacer.turn(conversation, kind)
             if may_send is not None and not may_send():
                 raise TenureLost
             try:
                 result = await op()
-            except RetryAfter as exc:
+            except RetryLater as exc:
                 self.stats.retry_after += 1
                 throttled += 1
                 if throttled > self.pacing.max_retry_afters:
                     self.stats.failed += 1
                     raise
-                wait = min(exc.seconds, self.pacing.max_retry_after_s)
-                if exc.seconds > wait:
+                # Clamped here too: a client that passes 0, a negative or NaN on must not
+                # turn a 429 into a burst of immediate retries.
+                asked = clamp_retry_after(exc.seconds)
+                wait = min(asked, self.pacing.max_retry_after_s)
+                if asked > wait:
                     self.stats.retry_after_capped += 1
                     log.warning(
-                        "telegram asked chat %s to wait %gs; waiting %gs (the cap)",
-                        chat_id,
-                        exc.seconds,
+                        "%s asked %s to wait %gs; waiting %gs (the cap)",
+                        self.client.name,
+                        conversation,
+                        asked,
                         wait,
                     )
-                if self.pacer.retry_after(chat_id, wait):
+                if self.pacer.retry_after(conversation, wait):
                     self.stats.global_pauses += 1
                 continue
-            except (ServerError, NetworkError) as exc:
+            except Unavailable as exc:
                 errors += 1
                 self.stats.retried_errors += 1
-                self.health.failed(SEND, "send", describe(exc))
+                self.health.failed(SEND_HEALTH, "send", describe(exc))
                 if errors >= self.pacing.max_attempts:
                     self.stats.failed += 1
                     raise
                 backoff = self.pacing.backoff_s[min(errors, len(self.pacing.backoff_s)) - 1]
-                log.warning("telegram call for chat %s failed (%s); retrying", chat_id, exc)
+                log.warning(
+                    "%s call for %s failed (%s); retrying", self.client.name, conversation, exc
+                )
                 await self._sleep(backoff)
                 continue
-            self.stats.sent += 1
-            self.health.succeeded(SEND)
+            if kind != OTHER:
+                self.stats.sent += 1
+            self.health.succeeded(SEND_HEALTH)
             return result
-
-    async def send_text(
-        self,
-        chat_id: int,
-        text: str,
-        *,
-        entities: list[Json] | None = None,
-        reply_markup: Json | None = None,
-        thread_id: int | None = None,
-        reply_to: int | None = None,
-        may_send: Callable[[], bool] | None = None,
-    ) -> Json:
-        """Send a message; when Telegram rejects the entities, send it as plain text."""
-
-        def send(with_entities: list[Json] | None) -> Callable[[], Awaitable[Json]]:
-            return lambda: self.api.send_message(
-                chat_id,
-                text,
-                entities=with_entities,
-                reply_markup=reply_markup,
-                message_thread_id=thread_id,
-                reply_to_message_id=reply_to,
-            )
-
-        try:
-            return await self.call(chat_id, send(entities or None), may_send=may_send)
-        except BadRequest as exc:
-            if not entities or "entit" not in exc.description.lower():
-                raise
-            log.warning("entities rejected (%s); sending plain text", exc.description)
-            return await self.call(chat_id, send(None), may_send=may_send)
 
     def mark(self) -> float | None:
         """A fleet's: taken before rows are recorded or claimed (``taken``)."""
@@ -279,10 +320,22 @@ class Outbound:
         """``rows`` as taken by this process at ``mark`` (``None``: outside a fleet)."""
         return rows if mark is None else [replace(row, taken_at=mark) for row in rows]
 
-    async def deliver(self, chat_id: int, key: str, payload: Json) -> int | None:
+    def record_in(
+        self, conn: Any, conversation: str, key: str, payloads: Sequence[Json]
+    ) -> list[OutboxRow]:
+        """One message's parts recorded in ``conn``'s unit of work (the answer's own), as
+        taken by this process; ``<key>:<part>`` each. Parts recorded before are left out."""
+        mark = self.mark()  # in the transaction: its commit comes after
+        rows = [
+            self.store.enqueue_in(conn, conversation, f"{key}:{index}", payload)
+            for index, payload in enumerate(payloads)
+        ]
+        return self.taken([row for row in rows if row is not None], mark)
+
+    async def deliver(self, conversation: str, key: str, payload: Json) -> str | None:
         """Send ``payload`` once under ``key``: recorded first, marked sent after."""
         mark = self.mark()
-        row = await self.store.enqueue(chat_id, key, payload)
+        row = await self.store.enqueue(conversation, key, payload)
         if row is None:
             return None  # delivered (or being delivered) before
         return await self.deliver_row(self.taken([row], mark)[0])
@@ -290,7 +343,7 @@ class Outbound:
     async def resend_pending(self) -> int:
         """Deliver, now, what was recorded but never marked sent (the service leaves this to
         ``recover`` and ``Redelivery``, which do not hold up start-up)."""
-        rows = await self.store.pending_outbox()
+        rows = await self.store.pending()
         for row in rows:
             await self.deliver_row(row)
         return len(rows)
@@ -301,7 +354,7 @@ class Outbound:
         ``Redelivery`` sends them (recorded by a process that died before sending, or
         postponed); returns how many.
         """
-        count = await self.store.recover_outbox(self._now())
+        count = await self.store.recover(self._now())
         if count:
             self.postponed.set()
         return count
@@ -329,54 +382,50 @@ class Outbound:
         for row in rows:
             await self._release(row)
 
-    async def deliver_row(self, row: OutboxRow) -> int | None:
+    async def deliver_row(self, row: OutboxRow) -> str | None:
         """Send a recorded row and mark it sent; the message id, ``None`` when it was not.
 
         A 5xx, a 429 storm or a lost connection postpones it (``Redelivery`` sends it when
-        due); a 403 or 400 marks it failed.
+        due); a refusal marks it failed.
         """
         _outcome, message_id = await self.attempt(row)
         return message_id
 
     async def attempt(
         self, row: OutboxRow, *, record_now: bool = False
-    ) -> tuple[Delivery, int | None]:
+    ) -> tuple[Delivery, str | None]:
         """One delivery attempt of a recorded row (with ``call``'s in-line retries).
 
         ``record_now``: the delivery is recorded before this returns, not batched with
         others a moment later (``Redelivery``: a row it claimed must not look due again).
         """
-        waiting = self.postponements.waiting(row.chat_id)
+        waiting = self.postponements.waiting(row.conversation)
         if waiting and not record_now:
             await self.postponements.queue_behind(row, waiting)
             return Delivery.POSTPONED, None
-        payload = row.payload
         failpoint("before_outbox_send")
         try:
-            message = await self.send_text(
-                row.chat_id,
-                payload["text"],
-                entities=payload.get("entities"),
-                reply_markup=payload.get("reply_markup"),
-                thread_id=payload.get("thread_id"),
+            answer = await self.send(
+                row.conversation,
+                row.payload,
                 may_send=None if self.handback is None else self.handback.may_send(row),
             )
         except TenureLost:
             await self._release(row)
             return Delivery.RELEASED, None
-        except (BadRequest, Forbidden) as exc:  # blocked, chat gone, a request refused
+        except Refused as exc:  # blocked, conversation gone, a request refused
             await self.postponements.fail(row, exc.description)
             return Delivery.FAILED, None
-        except TelegramError as exc:  # Telegram or the network is down: not this message
+        except PlatformError as exc:  # the platform or the network is down: not this message
             await self.postponements.postpone(row, exc)
             return Delivery.POSTPONED, None
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a payload no binding can send (a bug): never retried
-            log.exception("delivery %s to chat %s cannot be sent", row.dedupe_key, row.chat_id)
+        except Exception as exc:  # a payload no client can send (a bug): never retried
+            log.exception("delivery %s to %s cannot be sent", row.dedupe_key, row.conversation)
             await self.postponements.fail(row, f"unsendable payload ({describe(exc)})")
             return Delivery.FAILED, None
-        message_id = _message_id(message)
+        message_id = self.client.message_id(answer)
         self.postponements.settled(row)
         if not record_now:
             self._marks.add(row.id, message_id)
@@ -397,10 +446,3 @@ class Outbound:
     async def flush(self) -> None:
         """Wait until every delivery so far is recorded (at shutdown)."""
         await self._marks.flush()
-
-
-def _message_id(message: Any) -> int | None:
-    if isinstance(message, dict):
-        value = message.get("message_id")
-        return value if isinstance(value, int) else None
-    return None

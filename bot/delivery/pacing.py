@@ -1,7 +1,9 @@
-"""Outbound pacing as token buckets: as fast as Telegram allows, never a 429 we could avoid.
+"""Outbound pacing as data: as fast as a platform allows, never a 429 we could avoid.
 
-Telegram's guidance (Bot API FAQ, "My bot is hitting limits, how do I avoid this?"): about
-one message per second per chat, short bursts allowed; at most 20 messages per minute in a
+A platform's limits are a ``PacingPolicy``: a bucket per conversation (private and group
+rates), a window per group, one cap for the whole platform, and buckets for edits.
+Telegram's (Bot API FAQ, "My bot is hitting limits, how do I avoid this?"): about one
+message per second per chat, short bursts allowed; at most 20 messages per minute in a
 group; about 30 messages per second overall; a ``429`` with ``retry_after`` is the
 authority. So each chat has a bucket (private: a burst of 4, refilled at 1/s; group: a
 burst of 3, refilled at 20 per minute, and never more than 20 in any minute), and all
@@ -9,12 +11,17 @@ chats share a cap of 30 in any second. The caps are sliding windows, not buckets
 of 30 refilled at 30/s would let 60 through in its first second.
 A reply to a chat that has been quiet goes out at once, and so do the several messages of
 one turn while the bucket holds. Edits of a message already sent have buckets of their own
-(Telegram counts them apart from new messages; the progress line edits often).
+(Telegram counts them apart from new messages; the progress line edits often). Every
+other call (answering a tap, the typing indicator, a file's path) takes no token but waits
+out its conversation's pause and the platform's.
 
-A ``429`` pauses what it names: its chat for ``retry_after``. When 429s come from several
-chats at once, the limit hit is the overall one, and everything waits (a global flood wait).
-Nothing here is persisted: after a restart the buckets start full, which Telegram allows
-(its counters are per second and per minute).
+The platform's cap holds for a whole fleet: each process keeps its share of it, the cap
+divided by the fleet's live members (``members``; docs/scale-out.md says why).
+
+A ``429`` pauses what it names: its conversation for ``retry_after``. When 429s come from
+several conversations at once, the limit hit is the platform's, and everything waits (a
+flood wait). Nothing here is persisted: after a restart the buckets start full, which the
+platforms allow (their counters are per second and per minute).
 """
 
 from __future__ import annotations
@@ -25,14 +32,38 @@ import math
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
-__all__ = ["Bucket", "Cap", "Pacer", "PacingPolicy", "Rate", "Window"]
+__all__ = [
+    "EDIT",
+    "OTHER",
+    "SEND",
+    "Bucket",
+    "CallKind",
+    "Cap",
+    "Pacer",
+    "PacingPolicy",
+    "Rate",
+    "Window",
+]
 
 log = logging.getLogger(__name__)
 
 _EPSILON = 1e-9
 _MARGIN_S = 0.01
 _MAX_CHATS = 4096  # remembered buckets before idle (full) ones are forgotten
+
+#: The part of a platform's cap a fleet uses: its members' sends reach the platform
+#: through networks and clocks that are not one, and their jitter must not add up to a
+#: second that holds more than the cap (measured: 3 processes at a third of 30 each once
+#: had 31 arrive within one second).
+FLEET_HEADROOM = 0.9
+
+#: What a call is to the pacer: a new message, an edit of one, or anything else.
+CallKind = Literal["send", "edit", "other"]
+SEND: CallKind = "send"
+EDIT: CallKind = "edit"
+OTHER: CallKind = "other"
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,26 +160,44 @@ class Bucket:
 
 @dataclass(slots=True)
 class Window:
-    """A ``Cap`` kept: the times of the latest sends within its window."""
+    """A ``Cap`` kept: the times of the latest sends within its window.
+
+    ``share``: how many keep the cap together (a fleet's live members); this one keeps
+    its part of ``FLEET_HEADROOM`` of it, rounded down, at least one.
+    """
 
     cap: Cap
     sent: deque[float] = field(default_factory=deque)
     paused_until: float = 0.0
+    share: Callable[[], int] = lambda: 1
+
+    @property
+    def limit(self) -> int:
+        share = self.share()
+        if share <= 1:
+            return self.cap.limit
+        return max(1, int(self.cap.limit * FLEET_HEADROOM) // share)
 
     def wait(self, now: float) -> float:
         self._forget(now)
         pause = max(0.0, self.paused_until - now)
-        if len(self.sent) < self.cap.limit:
+        if len(self.sent) < self.limit:
             return pause if pause > _EPSILON else 0.0
         # The oldest leaves the window just after ``seconds``: a margin keeps the count
         # under the limit wherever the other side draws the window's edge.
-        return max(pause, self.sent[0] + self.cap.seconds + _MARGIN_S - now)
+        oldest = self.sent[len(self.sent) - self.limit]
+        return max(pause, oldest + self.cap.seconds + _MARGIN_S - now)
 
     def take(self, now: float) -> None:
         self.sent.append(now)
 
     def pause(self, until: float) -> None:
         self.paused_until = max(self.paused_until, until)
+
+    def paused(self, now: float) -> float:
+        """Seconds until a pause ends (0: none)."""
+        pause = self.paused_until - now
+        return pause if pause > _EPSILON else 0.0
 
     def idle(self, now: float) -> bool:
         self._forget(now)
@@ -169,7 +218,7 @@ class _Chat:
 
 
 class Pacer:
-    """Waits each Bot API call's turn: its chat's bucket, then the overall one."""
+    """Waits each platform call's turn: its conversation's bucket, then the platform's cap."""
 
     def __init__(
         self,
@@ -177,49 +226,82 @@ class Pacer:
         *,
         clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        is_group: Callable[[str], bool] = lambda _conversation: False,
+        members: Callable[[], int] = lambda: 1,
+        name: str = "platform",
     ) -> None:
+        """``members``: how many processes share the platform's cap (a fleet's live
+        members, read at each send)."""
         self.policy = policy or PacingPolicy()
         self._clock = clock
         self._sleep = sleep
-        self._chats: dict[int, _Chat] = {}
-        self._overall = Window(self.policy.overall)
+        self._is_group = is_group
+        self._name = name
+        self._chats: dict[str, _Chat] = {}
+        self._overall = Window(self.policy.overall, share=members)
         self._overall_lock = asyncio.Lock()
-        self._recent_429s: dict[int, float] = {}
+        self._recent_429s: dict[str | None, float] = {}
         #: Seconds spent waiting for a bucket, for the benchmark's "wait due to pacing".
         self.waited_s = 0.0
         self.global_pauses = 0
 
-    async def turn(self, chat_id: int, *, edit: bool = False) -> None:
-        """Return when a message (or an edit) to ``chat_id`` may go out; takes the token."""
-        chat = self._chat(chat_id)
-        bucket = chat.edits if edit else chat.sends
+    @property
+    def overall_limit(self) -> int:
+        """This process's share of the platform's cap, now."""
+        return self._overall.limit
+
+    async def turn(self, conversation: str | None, kind: CallKind = SEND) -> None:
+        """Return when a call of ``kind`` to ``conversation`` may go out; takes its token.
+
+        ``conversation`` ``None``: a call of no conversation (it waits for a flood's pause).
+        """
+        if kind == OTHER or conversation is None:
+            await self._paused(None if conversation is None else self._chat(conversation))
+            return
+        chat = self._chat(conversation)
+        bucket = chat.edits if kind == EDIT else chat.sends
         async with chat.lock:
             await self._take(bucket)
-            if chat.cap is not None and not edit:
+            if chat.cap is not None and kind == SEND:
                 await self._take(chat.cap)
             async with self._overall_lock:
                 await self._take(self._overall)
 
-    def retry_after(self, chat_id: int, seconds: float) -> bool:
-        """A 429 for ``chat_id``: pause that chat, or everything in a global flood (True)."""
+    def retry_after(self, conversation: str | None, seconds: float) -> bool:
+        """A 429 for ``conversation``: pause it, or everything in a flood (True)."""
         now = self._clock()
         until = now + seconds
-        chat = self._chat(chat_id)
-        chat.sends.pause(until)
-        chat.edits.pause(until)
-        self._recent_429s[chat_id] = now
+        if conversation is not None:
+            chat = self._chat(conversation)
+            chat.sends.pause(until)
+            chat.edits.pause(until)
+        self._recent_429s[conversation] = now
         window = now - self.policy.flood_window_s
         recent = [c for c, at in self._recent_429s.items() if at >= window]
         self._recent_429s = {c: self._recent_429s[c] for c in recent}
-        if len(recent) >= self.policy.flood_chats:
+        if conversation is None or len(recent) >= self.policy.flood_chats:
             self.global_pauses += 1
             log.warning(
-                "telegram: 429s from %d chats at once; all sends wait %gs", len(recent), seconds
+                "%s: 429s from %d conversation(s) at once; all calls wait %gs",
+                self._name,
+                len(recent),
+                seconds,
             )
             self._overall.pause(until)
             return True
-        log.info("telegram: 429 for chat %s; it waits %gs", chat_id, seconds)
+        log.info("%s: 429 for %s; it waits %gs", self._name, conversation, seconds)
         return False
+
+    async def _paused(self, chat: _Chat | None) -> None:
+        while True:
+            now = self._clock()
+            delay = self._overall.paused(now)
+            if chat is not None:
+                delay = max(delay, chat.sends.paused_until - now)
+            if delay <= _EPSILON:
+                return
+            self.waited_s += delay
+            await self._sleep(delay)
 
     async def _take(self, bucket: Bucket | Window) -> None:
         while (delay := bucket.wait(self._clock())) > 0:
@@ -227,16 +309,16 @@ class Pacer:
             await self._sleep(delay)
         bucket.take(self._clock())
 
-    def _chat(self, chat_id: int) -> _Chat:
-        chat = self._chats.get(chat_id)
+    def _chat(self, conversation: str) -> _Chat:
+        chat = self._chats.get(conversation)
         if chat is None:
             now = self._clock()
             if len(self._chats) >= _MAX_CHATS:
                 self._forget_idle(now)
-            group = chat_id < 0
+            group = self._is_group(conversation)
             rate = self.policy.group if group else self.policy.private
             cap = self.policy.group_cap if group else None
-            chat = self._chats[chat_id] = _Chat(
+            chat = self._chats[conversation] = _Chat(
                 Bucket.full(rate, now),
                 Bucket.full(self.policy.edits, now),
                 Window(cap) if cap is not None else None,
@@ -245,7 +327,7 @@ class Pacer:
 
     def _forget_idle(self, now: float) -> None:
         """Chats whose buckets are full again are like new ones: they need no memory."""
-        for chat_id, chat in list(self._chats.items()):
+        for key, chat in list(self._chats.items()):
             if (
                 not chat.lock.locked()
                 and all(
@@ -253,4 +335,4 @@ class Pacer:
                 )
                 and (chat.cap is None or chat.cap.idle(now))
             ):
-                del self._chats[chat_id]
+                del self._chats[key]

@@ -1,6 +1,6 @@
 """Postponed outbox deliveries, sent again by the running process when they are due.
 
-``Outbound`` postpones a delivery that failed through its in-line retries (a Telegram
+``Outbound`` postpones a delivery that failed through its in-line retries (the platform's
 outage, a dead network): the row stays pending with its attempt count and the time it is
 due again (``RetrySchedule``: 1 s, doubling, at most 5 min apart). This loop sleeps
 until the earliest row is due — or until a new postponement wakes it — claims what is
@@ -20,8 +20,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
-from bot.telegram.outbound import Delivery, Outbound
-from bot.telegram.store import OutboxRow, TelegramStore
+from bot.delivery.outbound import Delivery, Outbound
+from bot.delivery.store import OutboxRow, OutboxStore
 from engine.store.schema import utcnow
 
 __all__ = ["Redelivery"]
@@ -38,7 +38,7 @@ class Redelivery:
     def __init__(
         self,
         outbound: Outbound,
-        store: TelegramStore,
+        store: OutboxStore,
         *,
         now: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -61,7 +61,9 @@ class Redelivery:
             except asyncio.CancelledError:
                 raise
             except Exception:  # the database is away: the rows wait, nothing is lost
-                log.exception("redelivering postponed Telegram messages failed")
+                log.exception(
+                    "redelivering postponed %s messages failed", self.outbound.client.name
+                )
                 await self._sleep(ERROR_PAUSE_S)
                 continue
             if due is None:
@@ -80,9 +82,9 @@ class Redelivery:
         # A row still being sent here (its lease ran out during a long 429 storm) is left
         # to the delivery in progress: never two sends of one row from this process.
         rows = [row for row in claimed if row.id not in self._in_flight]
-        by_chat: dict[int, list[OutboxRow]] = {}
+        by_chat: dict[str, list[OutboxRow]] = {}
         for row in rows:
-            by_chat.setdefault(row.chat_id, []).append(row)
+            by_chat.setdefault(row.conversation, []).append(row)
         outcomes = await asyncio.gather(
             *(self._deliver_chat(chat_rows) for chat_rows in by_chat.values()),
             return_exceptions=True,
@@ -103,12 +105,12 @@ class Redelivery:
                 self._in_flight.discard(row.id)
             if outcome is Delivery.SENT:
                 stats.redelivered += 1
-                log.info("postponed delivery %s reached chat %s", row.dedupe_key, row.chat_id)
+                log.info("postponed delivery %s reached %s", row.dedupe_key, row.conversation)
             elif outcome is Delivery.RELEASED:  # a fleet's: the rest are no longer ours
                 await self.outbound.release_rows(rows[index + 1 :])
                 return
             elif outcome is Delivery.POSTPONED:
-                # Telegram is still failing for this chat: its later rows wait with this one
+                # The platform is still failing for this chat: its later rows wait with this one
                 # (trying them now would only fail again, or overtake it).
                 rest = [later.id for later in rows[index + 1 :]]
                 if rest:

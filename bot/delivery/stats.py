@@ -1,4 +1,4 @@
-"""``OutboundStats``: what this process's Telegram sending counted (``/metrics``)."""
+"""``OutboundStats``: what this process's sending to one platform counted (``/metrics``)."""
 
 from __future__ import annotations
 

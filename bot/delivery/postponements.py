@@ -14,14 +14,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from bot.telegram.api import TelegramError
-from bot.telegram.retrying import Backoff, describe
-from bot.telegram.stats import OutboundStats
-from bot.telegram.store import OutboxRow, TelegramStore
+from bot.delivery.errors import PlatformError, describe
+from bot.delivery.stats import OutboundStats
+from bot.delivery.store import OutboxRow, OutboxStore
 
-__all__ = ["Postponements", "RetrySchedule"]
+__all__ = ["Backoff", "Postponements", "RetrySchedule"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """``first_s`` after the first failure, doubling, never above ``cap_s``."""
+
+    first_s: float = 0.5
+    cap_s: float = 5.0
+
+    def delay(self, failures: int) -> float:
+        return min(self.first_s * 2.0 ** min(max(failures, 1) - 1, 30), self.cap_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +48,7 @@ class RetrySchedule(Backoff):
 class Postponements:
     def __init__(
         self,
-        store: TelegramStore,
+        store: OutboxStore,
         schedule: RetrySchedule,
         stats: OutboundStats,
         now: Callable[[], datetime],
@@ -52,10 +62,10 @@ class Postponements:
         self._wake = wake
         # Rows postponed per chat and not settled yet: a new reply to such a chat goes
         # after them.
-        self._waiting: dict[int, set[int]] = {}
+        self._waiting: dict[str, set[int]] = {}
 
-    def waiting(self, chat_id: int) -> set[int] | None:
-        return self._waiting.get(chat_id) or None
+    def waiting(self, conversation: str) -> set[int] | None:
+        return self._waiting.get(conversation) or None
 
     async def queue_behind(self, row: OutboxRow, waiting: set[int]) -> None:
         """An earlier reply to this chat waits for a retry: this one goes after it.
@@ -73,14 +83,14 @@ class Postponements:
         self._wake.set()
 
     def settled(self, row: OutboxRow) -> None:
-        waiting = self._waiting.get(row.chat_id)
+        waiting = self._waiting.get(row.conversation)
         if waiting is not None:
             waiting.discard(row.id)
             if not waiting:
-                del self._waiting[row.chat_id]
+                del self._waiting[row.conversation]
 
-    async def postpone(self, row: OutboxRow, error: TelegramError) -> None:
-        waiting = self._waiting.setdefault(row.chat_id, set())
+    async def postpone(self, row: OutboxRow, error: PlatformError) -> None:
+        waiting = self._waiting.setdefault(row.conversation, set())
         waiting.add(row.id)
         attempts = row.attempts + 1
         delay = self.schedule.delay(attempts)
@@ -88,9 +98,9 @@ class Postponements:
         due = now + timedelta(seconds=delay)
         self.stats.postponed += 1
         log.warning(
-            "delivery %s to chat %s postponed (attempt %d: %s); next try in %.1f s",
+            "delivery %s to %s postponed (attempt %d: %s); next try in %.1f s",
             row.dedupe_key,
-            row.chat_id,
+            row.conversation,
             attempts,
             describe(error),
             delay,
@@ -106,7 +116,7 @@ class Postponements:
 
     async def fail(self, row: OutboxRow, reason: str) -> None:
         self.settled(row)
-        log.error("could not deliver %s to chat %s: %s", row.dedupe_key, row.chat_id, reason)
+        log.error("could not deliver %s to %s: %s", row.dedupe_key, row.conversation, reason)
         self.stats.deliveries_failed += 1
         try:
             await self.store.mark_failed(row.id, reason)

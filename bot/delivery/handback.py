@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol
 
-from bot.telegram.store import OutboxRow, TelegramStore
+from bot.delivery.store import OutboxRow, OutboxStore
 
 __all__ = ["DeliveryMarks", "Handback", "Tenure", "TenureLost"]
 
@@ -43,7 +43,7 @@ class Handback:
     """A fleet process's side of sending outbox rows: checked against its tenure, handed
     back when it broke."""
 
-    def __init__(self, tenure: Tenure, store: TelegramStore, now: Callable[[], datetime]) -> None:
+    def __init__(self, tenure: Tenure, store: OutboxStore, now: Callable[[], datetime]) -> None:
         self.tenure = tenure
         self.store = store
         self._now = now
@@ -66,9 +66,9 @@ class Handback:
         orphan already did)."""
         log.warning(
             "this process's fleet membership lapsed (paused or cut off): delivery %s to "
-            "chat %s is left to the fleet",
+            "%s is left to the fleet",
             row.dedupe_key,
-            row.chat_id,
+            row.conversation,
         )
         try:
             await self.store.release(row.id, self._now())
@@ -88,20 +88,20 @@ class Handback:
 class DeliveryMarks:
     """Deliveries recorded as sent together: those of the next ``delay_s``, one commit."""
 
-    def __init__(self, store: TelegramStore, delay_s: float) -> None:
+    def __init__(self, store: OutboxStore, delay_s: float) -> None:
         self.store = store
         self.delay_s = delay_s
-        self._sent: list[tuple[int, int | None]] = []
+        self._sent: list[tuple[int, str | None]] = []
         self._marking: asyncio.Task[None] | None = None
 
-    def add(self, outbox_id: int, message_id: int | None) -> None:
+    def add(self, outbox_id: int, message_id: str | None) -> None:
         """Not awaited by the sender: the reply is out; a crash before the commit sends it
         again at the next start. That window (the commit's few ms) is small beside the one
-        no client can close: a crash while Telegram's answer to the send is on its way.
+        no client can close: a crash while the platform's answer to the send is on its way.
         """
         self._sent.append((outbox_id, message_id))
         if self._marking is None or self._marking.done():
-            self._marking = asyncio.create_task(self._write(), name="tg-outbox-marks")
+            self._marking = asyncio.create_task(self._write(), name="outbox-marks")
 
     async def _write(self) -> None:
         if self.delay_s > 0:

@@ -1,0 +1,230 @@
+"""Which files of chathub one Telegram message enters, measured by running it.
+
+An in-process ``Service`` (the python-telegram-bot binding, a scripted model) against the
+fake Bot API. After a warm-up, a profiler records every function entered in the project's
+own files while one message travels:
+
+- a plain reply: from the update leaving the fake until the reply's ``sendMessage``;
+- an approval tap: from the ✅ ``callback_query`` leaving the fake until it is answered
+  (``answerCallbackQuery``) and the decision reached the engine.
+
+It prints the files in the order they were first entered, their layer, how often the
+path crossed between ``bot/`` and ``engine/``, and the count (issue 33's bar: a reply at
+most 20 files, a tap at most 6, reading the hub's turn and the tap as the route a
+front end walks; the engine's own turn is listed apart).
+
+    .venv/bin/python -P bench/message_path.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bot.delivery import Pacing  # noqa: E402
+from bot.serve import Service  # noqa: E402
+from bot.settings import load_settings  # noqa: E402
+from bot.telegram.bindings.factory import make_bot_api  # noqa: E402
+from engine.config import AppConfig, EngineConfig, HubConfig  # noqa: E402
+from engine.llm.registry import ModelRegistry  # noqa: E402
+from engine.llm.scripted import ScriptedModel, text, tool_call  # noqa: E402
+from tests.fakes.telegram_server import FakeTelegramServer  # noqa: E402
+
+TOKEN = "123456:BENCH"
+CHAT = 4242
+#: The engine's own turn (the session's rounds, the model, the tools, the store), listed
+#: apart from the route a front end walks to and from the hub.
+ENGINE_TURN = (
+    "engine/session/",
+    "engine/llm/",
+    "engine/tools/",
+    "engine/approval/",
+    "engine/store/",
+    "engine/bus/",
+    "engine/mcp/",
+    "engine/core.py",
+    "engine/failpoints.py",
+    "engine/agents/",
+    "engine/config.py",
+)
+
+
+class Entered:
+    """The project's files entered while recording, in order of the first entry."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, None] = {}
+        self.sequence: list[str] = []
+        self.recording = False
+
+    def profile(self, frame: FrameType, event: str, _arg: Any) -> None:
+        if not self.recording or event != "call":
+            return
+        path = frame.f_code.co_filename
+        if not path.startswith(str(ROOT)) or "/.venv/" in path or "/tests/" in path:
+            return
+        relative = path[len(str(ROOT)) + 1 :]
+        if relative.startswith("bench/"):
+            return
+        self.files.setdefault(relative, None)
+        if not self.sequence or self.sequence[-1] != relative:
+            self.sequence.append(relative)
+
+    def start(self) -> None:
+        self.files.clear()
+        self.sequence.clear()
+        sys.setprofile(self.profile)
+        threading.setprofile(self.profile)
+        self.recording = True
+
+    def stop(self) -> None:
+        self.recording = False
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+
+
+def crossings(sequence: list[str]) -> int:
+    """Moves between ``bot/`` and ``engine/`` along the path."""
+    layers = [s.split("/", 1)[0] for s in sequence if s.split("/", 1)[0] in ("bot", "engine")]
+    return sum(1 for a, b in itertools.pairwise(layers) if a != b)
+
+
+async def until(check: Callable[[], bool], within_s: float = 10.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the message did not arrive")
+        await asyncio.sleep(0.001)
+
+
+def span(sequence: list[str], first: str, last: str, *, to_last: bool = False) -> list[str]:
+    """The files entered from the first entry of ``first`` to the first entry of ``last``
+    after it (``to_last``: its last entry), in order of first entry."""
+    if first not in sequence:
+        return []
+    start = sequence.index(first)
+    ends = [i for i in range(start, len(sequence)) if sequence[i] == last] or [len(sequence) - 1]
+    end = ends[-1] if to_last else ends[0]
+    return list(dict.fromkeys(sequence[start : end + 1]))
+
+
+def report(title: str, entered: Entered) -> tuple[int, int]:
+    files = list(entered.files)
+    route = [f for f in files if not f.startswith(ENGINE_TURN)]
+    turn = [f for f in files if f.startswith(ENGINE_TURN)]
+    print(f"\n{title}: {len(files)} files in all; the route (hub and front end): {len(route)}")
+    for f in route:
+        print(f"  {f}")
+    if turn:
+        print(f"  the engine's turn, apart: {len(turn)} files ({', '.join(turn)})")
+    print(f"  crossings between bot/ and engine/: {crossings(entered.sequence)}")
+    return len(files), len(route)
+
+
+async def main() -> int:
+    fake = FakeTelegramServer().start()
+    model = ScriptedModel()
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = load_settings(
+            database_url=f"sqlite+aiosqlite:///{tmp}/chathub.db",
+            chathub_workspace=Path(tmp) / "workspace",
+            chathub_timezone="UTC",
+            telegram_bot_token=TOKEN,
+            telegram_api_url=fake.base_url,
+            telegram_allowed_user_ids=str(CHAT),
+            memory_enabled=False,
+            _env_file=None,
+        )
+        config = AppConfig(settings=settings, models=(), engine=EngineConfig(), hub=HubConfig())
+        service = Service(
+            config,
+            models=ModelRegistry([model]),
+            api=make_bot_api("ptb", TOKEN, fake.base_url),
+            pacing=Pacing.unpaced(),
+            http=False,
+        )
+        await service.start()
+        entered = Entered()
+        try:
+            for round_ in range(3):  # the last one is measured
+                model.add(text(f"answer {round_}"))
+                sent = len(fake.messages(CHAT))
+                if round_ == 2:
+                    entered.start()
+                fake.user_message(CHAT, CHAT, f"hello {round_}")
+                await until(lambda n=sent: len(fake.messages(CHAT)) > n)
+                entered.stop()
+            reply = report("One plain reply (update to sendMessage)", entered)
+            poller_to_send = span(
+                entered.sequence,
+                "bot/telegram/poller.py",
+                "bot/telegram/bindings/ptb.py",
+                to_last=True,
+            )
+            print(f"  from the poller to the reply's send: {len(poller_to_send)} files")
+
+            marker = "tap-bench"
+            for round_ in range(3):
+                command = f'{{"command": "echo {marker}{round_}"}}'
+                model.add(tool_call("execute_cmd", command, f"c{round_}"), text(f"ran {round_}"))
+                fake.user_message(CHAT, CHAT, f"run it {round_}")
+                card = None
+
+                def shown(r: int = round_) -> bool:
+                    nonlocal card
+                    for m in reversed(fake.messages(CHAT)):
+                        for row in (m.reply_markup or {}).get("inline_keyboard") or []:
+                            for button in row:
+                                data = button.get("callback_data") or ""
+                                if (
+                                    data.startswith("ap1:")
+                                    and data.endswith(":a")
+                                    and (f"{marker}{r}" in (m.text or ""))
+                                ):
+                                    card = (m.message_id, data)
+                                    return True
+                    return False
+
+                await until(shown)
+                assert card is not None
+                answered = len(fake.callback_answers)
+                if round_ == 2:
+                    entered.start()
+                fake.callback(CHAT, CHAT, card[0], card[1])
+                await until(lambda n=answered: len(fake.callback_answers) > n)
+                entered.stop()
+                await until(
+                    lambda r=round_: any((m.text or "") == f"ran {r}" for m in fake.messages(CHAT))
+                )
+            tap = report("One approval tap (callback_query to answerCallbackQuery)", entered)
+            to_broker = span(
+                entered.sequence, "bot/telegram/callbacks.py", "engine/approval/broker.py"
+            )
+            print(
+                f"  from the platform's callback to the broker: {len(to_broker)} files "
+                f"({', '.join(to_broker)})"
+            )
+        finally:
+            entered.stop()
+            await service.stop()
+            fake.stop()
+    print(
+        f"\nreply: {reply[1]} files on the route ({reply[0]} with the engine's turn); "
+        f"tap: {tap[1]} ({tap[0]})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

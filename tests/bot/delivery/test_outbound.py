@@ -1,0 +1,204 @@
+"""``Outbound`` against a fake platform: what a bad answer does to a delivery.
+
+A 429's retry-after as a platform (or a proxy in front of it) may send it — 0, negative,
+huge, NaN, not a number — read through ``clamp_retry_after``, then waited by the pacer;
+a 429 storm from many conversations at once; a conversation that no longer exists. The
+outbox is a real SQLite file; time is fake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from bot.delivery import (
+    RETRY_AFTER_MAX_S,
+    OutboxStore,
+    Pacing,
+    Redelivery,
+    Refused,
+    RetryLater,
+    Unavailable,
+    clamp_retry_after,
+)
+from bot.delivery.errors import RETRY_AFTER_DEFAULT_S, RETRY_AFTER_MIN_S
+from engine.store import Store
+from tests.bot.delivery.fakes import make_outbound, outbox_rows, settle, wall
+
+ALICE, BOB = "alice", "bob"
+
+#: The pacer waits what the 429 said, up to the clamp's own cap (``Outbound``'s is lower).
+CLAMPED_ONLY = Pacing(max_retry_after_s=RETRY_AFTER_MAX_S)
+
+
+async def waited_after_a_429(outbox: OutboxStore, retry_after: Any) -> float:
+    """Send to ALICE, whose first answer is a 429 carrying ``retry_after``; returns how long
+    ALICE was paused before the retry (checked: one pause, then the retry got through)."""
+    out, client, time = make_outbound(outbox, CLAMPED_ONLY)
+    client.throttle(ALICE, retry_after)
+    answer = await out.send(ALICE, {"text": "hello"})
+    first, retry = client.tries_to(ALICE)
+    assert isinstance(first.error, RetryLater)
+    assert first.error.seconds == clamp_retry_after(retry_after)
+    assert retry.error is None and answer["id"] == retry.message_id
+    assert time.sleeps == [pytest.approx(retry.at - first.at)]  # the pause, nothing else
+    assert (out.stats.retry_after, out.stats.sent) == (1, 1)
+    paused = retry.at - first.at
+    assert 0 < paused <= RETRY_AFTER_MAX_S
+    return paused
+
+
+# -- a retry-after as sent -------------------------------------------------------------------
+
+
+async def test_a_retry_after_of_zero_still_pauses_the_conversation(outbox: OutboxStore) -> None:
+    """ "Retry after 0 s" would hammer a server that just said it is overloaded."""
+    assert await waited_after_a_429(outbox, 0) == pytest.approx(RETRY_AFTER_MIN_S)
+
+
+async def test_a_negative_retry_after_pauses_the_minimum(outbox: OutboxStore) -> None:
+    assert await waited_after_a_429(outbox, -30) == pytest.approx(RETRY_AFTER_MIN_S)
+
+
+@pytest.mark.parametrize("huge", [10**9, "1e400", math.inf], ids=["1e9", "overflow", "inf"])
+async def test_a_huge_retry_after_pauses_no_longer_than_the_cap(
+    outbox: OutboxStore, huge: Any
+) -> None:
+    assert await waited_after_a_429(outbox, huge) == pytest.approx(RETRY_AFTER_MAX_S)
+    # And Outbound's own cap (a minute by default) is lower still.
+    out, client, time = make_outbound(outbox)
+    client.throttle(BOB, huge)
+    await out.send(BOB, {"text": "hello"})
+    assert time.sleeps == [pytest.approx(Pacing().max_retry_after_s)]
+    assert out.stats.retry_after_capped == 1
+
+
+async def test_a_nan_retry_after_pauses_the_default(outbox: OutboxStore) -> None:
+    assert await waited_after_a_429(outbox, math.nan) == pytest.approx(RETRY_AFTER_DEFAULT_S)
+
+
+async def test_a_retry_after_that_is_not_a_number_pauses_the_default(
+    outbox: OutboxStore,
+) -> None:
+    for junk in ("soon", None, True, {"seconds": 3}):
+        assert await waited_after_a_429(outbox, junk) == pytest.approx(RETRY_AFTER_DEFAULT_S)
+
+
+# -- a 429 storm -----------------------------------------------------------------------------
+
+
+async def test_a_429_storm_from_many_conversations_pauses_everything_and_loses_nothing(
+    store: Store, outbox: OutboxStore
+) -> None:
+    """Ten conversations get a 429 at once: the platform's limit was hit, not theirs. Every
+    call waits (a flood), even one to a conversation that got none; then every reply goes
+    out exactly once and is recorded sent."""
+    out, client, time = make_outbound(outbox, auto=False)
+    chats = [f"chat{i}" for i in range(10)]
+    rows = []
+    for i, chat in enumerate(chats):
+        client.throttle(chat, 5)
+        row = await outbox.enqueue(chat, f"final:{i}:0", {"text": f"reply {i}"})
+        assert row is not None
+        rows.append(row)
+    quiet = await outbox.enqueue("quiet", "final:99:0", {"text": "no 429 here"})
+    assert quiet is not None
+
+    storm = [asyncio.create_task(out.deliver_row(row)) for row in rows]
+    await settle()
+    assert [t.conversation for t in client.tries] == chats  # each tried once, each a 429
+    assert all(isinstance(t.error, RetryLater) for t in client.tries)
+    assert out.pacer.global_pauses >= 1
+    assert out.stats.global_pauses == out.pacer.global_pauses
+    bystander = asyncio.create_task(out.deliver_row(quiet))
+    await settle()
+    assert client.tries_to("quiet") == []  # the flood holds it too
+
+    await time.advance(4.9)
+    assert client.delivered() == [] and not any(t.done() for t in [*storm, bystander])
+    await time.advance(0.1)
+    await asyncio.gather(*storm, bystander)
+    await out.flush()
+
+    delivered = client.delivered()
+    assert sorted(t.conversation for t in delivered) == sorted([*chats, "quiet"])  # once each
+    assert min(t.at for t in delivered) == pytest.approx(5.0)
+    stored = await outbox_rows(store)
+    assert [(r["status"], r["attempts"]) for r in stored] == [("sent", 1)] * 11
+    by_chat = {t.conversation: t.message_id for t in delivered}
+    assert {r["conversation"]: r["message_id"] for r in stored} == by_chat
+    assert [task.result() for task in storm] == [by_chat[chat] for chat in chats]
+    assert await outbox.pending() == []
+
+
+# -- a conversation that is gone ------------------------------------------------------------
+
+
+async def test_a_row_for_a_conversation_that_no_longer_exists_fails_once_for_good(
+    store: Store, outbox: OutboxStore
+) -> None:
+    """The platform refuses: the row is failed with the platform's reason after one try,
+    and neither a restart's recovery nor the retry loop ever sends it again."""
+    out, client, time = make_outbound(outbox)
+    client.gone(BOB, "Not Found: the conversation was deleted")
+    assert await out.deliver(BOB, "final:1:0", {"text": "too late"}) is None
+    [tried] = client.tries_to(BOB)
+    assert isinstance(tried.error, Refused)
+    [row] = await outbox_rows(store)
+    assert (row["status"], row["attempts"], row["message_id"]) == ("failed", 1, None)
+    assert row["error"] == "Not Found: the conversation was deleted"
+    assert out.stats.deliveries_failed == 1 and out.stats.postponed == 0
+
+    redelivery = Redelivery(out, outbox, now=wall(time), sleep=time.sleep)
+    assert await out.recover() == 0  # nothing pending: a restart does not try it
+    time.now += 3600
+    assert await redelivery.run_due() == 0
+    assert await outbox.next_attempt_at() is None
+    assert len(client.tries_to(BOB)) == 1
+    [again] = await outbox_rows(store)
+    assert (again["status"], again["attempts"]) == ("failed", 1)
+
+
+async def test_a_refusal_the_fallback_fixes_is_sent_plain_once(
+    store: Store, outbox: OutboxStore
+) -> None:
+    """A refusal of the markup (not of the conversation) is tried once more, plainer."""
+    out, client, _ = make_outbound(outbox)
+    client.fail(ALICE, Refused("Bad Request: markup is invalid"))
+    payload = {"text": "buttons", "markup": {"keyboard": [["yes", "no"]]}}
+    message_id = await out.deliver(ALICE, "final:1:0", payload)
+    await out.flush()
+    first, plain = client.tries_to(ALICE)
+    assert first.payload == payload and plain.payload == {"text": "buttons", "markup": None}
+    assert message_id == plain.message_id
+    [row] = await outbox_rows(store)
+    assert (row["status"], row["message_id"], row["payload"]) == ("sent", message_id, payload)
+
+
+async def test_an_outage_postpones_and_the_retry_loop_delivers_once(
+    store: Store, outbox: OutboxStore
+) -> None:
+    """``Unavailable`` through the in-line retries: postponed (not failed, not dropped),
+    then sent by ``Redelivery`` when due, once."""
+    out, client, time = make_outbound(outbox, Pacing.unpaced(max_attempts=2))
+    client.fail(ALICE, Unavailable("502 Bad Gateway"), Unavailable("502 Bad Gateway"))
+    assert await out.deliver(ALICE, "final:1:0", {"text": "patience"}) is None
+    [row] = await outbox_rows(store)
+    assert (row["status"], row["attempts"]) == ("pending", 1)
+    assert row["next_attempt_at"] == wall(time)() + timedelta(seconds=1)
+    assert row["error"] == "Unavailable: 502 Bad Gateway"
+
+    redelivery = Redelivery(out, outbox, now=wall(time), sleep=time.sleep)
+    assert await redelivery.run_due() == 0  # not due yet
+    time.now += 1
+    assert await redelivery.run_due() == 1
+    [row] = await outbox_rows(store)
+    [sent] = client.delivered(ALICE)
+    assert (row["status"], row["message_id"], row["attempts"]) == ("sent", sent.message_id, 2)
+    time.now += 3600
+    assert await redelivery.run_due() == 0
+    assert len(client.delivered()) == 1

@@ -1,0 +1,109 @@
+"""Pacing as the delivery layer does it for any platform: a fleet's share of the
+platform's cap, and calls that take no token but still wait out a 429's pause.
+
+Sends go through ``Outbound`` to the fake platform, which records when each arrived;
+time is fake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from bot.delivery import EDIT, OTHER, SEND, Cap, OutboxStore, Pacing, PacingPolicy, Rate
+from bot.delivery.pacing import FLEET_HEADROOM, Pacer
+from tests.bot.delivery.fakes import FakeTime, make_outbound
+
+#: The platform's cap: 30 sends in any second, for the whole fleet.
+OVERALL = Cap(30, 1.0)
+FLEET_POLICY = Pacing(policy=PacingPolicy(overall=OVERALL))
+
+
+def most_in_a_second(times: Sequence[float]) -> int:
+    """The most sends that arrived within any one second."""
+    ordered = sorted(times)
+    return max(sum(1 for t in ordered[i:] if t < start + 1.0) for i, start in enumerate(ordered))
+
+
+async def test_a_member_of_a_fleet_of_three_keeps_to_its_share_of_the_cap(
+    outbox: OutboxStore,
+) -> None:
+    """Three processes share the platform's 30 a second: this one sends at most a third
+    (less the fleet's headroom) in any second, to however many conversations."""
+    out, client, _ = make_outbound(outbox, FLEET_POLICY, members=lambda: 3)
+    for i in range(40):  # different conversations: only the overall cap binds
+        await out.send(f"chat{i}", {"text": "hi"})
+    times = [t.at for t in client.delivered()]
+    assert len(times) == 40
+    assert out.pacer.overall_limit == int(OVERALL.limit * FLEET_HEADROOM) // 3
+    assert most_in_a_second(times) == out.pacer.overall_limit <= 10
+    assert times[-1] > 4.0  # 40 at 9 a second: the fifth second
+
+
+async def test_the_share_follows_the_fleet_as_members_join(outbox: OutboxStore) -> None:
+    members = [1]
+    out, client, time = make_outbound(outbox, FLEET_POLICY, members=lambda: members[0])
+    for i in range(60):
+        await out.send(f"alone{i}", {"text": "hi"})
+    alone = [t.at for t in client.delivered()]
+    assert out.pacer.overall_limit == OVERALL.limit
+    assert most_in_a_second(alone) == OVERALL.limit  # the whole cap: 30 a second
+
+    time.now += 5.0  # quiet; then two more processes join the fleet
+    members[0] = 3
+    for i in range(30):
+        await out.send(f"shared{i}", {"text": "hi"})
+    shared = [t.at for t in client.delivered()[60:]]
+    assert out.pacer.overall_limit < OVERALL.limit
+    assert most_in_a_second(shared) == out.pacer.overall_limit <= 10
+
+    members[0] = 1  # and when they leave, the whole cap again
+    time.now += 5.0
+    start = time.now
+    for i in range(30):
+        await out.send(f"again{i}", {"text": "hi"})
+    assert [t.at for t in client.delivered()[90:]] == [start] * 30
+
+
+async def test_a_call_of_another_kind_takes_no_token_but_waits_out_a_429() -> None:
+    """A tap's answer or the typing indicator (``OTHER``) does not use up a conversation's
+    messages; a 429 for the conversation holds it all the same (and only that one)."""
+    time = FakeTime()
+    pacer = Pacer(
+        PacingPolicy(private=Rate(1, 1.0), edits=Rate(1, 1.0)), clock=time, sleep=time.sleep
+    )
+    await pacer.turn("alice", SEND)  # the bucket's only token
+    await pacer.turn("alice", EDIT)  # and the edits' only one
+    for _ in range(5):
+        await pacer.turn("alice", OTHER)
+    assert (time.now, time.sleeps) == (0.0, [])  # none waited for a token
+    await pacer.turn("alice", SEND)
+    assert time.now == pytest.approx(1.0)  # the next message: one refill, not six
+
+    pacer.retry_after("alice", 7.0)
+    await pacer.turn("bob", OTHER)  # another conversation: not paused
+    assert time.now == pytest.approx(1.0)
+    await pacer.turn("alice", OTHER)
+    assert time.now == pytest.approx(8.0)  # the pause, waited out
+    assert pacer.global_pauses == 0
+
+
+async def test_a_call_of_another_kind_through_outbound_counts_no_send(
+    outbox: OutboxStore,
+) -> None:
+    """``Outbound.call(kind=OTHER)``: paused with its conversation, never counted as a
+    message sent, and never waiting for the conversation's bucket."""
+    policy = PacingPolicy(private=Rate(1, 1.0))
+    out, _, time = make_outbound(outbox, Pacing(policy=policy))
+    await out.send("alice", {"text": "hi"})  # the bucket is empty now
+    ran: list[float] = []
+
+    async def typing() -> None:
+        ran.append(time.now)
+
+    await out.call("alice", typing, kind=OTHER)
+    out.pacer.retry_after("alice", 3.0)
+    await out.call("alice", typing, kind=OTHER)
+    assert ran == pytest.approx([0.0, 3.0])
+    assert out.stats.sent == 1
