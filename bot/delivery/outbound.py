@@ -134,6 +134,10 @@ class Pacing:
 MARK_DELAY_S = 0.0
 # The health kind of send outcomes.
 SEND_HEALTH = "send"
+# A fleet's row held behind an earlier one of its conversation is tried again this much
+# later (the earlier one is in flight with another process, or due once a dead one's
+# membership lapses: the orphan scan makes it due within a scan interval after that).
+HOLD_S = 0.5
 
 
 class Delivery(enum.Enum):
@@ -403,6 +407,9 @@ class Outbound:
         if waiting and not record_now:
             await self.postponements.queue_behind(row, waiting)
             return Delivery.POSTPONED, None
+        if self.handback is not None and await self._behind_another(row):
+            await self.postponements.hold(row, HOLD_S)
+            return Delivery.POSTPONED, None
         failpoint("before_outbox_send")
         try:
             answer = await self.send(
@@ -435,6 +442,16 @@ class Outbound:
         except Exception:  # pending under its lease: sent again when that ends (a duplicate)
             log.exception("recording the delivery %s failed", row.dedupe_key)
         return Delivery.SENT, message_id
+
+    async def _behind_another(self, row: OutboxRow) -> bool:
+        """A fleet's conversation moves between processes (a takeover, an idle source let
+        go): an earlier reply may still be with the one it left. Asked before each send,
+        one indexed read; when the database is away the send goes ahead."""
+        try:
+            return await self.store.earlier_elsewhere(row)
+        except Exception:
+            log.warning("checking the order of delivery %s failed", row.dedupe_key, exc_info=True)
+            return False
 
     async def _release(self, row: OutboxRow) -> None:
         assert self.handback is not None  # only a fleet's tenure breaks

@@ -63,6 +63,8 @@ class Postponements:
         # Rows postponed per chat and not settled yet: a new reply to such a chat goes
         # after them.
         self._waiting: dict[str, set[int]] = {}
+        # Conversations held behind another process's earlier row, until when.
+        self._held: dict[str, datetime] = {}
 
     def waiting(self, conversation: str) -> set[int] | None:
         return self._waiting.get(conversation) or None
@@ -73,13 +75,35 @@ class Postponements:
         Sending it now could put it before the earlier one in the chat. Instead the chat's
         waiting rows and this one are due at once: ``Redelivery`` tries them in order right
         away (a new reply is a good moment to find out whether Telegram is back), and when
-        the first fails again the others wait with it.
+        the first fails again the others wait with it. A conversation held behind another
+        process's row (``hold``) stays held until then: the new row waits with it.
         """
         waiting.add(row.id)
+        due = max(self._now(), self._held.get(row.conversation, self._now()))
         try:
-            await self.store.reschedule(sorted(waiting), self._now())
+            await self.store.reschedule(sorted(waiting), due)
         except Exception:  # they keep their old times; this one is due at the next start
             log.exception("queueing the delivery %s failed", row.dedupe_key)
+        self._wake.set()
+
+    async def hold(self, row: OutboxRow, seconds: float) -> None:
+        """A fleet's: an earlier reply to this conversation is on its way with another
+        process (or left by a dead one for the fleet): this one, and this process's later
+        ones, are tried again in ``seconds``, so none overtakes it."""
+        waiting = self._waiting.setdefault(row.conversation, set())
+        waiting.add(row.id)
+        self.stats.held += 1
+        log.info(
+            "delivery %s to %s waits for an earlier one on its way with another process",
+            row.dedupe_key,
+            row.conversation,
+        )
+        due = self._now() + timedelta(seconds=seconds)
+        self._held[row.conversation] = due
+        try:
+            await self.store.reschedule(sorted(waiting), due)
+        except Exception:  # pending: due at its lease's end, or the next start
+            log.exception("holding the delivery %s failed", row.dedupe_key)
         self._wake.set()
 
     def settled(self, row: OutboxRow) -> None:
@@ -88,6 +112,7 @@ class Postponements:
             waiting.discard(row.id)
             if not waiting:
                 del self._waiting[row.conversation]
+                self._held.pop(row.conversation, None)
 
     async def postpone(self, row: OutboxRow, error: PlatformError) -> None:
         waiting = self._waiting.setdefault(row.conversation, set())

@@ -26,3 +26,6 @@ class OutboundStats:
     deliveries_failed: int = 0
     #: Fleet rows handed back unsent because this process's membership had lapsed.
     released: int = 0
+    #: Fleet rows held back because an earlier row of their conversation was pending with
+    #: another process (each hold counts).
+    held: int = 0

@@ -359,6 +359,11 @@ class OutboxStore:
         """When the earliest postponed delivery is due; ``None`` when none waits."""
         return await self._db.run(_next_attempt_at, self.platform)
 
+    async def earlier_elsewhere(self, row: OutboxRow) -> bool:
+        """A fleet's: whether an earlier row of ``row``'s conversation is still pending
+        with another process (in flight there, or left by a dead one for the fleet)."""
+        return await self._db.run(_earlier_elsewhere, self.platform, row, self.process_id)
+
     async def undelivered_finals(self) -> list[tuple[str, int, str]]:
         """``(source, message_id, content)`` of the platform's answers never put in the
         outbox: the process died between storing an answer and recording its delivery
@@ -498,6 +503,18 @@ def _claim_due(
         if moved.rowcount == 1:
             claimed.append(OutboxRow(*row))
     return claimed
+
+
+@quick_unit
+def _earlier_elsewhere(conn: Connection, platform: str, row: OutboxRow, own: str | None) -> bool:
+    earlier = sa.select(o.c.id).where(
+        o.c.platform == platform,
+        o.c.conversation == row.conversation,
+        o.c.status == "pending",
+        o.c.id < row.id,
+        _sender().is_distinct_from(own),
+    )
+    return conn.execute(earlier.limit(1)).first() is not None
 
 
 def _next_attempt_at(conn: Connection, platform: str) -> datetime | None:

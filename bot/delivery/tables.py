@@ -91,4 +91,5 @@ platform_outbox = Table(
     UniqueConstraint("platform", "dedupe_key", name="uq_platform_outbox_key"),
     Index("ix_platform_outbox_status", "status", "id"),
     Index("ix_platform_outbox_due", "status", "next_attempt_at"),
+    Index("ix_platform_outbox_conversation", "platform", "conversation", "status", "id"),
 )

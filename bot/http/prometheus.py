@@ -135,6 +135,12 @@ def _telegram(stats: OutboundStats) -> Iterator[Metric]:
         "A fleet's: deliveries handed back unsent, this process's membership having lapsed.",
         value=stats.released,
     )
+    yield CounterMetricFamily(
+        "chathub_telegram_deliveries_held",
+        "A fleet's: deliveries held back while an earlier one of their chat was with another"
+        " process.",
+        value=stats.held,
+    )
 
 
 def _deliveries(summary: DeliverySummary) -> Iterator[Metric]:

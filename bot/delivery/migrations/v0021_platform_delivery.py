@@ -63,6 +63,11 @@ def upgrade(op: Operations) -> None:
     )
     op.create_index("ix_platform_outbox_status", "platform_outbox", ["status", "id"])
     op.create_index("ix_platform_outbox_due", "platform_outbox", ["status", "next_attempt_at"])
+    op.create_index(
+        "ix_platform_outbox_conversation",
+        "platform_outbox",
+        ["platform", "conversation", "status", "id"],
+    )
     _move_telegram(op)
 
 

@@ -10,8 +10,8 @@ leases; A's tenure (what its ``SourceOwnership`` would say) is a switch.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,11 @@ class Process:
 class Fleet:
     db: Store
     leases: Leases
+    #: The wall clock every process reads (a test moves it on).
+    wall: list[datetime] = field(default_factory=lambda: [NOW])
+
+    def now(self) -> datetime:
+        return self.wall[0]
 
     def process(self, name: str, pacing: Pacing | None = None) -> Process:
         store = TelegramStore(self.db.db, process_id=name)
@@ -95,11 +100,11 @@ class Fleet:
             pacing or Pacing.unpaced(max_attempts=1),
             clock=time,
             sleep=time.sleep,
-            now=lambda: NOW,
+            now=self.now,
             schedule=RetrySchedule(),
             tenure=tenure,
         )
-        redelivery = Redelivery(out, store.outbox, now=lambda: NOW, sleep=time.sleep)
+        redelivery = Redelivery(out, store.outbox, now=self.now, sleep=time.sleep)
         return Process(name, store, api, out, tenure, redelivery)
 
     async def join(self, name: str) -> None:
@@ -226,6 +231,40 @@ async def test_a_dead_processs_recorded_rows_are_sent_by_another_and_a_live_ones
     assert await b.out.recover_orphans() == 1
     assert await b.redelivery.run_due() == 1
     assert b.sent() == ["A's answer"]
+
+
+async def test_a_later_reply_waits_for_an_earlier_one_a_dead_process_left(fleet: Fleet) -> None:
+    """A recorded the chat's first answer and died before sending it; the chat moved to B,
+    which answers the next message: B holds its reply until A's is sent (by whoever takes
+    it for an orphan), so the chat reads them in order."""
+    a, b = fleet.process("A"), fleet.process("B")
+    await record(a, "final:1", "first answer")
+    later = await record(b, "final:2", "second answer", "its second part")
+    await b.out.deliver_rows(later)
+    assert b.sent() == []  # held behind A's row, and its second part behind the first
+    assert b.out.stats.held >= 1
+    assert await b.redelivery.run_due() == 0  # held a moment: not due yet
+    await fleet.die("A")
+    assert await b.out.recover_orphans() == 1
+    assert await b.redelivery.run_due() == 1  # A's row, due at once
+    fleet.wall[0] = NOW + timedelta(seconds=5)
+    assert await b.redelivery.run_due() == 2
+    await b.out.flush()
+    assert b.sent() == ["first answer", "second answer", "its second part"]
+    assert [r["status"] for r in await fleet.rows()] == ["sent", "sent", "sent"]
+
+
+async def test_a_reply_does_not_wait_for_an_earlier_one_of_its_own_process(
+    fleet: Fleet,
+) -> None:
+    """Only another process's earlier row holds a reply back: this process's own are in
+    order already (one lane a conversation, the postponed ones queued in memory)."""
+    b = fleet.process("B")
+    await record(b, "final:1", "an earlier answer still in flight here")
+    later = await record(b, "final:2", "the next answer")
+    await b.out.deliver_rows(later)
+    assert b.sent() == ["the next answer"]
+    assert b.out.stats.held == 0
 
 
 async def test_a_member_that_joined_again_keeps_what_it_took_since(fleet: Fleet) -> None:
