@@ -25,20 +25,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bot.settings import load_settings
 from engine.config import AppConfig, EngineConfig
 from engine.core import Engine
-from engine.llm.registry import ModelRegistry
-from engine.llm.scripted import ScriptedModel, text
-from engine.llm.types import Message
-from engine.session.compaction import (
+from engine.llm import Message, ModelRegistry, ScriptedModel, text
+from engine.session import (
     CompactionConfig,
     Compactor,
+    FrameTranscript,
+    SystemParts,
     estimate_tokens,
     load_context,
     message_chars,
 )
-from engine.session.messages import SystemParts
-from engine.session.transcript import FrameTranscript
-from engine.store.rows import AssistantRecord, NewToolCall
-from engine.store.summaries import SummaryStore
+from engine.store import AssistantRecord, NewToolCall, SummaryStore
 
 GOAL_PCT = 80.0
 THRESHOLD = 30_000  # tokens; the history below is ~40k by the estimate

@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bot.settings import load_settings
-from engine.approval.rules import RuleStore
+from engine.approval import RuleStore
 from engine.config import AppConfig, EngineConfig
 from engine.core import Engine
-from engine.llm.registry import ModelRegistry
-from engine.llm.types import LlmResponse, ToolCallRequest, Usage
-from engine.session.outcomes import Final
-from engine.tools.base import ToolCategory, ToolContext
+from engine.llm import LlmResponse, ModelRegistry, ToolCallRequest, Usage
+from engine.session import Final
+from engine.tools import ToolCategory, ToolContext
 
 
 class InstantModel:

@@ -38,15 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from bot.settings import load_settings
-from engine.bus.broadcast import Lagged
+from engine.bus import Lagged
 from engine.config import AppConfig, EngineConfig, HubConfig
 from engine.core import Engine
 from engine.hub import ChatHub, SourceEvents
-from engine.llm.registry import ModelRegistry
-from engine.llm.scripted import ScriptedModel
-from engine.llm.types import LlmResponse, Message, ToolSchema, Usage
-from engine.session.events import Done, Error, UserMessage
-from engine.session.gate import AllowAll
+from engine.llm import LlmResponse, Message, ModelRegistry, ScriptedModel, ToolSchema, Usage
+from engine.session import AllowAll, Done, Error, UserMessage
 
 GOAL_TURNS_PER_S = 300
 GOAL_BYTES_PER_IDLE_SOURCE = 10 * 1024

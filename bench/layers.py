@@ -110,15 +110,75 @@ def imports_of(path: Path) -> Iterator[tuple[str, str]]:
                 yield node.module, alias.name
 
 
+#: The layers outside the engine (and the benchmarks, which drive it from outside).
+OUTER = ("bot", "scheduler", "memory", "bench")
+
+
+def engine_packages() -> set[str]:
+    return {p.name for p in (ROOT / "engine").iterdir() if (p / "__init__.py").exists()}
+
+
+def face_names(package: str) -> set[str]:
+    """What ``engine.<package>``'s face gives: the names in its ``__all__``."""
+    tree = ast.parse((ROOT / "engine" / package / "__init__.py").read_text())
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+            and isinstance(node.value, ast.List | ast.Tuple)
+        ):
+            return {str(e.value) for e in node.value.elts if isinstance(e, ast.Constant)}
+    return set()
+
+
+def below_faces() -> list[str]:
+    """Imports from outside engine/ that reach past a package's face: a module below it
+    (``engine.store.schema``), or a name its face does not give."""
+    packages = engine_packages()
+    faces = {package: face_names(package) for package in packages}
+    found = []
+    for path in (p for folder in OUTER for p in python_files(folder)):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                parts = node.module.split(".")
+                if parts[0] != "engine" or len(parts) < 2 or parts[1] not in packages:
+                    continue
+                if len(parts) > 2:
+                    found.append(f"{relative(path)}:{node.lineno}: {node.module}")
+                    continue
+                for alias in node.names:
+                    if alias.name not in faces[parts[1]]:
+                        found.append(f"{relative(path)}:{node.lineno}: {node.module}.{alias.name}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    parts = alias.name.split(".")
+                    if parts[0] == "engine" and len(parts) > 2 and parts[1] in packages:
+                        found.append(f"{relative(path)}:{node.lineno}: {alias.name}")
+    return found
+
+
 def findings() -> list[Finding]:
     out: list[Finding] = []
+
+    below = below_faces()
+    out.append(
+        Finding(
+            "imports from outside engine/ past an engine package's face: 0",
+            not below,
+            "; ".join(below[:10]) + (f" (+{len(below) - 10} more)" if len(below) > 10 else "")
+            if below
+            else "none",
+        )
+    )
     tables = layer_tables()
     settings = layer_settings()
     foreign_imports = []
     scanned = [*python_files("bot"), *python_files("engine"), *python_files("scheduler")]
     for path in [*scanned, *python_files("memory")]:
         for module, name in imports_of(path):
-            if module == "engine.store.schema" and any(name in t for t in tables.values()):
+            if module in ("engine.store", "engine.store.schema") and any(
+                name in t for t in tables.values()
+            ):
                 foreign_imports.append(f"{relative(path)}: {name}")
     out.append(
         Finding(

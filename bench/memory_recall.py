@@ -34,10 +34,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bot.schema import LAYERS
-from engine.bus.chat import ChatEventBus
-from engine.store import Store
-from engine.store.inbox import SENDER_KEY
-from engine.store.schema import chat_history, utcnow
+from engine.bus import ChatEventBus
+from engine.store import SENDER_KEY, Store, chat_history, utcnow
 from memory.indexer import Indexer
 from memory.search import Search
 from memory.service import MemoryService
@@ -287,8 +285,7 @@ async def measure_semantic(path: str, docs: int, dbapi: Any, kind: str) -> None:
     import httpx
     import numpy as np
 
-    from engine.store import migrate
-    from engine.store.db import SqliteDatabase
+    from engine.store import SqliteDatabase, migrate
     from memory.embedder import Embedder
     from memory.embeddings import EmbeddingClient, EmbeddingConfig
     from memory.search import Semantic

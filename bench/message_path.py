@@ -37,8 +37,12 @@ from bot.serve import Service  # noqa: E402
 from bot.settings import load_settings  # noqa: E402
 from bot.telegram.bindings.factory import make_bot_api  # noqa: E402
 from engine.config import AppConfig, EngineConfig, HubConfig  # noqa: E402
-from engine.llm.registry import ModelRegistry  # noqa: E402
-from engine.llm.scripted import ScriptedModel, text, tool_call  # noqa: E402
+from engine.llm import (  # noqa: E402
+    ModelRegistry,
+    ScriptedModel,
+    text,
+    tool_call,
+)
 from tests.fakes.telegram_server import FakeTelegramServer  # noqa: E402
 
 TOKEN = "123456:BENCH"

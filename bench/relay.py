@@ -36,12 +36,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.bus.broadcast import Lagged
-from engine.hub.events import HubEvents
-from engine.hub.relay import CHANNEL, EventRelay, unpack
-from engine.hub.types import HubEvent
-from engine.session.events import Done, TextDelta, ToolStart
-from engine.store.notify import Notice, PgNotifier, asyncpg_dsn
+from engine.bus import Lagged
+from engine.hub import CHANNEL, EventRelay, HubEvent, HubEvents, unpack
+from engine.session import Done, TextDelta, ToolStart
+from engine.store import Notice, PgNotifier, asyncpg_dsn
 from tests.pg import POSTGRES_URL_ENV, fresh_postgres_database
 
 SOURCE = "web:bench"

@@ -48,7 +48,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from bot.fleet.receiver import RECEIVER_TRY_S, RECEIVER_TTL_S
-from engine.hub.ownership import FleetConfig, pick
+from engine.hub import FleetConfig, pick
 from tests.bot.fleet.test_fleet_processes import (
     RECEIVER,
     Fleet,

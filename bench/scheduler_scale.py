@@ -72,10 +72,8 @@ from bot.settings import load_settings
 from engine.config import AppConfig, EngineConfig, HubConfig
 from engine.core import Engine
 from engine.hub import ChatHub, Notification
-from engine.llm.registry import ModelRegistry
-from engine.llm.scripted import ScriptedModel
-from engine.llm.types import LlmResponse, Message, ToolSchema, Usage
-from engine.session.gate import AllowAll
+from engine.llm import LlmResponse, Message, ModelRegistry, ScriptedModel, ToolSchema, Usage
+from engine.session import AllowAll
 from engine.store import Store
 from scheduler.service import Scheduler
 from scheduler.tables import job_runs, scheduled_jobs

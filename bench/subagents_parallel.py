@@ -18,9 +18,8 @@ from typing import Any
 from bot.settings import load_settings
 from engine.config import AppConfig, EngineConfig
 from engine.core import Engine
-from engine.llm.registry import ModelRegistry
-from engine.llm.types import LlmResponse, ToolCallRequest
-from engine.session.gate import AllowAll
+from engine.llm import LlmResponse, ModelRegistry, ToolCallRequest
+from engine.session import AllowAll
 
 LATENCY_S = 0.2
 

@@ -72,17 +72,23 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.fakes
 
 from bench.telegram_bare import replies as bare_replies
-from bot.delivery import Pacing
+from bot.delivery import SEND, CallKind, Pacing
 from bot.delivery.pacing import Bucket, Pacer, PacingPolicy, Rate
 from bot.serve import Service, freeze_startup_objects
 from bot.settings import load_settings
 from bot.telegram.bindings.factory import make_bot_api
 from engine.config import AppConfig, EngineConfig, HubConfig
-from engine.llm.registry import ModelRegistry
-from engine.llm.scripted import ScriptedModel
-from engine.llm.types import LlmResponse, Message, ToolCallRequest, ToolSchema, Usage
-from engine.session.gate import AllowAll
-from engine.tools.base import ToolCategory
+from engine.llm import (
+    LlmResponse,
+    Message,
+    ModelRegistry,
+    ScriptedModel,
+    ToolCallRequest,
+    ToolSchema,
+    Usage,
+)
+from engine.session import AllowAll
+from engine.tools import ToolCategory
 from tests.bot.process import free_port, service_env
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_server import Call, FakeTelegramServer, Json
@@ -1023,12 +1029,13 @@ async def bar_chathub(library: str, args: argparse.Namespace) -> BarRuns:
             waits: dict[int, float] = defaultdict(float)
             turn = pacer.turn
 
-            async def timed_turn(chat_id: int, *, edit: bool = False) -> None:
+            async def timed_turn(conversation: str | None, kind: CallKind = SEND) -> None:
                 started = time.monotonic()
                 try:
-                    await turn(chat_id, edit=edit)
+                    await turn(conversation, kind)
                 finally:
-                    waits[chat_id] += time.monotonic() - started
+                    if conversation is not None:
+                        waits[int(conversation)] += time.monotonic() - started
 
             pacer.turn = timed_turn  # type: ignore[method-assign]
             await warm_up(fake, args)

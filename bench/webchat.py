@@ -47,11 +47,8 @@ from bot.webchat.limits import SocketLimits
 from bot.webchat.transport import WebChat
 from engine.core import Engine
 from engine.hub import ChatHub
-from engine.llm.registry import ModelRegistry
-from engine.llm.scripted import ScriptedModel
-from engine.llm.types import LlmResponse, Message, ToolSchema, Usage
-from engine.session.events import Done, TextDelta
-from engine.session.gate import AllowAll
+from engine.llm import LlmResponse, Message, ModelRegistry, ScriptedModel, ToolSchema, Usage
+from engine.session import AllowAll, Done, TextDelta
 
 ANSWER = "Hello from the zero-latency model."
 

@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from engine.approval.rules import DEFAULT_GROUP, DEFAULT_PRIORITY, Rule, RuleError, RuleStore
-from engine.store.db import open_database
+from engine.approval import DEFAULT_GROUP, DEFAULT_PRIORITY, Rule, RuleError, RuleStore
+from engine.store import open_database
 
 __all__ = ["add_rules_parser", "format_rules", "run_rules_command"]
 

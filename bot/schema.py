@@ -8,7 +8,7 @@ A new layer adds its package here and takes the next free version number.
 from __future__ import annotations
 
 from bot.webchat.layer import WEBCHAT
-from engine.store.migrations import ENGINE, Layer
+from engine.store import ENGINE, Layer
 from memory.layer import MEMORY
 
 __all__ = ["DELIVERY", "HTTP", "LAYERS", "MEMORY", "SCHEDULER", "TELEGRAM", "WEBCHAT"]

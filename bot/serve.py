@@ -49,15 +49,10 @@ from bot.telegram.startup import HeldUpdates, TelegramStartup
 from bot.telegram.store import TelegramStore
 from engine.config import AppConfig
 from engine.core import Engine
-from engine.hub import ChatHub
-from engine.hub.hub import SourceEvents
-from engine.hub.ownership import FleetConfig
-from engine.llm.registry import ModelRegistry
-from engine.session.protocols import ApprovalPolicy
-from engine.store import Store
-from engine.store.leases import Leases
-from engine.store.notify import Notifier, notifier_for
-from engine.store.schema import utcnow
+from engine.hub import ChatHub, FleetConfig, SourceEvents
+from engine.llm import ModelRegistry
+from engine.session import ApprovalPolicy
+from engine.store import Leases, Notifier, Store, notifier_for, utcnow
 from engine.tls import shared_tls_context
 from memory.embedder import EmbedderLimits
 from memory.facts import FactLimits

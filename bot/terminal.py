@@ -26,12 +26,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 from bot.platform.cards import CardContent, Choice, card_content, decide, outcome_line
 from bot.platform.commands import CommandContext, CommandRegistry, shared_commands
 from bot.platform.memory import MemoryFront, memory_commands
-from engine.approval.deciders import OPERATOR
-from engine.bus.broadcast import Lagged
+from engine.approval import OPERATOR
+from engine.bus import Lagged
 from engine.core import Engine
-from engine.hub import ChatHub, HubError
-from engine.hub.hub import SourceEvents
-from engine.session.events import (
+from engine.hub import ChatHub, HubError, SourceEvents
+from engine.session import (
     ApprovalRequired,
     Done,
     Error,
@@ -46,7 +45,7 @@ from engine.session.events import (
     ToolStart,
     TurnEvent,
 )
-from engine.store.inbox import InboxError
+from engine.store import InboxError
 
 if TYPE_CHECKING:  # the scheduler comes only with a service that has one
     from bot.platform.jobs import Jobs

@@ -26,11 +26,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.failpoints import failpoint
-from engine.llm.protocols import ChatModel
-from engine.llm.types import LlmError
-from engine.store import Database
-from engine.store.dialects import insert_for
-from engine.store.schema import chat_history, chat_sessions, chat_sessions_stack, utcnow
+from engine.llm import ChatModel, LlmError
+from engine.store import (
+    Database,
+    chat_history,
+    chat_sessions,
+    chat_sessions_stack,
+    insert_for,
+    utcnow,
+)
 from memory.facts import (
     Fact,
     FactError,

@@ -17,9 +17,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from engine.store import Database
-from engine.store.dialects import insert_for
-from engine.store.schema import utcnow
+from engine.store import Database, insert_for, utcnow
 from memory.embeddings import EmbeddingClient, EmbeddingError
 from memory.tables import memory_documents, memory_embed_marks
 from memory.vectors import Vectors

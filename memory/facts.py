@@ -16,8 +16,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from engine.store import Database
-from engine.store.schema import utcnow
+from engine.store import Database, utcnow
 from memory.tables import memory_facts
 
 __all__ = ["Fact", "FactError", "FactLimits", "FactStore", "clean_fact"]

@@ -15,13 +15,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from engine.store import Database
-from engine.store.dialects import insert_for
-from engine.store.schema import (
+from engine.store import (
+    Database,
     chat_history,
     chat_sessions,
     chat_sessions_stack,
     chat_summaries,
+    insert_for,
     utcnow,
 )
 from memory.optouts import opted_out_in

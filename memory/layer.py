@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.store.migrations import Layer
+from engine.store import Layer
 
 __all__ = ["MEMORY"]
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from engine.store import Database
-from engine.store.dialects import insert_for
-from engine.store.schema import utcnow
+from engine.store import Database, insert_for, utcnow
 from memory.tables import memory_optouts
 
 __all__ = ["OptOuts", "opted_out_in"]

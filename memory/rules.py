@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Connection
 
-from engine.store.dialects import insert_for
-from engine.store.schema import approval_rules, permission_groups, utcnow
+from engine.store import approval_rules, insert_for, permission_groups, utcnow
 
 __all__ = ["MEMORY_TOOLS", "allow_memory_tools"]
 

@@ -25,8 +25,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from engine.store import Database
-from engine.store.schema import UtcDateTime, chat_sessions
+from engine.store import Database, UtcDateTime, chat_sessions
 from memory.embeddings import EmbeddingClient, EmbeddingError
 from memory.tables import memory_documents, scope_of
 from memory.vectors import Vectors

@@ -20,11 +20,18 @@ import httpx
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from engine.bus.broadcast import BusClosed, Lagged, Subscription
-from engine.bus.chat import AssistantResponse, BusEvent, ChatEventBus, CompactionDone, UserMessage
-from engine.llm.protocols import ChatModel
-from engine.store import Database
-from engine.store.schema import chat_history, chat_sessions, chat_sessions_stack
+from engine.bus import (
+    AssistantResponse,
+    BusClosed,
+    BusEvent,
+    ChatEventBus,
+    CompactionDone,
+    Lagged,
+    Subscription,
+    UserMessage,
+)
+from engine.llm import ChatModel
+from engine.store import Database, chat_history, chat_sessions, chat_sessions_stack
 from engine.tls import shared_tls_context
 from memory.deriver import Deriver, DeriverLimits
 from memory.embedder import Embedder, EmbedderLimits

@@ -41,7 +41,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
-from engine.store.schema import Id, UtcDateTime, metadata
+from engine.store import Id, UtcDateTime, metadata
 
 __all__ = [
     "SEARCH_INDEX_DDL",

@@ -13,8 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engine.store import Store
-from engine.tools.base import Tool, ToolCategory, ToolContext, ToolError
-from engine.tools.builtins._common import BuiltinTool, object_schema
+from engine.tools import BuiltinTool, Tool, ToolCategory, ToolContext, ToolError, object_schema
 from memory.facts import FactError
 from memory.search import MAX_LIMIT, Search
 from memory.service import MemoryService

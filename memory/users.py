@@ -16,10 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from engine.store import Database
-from engine.store.dialects import insert_for
-from engine.store.inbox import SENDER_KEY
-from engine.store.schema import utcnow
+from engine.store import SENDER_KEY, Database, insert_for, utcnow
 from memory.tables import memory_identities, memory_users
 
 __all__ = [

@@ -27,8 +27,7 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from engine.store import Database
-from engine.store.schema import UtcDateTime
+from engine.store import Database, UtcDateTime
 
 __all__ = ["SQLITE_VECTORS_DDL", "VectorKind", "Vectors", "detect", "from_blob", "to_blob"]
 

@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import timedelta
 
-from engine.approval.deciders import OPERATOR
+from engine.approval import OPERATOR
 from engine.hub import ChatHub
-from engine.session.events import (
+from engine.session import (
     ApprovalRequired,
     ToolCancelled,
     ToolDone,
@@ -27,8 +27,7 @@ from engine.session.events import (
     ToolStart,
     TurnEvent,
 )
-from engine.store.inbox import InboxError, InboxStore
-from engine.store.schema import utcnow
+from engine.store import InboxError, InboxStore, utcnow
 
 __all__ = ["RunCards", "wait_ran_out"]
 

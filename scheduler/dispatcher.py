@@ -28,8 +28,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from engine.store.fencing import fenced
-from engine.store.schema import utcnow
+from engine.store import fenced, utcnow
 from scheduler.runner import JobRunner
 from scheduler.store import Job, JobStore, NextFire, Run
 

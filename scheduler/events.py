@@ -10,8 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from engine.store.db import Database
-from engine.store.schema import utcnow
+from engine.store import Database, utcnow
 from scheduler.tables import events as e
 from scheduler.tables import notification_log
 

@@ -14,14 +14,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.approval.patterns import (
+from engine.approval import (
     FS_CLASSES,
     PathRefused,
     canonical_path,
     is_fs_tool,
     validate_tool_pattern,
 )
-from engine.tools.workspace import Workspace
+from engine.tools import Workspace
 
 __all__ = ["GRANT_FIELDS", "MAX_GRANTS", "GrantChecker", "GrantError", "JobGrants"]
 

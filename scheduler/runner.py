@@ -20,13 +20,11 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
-from engine.bus.system import JobCompleted
+from engine.bus import JobCompleted
 from engine.core import Engine
 from engine.hub import ChatHub, Notification
-from engine.session.handler import ChatSessionHandler, background_error
-from engine.session.outcomes import Final, TurnResult
-from engine.store.inbox import SENDER_KEY
-from engine.store.schema import utcnow
+from engine.session import ChatSessionHandler, Final, TurnResult, background_error
+from engine.store import SENDER_KEY, utcnow
 from scheduler.asking import RunCards
 from scheduler.grants import JobGrants
 from scheduler.store import STOPPED, Job, JobStore, Run

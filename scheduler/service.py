@@ -14,8 +14,7 @@ from zoneinfo import ZoneInfo
 
 from engine.core import Engine
 from engine.hub import ChatHub
-from engine.store.fencing import fenced
-from engine.store.schema import utcnow
+from engine.store import fenced, utcnow
 from scheduler.cron import CronError, CronSchedule
 from scheduler.dispatcher import Dispatcher
 from scheduler.grants import GrantChecker, JobGrants

@@ -17,9 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from engine.store.db import Database
-from engine.store.dialects import insert_for
-from engine.store.schema import utcnow
+from engine.store import Database, insert_for, utcnow
 from scheduler.tables import job_runs as r
 from scheduler.tables import scheduled_jobs as j
 

@@ -22,7 +22,7 @@ from sqlalchemy import (
     true,
 )
 
-from engine.store.schema import Id, UtcDateTime, metadata
+from engine.store import Id, UtcDateTime, metadata
 
 __all__ = [
     "JOB_KINDS",

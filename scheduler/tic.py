@@ -17,8 +17,7 @@ from typing import Any
 
 from engine.core import Engine
 from engine.hub import ChatHub, Notification
-from engine.tools.base import ToolCategory, ToolContext, ToolError
-from engine.tools.builtins._common import BuiltinTool, object_schema
+from engine.tools import BuiltinTool, ToolCategory, ToolContext, ToolError, object_schema
 from scheduler.events import EventStore
 
 __all__ = ["NotifyTool", "Tic", "TickReport"]

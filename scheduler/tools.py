@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine.tools.base import ToolCategory, ToolContext, ToolError
-from engine.tools.builtins._common import BuiltinTool, object_schema
+from engine.tools import BuiltinTool, ToolCategory, ToolContext, ToolError, object_schema
 from scheduler.grants import GrantError, JobGrants
 from scheduler.service import Scheduler, SchedulerError
 

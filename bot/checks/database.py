@@ -19,8 +19,7 @@ from sqlalchemy.engine import Connection, make_url
 
 from bot.checks.result import Check
 from bot.schema import LAYERS
-from engine.store.db import connect
-from engine.store.migrations import discover
+from engine.store import connect, discover
 
 __all__ = ["MIN_POSTGRES", "check_database", "missing_sqlite_file"]
 

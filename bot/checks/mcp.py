@@ -6,10 +6,9 @@ import logging
 from collections.abc import Sequence
 
 from bot.checks.result import Check
-from engine.mcp.config import McpServerConfig
-from engine.mcp.manager import McpManager
-from engine.store.db import connect
-from engine.tools.base import ToolError
+from engine.mcp import McpManager, McpServerConfig
+from engine.store import connect
+from engine.tools import ToolError
 
 __all__ = ["check_mcp_servers"]
 

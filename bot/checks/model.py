@@ -16,8 +16,7 @@ import httpx
 
 from bot.checks.result import Problem
 from engine.config import ModelConfig
-from engine.llm.client import OpenAICompatModel
-from engine.llm.types import LlmConnectionError, LlmError, LlmRequestError, LlmTimeout
+from engine.llm import LlmConnectionError, LlmError, LlmRequestError, LlmTimeout, OpenAICompatModel
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

@@ -8,9 +8,9 @@ import logging
 
 from bot.checks.database import missing_sqlite_file
 from bot.checks.result import Check
-from engine.approval.rules import DEFAULT_GROUP, RuleStore, evaluate
-from engine.session.protocols import Decision
-from engine.store.db import connect
+from engine.approval import DEFAULT_GROUP, RuleStore, evaluate
+from engine.session import Decision
+from engine.store import connect
 
 __all__ = ["check_shell_gate"]
 

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from bot.checks.result import Check
-from engine.tools.workspace import SECRETS_DIR
+from engine.tools import SECRETS_DIR
 
 __all__ = ["check_workspace"]
 

@@ -51,7 +51,7 @@ from bot.delivery.postponements import Postponements, RetrySchedule
 from bot.delivery.stats import OutboundStats
 from bot.delivery.store import OutboxRow, OutboxStore
 from engine.failpoints import failpoint
-from engine.store.schema import utcnow
+from engine.store import utcnow
 
 __all__ = [
     "Delivery",

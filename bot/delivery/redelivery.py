@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 
 from bot.delivery.outbound import Delivery, Outbound
 from bot.delivery.store import OutboxRow, OutboxStore
-from engine.store.schema import utcnow
+from engine.store import utcnow
 
 __all__ = ["Redelivery"]
 

@@ -16,14 +16,19 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from bot.delivery.tables import platform_cards, platform_events, platform_outbox
-from engine.store.db import Database, quick_unit
-from engine.store.dialects import PerDialect, insert_for
-from engine.store.leases import PROCESS_LEASE_PREFIX, db_now_sql
-from engine.store.prepared import Prepared
-from engine.store.schema import chat_history as h
-from engine.store.schema import chat_llm_tools as t
-from engine.store.schema import chat_sessions_stack as f
-from engine.store.schema import leases, sources, utcnow
+from engine.store import (
+    Database,
+    PerDialect,
+    Prepared,
+    insert_for,
+    live_members,
+    quick_unit,
+    sources,
+    utcnow,
+)
+from engine.store import chat_history as h
+from engine.store import chat_llm_tools as t
+from engine.store import chat_sessions_stack as f
 
 __all__ = [
     "CardRow",
@@ -447,10 +452,7 @@ def _sender() -> sa.ColumnElement[str | None]:
 def _recover_orphans(
     conn: Connection, platform: str, now: datetime, own: str, stranded: list[int]
 ) -> int:
-    members = sa.select(leases.c.owner).where(
-        leases.c.name.startswith(PROCESS_LEASE_PREFIX, autoescape=True),
-        leases.c.expires_at > sa.text(db_now_sql(conn.dialect.name)),
-    )
+    members = live_members(conn.dialect.name)
     sender = _sender()
     orphaned = sa.or_(
         # This process's own rows are never orphans (it may have lapsed for a moment):

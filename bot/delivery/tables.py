@@ -21,7 +21,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-from engine.store.schema import Id, UtcDateTime, metadata
+from engine.store import Id, UtcDateTime, metadata
 
 __all__ = ["platform_cards", "platform_events", "platform_outbox"]
 

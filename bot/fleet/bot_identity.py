@@ -11,9 +11,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from engine.store.db import Database
-from engine.store.dialects import insert_for
-from engine.store.schema import app_settings, utcnow
+from engine.store import Database, app_settings, insert_for, utcnow
 
 __all__ = ["BOT_ID_KEY", "OtherBot", "bot_id_of", "check_bot_identity"]
 

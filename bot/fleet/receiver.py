@@ -20,7 +20,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 
-from engine.store.leases import Lease, Leases
+from engine.store import Lease, Leases
 
 __all__ = ["RECEIVER_LEASE", "RECEIVER_TTL_S", "ReceiverElection", "process_identity"]
 

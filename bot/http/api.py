@@ -71,9 +71,7 @@ from bot.http.models import (
 )
 from bot.http.operations import OperationError, Operations
 from bot.http.signins import LoginThrottle
-from engine.store.inbox import InboxItem
-from engine.store.leases import Leases
-from engine.store.schema import utcnow
+from engine.store import InboxItem, Leases, utcnow
 from memory.facts import FactError
 from memory.service import MemoryService
 

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from bot.delivery import DeliverySummary, OutboundStats, delivery_summary
-from engine.store.schema import chat_history as h
-from engine.store.schema import chat_llm_tools as t
+from engine.store import chat_history as h
+from engine.store import chat_llm_tools as t
 from scheduler.store import run_counts
 
 __all__ = [

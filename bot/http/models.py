@@ -38,9 +38,9 @@ from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from engine.approval.broker import MAX_BYPASS_SECONDS, BypassRequest
-from engine.store.views import MAX_PAGE, MAX_PER_PAGE
-from engine.tools.base import ToolCategory
+from engine.approval import MAX_BYPASS_SECONDS, BypassRequest
+from engine.store import MAX_PAGE, MAX_PER_PAGE
+from engine.tools import ToolCategory
 
 __all__ = [
     "MAX_BODY_BYTES",

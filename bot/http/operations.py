@@ -13,11 +13,10 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from engine.approval.broker import BypassRequest
-from engine.approval.deciders import OPERATOR
+from engine.approval import OPERATOR, BypassRequest
 from engine.core import Decided, Engine
 from engine.hub import ChatHub, HubError
-from engine.store.inbox import InboxError, InboxItem
+from engine.store import InboxError, InboxItem
 from scheduler.grants import GrantError, JobGrants
 from scheduler.service import Scheduler, SchedulerError, StopReport
 from scheduler.store import Job, LastRun

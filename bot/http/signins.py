@@ -26,8 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from bot.http.tables import web_signins as w
-from engine.store.db import Database, quick_unit
-from engine.store.schema import utcnow
+from engine.store import Database, quick_unit, utcnow
 
 __all__ = [
     "LoginThrottle",

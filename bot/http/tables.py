@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import Column, String, Table
 
-from engine.store.schema import UtcDateTime, metadata
+from engine.store import UtcDateTime, metadata
 
 __all__ = ["web_signins"]
 

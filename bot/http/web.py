@@ -39,12 +39,9 @@ from bot.http.memory_pages import MemoryAdmin, MemoryPages
 from bot.http.models import RequestError, ids_in_range, query_params
 from bot.http.operations import OperationError, Operations
 from bot.http.signins import LoginThrottle, SignIn, SignIns, csrf_token, is_handle
-from engine.approval.broker import SHORT_BYPASS_SECONDS, BypassRequest
-from engine.approval.preview import CallDisplay, display_call
-from engine.store.inbox import InboxItem
-from engine.store.schema import utcnow
-from engine.store.views import MAX_PAGE
-from engine.tools.preview import preview_call
+from engine.approval import SHORT_BYPASS_SECONDS, BypassRequest, CallDisplay, display_call
+from engine.store import MAX_PAGE, InboxItem, utcnow
+from engine.tools import preview_call
 from memory.service import MemoryService
 
 if TYPE_CHECKING:

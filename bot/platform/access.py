@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from bot.platform.commands import Command, CommandContext
 from bot.platform.protocols import AccessStore, PairingCode
-from engine.approval.deciders import Decider
+from engine.approval import Decider
 
 __all__ = ["Access", "PairingOffer", "pairing_commands"]
 

@@ -16,12 +16,10 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from bot.platform.protocols import MessageRef, ShownCard
-from engine.approval.broker import SHORT_BYPASS_SECONDS
-from engine.approval.deciders import Decider
-from engine.approval.preview import display_call
+from engine.approval import SHORT_BYPASS_SECONDS, Decider, display_call
 from engine.hub import ChatHub, HubError
-from engine.session.events import ApprovalRequired
-from engine.store.inbox import InboxError, NotPermitted
+from engine.session import ApprovalRequired
+from engine.store import InboxError, NotPermitted
 
 __all__ = [
     "CHOICES",

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from engine.hub import AUTO_MODEL, ChatHub, HubError
-from engine.session.compaction import CompactionError
+from engine.session import CompactionError
 
 __all__ = [
     "INTRO",

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 
 from bot.platform.protocols import MessageRef, OutboxSender
 from engine.hub import ChatHub
-from engine.store.history import AlsoWithKey, AlsoWithRow
+from engine.store import AlsoWithKey, AlsoWithRow
 
 __all__ = ["DONE", "FAILED", "SKIPPED", "Outbox", "final_key", "preview"]
 

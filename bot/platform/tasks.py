@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from engine.hub.tasks import BackgroundTasks
+from engine.hub import BackgroundTasks
 
 __all__ = ["Background", "Runtime"]
 

@@ -39,7 +39,7 @@ from bot.telegram.outgoing import PREFIX, EventRenderer
 from bot.telegram.progress import ChatActivity
 from bot.telegram.store import TelegramStore
 from bot.telegram.updates import Callback, Ignored, Message, chat_key, parse_update
-from engine.approval.deciders import Decider
+from engine.approval import Decider
 from engine.hub import ChatHub, HubEvent
 from memory.service import MemoryService
 

@@ -25,7 +25,7 @@ from bot.telegram.chat_cards import ChatCards
 from bot.telegram.delivery import TelegramSender
 from bot.telegram.store import CardRow
 from bot.telegram.updates import Callback, parse_source
-from engine.approval.deciders import Decider
+from engine.approval import Decider
 from engine.hub import ChatHub
 
 __all__ = ["REASON_PROMPT", "ApprovalTaps"]

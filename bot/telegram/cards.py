@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from bot.platform.cards import CHOICE_LABELS, CardContent, Choice, card_content, outcome_line
 from bot.telegram.render import TELEGRAM_LIMIT, render_markdown, utf16_len
-from engine.session.events import ApprovalRequired
+from engine.session import ApprovalRequired
 
 __all__ = [
     "CALLBACK_PREFIX",

@@ -18,7 +18,7 @@ from bot.telegram.delivery import TelegramSender
 from bot.telegram.store import CardRow, TelegramStore
 from bot.telegram.updates import parse_source
 from engine.hub import ChatHub
-from engine.session import events as ev
+from engine.session import ApprovalRequired, Question
 
 __all__ = ["ChatCards"]
 
@@ -52,7 +52,7 @@ class ChatCards:
 
     # -- showing --------------------------------------------------------------------------
 
-    async def send_card(self, source: str, event: ev.ApprovalRequired) -> None:
+    async def send_card(self, source: str, event: ApprovalRequired) -> None:
         if await self._shown(event.tool_call_id):
             return  # asked again after a restart (or decided meanwhile): that card stands
         deciders = await self._hub.who_may_decide(event.tool_call_id)
@@ -85,7 +85,7 @@ class ChatCards:
                 kind=SEND,
             )
 
-    async def send_question(self, source: str, event: ev.Question) -> None:
+    async def send_question(self, source: str, event: Question) -> None:
         if await self._shown(event.request_id):
             return  # asked again after a restart: the question already shown still works
         text, entities = question_text(event.question)

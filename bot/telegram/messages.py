@@ -26,7 +26,7 @@ from bot.telegram.progress import ChatActivity
 from bot.telegram.store import CardRow, mark_handled_in
 from bot.telegram.updates import Message
 from engine.hub import ChatHub, HubError, SendOptions
-from engine.store.inbox import SENDER_KEY, InboxError
+from engine.store import SENDER_KEY, InboxError
 
 __all__ = ["UNREADABLE_MESSAGE", "BotIdentity", "MessageHandler"]
 

@@ -12,9 +12,21 @@ from typing import Any
 from bot.platform.outbox import DONE, FAILED, SKIPPED, Outbox
 from bot.telegram.chat_cards import ChatCards
 from bot.telegram.progress import ChatActivity
-from engine.bus.broadcast import Lagged
+from engine.bus import Lagged
 from engine.hub import DecisionMade, FailureNotice, HubEvent, NewSession
-from engine.session import events as ev
+from engine.session import (
+    ApprovalRequired,
+    Done,
+    Error,
+    Question,
+    TextDelta,
+    Thinking,
+    ToolCancelled,
+    ToolDone,
+    ToolError,
+    ToolRejected,
+    ToolStart,
+)
 
 __all__ = ["EventRenderer"]
 
@@ -50,29 +62,29 @@ class EventRenderer:
         outbox, cards, activity = self._outbox, self._cards, self._activity
         event = item.event
         match event:
-            case ev.TextDelta(text=delta, depth=0) if self._streaming:
+            case TextDelta(text=delta, depth=0) if self._streaming:
                 await activity.stream(source, delta)
-            case ev.Thinking(depth=0):
+            case Thinking(depth=0):
                 activity.thinking(source)
-            case ev.ToolStart(name=name, arguments=arguments, depth=depth):
+            case ToolStart(name=name, arguments=arguments, depth=depth):
                 outbox.tool_started(source, depth, name, arguments)
                 await outbox.show_progress(source)
-            case ev.ToolDone(name=name, depth=depth) | ev.ToolError(name=name, depth=depth):
-                mark = DONE if isinstance(event, ev.ToolDone) else FAILED
+            case ToolDone(name=name, depth=depth) | ToolError(name=name, depth=depth):
+                mark = DONE if isinstance(event, ToolDone) else FAILED
                 outbox.tool_ended(source, depth, name, mark)
                 await cards.close_by_id(source, event.tool_call_id, "approve", "ran")
                 await outbox.show_progress(source)
-            case ev.ToolRejected(name=name, depth=depth):
+            case ToolRejected(name=name, depth=depth):
                 outbox.tool_ended(source, depth, name, SKIPPED)
                 await cards.close_by_id(source, event.tool_call_id, "reject", "rejected")
-            case ev.ToolCancelled(name=name, depth=depth):
+            case ToolCancelled(name=name, depth=depth):
                 outbox.tool_ended(source, depth, name, SKIPPED)
                 await cards.close_by_id(source, event.tool_call_id, "cancelled", "cancelled")
-            case ev.ApprovalRequired():
+            case ApprovalRequired():
                 await cards.send_card(source, event)
-            case ev.Question():
+            case Question():
                 await cards.send_question(source, event)
-            case ev.Done(content=content, message_id=message_id):
+            case Done(content=content, message_id=message_id):
                 activity.stop_typing(source)
                 await activity.end_stream(source)
                 await outbox.final(source, message_id, content)
@@ -80,7 +92,7 @@ class EventRenderer:
                 # for the answer, not for a cosmetic edit above it.
                 await outbox.show_progress(source, force=True)
                 outbox.reset_progress(source)
-            case ev.Error():
+            case Error():
                 activity.stop_typing(source)
                 await activity.end_stream(source)
                 await outbox.show_progress(source, force=True)

@@ -21,8 +21,7 @@ from bot.delivery import CardStore, EventStore, OutboxStore
 from bot.delivery.store import mark_handled_in as mark_event_handled_in
 from bot.delivery.store import record_events_in
 from bot.telegram.tables import telegram_pairing, telegram_users
-from engine.store.db import Database, SqliteDatabase, quick_unit
-from engine.store.schema import utcnow
+from engine.store import Database, SqliteDatabase, quick_unit, utcnow
 
 __all__ = ["TELEGRAM", "CardRow", "PairingRow", "TelegramStore", "mark_handled_in"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import BigInteger, Column, Index, String, Table, Text
 
-from engine.store.schema import UtcDateTime, metadata
+from engine.store import UtcDateTime, metadata
 
 __all__ = ["telegram_pairing", "telegram_users"]
 

@@ -42,9 +42,9 @@ from bot.webchat.protocol import (
 from bot.webchat.rooms import Rooms
 from bot.webchat.translate import BYPASS_SECS, resolved_frame
 from bot.webchat.uploads import AttachmentError, Uploads
-from engine.approval.deciders import OPERATOR
+from engine.approval import OPERATOR
 from engine.hub import ChatHub, HubError, SendOptions
-from engine.store.inbox import InboxError
+from engine.store import InboxError
 from memory.service import MemoryService
 
 __all__ = ["WEB_CHAT_DECIDER", "Actions", "Reply", "web_commands"]

@@ -16,10 +16,10 @@ from sqlalchemy.engine import Connection
 
 from bot.webchat.markdown import render_markdown
 from bot.webchat.translate import RESULT_PREVIEW_CHARS, attachments_of, preview
-from engine.store.db import Database
-from engine.store.schema import chat_history as h
-from engine.store.schema import chat_llm_tools as t
-from engine.store.schema import chat_sessions_stack as f
+from engine.store import Database
+from engine.store import chat_history as h
+from engine.store import chat_llm_tools as t
+from engine.store import chat_sessions_stack as f
 
 __all__ = ["DEFAULT_PAGE", "MAX_PAGE", "HistoryPage", "read_page"]
 

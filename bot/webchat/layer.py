@@ -3,7 +3,7 @@ the prefix of its hub sources: both read by the service before the web chat load
 
 from __future__ import annotations
 
-from engine.store.migrations import Layer
+from engine.store import Layer
 
 __all__ = ["SOURCE_PREFIX", "WEBCHAT"]
 

@@ -10,8 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from bot.webchat.tables import web_conversations as c
-from engine.store.db import Database
-from engine.store.schema import utcnow
+from engine.store import Database, utcnow
 
 __all__ = ["DEFAULT_TITLE", "MAX_TITLE_CHARS", "Conversation", "ConversationStore", "clean_title"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import Column, Index, String, Table
 
-from engine.store.schema import Id, UtcDateTime, metadata
+from engine.store import Id, UtcDateTime, metadata
 
 __all__ = ["web_conversations"]
 

@@ -25,9 +25,9 @@ from bot.webchat.protocol import (
     ToolStartFrame,
     UserMessageFrame,
 )
-from engine.approval.broker import SHORT_BYPASS_SECONDS
+from engine.approval import SHORT_BYPASS_SECONDS
 from engine.hub import DecisionMade, NewSession
-from engine.session.events import (
+from engine.session import (
     AgentEnd,
     AgentStart,
     ApprovalRequired,
@@ -43,7 +43,7 @@ from engine.session.events import (
     ToolStart,
     UserMessage,
 )
-from engine.store.inbox import InboxItem
+from engine.store import InboxItem
 from scheduler.runner import JOB_LABEL
 
 __all__ = [

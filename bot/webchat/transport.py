@@ -43,10 +43,9 @@ from bot.webchat.translate import (
     to_frame,
 )
 from bot.webchat.uploads import Uploads
-from engine.bus.broadcast import Lagged
-from engine.hub import ChatHub
-from engine.hub.hub import SourceEvents
-from engine.session.events import ApprovalRequired
+from engine.bus import Lagged
+from engine.hub import ChatHub, SourceEvents
+from engine.session import ApprovalRequired
 from memory.service import MemoryService
 
 __all__ = ["CLOSE_TOO_BIG", "WebChat"]

@@ -1,5 +1,10 @@
 """The approval gate's policy: rules, permission groups, bypasses, RunContext."""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from engine.approval.bypass import Bypass, Bypasses, BypassScope
 from engine.approval.patterns import (
     PathRefused,
@@ -20,11 +25,41 @@ from engine.approval.rules import (
 )
 from engine.approval.run_context import RunContext, fast_path
 
+if TYPE_CHECKING:
+    from engine.approval.broker import MAX_BYPASS_SECONDS, SHORT_BYPASS_SECONDS, BypassRequest
+    from engine.approval.deciders import OPERATOR, Decider
+    from engine.approval.patterns import FS_CLASSES, is_fs_tool
+    from engine.approval.preview import CallDisplay, display_call
+    from engine.approval.rules import DEFAULT_PRIORITY
+
+#: What the outer layers use besides, loaded on first use (PEP 562): importing the
+#: face costs nothing more, and no cycle runs through it.
+_LAZY = {
+    "BypassRequest": "engine.approval.broker",
+    "CallDisplay": "engine.approval.preview",
+    "DEFAULT_PRIORITY": "engine.approval.rules",
+    "Decider": "engine.approval.deciders",
+    "FS_CLASSES": "engine.approval.patterns",
+    "MAX_BYPASS_SECONDS": "engine.approval.broker",
+    "OPERATOR": "engine.approval.deciders",
+    "SHORT_BYPASS_SECONDS": "engine.approval.broker",
+    "display_call": "engine.approval.preview",
+    "is_fs_tool": "engine.approval.patterns",
+}
+
 __all__ = [
     "DEFAULT_GROUP",
+    "DEFAULT_PRIORITY",
+    "FS_CLASSES",
+    "MAX_BYPASS_SECONDS",
+    "OPERATOR",
+    "SHORT_BYPASS_SECONDS",
     "Bypass",
+    "BypassRequest",
     "BypassScope",
     "Bypasses",
+    "CallDisplay",
+    "Decider",
     "PathRefused",
     "PermissionGroup",
     "Rule",
@@ -33,10 +68,19 @@ __all__ = [
     "RulesPolicy",
     "RunContext",
     "canonical_path",
+    "display_call",
     "evaluate",
     "fast_path",
+    "is_fs_tool",
     "path_matches",
     "tool_matches",
     "validate_path_pattern",
     "validate_tool_pattern",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _LAZY.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

@@ -1,5 +1,10 @@
 """ChatHub: the one entry point of interactive chat sessions (DESIGN §4)."""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from engine.hub.hub import AUTO_MODEL, ChatHub, SourceDefaults, SourceEvents
 from engine.hub.types import (
     DecisionMade,
@@ -12,17 +17,49 @@ from engine.hub.types import (
     validate_source,
 )
 
+if TYPE_CHECKING:
+    from engine.hub.events import HubEvents
+    from engine.hub.ownership import FleetConfig, pick
+    from engine.hub.relay import CHANNEL, EventRelay, unpack
+    from engine.hub.tasks import BackgroundTasks
+
+#: What the outer layers use besides, loaded on first use (PEP 562): importing the
+#: face costs nothing more, and no cycle runs through it.
+_LAZY = {
+    "BackgroundTasks": "engine.hub.tasks",
+    "CHANNEL": "engine.hub.relay",
+    "EventRelay": "engine.hub.relay",
+    "FleetConfig": "engine.hub.ownership",
+    "HubEvents": "engine.hub.events",
+    "pick": "engine.hub.ownership",
+    "unpack": "engine.hub.relay",
+}
+
 __all__ = [
     "AUTO_MODEL",
+    "CHANNEL",
+    "BackgroundTasks",
     "ChatHub",
     "DecisionMade",
+    "EventRelay",
     "FailureNotice",
+    "FleetConfig",
     "HubError",
     "HubEvent",
+    "HubEvents",
     "NewSession",
     "Notification",
     "SendOptions",
     "SourceDefaults",
     "SourceEvents",
+    "pick",
+    "unpack",
     "validate_source",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _LAZY.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

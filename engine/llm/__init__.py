@@ -1,0 +1,69 @@
+"""Models: the ``ChatModel`` protocol and its types, the OpenAI-compatible client, the
+registry of configured models, the scripted model for tests and dry runs."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.llm.client import OpenAICompatModel
+    from engine.llm.protocols import ChatModel
+    from engine.llm.registry import ModelRegistry
+    from engine.llm.scripted import ScriptedModel, text, tool_call
+    from engine.llm.types import (
+        LlmConnectionError,
+        LlmError,
+        LlmRequestError,
+        LlmResponse,
+        LlmTimeout,
+        Message,
+        ToolCallRequest,
+        ToolSchema,
+        Usage,
+    )
+
+#: What the outer layers use besides, loaded on first use (PEP 562): importing the
+#: face costs nothing more, and no cycle runs through it.
+_LAZY = {
+    "ChatModel": "engine.llm.protocols",
+    "LlmConnectionError": "engine.llm.types",
+    "LlmError": "engine.llm.types",
+    "LlmRequestError": "engine.llm.types",
+    "LlmResponse": "engine.llm.types",
+    "LlmTimeout": "engine.llm.types",
+    "Message": "engine.llm.types",
+    "ModelRegistry": "engine.llm.registry",
+    "OpenAICompatModel": "engine.llm.client",
+    "ScriptedModel": "engine.llm.scripted",
+    "ToolCallRequest": "engine.llm.types",
+    "ToolSchema": "engine.llm.types",
+    "Usage": "engine.llm.types",
+    "text": "engine.llm.scripted",
+    "tool_call": "engine.llm.scripted",
+}
+
+__all__ = [
+    "ChatModel",
+    "LlmConnectionError",
+    "LlmError",
+    "LlmRequestError",
+    "LlmResponse",
+    "LlmTimeout",
+    "Message",
+    "ModelRegistry",
+    "OpenAICompatModel",
+    "ScriptedModel",
+    "ToolCallRequest",
+    "ToolSchema",
+    "Usage",
+    "text",
+    "tool_call",
+]
+
+
+def __getattr__(name: str) -> Any:
+    home = _LAZY.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

@@ -1,0 +1,118 @@
+"""The turn engine (DESIGN §2): a session's handler, its turn events and outcomes, the
+gate's seams, compaction and the frame's transcript."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.session.compaction import (
+        CompactionConfig,
+        CompactionError,
+        Compactor,
+        estimate_tokens,
+        load_context,
+        message_chars,
+    )
+    from engine.session.events import (
+        AgentEnd,
+        AgentStart,
+        ApprovalRequired,
+        Done,
+        Error,
+        ModelFallback,
+        Question,
+        TextDelta,
+        Thinking,
+        ToolCancelled,
+        ToolDone,
+        ToolError,
+        ToolRejected,
+        ToolStart,
+        TurnEvent,
+        UserMessage,
+    )
+    from engine.session.gate import AllowAll
+    from engine.session.handler import ChatSessionHandler, background_error
+    from engine.session.messages import SystemParts
+    from engine.session.outcomes import Final, TurnResult
+    from engine.session.protocols import ApprovalPolicy, Decision
+    from engine.session.transcript import FrameTranscript
+
+#: What the outer layers use besides, loaded on first use (PEP 562): importing the
+#: face costs nothing more, and no cycle runs through it.
+_LAZY = {
+    "AgentEnd": "engine.session.events",
+    "AgentStart": "engine.session.events",
+    "AllowAll": "engine.session.gate",
+    "ApprovalPolicy": "engine.session.protocols",
+    "ApprovalRequired": "engine.session.events",
+    "ChatSessionHandler": "engine.session.handler",
+    "CompactionConfig": "engine.session.compaction",
+    "CompactionError": "engine.session.compaction",
+    "Compactor": "engine.session.compaction",
+    "Decision": "engine.session.protocols",
+    "Done": "engine.session.events",
+    "Error": "engine.session.events",
+    "Final": "engine.session.outcomes",
+    "FrameTranscript": "engine.session.transcript",
+    "ModelFallback": "engine.session.events",
+    "Question": "engine.session.events",
+    "SystemParts": "engine.session.messages",
+    "TextDelta": "engine.session.events",
+    "Thinking": "engine.session.events",
+    "ToolCancelled": "engine.session.events",
+    "ToolDone": "engine.session.events",
+    "ToolError": "engine.session.events",
+    "ToolRejected": "engine.session.events",
+    "ToolStart": "engine.session.events",
+    "TurnEvent": "engine.session.events",
+    "TurnResult": "engine.session.outcomes",
+    "UserMessage": "engine.session.events",
+    "background_error": "engine.session.handler",
+    "estimate_tokens": "engine.session.compaction",
+    "load_context": "engine.session.compaction",
+    "message_chars": "engine.session.compaction",
+}
+
+__all__ = [
+    "AgentEnd",
+    "AgentStart",
+    "AllowAll",
+    "ApprovalPolicy",
+    "ApprovalRequired",
+    "ChatSessionHandler",
+    "CompactionConfig",
+    "CompactionError",
+    "Compactor",
+    "Decision",
+    "Done",
+    "Error",
+    "Final",
+    "FrameTranscript",
+    "ModelFallback",
+    "Question",
+    "SystemParts",
+    "TextDelta",
+    "Thinking",
+    "ToolCancelled",
+    "ToolDone",
+    "ToolError",
+    "ToolRejected",
+    "ToolStart",
+    "TurnEvent",
+    "TurnResult",
+    "UserMessage",
+    "background_error",
+    "estimate_tokens",
+    "load_context",
+    "message_chars",
+]
+
+
+def __getattr__(name: str) -> Any:
+    home = _LAZY.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

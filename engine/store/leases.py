@@ -18,8 +18,17 @@ from sqlalchemy.engine import Connection
 
 from engine.store.db import Database
 from engine.store.fencing import Fence, Fenced
+from engine.store.schema import leases as lease_rows
 
-__all__ = ["PROCESS_LEASE_PREFIX", "Lease", "Leases", "db_now_sql", "lease_fence", "live_leases"]
+__all__ = [
+    "PROCESS_LEASE_PREFIX",
+    "Lease",
+    "Leases",
+    "db_now_sql",
+    "lease_fence",
+    "live_leases",
+    "live_members",
+]
 
 #: Each live process of a fleet holds ``process:<owner>``: the fleet's membership.
 PROCESS_LEASE_PREFIX = "process:"
@@ -159,6 +168,15 @@ def live_leases(conn: Connection, prefix: str) -> list[Lease]:
     escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     rows = conn.execute(_sql(conn, _LIVE), {"prefix": escaped + "%"})
     return [lease for lease in map(_lease, rows) if lease is not None]
+
+
+def live_members(dialect: str) -> sa.Select[tuple[str]]:
+    """The owners of the unexpired process memberships, by the database's clock: a
+    subquery for a statement that must read the fleet's members in its own snapshot."""
+    return sa.select(lease_rows.c.owner).where(
+        lease_rows.c.name.startswith(PROCESS_LEASE_PREFIX, autoescape=True),
+        lease_rows.c.expires_at > sa.text(db_now_sql(dialect)),
+    )
 
 
 def _now(conn: Connection) -> float:

@@ -1,0 +1,46 @@
+"""Tools: the ``Tool`` protocol, the registry, the workspace (canonical paths, no
+``secrets/``), previews of a call, and the base the built-ins and other layers' tools share."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.tools.base import Tool, ToolCategory, ToolContext, ToolError
+    from engine.tools.builtins._common import BuiltinTool, object_schema
+    from engine.tools.preview import preview_call
+    from engine.tools.workspace import SECRETS_DIR, Workspace
+
+#: What the outer layers use besides, loaded on first use (PEP 562): importing the
+#: face costs nothing more, and no cycle runs through it.
+_LAZY = {
+    "BuiltinTool": "engine.tools.builtins._common",
+    "SECRETS_DIR": "engine.tools.workspace",
+    "Tool": "engine.tools.base",
+    "ToolCategory": "engine.tools.base",
+    "ToolContext": "engine.tools.base",
+    "ToolError": "engine.tools.base",
+    "Workspace": "engine.tools.workspace",
+    "object_schema": "engine.tools.builtins._common",
+    "preview_call": "engine.tools.preview",
+}
+
+__all__ = [
+    "SECRETS_DIR",
+    "BuiltinTool",
+    "Tool",
+    "ToolCategory",
+    "ToolContext",
+    "ToolError",
+    "Workspace",
+    "object_schema",
+    "preview_call",
+]
+
+
+def __getattr__(name: str) -> Any:
+    home = _LAZY.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

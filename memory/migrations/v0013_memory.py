@@ -3,7 +3,7 @@
 import sqlalchemy as sa
 from alembic.operations import Operations
 
-from engine.store.schema import Id, UtcDateTime
+from engine.store import Id, UtcDateTime
 
 _SEARCH_INDEX = {
     "sqlite": (

@@ -3,7 +3,7 @@
 import sqlalchemy as sa
 from alembic.operations import Operations
 
-from engine.store.schema import Id, UtcDateTime, utcnow
+from engine.store import Id, UtcDateTime, utcnow
 
 #: Tools over the speaker's own memory, allowed like the agent's memory/ files.
 _ALLOWED = ("search_sessions", "memory_list", "memory_save", "memory_forget")

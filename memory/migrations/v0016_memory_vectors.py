@@ -7,7 +7,7 @@ require: ``memory/vectors.py`` creates their table at start-up where it is avail
 import sqlalchemy as sa
 from alembic.operations import Operations
 
-from engine.store.schema import Id, UtcDateTime
+from engine.store import Id, UtcDateTime
 
 _SQLITE_VECTORS = (
     "CREATE TABLE memory_vectors ("

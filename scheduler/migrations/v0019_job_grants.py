@@ -8,7 +8,7 @@ its cards are shown, so a decision there may reach the run's session.
 import sqlalchemy as sa
 from alembic.operations import Operations
 
-from engine.store.schema import UtcDateTime
+from engine.store import UtcDateTime
 
 
 def upgrade(op: Operations) -> None:

@@ -6,7 +6,7 @@ and conversation. Telegram's ``telegram_updates``, ``telegram_cards`` and
 import sqlalchemy as sa
 from alembic.operations import Operations
 
-from engine.store.schema import Id, UtcDateTime
+from engine.store import Id, UtcDateTime
 
 TELEGRAM = "telegram"
 

@@ -9,7 +9,7 @@ agent for the page that lists sign-ins.
 import sqlalchemy as sa
 from alembic.operations import Operations
 
-from engine.store.schema import UtcDateTime
+from engine.store import UtcDateTime
 
 
 def upgrade(op: Operations) -> None:

@@ -8,7 +8,7 @@ postponed row is due again (NULL while the process that recorded it is sending i
 import sqlalchemy as sa
 from alembic.operations import Operations
 
-from engine.store.schema import UtcDateTime
+from engine.store import UtcDateTime
 
 
 def upgrade(op: Operations) -> None:

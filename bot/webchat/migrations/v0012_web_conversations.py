@@ -7,7 +7,7 @@ when it began and was last used (the sidebar's order), and ``hidden_at`` once de
 import sqlalchemy as sa
 from alembic.operations import Operations
 
-from engine.store.schema import Id, UtcDateTime
+from engine.store import Id, UtcDateTime
 
 
 def upgrade(op: Operations) -> None:
