@@ -65,6 +65,9 @@ class Postponements:
         self._waiting: dict[str, set[int]] = {}
         # Conversations held behind another process's earlier row, until when.
         self._held: dict[str, datetime] = {}
+        #: Rows ``Redelivery`` is sending now: never made due again while they are (another
+        #: process of a fleet would claim and send them too).
+        self.in_flight: set[int] = set()
 
     def waiting(self, conversation: str) -> set[int] | None:
         return self._waiting.get(conversation) or None
@@ -81,9 +84,11 @@ class Postponements:
         waiting.add(row.id)
         due = max(self._now(), self._held.get(row.conversation, self._now()))
         try:
-            await self.store.reschedule(sorted(waiting), due)
+            moved = await self.store.reschedule(sorted(waiting - self.in_flight), due)
         except Exception:  # they keep their old times; this one is due at the next start
             log.exception("queueing the delivery %s failed", row.dedupe_key)
+        else:
+            self._keep(row.conversation, moved | (waiting & self.in_flight))
         self._wake.set()
 
     async def hold(self, row: OutboxRow, seconds: float) -> None:
@@ -101,10 +106,24 @@ class Postponements:
         due = self._now() + timedelta(seconds=seconds)
         self._held[row.conversation] = due
         try:
-            await self.store.reschedule(sorted(waiting), due)
+            # This row is not sent now, whoever was trying it: it is due again then.
+            moved = await self.store.reschedule(sorted((waiting - self.in_flight) | {row.id}), due)
         except Exception:  # pending: due at its lease's end, or the next start
             log.exception("holding the delivery %s failed", row.dedupe_key)
+        else:
+            self._keep(row.conversation, moved | (waiting & self.in_flight))
         self._wake.set()
+
+    def _keep(self, conversation: str, pending: set[int]) -> None:
+        """What still waits of a conversation's rows: those still pending with this process
+        (another process may have claimed and sent one meanwhile, in a fleet)."""
+        waiting = self._waiting.get(conversation)
+        if waiting is None:
+            return
+        waiting &= pending
+        if not waiting:
+            del self._waiting[conversation]
+            self._held.pop(conversation, None)
 
     def settled(self, row: OutboxRow) -> None:
         waiting = self._waiting.get(row.conversation)
@@ -131,7 +150,7 @@ class Postponements:
             delay,
         )
         # Replies queued behind this one while it was being tried wait with it.
-        later = sorted(other for other in waiting if other > row.id)
+        later = sorted(other for other in waiting - self.in_flight if other > row.id)
         try:
             await self.store.postpone(row.id, describe(error), now, due)
             await self.store.reschedule(later, due)

@@ -47,7 +47,8 @@ class Redelivery:
         self.store = store
         self._now = now
         self._sleep = sleep
-        self._in_flight: set[int] = set()
+        # Shared with the postponements: a row being sent here is never moved by them.
+        self._in_flight = outbound.postponements.in_flight
 
     async def run(self) -> None:
         """Deliver postponed rows as they come due, until cancelled."""

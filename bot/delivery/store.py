@@ -319,10 +319,13 @@ class OutboxStore:
         """One more failed attempt: pending, due again at ``next_attempt_at``."""
         await self._db.run(_postpone, outbox_id, error[:2000], tried_at, next_attempt_at)
 
-    async def reschedule(self, outbox_ids: Sequence[int], next_attempt_at: datetime) -> None:
-        """Claimed rows not tried after all (an earlier one of their conversation failed)."""
-        if outbox_ids:
-            await self._db.run(_reschedule, list(outbox_ids), next_attempt_at)
+    async def reschedule(self, outbox_ids: Sequence[int], next_attempt_at: datetime) -> set[int]:
+        """Rows this process holds, due at ``next_attempt_at`` (claimed and not tried after
+        all, or queued behind an earlier one); the ids it moved. A row that is sent, failed
+        or with another process now (a fleet's: claimed by it) is left alone."""
+        if not outbox_ids:
+            return set()
+        return await self._db.run(_reschedule, list(outbox_ids), next_attempt_at, self.process_id)
 
     async def recover(self, now: datetime) -> int:
         """At start: every pending delivery is due now (unsent by a process that died,
@@ -430,12 +433,20 @@ def _postpone(
     )
 
 
-def _reschedule(conn: Connection, outbox_ids: list[int], next_attempt_at: datetime) -> None:
-    conn.execute(
-        o.update()
-        .where(o.c.id.in_(outbox_ids), o.c.status == "pending")
-        .values(next_attempt_at=next_attempt_at)
+def _reschedule(
+    conn: Connection, outbox_ids: list[int], next_attempt_at: datetime, own: str | None
+) -> set[int]:
+    ours = sa.and_(
+        o.c.id.in_(outbox_ids),
+        o.c.status == "pending",
+        # Another process's claim is its own to send: moving it would make it due again,
+        # and a second process would send it too.
+        _sender().is_not_distinct_from(own),
     )
+    moved = conn.execute(
+        o.update().where(ours).values(next_attempt_at=next_attempt_at).returning(o.c.id)
+    )
+    return {row[0] for row in moved}
 
 
 def _recover_outbox(conn: Connection, platform: str, now: datetime) -> int:

@@ -254,6 +254,29 @@ async def test_a_later_reply_waits_for_an_earlier_one_a_dead_process_left(fleet:
     assert [r["status"] for r in await fleet.rows()] == ["sent", "sent", "sent"]
 
 
+async def test_a_row_another_process_claimed_is_never_made_due_again_by_this_one(
+    fleet: Fleet,
+) -> None:
+    """A held its reply (an earlier one of the chat was with B); B claimed it when it came
+    due and is sending it. A's next reply to the chat queues behind the rows A still holds:
+    B's claim is not moved (it would be due again, and sent a second time), and A stops
+    waiting for it."""
+    a, b = fleet.process("A"), fleet.process("B")
+    await record(b, "final:0", "B's earlier answer")
+    [held] = await record(a, "final:1", "the answer")
+    await a.out.deliver_rows([held])
+    assert a.sent() == [] and a.out.postponements.waiting(CHAT_KEY) == {held.id}
+    fleet.wall[0] = NOW + timedelta(seconds=1)
+    [claimed] = await b.outbox.claim_due(fleet.now(), fleet.now(), 10)
+    assert claimed.id == held.id
+    [later] = await record(a, "final:2", "the next answer")
+    await a.out.deliver_rows([later])
+    assert a.out.postponements.waiting(CHAT_KEY) == {later.id}  # B's row let go
+    rows = {r["id"]: r for r in await fleet.rows()}
+    assert (rows[held.id]["sending_by"], rows[held.id]["next_attempt_at"]) == ("B", None)
+    assert await a.outbox.reschedule([held.id], NOW) == set()
+
+
 async def test_a_reply_does_not_wait_for_an_earlier_one_of_its_own_process(
     fleet: Fleet,
 ) -> None:
