@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from engine.approval.bypass import Bypass, Bypasses, BypassScope
 from engine.approval.patterns import (
@@ -24,6 +23,7 @@ from engine.approval.rules import (
     evaluate,
 )
 from engine.approval.run_context import RunContext, fast_path
+from engine.faces import lazy_attributes
 
 if TYPE_CHECKING:
     from engine.approval.broker import MAX_BYPASS_SECONDS, SHORT_BYPASS_SECONDS, BypassRequest
@@ -79,8 +79,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _LAZY.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from engine.faces import lazy_attributes
 from engine.hub.hub import AUTO_MODEL, ChatHub, SourceDefaults, SourceEvents
 from engine.hub.types import (
     DecisionMade,
@@ -58,8 +58,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _LAZY.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+__getattr__ = lazy_attributes(__name__, _LAZY)

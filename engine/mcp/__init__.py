@@ -6,8 +6,9 @@ every start, and that must not pull in the manager, the store and their imports.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from engine.faces import lazy_attributes
 
 if TYPE_CHECKING:
     from engine.mcp.config import RESERVED_GROUPS, McpServerConfig, parse_mcp_servers
@@ -24,19 +25,19 @@ if TYPE_CHECKING:
     )
 
 _HOMES = {
-    "RESERVED_GROUPS": "config",
-    "McpServerConfig": "config",
-    "parse_mcp_servers": "config",
-    "McpManager": "manager",
-    "McpToolSpec": "manager",
-    "CONFIG_GROUP": "tools",
-    "ActivateTools": "tools",
-    "McpTool": "tools",
-    "config_unlocked": "tools",
-    "granted_groups": "tools",
-    "mcp_tool_name": "tools",
-    "mcp_tool_names": "tools",
-    "visible_mcp_tools": "tools",
+    "RESERVED_GROUPS": "engine.mcp.config",
+    "McpServerConfig": "engine.mcp.config",
+    "parse_mcp_servers": "engine.mcp.config",
+    "McpManager": "engine.mcp.manager",
+    "McpToolSpec": "engine.mcp.manager",
+    "CONFIG_GROUP": "engine.mcp.tools",
+    "ActivateTools": "engine.mcp.tools",
+    "McpTool": "engine.mcp.tools",
+    "config_unlocked": "engine.mcp.tools",
+    "granted_groups": "engine.mcp.tools",
+    "mcp_tool_name": "engine.mcp.tools",
+    "mcp_tool_names": "engine.mcp.tools",
+    "visible_mcp_tools": "engine.mcp.tools",
 }
 
 __all__ = [
@@ -56,8 +57,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+__getattr__ = lazy_attributes(__name__, _HOMES)

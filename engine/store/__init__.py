@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from engine.faces import lazy_attributes
 from engine.store.db import Database, connect, migrate, open_database
 from engine.store.history import History
 from engine.store.inbox import InboxStore
@@ -188,8 +188,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _LAZY.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from engine.faces import lazy_attributes
 
 if TYPE_CHECKING:
     from engine.tools.base import Tool, ToolCategory, ToolContext, ToolError
@@ -39,8 +40,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _LAZY.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -27,7 +27,8 @@ from bot.delivery import (
 )
 from bot.delivery.errors import RETRY_AFTER_DEFAULT_S, RETRY_AFTER_MIN_S
 from engine.store import Store
-from tests.bot.delivery.fakes import make_outbound, outbox_rows, settle, wall
+from tests.bot.delivery.fakes import make_outbound, outbox_rows, wall
+from tests.clock import settle
 
 ALICE, BOB = "alice", "bob"
 

@@ -13,7 +13,8 @@ import pytest
 
 from bot.delivery import EDIT, OTHER, SEND, Cap, OutboxStore, Pacing, PacingPolicy, Rate
 from bot.delivery.pacing import FLEET_HEADROOM, Pacer
-from tests.bot.delivery.fakes import FakeTime, make_outbound
+from tests.bot.delivery.fakes import make_outbound
+from tests.clock import FakeTime
 
 #: The platform's cap: 30 sends in any second, for the whole fleet.
 OVERALL = Cap(30, 1.0)

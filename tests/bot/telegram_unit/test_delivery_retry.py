@@ -25,7 +25,8 @@ from bot.telegram.api import BadRequest, Forbidden, NetworkError, RetryAfter, Se
 from bot.telegram.delivery import TelegramClient
 from bot.telegram.errors import Unauthorized
 from bot.telegram.store import TELEGRAM, TelegramStore
-from tests.bot.telegram_unit.fakes import FakeBotApi, FakeTime
+from tests.bot.telegram_unit.fakes import FakeBotApi
+from tests.clock import FakeTime
 
 CHAT = 42
 OTHER = 43

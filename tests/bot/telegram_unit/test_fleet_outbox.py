@@ -33,7 +33,8 @@ from bot.telegram.delivery import TelegramClient
 from bot.telegram.store import TelegramStore
 from engine.store import Store
 from engine.store.leases import PROCESS_LEASE_PREFIX, Leases
-from tests.bot.telegram_unit.fakes import FakeBotApi, FakeTime
+from tests.bot.telegram_unit.fakes import FakeBotApi
+from tests.clock import FakeTime
 from tests.pg import BACKENDS, database_url
 
 CHAT = 42

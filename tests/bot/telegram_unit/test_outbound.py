@@ -13,7 +13,8 @@ from bot.delivery.tables import platform_outbox
 from bot.telegram.api import BadRequest, Forbidden, NetworkError, RetryAfter, ServerError
 from bot.telegram.delivery import TelegramClient, TelegramSender, telegram_pacing
 from bot.telegram.store import TelegramStore
-from tests.bot.telegram_unit.fakes import FakeBotApi, FakeTime, settle
+from tests.bot.telegram_unit.fakes import FakeBotApi
+from tests.clock import FakeTime, settle
 
 PRIVATE = 42
 OTHER_PRIVATE = 43

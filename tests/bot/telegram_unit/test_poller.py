@@ -12,7 +12,8 @@ import sqlalchemy as sa
 from bot.telegram.api import ALLOWED_UPDATES, NetworkError, RetryAfter, ServerError
 from bot.telegram.poller import Poller
 from bot.telegram.store import TelegramStore
-from tests.bot.telegram_unit.fakes import FakeBotApi, FakeTime, RecordingSink, RecordingStore
+from tests.bot.telegram_unit.fakes import FakeBotApi, RecordingSink, RecordingStore
+from tests.clock import FakeTime
 
 
 def upd(update_id: int, text: str | None = None) -> dict[str, Any]:

@@ -19,7 +19,8 @@ from bot.telegram.poller import Poller
 from bot.telegram.retrying import StartupRefused, until_ok
 from bot.telegram.startup import HeldUpdates, TelegramStartup
 from bot.telegram.store import TelegramStore
-from tests.bot.telegram_unit.fakes import FakeBotApi, FakeTime, RecordingSink, RecordingStore
+from tests.bot.telegram_unit.fakes import FakeBotApi, RecordingSink, RecordingStore
+from tests.clock import FakeTime
 
 
 def rig() -> tuple[FakeBotApi, FakeTime, TelegramHealth, TelegramStartup]:
