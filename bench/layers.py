@@ -157,8 +157,80 @@ def below_faces() -> list[str]:
     return found
 
 
+def import_circles() -> list[list[str]]:
+    """Groups of the project's modules that import each other round in a circle (any
+    import: at the top, in a function, for type checking), each sorted."""
+    modules: dict[str, Path] = {}
+    for folder in ("bot", "scheduler", "memory", "engine"):
+        for path in python_files(folder):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            modules[name.removesuffix(".__init__")] = path
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            graph[name] |= {target for target in targets if target in modules}
+    return _strongly_connected(graph)
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative; only the groups of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            step = next(edges, None)
+            if step is not None:
+                if step not in index:
+                    index[step] = low[step] = len(index)
+                    stack.append(step)
+                    on_stack.add(step)
+                    work.append((step, iter(sorted(graph[step]))))
+                elif step in on_stack:
+                    low[node] = min(low[node], index[step])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    groups.append(sorted(group))
+    return groups
+
+
 def findings() -> list[Finding]:
     out: list[Finding] = []
+
+    circles = import_circles()
+    out.append(
+        Finding(
+            "import circles among the modules of bot/, scheduler/, memory/, engine/: 0",
+            not circles,
+            "; ".join(" ⇄ ".join(group) for group in circles) or "none",
+        )
+    )
 
     below = below_faces()
     out.append(

@@ -39,7 +39,7 @@ from bot.http.memory_pages import (
     hit_json,
     person_json,
 )
-from bot.http.metrics import CONTENT_TYPE, FleetStats, read_snapshot, render
+from bot.http.metrics import CONTENT_TYPE, FleetStats, read_snapshot
 from bot.http.models import (
     MAX_BODY_BYTES,
     MAX_ID,
@@ -458,7 +458,10 @@ class ApiRoutes:
                 takeovers=fleet.takeovers,
                 receiver=None if holder is None else holder.owner,
             )
-        return Response(render(snapshot), media_type=CONTENT_TYPE)
+        # prometheus_client (~1 MB) loads with the first scrape, not with the service.
+        from bot.http.prometheus import render_text
+
+        return Response(render_text(snapshot), media_type=CONTENT_TYPE)
 
     async def openapi(self, request: Request) -> Response:
         return SafeJSONResponse(openapi_document())

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode
 
 import sqlalchemy as sa
@@ -23,15 +23,13 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from bot.http.pages import PageHost, Visitor
 from engine.store import Database
 from memory.facts import Fact, FactError, FactLimits
 from memory.search import MAX_LIMIT, Hit
 from memory.service import MemoryService
 from memory.tables import memory_documents, memory_facts, memory_identities, memory_users
 from memory.users import Identity
-
-if TYPE_CHECKING:
-    from bot.http.web import Visitor, WebInbox
 
 __all__ = [
     "FactIn",
@@ -271,14 +269,14 @@ def hit_json(hit: Hit) -> dict[str, Any]:
 
 # -- the page ------------------------------------------------------------------------------
 
-PageHandler = Callable[[Request, "Visitor"], Awaitable[Response]]
-ActionHandler = Callable[[Request, dict[str, str], "Visitor"], Awaitable[Response]]
+PageHandler = Callable[[Request, Visitor], Awaitable[Response]]
+ActionHandler = Callable[[Request, dict[str, str], Visitor], Awaitable[Response]]
 
 
 class MemoryPages:
     """``/memory`` and its forms, behind the inbox's sign-in and form checks."""
 
-    def __init__(self, inbox: WebInbox, admin: MemoryAdmin | None) -> None:
+    def __init__(self, inbox: PageHost, admin: MemoryAdmin | None) -> None:
         self._inbox = inbox
         self._admin = admin
 

@@ -26,7 +26,6 @@ __all__ = [
     "FleetStats",
     "MetricsSnapshot",
     "read_snapshot",
-    "render",
 ]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -103,11 +102,3 @@ def read_snapshot(conn: Connection) -> MetricsSnapshot:
         models=models,
         deliveries=delivery_summary(conn, limit=0),
     )
-
-
-def render(snapshot: MetricsSnapshot) -> bytes:
-    """The Prometheus text of ``snapshot``. prometheus_client (~1 MB) loads with the first
-    scrape (bot/http/prometheus.py), not with the service."""
-    from bot.http.prometheus import render_text
-
-    return render_text(snapshot)

@@ -22,7 +22,6 @@ import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +37,8 @@ from bot.http.health_details import HealthDetails
 from bot.http.memory_pages import MemoryAdmin, MemoryPages
 from bot.http.models import RequestError, ids_in_range, query_params
 from bot.http.operations import OperationError, Operations
-from bot.http.signins import LoginThrottle, SignIn, SignIns, csrf_token, is_handle
+from bot.http.pages import Visitor
+from bot.http.signins import LoginThrottle, SignIns, csrf_token, is_handle
 from engine.approval import SHORT_BYPASS_SECONDS, BypassRequest, CallDisplay, display_call
 from engine.store import MAX_PAGE, InboxItem, utcnow
 from engine.tools import preview_call
@@ -88,14 +88,6 @@ _SIGNIN_FLASH = {
     "gone": "That sign-in had already ended.",
     "others": "Ended {n} other sign-in(s).",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Visitor:
-    """Who a request comes from: a browser's sign-in, or a bearer header / loopback (None)."""
-
-    csrf: str
-    signin: SignIn | None = None
 
 
 class _PageQuery(BaseModel):

@@ -97,7 +97,9 @@ def test_the_http_app_loads_prometheus_client_with_the_first_scrape() -> None:
         "bot.webchat.limits",
     }
     assert "prometheus_client" in loaded_after(
-        "from bot.http.metrics import MetricsSnapshot, render\nrender(MetricsSnapshot())"
+        "from bot.http.metrics import MetricsSnapshot\n"
+        "from bot.http.prometheus import render_text\n"
+        "render_text(MetricsSnapshot())"
     )
 
 

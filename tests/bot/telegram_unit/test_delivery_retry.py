@@ -20,7 +20,8 @@ import sqlalchemy as sa
 
 from bot.delivery import Outbound, Pacing, Redelivery, RetrySchedule, delivery_summary
 from bot.delivery.tables import platform_outbox
-from bot.http.metrics import read_snapshot, render
+from bot.http.metrics import read_snapshot
+from bot.http.prometheus import render_text
 from bot.telegram.api import BadRequest, Forbidden, NetworkError, RetryAfter, ServerError
 from bot.telegram.delivery import TelegramClient
 from bot.telegram.errors import Unauthorized
@@ -309,7 +310,7 @@ async def test_deliveries_waiting_show_in_metrics_and_the_summary(make) -> None:
 
     snapshot = await rig.store._db.run(read_snapshot)
     snapshot.telegram = rig.out.stats
-    text = render(snapshot).decode()
+    text = render_text(snapshot).decode()
     assert 'chathub_telegram_outbox{state="waiting"} 1.0' in text
     assert 'chathub_telegram_outbox{state="failed"} 1.0' in text
     assert "chathub_telegram_deliveries_postponed_total 1.0" in text
