@@ -38,8 +38,9 @@ from bot.fleet.settings import check_fleet_database
 from bot.fleet.single_sqlite import ServeLock, hold_serve_lock
 from bot.schema import LAYERS
 from bot.settings import service_settings
-from bot.telegram.adapter import TelegramAdapter, TelegramConfig
+from bot.telegram.adapter import TelegramAdapter
 from bot.telegram.api import BotApi
+from bot.telegram.config import TelegramConfig
 from bot.telegram.delivery import TelegramClient, telegram_pacing
 from bot.telegram.health import TelegramHealth
 from bot.telegram.jobs import JobsPanel

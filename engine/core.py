@@ -24,7 +24,8 @@ from engine.mcp.manager import McpManager
 from engine.mcp.protocols import NotificationSink
 from engine.mcp.tools import ActivateTools
 from engine.session.compaction import Compactor
-from engine.session.handler import ChatSessionHandler, HandlerDeps
+from engine.session.deps import HandlerDeps
+from engine.session.handler import ChatSessionHandler
 from engine.session.messages import MessageBuilder
 from engine.session.outcomes import TurnResult
 from engine.session.protocols import ApprovalPolicy, EmitFn

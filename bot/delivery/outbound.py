@@ -53,16 +53,7 @@ from bot.delivery.store import OutboxRow, OutboxStore
 from engine.failpoints import failpoint
 from engine.store import utcnow
 
-__all__ = [
-    "Delivery",
-    "Outbound",
-    "OutboundStats",
-    "Pacing",
-    "PlatformClient",
-    "RetrySchedule",
-    "SendHealth",
-    "Tenure",
-]
+__all__ = ["Delivery", "Outbound", "Pacing", "PlatformClient", "SendHealth"]
 
 log = logging.getLogger(__name__)
 

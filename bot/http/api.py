@@ -41,7 +41,6 @@ from bot.http.memory_pages import (
 )
 from bot.http.metrics import CONTENT_TYPE, FleetStats, read_snapshot
 from bot.http.models import (
-    MAX_BODY_BYTES,
     MAX_ID,
     ApprovalDecision,
     ApprovalResolved,
@@ -77,12 +76,10 @@ from memory.service import MemoryService
 
 __all__ = [
     "API_DECIDER",
-    "MAX_BODY_BYTES",
     "OPERATIONS",
     "ApiRoutes",
     "Operation",
     "error_status",
-    "ids_in_range",
     "openapi_document",
     "operation",
 ]

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from bot.checks.exposure import LOOPBACK_HOSTS, ApiExposureError, check_api_exposure
+from bot.checks.exposure import check_api_exposure
 from bot.http.api import ApiRoutes, operation
 from bot.http.models import (
     MAX_ID,
@@ -45,13 +45,8 @@ class ChatPart(Protocol):
 
 __all__ = [
     "DEFAULT_WEBHOOK_PATH",
-    "LOOPBACK_HOSTS",
-    "ApiExposureError",
-    "ApiRoutes",
     "InternalErrors",
     "TelegramWebhook",
-    "WebInbox",
-    "check_api_exposure",
     "create_app",
     "webhook_path",
 ]

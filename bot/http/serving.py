@@ -20,11 +20,12 @@ from starlette.types import Receive, Scope, Send
 
 from bot.checks.result import Check
 from bot.delivery import OutboundStats
-from bot.http.app import ApiRoutes, EventsEndpoint, Health, TelegramWebhook, WebInbox, create_app
+from bot.http.api import ApiRoutes
+from bot.http.app import EventsEndpoint, Health, TelegramWebhook, create_app
 from bot.http.health_details import HealthDetails
 from bot.http.operations import Operations
 from bot.http.signins import LoginThrottle, SignInPolicy, SignIns
-from bot.http.web import Deliveries
+from bot.http.web import Deliveries, WebInbox
 from bot.settings import Settings
 from bot.webchat.layer import SOURCE_PREFIX as WEB_CHAT_PREFIX
 from bot.webchat.limits import MAX_FRAME_BYTES as MAX_WEB_CHAT_FRAME_BYTES

@@ -10,11 +10,10 @@ from pathlib import Path
 from bot.checks.discovery import DEFAULT_SERVERS, LocalServer
 from bot.checks.model import normalize_base_url
 from bot.checks.result import Problem
-from bot.setup.arguments import add_setup_parser
 from bot.setup.terminal import Cancelled, Terminal
 from bot.setup.wizard import Network, SetupOptions, Wizard
 
-__all__ = ["add_setup_parser", "run_setup", "setup_options"]
+__all__ = ["run_setup", "setup_options"]
 
 log = logging.getLogger(__name__)
 

@@ -18,13 +18,11 @@ from typing import Any
 
 from bot.delivery import Outbound
 from bot.platform.access import Access
-from bot.platform.cards import EXPIRED
-from bot.platform.failures import SORRY_MESSAGE, SORRY_TAP
 from bot.platform.outbox import Outbox
 from bot.platform.tasks import Background, Runtime
 from bot.telegram.access import PairedIds, PairingStore, user_key
 from bot.telegram.api import BotApi, Json
-from bot.telegram.approvals import REASON_PROMPT, ApprovalTaps
+from bot.telegram.approvals import ApprovalTaps
 from bot.telegram.callbacks import Callbacks
 from bot.telegram.chat_cards import ChatCards
 from bot.telegram.commands import telegram_commands
@@ -34,7 +32,7 @@ from bot.telegram.downloads import Downloads
 from bot.telegram.jobs import JobsPanel
 from bot.telegram.lanes import Lanes
 from bot.telegram.memory import MemoryPanel
-from bot.telegram.messages import UNREADABLE_MESSAGE, BotIdentity, MessageHandler
+from bot.telegram.messages import BotIdentity, MessageHandler
 from bot.telegram.outgoing import PREFIX, EventRenderer
 from bot.telegram.progress import ChatActivity
 from bot.telegram.store import TelegramStore
@@ -43,15 +41,7 @@ from engine.approval import Decider
 from engine.hub import ChatHub, HubEvent
 from memory.service import MemoryService
 
-__all__ = [
-    "EXPIRED",
-    "REASON_PROMPT",
-    "SORRY_MESSAGE",
-    "SORRY_TAP",
-    "UNREADABLE_MESSAGE",
-    "TelegramAdapter",
-    "TelegramConfig",
-]
+__all__ = ["TelegramAdapter"]
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,10 @@ from bot.telegram.access import user_key
 from bot.telegram.approvals import ApprovalTaps
 from bot.telegram.cards import CALLBACK_PREFIX
 from bot.telegram.delivery import TelegramSender
+from bot.telegram.fields import fits_db_id
 from bot.telegram.jobs import JOBS_PREFIX, JobsPanel, parse_job_callback
 from bot.telegram.memory import MEMORY_PREFIX, MemoryPanel
-from bot.telegram.updates import Callback, fits_db_id
+from bot.telegram.updates import Callback
 
 __all__ = ["Callbacks"]
 

@@ -11,7 +11,7 @@ from bot.platform.jobs import JobAction, JobChoice, Jobs
 from bot.telegram.api import Json
 from scheduler.service import Scheduler
 
-__all__ = ["JOBS_PREFIX", "JobAction", "JobsPanel", "parse_job_callback"]
+__all__ = ["JOBS_PREFIX", "JobsPanel", "parse_job_callback"]
 
 JOBS_PREFIX = "jb1"
 _ACTIONS: dict[str, JobChoice] = {"p": "pause", "r": "resume", "d": "delete", "g": "revoke"}

@@ -31,7 +31,8 @@ from bot.platform.memory import (
 from bot.platform.protocols import Answer
 from bot.telegram.api import Json, TelegramError
 from bot.telegram.delivery import TelegramSender
-from bot.telegram.updates import Callback, fits_db_id, parse_source
+from bot.telegram.fields import fits_db_id
+from bot.telegram.updates import Callback, parse_source
 from memory.service import MemoryService
 
 __all__ = ["BAD_BUTTON", "MEMORY_PREFIX", "MemoryPanel", "MemoryTap", "parse_memory_callback"]

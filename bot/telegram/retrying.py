@@ -17,7 +17,7 @@ from bot.telegram.api import RetryAfter, TelegramError
 from bot.telegram.errors import DEFINITIVE, NotFound, Unauthorized
 from bot.telegram.health import TelegramHealth
 
-__all__ = ["STARTUP", "STARTUP_BACKOFF", "Backoff", "StartupRefused", "describe", "until_ok"]
+__all__ = ["STARTUP", "STARTUP_BACKOFF", "StartupRefused", "until_ok"]
 
 log = logging.getLogger(__name__)
 

@@ -18,19 +18,15 @@ from bot.telegram.fields import (
     as_int,
     as_number,
     clean_text,
-    fits_db_id,
 )
 from bot.telegram.media import FileRef, descriptions_of, files_of, notice_of
 
 __all__ = [
     "Callback",
-    "FileRef",
     "Ignored",
     "Incoming",
     "Message",
     "chat_key",
-    "clean_text",
-    "fits_db_id",
     "parse_source",
     "parse_update",
     "source_of",

@@ -15,12 +15,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from bot.webchat.limits import MAX_FRAME_BYTES
 from bot.webchat.uploads import MAX_ATTACHMENTS, UPLOAD_ID_PATTERN
 
 __all__ = [
     "CLIENT_FRAMES",
-    "MAX_FRAME_BYTES",
     "PROTOCOL_VERSION",
     "SERVER_FRAMES",
     "AnswerQuestion",

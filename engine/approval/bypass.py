@@ -13,9 +13,9 @@ from enum import StrEnum
 
 from engine.approval.protocols import Clock
 from engine.store.schema import utcnow
-from engine.tools.base import ToolCategory
+from engine.tools.protocols import ToolCategory
 
-__all__ = ["Bypass", "BypassScope", "Bypasses", "Clock", "validate_bypass"]
+__all__ = ["Bypass", "BypassScope", "Bypasses", "validate_bypass"]
 
 
 class BypassScope(StrEnum):

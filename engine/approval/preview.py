@@ -10,9 +10,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from engine.tools.preview import ApprovalPreview, preview_call
+from engine.tools.preview import ApprovalPreview
 
-__all__ = ["ApprovalPreview", "CallDisplay", "compact_diff", "display_call", "preview_call"]
+__all__ = ["CallDisplay", "compact_diff", "display_call"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from engine.faces import lazy_attributes
-from engine.hub.hub import AUTO_MODEL, ChatHub, SourceDefaults, SourceEvents
+from engine.hub.adapters import SourceDefaults
+from engine.hub.controls import AUTO_MODEL
+from engine.hub.events import SourceEvents
+from engine.hub.hub import ChatHub
 from engine.hub.types import (
     DecisionMade,
     FailureNotice,

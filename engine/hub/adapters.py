@@ -10,7 +10,7 @@ from typing import Any
 from engine.hub.bridge import TurnBridge
 from engine.hub.prefixes import PrefixMap
 from engine.hub.protocols import AnswerHook, FailureHook, Publish, TurnContext
-from engine.tools.base import Tool
+from engine.tools.protocols import Tool
 
 __all__ = ["AdapterRegistry", "SourceDefaults"]
 

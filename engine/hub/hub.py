@@ -26,7 +26,7 @@ from engine.core import Decided, Engine
 from engine.hub.adapters import AdapterRegistry, SourceDefaults
 from engine.hub.background import BackgroundDelivery
 from engine.hub.consumer import InboxConsumer
-from engine.hub.controls import AUTO_MODEL, SessionControls
+from engine.hub.controls import SessionControls
 from engine.hub.decisions import Decisions
 from engine.hub.events import HubEvents, SourceEvents
 from engine.hub.failures import FailedTurns
@@ -56,7 +56,7 @@ from engine.store.leases import Leases
 from engine.store.notify import Notifier
 from engine.store.views import SessionUsage
 
-__all__ = ["AUTO_MODEL", "ChatHub", "SourceDefaults", "SourceEvents"]
+__all__ = ["ChatHub"]
 
 
 class ChatHub:

@@ -25,7 +25,7 @@ from engine.hub.protocols import Sleep
 from engine.store.fencing import Fence
 from engine.store.leases import PROCESS_LEASE_PREFIX, Lease, Leases, lease_fence
 
-__all__ = ["PROCESS_LEASE_PREFIX", "SOURCE_LEASE_PREFIX", "FleetConfig", "SourceOwnership", "pick"]
+__all__ = ["SOURCE_LEASE_PREFIX", "FleetConfig", "SourceOwnership", "pick"]
 
 log = logging.getLogger(__name__)
 

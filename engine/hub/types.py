@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engine.session.events import Error, TurnEvent
-from engine.tools.base import Tool
+from engine.tools.protocols import Tool
 
 __all__ = [
     "FailureNotice",

@@ -18,8 +18,9 @@ from typing import Any
 from engine.mcp.arguments import drop_optional_nulls
 from engine.mcp.config import RESERVED_GROUPS
 from engine.mcp.manager import McpManager, McpToolSpec
-from engine.tools.base import Tool, ToolCategory, ToolContext, ToolError
+from engine.tools.base import ToolError
 from engine.tools.builtins._common import BuiltinTool, object_schema
+from engine.tools.protocols import Tool, ToolCategory, ToolContext
 from engine.tools.registry import validate_args
 
 __all__ = [

@@ -35,9 +35,9 @@ if TYPE_CHECKING:
         UserMessage,
     )
     from engine.session.gate import AllowAll
-    from engine.session.handler import ChatSessionHandler, background_error
+    from engine.session.handler import ChatSessionHandler
     from engine.session.messages import SystemParts
-    from engine.session.outcomes import Final, TurnResult
+    from engine.session.outcomes import Final, TurnResult, background_error
     from engine.session.protocols import ApprovalPolicy, Decision
     from engine.session.transcript import FrameTranscript
 
@@ -71,7 +71,7 @@ _LAZY = {
     "TurnEvent": "engine.session.events",
     "TurnResult": "engine.session.outcomes",
     "UserMessage": "engine.session.events",
-    "background_error": "engine.session.handler",
+    "background_error": "engine.session.outcomes",
     "estimate_tokens": "engine.session.compaction",
     "load_context": "engine.session.compaction",
     "message_chars": "engine.session.compaction",

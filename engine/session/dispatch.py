@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.session.cancel import CancelScope, TurnCancelled
-from engine.tools.base import ToolContext, ToolError
+from engine.tools.base import ToolError
 from engine.tools.output import truncate_output
+from engine.tools.protocols import ToolContext
 from engine.tools.registry import ToolRegistry, validate_args
 
 log = logging.getLogger(__name__)

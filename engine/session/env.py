@@ -17,7 +17,7 @@ from engine.session.protocols import ApprovalPolicy, HumanApprovals
 from engine.session.transcript import FrameTranscript
 from engine.store import Store
 from engine.store.rows import FrameRow, SessionRow, ToolCallRow
-from engine.tools.base import ToolContext
+from engine.tools.protocols import ToolContext
 from engine.tools.registry import ToolRegistry
 from engine.tools.workspace import Workspace
 

@@ -15,7 +15,7 @@ from engine.session.scratchpad import SessionScratchpad
 from engine.session.toolsets import LevelTools
 from engine.session.transcript import FrameTranscript
 from engine.store.rows import FrameRow, SessionRow
-from engine.tools.base import Tool, ToolContext
+from engine.tools.protocols import Tool, ToolContext
 from engine.tools.registry import ToolRegistry
 
 

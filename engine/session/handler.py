@@ -32,7 +32,7 @@ from engine.session.injection import (
 )
 from engine.session.llm_round import TurnFailed
 from engine.session.orphans import fail_orphans
-from engine.session.outcomes import CANCELLED_ERROR, Cancelled, Failed, TurnResult, background_error
+from engine.session.outcomes import Cancelled, Failed, TurnResult
 from engine.session.prompts import SessionPrompts
 from engine.session.protocols import PendingUserInput
 from engine.session.resume import TurnResume, resume_pending_tools
@@ -42,10 +42,10 @@ from engine.session.toolsets import LevelTools
 from engine.session.transcript import FrameTranscript
 from engine.session.turn import attachments_of, run_agent_turn
 from engine.store.rows import FrameRow, SessionRow
-from engine.tools.base import Tool
+from engine.tools.protocols import Tool
 
 #: What others import from here (the names have homes of their own).
-__all__ = ["CANCELLED_ERROR", "ChatSessionHandler", "HandlerDeps", "background_error"]
+__all__ = ["ChatSessionHandler"]
 
 
 class ChatSessionHandler:

@@ -19,7 +19,7 @@ from engine.session.transcript import FrameTranscript
 from engine.session.turn import run_agent_turn
 from engine.store import Store
 from engine.store.rows import FrameRow, ToolCallRow
-from engine.tools.base import Tool
+from engine.tools.protocols import Tool
 
 REAPED_NOTE = (
     "this sub-agent was interrupted by a restart while it ran in parallel with "

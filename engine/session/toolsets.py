@@ -10,8 +10,8 @@ from engine.mcp.manager import McpManager
 from engine.mcp.tools import CONFIG_GROUP, granted_groups, visible_mcp_tools
 from engine.session.env import TurnEnv
 from engine.store.rows import FrameRow, SessionRow
-from engine.tools.base import Tool, ToolCategory
 from engine.tools.builtins.subagents import SUBTASK_TOOL
+from engine.tools.protocols import Tool, ToolCategory
 from engine.tools.registry import ToolRegistry
 
 #: Tools every agent keeps whatever its ``tools`` list says (they are how levels talk).

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 from engine.faces import lazy_attributes
 
 if TYPE_CHECKING:
-    from engine.tools.base import Tool, ToolCategory, ToolContext, ToolError
+    from engine.tools.base import ToolError
     from engine.tools.builtins._common import BuiltinTool, object_schema
     from engine.tools.preview import preview_call
+    from engine.tools.protocols import Tool, ToolCategory, ToolContext
     from engine.tools.workspace import SECRETS_DIR, Workspace
 
 #: What the outer layers use besides, loaded on first use (PEP 562): importing the
@@ -18,9 +19,9 @@ if TYPE_CHECKING:
 _LAZY = {
     "BuiltinTool": "engine.tools.builtins._common",
     "SECRETS_DIR": "engine.tools.workspace",
-    "Tool": "engine.tools.base",
-    "ToolCategory": "engine.tools.base",
-    "ToolContext": "engine.tools.base",
+    "Tool": "engine.tools.protocols",
+    "ToolCategory": "engine.tools.protocols",
+    "ToolContext": "engine.tools.protocols",
     "ToolError": "engine.tools.base",
     "Workspace": "engine.tools.workspace",
     "object_schema": "engine.tools.builtins._common",

@@ -5,18 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.tools.protocols import ProcessLog, Scratchpad, Tool, ToolCategory, ToolContext
+from engine.tools.protocols import Tool
 
-__all__ = [
-    "ProcessLog",
-    "Scratchpad",
-    "Tool",
-    "ToolCategory",
-    "ToolContext",
-    "ToolError",
-    "rerun_safe",
-    "tool_schema",
-]
+__all__ = ["ToolError", "rerun_safe", "tool_schema"]
 
 
 class ToolError(Exception):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from engine.tools.base import Tool, ToolError, tool_schema
+from engine.tools.base import ToolError, tool_schema
+from engine.tools.protocols import Tool
 
 __all__ = ["ToolRegistry", "is_visible", "validate_args"]
 

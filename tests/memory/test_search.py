@@ -11,7 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 from engine.store import Store
-from engine.tools.base import ToolContext, ToolError
+from engine.tools.base import ToolError
+from engine.tools.protocols import ToolContext
 from memory.indexer import Indexer
 from memory.search import MAX_TERMS, Search, query_terms
 from memory.tables import memory_documents

@@ -10,7 +10,8 @@ import pytest
 from bot.schema import LAYERS
 from engine.hub import Notification
 from engine.store import Store
-from engine.tools.base import ToolContext, ToolError
+from engine.tools.base import ToolError
+from engine.tools.protocols import ToolContext
 from scheduler.events import EventStore
 from scheduler.tic import NotifyTool
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from engine.tools.base import Tool
 from engine.tools.builtins.ask_user import AskUserClarification
 from engine.tools.builtins.files import EditFile, ListFiles, ReadFile, WriteFile
 from engine.tools.builtins.notes import UpdateScratchpad, WriteTodos
 from engine.tools.builtins.notifications import ReadNotification
 from engine.tools.builtins.shell import ExecuteCmd
 from engine.tools.builtins.subagents import ExecuteSubtask
+from engine.tools.protocols import Tool
 from engine.tools.workspace import Workspace
 
 __all__ = [

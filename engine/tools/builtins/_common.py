@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.tools.base import ToolCategory, ToolContext
+from engine.tools.protocols import ToolCategory, ToolContext
 from engine.tools.registry import validate_args
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from engine.store.inbox import ASK_USER_TOOL
-from engine.tools.base import ToolCategory, ToolContext, ToolError
+from engine.tools.base import ToolError
 from engine.tools.builtins._common import BuiltinTool, object_schema
+from engine.tools.protocols import ToolCategory, ToolContext
 
 __all__ = ["AskUserClarification"]
 

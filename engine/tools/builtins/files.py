@@ -13,9 +13,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from engine.tools.base import ToolCategory, ToolContext, ToolError
+from engine.tools.base import ToolError
 from engine.tools.builtins._common import BuiltinTool, object_schema
 from engine.tools.output import decode_head, decode_tail, truncate_output
+from engine.tools.protocols import ToolCategory, ToolContext
 from engine.tools.workspace import SECRETS_DIR, Workspace
 
 __all__ = ["EditFile", "ListFiles", "ReadFile", "WriteFile"]

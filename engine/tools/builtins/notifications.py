@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.tools.base import ToolCategory, ToolContext
 from engine.tools.builtins._common import BuiltinTool, object_schema
+from engine.tools.protocols import ToolCategory, ToolContext
 
 __all__ = ["ReadNotification"]
 

@@ -40,10 +40,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from engine.tools.base import ProcessLog, ToolCategory, ToolContext, ToolError
+from engine.tools.base import ToolError
 from engine.tools.builtins._common import BuiltinTool, object_schema
 from engine.tools.output import OutputCollector
 from engine.tools.processes import process_identity
+from engine.tools.protocols import ProcessLog, ToolCategory, ToolContext
 from engine.tools.workspace import Workspace
 
 __all__ = ["DEFAULT_HIDDEN_ENV", "ExecuteCmd"]

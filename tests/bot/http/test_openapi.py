@@ -32,7 +32,7 @@ from bot.http.models import (
 from bot.http.operations import Operations
 from engine.approval.bypass import validate_bypass
 from engine.session import events as ev
-from engine.tools.base import ToolCategory
+from engine.tools.protocols import ToolCategory
 from tests.bot.http.test_api import AUTH, ORIGIN, TOKEN, ask, shell, waiting_turn
 
 REF = "#/components/schemas/{model}"

@@ -20,10 +20,10 @@ from bot.platform.cards import (
 )
 from engine.approval.broker import SHORT_BYPASS_SECONDS
 from engine.approval.deciders import OPERATOR
-from engine.approval.preview import ApprovalPreview
 from engine.hub import HubError
 from engine.session.events import ApprovalRequired
 from engine.store.inbox import InboxError, NotPermitted
+from engine.tools.preview import ApprovalPreview
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from bot.telegram.adapter import EXPIRED, SORRY_MESSAGE, SORRY_TAP
+from bot.platform.cards import EXPIRED
+from bot.platform.failures import SORRY_MESSAGE, SORRY_TAP
 from bot.telegram.cards import format_callback
 from bot.telegram.store import TelegramStore
 from engine.llm.scripted import tool_call

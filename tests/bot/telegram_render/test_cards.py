@@ -17,8 +17,8 @@ from bot.telegram.cards import (
     resolved_card,
 )
 from bot.telegram.render import utf16_len
-from engine.approval.preview import ApprovalPreview
 from engine.session.events import ApprovalRequired
+from engine.tools.preview import ApprovalPreview
 from tests.bot.telegram_render.test_render import check_entities, utf16_slice
 
 ACTIONS = ["approve", "reject", "bypass_15m", "bypass_session"]

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from bot.telegram.updates import Callback, Ignored, Message, clean_text, parse_update
+from bot.telegram.fields import clean_text
+from bot.telegram.updates import Callback, Ignored, Message, parse_update
 from tests.bot.junk import JSON_VALUES, Users, junk_message_fields, junk_update
 
 ALICE = 111

@@ -23,9 +23,8 @@ from bot.schema import LAYERS
 from bot.settings import load_config, load_settings
 from bot.webchat.auth import SocketAuth
 from bot.webchat.conversations import AnyConversation, ConversationDirectory
-from bot.webchat.limits import SocketLimits
+from bot.webchat.limits import MAX_FRAME_BYTES, SocketLimits
 from bot.webchat.page import ChatPage
-from bot.webchat.protocol import MAX_FRAME_BYTES
 from bot.webchat.routes import ConversationRoutes
 from bot.webchat.store import ConversationStore
 from bot.webchat.transport import WebChat

@@ -9,8 +9,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from bot.http.web import COOKIE
-from bot.webchat.limits import SocketLimits
-from bot.webchat.protocol import MAX_FRAME_BYTES
+from bot.webchat.limits import MAX_FRAME_BYTES, SocketLimits
 from tests.bot.webchat.conftest import ChatServer, Client, StepClock
 from tests.fakes.openai_server import FakeOpenAIServer
 

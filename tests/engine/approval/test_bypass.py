@@ -8,7 +8,7 @@ import pytest
 
 import engine.approval.bypass as bypass_module
 from engine.approval.bypass import Bypasses, BypassScope
-from engine.tools.base import ToolCategory
+from engine.tools.protocols import ToolCategory
 from tests.clock import FakeClock
 
 

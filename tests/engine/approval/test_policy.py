@@ -18,7 +18,7 @@ from engine.approval.run_context import RunContext
 from engine.session.protocols import Decision, GateRequest
 from engine.store.db import Database, open_database
 from engine.store.rows import ToolCallRow
-from engine.tools.base import ToolCategory
+from engine.tools.protocols import ToolCategory
 from engine.tools.workspace import Workspace
 from tests.clock import FakeClock
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.hub.ownership import PROCESS_LEASE_PREFIX, FleetConfig, SourceOwnership
+from engine.hub.ownership import FleetConfig, SourceOwnership
 from engine.store import Store
-from engine.store.leases import Lease, Leases
+from engine.store.leases import PROCESS_LEASE_PREFIX, Lease, Leases
 from tests.pg import BACKENDS, database_url
 
 

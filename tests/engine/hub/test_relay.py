@@ -30,7 +30,7 @@ from bot.http.app import create_app
 from bot.http.signins import LoginThrottle, SignIns
 from bot.webchat.auth import SocketAuth
 from bot.webchat.conversations import AnyConversation
-from bot.webchat.protocol import MAX_FRAME_BYTES
+from bot.webchat.limits import MAX_FRAME_BYTES
 from bot.webchat.transport import WebChat
 from engine.approval.deciders import OPERATOR
 from engine.bus.broadcast import Lagged

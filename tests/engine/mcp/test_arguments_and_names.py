@@ -11,7 +11,8 @@ import pytest
 from engine.mcp import McpToolSpec, mcp_tool_names
 from engine.mcp.arguments import drop_optional_nulls
 from engine.mcp.tools import McpTool, mcp_tools
-from engine.tools.base import ToolContext, ToolError
+from engine.tools.base import ToolError
+from engine.tools.protocols import ToolContext
 from engine.tools.registry import ToolRegistry
 
 VALID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")

@@ -27,7 +27,8 @@ from engine.mcp import (
     visible_mcp_tools,
 )
 from engine.store import Store
-from engine.tools.base import ToolContext, ToolError
+from engine.tools.base import ToolError
+from engine.tools.protocols import ToolContext
 from scheduler.events import EventStore
 from scheduler.tables import events
 

@@ -23,7 +23,8 @@ from engine.mcp import McpManager, McpServerConfig, visible_mcp_tools
 from engine.session.gate import AllowAll
 from engine.session.outcomes import Final
 from engine.store import Store
-from engine.tools.base import ToolContext, ToolError
+from engine.tools.base import ToolError
+from engine.tools.protocols import ToolContext
 from tests.engine.mcp.npm_filesystem import server_script
 
 

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
 
-from engine.tools.base import ToolCategory, ToolContext
+from engine.tools.protocols import ToolCategory, ToolContext
 
 
 class BlockingTool:

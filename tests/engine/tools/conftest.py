@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.tools.base import ToolContext
+from engine.tools.protocols import ToolContext
 from engine.tools.workspace import Workspace
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.tools.base import ToolContext, ToolError
+from engine.tools.base import ToolError
 from engine.tools.builtins.files import EditFile, ListFiles, ReadFile, WriteFile
+from engine.tools.protocols import ToolContext
 from engine.tools.workspace import Workspace
 
 

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from engine.tools.base import ToolContext, ToolError
+from engine.tools.base import ToolError
 from engine.tools.builtins.notes import UpdateScratchpad, WriteTodos
+from engine.tools.protocols import ToolContext
 from tests.engine.tools.conftest import FakeScratchpad
 
 

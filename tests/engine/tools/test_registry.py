@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from engine.tools.base import ToolCategory, ToolContext, ToolError, tool_schema
+from engine.tools.base import ToolError, tool_schema
 from engine.tools.builtins import builtin_tools
+from engine.tools.protocols import ToolCategory, ToolContext
 from engine.tools.registry import ToolRegistry, is_visible, validate_args
 from engine.tools.workspace import Workspace
 

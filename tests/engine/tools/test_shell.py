@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.tools.base import ToolContext, ToolError
+from engine.tools.base import ToolError
 from engine.tools.builtins.shell import ExecuteCmd
+from engine.tools.protocols import ToolContext
 from engine.tools.workspace import Workspace
 
 
