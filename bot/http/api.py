@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import json
-import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,6 +24,7 @@ from starlette.routing import Route
 
 from bot.delivery import OutboundStats
 from bot.fleet.receiver import RECEIVER_LEASE
+from bot.http.credentials import has_token
 from bot.http.health_details import HealthDetails
 from bot.http.memory_pages import (
     FactDeleted,
@@ -261,12 +261,7 @@ class ApiRoutes:
         return guarded
 
     def _authorized(self, request: Request) -> bool:
-        if self._token is None:
-            return True
-        scheme, _, value = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and secrets.compare_digest(
-            value.strip().encode(), self._token
-        )
+        return has_token(request.headers, self._token)
 
     # -- sessions ------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bot.checks.exposure import check_api_exposure
 from bot.http.api import ApiRoutes, operation
+from bot.http.credentials import has_token
 from bot.http.models import (
     MAX_ID,
     EventIn,
@@ -109,13 +110,8 @@ class EventsEndpoint:
         self._token = token.encode() if token else None
 
     async def handle(self, request: Request) -> JSONResponse:
-        if self._token is not None:
-            given = request.headers.get("authorization", "")
-            scheme, _, value = given.partition(" ")
-            if scheme.lower() != "bearer" or not secrets.compare_digest(
-                value.encode(), self._token
-            ):
-                return JSONResponse({"error": "missing or wrong bearer token"}, status_code=401)
+        if not has_token(request.headers, self._token):
+            return JSONResponse({"error": "missing or wrong bearer token"}, status_code=401)
         try:
             event = await json_body(request, EventIn, limit=self.MAX_BYTES)
         except RequestError as bad:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -24,6 +23,7 @@ from starlette.routing import Route
 
 from bot.checks.result import Check
 from bot.doctor import Doctor
+from bot.http.credentials import has_token
 from engine.config import AppConfig
 
 __all__ = ["PATH", "HealthDetails", "bearer", "service_checks"]
@@ -45,12 +45,7 @@ def bearer(token: str | None) -> Authorized:
     expected = token.encode() if token else None
 
     def authorized(request: Request) -> bool:
-        if expected is None:
-            return True
-        scheme, _, value = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and secrets.compare_digest(
-            value.strip().encode(), expected
-        )
+        return has_token(request.headers, expected)
 
     return authorized
 

@@ -33,6 +33,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from bot.delivery import DeliverySummary
+from bot.http.credentials import bearer_token, token_matches
 from bot.http.health_details import HealthDetails
 from bot.http.memory_pages import MemoryAdmin, MemoryPages
 from bot.http.models import RequestError, ids_in_range, query_params
@@ -179,12 +180,12 @@ class WebInbox:
         """The request's sign-in, bearer header or loopback; None when it must sign in."""
         if self._token is None or self._signins is None:
             return Visitor(self._fixed_csrf)
-        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        given = bearer_token(request.headers)
         address = _address(request)
         # A bearer header is a sign-in attempt too: counted, and not even checked once its
         # address has failed too often (a cookie's sign-in still counts then).
-        if scheme.lower() == "bearer" and self._throttle.retry_after(address) is None:
-            if hmac.compare_digest(value.strip().encode(), self._token):
+        if given is not None and self._throttle.retry_after(address) is None:
+            if token_matches(given, self._token):
                 return Visitor(self._fixed_csrf)
             self._throttle.failed(address)
         secret = request.cookies.get(COOKIE, "")

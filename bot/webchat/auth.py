@@ -11,7 +11,6 @@ serves loopback only (``create_app``) and every local client is let in, as in th
 
 from __future__ import annotations
 
-import hmac
 import secrets
 from dataclasses import dataclass
 from typing import Literal
@@ -19,6 +18,7 @@ from urllib.parse import urlparse
 
 from starlette.requests import HTTPConnection
 
+from bot.http.credentials import bearer_token, token_matches
 from bot.http.signins import LoginThrottle, SignIns, csrf_token
 from bot.http.web import COOKIE
 
@@ -65,11 +65,11 @@ class SocketAuth:
         if self._token is None or self._signins is None:
             return Access(self._loopback_csrf)
         address = connection.client.host if connection.client else None
-        scheme, _, value = connection.headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer":
+        given = bearer_token(connection.headers)
+        if given is not None:
             if self._throttle.retry_after(address) is not None:
                 return "throttled"
-            if hmac.compare_digest(value.strip().encode(), self._token):
+            if token_matches(given, self._token):
                 return Access(None)
             self._throttle.failed(address)
             return "signed_out"
