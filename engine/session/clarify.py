@@ -10,7 +10,7 @@ from typing import Any
 
 from engine.bus.chat import ToolCallEvent
 from engine.session.cancel import TurnCancelled
-from engine.session.env import TurnEnv
+from engine.session.turn_env import TurnEnv
 from engine.store.rows import ToolCallRow
 
 

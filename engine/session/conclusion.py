@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 
 from engine.bus.chat import ChatEvent, ChatEventBus
 from engine.failpoints import failpoint
-from engine.session.compacting import CompactionTrigger
-from engine.session.env import TurnEnv
+from engine.session.compaction_trigger import CompactionTrigger
 from engine.session.events import Done
 from engine.session.orphans import drop_unanswered, fail_orphans
 from engine.session.outcomes import Cancelled, Exhausted, Failed, Final, TurnResult
+from engine.session.turn_env import TurnEnv
 from engine.store.history import History
 from engine.store.rows import FrameRow, MessageRow, SessionRow
 

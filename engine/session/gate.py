@@ -12,8 +12,8 @@ from typing import Any
 
 from engine.bus.chat import ToolCallEvent
 from engine.session.cancel import TurnCancelled
-from engine.session.env import TurnEnv
 from engine.session.protocols import Decision, GateRequest, Verdict
+from engine.session.turn_env import TurnEnv
 from engine.store.rows import ToolCallRow
 from engine.tools.preview import preview_call
 

@@ -16,14 +16,13 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from engine.agents.catalog import AgentDefinition
-from engine.session.calls import CallFlow
 from engine.session.cancel import TurnScopes
-from engine.session.compacting import CompactionTrigger
 from engine.session.compaction import CompactionResult
+from engine.session.compaction_trigger import CompactionTrigger
 from engine.session.conclusion import TurnConclusion
 from engine.session.deps import HandlerDeps
 from engine.session.emitter import EmitFn, TurnEmitter
-from engine.session.envs import FrameEnvs
+from engine.session.frame_envs import FrameEnvs
 from engine.session.frames import SessionFrames
 from engine.session.injection import (
     NOTIFICATION_REASONING,
@@ -37,7 +36,8 @@ from engine.session.prompts import SessionPrompts
 from engine.session.protocols import PendingUserInput
 from engine.session.resume import TurnResume, resume_pending_tools
 from engine.session.scratchpad import SessionScratchpad
-from engine.session.subframes import SubAgentFrames
+from engine.session.subagent_frames import SubAgentFrames
+from engine.session.tool_call import CallFlow
 from engine.session.toolsets import LevelTools
 from engine.session.transcript import FrameTranscript
 from engine.session.turn import attachments_of, run_agent_turn

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 
 from engine.agents.catalog import AgentCatalog, AgentDefinition
 from engine.llm.types import Message
-from engine.session.env import TurnEnv
 from engine.session.messages import MessageBuilder, SystemParts
 from engine.session.scratchpad import SessionScratchpad
 from engine.session.turn import RequestBuilder
+from engine.session.turn_env import TurnEnv
 from engine.store.rows import FrameRow
 
 

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.session.calls import CallFlow, handle_tool_call
 from engine.session.cancel import CancelScope
 from engine.session.conclusion import TurnConclusion
 from engine.session.emitter import TurnEmitter
-from engine.session.env import TurnEnv
-from engine.session.envs import FrameEnvs
+from engine.session.frame_envs import FrameEnvs
 from engine.session.llm_round import TurnFailed
 from engine.session.messages import SystemParts
 from engine.session.outcomes import Cancelled, Exhausted, Failed, Final, TurnResult
 from engine.session.prompts import SessionPrompts
+from engine.session.tool_call import CallFlow, handle_tool_call
 from engine.session.transcript import FrameTranscript
 from engine.session.turn import run_agent_turn
+from engine.session.turn_env import TurnEnv
 from engine.store import Store
 from engine.store.rows import FrameRow, ToolCallRow
 from engine.tools.protocols import Tool

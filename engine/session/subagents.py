@@ -15,8 +15,8 @@ from typing import Any
 
 from engine.bus.chat import ToolCallEvent
 from engine.session.dispatch import Completed, DispatchResult, Failed, Interrupted, check_call
-from engine.session.env import TurnEnv
 from engine.session.gate import GateOutcome, run_approval_gate
+from engine.session.turn_env import TurnEnv
 from engine.store.rows import ToolCallRow
 from engine.tools.base import ToolError
 from engine.tools.builtins.subagents import SUBTASK_TOOL

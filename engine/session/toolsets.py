@@ -8,7 +8,7 @@ from engine.agents.catalog import AgentCatalog
 from engine.config import EngineConfig
 from engine.mcp.manager import McpManager
 from engine.mcp.tools import CONFIG_GROUP, granted_groups, visible_mcp_tools
-from engine.session.env import TurnEnv
+from engine.session.turn_env import TurnEnv
 from engine.store.rows import FrameRow, SessionRow
 from engine.tools.builtins.subagents import SUBTASK_TOOL
 from engine.tools.protocols import Tool, ToolCategory

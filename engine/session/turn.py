@@ -9,13 +9,13 @@ from typing import Any
 from engine.bus.chat import ToolCallEvent
 from engine.failpoints import failpoint
 from engine.llm.types import LlmResponse, Message
-from engine.session.calls import CallFlow, handle_tool_call
 from engine.session.cancel import TurnCancelled
-from engine.session.env import TurnEnv
 from engine.session.llm_round import RoundResult, call_llm_round
 from engine.session.outcomes import Cancelled, Exhausted, Final, TurnOutcome
 from engine.session.protocols import PendingUserInput
 from engine.session.subagents import is_batch, run_batch
+from engine.session.tool_call import CallFlow, handle_tool_call
+from engine.session.turn_env import TurnEnv
 from engine.store.rows import AssistantRecord, MessageRow, NewToolCall, ToolCallRow
 
 NOT_RUN_NOTE = "Not run: the turn was stopped by the user before this call started."

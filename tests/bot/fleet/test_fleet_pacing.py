@@ -49,7 +49,16 @@ def test_three_processes_answer_100_chats_at_once_without_one_429(
         try:
             wait_for(lambda: all(replies(fleet.telegram, c) for c in CHATS), within_s=150)
         except AssertionError:
+            missing = [c for c in CHATS if not replies(fleet.telegram, c)]
+            print("chats without their reply:", missing)
             print(fleet.state())
+            print(
+                fleet.psql(
+                    "SELECT id, conversation, status, attempts, recorded_by, sending_by, "
+                    "next_attempt_at, error FROM platform_outbox WHERE status <> 'sent' "
+                    "ORDER BY id"
+                )
+            )
             print(fleet.logs())
             raise
         elapsed = time.monotonic() - started

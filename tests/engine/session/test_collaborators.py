@@ -10,8 +10,8 @@ import pytest
 from engine.agents.catalog import AgentCatalog, AgentDefinition
 from engine.config import EngineConfig
 from engine.session.cancel import TurnScopes
-from engine.session.compacting import CompactionTrigger
 from engine.session.compaction import Compactor
+from engine.session.compaction_trigger import CompactionTrigger
 from engine.session.frames import SessionFrames
 from engine.session.messages import MessageBuilder, SystemParts
 from engine.session.orphans import drop_unanswered

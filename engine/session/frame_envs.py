@@ -8,12 +8,12 @@ from pathlib import Path
 from engine.session.cancel import CancelScope
 from engine.session.deps import HandlerDeps
 from engine.session.emitter import TurnEmitter
-from engine.session.env import SubAgentRunner, TurnEnv
 from engine.session.frames import SessionFrames
-from engine.session.outcome import OutcomeRecorder
+from engine.session.outcome_recorder import OutcomeRecorder
 from engine.session.scratchpad import SessionScratchpad
 from engine.session.toolsets import LevelTools
 from engine.session.transcript import FrameTranscript
+from engine.session.turn_env import SubAgentRunner, TurnEnv
 from engine.store.rows import FrameRow, SessionRow
 from engine.tools.protocols import Tool, ToolContext
 from engine.tools.registry import ToolRegistry

@@ -12,7 +12,7 @@ from engine.llm.types import ToolSchema
 from engine.session.cancel import CancelScope
 from engine.session.dispatch import DispatchResult
 from engine.session.emitter import TurnEmitter
-from engine.session.outcome import OutcomeRecorder
+from engine.session.outcome_recorder import OutcomeRecorder
 from engine.session.protocols import ApprovalPolicy, HumanApprovals
 from engine.session.transcript import FrameTranscript
 from engine.store import Store

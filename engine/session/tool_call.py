@@ -20,9 +20,9 @@ from engine.session.dispatch import (
     check_call,
     execute_tool_call,
 )
-from engine.session.env import TurnEnv
 from engine.session.gate import GateOutcome, run_approval_gate
 from engine.session.subagents import sub_agent_request
+from engine.session.turn_env import TurnEnv
 from engine.store.history import History
 from engine.store.inbox import ASK_USER_TOOL
 from engine.store.rows import ToolCallRow

@@ -7,13 +7,13 @@ from __future__ import annotations
 from engine.agents.catalog import AgentCatalog
 from engine.session.dispatch import Completed, DispatchResult, Interrupted
 from engine.session.dispatch import Failed as DispatchFailed
-from engine.session.env import TurnEnv
-from engine.session.envs import FrameEnvs
+from engine.session.frame_envs import FrameEnvs
 from engine.session.frames import SessionFrames
 from engine.session.llm_round import TurnFailed
 from engine.session.outcomes import Cancelled, Exhausted, Failed, Final, TurnResult
 from engine.session.prompts import SessionPrompts
 from engine.session.turn import run_agent_turn
+from engine.session.turn_env import TurnEnv
 from engine.store import Store
 from engine.store.rows import FrameRow, ToolCallRow
 
