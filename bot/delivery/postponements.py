@@ -118,20 +118,20 @@ class Postponements:
         """What still waits of a conversation's rows: those still pending with this process
         (another process may have claimed and sent one meanwhile, in a fleet)."""
         waiting = self._waiting.get(conversation)
-        if waiting is None:
-            return
-        waiting &= pending
-        if not waiting:
-            del self._waiting[conversation]
-            self._held.pop(conversation, None)
+        if waiting is not None:
+            waiting &= pending
+            self._forget_if_done(conversation, waiting)
 
     def settled(self, row: OutboxRow) -> None:
         waiting = self._waiting.get(row.conversation)
         if waiting is not None:
             waiting.discard(row.id)
-            if not waiting:
-                del self._waiting[row.conversation]
-                self._held.pop(row.conversation, None)
+            self._forget_if_done(row.conversation, waiting)
+
+    def _forget_if_done(self, conversation: str, waiting: set[int]) -> None:
+        if not waiting:
+            del self._waiting[conversation]
+            self._held.pop(conversation, None)
 
     async def postpone(self, row: OutboxRow, error: PlatformError) -> None:
         waiting = self._waiting.setdefault(row.conversation, set())
