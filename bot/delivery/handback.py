@@ -92,7 +92,14 @@ class DeliveryMarks:
         self.store = store
         self.delay_s = delay_s
         self._sent: list[tuple[int, str | None]] = []
+        self._writing: list[tuple[int, str | None]] = []
+        # Records that failed (the database away): written again with the next batch.
+        self._failed: list[tuple[int, str | None]] = []
         self._marking: asyncio.Task[None] | None = None
+
+    def unrecorded(self) -> set[int]:
+        """The rows delivered whose record is not committed yet."""
+        return {outbox_id for outbox_id, _ in (*self._failed, *self._writing, *self._sent)}
 
     def add(self, outbox_id: int, message_id: str | None) -> None:
         """Not awaited by the sender: the reply is out; a crash before the commit sends it
@@ -107,11 +114,14 @@ class DeliveryMarks:
         if self.delay_s > 0:
             await asyncio.sleep(self.delay_s)  # real time: a batch, not a pacing wait
         while self._sent:
-            batch, self._sent = self._sent, []
+            self._writing, self._sent, self._failed = self._failed + self._sent, [], []
             try:
-                await self.store.mark_sent_many(batch)
-            except Exception:  # the rows stay pending: re-sent at the next start
-                log.exception("recording %d delivered message(s) failed", len(batch))
+                await self.store.mark_sent_many(self._writing)
+            except Exception:  # pending until a later batch records them, or a restart
+                log.exception("recording %d delivered message(s) failed", len(self._writing))
+                self._failed = self._writing
+            finally:
+                self._writing = []
 
     async def flush(self) -> None:
         """Until every delivery so far is recorded."""

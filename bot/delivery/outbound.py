@@ -190,6 +190,9 @@ class Outbound:
         # waiting for its turn is dropped, the latest text wins.
         self._edits: dict[tuple[str, str], int] = {}
         self._marks = DeliveryMarks(store, mark_delay_s)
+        # Rows past the order check and not yet done: a later row of their conversation
+        # queues behind them in its lane instead of waiting for them to be recorded sent.
+        self._ahead: set[int] = set()
 
     async def call(
         self,
@@ -401,6 +404,13 @@ class Outbound:
         if self.handback is not None and await self._behind_another(row):
             await self.postponements.hold(row, HOLD_S)
             return Delivery.POSTPONED, None
+        self._ahead.add(row.id)
+        try:
+            return await self._attempt(row, record_now)
+        finally:
+            self._ahead.discard(row.id)
+
+    async def _attempt(self, row: OutboxRow, record_now: bool) -> tuple[Delivery, str | None]:
         failpoint("before_outbox_send")
         try:
             answer = await self.send(
@@ -436,10 +446,13 @@ class Outbound:
 
     async def _behind_another(self, row: OutboxRow) -> bool:
         """A fleet's conversation moves between processes (a takeover, an idle source let
-        go): an earlier reply may still be with the one it left. Asked before each send,
-        one indexed read; when the database is away the send goes ahead."""
+        go), and a row waiting for a retry is due for any of them: an earlier reply may
+        be unsent anywhere, this process's own waiting ones included. Only what this
+        process already sends before ``row`` (past this check, in the conversation's lane,
+        or sent and being recorded) may be. Asked before each send, one indexed read;
+        when the database is away the send goes ahead."""
         try:
-            return await self.store.earlier_elsewhere(row)
+            return await self.store.earlier_pending(row, self._ahead | self._marks.unrecorded())
         except Exception:
             log.warning("checking the order of delivery %s failed", row.dedupe_key, exc_info=True)
             return False

@@ -367,10 +367,12 @@ class OutboxStore:
         """When the earliest postponed delivery is due; ``None`` when none waits."""
         return await self._db.run(_next_attempt_at, self.platform)
 
-    async def earlier_elsewhere(self, row: OutboxRow) -> bool:
-        """A fleet's: whether an earlier row of ``row``'s conversation is still pending
-        with another process (in flight there, or left by a dead one for the fleet)."""
-        return await self._db.run(_earlier_elsewhere, self.platform, row, self.process_id)
+    async def earlier_pending(self, row: OutboxRow, ahead: Collection[int] = ()) -> bool:
+        """A fleet's: whether an earlier row of ``row``'s conversation is still unsent
+        anywhere (with another process, left by a dead one, or this process's own and
+        waiting), but for ``ahead``: rows this process already sends before it."""
+        before = sorted(i for i in ahead if i < row.id)
+        return await self._db.run(_earlier_pending, self.platform, row, before)
 
     async def undelivered_finals(self) -> list[tuple[str, int, str]]:
         """``(source, message_id, content)`` of the platform's answers never put in the
@@ -519,14 +521,15 @@ def _claim_due(
 
 
 @quick_unit
-def _earlier_elsewhere(conn: Connection, platform: str, row: OutboxRow, own: str | None) -> bool:
+def _earlier_pending(conn: Connection, platform: str, row: OutboxRow, ahead: list[int]) -> bool:
     earlier = sa.select(o.c.id).where(
         o.c.platform == platform,
         o.c.conversation == row.conversation,
         o.c.status == "pending",
         o.c.id < row.id,
-        _sender().is_distinct_from(own),
     )
+    if ahead:
+        earlier = earlier.where(o.c.id.not_in(ahead))
     return conn.execute(earlier.limit(1)).first() is not None
 
 

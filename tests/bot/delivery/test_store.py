@@ -8,17 +8,18 @@ fleet's members hold them; each process is an ``OutboxStore`` with its process i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from bot.delivery import OutboxStore, Pacing, Redelivery
+from bot.delivery.store import OutboxRow
 from bot.schema import LAYERS
 from engine.store import Store
 from engine.store.leases import PROCESS_LEASE_PREFIX, Leases
-from tests.bot.delivery.fakes import FAKE, make_outbound, outbox_rows
+from tests.bot.delivery.fakes import FAKE, make_outbound, outbox_rows, wall
 from tests.pg import BACKENDS, database_url
 
 NOW = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
@@ -158,3 +159,108 @@ async def test_platforms_share_the_tables_but_never_each_others_rows(store: Stor
     await fake.mark_failed(mine.id, "Refused: gone")
     assert await other.pending() == [theirs]
     assert [r["platform"] for r in await outbox_rows(store, "other")] == ["other"]
+
+
+# -- a conversation's order in a fleet ------------------------------------------------------
+
+
+async def enqueue(outbox: OutboxStore, conversation: str, *texts: str) -> list[OutboxRow]:
+    rows = []
+    for text in texts:
+        row = await outbox.enqueue(conversation, f"final:{text}:0", {"text": text})
+        assert row is not None
+        rows.append(row)
+    return rows
+
+
+async def test_a_reply_waits_for_an_earlier_one_its_own_process_left_for_the_fleet(
+    store: Store, leases: Leases
+) -> None:
+    """A's first reply waits for a retry (due later, for whichever process claims it first);
+    its second is due now. A's retry loop finds only the second due: it holds it instead of
+    sending it before the first. Once both are due they go out in order."""
+    a = OutboxStore(store.db, FAKE, process_id="A")
+    out, client, time = make_outbound(a, Pacing.unpaced(), tenure=HeldTenure())
+    now = wall(time)
+    first, second = await enqueue(a, "alice", "one", "two")
+    await a.postpone(first.id, "Unavailable: down", now(), now() + timedelta(seconds=5))
+    await a.reschedule([second.id], now())
+    redelivery = Redelivery(out, a, now=now, sleep=time.sleep)
+
+    assert await redelivery.run_due() == 1  # the second alone was due
+    assert client.delivered() == []
+    assert out.stats.held == 1
+    assert [r["status"] for r in await outbox_rows(store)] == ["pending", "pending"]
+
+    await time.sleep(5)
+    while await redelivery.run_due():
+        pass
+    assert [t.payload["text"] for t in client.delivered("alice")] == ["one", "two"]
+
+
+async def test_a_reply_waits_for_an_earlier_one_another_process_is_sending(
+    store: Store, leases: Leases
+) -> None:
+    """B claimed A's first reply to retry it; A's second waits until B has sent it."""
+    a = OutboxStore(store.db, FAKE, process_id="A")
+    b = OutboxStore(store.db, FAKE, process_id="B")
+    out, client, time = make_outbound(a, Pacing.unpaced(), tenure=HeldTenure())
+    first, second = await enqueue(a, "alice", "one", "two")
+    await a.postpone(first.id, "Unavailable: down", NOW, NOW)
+    assert [r.id for r in await b.claim_due(NOW, NOW + LEASE, 10)] == [first.id]
+
+    await out.deliver_rows(out.taken([second], out.mark()))
+    assert client.delivered() == []
+    assert out.stats.held == 1
+
+    await b.mark_sent(first.id, "m0")
+    await time.sleep(1)
+    await Redelivery(out, a, now=wall(time), sleep=time.sleep).run_due()
+    assert [t.payload["text"] for t in client.delivered("alice")] == ["two"]
+
+
+async def test_one_answers_parts_go_out_back_to_back_in_a_fleet(
+    store: Store, leases: Leases
+) -> None:
+    """Parts recorded together: each earlier part is on its way from this very process,
+    so none is held behind another, though none is recorded sent yet."""
+    a = OutboxStore(store.db, FAKE, process_id="A")
+    out, client, _time = make_outbound(a, Pacing.unpaced(), tenure=HeldTenure())
+    rows = await enqueue(a, "alice", "part 1", "part 2", "part 3")
+    await out.deliver_rows(out.taken(rows, out.mark()))
+    assert [t.payload["text"] for t in client.delivered("alice")] == ["part 1", "part 2", "part 3"]
+    assert out.stats.held == 0
+    await out.flush()
+    assert [r["status"] for r in await outbox_rows(store)] == ["sent"] * 3
+
+
+class MarksFailOnce(OutboxStore):
+    """An outbox whose first "sent" record fails (the database away for a moment)."""
+
+    failures = 1
+
+    async def mark_sent_many(self, sent: Sequence[tuple[int, str | None]]) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("the database is away")
+        await super().mark_sent_many(sent)
+
+
+async def test_a_reply_sent_but_not_yet_recorded_holds_back_no_later_one(
+    store: Store, leases: Leases
+) -> None:
+    """The first reply went out but its record failed: it is sent, not waiting, so the
+    second goes out at once, and both records are written with it."""
+    a = MarksFailOnce(store.db, FAKE, process_id="A")
+    out, client, _time = make_outbound(a, Pacing.unpaced(), tenure=HeldTenure())
+    [first] = await enqueue(a, "alice", "one")
+    await out.deliver_rows(out.taken([first], out.mark()))
+    await out.flush()
+    assert [r["status"] for r in await outbox_rows(store)] == ["pending"]
+
+    [second] = await enqueue(a, "alice", "two")
+    await out.deliver_rows(out.taken([second], out.mark()))
+    await out.flush()
+    assert [t.payload["text"] for t in client.delivered("alice")] == ["one", "two"]
+    assert out.stats.held == 0
+    assert [r["status"] for r in await outbox_rows(store)] == ["sent", "sent"]

@@ -163,6 +163,7 @@ def waited(fleet: Fleet, predicate: Callable[[], Any], within_s: float) -> Any:
         print("runs:", runs(fleet))
         print("chat:", [m.text for m in fleet.telegram.messages(CHAT)])
         print(fleet.psql("SELECT id, lease_owner, attempt, status, error FROM job_runs"))
+        print(fleet.diagnosis())
         print(fleet.state())
         print(fleet.logs())
         raise

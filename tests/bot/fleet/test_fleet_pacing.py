@@ -50,7 +50,10 @@ def test_three_processes_answer_100_chats_at_once_without_one_429(
             wait_for(lambda: all(replies(fleet.telegram, c) for c in CHATS), within_s=150)
         except AssertionError:
             missing = [c for c in CHATS if not replies(fleet.telegram, c)]
-            print("chats without their reply:", missing)
+            print(f"{len(missing)} chats without their reply, the first: {missing[:10]}")
+            others = [m.text for c in missing for m in fleet.telegram.messages(c)]
+            print(f"{len(others)} other messages in them, the first: {others[:5]}")
+            print(fleet.diagnosis())
             print(fleet.state())
             print(
                 fleet.psql(

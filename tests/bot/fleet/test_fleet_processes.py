@@ -39,15 +39,6 @@ pytestmark = pytest.mark.skipif(
 CHATS = [1000 + n for n in range(24)]  # private chats: the chat id is the user's
 PER_CHAT = 5
 RECEIVER = "telegram:receiver"
-#: The kill loop's fake enforces no limits, and the loop tests kills, not pacing: each
-#: process sends as fast as it can, as before the bot's cap was shared (with a third of
-#: it each, replies waited seconds and the loop met two faults of a held reply in a fleet
-#: that are still open: see the stop note of 2026-12-04).
-UNPACED = {
-    "TELEGRAM_GLOBAL_PER_SECOND": "1000",
-    "TELEGRAM_PRIVATE_PER_SECOND": "1000",
-    "TELEGRAM_PRIVATE_BURST": "1000",
-}
 LIVE = "expires_at > extract(epoch from clock_timestamp())"
 
 
@@ -164,6 +155,32 @@ class Fleet:
             out.append(done.stdout + done.stderr)
         return "\n".join(out)
 
+    def diagnosis(self) -> str:
+        """A few lines first in a failure's report (a long report is cut in the middle):
+        how far the work got in each table, the model's requests, and every process's
+        warnings and errors."""
+        counts = {
+            "updates/handled": "SELECT count(*) || '/' || count(handled_at) FROM platform_events",
+            "queued": "SELECT count(*) FROM queued_messages",
+            "history": "SELECT string_agg(role || '=' || n, ' ') FROM "
+            "(SELECT role, count(*) AS n FROM chat_history GROUP BY role ORDER BY role) r",
+            "outbox": "SELECT string_agg(status || '=' || n, ' ') FROM "
+            "(SELECT status, count(*) AS n FROM platform_outbox GROUP BY status "
+            "ORDER BY status) o",
+            "live sources": f"SELECT count(*) FROM leases WHERE name LIKE 'source:%' AND {LIVE}",
+        }
+        lines = [f"{label}: {self.psql(query)}" for label, query in counts.items()]
+        lines.append(f"model requests: {len(self.fake.requests)}")
+        for path in sorted(self.tmp_path.glob("*/serve-*.log")):
+            noted = [
+                line
+                for line in path.read_text().splitlines()
+                if " WARNING " in line or " ERROR " in line or "Traceback" in line
+            ]
+            lines.append(f"--- {path.relative_to(self.tmp_path)}: {len(noted)} warnings/errors")
+            lines.extend(line[:300] for line in noted[:12])
+        return "\n".join(lines)
+
     def logs(self) -> str:
         """The end of every process's log (for a failure's report)."""
         return "\n".join(
@@ -245,7 +262,7 @@ def test_every_message_is_answered_once_in_order_while_processes_are_killed(
     fleet: Fleet,
 ) -> None:
     for name in ("p1", "p2", "p3"):
-        fleet.start(name, **UNPACED)
+        fleet.start(name)
     wait_for(lambda: fleet.telegram.calls_to("getUpdates"), within_s=30)  # someone polls
     victims = ["p1", "p2", "p3"]
     sent = 0
@@ -257,7 +274,7 @@ def test_every_message_is_answered_once_in_order_while_processes_are_killed(
             time.sleep(1.0)  # the kill loop's pace: a burst, then a kill
             victim = victims[k % 3]
             fleet.kill(victim)
-            fleet.start(victim, **UNPACED)
+            fleet.start(victim)
 
         def all_answered() -> bool:
             return all(len(answered(fleet.telegram, chat)) >= PER_CHAT for chat in CHATS)
@@ -267,6 +284,7 @@ def test_every_message_is_answered_once_in_order_while_processes_are_killed(
     except AssertionError:
         counts = {chat: len(answered(fleet.telegram, chat)) for chat in CHATS}
         print("answered per chat:", counts)
+        print(fleet.diagnosis())
         print(fleet.state())
         for chat in (c for c, n in counts.items() if n < PER_CHAT):
             print(chat, replies(fleet.telegram, chat))
@@ -291,6 +309,9 @@ def test_every_message_is_answered_once_in_order_while_processes_are_killed(
     for chat in CHATS:
         got = answered(fleet.telegram, chat)
         expected = [f"chat {chat} message {k}" for k in range(PER_CHAT)]
+        if list(dict.fromkeys(got)) != expected:
+            print("killed:", fleet.killed)
+            print(outbox_of(fleet, chat))
         assert list(dict.fromkeys(got)) == expected, (chat, replies(fleet.telegram, chat))
         # A reply sent twice: only where the process sending it was killed between
         # Telegram taking the send and the process marking it sent (no client can close
@@ -303,6 +324,16 @@ def test_every_message_is_answered_once_in_order_while_processes_are_killed(
         f"0 lost, {doubled} sent twice (killed between sending and recording it)"
     )
     assert sent == len(CHATS) * PER_CHAT
+
+
+def outbox_of(fleet: Fleet, chat: int) -> str:
+    """``chat``'s outbox rows as psql shows them (for a failure's report)."""
+    rows = fleet.psql(
+        "SELECT id, status, dedupe_key, attempts, recorded_by, sending_by, "
+        "next_attempt_at, created_at, sent_at, error FROM platform_outbox "
+        f"WHERE conversation = '{chat}' ORDER BY id"
+    )
+    return "\n".join(" | ".join(row) for row in rows)
 
 
 def owner_of(fleet: Fleet, chat: int) -> str | None:
@@ -404,6 +435,7 @@ def test_every_process_reconnects_after_the_database_drops_all_connections(
         wait_for(all_answered, within_s=90)
     except AssertionError:
         print({chat: answered(fleet.telegram, chat) for chat in chats})
+        print(fleet.diagnosis())
         print(fleet.state())
         print(fleet.logs())
         raise
