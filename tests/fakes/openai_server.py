@@ -142,8 +142,8 @@ class FakeOpenAIServer:
         self.stop()
 
     def reset(self) -> None:
-        """Forget scripts, recorded requests, the model listing and the key; release hangs
-        (for a shared server)."""
+        """Forget scripts, the answering function, recorded requests, the model listing and
+        the key; release hangs (for a shared server)."""
         with self._lock:
             self._shared.clear()
             self._per_model.clear()
@@ -154,6 +154,7 @@ class FakeOpenAIServer:
             self.embedding_requests.clear()
             self.embedding_failures.clear()
             self.echo = False
+            self.respond = None
         self._release_hangs()
 
     def pending(self, model: str | None = None) -> int:
