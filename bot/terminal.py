@@ -366,7 +366,7 @@ class TerminalChat:
                     self._say(f"! {outcome_line('expired')[0]}")
             case Question(request_id=request_id):
                 try:
-                    await self._hub.resolve_question(SOURCE, request_id, text)
+                    await self._hub.answer(request_id, text, source=SOURCE)
                 except (InboxError, HubError) as exc:
                     self._say(f"! {exc}")
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from engine.approval import OPERATOR
-from engine.hub import ChatHub
+from engine.hub import REJECT, ChatHub
 from engine.session import (
     ApprovalRequired,
     ToolCancelled,
@@ -116,8 +116,12 @@ class RunCards:
             left = (asked_at + self._wait - now).total_seconds()
             if left > 0:
                 await self._sleep(left)
-            await self._hub.reject(
-                self._chat, event.tool_call_id, wait_ran_out(self._wait), decider=OPERATOR
+            await self._hub.decide(
+                event.tool_call_id,
+                REJECT,
+                decider=OPERATOR,
+                note=wait_ran_out(self._wait),
+                source=self._chat,
             )
             self._waits.pop(event.tool_call_id, None)
             await self._hub.visiting.close(self._chat, event.tool_call_id, TIMED_OUT)

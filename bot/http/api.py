@@ -70,6 +70,7 @@ from bot.http.models import (
 )
 from bot.http.operations import OperationError, Operations
 from bot.http.signins import LoginThrottle
+from engine.hub import REJECT, Choice
 from engine.store import InboxItem, Leases, utcnow
 from memory.facts import FactError
 from memory.service import MemoryService
@@ -317,9 +318,10 @@ class ApiRoutes:
         decision = await json_body(request, ApprovalDecision)
         action = decision.root.action
         if action == "approve":
-            decided = await self.ops.approve(tool_call_id, decision.bypass(), by=API_DECIDER)
+            choice, note = Choice(True, decision.bypass()), ""
         else:
-            decided = await self.ops.reject(tool_call_id, decision.root.note, by=API_DECIDER)
+            choice, note = REJECT, decision.root.note
+        decided = await self.ops.decide(tool_call_id, choice, note=note, by=API_DECIDER)
         resolution = decided.resolution
         return SafeJSONResponse(
             {

@@ -1,10 +1,10 @@
 """What the operator can see and do, shared by the JSON API and the web inbox page.
 
 Both surfaces are thin: they parse a request, call one method here and present the result
-or the ``OperationError``. A decision on a call of a chat's current session goes through
-the hub, so the chat's adapter hears of it (its approval card closes, naming the decider)
-and the resumed turn's answer reaches the chat; other sessions (cron runs, sessions since
-replaced by ``/new``) are decided on the engine directly.
+or the ``OperationError``. A decision goes through the hub's one door (``ChatHub.decide``),
+which finds the call's chat from its row: the chat's adapter hears of it (its approval
+card closes, naming the decider) and the resumed turn's answer reaches the chat; a call in
+no chat now (a session since replaced by ``/new``) is decided by the engine alone.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from engine.approval import OPERATOR, BypassRequest
+from engine.approval import OPERATOR
 from engine.core import Decided, Engine
-from engine.hub import ChatHub, HubError
+from engine.hub import ChatHub, Choice, HubError
 from engine.store import InboxError, InboxItem
 from scheduler.grants import GrantError, JobGrants
 from scheduler.service import Scheduler, SchedulerError, StopReport
@@ -88,61 +88,32 @@ class Operations:
     async def questions(self) -> list[InboxItem]:
         return await self.engine.pending_questions()
 
-    async def approve(
-        self, tool_call_id: int, bypass: BypassRequest | None = None, *, by: str
+    async def decide(
+        self, tool_call_id: int, choice: Choice, *, note: str = "", by: str
     ) -> Decided:
-        source = await self._chat_source(tool_call_id, await self.approvals())
+        """Through the hub's one door (it finds the call's chat); with no hub, the engine."""
         try:
-            if source is not None and self.hub is not None:
-                return await self.hub.approve(
-                    source,
-                    tool_call_id,
-                    bypass_secs=bypass.seconds if bypass else None,
-                    bypass_scope=bypass.scope if bypass else None,
-                    bypass_value=bypass.value if bypass else None,
-                    decider=OPERATOR,
-                    by=by,
+            if self.hub is not None:
+                return await self.hub.decide(
+                    tool_call_id, choice, decider=OPERATOR, note=note, by=by
                 )
-            return await self.engine.approve(tool_call_id, bypass, decider=OPERATOR)
+            if choice.approved:
+                return await self.engine.approve(tool_call_id, choice.bypass, decider=OPERATOR)
+            return await self.engine.reject(tool_call_id, note, decider=OPERATOR)
         except InboxError as exc:
             raise _inbox_error(exc) from None
         except (HubError, ValueError) as exc:  # a bad bypass: refused before anything changed
             raise OperationError("invalid", str(exc)) from None
 
-    async def reject(self, tool_call_id: int, note: str = "", *, by: str) -> Decided:
-        source = await self._chat_source(tool_call_id, await self.approvals())
-        try:
-            if source is not None and self.hub is not None:
-                return await self.hub.reject(source, tool_call_id, note, decider=OPERATOR, by=by)
-            return await self.engine.reject(tool_call_id, note, decider=OPERATOR)
-        except InboxError as exc:
-            raise _inbox_error(exc) from None
-        except HubError as exc:
-            raise OperationError("invalid", str(exc)) from None
-
     async def answer(self, request_id: int, answer: str) -> Decided:
-        source = await self._chat_source(request_id, await self.questions())
         try:
-            if source is not None and self.hub is not None:
-                return await self.hub.resolve_question(source, request_id, answer)
+            if self.hub is not None:
+                return await self.hub.answer(request_id, answer)
             return await self.engine.resolve_question(request_id, answer)
         except InboxError as exc:
             raise _inbox_error(exc) from None
         except HubError as exc:
             raise OperationError("invalid", str(exc)) from None
-
-    async def _chat_source(self, tool_call_id: int, pending: list[InboxItem]) -> str | None:
-        """The chat whose current session waits on the call, or where the call asks (a
-        scheduled job's run: its card's chat, whose decision its run reads), if any."""
-        if self.hub is None:
-            return None
-        item = next((i for i in pending if i.tool_call_id == tool_call_id), None)
-        if item is None:  # unknown or resolved: the engine says which
-            return None
-        record = await self.engine.store.inbox.get(tool_call_id)
-        if record is not None and record.shown_in is not None:
-            return record.shown_in
-        return item.source if await self.hub.is_current(item.source, item.session_id) else None
 
     # -- jobs ----------------------------------------------------------------------------------
 

@@ -40,7 +40,8 @@ from bot.http.models import RequestError, ids_in_range, query_params
 from bot.http.operations import OperationError, Operations
 from bot.http.pages import Visitor
 from bot.http.signins import LoginThrottle, SignIns, csrf_token, is_handle
-from engine.approval import SHORT_BYPASS_SECONDS, BypassRequest, CallDisplay, display_call
+from engine.approval import CallDisplay, display_call
+from engine.hub import CHOICES
 from engine.store import MAX_PAGE, InboxItem, utcnow
 from engine.tools import preview_call
 from memory.service import MemoryService
@@ -464,18 +465,11 @@ class WebInbox:
         tool_call_id = request.path_params["tool_call_id"]
         action = form.get("action", "")
         note = form.get("note", "")[:MAX_TEXT_CHARS]
-        bypass = {
-            "approve": None,
-            "bypass_15m": BypassRequest("all", None, SHORT_BYPASS_SECONDS),
-            "bypass_session": BypassRequest("all", None, None),
-        }
+        choice = CHOICES.get(action)
+        if choice is None:
+            return _back("invalid", tool_call_id, ok=False)
         try:
-            if action in bypass:
-                await self.ops.approve(tool_call_id, bypass[action], by=WEB_DECIDER)
-            elif action == "reject":
-                await self.ops.reject(tool_call_id, note, by=WEB_DECIDER)
-            else:
-                return _back("invalid", tool_call_id, ok=False)
+            await self.ops.decide(tool_call_id, choice, note=note, by=WEB_DECIDER)
         except OperationError as exc:
             return _back(exc.code if exc.code in _FLASH else exc.kind, tool_call_id, ok=False)
         return _back(action, tool_call_id)

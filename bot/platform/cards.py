@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from bot.platform.protocols import MessageRef, ShownCard
-from engine.approval import SHORT_BYPASS_SECONDS, Decider, display_call
+from engine.approval import Decider, display_call
 from engine.hub import ChatHub, HubError
+from engine.hub import Choice as HubChoice
 from engine.session import ApprovalRequired
 from engine.store import InboxError, NotPermitted
 
@@ -162,21 +163,9 @@ async def decide(
     """Record ``choice``: ``decided``; ``expired`` when the call is no longer open;
     ``kept`` when the decider may not decide it after all (the card stays as it is)."""
     try:
-        match choice:
-            case "approve":
-                await hub.approve(source, tool_call_id, decider=decider)
-            case "bypass_15m":
-                await hub.approve(
-                    source,
-                    tool_call_id,
-                    bypass_secs=SHORT_BYPASS_SECONDS,
-                    bypass_scope="all",
-                    decider=decider,
-                )
-            case "bypass_session":
-                await hub.approve(source, tool_call_id, bypass_scope="all", decider=decider)
-            case "reject":
-                await hub.reject(source, tool_call_id, note, decider=decider)
+        await hub.decide(
+            tool_call_id, HubChoice.named(choice), decider=decider, note=note, source=source
+        )
     except NotPermitted as exc:  # a check just before said yes: the card stays open
         log.warning("decision on %s refused: %s", tool_call_id, exc)
         return "kept"

@@ -186,7 +186,7 @@ class MessageHandler:
 
     async def _answer_question(self, m: Message, card: CardRow) -> bool:
         try:
-            await self._hub.resolve_question(m.source, card.tool_call_id, m.text)
+            await self._hub.answer(card.tool_call_id, m.text, source=m.source)
         except (InboxError, HubError) as exc:
             log.info("question %s not answerable: %s", card.tool_call_id, exc)
             await self._cards.close_quietly(card, "expired")

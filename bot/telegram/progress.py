@@ -66,7 +66,9 @@ class ChatActivity:
 
     async def _keep_typing(self, source: str, live: _Live) -> None:
         await self._sleep(self._config.typing_delay_s)
-        while self._hub.is_processing(source):
+        # Not only a turn running: a loaded process may not have started the message's
+        # turn yet when the delay is over, and the chat should still see it coming.
+        while self._hub.has_work(source):
             try:
                 await self._sender.call(
                     live.chat_id,

@@ -232,7 +232,7 @@ class Actions:
 
     async def _answer(self, source: str, frame: AnswerQuestion, reply: Reply) -> None:
         try:
-            await self._hub.resolve_question(source, frame.request_id, frame.answer)
+            await self._hub.answer(frame.request_id, frame.answer, source=source)
         except InboxError:  # answered, gone, or another conversation's
             await reply.send(ErrorFrame(code="expired", message=QUESTION_CLOSED, ref=frame.ref))
             return

@@ -10,6 +10,10 @@ from engine.hub.controls import AUTO_MODEL
 from engine.hub.events import SourceEvents
 from engine.hub.hub import ChatHub
 from engine.hub.types import (
+    APPROVE,
+    CHOICES,
+    REJECT,
+    Choice,
     DecisionMade,
     FailureNotice,
     HubError,
@@ -39,10 +43,14 @@ _LAZY = {
 }
 
 __all__ = [
+    "APPROVE",
     "AUTO_MODEL",
     "CHANNEL",
+    "CHOICES",
+    "REJECT",
     "BackgroundTasks",
     "ChatHub",
+    "Choice",
     "DecisionMade",
     "EventRelay",
     "FailureNotice",

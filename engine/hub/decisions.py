@@ -1,8 +1,7 @@
-"""``Decisions``: approvals, rejections and answers to questions, for a source's own calls."""
+"""``Decisions``: the hub's one door for approvals, rejections and answers to questions."""
 
 from __future__ import annotations
 
-from engine.approval.broker import SHORT_BYPASS_SECONDS, BypassRequest
 from engine.approval.deciders import Decider
 from engine.config import HubConfig
 from engine.core import Decided, Engine
@@ -10,23 +9,16 @@ from engine.hub.adapters import AdapterRegistry
 from engine.hub.fleet import FleetWork
 from engine.hub.protocols import Publish, StandingGrant
 from engine.hub.sources import SourceRegistry
-from engine.hub.types import DecisionMade, SendOptions, check_text
+from engine.hub.types import Choice, DecisionMade, SendOptions, check_text, validate_source
 
-__all__ = ["Decisions", "decision_outcome"]
-
-
-def decision_outcome(bypass_secs: float | None, bypass_scope: str | None) -> str:
-    """How an approval is named to the cards that close on it (``DecisionMade.outcome``)."""
-    if bypass_scope is not None and bypass_secs is None:
-        return "bypass_session"
-    if bypass_secs == SHORT_BYPASS_SECONDS:
-        return "bypass_15m"
-    return "approve"
+__all__ = ["Decisions"]
 
 
 class Decisions:
-    """Records a human decision on the source's current session; the engine refuses a call
-    of another session (``InboxError`` ``other_session``) and a decider who may not decide.
+    """The hub's one door for a human's decision on a gated call and for an answer to a
+    question: found the chat from the call's own row (or checked against the chat it came
+    from), recorded on that chat's current session; the engine refuses a call of another
+    session (``InboxError`` ``other_session``) and a decider who may not decide.
 
     A call another session asks in this chat (a scheduled job's run: ``Visitors.show``)
     is decided here too; its run, not the chat, resumes it, and "🔄 Session" on it grants
@@ -62,58 +54,74 @@ class Decisions:
         """A decision whose turn is not live here resumes where its source is owned."""
         self._fleet = fleet
 
-    async def approve(
+    async def decide(
         self,
-        source: str,
         tool_call_id: int,
+        choice: Choice,
         *,
-        bypass_secs: float | None,
-        bypass_scope: str | None,
-        bypass_value: str | None,
         decider: Decider,
+        note: str,
         by: str | None,
+        source: str | None,
     ) -> Decided:
-        state = await self._sources.state(source)
-        foreign = await self._asked_here_for(source, state.session_id, tool_call_id)
-        bypass = None
-        if bypass_scope is not None or bypass_secs is not None:
-            bypass = BypassRequest(bypass_scope or "all", bypass_value, bypass_secs)
-        standing = foreign is not None and bypass is not None and bypass_secs is None
-        decided = await self._engine.approve(
-            tool_call_id,
-            None if standing else bypass,
-            decider=decider,
-            session_id=state.session_id,
-            shown_in=source,
-            emit=self._adapters.bridge(source, state.session_id),
-            resume=self._fleet is None and foreign is None,
-        )
-        if standing and foreign is not None and self.standing_grant is not None:
-            await self.standing_grant(foreign, tool_call_id)
-        await self._hand_over(source, tool_call_id, decided, foreign)
-        if by is not None:  # decided away from the chat: the source's cards close
-            outcome = decision_outcome(bypass_secs, bypass_scope)
-            self._publish(source, state.session_id, DecisionMade(tool_call_id, outcome, by))
+        chat = validate_source(source) if source is not None else await self.chat_of(tool_call_id)
+        if chat is None:  # a call in no chat now: the engine alone records it
+            if choice.approved:
+                return await self._engine.approve(tool_call_id, choice.bypass, decider=decider)
+            return await self._engine.reject(tool_call_id, note, decider=decider)
+        state = await self._sources.state(chat)
+        foreign = await self._asked_here_for(chat, state.session_id, tool_call_id)
+        emit = self._adapters.bridge(chat, state.session_id)
+        resume = self._fleet is None and foreign is None
+        if choice.approved:
+            standing = foreign is not None and choice.bypass is not None
+            standing = standing and choice.bypass.seconds is None  # type: ignore[union-attr]
+            decided = await self._engine.approve(
+                tool_call_id,
+                None if standing else choice.bypass,
+                decider=decider,
+                session_id=state.session_id,
+                shown_in=chat,
+                emit=emit,
+                resume=resume,
+            )
+            if standing and foreign is not None and self.standing_grant is not None:
+                await self.standing_grant(foreign, tool_call_id)
+        else:
+            decided = await self._engine.reject(
+                tool_call_id,
+                note,
+                decider=decider,
+                session_id=state.session_id,
+                shown_in=chat,
+                emit=emit,
+                resume=resume,
+            )
+        await self._hand_over(chat, tool_call_id, decided, foreign)
+        if by is not None:  # decided away from the chat: the chat's cards close
+            made = DecisionMade(tool_call_id, choice.name, by, "" if choice.approved else note)
+            self._publish(chat, state.session_id, made)
         return decided
 
-    async def reject(
-        self, source: str, tool_call_id: int, note: str, *, decider: Decider, by: str | None
-    ) -> Decided:
-        state = await self._sources.state(source)
-        foreign = await self._asked_here_for(source, state.session_id, tool_call_id)
-        decided = await self._engine.reject(
-            tool_call_id,
-            note,
-            decider=decider,
-            session_id=state.session_id,
-            shown_in=source,
-            emit=self._adapters.bridge(source, state.session_id),
-            resume=self._fleet is None and foreign is None,
-        )
-        await self._hand_over(source, tool_call_id, decided, foreign)
-        if by is not None:
-            self._publish(source, state.session_id, DecisionMade(tool_call_id, "reject", by, note))
-        return decided
+    async def chat_of(self, tool_call_id: int) -> str | None:
+        """The chat a call (or question) is decided in: where its card shows (a job's
+        run asks in its chat), else its session's chat while that session is the chat's
+        current one; ``None`` for a call in no chat now (or no call at all: the engine
+        says which)."""
+        record = await self._engine.store.inbox.get(tool_call_id)
+        if record is None:
+            return None
+        if record.shown_in is not None:
+            return record.shown_in
+        session = await self._engine.store.sessions.get(record.session_id)
+        if session is None:
+            return None
+        state = self._sources.get(session.source)
+        if state is not None:
+            current: int | None = state.session_id
+        else:
+            current = await self._engine.store.sessions.active_for_source(session.source)
+        return session.source if current == session.id else None
 
     async def _asked_here_for(self, source: str, session_id: int, tool_call_id: int) -> int | None:
         """The other session whose call asks in ``source`` (``None``: the chat's own call)."""
@@ -134,16 +142,19 @@ class Decisions:
         else:
             await self._fleet.decided(source, tool_call_id)
 
-    async def resolve_question(self, source: str, request_id: int, answer: str) -> Decided:
-        state = await self._sources.state(source)
+    async def answer(self, request_id: int, answer: str, *, source: str | None) -> Decided:
+        chat = validate_source(source) if source is not None else await self.chat_of(request_id)
         check_text(answer, SendOptions(), self._config.max_message_chars)
+        if chat is None:
+            return await self._engine.resolve_question(request_id, answer)
+        state = await self._sources.state(chat)
         decided = await self._engine.resolve_question(
             request_id,
             answer,
             session_id=state.session_id,
-            emit=self._adapters.bridge(source, state.session_id),
+            emit=self._adapters.bridge(chat, state.session_id),
             resume=self._fleet is None,
         )
         if self._fleet is not None and not decided.resolution.live:
-            await self._fleet.decided(source, request_id)  # its turn waits elsewhere, or none
+            await self._fleet.decided(chat, request_id)  # its turn waits elsewhere, or none
         return decided

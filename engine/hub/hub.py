@@ -48,7 +48,7 @@ from engine.hub.relay import EventRelay
 from engine.hub.sources import SourceRegistry
 from engine.hub.system_bus import watch_cancellations
 from engine.hub.tasks import BackgroundTasks
-from engine.hub.types import Notification, SendOptions, validate_source
+from engine.hub.types import Choice, Notification, SendOptions, validate_source
 from engine.hub.visiting import Visitors
 from engine.session.compaction import CompactionResult
 from engine.session.outcomes import TurnResult
@@ -236,6 +236,11 @@ class ChatHub:
         state = self._sources.get(source)
         return state is not None and state.is_processing
 
+    def has_work(self, source: str) -> bool:
+        """A turn runs here for ``source``, or its messages wait here for one."""
+        state = self._sources.get(source)
+        return state is not None and not state.is_idle
+
     async def is_busy(self, source: str) -> bool:
         """``is_processing``, or (in a fleet) another process holds the source."""
         if self.is_processing(source):
@@ -244,42 +249,30 @@ class ChatHub:
 
     # -- human decisions -----------------------------------------------------------------
 
-    async def approve(
+    async def decide(
         self,
-        source: str,
         tool_call_id: int,
+        choice: Choice,
         *,
-        bypass_secs: float | None = None,
-        bypass_scope: str | None = None,
-        bypass_value: str | None = None,
         decider: Decider,
+        note: str = "",
         by: str | None = None,
+        source: str | None = None,
     ) -> Decided:
-        """Approve a call of the source's session (refused for another session's call, and
-        ``NotPermitted`` when ``decider`` may not decide it). ``by`` names a decider away
-        from the chat; the source's adapters are told, so a card there closes with it."""
-        return await self._decisions.approve(
-            validate_source(source),
-            tool_call_id,
-            bypass_secs=bypass_secs,
-            bypass_scope=bypass_scope,
-            bypass_value=bypass_value,
-            decider=decider,
-            by=by,
+        """The one door for a human's decision on a gated call, from every surface.
+
+        ``source``: the chat it comes from (a card's button, a reply to the card): a call
+        of another chat is refused (``InboxError`` ``other_session``). Without it (the web
+        inbox, the API, an operator) the chat is found from the call's own row. ``note``:
+        a rejection's reason; ``by`` names a decider away from the chat, whose cards
+        there close with it. ``NotPermitted`` when ``decider`` may not decide it."""
+        return await self._decisions.decide(
+            tool_call_id, choice, decider=decider, note=note, by=by, source=source
         )
 
-    async def reject(
-        self,
-        source: str,
-        tool_call_id: int,
-        note: str = "",
-        *,
-        decider: Decider,
-        by: str | None = None,
-    ) -> Decided:
-        return await self._decisions.reject(
-            validate_source(source), tool_call_id, note, decider=decider, by=by
-        )
+    async def answer(self, request_id: int, answer: str, *, source: str | None = None) -> Decided:
+        """The one door for an answer to the agent's question (``source`` as for ``decide``)."""
+        return await self._decisions.answer(request_id, answer, source=source)
 
     async def decision_refusal(self, tool_call_id: int, decider: Decider) -> str | None:
         """Why ``decider`` may not decide the call now (``None``: they may, or it is closed);
@@ -300,9 +293,6 @@ class ChatHub:
         if state is not None:
             return state.session_id == session_id
         return await self.engine.store.sessions.active_for_source(source) == session_id
-
-    async def resolve_question(self, source: str, request_id: int, answer: str) -> Decided:
-        return await self._decisions.resolve_question(validate_source(source), request_id, answer)
 
     # -- notifications -------------------------------------------------------------------
 

@@ -8,10 +8,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from engine.approval.broker import SHORT_BYPASS_SECONDS, BypassRequest
 from engine.session.events import Error, TurnEvent
 from engine.tools.protocols import Tool
 
 __all__ = [
+    "APPROVE",
+    "CHOICES",
+    "REJECT",
+    "Choice",
     "FailureNotice",
     "HubError",
     "HubEvent",
@@ -120,6 +125,47 @@ class NewSession:
 
     session_id: int
     previous_session_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """What a human chose for a gated call: run it (perhaps letting the session's later
+    gated calls run without asking: ``bypass``) or not."""
+
+    approved: bool
+    bypass: BypassRequest | None = None
+
+    @classmethod
+    def named(cls, name: object) -> Choice:
+        """A card's button by name (``CHOICES``); ``HubError`` for any other."""
+        choice = CHOICES.get(name) if isinstance(name, str) else None
+        if choice is None:
+            raise HubError(f"choice: expected one of {', '.join(CHOICES)}")
+        return choice
+
+    @property
+    def name(self) -> str:
+        """How cards name it (``DecisionMade.outcome``); a bypass of another length or
+        scope is an approval to them."""
+        if not self.approved:
+            return "reject"
+        bypass = self.bypass
+        if bypass is not None and bypass.seconds is None:
+            return "bypass_session"
+        if bypass is not None and bypass.seconds == SHORT_BYPASS_SECONDS:
+            return "bypass_15m"
+        return "approve"
+
+
+APPROVE = Choice(approved=True)
+REJECT = Choice(approved=False)
+#: The choices a card offers, by the names its buttons carry.
+CHOICES: dict[str, Choice] = {
+    "approve": APPROVE,
+    "bypass_15m": Choice(True, BypassRequest("all", None, SHORT_BYPASS_SECONDS)),
+    "bypass_session": Choice(True, BypassRequest("all", None, None)),
+    "reject": REJECT,
+}
 
 
 @dataclass(frozen=True, slots=True)

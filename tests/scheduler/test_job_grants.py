@@ -19,7 +19,16 @@ from engine.approval.deciders import OPERATOR
 from engine.approval.rules import RuleStore
 from engine.config import AppConfig
 from engine.core import Engine
-from engine.hub import ChatHub, DecisionMade, HubEvent, Notification, SendOptions
+from engine.hub import (
+    APPROVE,
+    CHOICES,
+    REJECT,
+    ChatHub,
+    DecisionMade,
+    HubEvent,
+    Notification,
+    SendOptions,
+)
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import text, tool_call
 from engine.llm.types import LlmResponse, Message
@@ -190,7 +199,7 @@ async def test_a_job_granted_a_tool_calls_it_without_asking_and_nothing_else(
     card = await next_card(events)  # the command ran; the read was not granted: it asks
 
     assert card.name == "read_file"
-    await hub.reject(ORIGIN, card.tool_call_id, "", decider=OPERATOR)
+    await hub.decide(card.tool_call_id, REJECT, decider=OPERATOR, source=ORIGIN)
     assert (await result_of(acting, job))[0] == "done"
     ran = json.dumps(model.requests[1][0])
     assert "granted" in ran
@@ -219,7 +228,7 @@ async def test_a_job_without_the_grant_asks_in_its_chat_and_the_same_run_goes_on
     assert card.asked_by == "Daily brief"
     [run] = await acting.store.runs(job.id)
     assert card.session_id == run.session_id != origin  # the run's own session asks here
-    await hub.approve(ORIGIN, card.tool_call_id, decider=OPERATOR)
+    await hub.decide(card.tool_call_id, APPROVE, decider=OPERATOR, source=ORIGIN)
 
     status, result, _ = await result_of(acting, job)
     assert (status, result) == ("done", f"Brief: {NOTES}")
@@ -252,7 +261,7 @@ async def test_a_card_left_alone_is_rejected_after_the_jobs_limit_and_the_briefi
     assert status == "done"
     assert "Nobody approved this call within 10 minute(s)" in (result or "")
     with pytest.raises(InboxError):  # the old button does nothing now
-        await hub.approve(ORIGIN, card.tool_call_id, decider=OPERATOR)
+        await hub.decide(card.tool_call_id, APPROVE, decider=OPERATOR, source=ORIGIN)
 
 
 async def test_rejected_in_the_chat_the_run_reads_why(
@@ -264,7 +273,7 @@ async def test_rejected_in_the_chat_the_run_reads_why(
 
     await fire(acting, clock, job)
     card = await next_card(events)
-    await hub.reject(ORIGIN, card.tool_call_id, "not today", decider=OPERATOR)
+    await hub.decide(card.tool_call_id, REJECT, decider=OPERATOR, note="not today", source=ORIGIN)
 
     assert "not today" in ((await result_of(acting, job))[1] or "")
 
@@ -279,7 +288,7 @@ async def test_session_on_a_jobs_card_grants_the_job_that_tool_for_later_runs(
 
     await fire(acting, clock, job)
     card = await next_card(events)
-    await hub.approve(ORIGIN, card.tool_call_id, bypass_scope="all", decider=OPERATOR)
+    await hub.decide(card.tool_call_id, CHOICES["bypass_session"], decider=OPERATOR, source=ORIGIN)
 
     assert (await result_of(acting, job))[0] == "done"
     assert JobGrants.of((await acting.store.get(job.id)).run_context).tools == ("execute_cmd",)
@@ -296,9 +305,9 @@ async def test_a_card_of_a_job_cannot_be_decided_from_another_chat(
     card = await next_card(events)
 
     with pytest.raises(InboxError) as refused:
-        await hub.approve("telegram:999", card.tool_call_id, decider=OPERATOR)
+        await hub.decide(card.tool_call_id, APPROVE, decider=OPERATOR, source="telegram:999")
     assert refused.value.code == "other_session"
-    await hub.reject(ORIGIN, card.tool_call_id, "", decider=OPERATOR)
+    await hub.decide(card.tool_call_id, REJECT, decider=OPERATOR, source=ORIGIN)
     await result_of(acting, job)
 
 
@@ -316,7 +325,7 @@ async def test_a_card_answered_after_its_job_was_deleted_does_nothing(
 
     assert closed.outcome == "stopped"
     with pytest.raises(InboxError):
-        await hub.approve(ORIGIN, card.tool_call_id, decider=OPERATOR)
+        await hub.decide(card.tool_call_id, APPROVE, decider=OPERATOR, source=ORIGIN)
     [run] = await acting.store.runs(job.id)
     assert run.status != "done"
 
@@ -524,7 +533,7 @@ async def test_a_jobs_card_decided_in_the_inbox_reaches_the_run_and_closes_the_c
     await fire(acting, clock, job)
     card = await next_card(events)
 
-    await Operations(engine, hub, acting).approve(card.tool_call_id, by="the web inbox")
+    await Operations(engine, hub, acting).decide(card.tool_call_id, APPROVE, by="the web inbox")
 
     closed = await next_close(events)
     assert (closed.tool_call_id, closed.outcome, closed.by) == (
@@ -560,7 +569,7 @@ async def test_a_job_asked_for_in_a_chat_shows_its_grants_on_the_card_and_record
     card = await next_card(events)
     assert card.preview is not None and card.preview.summary is not None
     assert "may read notes.txt\nmay call execute_cmd" in card.preview.summary
-    await hub.approve(ORIGIN, card.tool_call_id, decider=OPERATOR)
+    await hub.decide(card.tool_call_id, APPROVE, decider=OPERATOR, source=ORIGIN)
     await wait_done(events)
 
     [job] = await acting.jobs(ORIGIN)
@@ -580,7 +589,7 @@ async def test_a_job_asking_for_too_much_is_refused_before_anything_is_scheduled
     await hub.send_message(ORIGIN, "do everything every day")
     card = await next_card(events)
     assert "Grants: refused" in (card.preview.summary or "")  # type: ignore[union-attr]
-    await hub.approve(ORIGIN, card.tool_call_id, decider=OPERATOR)
+    await hub.decide(card.tool_call_id, APPROVE, decider=OPERATOR, source=ORIGIN)
     [done] = [e.event for e in await wait_done(events) if isinstance(e.event, Done)]
 
     assert "would match every tool" in done.content
@@ -631,7 +640,7 @@ async def test_a_process_stopping_mid_wait_leaves_the_card_open_for_the_run_take
     clock.advance(timedelta(minutes=5))
     await second.dispatcher.step()
     assert (await next_card(events)).tool_call_id == card.tool_call_id
-    await hub.approve(ORIGIN, card.tool_call_id, decider=OPERATOR)
+    await hub.decide(card.tool_call_id, APPROVE, decider=OPERATOR, source=ORIGIN)
     assert (await result_of(second, job))[:2] == ("done", f"Brief: {NOTES}")
 
 
@@ -668,7 +677,7 @@ async def test_a_bad_approval_wait_is_refused_before_anything_is_scheduled(
     await hub.send_message(ORIGIN, "brief me daily")
     asked = [e.event for e in await wait_until_card_or_done(events)]
     if isinstance(asked[-1], ApprovalRequired):
-        await hub.approve(ORIGIN, asked[-1].tool_call_id, decider=OPERATOR)
+        await hub.decide(asked[-1].tool_call_id, APPROVE, decider=OPERATOR, source=ORIGIN)
         asked = [e.event for e in await wait_done(events)]
     [done] = [e for e in asked if isinstance(e, Done)]
 

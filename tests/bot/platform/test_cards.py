@@ -18,9 +18,9 @@ from bot.platform.cards import (
     outcome_line,
     reply_target,
 )
-from engine.approval.broker import SHORT_BYPASS_SECONDS
+from engine.approval.broker import SHORT_BYPASS_SECONDS, BypassRequest
 from engine.approval.deciders import OPERATOR
-from engine.hub import HubError
+from engine.hub import Choice, HubError
 from engine.session.events import ApprovalRequired
 from engine.store.inbox import InboxError, NotPermitted
 from engine.tools.preview import ApprovalPreview
@@ -42,11 +42,8 @@ class Hub:
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self.fails = fails
 
-    async def approve(self, *args: Any, **kwargs: Any) -> None:
-        self._record("approve", args, kwargs)
-
-    async def reject(self, *args: Any, **kwargs: Any) -> None:
-        self._record("reject", args, kwargs)
+    async def decide(self, *args: Any, **kwargs: Any) -> None:
+        self._record("decide", args, kwargs)
 
     def _record(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if self.fails is not None:
@@ -113,22 +110,21 @@ def test_a_tap_is_live_only_on_the_open_approval_card_it_shows() -> None:
 
 
 @pytest.mark.parametrize(
-    ("choice", "call"),
+    ("button", "choice"),
     [
-        ("approve", ("approve", {})),
-        ("bypass_15m", ("approve", {"bypass_secs": SHORT_BYPASS_SECONDS, "bypass_scope": "all"})),
-        ("bypass_session", ("approve", {"bypass_scope": "all"})),
-        ("reject", ("reject", {})),
+        ("approve", Choice(True)),
+        ("bypass_15m", Choice(True, BypassRequest("all", None, SHORT_BYPASS_SECONDS))),
+        ("bypass_session", Choice(True, BypassRequest("all", None, None))),
+        ("reject", Choice(False)),
     ],
 )
-async def test_what_a_tap_does(choice: Any, call: tuple[str, dict[str, Any]]) -> None:
+async def test_what_a_tap_does(button: Any, choice: Choice) -> None:
+    """One door: the hub's ``decide``, with the chat the tap came from."""
     hub = Hub()
-    assert await decide(hub, "s", 5, choice, OPERATOR, "why") == "decided"  # type: ignore[arg-type]
+    assert await decide(hub, "s", 5, button, OPERATOR, "why") == "decided"  # type: ignore[arg-type]
     [(name, args, kwargs)] = hub.calls
-    assert name == call[0] and args[:2] == ("s", 5) and kwargs.pop("decider") == OPERATOR
-    if name == "reject":
-        assert args[2] == "why"
-    assert kwargs == call[1]
+    assert (name, args) == ("decide", (5, choice))
+    assert kwargs == {"decider": OPERATOR, "note": "why", "source": "s"}
 
 
 async def test_a_closed_call_expires_and_a_refusal_keeps_the_card() -> None:

@@ -180,7 +180,7 @@ async def test_a_failure_after_the_answer_is_said_in_the_chat(
     async def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("hub detail nobody should see")
 
-    monkeypatch.setattr(service.hub, "approve", broken)
+    monkeypatch.setattr(service.hub, "decide", broken)
     telegram.callback(ALICE, ALICE, card.message_id, format_callback(card_id(card), "approve"))
 
     sorry = await eventually(lambda: find(telegram, ALICE, "Sorry, something went wrong"))

@@ -278,17 +278,24 @@ async def test_a_row_another_process_claimed_is_never_made_due_again_by_this_one
     assert await a.outbox.reschedule([held.id], NOW) == set()
 
 
-async def test_a_reply_does_not_wait_for_an_earlier_one_of_its_own_process(
+async def test_a_reply_waits_for_an_earlier_one_of_its_own_process_not_on_its_way(
     fleet: Fleet,
 ) -> None:
-    """Only another process's earlier row holds a reply back: this process's own are in
-    order already (one lane a conversation, the postponed ones queued in memory)."""
+    """An earlier row of B's own that B is not sending (waiting for a retry, due for the
+    whole fleet) holds the next one back as another process's would: B's own rows are
+    not in order by themselves (the kill loop read message 3's answer before message 2's
+    when they were taken to be). Once the earlier one is out, the next follows."""
     b = fleet.process("B")
-    await record(b, "final:1", "an earlier answer still in flight here")
+    earlier = await record(b, "final:1", "an earlier answer, not on its way yet")
     later = await record(b, "final:2", "the next answer")
     await b.out.deliver_rows(later)
-    assert b.sent() == ["the next answer"]
-    assert b.out.stats.held == 0
+    assert b.sent() == []
+    assert b.out.stats.held == 1
+
+    await b.out.deliver_rows(earlier)  # queued behind what waits in its conversation
+    fleet.wall[0] = NOW + timedelta(seconds=1)  # the hold is over
+    assert await b.redelivery.run_due() == 2
+    assert b.sent() == ["an earlier answer, not on its way yet", "the next answer"]
 
 
 async def test_a_member_that_joined_again_keeps_what_it_took_since(fleet: Fleet) -> None:

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from engine.approval.deciders import OPERATOR
 from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
 from engine.core import Engine
-from engine.hub import ChatHub
+from engine.hub import APPROVE, ChatHub
 from engine.hub.inbox import queue_message
 from engine.hub.ownership import FleetConfig, lease_name, pick
 from engine.hub.types import Notification, SendOptions
@@ -447,7 +447,7 @@ async def test_an_approval_pressed_on_another_process_wakes_the_waiting_turn(
         await a.hub.fleet.ownership.claim("telegram:7")
         await a.hub.send_message("telegram:7", "run it")
         call = await pending_call(a.engine)
-        await b.hub.approve("telegram:7", call, decider=OPERATOR)  # the button, at b
+        await b.hub.decide(call, APPROVE, decider=OPERATOR, source="telegram:7")  # the button, at b
 
         async def answered() -> bool:
             return (await a.engine.store.db.run(answers)).get("telegram:7") == ["Ran it."]
@@ -471,7 +471,7 @@ async def test_a_question_answered_on_another_process_wakes_the_waiting_turn(
         await a.hub.fleet.ownership.claim("telegram:9")
         await a.hub.send_message("telegram:9", "paint it")
         question = await pending_question(a.engine)
-        decided = await b.hub.resolve_question("telegram:9", question, "blue")  # typed at b
+        decided = await b.hub.answer(question, "blue", source="telegram:9")  # typed at b
         assert decided.resumed is None  # b resumes nothing: a's turn waits for it
 
         async def answered() -> bool:
@@ -496,7 +496,7 @@ async def test_a_question_of_a_dead_process_is_answered_and_its_turn_goes_on_els
         question = await pending_question(dead)
         await asyncio.sleep(TTL)  # "kill -9" of a: its lease runs out, never renewed
         b.model.add(lambda msgs: LlmResponse(content=f"Painted {last_tool_result(msgs)}."))
-        await b.hub.resolve_question("telegram:10", question, "green")
+        await b.hub.answer(question, "green", source="telegram:10")
 
         async def answered() -> bool:
             return (await b.engine.store.db.run(answers)).get("telegram:10") == ["Painted green."]
@@ -522,7 +522,7 @@ async def test_an_approval_card_of_a_dead_process_is_approved_and_runs_once_else
         # "kill -9" of a: never renewed; b gets its (old) button once a's lease is gone.
         await asyncio.sleep(TTL)
         b.model.add(text("Ran it."))
-        await b.hub.approve("telegram:8", call, decider=OPERATOR)
+        await b.hub.decide(call, APPROVE, decider=OPERATOR, source="telegram:8")
 
         async def answered() -> bool:
             return (await b.engine.store.db.run(answers)).get("telegram:8") == ["Ran it."]

@@ -8,10 +8,20 @@ import logging
 
 import pytest
 
+from engine.approval import BypassRequest
 from engine.approval.deciders import OPERATOR
 from engine.bus.system import SessionCancelled
 from engine.core import Engine
-from engine.hub import ChatHub, HubError, NewSession, Notification, SendOptions
+from engine.hub import (
+    APPROVE,
+    REJECT,
+    ChatHub,
+    Choice,
+    HubError,
+    NewSession,
+    Notification,
+    SendOptions,
+)
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import text, tool_call
 from engine.session import events as ev
@@ -266,14 +276,19 @@ async def test_decisions_are_taken_only_for_the_source_s_own_calls(app_config, m
 
         request = await asyncio.wait_for(approval(), 5)
         for attempt in (
-            hub.approve("telegram:2", request.tool_call_id, decider=OPERATOR),
-            hub.reject("telegram:2", request.tool_call_id, "no", decider=OPERATOR),
+            hub.decide(request.tool_call_id, APPROVE, decider=OPERATOR, source="telegram:2"),
+            hub.decide(
+                request.tool_call_id, REJECT, decider=OPERATOR, note="no", source="telegram:2"
+            ),
         ):
             with pytest.raises(InboxError) as err:
                 await attempt
             assert err.value.code == "other_session"
-        await hub.approve(
-            "telegram:1", request.tool_call_id, bypass_secs=60, bypass_scope="all", decider=OPERATOR
+        await hub.decide(
+            request.tool_call_id,
+            Choice(True, BypassRequest("all", None, 60)),
+            decider=OPERATOR,
+            source="telegram:1",
         )
         seen = await wait_done(events)
         assert seen[-1].event.content == "Ran it."

@@ -37,7 +37,7 @@ from engine.bus.broadcast import Lagged
 from engine.bus.chat import ToolCallEvent
 from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
 from engine.core import Engine
-from engine.hub import ChatHub, DecisionMade, FailureNotice, HubEvent, NewSession
+from engine.hub import APPROVE, ChatHub, DecisionMade, FailureNotice, HubEvent, NewSession
 from engine.hub.events import HubEvents, RemoteLagged, SourceEvents
 from engine.hub.ownership import FleetConfig
 from engine.hub.relay import (
@@ -756,7 +756,7 @@ async def test_a_turn_run_by_a_streams_to_the_remote_viewers_on_b_in_order(
 
         await b.hub.send_message(SOURCE, "run it")
         call = await pending_call(a.engine)
-        await a.hub.approve(SOURCE, call, decider=OPERATOR)
+        await a.hub.decide(call, APPROVE, decider=OPERATOR, source=SOURCE)
         seen_on_a = await until_done(on_a)
         seen_on_b = await until_done(remote_on_b)
 

@@ -7,10 +7,9 @@ import asyncio
 
 import pytest
 
-from engine.approval.broker import SHORT_BYPASS_SECONDS
-from engine.hub.decisions import decision_outcome
+from engine.approval.broker import SHORT_BYPASS_SECONDS, BypassRequest
 from engine.hub.tasks import BackgroundTasks
-from engine.hub.types import HubError, SendOptions, check_text
+from engine.hub.types import CHOICES, Choice, HubError, SendOptions, check_text
 
 
 def test_an_empty_message_passes_only_with_attachments() -> None:
@@ -31,19 +30,26 @@ def test_a_text_that_is_no_string_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    ("bypass_secs", "bypass_scope", "outcome"),
+    ("choice", "name"),
     [
-        (None, None, "approve"),
-        (SHORT_BYPASS_SECONDS, None, "bypass_15m"),
-        (SHORT_BYPASS_SECONDS, "all", "bypass_15m"),
-        (None, "tool", "bypass_session"),
-        (60.0, None, "approve"),
+        (Choice(True), "approve"),
+        (Choice(True, BypassRequest("all", None, SHORT_BYPASS_SECONDS)), "bypass_15m"),
+        (Choice(True, BypassRequest("tool", "execute_cmd", None)), "bypass_session"),
+        (Choice(True, BypassRequest("all", None, 60.0)), "approve"),
+        (Choice(False), "reject"),
     ],
 )
-def test_an_approval_is_named_by_its_bypass(
-    bypass_secs: float | None, bypass_scope: str | None, outcome: str
-) -> None:
-    assert decision_outcome(bypass_secs, bypass_scope) == outcome
+def test_a_choice_is_named_by_its_bypass(choice: Choice, name: str) -> None:
+    assert choice.name == name
+
+
+def test_every_button_name_is_a_choice_and_nothing_else_is() -> None:
+    for name, choice in CHOICES.items():
+        assert Choice.named(name) == choice
+        assert choice.name == name
+    for bad in ("maybe", "", "APPROVE", None, 3, ["approve"]):
+        with pytest.raises(HubError, match="choice: expected one of approve, bypass_15m"):
+            Choice.named(bad)
 
 
 async def test_a_background_task_is_held_until_it_ends() -> None:
