@@ -250,8 +250,32 @@ def re_exports() -> list[str]:
     return found
 
 
+def through_the_hub() -> list[str]:
+    """Places outside engine/ that reach the engine through the hub (``hub.engine``,
+    ``self._hub.engine``, ...) instead of the hub's own face (issue 34: one door)."""
+    found = []
+    for path in (p for folder in ("bot", "scheduler", "memory") for p in python_files(folder)):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Attribute) and node.attr == "engine"):
+                continue
+            owner = node.value
+            name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+            if name.lstrip("_").endswith("hub"):
+                found.append(f"{relative(path)}:{node.lineno}")
+    return found
+
+
 def findings() -> list[Finding]:
     out: list[Finding] = []
+
+    reached = through_the_hub()
+    out.append(
+        Finding(
+            "places outside engine/ that reach the engine through the hub (hub.engine): 0",
+            not reached,
+            "; ".join(reached) or "none",
+        )
+    )
 
     shims = re_exports()
     out.append(

@@ -374,7 +374,7 @@ class TerminalChat:
         """The call stays pending (asked again at the next start) and the turn ends."""
         asking, self._asking = self._asking, None
         if asking is not None:
-            self._hub.engine.approvals.close_session(asking.session_id)
+            self._hub.leave_waiting(asking.session_id)
 
     def _interrupt(self) -> None:
         if self._running:

@@ -31,6 +31,7 @@ from bot.webchat.layer import SOURCE_PREFIX as WEB_CHAT_PREFIX
 from bot.webchat.limits import MAX_FRAME_BYTES as MAX_WEB_CHAT_FRAME_BYTES
 from engine.core import Engine
 from engine.hub import ChatHub
+from engine.store import Database
 from memory.service import MemoryService
 from scheduler.service import Scheduler
 
@@ -66,12 +67,15 @@ class LazyChat:
     def __init__(
         self,
         hub: ChatHub,
+        db: Database,
         token: str | None,
         signins: SignIns | None,
         throttle: LoginThrottle,
         memory: MemoryService | None = None,
     ) -> None:
-        self._hub, self._token, self._signins, self._throttle = hub, token, signins, throttle
+        """``db``: where the web chat keeps its conversations."""
+        self._hub, self._db, self._token = hub, db, token
+        self._signins, self._throttle = signins, throttle
         self._memory = memory
         if hub.relay is not None:  # in a fleet its sockets watch turns of any process
             hub.relay.relay_only(WEB_CHAT_PREFIX)
@@ -99,7 +103,7 @@ class LazyChat:
             if self._router is None:
                 built = await asyncio.to_thread(importlib.import_module, "bot.webchat.serving")
                 webchat = built.web_chat(
-                    self._hub, self._token, self._signins, self._throttle, self._memory
+                    self._hub, self._db, self._token, self._signins, self._throttle, self._memory
                 )
                 self._close = webchat.close
                 self._router = Router(routes=webchat.routes())
@@ -144,7 +148,7 @@ async def http_server(parts: HttpParts) -> ListeningServer:
         )
         signins = SignIns(parts.engine.store.db, token=token, policy=policy, clock=parts.clock)
         await signins.purge()  # rows of an old token or long expired go at start-up
-    webchat = LazyChat(parts.hub, token, signins, throttle, parts.memory)
+    webchat = LazyChat(parts.hub, parts.engine.store.db, token, signins, throttle, parts.memory)
     app = create_app(
         webhook=parts.webhook,
         webhook_url=settings.telegram_webhook_url,

@@ -166,7 +166,7 @@ class Actions:
         if not self._hub.is_processing(source):
             return False
         session_id = await self._hub.session_id(source)
-        open_questions = await self._hub.engine.pending_questions(session_id)
+        open_questions = await self._hub.pending_questions(session_id)
         cards = [_OpenQuestion(item.tool_call_id, source) for item in open_questions]
         target = reply_target(cards, reply_to=None, is_command=False, rejecting=RejectWindows())
         if target is None:

@@ -25,7 +25,7 @@ from starlette.routing import Route
 from bot.http.models import RequestError, SafeJSONResponse, ids_in_range, json_body, query_params
 from bot.webchat.auth import Access, SocketAuth
 from bot.webchat.conversations import source_of
-from bot.webchat.history import DEFAULT_PAGE, MAX_PAGE, read_page
+from bot.webchat.history import DEFAULT_PAGE, MAX_PAGE
 from bot.webchat.store import MAX_TITLE_CHARS, ConversationStore, clean_title
 from bot.webchat.uploads import TooLarge, Uploads
 from engine.hub import ChatHub
@@ -79,7 +79,7 @@ class ConversationRoutes:
         self._store = store
         self._hub = hub
         self._auth = auth
-        self._uploads = uploads or Uploads(hub.engine.workspace.root)
+        self._uploads = uploads or Uploads(hub.workspace_root)
 
     def routes(self) -> list[Route]:
         one = "/chat/conversations/{conversation_id:id}"
@@ -178,10 +178,8 @@ class ConversationRoutes:
         if await self._store.get(conversation_id) is None:
             return _error(404, "No such conversation.")
         source = source_of(str(conversation_id))
-        session_id = await self._hub.engine.store.sessions.active_for_source(source)
-        page = await read_page(
-            self._hub.engine.store.db, session_id, before=query.before, limit=query.limit
-        )
+        session_id = await self._hub.current_session(source)
+        page = await self._store.page(session_id, before=query.before, limit=query.limit)
         return SafeJSONResponse({"conversation_id": str(conversation_id), **page.to_json()})
 
 

@@ -10,6 +10,7 @@ from bot.webchat.routes import ConversationRoutes
 from bot.webchat.store import ConversationStore
 from bot.webchat.transport import WebChat
 from engine.hub import ChatHub
+from engine.store import Database
 from memory.service import MemoryService
 
 __all__ = ["web_chat"]
@@ -17,13 +18,14 @@ __all__ = ["web_chat"]
 
 def web_chat(
     hub: ChatHub,
+    db: Database,
     token: str | None,
     signins: SignIns | None,
     throttle: LoginThrottle,
     memory: MemoryService | None = None,
 ) -> WebChat:
     auth = SocketAuth(token=token, signins=signins, throttle=throttle)
-    conversations = ConversationStore(hub.engine.store.db)
+    conversations = ConversationStore(db)
     return WebChat(
         hub,
         auth,

@@ -9,6 +9,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from bot.webchat.history import HistoryPage, read_page
 from bot.webchat.tables import web_conversations as c
 from engine.store import Database, utcnow
 
@@ -68,6 +69,10 @@ class ConversationStore:
     async def touch(self, conversation_id: int) -> None:
         """Used now: first in the sidebar."""
         await self._db.run(_touch, conversation_id, self._clock())
+
+    async def page(self, session_id: int | None, *, before: int | None, limit: int) -> HistoryPage:
+        """A page of a conversation's session's transcript, as the page shows it."""
+        return await read_page(self._db, session_id, before=before, limit=limit)
 
     # -- ConversationDirectory (the socket's view) ---------------------------------------------
 

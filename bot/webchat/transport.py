@@ -84,7 +84,7 @@ class WebChat:
         self.rooms = Rooms()
         self._open = 0
         self._background = Background()
-        self._uploads = uploads or Uploads(hub.engine.workspace.root)
+        self._uploads = uploads or Uploads(hub.workspace_root)
         self.actions = Actions(
             hub, self.rooms, web_commands(memory), self._background, self._uploads
         )
@@ -162,13 +162,13 @@ class WebChat:
     async def _show_pending(self, socket: ChatSocket, session_id: int, source: str) -> None:
         """Cards and questions already waiting (a reload, a second tab, a restart), those
         of a scheduled job's run asking here included."""
-        engine = self.hub.engine
-        for item in await engine.pending_approvals(session_id):
+        hub = self.hub
+        for item in await hub.pending_approvals(session_id):
             await socket.send(await self._card(pending_approval_event(item)))
-        for item in await engine.pending_approvals(shown_in=source):
+        for item in await hub.pending_approvals(shown_in=source):
             if item.session_id != session_id:
                 await socket.send(await self._card(pending_approval_event(item, visiting=True)))
-        for item in await engine.pending_questions(session_id):
+        for item in await hub.pending_questions(session_id):
             await socket.send(pending_question_frame(item))
 
     async def _card(self, event: ApprovalRequired) -> ServerFrame:

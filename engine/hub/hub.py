@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -52,6 +53,7 @@ from engine.hub.types import Choice, Notification, SendOptions, validate_source
 from engine.hub.visiting import Visitors
 from engine.session.compaction import CompactionResult
 from engine.session.outcomes import TurnResult
+from engine.store.inbox import InboxItem
 from engine.store.leases import Leases
 from engine.store.notify import Notifier
 from engine.store.views import SessionUsage
@@ -287,12 +289,35 @@ class ChatHub:
         """The session ``source`` talks to now (created when it has none yet)."""
         return (await self._sources.state(validate_source(source))).session_id
 
-    async def is_current(self, source: str, session_id: int) -> bool:
-        """Whether ``session_id`` is the session ``source`` talks to now (nothing is created)."""
+    async def current_session(self, source: str) -> int | None:
+        """The session ``source`` talks to now, if it has one (nothing is created)."""
         state = self._sources.get(source)
         if state is not None:
-            return state.session_id == session_id
-        return await self.engine.store.sessions.active_for_source(source) == session_id
+            return state.session_id
+        return await self.engine.store.sessions.active_for_source(source)
+
+    async def pending_approvals(
+        self, session_id: int | None = None, *, shown_in: str | None = None
+    ) -> list[InboxItem]:
+        """Calls waiting for a decision: a session's, or those asking in ``shown_in``."""
+        return await self.engine.pending_approvals(session_id, shown_in=shown_in)
+
+    async def pending_questions(self, session_id: int | None = None) -> list[InboxItem]:
+        return await self.engine.pending_questions(session_id)
+
+    def leave_waiting(self, session_id: int) -> int:
+        """The session's turn stops waiting for its decisions and answers (its surface
+        went away): the calls stay pending, asked again when the session resumes."""
+        return self.engine.approvals.close_session(session_id)
+
+    @property
+    def workspace_root(self) -> Path:
+        """The directory the agent's file tools work in (uploads land under it)."""
+        return self.engine.workspace.root
+
+    async def is_current(self, source: str, session_id: int) -> bool:
+        """Whether ``session_id`` is the session ``source`` talks to now (nothing is created)."""
+        return await self.current_session(source) == session_id
 
     # -- notifications -------------------------------------------------------------------
 
