@@ -263,7 +263,7 @@ class Scheduler:
                 # Asked again each second: a cancel that came as the run's turn began (or a
                 # notice lost on the way) stopped nothing, and the lease renewal is far off.
                 for session_id in sessions:
-                    await self.hub.visiting.stop(session_id)
+                    await self.hub.cancel_session(session_id)
             await asyncio.sleep(STOP_POLL_S)  # the run ends in another task or process
         return False
 

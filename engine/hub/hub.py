@@ -47,7 +47,6 @@ from engine.hub.protocols import (
 from engine.hub.recovery import Recovery
 from engine.hub.relay import EventRelay
 from engine.hub.sources import SourceRegistry
-from engine.hub.system_bus import watch_cancellations
 from engine.hub.tasks import BackgroundTasks
 from engine.hub.types import Choice, Notification, SendOptions, validate_source
 from engine.hub.visiting import Visitors
@@ -117,7 +116,7 @@ class ChatHub:
             self._decisions.join_fleet(self.fleet)
             self._background.join_fleet(self.fleet)
         #: Sessions no chat owns (a scheduled job's run) serving a chat's user, asking there.
-        self.visiting = Visitors(engine, self._sources, self._adapters, self._decisions, self.fleet)
+        self.visiting = Visitors(engine, self._sources, self._adapters, self._decisions)
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -126,7 +125,6 @@ class ChatHub:
         await self._home.load()
         self._spawn(self._batcher.run())
         self._spawn(self._sources.sweep(self.config.idle_evict_s, self._sleep))
-        self._spawn(watch_cancellations(self.engine, self.engine.system_bus.subscribe()))
         if self.fleet is not None:
             # No start-up recovery of everything: the fleet's scan takes, source by source,
             # what no live process holds (a dead one's turns and queued messages).
@@ -288,6 +286,13 @@ class ChatHub:
     async def session_id(self, source: str) -> int:
         """The session ``source`` talks to now (created when it has none yet)."""
         return (await self._sources.state(validate_source(source))).session_id
+
+    async def cancel_session(self, session_id: int) -> None:
+        """The one door for stopping a session from outside its chat (a job's run, the
+        API): its turn ends with its approvals and questions, here or on the process of
+        the fleet that runs it. Nothing happens to a session no process runs."""
+        if not self.engine.cancel_session(session_id) and self.fleet is not None:
+            await self.fleet.stop_session(session_id)
 
     async def current_session(self, source: str) -> int | None:
         """The session ``source`` talks to now, if it has one (nothing is created)."""

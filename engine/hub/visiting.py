@@ -3,9 +3,9 @@
 The run's session is not the chat's: its card is recorded with the chat (``shown_in`` on
 the approval) before it is published there, so a decision in that chat, also after a
 restart, reaches that call (``Decisions``); the card closes when its call ends without
-one. What "🔄 Session" does on such a card is the job's business (``StandingGrant``). Such
-a session is stopped wherever it runs, on this process or another of a fleet, and its
-turns know the user it serves as that chat's turns do (``turn_context``).
+one. What "🔄 Session" does on such a card is the job's business (``StandingGrant``). Its
+turns know the user it serves as that chat's turns do (``turn_context``); it is stopped
+through the hub's one door (``ChatHub.cancel_session``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 from engine.core import Engine
 from engine.hub.adapters import AdapterRegistry
 from engine.hub.decisions import Decisions
-from engine.hub.fleet import FleetWork
 from engine.hub.protocols import StandingGrant
 from engine.hub.sources import SourceRegistry
 from engine.hub.types import DecisionMade, validate_source
@@ -26,7 +25,7 @@ __all__ = ["Visitors"]
 
 
 class Visitors:
-    __slots__ = ("_adapters", "_decisions", "_engine", "_fleet", "_sources")
+    __slots__ = ("_adapters", "_decisions", "_engine", "_sources")
 
     def __init__(
         self,
@@ -34,22 +33,15 @@ class Visitors:
         sources: SourceRegistry,
         adapters: AdapterRegistry,
         decisions: Decisions,
-        fleet: FleetWork | None,
     ) -> None:
         self._engine = engine
         self._sources = sources
         self._adapters = adapters
         self._decisions = decisions
-        self._fleet = fleet
 
     async def turn_context(self, source: str, metadata: Mapping[str, Any] | None) -> str | None:
         """What a turn of ``source``'s sender in ``metadata`` gets there (their profile)."""
         return await self._adapters.dynamic(source, metadata, None)
-
-    async def stop(self, session_id: int) -> None:
-        """Stop the session's turn here, or on the process of the fleet that runs it."""
-        if not self._engine.cancel_session(session_id) and self._fleet is not None:
-            await self._fleet.stop_session(session_id)
 
     async def show(self, source: str, event: ApprovalRequired) -> None:
         """Ask ``event``'s call in chat ``source``: recorded first, then published there."""

@@ -310,7 +310,7 @@ async def in_flight_then_deleted(
     assert (await scheduler.dispatcher.step()).started == 1
     await asyncio.wait_for(blocker.started.wait(), 5)
 
-    await scheduler.delete(ORIGIN, run.job_id)  # SessionCancelled on the system bus
+    await scheduler.delete(ORIGIN, run.job_id)  # the hub cancels the run's session
     await asyncio.wait_for(scheduler.dispatcher.drain(), 5)
     return run, blocker
 

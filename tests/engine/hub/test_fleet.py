@@ -406,6 +406,59 @@ async def test_stop_reaches_the_process_running_the_turn(url: str, tmp_path: Pat
         assert (await a.engine.store.db.run(answers)).get("telegram:3", []) == []
 
 
+async def test_a_session_cancelled_at_another_process_stops_where_it_runs(
+    url: str, tmp_path: Path
+) -> None:
+    """``cancel_session`` at b (the API, a job's stop) of a session whose turn runs at a:
+    a's turn ends; a session no process runs is left as it is."""
+    notifier = LocalNotifier("shared")
+    async with member(url, tmp_path, "a", notifier) as a, member(url, tmp_path, "b", notifier) as b:
+        assert a.hub.fleet is not None
+        a.model.gate = asyncio.Event()
+        await a.hub.fleet.ownership.claim("telegram:4")
+        await a.hub.send_message("telegram:4", "a long job")
+        await asyncio.wait_for(a.model.started.wait(), 5)
+        session_id = await a.hub.current_session("telegram:4")
+        assert session_id is not None
+
+        await b.hub.cancel_session(987654)  # no such session: nothing to stop anywhere
+        assert a.hub.is_processing("telegram:4")
+        await b.hub.cancel_session(session_id)
+
+        async def stopped() -> bool:
+            return not a.hub.is_processing("telegram:4")
+
+        await until(stopped, within=5)
+        a.model.gate.set()
+        await asyncio.sleep(0.2)
+        assert (await a.engine.store.db.run(answers)).get("telegram:4", []) == []
+
+
+async def test_a_decision_from_the_inbox_at_another_process_wakes_the_waiting_turn(
+    url: str, tmp_path: Path
+) -> None:
+    """No chat named (the web inbox at b): b finds the call's chat from its row and the
+    turn waiting at a runs it."""
+    notifier = LocalNotifier("shared")
+    async with (
+        member(url, tmp_path, "a", notifier, rules=True) as a,
+        member(url, tmp_path, "b", notifier, rules=True) as b,
+    ):
+        assert a.hub.fleet is not None
+        a.model.add(tool_call("execute_cmd", '{"command": "echo run >> runs.log"}', "c1"))
+        a.model.add(text("Ran it."))
+        await a.hub.fleet.ownership.claim("telegram:6")
+        await a.hub.send_message("telegram:6", "run it")
+        call = await pending_call(a.engine)
+        await b.hub.decide(call, APPROVE, decider=OPERATOR, by="the web inbox")
+
+        async def answered() -> bool:
+            return (await a.engine.store.db.run(answers)).get("telegram:6") == ["Ran it."]
+
+        await until(answered)
+        assert ran(tmp_path / "workspace-a") == ["run"] and b.model.calls == 0
+
+
 async def pending_call(engine: Engine) -> int:
     """The first approval the engine waits for (waiting for it to be asked)."""
     return await _first_pending(engine.pending_approvals, "no approval was asked for")

@@ -10,7 +10,6 @@ import pytest
 
 from engine.approval import BypassRequest
 from engine.approval.deciders import OPERATOR
-from engine.bus.system import SessionCancelled
 from engine.core import Engine
 from engine.hub import (
     APPROVE,
@@ -297,7 +296,7 @@ async def test_decisions_are_taken_only_for_the_source_s_own_calls(app_config, m
         await engine.close()
 
 
-async def test_a_session_cancelled_on_the_system_bus_stops_its_turn(hub: ChatHub, engine, model):
+async def test_a_session_cancelled_through_the_hub_stops_its_turn(hub: ChatHub, engine, model):
     blocker = BlockingTool()
     engine.tools.register(blocker)
     model.add(tool_call("wait_here", "{}", "w"))
@@ -305,7 +304,7 @@ async def test_a_session_cancelled_on_the_system_bus_stops_its_turn(hub: ChatHub
     await hub.send_message("telegram:1", "work")
     await asyncio.wait_for(blocker.started.wait(), 5)
 
-    engine.system_bus.publish(SessionCancelled(await session_of(hub, "telegram:1")))
+    await hub.cancel_session(await session_of(hub, "telegram:1"))
 
     async def until_error() -> ev.Error:
         while not isinstance((event := await events.recv()).event, ev.Error):
