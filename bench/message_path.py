@@ -65,12 +65,47 @@ ENGINE_TURN = (
 
 
 class Entered:
-    """The project's files entered while recording, in order of the first entry."""
+    """The project's files entered while recording, in order of the first entry.
+
+    ``causal``: the files entered by the message's own work (its task from the first
+    entry of ``origin`` on, the tasks it started, and the database thread's units), apart
+    from what runs meanwhile for other reasons (the next long poll, timers, sweeps)."""
 
     def __init__(self) -> None:
         self.files: dict[str, None] = {}
         self.sequence: list[str] = []
+        self.causal: dict[str, None] = {}
+        self.causal_sequence: list[str] = []
         self.recording = False
+        self.origin: str | None = None
+        self._path_tasks: set[asyncio.Task[Any]] = set()
+        self._parents: dict[asyncio.Task[Any], asyncio.Task[Any] | None] = {}
+        self._main = threading.main_thread()
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Remember which task started which (the message's work spreads over tasks)."""
+
+        def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
+            task = asyncio.Task(coro, loop=loop, **kwargs)
+            if self.recording:
+                self._parents[task] = asyncio.current_task(loop)
+            return task
+
+        loop.set_task_factory(factory)
+
+    def _on_path(self) -> bool:
+        if threading.current_thread() is not self._main:
+            return True  # the database's units, run for the tasks that wait for them
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:
+            return False
+        seen = task
+        while seen is not None:
+            if seen in self._path_tasks:
+                return True
+            seen = self._parents.get(seen)
+        return False
 
     def profile(self, frame: FrameType, event: str, _arg: Any) -> None:
         if not self.recording or event != "call":
@@ -84,10 +119,23 @@ class Entered:
         self.files.setdefault(relative, None)
         if not self.sequence or self.sequence[-1] != relative:
             self.sequence.append(relative)
+        if relative == self.origin and threading.current_thread() is self._main:
+            task = asyncio.current_task()
+            if task is not None:
+                self._path_tasks.add(task)
+        if self._path_tasks and self._on_path():
+            self.causal.setdefault(relative, None)
+            if not self.causal_sequence or self.causal_sequence[-1] != relative:
+                self.causal_sequence.append(relative)
 
-    def start(self) -> None:
+    def start(self, origin: str | None = None) -> None:
         self.files.clear()
         self.sequence.clear()
+        self.causal.clear()
+        self.causal_sequence.clear()
+        self._path_tasks.clear()
+        self._parents.clear()
+        self.origin = origin
         sys.setprofile(self.profile)
         threading.setprofile(self.profile)
         self.recording = True
@@ -121,6 +169,14 @@ def span(sequence: list[str], first: str, last: str, *, to_last: bool = False) -
     ends = [i for i in range(start, len(sequence)) if sequence[i] == last] or [len(sequence) - 1]
     end = ends[-1] if to_last else ends[0]
     return list(dict.fromkeys(sequence[start : end + 1]))
+
+
+def on_path(entered: Entered) -> list[str]:
+    """The route's files of the message's own work, printed."""
+    route = [f for f in entered.causal if not f.startswith(ENGINE_TURN)]
+    for f in route:
+        print(f"    {f}")
+    return route
 
 
 def report(title: str, entered: Entered) -> tuple[int, int]:
@@ -160,12 +216,13 @@ async def main() -> int:
         )
         await service.start()
         entered = Entered()
+        entered.install(asyncio.get_running_loop())
         try:
             for round_ in range(3):  # the last one is measured
                 model.add(text(f"answer {round_}"))
                 sent = len(fake.messages(CHAT))
                 if round_ == 2:
-                    entered.start()
+                    entered.start(origin="bot/telegram/poller.py")
                 fake.user_message(CHAT, CHAT, f"hello {round_}")
                 await until(lambda n=sent: len(fake.messages(CHAT)) > n)
                 entered.stop()
@@ -177,6 +234,11 @@ async def main() -> int:
                 to_last=True,
             )
             print(f"  from the poller to the reply's send: {len(poller_to_send)} files")
+            reply_path = on_path(entered)
+            print(
+                f"  the message's own work (its tasks and database units, not what ran "
+                f"meanwhile): {len(reply_path)} files on the route"
+            )
 
             marker = "tap-bench"
             for round_ in range(3):
@@ -204,7 +266,7 @@ async def main() -> int:
                 assert card is not None
                 answered = len(fake.callback_answers)
                 if round_ == 2:
-                    entered.start()
+                    entered.start(origin="bot/telegram/callbacks.py")
                 fake.callback(CHAT, CHAT, card[0], card[1])
                 await until(lambda n=answered: len(fake.callback_answers) > n)
                 entered.stop()
@@ -218,6 +280,13 @@ async def main() -> int:
             print(
                 f"  from the platform's callback to the broker: {len(to_broker)} files "
                 f"({', '.join(to_broker)})"
+            )
+            tap_path = span(
+                entered.causal_sequence, "bot/telegram/callbacks.py", "engine/approval/broker.py"
+            )
+            print(
+                f"  the tap's own work, callback to broker: {len(tap_path)} files "
+                f"({', '.join(tap_path)})"
             )
         finally:
             entered.stop()

@@ -28,7 +28,7 @@ from engine.session.deps import HandlerDeps
 from engine.session.handler import ChatSessionHandler
 from engine.session.messages import MessageBuilder
 from engine.session.outcomes import TurnResult
-from engine.session.protocols import ApprovalPolicy, EmitFn
+from engine.session.protocols import ApprovalPolicy, EmitFn, RecordsAnswers
 from engine.store import Store
 from engine.store.inbox import InboxItem
 from engine.tools.builtins import builtin_tools
@@ -200,6 +200,7 @@ class Engine:
         session_id: int | None = None,
         shown_in: str | None = None,
         emit: EmitFn | None = None,
+        records: RecordsAnswers | None = None,
         resume: bool = True,
     ) -> Decided:
         """Approve a pending call, live or persisted before a restart (then its turn resumes,
@@ -209,7 +210,7 @@ class Engine:
         resolution = await self.approvals.approve(
             tool_call_id, bypass, decider=decider, session_id=session_id, shown_in=shown_in
         )
-        return self._after_decision(resolution, emit, resume)
+        return self._after_decision(resolution, emit, records, resume)
 
     async def reject(
         self,
@@ -220,12 +221,13 @@ class Engine:
         session_id: int | None = None,
         shown_in: str | None = None,
         emit: EmitFn | None = None,
+        records: RecordsAnswers | None = None,
         resume: bool = True,
     ) -> Decided:
         resolution = await self.approvals.reject(
             tool_call_id, note, decider=decider, session_id=session_id, shown_in=shown_in
         )
-        return self._after_decision(resolution, emit, resume)
+        return self._after_decision(resolution, emit, records, resume)
 
     async def resolve_question(
         self,
@@ -234,10 +236,11 @@ class Engine:
         *,
         session_id: int | None = None,
         emit: EmitFn | None = None,
+        records: RecordsAnswers | None = None,
         resume: bool = True,
     ) -> Decided:
         resolution = await self.approvals.answer(request_id, answer, session_id=session_id)
-        return self._after_decision(resolution, emit, resume)
+        return self._after_decision(resolution, emit, records, resume)
 
     async def pending_approvals(
         self, session_id: int | None = None, *, shown_in: str | None = None
@@ -257,9 +260,15 @@ class Engine:
 
     # -- recovery ---------------------------------------------------------------------------
 
-    async def resume(self, session_id: int, *, emit: EmitFn | None = None) -> TurnResult | None:
+    async def resume(
+        self,
+        session_id: int,
+        *,
+        emit: EmitFn | None = None,
+        records: RecordsAnswers | None = None,
+    ) -> TurnResult | None:
         handler = await self.open_session(session_id)
-        return await handler.resume_turn(emit=emit)
+        return await handler.resume_turn(emit=emit, records=records)
 
     async def interrupted_sessions(self) -> list[int]:
         """Sessions a crash left mid-turn (unanswered message, open call, active sub-agent)."""
@@ -282,11 +291,15 @@ class Engine:
         return await self.approvals.deliver_decided(tool_call_id)
 
     def _after_decision(
-        self, resolution: Resolution, emit: EmitFn | None, resume: bool = True
+        self,
+        resolution: Resolution,
+        emit: EmitFn | None,
+        records: RecordsAnswers | None,
+        resume: bool = True,
     ) -> Decided:
         if resolution.live or not resume:
             return Decided(resolution)
-        task = asyncio.create_task(self.resume(resolution.session_id, emit=emit))
+        task = asyncio.create_task(self.resume(resolution.session_id, emit=emit, records=records))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         task.add_done_callback(_log_failure)

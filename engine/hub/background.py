@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from engine.core import Engine
 from engine.hub.adapters import AdapterRegistry
+from engine.hub.bridge import TurnBridge
 from engine.hub.fleet import FleetWork
 from engine.hub.home import HomeSource
 from engine.hub.protocols import MonotonicClock
@@ -22,7 +23,6 @@ from engine.hub.sources import SourceRegistry, SourceState
 from engine.hub.tasks import BackgroundTasks
 from engine.hub.types import Notification
 from engine.session.outcomes import Final
-from engine.session.protocols import EmitFn
 from engine.store.fencing import fenced
 
 __all__ = ["BackgroundDelivery"]
@@ -100,10 +100,12 @@ class BackgroundDelivery:
                     await item.on_delivered()
 
         try:
+            bridge = self._adapters.bridge(state.name, state.session_id)
             result = await handler.deliver_notifications(
                 payload,
                 interface_tools=tuple(defaults.interface_tools),
-                emit=self._adapters.bridge(state.name, state.session_id),
+                emit=bridge,
+                records=bridge,
                 on_stored=stored,
             )
             if isinstance(result, Final):
@@ -150,9 +152,14 @@ class BackgroundDelivery:
         state = await self._sources.state(session.source) if live and session is not None else None
         if state is not None and state.session_id == session_id:
             handler = await self._sources.handler(state)
-            emit: EmitFn | None = self._adapters.bridge(state.name, state.session_id)
+            bridge: TurnBridge | None = self._adapters.bridge(state.name, state.session_id)
         else:
-            handler, emit = await self._engine.open_session(session_id), None
+            handler, bridge = await self._engine.open_session(session_id), None
         await handler.inject_tool_result(
-            tool_name, payload, reasoning=reasoning, emit=emit, on_stored=on_stored
+            tool_name,
+            payload,
+            reasoning=reasoning,
+            emit=bridge,
+            records=bridge,
+            on_stored=on_stored,
         )

@@ -101,12 +101,14 @@ class InboxConsumer:
         handler = await self._sources.handler(state)
         defaults = self._adapters.defaults_for(state.name)
         dynamic = await self._adapters.dynamic(state.name, None, defaults.extra_system_dynamic)
+        bridge = self._adapters.bridge(state.name, state.session_id)
         return await handler.resume_turn(
             extra_system_static=defaults.extra_system_static,
             extra_system_dynamic=dynamic,
             tail_reminder=defaults.tail_reminder,
             interface_tools=tuple(defaults.interface_tools),
-            emit=self._adapters.bridge(state.name, state.session_id),
+            emit=bridge,
+            records=bridge,
         )
 
     async def _consume(self, state: SourceState) -> None:
@@ -156,6 +158,7 @@ class InboxConsumer:
             options.metadata,
             options.extra_system_dynamic or defaults.extra_system_dynamic,
         )
+        bridge = self._adapters.bridge(state.name, state.session_id)
         turn = handler.handle_message(
             unit.text,
             is_synthetic=options.is_synthetic,
@@ -165,7 +168,8 @@ class InboxConsumer:
             tail_reminder=defaults.tail_reminder,
             interface_tools=tuple(options.interface_tools) or tuple(defaults.interface_tools),
             pending_input=None if options.is_synthetic else state.inbox,
-            emit=self._adapters.bridge(state.name, state.session_id),
+            emit=bridge,
+            records=bridge,
             consumes=unit.queued_id,
             also=unit.also,
         )

@@ -71,7 +71,7 @@ class Decisions:
             return await self._engine.reject(tool_call_id, note, decider=decider)
         state = await self._sources.state(chat)
         foreign = await self._asked_here_for(chat, state.session_id, tool_call_id)
-        emit = self._adapters.bridge(chat, state.session_id)
+        bridge = self._adapters.bridge(chat, state.session_id)
         resume = self._fleet is None and foreign is None
         if choice.approved:
             standing = foreign is not None and choice.bypass is not None
@@ -82,7 +82,8 @@ class Decisions:
                 decider=decider,
                 session_id=state.session_id,
                 shown_in=chat,
-                emit=emit,
+                emit=bridge,
+                records=bridge,
                 resume=resume,
             )
             if standing and foreign is not None and self.standing_grant is not None:
@@ -94,7 +95,8 @@ class Decisions:
                 decider=decider,
                 session_id=state.session_id,
                 shown_in=chat,
-                emit=emit,
+                emit=bridge,
+                records=bridge,
                 resume=resume,
             )
         await self._hand_over(chat, tool_call_id, decided, foreign)
@@ -148,11 +150,13 @@ class Decisions:
         if chat is None:
             return await self._engine.resolve_question(request_id, answer)
         state = await self._sources.state(chat)
+        bridge = self._adapters.bridge(chat, state.session_id)
         decided = await self._engine.resolve_question(
             request_id,
             answer,
             session_id=state.session_id,
-            emit=self._adapters.bridge(chat, state.session_id),
+            emit=bridge,
+            records=bridge,
             resume=self._fleet is None,
         )
         if self._fleet is not None and not decided.resolution.live:

@@ -23,7 +23,7 @@ from engine.session.events import (
     TurnEvent,
     UserMessage,
 )
-from engine.session.protocols import EmitFn
+from engine.session.protocols import EmitFn, RecordsAnswers
 from engine.store.history import AlsoWithKey, AlsoWithRow
 from engine.tools.preview import ApprovalPreview
 
@@ -37,17 +37,20 @@ class TurnEmitter:
     lose the work the turn has already committed.
     """
 
-    __slots__ = ("_emit", "depth")
+    __slots__ = ("_emit", "_records", "depth")
 
-    def __init__(self, emit: EmitFn | None, depth: int = 0) -> None:
+    def __init__(
+        self, emit: EmitFn | None, records: RecordsAnswers | None = None, depth: int = 0
+    ) -> None:
         self._emit = emit
+        self._records = records
         self.depth = depth
 
     def deeper(self) -> TurnEmitter:
-        return TurnEmitter(self._emit, self.depth + 1)
+        return TurnEmitter(self._emit, self._records, self.depth + 1)
 
     def at_depth(self, depth: int) -> TurnEmitter:
-        return self if depth == self.depth else TurnEmitter(self._emit, depth)
+        return self if depth == self.depth else TurnEmitter(self._emit, self._records, depth)
 
     def send(self, event: TurnEvent) -> None:
         if self._emit is None:
@@ -62,25 +65,22 @@ class TurnEmitter:
         return self._emit is not None
 
     def answer_unit(self, content: str) -> AlsoWithRow | None:
-        """What the caller wants stored with the root answer ``content`` (None: nothing)."""
-        if self.depth != 0:
-            return None
-        unit = getattr(self._emit, "answer_unit", None)
-        if unit is None:
+        """What the caller wants stored with the root answer ``content`` (None: nothing; a
+        sub-agent's answer is its parent's tool result, never a reply)."""
+        if self.depth != 0 or self._records is None:
             return None
         try:
-            return unit(content)
+            return self._records.answer_unit(content)
         except Exception:  # the answer is stored regardless; delivery falls back
             log.exception("answer_unit callback failed")
             return None
 
     def failure_unit(self, notice: str) -> AlsoWithKey | None:
         """What the caller wants stored with a failed turn's end, its ``notice`` for the user."""
-        unit = getattr(self._emit, "failure_unit", None)
-        if unit is None:
+        if self._records is None:
             return None
         try:
-            return unit(notice)
+            return self._records.failure_unit(notice)
         except Exception:  # the failure is recorded regardless; the notice goes out live
             log.exception("failure_unit callback failed")
             return None

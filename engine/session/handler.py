@@ -21,7 +21,7 @@ from engine.session.compaction import CompactionResult
 from engine.session.compaction_trigger import CompactionTrigger
 from engine.session.conclusion import TurnConclusion
 from engine.session.deps import HandlerDeps
-from engine.session.emitter import EmitFn, TurnEmitter
+from engine.session.emitter import TurnEmitter
 from engine.session.frame_envs import FrameEnvs
 from engine.session.frames import SessionFrames
 from engine.session.injection import (
@@ -33,7 +33,7 @@ from engine.session.llm_round import TurnFailed
 from engine.session.orphans import fail_orphans
 from engine.session.outcomes import Cancelled, Failed, TurnResult
 from engine.session.prompts import SessionPrompts
-from engine.session.protocols import PendingUserInput
+from engine.session.protocols import EmitFn, PendingUserInput, RecordsAnswers
 from engine.session.resume import TurnResume, resume_pending_tools
 from engine.session.scratchpad import SessionScratchpad
 from engine.session.subagent_frames import SubAgentFrames
@@ -117,6 +117,7 @@ class ChatSessionHandler:
         interface_tools: Sequence[Tool] = (),
         pending_input: PendingUserInput | None = None,
         emit: EmitFn | None = None,
+        records: RecordsAnswers | None = None,
         consumes: int | None = None,
         also: Callable[[Connection], None] | None = None,
     ) -> TurnResult:
@@ -124,7 +125,7 @@ class ChatSessionHandler:
         same commit) and answer it."""
         async with self.processing:
             scope = self._scopes.fresh()
-            emitter = TurnEmitter(emit)
+            emitter = TurnEmitter(emit, records)
             frame = await self._frames.root()
             tools = self._tools.for_frame(frame, interface_tools)  # a clash fails before writes
             transcript = await self._turn_context(frame)
@@ -163,6 +164,7 @@ class ChatSessionHandler:
         tail_reminder: str | None = None,
         interface_tools: Sequence[Tool] = (),
         emit: EmitFn | None = None,
+        records: RecordsAnswers | None = None,
     ) -> TurnResult | None:
         """Continue an interrupted turn without a new user message; ``None``: nothing to do.
 
@@ -173,7 +175,7 @@ class ChatSessionHandler:
         async with self.processing:
             parts = self._prompts.root(extra_system_static, extra_system_dynamic, tail_reminder)
             return await self._resume.resume(
-                TurnEmitter(emit), parts, interface_tools, self._scopes.fresh()
+                TurnEmitter(emit, records), parts, interface_tools, self._scopes.fresh()
             )
 
     async def deliver_notifications(
@@ -182,6 +184,7 @@ class ChatSessionHandler:
         *,
         interface_tools: Sequence[Tool] = (),
         emit: EmitFn | None = None,
+        records: RecordsAnswers | None = None,
         on_stored: Callable[[], Awaitable[None]] | None = None,
     ) -> TurnResult | None:
         """Hand background notifications to the agent as if it had read them, then resume."""
@@ -191,6 +194,7 @@ class ChatSessionHandler:
             reasoning=NOTIFICATION_REASONING,
             interface_tools=interface_tools,
             emit=emit,
+            records=records,
             on_stored=on_stored,
         )
 
@@ -202,6 +206,7 @@ class ChatSessionHandler:
         reasoning: str,
         interface_tools: Sequence[Tool] = (),
         emit: EmitFn | None = None,
+        records: RecordsAnswers | None = None,
         on_stored: Callable[[], Awaitable[None]] | None = None,
     ) -> TurnResult | None:
         """Store a synthetic assistant message with a completed ``tool_name`` call whose
@@ -221,7 +226,7 @@ class ChatSessionHandler:
                 await on_stored()
             parts = self._prompts.root(None, None, None)
             return await self._resume.resume(
-                TurnEmitter(emit), parts, interface_tools, self._scopes.fresh()
+                TurnEmitter(emit, records), parts, interface_tools, self._scopes.fresh()
             )
 
     async def force_compact(self) -> CompactionResult | None:

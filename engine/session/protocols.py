@@ -113,14 +113,14 @@ EmitFn = Callable[[TurnEvent], None]
 
 
 class RecordsAnswers(Protocol):
-    """An ``EmitFn`` that also wants work done in the transaction storing the root answer.
+    """Work a turn's caller wants done in the transaction storing the root answer, and in
+    the one ending a failed turn: the exactly-once seam of a reply.
 
-    The hub's bridge is one: a Telegram chat's outbox row for the answer then commits with
-    the answer itself (one write fewer before the reply, and no window in which the answer
-    is stored but its delivery is not).
+    Given to a turn beside its ``emit`` (``records=``), never probed for. The hub's bridge
+    is one: a chat's outbox row for the answer then commits with the answer itself (one
+    write fewer before the reply, and no window in which the answer is stored but its
+    delivery is not).
     """
-
-    def __call__(self, event: TurnEvent) -> None: ...
 
     def answer_unit(self, content: str) -> AlsoWithRow | None: ...
 

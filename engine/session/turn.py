@@ -68,7 +68,7 @@ async def inject_pending_input(env: TurnEnv, pending: PendingUserInput) -> None:
 
 async def _finish(env: TurnEnv, round_: RoundResult, collected: list[ToolCallEvent]) -> Final:
     response = round_.response
-    also = env.emitter.answer_unit(response.content or "") if env.frame.depth == 0 else None
+    also = env.emitter.answer_unit(response.content or "")
     row = await env.store.history.append_assistant(
         env.frame.id, _assistant_record(round_), also=also
     )
