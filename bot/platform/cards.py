@@ -37,6 +37,7 @@ __all__ = [
     "decide",
     "is_live",
     "outcome_line",
+    "question_answered",
     "reply_target",
 ]
 
@@ -222,7 +223,16 @@ def reply_target(
                     return "answer", card
                 if card.tool_call_id in rejecting:
                     return "reason", card
-    questions = [c for c in cards if c.kind == "question"]
-    if questions and not is_command:
-        return "answer", questions[-1]
-    return None
+    question = question_answered([c for c in cards if c.kind == "question"], is_command=is_command)
+    return None if question is None else ("answer", question)
+
+
+Asked = TypeVar("Asked")
+
+
+def question_answered(open_questions: Sequence[Asked], *, is_command: bool) -> Asked | None:
+    """Which open question a plain message answers (every platform's rule): the newest
+    one (they come oldest first); a command answers none."""
+    if not open_questions or is_command:
+        return None
+    return open_questions[-1]

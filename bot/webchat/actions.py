@@ -8,16 +8,14 @@ is logged under an id and said in one sentence (``bot.platform.failures``).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from bot.platform.cards import (
     EXPIRED,
     NOT_ALLOWED,
     Choice,
-    RejectWindows,
     decide,
-    reply_target,
+    question_answered,
 )
 from bot.platform.commands import CommandContext, CommandRegistry, shared_commands
 from bot.platform.failures import SORRY_MESSAGE, SORRY_TAP, report_failure
@@ -60,17 +58,6 @@ NOTHING_TO_RESUME = "Nothing to resume."
 _CHOICE_OF_BYPASS: dict[int | None, Choice] = {
     secs: choice for choice, secs in BYPASS_SECS.items() if choice != "reject"
 }
-
-
-@dataclass(frozen=True, slots=True)
-class _OpenQuestion:
-    """An open question as ``bot.platform.cards.reply_target`` sees a shown card."""
-
-    tool_call_id: int
-    chat_id: str
-    kind: str = "question"
-    message_id: str | None = None
-    state: str = "open"
 
 
 class Reply(Protocol):
@@ -121,7 +108,7 @@ class Actions:
                         source, frame.tool_call_id, "reject", frame.reason, frame.ref, reply
                     )
                 case AnswerQuestion():
-                    await self._answer(source, frame, reply)
+                    await self._answer(source, frame.request_id, frame.answer, frame.ref, reply)
                 case Ping():
                     await reply.send(Pong(ref=frame.ref))
         except Exception:
@@ -161,27 +148,16 @@ class Actions:
         await reply.send(Accepted(ref=frame.ref, queued_id=queued))
 
     async def _answers_question(self, source: str, frame: SendMessage, reply: Reply) -> bool:
-        """A plain message while a question is open answers it (``reply_target``, the
+        """A plain message while a question is open answers it (``question_answered``, every
         platform's rule); a question is open only while its turn waits."""
         if not self._hub.is_processing(source):
             return False
         session_id = await self._hub.session_id(source)
         open_questions = await self._hub.pending_questions(session_id)
-        cards = [_OpenQuestion(item.tool_call_id, source) for item in open_questions]
-        target = reply_target(cards, reply_to=None, is_command=False, rejecting=RejectWindows())
-        if target is None:
+        question = question_answered(open_questions, is_command=False)
+        if question is None:
             return False
-        _, card = target
-        await self._answer(
-            source,
-            AnswerQuestion(
-                type="answer_question",
-                request_id=card.tool_call_id,
-                answer=frame.text,
-                ref=frame.ref,
-            ),
-            reply,
-        )
+        await self._answer(source, question.tool_call_id, frame.text, frame.ref, reply)
         return True
 
     async def _command(
@@ -230,14 +206,16 @@ class Actions:
         else:
             await reply.send(ErrorFrame(code="not_allowed", message=NOT_ALLOWED, ref=ref))
 
-    async def _answer(self, source: str, frame: AnswerQuestion, reply: Reply) -> None:
+    async def _answer(
+        self, source: str, request_id: int, answer: str, ref: str | None, reply: Reply
+    ) -> None:
         try:
-            await self._hub.answer(frame.request_id, frame.answer, source=source)
+            await self._hub.answer(request_id, answer, source=source)
         except InboxError:  # answered, gone, or another conversation's
-            await reply.send(ErrorFrame(code="expired", message=QUESTION_CLOSED, ref=frame.ref))
+            await reply.send(ErrorFrame(code="expired", message=QUESTION_CLOSED, ref=ref))
             return
         except HubError as exc:  # empty or too long
-            await reply.send(ErrorFrame(code="refused", message=str(exc), ref=frame.ref))
+            await reply.send(ErrorFrame(code="refused", message=str(exc), ref=ref))
             return
-        answered = QuestionAnswered(request_id=frame.request_id, answer=frame.answer)
+        answered = QuestionAnswered(request_id=request_id, answer=answer)
         await self._rooms.broadcast(source, answered)

@@ -16,6 +16,7 @@ from bot.platform.cards import (
     decide,
     is_live,
     outcome_line,
+    question_answered,
     reply_target,
 )
 from engine.approval.broker import SHORT_BYPASS_SECONDS, BypassRequest
@@ -157,3 +158,11 @@ def test_what_a_message_answers() -> None:
     )
     windows.close(1)
     assert 1 not in windows
+
+
+def test_a_plain_message_answers_the_newest_open_question_and_a_command_none() -> None:
+    """The rule every platform shares (the web chat applies it to the open questions
+    themselves, Telegram to its shown cards through ``reply_target``)."""
+    assert question_answered([7, 9], is_command=False) == 9
+    assert question_answered([7, 9], is_command=True) is None
+    assert question_answered([], is_command=False) is None
