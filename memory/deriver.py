@@ -8,7 +8,8 @@ mark **in one transaction**. The model calls happen before it, outside any trans
 so a process killed at any moment loses or doubles nothing: the batch is read again.
 
 A model error or an answer that is not the JSON asked for counts a failure on the mark
-(retried next round); after ``max_failures`` the batch is skipped, so one bad batch never
+(retried next round; ``memory/marks.py``, shared with the embedder); after ``max_failures``
+the batch is skipped, so one bad batch never
 stops a session. A bad operation (unknown, a fact ``clean_fact`` refuses, an id that is
 not the speaker's) is logged and left out; the others are applied.
 """
@@ -32,8 +33,6 @@ from engine.store import (
     chat_history,
     chat_sessions,
     chat_sessions_stack,
-    insert_for,
-    utcnow,
 )
 from memory.facts import (
     Fact,
@@ -46,6 +45,7 @@ from memory.facts import (
     list_in,
     update_in,
 )
+from memory.marks import Marks
 from memory.optouts import opted_out_in
 from memory.tables import memory_derive_marks
 from memory.users import BatchSpeakers, identity_of, is_personal
@@ -53,6 +53,9 @@ from memory.users import BatchSpeakers, identity_of, is_personal
 __all__ = ["SYSTEM_PROMPT", "BadOutput", "Deriver", "DeriverLimits", "parse_operations"]
 
 log = logging.getLogger(__name__)
+
+#: Per session, how far its messages were read for facts (``memory/marks.py``).
+DERIVE_MARKS = Marks(memory_derive_marks, "session_id", "last_message_id")
 
 DERIVED_ROLES = ("user", "assistant")
 
@@ -200,7 +203,9 @@ class Deriver:
                 return changed, True
 
     async def _failed(self, session_id: int, batch: _Batch) -> None:
-        skipped = await self._db.run(_count_failure, session_id, batch, self.limits.max_failures)
+        skipped = await self._db.run(
+            DERIVE_MARKS.fail, session_id, batch.mark, batch.last_id, self.limits.max_failures
+        )
         if skipped:
             log.error(
                 "memory: skipped messages %d-%d of session %d after %d failed derivations",
@@ -367,19 +372,10 @@ def _read_batch(
     ).scalar()
     if source is None:
         return None
-    marks = memory_derive_marks
-    # The row exists from here on, so the apply moves it with a compare-and-set.
-    conn.execute(
-        insert_for(conn.dialect.name, marks)
-        .values(session_id=session_id, last_message_id=0, failures=0, updated_at=utcnow())
-        .on_conflict_do_nothing()
-    )
-    mark = conn.execute(
-        sa.select(marks.c.last_message_id, marks.c.failures).where(marks.c.session_id == session_id)
-    ).one()
+    mark = DERIVE_MARKS.read(conn, session_id)
     rows = conn.execute(
         _eligible(session_id)
-        .where(chat_history.c.id > mark.last_message_id)
+        .where(chat_history.c.id > mark.at)
         .order_by(chat_history.c.id)
         .limit(limits.batch_messages)
     ).all()
@@ -401,8 +397,8 @@ def _read_batch(
         )
     batch = _Batch(
         source=source,
-        mark=int(mark.last_message_id),
-        failures=int(mark.failures),
+        mark=mark.at,
+        failures=mark.failures,
         first_id=int(rows[0].id),
         last_id=int(rows[-1].id),
         messages=messages,
@@ -428,17 +424,6 @@ def _facts_in_scope(conn: Connection, user_id: int, source: str, cap: int) -> li
     return facts[-cap:] if cap > 0 else []
 
 
-def _move_mark(conn: Connection, session_id: int, batch: _Batch) -> bool:
-    """Mark ``batch`` read, if nobody else did meanwhile (another process)."""
-    marks = memory_derive_marks
-    moved = conn.execute(
-        marks.update()
-        .where(marks.c.session_id == session_id, marks.c.last_message_id == batch.mark)
-        .values(last_message_id=batch.last_id, failures=0, updated_at=utcnow())
-    )
-    return bool(moved.rowcount)
-
-
 def _apply(
     conn: Connection,
     session_id: int,
@@ -446,7 +431,7 @@ def _apply(
     ops: dict[int, list[_Op]],
     limits: FactLimits,
 ) -> tuple[int, set[int]]:
-    if not _move_mark(conn, session_id, batch):
+    if not DERIVE_MARKS.move(conn, session_id, batch.mark, batch.last_id):
         return 0, set()  # derived by someone else meanwhile: theirs stands
     if opted_out_in(conn, batch.source):
         ops = {}  # memory switched off while the model was asked
@@ -470,26 +455,6 @@ def _apply(
                 log.info("memory: deriver %s of fact %s: gone meanwhile", op.kind, op.fact_id)
     failpoint("deriver_before_commit")
     return changed, touched
-
-
-def _count_failure(conn: Connection, session_id: int, batch: _Batch, max_failures: int) -> bool:
-    """Count a failed attempt at ``batch``; True when that skipped it (mark moved)."""
-    marks = memory_derive_marks
-    row = conn.execute(
-        sa.select(marks.c.failures).where(
-            marks.c.session_id == session_id, marks.c.last_message_id == batch.mark
-        )
-    ).first()
-    if row is None:
-        return False  # the mark moved meanwhile
-    if int(row.failures) + 1 >= max_failures:
-        return _move_mark(conn, session_id, batch)
-    conn.execute(
-        marks.update()
-        .where(marks.c.session_id == session_id, marks.c.last_message_id == batch.mark)
-        .values(failures=marks.c.failures + 1, updated_at=utcnow())
-    )
-    return False
 
 
 def _sessions_behind(conn: Connection) -> list[int]:

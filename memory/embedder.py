@@ -17,14 +17,18 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from engine.store import Database, insert_for, utcnow
+from engine.store import Database
 from memory.embeddings import EmbeddingClient, EmbeddingError
+from memory.marks import Marks
 from memory.tables import memory_documents, memory_embed_marks
 from memory.vectors import Vectors
 
 __all__ = ["Embedder", "EmbedderLimits"]
 
 log = logging.getLogger(__name__)
+
+#: Per embedding model, how far documents were embedded (``memory/marks.py``).
+EMBED_MARKS = Marks(memory_embed_marks, "model", "last_document_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +83,9 @@ class Embedder:
 
     async def _failed(self, batch: _Batch, exc: EmbeddingError) -> None:
         limit = self.limits.max_failures
-        skipped = await self._db.run(_count_failure, self._client.model, batch, limit)
+        skipped = await self._db.run(
+            EMBED_MARKS.fail, self._client.model, batch.after, batch.last_id, limit
+        )
         if skipped:
             log.error(
                 "memory: embedding documents %d..%d failed %d times (%s); they are found by "
@@ -92,31 +98,14 @@ class Embedder:
 
 
 def _read_batch(conn: Connection, model: str, size: int) -> _Batch | None:
-    marks, d = memory_embed_marks, memory_documents
-    conn.execute(
-        insert_for(conn.dialect.name, marks)
-        .values(model=model, last_document_id=0, failures=0, updated_at=utcnow())
-        .on_conflict_do_nothing(index_elements=[marks.c.model])
-    )
-    after = int(
-        conn.execute(sa.select(marks.c.last_document_id).where(marks.c.model == model)).scalar_one()
-    )
+    after = EMBED_MARKS.read(conn, model).at
+    d = memory_documents
     rows = conn.execute(
         sa.select(d.c.id, d.c.source, d.c.body).where(d.c.id > after).order_by(d.c.id).limit(size)
     ).all()
     if not rows:
         return None
     return _Batch(after, [(int(r.id), r.source, r.body) for r in rows])
-
-
-def _move_mark(conn: Connection, model: str, batch: _Batch) -> bool:
-    marks = memory_embed_marks
-    moved = conn.execute(
-        marks.update()
-        .where(marks.c.model == model, marks.c.last_document_id == batch.after)
-        .values(last_document_id=batch.last_id, failures=0, updated_at=utcnow())
-    )
-    return bool(moved.rowcount)
 
 
 def _store(
@@ -126,7 +115,7 @@ def _store(
     batch: _Batch,
     rows: list[tuple[int, str, list[float]]],
 ) -> bool:
-    if not _move_mark(conn, model, batch):
+    if not EMBED_MARKS.move(conn, model, batch.after, batch.last_id):
         return False  # another process stored this batch meanwhile
     # A document deleted while its batch was away (``/forget_me``) gets no vector.
     ids = [doc_id for doc_id, _, _ in rows]
@@ -137,23 +126,3 @@ def _store(
     )
     vectors.write(conn, model, [row for row in rows if row[0] in present])
     return True
-
-
-def _count_failure(conn: Connection, model: str, batch: _Batch, max_failures: int) -> bool:
-    """Count a failed attempt at ``batch``; past ``max_failures``, skip it (True)."""
-    marks = memory_embed_marks
-    failures = conn.execute(
-        sa.select(marks.c.failures).where(
-            marks.c.model == model, marks.c.last_document_id == batch.after
-        )
-    ).scalar()
-    if failures is None:
-        return False  # the mark moved meanwhile
-    if int(failures) + 1 >= max_failures:
-        return _move_mark(conn, model, batch)
-    conn.execute(
-        marks.update()
-        .where(marks.c.model == model, marks.c.last_document_id == batch.after)
-        .values(failures=marks.c.failures + 1, updated_at=utcnow())
-    )
-    return False
