@@ -8,6 +8,12 @@ own files while one message travels:
 - an approval tap: from the ✅ ``callback_query`` leaving the fake until it is answered
   (``answerCallbackQuery``) and the decision reached the engine.
 
+A file counts when one of its functions is called, not when a coroutine of it is taken up
+again after an await (the profiler reports both as a call: the lane and the adapter
+awaiting a tap's handler would count at every step of it). Besides, the message's own work
+is told apart: its task from the first entry of the platform's code on, the tasks it
+starts and the database thread's units, not the next long poll or a timer meanwhile.
+
 It prints the files in the order they were first entered, their layer, how often the
 path crossed between ``bot/`` and ``engine/``, and the count (issue 33's bar: a reply at
 most 20 files, a tap at most 6, reading the hub's turn and the tap as the route a
@@ -19,6 +25,9 @@ front end walks; the engine's own turn is listed apart).
 from __future__ import annotations
 
 import asyncio
+import dis
+import functools
+import inspect
 import itertools
 import sys
 import tempfile
@@ -26,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,6 +71,24 @@ ENGINE_TURN = (
     "engine/agents/",
     "engine/config.py",
 )
+
+
+#: Code objects of coroutines and generators: a "call" of one is also its resumption.
+_SUSPENDABLE = inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
+
+
+@functools.cache
+def _start_offset(code: CodeType) -> int:
+    """Where a fresh frame of ``code`` starts running (its first ``RESUME``)."""
+    return next((i.offset for i in dis.get_instructions(code) if i.opname == "RESUME"), 0)
+
+
+def resumed(frame: FrameType) -> bool:
+    """A coroutine or generator taken up again after an await or a yield, not entered:
+    the profiler reports both as a call, and the awaiting chain (the lane, the adapter)
+    would count as entered at every step the message's work takes."""
+    code = frame.f_code
+    return bool(code.co_flags & _SUSPENDABLE) and frame.f_lasti > _start_offset(code)
 
 
 class Entered:
@@ -108,7 +135,7 @@ class Entered:
         return False
 
     def profile(self, frame: FrameType, event: str, _arg: Any) -> None:
-        if not self.recording or event != "call":
+        if not self.recording or event != "call" or resumed(frame):
             return
         path = frame.f_code.co_filename
         if not path.startswith(str(ROOT)) or "/.venv/" in path or "/tests/" in path:
