@@ -16,14 +16,13 @@ from collections.abc import Awaitable, Callable
 from engine.core import Engine
 from engine.hub.adapters import AdapterRegistry
 from engine.hub.bridge import TurnBridge
-from engine.hub.fleet import FleetWork
 from engine.hub.home import HomeSource
+from engine.hub.placement import Placement
 from engine.hub.protocols import MonotonicClock
 from engine.hub.sources import SourceRegistry, SourceState
 from engine.hub.tasks import BackgroundTasks
 from engine.hub.types import Notification
 from engine.session.outcomes import Final
-from engine.store.fencing import fenced
 
 __all__ = ["BackgroundDelivery"]
 
@@ -33,7 +32,7 @@ log = logging.getLogger(__name__)
 class BackgroundDelivery:
     """Delivers notification batches to their targets (or home) and injects tool results."""
 
-    __slots__ = ("_adapters", "_clock", "_engine", "_fleet", "_home", "_sources", "_tasks")
+    __slots__ = ("_adapters", "_clock", "_engine", "_home", "_placement", "_sources", "_tasks")
 
     def __init__(
         self,
@@ -42,6 +41,7 @@ class BackgroundDelivery:
         adapters: AdapterRegistry,
         home: HomeSource,
         tasks: BackgroundTasks,
+        placement: Placement,
         clock: MonotonicClock,
     ) -> None:
         self._engine = engine
@@ -49,12 +49,8 @@ class BackgroundDelivery:
         self._adapters = adapters
         self._home = home
         self._tasks = tasks
+        self._placement = placement
         self._clock = clock
-        self._fleet: FleetWork | None = None
-
-    def join_fleet(self, fleet: FleetWork) -> None:
-        """Deliver into a chat only while holding its lease, behind its fence."""
-        self._fleet = fleet
 
     async def deliver(self, batch: list[Notification]) -> None:
         """Group a batch by target (unknown targets go home) and deliver each group."""
@@ -78,16 +74,9 @@ class BackgroundDelivery:
             self._tasks.spawn(self._deliver_to(state, items))
 
     async def _deliver_to(self, state: SourceState, items: list[Notification]) -> None:
-        if self._fleet is not None:  # the chat's owner may be another process: wait for it
-            fence = await self._fleet.hold(state.name)
-            state = await self._sources.state(state.name)
-            with fenced(fence):
-                await self._deliver_here(state, items)
-            # No consumer ran here, so nothing else lets the chat go: the next result
-            # fired in another process would wait for it until this one dies.
-            await self._fleet.idle(state)
-            return
-        await self._deliver_here(state, items)
+        # In a fleet the chat's owner may be another process: it waits for it.
+        async with self._placement.holding(state.name):
+            await self._deliver_here(await self._sources.state(state.name), items)
 
     async def _deliver_here(self, state: SourceState, items: list[Notification]) -> None:
         handler = await self._sources.handler(state)
@@ -129,12 +118,11 @@ class BackgroundDelivery:
         go to the session's source when that source still talks to it (else nowhere)."""
         sessions = self._engine.store.sessions
         session = await sessions.get(session_id)
-        if self._fleet is not None and session is not None:
-            with fenced(await self._fleet.hold(session.source)):
-                await self._inject_here(session_id, tool_name, payload, reasoning, on_stored)
-            await self._fleet.idle(await self._sources.state(session.source))
+        if session is None:  # no chat to hold: the engine says the session is unknown
+            await self._inject_here(session_id, tool_name, payload, reasoning, on_stored)
             return
-        await self._inject_here(session_id, tool_name, payload, reasoning, on_stored)
+        async with self._placement.holding(session.source):
+            await self._inject_here(session_id, tool_name, payload, reasoning, on_stored)
 
     async def _inject_here(
         self,

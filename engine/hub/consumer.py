@@ -10,38 +10,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Coroutine
-from typing import Any, Protocol
+from collections.abc import Coroutine
+from typing import Any
 
 from engine.config import HubConfig
 from engine.hub.adapters import AdapterRegistry
 from engine.hub.failures import CRASH_NOTICE, FailedTurns
 from engine.hub.inbox import Unit, settle
+from engine.hub.placement import Placement
 from engine.hub.protocols import MonotonicClock, Publish, Sleep
 from engine.hub.sources import SourceRegistry, SourceState
 from engine.session.outcomes import TurnResult
 from engine.store.db import Database
-from engine.store.fencing import Fence, Fenced, fenced
+from engine.store.fencing import Fenced, fenced
 
-__all__ = ["FleetSeat", "InboxConsumer"]
+__all__ = ["InboxConsumer"]
 
 log = logging.getLogger(__name__)
-
-
-def _never_ours(_conn: Any) -> None:
-    raise Fenced("this process does not hold the source's lease")
-
-
-class FleetSeat(Protocol):
-    """What the consumer asks of the fleet (``engine/hub/fleet.py``) when there is one."""
-
-    def owns(self, source: str) -> bool: ...
-
-    def fence(self, source: str) -> Fence | None: ...
-
-    def idle(self, state: SourceState) -> Awaitable[None]: ...
-
-    def cut(self, state: SourceState) -> Awaitable[bool]: ...
 
 
 class InboxConsumer:
@@ -54,7 +39,7 @@ class InboxConsumer:
         "_config",
         "_db",
         "_failed",
-        "_fleet",
+        "_placement",
         "_publish",
         "_sleep",
         "_sources",
@@ -65,6 +50,7 @@ class InboxConsumer:
         sources: SourceRegistry,
         adapters: AdapterRegistry,
         failed: FailedTurns,
+        placement: Placement,
         db: Database,
         publish: Publish,
         config: HubConfig,
@@ -74,17 +60,13 @@ class InboxConsumer:
         self._sources = sources
         self._adapters = adapters
         self._failed = failed
+        self._placement = placement
         self._db = db
         self._publish = publish
         self._config = config
         self._clock = clock
         self._sleep = sleep
         self._closing = False
-        self._fleet: FleetSeat | None = None
-
-    def join_fleet(self, fleet: FleetSeat) -> None:
-        """Run each turn behind its source's lease, and only while the source is ours."""
-        self._fleet = fleet
 
     def stop(self) -> None:
         """The hub is closing: no new consumers, and a cancelled turn ends its consumer too
@@ -114,37 +96,33 @@ class InboxConsumer:
     async def _consume(self, state: SourceState) -> None:
         """The source's only consumer: one turn at a time, in arrival order."""
         try:
-            # In a fleet a turn may have been cut by another process (or by this one, while
-            # its lease was lost): resume it before a new turn would drop its message.
-            if state.resume_first or (self._fleet is not None and await self._fleet.cut(state)):
-                state.resume_first = False
-                await self._run_turn(state, None, self.resume(state))
-            if self._config.debounce_s > 0:
-                await self._sleep(self._config.debounce_s)  # take a burst as one queue
-            while (unit := state.inbox.take()) is not None:
-                if self._fleet is not None and not self._fleet.owns(state.name):
-                    state.inbox.clear()  # the source is another process's now (rows stay)
-                    break
-                await self._dispatch(state, unit)
+            await self._work(state)
         finally:
             state.consumer = None
             state.last_active = self._clock()
             if len(state.inbox) and not self._closing:
                 self.ensure(state)  # pushed while this one was finishing
-            elif self._fleet is not None and not self._closing:
-                state.consumer = asyncio.create_task(
-                    self._fleet_idle(state), name=f"hub:{state.name}:idle"
-                )
 
-    async def _fleet_idle(self, state: SourceState) -> None:
-        assert self._fleet is not None
-        try:
-            await self._fleet.idle(state)
-        finally:
-            if state.consumer is asyncio.current_task():
-                state.consumer = None
-                if len(state.inbox) and not self._closing:
-                    self.ensure(state)
+    async def _work(self, state: SourceState) -> None:
+        # A turn may have been cut by another process of a fleet (or by this one, while
+        # its lease was lost): resume it before a new turn would drop its message.
+        if state.resume_first or await self._placement.cut(state):
+            state.resume_first = False
+            await self._run_turn(state, None, self.resume(state))
+        if self._config.debounce_s > 0:
+            await self._sleep(self._config.debounce_s)  # take a burst as one queue
+        while True:
+            try:
+                while (unit := state.inbox.take()) is not None:
+                    if not self._placement.owns(state.name):
+                        state.inbox.clear()  # the source runs elsewhere now (rows stay)
+                        break
+                    await self._dispatch(state, unit)
+            finally:
+                if not self._closing:  # a fleet lets the source go, unless a row came in
+                    await self._placement.idle(state)
+            if not len(state.inbox):
+                return
 
     async def _dispatch(self, state: SourceState, unit: Unit) -> None:
         handler = await self._sources.handler(state)
@@ -179,10 +157,8 @@ class InboxConsumer:
         self, state: SourceState, unit: Unit | None, turn: Coroutine[Any, Any, Any]
     ) -> None:
         """Run a turn in its own task: whatever it raises, the consumer goes on."""
-        fence = None
-        if self._fleet is not None:  # every transaction of the turn checks the lease first
-            fence = self._fleet.fence(state.name) or _never_ours
-        with fenced(fence):
+        # In a fleet every transaction of the turn checks the lease first.
+        with fenced(self._placement.turn_fence(state.name)):
             task = asyncio.create_task(turn)
         state.turn = task
         session_id = state.session_id  # a /clear during the turn moves the source on

@@ -6,7 +6,7 @@ from engine.approval.deciders import Decider
 from engine.config import HubConfig
 from engine.core import Decided, Engine
 from engine.hub.adapters import AdapterRegistry
-from engine.hub.fleet import FleetWork
+from engine.hub.placement import Placement
 from engine.hub.protocols import Publish, StandingGrant
 from engine.hub.sources import SourceRegistry
 from engine.hub.types import Choice, DecisionMade, SendOptions, check_text, validate_source
@@ -28,7 +28,7 @@ class Decisions:
         "_adapters",
         "_config",
         "_engine",
-        "_fleet",
+        "_placement",
         "_publish",
         "_sources",
         "standing_grant",
@@ -39,20 +39,17 @@ class Decisions:
         engine: Engine,
         sources: SourceRegistry,
         adapters: AdapterRegistry,
+        placement: Placement,
         publish: Publish,
         config: HubConfig,
     ) -> None:
         self._engine = engine
+        self._placement = placement
         self._sources = sources
         self._adapters = adapters
         self._publish = publish
         self._config = config
-        self._fleet: FleetWork | None = None
         self.standing_grant: StandingGrant | None = None
-
-    def join_fleet(self, fleet: FleetWork) -> None:
-        """A decision whose turn is not live here resumes where its source is owned."""
-        self._fleet = fleet
 
     async def decide(
         self,
@@ -72,7 +69,9 @@ class Decisions:
         state = await self._sources.state(chat)
         foreign = await self._asked_here_for(chat, state.session_id, tool_call_id)
         bridge = self._adapters.bridge(chat, state.session_id)
-        resume = self._fleet is None and foreign is None
+        # One process resumes the chat's turn in place; a fleet where the chat runs; a
+        # job's run, when its run is taken again.
+        resume = self._placement.resumes_in_place and foreign is None
         if choice.approved:
             standing = foreign is not None and choice.bypass is not None
             standing = standing and choice.bypass.seconds is None  # type: ignore[union-attr]
@@ -137,12 +136,8 @@ class Decisions:
     ) -> None:
         """A decision no turn here waited for reaches the process whose turn waits (a fleet),
         or is read when that turn resumes (a job's run: when its run is taken again)."""
-        if self._fleet is None or decided.resolution.live:
-            return
-        if foreign is not None:
-            await self._fleet.decided_anywhere(source, tool_call_id)
-        else:
-            await self._fleet.decided(source, tool_call_id)
+        if not decided.resolution.live:
+            await self._placement.decided(source, tool_call_id, in_chat=foreign is None)
 
     async def answer(self, request_id: int, answer: str, *, source: str | None) -> Decided:
         chat = validate_source(source) if source is not None else await self.chat_of(request_id)
@@ -157,8 +152,8 @@ class Decisions:
             session_id=state.session_id,
             emit=bridge,
             records=bridge,
-            resume=self._fleet is None,
+            resume=self._placement.resumes_in_place,
         )
-        if self._fleet is not None and not decided.resolution.live:
-            await self._fleet.decided(chat, request_id)  # its turn waits elsewhere, or none
+        if not decided.resolution.live:  # its turn waits elsewhere, or none
+            await self._placement.decided(chat, request_id, in_chat=True)
         return decided

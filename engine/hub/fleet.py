@@ -24,21 +24,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.core import Engine
-from engine.hub.consumer import InboxConsumer
 from engine.hub.inbox import queue_message
 from engine.hub.ownership import SOURCE_LEASE_PREFIX, SourceOwnership, pick
+from engine.hub.placement import Start, StopHere
 from engine.hub.protocols import Sleep
 from engine.hub.relay import EventRelay
 from engine.hub.sources import SourceRegistry, SourceState
 from engine.hub.types import SendOptions
-from engine.store.fencing import Fence
+from engine.store.fencing import Fence, Fenced, fenced
 from engine.store.leases import live_leases
 from engine.store.notify import Notice, Notifier, Resync
 from engine.store.schema import queued_messages, sources
@@ -52,14 +52,25 @@ STOP_CHANNEL = "chathub_stop"
 DECISION_CHANNEL = "chathub_decision"
 
 
+def _never_ours(_conn: Any) -> None:
+    raise Fenced("this process does not hold the source's lease")
+
+
+def _not_started(state: SourceState) -> None:
+    raise RuntimeError(f"the fleet's work for {state.name} came before the hub started")
+
+
 class FleetWork:
-    """Claims, pulls, scans and lets go of sources (see the module's docstring)."""
+    """The fleet's ``Placement``: claims, pulls, scans and lets go of sources (see the
+    module's docstring)."""
+
+    #: A decision resumes its turn where the source runs (``decided``), not in place.
+    resumes_in_place = False
 
     def __init__(
         self,
         engine: Engine,
         sources: SourceRegistry,
-        consumer: InboxConsumer,
         ownership: SourceOwnership,
         notifier: Notifier | None,
         sleep: Sleep,
@@ -67,7 +78,8 @@ class FleetWork:
     ) -> None:
         self._engine = engine
         self._sources = sources
-        self._consumer = consumer
+        self._start: Start = _not_started  # the hub's, from ``start`` on
+        self._running: asyncio.Task[None] | None = None
         self.ownership = ownership
         self._notifier = notifier
         self._sleep = sleep
@@ -87,6 +99,10 @@ class FleetWork:
     def fence(self, source: str) -> Fence | None:
         return self.ownership.fence(source)
 
+    def turn_fence(self, source: str) -> Fence:
+        """The lease's fence: a turn's every transaction fails once the lease is gone."""
+        return self.ownership.fence(source) or _never_ours
+
     async def cut(self, state: SourceState) -> bool:
         """Whether the source's session was left mid-turn (by any process)."""
         return bool(await self._engine.store.sessions.interrupted(state.session_id))
@@ -99,9 +115,12 @@ class FleetWork:
         text: str,
         options: SendOptions,
         also: Callable[[Connection], None] | None,
+        redelivered_if_lost: bool = False,
+        start: Start | None = None,
     ) -> int:
-        """Queue a message; run it here if the source is ours (claimed now when free), else
-        tell its owner. The queue row's id."""
+        """Queue a message, a row always (another process may be the one to run it); run it
+        here if the source is ours (claimed now when free), else tell its owner. The queue
+        row's id."""
         owned = self.ownership.owns(source)
         chosen = None if owned else pick(source, self.ownership.members)
         if not owned and chosen == self.ownership.owner:
@@ -113,7 +132,7 @@ class FleetWork:
         if owned and self.ownership.owns(source):
             # Through the queue, not straight into the inbox: rows other processes queued
             # for this source before it became ours come first (the chat's order).
-            await self.pull(source)
+            await self.pull(source, start)
         else:  # its owner, or the member it goes to, pulls it (any scan, if nobody does)
             await self._tell(WORK_CHANNEL, source, to=chosen)
         return row.id
@@ -139,6 +158,24 @@ class FleetWork:
                 state.resume_first = True
         return True
 
+    async def stop(self, source: str, stop_here: StopHere) -> int:
+        """The rows are everyone's and the turn may run elsewhere: both go."""
+        dropped = await self._engine.store.queue.drop(source)
+        await self.stop_elsewhere(source)
+        state = self._sources.get(source)
+        if state is not None:
+            dropped = max(dropped, len(await stop_here(state)))
+        return dropped
+
+    @contextlib.asynccontextmanager
+    async def holding(self, source: str) -> AsyncIterator[None]:
+        """Held (waiting for its owner to let it go, or die) and behind its fence; let go
+        after, as no consumer ran here to do it (the next result fired in another
+        process would wait for it until this one dies)."""
+        with fenced(await self.hold(source)):
+            yield
+        await self.idle(await self._sources.state(source))
+
     async def hold(self, source: str) -> Fence:
         """Wait until ``source`` is ours (its owner lets it go when idle, or dies); its
         fence. For work that reaches a chat from outside its queue (cron results,
@@ -149,9 +186,10 @@ class FleetWork:
         assert fence is not None
         return fence
 
-    async def pull(self, source: str) -> int:
+    async def pull(self, source: str, start: Start | None = None) -> int:
         """Take ``source``'s queued rows not seen here into its inbox, if the source is
-        ours (claimed now when free); how many."""
+        ours (claimed now when free); how many. ``start``: the consumer's, when the caller
+        has it (a message accepted here, before the hub's start gave it)."""
         if not await self.claim(source):
             return 0
         state = await self._sources.state(source)
@@ -170,18 +208,22 @@ class FleetWork:
         # A row no longer pending was consumed: it cannot come back, so it need not be kept.
         state.inbox.seen &= {row.id for row in rows}
         if pulled:
-            self._consumer.ensure(state)
+            (start or self._start)(state)
         return pulled
 
-    async def decided(self, source: str, tool_call_id: int) -> None:
+    async def decided(self, source: str, tool_call_id: int, *, in_chat: bool = True) -> None:
         """A decision recorded here for a call whose turn does not wait in this process:
         resume the turn here if the source is ours (claimed now when free), else tell
-        its owner, whose waiting turn then reads the decision."""
+        its owner, whose waiting turn then reads the decision. A call of a session no
+        chat owns (``in_chat`` off) wakes whichever process waits for it."""
+        if not in_chat:
+            await self.decided_anywhere(source, tool_call_id)
+            return
         if await self.claim(source):
             state = await self._sources.state(source)
             if not state.is_processing:
                 state.resume_first = True
-                self._consumer.ensure(state)
+                self._start(state)
             return
         await self._tell(DECISION_CHANNEL, source, call=tool_call_id)
 
@@ -243,7 +285,7 @@ class FleetWork:
             taken += 1
             state = await self._sources.state(source)  # claim set it to resume, if cut
             if await self.pull(source) == 0 and state.resume_first:
-                self._consumer.ensure(state)
+                self._start(state)
             elif state.is_idle:
                 await self.ownership.release(source)  # it was only a stale row
         if taken:
@@ -252,6 +294,13 @@ class FleetWork:
         return taken
 
     # -- running -----------------------------------------------------------------------------
+
+    async def start(self, start: Start) -> None:
+        """Join, take what nobody holds, then scan and listen (``run``) until closed."""
+        self._start = start
+        await self.join()
+        await self.scan()
+        self._running = asyncio.create_task(self.run(), name="fleet:run")
 
     async def join(self) -> None:
         """Become a member and start renewing (the hub's start, before its first scan: a
@@ -280,6 +329,10 @@ class FleetWork:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
     async def close(self) -> None:
+        if self._running is not None:
+            self._running.cancel()
+            await asyncio.gather(self._running, return_exceptions=True)
+            self._running = None
         if self._relay is not None:
             await self._relay.close()  # the stopped turns' last events go out first
         if self._keeping is not None:

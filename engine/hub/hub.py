@@ -36,6 +36,7 @@ from engine.hub.home import HomeSource
 from engine.hub.intake import MessageIntake
 from engine.hub.notifications import NotificationBatcher
 from engine.hub.ownership import FleetConfig, SourceOwnership
+from engine.hub.placement import LocalPlacement, Placement
 from engine.hub.protocols import (
     AnswerHook,
     FailureHook,
@@ -93,28 +94,42 @@ class ChatHub:
         self._adapters = AdapterRegistry(publish)
         self._sources = SourceRegistry(engine, clock)
         failed = FailedTurns(store, self._adapters)
-        self._consumer = InboxConsumer(
-            self._sources, self._adapters, failed, store.db, publish, config, clock, sleep
-        )
-        self._intake = MessageIntake(store, self._sources, self._consumer, publish, config)
-        self._recovery = Recovery(engine, self._sources, self._consumer, recover_prefix)
-        self._background = BackgroundDelivery(
-            engine, self._sources, self._adapters, self._home, self._tasks, clock
-        )
-        self._batcher = NotificationBatcher(self._background.deliver, config.notify_window_s, sleep)
-        self._decisions = Decisions(engine, self._sources, self._adapters, publish, config)
-        self._controls = SessionControls(engine, self._sources)
         #: In a fleet: the sources this process works, and how work moves between processes.
         self.fleet: FleetWork | None = None
+        # Where each source's work runs: the role is chosen here, once; every collaborator
+        # makes the same calls on either.
+        self.placement: Placement
         if fleet is not None:
             ownership = SourceOwnership(Leases(store.db), fleet, sleep=sleep)
-            self.fleet = FleetWork(
-                engine, self._sources, self._consumer, ownership, notifier, sleep, self.relay
+            self.fleet = self.placement = FleetWork(
+                engine, self._sources, ownership, notifier, sleep, self.relay
             )
-            self._consumer.join_fleet(self.fleet)
-            self._intake.join_fleet(self.fleet)
-            self._decisions.join_fleet(self.fleet)
-            self._background.join_fleet(self.fleet)
+        else:
+            recovery = Recovery(engine, self._sources, recover_prefix)
+            self.placement = LocalPlacement(engine, self._sources, recovery.run)
+        placement = self.placement
+        self._consumer = InboxConsumer(
+            self._sources,
+            self._adapters,
+            failed,
+            placement,
+            store.db,
+            publish,
+            config,
+            clock,
+            sleep,
+        )
+        self._intake = MessageIntake(
+            store, self._sources, self._consumer, placement, publish, config
+        )
+        self._background = BackgroundDelivery(
+            engine, self._sources, self._adapters, self._home, self._tasks, placement, clock
+        )
+        self._batcher = NotificationBatcher(self._background.deliver, config.notify_window_s, sleep)
+        self._decisions = Decisions(
+            engine, self._sources, self._adapters, placement, publish, config
+        )
+        self._controls = SessionControls(engine, self._sources)
         #: Sessions no chat owns (a scheduled job's run) serving a chat's user, asking there.
         self.visiting = Visitors(engine, self._sources, self._adapters, self._decisions)
 
@@ -125,14 +140,9 @@ class ChatHub:
         await self._home.load()
         self._spawn(self._batcher.run())
         self._spawn(self._sources.sweep(self.config.idle_evict_s, self._sleep))
-        if self.fleet is not None:
-            # No start-up recovery of everything: the fleet's scan takes, source by source,
-            # what no live process holds (a dead one's turns and queued messages).
-            await self.fleet.join()
-            await self.fleet.scan()
-            self._spawn(self.fleet.run())
-        else:
-            await self._recovery.run()
+        # One process recovers everything a crash left; a fleet's scan takes, source by
+        # source, what no live process holds (a dead one's turns and queued messages).
+        await self.placement.start(self._consumer.ensure)
 
     async def close(self) -> None:
         """Stop the tasks. Turns in flight stay as they are and are resumed at next start."""
@@ -141,8 +151,7 @@ class ChatHub:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if self.fleet is not None:
-            await self.fleet.close()  # let the sources go: the others take them at once
+        await self.placement.close()  # a fleet lets the sources go: the others take them
         self._events.close()
 
     def register(self, prefix: str, defaults: SourceDefaults) -> None:
@@ -245,7 +254,7 @@ class ChatHub:
         """``is_processing``, or (in a fleet) another process holds the source."""
         if self.is_processing(source):
             return True
-        return self.fleet is not None and await self.fleet.worked_elsewhere(source)
+        return await self.placement.worked_elsewhere(source)
 
     # -- human decisions -----------------------------------------------------------------
 
@@ -291,8 +300,8 @@ class ChatHub:
         """The one door for stopping a session from outside its chat (a job's run, the
         API): its turn ends with its approvals and questions, here or on the process of
         the fleet that runs it. Nothing happens to a session no process runs."""
-        if not self.engine.cancel_session(session_id) and self.fleet is not None:
-            await self.fleet.stop_session(session_id)
+        if not self.engine.cancel_session(session_id):
+            await self.placement.stop_session(session_id)
 
     async def current_session(self, source: str) -> int | None:
         """The session ``source`` talks to now, if it has one (nothing is created)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from engine.core import Engine
-from engine.hub.consumer import InboxConsumer
+from engine.hub.placement import Start
 from engine.hub.sources import SourceRegistry, SourceState
 from engine.hub.types import SendOptions
 
@@ -18,17 +18,15 @@ class Recovery:
     """Interrupted turns first, then the queued messages in order, for the sources with
     ``prefix`` (``chathub chat`` takes only ``console``'s, leaving the chats to the service)."""
 
-    __slots__ = ("_consumer", "_engine", "_prefix", "_sources")
+    __slots__ = ("_engine", "_prefix", "_sources")
 
-    def __init__(
-        self, engine: Engine, sources: SourceRegistry, consumer: InboxConsumer, prefix: str
-    ) -> None:
+    def __init__(self, engine: Engine, sources: SourceRegistry, prefix: str) -> None:
         self._engine = engine
         self._sources = sources
-        self._consumer = consumer
         self._prefix = prefix
 
-    async def run(self) -> None:
+    async def run(self, start: Start) -> None:
+        """``start``: each source with work found gets its consumer."""
         store = self._engine.store
         sources = await store.sessions.all_sources()
         by_session = {session_id: source for source, session_id in sources.items()}
@@ -52,6 +50,6 @@ class Recovery:
             options = SendOptions.from_row(row.is_synthetic, row.metadata, row.options)
             state.inbox.push(row.content, options, row.id)
         for state in touched.values():
-            self._consumer.ensure(state)
+            start(state)
         if touched:
             log.info("recovered %d source(s) with interrupted or queued work", len(touched))
