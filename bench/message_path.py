@@ -249,14 +249,14 @@ async def main() -> int:
                 model.add(text(f"answer {round_}"))
                 sent = len(fake.messages(CHAT))
                 if round_ == 2:
-                    entered.start(origin="bot/telegram/poller.py")
+                    entered.start(origin="bot/telegram/inbound/poller.py")
                 fake.user_message(CHAT, CHAT, f"hello {round_}")
                 await until(lambda n=sent: len(fake.messages(CHAT)) > n)
                 entered.stop()
             reply = report("One plain reply (update to sendMessage)", entered)
             poller_to_send = span(
                 entered.sequence,
-                "bot/telegram/poller.py",
+                "bot/telegram/inbound/poller.py",
                 "bot/telegram/bindings/ptb.py",
                 to_last=True,
             )
@@ -293,7 +293,7 @@ async def main() -> int:
                 assert card is not None
                 answered = len(fake.callback_answers)
                 if round_ == 2:
-                    entered.start(origin="bot/telegram/callbacks.py")
+                    entered.start(origin="bot/telegram/dispatch/callbacks.py")
                 fake.callback(CHAT, CHAT, card[0], card[1])
                 await until(lambda n=answered: len(fake.callback_answers) > n)
                 entered.stop()
@@ -302,14 +302,16 @@ async def main() -> int:
                 )
             tap = report("One approval tap (callback_query to answerCallbackQuery)", entered)
             to_broker = span(
-                entered.sequence, "bot/telegram/callbacks.py", "engine/approval/broker.py"
+                entered.sequence, "bot/telegram/dispatch/callbacks.py", "engine/approval/broker.py"
             )
             print(
                 f"  from the platform's callback to the broker: {len(to_broker)} files "
                 f"({', '.join(to_broker)})"
             )
             tap_path = span(
-                entered.causal_sequence, "bot/telegram/callbacks.py", "engine/approval/broker.py"
+                entered.causal_sequence,
+                "bot/telegram/dispatch/callbacks.py",
+                "engine/approval/broker.py",
             )
             print(
                 f"  the tap's own work, callback to broker: {len(tap_path)} files "

@@ -39,13 +39,13 @@ from bot.fleet.single_sqlite import ServeLock, hold_serve_lock
 from bot.schema import LAYERS
 from bot.settings import service_settings
 from bot.telegram.adapter import TelegramAdapter
-from bot.telegram.api import BotApi
 from bot.telegram.config import TelegramConfig
-from bot.telegram.delivery import TelegramClient, telegram_pacing
-from bot.telegram.health import TelegramHealth
-from bot.telegram.jobs import JobsPanel
-from bot.telegram.poller import Poller
-from bot.telegram.retrying import StartupRefused
+from bot.telegram.dispatch.jobs import JobsPanel
+from bot.telegram.inbound.poller import Poller
+from bot.telegram.sending.api import BotApi
+from bot.telegram.sending.delivery import TelegramClient, telegram_pacing
+from bot.telegram.sending.health import TelegramHealth
+from bot.telegram.sending.retrying import StartupRefused
 from bot.telegram.startup import HeldUpdates, TelegramStartup
 from bot.telegram.store import TelegramStore
 from engine.config import AppConfig

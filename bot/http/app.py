@@ -29,7 +29,7 @@ from bot.http.models import (
     read_body,
 )
 from bot.http.web import WebInbox
-from bot.telegram.poller import UpdateSink
+from bot.telegram.inbound.poller import UpdateSink
 from bot.telegram.store import TelegramStore
 from scheduler.events import EventStore
 

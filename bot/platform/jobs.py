@@ -1,7 +1,7 @@
 """``/jobs``: a chat's scheduled jobs, and pausing, resuming or deleting one of them.
 
 The words and what an action does are the same everywhere; Telegram adds a pause/resume
-and a delete button per job (``bot/telegram/jobs.py``).
+and a delete button per job (``bot/telegram/dispatch/jobs.py``).
 """
 
 from __future__ import annotations

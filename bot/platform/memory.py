@@ -1,7 +1,7 @@
 """``/search``, ``/memory`` and ``/forget_me``: long-term memory, in the same words everywhere.
 
 What a command finds and does is here; Telegram adds a 🗑 button per fact and a
-confirmation button for ``/forget_me`` (``bot/telegram/memory.py``); the web chat and the
+confirmation button for ``/forget_me`` (``bot/telegram/dispatch/memory.py``); the web chat and the
 terminal use the text commands from ``memory_commands`` (``/forget_me yes`` confirms).
 ``memory`` is ``None`` when ``MEMORY_ENABLED=false``: every command then says so.
 

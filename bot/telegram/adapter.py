@@ -20,23 +20,23 @@ from bot.delivery import Outbound
 from bot.platform.access import Access
 from bot.platform.outbox import Outbox
 from bot.platform.tasks import Background, Runtime
-from bot.telegram.access import PairedIds, PairingStore, user_key
-from bot.telegram.api import BotApi, Json
-from bot.telegram.approvals import ApprovalTaps
-from bot.telegram.callbacks import Callbacks
-from bot.telegram.chat_cards import ChatCards
-from bot.telegram.commands import telegram_commands
 from bot.telegram.config import TelegramConfig
-from bot.telegram.delivery import TelegramSender
-from bot.telegram.downloads import Downloads
-from bot.telegram.jobs import JobsPanel
-from bot.telegram.lanes import Lanes
-from bot.telegram.memory import MemoryPanel
-from bot.telegram.messages import BotIdentity, MessageHandler
-from bot.telegram.outgoing import PREFIX, EventRenderer
-from bot.telegram.progress import ChatActivity
+from bot.telegram.dispatch.access import PairedIds, PairingStore, user_key
+from bot.telegram.dispatch.approvals import ApprovalTaps
+from bot.telegram.dispatch.callbacks import Callbacks
+from bot.telegram.dispatch.commands import telegram_commands
+from bot.telegram.dispatch.jobs import JobsPanel
+from bot.telegram.dispatch.memory import MemoryPanel
+from bot.telegram.dispatch.messages import BotIdentity, MessageHandler
+from bot.telegram.inbound.downloads import Downloads
+from bot.telegram.inbound.lanes import Lanes
+from bot.telegram.inbound.updates import Callback, Ignored, Message, chat_key, parse_update
+from bot.telegram.rendering.chat_cards import ChatCards
+from bot.telegram.rendering.outgoing import PREFIX, EventRenderer
+from bot.telegram.rendering.progress import ChatActivity
+from bot.telegram.sending.api import BotApi, Json
+from bot.telegram.sending.delivery import TelegramSender
 from bot.telegram.store import TelegramStore
-from bot.telegram.updates import Callback, Ignored, Message, chat_key, parse_update
 from engine.approval import Decider
 from engine.hub import ChatHub, HubEvent
 from memory.service import MemoryService

@@ -21,10 +21,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from bot.delivery import RETRY_AFTER_MAX_S, Backoff, describe
-from bot.telegram.api import BotApi, Json, NetworkError, RetryAfter, ServerError, TelegramError
-from bot.telegram.health import TelegramHealth
-from bot.telegram.poller import UpdateSink
-from bot.telegram.retrying import STARTUP_BACKOFF, until_ok
+from bot.telegram.inbound.poller import UpdateSink
+from bot.telegram.sending.api import (
+    BotApi,
+    Json,
+    NetworkError,
+    RetryAfter,
+    ServerError,
+    TelegramError,
+)
+from bot.telegram.sending.health import TelegramHealth
+from bot.telegram.sending.retrying import STARTUP_BACKOFF, until_ok
 
 __all__ = ["HeldUpdates", "TelegramStartup"]
 

@@ -1,6 +1,6 @@
 """A conversation's uploaded files, kept in the workspace for the model.
 
-Telegram's shape (``bot/telegram/downloads.py``): a file lands in
+Telegram's shape (``bot/telegram/inbound/downloads.py``): a file lands in
 ``<workspace>/uploads/web/<conversation id>/<random token>_<safe name>`` and a message
 names it by that file name, its id. An id is resolved only inside its own conversation's
 folder, and only when it has the strict form an upload gets, so a message cannot point

@@ -35,7 +35,7 @@ GROUP = "telegram:-100"
 
 
 def said_by(user: str, name: str, message_id: int = 1) -> dict[str, Any]:
-    """The metadata bot/telegram/messages.py stores with a message."""
+    """The metadata bot/telegram/dispatch/messages.py stores with a message."""
     return {"telegram_message_id": message_id, SENDER_KEY: {"id": user, "name": name}}
 
 

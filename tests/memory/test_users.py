@@ -19,7 +19,7 @@ from memory.users import Identity, Users, identity_of, is_personal, resolve_in
 
 
 def sender(user_id: str, name: str | None = None) -> dict[str, object]:
-    """The metadata bot/telegram/messages.py stores with a message."""
+    """The metadata bot/telegram/dispatch/messages.py stores with a message."""
     return {"telegram_message_id": 7, SENDER_KEY: {"id": user_id, "name": name}}
 
 

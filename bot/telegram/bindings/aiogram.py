@@ -36,7 +36,8 @@ from aiogram.types import (
     ReplyParameters,
 )
 
-from bot.telegram.api import (
+from bot.telegram.bindings.answers import error_from_answer
+from bot.telegram.sending.api import (
     ALLOWED_UPDATES,
     BadRequest,
     Forbidden,
@@ -45,8 +46,7 @@ from bot.telegram.api import (
     ServerError,
     TelegramError,
 )
-from bot.telegram.bindings.answers import error_from_answer
-from bot.telegram.errors import NotFound, Unauthorized, retry_after
+from bot.telegram.sending.errors import NotFound, Unauthorized, retry_after
 
 __all__ = ["AiogramBotApi"]
 

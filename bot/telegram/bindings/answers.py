@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bot.telegram.api import BadRequest, Forbidden, ServerError, TelegramError
-from bot.telegram.errors import NotFound, Unauthorized, retry_after
+from bot.telegram.sending.api import BadRequest, Forbidden, ServerError, TelegramError
+from bot.telegram.sending.errors import NotFound, Unauthorized, retry_after
 
 __all__ = ["error_from_answer"]
 

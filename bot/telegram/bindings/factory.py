@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.telegram.api import BotApi
+from bot.telegram.sending.api import BotApi
 
 __all__ = ["LIBRARIES", "make_bot_api"]
 

@@ -20,7 +20,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bot.telegram.api import (
+from bot.telegram.bindings.answers import error_from_answer
+from bot.telegram.bindings.ptb_library import HTTPXRequest, telegram, tg_error
+from bot.telegram.sending.api import (
     ALLOWED_UPDATES,
     BadRequest,
     Forbidden,
@@ -29,9 +31,7 @@ from bot.telegram.api import (
     ServerError,
     TelegramError,
 )
-from bot.telegram.bindings.answers import error_from_answer
-from bot.telegram.bindings.ptb_library import HTTPXRequest, telegram, tg_error
-from bot.telegram.errors import retry_after
+from bot.telegram.sending.errors import retry_after
 from engine.tls import shared_tls_context
 
 __all__ = ["PtbBotApi"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from bot.platform.commands import CommandContext
 from bot.platform.jobs import NO_JOBS, JobAction, JobEntry, Jobs
-from bot.telegram.jobs import JobsPanel, parse_job_callback
+from bot.telegram.dispatch.jobs import JobsPanel, parse_job_callback
 from bot.terminal import terminal_commands
 from scheduler.service import SchedulerError, StopReport
 

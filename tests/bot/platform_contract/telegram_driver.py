@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 
 from bot.serve import Service
-from bot.telegram.cards import format_callback
+from bot.telegram.rendering.cards import format_callback
 from bot.telegram.store import TelegramStore
 from tests.bot.platform_contract.driver import Prompt, StopAsking
 from tests.bot.telegram_contract.conftest import ALICE, eventually, eventually_true, stop, texts

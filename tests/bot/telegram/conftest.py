@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from bot.telegram.api import BotApi
 from bot.telegram.bindings.factory import make_bot_api
+from bot.telegram.sending.api import BotApi
 from tests.fakes.telegram_server import FakeTelegramServer
 
 TOKEN = "123456:TEST-token"

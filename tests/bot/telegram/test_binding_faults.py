@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from bot.delivery.errors import RETRY_AFTER_DEFAULT_S, RETRY_AFTER_MAX_S, RETRY_AFTER_MIN_S
-from bot.telegram.api import BotApi, NetworkError, RetryAfter, ServerError
-from bot.telegram.errors import NotFound, Unauthorized
+from bot.telegram.sending.api import BotApi, NetworkError, RetryAfter, ServerError
+from bot.telegram.sending.errors import NotFound, Unauthorized
 from tests.fakes.telegram_server import OMIT, FakeTelegramServer
 
 TOKEN = "123456:TEST-token"

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.telegram.api import (
+from bot.telegram.bindings.factory import make_bot_api
+from bot.telegram.sending.api import (
     ALLOWED_UPDATES,
     BadRequest,
     BotApi,
@@ -22,7 +23,6 @@ from bot.telegram.api import (
     ServerError,
     is_not_modified,
 )
-from bot.telegram.bindings.factory import make_bot_api
 from tests.fakes.telegram_server import FakeTelegramServer, entity, inline_keyboard
 
 TOKEN = "123456:TEST-token"

@@ -17,12 +17,12 @@ from bot.delivery import Outbound
 from bot.platform.memory import MEMORY_OFF, NOT_YOURS
 from bot.serve import Service
 from bot.telegram.adapter import TelegramAdapter
-from bot.telegram.api import BotApi
 from bot.telegram.bindings.factory import make_bot_api
 from bot.telegram.config import TelegramConfig
-from bot.telegram.delivery import TelegramClient
-from bot.telegram.memory import BAD_BUTTON
-from bot.telegram.poller import Poller
+from bot.telegram.dispatch.memory import BAD_BUTTON
+from bot.telegram.inbound.poller import Poller
+from bot.telegram.sending.api import BotApi
+from bot.telegram.sending.delivery import TelegramClient
 from bot.telegram.store import TelegramStore
 from engine.llm.registry import ModelRegistry
 from memory.profile import HEADING

@@ -17,7 +17,7 @@ import pytest
 
 from bot.platform.cards import EXPIRED
 from bot.platform.failures import SORRY_MESSAGE, SORRY_TAP
-from bot.telegram.cards import format_callback
+from bot.telegram.rendering.cards import format_callback
 from bot.telegram.store import TelegramStore
 from engine.llm.scripted import tool_call
 from tests.bot.junk import JunkTelegramServer, exception_texts

@@ -13,7 +13,7 @@ import json
 
 import httpx
 
-from bot.telegram.cards import format_callback
+from bot.telegram.rendering.cards import format_callback
 from engine.llm.scripted import text, tool_call
 from tests.bot.telegram_contract.conftest import (
     ALICE,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from bot.telegram.cards import format_callback
+from bot.telegram.rendering.cards import format_callback
 from engine.llm.scripted import text, tool_call
 from tests.bot.telegram_contract.conftest import ALICE, OWNER, eventually, find, texts
 

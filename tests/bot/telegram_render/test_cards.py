@@ -1,4 +1,4 @@
-"""bot/telegram/cards.py: approval cards, callback data, questions."""
+"""bot/telegram/rendering/cards.py: approval cards, callback data, questions."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bot.telegram.cards import (
+from bot.telegram.rendering.cards import (
     Card,
     CardAction,
     approval_card,
@@ -16,7 +16,7 @@ from bot.telegram.cards import (
     question_text,
     resolved_card,
 )
-from bot.telegram.render import utf16_len
+from bot.telegram.rendering.render import utf16_len
 from engine.session.events import ApprovalRequired
 from engine.tools.preview import ApprovalPreview
 from tests.bot.telegram_render.test_render import check_entities, utf16_slice

@@ -1,4 +1,4 @@
-"""bot/telegram/render.py: Markdown → Telegram text + entities, split to the size limit."""
+"""bot/telegram/rendering/render.py: Markdown → Telegram text + entities, split to the size limit."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.telegram.render import (
+from bot.telegram.rendering.render import (
     Chunk,
     plain_chunks,
     progress_text,

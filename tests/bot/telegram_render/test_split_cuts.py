@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.telegram.render import _blocked_cuts, _choose_cut, _utf16_table, split_text
+from bot.telegram.rendering.render import _blocked_cuts, _choose_cut, _utf16_table, split_text
 
 
 def rule_cut(text: str, units: list[int], blocked: bytearray, start: int, limit: int) -> int:

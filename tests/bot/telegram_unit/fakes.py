@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bot.telegram.api import ALLOWED_UPDATES, Json
+from bot.telegram.sending.api import ALLOWED_UPDATES, Json
 from bot.telegram.store import TelegramStore
 from tests.clock import FakeTime
 

@@ -22,9 +22,9 @@ from bot.delivery import Outbound, Pacing, Redelivery, RetrySchedule, delivery_s
 from bot.delivery.tables import platform_outbox
 from bot.http.metrics import read_snapshot
 from bot.http.prometheus import render_text
-from bot.telegram.api import BadRequest, Forbidden, NetworkError, RetryAfter, ServerError
-from bot.telegram.delivery import TelegramClient
-from bot.telegram.errors import Unauthorized
+from bot.telegram.sending.api import BadRequest, Forbidden, NetworkError, RetryAfter, ServerError
+from bot.telegram.sending.delivery import TelegramClient
+from bot.telegram.sending.errors import Unauthorized
 from bot.telegram.store import TELEGRAM, TelegramStore
 from tests.bot.telegram_unit.fakes import FakeBotApi
 from tests.clock import FakeTime

@@ -28,8 +28,8 @@ from bot.delivery import (
     RetrySchedule,
 )
 from bot.delivery.tables import platform_outbox
-from bot.telegram.api import ServerError
-from bot.telegram.delivery import TelegramClient
+from bot.telegram.sending.api import ServerError
+from bot.telegram.sending.delivery import TelegramClient
 from bot.telegram.store import TelegramStore
 from engine.store import Store
 from engine.store.leases import PROCESS_LEASE_PREFIX, Leases

@@ -1,4 +1,4 @@
-"""bot/telegram/media.py: each non-text kind, and its malformed cases, at the edge."""
+"""bot/telegram/inbound/media.py: each non-text kind, and its malformed cases, at the edge."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from bot.telegram.media import VOICE_NOTICE
+from bot.telegram.inbound.media import VOICE_NOTICE
 from tests.bot.telegram_unit.test_update_validation import message, parsed
 
 
@@ -113,7 +113,7 @@ def test_a_reply_to_the_topic_creation_is_not_a_reply() -> None:
 
 
 def test_a_service_message_is_ignored() -> None:
-    from bot.telegram.updates import Ignored, parse_update
+    from bot.telegram.inbound.updates import Ignored, parse_update
 
     result = parse_update(without_text(new_chat_members=[{"id": 5, "first_name": "Eve"}]))
     assert isinstance(result, Ignored) and "new_chat_members" in result.reason

@@ -10,8 +10,8 @@ import sqlalchemy as sa
 
 from bot.delivery import Outbound, Pacing
 from bot.delivery.tables import platform_outbox
-from bot.telegram.api import BadRequest, Forbidden, NetworkError, RetryAfter, ServerError
-from bot.telegram.delivery import TelegramClient, TelegramSender, telegram_pacing
+from bot.telegram.sending.api import BadRequest, Forbidden, NetworkError, RetryAfter, ServerError
+from bot.telegram.sending.delivery import TelegramClient, TelegramSender, telegram_pacing
 from bot.telegram.store import TelegramStore
 from tests.bot.telegram_unit.fakes import FakeBotApi
 from tests.clock import FakeTime, settle

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from bot.delivery.pacing import EDIT, SEND, Bucket, CallKind, Pacer, PacingPolicy, Rate
-from bot.telegram.delivery import TelegramClient
+from bot.telegram.sending.delivery import TelegramClient
 
 PRIVATE, OTHER, GROUP = "11", "12", "-100"
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from bot.telegram.api import ALLOWED_UPDATES, NetworkError, RetryAfter, ServerError
-from bot.telegram.poller import Poller
+from bot.telegram.inbound.poller import Poller
+from bot.telegram.sending.api import ALLOWED_UPDATES, NetworkError, RetryAfter, ServerError
 from bot.telegram.store import TelegramStore
 from tests.bot.telegram_unit.fakes import FakeBotApi, RecordingSink, RecordingStore
 from tests.clock import FakeTime

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from bot.telegram.api import BadRequest, NetworkError, RetryAfter, ServerError
-from bot.telegram.errors import NotFound, Unauthorized
-from bot.telegram.health import TelegramHealth
-from bot.telegram.poller import Poller
-from bot.telegram.retrying import StartupRefused, until_ok
+from bot.telegram.inbound.poller import Poller
+from bot.telegram.sending.api import BadRequest, NetworkError, RetryAfter, ServerError
+from bot.telegram.sending.errors import NotFound, Unauthorized
+from bot.telegram.sending.health import TelegramHealth
+from bot.telegram.sending.retrying import StartupRefused, until_ok
 from bot.telegram.startup import HeldUpdates, TelegramStartup
 from bot.telegram.store import TelegramStore
 from tests.bot.telegram_unit.fakes import FakeBotApi, RecordingSink, RecordingStore

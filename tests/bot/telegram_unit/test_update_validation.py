@@ -1,4 +1,4 @@
-"""bot/telegram/updates.py: every malformed field of an update, one at a time (issue 16).
+"""bot/telegram/inbound/updates.py: every malformed field of an update, one at a time (issue 16).
 
 A malformed optional field is dropped (and named) and the rest of the message is handled;
 text is repaired so that every encoder after the edge accepts it; only an update with no
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from bot.telegram.fields import clean_text
-from bot.telegram.updates import Callback, Ignored, Message, parse_update
+from bot.telegram.inbound.fields import clean_text
+from bot.telegram.inbound.updates import Callback, Ignored, Message, parse_update
 from tests.bot.junk import JSON_VALUES, Users, junk_message_fields, junk_update
 
 ALICE = 111
@@ -377,7 +377,7 @@ def test_a_kind_that_is_not_an_object_is_ignored(kind: str, junk: Any) -> None:
 
 
 def test_what_was_dropped_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="bot.telegram.updates"):
+    with caplog.at_level(logging.INFO, logger="bot.telegram.inbound.updates"):
         parsed(message(entities=5, location="x"))
     (line,) = [r.getMessage() for r in caplog.records]
     assert line == (
@@ -389,7 +389,7 @@ def test_what_was_dropped_is_logged_once(caplog: pytest.LogCaptureFixture) -> No
 def test_a_well_formed_message_drops_nothing_and_logs_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="bot.telegram.updates"):
+    with caplog.at_level(logging.INFO, logger="bot.telegram.inbound.updates"):
         m = parsed(message(entities=[{"type": "bold", "offset": 0, "length": 5}]))
     assert m.dropped == () and caplog.records == []
 

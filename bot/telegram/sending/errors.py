@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.delivery import clamp_retry_after
-from bot.telegram.api import RetryAfter, TelegramError
+from bot.telegram.sending.api import RetryAfter, TelegramError
 
 __all__ = [
     "DEFINITIVE",

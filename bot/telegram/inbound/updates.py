@@ -12,14 +12,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.telegram.api import Json
-from bot.telegram.fields import (
+from bot.telegram.inbound.fields import (
     Drops,
     as_int,
     as_number,
     clean_text,
 )
-from bot.telegram.media import FileRef, descriptions_of, files_of, notice_of
+from bot.telegram.inbound.media import FileRef, descriptions_of, files_of, notice_of
+from bot.telegram.sending.api import Json
 
 __all__ = [
     "Callback",

@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from bot.delivery import clamp_retry_after, describe
-from bot.telegram.api import ALLOWED_UPDATES, BotApi, Json, RetryAfter
-from bot.telegram.health import TelegramHealth
-from bot.telegram.retrying import until_ok
+from bot.telegram.sending.api import ALLOWED_UPDATES, BotApi, Json, RetryAfter
+from bot.telegram.sending.health import TelegramHealth
+from bot.telegram.sending.retrying import until_ok
 from bot.telegram.store import TelegramStore, distinct_updates
 from engine.failpoints import failpoint
 

@@ -7,10 +7,10 @@ from bot.platform.access import WELCOME, Access, pairing_commands
 from bot.platform.commands import Command, CommandContext, CommandRegistry, shared_commands
 from bot.platform.jobs import JOBS_HELP
 from bot.platform.protocols import PairingCode
-from bot.telegram.delivery import TelegramSender
-from bot.telegram.jobs import JobsPanel
-from bot.telegram.memory import MemoryPanel
-from bot.telegram.updates import parse_source
+from bot.telegram.dispatch.jobs import JobsPanel
+from bot.telegram.dispatch.memory import MemoryPanel
+from bot.telegram.inbound.updates import parse_source
+from bot.telegram.sending.delivery import TelegramSender
 
 __all__ = ["telegram_commands"]
 

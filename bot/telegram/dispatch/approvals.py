@@ -19,12 +19,12 @@ from bot.platform.cards import (
 )
 from bot.platform.protocols import Answer
 from bot.platform.tasks import Runtime
-from bot.telegram.access import user_key
-from bot.telegram.cards import parse_callback, reject_window_keyboard
-from bot.telegram.chat_cards import ChatCards
-from bot.telegram.delivery import TelegramSender
+from bot.telegram.dispatch.access import user_key
+from bot.telegram.inbound.updates import Callback, parse_source
+from bot.telegram.rendering.cards import parse_callback, reject_window_keyboard
+from bot.telegram.rendering.chat_cards import ChatCards
+from bot.telegram.sending.delivery import TelegramSender
 from bot.telegram.store import CardRow
-from bot.telegram.updates import Callback, parse_source
 from engine.approval import Decider
 from engine.hub import ChatHub
 

@@ -17,14 +17,14 @@ from bot.platform.access import Access
 from bot.platform.cards import reply_target
 from bot.platform.commands import CommandContext, CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
-from bot.telegram.access import user_key
-from bot.telegram.approvals import ApprovalTaps
-from bot.telegram.chat_cards import ChatCards
-from bot.telegram.delivery import TelegramSender
-from bot.telegram.downloads import Downloads
-from bot.telegram.progress import ChatActivity
+from bot.telegram.dispatch.access import user_key
+from bot.telegram.dispatch.approvals import ApprovalTaps
+from bot.telegram.inbound.downloads import Downloads
+from bot.telegram.inbound.updates import Message
+from bot.telegram.rendering.chat_cards import ChatCards
+from bot.telegram.rendering.progress import ChatActivity
+from bot.telegram.sending.delivery import TelegramSender
 from bot.telegram.store import CardRow, mark_handled_in
-from bot.telegram.updates import Message
 from engine.hub import ChatHub, HubError, SendOptions
 from engine.store import SENDER_KEY, InboxError
 

@@ -10,8 +10,8 @@ import logging
 from typing import Any
 
 from bot.platform.outbox import DONE, FAILED, SKIPPED, Outbox
-from bot.telegram.chat_cards import ChatCards
-from bot.telegram.progress import ChatActivity
+from bot.telegram.rendering.chat_cards import ChatCards
+from bot.telegram.rendering.progress import ChatActivity
 from engine.bus import Lagged
 from engine.hub import DecisionMade, FailureNotice, HubEvent, NewSession
 from engine.session import (

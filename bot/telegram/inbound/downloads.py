@@ -7,9 +7,9 @@ import re
 from functools import partial
 from pathlib import Path
 
-from bot.telegram.api import Json, TelegramError
-from bot.telegram.delivery import TelegramSender
-from bot.telegram.updates import Message
+from bot.telegram.inbound.updates import Message
+from bot.telegram.sending.api import Json, TelegramError
+from bot.telegram.sending.delivery import TelegramSender
 
 __all__ = ["Downloads"]
 

@@ -8,7 +8,7 @@ each action.
 from __future__ import annotations
 
 from bot.platform.jobs import JobAction, JobChoice, Jobs
-from bot.telegram.api import Json
+from bot.telegram.sending.api import Json
 from scheduler.service import Scheduler
 
 __all__ = ["JOBS_PREFIX", "JobsPanel", "parse_job_callback"]

@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from bot.delivery import RETRY_AFTER_MAX_S, Backoff, describe
-from bot.telegram.api import RetryAfter, TelegramError
-from bot.telegram.errors import DEFINITIVE, NotFound, Unauthorized
-from bot.telegram.health import TelegramHealth
+from bot.telegram.sending.api import RetryAfter, TelegramError
+from bot.telegram.sending.errors import DEFINITIVE, NotFound, Unauthorized
+from bot.telegram.sending.health import TelegramHealth
 
 __all__ = ["STARTUP", "STARTUP_BACKOFF", "StartupRefused", "until_ok"]
 

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from bot.delivery import SEND
 from bot.platform.tasks import Runtime
-from bot.telegram.api import TelegramError
 from bot.telegram.config import TelegramConfig
-from bot.telegram.delivery import TelegramSender
-from bot.telegram.updates import parse_source
+from bot.telegram.inbound.updates import parse_source
+from bot.telegram.sending.api import TelegramError
+from bot.telegram.sending.delivery import TelegramSender
 from engine.hub import ChatHub
 
 __all__ = ["ChatActivity"]

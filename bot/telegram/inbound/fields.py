@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from bot.telegram.api import Json
+from bot.telegram.sending.api import Json
 
 __all__ = [
     "DB_ID_MAX",

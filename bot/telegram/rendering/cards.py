@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from bot.platform.cards import CHOICE_LABELS, CardContent, Choice, card_content, outcome_line
-from bot.telegram.render import TELEGRAM_LIMIT, render_markdown, utf16_len
+from bot.telegram.rendering.render import TELEGRAM_LIMIT, render_markdown, utf16_len
 from engine.session import ApprovalRequired
 
 __all__ = [

@@ -12,11 +12,11 @@ from dataclasses import replace
 
 from bot.delivery import SEND
 from bot.platform.cards import RejectWindows
-from bot.telegram.api import TelegramError
-from bot.telegram.cards import approval_card, question_text, resolved_card
-from bot.telegram.delivery import TelegramSender
+from bot.telegram.inbound.updates import parse_source
+from bot.telegram.rendering.cards import approval_card, question_text, resolved_card
+from bot.telegram.sending.api import TelegramError
+from bot.telegram.sending.delivery import TelegramSender
 from bot.telegram.store import CardRow, TelegramStore
-from bot.telegram.updates import parse_source
 from engine.hub import ChatHub
 from engine.session import ApprovalRequired, Question
 

@@ -16,14 +16,14 @@ from bot.platform.callbacks import CallbackRouter, OneAnswer
 from bot.platform.cards import EXPIRED, NOT_ALLOWED
 from bot.platform.failures import SORRY_TAP, report_failure
 from bot.platform.protocols import Answer
-from bot.telegram.access import user_key
-from bot.telegram.approvals import ApprovalTaps
-from bot.telegram.cards import CALLBACK_PREFIX
-from bot.telegram.delivery import TelegramSender
-from bot.telegram.fields import fits_db_id
-from bot.telegram.jobs import JOBS_PREFIX, JobsPanel, parse_job_callback
-from bot.telegram.memory import MEMORY_PREFIX, MemoryPanel
-from bot.telegram.updates import Callback
+from bot.telegram.dispatch.access import user_key
+from bot.telegram.dispatch.approvals import ApprovalTaps
+from bot.telegram.dispatch.jobs import JOBS_PREFIX, JobsPanel, parse_job_callback
+from bot.telegram.dispatch.memory import MEMORY_PREFIX, MemoryPanel
+from bot.telegram.inbound.fields import fits_db_id
+from bot.telegram.inbound.updates import Callback
+from bot.telegram.rendering.cards import CALLBACK_PREFIX
+from bot.telegram.sending.delivery import TelegramSender
 
 __all__ = ["Callbacks"]
 

@@ -29,11 +29,11 @@ from bot.delivery import (
     Refused,
 )
 from bot.platform.protocols import MessageRef
-from bot.telegram.api import BotApi, Json, TelegramError, is_not_modified
-from bot.telegram.render import progress_text, render_markdown
+from bot.telegram.inbound.updates import parse_source
+from bot.telegram.rendering.render import progress_text, render_markdown
+from bot.telegram.sending.api import BotApi, Json, TelegramError, is_not_modified
 from bot.telegram.settings import TelegramSettings
 from bot.telegram.store import TELEGRAM
-from bot.telegram.updates import parse_source
 
 __all__ = ["TelegramClient", "TelegramSender", "telegram_pacing"]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bot.telegram.api import Json
-from bot.telegram.fields import Drops, as_int, as_number, file_id_of, size_of, unique_id_of
+from bot.telegram.inbound.fields import Drops, as_int, as_number, file_id_of, size_of, unique_id_of
+from bot.telegram.sending.api import Json
 
 __all__ = ["VOICE_NOTICE", "FileRef", "descriptions_of", "files_of", "notice_of"]
 

@@ -29,10 +29,10 @@ from bot.platform.memory import (
     MemoryFront,
 )
 from bot.platform.protocols import Answer
-from bot.telegram.api import Json, TelegramError
-from bot.telegram.delivery import TelegramSender
-from bot.telegram.fields import fits_db_id
-from bot.telegram.updates import Callback, parse_source
+from bot.telegram.inbound.fields import fits_db_id
+from bot.telegram.inbound.updates import Callback, parse_source
+from bot.telegram.sending.api import Json, TelegramError
+from bot.telegram.sending.delivery import TelegramSender
 from memory.service import MemoryService
 
 __all__ = ["BAD_BUTTON", "MEMORY_PREFIX", "MemoryPanel", "MemoryTap", "parse_memory_callback"]

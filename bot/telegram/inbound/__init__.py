@@ -1,0 +1,1 @@
+"""What comes in from Telegram: polling, the update parsers, per-chat lanes, media and downloads."""
