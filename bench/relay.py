@@ -1,4 +1,4 @@
-"""The fleet's event relay (``engine/hub/relay.py``): what it costs between two processes.
+"""The fleet's event relay (``engine/hub/fleet/relay.py``): what it costs between two processes.
 
     .venv/bin/python bench/relay.py [--postgres URL] [--events 50] [--deltas 500]
         [--chats 20] [--seconds 3]

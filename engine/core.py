@@ -23,10 +23,10 @@ from engine.llm.registry import ModelRegistry
 from engine.mcp.manager import McpManager
 from engine.mcp.protocols import NotificationSink
 from engine.mcp.tools import ActivateTools
-from engine.session.compaction import Compactor
+from engine.session.context.compaction import Compactor
+from engine.session.context.messages import MessageBuilder
 from engine.session.deps import HandlerDeps
 from engine.session.handler import ChatSessionHandler
-from engine.session.messages import MessageBuilder
 from engine.session.outcomes import TurnResult
 from engine.session.protocols import ApprovalPolicy, EmitFn, RecordsAnswers
 from engine.store import Store

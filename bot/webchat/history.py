@@ -74,7 +74,7 @@ def _page(conn: Connection, session_id: int, before: int | None, limit: int) -> 
     rows = list(reversed(rows[:limit]))
     calls: dict[int, list[dict[str, Any]]] = {}
     # A synthetic assistant row is how background work reached the agent (a notification,
-    # an async task's result: ``engine.session.injection``): not something it said or did.
+    # an async task's result: ``engine.session.turn.injection``): not something it said or did.
     rows = [row for row in rows if not (row.role == "assistant" and row.is_synthetic)]
     answers = [row.id for row in rows if row.role == "assistant"]
     if answers:

@@ -26,20 +26,20 @@ from engine.hub.types import (
 
 if TYPE_CHECKING:
     from engine.hub.events import HubEvents
-    from engine.hub.ownership import FleetConfig, pick
-    from engine.hub.relay import CHANNEL, EventRelay, unpack
+    from engine.hub.fleet.ownership import FleetConfig, pick
+    from engine.hub.fleet.relay import CHANNEL, EventRelay, unpack
     from engine.hub.tasks import BackgroundTasks
 
 #: What the outer layers use besides, loaded on first use (PEP 562): importing the
 #: face costs nothing more, and no cycle runs through it.
 _LAZY = {
     "BackgroundTasks": "engine.hub.tasks",
-    "CHANNEL": "engine.hub.relay",
-    "EventRelay": "engine.hub.relay",
-    "FleetConfig": "engine.hub.ownership",
+    "CHANNEL": "engine.hub.fleet.relay",
+    "EventRelay": "engine.hub.fleet.relay",
+    "FleetConfig": "engine.hub.fleet.ownership",
     "HubEvents": "engine.hub.events",
-    "pick": "engine.hub.ownership",
-    "unpack": "engine.hub.relay",
+    "pick": "engine.hub.fleet.ownership",
+    "unpack": "engine.hub.fleet.relay",
 }
 
 __all__ = [

@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.hub.bridge import TurnBridge
 from engine.hub.prefixes import PrefixMap
 from engine.hub.protocols import AnswerHook, FailureHook, Publish, TurnContext
+from engine.hub.turns.bridge import TurnBridge
 from engine.tools.protocols import Tool
 
 __all__ = ["AdapterRegistry", "SourceDefaults"]

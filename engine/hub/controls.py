@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from engine.core import Engine
-from engine.hub.sources import SourceRegistry
+from engine.hub.turns.sources import SourceRegistry
 from engine.hub.types import HubError
-from engine.session.compaction import CompactionResult
+from engine.session.context.compaction import CompactionResult
 from engine.store.views import SessionUsage
 
 __all__ = ["AUTO_MODEL", "SessionControls"]

@@ -8,7 +8,7 @@ from engine.core import Decided, Engine
 from engine.hub.adapters import AdapterRegistry
 from engine.hub.placement import Placement
 from engine.hub.protocols import Publish, StandingGrant
-from engine.hub.sources import SourceRegistry
+from engine.hub.turns.sources import SourceRegistry
 from engine.hub.types import Choice, DecisionMade, SendOptions, check_text, validate_source
 
 __all__ = ["Decisions"]

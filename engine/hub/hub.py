@@ -25,17 +25,16 @@ from engine.approval.deciders import Decider
 from engine.config import HubConfig
 from engine.core import Decided, Engine
 from engine.hub.adapters import AdapterRegistry, SourceDefaults
-from engine.hub.background import BackgroundDelivery
-from engine.hub.consumer import InboxConsumer
+from engine.hub.background.delivery import BackgroundDelivery
+from engine.hub.background.home import HomeSource
+from engine.hub.background.notifications import NotificationBatcher
+from engine.hub.background.visiting import Visitors
 from engine.hub.controls import SessionControls
 from engine.hub.decisions import Decisions
 from engine.hub.events import HubEvents, SourceEvents
-from engine.hub.failures import FailedTurns
-from engine.hub.fleet import FleetWork
-from engine.hub.home import HomeSource
-from engine.hub.intake import MessageIntake
-from engine.hub.notifications import NotificationBatcher
-from engine.hub.ownership import FleetConfig, SourceOwnership
+from engine.hub.fleet.ownership import FleetConfig, SourceOwnership
+from engine.hub.fleet.relay import EventRelay
+from engine.hub.fleet.work import FleetWork
 from engine.hub.placement import LocalPlacement, Placement
 from engine.hub.protocols import (
     AnswerHook,
@@ -45,13 +44,14 @@ from engine.hub.protocols import (
     Sleep,
     TurnContext,
 )
-from engine.hub.recovery import Recovery
-from engine.hub.relay import EventRelay
-from engine.hub.sources import SourceRegistry
 from engine.hub.tasks import BackgroundTasks
+from engine.hub.turns.consumer import InboxConsumer
+from engine.hub.turns.failures import FailedTurns
+from engine.hub.turns.intake import MessageIntake
+from engine.hub.turns.recovery import Recovery
+from engine.hub.turns.sources import SourceRegistry
 from engine.hub.types import Choice, Notification, SendOptions, validate_source
-from engine.hub.visiting import Visitors
-from engine.session.compaction import CompactionResult
+from engine.session.context.compaction import CompactionResult
 from engine.session.outcomes import TurnResult
 from engine.store.inbox import InboxItem
 from engine.store.leases import Leases
@@ -80,7 +80,7 @@ class ChatHub:
         """``recover_prefix``: at start, only the sources starting with it are resumed and
         their queued messages taken (``chathub chat`` takes only ``console``'s, leaving
         the chats to the service). ``fleet``: one of several processes on one PostgreSQL
-        database (``engine/hub/fleet.py``), told of each other's work by ``notifier``."""
+        database (``engine/hub/fleet/work.py``), told of each other's work by ``notifier``."""
         self.engine = engine
         self.config = config = config or HubConfig()
         self._sleep = sleep

@@ -2,7 +2,7 @@
 
 One process alone (``LocalPlacement``) runs every source: a message goes straight to its
 source's inbox, a decision resumes its turn right here, and at start what a crash left is
-recovered. In a fleet (``FleetWork``, ``engine/hub/fleet.py``) the process holding a
+recovered. In a fleet (``FleetWork``, ``engine/hub/fleet/work.py``) the process holding a
 source's lease runs it: every message is a queue row first, turns run behind the lease's
 fence, an idle source is let go, and the rest of the fleet is told over notices. The hub's
 collaborators (the consumer, the intake, the decisions, background delivery) ask the role
@@ -23,8 +23,8 @@ from typing import Protocol
 from sqlalchemy.engine import Connection
 
 from engine.core import Engine
-from engine.hub.inbox import Unit, queue_message
-from engine.hub.sources import SourceRegistry, SourceState
+from engine.hub.turns.inbox import Unit, queue_message
+from engine.hub.turns.sources import SourceRegistry, SourceState
 from engine.hub.types import SendOptions
 from engine.store.fencing import Fence
 

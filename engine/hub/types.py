@@ -190,7 +190,7 @@ class FailureNotice(Error):
 class HubEvent:
     """One event of any turn, tagged with where it belongs; adapters filter by source.
 
-    ``remote``: from a turn of another process of the fleet (``engine/hub/relay.py``),
+    ``remote``: from a turn of another process of the fleet (``engine/hub/fleet/relay.py``),
     given only to subscribers that asked for such events (a viewer, never a deliverer)."""
 
     source: str

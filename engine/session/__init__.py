@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from engine.faces import lazy_attributes
 
 if TYPE_CHECKING:
-    from engine.session.compaction import (
+    from engine.session.context.compaction import (
         CompactionConfig,
         CompactionError,
         Compactor,
@@ -16,6 +16,8 @@ if TYPE_CHECKING:
         load_context,
         message_chars,
     )
+    from engine.session.context.messages import SystemParts
+    from engine.session.context.transcript import FrameTranscript
     from engine.session.events import (
         AgentEnd,
         AgentStart,
@@ -34,33 +36,31 @@ if TYPE_CHECKING:
         TurnEvent,
         UserMessage,
     )
-    from engine.session.gate import AllowAll
     from engine.session.handler import ChatSessionHandler
-    from engine.session.messages import SystemParts
     from engine.session.outcomes import Final, TurnResult, background_error
     from engine.session.protocols import ApprovalPolicy, Decision
-    from engine.session.transcript import FrameTranscript
+    from engine.session.turn.gate import AllowAll
 
 #: What the outer layers use besides, loaded on first use (PEP 562): importing the
 #: face costs nothing more, and no cycle runs through it.
 _LAZY = {
     "AgentEnd": "engine.session.events",
     "AgentStart": "engine.session.events",
-    "AllowAll": "engine.session.gate",
+    "AllowAll": "engine.session.turn.gate",
     "ApprovalPolicy": "engine.session.protocols",
     "ApprovalRequired": "engine.session.events",
     "ChatSessionHandler": "engine.session.handler",
-    "CompactionConfig": "engine.session.compaction",
-    "CompactionError": "engine.session.compaction",
-    "Compactor": "engine.session.compaction",
+    "CompactionConfig": "engine.session.context.compaction",
+    "CompactionError": "engine.session.context.compaction",
+    "Compactor": "engine.session.context.compaction",
     "Decision": "engine.session.protocols",
     "Done": "engine.session.events",
     "Error": "engine.session.events",
     "Final": "engine.session.outcomes",
-    "FrameTranscript": "engine.session.transcript",
+    "FrameTranscript": "engine.session.context.transcript",
     "ModelFallback": "engine.session.events",
     "Question": "engine.session.events",
-    "SystemParts": "engine.session.messages",
+    "SystemParts": "engine.session.context.messages",
     "TextDelta": "engine.session.events",
     "Thinking": "engine.session.events",
     "ToolCancelled": "engine.session.events",
@@ -72,9 +72,9 @@ _LAZY = {
     "TurnResult": "engine.session.outcomes",
     "UserMessage": "engine.session.events",
     "background_error": "engine.session.outcomes",
-    "estimate_tokens": "engine.session.compaction",
-    "load_context": "engine.session.compaction",
-    "message_chars": "engine.session.compaction",
+    "estimate_tokens": "engine.session.context.compaction",
+    "load_context": "engine.session.context.compaction",
+    "message_chars": "engine.session.context.compaction",
 }
 
 __all__ = [

@@ -9,8 +9,8 @@ from engine.bus.chat import ChatEventBus
 from engine.config import EngineConfig
 from engine.llm.registry import ModelRegistry
 from engine.mcp.manager import McpManager
-from engine.session.compaction import Compactor
-from engine.session.messages import MessageBuilder
+from engine.session.context.compaction import Compactor
+from engine.session.context.messages import MessageBuilder
 from engine.session.protocols import ApprovalPolicy, HumanApprovals
 from engine.store import Store
 from engine.tools.registry import ToolRegistry

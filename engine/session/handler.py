@@ -16,31 +16,31 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from engine.agents.catalog import AgentDefinition
-from engine.session.cancel import TurnScopes
-from engine.session.compaction import CompactionResult
-from engine.session.compaction_trigger import CompactionTrigger
-from engine.session.conclusion import TurnConclusion
+from engine.session.context.compaction import CompactionResult
+from engine.session.context.compaction_trigger import CompactionTrigger
+from engine.session.context.frame_envs import FrameEnvs
+from engine.session.context.frames import SessionFrames
+from engine.session.context.prompts import SessionPrompts
+from engine.session.context.scratchpad import SessionScratchpad
+from engine.session.context.subagent_frames import SubAgentFrames
+from engine.session.context.toolsets import LevelTools
+from engine.session.context.transcript import FrameTranscript
 from engine.session.deps import HandlerDeps
-from engine.session.emitter import TurnEmitter
-from engine.session.frame_envs import FrameEnvs
-from engine.session.frames import SessionFrames
-from engine.session.injection import (
+from engine.session.outcomes import Cancelled, Failed, TurnResult
+from engine.session.protocols import EmitFn, PendingUserInput, RecordsAnswers
+from engine.session.turn.cancel import TurnScopes
+from engine.session.turn.conclusion import TurnConclusion
+from engine.session.turn.emitter import TurnEmitter
+from engine.session.turn.injection import (
     NOTIFICATION_REASONING,
     READ_NOTIFICATION_TOOL,
     store_tool_result,
 )
-from engine.session.llm_round import TurnFailed
-from engine.session.orphans import fail_orphans
-from engine.session.outcomes import Cancelled, Failed, TurnResult
-from engine.session.prompts import SessionPrompts
-from engine.session.protocols import EmitFn, PendingUserInput, RecordsAnswers
-from engine.session.resume import TurnResume, resume_pending_tools
-from engine.session.scratchpad import SessionScratchpad
-from engine.session.subagent_frames import SubAgentFrames
-from engine.session.tool_call import CallFlow
-from engine.session.toolsets import LevelTools
-from engine.session.transcript import FrameTranscript
-from engine.session.turn import attachments_of, run_agent_turn
+from engine.session.turn.llm_round import TurnFailed
+from engine.session.turn.loop import attachments_of, run_agent_turn
+from engine.session.turn.orphans import fail_orphans
+from engine.session.turn.resume import TurnResume, resume_pending_tools
+from engine.session.turn.tool_call import CallFlow
 from engine.store.rows import FrameRow, SessionRow
 from engine.tools.protocols import Tool
 

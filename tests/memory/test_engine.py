@@ -14,7 +14,7 @@ from engine.config import AppConfig, EngineConfig, load_settings
 from engine.core import Engine
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel, text, tool_call
-from engine.session.gate import AllowAll
+from engine.session.turn.gate import AllowAll
 from engine.store import Store
 from memory.service import MemoryService
 from memory.tools import memory_tools

@@ -19,7 +19,7 @@ from engine.core import Engine
 from engine.hub import ChatHub, SendOptions
 from engine.llm.protocols import ChatModel
 from engine.session.events import Done, Error
-from engine.session.gate import AllowAll
+from engine.session.turn.gate import AllowAll
 from engine.store import Store
 from engine.store.inbox import SENDER_KEY
 from memory.embeddings import EmbeddingConfig

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.hub.ownership import pick
+from engine.hub.fleet.ownership import pick
 from tests.bot.process import free_port, service_env, wait_for
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_server import FakeTelegramServer, SentMessage

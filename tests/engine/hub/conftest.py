@@ -15,7 +15,7 @@ from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel
 from engine.llm.types import LlmResponse, Message
 from engine.session.events import Done
-from engine.session.gate import AllowAll
+from engine.session.turn.gate import AllowAll
 from tests.pg import migrated_sqlite
 
 

@@ -30,7 +30,7 @@ from engine.config import load_config
 from engine.core import Engine
 from engine.hub import ChatHub, HubError, SourceEvents
 from engine.session.events import Done, Error
-from engine.session.gate import AllowAll
+from engine.session.turn.gate import AllowAll
 
 
 def _say(line: str) -> None:

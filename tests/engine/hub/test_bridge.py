@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from engine.hub.bridge import TurnBridge
+from engine.hub.turns.bridge import TurnBridge
 from engine.hub.types import FailureNotice
 from engine.session import events as ev
 from engine.store.history import AlsoWithKey, AlsoWithRow

@@ -18,13 +18,13 @@ from engine.approval.deciders import OPERATOR
 from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
 from engine.core import Engine
 from engine.hub import APPROVE, ChatHub
-from engine.hub.inbox import queue_message
-from engine.hub.ownership import FleetConfig, lease_name, pick
+from engine.hub.fleet.ownership import FleetConfig, lease_name, pick
+from engine.hub.turns.inbox import queue_message
 from engine.hub.types import Notification, SendOptions
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel, text, tool_call
 from engine.llm.types import LlmResponse
-from engine.session.gate import AllowAll
+from engine.session.turn.gate import AllowAll
 from engine.store.fencing import Fenced, fenced
 from engine.store.leases import Leases, lease_fence
 from engine.store.notify import LocalNotifier

@@ -24,7 +24,7 @@ from engine.hub import (
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import text, tool_call
 from engine.session import events as ev
-from engine.session.compaction import CompactionError
+from engine.session.context.compaction import CompactionError
 from engine.store.inbox import InboxError
 from tests.engine.hub.conftest import EchoModel, ManualSleep, wait_done
 from tests.engine.session.helpers import BlockingTool, EchoTool, roles

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.hub.ownership import FleetConfig, SourceOwnership
+from engine.hub.fleet.ownership import FleetConfig, SourceOwnership
 from engine.store import Store
 from engine.store.leases import PROCESS_LEASE_PREFIX, Lease, Leases
 from tests.pg import BACKENDS, database_url

@@ -15,11 +15,11 @@ import pytest
 
 from engine.config import AppConfig, EngineConfig, load_settings
 from engine.core import Engine
-from engine.hub.fleet import FleetWork
-from engine.hub.inbox import Unit
-from engine.hub.ownership import FleetConfig, SourceOwnership
+from engine.hub.fleet.ownership import FleetConfig, SourceOwnership
+from engine.hub.fleet.work import FleetWork
 from engine.hub.placement import LocalPlacement, Placement
-from engine.hub.sources import SourceRegistry, SourceState
+from engine.hub.turns.inbox import Unit
+from engine.hub.turns.sources import SourceRegistry, SourceState
 from engine.hub.types import SendOptions
 from engine.llm.registry import ModelRegistry
 from engine.store.leases import Leases

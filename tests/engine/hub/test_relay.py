@@ -1,4 +1,4 @@
-"""Hub events across a fleet (``engine/hub/relay.py``): a turn run by one process reaches
+"""Hub events across a fleet (``engine/hub/fleet/relay.py``): a turn run by one process reaches
 the viewers on another (remote subscribers, a web chat socket) in order, with its token
 deltas sent a few at a time; nothing of it reaches a subscriber that did not ask for other
 processes' events; what queues while a notice is sent goes packed in the next, in order and
@@ -39,8 +39,8 @@ from engine.config import AppConfig, EngineConfig, HubConfig, load_settings
 from engine.core import Engine
 from engine.hub import APPROVE, ChatHub, DecisionMade, FailureNotice, HubEvent, NewSession
 from engine.hub.events import HubEvents, RemoteLagged, SourceEvents
-from engine.hub.ownership import FleetConfig
-from engine.hub.relay import (
+from engine.hub.fleet.ownership import FleetConfig
+from engine.hub.fleet.relay import (
     CHANNEL,
     CUT_MARKER,
     EVENT_TYPES,
@@ -76,7 +76,7 @@ from engine.session.events import (
     TurnEvent,
     UserMessage,
 )
-from engine.session.gate import AllowAll
+from engine.session.turn.gate import AllowAll
 from engine.store.notify import (
     MAX_PAYLOAD_BYTES,
     LocalNotifier,
@@ -445,7 +445,7 @@ async def test_a_full_queue_drops_deltas_first_logs_once_and_tells_the_viewers(
     relay.publish("web:b", 2, TextDelta("lost"))
     relay.publish("web:b", 2, ToolStart(1, "ls", "{}"))  # the held delta is queued first
     relay.publish("web:c", 3, ToolDone(2, "ls", "x"))  # the queue is full now
-    with caplog.at_level(logging.WARNING, logger="engine.hub.relay"):
+    with caplog.at_level(logging.WARNING, logger="engine.hub.fleet.relay"):
         relay.publish("web:d", 4, Error("kept"))  # takes the queued delta's place
         relay.publish("web:e", 5, TextDelta("dropped"))
         relay.publish("web:e", 5, Done("dropped too", 9))  # no delta left to drop: itself
@@ -475,7 +475,7 @@ async def test_a_notifier_that_fails_never_reaches_the_turn(
     relay = EventRelay(notifier, events)
     await relay.start()
     await notifier.close()  # every publish raises NotifierUnavailable now
-    with caplog.at_level(logging.WARNING, logger="engine.hub.relay"):
+    with caplog.at_level(logging.WARNING, logger="engine.hub.fleet.relay"):
         for n in range(5):
             relay.publish("web:a", 1, ToolStart(n, "ls", "{}"))
         await relay.close()
@@ -817,7 +817,7 @@ async def test_a_notice_that_is_no_hub_event_is_logged_and_skipped(
         intruder = PgNotifier(asyncpg_dsn(url), "intruder")
         remote_on_b = b.hub.events("web:x", remote=True)
         try:
-            with caplog.at_level(logging.WARNING, logger="engine.hub.relay"):
+            with caplog.at_level(logging.WARNING, logger="engine.hub.fleet.relay"):
                 await intruder.publish(CHANNEL, encode_event("web:x", 1, TextDelta("lone")))
                 await intruder.publish(
                     CHANNEL,

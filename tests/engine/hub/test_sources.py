@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from engine.hub.sources import SourceRegistry, SourceState
+from engine.hub.turns.sources import SourceRegistry, SourceState
 from engine.hub.types import SendOptions
 from tests.engine.hub.conftest import ManualSleep
 

@@ -18,9 +18,9 @@ from engine.config import ModelConfig
 from engine.llm.client import OpenAICompatModel
 from engine.llm.types import LlmProtocolError, LlmResponse, Usage
 from engine.session import events as ev
-from engine.session.cancel import CancelScope
-from engine.session.emitter import TurnEmitter
-from engine.session.llm_round import TurnFailed, call_llm_round
+from engine.session.turn.cancel import CancelScope
+from engine.session.turn.emitter import TurnEmitter
+from engine.session.turn.llm_round import TurnFailed, call_llm_round
 from tests.fakes.openai_server import FakeOpenAIServer, delta_chunk
 
 USER = [{"role": "user", "content": "Hello?"}]

@@ -14,8 +14,8 @@ from engine.core import Engine
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel, text, tool_call
 from engine.mcp.config import McpServerConfig
-from engine.session.gate import AllowAll
 from engine.session.outcomes import Final
+from engine.session.turn.gate import AllowAll
 
 TIME = McpServerConfig(
     name="time",

@@ -20,8 +20,8 @@ from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel, text, tool_call
 from engine.llm.tool_schemas import PortableToolSchemas
 from engine.mcp import McpManager, McpServerConfig, visible_mcp_tools
-from engine.session.gate import AllowAll
 from engine.session.outcomes import Final
+from engine.session.turn.gate import AllowAll
 from engine.store import Store
 from engine.tools.base import ToolError
 from engine.tools.protocols import ToolContext

@@ -11,7 +11,7 @@ from engine.config import AppConfig, EngineConfig, load_settings
 from engine.core import Engine
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel
-from engine.session.gate import AllowAll
+from engine.session.turn.gate import AllowAll
 from tests.pg import migrated_sqlite
 
 

@@ -12,8 +12,8 @@ from engine.approval.deciders import OPERATOR
 from engine.core import Engine
 from engine.llm.scripted import text, tool_call
 from engine.session import events as ev
-from engine.session.gate import AUTO_DENIED
 from engine.session.outcomes import CANCELLED_ERROR, Cancelled, Final, background_error
+from engine.session.turn.gate import AUTO_DENIED
 from engine.store.inbox import MAX_NOTE_CHARS, InboxError
 from tests.engine.session.helpers import start_until, tool_messages
 

@@ -9,16 +9,16 @@ import pytest
 
 from engine.agents.catalog import AgentCatalog, AgentDefinition
 from engine.config import EngineConfig
-from engine.session.cancel import TurnScopes
-from engine.session.compaction import Compactor
-from engine.session.compaction_trigger import CompactionTrigger
-from engine.session.frames import SessionFrames
-from engine.session.messages import MessageBuilder, SystemParts
-from engine.session.orphans import drop_unanswered
-from engine.session.prompts import SessionPrompts
-from engine.session.scratchpad import SessionScratchpad
-from engine.session.toolsets import LevelTools
-from engine.session.transcript import FrameTranscript
+from engine.session.context.compaction import Compactor
+from engine.session.context.compaction_trigger import CompactionTrigger
+from engine.session.context.frames import SessionFrames
+from engine.session.context.messages import MessageBuilder, SystemParts
+from engine.session.context.prompts import SessionPrompts
+from engine.session.context.scratchpad import SessionScratchpad
+from engine.session.context.toolsets import LevelTools
+from engine.session.context.transcript import FrameTranscript
+from engine.session.turn.cancel import TurnScopes
+from engine.session.turn.orphans import drop_unanswered
 from engine.store.rows import FrameRow, MessageRow, SessionRow
 from engine.tools.builtins.subagents import SUBTASK_TOOL
 from engine.tools.registry import ToolRegistry

@@ -14,7 +14,7 @@ from engine.core import Engine
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel, text
 from engine.llm.types import LlmRequestError, LlmServerError
-from engine.session.compaction import (
+from engine.session.context.compaction import (
     CompactionConfig,
     CompactionError,
     Compactor,
@@ -23,8 +23,8 @@ from engine.session.compaction import (
     load_context,
     rows_after,
 )
-from engine.session.messages import SystemParts
-from engine.session.transcript import FrameTranscript
+from engine.session.context.messages import SystemParts
+from engine.session.context.transcript import FrameTranscript
 from engine.store.rows import (
     AssistantRecord,
     FrameRow,

@@ -6,8 +6,8 @@ from engine.core import Engine
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel, text, tool_call
 from engine.session import events as ev
+from engine.session.context.transcript import INTERRUPTED
 from engine.session.protocols import Decision, GateRequest, QueuedMessage, Verdict
-from engine.session.transcript import INTERRUPTED
 from engine.store.rows import AssistantRecord, NewToolCall
 from tests.engine.session.helpers import EchoTool, roles, tool_messages
 

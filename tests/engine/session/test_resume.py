@@ -9,7 +9,7 @@ from engine.llm.scripted import text, tool_call
 from engine.llm.types import LlmError
 from engine.session import events as ev
 from engine.session.outcomes import Cancelled, Exhausted, Failed, Final
-from engine.session.resume import REAPED_NOTE
+from engine.session.turn.resume import REAPED_NOTE
 from engine.store.rows import AssistantRecord, FrameRow, NewToolCall
 from tests.engine.session.helpers import BlockingTool, roles, tool_messages
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from engine.session.transcript import INTERRUPTED, FrameTranscript
+from engine.session.context.transcript import INTERRUPTED, FrameTranscript
 from engine.store.rows import MessageRow, ToolCallRow
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

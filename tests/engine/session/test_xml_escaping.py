@@ -8,7 +8,7 @@ from xml.sax.saxutils import escape, quoteattr
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.session.messages import render_scratchpad, xml_attribute, xml_text
+from engine.session.context.messages import render_scratchpad, xml_attribute, xml_text
 
 texts = st.text(alphabet=st.sampled_from(list("ab &<>\"'\n\r\té😀")), max_size=16)
 

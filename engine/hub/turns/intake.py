@@ -1,0 +1,78 @@
+"""``MessageIntake``: accepting a message durably, and dropping what is queued (/stop, /new)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from sqlalchemy.engine import Connection
+
+from engine.config import HubConfig
+from engine.hub.placement import Placement
+from engine.hub.protocols import Publish
+from engine.hub.turns.consumer import InboxConsumer
+from engine.hub.turns.inbox import Unit, settle
+from engine.hub.turns.sources import SourceRegistry, SourceState
+from engine.hub.types import NewSession, SendOptions, check_text
+from engine.store import Store
+
+__all__ = ["MessageIntake"]
+
+
+class MessageIntake:
+    """A message is checked, written to ``queued_messages`` and only then acknowledged."""
+
+    __slots__ = ("_config", "_consumer", "_placement", "_publish", "_sources", "_store")
+
+    def __init__(
+        self,
+        store: Store,
+        sources: SourceRegistry,
+        consumer: InboxConsumer,
+        placement: Placement,
+        publish: Publish,
+        config: HubConfig,
+    ) -> None:
+        self._store = store
+        self._sources = sources
+        self._consumer = consumer
+        self._placement = placement
+        self._publish = publish
+        self._config = config
+
+    async def accept(
+        self,
+        source: str,
+        text: str,
+        options: SendOptions,
+        also: Callable[[Connection], None] | None,
+        redelivered_if_lost: bool,
+    ) -> int | None:
+        """Store and queue a checked message for a valid source; its queue id (``None``:
+        an idle source takes a redeliverable message without a queue row)."""
+        check_text(text, options, self._config.max_message_chars)
+        return await self._placement.accept(
+            source, text, options, also, redelivered_if_lost, self._consumer.ensure
+        )
+
+    async def stop(self, source: str) -> int:
+        """Drop the queued messages and stop the turn; how many messages were dropped."""
+        return await self._placement.stop(source, self._stop)
+
+    async def clear(self, source: str) -> int:
+        """Stop as ``stop`` does, then move the source to a fresh session; its id."""
+        state = await self._sources.state(source)
+        await self._stop(state)
+        previous = state.session_id
+        fresh = await self._store.sessions.for_source(source, fresh=True)
+        state.session_id, state.handler = fresh.id, None
+        self._publish(source, fresh.id, NewSession(fresh.id, previous))
+        return fresh.id
+
+    async def _stop(self, state: SourceState) -> Sequence[Unit]:
+        dropped = state.inbox.clear()
+        if state.handler is not None:
+            state.handler.cancel()
+        # Forget them durably: queue rows removed, callers' records settled.
+        await self._store.queue.drop(state.name)
+        await settle(self._store.db, dropped)
+        return dropped

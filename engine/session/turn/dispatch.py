@@ -1,0 +1,93 @@
+"""Run an approved tool call: look it up, validate, execute cancellably, bound its output."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from engine.session.turn.cancel import CancelScope, TurnCancelled
+from engine.tools.base import ToolError
+from engine.tools.output import truncate_output
+from engine.tools.protocols import ToolContext
+from engine.tools.registry import ToolRegistry, validate_args
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    result: str
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupted:
+    """A ``/stop`` hit the tool while it ran; its work was dropped."""
+
+
+DispatchResult = Completed | Failed | Interrupted
+
+
+def parse_arguments(raw: str | None) -> dict[str, Any]:
+    """The model's JSON arguments as an object, or a ``ToolError`` the model can act on."""
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ToolError(
+            f"invalid JSON in tool arguments ({exc.msg} at position {exc.pos}); "
+            "send the arguments as one JSON object"
+        ) from None
+    if not isinstance(value, dict):
+        raise ToolError(f"tool arguments must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def check_call(tools: ToolRegistry, name: str, raw_arguments: str | None) -> dict[str, Any]:
+    """The call's arguments if it can run at all; ``ToolError`` otherwise.
+
+    Checked before the approval gate: nobody is asked to approve a call to a tool that
+    does not exist (a model inventing ``approve``) or with arguments that cannot work.
+    """
+    tool = tools.get(name)
+    if tool is None:
+        available = ", ".join(tools.names) or "none"
+        raise ToolError(f"unknown tool {name!r}; available tools: {available}")
+    args = parse_arguments(raw_arguments)
+    validate_args(tool, args)
+    return args
+
+
+async def execute_tool_call(
+    tools: ToolRegistry,
+    name: str,
+    args: dict[str, Any],
+    ctx: ToolContext,
+    scope: CancelScope,
+    *,
+    max_output_chars: int,
+) -> DispatchResult:
+    tool = tools.get(name)
+    if tool is None:
+        available = ", ".join(tools.names) or "none"
+        return Failed(f"unknown tool {name!r}; available tools: {available}")
+    try:
+        validate_args(tool, args)
+        result = await scope.run(tool.run(args, ctx))
+    except TurnCancelled:
+        return Interrupted()
+    except ToolError as exc:
+        return Failed(truncate_output(str(exc), max_output_chars))
+    except Exception as exc:  # a tool bug must not kill the turn; the model is told
+        log.exception("tool %s crashed", name)
+        return Failed(f"internal error in {name}: {type(exc).__name__}: {exc}")
+    if not isinstance(result, str):
+        result = json.dumps(result, default=str)
+    return Completed(truncate_output(result, max_output_chars))

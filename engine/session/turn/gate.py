@@ -1,0 +1,114 @@
+"""The approval gate: one decision point shared by the live loop, a sub-agent batch and
+resume, so a resumed call is gated exactly as a live one.
+
+Its contract with the approval package (``ApprovalPolicy``, ``HumanApprovals`` and the
+data they exchange) is in ``engine.session.protocols``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from engine.bus.chat import ToolCallEvent
+from engine.session.protocols import Decision, GateRequest, Verdict
+from engine.session.turn.cancel import TurnCancelled
+from engine.session.turn.turn_env import TurnEnv
+from engine.store.rows import ToolCallRow
+from engine.tools.preview import preview_call
+
+__all__ = [
+    "AUTO_DENIED",
+    "AllowAll",
+    "GateOutcome",
+    "rejection_message",
+    "run_approval_gate",
+]
+
+
+class AllowAll:
+    """A policy for tests and trusted embeddings: every call runs without asking."""
+
+    async def check(self, request: GateRequest) -> Verdict:
+        return Verdict(Decision.ALLOW)
+
+
+class GateOutcome(StrEnum):
+    PROCEED = "proceed"
+    REJECTED = "rejected"
+    CHANNEL_CLOSED = "channel_closed"
+
+
+AUTO_DENIED = (
+    "Tool call rejected automatically: it needs a human's approval and this session "
+    "runs unattended."
+)
+
+
+def rejection_message(note: str) -> str:
+    """The one wording of a rejection the model sees."""
+    note = note.strip()
+    return (
+        f"User rejected this tool call. Reason: {note}" if note else "User rejected this tool call."
+    )
+
+
+async def run_approval_gate(
+    env: TurnEnv,
+    call: ToolCallRow,
+    args: dict[str, Any],
+    collected: list[ToolCallEvent] | None = None,
+) -> GateOutcome:
+    """Allow → proceed; deny → ``rejected``; require → a human decides (or auto-deny)."""
+    request = GateRequest(
+        session_id=env.session.id,
+        agent_id=env.frame.agent_id,
+        source=env.session.source,
+        call=call,
+        args=args,
+        run_context=env.session.run_context,
+    )
+    verdict = await env.policy.check(request)
+    if verdict.decision is Decision.ALLOW:
+        return GateOutcome.PROCEED
+    if verdict.decision is Decision.DENY:
+        reason = "Tool call denied by the approval rules" + (
+            f": {verdict.reason}" if verdict.reason else "."
+        )
+        _collect(collected, await env.recorder.rejected(call, reason))
+        return GateOutcome.REJECTED
+    if env.session.auto_deny_approvals:
+        _collect(collected, await env.recorder.rejected(call, AUTO_DENIED))
+        return GateOutcome.REJECTED
+    try:
+        decided = await env.scope.run(
+            env.approvals.wait_for_approval(request, lambda: _announce(env, call, args))
+        )
+    except TurnCancelled:
+        await env.recorder.cancelled(call)
+        return GateOutcome.CHANNEL_CLOSED
+    if decided is None:  # nobody can answer now: stays pending, asked again on resume
+        await env.recorder.pending(call)
+        return GateOutcome.CHANNEL_CLOSED
+    if decided.decision is Decision.ALLOW:
+        return GateOutcome.PROCEED
+    _collect(collected, await env.recorder.rejected(call, rejection_message(decided.reason)))
+    return GateOutcome.REJECTED
+
+
+def _announce(env: TurnEnv, call: ToolCallRow, args: dict[str, Any]) -> None:
+    env.emitter.approval_required(
+        call.id,
+        call.name,
+        args,
+        session_id=env.session.id,
+        agent_id=env.frame.agent_id,
+        preview=preview_call(
+            env.workspace, call.name, args, env.tool_ctx.working_directory, env.tools.get(call.name)
+        ),
+    )
+
+
+def _collect(collected: list[ToolCallEvent] | None, event: ToolCallEvent) -> None:
+    if collected is not None:
+        collected.append(event)

@@ -1,0 +1,85 @@
+"""One LLM round: call the preferred model, fall back to the next on retriable errors."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from engine.llm.protocols import ChatModel
+from engine.llm.types import LlmError, LlmResponse, Message, ToolSchema
+from engine.session.turn.cancel import CancelScope, TurnCancelled
+from engine.session.turn.emitter import TurnEmitter
+
+log = logging.getLogger(__name__)
+
+
+class TurnFailed(Exception):
+    """The turn cannot go on; the message is what the user is shown."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoundResult:
+    response: LlmResponse
+    model: str
+    duration_ms: int
+
+
+MessagesFor = Callable[[bool], list[Message]]
+"""Builds the request messages; the flag says whether the model wants cache hints."""
+
+
+async def call_llm_round(
+    candidates: Sequence[ChatModel],
+    messages_for: MessagesFor,
+    tools: Sequence[ToolSchema],
+    scope: CancelScope,
+    emitter: TurnEmitter,
+) -> RoundResult:
+    """Ask each candidate in turn until one answers usefully.
+
+    Retriable failures (timeout, connection, 429, 5xx, malformed or empty answers, a
+    model client's own bug) move on to the next model; a request error (other 4xx) ends
+    the turn at once, since another model would get the same wrong request. The
+    ``TurnFailed`` message is shown to the user: the models' plain reasons, no exception
+    texts (those are in the log).
+    """
+    if not candidates:
+        raise TurnFailed("No model is configured: set LLM_MODEL.")
+    failures: list[str] = []
+    messages: list[Message] | None = None
+    hints: bool | None = None
+    on_delta = emitter.text_delta if emitter.streams else None
+    for index, model in enumerate(candidates):
+        if messages is None or hints != model.cache_hints:
+            hints = model.cache_hints
+            messages = messages_for(hints)
+        started = time.perf_counter()
+        try:
+            response = await scope.run(model.complete(messages, tools, on_delta=on_delta))
+        except LlmError as exc:
+            detail = f" [{exc.detail}]" if exc.detail else ""
+            log.warning("model %s failed: %s%s", model.name, exc, detail)
+            if not exc.retriable:
+                raise TurnFailed(f"The model rejected the request: {exc}") from exc
+            reason = str(exc)
+        except TurnCancelled:
+            raise
+        except Exception:
+            # A bug in a model client must not end the turn with its exception's text:
+            # the traceback goes to the log under an id, the next model is tried.
+            error_id = uuid.uuid4().hex[:6]
+            log.exception("model %s failed unexpectedly (error %s)", model.name, error_id)
+            reason = f"{model.name}: the model call failed unexpectedly (error {error_id})"
+        else:
+            if response.content or response.tool_calls:
+                elapsed = int((time.perf_counter() - started) * 1000)
+                return RoundResult(response, model.name, elapsed)
+            reason = f"{model.name}: the model returned an empty response (no text, no tool call)"
+            log.warning("model %s failed: %s", model.name, reason)
+        failures.append(reason)
+        if index + 1 < len(candidates):
+            emitter.model_fallback(model.name, candidates[index + 1].name, reason)
+    raise TurnFailed("Every model failed: " + "; ".join(failures))

@@ -1,0 +1,98 @@
+"""Sub-agent calls: which calls spawn one, and a batch of them run in parallel.
+
+A synchronous sub-agent call (``execute_subtask``, or ``execute_task`` with mode
+``sync``) runs the child inline, one frame deeper, under the same lock and cancel scope
+(``TurnEnv.sub_agents``). A response made only of two or more such calls runs them
+concurrently: rows and ``ToolStart`` in call order, the gate in call order, the children
+concurrently (at most ``max_parallel_subagents``), outcomes recorded in call order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from engine.bus.chat import ToolCallEvent
+from engine.session.turn.dispatch import Completed, DispatchResult, Failed, Interrupted, check_call
+from engine.session.turn.gate import GateOutcome, run_approval_gate
+from engine.session.turn.turn_env import TurnEnv
+from engine.store.rows import ToolCallRow
+from engine.tools.base import ToolError
+from engine.tools.builtins.subagents import SUBTASK_TOOL
+
+__all__ = ["SubAgentRequest", "is_batch", "run_batch", "sub_agent_request"]
+
+TASK_TOOL = "execute_task"
+DEFAULT_TASK_AGENT = "generalist"
+
+
+@dataclass(frozen=True, slots=True)
+class SubAgentRequest:
+    agent_id: str
+    prompt: str
+
+
+def sub_agent_request(name: str, args: dict[str, Any]) -> SubAgentRequest | None:
+    if name == SUBTASK_TOOL:
+        return SubAgentRequest(str(args.get("agent_id") or ""), str(args.get("prompt") or ""))
+    if name == TASK_TOOL and args.get("mode") == "sync":
+        agent = str(args.get("agent_id") or DEFAULT_TASK_AGENT)
+        return SubAgentRequest(agent, str(args.get("prompt") or ""))
+    return None
+
+
+def _request_of(env: TurnEnv, call: ToolCallRow) -> SubAgentRequest | None:
+    try:
+        args = check_call(env.tools, call.name, call.arguments)
+    except ToolError:
+        return None
+    return sub_agent_request(call.name, args)
+
+
+def is_batch(env: TurnEnv, calls: list[ToolCallRow]) -> bool:
+    """Two or more calls, every one a synchronous sub-agent call."""
+    return (
+        env.sub_agents is not None
+        and len(calls) >= 2
+        and all(_request_of(env, call) is not None for call in calls)
+    )
+
+
+async def run_batch(env: TurnEnv, calls: list[ToolCallRow], collected: list[ToolCallEvent]) -> bool:
+    """Run a batch; False when the turn must end as cancelled."""
+    assert env.sub_agents is not None
+    approved: list[tuple[ToolCallRow, SubAgentRequest]] = []
+    for call in calls:  # call order: ToolStart, then the gate
+        env.emitter.tool_start(call.id, call.name, call.arguments or "")
+    for call in calls:
+        args = check_call(env.tools, call.name, call.arguments)
+        gate = await run_approval_gate(env, call, args, collected)
+        if gate is GateOutcome.CHANNEL_CLOSED:
+            return False
+        if gate is GateOutcome.PROCEED:
+            request = sub_agent_request(call.name, args)
+            assert request is not None
+            approved.append((call, request))
+
+    slots = asyncio.Semaphore(max(env.limits.max_parallel_subagents, 1))
+    runner = env.sub_agents
+
+    async def one(call: ToolCallRow, request: SubAgentRequest) -> DispatchResult:
+        async with slots:
+            if env.scope.cancelled:
+                return Interrupted()
+            return await runner.run_sub_agent(env, call, request.agent_id, request.prompt)
+
+    results = await asyncio.gather(*(one(call, request) for call, request in approved))
+    cancelled = False
+    for (call, _request), result in zip(approved, results, strict=True):  # call order
+        match result:
+            case Completed(text):
+                collected.append(await env.recorder.completed(call, text))
+            case Failed(error):
+                collected.append(await env.recorder.failed(call, error))
+            case Interrupted():
+                await env.recorder.cancelled(call)
+                cancelled = True
+    return not cancelled
