@@ -545,8 +545,14 @@ class PgNotifier:
             conn.terminate()
 
     async def _supervise(self) -> None:
-        while True:
+        # ``_closed`` is checked as well as the cancellation ``close`` sends: Python 3.11's
+        # ``wait_for`` returns the result instead of raising when its awaitable finishes as
+        # the cancellation comes (a connection lost just as the notifier closes), and the
+        # supervisor reconnected and kept ``close`` waiting for its next ping.
+        while not self._closed:
             await self._until_lost()
+            if self._closed:
+                return
             log.warning("the notice listener lost its PostgreSQL connection; reconnecting")
             await self._drop_listener()
             await self._reconnect()
@@ -554,13 +560,14 @@ class PgNotifier:
             self._subscribers.resync()
 
     async def _until_lost(self) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(self._lost.wait(), self._ping_interval)
+        while not self._closed:
+            lost = asyncio.ensure_future(self._lost.wait())
+            try:  # ``asyncio.wait``, not ``wait_for``: a cancellation is never swallowed
+                done, _ = await asyncio.wait({lost}, timeout=self._ping_interval)
+            finally:
+                lost.cancel()
+            if done or not await self._ping():
                 return
-            except TimeoutError:
-                if not await self._ping():
-                    return
 
     async def _ping(self) -> bool:
         # Finds a connection that died without a word (a half-open TCP connection).
@@ -577,7 +584,7 @@ class PgNotifier:
 
     async def _reconnect(self) -> None:
         delay, most = self._backoff
-        while True:
+        while not self._closed:
             try:
                 await self._open_listener()
                 return

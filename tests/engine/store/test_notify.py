@@ -620,3 +620,18 @@ def test_urls_choose_the_notifier_and_convert_to_an_asyncpg_dsn() -> None:
         asyncpg_dsn("sqlite:///x.db")
     with pytest.raises(ValueError, match="no notifier"):
         notifier_for("mysql://u@h/d", "p")
+
+
+@requires_postgres
+async def test_close_as_the_connection_is_lost_does_not_wait_for_a_reconnect(dsn: str) -> None:
+    """The listening connection is found lost in the very step ``close`` cancels the
+    supervisor: ``close`` returns at once (Python 3.11's ``wait_for`` used to swallow that
+    cancellation, and the supervisor reconnected and pinged before letting go)."""
+    for _ in range(5):
+        notifier = PgNotifier(dsn, "p", ping_interval=60.0)
+        await notifier.start()
+        notifier._lost.set()
+        closing = asyncio.ensure_future(notifier.close())
+        done, _ = await asyncio.wait({closing}, timeout=WAIT_S / 2)
+        assert done, "close waited for the supervisor's reconnect and next ping"
+        assert notifier.listener_pid is None
