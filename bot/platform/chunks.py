@@ -1,0 +1,150 @@
+"""A Markdown answer cut into messages of at most ``limit`` characters, in order.
+
+For platforms that render Markdown themselves and cap a message's length (Discord: 2,000
+characters). Cuts fall on the best boundary that fits: a blank line between paragraphs
+(when that keeps at least half a message), else a line end, else a space, else anywhere.
+A cut inside a fenced code block closes the fence at the end of that message and opens
+it again, with its language, at the start of the next, so every message renders as code
+what was code. Telegram renders entities, not Markdown, and has its own splitter
+(``bot/telegram/rendering/render.py``).
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["MIN_LIMIT", "split_markdown"]
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+#: The shortest limit that fits a reopened fence, its closing and some text.
+MIN_LIMIT = 32
+
+
+def split_markdown(text: str, limit: int) -> list[str]:
+    """``text`` in messages of at most ``limit`` characters (none for blank text)."""
+    if limit < MIN_LIMIT:
+        raise ValueError(f"limit: at least {MIN_LIMIT} characters, got {limit}")
+    if not text.strip():
+        return []
+    if len(text) <= limit:
+        return [text]
+    out = _Messages(limit)
+    for line in text.split("\n"):
+        out.add_line(line)
+    out.flush()
+    return out.done
+
+
+class _Messages:
+    """The messages so far and the one being filled, with the fence open at its end."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.done: list[str] = []
+        self.lines: list[str] = []
+        self.fences: list[str | None] = []  # the fence open after each of ``lines``
+        self.fence: str | None = None  # open at the end of ``lines``
+        self.reopened = 0  # leading lines that only reopen a fence
+
+    def size(self, lines: list[str]) -> int:
+        return sum(len(line) for line in lines) + max(len(lines) - 1, 0)
+
+    def fits(self, extra: str, fence_after: str | None) -> bool:
+        joined = self.size([*self.lines, extra])
+        return joined + _closing_cost(fence_after) <= self.limit
+
+    def add_line(self, line: str) -> None:
+        after = _after(line, self.fence)
+        if self.fits(line, after):
+            self._append(line, after)
+            return
+        for paragraphs in (True, False):  # the last paragraph moves on with it, or not
+            if len(self.lines) > self.reopened:
+                self._end_message(paragraphs=paragraphs)
+                if self.fits(line, after):
+                    self._append(line, after)
+                    return
+        # A line longer than a message: cut it where it fits, the fence state unchanged.
+        rest = line
+        while not self.fits(rest, after):
+            room = self.limit - self.size([*self.lines, ""]) - _closing_cost(self.fence)
+            take = _cut_point(rest, room)
+            self._append(rest[:take], self.fence)
+            rest = rest[take:]
+            self._end_message(paragraphs=False)
+        self._append(rest, after)
+
+    def _append(self, line: str, fence: str | None) -> None:
+        self.lines.append(line)
+        self.fences.append(fence)
+        self.fence = fence
+
+    def _end_message(self, *, paragraphs: bool = True) -> None:
+        """Send what is filled (its last paragraph may move on to the next message)."""
+        carried: list[str] = []
+        carried_fences: list[str | None] = []
+        cut = self._paragraph_cut() if paragraphs and self.fence is None else None
+        if cut is not None:
+            carried, carried_fences = self.lines[cut + 1 :], self.fences[cut + 1 :]
+            del self.lines[cut:], self.fences[cut:]
+            self.fence = self.fences[-1] if self.fences else None
+        self.flush()
+        for line, fence in zip(carried, carried_fences, strict=True):
+            self._append(line, fence)
+
+    def _paragraph_cut(self) -> int | None:
+        """The last blank line outside code that keeps at least half the message."""
+        half = self.size(self.lines) // 2
+        for index in range(len(self.lines) - 1, self.reopened, -1):
+            if self.lines[index].strip() or self.fences[index] is not None:
+                continue
+            if self.size(self.lines[:index]) >= half:
+                return index
+            return None
+        return None
+
+    def flush(self) -> None:
+        fence = self.fence
+        body = "\n".join(self.lines).rstrip()
+        if fence is not None:
+            body += "\n" + _closing(fence)
+        if len(self.lines) > self.reopened and body.strip():
+            self.done.append(body)
+        self.lines, self.fences, self.reopened = [], [], 0
+        if fence is not None:  # the code goes on in the next message
+            self._append(fence, fence)
+            self.reopened = 1
+
+
+def _closing_cost(fence: str | None) -> int:
+    return 0 if fence is None else len(_closing(fence)) + 1
+
+
+def _after(line: str, fence: str | None) -> str | None:
+    """The fence open after ``line`` (``None``: outside code)."""
+    match = _FENCE.match(line)
+    if match is None:
+        return fence
+    if fence is None:
+        return line.strip()
+    # Closed by a fence of the same character, at least as long, with no info string.
+    opener = _FENCE.match(fence)
+    assert opener is not None
+    marks, rest = match.group(1), match.group(2)
+    if marks[0] == opener.group(1)[0] and len(marks) >= len(opener.group(1)) and not rest.strip():
+        return None
+    return fence
+
+
+def _closing(fence: str) -> str:
+    opener = _FENCE.match(fence)
+    assert opener is not None
+    return opener.group(1)
+
+
+def _cut_point(piece: str, room: int) -> int:
+    """Where to cut a piece longer than ``room``: after its last space past the middle,
+    else at ``room`` (at least one character, so a cut always advances)."""
+    room = max(room, 1)
+    space = piece.rfind(" ", 0, room)
+    return space + 1 if space > room // 2 else room

@@ -1,0 +1,103 @@
+"""Markdown answers cut to a platform's message length (``bot/platform/chunks.py``):
+every message fits, nothing is lost or reordered, code stays code across a cut, and bad
+limits are refused."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bot.platform.chunks import MIN_LIMIT, split_markdown
+
+FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,}).*$", re.M)  # a fence line, its language too
+
+
+def rejoined(messages: list[str]) -> str:
+    """The messages' text in order, without the fences a cut added (nor any whitespace:
+    a cut may fall inside a word longer than a message)."""
+    return words("\n".join(messages))
+
+
+def words(text: str) -> str:
+    return "".join(FENCE.sub("", text).split())
+
+
+def balanced(message: str) -> bool:
+    return len(FENCE.findall(message)) % 2 == 0
+
+
+def test_a_short_answer_is_one_message_as_it_is() -> None:
+    assert split_markdown("**hi**\n\n```py\nx = 1\n```", 2000) == ["**hi**\n\n```py\nx = 1\n```"]
+
+
+def test_blank_text_is_no_message() -> None:
+    assert split_markdown("", 2000) == []
+    assert split_markdown(" \n\n ", 2000) == []
+
+
+def test_a_4000_character_answer_with_a_fence_open_at_the_cut_reopens_it() -> None:
+    prose = "Here is the script you asked for, with comments.\n\n"
+    code = "\n".join(f"print('line {n:04d} of the long script')  # step {n}" for n in range(90))
+    answer = f"{prose}```python\n{code}\n```\nThat is all."
+    assert len(answer) > 4000
+
+    messages = split_markdown(answer, 2000)
+
+    assert len(messages) >= 3
+    assert all(len(m) <= 2000 for m in messages)
+    assert all(balanced(m) for m in messages)
+    assert messages[1].startswith("```python\n")  # the code goes on as code
+    assert messages[0].endswith("\n```")
+    assert rejoined(messages) == words(answer)
+
+
+def test_paragraphs_are_kept_whole_when_a_blank_line_allows() -> None:
+    first = "A" * 50 + " first paragraph."
+    second = "B" * 30 + " second paragraph."
+    messages = split_markdown(f"{first}\n\n{second}\n\n{'C' * 20}", 100)
+    assert messages[0] == first
+    assert all(len(m) <= 100 for m in messages)
+
+
+def test_a_line_longer_than_a_message_is_cut_at_spaces_else_anywhere() -> None:
+    sentence = " ".join(["word"] * 600)  # 2,999 characters, no line break
+    messages = split_markdown(sentence, 2000)
+    assert [len(m) <= 2000 for m in messages] == [True, True]
+    assert rejoined(messages) == words(sentence)
+
+    blob = "x" * 5000
+    pieces = split_markdown(blob, 2000)
+    assert [len(p) for p in pieces] == [2000, 2000, 1000]
+    assert "".join(pieces) == blob
+
+
+def test_a_limit_too_small_for_a_reopened_fence_is_refused() -> None:
+    for bad in (0, -5, MIN_LIMIT - 1):
+        with pytest.raises(ValueError, match="limit: at least"):
+            split_markdown("text", bad)
+
+
+paragraph = st.text(alphabet=st.sampled_from("abc xyz.,!"), min_size=0, max_size=120)
+block = st.one_of(
+    paragraph,
+    st.builds(
+        lambda lang, lines: f"```{lang}\n" + "\n".join(lines) + "\n```",
+        st.sampled_from(["", "py", "bash"]),
+        st.lists(paragraph, max_size=12),
+    ),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(block, min_size=1, max_size=20), st.integers(MIN_LIMIT, 400))
+def test_any_answer_fits_keeps_its_words_in_order_and_its_code_fenced(
+    blocks: list[str], limit: int
+) -> None:
+    answer = "\n\n".join(blocks)
+    messages = split_markdown(answer, limit)
+    assert all(len(m) <= limit for m in messages)
+    assert all(balanced(m) for m in messages)
+    assert rejoined(messages) == words(answer)
