@@ -141,3 +141,29 @@ async def test_a_call_of_a_session_in_no_chat_is_decided_by_the_engine_alone(
     assert decided.resolution.live
     result = await asyncio.wait_for(turn, 5)
     assert result.content == "Ran it alone."
+
+
+async def test_an_answer_from_the_inbox_finds_its_chat_and_a_foreign_chat_is_refused(
+    gated: ChatHub, model: EchoModel
+) -> None:
+    """The question's own row names its chat: the inbox's answer resumes that chat's turn;
+    the same answer from another chat is refused, and an empty one before anything changes."""
+    model.add(tool_call("ask_user_clarification", '{"question": "Which colour?"}', "q"))
+    model.add(text("Painted it."))
+    events = gated.events(CHAT)
+    await gated.send_message(CHAT, "paint it")
+
+    async def asked() -> ev.Question:
+        while not isinstance((event := await events.recv()).event, ev.Question):
+            pass
+        return event.event
+
+    question = await asyncio.wait_for(asked(), 5)
+    with pytest.raises(InboxError) as refused:
+        await gated.answer(question.request_id, "blue", source="telegram:2")
+    assert refused.value.code == "other_session"
+    with pytest.raises(HubError, match="empty"):
+        await gated.answer(question.request_id, "  ")
+
+    await gated.answer(question.request_id, "green")
+    assert (await wait_done(events))[-1].event.content == "Painted it."
