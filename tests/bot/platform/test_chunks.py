@@ -101,3 +101,22 @@ def test_any_answer_fits_keeps_its_words_in_order_and_its_code_fenced(
     assert all(len(m) <= limit for m in messages)
     assert all(balanced(m) for m in messages)
     assert rejoined(messages) == words(answer)
+
+
+def test_a_longer_or_tilde_fence_is_closed_only_by_its_own_kind() -> None:
+    """A four-backtick block holding a three-backtick line, and a tilde block, stay code
+    across cuts: the inner line closes nothing, and each reopens with its own fence."""
+    inner = "\n".join(["```", *(f"row {n}" for n in range(40)), "```"])
+    answer = (
+        f"````markdown\n{inner}\n````\n\n~~~sh\n"
+        + "\n".join(f"echo {n}" for n in range(40))
+        + "\n~~~"
+    )
+    messages = split_markdown(answer, 120)
+    assert all(len(m) <= 120 for m in messages)
+    for message in messages:  # each outer fence opened in a message is closed in it
+        lines = message.split("\n")
+        assert sum(line.startswith("````") for line in lines) % 2 == 0, message
+        assert sum(line.startswith("~~~") for line in lines) % 2 == 0, message
+    assert any(m.startswith("````markdown\nrow") for m in messages)  # reopened, not closed by ```
+    assert rejoined(messages) == words(answer)
