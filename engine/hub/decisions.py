@@ -10,6 +10,7 @@ from engine.hub.placement import Placement
 from engine.hub.protocols import Publish, StandingGrant
 from engine.hub.turns.sources import SourceRegistry
 from engine.hub.types import Choice, DecisionMade, SendOptions, check_text, validate_source
+from engine.store.inbox import ApprovalRecord
 
 __all__ = ["Decisions"]
 
@@ -61,55 +62,49 @@ class Decisions:
         by: str | None,
         source: str | None,
     ) -> Decided:
-        chat = validate_source(source) if source is not None else await self.chat_of(tool_call_id)
+        record = await self._engine.store.inbox.get(tool_call_id)
+        chat = validate_source(source) if source is not None else await self._chat_of(record)
         if chat is None:  # a call in no chat now: the engine alone records it
             if choice.approved:
                 return await self._engine.approve(tool_call_id, choice.bypass, decider=decider)
             return await self._engine.reject(tool_call_id, note, decider=decider)
         state = await self._sources.state(chat)
-        foreign = await self._asked_here_for(chat, state.session_id, tool_call_id)
+        # Another session's call asking in this chat (a job's run), or the chat's own.
+        foreign = None
+        if record is not None and record.shown_in == chat and record.session_id != state.session_id:
+            foreign = record.session_id
         bridge = self._adapters.bridge(chat, state.session_id)
         # One process resumes the chat's turn in place; a fleet where the chat runs; a
         # job's run, when its run is taken again.
-        resume = self._placement.resumes_in_place and foreign is None
-        if choice.approved:
-            standing = foreign is not None and choice.bypass is not None
-            standing = standing and choice.bypass.seconds is None  # type: ignore[union-attr]
-            decided = await self._engine.approve(
-                tool_call_id,
-                None if standing else choice.bypass,
-                decider=decider,
-                session_id=state.session_id,
-                shown_in=chat,
-                emit=bridge,
-                records=bridge,
-                resume=resume,
-            )
-            if standing and foreign is not None and self.standing_grant is not None:
+        recorded = {
+            "decider": decider,
+            "session_id": state.session_id,
+            "shown_in": chat,
+            "emit": bridge,
+            "records": bridge,
+            "resume": self._placement.resumes_in_place and foreign is None,
+        }
+        if not choice.approved:
+            decided = await self._engine.reject(tool_call_id, note, **recorded)
+        elif foreign is not None and choice.bypass is not None and choice.bypass.seconds is None:
+            # "🔄 Session" on a job's card: the job gets the tool, not a bypass of all.
+            decided = await self._engine.approve(tool_call_id, None, **recorded)
+            if self.standing_grant is not None:
                 await self.standing_grant(foreign, tool_call_id)
         else:
-            decided = await self._engine.reject(
-                tool_call_id,
-                note,
-                decider=decider,
-                session_id=state.session_id,
-                shown_in=chat,
-                emit=bridge,
-                records=bridge,
-                resume=resume,
-            )
-        await self._hand_over(chat, tool_call_id, decided, foreign)
+            decided = await self._engine.approve(tool_call_id, choice.bypass, **recorded)
+        if not decided.resolution.live:  # its turn waits elsewhere, or a job's run reads it
+            await self._placement.decided(chat, tool_call_id, in_chat=foreign is None)
         if by is not None:  # decided away from the chat: the chat's cards close
             made = DecisionMade(tool_call_id, choice.name, by, "" if choice.approved else note)
             self._publish(chat, state.session_id, made)
         return decided
 
-    async def chat_of(self, tool_call_id: int) -> str | None:
+    async def _chat_of(self, record: ApprovalRecord | None) -> str | None:
         """The chat a call (or question) is decided in: where its card shows (a job's
         run asks in its chat), else its session's chat while that session is the chat's
         current one; ``None`` for a call in no chat now (or no call at all: the engine
         says which)."""
-        record = await self._engine.store.inbox.get(tool_call_id)
         if record is None:
             return None
         if record.shown_in is not None:
@@ -117,31 +112,15 @@ class Decisions:
         session = await self._engine.store.sessions.get(record.session_id)
         if session is None:
             return None
-        state = self._sources.get(session.source)
-        if state is not None:
-            current: int | None = state.session_id
-        else:
-            current = await self._engine.store.sessions.active_for_source(session.source)
+        current = await self._sources.current_session(session.source)
         return session.source if current == session.id else None
 
-    async def _asked_here_for(self, source: str, session_id: int, tool_call_id: int) -> int | None:
-        """The other session whose call asks in ``source`` (``None``: the chat's own call)."""
-        record = await self._engine.store.inbox.get(tool_call_id)
-        if record is None or record.shown_in != source or record.session_id == session_id:
-            return None
-        return record.session_id
-
-    async def _hand_over(
-        self, source: str, tool_call_id: int, decided: Decided, foreign: int | None
-    ) -> None:
-        """A decision no turn here waited for reaches the process whose turn waits (a fleet),
-        or is read when that turn resumes (a job's run: when its run is taken again)."""
-        if not decided.resolution.live:
-            await self._placement.decided(source, tool_call_id, in_chat=foreign is None)
-
     async def answer(self, request_id: int, answer: str, *, source: str | None) -> Decided:
-        chat = validate_source(source) if source is not None else await self.chat_of(request_id)
         check_text(answer, SendOptions(), self._config.max_message_chars)
+        if source is not None:
+            chat: str | None = validate_source(source)
+        else:
+            chat = await self._chat_of(await self._engine.store.inbox.get(request_id))
         if chat is None:
             return await self._engine.resolve_question(request_id, answer)
         state = await self._sources.state(chat)

@@ -305,10 +305,7 @@ class ChatHub:
 
     async def current_session(self, source: str) -> int | None:
         """The session ``source`` talks to now, if it has one (nothing is created)."""
-        state = self._sources.get(source)
-        if state is not None:
-            return state.session_id
-        return await self.engine.store.sessions.active_for_source(source)
+        return await self._sources.current_session(source)
 
     async def pending_approvals(
         self, session_id: int | None = None, *, shown_in: str | None = None

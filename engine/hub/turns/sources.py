@@ -71,6 +71,13 @@ class SourceRegistry:
         """The live state of ``source`` (``None``: not in memory; nothing is created)."""
         return self._sources.get(source)
 
+    async def current_session(self, source: str) -> int | None:
+        """The session ``source`` talks to now, if it has one (nothing is created)."""
+        state = self._sources.get(source)
+        if state is not None:
+            return state.session_id
+        return await self._engine.store.sessions.active_for_source(source)
+
     async def state(self, source: str, *, agent_id: str | None = None) -> SourceState:
         """The live state of ``source``, created with its session when it has none."""
         state = self._sources.get(source)

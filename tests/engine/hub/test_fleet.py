@@ -385,25 +385,36 @@ async def test_the_fence_rolls_back_a_transaction_once_the_lease_is_gone(
         assert await db.run(lambda c: c.execute(sa.select(leases.c.epoch)).scalar()) == 1
 
 
+async def long_turn_at(a: Member, source: str) -> None:
+    """A turn of ``source`` running at ``a``, its model held until the test lets it go."""
+    assert a.hub.fleet is not None
+    a.model.gate = asyncio.Event()
+    await a.hub.fleet.ownership.claim(source)
+    await a.hub.send_message(source, "a long job")
+    await asyncio.wait_for(a.model.started.wait(), 5)
+    assert a.hub.is_processing(source)
+
+
+async def stopped_without_an_answer(a: Member, source: str) -> None:
+    """The turn at ``a`` ends, and its model, let go after, answers nothing more."""
+
+    async def stopped() -> bool:
+        return not a.hub.is_processing(source)
+
+    await until(stopped, within=5)
+    assert a.model.gate is not None
+    a.model.gate.set()
+    await asyncio.sleep(0.2)
+    assert (await a.engine.store.db.run(answers)).get(source, []) == []
+
+
 async def test_stop_reaches_the_process_running_the_turn(url: str, tmp_path: Path) -> None:
     notifier = LocalNotifier("shared")
     async with member(url, tmp_path, "a", notifier) as a, member(url, tmp_path, "b", notifier) as b:
-        assert a.hub.fleet is not None
-        a.model.gate = asyncio.Event()
-        await a.hub.fleet.ownership.claim("telegram:3")
-        await a.hub.send_message("telegram:3", "a long job")
-        await asyncio.wait_for(a.model.started.wait(), 5)
-        assert a.hub.is_processing("telegram:3")
+        await long_turn_at(a, "telegram:3")
         assert not b.hub.is_processing("telegram:3") and await b.hub.is_busy("telegram:3")
         await b.hub.cancel("telegram:3")  # /stop arrives at the other process
-
-        async def stopped() -> bool:
-            return not a.hub.is_processing("telegram:3")
-
-        await until(stopped, within=5)
-        a.model.gate.set()
-        await asyncio.sleep(0.2)
-        assert (await a.engine.store.db.run(answers)).get("telegram:3", []) == []
+        await stopped_without_an_answer(a, "telegram:3")
 
 
 async def test_a_session_cancelled_at_another_process_stops_where_it_runs(
@@ -413,25 +424,14 @@ async def test_a_session_cancelled_at_another_process_stops_where_it_runs(
     a's turn ends; a session no process runs is left as it is."""
     notifier = LocalNotifier("shared")
     async with member(url, tmp_path, "a", notifier) as a, member(url, tmp_path, "b", notifier) as b:
-        assert a.hub.fleet is not None
-        a.model.gate = asyncio.Event()
-        await a.hub.fleet.ownership.claim("telegram:4")
-        await a.hub.send_message("telegram:4", "a long job")
-        await asyncio.wait_for(a.model.started.wait(), 5)
+        await long_turn_at(a, "telegram:4")
         session_id = await a.hub.current_session("telegram:4")
         assert session_id is not None
 
         await b.hub.cancel_session(987654)  # no such session: nothing to stop anywhere
         assert a.hub.is_processing("telegram:4")
         await b.hub.cancel_session(session_id)
-
-        async def stopped() -> bool:
-            return not a.hub.is_processing("telegram:4")
-
-        await until(stopped, within=5)
-        a.model.gate.set()
-        await asyncio.sleep(0.2)
-        assert (await a.engine.store.db.run(answers)).get("telegram:4", []) == []
+        await stopped_without_an_answer(a, "telegram:4")
 
 
 async def test_a_decision_from_the_inbox_at_another_process_wakes_the_waiting_turn(
