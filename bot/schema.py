@@ -11,7 +11,7 @@ from bot.webchat.layer import WEBCHAT
 from engine.store import ENGINE, Layer
 from memory.layer import MEMORY
 
-__all__ = ["DELIVERY", "HTTP", "LAYERS", "MEMORY", "SCHEDULER", "TELEGRAM", "WEBCHAT"]
+__all__ = ["DELIVERY", "HTTP", "LAYERS", "MEMORY", "PLATFORM", "SCHEDULER", "TELEGRAM", "WEBCHAT"]
 
 #: jobs, runs, events, notify dedupe (``scheduler/tables.py``): 0006, 0019
 SCHEDULER = Layer("scheduler", "scheduler.migrations", "scheduler.tables")
@@ -20,8 +20,11 @@ SCHEDULER = Layer("scheduler", "scheduler.migrations", "scheduler.tables")
 TELEGRAM = Layer("telegram", "bot.telegram.migrations", "bot.telegram.tables")
 #: every platform's events, cards and outbox (``bot/delivery/tables.py``): 0021
 DELIVERY = Layer("delivery", "bot.delivery.migrations", "bot.delivery.tables")
+#: every platform's paired people and pairing codes but Telegram's
+#: (``bot/platform/tables.py``): 0022
+PLATFORM = Layer("platform", "bot.platform.migrations", "bot.platform.tables")
 #: the web inbox's sign-ins (``bot/http/tables.py``): 0011
 HTTP = Layer("http", "bot.http.migrations", "bot.http.tables")
 
 #: the search index and per-session watermarks (``memory/tables.py``): 0013
-LAYERS: tuple[Layer, ...] = (ENGINE, SCHEDULER, TELEGRAM, DELIVERY, HTTP, WEBCHAT, MEMORY)
+LAYERS: tuple[Layer, ...] = (ENGINE, SCHEDULER, TELEGRAM, DELIVERY, PLATFORM, HTTP, WEBCHAT, MEMORY)

@@ -31,11 +31,20 @@ import sqlalchemy as sa
 
 from bot.checks.exposure import check_api_exposure
 from bot.checks.result import Check
-from bot.delivery import Outbound, Pacing, Redelivery, RetrySchedule, delivery_summary
+from bot.delivery import (
+    Outbound,
+    Pacing,
+    Redelivery,
+    RetrySchedule,
+    delivery_summary,
+    recover_orphans_forever,
+)
 from bot.fleet.bot_identity import OtherBot, check_bot_identity, is_bot_token
 from bot.fleet.receiver import ReceiverElection, process_identity
 from bot.fleet.settings import check_fleet_database
 from bot.fleet.single_sqlite import ServeLock, hold_serve_lock
+from bot.platform.access import PairingDesk
+from bot.platform.jobs import Jobs
 from bot.schema import LAYERS
 from bot.settings import service_settings
 from bot.telegram.adapter import TelegramAdapter
@@ -73,22 +82,11 @@ __all__ = ["Service", "open_engine", "serve"]
 if TYPE_CHECKING:
     import uvicorn
 
+    from bot.discord.service import DiscordService
     from bot.http.app import TelegramWebhook
     from bot.http.web import Deliveries
 
 log = logging.getLogger(__name__)
-
-
-async def _recover_orphans_forever(outbound: Outbound, every_s: float) -> None:
-    """A fleet's: replies a dead process took to send and never sent are due (its
-    membership lease expired); a live process's in-flight replies stay its own, and so do
-    this process's own (it hands back itself what it may no longer send)."""
-    while True:
-        try:
-            await outbound.recover_orphans()
-        except Exception:  # the database is away: the next round
-            log.warning("recovering the fleet's unsent replies failed", exc_info=True)
-        await asyncio.sleep(every_s)
 
 
 SHUTDOWN_S = 10.0
@@ -132,6 +130,11 @@ class Service:
     receiver: ReceiverElection | None = None
     _checks_http: httpx.AsyncClient | None = None
     _serve_lock: ServeLock | None = None
+    #: Discord (``DISCORD_BOT_TOKEN``), beside Telegram or alone.
+    discord: DiscordService | None = None
+    #: Tests: Discord's pacing and the wait between IDENTIFYs (None: Discord's own).
+    discord_pacing: Pacing | None = None
+    discord_identify_gap_s: float | None = None
 
     async def _run_checks(self) -> Sequence[Check]:
         """The doctor's checks, over a client made on first use (each client costs its TLS
@@ -223,6 +226,7 @@ class Service:
             hub.add_turn_context(memory.turn_context)
         webhook: TelegramWebhook | None = None
         deliveries: Deliveries | None = None  # the web inbox's "deliveries waiting"
+        desk = PairingDesk()  # /pair on any platform redeems a code from any platform
         if self.api is None and settings.telegram_bot_token:
             from bot.telegram.bindings.factory import make_bot_api
 
@@ -261,11 +265,12 @@ class Service:
                 ),
                 jobs=JobsPanel(scheduler),
                 memory=self.memory,
+                desk=desk,
             )
             await adapter.start()  # no Telegram call: subscribed before the hub recovers
             self._spawn(Redelivery(outbound, store.outbox).run(), "tg-redelivery")
             if fleet is not None:  # a dead process's unsent replies: due once they are old
-                orphans = _recover_orphans_forever(outbound, fleet.scan_interval_s)
+                orphans = recover_orphans_forever(outbound, fleet.scan_interval_s)
                 self._spawn(orphans, "tg-fleet-outbox")
             startup = TelegramStartup(api, health)
             receive: Callable[[], Awaitable[None]]
@@ -291,6 +296,24 @@ class Service:
                     )
                     receive = self.receiver.run
             self._spawn(self._reach_telegram(startup, adapter, receive), "tg-startup")
+        if settings.discord_bot_token:
+            from bot.discord.service import DiscordService
+
+            self.discord = DiscordService(
+                settings,
+                hub,
+                engine.store.db,
+                engine.workspace.root,
+                self.refused,
+                jobs=Jobs(scheduler),
+                memory=self.memory,
+                desk=desk,
+                pacing=self.discord_pacing,
+                schedule=self.schedule,
+                identify_gap_s=self.discord_identify_gap_s,
+            )
+            await self.discord.start()  # subscribed before the hub recovers, as Telegram
+            deliveries = deliveries or partial(engine.store.db.run, delivery_summary)
         if self.console and self.api is None:
             from bot.terminal import SOURCE, console_interrupted
 
@@ -318,6 +341,8 @@ class Service:
             return True
         if platform == "telegram" and self.adapter is not None:
             return self.adapter.access.is_allowed(user)
+        if platform == "discord" and self.discord is not None and self.discord.adapter:
+            return self.discord.adapter.access.is_allowed(user)
         return False
 
     async def _start_http(
@@ -395,6 +420,8 @@ class Service:
             await self.scheduler.close()
         if self.adapter is not None:
             await self.adapter.close()
+        if self.discord is not None:
+            await self.discord.close()
         if self.hub is not None:
             await self.hub.close()
         if self.memory is not None:
@@ -461,8 +488,6 @@ async def serve(config: AppConfig) -> None:
         print(f"chathub: the log is in {log_to_file()}", file=sys.stderr, flush=True)
 
         assert service.hub is not None
-        from bot.platform.jobs import Jobs
-
         assert service.scheduler is not None
         chat = TerminalChat(
             service.hub,
@@ -482,8 +507,11 @@ async def serve(config: AppConfig) -> None:
             file=sys.stderr,
             flush=True,
         )
-    if service.adapter is None and terminal is None:
-        log.warning("TELEGRAM_BOT_TOKEN is not set and stdin is not a terminal: HTTP only")
+    if service.adapter is None and service.discord is None and terminal is None:
+        log.warning(
+            "neither TELEGRAM_BOT_TOKEN nor DISCORD_BOT_TOKEN is set and stdin is not a "
+            "terminal: HTTP only"
+        )
     await stop.wait()
     if terminal is not None and not terminal.done():
         terminal.cancel()

@@ -1,7 +1,7 @@
 """The service's settings: each layer's variables, composed into one class.
 
 Every layer owns its variables (engine/config.py, bot/telegram/settings.py,
-bot/http/settings.py, scheduler/settings.py); ``chathub`` reads them all at once from the
+bot/discord/settings.py, bot/http/settings.py, scheduler/settings.py); ``chathub`` reads them all at once from the
 environment and ``.env``, and one wrong value stops start-up naming its variable.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.discord.settings import DiscordSettings
 from bot.fleet.settings import FleetSettings
 from bot.http.settings import HttpSettings
 from bot.telegram.settings import TelegramSettings
@@ -22,6 +23,7 @@ __all__ = ["Settings", "load_config", "load_settings", "service_settings"]
 
 class Settings(
     TelegramSettings,
+    DiscordSettings,
     HttpSettings,
     SchedulerSettings,
     MemorySettings,

@@ -24,7 +24,7 @@ from bot.delivery.outbound import Delivery, Outbound
 from bot.delivery.store import OutboxRow, OutboxStore
 from engine.store import utcnow
 
-__all__ = ["Redelivery"]
+__all__ = ["Redelivery", "recover_orphans_forever"]
 
 log = logging.getLogger(__name__)
 
@@ -130,3 +130,19 @@ class Redelivery:
         finally:
             sleeper.cancel()
             waker.cancel()
+
+
+async def recover_orphans_forever(outbound: Outbound, every_s: float) -> None:
+    """A fleet's: replies a dead process took to send and never sent are due (its
+    membership lease expired); a live process's in-flight replies stay its own, and so do
+    this process's own (it hands back itself what it may no longer send)."""
+    while True:
+        try:
+            await outbound.recover_orphans()
+        except Exception:  # the database is away: the next round
+            log.warning(
+                "recovering the fleet's unsent %s replies failed",
+                outbound.client.name,
+                exc_info=True,
+            )
+        await asyncio.sleep(every_s)

@@ -13,7 +13,7 @@ from bot.platform.commands import Command, CommandContext
 from bot.platform.protocols import AccessStore, PairingCode
 from engine.approval import Decider
 
-__all__ = ["Access", "PairingOffer", "pairing_commands"]
+__all__ = ["Access", "PairingDesk", "PairingOffer", "pairing_commands"]
 
 BUSY = "I am not taking new people right now; try later."
 WELCOME = "👋 Welcome! You can talk to me now."
@@ -109,24 +109,50 @@ class Access:
         return removed
 
 
-def pairing_commands(
-    access: Access, welcome: Callable[[PairingCode], Awaitable[None]]
-) -> list[Command]:
-    """``/pair <code>`` and ``/unpair <user_id>``, the owner's; ``welcome`` greets the new
-    user in their chat."""
+Welcome = Callable[[PairingCode], Awaitable[None]]
+
+
+class PairingDesk:
+    """Every platform's pairing, so that a code a stranger got on one platform is redeemed
+    by the owner's ``/pair`` on any of them (and ``/unpair`` reaches every platform)."""
+
+    def __init__(self) -> None:
+        self._platforms: list[tuple[Access, Welcome]] = []
+
+    def add(self, access: Access, welcome: Welcome) -> None:
+        """``welcome`` greets a user of ``access``'s platform in their chat once paired."""
+        self._platforms.append((access, welcome))
+
+    async def pair(self, code: str, by: str | None) -> PairingCode | None:
+        for access, welcome in self._platforms:
+            paired = await access.pair(code, by)
+            if paired is not None:
+                await welcome(paired)
+                return paired
+        return None
+
+    async def unpair(self, user_id: str) -> bool:
+        removed = False
+        for access, _welcome in self._platforms:
+            removed = await access.unpair(user_id) or removed
+        return removed
+
+
+def pairing_commands(desk: PairingDesk) -> list[Command]:
+    """``/pair <code>`` and ``/unpair <user_id>``, the owner's, over every platform's
+    pairing (``desk``)."""
 
     async def pair(c: CommandContext) -> str:
-        paired = await access.pair(c.argument, c.user_id)
+        paired = await desk.pair(c.argument.strip(), c.user_id)
         if paired is None:
             return "No pending pairing with that code (wrong, used or expired)."
-        await welcome(paired)
         return f"Paired {paired.name} (id {paired.user_id})."
 
     async def unpair(c: CommandContext) -> str:
         user_id = _id_argument(c.argument.strip())
         if user_id is None:
             return "Usage: /unpair <user_id>"
-        removed = await access.unpair(user_id)
+        removed = await desk.unpair(user_id)
         return f"Unpaired {user_id}." if removed else f"{user_id} was not paired."
 
     return [

@@ -68,6 +68,7 @@ _OUTCOME_LINES: dict[str, tuple[str, str]] = {
     "bypass_session": ("🔄 Approved", " — no more asking this session"),
     "cancelled": ("⊘ Cancelled", " (/stop)"),
     "expired": ("⌛ Expired", ""),
+    "answered": ("✍️ Answered", ""),
     # A scheduled job's card (``scheduler/asking.py``): closed without a decision.
     "timed_out": ("⌛ Not decided in time", " — the call was rejected and the job went on"),
     "stopped": ("⊘ Stopped", " — the job's run ended"),

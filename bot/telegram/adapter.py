@@ -1,7 +1,7 @@
 """``TelegramAdapter``: Telegram updates into the hub, hub events back into chats.
 
 A dispatcher over parts with one job each: ``messages.py`` (a message into the hub),
-``callbacks.py`` (taps), ``outgoing.py`` (hub events into chats, through the platform
+``callbacks.py`` (taps), ``bot.platform.outgoing`` (hub events into chats, through the platform
 outbox with ``delivery.py`` as its sender), ``chat_cards.py`` and ``approvals.py``
 (cards), ``progress.py`` (typing, streaming). Framework-neutral: it talks to Telegram
 only through ``BotApi`` (either binding), stores what must survive a restart in
@@ -17,8 +17,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bot.delivery import Outbound
-from bot.platform.access import Access
+from bot.platform.access import Access, PairingDesk
+from bot.platform.lanes import Lanes
 from bot.platform.outbox import Outbox
+from bot.platform.outgoing import EventRenderer
 from bot.platform.tasks import Background, Runtime
 from bot.telegram.config import TelegramConfig
 from bot.telegram.dispatch.access import PairedIds, PairingStore, user_key
@@ -29,10 +31,8 @@ from bot.telegram.dispatch.jobs import JobsPanel
 from bot.telegram.dispatch.memory import MemoryPanel
 from bot.telegram.dispatch.messages import BotIdentity, MessageHandler
 from bot.telegram.inbound.downloads import Downloads
-from bot.telegram.inbound.lanes import Lanes
 from bot.telegram.inbound.updates import Callback, Ignored, Message, chat_key, parse_update
 from bot.telegram.rendering.chat_cards import ChatCards
-from bot.telegram.rendering.outgoing import PREFIX, EventRenderer
 from bot.telegram.rendering.progress import ChatActivity
 from bot.telegram.sending.api import BotApi, Json
 from bot.telegram.sending.delivery import TelegramSender
@@ -41,7 +41,10 @@ from engine.approval import Decider
 from engine.hub import ChatHub, HubEvent
 from memory.service import MemoryService
 
-__all__ = ["TelegramAdapter"]
+__all__ = ["PREFIX", "TelegramAdapter"]
+
+#: Telegram's sources in the hub.
+PREFIX = "telegram:"
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +62,11 @@ class TelegramAdapter:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         jobs: JobsPanel | None = None,
         memory: MemoryService | None = None,
+        desk: PairingDesk | None = None,
     ) -> None:
         """``memory``: long-term memory for ``/search``, ``/memory`` and ``/forget_me``
-        (``None``, ``MEMORY_ENABLED=false``: they say it is switched off)."""
+        (``None``, ``MEMORY_ENABLED=false``: they say it is switched off); ``desk``: every
+        platform's pairing, for ``/pair`` (``None``: Telegram's alone)."""
         self.hub, self.api, self.store, self.outbound = hub, api, store, outbound
         self.config = config
         self._me = BotIdentity()
@@ -84,13 +89,15 @@ class TelegramAdapter:
         activity = ChatActivity(hub, sender, config, runtime)
         approvals = ApprovalTaps(hub, access, cards, sender, config.reject_window_s, runtime)
         panel = MemoryPanel(memory, sender)
-        self.commands = telegram_commands(access, sender, jobs, panel)
+        self.commands = telegram_commands(access, sender, jobs, panel, desk)
         downloads = Downloads(sender, config.workspace, config.max_download_bytes)
         self._messages = MessageHandler(
             hub, self._me, access, self.commands, cards, approvals, sender, downloads, activity
         )
         self._callbacks = Callbacks(access, sender, approvals, jobs, panel)
-        self._events = EventRenderer(self.outbox, cards, activity, streaming=config.streaming)
+        self._events = EventRenderer(
+            PREFIX, self.outbox, cards, activity, streaming=config.streaming
+        )
         self._incoming: Lanes[int, Json] = Lanes(self._handle_in_lane, "tg-in")
         self._outgoing: Lanes[str, HubEvent] = Lanes(self._events.render, "tg-out")
 

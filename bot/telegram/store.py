@@ -7,10 +7,9 @@ are the delivery layer's (``bot.delivery``), under the platform name ``telegram`
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,6 +19,14 @@ from bot.delivery import CardRow as StoredCard
 from bot.delivery import CardStore, EventStore, OutboxStore
 from bot.delivery.store import mark_handled_in as mark_event_handled_in
 from bot.delivery.store import record_events_in
+from bot.platform.pairing import (  # noqa: F401 (tests read them here)
+    CODE_ALPHABET,
+    CODE_LENGTH,
+    CODE_TTL,
+    MAX_PENDING_CODES,
+    draw_code,
+    serialize,
+)
 from bot.telegram.tables import telegram_pairing, telegram_users
 from engine.store import Database, SqliteDatabase, quick_unit, utcnow
 
@@ -31,12 +38,6 @@ TELEGRAM = "telegram"
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
-
-# No 0/O or 1/I/L: a code read aloud or retyped from a phone should not be ambiguous.
-CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
-CODE_LENGTH = 6
-CODE_TTL = timedelta(hours=24)
-MAX_PENDING_CODES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,13 +209,6 @@ def mark_handled_in(conn: Connection, update_id: int) -> None:
     mark_event_handled_in(conn, TELEGRAM, str(update_id))
 
 
-def _serialize(conn: Connection, name: str) -> None:
-    """Hold a transaction-scoped lock on PostgreSQL (SQLite's writer lock already does)."""
-    if conn.dialect.name == "postgresql":
-        key = int.from_bytes(name.encode()[:8].ljust(8, b"\0"), "big") & 0x7FFF_FFFF_FFFF_FFFF
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
-
-
 def _paired_users(conn: Connection) -> set[int]:
     return set(conn.execute(sa.select(telegram_users.c.user_id)).scalars())
 
@@ -246,7 +240,7 @@ def _issue_code(
     conn: Connection, user_id: int, chat_id: int, name: str, now: datetime
 ) -> tuple[PairingRow | None, bool]:
     p = telegram_pairing
-    _serialize(conn, "pairing")  # count-then-insert must not interleave across workers
+    serialize(conn, "pairing")  # count-then-insert must not interleave across workers
     live = sa.and_(p.c.used_at.is_(None), p.c.expires_at > now)
     mine = conn.execute(sa.select(p).where(live, p.c.user_id == user_id)).first()
     if mine is not None:
@@ -254,10 +248,7 @@ def _issue_code(
     waiting = conn.execute(sa.select(sa.func.count()).select_from(p).where(live)).scalar_one()
     if waiting >= MAX_PENDING_CODES:
         return None, False
-    while True:
-        code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
-        if conn.execute(sa.select(p.c.code).where(p.c.code == code)).first() is None:
-            break
+    code = draw_code(conn, p.c.code)
     row = PairingRow(code, user_id, chat_id, name, now, now + CODE_TTL)
     conn.execute(p.insert().values(**{k: getattr(row, k) for k in row.__slots__}))
     return row, True

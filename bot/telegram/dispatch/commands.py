@@ -3,7 +3,7 @@ and the owner's pairing."""
 
 from __future__ import annotations
 
-from bot.platform.access import WELCOME, Access, pairing_commands
+from bot.platform.access import WELCOME, Access, PairingDesk, pairing_commands
 from bot.platform.commands import Command, CommandContext, CommandRegistry, shared_commands
 from bot.platform.jobs import JOBS_HELP
 from bot.platform.protocols import PairingCode
@@ -20,9 +20,11 @@ def telegram_commands(
     sender: TelegramSender,
     jobs: JobsPanel | None,
     memory: MemoryPanel | None = None,
+    desk: PairingDesk | None = None,
 ) -> CommandRegistry:
     """In menu order: the shared commands, ``/jobs``, ``/search``, ``/memory`` and
-    ``/forget_me`` (with ``memory``), then ``/pair`` and ``/unpair``."""
+    ``/forget_me`` (with ``memory``), then ``/pair`` and ``/unpair`` (over ``desk``: every
+    platform's pairing, Telegram's added to it)."""
     registry = CommandRegistry()
     for command in shared_commands(lambda: registry.help_text()):
         registry.register(command)
@@ -41,6 +43,8 @@ def telegram_commands(
     registry.register(Command("jobs", JOBS_HELP, show_jobs))
     for command in memory.commands() if memory is not None else ():
         registry.register(command)
-    for command in pairing_commands(access, welcome):
+    desk = desk if desk is not None else PairingDesk()
+    desk.add(access, welcome)
+    for command in pairing_commands(desk):
         registry.register(command)
     return registry

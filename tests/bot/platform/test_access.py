@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.platform.access import BUSY, WELCOME, Access, pairing_commands
+from bot.platform.access import BUSY, WELCOME, Access, PairingDesk, pairing_commands
 from bot.platform.commands import CommandContext
 from bot.platform.protocols import PairingCode
 
@@ -93,7 +93,9 @@ async def test_pair_and_unpair_commands() -> None:
     async def welcome(code: PairingCode) -> None:
         welcomed.append(code)
 
-    pair, unpair = pairing_commands(a, welcome)
+    desk = PairingDesk()
+    desk.add(a, welcome)
+    pair, unpair = pairing_commands(desk)
     assert pair.owner_only and unpair.owner_only
 
     def run(argument: str) -> CommandContext:

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import discord
 import pytest
+from discord.gateway import DiscordWebSocket
 
 from bot.serve import Service
 from bot.telegram.bindings.factory import make_bot_api
 from engine.config import AppConfig
 from engine.llm.registry import ModelRegistry
+from tests.bot.discord.conftest import ALICE as DISCORD_ALICE
+from tests.bot.discord.conftest import OWNER as DISCORD_OWNER
+from tests.bot.discord.conftest import TOKEN as DISCORD_TOKEN
+from tests.bot.platform_contract.discord_driver import DiscordDriver
 from tests.bot.platform_contract.driver import PlatformDriver
 from tests.bot.platform_contract.telegram_driver import TelegramDriver
 from tests.bot.platform_contract.terminal_driver import TerminalDriver
@@ -24,13 +30,15 @@ from tests.bot.telegram_contract.conftest import (  # noqa: F401 (telegram: a fi
     OWNER,
     TOKEN,
     app_config,
+    eventually,
     telegram,
 )
 from tests.engine.hub.conftest import EchoModel
+from tests.fakes.discord_server import FakeDiscordServer
 from tests.fakes.telegram_server import FakeTelegramServer
 from tests.pg import migrated_sqlite
 
-PLATFORMS = ["telegram-ptb", "telegram-aiogram", "terminal", "webchat"]
+PLATFORMS = ["telegram-ptb", "telegram-aiogram", "terminal", "webchat", "discord"]
 
 MakeDriver = Callable[..., Awaitable[PlatformDriver]]
 
@@ -53,15 +61,26 @@ async def make_driver(
     database_url = migrated_sqlite(tmp_path / "chathub.db")
     workspace = tmp_path / "workspace"
     models = ModelRegistry([model])
-    drivers: list[TelegramDriver | TerminalDriver | WebChatDriver] = []
+    drivers: list[TelegramDriver | TerminalDriver | WebChatDriver | DiscordDriver] = []
 
     async def make(**settings: Any) -> PlatformDriver:
         config = partial(app_config, database_url, workspace)
-        driver: TelegramDriver | TerminalDriver | WebChatDriver
+        driver: TelegramDriver | TerminalDriver | WebChatDriver | DiscordDriver
         if platform == "terminal":
             driver = terminal_driver(lambda: config(**settings), models, workspace)
         elif platform == "webchat":
             driver = webchat_driver(config, settings, models, workspace)
+        elif platform == "discord":
+            fake_discord: FakeDiscordServer = request.getfixturevalue("discord_fake")
+            discord_settings = {
+                "discord_bot_token": DISCORD_TOKEN,
+                "discord_api_url": fake_discord.base_url,
+                "discord_allowed_user_ids": str(DISCORD_ALICE),
+                "discord_owner_id": str(DISCORD_OWNER),
+            }
+            driver = discord_driver(
+                lambda: config(**{**discord_settings, **settings}), models, workspace, fake_discord
+            )
         else:
             fake: FakeTelegramServer = request.getfixturevalue("telegram")
             library = platform.removeprefix("telegram-")
@@ -136,6 +155,43 @@ def telegram_driver(
         return service
 
     return TelegramDriver(library, fake, start, workspace)
+
+
+def discord_driver(
+    config: Callable[[], AppConfig],
+    models: ModelRegistry,
+    workspace: Path,
+    fake: FakeDiscordServer,
+) -> DiscordDriver:
+    """The service with only Discord configured, unpaced, over the fake Discord; start
+    returns once the gateway is ready."""
+
+    async def start() -> Service:
+        service = Service(
+            config(),
+            models=models,
+            http=False,
+            discord_pacing=FAST,
+            discord_identify_gap_s=0.0,
+        )
+        await service.start()
+        assert service.discord is not None and service.discord.adapter is not None
+        adapter = service.discord.adapter
+        await eventually(lambda: adapter.bot_id is not None)
+        return service
+
+    return DiscordDriver(fake, start, workspace)
+
+
+@pytest.fixture
+def discord_fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeDiscordServer]:
+    """The fake Discord with Alice and the owner; discord.py's base URLs restored after."""
+    with FakeDiscordServer(token=DISCORD_TOKEN) as server:
+        server.add_user(DISCORD_ALICE, username="alice", global_name="Alice")
+        server.add_user(DISCORD_OWNER, username="owner", global_name="Owner")
+        monkeypatch.setattr(discord.http.Route, "BASE", discord.http.Route.BASE)
+        monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
+        yield server
 
 
 @pytest.fixture

@@ -1,17 +1,18 @@
-"""Hub events back into Telegram chats: one source's events in order, chats concurrently.
+"""Hub events back into a platform's conversations: one source's events in order.
 
-Each turn event becomes what the chat shows: the progress line and the final reply
-(through the platform outbox), cards and questions, streaming and the typing indicator.
+Each turn event becomes what the conversation shows: the progress line and the final
+reply (through the platform outbox), cards and questions (the platform's ``CardShelf``),
+streaming and the typing indicator (its ``Activity``). Every platform renders the same
+events the same way; what differs is behind those two seams and the outbox's sender.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import AsyncIterable, Callable
+from typing import Any, Protocol
 
 from bot.platform.outbox import DONE, FAILED, SKIPPED, Outbox
-from bot.telegram.rendering.chat_cards import ChatCards
-from bot.telegram.rendering.progress import ChatActivity
 from engine.bus import Lagged
 from engine.hub import DecisionMade, FailureNotice, HubEvent, NewSession
 from engine.session import (
@@ -28,34 +29,70 @@ from engine.session import (
     ToolStart,
 )
 
-__all__ = ["EventRenderer"]
+__all__ = ["Activity", "CardShelf", "EventRenderer"]
 
 log = logging.getLogger(__name__)
 
-PREFIX = "telegram:"
+
+class CardShelf(Protocol):
+    """A platform's approval cards and questions: shown, and closed with their outcome."""
+
+    async def send_card(self, source: str, event: ApprovalRequired) -> None: ...
+
+    async def send_question(self, source: str, event: Question) -> None: ...
+
+    async def close_by_id(
+        self,
+        source: str,
+        tool_call_id: int,
+        outcome: str,
+        state: str,
+        *,
+        by: str | None = None,
+        note: str | None = None,
+    ) -> None: ...
+
+
+class Activity(Protocol):
+    """What a conversation shows while a turn runs besides the progress line."""
+
+    async def stream(self, source: str, delta: str) -> None: ...
+
+    def thinking(self, source: str) -> None: ...
+
+    def stop_typing(self, source: str) -> None: ...
+
+    async def end_stream(self, source: str) -> None: ...
 
 
 class EventRenderer:
     def __init__(
         self,
+        prefix: str,
         outbox: Outbox[Any, Any],
-        cards: ChatCards,
-        activity: ChatActivity,
+        cards: CardShelf,
+        activity: Activity,
         *,
         streaming: bool,
     ) -> None:
+        """``prefix``: the platform's sources (``telegram:``, ``discord:``)."""
+        self._prefix = prefix
         self._outbox = outbox
         self._cards = cards
         self._activity = activity
         self._streaming = streaming
 
-    async def pump(self, events: Any, submit: Any) -> None:
-        """Hand Telegram's events from the hub's stream to ``submit(source, event)``."""
+    async def pump(
+        self, events: AsyncIterable[Any], submit: Callable[[str, HubEvent], None]
+    ) -> None:
+        """Hand the platform's events from the hub's stream to ``submit(source, event)``."""
         async for item in events:
             if isinstance(item, Lagged):
-                log.warning("telegram adapter lagged behind the hub by %d event(s)", item.missed)
+                log.warning(
+                    "the %s adapter lagged behind the hub by %d event(s)", self._prefix, item.missed
+                )
                 continue
-            if item.source.startswith(PREFIX):
+            if item.source.startswith(self._prefix):
                 submit(item.source, item)
 
     async def render(self, source: str, item: HubEvent) -> None:

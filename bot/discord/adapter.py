@@ -1,0 +1,219 @@
+"""``DiscordAdapter``: Discord messages and interactions into the hub, hub events back.
+
+A dispatcher over parts with one job each: ``messages.py`` (a message into the hub),
+``interactions.py`` (clicks, modals, slash commands), ``cards.py`` (cards shown and
+closed), ``activity.py`` (typing), and from ``bot/platform`` the event renderer and the
+outbox with ``sending.py`` as its sender. A message is stored once by its id
+(``platform_events``) before it is handled, in order within its channel: a RESUME's
+replay or a second receiver never makes it twice, and one stored but not handled when
+the process died is handed over at the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import discord
+
+from bot.delivery import CardStore, EventStore, Outbound, OutboxStore, Pacing, RetrySchedule, Tenure
+from bot.discord.activity import ChannelActivity
+from bot.discord.cards import DiscordCards
+from bot.discord.gateway import IDENTIFY_GAP_S, DiscordGateway
+from bot.discord.incoming import DISCORD, PREFIX, Incoming
+from bot.discord.interactions import Interactions
+from bot.discord.messages import DiscordMe, Listening, MessageHandler
+from bot.discord.sending import DiscordClient, DiscordSender
+from bot.platform.access import WELCOME, Access, PairingDesk, pairing_commands
+from bot.platform.commands import CommandRegistry, shared_commands
+from bot.platform.jobs import Jobs, jobs_command
+from bot.platform.lanes import Lanes
+from bot.platform.memory import MemoryFront, memory_commands
+from bot.platform.outbox import Outbox
+from bot.platform.outgoing import EventRenderer
+from bot.platform.pairing import PairingStore
+from bot.platform.protocols import PairingCode
+from bot.platform.tasks import Background, Runtime
+from engine.approval import Decider
+from engine.hub import ChatHub, HubEvent
+from engine.store import Database
+from memory.service import MemoryService
+
+__all__ = ["DiscordAdapter", "DiscordConfig"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DiscordConfig:
+    """What the adapter is told by the service (``bot/discord/service.py``)."""
+
+    owner_id: str | None = None
+    allowed_user_ids: frozenset[str] = frozenset()
+    listening: Listening = field(default_factory=Listening)
+    workspace: Path = Path("workspace")
+    progress_interval_s: float = 2.0
+    pairing_reminder_s: float = 600.0
+    #: One process: every pending outbox row is due at start (a fleet finds dead ones').
+    recover_outbox_at_start: bool = True
+    identify_gap_s: float = IDENTIFY_GAP_S
+    process_id: str | None = None
+
+
+class DiscordAdapter:
+    def __init__(
+        self,
+        hub: ChatHub,
+        db: Database,
+        config: DiscordConfig,
+        pacing: Pacing,
+        *,
+        schedule: RetrySchedule | None = None,
+        tenure: Tenure | None = None,
+        members: Any = None,
+        jobs: Jobs | None = None,
+        memory: MemoryService | None = None,
+        desk: PairingDesk | None = None,
+    ) -> None:
+        self.hub, self.config = hub, config
+        self._me = DiscordMe()
+        self._background = background = Background()
+        self.access = access = Access(
+            PairingStore(db, DISCORD),
+            allowed=config.allowed_user_ids,
+            owner=config.owner_id,
+            clock=time.monotonic,
+            reminder_s=config.pairing_reminder_s,
+        )
+        desk = desk if desk is not None else PairingDesk()
+        desk.add(access, self._welcome)
+        self.commands = discord_commands(desk, jobs, memory)
+        self.bot = bot = DiscordGateway(
+            self,
+            self.commands,
+            message_content=bool(config.listening.open_channels),
+            identify_gap_s=config.identify_gap_s,
+        )
+        self.events = EventStore(db, DISCORD)
+        self.outbound = outbound = Outbound(
+            DiscordClient(bot),
+            OutboxStore(db, DISCORD, process_id=config.process_id),
+            pacing,
+            schedule=schedule,
+            tenure=tenure,
+            members=members or (lambda: 1),
+        )
+        self.sender = sender = DiscordSender(bot, outbound)
+        self.outbox: Outbox[Any, Any] = Outbox(
+            sender, clock=time.monotonic, progress_interval_s=config.progress_interval_s
+        )
+        self.outbox.attach(hub, PREFIX)
+        runtime = Runtime(time.monotonic, asyncio.sleep, background)
+        self.cards = cards = DiscordCards(hub, CardStore(db, DISCORD), sender)
+        activity = ChannelActivity(hub, sender, runtime)
+        self._messages = MessageHandler(
+            hub,
+            self._me,
+            config.listening,
+            access,
+            self.commands,
+            cards,
+            sender,
+            activity,
+            config.workspace,
+        )
+        self._interactions = Interactions(hub, access, config.listening, cards, self.commands)
+        self._events = EventRenderer(PREFIX, self.outbox, cards, activity, streaming=False)
+        self._incoming: Lanes[str, Incoming] = Lanes(self._handle_in_lane, "dc-in")
+        self._outgoing: Lanes[str, HubEvent] = Lanes(self._events.render, "dc-out")
+
+    @property
+    def bot_id(self) -> str | None:
+        return self._me.id
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Local state and the hub subscription, before the hub recovers; no Discord call.
+        Messages stored but not handled before a stop are handed over again."""
+        await self.access.load()
+        await self.cards.load()
+        self._background.spawn(self._events.pump(self.hub.events(), self._outgoing.submit))
+        if self.config.recover_outbox_at_start:
+            await self.outbound.recover()
+        for payload in await self.events.unhandled():
+            try:
+                incoming = Incoming.from_json(payload)
+            except (TypeError, ValueError):
+                log.warning("a stored Discord event could not be read; left as it is")
+                continue
+            self._incoming.submit(incoming.channel_id, incoming)
+
+    async def close(self) -> None:
+        await self._background.close()
+        await self._incoming.close()
+        await self._outgoing.close()
+        await self.outbound.flush()
+        await self.bot.close()
+
+    async def drain(self) -> None:
+        await self._incoming.join()
+        await self._outgoing.join()
+
+    # -- what the gateway delivers (``GatewaySink``) ------------------------------------------
+
+    def ready(self, bot_id: str) -> None:
+        self._me.id = bot_id
+
+    async def message(self, message: discord.Message) -> None:
+        """Stored once (by id) when it is for the bot, then handled in its channel's lane."""
+        incoming = Incoming.of(message, self._me.id)
+        if not self._messages.addressed(incoming):
+            return
+        new = await self.events.record([(incoming.message_id, None, incoming.to_json())])
+        if new:
+            self._incoming.submit(incoming.channel_id, incoming)
+
+    async def interaction(self, interaction: discord.Interaction) -> None:
+        await self._interactions.handle(interaction)
+
+    async def slash(self, interaction: discord.Interaction, name: str, argument: str) -> None:
+        await self._interactions.slash(interaction, name, argument)
+
+    async def _handle_in_lane(self, _channel: str, incoming: Incoming) -> None:
+        marked = False
+        try:
+            marked = await self._messages.handle(incoming)
+        finally:
+            if not marked:
+                await self.events.mark_handled(incoming.message_id)
+
+    async def _welcome(self, paired: PairingCode) -> None:
+        await self.sender.say_in(paired.chat, WELCOME)
+
+    def decider(self, user_id: str | None) -> Decider:
+        return self.access.decider(user_id)
+
+    def is_allowed(self, user_id: str | None) -> bool:
+        return self.access.is_allowed(user_id)
+
+
+def discord_commands(
+    desk: PairingDesk, jobs: Jobs | None, memory: MemoryService | None
+) -> CommandRegistry:
+    """The shared commands, ``/jobs``, the memory commands, then ``/pair`` and ``/unpair``."""
+    registry = CommandRegistry()
+    commands: Iterable[Any] = [
+        *shared_commands(lambda: registry.help_text()),
+        *([jobs_command(jobs)] if jobs is not None else []),
+        *memory_commands(MemoryFront(memory)),
+        *pairing_commands(desk),
+    ]
+    for command in commands:
+        registry.register(command)
+    return registry

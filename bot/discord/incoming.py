@@ -1,0 +1,152 @@
+"""A Discord message as the adapter handles it, and the sources it belongs to.
+
+``Incoming`` is parsed once from discord.py's ``Message`` and stored as JSON in the
+delivery layer's events (``platform_events``, by message id): a message is handed to the
+hub at most once, also across a RESUME's replay and a restart. Sources: a DM or a guild
+channel is ``discord:<channel>``, a thread ``discord:<parent channel>:<thread>``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import discord
+
+__all__ = [
+    "DISCORD",
+    "PREFIX",
+    "Attachment",
+    "Incoming",
+    "mentions_of",
+    "parse_source",
+    "source_of",
+]
+
+#: Discord's name in the delivery layer's tables.
+DISCORD = "discord"
+PREFIX = "discord:"
+
+Json = dict[str, Any]
+
+_MAX_NAME = 100
+
+
+def source_of(channel_id: str, thread_id: str | None = None) -> str:
+    return f"{PREFIX}{channel_id}" if thread_id is None else f"{PREFIX}{channel_id}:{thread_id}"
+
+
+def parse_source(source: str) -> tuple[str, str | None]:
+    """``(channel, thread)`` of a Discord source; a ValueError for anything else."""
+    parts = source.removeprefix(PREFIX).split(":") if source.startswith(PREFIX) else []
+    if len(parts) not in (1, 2) or not all(p.isascii() and p.isdigit() for p in parts):
+        raise ValueError(f"not a Discord source: {source!r}")
+    return parts[0], (parts[1] if len(parts) == 2 else None)
+
+
+def target_of(source: str) -> str:
+    """The channel a source's messages are posted in (a thread is a channel)."""
+    channel, thread = parse_source(source)
+    return thread or channel
+
+
+def mentions_of(bot_id: str) -> re.Pattern[str]:
+    """The bot's mention in a message's text (``<@id>`` or the older ``<@!id>``)."""
+    return re.compile(rf"<@!?{re.escape(bot_id)}>")
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    id: str
+    filename: str
+    size: int
+    url: str
+    content_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    message_id: str
+    #: The channel it was written in (a thread's own id in a thread).
+    channel_id: str
+    #: A thread's channel; ``None`` outside threads.
+    parent_id: str | None
+    #: ``None``: a DM.
+    guild_id: str | None
+    user_id: str
+    user_name: str
+    is_bot: bool
+    content: str
+    mentions_me: bool
+    attachments: tuple[Attachment, ...] = ()
+    embeds: int = 0
+    reply_to: str | None = None
+
+    @property
+    def is_dm(self) -> bool:
+        return self.guild_id is None
+
+    @property
+    def source(self) -> str:
+        if self.parent_id is not None:
+            return source_of(self.parent_id, self.channel_id)
+        return source_of(self.channel_id)
+
+    @classmethod
+    def of(cls, message: discord.Message, bot_id: str | None) -> Incoming:
+        channel = message.channel
+        parent = (
+            getattr(channel, "parent_id", None) if isinstance(channel, discord.Thread) else None
+        )
+        author = message.author
+        mentions_me = bot_id is not None and any(str(u) == bot_id for u in message.raw_mentions)
+        reference = message.reference
+        return cls(
+            message_id=str(message.id),
+            channel_id=str(message.channel.id),
+            parent_id=None if parent is None else str(parent),
+            guild_id=_guild_id(message),
+            user_id=str(author.id),
+            user_name=(author.display_name or author.name or str(author.id))[:_MAX_NAME],
+            is_bot=bool(author.bot),
+            content=message.content or "",
+            mentions_me=mentions_me,
+            attachments=tuple(
+                Attachment(str(a.id), a.filename, a.size, a.url, a.content_type)
+                for a in message.attachments
+            ),
+            embeds=len(message.embeds),
+            reply_to=(
+                str(reference.message_id)
+                if reference is not None and reference.message_id is not None
+                else None
+            ),
+        )
+
+    def text(self, bot_id: str | None) -> str:
+        """The content without the bot's own mention."""
+        if bot_id is None:
+            return self.content.strip()
+        return mentions_of(bot_id).sub("", self.content).strip()
+
+    def to_json(self) -> Json:
+        data: Json = {k: getattr(self, k) for k in self.__slots__ if k != "attachments"}
+        data["attachments"] = [{k: getattr(a, k) for k in a.__slots__} for a in self.attachments]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Json) -> Incoming:
+        attachments = tuple(Attachment(**a) for a in data.get("attachments") or [])
+        return cls(**{**data, "attachments": attachments})
+
+
+def _guild_id(message: discord.Message) -> str | None:
+    """The guild a message was written in; ``None`` for a DM (an uncached guild's channel
+    still names it)."""
+    if message.guild is not None:
+        return str(message.guild.id)
+    if isinstance(message.channel, discord.DMChannel | discord.GroupChannel):
+        return None
+    guild_id = getattr(message.channel, "guild_id", None)
+    return None if guild_id is None else str(guild_id)

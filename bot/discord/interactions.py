@@ -1,0 +1,281 @@
+"""Clicks, modal submits and slash commands: each answered through the interaction
+callback within Discord's 3 seconds, a refused one too.
+
+A card's ✅ / ⏱ / 🔄 are acknowledged at once (a deferred update) and the decision is
+shown by editing the card; ❌ opens a modal for the reason (optional), a question's
+✍️ Answer a modal for the answer. A button is judged by what the store says of its card
+(``is_live``: open, in this channel, on this message), never by the view that sent it,
+so a card shown before a restart works after it, once. A slash command is deferred, then
+its reply edits the deferral (``None``: the deferral goes, the hub's event says it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import discord
+
+from bot.delivery import CardRow, PlatformError
+from bot.discord.cards import CustomId, DiscordCards, parse_custom_id
+from bot.discord.incoming import source_of
+from bot.discord.messages import Listening
+from bot.discord.sending import MESSAGE_LIMIT, discord_call
+from bot.platform.access import Access
+from bot.platform.cards import EXPIRED, NOT_ALLOWED, decide
+from bot.platform.chunks import split_markdown
+from bot.platform.commands import CommandContext, CommandRegistry
+from bot.platform.failures import SORRY_TAP, report_failure
+from engine.hub import ChatHub, HubError
+from engine.store import InboxError
+
+__all__ = ["NOT_HERE", "Interactions"]
+
+log = logging.getLogger(__name__)
+
+NOT_HERE = "I do not work in this server."
+NOT_PAIRED = "You are not allowed to use this bot; send me a direct message to ask for access."
+_MODAL_TEXT = 1000
+
+
+class Interactions:
+    def __init__(
+        self,
+        hub: ChatHub,
+        access: Access,
+        listening: Listening,
+        cards: DiscordCards,
+        commands: CommandRegistry,
+    ) -> None:
+        self._hub = hub
+        self._access = access
+        self._listening = listening
+        self._cards = cards
+        self._commands = commands
+
+    async def handle(self, interaction: discord.Interaction) -> None:
+        """Every interaction gets its answer; a failure of ours too (its id, never the
+        exception)."""
+        try:
+            await self._route(interaction)
+        except Exception:
+            error = report_failure(log, f"interaction {interaction.id}")
+            await _tell(interaction, SORRY_TAP.format(error=error))
+
+    async def _route(self, interaction: discord.Interaction) -> None:
+        if (
+            interaction.guild_id is not None
+            and str(interaction.guild_id) not in self._listening.guilds
+        ):
+            await _tell(interaction, NOT_HERE)
+            return
+        kind = interaction.type
+        if kind == discord.InteractionType.application_command:
+            return  # the command tree's (``slash``)
+        data: Any = interaction.data or {}
+        parsed = parse_custom_id(data.get("custom_id"))
+        if kind == discord.InteractionType.component:
+            await self._click(interaction, parsed)
+        elif kind == discord.InteractionType.modal_submit:
+            await self._submit(interaction, parsed, _modal_text(data.get("components") or []))
+        else:
+            await _tell(interaction, EXPIRED)
+
+    # -- buttons --------------------------------------------------------------------------
+
+    async def _click(self, interaction: discord.Interaction, parsed: CustomId | None) -> None:
+        if parsed is None or parsed.kind not in ("card", "ask"):
+            await _tell(interaction, EXPIRED)
+            return
+        user = str(interaction.user.id)
+        shown_at = str(interaction.message.id) if interaction.message is not None else None
+        card = await self._cards.stored(parsed.tool_call_id)
+        kind = "approval" if parsed.kind == "card" else "question"
+        if not card_is_live(card, kind, str(interaction.channel_id), shown_at):
+            await _tell(interaction, EXPIRED)
+            return
+        assert card is not None
+        if not self._access.is_allowed(user):
+            await _tell(interaction, NOT_ALLOWED)
+            return
+        if parsed.kind == "ask":
+            await _modal(interaction, "ask", f"answer:{card.tool_call_id}", "Your answer", True)
+            return
+        decider = self._access.decider(user)
+        refused = await self._hub.decision_refusal(card.tool_call_id, decider)
+        if refused is not None:  # the card stays as it is, for those who may decide
+            await _tell(interaction, refused)
+            return
+        if parsed.choice == "reject":
+            await _modal(
+                interaction, "reject", f"reason:{card.tool_call_id}", "Reason (optional)", False
+            )
+            return
+        await interaction.response.defer()  # at once; the card's edit shows the outcome
+        assert parsed.choice is not None
+        result = await decide(self._hub, card.source, card.tool_call_id, parsed.choice, decider)
+        await self._after(interaction, card, result, parsed.choice)
+
+    async def _after(
+        self,
+        interaction: discord.Interaction,
+        card: CardRow,
+        result: str,
+        outcome: str,
+        note: str = "",
+    ) -> None:
+        name = interaction.user.display_name
+        if result == "expired":
+            await self._cards.close(card, "expired", "expired")
+        elif result == "decided":
+            await self._cards.close(card, outcome, "resolved", by=name, note=note or None)
+        else:
+            await _tell(interaction, NOT_ALLOWED)
+
+    # -- modals ---------------------------------------------------------------------------
+
+    async def _submit(
+        self, interaction: discord.Interaction, parsed: CustomId | None, text: str
+    ) -> None:
+        if parsed is None or parsed.kind not in ("reason", "answer"):
+            await _tell(interaction, EXPIRED)
+            return
+        user = str(interaction.user.id)
+        card = await self._cards.stored(parsed.tool_call_id)
+        kind = "approval" if parsed.kind == "reason" else "question"
+        # A modal's submit names the card's message when it was opened from it.
+        shown_at = str(interaction.message.id) if interaction.message is not None else None
+        if not card_is_live(card, kind, str(interaction.channel_id), shown_at):
+            await _tell(interaction, EXPIRED)
+            return
+        assert card is not None
+        if not self._access.is_allowed(user):
+            await _tell(interaction, NOT_ALLOWED)
+            return
+        if parsed.kind == "answer":
+            await self._answer(interaction, card, text)
+            return
+        decider = self._access.decider(user)
+        refused = await self._hub.decision_refusal(card.tool_call_id, decider)
+        if refused is not None:
+            await _tell(interaction, refused)
+            return
+        await interaction.response.defer()
+        result = await decide(self._hub, card.source, card.tool_call_id, "reject", decider, text)
+        await self._after(interaction, card, result, "reject", text)
+
+    async def _answer(self, interaction: discord.Interaction, card: CardRow, text: str) -> None:
+        if not text.strip():
+            await _tell(interaction, "An answer needs some text.")
+            return
+        await interaction.response.defer()
+        try:
+            await self._hub.answer(card.tool_call_id, text, source=card.source)
+        except (InboxError, HubError) as exc:
+            log.info("question %s not answerable: %s", card.tool_call_id, exc)
+            await self._cards.close(card, "expired", "expired")
+            return
+        await self._cards.close(card, "answered", "answered", by=interaction.user.display_name)
+
+    # -- slash commands -------------------------------------------------------------------
+
+    async def slash(self, interaction: discord.Interaction, name: str, argument: str) -> None:
+        """``/name argument`` from the command menu, answered once."""
+        try:
+            await self._slash(interaction, name, argument)
+        except Exception:
+            error = report_failure(log, f"slash command /{name}")
+            await _tell(interaction, SORRY_TAP.format(error=error))
+
+    async def _slash(self, interaction: discord.Interaction, name: str, argument: str) -> None:
+        if (
+            interaction.guild_id is not None
+            and str(interaction.guild_id) not in self._listening.guilds
+        ):
+            await _tell(interaction, NOT_HERE)
+            return
+        user = str(interaction.user.id)
+        if not self._access.is_allowed(user):
+            await _tell(interaction, NOT_PAIRED)
+            return
+        channel = interaction.channel
+        parent = (
+            getattr(channel, "parent_id", None) if isinstance(channel, discord.Thread) else None
+        )
+        channel_id = str(interaction.channel_id)
+        source = source_of(str(parent), channel_id) if parent else source_of(channel_id)
+        await interaction.response.defer(thinking=True)
+        context = CommandContext(
+            self._hub, source, argument.strip(), user, self._access.is_owner(user)
+        )
+        reply = await self._commands.run(name, context)
+        if not reply:
+            await _quietly(interaction.delete_original_response)
+            return
+        chunks = split_markdown(reply, MESSAGE_LIMIT)
+        await _quietly(lambda: interaction.edit_original_response(content=chunks[0]))
+        for chunk in chunks[1:]:
+            await _quietly(lambda chunk=chunk: interaction.followup.send(chunk))
+
+
+def card_is_live(card: CardRow | None, kind: str, channel: str, shown_at: str | None) -> bool:
+    """The rule of ``bot.platform.cards.is_live`` for both kinds: open, in this channel,
+    on the message that shows it (a modal's submit may not name one)."""
+    return (
+        card is not None
+        and card.kind == kind
+        and card.state == "open"
+        and card.conversation == channel
+        and (card.message_id is None or shown_at is None or card.message_id == shown_at)
+    )
+
+
+def _modal_text(components: Iterable[Any]) -> str:
+    """The first text input's value in a submitted modal (rows or labels), cut."""
+    for component in components:
+        if not isinstance(component, dict):
+            continue
+        if component.get("type") == 4 and isinstance(component.get("value"), str):
+            return component["value"][:_MODAL_TEXT]
+        inner = component.get("components") or (
+            [component["component"]] if isinstance(component.get("component"), dict) else []
+        )
+        found = _modal_text(inner)
+        if found:
+            return found
+    return ""
+
+
+async def _modal(
+    interaction: discord.Interaction, title: str, custom_id: str, label: str, required: bool
+) -> None:
+    modal = discord.ui.Modal(title="Reject" if title == "reject" else "Answer", custom_id=custom_id)
+    modal.add_item(
+        discord.ui.TextInput(
+            label=label,
+            custom_id="text",
+            style=discord.TextStyle.paragraph,
+            required=required,
+            max_length=_MODAL_TEXT,
+        )
+    )
+    try:
+        await interaction.response.send_modal(modal)
+    finally:
+        modal.stop()  # its submit is read from the gateway by custom_id
+
+
+async def _tell(interaction: discord.Interaction, text: str) -> None:
+    """A short answer only the clicking user sees: the response, or a follow-up after it."""
+    if interaction.response.is_done():
+        await _quietly(lambda: interaction.followup.send(text, ephemeral=True))
+    else:
+        await _quietly(lambda: interaction.response.send_message(text, ephemeral=True))
+
+
+async def _quietly(op: Any) -> None:
+    try:
+        await discord_call(op)
+    except PlatformError as exc:
+        log.info("answering an interaction failed: %s", exc.description)

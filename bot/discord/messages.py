@@ -1,0 +1,240 @@
+"""A Discord message, from its stored form to the hub (or to its one answer here).
+
+In order: bots (this one included) are ignored; in a guild only the configured guilds,
+and there only what mentions the bot (or anything in an open channel); strangers get a
+pairing code in their DM; ``/commands`` typed as text run from the registry; a message may
+answer a question; files are downloaded; the rest becomes a hub message, stored and
+marked handled in one commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import discord
+
+from bot.delivery import EventAlreadyHandled, PlatformError
+from bot.delivery.store import mark_handled_in
+from bot.discord.activity import ChannelActivity
+from bot.discord.cards import DiscordCards
+from bot.discord.incoming import DISCORD, Attachment, Incoming
+from bot.discord.sending import DiscordSender, discord_call
+from bot.platform.access import Access
+from bot.platform.cards import question_answered
+from bot.platform.commands import CommandContext, CommandRegistry
+from bot.platform.failures import SORRY_MESSAGE, report_failure
+from engine.hub import ChatHub, HubError, SendOptions
+from engine.store import SENDER_KEY, InboxError
+
+__all__ = ["UNREADABLE_MESSAGE", "DiscordMe", "Listening", "MessageHandler"]
+
+log = logging.getLogger(__name__)
+
+UNREADABLE_MESSAGE = "I cannot read this kind of message yet; please send text or a file."
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+_COMMAND = re.compile(r"^/([a-z0-9_]{1,32})(?:\s+(.*))?$", re.DOTALL)
+
+
+@dataclass(slots=True)
+class DiscordMe:
+    """Who the bot is, known once the gateway is READY."""
+
+    id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Listening:
+    """Where the bot listens: its guilds (none: DMs only) and channels open to all."""
+
+    guilds: frozenset[str] = frozenset()
+    open_channels: frozenset[str] = frozenset()
+    max_download_bytes: int = 25 * 1024 * 1024
+
+
+class MessageHandler:
+    def __init__(
+        self,
+        hub: ChatHub,
+        me: DiscordMe,
+        listening: Listening,
+        access: Access,
+        commands: CommandRegistry,
+        cards: DiscordCards,
+        sender: DiscordSender,
+        activity: ChannelActivity,
+        workspace: Path,
+    ) -> None:
+        self._hub = hub
+        self._me = me
+        self._listening = listening
+        self._access = access
+        self._commands = commands
+        self._cards = cards
+        self._sender = sender
+        self._activity = activity
+        self._workspace = workspace
+
+    async def handle(self, m: Incoming) -> bool:
+        """True when the event was marked handled along the way. A failure of ours is
+        logged with a short error id, and the sender told that id: never the exception."""
+        try:
+            return await self._on_message(m)
+        except Exception:
+            error = report_failure(log, f"message {m.message_id} in channel {m.channel_id}")
+            if self._access.is_allowed(m.user_id):  # a stranger learns nothing more
+                await self._sender.say_in(m.channel_id, SORRY_MESSAGE.format(error=error))
+            return False
+
+    def addressed(self, m: Incoming) -> bool:
+        """Whether the bot answers ``m`` at all (checked before anything is stored)."""
+        if m.is_bot or m.user_id == self._me.id:
+            return False
+        if m.is_dm:
+            return True
+        if m.guild_id not in self._listening.guilds:
+            return False
+        channel = m.parent_id or m.channel_id
+        return m.mentions_me or channel in self._listening.open_channels
+
+    async def _on_message(self, m: Incoming) -> bool:
+        if not self.addressed(m):
+            return False
+        say = self._sender.say_in
+        if not self._access.is_allowed(m.user_id):
+            if m.is_dm:
+                await self._offer_pairing(m)
+            return False
+        text = m.text(self._me.id)
+        command = _COMMAND.match(text)
+        if command is not None:
+            name, argument = command.group(1), command.group(2) or ""
+            context = CommandContext(
+                self._hub, m.source, argument.strip(), m.user_id, self._access.is_owner(m.user_id)
+            )
+            reply = await self._commands.run(name, context)
+            if reply:
+                await say(m.channel_id, reply)
+            return False
+        if text and await self._answer_question(m, text):
+            return False
+        attachments, problems = await self._download(m)
+        if problems:
+            await say(m.channel_id, "⚠️ " + " ".join(problems))
+        if not text and not attachments:
+            if not problems:
+                await say(m.channel_id, UNREADABLE_MESSAGE)
+            return False
+        metadata: dict[str, Any] = {
+            "discord_message_id": m.message_id,
+            SENDER_KEY: {"id": m.user_id, "name": m.user_name},
+        }
+        if attachments:
+            metadata["attachments"] = attachments
+        try:
+            # Stored and marked handled in one commit: a crash leaves both or neither.
+            await self._hub.send_message(
+                m.source,
+                text,
+                SendOptions(metadata=metadata),
+                also=lambda conn: mark_handled_in(conn, DISCORD, m.message_id),
+                redelivered_if_lost=True,
+            )
+        except HubError as exc:
+            await say(m.channel_id, f"⚠️ {exc}")
+            return False
+        except EventAlreadyHandled:  # handed over twice (a replay, another process)
+            log.info("discord message %s was handled already", m.message_id)
+            return True
+        self._activity.start_typing(m.source)
+        return True
+
+    async def _offer_pairing(self, m: Incoming) -> None:
+        offer = await self._access.offer_pairing(m.user_id, m.channel_id, m.user_name)
+        if offer.to_user is not None:
+            await self._sender.say_in(m.channel_id, offer.to_user)
+        owner = self._access.owner
+        if offer.to_owner is not None and owner is not None:
+            await self.say_to_user(owner, offer.to_owner)
+
+    async def say_to_user(self, user_id: str, text: str) -> None:
+        """A DM to ``user_id`` (its channel opened first); a failure is logged."""
+        bot = self._sender.bot
+        try:
+            channel = await discord_call(lambda: bot.create_dm(discord.Object(int(user_id))))
+        except PlatformError as exc:
+            log.warning("could not open a DM with %s: %s", user_id, exc.description)
+            return
+        await self._sender.say_in(str(channel.id), text)
+
+    async def _answer_question(self, m: Incoming, text: str) -> bool:
+        """A reply to an open question, or any plain message while one is open, answers it."""
+        questions = [c for c in self._cards.open_in(m.source) if c.kind == "question"]
+        replied = next((c for c in questions if m.reply_to and c.message_id == m.reply_to), None)
+        card = replied or question_answered(questions, is_command=False)
+        if card is None:
+            return False
+        try:
+            await self._hub.answer(card.tool_call_id, text, source=m.source)
+        except (InboxError, HubError) as exc:
+            log.info("question %s not answerable: %s", card.tool_call_id, exc)
+            await self._cards.close_quietly(card, "expired")
+            return False
+        await self._cards.close_quietly(card, "answered")
+        self._activity.start_typing(m.source)
+        return True
+
+    async def _download(self, m: Incoming) -> tuple[list[dict[str, Any]], list[str]]:
+        """The message's files saved under ``uploads/discord/<channel>/``, and a sentence
+        for each one that could not be (too large, or the download failed)."""
+        attachments: list[dict[str, Any]] = []
+        problems: list[str] = []
+        limit = self._listening.max_download_bytes
+        folder = Path("uploads") / "discord" / m.channel_id
+        for file in m.attachments:
+            if file.size > limit:
+                problems.append(
+                    f"{file.filename} is too large to download (the limit is {limit / 2**20:g} MB)."
+                )
+                continue
+            relative = folder / _SAFE_NAME.sub("_", f"{file.id}_{file.filename}")[:150]
+            try:
+                data = await self._fetch(file)
+                target = self._workspace / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+            except (PlatformError, OSError) as exc:
+                log.warning("download of attachment %s failed: %s", file.id, exc)
+                problems.append(f"I could not download {file.filename}.")
+                continue
+            attachments.append(
+                {
+                    "path": relative.as_posix(),
+                    "name": file.filename,
+                    "kind": _kind(file),
+                    "mime_type": file.content_type,
+                    "size": len(data),
+                }
+            )
+        return attachments, problems
+
+    async def _fetch(self, file: Attachment) -> bytes:
+        http = self._sender.bot.http
+        data = await discord_call(lambda: http.get_from_cdn(file.url))
+        if len(data) > self._listening.max_download_bytes:
+            raise OSError("larger than the message said")
+        return data
+
+
+def _kind(file: Attachment) -> str:
+    mime = file.content_type or ""
+    if mime.startswith("image/"):
+        return "photo"
+    if mime.startswith("audio/"):
+        return "audio"
+    if mime.startswith("video/"):
+        return "video"
+    return "document"

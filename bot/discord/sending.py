@@ -1,0 +1,267 @@
+"""Discord's side of the delivery layer: its client (``DiscordClient``: one try of a
+recorded message through discord.py) and its sender (``DiscordSender``).
+
+Every call goes through ``Outbound`` (``bot.delivery``): replies are cut at Discord's
+2,000 characters on safe boundaries (``bot.platform.chunks``), recorded as outbox rows of
+the ``discord`` platform and sent once from them; cards, edits, the typing indicator go
+through it too, so none escapes the pacing. discord.py's own HTTP client honours the
+per-route buckets and the global limit from Discord's rate-limit headers within the
+process; ``Outbound``'s pacing keeps the bot's overall rate, shared by a fleet.
+
+Nothing the model writes pings anyone: every message is sent with no allowed mentions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import aiohttp
+import discord
+from sqlalchemy.engine import Connection
+
+from bot.delivery import (
+    OTHER,
+    Cap,
+    Outbound,
+    OutboxRow,
+    Pacing,
+    PacingPolicy,
+    PlatformError,
+    Rate,
+    Refused,
+    RetryLater,
+    Unavailable,
+    clamp_retry_after,
+)
+from bot.discord.incoming import DISCORD, target_of
+from bot.discord.settings import DiscordSettings
+from bot.platform.chunks import split_markdown
+from bot.platform.protocols import MessageRef
+
+__all__ = [
+    "MESSAGE_LIMIT",
+    "Buttons",
+    "DiscordClient",
+    "DiscordError",
+    "DiscordSender",
+    "discord_call",
+    "discord_pacing",
+    "view_of",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Json = dict[str, Any]
+
+#: Discord's limit on a message's content, in characters.
+MESSAGE_LIMIT = 2000
+#: Rows of buttons as stored in a payload: ``[[{custom_id, label, style}, ...], ...]``.
+Buttons = list[list[Json]]
+
+_NO_PINGS = discord.AllowedMentions.none()
+
+
+class DiscordError(PlatformError):
+    """A Discord call failed; ``description`` is Discord's text when it sent one."""
+
+
+class DiscordRetryLater(DiscordError, RetryLater):
+    def __init__(self, seconds: float, description: str = "Too Many Requests") -> None:
+        RetryLater.__init__(self, seconds, description)
+
+
+class DiscordUnavailable(DiscordError, Unavailable):
+    pass
+
+
+class DiscordRefused(DiscordError, Refused):
+    pass
+
+
+async def discord_call(op: Callable[[], Awaitable[T]]) -> T:
+    """One discord.py call with its failures as the delivery layer's errors."""
+    try:
+        return await op()
+    except discord.RateLimited as exc:  # a wait longer than the client's cap
+        raise DiscordRetryLater(clamp_retry_after(exc.retry_after)) from None
+    except discord.HTTPException as exc:
+        text = exc.text or str(exc)
+        if exc.status == 429:
+            raise DiscordRetryLater(clamp_retry_after(None), text) from None
+        if exc.status >= 500:
+            raise DiscordUnavailable(f"{exc.status}: {text}") from None
+        raise DiscordRefused(f"{exc.status}: {text}") from None
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        raise DiscordUnavailable(f"{type(exc).__name__}: {exc}") from None
+
+
+def discord_pacing(settings: DiscordSettings) -> Pacing:
+    """Discord's limits (docs/discord.md, "Pacing"): per channel 5 messages per 5 s, a
+    burst then a rate; the bot at most ``DISCORD_GLOBAL_PER_SECOND`` (Discord: 50)."""
+    channel = Rate(settings.discord_channel_burst, settings.discord_channel_per_second)
+    return Pacing(
+        policy=PacingPolicy(
+            private=channel,
+            group=channel,
+            group_cap=Cap(max(1, settings.discord_channel_burst), 5.0),
+            overall=Cap.per_second(settings.discord_global_per_second),
+        )
+    )
+
+
+def view_of(buttons: Buttons | None) -> discord.ui.View | None:
+    """A payload's buttons as discord.py's view (``None``: no components)."""
+    if not buttons:
+        return None
+    view = discord.ui.View(timeout=None)
+    for row, items in enumerate(buttons):
+        for item in items:
+            view.add_item(
+                discord.ui.Button(
+                    style=discord.ButtonStyle(item.get("style", 2)),
+                    label=item["label"],
+                    custom_id=item["custom_id"],
+                    row=row,
+                )
+            )
+    return view
+
+
+class DiscordClient:
+    """A recorded message, posted to its channel (``bot.delivery.PlatformClient``)."""
+
+    name = DISCORD
+
+    def __init__(self, bot: discord.Client) -> None:
+        self.bot = bot
+
+    def is_group(self, conversation: str) -> bool:
+        return False  # every channel, a DM too, has the same 5 per 5 s
+
+    async def send(self, conversation: str, payload: Json) -> discord.Message:
+        channel = self.bot.get_partial_messageable(int(conversation))
+        view = view_of(payload.get("buttons"))
+
+        async def post() -> discord.Message:
+            kwargs: dict[str, Any] = {"allowed_mentions": _NO_PINGS}
+            if view is not None:
+                kwargs["view"] = view
+            return await channel.send(payload.get("content") or None, **kwargs)
+
+        try:
+            return await discord_call(post)
+        finally:
+            if view is not None:
+                view.stop()  # taps are read from the gateway by custom_id, not by views
+
+    def message_id(self, answer: Any) -> str | None:
+        return str(answer.id) if isinstance(answer, discord.Message) else None
+
+    def fallback(self, payload: Json, error: Refused) -> Json | None:
+        return None  # Markdown is plain text to Discord: nothing simpler to send
+
+
+class DiscordSender:
+    """The outbox's sender (``OutboxSender``) and every other call the adapter makes."""
+
+    def __init__(self, bot: discord.Client, outbound: Outbound) -> None:
+        self.bot = bot
+        self.outbound = outbound
+
+    # -- the outbox's sender ----------------------------------------------------------------
+
+    def prepare(self, source: str, text: str) -> list[Json]:
+        return [{"content": chunk} for chunk in split_markdown(text, MESSAGE_LIMIT)]
+
+    def record(
+        self, conn: Connection, source: str, key: str, prepared: list[Json]
+    ) -> list[OutboxRow]:
+        return self.outbound.record_in(conn, target_of(source), key, prepared)
+
+    async def send_recorded(self, rows: Sequence[OutboxRow]) -> None:
+        await self.outbound.deliver_rows(rows)
+
+    async def send_durable(self, source: str, key: str, prepared: list[Json]) -> None:
+        channel = target_of(source)
+        for index, payload in enumerate(prepared):
+            await self.outbound.deliver(channel, f"{key}:{index}", payload)
+
+    async def say(self, source: str, text: str) -> None:
+        await self.say_in(target_of(source), text)
+
+    def progress_text(self, lines: Sequence[str]) -> str:
+        """The last lines that fit one message (``…`` first when some are left out)."""
+        kept: list[str] = []
+        used = 0
+        for line in reversed(lines):
+            line = line if len(line) <= MESSAGE_LIMIT - 2 else line[: MESSAGE_LIMIT - 3] + "…"
+            if used + len(line) + 1 > MESSAGE_LIMIT - 2:
+                kept.append("…")
+                break
+            kept.append(line)
+            used += len(line) + 1
+        return "\n".join(reversed(kept))
+
+    async def send_progress(self, source: str, text: str) -> MessageRef | None:
+        sent = await self.send(target_of(source), text)
+        return None if sent is None else str(sent.id)
+
+    async def edit_progress(self, source: str, ref: MessageRef, text: str) -> None:
+        await self.edit(target_of(source), str(ref), text, None)
+
+    # -- what else is sent ------------------------------------------------------------------
+
+    async def send(
+        self, channel: str, content: str, buttons: Buttons | None = None
+    ) -> discord.Message | None:
+        """Post a message now (not recorded); ``None`` when Discord refused it (logged)."""
+        payload: Json = {"content": content}
+        if buttons:
+            payload["buttons"] = buttons
+        try:
+            sent = await self.outbound.send(channel, payload)
+        except DiscordError as exc:
+            log.warning("sending to channel %s failed: %s", channel, exc.description)
+            return None
+        return sent if isinstance(sent, discord.Message) else None
+
+    async def say_in(self, channel: str, text: str) -> None:
+        """Markdown ``text`` as one or more messages; a failure is logged, not raised."""
+        for chunk in split_markdown(text, MESSAGE_LIMIT):
+            if await self.send(channel, chunk) is None:
+                return
+
+    async def edit(
+        self, channel: str, message_id: str, content: str, buttons: Buttons | None
+    ) -> None:
+        """Edit a message of the bot's (``buttons=None`` removes them); failures are logged."""
+        message = self.bot.get_partial_messageable(int(channel)).get_partial_message(
+            int(message_id)
+        )
+        view = view_of(buttons)
+
+        async def edit() -> None:
+            await message.edit(content=content, view=view, allowed_mentions=_NO_PINGS)
+
+        try:
+            await self.outbound.edit(channel, message_id, lambda: discord_call(edit))
+        except DiscordError as exc:
+            log.warning("editing message %s in %s failed: %s", message_id, channel, exc)
+        finally:
+            if view is not None:
+                view.stop()
+
+    async def typing(self, channel: str) -> None:
+        """The typing indicator, once (Discord shows it for 10 s or until a message)."""
+        messageable = self.bot.get_partial_messageable(int(channel))
+
+        async def trigger() -> None:
+            await messageable.typing()
+
+        try:
+            await self.outbound.call(channel, lambda: discord_call(trigger), kind=OTHER)
+        except DiscordError as exc:
+            log.debug("typing indicator in %s failed: %s", channel, exc)

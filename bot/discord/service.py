@@ -1,0 +1,186 @@
+"""Discord as ``chathub serve`` runs it: the adapter, its redelivery, and the gateway.
+
+Start order as for Telegram: the adapter subscribes to the hub before the hub recovers
+(no Discord call), then in the background the bot logs in (REST), registers its slash
+commands when they changed, and connects to the gateway — in a fleet only the holder of
+the ``discord:gateway`` lease connects (every process logs in and sends). A definitive
+refusal (a bad token: 401 at login or close code 4004; intents Discord will not grant)
+is one line and the service's exit, never a retry loop; a network failure or a 5xx at
+login is retried with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import discord
+
+from bot.delivery import Backoff, Pacing, Redelivery, RetrySchedule, recover_orphans_forever
+from bot.discord.adapter import DiscordAdapter, DiscordConfig
+from bot.discord.gateway import point_at
+from bot.discord.messages import Listening
+from bot.discord.sending import discord_pacing
+from bot.fleet.receiver import ReceiverElection
+from bot.platform.access import PairingDesk
+from bot.platform.jobs import Jobs
+from bot.settings import Settings
+from engine.hub import ChatHub
+from engine.store import Database, Leases
+from memory.service import MemoryService
+
+__all__ = ["GATEWAY_LEASE", "DiscordService", "refusal"]
+
+log = logging.getLogger(__name__)
+
+#: The fleet's lease on the one gateway connection.
+GATEWAY_LEASE = "discord:gateway"
+_LOGIN_BACKOFF = Backoff(first_s=0.5, cap_s=5.0)
+
+
+def refusal(error: BaseException) -> str | None:
+    """The one line for an answer no retry changes; ``None`` for anything retriable."""
+    if isinstance(error, discord.LoginFailure):
+        return "DISCORD_BOT_TOKEN: Discord does not accept this token (401 at login)"
+    if isinstance(error, discord.PrivilegedIntentsRequired):
+        return (
+            "DISCORD_OPEN_CHANNEL_IDS needs the MESSAGE CONTENT intent: switch it on for the "
+            "bot in the Discord developer portal, or unset DISCORD_OPEN_CHANNEL_IDS"
+        )
+    if isinstance(error, discord.ConnectionClosed) and error.code == 4004:
+        return "DISCORD_BOT_TOKEN: the Discord gateway refused the token (close code 4004)"
+    if isinstance(error, discord.ConnectionClosed) and error.code in (4010, 4011, 4012, 4013):
+        return f"the Discord gateway refused the connection (close code {error.code})"
+    if isinstance(error, discord.HTTPException) and error.status in (401, 403, 404):
+        return f"Discord refused the bot ({error.status} {error.text}): check DISCORD_API_URL"
+    return None
+
+
+@dataclass
+class DiscordService:
+    settings: Settings
+    hub: ChatHub
+    db: Database
+    workspace: Path
+    refused: asyncio.Future[str]
+    jobs: Jobs | None = None
+    memory: MemoryService | None = None
+    desk: PairingDesk | None = None
+    pacing: Pacing | None = None
+    schedule: RetrySchedule | None = None
+    #: Tests: no 5 s between IDENTIFYs.
+    identify_gap_s: float | None = None
+    adapter: DiscordAdapter | None = None
+
+    def __post_init__(self) -> None:
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    async def start(self) -> None:
+        settings, hub = self.settings, self.hub
+        point_at(settings.discord_api_url)
+        fleet = hub.fleet
+        ownership = fleet.ownership if fleet is not None else None
+        config = DiscordConfig(
+            owner_id=settings.discord_owner_id,
+            allowed_user_ids=frozenset(settings.discord_allowed_user_ids),
+            listening=Listening(
+                guilds=frozenset(settings.discord_guild_ids),
+                open_channels=frozenset(settings.discord_open_channel_ids),
+            ),
+            workspace=self.workspace,
+            recover_outbox_at_start=fleet is None,
+            process_id=fleet.owner if fleet is not None else None,
+            **({"identify_gap_s": self.identify_gap_s} if self.identify_gap_s is not None else {}),
+        )
+        self.adapter = adapter = DiscordAdapter(
+            hub,
+            self.db,
+            config,
+            self.pacing or discord_pacing(settings),
+            schedule=self.schedule,
+            tenure=ownership,
+            members=(lambda: len(ownership.members)) if ownership is not None else None,
+            jobs=self.jobs,
+            memory=self.memory,
+            desk=self.desk,
+        )
+        await adapter.start()  # no Discord call: subscribed before the hub recovers
+        outbound = adapter.outbound
+        self._spawn(Redelivery(outbound, outbound.store).run(), "dc-redelivery")
+        if fleet is not None:
+            self._spawn(recover_orphans_forever(outbound, fleet.scan_interval_s), "dc-orphans")
+        self._spawn(self._run(), "dc-gateway")
+
+    async def _run(self) -> None:
+        assert self.adapter is not None
+        bot = self.adapter.bot
+        token = self.settings.discord_bot_token
+        assert token is not None
+        try:
+            await self._login(bot, token)
+            self._spawn(self._sync_commands(bot), "dc-commands")
+            fleet = self.hub.fleet
+            if fleet is None:
+                await self._connect(bot)
+            else:  # one gateway connection for the fleet: the lease's holder's
+                election = ReceiverElection(
+                    Leases(self.db), fleet.owner, lambda: self._connect(bot), name=GATEWAY_LEASE
+                )
+                await election.run()
+        except Exception as exc:
+            line = refusal(exc)
+            if line is None:
+                log.exception("the Discord gateway stopped")
+                line = f"the Discord connection failed ({type(exc).__name__})"
+            log.error("Discord: %s", line)
+            if not self.refused.done():
+                self.refused.set_result(line)
+
+    async def _login(self, bot: discord.Client, token: str) -> None:
+        """Retried while Discord or the network fails; a refusal raises."""
+        failures = 0
+        while True:
+            try:
+                await bot.login(token)
+                return
+            except (aiohttp.ClientError, OSError, TimeoutError, discord.DiscordServerError) as exc:
+                failures += 1
+                delay = _LOGIN_BACKOFF.delay(failures)
+                log.warning("Discord login failed (%s); retrying in %.1f s", exc, delay)
+                await asyncio.sleep(delay)
+
+    async def _connect(self, bot: discord.Client) -> None:
+        try:
+            await bot.connect(reconnect=True)
+        finally:
+            if bot.ws is not None and not bot.is_closed():  # the lease is gone: let go
+                with contextlib.suppress(Exception):
+                    await bot.ws.close(code=1000)
+
+    async def _sync_commands(self, bot: Any) -> None:
+        try:
+            if await bot.sync_commands():
+                log.info("Discord slash commands registered")
+        except discord.HTTPException as exc:
+            log.warning("registering the Discord slash commands failed: %s", exc)
+
+    def _spawn(self, work: Coroutine[Any, Any, Any], name: str) -> None:
+        self._tasks.append(asyncio.create_task(work, name=name))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.adapter is not None:
+            await self.adapter.close()
+
+    @property
+    def job_owner_allowed(self) -> Callable[[str], bool]:
+        assert self.adapter is not None
+        return self.adapter.access.is_allowed

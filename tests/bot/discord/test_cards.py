@@ -1,0 +1,142 @@
+"""Approval cards on Discord: buttons that name their call, refused when they must be."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from bot.delivery import CardRow
+from bot.discord.cards import CustomId, card_text, parse_custom_id
+from bot.discord.interactions import card_is_live
+from bot.platform.cards import EXPIRED, NOT_ALLOWED, CardContent
+from engine.approval import Decider
+from engine.hub import APPROVE
+from engine.llm.scripted import text
+from tests.bot.discord.conftest import ALICE, BOB, GENERAL, GUILD, MakeService, until
+from tests.bot.platform_contract.scripts import shell
+from tests.fakes.discord_server import FakeDiscordServer, SentMessage
+
+
+def card_in(fake: FakeDiscordServer, channel: int | str) -> SentMessage | None:
+    return next((m for m in fake.messages(channel) if "Approval needed" in m.content), None)
+
+
+def ephemeral_answers(fake: FakeDiscordServer) -> list[str]:
+    return [
+        (r.data or {}).get("content", "")
+        for r in fake.interaction_responses
+        if r.type == 4 and (r.data or {}).get("flags", 0) & 64
+    ]
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [
+        None,
+        "",
+        "card:1:launch",  # no such choice
+        "card:0:approve",  # no call 0
+        "card:01:approve",  # not canonical
+        "card:99999999999999999999:approve",  # past 64 bits
+        "card:-1:approve",
+        "card:1",
+        "ask:1:approve",
+        "x" * 101,
+        "card:１:approve",  # a full-width digit
+        "reason:1:extra",
+    ],
+)
+def test_junk_custom_ids_name_no_call(junk: object) -> None:
+    assert parse_custom_id(junk) is None
+
+
+def test_custom_ids_round_trip() -> None:
+    for parsed in (CustomId("card", 7, "bypass_15m"), CustomId("ask", 2**63 - 1)):
+        assert parse_custom_id(str(parsed)) == parsed
+
+
+def test_a_huge_call_fits_one_message_and_says_it_is_cut() -> None:
+    shown = CardContent("execute_cmd", "main", 0, "Command", "echo ```x```\n" * 500, "sh")
+    body = card_text(shown)
+    assert len(body) <= 2000 and "Cut" in body
+    assert body.count("````") == 2  # a fence longer than the content's backticks
+
+
+async def test_someone_not_allowed_is_refused_and_the_card_stays(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    model.add(shell("echo hi"), text("Ran it."))
+    await make_service()
+    fake.channel_message(GUILD, GENERAL, ALICE, "run it", mentions_bot=True)
+    await until(lambda: card_in(fake, GENERAL) is not None and card_in(fake, GENERAL).id)
+    card = card_in(fake, GENERAL)
+    assert card is not None
+    approve = next(c for c in card.custom_ids if c.endswith(":approve"))
+    fake.click(GENERAL, card.id, BOB, approve)
+    await until(lambda: NOT_ALLOWED in ephemeral_answers(fake))
+    assert fake.message(GENERAL, card.id).components  # still undecided
+
+    fake.click(GENERAL, card.id, ALICE, approve)
+    await until(lambda: any(m.content == "Ran it." for m in fake.messages(GENERAL)))
+    decided = fake.message(GENERAL, card.id)
+    assert "✅ Approved" in decided.content and "Alice" in decided.content
+    assert decided.components == []
+
+
+async def test_a_decision_taken_elsewhere_edits_the_discord_card(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    model.add(shell("echo hi"), text("Done."))
+    service = await make_service()
+    channel = fake.dm(ALICE, "run it")["channel_id"]
+    await until(lambda: (c := card_in(fake, channel)) is not None and c.components)
+    card = card_in(fake, channel)
+    assert card is not None
+    pending = await service.hub.pending_approvals()
+    await service.hub.decide(
+        pending[0].tool_call_id,
+        APPROVE,
+        decider=Decider("owner", is_owner=True, is_allowed=True),
+        by="the inbox",
+        source=None,
+    )
+    await until(lambda: "Approved" in fake.message(channel, card.id).content)
+    assert fake.message(channel, card.id).components == []
+    await until(lambda: any(m.content == "Done." for m in fake.messages(channel)))
+
+
+async def test_a_reason_given_after_the_card_was_decided_elsewhere_is_refused(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    model.add(shell("echo hi"), text("Done."))
+    service = await make_service()
+    channel = fake.dm(ALICE, "run it")["channel_id"]
+    await until(lambda: (c := card_in(fake, channel)) is not None and c.components)
+    card = card_in(fake, channel)
+    assert card is not None
+    reject = next(c for c in card.custom_ids if c.endswith(":reject"))
+    fake.click(channel, card.id, ALICE, reject)
+    await until(lambda: [r.type for r in fake.interaction_responses] == [9])  # the modal
+    pending = await service.hub.pending_approvals()
+    await service.hub.decide(
+        pending[0].tool_call_id,
+        APPROVE,
+        decider=Decider(str(ALICE), is_owner=True, is_allowed=True),
+        by="the inbox",
+    )
+    await until(lambda: any(m.content == "Done." for m in fake.messages(channel)))
+    call = reject.split(":")[1]
+    fake.modal_submit(channel, ALICE, f"reason:{call}", {"text": "too late"}, message_id=card.id)
+    await until(lambda: EXPIRED in ephemeral_answers(fake))
+    assert "Approved" in fake.message(channel, card.id).content
+
+
+def test_a_card_is_live_only_open_in_its_channel_on_its_message() -> None:
+    open_card = CardRow(5, "approval", "discord:10", "10", "20", "card", None, "open")
+    assert card_is_live(open_card, "approval", "10", "20")
+    assert not card_is_live(open_card, "approval", "11", "20")  # a button from another channel
+    assert not card_is_live(open_card, "approval", "10", "21")  # on another message
+    assert not card_is_live(open_card, "question", "10", "20")  # an Answer button's id on a card
+    assert not card_is_live(replace(open_card, state="resolved"), "approval", "10", "20")  # replayed
+    assert not card_is_live(None, "approval", "10", "20")  # a call no card shows

@@ -1,0 +1,63 @@
+"""Slash commands: registered once from the shared registry, each answered once."""
+
+from __future__ import annotations
+
+from bot.discord.interactions import NOT_PAIRED
+from tests.bot.discord.conftest import ALICE, BOB, MakeService, until
+from tests.fakes.discord_server import FakeDiscordServer
+
+PUT_COMMANDS = "PUT /applications/{application_id}/commands"
+
+
+async def test_the_shared_commands_are_registered_once_across_restarts(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    service = await make_service()
+    await until(lambda: {"new", "stop", "model", "jobs", "memory", "search"} <= _names(fake))
+    assert "pair" not in _names(fake)  # the owner's: typed, never in everyone's menu
+    model = next(c for c in fake.commands if c["name"] == "model")
+    assert [o["name"] for o in model.get("options", [])] == ["text"]
+    await service.stop()
+    await make_service()
+    await until(lambda: len(fake.calls_to("GET /applications/{application_id}/commands")) == 2)
+    assert len(fake.calls_to(PUT_COMMANDS)) == 1  # unchanged: not written again
+
+
+async def test_a_slash_command_is_deferred_then_answered_in_place(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    await make_service()
+    await until(lambda: "model" in _names(fake))
+    channel = fake.dm_channel_id(ALICE)
+    fake.slash(channel, ALICE, "model", {"text": "1"})
+    await until(lambda: any(m.content == "Model: primary." for m in fake.messages(channel)))
+    assert [r.type for r in fake.interaction_responses] == [5]
+    answer = next(m for m in fake.messages(channel) if m.content == "Model: primary.")
+    assert answer.interaction_id is not None  # the deferral, edited: one message
+
+
+async def test_a_command_without_a_reply_leaves_no_thinking_message(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    await make_service()
+    await until(lambda: "new" in _names(fake))
+    channel = fake.dm_channel_id(ALICE)
+    fake.slash(channel, ALICE, "new")
+    await until(lambda: any("New conversation" in m.content for m in fake.messages(channel)))
+    await until(lambda: all(not m.interaction_id for m in fake.messages(channel, include_deleted=False)))
+
+
+async def test_a_stranger_s_slash_command_is_refused_to_them_alone(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    await make_service()
+    await until(lambda: "new" in _names(fake))
+    fake.slash(fake.dm_channel_id(BOB), BOB, "new")
+    await until(lambda: len(fake.interaction_responses) == 1)
+    response = fake.interaction_responses[0]
+    assert response.type == 4 and response.data is not None
+    assert response.data["content"] == NOT_PAIRED and response.data["flags"] & 64
+
+
+def _names(fake: FakeDiscordServer) -> set[str]:
+    return {c["name"] for c in fake.commands}

@@ -1,0 +1,80 @@
+"""The gateway and the REST API failing in the ways Discord fails, and the bot coping."""
+
+from __future__ import annotations
+
+from bot.platform.chunks import split_markdown
+from engine.llm.scripted import text
+from tests.bot.discord.conftest import ALICE, MakeService, texts, until
+from tests.fakes.discord_server import GATEWAY_PATH, RESUME_GATEWAY_PATH, FakeDiscordServer
+
+MESSAGES = "POST /channels/{channel_id}/messages"
+
+
+async def test_a_bad_token_is_one_line_and_no_retry_loop(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    service = await make_service(ready=False, discord_bot_token="not-the-token")
+    await until(lambda: service.refused.done())
+    assert service.refused.result().startswith("DISCORD_BOT_TOKEN: Discord does not accept")
+    assert [c.route for c in fake.calls] == ["GET /users/@me"]
+
+
+async def test_close_code_4004_ends_the_service_with_one_line(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    service = await make_service()
+    fake.close_gateway(4004, "Authentication failed.")
+    await until(lambda: service.refused.done())
+    assert "close code 4004" in service.refused.result()
+    identifies = fake.identify_count
+    assert identifies == 1
+
+
+async def test_after_invalid_session_it_identifies_again_at_the_gateway_it_was_given(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    await make_service()
+    fake.invalid_session(resumable=False)
+    await until(lambda: fake.identify_count == 2 and fake.session is not None)
+    assert [c.path for c in fake.connections] == [GATEWAY_PATH, GATEWAY_PATH]
+    await until(lambda: fake.session is not None and "READY" in fake.session.event_names())
+    channel = fake.dm(ALICE, "still there?")["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: still there?"])
+
+
+async def test_a_dropped_connection_resumes_and_loses_nothing(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    await make_service()
+    channel = fake.dm(ALICE, "one")["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: one"])
+    fake.drop_gateway()
+    fake.dm(ALICE, "two")  # while the bot is away: replayed on RESUME
+    await until(lambda: fake.resume_count == 1)
+    await until(lambda: texts(fake, channel) == ["echo: one", "echo: two"])
+    assert fake.connections[-1].path == RESUME_GATEWAY_PATH
+    assert fake.identify_count == 1
+
+
+async def test_a_429_storm_delays_the_reply_and_sends_it_once(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    await make_service()
+    fake.rate_limit_next(MESSAGES, 4, retry_after=0.05)
+    channel = fake.dm(ALICE, "busy?")["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: busy?"])
+    assert fake.count_429 == 4
+
+
+async def test_a_long_answer_with_a_code_fence_at_the_cut_comes_in_order_and_closed(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    answer = "Here:\n\n```python\n" + "print('x')\n" * 380 + "```\nThat is all."
+    assert len(answer) > 4000
+    model.add(text(answer))
+    await make_service()
+    channel = fake.dm(ALICE, "show me")["channel_id"]
+    expected = split_markdown(answer, 2000)
+    await until(lambda: texts(fake, channel) == expected)
+    assert len(expected) >= 3 and all(len(part) <= 2000 for part in expected)
+    assert all(part.count("```") % 2 == 0 for part in expected)

@@ -1,0 +1,123 @@
+"""What reaches the bot from the gateway, and what it does not answer or answers once."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+from bot.discord.messages import UNREADABLE_MESSAGE
+from tests.bot.discord.conftest import (
+    ALICE,
+    BOB,
+    GENERAL,
+    GUILD,
+    OTHER_CHANNEL,
+    OTHER_GUILD,
+    OWNER,
+    MakeService,
+    discord_of,
+    texts,
+    until,
+)
+from tests.fakes.discord_server import FakeDiscordServer
+
+
+async def settle(fake: FakeDiscordServer, user: int, service) -> None:
+    """Until everything pushed before reached the bot and was handled: a later message of
+    the same DM is answered after them (one channel's messages are handled in order)."""
+    channel = fake.dm_channel_id(user)
+    fake.dm(user, "sentinel")
+    await until(lambda: "echo: sentinel" in texts(fake, channel))
+    await discord_of(service).drain()
+
+
+async def test_guilds_outside_the_list_and_unmentioned_messages_are_ignored(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    service = await make_service()
+    fake.channel_message(OTHER_GUILD, OTHER_CHANNEL, ALICE, "over here", mentions_bot=True)
+    fake.channel_message(GUILD, GENERAL, ALICE, "just chatting")
+    fake.channel_message(GUILD, GENERAL, ALICE, "and you?", mentions_bot=True)
+    await until(lambda: texts(fake, GENERAL) == ["echo: and you?"])
+    await settle(fake, ALICE, service)
+    assert texts(fake, OTHER_CHANNEL) == []
+    assert [m for r in model.requests for m in r[0] if "over here" in str(m.get("content"))] == []
+
+
+async def test_a_message_delivered_twice_is_answered_once(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    service = await make_service()
+    pushed = fake.dm(ALICE, "only once")
+    channel = pushed["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: only once"])
+    fake.dispatch("MESSAGE_CREATE", copy.deepcopy(pushed))  # a replay, as after a RESUME
+    await settle(fake, ALICE, service)
+    assert texts(fake, channel) == ["echo: only once", "echo: sentinel"]
+
+
+async def test_a_message_of_only_attachments_reaches_the_model_as_files(
+    fake: FakeDiscordServer, make_service: MakeService, model, tmp_path
+) -> None:
+    await make_service()
+    pushed = fake.dm(ALICE, "", attachments=[("notes.txt", b"remember the milk", "text/plain")])
+    channel = pushed["channel_id"]
+    await until(lambda: len(texts(fake, channel)) == 1)
+    saved = list((tmp_path / "workspace" / "uploads" / "discord" / channel).iterdir())
+    assert [p.read_bytes() for p in saved] == [b"remember the milk"]
+    sent = str(model.requests[-1][0])
+    assert "notes.txt" in sent
+
+
+async def test_a_message_of_only_embeds_gets_one_plain_sentence(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    service = await make_service()
+    pushed = fake.dm(ALICE, "first")
+    channel = pushed["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: first"])
+    embed_only = {**copy.deepcopy(pushed), "id": str(int(pushed["id"]) + 1), "content": ""}
+    embed_only["embeds"] = [{"type": "link", "title": "A page", "url": "https://example.com"}]
+    fake.dispatch("MESSAGE_CREATE", embed_only)
+    await until(lambda: texts(fake, channel) == ["echo: first", UNREADABLE_MESSAGE])
+    await settle(fake, ALICE, service)
+    assert len(model.requests) == 2  # "first" and the sentinel
+
+
+async def test_a_message_edited_or_deleted_while_its_turn_runs_is_answered_once(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    release = asyncio.Event()
+    service = await make_service()
+    original = model.complete
+
+    async def slow(messages, tools, *, on_delta=None):  # type: ignore[no-untyped-def]
+        await release.wait()
+        return await original(messages, tools, on_delta=on_delta)
+
+    model.complete = slow  # type: ignore[method-assign]
+    pushed = fake.dm(ALICE, "think about it")
+    channel = pushed["channel_id"]
+    await until(lambda: service.hub.is_processing(f"discord:{channel}"))
+    fake.dispatch("MESSAGE_UPDATE", {**copy.deepcopy(pushed), "content": "changed my mind"})
+    fake.dispatch("MESSAGE_DELETE", {"id": pushed["id"], "channel_id": channel})
+    release.set()
+    await until(lambda: texts(fake, channel) == ["echo: think about it"])
+    await settle(fake, ALICE, service)
+    assert texts(fake, channel) == ["echo: think about it", "echo: sentinel"]
+
+
+async def test_a_stranger_gets_a_pairing_code_the_owner_redeems(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    await make_service()
+    bob = fake.dm(BOB, "hi, can I use you?")["channel_id"]
+    await until(lambda: any("pairing code" in t for t in texts(fake, bob)))
+    code = next(t for t in texts(fake, bob) if "pairing code" in t).split("/pair ")[1][:6]
+    owner = fake.dm_channel_id(OWNER)
+    await until(lambda: any(code in t for t in texts(fake, owner)))
+    fake.dm(OWNER, f"/pair {code}")
+    await until(lambda: any(t.startswith("Paired Bob") for t in texts(fake, owner)))
+    await until(lambda: any("Welcome" in t for t in texts(fake, bob)))
+    fake.dm(BOB, "now?")
+    await until(lambda: "echo: now?" in texts(fake, bob))
