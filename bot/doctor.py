@@ -2,7 +2,7 @@
 
 The same ``Doctor`` serves ``GET /api/health/details`` (``bot/http/health_details.py``).
 It changes nothing: it reads, probes and rolls back. The order is the order a newcomer
-fixes things in: configuration, database, models, Telegram, MCP, workspace, port.
+fixes things in: configuration, database, models, Telegram, Discord, MCP, workspace, port.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from typing import TextIO
 import httpx
 
 from bot.checks.database import check_database
+from bot.checks.discord import DiscordProbe
+from bot.checks.discord import token_problem as discord_token_problem
 from bot.checks.exposure import ApiExposureError, check_api_exposure
 from bot.checks.mcp import check_mcp_servers
 from bot.checks.model import DEFAULT_TIMEOUT_S, Endpoint, check_tool_calling, list_models
@@ -83,6 +85,7 @@ class Doctor:
         checks += await check_database(settings.database_url, timeout_s=self.timeout_s)
         checks += await self.models()
         checks += await self.telegram()
+        checks += await self.discord()
         checks += await check_mcp_servers(self.config.mcp_servers)
         checks += check_workspace(settings.chathub_workspace)
         checks.append(await check_shell_gate(settings.database_url))
@@ -196,6 +199,30 @@ class Doctor:
             _owner(settings),
         ]
 
+    async def discord(self) -> list[Check]:
+        """Only when ``DISCORD_BOT_TOKEN`` is set: Discord is an addition, not a default."""
+        settings = service_settings(self.config)
+        token = settings.discord_bot_token
+        if not token:
+            return []
+        shape = discord_token_problem(token)
+        if shape is not None:
+            fix = "copy the token from the Discord developer portal again (Bot → Reset Token)"
+            return [
+                Check("discord.token", False, f"DISCORD_BOT_TOKEN: {shape}", fix),
+                _discord_owner(settings),
+            ]
+        probe = DiscordProbe(self.http, settings.discord_api_url, token, timeout_s=self.timeout_s)
+        try:
+            me = await probe.get_me()
+        except Problem as problem:
+            fix = problem.fix or "check the network and DISCORD_API_URL"
+            return [Check("discord.token", False, str(problem), fix), _discord_owner(settings)]
+        return [
+            Check("discord.token", True, f"Discord bot {me.username} answers"),
+            _discord_owner(settings),
+        ]
+
 
 def _webhook(settings: Settings, info: dict[str, object]) -> Check:
     current = str(info.get("url") or "")
@@ -243,6 +270,18 @@ def _owner(settings: Settings) -> Check:
         False,
         "TELEGRAM_OWNER_ID is not set: nobody can approve pairing codes",
         "run `chathub setup` (it reads your id when you send /start), or set TELEGRAM_OWNER_ID",
+    )
+
+
+def _discord_owner(settings: Settings) -> Check:
+    if settings.discord_owner_id:
+        return Check("discord.owner", True, f"Discord owner id {settings.discord_owner_id}")
+    return Check(
+        "discord.owner",
+        False,
+        "DISCORD_OWNER_ID is not set: nobody on Discord is told of pairing codes",
+        "set DISCORD_OWNER_ID to your Discord user id (Developer Mode, then Copy User ID on "
+        "your name), or run `chathub setup`",
     )
 
 

@@ -32,6 +32,7 @@ def setup_options(args: argparse.Namespace) -> SetupOptions:
         timeout_s=args.timeout,
         telegram_api_url=args.telegram_api_url,
         owner_wait_s=args.owner_wait,
+        discord_api_url=args.discord_api_url,
     )
 
 

@@ -4,7 +4,9 @@
    the endpoint's models listed; the chosen one asked one real question with a tool;
 2. Telegram, optional: the token checked with ``getMe``; the owner's id read from the
    ``/start`` they send the bot (or typed);
-3. ``.env`` written once, at the end (``EnvFile``): Ctrl-C before then writes nothing.
+3. Discord, optional: the token checked with ``GET /users/@me`` (the doctor's probe); the
+   owner's id typed;
+4. ``.env`` written once, at the end (``EnvFile``): Ctrl-C before then writes nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from bot.checks.discord import DEFAULT_API_URL as DISCORD_API_URL
+from bot.checks.discord import DiscordProbe, invite_url
+from bot.checks.discord import token_problem as discord_token_problem
 from bot.checks.discovery import DEFAULT_SERVERS, Found, LocalServer, discover
 from bot.checks.model import (
     DEFAULT_TIMEOUT_S,
@@ -32,11 +37,12 @@ from bot.checks.model import (
 from bot.checks.port import free_port
 from bot.checks.result import Problem
 from bot.checks.telegram import BotIdentity, TelegramProbe, token_problem
+from bot.discord.settings import snowflake
 from bot.setup.envfile import EnvFile, EnvFileError
 from bot.setup.terminal import Terminal
 from engine.config import ModelConfig
 
-__all__ = ["ModelChoice", "Network", "SetupOptions", "TelegramChoice", "Wizard"]
+__all__ = ["DiscordChoice", "ModelChoice", "Network", "SetupOptions", "TelegramChoice", "Wizard"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +64,8 @@ class SetupOptions:
     telegram_api_url: str | None = None
     #: Each look for the owner's ``/start`` long-polls this long.
     owner_wait_s: int = 5
+    #: ``None``: ``DISCORD_API_URL`` from ``.env``, else Discord's.
+    discord_api_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +83,13 @@ class TelegramChoice:
     token: str
     username: str
     owner_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DiscordChoice:
+    token: str
+    username: str
+    owner_id: str | None
 
 
 class Network:
@@ -134,7 +149,9 @@ class Wizard:
         model = self.keep_model(current) or self.choose_model()
         self.t.say()
         telegram = None if self.keep_telegram(current) else self.choose_telegram()
-        return self.write(model, telegram)
+        self.t.say()
+        discord = None if self.keep_discord(current) else self.choose_discord()
+        return self.write(model, telegram, discord)
 
     # -- a second run: what .env already has may stay ------------------------------------
 
@@ -153,6 +170,11 @@ class Wizard:
         if not current.get("TELEGRAM_BOT_TOKEN"):
             return False
         return self.t.yes(f"{self.env.path} has a Telegram bot token. Keep it?", default=True)
+
+    def keep_discord(self, current: Mapping[str, str]) -> bool:
+        if not current.get("DISCORD_BOT_TOKEN"):
+            return False
+        return self.t.yes(f"{self.env.path} has a Discord bot token. Keep it?", default=True)
 
     # -- the model ---------------------------------------------------------------------
 
@@ -332,6 +354,54 @@ class Wizard:
                 return sender.user_id
             baseline = sender.update_id  # someone else: wait for a newer /start
 
+    # -- Discord -----------------------------------------------------------------------
+
+    def choose_discord(self) -> DiscordChoice | None:
+        self.t.say("Discord (optional): talk to the agent in DMs and in your servers.")
+        self.t.say(
+            "Create an application at https://discord.com/developers/applications, then "
+            "Bot → Reset Token, and paste the token here (docs/discord.md)."
+        )
+        api_url = self._discord_api_url()
+        while True:
+            token = self.t.secret("Discord bot token (Enter to skip)")
+            if not token:
+                self.t.say("Skipped Discord.")
+                return None
+            shape = discord_token_problem(token)
+            if shape is not None:
+                self.t.say(f"✗ {shape}.")
+                continue
+            probe = DiscordProbe(self.net.http, api_url, token, timeout_s=self.options.timeout_s)
+            try:
+                me = self.net(probe.get_me())
+            except Problem as problem:
+                self.t.say(f"✗ {problem}.")
+                continue
+            self.t.say(f"✓ This is {me.username}.")
+            self.t.say(f"Add it to a server (DMs need one you share with it): {invite_url(me.id)}")
+            return DiscordChoice(token, me.username, self.ask_discord_owner())
+
+    def ask_discord_owner(self) -> str | None:
+        """The owner's Discord user id, typed: the wizard does not connect to the gateway."""
+        self.t.say(
+            "Your Discord user id: switch on Developer Mode (User Settings → Advanced), then "
+            "right-click your name and Copy User ID."
+        )
+        while True:
+            answer = self.t.ask("Your Discord user id (Enter to skip)")
+            if not answer:
+                return None
+            try:
+                return snowflake(answer, "user")
+            except ValueError:
+                self.t.say("✗ A Discord user id is a long number, like 123456789012345678.")
+
+    def _discord_api_url(self) -> str:
+        if self.options.discord_api_url:
+            return self.options.discord_api_url
+        return self.env.values().get("DISCORD_API_URL") or DISCORD_API_URL
+
     def _port_clash(self, base_url: str) -> int | None:
         """A free ``HTTP_PORT`` when the model server holds chathub's own on this machine
         (llama.cpp's server and chathub both default to 8080); ``None`` when they differ."""
@@ -355,7 +425,12 @@ class Wizard:
 
     # -- .env --------------------------------------------------------------------------
 
-    def write(self, model: ModelChoice, telegram: TelegramChoice | None) -> int:
+    def write(
+        self,
+        model: ModelChoice,
+        telegram: TelegramChoice | None,
+        discord: DiscordChoice | None = None,
+    ) -> int:
         updates = {}
         if not model.kept:
             updates.update(
@@ -371,6 +446,13 @@ class Wizard:
             api_url = self._telegram_api_url()
             if api_url != TELEGRAM_API_URL:
                 updates["TELEGRAM_API_URL"] = api_url
+        if discord is not None:
+            updates["DISCORD_BOT_TOKEN"] = discord.token
+            if discord.owner_id is not None:
+                updates["DISCORD_OWNER_ID"] = discord.owner_id
+            api_url = self._discord_api_url()
+            if api_url != DISCORD_API_URL:
+                updates["DISCORD_API_URL"] = api_url
         if not updates:
             self.t.say(f"Nothing changed; {self.env.path} is as it was.")
             return 0

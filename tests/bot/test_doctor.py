@@ -21,7 +21,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from bot.checks.database import check_database
-from bot.checks.result import Check
+from bot.checks.discord import DiscordProbe
+from bot.checks.result import Check, Problem
 from bot.cli import main
 from bot.http.health_details import PATH, HealthDetails, bearer, service_checks
 from bot.schema import LAYERS
@@ -30,12 +31,14 @@ from engine.approval.rules import RuleStore
 from engine.store.db import open_database
 from tests.bot.process import free_port, wait_for
 from tests.fakes.background import BackgroundServer
+from tests.fakes.discord_server import FakeDiscordServer
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_server import FakeTelegramServer, Webhook
 from tests.pg import fresh_postgres_database, requires_postgres
 
 TOKEN = "123456789:AAHk3mQx9vT2Lw8ZpR5nY7cB4dF6gJ0sE1u"
 TOOL_CALL = ("call_1", "get_time", '{"timezone": "UTC"}')
+DISCORD_TOKEN = "MTEwMDAwMDAwMDAwMDAwMDAwMQ.GxYz12.discord-doctor-test-token"
 
 
 @pytest.fixture(scope="module")
@@ -372,6 +375,163 @@ def test_a_model_endpoint_that_hangs_times_out(
         line.startswith("✗ model endpoint: ") and "did not answer within 0.5 s" in line
         for line in lines
     ), "\n".join(lines)
+
+
+# -- Discord (only when DISCORD_BOT_TOKEN is set) ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def _discord() -> Iterator[FakeDiscordServer]:
+    with FakeDiscordServer(token=DISCORD_TOKEN, bot_username="chathub-bot") as server:
+        yield server
+
+
+@pytest.fixture
+def with_discord(healthy: Setup, _discord: FakeDiscordServer) -> Iterator[FakeDiscordServer]:
+    _discord.reset()
+    healthy.env.update(
+        DISCORD_BOT_TOKEN=DISCORD_TOKEN,
+        DISCORD_API_URL=_discord.base_url,
+        DISCORD_OWNER_ID="200000000000000009",
+    )
+    yield _discord
+    _discord.clear_faults()
+
+
+def test_discord_is_checked_only_when_configured(
+    healthy: Setup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, lines = healthy.doctor(capsys)
+    assert status == 0, "\n".join(lines)
+    assert not any("Discord" in line for line in lines), "\n".join(lines)
+
+
+def test_a_healthy_discord_setup_passes(
+    healthy: Setup, with_discord: FakeDiscordServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, lines = healthy.doctor(capsys)
+    assert status == 0, "\n".join(lines)
+    assert "✓ Discord bot chathub-bot answers" in lines
+    assert "✓ Discord owner id 200000000000000009" in lines
+    assert [c.status for c in with_discord.calls_to("GET /users/@me")] == [200]
+
+
+def _discord_down(s: Setup) -> None:
+    s.env["DISCORD_API_URL"] = f"http://127.0.0.1:{free_port()}/api/v10"
+
+
+DISCORD_BROKEN = {
+    "token rejected": (
+        _set(DISCORD_BOT_TOKEN="MTEx.reset.long-ago"),
+        r"✗ Discord does not accept this bot token \(reset, or mistyped\) — reset the token in "
+        r"the Discord developer portal \(Bot → Reset Token\) and set DISCORD_BOT_TOKEN",
+    ),
+    "token with Bot in front": (
+        _set(DISCORD_BOT_TOKEN=f"'Bot {DISCORD_TOKEN}'"),
+        r"✗ DISCORD_BOT_TOKEN: that is not a Discord bot token",
+    ),
+    "API URL wrong": (
+        lambda s: s.env.update(DISCORD_API_URL=s.env["DISCORD_API_URL"] + "/v9"),
+        r"✗ the Discord API answered 404 at \S+/users/@me: DISCORD_API_URL is wrong — set "
+        r"DISCORD_API_URL to https://discord\.com/api/v10",
+    ),
+    "unreachable": (
+        _discord_down,
+        r"✗ Discord cannot be reached from here — check the network and DISCORD_API_URL",
+    ),
+    "no owner": (
+        _unset("DISCORD_OWNER_ID"),
+        r"✗ DISCORD_OWNER_ID is not set: .* — set DISCORD_OWNER_ID to your Discord user id",
+    ),
+}
+
+
+@pytest.mark.parametrize("part", DISCORD_BROKEN)
+def test_each_broken_discord_part_fails_with_its_line(
+    part: str,
+    healthy: Setup,
+    with_discord: FakeDiscordServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    breaks, expected = DISCORD_BROKEN[part]
+    breaks(healthy)
+    status, lines = healthy.doctor(capsys)
+    assert status == 1, "\n".join(lines)
+    failed = [line for line in lines if line.startswith("✗")]
+    assert len(failed) == 1, "\n".join(lines)
+    assert re.search(expected, failed[0]), "\n".join(lines)
+    assert not any("Error" in line or "Traceback" in line for line in lines), "\n".join(lines)
+
+
+def test_discord_failing_with_5xx_is_unreachable(
+    healthy: Setup, with_discord: FakeDiscordServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with_discord.fail_next("GET /users/@me", status=502)
+    status, lines = healthy.doctor(capsys)
+    assert status == 1
+    assert (
+        "✗ Discord cannot be reached from here (HTTP 502) — try again in a minute; "
+        in "\n".join(lines)
+    )
+
+
+async def _probe(handler: Callable[[httpx.Request], httpx.Response]) -> Problem | str:
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        probe = DiscordProbe(http, "https://discord.test/api/v10/", " tok.en ", timeout_s=1)
+        try:
+            return (await probe.get_me()).username
+        except Problem as problem:
+            return problem
+
+
+async def test_the_discord_probe_sends_the_bot_token_and_reads_the_name() -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"id": "42", "username": "old-bot", "discriminator": "7"})
+
+    assert await _probe(answer) == "old-bot#7"
+    assert str(seen[0].url) == "https://discord.test/api/v10/users/@me"
+    assert seen[0].headers["authorization"] == "Bot tok.en"
+
+
+@pytest.mark.parametrize(
+    ("response", "kind", "sentence"),
+    [
+        (httpx.Response(401, json={"message": "401: Unauthorized", "code": 0}), "auth", "does not"),
+        (httpx.Response(404, text="<html>Not Found</html>"), "protocol", "answered 404"),
+        (httpx.Response(503, text="<html>upstream</html>"), "unreachable", "HTTP 503"),
+        (httpx.Response(200, text="<html>a proxy</html>"), "protocol", "not Discord's JSON"),
+        (httpx.Response(200, json={"message": "?"}), "protocol", "has no bot in it"),
+        (
+            httpx.Response(403, json={"message": "Missing Access", "code": 50001}),
+            "refused",
+            "Missing",
+        ),
+    ],
+)
+async def test_the_discord_probe_names_each_failure(
+    response: httpx.Response, kind: str, sentence: str
+) -> None:
+    found = await _probe(lambda _request: response)
+    assert isinstance(found, Problem), found
+    assert found.kind == kind and sentence in str(found), str(found)
+
+
+async def test_the_discord_probe_times_out_and_fails_to_connect() -> None:
+    def slow(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("slow", request=request)
+
+    def refused(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    timed_out = await _probe(slow)
+    assert isinstance(timed_out, Problem) and timed_out.kind == "timeout"
+    assert str(timed_out) == "Discord did not answer within 1 s"
+    unreachable = await _probe(refused)
+    assert isinstance(unreachable, Problem) and unreachable.kind == "unreachable"
+    assert str(unreachable) == "Discord cannot be reached from here"
 
 
 # -- GET /api/health/details ----------------------------------------------------------------

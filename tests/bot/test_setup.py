@@ -28,11 +28,13 @@ from bot.setup.terminal import Terminal
 from bot.setup.wizard import Network, SetupOptions, Wizard
 from tests.bot.process import free_port
 from tests.fakes.background import BackgroundServer
+from tests.fakes.discord_server import FakeDiscordServer
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_server import FakeTelegramServer, Webhook
 from tests.fakes.terminal import PtySession
 
 TOKEN = "123456789:AAHk3mQx9vT2Lw8ZpR5nY7cB4dF6gJ0sE1u"
+DISCORD_TOKEN = "MTEwMDAwMDAwMDAwMDAwMDAwMQ.GxYz12.discord-setup-test-token"
 TOOL_CALL = ("call_1", "get_time", '{"timezone": "Europe/Rome"}')
 
 
@@ -52,6 +54,18 @@ def _telegram() -> Iterator[FakeTelegramServer]:
 def telegram(_telegram: FakeTelegramServer) -> FakeTelegramServer:
     _telegram.reset()
     return _telegram
+
+
+@pytest.fixture(scope="module")
+def _discord() -> Iterator[FakeDiscordServer]:
+    with FakeDiscordServer(token=DISCORD_TOKEN, bot_username="chathub-bot") as server:
+        yield server
+
+
+@pytest.fixture
+def discord(_discord: FakeDiscordServer) -> FakeDiscordServer:
+    _discord.reset()
+    return _discord
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +117,11 @@ def skip_telegram(term: PtySession) -> None:
     term.send("")
 
 
+def skip_discord(term: PtySession) -> None:
+    term.expect(r"Discord bot token \(Enter to skip\): ")
+    term.send("")
+
+
 def dotenv(home: Path) -> dict[str, str]:
     return EnvFile(home / ".env").values()
 
@@ -125,6 +144,7 @@ def test_local_server_found_and_chosen_keeps_other_lines_and_backs_up(
         term.send("2")
         term.expect("✓ Tool calling works.")
         skip_telegram(term)
+        skip_discord(term)
         term.expect(r"✓ Wrote .*\.env \(mode 0600\)")
         term.expect(r"previous one is kept as (\S+)\.")
         term.expect("Next: `make run`")
@@ -162,6 +182,7 @@ def test_custom_url_typed_after_a_url_without_a_scheme(
         term.send("qwen3:14b")
         term.expect("✓ Tool calling works.")
         skip_telegram(term)
+        skip_discord(term)
         assert term.wait() == 0
     values = dotenv(tmp_path)
     assert values["LLM_BASE_URL"] == fake.base_url
@@ -188,6 +209,7 @@ def test_bad_key_is_asked_again(tmp_path: Path, fake: FakeOpenAIServer) -> None:
         term.send("1")
         term.expect("✓ Tool calling works.")
         skip_telegram(term)
+        skip_discord(term)
         assert term.wait() == 0
     assert "sk-wrong" not in term.output  # secrets are typed without echo
     assert dotenv(tmp_path)["LLM_API_KEY"] == "sk-right"
@@ -212,6 +234,7 @@ def test_model_without_tool_calling_is_warned_about(tmp_path: Path, fake: FakeOp
         term.send("2")
         term.expect("✓ Tool calling works.")
         skip_telegram(term)
+        skip_discord(term)
         assert term.wait() == 0
     assert dotenv(tmp_path)["LLM_MODEL"] == "llama3.1:8b"
 
@@ -246,6 +269,7 @@ def test_telegram_token_checked_and_owner_read_from_start(
         term.send("")
         term.expect(r"Is Olga \(@alice\) \(id 777\) you\? \[Y/n\]")
         term.send("y")
+        skip_discord(term)
         term.expect(r"✓ Wrote")
         assert term.wait() == 0
     assert TOKEN not in term.output
@@ -254,6 +278,47 @@ def test_telegram_token_checked_and_owner_read_from_start(
     assert values["TELEGRAM_OWNER_ID"] == "777"
     assert values["TELEGRAM_API_URL"] == telegram.base_url
     assert len(telegram.pending_updates()) == 2  # left for the service: nothing confirmed
+
+
+def test_discord_token_checked_and_owner_typed(
+    tmp_path: Path, fake: FakeOpenAIServer, discord: FakeDiscordServer
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    extra = ("--discord-api-url", discord.base_url)
+    with setup(tmp_path, fake.base_url, extra=extra) as term:
+        term.expect(r"\[Y/n\]")
+        term.send("")
+        term.expect(r"Model \(number or name\)")
+        term.send("1")
+        skip_telegram(term)
+        term.expect(r"Discord bot token \(Enter to skip\): ")
+        term.send("Bot " + DISCORD_TOKEN)
+        term.expect(r"✗ that is not a Discord bot token: copy it from the developer portal")
+        term.expect(r"Discord bot token \(Enter to skip\): ")
+        term.send("MTEx.wrong.token")
+        term.expect(r"✗ Discord does not accept this bot token \(reset, or mistyped\)\.")
+        term.expect(r"Discord bot token \(Enter to skip\): ")
+        term.send(DISCORD_TOKEN)
+        term.expect("✓ This is chathub-bot.")
+        term.expect(
+            r"https://discord\.com/oauth2/authorize\?client_id=1100000000000000001"
+            r"&scope=bot\+applications\.commands&permissions=274878008320"
+        )
+        term.expect(r"Your Discord user id \(Enter to skip\): ")
+        term.send("@me")
+        term.expect("✗ A Discord user id is a long number")
+        term.expect(r"Your Discord user id \(Enter to skip\): ")
+        term.send("200000000000000009")
+        term.expect(r"✓ Wrote")
+        assert term.wait() == 0
+    assert DISCORD_TOKEN not in term.output
+    values = dotenv(tmp_path)
+    assert values["DISCORD_BOT_TOKEN"] == DISCORD_TOKEN
+    assert values["DISCORD_OWNER_ID"] == "200000000000000009"
+    assert values["DISCORD_API_URL"] == discord.base_url
+    assert "TELEGRAM_BOT_TOKEN" not in values
+    calls = discord.calls_to("GET /users/@me")
+    assert [(c.status, c.authorized) for c in calls] == [(401, False), (200, True)]
 
 
 def test_ctrl_c_in_the_middle_writes_nothing(tmp_path: Path, fake: FakeOpenAIServer) -> None:
@@ -360,6 +425,7 @@ def test_run_in_a_terminal_sets_up_then_starts_and_talks(
         term.expect(r"Model \(number or name\)")
         term.send("1")
         skip_telegram(term)
+        skip_discord(term)
         term.expect("Starting chathub…")
         term.expect("› ")
         term.send("hi")
@@ -460,13 +526,16 @@ def run_wizard(
 USE_IT = (r"Use model server at \S+\? \[Y/n\]", "")
 FIRST_MODEL = (r"Model \(number or name\)", "1")
 NO_TELEGRAM = (r"Bot token \(Enter to skip\)", "")
+NO_DISCORD = (r"Discord bot token \(Enter to skip\)", "")
 
 
 def test_model_without_tool_calling_kept_when_the_person_insists(
     tmp_path: Path, fake: FakeOpenAIServer
 ) -> None:
     fake.reply_text("No tools here.")
-    script = Scripted(USE_IT, FIRST_MODEL, (r"Use qwen3:14b anyway\? \[y/N\]", "y"), NO_TELEGRAM)
+    script = Scripted(
+        USE_IT, FIRST_MODEL, (r"Use qwen3:14b anyway\? \[y/N\]", "y"), NO_TELEGRAM, NO_DISCORD
+    )
     out = run_wizard(tmp_path, script, ("model server", fake.base_url))
     assert "⚠ qwen3:14b may not call tools; `chathub doctor` checks again." in out
     assert dotenv(tmp_path)["LLM_MODEL"] == "qwen3:14b"
@@ -483,6 +552,7 @@ def test_an_endpoint_answering_html_is_refused(
         ("API key", ""),
         FIRST_MODEL,
         NO_TELEGRAM,
+        NO_DISCORD,
     )
     out = run_wizard(tmp_path, script, ("model server", html_site))
     assert re.search(r"· model server at \S+: something else answers there", out)
@@ -501,6 +571,7 @@ def test_an_endpoint_that_never_answers_times_out(
         ("API key", ""),
         FIRST_MODEL,
         NO_TELEGRAM,
+        NO_DISCORD,
     )
     server = ("model server", black_hole)
     out = run_wizard(tmp_path, script, server, timeout_s=0.5, probe_timeout_s=0.3)
@@ -518,6 +589,7 @@ def test_owner_id_typed(
         (r"Bot token", TOKEN),
         ("Press Enter once you have sent it, or type your numeric Telegram id", "@me"),
         ("Press Enter once you have sent it", "4242"),
+        NO_DISCORD,
     )
     out = run_wizard(
         tmp_path, script, ("model server", fake.base_url), telegram_api_url=telegram.base_url
@@ -536,6 +608,7 @@ def test_owner_typed_when_a_webhook_blocks_get_updates(
         FIRST_MODEL,
         (r"Bot token", TOKEN),
         (r"Your numeric Telegram user id \(Enter to skip\)", "99"),
+        NO_DISCORD,
     )
     out = run_wizard(
         tmp_path, script, ("model server", fake.base_url), telegram_api_url=telegram.base_url
@@ -548,7 +621,7 @@ def test_a_variable_in_the_environment_is_pointed_out(
     tmp_path: Path, fake: FakeOpenAIServer
 ) -> None:
     fake.reply_tool_calls(TOOL_CALL)
-    script = Scripted(USE_IT, FIRST_MODEL, NO_TELEGRAM)
+    script = Scripted(USE_IT, FIRST_MODEL, NO_TELEGRAM, NO_DISCORD)
     out = run_wizard(
         tmp_path, script, ("model server", fake.base_url), environ={"LLM_MODEL": "stale"}
     )
@@ -566,6 +639,7 @@ def test_several_local_servers_are_offered_by_number(
         (r"'nemo' is not in the listing. Use it anyway\? \[y/N\]", "n"),
         FIRST_MODEL,
         NO_TELEGRAM,
+        NO_DISCORD,
     )
     out = run_wizard(tmp_path, script, ("Ollama", fake.base_url), ("vLLM", fake.base_url))
     assert re.search(r"1\) Ollama at \S+\n  2\) vLLM at \S+\n  0\) another endpoint", out)
@@ -574,11 +648,15 @@ def test_several_local_servers_are_offered_by_number(
 
 
 def test_a_second_run_keeps_what_env_has(tmp_path: Path, telegram: FakeTelegramServer) -> None:
-    old = f"LLM_BASE_URL=http://gpu-box:8000/v1\nLLM_MODEL=qwen3\nTELEGRAM_BOT_TOKEN={TOKEN}\n"
+    old = (
+        f"LLM_BASE_URL=http://gpu-box:8000/v1\nLLM_MODEL=qwen3\nTELEGRAM_BOT_TOKEN={TOKEN}\n"
+        f"DISCORD_BOT_TOKEN={DISCORD_TOKEN}\n"
+    )
     (tmp_path / ".env").write_text(old)
     script = Scripted(
         (r"names the model qwen3 at http://gpu-box:8000/v1\. Keep it\? \[Y/n\]", ""),
         (r"has a Telegram bot token\. Keep it\? \[Y/n\]", "y"),
+        (r"has a Discord bot token\. Keep it\? \[Y/n\]", ""),
     )
     out = run_wizard(tmp_path, script)
     assert "Nothing changed; " in out
@@ -592,6 +670,7 @@ def test_a_second_run_changes_only_telegram(tmp_path: Path, telegram: FakeTelegr
         (r"Keep it\?", "y"),
         (r"Bot token", TOKEN),
         ("Press Enter once you have sent it", "42"),
+        NO_DISCORD,
     )
     run_wizard(tmp_path, script, telegram_api_url=telegram.base_url)
     assert dotenv(tmp_path) == {
@@ -608,7 +687,7 @@ def test_a_model_server_on_chathubs_port_moves_chathub(
     """llama.cpp's server and chathub both default to 8080: chathub gets another port."""
     fake.reply_tool_calls(TOOL_CALL)
     taken = fake.base_url.split(":")[2].split("/")[0]
-    script = Scripted(USE_IT, FIRST_MODEL, NO_TELEGRAM)
+    script = Scripted(USE_IT, FIRST_MODEL, NO_TELEGRAM, NO_DISCORD)
     out = run_wizard(
         tmp_path, script, ("model server", fake.base_url), environ={"HTTP_PORT": taken}
     )
@@ -620,7 +699,42 @@ def test_a_model_server_on_chathubs_port_moves_chathub(
 def test_an_endpoint_without_models_asks_for_a_name(tmp_path: Path, fake: FakeOpenAIServer) -> None:
     fake.models = []
     fake.reply_tool_calls(TOOL_CALL)
-    script = Scripted(USE_IT, ("Model name", ""), ("Model name", "qwen3"), NO_TELEGRAM)
+    script = Scripted(USE_IT, ("Model name", ""), ("Model name", "qwen3"), NO_TELEGRAM, NO_DISCORD)
     out = run_wizard(tmp_path, script, ("model server", fake.base_url))
     assert "lists no models (Ollama: `ollama pull qwen3` gets one)" in out
     assert dotenv(tmp_path)["LLM_MODEL"] == "qwen3"
+
+
+def test_discord_unreachable_is_said_and_may_be_skipped(
+    tmp_path: Path, fake: FakeOpenAIServer
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    script = Scripted(
+        USE_IT,
+        FIRST_MODEL,
+        NO_TELEGRAM,
+        (r"Discord bot token", DISCORD_TOKEN),
+        NO_DISCORD,
+    )
+    down = f"http://127.0.0.1:{free_port()}/api/v10"
+    out = run_wizard(tmp_path, script, ("model server", fake.base_url), discord_api_url=down)
+    assert "✗ Discord cannot be reached from here." in out
+    assert "Skipped Discord." in out
+    assert "DISCORD_BOT_TOKEN" not in dotenv(tmp_path)
+
+
+def test_a_second_run_adds_discord_only(tmp_path: Path, discord: FakeDiscordServer) -> None:
+    (tmp_path / ".env").write_text("LLM_MODEL=qwen3\n")
+    script = Scripted(
+        (r"Keep it\?", "y"),
+        NO_TELEGRAM,
+        (r"Discord bot token", DISCORD_TOKEN),
+        (r"Your Discord user id", ""),
+    )
+    out = run_wizard(tmp_path, script, discord_api_url=discord.base_url)
+    assert "✓ This is chathub-bot." in out
+    assert dotenv(tmp_path) == {
+        "LLM_MODEL": "qwen3",
+        "DISCORD_BOT_TOKEN": DISCORD_TOKEN,
+        "DISCORD_API_URL": discord.base_url,
+    }

@@ -138,5 +138,7 @@ def test_a_card_is_live_only_open_in_its_channel_on_its_message() -> None:
     assert not card_is_live(open_card, "approval", "11", "20")  # a button from another channel
     assert not card_is_live(open_card, "approval", "10", "21")  # on another message
     assert not card_is_live(open_card, "question", "10", "20")  # an Answer button's id on a card
-    assert not card_is_live(replace(open_card, state="resolved"), "approval", "10", "20")  # replayed
+    assert not card_is_live(
+        replace(open_card, state="resolved"), "approval", "10", "20"
+    )  # replayed
     assert not card_is_live(None, "approval", "10", "20")  # a call no card shows

@@ -44,7 +44,9 @@ async def test_a_command_without_a_reply_leaves_no_thinking_message(
     channel = fake.dm_channel_id(ALICE)
     fake.slash(channel, ALICE, "new")
     await until(lambda: any("New conversation" in m.content for m in fake.messages(channel)))
-    await until(lambda: all(not m.interaction_id for m in fake.messages(channel, include_deleted=False)))
+    await until(
+        lambda: all(not m.interaction_id for m in fake.messages(channel, include_deleted=False))
+    )
 
 
 async def test_a_stranger_s_slash_command_is_refused_to_them_alone(
