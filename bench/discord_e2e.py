@@ -34,7 +34,7 @@ import yarl  # noqa: E402
 from discord.gateway import DiscordWebSocket  # noqa: E402
 
 from bot.serve import Service  # noqa: E402
-from engine.llm.registry import ModelRegistry  # noqa: E402
+from engine.llm import ModelRegistry  # noqa: E402
 from tests.bot.telegram_contract.conftest import app_config  # noqa: E402
 from tests.engine.hub.conftest import EchoModel  # noqa: E402
 from tests.fakes.discord_server import FakeDiscordServer  # noqa: E402

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYER_PACKAGES = {
     "telegram": "bot/telegram",
     "delivery": "bot/delivery",
+    "platform": "bot/platform",
     "scheduler": "scheduler",
     "http": "bot/http",
     "webchat": "bot/webchat",
