@@ -7,9 +7,10 @@ a real WebSocket on 127.0.0.1) and a model that answers at once:
 - chathub: ``Service`` with Discord alone (its default pacing), a message stored, the turn
   run, the reply recorded and sent through the delivery pipeline.
 
-Latency: one DM at a time, each from a different user (a fresh channel, so no channel's
-5-per-5 s bucket is what is measured), from the push into the gateway until the reply's
-``POST /channels/{id}/messages`` reaches the fake: p50 and p99. Then 200 channels at
+Latency: one DM at a time, round-robin over 25 users who wrote once before (their
+conversations exist; no channel's 5-per-5 s bucket is what is measured), from the push
+into the gateway until the reply's ``POST /channels/{id}/messages`` reaches the fake: p50
+and p99. Then 200 channels at
 once: how long until all are answered, and how many responses were 429s (the bar: 0).
 
     .venv/bin/python -P bench/discord_e2e.py [--messages 200] [--channels 200]
@@ -75,15 +76,19 @@ def answered(fake: FakeDiscordServer, channel: str) -> float | None:
     return times[0] if times else None
 
 
-async def latencies(fake: FakeDiscordServer, users: list[int]) -> list[float]:
+ROUND_ROBIN = 25
+
+
+async def latencies(fake: FakeDiscordServer, users: list[int], n: int) -> list[float]:
+    """``n`` DMs, one at a time, round-robin over ``users``; milliseconds each."""
     out = []
-    for user in users:
+    for index in range(n):
+        user = users[index % len(users)]
+        before = len(fake.calls_to(MESSAGES))
         pushed = time.monotonic()
-        channel = fake.dm(user, "ping")["channel_id"]
-        await until(lambda channel=channel: answered(fake, channel) is not None)
-        arrived = answered(fake, channel)
-        assert arrived is not None
-        out.append((arrived - pushed) * 1000)
+        fake.dm(user, f"ping {index}")
+        await until(lambda before=before: len(fake.calls_to(MESSAGES)) > before)
+        out.append((fake.calls_to(MESSAGES)[before].time - pushed) * 1000)
     return out
 
 
@@ -114,9 +119,9 @@ async def run_bare(n: int, channels: int) -> tuple[list[float], tuple[float, int
         bot = Bare()
         task = asyncio.create_task(bot.start(TOKEN))
         await bot.ready.wait()
-        warm = await latencies(fake, users(fake, FIRST_USER, 20))
-        del warm
-        lat = await latencies(fake, users(fake, FIRST_USER + 1000, n))
+        regulars = users(fake, FIRST_USER, ROUND_ROBIN)
+        await latencies(fake, regulars, ROUND_ROBIN)
+        lat = await latencies(fake, regulars, n)
         result = await burst(fake, users(fake, FIRST_USER + 5000, channels))
         await bot.close()
         await asyncio.gather(task, return_exceptions=True)
@@ -125,11 +130,8 @@ async def run_bare(n: int, channels: int) -> tuple[list[float], tuple[float, int
 
 async def run_chathub(n: int, channels: int) -> tuple[list[float], tuple[float, int]]:
     with tempfile.TemporaryDirectory() as tmp, FakeDiscordServer(token=TOKEN) as fake:
-        ids = [
-            *users(fake, FIRST_USER, 20),
-            *users(fake, FIRST_USER + 1000, n),
-            *users(fake, FIRST_USER + 5000, channels),
-        ]
+        regulars = users(fake, FIRST_USER, ROUND_ROBIN)
+        ids = [*regulars, *users(fake, FIRST_USER + 5000, channels)]
         config = app_config(
             migrated_sqlite(Path(tmp) / "bench.db"),
             Path(tmp) / "workspace",
@@ -143,9 +145,9 @@ async def run_chathub(n: int, channels: int) -> tuple[list[float], tuple[float, 
         assert service.discord is not None and service.discord.adapter is not None
         adapter = service.discord.adapter
         await until(lambda: adapter.bot_id is not None)
-        await latencies(fake, ids[:20])
-        lat = await latencies(fake, ids[20 : 20 + n])
-        result = await burst(fake, ids[20 + n :])
+        await latencies(fake, regulars, ROUND_ROBIN)
+        lat = await latencies(fake, regulars, n)
+        result = await burst(fake, ids[ROUND_ROBIN:])
         await service.stop()
         return lat, result
 

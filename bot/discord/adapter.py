@@ -31,6 +31,7 @@ from bot.discord.messages import DiscordMe, Listening, MessageHandler
 from bot.discord.sending import DiscordClient, DiscordSender
 from bot.platform.access import WELCOME, Access, PairingDesk, pairing_commands
 from bot.platform.commands import CommandRegistry, shared_commands
+from bot.platform.failures import report_failure
 from bot.platform.jobs import Jobs, jobs_command
 from bot.platform.lanes import Lanes
 from bot.platform.memory import MemoryFront, memory_commands
@@ -96,7 +97,7 @@ class DiscordAdapter:
         self.bot = bot = DiscordGateway(
             self,
             self.commands,
-            message_content=bool(config.listening.open_channels),
+            message_content=config.listening.reads_content,
             identify_gap_s=config.identify_gap_s,
         )
         self.events = EventStore(db, DISCORD)
@@ -171,11 +172,17 @@ class DiscordAdapter:
         self._me.id = bot_id
 
     async def message(self, message: discord.Message) -> None:
-        """Stored once (by id) when it is for the bot, then handled in its channel's lane."""
-        incoming = Incoming.of(message, self._me.id)
-        if not self._messages.addressed(incoming):
+        """Stored once (by id) when it is for the bot, then handled in its channel's lane.
+        A failure here (the database away) is logged with the message's id: Discord does
+        not send it again."""
+        try:
+            incoming = Incoming.of(message, self._me.id)
+            if not self._messages.addressed(incoming):
+                return
+            new = await self.events.record([(incoming.message_id, None, incoming.to_json())])
+        except Exception:
+            report_failure(log, f"receiving Discord message {message.id}")
             return
-        new = await self.events.record([(incoming.message_id, None, incoming.to_json())])
         if new:
             self._incoming.submit(incoming.channel_id, incoming)
 

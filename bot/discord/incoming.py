@@ -82,6 +82,8 @@ class Incoming:
     attachments: tuple[Attachment, ...] = ()
     embeds: int = 0
     reply_to: str | None = None
+    #: Who started the thread it was written in (``None`` outside threads).
+    thread_owner: str | None = None
 
     @property
     def is_dm(self) -> bool:
@@ -96,9 +98,9 @@ class Incoming:
     @classmethod
     def of(cls, message: discord.Message, bot_id: str | None) -> Incoming:
         channel = message.channel
-        parent = (
-            getattr(channel, "parent_id", None) if isinstance(channel, discord.Thread) else None
-        )
+        thread = channel if isinstance(channel, discord.Thread) else None
+        parent = thread.parent_id if thread is not None else None
+        owner = thread.owner_id if thread is not None else None
         author = message.author
         mentions_me = bot_id is not None and any(str(u) == bot_id for u in message.raw_mentions)
         reference = message.reference
@@ -122,6 +124,7 @@ class Incoming:
                 if reference is not None and reference.message_id is not None
                 else None
             ),
+            thread_owner=None if owner is None else str(owner),
         )
 
     def text(self, bot_id: str | None) -> str:

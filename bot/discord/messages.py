@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +48,14 @@ class DiscordMe:
 
 @dataclass(frozen=True, slots=True)
 class Listening:
-    """Where the bot listens: its guilds (none: DMs only) and channels open to all."""
+    """Where the bot listens: its guilds (none: DMs only), channels open to every message,
+    channels where a mention starts a thread; whether it reads messages that do not
+    mention it (the MESSAGE_CONTENT intent: then its own threads need no mention)."""
 
     guilds: frozenset[str] = frozenset()
     open_channels: frozenset[str] = frozenset()
+    thread_channels: frozenset[str] = frozenset()
+    reads_content: bool = False
     max_download_bytes: int = 25 * 1024 * 1024
 
 
@@ -98,7 +102,10 @@ class MessageHandler:
         if m.guild_id not in self._listening.guilds:
             return False
         channel = m.parent_id or m.channel_id
-        return m.mentions_me or channel in self._listening.open_channels
+        if m.mentions_me or channel in self._listening.open_channels:
+            return True
+        own_thread = m.parent_id is not None and m.thread_owner == self._me.id
+        return own_thread and self._listening.reads_content
 
     async def _on_message(self, m: Incoming) -> bool:
         if not self.addressed(m):
@@ -121,6 +128,8 @@ class MessageHandler:
             return False
         if text and await self._answer_question(m, text):
             return False
+        if m.parent_id is None and m.channel_id in self._listening.thread_channels:
+            m = await self._in_a_thread(m, text)
         attachments, problems = await self._download(m)
         if problems:
             await say(m.channel_id, "⚠️ " + " ".join(problems))
@@ -151,6 +160,23 @@ class MessageHandler:
             return True
         self._activity.start_typing(m.source)
         return True
+
+    async def _in_a_thread(self, m: Incoming, text: str) -> Incoming:
+        """The message as the start of a thread on it (its own source from now on); when
+        Discord refuses one (permissions), the channel's conversation it stays."""
+        channel = self._sender.bot.get_channel(int(m.channel_id))
+        if not isinstance(channel, discord.TextChannel):
+            return m
+        message = channel.get_partial_message(int(m.message_id))
+        name = " ".join(text.split())[:80] or f"Conversation with {m.user_name}"[:80]
+        try:
+            thread = await discord_call(lambda: message.create_thread(name=name))
+        except PlatformError as exc:
+            log.warning("could not start a thread in %s: %s", m.channel_id, exc.description)
+            return m
+        return replace(
+            m, parent_id=m.channel_id, channel_id=str(thread.id), thread_owner=self._me.id
+        )
 
     async def _offer_pairing(self, m: Incoming) -> None:
         offer = await self._access.offer_pairing(m.user_id, m.channel_id, m.user_name)

@@ -50,8 +50,9 @@ def refusal(error: BaseException) -> str | None:
         return "DISCORD_BOT_TOKEN: Discord does not accept this token (401 at login)"
     if isinstance(error, discord.PrivilegedIntentsRequired):
         return (
-            "DISCORD_OPEN_CHANNEL_IDS needs the MESSAGE CONTENT intent: switch it on for the "
-            "bot in the Discord developer portal, or unset DISCORD_OPEN_CHANNEL_IDS"
+            "Discord refused the MESSAGE CONTENT intent (DISCORD_MESSAGE_CONTENT or "
+            "DISCORD_OPEN_CHANNEL_IDS ask for it): switch it on for the bot in the Discord "
+            "developer portal, or unset them"
         )
     if isinstance(error, discord.ConnectionClosed) and error.code == 4004:
         return "DISCORD_BOT_TOKEN: the Discord gateway refused the token (close code 4004)"
@@ -92,6 +93,8 @@ class DiscordService:
             listening=Listening(
                 guilds=frozenset(settings.discord_guild_ids),
                 open_channels=frozenset(settings.discord_open_channel_ids),
+                thread_channels=frozenset(settings.discord_thread_channel_ids),
+                reads_content=settings.discord_reads_content,
             ),
             workspace=self.workspace,
             recover_outbox_at_start=fleet is None,

@@ -39,6 +39,12 @@ class DiscordSettings(BaseSettings):
     #: Channels where every message is answered, not only mentions: needs the privileged
     #: MESSAGE_CONTENT intent, which the bot then asks for (switch it on in the portal).
     discord_open_channel_ids: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    #: Channels where a mention starts a thread the conversation goes on in (its own
+    #: source); elsewhere the bot answers in the channel.
+    discord_thread_channel_ids: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    #: Ask for the privileged MESSAGE_CONTENT intent (implied by open channels): then a
+    #: thread the bot started is answered without a mention.
+    discord_message_content: bool = False
     #: Outbound pacing: per channel a burst, then a rate (Discord: 5 per 5 s per channel);
     #: the whole bot at most so many requests a second (Discord: 50), for the whole fleet.
     discord_channel_burst: int = Field(default=5, ge=1, le=1000)
@@ -62,10 +68,15 @@ class DiscordSettings(BaseSettings):
     def _guilds(cls, value: Any) -> list[str]:
         return [snowflake(part, "guild") for part in split_csv(value)]
 
-    @field_validator("discord_open_channel_ids", mode="before")
+    @field_validator("discord_open_channel_ids", "discord_thread_channel_ids", mode="before")
     @classmethod
     def _channels(cls, value: Any) -> list[str]:
         return [snowflake(part, "channel") for part in split_csv(value)]
+
+    @property
+    def discord_reads_content(self) -> bool:
+        """Whether the bot asks for the MESSAGE_CONTENT intent."""
+        return self.discord_message_content or bool(self.discord_open_channel_ids)
 
     @field_validator("discord_api_url")
     @classmethod

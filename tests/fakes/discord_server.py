@@ -1763,6 +1763,32 @@ class FakeDiscordServer:
             self.reactions.remove(entry)
         return None
 
+    def _start_thread(self, req: _Req) -> Json:
+        """A public thread on a guild message (its id is the message's, as on Discord);
+        THREAD_CREATE goes to the sessions. One thread per message."""
+        channel_id, message_id = req.params["channel_id"], req.params["message_id"]
+        parent = self._channels.get(channel_id)
+        if parent is None or parent.get("guild_id") is None or parent["type"] != 0:
+            raise ApiError(404, "Unknown Channel", 10003)
+        self._message_by_id(channel_id, message_id)  # 404 for a message it never saw
+        body = req.body if isinstance(req.body, dict) else {}
+        name = body.get("name")
+        if not isinstance(name, str) or not 1 <= len(name) <= 100:
+            raise _form_error(["name"], "BASE_TYPE_BAD_LENGTH", "Must be between 1 and 100 in length.")
+        if message_id in self._channels:
+            raise ApiError(400, "A thread has already been created for this message", 160004)
+        guild_id = parent["guild_id"]
+        thread = self._make_channel(
+            guild_id, {"id": message_id, "type": 11, "parent_id": channel_id, "name": name}, 0
+        )
+        self._channels[message_id] = thread
+        self._guilds[guild_id]["channels"].append(message_id)
+        created = {**thread, "newly_created": True}
+        self._dispatch(
+            "THREAD_CREATE", lambda _s: created, guild_id=guild_id, intent=INTENT_GUILDS
+        )
+        return thread
+
     def _trigger_typing(self, req: _Req) -> None:
         channel_id = req.params["channel_id"]
         self._channel_json(channel_id)
@@ -2257,6 +2283,7 @@ _REST_ROUTES: list[tuple[str, str, Callable[..., Any], bool]] = [
     ("PUT", "/channels/{channel_id}/messages/{message_id}/reactions/{emoji}/@me", FakeDiscordServer._add_reaction, True),
     ("DELETE", "/channels/{channel_id}/messages/{message_id}/reactions/{emoji}/@me", FakeDiscordServer._remove_reaction, True),
     ("POST", "/channels/{channel_id}/typing", FakeDiscordServer._trigger_typing, True),
+    ("POST", "/channels/{channel_id}/messages/{message_id}/threads", FakeDiscordServer._start_thread, True),
     ("GET", "/guilds/{guild_id}", FakeDiscordServer._get_guild, True),
     ("GET", "/guilds/{guild_id}/channels", FakeDiscordServer._get_guild_channels, True),
     ("GET", "/guilds/{guild_id}/members/{user_id}", FakeDiscordServer._get_member, True),

@@ -10,7 +10,7 @@ from tests.bot.discord.conftest import (
     texts,
     until,
 )
-from tests.fakes.discord_server import FakeDiscordServer
+from tests.fakes.discord_server import INTENT_MESSAGE_CONTENT, FakeDiscordServer
 
 
 async def test_a_dm_is_answered_once(fake: FakeDiscordServer, make_service: MakeService) -> None:
@@ -26,3 +26,40 @@ async def test_a_mention_in_a_guild_channel_is_answered_there(
     await make_service()
     fake.channel_message(GUILD, GENERAL, ALICE, "what time is it", mentions_bot=True)
     await until(lambda: texts(fake, GENERAL) == ["echo: what time is it"])
+
+
+async def test_in_a_thread_channel_a_mention_starts_a_thread_the_talk_goes_on_in(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    await make_service(discord_thread_channel_ids=str(GENERAL))
+    pushed = fake.channel_message(GUILD, GENERAL, ALICE, "plan my week", mentions_bot=True)
+    thread = pushed["id"]  # Discord names a message's thread after it
+    await until(lambda: texts(fake, thread) == ["echo: plan my week"])
+    assert texts(fake, GENERAL) == []
+    fake.channel_message(GUILD, thread, ALICE, "and monday?", mentions_bot=True)
+    await until(lambda: texts(fake, thread) == ["echo: plan my week", "echo: and monday?"])
+    said = [m["content"] for m in model.requests[-1][0] if m["role"] == "user"]
+    assert said[-2:] == ["plan my week", "and monday?"]  # one conversation
+
+
+async def test_with_message_content_its_own_thread_needs_no_mention(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    fake.allowed_intents |= INTENT_MESSAGE_CONTENT  # switched on in the portal
+    await make_service(discord_thread_channel_ids=str(GENERAL), discord_message_content="true")
+    thread = fake.channel_message(GUILD, GENERAL, ALICE, "hello", mentions_bot=True)["id"]
+    await until(lambda: texts(fake, thread) == ["echo: hello"])
+    fake.channel_message(GUILD, thread, ALICE, "no mention needed here")
+    await until(lambda: texts(fake, thread) == ["echo: hello", "echo: no mention needed here"])
+    fake.channel_message(GUILD, GENERAL, ALICE, "but not in the channel itself")
+    fake.channel_message(GUILD, thread, ALICE, "last")
+    await until(lambda: len(texts(fake, thread)) == 3)
+    assert texts(fake, GENERAL) == []
+
+
+async def test_asking_for_message_content_without_the_portal_s_switch_is_one_line(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    service = await make_service(ready=False, discord_message_content="true")
+    await until(lambda: service.refused.done())
+    assert "MESSAGE CONTENT" in service.refused.result()

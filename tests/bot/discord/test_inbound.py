@@ -121,3 +121,21 @@ async def test_a_stranger_gets_a_pairing_code_the_owner_redeems(
     await until(lambda: any("Welcome" in t for t in texts(fake, bob)))
     fake.dm(BOB, "now?")
     await until(lambda: "echo: now?" in texts(fake, bob))
+
+
+async def test_a_slow_turn_shows_typing_until_its_answer(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    release = asyncio.Event()
+    await make_service()
+    original = model.complete
+
+    async def slow(messages, tools, *, on_delta=None):  # type: ignore[no-untyped-def]
+        await release.wait()
+        return await original(messages, tools, on_delta=on_delta)
+
+    model.complete = slow  # type: ignore[method-assign]
+    channel = fake.dm(ALICE, "take your time")["channel_id"]
+    await until(lambda: len(fake.typing_in(channel)) >= 1)
+    release.set()
+    await until(lambda: texts(fake, channel) == ["echo: take your time"])

@@ -1,0 +1,88 @@
+"""Two ``chathub serve`` processes with Discord on one PostgreSQL: one gateway connection
+for the fleet (the ``discord:gateway`` lease), every DM answered once, and when the
+holder dies with ``kill -9`` the other connects and answers.
+
+PostgreSQL only (``CHATHUB_TEST_POSTGRES_URL``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from bot.discord.service import GATEWAY_LEASE
+from tests.bot.fleet.test_fleet_processes import fleet_on_fresh_database
+from tests.bot.process import wait_for
+from tests.fakes.discord_server import FakeDiscordServer
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.pg import POSTGRES_URL_ENV
+
+pytestmark = pytest.mark.skipif(
+    not os.environ.get(POSTGRES_URL_ENV), reason=f"{POSTGRES_URL_ENV} is not set"
+)
+
+TOKEN = "fleet-discord-token"
+USERS = [700_000_000_000_000_000 + n for n in range(6)]
+NAMES = ["d1", "d2"]
+
+
+def live_connections(fake: FakeDiscordServer) -> int:
+    return sum(1 for c in fake.connections if c.close_code is None and c.closed_by is None)
+
+
+def echoes(fake: FakeDiscordServer, user: int) -> list[str]:
+    return [
+        m.content for m in fake.messages(fake.dm_channel_id(user)) if m.content.startswith("echo: ")
+    ]
+
+
+@pytest.mark.timeout(180)
+def test_one_process_holds_the_gateway_and_another_takes_over_after_kill_9(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+) -> None:
+    fake_openai.echo = True
+    with (
+        FakeDiscordServer(token=TOKEN) as fake,
+        fleet_on_fresh_database(tmp_path, fake_openai) as fleet,
+    ):
+        for user in USERS:
+            fake.add_user(user, username=f"user{user % 100}")
+        env = {
+            "TELEGRAM_BOT_TOKEN": "",
+            "DISCORD_BOT_TOKEN": TOKEN,
+            "DISCORD_API_URL": fake.base_url,
+            "DISCORD_ALLOWED_USER_IDS": ",".join(map(str, USERS)),
+        }
+        for name in NAMES:
+            fleet.start(name, **env)
+
+        def holder() -> str | None:
+            return fleet.name_of(fleet.holder(GATEWAY_LEASE))
+
+        try:
+            wait_for(lambda: holder() is not None and fake.session is not None, within_s=60)
+            wait_for(lambda: {fleet.name_of(o) for o in fleet.members()} >= set(NAMES), 60)
+            time.sleep(1.0)  # a second connection would be opened by now
+            assert live_connections(fake) == 1 and fake.identify_count == 1
+            for user in USERS[:3]:
+                fake.dm(user, f"hello {user}")
+            wait_for(lambda: all(echoes(fake, u) for u in USERS[:3]), within_s=30)
+
+            first = holder()
+            assert first is not None
+            fleet.kill(first)
+            wait_for(lambda: holder() not in (None, first), within_s=30)
+            wait_for(lambda: fake.identify_count == 2 and fake.session is not None, 30)
+            for user in USERS[3:]:
+                fake.dm(user, f"hello {user}")
+            wait_for(lambda: all(echoes(fake, u) for u in USERS[3:]), within_s=30)
+            time.sleep(0.5)  # a doubled reply would come now
+        except AssertionError:
+            print(fleet.diagnosis())
+            print(fleet.logs())
+            raise
+        for user in USERS:
+            assert echoes(fake, user) == [f"echo: hello {user}"]
