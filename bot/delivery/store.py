@@ -61,6 +61,12 @@ class EventAlreadyHandled(Exception):
 _INSERT_EVENT = PerDialect(
     lambda dialect: Prepared(insert_for(dialect, platform_events).on_conflict_do_nothing())
 )
+_THIS_EVENT = sa.and_(e.c.platform == sa.bindparam("p"), e.c.event_id == sa.bindparam("eid"))
+#: In the hub's queue push: only an event not handled yet (its row count tells).
+_MARK_UNHANDLED = Prepared(
+    e.update().where(_THIS_EVENT, e.c.handled_at.is_(None)).values(handled_at=sa.bindparam("at"))
+)
+_EVENT_STORED = sa.select(e.c.event_id).where(_THIS_EVENT)  # only after a mark found none
 _MARK_HANDLED = Prepared(
     e.update()
     .where(e.c.platform == sa.bindparam("p"), e.c.event_id == sa.bindparam("eid"))
@@ -117,11 +123,9 @@ def record_events_in(
 def mark_handled_in(conn: Connection, platform: str, event_id: str) -> None:
     """Mark an event handled inside another unit of work (the hub's queue push); raises
     ``EventAlreadyHandled`` when it already was, so one event makes one message."""
-    mine = sa.and_(e.c.platform == platform, e.c.event_id == event_id)
-    marked = conn.execute(
-        e.update().where(mine, e.c.handled_at.is_(None)).values(handled_at=utcnow())
-    ).rowcount
-    if marked == 0 and conn.execute(sa.select(e.c.event_id).where(mine)).first() is not None:
+    key = {"p": platform, "eid": event_id}
+    marked = _MARK_UNHANDLED.execute(conn, {**key, "at": utcnow()}).rowcount
+    if marked == 0 and conn.execute(_EVENT_STORED, key).first() is not None:
         raise EventAlreadyHandled(event_id)
 
 
