@@ -310,6 +310,7 @@ class Service:
                 desk=desk,
                 pacing=self.discord_pacing,
                 schedule=self.schedule,
+                fleet=fleet,
                 identify_gap_s=self.discord_identify_gap_s,
             )
             await self.discord.start()  # subscribed before the hub recovers, as Telegram

@@ -31,7 +31,7 @@ from bot.fleet.receiver import ReceiverElection
 from bot.platform.access import PairingDesk
 from bot.platform.jobs import Jobs
 from bot.settings import Settings
-from engine.hub import ChatHub
+from engine.hub import ChatHub, FleetConfig
 from engine.store import Database, Leases
 from memory.service import MemoryService
 
@@ -75,6 +75,8 @@ class DiscordService:
     desk: PairingDesk | None = None
     pacing: Pacing | None = None
     schedule: RetrySchedule | None = None
+    #: A fleet member's (``CHATHUB_FLEET``): its process id, leases and scan interval.
+    fleet: FleetConfig | None = None
     #: Tests: no 5 s between IDENTIFYs.
     identify_gap_s: float | None = None
     adapter: DiscordAdapter | None = None
@@ -85,8 +87,8 @@ class DiscordService:
     async def start(self) -> None:
         settings, hub = self.settings, self.hub
         point_at(settings.discord_api_url)
-        fleet = hub.fleet
-        ownership = fleet.ownership if fleet is not None else None
+        fleet = self.fleet
+        ownership = hub.fleet.ownership if hub.fleet is not None else None
         config = DiscordConfig(
             owner_id=settings.discord_owner_id,
             allowed_user_ids=frozenset(settings.discord_allowed_user_ids),
@@ -128,7 +130,7 @@ class DiscordService:
         try:
             await self._login(bot, token)
             self._spawn(self._sync_commands(bot), "dc-commands")
-            fleet = self.hub.fleet
+            fleet = self.fleet
             if fleet is None:
                 await self._connect(bot)
             else:  # one gateway connection for the fleet: the lease's holder's

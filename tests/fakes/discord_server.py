@@ -1774,7 +1774,9 @@ class FakeDiscordServer:
         body = req.body if isinstance(req.body, dict) else {}
         name = body.get("name")
         if not isinstance(name, str) or not 1 <= len(name) <= 100:
-            raise _form_error(["name"], "BASE_TYPE_BAD_LENGTH", "Must be between 1 and 100 in length.")
+            raise _form_error(
+                ["name"], "BASE_TYPE_BAD_LENGTH", "Must be between 1 and 100 in length."
+            )
         if message_id in self._channels:
             raise ApiError(400, "A thread has already been created for this message", 160004)
         guild_id = parent["guild_id"]
@@ -1784,9 +1786,7 @@ class FakeDiscordServer:
         self._channels[message_id] = thread
         self._guilds[guild_id]["channels"].append(message_id)
         created = {**thread, "newly_created": True}
-        self._dispatch(
-            "THREAD_CREATE", lambda _s: created, guild_id=guild_id, intent=INTENT_GUILDS
-        )
+        self._dispatch("THREAD_CREATE", lambda _s: created, guild_id=guild_id, intent=INTENT_GUILDS)
         return thread
 
     def _trigger_typing(self, req: _Req) -> None:

@@ -76,10 +76,14 @@ class Fleet:
             CHATHUB_FLEET="true",
             CHATHUB_PROCESS_ID=self.ids[name],
             CHATHUB_FLEET_LEASE_SECONDS=str(self.lease_seconds),
-            TELEGRAM_BOT_TOKEN="123456:TEST",
-            TELEGRAM_API_URL=self.telegram.base_url,
-            TELEGRAM_ALLOWED_USER_IDS=",".join(str(c) for c in self.allowed),
-            **{"HTTP_PORT": str(free_port()), "MEMORY_ENABLED": "false", **extra_env},
+            **{
+                "TELEGRAM_BOT_TOKEN": "123456:TEST",
+                "TELEGRAM_API_URL": self.telegram.base_url,
+                "TELEGRAM_ALLOWED_USER_IDS": ",".join(str(c) for c in self.allowed),
+                "HTTP_PORT": str(free_port()),
+                "MEMORY_ENABLED": "false",
+                **extra_env,  # a platform's own (TELEGRAM_BOT_TOKEN="": no Telegram)
+            },
         )
         child = subprocess.Popen(
             [sys.executable, "-m", "bot.cli", *(["--verbose"] if self.verbose else []), "serve"],
