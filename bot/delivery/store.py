@@ -99,6 +99,11 @@ class EventStore:
     async def last_seq(self) -> int | None:
         return await self._db.run(_last_seq, self.platform)
 
+    async def recent(self, since: datetime, limit: int) -> list[Json]:
+        """The payloads received since ``since``, newest first, at most ``limit`` (a
+        platform that catches up after a reconnect reads where its conversations were)."""
+        return await self._db.run(_recent_events, self.platform, since, limit)
+
 
 @quick_unit
 def record_events_in(
@@ -139,6 +144,16 @@ def _unhandled(conn: Connection, platform: str) -> list[Json]:
         sa.select(e.c.payload)
         .where(e.c.platform == platform, e.c.handled_at.is_(None))
         .order_by(e.c.seq, e.c.received_at, e.c.event_id)
+    )
+    return [row[0] for row in rows]
+
+
+def _recent_events(conn: Connection, platform: str, since: datetime, limit: int) -> list[Json]:
+    rows = conn.execute(
+        sa.select(e.c.payload)
+        .where(e.c.platform == platform, e.c.received_at >= since)
+        .order_by(e.c.received_at.desc())
+        .limit(limit)
     )
     return [row[0] for row in rows]
 

@@ -15,20 +15,31 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import discord
 
-from bot.delivery import CardStore, EventStore, Outbound, OutboxStore, Pacing, RetrySchedule, Tenure
+from bot.delivery import (
+    OTHER,
+    CardStore,
+    EventStore,
+    Outbound,
+    OutboxStore,
+    Pacing,
+    PlatformError,
+    RetrySchedule,
+    Tenure,
+)
 from bot.discord.activity import ChannelActivity
 from bot.discord.cards import DiscordCards
 from bot.discord.gateway import IDENTIFY_GAP_S, DiscordGateway
 from bot.discord.incoming import DISCORD, PREFIX, Incoming
 from bot.discord.interactions import Interactions
 from bot.discord.messages import DiscordMe, Listening, MessageHandler
-from bot.discord.sending import DiscordClient, DiscordSender
+from bot.discord.sending import DiscordClient, DiscordSender, discord_call
 from bot.platform.access import WELCOME, Access, PairingDesk, pairing_commands
 from bot.platform.commands import CommandRegistry, shared_commands
 from bot.platform.failures import report_failure
@@ -42,12 +53,20 @@ from bot.platform.protocols import PairingCode
 from bot.platform.tasks import Background, Runtime
 from engine.approval import Decider
 from engine.hub import ChatHub, HubEvent
-from engine.store import Database
+from engine.store import Database, utcnow
 from memory.service import MemoryService
 
 __all__ = ["DiscordAdapter", "DiscordConfig"]
 
 log = logging.getLogger(__name__)
+
+#: After a new gateway session: the conversations of this long ago are read again...
+CATCH_UP_WINDOW = timedelta(days=1)
+#: ...found among this many newest stored messages, at most this many of them...
+CATCH_UP_EVENTS = 2000
+CATCH_UP_CHANNELS = 100
+#: ...and at most this many messages each.
+CATCH_UP_MESSAGES = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,22 +188,83 @@ class DiscordAdapter:
     # -- what the gateway delivers (``GatewaySink``) ------------------------------------------
 
     def ready(self, bot_id: str) -> None:
+        """A new gateway session (a start, an IDENTIFY after INVALID_SESSION, a fleet's
+        fail-over): what was written meanwhile is fetched (``catch_up``)."""
         self._me.id = bot_id
+        self._background.spawn(self.catch_up())
+
+    async def catch_up(self) -> int:
+        """Messages written while no session was open (Discord does not replay them to a
+        new one): each conversation of the last day is read after its newest stored
+        message, and what is for the bot is taken as if the gateway had sent it, once
+        (stored by id). Returns how many were new."""
+        try:
+            since = utcnow() - CATCH_UP_WINDOW
+            newest: dict[str, Incoming] = {}
+            for payload in await self.events.recent(since, CATCH_UP_EVENTS):
+                try:
+                    seen = Incoming.from_json(payload)
+                    order = int(seen.message_id)  # snowflakes grow with time
+                except (TypeError, ValueError):
+                    continue
+                known = newest.get(seen.channel_id)
+                if known is None or order > int(known.message_id):
+                    newest[seen.channel_id] = seen
+            taken = 0
+            for last in list(newest.values())[:CATCH_UP_CHANNELS]:
+                taken += await self._read_after(last)
+        except Exception:
+            report_failure(log, "catching up with Discord")
+            return 0
+        if taken:
+            log.info("caught up with %d Discord message(s) written while disconnected", taken)
+        return taken
+
+    async def _read_after(self, last: Incoming) -> int:
+        channel = self.bot.get_partial_messageable(int(last.channel_id))
+
+        async def read() -> list[discord.Message]:
+            after = discord.Object(int(last.message_id))
+            history = channel.history(after=after, limit=CATCH_UP_MESSAGES, oldest_first=True)
+            return [message async for message in history]
+
+        try:
+            messages = await self.outbound.call(
+                last.channel_id, lambda: discord_call(read), kind=OTHER
+            )
+        except PlatformError as exc:
+            log.info("could not read channel %s to catch up: %s", last.channel_id, exc)
+            return 0
+        taken = 0
+        for message in messages:
+            # The channel's place as its stored message knew it (a partial channel cannot
+            # tell a thread from a channel, nor a DM from a guild's).
+            incoming = replace(
+                Incoming.of(message, self._me.id),
+                parent_id=last.parent_id,
+                guild_id=last.guild_id,
+                thread_owner=last.thread_owner,
+            )
+            taken += await self._take(incoming)
+        return taken
 
     async def message(self, message: discord.Message) -> None:
         """Stored once (by id) when it is for the bot, then handled in its channel's lane.
         A failure here (the database away) is logged with the message's id: Discord does
         not send it again."""
         try:
-            incoming = Incoming.of(message, self._me.id)
-            if not self._messages.addressed(incoming):
-                return
-            new = await self.events.record([(incoming.message_id, None, incoming.to_json())])
+            await self._take(Incoming.of(message, self._me.id))
         except Exception:
             report_failure(log, f"receiving Discord message {message.id}")
-            return
+
+    async def _take(self, incoming: Incoming) -> int:
+        """Stored and queued when it is for the bot and new; 1 when it was."""
+        if not self._messages.addressed(incoming):
+            return 0
+        new = await self.events.record([(incoming.message_id, None, incoming.to_json())])
         if new:
             self._incoming.submit(incoming.channel_id, incoming)
+        return len(new)
 
     async def interaction(self, interaction: discord.Interaction) -> None:
         await self._interactions.handle(interaction)

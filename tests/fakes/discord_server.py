@@ -745,14 +745,19 @@ class FakeDiscordServer:
         *,
         attachments: Sequence[tuple[str, bytes] | tuple[str, bytes, str]] = (),
         reply_to: int | str | None = None,
+        offline: bool = False,
     ) -> Json:
-        """Push a DM from ``user_id`` (MESSAGE_CREATE without ``guild_id``); returns it."""
+        """Push a DM from ``user_id`` (MESSAGE_CREATE without ``guild_id``); returns it.
+        ``offline``: written while no bot is connected: kept in the channel (its history
+        shows it), sent to no session."""
         uid = _sid(user_id)
         with self._lock:
-            self._require_session()
+            if not offline:
+                self._require_session()
             channel_id = self._dm_channel(uid)
             message = self._user_message(channel_id, uid, content, attachments, reply_to)
-            self._dispatch_message(message, None)
+            if not offline:
+                self._dispatch_message(message, None)
             return copy.deepcopy(message)
 
     def channel_message(

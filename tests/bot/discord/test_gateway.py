@@ -78,3 +78,18 @@ async def test_a_long_answer_with_a_code_fence_at_the_cut_comes_in_order_and_clo
     await until(lambda: texts(fake, channel) == expected)
     assert len(expected) >= 3 and all(len(part) <= 2000 for part in expected)
     assert all(part.count("```") % 2 == 0 for part in expected)
+
+
+async def test_what_was_written_while_the_bot_was_down_is_answered_after_the_restart(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    service = await make_service()
+    channel = fake.dm(ALICE, "one")["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: one"])
+    await service.stop()
+    fake.dm(ALICE, "two", offline=True)  # nobody listens: only the channel keeps it
+    await make_service()
+    await until(lambda: texts(fake, channel) == ["echo: one", "echo: two"])
+    assert fake.identify_count == 2 and fake.resume_count == 0
+    fake.dm(ALICE, "four")  # and the live ones after it, once
+    await until(lambda: texts(fake, channel) == ["echo: one", "echo: two", "echo: four"])
