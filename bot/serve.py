@@ -406,6 +406,8 @@ class Service:
             report.update(self.telegram_health.report())
         if self.poller is not None:
             report["telegram_last_poll_age_s"] = self.poller.age()
+        if self.discord is not None:
+            report["discord"] = self.discord.state()
         if self.scheduler is not None:
             last = self.scheduler.dispatcher.last_step_at
             report["scheduler_last_step"] = last.isoformat() if last else None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,7 +185,16 @@ class DiscordService:
         if self.adapter is not None:
             await self.adapter.close()
 
-    @property
-    def job_owner_allowed(self) -> Callable[[str], bool]:
-        assert self.adapter is not None
-        return self.adapter.access.is_allowed
+    def state(self) -> str:
+        """For ``/healthz``: ``ok`` (this process holds a live gateway connection),
+        ``standby`` (a fleet member another holds it for), ``connecting``, ``refused``."""
+        if self.refused.done():
+            return "refused"
+        adapter = self.adapter
+        if adapter is not None and adapter.bot_id is not None and not adapter.bot.is_closed():
+            ws = adapter.bot.ws
+            if ws is not None and ws.open:
+                return "ok"
+        if self.fleet is not None:
+            return "standby"
+        return "connecting"

@@ -14,7 +14,8 @@ from tests.fakes.discord_server import INTENT_MESSAGE_CONTENT, FakeDiscordServer
 
 
 async def test_a_dm_is_answered_once(fake: FakeDiscordServer, make_service: MakeService) -> None:
-    await make_service()
+    service = await make_service()
+    assert (await service.health())["discord"] == "ok"
     pushed = fake.dm(ALICE, "hello there")
     channel = pushed["channel_id"]
     await until(lambda: texts(fake, channel) == ["echo: hello there"])
