@@ -44,9 +44,22 @@ class GatewaySink(Protocol):
     async def slash(self, interaction: discord.Interaction, name: str, argument: str) -> None: ...
 
 
+def _quiet_voice() -> None:
+    library_log = logging.getLogger("discord.client")
+    if not any(isinstance(f, _NoVoiceNotice) for f in library_log.filters):
+        library_log.addFilter(_NoVoiceNotice())
+
+
 def point_at(api_url: str) -> None:
     """discord.py's REST base (its one class-level setting; one bot per process)."""
     discord.http.Route.BASE = api_url
+
+
+class _NoVoiceNotice(logging.Filter):
+    """discord.py warns at every start that voice needs PyNaCl: chathub has no voice here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "voice will NOT be supported" not in record.getMessage()
 
 
 class DiscordGateway(discord.Client):
@@ -59,6 +72,7 @@ class DiscordGateway(discord.Client):
         identify_gap_s: float = IDENTIFY_GAP_S,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        _quiet_voice()
         intents = discord.Intents.none()
         intents.guilds = intents.guild_messages = intents.dm_messages = True
         intents.message_content = message_content
