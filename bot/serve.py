@@ -311,6 +311,7 @@ class Service:
                 pacing=self.discord_pacing,
                 schedule=self.schedule,
                 fleet=fleet,
+                owner_home=not owner,  # no Telegram owner: the Discord owner's DM is home
                 identify_gap_s=self.discord_identify_gap_s,
             )
             await self.discord.start()  # subscribed before the hub recovers, as Telegram

@@ -25,6 +25,7 @@ import discord
 from bot.delivery import Backoff, Pacing, Redelivery, RetrySchedule, recover_orphans_forever
 from bot.discord.adapter import DiscordAdapter, DiscordConfig
 from bot.discord.gateway import point_at
+from bot.discord.incoming import source_of
 from bot.discord.messages import Listening
 from bot.discord.sending import discord_pacing
 from bot.fleet.receiver import ReceiverElection
@@ -77,6 +78,8 @@ class DiscordService:
     schedule: RetrySchedule | None = None
     #: A fleet member's (``CHATHUB_FLEET``): its process id, leases and scan interval.
     fleet: FleetConfig | None = None
+    #: The owner's DM is the hub's default home (no other platform's owner is set).
+    owner_home: bool = False
     #: Tests: no 5 s between IDENTIFYs.
     identify_gap_s: float | None = None
     adapter: DiscordAdapter | None = None
@@ -130,6 +133,8 @@ class DiscordService:
         try:
             await self._login(bot, token)
             self._spawn(self._sync_commands(bot), "dc-commands")
+            if self.owner_home and self.settings.discord_owner_id:
+                self._spawn(self._home_at_owner(bot, self.settings.discord_owner_id), "dc-home")
             fleet = self.fleet
             if fleet is None:
                 await self._connect(bot)
@@ -167,6 +172,16 @@ class DiscordService:
             if bot.ws is not None and not bot.is_closed():  # the lease is gone: let go
                 with contextlib.suppress(Exception):
                     await bot.ws.close(code=1000)
+
+    async def _home_at_owner(self, bot: discord.Client, owner: str) -> None:
+        """Background notifications (a job's result, the tic's) go to the owner's DM
+        unless a home was chosen; a failure leaves the hub's default (logged)."""
+        try:
+            channel = await bot.create_dm(discord.Object(int(owner)))
+        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+            log.warning("could not open the owner's DM for notifications: %s", exc)
+            return
+        self.hub.use_default_home(source_of(str(channel.id)))
 
     async def _sync_commands(self, bot: Any) -> None:
         try:

@@ -340,6 +340,11 @@ class ChatHub:
     def home(self) -> str:
         return self._home.source
 
+    def use_default_home(self, source: str) -> None:
+        """Where notifications go while no home was chosen (``/sethome`` still wins): a
+        front end that found its owner's chat after start (Discord's DM with the owner)."""
+        self._home.use_default(source)
+
     async def set_home(self, source: str) -> None:
         await self._home.set(source)
 

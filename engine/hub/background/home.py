@@ -27,6 +27,11 @@ class HomeSource:
     def source(self) -> str:
         return self._stored or self._default
 
+    def use_default(self, source: str) -> None:
+        """A better default than the one the hub was made with (a platform that learned
+        its owner's chat after start); a stored choice still wins."""
+        self._default = validate_source(source)
+
     async def set(self, source: str) -> None:
         validate_source(source)
         await self._settings.set(HOME_KEY, source)

@@ -6,6 +6,7 @@ from tests.bot.discord.conftest import (
     ALICE,
     GENERAL,
     GUILD,
+    OWNER,
     MakeService,
     texts,
     until,
@@ -64,3 +65,11 @@ async def test_asking_for_message_content_without_the_portal_s_switch_is_one_lin
     service = await make_service(ready=False, discord_message_content="true")
     await until(lambda: service.refused.done())
     assert "MESSAGE CONTENT" in service.refused.result()
+
+
+async def test_with_discord_alone_notifications_go_to_the_owner_s_dm(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    service = await make_service()
+    home = f"discord:{fake.dm_channel_id(OWNER)}"
+    await until(lambda: service.hub.home == home)
