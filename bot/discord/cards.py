@@ -31,7 +31,14 @@ from bot.platform.chunks import split_markdown
 from engine.hub import ChatHub
 from engine.session import ApprovalRequired, Question
 
-__all__ = ["ANSWER_LABEL", "CustomId", "DiscordCards", "card_text", "parse_custom_id"]
+__all__ = [
+    "ANSWER_LABEL",
+    "CustomId",
+    "DiscordCards",
+    "card_text",
+    "full_call",
+    "parse_custom_id",
+]
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +132,17 @@ def card_text(shown: CardContent, limit: int = MESSAGE_LIMIT) -> str:
     return assemble(shown.content[: max(0, room - 1)].rstrip() + "\n…", note)[:limit]
 
 
+def _whole(shown: CardContent) -> int:
+    """The card's length were nothing cut (``card_text`` without its limit)."""
+    return len(card_text(shown, limit=10**9))
+
+
+def full_call(shown: CardContent, tool_call_id: int) -> tuple[str, bytes]:
+    """The call's content in full as a file: a command as text, a diff, JSON."""
+    extension = {"Command": "txt", "Diff": "diff"}.get(shown.label, "json")
+    return f"approval-{tool_call_id}.{extension}", shown.content.encode("utf-8")
+
+
 def resolved_text(text: str, outcome: str, by: str | None, note: str | None = None) -> str:
     """The card after it was decided: its text and one outcome line, within the limit."""
     verb, suffix = outcome_line(outcome)
@@ -169,8 +187,11 @@ class DiscordCards:
         if await self._shown(event.tool_call_id):
             return  # asked again after a restart (or decided meanwhile): that card stands
         deciders = await self._hub.who_may_decide(event.tool_call_id)
-        text = card_text(card_content(event, deciders))
-        await self._show(source, event.tool_call_id, "approval", text, card_buttons)
+        shown = card_content(event, deciders)
+        text = card_text(shown)
+        # Cut to fit: the call in full rides along as a file, as on Telegram.
+        document = full_call(shown, event.tool_call_id) if len(text) < _whole(shown) else None
+        await self._show(source, event.tool_call_id, "approval", text, card_buttons, document)
 
     async def send_question(self, source: str, event: Question) -> None:
         if await self._shown(event.request_id):
@@ -179,12 +200,18 @@ class DiscordCards:
         await self._show(source, event.request_id, "question", text, question_buttons)
 
     async def _show(
-        self, source: str, key: int, kind: str, text: str, buttons: Callable[[int], Buttons]
+        self,
+        source: str,
+        key: int,
+        kind: str,
+        text: str,
+        buttons: Callable[[int], Buttons],
+        document: tuple[str, bytes] | None = None,
     ) -> None:
         channel = target_of(source)
         row = CardRow(key, kind, source, channel, None, text, None, "open")
         await self._save(row)  # recorded before it is sent: a tap on it finds it
-        sent = await self._sender.send(channel, text, buttons(key))
+        sent = await self._sender.send(channel, text, buttons(key), document)
         if sent is None:
             await self.close_quietly(row, "expired")  # never shown: nothing may answer it
             return

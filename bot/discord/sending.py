@@ -13,6 +13,7 @@ Nothing the model writes pings anyone: every message is sent with no allowed men
 
 from __future__ import annotations
 
+import io
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -149,6 +150,9 @@ class DiscordClient:
             kwargs: dict[str, Any] = {"allowed_mentions": _NO_PINGS}
             if view is not None:
                 kwargs["view"] = view
+            if payload.get("document"):
+                name, data = payload["document"]
+                kwargs["file"] = discord.File(io.BytesIO(data), filename=name)
             return await channel.send(payload.get("content") or None, **kwargs)
 
         try:
@@ -215,12 +219,19 @@ class DiscordSender:
     # -- what else is sent ------------------------------------------------------------------
 
     async def send(
-        self, channel: str, content: str, buttons: Buttons | None = None
+        self,
+        channel: str,
+        content: str,
+        buttons: Buttons | None = None,
+        document: tuple[str, bytes] | None = None,
     ) -> discord.Message | None:
-        """Post a message now (not recorded); ``None`` when Discord refused it (logged)."""
+        """Post a message now (not recorded), with ``document`` (name, data) attached;
+        ``None`` when Discord refused it (logged)."""
         payload: Json = {"content": content}
         if buttons:
             payload["buttons"] = buttons
+        if document is not None:
+            payload["document"] = document  # never recorded: a card's send only
         try:
             sent = await self.outbound.send(channel, payload)
         except DiscordError as exc:

@@ -142,3 +142,18 @@ def test_a_card_is_live_only_open_in_its_channel_on_its_message() -> None:
         replace(open_card, state="resolved"), "approval", "10", "20"
     )  # replayed
     assert not card_is_live(None, "approval", "10", "20")  # a call no card shows
+
+
+async def test_a_call_too_long_for_the_card_comes_with_it_in_full_as_a_file(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    command = "echo " + "x" * 3000
+    model.add(shell(command), text("Ran it."))
+    await make_service()
+    channel = fake.dm(ALICE, "run the long one")["channel_id"]
+    await until(lambda: (c := card_in(fake, channel)) is not None and c.components)
+    card = card_in(fake, channel)
+    assert card is not None and len(card.content) <= 2000 and "Cut" in card.content
+    assert [(f.filename, f.data) for f in card.files] == [
+        (f"approval-{card.custom_ids[0].split(':')[1]}.txt", command.encode())
+    ]
