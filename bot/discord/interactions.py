@@ -64,15 +64,12 @@ class Interactions:
             await _tell(interaction, SORRY_TAP.format(error=error))
 
     async def _route(self, interaction: discord.Interaction) -> None:
-        if (
-            interaction.guild_id is not None
-            and str(interaction.guild_id) not in self._listening.guilds
-        ):
-            await _tell(interaction, NOT_HERE)
-            return
         kind = interaction.type
         if kind == discord.InteractionType.application_command:
-            return  # the command tree's (``slash``)
+            return  # the command tree's (``slash``), which answers it
+        if not self._here(interaction):
+            await _tell(interaction, NOT_HERE)
+            return
         data: Any = interaction.data or {}
         parsed = parse_custom_id(data.get("custom_id"))
         if kind == discord.InteractionType.component:
@@ -81,6 +78,11 @@ class Interactions:
             await self._submit(interaction, parsed, _modal_text(data.get("components") or []))
         else:
             await _tell(interaction, EXPIRED)
+
+    def _here(self, interaction: discord.Interaction) -> bool:
+        """A DM, or a server of ``DISCORD_GUILD_IDS``."""
+        guild = interaction.guild_id
+        return guild is None or str(guild) in self._listening.guilds
 
     # -- buttons --------------------------------------------------------------------------
 
@@ -100,7 +102,7 @@ class Interactions:
             await _tell(interaction, NOT_ALLOWED)
             return
         if parsed.kind == "ask":
-            await _modal(interaction, "ask", f"answer:{card.tool_call_id}", "Your answer", True)
+            await _modal(interaction, "Answer", f"answer:{card.tool_call_id}", "Your answer", True)
             return
         decider = self._access.decider(user)
         refused = await self._hub.decision_refusal(card.tool_call_id, decider)
@@ -109,7 +111,7 @@ class Interactions:
             return
         if parsed.choice == "reject":
             await _modal(
-                interaction, "reject", f"reason:{card.tool_call_id}", "Reason (optional)", False
+                interaction, "Reject", f"reason:{card.tool_call_id}", "Reason (optional)", False
             )
             return
         await interaction.response.defer()  # at once; the card's edit shows the outcome
@@ -189,10 +191,7 @@ class Interactions:
             await _tell(interaction, SORRY_TAP.format(error=error))
 
     async def _slash(self, interaction: discord.Interaction, name: str, argument: str) -> None:
-        if (
-            interaction.guild_id is not None
-            and str(interaction.guild_id) not in self._listening.guilds
-        ):
+        if not self._here(interaction):
             await _tell(interaction, NOT_HERE)
             return
         user = str(interaction.user.id)
@@ -250,7 +249,7 @@ def _modal_text(components: Iterable[Any]) -> str:
 async def _modal(
     interaction: discord.Interaction, title: str, custom_id: str, label: str, required: bool
 ) -> None:
-    modal = discord.ui.Modal(title="Reject" if title == "reject" else "Answer", custom_id=custom_id)
+    modal = discord.ui.Modal(title=title, custom_id=custom_id)
     modal.add_item(
         discord.ui.TextInput(
             label=label,

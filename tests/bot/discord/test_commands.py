@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from bot.discord.interactions import NOT_PAIRED
-from tests.bot.discord.conftest import ALICE, BOB, MakeService, until
+from bot.discord.interactions import NOT_HERE, NOT_PAIRED
+from tests.bot.discord.conftest import ALICE, BOB, OTHER_CHANNEL, MakeService, until
 from tests.fakes.discord_server import FakeDiscordServer
 
 PUT_COMMANDS = "PUT /applications/{application_id}/commands"
+FOLLOWUPS = "POST /webhooks/{webhook_id}/{webhook_token}"
 
 
 async def test_the_shared_commands_are_registered_once_across_restarts(
@@ -63,3 +64,17 @@ async def test_a_stranger_s_slash_command_is_refused_to_them_alone(
 
 def _names(fake: FakeDiscordServer) -> set[str]:
     return {c["name"] for c in fake.commands}
+
+
+async def test_a_slash_command_from_a_server_outside_the_list_is_answered_once_and_refused(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    await make_service()
+    await until(lambda: "new" in _names(fake))
+    fake.slash(OTHER_CHANNEL, ALICE, "new")
+    await until(lambda: len(fake.interaction_responses) == 1)
+    assert fake.interaction_responses[0].data["content"] == NOT_HERE
+    channel = fake.dm_channel_id(ALICE)  # a later command, answered in full...
+    fake.slash(channel, ALICE, "model", {"text": "1"})
+    await until(lambda: any(m.content == "Model: primary." for m in fake.messages(channel)))
+    assert fake.calls_to(FOLLOWUPS) == []  # ...and no second answer to the first
