@@ -99,15 +99,20 @@ async def discord_call(op: Callable[[], Awaitable[T]]) -> T:
         raise DiscordUnavailable(f"{type(exc).__name__}: {exc}") from None
 
 
+#: Discord's limit on new messages per channel: 5 in any 5 s.
+CHANNEL_WINDOW = Cap(5, 5.0)
+
+
 def discord_pacing(settings: DiscordSettings) -> Pacing:
-    """Discord's limits (docs/discord.md, "Pacing"): per channel 5 messages per 5 s, a
-    burst then a rate; the bot at most ``DISCORD_GLOBAL_PER_SECOND`` (Discord: 50)."""
+    """Discord's limits (docs/discord.md, "Pacing"): per channel a burst then a rate, and
+    never more than 5 in any 5 s (a bucket alone lets a burst and its refill exceed it);
+    the bot at most ``DISCORD_GLOBAL_PER_SECOND`` (Discord: 50)."""
     channel = Rate(settings.discord_channel_burst, settings.discord_channel_per_second)
     return Pacing(
         policy=PacingPolicy(
             private=channel,
             group=channel,
-            group_cap=Cap(max(1, settings.discord_channel_burst), 5.0),
+            group_cap=CHANNEL_WINDOW,
             overall=Cap.per_second(settings.discord_global_per_second),
         )
     )
@@ -140,7 +145,7 @@ class DiscordClient:
         self.bot = bot
 
     def is_group(self, conversation: str) -> bool:
-        return False  # every channel, a DM too, has the same 5 per 5 s
+        return True  # every channel, a DM too, has the window of 5 in any 5 s
 
     async def send(self, conversation: str, payload: Json) -> discord.Message:
         channel = self.bot.get_partial_messageable(int(conversation))
