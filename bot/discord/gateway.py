@@ -25,7 +25,7 @@ from discord.gateway import DiscordWebSocket
 
 from bot.platform.commands import CommandRegistry
 
-__all__ = ["DiscordGateway", "GatewaySink", "point_at"]
+__all__ = ["UNKNOWN_COMMAND", "DiscordGateway", "GatewaySink", "point_at"]
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +89,7 @@ class DiscordGateway(discord.Client):
         self._identify_gap_s = identify_gap_s
         self._sleep = sleep
         self.tree = app_commands.CommandTree(self)
+        self.tree.error(_command_failed)
         for name, help_text in commands.listed():
             takes = commands.get(name)
             self.tree.add_command(
@@ -127,6 +128,24 @@ class DiscordGateway(discord.Client):
             return False
         await self.tree.sync()
         return True
+
+
+#: A command Discord still lists but this bot no longer has (an older version's).
+UNKNOWN_COMMAND = "I do not know that command any more; /help lists mine."
+
+
+async def _command_failed(
+    interaction: discord.Interaction, error: app_commands.AppCommandError
+) -> None:
+    """The command tree's failures (a command registered by an older version, a check):
+    answered, never left to Discord's "did not respond"; our own handlers answer theirs."""
+    log.info("slash command failed in the tree: %s", error)
+    if interaction.response.is_done():
+        return
+    try:
+        await interaction.response.send_message(UNKNOWN_COMMAND, ephemeral=True)
+    except discord.HTTPException as exc:
+        log.info("answering a failed slash command failed: %s", exc)
 
 
 def _shape(commands: dict[str, dict[str, object]]) -> dict[str, tuple[object, ...]]:

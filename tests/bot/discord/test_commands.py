@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import httpx
+
+from bot.discord.gateway import UNKNOWN_COMMAND
 from bot.discord.interactions import NOT_HERE, NOT_PAIRED
-from tests.bot.discord.conftest import ALICE, BOB, OTHER_CHANNEL, MakeService, until
+from tests.bot.discord.conftest import ALICE, BOB, OTHER_CHANNEL, TOKEN, MakeService, until
 from tests.fakes.discord_server import FakeDiscordServer
 
 PUT_COMMANDS = "PUT /applications/{application_id}/commands"
@@ -78,3 +81,22 @@ async def test_a_slash_command_from_a_server_outside_the_list_is_answered_once_a
     fake.slash(channel, ALICE, "model", {"text": "1"})
     await until(lambda: any(m.content == "Model: primary." for m in fake.messages(channel)))
     assert fake.calls_to(FOLLOWUPS) == []  # ...and no second answer to the first
+
+
+async def test_a_command_an_older_version_registered_is_answered_not_left_hanging(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    await make_service()
+    await until(lambda: "new" in _names(fake))
+    app = fake.calls_to(PUT_COMMANDS)[0].params["application_id"]
+    async with httpx.AsyncClient() as http:  # as an older version registered it
+        created = await http.post(
+            f"{fake.base_url}/applications/{app}/commands",
+            json={"name": "weather", "description": "gone since", "type": 1},
+            headers={"Authorization": f"Bot {TOKEN}"},
+        )
+    assert created.status_code in (200, 201)
+    fake.slash(fake.dm_channel_id(ALICE), ALICE, "weather")
+    await until(lambda: len(fake.interaction_responses) == 1)
+    response = fake.interaction_responses[0]
+    assert response.data is not None and response.data["content"] == UNKNOWN_COMMAND
