@@ -158,6 +158,8 @@ class MessageHandler:
         except EventAlreadyHandled:  # handed over twice (a replay, another process)
             log.info("discord message %s was handled already", m.message_id)
             return True
+        if m.guild_id is not None and m.parent_id is None:
+            self._sender.asking[m.source] = m.message_id
         self._activity.start_typing(m.source)
         return True
 

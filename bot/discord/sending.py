@@ -155,6 +155,12 @@ class DiscordClient:
             kwargs: dict[str, Any] = {"allowed_mentions": _NO_PINGS}
             if view is not None:
                 kwargs["view"] = view
+            if payload.get("reply_to"):  # a reply to the message that asked (it may be gone)
+                kwargs["reference"] = discord.MessageReference(
+                    message_id=int(payload["reply_to"]),
+                    channel_id=int(conversation),
+                    fail_if_not_exists=False,
+                )
             if payload.get("document"):
                 name, data = payload["document"]
                 kwargs["file"] = discord.File(io.BytesIO(data), filename=name)
@@ -179,11 +185,18 @@ class DiscordSender:
     def __init__(self, bot: discord.Client, outbound: Outbound) -> None:
         self.bot = bot
         self.outbound = outbound
+        #: A server channel's answer replies to the message that asked (the newest one
+        #: taken in): in a busy channel it shows whom it answers. DMs and threads need not.
+        self.asking: dict[str, str] = {}
 
     # -- the outbox's sender ----------------------------------------------------------------
 
     def prepare(self, source: str, text: str) -> list[Json]:
-        return [{"content": chunk} for chunk in split_markdown(text, MESSAGE_LIMIT)]
+        parts: list[Json] = [{"content": chunk} for chunk in split_markdown(text, MESSAGE_LIMIT)]
+        asked = self.asking.get(source)
+        if parts and asked is not None:
+            parts[0]["reply_to"] = asked  # stored with the row: a redelivery replies too
+        return parts
 
     def record(
         self, conn: Connection, source: str, key: str, prepared: list[Json]

@@ -26,8 +26,13 @@ async def test_a_mention_in_a_guild_channel_is_answered_there(
     fake: FakeDiscordServer, make_service: MakeService
 ) -> None:
     await make_service()
-    fake.channel_message(GUILD, GENERAL, ALICE, "what time is it", mentions_bot=True)
+    asked = fake.channel_message(GUILD, GENERAL, ALICE, "what time is it", mentions_bot=True)
     await until(lambda: texts(fake, GENERAL) == ["echo: what time is it"])
+    # In a server channel the answer replies to the message that asked; in a DM it need not.
+    assert fake.messages(GENERAL)[0].reply_to == asked["id"]
+    dm = fake.dm(ALICE, "and here?")["channel_id"]
+    await until(lambda: texts(fake, dm) == ["echo: and here?"])
+    assert fake.messages(dm)[0].reply_to is None
 
 
 async def test_in_a_thread_channel_a_mention_starts_a_thread_the_talk_goes_on_in(
