@@ -93,3 +93,13 @@ async def test_what_was_written_while_the_bot_was_down_is_answered_after_the_res
     assert fake.identify_count == 2 and fake.resume_count == 0
     fake.dm(ALICE, "four")  # and the live ones after it, once
     await until(lambda: texts(fake, channel) == ["echo: one", "echo: two", "echo: four"])
+
+
+async def test_a_discord_outage_at_start_is_waited_out(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    fake.fail_next("GET /gateway/bot", status=502)
+    service = await make_service()
+    assert not service.refused.done()
+    channel = fake.dm(ALICE, "there?")["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: there?"])
