@@ -1,6 +1,7 @@
 """Two ``chathub serve`` processes with Discord on one PostgreSQL: one gateway connection
 for the fleet (the ``discord:gateway`` lease), every DM answered once, and when the
-holder dies with ``kill -9`` the other connects and answers.
+holder dies with ``kill -9`` the other connects, answers what was written in the gap
+(read back from the channel) and what comes after.
 
 PostgreSQL only (``CHATHUB_TEST_POSTGRES_URL``).
 """
@@ -74,6 +75,8 @@ def test_one_process_holds_the_gateway_and_another_takes_over_after_kill_9(
             first = holder()
             assert first is not None
             fleet.kill(first)
+            # Written while nobody holds the gateway: Discord replays it to no new session.
+            fake.dm(USERS[0], "in the gap", offline=True)
             wait_for(lambda: holder() not in (None, first), within_s=30)
             wait_for(lambda: fake.identify_count == 2 and fake.session is not None, 30)
             for user in USERS[3:]:
@@ -84,5 +87,7 @@ def test_one_process_holds_the_gateway_and_another_takes_over_after_kill_9(
             print(fleet.diagnosis())
             print(fleet.logs())
             raise
-        for user in USERS:
+        wait_for(lambda: "echo: in the gap" in echoes(fake, USERS[0]), within_s=30)
+        assert echoes(fake, USERS[0]) == [f"echo: hello {USERS[0]}", "echo: in the gap"]
+        for user in USERS[1:]:
             assert echoes(fake, user) == [f"echo: hello {user}"]
