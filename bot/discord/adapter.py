@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -95,11 +95,13 @@ class DiscordAdapter:
         *,
         schedule: RetrySchedule | None = None,
         tenure: Tenure | None = None,
-        members: Any = None,
+        members: Callable[[], int] | None = None,
         jobs: Jobs | None = None,
         memory: MemoryService | None = None,
         desk: PairingDesk | None = None,
     ) -> None:
+        """``tenure`` and ``members``: a fleet member's (its rows' hand-back; how many
+        processes share the bot's cap); ``desk``: every platform's pairing, for ``/pair``."""
         self.hub, self.config = hub, config
         self._me = DiscordMe()
         self._background = background = Background()
