@@ -11,6 +11,7 @@ from tests.fakes.discord_server import FakeDiscordServer
 
 PUT_COMMANDS = "PUT /applications/{application_id}/commands"
 FOLLOWUPS = "POST /webhooks/{webhook_id}/{webhook_token}"
+CALLBACKS = "POST /interactions/{webhook_id}/{webhook_token}/callback"
 
 
 async def test_the_shared_commands_are_registered_once_across_restarts(
@@ -80,7 +81,8 @@ async def test_a_slash_command_from_a_server_outside_the_list_is_answered_once_a
     channel = fake.dm_channel_id(ALICE)  # a later command, answered in full...
     fake.slash(channel, ALICE, "model", {"text": "1"})
     await until(lambda: any(m.content == "Model: primary." for m in fake.messages(channel)))
-    assert fake.calls_to(FOLLOWUPS) == []  # ...and no second answer to the first
+    # ...and no second answer to the first: one callback each, no follow-up.
+    assert len(fake.calls_to(CALLBACKS)) == 2 and fake.calls_to(FOLLOWUPS) == []
 
 
 async def test_a_command_an_older_version_registered_is_answered_not_left_hanging(
