@@ -23,7 +23,6 @@ from bot.platform.cards import (
     CHOICES,
     CardContent,
     Choice,
-    RejectWindows,
     card_content,
     outcome_line,
 )
@@ -168,7 +167,6 @@ class DiscordCards:
         self._hub = hub
         self.store = store
         self._sender = sender
-        self.rejecting = RejectWindows()  # Discord asks a reason in a modal: never opened
         self._open: dict[str, dict[int, CardRow]] = {}
 
     async def load(self) -> None:

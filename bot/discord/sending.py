@@ -70,8 +70,7 @@ class DiscordError(PlatformError):
 
 
 class DiscordRetryLater(DiscordError, RetryLater):
-    def __init__(self, seconds: float, description: str = "Too Many Requests") -> None:
-        RetryLater.__init__(self, seconds, description)
+    pass
 
 
 class DiscordUnavailable(DiscordError, Unavailable):
