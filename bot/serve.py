@@ -85,6 +85,7 @@ if TYPE_CHECKING:
     from bot.discord.service import DiscordService
     from bot.http.app import TelegramWebhook
     from bot.http.web import Deliveries
+    from bot.slack.service import SlackService
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,11 @@ class Service:
     #: Tests: Discord's pacing and the wait between IDENTIFYs (None: Discord's own).
     discord_pacing: Pacing | None = None
     discord_identify_gap_s: float | None = None
+    #: Slack (``SLACK_BOT_TOKEN``), beside the others or alone.
+    slack: SlackService | None = None
+    #: Tests: Slack's pacing and socket ping interval (None: Slack's own).
+    slack_pacing: Pacing | None = None
+    slack_ping_interval_s: float | None = None
 
     async def _run_checks(self) -> Sequence[Check]:
         """The doctor's checks, over a client made on first use (each client costs its TLS
@@ -151,6 +157,7 @@ class Service:
             check_api_exposure(settings.http_host, settings.chathub_api_token)
         if settings.chathub_fleet:  # refused before anything starts, as the API's exposure
             check_fleet_database(settings.database_url)
+        settings.check_slack_events()
         # SQLite serves one process: a second serve on the file is refused (SqliteInUse).
         self._serve_lock = hold_serve_lock(settings.database_url)
         self.engine = engine = await open_engine(
@@ -316,6 +323,30 @@ class Service:
             )
             await self.discord.start()  # subscribed before the hub recovers, as Telegram
             deliveries = deliveries or partial(engine.store.db.run, delivery_summary)
+        if settings.slack_bot_token:
+            from bot.slack.service import SlackService
+
+            self.slack = SlackService(
+                settings,
+                hub,
+                engine.store.db,
+                self.refused,
+                jobs=Jobs(scheduler),
+                memory=self.memory,
+                desk=desk,
+                pacing=self.slack_pacing,
+                schedule=self.schedule,
+                fleet=fleet,
+                # No Telegram or Discord owner: the Slack owner's DM is home.
+                owner_home=not owner and not settings.discord_owner_id,
+                **(
+                    {"ping_interval_s": self.slack_ping_interval_s}
+                    if self.slack_ping_interval_s is not None
+                    else {}
+                ),
+            )
+            await self.slack.start()  # subscribed before the hub recovers, as Telegram
+            deliveries = deliveries or partial(engine.store.db.run, delivery_summary)
         if self.console and self.api is None:
             from bot.terminal import SOURCE, console_interrupted
 
@@ -345,6 +376,8 @@ class Service:
             return self.adapter.access.is_allowed(user)
         if platform == "discord" and self.discord is not None and self.discord.adapter:
             return self.discord.adapter.access.is_allowed(user)
+        if platform == "slack" and self.slack is not None and self.slack.adapter:
+            return self.slack.adapter.access.is_allowed(user)
         return False
 
     async def _start_http(
@@ -366,6 +399,7 @@ class Service:
             deliveries=deliveries,
             telegram_stats=self.adapter.outbound.stats if self.adapter else None,
             memory=self.memory,
+            receivers=self.slack.routes() if self.slack is not None else [],
         )
         self._server = server = await serving.http_server(parts)
         serving_task = asyncio.create_task(server.serve(), name="http")
@@ -409,6 +443,8 @@ class Service:
             report["telegram_last_poll_age_s"] = self.poller.age()
         if self.discord is not None:
             report["discord"] = self.discord.state()
+        if self.slack is not None:
+            report["slack"] = await self.slack.state()
         if self.scheduler is not None:
             last = self.scheduler.dispatcher.last_step_at
             report["scheduler_last_step"] = last.isoformat() if last else None
@@ -426,6 +462,8 @@ class Service:
             await self.adapter.close()
         if self.discord is not None:
             await self.discord.close()
+        if self.slack is not None:
+            await self.slack.close()
         if self.hub is not None:
             await self.hub.close()
         if self.memory is not None:
@@ -511,10 +549,11 @@ async def serve(config: AppConfig) -> None:
             file=sys.stderr,
             flush=True,
         )
-    if service.adapter is None and service.discord is None and terminal is None:
+    platforms = (service.adapter, service.discord, service.slack)
+    if all(platform is None for platform in platforms) and terminal is None:
         log.warning(
-            "neither TELEGRAM_BOT_TOKEN nor DISCORD_BOT_TOKEN is set and stdin is not a "
-            "terminal: HTTP only"
+            "none of TELEGRAM_BOT_TOKEN, DISCORD_BOT_TOKEN and SLACK_BOT_TOKEN is set and "
+            "stdin is not a terminal: HTTP only"
         )
     await stop.wait()
     if terminal is not None and not terminal.done():

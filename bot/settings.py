@@ -1,7 +1,7 @@
 """The service's settings: each layer's variables, composed into one class.
 
 Every layer owns its variables (engine/config.py, bot/telegram/settings.py,
-bot/discord/settings.py, bot/http/settings.py, scheduler/settings.py); ``chathub`` reads them all at once from the
+bot/discord/settings.py, bot/slack/settings.py, bot/http/settings.py, scheduler/settings.py); ``chathub`` reads them all at once from the
 environment and ``.env``, and one wrong value stops start-up naming its variable.
 """
 
@@ -12,6 +12,7 @@ from typing import Any
 from bot.discord.settings import DiscordSettings
 from bot.fleet.settings import FleetSettings
 from bot.http.settings import HttpSettings
+from bot.slack.settings import SlackSettings
 from bot.telegram.settings import TelegramSettings
 from engine.config import SETTINGS_CONFIG, AppConfig, EngineSettings, read_settings
 from engine.config import load_config as load_engine_config
@@ -24,6 +25,7 @@ __all__ = ["Settings", "load_config", "load_settings", "service_settings"]
 class Settings(
     TelegramSettings,
     DiscordSettings,
+    SlackSettings,
     HttpSettings,
     SchedulerSettings,
     MemorySettings,

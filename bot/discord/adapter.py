@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -40,12 +40,11 @@ from bot.discord.incoming import DISCORD, PREFIX, Incoming
 from bot.discord.interactions import Interactions
 from bot.discord.messages import DiscordMe, Listening, MessageHandler
 from bot.discord.sending import DiscordClient, DiscordSender, discord_call
-from bot.platform.access import WELCOME, Access, PairingDesk, pairing_commands
-from bot.platform.commands import CommandRegistry, shared_commands
+from bot.platform.access import WELCOME, Access, PairingDesk
 from bot.platform.failures import report_failure
-from bot.platform.jobs import Jobs, jobs_command
+from bot.platform.jobs import Jobs
 from bot.platform.lanes import Lanes
-from bot.platform.memory import MemoryFront, memory_commands
+from bot.platform.menu import chat_commands
 from bot.platform.outbox import Outbox
 from bot.platform.outgoing import EventRenderer
 from bot.platform.pairing import PairingStore
@@ -114,7 +113,7 @@ class DiscordAdapter:
         )
         desk = desk if desk is not None else PairingDesk()
         desk.add(access, self._welcome)
-        self.commands = discord_commands(desk, jobs, memory)
+        self.commands = chat_commands(desk, jobs, memory)
         self.bot = bot = DiscordGateway(
             self,
             self.commands,
@@ -290,19 +289,3 @@ class DiscordAdapter:
 
     def is_allowed(self, user_id: str | None) -> bool:
         return self.access.is_allowed(user_id)
-
-
-def discord_commands(
-    desk: PairingDesk, jobs: Jobs | None, memory: MemoryService | None
-) -> CommandRegistry:
-    """The shared commands, ``/jobs``, the memory commands, then ``/pair`` and ``/unpair``."""
-    registry = CommandRegistry()
-    commands: Iterable[Any] = [
-        *shared_commands(lambda: registry.help_text()),
-        *([jobs_command(jobs)] if jobs is not None else []),
-        *memory_commands(MemoryFront(memory)),
-        *pairing_commands(desk),
-    ]
-    for command in commands:
-        registry.register(command)
-    return registry

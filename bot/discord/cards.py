@@ -11,74 +11,34 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Literal
 
 from bot.delivery import CardRow, CardStore
 from bot.discord.incoming import target_of
 from bot.discord.sending import MESSAGE_LIMIT, Buttons, DiscordSender
 from bot.platform.cards import (
     CHOICE_LABELS,
-    CHOICES,
     CardContent,
     Choice,
     card_content,
     outcome_line,
 )
 from bot.platform.chunks import split_markdown
+from bot.platform.controls import ControlId
+from bot.platform.open_cards import OpenCards
 from engine.hub import ChatHub
 from engine.session import ApprovalRequired, Question
 
 __all__ = [
     "ANSWER_LABEL",
-    "CustomId",
     "DiscordCards",
     "card_text",
     "full_call",
-    "parse_custom_id",
 ]
 
 log = logging.getLogger(__name__)
 
 ANSWER_LABEL = "✍️ Answer"
-#: A tool call id is a positive 64-bit integer; nothing larger is looked up.
-_MAX_ID = 2**63 - 1
-_CUSTOM_ID = re.compile(r"^(card|ask|reason|answer):([1-9][0-9]{0,18})(?::([a-z0-9_]{1,20}))?$")
 _STYLES: dict[Choice, int] = {"approve": 3, "reject": 4, "bypass_15m": 2, "bypass_session": 2}
-
-Kind = Literal["card", "ask", "reason", "answer"]
-
-
-@dataclass(frozen=True, slots=True)
-class CustomId:
-    kind: Kind
-    tool_call_id: int
-    choice: Choice | None = None
-
-    def __str__(self) -> str:
-        tail = f":{self.choice}" if self.choice else ""
-        return f"{self.kind}:{self.tool_call_id}{tail}"
-
-
-def parse_custom_id(data: object) -> CustomId | None:
-    """Our button or modal behind ``data``; ``None`` for junk (never raises)."""
-    if not isinstance(data, str) or len(data) > 100:
-        return None
-    match = _CUSTOM_ID.match(data)
-    if match is None:
-        return None
-    kind, raw_id, choice = match.groups()
-    tool_call_id = int(raw_id)
-    if tool_call_id > _MAX_ID:
-        return None
-    if kind == "card":
-        if choice not in CHOICES:
-            return None
-        return CustomId("card", tool_call_id, choice)
-    if choice is not None:
-        return None
-    return CustomId(kind, tool_call_id)
 
 
 def card_buttons(tool_call_id: int) -> Buttons:
@@ -86,7 +46,7 @@ def card_buttons(tool_call_id: int) -> Buttons:
 
     def button(choice: Choice) -> dict[str, object]:
         return {
-            "custom_id": str(CustomId("card", tool_call_id, choice)),
+            "custom_id": str(ControlId("card", tool_call_id, choice)),
             "label": CHOICE_LABELS[choice],
             "style": _STYLES[choice],
         }
@@ -95,7 +55,7 @@ def card_buttons(tool_call_id: int) -> Buttons:
 
 
 def question_buttons(tool_call_id: int) -> Buttons:
-    return [[{"custom_id": str(CustomId("ask", tool_call_id)), "label": ANSWER_LABEL, "style": 1}]]
+    return [[{"custom_id": str(ControlId("ask", tool_call_id)), "label": ANSWER_LABEL, "style": 1}]]
 
 
 def _fence(content: str) -> str:
@@ -160,107 +120,47 @@ def question_text(question: str) -> str:
     return head + chunks[0] + ("…" if len(chunks) > 1 else "")
 
 
-class DiscordCards:
-    """The open cards by source (a mirror of the store), shown and closed here."""
+class DiscordFace:
+    """Discord's look of a card: a message with buttons, edited to its outcome."""
+
+    def __init__(self, sender: DiscordSender) -> None:
+        self._sender = sender
+
+    async def post(self, card: CardRow, attachment: tuple[str, bytes] | None) -> str | None:
+        buttons = card_buttons if card.kind == "approval" else question_buttons
+        sent = await self._sender.send(
+            card.conversation, card.text, buttons(card.tool_call_id), attachment
+        )
+        return None if sent is None else str(sent.id)
+
+    async def closed(self, card: CardRow, outcome: str, by: str | None, note: str | None) -> None:
+        assert card.message_id is not None
+        text = resolved_text(card.text, outcome, by, note)
+        await self._sender.edit(card.conversation, card.message_id, text, None)
+
+
+class DiscordCards(OpenCards):
+    """The open cards (``OpenCards``), rendered for Discord."""
 
     def __init__(self, hub: ChatHub, store: CardStore, sender: DiscordSender) -> None:
+        super().__init__(store, DiscordFace(sender))
         self._hub = hub
-        self.store = store
-        self._sender = sender
-        self._open: dict[str, dict[int, CardRow]] = {}
-
-    async def load(self) -> None:
-        for card in await self.store.open():
-            self._open.setdefault(card.source, {})[card.tool_call_id] = card
-
-    def open_in(self, source: str) -> list[CardRow]:
-        return list(self._open.get(source, {}).values())
-
-    async def stored(self, tool_call_id: int) -> CardRow | None:
-        return await self.store.get(tool_call_id)
-
-    # -- showing --------------------------------------------------------------------------
 
     async def send_card(self, source: str, event: ApprovalRequired) -> None:
-        if await self._shown(event.tool_call_id):
+        if await self.shown(event.tool_call_id):
             return  # asked again after a restart (or decided meanwhile): that card stands
         deciders = await self._hub.who_may_decide(event.tool_call_id)
         shown = card_content(event, deciders)
         text = card_text(shown)
         # Cut to fit: the call in full rides along as a file, as on Telegram.
         document = full_call(shown, event.tool_call_id) if len(text) < _whole(shown) else None
-        await self._show(source, event.tool_call_id, "approval", text, card_buttons, document)
+        await self.show(_row(source, event.tool_call_id, "approval", text), document)
 
     async def send_question(self, source: str, event: Question) -> None:
-        if await self._shown(event.request_id):
+        if await self.shown(event.request_id):
             return
-        text = question_text(event.question)
-        await self._show(source, event.request_id, "question", text, question_buttons)
+        await self.show(_row(source, event.request_id, "question", question_text(event.question)))
 
-    async def _show(
-        self,
-        source: str,
-        key: int,
-        kind: str,
-        text: str,
-        buttons: Callable[[int], Buttons],
-        document: tuple[str, bytes] | None = None,
-    ) -> None:
-        channel = target_of(source)
-        row = CardRow(key, kind, source, channel, None, text, None, "open")
-        await self._save(row)  # recorded before it is sent: a tap on it finds it
-        sent = await self._sender.send(channel, text, buttons(key), document)
-        if sent is None:
-            await self.close_quietly(row, "expired")  # never shown: nothing may answer it
-            return
-        if key in self._open.get(source, {}):  # not decided meanwhile
-            await self._save(replace(row, message_id=str(sent.id)))
 
-    async def _shown(self, key: int) -> bool:
-        existing = await self.stored(key)
-        return (
-            existing is not None and existing.message_id is not None and existing.state != "expired"
-        )
-
-    async def _save(self, card: CardRow) -> None:
-        await self.store.save(card)
-        self._open.setdefault(card.source, {})[card.tool_call_id] = card
-
-    # -- closing --------------------------------------------------------------------------
-
-    async def close_quietly(self, card: CardRow, state: str) -> bool:
-        cards = self._open.get(card.source, {})
-        cards.pop(card.tool_call_id, None)
-        if not cards:
-            self._open.pop(card.source, None)
-        return await self.store.close(card.tool_call_id, state)
-
-    async def close(
-        self,
-        card: CardRow,
-        outcome: str,
-        state: str,
-        *,
-        by: str | None = None,
-        note: str | None = None,
-    ) -> None:
-        """Show the outcome on the card once, without its buttons."""
-        if not await self.close_quietly(card, state):
-            return
-        if card.message_id is not None:
-            text = resolved_text(card.text, outcome, by, note)
-            await self._sender.edit(card.conversation, card.message_id, text, None)
-
-    async def close_by_id(
-        self,
-        source: str,
-        tool_call_id: int,
-        outcome: str,
-        state: str,
-        *,
-        by: str | None = None,
-        note: str | None = None,
-    ) -> None:
-        card = self._open.get(source, {}).get(tool_call_id)  # no read per tool event
-        if card is not None:
-            await self.close(card, outcome, state, by=by, note=note or None)
+def _row(source: str, key: int, kind: str, text: str) -> CardRow:
+    return CardRow(key, kind, source, target_of(source), None, text, None, "open")

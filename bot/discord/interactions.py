@@ -18,7 +18,7 @@ from typing import Any
 import discord
 
 from bot.delivery import CardRow, PlatformError
-from bot.discord.cards import CustomId, DiscordCards, parse_custom_id
+from bot.discord.cards import DiscordCards
 from bot.discord.incoming import source_of
 from bot.discord.messages import Listening
 from bot.discord.sending import MESSAGE_LIMIT, discord_call
@@ -26,7 +26,9 @@ from bot.platform.access import Access
 from bot.platform.cards import EXPIRED, NOT_ALLOWED, decide
 from bot.platform.chunks import split_markdown
 from bot.platform.commands import CommandContext, CommandRegistry
+from bot.platform.controls import ControlId, parse_control
 from bot.platform.failures import SORRY_TAP, report_failure
+from bot.platform.open_cards import card_is_live
 from engine.hub import ChatHub, HubError
 from engine.store import InboxError
 
@@ -71,7 +73,7 @@ class Interactions:
             await _tell(interaction, NOT_HERE)
             return
         data: Any = interaction.data or {}
-        parsed = parse_custom_id(data.get("custom_id"))
+        parsed = parse_control(data.get("custom_id"))
         if kind == discord.InteractionType.component:
             await self._click(interaction, parsed)
         elif kind == discord.InteractionType.modal_submit:
@@ -86,7 +88,7 @@ class Interactions:
 
     # -- buttons --------------------------------------------------------------------------
 
-    async def _click(self, interaction: discord.Interaction, parsed: CustomId | None) -> None:
+    async def _click(self, interaction: discord.Interaction, parsed: ControlId | None) -> None:
         if parsed is None or parsed.kind not in ("card", "ask"):
             await _tell(interaction, EXPIRED)
             return
@@ -138,7 +140,7 @@ class Interactions:
     # -- modals ---------------------------------------------------------------------------
 
     async def _submit(
-        self, interaction: discord.Interaction, parsed: CustomId | None, text: str
+        self, interaction: discord.Interaction, parsed: ControlId | None, text: str
     ) -> None:
         if parsed is None or parsed.kind not in ("reason", "answer"):
             await _tell(interaction, EXPIRED)
@@ -216,18 +218,6 @@ class Interactions:
         await _quietly(lambda: interaction.edit_original_response(content=chunks[0]))
         for chunk in chunks[1:]:
             await _quietly(lambda chunk=chunk: interaction.followup.send(chunk))
-
-
-def card_is_live(card: CardRow | None, kind: str, channel: str, shown_at: str | None) -> bool:
-    """The rule of ``bot.platform.cards.is_live`` for both kinds: open, in this channel,
-    on the message that shows it (a modal's submit may not name one)."""
-    return (
-        card is not None
-        and card.kind == kind
-        and card.state == "open"
-        and card.conversation == channel
-        and (card.message_id is None or shown_at is None or card.message_id == shown_at)
-    )
 
 
 def _modal_text(components: Iterable[Any]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
@@ -170,6 +170,7 @@ def create_app(
     api: ApiRoutes | None = None,
     web: WebInbox | None = None,
     webchat: ChatPart | None = None,
+    receivers: Sequence[BaseRoute] = (),
     host: str = "127.0.0.1",
 ) -> Starlette:
     """The app; with ``api``, ``web`` or ``webchat`` and no token it refuses to serve beyond
@@ -191,6 +192,7 @@ def create_app(
         routes.append(_route("post_event", events.handle))
     if webhook is not None:
         routes.append(Route(webhook_path(webhook_url), webhook.handle, methods=["POST"]))
+    routes.extend(receivers)
 
     async def healthz(_request: Request) -> JSONResponse:
         report = await health() if health is not None else {"ok": True}

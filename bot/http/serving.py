@@ -128,6 +128,8 @@ class HttpParts:
     telegram_stats: OutboundStats | None = None
     #: Long-term memory (``None`` when MEMORY_ENABLED is off): commands, pages, API.
     memory: MemoryService | None = None
+    #: Where platforms receive over HTTP (Slack's Events API), each verifying its own.
+    receivers: Sequence[BaseRoute] = ()
 
 
 async def http_server(parts: HttpParts) -> ListeningServer:
@@ -152,6 +154,7 @@ async def http_server(parts: HttpParts) -> ListeningServer:
     app = create_app(
         webhook=parts.webhook,
         webhook_url=settings.telegram_webhook_url,
+        receivers=parts.receivers,
         health=parts.health,
         events=EventsEndpoint(parts.scheduler.tic.events, token),
         api=ApiRoutes(

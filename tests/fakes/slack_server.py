@@ -971,10 +971,11 @@ class FakeSlackServer:
         """``user`` replies ``text`` in the thread ``thread_ts`` of ``channel``."""
         return self.channel_message(channel, user, text, thread_ts, sign=sign)
 
-    def push_event(self, event: Json, *, sign: Sign = "valid") -> Delivery:
-        """Push any ``event`` (``{"type": "reaction_added", ...}``) as an event_callback."""
+    def push_event(self, event: Json, *, sign: Sign = "valid", team_id: str = TEAM_ID) -> Delivery:
+        """Push any ``event`` (``{"type": "reaction_added", ...}``) as an event_callback
+        (``team_id``: of another workspace, as a shared channel's may be)."""
         with self._lock:
-            return self._emit(copy.deepcopy(event), sign)
+            return self._emit(copy.deepcopy(event), sign, team_id)
 
     def click(
         self,
@@ -1490,11 +1491,11 @@ class FakeSlackServer:
             event["previous_message"] = previous
         self._emit(event, "valid")
 
-    def _emit(self, event: Json, sign: str) -> Delivery:
+    def _emit(self, event: Json, sign: str, team_id: str = TEAM_ID) -> Delivery:
         payload: Json = {
             "token": self.verification_token,
-            "team_id": TEAM_ID,
-            "context_team_id": TEAM_ID,
+            "team_id": team_id,
+            "context_team_id": team_id,
             "api_app_id": APP_ID,
             "event": event,
             "type": "event_callback",

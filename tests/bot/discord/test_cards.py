@@ -7,9 +7,10 @@ from dataclasses import replace
 import pytest
 
 from bot.delivery import CardRow
-from bot.discord.cards import CustomId, card_text, parse_custom_id
-from bot.discord.interactions import card_is_live
+from bot.discord.cards import card_text
 from bot.platform.cards import EXPIRED, NOT_ALLOWED, CardContent
+from bot.platform.controls import ControlId, parse_control
+from bot.platform.open_cards import card_is_live
 from engine.approval import Decider
 from engine.hub import APPROVE
 from engine.llm.scripted import text
@@ -48,12 +49,12 @@ def ephemeral_answers(fake: FakeDiscordServer) -> list[str]:
     ],
 )
 def test_junk_custom_ids_name_no_call(junk: object) -> None:
-    assert parse_custom_id(junk) is None
+    assert parse_control(junk) is None
 
 
 def test_custom_ids_round_trip() -> None:
-    for parsed in (CustomId("card", 7, "bypass_15m"), CustomId("ask", 2**63 - 1)):
-        assert parse_custom_id(str(parsed)) == parsed
+    for parsed in (ControlId("card", 7, "bypass_15m"), ControlId("ask", 2**63 - 1)):
+        assert parse_control(str(parsed)) == parsed
 
 
 def test_a_huge_call_fits_one_message_and_says_it_is_cut() -> None:

@@ -20,10 +20,12 @@ from tests.bot.discord.conftest import OWNER as DISCORD_OWNER
 from tests.bot.discord.conftest import TOKEN as DISCORD_TOKEN
 from tests.bot.platform_contract.discord_driver import DiscordDriver
 from tests.bot.platform_contract.driver import PlatformDriver
+from tests.bot.platform_contract.slack_driver import SlackDriver
 from tests.bot.platform_contract.telegram_driver import TelegramDriver
 from tests.bot.platform_contract.terminal_driver import TerminalDriver
 from tests.bot.platform_contract.webchat_driver import WebChatDriver
 from tests.bot.process import free_port
+from tests.bot.slack.conftest import ALICE as SLACK_ALICE
 from tests.bot.telegram_contract.conftest import (  # noqa: F401 (telegram: a fixture)
     ALICE,
     FAST,
@@ -35,10 +37,12 @@ from tests.bot.telegram_contract.conftest import (  # noqa: F401 (telegram: a fi
 )
 from tests.engine.hub.conftest import EchoModel
 from tests.fakes.discord_server import FakeDiscordServer
+from tests.fakes.slack_server import OWNER_ID as SLACK_OWNER
+from tests.fakes.slack_server import FakeSlackServer
 from tests.fakes.telegram_server import FakeTelegramServer
 from tests.pg import migrated_sqlite
 
-PLATFORMS = ["telegram-ptb", "telegram-aiogram", "terminal", "webchat", "discord"]
+PLATFORMS = ["telegram-ptb", "telegram-aiogram", "terminal", "webchat", "discord", "slack"]
 
 MakeDriver = Callable[..., Awaitable[PlatformDriver]]
 
@@ -61,11 +65,11 @@ async def make_driver(
     database_url = migrated_sqlite(tmp_path / "chathub.db")
     workspace = tmp_path / "workspace"
     models = ModelRegistry([model])
-    drivers: list[TelegramDriver | TerminalDriver | WebChatDriver | DiscordDriver] = []
+    drivers: list[PlatformDriver] = []
 
     async def make(**settings: Any) -> PlatformDriver:
         config = partial(app_config, database_url, workspace)
-        driver: TelegramDriver | TerminalDriver | WebChatDriver | DiscordDriver
+        driver: TelegramDriver | TerminalDriver | WebChatDriver | DiscordDriver | SlackDriver
         if platform == "terminal":
             driver = terminal_driver(lambda: config(**settings), models, workspace)
         elif platform == "webchat":
@@ -80,6 +84,18 @@ async def make_driver(
             }
             driver = discord_driver(
                 lambda: config(**{**discord_settings, **settings}), models, workspace, fake_discord
+            )
+        elif platform == "slack":
+            fake_slack: FakeSlackServer = request.getfixturevalue("slack_fake")
+            slack_settings = {
+                "slack_bot_token": fake_slack.bot_token,
+                "slack_app_token": fake_slack.app_token,
+                "slack_api_url": fake_slack.api_url,
+                "slack_allowed_user_ids": SLACK_ALICE,
+                "slack_owner_id": SLACK_OWNER,
+            }
+            driver = slack_driver(
+                lambda: config(**{**slack_settings, **settings}), models, workspace, fake_slack
             )
         else:
             fake: FakeTelegramServer = request.getfixturevalue("telegram")
@@ -181,6 +197,35 @@ def discord_driver(
         return service
 
     return DiscordDriver(fake, start, workspace)
+
+
+def slack_driver(
+    config: Callable[[], AppConfig],
+    models: ModelRegistry,
+    workspace: Path,
+    fake: FakeSlackServer,
+) -> SlackDriver:
+    """The service with only Slack configured (Socket Mode), unpaced, over the fake Slack;
+    start returns once the socket is open."""
+
+    async def start() -> Service:
+        connections = fake.ready_connections
+        service = Service(
+            config(), models=models, http=False, slack_pacing=FAST, slack_ping_interval_s=0.5
+        )
+        await service.start()
+        await eventually(lambda: fake.ready_connections > connections or None)
+        return service
+
+    return SlackDriver(fake, start, workspace)
+
+
+@pytest.fixture
+def slack_fake() -> Iterator[FakeSlackServer]:
+    """The fake Slack with Alice (and its owner)."""
+    with FakeSlackServer(ack_timeout=1.0, retry_delays=(0.0, 0.2, 0.5)) as server:
+        server.add_user(SLACK_ALICE, "alice", "Alice")
+        yield server
 
 
 @pytest.fixture

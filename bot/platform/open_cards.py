@@ -1,0 +1,115 @@
+"""The open cards of one platform: recorded before they show, closed once.
+
+Every platform keeps its approval cards and questions the same way: a card is recorded
+(``platform_cards``) before it is sent, so a tap on it works as soon as it shows, and its
+message id is added once sent; it is closed once, and whoever closes it first shows the
+outcome on it. ``OpenCards`` holds that rule and an in-memory mirror of the open cards by
+source (no read per hub event); how a card looks and is edited is the platform's
+``CardFace``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Protocol
+
+from bot.delivery import CardRow, CardStore
+
+__all__ = ["CardFace", "OpenCards", "card_is_live"]
+
+
+class CardFace(Protocol):
+    """How a platform shows a recorded card and shows its outcome."""
+
+    async def post(self, card: CardRow, attachment: Any) -> str | None:
+        """Send ``card`` (``attachment``: what rides along once, never stored); its
+        message id, or ``None`` when the platform refused it."""
+
+    async def closed(self, card: CardRow, outcome: str, by: str | None, note: str | None) -> None:
+        """Edit the shown ``card`` to its outcome, without its buttons."""
+
+
+class OpenCards:
+    def __init__(self, store: CardStore, face: CardFace) -> None:
+        self.store = store
+        self._face = face
+        self._open: dict[str, dict[int, CardRow]] = {}
+
+    async def load(self) -> None:
+        for card in await self.store.open():
+            self._open.setdefault(card.source, {})[card.tool_call_id] = card
+
+    def open_in(self, source: str) -> list[CardRow]:
+        return list(self._open.get(source, {}).values())
+
+    async def stored(self, tool_call_id: int) -> CardRow | None:
+        return await self.store.get(tool_call_id)
+
+    async def shown(self, tool_call_id: int) -> bool:
+        """Shown already and not expired: asked again after a restart, that card stands."""
+        existing = await self.stored(tool_call_id)
+        return (
+            existing is not None and existing.message_id is not None and existing.state != "expired"
+        )
+
+    async def show(self, card: CardRow, attachment: Any = None) -> None:
+        await self._save(card)  # recorded before it is sent: a tap on it finds it
+        message_id = await self._face.post(card, attachment)
+        if message_id is None:
+            await self.close_quietly(card, "expired")  # never shown: nothing may answer it
+            return
+        if card.tool_call_id in self._open.get(card.source, {}):  # not decided meanwhile
+            await self._save(replace(card, message_id=message_id))
+
+    async def _save(self, card: CardRow) -> None:
+        await self.store.save(card)
+        self._open.setdefault(card.source, {})[card.tool_call_id] = card
+
+    async def close_quietly(self, card: CardRow, state: str) -> bool:
+        cards = self._open.get(card.source, {})
+        cards.pop(card.tool_call_id, None)
+        if not cards:
+            self._open.pop(card.source, None)
+        return await self.store.close(card.tool_call_id, state)
+
+    async def close(
+        self,
+        card: CardRow,
+        outcome: str,
+        state: str,
+        *,
+        by: str | None = None,
+        note: str | None = None,
+    ) -> None:
+        """Show the outcome on the card once, without its buttons."""
+        if not await self.close_quietly(card, state):
+            return
+        if card.message_id is not None:
+            await self._face.closed(card, outcome, by, note)
+
+    async def close_by_id(
+        self,
+        source: str,
+        tool_call_id: int,
+        outcome: str,
+        state: str,
+        *,
+        by: str | None = None,
+        note: str | None = None,
+    ) -> None:
+        card = self._open.get(source, {}).get(tool_call_id)
+        if card is not None:
+            await self.close(card, outcome, state, by=by, note=note or None)
+
+
+def card_is_live(card: CardRow | None, kind: str, conversation: str, shown_at: str | None) -> bool:
+    """What a control on a card may act on (``bot.platform.cards.is_live``'s rule for the
+    stored card): open, of this kind, in this conversation, on the message that shows it
+    (a form's submit may not name one)."""
+    return (
+        card is not None
+        and card.kind == kind
+        and card.state == "open"
+        and card.conversation == conversation
+        and (card.message_id is None or shown_at is None or card.message_id == shown_at)
+    )

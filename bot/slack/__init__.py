@@ -1,0 +1,1 @@
+"""Slack: the agent in DMs, channels and threads through slack-bolt (docs/slack.md)."""

@@ -1,0 +1,264 @@
+"""``SlackAdapter``: Slack events and interactions into the hub, hub events back.
+
+A bolt ``AsyncApp`` (``process_before_response``: its answer, the ack, goes back when the
+listener returns) whose listeners only store and hand over: a message for the bot is
+stored once under its key (``platform_events``) before its envelope is acknowledged, then
+handled in its source's lane; a click, a modal or a command is acknowledged at once and
+handled in the background. A failure to store answers 500: the envelope is not
+acknowledged and Slack sends it again. The parts with one job each: ``messages.py``,
+``interactions.py``, ``cards.py``, ``activity.py``, and from ``bot/platform`` the event
+renderer and the outbox with ``sending.py`` as its sender.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.delivery import CardStore, EventStore, Outbound, OutboxStore, Pacing, RetrySchedule, Tenure
+from bot.platform.access import WELCOME, Access, PairingDesk
+from bot.platform.jobs import Jobs
+from bot.platform.lanes import Lanes
+from bot.platform.menu import chat_commands
+from bot.platform.outbox import Outbox
+from bot.platform.outgoing import EventRenderer
+from bot.platform.pairing import PairingStore
+from bot.platform.protocols import PairingCode
+from bot.platform.tasks import Background, Runtime
+from bot.slack.activity import ThreadActivity
+from bot.slack.cards import SlackCards
+from bot.slack.incoming import PREFIX, SLACK, Incoming, Place
+from bot.slack.interactions import Interactions
+from bot.slack.messages import MessageHandler, SlackMe
+from bot.slack.sending import SlackClient, SlackSender
+from engine.approval import Decider
+from engine.hub import ChatHub, HubEvent
+from engine.store import Database
+from memory.service import MemoryService
+
+__all__ = ["SlackAdapter", "SlackConfig"]
+
+log = logging.getLogger(__name__)
+
+Json = dict[str, Any]
+_ANY = re.compile(".*")
+
+
+@dataclass(frozen=True, slots=True)
+class SlackConfig:
+    """What the adapter is told by the service (``bot/slack/service.py``)."""
+
+    bot_token: str
+    api_url: str
+    #: ``None``: Socket Mode (Slack's socket is authenticated, nothing to verify).
+    signing_secret: str | None = None
+    owner_id: str | None = None
+    allowed_user_ids: frozenset[str] = frozenset()
+    progress_interval_s: float = 5.0
+    pairing_reminder_s: float = 600.0
+    #: One process: every pending outbox row is due at start (a fleet finds dead ones').
+    recover_outbox_at_start: bool = True
+    process_id: str | None = None
+
+
+class SlackAdapter:
+    def __init__(
+        self,
+        hub: ChatHub,
+        db: Database,
+        config: SlackConfig,
+        pacing: Pacing,
+        *,
+        schedule: RetrySchedule | None = None,
+        tenure: Tenure | None = None,
+        members: Callable[[], int] | None = None,
+        jobs: Jobs | None = None,
+        memory: MemoryService | None = None,
+        desk: PairingDesk | None = None,
+    ) -> None:
+        """``tenure`` and ``members``: a fleet member's (its rows' hand-back; how many
+        processes share the app's cap); ``desk``: every platform's pairing, for ``/pair``."""
+        self.hub, self.config = hub, config
+        self.me = me = SlackMe()
+        self._background = background = Background()
+        self.access = access = Access(
+            PairingStore(db, SLACK),
+            allowed=config.allowed_user_ids,
+            owner=config.owner_id,
+            clock=time.monotonic,
+            reminder_s=config.pairing_reminder_s,
+        )
+        desk = desk if desk is not None else PairingDesk()
+        desk.add(access, self._welcome)
+        self.commands = chat_commands(desk, jobs, memory)
+        # One try per call: the outbox retries, paced, what is worth retrying.
+        self.web = web = AsyncWebClient(
+            token=config.bot_token, base_url=config.api_url, retry_handlers=[]
+        )
+        self.events = EventStore(db, SLACK)
+        self.outbound = outbound = Outbound(
+            SlackClient(web),
+            OutboxStore(db, SLACK, process_id=config.process_id),
+            pacing,
+            schedule=schedule,
+            tenure=tenure,
+            members=members or (lambda: 1),
+        )
+        self.sender = sender = SlackSender(web, outbound)
+        self.outbox: Outbox[Any, Any] = Outbox(
+            sender, clock=time.monotonic, progress_interval_s=config.progress_interval_s
+        )
+        self.outbox.attach(hub, PREFIX)
+        runtime = Runtime(time.monotonic, asyncio.sleep, background)
+        self.cards = cards = SlackCards(hub, CardStore(db, SLACK), sender)
+        activity = ThreadActivity(sender, runtime)
+        self._messages = messages = MessageHandler(
+            hub, me, access, self.commands, cards, sender, activity
+        )
+        self._interactions = Interactions(hub, me, access, cards, messages, sender.open_view)
+        self._events = EventRenderer(PREFIX, self.outbox, cards, activity, streaming=False)
+        self._incoming: Lanes[str, Incoming] = Lanes(self._handle_in_lane, "sl-in")
+        self._outgoing: Lanes[str, HubEvent] = Lanes(self._events.render, "sl-out")
+        self.app = self._bolt_app()
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Local state and the hub subscription, before the hub recovers; no Slack call.
+        Messages stored but not handled before a stop are handed over again."""
+        await self.access.load()
+        await self.cards.load()
+        self._background.spawn(self._events.pump(self.hub.events(), self._outgoing.submit))
+        if self.config.recover_outbox_at_start:
+            await self.outbound.recover()
+        await self.take_over()
+
+    async def take_over(self) -> None:
+        """Hand the messages stored but not handled to their lanes: this process's before
+        a restart, or a dead fleet member's when this one takes the socket over (one
+        handled twice is refused by its mark: ``EventAlreadyHandled``)."""
+        for payload in await self.events.unhandled():
+            try:
+                incoming = Incoming.from_json(payload)
+            except (TypeError, ValueError):
+                log.warning("a stored Slack event could not be read; left as it is")
+                continue
+            self._incoming.submit(incoming.source, incoming)
+
+    def identify(self, auth: Json) -> None:
+        """Who the bot is, from ``auth.test`` (before any event is taken)."""
+        self.me.user_id = auth.get("user_id")
+        self.me.bot_id = auth.get("bot_id")
+        self.me.team_id = auth.get("team_id")
+
+    async def close(self) -> None:
+        await self._background.close()
+        await self._incoming.close()
+        await self._outgoing.close()
+        await self.outbound.flush()
+
+    async def drain(self) -> None:
+        await self._incoming.join()
+        await self._outgoing.join()
+
+    # -- bolt ------------------------------------------------------------------------------
+
+    def _bolt_app(self) -> AsyncApp:
+        config = self.config
+        app = AsyncApp(
+            client=self.web,
+            signing_secret=config.signing_secret or "",
+            request_verification_enabled=config.signing_secret is not None,
+            process_before_response=True,
+            raise_error_for_unhandled_request=False,
+        )
+        app.event("message")(self._on_event)
+        app.event("app_mention")(self._on_event)
+        app.event(_ANY)(_ignore)  # subscribed but unused: acknowledged, not sent again
+        app.action(_ANY)(self._on_action)
+        app.view_submission(_ANY)(self._on_view)
+        app.view_closed(_ANY)(_acknowledge)
+        app.command(_ANY)(self._on_command)
+        app.shortcut(_ANY)(_acknowledge)
+        app.options(_ANY)(_acknowledge)
+        return app
+
+    async def _on_event(self, body: Json, event: Json) -> None:
+        """Stored (when it is for the bot and new) before bolt acknowledges it; raising
+        here leaves the envelope unacknowledged, for Slack to send again."""
+        incoming = Incoming.of(event, body.get("team_id"), self.me.user_id)
+        if incoming is not None:
+            await self.take(incoming)
+
+    async def take(self, incoming: Incoming) -> int:
+        """Stored and queued when it is for the bot and new; 1 when it was."""
+        if not await self._messages.addressed(incoming):
+            return 0
+        new = await self.events.record([(incoming.key, None, incoming.to_json())])
+        if new:
+            self._incoming.submit(incoming.source, incoming)
+        return len(new)
+
+    async def _on_action(self, ack: Any, body: Json, respond: Any) -> None:
+        await ack()
+        self._later(self._interactions.click(body, _ephemeral(respond)))
+
+    async def _on_view(self, ack: Any, body: Json, view: Json) -> None:
+        await ack()  # the modal closes; what it decided shows on the card
+        self._later(self._interactions.submit(body, view, self._tell))
+
+    async def _on_command(self, ack: Any, body: Json, respond: Any) -> None:
+        await ack()
+        self._later(self._interactions.command(body, _ephemeral(respond)))
+
+    def _later(self, work: Coroutine[Any, Any, None]) -> None:
+        self._background.spawn(work)
+
+    async def _tell(self, user: str, text: str) -> None:
+        """A line for ``user`` after a modal (no response URL): in their DM."""
+        await self._messages.say_to_user(user, text)
+
+    async def _handle_in_lane(self, _source: str, incoming: Incoming) -> None:
+        marked = False
+        try:
+            marked = await self._messages.handle(incoming)
+        finally:
+            if not marked:
+                await self.events.mark_handled(incoming.key)
+
+    async def _welcome(self, paired: PairingCode) -> None:
+        await self.sender.say_at(Place(paired.chat), WELCOME)
+
+    def decider(self, user_id: str | None) -> Decider:
+        return self.access.decider(user_id)
+
+    def is_allowed(self, user_id: str | None) -> bool:
+        return self.access.is_allowed(user_id)
+
+
+async def _ignore() -> None:
+    return None
+
+
+async def _acknowledge(ack: Any) -> None:
+    await ack()
+
+
+def _ephemeral(respond: Any) -> Callable[[str], Coroutine[Any, Any, None]]:
+    """A line only the clicking user sees, through the interaction's response URL."""
+
+    async def tell(text: str) -> None:
+        try:
+            await respond(text=text, response_type="ephemeral", replace_original=False)
+        except Exception as exc:  # a response URL used up or gone: the log says so
+            log.info("answering a Slack interaction failed: %s", exc)
+
+    return tell

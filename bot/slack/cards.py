@@ -1,0 +1,229 @@
+"""Approval cards and questions in Slack: Block Kit messages with buttons, kept open in
+the delivery layer's cards (``platform_cards``, ``bot.platform.open_cards``), updated
+once with their outcome (``chat.update``, the buttons gone).
+
+A button's ``action_id`` names the call durably (``card:<tool call id>:<choice>``,
+``ask:<tool call id>``) and its ``value`` repeats it, so a card shown before a restart
+still works after it; a modal's ``callback_id`` does too (``reason:<id>``,
+``answer:<id>``), with the card's channel and ts in its ``private_metadata``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bot.delivery import CardRow, CardStore
+from bot.platform.cards import (
+    CHOICE_LABELS,
+    CHOICES,
+    CardContent,
+    Choice,
+    card_content,
+    outcome_line,
+)
+from bot.platform.controls import ControlId
+from bot.platform.open_cards import OpenCards
+from bot.slack.incoming import is_message_id, parse_source
+from bot.slack.mrkdwn import to_mrkdwn
+from bot.slack.sending import SlackSender
+from engine.hub import ChatHub
+from engine.session import ApprovalRequired, Question
+
+__all__ = [
+    "ANSWER_LABEL",
+    "SlackCards",
+    "card_blocks",
+    "card_text",
+    "modal",
+    "parse_metadata",
+]
+
+ANSWER_LABEL = "✍️ Answer"
+#: Block Kit: a section's text, a modal's title.
+SECTION_LIMIT = 3000
+_STYLES: dict[Choice, str] = {"approve": "primary", "reject": "danger"}
+_MODAL_TEXT = 1000
+
+Json = dict[str, Any]
+
+
+def parse_metadata(data: object) -> tuple[str, str] | None:
+    """A modal's ``private_metadata``: the card's channel and ts; ``None`` for junk."""
+    if not isinstance(data, str) or len(data) > 200:
+        return None
+    try:
+        where = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(where, dict):
+        return None
+    channel, ts = where.get("c"), where.get("m")
+    return (channel, ts) if is_message_id(channel, ts) else None
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def card_text(shown: CardContent, limit: int = SECTION_LIMIT) -> str:
+    """The card as mrkdwn within ``limit``: the title, the tool, who may decide, the call
+    in a code block (its beginning, said so, when it does not fit)."""
+    lines = [
+        f"*{_escape(shown.title)}*",
+        f"Tool: `{_escape(shown.tool[:100])}` · Agent: `{_escape(shown.agent[:100])}`",
+    ]
+    if shown.depth > 0:
+        lines[-1] += f" (sub-agent, depth {shown.depth})"
+    if shown.deciders:
+        lines.append(f"_👤 {_escape(shown.deciders[:200])}_")
+    if shown.label == "Diff" and shown.path:
+        new = " (new file)" if shown.new_file else ""
+        lines.append(f"File: `{_escape(shown.path[:200])}`{new}")
+    workdir = f"Working directory: `{_escape(shown.workdir[:200])}`" if shown.workdir else ""
+    head = "\n".join(lines) + f"\n{shown.label}:\n"
+
+    def assemble(content: str, note: str) -> str:
+        tail = "\n".join(part for part in (workdir, note) if part)
+        # ``` cannot be escaped inside a block: a zero-width space keeps it from closing.
+        body = _escape(content).replace("```", "`\u200b``")
+        return head + f"```\n{body}\n```" + (f"\n{tail}" if tail else "")
+
+    whole = assemble(shown.content, "")
+    if len(whole) <= limit:
+        return whole
+    note = "⚠️ Cut: showing only the beginning (the inbox page shows it all)."
+    room = limit - len(assemble("…", note))
+    content = shown.content
+    while content and len(assemble(content + "\n…", note)) > limit:  # escapes grow it
+        content = content[: max(0, min(len(content) - 1, room))]
+        room -= max(1, room // 10)
+    return assemble(content.rstrip() + "\n…", note)[:limit]
+
+
+def _section(text: str) -> Json:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:SECTION_LIMIT]}}
+
+
+def _button(action: ControlId, label: str, style: str | None = None) -> Json:
+    button: Json = {
+        "type": "button",
+        "action_id": str(action),
+        "value": str(action),
+        "text": {"type": "plain_text", "text": label, "emoji": True},
+    }
+    if style:
+        button["style"] = style
+    return button
+
+
+def card_blocks(card: CardRow) -> list[Json]:
+    """A card's text and its buttons: ✅ ❌ ⏱ 🔄 for an approval, ✍️ for a question."""
+    key = card.tool_call_id
+    if card.kind == "approval":
+        buttons = [
+            _button(ControlId("card", key, choice), CHOICE_LABELS[choice], _STYLES.get(choice))
+            for choice in CHOICES
+        ]
+    else:
+        buttons = [_button(ControlId("ask", key), ANSWER_LABEL, "primary")]
+    return [
+        _section(card.text),
+        {"type": "actions", "block_id": f"card:{key}", "elements": buttons},
+    ]
+
+
+def resolved_blocks(card: CardRow, outcome: str, by: str | None, note: str | None) -> list[Json]:
+    verb, suffix = outcome_line(outcome)
+    line = f"*{verb}*" + (f" by {_escape(by)}" if by else "") + suffix
+    if note:
+        line += f": {_escape(note)}"
+    context = {"type": "context", "elements": [{"type": "mrkdwn", "text": line[:2000]}]}
+    return [_section(card.text), context]
+
+
+def _summary(card: CardRow) -> str:
+    """The notification's text (a card's blocks show; this is what a phone pops up)."""
+    return "🔐 Approval needed" if card.kind == "approval" else "❓ A question for you"
+
+
+def question_text(question: str) -> str:
+    head = "*❓ Question*\n\n"
+    body = to_mrkdwn(question)
+    room = SECTION_LIMIT - len(head)
+    return head + (body if len(body) <= room else body[: room - 1] + "…")
+
+
+def modal(action: ControlId, channel: str, ts: str) -> Json:
+    """The reason (optional) for ❌, or the answer to a question, asked in a modal."""
+    answer = action.kind == "answer"
+    return {
+        "type": "modal",
+        "callback_id": str(action),
+        "private_metadata": json.dumps({"c": channel, "m": ts}),
+        "title": {"type": "plain_text", "text": "Answer" if answer else "Reject"},
+        "submit": {"type": "plain_text", "text": "Send" if answer else "Reject"},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "blocks": [
+            {
+                "type": "input",
+                "block_id": "text",
+                "optional": not answer,
+                "label": {"type": "plain_text", "text": "Your answer" if answer else "Reason"},
+                "element": {
+                    "type": "plain_text_input",
+                    "action_id": "text",
+                    "multiline": True,
+                    "max_length": _MODAL_TEXT,
+                },
+            }
+        ],
+    }
+
+
+def modal_text(view: Json) -> str:
+    """The text typed into a submitted modal (empty when none)."""
+    values = ((view.get("state") or {}).get("values") or {}).get("text") or {}
+    value = (values.get("text") or {}).get("value")
+    return value[:_MODAL_TEXT] if isinstance(value, str) else ""
+
+
+class SlackFace:
+    """Slack's look of a card: Block Kit in the card's thread, updated to its outcome."""
+
+    def __init__(self, sender: SlackSender) -> None:
+        self._sender = sender
+
+    async def post(self, card: CardRow, attachment: Any) -> str | None:
+        place = parse_source(card.source)
+        return await self._sender.post(place, _summary(card), card_blocks(card))
+
+    async def closed(self, card: CardRow, outcome: str, by: str | None, note: str | None) -> None:
+        assert card.message_id is not None
+        verb, _suffix = outcome_line(outcome)
+        blocks = resolved_blocks(card, outcome, by, note)
+        await self._sender.edit(card.conversation, card.message_id, verb, blocks)
+
+
+class SlackCards(OpenCards):
+    """The open cards (``OpenCards``), rendered in Block Kit."""
+
+    def __init__(self, hub: ChatHub, store: CardStore, sender: SlackSender) -> None:
+        super().__init__(store, SlackFace(sender))
+        self._hub = hub
+
+    async def send_card(self, source: str, event: ApprovalRequired) -> None:
+        if await self.shown(event.tool_call_id):
+            return  # asked again after a restart (or decided meanwhile): that card stands
+        deciders = await self._hub.who_may_decide(event.tool_call_id)
+        text = card_text(card_content(event, deciders))
+        await self.show(_row(source, event.tool_call_id, "approval", text))
+
+    async def send_question(self, source: str, event: Question) -> None:
+        if await self.shown(event.request_id):
+            return
+        await self.show(_row(source, event.request_id, "question", question_text(event.question)))
+
+
+def _row(source: str, key: int, kind: str, text: str) -> CardRow:
+    return CardRow(key, kind, source, parse_source(source).channel, None, text, None, "open")

@@ -1,0 +1,191 @@
+"""A Slack message, from its stored form to the hub (or to its one answer here).
+
+In order: bots (this one included), edits and deletions never reach here
+(``Incoming.of``); in a channel only what mentions the bot, or continues a thread the bot
+is in; strangers get a pairing code in their DM (in a channel, a line only they see);
+``/commands`` written as text (`` /stop``, or after the mention) run from the registry; a
+message may answer a question; files are not read (said so); the rest becomes a hub
+message, stored and marked handled in one commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+
+from bot.delivery import EventAlreadyHandled
+from bot.delivery.store import mark_handled_in
+from bot.platform.access import Access
+from bot.platform.cards import question_answered
+from bot.platform.commands import CommandContext, CommandRegistry
+from bot.platform.failures import SORRY_MESSAGE, report_failure
+from bot.slack.activity import ThreadActivity
+from bot.slack.cards import SlackCards
+from bot.slack.incoming import SLACK, Incoming, Place
+from bot.slack.sending import SlackError, SlackSender, slack_call
+from engine.hub import ChatHub, HubError, SendOptions
+from engine.store import SENDER_KEY, InboxError
+
+__all__ = ["FILES_NOT_READ", "NOT_PAIRED", "MessageHandler", "SlackMe"]
+
+log = logging.getLogger(__name__)
+
+FILES_NOT_READ = "I cannot read files sent on Slack yet; please write what you need as text."
+NOT_PAIRED = "You are not allowed to use this bot; send me a direct message to ask for access."
+_COMMAND = re.compile(r"^/([a-z0-9_]{1,32})(?:\s+(.*))?$", re.DOTALL)
+_MAX_NAME = 100
+
+
+@dataclass(slots=True)
+class SlackMe:
+    """Who the bot is (``auth.test``, asked at start), and the names of people it met."""
+
+    user_id: str | None = None
+    bot_id: str | None = None
+    team_id: str | None = None
+    names: dict[str, str] = field(default_factory=dict)
+
+
+class MessageHandler:
+    def __init__(
+        self,
+        hub: ChatHub,
+        me: SlackMe,
+        access: Access,
+        commands: CommandRegistry,
+        cards: SlackCards,
+        sender: SlackSender,
+        activity: ThreadActivity,
+    ) -> None:
+        self._hub = hub
+        self._me = me
+        self._access = access
+        self._commands = commands
+        self._cards = cards
+        self._sender = sender
+        self._activity = activity
+
+    async def addressed(self, m: Incoming) -> bool:
+        """Whether the bot answers ``m`` at all (checked before anything is stored): a DM,
+        a mention, or a message in a thread the bot is in (it has a session)."""
+        if m.team_id is not None and self._me.team_id is not None and m.team_id != self._me.team_id:
+            return False  # another workspace's (a shared channel): not ours to answer
+        if m.is_dm or m.mentions_me:
+            return True
+        if m.thread_ts is None:
+            return False
+        return await self._hub.current_session(m.source) is not None
+
+    async def handle(self, m: Incoming) -> bool:
+        """True when the event was marked handled along the way. A failure of ours is
+        logged with a short error id, and the sender told that id: never the exception."""
+        try:
+            return await self._on_message(m)
+        except Exception:
+            error = report_failure(log, f"message {m.key}")
+            if self._access.is_allowed(m.user):  # a stranger learns nothing more
+                await self._sender.say_at(m.place, SORRY_MESSAGE.format(error=error))
+            return False
+
+    async def _on_message(self, m: Incoming) -> bool:
+        place = m.place
+        if not self._access.is_allowed(m.user):
+            if m.is_dm:
+                await self._offer_pairing(m)
+            else:
+                await self._sender.ephemeral(m.channel, m.user, NOT_PAIRED, place.thread_ts)
+            return False
+        text = m.text_without(self._me.user_id)
+        command = _COMMAND.match(text)
+        if command is not None:
+            name, argument = command.group(1), command.group(2) or ""
+            reply = await self.run_command(m.source, name, argument, m.user)
+            if reply:
+                await self._sender.say_at(place, reply)
+            return False
+        if text and await self._answer_question(m, text):
+            return False
+        if m.files:
+            await self._sender.say_at(place, "⚠️ " + FILES_NOT_READ)
+            if not text:
+                return False
+        if not text:
+            return False
+        metadata = {
+            "slack_ts": m.ts,
+            "slack_channel": m.channel,
+            SENDER_KEY: {"id": m.user, "name": await self.name_of(m.user)},
+        }
+        try:
+            # Stored and marked handled in one commit: a crash leaves both or neither.
+            await self._hub.send_message(
+                m.source,
+                text,
+                SendOptions(metadata=metadata),
+                also=lambda conn: mark_handled_in(conn, SLACK, m.key),
+                redelivered_if_lost=True,
+            )
+        except HubError as exc:
+            await self._sender.say_at(place, f"⚠️ {exc}")
+            return False
+        except EventAlreadyHandled:  # handed over twice (a retry, another process)
+            log.info("slack message %s was handled already", m.key)
+            return True
+        self._activity.start(m.source)
+        return True
+
+    async def run_command(self, source: str, name: str, argument: str, user: str) -> str | None:
+        context = CommandContext(
+            self._hub, source, argument.strip(), user, self._access.is_owner(user)
+        )
+        return await self._commands.run(name, context)
+
+    async def name_of(self, user: str) -> str:
+        """The person's display name (``users.info``, once per process); the id when
+        Slack does not say."""
+        known = self._me.names.get(user)
+        if known is not None:
+            return known
+        web = self._sender.web
+        try:
+            answer = await slack_call(lambda: web.users_info(user=user))
+        except SlackError as exc:
+            log.info("users.info for %s failed: %s", user, exc.description)
+            return user
+        person = answer.get("user") or {}
+        profile = person.get("profile") or {}
+        name = profile.get("display_name") or person.get("real_name") or person.get("name")
+        name = str(name or user)[:_MAX_NAME]
+        self._me.names[user] = name
+        return name
+
+    async def _offer_pairing(self, m: Incoming) -> None:
+        offer = await self._access.offer_pairing(m.user, m.channel, await self.name_of(m.user))
+        if offer.to_user is not None:
+            await self._sender.say_at(Place(m.channel), offer.to_user)
+        owner = self._access.owner
+        if offer.to_owner is not None and owner is not None:
+            await self.say_to_user(owner, offer.to_owner)
+
+    async def say_to_user(self, user: str, text: str) -> None:
+        """A DM to ``user`` (its channel opened first); a failure is logged."""
+        channel = await self._sender.open_dm(user)
+        if channel is not None:
+            await self._sender.say_at(Place(channel), text)
+
+    async def _answer_question(self, m: Incoming, text: str) -> bool:
+        """Any plain message in the conversation while a question is open answers it."""
+        questions = [c for c in self._cards.open_in(m.source) if c.kind == "question"]
+        card = question_answered(questions, is_command=False)
+        if card is None:
+            return False
+        try:
+            await self._hub.answer(card.tool_call_id, text, source=m.source)
+        except (InboxError, HubError) as exc:
+            log.info("question %s not answerable: %s", card.tool_call_id, exc)
+            await self._cards.close(card, "expired", "expired")
+            return False
+        await self._cards.close(card, "answered", "answered", by=await self.name_of(m.user))
+        self._activity.start(m.source)
+        return True

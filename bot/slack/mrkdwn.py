@@ -1,0 +1,244 @@
+"""Markdown (as models write it) into Slack's mrkdwn, from markdown-it-py's token stream.
+
+mrkdwn has *bold*, _italic_, ~strike~, `code`, code blocks, ``<url|text>`` links and ``>``
+quotes; no headings (a heading is a bold line), no lists (lines with "•" or "1."), no
+tables (a table is a code block with aligned columns: its cells stay readable and line
+up). Every character of the model's text is escaped (``&``, ``<``, ``>``), inside code
+too: the model can never ping ``<!channel>`` or ``<@U…>`` nor forge a link. Only http(s)
+and mailto URLs become links. Emphasis against a letter (``a**b**c``) gets a zero-width
+space, where Slack would otherwise show the stars.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+__all__ = ["to_mrkdwn"]
+
+_PARSER = MarkdownIt("commonmark").enable(["table", "strikethrough"])
+_SAFE_LINK = re.compile(r"^(https?://|mailto:)", re.IGNORECASE)
+_MARKS = {"strong": "*", "em": "_", "s": "~"}
+_ZWSP = "\u200b"
+_BULLETS = ("•", "◦", "▪")
+
+
+def to_mrkdwn(markdown: str) -> str:
+    """``markdown`` as mrkdwn; never raises (what it cannot parse it shows as text)."""
+    if not markdown.strip():
+        return ""
+    try:
+        tokens = _PARSER.parse(markdown)
+    except Exception:  # markdown-it is robust; a plain, escaped text is the floor
+        return escape(markdown)
+    return _Blocks().render(tokens).strip("\n")
+
+
+def escape(text: str) -> str:
+    """Slack's three escapes: what the model writes stays text."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _url(href: str) -> str:
+    """A URL inside ``<…|…>``: nothing in it may end the link early."""
+    return href.replace("&", "&amp;").replace("<", "%3C").replace(">", "%3E").replace("|", "%7C")
+
+
+class _Blocks:
+    """Block tokens into lines: quotes and list items prefix theirs."""
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+        self._quote = 0
+        self._lists: list[list[int]] = []  # per open list: [ordered (0/1), next number]
+        self._marker: str | None = None  # the current item's marker, for its first line
+
+    def render(self, tokens: Sequence[Token]) -> str:
+        index = 0
+        while index < len(tokens):
+            index = self._step(tokens, index)
+        return "\n".join(self._lines)
+
+    def _step(self, tokens: Sequence[Token], index: int) -> int:
+        token = tokens[index]
+        kind = token.type
+        if kind in ("paragraph_open", "heading_open"):
+            inline = tokens[index + 1]
+            text = _inline(inline.children or [], plain=kind == "heading_open")
+            if kind == "heading_open" and text.strip():
+                text = f"*{text.strip()}*"
+            self._block(text)
+            if not token.hidden:
+                self._gap()
+            return index + 3
+        if kind in ("fence", "code_block"):
+            self._block(f"```\n{escape(token.content.rstrip(chr(10)))}\n```")
+            self._gap()
+        elif kind == "html_block":
+            self._block(escape(token.content.rstrip("\n")))
+            self._gap()
+        elif kind == "hr":
+            self._block("――――――――")
+            self._gap()
+        elif kind in ("bullet_list_open", "ordered_list_open"):
+            start = token.attrGet("start")
+            number = int(start) if isinstance(start, str | int) and str(start).isdigit() else 1
+            self._lists.append([int(kind == "ordered_list_open"), number])
+        elif kind in ("bullet_list_close", "ordered_list_close"):
+            self._lists.pop()
+            if not self._lists:
+                self._gap()
+        elif kind == "list_item_open":
+            current = self._lists[-1]
+            if current[0]:
+                self._marker = f"{current[1]}. "
+                current[1] += 1
+            else:
+                self._marker = _BULLETS[(len(self._lists) - 1) % len(_BULLETS)] + " "
+        elif kind == "list_item_close":
+            self._marker = None
+        elif kind == "blockquote_open":
+            self._quote += 1
+        elif kind == "blockquote_close":
+            if self._lines and self._lines[-1] == ">" * self._quote:
+                self._lines.pop()  # the quote's last gap: the quote ends here
+            self._quote -= 1
+            self._gap()
+        elif kind == "table_open":
+            return self._table(tokens, index)
+        return index + 1
+
+    def _block(self, text: str) -> None:
+        depth = max(0, len(self._lists) - 1)
+        indent = "    " * depth
+        for number, line in enumerate(text.split("\n")):
+            if self._marker is not None and number == 0:
+                head = indent + self._marker
+                self._marker = None
+            elif self._lists:
+                head = indent + "   "
+            else:
+                head = ""
+            quote = "> " * self._quote
+            self._lines.append((quote + head + line).rstrip() or quote.rstrip())
+
+    def _gap(self) -> None:
+        if self._lists or (self._lines and self._lines[-1] in ("", ">" * self._quote)):
+            return
+        self._lines.append(">" * self._quote)
+
+    def _table(self, tokens: Sequence[Token], index: int) -> int:
+        """A table as a code block with aligned columns (mrkdwn has no tables)."""
+        rows: list[list[str]] = []
+        while index < len(tokens) and tokens[index].type != "table_close":
+            token = tokens[index]
+            if token.type == "tr_open":
+                rows.append([])
+            elif token.type == "inline" and rows:
+                rows[-1].append(_plain(token.children or []))
+            index += 1
+        widths = [max(len(row[c]) for row in rows if c < len(row)) for c in range(_columns(rows))]
+        lines = [
+            "  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip() for row in rows
+        ]
+        if len(lines) > 1:
+            lines.insert(1, "  ".join("-" * w for w in widths))
+        self._block("```\n" + escape("\n".join(lines)) + "\n```")
+        self._gap()
+        return index + 1
+
+
+def _columns(rows: list[list[str]]) -> int:
+    return max((len(row) for row in rows), default=0)
+
+
+def _plain(children: Sequence[Token]) -> str:
+    """An inline's text without marks (a table cell, inside a code block)."""
+    parts: list[str] = []
+    for token in children:
+        if token.type in ("text", "code_inline", "html_inline"):
+            parts.append(token.content)
+        elif token.type in ("softbreak", "hardbreak"):
+            parts.append(" ")
+        elif token.type == "image":
+            parts.append(token.content or str(token.attrGet("src") or ""))
+    return "".join(parts)
+
+
+def _inline(children: Sequence[Token], *, plain: bool = False) -> str:
+    """Inline tokens as mrkdwn; ``plain``: without emphasis marks (inside a bold heading)."""
+    out: list[str] = []
+    index = 0
+    while index < len(children):
+        token = children[index]
+        kind = token.type
+        if kind == "text":
+            out.append(escape(token.content))
+        elif kind in ("softbreak", "hardbreak"):
+            out.append("\n")
+        elif kind == "code_inline":
+            out.append(f"`{escape(token.content)}`")
+        elif kind == "html_inline":
+            out.append(escape(token.content))
+        elif kind.endswith("_open") and kind[:-5] in _MARKS:
+            if not plain:
+                out.append(_Mark(_MARKS[kind[:-5]], opening=True))
+        elif kind.endswith("_close") and kind[:-6] in _MARKS:
+            if not plain:
+                out.append(_Mark(_MARKS[kind[:-6]], opening=False))
+        elif kind == "link_open":
+            end = _closing(children, index)
+            out.append(_link(str(token.attrGet("href") or ""), children[index + 1 : end]))
+            index = end
+        elif kind == "image":
+            out.append(_link(str(token.attrGet("src") or ""), [], alt=token.content))
+        index += 1
+    return _joined(out)
+
+
+def _closing(children: Sequence[Token], index: int) -> int:
+    for end in range(index + 1, len(children)):
+        if children[end].type == "link_close":
+            return end
+    return len(children) - 1
+
+
+def _link(href: str, inner: Sequence[Token], alt: str = "") -> str:
+    text = _plain(inner) if inner else alt
+    if not _SAFE_LINK.match(href):
+        shown = escape(text)
+        return f"{shown} ({escape(href)})" if href and href != text else shown
+    if not text or text == href:
+        return f"<{_url(href)}>"
+    return f"<{_url(href)}|{escape(text)}>"
+
+
+class _Mark(str):
+    """An emphasis mark, placed once its neighbours are known."""
+
+    opening: bool
+
+    def __new__(cls, mark: str, *, opening: bool) -> _Mark:
+        made = super().__new__(cls, mark)
+        made.opening = opening
+        return made
+
+
+def _joined(parts: list[str]) -> str:
+    """Marks against a letter or digit get a zero-width space on that side: Slack formats
+    ``*b*`` only where it starts and ends at a word's edge."""
+    out: list[str] = []
+    for index, part in enumerate(parts):
+        if isinstance(part, _Mark):
+            if part.opening:
+                before = "".join(out)[-1:]
+                out.append((_ZWSP if before.isalnum() else "") + part)
+            else:
+                after = next((p for p in parts[index + 1 :] if p), "")[:1]
+                out.append(part + (_ZWSP if after.isalnum() else ""))
+        else:
+            out.append(part)
+    return "".join(out)

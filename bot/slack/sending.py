@@ -1,0 +1,337 @@
+"""Slack's side of the delivery layer: its client (``SlackClient``: one try of a recorded
+message, ``chat.postMessage``) and its sender (``SlackSender``).
+
+Every call goes through ``Outbound`` (``bot.delivery``): replies are cut on safe Markdown
+boundaries (``bot.platform.chunks``), converted to mrkdwn (``bot.slack.mrkdwn``) within
+Slack's advised 4,000 characters a message, recorded as outbox rows of the ``slack``
+platform under their channel (Slack's pace is per channel), with the thread in the
+payload, and sent once from them; cards, edits and ephemeral answers go through it too.
+slack_sdk retries nothing here (``retry_handlers=[]``): a 429 is ``RetryLater`` with its
+``Retry-After``, which the outbox's pacing honours for the whole fleet.
+
+Nothing the model writes pings anyone: its text is escaped (``<!channel>`` stays text)
+and sent with ``link_names`` off.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+from sqlalchemy.engine import Connection
+
+from bot.delivery import (
+    OTHER,
+    Cap,
+    Outbound,
+    OutboxRow,
+    Pacing,
+    PacingPolicy,
+    PlatformError,
+    Rate,
+    Refused,
+    RetryLater,
+    Unavailable,
+    clamp_retry_after,
+)
+from bot.platform.chunks import split_markdown
+from bot.platform.protocols import MessageRef
+from bot.slack.incoming import SLACK, Place, parse_source
+from bot.slack.mrkdwn import to_mrkdwn
+from bot.slack.settings import SlackSettings
+
+__all__ = [
+    "MESSAGE_LIMIT",
+    "SlackClient",
+    "SlackError",
+    "SlackSender",
+    "mrkdwn_parts",
+    "slack_call",
+    "slack_pacing",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Json = dict[str, Any]
+
+#: Slack's advice for a message's text (it takes 40,000 and cuts longer ones).
+MESSAGE_LIMIT = 4000
+#: Errors that mean Slack, not the request, failed.
+_SLACK_DOWN = frozenset(
+    {"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"}
+)
+
+
+class SlackError(PlatformError):
+    """A Slack call failed; ``description`` is Slack's error code when it sent one."""
+
+
+class SlackRetryLater(SlackError, RetryLater):
+    pass
+
+
+class SlackUnavailable(SlackError, Unavailable):
+    pass
+
+
+class SlackRefused(SlackError, Refused):
+    pass
+
+
+async def slack_call(op: Callable[[], Awaitable[T]]) -> T:
+    """One slack_sdk call with its failures as the delivery layer's errors."""
+    try:
+        return await op()
+    except SlackApiError as exc:
+        response = exc.response
+        status = response.status_code
+        error = str(response.get("error") or f"HTTP {status}")
+        if status == 429:
+            headers = {k.lower(): v for k, v in (response.headers or {}).items()}
+            raise SlackRetryLater(clamp_retry_after(headers.get("retry-after")), error) from None
+        if status >= 500 or error in _SLACK_DOWN:
+            raise SlackUnavailable(error) from None
+        raise SlackRefused(error) from None
+    except (aiohttp.ClientError, OSError, TimeoutError, SlackClientError) as exc:
+        raise SlackUnavailable(f"{type(exc).__name__}: {exc}") from None
+
+
+#: Slack's chat.postMessage limit in a channel: about one a second, short bursts allowed;
+#: never more than 5 in any 5 s here.
+CHANNEL_WINDOW = Cap(5, 5.0)
+
+
+def slack_pacing(settings: SlackSettings) -> Pacing:
+    """Slack's limits (docs/slack.md, "Pacing"): per channel a burst then a rate within a
+    window; edits (``chat.update``, Tier 3: 50 a minute) one per 2 s per channel; the
+    whole app at most ``SLACK_GLOBAL_PER_SECOND``, shared by a fleet."""
+    channel = Rate(settings.slack_channel_burst, settings.slack_channel_per_second)
+    return Pacing(
+        policy=PacingPolicy(
+            private=channel,
+            group=channel,
+            group_cap=CHANNEL_WINDOW,
+            overall=Cap.per_second(settings.slack_global_per_second),
+            edits=Rate(2, 0.5),
+        )
+    )
+
+
+def mrkdwn_parts(markdown: str, limit: int = MESSAGE_LIMIT) -> list[str]:
+    """``markdown`` as mrkdwn messages of at most ``limit`` characters, cut where the
+    Markdown may be cut (a code block closed and opened again at a cut)."""
+    parts: list[str] = []
+    pending = split_markdown(markdown, limit * 7 // 8)
+    while pending:
+        chunk = pending.pop(0)
+        converted = to_mrkdwn(chunk)
+        if len(converted) <= limit:
+            if converted.strip():
+                parts.append(converted)
+            continue
+        smaller = split_markdown(chunk, max(1, len(chunk) // 2))
+        if len(smaller) < 2:  # nothing left to cut safely: cut the text itself
+            parts.extend(converted[i : i + limit] for i in range(0, len(converted), limit))
+            continue
+        pending[:0] = smaller
+    return parts
+
+
+class SlackClient:
+    """A recorded message, posted to its channel (``bot.delivery.PlatformClient``)."""
+
+    name = SLACK
+
+    def __init__(self, web: AsyncWebClient) -> None:
+        self.web = web
+
+    def is_group(self, conversation: str) -> bool:
+        return True  # every channel, a DM too, has Slack's per-channel pace
+
+    async def send(self, conversation: str, payload: Json) -> Json:
+        arguments: Json = {
+            "channel": conversation,
+            "text": payload.get("text") or "",
+            "unfurl_links": False,
+            "unfurl_media": False,
+        }
+        if payload.get("blocks"):
+            arguments["blocks"] = payload["blocks"]
+        if payload.get("thread_ts"):
+            arguments["thread_ts"] = payload["thread_ts"]
+        answer = await slack_call(lambda: self.web.chat_postMessage(**arguments))
+        return dict(answer.data) if isinstance(answer.data, dict) else {}
+
+    def message_id(self, answer: Any) -> str | None:
+        ts = answer.get("ts") if isinstance(answer, dict) else None
+        return ts if isinstance(ts, str) else None
+
+    def fallback(self, payload: Json, error: Refused) -> Json | None:
+        """Blocks Slack refused: the message's text alone."""
+        if payload.get("blocks") and error.description.startswith("invalid_blocks"):
+            return {k: v for k, v in payload.items() if k != "blocks"}
+        return None
+
+
+class SlackSender:
+    """The outbox's sender (``OutboxSender``) and every other call the adapter makes."""
+
+    def __init__(self, web: AsyncWebClient, outbound: Outbound) -> None:
+        self.web = web
+        self.outbound = outbound
+
+    # -- the outbox's sender ----------------------------------------------------------------
+
+    def prepare(self, source: str, text: str) -> list[Json]:
+        place = parse_source(source)
+        return [_payload(part, place.thread_ts) for part in mrkdwn_parts(text)]
+
+    def record(
+        self, conn: Connection, source: str, key: str, prepared: list[Json]
+    ) -> list[OutboxRow]:
+        return self.outbound.record_in(conn, parse_source(source).channel, key, prepared)
+
+    async def send_recorded(self, rows: Sequence[OutboxRow]) -> None:
+        await self.outbound.deliver_rows(rows)
+
+    async def send_durable(self, source: str, key: str, prepared: list[Json]) -> None:
+        channel = parse_source(source).channel
+        for index, payload in enumerate(prepared):
+            await self.outbound.deliver(channel, f"{key}:{index}", payload)
+
+    async def say(self, source: str, text: str) -> None:
+        await self.say_at(parse_source(source), text)
+
+    def progress_text(self, lines: Sequence[str]) -> str:
+        """The last lines that fit one message (``…`` first when some are left out)."""
+        kept: list[str] = []
+        used = 0
+        for line in reversed(lines):
+            line = _escape(line if len(line) <= 300 else line[:299] + "…")
+            if used + len(line) + 1 > MESSAGE_LIMIT - 2:
+                kept.append("…")
+                break
+            kept.append(line)
+            used += len(line) + 1
+        return "\n".join(reversed(kept))
+
+    async def send_progress(self, source: str, text: str) -> MessageRef | None:
+        place = parse_source(source)
+        return await self.post(place, text)
+
+    async def edit_progress(self, source: str, ref: MessageRef, text: str) -> None:
+        await self.edit(parse_source(source).channel, str(ref), text, None)
+
+    # -- what else is sent ------------------------------------------------------------------
+
+    async def post(self, place: Place, text: str, blocks: list[Json] | None = None) -> str | None:
+        """Post a mrkdwn message now (not recorded); its ts, or ``None`` when Slack
+        refused it (logged)."""
+        payload = _payload(text, place.thread_ts)
+        if blocks:
+            payload["blocks"] = blocks
+        try:
+            answer = await self.outbound.send(place.channel, payload)
+        except SlackError as exc:
+            log.warning("posting to %s failed: %s", place.channel, exc.description)
+            return None
+        return self.outbound.client.message_id(answer)
+
+    async def say_at(self, place: Place, markdown: str) -> None:
+        """Markdown as one or more messages; a failure is logged, not raised."""
+        for part in mrkdwn_parts(markdown):
+            if await self.post(place, part) is None:
+                return
+
+    async def edit(self, channel: str, ts: str, text: str, blocks: list[Json] | None) -> None:
+        """Replace a message of the bot's (``blocks=None``: none); failures are logged."""
+
+        async def update() -> Any:
+            return await self.web.chat_update(
+                channel=channel, ts=ts, text=text, blocks=blocks or []
+            )
+
+        try:
+            await self.outbound.edit(channel, ts, lambda: slack_call(update))
+        except SlackError as exc:
+            log.warning("updating message %s in %s failed: %s", ts, channel, exc.description)
+
+    async def ephemeral(
+        self, channel: str, user: str, text: str, thread_ts: str | None = None
+    ) -> None:
+        """A message only ``user`` sees (a refusal, a command's answer); failures logged."""
+        arguments: Json = {"channel": channel, "user": user, "text": _escape(text)}
+        if thread_ts:
+            arguments["thread_ts"] = thread_ts
+        await self._other(
+            channel, "chat.postEphemeral", lambda: self.web.chat_postEphemeral(**arguments)
+        )
+
+    async def status(self, place: Place, text: str) -> bool:
+        """The thread's "is thinking…" status (``assistant.threads.setStatus``; empty
+        clears it); False when Slack refused it (not an assistant thread, no scope)."""
+        if place.thread_ts is None:
+            return False
+        thread_ts = place.thread_ts
+
+        async def set_status() -> Any:
+            return await self.web.assistant_threads_setStatus(
+                channel_id=place.channel, thread_ts=thread_ts, status=text
+            )
+
+        try:
+            await self.outbound.call(place.channel, lambda: slack_call(set_status), kind=OTHER)
+        except SlackError as exc:
+            log.debug("setting the status in %s failed: %s", place.channel, exc.description)
+            return False
+        return True
+
+    async def open_dm(self, user: str) -> str | None:
+        """The DM channel with ``user`` (opened when needed); ``None`` when Slack refused."""
+        try:
+            answer = await self.outbound.call(
+                None,
+                lambda: slack_call(lambda: self.web.conversations_open(users=user)),
+                kind=OTHER,
+            )
+        except SlackError as exc:
+            log.warning("could not open a DM with %s: %s", user, exc.description)
+            return None
+        channel = (answer.get("channel") or {}).get("id")
+        return channel if isinstance(channel, str) else None
+
+    async def open_view(self, trigger_id: str, view: Json) -> bool:
+        """A modal, opened within the trigger's 3 s; False when Slack refused it."""
+        try:
+            await self.outbound.call(
+                None,
+                lambda: slack_call(lambda: self.web.views_open(trigger_id=trigger_id, view=view)),
+                kind=OTHER,
+            )
+        except SlackError as exc:
+            log.info("opening a modal failed: %s", exc.description)
+            return False
+        return True
+
+    async def _other(self, channel: str, what: str, op: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            await self.outbound.call(channel, lambda: slack_call(op), kind=OTHER)
+        except SlackError as exc:
+            log.info("%s in %s failed: %s", what, channel, exc.description)
+
+
+def _payload(text: str, thread_ts: str | None) -> Json:
+    payload: Json = {"text": text}
+    if thread_ts is not None:
+        payload["thread_ts"] = thread_ts
+    return payload
+
+
+def _escape(text: str) -> str:
+    """Plain text for a mrkdwn field: Slack's three escapes, nothing else."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -1,0 +1,179 @@
+"""Approval cards on Slack: Block Kit buttons that name their call, a modal for a reason
+or an answer, refusals only the clicking person sees."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from bot.delivery import CardRow
+from bot.platform.cards import EXPIRED, NOT_ALLOWED, CardContent
+from bot.platform.controls import ControlId, parse_control
+from bot.platform.open_cards import card_is_live
+from bot.slack.cards import card_text, parse_metadata
+from engine.approval import Decider
+from engine.hub import APPROVE
+from engine.llm.scripted import text
+from tests.bot.platform_contract.scripts import shell, tool_results
+from tests.bot.slack.conftest import ALICE, BOB, GENERAL, MakeService, slack_of, until
+from tests.fakes.slack_server import FakeSlackServer, Message
+
+
+def card_in(fake: FakeSlackServer, channel: str) -> Message | None:
+    return next((m for m in fake.messages(channel) if m.buttons), None)
+
+
+def ephemeral_texts(fake: FakeSlackServer, user: str) -> list[str]:
+    return [m.text for m in fake.ephemerals(user)]
+
+
+def action(card: Message, choice: str) -> str:
+    return next(a for a in card.action_ids if a.endswith(f":{choice}"))
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [
+        None,
+        "",
+        "card:1:launch",
+        "card:0:approve",
+        "card:01:approve",
+        "card:99999999999999999999:approve",
+        "card:-1:approve",
+        "card:1",
+        "ask:1:approve",
+        "x" * 101,
+        "card:１:approve",
+        "reason:1:extra",
+    ],
+)
+def test_junk_action_ids_name_no_call(junk: object) -> None:
+    assert parse_control(junk) is None
+
+
+@pytest.mark.parametrize(
+    "junk", [None, "", "{", "[]", '{"c": "C1"}', '{"c": "C0X", "m": "now"}', "x" * 300]
+)
+def test_junk_modal_metadata_names_no_card(junk: object) -> None:
+    assert parse_metadata(junk) is None
+
+
+def test_a_huge_call_fits_a_section_and_says_it_is_cut() -> None:
+    shown = CardContent(
+        "execute_cmd", "main", 0, "Command", "echo <!channel> ```x``` &\n" * 500, "sh"
+    )
+    body = card_text(shown)
+    assert len(body) <= 3000 and "Cut" in body
+    assert "<!channel>" not in body and "&lt;!channel&gt;" in body  # never a ping
+    assert body.count("```") == 2  # the call's own backticks cannot close the block
+
+
+def test_a_card_is_live_only_open_in_its_channel_on_its_message() -> None:
+    card = CardRow(5, "approval", "slack:D0ALICE", "D0ALICE", "1.000002", "x", None, "open")
+    assert card_is_live(card, "approval", "D0ALICE", "1.000002")
+    assert not card_is_live(card, "approval", "C0OTHER", "1.000002")
+    assert not card_is_live(card, "approval", "D0ALICE", "1.000003")
+    assert not card_is_live(card, "question", "D0ALICE", "1.000002")
+    assert not card_is_live(replace(card, state="resolved"), "approval", "D0ALICE", "1.000002")
+    assert not card_is_live(None, "approval", "D0ALICE", "1.000002")
+
+
+async def test_approve_runs_the_call_and_the_card_loses_its_buttons(
+    fake: FakeSlackServer, make_service: MakeService, model
+) -> None:
+    model.add(shell("echo hi"), text("Ran it."))
+    await make_service()
+    asked = fake.mention(GENERAL, ALICE, "run it")
+    await until(lambda: card_in(fake, GENERAL) is not None)
+    card = card_in(fake, GENERAL)
+    assert card is not None and card.thread_ts == asked.ts
+    assert [b["text"]["text"] for b in card.buttons] == [
+        "✅ Approve",
+        "❌ Reject",
+        "⏱ 15 min",
+        "🔄 Session",
+    ]
+    fake.click(card, BOB, action(card, "approve"))  # Bob is no allowed decider
+    await until(lambda: NOT_ALLOWED in ephemeral_texts(fake, BOB))
+    assert fake.message(GENERAL, card.ts).buttons
+    click = fake.click(card, ALICE, action(card, "approve"))
+    await until(lambda: any(m.text == "Ran it." for m in fake.messages(GENERAL)))
+    assert click.acked
+    decided = fake.message(GENERAL, card.ts)
+    assert decided.buttons == [] and "Approved" in str(decided.blocks)
+    assert "alice" in str(decided.blocks).lower()
+    assert "hi" in tool_results(model)[0]
+
+
+async def test_reject_asks_a_reason_in_a_modal(
+    fake: FakeSlackServer, make_service: MakeService, model
+) -> None:
+    model.add(shell("echo hi"), text("Not run."))
+    await make_service()
+    dm = fake.dm_channel(ALICE)
+    fake.dm(ALICE, "run it")
+    await until(lambda: card_in(fake, dm) is not None)
+    card = card_in(fake, dm)
+    assert card is not None
+    fake.click(card, ALICE, action(card, "reject"))
+    await until(lambda: fake.open_views(ALICE))
+    view = fake.open_views(ALICE)[0]
+    fake.submit_view(view, ALICE, {"text": "not today"})
+    await until(lambda: any(m.text == "Not run." for m in fake.messages(dm)))
+    decided = fake.message(dm, card.ts)
+    assert decided.buttons == [] and "Rejected" in str(decided.blocks)
+    assert "not today" in str(decided.blocks)
+    assert "not today" in " ".join(tool_results(model))
+
+
+async def test_forged_stale_and_foreign_clicks_are_refused_only_to_the_clicker(
+    fake: FakeSlackServer, make_service: MakeService, model
+) -> None:
+    model.add(shell("echo hi"), text("Ran it."))
+    service = await make_service()
+    dm = fake.dm_channel(ALICE)
+    fake.dm(ALICE, "run it")
+    await until(lambda: card_in(fake, dm) is not None)
+    card = card_in(fake, dm)
+    assert card is not None
+    approve = action(card, "approve")
+    fake.click(card, ALICE, approve, value="card:999:approve")  # another call's
+    fake.click(card, ALICE, approve, value="<junk>")
+    await until(lambda: ephemeral_texts(fake, ALICE) == [EXPIRED, EXPIRED])
+    assert fake.message(dm, card.ts).buttons  # nothing was decided
+    fake.click(card, ALICE, approve)
+    await until(lambda: any(m.text == "Ran it." for m in fake.messages(dm)))
+    assert await service.hub.pending_approvals() == []
+    await slack_of(service).drain()
+    assert [m.text for m in fake.messages(dm)].count("Ran it.") == 1
+
+
+async def test_a_decision_taken_elsewhere_updates_the_slack_card(
+    fake: FakeSlackServer, make_service: MakeService, model
+) -> None:
+    model.add(shell("echo hi"), text("Done."))
+    service = await make_service()
+    dm = fake.dm_channel(ALICE)
+    fake.dm(ALICE, "run it")
+    await until(lambda: (c := card_in(fake, dm)) is not None and c.ts)
+    card = card_in(fake, dm)
+    assert card is not None
+    pending = await service.hub.pending_approvals()
+    await service.hub.decide(
+        pending[0].tool_call_id,
+        APPROVE,
+        decider=Decider("owner", is_owner=True, is_allowed=True),
+        by="the inbox",
+        source=None,
+    )
+    await until(lambda: fake.message(dm, card.ts).buttons == [])
+    assert "Approved" in str(fake.message(dm, card.ts).blocks)
+    assert fake.calls_to("chat.update")[-1].params["channel"] == dm  # the DM's D… id
+    await until(lambda: any(m.text == "Done." for m in fake.messages(dm)))
+
+
+def test_action_ids_round_trip() -> None:
+    for parsed in (ControlId("card", 7, "bypass_15m"), ControlId("ask", 2**63 - 1)):
+        assert parse_control(str(parsed)) == parsed

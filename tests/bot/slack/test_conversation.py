@@ -1,0 +1,179 @@
+"""Talking to the agent on Slack: DMs, a mention that starts a thread, the thread going on
+without a mention, strangers, and what is never answered."""
+
+from __future__ import annotations
+
+from bot.slack.messages import FILES_NOT_READ, NOT_PAIRED
+from tests.bot.slack.conftest import ALICE, BOB, GENERAL, OWNER, MakeService, slack_of, texts, until
+from tests.engine.hub.conftest import EchoModel
+from tests.fakes.slack_server import BOT_USER_ID, FakeSlackServer
+
+
+async def test_a_dm_is_answered_once(make_service: MakeService, fake: FakeSlackServer) -> None:
+    service = await make_service()
+    dm = fake.dm_channel(ALICE)
+    fake.dm(ALICE, "hello there")
+    await until(lambda: texts(fake, dm) == ["echo: hello there"])
+    answer = fake.messages(dm)[0]
+    assert answer.thread_ts is None  # a DM's answer is in the DM, not in a thread
+    await slack_of(service).drain()
+    await until(lambda: all(d.acked for d in fake.deliveries))
+    assert texts(fake, dm) == ["echo: hello there"]
+
+
+async def test_a_mention_starts_a_thread_that_goes_on_without_one(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    service = await make_service()
+    asked = fake.mention(GENERAL, ALICE, "what time is it?")
+    await until(lambda: texts(fake, GENERAL, asked.ts) == ["echo: what time is it?"])
+    assert fake.messages(GENERAL)[0].thread_ts == asked.ts
+    # The mention came as two events (app_mention and message): one answer.
+    assert len([d for d in fake.deliveries if d.type == "events_api"]) >= 2
+    fake.thread_message(GENERAL, ALICE, "and the date?", asked.ts)
+    await until(lambda: len(texts(fake, GENERAL, asked.ts)) == 2)
+    assert texts(fake, GENERAL, asked.ts)[1] == "echo: and the date?"
+    # Outside the thread, without a mention: not for the bot.
+    fake.channel_message(GENERAL, ALICE, "lunch anyone?")
+    await slack_of(service).drain()
+    assert len(fake.messages(GENERAL)) == 2
+    await until(lambda: all(d.acked for d in fake.deliveries))
+
+
+async def test_a_thread_the_bot_is_not_in_stays_unanswered(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    service = await make_service()
+    parent = fake.channel_message(GENERAL, BOB, "a thread of people")
+    fake.thread_message(GENERAL, ALICE, "a reply in it", parent.ts)
+    mention = fake.mention(GENERAL, ALICE, "join us", thread_ts=parent.ts)
+    await until(lambda: texts(fake, GENERAL, parent.ts) == ["echo: join us"])
+    assert fake.messages(GENERAL)[0].thread_ts == parent.ts
+    assert mention.thread_ts == parent.ts
+    await slack_of(service).drain()
+    assert texts(fake, GENERAL) == ["echo: join us"]
+
+
+async def test_a_stranger_gets_a_pairing_code_and_the_owner_is_told(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    service = await make_service()
+    fake.dm(BOB, "let me in")
+    await until(lambda: any("/pair" in t for t in texts(fake, fake.dm_channel(BOB))))
+    await until(lambda: any("asks to talk to me" in t for t in texts(fake, fake.dm_channel(OWNER))))
+    code = texts(fake, fake.dm_channel(BOB))[0].split("/pair ")[1].split()[0].strip(".")
+    # The owner pairs Bob from their own DM; Bob is welcomed and then answered.
+    fake.dm(OWNER, f" /pair {code}")
+    await until(lambda: len(texts(fake, fake.dm_channel(BOB))) == 2)
+    fake.dm(BOB, "now?")
+    await until(lambda: texts(fake, fake.dm_channel(BOB))[-1] == "echo: now?")
+    # In a channel a stranger's mention gets a line only they see.
+    fake.add_user("U0CAROL001", "carol", "Carol")
+    fake.mention(GENERAL, "U0CAROL001", "hi bot")
+    await until(lambda: [m.text for m in fake.ephemerals("U0CAROL001")] == [NOT_PAIRED])
+    await slack_of(service).drain()
+    assert texts(fake, GENERAL) == []
+
+
+async def test_the_bots_own_posts_edits_and_deletions_are_never_answered(
+    make_service: MakeService, fake: FakeSlackServer, model: EchoModel
+) -> None:
+    service = await make_service()
+    dm = fake.dm_channel(ALICE)
+    fake.dm(ALICE, "one")
+    await until(lambda: texts(fake, dm) == ["echo: one"])
+    # Its own post came back as a message event (with bot_id): acknowledged, not answered.
+    await until(lambda: all(d.acked for d in fake.deliveries))
+    for event in (
+        {
+            "type": "message",
+            "subtype": "message_changed",
+            "channel": dm,
+            "ts": "1.000001",
+            "channel_type": "im",
+            "message": {"type": "message", "user": ALICE, "text": "edited", "ts": "1.000000"},
+        },
+        {
+            "type": "message",
+            "subtype": "message_deleted",
+            "channel": dm,
+            "ts": "1.000002",
+            "channel_type": "im",
+            "deleted_ts": "1.000000",
+        },
+        {
+            "type": "message",
+            "subtype": "bot_message",
+            "bot_id": "B0OTHER001",
+            "channel": dm,
+            "ts": "1.000003",
+            "channel_type": "im",
+            "text": "another bot",
+        },
+        {
+            "type": "message",
+            "user": "U0OTHERBOT",
+            "bot_id": "B0OTHER002",
+            "channel": dm,
+            "ts": "1.000004",
+            "channel_type": "im",
+            "text": "a bot with a user",
+        },
+        {
+            "type": "message",
+            "user": BOT_USER_ID,
+            "channel": dm,
+            "ts": "1.000005",
+            "channel_type": "im",
+            "text": "myself",
+        },
+    ):
+        fake.push_event(event)
+    await until(lambda: all(d.acked for d in fake.deliveries))
+    await slack_of(service).drain()
+    assert texts(fake, dm) == ["echo: one"]
+
+
+async def test_a_file_only_message_gets_a_sentence(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    service = await make_service()
+    dm = fake.dm_channel(ALICE)
+    fake.push_event(
+        {
+            "type": "message",
+            "subtype": "file_share",
+            "user": ALICE,
+            "channel": dm,
+            "ts": "1700000000.000100",
+            "channel_type": "im",
+            "text": "",
+            "files": [{"id": "F1", "name": "a.png"}],
+        }
+    )
+    await until(lambda: texts(fake, dm) == ["⚠️ " + FILES_NOT_READ])
+    await slack_of(service).drain()
+    assert texts(fake, dm) == ["⚠️ " + FILES_NOT_READ]
+
+
+async def test_another_workspaces_event_and_a_retry_are_not_answered(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    service = await make_service()
+    dm = fake.dm_channel(ALICE)
+    event = {
+        "type": "message",
+        "user": ALICE,
+        "channel": dm,
+        "ts": "1700000000.000200",
+        "channel_type": "im",
+        "text": "once",
+    }
+    first = fake.push_event(event)
+    again = fake.push_event(event)  # Slack's retry: the same message, a new envelope
+    await until(lambda: texts(fake, dm) == ["echo: once"])
+    await until(lambda: first.acked and again.acked)
+    foreign = fake.push_event(dict(event, ts="1700000000.000300"), team_id="T0ELSEWHERE")
+    await until(lambda: foreign.acked)
+    await slack_of(service).drain()
+    assert texts(fake, dm) == ["echo: once"]
