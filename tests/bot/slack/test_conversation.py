@@ -4,6 +4,8 @@ without a mention, strangers, and what is never answered."""
 from __future__ import annotations
 
 from bot.slack.messages import FILES_NOT_READ, NOT_PAIRED
+from engine.llm.scripted import text
+from tests.bot.platform_contract.scripts import shell
 from tests.bot.slack.conftest import ALICE, BOB, GENERAL, OWNER, MakeService, slack_of, texts, until
 from tests.engine.hub.conftest import EchoModel
 from tests.fakes.slack_server import BOT_USER_ID, FakeSlackServer
@@ -177,3 +179,13 @@ async def test_another_workspaces_event_and_a_retry_are_not_answered(
     await until(lambda: foreign.acked)
     await slack_of(service).drain()
     assert texts(fake, dm) == ["echo: once"]
+
+
+async def test_a_thread_shows_the_bot_is_thinking_while_a_turn_runs(
+    make_service: MakeService, fake: FakeSlackServer, model: EchoModel
+) -> None:
+    model.add(shell("echo hi"), text("Done."))  # the turn waits on its card
+    await make_service()
+    asked = fake.mention(GENERAL, ALICE, "run it")
+    await until(lambda: fake.statuses)
+    assert fake.statuses[0] == (GENERAL, asked.ts, "is thinking…")
