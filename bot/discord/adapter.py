@@ -11,23 +11,16 @@ the process died is handed over at the next start.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import discord
 
 from bot.delivery import (
     OTHER,
-    CardStore,
-    EventStore,
-    Outbound,
-    OutboxStore,
     Pacing,
     PlatformError,
     RetrySchedule,
@@ -36,22 +29,17 @@ from bot.delivery import (
 from bot.discord.activity import ChannelActivity
 from bot.discord.cards import DiscordCards
 from bot.discord.gateway import IDENTIFY_GAP_S, DiscordGateway
-from bot.discord.incoming import DISCORD, PREFIX, Incoming
+from bot.discord.incoming import DISCORD, Incoming
 from bot.discord.interactions import Interactions
 from bot.discord.messages import DiscordMe, Listening, MessageHandler
 from bot.discord.sending import DiscordClient, DiscordSender, discord_call
-from bot.platform.access import WELCOME, Access, PairingDesk
+from bot.platform.access import WELCOME, PairingDesk
 from bot.platform.failures import report_failure
+from bot.platform.front import Front, FrontConfig
 from bot.platform.jobs import Jobs
-from bot.platform.lanes import Lanes
-from bot.platform.menu import chat_commands
-from bot.platform.outbox import Outbox
-from bot.platform.outgoing import EventRenderer
-from bot.platform.pairing import PairingStore
 from bot.platform.protocols import PairingCode
-from bot.platform.tasks import Background, Runtime
 from engine.approval import Decider
-from engine.hub import ChatHub, HubEvent
+from engine.hub import ChatHub
 from engine.store import Database, utcnow
 from memory.service import MemoryService
 
@@ -72,16 +60,11 @@ CATCH_UP_MESSAGES = 50
 class DiscordConfig:
     """What the adapter is told by the service (``bot/discord/service.py``)."""
 
-    owner_id: str | None = None
-    allowed_user_ids: frozenset[str] = frozenset()
+    front: FrontConfig = field(default_factory=FrontConfig)
     listening: Listening = field(default_factory=Listening)
     workspace: Path = Path("workspace")
     progress_interval_s: float = 2.0
-    pairing_reminder_s: float = 600.0
-    #: One process: every pending outbox row is due at start (a fleet finds dead ones').
-    recover_outbox_at_start: bool = True
     identify_gap_s: float = IDENTIFY_GAP_S
-    process_id: str | None = None
 
 
 class DiscordAdapter:
@@ -103,55 +86,47 @@ class DiscordAdapter:
         processes share the bot's cap); ``desk``: every platform's pairing, for ``/pair``."""
         self.hub, self.config = hub, config
         self._me = DiscordMe()
-        self._background = background = Background()
-        self.access = access = Access(
-            PairingStore(db, DISCORD),
-            allowed=config.allowed_user_ids,
-            owner=config.owner_id,
-            clock=time.monotonic,
-            reminder_s=config.pairing_reminder_s,
+        self.front = front = Front(
+            DISCORD,
+            Incoming,
+            hub,
+            db,
+            pacing,
+            config.front,
+            welcome=self._welcome,
+            schedule=schedule,
+            tenure=tenure,
+            members=members,
+            jobs=jobs,
+            memory=memory,
+            desk=desk,
         )
-        desk = desk if desk is not None else PairingDesk()
-        desk.add(access, self._welcome)
-        self.commands = chat_commands(desk, jobs, memory)
+        self.access, self.commands, self.events = front.access, front.commands, front.events
         self.bot = bot = DiscordGateway(
             self,
             self.commands,
             message_content=config.listening.reads_content,
             identify_gap_s=config.identify_gap_s,
         )
-        self.events = EventStore(db, DISCORD)
-        self.outbound = outbound = Outbound(
-            DiscordClient(bot),
-            OutboxStore(db, DISCORD, process_id=config.process_id),
-            pacing,
-            schedule=schedule,
-            tenure=tenure,
-            members=members or (lambda: 1),
-        )
+        self.outbound = outbound = front.deliver_with(DiscordClient(bot))
         self.sender = sender = DiscordSender(bot, outbound)
-        self.outbox: Outbox[Any, Any] = Outbox(
-            sender, clock=time.monotonic, progress_interval_s=config.progress_interval_s
-        )
-        self.outbox.attach(hub, PREFIX)
-        runtime = Runtime(time.monotonic, asyncio.sleep, background)
-        self.cards = cards = DiscordCards(hub, CardStore(db, DISCORD), sender)
-        activity = ChannelActivity(hub, sender, runtime)
-        self._messages = MessageHandler(
+        self.cards = cards = DiscordCards(hub, front.card_store, sender)
+        activity = ChannelActivity(hub, sender, front.runtime)
+        self._messages = messages = MessageHandler(
             hub,
             self._me,
             config.listening,
-            access,
+            self.access,
             self.commands,
             cards,
             sender,
             activity,
             config.workspace,
         )
-        self._interactions = Interactions(hub, access, config.listening, cards, self.commands)
-        self._events = EventRenderer(PREFIX, self.outbox, cards, activity, streaming=False)
-        self._incoming: Lanes[str, Incoming] = Lanes(self._handle_in_lane, "dc-in")
-        self._outgoing: Lanes[str, HubEvent] = Lanes(self._events.render, "dc-out")
+        self._interactions = Interactions(hub, self.access, config.listening, cards, self.commands)
+        front.attach(
+            sender, cards, activity, messages.handle, progress_interval_s=config.progress_interval_s
+        )
 
     @property
     def bot_id(self) -> str | None:
@@ -162,29 +137,14 @@ class DiscordAdapter:
     async def start(self) -> None:
         """Local state and the hub subscription, before the hub recovers; no Discord call.
         Messages stored but not handled before a stop are handed over again."""
-        await self.access.load()
-        await self.cards.load()
-        self._background.spawn(self._events.pump(self.hub.events(), self._outgoing.submit))
-        if self.config.recover_outbox_at_start:
-            await self.outbound.recover()
-        for payload in await self.events.unhandled():
-            try:
-                incoming = Incoming.from_json(payload)
-            except (TypeError, ValueError):
-                log.warning("a stored Discord event could not be read; left as it is")
-                continue
-            self._incoming.submit(incoming.channel_id, incoming)
+        await self.front.start(self.cards)
 
     async def close(self) -> None:
-        await self._background.close()
-        await self._incoming.close()
-        await self._outgoing.close()
-        await self.outbound.flush()
+        await self.front.close()
         await self.bot.close()
 
     async def drain(self) -> None:
-        await self._incoming.join()
-        await self._outgoing.join()
+        await self.front.drain()
 
     # -- what the gateway delivers (``GatewaySink``) ------------------------------------------
 
@@ -192,7 +152,7 @@ class DiscordAdapter:
         """A new gateway session (a start, an IDENTIFY after INVALID_SESSION, a fleet's
         fail-over): what was written meanwhile is fetched (``catch_up``)."""
         self._me.id = bot_id
-        self._background.spawn(self.catch_up())
+        self.front.background.spawn(self.catch_up())
 
     async def catch_up(self) -> int:
         """Messages written while no session was open (Discord does not replay them to a
@@ -262,10 +222,7 @@ class DiscordAdapter:
         """Stored and queued when it is for the bot and new; 1 when it was."""
         if not self._messages.addressed(incoming):
             return 0
-        new = await self.events.record([(incoming.message_id, None, incoming.to_json())])
-        if new:
-            self._incoming.submit(incoming.channel_id, incoming)
-        return len(new)
+        return await self.front.take(incoming)
 
     async def interaction(self, interaction: discord.Interaction) -> None:
         await self._interactions.handle(interaction)
@@ -273,19 +230,11 @@ class DiscordAdapter:
     async def slash(self, interaction: discord.Interaction, name: str, argument: str) -> None:
         await self._interactions.slash(interaction, name, argument)
 
-    async def _handle_in_lane(self, _channel: str, incoming: Incoming) -> None:
-        marked = False
-        try:
-            marked = await self._messages.handle(incoming)
-        finally:
-            if not marked:
-                await self.events.mark_handled(incoming.message_id)
-
     async def _welcome(self, paired: PairingCode) -> None:
         await self.sender.say_in(paired.chat, WELCOME)
 
     def decider(self, user_id: str | None) -> Decider:
-        return self.access.decider(user_id)
+        return self.front.decider(user_id)
 
     def is_allowed(self, user_id: str | None) -> bool:
-        return self.access.is_allowed(user_id)
+        return self.front.is_allowed(user_id)

@@ -86,6 +86,16 @@ class Incoming:
     thread_owner: str | None = None
 
     @property
+    def key(self) -> str:
+        """Its id in the events store: Discord's message id."""
+        return self.message_id
+
+    @property
+    def lane(self) -> str:
+        """Messages keep their order within their channel (a thread is one)."""
+        return self.channel_id
+
+    @property
     def is_dm(self) -> bool:
         return self.guild_id is None
 

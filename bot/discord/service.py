@@ -30,6 +30,7 @@ from bot.discord.messages import Listening
 from bot.discord.sending import discord_pacing
 from bot.fleet.receiver import ReceiverElection
 from bot.platform.access import PairingDesk
+from bot.platform.front import FrontConfig
 from bot.platform.jobs import Jobs
 from bot.settings import Settings
 from engine.hub import ChatHub, FleetConfig
@@ -93,8 +94,12 @@ class DiscordService:
         fleet = self.fleet
         ownership = hub.fleet.ownership if hub.fleet is not None else None
         config = DiscordConfig(
-            owner_id=settings.discord_owner_id,
-            allowed_user_ids=frozenset(settings.discord_allowed_user_ids),
+            front=FrontConfig(
+                owner_id=settings.discord_owner_id,
+                allowed_user_ids=frozenset(settings.discord_allowed_user_ids),
+                recover_outbox_at_start=fleet is None,
+                process_id=fleet.owner if fleet is not None else None,
+            ),
             listening=Listening(
                 guilds=frozenset(settings.discord_guild_ids),
                 open_channels=frozenset(settings.discord_open_channel_ids),
@@ -102,8 +107,6 @@ class DiscordService:
                 reads_content=settings.discord_reads_content,
             ),
             workspace=self.workspace,
-            recover_outbox_at_start=fleet is None,
-            process_id=fleet.owner if fleet is not None else None,
             **({"identify_gap_s": self.identify_gap_s} if self.identify_gap_s is not None else {}),
         )
         self.adapter = adapter = DiscordAdapter(

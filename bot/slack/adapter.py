@@ -12,35 +12,28 @@ renderer and the outbox with ``sending.py`` as its sender.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
-import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.delivery import CardStore, EventStore, Outbound, OutboxStore, Pacing, RetrySchedule, Tenure
-from bot.platform.access import WELCOME, Access, PairingDesk
+from bot.delivery import Pacing, RetrySchedule, Tenure
+from bot.platform.access import WELCOME, PairingDesk
+from bot.platform.front import Front, FrontConfig
 from bot.platform.jobs import Jobs
-from bot.platform.lanes import Lanes
-from bot.platform.menu import chat_commands
-from bot.platform.outbox import Outbox
-from bot.platform.outgoing import EventRenderer
-from bot.platform.pairing import PairingStore
 from bot.platform.protocols import PairingCode
-from bot.platform.tasks import Background, Runtime
 from bot.slack.activity import ThreadActivity
 from bot.slack.cards import SlackCards
-from bot.slack.incoming import PREFIX, SLACK, Incoming, Place
+from bot.slack.incoming import SLACK, Incoming, Place
 from bot.slack.interactions import Interactions
 from bot.slack.messages import MessageHandler, SlackMe
 from bot.slack.sending import SlackClient, SlackSender
 from engine.approval import Decider
-from engine.hub import ChatHub, HubEvent
+from engine.hub import ChatHub
 from engine.store import Database
 from memory.service import MemoryService
 
@@ -60,13 +53,8 @@ class SlackConfig:
     api_url: str
     #: ``None``: Socket Mode (Slack's socket is authenticated, nothing to verify).
     signing_secret: str | None = None
-    owner_id: str | None = None
-    allowed_user_ids: frozenset[str] = frozenset()
+    front: FrontConfig = field(default_factory=FrontConfig)
     progress_interval_s: float = 5.0
-    pairing_reminder_s: float = 600.0
-    #: One process: every pending outbox row is due at start (a fleet finds dead ones').
-    recover_outbox_at_start: bool = True
-    process_id: str | None = None
 
 
 class SlackAdapter:
@@ -88,70 +76,47 @@ class SlackAdapter:
         processes share the app's cap); ``desk``: every platform's pairing, for ``/pair``."""
         self.hub, self.config = hub, config
         self.me = me = SlackMe()
-        self._background = background = Background()
-        self.access = access = Access(
-            PairingStore(db, SLACK),
-            allowed=config.allowed_user_ids,
-            owner=config.owner_id,
-            clock=time.monotonic,
-            reminder_s=config.pairing_reminder_s,
-        )
-        desk = desk if desk is not None else PairingDesk()
-        desk.add(access, self._welcome)
-        self.commands = chat_commands(desk, jobs, memory)
         # One try per call: the outbox retries, paced, what is worth retrying.
         self.web = web = AsyncWebClient(
             token=config.bot_token, base_url=config.api_url, retry_handlers=[]
         )
-        self.events = EventStore(db, SLACK)
-        self.outbound = outbound = Outbound(
-            SlackClient(web),
-            OutboxStore(db, SLACK, process_id=config.process_id),
+        self.front = front = Front(
+            SLACK,
+            Incoming,
+            hub,
+            db,
             pacing,
+            config.front,
+            welcome=self._welcome,
             schedule=schedule,
             tenure=tenure,
-            members=members or (lambda: 1),
+            members=members,
+            jobs=jobs,
+            memory=memory,
+            desk=desk,
         )
-        self.sender = sender = SlackSender(web, outbound)
-        self.outbox: Outbox[Any, Any] = Outbox(
-            sender, clock=time.monotonic, progress_interval_s=config.progress_interval_s
-        )
-        self.outbox.attach(hub, PREFIX)
-        runtime = Runtime(time.monotonic, asyncio.sleep, background)
-        self.cards = cards = SlackCards(hub, CardStore(db, SLACK), sender)
-        activity = ThreadActivity(sender, runtime)
+        self.outbound = front.deliver_with(SlackClient(web))
+        self.access, self.commands = front.access, front.commands
+        self.sender = sender = SlackSender(web, self.outbound)
+        self.cards = cards = SlackCards(hub, front.card_store, sender)
+        activity = ThreadActivity(sender, front.runtime)
         self._messages = messages = MessageHandler(
-            hub, me, access, self.commands, cards, sender, activity
+            hub, me, front.access, front.commands, cards, sender, activity
         )
-        self._interactions = Interactions(hub, me, access, cards, messages, sender.open_view)
-        self._events = EventRenderer(PREFIX, self.outbox, cards, activity, streaming=False)
-        self._incoming: Lanes[str, Incoming] = Lanes(self._handle_in_lane, "sl-in")
-        self._outgoing: Lanes[str, HubEvent] = Lanes(self._events.render, "sl-out")
+        self._interactions = Interactions(hub, me, front.access, cards, messages, sender.open_view)
+        front.attach(
+            sender, cards, activity, messages.handle, progress_interval_s=config.progress_interval_s
+        )
         self.app = self._bolt_app()
 
     # -- life cycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Local state and the hub subscription, before the hub recovers; no Slack call.
-        Messages stored but not handled before a stop are handed over again."""
-        await self.access.load()
-        await self.cards.load()
-        self._background.spawn(self._events.pump(self.hub.events(), self._outgoing.submit))
-        if self.config.recover_outbox_at_start:
-            await self.outbound.recover()
-        await self.take_over()
+        """Local state and the hub subscription, before the hub recovers; no Slack call."""
+        await self.front.start(self.cards)
 
     async def take_over(self) -> None:
-        """Hand the messages stored but not handled to their lanes: this process's before
-        a restart, or a dead fleet member's when this one takes the socket over (one
-        handled twice is refused by its mark: ``EventAlreadyHandled``)."""
-        for payload in await self.events.unhandled():
-            try:
-                incoming = Incoming.from_json(payload)
-            except (TypeError, ValueError):
-                log.warning("a stored Slack event could not be read; left as it is")
-                continue
-            self._incoming.submit(incoming.source, incoming)
+        await self.front.take_over()
 
     def identify(self, auth: Json) -> None:
         """Who the bot is, from ``auth.test`` (before any event is taken)."""
@@ -160,14 +125,10 @@ class SlackAdapter:
         self.me.team_id = auth.get("team_id")
 
     async def close(self) -> None:
-        await self._background.close()
-        await self._incoming.close()
-        await self._outgoing.close()
-        await self.outbound.flush()
+        await self.front.close()
 
     async def drain(self) -> None:
-        await self._incoming.join()
-        await self._outgoing.join()
+        await self.front.drain()
 
     # -- bolt ------------------------------------------------------------------------------
 
@@ -202,10 +163,7 @@ class SlackAdapter:
         """Stored and queued when it is for the bot and new; 1 when it was."""
         if not await self._messages.addressed(incoming):
             return 0
-        new = await self.events.record([(incoming.key, None, incoming.to_json())])
-        if new:
-            self._incoming.submit(incoming.source, incoming)
-        return len(new)
+        return await self.front.take(incoming)
 
     async def _on_action(self, ack: Any, body: Json, respond: Any) -> None:
         await ack()
@@ -220,28 +178,20 @@ class SlackAdapter:
         self._later(self._interactions.command(body, _ephemeral(respond)))
 
     def _later(self, work: Coroutine[Any, Any, None]) -> None:
-        self._background.spawn(work)
+        self.front.background.spawn(work)
 
     async def _tell(self, user: str, text: str) -> None:
         """A line for ``user`` after a modal (no response URL): in their DM."""
         await self._messages.say_to_user(user, text)
 
-    async def _handle_in_lane(self, _source: str, incoming: Incoming) -> None:
-        marked = False
-        try:
-            marked = await self._messages.handle(incoming)
-        finally:
-            if not marked:
-                await self.events.mark_handled(incoming.key)
-
     async def _welcome(self, paired: PairingCode) -> None:
         await self.sender.say_at(Place(paired.chat), WELCOME)
 
     def decider(self, user_id: str | None) -> Decider:
-        return self.access.decider(user_id)
+        return self.front.decider(user_id)
 
     def is_allowed(self, user_id: str | None) -> bool:
-        return self.access.is_allowed(user_id)
+        return self.front.is_allowed(user_id)
 
 
 async def _ignore() -> None:

@@ -92,6 +92,11 @@ class Incoming:
         return f"{self.channel}:{self.ts}"
 
     @property
+    def lane(self) -> str:
+        """Messages keep their order within their conversation."""
+        return self.source
+
+    @property
     def is_dm(self) -> bool:
         return self.channel_type == "im"
 

@@ -27,6 +27,7 @@ from starlette.routing import Route
 from bot.delivery import Backoff, Pacing, Redelivery, RetrySchedule, recover_orphans_forever
 from bot.fleet.receiver import ReceiverElection
 from bot.platform.access import PairingDesk
+from bot.platform.front import FrontConfig
 from bot.platform.jobs import Jobs
 from bot.settings import Settings
 from bot.slack.adapter import SlackAdapter, SlackConfig
@@ -103,10 +104,12 @@ class SlackService:
             bot_token=token,
             api_url=settings.slack_api_url,
             signing_secret=None if self.socket_mode else settings.slack_signing_secret,
-            owner_id=settings.slack_owner_id,
-            allowed_user_ids=frozenset(settings.slack_allowed_user_ids),
-            recover_outbox_at_start=fleet is None,
-            process_id=fleet.owner if fleet is not None else None,
+            front=FrontConfig(
+                owner_id=settings.slack_owner_id,
+                allowed_user_ids=frozenset(settings.slack_allowed_user_ids),
+                recover_outbox_at_start=fleet is None,
+                process_id=fleet.owner if fleet is not None else None,
+            ),
         )
         self.adapter = adapter = SlackAdapter(
             hub,

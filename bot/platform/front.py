@@ -1,0 +1,214 @@
+"""What every chat platform's adapter holds, built one way: ``Front``.
+
+Access and pairing (its people in ``platform_people``, its codes redeemable from any
+platform's ``/pair``), the command set, the inbound events (``platform_events``: a
+message stored once under its key before it is handled, in order within its lane), the
+paced ``Outbound`` with its outbox and redelivery rows, the cards' store, the hub's events
+rendered in order per source, and the background tasks. A platform adds its transport,
+its rendering (a sender, a ``CardShelf``, an ``Activity``) and how a message is handled;
+``deliver_with`` (its client) and ``attach`` plug those in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, Self, TypeVar
+
+from bot.delivery import (
+    CardStore,
+    EventStore,
+    Outbound,
+    OutboxStore,
+    Pacing,
+    PlatformClient,
+    RetrySchedule,
+    Tenure,
+)
+from bot.platform.access import Access, PairingDesk
+from bot.platform.jobs import Jobs
+from bot.platform.lanes import Lanes
+from bot.platform.menu import chat_commands
+from bot.platform.open_cards import OpenCards
+from bot.platform.outbox import Outbox
+from bot.platform.outgoing import Activity, CardShelf, EventRenderer
+from bot.platform.pairing import PairingStore
+from bot.platform.protocols import OutboxSender, PairingCode
+from bot.platform.tasks import Background, Runtime
+from engine.approval import Decider
+from engine.hub import ChatHub, HubEvent
+from engine.store import Database
+from memory.service import MemoryService
+
+__all__ = ["Front", "FrontConfig", "Stored"]
+
+log = logging.getLogger(__name__)
+
+Json = dict[str, Any]
+
+
+class Stored(Protocol):
+    """A platform's inbound message as it is stored and handed to its lane."""
+
+    @property
+    def key(self) -> str:
+        """Its id in ``platform_events`` (the platform's message id)."""
+
+    @property
+    def lane(self) -> str:
+        """What it keeps its order within (a channel, a thread)."""
+
+    def to_json(self) -> Json: ...
+
+    @classmethod
+    def from_json(cls, data: Json) -> Self: ...
+
+
+In = TypeVar("In", bound=Stored)
+
+
+@dataclass(frozen=True, slots=True)
+class FrontConfig:
+    """Who may talk to the bot, and how this process shares the platform."""
+
+    owner_id: str | None = None
+    allowed_user_ids: frozenset[str] = frozenset()
+    pairing_reminder_s: float = 600.0
+    #: One process: every pending outbox row is due at start (a fleet finds dead ones').
+    recover_outbox_at_start: bool = True
+    process_id: str | None = None
+
+
+class Front(Generic[In]):
+    def __init__(
+        self,
+        name: str,
+        stored: type[In],
+        hub: ChatHub,
+        db: Database,
+        pacing: Pacing,
+        config: FrontConfig,
+        *,
+        welcome: Callable[[PairingCode], Awaitable[None]],
+        schedule: RetrySchedule | None = None,
+        tenure: Tenure | None = None,
+        members: Callable[[], int] | None = None,
+        jobs: Jobs | None = None,
+        memory: MemoryService | None = None,
+        desk: PairingDesk | None = None,
+    ) -> None:
+        """``tenure`` and ``members``: a fleet member's (its rows' hand-back; how many
+        processes share the platform's cap); ``desk``: every platform's pairing."""
+        self.name, self.prefix = name, f"{name}:"
+        self.hub, self.config = hub, config
+        self._stored = stored
+        self.background = Background()
+        self.runtime = Runtime(time.monotonic, asyncio.sleep, self.background)
+        self.access = Access(
+            PairingStore(db, name),
+            allowed=config.allowed_user_ids,
+            owner=config.owner_id,
+            clock=time.monotonic,
+            reminder_s=config.pairing_reminder_s,
+        )
+        desk = desk if desk is not None else PairingDesk()
+        desk.add(self.access, welcome)
+        self.commands = chat_commands(desk, jobs, memory)
+        self.events = EventStore(db, name)
+        self.card_store = CardStore(db, name)
+        self._outbox_store = OutboxStore(db, name, process_id=config.process_id)
+        self._pacing, self._schedule = pacing, schedule
+        self._tenure, self._members = tenure, members or (lambda: 1)
+
+    def deliver_with(self, client: PlatformClient) -> Outbound:
+        """The paced ``Outbound`` every call to the platform goes through, over its client
+        (made once the platform's library object exists: it may need the commands)."""
+        self.outbound = Outbound(
+            client,
+            self._outbox_store,
+            self._pacing,
+            schedule=self._schedule,
+            tenure=self._tenure,
+            members=self._members,
+        )
+        return self.outbound
+
+    def attach(
+        self,
+        sender: OutboxSender[Any, Any],
+        cards: CardShelf,
+        activity: Activity,
+        handle: Callable[[In], Awaitable[bool]],
+        *,
+        progress_interval_s: float,
+    ) -> None:
+        """The platform's parts: its sender behind the outbox (replies of its sources
+        recorded with their answers), its cards and activity for the hub's events, and
+        ``handle`` for a stored message (True: it marked the message handled itself)."""
+        self.outbox: Outbox[Any, Any] = Outbox(
+            sender, clock=time.monotonic, progress_interval_s=progress_interval_s
+        )
+        self.outbox.attach(self.hub, self.prefix)
+        self._handle = handle
+        self._renderer = EventRenderer(self.prefix, self.outbox, cards, activity, streaming=False)
+        self._incoming: Lanes[str, In] = Lanes(self._handle_in_lane, f"{self.name}-in")
+        self._outgoing: Lanes[str, HubEvent] = Lanes(self._renderer.render, f"{self.name}-out")
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    async def start(self, cards: OpenCards) -> None:
+        """Local state and the hub subscription, before the hub recovers; no platform
+        call. Messages stored but not handled before a stop are handed over again."""
+        await self.access.load()
+        await cards.load()
+        self.background.spawn(self._renderer.pump(self.hub.events(), self._outgoing.submit))
+        if self.config.recover_outbox_at_start:
+            await self.outbound.recover()
+        await self.take_over()
+
+    async def take_over(self) -> None:
+        """The messages stored but not handled, to their lanes: this process's before a
+        restart, or a dead fleet member's (one handled twice is refused by its mark)."""
+        for payload in await self.events.unhandled():
+            try:
+                stored = self._stored.from_json(payload)
+            except (TypeError, ValueError):
+                log.warning("a stored %s event could not be read; left as it is", self.name)
+                continue
+            self._incoming.submit(stored.lane, stored)
+
+    async def close(self) -> None:
+        await self.background.close()
+        await self._incoming.close()
+        await self._outgoing.close()
+        await self.outbound.flush()
+
+    async def drain(self) -> None:
+        await self._incoming.join()
+        await self._outgoing.join()
+
+    # -- messages ------------------------------------------------------------------------
+
+    async def take(self, stored: In) -> int:
+        """Stored (under its key) and queued in its lane when new; 1 when it was."""
+        new = await self.events.record([(stored.key, None, stored.to_json())])
+        if new:
+            self._incoming.submit(stored.lane, stored)
+        return len(new)
+
+    async def _handle_in_lane(self, _lane: str, stored: In) -> None:
+        marked = False
+        try:
+            marked = await self._handle(stored)
+        finally:
+            if not marked:
+                await self.events.mark_handled(stored.key)
+
+    def decider(self, user_id: str | None) -> Decider:
+        return self.access.decider(user_id)
+
+    def is_allowed(self, user_id: str | None) -> bool:
+        return self.access.is_allowed(user_id)
