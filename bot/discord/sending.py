@@ -20,13 +20,11 @@ from typing import Any, TypeVar
 
 import aiohttp
 import discord
-from sqlalchemy.engine import Connection
 
 from bot.delivery import (
     OTHER,
     Cap,
     Outbound,
-    OutboxRow,
     Pacing,
     PacingPolicy,
     PlatformError,
@@ -39,6 +37,7 @@ from bot.delivery import (
 from bot.discord.incoming import DISCORD, target_of
 from bot.discord.settings import DiscordSettings
 from bot.platform.chunks import split_markdown
+from bot.platform.outbox import RowSender, last_lines
 from bot.platform.protocols import MessageRef
 
 __all__ = [
@@ -178,12 +177,12 @@ class DiscordClient:
         return None  # Markdown is plain text to Discord: nothing simpler to send
 
 
-class DiscordSender:
+class DiscordSender(RowSender):
     """The outbox's sender (``OutboxSender``) and every other call the adapter makes."""
 
     def __init__(self, bot: discord.Client, outbound: Outbound) -> None:
+        super().__init__(outbound, target_of)
         self.bot = bot
-        self.outbound = outbound
         #: A server channel's answer replies to the message that asked (the newest one
         #: taken in): in a busy channel it shows whom it answers. DMs and threads need not.
         self.asking: dict[str, str] = {}
@@ -197,34 +196,11 @@ class DiscordSender:
             parts[0]["reply_to"] = asked  # stored with the row: a redelivery replies too
         return parts
 
-    def record(
-        self, conn: Connection, source: str, key: str, prepared: list[Json]
-    ) -> list[OutboxRow]:
-        return self.outbound.record_in(conn, target_of(source), key, prepared)
-
-    async def send_recorded(self, rows: Sequence[OutboxRow]) -> None:
-        await self.outbound.deliver_rows(rows)
-
-    async def send_durable(self, source: str, key: str, prepared: list[Json]) -> None:
-        channel = target_of(source)
-        for index, payload in enumerate(prepared):
-            await self.outbound.deliver(channel, f"{key}:{index}", payload)
-
     async def say(self, source: str, text: str) -> None:
         await self.say_in(target_of(source), text)
 
     def progress_text(self, lines: Sequence[str]) -> str:
-        """The last lines that fit one message (``…`` first when some are left out)."""
-        kept: list[str] = []
-        used = 0
-        for line in reversed(lines):
-            line = line if len(line) <= MESSAGE_LIMIT - 2 else line[: MESSAGE_LIMIT - 3] + "…"
-            if used + len(line) + 1 > MESSAGE_LIMIT - 2:
-                kept.append("…")
-                break
-            kept.append(line)
-            used += len(line) + 1
-        return "\n".join(reversed(kept))
+        return last_lines(lines, MESSAGE_LIMIT)
 
     async def send_progress(self, source: str, text: str) -> MessageRef | None:
         sent = await self.send(target_of(source), text)

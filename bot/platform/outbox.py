@@ -10,17 +10,27 @@ progress line lists the turn's tool calls in one message, edited in place at mos
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy.engine import Connection
 
+from bot.delivery import Outbound, OutboxRow
 from bot.platform.protocols import MessageRef, OutboxSender
 from engine.hub import ChatHub
 from engine.store import AlsoWithKey, AlsoWithRow
 
-__all__ = ["DONE", "FAILED", "SKIPPED", "Outbox", "final_key", "preview"]
+__all__ = [
+    "DONE",
+    "FAILED",
+    "SKIPPED",
+    "Outbox",
+    "RowSender",
+    "final_key",
+    "last_lines",
+    "preview",
+]
 
 Prepared = TypeVar("Prepared")
 Row = TypeVar("Row")
@@ -158,3 +168,42 @@ class Outbox(Generic[Prepared, Row]):
         if progress is None:
             progress = self._progress[source] = _Progress()
         return progress
+
+
+class RowSender:
+    """The row half of a platform's ``OutboxSender`` over ``Outbound``: a reply's parts
+    recorded under its source's conversation (``conversation_of``), sent from those rows,
+    or delivered by key when it was stored without rows."""
+
+    def __init__(self, outbound: Outbound, conversation_of: Callable[[str], str]) -> None:
+        self.outbound = outbound
+        self._conversation_of = conversation_of
+
+    def record(
+        self, conn: Connection, source: str, key: str, prepared: list[Any]
+    ) -> list[OutboxRow]:
+        return self.outbound.record_in(conn, self._conversation_of(source), key, prepared)
+
+    async def send_recorded(self, rows: Sequence[OutboxRow]) -> None:
+        await self.outbound.deliver_rows(rows)
+
+    async def send_durable(self, source: str, key: str, prepared: list[Any]) -> None:
+        conversation = self._conversation_of(source)
+        for index, payload in enumerate(prepared):
+            await self.outbound.deliver(conversation, f"{key}:{index}", payload)
+
+
+def last_lines(lines: Sequence[str], limit: int, line_limit: int | None = None) -> str:
+    """The progress message's body: the last ``lines`` that fit ``limit`` characters
+    (``…`` first when some are left out), each cut to ``line_limit``."""
+    line_limit = line_limit or limit - 2
+    kept: list[str] = []
+    used = 0
+    for line in reversed(lines):
+        line = line if len(line) <= line_limit else line[: line_limit - 1] + "…"
+        if used + len(line) + 1 > limit - 2:
+            kept.append("…")
+            break
+        kept.append(line)
+        used += len(line) + 1
+    return "\n".join(reversed(kept))

@@ -22,13 +22,11 @@ from typing import Any, TypeVar
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
-from sqlalchemy.engine import Connection
 
 from bot.delivery import (
     OTHER,
     Cap,
     Outbound,
-    OutboxRow,
     Pacing,
     PacingPolicy,
     PlatformError,
@@ -39,6 +37,7 @@ from bot.delivery import (
     clamp_retry_after,
 )
 from bot.platform.chunks import split_markdown
+from bot.platform.outbox import RowSender, last_lines
 from bot.platform.protocols import MessageRef
 from bot.slack.incoming import SLACK, Place, parse_source
 from bot.slack.mrkdwn import to_mrkdwn
@@ -178,12 +177,12 @@ class SlackClient:
         return None
 
 
-class SlackSender:
+class SlackSender(RowSender):
     """The outbox's sender (``OutboxSender``) and every other call the adapter makes."""
 
     def __init__(self, web: AsyncWebClient, outbound: Outbound) -> None:
+        super().__init__(outbound, lambda source: parse_source(source).channel)
         self.web = web
-        self.outbound = outbound
 
     # -- the outbox's sender ----------------------------------------------------------------
 
@@ -191,34 +190,11 @@ class SlackSender:
         place = parse_source(source)
         return [_payload(part, place.thread_ts) for part in mrkdwn_parts(text)]
 
-    def record(
-        self, conn: Connection, source: str, key: str, prepared: list[Json]
-    ) -> list[OutboxRow]:
-        return self.outbound.record_in(conn, parse_source(source).channel, key, prepared)
-
-    async def send_recorded(self, rows: Sequence[OutboxRow]) -> None:
-        await self.outbound.deliver_rows(rows)
-
-    async def send_durable(self, source: str, key: str, prepared: list[Json]) -> None:
-        channel = parse_source(source).channel
-        for index, payload in enumerate(prepared):
-            await self.outbound.deliver(channel, f"{key}:{index}", payload)
-
     async def say(self, source: str, text: str) -> None:
         await self.say_at(parse_source(source), text)
 
     def progress_text(self, lines: Sequence[str]) -> str:
-        """The last lines that fit one message (``…`` first when some are left out)."""
-        kept: list[str] = []
-        used = 0
-        for line in reversed(lines):
-            line = _escape(line if len(line) <= 300 else line[:299] + "…")
-            if used + len(line) + 1 > MESSAGE_LIMIT - 2:
-                kept.append("…")
-                break
-            kept.append(line)
-            used += len(line) + 1
-        return "\n".join(reversed(kept))
+        return last_lines([_escape(line) for line in lines], MESSAGE_LIMIT, 300)
 
     async def send_progress(self, source: str, text: str) -> MessageRef | None:
         place = parse_source(source)
