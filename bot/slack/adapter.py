@@ -18,6 +18,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -76,9 +77,15 @@ class SlackAdapter:
         processes share the app's cap); ``desk``: every platform's pairing, for ``/pair``."""
         self.hub, self.config = hub, config
         self.me = me = SlackMe()
-        # One try per call: the outbox retries, paced, what is worth retrying.
+        # One session for every call: its connections are kept alive (slack-sdk opens a
+        # connection per call without one). One try per call: the outbox retries, paced,
+        # what is worth retrying.
+        self._session = aiohttp.ClientSession()
         self.web = web = AsyncWebClient(
-            token=config.bot_token, base_url=config.api_url, retry_handlers=[]
+            token=config.bot_token,
+            base_url=config.api_url,
+            session=self._session,
+            retry_handlers=[],
         )
         self.front = front = Front(
             SLACK,
@@ -126,6 +133,7 @@ class SlackAdapter:
 
     async def close(self) -> None:
         await self.front.close()
+        await self._session.close()
 
     async def drain(self) -> None:
         await self.front.drain()
