@@ -2,7 +2,8 @@
 
 The same ``Doctor`` serves ``GET /api/health/details`` (``bot/http/health_details.py``).
 It changes nothing: it reads, probes and rolls back. The order is the order a newcomer
-fixes things in: configuration, database, models, Telegram, Discord, MCP, workspace, port.
+fixes things in: configuration, database, models, Telegram, Discord, Slack, MCP, workspace,
+port.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from bot.checks.model import DEFAULT_TIMEOUT_S, Endpoint, check_tool_calling, li
 from bot.checks.port import check_port
 from bot.checks.result import Check, Problem
 from bot.checks.shell import check_shell_gate
+from bot.checks.slack import SlackProbe, app_token_problem
+from bot.checks.slack import token_problem as slack_token_problem
 from bot.checks.telegram import TelegramProbe, token_problem
 from bot.checks.workspace import check_workspace
 from bot.settings import Settings, service_settings
@@ -86,6 +89,7 @@ class Doctor:
         checks += await self.models()
         checks += await self.telegram()
         checks += await self.discord()
+        checks += await self.slack()
         checks += await check_mcp_servers(self.config.mcp_servers)
         checks += check_workspace(settings.chathub_workspace)
         checks.append(await check_shell_gate(settings.database_url))
@@ -222,6 +226,71 @@ class Doctor:
             Check("discord.token", True, f"Discord bot {me.username} answers"),
             _discord_owner(settings),
         ]
+
+    async def slack(self) -> list[Check]:
+        """Only when ``SLACK_BOT_TOKEN`` is set: the token, how events arrive, the owner."""
+        settings = service_settings(self.config)
+        token = settings.slack_bot_token
+        if not token:
+            return []
+        shape = slack_token_problem(token)
+        probe = SlackProbe(self.http, settings.slack_api_url, timeout_s=self.timeout_s)
+        if shape is not None:
+            fix = "copy the Bot User OAuth Token again (the app's Install App page)"
+            token_check = Check("slack.token", False, f"SLACK_BOT_TOKEN: {shape}", fix)
+        else:
+            try:
+                me = await probe.auth_test(token)
+            except Problem as problem:
+                fix = problem.fix or "check the network and SLACK_API_URL"
+                token_check = Check("slack.token", False, str(problem), fix)
+            else:
+                where = f" in {me.team}" if me.team else ""
+                token_check = Check("slack.token", True, f"Slack bot {me.user}{where} answers")
+        if not token_check.ok:  # the mode's probe would fail the same way: one line
+            return [token_check, _slack_owner(settings)]
+        return [token_check, await _slack_mode(settings, probe), _slack_owner(settings)]
+
+
+async def _slack_mode(settings: Settings, probe: SlackProbe) -> Check:
+    """Socket Mode answers for the app token; or HTTP mode has its signing secret."""
+    app_token = settings.slack_app_token
+    if app_token is None:
+        if not settings.slack_signing_secret:
+            return Check(
+                "slack.mode",
+                False,
+                "neither SLACK_APP_TOKEN (Socket Mode) nor SLACK_SIGNING_SECRET (the HTTP "
+                "Events API) is set: Slack's events could not be received or verified",
+                "set SLACK_APP_TOKEN (docs/slack.md: no public URL needed), or "
+                "SLACK_SIGNING_SECRET with the request URL <your public URL>/slack/events",
+            )
+        return Check(
+            "slack.mode",
+            True,
+            "HTTP Events API: Slack must reach <your public URL>/slack/events (signed "
+            "with SLACK_SIGNING_SECRET)",
+        )
+    shape = app_token_problem(app_token)
+    if shape is not None:
+        return Check("slack.mode", False, f"SLACK_APP_TOKEN: {shape}", "copy the xapp- token")
+    try:
+        await probe.socket_mode(app_token)
+    except Problem as problem:
+        return Check("slack.mode", False, str(problem), problem.fix or "check SLACK_APP_TOKEN")
+    return Check("slack.mode", True, "Socket Mode answers for SLACK_APP_TOKEN")
+
+
+def _slack_owner(settings: Settings) -> Check:
+    if settings.slack_owner_id:
+        return Check("slack.owner", True, f"Slack owner id {settings.slack_owner_id}")
+    return Check(
+        "slack.owner",
+        False,
+        "SLACK_OWNER_ID is not set: nobody on Slack is told of pairing codes",
+        "set SLACK_OWNER_ID to your member id (your profile → ⋮ → Copy member ID), or run "
+        "`chathub setup`",
+    )
 
 
 def _webhook(settings: Settings, info: dict[str, object]) -> Check:

@@ -27,12 +27,12 @@ def slack_user_id(value: Any) -> str:
     return text
 
 
-def _token(value: Any, prefix: str, name: str) -> str | None:
+def _token(value: Any, prefix: str, where: str) -> str | None:
     if value is None or str(value).strip() == "":
         return None
     text = str(value).strip()
     if not text.startswith(prefix):
-        raise ValueError(f"{name} starts with {prefix} (docs/slack.md says where to copy it)")
+        raise ValueError(f"must start with {prefix}: copy it from the app's {where}")
     return text
 
 
@@ -62,12 +62,12 @@ class SlackSettings(BaseSettings):
     @field_validator("slack_bot_token", mode="before")
     @classmethod
     def _slack_bot_token(cls, value: Any) -> str | None:
-        return _token(value, "xoxb-", "SLACK_BOT_TOKEN")
+        return _token(value, "xoxb-", "Install App page (Bot User OAuth Token)")
 
     @field_validator("slack_app_token", mode="before")
     @classmethod
     def _slack_app_token(cls, value: Any) -> str | None:
-        return _token(value, "xapp-", "SLACK_APP_TOKEN")
+        return _token(value, "xapp-", "Basic Information → App-Level Tokens")
 
     @field_validator("slack_signing_secret", mode="before")
     @classmethod

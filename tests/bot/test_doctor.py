@@ -33,6 +33,7 @@ from tests.bot.process import free_port, wait_for
 from tests.fakes.background import BackgroundServer
 from tests.fakes.discord_server import FakeDiscordServer
 from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.slack_server import SOCKET_MODE_DISABLED_ERROR, FakeSlackServer
 from tests.fakes.telegram_server import FakeTelegramServer, Webhook
 from tests.pg import fresh_postgres_database, requires_postgres
 
@@ -638,3 +639,140 @@ def test_chathub_serve_answers_health_details(serve, fake_openai: FakeOpenAIServ
     assert checks["http.port"]["summary"] == f"HTTP port 127.0.0.1:{port} is held by chathub serve"
     assert checks["telegram.token"]["ok"] is False  # the fixture's token has the wrong shape
     assert httpx.get(url, timeout=10).status_code == 401
+
+
+# -- Slack (only when SLACK_BOT_TOKEN is set) --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def _slack() -> Iterator[FakeSlackServer]:
+    with FakeSlackServer() as server:
+        yield server
+
+
+@pytest.fixture
+def with_slack(healthy: Setup, _slack: FakeSlackServer) -> Iterator[FakeSlackServer]:
+    _slack.clear_faults()
+    _slack.socket_mode_enabled = True
+    healthy.env.update(
+        SLACK_BOT_TOKEN=_slack.bot_token,
+        SLACK_APP_TOKEN=_slack.app_token,
+        SLACK_API_URL=_slack.api_url,
+        SLACK_OWNER_ID="U0OWNER001",
+    )
+    yield _slack
+    _slack.clear_faults()
+    _slack.socket_mode_enabled = True
+
+
+def test_slack_is_checked_only_when_configured(
+    healthy: Setup,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, lines = healthy.doctor(capsys)
+    assert status == 0, "\n".join(lines)
+    assert not any("Slack" in line for line in lines), "\n".join(lines)
+
+
+def test_a_healthy_slack_setup_passes(
+    healthy: Setup,
+    with_slack: FakeSlackServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, lines = healthy.doctor(capsys)
+    assert status == 0, "\n".join(lines)
+    assert "✓ Slack bot chathub in Fake Team answers" in lines, "\n".join(lines)
+    assert "✓ Socket Mode answers for SLACK_APP_TOKEN" in lines
+    assert "✓ Slack owner id U0OWNER001" in lines
+
+
+def test_http_mode_with_its_secret_passes(
+    healthy: Setup,
+    with_slack: FakeSlackServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    del healthy.env["SLACK_APP_TOKEN"]
+    healthy.env["SLACK_SIGNING_SECRET"] = "s3cret"
+    status, lines = healthy.doctor(capsys)
+    assert status == 0, "\n".join(lines)
+    assert any("/slack/events" in line and line.startswith("✓") for line in lines)
+
+
+def _slack_down(s: Setup) -> None:
+    s.env["SLACK_API_URL"] = f"http://127.0.0.1:{free_port()}/api/"
+
+
+def _revoked(s: Setup) -> None:
+    s.env["SLACK_BOT_TOKEN"] = "xoxb-revoked-long-ago"
+
+
+SLACK_BROKEN: dict[str, tuple[Callable[[Setup], None], str]] = {
+    "token rejected": (
+        _revoked,
+        r"✗ Slack does not accept this bot token \(invalid_auth\) — copy the Bot User OAuth "
+        r"Token again",
+    ),
+    "app token in the bot token's place": (
+        lambda s: s.env.update(SLACK_BOT_TOKEN=s.env["SLACK_APP_TOKEN"]),
+        r"✗ configuration: SLACK_BOT_TOKEN: must start with xoxb-: copy it from the app's "
+        r"Install App page",
+    ),
+    "API URL wrong": (
+        lambda s: s.env.update(SLACK_API_URL=s.env["SLACK_API_URL"] + "v2/"),
+        r"✗ the Slack API answered 404 at \S+auth\.test: SLACK_API_URL is wrong",
+    ),
+    "unreachable": (
+        _slack_down,
+        r"✗ Slack cannot be reached from here — check the network and SLACK_API_URL",
+    ),
+    "app token refused": (
+        _set(SLACK_APP_TOKEN="xapp-1-not-the-apps"),
+        r"✗ Slack does not accept this app-level token \(invalid_auth\) — create an "
+        r"app-level token",
+    ),
+    "HTTP mode without a secret": (
+        _unset("SLACK_APP_TOKEN"),
+        r"✗ neither SLACK_APP_TOKEN \(Socket Mode\) nor SLACK_SIGNING_SECRET",
+    ),
+    "no owner": (
+        _unset("SLACK_OWNER_ID"),
+        r"✗ SLACK_OWNER_ID is not set: .* — set SLACK_OWNER_ID to your member id",
+    ),
+}
+
+
+@pytest.mark.parametrize("part", SLACK_BROKEN)
+def test_each_broken_slack_part_fails_with_its_line(
+    part: str,
+    healthy: Setup,
+    with_slack: FakeSlackServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    breaks, expected = SLACK_BROKEN[part]
+    breaks(healthy)
+    status, lines = healthy.doctor(capsys)
+    assert status == 1, "\n".join(lines)
+    failed = [line for line in lines if line.startswith("✗")]
+    assert len(failed) == 1, "\n".join(lines)
+    assert re.search(expected, failed[0]), "\n".join(lines)
+    assert not any("Error" in line or "Traceback" in line for line in lines), "\n".join(lines)
+
+
+def test_socket_mode_off_and_slack_down_say_so(
+    healthy: Setup,
+    with_slack: FakeSlackServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with_slack.socket_mode_enabled = False
+    status, lines = healthy.doctor(capsys)
+    assert status == 1
+    assert f"✗ Slack refused Socket Mode ({SOCKET_MODE_DISABLED_ERROR}) — turn Socket Mode on" in (
+        "\n".join(lines)
+    )
+    with_slack.socket_mode_enabled = True
+    with_slack.fail_next("auth.test", "service_unavailable", status=503)
+    status, lines = healthy.doctor(capsys)
+    assert status == 1
+    assert "✗ Slack cannot be reached from here (HTTP 503) — try again in a minute" in "\n".join(
+        lines
+    )
