@@ -26,12 +26,13 @@ def add_setup_parser(parser: argparse.ArgumentParser, *, env_file: bool = True) 
         "--timeout",
         type=float,
         default=DEFAULT_TIMEOUT_S,
-        help="seconds for each model, Telegram and Discord call",
+        help="seconds for each model, Telegram, Discord and Slack call",
     )
     parser.add_argument("--telegram-api-url", help="Bot API root (default: TELEGRAM_API_URL)")
     parser.add_argument(
         "--discord-api-url", help="Discord REST root with its version (default: DISCORD_API_URL)"
     )
+    parser.add_argument("--slack-api-url", help="Slack Web API base (default: SLACK_API_URL)")
     parser.add_argument(
         "--owner-wait", type=int, default=5, help="seconds each look for /start waits"
     )

@@ -33,6 +33,7 @@ def setup_options(args: argparse.Namespace) -> SetupOptions:
         telegram_api_url=args.telegram_api_url,
         owner_wait_s=args.owner_wait,
         discord_api_url=args.discord_api_url,
+        slack_api_url=args.slack_api_url,
     )
 
 

@@ -6,7 +6,10 @@
    ``/start`` they send the bot (or typed);
 3. Discord, optional: the token checked with ``GET /users/@me`` (the doctor's probe); the
    owner's id typed;
-4. ``.env`` written once, at the end (``EnvFile``): Ctrl-C before then writes nothing.
+4. Slack, optional: the bot token checked with ``auth.test``, the app-level token with
+   ``apps.connections.open`` (Socket Mode; Enter instead: the HTTP Events API and its
+   signing secret); the owner's member id typed;
+5. ``.env`` written once, at the end (``EnvFile``): Ctrl-C before then writes nothing.
 """
 
 from __future__ import annotations
@@ -36,13 +39,25 @@ from bot.checks.model import (
 )
 from bot.checks.port import free_port
 from bot.checks.result import Problem
+from bot.checks.slack import DEFAULT_API_URL as SLACK_API_URL
+from bot.checks.slack import SlackProbe, app_token_problem
+from bot.checks.slack import token_problem as slack_token_problem
 from bot.checks.telegram import BotIdentity, TelegramProbe, token_problem
 from bot.discord.settings import snowflake
 from bot.setup.envfile import EnvFile, EnvFileError
 from bot.setup.terminal import Terminal
+from bot.slack.settings import slack_user_id
 from engine.config import ModelConfig
 
-__all__ = ["DiscordChoice", "ModelChoice", "Network", "SetupOptions", "TelegramChoice", "Wizard"]
+__all__ = [
+    "DiscordChoice",
+    "ModelChoice",
+    "Network",
+    "SetupOptions",
+    "SlackChoice",
+    "TelegramChoice",
+    "Wizard",
+]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +81,8 @@ class SetupOptions:
     owner_wait_s: int = 5
     #: ``None``: ``DISCORD_API_URL`` from ``.env``, else Discord's.
     discord_api_url: str | None = None
+    #: ``None``: ``SLACK_API_URL`` from ``.env``, else Slack's.
+    slack_api_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +106,15 @@ class TelegramChoice:
 class DiscordChoice:
     token: str
     username: str
+    owner_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SlackChoice:
+    token: str
+    #: Socket Mode's app-level token; ``None``: the HTTP Events API, with the secret.
+    app_token: str | None
+    signing_secret: str | None
     owner_id: str | None
 
 
@@ -151,7 +177,9 @@ class Wizard:
         telegram = None if self.keep_telegram(current) else self.choose_telegram()
         self.t.say()
         discord = None if self.keep_discord(current) else self.choose_discord()
-        return self.write(model, telegram, discord)
+        self.t.say()
+        slack = None if self.keep_slack(current) else self.choose_slack()
+        return self.write(model, telegram, discord, slack)
 
     # -- a second run: what .env already has may stay ------------------------------------
 
@@ -175,6 +203,11 @@ class Wizard:
         if not current.get("DISCORD_BOT_TOKEN"):
             return False
         return self.t.yes(f"{self.env.path} has a Discord bot token. Keep it?", default=True)
+
+    def keep_slack(self, current: Mapping[str, str]) -> bool:
+        if not current.get("SLACK_BOT_TOKEN"):
+            return False
+        return self.t.yes(f"{self.env.path} has a Slack bot token. Keep it?", default=True)
 
     # -- the model ---------------------------------------------------------------------
 
@@ -402,6 +435,78 @@ class Wizard:
             return self.options.discord_api_url
         return self.env.values().get("DISCORD_API_URL") or DISCORD_API_URL
 
+    # -- Slack -------------------------------------------------------------------------
+
+    def choose_slack(self) -> SlackChoice | None:
+        self.t.say("Slack (optional): talk to the agent in DMs and in your channels' threads.")
+        self.t.say(
+            "Create the app from the manifest in docs/slack.md at https://api.slack.com/apps, "
+            "install it, and paste its Bot User OAuth Token (xoxb-) here."
+        )
+        probe = SlackProbe(self.net.http, self._slack_api_url(), timeout_s=self.options.timeout_s)
+        while True:
+            token = self.t.secret("Slack bot token (Enter to skip)")
+            if not token:
+                self.t.say("Skipped Slack.")
+                return None
+            shape = slack_token_problem(token)
+            if shape is not None:
+                self.t.say(f"✗ {shape}.")
+                continue
+            try:
+                me = self.net(probe.auth_test(token))
+            except Problem as problem:
+                self.t.say(f"✗ {problem}.")
+                continue
+            self.t.say(f"✓ This is {me.user}" + (f" in {me.team}." if me.team else "."))
+            app_token, secret = self.ask_slack_events(probe)
+            return SlackChoice(token, app_token, secret, self.ask_slack_owner())
+
+    def ask_slack_events(self, probe: SlackProbe) -> tuple[str | None, str | None]:
+        """Socket Mode's app-level token (checked); Enter: the HTTP Events API's secret."""
+        self.t.say(
+            "Socket Mode needs no public URL: Basic Information → App-Level Tokens → "
+            "Generate (scope connections:write), paste the xapp- token."
+        )
+        while True:
+            app_token = self.t.secret("Slack app-level token (Enter for the HTTP Events API)")
+            if not app_token:
+                break
+            shape = app_token_problem(app_token)
+            if shape is not None:
+                self.t.say(f"✗ {shape}.")
+                continue
+            try:
+                self.net(probe.socket_mode(app_token))
+            except Problem as problem:
+                self.t.say(f"✗ {problem} — {problem.fix}" if problem.fix else f"✗ {problem}.")
+                continue
+            self.t.say("✓ Socket Mode answers.")
+            return app_token, None
+        self.t.say("Events will come to <your public URL>/slack/events (docs/slack.md).")
+        while True:
+            secret = self.t.secret("Slack signing secret (Basic Information → App Credentials)")
+            if secret:
+                return None, secret
+            self.t.say("✗ Without Socket Mode the signing secret is needed to verify Slack.")
+
+    def ask_slack_owner(self) -> str | None:
+        """The owner's member id, typed."""
+        self.t.say("Your Slack member id: your profile → ⋮ → Copy member ID.")
+        while True:
+            answer = self.t.ask("Your Slack member id (Enter to skip)")
+            if not answer:
+                return None
+            try:
+                return slack_user_id(answer)
+            except ValueError:
+                self.t.say("✗ A Slack member id looks like U0123ABCD.")
+
+    def _slack_api_url(self) -> str:
+        if self.options.slack_api_url:
+            return self.options.slack_api_url
+        return self.env.values().get("SLACK_API_URL") or SLACK_API_URL
+
     def _port_clash(self, base_url: str) -> int | None:
         """A free ``HTTP_PORT`` when the model server holds chathub's own on this machine
         (llama.cpp's server and chathub both default to 8080); ``None`` when they differ."""
@@ -430,6 +535,7 @@ class Wizard:
         model: ModelChoice,
         telegram: TelegramChoice | None,
         discord: DiscordChoice | None = None,
+        slack: SlackChoice | None = None,
     ) -> int:
         updates = {}
         if not model.kept:
@@ -453,6 +559,17 @@ class Wizard:
             api_url = self._discord_api_url()
             if api_url != DISCORD_API_URL:
                 updates["DISCORD_API_URL"] = api_url
+        if slack is not None:
+            updates["SLACK_BOT_TOKEN"] = slack.token
+            if slack.app_token is not None:
+                updates["SLACK_APP_TOKEN"] = slack.app_token
+            if slack.signing_secret is not None:
+                updates["SLACK_SIGNING_SECRET"] = slack.signing_secret
+            if slack.owner_id is not None:
+                updates["SLACK_OWNER_ID"] = slack.owner_id
+            api_url = self._slack_api_url()
+            if api_url != SLACK_API_URL:
+                updates["SLACK_API_URL"] = api_url
         if not updates:
             self.t.say(f"Nothing changed; {self.env.path} is as it was.")
             return 0

@@ -30,6 +30,7 @@ from tests.bot.process import free_port
 from tests.fakes.background import BackgroundServer
 from tests.fakes.discord_server import FakeDiscordServer
 from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.slack_server import FakeSlackServer
 from tests.fakes.telegram_server import FakeTelegramServer, Webhook
 from tests.fakes.terminal import PtySession
 
@@ -122,6 +123,11 @@ def skip_discord(term: PtySession) -> None:
     term.send("")
 
 
+def skip_slack(term: PtySession) -> None:
+    term.expect(r"Slack bot token \(Enter to skip\): ")
+    term.send("")
+
+
 def dotenv(home: Path) -> dict[str, str]:
     return EnvFile(home / ".env").values()
 
@@ -145,6 +151,7 @@ def test_local_server_found_and_chosen_keeps_other_lines_and_backs_up(
         term.expect("✓ Tool calling works.")
         skip_telegram(term)
         skip_discord(term)
+        skip_slack(term)
         term.expect(r"✓ Wrote .*\.env \(mode 0600\)")
         term.expect(r"previous one is kept as (\S+)\.")
         term.expect("Next: `make run`")
@@ -183,6 +190,7 @@ def test_custom_url_typed_after_a_url_without_a_scheme(
         term.expect("✓ Tool calling works.")
         skip_telegram(term)
         skip_discord(term)
+        skip_slack(term)
         assert term.wait() == 0
     values = dotenv(tmp_path)
     assert values["LLM_BASE_URL"] == fake.base_url
@@ -210,6 +218,7 @@ def test_bad_key_is_asked_again(tmp_path: Path, fake: FakeOpenAIServer) -> None:
         term.expect("✓ Tool calling works.")
         skip_telegram(term)
         skip_discord(term)
+        skip_slack(term)
         assert term.wait() == 0
     assert "sk-wrong" not in term.output  # secrets are typed without echo
     assert dotenv(tmp_path)["LLM_API_KEY"] == "sk-right"
@@ -235,6 +244,7 @@ def test_model_without_tool_calling_is_warned_about(tmp_path: Path, fake: FakeOp
         term.expect("✓ Tool calling works.")
         skip_telegram(term)
         skip_discord(term)
+        skip_slack(term)
         assert term.wait() == 0
     assert dotenv(tmp_path)["LLM_MODEL"] == "llama3.1:8b"
 
@@ -270,6 +280,7 @@ def test_telegram_token_checked_and_owner_read_from_start(
         term.expect(r"Is Olga \(@alice\) \(id 777\) you\? \[Y/n\]")
         term.send("y")
         skip_discord(term)
+        skip_slack(term)
         term.expect(r"✓ Wrote")
         assert term.wait() == 0
     assert TOKEN not in term.output
@@ -309,6 +320,7 @@ def test_discord_token_checked_and_owner_typed(
         term.expect("✗ A Discord user id is a long number")
         term.expect(r"Your Discord user id \(Enter to skip\): ")
         term.send("200000000000000009")
+        skip_slack(term)
         term.expect(r"✓ Wrote")
         assert term.wait() == 0
     assert DISCORD_TOKEN not in term.output
@@ -426,6 +438,7 @@ def test_run_in_a_terminal_sets_up_then_starts_and_talks(
         term.send("1")
         skip_telegram(term)
         skip_discord(term)
+        skip_slack(term)
         term.expect("Starting chathub…")
         term.expect("› ")
         term.send("hi")
@@ -527,6 +540,7 @@ USE_IT = (r"Use model server at \S+\? \[Y/n\]", "")
 FIRST_MODEL = (r"Model \(number or name\)", "1")
 NO_TELEGRAM = (r"Bot token \(Enter to skip\)", "")
 NO_DISCORD = (r"Discord bot token \(Enter to skip\)", "")
+NO_SLACK = (r"Slack bot token \(Enter to skip\)", "")
 
 
 def test_model_without_tool_calling_kept_when_the_person_insists(
@@ -534,7 +548,12 @@ def test_model_without_tool_calling_kept_when_the_person_insists(
 ) -> None:
     fake.reply_text("No tools here.")
     script = Scripted(
-        USE_IT, FIRST_MODEL, (r"Use qwen3:14b anyway\? \[y/N\]", "y"), NO_TELEGRAM, NO_DISCORD
+        USE_IT,
+        FIRST_MODEL,
+        (r"Use qwen3:14b anyway\? \[y/N\]", "y"),
+        NO_TELEGRAM,
+        NO_DISCORD,
+        NO_SLACK,
     )
     out = run_wizard(tmp_path, script, ("model server", fake.base_url))
     assert "⚠ qwen3:14b may not call tools; `chathub doctor` checks again." in out
@@ -553,6 +572,7 @@ def test_an_endpoint_answering_html_is_refused(
         FIRST_MODEL,
         NO_TELEGRAM,
         NO_DISCORD,
+        NO_SLACK,
     )
     out = run_wizard(tmp_path, script, ("model server", html_site))
     assert re.search(r"· model server at \S+: something else answers there", out)
@@ -572,6 +592,7 @@ def test_an_endpoint_that_never_answers_times_out(
         FIRST_MODEL,
         NO_TELEGRAM,
         NO_DISCORD,
+        NO_SLACK,
     )
     server = ("model server", black_hole)
     out = run_wizard(tmp_path, script, server, timeout_s=0.5, probe_timeout_s=0.3)
@@ -590,6 +611,7 @@ def test_owner_id_typed(
         ("Press Enter once you have sent it, or type your numeric Telegram id", "@me"),
         ("Press Enter once you have sent it", "4242"),
         NO_DISCORD,
+        NO_SLACK,
     )
     out = run_wizard(
         tmp_path, script, ("model server", fake.base_url), telegram_api_url=telegram.base_url
@@ -609,6 +631,7 @@ def test_owner_typed_when_a_webhook_blocks_get_updates(
         (r"Bot token", TOKEN),
         (r"Your numeric Telegram user id \(Enter to skip\)", "99"),
         NO_DISCORD,
+        NO_SLACK,
     )
     out = run_wizard(
         tmp_path, script, ("model server", fake.base_url), telegram_api_url=telegram.base_url
@@ -621,7 +644,7 @@ def test_a_variable_in_the_environment_is_pointed_out(
     tmp_path: Path, fake: FakeOpenAIServer
 ) -> None:
     fake.reply_tool_calls(TOOL_CALL)
-    script = Scripted(USE_IT, FIRST_MODEL, NO_TELEGRAM, NO_DISCORD)
+    script = Scripted(USE_IT, FIRST_MODEL, NO_TELEGRAM, NO_DISCORD, NO_SLACK)
     out = run_wizard(
         tmp_path, script, ("model server", fake.base_url), environ={"LLM_MODEL": "stale"}
     )
@@ -640,6 +663,7 @@ def test_several_local_servers_are_offered_by_number(
         FIRST_MODEL,
         NO_TELEGRAM,
         NO_DISCORD,
+        NO_SLACK,
     )
     out = run_wizard(tmp_path, script, ("Ollama", fake.base_url), ("vLLM", fake.base_url))
     assert re.search(r"1\) Ollama at \S+\n  2\) vLLM at \S+\n  0\) another endpoint", out)
@@ -657,6 +681,7 @@ def test_a_second_run_keeps_what_env_has(tmp_path: Path, telegram: FakeTelegramS
         (r"names the model qwen3 at http://gpu-box:8000/v1\. Keep it\? \[Y/n\]", ""),
         (r"has a Telegram bot token\. Keep it\? \[Y/n\]", "y"),
         (r"has a Discord bot token\. Keep it\? \[Y/n\]", ""),
+        NO_SLACK,
     )
     out = run_wizard(tmp_path, script)
     assert "Nothing changed; " in out
@@ -671,6 +696,7 @@ def test_a_second_run_changes_only_telegram(tmp_path: Path, telegram: FakeTelegr
         (r"Bot token", TOKEN),
         ("Press Enter once you have sent it", "42"),
         NO_DISCORD,
+        NO_SLACK,
     )
     run_wizard(tmp_path, script, telegram_api_url=telegram.base_url)
     assert dotenv(tmp_path) == {
@@ -687,7 +713,7 @@ def test_a_model_server_on_chathubs_port_moves_chathub(
     """llama.cpp's server and chathub both default to 8080: chathub gets another port."""
     fake.reply_tool_calls(TOOL_CALL)
     taken = fake.base_url.split(":")[2].split("/")[0]
-    script = Scripted(USE_IT, FIRST_MODEL, NO_TELEGRAM, NO_DISCORD)
+    script = Scripted(USE_IT, FIRST_MODEL, NO_TELEGRAM, NO_DISCORD, NO_SLACK)
     out = run_wizard(
         tmp_path, script, ("model server", fake.base_url), environ={"HTTP_PORT": taken}
     )
@@ -699,7 +725,9 @@ def test_a_model_server_on_chathubs_port_moves_chathub(
 def test_an_endpoint_without_models_asks_for_a_name(tmp_path: Path, fake: FakeOpenAIServer) -> None:
     fake.models = []
     fake.reply_tool_calls(TOOL_CALL)
-    script = Scripted(USE_IT, ("Model name", ""), ("Model name", "qwen3"), NO_TELEGRAM, NO_DISCORD)
+    script = Scripted(
+        USE_IT, ("Model name", ""), ("Model name", "qwen3"), NO_TELEGRAM, NO_DISCORD, NO_SLACK
+    )
     out = run_wizard(tmp_path, script, ("model server", fake.base_url))
     assert "lists no models (Ollama: `ollama pull qwen3` gets one)" in out
     assert dotenv(tmp_path)["LLM_MODEL"] == "qwen3"
@@ -715,6 +743,7 @@ def test_discord_unreachable_is_said_and_may_be_skipped(
         NO_TELEGRAM,
         (r"Discord bot token", DISCORD_TOKEN),
         NO_DISCORD,
+        NO_SLACK,
     )
     down = f"http://127.0.0.1:{free_port()}/api/v10"
     out = run_wizard(tmp_path, script, ("model server", fake.base_url), discord_api_url=down)
@@ -730,6 +759,7 @@ def test_a_second_run_adds_discord_only(tmp_path: Path, discord: FakeDiscordServ
         NO_TELEGRAM,
         (r"Discord bot token", DISCORD_TOKEN),
         (r"Your Discord user id", ""),
+        NO_SLACK,
     )
     out = run_wizard(tmp_path, script, discord_api_url=discord.base_url)
     assert "✓ This is chathub-bot." in out
@@ -738,3 +768,79 @@ def test_a_second_run_adds_discord_only(tmp_path: Path, discord: FakeDiscordServ
         "DISCORD_BOT_TOKEN": DISCORD_TOKEN,
         "DISCORD_API_URL": discord.base_url,
     }
+
+
+def test_slack_tokens_checked_socket_mode_chosen_and_owner_typed(
+    tmp_path: Path, fake: FakeOpenAIServer
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    with FakeSlackServer() as slack:
+        extra = ("--slack-api-url", slack.api_url)
+        with setup(tmp_path, fake.base_url, extra=extra) as term:
+            term.expect(r"\[Y/n\]")
+            term.send("")
+            term.expect(r"Model \(number or name\)")
+            term.send("1")
+            skip_telegram(term)
+            skip_discord(term)
+            term.expect(r"Slack bot token \(Enter to skip\): ")
+            term.send(slack.app_token)
+            term.expect(r"✗ that is the app-level token \(xapp-\)")
+            term.expect(r"Slack bot token \(Enter to skip\): ")
+            term.send("xoxb-revoked")
+            term.expect(r"✗ Slack does not accept this bot token \(invalid_auth\)\.")
+            term.expect(r"Slack bot token \(Enter to skip\): ")
+            term.send(slack.bot_token)
+            term.expect("✓ This is chathub in Fake Team.")
+            term.expect(r"Slack app-level token \(Enter for the HTTP Events API\): ")
+            term.send("xapp-1-not-the-apps")
+            term.expect(r"✗ Slack does not accept this app-level token")
+            term.expect(r"Slack app-level token \(Enter for the HTTP Events API\): ")
+            term.send(slack.app_token)
+            term.expect("✓ Socket Mode answers.")
+            term.expect(r"Your Slack member id \(Enter to skip\): ")
+            term.send("alice")
+            term.expect("✗ A Slack member id looks like U0123ABCD.")
+            term.expect(r"Your Slack member id \(Enter to skip\): ")
+            term.send("U0OWNER001")
+            term.expect(r"✓ Wrote")
+            assert term.wait() == 0
+        assert slack.bot_token not in term.output and slack.app_token not in term.output
+        values = dotenv(tmp_path)
+        assert values["SLACK_BOT_TOKEN"] == slack.bot_token
+        assert values["SLACK_APP_TOKEN"] == slack.app_token
+        assert values["SLACK_OWNER_ID"] == "U0OWNER001"
+        assert values["SLACK_API_URL"] == slack.api_url
+        assert "SLACK_SIGNING_SECRET" not in values
+
+
+def test_slack_without_socket_mode_asks_for_the_signing_secret(
+    tmp_path: Path, fake: FakeOpenAIServer
+) -> None:
+    fake.reply_tool_calls(TOOL_CALL)
+    with FakeSlackServer() as slack:
+        extra = ("--slack-api-url", slack.api_url)
+        with setup(tmp_path, fake.base_url, extra=extra) as term:
+            term.expect(r"\[Y/n\]")
+            term.send("")
+            term.expect(r"Model \(number or name\)")
+            term.send("1")
+            skip_telegram(term)
+            skip_discord(term)
+            term.expect(r"Slack bot token \(Enter to skip\): ")
+            term.send(slack.bot_token)
+            term.expect(r"Slack app-level token \(Enter for the HTTP Events API\): ")
+            term.send("")
+            term.expect(r"/slack/events")
+            term.expect(r"Slack signing secret")
+            term.send("")
+            term.expect("✗ Without Socket Mode the signing secret is needed")
+            term.expect(r"Slack signing secret")
+            term.send("s3cret-value")
+            term.expect(r"Your Slack member id \(Enter to skip\): ")
+            term.send("")
+            term.expect(r"✓ Wrote")
+            assert term.wait() == 0
+        values = dotenv(tmp_path)
+        assert values["SLACK_SIGNING_SECRET"] == "s3cret-value"
+        assert "SLACK_APP_TOKEN" not in values and "SLACK_OWNER_ID" not in values
