@@ -155,6 +155,8 @@ class Front(Generic[In]):
         self._handle = handle
         self._renderer = EventRenderer(self.prefix, self.outbox, cards, activity, streaming=False)
         self._incoming: Lanes[str, In] = Lanes(self._handle_in_lane, f"{self.name}-in")
+        #: Keys queued or being handled here: a take-over never queues one twice.
+        self._queued: set[str] = set()
         self._outgoing: Lanes[str, HubEvent] = Lanes(self._renderer.render, f"{self.name}-out")
 
     # -- life cycle ----------------------------------------------------------------------
@@ -178,7 +180,8 @@ class Front(Generic[In]):
             except (TypeError, ValueError):
                 log.warning("a stored %s event could not be read; left as it is", self.name)
                 continue
-            self._incoming.submit(stored.lane, stored)
+            if stored.key not in self._queued:
+                self._submit(stored)
 
     async def close(self) -> None:
         await self.background.close()
@@ -196,16 +199,23 @@ class Front(Generic[In]):
         """Stored (under its key) and queued in its lane when new; 1 when it was."""
         new = await self.events.record([(stored.key, None, stored.to_json())])
         if new:
-            self._incoming.submit(stored.lane, stored)
+            self._submit(stored)
         return len(new)
+
+    def _submit(self, stored: In) -> None:
+        self._queued.add(stored.key)
+        self._incoming.submit(stored.lane, stored)
 
     async def _handle_in_lane(self, _lane: str, stored: In) -> None:
         marked = False
         try:
             marked = await self._handle(stored)
         finally:
-            if not marked:
-                await self.events.mark_handled(stored.key)
+            try:
+                if not marked:
+                    await self.events.mark_handled(stored.key)
+            finally:
+                self._queued.discard(stored.key)
 
     def decider(self, user_id: str | None) -> Decider:
         return self.access.decider(user_id)

@@ -448,7 +448,10 @@ def test_every_process_reconnects_after_the_database_drops_all_connections(
         assert list(dict.fromkeys(answered(fleet.telegram, chat))) == expected
         texts = [m.text or "" for m in fleet.telegram.messages(chat)]
         assert not [t for t in texts if t.startswith("⚠️")], texts
-    assert all(child.poll() is None for child in fleet.children.values())  # none died
+    died = {
+        name: child.poll() for name, child in fleet.children.items() if child.poll() is not None
+    }
+    assert not died, f"{died}\n{fleet.logs()}"  # none died
 
 
 def button(message: SentMessage, label: str) -> str:
