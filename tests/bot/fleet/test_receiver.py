@@ -132,10 +132,12 @@ async def test_a_renewal_that_fails_stops_the_poller_at_once(url: str) -> None:
         async with running(election):
             await until(lambda: polling == {"a"}, "it polls")
             broken.set()
-            await until(lambda: election.lost == 1, "it noticed")
-            assert polling == set() or poller.starts == 2  # stopped; may have won again
+            # Each renewal fails while broken: it may lose, win and lose again before this
+            # looks, so "at least once" (an exact count raced the loop and hung the test).
+            await until(lambda: election.lost >= 1, "it noticed")
+            assert polling == set() or poller.starts >= 2  # stopped; may have won again
             broken.clear()
-            await until(lambda: poller.starts == 2 and polling == {"a"}, "polls again")
+            await until(lambda: poller.starts >= 2 and polling == {"a"}, "polls again")
     finally:
         await db.close()
 
