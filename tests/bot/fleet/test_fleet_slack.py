@@ -69,9 +69,11 @@ def test_one_process_holds_the_socket_and_another_takes_over_after_kill_9(
             first = holder()
             assert first is not None
             fleet.kill(first)
+            killed = time.monotonic()
             fake.dm(USERS[0], "in the gap")  # to a dead socket, or to none: sent again
             wait_for(lambda: holder() not in (None, first), within_s=30)
             wait_for(lambda: fake.ready_connections == 1, within_s=30)
+            print(f"fail-over: a new socket {time.monotonic() - killed:.1f} s after kill -9")
             for user in USERS[3:]:
                 fake.dm(user, f"hello {user}")
             wait_for(lambda: all(echoes(fake, u) for u in USERS[3:]), within_s=30)
