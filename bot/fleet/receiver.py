@@ -105,6 +105,7 @@ class ReceiverElection:
         self.lease, self.won = lease, self.won + 1
         log.info("%s: this process (%s) receives, epoch %d", self.name, self.owner, lease.epoch)
         receiver = asyncio.ensure_future(self._receive())
+        lost = False
         try:
             while True:
                 tick = asyncio.ensure_future(self._sleep(self.interval_s))
@@ -117,35 +118,56 @@ class ReceiverElection:
                     return True
                 started = self._monotonic()
                 if started - confirmed >= self.ttl_s or not await self._renew(lease):
-                    self.lost += 1
-                    log.warning("%s: lost the lease (epoch %d); stopped", self.name, lease.epoch)
+                    lost = True
                     return False
                 confirmed = started
         finally:
             self.lease = None
-            await _cancelled(receiver)
-            # Let the next process in now rather than at expiry. Harmless when the lease is
-            # lost already: a release needs our owner and epoch on a live lease.
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._leases.release(lease), self.interval_s)
+            try:
+                await _stopped(receiver)
+            finally:
+                if lost:  # counted once the receiver is stopped: whoever sees it sees that
+                    self.lost += 1
+                    log.warning("%s: lost the lease (epoch %d); stopped", self.name, lease.epoch)
+                # Let the next process in now rather than at expiry. Harmless when the lease
+                # is lost already: a release needs our owner and epoch on a live lease.
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(self.interval_s):
+                        await self._leases.release(lease)
 
     async def _renew(self, lease: Lease) -> bool:
         # A renewal slower than what is left of the lease could confirm one that already
-        # expired and was taken: give up waiting for it before then.
+        # expired and was taken: give up waiting for it before then. ``asyncio.timeout``,
+        # not ``asyncio.wait_for``: on Python 3.11 a cancellation that arrives as the
+        # renewal's answer does is dropped by ``wait_for`` (it returns the answer), and the
+        # election would renew on, unstoppable (a stop waits for it forever).
         try:
-            return await asyncio.wait_for(
-                self._leases.renew(lease, self.ttl_s), self.ttl_s - self.interval_s
-            )
+            async with asyncio.timeout(self.ttl_s - self.interval_s):
+                return await self._leases.renew(lease, self.ttl_s)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.warning("%s: renewing failed (%s)", self.name, exc)
+            log.warning("%s: renewing failed (%s)", self.name, str(exc) or type(exc).__name__)
             return False
 
 
-async def _cancelled(task: asyncio.Future[None]) -> None:
-    if task.done():
-        return
+async def _stopped(task: asyncio.Future[None]) -> None:
+    """Cancel ``task`` and return once it has ended, whatever it ended with.
+
+    Not ``await task`` under ``suppress(CancelledError)``: a cancellation of the caller
+    arrives through that same ``await`` while the task winds down, and was swallowed with
+    the task's own (the election, told to stop, won the lease again and polled on, and
+    whoever stopped it waited forever). The caller's cancellation is raised here once the
+    task has ended, so that a stopped election never leaves its receiver running.
+    """
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})  # raises only the caller's own cancellation
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if not task.cancelled():
+        task.exception()  # retrieved: how a stopped receiver ended is nobody's business
+    if cancelled is not None:
+        raise cancelled
