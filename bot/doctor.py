@@ -233,23 +233,31 @@ class Doctor:
         token = settings.slack_bot_token
         if not token:
             return []
-        shape = slack_token_problem(token)
-        probe = SlackProbe(self.http, settings.slack_api_url, timeout_s=self.timeout_s)
-        if shape is not None:
-            fix = "copy the Bot User OAuth Token again (the app's Install App page)"
-            token_check = Check("slack.token", False, f"SLACK_BOT_TOKEN: {shape}", fix)
-        else:
-            try:
-                me = await probe.auth_test(token)
-            except Problem as problem:
-                fix = problem.fix or "check the network and SLACK_API_URL"
-                token_check = Check("slack.token", False, str(problem), fix)
-            else:
-                where = f" in {me.team}" if me.team else ""
-                token_check = Check("slack.token", True, f"Slack bot {me.user}{where} answers")
-        if not token_check.ok:  # the mode's probe would fail the same way: one line
-            return [token_check, _slack_owner(settings)]
-        return [token_check, await _slack_mode(settings, probe), _slack_owner(settings)]
+        probe = SlackProbe(self.http, settings.slack_api_url, token, timeout_s=self.timeout_s)
+        token_check, reachable = await _slack_token(probe, token)
+        checks = [token_check]
+        if reachable or settings.slack_app_token is None:
+            # Socket Mode's probe would meet the same network and say the same again;
+            # the HTTP Events API's check needs no network.
+            checks.append(await _slack_mode(settings, probe))
+        checks.append(_slack_owner(settings))
+        return checks
+
+
+async def _slack_token(probe: SlackProbe, token: str) -> tuple[Check, bool]:
+    """``slack.token`` and whether Slack answered at all (a refusal is an answer)."""
+    shape = slack_token_problem(token)
+    if shape is not None:
+        fix = "copy the Bot User OAuth Token again (the app's Install App page)"
+        return Check("slack.token", False, f"SLACK_BOT_TOKEN: {shape}", fix), True
+    try:
+        me = await probe.auth_test()
+    except Problem as problem:
+        fix = problem.fix or "check the network and SLACK_API_URL"
+        answered = problem.kind in ("auth", "refused")
+        return Check("slack.token", False, str(problem), fix), answered
+    where = f" in {me.team}" if me.team else ""
+    return Check("slack.token", True, f"Slack bot {me.user}{where} answers"), True
 
 
 async def _slack_mode(settings: Settings, probe: SlackProbe) -> Check:
@@ -260,22 +268,24 @@ async def _slack_mode(settings: Settings, probe: SlackProbe) -> Check:
             return Check(
                 "slack.mode",
                 False,
-                "neither SLACK_APP_TOKEN (Socket Mode) nor SLACK_SIGNING_SECRET (the HTTP "
-                "Events API) is set: Slack's events could not be received or verified",
-                "set SLACK_APP_TOKEN (docs/slack.md: no public URL needed), or "
-                "SLACK_SIGNING_SECRET with the request URL <your public URL>/slack/events",
+                "SLACK_SIGNING_SECRET is not set and neither is SLACK_APP_TOKEN: events sent "
+                "to /slack/events cannot be verified, so `chathub serve` will not start",
+                "set SLACK_SIGNING_SECRET (Basic Information → App Credentials → Signing "
+                "Secret) and make the app's Request URL <your public URL>/slack/events; or "
+                "set SLACK_APP_TOKEN for Socket Mode, which needs no public URL",
             )
         return Check(
             "slack.mode",
             True,
-            "HTTP Events API: Slack must reach <your public URL>/slack/events (signed "
-            "with SLACK_SIGNING_SECRET)",
+            "HTTP Events API: the app's Request URL is <your public URL>/slack/events "
+            "(Event Subscriptions and Interactivity), verified with SLACK_SIGNING_SECRET",
         )
     shape = app_token_problem(app_token)
     if shape is not None:
-        return Check("slack.mode", False, f"SLACK_APP_TOKEN: {shape}", "copy the xapp- token")
+        fix = "copy the app-level token again (Basic Information → App-Level Tokens)"
+        return Check("slack.mode", False, f"SLACK_APP_TOKEN: {shape}", fix)
     try:
-        await probe.socket_mode(app_token)
+        await probe.apps_connections_open(app_token)
     except Problem as problem:
         return Check("slack.mode", False, str(problem), problem.fix or "check SLACK_APP_TOKEN")
     return Check("slack.mode", True, "Socket Mode answers for SLACK_APP_TOKEN")

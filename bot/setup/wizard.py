@@ -8,7 +8,8 @@
    owner's id typed;
 4. Slack, optional: the bot token checked with ``auth.test``, the app-level token with
    ``apps.connections.open`` (Socket Mode; Enter instead: the HTTP Events API and its
-   signing secret); the owner's member id typed;
+   signing secret); the owner's member id typed. When Slack does not answer (offline, or
+   rate limited) a token may be kept unchecked: ``chathub doctor`` checks it later;
 5. ``.env`` written once, at the end (``EnvFile``): Ctrl-C before then writes nothing.
 """
 
@@ -66,6 +67,8 @@ T = TypeVar("T")
 TELEGRAM_API_URL = "https://api.telegram.org"
 #: Models shown in the numbered list; a longer listing still accepts any typed name.
 SHOWN_MODELS = 30
+#: Problem kinds meaning Slack gave no verdict on a token (no answer, or "later").
+_NO_ANSWER = frozenset({"unreachable", "timeout", "rate_limited"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,7 +446,6 @@ class Wizard:
             "Create the app from the manifest in docs/slack.md at https://api.slack.com/apps, "
             "install it, and paste its Bot User OAuth Token (xoxb-) here."
         )
-        probe = SlackProbe(self.net.http, self._slack_api_url(), timeout_s=self.options.timeout_s)
         while True:
             token = self.t.secret("Slack bot token (Enter to skip)")
             if not token:
@@ -453,14 +455,19 @@ class Wizard:
             if shape is not None:
                 self.t.say(f"✗ {shape}.")
                 continue
+            probe = SlackProbe(
+                self.net.http, self._slack_api_url(), token, timeout_s=self.options.timeout_s
+            )
             try:
-                me = self.net(probe.auth_test(token))
+                me = self.net(probe.auth_test())
             except Problem as problem:
-                self.t.say(f"✗ {problem}.")
-                continue
-            self.t.say(f"✓ This is {me.user}" + (f" in {me.team}." if me.team else "."))
+                self.t.say(_failed(problem))
+                if not self._keep_unchecked(problem, "this bot token"):
+                    continue
+            else:
+                self.t.say(f"✓ This is {me.user}" + (f" in {me.team}." if me.team else "."))
             app_token, secret = self.ask_slack_events(probe)
-            return SlackChoice(token, app_token, secret, self.ask_slack_owner())
+            return SlackChoice(token.strip(), app_token, secret, self.ask_slack_owner())
 
     def ask_slack_events(self, probe: SlackProbe) -> tuple[str | None, str | None]:
         """Socket Mode's app-level token (checked); Enter: the HTTP Events API's secret."""
@@ -477,18 +484,33 @@ class Wizard:
                 self.t.say(f"✗ {shape}.")
                 continue
             try:
-                self.net(probe.socket_mode(app_token))
+                self.net(probe.apps_connections_open(app_token))
             except Problem as problem:
-                self.t.say(f"✗ {problem} — {problem.fix}" if problem.fix else f"✗ {problem}.")
-                continue
-            self.t.say("✓ Socket Mode answers.")
-            return app_token, None
-        self.t.say("Events will come to <your public URL>/slack/events (docs/slack.md).")
+                self.t.say(_failed(problem))
+                if not self._keep_unchecked(problem, "this app-level token"):
+                    continue
+            else:
+                self.t.say("✓ Socket Mode answers.")
+            return app_token.strip(), None
+        self.t.say(
+            "Events will come over HTTP: set the app's Request URL (Event Subscriptions and "
+            "Interactivity) to <your public URL>/slack/events (docs/slack.md)."
+        )
         while True:
             secret = self.t.secret("Slack signing secret (Basic Information → App Credentials)")
-            if secret:
-                return None, secret
+            if secret.strip():
+                return None, secret.strip()
             self.t.say("✗ Without Socket Mode the signing secret is needed to verify Slack.")
+
+    def _keep_unchecked(self, problem: Problem, what: str) -> bool:
+        """Only when Slack did not answer (a refusal is an answer): the machine may be
+        offline for now, and `chathub doctor` checks again later."""
+        if problem.kind not in _NO_ANSWER:
+            return False
+        return self.t.yes(
+            f"Slack could not check {what}. Keep it unchecked (`chathub doctor` checks it later)?",
+            default=False,
+        )
 
     def ask_slack_owner(self) -> str | None:
         """The owner's member id, typed."""
@@ -591,3 +613,8 @@ class Wizard:
                     f"⚠ {name} is also set in the environment, which wins over .env: unset it."
                 )
         return 0
+
+
+def _failed(problem: Problem) -> str:
+    """``✗ sentence — fix``: Slack's refusals say little without the fix."""
+    return f"✗ {problem} — {problem.fix}" if problem.fix else f"✗ {problem}."

@@ -56,6 +56,12 @@ class Setup:
     env: dict[str, str] = field(default_factory=dict)
     toml: str = ""
     cleanups: list[Callable[[], None]] = field(default_factory=list)
+    _slack: FakeSlackServer | None = None
+
+    @property
+    def slack(self) -> FakeSlackServer:
+        assert self._slack is not None, "the test needs the with_slack fixture"
+        return self._slack
 
     def write(self) -> None:
         if self.toml:
@@ -654,6 +660,7 @@ def _slack() -> Iterator[FakeSlackServer]:
 def with_slack(healthy: Setup, _slack: FakeSlackServer) -> Iterator[FakeSlackServer]:
     _slack.clear_faults()
     _slack.socket_mode_enabled = True
+    healthy._slack = _slack
     healthy.env.update(
         SLACK_BOT_TOKEN=_slack.bot_token,
         SLACK_APP_TOKEN=_slack.app_token,
@@ -702,37 +709,104 @@ def _slack_down(s: Setup) -> None:
     s.env["SLACK_API_URL"] = f"http://127.0.0.1:{free_port()}/api/"
 
 
-def _revoked(s: Setup) -> None:
+def _slack_token_revoked(s: Setup) -> None:
     s.env["SLACK_BOT_TOKEN"] = "xoxb-revoked-long-ago"
+
+
+def _slack_silent(s: Setup) -> None:
+    """SLACK_API_URL at a port that accepts connections and never answers."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    s.cleanups.append(silent.close)
+    s.env["SLACK_API_URL"] = f"http://127.0.0.1:{silent.getsockname()[1]}/api/"
+
+
+def _slack_http_mode(s: Setup) -> None:
+    del s.env["SLACK_APP_TOKEN"]
+    s.env["SLACK_SIGNING_SECRET"] = "s3cret"
+
+
+def _slack_fault(method: str, error: str, status: int = 200) -> Callable[[Setup], None]:
+    def arm(s: Setup) -> None:
+        s.slack.fail_next(method, error, status=status)
+
+    return arm
 
 
 SLACK_BROKEN: dict[str, tuple[Callable[[Setup], None], str]] = {
     "token rejected": (
-        _revoked,
-        r"✗ Slack does not accept this bot token \(invalid_auth\) — copy the Bot User OAuth "
-        r"Token again",
+        _slack_token_revoked,
+        r"✗ Slack does not accept this bot token \(invalid_auth\) — reinstall the app to the "
+        r"workspace \(the app's Install App page\) and copy its Bot User OAuth Token \(xoxb-\) "
+        r"into SLACK_BOT_TOKEN$",
+    ),
+    "token revoked": (
+        _slack_fault("auth.test", "token_revoked"),
+        r"✗ Slack does not accept this bot token \(token_revoked\) — reinstall the app",
+    ),
+    "account inactive": (
+        _slack_fault("auth.test", "account_inactive"),
+        r"✗ Slack does not accept this bot token \(account_inactive\) — reinstall the app",
     ),
     "app token in the bot token's place": (
         lambda s: s.env.update(SLACK_BOT_TOKEN=s.env["SLACK_APP_TOKEN"]),
         r"✗ configuration: SLACK_BOT_TOKEN: must start with xoxb-: copy it from the app's "
         r"Install App page",
     ),
+    "a token Slack will not take as the bot's": (
+        _slack_fault("auth.test", "not_allowed_token_type"),
+        r"✗ Slack does not take this token as a bot token \(an app-level xapp- token where the "
+        r"xoxb- one belongs\?\) — reinstall the app",
+    ),
     "API URL wrong": (
         lambda s: s.env.update(SLACK_API_URL=s.env["SLACK_API_URL"] + "v2/"),
-        r"✗ the Slack API answered 404 at \S+auth\.test: SLACK_API_URL is wrong",
+        r"✗ the Slack API answered 404 at \S+auth\.test: SLACK_API_URL is wrong — set "
+        r"SLACK_API_URL to https://slack\.com/api/ \(or remove it\)$",
     ),
     "unreachable": (
         _slack_down,
-        r"✗ Slack cannot be reached from here — check the network and SLACK_API_URL",
+        r"✗ Slack cannot be reached from here — check the network and SLACK_API_URL$",
+    ),
+    "silent": (
+        _slack_silent,
+        r"✗ Slack did not answer within 1 s — check the network and SLACK_API_URL$",
+    ),
+    "rate limited": (
+        lambda s: s.slack.rate_limit_next("auth.test", retry_after=7),
+        r"✗ Slack asks to slow down \(HTTP 429\) — try again in 7 s$",
+    ),
+    "down": (
+        _slack_fault("auth.test", "service_unavailable", status=503),
+        r"✗ Slack cannot be reached from here \(HTTP 503\) — try again in a minute; "
+        r"https://slack-status\.com",
     ),
     "app token refused": (
         _set(SLACK_APP_TOKEN="xapp-1-not-the-apps"),
         r"✗ Slack does not accept this app-level token \(invalid_auth\) — create an "
-        r"app-level token",
+        r"app-level token with the connections:write scope",
+    ),
+    "bot token where the app token belongs": (
+        _slack_fault("apps.connections.open", "not_allowed_token_type"),
+        r"✗ Slack does not take this token for Socket Mode \(the bot's xoxb- token where the "
+        r"app-level xapp- one belongs\?\) — create an app-level token",
+    ),
+    "app token without connections:write": (
+        _slack_fault("apps.connections.open", "missing_scope"),
+        r"✗ the app-level token lacks the connections:write scope Socket Mode needs — create "
+        r"an app-level token with the connections:write scope",
+    ),
+    "Socket Mode off": (
+        lambda s: setattr(s.slack, "socket_mode_enabled", False),
+        rf"✗ Slack refused Socket Mode \({SOCKET_MODE_DISABLED_ERROR}\): is it turned on for "
+        r"this app\? — turn on Socket Mode in the app settings",
     ),
     "HTTP mode without a secret": (
         _unset("SLACK_APP_TOKEN"),
-        r"✗ neither SLACK_APP_TOKEN \(Socket Mode\) nor SLACK_SIGNING_SECRET",
+        r"✗ SLACK_SIGNING_SECRET is not set and neither is SLACK_APP_TOKEN: events sent to "
+        r"/slack/events cannot be verified, so `chathub serve` will not start — set "
+        r"SLACK_SIGNING_SECRET \(Basic Information → App Credentials → Signing Secret\) and "
+        r"make the app's Request URL <your public URL>/slack/events; or set SLACK_APP_TOKEN",
     ),
     "no owner": (
         _unset("SLACK_OWNER_ID"),
@@ -750,29 +824,82 @@ def test_each_broken_slack_part_fails_with_its_line(
 ) -> None:
     breaks, expected = SLACK_BROKEN[part]
     breaks(healthy)
-    status, lines = healthy.doctor(capsys)
+    status, lines = healthy.doctor(capsys, timeout_s=1)
     assert status == 1, "\n".join(lines)
     failed = [line for line in lines if line.startswith("✗")]
     assert len(failed) == 1, "\n".join(lines)
     assert re.search(expected, failed[0]), "\n".join(lines)
-    assert not any("Error" in line or "Traceback" in line for line in lines), "\n".join(lines)
+    assert not _PYTHON.search("\n".join(lines)), "\n".join(lines)
 
 
-def test_socket_mode_off_and_slack_down_say_so(
-    healthy: Setup,
-    with_slack: FakeSlackServer,
-    capsys: pytest.CaptureFixture[str],
+#: What a Python exception would leave in a line: its class name, a traceback, a repr.
+_PYTHON = re.compile(r"Error\b|Exception|Traceback|httpx|\w+\(\w*=")
+
+
+def test_slack_unreachable_is_said_once_not_again_for_socket_mode(
+    healthy: Setup, with_slack: FakeSlackServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with_slack.socket_mode_enabled = False
-    status, lines = healthy.doctor(capsys)
-    assert status == 1
-    assert f"✗ Slack refused Socket Mode ({SOCKET_MODE_DISABLED_ERROR}) — turn Socket Mode on" in (
-        "\n".join(lines)
-    )
-    with_slack.socket_mode_enabled = True
-    with_slack.fail_next("auth.test", "service_unavailable", status=503)
-    status, lines = healthy.doctor(capsys)
-    assert status == 1
-    assert "✗ Slack cannot be reached from here (HTTP 503) — try again in a minute" in "\n".join(
-        lines
-    )
+    _slack_down(healthy)
+    _, lines = healthy.doctor(capsys)
+    slack = [line for line in lines if "Slack" in line or "SLACK" in line]
+    assert slack == [
+        "✗ Slack cannot be reached from here — check the network and SLACK_API_URL",
+        "✓ Slack owner id U0OWNER001",
+    ]
+
+
+def test_a_refused_bot_token_still_checks_socket_mode(
+    healthy: Setup, with_slack: FakeSlackServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two tokens, two verdicts: a refused bot token says nothing about the app token."""
+    _slack_token_revoked(healthy)
+    healthy.env["SLACK_APP_TOKEN"] = "xapp-1-not-the-apps"
+    _, lines = healthy.doctor(capsys)
+    failed = [line for line in lines if line.startswith("✗")]
+    assert [line.split(" — ")[0] for line in failed] == [
+        "✗ Slack does not accept this bot token (invalid_auth)",
+        "✗ Slack does not accept this app-level token (invalid_auth)",
+    ]
+    assert [c.method for c in with_slack.calls[-2:]] == ["auth.test", "apps.connections.open"]
+
+
+def test_http_mode_without_a_secret_is_said_even_when_slack_is_down(
+    healthy: Setup, with_slack: FakeSlackServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The signing secret's check needs no network: it is never skipped."""
+    _slack_down(healthy)
+    del healthy.env["SLACK_APP_TOKEN"]
+    _, lines = healthy.doctor(capsys)
+    failed = [line for line in lines if line.startswith("✗")]
+    assert len(failed) == 2, "\n".join(lines)
+    assert failed[1].startswith("✗ SLACK_SIGNING_SECRET is not set"), failed
+
+
+def test_the_doctor_asks_slack_with_the_tokens_and_never_opens_the_socket(
+    healthy: Setup, with_slack: FakeSlackServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = len(with_slack.calls)
+    healthy.doctor(capsys)
+    calls = with_slack.calls[before:]
+    assert [(c.method, c.http_method, c.token) for c in calls] == [
+        ("auth.test", "POST", with_slack.bot_token),
+        ("apps.connections.open", "POST", with_slack.app_token),
+    ]
+    assert with_slack.connections == []  # the URL Slack gave is not connected to
+
+
+def test_slack_checks_in_health_details(healthy: Setup, with_slack: FakeSlackServer) -> None:
+    healthy.write()
+    config = load_config()
+
+    async def details() -> dict[str, object]:
+        async with httpx.AsyncClient() as http:
+            checks = await service_checks(config, http, timeout_s=2)()
+        return {c.name: c.ok for c in checks}
+
+    found = asyncio.run(details())
+    assert {k: v for k, v in found.items() if k.startswith("slack.")} == {
+        "slack.token": True,
+        "slack.mode": True,
+        "slack.owner": True,
+    }

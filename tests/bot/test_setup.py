@@ -788,7 +788,10 @@ def test_slack_tokens_checked_socket_mode_chosen_and_owner_typed(
             term.expect(r"✗ that is the app-level token \(xapp-\)")
             term.expect(r"Slack bot token \(Enter to skip\): ")
             term.send("xoxb-revoked")
-            term.expect(r"✗ Slack does not accept this bot token \(invalid_auth\)\.")
+            term.expect(
+                r"✗ Slack does not accept this bot token \(invalid_auth\) — reinstall the app to "
+                r"the workspace"
+            )
             term.expect(r"Slack bot token \(Enter to skip\): ")
             term.send(slack.bot_token)
             term.expect("✓ This is chathub in Fake Team.")
@@ -831,7 +834,7 @@ def test_slack_without_socket_mode_asks_for_the_signing_secret(
             term.send(slack.bot_token)
             term.expect(r"Slack app-level token \(Enter for the HTTP Events API\): ")
             term.send("")
-            term.expect(r"/slack/events")
+            term.expect(r"set the app's Request URL .* to <your public URL>/slack/events")
             term.expect(r"Slack signing secret")
             term.send("")
             term.expect("✗ Without Socket Mode the signing secret is needed")
@@ -844,3 +847,170 @@ def test_slack_without_socket_mode_asks_for_the_signing_secret(
         values = dotenv(tmp_path)
         assert values["SLACK_SIGNING_SECRET"] == "s3cret-value"
         assert "SLACK_APP_TOKEN" not in values and "SLACK_OWNER_ID" not in values
+
+
+# -- Slack, in-process -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def _slack() -> Iterator[FakeSlackServer]:
+    with FakeSlackServer() as server:
+        yield server
+
+
+@pytest.fixture
+def slack(_slack: FakeSlackServer) -> Iterator[FakeSlackServer]:
+    _slack.clear_faults()
+    _slack.socket_mode_enabled = True
+    yield _slack
+    _slack.clear_faults()
+    _slack.socket_mode_enabled = True
+
+
+KEEP_MODEL = (r"Keep it\?", "y")
+
+
+def test_a_second_run_adds_slack_in_http_mode(tmp_path: Path, slack: FakeSlackServer) -> None:
+    """Socket Mode off: said with its fix; Enter then takes the HTTP Events API."""
+    slack.socket_mode_enabled = False
+    (tmp_path / ".env").write_text("LLM_MODEL=qwen3\n")
+    script = Scripted(
+        KEEP_MODEL,
+        NO_TELEGRAM,
+        NO_DISCORD,
+        (r"Slack bot token", "xoxp-a-user-token"),
+        (r"Slack bot token", slack.bot_token),
+        (r"Slack app-level token", slack.bot_token),
+        (r"Slack app-level token", slack.app_token),
+        (r"Slack app-level token", ""),
+        (r"Slack signing secret", " s3cret "),
+        (r"Your Slack member id", "U0OWNER001"),
+    )
+    out = run_wizard(tmp_path, script, slack_api_url=slack.api_url)
+    assert "✗ that is not a Slack bot token: it starts with xoxb-" in out
+    assert "✓ This is chathub in Fake Team." in out
+    assert "✗ that is the bot token (xoxb-): the app-level token starts with xapp-." in out
+    assert (
+        "✗ Slack refused Socket Mode (socket_mode_disabled): is it turned on for this app? — "
+        "turn on Socket Mode in the app settings (Socket Mode → Enable Socket Mode)" in out
+    )
+    assert "<your public URL>/slack/events" in out
+    assert "Keep it unchecked" not in out  # Slack answered: its refusal stands
+    assert dotenv(tmp_path) == {
+        "LLM_MODEL": "qwen3",
+        "SLACK_BOT_TOKEN": slack.bot_token,
+        "SLACK_SIGNING_SECRET": "s3cret",
+        "SLACK_OWNER_ID": "U0OWNER001",
+        "SLACK_API_URL": slack.api_url,
+    }
+    assert not re.search(r"Error\b|Exception|httpx", out), out
+
+
+def test_slack_refusals_are_asked_again_with_their_fix(
+    tmp_path: Path, slack: FakeSlackServer
+) -> None:
+    (tmp_path / ".env").write_text("LLM_MODEL=qwen3\n")
+    slack.fail_next("auth.test", "account_inactive")
+    slack.fail_next("apps.connections.open", "missing_scope")
+    script = Scripted(
+        KEEP_MODEL,
+        NO_TELEGRAM,
+        NO_DISCORD,
+        (r"Slack bot token", slack.bot_token),
+        (r"Slack bot token", slack.bot_token),
+        (r"Slack app-level token", slack.app_token),
+        (r"Slack app-level token", slack.app_token),
+        (r"Your Slack member id", ""),
+    )
+    out = run_wizard(tmp_path, script, slack_api_url=slack.api_url)
+    assert (
+        "✗ Slack does not accept this bot token (account_inactive) — reinstall the app to the "
+        "workspace (the app's Install App page) and copy its Bot User OAuth Token (xoxb-) into "
+        "SLACK_BOT_TOKEN" in out
+    )
+    assert (
+        "✗ the app-level token lacks the connections:write scope Socket Mode needs — create an "
+        "app-level token with the connections:write scope" in out
+    )
+    assert "✓ Socket Mode answers." in out
+    values = dotenv(tmp_path)
+    assert values["SLACK_APP_TOKEN"] == slack.app_token
+    assert "SLACK_SIGNING_SECRET" not in values and "SLACK_OWNER_ID" not in values
+
+
+def test_slack_unreachable_may_be_skipped(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("LLM_MODEL=qwen3\n")
+    script = Scripted(
+        KEEP_MODEL,
+        NO_TELEGRAM,
+        NO_DISCORD,
+        (r"Slack bot token", "xoxb-1-2-abc"),
+        (r"Slack could not check this bot token\. Keep it unchecked .*\[y/N\]", ""),
+        NO_SLACK,
+    )
+    down = f"http://127.0.0.1:{free_port()}/api/"
+    out = run_wizard(tmp_path, script, slack_api_url=down)
+    assert "✗ Slack cannot be reached from here — check the network and SLACK_API_URL" in out
+    assert "Skipped Slack." in out
+    assert "Nothing changed; " in out
+
+
+def test_slack_offline_keeps_the_tokens_unchecked(tmp_path: Path) -> None:
+    """No network now (a laptop on a train): the tokens are kept when the person says so,
+    and the doctor checks them later."""
+    (tmp_path / ".env").write_text("LLM_MODEL=qwen3\n")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        api_url = f"http://127.0.0.1:{silent.getsockname()[1]}/api/"
+        script = Scripted(
+            KEEP_MODEL,
+            NO_TELEGRAM,
+            NO_DISCORD,
+            (r"Slack bot token", "xoxb-1-2-abc"),
+            (r"Slack could not check this bot token\. Keep it unchecked", "y"),
+            (r"Slack app-level token", "xapp-1-A1-2-abc"),
+            (r"Slack could not check this app-level token\. Keep it unchecked", "y"),
+            (r"Your Slack member id", "U0OWNER001"),
+        )
+        out = run_wizard(tmp_path, script, slack_api_url=api_url, timeout_s=0.5)
+    assert out.count("✗ Slack did not answer within 0.5 s — check the network") == 2
+    assert dotenv(tmp_path) == {
+        "LLM_MODEL": "qwen3",
+        "SLACK_BOT_TOKEN": "xoxb-1-2-abc",
+        "SLACK_APP_TOKEN": "xapp-1-A1-2-abc",
+        "SLACK_OWNER_ID": "U0OWNER001",
+        "SLACK_API_URL": api_url,
+    }
+
+
+def test_slack_rate_limited_may_be_kept_unchecked(tmp_path: Path, slack: FakeSlackServer) -> None:
+    (tmp_path / ".env").write_text("LLM_MODEL=qwen3\n")
+    slack.rate_limit_next("auth.test", retry_after=20)
+    script = Scripted(
+        KEEP_MODEL,
+        NO_TELEGRAM,
+        NO_DISCORD,
+        (r"Slack bot token", slack.bot_token),
+        (r"Keep it unchecked", "n"),
+        (r"Slack bot token", slack.bot_token),
+        (r"Slack app-level token", slack.app_token),
+        (r"Your Slack member id", ""),
+    )
+    out = run_wizard(tmp_path, script, slack_api_url=slack.api_url)
+    assert "✗ Slack asks to slow down (HTTP 429) — try again in 20 s" in out
+    assert dotenv(tmp_path)["SLACK_BOT_TOKEN"] == slack.bot_token
+
+
+def test_a_second_run_keeps_slack(tmp_path: Path) -> None:
+    old = "LLM_MODEL=qwen3\nSLACK_BOT_TOKEN=xoxb-1-2-abc\nSLACK_APP_TOKEN=xapp-1-A1-2-abc\n"
+    (tmp_path / ".env").write_text(old)
+    script = Scripted(
+        KEEP_MODEL,
+        NO_TELEGRAM,
+        NO_DISCORD,
+        (r"has a Slack bot token\. Keep it\? \[Y/n\]", ""),
+    )
+    out = run_wizard(tmp_path, script)
+    assert "Nothing changed; " in out
+    assert (tmp_path / ".env").read_text() == old
