@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # matrix-nio logs every room event it sees at INFO: -v would be Matrix's event log
+    logging.getLogger("nio").setLevel(logging.WARNING)
     if args.command == "rules":
         try:
             settings = load_settings()

@@ -85,6 +85,7 @@ if TYPE_CHECKING:
     from bot.discord.service import DiscordService
     from bot.http.app import TelegramWebhook
     from bot.http.web import Deliveries
+    from bot.matrix.service import MatrixService
     from bot.slack.service import SlackService
 
 log = logging.getLogger(__name__)
@@ -141,6 +142,12 @@ class Service:
     #: Tests: Slack's pacing and socket ping interval (None: Slack's own).
     slack_pacing: Pacing | None = None
     slack_ping_interval_s: float | None = None
+    #: Matrix (``MATRIX_HOMESERVER``), beside the others or alone.
+    matrix: MatrixService | None = None
+    #: Tests: Matrix's pacing and how long a sync waits (None: Matrix's own).
+    matrix_pacing: Pacing | None = None
+    matrix_sync_timeout_ms: int | None = None
+    matrix_timeline_limit: int | None = None
 
     async def _run_checks(self) -> Sequence[Check]:
         """The doctor's checks, over a client made on first use (each client costs its TLS
@@ -158,6 +165,7 @@ class Service:
         if settings.chathub_fleet:  # refused before anything starts, as the API's exposure
             check_fleet_database(settings.database_url)
         settings.check_slack_events()
+        settings.check_matrix_account()
         # SQLite serves one process: a second serve on the file is refused (SqliteInUse).
         self._serve_lock = hold_serve_lock(settings.database_url)
         self.engine = engine = await open_engine(
@@ -347,6 +355,32 @@ class Service:
             )
             await self.slack.start()  # subscribed before the hub recovers, as Telegram
             deliveries = deliveries or partial(engine.store.db.run, delivery_summary)
+        if settings.matrix_homeserver:
+            from bot.matrix.service import MatrixService
+
+            tuning = {
+                "sync_timeout_ms": self.matrix_sync_timeout_ms,
+                "timeline_limit": self.matrix_timeline_limit,
+            }
+            self.matrix = MatrixService(
+                settings,
+                hub,
+                engine.store.db,
+                self.refused,
+                jobs=Jobs(scheduler),
+                memory=self.memory,
+                desk=desk,
+                pacing=self.matrix_pacing,
+                schedule=self.schedule,
+                fleet=fleet,
+                # No other platform's owner: the Matrix owner's direct room is home.
+                owner_home=not owner
+                and not settings.discord_owner_id
+                and not settings.slack_owner_id,
+                **{k: v for k, v in tuning.items() if v is not None},
+            )
+            await self.matrix.start()  # subscribed before the hub recovers, as Telegram
+            deliveries = deliveries or partial(engine.store.db.run, delivery_summary)
         if self.console and self.api is None:
             from bot.terminal import SOURCE, console_interrupted
 
@@ -378,6 +412,8 @@ class Service:
             return self.discord.adapter.access.is_allowed(user)
         if platform == "slack" and self.slack is not None and self.slack.adapter:
             return self.slack.adapter.access.is_allowed(user)
+        if platform == "matrix" and self.matrix is not None and self.matrix.adapter:
+            return self.matrix.adapter.access.is_allowed(user)
         return False
 
     async def _start_http(
@@ -445,6 +481,8 @@ class Service:
             report["discord"] = self.discord.state()
         if self.slack is not None:
             report["slack"] = await self.slack.state()
+        if self.matrix is not None:
+            report["matrix"] = self.matrix.state()
         if self.scheduler is not None:
             last = self.scheduler.dispatcher.last_step_at
             report["scheduler_last_step"] = last.isoformat() if last else None
@@ -464,6 +502,8 @@ class Service:
             await self.discord.close()
         if self.slack is not None:
             await self.slack.close()
+        if self.matrix is not None:
+            await self.matrix.close()
         if self.hub is not None:
             await self.hub.close()
         if self.memory is not None:
@@ -549,11 +589,11 @@ async def serve(config: AppConfig) -> None:
             file=sys.stderr,
             flush=True,
         )
-    platforms = (service.adapter, service.discord, service.slack)
+    platforms = (service.adapter, service.discord, service.slack, service.matrix)
     if all(platform is None for platform in platforms) and terminal is None:
         log.warning(
-            "none of TELEGRAM_BOT_TOKEN, DISCORD_BOT_TOKEN and SLACK_BOT_TOKEN is set and "
-            "stdin is not a terminal: HTTP only"
+            "none of TELEGRAM_BOT_TOKEN, DISCORD_BOT_TOKEN, SLACK_BOT_TOKEN and "
+            "MATRIX_HOMESERVER is set and stdin is not a terminal: HTTP only"
         )
     await stop.wait()
     if terminal is not None and not terminal.done():

@@ -1,7 +1,8 @@
 """The service's settings: each layer's variables, composed into one class.
 
 Every layer owns its variables (engine/config.py, bot/telegram/settings.py,
-bot/discord/settings.py, bot/slack/settings.py, bot/http/settings.py, scheduler/settings.py); ``chathub`` reads them all at once from the
+bot/discord/settings.py, bot/slack/settings.py, bot/matrix/settings.py,
+bot/http/settings.py, scheduler/settings.py); ``chathub`` reads them all at once from the
 environment and ``.env``, and one wrong value stops start-up naming its variable.
 """
 
@@ -12,6 +13,7 @@ from typing import Any
 from bot.discord.settings import DiscordSettings
 from bot.fleet.settings import FleetSettings
 from bot.http.settings import HttpSettings
+from bot.matrix.settings import MatrixSettings
 from bot.slack.settings import SlackSettings
 from bot.telegram.settings import TelegramSettings
 from engine.config import SETTINGS_CONFIG, AppConfig, EngineSettings, read_settings
@@ -26,6 +28,7 @@ class Settings(
     TelegramSettings,
     DiscordSettings,
     SlackSettings,
+    MatrixSettings,
     HttpSettings,
     SchedulerSettings,
     MemorySettings,

@@ -1,0 +1,149 @@
+"""Approval cards and questions in Matrix: one message each, listing its choices, decided
+by a reaction on it (or a reply), and edited once (``m.replace``) to its outcome.
+
+Matrix has no buttons: an allowed person reacts ✅ (approve), ❌ (reject), ⏱ (15 min) or
+🔄 (session), with or without the emoji variation selector, or replies to the card (the
+reply is the reason of a rejection, or a question's answer). The card is kept open in
+the delivery layer's cards (``platform_cards``) under its event id, so a reaction on a
+card shown before a restart still works after it, once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.delivery import CardRow, CardStore
+from bot.matrix.incoming import parse_source
+from bot.matrix.sending import MatrixSender, content_of, in_thread
+from bot.platform.cards import CardContent, Choice, card_content, outcome_line
+from bot.platform.open_cards import OpenCards
+from engine.hub import ChatHub
+from engine.session import ApprovalRequired, Question
+
+__all__ = ["CHOICE_LINE", "MatrixCards", "card_text", "choice_of", "question_text"]
+
+#: The reactions that decide a card (their keys without the variation selector).
+REACTIONS: dict[str, Choice] = {
+    "✅": "approve",
+    "❌": "reject",
+    "⏱": "bypass_15m",
+    "🔄": "bypass_session",
+}
+CHOICE_LINE = (
+    "React ✅ to approve · ❌ to reject · ⏱ approve for 15 min · 🔄 for the session — "
+    "or reply with a reason to reject."
+)
+QUESTION_LINE = "Reply to this message to answer."
+#: How much of a call a card shows (the inbox page shows it all).
+CARD_LIMIT = 6000
+_VARIATION_SELECTOR = "\ufe0f"
+
+
+def choice_of(key: str) -> Choice | None:
+    """The choice a reaction's key means (``✅`` and ``✅\\ufe0f`` alike), else ``None``."""
+    return REACTIONS.get(key.replace(_VARIATION_SELECTOR, "").strip())
+
+
+def _fence(content: str) -> str:
+    """A code block no content can close (a fence longer than any run of backticks)."""
+    fence = "`" * max(3, _longest_backticks(content) + 1)
+    return f"{fence}\n{content}\n{fence}"
+
+
+def _longest_backticks(text: str) -> int:
+    longest = run = 0
+    for char in text:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    return longest
+
+
+def _code(text: str) -> str:
+    return "`" + text.replace("`", "'") + "`"
+
+
+def card_text(shown: CardContent, limit: int = CARD_LIMIT) -> str:
+    """The card in Markdown: the title, the tool, who may decide, the call in a code
+    block (its beginning, said so, when it is longer than ``limit``)."""
+    lines = [
+        f"**{shown.title}**",
+        f"Tool: {_code(shown.tool[:100])} · Agent: {_code(shown.agent[:100])}",
+    ]
+    if shown.depth > 0:
+        lines[-1] += f" (sub-agent, depth {shown.depth})"
+    if shown.deciders:
+        lines.append(f"👤 {shown.deciders[:200]}")
+    if shown.label == "Diff" and shown.path:
+        new = " (new file)" if shown.new_file else ""
+        lines.append(f"File: {_code(shown.path[:200])}{new}")
+    content = shown.content
+    cut = len(content) > limit
+    if cut:
+        content = content[:limit].rstrip() + "\n…"
+    lines.append(f"{shown.label}:\n\n{_fence(content)}")
+    if shown.workdir:
+        lines.append(f"Working directory: {_code(shown.workdir[:200])}")
+    if cut:
+        lines.append("⚠️ Cut: showing only the beginning (the inbox page shows it all).")
+    return "\n\n".join(lines)
+
+
+def question_text(question: str) -> str:
+    return f"**❓ Question**\n\n{question[:CARD_LIMIT]}"
+
+
+def _shown(card: CardRow) -> str:
+    """A card with the line that says how to decide it."""
+    return f"{card.text}\n\n{CHOICE_LINE if card.kind == 'approval' else QUESTION_LINE}"
+
+
+def _closed(card: CardRow, outcome: str, by: str | None, note: str | None) -> str:
+    verb, suffix = outcome_line(outcome)
+    line = f"**{verb}**" + (f" by {by}" if by else "") + suffix
+    if note:
+        line += f": {note[:1000]}"
+    return f"{card.text}\n\n{line}"
+
+
+class MatrixFace:
+    """Matrix's look of a card: a message in the card's room (and thread), replaced once."""
+
+    def __init__(self, sender: MatrixSender) -> None:
+        self._sender = sender
+
+    async def post(self, card: CardRow, attachment: Any) -> str | None:
+        place = parse_source(card.source)
+        return await self._sender.post(place, in_thread(content_of(_shown(card)), place))
+
+    async def closed(self, card: CardRow, outcome: str, by: str | None, note: str | None) -> None:
+        assert card.message_id is not None
+        content = content_of(_closed(card, outcome, by, note))
+        await self._sender.replace(card.conversation, card.message_id, content)
+
+
+class MatrixCards(OpenCards):
+    """The open cards (``OpenCards``), as Matrix messages."""
+
+    def __init__(self, hub: ChatHub, store: CardStore, sender: MatrixSender) -> None:
+        super().__init__(store, MatrixFace(sender))
+        self._hub = hub
+
+    async def send_card(self, source: str, event: ApprovalRequired) -> None:
+        if await self.shown(event.tool_call_id):
+            return  # asked again after a restart (or decided meanwhile): that card stands
+        deciders = await self._hub.who_may_decide(event.tool_call_id)
+        text = card_text(card_content(event, deciders))
+        await self.show(_row(source, event.tool_call_id, "approval", text))
+
+    async def send_question(self, source: str, event: Question) -> None:
+        if await self.shown(event.request_id):
+            return
+        await self.show(_row(source, event.request_id, "question", question_text(event.question)))
+
+    async def at(self, room_id: str, event_id: str) -> CardRow | None:
+        """The card shown by ``event_id`` in ``room_id`` (open or not), from the store."""
+        return await self.store.at(room_id, event_id)
+
+
+def _row(source: str, key: int, kind: str, text: str) -> CardRow:
+    return CardRow(key, kind, source, parse_source(source).room_id, None, text, None, "open")

@@ -1,0 +1,125 @@
+"""Reactions and replies on a card, after they were stored: what an allowed person decided.
+
+A reaction's key names its choice (``cards.REACTIONS``, the emoji variation selector or
+not); a reply to an approval card rejects it with the reply as the reason; a reply to a
+question answers it. A reaction is judged by what the store says of its card (open, in
+this room, shown by the event reacted to), never by the reaction itself, so a card shown
+before a restart works after it, once; a reaction redacted before it is handled decides
+nothing (the homeserver is asked). Refusals are said in the room, once per card and
+person, so a stranger's reactions cannot make the bot talk.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from nio import AsyncClient, RoomGetEventResponse
+
+from bot.delivery import CardRow
+from bot.matrix.cards import MatrixCards, choice_of
+from bot.matrix.incoming import Incoming, parse_source
+from bot.matrix.people import People
+from bot.matrix.sending import MatrixError, MatrixSender, call
+from bot.platform.access import Access
+from bot.platform.cards import NOT_ALLOWED, Choice, decide
+from bot.platform.open_cards import card_is_live
+from engine.hub import ChatHub, HubError
+from engine.store import InboxError
+
+__all__ = ["Decisions"]
+
+log = logging.getLogger(__name__)
+
+
+class Decisions:
+    def __init__(
+        self,
+        hub: ChatHub,
+        nio: AsyncClient,
+        access: Access,
+        cards: MatrixCards,
+        sender: MatrixSender,
+        people: People,
+    ) -> None:
+        self._hub = hub
+        self._nio = nio
+        self._access = access
+        self._cards = cards
+        self._sender = sender
+        self._people = people
+        self._refused: set[tuple[int, str]] = set()
+
+    async def reaction(self, m: Incoming) -> None:
+        choice = choice_of(m.text)
+        if choice is None or m.relates_to is None:
+            return  # another emoji: a person's reaction, not a decision
+        card = await self._cards.at(m.room_id, m.relates_to)
+        if not card_is_live(card, "approval", m.room_id, m.relates_to):
+            return  # decided, expired, or not a card: nothing to do
+        assert card is not None
+        if not await self._still_there(m):
+            return
+        await self._decide(card, choice, m.sender)
+
+    async def reply(self, m: Incoming, text: str) -> bool:
+        """A reply to a card: True when it was one (a reason, an answer, or refused)."""
+        assert m.relates_to is not None
+        card = await self._cards.at(m.room_id, m.relates_to)
+        if card is None or card.state != "open" or card.conversation != m.room_id:
+            return False
+        if card.kind == "question":
+            await self._answer(card, text, m.sender)
+        else:
+            await self._decide(card, "reject", m.sender, text)
+        return True
+
+    async def _decide(self, card: CardRow, choice: Choice, user: str, note: str = "") -> None:
+        if not self._access.is_allowed(user):
+            await self._refuse(card, user, NOT_ALLOWED)
+            return
+        decider = self._access.decider(user)
+        refused = await self._hub.decision_refusal(card.tool_call_id, decider)
+        if refused is not None:  # the card stays as it is, for those who may decide
+            await self._refuse(card, user, refused)
+            return
+        result = await decide(self._hub, card.source, card.tool_call_id, choice, decider, note)
+        if result == "expired":
+            await self._cards.close(card, "expired", "expired")
+        elif result == "decided":
+            name = await self._people.name_of(user)
+            await self._cards.close(card, choice, "resolved", by=name, note=note or None)
+        else:
+            await self._refuse(card, user, NOT_ALLOWED)
+
+    async def _answer(self, card: CardRow, text: str, user: str) -> None:
+        if not self._access.is_allowed(user):
+            await self._refuse(card, user, NOT_ALLOWED)
+            return
+        if not text.strip():
+            return
+        try:
+            await self._hub.answer(card.tool_call_id, text, source=card.source)
+        except (InboxError, HubError) as exc:
+            log.info("question %s not answerable: %s", card.tool_call_id, exc)
+            await self._cards.close(card, "expired", "expired")
+            return
+        await self._cards.close(card, "answered", "answered", by=await self._people.name_of(user))
+
+    async def _refuse(self, card: CardRow, user: str, line: str) -> None:
+        if (card.tool_call_id, user) in self._refused:
+            return
+        self._refused.add((card.tool_call_id, user))
+        name = await self._people.name_of(user)
+        await self._sender.say_at(parse_source(card.source), f"{name}: {line}")
+
+    async def _still_there(self, m: Incoming) -> bool:
+        """Whether the reaction still stands (a redacted one has lost its content)."""
+        try:
+            answer = await call(self._nio.room_get_event(m.room_id, m.event_id))
+        except MatrixError as exc:
+            log.info("reaction %s in %s: %s", m.event_id, m.room_id, exc.description)
+            return False
+        if not isinstance(answer, RoomGetEventResponse):
+            return False
+        content = answer.event.source.get("content")
+        return isinstance(content, dict) and bool(content)

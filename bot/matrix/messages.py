@@ -1,0 +1,261 @@
+"""A Matrix event, from its stored form to the hub (or to its one answer here).
+
+In order: an invite is joined when an allowed person sent it, declined otherwise (the
+decline's reason carries the pairing code); an encrypted event gets the one notice that
+the bot cannot read encrypted rooms; a reaction or a reply on a card decides it
+(``decisions.py``); strangers get a pairing code; ``/commands`` run from the registry; a
+message may answer a question; files are not read (said so); the rest becomes a hub
+message, stored and marked handled in one commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from nio import AsyncClient, RoomGetEventResponse
+
+from bot.delivery import EventAlreadyHandled
+from bot.delivery.store import mark_handled_in
+from bot.matrix.activity import RoomActivity
+from bot.matrix.cards import MatrixCards
+from bot.matrix.decisions import Decisions
+from bot.matrix.incoming import MATRIX, Incoming, Place
+from bot.matrix.people import MatrixMe, People
+from bot.matrix.sending import MatrixError, MatrixSender, Rooms, call, leave
+from bot.platform.access import Access
+from bot.platform.cards import question_answered
+from bot.platform.commands import CommandContext, CommandRegistry
+from bot.platform.failures import SORRY_MESSAGE, report_failure
+from engine.hub import ChatHub, HubError, SendOptions
+from engine.store import SENDER_KEY, AppSettings, InboxError
+
+__all__ = ["ENCRYPTED", "FILES_NOT_READ", "NOT_PAIRED", "MessageHandler"]
+
+log = logging.getLogger(__name__)
+
+FILES_NOT_READ = "I cannot read files sent on Matrix yet; please write what you need as text."
+ENCRYPTED = (
+    "I cannot read encrypted rooms yet, so I will not answer here. Invite me to a room "
+    "without encryption."
+)
+NOT_PAIRED = "You are not allowed to use this bot: invite me to a direct chat to ask for access."
+_COMMAND = re.compile(r"^/([a-z0-9_]{1,32})(?:\s+(.*))?$", re.DOTALL)
+
+
+class MessageHandler:
+    def __init__(
+        self,
+        hub: ChatHub,
+        nio: AsyncClient,
+        me: MatrixMe,
+        people: People,
+        rooms: Rooms,
+        access: Access,
+        commands: CommandRegistry,
+        cards: MatrixCards,
+        decisions: Decisions,
+        sender: MatrixSender,
+        activity: RoomActivity,
+        settings: AppSettings,
+    ) -> None:
+        self._hub = hub
+        self._nio = nio
+        self._me = me
+        self._people = people
+        self._rooms = rooms
+        self._access = access
+        self._commands = commands
+        self._cards = cards
+        self._decisions = decisions
+        self._sender = sender
+        self._activity = activity
+        self._settings = settings
+
+    # -- what is stored at all --------------------------------------------------------------
+
+    async def addressed(self, m: Incoming) -> bool:
+        """Whether the bot answers ``m`` at all (checked before it is stored): an invite,
+        an encrypted event, a reaction on a card; a message in a direct room, mentioning
+        the bot, replying to it, or in a thread the bot is in."""
+        if m.kind in ("invite", "encrypted"):
+            return True
+        if m.kind == "reaction":
+            return (
+                m.relates_to is not None
+                and await self._cards.at(m.room_id, m.relates_to) is not None
+            )
+        if await self.is_direct(m.room_id):
+            return True
+        if m.mentions_user(self._me.user_id, self._me.display_name):
+            return True
+        if m.relates_to is not None and await self._is_mine(m.room_id, m.relates_to):
+            return True
+        return m.thread is not None and await self._hub.current_session(m.source) is not None
+
+    async def is_direct(self, room_id: str) -> bool:
+        """A room of the bot and one person (its joined members, asked once per change)."""
+        count = self._rooms.members.get(room_id)
+        if count is None:
+            try:
+                answer = await call(self._nio.joined_members(room_id))
+            except MatrixError as exc:
+                log.info("joined members of %s: %s", room_id, exc.description)
+                return False
+            count = self._rooms.members[room_id] = len(answer.members)
+        return count <= 2
+
+    async def _is_mine(self, room_id: str, event_id: str) -> bool:
+        if await self._cards.at(room_id, event_id) is not None:
+            return True
+        try:
+            answer = await call(self._nio.room_get_event(room_id, event_id))
+        except MatrixError:
+            return False
+        return isinstance(answer, RoomGetEventResponse) and answer.event.sender == self._me.user_id
+
+    # -- handling -----------------------------------------------------------------------------
+
+    async def handle(self, m: Incoming) -> bool:
+        """True when the event was marked handled along the way. A failure of ours is
+        logged with a short error id, and the sender told that id: never the exception."""
+        try:
+            return await self._on_event(m)
+        except Exception:
+            error = report_failure(log, f"matrix event {m.event_id}")
+            if m.kind == "message" and self._access.is_allowed(m.sender):
+                await self._sender.say_at(m.place, SORRY_MESSAGE.format(error=error))
+            return False
+
+    async def _on_event(self, m: Incoming) -> bool:
+        if m.kind == "invite":
+            await self._on_invite(m)
+            return False
+        if m.kind == "encrypted" or m.room_id in self._rooms.encrypted:
+            await self._sender.notice_once(m.room_id, f"encrypted:{m.room_id}", ENCRYPTED)
+            return False
+        if m.kind == "reaction":
+            await self._decisions.reaction(m)
+            return False
+        if not self._access.is_allowed(m.sender):
+            await self._stranger(m)
+            return False
+        if await self.is_direct(m.room_id):
+            self._me.direct[m.sender] = m.room_id
+        text = m.text
+        if self._me.display_name and text.lower().startswith(self._me.display_name.lower()):
+            text = text[len(self._me.display_name) :].lstrip(":, ").strip()
+        command = _COMMAND.match(text)
+        if command is not None:
+            name, argument = command.group(1), command.group(2) or ""
+            reply = await self.run_command(m.source, name, argument, m.sender)
+            if reply:
+                await self._sender.say_at(m.place, reply)
+            return False
+        if m.relates_to is not None and await self._decisions.reply(m, text):
+            return False
+        if text and await self._answer_question(m, text):
+            return False
+        if m.files:
+            await self._sender.say_at(m.place, "⚠️ " + FILES_NOT_READ)
+            return False
+        if not text:
+            return False
+        metadata = {
+            "matrix_event_id": m.event_id,
+            "matrix_room_id": m.room_id,
+            SENDER_KEY: {"id": m.sender, "name": await self.name_of(m.sender)},
+        }
+        try:
+            # Stored and marked handled in one commit: a crash leaves both or neither.
+            await self._hub.send_message(
+                m.source,
+                text,
+                SendOptions(metadata=metadata),
+                also=lambda conn: mark_handled_in(conn, MATRIX, m.key),
+                redelivered_if_lost=True,
+            )
+        except HubError as exc:
+            await self._sender.say_at(m.place, f"⚠️ {exc}")
+            return False
+        except EventAlreadyHandled:  # handed over twice (a retry, another process)
+            log.info("matrix event %s was handled already", m.key)
+            return True
+        self._activity.start(m.source)
+        return True
+
+    async def run_command(self, source: str, name: str, argument: str, user: str) -> str | None:
+        context = CommandContext(
+            self._hub, source, argument.strip(), user, self._access.is_owner(user)
+        )
+        return await self._commands.run(name, context)
+
+    async def name_of(self, user: str) -> str:
+        return await self._people.name_of(user)
+
+    # -- invites and strangers ------------------------------------------------------------
+
+    async def _on_invite(self, m: Incoming) -> None:
+        if self._access.is_allowed(m.sender):
+            try:
+                await call(self._nio.join(m.room_id))
+            except MatrixError as exc:
+                log.warning("joining %s failed: %s", m.room_id, exc.description)
+            return
+        offer = await self._access.offer_pairing(m.sender, m.room_id, await self.name_of(m.sender))
+        reason = offer.to_user or NOT_PAIRED
+        try:  # the decline's reason is what the stranger reads
+            await leave(self._nio, m.room_id, reason[:500])
+        except MatrixError as exc:
+            log.info("declining %s failed: %s", m.room_id, exc.description)
+        await self._tell_owner(offer.to_owner)
+
+    async def _stranger(self, m: Incoming) -> None:
+        offer = await self._access.offer_pairing(m.sender, m.room_id, await self.name_of(m.sender))
+        if offer.to_user is not None:
+            await self._sender.say_at(m.place, offer.to_user)
+        await self._tell_owner(offer.to_owner)
+
+    async def _tell_owner(self, text: str | None) -> None:
+        owner = self._access.owner
+        if text is not None and owner is not None:
+            await self.say_to_user(owner, text)
+
+    async def say_to_user(self, user: str, text: str) -> None:
+        """A message in ``user``'s direct room with the bot (made and kept when none is
+        known); a failure is logged."""
+        room = await self.direct_room(user)
+        if room is not None:
+            await self._sender.say_at(Place(room), text)
+
+    async def direct_room(self, user: str) -> str | None:
+        room = self._me.direct.get(user) or await self._settings.get(f"matrix:direct:{user}")
+        if room is not None:
+            return room
+        try:
+            answer = await call(self._nio.room_create(is_direct=True, invite=[user]))
+        except MatrixError as exc:
+            log.warning("could not open a direct room with %s: %s", user, exc.description)
+            return None
+        room = str(answer.room_id)
+        self._me.direct[user] = room
+        await self._settings.set(f"matrix:direct:{user}", room)
+        return room
+
+    # -- questions ----------------------------------------------------------------------------
+
+    async def _answer_question(self, m: Incoming, text: str) -> bool:
+        """Any plain message in the conversation while a question is open answers it."""
+        questions = [c for c in self._cards.open_in(m.source) if c.kind == "question"]
+        card = question_answered(questions, is_command=False)
+        if card is None:
+            return False
+        try:
+            await self._hub.answer(card.tool_call_id, text, source=m.source)
+        except (InboxError, HubError) as exc:
+            log.info("question %s not answerable: %s", card.tool_call_id, exc)
+            await self._cards.close(card, "expired", "expired")
+            return False
+        await self._cards.close(card, "answered", "answered", by=await self.name_of(m.sender))
+        self._activity.start(m.source)
+        return True

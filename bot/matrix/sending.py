@@ -1,0 +1,343 @@
+"""Matrix's side of the delivery layer: its client (``MatrixClient``: one try of a recorded
+event, ``PUT /rooms/{room}/send/{type}/{txnId}``) and its sender (``MatrixSender``).
+
+Every call goes through ``Outbound`` (``bot.delivery``). A reply is cut on safe Markdown
+boundaries, each part an ``m.text`` with its Markdown as the plain ``body`` and its HTML
+(``org.matrix.custom.html``) beside it, recorded as outbox rows of the ``matrix``
+platform under its room with a transaction id derived from the row's key: a PUT retried
+after a crash, or by a second process, is the same transaction, and the homeserver
+answers it with the event it already made instead of a second message (Matrix offers
+what Telegram cannot). ``M_LIMIT_EXCEEDED`` is ``RetryLater`` with its
+``retry_after_ms``, which the outbox's pacing honours for the whole fleet; matrix-nio
+retries nothing itself.
+
+Nothing is ever sent into an encrypted room but the one notice that says the bot cannot
+read it (``Rooms.encrypted``, filled by the sync).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from aiohttp import ClientError
+from markdown_it import MarkdownIt
+from nio import AsyncClient, ErrorResponse, RoomSendResponse
+from sqlalchemy.engine import Connection
+
+from bot.delivery import (
+    OTHER,
+    Cap,
+    Outbound,
+    OutboxRow,
+    Pacing,
+    PacingPolicy,
+    PlatformError,
+    Rate,
+    Refused,
+    RetryLater,
+    Unavailable,
+    clamp_retry_after,
+)
+from bot.matrix.incoming import MATRIX, Place, parse_source
+from bot.matrix.settings import MatrixSettings
+from bot.platform.chunks import split_markdown
+from bot.platform.outbox import RowSender, last_lines
+from bot.platform.protocols import MessageRef
+
+__all__ = [
+    "MESSAGE_LIMIT",
+    "MatrixClient",
+    "MatrixError",
+    "MatrixSender",
+    "Rooms",
+    "TokenRevoked",
+    "check",
+    "content_of",
+    "leave",
+    "matrix_pacing",
+]
+
+log = logging.getLogger(__name__)
+
+Json = dict[str, Any]
+
+#: Characters of Markdown per message: its body and its HTML stay well inside the
+#: homeserver's 64 KiB event limit.
+MESSAGE_LIMIT = 8000
+_HTML = "org.matrix.custom.html"
+_CLIENT = "/_matrix/client/v3"
+_MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(
+    ["table", "strikethrough"]
+)
+
+
+class MatrixError(PlatformError):
+    """A Matrix call failed; ``description`` is the homeserver's errcode when it sent one."""
+
+
+class MatrixRetryLater(MatrixError, RetryLater):
+    pass
+
+
+class MatrixUnavailable(MatrixError, Unavailable):
+    pass
+
+
+class MatrixRefused(MatrixError, Refused):
+    pass
+
+
+class TokenRevoked(MatrixRefused):
+    """``M_UNKNOWN_TOKEN``: the access token was revoked (logged out, deactivated)."""
+
+
+def check(response: Any) -> Any:
+    """A matrix-nio answer, or its error as the delivery layer's errors."""
+    if not isinstance(response, ErrorResponse):
+        return response
+    transport = response.transport_response
+    status = transport.status if transport is not None else 0
+    code = str(response.status_code or f"HTTP {status}")
+    if code == "M_LIMIT_EXCEEDED" or status == 429:
+        seconds = (response.retry_after_ms or 0) / 1000 or None
+        raise MatrixRetryLater(clamp_retry_after(seconds), code)
+    if code == "M_UNKNOWN_TOKEN":
+        raise TokenRevoked(code)
+    if status >= 500 or status == 0:
+        raise MatrixUnavailable(f"{code}: {response.message}")
+    raise MatrixRefused(code)
+
+
+async def call(op: Any) -> Any:
+    """Await one matrix-nio call, its failures as the delivery layer's errors."""
+    try:
+        return check(await op)
+    except (ClientError, OSError, TimeoutError) as exc:
+        raise MatrixUnavailable(f"{type(exc).__name__}: {exc}") from None
+
+
+async def leave(nio: AsyncClient, room_id: str, reason: str) -> None:
+    """Leave ``room_id`` (decline its invite) with a reason its members read: matrix-nio's
+    ``room_leave`` sends none, so the spec's request is made through its ``send``."""
+    path = f"{_CLIENT}/rooms/{quote(room_id, safe='')}/leave"
+    headers = {"Authorization": f"Bearer {nio.access_token}", "Content-Type": "application/json"}
+    try:
+        answer = await nio.send("POST", path, json.dumps({"reason": reason}), headers)
+        status = answer.status
+        body = await answer.json(content_type=None) if status >= 400 else {}
+        answer.release()
+    except (ClientError, OSError, TimeoutError, ValueError) as exc:
+        raise MatrixUnavailable(f"{type(exc).__name__}: {exc}") from None
+    if status >= 500:
+        raise MatrixUnavailable(f"HTTP {status}")
+    if status >= 400:
+        raise MatrixRefused(str((body or {}).get("errcode") or f"HTTP {status}"))
+
+
+def matrix_pacing(settings: MatrixSettings) -> Pacing:
+    """Per room a burst then a rate; edits one per second per room; the whole account at
+    most ``MATRIX_GLOBAL_PER_SECOND``, shared by a fleet (docs/matrix.md, "Pacing")."""
+    room = Rate(settings.matrix_room_burst, settings.matrix_room_per_second)
+    return Pacing(
+        policy=PacingPolicy(
+            private=room,
+            group=room,
+            group_cap=None,
+            overall=Cap.per_second(settings.matrix_global_per_second),
+            edits=Rate(2, 1.0),
+        )
+    )
+
+
+def content_of(markdown: str, msgtype: str = "m.text") -> Json:
+    """An ``m.room.message`` content: the Markdown as its body, its HTML beside it."""
+    html = _MARKDOWN.render(markdown).strip()
+    content: Json = {"msgtype": msgtype, "body": markdown}
+    if html != f"<p>{_escape(markdown)}</p>":  # plain text needs no HTML
+        content["format"] = _HTML
+        content["formatted_body"] = html
+    return content
+
+
+def _escape(text: str) -> str:
+    return (
+        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    )
+
+
+def parts(markdown: str, limit: int = MESSAGE_LIMIT) -> list[str]:
+    return [part for part in split_markdown(markdown, limit) if part.strip()]
+
+
+def in_thread(content: Json, place: Place) -> Json:
+    """``content`` as a message of ``place``'s thread (with the fallback older clients read)."""
+    if place.thread is None:
+        return content
+    relates = {
+        "rel_type": "m.thread",
+        "event_id": place.thread,
+        "is_falling_back": True,
+        "m.in_reply_to": {"event_id": place.thread},
+    }
+    return {**content, "m.relates_to": relates}
+
+
+def _event(content: Json, txn: str | None = None, *, plain_notice: bool = False) -> Json:
+    payload: Json = {"type": "m.room.message", "content": content, "txn": txn or _txn()}
+    if plain_notice:
+        payload["plain_notice"] = True
+    return payload
+
+
+def _txn() -> str:
+    return f"chathub.{uuid.uuid4().hex}"
+
+
+@dataclass
+class Rooms:
+    """What the sync knows of the rooms: which are encrypted, which are direct."""
+
+    encrypted: set[str] = field(default_factory=set)
+    #: Joined members per room, as the sync's summaries say.
+    members: dict[str, int] = field(default_factory=dict)
+
+
+class MatrixClient:
+    """A recorded event, sent to its room (``bot.delivery.PlatformClient``)."""
+
+    name = MATRIX
+
+    def __init__(self, nio: AsyncClient, rooms: Rooms) -> None:
+        self.nio = nio
+        self.rooms = rooms
+
+    def is_group(self, conversation: str) -> bool:
+        return self.rooms.members.get(conversation, 3) > 2
+
+    async def send(self, conversation: str, payload: Json) -> Json:
+        if conversation in self.rooms.encrypted and not payload.get("plain_notice"):
+            raise MatrixRefused("encrypted room: nothing is sent in plain text")
+        kind, content = payload.get("type") or "m.room.message", payload.get("content") or {}
+        txn = payload.get("txn") or _txn()
+        answer = await call(self.nio.room_send(conversation, kind, content, tx_id=txn))
+        assert isinstance(answer, RoomSendResponse)
+        return {"event_id": answer.event_id}
+
+    def message_id(self, answer: Any) -> str | None:
+        event_id = answer.get("event_id") if isinstance(answer, dict) else None
+        return event_id if isinstance(event_id, str) else None
+
+    def fallback(self, payload: Json, error: Refused) -> Json | None:
+        return None
+
+
+class MatrixSender(RowSender):
+    """The outbox's sender (``OutboxSender``) and every other call the adapter makes."""
+
+    def __init__(self, client: MatrixClient, outbound: Outbound) -> None:
+        super().__init__(outbound, lambda source: parse_source(source).room_id)
+        self.client = client
+        self.nio = client.nio
+
+    # -- the outbox's sender ----------------------------------------------------------------
+
+    def prepare(self, source: str, text: str) -> list[Json]:
+        place = parse_source(source)
+        return [in_thread(content_of(part), place) for part in parts(text)]
+
+    def record(
+        self, conn: Connection, source: str, key: str, prepared: list[Any]
+    ) -> list[OutboxRow]:
+        """Each part's transaction id is its row's key: the same PUT however often tried."""
+        return super().record(conn, source, key, _with_txns(key, prepared))
+
+    async def send_durable(self, source: str, key: str, prepared: list[Any]) -> None:
+        await super().send_durable(source, key, _with_txns(key, prepared))
+
+    async def say(self, source: str, text: str) -> None:
+        await self.say_at(parse_source(source), text)
+
+    def progress_text(self, lines: Sequence[str]) -> str:
+        return last_lines(lines, 4000, 300)
+
+    async def send_progress(self, source: str, text: str) -> MessageRef | None:
+        place = parse_source(source)
+        return await self.post(place, in_thread(_notice(text), place))
+
+    async def edit_progress(self, source: str, ref: MessageRef, text: str) -> None:
+        await self.replace(parse_source(source).room_id, str(ref), _notice(text))
+
+    # -- what else is sent ------------------------------------------------------------------
+
+    async def post(self, place: Place, content: Json) -> str | None:
+        """Send ``content`` now (not recorded); its event id, or ``None`` when refused."""
+        try:
+            answer = await self.outbound.send(place.room_id, _event(content))
+        except MatrixError as exc:
+            log.warning("sending to %s failed: %s", place.room_id, exc.description)
+            return None
+        return self.client.message_id(answer)
+
+    async def say_at(self, place: Place, markdown: str) -> None:
+        """Markdown as one or more messages; a failure is logged, not raised."""
+        for part in parts(markdown):
+            if await self.post(place, in_thread(content_of(part), place)) is None:
+                return
+
+    async def notice_once(self, room_id: str, key: str, text: str) -> None:
+        """A plain notice sent once ever under ``key`` (recorded first), even into an
+        encrypted room: the one thing the bot says there."""
+        payload = _event(_notice(text), f"chathub.{key}", plain_notice=True)
+        try:
+            await self.outbound.deliver(room_id, key, payload)
+        except MatrixError as exc:
+            log.info("the notice %s in %s failed: %s", key, room_id, exc.description)
+
+    async def replace(self, room_id: str, event_id: str, content: Json) -> None:
+        """Edit a message of the bot's (``m.replace``); failures are logged."""
+        if room_id in self.client.rooms.encrypted:
+            return
+        edit = {
+            **{k: v for k, v in content.items() if k != "m.relates_to"},
+            "body": f"* {content.get('body', '')}",
+            "m.new_content": {k: v for k, v in content.items() if k != "m.relates_to"},
+            "m.relates_to": {"rel_type": "m.replace", "event_id": event_id},
+        }
+
+        async def send() -> Any:
+            return await self.client.send(room_id, _event(edit))
+
+        try:
+            await self.outbound.edit(room_id, event_id, send)
+        except MatrixError as exc:
+            log.warning("editing %s in %s failed: %s", event_id, room_id, exc.description)
+
+    async def typing(self, room_id: str, on: bool) -> None:
+        """The typing notice (30 s at most, renewed by the activity); failures ignored."""
+        if room_id in self.client.rooms.encrypted:
+            return
+        try:
+            await self.outbound.call(
+                room_id,
+                lambda: call(self.nio.room_typing(room_id, typing_state=on, timeout=30000)),
+                kind=OTHER,
+            )
+        except MatrixError as exc:
+            log.debug("typing in %s failed: %s", room_id, exc.description)
+
+
+def _notice(text: str) -> Json:
+    return {"msgtype": "m.notice", "body": text}
+
+
+def _with_txns(key: str, prepared: list[Any]) -> list[Any]:
+    return [
+        _event(content, f"chathub.{key}.{index}".replace(":", "."))
+        for index, content in enumerate(prepared)
+    ]

@@ -1,0 +1,202 @@
+"""The sync loop: every event for the bot stored before the sync token moves past it.
+
+Each ``/sync`` answer's events for the bot (``MessageHandler.addressed``) are stored in
+``platform_events`` under their event ids; only then is the answer's ``next_batch``
+stored (``app_settings``), so a crash between the two repeats the batch, whose events
+are already stored and are not taken again. A restart goes on from the stored token; a
+room whose timeline the homeserver cut (``limited``: more happened than one answer
+holds, e.g. while the bot was down) is read back to the stored token through
+``/messages``. The very first sync of an account takes no history, only invites.
+
+Synapse answers an identical ``/sync`` from a cache for two minutes: a process that
+restarts with the same token may be given the batch it handled before. Its events are
+recognized by their ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from nio import AsyncClient, InviteMemberEvent, MessageDirection, RoomMessagesResponse, SyncResponse
+
+from bot.delivery import Backoff
+from bot.matrix.incoming import Incoming, is_room_id, writable
+from bot.matrix.people import MatrixMe
+from bot.matrix.sending import MatrixError, Rooms, TokenRevoked, call
+from engine.store import AppSettings
+
+__all__ = ["SyncLoop", "token_key"]
+
+log = logging.getLogger(__name__)
+
+Json = dict[str, Any]
+Take = Callable[[list[Incoming]], Awaitable[None]]
+
+_BACKOFF = Backoff(first_s=0.5, cap_s=30.0)
+#: At most this many events are read back into a room's gap (the oldest are left).
+_GAP_LIMIT = 1000
+
+
+def token_key(user_id: str) -> str:
+    return f"matrix:next_batch:{user_id}"
+
+
+def sync_filter(timeline_limit: int) -> Json:
+    return {
+        "presence": {"types": []},
+        "account_data": {"types": []},
+        "room": {
+            "timeline": {"limit": timeline_limit},
+            "state": {"lazy_load_members": True},
+            "ephemeral": {"types": []},
+            "account_data": {"types": []},
+        },
+    }
+
+
+class SyncLoop:
+    def __init__(
+        self,
+        nio: AsyncClient,
+        me: MatrixMe,
+        rooms: Rooms,
+        settings: AppSettings,
+        take: Take,
+        *,
+        timeline_limit: int = 50,
+        timeout_ms: int = 30_000,
+    ) -> None:
+        self._nio = nio
+        self._me = me
+        self._rooms = rooms
+        self._settings = settings
+        self._take = take
+        self._filter = sync_filter(timeline_limit)
+        self._timeout_ms = timeout_ms
+        #: Set once a sync answered (``/healthz``: ok).
+        self.synced = asyncio.Event()
+
+    async def run(self) -> None:
+        """Sync until cancelled; ``TokenRevoked`` ends it (the service says so)."""
+        key = token_key(self._me.user_id)
+        token = await self._settings.get(key)
+        first_ever, full_state = token is None, True
+        failures = 0
+        while True:
+            try:
+                answer = await self._sync(token, full_state)
+            except TokenRevoked:
+                raise
+            except MatrixError as exc:
+                failures += 1
+                delay = _BACKOFF.delay(failures)
+                log.warning("Matrix sync failed (%s); again in %.1f s", exc.description, delay)
+                await asyncio.sleep(delay)
+                continue
+            failures = 0
+            events = await self._events(answer, token, history=not first_ever)
+            if events:
+                await self._take(events)  # stored before the token moves past them
+            await self._settings.set(key, answer.next_batch)
+            token, first_ever, full_state = answer.next_batch, False, False
+            self.synced.set()
+
+    async def _sync(self, since: str | None, full_state: bool) -> SyncResponse:
+        answer = await call(
+            self._nio.sync(
+                timeout=self._timeout_ms,
+                sync_filter=self._filter,
+                since=since,
+                full_state=full_state or None,
+            )
+        )
+        assert isinstance(answer, SyncResponse)
+        return answer
+
+    async def _events(
+        self, answer: SyncResponse, since: str | None, *, history: bool
+    ) -> list[Incoming]:
+        """The events of ``answer`` in order, room by room (a room's gap read back)."""
+        me = self._me.user_id
+        events: list[Incoming] = []
+        for room_id, invited in answer.rooms.invite.items():
+            inviter = _inviter(invited.invite_state, me)
+            if is_room_id(room_id) and writable(room_id) and inviter is not None:
+                events.append(Incoming.invite(room_id, *inviter))
+        for room_id in answer.rooms.leave:
+            self._forget(room_id)
+        for room_id, joined in answer.rooms.join.items():
+            if not is_room_id(room_id):
+                continue
+            self._learn(room_id, [e.source for e in joined.state], joined.summary)
+            timeline = [e.source for e in joined.timeline.events]
+            if history and joined.timeline.limited and since is not None:
+                timeline = await self._gap(room_id, joined.timeline.prev_batch, since) + timeline
+            self._learn(room_id, timeline, None)
+            if not history:
+                continue  # the account's first sync: what was said before is not answered
+            for raw in timeline:
+                if isinstance(raw, dict):
+                    incoming = Incoming.of(raw, room_id, me)
+                    if incoming is not None:
+                        events.append(incoming)
+        return events
+
+    async def _gap(self, room_id: str, start: str | None, since: str) -> list[Json]:
+        """The events between ``since`` and the timeline's start, oldest first."""
+        if not start:
+            return []
+        found: list[Json] = []
+        while start and len(found) < _GAP_LIMIT:
+            try:
+                answer = await call(
+                    self._nio.room_messages(
+                        room_id, start=start, end=since, direction=MessageDirection.back, limit=100
+                    )
+                )
+            except MatrixError as exc:
+                log.warning("reading back %s failed: %s", room_id, exc.description)
+                break
+            assert isinstance(answer, RoomMessagesResponse)
+            if not answer.chunk:
+                break
+            found.extend(e.source for e in answer.chunk)
+            if answer.end == start:
+                break
+            start = answer.end
+        found.reverse()
+        return found
+
+    def _learn(self, room_id: str, raw_events: list[Any], summary: Any) -> None:
+        """Encryption and membership, from state and timeline events."""
+        joined = getattr(summary, "joined_member_count", None)
+        if isinstance(joined, int):
+            self._rooms.members[room_id] = joined
+        for raw in raw_events:
+            if not isinstance(raw, dict):
+                continue
+            kind = raw.get("type")
+            if kind == "m.room.encryption":
+                self._rooms.encrypted.add(room_id)
+            elif kind == "m.room.member" and joined is None:
+                self._rooms.members.pop(room_id, None)  # asked again when needed
+
+    def _forget(self, room_id: str) -> None:
+        self._rooms.members.pop(room_id, None)
+
+
+def _inviter(invite_state: list[Any], me: str) -> tuple[str, str | None] | None:
+    """Who invited the bot (and the invite's event id, when the state has it), from
+    matrix-nio's parsed invite state (its ``source`` has lost the content)."""
+    for event in invite_state:
+        if (
+            isinstance(event, InviteMemberEvent)
+            and event.state_key == me
+            and event.membership == "invite"
+            and isinstance(event.sender, str)
+        ):
+            return event.sender, event.source.get("event_id")
+    return None
