@@ -44,8 +44,6 @@ _USER = re.compile(r"^@[^:\s]{1,255}:[^\s]{1,255}$")
 #: What a person writes; ``m.notice`` is what bots write, and is never answered.
 _TEXT_TYPES = frozenset({"m.text", "m.emote"})
 _FILE_TYPES = frozenset({"m.file", "m.image", "m.audio", "m.video"})
-#: A message longer than this is cut (the hub refuses what is longer than its own limit).
-_MAX_BODY = 64_000
 
 
 def source_of(room_id: str, thread: str | None = None) -> str:
@@ -218,7 +216,7 @@ def _message(
     html = (
         content.get("formatted_body") if content.get("format") == "org.matrix.custom.html" else ""
     )
-    text = "" if files else _without_fallback(body)[:_MAX_BODY]
+    text = "" if files else _without_fallback(body)  # too long: the hub says so
     return Incoming(
         "message",
         room_id,

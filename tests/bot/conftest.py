@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.bot.matrix.homeserver import Homeserver, unavailable
 from tests.bot.process import ALICE, free_port, service_env
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_server import FakeTelegramServer
@@ -55,3 +56,18 @@ def serve(tmp_path: Path, telegram: FakeTelegramServer, fake_openai: FakeOpenAIS
         child.wait(timeout=10)
         if child.stderr:
             child.stderr.close()
+
+
+@pytest.fixture(scope="session")
+def homeserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Homeserver]:
+    """A real Synapse for the Matrix tests, started once per session and worker."""
+    why = unavailable()
+    if why is not None:
+        pytest.skip(why)
+    server = Homeserver(tmp_path_factory.mktemp("synapse"))
+    try:
+        server.start()
+    except (RuntimeError, OSError) as exc:
+        pytest.skip(f"Synapse could not start here: {exc}")
+    yield server
+    server.stop()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ import pytest
 from bot.delivery import Pacing
 from bot.serve import Service
 from engine.llm.registry import ModelRegistry
-from tests.bot.matrix.homeserver import Homeserver, Person, unavailable
+from tests.bot.matrix.homeserver import Homeserver, Person
 from tests.bot.telegram_contract.conftest import app_config, stop
 from tests.engine.hub.conftest import EchoModel
 from tests.pg import migrated_sqlite
@@ -37,20 +37,6 @@ async def until(condition: Callable[[], Any], within_s: float = TIMEOUT) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting for the condition")
         await asyncio.sleep(0.05)
-
-
-@pytest.fixture(scope="session")
-def homeserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Homeserver]:
-    why = unavailable()
-    if why is not None:
-        pytest.skip(why)
-    server = Homeserver(tmp_path_factory.mktemp("synapse"))
-    try:
-        server.start()
-    except (RuntimeError, OSError) as exc:
-        pytest.skip(f"Synapse could not start here: {exc}")
-    yield server
-    server.stop()
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -18,8 +19,11 @@ from engine.llm.registry import ModelRegistry
 from tests.bot.discord.conftest import ALICE as DISCORD_ALICE
 from tests.bot.discord.conftest import OWNER as DISCORD_OWNER
 from tests.bot.discord.conftest import TOKEN as DISCORD_TOKEN
+from tests.bot.matrix.conftest import Accounts
+from tests.bot.matrix.homeserver import Homeserver
 from tests.bot.platform_contract.discord_driver import DiscordDriver
 from tests.bot.platform_contract.driver import PlatformDriver
+from tests.bot.platform_contract.matrix_driver import MatrixDriver
 from tests.bot.platform_contract.slack_driver import SlackDriver
 from tests.bot.platform_contract.telegram_driver import TelegramDriver
 from tests.bot.platform_contract.terminal_driver import TerminalDriver
@@ -42,7 +46,15 @@ from tests.fakes.slack_server import FakeSlackServer
 from tests.fakes.telegram_server import FakeTelegramServer
 from tests.pg import migrated_sqlite
 
-PLATFORMS = ["telegram-ptb", "telegram-aiogram", "terminal", "webchat", "discord", "slack"]
+PLATFORMS = [
+    "telegram-ptb",
+    "telegram-aiogram",
+    "terminal",
+    "webchat",
+    "discord",
+    "slack",
+    "matrix",
+]
 
 MakeDriver = Callable[..., Awaitable[PlatformDriver]]
 
@@ -69,7 +81,7 @@ async def make_driver(
 
     async def make(**settings: Any) -> PlatformDriver:
         config = partial(app_config, database_url, workspace)
-        driver: TelegramDriver | TerminalDriver | WebChatDriver | DiscordDriver | SlackDriver
+        driver: PlatformDriver
         if platform == "terminal":
             driver = terminal_driver(lambda: config(**settings), models, workspace)
         elif platform == "webchat":
@@ -84,6 +96,19 @@ async def make_driver(
             }
             driver = discord_driver(
                 lambda: config(**{**discord_settings, **settings}), models, workspace, fake_discord
+            )
+        elif platform == "matrix":
+            homeserver: Homeserver = request.getfixturevalue("homeserver")
+            accounts = matrix_accounts(homeserver)
+            matrix_settings = {
+                "matrix_homeserver": homeserver.url,
+                "matrix_user_id": accounts.bot.user_id,
+                "matrix_access_token": accounts.bot.token,
+                "matrix_allowed_user_ids": accounts.alice.user_id,
+                "matrix_owner_id": accounts.owner.user_id,
+            }
+            driver = matrix_driver(
+                lambda: config(**{**matrix_settings, **settings}), models, workspace, accounts
             )
         elif platform == "slack":
             fake_slack: FakeSlackServer = request.getfixturevalue("slack_fake")
@@ -197,6 +222,34 @@ def discord_driver(
         return service
 
     return DiscordDriver(fake, start, workspace)
+
+
+def matrix_accounts(homeserver: Homeserver) -> Accounts:
+    tag = uuid.uuid4().hex[:8]
+    people = [homeserver.register(f"{who}{tag}") for who in ("bot", "owner", "alice", "bob")]
+    return Accounts(*people)
+
+
+def matrix_driver(
+    config: Callable[[], AppConfig],
+    models: ModelRegistry,
+    workspace: Path,
+    accounts: Accounts,
+) -> MatrixDriver:
+    """The service with only Matrix configured, unpaced, on the session's Synapse; start
+    returns once it syncs."""
+
+    async def start() -> Service:
+        service = Service(
+            config(), models=models, http=False, matrix_pacing=FAST, matrix_sync_timeout_ms=2000
+        )
+        await service.start()
+        matrix = service.matrix
+        assert matrix is not None
+        await eventually(lambda: matrix.state() == "ok", 15)
+        return service
+
+    return MatrixDriver(accounts, start, workspace)
 
 
 def slack_driver(
