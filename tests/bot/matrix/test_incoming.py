@@ -1,0 +1,104 @@
+"""Parsing a sync's events: what is a person's message or reaction, and what is junk."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.matrix.incoming import Incoming, parse_source, source_of
+
+ME = "@bot:example.org"
+ROOM = "!room:example.org"
+
+
+def event(content, kind="m.room.message", sender="@alice:example.org", event_id="$e1"):
+    return {"type": kind, "sender": sender, "event_id": event_id, "content": content}
+
+
+def test_a_message_and_its_thread_and_reply():
+    thread = {
+        "rel_type": "m.thread",
+        "event_id": "$root",
+        "is_falling_back": True,
+        "m.in_reply_to": {"event_id": "$root"},
+    }
+    m = Incoming.of(event({"msgtype": "m.text", "body": "hi", "m.relates_to": thread}), ROOM, ME)
+    assert m is not None and m.thread == "$root" and m.relates_to is None
+    assert parse_source(m.source).thread == "$root"
+    reply = {"m.in_reply_to": {"event_id": "$card"}}
+    body = "> <@bot:example.org> the card\n\nkeep the data"
+    r = Incoming.of(event({"msgtype": "m.text", "body": body, "m.relates_to": reply}), ROOM, ME)
+    assert r is not None and r.relates_to == "$card" and r.text == "keep the data"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        event({"msgtype": "m.text", "body": 42}),
+        event({"msgtype": "m.text"}),
+        event({"msgtype": 7, "body": "x"}),
+        event({"msgtype": "m.notice", "body": "a bot's"}),
+        event({}),  # redacted
+        event("not a dict"),
+        event({"msgtype": "m.text", "body": "x"}, sender=ME),  # the bot's own
+        event({"msgtype": "m.text", "body": "x"}, sender="nobody"),
+        event({"msgtype": "m.text", "body": "x"}, event_id="e1"),
+        event(
+            {
+                "msgtype": "m.text",
+                "body": "* edit",
+                "m.relates_to": {"rel_type": "m.replace", "event_id": "$e0"},
+            }
+        ),
+        event(
+            {
+                "msgtype": "m.text",
+                "body": "x",
+                "m.relates_to": {"rel_type": "m.thread", "event_id": 5},
+            }
+        ),
+        event({"m.relates_to": {"rel_type": "m.annotation", "key": "✅"}}, "m.reaction"),
+        event(
+            {"m.relates_to": {"rel_type": "m.annotation", "event_id": "$c", "key": ""}},
+            "m.reaction",
+        ),
+        event(
+            {"m.relates_to": {"rel_type": "m.reference", "event_id": "$c", "key": "✅"}},
+            "m.reaction",
+        ),
+        event({"membership": "join"}, "m.room.member"),
+    ],
+)
+def test_junk_is_not_a_message(raw):
+    assert Incoming.of(raw, ROOM, ME) is None
+
+
+def test_a_message_with_junk_mentions_falls_back_to_the_text():
+    m = Incoming.of(
+        event({"msgtype": "m.text", "body": "hey @bot:example.org", "m.mentions": "junk"}), ROOM, ME
+    )
+    assert m is not None and m.mentions is None and m.mentions_user(ME, None)
+
+
+def test_a_stored_event_reads_back_the_same():
+    m = Incoming.of(
+        event({"msgtype": "m.text", "body": "hi", "m.mentions": {"user_ids": [ME]}}), ROOM, ME
+    )
+    assert m is not None and Incoming.from_json(m.to_json()) == m
+
+
+@pytest.mark.parametrize(
+    "source", ["matrix:", "matrix:a:b:c", "slack:C1", "matrix:a@b:", "matrix::x"]
+)
+def test_what_is_no_matrix_source(source):
+    with pytest.raises(ValueError):
+        parse_source(source)
+
+
+def test_sources_round_trip_room_ids_of_every_version():
+    for room, thread in [
+        ("!abc:example.org:8448", None),
+        ("!K9x-_a", "$T-_x+y"),
+        ("!a:b", "$x:b.c"),
+    ]:
+        place = parse_source(source_of(room, thread))
+        assert (place.room_id, place.thread) == (room, thread)

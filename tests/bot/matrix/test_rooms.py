@@ -1,0 +1,246 @@
+"""Rooms, strangers, restarts and bad input on a real Synapse."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bot.matrix.incoming import source_of
+from engine.llm.scripted import text
+from tests.bot.matrix.conftest import bodies, bot_messages, direct_room, joined, until
+from tests.bot.platform_contract.scripts import shell
+from tests.bot.telegram_contract.conftest import stop
+
+
+async def _dm(make_service, accounts, **settings):
+    service = await make_service(**settings)
+    room = direct_room(accounts)
+    await until(lambda: joined(accounts.alice, room, accounts.bot.user_id))
+    return service, room
+
+
+def _said(accounts, room):
+    return bodies(accounts.alice, room, accounts.bot.user_id)
+
+
+async def test_a_strangers_invite_is_declined_with_a_pairing_code_and_the_owner_told(
+    make_service, accounts
+):
+    await make_service()
+    room = accounts.bob.create_room(invite=[accounts.bot.user_id], direct=True)
+
+    def declined():
+        events = accounts.bob.messages(room)
+        return next(
+            (
+                e
+                for e in events
+                if e.get("type") == "m.room.member"
+                and e.get("state_key") == accounts.bot.user_id
+                and e["content"].get("membership") == "leave"
+            ),
+            None,
+        )
+
+    leave = await until(declined)
+    assert "code" in leave["content"].get("reason", "").lower()
+    assert not joined(accounts.bob, room, accounts.bot.user_id)
+
+
+async def test_in_a_group_room_only_a_mention_or_a_reply_is_answered(make_service, accounts):
+    await make_service()
+    room = accounts.alice.create_room(invite=[accounts.bot.user_id, accounts.owner.user_id])
+    await until(lambda: joined(accounts.alice, room, accounts.bot.user_id))
+    accounts.owner.join(room)
+    await until(lambda: joined(accounts.alice, room, accounts.bot.user_id))
+
+    accounts.alice.say(room, "chatter among people")
+    mention = {"m.mentions": {"user_ids": [accounts.bot.user_id]}}
+    accounts.alice.say(room, "bot, what time is it?", **mention)
+
+    await until(lambda: "echo: bot, what time is it?" in _said(accounts, room))
+    await asyncio.sleep(0.5)
+    assert not any("chatter" in b for b in _said(accounts, room))
+
+
+async def test_a_thread_is_its_own_conversation(make_service, accounts, model):
+    service, room = await _dm(make_service, accounts)
+    root = accounts.alice.say(room, "start")
+    await until(lambda: "echo: start" in _said(accounts, room))
+
+    thread = {"m.relates_to": {"rel_type": "m.thread", "event_id": root}}
+    accounts.alice.say(room, "in the thread", **thread)
+
+    def threaded():
+        for m in bot_messages(accounts.alice, room, accounts.bot.user_id):
+            relates = m["content"].get("m.relates_to") or {}
+            if relates.get("rel_type") == "m.thread" and relates.get("event_id") == root:
+                return m
+        return None
+
+    reply = await until(threaded)
+    assert reply["content"]["body"] == "echo: in the thread"
+    assert await service.hub.current_session(source_of(room, root)) is not None
+
+
+async def test_a_restart_loses_no_message_and_answers_none_twice(make_service, accounts):
+    service, room = await _dm(make_service, accounts, timeline_limit=2)
+    accounts.alice.say(room, "before")
+    await until(lambda: "echo: before" in _said(accounts, room))
+    await stop(service)
+
+    for n in range(5):  # more than one sync answer holds: the gap is read back
+        accounts.alice.say(room, f"while down {n}")
+    await make_service(timeline_limit=2)
+
+    # Messages that arrive while a turn runs join it: the echoes may be fewer than five.
+    expected = [f"while down {n}" for n in range(5)]
+    await until(lambda: all(e in "\n".join(_said(accounts, room)) for e in expected))
+    await asyncio.sleep(1.0)
+    said = "\n".join(_said(accounts, room))
+    assert said.count("echo: before") == 1
+    assert [said.count(e) for e in expected] == [1] * 5
+
+
+async def test_reactions_that_decide_nothing(make_service, accounts, model):
+    """Bob (not allowed), a reaction on a message that is no card, and an emoji that is
+    no choice: the card stays open; Alice's ✅ with the variation selector decides it."""
+    model.add(shell("echo ok >> runs.log"), text("Ran it."))
+    service, room = await _dm(make_service, accounts)
+    accounts.alice.invite(room, accounts.bob.user_id)
+    accounts.bob.join(room)
+    accounts.alice.say(room, "run it", **{"m.mentions": {"user_ids": [accounts.bot.user_id]}})
+    card = await until(
+        lambda: next(
+            (
+                m
+                for m in bot_messages(accounts.alice, room, accounts.bot.user_id)
+                if "Approval needed" in m["content"]["body"]
+            ),
+            None,
+        )
+    )
+    plain = accounts.alice.say(room, "a plain message")
+    accounts.bob.react(room, card["event_id"], "✅")
+    accounts.alice.react(room, plain, "✅")
+    accounts.alice.react(room, card["event_id"], "🎉")
+    await until(lambda: any("not allowed to decide" in b for b in _said(accounts, room)))
+    assert not (service.engine.workspace.root / "runs.log").exists()
+
+    accounts.alice.react(room, card["event_id"], "✅\ufe0f")
+
+    await until(lambda: "Ran it." in _said(accounts, room))
+    card_now = next(
+        m
+        for m in bot_messages(accounts.alice, room, accounts.bot.user_id)
+        if m["event_id"] == card["event_id"]
+    )
+    assert "✅ Approved" in card_now["content"]["body"]
+    assert (service.engine.workspace.root / "runs.log").read_text() == "ok\n"
+
+
+async def test_a_reaction_redacted_before_it_is_handled_decides_nothing(
+    make_service, accounts, model
+):
+    model.add(shell("echo no >> runs.log"))
+    service, room = await _dm(make_service, accounts)
+    accounts.alice.say(room, "run it")
+    card = await until(
+        lambda: next(
+            (
+                m
+                for m in bot_messages(accounts.alice, room, accounts.bot.user_id)
+                if "Approval needed" in m["content"]["body"]
+            ),
+            None,
+        )
+    )
+    await stop(service)  # down: the reaction and its redaction wait for the next sync
+    reaction = accounts.alice.react(room, card["event_id"], "✅")
+    accounts.alice.redact(room, reaction)
+
+    service = await make_service()
+    await asyncio.sleep(1.5)
+    assert service.engine.approvals.is_waiting(
+        next(iter([c.tool_call_id for c in await _open_cards(service)]))
+    )
+    assert not (service.engine.workspace.root / "runs.log").exists()
+
+
+async def _open_cards(service):
+    from bot.delivery import CardStore
+
+    return await CardStore(service.engine.store.db, "matrix").open()
+
+
+async def test_malformed_events_are_skipped_and_the_next_message_answered(make_service, accounts):
+    _service, room = await _dm(make_service, accounts)
+    accounts.alice.send(room, {"msgtype": "m.location", "body": "geo", "geo_uri": "geo:1,2"})
+    accounts.alice.send(room, {"body": 5, "junk": [1, 2]}, "com.example.junk")
+    accounts.alice.send(room, {"m.relates_to": {"rel_type": "m.annotation"}}, "m.reaction")
+
+    accounts.alice.say(room, "still here?")
+
+    await until(lambda: "echo: still here?" in _said(accounts, room))
+    assert _said(accounts, room) == ["echo: still here?"]
+
+
+async def test_an_encrypted_room_gets_one_plain_notice_and_nothing_else(make_service, accounts):
+    _service, room = await _dm(make_service, accounts)
+    accounts.alice.state(room, "m.room.encryption", {"algorithm": "m.megolm.v1.aes-sha2"})
+    accounts.alice.send(
+        room,
+        {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgA", "session_id": "s"},
+        "m.room.encrypted",
+    )
+    accounts.alice.send(
+        room,
+        {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgB", "session_id": "s"},
+        "m.room.encrypted",
+    )
+    accounts.alice.say(room, "plain text in an encrypted room")
+
+    await until(lambda: any("cannot read encrypted rooms" in b for b in _said(accounts, room)))
+    await asyncio.sleep(1.0)
+    said = _said(accounts, room)
+    assert len(said) == 1 and "cannot read encrypted rooms" in said[0]
+
+
+async def test_a_room_the_bot_was_kicked_from_while_a_turn_runs(make_service, accounts, model):
+    release = asyncio.Event()
+    answer = model.complete
+
+    async def slow(messages, tools, *, on_delta=None):
+        await release.wait()
+        return await answer(messages, tools, on_delta=on_delta)
+
+    model.complete = slow
+    model.add(text("too late"))
+    service = await make_service()
+    room = accounts.alice.create_room(invite=[accounts.bot.user_id])  # Alice may kick
+    await until(lambda: joined(accounts.alice, room, accounts.bot.user_id))
+    accounts.alice.say(room, "take your time")
+    await until(lambda: service.hub.is_processing(source_of(room)))
+    accounts.alice.kick(room, accounts.bot.user_id)
+    await until(lambda: not joined(accounts.alice, room, accounts.bot.user_id))
+
+    release.set()
+
+    await until(lambda: not service.hub.is_processing(source_of(room)))
+    model.complete = answer
+    other = direct_room(accounts)  # the service goes on
+    await until(lambda: joined(accounts.alice, other, accounts.bot.user_id))
+    accounts.alice.say(other, "are you there?")
+    await until(lambda: "echo: are you there?" in _said(accounts, other))
+    assert "too late" not in _said(accounts, room)
+
+
+async def test_a_token_revoked_while_running_is_one_line_and_the_sync_stops(
+    make_service, accounts, homeserver
+):
+    service = await make_service()
+    accounts.bot.logout()
+
+    line = await asyncio.wait_for(service.refused, 15)
+
+    assert "MATRIX_ACCESS_TOKEN" in line and "M_UNKNOWN_TOKEN" in line
+    assert service.matrix.state() == "refused"
