@@ -1,0 +1,90 @@
+"""kill -9 while a Matrix card waits: after the restart a reaction on the old card works,
+once; a message sent while the bot was dead is answered, once."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from tests.bot.matrix.conftest import bodies, bot_messages, joined
+from tests.bot.matrix.homeserver import Homeserver
+from tests.bot.process import service_env, wait_for
+from tests.fakes.openai_server import FakeOpenAIServer
+
+
+def serve(tmp_path: Path, homeserver: Homeserver, bot, alice, model) -> subprocess.Popen:
+    env = service_env(
+        tmp_path,
+        model.base_url,
+        MATRIX_HOMESERVER=homeserver.url,
+        MATRIX_USER_ID=bot.user_id,
+        MATRIX_PASSWORD="secret",  # logged in with once, the token kept
+        MATRIX_ALLOWED_USER_IDS=alice.user_id,
+        MEMORY_ENABLED="false",
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "bot.cli", "serve"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "serve.log").open("a"),
+        env=env,
+        cwd=tmp_path,
+    )
+
+
+def recorded(db: Path, event_id: str) -> bool:
+    with sqlite3.connect(db) as conn:
+        query = "SELECT count(*) FROM platform_cards WHERE platform = 'matrix' AND message_id = ?"
+        return conn.execute(query, (event_id,)).fetchone()[0] == 1
+
+
+def test_an_old_card_works_once_after_kill_9_and_nothing_said_meanwhile_is_lost(
+    tmp_path: Path, fake_openai: FakeOpenAIServer, homeserver: Homeserver
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    bot, alice = homeserver.register(f"crashbot{tag}"), homeserver.register(f"crashalice{tag}")
+    fake_openai.reply_tool_calls(("call_1", "execute_cmd", {"command": "echo ran >> runs.log"}))
+    fake_openai.reply_text("It ran.")
+    first = serve(tmp_path, homeserver, bot, alice, fake_openai)
+    room = alice.create_room(invite=[bot.user_id], direct=True)
+
+    def card():
+        return next(
+            (
+                m
+                for m in bot_messages(alice, room, bot.user_id)
+                if "Approval needed" in m["content"]["body"]
+            ),
+            None,
+        )
+
+    try:
+        wait_for(lambda: joined(alice, room, bot.user_id), 30)
+        alice.say(room, "run it")
+        shown = wait_for(card, 30)
+        wait_for(lambda: recorded(tmp_path / "chathub.db", shown["event_id"]))
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        first.kill()
+    alice.react(room, shown["event_id"], "✅")  # while the bot is dead
+    alice.react(room, shown["event_id"], "✅\ufe0f")  # twice (Synapse refuses one key twice)
+    fake_openai.reply_text("And hello.")
+    alice.say(room, "hello while you were away")
+
+    second = serve(tmp_path, homeserver, bot, alice, fake_openai)
+    try:
+        wait_for(lambda: "It ran." in bodies(alice, room, bot.user_id), 30)
+        wait_for(lambda: "And hello." in bodies(alice, room, bot.user_id), 30)
+        said = bodies(alice, room, bot.user_id)
+        assert said.count("It ran.") == 1 and said.count("And hello.") == 1
+        assert (tmp_path / "workspace" / "runs.log").read_text() == "ran\n"
+        assert sum("Approval needed" in b for b in said) == 1
+        wait_for(lambda: "✅ Approved" in card()["content"]["body"], 10)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(15)
