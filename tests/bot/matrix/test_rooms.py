@@ -244,3 +244,24 @@ async def test_a_token_revoked_while_running_is_one_line_and_the_sync_stops(
 
     assert "MATRIX_ACCESS_TOKEN" in line and "M_UNKNOWN_TOKEN" in line
     assert service.matrix.state() == "refused"
+
+
+async def test_an_m_limit_exceeded_storm_delays_replies_and_loses_none(
+    make_service, accounts, homeserver
+):
+    """The bot's account limited to one message a second: every reply arrives once, after
+    the waits the homeserver asked for."""
+    admin = homeserver.register(f"admin{accounts.bot.user_id[4:12]}", admin=True)
+    service = await make_service()
+    rooms = [direct_room(accounts) for _ in range(4)]
+    for room in rooms:
+        await until(lambda room=room: joined(accounts.alice, room, accounts.bot.user_id))
+    homeserver.limit(admin, accounts.bot.user_id, per_second=1, burst=1)
+
+    for n, room in enumerate(rooms):
+        accounts.alice.say(room, f"storm {n}")
+
+    for n, room in enumerate(rooms):
+        await until(lambda room=room, n=n: f"echo: storm {n}" in _said(accounts, room), 30)
+    assert all(_said(accounts, room) == [f"echo: storm {n}"] for n, room in enumerate(rooms))
+    assert service.matrix.adapter.outbound.stats.retry_after >= 1
