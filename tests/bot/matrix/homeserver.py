@@ -57,7 +57,13 @@ def _free_port() -> int:
 def _config(data: Path, port: int) -> str:
     limits = "\n".join(
         f"{name}:\n  per_second: {_LIFTED['per_second']}\n  burst_count: {_LIFTED['burst_count']}"
-        for name in ("rc_message", "rc_registration", "rc_joins_per_room", "rc_3pid_validation")
+        for name in (
+            "rc_message",
+            "rc_registration",
+            "rc_joins_per_room",
+            "rc_3pid_validation",
+            "rc_room_creation",
+        )
     )
     return f"""
 server_name: "{SERVER_NAME}"
