@@ -2,7 +2,7 @@
 
 The same ``Doctor`` serves ``GET /api/health/details`` (``bot/http/health_details.py``).
 It changes nothing: it reads, probes and rolls back. The order is the order a newcomer
-fixes things in: configuration, database, models, Telegram, Discord, Slack, MCP, workspace,
+fixes things in: configuration, database, models, Telegram, Discord, Slack, Matrix, MCP, workspace,
 port.
 """
 
@@ -21,6 +21,7 @@ from bot.checks.database import check_database
 from bot.checks.discord import DiscordProbe
 from bot.checks.discord import token_problem as discord_token_problem
 from bot.checks.exposure import ApiExposureError, check_api_exposure
+from bot.checks.matrix import MatrixProbe
 from bot.checks.mcp import check_mcp_servers
 from bot.checks.model import DEFAULT_TIMEOUT_S, Endpoint, check_tool_calling, list_models
 from bot.checks.port import check_port
@@ -90,6 +91,7 @@ class Doctor:
         checks += await self.telegram()
         checks += await self.discord()
         checks += await self.slack()
+        checks += await self.matrix()
         checks += await check_mcp_servers(self.config.mcp_servers)
         checks += check_workspace(settings.chathub_workspace)
         checks.append(await check_shell_gate(settings.database_url))
@@ -242,6 +244,61 @@ class Doctor:
             checks.append(await _slack_mode(settings, probe))
         checks.append(_slack_owner(settings))
         return checks
+
+    async def matrix(self) -> list[Check]:
+        """Only when ``MATRIX_HOMESERVER`` is set: the homeserver, the bot's token, the owner."""
+        settings = service_settings(self.config)
+        homeserver = settings.matrix_homeserver
+        if not homeserver:
+            return []
+        probe = MatrixProbe(self.http, homeserver, timeout_s=self.timeout_s)
+        try:
+            versions = await probe.versions()
+        except Problem as problem:
+            fix = problem.fix or "check MATRIX_HOMESERVER"
+            return [Check("matrix.homeserver", False, str(problem), fix)]
+        checks = [Check("matrix.homeserver", True, f"{homeserver} answers (Matrix {versions[-1]})")]
+        checks.append(await _matrix_token(settings, probe))
+        if settings.matrix_owner_id:
+            owner = Check("matrix.owner", True, f"Matrix owner {settings.matrix_owner_id}")
+        else:
+            owner = Check(
+                "matrix.owner",
+                False,
+                "MATRIX_OWNER_ID is not set: nobody on Matrix is told of pairing codes",
+                "set MATRIX_OWNER_ID to your user id (@you:server)",
+            )
+        checks.append(owner)
+        return checks
+
+
+async def _matrix_token(settings: Settings, probe: MatrixProbe) -> Check:
+    """``whoami`` for the access token: the bot's own account; a password is tried by
+    ``chathub serve`` (a login makes a device, which a check should not)."""
+    token, user = settings.matrix_access_token, settings.matrix_user_id
+    if not user:
+        return Check("matrix.token", False, "MATRIX_USER_ID is not set", "set it (@bot:server)")
+    if not token:
+        if settings.matrix_password:
+            return Check("matrix.token", True, f"{user} logs in with MATRIX_PASSWORD at start")
+        return Check(
+            "matrix.token",
+            False,
+            "neither MATRIX_ACCESS_TOKEN nor MATRIX_PASSWORD is set",
+            "set MATRIX_ACCESS_TOKEN (or MATRIX_PASSWORD)",
+        )
+    try:
+        whose = await probe.whoami(token)
+    except Problem as problem:
+        return Check("matrix.token", False, str(problem), problem.fix or "check the token")
+    if whose != user:
+        return Check(
+            "matrix.token",
+            False,
+            f"MATRIX_ACCESS_TOKEN is {whose}'s, not MATRIX_USER_ID {user}",
+            "set the bot's own token, or MATRIX_USER_ID to its account",
+        )
+    return Check("matrix.token", True, f"Matrix bot {user} signs in")
 
 
 async def _slack_token(probe: SlackProbe, token: str) -> tuple[Check, bool]:
