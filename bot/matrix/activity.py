@@ -24,6 +24,8 @@ class RoomActivity:
         self._runtime = runtime
         self._delay_s = delay_s
         self._typing: dict[str, asyncio.Task[None]] = {}
+        #: Rooms told "typing": only they are told it stopped (a fast answer costs no call).
+        self._shown: set[str] = set()
 
     def start(self, source: str) -> None:
         task = self._typing.get(source)
@@ -34,12 +36,16 @@ class RoomActivity:
         task = self._typing.pop(source, None)
         if task is not None:
             task.cancel()
-            self._runtime.background.spawn(self._sender.typing(parse_source(source).room_id, False))
+        room = parse_source(source).room_id
+        if room in self._shown:
+            self._shown.discard(room)
+            self._runtime.background.spawn(self._sender.typing(room, False))
 
     async def _type(self, source: str) -> None:
         room = parse_source(source).room_id
         await self._runtime.sleep(self._delay_s)
         while True:
+            self._shown.add(room)
             await self._sender.typing(room, True)
             await self._runtime.sleep(_RENEW_S)
 
