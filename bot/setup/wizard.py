@@ -10,7 +10,10 @@
    ``apps.connections.open`` (Socket Mode; Enter instead: the HTTP Events API and its
    signing secret); the owner's member id typed. When Slack does not answer (offline, or
    rate limited) a token may be kept unchecked: ``chathub doctor`` checks it later;
-5. ``.env`` written once, at the end (``EnvFile``): Ctrl-C before then writes nothing.
+5. Matrix, optional: the homeserver checked with ``/versions``, the bot's user id typed,
+   its access token checked with ``whoami`` (it must be that account's); the owner's user
+   id typed. An unreachable homeserver may be kept unchecked, as for Slack;
+6. ``.env`` written once, at the end (``EnvFile``): Ctrl-C before then writes nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from bot.checks.discord import DEFAULT_API_URL as DISCORD_API_URL
 from bot.checks.discord import DiscordProbe, invite_url
 from bot.checks.discord import token_problem as discord_token_problem
 from bot.checks.discovery import DEFAULT_SERVERS, Found, LocalServer, discover
+from bot.checks.matrix import MatrixProbe
 from bot.checks.model import (
     DEFAULT_TIMEOUT_S,
     Endpoint,
@@ -45,6 +49,7 @@ from bot.checks.slack import SlackProbe, app_token_problem
 from bot.checks.slack import token_problem as slack_token_problem
 from bot.checks.telegram import BotIdentity, TelegramProbe, token_problem
 from bot.discord.settings import snowflake
+from bot.matrix.settings import matrix_user_id
 from bot.setup.envfile import EnvFile, EnvFileError
 from bot.setup.terminal import Terminal
 from bot.slack.settings import slack_user_id
@@ -52,6 +57,7 @@ from engine.config import ModelConfig
 
 __all__ = [
     "DiscordChoice",
+    "MatrixChoice",
     "ModelChoice",
     "Network",
     "SetupOptions",
@@ -121,6 +127,14 @@ class SlackChoice:
     owner_id: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class MatrixChoice:
+    homeserver: str
+    user_id: str
+    access_token: str
+    owner_id: str | None
+
+
 class Network:
     """The wizard's network calls, each run to completion on one event loop.
 
@@ -182,7 +196,9 @@ class Wizard:
         discord = None if self.keep_discord(current) else self.choose_discord()
         self.t.say()
         slack = None if self.keep_slack(current) else self.choose_slack()
-        return self.write(model, telegram, discord, slack)
+        self.t.say()
+        matrix = None if self.keep_matrix(current) else self.choose_matrix()
+        return self.write(model, telegram, discord, slack, matrix)
 
     # -- a second run: what .env already has may stay ------------------------------------
 
@@ -211,6 +227,11 @@ class Wizard:
         if not current.get("SLACK_BOT_TOKEN"):
             return False
         return self.t.yes(f"{self.env.path} has a Slack bot token. Keep it?", default=True)
+
+    def keep_matrix(self, current: Mapping[str, str]) -> bool:
+        if not current.get("MATRIX_HOMESERVER"):
+            return False
+        return self.t.yes(f"{self.env.path} has a Matrix account. Keep it?", default=True)
 
     # -- the model ---------------------------------------------------------------------
 
@@ -502,13 +523,14 @@ class Wizard:
                 return None, secret.strip()
             self.t.say("✗ Without Socket Mode the signing secret is needed to verify Slack.")
 
-    def _keep_unchecked(self, problem: Problem, what: str) -> bool:
-        """Only when Slack did not answer (a refusal is an answer): the machine may be
-        offline for now, and `chathub doctor` checks again later."""
+    def _keep_unchecked(self, problem: Problem, what: str, platform: str = "Slack") -> bool:
+        """Only when the platform did not answer (a refusal is an answer): the machine may
+        be offline for now, and `chathub doctor` checks again later."""
         if problem.kind not in _NO_ANSWER:
             return False
         return self.t.yes(
-            f"Slack could not check {what}. Keep it unchecked (`chathub doctor` checks it later)?",
+            f"{platform} could not check {what}. Keep it unchecked (`chathub doctor` checks "
+            "it later)?",
             default=False,
         )
 
@@ -523,6 +545,69 @@ class Wizard:
                 return slack_user_id(answer)
             except ValueError:
                 self.t.say("✗ A Slack member id looks like U0123ABCD.")
+
+    # -- Matrix ------------------------------------------------------------------------
+
+    def choose_matrix(self) -> MatrixChoice | None:
+        """The homeserver, the bot's account and its token, each checked; Enter skips."""
+        self.t.say(
+            "Matrix, optional: make an account for the bot on your homeserver first "
+            "(docs/matrix.md)."
+        )
+        probe = self.ask_homeserver()
+        if probe is None:
+            return None
+        homeserver, checked = probe
+        user = self.ask_matrix_user("The bot's user id (like @chathub:example.org)")
+        assert user is not None
+        while True:
+            token = self.t.secret("The bot's access token (Element: Settings → Help & About)")
+            if not token.strip():
+                self.t.say("✗ The bot needs its access token.")
+                continue
+            try:
+                whose = self.net(checked.whoami(token.strip()))
+            except Problem as problem:
+                self.t.say(_failed(problem))
+                if self._keep_unchecked(problem, "this token", "The homeserver"):
+                    break
+                continue
+            if whose != user:
+                self.t.say(f"✗ That token is {whose}'s, not {user}'s.")
+                continue
+            self.t.say(f"✓ This is {user}.")
+            break
+        owner = self.ask_matrix_user("Your own Matrix user id (Enter to skip)", optional=True)
+        return MatrixChoice(homeserver, user, token.strip(), owner)
+
+    def ask_homeserver(self) -> tuple[str, MatrixProbe] | None:
+        while True:
+            url = self.t.ask("Matrix homeserver URL (Enter to skip)").strip().rstrip("/")
+            if not url:
+                return None
+            if not url.startswith(("http://", "https://")):
+                self.t.say("✗ The homeserver's URL starts with https:// (or http://).")
+                continue
+            probe = MatrixProbe(self.net.http, url, timeout_s=self.options.timeout_s)
+            try:
+                self.net(probe.versions())
+            except Problem as problem:
+                self.t.say(_failed(problem))
+                if not self._keep_unchecked(problem, "the homeserver", "chathub"):
+                    continue
+            else:
+                self.t.say("✓ The homeserver answers.")
+            return url, probe
+
+    def ask_matrix_user(self, question: str, *, optional: bool = False) -> str | None:
+        while True:
+            answer = self.t.ask(question).strip()
+            if not answer and optional:
+                return None
+            try:
+                return matrix_user_id(answer)
+            except ValueError:
+                self.t.say("✗ A Matrix user id looks like @chathub:example.org.")
 
     def _slack_api_url(self) -> str:
         if self.options.slack_api_url:
@@ -558,6 +643,7 @@ class Wizard:
         telegram: TelegramChoice | None,
         discord: DiscordChoice | None = None,
         slack: SlackChoice | None = None,
+        matrix: MatrixChoice | None = None,
     ) -> int:
         updates = {}
         if not model.kept:
@@ -592,6 +678,12 @@ class Wizard:
             api_url = self._slack_api_url()
             if api_url != SLACK_API_URL:
                 updates["SLACK_API_URL"] = api_url
+        if matrix is not None:
+            updates["MATRIX_HOMESERVER"] = matrix.homeserver
+            updates["MATRIX_USER_ID"] = matrix.user_id
+            updates["MATRIX_ACCESS_TOKEN"] = matrix.access_token
+            if matrix.owner_id is not None:
+                updates["MATRIX_OWNER_ID"] = matrix.owner_id
         if not updates:
             self.t.say(f"Nothing changed; {self.env.path} is as it was.")
             return 0

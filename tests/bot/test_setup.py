@@ -128,6 +128,11 @@ def skip_slack(term: PtySession) -> None:
     term.send("")
 
 
+def skip_matrix(term: PtySession) -> None:
+    term.expect(r"Matrix homeserver URL \(Enter to skip\): ")
+    term.send("")
+
+
 def dotenv(home: Path) -> dict[str, str]:
     return EnvFile(home / ".env").values()
 
@@ -152,6 +157,7 @@ def test_local_server_found_and_chosen_keeps_other_lines_and_backs_up(
         skip_telegram(term)
         skip_discord(term)
         skip_slack(term)
+        skip_matrix(term)
         term.expect(r"✓ Wrote .*\.env \(mode 0600\)")
         term.expect(r"previous one is kept as (\S+)\.")
         term.expect("Next: `make run`")
@@ -191,6 +197,7 @@ def test_custom_url_typed_after_a_url_without_a_scheme(
         skip_telegram(term)
         skip_discord(term)
         skip_slack(term)
+        skip_matrix(term)
         assert term.wait() == 0
     values = dotenv(tmp_path)
     assert values["LLM_BASE_URL"] == fake.base_url
@@ -219,6 +226,7 @@ def test_bad_key_is_asked_again(tmp_path: Path, fake: FakeOpenAIServer) -> None:
         skip_telegram(term)
         skip_discord(term)
         skip_slack(term)
+        skip_matrix(term)
         assert term.wait() == 0
     assert "sk-wrong" not in term.output  # secrets are typed without echo
     assert dotenv(tmp_path)["LLM_API_KEY"] == "sk-right"
@@ -245,6 +253,7 @@ def test_model_without_tool_calling_is_warned_about(tmp_path: Path, fake: FakeOp
         skip_telegram(term)
         skip_discord(term)
         skip_slack(term)
+        skip_matrix(term)
         assert term.wait() == 0
     assert dotenv(tmp_path)["LLM_MODEL"] == "llama3.1:8b"
 
@@ -281,6 +290,7 @@ def test_telegram_token_checked_and_owner_read_from_start(
         term.send("y")
         skip_discord(term)
         skip_slack(term)
+        skip_matrix(term)
         term.expect(r"✓ Wrote")
         assert term.wait() == 0
     assert TOKEN not in term.output
@@ -321,6 +331,7 @@ def test_discord_token_checked_and_owner_typed(
         term.expect(r"Your Discord user id \(Enter to skip\): ")
         term.send("200000000000000009")
         skip_slack(term)
+        skip_matrix(term)
         term.expect(r"✓ Wrote")
         assert term.wait() == 0
     assert DISCORD_TOKEN not in term.output
@@ -439,6 +450,7 @@ def test_run_in_a_terminal_sets_up_then_starts_and_talks(
         skip_telegram(term)
         skip_discord(term)
         skip_slack(term)
+        skip_matrix(term)
         term.expect("Starting chathub…")
         term.expect("› ")
         term.send("hi")
@@ -541,6 +553,7 @@ FIRST_MODEL = (r"Model \(number or name\)", "1")
 NO_TELEGRAM = (r"Bot token \(Enter to skip\)", "")
 NO_DISCORD = (r"Discord bot token \(Enter to skip\)", "")
 NO_SLACK = (r"Slack bot token \(Enter to skip\)", "")
+NO_MATRIX = (r"Matrix homeserver URL \(Enter to skip\)", "")
 
 
 def test_model_without_tool_calling_kept_when_the_person_insists(
@@ -554,6 +567,7 @@ def test_model_without_tool_calling_kept_when_the_person_insists(
         NO_TELEGRAM,
         NO_DISCORD,
         NO_SLACK,
+        NO_MATRIX,
     )
     out = run_wizard(tmp_path, script, ("model server", fake.base_url))
     assert "⚠ qwen3:14b may not call tools; `chathub doctor` checks again." in out
@@ -573,6 +587,7 @@ def test_an_endpoint_answering_html_is_refused(
         NO_TELEGRAM,
         NO_DISCORD,
         NO_SLACK,
+        NO_MATRIX,
     )
     out = run_wizard(tmp_path, script, ("model server", html_site))
     assert re.search(r"· model server at \S+: something else answers there", out)
@@ -593,6 +608,7 @@ def test_an_endpoint_that_never_answers_times_out(
         NO_TELEGRAM,
         NO_DISCORD,
         NO_SLACK,
+        NO_MATRIX,
     )
     server = ("model server", black_hole)
     out = run_wizard(tmp_path, script, server, timeout_s=0.5, probe_timeout_s=0.3)
@@ -612,6 +628,7 @@ def test_owner_id_typed(
         ("Press Enter once you have sent it", "4242"),
         NO_DISCORD,
         NO_SLACK,
+        NO_MATRIX,
     )
     out = run_wizard(
         tmp_path, script, ("model server", fake.base_url), telegram_api_url=telegram.base_url
@@ -632,6 +649,7 @@ def test_owner_typed_when_a_webhook_blocks_get_updates(
         (r"Your numeric Telegram user id \(Enter to skip\)", "99"),
         NO_DISCORD,
         NO_SLACK,
+        NO_MATRIX,
     )
     out = run_wizard(
         tmp_path, script, ("model server", fake.base_url), telegram_api_url=telegram.base_url
@@ -644,7 +662,7 @@ def test_a_variable_in_the_environment_is_pointed_out(
     tmp_path: Path, fake: FakeOpenAIServer
 ) -> None:
     fake.reply_tool_calls(TOOL_CALL)
-    script = Scripted(USE_IT, FIRST_MODEL, NO_TELEGRAM, NO_DISCORD, NO_SLACK)
+    script = Scripted(USE_IT, FIRST_MODEL, NO_TELEGRAM, NO_DISCORD, NO_SLACK, NO_MATRIX)
     out = run_wizard(
         tmp_path, script, ("model server", fake.base_url), environ={"LLM_MODEL": "stale"}
     )
@@ -664,6 +682,7 @@ def test_several_local_servers_are_offered_by_number(
         NO_TELEGRAM,
         NO_DISCORD,
         NO_SLACK,
+        NO_MATRIX,
     )
     out = run_wizard(tmp_path, script, ("Ollama", fake.base_url), ("vLLM", fake.base_url))
     assert re.search(r"1\) Ollama at \S+\n  2\) vLLM at \S+\n  0\) another endpoint", out)
@@ -682,6 +701,7 @@ def test_a_second_run_keeps_what_env_has(tmp_path: Path, telegram: FakeTelegramS
         (r"has a Telegram bot token\. Keep it\? \[Y/n\]", "y"),
         (r"has a Discord bot token\. Keep it\? \[Y/n\]", ""),
         NO_SLACK,
+        NO_MATRIX,
     )
     out = run_wizard(tmp_path, script)
     assert "Nothing changed; " in out
@@ -697,6 +717,7 @@ def test_a_second_run_changes_only_telegram(tmp_path: Path, telegram: FakeTelegr
         ("Press Enter once you have sent it", "42"),
         NO_DISCORD,
         NO_SLACK,
+        NO_MATRIX,
     )
     run_wizard(tmp_path, script, telegram_api_url=telegram.base_url)
     assert dotenv(tmp_path) == {
@@ -713,7 +734,7 @@ def test_a_model_server_on_chathubs_port_moves_chathub(
     """llama.cpp's server and chathub both default to 8080: chathub gets another port."""
     fake.reply_tool_calls(TOOL_CALL)
     taken = fake.base_url.split(":")[2].split("/")[0]
-    script = Scripted(USE_IT, FIRST_MODEL, NO_TELEGRAM, NO_DISCORD, NO_SLACK)
+    script = Scripted(USE_IT, FIRST_MODEL, NO_TELEGRAM, NO_DISCORD, NO_SLACK, NO_MATRIX)
     out = run_wizard(
         tmp_path, script, ("model server", fake.base_url), environ={"HTTP_PORT": taken}
     )
@@ -726,7 +747,13 @@ def test_an_endpoint_without_models_asks_for_a_name(tmp_path: Path, fake: FakeOp
     fake.models = []
     fake.reply_tool_calls(TOOL_CALL)
     script = Scripted(
-        USE_IT, ("Model name", ""), ("Model name", "qwen3"), NO_TELEGRAM, NO_DISCORD, NO_SLACK
+        USE_IT,
+        ("Model name", ""),
+        ("Model name", "qwen3"),
+        NO_TELEGRAM,
+        NO_DISCORD,
+        NO_SLACK,
+        NO_MATRIX,
     )
     out = run_wizard(tmp_path, script, ("model server", fake.base_url))
     assert "lists no models (Ollama: `ollama pull qwen3` gets one)" in out
@@ -744,6 +771,7 @@ def test_discord_unreachable_is_said_and_may_be_skipped(
         (r"Discord bot token", DISCORD_TOKEN),
         NO_DISCORD,
         NO_SLACK,
+        NO_MATRIX,
     )
     down = f"http://127.0.0.1:{free_port()}/api/v10"
     out = run_wizard(tmp_path, script, ("model server", fake.base_url), discord_api_url=down)
@@ -760,6 +788,7 @@ def test_a_second_run_adds_discord_only(tmp_path: Path, discord: FakeDiscordServ
         (r"Discord bot token", DISCORD_TOKEN),
         (r"Your Discord user id", ""),
         NO_SLACK,
+        NO_MATRIX,
     )
     out = run_wizard(tmp_path, script, discord_api_url=discord.base_url)
     assert "✓ This is chathub-bot." in out
@@ -806,6 +835,7 @@ def test_slack_tokens_checked_socket_mode_chosen_and_owner_typed(
             term.expect("✗ A Slack member id looks like U0123ABCD.")
             term.expect(r"Your Slack member id \(Enter to skip\): ")
             term.send("U0OWNER001")
+            skip_matrix(term)
             term.expect(r"✓ Wrote")
             assert term.wait() == 0
         assert slack.bot_token not in term.output and slack.app_token not in term.output
@@ -842,6 +872,7 @@ def test_slack_without_socket_mode_asks_for_the_signing_secret(
             term.send("s3cret-value")
             term.expect(r"Your Slack member id \(Enter to skip\): ")
             term.send("")
+            skip_matrix(term)
             term.expect(r"✓ Wrote")
             assert term.wait() == 0
         values = dotenv(tmp_path)
@@ -885,6 +916,7 @@ def test_a_second_run_adds_slack_in_http_mode(tmp_path: Path, slack: FakeSlackSe
         (r"Slack app-level token", ""),
         (r"Slack signing secret", " s3cret "),
         (r"Your Slack member id", "U0OWNER001"),
+        NO_MATRIX,
     )
     out = run_wizard(tmp_path, script, slack_api_url=slack.api_url)
     assert "✗ that is not a Slack bot token: it starts with xoxb-" in out
@@ -921,6 +953,7 @@ def test_slack_refusals_are_asked_again_with_their_fix(
         (r"Slack app-level token", slack.app_token),
         (r"Slack app-level token", slack.app_token),
         (r"Your Slack member id", ""),
+        NO_MATRIX,
     )
     out = run_wizard(tmp_path, script, slack_api_url=slack.api_url)
     assert (
@@ -947,6 +980,7 @@ def test_slack_unreachable_may_be_skipped(tmp_path: Path) -> None:
         (r"Slack bot token", "xoxb-1-2-abc"),
         (r"Slack could not check this bot token\. Keep it unchecked .*\[y/N\]", ""),
         NO_SLACK,
+        NO_MATRIX,
     )
     down = f"http://127.0.0.1:{free_port()}/api/"
     out = run_wizard(tmp_path, script, slack_api_url=down)
@@ -972,6 +1006,7 @@ def test_slack_offline_keeps_the_tokens_unchecked(tmp_path: Path) -> None:
             (r"Slack app-level token", "xapp-1-A1-2-abc"),
             (r"Slack could not check this app-level token\. Keep it unchecked", "y"),
             (r"Your Slack member id", "U0OWNER001"),
+            NO_MATRIX,
         )
         out = run_wizard(tmp_path, script, slack_api_url=api_url, timeout_s=0.5)
     assert out.count("✗ Slack did not answer within 0.5 s — check the network") == 2
@@ -996,6 +1031,7 @@ def test_slack_rate_limited_may_be_kept_unchecked(tmp_path: Path, slack: FakeSla
         (r"Slack bot token", slack.bot_token),
         (r"Slack app-level token", slack.app_token),
         (r"Your Slack member id", ""),
+        NO_MATRIX,
     )
     out = run_wizard(tmp_path, script, slack_api_url=slack.api_url)
     assert "✗ Slack asks to slow down (HTTP 429) — try again in 20 s" in out
@@ -1010,6 +1046,7 @@ def test_a_second_run_keeps_slack(tmp_path: Path) -> None:
         NO_TELEGRAM,
         NO_DISCORD,
         (r"has a Slack bot token\. Keep it\? \[Y/n\]", ""),
+        NO_MATRIX,
     )
     out = run_wizard(tmp_path, script)
     assert "Nothing changed; " in out
