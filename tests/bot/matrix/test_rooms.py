@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from bot.matrix.incoming import source_of
+from engine.approval import Decider
+from engine.hub import Choice
 from engine.llm.scripted import text
 from tests.bot.matrix.conftest import bodies, bot_messages, direct_room, joined, until
 from tests.bot.platform_contract.scripts import shell
@@ -265,3 +267,48 @@ async def test_an_m_limit_exceeded_storm_delays_replies_and_loses_none(
         await until(lambda room=room, n=n: f"echo: storm {n}" in _said(accounts, room), 30)
     assert all(_said(accounts, room) == [f"echo: storm {n}"] for n, room in enumerate(rooms))
     assert service.matrix.adapter.outbound.stats.retry_after >= 1
+
+
+async def test_a_decision_taken_elsewhere_edits_the_matrix_card(make_service, accounts, model):
+    model.add(shell("echo hi"), text("Done."))
+    service, room = await _dm(make_service, accounts)
+    accounts.alice.say(room, "run it")
+    card = await until(
+        lambda: next(
+            (
+                m
+                for m in bot_messages(accounts.alice, room, accounts.bot.user_id)
+                if "Approval needed" in m["content"]["body"]
+            ),
+            None,
+        )
+    )
+    pending = await service.hub.pending_approvals()
+    await service.hub.decide(
+        pending[0].tool_call_id,
+        Choice.named("approve"),
+        decider=Decider("owner", is_owner=True, is_allowed=True),
+        by="the inbox",
+        source=None,
+    )
+
+    def edited():
+        for m in bot_messages(accounts.alice, room, accounts.bot.user_id):
+            if m["event_id"] == card["event_id"] and "✅ Approved" in m["content"]["body"]:
+                return m
+        return None
+
+    shown = await until(edited)
+    assert "React ✅" not in shown["content"]["body"]  # the choices are gone
+    await until(lambda: "Done." in _said(accounts, room))
+
+
+async def test_a_strangers_mention_in_a_group_room_gets_a_pairing_code(make_service, accounts):
+    await make_service()
+    room = accounts.alice.create_room(invite=[accounts.bot.user_id, accounts.bob.user_id])
+    await until(lambda: joined(accounts.alice, room, accounts.bot.user_id))
+    accounts.bob.join(room)
+    accounts.bob.say(room, "hi bot", **{"m.mentions": {"user_ids": [accounts.bot.user_id]}})
+
+    said = await until(lambda: [b for b in _said(accounts, room) if "code" in b.lower()])
+    assert "/pair" in said[0] or "owner" in said[0].lower()
