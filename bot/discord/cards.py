@@ -19,14 +19,12 @@ from bot.platform.cards import (
     CHOICE_LABELS,
     CardContent,
     Choice,
-    card_content,
     outcome_line,
 )
 from bot.platform.chunks import split_markdown
 from bot.platform.controls import ControlId
 from bot.platform.open_cards import OpenCards
 from engine.hub import ChatHub
-from engine.session import ApprovalRequired, Question
 
 __all__ = [
     "ANSWER_LABEL",
@@ -126,6 +124,21 @@ class DiscordFace:
     def __init__(self, sender: DiscordSender) -> None:
         self._sender = sender
 
+    def conversation(self, source: str) -> str:
+        return target_of(source)
+
+    def card_text(self, shown: CardContent) -> str:
+        return card_text(shown)
+
+    def question_text(self, question: str) -> str:
+        return question_text(question)
+
+    def attachment(
+        self, shown: CardContent, tool_call_id: int, text: str
+    ) -> tuple[str, bytes] | None:
+        """Cut to fit: the call in full rides along as a file, as on Telegram."""
+        return full_call(shown, tool_call_id) if len(text) < _whole(shown) else None
+
     async def post(self, card: CardRow, attachment: tuple[str, bytes] | None) -> str | None:
         buttons = card_buttons if card.kind == "approval" else question_buttons
         sent = await self._sender.send(
@@ -143,24 +156,4 @@ class DiscordCards(OpenCards):
     """The open cards (``OpenCards``), rendered for Discord."""
 
     def __init__(self, hub: ChatHub, store: CardStore, sender: DiscordSender) -> None:
-        super().__init__(store, DiscordFace(sender))
-        self._hub = hub
-
-    async def send_card(self, source: str, event: ApprovalRequired) -> None:
-        if await self.shown(event.tool_call_id):
-            return  # asked again after a restart (or decided meanwhile): that card stands
-        deciders = await self._hub.who_may_decide(event.tool_call_id)
-        shown = card_content(event, deciders)
-        text = card_text(shown)
-        # Cut to fit: the call in full rides along as a file, as on Telegram.
-        document = full_call(shown, event.tool_call_id) if len(text) < _whole(shown) else None
-        await self.show(_row(source, event.tool_call_id, "approval", text), document)
-
-    async def send_question(self, source: str, event: Question) -> None:
-        if await self.shown(event.request_id):
-            return
-        await self.show(_row(source, event.request_id, "question", question_text(event.question)))
-
-
-def _row(source: str, key: int, kind: str, text: str) -> CardRow:
-    return CardRow(key, kind, source, target_of(source), None, text, None, "open")
+        super().__init__(hub, store, DiscordFace(sender))

@@ -15,10 +15,9 @@ from typing import Any
 from bot.delivery import CardRow, CardStore
 from bot.matrix.incoming import parse_source
 from bot.matrix.sending import MatrixSender, content_of, in_thread
-from bot.platform.cards import CardContent, Choice, card_content, outcome_line
+from bot.platform.cards import CardContent, Choice, outcome_line
 from bot.platform.open_cards import OpenCards
 from engine.hub import ChatHub
-from engine.session import ApprovalRequired, Question
 
 __all__ = ["CHOICE_LINE", "MatrixCards", "card_text", "choice_of", "question_text"]
 
@@ -111,6 +110,18 @@ class MatrixFace:
     def __init__(self, sender: MatrixSender) -> None:
         self._sender = sender
 
+    def conversation(self, source: str) -> str:
+        return parse_source(source).room_id
+
+    def card_text(self, shown: CardContent) -> str:
+        return card_text(shown)
+
+    def question_text(self, question: str) -> str:
+        return question_text(question)
+
+    def attachment(self, shown: CardContent, tool_call_id: int, text: str) -> None:
+        return None  # the inbox page shows a cut call in full
+
     async def post(self, card: CardRow, attachment: Any) -> str | None:
         place = parse_source(card.source)
         return await self._sender.post(place, in_thread(content_of(_shown(card)), place))
@@ -125,25 +136,8 @@ class MatrixCards(OpenCards):
     """The open cards (``OpenCards``), as Matrix messages."""
 
     def __init__(self, hub: ChatHub, store: CardStore, sender: MatrixSender) -> None:
-        super().__init__(store, MatrixFace(sender))
-        self._hub = hub
-
-    async def send_card(self, source: str, event: ApprovalRequired) -> None:
-        if await self.shown(event.tool_call_id):
-            return  # asked again after a restart (or decided meanwhile): that card stands
-        deciders = await self._hub.who_may_decide(event.tool_call_id)
-        text = card_text(card_content(event, deciders))
-        await self.show(_row(source, event.tool_call_id, "approval", text))
-
-    async def send_question(self, source: str, event: Question) -> None:
-        if await self.shown(event.request_id):
-            return
-        await self.show(_row(source, event.request_id, "question", question_text(event.question)))
+        super().__init__(hub, store, MatrixFace(sender))
 
     async def at(self, room_id: str, event_id: str) -> CardRow | None:
         """The card shown by ``event_id`` in ``room_id`` (open or not), from the store."""
         return await self.store.at(room_id, event_id)
-
-
-def _row(source: str, key: int, kind: str, text: str) -> CardRow:
-    return CardRow(key, kind, source, parse_source(source).room_id, None, text, None, "open")

@@ -14,12 +14,27 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from bot.delivery import CardRow, CardStore
+from bot.platform.cards import CardContent, card_content
+from engine.hub import ChatHub
+from engine.session import ApprovalRequired, Question
 
 __all__ = ["CardFace", "OpenCards", "card_is_live"]
 
 
 class CardFace(Protocol):
-    """How a platform shows a recorded card and shows its outcome."""
+    """How a platform words a card, shows it, and shows its outcome."""
+
+    def conversation(self, source: str) -> str:
+        """Where ``source``'s cards are posted (the platform's channel or room)."""
+
+    def card_text(self, shown: CardContent) -> str:
+        """An approval card's text within the platform's limits."""
+
+    def question_text(self, question: str) -> str: ...
+
+    def attachment(self, shown: CardContent, tool_call_id: int, text: str) -> Any:
+        """What rides along with a card once (the call in full when ``text`` had to be
+        cut), or ``None``."""
 
     async def post(self, card: CardRow, attachment: Any) -> str | None:
         """Send ``card`` (``attachment``: what rides along once, never stored); its
@@ -30,10 +45,30 @@ class CardFace(Protocol):
 
 
 class OpenCards:
-    def __init__(self, store: CardStore, face: CardFace) -> None:
+    def __init__(self, hub: ChatHub, store: CardStore, face: CardFace) -> None:
         self.store = store
+        self._hub = hub
         self._face = face
         self._open: dict[str, dict[int, CardRow]] = {}
+
+    async def send_card(self, source: str, event: ApprovalRequired) -> None:
+        if await self.shown(event.tool_call_id):
+            return  # asked again after a restart (or decided meanwhile): that card stands
+        deciders = await self._hub.who_may_decide(event.tool_call_id)
+        shown = card_content(event, deciders)
+        text = self._face.card_text(shown)
+        card = self._row(source, event.tool_call_id, "approval", text)
+        await self.show(card, self._face.attachment(shown, event.tool_call_id, text))
+
+    async def send_question(self, source: str, event: Question) -> None:
+        if await self.shown(event.request_id):
+            return
+        text = self._face.question_text(event.question)
+        await self.show(self._row(source, event.request_id, "question", text))
+
+    def _row(self, source: str, key: int, kind: str, text: str) -> CardRow:
+        conversation = self._face.conversation(source)
+        return CardRow(key, kind, source, conversation, None, text, None, "open")
 
     async def load(self) -> None:
         for card in await self.store.open():

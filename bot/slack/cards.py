@@ -19,7 +19,6 @@ from bot.platform.cards import (
     CHOICES,
     CardContent,
     Choice,
-    card_content,
     outcome_line,
 )
 from bot.platform.controls import ControlId
@@ -28,7 +27,6 @@ from bot.slack.incoming import is_message_id, parse_source
 from bot.slack.mrkdwn import to_mrkdwn
 from bot.slack.sending import SlackSender
 from engine.hub import ChatHub
-from engine.session import ApprovalRequired, Question
 
 __all__ = [
     "ANSWER_LABEL",
@@ -194,6 +192,18 @@ class SlackFace:
     def __init__(self, sender: SlackSender) -> None:
         self._sender = sender
 
+    def conversation(self, source: str) -> str:
+        return parse_source(source).channel
+
+    def card_text(self, shown: CardContent) -> str:
+        return card_text(shown)
+
+    def question_text(self, question: str) -> str:
+        return question_text(question)
+
+    def attachment(self, shown: CardContent, tool_call_id: int, text: str) -> None:
+        return None  # the inbox page shows a cut call in full
+
     async def post(self, card: CardRow, attachment: Any) -> str | None:
         place = parse_source(card.source)
         return await self._sender.post(place, _summary(card), card_blocks(card))
@@ -209,21 +219,4 @@ class SlackCards(OpenCards):
     """The open cards (``OpenCards``), rendered in Block Kit."""
 
     def __init__(self, hub: ChatHub, store: CardStore, sender: SlackSender) -> None:
-        super().__init__(store, SlackFace(sender))
-        self._hub = hub
-
-    async def send_card(self, source: str, event: ApprovalRequired) -> None:
-        if await self.shown(event.tool_call_id):
-            return  # asked again after a restart (or decided meanwhile): that card stands
-        deciders = await self._hub.who_may_decide(event.tool_call_id)
-        text = card_text(card_content(event, deciders))
-        await self.show(_row(source, event.tool_call_id, "approval", text))
-
-    async def send_question(self, source: str, event: Question) -> None:
-        if await self.shown(event.request_id):
-            return
-        await self.show(_row(source, event.request_id, "question", question_text(event.question)))
-
-
-def _row(source: str, key: int, kind: str, text: str) -> CardRow:
-    return CardRow(key, kind, source, parse_source(source).channel, None, text, None, "open")
+        super().__init__(hub, store, SlackFace(sender))
