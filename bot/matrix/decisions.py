@@ -23,8 +23,7 @@ from bot.matrix.sending import MatrixError, MatrixSender, call
 from bot.platform.access import Access
 from bot.platform.cards import NOT_ALLOWED, Choice, decide
 from bot.platform.open_cards import card_is_live
-from engine.hub import ChatHub, HubError
-from engine.store import InboxError
+from engine.hub import ChatHub
 
 __all__ = ["Decisions"]
 
@@ -95,15 +94,8 @@ class Decisions:
         if not self._access.is_allowed(user):
             await self._refuse(card, user, NOT_ALLOWED)
             return
-        if not text.strip():
-            return
-        try:
-            await self._hub.answer(card.tool_call_id, text, source=card.source)
-        except (InboxError, HubError) as exc:
-            log.info("question %s not answerable: %s", card.tool_call_id, exc)
-            await self._cards.close(card, "expired", "expired")
-            return
-        await self._cards.close(card, "answered", "answered", by=await self._people.name_of(user))
+        if text.strip():
+            await self._cards.answer(card, text, by=await self._people.name_of(user))
 
     async def _refuse(self, card: CardRow, user: str, line: str) -> None:
         if (card.tool_call_id, user) in self._refused:

@@ -28,7 +28,7 @@ from bot.platform.cards import question_answered
 from bot.platform.commands import CommandContext, CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from engine.hub import ChatHub, HubError, SendOptions
-from engine.store import SENDER_KEY, AppSettings, InboxError
+from engine.store import SENDER_KEY, AppSettings
 
 __all__ = ["ENCRYPTED", "FILES_NOT_READ", "NOT_PAIRED", "MessageHandler"]
 
@@ -250,12 +250,7 @@ class MessageHandler:
         card = question_answered(questions, is_command=False)
         if card is None:
             return False
-        try:
-            await self._hub.answer(card.tool_call_id, text, source=m.source)
-        except (InboxError, HubError) as exc:
-            log.info("question %s not answerable: %s", card.tool_call_id, exc)
-            await self._cards.close(card, "expired", "expired")
+        if not await self._cards.answer(card, text, by=await self.name_of(m.sender)):
             return False
-        await self._cards.close(card, "answered", "answered", by=await self.name_of(m.sender))
         self._activity.start(m.source)
         return True

@@ -10,15 +10,19 @@ source (no read per hub event); how a card looks and is edited is the platform's
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from typing import Any, Protocol
 
 from bot.delivery import CardRow, CardStore
 from bot.platform.cards import CardContent, card_content
-from engine.hub import ChatHub
+from engine.hub import ChatHub, HubError
 from engine.session import ApprovalRequired, Question
+from engine.store import InboxError
 
 __all__ = ["CardFace", "OpenCards", "card_is_live"]
+
+log = logging.getLogger(__name__)
 
 
 class CardFace(Protocol):
@@ -65,6 +69,18 @@ class OpenCards:
             return
         text = self._face.question_text(event.question)
         await self.show(self._row(source, event.request_id, "question", text))
+
+    async def answer(self, card: CardRow, text: str, *, by: str | None) -> bool:
+        """Answer the question ``card`` with ``text`` and close it; when the hub no longer
+        waits for it, it is closed as expired and False returned."""
+        try:
+            await self._hub.answer(card.tool_call_id, text, source=card.source)
+        except (InboxError, HubError) as exc:
+            log.info("question %s not answerable: %s", card.tool_call_id, exc)
+            await self.close(card, "expired", "expired")
+            return False
+        await self.close(card, "answered", "answered", by=by)
+        return True
 
     def _row(self, source: str, key: int, kind: str, text: str) -> CardRow:
         conversation = self._face.conversation(source)

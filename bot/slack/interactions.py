@@ -26,8 +26,7 @@ from bot.slack.incoming import is_message_id, source_of
 from bot.slack.messages import NOT_PAIRED, MessageHandler, SlackMe
 from bot.slack.mrkdwn import to_mrkdwn
 from bot.slack.sending import MESSAGE_LIMIT
-from engine.hub import ChatHub, HubError
-from engine.store import InboxError
+from engine.hub import ChatHub
 
 __all__ = ["NOT_HERE", "Interactions"]
 
@@ -191,14 +190,7 @@ class Interactions:
         if not text.strip():
             await tell(user, "An answer needs some text.")
             return
-        try:
-            await self._hub.answer(card.tool_call_id, text, source=card.source)
-        except (InboxError, HubError) as exc:
-            log.info("question %s not answerable: %s", card.tool_call_id, exc)
-            await self._cards.close(card, "expired", "expired")
-            return
-        name = await self._messages.name_of(user)
-        await self._cards.close(card, "answered", "answered", by=name)
+        await self._cards.answer(card, text, by=await self._messages.name_of(user))
 
     # -- slash commands -------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from bot.slack.cards import SlackCards
 from bot.slack.incoming import SLACK, Incoming, Place
 from bot.slack.sending import SlackError, SlackSender, slack_call
 from engine.hub import ChatHub, HubError, SendOptions
-from engine.store import SENDER_KEY, InboxError
+from engine.store import SENDER_KEY
 
 __all__ = ["FILES_NOT_READ", "NOT_PAIRED", "MessageHandler", "SlackMe"]
 
@@ -180,12 +180,7 @@ class MessageHandler:
         card = question_answered(questions, is_command=False)
         if card is None:
             return False
-        try:
-            await self._hub.answer(card.tool_call_id, text, source=m.source)
-        except (InboxError, HubError) as exc:
-            log.info("question %s not answerable: %s", card.tool_call_id, exc)
-            await self._cards.close(card, "expired", "expired")
+        if not await self._cards.answer(card, text, by=await self.name_of(m.user)):
             return False
-        await self._cards.close(card, "answered", "answered", by=await self.name_of(m.user))
         self._activity.start(m.source)
         return True
