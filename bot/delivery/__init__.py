@@ -26,7 +26,7 @@ from bot.delivery.outbound import (
 )
 from bot.delivery.pacing import EDIT, OTHER, SEND, CallKind, Cap, PacingPolicy, Rate
 from bot.delivery.postponements import Backoff, RetrySchedule
-from bot.delivery.redelivery import Redelivery, recover_orphans_forever
+from bot.delivery.redelivery import Redelivery, keep_delivering, recover_orphans_forever
 from bot.delivery.stats import OutboundStats
 from bot.delivery.store import (
     CardRow,
@@ -75,5 +75,6 @@ __all__ = [
     "clamp_retry_after",
     "delivery_summary",
     "describe",
+    "keep_delivering",
     "recover_orphans_forever",
 ]

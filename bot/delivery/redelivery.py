@@ -24,7 +24,7 @@ from bot.delivery.outbound import Delivery, Outbound
 from bot.delivery.store import OutboxRow, OutboxStore
 from engine.store import utcnow
 
-__all__ = ["Redelivery", "recover_orphans_forever"]
+__all__ = ["Redelivery", "keep_delivering", "recover_orphans_forever"]
 
 log = logging.getLogger(__name__)
 
@@ -146,3 +146,12 @@ async def recover_orphans_forever(outbound: Outbound, every_s: float) -> None:
                 exc_info=True,
             )
         await asyncio.sleep(every_s)
+
+
+async def keep_delivering(outbound: Outbound, orphan_scan_s: float | None = None) -> None:
+    """A platform's delivery chores until cancelled: its postponed rows redelivered, and
+    in a fleet (``orphan_scan_s``) the rows of dead members recovered."""
+    work = [Redelivery(outbound, outbound.store).run()]
+    if orphan_scan_s is not None:
+        work.append(recover_orphans_forever(outbound, orphan_scan_s))
+    await asyncio.gather(*work)

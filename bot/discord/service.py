@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import aiohttp
 import discord
 
-from bot.delivery import Backoff, Pacing, Redelivery, RetrySchedule, recover_orphans_forever
+from bot.delivery import Backoff, Pacing, RetrySchedule, keep_delivering
 from bot.discord.adapter import DiscordAdapter, DiscordConfig
 from bot.discord.gateway import point_at
 from bot.discord.incoming import source_of
@@ -32,6 +31,7 @@ from bot.fleet.receiver import ReceiverElection
 from bot.platform.access import PairingDesk
 from bot.platform.front import FrontConfig
 from bot.platform.jobs import Jobs
+from bot.platform.tasks import Background
 from bot.settings import Settings
 from engine.hub import ChatHub, FleetConfig
 from engine.store import Database, Leases
@@ -86,7 +86,7 @@ class DiscordService:
     adapter: DiscordAdapter | None = None
 
     def __post_init__(self) -> None:
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._tasks = Background()
 
     async def start(self) -> None:
         settings, hub = self.settings, self.hub
@@ -123,10 +123,9 @@ class DiscordService:
         )
         await adapter.start()  # no Discord call: subscribed before the hub recovers
         outbound = adapter.outbound
-        self._spawn(Redelivery(outbound, outbound.store).run(), "dc-redelivery")
-        if fleet is not None:
-            self._spawn(recover_orphans_forever(outbound, fleet.scan_interval_s), "dc-orphans")
-        self._spawn(self._run(), "dc-gateway")
+        scan = fleet.scan_interval_s if fleet is not None else None
+        self._tasks.spawn(keep_delivering(outbound, scan))
+        self._tasks.spawn(self._run())
 
     async def _run(self) -> None:
         assert self.adapter is not None
@@ -135,9 +134,9 @@ class DiscordService:
         assert token is not None
         try:
             await self._login(bot, token)
-            self._spawn(self._sync_commands(bot), "dc-commands")
+            self._tasks.spawn(self._sync_commands(bot))
             if self.owner_home and self.settings.discord_owner_id:
-                self._spawn(self._home_at_owner(bot, self.settings.discord_owner_id), "dc-home")
+                self._tasks.spawn(self._home_at_owner(bot, self.settings.discord_owner_id))
             fleet = self.fleet
             if fleet is None:
                 await self._connect(bot)
@@ -193,13 +192,8 @@ class DiscordService:
         except discord.HTTPException as exc:
             log.warning("registering the Discord slash commands failed: %s", exc)
 
-    def _spawn(self, work: Coroutine[Any, Any, Any], name: str) -> None:
-        self._tasks.append(asyncio.create_task(work, name=name))
-
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.close()
         if self.adapter is not None:
             await self.adapter.close()
 

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from nio import LoginResponse, WhoamiResponse
 
-from bot.delivery import Backoff, Pacing, Redelivery, RetrySchedule, recover_orphans_forever
+from bot.delivery import Backoff, Pacing, RetrySchedule, keep_delivering
 from bot.fleet.receiver import ReceiverElection
 from bot.matrix.adapter import MatrixAdapter, MatrixConfig
 from bot.matrix.incoming import source_of
@@ -28,6 +27,7 @@ from bot.matrix.sending import MatrixError, MatrixRefused, TokenRevoked, call, m
 from bot.platform.access import PairingDesk
 from bot.platform.front import FrontConfig
 from bot.platform.jobs import Jobs
+from bot.platform.tasks import Background
 from bot.settings import Settings
 from engine.hub import ChatHub, FleetConfig
 from engine.store import AppSettings, Database, Leases
@@ -68,7 +68,7 @@ class MatrixService:
     adapter: MatrixAdapter | None = None
 
     def __post_init__(self) -> None:
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._tasks = Background()
         self._signed_in = asyncio.Event()
         self._syncing = False
 
@@ -107,10 +107,9 @@ class MatrixService:
         )
         await adapter.start()  # no Matrix call: subscribed before the hub recovers
         outbound = adapter.outbound
-        self._spawn(Redelivery(outbound, outbound.store).run(), "mx-redelivery")
-        if fleet is not None:
-            self._spawn(recover_orphans_forever(outbound, fleet.scan_interval_s), "mx-orphans")
-        self._spawn(self._run(), "mx-sync")
+        scan = fleet.scan_interval_s if fleet is not None else None
+        self._tasks.spawn(keep_delivering(outbound, scan))
+        self._tasks.spawn(self._run())
 
     async def _run(self) -> None:
         assert self.adapter is not None
@@ -118,7 +117,7 @@ class MatrixService:
             await self._sign_in()
             self._signed_in.set()
             if self.owner_home and self.settings.matrix_owner_id:
-                self._spawn(self._home_at_owner(self.settings.matrix_owner_id), "mx-home")
+                self._tasks.spawn(self._home_at_owner(self.settings.matrix_owner_id))
             if self.fleet is None:
                 await self._sync()
             else:  # one sync loop for the fleet: the lease's holder's
@@ -205,13 +204,8 @@ class MatrixService:
         if room is not None:
             self.hub.use_default_home(source_of(room))
 
-    def _spawn(self, work: Coroutine[Any, Any, Any], name: str) -> None:
-        self._tasks.append(asyncio.create_task(work, name=name))
-
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.close()
         if self.adapter is not None:
             await self.adapter.close()
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +23,12 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from bot.delivery import Backoff, Pacing, Redelivery, RetrySchedule, recover_orphans_forever
+from bot.delivery import Backoff, Pacing, RetrySchedule, keep_delivering
 from bot.fleet.receiver import ReceiverElection
 from bot.platform.access import PairingDesk
 from bot.platform.front import FrontConfig
 from bot.platform.jobs import Jobs
+from bot.platform.tasks import Background
 from bot.settings import Settings
 from bot.slack.adapter import SlackAdapter, SlackConfig
 from bot.slack.incoming import source_of
@@ -85,7 +85,7 @@ class SlackService:
     adapter: SlackAdapter | None = None
 
     def __post_init__(self) -> None:
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._tasks = Background()
         self._identified = asyncio.Event()
         self._socket: AsyncSocketModeHandler | None = None
         self._http: AsyncSlackRequestHandler | None = None
@@ -127,10 +127,9 @@ class SlackService:
         if not self.socket_mode:
             self._http = AsyncSlackRequestHandler(adapter.app)
         outbound = adapter.outbound
-        self._spawn(Redelivery(outbound, outbound.store).run(), "sl-redelivery")
-        if fleet is not None:
-            self._spawn(recover_orphans_forever(outbound, fleet.scan_interval_s), "sl-orphans")
-        self._spawn(self._run(), "sl-events")
+        scan = fleet.scan_interval_s if fleet is not None else None
+        self._tasks.spawn(keep_delivering(outbound, scan))
+        self._tasks.spawn(self._run())
 
     def routes(self) -> list[Route]:
         """The HTTP Events API's route, for the service's HTTP app (none in Socket Mode)."""
@@ -151,7 +150,7 @@ class SlackService:
             self._identified.set()
             log.info("Slack: signed in as %s in %s", auth.get("user"), auth.get("team"))
             if self.owner_home and self.settings.slack_owner_id:
-                self._spawn(self._home_at_owner(self.settings.slack_owner_id), "sl-home")
+                self._tasks.spawn(self._home_at_owner(self.settings.slack_owner_id))
             if not self.socket_mode:
                 return  # the HTTP app takes the events from now on
             fleet = self.fleet
@@ -211,13 +210,8 @@ class SlackService:
         if channel is not None:
             self.hub.use_default_home(source_of(channel))
 
-    def _spawn(self, work: Coroutine[Any, Any, Any], name: str) -> None:
-        self._tasks.append(asyncio.create_task(work, name=name))
-
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.close()
         if self.adapter is not None:
             await self.adapter.close()
 
