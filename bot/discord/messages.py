@@ -17,8 +17,7 @@ from typing import Any
 
 import discord
 
-from bot.delivery import EventAlreadyHandled, PlatformError
-from bot.delivery.store import mark_handled_in
+from bot.delivery import PlatformError
 from bot.discord.activity import ChannelActivity
 from bot.discord.cards import DiscordCards
 from bot.discord.incoming import DISCORD, Attachment, Incoming
@@ -27,7 +26,8 @@ from bot.platform.access import Access
 from bot.platform.cards import question_answered
 from bot.platform.commands import CommandContext, CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
-from engine.hub import ChatHub, HubError, SendOptions
+from bot.platform.handover import hand_over
+from engine.hub import ChatHub, HubError
 from engine.store import SENDER_KEY, InboxError
 
 __all__ = ["UNREADABLE_MESSAGE", "DiscordMe", "Listening", "MessageHandler"]
@@ -143,20 +143,11 @@ class MessageHandler:
         }
         if attachments:
             metadata["attachments"] = attachments
-        try:
-            # Stored and marked handled in one commit: a crash leaves both or neither.
-            await self._hub.send_message(
-                m.source,
-                text,
-                SendOptions(metadata=metadata),
-                also=lambda conn: mark_handled_in(conn, DISCORD, m.message_id),
-                redelivered_if_lost=True,
-            )
-        except HubError as exc:
-            await say(m.channel_id, f"⚠️ {exc}")
+        handed = await hand_over(self._hub, DISCORD, m.message_id, m.source, text, metadata)
+        if handed.refusal is not None:
+            await say(m.channel_id, handed.refusal)
             return False
-        except EventAlreadyHandled:  # handed over twice (a replay, another process)
-            log.info("discord message %s was handled already", m.message_id)
+        if handed.before:
             return True
         if m.guild_id is not None and m.parent_id is None:
             self._sender.asking[m.source] = m.message_id

@@ -15,8 +15,6 @@ import re
 
 from nio import AsyncClient, RoomGetEventResponse
 
-from bot.delivery import EventAlreadyHandled
-from bot.delivery.store import mark_handled_in
 from bot.matrix.activity import RoomActivity
 from bot.matrix.cards import MatrixCards
 from bot.matrix.decisions import Decisions
@@ -27,7 +25,8 @@ from bot.platform.access import Access
 from bot.platform.cards import question_answered
 from bot.platform.commands import CommandContext, CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
-from engine.hub import ChatHub, HubError, SendOptions
+from bot.platform.handover import hand_over
+from engine.hub import ChatHub
 from engine.store import SENDER_KEY, AppSettings
 
 __all__ = ["ENCRYPTED", "FILES_NOT_READ", "NOT_PAIRED", "MessageHandler"]
@@ -166,20 +165,11 @@ class MessageHandler:
             "matrix_room_id": m.room_id,
             SENDER_KEY: {"id": m.sender, "name": await self.name_of(m.sender)},
         }
-        try:
-            # Stored and marked handled in one commit: a crash leaves both or neither.
-            await self._hub.send_message(
-                m.source,
-                text,
-                SendOptions(metadata=metadata),
-                also=lambda conn: mark_handled_in(conn, MATRIX, m.key),
-                redelivered_if_lost=True,
-            )
-        except HubError as exc:
-            await self._sender.say_at(m.place, f"⚠️ {exc}")
+        handed = await hand_over(self._hub, MATRIX, m.key, m.source, text, metadata)
+        if handed.refusal is not None:
+            await self._sender.say_at(m.place, handed.refusal)
             return False
-        except EventAlreadyHandled:  # handed over twice (a retry, another process)
-            log.info("matrix event %s was handled already", m.key)
+        if handed.before:
             return True
         self._activity.start(m.source)
         return True

@@ -14,17 +14,16 @@ import logging
 import re
 from dataclasses import dataclass, field
 
-from bot.delivery import EventAlreadyHandled
-from bot.delivery.store import mark_handled_in
 from bot.platform.access import Access
 from bot.platform.cards import question_answered
 from bot.platform.commands import CommandContext, CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
+from bot.platform.handover import hand_over
 from bot.slack.activity import ThreadActivity
 from bot.slack.cards import SlackCards
 from bot.slack.incoming import SLACK, Incoming, Place
 from bot.slack.sending import SlackError, SlackSender, slack_call
-from engine.hub import ChatHub, HubError, SendOptions
+from engine.hub import ChatHub
 from engine.store import SENDER_KEY
 
 __all__ = ["FILES_NOT_READ", "NOT_PAIRED", "MessageHandler", "SlackMe"]
@@ -117,20 +116,11 @@ class MessageHandler:
             "slack_channel": m.channel,
             SENDER_KEY: {"id": m.user, "name": await self.name_of(m.user)},
         }
-        try:
-            # Stored and marked handled in one commit: a crash leaves both or neither.
-            await self._hub.send_message(
-                m.source,
-                text,
-                SendOptions(metadata=metadata),
-                also=lambda conn: mark_handled_in(conn, SLACK, m.key),
-                redelivered_if_lost=True,
-            )
-        except HubError as exc:
-            await self._sender.say_at(place, f"⚠️ {exc}")
+        handed = await hand_over(self._hub, SLACK, m.key, m.source, text, metadata)
+        if handed.refusal is not None:
+            await self._sender.say_at(place, handed.refusal)
             return False
-        except EventAlreadyHandled:  # handed over twice (a retry, another process)
-            log.info("slack message %s was handled already", m.key)
+        if handed.before:
             return True
         self._activity.start(m.source)
         return True
