@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -45,8 +46,9 @@ from bot.fleet.settings import check_fleet_database
 from bot.fleet.single_sqlite import ServeLock, hold_serve_lock
 from bot.platform.access import PairingDesk
 from bot.platform.jobs import Jobs
+from bot.platform.voice_notes import VoiceNotes
 from bot.schema import LAYERS
-from bot.settings import service_settings
+from bot.settings import Settings, service_settings
 from bot.telegram.adapter import TelegramAdapter
 from bot.telegram.config import TelegramConfig
 from bot.telegram.dispatch.jobs import JobsPanel
@@ -75,6 +77,7 @@ from scheduler.events import EventStore
 from scheduler.runner import OPERATOR_PLATFORMS
 from scheduler.service import Scheduler, SchedulerLimits
 from scheduler.tools import scheduler_tools
+from voice import Transcriber, Transcription
 
 __all__ = ["Service", "open_engine", "serve"]
 
@@ -131,6 +134,9 @@ class Service:
     notifier: Notifier | None = None
     receiver: ReceiverElection | None = None
     _checks_http: httpx.AsyncClient | None = None
+    #: Voice notes transcribed, on every platform that takes them (docs/voice.md).
+    voice: VoiceNotes | None = None
+    _voice_http: httpx.AsyncClient | None = None
     _serve_lock: ServeLock | None = None
     #: Discord (``DISCORD_BOT_TOKEN``), beside Telegram or alone.
     discord: DiscordService | None = None
@@ -148,6 +154,19 @@ class Service:
     matrix_pacing: Pacing | None = None
     matrix_sync_timeout_ms: int | None = None
     matrix_timeline_limit: int | None = None
+
+    def _voice_notes(self, settings: Settings, workspace: Path) -> VoiceNotes:
+        """One transcription path for every platform (its endpoint asked per voice note)."""
+        if self.voice is None:
+            self._voice_http = httpx.AsyncClient(verify=shared_tls_context())
+            self.voice = VoiceNotes(
+                Transcription(settings),
+                Transcriber(self._voice_http, timeout_s=settings.transcribe_timeout_seconds),
+                workspace,
+                max_bytes=settings.voice_max_bytes,
+                max_seconds=settings.voice_max_seconds,
+            )
+        return self.voice
 
     async def _run_checks(self) -> Sequence[Check]:
         """The doctor's checks, over a client made on first use (each client costs its TLS
@@ -281,6 +300,7 @@ class Service:
                 jobs=JobsPanel(scheduler),
                 memory=self.memory,
                 desk=desk,
+                voice=self._voice_notes(settings, engine.workspace.root),
             )
             await adapter.start()  # no Telegram call: subscribed before the hub recovers
             self._spawn(Redelivery(outbound, store.outbox).run(), "tg-redelivery")
@@ -515,6 +535,8 @@ class Service:
             await self.api.close()
         if self._checks_http is not None:
             await self._checks_http.aclose()
+        if self._voice_http is not None:
+            await self._voice_http.aclose()
         if self.engine is not None:
             await self.engine.close()
         if self._serve_lock is not None:

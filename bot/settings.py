@@ -20,6 +20,7 @@ from engine.config import SETTINGS_CONFIG, AppConfig, EngineSettings, read_setti
 from engine.config import load_config as load_engine_config
 from memory.settings import MemorySettings
 from scheduler.settings import SchedulerSettings
+from voice.settings import VoiceSettings
 
 __all__ = ["Settings", "load_config", "load_settings", "service_settings"]
 
@@ -32,6 +33,7 @@ class Settings(
     HttpSettings,
     SchedulerSettings,
     MemorySettings,
+    VoiceSettings,
     FleetSettings,
     EngineSettings,
 ):

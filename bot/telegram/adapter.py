@@ -22,6 +22,7 @@ from bot.platform.lanes import Lanes
 from bot.platform.outbox import Outbox
 from bot.platform.outgoing import EventRenderer
 from bot.platform.tasks import Background, Runtime
+from bot.platform.voice_notes import VoiceNotes
 from bot.telegram.config import TelegramConfig
 from bot.telegram.dispatch.access import PairedIds, PairingStore, user_key
 from bot.telegram.dispatch.approvals import ApprovalTaps
@@ -63,8 +64,9 @@ class TelegramAdapter:
         jobs: JobsPanel | None = None,
         memory: MemoryService | None = None,
         desk: PairingDesk | None = None,
+        voice: VoiceNotes | None = None,
     ) -> None:
-        """``memory``: long-term memory for ``/search``, ``/memory`` and ``/forget_me``
+        """``voice``: voice notes transcribed; ``memory``: long-term memory for ``/search``, ``/memory`` and ``/forget_me``
         (``None``, ``MEMORY_ENABLED=false``: they say it is switched off); ``desk``: every
         platform's pairing, for ``/pair`` (``None``: Telegram's alone)."""
         self.hub, self.api, self.store, self.outbound = hub, api, store, outbound
@@ -92,7 +94,16 @@ class TelegramAdapter:
         self.commands = telegram_commands(access, sender, jobs, panel, desk)
         downloads = Downloads(sender, config.workspace, config.max_download_bytes)
         self._messages = MessageHandler(
-            hub, self._me, access, self.commands, cards, approvals, sender, downloads, activity
+            hub,
+            self._me,
+            access,
+            self.commands,
+            cards,
+            approvals,
+            sender,
+            downloads,
+            activity,
+            voice,
         )
         self._callbacks = Callbacks(access, sender, approvals, jobs, panel)
         self._events = EventRenderer(

@@ -20,6 +20,12 @@ response".
 ``GET /v1/models`` lists ``fake.models`` (ids; empty unless a test sets them). With
 ``fake.api_key`` set, every route answers 401 to any other bearer token.
 
+``POST /v1/audio/transcriptions`` checks the multipart upload (a ``model`` field and a
+non-empty ``file`` part, or 400), records it in ``fake.transcription_requests`` and
+answers ``{"text": …}`` with the next of ``fake.transcripts`` (``transcribe``), else
+``transcript of <n> bytes``; ``fake.transcription_failures`` holds scripted answers
+(``ScriptedReply`` of kind error/raw/hang) its next requests get first.
+
 ``POST /v1/embeddings`` answers deterministic vectors (``tests/fakes/embeddings.py``:
 synonyms land near each other) for any model, and records each request in
 ``fake.embedding_requests``; ``fake.embedding_failures`` holds scripted answers
@@ -89,6 +95,12 @@ class FakeOpenAIServer:
         """Every ``/v1/embeddings`` request body, in arrival order."""
         self.embedding_failures: deque[ScriptedReply] = deque()
         """Answers the next embedding requests get instead of vectors."""
+        self.transcripts: deque[str] = deque()
+        """The texts the next transcription requests get."""
+        self.transcription_requests: list[dict[str, Any]] = []
+        """Every transcription upload: its fields, the file's name, type and bytes."""
+        self.transcription_failures: deque[ScriptedReply] = deque()
+        """Answers the next transcription requests get instead of a transcript."""
         self.echo = False
         """With nothing scripted, answer ``echo: <the user messages since the last answer>``
         instead of 500 (load and kill-loop tests, where every message needs an answer)."""
@@ -121,6 +133,7 @@ class FakeOpenAIServer:
                     Route("/v1/chat/completions", self._handle, methods=["POST"]),
                     Route("/v1/models", self._list_models, methods=["GET"]),
                     Route("/v1/embeddings", self._embeddings, methods=["POST"]),
+                    Route("/v1/audio/transcriptions", self._transcribe, methods=["POST"]),
                 ]
             )
             self._runner = BackgroundServer(app, "fake-openai", self._on_loop)
@@ -153,6 +166,9 @@ class FakeOpenAIServer:
             self.api_key = None
             self.embedding_requests.clear()
             self.embedding_failures.clear()
+            self.transcripts.clear()
+            self.transcription_requests.clear()
+            self.transcription_failures.clear()
             self.echo = False
             self.respond = None
         self._release_hangs()
@@ -362,6 +378,50 @@ class FakeOpenAIServer:
         usage = {"prompt_tokens": sum(len(t.split()) for t in texts)}
         return JSONResponse(
             {"object": "list", "data": data, "model": body.get("model"), "usage": usage}
+        )
+
+    def transcribe(self, *texts: str) -> None:
+        """Script the next transcripts, in order."""
+        with self._lock:
+            self.transcripts.extend(texts)
+
+    async def _transcribe(self, request: Request) -> Response:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        try:
+            form = await request.form()
+        except Exception:
+            return _error(400, "the body is not multipart/form-data")
+        upload = form.get("file")
+        model = form.get("model")
+        if not isinstance(model, str) or not model or upload is None or isinstance(upload, str):
+            return _error(400, "a model field and a file part are required")
+        audio = await upload.read()
+        if not audio:
+            return _error(400, "the file is empty")
+        record = {
+            "model": model,
+            "fields": {k: v for k, v in form.items() if isinstance(v, str)},
+            "filename": upload.filename,
+            "content_type": upload.content_type,
+            "audio": audio,
+            "authorization": request.headers.get("authorization"),
+        }
+        with self._lock:
+            self.transcription_requests.append(record)
+            failure = self.transcription_failures.popleft() if self.transcription_failures else None
+            text = self.transcripts.popleft() if self.transcripts else None
+        if failure is not None:
+            if failure.kind == "hang":
+                assert self._release is not None
+                await self._release.wait()
+                return _error(503, "hang released")
+            return Response(
+                failure.body, status_code=failure.status, media_type=failure.content_type
+            )
+        return JSONResponse(
+            {"text": text if text is not None else f"transcript of {len(audio)} bytes"}
         )
 
     async def _handle(self, request: Request) -> Response:

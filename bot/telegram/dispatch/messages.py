@@ -2,8 +2,9 @@
 
 In order: in groups only what is addressed to the bot; strangers get a pairing code;
 commands run from the registry; a reply may answer a question or give a reject reason;
-a voice note gets its notice; files are downloaded; the rest becomes a hub message,
-stored and marked handled in one commit.
+files are downloaded (voice files too long or large refused first) and voice notes
+transcribed, their text said back; the rest becomes a hub message, stored and marked
+handled in one commit.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from bot.platform.access import Access
 from bot.platform.cards import reply_target
 from bot.platform.commands import CommandContext, CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
+from bot.platform.voice_notes import VoiceNotes
 from bot.telegram.dispatch.access import user_key
 from bot.telegram.dispatch.approvals import ApprovalTaps
 from bot.telegram.inbound.downloads import Downloads
+from bot.telegram.inbound.media import FileRef
 from bot.telegram.inbound.updates import Message
 from bot.telegram.rendering.chat_cards import ChatCards
 from bot.telegram.rendering.progress import ChatActivity
@@ -55,7 +58,9 @@ class MessageHandler:
         sender: TelegramSender,
         downloads: Downloads,
         activity: ChatActivity,
+        voice: VoiceNotes | None = None,
     ) -> None:
+        """``voice``: voice notes transcribed (``None``: they stay files)."""
         self._hub = hub
         self._me = me
         self._access = access
@@ -65,6 +70,7 @@ class MessageHandler:
         self._sender = sender
         self._downloads = downloads
         self._activity = activity
+        self._voice = voice
 
     async def handle(self, m: Message) -> bool:
         """True when the update was marked handled along the way. A failure of ours is
@@ -92,15 +98,20 @@ class MessageHandler:
         if await self._answer_card(m):
             return False
         say = self._sender.say_in
-        if m.notice is not None:  # a voice note: not handled yet, and said so once
-            await say(m.chat_id, m.thread_id, m.notice)
-            return False
-        lines = [m.text, *m.described]
+        refused, files = self._voice_limits(m)
+        attachments, problems = await self._downloads.fetch(m, files)
+        heard = await self._voice.hear(attachments) if self._voice else None
+        if heard is not None:
+            attachments = heard.attachments
+            problems += heard.problems
+            if heard.quotes:  # the person sees what was heard before the answer
+                await say(m.chat_id, m.thread_id, heard.quotes)
+        lines = [m.text, *(heard.texts if heard else ()), *m.described]
         if m.location is not None:
             lat, lon = m.location
             lines.append(f"📍 Location: {lat:.6f}, {lon:.6f}")
         text = "\n".join(line for line in lines if line)
-        attachments, problems = await self._downloads.fetch(m)
+        problems = refused + problems
         if problems:  # one warning per message, whatever went wrong with its files
             await say(m.chat_id, m.thread_id, "⚠️ " + " ".join(problems))
         if not text.strip() and not attachments:
@@ -133,6 +144,20 @@ class MessageHandler:
             return True
         self._activity.start_typing(m.source)
         return True
+
+    def _voice_limits(self, m: Message) -> tuple[list[str], list[FileRef]]:
+        """Voice files too long or too large to transcribe (refused before download), and
+        the files to download."""
+        if self._voice is None:
+            return [], list(m.files)
+        refused, kept = [], []
+        for ref in m.files:
+            why = self._voice.refusal(ref.kind, ref.name, ref.size, ref.duration)
+            if why is None:
+                kept.append(ref)
+            else:
+                refused.append(why)
+        return refused, kept
 
     def _addressed(self, m: Message) -> bool:
         """In groups the bot answers only when mentioned, replied to, or commanded."""

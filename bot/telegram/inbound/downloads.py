@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
+from bot.telegram.inbound.media import FileRef
 from bot.telegram.inbound.updates import Message
 from bot.telegram.sending.api import Json, TelegramError
 from bot.telegram.sending.delivery import TelegramSender
@@ -27,14 +29,16 @@ class Downloads:
         self._workspace = workspace
         self._limit = max_bytes
 
-    async def fetch(self, m: Message) -> tuple[list[Json], list[str]]:
-        """The message's files saved in the workspace, and a sentence for each one that
-        could not be (too large, or the download failed)."""
+    async def fetch(
+        self, m: Message, files: Sequence[FileRef] | None = None
+    ) -> tuple[list[Json], list[str]]:
+        """The message's files (or ``files`` of them) saved in the workspace, and a
+        sentence for each one that could not be (too large, or the download failed)."""
         attachments: list[Json] = []
         problems: list[str] = []
         folder = Path("uploads") / "telegram" / str(m.chat_id)
         limit = self._limit
-        for ref in m.files:
+        for ref in m.files if files is None else files:
             too_large = f"{ref.name} is too large to download (the limit is {_mb(limit)})."
             if ref.size is not None and ref.size > limit:
                 problems.append(too_large)

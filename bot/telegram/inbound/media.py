@@ -1,11 +1,12 @@
 """What a message carries besides its text: files to download and things to describe.
 
 Every kind a person can send gets something the model can use: photos, documents, audio,
-video, video notes and animations are files (downloaded within the size limit and shown
-to the model in the attachments block, with duration and type); a contact, venue, poll,
-dice, sticker, game, invoice or payment becomes a short line of text. Voice notes get
-their own notice until voice is built. Fields are read through ``Drops``, so a malformed
-part is dropped and named, never raised.
+voice notes, video, video notes and animations are files (downloaded within the size
+limit and shown to the model in the attachments block, with duration and type; voice
+notes, audio and video notes are transcribed, ``bot/platform/voice_notes.py``); a
+contact, venue, poll, dice, sticker, game, invoice or payment becomes a short line of
+text. Fields are read through ``Drops``, so a malformed part is dropped and named, never
+raised.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from typing import Any
 from bot.telegram.inbound.fields import Drops, as_int, as_number, file_id_of, size_of, unique_id_of
 from bot.telegram.sending.api import Json
 
-__all__ = ["VOICE_NOTICE", "FileRef", "descriptions_of", "files_of", "notice_of"]
+__all__ = ["FileRef", "descriptions_of", "files_of"]
 
-VOICE_NOTICE = "🎤 Voice messages are not supported yet; please type your message."
 _MAX_LINE = 300  # a described field longer than this is cut (poll options, titles)
 _MAX_POLL_OPTIONS = 12
 
@@ -39,6 +39,7 @@ class FileRef:
 #: kind → (default mime type, extension when the message names no file).
 _MEDIA = {
     "audio": ("audio/mpeg", "mp3"),
+    "voice": ("audio/ogg", "ogg"),
     "video": ("video/mp4", "mp4"),
     "video_note": ("video/mp4", "mp4"),
     "animation": ("video/mp4", "mp4"),
@@ -129,11 +130,6 @@ def descriptions_of(message: Json, drops: Drops) -> tuple[str, ...]:
         else:
             lines.append(line)
     return tuple(lines)
-
-
-def notice_of(message: Json) -> str | None:
-    """What the bot says instead of handling the message (voice, for now)."""
-    return VOICE_NOTICE if isinstance(message.get("voice"), dict) else None
 
 
 def _contact(body: Json, at: Drops) -> str | None:

@@ -18,7 +18,7 @@ from bot.telegram.inbound.fields import (
     as_number,
     clean_text,
 )
-from bot.telegram.inbound.media import FileRef, descriptions_of, files_of, notice_of
+from bot.telegram.inbound.media import FileRef, descriptions_of, files_of
 from bot.telegram.sending.api import Json
 
 __all__ = [
@@ -91,8 +91,6 @@ class Message:
     location: tuple[float, float] | None = None
     #: Lines for the model about what else the message carries (a contact, a poll, ...).
     described: tuple[str, ...] = ()
-    #: Said instead of handling the message (a voice note, for now).
-    notice: str | None = None
     edited: bool = False
     #: Malformed fields left out, e.g. ``"message.entities (not a list)"``.
     dropped: tuple[str, ...] = ()
@@ -258,7 +256,6 @@ def _message(update_id: int, message: Json, drops: Drops, *, edited: bool) -> In
         # A venue carries its location; its description names the point already.
         location=None if isinstance(message.get("venue"), dict) else _location(message, drops),
         described=descriptions_of(message, drops),
-        notice=notice_of(message),
         edited=edited,
         dropped=tuple(drops.dropped),
     )

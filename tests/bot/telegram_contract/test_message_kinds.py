@@ -266,11 +266,12 @@ async def test_a_media_file_is_downloaded_and_attached(
     assert [p.read_bytes() for p in saved] == [b"media-bytes!"]
 
 
-async def test_a_voice_note_gets_its_notice(service, telegram, model):
+async def test_a_voice_note_without_transcription_says_how_to_set_it_up(service, telegram, model):
+    telegram.add_file("v1", b"OggS-voice")
     voice = {"file_id": "v1", "file_unique_id": "v1u", "duration": 3, "mime_type": "audio/ogg"}
     private(telegram, voice=voice)
     reply = await only_reply(telegram)
-    assert reply == "🎤 Voice messages are not supported yet; please type your message."
+    assert reply.startswith("⚠️ 🎤 I cannot transcribe voice messages")
     assert len(model.requests) == 1  # the ping alone
 
 

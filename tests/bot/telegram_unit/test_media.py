@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from bot.telegram.inbound.media import VOICE_NOTICE
 from tests.bot.telegram_unit.test_update_validation import message, parsed
 
 
@@ -78,9 +77,15 @@ def test_an_animation_is_one_file_not_two() -> None:
     assert [f.kind for f in m.files] == ["animation"]
 
 
-def test_a_voice_note_has_its_notice() -> None:
+def test_a_voice_note_is_a_file_to_transcribe() -> None:
     voice = {"file_id": "v", "file_unique_id": "vu", "duration": 2}
-    assert parsed(without_text(voice=voice)).notice == VOICE_NOTICE
+    (ref,) = parsed(without_text(voice=voice)).files
+    assert (ref.kind, ref.name, ref.mime_type, ref.duration) == (
+        "voice",
+        "voice_vu.ogg",
+        "audio/ogg",
+        2,
+    )
 
 
 def test_a_reply_to_the_topic_creation_is_not_a_reply() -> None:

@@ -1,0 +1,111 @@
+"""Voice notes heard, on every platform: refused before download when too long or too
+large, transcribed once saved, said back as a quoted "🎤 …" line, taken as the turn's text.
+
+A platform downloads a message's files as attachments (``path``, ``name``, ``kind``,
+``mime_type``); ``VoiceNotes.hear`` transcribes those of a voice kind through whichever
+endpoint ``Transcription`` names now (so a provider added while the service runs is used
+by the next voice note) and keeps the transcript on the attachment, whose file stays in
+the workspace as the audio's reference. A voice note nobody can transcribe is dropped
+with one sentence saying how to set transcription up; an audio file is then kept as a
+file, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from voice import Transcriber, Transcription, TranscriptionError
+
+__all__ = ["NOT_SET_UP", "VOICE_KINDS", "Heard", "VoiceNotes"]
+
+log = logging.getLogger(__name__)
+
+Json = dict[str, Any]
+
+#: What a person records (``voice``: a voice note) or sends as sound.
+VOICE_KINDS = frozenset({"voice", "audio", "video_note"})
+NOT_SET_UP = (
+    "🎤 I cannot transcribe voice messages: no transcription is set up. The owner can set "
+    "TRANSCRIBE_MODEL (or add a provider with `chathub providers add`, docs/voice.md)."
+)
+
+
+@dataclass(slots=True)
+class Heard:
+    #: The transcripts, for the turn's text.
+    texts: list[str] = field(default_factory=list)
+    #: The attachments still worth the turn (an untranscribed voice note is not).
+    attachments: list[Json] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def quotes(self) -> str | None:
+        """What the person is shown: each transcript as a quoted "🎤 …" line."""
+        if not self.texts:
+            return None
+        return "\n".join(f"🎤 “{text}”" if text else "🎤 (silence)" for text in self.texts)
+
+
+class VoiceNotes:
+    def __init__(
+        self,
+        transcription: Transcription,
+        transcriber: Transcriber,
+        workspace: Path,
+        *,
+        max_bytes: int,
+        max_seconds: int,
+    ) -> None:
+        self._transcription = transcription
+        self._transcriber = transcriber
+        self._workspace = workspace
+        self.max_bytes = max_bytes
+        self.max_seconds = max_seconds
+
+    def refusal(self, kind: str, name: str, size: int | None, seconds: int | None) -> str | None:
+        """Why a voice file is not even downloaded (too long, too large), or ``None``."""
+        if kind not in VOICE_KINDS:
+            return None
+        if seconds is not None and seconds > self.max_seconds:
+            return f"🎤 {name} is {seconds} s long; I transcribe at most {self.max_seconds} s."
+        if size is not None and size > self.max_bytes:
+            mb = self.max_bytes / (1024 * 1024)
+            return f"🎤 {name} is too large to transcribe (the limit is {mb:g} MB)."
+        return None
+
+    async def hear(self, attachments: list[Json]) -> Heard:
+        heard = Heard()
+        for attachment in attachments:
+            kind = attachment.get("kind")
+            if kind not in VOICE_KINDS:
+                heard.attachments.append(attachment)
+                continue
+            text = await self._transcribe(attachment, heard)
+            if text is not None:
+                heard.texts.append(text)
+                heard.attachments.append({**attachment, "transcript": text})
+            elif kind != "voice":
+                heard.attachments.append(attachment)  # a sound file stays a file
+        return heard
+
+    async def _transcribe(self, attachment: Json, heard: Heard) -> str | None:
+        name = str(attachment.get("name") or "the voice message")
+        endpoint = self._transcription.endpoint()
+        if endpoint is None:
+            if NOT_SET_UP not in heard.problems and attachment.get("kind") == "voice":
+                heard.problems.append(NOT_SET_UP)
+            return None
+        try:
+            audio = (self._workspace / str(attachment["path"])).read_bytes()
+            return await self._transcriber.transcribe(
+                endpoint, audio, Path(name).name, str(attachment.get("mime_type") or "audio/ogg")
+            )
+        except (OSError, KeyError) as exc:
+            log.warning("reading %s for transcription failed: %s", name, exc)
+            heard.problems.append(f"🎤 I could not read {name}.")
+        except TranscriptionError as exc:
+            heard.problems.append(f"🎤 I could not transcribe {name}: {exc}.")
+        return None

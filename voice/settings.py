@@ -1,0 +1,49 @@
+"""Voice's variables: which model transcribes (and speaks), where, within which limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings
+
+from engine.config import SETTINGS_CONFIG, http_url
+
+__all__ = ["VoiceSettings"]
+
+
+def _optional_url(value: Any) -> str | None:
+    if value is None or str(value).strip() == "":
+        return None
+    return http_url(str(value).strip())
+
+
+class VoiceSettings(BaseSettings):
+    """Field names are the variable names, lower-cased (docs/voice.md)."""
+
+    model_config = SETTINGS_CONFIG
+
+    #: The model ``POST /v1/audio/transcriptions`` is asked with (``whisper-1``,
+    #: ``whisper-large-v3``, a local server's); unset: voice notes are not transcribed.
+    transcribe_model: str | None = None
+    #: Its server; unset: ``LLM_BASE_URL`` (OpenAI, Groq and local servers serve chat and
+    #: audio on one base URL).
+    transcribe_base_url: str | None = None
+    #: Its key; unset: ``LLM_API_KEY`` when the server is ``LLM_BASE_URL``'s.
+    transcribe_api_key: str | None = None
+    transcribe_timeout_seconds: float = Field(60.0, gt=0, le=600)
+    #: A voice note longer or larger than this is refused before it is downloaded.
+    voice_max_seconds: int = Field(600, ge=1, le=24 * 3600)
+    voice_max_bytes: int = Field(20 * 1024 * 1024, ge=1024, le=2**31)
+
+    @field_validator("transcribe_model", "transcribe_api_key", mode="before")
+    @classmethod
+    def _voice_optional(cls, value: Any) -> str | None:
+        if value is None or str(value).strip() == "":
+            return None
+        return str(value).strip()
+
+    @field_validator("transcribe_base_url", mode="before")
+    @classmethod
+    def _voice_url(cls, value: Any) -> str | None:
+        return _optional_url(value)
