@@ -1,4 +1,5 @@
-"""The ``chathub`` command: ``serve``, ``chat``, ``rules``, ``setup``, ``doctor``, ``run``.
+"""The ``chathub`` command: ``serve``, ``chat``, ``rules``, ``providers``, ``setup``,
+``doctor``, ``run``.
 
 ``run`` is ``make run``'s: with no model configured and a person at a terminal it runs
 the setup wizard first, then serves; without a terminal (Docker, CI, systemd) it stops
@@ -15,6 +16,7 @@ import logging
 import sys
 
 from bot.checks.model import DEFAULT_TIMEOUT_S
+from bot.providers_cli import add_providers_parser, run_providers_command
 from bot.rules_cli import add_rules_parser, run_rules_command
 from bot.settings import load_config, load_settings
 from bot.setup.arguments import add_setup_parser
@@ -30,6 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     commands.add_parser("chat", help="talk to the agent in this terminal")
     add_rules_parser(commands)
+    add_providers_parser(commands)
     add_setup_parser(
         commands.add_parser("setup", help="interactive first-run setup: model, Telegram, .env")
     )
@@ -51,12 +54,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     # matrix-nio logs every room event it sees at INFO: -v would be Matrix's event log
     logging.getLogger("nio").setLevel(logging.WARNING)
-    if args.command == "rules":
+    if args.command in ("rules", "providers"):
         try:
             settings = load_settings()
         except ConfigError as exc:
             raise SystemExit(f"chathub: configuration error: {exc}") from None
-        raise SystemExit(asyncio.run(run_rules_command(args, settings.database_url)))
+        run = run_rules_command if args.command == "rules" else run_providers_command
+        raise SystemExit(asyncio.run(run(args, settings.database_url)))
     if args.command == "setup":
         if not interactive():  # questions nobody sees would wait forever, or read a pipe
             raise SystemExit(

@@ -10,8 +10,19 @@ from __future__ import annotations
 from bot.webchat.layer import WEBCHAT
 from engine.store import ENGINE, Layer
 from memory.layer import MEMORY
+from providers.layer import PROVIDERS
 
-__all__ = ["DELIVERY", "HTTP", "LAYERS", "MEMORY", "PLATFORM", "SCHEDULER", "TELEGRAM", "WEBCHAT"]
+__all__ = [
+    "DELIVERY",
+    "HTTP",
+    "LAYERS",
+    "MEMORY",
+    "PLATFORM",
+    "PROVIDERS",
+    "SCHEDULER",
+    "TELEGRAM",
+    "WEBCHAT",
+]
 
 #: jobs, runs, events, notify dedupe (``scheduler/tables.py``): 0006, 0019
 SCHEDULER = Layer("scheduler", "scheduler.migrations", "scheduler.tables")
@@ -26,5 +37,16 @@ PLATFORM = Layer("platform", "bot.platform.migrations", "bot.platform.tables")
 #: the web inbox's sign-ins (``bot/http/tables.py``): 0011
 HTTP = Layer("http", "bot.http.migrations", "bot.http.tables")
 
-#: the search index and per-session watermarks (``memory/tables.py``): 0013
-LAYERS: tuple[Layer, ...] = (ENGINE, SCHEDULER, TELEGRAM, DELIVERY, PLATFORM, HTTP, WEBCHAT, MEMORY)
+#: the search index and per-session watermarks (``memory/tables.py``): 0013; the API
+#: providers (``providers/tables.py``): 0023
+LAYERS: tuple[Layer, ...] = (
+    ENGINE,
+    SCHEDULER,
+    TELEGRAM,
+    DELIVERY,
+    PLATFORM,
+    HTTP,
+    WEBCHAT,
+    MEMORY,
+    PROVIDERS,
+)

@@ -73,6 +73,7 @@ from memory.service import MemoryService
 from memory.settings import embedding_config
 from memory.tools import memory_tools
 from memory.users import Identity
+from providers import ProviderRegistry, ProviderStore
 from scheduler.events import EventStore
 from scheduler.runner import OPERATOR_PLATFORMS
 from scheduler.service import Scheduler, SchedulerLimits
@@ -137,6 +138,10 @@ class Service:
     #: Voice notes transcribed, on every platform that takes them (docs/voice.md).
     voice: VoiceNotes | None = None
     _voice_http: httpx.AsyncClient | None = None
+    #: The API providers registered while the service runs (``chathub providers``), and
+    #: how often another process's change is looked for.
+    providers: ProviderRegistry | None = None
+    providers_watch_s: float = 2.0
     _serve_lock: ServeLock | None = None
     #: Discord (``DISCORD_BOT_TOKEN``), beside Telegram or alone.
     discord: DiscordService | None = None
@@ -158,9 +163,12 @@ class Service:
     def _voice_notes(self, settings: Settings, workspace: Path) -> VoiceNotes:
         """One transcription path for every platform (its endpoint asked per voice note)."""
         if self.voice is None:
+            assert self.engine is not None
             self._voice_http = httpx.AsyncClient(verify=shared_tls_context())
+            transcription = Transcription(settings, self.providers)
+            self._spawn(transcription.follow(self.engine.system_bus), "transcription")
             self.voice = VoiceNotes(
-                Transcription(settings),
+                transcription,
                 Transcriber(self._voice_http, timeout_s=settings.transcribe_timeout_seconds),
                 workspace,
                 max_bytes=settings.voice_max_bytes,
@@ -190,6 +198,11 @@ class Service:
         self.engine = engine = await open_engine(
             self.config, models=self.models, policy=self.policy
         )
+        self.providers = providers = ProviderRegistry(
+            ProviderStore(engine.store.db), engine.system_bus
+        )
+        await providers.load()
+        self._spawn(providers.watch(self.providers_watch_s), "providers-watch")
         token = settings.telegram_bot_token
         # One bot per database (OtherBot). A token that is no token is Telegram's to refuse.
         if token and is_bot_token(token):

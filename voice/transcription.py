@@ -1,7 +1,10 @@
 """What a voice note says: ``POST /v1/audio/transcriptions`` on an OpenAI-compatible server.
 
-``Transcription`` says which endpoint transcribes now: the one the settings name
-(``TRANSCRIBE_MODEL`` at ``TRANSCRIBE_BASE_URL``, else at ``LLM_BASE_URL``), or none.
+``Transcription`` says which endpoint transcribes now: the oldest registered provider
+that serves ``transcription`` (``chathub providers add``), else the one the settings name
+(``TRANSCRIBE_MODEL`` at ``TRANSCRIBE_BASE_URL``, else at ``LLM_BASE_URL``), or none. It
+follows the SystemEventBus: on ``ProviderRegistered`` / ``ProviderUnregistered`` it reloads
+its choice from the registry, so the next voice note uses a provider added meanwhile.
 ``Transcriber`` makes the call: the audio as a multipart upload, the text back. Every
 failure is a ``TranscriptionError`` whose text is one plain sentence; the details go to
 the log, and a key never appears in either.
@@ -14,6 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from engine.bus import Lagged, ProviderRegistered, ProviderUnregistered, SystemEventBus
+from providers import ProviderRegistry
 
 __all__ = ["AudioEndpoint", "Transcriber", "Transcription", "TranscriptionError"]
 
@@ -44,19 +50,45 @@ class TranscriptionError(Exception):
 class Transcription:
     """Which endpoint transcribes now (``None``: voice notes cannot be transcribed)."""
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: Any, registry: ProviderRegistry | None = None) -> None:
         self._settings = settings
+        self._registry = registry
+        self._chosen = self._choose()
 
     def endpoint(self) -> AudioEndpoint | None:
+        return self._chosen
+
+    async def follow(self, bus: SystemEventBus) -> None:
+        """Until cancelled: the choice made again whenever the providers change (a lagging
+        subscriber reloads too: it may have missed one)."""
+        async with bus.subscribe() as events:
+            async for event in events:
+                match event:
+                    case ProviderRegistered() | ProviderUnregistered() | Lagged():
+                        self._chosen = self._choose()
+                        log.info("transcription now: %r", self._chosen)
+                    case _:
+                        pass
+
+    def _choose(self) -> AudioEndpoint | None:
         settings = self._settings
-        model = settings.transcribe_model
-        if not model:
+        wanted = settings.transcribe_model
+        for provider in self._registry.current if self._registry is not None else ():
+            if "transcription" not in provider.serves:
+                continue
+            model = (
+                wanted if wanted and (wanted in provider.models or not provider.models) else None
+            )
+            model = model or (provider.models[0] if provider.models else None)
+            if model:
+                return AudioEndpoint(provider.base_url, provider.api_key, model, provider.name)
+        if not wanted:
             return None
         base_url = settings.transcribe_base_url or settings.llm_base_url
         key = settings.transcribe_api_key
         if key is None:  # the LLM's key only for the LLM's server
             key = settings.llm_api_key if base_url == settings.llm_base_url else ""
-        return AudioEndpoint(base_url.rstrip("/"), key, model, "TRANSCRIBE_MODEL")
+        return AudioEndpoint(base_url.rstrip("/"), key, wanted, "TRANSCRIBE_MODEL")
 
 
 class Transcriber:

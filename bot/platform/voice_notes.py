@@ -65,6 +65,11 @@ class VoiceNotes:
         self.max_bytes = max_bytes
         self.max_seconds = max_seconds
 
+    def endpoint_origin(self) -> str | None:
+        """Where voice notes go now (a provider's name, ``TRANSCRIBE_MODEL``), or ``None``."""
+        endpoint = self._transcription.endpoint()
+        return None if endpoint is None else endpoint.origin
+
     def refusal(self, kind: str, name: str, size: int | None, seconds: int | None) -> str | None:
         """Why a voice file is not even downloaded (too long, too large), or ``None``."""
         if kind not in VOICE_KINDS:

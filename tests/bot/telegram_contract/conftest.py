@@ -99,6 +99,7 @@ async def start_service(
             pacing=FAST,
             http=http,
             clock=clock or utcnow,
+            providers_watch_s=0.05,
         )
         await service.start()
         running.append(service)

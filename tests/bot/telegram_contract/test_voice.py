@@ -141,3 +141,64 @@ async def test_a_voice_note_with_a_caption_keeps_both(heard, telegram, model, fa
     private(telegram, voice=voice(), caption="Shopping:")
     await eventually(lambda: any("and the eggs" in t for t in texts(telegram, ALICE)[1:]))
     assert "Shopping:" in received_last(model) and "and the eggs" in received_last(model)
+
+
+async def test_a_provider_added_while_running_is_used_by_the_next_note_and_removed_after(
+    start_service, telegram, model, fake_openai, tmp_path, make_config
+):
+    """``chathub providers add`` in a shell while the service runs: no restart."""
+    service = await start_service()
+    service_config = make_config()
+    url = service_config.settings.database_url
+    telegram.add_file("v1", OGG)
+    private(telegram, voice=voice())
+    assert "no transcription is set up" in await only_reply(telegram)
+
+    args = ["providers", "add", "local", "--base-url", fake_openai.base_url]
+    args += ["--serves", "transcription", "--models", "whisper-small", "--key-env", "VOICE_KEY"]
+    out = await shell(url, args, VOICE_KEY="sk-provider-key-999")
+    assert "Added local" in out and "sk-provider-key-999" not in out
+    await eventually(lambda: service.voice.endpoint_origin() == "local", within_s=5)
+
+    fake_openai.transcribe("now I am heard")
+    telegram.add_file("v2", OGG)
+    private(telegram, voice=voice("v2"))
+    await eventually(lambda: answered(telegram, "echo: now I am heard"))
+    upload = fake_openai.transcription_requests[-1]
+    assert upload["model"] == "whisper-small"
+    assert upload["authorization"] == "Bearer sk-provider-key-999"
+
+    assert "Removed local." in await shell(url, ["providers", "remove", "local"])
+    await eventually(lambda: service.voice.endpoint_origin() is None, within_s=5)
+    telegram.add_file("v3", OGG)
+    private(telegram, voice=voice("v3"))
+    await eventually(
+        lambda: sum("no transcription is set up" in t for t in texts(telegram, ALICE)) == 2
+    )
+
+
+async def shell(database_url: str, argv: list[str], **env: str) -> str:
+    """``chathub <argv>`` as the shell runs it (its own database connection)."""
+    import argparse
+    import io
+    import os
+
+    from bot.providers_cli import add_providers_parser, run_providers_command
+
+    parser = argparse.ArgumentParser()
+    add_providers_parser(parser.add_subparsers(dest="command"))
+    out, err = io.StringIO(), io.StringIO()
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        status = await run_providers_command(
+            parser.parse_args(argv), database_url, out=out, err=err
+        )
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    assert status == 0, err.getvalue()
+    return out.getvalue()

@@ -1,0 +1,20 @@
+"""The API provider registry: OpenAI-compatible servers an owner adds while the service
+runs, and what each serves (chat, embeddings, transcription, speech).
+
+The face of the package: ``Provider`` (checked from what a person typed), ``ProviderStore``
+(the table), ``ProviderRegistry`` (changes announced on the SystemEventBus, other
+processes' changes noticed by ``watch``) and ``probe`` (``chathub providers test``).
+"""
+
+from providers.registry import ProviderRegistry, probe
+from providers.store import SERVICES, Provider, ProviderError, ProviderStore, masked
+
+__all__ = [
+    "SERVICES",
+    "Provider",
+    "ProviderError",
+    "ProviderRegistry",
+    "ProviderStore",
+    "masked",
+    "probe",
+]

@@ -1,0 +1,103 @@
+"""``ProviderRegistry``: providers added and removed, announced on the SystemEventBus.
+
+A change made here publishes ``ProviderRegistered`` / ``ProviderUnregistered`` at once; a
+change made elsewhere (``chathub providers`` in a shell, another process of a fleet) is
+noticed by ``watch``, which reads the change counter every few seconds and publishes the
+difference, so every process's consumers (``voice.Transcription``, …) reload without a
+restart. ``current`` is the snapshot consumers read: reloaded from the database on every
+event, never per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import httpx
+
+from engine.bus import ProviderRegistered, ProviderUnregistered, SystemEventBus
+from providers.store import Provider, ProviderError, ProviderStore
+
+__all__ = ["ProviderRegistry", "probe"]
+
+log = logging.getLogger(__name__)
+
+WATCH_EVERY_S = 2.0
+
+
+class ProviderRegistry:
+    def __init__(self, store: ProviderStore, bus: SystemEventBus) -> None:
+        self.store = store
+        self._bus = bus
+        self._current: dict[str, Provider] = {}
+        self._version = -1
+
+    @property
+    def current(self) -> list[Provider]:
+        """The providers as last loaded (oldest first)."""
+        return list(self._current.values())
+
+    async def load(self) -> None:
+        """The providers and the change counter, read now (at start; after an event)."""
+        version = await self.store.version()
+        self._current = {p.name: p for p in await self.store.all()}
+        self._version = version
+
+    async def add(self, provider: Provider) -> None:
+        await self.store.add(provider)
+        await self._refresh()
+
+    async def remove(self, name: str) -> Provider | None:
+        removed = await self.store.remove(name)
+        if removed is not None:
+            await self._refresh()
+        return removed
+
+    async def watch(self, every_s: float = WATCH_EVERY_S) -> None:
+        """Until cancelled: a change made by another process is published here too."""
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                if await self.store.version() != self._version:
+                    await self._refresh()
+            except Exception:  # the database away: the next round
+                log.warning("reading the providers failed", exc_info=True)
+
+    async def _refresh(self) -> None:
+        """Reload, and publish what changed (a provider replaced counts as both)."""
+        before = self._current
+        await self.load()
+        after = self._current
+        for name, provider in before.items():
+            if after.get(name) != provider:
+                self._bus.publish(ProviderUnregistered(name))
+        for name, provider in after.items():
+            if before.get(name) != provider:
+                self._bus.publish(ProviderRegistered(name))
+
+
+async def probe(http: httpx.AsyncClient, provider: Provider, *, timeout_s: float = 10.0) -> str:
+    """``GET {base_url}/models`` with its key: one sentence on success; ``ProviderError``
+    (one sentence, never the key) on failure. Named models the server does not list are
+    said, not refused (some servers list nothing)."""
+    headers = {"Authorization": f"Bearer {provider.api_key}"} if provider.api_key else {}
+    try:
+        answer = await http.get(f"{provider.base_url}/models", headers=headers, timeout=timeout_s)
+    except httpx.TimeoutException:
+        raise ProviderError(f"{provider.base_url} did not answer within {timeout_s:g} s") from None
+    except httpx.HTTPError:
+        raise ProviderError(f"{provider.base_url} cannot be reached") from None
+    if answer.status_code in (401, 403):
+        raise ProviderError(f"{provider.name} refused its key (HTTP {answer.status_code})")
+    if answer.status_code >= 400:
+        raise ProviderError(f"{provider.name} answered HTTP {answer.status_code} for /models")
+    try:
+        data = answer.json().get("data")
+    except (ValueError, AttributeError):
+        data = None
+    listed = {m.get("id") for m in data if isinstance(m, dict)} if isinstance(data, list) else set()
+    missing = [m for m in provider.models if listed and m not in listed]
+    line = f"{provider.name} answers ({len(listed)} models listed)"
+    if missing:
+        line += f"; it does not list {', '.join(missing)}"
+    return line

@@ -1,0 +1,199 @@
+"""The API providers in the database: added, removed, listed, and a change counter.
+
+Every change bumps ``providers:version`` (``app_settings``) in its own transaction, so
+any process (the CLI, another member of a fleet) learns of it by reading one row
+(``ProviderRegistry.watch``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from engine.config import http_url
+from engine.store import Database, app_settings, utcnow
+from providers.tables import api_providers
+
+__all__ = ["SERVICES", "Provider", "ProviderError", "ProviderStore", "masked"]
+
+#: What a provider may serve.
+SERVICES = ("chat", "embeddings", "transcription", "speech")
+VERSION_KEY = "providers:version"
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+_MAX_MODELS = 50
+
+
+class ProviderError(ValueError):
+    """A provider refused: the message says which field and why, in one sentence."""
+
+
+def masked(key: str) -> str:
+    """A key as it may be shown: its first and last characters at most."""
+    if not key:
+        return "(none)"
+    if len(key) < 12:
+        return "…" * 3
+    return f"{key[:3]}…{key[-4:]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    name: str
+    base_url: str
+    api_key: str
+    serves: tuple[str, ...]
+    models: tuple[str, ...]
+
+    def __repr__(self) -> str:  # never the key, in a log line or a traceback
+        return (
+            f"Provider({self.name!r}, {self.base_url!r}, serves={self.serves!r}, "
+            f"models={self.models!r}, key={masked(self.api_key)!r})"
+        )
+
+    def shown(self) -> dict[str, object]:
+        """What the CLI and the API show: everything but the key in full."""
+        return {
+            "name": self.name,
+            "base_url": self.base_url,
+            "key": masked(self.api_key),
+            "serves": list(self.serves),
+            "models": list(self.models),
+        }
+
+    @classmethod
+    def checked(
+        cls,
+        name: object,
+        base_url: object,
+        api_key: object,
+        serves: object,
+        models: object,
+    ) -> Provider:
+        """A provider from what a person typed; ``ProviderError`` names what is wrong."""
+        if not isinstance(name, str) or not _NAME.match(name.strip().lower()):
+            raise ProviderError(
+                "name: 1-64 lower-case letters, digits, '.', '_' or '-' (like groq or local-whisper)"
+            )
+        if not isinstance(base_url, str):
+            raise ProviderError("base_url: an http(s):// URL, up to and including /v1")
+        try:
+            url = http_url(base_url.strip())
+        except ValueError as exc:
+            raise ProviderError(f"base_url: {exc}") from None
+        if api_key is not None and not isinstance(api_key, str):
+            raise ProviderError("api_key: a string")
+        key = (api_key or "").strip()
+        if any(c.isspace() for c in key) or not key.isprintable():
+            raise ProviderError("api_key: one word without spaces")
+        wanted = _words(serves, "serves")
+        unknown = [s for s in wanted if s not in SERVICES]
+        if not wanted or unknown:
+            raise ProviderError(f"serves: one or more of {', '.join(SERVICES)}")
+        listed = _words(models, "models")
+        if len(listed) > _MAX_MODELS or any(len(m) > 200 for m in listed):
+            raise ProviderError(f"models: at most {_MAX_MODELS} names of at most 200 characters")
+        return cls(name.strip().lower(), url, key, tuple(wanted), tuple(listed))
+
+
+def _words(value: object, field: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ProviderError(f"{field}: a list of names")
+    return list(dict.fromkeys(v.strip() for v in value if v.strip()))
+
+
+class ProviderStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def add(self, provider: Provider) -> None:
+        """Recorded; ``ProviderError`` when its name is taken."""
+        if not await self._db.run(_add, provider):
+            raise ProviderError(f"name: a provider named {provider.name!r} exists; remove it first")
+
+    async def remove(self, name: str) -> Provider | None:
+        return await self._db.run(_remove, name)
+
+    async def all(self) -> list[Provider]:
+        return await self._db.run(_all)
+
+    async def get(self, name: str) -> Provider | None:
+        return next((p for p in await self.all() if p.name == name), None)
+
+    async def version(self) -> int:
+        return await self._db.run(_version)
+
+
+def _row(row: sa.Row[tuple[object, ...]]) -> Provider:
+    return Provider(
+        str(row.name),
+        str(row.base_url),
+        str(row.api_key or ""),
+        tuple(row.serves or ()),
+        tuple(row.models or ()),
+    )
+
+
+def _all(conn: Connection) -> list[Provider]:
+    query = sa.select(api_providers).order_by(api_providers.c.created_at, api_providers.c.name)
+    return [_row(row) for row in conn.execute(query)]
+
+
+def _add(conn: Connection, provider: Provider) -> bool:
+    taken = conn.execute(
+        sa.select(api_providers.c.name).where(api_providers.c.name == provider.name)
+    ).first()
+    if taken is not None:
+        return False
+    conn.execute(
+        api_providers.insert().values(
+            name=provider.name,
+            base_url=provider.base_url,
+            api_key=provider.api_key,
+            serves=list(provider.serves),
+            models=list(provider.models),
+            created_at=utcnow(),
+        )
+    )
+    _bump(conn)
+    return True
+
+
+def _remove(conn: Connection, name: str) -> Provider | None:
+    row = conn.execute(sa.select(api_providers).where(api_providers.c.name == name)).first()
+    if row is None:
+        return None
+    conn.execute(api_providers.delete().where(api_providers.c.name == name))
+    _bump(conn)
+    return _row(row)
+
+
+def _version(conn: Connection) -> int:
+    value = conn.execute(
+        sa.select(app_settings.c.value).where(app_settings.c.key == VERSION_KEY)
+    ).scalar_one_or_none()
+    return int(value) if value and str(value).isdigit() else 0
+
+
+def _bump(conn: Connection) -> None:
+    now = utcnow()
+    version = str(_version(conn) + 1)
+    updated = conn.execute(
+        app_settings.update()
+        .where(app_settings.c.key == VERSION_KEY)
+        .values(value=version, updated_at=now)
+    )
+    if updated.rowcount == 0:
+        conn.execute(app_settings.insert().values(key=VERSION_KEY, value=version, updated_at=now))
+
+
+def serving(providers: Sequence[Provider], service: str) -> list[Provider]:
+    """The providers that serve ``service``, oldest first."""
+    return [p for p in providers if service in p.serves]

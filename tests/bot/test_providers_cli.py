@@ -1,0 +1,82 @@
+"""``chathub providers``: the registry from the shell, keys never shown."""
+
+from __future__ import annotations
+
+import argparse
+import io
+from pathlib import Path
+
+import pytest
+
+from bot.providers_cli import add_providers_parser, run_providers_command
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.pg import migrated_sqlite
+
+KEY = "sk-cli-secret-0123456789"
+
+
+async def run(url: str, *argv: str, key: str = "") -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser()
+    add_providers_parser(parser.add_subparsers(dest="command"))
+    out, err = io.StringIO(), io.StringIO()
+    status = await run_providers_command(
+        parser.parse_args(["providers", *argv]), url, out=out, err=err, read_key=lambda _: key
+    )
+    return status, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return migrated_sqlite(tmp_path / "chathub.db")
+
+
+async def test_add_list_test_remove(url: str, fake_openai: FakeOpenAIServer) -> None:
+    fake_openai.models = ["whisper-1", "gpt-x"]
+    fake_openai.api_key = KEY
+    status, out, _ = await run(
+        url, "add", "local", "--base-url", fake_openai.base_url, "--serves",
+        "transcription", "--models", "whisper-1,tts-9", key=KEY,
+    )  # fmt: skip
+    assert status == 0 and KEY not in out
+    status, out, _ = await run(url, "list")
+    assert "local" in out and "sk-…6789" in out and KEY not in out
+    status, out, _ = await run(url, "test", "local")
+    assert status == 0 and "local answers (2 models listed); it does not list tts-9" in out
+    status, out, _ = await run(url, "remove", "local")
+    assert status == 0 and "Removed local." in out
+    assert (await run(url, "list"))[1].strip() == "No providers."
+
+
+async def test_a_refused_key_fails_the_test_in_one_line(url: str, fake_openai) -> None:
+    fake_openai.api_key = "the-right-one"
+    await run(url, "add", "x", "--base-url", fake_openai.base_url, "--serves", "chat", key=KEY)
+    status, out, _ = await run(url, "test", "x")
+    assert status == 1 and out.strip() == "✗ x refused its key (HTTP 401)"
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["add", "x", "--base-url", "file:///etc", "--serves", "chat"], "base_url:"),
+        (["add", "x", "--base-url", "http://h/v1", "--serves", "dancing"], "serves:"),
+        (["add", "Bad Name", "--base-url", "http://h/v1", "--serves", "chat"], "name:"),
+        (["remove", "nobody"], "no provider named 'nobody'"),
+        (["test", "nobody"], "no provider named 'nobody'"),
+        (
+            [
+                "add",
+                "x",
+                "--base-url",
+                "http://h/v1",
+                "--serves",
+                "chat",
+                "--key-env",
+                "NO_SUCH_VAR_X",
+            ],
+            "NO_SUCH_VAR_X is not set",
+        ),
+    ],
+)
+async def test_bad_input_is_one_line_and_status_2(url: str, argv, said) -> None:
+    status, _out, err = await run(url, *argv, key=KEY)
+    assert status == 2 and said in err and "Traceback" not in err and KEY not in err

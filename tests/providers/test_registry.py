@@ -1,0 +1,136 @@
+"""The provider registry: what a person may register, the table, and the announcements on
+the SystemEventBus (this process's changes and another process's)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from bot.schema import LAYERS
+from bot.settings import load_settings
+from engine.bus import JobCompleted, ProviderRegistered, ProviderUnregistered, SystemEventBus
+from engine.bus.broadcast import DEFAULT_CAPACITY
+from engine.store import open_database
+from providers import Provider, ProviderError, ProviderRegistry, ProviderStore, masked
+from tests.pg import migrated_sqlite
+from voice import Transcription
+
+KEY = "gsk_live_0123456789abcdef"
+
+
+def groq(**changes) -> Provider:
+    values = {
+        "name": "Groq",
+        "base_url": "https://api.groq.com/openai/v1/",
+        "api_key": KEY,
+        "serves": "transcription, chat",
+        "models": "whisper-large-v3",
+    }
+    return Provider.checked(**{**values, **changes})
+
+
+def test_a_provider_is_checked_and_never_shows_its_key():
+    provider = groq()
+    assert (provider.name, provider.base_url) == ("groq", "https://api.groq.com/openai/v1")
+    assert provider.serves == ("transcription", "chat")
+    assert KEY not in repr(provider) and KEY not in str(provider.shown())
+    assert provider.shown()["key"] == "gsk…cdef" == masked(KEY)
+    assert masked("") == "(none)" and masked("short") == "………"
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"name": "Two words"}, "name:"),
+        ({"name": ""}, "name:"),
+        ({"base_url": "ftp://example.org"}, "base_url:"),
+        ({"base_url": "api.groq.com"}, "base_url:"),
+        ({"serves": "singing"}, "serves:"),
+        ({"serves": ""}, "serves:"),
+        ({"api_key": "two words"}, "api_key:"),
+        ({"models": ",".join(f"m{n}" for n in range(60))}, "models:"),
+    ],
+)
+def test_what_is_refused_names_its_field(changes, named):
+    with pytest.raises(ProviderError) as refused:
+        groq(**changes)
+    assert str(refused.value).startswith(named)
+    assert KEY not in str(refused.value)
+
+
+@pytest.fixture
+async def two_processes(tmp_path: Path):
+    """Two registries over one database file, as two processes would have."""
+    url = migrated_sqlite(tmp_path / "chathub.db")
+    first, second = await open_database(url, LAYERS), await open_database(url, LAYERS)
+    buses = SystemEventBus(), SystemEventBus()
+    registries = (
+        ProviderRegistry(ProviderStore(first), buses[0]),
+        ProviderRegistry(ProviderStore(second), buses[1]),
+    )
+    for registry in registries:
+        await registry.load()
+    yield registries, buses
+    await first.close()
+    await second.close()
+
+
+async def test_a_change_is_announced_here_and_noticed_in_another_process(two_processes):
+    (here, there), (bus_here, bus_there) = two_processes
+    heard_here, heard_there = bus_here.subscribe(), bus_there.subscribe()
+    watching = asyncio.create_task(there.watch(every_s=0.01))
+    try:
+        await here.add(groq())
+        assert await asyncio.wait_for(heard_here.recv(), 1) == ProviderRegistered("groq")
+        assert await asyncio.wait_for(heard_there.recv(), 2) == ProviderRegistered("groq")
+        assert [p.name for p in there.current] == ["groq"]
+
+        with pytest.raises(ProviderError, match="exists"):
+            await here.add(groq())
+        assert (await here.remove("groq")) is not None
+        assert await asyncio.wait_for(heard_there.recv(), 2) == ProviderUnregistered("groq")
+        assert there.current == [] and await here.remove("groq") is None
+    finally:
+        watching.cancel()
+
+
+async def test_transcription_follows_the_providers(two_processes):
+    (registry, _), (bus, _) = two_processes
+    transcription = Transcription(settings(), registry)
+    assert transcription.endpoint().origin == "TRANSCRIBE_MODEL"
+    following = asyncio.create_task(transcription.follow(bus))
+    await asyncio.sleep(0)
+    try:
+        await registry.add(groq(models=""))
+        await asyncio.sleep(0.01)
+        chosen = transcription.endpoint()
+        assert (chosen.origin, chosen.model, chosen.api_key) == ("groq", "whisper-1", KEY)
+        assert KEY not in repr(chosen)
+        await registry.remove("groq")
+        await asyncio.sleep(0.01)
+        assert transcription.endpoint().origin == "TRANSCRIBE_MODEL"
+    finally:
+        following.cancel()
+
+
+async def test_a_lagging_follower_still_ends_with_the_right_provider(two_processes):
+    """The announcement itself lost in a flood: the follower lagged, and reloads for it."""
+    (registry, _), (bus, _) = two_processes
+    transcription = Transcription(settings(), registry)
+    following = asyncio.create_task(transcription.follow(bus))
+    await asyncio.sleep(0)
+    try:
+        await registry.store.add(groq())
+        await registry.load()  # the snapshot changed; nothing announced it
+        for n in range(DEFAULT_CAPACITY + 10):
+            bus.publish(JobCompleted(n, n, "ok"))
+        await asyncio.sleep(0.01)
+        assert transcription.endpoint().origin == "groq"
+    finally:
+        following.cancel()
+
+
+def settings():
+    return load_settings(_env_file=None, transcribe_model="whisper-1", llm_base_url="http://llm/v1")
