@@ -469,6 +469,7 @@ class Service:
             telegram_stats=self.adapter.outbound.stats if self.adapter else None,
             memory=self.memory,
             receivers=self.slack.routes() if self.slack is not None else [],
+            providers=self.providers,
         )
         self._server = server = await serving.http_server(parts)
         serving_task = asyncio.create_task(server.serve(), name="http")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+import httpx
 from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
@@ -69,11 +70,19 @@ from bot.http.models import (
     query_params,
 )
 from bot.http.operations import OperationError, Operations
+from bot.http.providers_api import (
+    ProviderIn,
+    ProviderItem,
+    ProviderList,
+    ProviderRemoved,
+    ProviderTested,
+)
 from bot.http.signins import LoginThrottle
 from engine.hub import REJECT, Choice
 from engine.store import InboxItem, Leases, utcnow
 from memory.facts import FactError
 from memory.service import MemoryService
+from providers import Provider, ProviderError, ProviderRegistry, probe
 
 __all__ = [
     "API_DECIDER",
@@ -174,6 +183,16 @@ OPERATIONS = (
     Operation("/api/memory/search", "GET", "search_memory",
               "Search one chat's past conversations (ranked snippets)", answer=MemoryHits,
               query=MemorySearchQuery, errors=(401, 422, 503)),
+    Operation("/api/providers", "GET", "list_providers",
+              "The API providers (keys masked)", answer=ProviderList, errors=(401, 503)),
+    Operation("/api/providers", "POST", "add_provider",
+              "Add an API provider; every process reloads without a restart", status=201,
+              answer=ProviderItem, body=ProviderIn, errors=(401, 409, 413, 422, 503)),
+    Operation("/api/providers/{name}", "DELETE", "remove_provider", "Remove an API provider",
+              answer=ProviderRemoved, errors=(401, 404, 503)),
+    Operation("/api/providers/{name}/test", "POST", "test_provider",
+              "Ask a provider for its models with its key", answer=ProviderTested,
+              errors=(401, 404, 503)),
     Operation("/metrics", "GET", "metrics", "Prometheus text metrics"),
     Operation("/api/openapi.json", "GET", "openapi", "This document"),
     Operation("/api/health/details", "GET", "health_details",
@@ -202,6 +221,7 @@ class ApiRoutes:
         throttle: LoginThrottle | None = None,
         health_details: HealthDetails | None = None,
         memory: MemoryService | None = None,
+        providers: ProviderRegistry | None = None,
     ) -> None:
         """``throttle``: wrong bearer tokens counted per address, shared with the page's
         sign-in (``chathub serve`` passes one); ``None`` counts nothing. ``memory``: the
@@ -215,6 +235,7 @@ class ApiRoutes:
         self._telegram = telegram
         self._health_details = health_details
         self._memory = None if memory is None else MemoryAdmin(memory, self.engine.store.db)
+        self._providers = providers
 
     def routes(self) -> list[Route]:
         """One route per path with every method of it: a method the path does not have is
@@ -263,6 +284,51 @@ class ApiRoutes:
 
     def _authorized(self, request: Request) -> bool:
         return has_token(request.headers, self._token)
+
+    # -- providers -----------------------------------------------------------------------------
+
+    def _registry(self) -> ProviderRegistry:
+        if self._providers is None:
+            raise OperationError("unavailable", "the provider registry is not running here")
+        return self._providers
+
+    async def list_providers(self, request: Request) -> Response:
+        listed = await self._registry().store.all()
+        return SafeJSONResponse({"items": [p.shown() for p in listed]})
+
+    async def add_provider(self, request: Request) -> Response:
+        registry = self._registry()
+        body = await json_body(request, ProviderIn)
+        try:
+            provider = Provider.checked(
+                body.name, body.base_url, body.api_key, body.serves, body.models
+            )
+        except ProviderError as exc:
+            return _error(422, str(exc))
+        try:
+            await registry.add(provider)
+        except ProviderError as exc:
+            return _error(409, str(exc))
+        return SafeJSONResponse(provider.shown(), status_code=201)
+
+    async def remove_provider(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        removed = await self._registry().remove(name)
+        if removed is None:
+            return _error(404, f"no provider named {name[:64]!r}")
+        return SafeJSONResponse({"name": removed.name, "removed": True})
+
+    async def test_provider(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        provider = await self._registry().store.get(name)
+        if provider is None:
+            return _error(404, f"no provider named {name[:64]!r}")
+        async with httpx.AsyncClient() as http:
+            try:
+                said, ok = await probe(http, provider), True
+            except ProviderError as exc:
+                said, ok = str(exc), False
+        return SafeJSONResponse({"name": name, "ok": ok, "said": said})
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -493,12 +559,7 @@ def _operation(spec: Operation, schemas: dict[str, Any]) -> dict[str, Any]:
     if spec.served_by == "health":  # unhealthy: the same report
         described["responses"]["503"] = _response(503, spec.answer, schemas)
     parameters = [
-        {
-            "name": name,
-            "in": "path",
-            "required": True,
-            "schema": {"type": "integer", "format": "int64", "minimum": 1, "maximum": MAX_ID},
-        }
+        {"name": name, "in": "path", "required": True, "schema": _path_schema(spec.path, name)}
         for name in _path_names(spec.path)
     ]
     if spec.query is not None:
@@ -542,6 +603,13 @@ _STATUS_TEXT = {
     503: "Not available in this process (or, for /healthz, unhealthy)",
     504: "Asked of another part (a run to stop), which did not do it in time",
 }
+
+
+def _path_schema(path: str, name: str) -> dict[str, Any]:
+    """An id (``{x:id}``) is a positive 64-bit integer; a name is a short word."""
+    if f"{{{name}:id}}" in path:
+        return {"type": "integer", "format": "int64", "minimum": 1, "maximum": MAX_ID}
+    return {"type": "string", "minLength": 1, "maxLength": 64, "pattern": r"^[a-z0-9][a-z0-9_.-]*$"}
 
 
 def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:

@@ -33,6 +33,7 @@ from engine.core import Engine
 from engine.hub import ChatHub
 from engine.store import Database
 from memory.service import MemoryService
+from providers import ProviderRegistry
 from scheduler.service import Scheduler
 
 __all__ = ["HttpParts", "ListeningServer", "http_server"]
@@ -130,6 +131,8 @@ class HttpParts:
     memory: MemoryService | None = None
     #: Where platforms receive over HTTP (Slack's Events API), each verifying its own.
     receivers: Sequence[BaseRoute] = ()
+    #: The API provider registry (``/api/providers``).
+    providers: ProviderRegistry | None = None
 
 
 async def http_server(parts: HttpParts) -> ListeningServer:
@@ -165,6 +168,7 @@ async def http_server(parts: HttpParts) -> ListeningServer:
             throttle=throttle,
             health_details=details,
             memory=parts.memory,
+            providers=parts.providers,
         ),
         web=WebInbox(
             operations,

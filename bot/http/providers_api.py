@@ -1,0 +1,51 @@
+"""The provider registry over the JSON API: the bodies and answers (``bot/http/api.py``
+routes them). Keys go in, never come out: every answer shows them masked."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from providers import SERVICES, Provider
+
+__all__ = ["ProviderIn", "ProviderItem", "ProviderList", "ProviderRemoved", "ProviderTested"]
+
+Service = str
+
+
+class ProviderIn(BaseModel):
+    """``POST /api/providers``: a provider to add (its key stored, never shown back)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, regex_engine="python-re")
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+    base_url: str = Field(min_length=8, max_length=2000, pattern=r"^https?://\S+$")
+    api_key: str = Field(default="", max_length=4000, pattern=r"^\S*$")
+    serves: list[Service] = Field(min_length=1, max_length=len(SERVICES))
+    models: list[str] = Field(default_factory=list, max_length=50)
+
+
+class ProviderItem(BaseModel):
+    name: str
+    base_url: str
+    key: str = Field(description="masked: its first and last characters at most")
+    serves: list[str]
+    models: list[str]
+
+    @classmethod
+    def of(cls, provider: Provider) -> ProviderItem:
+        return cls.model_validate(provider.shown())
+
+
+class ProviderList(BaseModel):
+    items: list[ProviderItem]
+
+
+class ProviderRemoved(BaseModel):
+    name: str
+    removed: bool
+
+
+class ProviderTested(BaseModel):
+    name: str
+    ok: bool
+    said: str
