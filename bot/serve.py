@@ -406,6 +406,7 @@ class Service:
                 pacing=self.matrix_pacing,
                 schedule=self.schedule,
                 fleet=fleet,
+                voice=self._voice_notes(settings, engine.workspace.root),
                 # No other platform's owner: the Matrix owner's direct room is home.
                 owner_home=not owner
                 and not settings.discord_owner_id

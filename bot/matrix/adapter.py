@@ -29,6 +29,7 @@ from bot.platform.access import WELCOME, PairingDesk
 from bot.platform.front import Front, FrontConfig
 from bot.platform.jobs import Jobs
 from bot.platform.protocols import PairingCode
+from bot.platform.voice_notes import VoiceNotes
 from engine.approval import Decider
 from engine.hub import ChatHub
 from engine.store import AppSettings, Database
@@ -67,8 +68,9 @@ class MatrixAdapter:
         jobs: Jobs | None = None,
         memory: MemoryService | None = None,
         desk: PairingDesk | None = None,
+        voice: VoiceNotes | None = None,
     ) -> None:
-        """``tenure`` and ``members``: a fleet member's (its rows' hand-back; how many
+        """``voice``: audio messages transcribed; ``tenure`` and ``members``: a fleet member's (its rows' hand-back; how many
         processes share the account's cap); ``desk``: every platform's pairing."""
         self.hub, self.config = hub, config
         self.me = me = MatrixMe(user_id=config.user_id)
@@ -123,6 +125,7 @@ class MatrixAdapter:
             sender,
             activity,
             settings,
+            voice,
         )
         front.attach(
             sender, cards, activity, messages.handle, progress_interval_s=config.progress_interval_s

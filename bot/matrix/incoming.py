@@ -115,6 +115,9 @@ class Incoming:
     #: The message's HTML (pills name who it mentions).
     html: str = ""
     files: int = 0
+    #: An ``m.audio`` message's file: ``url`` (mxc), ``mime``, ``size``, ``seconds``,
+    #: ``name``, ``voice`` (recorded as a voice message, MSC3245).
+    audio: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -228,7 +231,27 @@ def _message(
         mentions=mentioned,
         html=html if isinstance(html, str) else "",
         files=files,
+        audio=_audio(content, body) if msgtype == "m.audio" else None,
     )
+
+
+def _audio(content: Json, body: str) -> Json | None:
+    """What an ``m.audio`` message's file is, or ``None`` when it names none usable."""
+    url = content.get("url")
+    if not isinstance(url, str) or not url.startswith("mxc://") or len(url) > 500:
+        return None
+    info = content.get("info") if isinstance(content.get("info"), dict) else {}
+    size, duration = info.get("size"), info.get("duration")
+    mime = info.get("mimetype")
+    name = content.get("filename") if isinstance(content.get("filename"), str) else body
+    return {
+        "url": url,
+        "mime": mime if isinstance(mime, str) and mime.startswith("audio/") else "audio/ogg",
+        "size": size if isinstance(size, int) and not isinstance(size, bool) else None,
+        "seconds": duration // 1000 if isinstance(duration, int) and duration >= 0 else None,
+        "name": (name or "voice.ogg")[:100],
+        "voice": "org.matrix.msc3245.voice" in content,
+    }
 
 
 def _without_fallback(body: str) -> str:

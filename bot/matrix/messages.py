@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import re
+from pathlib import Path
+from typing import Any
 
 from nio import AsyncClient, RoomGetEventResponse
 
@@ -26,6 +28,7 @@ from bot.platform.cards import question_answered
 from bot.platform.commands import CommandContext, CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.handover import hand_over
+from bot.platform.voice_notes import Heard, VoiceNotes
 from engine.hub import ChatHub
 from engine.store import SENDER_KEY, AppSettings
 
@@ -39,6 +42,7 @@ ENCRYPTED = (
     "without encryption."
 )
 NOT_PAIRED = "You are not allowed to use this bot: invite me to a direct chat to ask for access."
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _COMMAND = re.compile(r"^/([a-z0-9_]{1,32})(?:\s+(.*))?$", re.DOTALL)
 
 
@@ -57,7 +61,9 @@ class MessageHandler:
         sender: MatrixSender,
         activity: RoomActivity,
         settings: AppSettings,
+        voice: VoiceNotes | None = None,
     ) -> None:
+        """``voice``: audio messages transcribed (``None``: not read, said so)."""
         self._hub = hub
         self._nio = nio
         self._me = me
@@ -70,6 +76,7 @@ class MessageHandler:
         self._sender = sender
         self._activity = activity
         self._settings = settings
+        self._voice = voice
 
     # -- what is stored at all --------------------------------------------------------------
 
@@ -155,7 +162,13 @@ class MessageHandler:
             return False
         if text and await self._answer_question(m, text):
             return False
-        if m.files:
+        attachments: list[dict[str, Any]] = []
+        if m.audio is not None and self._voice is not None:
+            heard = await self._hear(m, m.audio)
+            if heard is None:
+                return False
+            text, attachments = "\n".join([text, *heard.texts]).strip(), heard.attachments
+        elif m.files:
             await self._sender.say_at(m.place, "⚠️ " + FILES_NOT_READ)
             return False
         if not text:
@@ -165,6 +178,8 @@ class MessageHandler:
             "matrix_room_id": m.room_id,
             SENDER_KEY: {"id": m.sender, "name": await self.name_of(m.sender)},
         }
+        if attachments:
+            metadata["attachments"] = attachments
         handed = await hand_over(self._hub, MATRIX, m.key, m.source, text, metadata)
         if handed.refusal is not None:
             await self._sender.say_at(m.place, handed.refusal)
@@ -173,6 +188,45 @@ class MessageHandler:
             return True
         self._activity.start(m.source)
         return True
+
+    async def _hear(self, m: Incoming, audio: dict[str, Any]) -> Heard | None:
+        """An audio message transcribed (refused first when too long or large); what was
+        heard is said back. ``None``: nothing to hand over (said why)."""
+        voice = self._voice
+        assert voice is not None
+        kind = "voice" if audio.get("voice") else "audio"
+        name = str(audio.get("name") or "voice.ogg")
+        why = voice.refusal(kind, name, audio.get("size"), audio.get("seconds"))
+        if why is not None:
+            await self._sender.say_at(m.place, f"⚠️ {why}")
+            return None
+        folder = Path("uploads") / "matrix" / _SAFE.sub("_", m.room_id)[:80]
+        relative = folder / _SAFE.sub("_", f"{m.event_id[1:20]}_{Path(name).name}")[:150]
+        try:
+            answer = await call(self._nio.download(mxc=str(audio["url"])))
+            body = answer.body if isinstance(answer.body, bytes) else b""
+            target = voice.workspace / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(body)
+        except (MatrixError, OSError) as exc:
+            log.warning("downloading %s failed: %s", audio.get("url"), exc)
+            await self._sender.say_at(m.place, f"⚠️ I could not download {name}.")
+            return None
+        attachment = {
+            "path": relative.as_posix(),
+            "name": name,
+            "kind": kind,
+            "mime_type": audio.get("mime") or "audio/ogg",
+            "size": len(body),
+        }
+        heard = await voice.hear([attachment])
+        if heard.quotes:
+            await self._sender.say_at(m.place, heard.quotes)
+        if heard.problems:
+            await self._sender.say_at(m.place, "⚠️ " + " ".join(heard.problems))
+        elif not heard.texts:  # an audio file nobody transcribes: files are not read here
+            await self._sender.say_at(m.place, "⚠️ " + FILES_NOT_READ)
+        return heard if heard.texts else None
 
     async def run_command(self, source: str, name: str, argument: str, user: str) -> str | None:
         context = CommandContext(

@@ -28,6 +28,7 @@ from bot.platform.access import PairingDesk
 from bot.platform.front import FrontConfig
 from bot.platform.jobs import Jobs
 from bot.platform.tasks import Background
+from bot.platform.voice_notes import VoiceNotes
 from bot.settings import Settings
 from engine.hub import ChatHub, FleetConfig
 from engine.store import AppSettings, Database, Leases
@@ -65,6 +66,8 @@ class MatrixService:
     #: Tests: how long a sync waits for events, and events per room in one answer.
     sync_timeout_ms: int = 30_000
     timeline_limit: int = 50
+    #: Audio messages transcribed (``None``: not read).
+    voice: VoiceNotes | None = None
     adapter: MatrixAdapter | None = None
 
     def __post_init__(self) -> None:
@@ -104,6 +107,7 @@ class MatrixService:
             jobs=self.jobs,
             memory=self.memory,
             desk=self.desk,
+            voice=self.voice,
         )
         await adapter.start()  # no Matrix call: subscribed before the hub recovers
         outbound = adapter.outbound

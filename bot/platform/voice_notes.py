@@ -61,7 +61,7 @@ class VoiceNotes:
     ) -> None:
         self._transcription = transcription
         self._transcriber = transcriber
-        self._workspace = workspace
+        self.workspace = workspace
         self.max_bytes = max_bytes
         self.max_seconds = max_seconds
 
@@ -104,7 +104,7 @@ class VoiceNotes:
                 heard.problems.append(NOT_SET_UP)
             return None
         try:
-            audio = (self._workspace / str(attachment["path"])).read_bytes()
+            audio = (self.workspace / str(attachment["path"])).read_bytes()
             return await self._transcriber.transcribe(
                 endpoint, audio, Path(name).name, str(attachment.get("mime_type") or "audio/ogg")
             )

@@ -274,6 +274,18 @@ class Person:
         )
         return list(reversed(answer.get("chunk", [])))
 
+    def upload(self, data: bytes, content_type: str, filename: str) -> str:
+        """A file in the homeserver's media repository: its ``mxc://`` URI."""
+        answer = httpx.post(
+            f"{self.url}/_matrix/media/v3/upload",
+            params={"filename": filename},
+            content=data,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": content_type},
+            timeout=30,
+        )
+        answer.raise_for_status()
+        return str(answer.json()["content_uri"])
+
     def logout(self) -> None:
         self.request("POST", "/_matrix/client/v3/logout", {})
 
