@@ -10,6 +10,8 @@ COPY engine ./engine
 COPY bot ./bot
 COPY scheduler ./scheduler
 COPY memory ./memory
+COPY voice ./voice
+COPY providers ./providers
 RUN pip install '.[postgres]'
 
 RUN useradd --create-home --uid 10001 chathub \

@@ -1,21 +1,25 @@
-"""Voice: what a voice note says (transcription), and later what the agent says aloud.
+"""Voice: what a voice note says (transcription), and what the agent says aloud (speech).
 
-The face of the package: ``Transcription`` (which endpoint transcribes, reloaded when
-providers change) and ``Transcriber`` (one ``POST /v1/audio/transcriptions``).
+The face of the package: ``Transcription`` / ``Speech`` (which endpoint does the job now,
+reloaded when providers change), ``Transcriber`` (one ``POST /v1/audio/transcriptions``)
+and ``Speaker`` (one ``POST /v1/audio/speech``), ``sentences`` and ``spoken`` (text made
+ready for speech).
 """
 
+from voice.endpoints import AudioEndpoint
 from voice.settings import VoiceSettings
-from voice.transcription import (
-    AudioEndpoint,
-    Transcriber,
-    Transcription,
-    TranscriptionError,
-)
+from voice.speech import Speaker, Speech, SpeechError, sentences, spoken
+from voice.transcription import Transcriber, Transcription, TranscriptionError
 
 __all__ = [
     "AudioEndpoint",
+    "Speaker",
+    "Speech",
+    "SpeechError",
     "Transcriber",
     "Transcription",
     "TranscriptionError",
     "VoiceSettings",
+    "sentences",
+    "spoken",
 ]

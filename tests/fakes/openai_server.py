@@ -26,6 +26,10 @@ answers ``{"text": …}`` with the next of ``fake.transcripts`` (``transcribe``)
 ``transcript of <n> bytes``; ``fake.transcription_failures`` holds scripted answers
 (``ScriptedReply`` of kind error/raw/hang) its next requests get first.
 
+``POST /v1/audio/speech`` checks its JSON (``model``, ``input``, ``voice``), records it in
+``fake.speech_requests`` and answers real OGG/Opus bytes (half a second of silence,
+``tests/fakes/ogg.py``); ``fake.speech_failures`` holds scripted answers first.
+
 ``POST /v1/embeddings`` answers deterministic vectors (``tests/fakes/embeddings.py``:
 synonyms land near each other) for any model, and records each request in
 ``fake.embedding_requests``; ``fake.embedding_failures`` holds scripted answers
@@ -52,6 +56,7 @@ from starlette.routing import Route
 
 from tests.fakes.background import BackgroundServer
 from tests.fakes.embeddings import embed
+from tests.fakes.ogg import opus_silence
 
 ToolCallSpec = tuple[str, str, str | dict[str, Any]]
 """``(id, name, arguments)``; a string is sent verbatim (malformed JSON too)."""
@@ -101,6 +106,10 @@ class FakeOpenAIServer:
         """Every transcription upload: its fields, the file's name, type and bytes."""
         self.transcription_failures: deque[ScriptedReply] = deque()
         """Answers the next transcription requests get instead of a transcript."""
+        self.speech_requests: list[dict[str, Any]] = []
+        """Every ``/v1/audio/speech`` body, in arrival order."""
+        self.speech_failures: deque[ScriptedReply] = deque()
+        """Answers the next speech requests get instead of audio."""
         self.echo = False
         """With nothing scripted, answer ``echo: <the user messages since the last answer>``
         instead of 500 (load and kill-loop tests, where every message needs an answer)."""
@@ -134,6 +143,7 @@ class FakeOpenAIServer:
                     Route("/v1/models", self._list_models, methods=["GET"]),
                     Route("/v1/embeddings", self._embeddings, methods=["POST"]),
                     Route("/v1/audio/transcriptions", self._transcribe, methods=["POST"]),
+                    Route("/v1/audio/speech", self._speak, methods=["POST"]),
                 ]
             )
             self._runner = BackgroundServer(app, "fake-openai", self._on_loop)
@@ -169,6 +179,8 @@ class FakeOpenAIServer:
             self.transcripts.clear()
             self.transcription_requests.clear()
             self.transcription_failures.clear()
+            self.speech_requests.clear()
+            self.speech_failures.clear()
             self.echo = False
             self.respond = None
         self._release_hangs()
@@ -423,6 +435,26 @@ class FakeOpenAIServer:
         return JSONResponse(
             {"text": text if text is not None else f"transcript of {len(audio)} bytes"}
         )
+
+    async def _speak(self, request: Request) -> Response:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return _error(400, "request body is not JSON")
+        fields = ("model", "input", "voice")
+        if not isinstance(body, dict) or not all(isinstance(body.get(k), str) for k in fields):
+            return _error(400, "model, input and voice are required strings")
+        with self._lock:
+            self.speech_requests.append(body)
+            failure = self.speech_failures.popleft() if self.speech_failures else None
+        if failure is not None:
+            return Response(
+                failure.body, status_code=failure.status, media_type=failure.content_type
+            )
+        return Response(opus_silence(), media_type="audio/ogg")
 
     async def _handle(self, request: Request) -> Response:
         refused = self._refused(request)

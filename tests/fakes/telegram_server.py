@@ -245,6 +245,8 @@ class SentMessage:
     message_thread_id: int | None = None
     reply_to_message_id: int | None = None
     document: UploadedFile | None = None
+    #: A voice message's audio (``sendVoice``).
+    voice: UploadedFile | None = None
     caption: str | None = None
     caption_entities: list[Json] | None = None
     file_id: str | None = None
@@ -983,6 +985,31 @@ class FakeTelegramServer:
         )
         return self._store_sent(token, sent)
 
+    def _send_voice(self, token: str, params: Json, files: dict[str, UploadedFile]) -> Json:
+        """A voice message: an uploaded OGG file (Telegram plays OGG/Opus as a voice note)."""
+        chat_id = _chat_id(params)
+        voice = params.get("voice")
+        if not isinstance(voice, UploadedFile) or not voice.data:
+            raise _bad("there is no voice in the request")
+        if not voice.data.startswith(b"OggS"):
+            raise _bad("voice must be an OGG file encoded with OPUS")
+        thread_id = _optional_int(params.get("message_thread_id"), "message_thread_id")
+        self._file_counter += 1
+        file_id = f"sent-voice-{self._file_counter}"
+        self._add_file(file_id, voice.data, f"voice/{file_id}.ogg")
+        sent = SentMessage(
+            chat_id=chat_id,
+            message_id=self._allocate_message_id(chat_id),
+            text=None,
+            message_thread_id=thread_id,
+            reply_to_message_id=self._reply_to(chat_id, params),
+            voice=voice,
+            caption=params.get("caption") if isinstance(params.get("caption"), str) else None,
+            file_id=file_id,
+            date=int(time.time()),
+        )
+        return self._store_sent(token, sent)
+
     def _store_sent(self, token: str, sent: SentMessage) -> Json:  # lock held
         self._sent.setdefault(sent.chat_id, []).append(sent)
         message = self._message_json(token, sent)
@@ -1015,6 +1042,15 @@ class FakeTelegramServer:
                 "file_unique_id": stored.file_unique_id,
                 "file_name": sent.document.filename or "file",
                 "mime_type": sent.document.content_type or "application/octet-stream",
+                "file_size": len(stored.data),
+            }
+        if sent.voice is not None:
+            stored = self._files[sent.file_id or ""]
+            message["voice"] = {
+                "file_id": stored.file_id,
+                "file_unique_id": stored.file_unique_id,
+                "duration": 1,
+                "mime_type": "audio/ogg",
                 "file_size": len(stored.data),
             }
         if sent.caption is not None:
@@ -1226,6 +1262,7 @@ _HANDLERS = {
     "getwebhookinfo": FakeTelegramServer._get_webhook_info,
     "getfile": FakeTelegramServer._get_file,
     "senddocument": FakeTelegramServer._send_document,
+    "sendvoice": FakeTelegramServer._send_voice,
     "sendmessagedraft": FakeTelegramServer._send_message_draft,
     "close": FakeTelegramServer._true,
     "logout": FakeTelegramServer._true,

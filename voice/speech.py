@@ -1,0 +1,106 @@
+"""What the agent says aloud: ``POST /v1/audio/speech`` on an OpenAI-compatible server.
+
+``Speech`` says which endpoint speaks now (``voice/endpoints.py``: a provider serving
+``speech``, else ``SPEECH_MODEL`` at ``SPEECH_BASE_URL`` or ``LLM_BASE_URL``), following
+the SystemEventBus. ``Speaker`` makes the call and checks the answer is OGG/Opus (what
+Telegram plays as a voice message). Every failure is a ``SpeechError`` whose text is one
+sentence; a platform then sends the text instead, never nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import httpx
+
+from providers import ProviderRegistry
+from voice.endpoints import AudioChoice, AudioEndpoint, failure_of
+
+__all__ = ["MAX_SPEECH_CHARS", "Speaker", "Speech", "SpeechError", "sentences", "spoken"]
+
+log = logging.getLogger(__name__)
+
+#: OpenAI's ``/v1/audio/speech`` takes at most 4,096 characters: a part is at most this.
+MAX_SPEECH_CHARS = 2000
+_SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
+
+
+class SpeechError(Exception):
+    """Speech failed; ``str()`` is one sentence a person may read."""
+
+
+class Speech(AudioChoice):
+    """Which endpoint speaks now (``None``: the agent cannot answer aloud)."""
+
+    def __init__(self, settings: Any, registry: ProviderRegistry | None = None) -> None:
+        super().__init__("speech", settings, registry, prefix="speech")
+        self.voice = str(getattr(settings, "speech_voice", "alloy"))
+
+
+def spoken(markdown: str) -> str:
+    """Markdown as it is read aloud: code fences, emphasis marks and link targets gone."""
+    text = re.sub(r"```[^\n]*\n(.*?)```", r"\1", markdown, flags=re.DOTALL)
+    text = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", text)
+    text = re.sub(r"^\s{0,3}(#{1,6}|>|[-*+])\s+", "", text, flags=re.MULTILINE)
+    text = re.sub(r"(\*\*|__|\*|_|`|~~)", "", text)
+    return re.sub(r"[ \t]+", " ", text).strip()
+
+
+def sentences(text: str, limit: int = MAX_SPEECH_CHARS) -> list[str]:
+    """``text`` in parts of at most ``limit`` characters, cut between sentences (a
+    sentence longer than that is cut between words, then anywhere)."""
+    parts: list[str] = []
+    current = ""
+    for sentence in _SENTENCE_END.split(text.strip()):
+        while len(sentence) > limit:
+            cut = sentence.rfind(" ", 0, limit)
+            cut = cut if cut > limit // 2 else limit
+            if current:
+                parts.append(current)
+                current = ""
+            parts.append(sentence[:cut].strip())
+            sentence = sentence[cut:].strip()
+        if current and len(current) + 1 + len(sentence) > limit:
+            parts.append(current)
+            current = sentence
+        else:
+            current = f"{current} {sentence}".strip()
+    if current:
+        parts.append(current)
+    return [p for p in parts if p]
+
+
+class Speaker:
+    def __init__(self, http: httpx.AsyncClient, *, timeout_s: float = 60.0) -> None:
+        self._http = http
+        self._timeout_s = timeout_s
+
+    async def speak(self, endpoint: AudioEndpoint, text: str, voice: str) -> bytes:
+        """``text`` (at most ``MAX_SPEECH_CHARS``) as OGG/Opus bytes."""
+        if not text.strip():
+            raise SpeechError("there is nothing to say")
+        headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+        body = {"model": endpoint.model, "input": text, "voice": voice, "response_format": "opus"}
+        try:
+            answer = await self._http.post(
+                f"{endpoint.base_url}/audio/speech",
+                json=body,
+                headers=headers,
+                timeout=self._timeout_s,
+            )
+        except httpx.TimeoutException:
+            raise SpeechError(
+                f"the speech server did not answer within {self._timeout_s:g} s"
+            ) from None
+        except httpx.HTTPError as exc:
+            log.warning("speech at %s failed: %s", endpoint.base_url, type(exc).__name__)
+            raise SpeechError("the speech server cannot be reached") from None
+        failed = failure_of(answer, endpoint, "the speech server")
+        if failed is not None:
+            raise SpeechError(failed)
+        if not answer.content.startswith(b"OggS"):
+            log.warning("speech at %s: not OGG (%r)", endpoint.base_url, answer.content[:16])
+            raise SpeechError("the speech server's answer is not OGG/Opus audio")
+        return answer.content
