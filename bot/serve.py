@@ -46,6 +46,7 @@ from bot.fleet.settings import check_fleet_database
 from bot.fleet.single_sqlite import ServeLock, hold_serve_lock
 from bot.platform.access import PairingDesk
 from bot.platform.jobs import Jobs
+from bot.platform.voice_mode import VoiceMode
 from bot.platform.voice_notes import VoiceNotes
 from bot.schema import LAYERS
 from bot.settings import Settings, service_settings
@@ -64,7 +65,7 @@ from engine.core import Engine
 from engine.hub import ChatHub, FleetConfig, SourceEvents
 from engine.llm import ModelRegistry
 from engine.session import ApprovalPolicy
-from engine.store import Leases, Notifier, Store, notifier_for, utcnow
+from engine.store import AppSettings, Leases, Notifier, Store, notifier_for, utcnow
 from engine.tls import shared_tls_context
 from memory.embedder import EmbedderLimits
 from memory.facts import FactLimits
@@ -78,7 +79,7 @@ from scheduler.events import EventStore
 from scheduler.runner import OPERATOR_PLATFORMS
 from scheduler.service import Scheduler, SchedulerLimits
 from scheduler.tools import scheduler_tools
-from voice import Transcriber, Transcription
+from voice import Speaker, Speech, SpeechError, Transcriber, Transcription
 
 __all__ = ["Service", "open_engine", "serve"]
 
@@ -142,6 +143,9 @@ class Service:
     #: how often another process's change is looked for.
     providers: ProviderRegistry | None = None
     providers_watch_s: float = 2.0
+    #: The chats whose replies are spoken (``/voice on``), and who speaks them.
+    voice_mode: VoiceMode | None = None
+    _speaker: Speaker | None = None
     _serve_lock: ServeLock | None = None
     #: Discord (``DISCORD_BOT_TOKEN``), beside Telegram or alone.
     discord: DiscordService | None = None
@@ -164,17 +168,41 @@ class Service:
         """One transcription path for every platform (its endpoint asked per voice note)."""
         if self.voice is None:
             assert self.engine is not None
-            self._voice_http = httpx.AsyncClient(verify=shared_tls_context())
             transcription = Transcription(settings, self.providers)
             self._spawn(transcription.follow(self.engine.system_bus), "transcription")
             self.voice = VoiceNotes(
                 transcription,
-                Transcriber(self._voice_http, timeout_s=settings.transcribe_timeout_seconds),
+                Transcriber(self._audio_http(), timeout_s=settings.transcribe_timeout_seconds),
                 workspace,
                 max_bytes=settings.voice_max_bytes,
                 max_seconds=settings.voice_max_seconds,
             )
         return self.voice
+
+    async def _voice_replies(self, settings: Settings) -> VoiceMode:
+        """The chats that hear their replies (``/voice on``) and the speech that says them."""
+        if self.voice_mode is None:
+            assert self.engine is not None
+            speech = Speech(settings, self.providers)
+            self._spawn(speech.follow(self.engine.system_bus), "speech")
+            self._speaker = Speaker(self._audio_http(), timeout_s=settings.speech_timeout_seconds)
+            self.voice_mode = VoiceMode(AppSettings(self.engine.store.db), speech)
+            await self.voice_mode.load()
+        return self.voice_mode
+
+    async def _speak(self, text: str) -> bytes:
+        """A voice reply's audio; ``SpeechError`` when there is no speech (the text goes)."""
+        assert self.voice_mode is not None and self._speaker is not None
+        speech = self.voice_mode.speech
+        endpoint = speech.endpoint()
+        if endpoint is None:
+            raise SpeechError("speech is not set up")
+        return await self._speaker.speak(endpoint, text, speech.voice)
+
+    def _audio_http(self) -> httpx.AsyncClient:
+        if self._voice_http is None:
+            self._voice_http = httpx.AsyncClient(verify=shared_tls_context())
+        return self._voice_http
 
     async def _run_checks(self) -> Sequence[Check]:
         """The doctor's checks, over a client made on first use (each client costs its TLS
@@ -288,8 +316,9 @@ class Service:
             self.telegram_health = health = TelegramHealth()
             pacing = self.pacing or telegram_pacing(settings)
             ownership = hub.fleet.ownership if hub.fleet is not None else None
+            voice_mode = await self._voice_replies(settings)
             outbound = Outbound(
-                TelegramClient(api),
+                TelegramClient(api, speak=self._speak),
                 store.outbox,
                 pacing,
                 schedule=self.schedule,
@@ -314,6 +343,7 @@ class Service:
                 memory=self.memory,
                 desk=desk,
                 voice=self._voice_notes(settings, engine.workspace.root),
+                voice_mode=voice_mode,
             )
             await adapter.start()  # no Telegram call: subscribed before the hub recovers
             self._spawn(Redelivery(outbound, store.outbox).run(), "tg-redelivery")

@@ -22,6 +22,7 @@ from bot.platform.lanes import Lanes
 from bot.platform.outbox import Outbox
 from bot.platform.outgoing import EventRenderer
 from bot.platform.tasks import Background, Runtime
+from bot.platform.voice_mode import VoiceMode
 from bot.platform.voice_notes import VoiceNotes
 from bot.telegram.config import TelegramConfig
 from bot.telegram.dispatch.access import PairedIds, PairingStore, user_key
@@ -65,8 +66,10 @@ class TelegramAdapter:
         memory: MemoryService | None = None,
         desk: PairingDesk | None = None,
         voice: VoiceNotes | None = None,
+        voice_mode: VoiceMode | None = None,
     ) -> None:
-        """``voice``: voice notes transcribed; ``memory``: long-term memory for ``/search``, ``/memory`` and ``/forget_me``
+        """``voice``: voice notes transcribed; ``voice_mode``: the chats whose replies are
+        spoken (``/voice``); ``memory``: long-term memory for ``/search``, ``/memory`` and ``/forget_me``
         (``None``, ``MEMORY_ENABLED=false``: they say it is switched off); ``desk``: every
         platform's pairing, for ``/pair`` (``None``: Telegram's alone)."""
         self.hub, self.api, self.store, self.outbound = hub, api, store, outbound
@@ -81,7 +84,7 @@ class TelegramAdapter:
             reminder_s=config.pairing_reminder_s,
         )
         self._paired = PairedIds(access)
-        self.sender = sender = TelegramSender(api, outbound)
+        self.sender = sender = TelegramSender(api, outbound, voice_mode)
         self.outbox: Outbox[Any, Any] = Outbox(
             sender, clock=clock, progress_interval_s=config.progress_interval_s
         )
@@ -91,7 +94,7 @@ class TelegramAdapter:
         activity = ChatActivity(hub, sender, config, runtime)
         approvals = ApprovalTaps(hub, access, cards, sender, config.reject_window_s, runtime)
         panel = MemoryPanel(memory, sender)
-        self.commands = telegram_commands(access, sender, jobs, panel, desk)
+        self.commands = telegram_commands(access, sender, jobs, panel, desk, voice_mode)
         downloads = Downloads(sender, config.workspace, config.max_download_bytes)
         self._messages = MessageHandler(
             hub,

@@ -347,6 +347,24 @@ class AiogramBotApi:
             )
         return _dump(message)
 
+    async def send_voice(
+        self,
+        chat_id: int,
+        data: bytes,
+        *,
+        caption: str | None = None,
+        message_thread_id: int | None = None,
+    ) -> Json:
+        with _translated():
+            message = await self._bot.send_voice(
+                chat_id,
+                BufferedInputFile(data, filename="reply.ogg"),
+                caption=caption,
+                message_thread_id=message_thread_id,
+                request_timeout=_REQUEST_TIMEOUT,
+            )
+        return _dump(message)
+
     async def send_message_draft(
         self,
         chat_id: int,

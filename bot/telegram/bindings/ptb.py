@@ -355,6 +355,24 @@ class PtbBotApi:
             )
         return _plain(message)
 
+    async def send_voice(
+        self,
+        chat_id: int,
+        data: bytes,
+        *,
+        caption: str | None = None,
+        message_thread_id: int | None = None,
+    ) -> Json:
+        await self._start()
+        with _translated():
+            message = await self._bot.send_voice(
+                chat_id,
+                telegram.InputFile(data, filename="reply.ogg"),
+                caption=caption,
+                message_thread_id=message_thread_id,
+            )
+        return _plain(message)
+
     async def send_message_draft(
         self,
         chat_id: int,

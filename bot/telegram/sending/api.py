@@ -132,6 +132,17 @@ class BotApi(Protocol):
         reply_markup: Json | None = None,
     ) -> Json: ...
 
+    async def send_voice(
+        self,
+        chat_id: int,
+        data: bytes,
+        *,
+        caption: str | None = None,
+        message_thread_id: int | None = None,
+    ) -> Json:
+        """An OGG/Opus voice message."""
+        ...
+
     async def send_message_draft(
         self,
         chat_id: int,

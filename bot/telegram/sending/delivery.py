@@ -29,11 +29,13 @@ from bot.delivery import (
     Refused,
 )
 from bot.platform.protocols import MessageRef
+from bot.platform.voice_mode import VoiceMode
 from bot.telegram.inbound.updates import parse_source
 from bot.telegram.rendering.render import progress_text, render_markdown
 from bot.telegram.sending.api import BotApi, Json, TelegramError, is_not_modified
 from bot.telegram.settings import TelegramSettings
 from bot.telegram.store import TELEGRAM
+from voice import SpeechError, sentences, spoken
 
 __all__ = ["TelegramClient", "TelegramSender", "telegram_pacing"]
 
@@ -55,19 +57,31 @@ def telegram_pacing(settings: TelegramSettings) -> Pacing:
     )
 
 
+class SpeechFailed(Refused):
+    """A voice reply that could not be spoken: its text goes instead (``fallback``)."""
+
+
+Speak = Callable[[str], Awaitable[bytes]]
+
+
 class TelegramClient:
-    """A recorded message, sent with ``sendMessage`` (``bot.delivery.PlatformClient``)."""
+    """A recorded message, sent with ``sendMessage``, or ``sendVoice`` when it is a voice
+    reply (``bot.delivery.PlatformClient``)."""
 
     name = TELEGRAM
 
-    def __init__(self, api: BotApi) -> None:
+    def __init__(self, api: BotApi, speak: Speak | None = None) -> None:
+        """``speak``: text to OGG/Opus bytes (raising ``SpeechError``) for voice replies."""
         self.api = api
+        self.speak = speak
 
     def is_group(self, conversation: str) -> bool:
         """Group and channel ids are negative in the Bot API."""
         return conversation.startswith("-")
 
     async def send(self, conversation: str, payload: Json) -> Json:
+        if payload.get("voice"):
+            return await self._send_voice(conversation, payload)
         return await self.api.send_message(
             int(conversation),
             payload["text"],
@@ -77,27 +91,57 @@ class TelegramClient:
             reply_to_message_id=payload.get("reply_to"),
         )
 
+    async def _send_voice(self, conversation: str, payload: Json) -> Json:
+        if self.speak is None:
+            raise SpeechFailed("speech: not set up")
+        try:
+            audio = await self.speak(str(payload["voice"]))
+        except SpeechError as exc:
+            log.warning("a voice reply to %s was sent as text: %s", conversation, exc)
+            raise SpeechFailed(f"speech: {exc}") from None
+        return await self.api.send_voice(
+            int(conversation), audio, message_thread_id=payload.get("thread_id")
+        )
+
     def message_id(self, answer: Any) -> str | None:
         value = answer.get("message_id") if isinstance(answer, dict) else None
         return str(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
     def fallback(self, payload: Json, error: Refused) -> Json | None:
-        """Entities Telegram rejects: the same text, plain."""
+        """A voice reply not spoken (or refused): its text. Entities Telegram rejects: the
+        same text, plain."""
+        if payload.get("voice"):
+            return {k: v for k, v in payload.items() if k != "voice"}
         if payload.get("entities") and "entit" in error.description.lower():
             return {**payload, "entities": None}
         return None
 
 
 class TelegramSender:
-    def __init__(self, api: BotApi, outbound: Outbound) -> None:
+    def __init__(
+        self, api: BotApi, outbound: Outbound, voice_mode: VoiceMode | None = None
+    ) -> None:
+        """``voice_mode``: the chats whose replies are spoken (``/voice on``)."""
         self.api = api
         self.outbound = outbound
+        self.voice_mode = voice_mode
 
     # -- the outbox's sender ----------------------------------------------------------------
 
     def prepare(self, source: str, text: str) -> list[Json]:
-        """The reply's parts, as the outbox stores them."""
+        """The reply's parts, as the outbox stores them: in a chat with voice on, one voice
+        message per few sentences, each carrying its text as the fallback."""
         thread_id = parse_source(source)[1]
+        if self.voice_mode is not None and self.voice_mode.is_on(source):
+            return [
+                {**part, "voice": said}
+                for said in sentences(spoken(text))
+                for part in self._parts(said, thread_id)
+            ]
+        return self._parts(text, thread_id)
+
+    @staticmethod
+    def _parts(text: str, thread_id: int | None) -> list[Json]:
         return [
             {"text": chunk.text, "entities": chunk.entities, "thread_id": thread_id}
             for chunk in render_markdown(text)

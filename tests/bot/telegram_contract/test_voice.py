@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from tests.bot.telegram_contract.conftest import ALICE, eventually, texts
+from tests.bot.telegram_contract.conftest import ALICE, eventually, stop, texts
 from tests.bot.telegram_contract.test_message_kinds import only_reply, private
 from tests.fakes.openai_server import FakeOpenAIServer, ScriptedReply
 
@@ -202,3 +202,85 @@ async def shell(database_url: str, argv: list[str], **env: str) -> str:
                 os.environ[k] = v
     assert status == 0, err.getvalue()
     return out.getvalue()
+
+
+# -- voice out: /voice on, replies as voice messages ------------------------------------
+
+
+@pytest.fixture
+async def speaking(start_service, fake_openai: FakeOpenAIServer):
+    """The service with speech at the fake OpenAI server."""
+    return await start_service(
+        speech_model="tts-1", speech_base_url=fake_openai.base_url, speech_voice="nova"
+    )
+
+
+def voices(telegram) -> list:
+    return [m for m in telegram.messages(ALICE) if m.voice is not None and not m.deleted]
+
+
+async def test_voice_on_turns_replies_into_voice_messages_and_off_back(
+    speaking, telegram, model, fake_openai
+):
+    private(telegram, text="/voice on")
+    await eventually(lambda: any("now come as voice messages" in t for t in texts(telegram, ALICE)))
+    private(telegram, text="hello there")
+
+    await eventually(lambda: voices(telegram))
+    audio = voices(telegram)[0].voice.data
+    assert audio.startswith(b"OggS") and b"OpusHead" in audio
+    assert fake_openai.speech_requests[0] == {
+        "model": "tts-1",
+        "input": "echo: hello there",
+        "voice": "nova",
+        "response_format": "opus",
+    }
+    assert not any(t.startswith("echo: hello there") for t in texts(telegram, ALICE))
+
+    private(telegram, text="/voice off")
+    await eventually(lambda: any("now come as text" in t for t in texts(telegram, ALICE)))
+    private(telegram, text="and now?")
+    await eventually(lambda: "echo: and now?" in texts(telegram, ALICE))
+    assert len(voices(telegram)) == 1
+
+
+async def test_a_speech_failure_sends_the_text_instead(speaking, telegram, model, fake_openai):
+    private(telegram, text="/voice on")
+    await eventually(lambda: any("voice messages" in t for t in texts(telegram, ALICE)))
+    fake_openai.speech_failures.append(ScriptedReply("error", status=500, body=b"{}"))
+    private(telegram, text="say it")
+    await eventually(lambda: "echo: say it" in texts(telegram, ALICE))
+    assert voices(telegram) == []
+
+
+async def test_a_long_answer_is_spoken_in_parts_cut_between_sentences(
+    speaking, telegram, model, fake_openai
+):
+    from engine.llm.scripted import text as reply
+
+    sentence = "This sentence is about forty characters. "
+    model.add(reply(sentence * 120))  # about 5,000 characters
+    private(telegram, text="/voice on")
+    await eventually(lambda: any("voice messages" in t for t in texts(telegram, ALICE)))
+    private(telegram, text="tell me everything")
+    await eventually(lambda: len(voices(telegram)) == 3)
+    inputs = [r["input"] for r in fake_openai.speech_requests]
+    assert all(len(i) <= 2000 and i.endswith("characters.") for i in inputs)
+    assert " ".join(inputs) == (sentence * 120).strip()
+
+
+async def test_voice_on_without_speech_says_how_to_set_it_up(start_service, telegram):
+    await start_service()
+    private(telegram, text="/voice on")
+    await eventually(lambda: any("Speech is not set up" in t for t in texts(telegram, ALICE)))
+
+
+async def test_voice_mode_outlives_a_restart(start_service, telegram, fake_openai):
+    settings = {"speech_model": "tts-1", "speech_base_url": fake_openai.base_url}
+    first = await start_service(**settings)
+    private(telegram, text="/voice on")
+    await eventually(lambda: any("voice messages" in t for t in texts(telegram, ALICE)))
+    await stop(first)
+    await start_service(**settings)
+    private(telegram, text="still speaking?")
+    await eventually(lambda: voices(telegram))

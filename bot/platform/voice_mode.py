@@ -1,0 +1,70 @@
+"""Which chats hear their replies as voice messages: ``/voice on|off``, kept across
+restarts (``app_settings``), read without a query when a reply is prepared.
+
+A chat with voice on gets each final reply as voice messages (its text read aloud, cut
+between sentences) through the platform's outbox; the text is each voice message's
+fallback, sent instead whenever speech fails, so the chat never gets nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from bot.platform.commands import Command, CommandContext
+from engine.store import AppSettings
+from voice import Speech
+
+__all__ = ["VOICE_HELP", "VoiceMode", "voice_command"]
+
+log = logging.getLogger(__name__)
+
+VOICE_HELP = "Replies here as voice messages (on) or text (off)"
+NOT_SET_UP = (
+    "🔇 Speech is not set up: the owner can set SPEECH_MODEL (or add a provider serving "
+    "speech with `chathub providers add`, docs/voice.md)."
+)
+_KEY = "voice:replies"
+
+
+class VoiceMode:
+    def __init__(self, settings: AppSettings, speech: Speech) -> None:
+        self._settings = settings
+        self.speech = speech
+        self._on: set[str] = set()
+
+    async def load(self) -> None:
+        stored = await self._settings.get(_KEY)
+        try:
+            sources = json.loads(stored) if stored else []
+        except ValueError:
+            log.warning("the voice replies setting could not be read; voice is off everywhere")
+            sources = []
+        self._on = {s for s in sources if isinstance(s, str)}
+
+    def is_on(self, source: str) -> bool:
+        return source in self._on and self.speech.endpoint() is not None
+
+    async def set(self, source: str, on: bool) -> None:
+        await self.load()  # another process may have changed it meanwhile
+        changed = self._on | {source} if on else self._on - {source}
+        await self._settings.set(_KEY, json.dumps(sorted(changed)))
+        self._on = changed
+
+
+def voice_command(mode: VoiceMode) -> Command:
+    async def voice(c: CommandContext) -> str:
+        word = c.argument.strip().lower()
+        if word not in ("on", "off", ""):
+            return "Usage: /voice on, or /voice off."
+        if word == "":
+            state = "voice messages" if mode.is_on(c.source) else "text"
+            return f"Replies here come as {state}. /voice on or /voice off changes it."
+        if word == "on" and mode.speech.endpoint() is None:
+            return NOT_SET_UP
+        await mode.set(c.source, word == "on")
+        if word == "on":
+            return "🔊 Replies here now come as voice messages (the text if speech fails)."
+        return "🔈 Replies here now come as text."
+
+    return Command("voice", VOICE_HELP, voice, argument="<on|off>")
