@@ -390,6 +390,7 @@ class Service:
                 schedule=self.schedule,
                 fleet=fleet,
                 owner_home=not owner,  # no Telegram owner: the Discord owner's DM is home
+                voice=self._voice_notes(settings, engine.workspace.root),
                 identify_gap_s=self.discord_identify_gap_s,
             )
             await self.discord.start()  # subscribed before the hub recovers, as Telegram

@@ -38,6 +38,7 @@ from bot.platform.failures import report_failure
 from bot.platform.front import Front, FrontConfig
 from bot.platform.jobs import Jobs
 from bot.platform.protocols import PairingCode
+from bot.platform.voice_notes import VoiceNotes
 from engine.approval import Decider
 from engine.hub import ChatHub
 from engine.store import Database, utcnow
@@ -81,9 +82,11 @@ class DiscordAdapter:
         jobs: Jobs | None = None,
         memory: MemoryService | None = None,
         desk: PairingDesk | None = None,
+        voice: VoiceNotes | None = None,
     ) -> None:
         """``tenure`` and ``members``: a fleet member's (its rows' hand-back; how many
-        processes share the bot's cap); ``desk``: every platform's pairing, for ``/pair``."""
+        processes share the bot's cap); ``desk``: every platform's pairing, for ``/pair``;
+        ``voice``: audio attachments transcribed."""
         self.hub, self.config = hub, config
         self._me = DiscordMe()
         self.front = front = Front(
@@ -122,6 +125,7 @@ class DiscordAdapter:
             sender,
             activity,
             config.workspace,
+            voice,
         )
         self._interactions = Interactions(hub, self.access, config.listening, cards, self.commands)
         front.attach(

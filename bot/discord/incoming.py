@@ -63,6 +63,9 @@ class Attachment:
     size: int
     url: str
     content_type: str | None = None
+    #: Recorded as a voice message in Discord's client, and its length.
+    voice: bool = False
+    seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +128,15 @@ class Incoming:
             content=message.content or "",
             mentions_me=mentions_me,
             attachments=tuple(
-                Attachment(str(a.id), a.filename, a.size, a.url, a.content_type)
+                Attachment(
+                    str(a.id),
+                    a.filename,
+                    a.size,
+                    a.url,
+                    a.content_type,
+                    a.is_voice_message(),
+                    a.duration,
+                )
                 for a in message.attachments
             ),
             embeds=len(message.embeds),

@@ -27,6 +27,7 @@ from bot.platform.cards import question_answered
 from bot.platform.commands import CommandContext, CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.handover import hand_over
+from bot.platform.voice_notes import VoiceNotes
 from engine.hub import ChatHub, HubError
 from engine.store import SENDER_KEY, InboxError
 
@@ -71,7 +72,9 @@ class MessageHandler:
         sender: DiscordSender,
         activity: ChannelActivity,
         workspace: Path,
+        voice: VoiceNotes | None = None,
     ) -> None:
+        """``voice``: audio attachments and voice messages transcribed."""
         self._hub = hub
         self._me = me
         self._listening = listening
@@ -81,6 +84,7 @@ class MessageHandler:
         self._sender = sender
         self._activity = activity
         self._workspace = workspace
+        self._voice = voice
 
     async def handle(self, m: Incoming) -> bool:
         """True when the event was marked handled along the way. A failure of ours is
@@ -131,6 +135,12 @@ class MessageHandler:
         if m.parent_id is None and m.channel_id in self._listening.thread_channels:
             m = await self._in_a_thread(m, text)
         attachments, problems = await self._download(m)
+        if self._voice is not None and attachments:
+            heard = await self._voice.hear(attachments)
+            attachments, problems = heard.attachments, problems + heard.problems
+            if heard.quotes:  # the person sees what was heard before the answer
+                await say(m.channel_id, heard.quotes)
+            text = "\n".join([text, *heard.texts]).strip()
         if problems:
             await say(m.channel_id, "⚠️ " + " ".join(problems))
         if not text and not attachments:
@@ -214,6 +224,10 @@ class MessageHandler:
         limit = self._listening.max_download_bytes
         folder = Path("uploads") / "discord" / m.channel_id
         for file in m.attachments:
+            too_long = self._voice_refusal(file)
+            if too_long is not None:
+                problems.append(too_long)
+                continue
             if file.size > limit:
                 problems.append(
                     f"{file.filename} is too large to download (the limit is {limit / 2**20:g} MB)."
@@ -240,6 +254,13 @@ class MessageHandler:
             )
         return attachments, problems
 
+    def _voice_refusal(self, file: Attachment) -> str | None:
+        """A voice file too long or too large to transcribe (never downloaded)."""
+        if self._voice is None:
+            return None
+        seconds = int(file.seconds) if file.seconds is not None else None
+        return self._voice.refusal(_kind(file), file.filename, file.size, seconds)
+
     async def _fetch(self, file: Attachment) -> bytes:
         http = self._sender.bot.http
         data = await discord_call(lambda: http.get_from_cdn(file.url))
@@ -250,6 +271,8 @@ class MessageHandler:
 
 def _kind(file: Attachment) -> str:
     mime = file.content_type or ""
+    if file.voice:
+        return "voice"
     if mime.startswith("image/"):
         return "photo"
     if mime.startswith("audio/"):

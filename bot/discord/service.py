@@ -32,6 +32,7 @@ from bot.platform.access import PairingDesk
 from bot.platform.front import FrontConfig
 from bot.platform.jobs import Jobs
 from bot.platform.tasks import Background
+from bot.platform.voice_notes import VoiceNotes
 from bot.settings import Settings
 from engine.hub import ChatHub, FleetConfig
 from engine.store import Database, Leases
@@ -83,6 +84,8 @@ class DiscordService:
     owner_home: bool = False
     #: Tests: no 5 s between IDENTIFYs.
     identify_gap_s: float | None = None
+    #: Audio attachments and voice messages transcribed (``None``: kept as files).
+    voice: VoiceNotes | None = None
     adapter: DiscordAdapter | None = None
 
     def __post_init__(self) -> None:
@@ -120,6 +123,7 @@ class DiscordService:
             jobs=self.jobs,
             memory=self.memory,
             desk=self.desk,
+            voice=self.voice,
         )
         await adapter.start()  # no Discord call: subscribed before the hub recovers
         outbound = adapter.outbound

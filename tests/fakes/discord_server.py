@@ -746,16 +746,23 @@ class FakeDiscordServer:
         attachments: Sequence[tuple[str, bytes] | tuple[str, bytes, str]] = (),
         reply_to: int | str | None = None,
         offline: bool = False,
+        voice_seconds: float | None = None,
     ) -> Json:
         """Push a DM from ``user_id`` (MESSAGE_CREATE without ``guild_id``); returns it.
         ``offline``: written while no bot is connected: kept in the channel (its history
-        shows it), sent to no session."""
+        shows it), sent to no session. ``voice_seconds``: a voice message (its one
+        attachment carries a duration and a waveform, the message the voice flag)."""
         uid = _sid(user_id)
         with self._lock:
             if not offline:
                 self._require_session()
             channel_id = self._dm_channel(uid)
             message = self._user_message(channel_id, uid, content, attachments, reply_to)
+            if voice_seconds is not None:
+                message["flags"] |= 1 << 13
+                for attachment in message["attachments"]:
+                    attachment["duration_secs"] = voice_seconds
+                    attachment["waveform"] = "AAAA"
             if not offline:
                 self._dispatch_message(message, None)
             return copy.deepcopy(message)
