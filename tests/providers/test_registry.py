@@ -14,7 +14,7 @@ from engine.bus import JobCompleted, ProviderRegistered, ProviderUnregistered, S
 from engine.bus.broadcast import DEFAULT_CAPACITY
 from engine.store import open_database
 from providers import Provider, ProviderError, ProviderRegistry, ProviderStore, masked
-from tests.pg import migrated_sqlite
+from tests.pg import BACKENDS, database_url
 from voice import Transcription
 
 KEY = "gsk_live_0123456789abcdef"
@@ -60,21 +60,22 @@ def test_what_is_refused_names_its_field(changes, named):
     assert KEY not in str(refused.value)
 
 
-@pytest.fixture
-async def two_processes(tmp_path: Path):
-    """Two registries over one database file, as two processes would have."""
-    url = migrated_sqlite(tmp_path / "chathub.db")
-    first, second = await open_database(url, LAYERS), await open_database(url, LAYERS)
-    buses = SystemEventBus(), SystemEventBus()
-    registries = (
-        ProviderRegistry(ProviderStore(first), buses[0]),
-        ProviderRegistry(ProviderStore(second), buses[1]),
-    )
-    for registry in registries:
-        await registry.load()
-    yield registries, buses
-    await first.close()
-    await second.close()
+@pytest.fixture(params=BACKENDS)
+async def two_processes(request, tmp_path: Path):
+    """Two registries over one database (a SQLite file, or PostgreSQL as a fleet's), each
+    with its own connection and its own bus, as two processes would have."""
+    async with database_url(request.param, tmp_path, migrated=True) as url:
+        first, second = await open_database(url, LAYERS), await open_database(url, LAYERS)
+        buses = SystemEventBus(), SystemEventBus()
+        registries = (
+            ProviderRegistry(ProviderStore(first), buses[0]),
+            ProviderRegistry(ProviderStore(second), buses[1]),
+        )
+        for registry in registries:
+            await registry.load()
+        yield registries, buses
+        await first.close()
+        await second.close()
 
 
 async def test_a_change_is_announced_here_and_noticed_in_another_process(two_processes):
