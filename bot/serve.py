@@ -374,6 +374,14 @@ class Service:
                     )
                     receive = self.receiver.run
             self._spawn(self._reach_telegram(startup, adapter, receive), "tg-startup")
+        # What every platform service beside Telegram is given.
+        shared: dict[str, Any] = {
+            "jobs": Jobs(scheduler),
+            "memory": self.memory,
+            "desk": desk,
+            "schedule": self.schedule,
+            "fleet": fleet,
+        }
         if settings.discord_bot_token:
             from bot.discord.service import DiscordService
 
@@ -383,15 +391,11 @@ class Service:
                 engine.store.db,
                 engine.workspace.root,
                 self.refused,
-                jobs=Jobs(scheduler),
-                memory=self.memory,
-                desk=desk,
                 pacing=self.discord_pacing,
-                schedule=self.schedule,
-                fleet=fleet,
                 owner_home=not owner,  # no Telegram owner: the Discord owner's DM is home
                 voice=self._voice_notes(settings, engine.workspace.root),
                 identify_gap_s=self.discord_identify_gap_s,
+                **shared,
             )
             await self.discord.start()  # subscribed before the hub recovers, as Telegram
             deliveries = deliveries or partial(engine.store.db.run, delivery_summary)
@@ -403,12 +407,8 @@ class Service:
                 hub,
                 engine.store.db,
                 self.refused,
-                jobs=Jobs(scheduler),
-                memory=self.memory,
-                desk=desk,
                 pacing=self.slack_pacing,
-                schedule=self.schedule,
-                fleet=fleet,
+                **shared,
                 # No Telegram or Discord owner: the Slack owner's DM is home.
                 owner_home=not owner and not settings.discord_owner_id,
                 **(
@@ -431,12 +431,8 @@ class Service:
                 hub,
                 engine.store.db,
                 self.refused,
-                jobs=Jobs(scheduler),
-                memory=self.memory,
-                desk=desk,
                 pacing=self.matrix_pacing,
-                schedule=self.schedule,
-                fleet=fleet,
+                **shared,
                 voice=self._voice_notes(settings, engine.workspace.root),
                 # No other platform's owner: the Matrix owner's direct room is home.
                 owner_home=not owner

@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bot.delivery import CardStore
 from bot.serve import Service
 from tests.bot.discord.conftest import ALICE
-from tests.bot.platform_contract.driver import Prompt, StopAsking
-from tests.bot.telegram_contract.conftest import eventually, eventually_true, stop
+from tests.bot.platform_contract.driver import Prompt, StopAsking, restart_with_cards
+from tests.bot.telegram_contract.conftest import eventually, stop
 from tests.fakes.discord_server import FakeDiscordServer, SentMessage
 
 __all__ = ["DiscordDriver"]
@@ -120,24 +119,21 @@ class DiscordDriver:
         await self.service.discord.adapter.drain()
 
     async def restart(self) -> None:
-        """Once the open cards are recorded with their message ids; then the service
-        stops and starts again over the same database and the same fake."""
-        assert self.service.engine is not None
-        store = CardStore(self.service.engine.store.db, "discord")
+        """Once the open cards are recorded; then the service stops and starts again over
+        the same database (``restart_with_cards``)."""
 
-        async def all_recorded() -> bool:
-            return all(card.message_id is not None for card in await store.open(self.source))
+        async def start() -> Service:
+            await self.start()
+            return self.service
 
-        await eventually_true(all_recorded)
-        waiting = [card.tool_call_id for card in await store.open(self.source)]
-        await stop(self.service)
+        self.service = await restart_with_cards(
+            self.service, "discord", self.source, start, self._forget
+        )
+        await self.idle_adapter()
+
+    def _forget(self) -> None:
         self._approvals_seen.clear()
         self._questions_seen.clear()
-        await self.start()
-        assert self.service.engine is not None
-        approvals = self.service.engine.approvals
-        await eventually(lambda: all(approvals.is_waiting(call) for call in waiting))
-        await self.idle_adapter()
 
     async def idle_adapter(self) -> None:
         assert self.service.discord is not None and self.service.discord.adapter is not None

@@ -87,3 +87,30 @@ class PlatformDriver(Protocol):
         """Stop the service and start it again over the same database."""
 
     async def close(self) -> None: ...
+
+
+async def restart_with_cards(
+    service: Service, platform: str, source: str, start: Any, forget: Any
+) -> Service:
+    """A platform's restart: once its open cards in ``source`` are recorded with their
+    message ids, the service stops (``forget``: the driver forgets the prompts it saw),
+    ``start()`` starts it again over the same database, and this returns once every call
+    that waited before waits again."""
+    from bot.delivery import CardStore
+    from tests.bot.telegram_contract.conftest import eventually, eventually_true, stop
+
+    assert service.engine is not None
+    store = CardStore(service.engine.store.db, platform)
+
+    async def all_recorded() -> bool:
+        return all(card.message_id is not None for card in await store.open(source))
+
+    await eventually_true(all_recorded)
+    waiting = [card.tool_call_id for card in await store.open(source)]
+    await stop(service)
+    forget()
+    restarted: Service = await start()
+    assert restarted.engine is not None
+    approvals = restarted.engine.approvals
+    await eventually(lambda: all(approvals.is_waiting(call) for call in waiting))
+    return restarted
