@@ -179,6 +179,7 @@ async def http_server(parts: HttpParts) -> ListeningServer:
             deliveries=parts.deliveries,
             health=details,
             memory=parts.memory,
+            providers=parts.providers,
         ),
         webchat=webchat,
         host=settings.http_host,

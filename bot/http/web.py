@@ -39,12 +39,14 @@ from bot.http.memory_pages import MemoryAdmin, MemoryPages
 from bot.http.models import RequestError, ids_in_range, query_params
 from bot.http.operations import OperationError, Operations
 from bot.http.pages import Visitor
+from bot.http.provider_pages import ProviderPages
 from bot.http.signins import LoginThrottle, SignIns, csrf_token, is_handle
 from engine.approval import CallDisplay, display_call
 from engine.hub import CHOICES
 from engine.store import MAX_PAGE, InboxItem, utcnow
 from engine.tools import preview_call
 from memory.service import MemoryService
+from providers import ProviderRegistry
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -118,9 +120,10 @@ class WebInbox:
         deliveries: Deliveries | None = None,
         health: HealthDetails | None = None,
         memory: MemoryService | None = None,
+        providers: ProviderRegistry | None = None,
     ) -> None:
         """``memory``: long-term memory for the Memory page (``None``: it says memory is
-        switched off)."""
+        switched off); ``providers``: the registry for the Providers page."""
         self.ops = operations
         self._deliveries = deliveries
         self._health = health  # the doctor's checks, for /health
@@ -137,6 +140,7 @@ class WebInbox:
         self._environment: Environment | None = None
         admin = None if memory is None else MemoryAdmin(memory, operations.engine.store.db)
         self._memory_pages = MemoryPages(self, admin)
+        self._provider_pages = ProviderPages(self, providers)
 
     def routes(self) -> list[Route]:
         return [
@@ -156,6 +160,7 @@ class WebInbox:
             Route("/signins/end-others", self._action(self.end_others), methods=["POST"]),
             Route("/static/inbox.js", self.script, methods=["GET"]),
             *self._memory_pages.routes(),
+            *self._provider_pages.routes(),
         ]
 
     # -- for the pages of other modules (``memory_pages.py``) ----------------------------------
