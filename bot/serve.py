@@ -75,6 +75,7 @@ from memory.settings import embedding_config
 from memory.tools import memory_tools
 from memory.users import Identity
 from providers import ProviderRegistry, ProviderStore
+from providers.chat import ChatModels
 from scheduler.events import EventStore
 from scheduler.runner import OPERATOR_PLATFORMS
 from scheduler.service import Scheduler, SchedulerLimits
@@ -172,7 +173,7 @@ class Service:
             self._spawn(transcription.follow(self.engine.system_bus), "transcription")
             self.voice = VoiceNotes(
                 transcription,
-                Transcriber(self._audio_http(), timeout_s=settings.transcribe_timeout_seconds),
+                Transcriber(self._providers_http(), timeout_s=settings.transcribe_timeout_seconds),
                 workspace,
                 max_bytes=settings.voice_max_bytes,
                 max_seconds=settings.voice_max_seconds,
@@ -185,7 +186,9 @@ class Service:
             assert self.engine is not None
             speech = Speech(settings, self.providers)
             self._spawn(speech.follow(self.engine.system_bus), "speech")
-            self._speaker = Speaker(self._audio_http(), timeout_s=settings.speech_timeout_seconds)
+            self._speaker = Speaker(
+                self._providers_http(), timeout_s=settings.speech_timeout_seconds
+            )
             self.voice_mode = VoiceMode(AppSettings(self.engine.store.db), speech)
             await self.voice_mode.load()
         return self.voice_mode
@@ -199,7 +202,8 @@ class Service:
             raise SpeechError("speech is not set up")
         return await self._speaker.speak(endpoint, text, speech.voice)
 
-    def _audio_http(self) -> httpx.AsyncClient:
+    def _providers_http(self) -> httpx.AsyncClient:
+        """One client for what the providers serve here (audio, their chat models)."""
         if self._voice_http is None:
             self._voice_http = httpx.AsyncClient(verify=shared_tls_context())
         return self._voice_http
@@ -231,6 +235,8 @@ class Service:
         )
         await providers.load()
         self._spawn(providers.watch(self.providers_watch_s), "providers-watch")
+        chat = ChatModels(providers, engine.models, self._providers_http())
+        self._spawn(chat.follow(engine.system_bus), "provider-models")
         token = settings.telegram_bot_token
         # One bot per database (OtherBot). A token that is no token is Telegram's to refuse.
         if token and is_bot_token(token):

@@ -6,7 +6,7 @@ The face of the package: ``Provider`` (checked from what a person typed), ``Prov
 processes' changes noticed by ``watch``) and ``probe`` (``chathub providers test``).
 """
 
-from providers.registry import ProviderRegistry, probe
+from providers.registry import ProviderRegistry, follow_providers, probe
 from providers.store import SERVICES, Provider, ProviderError, ProviderStore, masked
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "ProviderError",
     "ProviderRegistry",
     "ProviderStore",
+    "follow_providers",
     "masked",
     "probe",
 ]

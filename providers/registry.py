@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import httpx
 
-from engine.bus import ProviderRegistered, ProviderUnregistered, SystemEventBus
+from engine.bus import Lagged, ProviderRegistered, ProviderUnregistered, SystemEventBus
 from providers.store import Provider, ProviderError, ProviderStore
 
-__all__ = ["ProviderRegistry", "probe"]
+__all__ = ["ProviderRegistry", "follow_providers", "probe"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,18 @@ class ProviderRegistry:
         for name, provider in after.items():
             if before.get(name) != provider:
                 self._bus.publish(ProviderRegistered(name))
+
+
+async def follow_providers(bus: SystemEventBus, changed: Callable[[], None]) -> None:
+    """Until cancelled: ``changed()`` whenever the providers change, and after a lag (the
+    subscription may have missed a change). Other events are ignored."""
+    async with bus.subscribe() as events:
+        async for event in events:
+            match event:
+                case ProviderRegistered() | ProviderUnregistered() | Lagged():
+                    changed()
+                case _:
+                    pass
 
 
 async def probe(http: httpx.AsyncClient, provider: Provider, *, timeout_s: float = 10.0) -> str:

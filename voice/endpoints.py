@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from engine.bus import Lagged, ProviderRegistered, ProviderUnregistered, SystemEventBus
-from providers import ProviderRegistry
+from engine.bus import SystemEventBus
+from providers import ProviderRegistry, follow_providers
 
 __all__ = ["AudioChoice", "AudioEndpoint", "failure_of"]
 
@@ -60,14 +60,11 @@ class AudioChoice:
 
     async def follow(self, bus: SystemEventBus) -> None:
         """Until cancelled: the choice made again whenever the providers change."""
-        async with bus.subscribe() as events:
-            async for event in events:
-                match event:
-                    case ProviderRegistered() | ProviderUnregistered() | Lagged():
-                        self._chosen = self._choose()
-                        log.info("%s now: %r", self._service, self._chosen)
-                    case _:
-                        pass
+        await follow_providers(bus, self._choose_again)
+
+    def _choose_again(self) -> None:
+        self._chosen = self._choose()
+        log.info("%s now: %r", self._service, self._chosen)
 
     def _choose(self) -> AudioEndpoint | None:
         settings, prefix = self._settings, self._prefix

@@ -20,7 +20,10 @@ _DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20
 
 
 class ModelRegistry:
-    """Models by name, in configured order: the first is the default, the rest fallbacks."""
+    """Models by name, in configured order: the first is the default, the rest fallbacks.
+
+    Models a registered provider offers (``offer``) are chosen by name (``/model``) but
+    never stand in as fallbacks, and never shadow a configured model of the same name."""
 
     def __init__(
         self, models: Sequence[ChatModel], *, owned_http: httpx.AsyncClient | None = None
@@ -32,6 +35,14 @@ class ModelRegistry:
                 raise ValueError(f"model {model.name!r} is configured twice")
             self._models[model.name] = model
         self._owned_http = owned_http
+        self._configured = tuple(self._models)
+
+    def offer(self, models: Sequence[ChatModel]) -> None:
+        """The providers' models now (replacing the ones offered before)."""
+        kept = {name: self._models[name] for name in self._configured}
+        for model in models:
+            kept.setdefault(model.name, model)
+        self._models = kept
 
     @classmethod
     def from_config(
@@ -69,10 +80,11 @@ class ModelRegistry:
 
         An unknown ``preferred`` (an agent naming a model this install lacks) is ignored.
         """
+        configured = [self._models[name] for name in self._configured]
         first = self._models.get(preferred) if preferred else None
         if first is None:
-            return list(self._models.values())
-        return [first, *(m for m in self._models.values() if m is not first)]
+            return configured
+        return [first, *(m for m in configured if m is not first)]
 
     async def aclose(self) -> None:
         """Close the HTTP client if the registry created it; a passed-in client stays open."""

@@ -135,3 +135,25 @@ async def test_a_lagging_follower_still_ends_with_the_right_provider(two_process
 
 def settings():
     return load_settings(_env_file=None, transcribe_model="whisper-1", llm_base_url="http://llm/v1")
+
+
+async def test_offered_models_are_chosen_by_name_never_fallbacks_never_shadowing(two_processes):
+    import httpx
+
+    from engine.llm.registry import ModelRegistry
+    from providers.chat import ChatModels
+    from tests.engine.hub.conftest import EchoModel
+
+    (registry, _), _buses = two_processes
+    configured = EchoModel(name="primary")
+    models = ModelRegistry([configured])
+    async with httpx.AsyncClient() as http:
+        chat = ChatModels(registry, models, http)
+        await registry.store.add(groq(serves="chat", models="llama-x, primary"))
+        await registry.load()
+        chat.offer()
+        assert models.names == ("primary", "llama-x")
+        assert models.get("primary") is configured  # a provider's name never shadows
+        assert models.candidates() == [configured]  # offered models are no fallbacks
+        assert [m.name for m in models.candidates("llama-x")] == ["llama-x", "primary"]
+        assert KEY not in repr(models.get("llama-x"))

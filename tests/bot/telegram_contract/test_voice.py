@@ -284,3 +284,29 @@ async def test_voice_mode_outlives_a_restart(start_service, telegram, fake_opena
     await start_service(**settings)
     private(telegram, text="still speaking?")
     await eventually(lambda: voices(telegram))
+
+
+# -- the providers' chat models ------------------------------------------------------------
+
+
+async def test_a_chat_provider_added_while_running_is_a_model_to_choose(
+    start_service, telegram, model, fake_openai
+):
+    from providers import Provider
+
+    service = await start_service()
+    provider = Provider.checked("local", fake_openai.base_url, "", "chat", "provider-model")
+    await service.providers.add(provider)  # as POST /api/providers does
+    private(telegram, text="/models")
+    await eventually(lambda: any("provider-model" in t for t in texts(telegram, ALICE)))
+    private(telegram, text="/model provider-model")
+    await eventually(lambda: any("Model: provider-model" in t for t in texts(telegram, ALICE)))
+
+    fake_openai.reply_text("answered by the provider", model="provider-model")
+    private(telegram, text="who answers?")
+    await eventually(lambda: "answered by the provider" in texts(telegram, ALICE))
+    assert fake_openai.requests[-1]["model"] == "provider-model"
+
+    await service.providers.remove("local")
+    await eventually(lambda: "provider-model" not in service.engine.models.names)
+    assert service.engine.models.names == ("primary",)
