@@ -3,13 +3,16 @@ routes them). Keys go in, never come out: every answer shows them masked."""
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from providers import SERVICES, Provider
 
 __all__ = ["ProviderIn", "ProviderItem", "ProviderList", "ProviderRemoved", "ProviderTested"]
 
-Service = str
+Service = Literal["chat", "embeddings", "transcription", "speech"]
+ModelName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"\S")]
 
 
 class ProviderIn(BaseModel):
@@ -19,9 +22,10 @@ class ProviderIn(BaseModel):
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
     base_url: str = Field(min_length=8, max_length=2000, pattern=r"^https?://\S+$")
-    api_key: str = Field(default="", max_length=4000, pattern=r"^\S*$")
+    #: Printable ASCII without spaces (what a bearer token is).
+    api_key: str = Field(default="", max_length=4000, pattern=r"^[!-~]*$")
     serves: list[Service] = Field(min_length=1, max_length=len(SERVICES))
-    models: list[str] = Field(default_factory=list, max_length=50)
+    models: list[ModelName] = Field(default_factory=list, max_length=50)
 
 
 class ProviderItem(BaseModel):

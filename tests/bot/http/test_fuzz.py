@@ -48,6 +48,7 @@ from engine.session import events as ev
 from engine.store import Store
 from memory.service import MemoryService
 from memory.users import Identity
+from providers import Provider, ProviderRegistry, ProviderStore
 from scheduler.service import Scheduler
 from tests.bot.http.test_api import ask, shell, waiting_turn
 from tests.clock import FakeClock
@@ -152,12 +153,17 @@ class FuzzedService:
         self._stack.push_async_callback(memory.close)
         user = await memory.user_for(Identity("telegram", "1", "Fuzz"))
         await memory.facts.add(user, "likes fuzz", origin_source="telegram:1", created_by="user")
+        providers = ProviderRegistry(ProviderStore(engine.store.db), engine.system_bus)
+        await providers.add(  # a name the fuzzer may find; nothing listens at its URL
+            Provider.checked("a", "http://127.0.0.1:9/v1", "sk-fuzz", "transcription", "m")
+        )
         return create_app(
             api=ApiRoutes(
                 Operations(engine, hub, scheduler),
                 token=TOKEN,
                 health_details=details,
                 memory=memory,
+                providers=providers,
             ),
             events=EventsEndpoint(scheduler.tic.events, TOKEN),
             host="0.0.0.0",
@@ -199,7 +205,7 @@ def test_no_request_gets_a_server_error_and_every_answer_is_documented(
     started = time.monotonic()
     checked = operations(api_schema)
     # An empty document would make this pass vacuously.
-    assert len(checked) == 21, " | ".join(operation.label for operation in checked)
+    assert len(checked) == 25, " | ".join(operation.label for operation in checked)
     runs = [(operation, mode) for operation in checked for mode in _modes(operation)]
     # An operation without inputs has one request to make; the others share the count.
     with_inputs = sum(1 for operation, _ in runs if _has_inputs(operation))
