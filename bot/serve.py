@@ -48,6 +48,7 @@ from bot.platform.access import PairingDesk
 from bot.platform.jobs import Jobs
 from bot.platform.voice_mode import VoiceMode
 from bot.platform.voice_notes import VoiceNotes
+from bot.platform.voice_tool import SendVoiceMessage
 from bot.schema import LAYERS
 from bot.settings import Settings, service_settings
 from bot.telegram.adapter import TelegramAdapter
@@ -202,6 +203,11 @@ class Service:
             raise SpeechError("speech is not set up")
         return await self._speaker.speak(endpoint, text, speech.voice)
 
+    async def _source_of(self, session_id: int) -> str | None:
+        assert self.engine is not None
+        session = await self.engine.store.sessions.get(session_id)
+        return None if session is None else session.source
+
     def _providers_http(self) -> httpx.AsyncClient:
         """One client for what the providers serve here (audio, their chat models)."""
         if self._voice_http is None:
@@ -350,6 +356,9 @@ class Service:
                 desk=desk,
                 voice=self._voice_notes(settings, engine.workspace.root),
                 voice_mode=voice_mode,
+            )
+            engine.tools.register(
+                SendVoiceMessage(self._source_of, voice_mode.speech, {"telegram": adapter.sender})
             )
             await adapter.start()  # no Telegram call: subscribed before the hub recovers
             self._spawn(Redelivery(outbound, store.outbox).run(), "tg-redelivery")

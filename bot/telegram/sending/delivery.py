@@ -140,6 +140,16 @@ class TelegramSender:
             ]
         return self._parts(text, thread_id)
 
+    async def send_voice(self, source: str, text: str, key: str) -> int:
+        """``text`` as voice messages, each recorded under ``key`` before it is sent (its
+        text the fallback); ``VoiceOut`` for ``send_voice_message``."""
+        chat, thread_id = parse_source(source)
+        parts = sentences(spoken(text))
+        for index, said in enumerate(parts):
+            payload = {**self._parts(said, thread_id)[0], "voice": said}
+            await self.outbound.deliver(str(chat), f"{key}:{index}", payload)
+        return len(parts)
+
     @staticmethod
     def _parts(text: str, thread_id: int | None) -> list[Json]:
         return [

@@ -310,3 +310,40 @@ async def test_a_chat_provider_added_while_running_is_a_model_to_choose(
     await service.providers.remove("local")
     await eventually(lambda: "provider-model" not in service.engine.models.names)
     assert service.engine.models.names == ("primary",)
+
+
+# -- send_voice_message: the agent speaks when asked -----------------------------------
+
+
+async def test_the_agent_sends_a_voice_message_with_its_tool(
+    speaking, telegram, model, fake_openai
+):
+    from engine.approval import RuleStore
+    from engine.llm.scripted import text as reply
+    from engine.llm.scripted import tool_call
+
+    await RuleStore(speaking.engine.store.db).add_rule("send_voice_message", "allow")
+    model.add(
+        tool_call("send_voice_message", '{"text": "Good **morning**. It is sunny."}', "v1"),
+        reply("I said it aloud."),
+    )
+    private(telegram, text="say good morning")
+    await eventually(lambda: "I said it aloud." in texts(telegram, ALICE))
+    assert len(voices(telegram)) == 1
+    assert fake_openai.speech_requests[-1]["input"] == "Good morning. It is sunny."
+    tool_result = [m for m in model.requests[-1][0] if m["role"] == "tool"][-1]["content"]
+    assert "Sent as 1 voice message." in tool_result
+
+
+async def test_without_speech_the_tool_says_to_answer_in_text(start_service, telegram, model):
+    from engine.approval import RuleStore
+    from engine.llm.scripted import text as reply
+    from engine.llm.scripted import tool_call
+
+    service = await start_service()
+    await RuleStore(service.engine.store.db).add_rule("send_voice_message", "allow")
+    model.add(tool_call("send_voice_message", '{"text": "hi"}', "v1"), reply("In text then."))
+    private(telegram, text="say hi")
+    await eventually(lambda: "In text then." in texts(telegram, ALICE))
+    tool_result = [m for m in model.requests[-1][0] if m["role"] == "tool"][-1]["content"]
+    assert "speech is not set up" in tool_result and voices(telegram) == []
