@@ -48,7 +48,7 @@ from bot.platform.access import PairingDesk
 from bot.platform.jobs import Jobs
 from bot.platform.voice_mode import VoiceMode
 from bot.platform.voice_notes import VoiceNotes
-from bot.platform.voice_tool import SendVoiceMessage
+from bot.platform.voice_tool import SendVoiceMessage, VoiceOut
 from bot.schema import LAYERS
 from bot.settings import Settings, service_settings
 from bot.telegram.adapter import TelegramAdapter
@@ -243,6 +243,8 @@ class Service:
         self._spawn(providers.watch(self.providers_watch_s), "providers-watch")
         chat = ChatModels(providers, engine.models, self._providers_http())
         self._spawn(chat.follow(engine.system_bus), "provider-models")
+        # The platforms that send voice messages, for ``send_voice_message``.
+        voice_outs: dict[str, VoiceOut] = {}
         token = settings.telegram_bot_token
         # One bot per database (OtherBot). A token that is no token is Telegram's to refuse.
         if token and is_bot_token(token):
@@ -357,9 +359,7 @@ class Service:
                 voice=self._voice_notes(settings, engine.workspace.root),
                 voice_mode=voice_mode,
             )
-            engine.tools.register(
-                SendVoiceMessage(self._source_of, voice_mode.speech, {"telegram": adapter.sender})
-            )
+            voice_outs["telegram"] = adapter.sender
             await adapter.start()  # no Telegram call: subscribed before the hub recovers
             self._spawn(Redelivery(outbound, store.outbox).run(), "tg-redelivery")
             if fleet is not None:  # a dead process's unsent replies: due once they are old
@@ -449,6 +449,8 @@ class Service:
                 pacing=self.matrix_pacing,
                 **shared,
                 voice=self._voice_notes(settings, engine.workspace.root),
+                voice_mode=await self._voice_replies(settings),
+                speak=self._speak,
                 # No other platform's owner: the Matrix owner's direct room is home.
                 owner_home=not owner
                 and not settings.discord_owner_id
@@ -457,6 +459,11 @@ class Service:
             )
             await self.matrix.start()  # subscribed before the hub recovers, as Telegram
             deliveries = deliveries or partial(engine.store.db.run, delivery_summary)
+            assert self.matrix.adapter is not None
+            voice_outs["matrix"] = self.matrix.adapter.sender
+        if voice_outs:
+            speech = (await self._voice_replies(settings)).speech
+            engine.tools.register(SendVoiceMessage(self._source_of, speech, voice_outs))
         if self.console and self.api is None:
             from bot.terminal import SOURCE, console_interrupted
 

@@ -11,7 +11,7 @@ each: ``messages.py`` (a message, an invite, an encrypted room), ``decisions.py`
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from nio import AsyncClient, AsyncClientConfig
@@ -29,6 +29,7 @@ from bot.platform.access import WELCOME, PairingDesk
 from bot.platform.front import Front, FrontConfig
 from bot.platform.jobs import Jobs
 from bot.platform.protocols import PairingCode
+from bot.platform.voice_mode import VoiceMode, voice_command
 from bot.platform.voice_notes import VoiceNotes
 from engine.approval import Decider
 from engine.hub import ChatHub
@@ -69,6 +70,8 @@ class MatrixAdapter:
         memory: MemoryService | None = None,
         desk: PairingDesk | None = None,
         voice: VoiceNotes | None = None,
+        voice_mode: VoiceMode | None = None,
+        speak: Callable[[str], Awaitable[bytes]] | None = None,
     ) -> None:
         """``voice``: audio messages transcribed; ``tenure`` and ``members``: a fleet member's (its rows' hand-back; how many
         processes share the account's cap); ``desk``: every platform's pairing."""
@@ -104,10 +107,12 @@ class MatrixAdapter:
             memory=memory,
             desk=desk,
         )
-        client = MatrixClient(nio, rooms)
+        client = MatrixClient(nio, rooms, speak)
         self.outbound = front.deliver_with(client)
         self.access, self.commands = front.access, front.commands
-        self.sender = sender = MatrixSender(client, self.outbound)
+        self.sender = sender = MatrixSender(client, self.outbound, voice_mode)
+        if voice_mode is not None:
+            front.commands.register(voice_command(voice_mode))
         self.cards = cards = MatrixCards(hub, front.card_store, sender)
         people = People(nio)
         activity = RoomActivity(sender, front.runtime)

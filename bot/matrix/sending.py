@@ -17,10 +17,11 @@ read it (``Rooms.encrypted``, filled by the sync).
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -49,6 +50,8 @@ from bot.matrix.settings import MatrixSettings
 from bot.platform.chunks import split_markdown
 from bot.platform.outbox import RowSender, last_lines
 from bot.platform.protocols import MessageRef
+from bot.platform.voice_mode import VoiceMode
+from voice import SpeechError, sentences, spoken
 
 __all__ = [
     "MESSAGE_LIMIT",
@@ -71,6 +74,8 @@ Json = dict[str, Any]
 #: homeserver's 64 KiB event limit.
 MESSAGE_LIMIT = 8000
 _HTML = "org.matrix.custom.html"
+#: Where ``prepare`` puts a voice reply's spoken text until ``record`` lifts it out.
+_VOICE = "chathub.voice"
 _CLIENT = "/_matrix/client/v3"
 _MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(
     ["table", "strikethrough"]
@@ -208,14 +213,26 @@ class Rooms:
     members: dict[str, int] = field(default_factory=dict)
 
 
+class SpeechFailed(MatrixRefused):
+    """A voice reply that could not be spoken: its text goes instead (``fallback``)."""
+
+
 class MatrixClient:
-    """A recorded event, sent to its room (``bot.delivery.PlatformClient``)."""
+    """A recorded event, sent to its room, or spoken and sent as a voice message when it
+    is a voice reply (``bot.delivery.PlatformClient``)."""
 
     name = MATRIX
 
-    def __init__(self, nio: AsyncClient, rooms: Rooms) -> None:
+    def __init__(
+        self,
+        nio: AsyncClient,
+        rooms: Rooms,
+        speak: Callable[[str], Awaitable[bytes]] | None = None,
+    ) -> None:
+        """``speak``: text to OGG/Opus bytes (raising ``SpeechError``) for voice replies."""
         self.nio = nio
         self.rooms = rooms
+        self.speak = speak
 
     def is_group(self, conversation: str) -> bool:
         return self.rooms.members.get(conversation, 3) > 2
@@ -225,6 +242,8 @@ class MatrixClient:
             raise MatrixRefused("encrypted room: nothing is sent in plain text")
         kind, content = payload.get("type") or "m.room.message", payload.get("content") or {}
         txn = payload.get("txn") or _txn()
+        if payload.get("voice"):
+            content = await self._voice(str(payload["voice"]), content)
         answer = await call(self.nio.room_send(conversation, kind, content, tx_id=txn))
         assert isinstance(answer, RoomSendResponse)
         return {"event_id": answer.event_id}
@@ -234,21 +253,63 @@ class MatrixClient:
         return event_id if isinstance(event_id, str) else None
 
     def fallback(self, payload: Json, error: Refused) -> Json | None:
+        """A voice reply not spoken (or refused): its text."""
+        if payload.get("voice"):
+            return {k: v for k, v in payload.items() if k != "voice"}
         return None
+
+    async def _voice(self, said: str, text_content: Json) -> Json:
+        """The voice message's content: ``said`` spoken, uploaded, in the text's thread."""
+        if self.speak is None:
+            raise SpeechFailed("speech: not set up")
+        try:
+            audio = await self.speak(said)
+        except SpeechError as exc:
+            log.warning("a voice reply was sent as text: %s", exc)
+            raise SpeechFailed(f"speech: {exc}") from None
+        uploaded, _keys = await self.nio.upload(
+            lambda *_: io.BytesIO(audio),
+            content_type="audio/ogg",
+            filename="reply.ogg",
+            filesize=len(audio),
+        )
+        url = check(uploaded).content_uri
+        content: Json = {
+            "msgtype": "m.audio",
+            "body": "Voice message",
+            "url": url,
+            "info": {"mimetype": "audio/ogg", "size": len(audio)},
+            "org.matrix.msc3245.voice": {},
+            "org.matrix.msc1767.text": said,
+        }
+        if "m.relates_to" in text_content:
+            content["m.relates_to"] = text_content["m.relates_to"]
+        return content
 
 
 class MatrixSender(RowSender):
     """The outbox's sender (``OutboxSender``) and every other call the adapter makes."""
 
-    def __init__(self, client: MatrixClient, outbound: Outbound) -> None:
+    def __init__(
+        self, client: MatrixClient, outbound: Outbound, voice_mode: VoiceMode | None = None
+    ) -> None:
+        """``voice_mode``: the rooms whose replies are spoken (``/voice on``)."""
         super().__init__(outbound, lambda source: parse_source(source).room_id)
         self.client = client
         self.nio = client.nio
+        self.voice_mode = voice_mode
 
     # -- the outbox's sender ----------------------------------------------------------------
 
     def prepare(self, source: str, text: str) -> list[Json]:
+        """The reply's contents; in a room with voice on, one voice reply per few
+        sentences, each carrying its text content as the fallback (``_VOICE``)."""
         place = parse_source(source)
+        if self.voice_mode is not None and self.voice_mode.is_on(source):
+            return [
+                {**in_thread(content_of(said), place), _VOICE: said}
+                for said in sentences(spoken(text))
+            ]
         return [in_thread(content_of(part), place) for part in parts(text)]
 
     def record(
@@ -262,6 +323,16 @@ class MatrixSender(RowSender):
 
     async def say(self, source: str, text: str) -> None:
         await self.say_at(parse_source(source), text)
+
+    async def send_voice(self, source: str, text: str, key: str) -> int:
+        """``text`` as voice messages, each recorded under ``key`` before it is sent (its
+        text the fallback); ``VoiceOut`` for ``send_voice_message``."""
+        place = parse_source(source)
+        said = sentences(spoken(text))
+        events = _with_txns(key, [{**in_thread(content_of(s), place), _VOICE: s} for s in said])
+        for index, event in enumerate(events):
+            await self.outbound.deliver(place.room_id, f"{key}:{index}", event)
+        return len(events)
 
     def progress_text(self, lines: Sequence[str]) -> str:
         return last_lines(lines, 4000, 300)
@@ -337,7 +408,12 @@ def _notice(text: str) -> Json:
 
 
 def _with_txns(key: str, prepared: list[Any]) -> list[Any]:
-    return [
-        _event(content, f"chathub.{key}.{index}".replace(":", "."))
-        for index, content in enumerate(prepared)
-    ]
+    events = []
+    for index, content in enumerate(prepared):
+        said = content.get(_VOICE) if isinstance(content, dict) else None
+        text = {k: v for k, v in content.items() if k != _VOICE}
+        event = _event(text, f"chathub.{key}.{index}".replace(":", "."))
+        if said:
+            event["voice"] = said
+        events.append(event)
+    return events

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from bot.platform.access import PairingDesk
 from bot.platform.front import FrontConfig
 from bot.platform.jobs import Jobs
 from bot.platform.tasks import Background
+from bot.platform.voice_mode import VoiceMode
 from bot.platform.voice_notes import VoiceNotes
 from bot.settings import Settings
 from engine.hub import ChatHub, FleetConfig
@@ -68,6 +70,9 @@ class MatrixService:
     timeline_limit: int = 50
     #: Audio messages transcribed (``None``: not read).
     voice: VoiceNotes | None = None
+    #: The rooms whose replies are spoken (``/voice``), and what speaks them.
+    voice_mode: VoiceMode | None = None
+    speak: Callable[[str], Awaitable[bytes]] | None = None
     adapter: MatrixAdapter | None = None
 
     def __post_init__(self) -> None:
@@ -108,6 +113,8 @@ class MatrixService:
             memory=self.memory,
             desk=self.desk,
             voice=self.voice,
+            voice_mode=self.voice_mode,
+            speak=self.speak,
         )
         await adapter.start()  # no Matrix call: subscribed before the hub recovers
         outbound = adapter.outbound

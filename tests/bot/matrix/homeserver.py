@@ -286,6 +286,16 @@ class Person:
         answer.raise_for_status()
         return str(answer.json()["content_uri"])
 
+    def download(self, server: str, media_id: str) -> bytes:
+        """A file of the media repository (authenticated media)."""
+        answer = httpx.get(
+            f"{self.url}/_matrix/client/v1/media/download/{server}/{media_id}",
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=30,
+        )
+        answer.raise_for_status()
+        return answer.content
+
     def logout(self) -> None:
         self.request("POST", "/_matrix/client/v3/logout", {})
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.bot.matrix.conftest import bodies, direct_room, joined, until
+from tests.bot.matrix.conftest import bodies, bot_messages, direct_room, joined, until
 from tests.fakes.openai_server import FakeOpenAIServer
 
 OGG = b"OggS\x00\x02" + bytes(range(120))
@@ -61,3 +61,50 @@ async def test_a_voice_message_too_long_is_refused_before_download(
     said = await until(lambda: bodies(accounts.alice, room, accounts.bot.user_id))
     assert "900 s long; I transcribe at most 60 s" in said[0]
     assert fake_openai.transcription_requests == []
+
+
+async def test_voice_on_makes_replies_voice_messages(
+    make_service, accounts, fake_openai: FakeOpenAIServer
+):
+    await make_service(speech_model="tts-1", speech_base_url=fake_openai.base_url)
+    room = direct_room(accounts)
+    await until(lambda: joined(accounts.alice, room, accounts.bot.user_id))
+    accounts.alice.say(room, "/voice on")
+    await until(
+        lambda: any(
+            "voice messages" in b for b in bodies(accounts.alice, room, accounts.bot.user_id)
+        )
+    )
+    accounts.alice.say(room, "hello aloud")
+
+    def audio():
+        for m in bot_messages(accounts.alice, room, accounts.bot.user_id):
+            if m["content"].get("msgtype") == "m.audio":
+                return m["content"]
+        return None
+
+    content = await until(audio)
+    assert "org.matrix.msc3245.voice" in content
+    server, media = content["url"].removeprefix("mxc://").split("/", 1)
+    downloaded = accounts.alice.download(server, media)
+    assert downloaded.startswith(b"OggS") and b"OpusHead" in downloaded
+    assert fake_openai.speech_requests[-1]["input"] == "echo: hello aloud"
+
+
+async def test_a_speech_failure_sends_the_text(
+    make_service, accounts, fake_openai: FakeOpenAIServer
+):
+    from tests.fakes.openai_server import ScriptedReply
+
+    await make_service(speech_model="tts-1", speech_base_url=fake_openai.base_url)
+    room = direct_room(accounts)
+    await until(lambda: joined(accounts.alice, room, accounts.bot.user_id))
+    accounts.alice.say(room, "/voice on")
+    await until(
+        lambda: any(
+            "voice messages" in b for b in bodies(accounts.alice, room, accounts.bot.user_id)
+        )
+    )
+    fake_openai.speech_failures.append(ScriptedReply("error", status=500, body=b"{}"))
+    accounts.alice.say(room, "say it")
+    await until(lambda: "echo: say it" in bodies(accounts.alice, room, accounts.bot.user_id))
