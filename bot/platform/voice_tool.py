@@ -14,9 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from engine.tools.base import ToolError
-from engine.tools.builtins._common import BuiltinTool, object_schema
-from engine.tools.protocols import ToolCategory, ToolContext
+from engine.tools import BuiltinTool, ToolCategory, ToolContext, ToolError, object_schema
 from voice import Speech
 
 __all__ = ["SendVoiceMessage", "VoiceOut"]
