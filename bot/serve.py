@@ -423,6 +423,7 @@ class Service:
                 engine.store.db,
                 self.refused,
                 pacing=self.slack_pacing,
+                voice=self._voice_notes(settings, engine.workspace.root),
                 **shared,
                 # No Telegram or Discord owner: the Slack owner's DM is home.
                 owner_home=not owner and not settings.discord_owner_id,

@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from slack_bolt.async_app import AsyncApp
@@ -27,6 +28,7 @@ from bot.platform.access import WELCOME, PairingDesk
 from bot.platform.front import Front, FrontConfig
 from bot.platform.jobs import Jobs
 from bot.platform.protocols import PairingCode
+from bot.platform.voice_notes import VoiceNotes
 from bot.slack.activity import ThreadActivity
 from bot.slack.cards import SlackCards
 from bot.slack.incoming import SLACK, Incoming, Place
@@ -72,9 +74,11 @@ class SlackAdapter:
         jobs: Jobs | None = None,
         memory: MemoryService | None = None,
         desk: PairingDesk | None = None,
+        voice: VoiceNotes | None = None,
     ) -> None:
         """``tenure`` and ``members``: a fleet member's (its rows' hand-back; how many
-        processes share the app's cap); ``desk``: every platform's pairing, for ``/pair``."""
+        processes share the app's cap); ``desk``: every platform's pairing, for ``/pair``;
+        ``voice``: audio files transcribed."""
         self.hub, self.config = hub, config
         self.me = me = SlackMe()
         # One session for every call: its connections are kept alive (slack-sdk opens a
@@ -108,7 +112,15 @@ class SlackAdapter:
         self.cards = cards = SlackCards(hub, front.card_store, sender)
         activity = ThreadActivity(sender, front.runtime)
         self._messages = messages = MessageHandler(
-            hub, me, front.access, front.commands, cards, sender, activity
+            hub,
+            me,
+            front.access,
+            front.commands,
+            cards,
+            sender,
+            activity,
+            voice,
+            self._download,
         )
         self._interactions = Interactions(hub, me, front.access, cards, messages, sender.open_view)
         front.attach(
@@ -191,6 +203,21 @@ class SlackAdapter:
     async def _tell(self, user: str, text: str) -> None:
         """A line for ``user`` after a modal (no response URL): in their DM."""
         await self._messages.say_to_user(user, text)
+
+    async def _download(self, url: str, limit: int) -> bytes:
+        """A shared file's bytes (``url_private``), with the bot token: only from Slack's
+        own hosts (or the configured API's), never more than ``limit`` bytes."""
+        host = urlsplit(url).hostname or ""
+        if not (host == urlsplit(self.config.api_url).hostname or host.endswith(".slack.com")):
+            raise ValueError(f"not a Slack file host: {host}")
+        headers = {"Authorization": f"Bearer {self.config.bot_token}"}
+        async with self._session.get(url, headers=headers) as answer:
+            if answer.status != 200:
+                raise OSError(f"HTTP {answer.status}")
+            data = await answer.content.read(limit + 1)
+        if len(data) > limit:
+            raise ValueError("larger than the limit")
+        return data
 
     async def _welcome(self, paired: PairingCode) -> None:
         await self.sender.say_at(Place(paired.chat), WELCOME)

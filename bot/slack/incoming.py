@@ -82,9 +82,12 @@ class Incoming:
     user: str
     text: str
     mentions_me: bool
-    #: Files that came with it (not read: docs/slack.md).
+    #: Files that came with it (only audio is read: docs/slack.md).
     files: int = 0
     subtype: str = ""
+    #: Its audio files: ``url`` (``url_private``), ``name``, ``mime``, ``size``,
+    #: ``seconds``, ``voice`` (an audio clip recorded in Slack).
+    audio: tuple[Json, ...] = ()
 
     @property
     def key(self) -> str:
@@ -148,6 +151,7 @@ class Incoming:
             mentions_me=bot_user_id is not None and f"<@{bot_user_id}>" in text,
             files=len(files) if isinstance(files, list) else 0,
             subtype=subtype,
+            audio=_audio_of(files),
         )
 
     def text_without(self, bot_user_id: str | None) -> str:
@@ -162,7 +166,35 @@ class Incoming:
 
     @classmethod
     def from_json(cls, data: Json) -> Incoming:
-        return cls(**data)
+        return cls(**{**data, "audio": tuple(data.get("audio") or ())})
+
+
+def _audio_of(files: object) -> tuple[Json, ...]:
+    """The audio files of a message's ``files`` (others, and junk, are left out)."""
+    found = []
+    for shared in files if isinstance(files, list) else ():
+        if not isinstance(shared, dict):
+            continue
+        url, mime = shared.get("url_private"), shared.get("mimetype")
+        if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+            continue
+        if not isinstance(mime, str) or not mime.startswith(("audio/", "video/")):
+            continue
+        size, duration = shared.get("size"), shared.get("duration_ms")
+        name = shared.get("name")
+        found.append(
+            {
+                "url": url,
+                "name": (name if isinstance(name, str) else "audio")[:100],
+                "mime": mime,
+                "size": size if isinstance(size, int) and not isinstance(size, bool) else None,
+                "seconds": duration // 1000
+                if isinstance(duration, int) and duration >= 0
+                else None,
+                "voice": shared.get("subtype") == "slack_audio",
+            }
+        )
+    return tuple(found)
 
 
 def unescape(text: str) -> str:

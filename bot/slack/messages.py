@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from bot.platform.access import Access
 from bot.platform.cards import question_answered
 from bot.platform.commands import CommandContext, CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.handover import hand_over
+from bot.platform.voice_notes import Heard, VoiceNotes
 from bot.slack.activity import ThreadActivity
 from bot.slack.cards import SlackCards
 from bot.slack.incoming import SLACK, Incoming, Place
@@ -32,6 +36,7 @@ log = logging.getLogger(__name__)
 
 FILES_NOT_READ = "I cannot read files sent on Slack yet; please write what you need as text."
 NOT_PAIRED = "You are not allowed to use this bot; send me a direct message to ask for access."
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _COMMAND = re.compile(r"^/([a-z0-9_]{1,32})(?:\s+(.*))?$", re.DOTALL)
 _MAX_NAME = 100
 
@@ -56,7 +61,11 @@ class MessageHandler:
         cards: SlackCards,
         sender: SlackSender,
         activity: ThreadActivity,
+        voice: VoiceNotes | None = None,
+        download: Callable[[str, int], Awaitable[bytes]] | None = None,
     ) -> None:
+        """``voice``: audio files transcribed; ``download``: a file's bytes (the bot's token,
+        at most so many bytes)."""
         self._hub = hub
         self._me = me
         self._access = access
@@ -64,6 +73,8 @@ class MessageHandler:
         self._cards = cards
         self._sender = sender
         self._activity = activity
+        self._voice = voice if download is not None else None
+        self._download = download or _no_download
 
     async def addressed(self, m: Incoming) -> bool:
         """Whether the bot answers ``m`` at all (checked before anything is stored): a DM,
@@ -105,7 +116,12 @@ class MessageHandler:
             return False
         if text and await self._answer_question(m, text):
             return False
-        if m.files:
+        attachments: list[dict[str, Any]] = []
+        if m.audio and self._voice is not None:
+            heard = await self._hear(m)
+            text = "\n".join([text, *heard.texts]).strip()
+            attachments = heard.attachments
+        elif m.files:
             await self._sender.say_at(place, "⚠️ " + FILES_NOT_READ)
             if not text:
                 return False
@@ -116,6 +132,8 @@ class MessageHandler:
             "slack_channel": m.channel,
             SENDER_KEY: {"id": m.user, "name": await self.name_of(m.user)},
         }
+        if attachments:
+            metadata["attachments"] = attachments
         handed = await hand_over(self._hub, SLACK, m.key, m.source, text, metadata)
         if handed.refusal is not None:
             await self._sender.say_at(place, handed.refusal)
@@ -124,6 +142,47 @@ class MessageHandler:
             return True
         self._activity.start(m.source)
         return True
+
+    async def _hear(self, m: Incoming) -> Heard:
+        """The message's audio files, refused first when too long or large, downloaded
+        with the bot token, transcribed; what was heard (or went wrong) said back."""
+        voice = self._voice
+        assert voice is not None
+        folder = Path("uploads") / "slack" / m.channel
+        attachments, problems = [], []
+        for audio in m.audio:
+            kind = "voice" if audio.get("voice") else "audio"
+            name = str(audio.get("name") or "audio")
+            why = voice.refusal(kind, name, audio.get("size"), audio.get("seconds"))
+            if why is not None:
+                problems.append(why)
+                continue
+            relative = folder / _SAFE.sub("_", f"{m.ts}_{Path(name).name}")[:150]
+            try:
+                data = await self._download(str(audio["url"]), voice.max_bytes)
+                target = voice.workspace / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+            except (OSError, ValueError) as exc:
+                log.warning("downloading %s failed: %s", name, exc)
+                problems.append(f"I could not download {name}.")
+                continue
+            attachments.append(
+                {
+                    "path": relative.as_posix(),
+                    "name": name,
+                    "kind": kind,
+                    "mime_type": audio.get("mime"),
+                    "size": len(data),
+                }
+            )
+        heard = await voice.hear(attachments)
+        heard.problems[:0] = problems
+        if heard.quotes:
+            await self._sender.say_at(m.place, heard.quotes)
+        if heard.problems:
+            await self._sender.say_at(m.place, "⚠️ " + " ".join(heard.problems))
+        return heard
 
     async def run_command(self, source: str, name: str, argument: str, user: str) -> str | None:
         context = CommandContext(
@@ -174,3 +233,7 @@ class MessageHandler:
             return False
         self._activity.start(m.source)
         return True
+
+
+async def _no_download(url: str, limit: int) -> bytes:
+    raise OSError("no download")

@@ -29,6 +29,7 @@ from bot.platform.access import PairingDesk
 from bot.platform.front import FrontConfig
 from bot.platform.jobs import Jobs
 from bot.platform.tasks import Background
+from bot.platform.voice_notes import VoiceNotes
 from bot.settings import Settings
 from bot.slack.adapter import SlackAdapter, SlackConfig
 from bot.slack.incoming import source_of
@@ -82,6 +83,8 @@ class SlackService:
     owner_home: bool = False
     #: Tests: how often the socket is pinged (a dropped one is noticed at the next ping).
     ping_interval_s: float = 10.0
+    #: Audio files transcribed (``None``: files are not read).
+    voice: VoiceNotes | None = None
     adapter: SlackAdapter | None = None
 
     def __post_init__(self) -> None:
@@ -122,6 +125,7 @@ class SlackService:
             jobs=self.jobs,
             memory=self.memory,
             desk=self.desk,
+            voice=self.voice,
         )
         await adapter.start()  # no Slack call: subscribed before the hub recovers
         if not self.socket_mode:

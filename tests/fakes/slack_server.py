@@ -100,7 +100,8 @@ messages (``echo_bot_messages``); ephemeral messages never do. ``click``, ``subm
 ``Delivery`` in ``deliveries`` with its attempts, ack and ack payload.
 
 Test controls are thread-safe: the state is behind a lock, sends and timers go through the
-server's loop. Not modelled: files, attachments (legacy), Enterprise Grid, mpim DMs,
+server's loop. Files are modelled for DMs only (``dm(files=…)``, served at ``url_private``
+to the bot's token). Not modelled: attachments (legacy), Enterprise Grid, mpim DMs,
 OAuth, user tokens, message shortcuts, ``block_suggestion``, home tabs, the per-workspace
 limit over all channels, and Slack's ~4,000-character text advice.
 
@@ -356,6 +357,8 @@ class Message:
     metadata: Json | None = None
     reply_broadcast: bool = False
     client_msg_id: str | None = None
+    #: Files shared with the message (``dm(files=…)``): their JSON as Slack shows it.
+    files: list[Json] = field(default_factory=list)
     edits: list[Edit] = field(default_factory=list)
     """Earlier versions, oldest first."""
     deleted: bool = False
@@ -621,6 +624,7 @@ class FakeSlackServer:
         if not bot_token.startswith("xoxb-") or not app_token.startswith("xapp-"):
             raise ValueError("the bot token starts with xoxb-, the app token with xapp-")
         self.bot_token = bot_token
+        self._shared_files: dict[str, bytes] = {}
         self.app_token = app_token
         self.signing_secret = signing_secret
         self.verification_token = verification_token
@@ -711,6 +715,7 @@ class FakeSlackServer:
             routes: list[Any] = [
                 Route(API_ROOT + "{method}", self._api, methods=["GET", "POST"]),
                 Route(RESPONSE_PATH + "{token}", self._response_url, methods=["POST"]),
+                Route("/files-pri/{key}/{name}", self._file_download, methods=["GET"]),
                 WebSocketRoute(SOCKET_PATH, self._socket),
                 WebSocketRoute(SOCKET_PATH.rstrip("/"), self._socket),
             ]
@@ -909,13 +914,24 @@ class FakeSlackServer:
 
     # -- test-side events --------------------------------------------------------------------
 
-    def dm(self, user: str, text: str, *, sign: Sign = "valid") -> Message:
+    def dm(
+        self,
+        user: str,
+        text: str,
+        *,
+        sign: Sign = "valid",
+        files: Sequence[tuple[str, bytes, str, int | None]] = (),
+    ) -> Message:
         """``user`` writes ``text`` to the bot in their DM; returns the message. Pushes a
-        ``message`` event (``channel_type`` im) when subscribed to ``message.im``."""
+        ``message`` event (``channel_type`` im) when subscribed to ``message.im``.
+        ``files``: ``(name, data, mimetype, duration_ms)`` shared with it (a duration makes
+        it an audio clip, ``slack_audio``), served at their ``url_private`` to the bot's
+        token only."""
         with self._lock:
             self._ensure_user(user)
             channel = self._dm(user)
             message = self._user_message(channel, user, text, None)
+            message.files = [self._file(*spec) for spec in files]
             if "message.im" in self.events:
                 self._emit(self._message_event(message), sign)
             return message
@@ -1317,6 +1333,30 @@ class FakeSlackServer:
         self._messages.setdefault(message.channel, []).append(message)
         self._by_ts[(message.channel, message.ts)] = message
 
+    def _file(self, name: str, data: bytes, mimetype: str, duration_ms: int | None) -> Json:
+        file_id = self._next_id("F")
+        self._shared_files[file_id] = data
+        shared: Json = {
+            "id": file_id,
+            "name": name,
+            "mimetype": mimetype,
+            "size": len(data),
+            "url_private": f"{self.http_url}/files-pri/{TEAM_ID}-{file_id}/{name}",
+        }
+        if duration_ms is not None:
+            shared.update(subtype="slack_audio", duration_ms=duration_ms)
+        return shared
+
+    async def _file_download(self, request: Request) -> Response:
+        if request.headers.get("authorization") != f"Bearer {self.bot_token}":
+            return Response("not allowed", status_code=403)
+        file_id = request.path_params["key"].rpartition("-")[2]
+        with self._lock:
+            data = self._shared_files.get(file_id)
+        if data is None:
+            return Response("no such file", status_code=404)
+        return Response(data, media_type="application/octet-stream")
+
     def _user_message(self, channel: str, user: str, text: str, thread_ts: str | None) -> Message:
         if thread_ts is not None:
             thread_ts = self._thread_parent(channel, thread_ts).ts
@@ -1393,6 +1433,9 @@ class FakeSlackServer:
                 {"name": name, "users": [self.bot_user_id], "count": 1}
                 for name in message.reactions
             ]
+        if message.files:
+            data["subtype"] = "file_share"
+            data["files"] = copy.deepcopy(message.files)
         if message.thread_ts:
             data["thread_ts"] = message.thread_ts
             parent = self._by_ts.get((message.channel, message.thread_ts))
