@@ -192,41 +192,22 @@ class MessageHandler:
     async def _hear(self, m: Incoming, audio: dict[str, Any]) -> Heard | None:
         """An audio message transcribed (refused first when too long or large); what was
         heard is said back. ``None``: nothing to hand over (said why)."""
-        voice = self._voice
-        assert voice is not None
-        kind = "voice" if audio.get("voice") else "audio"
-        name = str(audio.get("name") or "voice.ogg")
-        why = voice.refusal(kind, name, audio.get("size"), audio.get("seconds"))
-        if why is not None:
-            await self._sender.say_at(m.place, f"⚠️ {why}")
-            return None
+        assert self._voice is not None
         folder = Path("uploads") / "matrix" / _SAFE.sub("_", m.room_id)[:80]
-        relative = folder / _SAFE.sub("_", f"{m.event_id[1:20]}_{Path(name).name}")[:150]
-        try:
-            answer = await call(self._nio.download(mxc=str(audio["url"])))
-            body = answer.body if isinstance(answer.body, bytes) else b""
-            target = voice.workspace / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(body)
-        except (MatrixError, OSError) as exc:
-            log.warning("downloading %s failed: %s", audio.get("url"), exc)
-            await self._sender.say_at(m.place, f"⚠️ I could not download {name}.")
-            return None
-        attachment = {
-            "path": relative.as_posix(),
-            "name": name,
-            "kind": kind,
-            "mime_type": audio.get("mime") or "audio/ogg",
-            "size": len(body),
-        }
-        heard = await voice.hear([attachment])
-        if heard.quotes:
-            await self._sender.say_at(m.place, heard.quotes)
-        if heard.problems:
-            await self._sender.say_at(m.place, "⚠️ " + " ".join(heard.problems))
-        elif not heard.texts:  # an audio file nobody transcribes: files are not read here
+        heard = await self._voice.fetch([audio], folder, m.event_id[1:20], self._media)
+        for line in heard.said():
+            await self._sender.say_at(m.place, line)
+        if not heard.texts and not heard.problems:  # an audio file nobody transcribes
             await self._sender.say_at(m.place, "⚠️ " + FILES_NOT_READ)
         return heard if heard.texts else None
+
+    async def _media(self, url: str) -> bytes:
+        """A file of the homeserver's media repository (authenticated media)."""
+        try:
+            answer = await call(self._nio.download(mxc=url))
+        except MatrixError as exc:
+            raise OSError(exc.description) from None
+        return answer.body if isinstance(answer.body, bytes) else b""
 
     async def run_command(self, source: str, name: str, argument: str, user: str) -> str | None:
         context = CommandContext(

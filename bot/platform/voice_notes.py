@@ -13,6 +13,8 @@ file, as before.
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
 
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 #: What a person records (``voice``: a voice note) or sends as sound.
 VOICE_KINDS = frozenset({"voice", "audio", "video_note"})
 NOT_SET_UP = (
@@ -40,6 +43,11 @@ class Heard:
     #: The attachments still worth the turn (an untranscribed voice note is not).
     attachments: list[Json] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+
+    def said(self) -> list[str]:
+        """What the person is told: the quoted lines, then the problems in one warning."""
+        lines = [self.quotes] if self.quotes else []
+        return lines + (["⚠️ " + " ".join(self.problems)] if self.problems else [])
 
     @property
     def quotes(self) -> str | None:
@@ -80,6 +88,48 @@ class VoiceNotes:
             mb = self.max_bytes / (1024 * 1024)
             return f"🎤 {name} is too large to transcribe (the limit is {mb:g} MB)."
         return None
+
+    async def fetch(
+        self,
+        files: Sequence[Json],
+        folder: Path,
+        stem: str,
+        download: Callable[[str], Awaitable[bytes]],
+    ) -> Heard:
+        """Audio a platform describes (``url``, ``name``, ``mime``, ``size``, ``seconds``,
+        ``voice``): refused when too long or large, else downloaded into ``folder`` (in the
+        workspace, named after ``stem``) and heard. ``download`` raises ``OSError`` or
+        ``ValueError`` when it cannot."""
+        attachments, problems = [], []
+        for audio in files:
+            kind = "voice" if audio.get("voice") else "audio"
+            name = str(audio.get("name") or "audio")
+            why = self.refusal(kind, name, audio.get("size"), audio.get("seconds"))
+            if why is not None:
+                problems.append(why)
+                continue
+            relative = folder / _SAFE.sub("_", f"{stem}_{Path(name).name}")[:150]
+            try:
+                data = await download(str(audio["url"]))
+                target = self.workspace / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+            except (OSError, ValueError) as exc:
+                log.warning("downloading %s failed: %s", name, exc)
+                problems.append(f"I could not download {name}.")
+                continue
+            attachments.append(
+                {
+                    "path": relative.as_posix(),
+                    "name": name,
+                    "kind": kind,
+                    "mime_type": audio.get("mime") or "audio/ogg",
+                    "size": len(data),
+                }
+            )
+        heard = await self.hear(attachments)
+        heard.problems[:0] = problems
+        return heard
 
     async def hear(self, attachments: list[Json]) -> Heard:
         heard = Heard()

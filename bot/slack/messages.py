@@ -36,7 +36,6 @@ log = logging.getLogger(__name__)
 
 FILES_NOT_READ = "I cannot read files sent on Slack yet; please write what you need as text."
 NOT_PAIRED = "You are not allowed to use this bot; send me a direct message to ask for access."
-_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _COMMAND = re.compile(r"^/([a-z0-9_]{1,32})(?:\s+(.*))?$", re.DOTALL)
 _MAX_NAME = 100
 
@@ -149,39 +148,13 @@ class MessageHandler:
         voice = self._voice
         assert voice is not None
         folder = Path("uploads") / "slack" / m.channel
-        attachments, problems = [], []
-        for audio in m.audio:
-            kind = "voice" if audio.get("voice") else "audio"
-            name = str(audio.get("name") or "audio")
-            why = voice.refusal(kind, name, audio.get("size"), audio.get("seconds"))
-            if why is not None:
-                problems.append(why)
-                continue
-            relative = folder / _SAFE.sub("_", f"{m.ts}_{Path(name).name}")[:150]
-            try:
-                data = await self._download(str(audio["url"]), voice.max_bytes)
-                target = voice.workspace / relative
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
-            except (OSError, ValueError) as exc:
-                log.warning("downloading %s failed: %s", name, exc)
-                problems.append(f"I could not download {name}.")
-                continue
-            attachments.append(
-                {
-                    "path": relative.as_posix(),
-                    "name": name,
-                    "kind": kind,
-                    "mime_type": audio.get("mime"),
-                    "size": len(data),
-                }
-            )
-        heard = await voice.hear(attachments)
-        heard.problems[:0] = problems
-        if heard.quotes:
-            await self._sender.say_at(m.place, heard.quotes)
-        if heard.problems:
-            await self._sender.say_at(m.place, "⚠️ " + " ".join(heard.problems))
+
+        async def download(url: str) -> bytes:
+            return await self._download(url, voice.max_bytes)
+
+        heard = await voice.fetch(m.audio, folder, m.ts, download)
+        for line in heard.said():
+            await self._sender.say_at(m.place, line)
         return heard
 
     async def run_command(self, source: str, name: str, argument: str, user: str) -> str | None:
