@@ -8,7 +8,6 @@ any process (the CLI, another member of a fleet) learns of it by reading one row
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -125,7 +124,7 @@ class ProviderStore:
         return await self._db.run(_all)
 
     async def get(self, name: str) -> Provider | None:
-        return next((p for p in await self.all() if p.name == name), None)
+        return await self._db.run(_get, name)
 
     async def version(self) -> int:
         return await self._db.run(_version)
@@ -146,11 +145,13 @@ def _all(conn: Connection) -> list[Provider]:
     return [_row(row) for row in conn.execute(query)]
 
 
+def _get(conn: Connection, name: str) -> Provider | None:
+    row = conn.execute(sa.select(api_providers).where(api_providers.c.name == name)).first()
+    return None if row is None else _row(row)
+
+
 def _add(conn: Connection, provider: Provider) -> bool:
-    taken = conn.execute(
-        sa.select(api_providers.c.name).where(api_providers.c.name == provider.name)
-    ).first()
-    if taken is not None:
+    if _get(conn, provider.name) is not None:
         return False
     conn.execute(
         api_providers.insert().values(
@@ -167,12 +168,11 @@ def _add(conn: Connection, provider: Provider) -> bool:
 
 
 def _remove(conn: Connection, name: str) -> Provider | None:
-    row = conn.execute(sa.select(api_providers).where(api_providers.c.name == name)).first()
-    if row is None:
-        return None
-    conn.execute(api_providers.delete().where(api_providers.c.name == name))
-    _bump(conn)
-    return _row(row)
+    provider = _get(conn, name)
+    if provider is not None:
+        conn.execute(api_providers.delete().where(api_providers.c.name == name))
+        _bump(conn)
+    return provider
 
 
 def _version(conn: Connection) -> int:
@@ -192,8 +192,3 @@ def _bump(conn: Connection) -> None:
     )
     if updated.rowcount == 0:
         conn.execute(app_settings.insert().values(key=VERSION_KEY, value=version, updated_at=now))
-
-
-def serving(providers: Sequence[Provider], service: str) -> list[Provider]:
-    """The providers that serve ``service``, oldest first."""
-    return [p for p in providers if service in p.serves]

@@ -36,7 +36,7 @@ class Speech(AudioChoice):
 
     def __init__(self, settings: Any, registry: ProviderRegistry | None = None) -> None:
         super().__init__("speech", settings, registry, prefix="speech")
-        self.voice = str(getattr(settings, "speech_voice", "alloy"))
+        self.voice: str = settings.speech_voice
 
 
 def spoken(markdown: str) -> str:
