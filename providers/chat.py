@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import httpx
 
 from engine.bus import SystemEventBus
-from engine.llm.client import OpenAICompatModel
-from engine.llm.registry import ModelRegistry
+from engine.llm import ModelRegistry, OpenAICompatModel
 from providers.registry import ProviderRegistry, follow_providers
 
 __all__ = ["ChatModels"]
