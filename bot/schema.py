@@ -7,12 +7,14 @@ A new layer adds its package here and takes the next free version number.
 
 from __future__ import annotations
 
+from bot.completions.layer import COMPLETIONS
 from bot.webchat.layer import WEBCHAT
 from engine.store import ENGINE, Layer
 from memory.layer import MEMORY
 from providers.layer import PROVIDERS
 
 __all__ = [
+    "COMPLETIONS",
     "DELIVERY",
     "HTTP",
     "LAYERS",
@@ -38,7 +40,8 @@ PLATFORM = Layer("platform", "bot.platform.migrations", "bot.platform.tables")
 HTTP = Layer("http", "bot.http.migrations", "bot.http.tables")
 
 #: the search index and per-session watermarks (``memory/tables.py``): 0013; the API
-#: providers (``providers/tables.py``): 0023
+#: providers (``providers/tables.py``): 0023; the OpenAI-compatible API's conversations
+#: (``bot/completions/tables.py``): 0024
 LAYERS: tuple[Layer, ...] = (
     ENGINE,
     SCHEDULER,
@@ -49,4 +52,5 @@ LAYERS: tuple[Layer, ...] = (
     WEBCHAT,
     MEMORY,
     PROVIDERS,
+    COMPLETIONS,
 )

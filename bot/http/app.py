@@ -35,8 +35,9 @@ from scheduler.events import EventStore
 
 
 class ChatPart(Protocol):
-    """The web chat's part of the app (``bot.webchat.transport.WebChat``, or a stand-in
-    that builds it on first use): its routes, and the token its sign-ins need."""
+    """A chat front end's part of the app (``bot.webchat.transport.WebChat``, or a
+    stand-in that builds it on first use; ``bot.completions.CompletionsApi``): its routes,
+    and the token it is behind."""
 
     @property
     def token(self) -> str | None: ...
@@ -170,6 +171,7 @@ def create_app(
     api: ApiRoutes | None = None,
     web: WebInbox | None = None,
     webchat: ChatPart | None = None,
+    completions: ChatPart | None = None,
     receivers: Sequence[BaseRoute] = (),
     host: str = "127.0.0.1",
 ) -> Starlette:
@@ -181,6 +183,8 @@ def create_app(
         check_api_exposure(host, web.token)
     if webchat is not None:
         check_api_exposure(host, webchat.token)
+    if completions is not None:
+        check_api_exposure(host, completions.token)
     routes: list[BaseRoute] = []
     pages: list[Route] = web.routes() if web is not None else []
     if api is not None:
@@ -188,6 +192,8 @@ def create_app(
     routes.extend(pages)
     if webchat is not None:
         routes.extend(webchat.routes())
+    if completions is not None:  # /v1: the OpenAI-compatible API
+        routes.extend(completions.routes())
     if events is not None:
         routes.append(_route("post_event", events.handle))
     if webhook is not None:

@@ -19,6 +19,8 @@ from starlette.routing import BaseRoute, Route, Router, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 
 from bot.checks.result import Check
+from bot.completions import SOURCE_PREFIX as API_PREFIX
+from bot.completions import CompletionsApi, ExchangeLimits, talkable_agents
 from bot.delivery import OutboundStats
 from bot.http.api import ApiRoutes
 from bot.http.app import EventsEndpoint, Health, TelegramWebhook, create_app
@@ -154,6 +156,17 @@ async def http_server(parts: HttpParts) -> ListeningServer:
         signins = SignIns(parts.engine.store.db, token=token, policy=policy, clock=parts.clock)
         await signins.purge()  # rows of an old token or long expired go at start-up
     webchat = LazyChat(parts.hub, parts.engine.store.db, token, signins, throttle, parts.memory)
+    if parts.hub.relay is not None:  # in a fleet a request follows a turn on any process
+        parts.hub.relay.relay_only(API_PREFIX)
+    agents = talkable_agents(parts.engine.agents)
+    completions = CompletionsApi(
+        parts.hub,
+        parts.engine.store.db,
+        lambda: agents,
+        token=token,
+        throttle=throttle,
+        limits=ExchangeLimits(decision_wait_s=settings.openai_api_decision_wait_seconds),
+    )
     app = create_app(
         webhook=parts.webhook,
         webhook_url=settings.telegram_webhook_url,
@@ -182,6 +195,7 @@ async def http_server(parts: HttpParts) -> ListeningServer:
             providers=parts.providers,
         ),
         webchat=webchat,
+        completions=completions,
         host=settings.http_host,
     )
     config = uvicorn.Config(

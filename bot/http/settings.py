@@ -1,4 +1,5 @@
-"""The HTTP app's variables: where it listens, the API token, how long a sign-in lasts."""
+"""The HTTP app's variables: where it listens, the API token, how long a sign-in lasts,
+how long an OpenAI-compatible request waits for a decision."""
 
 from __future__ import annotations
 
@@ -22,3 +23,6 @@ class HttpSettings(BaseSettings):
     web_session_idle_hours: int = Field(default=12, ge=1, le=24 * 366)
     #: and this long after it began, however much it is used.
     web_session_max_days: int = Field(default=7, ge=1, le=366)
+    #: An OpenAI-compatible request (``/v1``) waits this long for a human's decision on a
+    #: call before its answer ends (the turn goes on; docs/openai-api.md).
+    openai_api_decision_wait_seconds: float = Field(default=300.0, ge=1, le=24 * 3600)

@@ -1,0 +1,243 @@
+"""One request's turn: the user's message given to the hub, and what the client is told
+while the turn runs, as ``Piece``s of the answer's text.
+
+The agent's text streams as it comes. Its tool activity is told in short lines of the
+same text (a client that only speaks chat completions shows them; none of it is ever a
+``tool_calls`` for the client to run), with the event in a field of chathub's own beside
+them. A call that needs a human waits as everywhere (a card in the owner's chats, the
+inbox): the client is told so plainly, kept open by keep-alives while it waits, and told
+again when it waited longer than ``decision_wait_s``; then its answer ends and the turn
+goes on without it: the answer stays in the conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.platform.cards import outcome_line
+from engine.bus import BusClosed, Lagged
+from engine.hub import ChatHub, DecisionMade, SendOptions, SourceEvents
+from engine.session import (
+    ApprovalRequired,
+    Done,
+    Error,
+    Question,
+    TextDelta,
+    ToolCancelled,
+    ToolDone,
+    ToolError,
+    ToolRejected,
+    ToolStart,
+    UserMessage,
+)
+
+__all__ = ["KEEPALIVE", "Exchange", "ExchangeLimits", "Piece", "Turn"]
+
+log = logging.getLogger(__name__)
+
+DECIDE_WHERE = "in the owner's chat or in chathub's inbox (its web page)"
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Text of the answer; ``event``: what the agent did, for chathub's own field."""
+
+    text: str
+    event: dict[str, Any] | None = None
+
+
+#: Nothing to say yet: a keep-alive for the connection.
+KEEPALIVE = Piece("")
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeLimits:
+    #: How long a request waits for a human's decision before its answer ends.
+    decision_wait_s: float = 300.0
+    #: How often a waiting stream is sent a keep-alive.
+    keepalive_s: float = 15.0
+
+
+@dataclass(slots=True)
+class _Turn:
+    """What this request has been told of the turn so far."""
+
+    round_text: str = ""
+    said: bool = False
+    waiting: dict[int, float] = field(default_factory=dict)
+
+
+class Turn:
+    """The turn a request follows; iterate for its pieces, ``close`` when done."""
+
+    def __init__(
+        self, exchange: Exchange, events: SourceEvents, mine: str | None, *, running: bool = True
+    ) -> None:
+        self._exchange = exchange
+        self._events = events
+        self._mine = mine
+        #: Whether there is a turn to follow (``False``: a retried request whose answer
+        #: is already in the conversation).
+        self.running = running
+
+    async def pieces(self) -> AsyncIterator[Piece]:
+        if not self.running:
+            return
+        async for piece in self._exchange.follow(self._events, self._mine):
+            yield piece
+
+    def close(self) -> None:
+        self._events.close()
+
+
+class Exchange:
+    """Runs one request's message through the hub and tells what happens."""
+
+    def __init__(
+        self,
+        hub: ChatHub,
+        limits: ExchangeLimits | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._hub = hub
+        self.limits = limits or ExchangeLimits()
+        self._clock = clock
+
+    async def start(
+        self, source: str, text: str | None, options: SendOptions | None = None
+    ) -> Turn:
+        """``text`` sent in ``source`` (``None``: nothing new to send; the turn that runs
+        is followed). The hub's refusals (``HubError``) are raised here, before anything
+        is told."""
+        events = self._hub.events(source, remote=True)  # before sending: nothing missed
+        try:
+            if text is not None:
+                await self._hub.send_message(source, text, options)
+                return Turn(self, events, text)
+            return Turn(self, events, None, running=await self._hub.is_busy(source))
+        except BaseException:
+            events.close()
+            raise
+
+    async def follow(self, events: SourceEvents, mine: str | None) -> AsyncIterator[Piece]:
+        turn = _Turn()
+        started = mine is None  # a running turn is followed from now
+        while True:
+            try:
+                item = await asyncio.wait_for(events.recv(), self._timeout(turn))
+            except TimeoutError:
+                if self._waited_out(turn):
+                    yield Piece(
+                        _line(
+                            "⏳ Still waiting for a decision; the answer will be in this "
+                            "conversation once it is given."
+                        ),
+                        {"type": "waiting_ended"},
+                    )
+                    return
+                yield KEEPALIVE
+                continue
+            except Lagged as lagged:  # the answer's text is made whole at Done
+                log.info("an API stream fell behind by %d events", lagged.missed)
+                continue
+            except BusClosed:
+                return
+            event = item.event
+            if not started:
+                started = isinstance(event, UserMessage) and event.content == mine
+                continue
+            if isinstance(event, Done):
+                rest = _rest_of(turn, event.content)
+                if rest:
+                    yield Piece(rest)
+                return
+            if isinstance(event, Error):
+                yield Piece(_line(f"⚠️ {event.message}", turn), {"type": "error"})
+                return
+            piece = self._told(turn, event)
+            if piece is not None:
+                turn.said = turn.said or bool(piece.text)
+                yield piece
+
+    def _told(self, turn: _Turn, event: Any) -> Piece | None:
+        match event:
+            case TextDelta(text=text, depth=0):
+                turn.round_text += text
+                return Piece(text)
+            case ToolStart(tool_call_id=call_id, name=name, depth=depth):
+                return self._progress(turn, f"🔧 {name}", "tool_start", call_id, name, depth)
+            case ApprovalRequired(tool_call_id=call_id, name=name, depth=depth):
+                turn.waiting[call_id] = self._clock()
+                line = (
+                    f"⏸ {name} waits for approval: approve or reject it {DECIDE_WHERE}. "
+                    "This answer goes on once it is decided."
+                )
+                return self._progress(turn, line, "approval_required", call_id, name, depth)
+            case Question(request_id=request_id, question=question, depth=depth):
+                turn.waiting[request_id] = self._clock()
+                line = f"❓ {question} (answer it {DECIDE_WHERE})"
+                return self._progress(turn, line, "question", request_id, None, depth)
+            case DecisionMade(tool_call_id=call_id, outcome=outcome, by=by):
+                turn.waiting.pop(call_id, None)
+                verb, suffix = outcome_line(outcome)
+                line = f"{verb} by {by}{suffix}" if by else f"{verb}{suffix}"
+                return self._progress(turn, line, "decided", call_id, None, 0)
+            case ToolRejected(tool_call_id=call_id, name=name, depth=depth):
+                turn.waiting.pop(call_id, None)
+                return self._progress(
+                    turn, f"🚫 {name} not run", "tool_rejected", call_id, name, depth
+                )
+            case (
+                ToolDone(tool_call_id=call_id)
+                | ToolError(tool_call_id=call_id)
+                | ToolCancelled(tool_call_id=call_id)
+            ):
+                turn.waiting.pop(call_id, None)
+        return None
+
+    def _progress(
+        self, turn: _Turn, line: str, kind: str, call_id: int, name: str | None, depth: int
+    ) -> Piece:
+        """A line of its own; the model's next text is a new round."""
+        text = _line(line, turn)
+        turn.round_text = ""
+        event: dict[str, Any] = {"type": kind, "id": call_id, "depth": depth}
+        if name is not None:
+            event["name"] = name
+        return Piece(text, event)
+
+    def _timeout(self, turn: _Turn) -> float:
+        wait = self.limits.keepalive_s
+        if turn.waiting:
+            left = min(turn.waiting.values()) + self.limits.decision_wait_s - self._clock()
+            wait = min(wait, max(left, 0.0))
+        return wait
+
+    def _waited_out(self, turn: _Turn) -> bool:
+        if not turn.waiting:
+            return False
+        return self._clock() - min(turn.waiting.values()) >= self.limits.decision_wait_s
+
+
+def _line(text: str, turn: _Turn | None = None) -> str:
+    """``text`` as a paragraph of its own in the answer."""
+    lead = "\n\n" if turn is not None and turn.said and turn.round_text else ""
+    return f"{lead}{text}\n\n"
+
+
+def _rest_of(turn: _Turn, answer: str) -> str:
+    """What the client must still be sent for the answer to be whole: the tail the stream
+    has not carried (nothing when the deltas were the answer)."""
+    if turn.round_text == answer:
+        return ""
+    if answer.startswith(turn.round_text):
+        return answer[len(turn.round_text) :]
+    if not answer:
+        return ""
+    return ("\n\n" if turn.said else "") + answer

@@ -1,0 +1,222 @@
+"""OpenAI's chat completions format: the request as pydantic models, the answers and the
+error shape as OpenAI's clients read them (``openai`` for Python, Open WebUI, LibreChat).
+
+Parameters the agent does not take from a client are accepted and ignored (the agent's
+model, sampling and tools are chathub's: ``temperature``, ``max_tokens``, ``tools`` …);
+those whose meaning cannot be honoured are refused (``n`` above 1). docs/openai-api.md
+lists both.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from bot.http.models import SafeJSONResponse
+
+__all__ = [
+    "ROLES",
+    "ApiError",
+    "ChatMessage",
+    "CompletionRequest",
+    "ErrorDetail",
+    "OpenAIErrorBody",
+    "chunk",
+    "completion",
+    "completion_id",
+    "model_list",
+    "parse_request",
+]
+
+#: The roles of OpenAI's chat format; another is refused.
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+MAX_MESSAGES = 10_000
+MAX_NAME_CHARS = 200
+
+
+class ApiError(Exception):
+    """A refusal in OpenAI's error shape: ``status``, one sentence, its ``type`` and ``code``."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.kind = kind
+        self.param = param
+        self.headers = headers or {}
+
+    def response(self) -> SafeJSONResponse:
+        body = {
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+        return SafeJSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class OpenAIErrorBody(BaseModel):
+    """Every refusal of ``/v1``, in OpenAI's shape."""
+
+    error: ErrorDetail
+
+
+class ChatMessage(BaseModel):
+    """One message of the request. ``content`` is text, or a list of parts of which the
+    text ones are taken (``{"type": "text", "text": ...}``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        """The message's text; a part that is not text is refused (``ApiError``)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        texts = []
+        for part in self.content:
+            kind = part.get("type")
+            if kind == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif kind in ("image_url", "input_image", "image"):
+                raise ApiError(
+                    400,
+                    "Images are not taken here yet; describe the image in text, or send it in "
+                    "a chat (Telegram, the web chat).",
+                    param="messages",
+                    code="unsupported_content",
+                )
+            else:
+                raise ApiError(
+                    400,
+                    f"A content part of type {_shown(kind)} is not taken; send text parts.",
+                    param="messages",
+                    code="unsupported_content",
+                )
+        return "\n".join(texts)
+
+
+class CompletionRequest(BaseModel):
+    """``POST /v1/chat/completions``'s body (what chathub reads of it)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1, max_length=64)
+    messages: list[ChatMessage] = Field(max_length=MAX_MESSAGES)
+    stream: bool = False
+    user: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    n: int | None = Field(default=None, ge=1)
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, value: int | None) -> int | None:
+        if value is not None and value > 1:
+            raise ValueError("only one choice is made: n must be 1")
+        return value
+
+
+def parse_request(data: Any) -> CompletionRequest:
+    """The body as a ``CompletionRequest``; ``ApiError(400)`` naming the first bad field."""
+    if not isinstance(data, dict):
+        raise ApiError(400, "The body must be a JSON object.")
+    try:
+        request = CompletionRequest.model_validate(data)
+    except ValidationError as invalid:
+        first = invalid.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise ApiError(400, f"{where}: {message}.", param=where) from None
+    if not request.messages:
+        raise ApiError(400, "messages: at least one message is needed.", param="messages")
+    return request
+
+
+def completion_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+def completion(
+    ident: str, created: int, model: str, content: str, conversation: str
+) -> dict[str, Any]:
+    """A whole answer (``stream`` false). Tokens are not counted for a client: usage is 0."""
+    return {
+        "id": ident,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content, "refusal": None},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "chathub": {"conversation": conversation},
+    }
+
+
+def chunk(
+    ident: str,
+    created: int,
+    model: str,
+    delta: dict[str, Any],
+    finish_reason: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One streamed piece (``stream`` true); ``extra``: chathub's own field, which OpenAI's
+    clients ignore (what the agent does, for a client that wants it)."""
+    body: dict[str, Any] = {
+        "id": ident,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+    }
+    if extra:
+        body["chathub"] = extra
+    return body
+
+
+def model_list(agents: list[str], created: int | None = None) -> dict[str, Any]:
+    stamp = int(time.time()) if created is None else created
+    return {
+        "object": "list",
+        "data": [
+            {"id": agent, "object": "model", "created": stamp, "owned_by": "chathub"}
+            for agent in agents
+        ],
+    }
+
+
+def _shown(kind: Any) -> str:
+    if isinstance(kind, str) and kind.isidentifier() and len(kind) <= 40:
+        return f"'{kind}'"
+    return "unknown"

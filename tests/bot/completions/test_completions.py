@@ -1,0 +1,349 @@
+"""The agent through the official ``openai`` client: models, completions whole and
+streamed, wrong keys, conversations continued by name and by history, approvals that wait
+for the inbox, a client that goes away."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import openai
+import pytest
+
+from bot.completions import ExchangeLimits
+from tests.bot.completions.conftest import GUARD_S, V1Server, until, user_messages
+from tests.fakes.openai_server import FakeOpenAIServer
+
+WRITE = ("w1", "write_file", {"path": "note.txt", "content": "hi\n"})
+
+
+async def idle(v1: V1Server, source: str) -> bool:
+    return await v1.hub.current_session(source) is not None and not await v1.hub.is_busy(source)
+
+
+async def answered(v1: V1Server, source: str) -> bool:
+    return bool(await v1.api.last_answer(source)) and not await v1.hub.is_busy(source)
+
+
+async def test_models_are_the_agents_one_may_talk_to(v1: V1Server):
+    async with v1.client() as client:
+        listed = await client.models.list()
+    ids = [model.id for model in listed.data]
+    assert ids[0] == "main"
+    assert all(model.object == "model" for model in listed.data)
+
+
+async def test_a_completion_carries_the_agents_answer(v1: V1Server, fake_openai: FakeOpenAIServer):
+    fake_openai.reply_text("Hello from the agent.")
+    async with v1.client() as client:
+        answer = await client.chat.completions.create(
+            model="main", messages=[{"role": "user", "content": "  hi *there*\n"}]
+        )
+    assert answer.choices[0].message.content == "Hello from the agent."
+    assert answer.choices[0].finish_reason == "stop"
+    assert answer.object == "chat.completion"
+    assert user_messages(fake_openai.requests[-1])[-1] == "  hi *there*\n"  # unchanged
+
+
+async def test_a_streamed_completion_ends_with_stop_then_done(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    fake_openai.reply_text("One two three four.")
+    async with v1.client() as client:
+        stream = await client.chat.completions.create(
+            model="main", messages=[{"role": "user", "content": "count"}], stream=True
+        )
+        chunks = [piece async for piece in stream]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert text == "One two three four."
+    assert len(chunks) > 2  # streamed, not one piece
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
+    async with (
+        v1.http() as http,
+        http.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={"model": "main", "stream": True, "messages": [{"role": "user", "content": "x"}]},
+        ) as raw,
+    ):
+        fake_openai.reply_text("ok")
+        lines = [line async for line in raw.aiter_lines() if line]
+    assert raw.headers["content-type"].startswith("text/event-stream")
+    assert lines[-1] == "data: [DONE]"
+    assert json.loads(lines[-2].removeprefix("data: "))["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_a_wrong_or_missing_key_is_401_and_never_reaches_the_model(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    async with v1.client(key="wrong") as client:
+        with pytest.raises(openai.AuthenticationError) as refused:
+            await client.chat.completions.create(
+                model="main", messages=[{"role": "user", "content": "hi"}]
+            )
+        with pytest.raises(openai.AuthenticationError):
+            await client.models.list()
+    assert refused.value.code == "invalid_api_key"
+    async with httpx.AsyncClient(base_url=v1.base) as http:
+        bare = await http.post("/v1/chat/completions", json={})
+        elsewhere = await http.get("/v1/anything")
+    assert bare.status_code == elsewhere.status_code == 401
+    assert bare.json()["error"]["code"] == "invalid_api_key"
+    assert fake_openai.requests == []
+
+
+async def test_wrong_keys_are_throttled_with_the_rest_of_the_api(v1: V1Server):
+    async with httpx.AsyncClient(base_url=v1.base) as http:
+        statuses = []
+        for _ in range(12):
+            answer = await http.get("/v1/models", headers={"Authorization": "Bearer nope"})
+            statuses.append(answer.status_code)
+        api = await http.get("/api/inbox", headers={"Authorization": "Bearer nope"})
+    assert statuses[0] == 401 and statuses[-1] == 429
+    assert answer.json()["error"]["code"] == "rate_limit_exceeded"
+    assert int(answer.headers["retry-after"]) > 0
+    assert api.status_code == 429  # one count for the API and /v1
+
+
+async def test_a_conversation_named_by_user_continues_and_adds_nothing_twice(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    fake_openai.reply_text("First answer.")
+    fake_openai.reply_text("Second answer.")
+    fake_openai.reply_text("Third answer.")
+    async with v1.client() as client:
+        first = await client.chat.completions.create(
+            model="main", user="alice", messages=[{"role": "user", "content": "one"}]
+        )
+        # only its new message
+        await client.chat.completions.create(
+            model="main", user="alice", messages=[{"role": "user", "content": "two"}]
+        )
+        # the whole history, as Open WebUI sends it
+        await client.chat.completions.create(
+            model="main",
+            user="alice",
+            messages=[
+                {"role": "user", "content": "one"},
+                {"role": "assistant", "content": first.choices[0].message.content},
+                {"role": "user", "content": "two"},
+                {"role": "assistant", "content": "Second answer."},
+                {"role": "user", "content": "three"},
+            ],
+        )
+    assert user_messages(fake_openai.requests[-1]) == ["one", "two", "three"]
+    assistant = [
+        m["content"] for m in fake_openai.requests[-1]["messages"] if m["role"] == "assistant"
+    ]
+    assert assistant == ["First answer.", "Second answer."]
+
+
+async def test_different_names_never_share_history(v1: V1Server, fake_openai: FakeOpenAIServer):
+    fake_openai.reply_text("A.")
+    fake_openai.reply_text("B.")
+    async with v1.client() as client:
+        await client.chat.completions.create(
+            model="main", user="alice", messages=[{"role": "user", "content": "secret of alice"}]
+        )
+        await client.chat.completions.create(
+            model="main",
+            messages=[{"role": "user", "content": "who am I"}],
+            extra_headers={"X-Chathub-Conversation": "bob"},
+        )
+    assert user_messages(fake_openai.requests[-1]) == ["who am I"]
+
+
+async def test_a_history_without_a_name_continues_the_conversation_it_came_from(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    fake_openai.reply_text("Paris.")
+    fake_openai.reply_text("About 2 million.")
+    fake_openai.reply_text("Hi.")
+    async with v1.client() as client:
+        await client.chat.completions.create(
+            model="main", messages=[{"role": "user", "content": "capital of France?"}]
+        )
+        await client.chat.completions.create(
+            model="main",
+            messages=[
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "capital of France?"},
+                {"role": "assistant", "content": "Paris."},
+                {"role": "user", "content": "population?"},
+            ],
+        )
+        # a first message elsewhere is a conversation of its own
+        await client.chat.completions.create(
+            model="main", messages=[{"role": "user", "content": "hello"}]
+        )
+    second = fake_openai.requests[1]
+    assert user_messages(second) == ["capital of France?", "population?"]
+    assert "Be brief." in json.dumps(second["messages"])  # the client's instructions
+    assert user_messages(fake_openai.requests[2]) == ["hello"]
+
+
+async def test_a_carried_history_the_conversation_never_held_is_given_as_context(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    fake_openai.reply_text("Noted.")
+    async with v1.client() as client:
+        await client.chat.completions.create(
+            model="main",
+            messages=[
+                {"role": "user", "content": "my name is Zoe"},
+                {"role": "assistant", "content": "Hello Zoe."},
+                {"role": "user", "content": "what is my name?"},
+            ],
+        )
+    request = fake_openai.requests[-1]
+    assert user_messages(request) == ["what is my name?"]
+    assert "my name is Zoe" in json.dumps(request["messages"])
+
+
+async def test_tool_activity_and_an_approval_decided_through_the_inbox_api(
+    v1: V1Server, fake_openai: FakeOpenAIServer, tmp_path
+):
+    fake_openai.reply_tool_calls(WRITE)
+    fake_openai.reply_text("Wrote note.txt.")
+    async with v1.client() as client:
+        stream = await client.chat.completions.create(
+            model="main",
+            user="writer",
+            messages=[{"role": "user", "content": "write note.txt"}],
+            stream=True,
+        )
+        seen: list[str] = []
+        async for piece in stream:
+            seen.append(piece.choices[0].delta.content or "")
+            if "waits for approval" in seen[-1]:
+                break
+        async with v1.http() as http:
+            inbox = (await http.get("/api/inbox")).json()
+            call = inbox["approvals"][0]
+            assert call["tool"] == "write_file" and "note.txt" in json.dumps(call["arguments"])
+            decided = await http.post(
+                f"/api/inbox/approvals/{call['tool_call_id']}/resolve", json={"action": "approve"}
+            )
+            assert decided.status_code == 200, decided.text
+        rest = [piece async for piece in stream]
+    text = "".join(seen) + "".join(p.choices[0].delta.content or "" for p in rest)
+    assert "write_file" in text and "Approved by" in text
+    assert text.endswith("Wrote note.txt.")
+    assert rest[-1].choices[0].finish_reason == "stop"
+    assert not any(p.choices[0].delta.tool_calls for p in rest)  # never for the client to run
+    assert (tmp_path / "workspace" / "note.txt").read_text() == "hi\n"
+
+
+async def test_a_non_streaming_request_waits_for_the_decision_too(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    fake_openai.reply_tool_calls(WRITE)
+    fake_openai.reply_text("Done writing.")
+    async with v1.client() as client:
+        asked = asyncio.create_task(
+            client.chat.completions.create(
+                model="main", messages=[{"role": "user", "content": "write it"}]
+            )
+        )
+        async with v1.http() as http:
+
+            async def approvals_listed() -> list:
+                return (await http.get("/api/inbox")).json()["approvals"]
+
+            approvals = await until(approvals_listed)
+            assert not asked.done()
+            await http.post(
+                f"/api/inbox/approvals/{approvals[0]['tool_call_id']}/resolve",
+                json={"action": "reject", "note": "not now"},
+            )
+        answer = await asyncio.wait_for(asked, GUARD_S)
+    assert answer.choices[0].message.content.endswith("Done writing.")
+    assert "Rejected by" in answer.choices[0].message.content
+
+
+async def test_a_wait_for_a_decision_ends_after_the_limit_and_the_turn_goes_on(
+    make_v1, fake_openai: FakeOpenAIServer
+):
+    v1 = await make_v1(limits=ExchangeLimits(decision_wait_s=0.2, keepalive_s=0.05))
+    fake_openai.reply_tool_calls(WRITE)
+    fake_openai.reply_text("Finally written.")
+    async with v1.http() as http:
+        async with http.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={
+                "model": "main",
+                "user": "patient",
+                "stream": True,
+                "messages": [{"role": "user", "content": "write"}],
+            },
+        ) as raw:
+            lines = [line async for line in raw.aiter_lines() if line]
+        assert ": keep-alive" in lines
+        assert lines[-1] == "data: [DONE]"
+        told = "".join(
+            json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+            for line in lines
+            if line.startswith("data: {")
+        )
+        assert "Still waiting for a decision" in told
+        approvals = (await http.get("/api/inbox")).json()["approvals"]
+        assert len(approvals) == 1  # still waiting, as everywhere
+        await http.post(
+            f"/api/inbox/approvals/{approvals[0]['tool_call_id']}/resolve",
+            json={"action": "approve"},
+        )
+    await until(lambda: idle(v1, "api:1"))
+    async with v1.client() as client:  # the answer stayed in the conversation
+        again = await client.chat.completions.create(
+            model="main", user="patient", messages=[{"role": "user", "content": "write"}]
+        )
+    assert again.choices[0].message.content == "Finally written."
+
+
+async def test_a_client_that_goes_away_does_not_stop_the_turn(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    fake_openai.reply_text("A long answer " * 50, delay_s=0.3)
+    async with (
+        v1.http() as http,
+        http.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={
+                "model": "main",
+                "user": "leaver",
+                "stream": True,
+                "messages": [{"role": "user", "content": "tell me"}],
+            },
+        ) as raw,
+    ):
+        async for line in raw.aiter_lines():
+            if line.startswith("data: "):
+                break  # the first chunk, then gone
+    source = "api:1"
+    await until(lambda: answered(v1, source))
+    session = await v1.hub.current_session(source)
+    assert session is not None
+    answer = await v1.api.last_answer(source)
+    assert answer.startswith("A long answer")
+
+
+async def test_a_hundred_conversations_at_once(v1: V1Server, fake_openai: FakeOpenAIServer):
+    fake_openai.echo = True
+    async with v1.client() as client:
+
+        async def talk(number: int) -> str:
+            answer = await client.chat.completions.create(
+                model="main",
+                user=f"person-{number}",
+                messages=[{"role": "user", "content": f"number {number}"}],
+            )
+            return answer.choices[0].message.content or ""
+
+        answers = await asyncio.wait_for(
+            asyncio.gather(*(talk(n) for n in range(100))), 4 * GUARD_S
+        )
+    assert answers == [f"echo: number {n}" for n in range(100)]
