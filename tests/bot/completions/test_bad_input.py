@@ -1,0 +1,169 @@
+"""What ``/v1`` refuses, in OpenAI's error shape, before anything reaches the model; and
+what it takes although it is odd (content parts, parameters it ignores)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import httpx
+import openai
+import pytest
+
+from tests.bot.completions.conftest import GUARD_S, V1Server, until, user_messages
+from tests.fakes.openai_server import FakeOpenAIServer
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+async def post(v1: V1Server, body: object, **kwargs) -> httpx.Response:
+    async with v1.http() as http:
+        return await http.post("/v1/chat/completions", json=body, **kwargs)
+
+
+def refused(answer: httpx.Response, status: int, code: str | None = None) -> str:
+    assert answer.status_code == status, answer.text
+    error = answer.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert "Error" not in error["message"] and "Traceback" not in error["message"]
+    if code is not None:
+        assert error["code"] == code
+    return error["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ({"model": "main", "messages": []}, "at least one message"),
+        ({"model": "main"}, "messages"),
+        ({"model": "main", "messages": [{"role": "user", "content": "   "}]}, "empty"),
+        ({"model": "main", "messages": [{"role": "wizard", "content": "hi"}]}, "role"),
+        ({"model": "main", "messages": [{"role": "assistant", "content": "hi"}]}, "user's"),
+        ({"model": "main", "messages": HI, "n": 2}, "n must be 1"),
+        ({"model": "main", "messages": HI, "stream": "maybe"}, "stream"),
+        ({"model": "", "messages": HI}, "model"),
+        (["not", "an", "object"], "JSON object"),
+        ({"model": "main", "messages": [{"role": "user", "content": 42}]}, "content"),
+    ],
+)
+async def test_a_malformed_request_is_400_and_reaches_no_model(
+    v1: V1Server, fake_openai: FakeOpenAIServer, body: object, said: str
+):
+    message = refused(await post(v1, body), 400)
+    assert said in message
+    assert fake_openai.requests == []
+
+
+async def test_a_model_that_is_not_an_agent_is_404_model_not_found(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    async with v1.client() as client:
+        with pytest.raises(openai.NotFoundError) as missing:
+            await client.chat.completions.create(model="gpt-4o", messages=HI)
+    assert missing.value.code == "model_not_found"
+    assert "main" in str(missing.value)
+    assert fake_openai.requests == []
+
+
+async def test_a_body_over_the_limit_is_413(v1: V1Server, fake_openai: FakeOpenAIServer):
+    big = {"model": "main", "messages": [{"role": "user", "content": "x" * (2 * 1024 * 1024)}]}
+    refused(await post(v1, big), 413, "request_too_large")
+    reader, writer = await asyncio.open_connection("127.0.0.1", v1.port)
+    writer.write(  # the body is never sent: refused from its content-length alone
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+        b"authorization: Bearer " + v1.api.token.encode() + b"\r\n"
+        b"content-length: 3145728\r\n\r\n"
+    )
+    head = await asyncio.wait_for(reader.read(200), GUARD_S)
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 413")
+    assert fake_openai.requests == []
+
+
+async def test_json_that_is_not_json_is_400(v1: V1Server):
+    async with v1.http() as http:
+        for raw in (b"{", b"NaN", b'{"model": 1e400}', b"[" * 100_000):
+            answer = await http.post(
+                "/v1/chat/completions", content=raw, headers={"content-type": "application/json"}
+            )
+            refused(answer, 400)
+
+
+async def test_text_parts_are_taken_and_an_image_is_refused_clearly(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    fake_openai.reply_text("Read both parts.")
+    parts = [{"type": "text", "text": "first part"}, {"type": "text", "text": "second part"}]
+    async with v1.client() as client:
+        answer = await client.chat.completions.create(
+            model="main", messages=[{"role": "user", "content": parts}]
+        )
+    assert answer.choices[0].message.content == "Read both parts."
+    assert user_messages(fake_openai.requests[-1]) == ["first part\nsecond part"]
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    body = {"model": "main", "messages": [{"role": "user", "content": [image]}]}
+    assert "Images are not taken" in refused(await post(v1, body), 400, "unsupported_content")
+    body["messages"][0]["content"] = [{"type": "input_audio", "input_audio": {}}]
+    assert "input_audio" in refused(await post(v1, body), 400, "unsupported_content")
+
+
+async def test_parameters_for_a_model_are_ignored(v1: V1Server, fake_openai: FakeOpenAIServer):
+    """The agent's model, sampling and tools are chathub's (docs/openai-api.md)."""
+    fake_openai.reply_text("Still me.")
+    async with v1.client() as client:
+        answer = await client.chat.completions.create(
+            model="main",
+            messages=HI,
+            temperature=1.7,
+            max_tokens=5,
+            top_p=0.1,
+            stop=["x"],
+            n=1,
+            tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+            response_format={"type": "json_object"},
+            stream_options=None,
+        )
+    assert answer.choices[0].message.content == "Still me."
+    sent = fake_openai.requests[-1]
+    assert sent.get("temperature") != 1.7
+    assert "f" not in [t["function"]["name"] for t in sent.get("tools", [])]
+
+
+async def test_unknown_routes_and_methods_under_v1(v1: V1Server):
+    async with v1.http() as http:
+        refused(await http.get("/v1/embeddings"), 404, "unknown_url")
+        wrong = await http.get("/v1/chat/completions")
+        refused(wrong, 405, "method_not_allowed")
+        assert wrong.headers["allow"] == "POST"
+
+
+async def test_a_conversation_name_that_is_not_printable_is_refused(v1: V1Server):
+    body = {"model": "main", "messages": HI, "user": "a\x00b"}
+    refused(await post(v1, body), 400)
+
+
+async def test_a_stream_whose_client_reads_nothing_is_bounded_and_the_turn_ends(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """The answer is large and the client never reads: the server's writes wait on the
+    socket (flow control), its buffer of the turn's events is bounded (it lags), and the
+    turn still ends with its answer in the conversation."""
+    answer = "word " * 20_000  # 100 KB in 20,000 deltas: about 4 MB of events
+    fake_openai.reply_text(answer)
+    body = json.dumps({"model": "main", "user": "silent", "stream": True, "messages": HI}).encode()
+    with socket.create_connection(("127.0.0.1", v1.port)) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+            b"authorization: Bearer " + v1.api.token.encode() + b"\r\n"
+            b"content-type: application/json\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+
+        async def ended() -> bool:
+            said = await v1.api.last_answer("api:1")
+            return bool(said) and not await v1.hub.is_busy("api:1")
+
+        await until(ended, 3 * GUARD_S)
+    assert (await v1.api.last_answer("api:1")).strip() == answer.strip()
