@@ -20,9 +20,11 @@ from bot.http.models import SafeJSONResponse
 __all__ = [
     "ROLES",
     "ApiError",
+    "ChatCompletion",
     "ChatMessage",
     "CompletionRequest",
     "ErrorDetail",
+    "ModelList",
     "OpenAIErrorBody",
     "chunk",
     "completion",
@@ -220,3 +222,53 @@ def _shown(kind: Any) -> str:
     if isinstance(kind, str) and kind.isidentifier() and len(kind) <= 40:
         return f"'{kind}'"
     return "unknown"
+
+
+# -- the answers, as the OpenAPI document describes them ---------------------------------------
+
+
+class ModelItem(BaseModel):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    """``GET /v1/models``: the agents one may talk to."""
+
+    object: Literal["list"]
+    data: list[ModelItem]
+
+
+class AnswerMessage(BaseModel):
+    role: Literal["assistant"]
+    content: str
+    refusal: None = None
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    message: AnswerMessage
+    logprobs: None = None
+    finish_reason: Literal["stop"]
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatCompletion(BaseModel):
+    """``POST /v1/chat/completions`` with ``stream`` false (true: ``text/event-stream`` of
+    ``chat.completion.chunk`` objects, then ``data: [DONE]``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage

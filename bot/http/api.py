@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from bot.completions import ChatCompletion, CompletionRequest, ModelList, OpenAIErrorBody
 from bot.delivery import OutboundStats
 from bot.fleet.receiver import RECEIVER_LEASE
 from bot.http.credentials import has_token
@@ -111,7 +112,8 @@ class Operation:
     """One documented operation: its route, body, query string and answers.
 
     ``served_by`` says who handles it: ``api`` (a method of ``ApiRoutes`` named ``name``),
-    ``events`` (``EventsEndpoint``) or ``health`` (``create_app``'s ``/healthz``). The
+    ``events`` (``EventsEndpoint``), ``health`` (``create_app``'s ``/healthz``) or
+    ``openai`` (``bot.completions.CompletionsApi``, the OpenAI-compatible ``/v1``). The
     routes and the OpenAPI document are both built from ``OPERATIONS``.
     """
 
@@ -125,8 +127,12 @@ class Operation:
     body: type[BaseModel] | None = None
     body_required: bool = True
     query: type[BaseModel] | None = None
-    served_by: Literal["api", "events", "health"] = "api"
+    served_by: Literal["api", "events", "health", "openai"] = "api"
     secured: bool = True
+    #: What a refusal looks like (``/v1`` answers in OpenAI's error shape).
+    error_body: type[BaseModel] = ErrorBody
+    #: The answer may also be ``text/event-stream`` (a streamed completion).
+    streams: bool = False
 
     @property
     def document_path(self) -> str:
@@ -198,6 +204,14 @@ OPERATIONS = (
     Operation("/api/health/details", "GET", "health_details",
               "Every check of chathub doctor, one per part (a report under 30 s old is reused)",
               answer=HealthDetailsReport, query=HealthDetailsQuery, errors=(401, 422, 503)),
+    Operation("/v1/models", "GET", "list_models",
+              "OpenAI-compatible: the agents one may talk to (their ids are the models)",
+              answer=ModelList, errors=(401,), served_by="openai", error_body=OpenAIErrorBody),
+    Operation("/v1/chat/completions", "POST", "create_chat_completion",
+              "OpenAI-compatible: the request's new user message to the agent in a durable "
+              "conversation, and its answer (stream: server-sent chunks, then [DONE])",
+              answer=ChatCompletion, body=CompletionRequest, errors=(400, 401, 404, 413),
+              served_by="openai", error_body=OpenAIErrorBody, streams=True),
     Operation("/healthz", "GET", "healthz", "Liveness (no token); 503 with the same report",
               answer=HealthReport, errors=(), served_by="health", secured=False),
 )  # fmt: skip
@@ -553,9 +567,13 @@ def _operation(spec: Operation, schemas: dict[str, Any]) -> dict[str, Any]:
     }
     if not spec.secured:
         described["security"] = []
-    throttled = (429,) if spec.served_by == "api" and spec.secured else ()
+    throttled = (429,) if spec.served_by in ("api", "openai") and spec.secured else ()
     for code in (*spec.errors, *throttled):
-        described["responses"][str(code)] = _response(code, ErrorBody, schemas)
+        described["responses"][str(code)] = _response(code, spec.error_body, schemas)
+    if spec.streams:
+        described["responses"][str(spec.status)]["content"]["text/event-stream"] = {
+            "schema": {"type": "string"}
+        }
     if spec.served_by == "health":  # unhealthy: the same report
         described["responses"]["503"] = _response(503, spec.answer, schemas)
     parameters = [
@@ -594,6 +612,7 @@ _STATUS_TEXT = {
     200: "OK",
     201: "Stored",
     202: "Accepted",
+    400: "Invalid request (OpenAI's invalid_request_error)",
     401: "Missing or wrong bearer token",
     404: "Not found",
     409: "Conflict (already resolved, or nothing to do)",

@@ -34,6 +34,7 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.python import asgi
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from bot.completions import CompletionsApi, talkable_agents
 from bot.http.api import ApiRoutes
 from bot.http.app import EventsEndpoint, create_app
 from bot.http.health_details import HealthDetails, service_checks
@@ -62,11 +63,20 @@ MODES = (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
 #: An unknown query parameter is ignored, not refused (the document cannot say so): invalid
 #: query strings of ``GET /api/sessions`` and ``/api/health/details`` are bad values, not
 #: extra names.
+#: A request the schema allows may still be refused by ``/v1/chat/completions`` with 400 (a
+#: last message that is not the user's or is blank, a content part that is not text: rules a
+#: JSON schema cannot state), or 404 for a model that is not an agent.
 CONFIG = SchemathesisConfig.from_dict(
     {
         "operations": [
-            {"include-path": path, "generation": {"allow-extra-parameters": False}}
-            for path in ("/api/sessions", "/api/health/details")
+            *(
+                {"include-path": path, "generation": {"allow-extra-parameters": False}}
+                for path in ("/api/sessions", "/api/health/details")
+            ),
+            {
+                "include-path": "/v1/chat/completions",
+                "checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", 400, 404]}},
+            },
         ]
     }
 )
@@ -157,7 +167,11 @@ class FuzzedService:
         await providers.add(  # a name the fuzzer may find; nothing listens at its URL
             Provider.checked("a", "http://127.0.0.1:9/v1", "sk-fuzz", "transcription", "m")
         )
+        completions = CompletionsApi(
+            hub, engine.store.db, lambda: talkable_agents(engine.agents), token=TOKEN
+        )
         return create_app(
+            completions=completions,
             api=ApiRoutes(
                 Operations(engine, hub, scheduler),
                 token=TOKEN,
@@ -205,7 +219,7 @@ def test_no_request_gets_a_server_error_and_every_answer_is_documented(
     started = time.monotonic()
     checked = operations(api_schema)
     # An empty document would make this pass vacuously.
-    assert len(checked) == 25, " | ".join(operation.label for operation in checked)
+    assert len(checked) == 27, " | ".join(operation.label for operation in checked)
     runs = [(operation, mode) for operation in checked for mode in _modes(operation)]
     # An operation without inputs has one request to make; the others share the count.
     with_inputs = sum(1 for operation, _ in runs if _has_inputs(operation))
