@@ -1,11 +1,13 @@
 """Which chathub conversation a request continues, and which of its messages are new.
 
-A conversation is the hub source ``api:<id>``. Its row keeps ``held``: the digests of the
-messages the client has seen in it (the user's, and each answer exactly as it was sent),
-and ``head``, the digest of that list. A request's dialog (its messages but the system
-ones) is compared with ``held``: the longest common beginning is what the conversation
-has already taken; the rest is new. So a client that sends the whole history every time
-adds nothing twice, and one that sends only its last message adds just that.
+A conversation is the hub source ``api:<id>``. What the client has seen in it (the user's
+messages, and each answer exactly as it was sent) is kept as a chain of digests: the
+head after each message (``api_conversation_heads``), the last one and the count on the
+conversation's row. A request's dialog (its messages but the system ones) is chained the
+same way; the longest beginning whose head the conversation has is what it has already
+taken; the rest is new. So a client that sends the whole history every time adds nothing
+twice, and one that sends only its last message adds just that. One indexed query finds
+it, however long the conversation.
 
 Finding the conversation:
 
@@ -20,6 +22,7 @@ Finding the conversation:
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,31 +31,38 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from bot.completions.layer import SOURCE_PREFIX
+from bot.completions.tables import api_conversation_heads as heads_table
 from bot.completions.tables import api_conversations as c
-from engine.store import Database, insert_for, utcnow
+from engine.store import Database, PerDialect, Prepared, insert_for, quick_unit, utcnow
 
-__all__ = ["Conversation", "ConversationMap", "digest", "head_of", "taken_count"]
+__all__ = [
+    "ROOT",
+    "Conversation",
+    "ConversationMap",
+    "StaleConversation",
+    "chain",
+    "digest",
+]
+
+#: The head of a conversation that holds nothing yet.
+ROOT = hashlib.sha256(b"chathub api conversation").hexdigest()
 
 
 def digest(role: str, text: str) -> str:
     """One message as the conversation remembers it: its role and its text, with line
     ends and surrounding spaces as clients tend to change them."""
     normal = text.replace("\r\n", "\n").strip()
-    return hashlib.sha256(f"{role}\0{normal}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return hashlib.sha256(f"{role}\0{normal}".encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def head_of(held: Sequence[str]) -> str:
-    return hashlib.sha256("|".join(held).encode()).hexdigest()
-
-
-def taken_count(held: Sequence[str], dialog: Sequence[str]) -> int:
-    """How many of the dialog's first messages the conversation holds already."""
-    count = 0
-    for mine, theirs in zip(held, dialog, strict=False):
-        if mine != theirs:
-            break
-        count += 1
-    return count
+def chain(digests: Sequence[str], start: str = ROOT) -> list[str]:
+    """The head after each of ``digests``, chained on ``start``."""
+    heads = []
+    head = start
+    for one in digests:
+        head = hashlib.sha256(f"{head}|{one}".encode()).hexdigest()
+        heads.append(head)
+    return heads
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,99 +70,273 @@ class Conversation:
     id: int
     agent: str
     name: str | None
-    held: tuple[str, ...]
+    head: str
+    length: int
 
     @property
     def source(self) -> str:
         return f"{SOURCE_PREFIX}{self.id}"
 
 
-class ConversationMap:
-    """The conversations in ``api_conversations``."""
+class StaleConversation(Exception):
+    """The conversation moved on since it was read (another process of a fleet took a
+    message of it): the unit of work that would hold more rolls back."""
 
-    def __init__(self, db: Database, *, clock: Callable[[], datetime] = utcnow) -> None:
+
+class ConversationMap:
+    """The conversations in ``api_conversations``, the ones this process used last kept
+    in memory: a request of a conversation it knows reads nothing before its message is
+    stored. What it knows is checked in the transaction that stores the message (the
+    conversation's head is still the one read), so another process's change is found
+    there (``StaleConversation``) and never overwritten."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        remembered: int = 10_000,
+    ) -> None:
         self._db = db
         self._clock = clock
+        self._remembered = remembered
+        self._by_name: OrderedDict[tuple[str, str], Conversation] = OrderedDict()
+        self._by_head: OrderedDict[tuple[str, str], Conversation] = OrderedDict()
 
-    async def find(self, agent: str, name: str | None, history: Sequence[str]) -> Conversation:
-        """The conversation a request continues (made when there is none): by ``name``,
-        else the unnamed one whose held messages are ``history`` (the dialog before its
-        last message)."""
-        return await self._db.run(_find, agent, name, tuple(history), self._clock())
+    async def find(
+        self, agent: str, name: str | None, heads: Sequence[str]
+    ) -> tuple[Conversation, int]:
+        """The conversation a request whose dialog chains to ``heads`` continues (made
+        when there is none), and how many of its messages it holds already: by ``name``;
+        else the unnamed one whose messages are the dialog before its last (or all of it:
+        a request sent again)."""
+        known = self._known(agent, name, heads)
+        if known is not None:
+            return known
+        found = await self._db.run(_find, agent, name, tuple(heads), self._clock())
+        self._remember(found[0])
+        return found
 
-    async def get(self, conversation: Conversation) -> Conversation:
-        """``conversation`` as stored now."""
-        return await self._db.run(_get, conversation.id)
+    async def get(
+        self, conversation: Conversation, heads: Sequence[str]
+    ) -> tuple[Conversation, int]:
+        """``conversation`` as stored now, and how many of ``heads`` it holds."""
+        found = await self._db.run(_get, conversation.id, tuple(heads))
+        self._remember(found[0])
+        return found
 
     async def hold(self, conversation: Conversation, digests: Sequence[str]) -> Conversation:
-        """The client has seen ``digests`` too (appended to what it held)."""
-        held = (*conversation.held, *digests)
-        await self._db.run(_hold, conversation.id, held, self._clock())
-        return Conversation(conversation.id, conversation.agent, conversation.name, held)
+        """The client has seen ``digests`` too (chained on what it held); raises
+        ``StaleConversation`` when it moved on meanwhile."""
+        held, unit = self.holding(conversation, digests)
+        try:
+            await self._db.run(unit)
+        except StaleConversation:
+            self.forget(conversation)
+            raise
+        self.remember(held)
+        return held
+
+    def holding(
+        self, conversation: Conversation, digests: Sequence[str]
+    ) -> tuple[Conversation, Callable[[Connection], None]]:
+        """``hold`` as work for another transaction (the one storing the user's message):
+        the conversation as it will be, and the work (``remember`` it once committed)."""
+        heads = chain(digests, conversation.head)
+        if not heads:
+            return conversation, _nothing
+        now = self._clock()
+        first = conversation.length + 1
+        held = Conversation(
+            conversation.id,
+            conversation.agent,
+            conversation.name,
+            heads[-1],
+            conversation.length + len(heads),
+        )
+
+        @quick_unit
+        def unit(conn: Connection) -> None:
+            _hold(conn, conversation, held, first, heads, now)
+
+        return held, unit
+
+    def remember(self, conversation: Conversation) -> None:
+        """``conversation`` as committed (after ``holding``'s work)."""
+        self._remember(conversation)
+
+    def forget(self, conversation: Conversation) -> None:
+        """What this process knew of ``conversation`` is stale: read it again next time."""
+        if conversation.name is not None:
+            self._by_name.pop((conversation.agent, conversation.name), None)
+        self._by_head.pop((conversation.agent, conversation.head), None)
+
+    def _known(
+        self, agent: str, name: str | None, heads: Sequence[str]
+    ) -> tuple[Conversation, int] | None:
+        if name is not None:
+            known = self._by_name.get((agent, name))
+            if known is None:
+                return None
+            taken = _taken_from_row(known, heads)
+            return None if taken is None else (known, taken)
+        for taken in (len(heads), len(heads) - 1) if len(heads) > 1 else ():
+            known = self._by_head.get((agent, heads[taken - 1]))
+            if known is not None and known.length == taken:
+                return known, taken
+        return None
+
+    def _remember(self, conversation: Conversation) -> None:
+        if conversation.name is not None:
+            self._keep(self._by_name, (conversation.agent, conversation.name), conversation)
+            return
+        for key, known in list(self._by_head.items()):
+            if known.id == conversation.id and key[1] != conversation.head:
+                del self._by_head[key]
+                break
+        if conversation.length:
+            self._keep(self._by_head, (conversation.agent, conversation.head), conversation)
+
+    def _keep(
+        self,
+        kept: OrderedDict[tuple[str, str], Conversation],
+        key: tuple[str, str],
+        conversation: Conversation,
+    ) -> None:
+        kept[key] = conversation
+        kept.move_to_end(key)
+        while len(kept) > self._remembered:
+            kept.popitem(last=False)
+
+
+def _nothing(conn: Connection) -> None:
+    return None
 
 
 def _conversation(row: sa.Row) -> Conversation:
-    return Conversation(row.id, row.agent, row.name, tuple(row.held or ()))
+    return Conversation(row.id, row.agent, row.name, row.head, row.length)
 
 
+@quick_unit
 def _find(
-    conn: Connection, agent: str, name: str | None, history: tuple[str, ...], now: datetime
-) -> Conversation:
+    conn: Connection, agent: str, name: str | None, heads: tuple[str, ...], now: datetime
+) -> tuple[Conversation, int]:
     if name is not None:
         named = sa.select(c).where(c.c.agent == agent, c.c.name == name)
         row = conn.execute(named).first()
         if row is None:  # two first requests of one name (two processes): one row
             conn.execute(
                 insert_for(conn.dialect.name, c)
-                .values(
-                    agent=agent,
-                    name=name,
-                    held=[],
-                    head=head_of(()),
-                    created_at=now,
-                    updated_at=now,
-                )
+                .values(agent=agent, name=name, head=ROOT, length=0, created_at=now, updated_at=now)
                 .on_conflict_do_nothing()
             )
             row = conn.execute(named).one()
-        return _conversation(row)
-    if history:
-        row = conn.execute(
-            sa.select(c)
-            .where(c.c.agent == agent, c.c.name.is_(None), c.c.head == head_of(history))
+        conversation = _conversation(row)
+        return conversation, _taken(conn, conversation, heads)
+    if len(heads) > 1:  # a first message is always a conversation of its own
+        count = len(heads)
+        rows = conn.execute(
+            sa.select(c, heads_table.c.position)
+            .join(heads_table, heads_table.c.conversation_id == c.c.id)
+            .where(
+                heads_table.c.head.in_(heads[-2:]),
+                c.c.agent == agent,
+                c.c.name.is_(None),
+            )
             .order_by(c.c.updated_at.desc(), c.c.id.desc())
-            .limit(1)
-        ).first()
-        if row is not None and tuple(row.held) == history:
-            return _conversation(row)
-    return _create(conn, agent, None, (), now)
-
-
-def _get(conn: Connection, conversation_id: int) -> Conversation:
-    return _conversation(conn.execute(sa.select(c).where(c.c.id == conversation_id)).one())
-
-
-def _create(
-    conn: Connection, agent: str, name: str | None, held: tuple[str, ...], now: datetime
-) -> Conversation:
+        ).all()
+        for row in rows:  # sent again: its message held, maybe its answer too
+            if row.position == count and row.length in (count, count + 1):
+                return _conversation(row), count
+        for row in rows:  # the usual: everything but the last message held
+            if row.position == count - 1 and row.length == count - 1:
+                return _conversation(row), count - 1
     new_id = conn.execute(
         sa.insert(c)
-        .values(
-            agent=agent,
-            name=name,
-            held=list(held),
-            head=head_of(held),
-            created_at=now,
-            updated_at=now,
-        )
+        .values(agent=agent, name=None, head=ROOT, length=0, created_at=now, updated_at=now)
         .returning(c.c.id)
     ).scalar_one()
-    return Conversation(new_id, agent, name, held)
+    return Conversation(new_id, agent, None, ROOT, 0), 0
 
 
-def _hold(conn: Connection, conversation_id: int, held: tuple[str, ...], now: datetime) -> None:
-    conn.execute(
-        sa.update(c)
-        .where(c.c.id == conversation_id)
-        .values(held=list(held), head=head_of(held), updated_at=now)
+@quick_unit
+def _get(
+    conn: Connection, conversation_id: int, heads: tuple[str, ...]
+) -> tuple[Conversation, int]:
+    row = conn.execute(sa.select(c).where(c.c.id == conversation_id)).one()
+    conversation = _conversation(row)
+    return conversation, _taken(conn, conversation, heads)
+
+
+def _taken(conn: Connection, conversation: Conversation, heads: tuple[str, ...]) -> int:
+    """How many of the dialog's first messages ``conversation`` holds. Its last message
+    counts only for a request sent again: the conversation's last message, or the one
+    before its last answer; an older one said again is new."""
+    taken = _taken_from_row(conversation, heads)
+    if taken is not None:
+        return taken
+    found = conn.execute(
+        sa.select(sa.func.max(heads_table.c.position)).where(
+            heads_table.c.conversation_id == conversation.id, heads_table.c.head.in_(heads)
+        )
+    ).scalar()
+    found = int(found or 0)
+    if found == len(heads) and conversation.length == found + 1:
+        return found  # sent again after its answer was held: the answer is read back
+    return min(found, len(heads) - 1)  # an older message again is a new one
+
+
+def _taken_from_row(conversation: Conversation, heads: Sequence[str]) -> int | None:
+    """``_taken`` when the conversation's row tells (``None``: its heads must be read)."""
+    held = conversation.length
+    if held == 0:
+        return 0
+    if held <= len(heads) and heads[held - 1] == conversation.head:
+        return held  # the usual: what it holds, then what is new (or nothing: sent again)
+    if len(heads) == 1:
+        return 0  # one message, not the last held: new, even if said before
+    return None
+
+
+_MOVE_ON = Prepared(
+    c.update()
+    .where(
+        c.c.id == sa.bindparam("cid"),
+        c.c.head == sa.bindparam("was"),
+        c.c.length == sa.bindparam("had"),
+    )
+    .values(head=sa.bindparam("head"), length=sa.bindparam("length"), updated_at=sa.bindparam("at"))
+)
+_ADD_HEADS = PerDialect(
+    lambda dialect: Prepared(insert_for(dialect, heads_table).on_conflict_do_nothing())
+)
+
+
+def _hold(
+    conn: Connection,
+    was: Conversation,
+    held: Conversation,
+    first: int,
+    heads: list[str],
+    now: datetime,
+) -> None:
+    moved = _MOVE_ON.execute(
+        conn,
+        {
+            "cid": was.id,
+            "was": was.head,
+            "had": was.length,
+            "head": held.head,
+            "length": held.length,
+            "at": now,
+        },
+    )
+    if moved.rowcount != 1:
+        raise StaleConversation(f"conversation {was.id} moved on")
+    _ADD_HEADS[conn.dialect.name].executemany(
+        conn,
+        [
+            {"conversation_id": was.id, "position": first + i, "head": head}
+            for i, head in enumerate(heads)
+        ],
     )

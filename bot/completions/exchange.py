@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy.engine import Connection
+
 from bot.platform.cards import outcome_line
 from engine.bus import BusClosed, Lagged
 from engine.hub import ChatHub, DecisionMade, SendOptions, SourceEvents
@@ -110,15 +112,20 @@ class Exchange:
         self._clock = clock
 
     async def start(
-        self, source: str, text: str | None, options: SendOptions | None = None
+        self,
+        source: str,
+        text: str | None,
+        options: SendOptions | None = None,
+        *,
+        also: Callable[[Connection], None] | None = None,
     ) -> Turn:
         """``text`` sent in ``source`` (``None``: nothing new to send; the turn that runs
-        is followed). The hub's refusals (``HubError``) are raised here, before anything
-        is told."""
+        is followed); ``also`` commits with the message. The hub's refusals
+        (``HubError``) are raised here, before anything is told."""
         events = self._hub.events(source, remote=True)  # before sending: nothing missed
         try:
             if text is not None:
-                await self._hub.send_message(source, text, options)
+                await self._hub.send_message(source, text, options, also=also)
                 return Turn(self, events, text)
             return Turn(self, events, None, running=await self._hub.is_busy(source))
         except BaseException:

@@ -26,7 +26,13 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from bot.completions.conversations import Conversation, ConversationMap, digest, taken_count
+from bot.completions.conversations import (
+    Conversation,
+    ConversationMap,
+    StaleConversation,
+    chain,
+    digest,
+)
 from bot.completions.exchange import KEEPALIVE, Exchange, ExchangeLimits, Piece, Turn
 from bot.completions.protocol import (
     ApiError,
@@ -151,12 +157,17 @@ class CompletionsApi:
         text = _last_user_text(body.messages)
         name = _name(request, body)
         digests = [digest(role, said) for role, said in dialog]
-        conversation = await self._conversations.find(agent, name, digests[:-1])
+        heads = chain(digests)
+        conversation, taken = await self._conversations.find(agent, name, heads)
         lock = self._locks.setdefault(conversation.id, asyncio.Lock())
+        contended = lock.locked()
         await lock.acquire()
         try:
-            conversation = await self._conversations.get(conversation)  # as the last left it
-            conversation, turn = await self._start(conversation, agent, instructions, dialog, text)
+            if contended:  # read again: as the request before this one left it
+                conversation, taken = await self._conversations.get(conversation, heads)
+            conversation, turn = await self._start(
+                conversation, taken, agent, instructions, dialog, digests, text
+            )
         except BaseException:
             lock.release()
             raise
@@ -182,34 +193,45 @@ class CompletionsApi:
     async def _start(
         self,
         conversation: Conversation,
+        taken: int,
         agent: str,
         instructions: list[str],
         dialog: list[tuple[str, str]],
+        digests: list[str],
         text: str,
     ) -> tuple[Conversation, Turn]:
         """The request's new messages given to the agent: the last as the message, the
-        others it carried (and the client's instructions) as context of that turn."""
-        digests = [digest(role, said) for role, said in dialog]
-        taken = taken_count(conversation.held, digests)
-        source = conversation.source
-        if taken == len(digests):  # sent again (a retry): its answer is followed or read
-            return conversation, await self.exchange.start(source, None)
-        context = _context(instructions, dialog[taken:-1])
-        options = SendOptions(agent_id=agent, extra_system_dynamic=context, metadata=_META)
-        try:
-            turn = await self.exchange.start(source, text, options)
-        except HubError as refused:  # a sentence meant for people (too long, …)
-            raise ApiError(400, str(refused), param="messages") from None
-        try:
-            conversation = await self._conversations.hold(conversation, digests[taken:])
-        except BaseException:
-            turn.close()
-            raise
-        return conversation, turn
+        others it carried (and the client's instructions) as context of that turn;
+        ``taken``: how many of them the conversation holds already."""
+        for attempt in range(2):
+            source = conversation.source
+            if taken == len(digests):  # sent again (a retry): its answer is followed or read
+                return conversation, await self.exchange.start(source, None)
+            context = _context(instructions, dialog[taken:-1])
+            options = SendOptions(agent_id=agent, extra_system_dynamic=context, metadata=_META)
+            # What the client has seen now is held in the transaction storing its message.
+            held, holding = self._conversations.holding(conversation, digests[taken:])
+            try:
+                turn = await self.exchange.start(source, text, options, also=holding)
+            except HubError as refused:  # a sentence meant for people (too long, …)
+                raise ApiError(400, str(refused), param="messages") from None
+            except StaleConversation:  # another process took a message of it meanwhile
+                if attempt:
+                    raise
+                self._conversations.forget(conversation)
+                conversation, taken = await self._conversations.get(conversation, chain(digests))
+                continue
+            self._conversations.remember(held)
+            return held, turn
+        raise AssertionError("unreachable")
 
     async def finish(self, conversation: Conversation, said: str) -> None:
-        """The answer as the client got it, held before its last piece is sent."""
-        await self._conversations.hold(conversation, [digest("assistant", said)])
+        """The answer as the client got it, held before its last piece is sent (when the
+        conversation moved on meanwhile, its next request carries the answer back)."""
+        try:
+            await self._conversations.hold(conversation, [digest("assistant", said)])
+        except StaleConversation:
+            log.info("%s moved on before its answer was held", conversation.source)
 
     async def last_answer(self, source: str) -> str:
         """The last answer of the conversation ``source`` (empty: none yet)."""

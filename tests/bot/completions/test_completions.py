@@ -295,12 +295,44 @@ async def test_a_wait_for_a_decision_ends_after_the_limit_and_the_turn_goes_on(
             f"/api/inbox/approvals/{approvals[0]['tool_call_id']}/resolve",
             json={"action": "approve"},
         )
-    await until(lambda: idle(v1, "api:1"))
-    async with v1.client() as client:  # the answer stayed in the conversation
-        again = await client.chat.completions.create(
-            model="main", user="patient", messages=[{"role": "user", "content": "write"}]
+    await until(lambda: answered(v1, "api:1"))
+    assert await v1.api.last_answer("api:1") == "Finally written."  # in the conversation
+    fake_openai.reply_text("Yes, it is written.")
+    async with v1.client() as client:  # the next request carries on from it
+        await client.chat.completions.create(
+            model="main",
+            user="patient",
+            messages=[
+                {"role": "user", "content": "write"},
+                {"role": "assistant", "content": told},
+                {"role": "user", "content": "is it written?"},
+            ],
         )
-    assert again.choices[0].message.content == "Finally written."
+    request = fake_openai.requests[-1]
+    assert user_messages(request) == ["write", "is it written?"]
+    assert "Finally written." in [m.get("content") for m in request["messages"]]
+
+
+async def test_a_request_sent_again_adds_nothing_and_gets_the_answer(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    fake_openai.reply_text("Once.")
+    history = [
+        {"role": "user", "content": "first"},
+    ]
+    async with v1.client() as client:
+        first = await client.chat.completions.create(model="main", messages=history)
+        fake_openai.reply_text("Twice.")
+        history += [
+            {"role": "assistant", "content": first.choices[0].message.content},
+            {"role": "user", "content": "second"},
+        ]
+        await client.chat.completions.create(model="main", messages=history)
+        asked = len(fake_openai.requests)
+        # the same request again (a client's retry after a dropped connection)
+        again = await client.chat.completions.create(model="main", messages=history)
+    assert len(fake_openai.requests) == asked  # nothing sent to the model twice
+    assert again.choices[0].message.content == "Twice."
 
 
 async def test_a_client_that_goes_away_does_not_stop_the_turn(
