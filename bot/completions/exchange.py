@@ -137,7 +137,8 @@ class Exchange:
         started = mine is None  # a running turn is followed from now
         while True:
             try:
-                item = await asyncio.wait_for(events.recv(), self._timeout(turn))
+                async with asyncio.timeout(self._timeout(turn)):  # no task per event
+                    item = await events.recv()
             except TimeoutError:
                 if self._waited_out(turn):
                     yield Piece(

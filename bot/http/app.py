@@ -187,13 +187,13 @@ def create_app(
         check_api_exposure(host, completions.token)
     routes: list[BaseRoute] = []
     pages: list[Route] = web.routes() if web is not None else []
+    if completions is not None:  # /v1, the OpenAI-compatible API: first, on its hot path
+        routes.extend(completions.routes())
     if api is not None:
         routes.extend(api.routes())
     routes.extend(pages)
     if webchat is not None:
         routes.extend(webchat.routes())
-    if completions is not None:  # /v1: the OpenAI-compatible API
-        routes.extend(completions.routes())
     if events is not None:
         routes.append(_route("post_event", events.handle))
     if webhook is not None:
