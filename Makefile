@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python -P bench/slack_e2e.py
 	$(VENV)/bin/python -P bench/matrix_e2e.py
 	$(VENV)/bin/python -P bench/voice_e2e.py
+	$(VENV)/bin/python -P bench/openai_api.py
 	$(VENV)/bin/python -P bench/scheduler_scale.py
 	$(VENV)/bin/python -P bench/subagents_parallel.py
 	$(VENV)/bin/python -P bench/compaction.py
