@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from bot.completions.protocol import (
         ChatCompletion,
         CompletionRequest,
+        ModelItem,
         ModelList,
         OpenAIErrorBody,
     )
@@ -30,6 +31,7 @@ __all__ = [
     "CompletionRequest",
     "CompletionsApi",
     "ExchangeLimits",
+    "ModelItem",
     "ModelList",
     "OpenAIErrorBody",
     "talkable_agents",
@@ -58,6 +60,7 @@ __getattr__ = lazy_attributes(
         "CompletionRequest": "bot.completions.protocol",
         "CompletionsApi": "bot.completions.routes",
         "ExchangeLimits": "bot.completions.exchange",
+        "ModelItem": "bot.completions.protocol",
         "ModelList": "bot.completions.protocol",
         "OpenAIErrorBody": "bot.completions.protocol",
     },

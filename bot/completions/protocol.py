@@ -24,6 +24,7 @@ __all__ = [
     "ChatMessage",
     "CompletionRequest",
     "ErrorDetail",
+    "ModelItem",
     "ModelList",
     "OpenAIErrorBody",
     "chunk",

@@ -98,6 +98,7 @@ class CompletionsApi:
     def routes(self) -> list[Route]:
         return [
             Route("/v1/models", self._guarded(self.models), methods=["GET"]),
+            Route("/v1/models/{model}", self._guarded(self.model), methods=["GET"]),
             Route("/v1/chat/completions", self._guarded(self.completions), methods=["POST"]),
             Route("/v1/{rest:path}", self._guarded(self.elsewhere), methods=_ALL_METHODS),
         ]
@@ -137,6 +138,10 @@ class CompletionsApi:
 
     async def models(self, request: Request) -> Response:
         return SafeJSONResponse(model_list(list(self._agents())))
+
+    async def model(self, request: Request) -> Response:
+        agent = self._agent(request.path_params["model"])
+        return SafeJSONResponse(model_list([agent])["data"][0])
 
     async def elsewhere(self, request: Request) -> Response:
         path = request.url.path

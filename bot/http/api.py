@@ -23,7 +23,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from bot.completions import ChatCompletion, CompletionRequest, ModelList, OpenAIErrorBody
+from bot.completions import (
+    ChatCompletion,
+    CompletionRequest,
+    ModelItem,
+    ModelList,
+    OpenAIErrorBody,
+)
 from bot.delivery import OutboundStats
 from bot.fleet.receiver import RECEIVER_LEASE
 from bot.http.credentials import has_token
@@ -207,6 +213,10 @@ OPERATIONS = (
     Operation("/v1/models", "GET", "list_models",
               "OpenAI-compatible: the agents one may talk to (their ids are the models)",
               answer=ModelList, errors=(401,), served_by="openai", error_body=OpenAIErrorBody),
+    Operation("/v1/models/{model}", "GET", "retrieve_model",
+              "OpenAI-compatible: one agent as a model (404 model_not_found: not an agent)",
+              answer=ModelItem, errors=(401, 404), served_by="openai",
+              error_body=OpenAIErrorBody),
     Operation("/v1/chat/completions", "POST", "create_chat_completion",
               "OpenAI-compatible: the request's new user message to the agent in a durable "
               "conversation, and its answer (stream: server-sent chunks, then [DONE])",

@@ -11,6 +11,9 @@ import httpx
 import openai
 import pytest
 
+from bot.checks.exposure import ApiExposureError
+from bot.completions import CompletionsApi
+from bot.http.app import create_app
 from tests.bot.completions.conftest import GUARD_S, V1Server, until, user_messages
 from tests.fakes.openai_server import FakeOpenAIServer
 
@@ -167,3 +170,12 @@ async def test_a_stream_whose_client_reads_nothing_is_bounded_and_the_turn_ends(
 
         await until(ended, 3 * GUARD_S)
     assert (await v1.api.last_answer("api:1")).strip() == answer.strip()
+
+
+async def test_without_a_token_v1_is_served_on_loopback_only(v1: V1Server, make_v1):
+    api = CompletionsApi(v1.hub, v1.engine.store.db, lambda: ["main"], token=None)
+    with pytest.raises(ApiExposureError):
+        create_app(completions=api, host="0.0.0.0")
+    local = await make_v1(token=None)  # on 127.0.0.1 any local client is let in
+    async with httpx.AsyncClient(base_url=local.base) as http:
+        assert (await http.get("/v1/models")).status_code == 200

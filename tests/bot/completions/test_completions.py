@@ -29,9 +29,13 @@ async def answered(v1: V1Server, source: str) -> bool:
 async def test_models_are_the_agents_one_may_talk_to(v1: V1Server):
     async with v1.client() as client:
         listed = await client.models.list()
+        one = await client.models.retrieve("main")
+        with pytest.raises(openai.NotFoundError):
+            await client.models.retrieve("gpt-4o")
     ids = [model.id for model in listed.data]
     assert ids[0] == "main"
     assert all(model.object == "model" for model in listed.data)
+    assert one.id == "main"
 
 
 async def test_a_completion_carries_the_agents_answer(v1: V1Server, fake_openai: FakeOpenAIServer):
