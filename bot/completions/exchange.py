@@ -47,10 +47,12 @@ DECIDE_WHERE = "in the owner's chat or in chathub's inbox (its web page)"
 
 @dataclass(frozen=True, slots=True)
 class Piece:
-    """Text of the answer; ``event``: what the agent did, for chathub's own field."""
+    """Text of the answer; ``event``: what the agent did, for chathub's own field;
+    ``usage``: the answer's tokens (prompt, completion), on the last piece."""
 
     text: str
     event: dict[str, Any] | None = None
+    usage: tuple[int, int] | None = None
 
 
 #: Nothing to say yet: a keep-alive for the connection.
@@ -161,9 +163,8 @@ class Exchange:
                 started = isinstance(event, UserMessage) and event.content == mine
                 continue
             if isinstance(event, Done):
-                rest = _rest_of(turn, event.content)
-                if rest:
-                    yield Piece(rest)
+                usage = (event.input_tokens or 0, event.output_tokens or 0)
+                yield Piece(_rest_of(turn, event.content), usage=usage)
                 return
             if isinstance(event, Error):
                 yield Piece(_line(f"⚠️ {event.message}", turn), {"type": "error"})

@@ -32,6 +32,7 @@ __all__ = [
     "completion_id",
     "model_list",
     "parse_request",
+    "usage_chunk",
 ]
 
 #: The roles of OpenAI's chat format; another is refused.
@@ -135,6 +136,12 @@ class CompletionRequest(BaseModel):
     stream: bool = False
     user: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     n: int | None = Field(default=None, ge=1)
+    stream_options: dict[str, Any] | None = None
+
+    @property
+    def include_usage(self) -> bool:
+        """The client asked for a last chunk with the tokens (``stream_options``)."""
+        return bool(self.stream and (self.stream_options or {}).get("include_usage") is True)
 
     @field_validator("n")
     @classmethod
@@ -165,9 +172,14 @@ def completion_id() -> str:
 
 
 def completion(
-    ident: str, created: int, model: str, content: str, conversation: str
+    ident: str,
+    created: int,
+    model: str,
+    content: str,
+    conversation: str,
+    usage: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """A whole answer (``stream`` false). Tokens are not counted for a client: usage is 0."""
+    """A whole answer (``stream`` false); ``usage``: the final model call's tokens."""
     return {
         "id": ident,
         "object": "chat.completion",
@@ -181,8 +193,27 @@ def completion(
                 "finish_reason": "stop",
             }
         ],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "usage": usage_of(usage),
         "chathub": {"conversation": conversation},
+    }
+
+
+def usage_of(usage: tuple[int, int] | None) -> dict[str, int]:
+    prompt, answer = usage or (0, 0)
+    return {"prompt_tokens": prompt, "completion_tokens": answer, "total_tokens": prompt + answer}
+
+
+def usage_chunk(
+    ident: str, created: int, model: str, usage: tuple[int, int] | None
+) -> dict[str, Any]:
+    """The last chunk a client asking for ``stream_options.include_usage`` gets."""
+    return {
+        "id": ident,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [],
+        "usage": usage_of(usage),
     }
 
 

@@ -43,6 +43,7 @@ from bot.completions.protocol import (
     completion_id,
     model_list,
     parse_request,
+    usage_chunk,
 )
 from bot.http.credentials import has_token
 from bot.http.models import RequestError, SafeJSONResponse, parse_json, read_body
@@ -176,7 +177,7 @@ class CompletionsApi:
         except BaseException:
             lock.release()
             raise
-        answer = Answer(self, conversation, turn, body.model, lock)
+        answer = Answer(self, conversation, turn, body.model, lock, usage=body.include_usage)
         if body.stream:
             return EventStream(answer)
         return SafeJSONResponse(await answer.whole())
@@ -256,8 +257,13 @@ class Answer:
         turn: Turn,
         model: str,
         lock: asyncio.Lock,
+        *,
+        usage: bool = False,
     ) -> None:
+        """``usage``: a last chunk with the tokens before ``[DONE]`` (streamed)."""
         self._api = api
+        self._usage_chunk = usage
+        self._tokens: tuple[int, int] | None = None
         self._conversation = conversation
         self._turn = turn
         self._model = model
@@ -271,7 +277,9 @@ class Answer:
             await self._api.finish(self._conversation, said)
         finally:
             self._done()
-        return completion(self.id, self.created, self._model, said, self._conversation.source)
+        return completion(
+            self.id, self.created, self._model, said, self._conversation.source, self._tokens
+        )
 
     async def events(self) -> AsyncIterator[bytes]:
         """OpenAI's chunks; a client that goes away stops this, never the turn."""
@@ -282,12 +290,16 @@ class Answer:
                 if piece is KEEPALIVE:
                     yield b": keep-alive\n\n"
                     continue
+                if not piece.text:
+                    continue
                 said.append(piece.text)
                 extra = {"event": piece.event} if piece.event else None
                 yield self._sse(chunk(*self._head(), {"content": piece.text}, extra=extra))
             await self._api.finish(self._conversation, "".join(said))
             extra = {"conversation": self._conversation.source}
             yield self._sse(chunk(*self._head(), {}, finish_reason="stop", extra=extra))
+            if self._usage_chunk:
+                yield self._sse(usage_chunk(*self._head(), self._tokens))
             yield b"data: [DONE]\n\n"
         finally:
             self._done()
@@ -297,6 +309,8 @@ class Answer:
             yield Piece(await self._api.last_answer(self._conversation.source))
             return
         async for piece in self._turn.pieces():
+            if piece.usage is not None:
+                self._tokens = piece.usage
             yield piece
 
     def _head(self) -> tuple[str, int, str]:

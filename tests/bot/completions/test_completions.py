@@ -383,3 +383,24 @@ async def test_a_hundred_conversations_at_once(v1: V1Server, fake_openai: FakeOp
             asyncio.gather(*(talk(n) for n in range(100))), 4 * GUARD_S
         )
     assert answers == [f"echo: number {n}" for n in range(100)]
+
+
+async def test_usage_is_the_final_model_calls_tokens(v1: V1Server, fake_openai: FakeOpenAIServer):
+    fake_openai.reply_text("Counted.", usage=(120, 7))
+    fake_openai.reply_text("Counted again.", usage=(130, 9))
+    async with v1.client() as client:
+        whole = await client.chat.completions.create(
+            model="main", user="counter", messages=[{"role": "user", "content": "count"}]
+        )
+        stream = await client.chat.completions.create(
+            model="main",
+            user="counter",
+            stream=True,
+            stream_options={"include_usage": True},
+            messages=[{"role": "user", "content": "again"}],
+        )
+        chunks = [piece async for piece in stream]
+    assert (whole.usage.prompt_tokens, whole.usage.completion_tokens) == (120, 7)
+    assert whole.usage.total_tokens == 127
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 9
+    assert chunks[-2].choices[0].finish_reason == "stop"
