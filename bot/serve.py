@@ -69,6 +69,7 @@ from engine.session import ApprovalPolicy
 from engine.store import AppSettings, Leases, Notifier, Store, notifier_for, utcnow
 from engine.tls import shared_tls_context
 from memory.embedder import EmbedderLimits
+from memory.embeddings import EmbeddingChoice
 from memory.facts import FactLimits
 from memory.profile import ProfileLimits
 from memory.service import MemoryService
@@ -293,6 +294,13 @@ class Service:
         for tool in scheduler_tools(scheduler):
             engine.tools.register(tool)
         if settings.memory_enabled:
+            # A provider serving embeddings wins over EMBEDDING_*, chosen again on the bus.
+            embeddings = EmbeddingChoice(
+                embedding_config(settings),
+                providers,
+                timeout_s=settings.embedding_timeout_seconds,
+            )
+            self._spawn(embeddings.follow(engine.system_bus), "embeddings")
             # Subscribed before the hub starts: turns it resumes publish (catch-up apart).
             self.memory = memory = MemoryService(
                 engine.store.db,
@@ -303,7 +311,7 @@ class Service:
                 models=(lambda: engine.models.candidates(settings.memory_model))
                 if settings.memory_derive_facts
                 else None,
-                embeddings=embedding_config(settings),
+                embeddings=embeddings,
                 embedder_limits=EmbedderLimits(batch=settings.embedding_batch),
                 min_similarity=settings.embedding_min_similarity,
             )

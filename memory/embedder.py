@@ -5,8 +5,10 @@ it have their vectors. A batch is read past the mark, sent in one request, and i
 and the moved mark commit in one transaction (a compare-and-set on the mark, so two
 processes never store one batch twice). A failing request leaves the mark where it was and
 is retried at the next round; after ``max_failures`` attempts the batch is skipped, logged,
-and stays findable by full text. Changing ``EMBEDDING_MODEL`` embeds everything again under
-the new model's own mark.
+and stays findable by full text. Changing the model (``EMBEDDING_MODEL``, or a provider
+serving ``embeddings`` added or removed while the service runs) embeds everything again
+under the new model's own mark; each batch is read, sent and stored under the model chosen
+when it was read, and nothing embeds while nothing is chosen.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.store import Database
-from memory.embeddings import EmbeddingClient, EmbeddingError
+from memory.embeddings import ChosenEmbeddings, EmbeddingClient, EmbeddingError
 from memory.marks import Marks
 from memory.tables import memory_documents, memory_embed_marks
 from memory.vectors import Vectors
@@ -52,10 +54,11 @@ class Embedder:
     def __init__(
         self,
         db: Database,
-        client: EmbeddingClient,
+        client: EmbeddingClient | ChosenEmbeddings,
         vectors: Vectors,
         limits: EmbedderLimits | None = None,
     ) -> None:
+        """``client``: one endpoint, or the one chosen now (asked again per batch)."""
         self._db = db
         self._client = client
         self._vectors = vectors
@@ -64,15 +67,18 @@ class Embedder:
     async def embed_pending(self) -> int:
         """Embed every document past the mark; return how many got vectors."""
         done = 0
-        model = self._client.model
         while True:
+            client = self._client.current()
+            if client is None:  # no endpoint chosen: nothing embeds
+                return done
+            model = client.model
             batch = await self._db.run(_read_batch, model, self.limits.batch)
             if batch is None:
                 return done
             try:
-                vectors = await self._client.embed([body for _, _, body in batch.documents])
+                vectors = await client.embed([body for _, _, body in batch.documents])
             except EmbeddingError as exc:
-                await self._failed(batch, exc)
+                await self._failed(model, batch, exc)
                 raise
             rows = [
                 (doc_id, source, vector)
@@ -81,17 +87,16 @@ class Embedder:
             if await self._db.run(_store, self._vectors, model, batch, rows):
                 done += len(rows)
 
-    async def _failed(self, batch: _Batch, exc: EmbeddingError) -> None:
+    async def _failed(self, model: str, batch: _Batch, exc: EmbeddingError) -> None:
         limit = self.limits.max_failures
-        skipped = await self._db.run(
-            EMBED_MARKS.fail, self._client.model, batch.after, batch.last_id, limit
-        )
+        skipped = await self._db.run(EMBED_MARKS.fail, model, batch.after, batch.last_id, limit)
         if skipped:
             log.error(
-                "memory: embedding documents %d..%d failed %d times (%s); they are found by "
-                "full text only",
+                "memory: embedding documents %d..%d with %s failed %d times (%s); they are "
+                "found by full text only",
                 batch.documents[0][0],
                 batch.last_id,
+                model,
                 limit,
                 exc,
             )

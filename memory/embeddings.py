@@ -3,18 +3,35 @@
 Every failure is one ``EmbeddingError`` whose message is a plain sentence: the server is
 away or slow, it refused, or its answer is not a list of one finite vector per input, all
 of one length. Vectors come back L2-normalised, so a dot product is the cosine.
+
+Which endpoint embeds: ``EmbeddingChoice`` (``providers.ServiceChoice`` for
+``embeddings``): the oldest provider serving ``embeddings`` wins over ``EMBEDDING_*``,
+asked with ``EMBEDDING_MODEL`` when it lists it (or lists none), else with its first model;
+followed on the SystemEventBus. ``ChosenEmbeddings`` hands out the ``EmbeddingClient`` of
+the endpoint chosen now (``current``); a fixed ``EmbeddingClient`` is its own ``current``.
+A caller takes one ``current()`` per batch or query and uses its ``model`` for the
+vectors, so a vector is always stored and compared under the model that made it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-__all__ = ["EmbeddingClient", "EmbeddingConfig", "EmbeddingError", "normalised"]
+from providers import Endpoint, ProviderRegistry, ServiceChoice
+
+__all__ = [
+    "ChosenEmbeddings",
+    "EmbeddingChoice",
+    "EmbeddingClient",
+    "EmbeddingConfig",
+    "EmbeddingError",
+    "normalised",
+]
 
 #: Longest answer read (a batch of 64 vectors of 4,096 floats is ~6 MB as JSON).
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
@@ -29,7 +46,8 @@ class EmbeddingError(Exception):
 class EmbeddingConfig:
     model: str
     base_url: str
-    api_key: str = ""
+    #: Never in the repr (a log line, a traceback).
+    api_key: str = field(default="", repr=False)
     timeout_s: float = 30.0
     #: Characters of a text sent (a longer one is cut): models read a few hundred tokens.
     max_input_chars: int = 2_000
@@ -51,9 +69,16 @@ class EmbeddingClient:
         if config.api_key:
             self._headers["Authorization"] = f"Bearer {config.api_key}"
 
+    def __repr__(self) -> str:
+        return f"EmbeddingClient({self.config.model!r}, {self.config.base_url!r})"
+
     @property
     def model(self) -> str:
         return self.config.model
+
+    def current(self) -> EmbeddingClient:
+        """The client embedding now: this one (``ChosenEmbeddings``' may change)."""
+        return self
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One normalised vector per text, in order."""
@@ -76,6 +101,10 @@ class EmbeddingClient:
             ) from exc
         except httpx.TransportError as exc:
             raise EmbeddingError(f"cannot reach the embeddings endpoint {self._url}") from exc
+        if response.status_code in (401, 403):  # the body may quote the key
+            raise EmbeddingError(
+                f"the embeddings endpoint refused its key (HTTP {response.status_code})"
+            )
         if response.status_code != 200:
             raise EmbeddingError(
                 f"the embeddings endpoint answered HTTP {response.status_code}: "
@@ -88,6 +117,72 @@ class EmbeddingClient:
         except ValueError as exc:
             raise EmbeddingError("the embeddings endpoint's answer is not JSON") from exc
         return _vectors(payload, len(texts))
+
+
+class EmbeddingChoice(ServiceChoice):
+    """Which endpoint embeds now: the oldest provider serving ``embeddings``, else
+    ``EMBEDDING_*`` (``configured``: ``memory.settings.embedding_config``), else nobody."""
+
+    def __init__(
+        self,
+        configured: EmbeddingConfig | None,
+        registry: ProviderRegistry | None,
+        *,
+        timeout_s: float | None = None,
+    ) -> None:
+        """``timeout_s``: a provider's requests' (``EMBEDDING_TIMEOUT_SECONDS``; unset: the
+        configured endpoint's, else 30 s)."""
+        self._configured = configured
+        if timeout_s is None:
+            timeout_s = configured.timeout_s if configured is not None else 30.0
+        self._timeout_s = timeout_s
+        fallback = None
+        if configured is not None:
+            fallback = Endpoint(
+                configured.base_url.rstrip("/"),
+                configured.api_key,
+                configured.model,
+                "EMBEDDING_MODEL",
+            )
+        super().__init__(
+            "embeddings",
+            registry,
+            model=configured.model if configured is not None else None,
+            fallback=fallback,
+        )
+
+    def config(self) -> EmbeddingConfig | None:
+        """The chosen endpoint as an ``EmbeddingConfig`` (``None``: nothing embeds)."""
+        endpoint = self.endpoint()
+        if endpoint is None:
+            return None
+        if endpoint.origin == "EMBEDDING_MODEL" and self._configured is not None:
+            return self._configured
+        return EmbeddingConfig(
+            endpoint.model, endpoint.base_url, endpoint.api_key, timeout_s=self._timeout_s
+        )
+
+
+class ChosenEmbeddings:
+    """The ``EmbeddingClient`` of the endpoint ``choice`` names now (one per endpoint, kept
+    until the choice changes)."""
+
+    def __init__(self, choice: EmbeddingChoice, http: httpx.AsyncClient) -> None:
+        self.choice = choice
+        self._http = http
+        self._client: EmbeddingClient | None = None
+
+    def __repr__(self) -> str:
+        return f"ChosenEmbeddings({self.choice.endpoint()!r})"
+
+    def current(self) -> EmbeddingClient | None:
+        """The client embedding now; ``None`` when nothing embeds (full text only)."""
+        config = self.choice.config()
+        if config is None:
+            return None
+        if self._client is None or self._client.config != config:
+            self._client = EmbeddingClient(config, self._http)
+        return self._client
 
 
 def _vectors(payload: Any, count: int) -> list[list[float]]:

@@ -10,8 +10,11 @@ need not contain every word; ranking (BM25 / ``ts_rank``) puts the best matches 
 Semantic recall (``Semantic``: an embeddings endpoint and a place for vectors): the query
 is embedded too, the source's nearest documents are found, and the two rankings are fused
 by reciprocal rank (``RRF_K``), so a hit may share no word with the query ("where are we
-staying in Portugal" finds "the hotel in Lisbon"). When the endpoint fails the search is
-full text alone, and the log says why.
+staying in Portugal" finds "the hotel in Lisbon"). When the endpoint fails, or none is
+chosen, the search is full text alone, and the log says why. Only vectors of the model that
+embedded the query (and of its length) are compared with it: after a change of model
+(``EMBEDDING_MODEL``, a provider serving ``embeddings``) a document is found by meaning
+once the embedder has embedded it again under the new model.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.store import Database, UtcDateTime, chat_sessions
-from memory.embeddings import EmbeddingClient, EmbeddingError
+from memory.embeddings import ChosenEmbeddings, EmbeddingClient, EmbeddingError
 from memory.tables import memory_documents, scope_of
 from memory.vectors import Vectors
 
@@ -189,7 +192,8 @@ def query_terms(query: str) -> list[str]:
 class Semantic:
     """Where query vectors come from and document vectors are ranked."""
 
-    client: EmbeddingClient
+    #: One endpoint, or the one chosen now (asked again per query).
+    client: EmbeddingClient | ChosenEmbeddings
     vectors: Vectors
     #: Documents less similar than this (cosine) to the query are not hits by meaning: the
     #: nearest documents of a chat that never spoke of it are not an answer.
@@ -219,26 +223,35 @@ class Search:
         if not terms:
             return []
         limit = max(1, min(limit, MAX_LIMIT))
-        query_vector = await self._query_vector(query)
-        if query_vector is None:
+        semantic = self.semantic
+        embedded = await self._query_vector(query)
+        if semantic is None or embedded is None:
             return [hit for _, hit in await self._db.run(_search, source, terms, limit, since)]
-        return await self._db.run(_hybrid, source, terms, query_vector, self.semantic, limit, since)
+        model, query_vector = embedded
+        return await self._db.run(
+            _hybrid, source, terms, model, query_vector, semantic, limit, since
+        )
 
-    async def _query_vector(self, query: str) -> list[float] | None:
+    async def _query_vector(self, query: str) -> tuple[str, list[float]] | None:
+        """The query's vector and the model that made it; ``None``: full text only."""
         if self.semantic is None:
             return None
+        client = self.semantic.client.current()
+        if client is None:  # no endpoint chosen now
+            return None
         try:
-            [vector] = await self.semantic.client.embed([query])
+            [vector] = await client.embed([query])
         except EmbeddingError as exc:
             log.warning("memory: searching by full text only: %s", exc)
             return None
-        return vector
+        return client.model, vector
 
 
 def _hybrid(
     conn: Connection,
     source: str,
     terms: list[str],
+    model: str,
     query_vector: list[float],
     semantic: Semantic,
     limit: int,
@@ -249,7 +262,7 @@ def _hybrid(
     by_meaning = semantic.vectors.nearest(
         conn,
         source,
-        semantic.client.model,
+        model,  # the query's model: another model's vectors are never compared with it
         query_vector,
         pool,
         since,

@@ -14,6 +14,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import httpx
@@ -35,7 +36,7 @@ from engine.store import Database, chat_history, chat_sessions, chat_sessions_st
 from engine.tls import shared_tls_context
 from memory.deriver import Deriver, DeriverLimits
 from memory.embedder import Embedder, EmbedderLimits
-from memory.embeddings import EmbeddingClient, EmbeddingConfig
+from memory.embeddings import ChosenEmbeddings, EmbeddingChoice, EmbeddingClient, EmbeddingConfig
 from memory.facts import FactLimits, FactStore
 from memory.followups import FollowUps
 from memory.indexer import Indexer
@@ -74,13 +75,15 @@ class MemoryService:
         profile_limits: ProfileLimits | None = None,
         models: Callable[[], Sequence[ChatModel]] | None = None,
         deriver_limits: DeriverLimits | None = None,
-        embeddings: EmbeddingConfig | None = None,
+        embeddings: EmbeddingConfig | EmbeddingChoice | None = None,
         embedder_limits: EmbedderLimits | None = None,
         min_similarity: float = 0.3,
     ) -> None:
         """``models``: the deriver's models in the order to try them; ``None``: no facts
         are derived (search, profiles and the tools still work). ``embeddings``: the
-        endpoint for semantic recall; ``None``: search is full text only."""
+        endpoint for semantic recall, or the choice of one that follows the providers
+        (``chathub serve``'s: whoever follows it makes it choose again; while it names
+        nobody, search is full text only); ``None``: search is full text only."""
         self._db = db
         self._bus = bus
         self._capacity = capacity
@@ -113,20 +116,37 @@ class MemoryService:
         self._task = asyncio.create_task(self._run(self._sub), name="chathub-memory")
         self.followups.start()
 
-    async def _start_semantic(self, config: EmbeddingConfig) -> None:
+    async def _start_semantic(self, embeddings: EmbeddingConfig | EmbeddingChoice) -> None:
         vectors = await detect(self._db)
         if vectors is None:
-            log.warning(
-                "memory: EMBEDDING_MODEL is set, but this PostgreSQL has no pgvector "
-                "extension; search stays full text"
-            )
+            if not isinstance(embeddings, EmbeddingChoice):
+                log.warning(
+                    "memory: EMBEDDING_MODEL is set, but this PostgreSQL has no pgvector "
+                    "extension; search stays full text"
+                )
+            elif embeddings.endpoint() is not None:
+                log.warning(
+                    "memory: embeddings are chosen (%r), but this PostgreSQL has no pgvector "
+                    "extension; search stays full text",
+                    embeddings.endpoint(),
+                )
+            else:  # said if a provider of embeddings comes
+                embeddings.on_change(partial(_no_place_for_vectors, embeddings))
             return
         self._http = httpx.AsyncClient(verify=shared_tls_context())
-        client = EmbeddingClient(config, self._http)
+        client: EmbeddingClient | ChosenEmbeddings
+        if isinstance(embeddings, EmbeddingChoice):
+            client = ChosenEmbeddings(embeddings, self._http)
+            # A new model starts embedding everything again at once, not after a message.
+            embeddings.on_change(self.followups.wake)
+            chosen = repr(embeddings.endpoint()) + ", following the providers"
+        else:
+            client = EmbeddingClient(embeddings, self._http)
+            chosen = embeddings.model
         self.search.semantic = Semantic(client, vectors, self._min_similarity)
         embedder = Embedder(self._db, client, vectors, self._embedder_limits)
         self.followups.add("embedding", embedder.embed_pending)
-        log.info("memory: semantic recall with %s (vectors: %s)", config.model, vectors.kind)
+        log.info("memory: semantic recall with %s (vectors: %s)", chosen, vectors.kind)
 
     async def drained(self) -> None:
         """Return once the bus is closed and everything it delivered is indexed."""
@@ -261,6 +281,15 @@ class MemoryService:
             return False
         self.followups.wake()
         return True
+
+
+def _no_place_for_vectors(choice: EmbeddingChoice) -> None:
+    if choice.endpoint() is not None:
+        log.warning(
+            "memory: embeddings are chosen now (%r), but this PostgreSQL has no pgvector "
+            "extension; search stays full text",
+            choice.endpoint(),
+        )
 
 
 def _latest_message(conn: Connection, session_id: int) -> tuple[str, Any] | None:

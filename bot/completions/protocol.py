@@ -98,7 +98,8 @@ class ChatMessage(BaseModel):
     name: str | None = None
 
     def text(self) -> str:
-        """The message's text; a part that is not text is refused (``ApiError``)."""
+        """The message's text parts, joined; a part that is neither text nor an image is
+        refused (``ApiError``)."""
         if self.content is None:
             return ""
         if isinstance(self.content, str):
@@ -108,22 +109,30 @@ class ChatMessage(BaseModel):
             kind = part.get("type")
             if kind == "text" and isinstance(part.get("text"), str):
                 texts.append(part["text"])
-            elif kind in ("image_url", "input_image", "image"):
+            elif kind not in _IMAGE_PARTS:
                 raise ApiError(
                     400,
-                    "Images are not taken here yet; describe the image in text, or send it in "
-                    "a chat (Telegram, the web chat).",
-                    param="messages",
-                    code="unsupported_content",
-                )
-            else:
-                raise ApiError(
-                    400,
-                    f"A content part of type {_shown(kind)} is not taken; send text parts.",
+                    f"A content part of type {_shown(kind)} is not taken; send text or images.",
                     param="messages",
                     code="unsupported_content",
                 )
         return "\n".join(texts)
+
+    def image_urls(self) -> list[str]:
+        """The URLs of the message's image parts (``image_url``, ``input_image``)."""
+        if not isinstance(self.content, list):
+            return []
+        urls = []
+        for part in self.content:
+            if part.get("type") not in _IMAGE_PARTS:
+                continue
+            image = part.get("image_url", part.get("url"))
+            url = image.get("url") if isinstance(image, dict) else image
+            urls.append(url if isinstance(url, str) else "")
+        return urls
+
+
+_IMAGE_PARTS = ("image_url", "input_image")
 
 
 class CompletionRequest(BaseModel):

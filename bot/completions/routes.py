@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import logging
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,6 +36,7 @@ from bot.completions.conversations import (
     digest,
 )
 from bot.completions.exchange import KEEPALIVE, Exchange, ExchangeLimits, Piece, Turn
+from bot.completions.images import Image, decode_images, keep_images
 from bot.completions.protocol import (
     ApiError,
     ChatMessage,
@@ -158,22 +161,16 @@ class CompletionsApi:
 
     async def completions(self, request: Request) -> Response:
         body = await _body(request)
-        agent = self._agent(body.model)
-        instructions, dialog = _split(body.messages)
-        text = _last_user_text(body.messages)
-        name = _name(request, body)
-        digests = [digest(role, said) for role, said in dialog]
-        heads = chain(digests)
-        conversation, taken = await self._conversations.find(agent, name, heads)
+        asked = _asked(request, body, self._agent(body.model))
+        heads = chain(asked.digests)
+        conversation, taken = await self._conversations.find(asked.agent, asked.name, heads)
         lock = self._locks.setdefault(conversation.id, asyncio.Lock())
         contended = lock.locked()
         await lock.acquire()
         try:
             if contended:  # read again: as the request before this one left it
                 conversation, taken = await self._conversations.get(conversation, heads)
-            conversation, turn = await self._start(
-                conversation, taken, agent, instructions, dialog, digests, text
-            )
+            conversation, turn = await self._start(conversation, taken, asked)
         except BaseException:
             lock.release()
             raise
@@ -197,28 +194,27 @@ class CompletionsApi:
         return model
 
     async def _start(
-        self,
-        conversation: Conversation,
-        taken: int,
-        agent: str,
-        instructions: list[str],
-        dialog: list[tuple[str, str]],
-        digests: list[str],
-        text: str,
+        self, conversation: Conversation, taken: int, asked: Asked
     ) -> tuple[Conversation, Turn]:
-        """The request's new messages given to the agent: the last as the message, the
-        others it carried (and the client's instructions) as context of that turn;
-        ``taken``: how many of them the conversation holds already."""
+        """The request's new messages given to the agent: the last as the message (its
+        images as attachments), the others it carried (and the client's instructions) as
+        context of that turn; ``taken``: how many of them the conversation holds already."""
+        digests, dialog = asked.digests, asked.dialog
+        attachments: list[dict[str, Any]] = []
         for attempt in range(2):
             source = conversation.source
             if taken == len(digests):  # sent again (a retry): its answer is followed or read
                 return conversation, await self.exchange.start(source, None)
-            context = _context(instructions, dialog[taken:-1])
-            options = SendOptions(agent_id=agent, extra_system_dynamic=context, metadata=_META)
+            context = _context(asked.instructions, dialog[taken:-1])
+            if asked.images and not attachments:
+                root = self._hub.workspace_root
+                attachments = await keep_images(root, conversation.id, asked.images)
+            meta = {**_META, "attachments": attachments} if attachments else _META
+            options = SendOptions(agent_id=asked.agent, extra_system_dynamic=context, metadata=meta)
             # What the client has seen now is held in the transaction storing its message.
             held, holding = self._conversations.holding(conversation, digests[taken:])
             try:
-                turn = await self.exchange.start(source, text, options, also=holding)
+                turn = await self.exchange.start(source, asked.text, options, also=holding)
             except HubError as refused:  # a sentence meant for people (too long, …)
                 raise ApiError(400, str(refused), param="messages") from None
             except StaleConversation:  # another process took a message of it meanwhile
@@ -395,14 +391,26 @@ async def _body(request: Request) -> CompletionRequest:
     return parse_request(data)
 
 
-def _split(messages: list[ChatMessage]) -> tuple[list[str], list[tuple[str, str]]]:
-    """The client's instructions (system, developer) and the dialog (the rest, in order)."""
-    instructions = [m.text() for m in messages if m.role in _INSTRUCTION_ROLES]
-    dialog = [(m.role, m.text()) for m in messages if m.role not in _INSTRUCTION_ROLES]
-    return [i for i in instructions if i.strip()], dialog
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """What a request asks, read from its body."""
+
+    agent: str
+    #: The conversation it names (``None``: none).
+    name: str | None
+    #: The client's instructions (system, developer messages).
+    instructions: list[str]
+    #: The rest, in order: (role, text).
+    dialog: list[tuple[str, str]]
+    #: One per dialog message: what the conversation remembers of it.
+    digests: list[str]
+    #: The last message's text and images.
+    text: str
+    images: list[Image]
 
 
-def _last_user_text(messages: list[ChatMessage]) -> str:
+def _asked(request: Request, body: CompletionRequest, agent: str) -> Asked:
+    messages = body.messages
     last = messages[-1]
     if last.role != "user":
         raise ApiError(
@@ -410,10 +418,31 @@ def _last_user_text(messages: list[ChatMessage]) -> str:
             f"The last message must be the user's (its role is '{last.role}').",
             param="messages",
         )
+    images = decode_images(last.image_urls())
     text = last.text()
-    if not text.strip():
+    if not text.strip() and not images:
         raise ApiError(400, "The last message is empty.", param="messages")
-    return text
+    spoken = [m for m in messages if m.role not in _INSTRUCTION_ROLES]
+    instructions = [m.text() for m in messages if m.role in _INSTRUCTION_ROLES]
+    return Asked(
+        agent=agent,
+        name=_name(request, body),
+        instructions=[i for i in instructions if i.strip()],
+        dialog=[(m.role, m.text()) for m in spoken],
+        digests=[digest(m.role, _remembered(m)) for m in spoken],
+        text=text,
+        images=images,
+    )
+
+
+def _remembered(message: ChatMessage) -> str:
+    """A message's text, with its images named by their URLs' digests (the same URL
+    every time the client sends the history)."""
+    urls = message.image_urls()
+    if not urls:
+        return message.text()
+    named = "".join(f"\0image:{hashlib.sha256(url.encode()).hexdigest()}" for url in urls)
+    return message.text() + named
 
 
 def _name(request: Request, body: CompletionRequest) -> str | None:

@@ -4,6 +4,7 @@ what it takes although it is odd (content parts, parameters it ignores)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import socket
 
@@ -93,22 +94,46 @@ async def test_json_that_is_not_json_is_400(v1: V1Server):
             refused(answer, 400)
 
 
-async def test_text_parts_are_taken_and_an_image_is_refused_clearly(
-    v1: V1Server, fake_openai: FakeOpenAIServer
+async def test_text_parts_are_taken_and_an_image_is_kept_as_an_attachment(
+    v1: V1Server, fake_openai: FakeOpenAIServer, tmp_path
 ):
     fake_openai.reply_text("Read both parts.")
+    fake_openai.reply_text("I see the file.")
     parts = [{"type": "text", "text": "first part"}, {"type": "text", "text": "second part"}]
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\nfake image bytes").decode()
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}}
     async with v1.client() as client:
         answer = await client.chat.completions.create(
             model="main", messages=[{"role": "user", "content": parts}]
         )
+        await client.chat.completions.create(
+            model="main",
+            messages=[{"role": "user", "content": [{"type": "text", "text": "look"}, image]}],
+        )
     assert answer.choices[0].message.content == "Read both parts."
-    assert user_messages(fake_openai.requests[-1]) == ["first part\nsecond part"]
-    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
-    body = {"model": "main", "messages": [{"role": "user", "content": [image]}]}
-    assert "Images are not taken" in refused(await post(v1, body), 400, "unsupported_content")
-    body["messages"][0]["content"] = [{"type": "input_audio", "input_audio": {}}]
-    assert "input_audio" in refused(await post(v1, body), 400, "unsupported_content")
+    assert user_messages(fake_openai.requests[0]) == ["first part\nsecond part"]
+    asked = json.dumps(fake_openai.requests[1]["messages"])
+    kept = list((tmp_path / "workspace" / "uploads" / "api").rglob("*_image.png"))
+    assert len(kept) == 1 and kept[0].read_bytes().startswith(b"\x89PNG")
+    assert kept[0].name in asked  # the model is told the file's path
+
+
+@pytest.mark.parametrize(
+    ("part", "said"),
+    [
+        ({"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}, "data: URLs"),
+        ({"type": "image_url", "image_url": {"url": "data:text/html;base64,PGI+"}}, "PNG"),
+        ({"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}, "base64"),
+        ({"type": "image_url", "image_url": {"url": "data:image/png;base64,"}}, "empty"),
+        ({"type": "input_audio", "input_audio": {}}, "input_audio"),
+    ],
+)
+async def test_a_part_that_cannot_be_taken_is_refused_clearly(
+    v1: V1Server, fake_openai: FakeOpenAIServer, part: dict, said: str
+):
+    body = {"model": "main", "messages": [{"role": "user", "content": [part]}]}
+    assert said in refused(await post(v1, body), 400)
+    assert fake_openai.requests == []
 
 
 async def test_parameters_for_a_model_are_ignored(v1: V1Server, fake_openai: FakeOpenAIServer):
