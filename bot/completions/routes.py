@@ -48,7 +48,7 @@ from bot.completions.protocol import (
     parse_request,
     usage_chunk,
 )
-from bot.http.credentials import has_token
+from bot.http.credentials import bearer_refusal
 from bot.http.models import RequestError, SafeJSONResponse, parse_json, read_body
 from bot.http.signins import LoginThrottle
 from engine.hub import ChatHub, HubError, SendOptions
@@ -113,8 +113,9 @@ class CompletionsApi:
         @functools.wraps(handler)
         async def guarded(request: Request) -> Response:
             address = request.client.host if request.client else None
-            wait = self._throttle.retry_after(address) if self._throttle else None
-            if wait is not None:  # refused before the token is even looked at
+            refusal = bearer_refusal(request.headers, address, self._token, self._throttle)
+            if refusal is not None and refusal.retry_after is not None:
+                wait = refusal.retry_after
                 return ApiError(
                     429,
                     f"Too many wrong API keys from this address; try again in {wait} s.",
@@ -122,9 +123,7 @@ class CompletionsApi:
                     code="rate_limit_exceeded",
                     headers={"retry-after": str(wait)},
                 ).response()
-            if not has_token(request.headers, self._token):
-                if self._throttle is not None and self._token is not None:
-                    self._throttle.failed(address)
+            if refusal is not None:
                 return ApiError(
                     401,
                     "Missing or wrong API key: send CHATHUB_API_TOKEN as the bearer token.",

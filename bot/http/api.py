@@ -32,7 +32,7 @@ from bot.completions import (
 )
 from bot.delivery import OutboundStats
 from bot.fleet.receiver import RECEIVER_LEASE
-from bot.http.credentials import has_token
+from bot.http.credentials import bearer_refusal, has_token
 from bot.http.health_details import HealthDetails
 from bot.http.memory_pages import (
     FactDeleted,
@@ -280,16 +280,15 @@ class ApiRoutes:
         @functools.wraps(handler)
         async def guarded(request: Request) -> Response:
             address = request.client.host if request.client else None
-            wait = self._throttle.retry_after(address) if self._throttle else None
-            if wait is not None:  # refused before the token is even looked at
+            refusal = bearer_refusal(request.headers, address, self._token, self._throttle)
+            if refusal is not None and refusal.retry_after is not None:
+                wait = refusal.retry_after
                 return SafeJSONResponse(
                     {"error": f"Too many wrong tokens from this address; try again in {wait} s."},
                     status_code=429,
                     headers={"retry-after": str(wait)},
                 )
-            if not self._authorized(request):
-                if self._throttle is not None and self._token is not None:
-                    self._throttle.failed(address)
+            if refusal is not None:
                 return SafeJSONResponse(
                     {"error": "missing or wrong bearer token"},
                     status_code=401,

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
 
-__all__ = ["bearer_token", "has_token", "token_matches"]
+__all__ = ["Refusal", "Throttle", "bearer_refusal", "bearer_token", "has_token", "token_matches"]
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
@@ -31,3 +33,38 @@ def has_token(headers: Mapping[str, str], expected: bytes | None) -> bool:
         return True
     given = bearer_token(headers)
     return given is not None and token_matches(given, expected)
+
+
+class Throttle(Protocol):
+    """Wrong tokens counted per address (``bot.http.signins.LoginThrottle``)."""
+
+    def retry_after(self, address: str | None) -> int | None: ...
+
+    def failed(self, address: str | None) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a request may not pass: 429 (too many wrong tokens from its address: try again
+    in ``retry_after`` s) or 401 (its token); each surface says it in its own shape."""
+
+    status: int
+    retry_after: int | None = None
+
+
+def bearer_refusal(
+    headers: Mapping[str, str],
+    address: str | None,
+    expected: bytes | None,
+    throttle: Throttle | None,
+) -> Refusal | None:
+    """``None`` when the request may pass. An address over the throttle is refused before
+    its token is even looked at; a wrong token counts against its address."""
+    wait = throttle.retry_after(address) if throttle is not None else None
+    if wait is not None:
+        return Refusal(429, wait)
+    if has_token(headers, expected):
+        return None
+    if throttle is not None and expected is not None:
+        throttle.failed(address)
+    return Refusal(401)

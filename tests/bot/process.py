@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,3 +57,17 @@ def wait_for_http(port: int, within_s: float = 20) -> None:
             return False
 
     wait_for(answers, within_s)
+
+
+async def until_up(base: str, child: subprocess.Popen[str]) -> None:
+    """Until ``chathub serve``'s app answers ``/healthz`` at ``base`` (asserting the child
+    still runs, with its stderr when it ended)."""
+    async with httpx.AsyncClient(base_url=base) as client:
+        while True:
+            assert child.poll() is None, child.stderr.read() if child.stderr else ""
+            try:
+                if (await client.get("/healthz")).status_code in (200, 503):
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.05)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -21,14 +20,9 @@ from bot.http.api import ApiRoutes
 from bot.http.app import create_app
 from bot.http.operations import Operations
 from bot.http.signins import LoginThrottle
-from bot.schema import LAYERS
-from bot.settings import load_config, load_settings
-from engine.config import EngineConfig, HubConfig
 from engine.core import Engine
 from engine.hub import ChatHub
-from engine.store import Store
-from tests.engine.hub.conftest import ManualSleep
-from tests.fakes.openai_server import FakeOpenAIServer
+from tests.bot.webchat.conftest import engine, hub  # noqa: F401 - the same engine and hub
 
 TOKEN = "completions-token-0123456789"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -53,33 +47,6 @@ class V1Server:
 
     def http(self, **kwargs: Any) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=self.base, headers=BEARER, timeout=GUARD_S, **kwargs)
-
-
-@pytest.fixture
-async def engine(tmp_path: Path, fake_openai: FakeOpenAIServer) -> AsyncIterator[Engine]:
-    settings = load_settings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
-        chathub_workspace=tmp_path / "workspace",
-        chathub_timezone="UTC",
-        llm_base_url=fake_openai.base_url,
-        llm_model="fake-model",
-        _env_file=None,
-    )
-    config = replace(
-        load_config(settings), engine=EngineConfig(max_tool_rounds=6, command_timeout_s=20)
-    )
-    store = await Store.open(settings.database_url, LAYERS)
-    engine = await Engine.open(config, store=store)  # default rules: writes and commands ask
-    yield engine
-    await engine.close()
-
-
-@pytest.fixture
-async def hub(engine: Engine) -> AsyncIterator[ChatHub]:
-    hub = ChatHub(engine, HubConfig(idle_evict_s=600), sleep=ManualSleep())
-    await hub.start()
-    yield hub
-    await hub.close()
 
 
 @pytest.fixture

@@ -6,29 +6,15 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 
-import httpx
 import openai
 
 from tests.bot.completions.conftest import user_messages
-from tests.bot.process import free_port
+from tests.bot.process import free_port, until_up
 from tests.fakes.openai_server import FakeOpenAIServer
 
 TOKEN = "served-v1-token-0123456789"
 GUARD_S = 30.0  # against a hang, never a timing assertion
-
-
-async def _up(base: str, child: subprocess.Popen[str]) -> None:
-    async with httpx.AsyncClient(base_url=base) as client:
-        while True:
-            assert child.poll() is None, child.stderr.read() if child.stderr else ""
-            try:
-                if (await client.get("/healthz")).status_code in (200, 503):
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.05)
 
 
 async def test_a_conversation_survives_kill_9_of_the_service(serve, fake_openai: FakeOpenAIServer):
@@ -36,7 +22,7 @@ async def test_a_conversation_survives_kill_9_of_the_service(serve, fake_openai:
     base = f"http://127.0.0.1:{port}"
     env = {"HTTP_PORT": str(port), "CHATHUB_API_TOKEN": TOKEN}
     child = serve(**env)
-    await asyncio.wait_for(_up(base, child), GUARD_S)
+    await asyncio.wait_for(until_up(base, child), GUARD_S)
     client = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key=TOKEN, max_retries=0)
     fake_openai.reply_text("I will remember the number 7.")
     first = await client.chat.completions.create(
@@ -47,7 +33,7 @@ async def test_a_conversation_survives_kill_9_of_the_service(serve, fake_openai:
     child.wait(timeout=GUARD_S)
 
     child = serve(**env)
-    await asyncio.wait_for(_up(base, child), GUARD_S)
+    await asyncio.wait_for(until_up(base, child), GUARD_S)
     fake_openai.reply_text("It was 7.")
     stream = await client.chat.completions.create(
         model="main",

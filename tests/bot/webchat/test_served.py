@@ -10,30 +10,17 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 from typing import Any
 
 import httpx
 from websockets.asyncio.client import connect
 
-from tests.bot.process import free_port
+from tests.bot.process import free_port, until_up
 from tests.fakes.openai_server import FakeOpenAIServer
 
 TOKEN = "served-webchat-token-0123456789"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 GUARD_S = 30.0  # against a hang, never a timing assertion
-
-
-async def _up(base: str, child: subprocess.Popen[str]) -> None:
-    async with httpx.AsyncClient(base_url=base) as client:
-        while True:
-            assert child.poll() is None, child.stderr.read() if child.stderr else ""
-            try:
-                if (await client.get("/healthz")).status_code in (200, 503):
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.05)
 
 
 async def _until(connection: Any, kind: str) -> list[dict[str, Any]]:
@@ -52,7 +39,7 @@ async def test_a_conversation_through_the_served_app_survives_kill_9(
     base = f"http://127.0.0.1:{port}"
     env = {"HTTP_PORT": str(port), "CHATHUB_API_TOKEN": TOKEN}
     child = serve(**env)
-    await asyncio.wait_for(_up(base, child), GUARD_S)
+    await asyncio.wait_for(until_up(base, child), GUARD_S)
     async with httpx.AsyncClient(base_url=base, headers=BEARER) as http:
         created = (await http.post("/chat/conversations", json={"title": "served"})).json()
     url = f"ws://127.0.0.1:{port}/ws/chat?conversation={created['id']}"
@@ -70,7 +57,7 @@ async def test_a_conversation_through_the_served_app_survives_kill_9(
     child.wait(timeout=GUARD_S)
 
     child = serve(**env)  # the hub resumes the interrupted turn: the card is asked again
-    await asyncio.wait_for(_up(base, child), GUARD_S)
+    await asyncio.wait_for(until_up(base, child), GUARD_S)
     async with connect(url, additional_headers=BEARER) as ws:
         frames = await _until(ws, "turn_running")
         await ws.send(json.dumps({"type": "resume"}))  # what the page sends: harmless here
@@ -94,7 +81,7 @@ async def test_an_attachment_through_the_served_app(serve, fake_openai: FakeOpen
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     child = serve(HTTP_PORT=str(port), CHATHUB_API_TOKEN=TOKEN)
-    await asyncio.wait_for(_up(base, child), GUARD_S)
+    await asyncio.wait_for(until_up(base, child), GUARD_S)
     async with httpx.AsyncClient(base_url=base, headers=BEARER) as http:
         created = (await http.post("/chat/conversations", json={})).json()
         uploaded = await http.post(
