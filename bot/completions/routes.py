@@ -112,8 +112,7 @@ class CompletionsApi:
     def _guarded(self, handler: Handler) -> Handler:
         @functools.wraps(handler)
         async def guarded(request: Request) -> Response:
-            address = request.client.host if request.client else None
-            refusal = bearer_refusal(request.headers, address, self._token, self._throttle)
+            refusal = bearer_refusal(request, self._token, self._throttle)
             if refusal is not None and refusal.retry_after is not None:
                 wait = refusal.retry_after
                 return ApiError(

@@ -11,7 +11,10 @@ from __future__ import annotations
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from starlette.requests import HTTPConnection
 
 __all__ = ["Refusal", "Throttle", "bearer_refusal", "bearer_token", "has_token", "token_matches"]
 
@@ -53,13 +56,12 @@ class Refusal:
 
 
 def bearer_refusal(
-    headers: Mapping[str, str],
-    address: str | None,
-    expected: bytes | None,
-    throttle: Throttle | None,
+    request: HTTPConnection, expected: bytes | None, throttle: Throttle | None
 ) -> Refusal | None:
     """``None`` when the request may pass. An address over the throttle is refused before
     its token is even looked at; a wrong token counts against its address."""
+    headers = request.headers
+    address = request.client.host if request.client else None
     wait = throttle.retry_after(address) if throttle is not None else None
     if wait is not None:
         return Refusal(429, wait)
