@@ -35,21 +35,14 @@ from websockets.asyncio.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.webchat import InstantModel, ms, percentile, recv_until
+from bench.webchat import instant_service, ms, percentile, recv_until
 from bot.completions import CompletionsApi, talkable_agents
 from bot.http.app import create_app
 from bot.http.signins import LoginThrottle
-from bot.schema import LAYERS
-from bot.settings import load_config, load_settings
 from bot.webchat.auth import SocketAuth
 from bot.webchat.conversations import AnyConversation
 from bot.webchat.limits import SocketLimits
 from bot.webchat.transport import WebChat
-from engine.core import Engine
-from engine.hub import ChatHub
-from engine.llm import ModelRegistry
-from engine.session import AllowAll
-from engine.store import Store
 
 WARMUP = 5
 
@@ -181,21 +174,7 @@ def line(name: str, values: list[float]) -> tuple[float, float]:
 async def main(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as home:
-        settings = load_settings(
-            database_url=f"sqlite+aiosqlite:///{Path(home) / 'chathub.db'}",
-            chathub_workspace=Path(home) / "workspace",
-            chathub_timezone="UTC",
-            _env_file=None,
-        )
-        store = await Store.open(settings.database_url, LAYERS)
-        engine = await Engine.open(
-            load_config(settings),
-            models=ModelRegistry([InstantModel()]),
-            policy=AllowAll(),
-            store=store,
-        )
-        hub = ChatHub(engine)
-        await hub.start()
+        engine, hub = await instant_service(Path(home))
         auth = SocketAuth(token=None, signins=None, throttle=LoginThrottle())
         limits = SocketLimits(frames_per_second=1e6, burst=1_000_000)
         webchat = WebChat(hub, auth, AnyConversation(), limits=limits)

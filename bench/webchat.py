@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bot.http.app import create_app
 from bot.http.signins import LoginThrottle
+from bot.schema import LAYERS
 from bot.settings import load_config, load_settings
 from bot.webchat.auth import SocketAuth
 from bot.webchat.conversations import AnyConversation
@@ -49,6 +50,7 @@ from engine.core import Engine
 from engine.hub import ChatHub
 from engine.llm import LlmResponse, Message, ModelRegistry, ScriptedModel, ToolSchema, Usage
 from engine.session import AllowAll, Done, TextDelta
+from engine.store import Store
 
 ANSWER = "Hello from the zero-latency model."
 
@@ -174,20 +176,31 @@ async def idle_memory(url: str, count: int) -> tuple[int, int]:
     return before, after
 
 
+async def instant_service(home: Path) -> tuple[Engine, ChatHub]:
+    """The engine over a SQLite file in ``home`` (every layer's tables) with the
+    zero-latency model and ``AllowAll``, and its hub, started."""
+    settings = load_settings(
+        database_url=f"sqlite+aiosqlite:///{home / 'chathub.db'}",
+        chathub_workspace=home / "workspace",
+        chathub_timezone="UTC",
+        _env_file=None,
+    )
+    store = await Store.open(settings.database_url, LAYERS)
+    engine = await Engine.open(
+        load_config(settings),
+        models=ModelRegistry([InstantModel()]),
+        policy=AllowAll(),
+        store=store,
+    )
+    hub = ChatHub(engine)
+    await hub.start()
+    return engine, hub
+
+
 async def main(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as home:
-        settings = load_settings(
-            database_url=f"sqlite+aiosqlite:///{Path(home) / 'chathub.db'}",
-            chathub_workspace=Path(home) / "workspace",
-            chathub_timezone="UTC",
-            _env_file=None,
-        )
-        engine = await Engine.open(
-            load_config(settings), models=ModelRegistry([InstantModel()]), policy=AllowAll()
-        )
-        hub = ChatHub(engine)
-        await hub.start()
+        engine, hub = await instant_service(Path(home))
         auth = SocketAuth(token=None, signins=None, throttle=LoginThrottle())
         limits = SocketLimits(frames_per_second=1e6, burst=1_000_000)
         webchat = WebChat(hub, auth, AnyConversation(), limits=limits)
