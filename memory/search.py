@@ -10,8 +10,9 @@ need not contain every word; ranking (BM25 / ``ts_rank``) puts the best matches 
 Semantic recall (``Semantic``: an embeddings endpoint and a place for vectors): the query
 is embedded too, the source's nearest documents are found, and the two rankings are fused
 by reciprocal rank (``RRF_K``), so a hit may share no word with the query ("where are we
-staying in Portugal" finds "the hotel in Lisbon"). When the endpoint fails, or none is
-chosen, the search is full text alone, and the log says why. Only vectors of the model that
+staying in Portugal" finds "the hotel in Lisbon"). When the endpoint fails the search is
+full text alone, and the log says why; so it is while no endpoint is chosen (no
+``EMBEDDING_MODEL``, no provider serving ``embeddings``). Only vectors of the model that
 embedded the query (and of its length) are compared with it: after a change of model
 (``EMBEDDING_MODEL``, a provider serving ``embeddings``) a document is found by meaning
 once the embedder has embedded it again under the new model.

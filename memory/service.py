@@ -14,7 +14,6 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import httpx
@@ -104,34 +103,36 @@ class MemoryService:
         self._embedder_limits = embedder_limits
         self._min_similarity = min_similarity
         self._http: httpx.AsyncClient | None = None
+        self._semantic_started = False
+        self._semantic_start: asyncio.Task[None] | None = None
+        self._closing = False
         self._sub: Subscription[BusEvent] | None = None
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()  # set while waiting for an event with nothing buffered
 
     async def start(self) -> None:
         await self.optouts.load()
-        if self._embeddings is not None:
-            await self._start_semantic(self._embeddings)
+        embeddings = self._embeddings
+        if isinstance(embeddings, EmbeddingChoice) and embeddings.endpoint() is None:
+            # Nothing embeds yet: memory as without embeddings, until a provider serving
+            # them is chosen (then set up as at start, without a restart).
+            embeddings.on_change(self._embeddings_chosen)
+        elif embeddings is not None:
+            await self._start_semantic(embeddings)
         self._sub = self._bus.subscribe(self._capacity)
         self._task = asyncio.create_task(self._run(self._sub), name="chathub-memory")
         self.followups.start()
 
     async def _start_semantic(self, embeddings: EmbeddingConfig | EmbeddingChoice) -> None:
+        self._semantic_started = True
         vectors = await detect(self._db)
         if vectors is None:
-            if not isinstance(embeddings, EmbeddingChoice):
-                log.warning(
-                    "memory: EMBEDDING_MODEL is set, but this PostgreSQL has no pgvector "
-                    "extension; search stays full text"
-                )
-            elif embeddings.endpoint() is not None:
-                log.warning(
-                    "memory: embeddings are chosen (%r), but this PostgreSQL has no pgvector "
-                    "extension; search stays full text",
-                    embeddings.endpoint(),
-                )
-            else:  # said if a provider of embeddings comes
-                embeddings.on_change(partial(_no_place_for_vectors, embeddings))
+            log.warning(
+                "memory: %s, but this PostgreSQL has no pgvector extension; search stays full text",
+                "EMBEDDING_MODEL is set"
+                if isinstance(embeddings, EmbeddingConfig)
+                else f"embeddings are chosen ({embeddings.endpoint()!r})",
+            )
             return
         self._http = httpx.AsyncClient(verify=shared_tls_context())
         client: EmbeddingClient | ChosenEmbeddings
@@ -139,7 +140,7 @@ class MemoryService:
             client = ChosenEmbeddings(embeddings, self._http)
             # A new model starts embedding everything again at once, not after a message.
             embeddings.on_change(self.followups.wake)
-            chosen = repr(embeddings.endpoint()) + ", following the providers"
+            chosen = f"{embeddings.endpoint()!r}, following the providers"
         else:
             client = EmbeddingClient(embeddings, self._http)
             chosen = embeddings.model
@@ -147,6 +148,29 @@ class MemoryService:
         embedder = Embedder(self._db, client, vectors, self._embedder_limits)
         self.followups.add("embedding", embedder.embed_pending)
         log.info("memory: semantic recall with %s (vectors: %s)", chosen, vectors.kind)
+
+    def _embeddings_chosen(self) -> None:
+        """The choice names an endpoint for the first time: semantic recall set up."""
+        choice = self._embeddings
+        if self._semantic_started or self._closing or not isinstance(choice, EmbeddingChoice):
+            return
+        if choice.endpoint() is None:
+            return
+        self._semantic_started = True
+        self._semantic_start = asyncio.create_task(
+            self._start_semantic_late(choice), name="chathub-memory-semantic"
+        )
+
+    async def _start_semantic_late(self, choice: EmbeddingChoice) -> None:
+        try:
+            await self._start_semantic(choice)
+        except Exception:
+            self._semantic_started = False  # the next change tries again
+            log.exception("memory: setting up semantic recall failed; full text only")
+            return
+        if not self._closing and self._task is not None:
+            self.followups.start()
+            self.followups.wake()  # everything indexed so far, embedded now
 
     async def drained(self) -> None:
         """Return once the bus is closed and everything it delivered is indexed."""
@@ -168,10 +192,18 @@ class MemoryService:
 
     async def followed_up(self) -> None:
         """``settled``, then return once the follow-up jobs have nothing due (tests)."""
+        if self._semantic_start is not None:  # a provider of embeddings came meanwhile
+            await asyncio.shield(self._semantic_start)
         await self.settled()
         await self.followups.settled()
 
     async def close(self) -> None:
+        self._closing = True
+        if self._semantic_start is not None:
+            self._semantic_start.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._semantic_start
+            self._semantic_start = None
         await self.followups.close()
         if self._http is not None:
             await self._http.aclose()
@@ -281,15 +313,6 @@ class MemoryService:
             return False
         self.followups.wake()
         return True
-
-
-def _no_place_for_vectors(choice: EmbeddingChoice) -> None:
-    if choice.endpoint() is not None:
-        log.warning(
-            "memory: embeddings are chosen now (%r), but this PostgreSQL has no pgvector "
-            "extension; search stays full text",
-            choice.endpoint(),
-        )
 
 
 def _latest_message(conn: Connection, session_id: int) -> tuple[str, Any] | None:

@@ -3,9 +3,9 @@
 A change made here publishes ``ProviderRegistered`` / ``ProviderUnregistered`` at once; a
 change made elsewhere (``chathub providers`` in a shell, another process of a fleet) is
 noticed by ``watch``, which reads the change counter every few seconds and publishes the
-difference, so every process's consumers (``voice.Transcription``, …) reload without a
-restart. ``current`` is the snapshot consumers read: reloaded from the database on every
-event, never per call.
+difference, so every process's consumers (``ServiceChoice``: transcription, speech,
+memory's embeddings; ``ChatModels``) reload without a restart. ``current`` is the snapshot
+consumers read: reloaded from the database on every event, never per call.
 """
 
 from __future__ import annotations
