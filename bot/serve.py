@@ -515,8 +515,9 @@ class Service:
         event loop meanwhile goes on polling Telegram and answering."""
         assert self.engine is not None and self.hub is not None and self.scheduler is not None
         serving = await asyncio.to_thread(importlib.import_module, "bot.http.serving")
+        settings = service_settings(self.config)
         parts = serving.HttpParts(
-            settings=service_settings(self.config),
+            settings=settings,
             engine=self.engine,
             hub=self.hub,
             scheduler=self.scheduler,
@@ -529,6 +530,7 @@ class Service:
             memory=self.memory,
             receivers=self.slack.routes() if self.slack is not None else [],
             providers=self.providers,
+            voice=self._voice_notes(settings, self.engine.workspace.root),
         )
         self._server = server = await serving.http_server(parts)
         serving_task = asyncio.create_task(server.serve(), name="http")

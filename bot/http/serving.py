@@ -28,6 +28,7 @@ from bot.http.health_details import HealthDetails
 from bot.http.operations import Operations
 from bot.http.signins import LoginThrottle, SignInPolicy, SignIns
 from bot.http.web import Deliveries, WebInbox
+from bot.platform.voice_notes import VoiceNotes
 from bot.settings import Settings
 from bot.webchat.layer import SOURCE_PREFIX as WEB_CHAT_PREFIX
 from bot.webchat.limits import MAX_FRAME_BYTES as MAX_WEB_CHAT_FRAME_BYTES
@@ -75,11 +76,14 @@ class LazyChat:
         signins: SignIns | None,
         throttle: LoginThrottle,
         memory: MemoryService | None = None,
+        voice: VoiceNotes | None = None,
     ) -> None:
-        """``db``: where the web chat keeps its conversations."""
+        """``db``: where the web chat keeps its conversations; ``voice``: the service's
+        voice notes, which hear the page's voice messages."""
         self._hub, self._db, self._token = hub, db, token
         self._signins, self._throttle = signins, throttle
         self._memory = memory
+        self._voice = voice
         if hub.relay is not None:  # in a fleet its sockets watch turns of any process
             hub.relay.relay_only(WEB_CHAT_PREFIX)
         self._router: Router | None = None
@@ -106,7 +110,13 @@ class LazyChat:
             if self._router is None:
                 built = await asyncio.to_thread(importlib.import_module, "bot.webchat.serving")
                 webchat = built.web_chat(
-                    self._hub, self._db, self._token, self._signins, self._throttle, self._memory
+                    self._hub,
+                    self._db,
+                    self._token,
+                    self._signins,
+                    self._throttle,
+                    self._memory,
+                    voice=self._voice,
                 )
                 self._close = webchat.close
                 self._router = Router(routes=webchat.routes())
@@ -135,6 +145,8 @@ class HttpParts:
     receivers: Sequence[BaseRoute] = ()
     #: The API provider registry (``/api/providers``).
     providers: ProviderRegistry | None = None
+    #: Voice notes heard (the web chat's microphone), one path for every platform.
+    voice: VoiceNotes | None = None
 
 
 async def http_server(parts: HttpParts) -> ListeningServer:
@@ -155,7 +167,9 @@ async def http_server(parts: HttpParts) -> ListeningServer:
         )
         signins = SignIns(parts.engine.store.db, token=token, policy=policy, clock=parts.clock)
         await signins.purge()  # rows of an old token or long expired go at start-up
-    webchat = LazyChat(parts.hub, parts.engine.store.db, token, signins, throttle, parts.memory)
+    webchat = LazyChat(
+        parts.hub, parts.engine.store.db, token, signins, throttle, parts.memory, parts.voice
+    )
     if parts.hub.relay is not None:  # in a fleet a request follows a turn on any process
         parts.hub.relay.relay_only(API_PREFIX)
     agents = talkable_agents(parts.engine.agents)

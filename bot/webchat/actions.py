@@ -21,6 +21,7 @@ from bot.platform.commands import CommandContext, CommandRegistry, shared_comman
 from bot.platform.failures import SORRY_MESSAGE, SORRY_TAP, report_failure
 from bot.platform.memory import MemoryFront, memory_commands
 from bot.platform.tasks import Background
+from bot.platform.voice_notes import VoiceNotes
 from bot.webchat.conversations import PREFIX
 from bot.webchat.protocol import (
     Accepted,
@@ -40,6 +41,7 @@ from bot.webchat.protocol import (
 from bot.webchat.rooms import Rooms
 from bot.webchat.translate import BYPASS_SECS, resolved_frame
 from bot.webchat.uploads import AttachmentError, Uploads
+from bot.webchat.voice import carries_sound, hear
 from engine.approval import OPERATOR
 from engine.hub import ChatHub, HubError, SendOptions
 from engine.store import InboxError
@@ -53,6 +55,7 @@ log = logging.getLogger(__name__)
 WEB_CHAT_DECIDER = "the web chat"
 QUESTION_CLOSED = "That question is no longer open."
 NOTHING_TO_RESUME = "Nothing to resume."
+NOTHING_HEARD = "⚠️ 🎤 Nothing in that message could be heard."
 
 #: The choice an ``approve_tool``'s ``bypass_secs`` stands for (the cards' map, reversed).
 _CHOICE_OF_BYPASS: dict[int | None, Choice] = {
@@ -83,12 +86,16 @@ class Actions:
         commands: CommandRegistry,
         background: Background,
         uploads: Uploads,
+        voice: VoiceNotes | None = None,
     ) -> None:
+        """``voice``: how voice notes and audio files are heard (``None``: a voice note is
+        told that nobody transcribes it)."""
         self._hub = hub
         self._rooms = rooms
         self.commands = commands
         self._background = background
         self._uploads = uploads
+        self._voice = voice
 
     async def run(self, source: str, frame: Any, reply: Reply) -> None:
         """Act on ``frame``; what the socket must be told goes to ``reply``."""
@@ -132,6 +139,7 @@ class Actions:
 
     async def _send(self, source: str, frame: SendMessage, reply: Reply) -> None:
         options = None
+        text = frame.text
         if frame.attachments:
             conversation_id = source.removeprefix(PREFIX)
             try:
@@ -139,9 +147,21 @@ class Actions:
             except AttachmentError as exc:
                 await reply.send(ErrorFrame(code="attachment", message=str(exc), ref=frame.ref))
                 return
-            options = SendOptions(metadata={"attachments": found})
+            if carries_sound(found):  # heard first, as on every platform (voice.py)
+                heard = await hear(self._voice, text, found)
+                if heard.quotes:  # every tab sees what was heard before the answer
+                    await self._rooms.broadcast(source, Notice(text=heard.quotes))
+                if not heard.text and not heard.attachments:  # nothing left to send
+                    said = heard.warning or NOTHING_HEARD
+                    await reply.send(ErrorFrame(code="voice", message=said, ref=frame.ref))
+                    return
+                if heard.warning:
+                    await reply.send(Notice(text=heard.warning, ref=frame.ref))
+                text, found = heard.text, heard.attachments
+            if found:
+                options = SendOptions(metadata={"attachments": found})
         try:
-            queued = await self._hub.send_message(source, frame.text, options)
+            queued = await self._hub.send_message(source, text, options)
         except HubError as exc:  # the hub's refusals are sentences meant for people
             await reply.send(ErrorFrame(code="refused", message=str(exc), ref=frame.ref))
             return

@@ -215,6 +215,10 @@ class Limits(BaseModel):
     #: An upload's size limit, and the files one message may carry.
     max_upload_bytes: int
     max_attachments: int = MAX_ATTACHMENTS
+    #: A voice note's limits (``VOICE_MAX_BYTES``, ``VOICE_MAX_SECONDS``); ``None``: this
+    #: web chat was given no way to hear one.
+    max_voice_bytes: int | None = None
+    max_voice_seconds: int | None = None
 
 
 class Hello(_ServerFrame):
@@ -248,7 +252,8 @@ class Pong(_ServerFrame):
 
 
 class Notice(_ServerFrame):
-    """A command's reply, to the socket that sent it."""
+    """A command's reply, to the socket that sent it; what a voice note said (``🎤 “…”``,
+    to every tab, ``ref`` null) or the warning about it (to its sender)."""
 
     type: Literal["notice"] = "notice"
     text: str

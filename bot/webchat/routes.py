@@ -4,7 +4,8 @@
 ``PATCH /chat/conversations/{id}`` renames, ``DELETE`` hides (its messages stay),
 ``GET /chat/conversations/{id}/messages?before=&limit=`` pages the history back in time,
 ``POST /chat/conversations/{id}/files?name=`` uploads one file (the raw bytes, as
-``application/octet-stream``) for a later ``message`` frame to attach (``uploads.py``).
+``application/octet-stream``) for a later ``message`` frame to attach (``uploads.py``);
+``&voice=1&seconds=`` marks it a voice note that long (``voice.py``).
 Access is the socket's (``auth.py``): the inbox's sign-in cookie or the bearer token. A
 write also needs a JSON body type and, from a browser's sign-in, its form token in
 ``X-CSRF-Token`` (another site can send neither without the browser asking this one
@@ -14,6 +15,7 @@ first, which it never allows).
 from __future__ import annotations
 
 import hmac
+import math
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
@@ -23,11 +25,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from bot.http.models import RequestError, SafeJSONResponse, ids_in_range, json_body, query_params
+from bot.platform.voice_notes import VoiceNotes
 from bot.webchat.auth import Access, SocketAuth
 from bot.webchat.conversations import source_of
 from bot.webchat.history import DEFAULT_PAGE, MAX_PAGE
 from bot.webchat.store import MAX_TITLE_CHARS, ConversationStore, clean_title
-from bot.webchat.uploads import TooLarge, Uploads
+from bot.webchat.uploads import TooLarge, Uploads, audio_type, safe_name
+from bot.webchat.voice import upload_refusal
 from engine.hub import ChatHub
 
 __all__ = ["ConversationRoutes"]
@@ -37,6 +41,9 @@ CSRF_HEADER = "x-csrf-token"
 JSON = "application/json"
 OCTETS = "application/octet-stream"
 MAX_FILE_NAME_CHARS = 1000
+#: The longest duration a voice note may declare (a day; ``VOICE_MAX_SECONDS`` refuses
+#: sooner); anything beyond is no duration.
+MAX_DECLARED_SECONDS = 24 * 3600.0
 
 Handler = Callable[[Request, Access], Awaitable[Response]]
 
@@ -64,6 +71,11 @@ class FileQuery(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     name: Annotated[str, Field(min_length=1, max_length=MAX_FILE_NAME_CHARS)]
+    #: A voice note recorded in the page (``1``), and how long it is.
+    voice: bool = False
+    seconds: Annotated[float, Field(ge=0, le=MAX_DECLARED_SECONDS, allow_inf_nan=False)] | None = (
+        None
+    )
 
 
 class ConversationRoutes:
@@ -74,12 +86,15 @@ class ConversationRoutes:
         auth: SocketAuth,
         *,
         uploads: Uploads | None = None,
+        voice: VoiceNotes | None = None,
     ) -> None:
-        """``uploads``: where files go (default: the engine's workspace, 20 MB each)."""
+        """``uploads``: where files go (default: the engine's workspace, 20 MB each);
+        ``voice``: the voice notes' limits, which a voice note or audio file is held to."""
         self._store = store
         self._hub = hub
         self._auth = auth
         self._uploads = uploads or Uploads(hub.workspace_root)
+        self._voice = voice
 
     def routes(self) -> list[Route]:
         one = "/chat/conversations/{conversation_id:id}"
@@ -164,9 +179,28 @@ class ConversationRoutes:
         declared = request.headers.get("content-length", "").strip()
         if declared.isdigit() and (len(declared) > 20 or int(declared) > limit):
             raise TooLarge(limit)  # refused before a byte of the body is read
+        size = int(declared) if declared.isdigit() else None
+        name, voice = safe_name(query.name), self._voice
+        kind = "voice" if query.voice else "audio" if audio_type(name) else None
+        max_bytes, too_large = None, None
+        if kind is not None and voice is not None:  # held to the voice notes' limits
+            why = upload_refusal(voice, kind, name, size, query.seconds)
+            if why is not None:
+                return _error(413, why)  # before a byte of it is read
+            if voice.max_bytes < limit:  # counted while it streams, said as voice says it
+                max_bytes = voice.max_bytes
+                too_large = upload_refusal(voice, kind, name, voice.max_bytes + 1, None)
         if await self._store.get(conversation_id) is None:
             return _error(404, "No such conversation.")
-        saved = await self._uploads.save(str(conversation_id), query.name, request.stream())
+        saved = await self._uploads.save(
+            str(conversation_id),
+            query.name,
+            request.stream(),
+            max_bytes=max_bytes,
+            too_large=too_large,
+            voice=query.voice,
+            seconds=None if query.seconds is None else math.ceil(query.seconds),
+        )
         return SafeJSONResponse(saved.to_json(), status_code=201)
 
     async def messages(self, request: Request, access: Access) -> Response:

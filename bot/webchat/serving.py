@@ -4,6 +4,7 @@ the hub (``bot/http/serving.py`` builds it on the first request that needs it)."
 from __future__ import annotations
 
 from bot.http.signins import LoginThrottle, SignIns
+from bot.platform.voice_notes import VoiceNotes
 from bot.webchat.auth import SocketAuth
 from bot.webchat.page import ChatPage
 from bot.webchat.routes import ConversationRoutes
@@ -23,7 +24,10 @@ def web_chat(
     signins: SignIns | None,
     throttle: LoginThrottle,
     memory: MemoryService | None = None,
+    voice: VoiceNotes | None = None,
 ) -> WebChat:
+    """``voice``: the service's voice notes (the one transcription path of every platform);
+    without it a voice note recorded in the page is told nobody transcribes it."""
     auth = SocketAuth(token=token, signins=signins, throttle=throttle)
     conversations = ConversationStore(db)
     return WebChat(
@@ -31,8 +35,9 @@ def web_chat(
         auth,
         conversations,
         pages=[
-            *ConversationRoutes(conversations, hub, auth).routes(),
+            *ConversationRoutes(conversations, hub, auth, voice=voice).routes(),
             *ChatPage(auth).routes(),
         ],
         memory=memory,
+        voice=voice,
     )

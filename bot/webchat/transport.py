@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketState
 
 from bot.platform.tasks import Background
+from bot.platform.voice_notes import VoiceNotes
 from bot.webchat.actions import Actions, web_commands
 from bot.webchat.auth import SocketAuth
 from bot.webchat.conversations import ConversationDirectory, is_conversation_id, source_of
@@ -72,9 +73,11 @@ class WebChat:
         pages: Sequence[BaseRoute] = (),
         uploads: Uploads | None = None,
         memory: MemoryService | None = None,
+        voice: VoiceNotes | None = None,
     ) -> None:
         """``pages``: the chat's HTTP routes (the conversations, the page), served beside;
-        ``uploads``: where a message's attachments are found (default: the workspace's)."""
+        ``uploads``: where a message's attachments are found (default: the workspace's);
+        ``voice``: the service's voice notes, which hear a message's sound (``voice.py``)."""
         self.hub = hub
         self._pages = tuple(pages)
         self.auth = auth
@@ -85,8 +88,9 @@ class WebChat:
         self._open = 0
         self._background = Background()
         self._uploads = uploads or Uploads(hub.workspace_root)
+        self._voice = voice
         self.actions = Actions(
-            hub, self.rooms, web_commands(memory), self._background, self._uploads
+            hub, self.rooms, web_commands(memory), self._background, self._uploads, voice
         )
 
     @property
@@ -151,12 +155,17 @@ class WebChat:
                 await asyncio.gather(pump, return_exceptions=True)
 
     def _limits(self) -> Limits:
+        voice = self._voice
         return Limits(
             max_frame_bytes=self.limits.max_frame_bytes,
             max_message_chars=self.hub.config.max_message_chars,
             frames_per_second=self.limits.frames_per_second,
             burst=self.limits.burst,
             max_upload_bytes=self._uploads.max_bytes,
+            max_voice_bytes=None
+            if voice is None
+            else min(voice.max_bytes, self._uploads.max_bytes),
+            max_voice_seconds=None if voice is None else voice.max_seconds,
         )
 
     async def _show_pending(self, socket: ChatSocket, session_id: int, source: str) -> None:

@@ -10,6 +10,7 @@ the model at any other file.
 from __future__ import annotations
 
 import asyncio
+import json
 import mimetypes
 import os
 import re
@@ -28,6 +29,7 @@ __all__ = [
     "TooLarge",
     "Upload",
     "Uploads",
+    "audio_type",
     "safe_name",
 ]
 
@@ -45,11 +47,24 @@ _UPLOAD_ID = re.compile(UPLOAD_ID_PATTERN)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _FOLDER = Path("uploads") / "web"
 _PART = ".part"  # a file being written: its name fails the id pattern (leading dot)
+_VOICE = ".voice"  # ".<id>.voice": the upload is a voice note (its duration inside)
+#: What a voice note's extension says it holds (whisper servers take each of these).
+_VOICE_TYPES = {
+    ".ogg": "audio/ogg",
+    ".oga": "audio/ogg",
+    ".opus": "audio/ogg",
+    ".webm": "audio/webm",
+    ".m4a": "audio/mp4",
+    ".mp4": "audio/mp4",
+    ".mp3": "audio/mpeg",
+    ".wav": "audio/wav",
+    ".flac": "audio/flac",
+}
 
 
 class TooLarge(Exception):
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"The file is over the limit of {_mb(limit)}.")
+    def __init__(self, limit: int, message: str | None = None) -> None:
+        super().__init__(message or f"The file is over the limit of {_mb(limit)}.")
 
 
 class AttachmentError(ValueError):
@@ -64,6 +79,13 @@ class Upload:
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "size": self.size}
+
+
+def audio_type(name: str) -> str | None:
+    """The audio type ``name``'s extension names (``None``: not a sound file; a ``.webm``
+    or ``.mp4`` is taken for a video unless it is a voice note)."""
+    guessed = mimetypes.guess_type(name)[0]
+    return guessed if guessed is not None and guessed.startswith("audio/") else None
 
 
 def safe_name(name: str) -> str:
@@ -90,28 +112,45 @@ class Uploads:
     def _folder(self, conversation_id: str) -> Path:
         return _FOLDER / conversation_id
 
-    async def save(self, conversation_id: str, name: str, body: AsyncIterator[bytes]) -> Upload:
-        """Write ``body`` chunk by chunk (never whole in memory); ``TooLarge`` as soon as it
-        passes the limit, and nothing is kept."""
+    async def save(
+        self,
+        conversation_id: str,
+        name: str,
+        body: AsyncIterator[bytes],
+        *,
+        max_bytes: int | None = None,
+        too_large: str | None = None,
+        voice: bool = False,
+        seconds: int | None = None,
+    ) -> Upload:
+        """Write ``body`` chunk by chunk (never whole in memory); ``TooLarge`` (saying
+        ``too_large`` when given) as soon as it passes the limit (``max_bytes`` when lower
+        than the uploads'), and nothing is kept. ``voice``: the upload is a voice note
+        (``seconds`` long; its mark is written before the file appears)."""
+        limit = min(self.max_bytes, max_bytes) if max_bytes is not None else self.max_bytes
         kept = safe_name(name)
         upload_id = f"{secrets.token_hex(_TOKEN_HEX // 2)}_{kept}"
         folder = self._workspace / self._folder(conversation_id)
         final = folder / upload_id
         partial = folder / f"{_PART}{upload_id}"
+        mark = folder / f".{upload_id}{_VOICE}"
         await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
         size = 0
         out = await asyncio.to_thread(partial.open, "xb")
         try:
             async for chunk in body:
                 size += len(chunk)
-                if size > self.max_bytes:
-                    raise TooLarge(self.max_bytes)
+                if size > limit:
+                    raise TooLarge(limit, too_large)
                 await asyncio.to_thread(out.write, chunk)
             await asyncio.to_thread(out.close)
+            if voice:
+                await asyncio.to_thread(mark.write_text, json.dumps({"seconds": seconds}))
             await asyncio.to_thread(os.replace, partial, final)
         except BaseException:
             out.close()
             partial.unlink(missing_ok=True)
+            mark.unlink(missing_ok=True)
             raise
         return Upload(upload_id, kept, size)
 
@@ -131,17 +170,41 @@ class Uploads:
                     "An attached file is not in this conversation; upload it again."
                 )
             name = upload_id[_TOKEN_HEX + 1 :]
-            mime_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
             found.append(
                 {
                     "path": (folder / upload_id).as_posix(),
                     "name": name,
-                    "kind": "photo" if mime_type.startswith("image/") else "document",
-                    "mime_type": mime_type,
+                    **_kind_of(name, path.parent / f".{upload_id}{_VOICE}"),
                     "size": path.stat().st_size,
                 }
             )
         return found
+
+
+def _kind_of(name: str, mark: Path) -> dict[str, Any]:
+    """``kind`` and ``mime_type`` (and a voice note's ``duration_s``) of an upload."""
+    voice = _voice_mark(mark)
+    if voice is not None:
+        extension = os.path.splitext(name)[1].lower()
+        mime_type = _VOICE_TYPES.get(extension) or audio_type(name) or "audio/ogg"
+        return {"kind": "voice", "mime_type": mime_type, **voice}
+    sound = audio_type(name)
+    if sound is not None:
+        return {"kind": "audio", "mime_type": sound}
+    mime_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    kind = "photo" if mime_type.startswith("image/") else "document"
+    return {"kind": kind, "mime_type": mime_type}
+
+
+def _voice_mark(mark: Path) -> dict[str, Any] | None:
+    """A voice note's mark (``duration_s`` when it was declared), or ``None``: none."""
+    if mark.is_symlink() or not mark.is_file():
+        return None
+    try:
+        seconds = json.loads(mark.read_text()).get("seconds")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {"duration_s": seconds} if isinstance(seconds, int) and seconds >= 0 else {}
 
 
 def _mb(size: int) -> str:

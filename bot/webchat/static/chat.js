@@ -24,6 +24,9 @@ const state = {
   limits: null, // from hello: max_upload_bytes, max_attachments
   attached: [], // {id, name, size, chip}: uploaded, sent with the next message
   uploading: 0, // uploads under way
+  recording: null, // the voice message being recorded: {recorder, stream, chunks, started, ...}
+  hearing: null, // the ref of the voice message sent, until the server answers it
+  voices: 0, // voice messages sent (their refs)
 };
 
 function el(tag, className, text) {
@@ -54,12 +57,13 @@ async function api(method, path, body) {
   return response.status === 204 ? null : response.json();
 }
 
-// One file's bytes as the body (no form encoding); the server answers its id.
-async function uploadFile(conversation, file) {
+// One file's bytes as the body (no form encoding); the server answers its id. ``more``:
+// further query parameters (a voice message's ``voice=1&seconds=``).
+async function uploadFile(conversation, file, name = file.name, more = "") {
   let response;
   try {
     response = await fetch(
-      `/chat/conversations/${conversation}/files?name=${encodeURIComponent(file.name)}`,
+      `/chat/conversations/${conversation}/files?name=${encodeURIComponent(name)}${more}`,
       {
         method: "POST",
         headers: { "X-CSRF-Token": csrf, "Content-Type": "application/octet-stream" },
@@ -68,14 +72,14 @@ async function uploadFile(conversation, file) {
       },
     );
   } catch (error) { // the connection broke (or the server closed it on a body too large)
-    throw new Error(`The upload of ${file.name} did not get through; try again.`);
+    throw new Error(`The upload of ${name} did not get through; try again.`);
   }
   if (response.status === 401) {
     location.href = "/login?next=/chat";
     throw new Error("signed out");
   }
   if (!response.ok) {
-    let message = `The upload of ${file.name} failed (${response.status}).`;
+    let message = `The upload of ${name} failed (${response.status}).`;
     try { message = (await response.json()).error || message; } catch (e) { /* not JSON */ }
     throw new Error(message);
   }
@@ -87,7 +91,9 @@ function scrollDown() {
 }
 
 function notice(text, error) {
-  thread.append(el("div", error ? "notice error" : "notice", text));
+  // What a voice message said (the server's quoted "🎤 “…”" line) reads as the person's words.
+  const heard = !error && text.startsWith("🎤 ");
+  thread.append(el("div", error ? "notice error" : heard ? "notice heard" : "notice", text));
   scrollDown();
 }
 
@@ -132,6 +138,8 @@ async function select(id) {
     state.socket = null;
   }
   if (state.current !== id) clearAttached(); // a conversation's files are its own
+  if (state.current !== id) cancelRecording();
+  heardBack();
   state.current = id;
   history.replaceState(null, "", `#c=${id}`);
   renderSidebar();
@@ -200,7 +208,8 @@ function userBubble(text, attachments) {
   if (attachments && attachments.length) {
     const files = el("div", "files");
     for (const file of attachments) {
-      const chip = el("span", "", file.name);
+      const sound = file.kind === "voice" || file.kind === "audio";
+      const chip = el("span", "", sound ? `🎤 ${file.name}` : file.name);
       chip.title = file.path;
       files.append(chip);
     }
@@ -272,6 +281,9 @@ function frameOut(frame) {
 }
 
 function handle(frame) {
+  if (frame.ref && frame.ref === state.hearing && ["accepted", "error"].includes(frame.type)) {
+    heardBack();
+  }
   switch (frame.type) {
     case "hello": state.limits = frame.limits; break;
     case "turn_running": setRunning(frame.running); break;
@@ -529,7 +541,176 @@ input.addEventListener("keydown", (event) => {
   }
 });
 document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && state.recording) {
+    event.preventDefault();
+    cancelRecording(); // Esc while recording throws the recording away, and stops nothing else
+    notice("Voice message cancelled.");
+    return;
+  }
   if (event.key === "Escape" && state.running) frameOut({ type: "stop" });
+});
+
+// -- voice messages: recorded with the microphone, uploaded as a voice note, sent at once;
+// the server transcribes it and shows every tab the quoted "🎤 “…”" line (docs/voice.md) --
+
+const mic = $("mic");
+const recordingLine = $("recording");
+// Opus in Ogg first (what Telegram and whisper servers know best), else in WebM (Chromium).
+const VOICE_TYPES = [["audio/ogg;codecs=opus", "ogg"], ["audio/webm;codecs=opus", "webm"], ["audio/mp4", "m4a"]];
+
+function extensionOf(type) {
+  for (const [wanted, extension] of [["ogg", "ogg"], ["webm", "webm"], ["mp4", "m4a"], ["mpeg", "mp3"], ["wav", "wav"]]) {
+    if ((type || "").includes(wanted)) return extension;
+  }
+  return "webm";
+}
+
+function micRefusal(error) {
+  const name = error && error.name;
+  if (name === "NotAllowedError" || name === "SecurityError") {
+    return "The microphone was not allowed; allow it for this page to record a voice message.";
+  }
+  if (name === "NotFoundError" || name === "OverconstrainedError") return "No microphone was found.";
+  if (name === "NotReadableError") return "The microphone is in use or could not be started.";
+  return "The microphone could not be started.";
+}
+
+function showRecording(text, busy) {
+  recordingLine.hidden = !text;
+  recordingLine.textContent = text || "";
+  recordingLine.classList.toggle("busy", Boolean(busy));
+}
+
+function minutes(seconds) {
+  const whole = Math.floor(seconds);
+  return `${Math.floor(whole / 60)}:${String(whole % 60).padStart(2, "0")}`;
+}
+
+// Busy (asking for the microphone, sending): clicks wait. Not ``disabled``, which would
+// take the keyboard's focus away from the button.
+function setMicBusy(busy) {
+  mic.classList.toggle("busy", busy);
+  mic.setAttribute("aria-disabled", busy ? "true" : "false");
+}
+
+function setRecording(on) {
+  mic.classList.toggle("recording", on);
+  mic.setAttribute("aria-pressed", on ? "true" : "false");
+  const label = on ? "Stop recording and send the voice message" : "Record a voice message";
+  mic.setAttribute("aria-label", label);
+  mic.title = label;
+}
+
+async function startRecording() {
+  const media = navigator.mediaDevices;
+  if (!media || !media.getUserMedia || typeof MediaRecorder === "undefined") {
+    notice("Voice messages need a microphone, which this browser does not offer this page (it needs HTTPS or localhost).", true);
+    return;
+  }
+  setMicBusy(true); // until the browser (or the person) answers the microphone's question
+  let stream;
+  try {
+    stream = await media.getUserMedia({ audio: true });
+  } catch (error) {
+    notice(micRefusal(error), true);
+    return;
+  } finally {
+    setMicBusy(false);
+  }
+  const chosen = VOICE_TYPES.find(([type]) => MediaRecorder.isTypeSupported(type));
+  let recorder;
+  try {
+    recorder = new MediaRecorder(stream, chosen ? { mimeType: chosen[0] } : undefined);
+  } catch (error) {
+    for (const track of stream.getTracks()) track.stop();
+    notice("This browser cannot record a voice message.", true);
+    return;
+  }
+  const recording = { recorder, stream, chunks: [], started: performance.now(), conversation: state.current, cancelled: false, timers: [] };
+  state.recording = recording;
+  recorder.ondataavailable = (event) => { if (event.data && event.data.size) recording.chunks.push(event.data); };
+  recorder.onstop = () => recorded(recording);
+  recorder.onerror = () => {
+    recording.cancelled = true;
+    stopRecording();
+    notice("The recording failed; nothing was sent.", true);
+  };
+  recorder.start(1000);
+  setRecording(true);
+  const most = (state.limits || {}).max_voice_seconds;
+  const tick = () => {
+    const seconds = (performance.now() - recording.started) / 1000;
+    const limit = most ? ` of ${minutes(most)}` : "";
+    showRecording(`Recording ${minutes(seconds)}${limit} — the square sends it, Esc cancels`);
+  };
+  tick();
+  recording.timers.push(setInterval(tick, 500));
+  if (most) recording.timers.push(setTimeout(stopRecording, Math.max(1, most - 1) * 1000)); // at the limit: sent as it is
+}
+
+function stopRecording() {
+  const recording = state.recording;
+  if (!recording) return;
+  state.recording = null;
+  for (const timer of recording.timers) { clearInterval(timer); clearTimeout(timer); }
+  recording.seconds = (performance.now() - recording.started) / 1000;
+  setRecording(false);
+  showRecording("");
+  if (recording.recorder.state !== "inactive") recording.recorder.stop(); // then recorded()
+  else recorded(recording);
+  for (const track of recording.stream.getTracks()) track.stop();
+}
+
+function cancelRecording() {
+  if (!state.recording) return;
+  state.recording.cancelled = true;
+  stopRecording();
+}
+
+async function recorded(recording) {
+  if (recording.cancelled || recording.sent) return;
+  recording.sent = true;
+  const type = recording.recorder.mimeType || (recording.chunks[0] && recording.chunks[0].type) || "";
+  const voice = new Blob(recording.chunks, { type });
+  const name = `voice-message.${extensionOf(type)}`;
+  const most = (state.limits || {}).max_voice_bytes;
+  if (most && voice.size > most) {
+    notice(`🎤 The voice message is too large to send (the limit is ${+(most / (1024 * 1024)).toFixed(1)} MB).`, true);
+    return;
+  }
+  const conversation = recording.conversation;
+  const ref = `voice-${++state.voices}`;
+  setMicBusy(true);
+  showRecording("Sending the voice message…", true);
+  let uploaded;
+  try {
+    const seconds = Math.max(0, recording.seconds).toFixed(1);
+    uploaded = await uploadFile(conversation, voice, name, `&voice=1&seconds=${seconds}`);
+  } catch (error) {
+    heardBack();
+    notice(error.message, true);
+    return;
+  }
+  if (state.current !== conversation) { heardBack(); return; } // switched meanwhile
+  if (frameOut({ type: "message", text: "", attachments: [uploaded.id], ref })) {
+    state.hearing = ref;
+    showRecording("Transcribing…", true);
+  } else {
+    heardBack();
+  }
+}
+
+// The voice message sent was answered (accepted, or refused with its sentence).
+function heardBack() {
+  state.hearing = null;
+  setMicBusy(false);
+  if (!state.recording) showRecording("");
+}
+
+mic.addEventListener("click", () => {
+  if (mic.classList.contains("busy")) return;
+  if (state.recording) stopRecording();
+  else startRecording();
 });
 
 $("new").addEventListener("click", async () => {

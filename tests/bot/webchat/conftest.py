@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
@@ -19,6 +20,7 @@ from bot.http.app import create_app
 from bot.http.operations import Operations
 from bot.http.signins import LoginThrottle, SignIns
 from bot.http.web import WebInbox
+from bot.platform.voice_notes import VoiceNotes
 from bot.schema import LAYERS
 from bot.settings import load_config, load_settings
 from bot.webchat.auth import SocketAuth
@@ -35,6 +37,7 @@ from engine.hub import ChatHub
 from engine.store import Store
 from tests.engine.hub.conftest import ManualSleep
 from tests.fakes.openai_server import FakeOpenAIServer
+from voice import Transcriber, Transcription
 
 TOKEN = "webchat-test-token-0123456789"
 #: A guard against a hang, never a timing assertion.
@@ -153,6 +156,36 @@ async def hub(engine: Engine) -> AsyncIterator[ChatHub]:
 
 
 @pytest.fixture
+async def voice_notes(
+    tmp_path: Path, engine: Engine, fake_openai: FakeOpenAIServer
+) -> AsyncIterator[Callable[..., VoiceNotes]]:
+    """``VoiceNotes`` as ``chathub serve`` builds them (``bot/serve.py``), transcribing at
+    the fake server (``transcribe=False``: no transcription set up)."""
+    async with httpx.AsyncClient() as client:
+
+        def build(
+            *, transcribe: bool = True, max_bytes: int = 20 * 1024 * 1024, max_seconds: int = 600
+        ) -> VoiceNotes:
+            settings = load_settings(
+                database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
+                llm_base_url=fake_openai.base_url,
+                llm_model="fake-model",
+                transcribe_model="whisper-1" if transcribe else None,
+                transcribe_base_url=fake_openai.base_url if transcribe else None,
+                _env_file=None,
+            )
+            return VoiceNotes(
+                Transcription(settings),
+                Transcriber(client, timeout_s=settings.transcribe_timeout_seconds),
+                engine.workspace.root,
+                max_bytes=max_bytes,
+                max_seconds=max_seconds,
+            )
+
+        yield build
+
+
+@pytest.fixture
 async def make_server(
     engine: Engine, hub: ChatHub, rate_clock: StepClock
 ) -> AsyncIterator[Callable[..., Any]]:
@@ -165,10 +198,12 @@ async def make_server(
         page: bool = False,
         token: str | None = TOKEN,
         upload_limit: int = MAX_UPLOAD_BYTES,
+        voice: VoiceNotes | None = None,
     ) -> ChatServer:
         """``stored``: conversations from the database (created over HTTP first), with
         their HTTP routes; otherwise any well-formed id is a conversation. ``page``: the
-        chat page and the inbox (its sign-in) too. ``upload_limit``: bytes per file."""
+        chat page and the inbox (its sign-in) too. ``upload_limit``: bytes per file.
+        ``voice``: how voice notes are heard (``test_voice.py``'s ``voice_notes``)."""
         uploads = Uploads(engine.workspace.root, max_bytes=upload_limit)
         signins = SignIns(engine.store.db, token=token or TOKEN)
         throttle = LoginThrottle()
@@ -178,7 +213,7 @@ async def make_server(
         if stored or page:
             store = ConversationStore(engine.store.db)
             conversations = store
-            pages = ConversationRoutes(store, hub, auth, uploads=uploads).routes()
+            pages = ConversationRoutes(store, hub, auth, uploads=uploads, voice=voice).routes()
         inbox = None
         if page:
             pages += ChatPage(auth).routes()
@@ -194,6 +229,7 @@ async def make_server(
             clock=rate_clock,
             pages=pages,
             uploads=uploads,
+            voice=voice,
         )
         app = create_app(webchat=webchat, web=inbox)
         # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say so (a

@@ -208,9 +208,13 @@ async def test_the_page_in_chromium(
     await context.close()
 
 
-async def _signed_in(browser: Any, server: ChatServer) -> tuple[Any, Any]:
+async def _signed_in(
+    browser: Any, server: ChatServer, *, init_script: str | None = None
+) -> tuple[Any, Any]:
     context = await browser.new_context(viewport={"width": 1200, "height": 900})
     context.set_default_timeout(WAIT_MS)
+    if init_script is not None:
+        await context.add_init_script(init_script)
     page = await context.new_page()
     await page.goto(f"{server.http}/chat")
     await _sign_in(page, server.http, ARTIFACTS)
@@ -291,3 +295,108 @@ async def test_attachments_in_chromium(
     assert not [p for p in folder.iterdir() if "late" in p.name or "big" in p.name]
     assert errors == []
     await context.close()
+
+
+@pytest.fixture
+async def microphone_browser() -> AsyncIterator[Any]:
+    """Chromium with a fake microphone (a beep) that needs no one to allow it."""
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--use-fake-ui-for-media-stream",
+                "--use-fake-device-for-media-stream",
+            ],
+        )
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+#: What a browser without a microphone, or a person saying no, looks like to the page.
+_DENIED = (
+    "navigator.mediaDevices.getUserMedia = () =>"
+    " Promise.reject(new DOMException('Permission denied', 'NotAllowedError'));"
+)
+_NO_MEDIA = "Object.defineProperty(navigator, 'mediaDevices', {value: undefined});"
+
+
+async def test_a_voice_message_in_chromium(
+    microphone_browser: Any,
+    make_server,
+    voice_notes,
+    fake_openai: FakeOpenAIServer,
+    artifacts: Path,
+):
+    server: ChatServer = await make_server(page=True, voice=voice_notes())
+    context, page = await _signed_in(microphone_browser, server)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    mic = page.locator("#mic")
+    assert await mic.get_attribute("aria-label") == "Record a voice message"
+
+    # Esc while recording throws the recording away: nothing is uploaded.
+    await mic.focus()
+    await page.keyboard.press("Enter")  # a button: the keyboard works as a click does
+    await page.wait_for_selector("#mic.recording[aria-pressed=true]")
+    await page.keyboard.press("Escape")
+    await page.wait_for_selector(".notice:text('Voice message cancelled.')")
+    assert await mic.get_attribute("aria-pressed") == "false"
+
+    # Recorded, stopped with the square: uploaded as a voice note, heard, answered.
+    fake_openai.echo = True
+    fake_openai.transcribe("hello from the microphone")
+    await page.keyboard.press("Space")
+    await page.wait_for_selector("#recording:has-text('Recording 0:01')")
+    label = "Stop recording and send the voice message"
+    assert await mic.get_attribute("aria-label") == label
+    await page.screenshot(path=str(artifacts / "webchat-voice-recording.png"))
+    await mic.click()
+    heard = ".notice.heard:text('🎤 “hello from the microphone”')"
+    async with _evidence_on_failure(page, artifacts, "webchat-voice"):
+        await page.wait_for_selector(heard)
+        await page.wait_for_selector(".msg.assistant:has-text('echo: hello from the microphone')")
+    await page.wait_for_selector("#recording", state="hidden")
+    chip = await page.text_content(".msg.user .files span")
+    assert chip in ("🎤 voice-message.ogg", "🎤 voice-message.webm")
+    assert await page.text_content(".msg.user") == f"hello from the microphone{chip}"
+    [request] = fake_openai.transcription_requests
+    assert request["filename"] == chip.removeprefix("🎤 ")
+    magic = {"audio/ogg": b"OggS", "audio/webm": b"\x1aE\xdf\xa3"}
+    assert request["audio"].startswith(magic[request["content_type"]])
+    asked = [m for m in fake_openai.requests[-1]["messages"] if m["role"] == "user"][-1]
+    assert asked["content"].startswith("hello from the microphone\n\n[SYSTEM INFO]")
+    assert f"uploads/web/{page.url.split('#c=')[1]}/" in asked["content"]
+    await page.screenshot(path=str(artifacts / "webchat-voice-heard.png"))
+    assert errors == []
+    await context.close()
+
+    # No microphone allowed, or none to be had: one plain line, and the page goes on.
+    for script, said in (
+        (_DENIED, "The microphone was not allowed; allow it for this page to record"),
+        (_NO_MEDIA, "Voice messages need a microphone, which this browser does not offer"),
+    ):
+        context, page = await _signed_in(microphone_browser, server, init_script=script)
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        await page.click("#mic")
+        await page.wait_for_selector(f".notice.error:has-text('{said}')")
+        assert await page.locator(".notice.error").count() == 1
+        assert await page.get_attribute("#mic", "aria-pressed") == "false"
+        assert await page.get_attribute("#mic", "aria-disabled") == "false"
+        fake_openai.reply_text("Typed still works.")
+        await _send(page, "typed instead")
+        await page.wait_for_selector(".msg.assistant:has-text('Typed still works.')")
+        await context.close()
+    assert errors == []
+    assert len(fake_openai.transcription_requests) == 1

@@ -16,6 +16,7 @@ import httpx
 from websockets.asyncio.client import connect
 
 from tests.bot.process import free_port, until_up
+from tests.fakes.ogg import opus_silence
 from tests.fakes.openai_server import FakeOpenAIServer
 
 TOKEN = "served-webchat-token-0123456789"
@@ -106,3 +107,35 @@ async def test_an_attachment_through_the_served_app(serve, fake_openai: FakeOpen
     assert [a["path"] for a in shown["attachments"]] == [path]
     asked = [m for m in fake_openai.requests[-1]["messages"] if m["role"] == "user"][-1]
     assert f"- {path} (" in asked["content"] and ", 7)" in asked["content"]
+
+
+async def test_a_voice_note_through_the_served_app_is_heard(
+    serve, fake_openai: FakeOpenAIServer, tmp_path
+):
+    """``chathub serve`` gives the web chat the platforms' voice notes: with
+    ``TRANSCRIBE_MODEL`` set the page's recording is heard and answered."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    child = serve(HTTP_PORT=str(port), CHATHUB_API_TOKEN=TOKEN, TRANSCRIBE_MODEL="whisper-1")
+    await asyncio.wait_for(until_up(base, child), GUARD_S)
+    async with httpx.AsyncClient(base_url=base, headers=BEARER) as http:
+        created = (await http.post("/chat/conversations", json={})).json()
+        uploaded = await http.post(
+            f"/chat/conversations/{created['id']}/files",
+            params={"name": "voice.ogg", "voice": "1", "seconds": "0.5"},
+            content=opus_silence(),
+            headers={"content-type": "application/octet-stream"},
+        )
+    assert uploaded.status_code == 201, uploaded.text
+    fake_openai.transcribe("what is the weather")
+    fake_openai.reply_text("Sunny.")
+    url = f"ws://127.0.0.1:{port}/ws/chat?conversation={created['id']}"
+    async with connect(url, additional_headers=BEARER) as ws:
+        await _until(ws, "turn_running")
+        frame = {"type": "message", "text": "", "attachments": [uploaded.json()["id"]]}
+        await ws.send(json.dumps(frame))
+        frames = await _until(ws, "done")
+    assert any("what is the weather" in f.get("text", "") for f in frames if f["type"] == "notice")
+    assert frames[-1]["content"] == "Sunny."
+    asked = [m for m in fake_openai.requests[-1]["messages"] if m["role"] == "user"][-1]
+    assert "what is the weather" in json.dumps(asked)
