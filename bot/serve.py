@@ -417,11 +417,15 @@ class Service:
                 pacing=self.discord_pacing,
                 owner_home=not owner,  # no Telegram owner: the Discord owner's DM is home
                 voice=self._voice_notes(settings, engine.workspace.root),
+                voice_mode=await self._voice_replies(settings),
+                speak=self._speak,
                 identify_gap_s=self.discord_identify_gap_s,
                 **shared,
             )
             await self.discord.start()  # subscribed before the hub recovers, as Telegram
             deliveries = deliveries or partial(engine.store.db.run, delivery_summary)
+            assert self.discord.adapter is not None
+            voice_outs["discord"] = self.discord.adapter.sender
         if settings.slack_bot_token:
             from bot.slack.service import SlackService
 
@@ -432,6 +436,8 @@ class Service:
                 self.refused,
                 pacing=self.slack_pacing,
                 voice=self._voice_notes(settings, engine.workspace.root),
+                voice_mode=await self._voice_replies(settings),
+                speak=self._speak,
                 **shared,
                 # No Telegram or Discord owner: the Slack owner's DM is home.
                 owner_home=not owner and not settings.discord_owner_id,
@@ -443,6 +449,8 @@ class Service:
             )
             await self.slack.start()  # subscribed before the hub recovers, as Telegram
             deliveries = deliveries or partial(engine.store.db.run, delivery_summary)
+            assert self.slack.adapter is not None
+            voice_outs["slack"] = self.slack.adapter.sender
         if settings.matrix_homeserver:
             from bot.matrix.service import MatrixService
 

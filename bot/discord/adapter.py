@@ -38,7 +38,9 @@ from bot.platform.failures import report_failure
 from bot.platform.front import Front, FrontConfig
 from bot.platform.jobs import Jobs
 from bot.platform.protocols import PairingCode
+from bot.platform.voice_mode import VoiceMode, voice_command
 from bot.platform.voice_notes import VoiceNotes
+from bot.platform.voice_out import Speak
 from engine.approval import Decider
 from engine.hub import ChatHub
 from engine.store import Database, utcnow
@@ -83,10 +85,13 @@ class DiscordAdapter:
         memory: MemoryService | None = None,
         desk: PairingDesk | None = None,
         voice: VoiceNotes | None = None,
+        voice_mode: VoiceMode | None = None,
+        speak: Speak | None = None,
     ) -> None:
         """``tenure`` and ``members``: a fleet member's (its rows' hand-back; how many
         processes share the bot's cap); ``desk``: every platform's pairing, for ``/pair``;
-        ``voice``: audio attachments transcribed."""
+        ``voice``: audio attachments transcribed; ``voice_mode``: the chats whose replies
+        are spoken (``/voice``), and ``speak`` what speaks them."""
         self.hub, self.config = hub, config
         self._me = DiscordMe()
         self.front = front = Front(
@@ -105,14 +110,16 @@ class DiscordAdapter:
             desk=desk,
         )
         self.access, self.commands, self.events = front.access, front.commands, front.events
+        if voice_mode is not None:  # before the gateway: slash commands come from the registry
+            self.commands.register(voice_command(voice_mode))
         self.bot = bot = DiscordGateway(
             self,
             self.commands,
             message_content=config.listening.reads_content,
             identify_gap_s=config.identify_gap_s,
         )
-        self.outbound = outbound = front.deliver_with(DiscordClient(bot))
-        self.sender = sender = DiscordSender(bot, outbound)
+        self.outbound = outbound = front.deliver_with(DiscordClient(bot, speak))
+        self.sender = sender = DiscordSender(bot, outbound, voice_mode)
         self.cards = cards = DiscordCards(hub, front.card_store, sender)
         activity = ChannelActivity(hub, sender, front.runtime)
         self._messages = messages = MessageHandler(

@@ -8,6 +8,10 @@ through it too, so none escapes the pacing. discord.py's own HTTP client honours
 per-route buckets and the global limit from Discord's rate-limit headers within the
 process; ``Outbound``'s pacing keeps the bot's overall rate, shared by a fleet.
 
+In a chat with voice on (``/voice on``) a reply is recorded as voice rows
+(``bot.platform.voice_out``), each spoken when it is sent and posted as a Discord voice
+message (``voice_message.py``); any speech failure sends the row's text instead.
+
 Nothing the model writes pings anyone: every message is sent with no allowed mentions.
 """
 
@@ -36,9 +40,12 @@ from bot.delivery import (
 )
 from bot.discord.incoming import DISCORD, target_of
 from bot.discord.settings import DiscordSettings
+from bot.discord.voice_message import voice_message
 from bot.platform.chunks import split_markdown
 from bot.platform.outbox import RowSender, last_lines
 from bot.platform.protocols import MessageRef
+from bot.platform.voice_mode import VoiceMode
+from bot.platform.voice_out import VOICE, Speak, audio_of, speaks, text_instead, voice_payloads
 
 __all__ = [
     "MESSAGE_LIMIT",
@@ -78,6 +85,10 @@ class DiscordUnavailable(DiscordError, Unavailable):
 
 class DiscordRefused(DiscordError, Refused):
     pass
+
+
+class SpeechFailed(DiscordRefused):
+    """A voice reply that could not be spoken: its text goes instead (``fallback``)."""
 
 
 async def discord_call(op: Callable[[], Awaitable[T]]) -> T:
@@ -135,17 +146,22 @@ def view_of(buttons: Buttons | None) -> discord.ui.View | None:
 
 
 class DiscordClient:
-    """A recorded message, posted to its channel (``bot.delivery.PlatformClient``)."""
+    """A recorded message, posted to its channel, or spoken and posted as a voice message
+    when it is a voice reply (``bot.delivery.PlatformClient``)."""
 
     name = DISCORD
 
-    def __init__(self, bot: discord.Client) -> None:
+    def __init__(self, bot: discord.Client, speak: Speak | None = None) -> None:
+        """``speak``: text to OGG/Opus bytes (raising ``SpeechError``) for voice replies."""
         self.bot = bot
+        self.speak = speak
 
     def is_group(self, conversation: str) -> bool:
         return True  # every channel, a DM too, has the window of 5 in any 5 s
 
-    async def send(self, conversation: str, payload: Json) -> discord.Message:
+    async def send(self, conversation: str, payload: Json) -> discord.Message | Json:
+        if payload.get(VOICE):
+            return await self._send_voice(conversation, payload)
         channel = self.bot.get_partial_messageable(int(conversation))
         view = view_of(payload.get("buttons"))
 
@@ -170,19 +186,41 @@ class DiscordClient:
             if view is not None:
                 view.stop()  # taps are read from the gateway by custom_id, not by views
 
+    async def _send_voice(self, conversation: str, payload: Json) -> Json:
+        """The row's words spoken and posted as a voice message (no text beside it)."""
+        audio = await audio_of(self.speak, str(payload[VOICE]), SpeechFailed)
+        reply_to = int(payload["reply_to"]) if payload.get("reply_to") else None
+        route, form, file = voice_message(int(conversation), audio, reply_to)
+        try:
+            answer = await discord_call(
+                lambda: self.bot.http.request(route, files=[file], form=form)
+            )
+        finally:
+            file.close()
+        return answer if isinstance(answer, dict) else {}
+
     def message_id(self, answer: Any) -> str | None:
-        return str(answer.id) if isinstance(answer, discord.Message) else None
+        if isinstance(answer, discord.Message):
+            return str(answer.id)
+        sent = answer.get("id") if isinstance(answer, dict) else None
+        return str(sent) if sent else None
 
     def fallback(self, payload: Json, error: Refused) -> Json | None:
-        return None  # Markdown is plain text to Discord: nothing simpler to send
+        """A voice reply not spoken (or refused): its text. Markdown is plain text to
+        Discord: nothing simpler to send for any other message."""
+        return text_instead(payload)
 
 
 class DiscordSender(RowSender):
     """The outbox's sender (``OutboxSender``) and every other call the adapter makes."""
 
-    def __init__(self, bot: discord.Client, outbound: Outbound) -> None:
+    def __init__(
+        self, bot: discord.Client, outbound: Outbound, voice_mode: VoiceMode | None = None
+    ) -> None:
+        """``voice_mode``: the chats whose replies are spoken (``/voice on``)."""
         super().__init__(outbound, target_of)
         self.bot = bot
+        self.voice_mode = voice_mode
         #: A server channel's answer replies to the message that asked (the newest one
         #: taken in): in a busy channel it shows whom it answers. DMs and threads need not.
         self.asking: dict[str, str] = {}
@@ -190,7 +228,13 @@ class DiscordSender(RowSender):
     # -- the outbox's sender ----------------------------------------------------------------
 
     def prepare(self, source: str, text: str) -> list[Json]:
-        parts: list[Json] = [{"content": chunk} for chunk in split_markdown(text, MESSAGE_LIMIT)]
+        """The reply's messages; in a chat with voice on, one voice message per few
+        sentences, each carrying its text as the fallback."""
+        parts: list[Json] = []
+        if speaks(self.voice_mode, source):
+            parts = voice_payloads(text, _content)
+        if not parts:
+            parts = [_content(chunk) for chunk in split_markdown(text, MESSAGE_LIMIT)]
         asked = self.asking.get(source)
         if parts and asked is not None:
             parts[0]["reply_to"] = asked  # stored with the row: a redelivery replies too
@@ -198,6 +242,13 @@ class DiscordSender(RowSender):
 
     async def say(self, source: str, text: str) -> None:
         await self.say_in(target_of(source), text)
+
+    async def send_voice(self, source: str, text: str, key: str) -> int:
+        """``text`` as voice messages, each recorded under ``key`` before it is sent (its
+        text the fallback); ``VoiceOut`` for ``send_voice_message``."""
+        payloads = voice_payloads(text, _content)
+        await self.send_durable(source, key, payloads)
+        return len(payloads)
 
     def progress_text(self, lines: Sequence[str]) -> str:
         return last_lines(lines, MESSAGE_LIMIT)
@@ -269,3 +320,7 @@ class DiscordSender(RowSender):
             await self.outbound.call(channel, lambda: discord_call(trigger), kind=OTHER)
         except DiscordError as exc:
             log.debug("typing indicator in %s failed: %s", channel, exc)
+
+
+def _content(text: str) -> Json:
+    return {"content": text}

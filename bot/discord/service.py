@@ -32,7 +32,9 @@ from bot.platform.access import PairingDesk
 from bot.platform.front import FrontConfig
 from bot.platform.jobs import Jobs
 from bot.platform.tasks import Background
+from bot.platform.voice_mode import VoiceMode
 from bot.platform.voice_notes import VoiceNotes
+from bot.platform.voice_out import Speak
 from bot.settings import Settings
 from engine.hub import ChatHub, FleetConfig
 from engine.store import Database, Leases
@@ -86,6 +88,9 @@ class DiscordService:
     identify_gap_s: float | None = None
     #: Audio attachments and voice messages transcribed (``None``: kept as files).
     voice: VoiceNotes | None = None
+    #: The chats whose replies are spoken (``/voice``), and what speaks them.
+    voice_mode: VoiceMode | None = None
+    speak: Speak | None = None
     adapter: DiscordAdapter | None = None
 
     def __post_init__(self) -> None:
@@ -124,6 +129,8 @@ class DiscordService:
             memory=self.memory,
             desk=self.desk,
             voice=self.voice,
+            voice_mode=self.voice_mode,
+            speak=self.speak,
         )
         await adapter.start()  # no Discord call: subscribed before the hub recovers
         outbound = adapter.outbound

@@ -21,7 +21,7 @@ import io
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -51,7 +51,7 @@ from bot.platform.chunks import split_markdown
 from bot.platform.outbox import RowSender, last_lines
 from bot.platform.protocols import MessageRef
 from bot.platform.voice_mode import VoiceMode
-from voice import SpeechError, sentences, spoken
+from bot.platform.voice_out import VOICE, Speak, audio_of, speaks, text_instead, voice_payloads
 
 __all__ = [
     "MESSAGE_LIMIT",
@@ -223,12 +223,7 @@ class MatrixClient:
 
     name = MATRIX
 
-    def __init__(
-        self,
-        nio: AsyncClient,
-        rooms: Rooms,
-        speak: Callable[[str], Awaitable[bytes]] | None = None,
-    ) -> None:
+    def __init__(self, nio: AsyncClient, rooms: Rooms, speak: Speak | None = None) -> None:
         """``speak``: text to OGG/Opus bytes (raising ``SpeechError``) for voice replies."""
         self.nio = nio
         self.rooms = rooms
@@ -242,8 +237,8 @@ class MatrixClient:
             raise MatrixRefused("encrypted room: nothing is sent in plain text")
         kind, content = payload.get("type") or "m.room.message", payload.get("content") or {}
         txn = payload.get("txn") or _txn()
-        if payload.get("voice"):
-            content = await self._voice(str(payload["voice"]), content)
+        if payload.get(VOICE):
+            content = await self._voice(str(payload[VOICE]), content)
         answer = await call(self.nio.room_send(conversation, kind, content, tx_id=txn))
         assert isinstance(answer, RoomSendResponse)
         return {"event_id": answer.event_id}
@@ -254,19 +249,11 @@ class MatrixClient:
 
     def fallback(self, payload: Json, error: Refused) -> Json | None:
         """A voice reply not spoken (or refused): its text."""
-        if payload.get("voice"):
-            return {k: v for k, v in payload.items() if k != "voice"}
-        return None
+        return text_instead(payload)
 
     async def _voice(self, said: str, text_content: Json) -> Json:
         """The voice message's content: ``said`` spoken, uploaded, in the text's thread."""
-        if self.speak is None:
-            raise SpeechFailed("speech: not set up")
-        try:
-            audio = await self.speak(said)
-        except SpeechError as exc:
-            log.warning("a voice reply was sent as text: %s", exc)
-            raise SpeechFailed(f"speech: {exc}") from None
+        audio = await audio_of(self.speak, said, SpeechFailed)
         uploaded, _keys = await self.nio.upload(
             lambda *_: io.BytesIO(audio),
             content_type="audio/ogg",
@@ -305,11 +292,10 @@ class MatrixSender(RowSender):
         """The reply's contents; in a room with voice on, one voice reply per few
         sentences, each carrying its text content as the fallback (``_VOICE``)."""
         place = parse_source(source)
-        if self.voice_mode is not None and self.voice_mode.is_on(source):
-            return [
-                {**in_thread(content_of(said), place), _VOICE: said}
-                for said in sentences(spoken(text))
-            ]
+        if speaks(self.voice_mode, source):
+            said = voice_payloads(text, lambda part: in_thread(content_of(part), place), _VOICE)
+            if said:  # nothing to read aloud (an empty reply): the text, never nothing
+                return said
         return [in_thread(content_of(part), place) for part in parts(text)]
 
     def record(
@@ -328,11 +314,9 @@ class MatrixSender(RowSender):
         """``text`` as voice messages, each recorded under ``key`` before it is sent (its
         text the fallback); ``VoiceOut`` for ``send_voice_message``."""
         place = parse_source(source)
-        said = sentences(spoken(text))
-        events = _with_txns(key, [{**in_thread(content_of(s), place), _VOICE: s} for s in said])
-        for index, event in enumerate(events):
-            await self.outbound.deliver(place.room_id, f"{key}:{index}", event)
-        return len(events)
+        said = voice_payloads(text, lambda part: in_thread(content_of(part), place), _VOICE)
+        await self.send_durable(source, key, said)
+        return len(said)
 
     def progress_text(self, lines: Sequence[str]) -> str:
         return last_lines(lines, 4000, 300)
@@ -414,6 +398,6 @@ def _with_txns(key: str, prepared: list[Any]) -> list[Any]:
         text = {k: v for k, v in content.items() if k != _VOICE}
         event = _event(text, f"chathub.{key}.{index}".replace(":", "."))
         if said:
-            event["voice"] = said
+            event[VOICE] = said
         events.append(event)
     return events

@@ -44,7 +44,8 @@ class SendVoiceMessage(BuiltinTool):
         speech: Speech,
         outs: Mapping[str, VoiceOut],
     ) -> None:
-        """``source_of``: a session's source; ``outs``: by platform (``telegram``)."""
+        """``source_of``: a session's source; ``outs``: by platform (``telegram``,
+        ``matrix``, ``discord``, ``slack``)."""
         self._source_of = source_of
         self._speech = speech
         self._outs = outs

@@ -28,7 +28,9 @@ from bot.platform.access import WELCOME, PairingDesk
 from bot.platform.front import Front, FrontConfig
 from bot.platform.jobs import Jobs
 from bot.platform.protocols import PairingCode
+from bot.platform.voice_mode import VoiceMode, voice_command
 from bot.platform.voice_notes import VoiceNotes
+from bot.platform.voice_out import Speak
 from bot.slack.activity import ThreadActivity
 from bot.slack.cards import SlackCards
 from bot.slack.incoming import SLACK, Incoming, Place
@@ -75,10 +77,13 @@ class SlackAdapter:
         memory: MemoryService | None = None,
         desk: PairingDesk | None = None,
         voice: VoiceNotes | None = None,
+        voice_mode: VoiceMode | None = None,
+        speak: Speak | None = None,
     ) -> None:
         """``tenure`` and ``members``: a fleet member's (its rows' hand-back; how many
         processes share the app's cap); ``desk``: every platform's pairing, for ``/pair``;
-        ``voice``: audio files transcribed."""
+        ``voice``: audio files transcribed; ``voice_mode``: the chats whose replies are
+        spoken (``/voice``), and ``speak`` what speaks them."""
         self.hub, self.config = hub, config
         self.me = me = SlackMe()
         # One session for every call: its connections are kept alive (slack-sdk opens a
@@ -106,9 +111,11 @@ class SlackAdapter:
             memory=memory,
             desk=desk,
         )
-        self.outbound = front.deliver_with(SlackClient(web))
+        self.outbound = front.deliver_with(SlackClient(web, speak))
         self.access, self.commands = front.access, front.commands
-        self.sender = sender = SlackSender(web, self.outbound)
+        if voice_mode is not None:
+            self.commands.register(voice_command(voice_mode))
+        self.sender = sender = SlackSender(web, self.outbound, voice_mode)
         self.cards = cards = SlackCards(hub, front.card_store, sender)
         activity = ThreadActivity(sender, front.runtime)
         self._messages = messages = MessageHandler(

@@ -9,6 +9,13 @@ payload, and sent once from them; cards, edits and ephemeral answers go through 
 slack_sdk retries nothing here (``retry_handlers=[]``): a 429 is ``RetryLater`` with its
 ``Retry-After``, which the outbox's pacing honours for the whole fleet.
 
+In a chat with voice on (``/voice on``) a reply is recorded as voice rows
+(``bot.platform.voice_out``), each spoken when it is sent and uploaded as an OGG/Opus file
+into the conversation (its thread) with the Web API's external upload
+(``files_upload_v2``: ``files.getUploadURLExternal``, the bytes POSTed to the URL it
+gives, ``files.completeUploadExternal``); any speech failure, or an upload Slack refuses
+(an app without ``files:write``), sends the row's text instead.
+
 Nothing the model writes pings anyone: its text is escaped (``<!channel>`` stays text)
 and sent with ``link_names`` off.
 """
@@ -39,6 +46,8 @@ from bot.delivery import (
 from bot.platform.chunks import split_markdown
 from bot.platform.outbox import RowSender, last_lines
 from bot.platform.protocols import MessageRef
+from bot.platform.voice_mode import VoiceMode
+from bot.platform.voice_out import VOICE, Speak, audio_of, speaks, text_instead, voice_payloads
 from bot.slack.incoming import SLACK, Place, parse_source
 from bot.slack.mrkdwn import to_mrkdwn
 from bot.slack.settings import SlackSettings
@@ -80,6 +89,10 @@ class SlackUnavailable(SlackError, Unavailable):
 
 class SlackRefused(SlackError, Refused):
     pass
+
+
+class SpeechFailed(SlackRefused):
+    """A voice reply that could not be spoken: its text goes instead (``fallback``)."""
 
 
 async def slack_call(op: Callable[[], Awaitable[T]]) -> T:
@@ -141,18 +154,28 @@ def mrkdwn_parts(markdown: str, limit: int = MESSAGE_LIMIT) -> list[str]:
     return parts
 
 
+#: A voice reply's file, as Slack lists it.
+VOICE_FILENAME = "voice-message.ogg"
+VOICE_TITLE = "Voice message"
+
+
 class SlackClient:
-    """A recorded message, posted to its channel (``bot.delivery.PlatformClient``)."""
+    """A recorded message, posted to its channel, or spoken and uploaded as an audio file
+    when it is a voice reply (``bot.delivery.PlatformClient``)."""
 
     name = SLACK
 
-    def __init__(self, web: AsyncWebClient) -> None:
+    def __init__(self, web: AsyncWebClient, speak: Speak | None = None) -> None:
+        """``speak``: text to OGG/Opus bytes (raising ``SpeechError``) for voice replies."""
         self.web = web
+        self.speak = speak
 
     def is_group(self, conversation: str) -> bool:
         return True  # every channel, a DM too, has Slack's per-channel pace
 
     async def send(self, conversation: str, payload: Json) -> Json:
+        if payload.get(VOICE):
+            return await self._send_voice(conversation, payload)
         arguments: Json = {
             "channel": conversation,
             "text": payload.get("text") or "",
@@ -166,12 +189,30 @@ class SlackClient:
         answer = await slack_call(lambda: self.web.chat_postMessage(**arguments))
         return dict(answer.data) if isinstance(answer.data, dict) else {}
 
+    async def _send_voice(self, conversation: str, payload: Json) -> Json:
+        """The row's words spoken and uploaded into the conversation (its thread)."""
+        audio = await audio_of(self.speak, str(payload[VOICE]), SpeechFailed)
+        arguments: Json = {
+            "channel": conversation,
+            "file": audio,
+            "filename": VOICE_FILENAME,
+            "title": VOICE_TITLE,
+        }
+        if payload.get("thread_ts"):
+            arguments["thread_ts"] = payload["thread_ts"]
+        answer = await slack_call(lambda: self.web.files_upload_v2(**arguments))
+        data = answer.data if isinstance(answer.data, dict) else {}
+        return {"ts": _shared_ts(data.get("file"), conversation)}
+
     def message_id(self, answer: Any) -> str | None:
         ts = answer.get("ts") if isinstance(answer, dict) else None
         return ts if isinstance(ts, str) else None
 
     def fallback(self, payload: Json, error: Refused) -> Json | None:
-        """Blocks Slack refused: the message's text alone."""
+        """A voice reply not spoken (or its upload refused): its text. Blocks Slack
+        refused: the message's text alone."""
+        if payload.get(VOICE):
+            return text_instead(payload)
         if payload.get("blocks") and error.description.startswith("invalid_blocks"):
             return {k: v for k, v in payload.items() if k != "blocks"}
         return None
@@ -180,18 +221,39 @@ class SlackClient:
 class SlackSender(RowSender):
     """The outbox's sender (``OutboxSender``) and every other call the adapter makes."""
 
-    def __init__(self, web: AsyncWebClient, outbound: Outbound) -> None:
+    def __init__(
+        self, web: AsyncWebClient, outbound: Outbound, voice_mode: VoiceMode | None = None
+    ) -> None:
+        """``voice_mode``: the chats whose replies are spoken (``/voice on``)."""
         super().__init__(outbound, lambda source: parse_source(source).channel)
         self.web = web
+        self.voice_mode = voice_mode
 
     # -- the outbox's sender ----------------------------------------------------------------
 
     def prepare(self, source: str, text: str) -> list[Json]:
+        """The reply's messages; in a chat with voice on, one audio file per few
+        sentences, each carrying its text as the fallback."""
         place = parse_source(source)
+        if speaks(self.voice_mode, source):
+            spoken = self._voice_payloads(place, text)
+            if spoken:
+                return spoken
         return [_payload(part, place.thread_ts) for part in mrkdwn_parts(text)]
 
     async def say(self, source: str, text: str) -> None:
         await self.say_at(parse_source(source), text)
+
+    async def send_voice(self, source: str, text: str, key: str) -> int:
+        """``text`` as audio files, each recorded under ``key`` before it is sent (its
+        text the fallback); ``VoiceOut`` for ``send_voice_message``."""
+        payloads = self._voice_payloads(parse_source(source), text)
+        await self.send_durable(source, key, payloads)
+        return len(payloads)
+
+    @staticmethod
+    def _voice_payloads(place: Place, text: str) -> list[Json]:
+        return voice_payloads(text, lambda said: _payload(to_mrkdwn(said), place.thread_ts))
 
     def progress_text(self, lines: Sequence[str]) -> str:
         return last_lines([_escape(line) for line in lines], MESSAGE_LIMIT, 300)
@@ -306,6 +368,21 @@ def _payload(text: str, thread_ts: str | None) -> Json:
     if thread_ts is not None:
         payload["thread_ts"] = thread_ts
     return payload
+
+
+def _shared_ts(file: Any, channel: str) -> str | None:
+    """The ``ts`` of the message that shared an uploaded file in ``channel``, when
+    Slack's answer already lists the share (it may come later)."""
+    shares = file.get("shares") if isinstance(file, dict) else None
+    if not isinstance(shares, dict):
+        return None
+    for kind in ("public", "private"):
+        found = (shares.get(kind) or {}).get(channel)
+        if isinstance(found, list) and found and isinstance(found[0], dict):
+            ts = found[0].get("ts")
+            if isinstance(ts, str):
+                return ts
+    return None
 
 
 def _escape(text: str) -> str:

@@ -29,7 +29,9 @@ from bot.platform.access import PairingDesk
 from bot.platform.front import FrontConfig
 from bot.platform.jobs import Jobs
 from bot.platform.tasks import Background
+from bot.platform.voice_mode import VoiceMode
 from bot.platform.voice_notes import VoiceNotes
+from bot.platform.voice_out import Speak
 from bot.settings import Settings
 from bot.slack.adapter import SlackAdapter, SlackConfig
 from bot.slack.incoming import source_of
@@ -85,6 +87,9 @@ class SlackService:
     ping_interval_s: float = 10.0
     #: Audio files transcribed (``None``: files are not read).
     voice: VoiceNotes | None = None
+    #: The chats whose replies are spoken (``/voice``), and what speaks them.
+    voice_mode: VoiceMode | None = None
+    speak: Speak | None = None
     adapter: SlackAdapter | None = None
 
     def __post_init__(self) -> None:
@@ -126,6 +131,8 @@ class SlackService:
             memory=self.memory,
             desk=self.desk,
             voice=self.voice,
+            voice_mode=self.voice_mode,
+            speak=self.speak,
         )
         await adapter.start()  # no Slack call: subscribed before the hub recovers
         if not self.socket_mode:

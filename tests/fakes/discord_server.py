@@ -21,6 +21,10 @@ form body); unknown routes answer 404. The fake enforces the limits a bot trips 
 characters and unique, no empty message, one initial response per interaction within
 ``interaction_timeout`` (3 s), follow-ups only after it, edits of the bot's own messages.
 The first follow-up after a deferred message (type 5) fills its "thinking" message.
+Voice messages (``IS_VOICE_MESSAGE``, flag 8192) are checked as Discord checks them: no
+content, embeds, components or stickers (50159), one audio file (50160), its attachment
+with ``duration_secs`` and a base64 ``waveform`` of at most 256 bytes (50161), never
+edited (50162); the attachment keeps its duration and waveform (``SentMessage.voice``).
 
 Rate limits as Discord sends them: every answer carries ``X-RateLimit-*`` headers of a
 bucket per route and major parameter (5 messages per 5 s per channel; see ``BUCKETS``),
@@ -56,6 +60,8 @@ the first; the fake does not enforce Discord's one IDENTIFY per 5 s.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import copy
 import hashlib
@@ -161,6 +167,7 @@ FOLLOWUP_WINDOW_S = 15 * 60
 # Message flags.
 FLAG_EPHEMERAL = 1 << 6
 FLAG_LOADING = 1 << 7
+FLAG_VOICE_MESSAGE = 1 << 13
 FLAG_COMPONENTS_V2 = 1 << 15
 
 MAX_CONTENT_LENGTH = 2000
@@ -295,6 +302,21 @@ class SentMessage:
     created: float = 0.0
     """``time.time()`` when sent."""
     attachment_ids: list[str] = field(default_factory=list)
+    attachments: list[Json] = field(default_factory=list)
+    """The request's attachment metadata (``payload_json``'s ``attachments``)."""
+
+    @property
+    def is_voice_message(self) -> bool:
+        return bool(self.flags & FLAG_VOICE_MESSAGE)
+
+    @property
+    def voice(self) -> tuple[bytes, float, bytes] | None:
+        """A voice message's audio, ``duration_secs`` and decoded waveform."""
+        if not self.is_voice_message or not self.files or not self.attachments:
+            return None
+        meta = self.attachments[0]
+        waveform = base64.b64decode(meta["waveform"])
+        return self.files[0].data, float(meta["duration_secs"]), waveform
 
     @property
     def custom_ids(self) -> list[str]:
@@ -516,6 +538,7 @@ class FakeDiscordServer:
         self._sent_by_id: dict[str, SentMessage] = {}
         self._known: dict[str, dict[str, Json]] = {}  # channel -> message id -> user message
         self._files: dict[str, tuple[bytes, str, str]] = {}  # id -> (data, type, filename)
+        self._voice_meta: dict[str, Json] = {}  # a voice message's attachment id -> metadata
         self._typing: dict[str, list[float]] = {}
         self._commands: dict[str, list[Json]] = {}  # "" (global) or guild id -> commands
         self._interactions: dict[str, _Interaction] = {}
@@ -759,7 +782,7 @@ class FakeDiscordServer:
             channel_id = self._dm_channel(uid)
             message = self._user_message(channel_id, uid, content, attachments, reply_to)
             if voice_seconds is not None:
-                message["flags"] |= 1 << 13
+                message["flags"] |= FLAG_VOICE_MESSAGE
                 for attachment in message["attachments"]:
                     attachment["duration_secs"] = voice_seconds
                     attachment["waveform"] = "AAAA"
@@ -1266,6 +1289,7 @@ class FakeDiscordServer:
             "url": url,
             "proxy_url": url,
             "content_type": kind,
+            **self._voice_meta.get(attachment_id, {}),
         }
 
     # -- dispatch (lock held) ---------------------------------------------------------------
@@ -1658,6 +1682,8 @@ class FakeDiscordServer:
         channel = self._channel_json(channel_id)
         body = req.body or {}
         _check_message(body, req.files, creating=True)
+        if int(body.get("flags") or 0) & FLAG_VOICE_MESSAGE:
+            _check_voice_message(body, req.files)
         nonce = body.get("nonce")
         if nonce is not None and body.get("enforce_nonce"):
             # Discord answers a repeated nonce with the first message: safe retries.
@@ -1688,11 +1714,20 @@ class FakeDiscordServer:
             nonce=nonce,
             allowed_mentions=copy.deepcopy(body.get("allowed_mentions")),
             created=time.time(),
+            attachments=copy.deepcopy(
+                [a for a in body.get("attachments") or [] if isinstance(a, dict)]
+            ),
         )
         sent.attachment_ids = [
             self._attachment(channel_id, f.filename or "file", f.data, f.content_type)["id"]
             for f in req.files
         ]
+        if sent.is_voice_message:
+            meta = sent.attachments[0]
+            self._voice_meta[sent.attachment_ids[0]] = {
+                "duration_secs": float(meta["duration_secs"]),
+                "waveform": meta["waveform"],
+            }
         self._store(sent)
         channel["last_message_id"] = sent.id
         self._echo(sent, "MESSAGE_CREATE")
@@ -1703,6 +1738,8 @@ class FakeDiscordServer:
         self._sent_by_id[sent.id] = sent
 
     def _edit(self, sent: SentMessage, body: Json, files: list[UploadedFile]) -> None:
+        if sent.is_voice_message:
+            raise ApiError(400, "Voice messages cannot be edited", 50162)
         _check_message(body, files, creating=False)
         sent.edits.append(
             Edit(
@@ -2466,6 +2503,28 @@ def _check_message(body: Json, files: Sequence[UploadedFile], *, creating: bool)
     )
     if creating and empty:
         raise ApiError(400, "Cannot send an empty message", 50006)
+
+
+def _check_voice_message(body: Json, files: Sequence[UploadedFile]) -> None:
+    """A voice message as Discord takes it: one audio file with its metadata, nothing else."""
+    extra = ("content", "embeds", "components", "sticker_ids", "poll")
+    if any(body.get(key) for key in extra):
+        raise ApiError(400, "Voice messages do not support additional content", 50159)
+    audio = (files[0].content_type or "").split(";")[0].strip().lower() if files else ""
+    if len(files) != 1 or not audio.startswith("audio/"):
+        raise ApiError(400, "Voice messages must have a single audio attachment", 50160)
+    attachments = body.get("attachments")
+    meta = attachments[0] if isinstance(attachments, list) and len(attachments) == 1 else None
+    if not isinstance(meta, dict) or str(meta.get("id")) != "0":
+        raise ApiError(400, "Voice messages must have supporting metadata", 50161)
+    duration, waveform = meta.get("duration_secs"), meta.get("waveform")
+    try:
+        samples = base64.b64decode(str(waveform), validate=True)
+    except (binascii.Error, ValueError):
+        samples = b""
+    numeric = isinstance(duration, int | float) and not isinstance(duration, bool)
+    if not numeric or duration < 0 or not samples or len(samples) > 256:
+        raise ApiError(400, "Voice messages must have supporting metadata", 50161)
 
 
 def _check_components(components: list[Any], flags: int) -> None:

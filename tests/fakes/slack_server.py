@@ -34,7 +34,13 @@ Methods: ``auth.test``, ``apps.connections.open``, ``chat.postMessage`` (to a ch
 or name, or to a user id: their DM), ``chat.update``, ``chat.delete``, ``chat.postEphemeral``,
 ``conversations.open`` (1:1 DMs), ``conversations.history``, ``conversations.replies``
 (pages by ``limit`` and ``cursor``, ``oldest``/``latest``/``inclusive``), ``users.info``,
-``reactions.add``, ``views.open``, ``views.update``, ``assistant.threads.setStatus``.
+``reactions.add``, ``views.open``, ``views.update``, ``assistant.threads.setStatus``, and
+the external file upload (scope ``files:write``): ``files.getUploadURLExternal`` names an
+upload URL on the same server (``http://127.0.0.1:PORT/upload/v1/<key>``, one use, no
+token: the URL is the secret), the bytes are POSTed there, and
+``files.completeUploadExternal`` shares the uploaded files into ``channel_id`` (a
+``thread_ts`` of it) as one bot message with those files, as Slack shows a file share
+(``Message.files``; the bytes in ``uploads``).
 Messages are checked as Slack does: text or blocks, at most 40,000 characters of text
 (``msg_too_long``; Slack documents truncation there, the fake refuses), 50 blocks (100 in
 a modal), each block's type and fields, text objects, buttons (text up to 75, ``action_id``
@@ -100,8 +106,8 @@ messages (``echo_bot_messages``); ephemeral messages never do. ``click``, ``subm
 ``Delivery`` in ``deliveries`` with its attempts, ack and ack payload.
 
 Test controls are thread-safe: the state is behind a lock, sends and timers go through the
-server's loop. Files are modelled for DMs only (``dm(files=…)``, served at ``url_private``
-to the bot's token). Not modelled: attachments (legacy), Enterprise Grid, mpim DMs,
+server's loop. Files people send are modelled for DMs only (``dm(files=…)``, served at
+``url_private`` to the bot's token); the bot's uploads anywhere it may post. Not modelled: attachments (legacy), Enterprise Grid, mpim DMs,
 OAuth, user tokens, message shortcuts, ``block_suggestion``, home tabs, the per-workspace
 limit over all channels, and Slack's ~4,000-character text advice.
 
@@ -135,6 +141,7 @@ import hmac
 import itertools
 import json
 import math
+import mimetypes
 import threading
 import time
 import uuid
@@ -146,6 +153,7 @@ from urllib.parse import parse_qs, urlencode
 
 import httpx
 from starlette.applications import Starlette
+from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
@@ -156,6 +164,7 @@ from tests.fakes.background import BackgroundServer
 Json = dict[str, Any]
 
 API_ROOT = "/api/"
+UPLOAD_PATH = "/upload/v1/"
 SOCKET_PATH = "/link/"
 RESPONSE_PATH = "/response/"
 
@@ -211,6 +220,7 @@ DEFAULT_SCOPES = frozenset(
         "channels:history",
         "chat:write",
         "commands",
+        "files:write",
         "groups:history",
         "im:history",
         "im:write",
@@ -325,6 +335,24 @@ class Call:
     """The ``error`` of a refused call, ``None`` when ``ok``."""
     time: float
     """``time.monotonic()`` at arrival."""
+
+
+@dataclass(slots=True)
+class Upload:
+    """A file the bot uploads: announced (``files.getUploadURLExternal``), its bytes
+    POSTed to its URL, then shared (``files.completeUploadExternal``)."""
+
+    id: str
+    filename: str
+    length: int
+    key: str
+    data: bytes | None = None
+    """``None`` until the bytes arrive."""
+    content_type: str | None = None
+    """The upload POST's ``Content-Type``."""
+    title: str | None = None
+    shared_in: str | None = None
+    """The channel it was shared in."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -669,6 +697,8 @@ class FakeSlackServer:
         """Every modal opened (or pushed), in order."""
         self.statuses: list[tuple[str, str, str]] = []
         """``(channel, thread_ts, status)`` of every assistant.threads.setStatus."""
+        self.uploads: dict[str, Upload] = {}
+        """The bot's uploads by file id, in the order announced."""
         self.count_429 = 0
         """429 answers sent (scripted and over a window)."""
         self._users: dict[str, Json] = {}
@@ -715,6 +745,7 @@ class FakeSlackServer:
             routes: list[Any] = [
                 Route(API_ROOT + "{method}", self._api, methods=["GET", "POST"]),
                 Route(RESPONSE_PATH + "{token}", self._response_url, methods=["POST"]),
+                Route(UPLOAD_PATH + "{key}", self._upload, methods=["POST"]),
                 Route("/files-pri/{key}/{name}", self._file_download, methods=["GET"]),
                 WebSocketRoute(SOCKET_PATH, self._socket),
                 WebSocketRoute(SOCKET_PATH.rstrip("/"), self._socket),
@@ -1356,6 +1387,29 @@ class FakeSlackServer:
         if data is None:
             return Response("no such file", status_code=404)
         return Response(data, media_type="application/octet-stream")
+
+    async def _upload(self, request: Request) -> Response:
+        """An upload URL's one POST: the bytes (raw, or a multipart form's file)."""
+        key = str(request.path_params["key"])
+        content_type = request.headers.get("content-type", "")
+        if content_type.split(";")[0].strip().lower() == "multipart/form-data":
+            data = b""
+            async with request.form() as form:
+                for _name, value in form.multi_items():
+                    if isinstance(value, UploadFile):
+                        data = await value.read()
+                        content_type = value.content_type or ""
+                        break
+        else:
+            data = await request.body()
+        with self._lock:
+            upload = next((u for u in self.uploads.values() if u.key == key), None)
+            if upload is None or upload.data is not None:
+                return Response("no such upload", status_code=404)
+            if len(data) != upload.length:
+                return Response(f"expected {upload.length} bytes", status_code=400)
+            upload.data, upload.content_type = data, content_type
+        return Response(f"OK - {len(data)}", media_type="text/plain")
 
     def _user_message(self, channel: str, user: str, text: str, thread_ts: str | None) -> Message:
         if thread_ts is not None:
@@ -2301,6 +2355,86 @@ class FakeSlackServer:
             data["pin_count"] = 0
         return data
 
+    def _upload_url(self, req: _Req) -> Json:
+        p = req.params
+        filename = str(p.get("filename") or "")
+        try:
+            length = int(p.get("length") or 0)
+        except (TypeError, ValueError):
+            length = 0
+        if not filename or length <= 0:
+            raise SlackError("invalid_arguments", messages=["filename and length are required"])
+        upload = Upload(self._next_id("F"), filename, length, uuid.uuid4().hex)
+        self.uploads[upload.id] = upload
+        return {"upload_url": f"{self.http_url}{UPLOAD_PATH}{upload.key}", "file_id": upload.id}
+
+    def _complete_upload(self, req: _Req) -> Json:
+        p = req.params
+        given = _json_arg(p, "files", "invalid_arguments")
+        if not isinstance(given, list) or not given:
+            raise SlackError("invalid_arguments", messages=["files is required"])
+        uploads = []
+        for item in given:
+            upload = self.uploads.get(str(item.get("id"))) if isinstance(item, dict) else None
+            if upload is None or upload.data is None or upload.shared_in is not None:
+                raise SlackError("file_not_found")
+            uploads.append((upload, item))
+        channel_id = _str_or_none(p.get("channel_id"))
+        thread_ts = _str_or_none(p.get("thread_ts"))
+        channel = None
+        if channel_id is not None:
+            channel = self._resolve_channel(channel_id)
+            self._postable(channel)
+        elif thread_ts is not None:
+            raise SlackError("invalid_arguments", messages=["thread_ts needs channel_id"])
+        if channel is not None and thread_ts is not None:
+            try:
+                thread_ts = self._thread_parent(channel.id, thread_ts).ts
+            except KeyError:
+                raise SlackError("invalid_thread_ts") from None
+        files = []
+        for upload, item in uploads:
+            upload.title = str(item.get("title") or upload.filename)
+            files.append(self._uploaded_file(upload))
+        if channel is None:
+            return {"files": files}
+        message = Message(
+            channel=channel.id,
+            ts=self._next_ts(),
+            user=self.bot_user_id,
+            text=str(p.get("initial_comment") or ""),
+            thread_ts=thread_ts,
+            bot_id=BOT_ID,
+            files=copy.deepcopy(files),
+            created=time.time(),
+        )
+        self._store(message)
+        visibility = "public" if channel.kind == "channel" else "private"
+        share: Json = {"ts": message.ts, "channel_name": self._channel_name(channel.id)}
+        if thread_ts is not None:
+            share["thread_ts"] = thread_ts
+        for upload, _item in uploads:
+            upload.shared_in = channel.id
+        for file in files:
+            file["shares"] = {visibility: {channel.id: [dict(share)]}}
+        self._echo(message, None)
+        return {"files": files}
+
+    def _uploaded_file(self, upload: Upload) -> Json:
+        data = upload.data or b""
+        self._shared_files[upload.id] = data
+        mimetype = mimetypes.guess_type(upload.filename)[0] or "application/octet-stream"
+        return {
+            "id": upload.id,
+            "name": upload.filename,
+            "title": upload.title,
+            "mimetype": mimetype,
+            "filetype": upload.filename.rpartition(".")[2] if "." in upload.filename else "",
+            "size": len(data),
+            "user": self.bot_user_id,
+            "url_private": f"{self.http_url}/files-pri/{TEAM_ID}-{upload.id}/{upload.filename}",
+        }
+
     def _users_info(self, req: _Req) -> Json:
         user = self._users.get(str(req.params.get("user") or ""))
         if user is None:
@@ -2413,6 +2547,8 @@ _METHODS: dict[str, tuple[Callable[..., Json], str, Any]] = {
     "views.open": (FakeSlackServer._views_open, "bot", None),
     "views.update": (FakeSlackServer._views_update, "bot", None),
     "assistant.threads.setStatus": (FakeSlackServer._set_status, "bot", "assistant:write"),
+    "files.getUploadURLExternal": (FakeSlackServer._upload_url, "bot", "files:write"),
+    "files.completeUploadExternal": (FakeSlackServer._complete_upload, "bot", "files:write"),
 }
 
 

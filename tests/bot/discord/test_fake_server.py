@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from urllib.parse import urlsplit
@@ -21,7 +22,9 @@ import pytest
 import yarl
 from discord.gateway import DiscordWebSocket
 
+from bot.discord.voice_message import voice_message, waveform_of
 from tests.fakes.discord_server import FakeDiscordServer
+from tests.fakes.ogg import opus_silence
 
 TOKEN = "test-discord-bot-token"
 ALICE = 200_000_000_000_000_001
@@ -345,3 +348,53 @@ def test_rest_errors_and_rate_limits_have_discords_shape(fake: FakeDiscordServer
         assert limited.headers["Retry-After"] and limited.headers["Via"]
     assert fake.count_429 == 1
     assert [m.content for m in fake.messages(GENERAL)] == ["ok", "ok", "ok"]
+
+
+async def test_a_voice_message_posted_through_discord_py_keeps_its_duration_and_waveform(
+    fake: FakeDiscordServer, bot: Bot
+) -> None:
+    audio = opus_silence(50)  # one second
+    route, form, file = voice_message(GENERAL, audio)
+    answer = await bot.http.request(route, files=[file], form=form)
+    channel = bot.get_channel(GENERAL)
+    assert isinstance(channel, discord.TextChannel)
+    message = await channel.fetch_message(int(answer["id"]))
+    assert message.flags.voice and message.content == ""
+    attachment = message.attachments[0]
+    assert attachment.is_voice_message() and attachment.content_type == "audio/ogg"
+    assert attachment.duration == 1.0 and attachment.waveform == waveform_of(audio)
+    assert len(attachment.waveform or b"") == 10
+    assert await attachment.read() == audio
+    with pytest.raises(discord.HTTPException) as edited:
+        await message.edit(content="words after all")
+    assert edited.value.code == 50162
+
+
+def test_a_voice_message_is_one_audio_file_with_its_metadata_and_nothing_else() -> None:
+    audio = opus_silence()
+    meta = {"id": 0, "filename": "v.ogg", "duration_secs": 0.5, "waveform": "AAAA"}
+
+    def post(http: httpx.Client, payload: dict, files: list) -> httpx.Response:
+        data = {"payload_json": json.dumps({"flags": 8192, **payload})}
+        return http.post(f"/channels/{GENERAL}/messages", data=data, files=files)
+
+    ogg = ("files[0]", ("v.ogg", audio, "audio/ogg"))
+    with FakeDiscordServer(token=TOKEN, enforce_limits=False) as server:
+        server.add_guild(GUILD, channels=[GENERAL], members=[ALICE])
+        headers = {"Authorization": f"Bot {TOKEN}"}
+        with httpx.Client(base_url=server.base_url, headers=headers, timeout=TIMEOUT) as http:
+            words = post(http, {"content": "hi", "attachments": [meta]}, [ogg])
+            assert words.status_code == 400 and words.json()["code"] == 50159
+            text_file = ("files[0]", ("v.txt", b"words", "text/plain"))
+            assert post(http, {"attachments": [meta]}, [text_file]).json()["code"] == 50160
+            two = [ogg, ("files[1]", ("w.ogg", audio, "audio/ogg"))]
+            assert post(http, {"attachments": [meta]}, two).json()["code"] == 50160
+            bare = {"attachments": [{"id": 0, "filename": "v.ogg"}]}
+            assert post(http, bare, [ogg]).json()["code"] == 50161
+            flat = {"attachments": [{**meta, "waveform": ""}]}
+            assert post(http, flat, [ogg]).json()["code"] == 50161
+            sent = post(http, {"attachments": [meta]}, [ogg])
+            assert sent.status_code == 200
+            assert sent.json()["attachments"][0]["duration_secs"] == 0.5
+    voice = server.messages(GENERAL)[0].voice
+    assert voice == (audio, 0.5, b"\x00\x00\x00")

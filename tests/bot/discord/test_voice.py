@@ -1,11 +1,23 @@
 """Voice messages and audio attachments on Discord, heard through the fake transcription
-server (discord.py unpatched against the fake Discord)."""
+server, and replies spoken as Discord voice messages through the fake speech server
+(discord.py unpatched against the fake Discord)."""
 
 from __future__ import annotations
 
-from tests.bot.discord.conftest import ALICE, MakeService, texts, until
-from tests.fakes.discord_server import FakeDiscordServer
-from tests.fakes.openai_server import FakeOpenAIServer
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from bot.delivery.tables import platform_outbox
+from bot.serve import Service
+from engine.approval import RuleStore
+from engine.llm.scripted import text as reply
+from engine.llm.scripted import tool_call
+from tests.bot.discord.conftest import ALICE, GENERAL, GUILD, MakeService, texts, until
+from tests.engine.hub.conftest import EchoModel
+from tests.fakes.discord_server import FakeDiscordServer, SentMessage
+from tests.fakes.openai_server import FakeOpenAIServer, ScriptedReply
 
 OGG = b"OggS" + bytes(300)
 
@@ -52,3 +64,139 @@ async def test_without_transcription_a_voice_message_says_how(
     channel = pushed["channel_id"]
     await until(lambda: texts(fake, channel))
     assert "no transcription is set up" in texts(fake, channel)[0]
+
+
+# -- voice out: /voice on, replies as Discord voice messages ------------------------------
+
+
+def voice_messages(fake: FakeDiscordServer, channel: int | str) -> list[SentMessage]:
+    return [m for m in fake.messages(channel, include_deleted=False) if m.is_voice_message]
+
+
+async def speaking(make_service: MakeService, fake_openai: FakeOpenAIServer) -> Service:
+    return await make_service(speech_model="tts-1", speech_base_url=fake_openai.base_url)
+
+
+async def voice_on(fake: FakeDiscordServer, channel: str) -> None:
+    fake.dm(ALICE, "/voice on")
+    await until(lambda: any("now come as voice messages" in t for t in texts(fake, channel)))
+
+
+async def outbox_payloads(service: Service) -> list[dict[str, Any]]:
+    def read(conn: Connection) -> list[dict[str, Any]]:
+        t = platform_outbox
+        query = sa.select(t.c.payload).where(t.c.platform == "discord").order_by(t.c.id)
+        return [dict(row.payload) for row in conn.execute(query)]
+
+    assert service.engine is not None
+    return await service.engine.store.db.run(read)
+
+
+async def test_voice_on_makes_replies_voice_messages_and_off_back(
+    fake: FakeDiscordServer, make_service: MakeService, fake_openai: FakeOpenAIServer
+) -> None:
+    service = await speaking(make_service, fake_openai)
+    channel = fake.dm_channel_id(ALICE)
+    await voice_on(fake, channel)
+    fake.dm(ALICE, "hello aloud")
+
+    await until(lambda: voice_messages(fake, channel))
+    sent = voice_messages(fake, channel)[0]
+    assert sent.content == "" and sent.flags == 8192
+    assert sent.voice is not None
+    audio, seconds, waveform = sent.voice
+    assert audio.startswith(b"OggS") and b"OpusHead" in audio
+    assert seconds == 0.5 and len(waveform) == 5  # half a second: one sample a tenth
+    upload = sent.files[0]
+    assert (upload.field, upload.filename, upload.content_type) == (
+        "files[0]",
+        "voice-message.ogg",
+        "audio/ogg",
+    )
+    assert sent.attachments[0]["filename"] == "voice-message.ogg"
+    assert fake_openai.speech_requests[-1]["input"] == "echo: hello aloud"
+    assert "echo: hello aloud" not in texts(fake, channel)
+    rows = [p for p in await outbox_payloads(service) if p.get("voice")]
+    assert rows == [{"content": "echo: hello aloud", "voice": "echo: hello aloud"}]
+
+    fake.dm(ALICE, "/voice off")
+    await until(lambda: any("now come as text" in t for t in texts(fake, channel)))
+    fake.dm(ALICE, "and now?")
+    await until(lambda: "echo: and now?" in texts(fake, channel))
+    assert len(voice_messages(fake, channel)) == 1
+
+
+async def test_a_speech_failure_sends_the_text_instead(
+    fake: FakeDiscordServer, make_service: MakeService, fake_openai: FakeOpenAIServer
+) -> None:
+    await speaking(make_service, fake_openai)
+    channel = fake.dm_channel_id(ALICE)
+    await voice_on(fake, channel)
+    fake_openai.speech_failures.append(ScriptedReply("error", status=500, body=b"{}"))
+    fake.dm(ALICE, "say it")
+    await until(lambda: "echo: say it" in texts(fake, channel))
+    not_ogg = ScriptedReply("raw", body=b"ID3" + bytes(64), content_type="audio/mpeg")
+    fake_openai.speech_failures.append(not_ogg)
+    fake.dm(ALICE, "say it again")
+    await until(lambda: "echo: say it again" in texts(fake, channel))
+    assert voice_messages(fake, channel) == []
+    assert len(fake_openai.speech_requests) == 2  # each spoken once, then the text
+
+
+async def test_a_reply_in_a_thread_is_a_voice_message_in_that_thread(
+    fake: FakeDiscordServer, make_service: MakeService, fake_openai: FakeOpenAIServer
+) -> None:
+    await make_service(
+        speech_model="tts-1",
+        speech_base_url=fake_openai.base_url,
+        discord_thread_channel_ids=str(GENERAL),
+    )
+    thread = fake.channel_message(GUILD, GENERAL, ALICE, "plan my week", mentions_bot=True)["id"]
+    await until(lambda: texts(fake, thread) == ["echo: plan my week"])
+    await until(lambda: "voice" in {c["name"] for c in fake.commands})
+    fake.slash(thread, ALICE, "voice", {"text": "on"})
+    await until(lambda: any("voice messages" in m.content for m in fake.messages(thread)))
+    fake.channel_message(GUILD, thread, ALICE, "and monday?", mentions_bot=True)
+    await until(lambda: voice_messages(fake, thread))
+    assert fake_openai.speech_requests[-1]["input"] == "echo: and monday?"
+    assert voice_messages(fake, GENERAL) == []
+
+
+async def test_the_agent_sends_a_voice_message_with_its_tool(
+    fake: FakeDiscordServer,
+    make_service: MakeService,
+    fake_openai: FakeOpenAIServer,
+    model: EchoModel,
+) -> None:
+    service = await speaking(make_service, fake_openai)
+    assert service.engine is not None
+    await RuleStore(service.engine.store.db).add_rule("send_voice_message", "allow")
+    model.add(
+        tool_call("send_voice_message", '{"text": "Good **morning**. It is sunny."}', "v1"),
+        reply("I said it aloud."),
+    )
+    channel = fake.dm_channel_id(ALICE)
+    fake.dm(ALICE, "say good morning")
+    await until(lambda: "I said it aloud." in texts(fake, channel))
+    assert len(voice_messages(fake, channel)) == 1
+    assert fake_openai.speech_requests[-1]["input"] == "Good morning. It is sunny."
+    tool_result = [m for m in model.requests[-1][0] if m["role"] == "tool"][-1]["content"]
+    assert "Sent as 1 voice message." in tool_result
+
+
+async def test_a_long_answer_is_spoken_in_parts_cut_between_sentences(
+    fake: FakeDiscordServer,
+    make_service: MakeService,
+    fake_openai: FakeOpenAIServer,
+    model: EchoModel,
+) -> None:
+    sentence = "This sentence is about forty characters. "
+    model.add(reply(sentence * 120))  # about 5,000 characters
+    await speaking(make_service, fake_openai)
+    channel = fake.dm_channel_id(ALICE)
+    await voice_on(fake, channel)
+    fake.dm(ALICE, "tell me everything")
+    await until(lambda: len(voice_messages(fake, channel)) == 3)
+    inputs = [r["input"] for r in fake_openai.speech_requests]
+    assert all(len(i) <= 2000 and i.endswith("characters.") for i in inputs)
+    assert " ".join(inputs) == (sentence * 120).strip()

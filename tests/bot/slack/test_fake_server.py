@@ -16,6 +16,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
@@ -412,6 +413,61 @@ async def test_message_limits(fake: FakeSlackServer) -> None:
     assert (await refused(text="x", blocks=same_block))["error"] == "invalid_blocks"
     mrkdwn_header = [{"type": "header", "text": {"type": "mrkdwn", "text": "*no*"}}]
     assert (await refused(text="x", blocks=mrkdwn_header))["error"] == "invalid_blocks"
+
+
+async def test_files_upload_v2_shares_an_upload_into_a_thread(fake: FakeSlackServer) -> None:
+    client = web_client(fake)
+    parent = await client.chat_postMessage(channel=GENERAL, text="a thread")
+    audio = b"OggS" + bytes(100)
+    shared = await client.files_upload_v2(
+        channel=GENERAL,
+        thread_ts=parent["ts"],
+        file=audio,
+        filename="voice-message.ogg",
+        title="Voice message",
+    )
+    file = shared["file"]
+    assert (file["name"], file["title"], file["mimetype"]) == (
+        "voice-message.ogg",
+        "Voice message",
+        "audio/ogg",
+    )
+    share = file["shares"]["public"][GENERAL][0]
+    message = fake.message(GENERAL, share["ts"])
+    assert message.thread_ts == parent["ts"] and message.files[0]["id"] == file["id"]
+    upload = fake.uploads[file["id"]]
+    assert upload.data == audio and upload.shared_in == GENERAL
+    methods = [c.method for c in fake.calls]
+    assert methods[-2:] == ["files.getUploadURLExternal", "files.completeUploadExternal"]
+    history = await client.conversations_replies(channel=GENERAL, ts=parent["ts"])
+    assert history["messages"][-1]["files"][0]["id"] == file["id"]
+    assert history["messages"][-1]["subtype"] == "file_share"
+
+    async def error_of(call: Any) -> str:
+        with pytest.raises(SlackApiError) as caught:
+            await call
+        return str(caught.value.response["error"])
+
+    files = [{"id": file["id"], "title": "again"}]
+    assert await error_of(client.files_completeUploadExternal(files=files)) == "file_not_found"
+    announced = await client.files_getUploadURLExternal(filename="x.ogg", length=4)
+    assert urlsplit(announced["upload_url"]).hostname == "127.0.0.1"
+    never_sent = [{"id": announced["file_id"]}]
+    assert await error_of(client.files_completeUploadExternal(files=never_sent)) == (
+        "file_not_found"
+    )
+    async with httpx.AsyncClient() as http:
+        assert (await http.post(announced["upload_url"], content=b"12345")).status_code == 400
+        assert (await http.post(announced["upload_url"], content=b"1234")).status_code == 200
+        assert (await http.post(announced["upload_url"], content=b"1234")).status_code == 404
+    wrong_thread = client.files_completeUploadExternal(
+        files=never_sent, channel_id=GENERAL, thread_ts="1.000001"
+    )
+    assert await error_of(wrong_thread) == "invalid_thread_ts"
+    fake.scopes = fake.scopes - {"files:write"}
+    assert await error_of(client.files_getUploadURLExternal(filename="x", length=1)) == (
+        "missing_scope"
+    )
 
 
 async def test_rate_limits_and_faults(fake: FakeSlackServer) -> None:

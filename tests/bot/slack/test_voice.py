@@ -1,11 +1,23 @@
 """Audio clips and audio files on Slack, downloaded with the bot token from the fake's
-``url_private`` and heard through the fake transcription server."""
+``url_private`` and heard through the fake transcription server; replies spoken through
+the fake speech server and uploaded as audio files (the external upload flow)."""
 
 from __future__ import annotations
 
-from tests.bot.slack.conftest import ALICE, until
-from tests.fakes.openai_server import FakeOpenAIServer
-from tests.fakes.slack_server import FakeSlackServer
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from bot.delivery.tables import platform_outbox
+from bot.serve import Service
+from engine.approval import RuleStore
+from engine.llm.scripted import text as reply
+from engine.llm.scripted import tool_call
+from tests.bot.slack.conftest import ALICE, GENERAL, MakeService, texts, until
+from tests.engine.hub.conftest import EchoModel
+from tests.fakes.openai_server import FakeOpenAIServer, ScriptedReply
+from tests.fakes.slack_server import FakeSlackServer, Message, Upload
 
 CLIP = b"\x1aE\xdf\xa3" + bytes(400)  # a webm header, as Slack records clips
 
@@ -43,3 +55,136 @@ async def test_other_files_are_still_not_read(fake: FakeSlackServer, make_servic
     fake.dm(ALICE, "", files=[("notes.pdf", b"%PDF-1.4", "application/pdf", None)])
     await until(lambda: said(fake))
     assert "cannot read files sent on Slack" in said(fake)[0]
+
+
+# -- voice out: /voice on, replies as audio files -----------------------------------------
+
+
+def voice_files(fake: FakeSlackServer, channel: str, thread_ts: str | None = None) -> list[Message]:
+    return [m for m in fake.messages(channel, thread_ts, include_deleted=False) if m.files]
+
+
+def uploaded(fake: FakeSlackServer, message: Message) -> Upload:
+    return fake.uploads[message.files[0]["id"]]
+
+
+async def speaking(make_service: MakeService, fake_openai: FakeOpenAIServer) -> Service:
+    return await make_service(speech_model="tts-1", speech_base_url=fake_openai.base_url)
+
+
+async def voice_on(fake: FakeSlackServer) -> None:
+    fake.slash(fake.dm_channel(ALICE), ALICE, "/chathub", "voice on")
+    await until(lambda: any("now come as voice messages" in m.text for m in fake.ephemerals(ALICE)))
+
+
+async def outbox_payloads(service: Service) -> list[dict[str, Any]]:
+    def read(conn: Connection) -> list[dict[str, Any]]:
+        t = platform_outbox
+        query = sa.select(t.c.payload).where(t.c.platform == "slack").order_by(t.c.id)
+        return [dict(row.payload) for row in conn.execute(query)]
+
+    assert service.engine is not None
+    return await service.engine.store.db.run(read)
+
+
+async def test_voice_on_makes_replies_audio_files_and_off_back(
+    fake: FakeSlackServer, make_service: MakeService, fake_openai: FakeOpenAIServer
+) -> None:
+    service = await speaking(make_service, fake_openai)
+    await voice_on(fake)
+    dm = fake.dm_channel(ALICE)
+    fake.dm(ALICE, "hello aloud")
+
+    await until(lambda: voice_files(fake, dm))
+    message = voice_files(fake, dm)[0]
+    assert message.text == "" and message.files[0]["name"] == "voice-message.ogg"
+    assert message.files[0]["title"] == "Voice message"
+    upload = uploaded(fake, message)
+    assert upload.data is not None and upload.data.startswith(b"OggS")
+    assert b"OpusHead" in upload.data and upload.shared_in == dm
+    methods = [c.method for c in fake.calls if c.method.startswith("files.")]
+    assert methods == ["files.getUploadURLExternal", "files.completeUploadExternal"]
+    assert fake_openai.speech_requests[-1]["input"] == "echo: hello aloud"
+    assert "echo: hello aloud" not in said(fake)
+    rows = [p for p in await outbox_payloads(service) if p.get("voice")]
+    assert rows == [{"text": "echo: hello aloud", "voice": "echo: hello aloud"}]
+
+    fake.slash(dm, ALICE, "/chathub", "voice off")
+    await until(lambda: any("now come as text" in m.text for m in fake.ephemerals(ALICE)))
+    fake.dm(ALICE, "and now?")
+    await until(lambda: "echo: and now?" in said(fake))
+    assert len(voice_files(fake, dm)) == 1
+
+
+async def test_a_speech_failure_or_a_refused_upload_sends_the_text_instead(
+    fake: FakeSlackServer, make_service: MakeService, fake_openai: FakeOpenAIServer
+) -> None:
+    await speaking(make_service, fake_openai)
+    await voice_on(fake)
+    fake_openai.speech_failures.append(ScriptedReply("error", status=500, body=b"{}"))
+    fake.dm(ALICE, "say it")
+    await until(lambda: "echo: say it" in said(fake))
+    not_ogg = ScriptedReply("raw", body=b"ID3" + bytes(64), content_type="audio/mpeg")
+    fake_openai.speech_failures.append(not_ogg)
+    fake.dm(ALICE, "say it again")
+    await until(lambda: "echo: say it again" in said(fake))
+    fake.scopes = fake.scopes - {"files:write"}  # an app installed before voice replies
+    fake.dm(ALICE, "and once more")
+    await until(lambda: "echo: and once more" in said(fake))
+    assert voice_files(fake, fake.dm_channel(ALICE)) == []
+    assert len(fake_openai.speech_requests) == 3  # each spoken once, then the text
+
+
+async def test_a_reply_in_a_thread_is_an_audio_file_in_that_thread(
+    fake: FakeSlackServer, make_service: MakeService, fake_openai: FakeOpenAIServer
+) -> None:
+    await speaking(make_service, fake_openai)
+    asked = fake.mention(GENERAL, ALICE, "plan my week")
+    await until(lambda: texts(fake, GENERAL, asked.ts) == ["echo: plan my week"])
+    fake.thread_message(GENERAL, ALICE, " /voice on", asked.ts)  # Slack sends " /…" as text
+    await until(lambda: any("voice messages" in t for t in texts(fake, GENERAL, asked.ts)))
+    fake.thread_message(GENERAL, ALICE, "and monday?", asked.ts)
+    await until(lambda: voice_files(fake, GENERAL, asked.ts))
+    message = voice_files(fake, GENERAL, asked.ts)[0]
+    assert message.thread_ts == asked.ts
+    assert fake_openai.speech_requests[-1]["input"] == "echo: and monday?"
+    complete = next(c for c in fake.calls if c.method == "files.completeUploadExternal")
+    assert (complete.params["channel_id"], complete.params["thread_ts"]) == (GENERAL, asked.ts)
+
+
+async def test_the_agent_sends_an_audio_file_with_its_tool(
+    fake: FakeSlackServer,
+    make_service: MakeService,
+    fake_openai: FakeOpenAIServer,
+    model: EchoModel,
+) -> None:
+    service = await speaking(make_service, fake_openai)
+    assert service.engine is not None
+    await RuleStore(service.engine.store.db).add_rule("send_voice_message", "allow")
+    model.add(
+        tool_call("send_voice_message", '{"text": "Good **morning**. It is sunny."}', "v1"),
+        reply("I said it aloud."),
+    )
+    fake.dm(ALICE, "say good morning")
+    await until(lambda: "I said it aloud." in said(fake))
+    assert len(voice_files(fake, fake.dm_channel(ALICE))) == 1
+    assert fake_openai.speech_requests[-1]["input"] == "Good morning. It is sunny."
+    tool_result = [m for m in model.requests[-1][0] if m["role"] == "tool"][-1]["content"]
+    assert "Sent as 1 voice message." in tool_result
+
+
+async def test_a_long_answer_is_spoken_in_parts_cut_between_sentences(
+    fake: FakeSlackServer,
+    make_service: MakeService,
+    fake_openai: FakeOpenAIServer,
+    model: EchoModel,
+) -> None:
+    sentence = "This sentence is about forty characters. "
+    model.add(reply(sentence * 120))  # about 5,000 characters
+    await speaking(make_service, fake_openai)
+    await voice_on(fake)
+    fake.dm(ALICE, "tell me everything")
+    await until(lambda: len(voice_files(fake, fake.dm_channel(ALICE))) == 3)
+    inputs = [r["input"] for r in fake_openai.speech_requests]
+    assert all(len(i) <= 2000 and i.endswith("characters.") for i in inputs)
+    assert " ".join(inputs) == (sentence * 120).strip()
