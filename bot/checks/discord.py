@@ -20,8 +20,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_API_URL = "https://discord.com/api/v10"
 #: View Channels, Send Messages, Send Messages in Threads, Read Message History, Attach
-#: Files (docs/discord.md).
-PERMISSIONS = (1 << 10) | (1 << 11) | (1 << 38) | (1 << 16) | (1 << 15)
+#: Files, Send Voice Messages (spoken replies in server channels; docs/discord.md).
+PERMISSIONS = (1 << 10) | (1 << 11) | (1 << 38) | (1 << 16) | (1 << 15) | (1 << 46)
 
 
 def token_problem(token: str) -> str | None:
