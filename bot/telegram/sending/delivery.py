@@ -30,12 +30,12 @@ from bot.delivery import (
 )
 from bot.platform.protocols import MessageRef
 from bot.platform.voice_mode import VoiceMode
+from bot.platform.voice_out import VOICE, Speak, audio_of, speaks, text_instead, voice_payloads
 from bot.telegram.inbound.updates import parse_source
 from bot.telegram.rendering.render import progress_text, render_markdown
 from bot.telegram.sending.api import BotApi, Json, TelegramError, is_not_modified
 from bot.telegram.settings import TelegramSettings
 from bot.telegram.store import TELEGRAM
-from voice import SpeechError, sentences, spoken
 
 __all__ = ["TelegramClient", "TelegramSender", "telegram_pacing"]
 
@@ -61,9 +61,6 @@ class SpeechFailed(Refused):
     """A voice reply that could not be spoken: its text goes instead (``fallback``)."""
 
 
-Speak = Callable[[str], Awaitable[bytes]]
-
-
 class TelegramClient:
     """A recorded message, sent with ``sendMessage``, or ``sendVoice`` when it is a voice
     reply (``bot.delivery.PlatformClient``)."""
@@ -80,7 +77,7 @@ class TelegramClient:
         return conversation.startswith("-")
 
     async def send(self, conversation: str, payload: Json) -> Json:
-        if payload.get("voice"):
+        if payload.get(VOICE):
             return await self._send_voice(conversation, payload)
         return await self.api.send_message(
             int(conversation),
@@ -92,13 +89,7 @@ class TelegramClient:
         )
 
     async def _send_voice(self, conversation: str, payload: Json) -> Json:
-        if self.speak is None:
-            raise SpeechFailed("speech: not set up")
-        try:
-            audio = await self.speak(str(payload["voice"]))
-        except SpeechError as exc:
-            log.warning("a voice reply to %s was sent as text: %s", conversation, exc)
-            raise SpeechFailed(f"speech: {exc}") from None
+        audio = await audio_of(self.speak, str(payload[VOICE]), SpeechFailed)
         return await self.api.send_voice(
             int(conversation), audio, message_thread_id=payload.get("thread_id")
         )
@@ -110,8 +101,9 @@ class TelegramClient:
     def fallback(self, payload: Json, error: Refused) -> Json | None:
         """A voice reply not spoken (or refused): its text. Entities Telegram rejects: the
         same text, plain."""
-        if payload.get("voice"):
-            return {k: v for k, v in payload.items() if k != "voice"}
+        text = text_instead(payload)
+        if text is not None:
+            return text
         if payload.get("entities") and "entit" in error.description.lower():
             return {**payload, "entities": None}
         return None
@@ -132,23 +124,23 @@ class TelegramSender:
         """The reply's parts, as the outbox stores them: in a chat with voice on, one voice
         message per few sentences, each carrying its text as the fallback."""
         thread_id = parse_source(source)[1]
-        if self.voice_mode is not None and self.voice_mode.is_on(source):
-            return [
-                {**part, "voice": said}
-                for said in sentences(spoken(text))
-                for part in self._parts(said, thread_id)
-            ]
+        if speaks(self.voice_mode, source):
+            return self._voice_payloads(text, thread_id)
         return self._parts(text, thread_id)
 
     async def send_voice(self, source: str, text: str, key: str) -> int:
         """``text`` as voice messages, each recorded under ``key`` before it is sent (its
         text the fallback); ``VoiceOut`` for ``send_voice_message``."""
         chat, thread_id = parse_source(source)
-        parts = sentences(spoken(text))
-        for index, said in enumerate(parts):
-            payload = {**self._parts(said, thread_id)[0], "voice": said}
+        payloads = self._voice_payloads(text, thread_id)
+        for index, payload in enumerate(payloads):
             await self.outbound.deliver(str(chat), f"{key}:{index}", payload)
-        return len(parts)
+        return len(payloads)
+
+    @classmethod
+    def _voice_payloads(cls, text: str, thread_id: int | None) -> list[Json]:
+        """Each part of at most 2,000 characters is one Telegram message (4,096 at most)."""
+        return voice_payloads(text, lambda said: cls._parts(said, thread_id)[0])
 
     @staticmethod
     def _parts(text: str, thread_id: int | None) -> list[Json]:
