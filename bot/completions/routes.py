@@ -353,6 +353,8 @@ class EventStream(Response):
         except asyncio.CancelledError:
             if not watcher.done() or watcher.cancelled() or not watcher.result():
                 raise  # cancelled from outside, not by the client going away
+            if writer is not None:
+                writer.uncancel()  # ours, taken back: the task goes on to end the response
         finally:
             watcher.cancel()
             self._answer.close()
