@@ -404,3 +404,33 @@ async def test_usage_is_the_final_model_calls_tokens(v1: V1Server, fake_openai: 
     assert whole.usage.total_tokens == 127
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 9
     assert chunks[-2].choices[0].finish_reason == "stop"
+
+
+async def test_a_request_while_an_earlier_turn_still_runs_gets_its_own_answer(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    fake_openai.reply_text("The first, slow answer.", delay_s=0.5)
+    fake_openai.reply_text("The second answer.")
+    body = {"model": "main", "user": "hasty", "stream": True}
+    async with v1.http() as http:
+        async with http.stream(
+            "POST", "/v1/chat/completions", json={**body, "messages": [HI_FIRST]}
+        ) as raw:
+            async for line in raw.aiter_lines():
+                if line.startswith("data: "):
+                    break  # gone before the first answer
+
+        async def first_asked() -> bool:
+            return len(fake_openai.requests) == 1
+
+        await until(first_asked)  # the model is answering the first (a message before
+        # that is taken into the same round, and that round's answer is the answer to both)
+        async with v1.client() as client:
+            second = await client.chat.completions.create(
+                model="main", user="hasty", messages=[{"role": "user", "content": "second"}]
+            )
+    assert second.choices[0].message.content == "The second answer."
+    assert await v1.api.last_answer("api:1") == "The second answer."
+
+
+HI_FIRST = {"role": "user", "content": "first"}
