@@ -1,0 +1,160 @@
+"""One request's answer as OpenAI's clients read it: whole (``chat.completion``) or as
+server-sent events (``chat.completion.chunk``s, then ``[DONE]``), written by a lean ASGI
+response that lets the answer go however it ends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from bot.completions.conversations import Conversation
+from bot.completions.exchange import KEEPALIVE, Piece, Turn
+from bot.completions.protocol import chunk, completion, completion_id, usage_chunk
+
+__all__ = ["Answer", "EventStream", "Keeper"]
+
+
+class Keeper(Protocol):
+    """Where an answer is kept (``CompletionsApi``)."""
+
+    async def finish(self, conversation: Conversation, said: str) -> None:
+        """The answer as the client got it, held before its last piece is sent."""
+
+    async def last_answer(self, source: str) -> str:
+        """The conversation's last answer (a request sent again reads it back)."""
+
+
+class Answer:
+    """One request's answer, sent whole or as server-sent events."""
+
+    def __init__(
+        self,
+        keeper: Keeper,
+        conversation: Conversation,
+        turn: Turn,
+        model: str,
+        lock: asyncio.Lock,
+        *,
+        created: int,
+        usage: bool = False,
+    ) -> None:
+        """``created``: the answer's Unix time; ``usage``: a last chunk with the tokens
+        before ``[DONE]`` (streamed)."""
+        self._keeper = keeper
+        self._usage_chunk = usage
+        self._tokens: tuple[int, int] | None = None
+        self._conversation = conversation
+        self._turn = turn
+        self._model = model
+        self._lock = lock
+        self.id = completion_id()
+        self.created = created
+
+    async def whole(self) -> dict[str, Any]:
+        try:
+            said = "".join([piece.text async for piece in self._pieces()])
+            await self._keeper.finish(self._conversation, said)
+        finally:
+            self._done()
+        return completion(
+            self.id, self.created, self._model, said, self._conversation.source, self._tokens
+        )
+
+    async def events(self) -> AsyncIterator[bytes]:
+        """OpenAI's chunks; a client that goes away stops this, never the turn."""
+        try:
+            said: list[str] = []
+            yield self._sse(chunk(*self._head(), {"role": "assistant", "content": ""}))
+            async for piece in self._pieces():
+                if piece is KEEPALIVE:
+                    yield b": keep-alive\n\n"
+                    continue
+                if not piece.text:
+                    continue
+                said.append(piece.text)
+                extra = {"event": piece.event} if piece.event else None
+                yield self._sse(chunk(*self._head(), {"content": piece.text}, extra=extra))
+            await self._keeper.finish(self._conversation, "".join(said))
+            extra = {"conversation": self._conversation.source}
+            yield self._sse(chunk(*self._head(), {}, finish_reason="stop", extra=extra))
+            if self._usage_chunk:
+                yield self._sse(usage_chunk(*self._head(), self._tokens))
+            yield b"data: [DONE]\n\n"
+        finally:
+            self._done()
+
+    async def _pieces(self) -> AsyncIterator[Piece]:
+        if not self._turn.running:
+            yield Piece(await self._keeper.last_answer(self._conversation.source))
+            return
+        async for piece in self._turn.pieces():
+            if piece.usage is not None:
+                self._tokens = piece.usage
+            yield piece
+
+    def _head(self) -> tuple[str, int, str]:
+        return self.id, self.created, self._model
+
+    def close(self) -> None:
+        """Idempotent: the turn is let go and the conversation's next request may start."""
+        self._done()
+
+    def _done(self) -> None:
+        self._turn.close()
+        if self._lock.locked():
+            self._lock.release()
+
+    @staticmethod
+    def _sse(body: dict[str, Any]) -> bytes:
+        return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+
+
+class EventStream(Response):
+    """The answer's server-sent events, written as they come; the answer is let go
+    however the response ends. A client that goes away ends the writing (the turn goes
+    on): a watcher waits for its ``http.disconnect`` beside the writer, one task, no more
+    (Starlette's ``StreamingResponse`` costs a task group per response on this hot path).
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, answer: Answer) -> None:
+        super().__init__()
+        self.raw_headers = [  # no content-length: the body is as long as the answer
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]
+        self._answer = answer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        writer = asyncio.current_task()
+        watcher = asyncio.create_task(_until_gone(receive, writer))
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            async for data in self._answer.events():
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not watcher.done() or watcher.cancelled() or not watcher.result():
+                raise  # cancelled from outside, not by the client going away
+            if writer is not None:
+                writer.uncancel()  # ours, taken back: the task goes on to end the response
+        finally:
+            watcher.cancel()
+            self._answer.close()
+
+
+async def _until_gone(receive: Receive, writer: asyncio.Task[Any] | None) -> bool:
+    """Cancel ``writer`` when the client disconnects; whether it did."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            if writer is not None:
+                writer.cancel()
+            return True
