@@ -81,27 +81,33 @@ def asked_of(request: Request, body: CompletionRequest, agent: str) -> Asked:
     text = last.text()
     if not text.strip() and not images:
         raise ApiError(400, "The last message is empty.", param="messages")
-    spoken = [m for m in messages if m.role not in _INSTRUCTION_ROLES]
-    instructions = [m.text() for m in messages if m.role in _INSTRUCTION_ROLES]
+    instructions: list[str] = []
+    dialog: list[tuple[str, str]] = []
+    digests: list[str] = []
+    for message in messages:
+        said = message.text()
+        if message.role in _INSTRUCTION_ROLES:
+            if said.strip():
+                instructions.append(said)
+            continue
+        dialog.append((message.role, said))
+        digests.append(digest(message.role, said + _images_named(message)))
     return Asked(
         agent=agent,
         name=_name(request, body),
-        instructions=[i for i in instructions if i.strip()],
-        dialog=[(m.role, m.text()) for m in spoken],
-        digests=[digest(m.role, _remembered(m)) for m in spoken],
+        instructions=instructions,
+        dialog=dialog,
+        digests=digests,
         text=text,
         images=images,
     )
 
 
-def _remembered(message: ChatMessage) -> str:
-    """A message's text, with its images named by their URLs' digests (the same URL
-    every time the client sends the history)."""
+def _images_named(message: ChatMessage) -> str:
+    """A message's images named by their URLs' digests (the client sends the same URL
+    every time it sends the history)."""
     urls = message.image_urls()
-    if not urls:
-        return message.text()
-    named = "".join(f"\0image:{hashlib.sha256(url.encode()).hexdigest()}" for url in urls)
-    return message.text() + named
+    return "".join(f"\0image:{hashlib.sha256(url.encode()).hexdigest()}" for url in urls)
 
 
 def _name(request: Request, body: CompletionRequest) -> str | None:

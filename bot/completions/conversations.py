@@ -102,6 +102,8 @@ class ConversationMap:
         self._remembered = remembered
         self._by_name: OrderedDict[tuple[str, str], Conversation] = OrderedDict()
         self._by_head: OrderedDict[tuple[str, str], Conversation] = OrderedDict()
+        #: The head each unnamed conversation is kept under in ``_by_head``.
+        self._head_of: dict[int, str] = {}
 
     async def find(
         self, agent: str, name: str | None, heads: Sequence[str]
@@ -170,6 +172,7 @@ class ConversationMap:
         if conversation.name is not None:
             self._by_name.pop((conversation.agent, conversation.name), None)
         self._by_head.pop((conversation.agent, conversation.head), None)
+        self._head_of.pop(conversation.id, None)
 
     def _known(
         self, agent: str, name: str | None, heads: Sequence[str]
@@ -190,12 +193,12 @@ class ConversationMap:
         if conversation.name is not None:
             self._keep(self._by_name, (conversation.agent, conversation.name), conversation)
             return
-        for key, known in list(self._by_head.items()):
-            if known.id == conversation.id and key[1] != conversation.head:
-                del self._by_head[key]
-                break
+        before = self._head_of.pop(conversation.id, None)
+        if before is not None and before != conversation.head:  # it moved on: not there
+            self._by_head.pop((conversation.agent, before), None)
         if conversation.length:
             self._keep(self._by_head, (conversation.agent, conversation.head), conversation)
+            self._head_of[conversation.id] = conversation.head
 
     def _keep(
         self,
@@ -206,7 +209,9 @@ class ConversationMap:
         kept[key] = conversation
         kept.move_to_end(key)
         while len(kept) > self._remembered:
-            kept.popitem(last=False)
+            _, evicted = kept.popitem(last=False)
+            if kept is self._by_head:
+                self._head_of.pop(evicted.id, None)
 
 
 def _nothing(conn: Connection) -> None:
