@@ -221,6 +221,8 @@ class MessageHandler:
         for each one that could not be (too large, or the download failed)."""
         attachments: list[dict[str, Any]] = []
         problems: list[str] = []
+        if not m.attachments:
+            return attachments, problems
         limit = self._listening.max_download_bytes
         folder = Path("uploads") / "discord" / m.channel_id
         for file in m.attachments:

@@ -33,6 +33,9 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        #: Bumped by every registration: what was derived from an older one is stale.
+        self.version = 0
+        self._schemas: tuple[int, list[dict[str, Any]]] | None = None
         for tool in tools:
             self.register(tool)
 
@@ -44,6 +47,7 @@ class ToolRegistry:
         if name in self._tools:
             raise ValueError(f"a tool named {name!r} is already registered")
         self._tools[name] = tool
+        self.version += 1
 
     def get(self, name: str) -> Tool | None:
         """The tool called ``name``, or ``None``."""
@@ -82,7 +86,16 @@ class ToolRegistry:
         )
 
     def schemas(self, predicate: ToolPredicate | None = None) -> list[dict[str, Any]]:
-        """OpenAI ``tools`` entries, in registration order, optionally filtered."""
+        """OpenAI ``tools`` entries, in registration order, optionally filtered. The
+        unfiltered list is built once per version and shared: callers must not change it."""
+        if predicate is None:
+            cached = self._schemas
+            if cached is None or cached[0] != self.version:
+                cached = self._schemas = (
+                    self.version,
+                    [tool_schema(t) for t in self._tools.values()],
+                )
+            return cached[1]
         return [
             tool_schema(tool)
             for tool in self._tools.values()

@@ -10,7 +10,8 @@ handled in one commit.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from bot.delivery import EventAlreadyHandled
@@ -26,6 +27,7 @@ from bot.telegram.inbound.media import FileRef
 from bot.telegram.inbound.updates import Message
 from bot.telegram.rendering.chat_cards import ChatCards
 from bot.telegram.rendering.progress import ChatActivity
+from bot.telegram.sending.api import Json
 from bot.telegram.sending.delivery import TelegramSender
 from bot.telegram.store import CardRow, mark_handled_in
 from engine.hub import ChatHub, HubError, SendOptions
@@ -36,6 +38,15 @@ __all__ = ["UNREADABLE_MESSAGE", "BotIdentity", "MessageHandler"]
 log = logging.getLogger(__name__)
 
 UNREADABLE_MESSAGE = "I cannot read this kind of message yet; please send text, a photo or a file."
+
+
+@dataclass(frozen=True, slots=True)
+class _Files:
+    """What a message's files gave: attachments, sentences of what failed, what was heard."""
+
+    attachments: list[Json] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    texts: Sequence[str] = ()
 
 
 @dataclass(slots=True)
@@ -98,20 +109,13 @@ class MessageHandler:
         if await self._answer_card(m):
             return False
         say = self._sender.say_in
-        refused, files = self._voice_limits(m)
-        attachments, problems = await self._downloads.fetch(m, files)
-        heard = await self._voice.hear(attachments) if self._voice else None
-        if heard is not None:
-            attachments = heard.attachments
-            problems += heard.problems
-            if heard.quotes:  # the person sees what was heard before the answer
-                await say(m.chat_id, m.thread_id, heard.quotes)
-        lines = [m.text, *(heard.texts if heard else ()), *m.described]
+        files = await self._files(m) if m.files else _Files()
+        attachments, problems = files.attachments, files.problems
+        lines = [m.text, *files.texts, *m.described]
         if m.location is not None:
             lat, lon = m.location
             lines.append(f"📍 Location: {lat:.6f}, {lon:.6f}")
         text = "\n".join(line for line in lines if line)
-        problems = refused + problems
         if problems:  # one warning per message, whatever went wrong with its files
             await say(m.chat_id, m.thread_id, "⚠️ " + " ".join(problems))
         if not text.strip() and not attachments:
@@ -144,6 +148,18 @@ class MessageHandler:
             return True
         self._activity.start_typing(m.source)
         return True
+
+    async def _files(self, m: Message) -> _Files:
+        """The message's files downloaded, its voice notes heard (what was heard is said
+        back first), and a sentence for each file that could not be."""
+        refused, files = self._voice_limits(m)
+        attachments, problems = await self._downloads.fetch(m, files)
+        if self._voice is None:
+            return _Files(attachments, refused + problems)
+        heard = await self._voice.hear(attachments)
+        if heard.quotes:
+            await self._sender.say_in(m.chat_id, m.thread_id, heard.quotes)
+        return _Files(heard.attachments, refused + problems + heard.problems, heard.texts)
 
     def _voice_limits(self, m: Message) -> tuple[list[str], list[FileRef]]:
         """Voice files too long or too large to transcribe (refused before download), and

@@ -18,6 +18,18 @@ from engine.tools.registry import ToolRegistry
 PER_LEVEL_TOOLS = frozenset({"ask_user_clarification", SUBTASK_TOOL, "activate_tools"})
 
 RefreshTools = Callable[[TurnEnv], Awaitable[None]]
+#: What the root's tools were built from: its agent, the registry's version, the front
+#: end's interface tools.
+_BuiltFrom = tuple[str, int, tuple[Tool, ...]]
+
+
+def _same(a: _BuiltFrom, b: _BuiltFrom) -> bool:
+    """Tools compare by identity: a front end's new tool object is a new tool set."""
+    return (
+        a[:2] == b[:2]
+        and len(a[2]) == len(b[2])
+        and all(x is y for x, y in zip(a[2], b[2], strict=True))
+    )
 
 
 class LevelTools:
@@ -29,7 +41,7 @@ class LevelTools:
     agent's ``tools`` list keeps only those (plus the per-level ones).
     """
 
-    __slots__ = ("_agents", "_limits", "_mcp", "_session", "_tools")
+    __slots__ = ("_agents", "_built", "_limits", "_mcp", "_session", "_tools")
 
     def __init__(
         self,
@@ -44,12 +56,27 @@ class LevelTools:
         self._agents = agents
         self._limits = limits
         self._mcp = mcp
+        # The root's tools as last built, kept while nothing they were built from changed:
+        # every turn starts with them, and rebuilding costs a filter pass and a schema per
+        # tool. Views are never changed once built (``refresher`` makes new ones).
+        self._built: tuple[_BuiltFrom, ToolRegistry] | None = None
 
     def for_frame(self, frame: FrameRow, interface_tools: Sequence[Tool]) -> ToolRegistry:
         """``frame``'s tools; the front end's ``interface_tools`` are the root's only.
 
         A clash of an interface tool with another raises ``ValueError``.
         """
+        if frame.depth > 0:  # a sub-agent's: its agent's definition may change meanwhile
+            return self._build(frame, interface_tools)
+        key = (frame.agent_id, self._tools.version, tuple(interface_tools))
+        built = self._built
+        if built is not None and _same(built[0], key):
+            return built[1]
+        tools = self._build(frame, interface_tools)
+        self._built = (key, tools)
+        return tools
+
+    def _build(self, frame: FrameRow, interface_tools: Sequence[Tool]) -> ToolRegistry:
         tools = self._tools.for_agent(
             depth=frame.depth, is_interactive=self._session.is_interactive
         )

@@ -91,6 +91,35 @@ def test_interface_tools_are_the_roots_only_and_never_clash() -> None:
         tools.for_frame(frame(), [EchoTool("read")])
 
 
+def test_a_roots_tools_are_built_once_until_what_they_come_from_changes() -> None:
+    base = ToolRegistry([EchoTool("read")])
+    tools = LevelTools(session(), base, catalog(), EngineConfig(), None)
+    send_file = EchoTool("send_file")
+    first = tools.for_frame(frame(), [send_file])
+    assert tools.for_frame(frame(), [send_file]) is first
+    assert first.schemas() is first.schemas()  # the model's list, built once as well
+    # Another front end's tool, a tool registered since, another agent: built anew.
+    other = tools.for_frame(frame(), [EchoTool("send_file")])
+    assert other is not first
+    base.register(EchoTool("write"))
+    assert "write" in tools.for_frame(frame(), [send_file])
+    assert "write" not in first  # a view once built is never changed
+    assert tools.for_frame(frame(agent_id="researcher"), [send_file]) is not first
+
+
+def test_a_sub_agents_tools_are_built_at_each_turn() -> None:
+    tools = level_tools()
+    researcher = frame(depth=1, agent_id="researcher")
+    assert tools.for_frame(researcher, ()) is not tools.for_frame(researcher, ())
+
+
+def test_a_registry_s_schemas_follow_its_registrations() -> None:
+    registry = ToolRegistry([EchoTool("read")])
+    assert [s["function"]["name"] for s in registry.schemas()] == ["read"]
+    registry.register(EchoTool("write"))
+    assert [s["function"]["name"] for s in registry.schemas()] == ["read", "write"]
+
+
 def test_without_tool_groups_the_tool_set_is_fixed_for_the_turn() -> None:
     tools = level_tools()
     assert tools.refresher(tools.for_frame(frame(), ())) is None
