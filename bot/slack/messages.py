@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,13 @@ from bot.platform.voice_notes import Heard, VoiceNotes
 from bot.slack.activity import ThreadActivity
 from bot.slack.cards import SlackCards
 from bot.slack.incoming import SLACK, Incoming, Place
-from bot.slack.sending import SlackError, SlackSender, slack_call
+from bot.slack.sending import (
+    SlackError,
+    SlackRetryLater,
+    SlackSender,
+    SlackUnavailable,
+    slack_call,
+)
 from engine.hub import ChatHub
 from engine.store import SENDER_KEY
 
@@ -38,6 +45,12 @@ FILES_NOT_READ = "I cannot read files sent on Slack yet; please write what you n
 NOT_PAIRED = "You are not allowed to use this bot; send me a direct message to ask for access."
 _COMMAND = re.compile(r"^/([a-z0-9_]{1,32})(?:\s+(.*))?$", re.DOTALL)
 _MAX_NAME = 100
+#: A person whose name Slack refused (``user_not_found``, missing scope) is asked again
+#: only after this long, and nobody's while ``users.info`` is rate limited (Tier 4, about
+#: 100 a minute) or Slack is down: a lookup per message would put a failing round trip
+#: before every answer, and retried lookups would keep the rate limit going.
+NAME_RETRY_S = 600.0
+NAMES_DOWN_S = 30.0
 
 
 @dataclass(slots=True)
@@ -62,6 +75,7 @@ class MessageHandler:
         activity: ThreadActivity,
         voice: VoiceNotes | None = None,
         download: Callable[[str, int], Awaitable[bytes]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``voice``: audio files transcribed; ``download``: a file's bytes (the bot's token,
         at most so many bytes)."""
@@ -74,6 +88,9 @@ class MessageHandler:
         self._activity = activity
         self._voice = voice if download is not None else None
         self._download = download or _no_download
+        self._clock = clock
+        self._refused_until: dict[str, float] = {}  # per person (``NAME_RETRY_S``)
+        self._paused_until = 0.0  # every lookup: rate limited, or Slack down
 
     async def addressed(self, m: Incoming) -> bool:
         """Whether the bot answers ``m`` at all (checked before anything is stored): a DM,
@@ -169,12 +186,22 @@ class MessageHandler:
         known = self._me.names.get(user)
         if known is not None:
             return known
+        now = self._clock()
+        if now < self._paused_until or now < self._refused_until.get(user, 0.0):
+            return user
         web = self._sender.web
         try:
             answer = await slack_call(lambda: web.users_info(user=user))
         except SlackError as exc:
             log.info("users.info for %s failed: %s", user, exc.description)
+            if isinstance(exc, SlackRetryLater):
+                self._paused_until = now + exc.seconds
+            elif isinstance(exc, SlackUnavailable):
+                self._paused_until = now + NAMES_DOWN_S
+            else:
+                self._refused_until[user] = now + NAME_RETRY_S
             return user
+        self._refused_until.pop(user, None)
         person = answer.get("user") or {}
         profile = person.get("profile") or {}
         name = profile.get("display_name") or person.get("real_name") or person.get("name")

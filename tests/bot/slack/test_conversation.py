@@ -1,9 +1,19 @@
 """Talking to the agent on Slack: DMs, a mention that starts a thread, the thread going on
-without a mention, strangers, and what is never answered."""
+without a mention, strangers, what is never answered, and people's names."""
 
 from __future__ import annotations
 
-from bot.slack.messages import FILES_NOT_READ, NOT_PAIRED
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.messages import (
+    FILES_NOT_READ,
+    NAME_RETRY_S,
+    NAMES_DOWN_S,
+    NOT_PAIRED,
+    MessageHandler,
+    SlackMe,
+)
+from bot.slack.sending import SlackSender
 from engine.llm.scripted import text
 from tests.bot.platform_contract.scripts import shell
 from tests.bot.slack.conftest import ALICE, BOB, GENERAL, OWNER, MakeService, slack_of, texts, until
@@ -189,3 +199,48 @@ async def test_a_thread_shows_the_bot_is_thinking_while_a_turn_runs(
     asked = fake.mention(GENERAL, ALICE, "run it")
     await until(lambda: fake.statuses)
     assert fake.statuses[0] == (GENERAL, asked.ts, "is thinking…")
+
+
+async def test_a_rate_limited_name_lookup_is_not_repeated_before_each_answer(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    await make_service()
+    asked_before = len(fake.calls_to("users.info"))
+    dm = fake.dm_channel(ALICE)
+    fake.rate_limit_next("users.info", retry_after=30)
+    fake.dm(ALICE, "one")
+    await until(lambda: texts(fake, dm) == ["echo: one"])
+    fake.dm(ALICE, "two")
+    await until(lambda: texts(fake, dm) == ["echo: one", "echo: two"])
+    # Answered both times (under the person's id); Slack asked once, not per message.
+    assert len(fake.calls_to("users.info")) == asked_before + 1
+
+
+async def test_a_refused_name_is_asked_again_only_after_a_while(fake: FakeSlackServer) -> None:
+    now = [0.0]
+    web = AsyncWebClient(token=fake.bot_token, base_url=fake.api_url)
+    handler = MessageHandler(
+        None,  # type: ignore[arg-type]  (names need Slack alone)
+        SlackMe(),
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        SlackSender(web, None),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        clock=lambda: now[0],
+    )
+    fake.fail_next("users.info", "user_not_found")
+    assert await handler.name_of(ALICE) == ALICE
+    assert await handler.name_of(ALICE) == ALICE
+    assert len(fake.calls_to("users.info")) == 1
+    now[0] += NAME_RETRY_S
+    assert await handler.name_of(ALICE) == "alice"
+    assert await handler.name_of(ALICE) == "alice"  # known now: never asked again
+    assert len(fake.calls_to("users.info")) == 2
+    # While Slack is down, nobody's name is asked; afterwards it is.
+    fake.fail_next("users.info", "internal_error", status=500)
+    assert await handler.name_of(BOB) == BOB
+    assert await handler.name_of(BOB) == BOB
+    now[0] += NAMES_DOWN_S
+    assert await handler.name_of(BOB) == "bob"
+    assert len(fake.calls_to("users.info")) == 4
