@@ -12,8 +12,11 @@ once:
 
 Latency: one DM at a time, each from one of as many users who wrote once before (at most
 15 a second, under chathub's default 20 for the app), from the push of the envelope until
-the reply's ``chat.postMessage`` reaches the fake: p50 and p99. Then 200 threads at once
-(10 mentions in each of 20 channels, each starting a thread): how long until all are
+the reply's ``chat.postMessage`` reaches the fake: p50 and p99. The three bots (bare, bare
+given a kept-alive session, chathub) run side by side, each on a fake of its own, and
+take turns message by message: a slow spell of this shared 2-core machine falls on all of
+them alike instead of on whichever ran then. Then 200 threads at once (10 mentions in each
+of 20 channels, each starting a thread), one bot after the other: how long until all are
 answered, how many were, and how many responses were 429s (the bar: 0; Slack allows about
 one message a second per channel, the fake 5 in any 5 s).
 
@@ -29,7 +32,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -100,18 +104,26 @@ class Replies:
         return len(self.first)
 
 
-async def latencies(fake: FakeSlackServer, users: list[str], n: int) -> list[float]:
-    out: list[float] = []
+async def one_dm(fake: FakeSlackServer, user: str, text: str) -> float:
+    """Milliseconds from the envelope's push until its reply reached the fake."""
+    replies = Replies(fake)
+    where = f"{fake.dm_channel(user)}:"
+    pushed = time.monotonic()
+    fake.dm(user, text)
+    await until(lambda: replies.update() and where in replies.first)
+    return (replies.first[where] - pushed) * 1000
+
+
+async def latencies(bots: list[Bot], users: list[str], n: int) -> list[list[float]]:
+    """``n`` DMs to each bot, the bots taking turns (the first goes first at one message,
+    the next at the next), each from the next of ``users``; milliseconds per bot."""
+    out: list[list[float]] = [[] for _ in bots]
     for index in range(n):
-        if out:
-            await asyncio.sleep(max(0.0, SPACING_S - out[-1] / 1000))
-        replies = Replies(fake)
-        user = users[index % len(users)]
-        where = f"{fake.dm_channel(user)}:"
-        pushed = time.monotonic()
-        fake.dm(user, f"ping {index}")
-        await until(lambda r=replies, w=where: r.update() and w in r.first)
-        out.append((replies.first[where] - pushed) * 1000)
+        for turn in range(len(bots)):
+            which = (index + turn) % len(bots)
+            await asyncio.sleep(SPACING_S)
+            user = users[index % len(users)]
+            out[which].append(await one_dm(bots[which].fake, user, f"ping {index}"))
     return out
 
 
@@ -150,45 +162,45 @@ def fake_slack() -> FakeSlackServer:
     return FakeSlackServer(ack_timeout=3.0, retry_delays=(60.0, 60.0, 60.0))
 
 
-async def run_bare(
-    n: int, count: int, *, keep_alive: bool = False
-) -> tuple[list[float], tuple[float, int, int]]:
-    with fake_slack() as fake:
-        users = people(fake, n)
-        session = aiohttp.ClientSession() if keep_alive else None
-        handler = AsyncSocketModeHandler(bare_app(fake, session), fake.app_token)
-        await handler.connect_async()
-        await until(lambda: fake.ready_connections == 1)
-        await latencies(fake, users, n)
-        lat = await latencies(fake, users, n)
-        result = await threads(fake, users[0], count)
+@dataclass
+class Bot:
+    name: str
+    fake: FakeSlackServer
+
+
+@contextlib.asynccontextmanager
+async def bare_bot(fake: FakeSlackServer, *, keep_alive: bool) -> AsyncIterator[None]:
+    session = aiohttp.ClientSession() if keep_alive else None
+    handler = AsyncSocketModeHandler(bare_app(fake, session), fake.app_token)
+    await handler.connect_async()
+    await until(lambda: fake.ready_connections == 1)
+    try:
+        yield
+    finally:
         await handler.close_async()
         if session is not None:
             await session.close()
-        return lat, result
 
 
-async def run_chathub(n: int, count: int) -> tuple[list[float], tuple[float, int, int]]:
-    with tempfile.TemporaryDirectory() as tmp, fake_slack() as fake:
-        users = people(fake, n)
-        config = app_config(
-            migrated_sqlite(Path(tmp) / "bench.db"),
-            Path(tmp) / "workspace",
-            slack_bot_token=fake.bot_token,
-            slack_app_token=fake.app_token,
-            slack_api_url=fake.api_url,
-            slack_allowed_user_ids=",".join(users),
-            memory_enabled=False,
-        )
-        service = Service(config, models=ModelRegistry([EchoModel(name="zero")]), http=False)
-        await service.start()
-        freeze_startup_objects()  # as chathub serve does
-        await until(lambda: fake.ready_connections == 1)
-        await latencies(fake, users, n)
-        lat = await latencies(fake, users, n)
-        result = await threads(fake, users[0], count)
+@contextlib.asynccontextmanager
+async def chathub_bot(fake: FakeSlackServer, users: list[str], home: Path) -> AsyncIterator[None]:
+    config = app_config(
+        migrated_sqlite(home / "bench.db"),
+        home / "workspace",
+        slack_bot_token=fake.bot_token,
+        slack_app_token=fake.app_token,
+        slack_api_url=fake.api_url,
+        slack_allowed_user_ids=",".join(users),
+        memory_enabled=False,
+    )
+    service = Service(config, models=ModelRegistry([EchoModel(name="zero")]), http=False)
+    await service.start()
+    freeze_startup_objects()  # as chathub serve does
+    await until(lambda: fake.ready_connections == 1)
+    try:
+        yield
+    finally:
         await service.stop()
-        return lat, result
 
 
 async def main() -> None:
@@ -196,10 +208,27 @@ async def main() -> None:
     parser.add_argument("--messages", type=int, default=200)
     parser.add_argument("--threads", type=int, default=200)
     args = parser.parse_args()
-    bare_lat, (bare_s, bare_n, bare_429) = await run_bare(args.messages, args.threads)
-    kept_lat, _ = await run_bare(args.messages, 0, keep_alive=True)
-    hub_lat, (hub_s, hub_n, hub_429) = await run_chathub(args.messages, args.threads)
-    print(f"envelope -> first chat.postMessage, {args.messages} DMs one at a time")
+    n = args.messages
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        fake_slack() as bare_fake,
+        fake_slack() as kept_fake,
+        fake_slack() as hub_fake,
+    ):
+        bots = [Bot("bare", bare_fake), Bot("bare+ka", kept_fake), Bot("chathub", hub_fake)]
+        users = people(bare_fake, n)
+        for bot in bots[1:]:
+            people(bot.fake, n)  # the same people on every fake
+        async with (
+            bare_bot(bare_fake, keep_alive=False),
+            bare_bot(kept_fake, keep_alive=True),
+            chathub_bot(hub_fake, users, Path(tmp)),
+        ):
+            await latencies(bots, users, n)  # every conversation exists, every name known
+            bare_lat, kept_lat, hub_lat = await latencies(bots, users, n)
+            bare_s, bare_n, bare_429 = await threads(bare_fake, users[0], args.threads)
+            hub_s, hub_n, hub_429 = await threads(hub_fake, users[0], args.threads)
+    print(f"envelope -> first chat.postMessage, {n} DMs to each bot, taking turns")
     print(summary("bare", bare_lat) + "  (slack-sdk's default: a connection per call)")
     print(summary("bare+ka", kept_lat) + "  (given one aiohttp session, as chathub is)")
     print(summary("chathub", hub_lat))
