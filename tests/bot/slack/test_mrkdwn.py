@@ -6,8 +6,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from bot.slack.mrkdwn import to_mrkdwn
+from bot.slack.mrkdwn import _parsed, to_mrkdwn
 
 ZWSP = "\u200b"
 
@@ -123,3 +125,29 @@ def test_it_never_raises() -> None:
         shown = to_mrkdwn(text)
         assert isinstance(shown, str)
         assert "<!" not in shown and "<@" not in shown
+
+
+#: What models write on one line, Markdown's own characters among the rest.
+_LINE = st.text(
+    alphabet=st.sampled_from(
+        list("abcXYZ019 .,;:!?'\"()/@%$^{}")
+        + list("\\`*_~[]<>&#|=+-\t")
+        + ["é", "中", "🙂", "\u00a0", "\u2028", "\u200b", "\u3000", "\x0b", "\x00", "\r"]
+    ),
+    max_size=24,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(text=st.one_of(_LINE, st.builds(lambda a, b: f"{a}\n{b}", _LINE, _LINE)))
+def test_plain_text_comes_out_as_the_parser_would_give_it(text: str) -> None:
+    """A line without Markdown skips the parser: never with another result."""
+    assert to_mrkdwn(text) == _parsed(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["echo: ping 12", "Sure! I'll do that at 5 p.m. (your time).", "Ça marche, à demain 🙂"],
+)
+def test_a_plain_sentence_is_itself(text: str) -> None:
+    assert to_mrkdwn(text) == text
