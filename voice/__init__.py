@@ -6,13 +6,11 @@ and ``Speaker`` (one ``POST /v1/audio/speech``), ``sentences`` and ``spoken`` (t
 ready for speech).
 """
 
-from voice.endpoints import AudioEndpoint
 from voice.settings import VoiceSettings
 from voice.speech import Speaker, Speech, SpeechError, sentences, spoken
 from voice.transcription import Transcriber, Transcription, TranscriptionError
 
 __all__ = [
-    "AudioEndpoint",
     "Speaker",
     "Speech",
     "SpeechError",

@@ -16,12 +16,9 @@ import httpx
 
 from providers import Endpoint, ProviderRegistry, ServiceChoice
 
-__all__ = ["AudioChoice", "AudioEndpoint", "failure_of"]
+__all__ = ["AudioChoice", "failure_of"]
 
 log = logging.getLogger(__name__)
-
-#: The name voice's callers know ``providers.Endpoint`` by.
-AudioEndpoint = Endpoint
 
 
 class AudioChoice(ServiceChoice):

@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 
-from providers import ProviderRegistry
-from voice.endpoints import AudioChoice, AudioEndpoint, failure_of
+from providers import Endpoint, ProviderRegistry
+from voice.endpoints import AudioChoice, failure_of
 
 __all__ = ["MAX_SPEECH_CHARS", "Speaker", "Speech", "SpeechError", "sentences", "spoken"]
 
@@ -77,7 +77,7 @@ class Speaker:
         self._http = http
         self._timeout_s = timeout_s
 
-    async def speak(self, endpoint: AudioEndpoint, text: str, voice: str) -> bytes:
+    async def speak(self, endpoint: Endpoint, text: str, voice: str) -> bytes:
         """``text`` (at most ``MAX_SPEECH_CHARS``) as OGG/Opus bytes."""
         if not text.strip():
             raise SpeechError("there is nothing to say")

@@ -16,10 +16,10 @@ from typing import Any
 
 import httpx
 
-from providers import ProviderRegistry
-from voice.endpoints import AudioChoice, AudioEndpoint, failure_of
+from providers import Endpoint, ProviderRegistry
+from voice.endpoints import AudioChoice, failure_of
 
-__all__ = ["AudioEndpoint", "Transcriber", "Transcription", "TranscriptionError"]
+__all__ = ["Transcriber", "Transcription", "TranscriptionError"]
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class Transcriber:
         self._timeout_s = timeout_s
 
     async def transcribe(
-        self, endpoint: AudioEndpoint, audio: bytes, filename: str, mime_type: str
+        self, endpoint: Endpoint, audio: bytes, filename: str, mime_type: str
     ) -> str:
         """The text of ``audio`` (may be empty: silence)."""
         if not audio:
@@ -70,7 +70,7 @@ class Transcriber:
         return _text_of(answer, endpoint)
 
 
-def _text_of(answer: httpx.Response, endpoint: AudioEndpoint) -> str:
+def _text_of(answer: httpx.Response, endpoint: Endpoint) -> str:
     failed = failure_of(answer, endpoint, "the transcription server")
     if failed is not None:
         raise TranscriptionError(failed)

@@ -16,7 +16,7 @@ from engine.bus.broadcast import DEFAULT_CAPACITY
 from engine.store import open_database
 from memory.embeddings import EmbeddingChoice, EmbeddingConfig
 from providers import Endpoint, Provider, ProviderRegistry, ProviderStore, ServiceChoice
-from tests.pg import BACKENDS, database_url
+from tests.pg import database_url
 from voice import Speech, Transcription
 
 KEY = "sk-embed-live-0123456789abcdef"
@@ -25,23 +25,6 @@ SETTINGS = Endpoint("http://settings.example/v1", "sk-settings-key-42", "nomic-e
 
 def provider(name: str, serves: str = "embeddings", models: str = "", key: str = KEY) -> Provider:
     return Provider.checked(name, f"https://{name}.example/v1", key, serves, models)
-
-
-@pytest.fixture(params=BACKENDS)
-async def two_processes(request, tmp_path: Path):
-    """Two registries over one database, each with its own connection and bus."""
-    async with database_url(request.param, tmp_path, migrated=True) as url:
-        first, second = await open_database(url, LAYERS), await open_database(url, LAYERS)
-        buses = SystemEventBus(), SystemEventBus()
-        registries = (
-            ProviderRegistry(ProviderStore(first), buses[0]),
-            ProviderRegistry(ProviderStore(second), buses[1]),
-        )
-        for registry in registries:
-            await registry.load()
-        yield registries, buses
-        await first.close()
-        await second.close()
 
 
 @pytest.fixture

@@ -4,17 +4,13 @@ the SystemEventBus (this process's changes and another process's)."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
-from bot.schema import LAYERS
 from bot.settings import load_settings
-from engine.bus import JobCompleted, ProviderRegistered, ProviderUnregistered, SystemEventBus
+from engine.bus import JobCompleted, ProviderRegistered, ProviderUnregistered
 from engine.bus.broadcast import DEFAULT_CAPACITY
-from engine.store import open_database
-from providers import Provider, ProviderError, ProviderRegistry, ProviderStore, masked
-from tests.pg import BACKENDS, database_url
+from providers import Provider, ProviderError, masked
 from voice import Transcription
 
 KEY = "gsk_live_0123456789abcdef"
@@ -58,24 +54,6 @@ def test_what_is_refused_names_its_field(changes, named):
         groq(**changes)
     assert str(refused.value).startswith(named)
     assert KEY not in str(refused.value)
-
-
-@pytest.fixture(params=BACKENDS)
-async def two_processes(request, tmp_path: Path):
-    """Two registries over one database (a SQLite file, or PostgreSQL as a fleet's), each
-    with its own connection and its own bus, as two processes would have."""
-    async with database_url(request.param, tmp_path, migrated=True) as url:
-        first, second = await open_database(url, LAYERS), await open_database(url, LAYERS)
-        buses = SystemEventBus(), SystemEventBus()
-        registries = (
-            ProviderRegistry(ProviderStore(first), buses[0]),
-            ProviderRegistry(ProviderStore(second), buses[1]),
-        )
-        for registry in registries:
-            await registry.load()
-        yield registries, buses
-        await first.close()
-        await second.close()
 
 
 async def test_a_change_is_announced_here_and_noticed_in_another_process(two_processes):

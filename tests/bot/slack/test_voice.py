@@ -6,14 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
-from bot.delivery.tables import platform_outbox
 from bot.serve import Service
 from engine.approval import RuleStore
 from engine.llm.scripted import text as reply
 from engine.llm.scripted import tool_call
+from tests.bot.delivery.fakes import outbox_rows
 from tests.bot.slack.conftest import ALICE, GENERAL, MakeService, texts, until
 from tests.engine.hub.conftest import EchoModel
 from tests.fakes.openai_server import FakeOpenAIServer, ScriptedReply
@@ -78,13 +75,8 @@ async def voice_on(fake: FakeSlackServer) -> None:
 
 
 async def outbox_payloads(service: Service) -> list[dict[str, Any]]:
-    def read(conn: Connection) -> list[dict[str, Any]]:
-        t = platform_outbox
-        query = sa.select(t.c.payload).where(t.c.platform == "slack").order_by(t.c.id)
-        return [dict(row.payload) for row in conn.execute(query)]
-
     assert service.engine is not None
-    return await service.engine.store.db.run(read)
+    return [dict(row["payload"]) for row in await outbox_rows(service.engine.store, "slack")]
 
 
 async def test_voice_on_makes_replies_audio_files_and_off_back(

@@ -39,29 +39,37 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
-@pytest.fixture
-async def browser() -> AsyncIterator[Any]:
+#: This machine has no internet: keep Chromium from trying to reach it.
+OFFLINE = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
+@asynccontextmanager
+async def chromium(*extra: str) -> AsyncIterator[Any]:
+    """Debian's Chromium (never a downloaded browser), headless, offline, with ``extra``."""
     from playwright.async_api import async_playwright
 
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(
-            executable_path=CHROMIUM,  # never a downloaded browser
-            headless=True,
-            # This machine has no internet: keep Chromium from trying to reach it.
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
+            executable_path=CHROMIUM, headless=True, args=[*OFFLINE, *extra]
         )
         try:
             yield browser
         finally:
             await browser.close()
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    async with chromium() as browser:
+        yield browser
 
 
 @asynccontextmanager
@@ -300,28 +308,10 @@ async def test_attachments_in_chromium(
 @pytest.fixture
 async def microphone_browser() -> AsyncIterator[Any]:
     """Chromium with a fake microphone (a beep) that needs no one to allow it."""
-    from playwright.async_api import async_playwright
-
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--use-fake-ui-for-media-stream",
-                "--use-fake-device-for-media-stream",
-            ],
-        )
-        try:
-            yield browser
-        finally:
-            await browser.close()
+    async with chromium(
+        "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"
+    ) as browser:
+        yield browser
 
 
 #: What a browser without a microphone, or a person saying no, looks like to the page.
