@@ -11,8 +11,12 @@ Latency: one DM at a time, each from one of as many users who wrote once before 
 conversations exist; no channel's 5-per-5 s bucket is what is measured; at most 40 a
 second, under Discord's 50 for a bot, which chathub's pacing keeps), from the push
 into the gateway until the reply's ``POST /channels/{id}/messages`` reaches the fake: p50
-and p99. Then 200 channels at
-once: how long until all are answered, and how many responses were 429s (the bar: 0).
+and p99. The two bots run side by side, each in a process of its own with a fake of its
+own (discord.py keeps its API base in a class attribute, so two bots cannot share a
+process), and take turns message by message: a slow spell of this shared 2-core machine
+falls on both alike instead of on whichever ran then. Then 200 channels at once, one bot
+after the other: how long until all are answered, and how many responses were 429s (the
+bar: 0).
 
     .venv/bin/python -P bench/discord_e2e.py [--messages 200] [--channels 200]
 """
@@ -21,11 +25,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +49,9 @@ from tests.pg import migrated_sqlite  # noqa: E402
 
 TOKEN = "bench-discord-token"
 FIRST_USER = 400_000_000_000_000_000
+BURST_USER = FIRST_USER + 5000
 MESSAGES = "POST /channels/{channel_id}/messages"
+BOTS = ("bare", "chathub")
 
 
 class Bare(discord.Client):
@@ -92,23 +99,19 @@ class Replies:
         return len(self.first)
 
 
-#: DMs come at most this often: under Discord's 50 requests a second for a bot, so what is
-#: measured is the path, not chathub's pacing keeping that limit (the burst below is).
+#: DMs come at most this often to each bot: under Discord's 50 requests a second for a bot,
+#: so what is measured is the path, not chathub's pacing keeping that limit (the burst
+#: below is).
 SPACING_S = 1 / 40
 
 
-async def latencies(fake: FakeDiscordServer, users: list[int], n: int) -> list[float]:
-    """``n`` DMs, one at a time, each from the next of ``users``; milliseconds each."""
-    out: list[float] = []
-    for index in range(n):
-        if out:
-            await asyncio.sleep(max(0.0, SPACING_S - out[-1] / 1000))
-        replies = Replies(fake)
-        pushed = time.monotonic()
-        channel = fake.dm(users[index % len(users)], f"ping {index}")["channel_id"]
-        await until(lambda r=replies, c=channel: r.update() and c in r.first)
-        out.append((replies.first[channel] - pushed) * 1000)
-    return out
+async def one_dm(fake: FakeDiscordServer, user: int, text: str) -> float:
+    """Milliseconds from the DM's push into the gateway until its reply reached the fake."""
+    replies = Replies(fake)
+    pushed = time.monotonic()
+    channel = fake.dm(user, text)["channel_id"]
+    await until(lambda: replies.update() and channel in replies.first)
+    return (replies.first[channel] - pushed) * 1000
 
 
 async def burst(fake: FakeDiscordServer, users: list[int]) -> tuple[float, int]:
@@ -133,61 +136,133 @@ def summary(name: str, values: list[float]) -> str:
     return f"{name:8} p50 {statistics.median(ordered):6.2f} ms  p99 {p99:6.2f} ms"
 
 
-async def run_bare(n: int, channels: int) -> tuple[list[float], tuple[float, int]]:
-    with FakeDiscordServer(token=TOKEN) as fake:
-        discord.http.Route.BASE = fake.base_url
-        bot = Bare()
-        task = asyncio.create_task(bot.start(TOKEN))
-        await bot.ready.wait()
-        regulars = users(fake, FIRST_USER, n)
-        await latencies(fake, regulars, n)
-        lat = await latencies(fake, regulars, n)
-        result = await burst(fake, users(fake, FIRST_USER + 5000, channels))
+@contextlib.asynccontextmanager
+async def bare_bot(fake: FakeDiscordServer) -> AsyncIterator[None]:
+    discord.http.Route.BASE = fake.base_url
+    bot = Bare()
+    task = asyncio.create_task(bot.start(TOKEN))
+    await bot.ready.wait()
+    try:
+        yield
+    finally:
         await bot.close()
         await asyncio.gather(task, return_exceptions=True)
-        return lat, result
 
 
-async def run_chathub(n: int, channels: int) -> tuple[list[float], tuple[float, int]]:
+@contextlib.asynccontextmanager
+async def chathub_bot(
+    fake: FakeDiscordServer, allowed: list[int], home: Path
+) -> AsyncIterator[None]:
+    config = app_config(
+        migrated_sqlite(home / "bench.db"),
+        home / "workspace",
+        discord_bot_token=TOKEN,
+        discord_api_url=fake.base_url,
+        discord_allowed_user_ids=",".join(map(str, allowed)),
+        memory_enabled=False,
+    )
+    service = Service(config, models=ModelRegistry([EchoModel(name="zero")]), http=False)
+    await service.start()
+    freeze_startup_objects()  # as chathub serve does
+    assert service.discord is not None and service.discord.adapter is not None
+    adapter = service.discord.adapter
+    await until(lambda: adapter.bot_id is not None)
+    try:
+        yield
+    finally:
+        await service.stop()
+
+
+async def serve(kind: str, n: int, channels: int) -> None:
+    """One bot and its fake, doing what the lines on stdin say ("dm <index>", "burst")."""
+    reader = asyncio.StreamReader()
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     with tempfile.TemporaryDirectory() as tmp, FakeDiscordServer(token=TOKEN) as fake:
         regulars = users(fake, FIRST_USER, n)
-        ids = [*regulars, *users(fake, FIRST_USER + 5000, channels)]
-        config = app_config(
-            migrated_sqlite(Path(tmp) / "bench.db"),
-            Path(tmp) / "workspace",
-            discord_bot_token=TOKEN,
-            discord_api_url=fake.base_url,
-            discord_allowed_user_ids=",".join(map(str, ids)),
-            memory_enabled=False,
-        )
-        service = Service(config, models=ModelRegistry([EchoModel(name="zero")]), http=False)
-        await service.start()
-        freeze_startup_objects()  # as chathub serve does
-        assert service.discord is not None and service.discord.adapter is not None
-        adapter = service.discord.adapter
-        await until(lambda: adapter.bot_id is not None)
-        await latencies(fake, regulars, n)
-        lat = await latencies(fake, regulars, n)
-        result = await burst(fake, ids[n:])
-        await service.stop()
-        return lat, result
+        crowd = users(fake, BURST_USER, channels)
+        bot = bare_bot(fake) if kind == "bare" else chathub_bot(fake, regulars + crowd, Path(tmp))
+        async with bot:
+            print("ready", flush=True)
+            while line := (await reader.readline()).decode().split():
+                if line[0] == "dm":
+                    index = int(line[1])
+                    print(await one_dm(fake, regulars[index % n], f"ping {index}"), flush=True)
+                elif line[0] == "burst":
+                    seconds, count_429 = await burst(fake, crowd)
+                    print(seconds, count_429, flush=True)
+
+
+class Child:
+    """A bot's process, asked one thing at a time."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self._process = process
+
+    @classmethod
+    async def start(cls, kind: str, n: int, channels: int) -> Child:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-P", __file__, "--serve", kind,
+            "--messages", str(n), "--channels", str(channels),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        child = cls(process)
+        if await child.ask(None) != ["ready"]:
+            raise RuntimeError(f"the {kind} bot did not start")
+        return child
+
+    async def ask(self, line: str | None) -> list[str]:
+        assert self._process.stdin is not None and self._process.stdout is not None
+        if line is not None:
+            self._process.stdin.write(f"{line}\n".encode())
+            await self._process.stdin.drain()
+        return (await self._process.stdout.readline()).decode().split()
+
+    async def stop(self) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.close()
+        await self._process.wait()
+
+
+async def latencies(bots: list[Child], n: int) -> list[list[float]]:
+    """``n`` DMs to each bot, the bots taking turns (the first goes first at one message,
+    the next at the next); milliseconds per bot."""
+    out: list[list[float]] = [[] for _ in bots]
+    for index in range(n):
+        for turn in range(len(bots)):
+            which = (index + turn) % len(bots)
+            await asyncio.sleep(SPACING_S / len(bots))
+            out[which].append(float((await bots[which].ask(f"dm {index}"))[0]))
+    return out
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=200)
     parser.add_argument("--channels", type=int, default=200)
+    parser.add_argument("--serve", choices=BOTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    bare_lat, (bare_s, bare_429) = await run_bare(args.messages, args.channels)
-    hub_lat, (hub_s, hub_429) = await run_chathub(args.messages, args.channels)
-    print(f"MESSAGE_CREATE -> first message POST, {args.messages} DMs one at a time")
+    if args.serve:
+        await serve(args.serve, args.messages, args.channels)
+        return
+    bots = [await Child.start(kind, args.messages, args.channels) for kind in BOTS]
+    try:
+        await latencies(bots, args.messages)  # every conversation exists
+        bare_lat, hub_lat = await latencies(bots, args.messages)
+        (bare_s, bare_429), (hub_s, hub_429) = [
+            [float(v) for v in await bot.ask("burst")] for bot in bots
+        ]
+    finally:
+        for bot in bots:
+            await bot.stop()
+    print(f"MESSAGE_CREATE -> first message POST, {args.messages} DMs to each bot, taking turns")
     print(summary("bare", bare_lat))
     print(summary("chathub", hub_lat))
     ratio = statistics.median(hub_lat) / statistics.median(bare_lat)
     print(f"chathub / bare at p50: {ratio:.2f}x (the bar: at most 1.5x)")
     print(f"{args.channels} channels at once:")
-    print(f"  bare     all answered in {bare_s:6.2f} s, {bare_429} responses 429")
-    print(f"  chathub  all answered in {hub_s:6.2f} s, {hub_429} responses 429")
+    print(f"  bare     all answered in {bare_s:6.2f} s, {int(bare_429)} responses 429")
+    print(f"  chathub  all answered in {hub_s:6.2f} s, {int(hub_429)} responses 429")
 
 
 if __name__ == "__main__":
