@@ -466,7 +466,7 @@ async def _telegram_works(telegram: TelegramStore) -> None:
     assert [u["update_id"] for u in await telegram.unhandled()] == [9001]
     assert await telegram.last_update_id() == 9001
     assert await telegram.paired_users() == {77}
-    card = await telegram.card(1)
+    card = await telegram.cards.get(1)
     assert card is not None and card.text == "Run ls?" and card.state == "open"
     assert [row.dedupe_key for row in await telegram.outbox.pending()] == ["final:1"]
     redeemed = await telegram.redeem("ABCD1234", datetime.now(UTC))

@@ -23,7 +23,7 @@ from bot.platform.cards import (
 )
 from bot.platform.chunks import split_markdown
 from bot.platform.controls import ControlId
-from bot.platform.open_cards import OpenCards
+from bot.platform.open_cards import OpenCards, Words
 from engine.hub import ChatHub
 
 __all__ = [
@@ -127,11 +127,11 @@ class DiscordFace:
     def conversation(self, source: str) -> str:
         return target_of(source)
 
-    def card_text(self, shown: CardContent) -> str:
-        return card_text(shown)
+    def card_words(self, shown: CardContent, tool_call_id: int) -> Words:
+        return Words(card_text(shown))
 
-    def question_text(self, question: str) -> str:
-        return question_text(question)
+    def question_words(self, question: str) -> Words:
+        return Words(question_text(question))
 
     def attachment(
         self, shown: CardContent, tool_call_id: int, text: str

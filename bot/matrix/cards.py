@@ -16,7 +16,7 @@ from bot.delivery import CardRow, CardStore
 from bot.matrix.incoming import parse_source
 from bot.matrix.sending import MatrixSender, content_of, in_thread
 from bot.platform.cards import CardContent, Choice, outcome_line
-from bot.platform.open_cards import OpenCards
+from bot.platform.open_cards import OpenCards, Words
 from engine.hub import ChatHub
 
 __all__ = ["CHOICE_LINE", "MatrixCards", "card_text", "choice_of", "question_text"]
@@ -113,11 +113,11 @@ class MatrixFace:
     def conversation(self, source: str) -> str:
         return parse_source(source).room_id
 
-    def card_text(self, shown: CardContent) -> str:
-        return card_text(shown)
+    def card_words(self, shown: CardContent, tool_call_id: int) -> Words:
+        return Words(card_text(shown))
 
-    def question_text(self, question: str) -> str:
-        return question_text(question)
+    def question_words(self, question: str) -> Words:
+        return Words(question_text(question))
 
     def attachment(self, shown: CardContent, tool_call_id: int, text: str) -> None:
         return None  # the inbox page shows a cut call in full

@@ -35,7 +35,6 @@ __all__ = [
     "RejectWindows",
     "card_content",
     "decide",
-    "is_live",
     "outcome_line",
     "question_answered",
     "reply_target",
@@ -135,20 +134,6 @@ def card_content(event: ApprovalRequired, deciders: str | None = None) -> CardCo
 
 
 # -- what a tap does ------------------------------------------------------------------
-
-
-def is_live(
-    card: ShownCard | None, *, chat: MessageRef | None, shown_at: MessageRef | None
-) -> bool:
-    """Whether a tap on the message ``shown_at`` in ``chat`` may act on ``card``; when not,
-    the button has expired (gone, closed, or not the message that shows the card)."""
-    return (
-        card is not None
-        and card.kind == "approval"
-        and card.state == "open"
-        and card.chat_id == chat
-        and (card.message_id is None or card.message_id == shown_at)
-    )
 
 
 Decided = Literal["decided", "expired", "kept"]

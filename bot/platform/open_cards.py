@@ -11,7 +11,7 @@ source (no read per hub event); how a card looks and is edited is the platform's
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from bot.delivery import CardRow, CardStore
@@ -20,9 +20,18 @@ from engine.hub import ChatHub, HubError
 from engine.session import ApprovalRequired, Question
 from engine.store import InboxError
 
-__all__ = ["CardFace", "OpenCards", "card_is_live"]
+__all__ = ["CardFace", "OpenCards", "Words", "card_is_live"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Words:
+    """What a card says, as stored: its text, and what the platform keeps beside it to
+    show that text again (``CardRow.extra``: Telegram's entities; ``None`` elsewhere)."""
+
+    text: str
+    extra: Any = None
 
 
 class CardFace(Protocol):
@@ -31,10 +40,10 @@ class CardFace(Protocol):
     def conversation(self, source: str) -> str:
         """Where ``source``'s cards are posted (the platform's channel or room)."""
 
-    def card_text(self, shown: CardContent) -> str:
-        """An approval card's text within the platform's limits."""
+    def card_words(self, shown: CardContent, tool_call_id: int) -> Words:
+        """An approval card's words within the platform's limits."""
 
-    def question_text(self, question: str) -> str: ...
+    def question_words(self, question: str) -> Words: ...
 
     def attachment(self, shown: CardContent, tool_call_id: int, text: str) -> Any:
         """What rides along with a card once (the call in full when ``text`` had to be
@@ -60,15 +69,15 @@ class OpenCards:
             return  # asked again after a restart (or decided meanwhile): that card stands
         deciders = await self._hub.who_may_decide(event.tool_call_id)
         shown = card_content(event, deciders)
-        text = self._face.card_text(shown)
-        card = self._row(source, event.tool_call_id, "approval", text)
-        await self.show(card, self._face.attachment(shown, event.tool_call_id, text))
+        words = self._face.card_words(shown, event.tool_call_id)
+        card = self._row(source, event.tool_call_id, "approval", words)
+        await self.show(card, self._face.attachment(shown, event.tool_call_id, words.text))
 
     async def send_question(self, source: str, event: Question) -> None:
         if await self.shown(event.request_id):
             return
-        text = self._face.question_text(event.question)
-        await self.show(self._row(source, event.request_id, "question", text))
+        words = self._face.question_words(event.question)
+        await self.show(self._row(source, event.request_id, "question", words))
 
     async def answer(self, card: CardRow, text: str, *, by: str | None) -> bool:
         """Answer the question ``card`` with ``text`` and close it; when the hub no longer
@@ -82,9 +91,9 @@ class OpenCards:
         await self.close(card, "answered", "answered", by=by)
         return True
 
-    def _row(self, source: str, key: int, kind: str, text: str) -> CardRow:
+    def _row(self, source: str, key: int, kind: str, words: Words) -> CardRow:
         conversation = self._face.conversation(source)
-        return CardRow(key, kind, source, conversation, None, text, None, "open")
+        return CardRow(key, kind, source, conversation, None, words.text, words.extra, "open")
 
     async def load(self) -> None:
         for card in await self.store.open():

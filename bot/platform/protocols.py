@@ -117,7 +117,7 @@ class ShownCard(Protocol):
         """``approval`` or ``question``."""
 
     @property
-    def chat_id(self) -> MessageRef:
+    def conversation(self) -> str:
         """The chat it was shown in, as the platform names it."""
 
     @property

@@ -22,7 +22,7 @@ from bot.platform.cards import (
     outcome_line,
 )
 from bot.platform.controls import ControlId
-from bot.platform.open_cards import OpenCards
+from bot.platform.open_cards import OpenCards, Words
 from bot.slack.incoming import is_message_id, parse_source
 from bot.slack.mrkdwn import to_mrkdwn
 from bot.slack.sending import SlackSender
@@ -195,11 +195,11 @@ class SlackFace:
     def conversation(self, source: str) -> str:
         return parse_source(source).channel
 
-    def card_text(self, shown: CardContent) -> str:
-        return card_text(shown)
+    def card_words(self, shown: CardContent, tool_call_id: int) -> Words:
+        return Words(card_text(shown))
 
-    def question_text(self, question: str) -> str:
-        return question_text(question)
+    def question_words(self, question: str) -> Words:
+        return Words(question_text(question))
 
     def attachment(self, shown: CardContent, tool_call_id: int, text: str) -> None:
         return None  # the inbox page shows a cut call in full

@@ -90,7 +90,7 @@ class TelegramAdapter:
         )
         self.outbox.attach(hub, PREFIX)
         runtime = Runtime(clock, sleep, background)
-        self.cards = cards = ChatCards(hub, store, sender)
+        self.cards = cards = ChatCards(hub, store.cards, sender)
         activity = ChatActivity(hub, sender, config, runtime)
         approvals = ApprovalTaps(hub, access, cards, sender, config.reject_window_s, runtime)
         panel = MemoryPanel(memory, sender)

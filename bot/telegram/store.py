@@ -15,7 +15,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from bot.delivery import CardRow as StoredCard
 from bot.delivery import CardStore, EventStore, OutboxStore
 from bot.delivery.store import mark_handled_in as mark_event_handled_in
 from bot.delivery.store import record_events_in
@@ -30,7 +29,7 @@ from bot.platform.pairing import (  # noqa: F401 (tests read them here)
 from bot.telegram.tables import telegram_pairing, telegram_users
 from engine.store import Database, SqliteDatabase, quick_unit, utcnow
 
-__all__ = ["TELEGRAM", "CardRow", "PairingRow", "TelegramStore", "mark_handled_in"]
+__all__ = ["TELEGRAM", "PairingRow", "TelegramStore", "mark_handled_in"]
 
 #: Telegram's name in the delivery layer's tables.
 TELEGRAM = "telegram"
@@ -48,18 +47,6 @@ class PairingRow:
     name: str
     created_at: datetime
     expires_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class CardRow:
-    tool_call_id: int
-    kind: str
-    source: str
-    chat_id: int
-    message_id: int | None
-    text: str
-    entities: list[Json] | None
-    state: str
 
 
 class TelegramStore:
@@ -123,54 +110,6 @@ class TelegramStore:
     async def redeem(self, code: str, now: datetime | None = None) -> PairingRow | None:
         """Use a pending, unexpired code once; ``None`` when there is no such code."""
         return await self._db.run(_redeem, code.strip().upper(), now or utcnow())
-
-    # -- cards ---------------------------------------------------------------------------
-
-    async def save_card(self, card: CardRow) -> None:
-        await self.cards.save(_stored(card))
-
-    async def card(self, tool_call_id: int) -> CardRow | None:
-        return _card(await self.cards.get(tool_call_id))
-
-    async def card_at(self, chat_id: int, message_id: int) -> CardRow | None:
-        return _card(await self.cards.at(str(chat_id), str(message_id)))
-
-    async def close_card(self, tool_call_id: int, state: str) -> bool:
-        """Mark an open card closed; False when it was not open (someone else closed it)."""
-        return await self.cards.close(tool_call_id, state)
-
-    async def open_cards(self, source: str | None = None) -> list[CardRow]:
-        return [card for row in await self.cards.open(source) if (card := _card(row))]
-
-
-def _stored(card: CardRow) -> StoredCard:
-    message_id = None if card.message_id is None else str(card.message_id)
-    return StoredCard(
-        card.tool_call_id,
-        card.kind,
-        card.source,
-        str(card.chat_id),
-        message_id,
-        card.text,
-        card.entities,
-        card.state,
-    )
-
-
-def _card(row: StoredCard | None) -> CardRow | None:
-    if row is None:
-        return None
-    message_id = None if row.message_id is None else int(row.message_id)
-    return CardRow(
-        row.tool_call_id,
-        row.kind,
-        row.source,
-        int(row.conversation),
-        message_id,
-        row.text,
-        row.extra,
-        row.state,
-    )
 
 
 _MAX_UPDATE_ID = 2**63 - 1

@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import logging
 
+from bot.delivery import CardRow
 from bot.platform.access import Access
-from bot.platform.cards import (
-    EXPIRED,
-    NOT_ALLOWED,
-    RejectWindow,
-    decide,
-    is_live,
-)
+from bot.platform.cards import EXPIRED, NOT_ALLOWED, RejectWindow, decide
+from bot.platform.open_cards import card_is_live
 from bot.platform.protocols import Answer
 from bot.platform.tasks import Runtime
 from bot.telegram.dispatch.access import user_key
@@ -24,7 +20,6 @@ from bot.telegram.inbound.updates import Callback, parse_source
 from bot.telegram.rendering.cards import parse_callback, reject_window_keyboard
 from bot.telegram.rendering.chat_cards import ChatCards
 from bot.telegram.sending.delivery import TelegramSender
-from bot.telegram.store import CardRow
 from engine.approval import Decider
 from engine.hub import ChatHub
 
@@ -56,13 +51,11 @@ class ApprovalTaps:
     async def on_tap(self, c: Callback, answer: Answer) -> None:
         action = parse_callback(c.data)  # None for ids no card can have (past 64 bits)
         card = await self._cards.stored(action.tool_call_id) if action else None
-        if (
-            action is None
-            or card is None
-            or not is_live(card, chat=c.chat_id, shown_at=c.message_id)
-        ):
+        shown_at = "" if c.message_id is None else str(c.message_id)  # none: not a card's
+        if action is None or not card_is_live(card, "approval", str(c.chat_id), shown_at):
             await answer(EXPIRED)
             return
+        assert card is not None  # live
         user = user_key(c.user_id)
         if not self._access.is_allowed(user):
             await answer(NOT_ALLOWED)
@@ -89,8 +82,8 @@ class ApprovalTaps:
         """Reject with ``note`` (a reason, or none): the window closes, the card shows it."""
         refused = await self._hub.decision_refusal(card.tool_call_id, decider)
         if refused is not None:  # a reason from someone else: the window stays open
-            thread_id = parse_source(card.source)[1]
-            await self._sender.say_in(card.chat_id, thread_id, f"⚠️ {refused}")
+            chat_id, thread_id = parse_source(card.source)
+            await self._sender.say_in(chat_id, thread_id, f"⚠️ {refused}")
             return
         self._rejecting.close(card.tool_call_id)
         result = await decide(self._hub, card.source, card.tool_call_id, "reject", decider, note)
@@ -105,7 +98,11 @@ class ApprovalTaps:
         self._rejecting.open(card.tool_call_id, window)
         text = f"{card.text}\n\n{REASON_PROMPT.format(seconds=seconds)}"
         keyboard = reject_window_keyboard(card.tool_call_id)
-        await self._sender.edit(card.chat_id, card.message_id, text, card.entities or [], keyboard)
+        if card.message_id is not None:
+            message_id = int(card.message_id)
+            await self._sender.edit(
+                int(card.conversation), message_id, text, card.extra or [], keyboard
+            )
         self._runtime.background.spawn(self._reject_after_window(card, user_name, decider))
 
     async def _reject_after_window(self, card: CardRow, user_name: str, decider: Decider) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.delivery import EventAlreadyHandled
+from bot.delivery import CardRow, EventAlreadyHandled
 from bot.platform.access import Access
 from bot.platform.cards import reply_target
 from bot.platform.commands import CommandContext, CommandRegistry
@@ -29,7 +29,7 @@ from bot.telegram.rendering.chat_cards import ChatCards
 from bot.telegram.rendering.progress import ChatActivity
 from bot.telegram.sending.api import Json
 from bot.telegram.sending.delivery import TelegramSender
-from bot.telegram.store import CardRow, mark_handled_in
+from bot.telegram.store import mark_handled_in
 from engine.hub import ChatHub, HubError, SendOptions
 from engine.store import SENDER_KEY, InboxError
 
@@ -212,7 +212,7 @@ class MessageHandler:
         to an approval card in its reject window is the reason."""
         target = reply_target(
             self._cards.open_in(m.source),
-            reply_to=m.reply_to_message_id,
+            reply_to=None if m.reply_to_message_id is None else str(m.reply_to_message_id),
             is_command=m.text.startswith("/"),
             rejecting=self._cards.rejecting,
         )

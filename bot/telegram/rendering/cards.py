@@ -25,6 +25,7 @@ __all__ = [
     "Outcome",
     "approval_card",
     "approval_keyboard",
+    "card_of",
     "format_callback",
     "parse_callback",
     "question_text",
@@ -184,16 +185,20 @@ def approval_card(
     not fit, the text shows its beginning, says that it is cut, and ``document`` carries
     the full content.
     """
+    return card_of(card_content(event, deciders), event.tool_call_id, max_chars=max_chars)
+
+
+def card_of(content: CardContent, tool_call_id: int, *, max_chars: int = 3500) -> Card:
+    """The approval card showing ``content`` for the call ``tool_call_id``."""
     max_chars = min(max_chars, TELEGRAM_LIMIT)
-    content = card_content(event, deciders)
     body = _body(content)
     header = _header(content)
 
     full = _assemble(header, body, body.content, note=None)
     if full.length <= max_chars:
-        return Card(full.text(), full.entities, approval_keyboard(event.tool_call_id))
+        return Card(full.text(), full.entities, approval_keyboard(tool_call_id))
 
-    filename = f"approval-{event.tool_call_id}.{body.extension}"
+    filename = f"approval-{tool_call_id}.{body.extension}"
     total_lines = len(body.content.splitlines()) or 1
     noun = body.label.lower()
 
@@ -217,7 +222,7 @@ def approval_card(
     return Card(
         card.text(),
         card.entities,
-        approval_keyboard(event.tool_call_id),
+        approval_keyboard(tool_call_id),
         (filename, _document(body)),
     )
 

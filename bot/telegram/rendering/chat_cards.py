@@ -1,130 +1,103 @@
-"""The approval cards and questions shown in Telegram chats: sent, kept open, closed.
+"""The approval cards and questions shown in Telegram chats, on every platform's rule.
 
-Open cards are stored (``telegram_cards``) and mirrored in memory by source, so a message
-or a tool event checks them without a read. A card is recorded before it is sent (a tap
-on a card we never recorded still works) and closed once: whoever closes it first edits
-it to show the outcome.
+``OpenCards`` (``bot/platform/open_cards.py``) records a card before it is sent, keeps the
+open ones in memory by source and closes each once; here is how Telegram shows them: the
+card's text with its entities (kept with the card, so its outcome can be shown on it
+after a restart), the ✅ / ❌ / ⏱ / 🔄 keyboard or a force-reply for a question, the call in
+full as a document when the card had to cut it, and the edit to the outcome.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import logging
+from typing import Any
 
-from bot.delivery import SEND
-from bot.platform.cards import RejectWindows
+from bot.delivery import SEND, CardRow, CardStore
+from bot.platform.cards import CardContent, RejectWindows
+from bot.platform.open_cards import OpenCards, Words
 from bot.telegram.inbound.updates import parse_source
-from bot.telegram.rendering.cards import approval_card, question_text, resolved_card
+from bot.telegram.rendering.cards import approval_keyboard, card_of, question_text, resolved_card
 from bot.telegram.sending.api import TelegramError
 from bot.telegram.sending.delivery import TelegramSender
-from bot.telegram.store import CardRow, TelegramStore
 from engine.hub import ChatHub
-from engine.session import ApprovalRequired, Question
 
-__all__ = ["ChatCards"]
+__all__ = ["ChatCards", "TelegramFace"]
+
+log = logging.getLogger(__name__)
 
 _FORCE_REPLY = {"force_reply": True, "input_field_placeholder": "Your answer"}
 
 
-class ChatCards:
-    def __init__(
-        self,
-        hub: ChatHub,
-        store: TelegramStore,
-        sender: TelegramSender,
-    ) -> None:
-        self._hub = hub
-        self.store = store
+class TelegramFace:
+    """Telegram's look of a card: text and entities with a keyboard, edited to its outcome."""
+
+    def __init__(self, sender: TelegramSender) -> None:
         self._sender = sender
+
+    def conversation(self, source: str) -> str:
+        return str(parse_source(source)[0])
+
+    def card_words(self, shown: CardContent, tool_call_id: int) -> Words:
+        card = card_of(shown, tool_call_id)
+        return Words(card.text, card.entities)
+
+    def question_words(self, question: str) -> Words:
+        return Words(*question_text(question))
+
+    def attachment(self, shown: CardContent, tool_call_id: int, text: str) -> Any:
+        """The call in full as a document, when the card shows only its beginning."""
+        return card_of(shown, tool_call_id).document
+
+    async def post(self, card: CardRow, attachment: tuple[str, bytes] | None) -> str | None:
+        chat_id, thread_id = parse_source(card.source)
+        if card.kind == "question":
+            try:
+                sent = await self._sender.send_text(
+                    chat_id, card.text, entities=card.extra, reply_markup=_FORCE_REPLY,
+                    thread_id=thread_id,
+                )  # fmt: skip
+            except TelegramError as exc:  # never shown: nothing may answer it
+                log.warning("question %s not shown in %s: %s", card.tool_call_id, chat_id, exc)
+                return None
+        else:  # a failure is raised: the card stays open, shown again after a restart
+            sent = await self._sender.send_text(
+                chat_id, card.text, entities=card.extra,
+                reply_markup=approval_keyboard(card.tool_call_id), thread_id=thread_id,
+            )  # fmt: skip
+        if attachment is not None:
+            await self._send_document(chat_id, thread_id, attachment)
+        message_id = sent.get("message_id")
+        return None if message_id is None else str(message_id)
+
+    async def _send_document(
+        self, chat_id: int, thread_id: int | None, document: tuple[str, bytes]
+    ) -> None:
+        filename, data = document
+        await self._sender.call(
+            chat_id,
+            lambda: self._sender.api.send_document(
+                chat_id,
+                filename,
+                data,
+                caption="The full arguments of the call above.",
+                message_thread_id=thread_id,
+            ),
+            kind=SEND,
+        )
+
+    async def closed(self, card: CardRow, outcome: str, by: str | None, note: str | None) -> None:
+        assert card.message_id is not None
+        text, entities = resolved_card(card.text, card.extra or [], outcome, by, note=note)
+        await self._sender.edit(int(card.conversation), int(card.message_id), text, entities, None)
+
+
+class ChatCards(OpenCards):
+    """The open cards (``OpenCards``) in Telegram chats, and the reject windows of their ❌."""
+
+    def __init__(self, hub: ChatHub, store: CardStore, sender: TelegramSender) -> None:
+        super().__init__(hub, store, TelegramFace(sender))
         #: Cards whose ❌ was tapped once; closing a card ends its window.
         self.rejecting = RejectWindows()
-        self._open: dict[str, dict[int, CardRow]] = {}
-
-    async def load(self) -> None:
-        for card in await self.store.open_cards():
-            self._open.setdefault(card.source, {})[card.tool_call_id] = card
-
-    def open_in(self, source: str) -> list[CardRow]:
-        return list(self._open.get(source, {}).values())
-
-    async def stored(self, tool_call_id: int) -> CardRow | None:
-        """The card as stored, open or not (a tap checks the store, not the mirror)."""
-        return await self.store.card(tool_call_id)
-
-    # -- showing --------------------------------------------------------------------------
-
-    async def send_card(self, source: str, event: ApprovalRequired) -> None:
-        if await self._shown(event.tool_call_id):
-            return  # asked again after a restart (or decided meanwhile): that card stands
-        deciders = await self._hub.who_may_decide(event.tool_call_id)
-        card = approval_card(event, deciders=deciders)
-        chat_id, thread_id = parse_source(source)
-        # Recorded before sending: a tap on a card we never recorded still works.
-        row = CardRow(
-            event.tool_call_id, "approval", source, chat_id, None, card.text, card.entities, "open"
-        )
-        await self._save(row)
-        sent = await self._sender.send_text(
-            chat_id,
-            card.text,
-            entities=card.entities,
-            reply_markup=card.reply_markup,
-            thread_id=thread_id,
-        )
-        await self._save(replace(row, message_id=sent.get("message_id")))
-        if card.document is not None:
-            filename, data = card.document
-            await self._sender.call(
-                chat_id,
-                lambda: self._sender.api.send_document(
-                    chat_id,
-                    filename,
-                    data,
-                    caption="The full arguments of the call above.",
-                    message_thread_id=thread_id,
-                ),
-                kind=SEND,
-            )
-
-    async def send_question(self, source: str, event: Question) -> None:
-        if await self._shown(event.request_id):
-            return  # asked again after a restart: the question already shown still works
-        text, entities = question_text(event.question)
-        chat_id, thread_id = parse_source(source)
-        card = CardRow(event.request_id, "question", source, chat_id, None, text, entities, "open")
-        # Open before it is sent: an answer typed the moment the question shows must find it.
-        await self._save(card)
-        try:
-            sent = await self._sender.send_text(
-                chat_id, text, entities=entities, reply_markup=_FORCE_REPLY, thread_id=thread_id
-            )
-        except TelegramError:
-            await self.close_quietly(card, "expired")  # never shown: nothing may answer it
-            raise
-        if card.tool_call_id in self._open.get(source, {}):  # not answered meanwhile
-            await self._save(replace(card, message_id=sent.get("message_id")))
-
-    async def _shown(self, key: int) -> bool:
-        """The card or question was shown and still works, or was decided: a second one
-        would ask again what is asked (or answered) already. An expired one was never
-        answered: a new one is shown."""
-        existing = await self.stored(key)
-        return (
-            existing is not None and existing.message_id is not None and existing.state != "expired"
-        )
-
-    async def _save(self, card: CardRow) -> None:
-        await self.store.save_card(card)
-        self._open.setdefault(card.source, {})[card.tool_call_id] = card
-
-    # -- closing --------------------------------------------------------------------------
-
-    async def close_quietly(self, card: CardRow, state: str) -> bool:
-        """Close in the store and in memory; False when it was closed already."""
-        cards = self._open.get(card.source, {})
-        cards.pop(card.tool_call_id, None)
-        if not cards:
-            self._open.pop(card.source, None)
-        return await self.store.close_card(card.tool_call_id, state)
 
     async def close(
         self,
@@ -135,25 +108,5 @@ class ChatCards:
         by: str | None = None,
         note: str | None = None,
     ) -> None:
-        """Show the outcome on the card once (whoever closes it first edits it)."""
-        if not await self.close_quietly(card, state):
-            return
         self.rejecting.close(card.tool_call_id)
-        if card.message_id is None:
-            return
-        text, entities = resolved_card(card.text, card.entities or [], outcome, by, note=note)
-        await self._sender.edit(card.chat_id, card.message_id, text, entities, None)
-
-    async def close_by_id(
-        self,
-        source: str,
-        tool_call_id: int,
-        outcome: str,
-        state: str,
-        *,
-        by: str | None = None,
-        note: str | None = None,
-    ) -> None:
-        card = self._open.get(source, {}).get(tool_call_id)  # no read per tool event
-        if card is not None:
-            await self.close(card, outcome, state, by=by, note=note or None)
+        await super().close(card, outcome, state, by=by, note=note)

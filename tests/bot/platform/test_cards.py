@@ -14,11 +14,11 @@ from bot.platform.cards import (
     RejectWindows,
     card_content,
     decide,
-    is_live,
     outcome_line,
     question_answered,
     reply_target,
 )
+from bot.platform.open_cards import card_is_live
 from engine.approval.broker import SHORT_BYPASS_SECONDS, BypassRequest
 from engine.approval.deciders import OPERATOR
 from engine.hub import Choice, HubError
@@ -31,8 +31,8 @@ from engine.tools.preview import ApprovalPreview
 class Shown:
     tool_call_id: int
     kind: str = "approval"
-    chat_id: int = 1
-    message_id: int | None = 10
+    conversation: str = "1"
+    message_id: str | None = "10"
     state: str = "open"
 
 
@@ -98,16 +98,17 @@ def test_the_choices_and_their_words() -> None:
 
 
 def test_a_tap_is_live_only_on_the_open_approval_card_it_shows() -> None:
-    assert is_live(Shown(1), chat=1, shown_at=10)
-    assert is_live(Shown(1, message_id=None), chat=1, shown_at=99)  # recorded, not yet confirmed
+    assert card_is_live(Shown(1), "approval", "1", "10")  # type: ignore[arg-type]
+    # recorded, not yet confirmed:
+    assert card_is_live(Shown(1, message_id=None), "approval", "1", "99")  # type: ignore[arg-type]
     for card, chat, at in [
-        (None, 1, 10),
-        (Shown(1, state="resolved"), 1, 10),
-        (Shown(1, kind="question"), 1, 10),
-        (Shown(1), 2, 10),
-        (Shown(1), 1, 11),
+        (None, "1", "10"),
+        (Shown(1, state="resolved"), "1", "10"),
+        (Shown(1, kind="question"), "1", "10"),
+        (Shown(1), "2", "10"),
+        (Shown(1), "1", "11"),
     ]:
-        assert not is_live(card, chat=chat, shown_at=at)
+        assert not card_is_live(card, "approval", chat, at)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -136,10 +137,10 @@ async def test_a_closed_call_expires_and_a_refusal_keeps_the_card() -> None:
 
 def test_what_a_message_answers() -> None:
     windows = RejectWindows()
-    card, question, newer = Shown(1), Shown(2, "question", message_id=20), Shown(3, "question")
+    card, question, newer = Shown(1), Shown(2, "question", message_id="20"), Shown(3, "question")
     cards = [card, question, newer]
     assert reply_target([], reply_to=None, is_command=False, rejecting=windows) is None
-    assert reply_target(cards, reply_to=20, is_command=False, rejecting=windows) == (
+    assert reply_target(cards, reply_to="20", is_command=False, rejecting=windows) == (
         "answer",
         question,
     )
@@ -150,9 +151,9 @@ def test_what_a_message_answers() -> None:
     )
     assert reply_target(cards, reply_to=None, is_command=True, rejecting=windows) is None
     # A reply to a card is its reason only while its reject window is open.
-    assert reply_target([card], reply_to=10, is_command=False, rejecting=windows) is None
+    assert reply_target([card], reply_to="10", is_command=False, rejecting=windows) is None
     windows.open(1, RejectWindow(60.0, "Ada", OPERATOR))
-    assert reply_target([card], reply_to=10, is_command=False, rejecting=windows) == (
+    assert reply_target([card], reply_to="10", is_command=False, rejecting=windows) == (
         "reason",
         card,
     )

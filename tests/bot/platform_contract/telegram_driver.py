@@ -112,7 +112,7 @@ class TelegramDriver:
         before that sends them again); then the person sees the chat as it is."""
         store = TelegramStore(self.service.engine.store.db)
         await eventually_true(partial(_all_recorded, store, self.source))
-        waiting = [card.tool_call_id for card in await store.open_cards(self.source)]
+        waiting = [card.tool_call_id for card in await store.cards.open(self.source)]
         await stop(self.service)
         self._approvals_seen.clear()
         self._questions_seen.clear()
@@ -158,7 +158,7 @@ class TelegramDriver:
 
 async def _all_recorded(store: TelegramStore, source: str) -> bool:
     """Every open card and question of ``source`` is stored with its message id."""
-    return all(card.message_id is not None for card in await store.open_cards(source))
+    return all(card.message_id is not None for card in await store.cards.open(source))
 
 
 def call_id(card: SentMessage) -> int:

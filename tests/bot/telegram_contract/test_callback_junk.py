@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from bot.delivery import CardStore
 from bot.platform.cards import EXPIRED
 from bot.platform.failures import SORRY_MESSAGE, SORRY_TAP
 from bot.telegram.rendering.cards import format_callback
-from bot.telegram.store import TelegramStore
 from engine.llm.scripted import tool_call
 from tests.bot.junk import JunkTelegramServer, exception_texts
 from tests.bot.telegram_contract.conftest import (
@@ -155,10 +155,10 @@ async def test_a_real_card_answers_each_tap_once(service, telegram, model) -> No
 async def test_a_failure_before_the_answer_is_the_answer_with_an_error_id(
     service, telegram, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def broken(_store: TelegramStore, tool_call_id: int) -> None:
+    async def broken(_store: CardStore, tool_call_id: int) -> None:
         raise RuntimeError("database detail nobody should see")
 
-    monkeypatch.setattr(TelegramStore, "card", broken)  # whichever object holds the store
+    monkeypatch.setattr(CardStore, "get", broken)  # whichever object holds the store
     push_query(telegram, "q")
     await answered(telegram, "q")
     await service.adapter.drain()

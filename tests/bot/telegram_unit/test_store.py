@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from bot.delivery import CardRow
 from bot.delivery.tables import platform_outbox
 from bot.telegram.store import (
     CODE_ALPHABET,
     CODE_LENGTH,
     MAX_PENDING_CODES,
-    CardRow,
     TelegramStore,
 )
 from tests.clock import FakeClock
@@ -187,14 +187,15 @@ async def test_big_telegram_ids(tg_store: TelegramStore) -> None:
 
 
 def card(tool_call_id: int, **changes: Any) -> CardRow:
+    """A Telegram card as the platform layer keeps it (entities in ``extra``)."""
     values: dict[str, Any] = {
         "tool_call_id": tool_call_id,
         "kind": "approval",
         "source": "telegram:42",
-        "chat_id": 42,
-        "message_id": 500 + tool_call_id,
+        "conversation": "42",
+        "message_id": str(500 + tool_call_id),
         "text": f"run tool {tool_call_id}?",
-        "entities": [{"type": "code", "offset": 0, "length": 3}],
+        "extra": [{"type": "code", "offset": 0, "length": 3}],
         "state": "open",
     }
     values.update(changes)
@@ -202,37 +203,37 @@ def card(tool_call_id: int, **changes: Any) -> CardRow:
 
 
 async def test_card_round_trip_and_lookup(tg_store: TelegramStore) -> None:
-    await tg_store.save_card(card(1))
-    assert await tg_store.card(1) == card(1)
-    assert await tg_store.card_at(42, 501) == card(1)
-    assert await tg_store.card(2) is None
-    assert await tg_store.card_at(42, 999) is None
+    await tg_store.cards.save(card(1))
+    assert await tg_store.cards.get(1) == card(1)
+    assert await tg_store.cards.at("42", "501") == card(1)
+    assert await tg_store.cards.get(2) is None
+    assert await tg_store.cards.at("42", "999") is None
 
 
 async def test_save_card_updates_an_existing_card(tg_store: TelegramStore) -> None:
-    await tg_store.save_card(card(1, message_id=None, entities=None))
-    assert (await tg_store.card(1)) == card(1, message_id=None, entities=None)
-    await tg_store.save_card(card(1, text="edited"))
-    assert await tg_store.card(1) == card(1, text="edited")
+    await tg_store.cards.save(card(1, message_id=None, extra=None))
+    assert (await tg_store.cards.get(1)) == card(1, message_id=None, extra=None)
+    await tg_store.cards.save(card(1, text="edited"))
+    assert await tg_store.cards.get(1) == card(1, text="edited")
 
 
 async def test_close_card_once(tg_store: TelegramStore) -> None:
-    await tg_store.save_card(card(1))
-    assert await tg_store.close_card(1, "approved") is True
-    assert await tg_store.close_card(1, "denied") is False  # someone else closed it first
-    closed = await tg_store.card(1)
+    await tg_store.cards.save(card(1))
+    assert await tg_store.cards.close(1, "approved") is True
+    assert await tg_store.cards.close(1, "denied") is False  # someone else closed it first
+    closed = await tg_store.cards.get(1)
     assert closed is not None and closed.state == "approved"
-    assert await tg_store.close_card(99, "approved") is False
+    assert await tg_store.cards.close(99, "approved") is False
 
 
 async def test_open_cards(tg_store: TelegramStore) -> None:
-    await tg_store.save_card(card(3))
-    await tg_store.save_card(card(1))
-    await tg_store.save_card(card(2, source="telegram:7"))
-    await tg_store.close_card(3, "expired")
-    assert [c.tool_call_id for c in await tg_store.open_cards()] == [1, 2]
-    assert [c.tool_call_id for c in await tg_store.open_cards("telegram:42")] == [1]
-    assert await tg_store.open_cards("nobody") == []
+    await tg_store.cards.save(card(3))
+    await tg_store.cards.save(card(1))
+    await tg_store.cards.save(card(2, source="telegram:7"))
+    await tg_store.cards.close(3, "expired")
+    assert [c.tool_call_id for c in await tg_store.cards.open()] == [1, 2]
+    assert [c.tool_call_id for c in await tg_store.cards.open("telegram:42")] == [1]
+    assert await tg_store.cards.open("nobody") == []
 
 
 # -- outbox ----------------------------------------------------------------------------------
