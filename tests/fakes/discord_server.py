@@ -544,6 +544,7 @@ class FakeDiscordServer:
         self._interactions: dict[str, _Interaction] = {}
         self._modals: dict[str, Json] = {}  # custom_id -> the modal last opened with it
         self._faults: dict[str, list[_Fault]] = {}
+        self._holds: dict[str, threading.Event] = {}
         self._buckets: dict[str, _Bucket] = {}
         self._live: set[_Connection] = set()
         self._last_snowflake = 0
@@ -754,6 +755,14 @@ class FakeDiscordServer:
     def clear_faults(self) -> None:
         with self._lock:
             self._faults.clear()
+
+    def hold_answers(self, route: str) -> threading.Event:
+        """Take the requests of ``route`` (their effect is recorded) but answer them only
+        once the returned event is set: Discord has the message, the bot does not know."""
+        released = threading.Event()
+        with self._lock:
+            self._holds[route] = released
+        return released
 
     def _arm(self, route: str, fault: _Fault) -> None:
         with self._lock:
@@ -1499,6 +1508,9 @@ class FakeDiscordServer:
                 files,
             )
             self.calls.append(call)
+            held = self._holds.get(route)
+        if held is not None:
+            await asyncio.to_thread(held.wait)
         response.headers["Via"] = "1.1 google"  # discord.py retries only 429s that have it
         return response
 

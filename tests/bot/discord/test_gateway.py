@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from bot.platform.chunks import split_markdown
+from bot.platform.lanes import Lanes
 from engine.llm.scripted import text
 from tests.bot.discord.conftest import ALICE, MakeService, texts, until
 from tests.fakes.discord_server import GATEWAY_PATH, RESUME_GATEWAY_PATH, FakeDiscordServer
@@ -93,6 +98,36 @@ async def test_what_was_written_while_the_bot_was_down_is_answered_after_the_res
     assert fake.identify_count == 2 and fake.resume_count == 0
     fake.dm(ALICE, "four")  # and the live ones after it, once
     await until(lambda: texts(fake, channel) == ["echo: one", "echo: two", "echo: four"])
+
+
+async def test_a_reply_in_flight_when_the_service_stops_is_recorded_and_never_sent_again(
+    fake: FakeDiscordServer, make_service: MakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Discord took the reply but its answer had not arrived when the stop began: the stop
+    lets that send finish and record it, so the restart does not send it a second time."""
+    closing_replies = asyncio.Event()
+    close = Lanes.close
+
+    async def noted(lanes: Lanes, *args: object, **kwargs: object) -> None:
+        if lanes.name.endswith("-out"):
+            closing_replies.set()
+        await close(lanes, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Lanes, "close", noted)
+    service = await make_service()
+    held = fake.hold_answers(MESSAGES)
+    try:
+        channel = fake.dm(ALICE, "one")["channel_id"]
+        await until(lambda: texts(fake, channel) == ["echo: one"])  # Discord has it
+        stopping = asyncio.create_task(service.stop())
+        await until(closing_replies.is_set)
+    finally:
+        held.set()
+    await stopping
+    await make_service()
+    fake.dm(ALICE, "two")
+    await until(lambda: texts(fake, channel) == ["echo: one", "echo: two"])
+    assert texts(fake, channel) == ["echo: one", "echo: two"]
 
 
 async def test_a_discord_outage_at_start_is_waited_out(
