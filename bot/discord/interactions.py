@@ -94,7 +94,7 @@ class Interactions:
             return
         user = str(interaction.user.id)
         shown_at = str(interaction.message.id) if interaction.message is not None else None
-        card = await self._cards.stored(parsed.tool_call_id)
+        card = await self._cards.held(parsed.tool_call_id)
         kind = "approval" if parsed.kind == "card" else "question"
         if not card_is_live(card, kind, str(interaction.channel_id), shown_at):
             await _tell(interaction, EXPIRED)
@@ -146,7 +146,7 @@ class Interactions:
             await _tell(interaction, EXPIRED)
             return
         user = str(interaction.user.id)
-        card = await self._cards.stored(parsed.tool_call_id)
+        card = await self._cards.held(parsed.tool_call_id)
         kind = "approval" if parsed.kind == "reason" else "question"
         # A modal's submit names the card's message when it was opened from it.
         shown_at = str(interaction.message.id) if interaction.message is not None else None

@@ -105,6 +105,15 @@ class OpenCards:
     async def stored(self, tool_call_id: int) -> CardRow | None:
         return await self.store.get(tool_call_id)
 
+    async def held(self, tool_call_id: int) -> CardRow | None:
+        """The card a tap names: as this process holds it open (no read), else as stored
+        (closed, or shown by another process of a fleet). A card closed elsewhere but
+        still held here is refused by the hub's decision, which reads the call's row."""
+        for cards in self._open.values():
+            if (card := cards.get(tool_call_id)) is not None:
+                return card
+        return await self.stored(tool_call_id)
+
     async def shown(self, tool_call_id: int) -> bool:
         """Shown already and not expired: asked again after a restart, that card stands."""
         existing = await self.stored(tool_call_id)

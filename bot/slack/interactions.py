@@ -86,7 +86,7 @@ class Interactions:
             await respond(EXPIRED)
             return
         user = str((body.get("user") or {}).get("id") or "")
-        card = await self._cards.stored(parsed.tool_call_id)
+        card = await self._cards.held(parsed.tool_call_id)
         kind = "approval" if parsed.kind == "card" else "question"
         if not card_is_live(card, kind, channel, shown_at):
             await respond(EXPIRED)
@@ -159,7 +159,7 @@ class Interactions:
             await tell(user, EXPIRED)
             return
         channel, shown_at = where
-        card = await self._cards.stored(parsed.tool_call_id)
+        card = await self._cards.held(parsed.tool_call_id)
         kind = "approval" if parsed.kind == "reason" else "question"
         if not card_is_live(card, kind, channel, shown_at):
             await tell(user, EXPIRED)

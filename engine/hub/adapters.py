@@ -1,18 +1,37 @@
-"""``AdapterRegistry``: what each platform adapter registered for the sources it serves."""
+"""``AdapterRegistry``: what each platform adapter registered for the sources it serves,
+kept in ``PrefixMap``s (a source gets what its longest registered prefix has)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from engine.hub.prefixes import PrefixMap
 from engine.hub.protocols import AnswerHook, FailureHook, Publish, TurnContext
 from engine.hub.turns.bridge import TurnBridge
 from engine.tools.protocols import Tool
 
-__all__ = ["AdapterRegistry", "SourceDefaults"]
+__all__ = ["AdapterRegistry", "PrefixMap", "SourceDefaults"]
+
+T = TypeVar("T")
+
+
+class PrefixMap(Generic[T]):
+    """Values keyed by source prefix; a source gets the value of its longest prefix."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self) -> None:
+        self._items: list[tuple[str, T]] = []
+
+    def add(self, prefix: str, value: T) -> None:
+        self._items.append((prefix, value))
+        # Longest first, so the first match is the most specific; stable for equal lengths.
+        self._items.sort(key=lambda item: len(item[0]), reverse=True)
+
+    def get(self, source: str) -> T | None:
+        return next((value for prefix, value in self._items if source.startswith(prefix)), None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,7 @@ class ApprovalTaps:
 
     async def on_tap(self, c: Callback, answer: Answer) -> None:
         action = parse_callback(c.data)  # None for ids no card can have (past 64 bits)
-        card = await self._cards.stored(action.tool_call_id) if action else None
+        card = await self._cards.held(action.tool_call_id) if action else None
         shown_at = "" if c.message_id is None else str(c.message_id)  # none: not a card's
         if action is None or not card_is_live(card, "approval", str(c.chat_id), shown_at):
             await answer(EXPIRED)

@@ -17,7 +17,7 @@ from typing import Any
 from bot.telegram.inbound.fields import Drops, as_int, as_number, file_id_of, size_of, unique_id_of
 from bot.telegram.sending.api import Json
 
-__all__ = ["FileRef", "descriptions_of", "files_of"]
+__all__ = ["MEDIA_FIELDS", "FileRef", "descriptions_of", "files_of"]
 
 _MAX_LINE = 300  # a described field longer than this is cut (poll options, titles)
 _MAX_POLL_OPTIONS = 12
@@ -209,6 +209,11 @@ _DESCRIBERS: tuple[tuple[str, Any], ...] = (
     ("invoice", _invoice),
     ("successful_payment", _payment),
 )
+
+
+#: Every field of a message ``files_of`` and ``descriptions_of`` read: a message with none
+#: of them (most are text) has neither files nor descriptions.
+MEDIA_FIELDS = frozenset(["photo", "document", *_MEDIA, *(key for key, _ in _DESCRIBERS)])
 
 
 def _amount(body: Json, at: Drops) -> str:

@@ -18,7 +18,7 @@ from bot.telegram.inbound.fields import (
     as_number,
     clean_text,
 )
-from bot.telegram.inbound.media import FileRef, descriptions_of, files_of
+from bot.telegram.inbound.media import MEDIA_FIELDS, FileRef, descriptions_of, files_of
 from bot.telegram.sending.api import Json
 
 __all__ = [
@@ -240,6 +240,7 @@ def _message(update_id: int, message: Json, drops: Drops, *, edited: bool) -> In
     text, entities = _text_and_entities(message, drops)
     thread_id = _thread_id(message, drops)
     reply_id, reply_user = _reply(message, drops, thread_id)
+    media = not MEDIA_FIELDS.isdisjoint(message)  # most are text: no file to look for
     return Message(
         update_id=update_id,
         chat_id=chat_id,
@@ -252,10 +253,10 @@ def _message(update_id: int, message: Json, drops: Drops, *, edited: bool) -> In
         entities=entities,
         reply_to_message_id=reply_id,
         reply_to_user_id=reply_user,
-        files=files_of(message, drops),
+        files=files_of(message, drops) if media else (),
         # A venue carries its location; its description names the point already.
         location=None if isinstance(message.get("venue"), dict) else _location(message, drops),
-        described=descriptions_of(message, drops),
+        described=descriptions_of(message, drops) if media else (),
         edited=edited,
         dropped=tuple(drops.dropped),
     )

@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from bot.telegram.inbound.fields import Drops
+from bot.telegram.inbound.media import MEDIA_FIELDS, descriptions_of, files_of
 from tests.bot.telegram_unit.test_update_validation import message, parsed
 
 
@@ -122,3 +124,29 @@ def test_a_service_message_is_ignored() -> None:
 
     result = parse_update(without_text(new_chat_members=[{"id": 5, "first_name": "Eve"}]))
     assert isinstance(result, Ignored) and "new_chat_members" in result.reason
+
+
+def test_every_field_the_media_readers_touch_is_a_media_field() -> None:
+    """A text message skips the media readers (``MEDIA_FIELDS``); a field they read but the
+    set lacked would be silently ignored. Record every field they read on a message that
+    has all of them, and compare."""
+    read: set[str] = set()
+
+    class Recording(dict[str, Any]):
+        def get(self, key: str, default: Any = None) -> Any:
+            read.add(key)
+            return super().get(key, default)
+
+        def __getitem__(self, key: str) -> Any:
+            read.add(key)
+            return super().__getitem__(key)
+
+        def __contains__(self, key: object) -> bool:
+            read.add(str(key))
+            return super().__contains__(key)
+
+    drops = Drops("message")
+    files_of(Recording(), drops)
+    descriptions_of(Recording(), drops)
+    assert read and read <= MEDIA_FIELDS
+    assert parsed(message()).files == () and parsed(message()).described == ()

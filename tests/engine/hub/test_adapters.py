@@ -1,8 +1,8 @@
-"""``PrefixMap``: a source gets what was registered for its longest prefix."""
+"""The adapter registry's ``PrefixMap``: a source gets what was registered for its longest prefix."""
 
 from __future__ import annotations
 
-from engine.hub.prefixes import PrefixMap
+from engine.hub.adapters import PrefixMap
 
 
 def test_the_longest_prefix_wins_whatever_the_order_of_registration() -> None:
