@@ -1,0 +1,67 @@
+"""``OpenCards``: the card a tap names comes from what this process holds open, without a
+read; a card it does not hold (closed, or shown by another process) from the store."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from bot.delivery import CardRow
+from bot.platform.open_cards import OpenCards
+
+
+class Store:
+    """The card store's surface ``OpenCards`` uses, counting reads."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, CardRow] = {}
+        self.reads = 0
+
+    async def save(self, card: CardRow) -> None:
+        self.rows[card.tool_call_id] = card
+
+    async def get(self, tool_call_id: int) -> CardRow | None:
+        self.reads += 1
+        return self.rows.get(tool_call_id)
+
+    async def close(self, tool_call_id: int, state: str) -> bool:
+        card = self.rows.get(tool_call_id)
+        if card is None or card.state != "open":
+            return False
+        self.rows[tool_call_id] = replace(card, state=state)
+        return True
+
+
+class Face:
+    def conversation(self, source: str) -> str:
+        return source.split(":")[1]
+
+    async def post(self, card: CardRow, attachment: Any) -> str | None:
+        return f"m{card.tool_call_id}"
+
+    async def closed(self, card: CardRow, outcome: str, by: str | None, note: str | None) -> None:
+        pass
+
+
+def card(tool_call_id: int, source: str = "chat:1") -> CardRow:
+    return CardRow(tool_call_id, "approval", source, "1", None, "Run ls?", None, "open")
+
+
+async def test_a_card_held_open_here_is_found_without_a_read() -> None:
+    store = Store()
+    cards = OpenCards(None, store, Face())  # type: ignore[arg-type]
+    await cards.show(card(1))
+    held = await cards.held(1)
+    assert held is not None and held.message_id == "m1" and store.reads == 0
+
+
+async def test_a_card_not_held_here_is_read_from_the_store() -> None:
+    store = Store()
+    cards = OpenCards(None, store, Face())  # type: ignore[arg-type]
+    await cards.show(card(1))
+    await cards.close(card(1), "approve", "resolved")
+    closed = await cards.held(1)
+    assert closed is not None and closed.state == "resolved" and store.reads == 1
+    store.rows[2] = card(2, "chat:2")  # shown by another process of a fleet
+    assert await cards.held(2) == card(2, "chat:2") and store.reads == 2
+    assert await cards.held(3) is None
