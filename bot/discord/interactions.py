@@ -28,7 +28,7 @@ from bot.platform.chunks import split_markdown
 from bot.platform.commands import CommandContext, CommandRegistry
 from bot.platform.controls import ControlId, parse_control
 from bot.platform.failures import SORRY_TAP, report_failure
-from bot.platform.open_cards import card_is_live
+from bot.platform.open_cards import tapped
 from engine.hub import ChatHub, HubError
 from engine.store import InboxError
 
@@ -96,10 +96,10 @@ class Interactions:
         shown_at = str(interaction.message.id) if interaction.message is not None else None
         card = await self._cards.held(parsed.tool_call_id)
         kind = "approval" if parsed.kind == "card" else "question"
-        if not card_is_live(card, kind, str(interaction.channel_id), shown_at):
+        card = tapped(card, kind, str(interaction.channel_id), shown_at)
+        if card is None:
             await _tell(interaction, EXPIRED)
             return
-        assert card is not None
         if not self._access.is_allowed(user):
             await _tell(interaction, NOT_ALLOWED)
             return
@@ -150,10 +150,10 @@ class Interactions:
         kind = "approval" if parsed.kind == "reason" else "question"
         # A modal's submit names the card's message when it was opened from it.
         shown_at = str(interaction.message.id) if interaction.message is not None else None
-        if not card_is_live(card, kind, str(interaction.channel_id), shown_at):
+        card = tapped(card, kind, str(interaction.channel_id), shown_at)
+        if card is None:
             await _tell(interaction, EXPIRED)
             return
-        assert card is not None
         if not self._access.is_allowed(user):
             await _tell(interaction, NOT_ALLOWED)
             return

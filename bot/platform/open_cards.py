@@ -20,7 +20,7 @@ from engine.hub import ChatHub, HubError
 from engine.session import ApprovalRequired, Question
 from engine.store import InboxError
 
-__all__ = ["CardFace", "OpenCards", "Words", "card_is_live"]
+__all__ = ["CardFace", "OpenCards", "Words", "card_is_live", "tapped"]
 
 log = logging.getLogger(__name__)
 
@@ -182,3 +182,16 @@ def card_is_live(card: CardRow | None, kind: str, conversation: str, shown_at: s
         and card.conversation == conversation
         and (card.message_id is None or shown_at is None or card.message_id == shown_at)
     )
+
+
+def tapped(
+    card: CardRow | None, kind: str, conversation: str, shown_at: str | None
+) -> CardRow | None:
+    """The card a control on ``shown_at`` acts on, ``None`` when it may not
+    (``card_is_live``). A card tapped before its message id was recorded (the tap can
+    come as soon as it shows) gets the id from the tap, so its outcome is shown on it."""
+    if card is None or not card_is_live(card, kind, conversation, shown_at):
+        return None
+    if card.message_id is None and shown_at:
+        return replace(card, message_id=shown_at)
+    return card

@@ -20,7 +20,7 @@ from bot.platform.access import Access
 from bot.platform.cards import EXPIRED, NOT_ALLOWED, decide
 from bot.platform.controls import ControlId, parse_control
 from bot.platform.failures import SORRY_TAP, report_failure
-from bot.platform.open_cards import card_is_live
+from bot.platform.open_cards import tapped
 from bot.slack.cards import SlackCards, modal, modal_text, parse_metadata
 from bot.slack.incoming import is_message_id, source_of
 from bot.slack.messages import NOT_PAIRED, MessageHandler, SlackMe
@@ -88,10 +88,10 @@ class Interactions:
         user = str((body.get("user") or {}).get("id") or "")
         card = await self._cards.held(parsed.tool_call_id)
         kind = "approval" if parsed.kind == "card" else "question"
-        if not card_is_live(card, kind, channel, shown_at):
+        card = tapped(card, kind, channel, shown_at)
+        if card is None:
             await respond(EXPIRED)
             return
-        assert card is not None
         if not self._access.is_allowed(user):
             await respond(NOT_ALLOWED)
             return
@@ -161,10 +161,10 @@ class Interactions:
         channel, shown_at = where
         card = await self._cards.held(parsed.tool_call_id)
         kind = "approval" if parsed.kind == "reason" else "question"
-        if not card_is_live(card, kind, channel, shown_at):
+        card = tapped(card, kind, channel, shown_at)
+        if card is None:
             await tell(user, EXPIRED)
             return
-        assert card is not None
         if not self._access.is_allowed(user):
             await tell(user, NOT_ALLOWED)
             return

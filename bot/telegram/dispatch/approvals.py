@@ -12,10 +12,9 @@ import logging
 from bot.delivery import CardRow
 from bot.platform.access import Access
 from bot.platform.cards import EXPIRED, NOT_ALLOWED, RejectWindow, decide
-from bot.platform.open_cards import card_is_live
+from bot.platform.open_cards import tapped
 from bot.platform.protocols import Answer
 from bot.platform.tasks import Runtime
-from bot.telegram.dispatch.access import user_key
 from bot.telegram.inbound.updates import Callback, parse_source
 from bot.telegram.rendering.cards import parse_callback, reject_window_keyboard
 from bot.telegram.rendering.chat_cards import ChatCards
@@ -50,13 +49,13 @@ class ApprovalTaps:
 
     async def on_tap(self, c: Callback, answer: Answer) -> None:
         action = parse_callback(c.data)  # None for ids no card can have (past 64 bits)
-        card = await self._cards.held(action.tool_call_id) if action else None
+        held = await self._cards.held(action.tool_call_id) if action else None
         shown_at = "" if c.message_id is None else str(c.message_id)  # none: not a card's
-        if action is None or not card_is_live(card, "approval", str(c.chat_id), shown_at):
+        card = tapped(held, "approval", str(c.chat_id), shown_at)
+        if action is None or card is None:
             await answer(EXPIRED)
             return
-        assert card is not None  # live
-        user = user_key(c.user_id)
+        user = c.user
         if not self._access.is_allowed(user):
             await answer(NOT_ALLOWED)
             return

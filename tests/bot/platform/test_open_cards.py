@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from bot.delivery import CardRow
-from bot.platform.open_cards import OpenCards
+from bot.platform.open_cards import OpenCards, tapped
 
 
 class Store:
@@ -65,3 +65,13 @@ async def test_a_card_not_held_here_is_read_from_the_store() -> None:
     store.rows[2] = card(2, "chat:2")  # shown by another process of a fleet
     assert await cards.held(2) == card(2, "chat:2") and store.reads == 2
     assert await cards.held(3) is None
+
+
+def test_a_card_tapped_before_its_message_id_was_recorded_gets_it_from_the_tap() -> None:
+    shown = tapped(card(1), "approval", "1", "m7")
+    assert shown is not None and shown.message_id == "m7"  # its outcome can be shown on it
+    recorded = replace(card(1), message_id="m7")
+    assert tapped(recorded, "approval", "1", "m7") == recorded
+    assert tapped(recorded, "approval", "1", "m8") is None  # another message: not this card
+    assert tapped(card(1), "question", "1", "m7") is None
+    assert tapped(None, "approval", "1", "m7") is None
