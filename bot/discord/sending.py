@@ -45,7 +45,7 @@ from bot.platform.chunks import split_markdown
 from bot.platform.outbox import RowSender, last_lines
 from bot.platform.protocols import MessageRef
 from bot.platform.voice_mode import VoiceMode
-from bot.platform.voice_out import VOICE, Speak, audio_of, speaks, text_instead, voice_payloads
+from bot.platform.voice_out import VOICE, Speak, audio_of, text_instead, voice_payloads
 
 __all__ = [
     "MESSAGE_LIMIT",
@@ -218,23 +218,24 @@ class DiscordSender(RowSender):
         self, bot: discord.Client, outbound: Outbound, voice_mode: VoiceMode | None = None
     ) -> None:
         """``voice_mode``: the chats whose replies are spoken (``/voice on``)."""
-        super().__init__(outbound, target_of)
+        super().__init__(outbound, target_of, voice_mode)
         self.bot = bot
-        self.voice_mode = voice_mode
         #: A server channel's answer replies to the message that asked (the newest one
         #: taken in): in a busy channel it shows whom it answers. DMs and threads need not.
         self.asking: dict[str, str] = {}
 
     # -- the outbox's sender ----------------------------------------------------------------
 
+    def written(self, source: str, text: str) -> list[Json]:
+        return [_content(chunk) for chunk in split_markdown(text, MESSAGE_LIMIT)]
+
+    def spoken(self, source: str, text: str) -> list[Json]:
+        return voice_payloads(text, _content)
+
     def prepare(self, source: str, text: str) -> list[Json]:
-        """The reply's messages; in a chat with voice on, one voice message per few
-        sentences, each carrying its text as the fallback."""
-        parts: list[Json] = []
-        if speaks(self.voice_mode, source):
-            parts = voice_payloads(text, _content)
-        if not parts:
-            parts = [_content(chunk) for chunk in split_markdown(text, MESSAGE_LIMIT)]
+        """The reply's messages (``RowSender.prepare``), the first replying to the message
+        that asked in a server channel."""
+        parts = super().prepare(source, text)
         asked = self.asking.get(source)
         if parts and asked is not None:
             parts[0]["reply_to"] = asked  # stored with the row: a redelivery replies too
@@ -242,13 +243,6 @@ class DiscordSender(RowSender):
 
     async def say(self, source: str, text: str) -> None:
         await self.say_in(target_of(source), text)
-
-    async def send_voice(self, source: str, text: str, key: str) -> int:
-        """``text`` as voice messages, each recorded under ``key`` before it is sent (its
-        text the fallback); ``VoiceOut`` for ``send_voice_message``."""
-        payloads = voice_payloads(text, _content)
-        await self.send_durable(source, key, payloads)
-        return len(payloads)
 
     def progress_text(self, lines: Sequence[str]) -> str:
         return last_lines(lines, MESSAGE_LIMIT)

@@ -51,7 +51,7 @@ from bot.platform.chunks import split_markdown
 from bot.platform.outbox import RowSender, last_lines
 from bot.platform.protocols import MessageRef
 from bot.platform.voice_mode import VoiceMode
-from bot.platform.voice_out import VOICE, Speak, audio_of, speaks, text_instead, voice_payloads
+from bot.platform.voice_out import VOICE, Speak, audio_of, text_instead, voice_payloads
 
 __all__ = [
     "MESSAGE_LIMIT",
@@ -281,22 +281,20 @@ class MatrixSender(RowSender):
         self, client: MatrixClient, outbound: Outbound, voice_mode: VoiceMode | None = None
     ) -> None:
         """``voice_mode``: the rooms whose replies are spoken (``/voice on``)."""
-        super().__init__(outbound, lambda source: parse_source(source).room_id)
+        super().__init__(outbound, lambda source: parse_source(source).room_id, voice_mode)
         self.client = client
         self.nio = client.nio
-        self.voice_mode = voice_mode
 
     # -- the outbox's sender ----------------------------------------------------------------
 
-    def prepare(self, source: str, text: str) -> list[Json]:
-        """The reply's contents; in a room with voice on, one voice reply per few
-        sentences, each carrying its text content as the fallback (``_VOICE``)."""
+    def written(self, source: str, text: str) -> list[Json]:
         place = parse_source(source)
-        if speaks(self.voice_mode, source):
-            said = voice_payloads(text, lambda part: in_thread(content_of(part), place), _VOICE)
-            if said:  # nothing to read aloud (an empty reply): the text, never nothing
-                return said
         return [in_thread(content_of(part), place) for part in parts(text)]
+
+    def spoken(self, source: str, text: str) -> list[Json]:
+        """Each voice reply carries its text content as the fallback (``_VOICE``)."""
+        place = parse_source(source)
+        return voice_payloads(text, lambda part: in_thread(content_of(part), place), _VOICE)
 
     def record(
         self, conn: Connection, source: str, key: str, prepared: list[Any]
@@ -309,14 +307,6 @@ class MatrixSender(RowSender):
 
     async def say(self, source: str, text: str) -> None:
         await self.say_at(parse_source(source), text)
-
-    async def send_voice(self, source: str, text: str, key: str) -> int:
-        """``text`` as voice messages, each recorded under ``key`` before it is sent (its
-        text the fallback); ``VoiceOut`` for ``send_voice_message``."""
-        place = parse_source(source)
-        said = voice_payloads(text, lambda part: in_thread(content_of(part), place), _VOICE)
-        await self.send_durable(source, key, said)
-        return len(said)
 
     def progress_text(self, lines: Sequence[str]) -> str:
         return last_lines(lines, 4000, 300)

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from bot.delivery import Outbound, OutboxRow
 from bot.platform.protocols import MessageRef, OutboxSender
+from bot.platform.voice_mode import VoiceMode
 from engine.hub import ChatHub
 from engine.store import AlsoWithKey, AlsoWithRow
 
@@ -172,12 +173,45 @@ class Outbox(Generic[Prepared, Row]):
 
 class RowSender:
     """The row half of a platform's ``OutboxSender`` over ``Outbound``: a reply's parts
-    recorded under its source's conversation (``conversation_of``), sent from those rows,
-    or delivered by key when it was stored without rows."""
+    (``prepare``: written, or spoken in a chat with voice on) recorded under its source's
+    conversation (``conversation_of``), sent from those rows, or delivered by key when it
+    was stored without rows. A platform writes ``written`` and ``spoken``."""
 
-    def __init__(self, outbound: Outbound, conversation_of: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        outbound: Outbound,
+        conversation_of: Callable[[str], str],
+        voice_mode: VoiceMode | None = None,
+    ) -> None:
+        """``voice_mode``: the chats whose replies are spoken (``/voice on``)."""
         self.outbound = outbound
+        self.voice_mode = voice_mode
         self._conversation_of = conversation_of
+
+    def written(self, source: str, text: str) -> list[Any]:
+        """``text`` as the platform's messages, within its limits."""
+        raise NotImplementedError
+
+    def spoken(self, source: str, text: str) -> list[Any]:
+        """``text`` read aloud: one voice message per few sentences, each carrying its text
+        as the fallback (``bot.platform.voice_out``)."""
+        raise NotImplementedError
+
+    def prepare(self, source: str, text: str) -> list[Any]:
+        """The reply's parts, as the outbox stores them: spoken in a chat with voice on
+        (written when there is nothing to read aloud: never nothing), else written."""
+        if self.voice_mode is not None and self.voice_mode.is_on(source):
+            said = self.spoken(source, text)
+            if said:
+                return said
+        return self.written(source, text)
+
+    async def send_voice(self, source: str, text: str, key: str) -> int:
+        """``text`` as voice messages, each recorded under ``key`` before it is sent (its
+        text the fallback); ``VoiceOut`` for ``send_voice_message``."""
+        said = self.spoken(source, text)
+        await self.send_durable(source, key, said)
+        return len(said)
 
     def record(
         self, conn: Connection, source: str, key: str, prepared: list[Any]

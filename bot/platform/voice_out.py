@@ -16,10 +16,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bot.delivery import Refused
-from bot.platform.voice_mode import VoiceMode
 from voice import SpeechError, sentences, spoken
 
-__all__ = ["VOICE", "Speak", "audio_of", "speaks", "text_instead", "voice_payloads"]
+__all__ = ["VOICE", "Speak", "audio_of", "text_instead", "voice_payloads"]
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +27,6 @@ Json = dict[str, Any]
 Speak = Callable[[str], Awaitable[bytes]]
 #: The payload field holding what a voice row says aloud.
 VOICE = "voice"
-
-
-def speaks(mode: VoiceMode | None, source: str) -> bool:
-    """Whether replies in ``source`` are spoken now (voice on, and speech set up)."""
-    return mode is not None and mode.is_on(source)
 
 
 def voice_payloads(text: str, as_text: Callable[[str], Json], field: str = VOICE) -> list[Json]:

@@ -47,7 +47,7 @@ from bot.platform.chunks import split_markdown
 from bot.platform.outbox import RowSender, last_lines
 from bot.platform.protocols import MessageRef
 from bot.platform.voice_mode import VoiceMode
-from bot.platform.voice_out import VOICE, Speak, audio_of, speaks, text_instead, voice_payloads
+from bot.platform.voice_out import VOICE, Speak, audio_of, text_instead, voice_payloads
 from bot.slack.incoming import SLACK, Place, parse_source
 from bot.slack.mrkdwn import to_mrkdwn
 from bot.slack.settings import SlackSettings
@@ -225,35 +225,22 @@ class SlackSender(RowSender):
         self, web: AsyncWebClient, outbound: Outbound, voice_mode: VoiceMode | None = None
     ) -> None:
         """``voice_mode``: the chats whose replies are spoken (``/voice on``)."""
-        super().__init__(outbound, lambda source: parse_source(source).channel)
+        super().__init__(outbound, lambda source: parse_source(source).channel, voice_mode)
         self.web = web
-        self.voice_mode = voice_mode
 
     # -- the outbox's sender ----------------------------------------------------------------
 
-    def prepare(self, source: str, text: str) -> list[Json]:
-        """The reply's messages; in a chat with voice on, one audio file per few
-        sentences, each carrying its text as the fallback."""
-        place = parse_source(source)
-        if speaks(self.voice_mode, source):
-            spoken = self._voice_payloads(place, text)
-            if spoken:
-                return spoken
-        return [_payload(part, place.thread_ts) for part in mrkdwn_parts(text)]
+    def written(self, source: str, text: str) -> list[Json]:
+        thread_ts = parse_source(source).thread_ts
+        return [_payload(part, thread_ts) for part in mrkdwn_parts(text)]
+
+    def spoken(self, source: str, text: str) -> list[Json]:
+        """One audio file per few sentences."""
+        thread_ts = parse_source(source).thread_ts
+        return voice_payloads(text, lambda said: _payload(to_mrkdwn(said), thread_ts))
 
     async def say(self, source: str, text: str) -> None:
         await self.say_at(parse_source(source), text)
-
-    async def send_voice(self, source: str, text: str, key: str) -> int:
-        """``text`` as audio files, each recorded under ``key`` before it is sent (its
-        text the fallback); ``VoiceOut`` for ``send_voice_message``."""
-        payloads = self._voice_payloads(parse_source(source), text)
-        await self.send_durable(source, key, payloads)
-        return len(payloads)
-
-    @staticmethod
-    def _voice_payloads(place: Place, text: str) -> list[Json]:
-        return voice_payloads(text, lambda said: _payload(to_mrkdwn(said), place.thread_ts))
 
     def progress_text(self, lines: Sequence[str]) -> str:
         return last_lines([_escape(line) for line in lines], MESSAGE_LIMIT, 300)

@@ -15,22 +15,20 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy.engine import Connection
-
 from bot.delivery import (
     OTHER,
     CallKind,
     Cap,
     Outbound,
-    OutboxRow,
     Pacing,
     PacingPolicy,
     Rate,
     Refused,
 )
+from bot.platform.outbox import RowSender
 from bot.platform.protocols import MessageRef
 from bot.platform.voice_mode import VoiceMode
-from bot.platform.voice_out import VOICE, Speak, audio_of, speaks, text_instead, voice_payloads
+from bot.platform.voice_out import VOICE, Speak, audio_of, text_instead, voice_payloads
 from bot.telegram.inbound.updates import parse_source
 from bot.telegram.rendering.render import progress_text, render_markdown
 from bot.telegram.sending.api import BotApi, Json, TelegramError, is_not_modified
@@ -109,38 +107,23 @@ class TelegramClient:
         return None
 
 
-class TelegramSender:
+class TelegramSender(RowSender):
     def __init__(
         self, api: BotApi, outbound: Outbound, voice_mode: VoiceMode | None = None
     ) -> None:
         """``voice_mode``: the chats whose replies are spoken (``/voice on``)."""
+        super().__init__(outbound, _chat_of, voice_mode)
         self.api = api
-        self.outbound = outbound
-        self.voice_mode = voice_mode
 
     # -- the outbox's sender ----------------------------------------------------------------
 
-    def prepare(self, source: str, text: str) -> list[Json]:
-        """The reply's parts, as the outbox stores them: in a chat with voice on, one voice
-        message per few sentences, each carrying its text as the fallback."""
-        thread_id = parse_source(source)[1]
-        if speaks(self.voice_mode, source):
-            return self._voice_payloads(text, thread_id)
-        return self._parts(text, thread_id)
+    def written(self, source: str, text: str) -> list[Json]:
+        return self._parts(text, parse_source(source)[1])
 
-    async def send_voice(self, source: str, text: str, key: str) -> int:
-        """``text`` as voice messages, each recorded under ``key`` before it is sent (its
-        text the fallback); ``VoiceOut`` for ``send_voice_message``."""
-        chat, thread_id = parse_source(source)
-        payloads = self._voice_payloads(text, thread_id)
-        for index, payload in enumerate(payloads):
-            await self.outbound.deliver(str(chat), f"{key}:{index}", payload)
-        return len(payloads)
-
-    @classmethod
-    def _voice_payloads(cls, text: str, thread_id: int | None) -> list[Json]:
+    def spoken(self, source: str, text: str) -> list[Json]:
         """Each part of at most 2,000 characters is one Telegram message (4,096 at most)."""
-        return voice_payloads(text, lambda said: cls._parts(said, thread_id)[0])
+        thread_id = parse_source(source)[1]
+        return voice_payloads(text, lambda said: self._parts(said, thread_id)[0])
 
     @staticmethod
     def _parts(text: str, thread_id: int | None) -> list[Json]:
@@ -148,19 +131,6 @@ class TelegramSender:
             {"text": chunk.text, "entities": chunk.entities, "thread_id": thread_id}
             for chunk in render_markdown(text)
         ]
-
-    def record(
-        self, conn: Connection, source: str, key: str, prepared: list[Json]
-    ) -> list[OutboxRow]:
-        return self.outbound.record_in(conn, str(parse_source(source)[0]), key, prepared)
-
-    async def send_recorded(self, rows: Sequence[OutboxRow]) -> None:
-        await self.outbound.deliver_rows(rows)
-
-    async def send_durable(self, source: str, key: str, prepared: list[Json]) -> None:
-        chat = str(parse_source(source)[0])
-        for index, payload in enumerate(prepared):
-            await self.outbound.deliver(chat, f"{key}:{index}", payload)
 
     async def say(self, source: str, text: str) -> None:
         await self.say_in(*parse_source(source), text)
@@ -249,3 +219,7 @@ class TelegramSender:
             await self.call(None, lambda: self.api.answer_callback_query(callback_id, text=text))
         except TelegramError as exc:
             log.info("answering callback %s failed: %s", callback_id, exc)
+
+
+def _chat_of(source: str) -> str:
+    return str(parse_source(source)[0])
