@@ -1,10 +1,10 @@
-"""Taps routed by the prefix of their data, answered once."""
+"""Telegram's taps routed by the prefix of their data, answered once."""
 
 from __future__ import annotations
 
 import pytest
 
-from bot.platform.callbacks import CallbackRouter, OneAnswer
+from bot.telegram.dispatch.callbacks import CallbackRouter, OneAnswer
 
 
 async def test_a_tap_goes_to_the_handler_of_its_prefix_else_to_the_fallback() -> None:
