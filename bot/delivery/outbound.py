@@ -129,6 +129,8 @@ SEND_HEALTH = "send"
 # later (the earlier one is in flight with another process, or due once a dead one's
 # membership lapses: the orphan scan makes it due within a scan interval after that).
 HOLD_S = 0.5
+#: How long ``flush`` (at a stop) waits for attempts in flight (``attempt_to_the_end``).
+FINISH_GRACE_S = 2.0
 
 
 class Delivery(enum.Enum):
@@ -193,6 +195,8 @@ class Outbound:
         # Rows past the order check and not yet done: a later row of their conversation
         # queues behind them in its lane instead of waiting for them to be recorded sent.
         self._ahead: set[int] = set()
+        # Attempts carried to their end when their caller is cancelled (``attempt_to_the_end``).
+        self._finishing: set[asyncio.Task[tuple[Delivery, str | None]]] = set()
 
     async def call(
         self,
@@ -410,6 +414,16 @@ class Outbound:
         finally:
             self._ahead.discard(row.id)
 
+    async def attempt_to_the_end(self, row: OutboxRow) -> tuple[Delivery, str | None]:
+        """``attempt(row, record_now=True)``, carried on when its caller is cancelled (a
+        stop): a send the platform took must be recorded, or it goes again after the
+        restart. ``flush`` waits for these."""
+        task = asyncio.ensure_future(self.attempt(row, record_now=True))
+        self._finishing.add(task)
+        task.add_done_callback(_finished)
+        task.add_done_callback(self._finishing.discard)
+        return await asyncio.shield(task)
+
     async def _attempt(self, row: OutboxRow, record_now: bool) -> tuple[Delivery, str | None]:
         failpoint("before_outbox_send")
         try:
@@ -464,6 +478,19 @@ class Outbound:
         await self.handback.hand_back(row)
         self.postponed.set()
 
-    async def flush(self) -> None:
-        """Wait until every delivery so far is recorded (at shutdown)."""
+    async def flush(self, grace_s: float = FINISH_GRACE_S) -> None:
+        """Wait until every delivery so far is recorded (at shutdown); an attempt still in
+        flight gets ``grace_s`` to end before it is cancelled."""
+        if self._finishing:
+            _done, late = await asyncio.wait(set(self._finishing), timeout=grace_s)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
         await self._marks.flush()
+
+
+def _finished(task: asyncio.Task[Any]) -> None:
+    # Read, so that an error nobody awaits any more (the caller was cancelled) is not
+    # reported as never retrieved: the attempt logged what it could not send.
+    if not task.cancelled():
+        task.exception()

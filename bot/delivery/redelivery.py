@@ -101,7 +101,7 @@ class Redelivery:
             self._in_flight.add(row.id)
             try:
                 stats.redelivery_attempts += 1
-                outcome, _message_id = await self.outbound.attempt(row, record_now=True)
+                outcome, _message_id = await self.outbound.attempt_to_the_end(row)
             finally:
                 self._in_flight.discard(row.id)
             if outcome is Delivery.SENT:

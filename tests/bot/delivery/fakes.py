@@ -60,6 +60,7 @@ class FakeClient:
         self.tries: list[Try] = []
         self._script: dict[str, list[PlatformError]] = {}
         self._gone: dict[str, str] = {}
+        self._held: dict[str, tuple[asyncio.Event, asyncio.Event]] = {}
         self._ids = itertools.count(1)
 
     # -- the script ------------------------------------------------------------------------
@@ -72,6 +73,12 @@ class FakeClient:
         """A 429 whose retry-after reads ``retry_after`` as sent (any value at all), read
         the way a platform's client reads it: ``clamp_retry_after``."""
         self.fail(conversation, RetryLater(clamp_retry_after(retry_after)))
+
+    def hold(self, conversation: str) -> tuple[asyncio.Event, asyncio.Event]:
+        """The next send to ``conversation`` is taken (``taken`` is set, it counts as
+        delivered) but answered only once ``answer`` is set: ``(taken, answer)``."""
+        held = self._held[conversation] = (asyncio.Event(), asyncio.Event())
+        return held
 
     def gone(self, conversation: str, reason: str = "Not Found: conversation deleted") -> None:
         """Every send to ``conversation`` from now on is refused with ``reason``."""
@@ -95,6 +102,11 @@ class FakeClient:
             raise error
         message_id = f"m{next(self._ids)}"
         self.tries.append(Try(conversation, payload, at, message_id=message_id))
+        held = self._held.pop(conversation, None)
+        if held is not None:
+            taken, answer = held
+            taken.set()
+            await answer.wait()
         return {"id": message_id, "conversation": conversation}
 
     def message_id(self, answer: Any) -> str | None:

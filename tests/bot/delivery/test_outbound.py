@@ -203,3 +203,28 @@ async def test_an_outage_postpones_and_the_retry_loop_delivers_once(
     time.now += 3600
     assert await redelivery.run_due() == 0
     assert len(client.delivered()) == 1
+
+
+async def test_a_redelivery_in_flight_when_the_service_stops_is_recorded_not_sent_again(
+    store: Store, outbox: OutboxStore
+) -> None:
+    """The platform took a redelivered row and its answer was on the way when the
+    service stopped (the redelivery loop cancelled): the stop lets the attempt end and
+    record it, so after the restart nothing is due and nothing is sent twice."""
+    out, client, time = make_outbound(outbox, Pacing.unpaced(max_attempts=1))
+    client.fail(ALICE, Unavailable("502 Bad Gateway"))
+    assert await out.deliver(ALICE, "final:1:0", {"text": "late"}) is None  # postponed
+    time.now += 1
+    taken, answer = client.hold(ALICE)
+    redelivery = Redelivery(out, outbox, now=wall(time), sleep=time.sleep)
+    running = asyncio.create_task(redelivery.run())
+    await taken.wait()
+    running.cancel()  # the stop
+    stopping = asyncio.create_task(out.flush())
+    answer.set()
+    await stopping
+    [row] = await outbox_rows(store)
+    assert row["status"] == "sent"
+    time.now += 3600  # past any lease: a restart's redelivery finds nothing due
+    assert await Redelivery(out, outbox, now=wall(time), sleep=time.sleep).run_due() == 0
+    assert len(client.delivered(ALICE)) == 1
