@@ -10,24 +10,15 @@ nothing. Screenshots are kept in ``test-artifacts/`` (or ``$CHATHUB_TEST_ARTIFAC
 from __future__ import annotations
 
 import json
-import os
-import shutil
-from pathlib import Path
 
 import pytest
 
 from tests.bot.process import ALICE, free_port, wait_for, wait_for_http
+from tests.browser import ARTIFACTS, CHROMIUM, OFFLINE, needs_chromium
 
-CHROMIUM = os.environ.get("CHATHUB_TEST_CHROMIUM", "/usr/bin/chromium")
 TOKEN = "browser-test-token"
-ARTIFACTS = Path(
-    os.environ.get("CHATHUB_TEST_ARTIFACTS", Path(__file__).parents[3] / "test-artifacts")
-)
 
-pytestmark = pytest.mark.skipif(
-    shutil.which(CHROMIUM) is None,
-    reason=f"{CHROMIUM} is missing (Debian packages chromium, chromium-driver; .ci/run installs them)",
-)
+pytestmark = needs_chromium
 
 
 @pytest.fixture
@@ -38,16 +29,7 @@ def browser_page():
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM,
             headless=True,
-            # This machine has no internet: keep Chromium from trying to reach it.
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
+            args=list(OFFLINE),
         )
         page = browser.new_page(viewport={"width": 1200, "height": 900})
         page.set_default_timeout(20_000)

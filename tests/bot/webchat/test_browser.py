@@ -9,8 +9,6 @@ conversation. Screenshots at desktop and phone widths go to ``test-artifacts/`` 
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,36 +17,18 @@ from typing import Any
 import pytest
 
 from tests.bot.webchat.conftest import TOKEN, ChatServer
+from tests.browser import ARTIFACTS, CHROMIUM, OFFLINE, needs_chromium
 from tests.fakes.openai_server import FakeOpenAIServer
 
-CHROMIUM = os.environ.get("CHATHUB_TEST_CHROMIUM", "/usr/bin/chromium")
-ARTIFACTS = Path(
-    os.environ.get("CHATHUB_TEST_ARTIFACTS", Path(__file__).parents[3] / "test-artifacts")
-)
 WAIT_MS = 20_000  # a guard against a hang, never a timing assertion
 
-pytestmark = pytest.mark.skipif(
-    shutil.which(CHROMIUM) is None,
-    reason=f"{CHROMIUM} is missing (Debian packages chromium, chromium-driver)",
-)
+pytestmark = needs_chromium
 
 
 @pytest.fixture
 def artifacts() -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return ARTIFACTS
-
-
-#: This machine has no internet: keep Chromium from trying to reach it.
-OFFLINE = (
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-)
 
 
 @asynccontextmanager
