@@ -15,6 +15,7 @@ from bot.platform.cards import EXPIRED, NOT_ALLOWED, RejectWindow, decide
 from bot.platform.open_cards import tapped
 from bot.platform.protocols import Answer
 from bot.platform.tasks import Runtime
+from bot.telegram.dispatch.access import user_key
 from bot.telegram.inbound.updates import Callback, parse_source
 from bot.telegram.rendering.cards import parse_callback, reject_window_keyboard
 from bot.telegram.rendering.chat_cards import ChatCards
@@ -55,7 +56,7 @@ class ApprovalTaps:
         if action is None or card is None:
             await answer(EXPIRED)
             return
-        user = c.user
+        user = user_key(c.user_id)
         if not self._access.is_allowed(user):
             await answer(NOT_ALLOWED)
             return
@@ -97,11 +98,9 @@ class ApprovalTaps:
         self._rejecting.open(card.tool_call_id, window)
         text = f"{card.text}\n\n{REASON_PROMPT.format(seconds=seconds)}"
         keyboard = reject_window_keyboard(card.tool_call_id)
-        if card.message_id is not None:
-            message_id = int(card.message_id)
-            await self._sender.edit(
-                int(card.conversation), message_id, text, card.extra or [], keyboard
-            )
+        if card.message_id is not None:  # None only for a tap on no message
+            chat_id, message_id = int(card.conversation), int(card.message_id)
+            await self._sender.edit(chat_id, message_id, text, card.extra or [], keyboard)
         self._runtime.background.spawn(self._reject_after_window(card, user_name, decider))
 
     async def _reject_after_window(self, card: CardRow, user_name: str, decider: Decider) -> None:

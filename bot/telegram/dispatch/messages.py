@@ -210,11 +210,8 @@ class MessageHandler:
     async def _answer_card(self, m: Message) -> bool:
         """A reply to a question (or any message while one is open) answers it; a reply
         to an approval card in its reject window is the reason."""
-        cards = self._cards.open_in(m.source)
-        if not cards:
-            return False  # none open here: the message is a message
         target = reply_target(
-            cards,
+            self._cards.open_in(m.source),
             reply_to=None if m.reply_to_message_id is None else str(m.reply_to_message_id),
             is_command=m.text.startswith("/"),
             rejecting=self._cards.rejecting,

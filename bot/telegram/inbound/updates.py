@@ -126,8 +126,6 @@ class Callback:
     message_id: int | None
     thread_id: int | None = None
     dropped: tuple[str, ...] = ()
-    #: The presser as access control keys people (``bot.platform.access``).
-    user: str | None = None
 
     @property
     def source(self) -> str | None:
@@ -365,5 +363,4 @@ def _callback(update_id: int, query: Json, drops: Drops) -> Incoming:
         message_id=at.id(message, "message_id"),
         thread_id=_thread_id(message, at),
         dropped=tuple(drops.dropped),
-        user=None if user_id is None else str(user_id),
     )
