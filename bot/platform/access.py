@@ -1,6 +1,7 @@
 """Who may talk to the bot: the allowlist, the owner, and paired users (pairing codes).
 
-User ids are the platform's, as opaque strings. A stranger is offered a pairing code (and
+User ids are the platform's, keyed as strings: Telegram's and Discord's numbers by their
+decimal spelling (``UserId``), so each platform passes its own id as it has it. A stranger is offered a pairing code (and
 the owner told); the owner lets them in with ``/pair <code>`` and out with ``/unpair``.
 """
 
@@ -13,7 +14,10 @@ from bot.platform.commands import Command, CommandContext
 from bot.platform.protocols import AccessStore, PairingCode
 from engine.approval import Decider
 
-__all__ = ["Access", "PairingDesk", "PairingOffer", "pairing_commands"]
+__all__ = ["Access", "PairingDesk", "PairingOffer", "UserId", "pairing_commands"]
+
+#: A person's id as a platform gives it: a number (Telegram, Discord) or a string.
+UserId = str | int
 
 BUSY = "I am not taking new people right now; try later."
 WELCOME = "👋 Welcome! You can talk to me now."
@@ -35,14 +39,14 @@ class Access:
         self,
         store: AccessStore,
         *,
-        allowed: Iterable[str] = (),
-        owner: str | None = None,
+        allowed: Iterable[UserId] = (),
+        owner: UserId | None = None,
         clock: Callable[[], float],
         reminder_s: float = 600.0,
     ) -> None:
         self.store = store
-        self.allowed = frozenset(allowed)
-        self.owner = owner
+        self.allowed = frozenset(str(user_id) for user_id in allowed)
+        self.owner = None if owner is None else str(owner)
         self.paired: set[str] = set()
         self._clock = clock
         self._reminder_s = reminder_s
@@ -61,21 +65,23 @@ class Access:
     async def load(self) -> None:
         self.paired = await self.store.paired_users()
 
-    def is_allowed(self, user_id: str | None) -> bool:
+    def is_allowed(self, user_id: UserId | None) -> bool:
         if user_id is None:  # a tap without a sender (and the owner may be unset too)
             return False
-        return user_id in self.allowed or user_id == self.owner or user_id in self.paired
+        key = str(user_id)
+        return key in self.allowed or key == self.owner or key in self.paired
 
-    def is_owner(self, user_id: str | None) -> bool:
+    def is_owner(self, user_id: UserId | None) -> bool:
         """The configured owner, never the single-user fallback (pairing is theirs)."""
-        return self.owner is not None and user_id == self.owner
+        return self.owner is not None and user_id is not None and str(user_id) == self.owner
 
-    def decider(self, user_id: str | None) -> Decider:
+    def decider(self, user_id: UserId | None) -> Decider:
         """Who taps a card or replies to it, for the ``APPROVERS`` rule."""
         if user_id is None:
             return Decider(None)
-        owner = user_id == self.approving_owner
-        return Decider(user_id, is_owner=owner, is_allowed=self.is_allowed(user_id))
+        key = str(user_id)
+        owner = key == self.approving_owner
+        return Decider(key, is_owner=owner, is_allowed=self.is_allowed(key))
 
     async def offer_pairing(self, user_id: str, chat: str, name: str) -> PairingOffer:
         """A stranger wrote: their code (reminded at most once per window), the owner told."""

@@ -25,7 +25,7 @@ from bot.platform.tasks import Background, Runtime
 from bot.platform.voice_mode import VoiceMode
 from bot.platform.voice_notes import VoiceNotes
 from bot.telegram.config import TelegramConfig
-from bot.telegram.dispatch.access import PairedIds, PairingStore, user_key
+from bot.telegram.dispatch.access import PairedIds, PairingStore
 from bot.telegram.dispatch.approvals import ApprovalTaps
 from bot.telegram.dispatch.callbacks import Callbacks
 from bot.telegram.dispatch.commands import telegram_commands
@@ -79,7 +79,7 @@ class TelegramAdapter:
         self.access = access = Access(
             PairingStore(store),
             allowed=(str(user_id) for user_id in config.allowed_user_ids),
-            owner=user_key(config.owner_id),
+            owner=config.owner_id,
             clock=clock,
             reminder_s=config.pairing_reminder_s,
         )
@@ -201,7 +201,7 @@ class TelegramAdapter:
 
     def decider(self, user_id: int | None) -> Decider:
         """Who taps a card or replies to it, for the ``APPROVERS`` rule."""
-        return self.access.decider(user_key(user_id))
+        return self.access.decider(user_id)
 
     def is_allowed(self, user_id: int | None) -> bool:
-        return self.access.is_allowed(user_key(user_id))
+        return self.access.is_allowed(user_id)

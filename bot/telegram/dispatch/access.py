@@ -13,12 +13,7 @@ from bot.platform.access import Access
 from bot.platform.protocols import PairingCode
 from bot.telegram.store import PairingRow, TelegramStore
 
-__all__ = ["PairedIds", "PairingStore", "user_key"]
-
-
-def user_key(user_id: int | None) -> str | None:
-    """A Telegram user id as the platform layer keys it."""
-    return None if user_id is None else str(user_id)
+__all__ = ["PairedIds", "PairingStore"]
 
 
 class PairingStore:

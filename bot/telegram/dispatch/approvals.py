@@ -1,33 +1,75 @@
 """What a tap on an approval card, or a reply giving a reason, does in Telegram.
 
 The meaning is ``bot/platform/cards.py`` (who may decide, the choices, the reject window,
-what expired is); here it meets Telegram: the tap's answer, the card's edits, the window's
-"reject without a reason" button.
+what expired is); here it meets Telegram: the button's data read back (written by
+``rendering/cards.py``), the tap's answer, the card's edits, the window's "reject without
+a reason" button.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from bot.delivery import CardRow
 from bot.platform.access import Access
-from bot.platform.cards import EXPIRED, NOT_ALLOWED, RejectWindow, decide
+from bot.platform.cards import EXPIRED, NOT_ALLOWED, Choice, RejectWindow, decide
 from bot.platform.open_cards import tapped
 from bot.platform.protocols import Answer
 from bot.platform.tasks import Runtime
-from bot.telegram.dispatch.access import user_key
 from bot.telegram.inbound.updates import Callback, parse_source
-from bot.telegram.rendering.cards import parse_callback, reject_window_keyboard
+from bot.telegram.rendering.cards import (
+    ACTION_CODES,
+    CALLBACK_PREFIX,
+    MAX_CALLBACK_BYTES,
+    MAX_TOOL_CALL_ID,
+    reject_window_keyboard,
+)
 from bot.telegram.rendering.chat_cards import ChatCards
 from bot.telegram.sending.delivery import TelegramSender
 from engine.approval import Decider
 from engine.hub import ChatHub
 
-__all__ = ["REASON_PROMPT", "ApprovalTaps"]
+__all__ = ["REASON_PROMPT", "ApprovalTaps", "CardAction", "parse_callback"]
 
 log = logging.getLogger(__name__)
 
 REASON_PROMPT = "Reply to this message with a reason within {seconds} s, or tap ❌ again."
+_CODE_ACTIONS = {code: action for action, code in ACTION_CODES.items()}
+_DIGITS = frozenset("0123456789")
+
+
+@dataclass(frozen=True, slots=True)
+class CardAction:
+    """A pressed approval button."""
+
+    tool_call_id: int
+    action: Choice
+
+
+def parse_callback(data: object) -> CardAction | None:
+    """The button behind ``data``, or ``None`` for anything that is not ours or is bad."""
+    if not isinstance(data, str) or not data:
+        return None
+    try:
+        if len(data.encode("utf-8")) > MAX_CALLBACK_BYTES:
+            return None
+    except UnicodeEncodeError:
+        return None
+    parts = data.split(":")
+    if len(parts) != 3 or parts[0] != CALLBACK_PREFIX:
+        return None
+    raw_id, code = parts[1], parts[2]
+    # ASCII digits only, canonical (no sign, no leading zero): one id, one spelling.
+    if not raw_id or not set(raw_id) <= _DIGITS or raw_id[0] == "0":
+        return None
+    action = _CODE_ACTIONS.get(code)
+    if action is None:
+        return None
+    tool_call_id = int(raw_id)
+    if tool_call_id > MAX_TOOL_CALL_ID:  # no row has it, and looking it up overflows SQLite
+        return None
+    return CardAction(tool_call_id, action)  # type: ignore[arg-type]
 
 
 class ApprovalTaps:
@@ -56,7 +98,7 @@ class ApprovalTaps:
         if action is None or card is None:
             await answer(EXPIRED)
             return
-        user = user_key(c.user_id)
+        user = c.user_id
         if not self._access.is_allowed(user):
             await answer(NOT_ALLOWED)
             return

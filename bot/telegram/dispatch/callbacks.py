@@ -21,7 +21,6 @@ from bot.platform.access import Access
 from bot.platform.cards import EXPIRED, NOT_ALLOWED
 from bot.platform.failures import SORRY_TAP, report_failure
 from bot.platform.protocols import Answer
-from bot.telegram.dispatch.access import user_key
 from bot.telegram.dispatch.approvals import ApprovalTaps
 from bot.telegram.dispatch.jobs import JOBS_PREFIX, JobsPanel, parse_job_callback
 from bot.telegram.dispatch.memory import MEMORY_PREFIX, MemoryPanel
@@ -119,7 +118,7 @@ class Callbacks:
             error = report_failure(log, f"callback {c.callback_id} ({c.data[:64]!r})")
             sorry = SORRY_TAP.format(error=error)
             told = await answer(sorry)
-            if not told and c.chat_id is not None and self._access.is_allowed(user_key(c.user_id)):
+            if not told and c.chat_id is not None and self._access.is_allowed(c.user_id):
                 await self._sender.say_in(c.chat_id, c.thread_id, sorry)  # answered already
         finally:
             await answer(None)
@@ -137,7 +136,7 @@ class Callbacks:
         ):
             await answer(EXPIRED)
             return
-        if not self._access.is_allowed(user_key(c.user_id)):
+        if not self._access.is_allowed(c.user_id):
             await answer(NOT_ALLOWED)
             return
         outcome = await self._jobs.act(source, action)  # only this chat's jobs
@@ -149,7 +148,7 @@ class Callbacks:
         if self._memory is None:
             await answer(EXPIRED)
             return
-        if not self._access.is_allowed(user_key(c.user_id)):
+        if not self._access.is_allowed(c.user_id):
             await answer(NOT_ALLOWED)
             return
         await self._memory.on_tap(c, answer)  # whose facts: the panel checks the presser

@@ -20,7 +20,6 @@ from bot.platform.cards import reply_target
 from bot.platform.commands import CommandContext, CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.voice_notes import VoiceNotes
-from bot.telegram.dispatch.access import user_key
 from bot.telegram.dispatch.approvals import ApprovalTaps
 from bot.telegram.inbound.downloads import Downloads
 from bot.telegram.inbound.media import FileRef
@@ -90,7 +89,7 @@ class MessageHandler:
             return await self._on_message(m)
         except Exception:
             error = report_failure(log, f"message {m.message_id} in chat {m.chat_id}")
-            if self._access.is_allowed(user_key(m.user_id)):  # a stranger learns nothing more
+            if self._access.is_allowed(m.user_id):  # a stranger learns nothing more
                 await self._sender.say_in(m.chat_id, m.thread_id, SORRY_MESSAGE.format(error=error))
             return False
 
@@ -221,7 +220,7 @@ class MessageHandler:
         what, card = target
         if what == "answer":
             return await self._answer_question(m, card)
-        decider = self._access.decider(str(m.user_id))
+        decider = self._access.decider(m.user_id)
         await self._approvals.reject(card, m.user_name, m.text, decider)
         return True
 

@@ -2,8 +2,9 @@
 
 What a card shows and what its choices mean is ``bot/platform/cards.py``; here it becomes
 Telegram text plus Bot API entity dicts (offsets in UTF-16 code units) and an inline
-keyboard. Buttons carry ``ap1:<tool_call_id>:<a|r|t|s>``; questions are answered by
-replying with text, so they have no callbacks.
+keyboard. Buttons carry ``ap1:<tool_call_id>:<a|r|t|s>`` (read back by
+``dispatch/approvals.py``); questions are answered by replying with text, so they have no
+callbacks.
 """
 
 from __future__ import annotations
@@ -17,17 +18,17 @@ from bot.telegram.rendering.render import TELEGRAM_LIMIT, render_markdown, utf16
 from engine.session import ApprovalRequired
 
 __all__ = [
+    "ACTION_CODES",
     "CALLBACK_PREFIX",
+    "MAX_CALLBACK_BYTES",
     "MAX_TOOL_CALL_ID",
     "Action",
     "Card",
-    "CardAction",
     "Outcome",
     "approval_card",
     "approval_keyboard",
     "card_of",
     "format_callback",
-    "parse_callback",
     "question_text",
     "reject_window_keyboard",
     "resolved_card",
@@ -37,26 +38,16 @@ Action = Choice
 Outcome = Literal["approve", "reject", "bypass_15m", "bypass_session", "cancelled", "expired"]
 
 CALLBACK_PREFIX = "ap1"
-_MAX_CALLBACK_BYTES = 64  # Telegram's limit for callback_data
-_ACTION_CODES: dict[str, str] = {
+MAX_CALLBACK_BYTES = 64  # Telegram's limit for callback_data
+ACTION_CODES: dict[str, str] = {
     "approve": "a",
     "reject": "r",
     "bypass_15m": "t",
     "bypass_session": "s",
 }
-_CODE_ACTIONS = {code: action for action, code in _ACTION_CODES.items()}
-_DIGITS = frozenset("0123456789")
 #: Tool-call ids are signed 64-bit database ids: a button beyond that names no card.
 MAX_TOOL_CALL_ID = 2**63 - 1
 _NAME_MAX = 100  # tool and agent names longer than this are cut in the header
-
-
-@dataclass(frozen=True, slots=True)
-class CardAction:
-    """A pressed approval button."""
-
-    tool_call_id: int
-    action: Action
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,34 +72,9 @@ def format_callback(tool_call_id: int, action: Action) -> str:
         or not 0 < tool_call_id <= MAX_TOOL_CALL_ID
     ):
         raise ValueError(f"tool_call_id must be a positive 64-bit int, got {tool_call_id!r}")
-    if action not in _ACTION_CODES:
+    if action not in ACTION_CODES:
         raise ValueError(f"unknown action {action!r}")
-    return f"{CALLBACK_PREFIX}:{tool_call_id}:{_ACTION_CODES[action]}"
-
-
-def parse_callback(data: object) -> CardAction | None:
-    """The button behind ``data``, or ``None`` for anything that is not ours or is bad."""
-    if not isinstance(data, str) or not data:
-        return None
-    try:
-        if len(data.encode("utf-8")) > _MAX_CALLBACK_BYTES:
-            return None
-    except UnicodeEncodeError:
-        return None
-    parts = data.split(":")
-    if len(parts) != 3 or parts[0] != CALLBACK_PREFIX:
-        return None
-    raw_id, code = parts[1], parts[2]
-    # ASCII digits only, canonical (no sign, no leading zero): one id, one spelling.
-    if not raw_id or not set(raw_id) <= _DIGITS or raw_id[0] == "0":
-        return None
-    action = _CODE_ACTIONS.get(code)
-    if action is None:
-        return None
-    tool_call_id = int(raw_id)
-    if tool_call_id > MAX_TOOL_CALL_ID:  # no row has it, and looking it up overflows SQLite
-        return None
-    return CardAction(tool_call_id, action)  # type: ignore[arg-type]
+    return f"{CALLBACK_PREFIX}:{tool_call_id}:{ACTION_CODES[action]}"
 
 
 def approval_keyboard(tool_call_id: int) -> dict[str, Any]:

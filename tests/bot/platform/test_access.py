@@ -56,6 +56,15 @@ def test_who_is_allowed() -> None:
     assert [a.is_allowed(u) for u in ("1", "9", "5", "3", None)] == [True] * 3 + [False] * 2
 
 
+def test_a_numeric_id_is_the_same_person_as_its_decimal_spelling() -> None:
+    a = access(allowed=[1, "2"], owner=9)
+    a.paired.add("5")
+    assert [a.is_allowed(u) for u in (1, "1", 2, 9, "9", 5, 3, -1)] == [True] * 6 + [False] * 2
+    assert a.is_owner(9) and a.is_owner("9") and not a.is_owner(1) and not a.is_owner(None)
+    decider = a.decider(9)
+    assert decider.user_id == "9" and decider.is_owner and decider.is_allowed
+
+
 def test_the_owner_decides_as_owner_and_a_single_allowed_user_stands_in() -> None:
     assert access(allowed=["1"], owner="9").decider("9").is_owner
     single = access(allowed=["1"])

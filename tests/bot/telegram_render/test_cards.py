@@ -1,4 +1,5 @@
-"""bot/telegram/rendering/cards.py: approval cards, callback data, questions."""
+"""bot/telegram/rendering/cards.py: approval cards, callback data, questions (the data
+read back by bot/telegram/dispatch/approvals.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,11 @@ from typing import Any
 
 import pytest
 
+from bot.telegram.dispatch.approvals import CardAction, parse_callback
 from bot.telegram.rendering.cards import (
     Card,
-    CardAction,
     approval_card,
     format_callback,
-    parse_callback,
     question_text,
     resolved_card,
 )
