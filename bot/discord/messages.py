@@ -23,7 +23,6 @@ from bot.discord.cards import DiscordCards
 from bot.discord.incoming import DISCORD, Attachment, Incoming
 from bot.discord.sending import DiscordSender, discord_call
 from bot.platform.access import Access
-from bot.platform.cards import question_answered
 from bot.platform.commands import CommandContext, CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.handover import hand_over
@@ -201,11 +200,10 @@ class MessageHandler:
 
     async def _answer_question(self, m: Incoming, text: str) -> bool:
         """A reply to an open question, or any plain message while one is open, answers it."""
-        questions = [c for c in self._cards.open_in(m.source) if c.kind == "question"]
-        replied = next((c for c in questions if m.reply_to and c.message_id == m.reply_to), None)
-        card = replied or question_answered(questions, is_command=False)
-        if card is None:
+        target = self._cards.answered_by(m.source, reply_to=m.reply_to or None)
+        if target is None or target[0] != "answer":
             return False
+        card = target[1]
         try:
             await self._hub.answer(card.tool_call_id, text, source=m.source)
         except (InboxError, HubError) as exc:

@@ -24,7 +24,6 @@ from bot.matrix.incoming import MATRIX, Incoming, Place
 from bot.matrix.people import MatrixMe, People
 from bot.matrix.sending import MatrixError, MatrixSender, Rooms, call, leave
 from bot.platform.access import Access
-from bot.platform.cards import question_answered
 from bot.platform.commands import CommandContext, CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.handover import hand_over
@@ -271,10 +270,10 @@ class MessageHandler:
 
     async def _answer_question(self, m: Incoming, text: str) -> bool:
         """Any plain message in the conversation while a question is open answers it."""
-        questions = [c for c in self._cards.open_in(m.source) if c.kind == "question"]
-        card = question_answered(questions, is_command=False)
-        if card is None:
+        target = self._cards.answered_by(m.source)
+        if target is None or target[0] != "answer":
             return False
+        card = target[1]
         if not await self._cards.answer(card, text, by=await self.name_of(m.sender)):
             return False
         self._activity.start(m.source)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from bot.delivery import CardRow, CardStore
-from bot.platform.cards import CardContent, card_content
+from bot.platform.cards import CardContent, RejectWindows, card_content, reply_target
 from engine.hub import ChatHub, HubError
 from engine.session import ApprovalRequired, Question
 from engine.store import InboxError
@@ -63,6 +63,9 @@ class OpenCards:
         self._hub = hub
         self._face = face
         self._open: dict[str, dict[int, CardRow]] = {}
+        #: Cards whose ❌ was tapped once, where a reply gives the reason (Telegram's);
+        #: closing a card ends its window.
+        self.rejecting = RejectWindows()
 
     async def send_card(self, source: str, event: ApprovalRequired) -> None:
         if await self.shown(event.tool_call_id):
@@ -102,6 +105,19 @@ class OpenCards:
     def open_in(self, source: str) -> list[CardRow]:
         return list(self._open.get(source, {}).values())
 
+    def answered_by(
+        self, source: str, *, reply_to: str | None = None, is_command: bool = False
+    ) -> tuple[Literal["answer", "reason"], CardRow] | None:
+        """Which card open in ``source`` a message answers (``reply_target``'s rule, every
+        platform's): a question replied to, else the newest one; a card in its reject
+        window replied to. ``None``, at once when nothing is open there: a message."""
+        cards = self._open.get(source)
+        if not cards:
+            return None
+        return reply_target(
+            list(cards.values()), reply_to=reply_to, is_command=is_command, rejecting=self.rejecting
+        )
+
     async def stored(self, tool_call_id: int) -> CardRow | None:
         return await self.store.get(tool_call_id)
 
@@ -135,6 +151,7 @@ class OpenCards:
         self._open.setdefault(card.source, {})[card.tool_call_id] = card
 
     async def close_quietly(self, card: CardRow, state: str) -> bool:
+        self.rejecting.close(card.tool_call_id)
         cards = self._open.get(card.source, {})
         cards.pop(card.tool_call_id, None)
         if not cards:

@@ -16,7 +16,6 @@ from typing import Any
 
 from bot.delivery import CardRow, EventAlreadyHandled
 from bot.platform.access import Access
-from bot.platform.cards import reply_target
 from bot.platform.commands import CommandContext, CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.voice_notes import VoiceNotes
@@ -209,11 +208,10 @@ class MessageHandler:
     async def _answer_card(self, m: Message) -> bool:
         """A reply to a question (or any message while one is open) answers it; a reply
         to an approval card in its reject window is the reason."""
-        target = reply_target(
-            self._cards.open_in(m.source),
+        target = self._cards.answered_by(
+            m.source,
             reply_to=None if m.reply_to_message_id is None else str(m.reply_to_message_id),
             is_command=m.text.startswith("/"),
-            rejecting=self._cards.rejecting,
         )
         if target is None:
             return False

@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from bot.delivery import SEND, CardRow, CardStore
-from bot.platform.cards import CardContent, RejectWindows
+from bot.platform.cards import CardContent
 from bot.platform.open_cards import OpenCards, Words
 from bot.telegram.inbound.updates import parse_source
 from bot.telegram.rendering.cards import approval_keyboard, card_of, question_text, resolved_card
@@ -92,21 +92,7 @@ class TelegramFace:
 
 
 class ChatCards(OpenCards):
-    """The open cards (``OpenCards``) in Telegram chats, and the reject windows of their ❌."""
+    """The open cards (``OpenCards``) in Telegram chats."""
 
     def __init__(self, hub: ChatHub, store: CardStore, sender: TelegramSender) -> None:
         super().__init__(hub, store, TelegramFace(sender))
-        #: Cards whose ❌ was tapped once; closing a card ends its window.
-        self.rejecting = RejectWindows()
-
-    async def close(
-        self,
-        card: CardRow,
-        outcome: str,
-        state: str,
-        *,
-        by: str | None = None,
-        note: str | None = None,
-    ) -> None:
-        self.rejecting.close(card.tool_call_id)
-        await super().close(card, outcome, state, by=by, note=note)

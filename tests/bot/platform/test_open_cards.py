@@ -75,3 +75,32 @@ def test_a_card_tapped_before_its_message_id_was_recorded_gets_it_from_the_tap()
     assert tapped(recorded, "approval", "1", "m8") is None  # another message: not this card
     assert tapped(card(1), "question", "1", "m7") is None
     assert tapped(None, "approval", "1", "m7") is None
+
+
+def question(request_id: int, source: str = "chat:1") -> CardRow:
+    return CardRow(request_id, "question", source, "1", None, "Which one?", None, "open")
+
+
+async def test_what_a_message_answers_in_a_conversation() -> None:
+    cards = OpenCards(None, Store(), Face())  # type: ignore[arg-type]
+    assert cards.answered_by("chat:1") is None  # nothing open: a message is a message
+    await cards.show(card(1))
+    assert cards.answered_by("chat:1", reply_to="m1") is None  # an approval card: no window
+    await cards.show(question(2))
+    await cards.show(question(3))
+    assert cards.answered_by("chat:1") == ("answer", cards.open_in("chat:1")[2])  # the newest
+    answered = cards.answered_by("chat:1", reply_to="m2")
+    assert answered is not None and answered[1].tool_call_id == 2  # the one replied to
+    assert cards.answered_by("chat:1", is_command=True) is None
+    assert cards.answered_by("chat:2") is None  # another conversation's
+
+
+async def test_a_reply_to_a_card_in_its_reject_window_is_the_reason_until_it_closes() -> None:
+    cards = OpenCards(None, Store(), Face())  # type: ignore[arg-type]
+    await cards.show(card(1))
+    cards.rejecting.open(1, None)  # type: ignore[arg-type]
+    reason = cards.answered_by("chat:1", reply_to="m1")
+    assert reason is not None and reason[0] == "reason" and reason[1].tool_call_id == 1
+    await cards.close_quietly(reason[1], "resolved")
+    assert 1 not in cards.rejecting
+    assert cards.answered_by("chat:1", reply_to="m1") is None
