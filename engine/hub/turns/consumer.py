@@ -1,8 +1,8 @@
 """``InboxConsumer``: per source one consumer task, one turn at a time, in arrival order.
 
 The consumer exists while a source has work: created when a message arrives, gone when
-its inbox is empty. Each turn runs in a task of its own, so whatever a turn raises ends
-that turn only (``FailedTurns`` records it) and the consumer goes on.
+its inbox is empty. Whatever a turn raises ends that turn only (``FailedTurns`` records
+it) and the consumer goes on; a cancellation (the hub closing) ends the consumer.
 """
 
 from __future__ import annotations
@@ -156,17 +156,14 @@ class InboxConsumer:
     async def _run_turn(
         self, state: SourceState, unit: Unit | None, turn: Coroutine[Any, Any, Any]
     ) -> None:
-        """Run a turn in its own task: whatever it raises, the consumer goes on."""
-        # In a fleet every transaction of the turn checks the lease first.
-        with fenced(self._placement.turn_fence(state.name)):
-            task = asyncio.create_task(turn)
-        state.turn = task
+        """Run a turn in the consumer's task (a task per turn would cost two loop
+        iterations): whatever it raises ends that turn only, and the consumer goes on."""
+        state.turn = asyncio.current_task()
         session_id = state.session_id  # a /clear during the turn moves the source on
         try:
-            await task
-        except asyncio.CancelledError:
-            if self._closing:
-                raise
+            # In a fleet every transaction of the turn checks the lease first.
+            with fenced(self._placement.turn_fence(state.name)):
+                await turn
         except Fenced as exc:  # nothing of it committed since: the new owner resumes it
             log.warning("turn of %s stopped: %s", state.name, exc)
         except Exception:

@@ -29,6 +29,7 @@ class SourceState:
     inbox: SourceInbox = field(default_factory=SourceInbox)
     handler: ChatSessionHandler | None = None
     consumer: asyncio.Task[None] | None = None
+    #: The task running the source's turn (its consumer's), while one runs.
     turn: asyncio.Task[Any] | None = None
     #: Recovery found this source's session cut mid-turn: its consumer resumes it first.
     resume_first: bool = False
@@ -50,7 +51,8 @@ class SourceState:
         return busy_turn or (self.handler is not None and self.handler.is_processing)
 
     def tasks(self) -> Iterator[asyncio.Task[Any]]:
-        yield from (task for task in (self.consumer, self.turn) if task is not None)
+        # The running turn's task is its consumer's, unless a caller ran it apart.
+        yield from dict.fromkeys(task for task in (self.consumer, self.turn) if task is not None)
 
 
 class SourceRegistry:
