@@ -10,6 +10,19 @@ import pytest
 from engine.session.turn.cancel import CancelScope, TurnCancelled
 
 
+async def in_flight(scope: CancelScope) -> asyncio.Task[None]:
+    """A task inside ``scope.run`` with work that waits until it is dropped."""
+    started = asyncio.Event()
+
+    async def work() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    task = asyncio.create_task(scope.run(work()))
+    await started.wait()
+    return task
+
+
 async def test_a_stop_drops_the_work_in_flight_and_the_turn_carries_on() -> None:
     scope = CancelScope()
     started = asyncio.Event()
@@ -67,15 +80,7 @@ async def test_a_cancelled_scope_runs_nothing_more() -> None:
 
 
 async def test_a_cancellation_from_outside_the_scope_stays_a_cancellation() -> None:
-    scope = CancelScope()
-    started = asyncio.Event()
-
-    async def work() -> None:
-        started.set()
-        await asyncio.Event().wait()
-
-    task = asyncio.create_task(scope.run(work()))
-    await started.wait()
+    task = await in_flight(CancelScope())
     task.cancel()  # the service stopping, not /stop
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -83,14 +88,7 @@ async def test_a_cancellation_from_outside_the_scope_stays_a_cancellation() -> N
 
 async def test_a_stop_and_a_shutdown_at_once_end_as_the_shutdown() -> None:
     scope = CancelScope()
-    started = asyncio.Event()
-
-    async def work() -> None:
-        started.set()
-        await asyncio.Event().wait()
-
-    task = asyncio.create_task(scope.run(work()))
-    await started.wait()
+    task = await in_flight(scope)
     scope.cancel()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
