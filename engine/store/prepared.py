@@ -95,14 +95,15 @@ def _compile(statement: sa.Executable, dialect: Dialect, keys: tuple[str, ...]) 
         raise TypeError("Prepared takes INSERT, UPDATE or DELETE statements")
     if compiled.insert_prefetch or compiled.update_prefetch or compiled.effective_returning:
         raise TypeError("Prepared statements cannot have Python-side defaults or RETURNING")
-    processors = compiled._bind_processors
     binders = []
     for name in compiled.positiontup:
         bind = compiled.binds[name]
         if bind.callable is not None:
             raise TypeError("Prepared statements cannot have bind parameters with callables")
         constant = _REQUIRED if bind.required or name in keys else bind.value
-        binders.append((name, constant, processors.get(name)))
+        # What the compiled statement binds with: the dialect's form of the type.
+        process = bind.type.dialect_impl(dialect).bind_processor(dialect)
+        binders.append((name, constant, process))
     return _Plan(compiled.string, tuple(binders), bool(compiled.isinsert))
 
 
