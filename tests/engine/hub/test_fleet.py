@@ -108,12 +108,18 @@ async def member(
 
 @dataclass
 class Dead:
-    """A fleet member "a" that is never started: it holds what it claims until the lease
-    runs out and renews nothing (as after ``kill -9``)."""
+    """A fleet member "a" that is never started: it renews what it claims only until
+    ``kill`` (as ``kill -9`` would), then holds it until the lease runs out."""
 
     engine: Engine
     hub: ChatHub
     model: Echo
+    renewing: asyncio.Task[None]
+
+    async def kill(self) -> None:
+        """From here on nothing is renewed (a slow machine must not lapse it earlier)."""
+        self.renewing.cancel()
+        await asyncio.gather(self.renewing, return_exceptions=True)
 
 
 @contextlib.asynccontextmanager
@@ -129,9 +135,13 @@ async def dead_member(url: str, workspace: Path, *, rules: bool = False) -> Asyn
     )
     fleet = FleetConfig(owner="a", lease_ttl_s=TTL, scan_interval_s=60)
     hub = ChatHub(engine, HubConfig(), fleet=fleet)
+    assert hub.fleet is not None
+    renewing = asyncio.create_task(hub.fleet.ownership.keep(lambda _lost: None))
+    dead = Dead(engine, hub, model, renewing)
     try:
-        yield Dead(engine, hub, model)
+        yield dead
     finally:
+        await dead.kill()
         await hub.close()
         await engine.close()
 
@@ -306,7 +316,7 @@ async def test_a_dead_processs_queued_and_interrupted_work_is_taken_over(
         await hub.send_message("telegram:9", "first")
         await asyncio.wait_for(model.started.wait(), 5)  # its turn is in the model call
         await hub.send_message("telegram:9", "second")  # queued behind it
-        # "kill -9": never started, so never renewed; its turn hangs where it was.
+        await a.kill()  # "kill -9": nothing renewed any more; its turn hangs where it was
 
         async def answered() -> bool:
             got = await b.engine.store.db.run(answers)
@@ -547,7 +557,8 @@ async def test_a_question_of_a_dead_process_is_answered_and_its_turn_goes_on_els
         await hub.fleet.ownership.claim("telegram:10")
         await hub.send_message("telegram:10", "paint it")
         question = await pending_question(dead)
-        await asyncio.sleep(TTL)  # "kill -9" of a: its lease runs out, never renewed
+        await a.kill()  # "kill -9" of a: its lease runs out, never renewed
+        await asyncio.sleep(TTL)
         b.model.add(lambda msgs: LlmResponse(content=f"Painted {last_tool_result(msgs)}."))
         await b.hub.answer(question, "green", source="telegram:10")
 
@@ -573,6 +584,7 @@ async def test_an_approval_card_of_a_dead_process_is_approved_and_runs_once_else
         await hub.send_message("telegram:8", "run it")
         call = await pending_call(dead)
         # "kill -9" of a: never renewed; b gets its (old) button once a's lease is gone.
+        await a.kill()
         await asyncio.sleep(TTL)
         b.model.add(text("Ran it."))
         await b.hub.decide(call, APPROVE, decider=OPERATOR, source="telegram:8")
