@@ -200,10 +200,9 @@ class MessageHandler:
 
     async def _answer_question(self, m: Incoming, text: str) -> bool:
         """A reply to an open question, or any plain message while one is open, answers it."""
-        target = self._cards.answered_by(m.source, reply_to=m.reply_to or None)
-        if target is None or target[0] != "answer":
+        card = self._cards.question_for(m.source, reply_to=m.reply_to or None)
+        if card is None:
             return False
-        card = target[1]
         try:
             await self._hub.answer(card.tool_call_id, text, source=m.source)
         except (InboxError, HubError) as exc:

@@ -270,10 +270,9 @@ class MessageHandler:
 
     async def _answer_question(self, m: Incoming, text: str) -> bool:
         """Any plain message in the conversation while a question is open answers it."""
-        target = self._cards.answered_by(m.source)
-        if target is None or target[0] != "answer":
+        card = self._cards.question_for(m.source)
+        if card is None:
             return False
-        card = target[1]
         if not await self._cards.answer(card, text, by=await self.name_of(m.sender)):
             return False
         self._activity.start(m.source)

@@ -118,6 +118,11 @@ class OpenCards:
             list(cards.values()), reply_to=reply_to, is_command=is_command, rejecting=self.rejecting
         )
 
+    def question_for(self, source: str, *, reply_to: str | None = None) -> CardRow | None:
+        """The open question a plain message in ``source`` answers (``answered_by``)."""
+        target = self.answered_by(source, reply_to=reply_to)
+        return target[1] if target is not None and target[0] == "answer" else None
+
     async def stored(self, tool_call_id: int) -> CardRow | None:
         return await self.store.get(tool_call_id)
 

@@ -78,7 +78,7 @@ class TelegramAdapter:
         self._background = background = Background()
         self.access = access = Access(
             PairingStore(store),
-            allowed=(str(user_id) for user_id in config.allowed_user_ids),
+            allowed=config.allowed_user_ids,
             owner=config.owner_id,
             clock=clock,
             reminder_s=config.pairing_reminder_s,

@@ -98,11 +98,10 @@ class ApprovalTaps:
         if action is None or card is None:
             await answer(EXPIRED)
             return
-        user = c.user_id
-        if not self._access.is_allowed(user):
+        if not self._access.is_allowed(c.user_id):
             await answer(NOT_ALLOWED)
             return
-        decider = self._access.decider(user)
+        decider = self._access.decider(c.user_id)
         refused = await self._hub.decision_refusal(card.tool_call_id, decider)
         if refused is not None:  # the card stays as it is, for those who may decide
             await answer(refused)

@@ -93,6 +93,11 @@ async def test_what_a_message_answers_in_a_conversation() -> None:
     assert answered is not None and answered[1].tool_call_id == 2  # the one replied to
     assert cards.answered_by("chat:1", is_command=True) is None
     assert cards.answered_by("chat:2") is None  # another conversation's
+    replied = cards.question_for("chat:1", reply_to="m2")
+    assert replied is not None and replied.tool_call_id == 2
+    newest = cards.question_for("chat:1")
+    assert newest is not None and newest.tool_call_id == 3
+    assert cards.question_for("chat:2") is None
 
 
 async def test_a_reply_to_a_card_in_its_reject_window_is_the_reason_until_it_closes() -> None:
@@ -101,6 +106,7 @@ async def test_a_reply_to_a_card_in_its_reject_window_is_the_reason_until_it_clo
     cards.rejecting.open(1, None)  # type: ignore[arg-type]
     reason = cards.answered_by("chat:1", reply_to="m1")
     assert reason is not None and reason[0] == "reason" and reason[1].tool_call_id == 1
+    assert cards.question_for("chat:1", reply_to="m1") is None  # a reason is no answer
     await cards.close_quietly(reason[1], "resolved")
     assert 1 not in cards.rejecting
     assert cards.answered_by("chat:1", reply_to="m1") is None
