@@ -192,8 +192,10 @@ class Outbound:
         # waiting for its turn is dropped, the latest text wins.
         self._edits: dict[tuple[str, str], int] = {}
         self._marks = DeliveryMarks(store, mark_delay_s)
-        # Rows past the order check and not yet done: a later row of their conversation
-        # queues behind them in its lane instead of waiting for them to be recorded sent.
+        # Rows past the order check and not yet done, sent in their conversation's lane: a
+        # later row of it queues behind them there instead of waiting for them to be
+        # recorded sent. A redelivered row (``record_now``) is sent outside the lane, so a
+        # later row still waits for it to be recorded.
         self._ahead: set[int] = set()
         # Attempts carried to their end when their caller is cancelled (``attempt_to_the_end``).
         self._finishing: set[asyncio.Task[tuple[Delivery, str | None]]] = set()
@@ -408,6 +410,8 @@ class Outbound:
         if self.handback is not None and await self._behind_another(row):
             await self.postponements.hold(row, HOLD_S)
             return Delivery.POSTPONED, None
+        if record_now:
+            return await self._attempt(row, record_now)
         self._ahead.add(row.id)
         try:
             return await self._attempt(row, record_now)

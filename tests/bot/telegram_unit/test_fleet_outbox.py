@@ -9,6 +9,7 @@ leases; A's tenure (what its ``SourceOwnership`` would say) is a switch.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -28,7 +29,7 @@ from bot.delivery import (
     RetrySchedule,
 )
 from bot.delivery.tables import platform_outbox
-from bot.telegram.sending.api import ServerError
+from bot.telegram.sending.api import Json, ServerError
 from bot.telegram.sending.delivery import TelegramClient
 from bot.telegram.store import TelegramStore
 from engine.store import Store
@@ -253,6 +254,39 @@ async def test_a_later_reply_waits_for_an_earlier_one_a_dead_process_left(fleet:
     await b.out.flush()
     assert b.sent() == ["first answer", "second answer", "its second part"]
     assert [r["status"] for r in await fleet.rows()] == ["sent", "sent", "sent"]
+
+
+async def test_a_reply_waits_for_an_earlier_one_this_process_is_redelivering(
+    fleet: Fleet,
+) -> None:
+    """B took a dead A's reply to the chat and is sending it when B's own next reply comes:
+    the next one waits until the earlier one is out, never overtaking it (a kill loop read
+    message 2's answer before message 1's)."""
+    a, b = fleet.process("A"), fleet.process("B")
+    await record(a, "final:1", "first answer")
+    await fleet.die("A")
+    assert await b.out.recover_orphans() == 1
+    taken, answer = asyncio.Event(), asyncio.Event()
+    send = b.api.send_message
+
+    async def slow_first(chat_id: int, text: str, **kwargs: Any) -> Json:
+        if text == "first answer":
+            taken.set()
+            await answer.wait()  # Telegram took it; its answer is on the way
+        return await send(chat_id, text, **kwargs)
+
+    b.api.send_message = slow_first  # type: ignore[method-assign]
+    redelivering = asyncio.create_task(b.redelivery.run_due())
+    await taken.wait()
+    later = await record(b, "final:2", "second answer")
+    await b.out.deliver_rows(later)
+    assert b.sent() == []  # held behind the row on its way
+    answer.set()
+    assert await redelivering == 1
+    fleet.wall[0] = NOW + timedelta(seconds=5)
+    assert await b.redelivery.run_due() == 1
+    await b.out.flush()
+    assert b.sent() == ["first answer", "second answer"]
 
 
 async def test_a_row_another_process_claimed_is_never_made_due_again_by_this_one(
