@@ -65,8 +65,9 @@ class Postponements:
         self._waiting: dict[str, set[int]] = {}
         # Conversations held behind another process's earlier row, until when.
         self._held: dict[str, datetime] = {}
-        #: Rows ``Redelivery`` is sending now: never made due again while they are (another
-        #: process of a fleet would claim and send them too).
+        #: Rows ``Redelivery`` claimed and has not settled (sending, or waiting for their
+        #: turn in their chat): never made due again meanwhile (another process of a fleet
+        #: would claim and send them too).
         self.in_flight: set[int] = set()
 
     def waiting(self, conversation: str) -> set[int] | None:

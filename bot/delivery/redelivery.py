@@ -83,6 +83,10 @@ class Redelivery:
         # A row still being sent here (its lease ran out during a long 429 storm) is left
         # to the delivery in progress: never two sends of one row from this process.
         rows = [row for row in claimed if row.id not in self._in_flight]
+        # Each claimed row is in flight until its own attempt ends, not only during it: a
+        # new reply queued behind one still waiting for its turn in its chat must not make
+        # it due again (another process would claim it and send it too).
+        self._in_flight.update(row.id for row in rows)
         by_chat: dict[str, list[OutboxRow]] = {}
         for row in rows:
             by_chat.setdefault(row.conversation, []).append(row)
@@ -96,9 +100,14 @@ class Redelivery:
         return len(rows)
 
     async def _deliver_chat(self, rows: list[OutboxRow]) -> None:
+        try:
+            await self._deliver_in_order(rows)
+        finally:
+            self._in_flight.difference_update(row.id for row in rows)
+
+    async def _deliver_in_order(self, rows: list[OutboxRow]) -> None:
         stats = self.outbound.stats
         for index, row in enumerate(rows):
-            self._in_flight.add(row.id)
             try:
                 stats.redelivery_attempts += 1
                 outcome, _message_id = await self.outbound.attempt_to_the_end(row)

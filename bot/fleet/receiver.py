@@ -4,7 +4,8 @@
 starts the receiver (the poller's ``run``) and renews every ``ttl/3``. The receiver is cancelled at
 once when a renewal fails, raises, or comes back later than the lease could still be
 ours (the process was paused: SIGSTOP, a swapped-out VM) — and only then does the loop go
-back to trying. A holder killed with ``kill -9`` is replaced when its lease expires: at
+back to trying, one ``ttl`` later: a paused process does not take the lease back from
+under the healthy one that took over (or race it for it). A holder killed with ``kill -9`` is replaced when its lease expires: at
 most ``ttl`` after its last renewal, plus one try interval of the next process: with the
 default 4 s, fail-over takes 3-4.5 s.
 """
@@ -87,6 +88,9 @@ class ReceiverElection:
                 continue
             if await self._hold(lease, asked):
                 return
+            # Lost while receiving (paused, cut off): another process that asks every try
+            # interval takes over meanwhile; only a process alone comes back to it.
+            await self._sleep(self.ttl_s)
 
     async def _try_acquire(self) -> Lease | None:
         try:

@@ -84,8 +84,16 @@ async def test_of_two_elections_exactly_one_polls_and_the_other_takes_over_when_
     dbs = [connect(url), connect(url)]
     polling: set[str] = set()
     pollers = [FakePoller(polling, "a"), FakePoller(polling, "b")]
+    stepped_back: list[set[str]] = []
+
+    async def sleep(seconds: float) -> None:
+        if seconds == 30:  # the loser steps back for a ttl: the other one takes over now
+            stepped_back.append(set(polling))
+            await until(lambda: len(polling) == 1, "someone polls while the loser waits")
+        await asyncio.sleep(0)
+
     elections = [
-        ReceiverElection(Leases(db), name, poller.run, ttl_s=30, sleep=yielding)
+        ReceiverElection(Leases(db), name, poller.run, ttl_s=30, sleep=sleep)
         for db, name, poller in zip(dbs, ["a", "b"], pollers, strict=True)
     ]
     seen: list[set[str]] = []
@@ -113,6 +121,8 @@ async def test_of_two_elections_exactly_one_polls_and_the_other_takes_over_when_
     by_name = dict(zip(["a", "b"], elections, strict=True))
     assert by_name[first].lost == 1 and by_name[first].won == 1
     assert by_name[other].won == 1
+    # The loser stepped back once, after it had stopped polling.
+    assert len(stepped_back) == 1 and first not in stepped_back[0]
 
 
 async def test_a_renewal_that_fails_stops_the_poller_at_once(url: str) -> None:

@@ -289,6 +289,59 @@ async def test_a_reply_waits_for_an_earlier_one_this_process_is_redelivering(
     assert b.sent() == ["first answer", "second answer"]
 
 
+async def test_a_row_this_process_claimed_waits_for_its_turn_without_being_due_again(
+    fleet: Fleet,
+) -> None:
+    """B claimed two waiting replies of the chat and sends the first; its next reply comes
+    meanwhile and queues behind them: the second, claimed and waiting for its turn, is not
+    made due again (A would claim it and send it while B does: a kill loop read one reply
+    twice from two live processes)."""
+    a, b = fleet.process("A"), fleet.process("B")
+    a_rows = await record(a, "final:0", "A's earlier answer")
+    first = await record(b, "final:1", "first answer")
+    await b.out.deliver_rows(first)  # held behind A's row, on its way with A
+    second = await record(b, "final:2", "second answer")
+    await b.out.deliver_rows(second)  # queued behind the first
+    assert b.sent() == [] and b.out.postponements.waiting(CHAT_KEY) == {
+        first[0].id,
+        second[0].id,
+    }
+    await a.out.deliver_rows(a_rows)
+    await a.out.flush()
+    fleet.wall[0] = NOW + timedelta(seconds=1)  # the hold is over
+
+    released = {"first answer": asyncio.Event(), "second answer": asyncio.Event()}
+    taken = {text: asyncio.Event() for text in released}
+    send = b.api.send_message
+
+    async def slow(chat_id: int, text: str, **kwargs: Any) -> Json:
+        if text in released:
+            taken[text].set()
+            await released[text].wait()  # Telegram took it; its answer is on the way
+        return await send(chat_id, text, **kwargs)
+
+    b.api.send_message = slow  # type: ignore[method-assign]
+    redelivering = asyncio.create_task(b.redelivery.run_due())
+    await taken["first answer"].wait()
+    third = await record(b, "final:3", "third answer")
+    await b.out.deliver_rows(third)  # queued behind what B still holds of the chat
+    released["first answer"].set()
+    await taken["second answer"].wait()
+    await a.redelivery.run_due()  # A claims what is due of the chat now
+    released["second answer"].set()
+    assert await redelivering == 2
+    fleet.wall[0] = NOW + timedelta(seconds=5)
+    await a.redelivery.run_due()
+    await b.redelivery.run_due()
+    await a.out.flush()
+    await b.out.flush()
+    sent = b.sent() + a.sent()
+    assert sorted(sent) == sorted(
+        ["A's earlier answer", "first answer", "second answer", "third answer"]
+    )
+    assert b.sent()[:2] == ["first answer", "second answer"]
+
+
 async def test_a_row_another_process_claimed_is_never_made_due_again_by_this_one(
     fleet: Fleet,
 ) -> None:
