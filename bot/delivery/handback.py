@@ -85,17 +85,29 @@ class Handback:
         return count
 
 
-class DeliveryMarks:
-    """Deliveries recorded as sent together: those of the next ``delay_s``, one commit."""
+#: After a failed record of deliveries (the database away), the next try this much later.
+MARK_RETRY_S = 1.0
 
-    def __init__(self, store: OutboxStore, delay_s: float) -> None:
+
+class DeliveryMarks:
+    """Deliveries recorded as sent together: those of the next ``delay_s``, one commit.
+
+    A record that fails (the database away) is tried again every ``MARK_RETRY_S`` until it
+    is written: a delivery left pending would be sent again (by a fleet's orphan scan, or
+    at the next start), and until then it holds the chat's later replies back elsewhere.
+    """
+
+    def __init__(self, store: OutboxStore, delay_s: float, retry_s: float = MARK_RETRY_S) -> None:
         self.store = store
         self.delay_s = delay_s
+        self.retry_s = retry_s
         self._sent: list[tuple[int, str | None]] = []
         self._writing: list[tuple[int, str | None]] = []
-        # Records that failed (the database away): written again with the next batch.
+        # Records that failed: written again after a pause, with whatever came meanwhile.
         self._failed: list[tuple[int, str | None]] = []
         self._marking: asyncio.Task[None] | None = None
+        # Set while the writer pauses after a failure (``flush`` does not wait for it).
+        self._pausing = asyncio.Event()
 
     def unrecorded(self) -> set[int]:
         """The rows delivered whose record is not committed yet."""
@@ -113,17 +125,41 @@ class DeliveryMarks:
     async def _write(self) -> None:
         if self.delay_s > 0:
             await asyncio.sleep(self.delay_s)  # real time: a batch, not a pacing wait
-        while self._sent:
-            self._writing, self._sent, self._failed = self._failed + self._sent, [], []
-            try:
-                await self.store.mark_sent_many(self._writing)
-            except Exception:  # pending until a later batch records them, or a restart
-                log.exception("recording %d delivered message(s) failed", len(self._writing))
-                self._failed = self._writing
-            finally:
-                self._writing = []
+        while self._sent or self._failed:
+            if not await self._write_once():
+                self._pausing.set()
+                try:
+                    await asyncio.sleep(self.retry_s)  # real time: the database's
+                finally:
+                    self._pausing.clear()
+
+    async def _write_once(self) -> bool:
+        self._writing, self._sent, self._failed = self._failed + self._sent, [], []
+        try:
+            await self.store.mark_sent_many(self._writing)
+        except Exception:
+            log.exception("recording %d delivered message(s) failed", len(self._writing))
+            self._failed = self._writing
+            return False
+        finally:
+            self._writing = []
+        return True
 
     async def flush(self) -> None:
-        """Until every delivery so far is recorded."""
+        """Until every delivery so far is recorded; when the database is away, until one
+        more try failed (a stop does not wait for the database to come back)."""
         while self._marking is not None and not self._marking.done():
-            await asyncio.shield(self._marking)
+            pausing = asyncio.ensure_future(self._pausing.wait())
+            try:
+                await asyncio.wait(
+                    {asyncio.shield(self._marking), pausing},
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                pausing.cancel()
+            if not self._marking.done():  # paused after a failure: one more try, now
+                self._marking.cancel()
+                await asyncio.gather(self._marking, return_exceptions=True)
+                if self._sent or self._failed:
+                    await self._write_once()
+                return

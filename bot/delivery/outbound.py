@@ -32,7 +32,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
@@ -45,7 +45,7 @@ from bot.delivery.errors import (
     clamp_retry_after,
     describe,
 )
-from bot.delivery.handback import DeliveryMarks, Handback, Tenure, TenureLost
+from bot.delivery.handback import MARK_RETRY_S, DeliveryMarks, Handback, Tenure, TenureLost
 from bot.delivery.pacing import EDIT, OTHER, SEND, CallKind, Pacer, PacingPolicy
 from bot.delivery.postponements import Postponements, RetrySchedule
 from bot.delivery.stats import OutboundStats
@@ -158,6 +158,7 @@ class Outbound:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         mark_delay_s: float = MARK_DELAY_S,
+        mark_retry_s: float = MARK_RETRY_S,
         schedule: RetrySchedule | None = None,
         now: Callable[[], datetime] = utcnow,
         health: SendHealth | None = None,
@@ -186,12 +187,14 @@ class Outbound:
         self._clock = clock
         self._sleep = sleep
         self._now = now  # wall time: a postponed row's schedule is stored
-        self.postponements = Postponements(store, self.schedule, self.stats, now, self.postponed)
+        self.postponements = Postponements(
+            store, self.schedule, self.stats, now, self.postponed, strand=self.strand
+        )
         self._lanes: dict[str, _Lane] = {}
         # The newest edit asked for each (conversation, message): an older one still
         # waiting for its turn is dropped, the latest text wins.
         self._edits: dict[tuple[str, str], int] = {}
-        self._marks = DeliveryMarks(store, mark_delay_s)
+        self._marks = DeliveryMarks(store, mark_delay_s, mark_retry_s)
         # Rows past the order check and not yet done, sent in their conversation's lane: a
         # later row of it queues behind them there instead of waiting for them to be
         # recorded sent. A redelivered row (``record_now``) is sent outside the lane, so a
@@ -373,6 +376,13 @@ class Outbound:
             self.postponed.set()
         return count
 
+    def strand(self, outbox_ids: Collection[int]) -> None:
+        """Rows in flight with this process that it will not send and could not make due
+        (the database away): a fleet's orphan scan makes them due later. A single process
+        finds them at its next start (or when a retry's lease ends)."""
+        if self.handback is not None:
+            self.handback.stranded.update(outbox_ids)
+
     async def deliver_rows(self, rows: Sequence[OutboxRow]) -> None:
         """Send one reply's recorded rows in order; once one is handed back (the tenure
         broke), so are the rest: none may overtake it."""
@@ -421,11 +431,15 @@ class Outbound:
     async def attempt_to_the_end(self, row: OutboxRow) -> tuple[Delivery, str | None]:
         """``attempt(row, record_now=True)``, carried on when its caller is cancelled (a
         stop): a send the platform took must be recorded, or it goes again after the
-        restart. ``flush`` waits for these."""
+        restart. ``flush`` waits for these. The row is in flight
+        (``Postponements.in_flight``) until the attempt itself ends, not its caller."""
+        in_flight = self.postponements.in_flight
+        in_flight.add(row.id)
         task = asyncio.ensure_future(self.attempt(row, record_now=True))
         self._finishing.add(task)
         task.add_done_callback(_finished)
         task.add_done_callback(self._finishing.discard)
+        task.add_done_callback(lambda _task: in_flight.discard(row.id))
         return await asyncio.shield(task)
 
     async def _attempt(self, row: OutboxRow, record_now: bool) -> tuple[Delivery, str | None]:
@@ -458,8 +472,9 @@ class Outbound:
             return Delivery.SENT, message_id
         try:
             await self.store.mark_sent(row.id, message_id)
-        except Exception:  # pending under its lease: sent again when that ends (a duplicate)
+        except Exception:  # written again with the batched records, until it is
             log.exception("recording the delivery %s failed", row.dedupe_key)
+            self._marks.add(row.id, message_id)
         return Delivery.SENT, message_id
 
     async def _behind_another(self, row: OutboxRow) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -53,13 +53,17 @@ class Postponements:
         stats: OutboundStats,
         now: Callable[[], datetime],
         wake: asyncio.Event,
+        strand: Callable[[Collection[int]], None] = lambda _ids: None,
     ) -> None:
-        """``wake``: set whenever a delivery is postponed or due at once (``Redelivery``)."""
+        """``wake``: set whenever a delivery is postponed or due at once (``Redelivery``);
+        ``strand``: rows whose new schedule could not be stored (the database away), for a
+        fleet's orphan scan to make due (in flight with this process, nobody else would)."""
         self.store = store
         self.schedule = schedule
         self.stats = stats
         self._now = now  # wall time: a postponed row's schedule is stored
         self._wake = wake
+        self._strand = strand
         # Rows postponed per chat and not settled yet: a new reply to such a chat goes
         # after them.
         self._waiting: dict[str, set[int]] = {}
@@ -84,10 +88,12 @@ class Postponements:
         """
         waiting.add(row.id)
         due = max(self._now(), self._held.get(row.conversation, self._now()))
+        moving = sorted(waiting - self.in_flight)
         try:
-            moved = await self.store.reschedule(sorted(waiting - self.in_flight), due)
+            moved = await self.store.reschedule(moving, due)
         except Exception:  # they keep their old times; this one is due at the next start
             log.exception("queueing the delivery %s failed", row.dedupe_key)
+            self._strand(moving)
         else:
             self._keep(row.conversation, moved | (waiting & self.in_flight))
         self._wake.set()
@@ -106,11 +112,13 @@ class Postponements:
         )
         due = self._now() + timedelta(seconds=seconds)
         self._held[row.conversation] = due
+        # This row is not sent now, whoever was trying it: it is due again then.
+        moving = sorted((waiting - self.in_flight) | {row.id})
         try:
-            # This row is not sent now, whoever was trying it: it is due again then.
-            moved = await self.store.reschedule(sorted((waiting - self.in_flight) | {row.id}), due)
-        except Exception:  # pending: due at its lease's end, or the next start
+            moved = await self.store.reschedule(moving, due)
+        except Exception:  # pending: due at its lease's end, the orphan scan, or the next start
             log.exception("holding the delivery %s failed", row.dedupe_key)
+            self._strand(moving)
         else:
             self._keep(row.conversation, moved | (waiting & self.in_flight))
         self._wake.set()
@@ -153,11 +161,31 @@ class Postponements:
         # Replies queued behind this one while it was being tried wait with it.
         later = sorted(other for other in waiting - self.in_flight if other > row.id)
         try:
-            await self.store.postpone(row.id, describe(error), now, due)
+            if not await self.store.postpone(row.id, describe(error), now, due):
+                self.settled(row)  # another process took it meanwhile: its to send
             await self.store.reschedule(later, due)
-        except Exception:  # the row stays pending: due at its lease's end, or the next start
+        except Exception:  # pending: due at its lease's end, the orphan scan, or the next start
             log.exception("recording the postponed delivery %s failed", row.dedupe_key)
+            self._strand([row.id, *later])
         self._wake.set()
+
+    async def wait_with(self, row: OutboxRow, rest: Sequence[OutboxRow]) -> None:
+        """``row`` of a retry round was postponed (or held): the round's later rows of its
+        conversation wait with it, and a new reply queues behind them all (trying them
+        now would only fail again, or overtake it)."""
+        if not rest:
+            return
+        ids = [later.id for later in rest]
+        self._waiting.setdefault(row.conversation, set()).update(ids)
+        due = self._now() + timedelta(seconds=self.schedule.delay(row.attempts + 1))
+        try:
+            moved = await self.store.reschedule(ids, due)
+        except Exception:  # pending: due at their lease's end, the orphan scan, or a start
+            log.exception("postponing the deliveries after %s failed", row.dedupe_key)
+            self._strand(ids)
+        else:
+            others = self._waiting.get(row.conversation, set()) - set(ids)
+            self._keep(row.conversation, moved | others)
 
     async def fail(self, row: OutboxRow, reason: str) -> None:
         self.settled(row)
@@ -165,5 +193,6 @@ class Postponements:
         self.stats.deliveries_failed += 1
         try:
             await self.store.mark_failed(row.id, reason)
-        except Exception:  # stays pending: tried again at the next start, failed again then
+        except Exception:  # pending: tried again (the orphan scan, the next start), refused again
             log.exception("recording the failed delivery %s failed", row.dedupe_key)
+            self._strand([row.id])

@@ -100,35 +100,38 @@ class Redelivery:
         return len(rows)
 
     async def _deliver_chat(self, rows: list[OutboxRow]) -> None:
+        """One chat's claimed rows in order. Each stays in flight until its own attempt
+        ends (``attempt_to_the_end``, which a stop does not cut short); the rows not tried
+        leave it when the round ends for them."""
+        tried = 0
         try:
-            await self._deliver_in_order(rows)
+            for index, row in enumerate(rows):
+                tried = index + 1
+                if not await self._deliver(row, rows[tried:]):
+                    return
+        except Exception:
+            self.outbound.strand([row.id for row in rows[tried:]])
+            raise
         finally:
-            self._in_flight.difference_update(row.id for row in rows)
+            self._in_flight.difference_update(row.id for row in rows[tried:])
 
-    async def _deliver_in_order(self, rows: list[OutboxRow]) -> None:
+    async def _deliver(self, row: OutboxRow, rest: list[OutboxRow]) -> bool:
+        """Try ``row``; whether the chat's later rows of this round go on after it."""
         stats = self.outbound.stats
-        for index, row in enumerate(rows):
-            try:
-                stats.redelivery_attempts += 1
-                outcome, _message_id = await self.outbound.attempt_to_the_end(row)
-            finally:
-                self._in_flight.discard(row.id)
-            if outcome is Delivery.SENT:
-                stats.redelivered += 1
-                log.info("postponed delivery %s reached %s", row.dedupe_key, row.conversation)
-            elif outcome is Delivery.RELEASED:  # a fleet's: the rest are no longer ours
-                await self.outbound.release_rows(rows[index + 1 :])
-                return
-            elif outcome is Delivery.POSTPONED:
-                # The platform is still failing for this chat: its later rows wait with this one
-                # (trying them now would only fail again, or overtake it).
-                rest = [later.id for later in rows[index + 1 :]]
-                if rest:
-                    due = self._now() + timedelta(
-                        seconds=self.outbound.schedule.delay(row.attempts + 1)
-                    )
-                    await self.store.reschedule(rest, due)
-                return
+        stats.redelivery_attempts += 1
+        outcome, _message_id = await self.outbound.attempt_to_the_end(row)
+        if outcome is Delivery.SENT:
+            stats.redelivered += 1
+            log.info("postponed delivery %s reached %s", row.dedupe_key, row.conversation)
+        elif outcome is Delivery.RELEASED:  # a fleet's: the rest are no longer ours
+            await self.outbound.release_rows(rest)
+            return False
+        elif outcome is Delivery.POSTPONED:
+            # The platform is still failing for this chat (or an earlier reply is on its way
+            # elsewhere): its later rows wait with this one.
+            await self.outbound.postponements.wait_with(row, rest)
+            return False
+        return True
 
     async def _wait(self, delay: float, wake: asyncio.Event) -> None:
         """Sleep ``delay`` seconds, or less if a postponement comes in meanwhile."""

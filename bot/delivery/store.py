@@ -329,14 +329,20 @@ class OutboxStore:
         if sent:
             await self._db.run(_mark_sent_many, list(sent))
 
-    async def mark_failed(self, outbox_id: int, error: str) -> None:
-        await self._db.run(_mark_outbox, outbox_id, "failed", None, error[:2000])
+    async def mark_failed(self, outbox_id: int, error: str) -> bool:
+        """A refused delivery: failed, unless it is no longer pending with this process
+        (a fleet's: another took it since, and its outcome counts); whether it was."""
+        return await self._db.run(_mark_failed, outbox_id, error[:2000], self.process_id)
 
     async def postpone(
         self, outbox_id: int, error: str, tried_at: datetime, next_attempt_at: datetime
-    ) -> None:
-        """One more failed attempt: pending, due again at ``next_attempt_at``."""
-        await self._db.run(_postpone, outbox_id, error[:2000], tried_at, next_attempt_at)
+    ) -> bool:
+        """One more failed attempt: pending, due again at ``next_attempt_at``; unless it is
+        no longer pending with this process (a fleet's: another took it since: due again,
+        it would be sent twice). Whether it was postponed."""
+        return await self._db.run(
+            _postpone, outbox_id, error[:2000], tried_at, next_attempt_at, self.process_id
+        )
 
     async def reschedule(self, outbox_ids: Sequence[int], next_attempt_at: datetime) -> set[int]:
         """Rows this process holds, due at ``next_attempt_at`` (claimed and not tried after
@@ -440,11 +446,19 @@ def _has_key(conn: Connection, platform: str, dedupe_key: str) -> bool:
 
 
 def _postpone(
-    conn: Connection, outbox_id: int, error: str, tried_at: datetime, next_attempt_at: datetime
-) -> None:
-    conn.execute(
+    conn: Connection,
+    outbox_id: int,
+    error: str,
+    tried_at: datetime,
+    next_attempt_at: datetime,
+    own: str | None,
+) -> bool:
+    ours = sa.and_(
+        o.c.id == outbox_id, o.c.status == "pending", _sender().is_not_distinct_from(own)
+    )
+    moved = conn.execute(
         o.update()
-        .where(o.c.id == outbox_id, o.c.status == "pending")
+        .where(ours)
         .values(
             attempts=o.c.attempts + 1,
             error=error,
@@ -452,6 +466,20 @@ def _postpone(
             next_attempt_at=next_attempt_at,
         )
     )
+    return moved.rowcount == 1
+
+
+@quick_unit
+def _mark_failed(conn: Connection, outbox_id: int, error: str, own: str | None) -> bool:
+    ours = sa.and_(
+        o.c.id == outbox_id, o.c.status == "pending", _sender().is_not_distinct_from(own)
+    )
+    moved = conn.execute(
+        o.update()
+        .where(ours)
+        .values(status="failed", error=error, attempts=o.c.attempts + 1, message_id=None)
+    )
+    return moved.rowcount == 1
 
 
 def _reschedule(
@@ -493,7 +521,9 @@ def _recover_orphans(
             sender.is_distinct_from(own),
             sa.or_(sender.is_(None), sender.not_in(members)),
         ),
-        o.c.id.in_(stranded),
+        # This process's own rows it could not hand back: only while still in flight with
+        # it (another process that took one for an orphan since keeps it).
+        sa.and_(o.c.id.in_(stranded), sender.is_not_distinct_from(own)),
     )
     in_flight = sa.and_(
         o.c.platform == platform, o.c.status == "pending", o.c.next_attempt_at.is_(None)

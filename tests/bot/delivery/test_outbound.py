@@ -205,6 +205,27 @@ async def test_an_outage_postpones_and_the_retry_loop_delivers_once(
     assert len(client.delivered()) == 1
 
 
+async def test_a_reply_after_a_restart_waits_behind_every_row_of_a_failed_retry_round(
+    store: Store, outbox: OutboxStore
+) -> None:
+    """After a restart two replies to a chat are due; the first fails again and the second
+    waits with it. A new reply queues behind both: the chat reads one, two, three (it read
+    three before two, the second having been left out of what the chat waits for)."""
+    out, client, time = make_outbound(outbox, Pacing.unpaced(max_attempts=1))
+    for n, text in enumerate(["one", "two"]):
+        assert await outbox.enqueue(ALICE, f"final:{n}:0", {"text": text}) is not None
+    assert await out.recover() == 2  # the restart: both due
+    client.fail(ALICE, Unavailable("502 Bad Gateway"))
+    redelivery = Redelivery(out, outbox, now=wall(time), sleep=time.sleep)
+    assert await redelivery.run_due() == 2  # one postponed, two waiting with it
+    assert await out.deliver(ALICE, "final:3:0", {"text": "three"}) is None  # queued
+    await redelivery.run_due()
+    time.now += 300
+    await redelivery.run_due()
+    await out.flush()
+    assert [t.payload["text"] for t in client.delivered(ALICE)] == ["one", "two", "three"]
+
+
 async def test_a_redelivery_in_flight_when_the_service_stops_is_recorded_not_sent_again(
     store: Store, outbox: OutboxStore
 ) -> None:

@@ -246,12 +246,18 @@ class MarksFailOnce(OutboxStore):
         await super().mark_sent_many(sent)
 
 
+class MarksFailTwice(MarksFailOnce):
+    """The first record and the one more try of a stop's flush fail."""
+
+    failures = 2
+
+
 async def test_a_reply_sent_but_not_yet_recorded_holds_back_no_later_one(
     store: Store, leases: Leases
 ) -> None:
     """The first reply went out but its record failed: it is sent, not waiting, so the
     second goes out at once, and both records are written with it."""
-    a = MarksFailOnce(store.db, FAKE, process_id="A")
+    a = MarksFailTwice(store.db, FAKE, process_id="A")
     out, client, _time = make_outbound(a, Pacing.unpaced(), tenure=HeldTenure())
     [first] = await enqueue(a, "alice", "one")
     await out.deliver_rows(out.taken([first], out.mark()))
@@ -264,3 +270,34 @@ async def test_a_reply_sent_but_not_yet_recorded_holds_back_no_later_one(
     assert [t.payload["text"] for t in client.delivered("alice")] == ["one", "two"]
     assert out.stats.held == 0
     assert [r["status"] for r in await outbox_rows(store)] == ["sent", "sent"]
+
+
+async def test_a_failed_record_of_a_delivery_is_written_by_a_stops_flush(
+    store: Store, leases: Leases
+) -> None:
+    """The reply went out but its record failed, and nothing else is sent: the stop's flush
+    tries once more and writes it (left pending, it would be sent again by the fleet)."""
+    a = MarksFailOnce(store.db, FAKE, process_id="A")
+    out, client, _time = make_outbound(a, Pacing.unpaced(), tenure=HeldTenure())
+    [row] = await enqueue(a, "alice", "the answer")
+    await out.deliver_rows(out.taken([row], out.mark()))
+    await out.flush()
+    assert [t.payload["text"] for t in client.delivered("alice")] == ["the answer"]
+    assert [r["status"] for r in await outbox_rows(store)] == ["sent"]
+
+
+async def test_a_failed_record_of_a_delivery_is_tried_again_without_a_next_send(
+    store: Store, leases: Leases
+) -> None:
+    """The record failed and no other reply comes: the writer tries again after a pause,
+    on its own, and the row is recorded sent."""
+    a = MarksFailOnce(store.db, FAKE, process_id="A")
+    out, _client, _time = make_outbound(
+        a, Pacing.unpaced(), tenure=HeldTenure(), mark_retry_s=0.001
+    )  # the database's pause: real time, short
+    [row] = await enqueue(a, "alice", "the answer")
+    await out.deliver_rows(out.taken([row], out.mark()))
+    async with asyncio.timeout(10):
+        while [r["status"] for r in await outbox_rows(store)] != ["sent"]:  # noqa: ASYNC110
+            await asyncio.sleep(0.001)
+    assert a.failures == 0

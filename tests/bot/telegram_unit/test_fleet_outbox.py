@@ -149,6 +149,26 @@ async def record(process: Process, key: str, *texts: str) -> list[OutboxRow]:
     return process.out.taken([row for row in rows if row is not None], mark)
 
 
+def gate(process: Process, text: str, *, fail: bool = False) -> tuple[asyncio.Event, asyncio.Event]:
+    """``process``'s first send of ``text`` waits (the platform took it, its answer is on
+    the way) until the second event is set; ``fail``: the answer is then a 502."""
+    taken, answer = asyncio.Event(), asyncio.Event()
+    send = process.api.send_message
+    gated = [True]
+
+    async def slow(chat_id: int, sent: str, **kwargs: Any) -> Json:
+        if sent == text and gated[0]:
+            gated[0] = False
+            taken.set()
+            await answer.wait()
+            if fail:
+                raise ServerError("Bad Gateway")
+        return await send(chat_id, sent, **kwargs)
+
+    process.api.send_message = slow  # type: ignore[method-assign]
+    return taken, answer
+
+
 async def test_a_reply_is_sent_by_its_recorder_while_its_membership_holds(fleet: Fleet) -> None:
     a = fleet.process("A")
     rows = await record(a, "final:1", "the answer")
@@ -449,3 +469,119 @@ async def test_a_row_taken_without_a_mark_is_never_sent_unchecked_in_a_fleet(
     outcome, _ = await a.out.attempt(row)
     assert outcome is Delivery.RELEASED
     assert a.sent() == []
+
+
+async def test_a_row_stranded_and_then_taken_by_another_process_stays_with_that_one(
+    fleet: Fleet,
+) -> None:
+    """A lapsed and could not hand its row back (the database away): stranded. B took it
+    for an orphan and is sending it when A is back: A's orphan scan leaves B's claim
+    alone (made due, A would claim it and send it too)."""
+    a, b = fleet.process("A"), fleet.process("B")
+    [row] = await record(a, "final:1", "the answer")
+    a.tenure.lapse()
+    release = a.outbox.release
+
+    async def away(outbox_id: int, now: datetime) -> bool:
+        raise ConnectionError("the database is away")
+
+    a.outbox.release = away  # type: ignore[method-assign]
+    await a.out.deliver_rows([row])
+    a.outbox.release = release  # type: ignore[method-assign]
+    await fleet.die("A")
+    assert await b.out.recover_orphans() == 1
+    taken, answer = gate(b, "the answer")
+    sending = asyncio.create_task(b.redelivery.run_due())
+    await taken.wait()  # B claimed it and is sending it
+    await fleet.join("A")
+    assert await a.out.recover_orphans() == 0
+    assert await a.redelivery.run_due() == 0
+    answer.set()
+    assert await sending == 1
+    assert (a.sent(), b.sent()) == ([], ["the answer"])
+
+
+async def test_a_try_that_failed_after_its_process_lapsed_does_not_postpone_anothers_claim(
+    fleet: Fleet,
+) -> None:
+    """B's try was out when B lapsed; A took the row for an orphan and is sending it; B's
+    try then fails (a 502): B's postponement leaves A's claim alone (due again, C would
+    claim it and send it too)."""
+    a, b, c = fleet.process("A"), fleet.process("B"), fleet.process("C")
+    await fleet.join("C")
+    rows = await record(b, "final:1", "the answer")
+    b_taken, b_answer = gate(b, "the answer", fail=True)
+    b_sending = asyncio.create_task(b.out.deliver_rows(rows))
+    await b_taken.wait()
+    b.tenure.lapse()
+    await fleet.die("B")
+    assert await a.out.recover_orphans() == 1
+    a_taken, a_answer = gate(a, "the answer")
+    a_sending = asyncio.create_task(a.redelivery.run_due())
+    await a_taken.wait()  # A claimed it and is sending it
+    b_answer.set()
+    await b_sending  # B's 502
+    fleet.wall[0] = NOW + timedelta(seconds=5)
+    assert await c.redelivery.run_due() == 0
+    a_answer.set()
+    assert await a_sending == 1
+    assert (a.sent(), c.sent()) == (["the answer"], [])
+    assert [r["status"] for r in await fleet.rows()] == ["sent"]
+
+
+async def test_a_row_being_sent_when_the_retry_loop_stops_stays_this_processs(
+    fleet: Fleet,
+) -> None:
+    """B's retry loop is sending a row when B stops (the loop cancelled, the attempt carried
+    to its end): a reply queued behind it meanwhile does not make it due, so A does not
+    claim it and send it too."""
+    a, b = fleet.process("A"), fleet.process("B")
+    a_rows = await record(a, "final:0", "A's earlier answer")
+    first = await record(b, "final:1", "first answer")
+    await b.out.deliver_rows(first)  # held behind A's row
+    await a.out.deliver_rows(a_rows)
+    await a.out.flush()
+    fleet.wall[0] = NOW + timedelta(seconds=1)
+    taken, answer = gate(b, "first answer")
+    redelivering = asyncio.create_task(b.redelivery.run_due())
+    await taken.wait()
+    redelivering.cancel()  # the stop
+    await asyncio.gather(redelivering, return_exceptions=True)
+    later = await record(b, "final:2", "second answer")
+    await b.out.deliver_rows(later)  # an answer rendered within the stop's grace
+    await a.redelivery.run_due()
+    answer.set()
+    await b.out.flush()
+    assert (a.sent() + b.sent()).count("first answer") == 1
+
+
+async def test_rows_whose_postponement_could_not_be_stored_are_sent_later(
+    fleet: Fleet,
+) -> None:
+    """B retries a dead A's two-part reply; the first part fails again and storing the
+    second's new schedule fails (the database away): the second is left in flight with B,
+    and B's orphan scan makes it due, so both parts and B's next reply reach the chat, in
+    order (they waited forever)."""
+    a, b = fleet.process("A"), fleet.process("B")
+    parts = await record(a, "final:1", "one", "two")
+    await fleet.die("A")
+    assert await b.out.recover_orphans() == 2
+    b.api.fail("send_message", ServerError("Bad Gateway"))
+    reschedule = b.outbox.reschedule
+
+    async def away_once(ids: Any, at: datetime) -> set[int]:
+        if list(ids) == [parts[1].id]:
+            b.outbox.reschedule = reschedule  # type: ignore[method-assign]
+            raise ConnectionError("the database is away")
+        return await reschedule(ids, at)
+
+    b.outbox.reschedule = away_once  # type: ignore[method-assign]
+    assert await b.redelivery.run_due() == 2
+    later = await record(b, "final:2", "three")
+    await b.out.deliver_rows(later)
+    for second in range(1, 60):
+        fleet.wall[0] = NOW + timedelta(seconds=second)
+        await b.out.recover_orphans()
+        await b.redelivery.run_due()
+    await b.out.flush()
+    assert b.sent() == ["one", "one", "two", "three"]  # the 502's try first
