@@ -85,6 +85,11 @@ class Placement(Protocol):
         """The source's work here is done for now."""
         ...
 
+    def fenced_out(self, state: SourceState) -> None:
+        """A turn of the source was stopped by its fence: the source is not this process's
+        now (whoever takes it next resumes the cut turn first)."""
+        ...
+
     def holding(self, source: str) -> contextlib.AbstractAsyncContextManager[None]:
         """Work that reaches ``source`` from outside its queue (a notification, a result)
         runs inside: while it runs here and nowhere else."""
@@ -161,6 +166,9 @@ class LocalPlacement:
 
     async def idle(self, state: SourceState) -> None:
         return None
+
+    def fenced_out(self, state: SourceState) -> None:
+        return None  # no fence here
 
     @contextlib.asynccontextmanager
     async def holding(self, source: str) -> AsyncIterator[None]:

@@ -118,6 +118,11 @@ class SourceOwnership:
         self._held[source] = lease
         return True
 
+    def forget(self, source: str) -> None:
+        """``source``'s lease is known gone (a transaction behind its fence failed): not
+        held here, whatever the renewal last saw; a later claim asks for it anew."""
+        self._held.pop(source, None)
+
     def fence(self, source: str) -> Fence | None:
         """The fence of ``source``'s current holding (``None``: not held here)."""
         lease = self._held.get(source)

@@ -152,9 +152,12 @@ class FleetWork:
         if not held:
             self._sources.forget(source)
             # A turn the last owner left cut goes first, as after a restart: a new turn
-            # would take its unanswered message for an orphan and drop it.
+            # would take its unanswered message for an orphan and drop it. That owner may
+            # be this process, its consumer still winding down from the fenced turn.
             state = await self._sources.state(source)
-            if state.is_idle and await self._engine.store.sessions.interrupted(state.session_id):
+            if not state.is_processing and await self._engine.store.sessions.interrupted(
+                state.session_id
+            ):
                 state.resume_first = True
         return True
 
@@ -172,9 +175,17 @@ class FleetWork:
         """Held (waiting for its owner to let it go, or die) and behind its fence; let go
         after, as no consumer ran here to do it (the next result fired in another
         process would wait for it until this one dies)."""
-        with fenced(await self.hold(source)):
-            yield
-        await self.idle(await self._sources.state(source))
+        fence = await self.hold(source)
+        # Counted as the source's work: its consumer, ending meanwhile, must not let it go
+        # (this work's transactions would be fenced out).
+        state = self._sources.get(source) or await self._sources.state(source)
+        state.held += 1
+        try:
+            with fenced(fence):
+                yield
+        finally:
+            state.held -= 1
+        await self.idle(state)
 
     async def hold(self, source: str) -> Fence:
         """Wait until ``source`` is ours (its owner lets it go when idle, or dies); its
@@ -248,6 +259,13 @@ class FleetWork:
             await self._tell(STOP_CHANNEL, source)
 
     # -- ownership -------------------------------------------------------------------------
+
+    def fenced_out(self, state: SourceState) -> None:
+        """A turn of the source was fenced: its lease was gone by then, whatever the last
+        renewal saw. Its queued work here is dropped (the rows stay), and a later claim
+        (a scan, a message) takes it anew and resumes the cut turn first."""
+        self.ownership.forget(state.name)
+        self.lost([state.name])
 
     def lost(self, sources: Iterable[str]) -> None:
         """Leases that slipped away: stop taking those sources' messages here at once."""
@@ -404,8 +422,8 @@ class FleetWork:
 
 
 def _quiet(state: SourceState) -> bool:
-    """Nothing queued, running or to resume (its consumer may be the one asking)."""
-    return state.turn is None and not len(state.inbox) and not state.resume_first
+    """Nothing queued, running, held or to resume (its consumer may be the one asking)."""
+    return state.turn is None and not len(state.inbox) and not state.resume_first and not state.held
 
 
 def _unowned_work(conn: Connection, interrupted: set[int]) -> list[str]:

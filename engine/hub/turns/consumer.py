@@ -100,29 +100,43 @@ class InboxConsumer:
         finally:
             state.consumer = None
             state.last_active = self._clock()
-            if len(state.inbox) and not self._closing:
-                self.ensure(state)  # pushed while this one was finishing
+            if _has_work(state) and self._placement.owns(state.name) and not self._closing:
+                self.ensure(state)  # pushed (or decided) while this one was finishing
 
     async def _work(self, state: SourceState) -> None:
         # A turn may have been cut by another process of a fleet (or by this one, while
         # its lease was lost): resume it before a new turn would drop its message.
-        if state.resume_first or await self._placement.cut(state):
-            state.resume_first = False
-            await self._run_turn(state, None, self.resume(state))
+        if not state.resume_first and await self._placement.cut(state):
+            state.resume_first = True
+        await self._resume_if_cut(state)
         if self._config.debounce_s > 0:
             await self._sleep(self._config.debounce_s)  # take a burst as one queue
         while True:
             try:
-                while (unit := state.inbox.take()) is not None:
-                    if not self._placement.owns(state.name):
+                while True:
+                    if not await self._resume_if_cut(state):
                         state.inbox.clear()  # the source runs elsewhere now (rows stay)
+                        break
+                    unit = state.inbox.take()
+                    if unit is None:
                         break
                     await self._dispatch(state, unit)
             finally:
                 if not self._closing:  # a fleet lets the source go, unless a row came in
                     await self._placement.idle(state)
-            if not len(state.inbox):
+            if not _has_work(state) or not self._placement.owns(state.name):
                 return
+
+    async def _resume_if_cut(self, state: SourceState) -> bool:
+        """The cut turn first, when there is one (found at the start, or marked since: a
+        decision for it, a turn fenced out and the source taken again); whether the
+        source is still this process's to work."""
+        if not self._placement.owns(state.name):
+            return False
+        if state.resume_first:
+            state.resume_first = False
+            await self._run_turn(state, None, self.resume(state))
+        return True
 
     async def _dispatch(self, state: SourceState, unit: Unit) -> None:
         handler = await self._sources.handler(state)
@@ -166,6 +180,7 @@ class InboxConsumer:
                 await turn
         except Fenced as exc:  # nothing of it committed since: the new owner resumes it
             log.warning("turn of %s stopped: %s", state.name, exc)
+            self._placement.fenced_out(state)  # its lease was gone: the source is not ours
         except Exception:
             # The user gets one plain sentence; the traceback goes to the log under its id.
             error_id = uuid.uuid4().hex[:6]
@@ -178,3 +193,7 @@ class InboxConsumer:
         finally:
             state.turn = None
             state.last_active = self._clock()
+
+
+def _has_work(state: SourceState) -> bool:
+    return bool(len(state.inbox)) or state.resume_first

@@ -59,12 +59,16 @@ class MessageIntake:
         return await self._placement.stop(source, self._stop)
 
     async def clear(self, source: str) -> int:
-        """Stop as ``stop`` does, then move the source to a fresh session; its id."""
-        state = await self._sources.state(source)
-        await self._stop(state)
-        previous = state.session_id
-        fresh = await self._store.sessions.for_source(source, fresh=True)
-        state.session_id, state.handler = fresh.id, None
+        """Stop as ``stop`` does, wherever the turn runs, then move the source to a fresh
+        session while holding it (in a fleet its owner, told to stop, lets it go first: a
+        process that went on in the old session would drop what comes next); its id."""
+        await self._placement.stop(source, self._stop)
+        async with self._placement.holding(source):
+            state = await self._sources.state(source)
+            await self._stop(state)  # whatever was queued meanwhile
+            previous = state.session_id
+            fresh = await self._store.sessions.for_source(source, fresh=True)
+            state.session_id, state.handler = fresh.id, None
         self._publish(source, fresh.id, NewSession(fresh.id, previous))
         return fresh.id
 

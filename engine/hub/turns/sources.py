@@ -33,16 +33,21 @@ class SourceState:
     turn: asyncio.Task[Any] | None = None
     #: Recovery found this source's session cut mid-turn: its consumer resumes it first.
     resume_first: bool = False
+    #: Work from outside the queue holding the source here (a result delivered, a /new):
+    #: a fleet does not let the source go meanwhile.
+    held: int = 0
     last_active: float = 0.0
 
     @property
     def is_idle(self) -> bool:
-        """No consumer, no turn, nothing queued or to resume: a message would start a turn."""
+        """No consumer, no turn, nothing queued, held or to resume: a message would start
+        a turn."""
         return (
             self.consumer is None
             and self.turn is None
             and not len(self.inbox)
             and not self.resume_first
+            and not self.held
         )
 
     @property

@@ -628,3 +628,158 @@ async def test_a_cron_result_for_a_chat_worked_elsewhere_waits_for_it_and_runs_b
             return not fleet_b.owns("telegram:4")
 
         await until(let_go)
+
+
+def user_rows(conn: sa.Connection, source: str) -> list[tuple[int, str]]:
+    """``source``'s user messages as stored: ``(session id, content)``, in order."""
+    h, stack, s = chat_history, chat_sessions_stack, chat_sessions
+    rows = conn.execute(
+        sa.select(s.c.id, h.c.content)
+        .join(stack, stack.c.id == h.c.session_stack_id)
+        .join(s, s.c.id == stack.c.session_id)
+        .where(h.c.role == "user", stack.c.depth == 0, s.c.source == source)
+        .order_by(h.c.id)
+    )
+    return [(session_id, content) for session_id, content in rows]
+
+
+async def test_new_at_another_process_moves_the_chat_on_and_loses_no_message(
+    url: str, tmp_path: Path
+) -> None:
+    """/new reaches b while a runs the chat's turn: a's turn stops, and the next message
+    is answered in the new session (a went on in the old one and dropped it as queued for
+    a session since replaced)."""
+    notifier = LocalNotifier("shared")
+    async with member(url, tmp_path, "a", notifier) as a, member(url, tmp_path, "b", notifier) as b:
+        for m in (a, b):
+            await m.hub.fleet.ownership.refresh_members()  # type: ignore[union-attr]
+        source = "telegram:21"
+        await long_turn_at(a, source)
+        fresh = await asyncio.wait_for(b.hub.clear(source), 10)
+        await b.hub.send_message(source, "after new")
+        assert a.model.gate is not None
+        a.model.gate.set()
+
+        async def answered() -> bool:
+            got = await a.engine.store.db.run(answers)
+            return "echo: after new" in got.get(source, [])
+
+        await until(answered)
+        await asyncio.sleep(0.3)  # nothing more comes
+        assert (await a.engine.store.db.run(answers))[source] == ["echo: after new"]
+        stored = await a.engine.store.db.run(user_rows, source)
+        assert stored[-1] == (fresh, "after new")
+
+
+async def test_a_turn_fenced_out_is_resumed_first_when_its_process_takes_the_chat_again(
+    url: str, tmp_path: Path
+) -> None:
+    """a was paused past its lease, nobody took the chat, and a row came in meanwhile: a's
+    answer is fenced out; when a takes the chat again it answers the cut turn first, then
+    the new message (it ran the new one as a turn of its own and marked the first failed)."""
+    async with member(url, tmp_path, "a", None, ttl=TTL) as a:
+        fleet = a.hub.fleet
+        assert fleet is not None
+        source = "telegram:22"
+        renew = fleet.ownership.renew_sources
+        fleet.ownership.renew_sources = _never_renew  # type: ignore[method-assign]
+        a.model.gate = asyncio.Event()
+        await fleet.ownership.claim(source)
+        await a.hub.send_message(source, "first")
+        await asyncio.wait_for(a.model.started.wait(), 5)
+        other = Leases(a.engine.store.db)
+
+        async def lapsed() -> bool:
+            return await other.holder(lease_name(source)) is None
+
+        await until(lapsed)
+        state = await a.hub._sources.state(source)
+        store = a.engine.store
+        await queue_message(store, source, state.session_id, "second", SendOptions(), None)
+        fleet.ownership.renew_sources = renew  # type: ignore[method-assign]
+        a.model.gate.set()  # "SIGCONT": the answer to "first" comes back, fenced out
+
+        async def both() -> bool:
+            return len((await store.db.run(answers)).get(source, [])) >= 2
+
+        await until(both)
+        assert (await store.db.run(transcripts))[source] == [
+            ("user", "first"),
+            ("assistant", "echo: first"),
+            ("user", "second"),
+            ("assistant", "echo: second"),
+        ]
+
+
+async def test_a_decision_recorded_while_the_consumer_winds_down_resumes_its_turn(
+    url: str, tmp_path: Path
+) -> None:
+    """A decision for the chat comes while its consumer, done, is letting the chat go: the
+    consumer resumes the turn before it ends (it ended, and the chat stayed held, with
+    nothing resumed, until the next message)."""
+    async with member(url, tmp_path, "a", None) as a:
+        fleet = a.hub.fleet
+        assert fleet is not None
+        source = "telegram:23"
+        await fleet.ownership.claim(source)
+        queue = a.engine.store.queue
+        pending = queue.pending
+        in_idle, go = asyncio.Event(), asyncio.Event()
+        reads = 0
+
+        async def slow_second_read(of: str) -> Any:
+            nonlocal reads
+            reads += 1
+            rows = await pending(of)
+            if of == source and reads >= 2:  # the consumer's last look before letting go
+                in_idle.set()
+                await go.wait()
+            return rows
+
+        queue.pending = slow_second_read  # type: ignore[method-assign]
+        await a.hub.send_message(source, "hi")
+        await asyncio.wait_for(in_idle.wait(), 5)
+        state = await a.hub._sources.state(source)
+        assert state.consumer is not None and state.turn is None
+        resumed = a.model.calls
+        await fleet.decided(source, 12345)  # a decision no turn here waits for
+        assert state.resume_first
+        go.set()
+
+        async def settled() -> bool:
+            return not state.resume_first and not fleet.owns(source)
+
+        await until(settled, within=5)
+        assert a.model.calls == resumed  # nothing was cut: the resume found nothing to do
+
+
+async def test_a_result_fired_at_the_owner_during_its_turn_is_delivered_behind_the_fence(
+    url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cron result for a chat whose turn runs here waits for the turn, then is
+    delivered: the consumer, done, does not let the chat go under it (its answer was
+    fenced out, and the turn was resumed with a model call more)."""
+    async with member(url, tmp_path, "a", None) as a:
+        assert a.hub.fleet is not None
+        source = "telegram:24"
+        a.model.gate = asyncio.Event()
+        await a.hub.fleet.ownership.claim(source)
+        await a.hub.send_message(source, "first")
+        await asyncio.wait_for(a.model.started.wait(), 5)
+        a.hub.notify(Notification("cron", "job_done", "report ready", target=source))
+        await asyncio.sleep(0.5)  # the delivery holds the chat and waits for the turn
+        a.model.add(text("echo: first"))
+        a.model.add(text("Your report is ready."))
+        a.model.gate.set()
+
+        async def both() -> bool:
+            return len((await a.engine.store.db.run(answers)).get(source, [])) >= 2
+
+        await until(both)
+        await asyncio.sleep(0.3)  # nothing more comes
+        assert (await a.engine.store.db.run(answers))[source] == [
+            "echo: first",
+            "Your report is ready.",
+        ]
+        assert a.model.calls == 2
+        assert "no longer ours" not in caplog.text  # nothing of it was fenced out
