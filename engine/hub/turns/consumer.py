@@ -174,22 +174,28 @@ class InboxConsumer:
         iterations): whatever it raises ends that turn only, and the consumer goes on."""
         state.turn = asyncio.current_task()
         session_id = state.session_id  # a /clear during the turn moves the source on
+        # In a fleet every transaction of the turn checks the lease first, and so does the
+        # record of its failure (the new owner may be resuming it already).
+        fence = self._placement.turn_fence(state.name)
         try:
-            # In a fleet every transaction of the turn checks the lease first.
-            with fenced(self._placement.turn_fence(state.name)):
-                await turn
+            try:
+                with fenced(fence):
+                    await turn
+            except Fenced:
+                raise
+            except Exception:
+                # The user gets one plain sentence; the traceback goes to the log by its id.
+                error_id = uuid.uuid4().hex[:6]
+                log.exception(
+                    "turn of %s failed (error %s); the consumer goes on", state.name, error_id
+                )
+                notice = CRASH_NOTICE.format(error_id)
+                with fenced(fence):
+                    event = await self._failed.record(state.name, session_id, unit, notice)
+                self._publish(state.name, session_id, event)
         except Fenced as exc:  # nothing of it committed since: the new owner resumes it
             log.warning("turn of %s stopped: %s", state.name, exc)
             self._placement.fenced_out(state)  # its lease was gone: the source is not ours
-        except Exception:
-            # The user gets one plain sentence; the traceback goes to the log under its id.
-            error_id = uuid.uuid4().hex[:6]
-            log.exception(
-                "turn of %s failed (error %s); the consumer goes on", state.name, error_id
-            )
-            notice = CRASH_NOTICE.format(error_id)
-            event = await self._failed.record(state.name, session_id, unit, notice)
-            self._publish(state.name, session_id, event)
         finally:
             state.turn = None
             state.last_active = self._clock()

@@ -13,6 +13,7 @@ from engine.hub.turns.inbox import Unit
 from engine.hub.types import FailureNotice
 from engine.session.events import Error
 from engine.store import Store
+from engine.store.fencing import Fenced
 from engine.store.history import AlsoWithKey
 from engine.store.queue import consume
 
@@ -65,6 +66,8 @@ class FailedTurns:
         try:
             frame = await self._store.sessions.root_frame(session_id)
             await self._store.history.fail_unanswered(frame.id, also=also)
+        except Fenced:
+            raise  # the source is another process's now: it resumes the turn, no notice
         except Exception:  # the database failed too: the notice still goes out, live
             log.exception("could not record the failed turn of %s", source)
             return Error(notice)

@@ -783,3 +783,44 @@ async def test_a_result_fired_at_the_owner_during_its_turn_is_delivered_behind_t
         ]
         assert a.model.calls == 2
         assert "no longer ours" not in caplog.text  # nothing of it was fenced out
+
+
+async def test_a_turn_that_fails_after_its_lease_is_gone_records_no_failure(
+    url: str, tmp_path: Path
+) -> None:
+    """a's turn raises after another process took the chat (paused past its lease, the
+    database's answer lost): its failure is not recorded either (its message marked failed
+    and a notice sent while the new owner resumes the same turn)."""
+    async with member(url, tmp_path, "a", None, ttl=TTL) as a:
+        fleet = a.hub.fleet
+        assert fleet is not None
+        source = "telegram:25"
+        a.model.gate = asyncio.Event()
+        await fleet.ownership.claim(source)
+        await a.hub.send_message(source, "hello")
+        await asyncio.wait_for(a.model.started.wait(), 5)
+        fleet.ownership.renew_sources = _never_renew  # type: ignore[method-assign]
+        other = Leases(a.engine.store.db)
+
+        async def taken() -> bool:
+            return await other.acquire(lease_name(source), "z", 30) is not None
+
+        await until(taken)
+        history = a.engine.store.history
+
+        async def lost_answer(*_args: Any, **_kwargs: Any) -> Any:
+            raise RuntimeError("the database's answer was lost")
+
+        history.append_assistant = lost_answer  # type: ignore[method-assign]
+        a.model.gate.set()
+
+        async def stopped() -> bool:
+            return not a.hub.is_processing(source)
+
+        await until(stopped, within=5)
+        await asyncio.sleep(0.2)
+        statuses = await a.engine.store.db.run(
+            lambda c: list(c.execute(sa.select(chat_history.c.status)).scalars())
+        )
+        assert "failed" not in statuses
+        assert not fleet.owns(source)
