@@ -179,6 +179,9 @@ class DiscordService:
                 await asyncio.sleep(delay)
 
     async def _connect(self, bot: discord.Client) -> None:
+        if self.fleet is not None:  # the gateway's last holder may have died mid-message
+            assert self.adapter is not None
+            await self.adapter.front.take_over()
         try:
             await bot.connect(reconnect=True)
         finally:

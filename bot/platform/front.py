@@ -39,6 +39,7 @@ from bot.platform.pairing import PairingStore
 from bot.platform.protocols import OutboxSender, PairingCode
 from bot.platform.tasks import Background, Runtime
 from engine.approval import Decider
+from engine.failpoints import failpoint
 from engine.hub import ChatHub, HubEvent
 from engine.store import Database
 from memory.service import MemoryService
@@ -183,10 +184,11 @@ class Front(Generic[In]):
             if stored.key not in self._queued:
                 self._submit(stored)
 
-    async def close(self) -> None:
+    async def close(self, grace_s: float = Lanes.GRACE_S) -> None:
+        """``grace_s``: how long the item each lane has in hand may take to finish."""
         await self.background.close()
-        await self._incoming.close()
-        await self._outgoing.close()
+        await self._incoming.close(grace_s)
+        await self._outgoing.close(grace_s)
         await self.outbound.flush()
 
     async def drain(self) -> None:
@@ -207,15 +209,20 @@ class Front(Generic[In]):
         self._incoming.submit(stored.lane, stored)
 
     async def _handle_in_lane(self, _lane: str, stored: In) -> None:
-        marked = False
+        """Handled, then marked so (unless the hub's queue push marked it): a failure
+        marks it too (a message that breaks its handler is not handed over forever), but
+        a stop that cuts it short leaves it unhandled, for the next start."""
+        failpoint("before_event_handled")
         try:
-            marked = await self._handle(stored)
-        finally:
             try:
-                if not marked:
-                    await self.events.mark_handled(stored.key)
-            finally:
-                self._queued.discard(stored.key)
+                marked = await self._handle(stored)
+            except Exception:
+                await self.events.mark_handled(stored.key)
+                raise
+            if not marked:
+                await self.events.mark_handled(stored.key)
+        finally:
+            self._queued.discard(stored.key)
 
     def decider(self, user_id: str | None) -> Decider:
         return self.access.decider(user_id)

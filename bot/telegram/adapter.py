@@ -174,13 +174,17 @@ class TelegramAdapter:
     # -- incoming ------------------------------------------------------------------------
 
     async def _handle_in_lane(self, _key: int, update: Json) -> None:
-        marked = False
+        """Handled, then marked so (``Front._handle_in_lane``'s rule: a stop that cuts it
+        short leaves it unhandled, for the next start)."""
+        update_id = update.get("update_id")
         try:
             marked = await self.handle(update)
-        finally:
-            update_id = update.get("update_id")
-            if isinstance(update_id, int) and not marked:
+        except Exception:
+            if isinstance(update_id, int):
                 await self.store.mark_handled(update_id)
+            raise
+        if isinstance(update_id, int) and not marked:
+            await self.store.mark_handled(update_id)
 
     async def handle(self, update: Json) -> bool:
         """Act on one update; True when it was marked handled along the way.

@@ -299,7 +299,15 @@ def _answer(conn: Connection, tool_call_id: int, answer: str, session_id: int | 
     call = _check_owner(conn, tool_call_id, session_id, "an answer")
     if call.name != ASK_USER_TOOL:
         raise InboxError("not_found", f"tool call {tool_call_id} is not a question")
-    update_tool_status(conn, tool_call_id, "done", truncate_note(answer))
+    # Still pending as the row is written: two answers at once (two surfaces, two
+    # processes) both read it pending, and the second waits for the first's lock.
+    answered = conn.execute(
+        t.update()
+        .where(t.c.id == tool_call_id, t.c.status == "pending")
+        .values(status="done", result=truncate_note(answer), updated_at=utcnow())
+    )
+    if answered.rowcount != 1:
+        raise InboxError("resolved", f"tool call {tool_call_id} was answered meanwhile")
     return _pending_query(conn, None, True, tool_call_id)[0]
 
 

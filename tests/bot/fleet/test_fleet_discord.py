@@ -91,3 +91,42 @@ def test_one_process_holds_the_gateway_and_another_takes_over_after_kill_9(
         assert echoes(fake, USERS[0]) == [f"echo: hello {USERS[0]}", "echo: in the gap"]
         for user in USERS[1:]:
             assert echoes(fake, user) == [f"echo: hello {user}"]
+
+
+@pytest.mark.timeout(180)
+def test_a_message_the_gateways_holder_stored_and_died_on_is_answered_by_the_next(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+) -> None:
+    """The holder stores a DM and is killed before handling it: the process that takes
+    the gateway over answers it, once (it read the channel only after the newest stored
+    message, and skipped the stored one: answered at the next restart only)."""
+    fake_openai.echo = True
+    with (
+        FakeDiscordServer(token=TOKEN) as fake,
+        fleet_on_fresh_database(tmp_path, fake_openai) as fleet,
+    ):
+        user = USERS[0]
+        fake.add_user(user, username="user0")
+        env = {
+            "TELEGRAM_BOT_TOKEN": "",
+            "DISCORD_BOT_TOKEN": TOKEN,
+            "DISCORD_API_URL": fake.base_url,
+            "DISCORD_ALLOWED_USER_IDS": str(user),
+        }
+        first = fleet.start("d1", CHATHUB_FAILPOINTS="before_event_handled", **env)
+        try:
+            wait_for(lambda: fleet.name_of(fleet.holder(GATEWAY_LEASE)) == "d1", within_s=60)
+            wait_for(lambda: fake.session is not None, within_s=30)
+            fleet.start("d2", **env)
+            wait_for(lambda: "d2" in {fleet.name_of(o) for o in fleet.members()}, 60)
+            fake.dm(user, "stored, then the power went")
+            first.wait(timeout=30)  # killed right after storing it
+            fleet.killed.append(fleet.ids["d1"])
+            wait_for(lambda: fleet.name_of(fleet.holder(GATEWAY_LEASE)) == "d2", within_s=30)
+            wait_for(lambda: bool(echoes(fake, user)), within_s=30)
+            time.sleep(0.5)  # a doubled reply would come now
+        except AssertionError:
+            print(fleet.diagnosis())
+            print(fleet.logs())
+            raise
+        assert echoes(fake, user) == ["echo: stored, then the power went"]

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from engine.store import Store
 from engine.store.inbox import ASK_USER_TOOL, Decision, InboxError
 from engine.store.rows import AssistantRecord, FrameRow, NewToolCall, ToolCallRow
+from tests.pg import POSTGRES_URL_ENV, fresh_postgres_database
 
 
 async def gated_call(store: Store, root: FrameRow, name: str = "execute_cmd") -> ToolCallRow:
@@ -95,3 +101,53 @@ async def test_interrupted_sessions_are_found_and_stopped_ones_are_not(store: St
     assert await store.sessions.interrupted() == [root.session_id]  # a call still running
     await store.history.set_tool_status(call.id, "cancelled", "stopped")
     assert await store.sessions.interrupted() == []  # ended by /stop: not resumed
+
+
+async def test_two_answers_at_once_apply_once_on_postgresql() -> None:
+    """Two surfaces (or two processes) answer a question at the same moment: one answer
+    is stored, the other is refused (both were told they answered, the second's text
+    overwriting the first's). A third connection holds the row until both wait for it."""
+    if not os.environ.get(POSTGRES_URL_ENV):
+        pytest.skip(f"{POSTGRES_URL_ENV} is not set")
+    async with fresh_postgres_database(migrated=True) as url:
+        store = await Store.open(url)
+        locker = create_async_engine(url)
+        try:
+            session = await store.sessions.create("discord:1")
+            root = await store.sessions.root_frame(session.id)
+            message = await store.history.append_assistant(
+                root.id, AssistantRecord(""), [NewToolCall("c1", ASK_USER_TOOL, "{}")]
+            )
+            question = message.tool_calls[0]
+            await store.history.set_tool_status(question.id, "pending", None)
+            async with locker.connect() as holder:
+                await holder.execute(
+                    sa.text("SELECT id FROM chat_llm_tools WHERE id = :i FOR UPDATE"),
+                    {"i": question.id},
+                )
+                answers = [
+                    asyncio.create_task(store.inbox.answer_question(question.id, text))
+                    for text in ("Rome", "Paris")
+                ]
+                async with locker.connect() as probe:
+                    for _ in range(1000):  # both past their read, waiting for the row
+                        waiting = (
+                            await probe.execute(
+                                sa.text(
+                                    "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                    "current_database() AND wait_event_type = 'Lock'"
+                                )
+                            )
+                        ).scalar()
+                        if waiting is not None and waiting >= 2:
+                            break
+                        await asyncio.sleep(0.01)
+                await holder.rollback()
+            results = await asyncio.gather(*answers, return_exceptions=True)
+            refused = [r for r in results if isinstance(r, InboxError)]
+            assert len(refused) == 1 and refused[0].code == "resolved", results
+            stored = await store.history.get_tool_call(question.id)
+            assert stored is not None and stored.result in ("Rome", "Paris")
+        finally:
+            await locker.dispose()
+            await store.close()
