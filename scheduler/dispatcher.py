@@ -171,9 +171,13 @@ class Dispatcher:
                     self._queue.append((run, job))
                     started += 1
             self._spawn_workers()
+            owner, until = self.runner.owner, now + self._lease
+            # What this process is still delivering keeps its lease (a result may wait
+            # long for its chat), and what it takes now is leased to it as it is read: not
+            # another worker's run while its delivery lease holds, it is delivering.
+            await self.store.renew_deliveries(owner, sorted(self.runner.busy), until)
             pending = await self.runner.sweepable(
-                # Not another worker's run while its delivery lease holds: it is delivering.
-                lambda: self.store.undelivered(owner=self.runner.owner, now=now)
+                lambda: self.store.claim_deliveries(owner, now, until)
             )
             if pending:
                 await self.runner.deliver(pending)

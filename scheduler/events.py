@@ -63,21 +63,23 @@ def _add(conn: Connection, source: str, type_: str, payload: Any) -> int:
 
 
 def _take(conn: Connection, limit: int) -> list[Event]:
-    rows = conn.execute(
-        sa.select(e.c.id, e.c.source, e.c.type, e.c.payload, e.c.created_at)
-        .where(e.c.processed.is_(False))
-        .order_by(e.c.id)
-        .limit(limit)
-    ).all()
-    if not rows:
+    """The oldest unprocessed events, marked processed: only those this statement moved
+    (two tics taking at once, a fleet's, each get their own)."""
+    ids = [
+        row.id
+        for row in conn.execute(
+            sa.select(e.c.id).where(e.c.processed.is_(False)).order_by(e.c.id).limit(limit)
+        )
+    ]
+    if not ids:
         return []
-    ids = [row.id for row in rows]
-    conn.execute(
+    taken = conn.execute(
         e.update()
         .where(e.c.id.in_(ids), e.c.processed.is_(False))
         .values(processed=True, processed_at=utcnow())
-    )
-    return [Event(*row) for row in rows]
+        .returning(e.c.id, e.c.source, e.c.type, e.c.payload, e.c.created_at)
+    ).all()
+    return sorted((Event(*row) for row in taken), key=lambda event: event.id)
 
 
 def _unprocessed_count(conn: Connection) -> int:

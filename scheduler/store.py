@@ -251,6 +251,20 @@ class JobStore:
         """
         return await self._db.run(_undelivered, limit, owner, now)
 
+    async def claim_deliveries(
+        self, owner: str, now: datetime, until: datetime, limit: int = 100
+    ) -> list[Run]:
+        """The runs to tell the user about that ``owner`` may deliver (its own, unleased
+        ones, or ones whose delivery lease expired), leased to it until ``until`` in the
+        same statement: two workers' sweeps at once never both take one."""
+        return await self._db.run(_claim_deliveries, owner, now, until, limit)
+
+    async def renew_deliveries(self, owner: str, run_ids: Sequence[int], until: datetime) -> None:
+        """Keep the delivery leases of runs ``owner`` is delivering (a result may wait
+        long for its chat: a running turn, an approval card)."""
+        if run_ids:
+            await self._db.run(_renew_deliveries, owner, list(run_ids), until)
+
     async def mark_delivered(self, run_ids: Sequence[int], status: str = "delivered") -> None:
         await self._db.run(_mark_delivered, list(run_ids), status)
 
@@ -452,9 +466,10 @@ def _insert_ignoring_duplicates(conn: Connection, rows: list[dict[str, Any]]) ->
     return inserted
 
 
-def _move_jobs(conn: Connection, moves: dict[int, datetime | None]) -> None:
+def _move_jobs(conn: Connection, moves: dict[int, datetime | None], now: datetime) -> None:
     """Set each job's ``next_run_at``: one UPDATE per distinct next fire (jobs due together
-    mostly share it); a job with no future fire disables itself."""
+    mostly share it); a job with no future fire disables itself. Only a job still enabled
+    and due: a pause (or a new schedule) committed since it was read stays."""
     groups: dict[datetime | None, list[int]] = defaultdict(list)
     for job_id, upcoming in moves.items():
         groups[upcoming].append(job_id)
@@ -462,7 +477,7 @@ def _move_jobs(conn: Connection, moves: dict[int, datetime | None]) -> None:
         for chunk in _chunks(ids):
             conn.execute(
                 j.update()
-                .where(j.c.id.in_(chunk))
+                .where(j.c.id.in_(chunk), j.c.enabled.is_(True), j.c.next_run_at <= now)
                 .values(next_run_at=upcoming, enabled=upcoming is not None)
             )
 
@@ -513,7 +528,7 @@ def _materialize(conn: Connection, now: datetime, next_fire: NextFire, batch: in
             missed_counts[run.job_id] = missed_counts.get(run.job_id, 0) + 1
     for job_id in missed_counts:  # fires older than the recorded rows are still counted
         missed_counts[job_id] += late_counts[job_id] - min(late_counts[job_id], MAX_MISSED_ROWS)
-    _move_jobs(conn, moves)
+    _move_jobs(conn, moves, now)
     created.sort(key=lambda run: (run.scheduled_for, run.id))
     by_id = {job.id: job for job in due}
     read = {run.job_id: by_id[run.job_id] for run in created}
@@ -815,6 +830,36 @@ def _undelivered(
         )
     rows = conn.execute(sa.select(r).where(*where).order_by(r.c.id).limit(limit))
     return [_run_row(row) for row in rows]
+
+
+def _claim_deliveries(
+    conn: Connection, owner: str, now: datetime, until: datetime, limit: int
+) -> list[Run]:
+    ids = [run.id for run in _undelivered(conn, limit, owner, now)]
+    if not ids:
+        return []
+    # Checked again as the rows are written: another worker's sweep may have taken them
+    # since they were read (it waits for their lock, then finds them leased).
+    mine = sa.and_(
+        r.c.id.in_(ids),
+        r.c.delivery_status == "pending",
+        sa.or_(
+            r.c.lease_expires_at.is_(None), r.c.lease_expires_at <= now, r.c.lease_owner == owner
+        ),
+    )
+    rows = conn.execute(
+        r.update().where(mine).values(lease_owner=owner, lease_expires_at=until).returning(r)
+    )
+    return sorted((_run_row(row) for row in rows), key=lambda run: run.id)
+
+
+def _renew_deliveries(conn: Connection, owner: str, run_ids: list[int], until: datetime) -> None:
+    for chunk in _chunks(run_ids):
+        conn.execute(
+            r.update()
+            .where(r.c.id.in_(chunk), r.c.lease_owner == owner, r.c.delivery_status == "pending")
+            .values(lease_expires_at=until)
+        )
 
 
 def _mark_delivered(conn: Connection, run_ids: list[int], status: str) -> None:

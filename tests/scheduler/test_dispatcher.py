@@ -677,3 +677,51 @@ async def test_a_worker_that_shuts_down_gives_its_queued_runs_back_at_once(
         ("done", 1, "worker-b"),
     ]
     assert sorted(notified_runs(notified)) == [runs[1].id, runs[2].id]
+
+
+async def test_a_result_still_waiting_for_its_chat_is_not_delivered_by_another_worker(
+    hub: ChatHub,
+    make_scheduler: Callable[..., Scheduler],
+    clock: FakeClock,
+    model: EchoModel,
+    notified: list[Notification],
+    origin: int,
+) -> None:
+    """Worker a finished a run and handed its result to the chat, where it waits (a turn
+    runs, an approval card waits: in a fleet, for the chat's owner) longer than a lease:
+    a's steps keep its delivery lease, so b's sweep leaves it (b told the chat again)."""
+    a, b = make_scheduler(owner="worker-a"), make_scheduler(owner="worker-b")
+    job = await a.create_cron(ORIGIN, "Digest", "0 8 * * *", "go")
+    model.add(text("The result."))
+    clock.now = job.next_run_at + timedelta(seconds=5)
+    await a.dispatcher.step()
+    await a.dispatcher.drain()
+    [run] = await a.store.runs(job.id)
+    assert run.status == "done" and notified_runs(notified) == [run.id]
+    a.runner.busy.add(run.id)  # still on its way to the chat (not stored there yet)
+    for _ in range(4):  # two minutes of a's 30 s safety wake
+        clock.advance(timedelta(seconds=30))
+        await a.dispatcher.step()
+    report = await b.dispatcher.step()
+    assert report.delivered == 0
+    assert notified_runs(notified) == [run.id]
+
+
+async def test_missed_fires_are_told_once_when_two_workers_step_at_once(
+    hub: ChatHub,
+    make_scheduler: Callable[..., Scheduler],
+    clock: FakeClock,
+    notified: list[Notification],
+    origin: int,
+) -> None:
+    """The fleet was down over several fires and two workers step for the same due time:
+    the chat is told about the missed runs once (missed runs had no delivery lease, and
+    every worker's sweep told the chat)."""
+    a, b = make_scheduler(owner="worker-a"), make_scheduler(owner="worker-b")
+    await a.create_cron(ORIGIN, "Hourly check", "0 * * * *", "check")
+    clock.advance(timedelta(hours=4, minutes=2))
+    await a.dispatcher.step()
+    await b.dispatcher.step()
+    await a.dispatcher.drain()
+    await b.dispatcher.drain()
+    assert len([n for n in notified if n.event_type == "job_missed"]) == 1

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy.util import await_only
 
 from engine.store import Store
 from scheduler.store import STOPPED, Job, JobStore, NewJob, Run
@@ -570,3 +571,24 @@ async def test_release_gives_back_only_claimed_runs_that_never_started(jobs: Job
 
 def id_of(run: Run) -> int:
     return run.id
+
+
+async def test_a_pause_committed_while_a_step_reads_the_due_jobs_stays(
+    jobs: JobStore, backend: str
+) -> None:
+    """PostgreSQL: the chat's ⏸ commits between the step's read of the due jobs and its
+    move of them: the job stays paused (the move set it enabled again, and it fired on)."""
+    if backend != "postgresql":
+        pytest.skip("two transactions at once: PostgreSQL's")
+    job = await hourly(jobs)
+    paused: list[Job] = []
+
+    def next_fire(read: Job, after: datetime) -> datetime | None:
+        if not paused:  # on another connection, inside the step's transaction
+            paused.append(await_only(jobs.set_enabled(job.id, False, None)))
+        return cron_next_fire(read, after)
+
+    await jobs.materialize(at(1, 0.5), next_fire)
+    assert (paused[0].enabled, paused[0].next_run_at) == (False, None)
+    stored = await jobs.get(job.id)
+    assert stored is not None and (stored.enabled, stored.next_run_at) == (False, None)

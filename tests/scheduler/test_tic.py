@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy.util import await_only
 
 from bot.schema import LAYERS
 from engine.hub import Notification
 from engine.store import Store
 from engine.tools.base import ToolError
 from engine.tools.protocols import ToolContext
-from scheduler.events import EventStore
+from scheduler.events import EventStore, _take
 from scheduler.tic import NotifyTool
 
 
@@ -69,3 +72,32 @@ async def test_events_are_taken_once(events):
     await events.add("mail", "message", {"n": 2})
     assert [e.payload for e in await events.take()] == [{"n": 1}, {"n": 2}]
     assert await events.take() == []
+
+
+async def test_two_tics_taking_at_once_never_share_an_event(
+    store: Store, open_store: Callable[[], Awaitable[Store]], backend: str
+) -> None:
+    """PostgreSQL: a fleet's two tics take at the same moment: each event goes to one of
+    them (both got it: the take returned what it read, not what it marked)."""
+    if backend != "postgresql":
+        pytest.skip("two transactions at once: PostgreSQL's")
+    first, second = EventStore(store.db), EventStore((await open_store()).db)
+    await first.add("mail", "new_mail", {"n": 1})
+    taken_by_second: list[Any] = []
+
+    class SecondTakesAfterTheRead:
+        def __init__(self, conn: Any) -> None:
+            self.conn, self.statements = conn, 0
+
+        def execute(self, *args: Any, **kwargs: Any) -> Any:
+            result = self.conn.execute(*args, **kwargs)
+            self.statements += 1
+            if self.statements == 1:  # read, not yet marked: the other tic takes now
+                rows = list(result)
+                taken_by_second.extend(await_only(second.take()))
+                return rows
+            return result
+
+    taken_by_first = await store.db.run(lambda conn: _take(SecondTakesAfterTheRead(conn), 50))
+    assert [event.payload for event in taken_by_second] == [{"n": 1}]
+    assert taken_by_first == []
