@@ -17,6 +17,7 @@ from typing import Any
 
 from nio import AsyncClient, RoomGetEventResponse
 
+from bot.delivery import RetryLater, Unavailable
 from bot.matrix.activity import RoomActivity
 from bot.matrix.cards import MatrixCards
 from bot.matrix.decisions import Decisions
@@ -104,7 +105,9 @@ class MessageHandler:
         if count is None:
             try:
                 answer = await call(self._nio.joined_members(room_id))
-            except MatrixError as exc:
+            except (RetryLater, Unavailable):
+                raise  # not knowing is not "no": the sync takes its batch again later
+            except MatrixError as exc:  # refused (not in the room): not a room of ours
                 log.info("joined members of %s: %s", room_id, exc.description)
                 return False
             count = self._rooms.members[room_id] = len(answer.members)

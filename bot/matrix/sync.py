@@ -99,7 +99,18 @@ class SyncLoop:
             failures = 0
             events = await self._events(answer, token, history=not first_ever)
             if events:
-                await self._take(events)  # stored before the token moves past them
+                try:
+                    await self._take(events)  # stored before the token moves past them
+                except TokenRevoked:
+                    raise
+                except MatrixError as exc:  # the homeserver, asked about one: the batch again
+                    failures += 1
+                    delay = _BACKOFF.delay(failures)
+                    log.warning(
+                        "Matrix events not taken (%s); again in %.1f s", exc.description, delay
+                    )
+                    await asyncio.sleep(delay)
+                    continue
             await self._settings.set(key, answer.next_batch)
             token, first_ever, full_state = answer.next_batch, False, False
             self.synced.set()

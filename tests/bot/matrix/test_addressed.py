@@ -1,0 +1,60 @@
+"""Whether a Matrix event is for the bot is asked before it is stored: a homeserver that
+cannot say right now (a 429, a 5xx, the network) must not make a direct room's message
+look like one for nobody (it was dropped, and the sync token moved past it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import pytest
+from nio import JoinedMembersError
+
+from bot.delivery import Unavailable
+from bot.matrix.messages import MessageHandler
+from bot.matrix.sending import Rooms
+
+ROOM = "!direct:example.org"
+
+
+class Homeserver:
+    """matrix-nio's client, as far as ``is_direct`` asks it."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.asked = 0
+
+    async def joined_members(self, room_id: str) -> Any:
+        self.asked += 1
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+class Answered:
+    """The HTTP answer under a matrix-nio error response."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+
+def handler(nio: Homeserver, rooms: Rooms) -> MessageHandler:
+    unused: Any = None
+    return MessageHandler(
+        unused, nio, unused, unused, rooms, unused, unused, unused, unused, unused, unused, unused
+    )  # type: ignore[arg-type]
+
+
+async def test_a_room_whose_members_cannot_be_read_now_is_asked_again_not_dropped() -> None:
+    rooms = Rooms()
+    nio = Homeserver(aiohttp.ClientConnectionError("the homeserver is away"))
+    with pytest.raises(Unavailable):
+        await handler(nio, rooms).is_direct(ROOM)
+    assert ROOM not in rooms.members  # nothing remembered: asked again next time
+
+
+async def test_a_room_the_homeserver_refuses_to_show_is_not_a_direct_room() -> None:
+    rooms = Rooms()
+    refused = JoinedMembersError("You are not in this room", "M_FORBIDDEN", ROOM)
+    refused.transport_response = Answered(403)  # type: ignore[assignment]
+    assert await handler(Homeserver(refused), rooms).is_direct(ROOM) is False
