@@ -80,6 +80,7 @@ class FrontConfig:
     pairing_reminder_s: float = 600.0
     #: One process: every pending outbox row is due at start (a fleet finds dead ones').
     recover_outbox_at_start: bool = True
+    #: A fleet's process (``None``: the only one).
     process_id: str | None = None
 
 
@@ -170,7 +171,11 @@ class Front(Generic[In]):
         self.background.spawn(self._renderer.pump(self.hub.events(), self._outgoing.submit))
         if self.config.recover_outbox_at_start:
             await self.outbound.recover()
-        await self.take_over()
+        if self.config.process_id is None:
+            # One process: what it stored and did not handle before a stop. In a fleet the
+            # receiver may be handling those right now (a command would run twice): the
+            # process that wins the receiver's lease takes them over (the services).
+            await self.take_over()
 
     async def take_over(self) -> None:
         """The messages stored but not handled, to their lanes: this process's before a

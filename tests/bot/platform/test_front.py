@@ -46,18 +46,27 @@ class NoHub:
 
     def on_failure(self, prefix: str, unit: Any) -> None: ...
 
+    async def events(self) -> AsyncIterator[Any]:
+        await asyncio.Event().wait()
+        yield
+
+
+class NoCards:
+    async def load(self) -> None: ...
+
 
 async def no_welcome(_code: Any) -> None: ...
 
 
-def front_over(store: Store, handle: Any) -> Front[Said]:
+def front_over(store: Store, handle: Any, process_id: str | None = None) -> Front[Said]:
+    """``process_id``: a fleet's process."""
     front: Front[Said] = Front(
         NAME,
         Said,
         NoHub(),  # type: ignore[arg-type]
         store.db,
         Pacing.unpaced(),
-        FrontConfig(recover_outbox_at_start=False),
+        FrontConfig(recover_outbox_at_start=False, process_id=process_id),
         welcome=no_welcome,
     )
     front.deliver_with(FakeClient(FakeTime()))
@@ -121,3 +130,35 @@ async def test_a_message_whose_handler_fails_is_not_handed_over_again(store: Sto
     await second.drain()
     await second.close()
     assert seen == []
+
+
+async def test_a_fleet_process_starting_leaves_what_the_receiver_is_handling_to_it(
+    store: Store,
+) -> None:
+    """In a fleet, a process that starts does not take over the stored events not handled
+    yet: the receiver may be handling one right now (a /new ran twice). The process that
+    wins the receiver's lease takes them over (a dead receiver's)."""
+    runs: list[str] = []
+    release = asyncio.Event()
+
+    async def receiving(said: Said) -> bool:
+        runs.append(f"A {said.text}")
+        await release.wait()  # e.g. stopping the chat's turn in another process
+        return False
+
+    async def starting(said: Said) -> bool:
+        runs.append(f"B {said.text}")
+        return False
+
+    a = front_over(store, receiving, process_id="A")
+    b = front_over(store, starting, process_id="B")
+    assert await a.take(Said("m1", "chan", "/new")) == 1
+    while not runs:  # noqa: ASYNC110 (the lane's task takes it up)
+        await asyncio.sleep(0)
+    await b.start(NoCards())  # type: ignore[arg-type]
+    await b.drain()
+    release.set()
+    await a.drain()
+    await a.close()
+    await b.close()
+    assert runs == ["A /new"]
