@@ -2,8 +2,11 @@
 details, the events endpoint, the web inbox and the web chat's socket.
 
 ``Authorization: Bearer <CHATHUB_API_TOKEN>``, compared in constant time. Without a
-configured token everyone passes ``has_token``: the app is then bound to loopback only
-(``check_api_exposure``).
+configured token the app is bound to loopback only (``check_api_exposure``), and a request
+passes only when it comes from this machine in a browser's eyes too
+(``from_this_machine``): a loopback ``Host`` (a DNS rebinding names the attacker's host)
+and, when a browser sends an ``Origin``, a loopback one (any web page the owner visits can
+send a request to 127.0.0.1, and until 2026-12-05 it could approve a command that way).
 """
 
 from __future__ import annotations
@@ -12,11 +15,22 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+from urllib.parse import urlsplit
+
+from bot.checks.exposure import LOOPBACK_HOSTS
 
 if TYPE_CHECKING:
     from starlette.requests import HTTPConnection
 
-__all__ = ["Refusal", "Throttle", "bearer_refusal", "bearer_token", "has_token", "token_matches"]
+__all__ = [
+    "Refusal",
+    "Throttle",
+    "bearer_refusal",
+    "bearer_token",
+    "from_this_machine",
+    "has_token",
+    "token_matches",
+]
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
@@ -31,11 +45,32 @@ def token_matches(given: str, expected: bytes) -> bool:
 
 
 def has_token(headers: Mapping[str, str], expected: bytes | None) -> bool:
-    """Whether the request may pass: no token is configured, or its header carries it."""
+    """Whether the request may pass: its header carries the token, or none is configured
+    and it comes from this machine (``from_this_machine``)."""
     if expected is None:
-        return True
+        return from_this_machine(headers)
     given = bearer_token(headers)
     return given is not None and token_matches(given, expected)
+
+
+def from_this_machine(headers: Mapping[str, str]) -> bool:
+    """A loopback ``Host``, and no ``Origin`` (not a browser) or a loopback one."""
+    if not _loopback(headers.get("host", "")):
+        return False
+    origin = headers.get("origin")
+    if origin is None:
+        return True
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and _loopback(parts.netloc)
+
+
+def _loopback(netloc: str) -> bool:
+    try:
+        parts = urlsplit(f"//{netloc}")
+        parts.port  # noqa: B018 (read to check it: a port that is not a number raises)
+    except ValueError:  # a port that is not a number, a bracket left open
+        return False
+    return parts.hostname in LOOPBACK_HOSTS
 
 
 class Throttle(Protocol):

@@ -105,9 +105,19 @@ def test_without_a_token_the_api_serves_only_on_loopback(engine):
 
 async def test_without_a_token_on_loopback_no_header_is_needed(engine):
     app = create_app(api=ApiRoutes(Operations(engine), token=None), host="127.0.0.1")
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+    ) as c:
         assert (await c.get("/api/inbox")).status_code == 200
         assert (await c.get("/api/jobs")).status_code == 503  # no scheduler here
+        # Any web page the owner visits can send this (a text/plain POST needs no
+        # preflight): it approved a command with a bypass for everything.
+        forged = await c.post(
+            "/api/inbox/approvals/1/resolve",
+            content='{"action": "approve", "bypass_scope": "all"}',
+            headers={"origin": "https://evil.example", "content-type": "text/plain"},
+        )
+        assert forged.status_code == 401
 
 
 # -- sessions -----------------------------------------------------------------------------------

@@ -50,7 +50,29 @@ def test_a_missing_or_wrong_token_does_not_pass(header: str | None) -> None:
     assert not has_token(headers, TOKEN)
 
 
-def test_the_right_token_passes_and_without_a_configured_token_everyone_does() -> None:
+def test_the_right_token_passes_and_without_a_configured_token_this_machine_does() -> None:
     assert has_token({"authorization": "Bearer s3cret-token"}, TOKEN)
-    assert has_token({}, None)
-    assert has_token({"authorization": "Bearer anything"}, None)
+    assert has_token({"host": "127.0.0.1:8080"}, None)
+    assert has_token({"host": "localhost", "authorization": "Bearer anything"}, None)
+    assert has_token({"host": "[::1]:8080", "origin": "http://localhost:8080"}, None)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},  # no Host at all
+        {"host": "evil.example:8080"},  # a DNS rebinding: the page's own host name
+        {"host": "127.0.0.1.evil.example"},
+        {"host": "127.0.0.1:8080", "origin": "https://evil.example"},  # any web page
+        {"host": "127.0.0.1:8080", "origin": "null"},  # a sandboxed frame, a file
+        {"host": "127.0.0.1:8080", "origin": "ftp://127.0.0.1"},
+        {"host": "127.0.0.1:notaport"},
+        {"host": "[::1"},
+    ],
+)
+def test_without_a_configured_token_a_browser_page_of_another_site_does_not_pass(
+    headers: dict[str, str],
+) -> None:
+    """The owner's browser may visit any site, and any site can send a request to
+    127.0.0.1: a text/plain POST approved a command with a bypass for everything."""
+    assert not has_token(headers, None)

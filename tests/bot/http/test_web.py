@@ -214,11 +214,18 @@ async def test_without_a_token_the_page_is_loopback_only(engine):
     with pytest.raises(ValueError, match="CHATHUB_API_TOKEN"):
         create_app(web=inbox, host="0.0.0.0")
     app = create_app(web=inbox, host="127.0.0.1")
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+    ) as c:
         page = await c.get("/")
         assert page.status_code == 200 and "not running in this process" in page.text
         # Still no cross-site form posts: the CSRF field is a per-process secret.
         assert (await c.post("/approvals/1", data={"action": "approve"})).status_code == 403
+    # A DNS rebinding's page names its own host: it is not let in to read the form token.
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://evil.example:8080"
+    ) as rebound:
+        assert (await rebound.get("/")).status_code == 303  # to sign in, which nobody can
 
 
 # -- sign-ins (issue 17, hole 2) -----------------------------------------------------------------
@@ -513,7 +520,9 @@ async def test_a_repeated_page_parameter_is_refused(web):
 async def test_without_a_token_nobody_signs_in(engine):
     inbox = WebInbox(Operations(engine), token=None)
     app = create_app(web=inbox, host="127.0.0.1")
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+    ) as c:
         assert (await c.get("/")).status_code == 200
         assert "nobody signs in" in (await c.get("/signins")).text
         login = await c.post("/login", data={"token": "anything"})
@@ -565,7 +574,9 @@ async def test_the_health_page_when_the_checks_crash(engine):
 
     inbox = WebInbox(Operations(engine), token=None, health=HealthDetails(broken, lambda r: True))
     app = create_app(web=inbox, host="127.0.0.1")
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+    ) as c:
         page = await c.get("/health")
         assert page.status_code == 200 and "could not be run" in page.text
         assert "RuntimeError" not in page.text and "bug in a check" not in page.text
