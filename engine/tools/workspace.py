@@ -40,8 +40,9 @@ class Workspace:
     def resolve(self, path: str, *, cwd: Path | None = None) -> Path:
         """Canonicalize ``path`` (relative to ``cwd``, default the root) inside the workspace.
 
-        Raises ``ToolError`` for an empty path, a NUL byte, anything that resolves
-        outside the root and anything under ``<root>/secrets``.
+        Raises ``ToolError`` for an empty path, a NUL byte or a lone surrogate (the model's
+        JSON may carry one; it made the path's resolution raise and jammed the turn),
+        anything that resolves outside the root and anything under ``<root>/secrets``.
         """
         if not isinstance(path, str):
             raise ToolError(f"path must be a string, got {type(path).__name__}")
@@ -49,6 +50,10 @@ class Workspace:
             raise ToolError("path is empty")
         if "\0" in path:
             raise ToolError(f"path {path!r} contains a NUL byte")
+        try:
+            os.fsencode(path)
+        except UnicodeEncodeError:  # a lone surrogate: no file can have that name
+            raise ToolError(f"path {path!r} is not a name a file can have") from None
         base = self.root if cwd is None else Path(os.path.realpath(cwd))
         if not self.contains(base):
             raise ToolError(f"working directory {base} is outside the workspace {self.root}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,9 +86,12 @@ async def execute_tool_call(
         return Interrupted()
     except ToolError as exc:
         return Failed(truncate_output(str(exc), max_output_chars))
-    except Exception as exc:  # a tool bug must not kill the turn; the model is told
-        log.exception("tool %s crashed", name)
-        return Failed(f"internal error in {name}: {type(exc).__name__}: {exc}")
+    except Exception:  # a tool bug must not kill the turn; the model is told, in a sentence
+        error_id = uuid.uuid4().hex[:6]
+        log.exception("tool %s crashed (error %s)", name, error_id)
+        # Never the exception's name or text: the chat shows this result (and the model
+        # may repeat it); the log has the traceback under the id.
+        return Failed(f"The tool {name} failed with an internal error (error {error_id}).")
     if not isinstance(result, str):
         result = json.dumps(result, default=str)
     return Completed(truncate_output(result, max_output_chars))

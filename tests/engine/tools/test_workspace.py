@@ -134,3 +134,11 @@ def test_relative_names_paths_for_messages(workspace: Workspace) -> None:
     assert workspace.relative(workspace.root) == "."
     assert workspace.relative(workspace.root / "a" / "b.txt") == "a/b.txt"
     assert workspace.relative(Path("/elsewhere")) == "/elsewhere"
+
+
+@pytest.mark.parametrize("path", ["memory/\ud800", "\udfff", "notes/\ud83d.md"])
+def test_a_path_with_a_lone_surrogate_is_a_tool_error(workspace: Workspace, path: str) -> None:
+    """The model's JSON may carry a lone surrogate (``"\\ud800"``): a ``ToolError`` the
+    gate and the tool report, not an exception that ended the turn and every resume."""
+    with pytest.raises(ToolError, match="not a name a file can have"):
+        workspace.resolve(path)
