@@ -237,9 +237,13 @@ class ChatHub:
         )
 
     async def resume(self, source: str) -> TurnResult | None:
-        """Continue the source's interrupted turn (``None``: nothing was interrupted)."""
-        state = await self._sources.state(validate_source(source))
-        return await self._consumer.resume(state)
+        """Continue the source's interrupted turn where the source runs: here, holding it
+        (in a fleet once its owner let it go: a resume beside the owner's running turn
+        ran the turn twice). ``None``: nothing was interrupted."""
+        source = validate_source(source)
+        async with self.placement.holding(source):
+            state = await self._sources.state(source)
+            return await self._consumer.resume(state)
 
     def is_processing(self, source: str) -> bool:
         state = self._sources.get(source)

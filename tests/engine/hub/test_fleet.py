@@ -824,3 +824,22 @@ async def test_a_turn_that_fails_after_its_lease_is_gone_records_no_failure(
         )
         assert "failed" not in statuses
         assert not fleet.owns(source)
+
+
+async def test_a_resume_asked_at_another_process_waits_for_the_running_turn(
+    url: str, tmp_path: Path
+) -> None:
+    """The web chat's "resume" reaches b while a runs the chat's turn: b waits until a lets
+    the chat go and finds nothing cut (it ran the model beside a's turn: two answers)."""
+    notifier = LocalNotifier("shared")
+    async with member(url, tmp_path, "a", notifier) as a, member(url, tmp_path, "b", notifier) as b:
+        source = "web:1"
+        await long_turn_at(a, source)
+        resuming = asyncio.create_task(b.hub.resume(source))
+        await asyncio.sleep(0.3)
+        assert not resuming.done()  # the chat is a's while its turn runs
+        assert a.model.gate is not None
+        a.model.gate.set()
+        assert await asyncio.wait_for(resuming, 10) is None  # nothing was cut
+        assert b.model.calls == 0
+        assert (await a.engine.store.db.run(answers))[source] == ["echo: a long job"]
