@@ -59,6 +59,13 @@ class Piece:
 KEEPALIVE = Piece("")
 
 
+#: A request's message whose turn never began, and nothing works on its chat any more.
+NOT_ANSWERED = (
+    "⚠️ This message was not answered: it was stopped, or its turn failed before it began. "
+    "Send it again."
+)
+
+
 @dataclass(frozen=True, slots=True)
 class ExchangeLimits:
     #: How long a request waits for a human's decision before its answer ends.
@@ -80,11 +87,18 @@ class Turn:
     """The turn a request follows; iterate for its pieces, ``close`` when done."""
 
     def __init__(
-        self, exchange: Exchange, events: SourceEvents, mine: str | None, *, running: bool = True
+        self,
+        exchange: Exchange,
+        events: SourceEvents,
+        mine: str | None,
+        *,
+        running: bool = True,
+        source: str | None = None,
     ) -> None:
         self._exchange = exchange
         self._events = events
         self._mine = mine
+        self._source = source
         #: Whether there is a turn to follow (``False``: a retried request whose answer
         #: is already in the conversation).
         self.running = running
@@ -92,7 +106,7 @@ class Turn:
     async def pieces(self) -> AsyncIterator[Piece]:
         if not self.running:
             return
-        async for piece in self._exchange.follow(self._events, self._mine):
+        async for piece in self._exchange.follow(self._events, self._mine, self._source):
             yield piece
 
     def close(self) -> None:
@@ -128,20 +142,33 @@ class Exchange:
         try:
             if text is not None:
                 await self._hub.send_message(source, text, options, also=also)
-                return Turn(self, events, text)
+                return Turn(self, events, text, source=source)
             return Turn(self, events, None, running=await self._hub.is_busy(source))
         except BaseException:
             events.close()
             raise
 
-    async def follow(self, events: SourceEvents, mine: str | None) -> AsyncIterator[Piece]:
+    async def follow(
+        self, events: SourceEvents, mine: str | None, source: str | None = None
+    ) -> AsyncIterator[Piece]:
+        """``source``: where ``mine`` was sent; when nothing works on it any more and the
+        message's turn never began (a /stop dropped it, its turn failed before storing it),
+        the request ends with a sentence instead of waiting forever."""
         turn = _Turn()
         started = mine is None  # a running turn is followed from now
+        quiet_looks = 0
         while True:
             try:
                 async with asyncio.timeout(self._timeout(turn)):  # no task per event
                     item = await events.recv()
             except TimeoutError:
+                if not started and source is not None:
+                    # Twice in a row: a fleet's chat may be between owners for a moment.
+                    quiet = not self._hub.has_work(source) and not await self._hub.is_busy(source)
+                    quiet_looks = quiet_looks + 1 if quiet else 0
+                    if quiet_looks >= 2:
+                        yield Piece(_line(NOT_ANSWERED), {"type": "error"})
+                        return
                 if self._waited_out(turn):
                     yield Piece(
                         _line(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import httpx
 import openai
@@ -434,3 +435,30 @@ async def test_a_request_while_an_earlier_turn_still_runs_gets_its_own_answer(
 
 
 HI_FIRST = {"role": "user", "content": "first"}
+
+
+async def test_a_request_whose_turn_fails_before_it_begins_ends_with_a_sentence(
+    make_v1: Any, fake_openai: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The message's turn fails before its user row is stored (the database away for a
+    moment): the request ends with one plain sentence (it sent keep-alives forever and
+    held its conversation's lock)."""
+    from engine.session.handler import ChatSessionHandler
+
+    v1 = await make_v1(limits=ExchangeLimits(keepalive_s=0.05))
+    real = ChatSessionHandler._turn_context
+    failed = []
+
+    async def fails_once(self: Any, frame: Any) -> Any:
+        if not failed:
+            failed.append(frame)
+            raise RuntimeError("the database connection was lost")
+        return await real(self, frame)
+
+    monkeypatch.setattr(ChatSessionHandler, "_turn_context", fails_once)
+    fake_openai.reply_text("fine")
+    body = {"model": "main", "user": "u", "messages": [{"role": "user", "content": "hi"}]}
+    async with v1.http() as http:
+        answer = await asyncio.wait_for(http.post("/v1/chat/completions", json=body), 10)
+    text = answer.json()["choices"][0]["message"]["content"]
+    assert "was not answered" in text and "RuntimeError" not in text and "database" not in text
