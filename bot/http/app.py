@@ -159,6 +159,9 @@ class InternalErrors:
         sentence = f"internal error (id {error_id})"
         if any(route.matches(scope)[0] is not Match.NONE for route in self.pages):
             return PlainTextResponse(f"Sorry, an {sentence}.", status_code=500)
+        if str(scope.get("path", "")).startswith("/v1/"):  # OpenAI's clients read this shape
+            error = {"message": f"An {sentence}.", "type": "server_error", "param": None}
+            return JSONResponse({"error": {**error, "code": "internal_error"}}, status_code=500)
         return JSONResponse({"error": sentence}, status_code=500)
 
 

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import json
 import socket
+from typing import Any
 
 import httpx
 import openai
@@ -204,3 +205,25 @@ async def test_without_a_token_v1_is_served_on_loopback_only(v1: V1Server, make_
     local = await make_v1(token=None)  # on 127.0.0.1 any local client is let in
     async with httpx.AsyncClient(base_url=local.base) as http:
         assert (await http.get("/v1/models")).status_code == 200
+
+
+async def test_an_internal_failure_answers_in_openais_error_shape(
+    v1: V1Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug of ours on /v1: a 500 an OpenAI client can read (it was ``{"error": "..."}``,
+    a string), with an error id and nothing of the exception."""
+    from bot.completions.conversations import ConversationMap
+
+    async def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("secret detail: connection refused")
+
+    monkeypatch.setattr(ConversationMap, "find", broken)
+    async with v1.http() as http:
+        answer = await http.post(
+            "/v1/chat/completions",
+            json={"model": "main", "messages": [{"role": "user", "content": "hi"}]},
+        )
+    assert answer.status_code == 500
+    error = answer.json()["error"]
+    assert error["type"] == "server_error" and error["code"] == "internal_error"
+    assert "internal error (id " in error["message"] and "secret" not in answer.text
