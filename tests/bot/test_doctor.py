@@ -546,7 +546,7 @@ async def test_the_discord_probe_times_out_and_fails_to_connect() -> None:
 
 def _details_app(details: HealthDetails) -> httpx.AsyncClient:
     app = Starlette(routes=[details.route()])
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://inbox")
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://127.0.0.1")
 
 
 async def test_health_details_needs_the_token_and_reports_every_check() -> None:
