@@ -123,6 +123,7 @@ class Engine:
                 workspace,
                 bypasses,
                 tool_categories=lambda name: getattr(tools.get(name), "category", None),
+                requester_of=store.inbox.requester_of,
             )
         return cls(
             store=store,

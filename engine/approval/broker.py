@@ -18,6 +18,7 @@ from engine.approval.bypass import Bypasses, BypassScope, validate_bypass
 from engine.approval.deciders import (
     APPROVER_POLICIES,
     Decider,
+    decides_every_call,
     refusal,
     requester_of,
     who_may_decide,
@@ -154,7 +155,16 @@ class ApprovalBroker:
             vet=self._vet(decider),
         )
         if bypass is not None:
-            self.bypasses.grant(record.session_id, bypass.scope, bypass.value, ttl=bypass.ttl)
+            # A person who may decide only their own calls (``requester+owner``) lets only
+            # their own run without asking: in a group, another member's call still asks.
+            everyone = decides_every_call(self.approvers, decider)
+            self.bypasses.grant(
+                record.session_id,
+                bypass.scope,
+                bypass.value,
+                ttl=bypass.ttl,
+                requester=None if everyone else decider.user_id,
+            )
         return self._deliver(self._approvals, record, _verdict(record))
 
     async def reject(

@@ -26,11 +26,14 @@ class BypassScope(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Bypass:
-    """``value`` is a ``ToolCategory`` value for CATEGORY, a server name for MCP_SERVER."""
+    """``value`` is a ``ToolCategory`` value for CATEGORY, a server name for MCP_SERVER;
+    ``requester``: whose calls it covers (``None``: everyone's, granted by someone who may
+    decide every call of the session)."""
 
     scope: BypassScope
     value: str | None = None
     expires_at: datetime | None = None
+    requester: str | None = None
 
     def covers(self, tool_name: str, category: ToolCategory | None) -> bool:
         if self.scope is BypassScope.ALL:
@@ -79,11 +82,13 @@ class Bypasses:
         value: str | None = None,
         *,
         ttl: timedelta | None = None,
+        requester: str | None = None,
     ) -> Bypass:
-        """Add a bypass for ``session_id``; raise ``ValueError`` for a bad scope or value."""
+        """Add a bypass for ``session_id``; raise ``ValueError`` for a bad scope or value.
+        ``requester``: only that person's calls are covered."""
         scope, value = validate_bypass(scope, value, ttl)
         expires_at = self._clock() + ttl if ttl is not None else None
-        bypass = Bypass(scope, value, expires_at)
+        bypass = Bypass(scope, value, expires_at, requester)
         self._by_session.setdefault(session_id, []).append(bypass)
         return bypass
 
@@ -105,9 +110,21 @@ class Bypasses:
             self._by_session.pop(session_id, None)
         return list(live)
 
-    def find(self, session_id: int, tool_name: str, category: ToolCategory | None) -> Bypass | None:
-        """The active bypass covering this call, if any."""
-        for bypass in self.active(session_id):
-            if bypass.covers(tool_name, category):
+    def covering(
+        self, session_id: int, tool_name: str, category: ToolCategory | None
+    ) -> list[Bypass]:
+        """The active bypasses covering this call's tool (whose calls: ``requester``)."""
+        return [b for b in self.active(session_id) if b.covers(tool_name, category)]
+
+    def find(
+        self,
+        session_id: int,
+        tool_name: str,
+        category: ToolCategory | None,
+        requester: str | None = None,
+    ) -> Bypass | None:
+        """The active bypass covering this call of ``requester``, if any."""
+        for bypass in self.covering(session_id, tool_name, category):
+            if bypass.requester is None or bypass.requester == requester:
                 return bypass
         return None

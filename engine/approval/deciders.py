@@ -19,6 +19,7 @@ __all__ = [
     "OPERATOR",
     "Decider",
     "Requester",
+    "decides_every_call",
     "refusal",
     "requester_of",
     "who_may_decide",
@@ -51,6 +52,14 @@ def requester_of(record: ApprovalRecord | None) -> Requester | None:
     if record is None or not record.requester_id:
         return None
     return Requester(record.requester_id, record.requester_name or "")
+
+
+def decides_every_call(policy: str, decider: Decider) -> bool:
+    """Whether ``decider`` may decide any call, whoever asked: only such a decider's
+    bypass covers everyone's calls (a requester's covers their own)."""
+    if decider.is_owner:
+        return True
+    return policy == "allowed" and decider.is_allowed and decider.user_id is not None
 
 
 def refusal(policy: str, decider: Decider, requester: Requester | None) -> str | None:

@@ -6,9 +6,9 @@ import asyncio
 import logging
 from pathlib import Path
 
-from engine.approval.bypass import Bypasses
+from engine.approval.bypass import Bypass, Bypasses
 from engine.approval.patterns import PathRefused, canonical_path, is_fs_tool
-from engine.approval.protocols import Clock, RunContextFor, ToolCategories
+from engine.approval.protocols import Clock, RequesterOf, RunContextFor, ToolCategories
 from engine.approval.rules import DEFAULT_GROUP, Rule, RuleStore, evaluate
 from engine.approval.run_context import RunContext, fast_path
 from engine.session.protocols import Decision, GateRequest, Verdict
@@ -22,6 +22,10 @@ log = logging.getLogger(__name__)
 
 async def _default_run_context(_session_id: int) -> RunContext:
     return RunContext()
+
+
+async def _nobody(_tool_call_id: int) -> str | None:
+    return None
 
 
 class RulesPolicy:
@@ -40,13 +44,17 @@ class RulesPolicy:
         tool_categories: ToolCategories = lambda _name: None,
         clock: Clock = utcnow,
         run_context_for: RunContextFor = _default_run_context,
+        requester_of: RequesterOf = _nobody,
     ) -> None:
+        """``requester_of``: who asked for a call (by its id), for a bypass that covers
+        one person's calls."""
         self.rule_store = rule_store
         self.workspace = workspace
         self.bypasses = bypasses if bypasses is not None else Bypasses(clock)
         self.tool_categories = tool_categories
         self.clock = clock
         self.run_context_for = run_context_for
+        self.requester_of = requester_of
         self._rules: list[Rule] | None = None
         self._seeded = False
         self._lock = asyncio.Lock()
@@ -105,12 +113,24 @@ class RulesPolicy:
         if decision is Decision.ALLOW:
             return Verdict(decision, reason)
 
-        bypass = self.bypasses.find(request.session_id, tool, self.tool_categories(tool))
+        bypass = await self._bypass(request, tool)
         if bypass is not None:
             return Verdict(Decision.ALLOW, f"session bypass ({bypass.scope})")
         if fast_path(decision, rc, tool, path) is Decision.ALLOW:
             return Verdict(Decision.ALLOW, "pre-authorized by the session's run context")
         return Verdict(Decision.REQUIRE, reason)
+
+    async def _bypass(self, request: GateRequest, tool: str) -> Bypass | None:
+        """The session's bypass covering this call: everyone's, or its requester's (asked
+        for only when a bypass covers one person's calls)."""
+        covering = self.bypasses.covering(request.session_id, tool, self.tool_categories(tool))
+        if not covering:
+            return None
+        everyone = next((b for b in covering if b.requester is None), None)
+        if everyone is not None:
+            return everyone
+        requester = await self.requester_of(request.call.id)
+        return next((b for b in covering if requester and b.requester == requester), None)
 
     def _cwd(self, rc: RunContext) -> Path | None:
         if rc.working_directory is None:

@@ -13,7 +13,7 @@ from typing import Protocol
 from engine.approval.run_context import RunContext
 from engine.tools.protocols import ToolCategory
 
-__all__ = ["Clock", "RunContextFor", "ToolCategories"]
+__all__ = ["Clock", "RequesterOf", "RunContextFor", "ToolCategories"]
 
 
 class Clock(Protocol):
@@ -32,3 +32,10 @@ class RunContextFor(Protocol):
     """The RunContext a session's calls are judged by (its fast path), by session id."""
 
     async def __call__(self, session_id: int, /) -> RunContext: ...
+
+
+class RequesterOf(Protocol):
+    """Who asked for a call (the sender of the last person's message before it), by the
+    call's id; ``None``: nobody (a background session)."""
+
+    async def __call__(self, tool_call_id: int, /) -> str | None: ...

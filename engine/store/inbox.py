@@ -133,6 +133,10 @@ class InboxStore:
     async def pending_questions(self, session_id: int | None = None) -> list[InboxItem]:
         return await self._db.run(_pending, session_id, True)
 
+    async def requester_of(self, tool_call_id: int) -> str | None:
+        """Who asked for the call: the sender of the last person's message before it."""
+        return (await self._db.run(_requester, tool_call_id))[0]
+
     async def answer_question(
         self, tool_call_id: int, answer: str, *, session_id: int | None = None
     ) -> InboxItem:

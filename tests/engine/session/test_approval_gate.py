@@ -176,6 +176,53 @@ async def test_approving_with_a_bypass_stops_the_asking_for_that_session(engine:
     assert tool_messages(model.requests[2][0]) == ["1\n[exit code 0]", "2\n[exit code 0]"]
 
 
+async def test_a_members_bypass_in_a_group_covers_only_their_own_calls(
+    engine: Engine, model
+) -> None:
+    """``APPROVERS=requester+owner``: Alice, not the owner, lets the group's calls run
+    without asking; Bob's call later still asks (Alice's tap let it run unasked, though
+    only Bob or the owner may approve it), and Alice's own next call does not."""
+    from engine.approval.deciders import Decider
+
+    handler = await engine.new_session("telegram:-100")
+    alice = {"sender": {"id": "111", "name": "Alice"}}
+    bob = {"sender": {"id": "222", "name": "Bob"}}
+    model.add(shell("echo alice", "a1"), text("Done."))
+    events: list = []
+    turn, request = await start_until(
+        lambda emit: handler.handle_message("alice asks", metadata=alice, emit=emit),
+        ev.ApprovalRequired,
+        events,
+    )
+    await engine.approve(
+        request.tool_call_id,
+        BypassRequest("all", seconds=None),
+        decider=Decider("111", is_allowed=True),
+    )
+    assert isinstance(await asyncio.wait_for(turn, 5), Final)
+
+    model.add(shell("echo bob", "b1"))
+    events = []
+    turn, request = await start_until(
+        lambda emit: handler.handle_message("bob asks", metadata=bob, emit=emit),
+        ev.ApprovalRequired,
+        events,
+    )
+    model.add(text("Not run."))
+    await engine.reject(request.tool_call_id, decider=OPERATOR)
+    await asyncio.wait_for(turn, 5)
+
+    model.add(shell("echo alice again", "a2"), text("Ran."))
+    events = []
+    assert isinstance(
+        await asyncio.wait_for(
+            handler.handle_message("alice again", metadata=alice, emit=events.append), 5
+        ),
+        Final,
+    )
+    assert not [e for e in events if isinstance(e, ev.ApprovalRequired)]
+
+
 async def test_stop_cancels_a_pending_approval(engine: Engine, model):
     model.add(shell("sleep 1"))
     handler = await engine.new_session("cron", is_interactive=False)
