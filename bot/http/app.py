@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bot.checks.exposure import check_api_exposure
 from bot.http.api import ApiRoutes, operation
-from bot.http.credentials import has_token
+from bot.http.credentials import Throttle, bearer_refusal
 from bot.http.models import (
     MAX_ID,
     EventIn,
@@ -106,12 +106,23 @@ class EventsEndpoint:
 
     MAX_BYTES = 256 * 1024
 
-    def __init__(self, events: EventStore, token: str | None) -> None:
+    def __init__(
+        self, events: EventStore, token: str | None, throttle: Throttle | None = None
+    ) -> None:
+        """``throttle``: wrong tokens counted per address with the API's and the inbox's."""
         self.events = events
         self._token = token.encode() if token else None
+        self._throttle = throttle
 
     async def handle(self, request: Request) -> JSONResponse:
-        if not has_token(request.headers, self._token):
+        refused = bearer_refusal(request, self._token, self._throttle)
+        if refused is not None and refused.status == 429:
+            return JSONResponse(
+                {"error": "too many wrong tokens from this address; try again later"},
+                status_code=429,
+                headers={"Retry-After": str(refused.retry_after)},
+            )
+        if refused is not None:
             return JSONResponse({"error": "missing or wrong bearer token"}, status_code=401)
         try:
             event = await json_body(request, EventIn, limit=self.MAX_BYTES)

@@ -186,7 +186,7 @@ async def http_server(parts: HttpParts) -> ListeningServer:
         webhook_url=settings.telegram_webhook_url,
         receivers=parts.receivers,
         health=parts.health,
-        events=EventsEndpoint(parts.scheduler.tic.events, token),
+        events=EventsEndpoint(parts.scheduler.tic.events, token, throttle),
         api=ApiRoutes(
             operations,
             token=token,

@@ -504,3 +504,28 @@ async def test_a_method_a_path_lacks_is_405_naming_every_method_it_has(client):
         answer = await client.request(method, path, headers=AUTH)
         assert answer.status_code == 405, (method, path)
         assert set(answer.headers["allow"].split(", ")) == allowed, (method, path)
+
+
+async def test_wrong_tokens_on_the_events_endpoint_are_throttled_with_the_rest(engine, tmp_path):
+    """``POST /api/events`` counts wrong tokens with the API's: guessing through it is as
+    slow as through any other route (it checked each guess at full speed)."""
+    from bot.http.app import EventsEndpoint
+    from bot.http.signins import LoginThrottle
+    from scheduler.events import EventStore
+
+    throttle = LoginThrottle(clock=utcnow)
+    app = create_app(
+        api=ApiRoutes(Operations(engine), token=TOKEN, throttle=throttle),
+        events=EventsEndpoint(EventStore(engine.store.db), TOKEN, throttle),
+        host="0.0.0.0",
+    )
+    transport = httpx.ASGITransport(app=app, client=("203.0.113.8", 5000))
+    event = {"source": "mail", "type": "new_mail", "payload": {}}
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        wrong = {"authorization": "Bearer guess"}
+        statuses = [
+            (await c.post("/api/events", json=event, headers=wrong)).status_code for _ in range(12)
+        ]
+        assert statuses[:10] == [401] * 10 and statuses[10:] == [429, 429]
+        refused = await c.get("/api/inbox", headers=AUTH)  # one count for every route
+        assert refused.status_code == 429
