@@ -445,6 +445,12 @@ def _has_key(conn: Connection, platform: str, dedupe_key: str) -> bool:
     return conn.execute(query).first() is not None
 
 
+def _pending_with(own: str | None) -> sa.ColumnElement[bool]:
+    """Pending and in flight with ``own``: another process's claim is its own to send, and
+    moving it (due again, postponed, failed) would have a second process send it too."""
+    return sa.and_(o.c.status == "pending", _sender().is_not_distinct_from(own))
+
+
 def _postpone(
     conn: Connection,
     outbox_id: int,
@@ -453,12 +459,9 @@ def _postpone(
     next_attempt_at: datetime,
     own: str | None,
 ) -> bool:
-    ours = sa.and_(
-        o.c.id == outbox_id, o.c.status == "pending", _sender().is_not_distinct_from(own)
-    )
     moved = conn.execute(
         o.update()
-        .where(ours)
+        .where(o.c.id == outbox_id, _pending_with(own))
         .values(
             attempts=o.c.attempts + 1,
             error=error,
@@ -471,12 +474,9 @@ def _postpone(
 
 @quick_unit
 def _mark_failed(conn: Connection, outbox_id: int, error: str, own: str | None) -> bool:
-    ours = sa.and_(
-        o.c.id == outbox_id, o.c.status == "pending", _sender().is_not_distinct_from(own)
-    )
     moved = conn.execute(
         o.update()
-        .where(ours)
+        .where(o.c.id == outbox_id, _pending_with(own))
         .values(status="failed", error=error, attempts=o.c.attempts + 1, message_id=None)
     )
     return moved.rowcount == 1
@@ -485,15 +485,11 @@ def _mark_failed(conn: Connection, outbox_id: int, error: str, own: str | None) 
 def _reschedule(
     conn: Connection, outbox_ids: list[int], next_attempt_at: datetime, own: str | None
 ) -> set[int]:
-    ours = sa.and_(
-        o.c.id.in_(outbox_ids),
-        o.c.status == "pending",
-        # Another process's claim is its own to send: moving it would make it due again,
-        # and a second process would send it too.
-        _sender().is_not_distinct_from(own),
-    )
     moved = conn.execute(
-        o.update().where(ours).values(next_attempt_at=next_attempt_at).returning(o.c.id)
+        o.update()
+        .where(o.c.id.in_(outbox_ids), _pending_with(own))
+        .values(next_attempt_at=next_attempt_at)
+        .returning(o.c.id)
     )
     return {row[0] for row in moved}
 
@@ -656,22 +652,6 @@ def _mark_sent_many(conn: Connection, sent: list[tuple[int, str | None]]) -> Non
             {"oid": oid, "status": "sent", "message_id": mid, "error": None, "sent_at": now}
             for oid, mid in sent
         ],
-    )
-
-
-@quick_unit
-def _mark_outbox(
-    conn: Connection, outbox_id: int, status: str, message_id: str | None, error: str | None
-) -> None:
-    _MARK_OUTBOX.execute(
-        conn,
-        {
-            "oid": outbox_id,
-            "status": status,
-            "message_id": message_id,
-            "error": error,
-            "sent_at": utcnow() if status == "sent" else None,
-        },
     )
 
 

@@ -1,13 +1,14 @@
 """One Telegram receiver in a fleet: whoever holds the lease ``telegram:receiver`` polls.
 
 ``ReceiverElection.run`` tries for the lease every ``min(ttl/3, 0.5 s)``; once it wins it
-starts the receiver (the poller's ``run``) and renews every ``ttl/3``. The receiver is cancelled at
-once when a renewal fails, raises, or comes back later than the lease could still be
-ours (the process was paused: SIGSTOP, a swapped-out VM) — and only then does the loop go
-back to trying, one ``ttl`` later: a paused process does not take the lease back from
-under the healthy one that took over (or race it for it). A holder killed with ``kill -9`` is replaced when its lease expires: at
-most ``ttl`` after its last renewal, plus one try interval of the next process: with the
-default 4 s, fail-over takes 3-4.5 s.
+starts the receiver (the poller's ``run``) and renews every ``ttl/3``. The receiver is
+cancelled at once when a renewal fails, raises, or comes back later than the lease could
+still be ours (the process was paused: SIGSTOP, a swapped-out VM) — and only then does
+the loop go back to trying, one ``ttl`` later: a paused process does not take the lease
+back from under the healthy one that took over (or race it for it). A holder killed with
+``kill -9`` is replaced when its lease expires: at most ``ttl`` after its last renewal,
+plus one try interval of the next process: with the default 4 s, fail-over takes
+3-4.5 s.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from bot.completions import (
 )
 from bot.delivery import OutboundStats
 from bot.fleet.receiver import RECEIVER_LEASE
-from bot.http.credentials import bearer_refusal, has_token
+from bot.http.credentials import Refusal, bearer_refusal, has_token
 from bot.http.health_details import HealthDetails
 from bot.http.memory_pages import (
     FactDeleted,
@@ -99,6 +99,7 @@ __all__ = [
     "error_status",
     "openapi_document",
     "operation",
+    "refused",
 ]
 
 #: Who a decision taken through the API is shown as on the chat's card.
@@ -232,6 +233,23 @@ def operation(name: str) -> Operation:
     return next(spec for spec in OPERATIONS if spec.name == name)
 
 
+def refused(refusal: Refusal) -> SafeJSONResponse:
+    """A bearer refusal as every JSON route says it: 429 with ``Retry-After`` (too many
+    wrong tokens from the address), else 401."""
+    if refusal.retry_after is not None:
+        wait = refusal.retry_after
+        return SafeJSONResponse(
+            {"error": f"Too many wrong tokens from this address; try again in {wait} s."},
+            status_code=429,
+            headers={"retry-after": str(wait)},
+        )
+    return SafeJSONResponse(
+        {"error": "missing or wrong bearer token"},
+        status_code=401,
+        headers={"www-authenticate": "Bearer"},
+    )
+
+
 class ApiRoutes:
     """The API's Starlette routes over the operator's ``Operations``."""
 
@@ -280,19 +298,8 @@ class ApiRoutes:
         @functools.wraps(handler)
         async def guarded(request: Request) -> Response:
             refusal = bearer_refusal(request, self._token, self._throttle)
-            if refusal is not None and refusal.retry_after is not None:
-                wait = refusal.retry_after
-                return SafeJSONResponse(
-                    {"error": f"Too many wrong tokens from this address; try again in {wait} s."},
-                    status_code=429,
-                    headers={"retry-after": str(wait)},
-                )
             if refusal is not None:
-                return SafeJSONResponse(
-                    {"error": "missing or wrong bearer token"},
-                    status_code=401,
-                    headers={"www-authenticate": "Bearer"},
-                )
+                return refused(refusal)
             if not ids_in_range(request):
                 return _error(404, "no such id")
             try:

@@ -17,7 +17,7 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bot.checks.exposure import check_api_exposure
-from bot.http.api import ApiRoutes, operation
+from bot.http.api import ApiRoutes, operation, refused
 from bot.http.credentials import Throttle, bearer_refusal
 from bot.http.models import (
     MAX_ID,
@@ -115,15 +115,9 @@ class EventsEndpoint:
         self._throttle = throttle
 
     async def handle(self, request: Request) -> JSONResponse:
-        refused = bearer_refusal(request, self._token, self._throttle)
-        if refused is not None and refused.status == 429:
-            return JSONResponse(
-                {"error": "too many wrong tokens from this address; try again later"},
-                status_code=429,
-                headers={"Retry-After": str(refused.retry_after)},
-            )
-        if refused is not None:
-            return JSONResponse({"error": "missing or wrong bearer token"}, status_code=401)
+        refusal = bearer_refusal(request, self._token, self._throttle)
+        if refusal is not None:
+            return refused(refusal)
         try:
             event = await json_body(request, EventIn, limit=self.MAX_BYTES)
         except RequestError as bad:

@@ -219,13 +219,9 @@ class Front(Generic[In]):
         a stop that cuts it short leaves it unhandled, for the next start."""
         failpoint("before_event_handled")
         try:
-            try:
-                marked = await self._handle(stored)
-            except Exception:
-                await self.events.mark_handled(stored.key)
-                raise
-            if not marked:
-                await self.events.mark_handled(stored.key)
+            await handled_then_marked(
+                self._handle(stored), lambda: self.events.mark_handled(stored.key)
+            )
         finally:
             self._queued.discard(stored.key)
 
@@ -234,3 +230,19 @@ class Front(Generic[In]):
 
     def is_allowed(self, user_id: str | None) -> bool:
         return self.access.is_allowed(user_id)
+
+
+async def handled_then_marked(
+    handling: Awaitable[bool], mark: Callable[[], Awaitable[None]]
+) -> None:
+    """Every platform's rule for a stored inbound event: ``mark`` it handled once
+    ``handling`` is done, unless handling marked it (the hub's queue push does); a failure
+    marks it too (an event that breaks its handler is not handed over forever), but a stop
+    that cuts it short leaves it unhandled, for the next start."""
+    try:
+        marked = await handling
+    except Exception:
+        await mark()
+        raise
+    if not marked:
+        await mark()

@@ -18,6 +18,7 @@ from typing import Any
 
 from bot.delivery import Outbound
 from bot.platform.access import Access, PairingDesk
+from bot.platform.front import handled_then_marked
 from bot.platform.lanes import Lanes
 from bot.platform.outbox import Outbox
 from bot.platform.outgoing import EventRenderer
@@ -174,17 +175,13 @@ class TelegramAdapter:
     # -- incoming ------------------------------------------------------------------------
 
     async def _handle_in_lane(self, _key: int, update: Json) -> None:
-        """Handled, then marked so (``Front._handle_in_lane``'s rule: a stop that cuts it
-        short leaves it unhandled, for the next start)."""
         update_id = update.get("update_id")
-        try:
-            marked = await self.handle(update)
-        except Exception:
+
+        async def mark() -> None:
             if isinstance(update_id, int):
                 await self.store.mark_handled(update_id)
-            raise
-        if isinstance(update_id, int) and not marked:
-            await self.store.mark_handled(update_id)
+
+        await handled_then_marked(self.handle(update), mark)
 
     async def handle(self, update: Json) -> bool:
         """Act on one update; True when it was marked handled along the way.

@@ -423,7 +423,7 @@ class FleetWork:
 
 def _quiet(state: SourceState) -> bool:
     """Nothing queued, running, held or to resume (its consumer may be the one asking)."""
-    return state.turn is None and not len(state.inbox) and not state.resume_first and not state.held
+    return state.turn is None and not state.held and not state.has_waiting_work
 
 
 def _unowned_work(conn: Connection, interrupted: set[int]) -> list[str]:

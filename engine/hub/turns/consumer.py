@@ -100,7 +100,7 @@ class InboxConsumer:
         finally:
             state.consumer = None
             state.last_active = self._clock()
-            if _has_work(state) and self._placement.owns(state.name) and not self._closing:
+            if state.has_waiting_work and self._placement.owns(state.name) and not self._closing:
                 self.ensure(state)  # pushed (or decided) while this one was finishing
 
     async def _work(self, state: SourceState) -> None:
@@ -124,7 +124,7 @@ class InboxConsumer:
             finally:
                 if not self._closing:  # a fleet lets the source go, unless a row came in
                     await self._placement.idle(state)
-            if not _has_work(state) or not self._placement.owns(state.name):
+            if not state.has_waiting_work or not self._placement.owns(state.name):
                 return
 
     async def _resume_if_cut(self, state: SourceState) -> bool:
@@ -199,7 +199,3 @@ class InboxConsumer:
         finally:
             state.turn = None
             state.last_active = self._clock()
-
-
-def _has_work(state: SourceState) -> bool:
-    return bool(len(state.inbox)) or state.resume_first

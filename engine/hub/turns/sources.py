@@ -45,10 +45,14 @@ class SourceState:
         return (
             self.consumer is None
             and self.turn is None
-            and not len(self.inbox)
-            and not self.resume_first
+            and not self.has_waiting_work
             and not self.held
         )
+
+    @property
+    def has_waiting_work(self) -> bool:
+        """A message queued here, or a cut turn to resume first."""
+        return bool(len(self.inbox)) or self.resume_first
 
     @property
     def is_processing(self) -> bool:
