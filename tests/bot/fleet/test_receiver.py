@@ -111,6 +111,8 @@ async def test_of_two_elections_exactly_one_polls_and_the_other_takes_over_when_
             await until(lambda: polling == {other}, "the other one polls")
             holder = await Leases(dbs[0]).holder(RECEIVER_LEASE)
             assert holder is not None and holder.owner == other and holder.epoch == 2
+            # The loser, its lease let go (a database round trip), steps back for a ttl.
+            await until(lambda: bool(stepped_back), "the loser steps back")
             for _ in range(200):
                 seen.append(set(polling))
                 await asyncio.sleep(0)
