@@ -288,9 +288,10 @@ class AsyncEngineDatabase:
         new connection, and the unit runs again only if the server says it aborted."""
         fence = current_fence()
         for attempt in range(DISCONNECT_RETRIES + 1):
-            committing = False
+            opened = committing = False
             try:
                 async with self._engine.begin() as conn:
+                    opened = True
                     try:
                         result, xid = await conn.run_sync(_unit_and_xid, fence, fn, args, kwargs)
                     except sa.exc.DBAPIError as exc:
@@ -303,17 +304,20 @@ class AsyncEngineDatabase:
             except _Reconnect:
                 pass
             except sa.exc.DBAPIError as exc:
-                if not (committing and _lost_connection(exc)):
+                if not opened and _lost_connection(exc) and attempt < DISCONNECT_RETRIES:
+                    pass  # dropped while the pool opened it: nothing of the unit ran
+                elif not (committing and _lost_connection(exc)):
                     raise
-                with contextlib.suppress(Exception):
-                    await conn.invalidate()
-                if xid is None:
-                    return result  # it wrote nothing: what it read stands
-                status = await self._outcome(xid)
-                if status == "committed":
-                    return result
-                if status != "aborted" or attempt == DISCONNECT_RETRIES:
-                    raise  # unknown: running it again could act twice
+                else:
+                    with contextlib.suppress(Exception):
+                        await conn.invalidate()
+                    if xid is None:
+                        return result  # it wrote nothing: what it read stands
+                    status = await self._outcome(xid)
+                    if status == "committed":
+                        return result
+                    if status != "aborted" or attempt == DISCONNECT_RETRIES:
+                        raise  # unknown: running it again could act twice
             log.warning("the database connection was lost; running the unit again")
             await asyncio.sleep(DISCONNECT_BACKOFF_S * (attempt + 1))
         raise AssertionError("unreachable")
@@ -373,8 +377,10 @@ def _lost_connection(exc: sa.exc.DBAPIError) -> bool:
     if exc.connection_invalidated:
         return True
     text = str(exc.orig)
-    return "underlying connection is closed" in text or (
-        "another operation" in text and "in progress" in text
+    return (
+        "underlying connection is closed" in text
+        or "connection was closed in the middle of operation" in text
+        or ("another operation" in text and "in progress" in text)
     )
 
 

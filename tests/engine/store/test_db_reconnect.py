@@ -170,3 +170,25 @@ async def test_a_unit_that_only_read_keeps_its_result_when_the_commit_is_cut() -
             assert cuts == [1] and attempts == 1
         finally:
             await db.close()
+
+
+async def test_a_connection_dropped_while_it_is_being_opened_runs_the_unit_on_a_new_one() -> None:
+    """The server goes while the pool opens a connection (SQLAlchemy's first look at the
+    dialect, CI's fleet lost a starting process to this): nothing of the unit ran, so it
+    runs on the next connection."""
+    async with fresh_postgres_database() as url:
+        db = connect(url)
+        dropped: list[int] = []
+
+        def drop_the_first(dbapi_conn: object, _record: object) -> None:
+            if not dropped:
+                dropped.append(1)
+                cursor = dbapi_conn.cursor()  # type: ignore[attr-defined]
+                cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+        sa.event.listen(db._engine.sync_engine, "connect", drop_the_first, insert=True)  # type: ignore[attr-defined]
+        try:
+            assert await db.run(lambda c: c.execute(sa.text("SELECT 7")).scalar()) == 7
+            assert dropped == [1]
+        finally:
+            await db.close()
