@@ -336,6 +336,9 @@ class JobRunner:
         async def answered(message_id: int) -> None:
             await self.store.set_delivered_messages(ids, [message_id])
 
+        async def undelivered() -> None:
+            self._release(ids)  # the next sweep tells it (its delivery lease is ours)
+
         self.hub.notify(
             Notification(
                 source="scheduler",
@@ -345,6 +348,7 @@ class JobRunner:
                 target=job.origin_source,
                 on_delivered=delivered,
                 on_answered=answered,
+                on_undelivered=undelivered,
             )
         )
 

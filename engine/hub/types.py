@@ -108,6 +108,8 @@ class Notification:
     on_delivered: Callable[[], Awaitable[None]] | None = field(default=None, compare=False)
     #: Called with the id of the message the agent wrote about it (the user-facing one).
     on_answered: Callable[[int], Awaitable[None]] | None = field(default=None, compare=False)
+    #: Called when its delivery failed before it was stored: its sender may try again.
+    on_undelivered: Callable[[], Awaitable[None]] | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {

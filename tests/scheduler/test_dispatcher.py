@@ -20,6 +20,7 @@ from engine.core import Engine
 from engine.hub import ChatHub, Notification
 from engine.llm.scripted import text, tool_call
 from engine.session.events import Done
+from engine.session.handler import ChatSessionHandler
 from scheduler.dispatcher import WAKE_ID
 from scheduler.runner import TASK_COMPLETED_TOOL
 from scheduler.service import Scheduler, SchedulerError, SchedulerLimits
@@ -217,6 +218,50 @@ async def test_a_step_while_a_result_waits_for_its_notification_does_not_deliver
     assert notified_runs(notified) == [run.id]
     done = await deliver_notifications(hub, manual_sleep, events)
     assert done.content == "Told once."
+
+
+async def test_a_result_whose_notice_could_not_be_stored_is_told_by_a_later_step(
+    engine: Engine,
+    hub: ChatHub,
+    scheduler: Scheduler,
+    clock: FakeClock,
+    model: EchoModel,
+    manual_sleep: ManualSleep,
+    notified: list[Notification],
+    origin: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The database failed while the notice was being stored in the chat: the result is
+    not left busy until a restart (it was, silently) but told by the next step, once."""
+    run = await due_run(scheduler, clock)
+    model.add(text("The result."), text("Told at last."))
+    events = hub.events(ORIGIN)
+    original = ChatSessionHandler.deliver_notifications
+    failures = [RuntimeError("database gone")]
+
+    async def fails_once(self: ChatSessionHandler, *args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ChatSessionHandler, "deliver_notifications", fails_once)
+    await scheduler.dispatcher.step()
+    await scheduler.dispatcher.drain()
+    await manual_sleep.release(hub.config.notify_window_s)
+    for _ in range(50):  # the hub's delivery task fails and gives the result back
+        if not failures and run.id not in scheduler.runner.busy:
+            break
+        await asyncio.sleep(0.01)
+    assert (await scheduler.store.run(run.id)).delivery_status == "pending"
+
+    again = await scheduler.dispatcher.step()
+
+    assert again.delivered == 1
+    done = await deliver_notifications(hub, manual_sleep, events)
+    assert done.content == "Told at last."
+    assert notified_runs(notified) == [run.id, run.id]
+    assert (await scheduler.store.run(run.id)).delivery_status == "delivered"
+    assert (await scheduler.dispatcher.step()).delivered == 0
 
 
 async def test_missed_fires_are_told_once_as_one_notice(

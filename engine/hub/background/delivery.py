@@ -54,6 +54,16 @@ class BackgroundDelivery:
 
     async def deliver(self, batch: list[Notification]) -> None:
         """Group a batch by target (unknown targets go home) and deliver each group."""
+        try:
+            groups = await self._by_target(batch)
+        except Exception:
+            log.exception("finding the targets of %d notification(s) failed", len(batch))
+            await _undelivered(batch)
+            return
+        for target, items in groups.items():
+            self._tasks.spawn(self._deliver_to(target, items))
+
+    async def _by_target(self, batch: list[Notification]) -> dict[str, list[Notification]]:
         sessions = self._engine.store.sessions
         targets = {n.target for n in batch if n.target is not None}
         known = {t for t in targets if await sessions.active_for_source(t) is not None}
@@ -69,25 +79,36 @@ class BackgroundDelivery:
                 )
                 target = home
             by_target[target].append(notification)
-        for target, items in by_target.items():
-            state = await self._sources.state(target)
-            self._tasks.spawn(self._deliver_to(state, items))
+        return by_target
 
-    async def _deliver_to(self, state: SourceState, items: list[Notification]) -> None:
-        # In a fleet the chat's owner may be another process: it waits for it.
-        async with self._placement.holding(state.name):
-            await self._deliver_here(await self._sources.state(state.name), items)
+    async def _deliver_to(self, target: str, items: list[Notification]) -> None:
+        stored = False
 
-    async def _deliver_here(self, state: SourceState, items: list[Notification]) -> None:
-        handler = await self._sources.handler(state)
-        defaults = self._adapters.defaults_for(state.name)
-        payload = json.dumps([n.to_json() for n in items], ensure_ascii=False)
-
-        async def stored() -> None:
+        async def on_stored() -> None:
+            nonlocal stored
+            stored = True
             for item in items:
                 if item.on_delivered is not None:
                     await item.on_delivered()
 
+        try:
+            # In a fleet the chat's owner may be another process: it waits for it.
+            async with self._placement.holding(target):
+                await self._deliver_here(await self._sources.state(target), items, on_stored)
+        except Exception:
+            log.exception("notification turn for %s failed", target)
+        if not stored:
+            await _undelivered(items)
+
+    async def _deliver_here(
+        self,
+        state: SourceState,
+        items: list[Notification],
+        on_stored: Callable[[], Awaitable[None]],
+    ) -> None:
+        handler = await self._sources.handler(state)
+        defaults = self._adapters.defaults_for(state.name)
+        payload = json.dumps([n.to_json() for n in items], ensure_ascii=False)
         try:
             bridge = self._adapters.bridge(state.name, state.session_id)
             result = await handler.deliver_notifications(
@@ -95,15 +116,14 @@ class BackgroundDelivery:
                 interface_tools=tuple(defaults.interface_tools),
                 emit=bridge,
                 records=bridge,
-                on_stored=stored,
+                on_stored=on_stored,
             )
             if isinstance(result, Final):
                 for item in items:
                     if item.on_answered is not None:
                         await item.on_answered(result.message_id)
-        except Exception:
-            log.exception("notification turn for %s failed", state.name)
-        state.last_active = self._clock()
+        finally:
+            state.last_active = self._clock()
 
     async def inject(
         self,
@@ -151,3 +171,14 @@ class BackgroundDelivery:
             records=bridge,
             on_stored=on_stored,
         )
+
+
+async def _undelivered(items: list[Notification]) -> None:
+    """Give notifications that were never stored back to their senders."""
+    for item in items:
+        if item.on_undelivered is None:
+            continue
+        try:
+            await item.on_undelivered()
+        except Exception:
+            log.exception("giving back an undelivered notification failed")
