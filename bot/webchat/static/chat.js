@@ -27,6 +27,8 @@ const state = {
   recording: null, // the voice message being recorded: {recorder, stream, chunks, started, ...}
   hearing: null, // the ref of the voice message sent, until the server answers it
   voices: 0, // voice messages sent (their refs)
+  sending: null, // the message sent, until the server accepts it: {ref, text, attached, conversation}
+  sent: 0, // messages sent (their refs)
 };
 
 function el(tag, className, text) {
@@ -265,6 +267,10 @@ function connect(id, deliver) {
   socket.onclose = () => {
     if (state.socket !== socket) return;
     state.socket = null;
+    if (state.sending) {
+      sentBack(false);
+      notice("The connection dropped as the message left: if it is not shown above, send it again.", true);
+    }
     $("status").textContent = "reconnecting…";
     const wait = Math.min(10000, 500 * 2 ** state.retry++);
     setTimeout(() => { if (state.current === id && !state.socket) select(id); }, wait);
@@ -283,6 +289,9 @@ function frameOut(frame) {
 function handle(frame) {
   if (frame.ref && frame.ref === state.hearing && ["accepted", "error"].includes(frame.type)) {
     heardBack();
+  }
+  if (frame.ref && frame.ref === state.sending?.ref && ["accepted", "error"].includes(frame.type)) {
+    sentBack(frame.type === "accepted");
   }
   switch (frame.type) {
     case "hello": state.limits = frame.limits; break;
@@ -459,12 +468,24 @@ function submitMessage() {
     notice("Wait until the files are uploaded.", true);
     return;
   }
-  const frame = { type: "message", text };
+  const ref = `message-${++state.sent}`;
+  const frame = { type: "message", text, ref };
   if (state.attached.length) frame.attachments = state.attached.map((file) => file.id);
   if (frameOut(frame)) {
+    // The draft comes back if the server refuses it or the connection drops first.
+    state.sending = { ref, text, attached: state.attached, conversation: state.current };
     input.value = "";
     clearAttached();
   }
+}
+
+// The message sent was answered: kept by the server, or refused (its draft restored).
+function sentBack(accepted) {
+  const sending = state.sending;
+  state.sending = null;
+  if (accepted || !sending || sending.conversation !== state.current) return;
+  input.value = input.value.trim() ? `${sending.text}\n${input.value}` : sending.text;
+  if (!state.attached.length) for (const entry of sending.attached) showAttached(entry);
 }
 
 $("composer").addEventListener("submit", (event) => {
@@ -514,12 +535,17 @@ async function attach(file) {
     state.uploading--;
   }
   if (state.current !== conversation || !item.isConnected) return; // switched meanwhile
+  showAttached({ id: uploaded.id, name: uploaded.name, size: uploaded.size }, item);
+}
+
+// An uploaded file as a chip with its ✕ (``item``: its chip while uploading), sent with
+// the next message.
+function showAttached(entry, item = chip(entry.name)) {
   item.classList.remove("uploading");
-  item.title = `${uploaded.name} (${uploaded.size} bytes)`;
+  item.title = `${entry.name} (${entry.size} bytes)`;
   const remove = el("button", "", "✕");
   remove.type = "button";
-  remove.setAttribute("aria-label", `Remove ${uploaded.name}`);
-  const entry = { id: uploaded.id, name: uploaded.name, size: uploaded.size };
+  remove.setAttribute("aria-label", `Remove ${entry.name}`);
   remove.addEventListener("click", () => {
     state.attached = state.attached.filter((file) => file !== entry);
     item.remove();

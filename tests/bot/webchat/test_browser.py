@@ -285,6 +285,35 @@ async def test_attachments_in_chromium(
     await context.close()
 
 
+async def test_a_refused_message_keeps_its_draft_in_chromium(
+    browser: Any, make_server, fake_openai: FakeOpenAIServer, artifacts: Path
+):
+    """The server refuses the message (too long): the text and the file come back to the
+    composer instead of vanishing with the send (they did); an accepted one leaves it empty."""
+    server: ChatServer = await make_server(page=True)
+    context, page = await _signed_in(browser, server)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    limit = server.hub.config.max_message_chars
+    too_long = "word " * (limit // 5) + "end"
+    await _choose(page, ("notes.txt", b"remember the milk"))
+    await page.wait_for_selector("#chips .chip:not(.uploading)")
+
+    async with _evidence_on_failure(page, artifacts, "webchat-refused-draft"):
+        await _send(page, too_long)
+        await page.wait_for_selector(f".notice.error:has-text('the limit is {limit}')")
+        assert await page.input_value("#input") == too_long
+        assert await page.text_content("#chips") == "notes.txt✕"
+
+        fake_openai.reply_text("Short is better.")
+        await _send(page, "in short: milk")
+        await page.wait_for_selector(".msg.assistant:has-text('Short is better.')")
+        assert await page.input_value("#input") == ""
+        assert await page.locator("#chips .chip").count() == 0
+    assert errors == []
+    await context.close()
+
+
 @pytest.fixture
 async def microphone_browser() -> AsyncIterator[Any]:
     """Chromium with a fake microphone (a beep) that needs no one to allow it."""
