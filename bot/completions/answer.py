@@ -23,7 +23,8 @@ class Keeper(Protocol):
     """Where an answer is kept (``CompletionsApi``)."""
 
     async def finish(self, conversation: Conversation, said: str) -> None:
-        """The answer as the client got it, held before its last piece is sent."""
+        """The answer as the client got it, held before its last piece is sent (not the
+        sentence of a turn that gave none: the message sent again runs again)."""
 
     async def last_answer(self, source: str) -> str:
         """The conversation's last answer (a request sent again reads it back)."""
@@ -48,6 +49,7 @@ class Answer:
         self._keeper = keeper
         self._usage_chunk = usage
         self._tokens: tuple[int, int] | None = None
+        self._unanswered = False
         self._conversation = conversation
         self._turn = turn
         self._model = model
@@ -58,7 +60,7 @@ class Answer:
     async def whole(self) -> dict[str, Any]:
         try:
             said = "".join([piece.text async for piece in self._pieces()])
-            await self._keeper.finish(self._conversation, said)
+            await self._finish(said)
         finally:
             self._done()
         return completion(
@@ -79,7 +81,7 @@ class Answer:
                 said.append(piece.text)
                 extra = {"event": piece.event} if piece.event else None
                 yield self._sse(chunk(*self._head(), {"content": piece.text}, extra=extra))
-            await self._keeper.finish(self._conversation, "".join(said))
+            await self._finish("".join(said))
             extra = {"conversation": self._conversation.source}
             yield self._sse(chunk(*self._head(), {}, finish_reason="stop", extra=extra))
             if self._usage_chunk:
@@ -95,7 +97,12 @@ class Answer:
         async for piece in self._turn.pieces():
             if piece.usage is not None:
                 self._tokens = piece.usage
+            self._unanswered = piece.unanswered
             yield piece
+
+    async def _finish(self, said: str) -> None:
+        if not self._unanswered:
+            await self._keeper.finish(self._conversation, said)
 
     def _head(self) -> tuple[str, int, str]:
         return self.id, self.created, self._model

@@ -34,6 +34,8 @@ from bot.completions.layer import SOURCE_PREFIX
 from bot.completions.tables import api_conversation_heads as heads_table
 from bot.completions.tables import api_conversations as c
 from engine.store import Database, PerDialect, Prepared, insert_for, quick_unit, utcnow
+from engine.store import chat_history as h
+from engine.store import chat_sessions_stack as f
 
 __all__ = [
     "ROOT",
@@ -163,6 +165,14 @@ class ConversationMap:
 
         return held, unit
 
+    async def answered(
+        self, conversation: Conversation, count: int, session_id: int | None
+    ) -> bool:
+        """Whether its ``count``-th message, the last it holds, was answered: the answer
+        held, or written since the message was held in the agent's session ``session_id``
+        (a client gone before its answer ended). A failed or stopped turn wrote none."""
+        return await self._db.run(_answered, conversation.id, count, session_id)
+
     def remember(self, conversation: Conversation) -> None:
         """``conversation`` as committed (after ``holding``'s work)."""
         self._remember(conversation)
@@ -262,6 +272,29 @@ def _find(
         .returning(c.c.id)
     ).scalar_one()
     return Conversation(new_id, agent, None, ROOT, 0), 0
+
+
+@quick_unit
+def _answered(conn: Connection, conversation_id: int, count: int, session_id: int | None) -> bool:
+    row = conn.execute(sa.select(c.c.length, c.c.updated_at).where(c.c.id == conversation_id)).one()
+    if row.length > count:
+        return True  # the client was sent its answer
+    if session_id is None:
+        return False
+    since = conn.execute(
+        sa.select(h.c.id)
+        .join(f, f.c.id == h.c.session_stack_id)
+        .where(
+            f.c.session_id == session_id,
+            f.c.depth == 0,
+            h.c.role == "assistant",
+            h.c.is_synthetic.is_(False),
+            h.c.content != "",
+            h.c.created_at >= row.updated_at,
+        )
+        .limit(1)
+    ).first()
+    return since is not None
 
 
 @quick_unit

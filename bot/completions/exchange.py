@@ -48,11 +48,13 @@ DECIDE_WHERE = "in the owner's chat or in chathub's inbox (its web page)"
 @dataclass(frozen=True, slots=True)
 class Piece:
     """Text of the answer; ``event``: what the agent did, for chathub's own field;
-    ``usage``: the answer's tokens (prompt, completion), on the last piece."""
+    ``usage``: the answer's tokens (prompt, completion), on the last piece;
+    ``unanswered``: the last piece of a turn that failed, was stopped or never began."""
 
     text: str
     event: dict[str, Any] | None = None
     usage: tuple[int, int] | None = None
+    unanswered: bool = False
 
 
 #: Nothing to say yet: a keep-alive for the connection.
@@ -167,7 +169,7 @@ class Exchange:
                     quiet = not self._hub.has_work(source) and not await self._hub.is_busy(source)
                     quiet_looks = quiet_looks + 1 if quiet else 0
                     if quiet_looks >= 2:
-                        yield Piece(_line(NOT_ANSWERED), {"type": "error"})
+                        yield Piece(_line(NOT_ANSWERED), {"type": "error"}, unanswered=True)
                         return
                 if self._waited_out(turn):
                     yield Piece(
@@ -194,7 +196,7 @@ class Exchange:
                 yield Piece(_rest_of(turn, event.content), usage=usage)
                 return
             if isinstance(event, Error):
-                yield Piece(_line(f"⚠️ {event.message}", turn), {"type": "error"})
+                yield Piece(_line(f"⚠️ {event.message}", turn), {"type": "error"}, unanswered=True)
                 return
             piece = self._told(turn, event)
             if piece is not None:

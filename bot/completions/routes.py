@@ -192,8 +192,12 @@ class CompletionsApi:
         attachments: list[dict[str, Any]] = []
         for attempt in range(2):
             source = conversation.source
-            if taken == len(digests):  # sent again (a retry): its answer is followed or read
-                return conversation, await self.exchange.start(source, None)
+            again = taken == len(digests)
+            if again:  # sent again (a retry): its answer is followed or read back
+                turn = await self.exchange.start(source, None)
+                if turn.running or await self._answered(conversation, taken):
+                    return conversation, turn
+                turn.close()  # never answered (its turn failed, or was stopped): it runs again
             context = context_of(asked.instructions, dialog[taken:-1])
             if asked.images and not attachments:
                 root = self._hub.workspace_root
@@ -203,7 +207,9 @@ class CompletionsApi:
             # What the client has seen now is held in the transaction storing its message.
             held, holding = self._conversations.holding(conversation, digests[taken:])
             try:
-                turn = await self.exchange.start(source, asked.text, options, also=holding)
+                turn = await self.exchange.start(
+                    source, asked.text, options, also=None if again else holding
+                )
             except HubError as refused:  # a sentence meant for people (too long, …)
                 raise ApiError(400, str(refused), param="messages") from None
             except StaleConversation:  # another process took a message of it meanwhile
@@ -212,6 +218,8 @@ class CompletionsApi:
                 self._conversations.forget(conversation)
                 conversation, taken = await self._conversations.get(conversation, chain(digests))
                 continue
+            if again:
+                return conversation, turn
             self._conversations.remember(held)
             return held, turn
         raise AssertionError("unreachable")
@@ -223,6 +231,12 @@ class CompletionsApi:
             await self._conversations.hold(conversation, [digest("assistant", said)])
         except StaleConversation:
             log.info("%s moved on before its answer was held", conversation.source)
+
+    async def _answered(self, conversation: Conversation, count: int) -> bool:
+        """Whether the conversation's last message (its ``count``-th) was answered: its
+        answer held, or written by the agent since the message was held."""
+        session_id = await self._hub.current_session(conversation.source)
+        return await self._conversations.answered(conversation, count, session_id)
 
     async def last_answer(self, source: str) -> str:
         """The last answer of the conversation ``source`` (empty: none yet)."""

@@ -340,6 +340,33 @@ async def test_a_request_sent_again_adds_nothing_and_gets_the_answer(
     assert again.choices[0].message.content == "Twice."
 
 
+async def test_a_request_sent_again_after_its_turn_failed_runs_it_again(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """The model failed the message's turn: the same request again is answered anew, not
+    with the conversation's previous answer (it was: "Once." came back for "second")."""
+    fake_openai.reply_text("Once.")
+    history = [{"role": "user", "content": "first"}]
+    async with v1.client() as client:
+        first = await client.chat.completions.create(model="main", messages=history)
+        history += [
+            {"role": "assistant", "content": first.choices[0].message.content},
+            {"role": "user", "content": "second"},
+        ]
+        fake_openai.reply_error(400, "the model refused")
+        failed = await client.chat.completions.create(model="main", messages=history)
+        assert "Once." not in failed.choices[0].message.content
+        fake_openai.reply_text("Second, at last.")
+        again = await client.chat.completions.create(model="main", messages=history)
+    assert again.choices[0].message.content == "Second, at last."
+    assert user_messages(fake_openai.requests[-1]) == ["first", "second"]
+    async with v1.client() as client:  # and it is held as the answer: nothing runs a third time
+        asked = len(fake_openai.requests)
+        read_back = await client.chat.completions.create(model="main", messages=history)
+    assert read_back.choices[0].message.content == "Second, at last."
+    assert len(fake_openai.requests) == asked
+
+
 async def test_a_client_that_goes_away_does_not_stop_the_turn(
     v1: V1Server, fake_openai: FakeOpenAIServer
 ):
@@ -366,6 +393,13 @@ async def test_a_client_that_goes_away_does_not_stop_the_turn(
     assert session is not None
     answer = await v1.api.last_answer(source)
     assert answer.startswith("A long answer")
+    asked = len(fake_openai.requests)
+    async with v1.client() as client:  # its retry reads the answer back, never runs it again
+        again = await client.chat.completions.create(
+            model="main", user="leaver", messages=[{"role": "user", "content": "tell me"}]
+        )
+    assert again.choices[0].message.content == answer
+    assert len(fake_openai.requests) == asked
 
 
 async def test_a_hundred_conversations_at_once(v1: V1Server, fake_openai: FakeOpenAIServer):
@@ -462,3 +496,6 @@ async def test_a_request_whose_turn_fails_before_it_begins_ends_with_a_sentence(
         answer = await asyncio.wait_for(http.post("/v1/chat/completions", json=body), 10)
     text = answer.json()["choices"][0]["message"]["content"]
     assert "was not answered" in text and "RuntimeError" not in text and "database" not in text
+    async with v1.http() as http:  # "Send it again." does what it says
+        again = await asyncio.wait_for(http.post("/v1/chat/completions", json=body), 10)
+    assert again.json()["choices"][0]["message"]["content"] == "fine"
