@@ -323,7 +323,11 @@ class Service:
             hub.add_turn_context(memory.turn_context)
         webhook: TelegramWebhook | None = None
         deliveries: Deliveries | None = None  # the web inbox's "deliveries waiting"
-        desk = PairingDesk()  # /pair on any platform redeems a code from any platform
+        # /pair on any platform redeems a code from any platform; in a fleet every process
+        # reads the paired users again after another one's /pair or /unpair.
+        desk = PairingDesk(self.notifier)
+        if self.notifier is not None:
+            self._spawn(desk.watch(), "fleet-pairing")
         if self.api is None and settings.telegram_bot_token:
             from bot.telegram.bindings.factory import make_bot_api
 

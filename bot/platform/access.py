@@ -7,14 +7,17 @@ the owner told); the owner lets them in with ``/pair <code>`` and out with ``/un
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from bot.platform.commands import Command, CommandContext
 from bot.platform.protocols import AccessStore, PairingCode
 from engine.approval import Decider
+from engine.store import Notifier
 
-__all__ = ["Access", "PairingDesk", "PairingOffer", "UserId", "pairing_commands"]
+__all__ = ["ACCESS_CHANNEL", "Access", "PairingDesk", "PairingOffer", "UserId", "pairing_commands"]
 
 #: A person's id as a platform gives it: a number (Telegram, Discord) or a string.
 UserId = str | int
@@ -22,6 +25,8 @@ UserId = str | int
 BUSY = "I am not taking new people right now; try later."
 WELCOME = "👋 Welcome! You can talk to me now."
 _MAX_ID_DIGITS = 19  # a signed 64-bit id: what every store here can hold
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +123,22 @@ class Access:
 Welcome = Callable[[PairingCode], Awaitable[None]]
 
 
+#: The notice a fleet member sends after it paired or unpaired someone.
+ACCESS_CHANNEL = "chathub_access"
+
+
 class PairingDesk:
     """Every platform's pairing, so that a code a stranger got on one platform is redeemed
-    by the owner's ``/pair`` on any of them (and ``/unpair`` reaches every platform)."""
+    by the owner's ``/pair`` on any of them (and ``/unpair`` reaches every platform).
 
-    def __init__(self) -> None:
+    In a fleet (``notifier``) each change is told to the other processes, which read their
+    paired users again (``watch``): an unpaired user is refused by every process, not only
+    by the one that took the ``/unpair``."""
+
+    def __init__(self, notifier: Notifier | None = None, *, retry_s: float = 1.0) -> None:
         self._platforms: list[tuple[Access, Welcome]] = []
+        self._notifier = notifier
+        self._retry_s = retry_s
 
     def add(self, access: Access, welcome: Welcome) -> None:
         """``welcome`` greets a user of ``access``'s platform in their chat once paired."""
@@ -133,6 +148,7 @@ class PairingDesk:
         for access, welcome in self._platforms:
             paired = await access.pair(code, by)
             if paired is not None:
+                await self._tell_the_fleet()
                 await welcome(paired)
                 return paired
         return None
@@ -141,7 +157,35 @@ class PairingDesk:
         removed = False
         for access, _welcome in self._platforms:
             removed = await access.unpair(user_id) or removed
+        await self._tell_the_fleet()
         return removed
+
+    async def watch(self) -> None:
+        """Read every platform's paired users again whenever another process changed
+        them, or notices may have been lost (runs until cancelled; a fleet's only)."""
+        if self._notifier is None:
+            return
+        async with self._notifier.subscribe(ACCESS_CHANNEL) as notices:
+            async for _changed in notices:  # a Notice or a Resync: read them all again
+                await self._reload()
+
+    async def _reload(self) -> None:
+        for access, _welcome in self._platforms:
+            while True:
+                try:
+                    await access.load()
+                    break
+                except Exception:  # a stale list must not stay: try until it is read
+                    log.exception("reading the paired users again failed; retrying")
+                    await asyncio.sleep(self._retry_s)
+
+    async def _tell_the_fleet(self) -> None:
+        if self._notifier is None:
+            return
+        try:
+            await self._notifier.publish(ACCESS_CHANNEL, {})
+        except Exception:
+            log.exception("telling the fleet of a pairing change failed")
 
 
 def pairing_commands(desk: PairingDesk) -> list[Command]:

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
 from bot.platform.access import BUSY, WELCOME, Access, PairingDesk, pairing_commands
 from bot.platform.commands import CommandContext
 from bot.platform.protocols import PairingCode
+from engine.store import notifier_for
+from tests.pg import postgres_url
 
 
 class Store:
@@ -119,3 +126,59 @@ async def test_pair_and_unpair_commands() -> None:
     assert not a.is_allowed("5")
     assert await unpair.handler(run("5")) == "5 was not paired."
     assert WELCOME.startswith("👋")
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("never happened")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_an_unpaired_user_is_refused_by_every_process_of_a_fleet(backend: str) -> None:
+    """Two processes over one database: the /unpair taken by one reaches the other, which
+    let the user in for as long as it ran (found by review); a /pair the same."""
+    url = postgres_url() if backend == "postgresql" else "sqlite:///unused.db"
+    if url is None:
+        pytest.skip("CHATHUB_TEST_POSTGRES_URL is not set")
+    store = Store()  # the fleet's one database
+    store.paired["5"] = "9"
+    notifiers = [notifier_for(url, "p1"), notifier_for(url, "p2")]
+    if backend == "sqlite":  # one process's notices stand in for the database's
+        notifiers[1] = notifiers[0]
+    desks, accesses, watches = [], [], []
+    try:
+        for notifier in dict.fromkeys(notifiers):
+            await notifier.start()
+        for notifier in notifiers:
+            a = access(store, owner="9")
+            await a.load()
+            desk = PairingDesk(notifier)
+            desk.add(a, _no_welcome)
+            desks.append(desk)
+            accesses.append(a)
+            watches.append(asyncio.create_task(desk.watch()))
+        await asyncio.sleep(0.2)  # both listen
+        first, second = accesses
+        assert second.is_allowed("5")
+
+        assert await desks[0].unpair("5")
+
+        await _until(lambda: not second.is_allowed("5"))
+        assert not first.is_allowed("5")
+        offer = await first.offer_pairing("6", "chat6", "Carol")
+        assert offer.to_user is not None
+        assert await desks[0].pair("C0", "9") is not None
+        await _until(lambda: second.is_allowed("6"))
+    finally:
+        for watch in watches:
+            watch.cancel()
+        await asyncio.gather(*watches, return_exceptions=True)
+        for notifier in dict.fromkeys(notifiers):
+            await notifier.close()
+
+
+async def _no_welcome(_code: PairingCode) -> None:
+    return None
