@@ -25,7 +25,7 @@ from bot.discord.sending import MESSAGE_LIMIT, discord_call
 from bot.platform.access import Access
 from bot.platform.cards import EXPIRED, NOT_ALLOWED, decide
 from bot.platform.chunks import split_markdown
-from bot.platform.commands import CommandContext, CommandRegistry
+from bot.platform.commands import CommandRegistry
 from bot.platform.controls import ControlId, parse_control
 from bot.platform.failures import SORRY_TAP, report_failure
 from bot.platform.open_cards import tapped
@@ -207,9 +207,7 @@ class Interactions:
         channel_id = str(interaction.channel_id)
         source = source_of(str(parent), channel_id) if parent else source_of(channel_id)
         await interaction.response.defer(thinking=True)
-        context = CommandContext(
-            self._hub, source, argument.strip(), user, self._access.is_owner(user)
-        )
+        context = self._access.command_context(self._hub, source, argument.strip(), user)
         reply = await self._commands.run(name, context)
         if not reply:
             await _quietly(interaction.delete_original_response)

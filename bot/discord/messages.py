@@ -23,7 +23,7 @@ from bot.discord.cards import DiscordCards
 from bot.discord.incoming import DISCORD, Attachment, Incoming
 from bot.discord.sending import DiscordSender, discord_call
 from bot.platform.access import Access
-from bot.platform.commands import CommandContext, CommandRegistry
+from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.handover import hand_over
 from bot.platform.voice_notes import VoiceNotes
@@ -122,9 +122,7 @@ class MessageHandler:
         command = _COMMAND.match(text)
         if command is not None:
             name, argument = command.group(1), command.group(2) or ""
-            context = CommandContext(
-                self._hub, m.source, argument.strip(), m.user_id, self._access.is_owner(m.user_id)
-            )
+            context = self._access.command_context(self._hub, m.source, argument.strip(), m.user_id)
             reply = await self._commands.run(name, context)
             if reply:
                 await say(m.channel_id, reply)

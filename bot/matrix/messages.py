@@ -25,7 +25,7 @@ from bot.matrix.incoming import MATRIX, Incoming, Place
 from bot.matrix.people import MatrixMe, People
 from bot.matrix.sending import MatrixError, MatrixSender, Rooms, call, leave
 from bot.platform.access import Access
-from bot.platform.commands import CommandContext, CommandRegistry
+from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.handover import hand_over
 from bot.platform.voice_notes import Heard, VoiceNotes
@@ -212,9 +212,7 @@ class MessageHandler:
         return answer.body if isinstance(answer.body, bytes) else b""
 
     async def run_command(self, source: str, name: str, argument: str, user: str) -> str | None:
-        context = CommandContext(
-            self._hub, source, argument.strip(), user, self._access.is_owner(user)
-        )
+        context = self._access.command_context(self._hub, source, argument.strip(), user)
         return await self._commands.run(name, context)
 
     async def name_of(self, user: str) -> str:

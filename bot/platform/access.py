@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from bot.platform.commands import Command, CommandContext
 from bot.platform.protocols import AccessStore, PairingCode
 from engine.approval import Decider
+from engine.hub import ChatHub
 from engine.store import Notifier
 
 __all__ = ["ACCESS_CHANNEL", "Access", "PairingDesk", "PairingOffer", "UserId", "pairing_commands"]
@@ -75,6 +76,27 @@ class Access:
             return False
         key = str(user_id)
         return key in self.allowed or key == self.owner or key in self.paired
+
+    def is_configured(self, user_id: UserId | None) -> bool:
+        """In the allowlist or the owner: named by the operator, not only paired."""
+        if user_id is None:
+            return False
+        key = str(user_id)
+        return key in self.allowed or key == self.owner
+
+    def command_context(
+        self, hub: ChatHub, source: str, argument: str, user_id: UserId | None
+    ) -> CommandContext:
+        """A command as ``user_id`` gave it, with what this platform knows of them."""
+        user = None if user_id is None else str(user_id)
+        return CommandContext(
+            hub,
+            source,
+            argument,
+            user,
+            is_owner=self.is_owner(user),
+            is_configured=self.is_configured(user),
+        )
 
     def is_owner(self, user_id: UserId | None) -> bool:
         """The configured owner, never the single-user fallback (pairing is theirs)."""

@@ -37,6 +37,8 @@ class CommandContext:
     #: The platform's user id as an opaque string (``None``: no sender).
     user_id: str | None = None
     is_owner: bool = False
+    #: Named by the operator's configuration (the allowlist, the owner), not only paired.
+    is_configured: bool = False
 
 
 Handler = Callable[[CommandContext], Awaitable[str | None]]
@@ -187,5 +189,9 @@ async def _reset_tools(c: CommandContext) -> str:
 
 
 async def _set_home(c: CommandContext) -> str:
+    # Background notifications are the owner's: a paired member cannot move them to a
+    # chat of their own.
+    if not (c.is_owner or c.is_configured):
+        return "Only people of the bot's configuration can choose where notifications go."
     await c.hub.set_home(c.source)
     return "🏠 Background notifications will come to this chat."

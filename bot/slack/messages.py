@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.platform.access import Access
-from bot.platform.commands import CommandContext, CommandRegistry
+from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.handover import hand_over
 from bot.platform.voice_notes import Heard, VoiceNotes
@@ -174,9 +174,7 @@ class MessageHandler:
         return heard
 
     async def run_command(self, source: str, name: str, argument: str, user: str) -> str | None:
-        context = CommandContext(
-            self._hub, source, argument.strip(), user, self._access.is_owner(user)
-        )
+        context = self._access.command_context(self._hub, source, argument.strip(), user)
         return await self._commands.run(name, context)
 
     async def name_of(self, user: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from bot.delivery import CardRow, EventAlreadyHandled
 from bot.platform.access import Access
-from bot.platform.commands import CommandContext, CommandRegistry
+from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.voice_notes import VoiceNotes
 from bot.telegram.dispatch.approvals import ApprovalTaps
@@ -200,7 +200,7 @@ class MessageHandler:
 
     async def _command(self, m: Message, user: str, name: str, argument: str) -> None:
         # Pairing is the owner's: TELEGRAM_OWNER_ID, never the single-user fallback.
-        context = CommandContext(self._hub, m.source, argument, user, self._access.is_owner(user))
+        context = self._access.command_context(self._hub, m.source, argument, user)
         reply = await self._commands.run(name, context)
         if reply:
             await self._sender.say_in(m.chat_id, m.thread_id, reply)

@@ -63,6 +63,19 @@ def test_who_is_allowed() -> None:
     assert [a.is_allowed(u) for u in ("1", "9", "5", "3", None)] == [True] * 3 + [False] * 2
 
 
+def test_a_commands_context_tells_the_configured_from_the_paired() -> None:
+    a = access(allowed=["1"], owner="9")
+    a.paired.add("5")
+    hub = object()
+    contexts = [a.command_context(hub, "s", "", user) for user in (9, "1", "5", None)]  # type: ignore[arg-type]
+    assert [(c.user_id, c.is_owner, c.is_configured) for c in contexts] == [
+        ("9", True, True),
+        ("1", False, True),
+        ("5", False, False),
+        (None, False, False),
+    ]
+
+
 def test_a_numeric_id_is_the_same_person_as_its_decimal_spelling() -> None:
     a = access(allowed=[1, "2"], owner=9)
     a.paired.add("5")

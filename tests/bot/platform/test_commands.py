@@ -18,6 +18,7 @@ class Hub:
 
     def __init__(self) -> None:
         self.selected: list[tuple[str, str]] = []
+        self.home: str | None = None
 
     def list_models(self) -> tuple[str, ...]:
         return ("alpha", "beta")
@@ -36,6 +37,9 @@ class Hub:
 
     async def cancel(self, source: str) -> bool:
         return False
+
+    async def set_home(self, source: str) -> None:
+        self.home = source
 
 
 def registry() -> CommandRegistry:
@@ -105,3 +109,20 @@ def test_a_name_is_registered_once() -> None:
     commands = registry()
     with pytest.raises(ValueError, match="twice"):
         commands.register(Command("stop", "again", lambda c: None))  # type: ignore[arg-type,return-value]
+
+
+async def test_only_people_of_the_configuration_move_the_notifications_home() -> None:
+    """A paired member's /sethome would send the owner's briefings and events to their
+    own chat (it did; found by review)."""
+    hub = Hub()
+    paired = CommandContext(hub, "test:1", "", "7")  # type: ignore[arg-type]
+    refused = await registry().run("sethome", paired)
+    assert refused is not None and "Only people of the bot's configuration" in refused
+    assert hub.home is None
+    for allowed in (
+        CommandContext(hub, "test:2", "", "8", is_configured=True),  # type: ignore[arg-type]
+        CommandContext(hub, "test:3", "", "9", is_owner=True),  # type: ignore[arg-type]
+    ):
+        said = await registry().run("sethome", allowed)
+        assert said is not None and "will come to this chat" in said
+        assert hub.home == allowed.source

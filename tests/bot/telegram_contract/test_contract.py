@@ -108,6 +108,11 @@ async def test_pairing_a_stranger(service, telegram, model):
     await eventually(lambda: find(telegram, STRANGER, "Welcome"))
     telegram.user_message(STRANGER, STRANGER, "thanks")
     await eventually(lambda: "echo: thanks" in texts(telegram, STRANGER))
+    # A paired member talks, but the owner's notifications stay where they were.
+    home = service.hub.home
+    telegram.user_message(STRANGER, STRANGER, "/sethome")
+    await eventually(lambda: find(telegram, STRANGER, "Only people of the bot's configuration"))
+    assert service.hub.home == home
 
 
 async def test_a_forged_callback_changes_nothing(service, telegram, model):
