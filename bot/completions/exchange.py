@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection
 
 from bot.platform.cards import outcome_line
 from engine.bus import BusClosed, Lagged
-from engine.hub import ChatHub, DecisionMade, SendOptions, SourceEvents
+from engine.hub import ChatHub, DecisionMade, SendOptions, SourceEvents, carried, is_cut
 from engine.session import (
     ApprovalRequired,
     Done,
@@ -121,11 +121,15 @@ class Exchange:
     def __init__(
         self,
         hub: ChatHub,
+        stored_answer: Callable[[str], Awaitable[str]],
         limits: ExchangeLimits | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``stored_answer``: a conversation's last answer as the database holds it (in a
+        fleet, an answer too long for a notice arrives cut)."""
         self._hub = hub
+        self._stored_answer = stored_answer
         self.limits = limits or ExchangeLimits()
         self._clock = clock
 
@@ -145,7 +149,7 @@ class Exchange:
             if text is not None:
                 await self._hub.send_message(source, text, options, also=also)
                 return Turn(self, events, text, source=source)
-            return Turn(self, events, None, running=await self._hub.is_busy(source))
+            return Turn(self, events, None, running=await self._hub.is_busy(source), source=source)
         except BaseException:
             events.close()
             raise
@@ -189,11 +193,15 @@ class Exchange:
                 return
             event = item.event
             if not started:
-                started = isinstance(event, UserMessage) and event.content == mine
+                # In a fleet a long message comes back cut to fit the notice that carried it.
+                started = isinstance(event, UserMessage) and carried(event.content, mine or "")
                 continue
             if isinstance(event, Done):
                 usage = (event.input_tokens or 0, event.output_tokens or 0)
-                yield Piece(_rest_of(turn, event.content), usage=usage)
+                answer = event.content
+                if is_cut(answer) and source is not None:
+                    answer = await self._stored_answer(source)
+                yield Piece(_rest_of(turn, answer), usage=usage)
                 return
             if isinstance(event, Error):
                 yield Piece(_line(f"⚠️ {event.message}", turn), {"type": "error"}, unanswered=True)

@@ -78,7 +78,7 @@ class CompletionsApi:
         self._throttle = throttle
         self._clock = clock
         self._conversations = ConversationMap(db)
-        self.exchange = Exchange(hub, limits)
+        self.exchange = Exchange(hub, self.last_answer, limits)
         # One request at a time per conversation: a second waits for the first's answer.
         self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
 

@@ -27,7 +27,7 @@ from engine.hub.types import (
 if TYPE_CHECKING:
     from engine.hub.events import HubEvents
     from engine.hub.fleet.ownership import FleetConfig, pick
-    from engine.hub.fleet.relay import CHANNEL, EventRelay, unpack
+    from engine.hub.fleet.relay import CHANNEL, EventRelay, carried, is_cut, unpack
     from engine.hub.tasks import BackgroundTasks
 
 #: What the outer layers use besides, loaded on first use (PEP 562): importing the
@@ -38,6 +38,8 @@ _LAZY = {
     "EventRelay": "engine.hub.fleet.relay",
     "FleetConfig": "engine.hub.fleet.ownership",
     "HubEvents": "engine.hub.events",
+    "carried": "engine.hub.fleet.relay",
+    "is_cut": "engine.hub.fleet.relay",
     "pick": "engine.hub.fleet.ownership",
     "unpack": "engine.hub.fleet.relay",
 }
@@ -63,6 +65,8 @@ __all__ = [
     "SendOptions",
     "SourceDefaults",
     "SourceEvents",
+    "carried",
+    "is_cut",
     "pick",
     "unpack",
     "validate_source",

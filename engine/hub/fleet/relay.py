@@ -68,9 +68,11 @@ __all__ = [
     "EventRelay",
     "Malformed",
     "Relayed",
+    "carried",
     "decode_event",
     "encode_event",
     "fit",
+    "is_cut",
     "pack",
     "unpack",
 ]
@@ -180,6 +182,18 @@ def decode_event(payload: Any) -> Relayed:
     if not isinstance(fields, dict):
         raise Malformed(f"{name}: fields are not an object")
     return Relayed(source, session_id, _build(cls, fields), cut=payload.get("cut") is True)
+
+
+def is_cut(text: str) -> bool:
+    """Whether a relayed event's ``text`` was cut to fit its notice."""
+    return text.endswith(CUT_MARKER)
+
+
+def carried(relayed: str, whole: str) -> bool:
+    """Whether ``relayed`` is ``whole`` as a notice carried it: the same, or cut to fit."""
+    if relayed == whole:
+        return True
+    return is_cut(relayed) and whole.startswith(relayed.removesuffix(CUT_MARKER))
 
 
 def fit(payload: dict[str, Any], budget: int) -> list[dict[str, Any]] | None:
