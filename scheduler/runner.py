@@ -19,6 +19,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from functools import partial
 
 from engine.bus import JobCompleted
 from engine.core import Engine
@@ -27,7 +28,7 @@ from engine.session import ChatSessionHandler, Final, TurnResult, background_err
 from engine.store import SENDER_KEY, utcnow
 from scheduler.asking import RunCards
 from scheduler.grants import JobGrants
-from scheduler.store import STOPPED, Job, JobStore, Run
+from scheduler.store import STOPPED, Job, JobStore, Run, mark_delivered_in
 
 __all__ = ["JOB_LABEL", "OPERATOR_PLATFORMS", "TASK_COMPLETED_TOOL", "JobRunner", "OwnerCheck"]
 
@@ -330,8 +331,7 @@ class JobRunner:
         ids = [run.id for run in runs]
 
         async def delivered() -> None:
-            await self.store.mark_delivered(ids)
-            self._release(ids)
+            self._release(ids)  # marked in the commit that stored it
 
         async def answered(message_id: int) -> None:
             await self.store.set_delivered_messages(ids, [message_id])
@@ -346,6 +346,7 @@ class JobRunner:
                 summary=summary,
                 refs={"job_id": job.id, "run_ids": ids, "title": job.title},
                 target=job.origin_source,
+                delivered_in=partial(mark_delivered_in, run_ids=ids),
                 on_delivered=delivered,
                 on_answered=answered,
                 on_undelivered=undelivered,
@@ -365,16 +366,12 @@ class JobRunner:
             ensure_ascii=False,
         )
         assert job.parent_session_id is not None
-
-        async def delivered() -> None:
-            await self.store.mark_delivered([run.id])
-
         await self.hub.inject(
             job.parent_session_id,
             TASK_COMPLETED_TOOL,
             payload,
             TASK_COMPLETED_REASONING,
-            on_stored=delivered,
+            also=partial(mark_delivered_in, run_ids=[run.id]),
         )
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "LastRun",
     "NewJob",
     "Run",
+    "mark_delivered_in",
     "run_counts",
 ]
 
@@ -860,6 +861,11 @@ def _renew_deliveries(conn: Connection, owner: str, run_ids: list[int], until: d
             .where(r.c.id.in_(chunk), r.c.lease_owner == owner, r.c.delivery_status == "pending")
             .values(lease_expires_at=until)
         )
+
+
+def mark_delivered_in(conn: Connection, run_ids: list[int], status: str = "delivered") -> None:
+    """``mark_delivered`` as part of another unit of work (the one storing the notice)."""
+    _mark_delivered(conn, run_ids, status)
 
 
 def _mark_delivered(conn: Connection, run_ids: list[int], status: str) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -228,13 +228,12 @@ class ChatHub:
         payload: str,
         reasoning: str,
         *,
-        on_stored: Callable[[], Awaitable[None]] | None = None,
+        also: Callable[[Connection], None] | None = None,
     ) -> None:
         """Bring a background result into a session's conversation (e.g. an async task's
-        ``task_completed``) and resume it; its events go to the session's source."""
-        await self._background.inject(
-            session_id, tool_name, payload, reasoning, on_stored=on_stored
-        )
+        ``task_completed``) and resume it; its events go to the session's source. ``also``
+        commits with it (the sender's record of the delivery)."""
+        await self._background.inject(session_id, tool_name, payload, reasoning, also=also)
 
     async def resume(self, source: str) -> TurnResult | None:
         """Continue the source's interrupted turn where the source runs: here, holding it

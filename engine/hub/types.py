@@ -6,11 +6,14 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.approval.broker import SHORT_BYPASS_SECONDS, BypassRequest
 from engine.session.events import Error, TurnEvent
 from engine.tools.protocols import Tool
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
 
 __all__ = [
     "APPROVE",
@@ -104,6 +107,9 @@ class Notification:
     refs: dict[str, Any] = field(default_factory=dict)
     #: The source to tell; ``None`` is the home source.
     target: str | None = None
+    #: Runs in the transaction that stores it in the target conversation: the sender's
+    #: record of the delivery commits with it (a crash cannot tell it twice).
+    delivered_in: Callable[[Connection], None] | None = field(default=None, compare=False)
     #: Called once the notification is stored in the target conversation.
     on_delivered: Callable[[], Awaitable[None]] | None = field(default=None, compare=False)
     #: Called with the id of the message the agent wrote about it (the user-facing one).

@@ -185,6 +185,7 @@ class ChatSessionHandler:
         interface_tools: Sequence[Tool] = (),
         emit: EmitFn | None = None,
         records: RecordsAnswers | None = None,
+        also: Callable[[Connection], None] | None = None,
         on_stored: Callable[[], Awaitable[None]] | None = None,
     ) -> TurnResult | None:
         """Hand background notifications to the agent as if it had read them, then resume."""
@@ -195,6 +196,7 @@ class ChatSessionHandler:
             interface_tools=interface_tools,
             emit=emit,
             records=records,
+            also=also,
             on_stored=on_stored,
         )
 
@@ -207,6 +209,7 @@ class ChatSessionHandler:
         interface_tools: Sequence[Tool] = (),
         emit: EmitFn | None = None,
         records: RecordsAnswers | None = None,
+        also: Callable[[Connection], None] | None = None,
         on_stored: Callable[[], Awaitable[None]] | None = None,
     ) -> TurnResult | None:
         """Store a synthetic assistant message with a completed ``tool_name`` call whose
@@ -214,13 +217,14 @@ class ChatSessionHandler:
 
         Background work reaches a conversation this way (notifications, async task
         results). Taken under the turn lock, so it never lands inside a running turn;
-        ``on_stored`` runs right after the commit (to record the delivery).
+        ``also`` commits with it (the sender's record of the delivery: a crash can neither
+        lose it nor tell it twice); ``on_stored`` runs right after the commit.
         """
         async with self.processing:
             frame = await self._frames.root()
             transcript = await self._frames.transcript(frame)
             await store_tool_result(
-                self._history, frame, transcript, tool_name, payload, reasoning=reasoning
+                self._history, frame, transcript, tool_name, payload, reasoning=reasoning, also=also
             )
             if on_stored is not None:
                 await on_stored()

@@ -19,6 +19,7 @@ from engine.bus.system import JobCompleted
 from engine.core import Engine
 from engine.hub import ChatHub, Notification
 from engine.llm.scripted import text, tool_call
+from engine.session import handler as handler_module
 from engine.session.events import Done
 from engine.session.handler import ChatSessionHandler
 from scheduler.dispatcher import WAKE_ID
@@ -262,6 +263,38 @@ async def test_a_result_whose_notice_could_not_be_stored_is_told_by_a_later_step
     assert notified_runs(notified) == [run.id, run.id]
     assert (await scheduler.store.run(run.id)).delivery_status == "delivered"
     assert (await scheduler.dispatcher.step()).delivered == 0
+
+
+async def test_a_notice_is_recorded_delivered_in_the_commit_that_stores_it(
+    engine: Engine,
+    hub: ChatHub,
+    scheduler: Scheduler,
+    clock: FakeClock,
+    model: EchoModel,
+    manual_sleep: ManualSleep,
+    origin: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At the very moment the notice is in the chat, its run is marked delivered: a
+    kill -9 there cannot tell it twice (the mark was a second transaction after it)."""
+    run = await due_run(scheduler, clock)
+    model.add(text("The result."), text("Told once."))
+    events = hub.events(ORIGIN)
+    seen_at_store: list[str] = []
+    original = handler_module.store_tool_result
+
+    async def store_then_look(*args: Any, **kwargs: Any) -> None:
+        await original(*args, **kwargs)
+        seen_at_store.append((await scheduler.store.run(run.id)).delivery_status)
+
+    monkeypatch.setattr(handler_module, "store_tool_result", store_then_look)
+    await scheduler.dispatcher.step()
+    await scheduler.dispatcher.drain()
+    done = await deliver_notifications(hub, manual_sleep, events)
+
+    assert done.content == "Told once."
+    assert seen_at_store == ["delivered"]
+    assert run.id not in scheduler.runner.busy
 
 
 async def test_missed_fires_are_told_once_as_one_notice(

@@ -13,6 +13,8 @@ import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 
+from sqlalchemy.engine import Connection
+
 from engine.core import Engine
 from engine.hub.adapters import AdapterRegistry
 from engine.hub.background.home import HomeSource
@@ -116,6 +118,7 @@ class BackgroundDelivery:
                 interface_tools=tuple(defaults.interface_tools),
                 emit=bridge,
                 records=bridge,
+                also=_delivered_in(items),
                 on_stored=on_stored,
             )
             if isinstance(result, Final):
@@ -132,17 +135,18 @@ class BackgroundDelivery:
         payload: str,
         reasoning: str,
         *,
-        on_stored: Callable[[], Awaitable[None]] | None = None,
+        also: Callable[[Connection], None] | None = None,
     ) -> None:
         """Bring a background result into a session's conversation and resume it; its events
-        go to the session's source when that source still talks to it (else nowhere)."""
+        go to the session's source when that source still talks to it (else nowhere).
+        ``also`` commits with it."""
         sessions = self._engine.store.sessions
         session = await sessions.get(session_id)
         if session is None:  # no chat to hold: the engine says the session is unknown
-            await self._inject_here(session_id, tool_name, payload, reasoning, on_stored)
+            await self._inject_here(session_id, tool_name, payload, reasoning, also)
             return
         async with self._placement.holding(session.source):
-            await self._inject_here(session_id, tool_name, payload, reasoning, on_stored)
+            await self._inject_here(session_id, tool_name, payload, reasoning, also)
 
     async def _inject_here(
         self,
@@ -150,7 +154,7 @@ class BackgroundDelivery:
         tool_name: str,
         payload: str,
         reasoning: str,
-        on_stored: Callable[[], Awaitable[None]] | None,
+        also: Callable[[Connection], None] | None,
     ) -> None:
         sessions = self._engine.store.sessions
         session = await sessions.get(session_id)
@@ -169,8 +173,21 @@ class BackgroundDelivery:
             reasoning=reasoning,
             emit=bridge,
             records=bridge,
-            on_stored=on_stored,
+            also=also,
         )
+
+
+def _delivered_in(items: list[Notification]) -> Callable[[Connection], None] | None:
+    """The senders' records of the delivery, for the transaction that stores it."""
+    parts = [item.delivered_in for item in items if item.delivered_in is not None]
+    if not parts:
+        return None
+
+    def record(conn: Connection) -> None:
+        for part in parts:
+            part(conn)
+
+    return record
 
 
 async def _undelivered(items: list[Notification]) -> None:

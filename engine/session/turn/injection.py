@@ -4,6 +4,9 @@ result the agent seems to have asked for: a synthetic assistant row with one com
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+
+from sqlalchemy.engine import Connection
 
 from engine.session.context.transcript import FrameTranscript
 from engine.store.history import History
@@ -24,8 +27,10 @@ async def store_tool_result(
     payload: str,
     *,
     reasoning: str,
+    also: Callable[[Connection], None] | None = None,
 ) -> None:
-    """One commit: the assistant row and its ``tool_name`` call, ``done`` with ``payload``."""
+    """One commit: the assistant row and its ``tool_name`` call, ``done`` with ``payload``
+    (and ``also``: the sender's record that it was delivered)."""
     call = NewToolCall(
         f"{tool_name}_{uuid.uuid4().hex[:12]}",
         tool_name,
@@ -34,5 +39,6 @@ async def store_tool_result(
         result=payload,
     )
     record = AssistantRecord(content="", reasoning_content=reasoning, is_synthetic=True)
-    row = await history.append_assistant(frame.id, record, [call])
+    with_row = None if also is None else (lambda conn, _row_id: also(conn))
+    row = await history.append_assistant(frame.id, record, [call], also=with_row)
     transcript.add(row)
