@@ -27,8 +27,8 @@ from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.handover import hand_over
 from bot.platform.voice_notes import VoiceNotes
-from engine.hub import ChatHub, HubError
-from engine.store import SENDER_KEY, InboxError
+from engine.hub import ChatHub
+from engine.store import SENDER_KEY
 
 __all__ = ["UNREADABLE_MESSAGE", "DiscordMe", "Listening", "MessageHandler"]
 
@@ -201,14 +201,11 @@ class MessageHandler:
         card = self._cards.question_for(m.source, reply_to=m.reply_to or None)
         if card is None:
             return False
-        try:
-            await self._hub.answer(card.tool_call_id, text, source=m.source)
-        except (InboxError, HubError) as exc:
-            log.info("question %s not answerable: %s", card.tool_call_id, exc)
-            await self._cards.close_quietly(card, "expired")
-            return False
-        await self._cards.close_quietly(card, "answered")
-        self._activity.start_typing(m.source)
+        outcome = await self._cards.answer(card, text, by=None, quietly=True)
+        if outcome is None:
+            return False  # no longer asked: the message is a message
+        if outcome == "answered":
+            self._activity.start_typing(m.source)
         return True
 
     async def _download(self, m: Incoming) -> tuple[list[dict[str, Any]], list[str]]:

@@ -274,7 +274,9 @@ class MessageHandler:
         card = self._cards.question_for(m.source)
         if card is None:
             return False
-        if not await self._cards.answer(card, text, by=await self.name_of(m.sender)):
-            return False
-        self._activity.start(m.source)
+        outcome = await self._cards.answer(card, text, by=await self.name_of(m.sender))
+        if outcome is None:
+            return False  # no longer asked: the message is a message
+        if outcome == "answered":
+            self._activity.start(m.source)
         return True

@@ -20,7 +20,10 @@ from engine.hub import ChatHub, HubError
 from engine.session import ApprovalRequired, Question
 from engine.store import InboxError
 
-__all__ = ["CardFace", "OpenCards", "Words", "card_is_live", "tapped"]
+__all__ = ["Answered", "CardFace", "OpenCards", "Words", "card_is_live", "tapped"]
+
+#: How a message that answers an open question was taken (``OpenCards.answer``).
+Answered = Literal["answered", "repeated"] | None
 
 log = logging.getLogger(__name__)
 
@@ -82,17 +85,31 @@ class OpenCards:
         words = self._face.question_words(event.question)
         await self.show(self._row(source, event.request_id, "question", words))
 
-    async def answer(self, card: CardRow, text: str, *, by: str | None) -> bool:
-        """Answer the question ``card`` with ``text`` and close it; when the hub no longer
-        waits for it, it is closed as expired and False returned."""
+    async def answer(
+        self, card: CardRow, text: str, *, by: str | None, quietly: bool = False
+    ) -> Answered:
+        """Answer the question ``card`` with ``text`` and close it (``quietly``: the
+        platform shows the outcome on its own). ``"answered"``; ``"repeated"`` when it was
+        answered with these words already (the message handed over again after a crash:
+        it is that answer, never a new message); ``None`` when the hub no longer waits for
+        it (closed as expired: the message is a message)."""
+        outcome: Answered = "answered"
         try:
             await self._hub.answer(card.tool_call_id, text, source=card.source)
         except (InboxError, HubError) as exc:
-            log.info("question %s not answerable: %s", card.tool_call_id, exc)
-            await self.close(card, "expired", "expired")
-            return False
-        await self.close(card, "answered", "answered", by=by)
-        return True
+            if not (isinstance(exc, InboxError) and exc.code == "repeated"):
+                log.info("question %s not answerable: %s", card.tool_call_id, exc)
+                await self._closed(card, "expired", None, quietly)
+                return None
+            outcome = "repeated"
+        await self._closed(card, "answered", by, quietly)
+        return outcome
+
+    async def _closed(self, card: CardRow, state: str, by: str | None, quietly: bool) -> None:
+        if quietly:
+            await self.close_quietly(card, state)
+        else:
+            await self.close(card, state, state, by=by)
 
     def _row(self, source: str, key: int, kind: str, words: Words) -> CardRow:
         conversation = self._face.conversation(source)

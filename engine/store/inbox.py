@@ -72,7 +72,8 @@ class InboxItem:
 
 
 class InboxError(ValueError):
-    """A decision that cannot apply; ``code`` is ``not_found``, ``resolved`` or ``other_session``."""
+    """A decision that cannot apply; ``code`` is ``not_found``, ``resolved``,
+    ``other_session``, or ``repeated`` (a question answered with these very words already)."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -300,7 +301,12 @@ def _decide(
 
 
 def _answer(conn: Connection, tool_call_id: int, answer: str, session_id: int | None) -> InboxItem:
-    call = _check_owner(conn, tool_call_id, session_id, "an answer")
+    try:
+        call = _check_owner(conn, tool_call_id, session_id, "an answer")
+    except InboxError as exc:
+        if exc.code == "resolved":
+            _refuse_repeated(conn, tool_call_id, answer)
+        raise
     if call.name != ASK_USER_TOOL:
         raise InboxError("not_found", f"tool call {tool_call_id} is not a question")
     # Still pending as the row is written: two answers at once (two surfaces, two
@@ -311,8 +317,16 @@ def _answer(conn: Connection, tool_call_id: int, answer: str, session_id: int | 
         .values(status="done", result=truncate_note(answer), updated_at=utcnow())
     )
     if answered.rowcount != 1:
+        _refuse_repeated(conn, tool_call_id, answer)
         raise InboxError("resolved", f"tool call {tool_call_id} was answered meanwhile")
     return _pending_query(conn, None, True, tool_call_id)[0]
+
+
+def _refuse_repeated(conn: Connection, tool_call_id: int, answer: str) -> None:
+    """The same words as the answer given: a message handed over a second time (a crash
+    before its mark), or sent twice. It is that answer, not a new one."""
+    if _answer_of(conn, tool_call_id) == truncate_note(answer):
+        raise InboxError("repeated", f"tool call {tool_call_id} was answered so already")
 
 
 def _answer_of(conn: Connection, tool_call_id: int) -> str | None:

@@ -29,7 +29,7 @@ from bot.telegram.sending.api import Json
 from bot.telegram.sending.delivery import TelegramSender
 from bot.telegram.store import mark_handled_in
 from engine.hub import ChatHub, HubError, SendOptions
-from engine.store import SENDER_KEY, InboxError
+from engine.store import SENDER_KEY
 
 __all__ = ["UNREADABLE_MESSAGE", "BotIdentity", "MessageHandler"]
 
@@ -223,14 +223,11 @@ class MessageHandler:
         return True
 
     async def _answer_question(self, m: Message, card: CardRow) -> bool:
-        try:
-            await self._hub.answer(card.tool_call_id, m.text, source=m.source)
-        except (InboxError, HubError) as exc:
-            log.info("question %s not answerable: %s", card.tool_call_id, exc)
-            await self._cards.close_quietly(card, "expired")
-            return False
-        await self._cards.close_quietly(card, "answered")
-        self._activity.start_typing(m.source)
+        outcome = await self._cards.answer(card, m.text, by=None, quietly=True)
+        if outcome is None:
+            return False  # no longer asked: the message is a message
+        if outcome == "answered":
+            self._activity.start_typing(m.source)
         return True
 
 

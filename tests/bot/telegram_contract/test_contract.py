@@ -12,14 +12,18 @@ import asyncio
 import json
 
 import httpx
+import sqlalchemy as sa
 
+from bot.delivery.tables import platform_cards, platform_events
 from bot.telegram.rendering.cards import format_callback
 from engine.llm.scripted import text, tool_call
+from engine.store import connect
 from tests.bot.telegram_contract.conftest import (
     ALICE,
     OWNER,
     STRANGER,
     eventually,
+    eventually_true,
     find,
     stop,
     texts,
@@ -347,3 +351,48 @@ async def test_the_owner_unpairs_a_user(service, telegram, model):
     assert not model.requests
     telegram.user_message(ALICE, ALICE, f"/unpair {OWNER}")  # only the owner may
     await eventually(lambda: find(telegram, ALICE, "Unknown command /unpair"))
+
+
+async def test_an_answer_handed_over_again_after_a_crash_is_not_a_new_message(
+    start_service, telegram, model
+):
+    """Killed after the answer was recorded and before its update was marked handled: at
+    the next start the update is handed over again, and the answer it carries is the one
+    recorded, not a new message the agent answers a second time (it was)."""
+    service = await start_service()
+    url = service.config.settings.database_url
+    ask = tool_call("ask_user_clarification", '{"question": "Which city?"}', "q")
+    model.add(ask, text("Booking Rome."))
+    telegram.user_message(ALICE, ALICE, "book a hotel")
+    question = await eventually(lambda: find(telegram, ALICE, "❓ Question"))
+    reply = telegram.user_message(ALICE, ALICE, "Rome", reply_to_message_id=question.message_id)
+    await eventually(lambda: "Booking Rome." in texts(telegram, ALICE))
+    await stop(service)
+    asked = len(model.requests)
+    update = str(reply["update_id"])
+
+    def as_if_killed_before_the_mark(conn: sa.Connection) -> None:
+        events = platform_events.c
+        conn.execute(
+            platform_events.update().where(events.event_id == update).values(handled_at=None)
+        )
+        conn.execute(platform_cards.update().values(state="open"))
+
+    def handled(conn: sa.Connection) -> bool:
+        events = platform_events.c
+        query = sa.select(events.handled_at).where(events.event_id == update)
+        return conn.execute(query).scalar() is not None
+
+    db = connect(url)
+    await db.run(as_if_killed_before_the_mark)
+    await db.close()
+    restarted = await start_service()
+    db = restarted.engine.store.db
+    await eventually_true(lambda: db.run(handled))
+    source = f"telegram:{ALICE}"
+    await eventually(
+        lambda: not restarted.hub.has_work(source) and not restarted.hub.is_processing(source)
+    )
+    await restarted.adapter.drain()
+    assert len(model.requests) == asked
+    assert texts(telegram, ALICE).count("Booking Rome.") == 1

@@ -87,6 +87,10 @@ async def test_a_persisted_question_takes_its_answer_once(store: Store, root):
     with pytest.raises(InboxError) as err:
         await store.inbox.answer_question(question.id, "Paris")
     assert err.value.code == "resolved"
+    # The same words again (the message handed over a second time): that answer.
+    with pytest.raises(InboxError) as err:
+        await store.inbox.answer_question(question.id, "Rome")
+    assert err.value.code == "repeated"
 
 
 async def test_interrupted_sessions_are_found_and_stopped_ones_are_not(store: Store, root):
