@@ -28,6 +28,7 @@ from bot.platform.access import Access
 from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.handover import hand_over
+from bot.platform.threads import JoinedThreads
 from bot.platform.voice_notes import Heard, VoiceNotes
 from engine.hub import ChatHub
 from engine.store import SENDER_KEY, AppSettings
@@ -65,6 +66,7 @@ class MessageHandler:
     ) -> None:
         """``voice``: audio messages transcribed (``None``: not read, said so)."""
         self._hub = hub
+        self._threads = JoinedThreads(hub)
         self._nio = nio
         self._me = me
         self._people = people
@@ -93,11 +95,12 @@ class MessageHandler:
             )
         if await self.is_direct(m.room_id):
             return True
-        if m.mentions_user(self._me.user_id, self._me.display_name):
+        if m.mentions_user(self._me.user_id, self._me.display_name) or (
+            m.relates_to is not None and await self._is_mine(m.room_id, m.relates_to)
+        ):
+            self._threads.join(m.source)
             return True
-        if m.relates_to is not None and await self._is_mine(m.room_id, m.relates_to):
-            return True
-        return m.thread is not None and await self._hub.current_session(m.source) is not None
+        return m.thread is not None and await self._threads.joined(m.source)
 
     async def is_direct(self, room_id: str) -> bool:
         """A room of the bot and one person (its joined members, asked once per change)."""

@@ -22,6 +22,7 @@ from bot.platform.access import Access
 from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.handover import hand_over
+from bot.platform.threads import JoinedThreads
 from bot.platform.voice_notes import Heard, VoiceNotes
 from bot.slack.activity import ThreadActivity
 from bot.slack.cards import SlackCards
@@ -79,6 +80,7 @@ class MessageHandler:
         """``voice``: audio files transcribed; ``download``: a file's bytes (the bot's token,
         at most so many bytes)."""
         self._hub = hub
+        self._threads = JoinedThreads(hub)
         self._me = me
         self._access = access
         self._commands = commands
@@ -96,11 +98,14 @@ class MessageHandler:
         a mention, or a message in a thread the bot is in (it has a session)."""
         if m.team_id is not None and self._me.team_id is not None and m.team_id != self._me.team_id:
             return False  # another workspace's (a shared channel): not ours to answer
-        if m.is_dm or m.mentions_me:
+        if m.is_dm:
+            return True
+        if m.mentions_me:
+            self._threads.join(m.source)
             return True
         if m.thread_ts is None:
             return False
-        return await self._hub.current_session(m.source) is not None
+        return await self._threads.joined(m.source)
 
     async def handle(self, m: Incoming) -> bool:
         """True when the event was marked handled along the way. A failure of ours is

@@ -11,7 +11,9 @@ import pytest
 from nio import JoinedMembersError
 
 from bot.delivery import Unavailable
+from bot.matrix.incoming import Incoming
 from bot.matrix.messages import MessageHandler
+from bot.matrix.people import MatrixMe
 from bot.matrix.sending import Rooms
 
 ROOM = "!direct:example.org"
@@ -58,3 +60,40 @@ async def test_a_room_the_homeserver_refuses_to_show_is_not_a_direct_room() -> N
     refused = JoinedMembersError("You are not in this room", "M_FORBIDDEN", ROOM)
     refused.transport_response = Answered(403)  # type: ignore[assignment]
     assert await handler(Homeserver(refused), rooms).is_direct(ROOM) is False
+
+
+class NoSessionsYet:
+    """The hub before the mention's turn made the thread's session."""
+
+    async def current_session(self, source: str) -> int | None:
+        return None
+
+
+async def test_a_thread_follow_up_is_for_the_bot_before_its_session_exists() -> None:
+    """Addressed in a thread, the bot is in it at once: the follow-up sent right after the
+    mention (before its turn made the session) is for it too (it was dropped)."""
+    rooms = Rooms()
+    rooms.members[ROOM] = 5  # a room of people, not a direct one
+    me = MatrixMe(user_id="@bot:example.org", display_name="Bot")
+    unused: Any = None
+    messages = MessageHandler(
+        NoSessionsYet(),
+        unused,
+        me,
+        unused,
+        rooms,
+        unused,
+        unused,
+        unused,
+        unused,
+        unused,
+        unused,
+        unused,
+    )  # type: ignore[arg-type]
+
+    def said(text: str, thread: str) -> Incoming:
+        return Incoming("message", ROOM, f"$e{len(text)}", "@alice:example.org", text, thread)
+
+    assert await messages.addressed(said("Bot, book a table", "$root"))
+    assert await messages.addressed(said("for four", "$root"))
+    assert not await messages.addressed(said("for four", "$another"))

@@ -52,6 +52,20 @@ async def test_a_mention_starts_a_thread_that_goes_on_without_one(
     await until(lambda: all(d.acked for d in fake.deliveries))
 
 
+async def test_a_thread_follow_up_sent_at_once_after_the_mention_is_answered(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    """The follow-up arrives before the mention's turn made the thread's session (a person
+    typing fast): it is the bot's thread already, so the agent gets it too (it was
+    dropped). Both may be taken in one turn."""
+    service = await make_service()
+    asked = fake.mention(GENERAL, ALICE, "what time is it?")
+    fake.thread_message(GENERAL, ALICE, "and the date?", asked.ts)
+    await until(lambda: "and the date?" in "".join(texts(fake, GENERAL, asked.ts)))
+    assert "what time is it?" in texts(fake, GENERAL, asked.ts)[0]
+    await slack_of(service).drain()
+
+
 async def test_a_thread_the_bot_is_not_in_stays_unanswered(
     make_service: MakeService, fake: FakeSlackServer
 ) -> None:
