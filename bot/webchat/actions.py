@@ -169,8 +169,9 @@ class Actions:
 
     async def _answers_question(self, source: str, frame: SendMessage, reply: Reply) -> bool:
         """A plain message while a question is open answers it (``question_answered``, every
-        platform's rule); a question is open only while its turn waits."""
-        if not self._hub.is_processing(source):
+        platform's rule); a question is open only while its turn waits (here, or in a
+        fleet in the process running it)."""
+        if not await self._hub.is_busy(source):
             return False
         session_id = await self._hub.session_id(source)
         open_questions = await self._hub.pending_questions(session_id)

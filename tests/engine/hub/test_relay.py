@@ -958,6 +958,31 @@ async def test_a_web_chat_socket_on_b_shows_the_answer_streamed_by_a(
         assert a.model.deltas > 0 and b.model.deltas == 0
 
 
+async def test_a_plain_message_on_b_answers_the_question_as_turn_waits_on_a(
+    url: str, tmp_path: Path
+) -> None:
+    """The question waits in a's turn; b's page is told of it, and a plain message there
+    answers it, as on every platform (b looked only at its own turns and sent the answer
+    as a new message, queued behind the turn that waited for it)."""
+    ask = tool_call("ask_user_clarification", '{"question": "Which city?"}', "q")
+    async with process(url, tmp_path, "a") as a, process(url, tmp_path, "b") as b:
+        assert a.hub.fleet is not None
+        a.model.add(ask, text("Booking Rome."))
+        await a.hub.fleet.ownership.claim("web:c2")
+        async with web_chat(b.hub) as server:
+            client: Client = await server.client("c2")
+            try:
+                await client.send(type="message", text="book a hotel")
+                await client.until("agent_question")
+                await client.send(type="message", text="Rome")
+                frames = await client.until("done")
+            finally:
+                await client.close()
+        assert frames[-1]["content"] == "Booking Rome."
+        messages, _tools = a.model.requests[-1]
+        assert [m["content"] for m in messages if m["role"] == "tool"] == ["Rome"]
+
+
 async def test_a_gap_in_the_remote_events_makes_the_page_on_b_reload(
     url: str, tmp_path: Path
 ) -> None:
