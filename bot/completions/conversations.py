@@ -173,6 +173,11 @@ class ConversationMap:
         (a client gone before its answer ended). A failed or stopped turn wrote none."""
         return await self._db.run(_answered, conversation.id, count, session_id)
 
+    async def held_at(self, conversation: Conversation, last: str) -> int | None:
+        """Where the conversation holds the message whose digest is ``last`` as its last
+        message (the answer to it, if any, after it): its position, else ``None``."""
+        return await self._db.run(_held_at, conversation.id, last)
+
     def remember(self, conversation: Conversation) -> None:
         """``conversation`` as committed (after ``holding``'s work)."""
         self._remember(conversation)
@@ -295,6 +300,24 @@ def _answered(conn: Connection, conversation_id: int, count: int, session_id: in
         .limit(1)
     ).first()
     return since is not None
+
+
+@quick_unit
+def _held_at(conn: Connection, conversation_id: int, last: str) -> int | None:
+    length = conn.execute(sa.select(c.c.length).where(c.c.id == conversation_id)).scalar_one()
+    rows = conn.execute(
+        sa.select(heads_table.c.position, heads_table.c.head).where(
+            heads_table.c.conversation_id == conversation_id,
+            heads_table.c.position.between(length - 2, length),
+        )
+    ).all()
+    heads = {int(row.position): row.head for row in rows}
+    heads[0] = ROOT
+    for position in (length, length - 1):  # its message last, or its answer after it
+        before = heads.get(position - 1)
+        if before is not None and heads.get(position) == chain([last], before)[0]:
+            return position
+    return None
 
 
 @quick_unit

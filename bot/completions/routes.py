@@ -151,7 +151,12 @@ class CompletionsApi:
         try:
             if contended:  # read again: as the request before this one left it
                 conversation, taken = await self._conversations.get(conversation, heads)
-            conversation, turn = await self._start(conversation, taken, asked)
+            retried_at = None
+            if asked.retried and taken < len(asked.digests):
+                # A client's retry of a request whose message the conversation took (its
+                # own history not sent along): that request, not a new message.
+                retried_at = await self._conversations.held_at(conversation, asked.digests[-1])
+            conversation, turn = await self._start(conversation, taken, asked, retried_at)
         except BaseException:
             lock.release()
             raise
@@ -183,19 +188,21 @@ class CompletionsApi:
         return model
 
     async def _start(
-        self, conversation: Conversation, taken: int, asked: Asked
+        self, conversation: Conversation, taken: int, asked: Asked, retried_at: int | None
     ) -> tuple[Conversation, Turn]:
         """The request's new messages given to the agent: the last as the message (its
         images as attachments), the others it carried (and the client's instructions) as
-        context of that turn; ``taken``: how many of them the conversation holds already."""
+        context of that turn; ``taken``: how many of them the conversation holds already;
+        ``retried_at``: where it holds the message of a request the client sent again."""
         digests, dialog = asked.digests, asked.dialog
         attachments: list[dict[str, Any]] = []
         for attempt in range(2):
             source = conversation.source
-            again = taken == len(digests)
-            if again:  # sent again (a retry): its answer is followed or read back
+            at = len(digests) if taken == len(digests) else retried_at
+            again = at is not None
+            if at is not None:  # sent again (a retry): its answer is followed or read back
                 turn = await self.exchange.start(source, None)
-                if turn.running or await self._answered(conversation, taken):
+                if turn.running or await self._answered(conversation, at):
                     return conversation, turn
                 turn.close()  # never answered (its turn failed, or was stopped): it runs again
             context = context_of(asked.instructions, dialog[taken:-1])

@@ -172,6 +172,18 @@ async def test_a_conversation_name_that_is_not_printable_is_refused(v1: V1Server
     refused(await post(v1, body), 400)
 
 
+async def test_a_retry_count_that_is_no_count_marks_no_retry(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """``X-Stainless-Retry-Count`` of 0 or junk: the same words again are a new message."""
+    body = {"model": "main", "messages": HI, "user": "carol"}
+    for count in ("", "0", "-1", "one", "²", "9" * 400):
+        fake_openai.reply_text(f"answer to {count!r}")
+        answer = await post(v1, body, headers={"x-stainless-retry-count": count.encode()})
+        assert answer.json()["choices"][0]["message"]["content"] == f"answer to {count!r}"
+    assert user_messages(fake_openai.requests[-1]) == ["hi"] * 6
+
+
 async def test_a_stream_whose_client_reads_nothing_is_bounded_and_the_turn_ends(
     v1: V1Server, fake_openai: FakeOpenAIServer
 ):

@@ -367,6 +367,40 @@ async def test_a_request_sent_again_after_its_turn_failed_runs_it_again(
     assert len(fake_openai.requests) == asked
 
 
+async def test_the_sdks_own_retry_of_a_newest_message_only_request_runs_nothing_twice(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """A client that names its conversation and sends only its newest message, through
+    OpenAI's SDK, which sends a request again by itself after a timeout, marked
+    ``X-Stainless-Retry-Count: 1``: the retry gets the answer of the turn the first
+    attempt started, and the agent gets the message once (a second turn ran: tools twice).
+    The same words sent again unmarked are a new message, as before."""
+    fake_openai.reply_text("First answer.")
+    fake_openai.reply_text("Second answer.", delay_s=0.3)
+    named = {"model": "main", "user": "bob"}
+    two = {**named, "messages": [{"role": "user", "content": "two"}]}
+    async with v1.http() as http:
+        await http.post(
+            "/v1/chat/completions", json={**named, "messages": [{"role": "user", "content": "one"}]}
+        )
+        first = asyncio.create_task(http.post("/v1/chat/completions", json=two))
+
+        async def asked_twice() -> bool:
+            return len(fake_openai.requests) == 2
+
+        await until(asked_twice)  # the first attempt's turn asks the model
+        again = await http.post(
+            "/v1/chat/completions", json=two, headers={"x-stainless-retry-count": "1"}
+        )
+        await first
+        assert again.json()["choices"][0]["message"]["content"] == "Second answer."
+        assert len(fake_openai.requests) == 2  # "two" reached the model once
+        fake_openai.reply_text("Once more.")
+        anew = await http.post("/v1/chat/completions", json=two)
+    assert anew.json()["choices"][0]["message"]["content"] == "Once more."
+    assert user_messages(fake_openai.requests[-1]) == ["one", "two", "two"]
+
+
 async def test_a_client_that_goes_away_does_not_stop_the_turn(
     v1: V1Server, fake_openai: FakeOpenAIServer
 ):
