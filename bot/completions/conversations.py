@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -42,6 +43,7 @@ __all__ = [
     "Conversation",
     "ConversationMap",
     "StaleConversation",
+    "answers_in",
     "chain",
     "digest",
 ]
@@ -286,8 +288,15 @@ def _answered(conn: Connection, conversation_id: int, count: int, session_id: in
         return True  # the client was sent its answer
     if session_id is None:
         return False
-    since = conn.execute(
-        sa.select(h.c.id)
+    since = answers_in(session_id, h.c.id).where(h.c.created_at >= row.updated_at)
+    return conn.execute(since.limit(1)).first() is not None
+
+
+def answers_in(session_id: int, *columns: sa.ColumnElement[Any]) -> sa.Select[Any]:
+    """``columns`` of the agent's answers in session ``session_id`` (its own words at the
+    top level: not a sub-agent's, not a synthetic row, not an empty one)."""
+    return (
+        sa.select(*columns)
         .join(f, f.c.id == h.c.session_stack_id)
         .where(
             f.c.session_id == session_id,
@@ -295,11 +304,8 @@ def _answered(conn: Connection, conversation_id: int, count: int, session_id: in
             h.c.role == "assistant",
             h.c.is_synthetic.is_(False),
             h.c.content != "",
-            h.c.created_at >= row.updated_at,
         )
-        .limit(1)
-    ).first()
-    return since is not None
+    )
 
 
 @quick_unit

@@ -18,7 +18,6 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from starlette.requests import Request
 from starlette.responses import Response
@@ -30,6 +29,7 @@ from bot.completions.conversations import (
     Conversation,
     ConversationMap,
     StaleConversation,
+    answers_in,
     chain,
     digest,
 )
@@ -45,7 +45,6 @@ from bot.http.signins import LoginThrottle
 from engine.hub import ChatHub, HubError, SendOptions
 from engine.store import Database
 from engine.store import chat_history as h
-from engine.store import chat_sessions_stack as f
 
 __all__ = ["CompletionsApi"]
 
@@ -260,19 +259,8 @@ _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 def _last_answer(conn: Connection, session_id: int) -> str:
-    row = conn.execute(
-        sa.select(h.c.content)
-        .join(f, f.c.id == h.c.session_stack_id)
-        .where(
-            f.c.session_id == session_id,
-            f.c.depth == 0,
-            h.c.role == "assistant",
-            h.c.is_synthetic.is_(False),
-            h.c.content != "",
-        )
-        .order_by(h.c.id.desc())
-        .limit(1)
-    ).first()
+    newest = answers_in(session_id, h.c.content).order_by(h.c.id.desc()).limit(1)
+    row = conn.execute(newest).first()
     return row.content if row is not None else ""
 
 
