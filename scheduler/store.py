@@ -8,6 +8,7 @@ expiry) only where it is still claimable, so two workers never run it both.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -33,9 +34,13 @@ __all__ = [
     "run_counts",
 ]
 
+log = logging.getLogger(__name__)
+
 #: At most this many missed fires of one job are recorded per dispatch step; the count of
 #: the others is still reported.
 MAX_MISSED_ROWS = 100
+#: At most this many fires of one job are gone through one by one per dispatch step.
+MAX_COUNTED_FIRES = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -503,13 +508,8 @@ def _materialize(conn: Connection, now: datetime, next_fire: NextFire, batch: in
     late_counts: dict[int, int] = {}
     for job in due:
         assert job.next_run_at is not None
-        fires = [job.next_run_at]
-        while len(fires) < 10_000:
-            following = next_fire(job, fires[-1])
-            if following is None or following > now:
-                break
-            fires.append(following)
         grace = timedelta(seconds=job.misfire_grace_s)
+        fires = _due_fires(job, now, grace, next_fire)
         on_time = [f for f in fires if now - f <= grace]
         late = [f for f in fires if now - f > grace]
         if job.coalesce and len(on_time) > 1:
@@ -534,6 +534,33 @@ def _materialize(conn: Connection, now: datetime, next_fire: NextFire, batch: in
     by_id = {job.id: job for job in due}
     read = {run.job_id: by_id[run.job_id] for run in created}
     return Materialized(created, missed_counts, len(due), read)
+
+
+def _due_fires(job: Job, now: datetime, grace: timedelta, next_fire: NextFire) -> list[datetime]:
+    """The job's fires from its ``next_run_at`` to ``now``. Past ``MAX_COUNTED_FIRES`` (a
+    job every minute, down for a week) the rest are not gone through one by one: those
+    still within the misfire grace are found from there, the ones between are skipped."""
+    assert job.next_run_at is not None
+    fires = [job.next_run_at]
+    while (following := next_fire(job, fires[-1])) is not None and following <= now:
+        if len(fires) < MAX_COUNTED_FIRES:
+            fires.append(following)
+            continue
+        log.warning(
+            "job %s missed more than %d fires; the ones before %s are not counted",
+            job.id,
+            MAX_COUNTED_FIRES,
+            (now - grace).isoformat(),
+        )
+        recent = next_fire(job, max(now - grace - _JUST_BEFORE, fires[-1]))
+        while recent is not None and recent <= now and len(fires) < 2 * MAX_COUNTED_FIRES:
+            fires.append(recent)
+            recent = next_fire(job, recent)
+        break
+    return fires
+
+
+_JUST_BEFORE = timedelta(microseconds=1)
 
 
 def _new_run(job_id: int, fire: datetime, status: str, now: datetime) -> dict[str, Any]:

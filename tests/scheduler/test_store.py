@@ -212,6 +212,20 @@ async def test_the_misfire_grace_decides_what_still_runs(
     assert (await jobs.get(job.id)).next_run_at == at(6)
 
 
+async def test_a_fire_on_time_still_runs_after_more_fires_were_missed_than_are_counted(
+    jobs: JobStore,
+) -> None:
+    """Down for 12,000 hourly fires (a job every minute down for a week is the same): the
+    fire on time still runs, and the schedule goes on from now (it went on from now
+    without running it: the 10,000 fires counted ended long before)."""
+    job = await hourly(jobs)
+    made = await jobs.materialize(at(12_000, 0, 2), cron_next_fire)
+
+    assert [r.scheduled_for for r in made.runs] == [at(12_000)]
+    assert made.missed[job.id] >= 10_000
+    assert (await jobs.get(job.id)).next_run_at == at(12_001)
+
+
 # -- claims and leases -------------------------------------------------------------------------
 
 
