@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
+
+from sqlalchemy.engine import Connection
 
 from engine.agents.catalog import AgentCatalog
 from engine.approval.broker import ApprovalBroker, BypassRequest, Resolution
@@ -239,8 +242,11 @@ class Engine:
         emit: EmitFn | None = None,
         records: RecordsAnswers | None = None,
         resume: bool = True,
+        also: Callable[[Connection], None] | None = None,
     ) -> Decided:
-        resolution = await self.approvals.answer(request_id, answer, session_id=session_id)
+        resolution = await self.approvals.answer(
+            request_id, answer, session_id=session_id, also=also
+        )
         return self._after_decision(resolution, emit, records, resume)
 
     async def pending_approvals(

@@ -25,7 +25,7 @@ from bot.discord.sending import DiscordSender, discord_call
 from bot.platform.access import Access
 from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
-from bot.platform.handover import hand_over
+from bot.platform.handover import hand_over, marking
 from bot.platform.voice_notes import VoiceNotes
 from engine.hub import ChatHub
 from engine.store import SENDER_KEY
@@ -201,7 +201,9 @@ class MessageHandler:
         card = self._cards.question_for(m.source, reply_to=m.reply_to or None)
         if card is None:
             return False
-        outcome = await self._cards.answer(card, text, by=None, quietly=True)
+        outcome = await self._cards.answer(
+            card, text, by=None, quietly=True, also=marking(DISCORD, m.message_id)
+        )
         if outcome is None:
             return False  # no longer asked: the message is a message
         if outcome == "answered":

@@ -27,7 +27,7 @@ from bot.matrix.sending import MatrixError, MatrixSender, Rooms, call, leave
 from bot.platform.access import Access
 from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
-from bot.platform.handover import hand_over
+from bot.platform.handover import hand_over, marking
 from bot.platform.threads import JoinedThreads
 from bot.platform.voice_notes import Heard, VoiceNotes
 from engine.hub import ChatHub
@@ -277,7 +277,9 @@ class MessageHandler:
         card = self._cards.question_for(m.source)
         if card is None:
             return False
-        outcome = await self._cards.answer(card, text, by=await self.name_of(m.sender))
+        outcome = await self._cards.answer(
+            card, text, by=await self.name_of(m.sender), also=marking(MATRIX, m.key)
+        )
         if outcome is None:
             return False  # no longer asked: the message is a message
         if outcome == "answered":

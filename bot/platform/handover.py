@@ -4,16 +4,26 @@ one commit (a crash leaves both or neither), by every platform the same way."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from sqlalchemy.engine import Connection
 
 from bot.delivery import EventAlreadyHandled
 from bot.delivery.store import mark_handled_in
 from engine.hub import ChatHub, HubError, SendOptions
 
-__all__ = ["HandedOver", "hand_over"]
+__all__ = ["HandedOver", "hand_over", "marking"]
 
 log = logging.getLogger(__name__)
+
+
+def marking(platform: str, key: str) -> Callable[[Connection], None]:
+    """The platform event ``key`` marked handled, in the unit of work that acts on it (its
+    message queued, the question it answers answered): ``EventAlreadyHandled`` rolls that
+    back when it was handled before."""
+    return lambda conn: mark_handled_in(conn, platform, key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +42,7 @@ async def hand_over(
             source,
             text,
             SendOptions(metadata=metadata),
-            also=lambda conn: mark_handled_in(conn, platform, key),
+            also=marking(platform, key),
             redelivered_if_lost=True,
         )
     except HubError as exc:

@@ -11,10 +11,13 @@ source (no read per hub event); how a card looks and is edited is the platform's
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
-from bot.delivery import CardRow, CardStore
+from sqlalchemy.engine import Connection
+
+from bot.delivery import CardRow, CardStore, EventAlreadyHandled
 from bot.platform.cards import CardContent, RejectWindows, card_content, reply_target
 from engine.hub import ChatHub, HubError
 from engine.session import ApprovalRequired, Question
@@ -86,16 +89,25 @@ class OpenCards:
         await self.show(self._row(source, event.request_id, "question", words))
 
     async def answer(
-        self, card: CardRow, text: str, *, by: str | None, quietly: bool = False
+        self,
+        card: CardRow,
+        text: str,
+        *,
+        by: str | None,
+        quietly: bool = False,
+        also: Callable[[Connection], None] | None = None,
     ) -> Answered:
         """Answer the question ``card`` with ``text`` and close it (``quietly``: the
-        platform shows the outcome on its own). ``"answered"``; ``"repeated"`` when it was
-        answered with these words already (the message handed over again after a crash:
-        it is that answer, never a new message); ``None`` when the hub no longer waits for
-        it (closed as expired: the message is a message)."""
+        platform shows the outcome on its own); ``also`` commits with the answer (the
+        message's event marked handled: a crash cannot hand it over again).
+        ``"answered"``; ``"repeated"`` when it was answered with these words already, or
+        its message was handled before (never a new message then); ``None`` when the hub
+        no longer waits for it (closed as expired: the message is a message)."""
         outcome: Answered = "answered"
         try:
-            await self._hub.answer(card.tool_call_id, text, source=card.source)
+            await self._hub.answer(card.tool_call_id, text, source=card.source, also=also)
+        except EventAlreadyHandled:
+            outcome = "repeated"
         except (InboxError, HubError) as exc:
             if not (isinstance(exc, InboxError) and exc.code == "repeated"):
                 log.info("question %s not answerable: %s", card.tool_call_id, exc)

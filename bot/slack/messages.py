@@ -21,7 +21,7 @@ from typing import Any
 from bot.platform.access import Access
 from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
-from bot.platform.handover import hand_over
+from bot.platform.handover import hand_over, marking
 from bot.platform.threads import JoinedThreads
 from bot.platform.voice_notes import Heard, VoiceNotes
 from bot.slack.activity import ThreadActivity
@@ -230,7 +230,9 @@ class MessageHandler:
         card = self._cards.question_for(m.source)
         if card is None:
             return False
-        outcome = await self._cards.answer(card, text, by=await self.name_of(m.user))
+        outcome = await self._cards.answer(
+            card, text, by=await self.name_of(m.user), also=marking(SLACK, m.key)
+        )
         if outcome is None:
             return False  # no longer asked: the message is a message
         if outcome == "answered":

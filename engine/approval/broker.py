@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from sqlalchemy.engine import Connection
+
 from engine.approval.bypass import Bypasses, BypassScope, validate_bypass
 from engine.approval.deciders import (
     APPROVER_POLICIES,
@@ -187,10 +189,18 @@ class ApprovalBroker:
         return self._deliver(self._approvals, record, _verdict(record))
 
     async def answer(
-        self, request_id: int, answer: str, *, session_id: int | None = None
+        self,
+        request_id: int,
+        answer: str,
+        *,
+        session_id: int | None = None,
+        also: Callable[[Connection], None] | None = None,
     ) -> Resolution:
-        """Answer a question: stored as the call's result first, then handed to its turn."""
-        item = await self.inbox.answer_question(request_id, answer, session_id=session_id)
+        """Answer a question: stored as the call's result first (``also`` committing with
+        it), then handed to its turn."""
+        item = await self.inbox.answer_question(
+            request_id, answer, session_id=session_id, also=also
+        )
         waiter = self._questions.get(request_id)
         live = waiter is not None and not waiter.future.done()
         if live:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from sqlalchemy.engine import Connection
+
 from engine.approval.deciders import Decider
 from engine.config import HubConfig
 from engine.core import Decided, Engine
@@ -115,14 +119,21 @@ class Decisions:
         current = await self._sources.current_session(session.source)
         return session.source if current == session.id else None
 
-    async def answer(self, request_id: int, answer: str, *, source: str | None) -> Decided:
+    async def answer(
+        self,
+        request_id: int,
+        answer: str,
+        *,
+        source: str | None,
+        also: Callable[[Connection], None] | None = None,
+    ) -> Decided:
         check_text(answer, SendOptions(), self._config.max_message_chars)
         if source is not None:
             chat: str | None = validate_source(source)
         else:
             chat = await self._chat_of(await self._engine.store.inbox.get(request_id))
         if chat is None:
-            return await self._engine.resolve_question(request_id, answer)
+            return await self._engine.resolve_question(request_id, answer, also=also)
         state = await self._sources.state(chat)
         bridge = self._adapters.bridge(chat, state.session_id)
         decided = await self._engine.resolve_question(
@@ -132,6 +143,7 @@ class Decisions:
             emit=bridge,
             records=bridge,
             resume=self._placement.resumes_in_place,
+            also=also,
         )
         if not decided.resolution.live:  # its turn waits elsewhere, or none
             await self._placement.decided(chat, request_id, in_chat=True)

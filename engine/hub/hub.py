@@ -282,9 +282,17 @@ class ChatHub:
             tool_call_id, choice, decider=decider, note=note, by=by, source=source
         )
 
-    async def answer(self, request_id: int, answer: str, *, source: str | None = None) -> Decided:
-        """The one door for an answer to the agent's question (``source`` as for ``decide``)."""
-        return await self._decisions.answer(request_id, answer, source=source)
+    async def answer(
+        self,
+        request_id: int,
+        answer: str,
+        *,
+        source: str | None = None,
+        also: Callable[[Connection], None] | None = None,
+    ) -> Decided:
+        """The one door for an answer to the agent's question (``source`` as for ``decide``;
+        ``also`` commits with the answer: the message that gave it marked handled)."""
+        return await self._decisions.answer(request_id, answer, source=source, also=also)
 
     async def decision_refusal(self, tool_call_id: int, decider: Decider) -> str | None:
         """Why ``decider`` may not decide the call now (``None``: they may, or it is closed);

@@ -139,10 +139,16 @@ class InboxStore:
         return (await self._db.run(_requester, tool_call_id))[0]
 
     async def answer_question(
-        self, tool_call_id: int, answer: str, *, session_id: int | None = None
+        self,
+        tool_call_id: int,
+        answer: str,
+        *,
+        session_id: int | None = None,
+        also: Callable[[Connection], None] | None = None,
     ) -> InboxItem:
-        """Store ``answer`` as the result of a persisted open question (nobody is waiting)."""
-        return await self._db.run(_answer, tool_call_id, answer, session_id)
+        """Store ``answer`` as the result of a persisted open question (nobody is waiting);
+        ``also`` commits with it (the message that answered it marked handled)."""
+        return await self._db.run(_answer, tool_call_id, answer, session_id, also)
 
     async def last_sender(self, session_id: int) -> str | None:
         """The platform id of whoever wrote the session's last person's message (``None``:
@@ -300,7 +306,13 @@ def _decide(
     return replace(record, decision=decision, note=note, decided_at=now)
 
 
-def _answer(conn: Connection, tool_call_id: int, answer: str, session_id: int | None) -> InboxItem:
+def _answer(
+    conn: Connection,
+    tool_call_id: int,
+    answer: str,
+    session_id: int | None,
+    also: Callable[[Connection], None] | None = None,
+) -> InboxItem:
     try:
         call = _check_owner(conn, tool_call_id, session_id, "an answer")
     except InboxError as exc:
@@ -319,6 +331,8 @@ def _answer(conn: Connection, tool_call_id: int, answer: str, session_id: int | 
     if answered.rowcount != 1:
         _refuse_repeated(conn, tool_call_id, answer)
         raise InboxError("resolved", f"tool call {tool_call_id} was answered meanwhile")
+    if also is not None:
+        also(conn)
     return _pending_query(conn, None, True, tool_call_id)[0]
 
 

@@ -223,7 +223,14 @@ class MessageHandler:
         return True
 
     async def _answer_question(self, m: Message, card: CardRow) -> bool:
-        outcome = await self._cards.answer(card, m.text, by=None, quietly=True)
+        update_id = m.update_id
+        outcome = await self._cards.answer(
+            card,
+            m.text,
+            by=None,
+            quietly=True,
+            also=lambda conn: mark_handled_in(conn, update_id),
+        )
         if outcome is None:
             return False  # no longer asked: the message is a message
         if outcome == "answered":

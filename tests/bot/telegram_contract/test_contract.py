@@ -396,3 +396,36 @@ async def test_an_answer_handed_over_again_after_a_crash_is_not_a_new_message(
     await restarted.adapter.drain()
     assert len(model.requests) == asked
     assert texts(telegram, ALICE).count("Booking Rome.") == 1
+
+
+async def test_an_answer_and_its_update_handled_mark_commit_together(
+    start_service, telegram, model, monkeypatch
+):
+    """The moment the answer is recorded its update is marked handled (one commit): a
+    kill right after cannot hand the update over again, whatever the card's state (the
+    mark came later, and a kill between the two made the answer a new message)."""
+    from bot.platform.open_cards import OpenCards
+
+    service = await start_service()
+    seen: list[bool] = []
+    original = OpenCards.close_quietly
+
+    async def look_then_close(self: OpenCards, card, state: str) -> bool:
+        def handled(conn: sa.Connection) -> bool:
+            events = platform_events.c
+            query = sa.select(events.handled_at).where(events.event_id == update)
+            return conn.execute(query).scalar() is not None
+
+        if state == "answered":
+            seen.append(await service.engine.store.db.run(handled))
+        return await original(self, card, state)
+
+    monkeypatch.setattr(OpenCards, "close_quietly", look_then_close)
+    ask = tool_call("ask_user_clarification", '{"question": "Which city?"}', "q")
+    model.add(ask, text("Booking Rome."))
+    telegram.user_message(ALICE, ALICE, "book a hotel")
+    question = await eventually(lambda: find(telegram, ALICE, "❓ Question"))
+    reply = telegram.user_message(ALICE, ALICE, "Rome", reply_to_message_id=question.message_id)
+    update = str(reply["update_id"])
+    await eventually(lambda: "Booking Rome." in texts(telegram, ALICE))
+    assert seen == [True]
