@@ -98,7 +98,8 @@ class MessageHandler:
         if m.mentions_user(self._me.user_id, self._me.display_name) or (
             m.relates_to is not None and await self._is_mine(m.room_id, m.relates_to)
         ):
-            self._threads.join(m.source)
+            if self._access.is_allowed(m.sender):  # a stranger's mention brings no one in
+                self._threads.join(m.source)
             return True
         return m.thread is not None and await self._threads.joined(m.source)
 

@@ -101,7 +101,8 @@ class MessageHandler:
         if m.is_dm:
             return True
         if m.mentions_me:
-            self._threads.join(m.source)
+            if self._access.is_allowed(m.user):  # a stranger's mention brings no one in
+                self._threads.join(m.source)
             return True
         if m.thread_ts is None:
             return False

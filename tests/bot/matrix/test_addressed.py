@@ -15,6 +15,8 @@ from bot.matrix.incoming import Incoming
 from bot.matrix.messages import MessageHandler
 from bot.matrix.people import MatrixMe
 from bot.matrix.sending import Rooms
+from bot.platform.access import Access
+from tests.bot.platform.test_access import Store
 
 ROOM = "!direct:example.org"
 
@@ -76,20 +78,8 @@ async def test_a_thread_follow_up_is_for_the_bot_before_its_session_exists() -> 
     rooms.members[ROOM] = 5  # a room of people, not a direct one
     me = MatrixMe(user_id="@bot:example.org", display_name="Bot")
     unused: Any = None
-    messages = MessageHandler(
-        NoSessionsYet(),
-        unused,
-        me,
-        unused,
-        rooms,
-        unused,
-        unused,
-        unused,
-        unused,
-        unused,
-        unused,
-        unused,
-    )  # type: ignore[arg-type]
+    access = Access(Store(), allowed=["@alice:example.org"], clock=lambda: 0.0)
+    messages = MessageHandler(NoSessionsYet(), unused, me, unused, rooms, access, *([unused] * 6))  # type: ignore[arg-type]
 
     def said(text: str, thread: str) -> Incoming:
         return Incoming("message", ROOM, f"$e{len(text)}", "@alice:example.org", text, thread)
@@ -97,3 +87,7 @@ async def test_a_thread_follow_up_is_for_the_bot_before_its_session_exists() -> 
     assert await messages.addressed(said("Bot, book a table", "$root"))
     assert await messages.addressed(said("for four", "$root"))
     assert not await messages.addressed(said("for four", "$another"))
+    # A stranger's mention is for the bot (to be refused) but brings it into no thread.
+    stranger = Incoming("message", ROOM, "$m", "@mallory:example.org", "Bot, hi", "$third")
+    assert await messages.addressed(stranger)
+    assert not await messages.addressed(said("ignore it, Mallory", "$third"))

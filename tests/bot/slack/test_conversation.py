@@ -20,6 +20,8 @@ from tests.bot.slack.conftest import ALICE, BOB, GENERAL, OWNER, MakeService, sl
 from tests.engine.hub.conftest import EchoModel
 from tests.fakes.slack_server import BOT_USER_ID, FakeSlackServer
 
+CAROL = "U0CAROL001"
+
 
 async def test_a_dm_is_answered_once(make_service: MakeService, fake: FakeSlackServer) -> None:
     service = await make_service()
@@ -64,6 +66,24 @@ async def test_a_thread_follow_up_sent_at_once_after_the_mention_is_answered(
     await until(lambda: "and the date?" in "".join(texts(fake, GENERAL, asked.ts)))
     assert "what time is it?" in texts(fake, GENERAL, asked.ts)[0]
     await slack_of(service).drain()
+
+
+async def test_a_strangers_mention_brings_the_bot_into_no_thread(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    """A stranger mentions the bot: told to pair, and the people who answer them in that
+    thread are not answered (the thread became the bot's; found by review)."""
+    service = await make_service()
+    fake.add_user(CAROL, "carol", "Carol")
+    asked = fake.mention(GENERAL, CAROL, "hi bot")
+    await until(lambda: [m.text for m in fake.ephemerals(CAROL)] == [NOT_PAIRED])
+    fake.thread_message(GENERAL, ALICE, "it only talks to paired people, Carol", asked.ts)
+    await until(lambda: all(d.acked for d in fake.deliveries))
+    await slack_of(service).drain()
+    hub = service.hub
+    source = f"slack:{GENERAL}:{asked.ts}"
+    await until(lambda: not hub.has_work(source) and not hub.is_processing(source))
+    assert texts(fake, GENERAL, asked.ts) == []
 
 
 async def test_a_thread_the_bot_is_not_in_stays_unanswered(
