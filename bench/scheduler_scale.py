@@ -256,8 +256,14 @@ async def _run_one(
         notified.update(notification.refs.get("run_ids", ()))
         if delivery:
             original_notify(notification)
-        elif notification.on_delivered is not None:
-            hub._spawn(notification.on_delivered())  # a bench stub
+        else:  # a bench stub: recorded delivered at once, as the chat's commit would
+            hub._spawn(stored_at_once(notification))
+
+    async def stored_at_once(notification: Notification) -> None:
+        if notification.delivered_in is not None:
+            await engine.store.db.run(notification.delivered_in)
+        if notification.on_delivered is not None:
+            await notification.on_delivered()
 
     hub.notify = notify  # type: ignore[method-assign]
 

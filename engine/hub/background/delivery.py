@@ -93,12 +93,13 @@ class BackgroundDelivery:
                 if item.on_delivered is not None:
                     await item.on_delivered()
 
-        try:
-            # In a fleet the chat's owner may be another process: it waits for it.
-            async with self._placement.holding(target):
+        # In a fleet the chat's owner may be another process: it waits for it. A failure
+        # ends inside the hold, so the chat is let go as after any delivery.
+        async with self._placement.holding(target):
+            try:
                 await self._deliver_here(await self._sources.state(target), items, on_stored)
-        except Exception:
-            log.exception("notification turn for %s failed", target)
+            except Exception:
+                log.exception("notification turn for %s failed", target)
         if not stored:
             await _undelivered(items)
 

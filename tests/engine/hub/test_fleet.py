@@ -630,6 +630,43 @@ async def test_a_cron_result_for_a_chat_worked_elsewhere_waits_for_it_and_runs_b
         await until(let_go)
 
 
+async def test_a_notice_whose_delivery_failed_lets_its_chat_go(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """a's delivery of a notice fails (the database away for a moment): a lets the chat go
+    all the same, so b's next result for it is told (a held it until someone wrote to the
+    chat; found by review)."""
+    from engine.session.handler import ChatSessionHandler
+
+    notifier = LocalNotifier("shared")
+    async with member(url, tmp_path, "a", notifier) as a, member(url, tmp_path, "b", notifier) as b:
+        assert a.hub.fleet is not None and b.hub.fleet is not None
+        await a.engine.store.sessions.for_source("telegram:4")  # a known target
+        original = ChatSessionHandler.deliver_notifications
+        failures = [RuntimeError("database gone")]
+
+        async def fails_once(self: ChatSessionHandler, *args: Any, **kwargs: Any) -> Any:
+            if failures:
+                raise failures.pop()
+            return await original(self, *args, **kwargs)
+
+        monkeypatch.setattr(ChatSessionHandler, "deliver_notifications", fails_once)
+        a.hub.notify(Notification("tic", "reminder", "first notice", target="telegram:4"))
+
+        async def failed() -> bool:
+            return not failures
+
+        await until(failed)
+        b.model.add(text("Your report is ready."))
+        b.hub.notify(Notification("cron", "job_done", "report ready", target="telegram:4"))
+
+        async def told() -> bool:
+            answered = (await a.engine.store.db.run(answers)).get("telegram:4", [])
+            return "Your report is ready." in answered
+
+        await until(told)
+
+
 def user_rows(conn: sa.Connection, source: str) -> list[tuple[int, str]]:
     """``source``'s user messages as stored: ``(session id, content)``, in order."""
     h, stack, s = chat_history, chat_sessions_stack, chat_sessions
