@@ -26,7 +26,10 @@ class PairingStore:
         return {str(user_id) for user_id in await self._store.paired_users()}
 
     async def pair(self, user_id: str, name: str, paired_by: str | None) -> None:
-        await self._store.pair(int(user_id), name, int(paired_by or 0))
+        # The owner who paired them may be another platform's (a Slack id is no number):
+        # Telegram's table keeps a Telegram id, or 0 for one it cannot hold.
+        by = int(paired_by) if paired_by is not None and _is_telegram_id(paired_by) else 0
+        await self._store.pair(int(user_id), name, by)
 
     async def unpair(self, user_id: str) -> bool:
         return await self._store.unpair(int(user_id))
@@ -40,6 +43,11 @@ class PairingStore:
     async def redeem(self, code: str) -> PairingCode | None:
         row = await self._store.redeem(code)
         return None if row is None else _code(row)
+
+
+def _is_telegram_id(text: str) -> bool:
+    digits = text.removeprefix("-")
+    return digits.isascii() and digits.isdigit() and len(digits) <= 19
 
 
 def _code(row: PairingRow) -> PairingCode:
