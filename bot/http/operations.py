@@ -190,9 +190,9 @@ class Operations:
 
 
 def _inbox_error(exc: InboxError) -> OperationError:
-    return OperationError(
-        "not_found" if exc.code == "not_found" else "conflict", str(exc), exc.code
-    )
+    # The same answer again is, to a person at the inbox or the API, decided already.
+    code = "resolved" if exc.code == "repeated" else exc.code
+    return OperationError("not_found" if code == "not_found" else "conflict", str(exc), code)
 
 
 def _plain(value: Any) -> Any:

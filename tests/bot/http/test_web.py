@@ -145,6 +145,12 @@ async def test_reject_with_a_reason_15_min_and_answering_a_question(web, hub, mo
     await web.post(f"/questions/{question.request_id}", data={"csrf": csrf, "answer": "Rome"})
     await next_event(events, ev.Done)
     assert "Which city?" not in (await web.get("/")).text
+    # Sent again (a double submit, the back button), the same words or others: decided.
+    for answer in ("Rome", "Paris"):
+        again = await web.post(
+            f"/questions/{question.request_id}", data={"csrf": csrf, "answer": answer}
+        )
+        assert "already decided elsewhere" in (await web.get(again.headers["location"])).text
     events.close()
 
 
