@@ -131,7 +131,9 @@ class Actions:
         text = frame.text.strip()
         if text.startswith("/") and len(text) > 1:
             head, _, argument = text.partition(" ")
-            await self._command(source, head[1:].lower(), argument.strip(), frame.ref, reply)
+            name = head[1:].lower()
+            if not await self._command(source, name, argument.strip(), frame.ref, reply):
+                await reply.send(Accepted(ref=frame.ref))  # done: every message is answered
             return
         if await self._answers_question(source, frame, reply):
             return
@@ -179,19 +181,22 @@ class Actions:
         if question is None:
             return False
         await self._answer(source, question.tool_call_id, frame.text, frame.ref, reply)
-        return True
+        return True  # its question_answered (to every tab) or its error tells the page
 
     async def _command(
         self, source: str, name: str, argument: str, ref: str | None, reply: Reply
-    ) -> None:
+    ) -> bool:
+        """Whether the socket was told (its notice or error, under ``ref``)."""
         context = CommandContext(self._hub, source, argument, None, is_owner=True)
         try:
             text = await self.commands.run(name, context)
         except HubError as exc:
             await reply.send(ErrorFrame(code="refused", message=str(exc), ref=ref))
-            return
+            return True
         if text is not None:
             await reply.send(Notice(text=text, ref=ref))
+            return True
+        return False
 
     def _resume(self, source: str, ref: str | None, reply: Reply) -> None:
         """The turn runs on a task of its own: it outlives this socket."""

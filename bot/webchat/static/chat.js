@@ -27,7 +27,7 @@ const state = {
   recording: null, // the voice message being recorded: {recorder, stream, chunks, started, ...}
   hearing: null, // the ref of the voice message sent, until the server answers it
   voices: 0, // voice messages sent (their refs)
-  sending: null, // the message sent, until the server accepts it: {ref, text, attached, conversation}
+  sending: new Map(), // ref -> a message sent, until the server answers it: {text, attached, conversation}
   sent: 0, // messages sent (their refs)
 };
 
@@ -267,8 +267,10 @@ function connect(id, deliver) {
   socket.onclose = () => {
     if (state.socket !== socket) return;
     state.socket = null;
-    if (state.sending) {
-      sentBack(false);
+    const unanswered = [...state.sending.values()].filter((s) => s.conversation === id);
+    state.sending.clear();
+    if (unanswered.length) {
+      for (const sending of unanswered.reverse()) restoreDraft(sending, true);
       notice("The connection dropped as the message left: if it is not shown above, send it again.", true);
     }
     $("status").textContent = "reconnecting…";
@@ -290,8 +292,13 @@ function handle(frame) {
   if (frame.ref && frame.ref === state.hearing && ["accepted", "error"].includes(frame.type)) {
     heardBack();
   }
-  if (frame.ref && frame.ref === state.sending?.ref && ["accepted", "error"].includes(frame.type)) {
-    sentBack(frame.type === "accepted");
+  if (frame.ref && state.sending.has(frame.ref) && ["accepted", "error", "notice"].includes(frame.type)) {
+    sentBack(frame.ref, frame);
+  }
+  if (frame.type === "question_answered") {  // a message sent may have been that answer
+    for (const [ref, sending] of state.sending) {
+      if (sending.text === frame.answer) { state.sending.delete(ref); break; }
+    }
   }
   switch (frame.type) {
     case "hello": state.limits = frame.limits; break;
@@ -473,19 +480,24 @@ function submitMessage() {
   if (state.attached.length) frame.attachments = state.attached.map((file) => file.id);
   if (frameOut(frame)) {
     // The draft comes back if the server refuses it or the connection drops first.
-    state.sending = { ref, text, attached: state.attached, conversation: state.current };
+    state.sending.set(ref, { text, attached: state.attached, conversation: state.current });
     input.value = "";
     clearAttached();
   }
 }
 
-// The message sent was answered: kept by the server, or refused (its draft restored).
-function sentBack(accepted) {
-  const sending = state.sending;
-  state.sending = null;
-  if (accepted || !sending || sending.conversation !== state.current) return;
+// A message sent was answered (``frame``): taken by the server, or refused (its draft
+// restored: its text, and its files unless they were what was refused).
+function sentBack(ref, frame) {
+  const sending = state.sending.get(ref);
+  state.sending.delete(ref);
+  if (!sending || frame.type !== "error" || sending.conversation !== state.current) return;
+  restoreDraft(sending, frame.code !== "attachment");
+}
+
+function restoreDraft(sending, withFiles) {
   input.value = input.value.trim() ? `${sending.text}\n${input.value}` : sending.text;
-  if (!state.attached.length) for (const entry of sending.attached) showAttached(entry);
+  if (withFiles && !state.attached.length) for (const entry of sending.attached) showAttached(entry);
 }
 
 $("composer").addEventListener("submit", (event) => {

@@ -314,6 +314,56 @@ async def test_a_refused_message_keeps_its_draft_in_chromium(
     await context.close()
 
 
+#: Keeps the page's sockets reachable, so a test can drop one as a network would.
+KEEP_SOCKETS = """
+(() => {
+  const Native = window.WebSocket;
+  window.__sockets = [];
+  window.WebSocket = function (...args) {
+    const socket = new Native(...args);
+    window.__sockets.push(socket);
+    return socket;
+  };
+  window.WebSocket.prototype = Native.prototype;
+  Object.assign(window.WebSocket, { CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3 });
+})();
+"""
+
+
+async def test_what_the_server_took_is_not_put_back_at_a_later_drop_in_chromium(
+    browser: Any, make_server, fake_openai: FakeOpenAIServer, artifacts: Path
+):
+    """A command (answered by its notice) and a plain message that answers a question are
+    taken: a socket that drops later puts neither back in the composer (both came back,
+    with "the connection dropped as the message left"; found by review)."""
+    server: ChatServer = await make_server(page=True)
+    context, page = await _signed_in(browser, server, init_script=KEEP_SOCKETS)
+
+    async def drop_the_socket() -> None:  # its close handler runs before the status shows
+        await page.evaluate("window.__sockets.at(-1).close()")
+        await page.wait_for_selector("#status:has-text('reconnecting')")
+
+    async with _evidence_on_failure(page, artifacts, "webchat-taken-drafts"):
+        await _send(page, "/cost")
+        await page.wait_for_selector(".notice:has-text('This conversation')")
+        await drop_the_socket()
+        assert await page.input_value("#input") == ""
+        from playwright.async_api import expect
+
+        await expect(page.locator("#status")).not_to_contain_text("reconnecting")
+
+        fake_openai.reply_tool_calls(("q1", "ask_user_clarification", {"question": "Colour?"}))
+        fake_openai.reply_text("Blue, then.")
+        await _send(page, "paint it")
+        await page.wait_for_selector(".question textarea")
+        await _send(page, "blue")  # a plain message while the question is open: its answer
+        await page.wait_for_selector(".msg.assistant:has-text('Blue, then.')")
+        await drop_the_socket()
+        assert await page.input_value("#input") == ""
+        assert await page.locator(".notice.error").count() == 0
+    await context.close()
+
+
 @pytest.fixture
 async def microphone_browser() -> AsyncIterator[Any]:
     """Chromium with a fake microphone (a beep) that needs no one to allow it."""
