@@ -23,8 +23,7 @@ class Keeper(Protocol):
     """Where an answer is kept (``CompletionsApi``)."""
 
     async def finish(self, conversation: Conversation, said: str) -> None:
-        """The answer as the client got it, held before its last piece is sent (not the
-        sentence of a turn that gave none: the message sent again runs again)."""
+        """The answer as the client got it, held before its last piece is sent."""
 
     async def last_answer(self, source: str) -> str:
         """The conversation's last answer (a request sent again reads it back)."""
@@ -49,7 +48,6 @@ class Answer:
         self._keeper = keeper
         self._usage_chunk = usage
         self._tokens: tuple[int, int] | None = None
-        self._unanswered = False
         self._conversation = conversation
         self._turn = turn
         self._model = model
@@ -92,16 +90,18 @@ class Answer:
 
     async def _pieces(self) -> AsyncIterator[Piece]:
         if not self._turn.running:
-            yield Piece(await self._keeper.last_answer(self._conversation.source))
+            answer = self._turn.answer
+            if answer is None:
+                answer = await self._keeper.last_answer(self._conversation.source)
+            yield Piece(answer)
             return
         async for piece in self._turn.pieces():
             if piece.usage is not None:
                 self._tokens = piece.usage
-            self._unanswered = piece.unanswered
             yield piece
 
     async def _finish(self, said: str) -> None:
-        if not self._unanswered:
+        if self._turn.holds:  # a failure's sentence too: clients send it back as its answer
             await self._keeper.finish(self._conversation, said)
 
     def _head(self) -> tuple[str, int, str]:

@@ -36,10 +36,13 @@ from bot.completions.tables import api_conversation_heads as heads_table
 from bot.completions.tables import api_conversations as c
 from engine.store import Database, PerDialect, Prepared, insert_for, quick_unit, utcnow
 from engine.store import chat_history as h
+from engine.store import chat_llm_tools as tools
 from engine.store import chat_sessions_stack as f
 
 __all__ = [
+    "POSITION_KEY",
     "ROOT",
+    "AnswerTo",
     "Conversation",
     "ConversationMap",
     "StaleConversation",
@@ -67,6 +70,24 @@ def chain(digests: Sequence[str], start: str = ROOT) -> list[str]:
         head = hashlib.sha256(f"{head}|{one}".encode()).hexdigest()
         heads.append(head)
     return heads
+
+
+#: The key of a user message's metadata that holds its position in the conversation.
+POSITION_KEY = "api_position"
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerTo:
+    """What became of one message of a conversation in the agent's session."""
+
+    #: Its user row is in the session (its turn began).
+    stored: bool
+    #: The agent's answer to it (``None``: none yet, or none coming).
+    answer: str | None
+    #: Its turn failed (the user was told so).
+    failed: bool
+    #: The session holds no positioned message at all (written before positions were).
+    legacy: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,13 +188,31 @@ class ConversationMap:
 
         return held, unit
 
-    async def answered(
-        self, conversation: Conversation, count: int, session_id: int | None
-    ) -> bool:
-        """Whether its ``count``-th message, the last it holds, was answered: the answer
-        held, or written since the message was held in the agent's session ``session_id``
-        (a client gone before its answer ended). A failed or stopped turn wrote none."""
-        return await self._db.run(_answered, conversation.id, count, session_id)
+    async def answer_to(self, session_id: int | None, position: int) -> AnswerTo:
+        """What became of the conversation's ``position``-th message in the agent's
+        session: stored or not, failed, answered (its user row carries its position)."""
+        if session_id is None:
+            return AnswerTo(stored=False, answer=None, failed=False, legacy=False)
+        return await self._db.run(_answer_to, session_id, position)
+
+    async def rewind(
+        self, conversation: Conversation, position: int
+    ) -> tuple[Conversation, Callable[[Connection], None]]:
+        """The conversation as it held its first ``position`` messages (what it held after
+        them, a failure's sentence, forgotten), and the work that makes it so (for the
+        transaction that sends the message again; ``StaleConversation`` if it moved on)."""
+        if conversation.length <= position:
+            return conversation, _nothing
+        head = await self._db.run(_head_at, conversation.id, position)
+        rewound = Conversation(
+            conversation.id, conversation.agent, conversation.name, head, position
+        )
+
+        @quick_unit
+        def unit(conn: Connection) -> None:
+            _rewind(conn, conversation, rewound, self._clock())
+
+        return rewound, unit
 
     async def held_at(self, conversation: Conversation, last: str) -> int | None:
         """Where the conversation holds the message whose digest is ``last`` as its last
@@ -282,14 +321,80 @@ def _find(
 
 
 @quick_unit
-def _answered(conn: Connection, conversation_id: int, count: int, session_id: int | None) -> bool:
-    row = conn.execute(sa.select(c.c.length, c.c.updated_at).where(c.c.id == conversation_id)).one()
-    if row.length > count:
-        return True  # the client was sent its answer
-    if session_id is None:
-        return False
-    since = answers_in(session_id, h.c.id).where(h.c.created_at >= row.updated_at)
-    return conn.execute(since.limit(1)).first() is not None
+def _answer_to(conn: Connection, session_id: int, position: int) -> AnswerTo:
+    asked = conn.execute(
+        _user_rows(session_id, h.c.id, h.c.status)
+        .where(h.c.metadata[POSITION_KEY].as_integer() == position)
+        .order_by(h.c.id.desc())
+        .limit(1)
+    ).first()
+    if asked is None:
+        positioned = _user_rows(session_id, h.c.id).where(
+            h.c.metadata[POSITION_KEY].as_integer().is_not(None)
+        )
+        legacy = conn.execute(positioned.limit(1)).first() is None
+        return AnswerTo(stored=False, answer=None, failed=False, legacy=legacy)
+    if asked.status == "failed":
+        return AnswerTo(stored=True, answer=None, failed=True, legacy=False)
+    final = (
+        answers_in(session_id, h.c.content)
+        .where(
+            h.c.id > asked.id,
+            h.c.status == "ok",
+            ~sa.exists().where(tools.c.message_id == h.c.id),  # a tool round is no answer
+        )
+        .order_by(h.c.id)
+        .limit(1)
+    )
+    row = conn.execute(final).first()
+    return AnswerTo(
+        stored=True, answer=None if row is None else row.content, failed=False, legacy=False
+    )
+
+
+def _user_rows(session_id: int, *columns: sa.ColumnElement[Any]) -> sa.Select[Any]:
+    return (
+        sa.select(*columns)
+        .join(f, f.c.id == h.c.session_stack_id)
+        .where(
+            f.c.session_id == session_id,
+            f.c.depth == 0,
+            h.c.role == "user",
+            h.c.is_synthetic.is_(False),
+        )
+    )
+
+
+def _head_at(conn: Connection, conversation_id: int, position: int) -> str:
+    if position == 0:
+        return ROOT
+    return conn.execute(
+        sa.select(heads_table.c.head).where(
+            heads_table.c.conversation_id == conversation_id,
+            heads_table.c.position == position,
+        )
+    ).scalar_one()
+
+
+def _rewind(conn: Connection, was: Conversation, rewound: Conversation, now: datetime) -> None:
+    moved = _MOVE_ON.execute(
+        conn,
+        {
+            "cid": was.id,
+            "was": was.head,
+            "had": was.length,
+            "head": rewound.head,
+            "length": rewound.length,
+            "at": now,
+        },
+    )
+    if moved.rowcount != 1:
+        raise StaleConversation(f"conversation {was.id} moved on")
+    conn.execute(
+        heads_table.delete().where(
+            heads_table.c.conversation_id == was.id, heads_table.c.position > rewound.length
+        )
+    )
 
 
 def answers_in(session_id: int, *columns: sa.ColumnElement[Any]) -> sa.Select[Any]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from bot.completions.conversations import AnswerTo
 from bot.platform.cards import outcome_line
 from engine.bus import BusClosed, Lagged
 from engine.hub import ChatHub, DecisionMade, SendOptions, SourceEvents, carried, is_cut
@@ -48,13 +49,11 @@ DECIDE_WHERE = "in the owner's chat or in chathub's inbox (its web page)"
 @dataclass(frozen=True, slots=True)
 class Piece:
     """Text of the answer; ``event``: what the agent did, for chathub's own field;
-    ``usage``: the answer's tokens (prompt, completion), on the last piece;
-    ``unanswered``: the last piece of a turn that failed, was stopped or never began."""
+    ``usage``: the answer's tokens (prompt, completion), on the last piece."""
 
     text: str
     event: dict[str, Any] | None = None
     usage: tuple[int, int] | None = None
-    unanswered: bool = False
 
 
 #: Nothing to say yet: a keep-alive for the connection.
@@ -96,6 +95,8 @@ class Turn:
         *,
         running: bool = True,
         source: str | None = None,
+        answer: str | None = None,
+        holds: bool = True,
     ) -> None:
         self._exchange = exchange
         self._events = events
@@ -104,6 +105,11 @@ class Turn:
         #: Whether there is a turn to follow (``False``: a retried request whose answer
         #: is already in the conversation).
         self.running = running
+        #: That answer, read back (``None``: the conversation's last one).
+        self.answer = answer
+        #: Whether the conversation is to hold the answer as the client gets it (not when
+        #: it holds it already: a retry of a request whose answer arrived).
+        self.holds = holds
 
     async def pieces(self) -> AsyncIterator[Piece]:
         if not self.running:
@@ -132,6 +138,33 @@ class Exchange:
         self._stored_answer = stored_answer
         self.limits = limits or ExchangeLimits()
         self._clock = clock
+
+    async def again(
+        self,
+        source: str,
+        text: str,
+        answered: Callable[[], Awaitable[AnswerTo]],
+        *,
+        holds: bool,
+    ) -> Turn | None:
+        """The turn of a message sent again (``answered`` tells what became of it): its
+        answer read back, or the turn that will give it followed; ``None`` when its turn
+        failed, or it got no answer and nothing works on it (it is to run again).
+        ``holds``: the conversation does not hold its answer yet."""
+        events = self._hub.events(source, remote=True)  # before looking: nothing missed
+        try:
+            state = await answered()
+            if state.answer is not None:
+                return Turn(self, events, None, running=False, answer=state.answer, holds=holds)
+            if not state.failed and (self._hub.has_work(source) or await self._hub.is_busy(source)):
+                # Its turn runs (follow it from now), or it waits for one (its echo first).
+                mine = None if state.stored else text
+                return Turn(self, events, mine, source=source, holds=holds)
+        except BaseException:
+            events.close()
+            raise
+        events.close()
+        return None
 
     async def start(
         self,
@@ -173,7 +206,7 @@ class Exchange:
                     quiet = not self._hub.has_work(source) and not await self._hub.is_busy(source)
                     quiet_looks = quiet_looks + 1 if quiet else 0
                     if quiet_looks >= 2:
-                        yield Piece(_line(NOT_ANSWERED), {"type": "error"}, unanswered=True)
+                        yield Piece(_line(NOT_ANSWERED), {"type": "error"})
                         return
                 if self._waited_out(turn):
                     yield Piece(
@@ -204,7 +237,7 @@ class Exchange:
                 yield Piece(_rest_of(turn, answer), usage=usage)
                 return
             if isinstance(event, Error):
-                yield Piece(_line(f"⚠️ {event.message}", turn), {"type": "error"}, unanswered=True)
+                yield Piece(_line(f"⚠️ {event.message}", turn), {"type": "error"})
                 return
             piece = self._told(turn, event)
             if piece is not None:

@@ -16,6 +16,8 @@ import logging
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -26,6 +28,8 @@ from starlette.routing import Route
 from bot.completions.answer import Answer, EventStream
 from bot.completions.asked import Asked, asked_of, context_of, read_request
 from bot.completions.conversations import (
+    POSITION_KEY,
+    AnswerTo,
     Conversation,
     ConversationMap,
     StaleConversation,
@@ -151,9 +155,11 @@ class CompletionsApi:
             if contended:  # read again: as the request before this one left it
                 conversation, taken = await self._conversations.get(conversation, heads)
             retried_at = None
-            if asked.retried and taken < len(asked.digests):
+            newest_only = len(asked.digests) == 1 and conversation.length > 0
+            if asked.retried and (newest_only or taken < len(asked.digests) - 1):
                 # A client's retry of a request whose message the conversation took (its
-                # own history not sent along): that request, not a new message.
+                # own history not sent along: a whole one that matches says the first try
+                # never arrived): that request, not a new message.
                 retried_at = await self._conversations.held_at(conversation, asked.digests[-1])
             conversation, turn = await self._start(conversation, taken, asked, retried_at)
         except BaseException:
@@ -198,24 +204,34 @@ class CompletionsApi:
         for attempt in range(2):
             source = conversation.source
             at = len(digests) if taken == len(digests) else retried_at
-            again = at is not None
             if at is not None:  # sent again (a retry): its answer is followed or read back
-                turn = await self.exchange.start(source, None)
-                if turn.running or await self._answered(conversation, at):
-                    return conversation, turn
-                turn.close()  # never answered (its turn failed, or was stopped): it runs again
+                again = await self.exchange.again(
+                    source,
+                    asked.text,
+                    partial(self._answer_to, conversation, at),
+                    holds=conversation.length <= at,
+                )
+                if again is not None:
+                    return conversation, again
+                # Its turn failed, or it got no answer and nothing works on it: it runs
+                # again, and the conversation forgets what it held after it (a failure's
+                # sentence), so its answer is held in its place.
+                held, holding = await self._conversations.rewind(conversation, at)
+                position = at
+            else:
+                held, holding = self._conversations.holding(conversation, digests[taken:])
+                position = held.length
             context = context_of(asked.instructions, dialog[taken:-1])
             if asked.images and not attachments:
                 root = self._hub.workspace_root
                 attachments = await keep_images(root, conversation.id, asked.images)
-            meta = {**_META, "attachments": attachments} if attachments else _META
+            meta: dict[str, Any] = {**_META, POSITION_KEY: position}
+            if attachments:
+                meta["attachments"] = attachments
             options = SendOptions(agent_id=asked.agent, extra_system_dynamic=context, metadata=meta)
             # What the client has seen now is held in the transaction storing its message.
-            held, holding = self._conversations.holding(conversation, digests[taken:])
             try:
-                turn = await self.exchange.start(
-                    source, asked.text, options, also=None if again else holding
-                )
+                turn = await self.exchange.start(source, asked.text, options, also=holding)
             except HubError as refused:  # a sentence meant for people (too long, …)
                 raise ApiError(400, str(refused), param="messages") from None
             except StaleConversation:  # another process took a message of it meanwhile
@@ -224,8 +240,6 @@ class CompletionsApi:
                 self._conversations.forget(conversation)
                 conversation, taken = await self._conversations.get(conversation, chain(digests))
                 continue
-            if again:
-                return conversation, turn
             self._conversations.remember(held)
             return held, turn
         raise AssertionError("unreachable")
@@ -238,11 +252,14 @@ class CompletionsApi:
         except StaleConversation:
             log.info("%s moved on before its answer was held", conversation.source)
 
-    async def _answered(self, conversation: Conversation, count: int) -> bool:
-        """Whether the conversation's last message (its ``count``-th) was answered: its
-        answer held, or written by the agent since the message was held."""
+    async def _answer_to(self, conversation: Conversation, position: int) -> AnswerTo:
+        """What became of the conversation's ``position``-th message. A session written
+        before messages carried their position: the last answer, if one was held after it."""
         session_id = await self._hub.current_session(conversation.source)
-        return await self._conversations.answered(conversation, count, session_id)
+        state = await self._conversations.answer_to(session_id, position)
+        if state.legacy and conversation.length > position:
+            return replace(state, answer=await self.last_answer(conversation.source))
+        return state
 
     async def last_answer(self, source: str) -> str:
         """The last answer of the conversation ``source`` (empty: none yet)."""

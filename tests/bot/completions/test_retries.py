@@ -1,0 +1,195 @@
+"""A request sent again: each retry gets the answer to its own message, or runs that
+message again when it got none; the conversation goes on as the client saw it.
+
+Found by review (2026-12-05) of the first versions of these rules, each a scenario here:
+a failure's sentence sent back by a whole-history client, a turn that failed after a tool
+round, a retry whose message waited behind another turn, the same words said twice, and
+clocks of two processes apart. Messages carry their position in the conversation, so what
+answered which needs no clock."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import httpx
+
+from engine.store import utcnow
+from tests.bot.completions.conftest import V1Server, until, user_messages
+from tests.fakes.openai_server import FakeOpenAIServer
+
+RETRY = {"x-stainless-retry-count": "1"}  # how OpenAI's SDKs mark their own retries
+
+
+def said(answer: httpx.Response) -> str:
+    return answer.json()["choices"][0]["message"]["content"]
+
+
+async def asked(fake_openai: FakeOpenAIServer, count: int) -> None:
+    async def reached() -> bool:
+        return len(fake_openai.requests) >= count
+
+    await until(reached)
+
+
+async def gone_after_the_first_chunk(http: httpx.AsyncClient, body: dict[str, Any]) -> None:
+    async with http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as raw:
+        async for line in raw.aiter_lines():
+            if line.startswith("data: "):
+                break
+
+
+async def test_the_next_message_after_a_failed_turn_continues_the_conversation(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """A whole-history client sends the failure's sentence back as the assistant's
+    message (what it was shown): the same conversation, not a fresh one."""
+    fake_openai.reply_text("Once.")
+    history = [{"role": "user", "content": "first"}]
+    async with v1.client() as client:
+        first = await client.chat.completions.create(model="main", messages=history)
+        history += [
+            {"role": "assistant", "content": first.choices[0].message.content},
+            {"role": "user", "content": "second"},
+        ]
+        fake_openai.reply_error(400, "the model refused")
+        failed = await client.chat.completions.create(model="main", messages=history)
+        fake_openai.reply_text("Third.")
+        history += [
+            {"role": "assistant", "content": failed.choices[0].message.content},
+            {"role": "user", "content": "third"},
+        ]
+        third = await client.chat.completions.create(model="main", messages=history)
+    conversation = failed.model_extra["chathub"]["conversation"]  # type: ignore[index]
+    assert third.model_extra["chathub"]["conversation"] == conversation  # type: ignore[index]
+    assert user_messages(fake_openai.requests[-1])[0] == "first"
+
+
+async def test_a_turn_that_failed_after_a_tool_round_runs_again(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """The tool round's words are no answer: sent again, the message runs again."""
+    fake_openai.reply_text("Once.")
+    history = [{"role": "user", "content": "first"}]
+    async with v1.client() as client:
+        first = await client.chat.completions.create(model="main", messages=history)
+        history += [
+            {"role": "assistant", "content": first.choices[0].message.content},
+            {"role": "user", "content": "what time is it in Rome?"},
+        ]
+        clock = ("c1", "get_time", {"timezone": "Europe/Rome"})
+        fake_openai.reply_tool_calls(clock, content="Let me check the clock.")
+        fake_openai.reply_error(400, "the model refused")
+        await client.chat.completions.create(model="main", messages=history)
+        fake_openai.reply_text("It is noon in Rome.")
+        again = await client.chat.completions.create(model="main", messages=history)
+    assert again.choices[0].message.content == "It is noon in Rome."
+
+
+async def test_a_retry_of_a_failed_message_never_gets_the_previous_answer(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """ "one" is answered after "two" was taken (its client had gone), "two"'s own turn
+    fails: the retry of "two" runs it again."""
+    fake_openai.reply_text("Answer to one.", delay_s=0.5)
+    fake_openai.reply_error(400, "the model refused")
+    named = {"model": "main", "user": "bob"}
+    two = {**named, "messages": [{"role": "user", "content": "two"}]}
+    async with v1.http() as http:
+        await gone_after_the_first_chunk(
+            http, {**named, "messages": [{"role": "user", "content": "one"}]}
+        )
+        await asked(fake_openai, 1)
+        failed = await http.post("/v1/chat/completions", json=two)
+        assert "refused" in said(failed)
+        fake_openai.reply_text("Answer to two.")
+        again = await http.post("/v1/chat/completions", json=two, headers=RETRY)
+    assert said(again) == "Answer to two."
+
+
+async def test_a_retry_of_a_message_waiting_behind_another_turn_gets_its_own_answer(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    fake_openai.reply_text("Answer to one.", delay_s=0.5)
+    fake_openai.reply_text("Answer to two.")
+    named = {"model": "main", "user": "bob"}
+    two = {**named, "messages": [{"role": "user", "content": "two"}]}
+    async with v1.http() as http:
+        await gone_after_the_first_chunk(
+            http, {**named, "messages": [{"role": "user", "content": "one"}]}
+        )
+        await asked(fake_openai, 1)
+        await gone_after_the_first_chunk(http, two)  # the SDK's timeout
+        again = await http.post("/v1/chat/completions", json=two, headers=RETRY)
+    assert said(again) == "Answer to two."
+    assert user_messages(fake_openai.requests[-1]) == ["one", "two"]
+
+
+async def test_the_same_words_again_in_a_whole_history_are_a_new_message(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """ "go on" after the answer to "go on", retried by the SDK whose first try never
+    arrived: the history the request carries says it is new."""
+    for extra in ({}, {"user": "reader"}):
+        fake_openai.reply_text("Chapter one.")
+        history = [{"role": "user", "content": "go on"}]
+        async with v1.http() as http:
+            body = {"model": "main", **extra}
+            first = await http.post("/v1/chat/completions", json={**body, "messages": history})
+            history += [
+                {"role": "assistant", "content": said(first)},
+                {"role": "user", "content": "go on"},
+            ]
+            fake_openai.reply_text("Chapter two.")
+            retry = await http.post(
+                "/v1/chat/completions", json={**body, "messages": history}, headers=RETRY
+            )
+        assert said(retry) == "Chapter two."
+
+
+async def test_what_answered_a_message_is_told_by_no_clock(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """The process taking requests 2 s ahead of the one running turns (two hosts): a
+    client gone mid-answer retries after the answer was written; it is read back."""
+    v1.api._conversations._clock = lambda: utcnow() + timedelta(seconds=2)  # type: ignore[attr-defined]
+    fake_openai.reply_text("A long answer " * 50, delay_s=0.3)
+    body = {"model": "main", "user": "leaver", "messages": [{"role": "user", "content": "tell me"}]}
+    async with v1.http() as http:
+        await gone_after_the_first_chunk(http, body)
+
+        async def answered() -> bool:
+            source = "api:1"
+            return bool(await v1.api.last_answer(source)) and not await v1.hub.is_busy(source)
+
+        await until(answered)
+        count = len(fake_openai.requests)
+        again = await http.post("/v1/chat/completions", json=body)
+    assert said(again).startswith("A long answer")
+    assert len(fake_openai.requests) == count
+
+
+async def test_a_read_back_retry_leaves_the_conversation_as_the_client_sees_it(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """The answer read back is not held a second time: the client's next request goes on
+    in the same conversation."""
+    fake_openai.reply_text("Once.")
+    history = [{"role": "user", "content": "first"}]
+    async with v1.client() as client:
+        first = await client.chat.completions.create(model="main", messages=history)
+        fake_openai.reply_text("Twice.")
+        history += [
+            {"role": "assistant", "content": first.choices[0].message.content},
+            {"role": "user", "content": "second"},
+        ]
+        second = await client.chat.completions.create(model="main", messages=history)
+        again = await client.chat.completions.create(model="main", messages=history)
+        assert again.choices[0].message.content == "Twice."
+        fake_openai.reply_text("Thrice.")
+        history += [
+            {"role": "assistant", "content": second.choices[0].message.content},
+            {"role": "user", "content": "third"},
+        ]
+        await client.chat.completions.create(model="main", messages=history)
+    assert user_messages(fake_openai.requests[-1]) == ["first", "second", "third"]
