@@ -28,7 +28,7 @@ from engine.session import ChatSessionHandler, Final, TurnResult, background_err
 from engine.store import SENDER_KEY, utcnow
 from scheduler.asking import RunCards
 from scheduler.grants import JobGrants
-from scheduler.store import STOPPED, Job, JobStore, Run, mark_delivered_in
+from scheduler.store import STOPPED, AlreadyTold, Job, JobStore, Run, mark_delivered_in
 
 __all__ = ["JOB_LABEL", "OPERATOR_PLATFORMS", "TASK_COMPLETED_TOOL", "JobRunner", "OwnerCheck"]
 
@@ -366,13 +366,16 @@ class JobRunner:
             ensure_ascii=False,
         )
         assert job.parent_session_id is not None
-        await self.hub.inject(
-            job.parent_session_id,
-            TASK_COMPLETED_TOOL,
-            payload,
-            TASK_COMPLETED_REASONING,
-            also=partial(mark_delivered_in, run_ids=[run.id]),
-        )
+        try:
+            await self.hub.inject(
+                job.parent_session_id,
+                TASK_COMPLETED_TOOL,
+                payload,
+                TASK_COMPLETED_REASONING,
+                also=partial(mark_delivered_in, run_ids=[run.id]),
+            )
+        except AlreadyTold:  # another worker's injection stored it first
+            log.info("the result of task %s was brought back already", job.id)
 
 
 def _sender(job: Job) -> dict[str, object] | None:

@@ -24,6 +24,7 @@ from scheduler.tables import scheduled_jobs as j
 
 __all__ = [
     "STOPPED",
+    "AlreadyTold",
     "Job",
     "JobStore",
     "JobsOverview",
@@ -35,6 +36,11 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+class AlreadyTold(Exception):
+    """A run's result was told already: the notice that would tell it again rolls back."""
+
 
 #: At most this many missed fires of one job are recorded per dispatch step; the count of
 #: the others is still reported.
@@ -733,6 +739,7 @@ _MARK_DELIVERED = (
         delivered_at=sa.bindparam("b_at", type_=r.c.delivered_at.type),
     )
 )
+_MARK_PENDING_DELIVERED = _MARK_DELIVERED.where(r.c.delivery_status == "pending")
 _SET_MESSAGES = (
     r.update()
     .where(r.c.id.in_(sa.bindparam("b_runs", expanding=True)))
@@ -891,8 +898,14 @@ def _renew_deliveries(conn: Connection, owner: str, run_ids: list[int], until: d
 
 
 def mark_delivered_in(conn: Connection, run_ids: list[int], status: str = "delivered") -> None:
-    """``mark_delivered`` as part of another unit of work (the one storing the notice)."""
-    _mark_delivered(conn, run_ids, status)
+    """``mark_delivered`` as part of another unit of work (the one storing the notice):
+    ``AlreadyTold`` rolls that back when another worker's notice told one of them first
+    (a worker whose delivery lease ran out while its notice waited for the chat)."""
+    if not run_ids:
+        return
+    values = {"b_runs": run_ids, "b_delivery": status, "b_at": utcnow()}
+    if conn.execute(_MARK_PENDING_DELIVERED, values).rowcount != len(set(run_ids)):
+        raise AlreadyTold(f"run(s) {run_ids} were told already")
 
 
 def _mark_delivered(conn: Connection, run_ids: list[int], status: str) -> None:

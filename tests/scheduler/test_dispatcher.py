@@ -297,6 +297,42 @@ async def test_a_notice_is_recorded_delivered_in_the_commit_that_stores_it(
     assert run.id not in scheduler.runner.busy
 
 
+async def test_a_result_another_worker_told_first_is_not_told_again(
+    engine: Engine,
+    hub: ChatHub,
+    make_scheduler: Callable[..., Scheduler],
+    clock: FakeClock,
+    model: EchoModel,
+    manual_sleep: ManualSleep,
+    origin: int,
+) -> None:
+    """Two workers' notices of one result (a's delivery lease ran out while its notice
+    waited for a busy chat, and b took it): the one stored second rolls back, as its
+    mark finds the run told already (both were stored; found by review)."""
+    a, b = make_scheduler(owner="worker-a"), make_scheduler(owner="worker-b")
+    run = await due_run(a, clock)
+    [claimed] = await a.store.claim("worker-a", clock(), LEASE, 1)
+    finished = await a.store.finish(
+        claimed.id, "worker-a", status="done", result="42", deliver_until=clock() + LEASE
+    )
+    assert finished is not None
+    model.add(text("Told once."))
+    events = hub.events(ORIGIN)
+    await a.runner.deliver([finished], claimed=True)
+    assert (await deliver_notifications(hub, manual_sleep, events)).content == "Told once."
+
+    await b.runner.deliver([finished], claimed=True)  # b's copy, read while it was pending
+    await manual_sleep.release(hub.config.notify_window_s)
+    for _ in range(100):  # the hub's delivery task runs, fails its mark, gives it back
+        if run.id not in b.runner.busy:
+            break
+        await asyncio.sleep(0.01)
+    detail = await engine.store.views.session_detail(origin)
+    notices = [m for m in detail["messages"] if m.get("name") == "read_notification"]
+    assert len(notices) == 1
+    assert len(model.requests) == 1  # the one notice's turn
+
+
 async def test_missed_fires_are_told_once_as_one_notice(
     engine: Engine,
     hub: ChatHub,
