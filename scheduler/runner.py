@@ -309,7 +309,10 @@ class JobRunner:
                 elif run.status == "missed":
                     missed[run.job_id].append(run)
                 elif job.kind == "async" and job.parent_session_id is not None:
-                    await self._return_to_parent(job, run)
+                    try:
+                        await self._return_to_parent(job, run)
+                    except Exception:  # the next sweep tries again; the others go on
+                        log.exception("bringing back the result of task %s failed", job.id)
                 else:
                     self._notify(job, [run], _summary(job, run), _event_type(run))
                     notified.add(run.id)

@@ -25,7 +25,7 @@ from engine.session.handler import ChatSessionHandler
 from scheduler.dispatcher import WAKE_ID
 from scheduler.runner import TASK_COMPLETED_TOOL
 from scheduler.service import Scheduler, SchedulerError, SchedulerLimits
-from scheduler.store import Run
+from scheduler.store import NewJob, Run
 from tests.clock import FakeClock
 from tests.engine.hub.conftest import EchoModel, ManualSleep, last_user_text, wait_done
 from tests.engine.session.helpers import BlockingTool
@@ -331,6 +331,61 @@ async def test_a_result_another_worker_told_first_is_not_told_again(
     notices = [m for m in detail["messages"] if m.get("name") == "read_notification"]
     assert len(notices) == 1
     assert len(model.requests) == 1  # the one notice's turn
+
+
+async def test_an_async_result_that_cannot_be_brought_back_holds_up_no_other_result(
+    engine: Engine,
+    hub: ChatHub,
+    make_scheduler: Callable[..., Scheduler],
+    clock: FakeClock,
+    notified: list[Notification],
+    origin: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sweep goes through its results in order: one whose injection keeps failing (its
+    parent's agent removed) is tried again later, and the results after it are told (they
+    never were: the failure ended the sweep, every time; found by review)."""
+    dead = make_scheduler(owner="worker-a")
+    await dead.store.create(
+        NewJob(
+            kind="async",
+            title="Research",
+            prompt="find",
+            timezone="UTC",
+            origin_source=ORIGIN,
+            parent_session_id=origin,
+            single_run=True,
+            next_run_at=clock(),
+        )
+    )
+    cron = await dead.store.create(
+        NewJob(
+            kind="cron",
+            title="Digest",
+            prompt="go",
+            timezone="UTC",
+            spec="0 8 * * *",
+            origin_source=ORIGIN,
+            next_run_at=clock(),
+        )
+    )
+    await dead.store.materialize(clock(), dead.next_fire)
+    runs = await dead.store.claim("worker-a", clock(), LEASE, 5)
+    assert len(runs) == 2
+    for run in runs:
+        await dead.store.finish(
+            run.id, "worker-a", status="done", result="r", deliver_until=clock() + LEASE
+        )
+    cron_run = next(r for r in runs if r.job_id == cron.id)
+
+    async def broken_inject(*args: Any, **kwargs: Any) -> None:
+        raise KeyError("unknown agent 'researcher'")
+
+    monkeypatch.setattr(hub, "inject", broken_inject)
+    alive = make_scheduler(owner="worker-b")
+    clock.advance(LEASE + timedelta(seconds=1))
+    await alive.dispatcher.step()
+    assert cron_run.id in notified_runs(notified)
 
 
 async def test_missed_fires_are_told_once_as_one_notice(
