@@ -353,16 +353,7 @@ def _answer_to(conn: Connection, session_id: int, position: int) -> AnswerTo:
 
 
 def _user_rows(session_id: int, *columns: sa.ColumnElement[Any]) -> sa.Select[Any]:
-    return (
-        sa.select(*columns)
-        .join(f, f.c.id == h.c.session_stack_id)
-        .where(
-            f.c.session_id == session_id,
-            f.c.depth == 0,
-            h.c.role == "user",
-            h.c.is_synthetic.is_(False),
-        )
-    )
+    return _top_level(session_id, "user", *columns)
 
 
 def _head_at(conn: Connection, conversation_id: int, position: int) -> str:
@@ -400,15 +391,19 @@ def _rewind(conn: Connection, was: Conversation, rewound: Conversation, now: dat
 def answers_in(session_id: int, *columns: sa.ColumnElement[Any]) -> sa.Select[Any]:
     """``columns`` of the agent's answers in session ``session_id`` (its own words at the
     top level: not a sub-agent's, not a synthetic row, not an empty one)."""
+    return _top_level(session_id, "assistant", *columns).where(h.c.content != "")
+
+
+def _top_level(session_id: int, role: str, *columns: sa.ColumnElement[Any]) -> sa.Select[Any]:
+    """``columns`` of the session's own rows of ``role`` (not a sub-agent's, not synthetic)."""
     return (
         sa.select(*columns)
         .join(f, f.c.id == h.c.session_stack_id)
         .where(
             f.c.session_id == session_id,
             f.c.depth == 0,
-            h.c.role == "assistant",
+            h.c.role == role,
             h.c.is_synthetic.is_(False),
-            h.c.content != "",
         )
     )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -201,14 +202,14 @@ class MessageHandler:
         card = self._cards.question_for(m.source, reply_to=m.reply_to or None)
         if card is None:
             return False
-        outcome = await self._cards.answer(
-            card, text, by=None, quietly=True, also=marking(DISCORD, m.message_id)
+        return await self._cards.answer(
+            card,
+            text,
+            by=None,
+            quietly=True,
+            also=marking(DISCORD, m.message_id),
+            goes_on=partial(self._activity.start_typing, m.source),
         )
-        if outcome is None:
-            return False  # no longer asked: the message is a message
-        if outcome == "answered":
-            self._activity.start_typing(m.source)
-        return True
 
     async def _download(self, m: Incoming) -> tuple[list[dict[str, Any]], list[str]]:
         """The message's files saved under ``uploads/discord/<channel>/``, and a sentence

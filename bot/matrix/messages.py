@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -278,11 +279,10 @@ class MessageHandler:
         card = self._cards.question_for(m.source)
         if card is None:
             return False
-        outcome = await self._cards.answer(
-            card, text, by=await self.name_of(m.sender), also=marking(MATRIX, m.key)
+        return await self._cards.answer(
+            card,
+            text,
+            by=await self.name_of(m.sender),
+            also=marking(MATRIX, m.key),
+            goes_on=partial(self._activity.start, m.source),
         )
-        if outcome is None:
-            return False  # no longer asked: the message is a message
-        if outcome == "answered":
-            self._activity.start(m.source)
-        return True

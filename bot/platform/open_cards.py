@@ -23,10 +23,7 @@ from engine.hub import ChatHub, HubError
 from engine.session import ApprovalRequired, Question
 from engine.store import InboxError
 
-__all__ = ["Answered", "CardFace", "OpenCards", "Words", "card_is_live", "tapped"]
-
-#: How a message that answers an open question was taken (``OpenCards.answer``).
-Answered = Literal["answered", "repeated"] | None
+__all__ = ["CardFace", "OpenCards", "Words", "card_is_live", "tapped"]
 
 log = logging.getLogger(__name__)
 
@@ -96,26 +93,30 @@ class OpenCards:
         by: str | None,
         quietly: bool = False,
         also: Callable[[Connection], None] | None = None,
-    ) -> Answered:
+        goes_on: Callable[[], object] | None = None,
+    ) -> bool:
         """Answer the question ``card`` with ``text`` and close it (``quietly``: the
         platform shows the outcome on its own); ``also`` commits with the answer (the
-        message's event marked handled: a crash cannot hand it over again).
-        ``"answered"``; ``"repeated"`` when it was answered with these words already, or
-        its message was handled before (never a new message then); ``None`` when the hub
-        no longer waits for it (closed as expired: the message is a message)."""
-        outcome: Answered = "answered"
+        message's event marked handled: a crash cannot hand it over again); ``goes_on``
+        is called as the waiting turn goes on (the platform's "typing…").
+        True: the message was the answer (or was already: the same words, or its event
+        handled before; never a new message then). False when the hub no longer waits for
+        it (closed as expired: the message is a message)."""
+        repeated = False
         try:
             await self._hub.answer(card.tool_call_id, text, source=card.source, also=also)
         except EventAlreadyHandled:
-            outcome = "repeated"
+            repeated = True
         except (InboxError, HubError) as exc:
             if not (isinstance(exc, InboxError) and exc.code == "repeated"):
                 log.info("question %s not answerable: %s", card.tool_call_id, exc)
                 await self._closed(card, "expired", None, quietly)
-                return None
-            outcome = "repeated"
+                return False
+            repeated = True
         await self._closed(card, "answered", by, quietly)
-        return outcome
+        if not repeated and goes_on is not None:
+            goes_on()
+        return True
 
     async def _closed(self, card: CardRow, state: str, by: str | None, quietly: bool) -> None:
         if quietly:

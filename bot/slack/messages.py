@@ -15,6 +15,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -231,14 +232,13 @@ class MessageHandler:
         card = self._cards.question_for(m.source)
         if card is None:
             return False
-        outcome = await self._cards.answer(
-            card, text, by=await self.name_of(m.user), also=marking(SLACK, m.key)
+        return await self._cards.answer(
+            card,
+            text,
+            by=await self.name_of(m.user),
+            also=marking(SLACK, m.key),
+            goes_on=partial(self._activity.start, m.source),
         )
-        if outcome is None:
-            return False  # no longer asked: the message is a message
-        if outcome == "answered":
-            self._activity.start(m.source)
-        return True
 
 
 async def _no_download(url: str, limit: int) -> bytes:

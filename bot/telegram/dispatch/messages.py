@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from bot.delivery import CardRow, EventAlreadyHandled
@@ -224,18 +225,14 @@ class MessageHandler:
 
     async def _answer_question(self, m: Message, card: CardRow) -> bool:
         update_id = m.update_id
-        outcome = await self._cards.answer(
+        return await self._cards.answer(
             card,
             m.text,
             by=None,
             quietly=True,
             also=lambda conn: mark_handled_in(conn, update_id),
+            goes_on=partial(self._activity.start_typing, m.source),
         )
-        if outcome is None:
-            return False  # no longer asked: the message is a message
-        if outcome == "answered":
-            self._activity.start_typing(m.source)
-        return True
 
 
 def _utf16_slice(text: str, offset: int, length: int) -> str:
