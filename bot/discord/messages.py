@@ -199,7 +199,7 @@ class MessageHandler:
 
     async def _answer_question(self, m: Incoming, text: str) -> bool:
         """A reply to an open question, or any plain message while one is open, answers it."""
-        card = self._cards.question_for(m.source, reply_to=m.reply_to or None)
+        card = await self._cards.question_now(m.source, reply_to=m.reply_to or None)
         if card is None:
             return False
         return await self._cards.answer(

@@ -148,6 +148,28 @@ class OpenCards:
             list(cards.values()), reply_to=reply_to, is_command=is_command, rejecting=self.rejecting
         )
 
+    async def answered_now(
+        self, source: str, *, reply_to: str | None = None, is_command: bool = False
+    ) -> tuple[Literal["answer", "reason"], CardRow] | None:
+        """``answered_by``, in a fleet with the cards of ``source`` as the table has them
+        (the process running its turn showed them; this one took the message)."""
+        await self._read_shared(source)
+        return self.answered_by(source, reply_to=reply_to, is_command=is_command)
+
+    async def question_now(self, source: str, *, reply_to: str | None = None) -> CardRow | None:
+        """``question_for``, in a fleet as the table has it (see ``answered_now``)."""
+        await self._read_shared(source)
+        return self.question_for(source, reply_to=reply_to)
+
+    async def _read_shared(self, source: str) -> None:
+        if self._hub is None or self._hub.fleet is None:
+            return  # one process: what it holds is all there is (no read per message)
+        cards = {card.tool_call_id: card for card in await self.store.open(source)}
+        if cards:
+            self._open[source] = cards
+        else:
+            self._open.pop(source, None)
+
     def question_for(self, source: str, *, reply_to: str | None = None) -> CardRow | None:
         """The open question a plain message in ``source`` answers (``answered_by``)."""
         target = self.answered_by(source, reply_to=reply_to)

@@ -229,7 +229,7 @@ class MessageHandler:
 
     async def _answer_question(self, m: Incoming, text: str) -> bool:
         """Any plain message in the conversation while a question is open answers it."""
-        card = self._cards.question_for(m.source)
+        card = await self._cards.question_now(m.source)
         if card is None:
             return False
         return await self._cards.answer(

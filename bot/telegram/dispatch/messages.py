@@ -209,7 +209,7 @@ class MessageHandler:
     async def _answer_card(self, m: Message) -> bool:
         """A reply to a question (or any message while one is open) answers it; a reply
         to an approval card in its reject window is the reason."""
-        target = self._cards.answered_by(
+        target = await self._cards.answered_now(
             m.source,
             reply_to=None if m.reply_to_message_id is None else str(m.reply_to_message_id),
             is_command=m.text.startswith("/"),

@@ -24,6 +24,14 @@ class Store:
         self.reads += 1
         return self.rows.get(tool_call_id)
 
+    async def open(self, source: str | None = None) -> list[CardRow]:
+        self.reads += 1
+        return [
+            card
+            for card in self.rows.values()
+            if card.state == "open" and source in (None, card.source)
+        ]
+
     async def close(self, tool_call_id: int, state: str) -> bool:
         card = self.rows.get(tool_call_id)
         if card is None or card.state != "open":
@@ -110,3 +118,29 @@ async def test_a_reply_to_a_card_in_its_reject_window_is_the_reason_until_it_clo
     await cards.close_quietly(reason[1], "resolved")
     assert 1 not in cards.rejecting
     assert cards.answered_by("chat:1", reply_to="m1") is None
+
+
+class FleetHub:
+    """A hub in a fleet, as far as ``OpenCards`` asks."""
+
+    fleet = object()
+
+
+async def test_in_a_fleet_a_question_shown_by_another_process_is_answered_here() -> None:
+    """The process running the turn showed the question; this one took the reply: it reads
+    the chat's open cards from the table (it knew only its own, and the answer became a
+    new message queued behind the turn waiting for it; found by review)."""
+    store = Store()
+    elsewhere = OpenCards(None, store, Face())  # type: ignore[arg-type]
+    await elsewhere.show(question(2))
+    here = OpenCards(FleetHub(), store, Face())  # type: ignore[arg-type]
+    found = await here.question_now("chat:1", reply_to="m2")
+    assert found is not None and found.tool_call_id == 2
+    answered = await here.answered_now("chat:1")
+    assert answered is not None and answered[1].tool_call_id == 2
+    await elsewhere.close_quietly(question(2), "answered")  # closed there: gone here too
+    assert await here.question_now("chat:1") is None
+    # One process reads nothing: what it holds is all there is.
+    alone = OpenCards(None, store, Face())  # type: ignore[arg-type]
+    reads = store.reads
+    assert await alone.question_now("chat:1") is None and store.reads == reads
