@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from engine.hub import NoticeWithdrawn
 from engine.store import Database, insert_for, utcnow
 from scheduler.tables import job_runs as r
 from scheduler.tables import scheduled_jobs as j
@@ -38,7 +39,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class AlreadyTold(Exception):
+class AlreadyTold(NoticeWithdrawn):
     """A run's result was told already: the notice that would tell it again rolls back."""
 
 

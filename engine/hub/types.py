@@ -24,6 +24,7 @@ __all__ = [
     "HubError",
     "HubEvent",
     "NewSession",
+    "NoticeWithdrawn",
     "Notification",
     "SendOptions",
     "check_text",
@@ -37,6 +38,11 @@ MAX_SOURCE_CHARS = 255
 
 class HubError(ValueError):
     """A request the hub refuses; the message says what was wrong."""
+
+
+class NoticeWithdrawn(Exception):
+    """Raised by a notification's ``delivered_in``: its sender's record says it was told
+    already (by another worker), so storing it again rolls back. Not a failure."""
 
 
 def validate_source(source: object) -> str:

@@ -23,7 +23,7 @@ from engine.hub.protocols import MonotonicClock
 from engine.hub.tasks import BackgroundTasks
 from engine.hub.turns.bridge import TurnBridge
 from engine.hub.turns.sources import SourceRegistry, SourceState
-from engine.hub.types import Notification
+from engine.hub.types import NoticeWithdrawn, Notification
 from engine.session.outcomes import Final
 
 __all__ = ["BackgroundDelivery"]
@@ -98,6 +98,8 @@ class BackgroundDelivery:
         async with self._placement.holding(target):
             try:
                 await self._deliver_here(await self._sources.state(target), items, on_stored)
+            except NoticeWithdrawn as told:  # another worker told it first: nothing lost
+                log.info("a notification for %s was withdrawn: %s", target, told)
             except Exception:
                 log.exception("notification turn for %s failed", target)
         if not stored:
