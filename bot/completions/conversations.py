@@ -368,19 +368,7 @@ def _head_at(conn: Connection, conversation_id: int, position: int) -> str:
 
 
 def _rewind(conn: Connection, was: Conversation, rewound: Conversation, now: datetime) -> None:
-    moved = _MOVE_ON.execute(
-        conn,
-        {
-            "cid": was.id,
-            "was": was.head,
-            "had": was.length,
-            "head": rewound.head,
-            "length": rewound.length,
-            "at": now,
-        },
-    )
-    if moved.rowcount != 1:
-        raise StaleConversation(f"conversation {was.id} moved on")
+    _move_on(conn, was, rewound, now)
     conn.execute(
         heads_table.delete().where(
             heads_table.c.conversation_id == was.id, heads_table.c.position > rewound.length
@@ -487,19 +475,7 @@ def _hold(
     heads: list[str],
     now: datetime,
 ) -> None:
-    moved = _MOVE_ON.execute(
-        conn,
-        {
-            "cid": was.id,
-            "was": was.head,
-            "had": was.length,
-            "head": held.head,
-            "length": held.length,
-            "at": now,
-        },
-    )
-    if moved.rowcount != 1:
-        raise StaleConversation(f"conversation {was.id} moved on")
+    _move_on(conn, was, held, now)
     _ADD_HEADS[conn.dialect.name].executemany(
         conn,
         [
@@ -507,3 +483,12 @@ def _hold(
             for i, head in enumerate(heads)
         ],
     )
+
+
+def _move_on(conn: Connection, was: Conversation, to: Conversation, now: datetime) -> None:
+    """The conversation's row from ``was`` to ``to``, unless another request moved it on
+    meanwhile (``StaleConversation``)."""
+    values = {"cid": was.id, "was": was.head, "had": was.length, "at": now}
+    moved = _MOVE_ON.execute(conn, {**values, "head": to.head, "length": to.length})
+    if moved.rowcount != 1:
+        raise StaleConversation(f"conversation {was.id} moved on")
