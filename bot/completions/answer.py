@@ -25,9 +25,6 @@ class Keeper(Protocol):
     async def finish(self, conversation: Conversation, said: str) -> None:
         """The answer as the client got it, held before its last piece is sent."""
 
-    async def last_answer(self, source: str) -> str:
-        """The conversation's last answer (a request sent again reads it back)."""
-
 
 class Answer:
     """One request's answer, sent whole or as server-sent events."""
@@ -89,11 +86,8 @@ class Answer:
             self._done()
 
     async def _pieces(self) -> AsyncIterator[Piece]:
-        if not self._turn.running:
-            answer = self._turn.answer
-            if answer is None:
-                answer = await self._keeper.last_answer(self._conversation.source)
-            yield Piece(answer)
+        if not self._turn.running:  # a request sent again: its answer, read back
+            yield Piece(self._turn.answer or "")
             return
         async for piece in self._turn.pieces():
             if piece.usage is not None:

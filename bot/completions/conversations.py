@@ -323,13 +323,13 @@ def _find(
 @quick_unit
 def _answer_to(conn: Connection, session_id: int, position: int) -> AnswerTo:
     asked = conn.execute(
-        _user_rows(session_id, h.c.id, h.c.status)
+        _top_level(session_id, "user", h.c.id, h.c.status)
         .where(h.c.metadata[POSITION_KEY].as_integer() == position)
         .order_by(h.c.id.desc())
         .limit(1)
     ).first()
     if asked is None:
-        positioned = _user_rows(session_id, h.c.id).where(
+        positioned = _top_level(session_id, "user", h.c.id).where(
             h.c.metadata[POSITION_KEY].as_integer().is_not(None)
         )
         legacy = conn.execute(positioned.limit(1)).first() is None
@@ -350,10 +350,6 @@ def _answer_to(conn: Connection, session_id: int, position: int) -> AnswerTo:
     return AnswerTo(
         stored=True, answer=None if row is None else row.content, failed=False, legacy=False
     )
-
-
-def _user_rows(session_id: int, *columns: sa.ColumnElement[Any]) -> sa.Select[Any]:
-    return _top_level(session_id, "user", *columns)
 
 
 def _head_at(conn: Connection, conversation_id: int, position: int) -> str:

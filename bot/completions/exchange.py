@@ -103,9 +103,8 @@ class Turn:
         self._mine = mine
         self._source = source
         #: Whether there is a turn to follow (``False``: a retried request whose answer
-        #: is already in the conversation).
+        #: is already in the conversation: ``answer``, read back).
         self.running = running
-        #: That answer, read back (``None``: the conversation's last one).
         self.answer = answer
         #: Whether the conversation is to hold the answer as the client gets it (not when
         #: it holds it already: a retry of a request whose answer arrived).
@@ -169,20 +168,18 @@ class Exchange:
     async def start(
         self,
         source: str,
-        text: str | None,
+        text: str,
         options: SendOptions | None = None,
         *,
         also: Callable[[Connection], None] | None = None,
     ) -> Turn:
-        """``text`` sent in ``source`` (``None``: nothing new to send; the turn that runs
-        is followed); ``also`` commits with the message. The hub's refusals
-        (``HubError``) are raised here, before anything is told."""
+        """``text`` sent in ``source``, and its turn followed; ``also`` commits with the
+        message. The hub's refusals (``HubError``) are raised here, before anything is
+        told (a message sent again is ``again``'s)."""
         events = self._hub.events(source, remote=True)  # before sending: nothing missed
         try:
-            if text is not None:
-                await self._hub.send_message(source, text, options, also=also)
-                return Turn(self, events, text, source=source)
-            return Turn(self, events, None, running=await self._hub.is_busy(source), source=source)
+            await self._hub.send_message(source, text, options, also=also)
+            return Turn(self, events, text, source=source)
         except BaseException:
             events.close()
             raise
