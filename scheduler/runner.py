@@ -321,7 +321,8 @@ class JobRunner:
                 assert job is not None
                 first, last = group[0].scheduled_for, group[-1].scheduled_for
                 summary = (
-                    f"Scheduled job '{job.title}' missed {len(group)} run(s) between "
+                    f"Scheduled job '{job.title}' missed {sum(run.fires for run in group)} "
+                    "run(s) between "
                     f"{first.isoformat()} and {last.isoformat()} while chathub was not running."
                 )
                 self._notify(job, group, summary, "job_missed")

@@ -43,8 +43,8 @@ class AlreadyTold(NoticeWithdrawn):
     """A run's result was told already: the notice that would tell it again rolls back."""
 
 
-#: At most this many missed fires of one job are recorded per dispatch step; the count of
-#: the others is still reported.
+#: At most this many missed fires of one job are recorded per dispatch step: the first and
+#: the last ones, the first standing for those between (the notice tells them all).
 MAX_MISSED_ROWS = 100
 #: At most this many fires of one job are gone through one by one per dispatch step.
 MAX_COUNTED_FIRES = 10_000
@@ -97,6 +97,8 @@ class Run:
     created_at: datetime
     #: The chat messages that told the user (the agent's answer to the notification).
     delivered_message_ids: list[int] | None = None
+    #: The fires a missed run stands for (see ``job_runs.fires``).
+    fires: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -512,7 +514,6 @@ def _materialize(conn: Connection, now: datetime, next_fire: NextFire, batch: in
     ]
     rows: list[dict[str, Any]] = []
     moves: dict[int, datetime | None] = {}
-    late_counts: dict[int, int] = {}
     for job in due:
         assert job.next_run_at is not None
         grace = timedelta(seconds=job.misfire_grace_s)
@@ -522,9 +523,7 @@ def _materialize(conn: Connection, now: datetime, next_fire: NextFire, batch: in
         if job.coalesce and len(on_time) > 1:
             late, on_time = late + on_time[:-1], on_time[-1:]
         rows += [_new_run(job.id, fire, "pending", now) for fire in on_time]
-        rows += [_new_run(job.id, fire, "missed", now) for fire in late[-MAX_MISSED_ROWS:]]
-        if late:
-            late_counts[job.id] = len(late)
+        rows += _missed_rows(job.id, late, now)
         upcoming = next_fire(job, max(fires[-1], now))
         moves[job.id] = upcoming  # None (a single run, or an ended schedule): disabled
     created: list[Run] = []
@@ -533,14 +532,22 @@ def _materialize(conn: Connection, now: datetime, next_fire: NextFire, batch: in
         if run.status == "pending":
             created.append(run)
         else:
-            missed_counts[run.job_id] = missed_counts.get(run.job_id, 0) + 1
-    for job_id in missed_counts:  # fires older than the recorded rows are still counted
-        missed_counts[job_id] += late_counts[job_id] - min(late_counts[job_id], MAX_MISSED_ROWS)
+            missed_counts[run.job_id] = missed_counts.get(run.job_id, 0) + run.fires
     _move_jobs(conn, moves, now)
     created.sort(key=lambda run: (run.scheduled_for, run.id))
     by_id = {job.id: job for job in due}
     read = {run.job_id: by_id[run.job_id] for run in created}
     return Materialized(created, missed_counts, len(due), read)
+
+
+def _missed_rows(job_id: int, late: list[datetime], now: datetime) -> list[dict[str, Any]]:
+    """A row per missed fire, up to ``MAX_MISSED_ROWS``: past it the first fire's row
+    stands for the ones up to the last rows kept (a notice tells when it began)."""
+    if len(late) <= MAX_MISSED_ROWS:
+        return [_new_run(job_id, fire, "missed", now) for fire in late]
+    kept = late[-(MAX_MISSED_ROWS - 1) :]
+    first = _new_run(job_id, late[0], "missed", now, fires=len(late) - len(kept))
+    return [first, *(_new_run(job_id, fire, "missed", now) for fire in kept)]
 
 
 def _due_fires(job: Job, now: datetime, grace: timedelta, next_fire: NextFire) -> list[datetime]:
@@ -570,9 +577,12 @@ def _due_fires(job: Job, now: datetime, grace: timedelta, next_fire: NextFire) -
 _JUST_BEFORE = timedelta(microseconds=1)
 
 
-def _new_run(job_id: int, fire: datetime, status: str, now: datetime) -> dict[str, Any]:
+def _new_run(
+    job_id: int, fire: datetime, status: str, now: datetime, *, fires: int = 1
+) -> dict[str, Any]:
     return {
         "job_id": job_id,
+        "fires": fires,
         "scheduled_for": fire,
         "status": status,
         "attempt": 0,

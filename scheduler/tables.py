@@ -88,6 +88,9 @@ job_runs = Table(
     Column("delivered_at", UtcDateTime),
     #: A kill or delete asked the run to stop (read by whichever process runs it).
     Column("cancel_requested_at", UtcDateTime),
+    #: The fires a ``missed`` row stands for: past ``MAX_MISSED_ROWS`` the row of the first
+    #: missed fire also stands for the ones between it and the last rows recorded.
+    Column("fires", Integer, nullable=False, server_default="1"),
     UniqueConstraint("job_id", "scheduled_for", name="uq_runs_job_fire"),
     CheckConstraint(
         "status IN ('pending', 'running', 'done', 'failed', 'missed', 'abandoned')",

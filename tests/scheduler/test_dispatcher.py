@@ -26,7 +26,7 @@ from engine.session.handler import ChatSessionHandler
 from scheduler.dispatcher import WAKE_ID
 from scheduler.runner import TASK_COMPLETED_TOOL
 from scheduler.service import Scheduler, SchedulerError, SchedulerLimits
-from scheduler.store import NewJob, Run
+from scheduler.store import MAX_MISSED_ROWS, NewJob, Run
 from tests.clock import FakeClock
 from tests.engine.hub.conftest import EchoModel, ManualSleep, last_user_text, wait_done
 from tests.engine.session.helpers import BlockingTool
@@ -880,6 +880,26 @@ async def test_a_result_still_waiting_for_its_chat_is_not_delivered_by_another_w
     report = await b.dispatcher.step()
     assert report.delivered == 0
     assert notified_runs(notified) == [run.id]
+
+
+async def test_more_missed_fires_than_rows_are_told_whole_with_when_they_began(
+    hub: ChatHub, scheduler: Scheduler, clock: FakeClock, notified: list[Notification]
+) -> None:
+    """Down across 150 hourly fires: 100 rows are kept (the first fire's and the last 99),
+    and the one notice tells all 150 from the first (it told 100 from the 51st)."""
+    job = await scheduler.create_cron(ORIGIN, "Hourly check", "0 * * * *", "check")
+    first = clock() + timedelta(hours=1)
+    first = first.replace(minute=0, second=0, microsecond=0)
+    clock.advance(timedelta(hours=151, minutes=2))  # the 151st fire is on time
+
+    report = await scheduler.dispatcher.step()
+    await scheduler.dispatcher.drain()
+
+    assert report.missed == 150
+    missed = [r for r in await scheduler.store.runs(job.id) if r.status == "missed"]
+    assert len(missed) == MAX_MISSED_ROWS
+    [notice] = [n for n in notified if n.event_type == "job_missed"]
+    assert f"missed 150 run(s) between {first.isoformat()} and " in notice.summary
 
 
 async def test_missed_fires_are_told_once_when_two_workers_step_at_once(
