@@ -123,7 +123,13 @@ class MessageHandler:
         command = _COMMAND.match(text)
         if command is not None:
             name, argument = command.group(1), command.group(2) or ""
-            context = self._access.command_context(self._hub, m.source, argument.strip(), m.user_id)
+            context = self._access.command_context(
+                self._hub,
+                m.source,
+                argument.strip(),
+                m.user_id,
+                also=marking(DISCORD, m.message_id),
+            )
             reply = await self._commands.run(name, context)
             if reply:
                 await say(m.channel_id, reply)

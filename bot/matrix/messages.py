@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from nio import AsyncClient, RoomGetEventResponse
+from sqlalchemy.engine import Connection
 
 from bot.delivery import RetryLater, Unavailable
 from bot.matrix.activity import RoomActivity
@@ -161,7 +163,9 @@ class MessageHandler:
         command = _COMMAND.match(text)
         if command is not None:
             name, argument = command.group(1), command.group(2) or ""
-            reply = await self.run_command(m.source, name, argument, m.sender)
+            reply = await self.run_command(
+                m.source, name, argument, m.sender, also=marking(MATRIX, m.key)
+            )
             if reply:
                 await self._sender.say_at(m.place, reply)
             return False
@@ -216,8 +220,16 @@ class MessageHandler:
             raise OSError(exc.description) from None
         return answer.body if isinstance(answer.body, bytes) else b""
 
-    async def run_command(self, source: str, name: str, argument: str, user: str) -> str | None:
-        context = self._access.command_context(self._hub, source, argument.strip(), user)
+    async def run_command(
+        self,
+        source: str,
+        name: str,
+        argument: str,
+        user: str,
+        also: Callable[[Connection], None] | None = None,
+    ) -> str | None:
+        """``also``: the event that gave it, marked in the commit of what it changes."""
+        context = self._access.command_context(self._hub, source, argument.strip(), user, also)
         return await self._commands.run(name, context)
 
     async def name_of(self, user: str) -> str:

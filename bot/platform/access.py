@@ -12,6 +12,8 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
+from sqlalchemy.engine import Connection
+
 from bot.platform.commands import Command, CommandContext
 from bot.platform.protocols import AccessStore, PairingCode
 from engine.approval import Decider
@@ -85,9 +87,15 @@ class Access:
         return key in self.allowed or key == self.owner
 
     def command_context(
-        self, hub: ChatHub, source: str, argument: str, user_id: UserId | None
+        self,
+        hub: ChatHub,
+        source: str,
+        argument: str,
+        user_id: UserId | None,
+        also: Callable[[Connection], None] | None = None,
     ) -> CommandContext:
-        """A command as ``user_id`` gave it, with what this platform knows of them."""
+        """A command as ``user_id`` gave it, with what this platform knows of them;
+        ``also``: its event's mark (see ``CommandContext.also``)."""
         user = None if user_id is None else str(user_id)
         return CommandContext(
             hub,
@@ -96,6 +104,7 @@ class Access:
             user,
             is_owner=self.is_owner(user),
             is_configured=self.is_configured(user),
+            also=also,
         )
 
     def is_owner(self, user_id: UserId | None) -> bool:

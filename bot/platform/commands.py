@@ -10,9 +10,13 @@ the shared ones from ``shared_commands``, and where strangers can write, the own
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
+from sqlalchemy.engine import Connection
+
+from bot.delivery import EventAlreadyHandled
 from engine.hub import AUTO_MODEL, ChatHub, HubError
 from engine.session import CompactionError
 
@@ -23,6 +27,8 @@ __all__ = [
     "CommandRegistry",
     "shared_commands",
 ]
+
+log = logging.getLogger(__name__)
 
 INTRO = "Talk to me in plain words; I answer and use tools, asking first before anything risky."
 
@@ -39,6 +45,10 @@ class CommandContext:
     is_owner: bool = False
     #: Named by the operator's configuration (the allowlist, the owner), not only paired.
     is_configured: bool = False
+    #: The platform event that gave the command, marked handled in the commit of what the
+    #: command changes (``/new``'s fresh session): handed over again after a crash, it acts
+    #: no more (``EventAlreadyHandled``).
+    also: Callable[[Connection], None] | None = None
 
 
 Handler = Callable[[CommandContext], Awaitable[str | None]]
@@ -87,11 +97,16 @@ class CommandRegistry:
         return INTRO + "\n\n" + "\n".join(lines)
 
     async def run(self, name: str, context: CommandContext) -> str | None:
-        """The reply to ``/name``; an unknown command gets the help text."""
+        """The reply to ``/name``; an unknown command gets the help text. ``None`` too for a
+        command whose event acted before (a redelivery after a crash)."""
         command = self.get(name, is_owner=context.is_owner)
         if command is None:
             return f"Unknown command /{name}.\n\n{self.help_text()}"
-        return await command.handler(context)
+        try:
+            return await command.handler(context)
+        except EventAlreadyHandled:
+            log.info("/%s in %s acted before; not again", name, context.source)
+            return None
 
 
 # -- the commands every front end has ------------------------------------------------------
@@ -120,7 +135,7 @@ def shared_commands(help_text: Callable[[], str]) -> list[Command]:
 
 
 async def _new(c: CommandContext) -> None:
-    await c.hub.clear(c.source)  # the NewSession event says it
+    await c.hub.clear(c.source, also=c.also)  # the NewSession event says it
     return None
 
 

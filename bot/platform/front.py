@@ -245,4 +245,5 @@ async def handled_then_marked(
         await mark()
         raise
     if not marked:
+        failpoint("before_event_marked")
         await mark()

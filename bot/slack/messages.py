@@ -19,6 +19,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.engine import Connection
+
 from bot.platform.access import Access
 from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
@@ -132,7 +134,9 @@ class MessageHandler:
         command = _COMMAND.match(text)
         if command is not None:
             name, argument = command.group(1), command.group(2) or ""
-            reply = await self.run_command(m.source, name, argument, m.user)
+            reply = await self.run_command(
+                m.source, name, argument, m.user, also=marking(SLACK, m.key)
+            )
             if reply:
                 await self._sender.say_at(place, reply)
             return False
@@ -180,8 +184,16 @@ class MessageHandler:
             await self._sender.say_at(m.place, line)
         return heard
 
-    async def run_command(self, source: str, name: str, argument: str, user: str) -> str | None:
-        context = self._access.command_context(self._hub, source, argument.strip(), user)
+    async def run_command(
+        self,
+        source: str,
+        name: str,
+        argument: str,
+        user: str,
+        also: Callable[[Connection], None] | None = None,
+    ) -> str | None:
+        """``also``: the event that gave it, marked in the commit of what it changes."""
+        context = self._access.command_context(self._hub, source, argument.strip(), user, also)
         return await self._commands.run(name, context)
 
     async def name_of(self, user: str) -> str:

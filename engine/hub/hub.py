@@ -217,9 +217,10 @@ class ChatHub:
         """``/stop``: drop the queued messages, stop the turn; how many messages were dropped."""
         return await self._intake.stop(validate_source(source))
 
-    async def clear(self, source: str) -> int:
-        """``/new``, ``/clear``: a fresh session; the queued messages and the turn are dropped."""
-        return await self._intake.clear(validate_source(source))
+    async def clear(self, source: str, *, also: Callable[[Connection], None] | None = None) -> int:
+        """``/new``, ``/clear``: a fresh session; the queued messages and the turn are dropped.
+        ``also`` commits with the fresh session (the command's event marked handled)."""
+        return await self._intake.clear(validate_source(source), also)
 
     async def inject(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -113,11 +114,17 @@ class Sessions:
         return await self._db.run(_interrupted, session_id)
 
     async def for_source(
-        self, source: str, *, fresh: bool = False, agent_id: str = "main"
+        self,
+        source: str,
+        *,
+        fresh: bool = False,
+        agent_id: str = "main",
+        also: Callable[[Connection], None] | None = None,
     ) -> SessionRow:
         """The source's active session, created on first use (or anew with ``fresh``).
 
         One transaction: two callers racing for a new source get the same session.
+        ``also`` runs in it (and rolls it back when it raises).
         """
         template = SessionRow(
             id=0,
@@ -129,7 +136,7 @@ class Sessions:
             title=None,
             created_at=utcnow(),
         )
-        return await self._db.run(_for_source, template, fresh)
+        return await self._db.run(_for_source, template, fresh, also)
 
     async def source_model(self, source: str) -> str | None:
         return await self._db.run(_source_model, source)
@@ -272,7 +279,14 @@ def _interrupted(conn: Connection, session_id: int | None = None) -> list[int]:
     return [row[0] for row in conn.execute(query)]
 
 
-def _for_source(conn: Connection, template: SessionRow, fresh: bool) -> SessionRow:
+def _for_source(
+    conn: Connection,
+    template: SessionRow,
+    fresh: bool,
+    also: Callable[[Connection], None] | None = None,
+) -> SessionRow:
+    if also is not None:
+        also(conn)
     if not fresh:
         session_id = _active_for_source(conn, template.source)
         if session_id is not None:

@@ -89,6 +89,26 @@ def test_an_answer_stored_but_never_sent_is_delivered_after_kill_9(serve, telegr
     assert len(fake_openai.requests) == 1  # not asked again
 
 
+def test_a_command_killed_before_its_update_was_marked_acts_once_after_kill_9(
+    serve, telegram, fake_openai, tmp_path
+):
+    """/new made its fresh session, then the process died before the update was marked
+    handled: the restart finds it marked in that commit and makes no second one (it was
+    handed over again, and the chat had two new conversations)."""
+    child = serve(CHATHUB_FAILPOINTS="before_event_marked")
+    telegram.user_message(ALICE, ALICE, "/new")
+    child.wait(timeout=20)
+    assert child.returncode == -signal.SIGKILL
+
+    fake_openai.reply_text("Fresh start.")
+    serve()
+    telegram.user_message(ALICE, ALICE, "hello")  # behind any /new handed over again
+    wait_for(lambda: "Fresh start." in replies(telegram))
+    with sqlite3.connect(tmp_path / "chathub.db") as db:
+        sessions = db.execute("SELECT count(*) FROM chat_sessions WHERE source LIKE 'telegram:%'")
+        assert sessions.fetchone() == (2,)  # the first, and the one /new made
+
+
 def test_without_a_bot_token_serve_prints_the_web_chats_address(serve, fake_openai):
     port = free_port()
     child = serve(TELEGRAM_BOT_TOKEN="", HTTP_PORT=str(port), CHATHUB_API_TOKEN="t" * 32)

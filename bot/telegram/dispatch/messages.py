@@ -201,7 +201,10 @@ class MessageHandler:
 
     async def _command(self, m: Message, user: str, name: str, argument: str) -> None:
         # Pairing is the owner's: TELEGRAM_OWNER_ID, never the single-user fallback.
-        context = self._access.command_context(self._hub, m.source, argument, user)
+        update_id = m.update_id
+        context = self._access.command_context(
+            self._hub, m.source, argument, user, also=lambda conn: mark_handled_in(conn, update_id)
+        )
         reply = await self._commands.run(name, context)
         if reply:
             await self._sender.say_in(m.chat_id, m.thread_id, reply)

@@ -58,7 +58,7 @@ class MessageIntake:
         """Drop the queued messages and stop the turn; how many messages were dropped."""
         return await self._placement.stop(source, self._stop)
 
-    async def clear(self, source: str) -> int:
+    async def clear(self, source: str, also: Callable[[Connection], None] | None = None) -> int:
         """Stop as ``stop`` does, wherever the turn runs, then move the source to a fresh
         session while holding it (in a fleet its owner, told to stop, lets it go first: a
         process that went on in the old session would drop what comes next); its id."""
@@ -67,7 +67,7 @@ class MessageIntake:
             state = await self._sources.state(source)
             await self._stop(state)  # whatever was queued meanwhile
             previous = state.session_id
-            fresh = await self._store.sessions.for_source(source, fresh=True)
+            fresh = await self._store.sessions.for_source(source, fresh=True, also=also)
             state.session_id, state.handler = fresh.id, None
         self._publish(source, fresh.id, NewSession(fresh.id, previous))
         return fresh.id
