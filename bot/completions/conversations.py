@@ -16,7 +16,8 @@ Finding the conversation:
 - a request that names none continues the unnamed conversation whose ``head`` is its
   history without the last message (Open WebUI, LibreChat and most scripts send the
   whole history every time); a history no conversation ends with (the first message, an
-  edited or regenerated one) starts a conversation of its own, built from what it carries.
+  edited or regenerated one) starts a conversation of its own, built from what it carries;
+  a first message the client marks as sent again continues the conversation it began.
 """
 
 from __future__ import annotations
@@ -131,16 +132,17 @@ class ConversationMap:
         self._head_of: dict[int, str] = {}
 
     async def find(
-        self, agent: str, name: str | None, heads: Sequence[str]
+        self, agent: str, name: str | None, heads: Sequence[str], *, retried: bool = False
     ) -> tuple[Conversation, int]:
         """The conversation a request whose dialog chains to ``heads`` continues (made
         when there is none), and how many of its messages it holds already: by ``name``;
         else the unnamed one whose messages are the dialog before its last (or all of it:
-        a request sent again)."""
+        a request sent again). ``retried``: the client marked the request as one it sent
+        before, so a first message is the newest conversation begun with it, if any."""
         known = self._known(agent, name, heads)
         if known is not None:
             return known
-        found = await self._db.run(_find, agent, name, tuple(heads), self._clock())
+        found = await self._db.run(_find, agent, name, tuple(heads), self._clock(), retried)
         self._remember(found[0])
         return found
 
@@ -280,7 +282,12 @@ def _conversation(row: sa.Row) -> Conversation:
 
 @quick_unit
 def _find(
-    conn: Connection, agent: str, name: str | None, heads: tuple[str, ...], now: datetime
+    conn: Connection,
+    agent: str,
+    name: str | None,
+    heads: tuple[str, ...],
+    now: datetime,
+    retried: bool = False,
 ) -> tuple[Conversation, int]:
     if name is not None:
         named = sa.select(c).where(c.c.agent == agent, c.c.name == name)
@@ -294,7 +301,23 @@ def _find(
             row = conn.execute(named).one()
         conversation = _conversation(row)
         return conversation, _taken(conn, conversation, heads)
-    if len(heads) > 1:  # a first message is always a conversation of its own
+    if len(heads) == 1 and retried:  # a first message sent again: where it began, if it did
+        row = conn.execute(
+            sa.select(c)
+            .join(heads_table, heads_table.c.conversation_id == c.c.id)
+            .where(
+                heads_table.c.position == 1,
+                heads_table.c.head == heads[0],
+                c.c.agent == agent,
+                c.c.name.is_(None),
+                c.c.length.in_((1, 2)),  # its message held, maybe its answer: nothing more
+            )
+            .order_by(c.c.updated_at.desc(), c.c.id.desc())
+            .limit(1)
+        ).first()
+        if row is not None:
+            return _conversation(row), 1
+    if len(heads) > 1:  # a first message is a conversation of its own (unless sent again)
         count = len(heads)
         rows = conn.execute(
             sa.select(c, heads_table.c.position)

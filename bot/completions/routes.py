@@ -147,7 +147,9 @@ class CompletionsApi:
         body = await read_request(request)
         asked = asked_of(request, body, self._agent(body.model))
         heads = chain(asked.digests)
-        conversation, taken = await self._conversations.find(asked.agent, asked.name, heads)
+        conversation, taken = await self._conversations.find(
+            asked.agent, asked.name, heads, retried=asked.retried
+        )
         lock = self._locks.setdefault(conversation.id, asyncio.Lock())
         contended = lock.locked()
         await lock.acquire()

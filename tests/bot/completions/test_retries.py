@@ -193,3 +193,28 @@ async def test_a_read_back_retry_leaves_the_conversation_as_the_client_sees_it(
         ]
         await client.chat.completions.create(model="main", messages=history)
     assert user_messages(fake_openai.requests[-1]) == ["first", "second", "third"]
+
+
+async def test_the_sdks_retry_of_a_first_message_continues_the_conversation_it_began(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """No name, one message: the SDK gave up on the first try while its turn ran, and
+    retries (marked). It gets that turn's answer and the model is asked once (the retry
+    began a second conversation and ran the turn again: its tools twice). Read back after
+    the answer too; the same first words unmarked are a conversation of their own."""
+    fake_openai.reply_text("The only answer.", delay_s=0.3)
+    body = {"model": "main", "messages": [{"role": "user", "content": "book me a table"}]}
+    async with v1.http() as http:
+        await gone_after_the_first_chunk(http, body)  # the SDK's timeout
+        await asked(fake_openai, 1)
+        again = await http.post("/v1/chat/completions", json=body, headers=RETRY)
+        assert said(again) == "The only answer."
+        later = await http.post("/v1/chat/completions", json=body, headers=RETRY)
+        assert said(later) == "The only answer."
+        assert len(fake_openai.requests) == 1
+        assert again.json()["chathub"] == later.json()["chathub"] == {"conversation": "api:1"}
+
+        fake_openai.reply_text("A new chat.")
+        anew = await http.post("/v1/chat/completions", json=body)
+    assert said(anew) == "A new chat."
+    assert anew.json()["chathub"] == {"conversation": "api:2"}
