@@ -26,7 +26,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -72,6 +72,11 @@ def chain(digests: Sequence[str], start: str = ROOT) -> list[str]:
         heads.append(head)
     return heads
 
+
+#: How recently a conversation must have begun for a marked retry of its first message to
+#: continue it: OpenAI's SDKs retry at once after an error, or after their 10-minute
+#: timeout; a script's same first words of yesterday are no retry of today's.
+FIRST_RETRY_WINDOW = timedelta(minutes=15)
 
 #: The key of a user message's metadata that holds its position in the conversation.
 POSITION_KEY = "api_position"
@@ -311,6 +316,7 @@ def _find(
                 c.c.agent == agent,
                 c.c.name.is_(None),
                 c.c.length.in_((1, 2)),  # its message held, maybe its answer: nothing more
+                c.c.created_at >= now - FIRST_RETRY_WINDOW,
             )
             .order_by(c.c.updated_at.desc(), c.c.id.desc())
             .limit(1)

@@ -218,3 +218,18 @@ async def test_the_sdks_retry_of_a_first_message_continues_the_conversation_it_b
         anew = await http.post("/v1/chat/completions", json=body)
     assert said(anew) == "A new chat."
     assert anew.json()["chathub"] == {"conversation": "api:2"}
+
+
+async def test_a_marked_first_message_long_after_the_same_one_begins_its_own_conversation(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """A daily script's same first words, its first try lost on the way (the service was
+    restarting): yesterday's answer is not read back."""
+    fake_openai.reply_text("Yesterday's news.")
+    body = {"model": "main", "messages": [{"role": "user", "content": "the news, please"}]}
+    async with v1.http() as http:
+        await http.post("/v1/chat/completions", json=body)
+        v1.api._conversations._clock = lambda: utcnow() + timedelta(days=1)  # type: ignore[attr-defined]
+        fake_openai.reply_text("Today's news.")
+        today = await http.post("/v1/chat/completions", json=body, headers=RETRY)
+    assert said(today) == "Today's news."
