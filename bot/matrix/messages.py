@@ -88,7 +88,8 @@ class MessageHandler:
     async def addressed(self, m: Incoming) -> bool:
         """Whether the bot answers ``m`` at all (checked before it is stored): an invite,
         an encrypted event, a reaction on a card; a message in a direct room, mentioning
-        the bot, replying to it, or in a thread the bot is in."""
+        the bot, replying to it, or in a thread the bot is in by someone allowed (a
+        stranger talking to colleagues there is offered no pairing code)."""
         if m.kind in ("invite", "encrypted"):
             return True
         if m.kind == "reaction":
@@ -104,7 +105,9 @@ class MessageHandler:
             if self._access.is_allowed(m.sender):  # a stranger's mention brings no one in
                 self._threads.join(m.source)
             return True
-        return m.thread is not None and await self._threads.joined(m.source)
+        if m.thread is None or not self._access.is_allowed(m.sender):
+            return False
+        return await self._threads.joined(m.source)
 
     async def is_direct(self, room_id: str) -> bool:
         """A room of the bot and one person (its joined members, asked once per change)."""

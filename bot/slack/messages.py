@@ -98,7 +98,8 @@ class MessageHandler:
 
     async def addressed(self, m: Incoming) -> bool:
         """Whether the bot answers ``m`` at all (checked before anything is stored): a DM,
-        a mention, or a message in a thread the bot is in (it has a session)."""
+        a mention, or a message in a thread the bot is in (it has a session) by someone
+        allowed (a stranger talking to colleagues there is not told off at every line)."""
         if m.team_id is not None and self._me.team_id is not None and m.team_id != self._me.team_id:
             return False  # another workspace's (a shared channel): not ours to answer
         if m.is_dm:
@@ -107,7 +108,7 @@ class MessageHandler:
             if self._access.is_allowed(m.user):  # a stranger's mention brings no one in
                 self._threads.join(m.source)
             return True
-        if m.thread_ts is None:
+        if m.thread_ts is None or not self._access.is_allowed(m.user):
             return False
         return await self._threads.joined(m.source)
 

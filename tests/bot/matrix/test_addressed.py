@@ -91,3 +91,7 @@ async def test_a_thread_follow_up_is_for_the_bot_before_its_session_exists() -> 
     stranger = Incoming("message", ROOM, "$m", "@mallory:example.org", "Bot, hi", "$third")
     assert await messages.addressed(stranger)
     assert not await messages.addressed(said("ignore it, Mallory", "$third"))
+    # A stranger talking to the people of the bot's thread, the bot unnamed, is not for it
+    # (they were offered a pairing code in the thread, and the owner told, at every line).
+    chat = Incoming("message", ROOM, "$c", "@mallory:example.org", "Alice, the usual?", "$root")
+    assert not await messages.addressed(chat)

@@ -86,6 +86,23 @@ async def test_a_strangers_mention_brings_the_bot_into_no_thread(
     assert texts(fake, GENERAL, asked.ts) == []
 
 
+async def test_a_stranger_talking_in_the_bots_thread_is_not_told_off_at_every_line(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    """Bob, not paired, answers Alice in the bot's thread without naming the bot: he is
+    not for the bot (he got "not paired" at every line; found by review). Alice's next line
+    is answered after his."""
+    service = await make_service()
+    asked = fake.mention(GENERAL, ALICE, "what time is it?")
+    await until(lambda: texts(fake, GENERAL, asked.ts) == ["echo: what time is it?"])
+    for line in ("Alice, it's noon", "and lunch is at one"):
+        fake.thread_message(GENERAL, BOB, line, asked.ts)
+    fake.thread_message(GENERAL, ALICE, "thanks", asked.ts)
+    await until(lambda: texts(fake, GENERAL, asked.ts)[-1:] == ["echo: thanks"])
+    await slack_of(service).drain()
+    assert fake.ephemerals(BOB) == []
+
+
 async def test_a_thread_the_bot_is_not_in_stays_unanswered(
     make_service: MakeService, fake: FakeSlackServer
 ) -> None:
