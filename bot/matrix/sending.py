@@ -161,9 +161,12 @@ def matrix_pacing(settings: MatrixSettings) -> Pacing:
 
 
 def content_of(markdown: str, msgtype: str = "m.text") -> Json:
-    """An ``m.room.message`` content: the Markdown as its body, its HTML beside it."""
+    """An ``m.room.message`` content: the Markdown as its body, its HTML beside it,
+    mentioning no one: with ``m.mentions`` present homeservers notify only whom it names;
+    without it they read the text, and the model's "@room" (or a stranger's display name
+    said back) notified the whole room wherever the bot has the power to."""
     html = _MARKDOWN.render(markdown).strip()
-    content: Json = {"msgtype": msgtype, "body": markdown}
+    content: Json = {"msgtype": msgtype, "body": markdown, "m.mentions": {}}
     if html != f"<p>{_escape(markdown)}</p>":  # plain text needs no HTML
         content["format"] = _HTML
         content["formatted_body"] = html
@@ -268,6 +271,7 @@ class MatrixClient:
             "info": {"mimetype": "audio/ogg", "size": len(audio)},
             "org.matrix.msc3245.voice": {},
             "org.matrix.msc1767.text": said,
+            "m.mentions": {},
         }
         if "m.relates_to" in text_content:
             content["m.relates_to"] = text_content["m.relates_to"]
@@ -378,7 +382,7 @@ class MatrixSender(RowSender):
 
 
 def _notice(text: str) -> Json:
-    return {"msgtype": "m.notice", "body": text}
+    return {"msgtype": "m.notice", "body": text, "m.mentions": {}}
 
 
 def _with_txns(key: str, prepared: list[Any]) -> list[Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import quote
 
 from bot.matrix.incoming import source_of
 from engine.approval import Decider
@@ -62,6 +63,28 @@ async def test_in_a_group_room_only_a_mention_or_a_reply_is_answered(make_servic
     await until(lambda: "echo: bot, what time is it?" in _said(accounts, room))
     await asyncio.sleep(0.5)
     assert not any("chatter" in b for b in _said(accounts, room))
+
+
+async def test_the_models_at_room_notifies_no_one(make_service, accounts, model):
+    """A group room where the bot is a moderator (power 50, as operators make bots): the
+    model's answer says "@room", and the owner, another member, gets no highlight (every
+    member did; found by review)."""
+    model.add(text("@room the build is broken, everybody look"))
+    await make_service()
+    alice, owner, bot = accounts.alice, accounts.owner, accounts.bot
+    room = alice.create_room(invite=[bot.user_id, owner.user_id])
+    await until(lambda: joined(alice, room, bot.user_id))
+    owner.join(room)
+    path = f"/_matrix/client/v3/rooms/{quote(room)}/state/m.room.power_levels"
+    levels = alice.request("GET", path)
+    levels.setdefault("users", {})[bot.user_id] = 50
+    alice.request("PUT", path, levels)
+
+    alice.say(room, "bot, what is up?", **{"m.mentions": {"user_ids": [bot.user_id]}})
+    await until(lambda: any("@room" in b for b in bodies(alice, room, bot.user_id)))
+    # Synapse works out whom an event notifies before it is stored, so before it is read.
+    highlights = owner.request("GET", "/_matrix/client/v3/notifications", only="highlight")
+    assert highlights.get("notifications") == []
 
 
 async def test_a_thread_is_its_own_conversation(make_service, accounts, model):
