@@ -143,7 +143,15 @@ class Incoming:
             return user_id in self.mentions
         if f"matrix.to/#/{user_id}" in self.html or user_id in self.text:
             return True
-        return bool(display_name) and display_name.lower() in self.text.lower()
+        return bool(display_name) and _named(display_name).search(self.text) is not None
+
+    def text_to(self, display_name: str | None) -> str:
+        """The text without the bot's name it begins with ("Max: hi", "max, hi"); a word
+        that only begins like it ("Maximum of 3?") is left whole."""
+        if not display_name:
+            return self.text
+        named = _named(display_name).match(self.text)
+        return self.text if named is None else self.text[named.end() :].lstrip(":, ").strip()
 
     @classmethod
     def of(cls, event: Json, room_id: str, me: str) -> Incoming | None:
@@ -219,7 +227,8 @@ def _message(
     html = (
         content.get("formatted_body") if content.get("format") == "org.matrix.custom.html" else ""
     )
-    text = "" if files else _without_fallback(body)  # too long: the hub says so
+    # Only a reply carries the quoted fallback: a message that quotes is taken whole.
+    text = "" if files else _without_fallback(body) if isinstance(reply, dict) else body
     return Incoming(
         "message",
         room_id,
@@ -252,6 +261,11 @@ def _audio(content: Json, body: str) -> Json | None:
         "name": (name or "voice.ogg")[:100],
         "voice": "org.matrix.msc3245.voice" in content,
     }
+
+
+def _named(display_name: str) -> re.Pattern[str]:
+    """The display name as a word of its own (not "Max" in "Maximum")."""
+    return re.compile(rf"(?<!\w){re.escape(display_name)}(?!\w)", re.IGNORECASE)
 
 
 def _without_fallback(body: str) -> str:

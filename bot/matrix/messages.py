@@ -160,9 +160,7 @@ class MessageHandler:
             return False
         if await self.is_direct(m.room_id):
             self._me.direct[m.sender] = m.room_id
-        text = m.text
-        if self._me.display_name and text.lower().startswith(self._me.display_name.lower()):
-            text = text[len(self._me.display_name) :].lstrip(":, ").strip()
+        text = m.text_to(self._me.display_name)
         command = _COMMAND.match(text)
         if command is not None:
             name, argument = command.group(1), command.group(2) or ""

@@ -102,3 +102,33 @@ def test_sources_round_trip_room_ids_of_every_version():
     ]:
         place = parse_source(source_of(room, thread))
         assert (place.room_id, place.thread) == (room, thread)
+
+
+def test_a_quote_in_a_message_that_is_no_reply_is_kept():
+    """Only a reply's body starts with the fallback quote; a person quoting keeps the
+    quote (it was cut, the model got "why does it?" alone; found by review)."""
+    body = "> <b>bold</b> shows as raw tags\nwhy does it?"
+    m = Incoming.of(event({"msgtype": "m.text", "body": body}), ROOM, ME)
+    assert m is not None and m.text == body
+
+
+@pytest.mark.parametrize(
+    ("said", "to_the_bot"),
+    [
+        ("Max: what is 2+2?", "what is 2+2?"),
+        ("max, what is 2+2?", "what is 2+2?"),
+        ("Max what is 2+2?", "what is 2+2?"),
+        ("Maximum of 3 and 5?", "Maximum of 3 and 5?"),  # it was "imum of 3 and 5?"
+        ("Max/stop", "/stop"),
+    ],
+)
+def test_the_bots_name_is_taken_off_only_as_a_word(said, to_the_bot):
+    m = Incoming.of(event({"msgtype": "m.text", "body": said}), ROOM, ME)
+    assert m is not None and m.text_to("Max") == to_the_bot
+
+
+def test_a_word_that_begins_like_the_bots_name_does_not_mention_it():
+    maximum = Incoming.of(event({"msgtype": "m.text", "body": "the maximum is 5"}), ROOM, ME)
+    named = Incoming.of(event({"msgtype": "m.text", "body": "what do you think, max?"}), ROOM, ME)
+    assert maximum is not None and not maximum.mentions_user(ME, "Max")
+    assert named is not None and named.mentions_user(ME, "Max")
