@@ -141,7 +141,7 @@ class DiscordFace:
 
     async def post(self, card: CardRow, attachment: tuple[str, bytes] | None) -> str | None:
         buttons = card_buttons if card.kind == "approval" else question_buttons
-        sent = await self._sender.send(
+        sent = await self._sender.send_now(
             card.conversation, card.text, buttons(card.tool_call_id), attachment
         )
         return None if sent is None else str(sent.id)

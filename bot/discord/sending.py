@@ -264,17 +264,28 @@ class DiscordSender(RowSender):
         document: tuple[str, bytes] | None = None,
     ) -> discord.Message | None:
         """Post a message now (not recorded), with ``document`` (name, data) attached;
-        ``None`` when Discord refused it (logged)."""
+        ``None`` when it failed (logged)."""
+        try:
+            return await self.send_now(channel, content, buttons, document)
+        except DiscordError as exc:
+            log.warning("sending to channel %s failed: %s", channel, exc.description)
+            return None
+
+    async def send_now(
+        self,
+        channel: str,
+        content: str,
+        buttons: Buttons | None = None,
+        document: tuple[str, bytes] | None = None,
+    ) -> discord.Message | None:
+        """``send``, its failure raised (``DiscordError``: a card is posted again after an
+        outage, not lost)."""
         payload: Json = {"content": content}
         if buttons:
             payload["buttons"] = buttons
         if document is not None:
             payload["document"] = document  # never recorded: a card's send only
-        try:
-            sent = await self.outbound.send(channel, payload)
-        except DiscordError as exc:
-            log.warning("sending to channel %s failed: %s", channel, exc.description)
-            return None
+        sent = await self.outbound.send(channel, payload)
         return sent if isinstance(sent, discord.Message) else None
 
     async def say_in(self, channel: str, text: str) -> None:

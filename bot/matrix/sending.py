@@ -325,12 +325,18 @@ class MatrixSender(RowSender):
     # -- what else is sent ------------------------------------------------------------------
 
     async def post(self, place: Place, content: Json) -> str | None:
-        """Send ``content`` now (not recorded); its event id, or ``None`` when refused."""
+        """Send ``content`` now (not recorded); its event id, or ``None`` when it failed
+        (logged)."""
         try:
-            answer = await self.outbound.send(place.room_id, _event(content))
+            return await self.post_now(place, content)
         except MatrixError as exc:
             log.warning("sending to %s failed: %s", place.room_id, exc.description)
             return None
+
+    async def post_now(self, place: Place, content: Json) -> str | None:
+        """``post``, its failure raised (``MatrixError``: a card is posted again after an
+        outage, not lost)."""
+        answer = await self.outbound.send(place.room_id, _event(content))
         return self.client.message_id(answer)
 
     async def say_at(self, place: Place, markdown: str) -> None:

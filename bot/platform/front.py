@@ -167,7 +167,7 @@ class Front(Generic[In]):
         """Local state and the hub subscription, before the hub recovers; no platform
         call. Messages stored but not handled before a stop are handed over again."""
         await self.access.load()
-        await cards.load()
+        await cards.load(self.runtime)
         self.background.spawn(self._renderer.pump(self.hub.events(), self._outgoing.submit))
         if self.config.recover_outbox_at_start:
             await self.outbound.recover()

@@ -5,7 +5,9 @@ Every platform keeps its approval cards and questions the same way: a card is re
 message id is added once sent; it is closed once, and whoever closes it first shows the
 outcome on it. ``OpenCards`` holds that rule and an in-memory mirror of the open cards by
 source (no read per hub event); how a card looks and is edited is the platform's
-``CardFace``.
+``CardFace``. A card the platform could not take (down, rate limited, the network) stays
+open and is posted again, with backoff, until it shows or is decided elsewhere; only a
+card the platform refuses is closed unseen.
 """
 
 from __future__ import annotations
@@ -17,8 +19,17 @@ from typing import Any, Literal, Protocol
 
 from sqlalchemy.engine import Connection
 
-from bot.delivery import CardRow, CardStore, EventAlreadyHandled
+from bot.delivery import (
+    CardRow,
+    CardStore,
+    EventAlreadyHandled,
+    PlatformError,
+    Refused,
+    RetryLater,
+    describe,
+)
 from bot.platform.cards import CardContent, RejectWindows, card_content, reply_target
+from bot.platform.tasks import Runtime
 from engine.hub import ChatHub, HubError
 from engine.session import ApprovalRequired, Question
 from engine.store import InboxError
@@ -26,6 +37,11 @@ from engine.store import InboxError
 __all__ = ["CardFace", "OpenCards", "Words", "card_is_live", "tapped"]
 
 log = logging.getLogger(__name__)
+
+#: A card the platform could not take is posted again after this long, then twice as long
+#: each time, up to ``REPOST_MAX_S``.
+REPOST_FIRST_S = 5.0
+REPOST_MAX_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +70,8 @@ class CardFace(Protocol):
 
     async def post(self, card: CardRow, attachment: Any) -> str | None:
         """Send ``card`` (``attachment``: what rides along once, never stored); its
-        message id, or ``None`` when the platform refused it."""
+        message id, or ``None`` when the platform refused it. A failure worth retrying
+        (the platform's ``PlatformError`` other than ``Refused``) is raised."""
 
     async def closed(self, card: CardRow, outcome: str, by: str | None, note: str | None) -> None:
         """Edit the shown ``card`` to its outcome, without its buttons."""
@@ -66,6 +83,7 @@ class OpenCards:
         self._hub = hub
         self._face = face
         self._open: dict[str, dict[int, CardRow]] = {}
+        self._runtime: Runtime | None = None  # given by ``load``
         #: Cards whose ❌ was tapped once, where a reply gives the reason (Telegram's);
         #: closing a card ends its window.
         self.rejecting = RejectWindows()
@@ -128,7 +146,10 @@ class OpenCards:
         conversation = self._face.conversation(source)
         return CardRow(key, kind, source, conversation, None, words.text, words.extra, "open")
 
-    async def load(self) -> None:
+    async def load(self, runtime: Runtime) -> None:
+        """The cards open when the process stopped; ``runtime``'s tasks post again what
+        the platform could not take."""
+        self._runtime = runtime
         for card in await self.store.open():
             self._open.setdefault(card.source, {})[card.tool_call_id] = card
 
@@ -196,12 +217,48 @@ class OpenCards:
 
     async def show(self, card: CardRow, attachment: Any = None) -> None:
         await self._save(card)  # recorded before it is sent: a tap on it finds it
-        message_id = await self._face.post(card, attachment)
+        later = await self._post(card, attachment)
+        if later is not None and self._runtime is not None:
+            self._runtime.background.spawn(self._post_again(card, attachment, later))
+
+    async def _post(self, card: CardRow, attachment: Any) -> float | None:
+        """Posted, or closed (refused: never shown); else the least wait before the card
+        is posted again (a 429's retry-after; 0 for an outage: the backoff's)."""
+        try:
+            message_id = await self._face.post(card, attachment)
+        except Refused as exc:
+            log.warning("card %s refused in %s: %s", card.tool_call_id, card.source, describe(exc))
+            message_id = None
+        except PlatformError as exc:  # away: the card waits, open, to be posted again
+            log.warning(
+                "card %s not shown in %s yet: %s", card.tool_call_id, card.source, describe(exc)
+            )
+            return exc.seconds if isinstance(exc, RetryLater) else 0.0
         if message_id is None:
             await self.close_quietly(card, "expired")  # never shown: nothing may answer it
-            return
-        if card.tool_call_id in self._open.get(card.source, {}):  # not decided meanwhile
+        elif self._is_open(card):  # not decided meanwhile
             await self._save(replace(card, message_id=message_id))
+        return None
+
+    async def _post_again(self, card: CardRow, attachment: Any, least: float) -> None:
+        """Until it shows, is refused, or is decided elsewhere (the inbox, ``/stop``)."""
+        assert self._runtime is not None
+        backoff = REPOST_FIRST_S
+        while True:
+            await self._runtime.sleep(max(backoff, least))
+            if not self._is_open(card):
+                return
+            try:
+                later = await self._post(card, attachment)
+            except Exception:  # the database: the card stays open, shown at the next start
+                log.exception("posting card %s again failed", card.tool_call_id)
+                return
+            if later is None:
+                return
+            least, backoff = later, min(backoff * 2, REPOST_MAX_S)
+
+    def _is_open(self, card: CardRow) -> bool:
+        return card.tool_call_id in self._open.get(card.source, {})
 
     async def _save(self, card: CardRow) -> None:
         await self.store.save(card)

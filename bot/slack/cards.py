@@ -206,7 +206,7 @@ class SlackFace:
 
     async def post(self, card: CardRow, attachment: Any) -> str | None:
         place = parse_source(card.source)
-        return await self._sender.post(place, _summary(card), card_blocks(card))
+        return await self._sender.post_now(place, _summary(card), card_blocks(card))
 
     async def closed(self, card: CardRow, outcome: str, by: str | None, note: str | None) -> None:
         assert card.message_id is not None

@@ -255,16 +255,23 @@ class SlackSender(RowSender):
     # -- what else is sent ------------------------------------------------------------------
 
     async def post(self, place: Place, text: str, blocks: list[Json] | None = None) -> str | None:
-        """Post a mrkdwn message now (not recorded); its ts, or ``None`` when Slack
-        refused it (logged)."""
-        payload = _payload(text, place.thread_ts)
-        if blocks:
-            payload["blocks"] = blocks
+        """Post a mrkdwn message now (not recorded); its ts, or ``None`` when it failed
+        (logged)."""
         try:
-            answer = await self.outbound.send(place.channel, payload)
+            return await self.post_now(place, text, blocks)
         except SlackError as exc:
             log.warning("posting to %s failed: %s", place.channel, exc.description)
             return None
+
+    async def post_now(
+        self, place: Place, text: str, blocks: list[Json] | None = None
+    ) -> str | None:
+        """``post``, its failure raised (``SlackError``: a card is posted again after an
+        outage, not lost)."""
+        payload = _payload(text, place.thread_ts)
+        if blocks:
+            payload["blocks"] = blocks
+        answer = await self.outbound.send(place.channel, payload)
         return self.outbound.client.message_id(answer)
 
     async def say_at(self, place: Place, markdown: str) -> None:

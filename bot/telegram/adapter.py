@@ -90,7 +90,7 @@ class TelegramAdapter:
             sender, clock=clock, progress_interval_s=config.progress_interval_s
         )
         self.outbox.attach(hub, PREFIX)
-        runtime = Runtime(clock, sleep, background)
+        self._runtime = runtime = Runtime(clock, sleep, background)
         self.cards = cards = ChatCards(hub, store.cards, sender)
         activity = ChatActivity(hub, sender, config, runtime)
         approvals = ApprovalTaps(hub, access, cards, sender, config.reject_window_s, runtime)
@@ -141,7 +141,7 @@ class TelegramAdapter:
         ``bot_username``) come before any update. Deliveries recorded but unsent are due
         at once (``Redelivery``); answers stored without outbox rows are sent here."""
         await self.access.load()
-        await self.cards.load()
+        await self.cards.load(self._runtime)
         self._background.spawn(self._events.pump(self.hub.events(), self._outgoing.submit))
         if self.config.recover_outbox_at_start:
             await self.outbound.recover()

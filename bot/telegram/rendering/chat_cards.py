@@ -17,7 +17,6 @@ from bot.platform.cards import CardContent
 from bot.platform.open_cards import OpenCards, Words
 from bot.telegram.inbound.updates import parse_source
 from bot.telegram.rendering.cards import approval_keyboard, card_of, question_text, resolved_card
-from bot.telegram.sending.api import TelegramError
 from bot.telegram.sending.delivery import TelegramSender
 from engine.hub import ChatHub
 
@@ -50,20 +49,12 @@ class TelegramFace:
 
     async def post(self, card: CardRow, attachment: tuple[str, bytes] | None) -> str | None:
         chat_id, thread_id = parse_source(card.source)
-        if card.kind == "question":
-            try:
-                sent = await self._sender.send_text(
-                    chat_id, card.text, entities=card.extra, reply_markup=_FORCE_REPLY,
-                    thread_id=thread_id,
-                )  # fmt: skip
-            except TelegramError as exc:  # never shown: nothing may answer it
-                log.warning("question %s not shown in %s: %s", card.tool_call_id, chat_id, exc)
-                return None
-        else:  # a failure is raised: the card stays open, shown again after a restart
-            sent = await self._sender.send_text(
-                chat_id, card.text, entities=card.extra,
-                reply_markup=approval_keyboard(card.tool_call_id), thread_id=thread_id,
-            )  # fmt: skip
+        # A failure is raised: refused, the card is closed unseen; else posted again.
+        question = card.kind == "question"
+        markup = _FORCE_REPLY if question else approval_keyboard(card.tool_call_id)
+        sent = await self._sender.send_text(
+            chat_id, card.text, entities=card.extra, reply_markup=markup, thread_id=thread_id
+        )
         if attachment is not None:
             await self._send_document(chat_id, thread_id, attachment)
         message_id = sent.get("message_id")

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
-from bot.delivery import CardRow
+from bot.delivery import CardRow, Pacing
 from bot.discord.cards import card_text
+from bot.platform import open_cards
 from bot.platform.cards import EXPIRED, NOT_ALLOWED, CardContent
 from bot.platform.controls import ControlId, parse_control
 from bot.platform.open_cards import card_is_live
 from engine.approval import Decider
 from engine.hub import APPROVE
 from engine.llm.scripted import text
-from tests.bot.discord.conftest import ALICE, BOB, GENERAL, GUILD, MakeService, until
+from tests.bot.discord.conftest import ALICE, BOB, GENERAL, GUILD, MakeService, discord_of, until
 from tests.bot.platform_contract.scripts import shell
 from tests.fakes.discord_server import FakeDiscordServer, SentMessage
+
+MESSAGES = "POST /channels/{channel_id}/messages"
 
 
 def card_in(fake: FakeDiscordServer, channel: int | str) -> SentMessage | None:
@@ -158,3 +162,27 @@ async def test_a_call_too_long_for_the_card_comes_with_it_in_full_as_a_file(
     assert [(f.filename, f.data) for f in card.files] == [
         (f"approval-{card.custom_ids[0].split(':')[1]}.txt", command.encode())
     ]
+
+
+async def test_an_approval_card_sent_during_an_outage_shows_once_discord_is_back(
+    fake: FakeDiscordServer, make_service: MakeService, model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Discord answers 503 to every try of the progress line and of the card: the card
+    stays open and shows once Discord answers again (it was closed unseen, and the turn
+    waited for a decision nobody could give in Discord; found by review). The waits are
+    the real policy's, shortened."""
+    unpaced = Pacing.unpaced.__func__  # type: ignore[attr-defined]
+
+    def quick(cls: type[Pacing], **retries: Any) -> Pacing:
+        return unpaced(cls, backoff_s=(0.01, 0.02, 0.04, 0.08, 0.16), **retries)
+
+    monkeypatch.setattr(Pacing, "unpaced", classmethod(quick))
+    monkeypatch.setattr(open_cards, "REPOST_FIRST_S", 0.05)
+    model.add(shell("echo hi"), text("Ran it."))
+    service = await make_service()
+    fake.fail_next(MESSAGES, 12, status=503)  # the progress line's six tries, the card's six
+    channel = fake.dm(ALICE, "run it")["channel_id"]
+    await until(lambda: sum(c.route == MESSAGES and c.status == 503 for c in fake.calls) == 12)
+    await until(lambda: card_in(fake, channel) is not None)
+    [waiting] = await service.hub.pending_approvals()
+    assert (await discord_of(service).cards.stored(waiting.tool_call_id)).message_id is not None

@@ -3,11 +3,14 @@ read; a card it does not hold (closed, or shown by another process) from the sto
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import Any
 
-from bot.delivery import CardRow
-from bot.platform.open_cards import OpenCards, tapped
+from bot.delivery import CardRow, Refused, RetryLater, Unavailable
+from bot.platform.open_cards import REPOST_FIRST_S, OpenCards, tapped
+from bot.platform.tasks import Background, Runtime
+from tests.engine.hub.conftest import ManualSleep
 
 
 class Store:
@@ -144,3 +147,82 @@ async def test_in_a_fleet_a_question_shown_by_another_process_is_answered_here()
     alone = OpenCards(None, store, Face())  # type: ignore[arg-type]
     reads = store.reads
     assert await alone.question_now("chat:1") is None and store.reads == reads
+
+
+# -- a card the platform could not take ------------------------------------------------------
+
+
+class AwayFace(Face):
+    """A platform answering each post with the next of ``answers`` (an error to raise,
+    or a message id), then taking every post."""
+
+    def __init__(self, *answers: Exception | str | None) -> None:
+        self.answers = list(answers)
+        self.posts = 0
+
+    async def post(self, card: CardRow, attachment: Any) -> str | None:
+        self.posts += 1
+        if self.answers:
+            answer = self.answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+        return f"m{card.tool_call_id}"
+
+
+def away_for(face: Face) -> tuple[OpenCards, Store, ManualSleep]:
+    store, sleep = Store(), ManualSleep()
+    cards = OpenCards(None, store, face)  # type: ignore[arg-type]
+    return cards, store, sleep
+
+
+async def loaded(cards: OpenCards, sleep: ManualSleep) -> Background:
+    background = Background()
+    await cards.load(Runtime(lambda: 0.0, sleep, background))
+    return background
+
+
+async def test_a_card_the_platform_could_not_take_is_posted_again_until_it_shows() -> None:
+    """The platform down (after the sender's own retries): the card stays open and is
+    posted again, waiting longer each time, and shows once the platform is back (it was
+    closed as expired, never shown, and the turn waited for a decision nobody saw)."""
+    face = AwayFace(Unavailable("502 Bad Gateway"), Unavailable("timed out"))
+    cards, store, sleep = away_for(face)
+    background = await loaded(cards, sleep)
+    await cards.show(card(7))
+    assert store.rows[7].state == "open" and store.rows[7].message_id is None
+    await sleep.release(REPOST_FIRST_S)
+    await sleep.release(2 * REPOST_FIRST_S)
+    await asyncio.gather(*background.running())
+    assert face.posts == 3
+    assert store.rows[7].message_id == "m7" and store.rows[7].state == "open"
+
+
+async def test_a_429_while_posting_a_card_is_waited_out() -> None:
+    face = AwayFace(RetryLater(42.0))
+    cards, store, sleep = away_for(face)
+    background = await loaded(cards, sleep)
+    await cards.show(card(7))
+    await sleep.release(42.0)
+    await asyncio.gather(*background.running())
+    assert store.rows[7].message_id == "m7"
+
+
+async def test_a_card_decided_elsewhere_while_the_platform_was_away_is_not_posted() -> None:
+    face = AwayFace(Unavailable("502 Bad Gateway"))
+    cards, store, sleep = away_for(face)
+    background = await loaded(cards, sleep)
+    await cards.show(card(7))
+    await cards.close_quietly(card(7), "resolved")  # decided in the inbox meanwhile
+    await sleep.release(REPOST_FIRST_S)
+    await asyncio.gather(*background.running())
+    assert face.posts == 1 and store.rows[7].state == "resolved"
+
+
+async def test_a_card_the_platform_refuses_is_closed_unseen() -> None:
+    face = AwayFace(Refused("Forbidden: bot was blocked by the user"))
+    cards, store, sleep = away_for(face)
+    background = await loaded(cards, sleep)
+    await cards.show(card(7))
+    await asyncio.gather(*background.running())
+    assert face.posts == 1 and store.rows[7].state == "expired"
