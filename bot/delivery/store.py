@@ -81,10 +81,13 @@ class EventStore:
         self._db = db
         self.platform = platform
 
-    async def record(self, events: Sequence[tuple[str, int | None, Json]]) -> list[Json]:
+    async def record(
+        self, events: Sequence[tuple[str, int | None, Json]], *, handled: bool = False
+    ) -> list[Json]:
         """Store ``(event id, seq, payload)`` not seen before (one commit); returns the
-        payloads that were new, in the order given."""
-        return await self._db.run(record_events_in, self.platform, list(events))
+        payloads that were new, in the order given. ``handled``: stored as handled (a
+        record for the platform's catch-up, never handed over)."""
+        return await self._db.run(record_events_in, self.platform, list(events), handled)
 
     async def mark_handled(self, event_id: str) -> None:
         await self._db.run(_mark_handled, self.platform, event_id)
@@ -107,7 +110,10 @@ class EventStore:
 
 @quick_unit
 def record_events_in(
-    conn: Connection, platform: str, events: list[tuple[str, int | None, Json]]
+    conn: Connection,
+    platform: str,
+    events: list[tuple[str, int | None, Json]],
+    handled: bool = False,
 ) -> list[Json]:
     insert = _INSERT_EVENT[conn.dialect.name]
     now = utcnow()
@@ -119,6 +125,7 @@ def record_events_in(
             "seq": seq,
             "payload": payload,
             "received_at": now,
+            **({"handled_at": now} if handled else {}),
         }
         if insert.execute(conn, row).rowcount == 1:  # 0: stored before (a redelivery)
             fresh.append(payload)

@@ -29,7 +29,7 @@ from bot.delivery import (
 from bot.discord.activity import ChannelActivity
 from bot.discord.cards import DiscordCards
 from bot.discord.gateway import IDENTIFY_GAP_S, DiscordGateway
-from bot.discord.incoming import DISCORD, Incoming
+from bot.discord.incoming import DISCORD, Incoming, is_said
 from bot.discord.interactions import Interactions
 from bot.discord.messages import DiscordMe, Listening, MessageHandler
 from bot.discord.sending import DiscordClient, DiscordSender, discord_call
@@ -55,8 +55,9 @@ CATCH_UP_WINDOW = timedelta(days=1)
 #: ...found among this many newest stored messages, at most this many of them...
 CATCH_UP_EVENTS = 2000
 CATCH_UP_CHANNELS = 100
-#: ...and at most this many messages each.
-CATCH_UP_MESSAGES = 50
+#: ...and at most this many messages each, oldest first (pages of 100: a mention among a
+#: busy channel's talk during a restart is found; 50 read only the first 50 after).
+CATCH_UP_MESSAGES = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +133,7 @@ class DiscordAdapter:
             sender,
             activity,
             config.workspace,
+            self.events,
             voice,
         )
         self._interactions = Interactions(hub, self.access, config.listening, cards, self.commands)
@@ -208,7 +210,7 @@ class DiscordAdapter:
             log.info("could not read channel %s to catch up: %s", last.channel_id, exc)
             return 0
         taken = 0
-        for message in messages:
+        for message in filter(is_said, messages):
             # The channel's place as its stored message knew it (a partial channel cannot
             # tell a thread from a channel, nor a DM from a guild's).
             incoming = replace(
@@ -224,6 +226,8 @@ class DiscordAdapter:
         """Stored once (by id) when it is for the bot, then handled in its channel's lane.
         A failure here (the database away) is logged with the message's id: Discord does
         not send it again."""
+        if not is_said(message):
+            return  # Discord's own line ("started a thread: <name>"): no one said it
         try:
             await self._take(Incoming.of(message, self._me.id))
         except Exception:

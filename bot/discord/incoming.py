@@ -165,6 +165,16 @@ class Incoming:
         return cls(**{**data, "attachments": attachments})
 
 
+#: What a person writes; the rest are Discord's own lines ("pinned a message", "started a
+#: thread: <its name>", "joined the server"), which are no one talking to the bot.
+_SAID = (discord.MessageType.default, discord.MessageType.reply)
+
+
+def is_said(message: discord.Message) -> bool:
+    """Whether ``message`` is a person's (or a bot's) words, not one of Discord's lines."""
+    return message.type in _SAID
+
+
 def _guild_id(message: discord.Message) -> str | None:
     """The guild a message was written in; ``None`` for a DM (an uncached guild's channel
     still names it)."""

@@ -18,7 +18,7 @@ from typing import Any
 
 import discord
 
-from bot.delivery import PlatformError
+from bot.delivery import EventStore, PlatformError
 from bot.discord.activity import ChannelActivity
 from bot.discord.cards import DiscordCards
 from bot.discord.incoming import DISCORD, Attachment, Incoming
@@ -72,9 +72,11 @@ class MessageHandler:
         sender: DiscordSender,
         activity: ChannelActivity,
         workspace: Path,
+        events: EventStore,
         voice: VoiceNotes | None = None,
     ) -> None:
-        """``voice``: audio attachments and voice messages transcribed."""
+        """``events``: where a thread the bot starts is recorded (its catch-up reads it);
+        ``voice``: audio attachments and voice messages transcribed."""
         self._hub = hub
         self._me = me
         self._listening = listening
@@ -84,6 +86,7 @@ class MessageHandler:
         self._sender = sender
         self._activity = activity
         self._workspace = workspace
+        self._events = events
         self._voice = voice
 
     async def handle(self, m: Incoming) -> bool:
@@ -181,9 +184,16 @@ class MessageHandler:
         except PlatformError as exc:
             log.warning("could not start a thread in %s: %s", m.channel_id, exc.description)
             return m
-        return replace(
+        in_thread = replace(
             m, parent_id=m.channel_id, channel_id=str(thread.id), thread_owner=self._me.id
         )
+        # Recorded as handled, for the catch-up after a restart: it reads a conversation
+        # after its newest stored message, and the thread had none (the message that
+        # began it is stored in the channel), so a reply there while away was lost.
+        await self._events.record(
+            [(f"thread:{thread.id}", None, in_thread.to_json())], handled=True
+        )
+        return in_thread
 
     async def _offer_pairing(self, m: Incoming) -> None:
         offer = await self._access.offer_pairing(m.user_id, m.channel_id, m.user_name)

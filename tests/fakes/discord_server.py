@@ -809,14 +809,18 @@ class FakeDiscordServer:
         mentions_bot: bool = False,
         attachments: Sequence[tuple[str, bytes] | tuple[str, bytes, str]] = (),
         reply_to: int | str | None = None,
+        offline: bool = False,
+        kind: int = 0,
     ) -> Json:
         """Push a guild message; ``mentions_bot`` prefixes ``<@bot>`` (``<@id>`` in the
         content mentions anyone; a reply mentions the replied author). Returns the full
         message: sessions without the message content intent get it without content
-        unless it mentions the bot."""
+        unless it mentions the bot. ``offline``: as ``dm``'s. ``kind``: the message type
+        (0: a person's; 6: "pinned a message", 18: "started a thread", … Discord's own)."""
         gid, cid, uid = _sid(guild_id), _sid(channel_id), _sid(user_id)
         with self._lock:
-            self._require_session()
+            if not offline:
+                self._require_session()
             if gid not in self._guilds or self._channels.get(cid, {}).get("guild_id") != gid:
                 raise KeyError(f"no channel {cid} in guild {gid}: add_guild it first")
             self._add_member(gid, uid)
@@ -824,7 +828,10 @@ class FakeDiscordServer:
             if mentions_bot and mention not in content:
                 content = f"{mention} {content}"
             message = self._user_message(cid, uid, content, attachments, reply_to)
-            self._dispatch_message(message, gid)
+            if kind:
+                message["type"] = kind
+            if not offline:
+                self._dispatch_message(message, gid)
             return copy.deepcopy(message)
 
     def click(
@@ -1680,9 +1687,14 @@ class FakeDiscordServer:
         ordered = sorted(ids, key=int, reverse=True)
         if "before" in req.query:
             ordered = [i for i in ordered if int(i) < int(req.query["before"])]
-        if "after" in req.query:
-            ordered = [i for i in ordered if int(i) > int(req.query["after"])]
         limit = min(max(int(req.query.get("limit", 50)), 1), 100)
+        if "after" in req.query and "before" not in req.query:
+            # As Discord answers: the ``limit`` messages right after it (newest first), so
+            # a reader pages on from the newest of them (discord.py's ``history(after=)``).
+            after = [i for i in ordered if int(i) > int(req.query["after"])]
+            ordered = after[-limit:]
+        elif "after" in req.query:
+            ordered = [i for i in ordered if int(i) > int(req.query["after"])]
         return [self._message_by_id(channel_id, i) for i in ordered[:limit]]
 
     def _get_message(self, req: _Req) -> Json:

@@ -9,7 +9,7 @@ import pytest
 from bot.platform.chunks import split_markdown
 from bot.platform.lanes import Lanes
 from engine.llm.scripted import text
-from tests.bot.discord.conftest import ALICE, MakeService, texts, until
+from tests.bot.discord.conftest import ALICE, GENERAL, GUILD, MakeService, texts, until
 from tests.fakes.discord_server import GATEWAY_PATH, RESUME_GATEWAY_PATH, FakeDiscordServer
 
 MESSAGES = "POST /channels/{channel_id}/messages"
@@ -98,6 +98,39 @@ async def test_what_was_written_while_the_bot_was_down_is_answered_after_the_res
     assert fake.identify_count == 2 and fake.resume_count == 0
     fake.dm(ALICE, "four")  # and the live ones after it, once
     await until(lambda: texts(fake, channel) == ["echo: one", "echo: two", "echo: four"])
+
+
+async def test_a_reply_in_the_bots_own_thread_written_during_a_restart_is_answered(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """A thread channel: the mention starts a thread the bot answers in; Alice answers in
+    it while the bot restarts. The thread is read after the restart (it was not: catch-up
+    read only channels with a stored message, and the mention is stored in the channel;
+    found by review)."""
+    service = await make_service(discord_thread_channel_ids=str(GENERAL))
+    thread = fake.channel_message(GUILD, GENERAL, ALICE, "plan my week", mentions_bot=True)["id"]
+    await until(lambda: texts(fake, thread) == ["echo: plan my week"])
+    await service.stop()
+    fake.channel_message(GUILD, thread, ALICE, f"<@{fake.bot_id}> and monday?", offline=True)
+    await make_service(discord_thread_channel_ids=str(GENERAL))
+    await until(lambda: texts(fake, thread) == ["echo: plan my week", "echo: and monday?"])
+
+
+async def test_a_mention_among_a_busy_channels_talk_during_a_restart_is_answered(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """60 messages of people talking among themselves, then a mention, while the bot
+    restarts: catch-up pages on past them (it read the first 50 after the last mention;
+    found by review)."""
+    service = await make_service()
+    fake.channel_message(GUILD, GENERAL, ALICE, "hello bot", mentions_bot=True)
+    await until(lambda: texts(fake, GENERAL) == ["echo: hello bot"])
+    await service.stop()
+    for n in range(60):
+        fake.channel_message(GUILD, GENERAL, ALICE, f"chatter {n}", offline=True)
+    fake.channel_message(GUILD, GENERAL, ALICE, "are you back?", mentions_bot=True, offline=True)
+    await make_service()
+    await until(lambda: texts(fake, GENERAL) == ["echo: hello bot", "echo: are you back?"])
 
 
 async def test_a_reply_in_flight_when_the_service_stops_is_recorded_and_never_sent_again(

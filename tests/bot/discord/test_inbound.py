@@ -19,7 +19,9 @@ from tests.bot.discord.conftest import (
     texts,
     until,
 )
-from tests.fakes.discord_server import FakeDiscordServer
+from tests.fakes.discord_server import INTENT_MESSAGE_CONTENT, FakeDiscordServer
+
+CHANNEL_PINNED_MESSAGE, THREAD_CREATED = 6, 18  # Discord's message types
 
 
 async def settle(fake: FakeDiscordServer, user: int, service) -> None:
@@ -54,6 +56,21 @@ async def test_a_message_delivered_twice_is_answered_once(
     fake.dispatch("MESSAGE_CREATE", copy.deepcopy(pushed))  # a replay, as after a RESUME
     await settle(fake, ALICE, service)
     assert texts(fake, channel) == ["echo: only once", "echo: sentinel"]
+
+
+async def test_discords_own_lines_in_an_open_channel_are_not_answered(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """Someone starts a thread and pins a message: Discord's lines for them ("started a
+    thread: weekend plans", "pinned a message") are no one talking (the bot answered the
+    thread's name as a prompt, and said it cannot read the pin; found by review)."""
+    fake.allowed_intents |= INTENT_MESSAGE_CONTENT
+    await make_service(discord_open_channel_ids=str(GENERAL))
+    fake.channel_message(GUILD, GENERAL, ALICE, "weekend plans", kind=THREAD_CREATED)
+    fake.channel_message(GUILD, GENERAL, ALICE, "", kind=CHANNEL_PINNED_MESSAGE)
+    fake.channel_message(GUILD, GENERAL, ALICE, "hi all")
+    await until(lambda: texts(fake, GENERAL)[-1:] == ["echo: hi all"])  # one lane: in order
+    assert texts(fake, GENERAL) == ["echo: hi all"]
 
 
 async def test_a_message_of_only_attachments_reaches_the_model_as_files(
