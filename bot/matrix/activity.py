@@ -27,7 +27,7 @@ class RoomActivity:
         #: Rooms told "typing": only they are told it stopped (a fast answer costs no call).
         self._shown: set[str] = set()
 
-    def start(self, source: str) -> None:
+    def start_typing(self, source: str) -> None:
         task = self._typing.get(source)
         if task is None or task.done():
             self._typing[source] = self._runtime.background.spawn(self._type(source))

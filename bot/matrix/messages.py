@@ -198,7 +198,7 @@ class MessageHandler:
             return False
         if handed.before:
             return True
-        self._activity.start(m.source)
+        self._activity.start_typing(m.source)
         return True
 
     async def _hear(self, m: Incoming, audio: dict[str, Any]) -> Heard | None:
@@ -297,5 +297,5 @@ class MessageHandler:
             text,
             by=await self.name_of(m.sender),
             also=marking(MATRIX, m.key),
-            goes_on=partial(self._activity.start, m.source),
+            goes_on=partial(self._activity.start_typing, m.source),
         )

@@ -60,6 +60,8 @@ class Activity(Protocol):
 
     def thinking(self, source: str) -> None: ...
 
+    def start_typing(self, source: str) -> None: ...
+
     def stop_typing(self, source: str) -> None: ...
 
     async def end_stream(self, source: str) -> None: ...
@@ -118,8 +120,10 @@ class EventRenderer:
                 outbox.tool_ended(source, depth, name, SKIPPED)
                 await cards.close_by_id(source, event.tool_call_id, "cancelled", "cancelled")
             case ApprovalRequired():
+                activity.stop_typing(source)  # waiting for the person, not working
                 await cards.send_card(source, event)
             case Question():
+                activity.stop_typing(source)
                 await cards.send_question(source, event)
             case Done(content=content, message_id=message_id):
                 activity.stop_typing(source)
@@ -138,6 +142,7 @@ class EventRenderer:
                 await outbox.notice(source, event.message, key)
             case DecisionMade(tool_call_id=call_id, outcome=outcome, by=by, note=note):
                 await cards.close_by_id(source, call_id, outcome, "resolved", by=by, note=note)
+                activity.start_typing(source)  # the turn goes on
             case NewSession():
                 outbox.reset_progress(source)
                 await outbox.say(source, "🆕 New conversation started.")

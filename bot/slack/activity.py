@@ -27,7 +27,7 @@ class ThreadActivity:
         self._refused = False
         self._pending: dict[str, asyncio.Task[None]] = {}
 
-    def start(self, source: str) -> None:
+    def start_typing(self, source: str) -> None:
         if self._refused or parse_source(source).thread_ts is None:
             return
         task = self._pending.get(source)

@@ -167,7 +167,7 @@ class MessageHandler:
             return False
         if handed.before:
             return True
-        self._activity.start(m.source)
+        self._activity.start_typing(m.source)
         return True
 
     async def _hear(self, m: Incoming) -> Heard:
@@ -250,7 +250,7 @@ class MessageHandler:
             text,
             by=await self.name_of(m.user),
             also=marking(SLACK, m.key),
-            goes_on=partial(self._activity.start, m.source),
+            goes_on=partial(self._activity.start_typing, m.source),
         )
 
 

@@ -3,6 +3,8 @@ without a mention, strangers, what is never answered, and people's names."""
 
 from __future__ import annotations
 
+import asyncio
+
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.messages import (
@@ -14,8 +16,6 @@ from bot.slack.messages import (
     SlackMe,
 )
 from bot.slack.sending import SlackSender
-from engine.llm.scripted import text
-from tests.bot.platform_contract.scripts import shell
 from tests.bot.slack.conftest import ALICE, BOB, GENERAL, OWNER, MakeService, slack_of, texts, until
 from tests.engine.hub.conftest import EchoModel
 from tests.fakes.slack_server import BOT_USER_ID, FakeSlackServer
@@ -245,11 +245,20 @@ async def test_another_workspaces_event_and_a_retry_are_not_answered(
 async def test_a_thread_shows_the_bot_is_thinking_while_a_turn_runs(
     make_service: MakeService, fake: FakeSlackServer, model: EchoModel
 ) -> None:
-    model.add(shell("echo hi"), text("Done."))  # the turn waits on its card
+    release = asyncio.Event()
+    original = model.complete
+
+    async def slow(messages, tools, *, on_delta=None):  # type: ignore[no-untyped-def]
+        await release.wait()
+        return await original(messages, tools, on_delta=on_delta)
+
+    model.complete = slow  # type: ignore[method-assign]
     await make_service()
-    asked = fake.mention(GENERAL, ALICE, "run it")
+    asked = fake.mention(GENERAL, ALICE, "take your time")
     await until(lambda: fake.statuses)
     assert fake.statuses[0] == (GENERAL, asked.ts, "is thinking…")
+    release.set()
+    await until(lambda: texts(fake, GENERAL, asked.ts) == ["echo: take your time"])
 
 
 async def test_a_rate_limited_name_lookup_is_not_repeated_before_each_answer(
