@@ -62,6 +62,7 @@ __all__ = [
     "TokenRevoked",
     "check",
     "content_of",
+    "contents_of",
     "leave",
     "matrix_pacing",
 ]
@@ -70,9 +71,13 @@ log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
 
-#: Characters of Markdown per message: its body and its HTML stay well inside the
-#: homeserver's 64 KiB event limit.
+#: Characters of Markdown per message: its body and its HTML mostly stay well inside the
+#: homeserver's 64 KiB event limit; a part whose content does not (a table's HTML is
+#: several times its Markdown) is cut again (``contents_of``).
 MESSAGE_LIMIT = 8000
+#: Bytes of one message's content at most (the event around it, its thread relation
+#: included, fits the 65,536 bytes Synapse takes).
+CONTENT_BUDGET = 60_000
 _HTML = "org.matrix.custom.html"
 #: Where ``prepare`` puts a voice reply's spoken text until ``record`` lifts it out.
 _VOICE = "chathub.voice"
@@ -181,6 +186,32 @@ def _escape(text: str) -> str:
 
 def parts(markdown: str, limit: int = MESSAGE_LIMIT) -> list[str]:
     return [part for part in split_markdown(markdown, limit) if part.strip()]
+
+
+def contents_of(markdown: str, limit: int = MESSAGE_LIMIT) -> list[Json]:
+    """``markdown`` as messages' contents each within ``CONTENT_BUDGET``: a part whose HTML
+    makes it too big is cut again (until 2026-12-06 a long table's reply was refused by
+    the homeserver and lost); one that no cut brings within it goes as plain text."""
+    contents = []
+    for part in parts(markdown, limit):
+        content = content_of(part)
+        if _size(content) <= CONTENT_BUDGET:
+            contents.append(content)
+        elif limit > _SMALLEST_CUT:
+            contents.extend(contents_of(part, limit // 2))
+        else:
+            contents.append(
+                {k: v for k, v in content.items() if k not in ("format", "formatted_body")}
+            )
+    return contents
+
+
+#: Below this many characters a part is not cut again for its HTML's sake.
+_SMALLEST_CUT = 500
+
+
+def _size(content: Json) -> int:
+    return len(json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode())
 
 
 def in_thread(content: Json, place: Place) -> Json:
@@ -293,7 +324,7 @@ class MatrixSender(RowSender):
 
     def written(self, source: str, text: str) -> list[Json]:
         place = parse_source(source)
-        return [in_thread(content_of(part), place) for part in parts(text)]
+        return [in_thread(content, place) for content in contents_of(text)]
 
     def spoken(self, source: str, text: str) -> list[Json]:
         """Each voice reply carries its text content as the fallback (``_VOICE``)."""
@@ -341,8 +372,8 @@ class MatrixSender(RowSender):
 
     async def say_at(self, place: Place, markdown: str) -> None:
         """Markdown as one or more messages; a failure is logged, not raised."""
-        for part in parts(markdown):
-            if await self.post(place, in_thread(content_of(part), place)) is None:
+        for content in contents_of(markdown):
+            if await self.post(place, in_thread(content, place)) is None:
                 return
 
     async def notice_once(self, room_id: str, key: str, text: str) -> None:
