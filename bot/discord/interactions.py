@@ -134,8 +134,9 @@ class Interactions:
             await self._cards.close(card, "expired", "expired")
         elif result == "decided":
             await self._cards.close(card, outcome, "resolved", by=name, note=note or None)
-        else:
+        elif result == "kept":
             await _tell(interaction, NOT_ALLOWED)
+        # "taken": another click decided it first, and closes the card with its outcome
 
     # -- modals ---------------------------------------------------------------------------
 

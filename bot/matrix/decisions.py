@@ -87,8 +87,9 @@ class Decisions:
         elif result == "decided":
             name = await self._people.name_of(user)
             await self._cards.close(card, choice, "resolved", by=name, note=note or None)
-        else:
+        elif result == "kept":
             await self._refuse(card, user, NOT_ALLOWED)
+        # "taken": another reaction decided it first, and closes the card with its outcome
 
     async def _answer(self, card: CardRow, text: str, user: str) -> None:
         if not self._access.is_allowed(user):

@@ -136,7 +136,7 @@ def card_content(event: ApprovalRequired, deciders: str | None = None) -> CardCo
 # -- what a tap does ------------------------------------------------------------------
 
 
-Decided = Literal["decided", "expired", "kept"]
+Decided = Literal["decided", "expired", "kept", "taken"]
 
 
 async def decide(
@@ -148,7 +148,9 @@ async def decide(
     note: str = "",
 ) -> Decided:
     """Record ``choice``: ``decided``; ``expired`` when the call is no longer open;
-    ``kept`` when the decider may not decide it after all (the card stays as it is)."""
+    ``kept`` when the decider may not decide it after all (the card stays as it is);
+    ``taken`` when another decision came first (a double click: that one closes the card
+    with its outcome; closing it as expired here showed "Expired" on an approved call)."""
     try:
         await hub.decide(
             tool_call_id, HubChoice.named(choice), decider=decider, note=note, source=source
@@ -158,7 +160,7 @@ async def decide(
         return "kept"
     except (InboxError, HubError) as exc:
         log.info("decision on %s refused: %s", tool_call_id, exc)
-        return "expired"
+        return "taken" if isinstance(exc, InboxError) and exc.code == "resolved" else "expired"
     return "decided"
 
 

@@ -131,8 +131,9 @@ class Interactions:
         elif result == "decided":
             name = await self._messages.name_of(user)
             await self._cards.close(card, outcome, "resolved", by=name, note=note or None)
-        else:
+        elif result == "kept":
             await respond(NOT_ALLOWED)
+        # "taken": another click decided it first, and closes the card with its outcome
 
     # -- modals ---------------------------------------------------------------------------
 

@@ -227,7 +227,7 @@ class Actions:
         if decided == "decided":
             frame = resolved_frame(tool_call_id, choice, WEB_CHAT_DECIDER, note)
             await self._rooms.broadcast(source, frame)
-        elif decided == "expired":
+        elif decided in ("expired", "taken"):  # gone, or decided by another tap first
             await reply.send(ErrorFrame(code="expired", message=EXPIRED, ref=ref))
         else:
             await reply.send(ErrorFrame(code="not_allowed", message=NOT_ALLOWED, ref=ref))

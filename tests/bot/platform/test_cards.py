@@ -130,8 +130,13 @@ async def test_what_a_tap_does(button: Any, choice: Choice) -> None:
 
 
 async def test_a_closed_call_expires_and_a_refusal_keeps_the_card() -> None:
-    for error in (InboxError("resolved", "closed"), HubError("other session")):
+    """A call decided by another tap first is ``taken``: that tap closes the card with its
+    outcome (it was ``expired``, and a double click's second tap showed "Expired" on an
+    approved call)."""
+    for error in (InboxError("not_found", "gone"), HubError("other session")):
         assert await decide(Hub(error), "s", 5, "approve", OPERATOR) == "expired"  # type: ignore[arg-type]
+    taken = InboxError("resolved", "decided")
+    assert await decide(Hub(taken), "s", 5, "approve", OPERATOR) == "taken"  # type: ignore[arg-type]
     assert await decide(Hub(NotPermitted("no")), "s", 5, "reject", OPERATOR) == "kept"  # type: ignore[arg-type]
 
 

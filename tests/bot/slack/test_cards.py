@@ -4,6 +4,7 @@ or an answer, refusals only the clicking person sees."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from engine.approval import Decider
 from engine.hub import APPROVE
 from engine.llm.scripted import text
 from tests.bot.platform_contract.scripts import shell, tool_results
-from tests.bot.slack.conftest import ALICE, BOB, GENERAL, MakeService, slack_of, until
+from tests.bot.slack.conftest import ALICE, BOB, GENERAL, OWNER, MakeService, slack_of, until
 from tests.fakes.slack_server import FakeSlackServer, Message
 
 
@@ -105,6 +106,45 @@ async def test_approve_runs_the_call_and_the_card_loses_its_buttons(
     assert decided.buttons == [] and "Approved" in str(decided.blocks)
     assert "alice" in str(decided.blocks).lower()
     assert "hi" in tool_results(model)[0]
+
+
+async def test_a_double_click_on_approve_leaves_the_card_saying_who_approved(
+    fake: FakeSlackServer, make_service: MakeService, model
+) -> None:
+    """The owner, not met yet, double-clicks ✅: the first click looks up their name while
+    the second finds the call decided. The card says "Approved by …" (the second click
+    closed it as "Expired" first; found by review)."""
+    model.add(shell("echo hi"), text("Ran it."))
+    service = await make_service()
+    decisions: list[str] = []
+    hub_decide = service.hub.decide
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await hub_decide(*args, **kwargs)
+        finally:
+            decisions.append("tried")
+
+    service.hub.decide = counted  # type: ignore[method-assign]
+    web = slack_of(service).web
+    users_info = web.users_info
+
+    async def after_both_clicks(**kwargs: Any) -> Any:  # the first click's name lookup
+        if kwargs.get("user") == OWNER:
+            await until(lambda: len(decisions) == 2)
+        return await users_info(**kwargs)
+
+    web.users_info = after_both_clicks
+    fake.mention(GENERAL, ALICE, "run it")
+    await until(lambda: (shown := card_in(fake, GENERAL)) is not None and bool(shown.ts))
+    card = card_in(fake, GENERAL)
+    assert card is not None
+    fake.click(card, OWNER, action(card, "approve"))
+    fake.click(card, OWNER, action(card, "approve"))
+    await until(lambda: fake.message(GENERAL, card.ts).buttons == [])
+    closed = str(fake.message(GENERAL, card.ts).blocks)
+    assert "Approved" in closed and "Expired" not in closed
+    await until(lambda: any(m.text == "Ran it." for m in fake.messages(GENERAL)))
 
 
 async def test_reject_asks_a_reason_in_a_modal(
