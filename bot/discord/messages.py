@@ -18,7 +18,7 @@ from typing import Any
 
 import discord
 
-from bot.delivery import EventStore, PlatformError
+from bot.delivery import CardRow, EventStore, PlatformError
 from bot.discord.activity import ChannelActivity
 from bot.discord.cards import DiscordCards
 from bot.discord.incoming import DISCORD, Attachment, Incoming
@@ -137,9 +137,12 @@ class MessageHandler:
             if reply:
                 await say(m.channel_id, reply)
             return False
-        if text and await self._answer_question(m, text):
-            return False
-        if m.parent_id is None and m.channel_id in self._listening.thread_channels:
+        question = await self._cards.question_now(m.source, reply_to=m.reply_to or None)
+        if (
+            question is None
+            and m.parent_id is None
+            and m.channel_id in self._listening.thread_channels
+        ):
             m = await self._in_a_thread(m, text)
         attachments, problems = await self._download(m)
         if self._voice is not None and attachments:
@@ -153,6 +156,10 @@ class MessageHandler:
         if not text and not attachments:
             if not problems:
                 await say(m.channel_id, UNREADABLE_MESSAGE)
+            return False
+        # An open question is answered by the whole message: its voice heard, its files
+        # named (they were dropped, a voice answer was lost behind the waiting turn).
+        if question is not None and await self._answer_question(m, question, text, attachments):
             return False
         metadata: dict[str, Any] = {
             "discord_message_id": m.message_id,
@@ -213,11 +220,10 @@ class MessageHandler:
             return
         await self._sender.say_in(str(channel.id), text)
 
-    async def _answer_question(self, m: Incoming, text: str) -> bool:
+    async def _answer_question(
+        self, m: Incoming, card: CardRow, text: str, attachments: list[dict[str, Any]]
+    ) -> bool:
         """A reply to an open question, or any plain message while one is open, answers it."""
-        card = await self._cards.question_now(m.source, reply_to=m.reply_to or None)
-        if card is None:
-            return False
         return await self._cards.answer(
             card,
             text,
@@ -225,6 +231,7 @@ class MessageHandler:
             quietly=True,
             also=marking(DISCORD, m.message_id),
             goes_on=partial(self._activity.start_typing, m.source),
+            attachments=attachments,
         )
 
     async def _download(self, m: Incoming) -> tuple[list[dict[str, Any]], list[str]]:

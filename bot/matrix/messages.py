@@ -172,8 +172,6 @@ class MessageHandler:
             return False
         if m.relates_to is not None and await self._decisions.reply(m, text):
             return False
-        if text and await self._answer_question(m, text):
-            return False
         attachments: list[dict[str, Any]] = []
         if m.audio is not None and self._voice is not None:
             heard = await self._hear(m, m.audio)
@@ -184,6 +182,10 @@ class MessageHandler:
             await self._sender.say_at(m.place, "⚠️ " + FILES_NOT_READ)
             return False
         if not text:
+            return False
+        # An open question is answered by the whole message, its audio heard (a voice
+        # answer was lost behind the waiting turn).
+        if await self._answer_question(m, text, attachments):
             return False
         metadata = {
             "matrix_event_id": m.event_id,
@@ -287,7 +289,9 @@ class MessageHandler:
 
     # -- questions ----------------------------------------------------------------------------
 
-    async def _answer_question(self, m: Incoming, text: str) -> bool:
+    async def _answer_question(
+        self, m: Incoming, text: str, attachments: list[dict[str, Any]]
+    ) -> bool:
         """Any plain message in the conversation while a question is open answers it."""
         card = await self._cards.question_now(m.source)
         if card is None:
@@ -298,4 +302,5 @@ class MessageHandler:
             by=await self.name_of(m.sender),
             also=marking(MATRIX, m.key),
             goes_on=partial(self._activity.start_typing, m.source),
+            attachments=attachments,
         )

@@ -13,7 +13,7 @@ card the platform refuses is closed unseen.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
@@ -31,7 +31,7 @@ from bot.delivery import (
 from bot.platform.cards import CardContent, RejectWindows, card_content, reply_target
 from bot.platform.tasks import Runtime
 from engine.hub import ChatHub, HubError
-from engine.session import ApprovalRequired, Question
+from engine.session import ApprovalRequired, Question, attachments_block
 from engine.store import InboxError
 
 __all__ = ["CardFace", "OpenCards", "Words", "card_is_live", "tapped"]
@@ -112,14 +112,19 @@ class OpenCards:
         quietly: bool = False,
         also: Callable[[Connection], None] | None = None,
         goes_on: Callable[[], object] | None = None,
+        attachments: Sequence[dict[str, Any]] = (),
     ) -> bool:
         """Answer the question ``card`` with ``text`` and close it (``quietly``: the
         platform shows the outcome on its own); ``also`` commits with the answer (the
         message's event marked handled: a crash cannot hand it over again); ``goes_on``
-        is called as the waiting turn goes on (the platform's "typing…").
+        is called as the waiting turn goes on (the platform's "typing…"); the files the
+        message brought (``attachments``, kept in the workspace) are named in the answer
+        as a message's are.
         True: the message was the answer (or was already: the same words, or its event
         handled before; never a new message then). False when the hub no longer waits for
         it (closed as expired: the message is a message)."""
+        if attachments:
+            text = f"{text}\n\n{attachments_block(list(attachments))}".strip()
         repeated = False
         try:
             await self._hub.answer(card.tool_call_id, text, source=card.source, also=also)

@@ -141,8 +141,6 @@ class MessageHandler:
             if reply:
                 await self._sender.say_at(place, reply)
             return False
-        if text and await self._answer_question(m, text):
-            return False
         attachments: list[dict[str, Any]] = []
         if m.audio and self._voice is not None:
             heard = await self._hear(m)
@@ -153,6 +151,10 @@ class MessageHandler:
             if not text:
                 return False
         if not text:
+            return False
+        # An open question is answered by the whole message, its audio heard (a voice
+        # answer was lost behind the waiting turn).
+        if await self._answer_question(m, text, attachments):
             return False
         metadata = {
             "slack_ts": m.ts,
@@ -240,7 +242,9 @@ class MessageHandler:
         if channel is not None:
             await self._sender.say_at(Place(channel), text)
 
-    async def _answer_question(self, m: Incoming, text: str) -> bool:
+    async def _answer_question(
+        self, m: Incoming, text: str, attachments: list[dict[str, Any]]
+    ) -> bool:
         """Any plain message in the conversation while a question is open answers it."""
         card = await self._cards.question_now(m.source)
         if card is None:
@@ -251,6 +255,7 @@ class MessageHandler:
             by=await self.name_of(m.user),
             also=marking(SLACK, m.key),
             goes_on=partial(self._activity.start_typing, m.source),
+            attachments=attachments,
         )
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
         message_chars,
     )
     from engine.session.context.messages import SystemParts
-    from engine.session.context.transcript import FrameTranscript
+    from engine.session.context.transcript import FrameTranscript, attachments_block
     from engine.session.events import (
         AgentEnd,
         AgentStart,
@@ -58,6 +58,7 @@ _LAZY = {
     "Error": "engine.session.events",
     "Final": "engine.session.outcomes",
     "FrameTranscript": "engine.session.context.transcript",
+    "attachments_block": "engine.session.context.transcript",
     "ModelFallback": "engine.session.events",
     "Question": "engine.session.events",
     "SystemParts": "engine.session.context.messages",
@@ -105,6 +106,7 @@ __all__ = [
     "TurnEvent",
     "TurnResult",
     "UserMessage",
+    "attachments_block",
     "background_error",
     "estimate_tokens",
     "load_context",

@@ -105,7 +105,13 @@ class MessageHandler:
         if command is not None:
             await self._command(m, user, *command)
             return False
-        if await self._answer_card(m):
+        target = await self._cards.answered_now(
+            m.source,
+            reply_to=None if m.reply_to_message_id is None else str(m.reply_to_message_id),
+            is_command=m.text.startswith("/"),
+        )
+        if target is not None and target[0] == "reason":  # for an approval card's ❌
+            await self._approvals.reject(target[1], m.user_name, m.text, self._access.decider(user))
             return False
         say = self._sender.say_in
         files = await self._files(m) if m.files else _Files()
@@ -120,6 +126,10 @@ class MessageHandler:
         if not text.strip() and not attachments:
             if not problems:
                 await say(m.chat_id, m.thread_id, UNREADABLE_MESSAGE)
+            return False
+        # An open question is answered by the whole message: its voice heard, its files
+        # named (they were dropped, a voice answer was an empty one).
+        if target is not None and await self._answer_question(m, target[1], text, attachments):
             return False
         metadata: dict[str, Any] = {
             "telegram_message_id": m.message_id,
@@ -209,32 +219,19 @@ class MessageHandler:
         if reply:
             await self._sender.say_in(m.chat_id, m.thread_id, reply)
 
-    async def _answer_card(self, m: Message) -> bool:
-        """A reply to a question (or any message while one is open) answers it; a reply
-        to an approval card in its reject window is the reason."""
-        target = await self._cards.answered_now(
-            m.source,
-            reply_to=None if m.reply_to_message_id is None else str(m.reply_to_message_id),
-            is_command=m.text.startswith("/"),
-        )
-        if target is None:
-            return False
-        what, card = target
-        if what == "answer":
-            return await self._answer_question(m, card)
-        decider = self._access.decider(m.user_id)
-        await self._approvals.reject(card, m.user_name, m.text, decider)
-        return True
-
-    async def _answer_question(self, m: Message, card: CardRow) -> bool:
+    async def _answer_question(
+        self, m: Message, card: CardRow, text: str, attachments: list[dict[str, Any]]
+    ) -> bool:
+        """A reply to a question (or any message while one is open) answers it."""
         update_id = m.update_id
         return await self._cards.answer(
             card,
-            m.text,
+            text,
             by=None,
             quietly=True,
             also=lambda conn: mark_handled_in(conn, update_id),
             goes_on=partial(self._activity.start_typing, m.source),
+            attachments=attachments,
         )
 
 

@@ -12,6 +12,7 @@ from engine.llm.scripted import text as reply
 from engine.llm.scripted import tool_call
 from tests.bot.delivery.fakes import outbox_rows
 from tests.bot.discord.conftest import ALICE, GENERAL, GUILD, MakeService, texts, until
+from tests.bot.platform_contract.scripts import tool_results
 from tests.engine.hub.conftest import EchoModel
 from tests.fakes.discord_server import FakeDiscordServer, SentMessage
 from tests.fakes.openai_server import FakeOpenAIServer, ScriptedReply
@@ -192,3 +193,40 @@ async def test_a_long_answer_is_spoken_in_parts_cut_between_sentences(
     inputs = [r["input"] for r in fake_openai.speech_requests]
     assert all(len(i) <= 2000 and i.endswith("characters.") for i in inputs)
     assert " ".join(inputs) == (sentence * 120).strip()
+
+
+async def test_a_voice_message_answers_the_agents_question(
+    fake: FakeDiscordServer,
+    make_service: MakeService,
+    fake_openai: FakeOpenAIServer,
+    model: EchoModel,
+) -> None:
+    """The agent asks; Alice answers aloud. What was heard is the answer (it was taken
+    as a new message behind the turn waiting for an answer, which never came)."""
+    ask = tool_call("ask_user_clarification", '{"question": "Which room?"}', "q1")
+    model.add(ask, reply("Booked the blue room."))
+    await make_service(transcribe_model="whisper-1", transcribe_base_url=fake_openai.base_url)
+    channel = fake.dm(ALICE, "book a room")["channel_id"]
+    await until(lambda: any(t.startswith("**❓ Question**") for t in texts(fake, channel)))
+    fake_openai.transcribe("the blue one")
+    fake.dm(ALICE, "", attachments=[("voice-message.ogg", OGG, "audio/ogg")], voice_seconds=2.0)
+    await until(lambda: "Booked the blue room." in texts(fake, channel))
+    [answer] = tool_results(model)
+    assert answer.startswith("the blue one\n\n[SYSTEM INFO] The user attached files")
+
+
+async def test_a_file_sent_with_the_answer_to_a_question_is_named_in_it(
+    fake: FakeDiscordServer, make_service: MakeService, model: EchoModel
+) -> None:
+    """Alice answers "this one" with the log attached: the file is kept in the workspace
+    and the answer names it (it was neither saved nor told; found by review)."""
+    ask = tool_call("ask_user_clarification", '{"question": "Which log?"}', "q1")
+    model.add(ask, reply("Reading it."))
+    await make_service()
+    channel = fake.dm(ALICE, "look at my logs")["channel_id"]
+    await until(lambda: any(t.startswith("**❓ Question**") for t in texts(fake, channel)))
+    fake.dm(ALICE, "this one", attachments=[("app.log", b"ERROR disk full", "text/plain")])
+    await until(lambda: "Reading it." in texts(fake, channel))
+    [answer] = tool_results(model)
+    assert answer.startswith("this one\n\n[SYSTEM INFO] The user attached files")
+    assert f"uploads/discord/{channel}/" in answer and "app.log" in answer

@@ -7,7 +7,9 @@ import logging
 
 import pytest
 
-from tests.bot.telegram_contract.conftest import ALICE, eventually, stop, texts
+from engine.llm.scripted import text, tool_call
+from tests.bot.platform_contract.scripts import tool_results
+from tests.bot.telegram_contract.conftest import ALICE, eventually, find, stop, texts
 from tests.bot.telegram_contract.test_message_kinds import only_reply, private
 from tests.fakes.openai_server import FakeOpenAIServer, ScriptedReply
 
@@ -347,3 +349,18 @@ async def test_without_speech_the_tool_says_to_answer_in_text(start_service, tel
     await eventually(lambda: "In text then." in texts(telegram, ALICE))
     tool_result = [m for m in model.requests[-1][0] if m["role"] == "tool"][-1]["content"]
     assert "speech is not set up" in tool_result and voices(telegram) == []
+
+
+async def test_a_voice_note_answers_the_agents_question(heard, telegram, model, fake_openai):
+    """The agent asks; Alice answers with a voice note. What was heard is the answer (the
+    answer was the note's empty text, on both bindings)."""
+    ask = tool_call("ask_user_clarification", '{"question": "Which city?"}', "q")
+    model.add(ask, text("Booking Rome."))
+    telegram.user_message(ALICE, ALICE, "book a hotel")
+    await eventually(lambda: find(telegram, ALICE, "❓ Question"))
+    telegram.add_file("v1", OGG)
+    fake_openai.transcribe("Rome, please")
+    private(telegram, voice=voice())
+    await eventually(lambda: "Booking Rome." in texts(telegram, ALICE))
+    [answer] = tool_results(model)
+    assert answer.startswith("Rome, please\n\n[SYSTEM INFO] The user attached files")
