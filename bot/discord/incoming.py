@@ -17,6 +17,7 @@ import discord
 __all__ = [
     "DISCORD",
     "PREFIX",
+    "REPLY_TO_KEY",
     "Attachment",
     "Incoming",
     "mentions_of",
@@ -31,6 +32,11 @@ PREFIX = "discord:"
 Json = dict[str, Any]
 
 _MAX_NAME = 100
+
+
+#: A message's metadata key naming it as the one the answer replies to (a server
+#: channel's message: DMs and threads need no reply).
+REPLY_TO_KEY = "discord_reply_to"
 
 
 def source_of(channel_id: str, thread_id: str | None = None) -> str:

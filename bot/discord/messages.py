@@ -21,7 +21,7 @@ import discord
 from bot.delivery import CardRow, EventStore, PlatformError
 from bot.discord.activity import ChannelActivity
 from bot.discord.cards import DiscordCards
-from bot.discord.incoming import DISCORD, Attachment, Incoming
+from bot.discord.incoming import DISCORD, REPLY_TO_KEY, Attachment, Incoming
 from bot.discord.sending import DiscordSender, discord_call
 from bot.platform.access import Access
 from bot.platform.commands import CommandRegistry
@@ -167,14 +167,14 @@ class MessageHandler:
         }
         if attachments:
             metadata["attachments"] = attachments
+        if m.guild_id is not None and m.parent_id is None:
+            metadata[REPLY_TO_KEY] = m.message_id  # its answer replies to it
         handed = await hand_over(self._hub, DISCORD, m.message_id, m.source, text, metadata)
         if handed.refusal is not None:
             await say(m.channel_id, handed.refusal)
             return False
         if handed.before:
             return True
-        if m.guild_id is not None and m.parent_id is None:
-            self._sender.asking[m.source] = m.message_id
         self._activity.start_typing(m.source)
         return True
 

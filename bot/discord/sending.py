@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 
 import aiohttp
 import discord
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from bot.delivery import (
     OTHER,
@@ -38,7 +40,7 @@ from bot.delivery import (
     Unavailable,
     clamp_retry_after,
 )
-from bot.discord.incoming import DISCORD, target_of
+from bot.discord.incoming import DISCORD, REPLY_TO_KEY, parse_source, target_of
 from bot.discord.settings import DiscordSettings
 from bot.discord.voice_message import voice_message
 from bot.platform.chunks import split_markdown
@@ -46,6 +48,7 @@ from bot.platform.outbox import RowSender, last_lines
 from bot.platform.protocols import MessageRef
 from bot.platform.voice_mode import VoiceMode
 from bot.platform.voice_out import VOICE, Speak, audio_of, text_instead, voice_payloads
+from engine.store import chat_history
 
 __all__ = [
     "MESSAGE_LIMIT",
@@ -69,6 +72,24 @@ MESSAGE_LIMIT = 2000
 Buttons = list[list[Json]]
 
 _NO_PINGS = discord.AllowedMentions.none()
+
+
+_asker = chat_history.alias("asker")
+#: The metadata of the person's message an answer answers: its frame's newest before it.
+_ASKED = (
+    sa.select(chat_history.c.metadata)
+    .where(
+        chat_history.c.session_stack_id
+        == sa.select(_asker.c.session_stack_id)
+        .where(_asker.c.id == sa.bindparam("answer"))
+        .scalar_subquery(),
+        chat_history.c.id < sa.bindparam("answer"),
+        chat_history.c.role == "user",
+        chat_history.c.is_synthetic.is_(False),
+    )
+    .order_by(chat_history.c.id.desc())
+    .limit(1)
+)
 
 
 class DiscordError(PlatformError):
@@ -220,9 +241,6 @@ class DiscordSender(RowSender):
         """``voice_mode``: the chats whose replies are spoken (``/voice on``)."""
         super().__init__(outbound, target_of, voice_mode)
         self.bot = bot
-        #: A server channel's answer replies to the message that asked (the newest one
-        #: taken in): in a busy channel it shows whom it answers. DMs and threads need not.
-        self.asking: dict[str, str] = {}
 
     # -- the outbox's sender ----------------------------------------------------------------
 
@@ -232,14 +250,20 @@ class DiscordSender(RowSender):
     def spoken(self, source: str, text: str) -> list[Json]:
         return voice_payloads(text, _content)
 
-    def prepare(self, source: str, text: str) -> list[Json]:
-        """The reply's messages (``RowSender.prepare``), the first replying to the message
-        that asked in a server channel."""
-        parts = super().prepare(source, text)
-        asked = self.asking.get(source)
-        if parts and asked is not None:
-            parts[0]["reply_to"] = asked  # stored with the row: a redelivery replies too
-        return parts
+    def answering(
+        self, conn: Connection, source: str, answer_id: int, prepared: list[Json]
+    ) -> list[Json]:
+        """In a server channel the answer's first message replies to the message it
+        answers (the turn's newest), so a busy channel shows whom it answers; stored with
+        the row, a redelivery replies too. It replied to the newest message taken in,
+        another person's while the turn ran (found by review)."""
+        if not prepared or parse_source(source)[1] is not None:
+            return prepared  # a thread's conversation needs none
+        asked = conn.execute(_ASKED, {"answer": answer_id}).scalar()
+        reply_to = asked.get(REPLY_TO_KEY) if isinstance(asked, dict) else None
+        if not isinstance(reply_to, str):
+            return prepared  # a DM's, or a message of before
+        return [{**prepared[0], "reply_to": reply_to}, *prepared[1:]]
 
     async def say(self, source: str, text: str) -> None:
         await self.say_in(target_of(source), text)

@@ -94,7 +94,8 @@ class Outbox(Generic[Prepared, Row]):
 
         def record(conn: Connection, message_id: int) -> None:
             key = final_key(message_id)
-            self._finals[message_id] = self._sender.record(conn, source, key, prepared)
+            parts = self._sender.answering(conn, source, message_id, prepared)
+            self._finals[message_id] = self._sender.record(conn, source, key, parts)
 
         return record
 
@@ -212,6 +213,13 @@ class RowSender:
         said = self.spoken(source, text)
         await self.send_durable(source, key, said)
         return len(said)
+
+    def answering(
+        self, conn: Connection, source: str, answer_id: int, prepared: list[Any]
+    ) -> list[Any]:
+        """An answer's parts as they are recorded, in its transaction (whose rows it may
+        read: what it answers); as prepared unless the platform points them somewhere."""
+        return prepared
 
     def record(
         self, conn: Connection, source: str, key: str, prepared: list[Any]

@@ -83,12 +83,17 @@ class AccessStore(Protocol):
 class OutboxSender(Protocol[Prepared, Row]):
     """How a platform sends what the outbox hands it.
 
-    A final reply is ``prepare``d (rendered) before its transaction, ``record``ed in it
-    (one row per part, keys ``<key>:<part>``) and sent from those rows; ``send_durable``
+    A final reply is ``prepare``d (rendered) before its transaction, pointed at what it
+    answers there (``answering``: Discord's reply to the message that asked), ``record``ed
+    in it (one row per part, keys ``<key>:<part>``) and sent from those rows; ``send_durable``
     covers a reply stored without rows. ``say`` is a plain message nobody needs again.
     """
 
     def prepare(self, source: str, text: str) -> Prepared: ...
+
+    def answering(
+        self, conn: Connection, source: str, answer_id: int, prepared: Prepared
+    ) -> Prepared: ...
 
     def record(self, conn: Connection, source: str, key: str, prepared: Prepared) -> list[Row]: ...
 

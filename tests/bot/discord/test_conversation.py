@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
+
+from engine.store import utcnow
 from tests.bot.discord.conftest import (
     ALICE,
     GENERAL,
     GUILD,
     OWNER,
     MakeService,
+    discord_of,
     texts,
     until,
 )
 from tests.fakes.discord_server import INTENT_MESSAGE_CONTENT, FakeDiscordServer
+
+HOUR = timedelta(hours=1)
 
 
 async def test_a_dm_is_answered_once(fake: FakeDiscordServer, make_service: MakeService) -> None:
@@ -33,6 +40,43 @@ async def test_a_mention_in_a_guild_channel_is_answered_there(
     dm = fake.dm(ALICE, "and here?")["channel_id"]
     await until(lambda: texts(fake, dm) == ["echo: and here?"])
     assert fake.messages(dm)[0].reply_to is None
+
+
+async def stored(service, message_id: str) -> None:
+    """Until the bot has stored the gateway's message ``message_id``."""
+    events = discord_of(service).events
+    for _ in range(2000):
+        if any(p["message_id"] == message_id for p in await events.recent(utcnow() - HOUR, 20)):
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"message {message_id} was never stored")
+
+
+async def test_in_a_busy_channel_each_answer_replies_to_the_message_it_answers(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    """The owner asks while Alice's turn runs: Alice's answer replies to Alice's message,
+    the owner's to the owner's (both replied to the newest message taken in, the owner's;
+    found by review)."""
+    release = asyncio.Event()
+    service = await make_service()
+    original = model.complete
+
+    async def slow(messages, tools, *, on_delta=None):  # type: ignore[no-untyped-def]
+        await release.wait()
+        return await original(messages, tools, on_delta=on_delta)
+
+    model.complete = slow  # type: ignore[method-assign]
+    alice = fake.channel_message(GUILD, GENERAL, ALICE, "what is 2+2?", mentions_bot=True)
+    await until(lambda: service.hub.is_processing(f"discord:{GENERAL}"))
+    owner = fake.channel_message(GUILD, GENERAL, OWNER, "and the weather?", mentions_bot=True)
+    await stored(service, owner["id"])
+    await discord_of(service).drain()  # the owner's message handed to the hub, behind Alice's
+    release.set()
+    await until(lambda: len(texts(fake, GENERAL)) == 2)
+    replies = {m.content: m.reply_to for m in fake.messages(GENERAL)}
+    assert replies["echo: what is 2+2?"] == alice["id"]
+    assert replies["echo: and the weather?"] == owner["id"]
 
 
 async def test_in_a_thread_channel_a_mention_starts_a_thread_the_talk_goes_on_in(

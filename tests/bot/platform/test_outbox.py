@@ -18,6 +18,9 @@ class Sender:
     def prepare(self, source: str, text: str) -> list[str]:
         return text.split("|")  # a "part" per |
 
+    def answering(self, conn: Any, source: str, answer_id: int, prepared: list[str]) -> list[str]:
+        return prepared
+
     def record(self, conn: Any, source: str, key: str, prepared: list[str]) -> list[str]:
         rows = [f"{key}:{i}={part}" for i, part in enumerate(prepared)]
         self.log.append(("record", conn, source, rows))
