@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import httpx
 
 from engine.bus import SystemEventBus
-from engine.llm import ModelRegistry, OpenAICompatModel
+from engine.llm import ChatModel, ModelRegistry, OpenAICompatModel, with_tool_schemas
 from providers.registry import ProviderRegistry, follow_providers
 
 __all__ = ["ChatModels"]
@@ -50,12 +50,18 @@ class ChatModels:
 
     def offer(self) -> None:
         offered = [
-            OpenAICompatModel(_Settings(name, provider.base_url, provider.api_key), self._http)
+            self._model(_Settings(name, provider.base_url, provider.api_key))
             for provider in self._registry.current
             if "chat" in provider.serves
             for name in provider.models
         ]
         self._models.offer(offered)
+
+    def _model(self, settings: _Settings) -> ChatModel:
+        """With portable tool schemas, as a configured model (``ModelRegistry``): an MCP
+        tool's $defs/$ref made a provider's Gemini or llama.cpp model answer 400."""
+        model = OpenAICompatModel(settings, self._http)
+        return with_tool_schemas(model, strict=settings.strict_tool_schemas)
 
     async def follow(self, bus: SystemEventBus) -> None:
         await follow_providers(bus, self._offer_again)

@@ -30,11 +30,17 @@ class ProviderError(ValueError):
     """A provider refused: the message says which field and why, in one sentence."""
 
 
+def name_of(name: str) -> str:
+    """A provider's name as stored and looked up."""
+    return name.strip().lower()
+
+
 def masked(key: str) -> str:
-    """A key as it may be shown: its first and last characters at most."""
+    """A key as it may be shown: its first three and last four characters, and those only
+    of a key of 20 or more (7 of a local server's 12 were shown; found by review)."""
     if not key:
         return "(none)"
-    if len(key) < 12:
+    if len(key) < 20:
         return "…" * 3
     return f"{key[:3]}…{key[-4:]}"
 
@@ -73,7 +79,7 @@ class Provider:
         models: object,
     ) -> Provider:
         """A provider from what a person typed; ``ProviderError`` names what is wrong."""
-        if not isinstance(name, str) or not _NAME.match(name.strip().lower()):
+        if not isinstance(name, str) or not _NAME.match(name_of(name)):
             raise ProviderError(
                 "name: 1-64 lower-case letters, digits, '.', '_' or '-' (like groq or local-whisper)"
             )
@@ -95,7 +101,7 @@ class Provider:
         listed = _words(models, "models")
         if len(listed) > _MAX_MODELS or any(len(m) > 200 for m in listed):
             raise ProviderError(f"models: at most {_MAX_MODELS} names of at most 200 characters")
-        return cls(name.strip().lower(), url, key, tuple(wanted), tuple(listed))
+        return cls(name_of(name), url, key, tuple(wanted), tuple(listed))
 
 
 def _words(value: object, field: str) -> list[str]:
@@ -118,13 +124,16 @@ class ProviderStore:
             raise ProviderError(f"name: a provider named {provider.name!r} exists; remove it first")
 
     async def remove(self, name: str) -> Provider | None:
-        return await self._db.run(_remove, name)
+        """``name`` as typed: found as stored (``Groq`` is ``groq``)."""
+        return await self._db.run(_remove, name_of(name))
 
     async def all(self) -> list[Provider]:
         return await self._db.run(_all)
 
     async def get(self, name: str) -> Provider | None:
-        return await self._db.run(_get, name)
+        """``name`` as typed: found as stored (``Groq`` is ``groq``; ``chathub providers
+        add Groq`` took it, and ``remove Groq`` said there was none)."""
+        return await self._db.run(_get, name_of(name))
 
     async def version(self) -> int:
         return await self._db.run(_version)

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from engine.llm.protocols import ChatModel
     from engine.llm.registry import ModelRegistry
     from engine.llm.scripted import ScriptedModel, text, tool_call
+    from engine.llm.tool_schemas import with_tool_schemas
     from engine.llm.types import (
         LlmConnectionError,
         LlmError,
@@ -42,6 +43,7 @@ _LAZY = {
     "Usage": "engine.llm.types",
     "text": "engine.llm.scripted",
     "tool_call": "engine.llm.scripted",
+    "with_tool_schemas": "engine.llm.tool_schemas",
 }
 
 __all__ = [
@@ -60,6 +62,7 @@ __all__ = [
     "Usage",
     "text",
     "tool_call",
+    "with_tool_schemas",
 ]
 
 

@@ -47,6 +47,15 @@ async def test_add_list_test_remove(url: str, fake_openai: FakeOpenAIServer) -> 
     assert (await run(url, "list"))[1].strip() == "No providers."
 
 
+async def test_a_provider_is_named_as_it_was_added(url: str) -> None:
+    """Added as "Groq" (stored as groq), removed as "Groq" (it was "no provider named
+    'Groq'"; found by review)."""
+    base = "https://api.groq.com/openai/v1"
+    assert (await run(url, "add", "Groq", "--base-url", base, "--serves", "chat"))[0] == 0
+    status, out, err = await run(url, "remove", "Groq")
+    assert (status, err) == (0, "") and "Removed groq." in out
+
+
 async def test_a_refused_key_fails_the_test_in_one_line(url: str, fake_openai) -> None:
     fake_openai.api_key = "the-right-one"
     await run(url, "add", "x", "--base-url", fake_openai.base_url, "--serves", "chat", key=KEY)

@@ -34,6 +34,8 @@ def test_a_provider_is_checked_and_never_shows_its_key():
     assert KEY not in repr(provider) and KEY not in str(provider.shown())
     assert provider.shown()["key"] == "gsk…cdef" == masked(KEY)
     assert masked("") == "(none)" and masked("short") == "………"
+    # A local server's short key shows nothing of itself (7 of its 12 characters showed).
+    assert masked("sk-local-123") == masked("sk-local-12345678") == "………"
 
 
 @pytest.mark.parametrize(

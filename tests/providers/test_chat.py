@@ -1,0 +1,61 @@
+"""The providers' chat models as the engine's model registry offers them."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from engine.llm import LlmError, ModelRegistry
+from providers import Provider
+from providers.chat import ChatModels
+from tests.engine.hub.conftest import EchoModel
+
+KEY = "gsk_live_0123456789abcdef"
+
+# What an MCP server built with pydantic or zod offers: $schema, $defs and a $ref.
+MCP_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "mcp__news__search",
+        "description": "search the news",
+        "parameters": {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "object",
+            "properties": {"query": {"$ref": "#/$defs/Query"}},
+            "required": ["query"],
+            "$defs": {"Query": {"type": "string"}},
+        },
+    },
+}
+
+
+async def test_a_providers_chat_model_gets_portable_tool_schemas_like_a_configured_one(
+    two_processes,
+):
+    """A model chosen with /model from a provider (e.g. Gemini's OpenAI endpoint, which
+    answers 400 to $defs/$ref) must get the same portable schemas a configured model
+    gets (strict_tool_schemas is on by default; found by review)."""
+    (registry, _), _buses = two_processes
+    sent: list[dict] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(400, json={"error": {"message": "Invalid JSON payload: $ref"}})
+
+    models = ModelRegistry([EchoModel(name="primary")])
+    async with httpx.AsyncClient(transport=httpx.MockTransport(server)) as http:
+        chat = ChatModels(registry, models, http)
+        await registry.store.add(
+            Provider.checked("gemini", "https://gemini.example/v1", KEY, "chat", "gemini-2.0")
+        )
+        await registry.load()
+        chat.offer()
+        model = models.get("gemini-2.0")
+        assert model is not None
+        with pytest.raises(LlmError):
+            await model.complete([{"role": "user", "content": "news?"}], [MCP_TOOL])
+    [body] = sent
+    parameters = body["tools"][0]["function"]["parameters"]
+    assert "$defs" not in json.dumps(parameters) and "$ref" not in json.dumps(parameters)
