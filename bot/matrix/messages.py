@@ -170,8 +170,6 @@ class MessageHandler:
             if reply:
                 await self._sender.say_at(m.place, reply)
             return False
-        if m.relates_to is not None and await self._decisions.reply(m, text):
-            return False
         attachments: list[dict[str, Any]] = []
         if m.audio is not None and self._voice is not None:
             heard = await self._hear(m, m.audio)
@@ -183,8 +181,10 @@ class MessageHandler:
             return False
         if not text:
             return False
-        # An open question is answered by the whole message, its audio heard (a voice
-        # answer was lost behind the waiting turn).
+        # A reply to a card (a reason) and an open question's answer are the whole
+        # message, its audio heard (a voice answer was lost behind the waiting turn).
+        if m.relates_to is not None and await self._decisions.reply(m, text):
+            return False
         if await self._answer_question(m, text, attachments):
             return False
         metadata = {

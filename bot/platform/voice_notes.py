@@ -111,6 +111,11 @@ class VoiceNotes:
             relative = folder / _SAFE.sub("_", f"{stem}_{Path(name).name}")[:150]
             try:
                 data = await download(str(audio["url"]))
+                # Its real size: a message may give none, or less than the file has.
+                why = self.refusal(kind, name, len(data), None)
+                if why is not None:
+                    problems.append(why)
+                    continue
                 target = self.workspace / relative
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)

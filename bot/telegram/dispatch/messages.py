@@ -110,9 +110,6 @@ class MessageHandler:
             reply_to=None if m.reply_to_message_id is None else str(m.reply_to_message_id),
             is_command=m.text.startswith("/"),
         )
-        if target is not None and target[0] == "reason":  # for an approval card's ❌
-            await self._approvals.reject(target[1], m.user_name, m.text, self._access.decider(user))
-            return False
         say = self._sender.say_in
         files = await self._files(m) if m.files else _Files()
         attachments, problems = files.attachments, files.problems
@@ -123,6 +120,9 @@ class MessageHandler:
         text = "\n".join(line for line in lines if line)
         if problems:  # one warning per message, whatever went wrong with its files
             await say(m.chat_id, m.thread_id, "⚠️ " + " ".join(problems))
+        if target is not None and target[0] == "reason":  # for an approval card's ❌, heard
+            await self._approvals.reject(target[1], m.user_name, text, self._access.decider(user))
+            return False
         if not text.strip() and not attachments:
             if not problems:
                 await say(m.chat_id, m.thread_id, UNREADABLE_MESSAGE)

@@ -3,10 +3,12 @@ fake OpenAI-compatible one, real multipart over HTTP), said back, and given to t
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
 
+from bot.telegram.rendering.cards import format_callback
 from engine.llm.scripted import text, tool_call
 from tests.bot.platform_contract.scripts import tool_results
 from tests.bot.telegram_contract.conftest import ALICE, eventually, find, stop, texts
@@ -364,3 +366,27 @@ async def test_a_voice_note_answers_the_agents_question(heard, telegram, model, 
     await eventually(lambda: "Booking Rome." in texts(telegram, ALICE))
     [answer] = tool_results(model)
     assert answer.startswith("Rome, please\n\n[SYSTEM INFO] The user attached files")
+
+
+async def test_a_reason_given_as_a_voice_note_is_heard_and_shown_on_the_rejected_card(
+    heard, telegram, model, fake_openai
+):
+    """❌ on a card, then a voice note in reply: the call is rejected with what was heard
+    as its reason (it was rejected with an empty one; found by review)."""
+    model.add(
+        tool_call("execute_cmd", json.dumps({"command": "rm -rf data"}), "c1"), text("Understood.")
+    )
+    telegram.user_message(ALICE, ALICE, "clean up")
+    card = await eventually(lambda: find(telegram, ALICE, "Approval needed"))
+    call_id = int(card.reply_markup["inline_keyboard"][0][0]["callback_data"].split(":")[1])
+    telegram.callback(ALICE, ALICE, card.message_id, format_callback(call_id, "reject"))
+    await eventually(lambda: "reason" in (telegram.message(ALICE, card.message_id).text or ""))
+    telegram.add_file("v1", OGG)
+    fake_openai.transcribe("keep the data")
+    private(telegram, voice=voice(), reply_to_message=reply_to(card.message_id))
+    await eventually(lambda: "Understood." in texts(telegram, ALICE))
+    assert "keep the data" in telegram.message(ALICE, card.message_id).text
+
+
+def reply_to(message_id: int) -> dict:
+    return {"message_id": message_id, "chat": {"id": ALICE, "type": "private"}, "date": 0}

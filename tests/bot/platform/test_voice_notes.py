@@ -1,0 +1,44 @@
+"""``VoiceNotes``: a platform's audio held to the limits, heard once downloaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bot.platform.voice_notes import VoiceNotes
+from providers import Endpoint
+
+
+class Transcription:
+    def endpoint(self) -> Endpoint:
+        return Endpoint("http://stt.example/v1", "", "whisper-1", "TRANSCRIBE_MODEL")
+
+
+class Transcriber:
+    def __init__(self) -> None:
+        self.uploads: list[int] = []
+
+    async def transcribe(self, endpoint: Endpoint, audio: bytes, filename: str, mime: str) -> str:
+        self.uploads.append(len(audio))
+        return "hello"
+
+
+async def test_audio_larger_than_it_said_is_held_to_the_limit_once_downloaded(
+    tmp_path: Path,
+) -> None:
+    """A Matrix m.audio without ``info.size`` (or with less than the file has): 30 MB
+    against a 1 MB limit is refused in one line, not kept in the workspace, not sent to
+    the paid transcription server (it was both; found by review)."""
+    transcriber = Transcriber()
+    notes = VoiceNotes(Transcription(), transcriber, tmp_path, max_bytes=1 << 20, max_seconds=600)
+
+    async def download(url: str) -> bytes:
+        return b"OggS" + bytes(30 << 20)
+
+    for said in (None, 1000):
+        audio = {"url": "mxc://hs/abc", "name": "voice.ogg", "size": said, "voice": True}
+        heard = await notes.fetch([audio], Path("uploads/matrix/room"), "ev1", download)
+        assert heard.texts == [] and heard.problems == [
+            "🎤 voice.ogg is too large to transcribe (the limit is 1 MB)."
+        ]
+    assert transcriber.uploads == []
+    assert not (tmp_path / "uploads").exists()
