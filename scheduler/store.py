@@ -514,6 +514,7 @@ def _materialize(conn: Connection, now: datetime, next_fire: NextFire, batch: in
     ]
     rows: list[dict[str, Any]] = []
     moves: dict[int, datetime | None] = {}
+    busy = _running_jobs(conn, [job.id for job in due], now)
     for job in due:
         assert job.next_run_at is not None
         grace = timedelta(seconds=job.misfire_grace_s)
@@ -522,6 +523,9 @@ def _materialize(conn: Connection, now: datetime, next_fire: NextFire, batch: in
         late = [f for f in fires if now - f > grace]
         if job.coalesce and len(on_time) > 1:
             late, on_time = late + on_time[:-1], on_time[-1:]
+        if job.id in busy:  # one run of a job at a time: its fires meanwhile are skipped
+            rows += [_new_run(job.id, fire, "missed", now, skipped=True) for fire in on_time]
+            on_time = []
         rows += [_new_run(job.id, fire, "pending", now) for fire in on_time]
         rows += _missed_rows(job.id, late, now)
         upcoming = next_fire(job, max(fires[-1], now))
@@ -548,6 +552,26 @@ def _missed_rows(job_id: int, late: list[datetime], now: datetime) -> list[dict[
     kept = late[-(MAX_MISSED_ROWS - 1) :]
     first = _new_run(job_id, late[0], "missed", now, fires=len(late) - len(kept))
     return [first, *(_new_run(job_id, fire, "missed", now) for fire in kept)]
+
+
+#: A fire skipped because the job's run before was still going: recorded, logged, told to
+#: no one (a notice at every fire while a run waits on its card would be noise).
+SKIPPED_NOTE = "skipped: the run before was still going"
+
+
+def _running_jobs(conn: Connection, job_ids: list[int], now: datetime) -> set[int]:
+    """The jobs with a run going (its lease live): "every 5 minutes" whose run waits 30
+    minutes for a card started a run, and a card, at every fire meanwhile."""
+    busy: set[int] = set()
+    for chunk in _chunks(job_ids):
+        busy.update(
+            conn.execute(
+                sa.select(r.c.job_id)
+                .where(r.c.job_id.in_(chunk), r.c.status == "running", r.c.lease_expires_at >= now)
+                .distinct()
+            ).scalars()
+        )
+    return busy
 
 
 def _due_fires(job: Job, now: datetime, grace: timedelta, next_fire: NextFire) -> list[datetime]:
@@ -578,15 +602,24 @@ _JUST_BEFORE = timedelta(microseconds=1)
 
 
 def _new_run(
-    job_id: int, fire: datetime, status: str, now: datetime, *, fires: int = 1
+    job_id: int,
+    fire: datetime,
+    status: str,
+    now: datetime,
+    *,
+    fires: int = 1,
+    skipped: bool = False,
 ) -> dict[str, Any]:
+    if skipped:
+        log.info("job %s: its fire of %s skipped, the run before still going", job_id, fire)
     return {
         "job_id": job_id,
         "fires": fires,
+        "error": SKIPPED_NOTE if skipped else None,
         "scheduled_for": fire,
         "status": status,
         "attempt": 0,
-        "delivery_status": "pending",
+        "delivery_status": "none" if skipped else "pending",
         "created_at": now,
         "finished_at": now if status == "missed" else None,
     }

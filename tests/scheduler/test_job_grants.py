@@ -236,6 +236,40 @@ async def test_a_job_without_the_grant_asks_in_its_chat_and_the_same_run_goes_on
     assert job_notices(notified)
 
 
+async def test_a_jobs_fires_while_its_run_waits_on_a_card_are_skipped_not_run_again(
+    make_scheduler: Callable[..., Scheduler],
+    sleeps: Sleeps,
+    hub: ChatHub,
+    clock: FakeClock,
+    model: EchoModel,
+    origin: int,
+    notified: list[Notification],
+) -> None:
+    """ "Check my inbox every 5 minutes", its run waiting for a card: the next fires are
+    skipped (recorded, told to no one), not a run and a card each (three runs, three
+    cards, and a briefing from each once approved; found by review). The lease outlasts
+    the clock's jumps, as its renewals every lease/3 make it."""
+    acting = make_scheduler(owner="worker-a", sleep=sleeps, lease=timedelta(hours=1))
+    job = await acting.create_cron(ORIGIN, "Inbox", "*/5 * * * *", "Read notes.txt, brief me.")
+    briefing_from_what_it_read(model)
+    events = hub.events(ORIGIN)
+    await fire(acting, clock, job)
+    card = await next_card(events)
+    assert job.next_run_at is not None
+    for minutes in (5, 10):
+        clock.now = job.next_run_at + timedelta(minutes=minutes, seconds=1)
+        await acting.dispatcher.step()
+
+    runs = await acting.store.runs(job.id)
+    assert [r.status for r in runs] == ["running", "missed", "missed"]
+    assert all(r.delivery_status == "none" and "still going" in (r.error or "") for r in runs[1:])
+    await hub.decide(card.tool_call_id, APPROVE, decider=OPERATOR, source=ORIGIN)
+    await asyncio.wait_for(acting.dispatcher.drain(), 5)
+    first = (await acting.store.runs(job.id))[0]
+    assert (first.status, first.result) == ("done", f"Brief: {NOTES}")
+    assert [n.event_type for n in notified if n.event_type == "job_missed"] == []
+
+
 async def test_a_card_left_alone_is_rejected_after_the_jobs_limit_and_the_briefing_says_so(
     acting: Scheduler,
     hub: ChatHub,
