@@ -191,8 +191,10 @@ class Service:
             self._speaker = Speaker(
                 self._providers_http(), timeout_s=settings.speech_timeout_seconds
             )
-            self.voice_mode = VoiceMode(AppSettings(self.engine.store.db), speech)
+            self.voice_mode = VoiceMode(AppSettings(self.engine.store.db), speech, self.notifier)
             await self.voice_mode.load()
+            if self.notifier is not None:
+                self._spawn(self.voice_mode.watch(), "fleet-voice")
         return self.voice_mode
 
     async def _speak(self, text: str) -> bytes:

@@ -8,11 +8,12 @@ fallback, sent instead whenever speech fails, so the chat never gets nothing.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
 from bot.platform.commands import Command, CommandContext
-from engine.store import AppSettings
+from engine.store import AppSettings, Notifier
 from voice import Speech
 
 __all__ = ["VOICE_HELP", "VoiceMode", "voice_command"]
@@ -25,12 +26,27 @@ NOT_SET_UP = (
     "speech with `chathub providers add`, docs/voice.md)."
 )
 _KEY = "voice:replies"
+#: Where a fleet's processes tell each other of a ``/voice`` change.
+VOICE_CHANNEL = "chathub_voice"
 
 
 class VoiceMode:
-    def __init__(self, settings: AppSettings, speech: Speech) -> None:
+    """In a fleet (``notifier``) a change is told to the other processes, which read the
+    setting again (``watch``): the process preparing a chat's replies is often not the one
+    that took its ``/voice`` (it went on in text, or speaking, until it restarted)."""
+
+    def __init__(
+        self,
+        settings: AppSettings,
+        speech: Speech,
+        notifier: Notifier | None = None,
+        *,
+        retry_s: float = 1.0,
+    ) -> None:
         self._settings = settings
         self.speech = speech
+        self._notifier = notifier
+        self._retry_s = retry_s
         self._on: set[str] = set()
 
     async def load(self) -> None:
@@ -50,6 +66,26 @@ class VoiceMode:
         changed = self._on | {source} if on else self._on - {source}
         await self._settings.set(_KEY, json.dumps(sorted(changed)))
         self._on = changed
+        if self._notifier is not None:
+            try:
+                await self._notifier.publish(VOICE_CHANNEL, {})
+            except Exception:
+                log.exception("telling the fleet of a /voice change failed")
+
+    async def watch(self) -> None:
+        """Read the setting again whenever another process changed it, or notices may
+        have been lost (runs until cancelled; a fleet's only)."""
+        if self._notifier is None:
+            return
+        async with self._notifier.subscribe(VOICE_CHANNEL) as notices:
+            async for _changed in notices:  # a Notice or a Resync: read it again
+                while True:
+                    try:
+                        await self.load()
+                        break
+                    except Exception:  # a stale setting must not stay: until it is read
+                        log.exception("reading the voice replies setting again failed")
+                        await asyncio.sleep(self._retry_s)
 
 
 def voice_command(mode: VoiceMode) -> Command:

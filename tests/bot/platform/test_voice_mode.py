@@ -1,0 +1,67 @@
+"""``/voice on|off`` across a fleet: the process preparing a chat's replies follows it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from bot.platform.voice_mode import VoiceMode
+from engine.store import AppSettings, SqliteDatabase, notifier_for
+from tests.pg import migrated_sqlite, postgres_url
+
+CHAT = "telegram:42"
+
+
+class Speech:
+    """Speech set up (an endpoint to speak with)."""
+
+    def endpoint(self) -> object:
+        return object()
+
+
+async def _until(check) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(500):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("never happened")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_voice_on_in_one_process_reaches_the_one_that_replies(
+    backend: str, tmp_path: Path
+) -> None:
+    """The receiver takes /voice on, another process owns the chat and prepares its
+    replies: it speaks them from then on, and stops at /voice off (it went on as it was
+    until it restarted; found by review)."""
+    url = postgres_url() if backend == "postgresql" else "sqlite:///unused.db"
+    if url is None:
+        pytest.skip("CHATHUB_TEST_POSTGRES_URL is not set")
+    database = migrated_sqlite(tmp_path / "chathub.db").split("///", 1)[1]
+    db = SqliteDatabase(database)  # the fleet's one database
+    notifiers = [notifier_for(url, "p1"), notifier_for(url, "p2")]
+    if backend == "sqlite":  # one process's notices stand in for the database's
+        notifiers[1] = notifiers[0]
+    modes = [VoiceMode(AppSettings(db), Speech(), n) for n in notifiers]  # type: ignore[arg-type]
+    watches = []
+    try:
+        for notifier in dict.fromkeys(notifiers):
+            await notifier.start()
+        for mode in modes:
+            await mode.load()
+            watches.append(asyncio.create_task(mode.watch()))
+        await asyncio.sleep(0.2)  # both listen
+        receiver, owner = modes
+        await receiver.set(CHAT, True)
+        await _until(lambda: owner.is_on(CHAT))
+        await receiver.set(CHAT, False)
+        await _until(lambda: not owner.is_on(CHAT))
+    finally:
+        for watch in watches:
+            watch.cancel()
+        await asyncio.gather(*watches, return_exceptions=True)
+        for notifier in dict.fromkeys(notifiers):
+            await notifier.close()
+        await db.close()
