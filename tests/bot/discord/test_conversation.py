@@ -16,6 +16,7 @@ from tests.bot.discord.conftest import (
     texts,
     until,
 )
+from tests.engine.hub.conftest import held
 from tests.fakes.discord_server import INTENT_MESSAGE_CONTENT, FakeDiscordServer
 
 HOUR = timedelta(hours=1)
@@ -58,15 +59,8 @@ async def test_in_a_busy_channel_each_answer_replies_to_the_message_it_answers(
     """The owner asks while Alice's turn runs: Alice's answer replies to Alice's message,
     the owner's to the owner's (both replied to the newest message taken in, the owner's;
     found by review)."""
-    release = asyncio.Event()
     service = await make_service()
-    original = model.complete
-
-    async def slow(messages, tools, *, on_delta=None):  # type: ignore[no-untyped-def]
-        await release.wait()
-        return await original(messages, tools, on_delta=on_delta)
-
-    model.complete = slow  # type: ignore[method-assign]
+    release = held(model)
     alice = fake.channel_message(GUILD, GENERAL, ALICE, "what is 2+2?", mentions_bot=True)
     await until(lambda: service.hub.is_processing(f"discord:{GENERAL}"))
     owner = fake.channel_message(GUILD, GENERAL, OWNER, "and the weather?", mentions_bot=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 
 from bot.discord.messages import UNREADABLE_MESSAGE
@@ -19,6 +18,7 @@ from tests.bot.discord.conftest import (
     texts,
     until,
 )
+from tests.engine.hub.conftest import held
 from tests.fakes.discord_server import INTENT_MESSAGE_CONTENT, FakeDiscordServer
 
 CHANNEL_PINNED_MESSAGE, THREAD_CREATED = 6, 18  # Discord's message types
@@ -104,15 +104,8 @@ async def test_a_message_of_only_embeds_gets_one_plain_sentence(
 async def test_a_message_edited_or_deleted_while_its_turn_runs_is_answered_once(
     fake: FakeDiscordServer, make_service: MakeService, model
 ) -> None:
-    release = asyncio.Event()
     service = await make_service()
-    original = model.complete
-
-    async def slow(messages, tools, *, on_delta=None):  # type: ignore[no-untyped-def]
-        await release.wait()
-        return await original(messages, tools, on_delta=on_delta)
-
-    model.complete = slow  # type: ignore[method-assign]
+    release = held(model)
     pushed = fake.dm(ALICE, "think about it")
     channel = pushed["channel_id"]
     await until(lambda: service.hub.is_processing(f"discord:{channel}"))
@@ -143,15 +136,8 @@ async def test_a_stranger_gets_a_pairing_code_the_owner_redeems(
 async def test_a_slow_turn_shows_typing_until_its_answer(
     fake: FakeDiscordServer, make_service: MakeService, model
 ) -> None:
-    release = asyncio.Event()
     await make_service()
-    original = model.complete
-
-    async def slow(messages, tools, *, on_delta=None):  # type: ignore[no-untyped-def]
-        await release.wait()
-        return await original(messages, tools, on_delta=on_delta)
-
-    model.complete = slow  # type: ignore[method-assign]
+    release = held(model)
     channel = fake.dm(ALICE, "take your time")["channel_id"]
     await until(lambda: len(fake.typing_in(channel)) >= 1)
     release.set()

@@ -12,6 +12,7 @@ from engine.llm.scripted import text
 from tests.bot.matrix.conftest import bodies, bot_messages, direct_room, joined, until
 from tests.bot.platform_contract.scripts import shell
 from tests.bot.telegram_contract.conftest import stop
+from tests.engine.hub.conftest import held
 
 
 async def _dm(make_service, accounts, **settings):
@@ -231,14 +232,8 @@ async def test_an_encrypted_room_gets_one_plain_notice_and_nothing_else(make_ser
 
 
 async def test_a_room_the_bot_was_kicked_from_while_a_turn_runs(make_service, accounts, model):
-    release = asyncio.Event()
     answer = model.complete
-
-    async def slow(messages, tools, *, on_delta=None):
-        await release.wait()
-        return await answer(messages, tools, on_delta=on_delta)
-
-    model.complete = slow
+    release = held(model)
     model.add(text("too late"))
     service = await make_service()
     room = accounts.alice.create_room(invite=[accounts.bot.user_id])  # Alice may kick

@@ -3,8 +3,6 @@ without a mention, strangers, what is never answered, and people's names."""
 
 from __future__ import annotations
 
-import asyncio
-
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.messages import (
@@ -17,7 +15,7 @@ from bot.slack.messages import (
 )
 from bot.slack.sending import SlackSender
 from tests.bot.slack.conftest import ALICE, BOB, GENERAL, OWNER, MakeService, slack_of, texts, until
-from tests.engine.hub.conftest import EchoModel
+from tests.engine.hub.conftest import EchoModel, held
 from tests.fakes.slack_server import BOT_USER_ID, FakeSlackServer
 
 CAROL = "U0CAROL001"
@@ -245,14 +243,7 @@ async def test_another_workspaces_event_and_a_retry_are_not_answered(
 async def test_a_thread_shows_the_bot_is_thinking_while_a_turn_runs(
     make_service: MakeService, fake: FakeSlackServer, model: EchoModel
 ) -> None:
-    release = asyncio.Event()
-    original = model.complete
-
-    async def slow(messages, tools, *, on_delta=None):  # type: ignore[no-untyped-def]
-        await release.wait()
-        return await original(messages, tools, on_delta=on_delta)
-
-    model.complete = slow  # type: ignore[method-assign]
+    release = held(model)
     await make_service()
     asked = fake.mention(GENERAL, ALICE, "take your time")
     await until(lambda: fake.statuses)

@@ -32,6 +32,19 @@ class EchoModel(ScriptedModel):
         return await super().complete(messages, tools, on_delta=on_delta)
 
 
+def held(model: ScriptedModel) -> asyncio.Event:
+    """``model`` answers only once the returned event is set (a turn that takes its time)."""
+    release = asyncio.Event()
+    answer = model.complete
+
+    async def slow(messages, tools, *, on_delta=None):  # type: ignore[no-untyped-def]
+        await release.wait()
+        return await answer(messages, tools, on_delta=on_delta)
+
+    model.complete = slow  # type: ignore[method-assign]
+    return release
+
+
 class ManualSleep:
     """An injectable ``sleep``: each call waits until the test releases that duration."""
 
