@@ -22,7 +22,7 @@ from bot.delivery import CardRow, EventStore, PlatformError
 from bot.discord.activity import ChannelActivity
 from bot.discord.cards import DiscordCards
 from bot.discord.incoming import DISCORD, REPLY_TO_KEY, Attachment, Incoming
-from bot.discord.sending import DiscordSender, discord_call
+from bot.discord.sending import DiscordError, DiscordSender, discord_call
 from bot.platform.access import Access
 from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 UNREADABLE_MESSAGE = "I cannot read this kind of message yet; please send text or a file."
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+#: Discord: "A thread has already been created for this message".
+THREAD_EXISTS = 160004
 _COMMAND = re.compile(r"^/([a-z0-9_]{1,32})(?:\s+(.*))?$", re.DOTALL)
 
 
@@ -187,18 +189,22 @@ class MessageHandler:
         message = channel.get_partial_message(int(m.message_id))
         name = " ".join(text.split())[:80] or f"Conversation with {m.user_name}"[:80]
         try:
-            thread = await discord_call(lambda: message.create_thread(name=name))
-        except PlatformError as exc:
-            log.warning("could not start a thread in %s: %s", m.channel_id, exc.description)
-            return m
+            thread_id = str((await discord_call(lambda: message.create_thread(name=name))).id)
+        except DiscordError as exc:
+            if exc.code != THREAD_EXISTS:
+                log.warning("could not start a thread in %s: %s", m.channel_id, exc.description)
+                return m
+            # Started before a crash (the message handed over again): its thread, whose
+            # id is the message's; the answer went to the channel instead.
+            thread_id = m.message_id
         in_thread = replace(
-            m, parent_id=m.channel_id, channel_id=str(thread.id), thread_owner=self._me.id
+            m, parent_id=m.channel_id, channel_id=thread_id, thread_owner=self._me.id
         )
         # Recorded as handled, for the catch-up after a restart: it reads a conversation
         # after its newest stored message, and the thread had none (the message that
         # began it is stored in the channel), so a reply there while away was lost.
         await self._events.record(
-            [(f"thread:{thread.id}", None, in_thread.to_json())], handled=True
+            [(f"thread:{thread_id}", None, in_thread.to_json())], handled=True
         )
         return in_thread
 

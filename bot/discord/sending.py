@@ -95,6 +95,9 @@ _ASKED = (
 class DiscordError(PlatformError):
     """A Discord call failed; ``description`` is Discord's text when it sent one."""
 
+    #: Discord's JSON error code, when it sent one (160004: the message has a thread).
+    code: int | None = None
+
 
 class DiscordRetryLater(DiscordError, RetryLater):
     pass
@@ -124,7 +127,9 @@ async def discord_call(op: Callable[[], Awaitable[T]]) -> T:
             raise DiscordRetryLater(clamp_retry_after(None), text) from None
         if exc.status >= 500:
             raise DiscordUnavailable(f"{exc.status}: {text}") from None
-        raise DiscordRefused(f"{exc.status}: {text}") from None
+        refused = DiscordRefused(f"{exc.status}: {text}")
+        refused.code = exc.code or None
+        raise refused from None
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         raise DiscordUnavailable(f"{type(exc).__name__}: {exc}") from None
 

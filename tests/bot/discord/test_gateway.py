@@ -116,6 +116,25 @@ async def test_a_reply_in_the_bots_own_thread_written_during_a_restart_is_answer
     await until(lambda: texts(fake, thread) == ["echo: plan my week", "echo: and monday?"])
 
 
+async def test_a_message_whose_thread_was_started_before_a_crash_is_answered_in_it(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """The bot started the message's thread, then died before handing the message over;
+    taken again, Discord answers "a thread has already been created": the answer goes in
+    that thread (it went to the channel)."""
+    service = await make_service(discord_thread_channel_ids=str(GENERAL))
+    first = fake.channel_message(GUILD, GENERAL, ALICE, "plan my week", mentions_bot=True)["id"]
+    await until(lambda: texts(fake, first) == ["echo: plan my week"])
+    await service.stop()
+    asked = fake.channel_message(
+        GUILD, GENERAL, ALICE, "and my month?", mentions_bot=True, offline=True
+    )["id"]
+    fake.add_guild(GUILD, [{"id": asked, "type": 11, "parent_id": GENERAL}])  # its thread
+    await make_service(discord_thread_channel_ids=str(GENERAL))
+    await until(lambda: texts(fake, asked) == ["echo: and my month?"])
+    assert texts(fake, GENERAL) == []
+
+
 async def test_a_mention_among_a_busy_channels_talk_during_a_restart_is_answered(
     fake: FakeDiscordServer, make_service: MakeService
 ) -> None:
