@@ -62,7 +62,7 @@ async def test_in_a_busy_channel_each_answer_replies_to_the_message_it_answers(
     service = await make_service()
     release = held(model)
     alice = fake.channel_message(GUILD, GENERAL, ALICE, "what is 2+2?", mentions_bot=True)
-    await until(lambda: service.hub.is_processing(f"discord:{GENERAL}"))
+    await release.asked.wait()  # Alice's turn asks the model: her message alone
     owner = fake.channel_message(GUILD, GENERAL, OWNER, "and the weather?", mentions_bot=True)
     await stored(service, owner["id"])
     await discord_of(service).drain()  # the owner's message handed to the hub, behind Alice's

@@ -32,12 +32,21 @@ class EchoModel(ScriptedModel):
         return await super().complete(messages, tools, on_delta=on_delta)
 
 
-def held(model: ScriptedModel) -> asyncio.Event:
+class Held(asyncio.Event):
+    """Set, the held model answers; ``asked`` is set once it was asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = asyncio.Event()
+
+
+def held(model: ScriptedModel) -> Held:
     """``model`` answers only once the returned event is set (a turn that takes its time)."""
-    release = asyncio.Event()
+    release = Held()
     answer = model.complete
 
     async def slow(messages, tools, *, on_delta=None):  # type: ignore[no-untyped-def]
+        release.asked.set()
         await release.wait()
         return await answer(messages, tools, on_delta=on_delta)
 
