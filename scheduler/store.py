@@ -325,7 +325,8 @@ def _overview(conn: Connection) -> JobsOverview:
     latest = (
         sa.select(sa.func.max(r.c.id))
         .join(j, j.c.id == r.c.job_id)
-        .where(j.c.deleted_at.is_(None))
+        # A fire skipped while a run went on is no run: the run's outcome is the last.
+        .where(j.c.deleted_at.is_(None), sa.or_(r.c.error.is_(None), r.c.error != SKIPPED_NOTE))
         .group_by(r.c.job_id)
     )
     last = {
@@ -560,15 +561,21 @@ SKIPPED_NOTE = "skipped: the run before was still going"
 
 
 def _running_jobs(conn: Connection, job_ids: list[int], now: datetime) -> set[int]:
-    """The jobs with a run going (its lease live): "every 5 minutes" whose run waits 30
-    minutes for a card started a run, and a card, at every fire meanwhile."""
+    """The jobs with a run going or still to go: running (its lease live, or lapsed with
+    attempts left: taken again, as a dead worker's is), or pending (given back at a stop,
+    not yet claimed). "Every 5 minutes" whose run waited 30 minutes for a card started a
+    run, and a card, at every fire meanwhile."""
+    max_attempts = sa.select(j.c.max_attempts).where(j.c.id == r.c.job_id).scalar_subquery()
+    unfinished = sa.and_(
+        r.c.status.in_(("running", "pending")),
+        r.c.cancel_requested_at.is_(None),
+        sa.or_(r.c.lease_expires_at >= now, r.c.attempt < max_attempts),
+    )
     busy: set[int] = set()
     for chunk in _chunks(job_ids):
         busy.update(
             conn.execute(
-                sa.select(r.c.job_id)
-                .where(r.c.job_id.in_(chunk), r.c.status == "running", r.c.lease_expires_at >= now)
-                .distinct()
+                sa.select(r.c.job_id).where(r.c.job_id.in_(chunk), unfinished).distinct()
             ).scalars()
         )
     return busy

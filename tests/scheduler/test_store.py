@@ -606,3 +606,78 @@ async def test_a_pause_committed_while_a_step_reads_the_due_jobs_stays(
     assert (paused[0].enabled, paused[0].next_run_at) == (False, None)
     stored = await jobs.get(job.id)
     assert stored is not None and (stored.enabled, stored.next_run_at) == (False, None)
+
+
+# -- one run of a job at a time ------------------------------------------------------------
+
+
+async def every_five_minutes(jobs: JobStore) -> Job:
+    return await jobs.create(
+        NewJob(
+            kind="cron",
+            title="Inbox",
+            prompt="Read my inbox, brief me.",
+            timezone="UTC",
+            spec="*/5 * * * *",
+            origin_source="telegram:1",
+            next_run_at=at(0, 5),
+        )
+    )
+
+
+async def test_the_job_list_shows_the_finished_run_not_a_fire_skipped_while_it_ran(
+    jobs: JobStore,
+) -> None:
+    """The 00:05 run waits on its card past 00:10 (that fire is skipped), then finishes
+    with its briefing. The operator's job list (GET /api/jobs, last_run) must show that
+    outcome (it showed the skipped fire, "missed" with no result; found by review)."""
+    job = await every_five_minutes(jobs)
+    [run] = (await jobs.materialize(at(0, 5, 1), cron_next_fire)).runs
+    [claimed] = await jobs.claim("worker-a", at(0, 5, 1), timedelta(hours=1), 10)
+    assert claimed.id == run.id
+    await jobs.materialize(at(0, 10, 1), cron_next_fire)  # the 00:10 fire: skipped
+    assert [r.status for r in await jobs.runs(job.id)] == ["running", "missed"]
+
+    await jobs.finish(run.id, "worker-a", status="done", result="Brief: 3 new mails")
+
+    overview = await jobs.overview()
+    assert job.id not in overview.running
+    last = overview.last[job.id]
+    assert (last.status, last.result) == ("done", "Brief: 3 new mails")
+
+
+async def test_a_run_whose_worker_died_is_not_retried_beside_the_next_fires_run(
+    jobs: JobStore,
+) -> None:
+    """The 00:05 run's worker was killed (-9) while the run waited on its card; its lease
+    ran out at 00:06:01. At 00:10 the dispatcher takes it again (the run resumes its
+    session); the 00:10 fire is skipped (it ran beside it: two runs, two cards)."""
+    job = await every_five_minutes(jobs)
+    await jobs.materialize(at(0, 5, 1), cron_next_fire)
+    [first] = await jobs.claim("worker-dead", at(0, 5, 1), timedelta(seconds=60), 10)
+
+    # the next dispatch step of a living worker (materialize, abandon, claim: step()'s order)
+    now = at(0, 10, 1)
+    await jobs.materialize(now, cron_next_fire)
+    await jobs.abandon_expired(now)
+    claimed = await jobs.claim("worker-b", now, timedelta(seconds=60), 10)
+
+    assert first.id in [r.id for r in claimed]  # retried, as docs/scheduler.md says
+    in_flight = [r for r in await jobs.runs(job.id) if r.status == "running"]
+    assert len(in_flight) == 1, [(r.id, r.scheduled_for, r.attempt) for r in in_flight]
+
+
+async def test_a_run_given_back_at_shutdown_does_not_run_beside_the_next_fire(
+    jobs: JobStore,
+) -> None:
+    """Shutdown gives the queued 00:05 run back (pending again); the service is up again
+    at 00:10:01: the old run goes, the 00:10 fire is skipped (both ran together)."""
+    job = await every_five_minutes(jobs)
+    await jobs.materialize(at(0, 5, 1), cron_next_fire)
+    [first] = await jobs.claim("worker-a", at(0, 5, 1), timedelta(seconds=60), 10)
+    assert await jobs.release("worker-a", [first.id]) == 1
+
+    now = at(0, 10, 1)
+    await jobs.materialize(now, cron_next_fire)
+    claimed = await jobs.claim("worker-a2", now, timedelta(seconds=60), 10)
+    assert len([r for r in claimed if r.job_id == job.id]) == 1, claimed
