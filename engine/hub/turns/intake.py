@@ -13,7 +13,7 @@ from engine.hub.turns.consumer import InboxConsumer
 from engine.hub.turns.inbox import Unit, settle
 from engine.hub.turns.sources import SourceRegistry, SourceState
 from engine.hub.types import NewSession, SendOptions, check_text
-from engine.store import Store
+from engine.store import Database, Store
 
 __all__ = ["MessageIntake"]
 
@@ -61,7 +61,12 @@ class MessageIntake:
     async def clear(self, source: str, also: Callable[[Connection], None] | None = None) -> int:
         """Stop as ``stop`` does, wherever the turn runs, then move the source to a fresh
         session while holding it (in a fleet its owner, told to stop, lets it go first: a
-        process that went on in the old session would drop what comes next); its id."""
+        process that went on in the old session would drop what comes next); its id.
+        ``also`` (the command's event marked handled) commits with the fresh session, and is
+        tried first: an event handled before stops nothing (a fleet's second receiver
+        handing over a ``/new`` acted on stopped the conversation that followed it)."""
+        if also is not None:
+            await _try(self._store.db, also)
         await self._placement.stop(source, self._stop)
         async with self._placement.holding(source):
             state = await self._sources.state(source)
@@ -80,3 +85,21 @@ class MessageIntake:
         await self._store.queue.drop(state.name)
         await settle(self._store.db, dropped)
         return dropped
+
+
+class _Tried(Exception):
+    """Rolls back a unit of work that only tried its work."""
+
+
+def _tried(conn: Connection, work: Callable[[Connection], None]) -> None:
+    """``work`` done and rolled back: whatever it raises (``EventAlreadyHandled``) is
+    raised, nothing is written."""
+    work(conn)
+    raise _Tried
+
+
+async def _try(db: Database, work: Callable[[Connection], None]) -> None:
+    try:
+        await db.run(_tried, work)
+    except _Tried:
+        return

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from bot.delivery import EventStore
 from bot.platform.commands import (
     INTRO,
     Command,
@@ -11,6 +14,10 @@ from bot.platform.commands import (
     CommandRegistry,
     shared_commands,
 )
+from bot.platform.handover import marking
+from engine.core import Engine
+from engine.hub import ChatHub
+from tests.engine.hub.conftest import EchoModel, held
 
 
 class Hub:
@@ -126,3 +133,32 @@ async def test_only_people_of_the_configuration_move_the_notifications_home() ->
         said = await registry().run("sethome", allowed)
         assert said is not None and "will come to this chat" in said
         assert hub.home == allowed.source
+
+
+async def test_a_new_handled_before_stops_nothing(
+    engine: Engine, hub: ChatHub, model: EchoModel
+) -> None:
+    """A fleet's second receiver hands over the /new the first acted on (its fresh session
+    and the event's mark committed together); the person has since asked something in the
+    new conversation. The copy acts no more: it stopped that turn and dropped the message
+    queued behind it before its mark was found taken (found by review)."""
+    source = "discord:500"
+    await EventStore(engine.store.db, "discord").record([("m-1", None, {"text": "/new"})])
+    commands = CommandRegistry(shared_commands(lambda: "help"))
+
+    def new() -> CommandContext:
+        return CommandContext(hub, source, "", "42", also=marking("discord", "m-1"))
+
+    assert await commands.run("new", new()) is None  # the first receiver's: acted
+    session = await hub.session_id(source)
+    release = held(model)
+    await hub.send_message(source, "what is on my calendar?")
+    await asyncio.wait_for(release.asked.wait(), 5)
+    await hub.send_message(source, "and tomorrow?")  # queued behind the turn
+
+    assert await commands.run("new", new()) is None  # the copy's: acted before
+
+    assert await hub.session_id(source) == session
+    assert [row.content for row in await engine.store.queue.pending(source)] == ["and tomorrow?"]
+    assert await hub.is_busy(source)
+    release.set()
