@@ -155,7 +155,14 @@ class Front(Generic[In]):
         )
         self.outbox.attach(self.hub, self.prefix)
         self._handle = handle
-        self._renderer = EventRenderer(self.prefix, self.outbox, cards, activity, streaming=False)
+        self._renderer = EventRenderer(
+            self.prefix,
+            self.outbox,
+            cards,
+            activity,
+            streaming=False,
+            busy=lambda source: self.hub.has_work(source),
+        )
         self._incoming: Lanes[str, In] = Lanes(self._handle_in_lane, f"{self.name}-in")
         #: Keys queued or being handled here: a take-over never queues one twice.
         self._queued: set[str] = set()

@@ -76,13 +76,19 @@ class EventRenderer:
         activity: Activity,
         *,
         streaming: bool,
+        busy: Callable[[str], bool],
     ) -> None:
-        """``prefix``: the platform's sources (``telegram:``, ``discord:``)."""
+        """``prefix``: the platform's sources (``telegram:``, ``discord:``); ``busy``:
+        whether a turn works on a source (the hub's ``has_work``)."""
         self._prefix = prefix
         self._outbox = outbox
         self._cards = cards
         self._activity = activity
         self._streaming = streaming
+        self._busy = busy
+        #: Sources whose "typing…" a card or a question stopped: it shows again once the
+        #: turn goes on (a decision, a tool's end), only there, once.
+        self._waiting: set[str] = set()
 
     async def pump(
         self, events: AsyncIterable[Any], submit: Callable[[str, HubEvent], None]
@@ -97,6 +103,20 @@ class EventRenderer:
             if item.source.startswith(self._prefix):
                 submit(item.source, item)
 
+    def _wait(self, source: str) -> None:
+        """No "typing…" while the turn waits for the person (it showed for hours)."""
+        self._activity.stop_typing(source)
+        self._waiting.add(source)
+
+    def _going_on(self, source: str) -> None:
+        """The turn goes on after its wait (a tap on the card, an answer, the inbox): its
+        "typing…" again, if a turn still works there (a job's card closing in a quiet
+        room is no turn of its own)."""
+        if source in self._waiting:
+            self._waiting.discard(source)
+            if self._busy(source):
+                self._activity.start_typing(source)
+
     async def render(self, source: str, item: HubEvent) -> None:
         outbox, cards, activity = self._outbox, self._cards, self._activity
         event = item.event
@@ -109,21 +129,23 @@ class EventRenderer:
                 outbox.tool_started(source, depth, name, arguments)
                 await outbox.show_progress(source)
             case ToolDone(name=name, depth=depth) | ToolError(name=name, depth=depth):
+                self._going_on(source)
                 mark = DONE if isinstance(event, ToolDone) else FAILED
                 outbox.tool_ended(source, depth, name, mark)
                 await cards.close_by_id(source, event.tool_call_id, "approve", "ran")
                 await outbox.show_progress(source)
             case ToolRejected(name=name, depth=depth):
+                self._going_on(source)
                 outbox.tool_ended(source, depth, name, SKIPPED)
                 await cards.close_by_id(source, event.tool_call_id, "reject", "rejected")
             case ToolCancelled(name=name, depth=depth):
                 outbox.tool_ended(source, depth, name, SKIPPED)
                 await cards.close_by_id(source, event.tool_call_id, "cancelled", "cancelled")
             case ApprovalRequired():
-                activity.stop_typing(source)  # waiting for the person, not working
+                self._wait(source)
                 await cards.send_card(source, event)
             case Question():
-                activity.stop_typing(source)
+                self._wait(source)
                 await cards.send_question(source, event)
             case Done(content=content, message_id=message_id):
                 activity.stop_typing(source)
@@ -142,7 +164,7 @@ class EventRenderer:
                 await outbox.notice(source, event.message, key)
             case DecisionMade(tool_call_id=call_id, outcome=outcome, by=by, note=note):
                 await cards.close_by_id(source, call_id, outcome, "resolved", by=by, note=note)
-                activity.start_typing(source)  # the turn goes on
+                self._going_on(source)
             case NewSession():
                 outbox.reset_progress(source)
                 await outbox.say(source, "🆕 New conversation started.")

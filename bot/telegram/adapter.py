@@ -111,7 +111,7 @@ class TelegramAdapter:
         )
         self._callbacks = Callbacks(access, sender, approvals, jobs, panel)
         self._events = EventRenderer(
-            PREFIX, self.outbox, cards, activity, streaming=config.streaming
+            PREFIX, self.outbox, cards, activity, streaming=config.streaming, busy=hub.has_work
         )
         self._incoming: Lanes[int, Json] = Lanes(self._handle_in_lane, "tg-in")
         self._outgoing: Lanes[str, HubEvent] = Lanes(self._events.render, "tg-out")

@@ -6,7 +6,7 @@ from typing import Any
 
 from bot.platform.outgoing import EventRenderer
 from engine.hub import DecisionMade, HubEvent
-from engine.session import ApprovalRequired, Question
+from engine.session import ApprovalRequired, Question, ToolDone
 
 SOURCE = "chat:1"
 
@@ -38,9 +38,17 @@ class Activity:
     async def end_stream(self, source: str) -> None: ...
 
 
-def renderer(activity: Activity) -> EventRenderer:
-    unused: Any = None
-    return EventRenderer("chat:", unused, Cards(), activity, streaming=False)
+class Outbox:
+    def tool_ended(self, *args: Any) -> None: ...
+
+    async def show_progress(self, *args: Any, **kwargs: Any) -> None: ...
+
+
+def renderer(activity: Activity, *, busy: bool = True) -> EventRenderer:
+    outbox: Any = Outbox()
+    return EventRenderer(
+        "chat:", outbox, Cards(), activity, streaming=False, busy=lambda _source: busy
+    )
 
 
 def at(event: Any) -> HubEvent:
@@ -58,7 +66,22 @@ async def test_no_typing_while_a_card_waits_and_typing_again_once_it_is_decided(
     assert activity.typing
 
 
-async def test_no_typing_while_a_question_waits_for_its_answer() -> None:
+async def test_no_typing_while_a_question_waits_and_typing_again_once_it_is_answered() -> None:
+    """Answered in the chat (no DecisionMade): the question's tool ends, and the turn goes
+    on typing (it never typed again; found by review)."""
     activity = Activity()
-    await renderer(activity).render(SOURCE, at(Question(8, "Which file?", 1)))
+    render = renderer(activity).render
+    await render(SOURCE, at(Question(8, "Which file?", 1)))
+    assert not activity.typing
+    await render(SOURCE, at(ToolDone(8, "ask_user_clarification", "notes.txt")))
+    assert activity.typing
+
+
+async def test_a_job_card_closing_in_a_quiet_chat_starts_no_typing() -> None:
+    """A scheduled job's card timed out in a chat where no turn runs: "typing…" started
+    there for good (found by review on Matrix)."""
+    activity = Activity()
+    render = renderer(activity, busy=False).render
+    await render(SOURCE, at(ApprovalRequired(7, "shell", {}, 9, "main", asked_by="Inbox")))
+    await render(SOURCE, at(DecisionMade(7, "timed_out", "the job")))
     assert not activity.typing
