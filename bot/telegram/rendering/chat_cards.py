@@ -17,6 +17,7 @@ from bot.platform.cards import CardContent
 from bot.platform.open_cards import OpenCards, Words
 from bot.telegram.inbound.updates import parse_source
 from bot.telegram.rendering.cards import approval_keyboard, card_of, question_text, resolved_card
+from bot.telegram.sending.api import TelegramError
 from bot.telegram.sending.delivery import TelegramSender
 from engine.hub import ChatHub
 
@@ -56,7 +57,12 @@ class TelegramFace:
             chat_id, card.text, entities=card.extra, reply_markup=markup, thread_id=thread_id
         )
         if attachment is not None:
-            await self._send_document(chat_id, thread_id, attachment)
+            # The card shows (its buttons work) whatever becomes of the call in full: a
+            # failure here posted the card again, or closed the one showing.
+            try:
+                await self._send_document(chat_id, thread_id, attachment)
+            except TelegramError as exc:
+                log.warning("the call in full of card %s not sent: %s", card.tool_call_id, exc)
         message_id = sent.get("message_id")
         return None if message_id is None else str(message_id)
 

@@ -429,3 +429,28 @@ async def test_an_answer_and_its_update_handled_mark_commit_together(
     update = str(reply["update_id"])
     await eventually(lambda: "Booking Rome." in texts(telegram, ALICE))
     assert seen == [True]
+
+
+def long_shell(call_id: str = "c1"):  # type: ignore[no-untyped-def]
+    """A call too long for its card: the call in full rides along as a document."""
+    return tool_call("execute_cmd", json.dumps({"command": "echo " + "x" * 5000}), call_id)
+
+
+async def test_a_card_whose_document_fails_shows_once_and_takes_a_tap(
+    start_service, telegram, model
+):
+    """The card's text and buttons reached the chat; the document after it did not (an
+    outage, a refusal). The card stands, once, and its tap decides (it was posted again,
+    or closed as expired while its buttons showed; found by review)."""
+    service = await start_service()
+    model.add(long_shell(), text("Ran it."))
+    telegram.fail_next("sendDocument", 1, status=400)
+    telegram.user_message(ALICE, ALICE, "run it")
+    card = await eventually(lambda: find(telegram, ALICE, "Approval needed"))
+    await eventually(lambda: telegram.calls_to("sendDocument"))
+    [waiting] = await service.engine.pending_approvals()
+    telegram.callback(
+        ALICE, ALICE, card.message_id, format_callback(waiting.tool_call_id, "approve")
+    )
+    await eventually(lambda: "Ran it." in texts(telegram, ALICE))
+    assert len([t for t in texts(telegram, ALICE) if "Approval needed" in t]) == 1
