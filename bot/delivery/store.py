@@ -215,7 +215,10 @@ def _save_card(conn: Connection, platform: str, card: CardRow) -> None:
     values = {k: getattr(card, k) for k in card.__slots__}
     mine = sa.and_(c.c.platform == platform, c.c.tool_call_id == card.tool_call_id)
     if conn.execute(sa.select(c.c.tool_call_id).where(mine)).first():
-        conn.execute(c.update().where(mine).values(**values))
+        # A card decided, answered or cancelled is never opened again (a card posted
+        # again by one process of a fleet after another closed it was); one that expired
+        # unseen is shown again when its call still waits.
+        conn.execute(c.update().where(mine, c.c.state.in_(("open", "expired"))).values(**values))
     else:
         conn.execute(c.insert().values(platform=platform, created_at=utcnow(), **values))
 

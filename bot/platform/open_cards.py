@@ -166,12 +166,15 @@ class OpenCards:
     ) -> tuple[Literal["answer", "reason"], CardRow] | None:
         """Which card open in ``source`` a message answers (``reply_target``'s rule, every
         platform's): a question replied to, else the newest one; a card in its reject
-        window replied to. ``None``, at once when nothing is open there: a message."""
+        window replied to. ``None``, at once when nothing is open there: a message. A
+        question not shown yet (the platform away: posted again later) answers nothing:
+        the person has not seen it."""
         cards = self._open.get(source)
         if not cards:
             return None
+        seen = [c for c in cards.values() if c.kind != "question" or c.message_id is not None]
         return reply_target(
-            list(cards.values()), reply_to=reply_to, is_command=is_command, rejecting=self.rejecting
+            seen, reply_to=reply_to, is_command=is_command, rejecting=self.rejecting
         )
 
     async def answered_now(
@@ -251,8 +254,11 @@ class OpenCards:
         backoff = REPOST_FIRST_S
         while True:
             await self._runtime.sleep(max(backoff, least))
-            if not self._is_open(card):
-                return
+            stored = await self.stored(card.tool_call_id)
+            if not self._is_open(card) or stored is None or stored.state != "open":
+                return  # decided or closed meanwhile, here or by another process
+            if stored.message_id is not None:
+                return  # shown meanwhile (by another process of a fleet)
             try:
                 later = await self._post(card, attachment)
             except Exception:  # the database: the card stays open, shown at the next start

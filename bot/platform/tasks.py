@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from engine.hub import BackgroundTasks
 
@@ -13,11 +14,24 @@ __all__ = ["Background", "Runtime"]
 
 class Background(BackgroundTasks):
     """Tasks kept until they end (a task nobody holds may be collected mid-run), cancelled
-    when the front end closes."""
+    when the front end closes; one spawned after that is cancelled before it starts (the
+    lanes finishing their work may spawn some: a card posted again, through a sender and
+    a database being closed)."""
 
-    __slots__ = ()
+    __slots__ = ("_closed",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._closed = False
+
+    def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = super().spawn(work)
+        if self._closed:
+            task.cancel()
+        return task
 
     async def close(self) -> None:
+        self._closed = True
         tasks = self.running()
         for task in tasks:
             task.cancel()

@@ -226,3 +226,78 @@ async def test_a_card_the_platform_refuses_is_closed_unseen() -> None:
     await cards.show(card(7))
     await asyncio.gather(*background.running())
     assert face.posts == 1 and store.rows[7].state == "expired"
+
+
+class Platform:
+    """Posts fail while ``down``; every card posted is kept (what people see)."""
+
+    def __init__(self, down: bool = True) -> None:
+        self.down = down
+        self.shown: list[int] = []
+
+    def conversation(self, source: str) -> str:
+        return source.split(":")[1]
+
+    async def post(self, card: CardRow, attachment: Any) -> str | None:
+        if self.down:
+            raise Unavailable("502 Bad Gateway")
+        self.shown.append(card.tool_call_id)
+        return f"m{len(self.shown)}"
+
+    async def closed(self, card: CardRow, outcome: str, by: str | None, note: str | None) -> None:
+        pass
+
+
+async def test_in_a_fleet_a_card_decided_on_another_process_is_not_posted_again() -> None:
+    """Process A runs the turn; its card's post failed, so A posts it again later. The
+    person decided it meanwhile on process B (the first try had reached the chat, only its
+    answer was lost; B took the tap). A posted the decided card again, with live buttons,
+    and wrote its row back as 'open' (found by review)."""
+    store, sleep, background = Store(), ManualSleep(), Background()
+    platform = Platform(down=True)
+    a = OpenCards(FleetHub(), store, platform)  # type: ignore[arg-type]
+    await a.load(Runtime(lambda: 0.0, sleep, background))
+    b = OpenCards(FleetHub(), store, platform)  # type: ignore[arg-type]
+    await b.load(Runtime(lambda: 0.0, ManualSleep(), Background()))
+
+    await a.show(card(7))
+    platform.down = False
+    held = await b.held(7)  # the tap on B, on the message that did show
+    shown = tapped(held, "approval", "1", "m0")
+    assert shown is not None
+    await b.close(shown, "approve", "resolved", by="Alice")
+
+    await sleep.release(REPOST_FIRST_S)
+    await asyncio.gather(*background.running())
+    assert platform.shown == [], "the decided card was posted again"
+    assert store.rows[7].state == "resolved", "the decided card's row was reopened"
+
+
+async def test_a_message_sent_while_a_question_could_not_be_shown_is_not_its_answer() -> None:
+    """The question could not be posted yet (the platform refuses the bot's posts for a
+    while; the person's messages still come in). The person, seeing nothing, writes
+    'are you still there?': it was taken as the answer to a question they never saw
+    (found by review)."""
+    store, sleep, background = Store(), ManualSleep(), Background()
+    cards = OpenCards(None, store, Platform(down=True))  # type: ignore[arg-type]
+    await cards.load(Runtime(lambda: 0.0, sleep, background))
+    await cards.show(question(9))
+    assert store.rows[9].message_id is None  # not shown: open, waiting to be posted again
+    try:
+        assert cards.answered_by("chat:1") is None, "an unseen question takes the message"
+    finally:
+        await background.close()
+
+
+async def test_a_card_posted_while_the_front_end_closes_leaves_no_task_behind() -> None:
+    """The front end closes its background tasks first, then lets the lanes finish what
+    they hold: a card whose post failed in that grace got a repost task nobody cancelled
+    (it slept, then posted through a closed sender and store; found by review)."""
+    store, sleep, background = Store(), ManualSleep(), Background()
+    cards = OpenCards(None, store, Platform(down=True))  # type: ignore[arg-type]
+    await cards.load(Runtime(lambda: 0.0, sleep, background))
+    await background.close()  # Front.close: background first ...
+    await cards.show(card(7))  # ... the outgoing lane's card, in its grace
+    await asyncio.sleep(0)  # a task spawned after the close is cancelled before it runs
+    alive = [task for task in background.running() if not task.done()]
+    assert alive == [], "a repost task outlived the closed front end"
