@@ -73,10 +73,11 @@ def chain(digests: Sequence[str], start: str = ROOT) -> list[str]:
     return heads
 
 
-#: How recently a conversation must have begun for a marked retry of its first message to
-#: continue it: OpenAI's SDKs retry at once after an error, or after their 10-minute
-#: timeout; a script's same first words of yesterday are no retry of today's.
-FIRST_RETRY_WINDOW = timedelta(minutes=15)
+#: How recently a conversation must have moved (begun, or its answer held) for a marked
+#: retry of its first message to continue it: OpenAI's SDKs retry at once after an error,
+#: or after their 10-minute timeout, twice (a turn waiting on a card: the second retry
+#: comes 20 minutes on); a script's same first words of yesterday are no retry of today's.
+FIRST_RETRY_WINDOW = timedelta(minutes=35)
 
 #: The key of a user message's metadata that holds its position in the conversation.
 POSITION_KEY = "api_position"
@@ -316,7 +317,7 @@ def _find(
                 c.c.agent == agent,
                 c.c.name.is_(None),
                 c.c.length.in_((1, 2)),  # its message held, maybe its answer: nothing more
-                c.c.created_at >= now - FIRST_RETRY_WINDOW,
+                c.c.updated_at >= now - FIRST_RETRY_WINDOW,
             )
             .order_by(c.c.updated_at.desc(), c.c.id.desc())
             .limit(1)

@@ -233,3 +233,26 @@ async def test_a_marked_first_message_long_after_the_same_one_begins_its_own_con
         fake_openai.reply_text("Today's news.")
         today = await http.post("/v1/chat/completions", json=body, headers=RETRY)
     assert said(today) == "Today's news."
+
+
+async def test_the_sdks_second_retry_of_a_slow_first_message_continues_its_conversation(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """openai-python times out at 10 minutes and retries twice: a slow first turn (a card
+    waiting in the inbox) is tried again at 10 and at 20 minutes. Both continue the
+    conversation it began (the second began a second conversation and ran the turn again:
+    the window was 15 minutes from its start; found by review)."""
+    fake_openai.reply_text("Booked for 8 pm.", delay_s=0.3)
+    body = {"model": "main", "messages": [{"role": "user", "content": "book me a table"}]}
+    conversations = v1.api._conversations  # type: ignore[attr-defined]
+    async with v1.http() as http:
+        await gone_after_the_first_chunk(http, body)  # the SDK's timeout
+        await asked(fake_openai, 1)
+        for retry, minutes in ((1, 10), (2, 20)):
+            conversations._clock = lambda m=minutes: utcnow() + timedelta(minutes=m, seconds=1)
+            again = await http.post(
+                "/v1/chat/completions", json=body, headers={"x-stainless-retry-count": str(retry)}
+            )
+            assert again.json()["chathub"] == {"conversation": "api:1"}
+    assert said(again) == "Booked for 8 pm."
+    assert len(fake_openai.requests) == 1
