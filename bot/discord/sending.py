@@ -48,7 +48,7 @@ from bot.platform.outbox import RowSender, last_lines
 from bot.platform.protocols import MessageRef
 from bot.platform.voice_mode import VoiceMode
 from bot.platform.voice_out import VOICE, Speak, audio_of, text_instead, voice_payloads
-from engine.store import chat_history
+from engine.store import chat_history, chat_llm_tools
 
 __all__ = [
     "MESSAGE_LIMIT",
@@ -75,17 +75,32 @@ _NO_PINGS = discord.AllowedMentions.none()
 
 
 _asker = chat_history.alias("asker")
-#: The metadata of the person's message an answer answers: its frame's newest before it.
+_said = chat_history.alias("said")
+_frame = (
+    sa.select(_asker.c.session_stack_id)
+    .where(_asker.c.id == sa.bindparam("answer"))
+    .scalar_subquery()
+)
+#: An answer of the agent's between a message and this answer: the message was answered
+#: before (this answer is a notification's, a task result's: it replies to no one).
+_ANSWERED_BEFORE = sa.exists().where(
+    _said.c.session_stack_id == _frame,
+    _said.c.role == "assistant",
+    _said.c.id > chat_history.c.id,
+    _said.c.id < sa.bindparam("answer"),
+    _said.c.content != "",
+    ~sa.exists().where(chat_llm_tools.c.message_id == _said.c.id),
+)
+#: The metadata of the person's message an answer answers: its frame's newest before it,
+#: not answered before.
 _ASKED = (
     sa.select(chat_history.c.metadata)
     .where(
-        chat_history.c.session_stack_id
-        == sa.select(_asker.c.session_stack_id)
-        .where(_asker.c.id == sa.bindparam("answer"))
-        .scalar_subquery(),
+        chat_history.c.session_stack_id == _frame,
         chat_history.c.id < sa.bindparam("answer"),
         chat_history.c.role == "user",
         chat_history.c.is_synthetic.is_(False),
+        ~_ANSWERED_BEFORE,
     )
     .order_by(chat_history.c.id.desc())
     .limit(1)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+from engine.hub import Notification
+from engine.llm.scripted import text
 from engine.store import utcnow
 from tests.bot.discord.conftest import (
     ALICE,
@@ -71,6 +73,29 @@ async def test_in_a_busy_channel_each_answer_replies_to_the_message_it_answers(
     replies = {m.content: m.reply_to for m in fake.messages(GENERAL)}
     assert replies["echo: what is 2+2?"] == alice["id"]
     assert replies["echo: and the weather?"] == owner["id"]
+
+
+async def test_a_notification_told_in_a_channel_replies_to_no_old_message(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    """Alice asked in #general and was answered; later the agent tells a background
+    notification there. It replies to no one (it replied to Alice's old question, as if
+    answering her; found by review)."""
+    model.add(text("It is 4."), text("Heads up: the nightly backup failed."))
+    service = await make_service()
+    asked = fake.channel_message(GUILD, GENERAL, ALICE, "what is 2+2?", mentions_bot=True)
+    await until(lambda: texts(fake, GENERAL) == ["It is 4."])
+    assert fake.messages(GENERAL)[0].reply_to == asked["id"]
+    service.hub.notify(
+        Notification(
+            source="backup",
+            event_type="job_failed",
+            summary="backup failed",
+            target=f"discord:{GENERAL}",
+        )
+    )
+    await until(lambda: len(texts(fake, GENERAL)) == 2)
+    assert fake.messages(GENERAL)[1].reply_to is None
 
 
 async def test_in_a_thread_channel_a_mention_starts_a_thread_the_talk_goes_on_in(
