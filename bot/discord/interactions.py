@@ -136,7 +136,8 @@ class Interactions:
             await self._cards.close(card, outcome, "resolved", by=name, note=note or None)
         elif result == "kept":
             await _tell(interaction, NOT_ALLOWED)
-        # "taken": another click decided it first, and closes the card with its outcome
+        else:  # "taken": the first decision's tap closes the card with its outcome
+            self._cards.taken(card)
 
     # -- modals ---------------------------------------------------------------------------
 

@@ -89,7 +89,8 @@ class Decisions:
             await self._cards.close(card, choice, "resolved", by=name, note=note or None)
         elif result == "kept":
             await self._refuse(card, user, NOT_ALLOWED)
-        # "taken": another reaction decided it first, and closes the card with its outcome
+        else:  # "taken": the first decision's tap closes the card with its outcome
+            self._cards.taken(card)
 
     async def _answer(self, card: CardRow, text: str, user: str) -> None:
         if not self._access.is_allowed(user):

@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 #: each time, up to ``REPOST_MAX_S``.
 REPOST_FIRST_S = 5.0
 REPOST_MAX_S = 300.0
+#: A tap on a card whose call another decision took: that decision's own tap closes the
+#: card with its outcome; if nothing has after this long (a crash between a decision, or
+#: a /stop, and its card's edit), the card closes as expired.
+TAKEN_GRACE_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +271,18 @@ class OpenCards:
             if later is None:
                 return
             least, backoff = later, min(backoff * 2, REPOST_MAX_S)
+
+    def taken(self, card: CardRow) -> None:
+        """``decide`` said ``taken``: the card closes with the first decision's outcome,
+        else as expired after ``TAKEN_GRACE_S`` (its buttons stayed live forever)."""
+        if self._runtime is not None:
+            self._runtime.background.spawn(self._expire_if_left(card, self._runtime))
+
+    async def _expire_if_left(self, card: CardRow, runtime: Runtime) -> None:
+        await runtime.sleep(TAKEN_GRACE_S)
+        stored = await self.stored(card.tool_call_id)
+        if stored is not None and stored.state == "open":
+            await self.close(stored, "expired", "expired")
 
     def _is_open(self, card: CardRow) -> bool:
         return card.tool_call_id in self._open.get(card.source, {})

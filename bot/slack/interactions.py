@@ -133,7 +133,8 @@ class Interactions:
             await self._cards.close(card, outcome, "resolved", by=name, note=note or None)
         elif result == "kept":
             await respond(NOT_ALLOWED)
-        # "taken": another click decided it first, and closes the card with its outcome
+        else:  # "taken": the first decision's tap closes the card with its outcome
+            self._cards.taken(card)
 
     # -- modals ---------------------------------------------------------------------------
 

@@ -118,6 +118,8 @@ class ApprovalTaps:
             await self._cards.close(card, "expired", "expired")
         elif result == "decided":
             await self._cards.close(card, action.action, "resolved", by=c.user_name)
+        elif result == "taken":  # the first decision's tap closes the card with its outcome
+            self._cards.taken(card)
 
     async def reject(self, card: CardRow, user_name: str, note: str, decider: Decider) -> None:
         """Reject with ``note`` (a reason, or none): the window closes, the card shows it."""
@@ -132,6 +134,8 @@ class ApprovalTaps:
             await self._cards.close(card, "expired", "expired")
         elif result == "decided":
             await self._cards.close(card, "reject", "resolved", by=user_name, note=note or None)
+        elif result == "taken":
+            self._cards.taken(card)
 
     async def _open_window(self, card: CardRow, user_name: str, decider: Decider) -> None:
         seconds = int(self._window_s)

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from bot.delivery import CardRow, Refused, RetryLater, Unavailable
-from bot.platform.open_cards import REPOST_FIRST_S, OpenCards, tapped
+from bot.platform.open_cards import REPOST_FIRST_S, TAKEN_GRACE_S, OpenCards, tapped
 from bot.platform.tasks import Background, Runtime
 from tests.engine.hub.conftest import ManualSleep
 
@@ -301,3 +301,20 @@ async def test_a_card_posted_while_the_front_end_closes_leaves_no_task_behind() 
     await asyncio.sleep(0)  # a task spawned after the close is cancelled before it runs
     alive = [task for task in background.running() if not task.done()]
     assert alive == [], "a repost task outlived the closed front end"
+
+
+async def test_a_card_a_tap_found_taken_closes_once_nothing_else_closed_it() -> None:
+    """A tap on a card whose call ended (a /stop committed, then a crash before its card
+    was edited): the card closes as expired once the first decision's tap had its time
+    (its buttons stayed live forever; found by review). Closed meanwhile, it stays so."""
+    store, sleep, background = Store(), ManualSleep(), Background()
+    cards = OpenCards(None, store, Face())  # type: ignore[arg-type]
+    await cards.load(Runtime(lambda: 0.0, sleep, background))
+    for tool_call_id in (7, 8):
+        await cards.show(card(tool_call_id))
+        cards.taken(card(tool_call_id))
+    await cards.close(card(8), "approve", "resolved", by="Alice")  # the double click's first
+    await sleep.release(TAKEN_GRACE_S)
+    await sleep.release(TAKEN_GRACE_S)
+    await asyncio.gather(*background.running())
+    assert (store.rows[7].state, store.rows[8].state) == ("expired", "resolved")
