@@ -124,7 +124,8 @@ class MatrixFace:
 
     async def post(self, card: CardRow, attachment: Any) -> str | None:
         place = parse_source(card.source)
-        return await self._sender.post_now(place, in_thread(content_of(_shown(card)), place))
+        content = in_thread(content_of(_shown(card)), place)
+        return await self._sender.post_now(place, content, f"card.{card.tool_call_id}")
 
     async def closed(self, card: CardRow, outcome: str, by: str | None, note: str | None) -> None:
         assert card.message_id is not None

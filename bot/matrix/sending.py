@@ -364,10 +364,11 @@ class MatrixSender(RowSender):
             log.warning("sending to %s failed: %s", place.room_id, exc.description)
             return None
 
-    async def post_now(self, place: Place, content: Json) -> str | None:
+    async def post_now(self, place: Place, content: Json, key: str | None = None) -> str | None:
         """``post``, its failure raised (``MatrixError``: a card is posted again after an
-        outage, not lost)."""
-        answer = await self.outbound.send(place.room_id, _event(content))
+        outage, not lost). ``key``: the same transaction id every time it is posted (a
+        first try that reached the homeserver, its answer lost, is not a second event)."""
+        answer = await self.outbound.send(place.room_id, _event(content, key and f"chathub.{key}"))
         return self.client.message_id(answer)
 
     async def say_at(self, place: Place, markdown: str) -> None:

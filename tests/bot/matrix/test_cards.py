@@ -1,0 +1,80 @@
+"""Matrix cards: one posted again after an outage is the same transaction, so a
+homeserver that took the first PUT (its answer lost on the way back) shows it once."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+from nio.responses import RoomSendResponse
+
+from bot.delivery import CardRow, Pacing
+from bot.delivery.outbound import Outbound
+from bot.matrix.cards import MatrixFace
+from bot.matrix.incoming import source_of
+from bot.matrix.sending import MatrixClient, MatrixSender, Rooms
+from bot.platform.open_cards import REPOST_FIRST_S, OpenCards
+from bot.platform.tasks import Background, Runtime
+from tests.engine.hub.conftest import ManualSleep
+
+ROOM = "!room:example.org"
+
+
+class Homeserver:
+    """``room_send`` as Synapse does it: one event per transaction id. The first
+    ``lost`` PUTs are taken but their answers never come back (a proxy timing out)."""
+
+    def __init__(self, lost: int) -> None:
+        self.events: dict[str, dict[str, Any]] = {}
+        self.lost = lost
+
+    async def room_send(self, room: str, kind: str, content: dict, tx_id: str) -> Any:
+        self.events.setdefault(tx_id, content)  # the same transaction: the same event
+        if self.lost > 0:
+            self.lost -= 1
+            raise TimeoutError("the answer never came")
+        return RoomSendResponse(f"$event{len(self.events)}", room)
+
+
+class Store:
+    def __init__(self) -> None:
+        self.rows: dict[int, CardRow] = {}
+
+    async def save(self, card: CardRow) -> None:
+        self.rows[card.tool_call_id] = card
+
+    async def get(self, tool_call_id: int) -> CardRow | None:
+        return self.rows.get(tool_call_id)
+
+    async def open(self, source: str | None = None) -> list[CardRow]:
+        return [c for c in self.rows.values() if c.state == "open"]
+
+    async def close(self, tool_call_id: int, state: str) -> bool:
+        card = self.rows.get(tool_call_id)
+        if card is None or card.state != "open":
+            return False
+        self.rows[tool_call_id] = replace(card, state=state)
+        return True
+
+
+async def test_a_card_posted_again_is_not_a_second_event() -> None:
+    """Each post had a transaction id of its own: the room showed the card twice (found by
+    review)."""
+    homeserver = Homeserver(lost=6)  # every one of the sender's tries: the card waits
+    client = MatrixClient(homeserver, Rooms())  # type: ignore[arg-type]
+    outbound = Outbound(client, None, Pacing.unpaced(backoff_s=(0.0,)))  # type: ignore[arg-type]
+    sender = MatrixSender(client, outbound)
+    store, sleep, background = Store(), ManualSleep(), Background()
+    cards = OpenCards(None, store, MatrixFace(sender))  # type: ignore[arg-type]
+    await cards.load(Runtime(lambda: 0.0, sleep, background))
+    source = source_of(ROOM)
+    card = CardRow(7, "approval", source, ROOM, None, "Run ls?", None, "open")
+
+    await cards.show(card)
+    assert len(homeserver.events) == 1  # the card reached the room; its answer did not
+    await sleep.release(REPOST_FIRST_S)
+    await asyncio.gather(*background.running())
+
+    assert store.rows[7].message_id is not None
+    assert len(homeserver.events) == 1, "the room shows the card twice"
