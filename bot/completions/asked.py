@@ -70,6 +70,14 @@ class Asked:
     #: ``X-Stainless-Retry-Count``): its message may be one the conversation took.
     retried: bool = False
 
+    @property
+    def opening(self) -> str | None:
+        """Its instructions' digest (``None``: it has none), which a conversation it
+        begins keeps."""
+        if not self.instructions:
+            return None
+        return digest("instructions", "\n\n".join(self.instructions))
+
 
 def asked_of(request: Request, body: CompletionRequest, agent: str) -> Asked:
     """What ``body`` asks of ``agent``; ``ApiError(400)`` for a last message that is not

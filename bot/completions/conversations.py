@@ -138,17 +138,26 @@ class ConversationMap:
         self._head_of: dict[int, str] = {}
 
     async def find(
-        self, agent: str, name: str | None, heads: Sequence[str], *, retried: bool = False
+        self,
+        agent: str,
+        name: str | None,
+        heads: Sequence[str],
+        *,
+        retried: bool = False,
+        opening: str | None = None,
     ) -> tuple[Conversation, int]:
         """The conversation a request whose dialog chains to ``heads`` continues (made
         when there is none), and how many of its messages it holds already: by ``name``;
         else the unnamed one whose messages are the dialog before its last (or all of it:
         a request sent again). ``retried``: the client marked the request as one it sent
-        before, so a first message is the newest conversation begun with it, if any."""
+        before, so a first message is the newest conversation begun with it, if any, and
+        with the same instructions (``opening``, their digest, kept by a new one)."""
         known = self._known(agent, name, heads)
         if known is not None:
             return known
-        found = await self._db.run(_find, agent, name, tuple(heads), self._clock(), retried)
+        found = await self._db.run(
+            _find, agent, name, tuple(heads), self._clock(), retried, opening
+        )
         self._remember(found[0])
         return found
 
@@ -294,6 +303,7 @@ def _find(
     heads: tuple[str, ...],
     now: datetime,
     retried: bool = False,
+    opening: str | None = None,
 ) -> tuple[Conversation, int]:
     if name is not None:
         named = sa.select(c).where(c.c.agent == agent, c.c.name == name)
@@ -318,6 +328,7 @@ def _find(
                 c.c.name.is_(None),
                 c.c.length.in_((1, 2)),  # its message held, maybe its answer: nothing more
                 c.c.updated_at >= now - FIRST_RETRY_WINDOW,
+                c.c.opening.is_(None) if opening is None else c.c.opening == opening,
             )
             .order_by(c.c.updated_at.desc(), c.c.id.desc())
             .limit(1)
@@ -344,7 +355,15 @@ def _find(
                 return _conversation(row), count - 1
     new_id = conn.execute(
         sa.insert(c)
-        .values(agent=agent, name=None, head=ROOT, length=0, created_at=now, updated_at=now)
+        .values(
+            agent=agent,
+            name=None,
+            head=ROOT,
+            length=0,
+            created_at=now,
+            updated_at=now,
+            opening=opening,
+        )
         .returning(c.c.id)
     ).scalar_one()
     return Conversation(new_id, agent, None, ROOT, 0), 0

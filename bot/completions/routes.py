@@ -148,7 +148,7 @@ class CompletionsApi:
         asked = asked_of(request, body, self._agent(body.model))
         heads = chain(asked.digests)
         conversation, taken = await self._conversations.find(
-            asked.agent, asked.name, heads, retried=asked.retried
+            asked.agent, asked.name, heads, retried=asked.retried, opening=asked.opening
         )
         lock = self._locks.setdefault(conversation.id, asyncio.Lock())
         contended = lock.locked()

@@ -29,6 +29,9 @@ api_conversations = Table(
     Column("length", Integer, nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+    #: The digest of the instructions (system, developer messages) its first request
+    #: carried: a first message sent again must carry the same (migration 0026).
+    Column("opening", String(64)),
     Index("ix_api_conversations_name", "agent", "name", unique=True),
     Index("ix_api_conversations_head", "agent", "head"),
 )

@@ -256,3 +256,30 @@ async def test_the_sdks_second_retry_of_a_slow_first_message_continues_its_conve
             assert again.json()["chathub"] == {"conversation": "api:1"}
     assert said(again) == "Booked for 8 pm."
     assert len(fake_openai.requests) == 1
+
+
+async def test_a_marked_first_message_with_other_instructions_begins_its_own_conversation(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """A script puts each document in the system message and asks the same question;
+    document B's first try never arrived, and the SDK retries it, marked. It is no retry
+    of document A's request (it got A's summary; found by review)."""
+    question = {"role": "user", "content": "Summarize the document in one line."}
+
+    def about(document: str) -> dict:
+        return {"model": "main", "messages": [{"role": "system", "content": document}, question]}
+
+    fake_openai.reply_text("The cat sat on the mat.")
+    async with v1.http() as http:
+        first = await http.post("/v1/chat/completions", json=about("the cat sat on the mat"))
+        fake_openai.reply_text("Stocks fell 3%.")
+        other = await http.post(
+            "/v1/chat/completions", json=about("stocks fell 3% today"), headers=RETRY
+        )
+        again = await http.post(
+            "/v1/chat/completions", json=about("the cat sat on the mat"), headers=RETRY
+        )
+    assert said(other) == "Stocks fell 3%."
+    assert other.json()["chathub"] != first.json()["chathub"]
+    assert again.json()["chathub"] == first.json()["chathub"]  # a retry of A's is A's
+    assert len(fake_openai.requests) == 2
