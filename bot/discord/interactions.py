@@ -130,14 +130,8 @@ class Interactions:
         note: str = "",
     ) -> None:
         name = interaction.user.display_name
-        if result == "expired":
-            await self._cards.close(card, "expired", "expired")
-        elif result == "decided":
-            await self._cards.close(card, outcome, "resolved", by=name, note=note or None)
-        elif result == "kept":
+        if not await self._cards.after_tap(card, result, outcome, name, note):
             await _tell(interaction, NOT_ALLOWED)
-        else:  # "taken": the first decision's tap closes the card with its outcome
-            self._cards.taken(card)
 
     # -- modals ---------------------------------------------------------------------------
 

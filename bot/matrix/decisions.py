@@ -12,6 +12,7 @@ person, so a stranger's reactions cannot make the bot talk.
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from nio import AsyncClient, RoomGetEventResponse
 
@@ -82,15 +83,9 @@ class Decisions:
             await self._refuse(card, user, refused)
             return
         result = await decide(self._hub, card.source, card.tool_call_id, choice, decider, note)
-        if result == "expired":
-            await self._cards.close(card, "expired", "expired")
-        elif result == "decided":
-            name = await self._people.name_of(user)
-            await self._cards.close(card, choice, "resolved", by=name, note=note or None)
-        elif result == "kept":
+        name = partial(self._people.name_of, user)
+        if not await self._cards.after_tap(card, result, choice, name, note):
             await self._refuse(card, user, NOT_ALLOWED)
-        else:  # "taken": the first decision's tap closes the card with its outcome
-            self._cards.taken(card)
 
     async def _answer(self, card: CardRow, text: str, user: str) -> None:
         if not self._access.is_allowed(user):

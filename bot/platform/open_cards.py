@@ -13,7 +13,7 @@ card the platform refuses is closed unseen.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
@@ -271,6 +271,29 @@ class OpenCards:
             if later is None:
                 return
             least, backoff = later, min(backoff * 2, REPOST_MAX_S)
+
+    async def after_tap(
+        self,
+        card: CardRow,
+        result: str,
+        outcome: str,
+        by: str | Callable[[], Awaitable[str]] | None,
+        note: str = "",
+    ) -> bool:
+        """What a tap's ``decide`` result does to its card, every platform's: closed as
+        expired, or with the outcome and who decided (``by``: a name, or how to look it
+        up, asked only for a decision), or left to the decision that came first
+        (``taken``). False for ``kept``: the tapper may not decide (the platform says so)."""
+        if result == "expired":
+            await self.close(card, "expired", "expired")
+        elif result == "decided":
+            name = by if by is None or isinstance(by, str) else await by()
+            await self.close(card, outcome, "resolved", by=name, note=note or None)
+        elif result == "taken":
+            self.taken(card)
+        else:
+            return False
+        return True
 
     def taken(self, card: CardRow) -> None:
         """``decide`` said ``taken``: the card closes with the first decision's outcome,

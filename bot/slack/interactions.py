@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from bot.delivery import CardRow
@@ -126,15 +127,9 @@ class Interactions:
     async def _after(
         self, card: CardRow, result: str, outcome: str, user: str, respond: Respond, note: str = ""
     ) -> None:
-        if result == "expired":
-            await self._cards.close(card, "expired", "expired")
-        elif result == "decided":
-            name = await self._messages.name_of(user)
-            await self._cards.close(card, outcome, "resolved", by=name, note=note or None)
-        elif result == "kept":
+        name = partial(self._messages.name_of, user)
+        if not await self._cards.after_tap(card, result, outcome, name, note):
             await respond(NOT_ALLOWED)
-        else:  # "taken": the first decision's tap closes the card with its outcome
-            self._cards.taken(card)
 
     # -- modals ---------------------------------------------------------------------------
 

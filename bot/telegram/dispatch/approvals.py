@@ -114,12 +114,7 @@ class ApprovalTaps:
                 await self._open_window(card, c.user_name, decider)
             return
         result = await decide(self._hub, card.source, card.tool_call_id, action.action, decider)
-        if result == "expired":
-            await self._cards.close(card, "expired", "expired")
-        elif result == "decided":
-            await self._cards.close(card, action.action, "resolved", by=c.user_name)
-        elif result == "taken":  # the first decision's tap closes the card with its outcome
-            self._cards.taken(card)
+        await self._cards.after_tap(card, result, action.action, c.user_name)
 
     async def reject(self, card: CardRow, user_name: str, note: str, decider: Decider) -> None:
         """Reject with ``note`` (a reason, or none): the window closes, the card shows it."""
@@ -130,12 +125,7 @@ class ApprovalTaps:
             return
         self._rejecting.close(card.tool_call_id)
         result = await decide(self._hub, card.source, card.tool_call_id, "reject", decider, note)
-        if result == "expired":
-            await self._cards.close(card, "expired", "expired")
-        elif result == "decided":
-            await self._cards.close(card, "reject", "resolved", by=user_name, note=note or None)
-        elif result == "taken":
-            self._cards.taken(card)
+        await self._cards.after_tap(card, result, "reject", user_name, note)
 
     async def _open_window(self, card: CardRow, user_name: str, decider: Decider) -> None:
         seconds = int(self._window_s)
