@@ -88,6 +88,8 @@ class OpenCards:
         self._face = face
         self._open: dict[str, dict[int, CardRow]] = {}
         self._runtime: Runtime | None = None  # given by ``load``
+        #: Cards the platform could not take, waiting to be posted again (unseen).
+        self._unseen: set[int] = set()
         #: Cards whose ❌ was tapped once, where a reply gives the reason (Telegram's);
         #: closing a card ends its window.
         self.rejecting = RejectWindows()
@@ -176,7 +178,7 @@ class OpenCards:
         cards = self._open.get(source)
         if not cards:
             return None
-        seen = [c for c in cards.values() if c.kind != "question" or c.message_id is not None]
+        seen = [c for c in cards.values() if c.tool_call_id not in self._unseen]
         return reply_target(
             seen, reply_to=reply_to, is_command=is_command, rejecting=self.rejecting
         )
@@ -231,6 +233,7 @@ class OpenCards:
         await self._save(card)  # recorded before it is sent: a tap on it finds it
         later = await self._post(card, attachment)
         if later is not None and self._runtime is not None:
+            self._unseen.add(card.tool_call_id)
             self._runtime.background.spawn(self._post_again(card, attachment, later))
 
     async def _post(self, card: CardRow, attachment: Any) -> float | None:
@@ -254,6 +257,12 @@ class OpenCards:
 
     async def _post_again(self, card: CardRow, attachment: Any, least: float) -> None:
         """Until it shows, is refused, or is decided elsewhere (the inbox, ``/stop``)."""
+        try:
+            await self._post_until_shown(card, attachment, least)
+        finally:
+            self._unseen.discard(card.tool_call_id)
+
+    async def _post_until_shown(self, card: CardRow, attachment: Any, least: float) -> None:
         assert self._runtime is not None
         backoff = REPOST_FIRST_S
         while True:
