@@ -73,7 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.fakes
 
 from bench.telegram_bare import replies as bare_replies
 from bot.delivery import SEND, CallKind, Pacing
-from bot.delivery.pacing import Bucket, Pacer, PacingPolicy, Rate
+from bot.delivery.pacing import Bucket, Pacer, PacingPolicy, Rate, Ticket
 from bot.serve import Service, freeze_startup_objects
 from bot.settings import load_settings
 from bot.telegram.bindings.factory import make_bot_api
@@ -1029,10 +1029,10 @@ async def bar_chathub(library: str, args: argparse.Namespace) -> BarRuns:
             waits: dict[int, float] = defaultdict(float)
             turn = pacer.turn
 
-            async def timed_turn(conversation: str | None, kind: CallKind = SEND) -> None:
+            async def timed_turn(conversation: str | None, kind: CallKind = SEND) -> Ticket:
                 started = time.monotonic()
                 try:
-                    await turn(conversation, kind)
+                    return await turn(conversation, kind)
                 finally:
                     if conversation is not None:
                         waits[int(conversation)] += time.monotonic() - started

@@ -46,7 +46,7 @@ from bot.delivery.errors import (
     describe,
 )
 from bot.delivery.handback import MARK_RETRY_S, DeliveryMarks, Handback, Tenure, TenureLost
-from bot.delivery.pacing import EDIT, OTHER, SEND, CallKind, Pacer, PacingPolicy
+from bot.delivery.pacing import EDIT, OTHER, SEND, CallKind, Pacer, PacingPolicy, Ticket
 from bot.delivery.postponements import Postponements, RetrySchedule
 from bot.delivery.stats import OutboundStats
 from bot.delivery.store import OutboxRow, OutboxStore
@@ -273,11 +273,9 @@ class Outbound:
     ) -> T:
         errors = throttled = 0
         while True:
-            await self.pacer.turn(conversation, kind)
-            if may_send is not None and not may_send():
-                raise TenureLost
+            ticket = await self.pacer.turn(conversation, kind)
             try:
-                result = await op()
+                result = await _counted_call(ticket, op, may_send)
             except RetryLater as exc:
                 self.stats.retry_after += 1
                 throttled += 1
@@ -513,3 +511,15 @@ def _finished(task: asyncio.Task[Any]) -> None:
     # reported as never retrieved: the attempt logged what it could not send.
     if not task.cancelled():
         task.exception()
+
+
+async def _counted_call(
+    ticket: Ticket, op: Callable[[], Awaitable[T]], may_send: Callable[[], bool] | None
+) -> T:
+    """``op`` in its turn; the ticket told when it was answered, failed or never made."""
+    try:
+        if may_send is not None and not may_send():
+            raise TenureLost
+        return await op()
+    finally:
+        ticket.answered()

@@ -18,6 +18,12 @@ out its conversation's pause and the platform's.
 The platform's cap holds for a whole fleet: each process keeps its share of it, the cap
 divided by the fleet's live members (``members``; docs/scale-out.md says why).
 
+A window counts a call from its turn until its answer came (``Ticket.answered``) and for
+its window's length after: the platform counts it when it arrives, somewhere in between,
+so a call still under way may not be forgotten. Counted from the turn alone, calls held
+up on the way (a stalled process or network) arrived together with the next window's,
+and a fleet keeping 24 a second had 31 arrive within one second.
+
 A ``429`` pauses what it names: its conversation for ``retry_after``. When 429s come from
 several conversations at once, the limit hit is the platform's, and everything waits (a
 flood wait). Nothing here is persisted: after a restart the buckets start full, which the
@@ -44,6 +50,7 @@ __all__ = [
     "Pacer",
     "PacingPolicy",
     "Rate",
+    "Ticket",
     "Window",
 ]
 
@@ -53,12 +60,12 @@ _EPSILON = 1e-9
 _MARGIN_S = 0.01
 _MAX_CHATS = 4096  # remembered buckets before idle (full) ones are forgotten
 
-#: The part of a platform's cap a fleet uses: its members' sends reach the platform
-#: through networks and clocks that are not one, and their jitter must not add up to a
-#: second that holds more than the cap (measured: 3 processes at a third of 30 each once
-#: had 31 arrive within one second; at 90% of it, 3 processes on a loaded 2-core machine
-#: still had 31-33 arrive within one second in 2 of 4 full test runs).
+#: The part of a platform's cap a fleet uses: a process that joins is counted by the
+#: others only at their next scan, and until then the fleet's shares add up to more than
+#: the whole (three at 8 a second and a fourth at 6 are 30).
 FLEET_HEADROOM = 0.8
+#: How often a full window looks again while the calls that fill it are under way.
+IN_FLIGHT_POLL_S = 0.02
 
 #: What a call is to the pacer: a new message, an edit of one, or anything else.
 CallKind = Literal["send", "edit", "other"]
@@ -160,15 +167,23 @@ class Bucket:
 
 
 @dataclass(slots=True)
+class Counted:
+    """A call counted in a window: from its turn until ``seconds`` after its answer."""
+
+    start: float
+    answered_at: float = math.inf  # under way
+
+
+@dataclass(slots=True)
 class Window:
-    """A ``Cap`` kept: the times of the latest sends within its window.
+    """A ``Cap`` kept: the latest calls within its window, those under way included.
 
     ``share``: how many keep the cap together (a fleet's live members); this one keeps
     its part of ``FLEET_HEADROOM`` of it, rounded down, at least one.
     """
 
     cap: Cap
-    sent: deque[float] = field(default_factory=deque)
+    calls: deque[Counted] = field(default_factory=deque)
     paused_until: float = 0.0
     share: Callable[[], int] = lambda: 1
 
@@ -180,17 +195,26 @@ class Window:
         return max(1, int(self.cap.limit * FLEET_HEADROOM) // share)
 
     def wait(self, now: float) -> float:
-        self._forget(now)
         pause = max(0.0, self.paused_until - now)
-        if len(self.sent) < self.limit:
+        limit = self.limit
+        self._forget(now)
+        over = len(self.calls) - limit + 1
+        if over > 0:
+            counted = sorted(c.answered_at for c in self._counted(now))
+            over = len(counted) - limit + 1
+        if over <= 0:
             return pause if pause > _EPSILON else 0.0
-        # The oldest leaves the window just after ``seconds``: a margin keeps the count
-        # under the limit wherever the other side draws the window's edge.
-        oldest = self.sent[len(self.sent) - self.limit]
-        return max(pause, oldest + self.cap.seconds + _MARGIN_S - now)
+        # The ``over`` first to leave must have left, just after ``seconds``: a margin
+        # keeps the count under the limit wherever the other side draws the window's edge.
+        leaves = counted[over - 1]
+        if leaves == math.inf:
+            return max(pause, IN_FLIGHT_POLL_S)
+        return max(pause, leaves + self.cap.seconds + _MARGIN_S - now)
 
-    def take(self, now: float) -> None:
-        self.sent.append(now)
+    def take(self, now: float) -> Counted:
+        call = Counted(now)
+        self.calls.append(call)
+        return call
 
     def pause(self, until: float) -> None:
         self.paused_until = max(self.paused_until, until)
@@ -201,13 +225,33 @@ class Window:
         return pause if pause > _EPSILON else 0.0
 
     def idle(self, now: float) -> bool:
-        self._forget(now)
-        return not self.sent and self.paused_until <= now
+        return not self._counted(now) and self.paused_until <= now
 
-    def _forget(self, now: float) -> None:
+    def _counted(self, now: float) -> list[Counted]:
+        """The calls still in the window: answered within it, or under way."""
+        horizon = self._forget(now)
+        return [c for c in self.calls if c.answered_at > horizon]
+
+    def _forget(self, now: float) -> float:
+        """The oldest calls that left the window are forgotten; returns its start."""
         horizon = now - self.cap.seconds - _MARGIN_S
-        while self.sent and self.sent[0] <= horizon:
-            self.sent.popleft()
+        while self.calls and self.calls[0].answered_at <= horizon:
+            self.calls.popleft()
+        return horizon
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """A call's turn: ``answered`` once the platform answered it (or it failed or was
+    never made), so the windows it is counted in start forgetting it."""
+
+    calls: tuple[Counted, ...]
+    clock: Callable[[], float]
+
+    def answered(self) -> None:
+        now = self.clock()
+        for call in self.calls:
+            call.answered_at = min(call.answered_at, now)
 
 
 @dataclass(slots=True)
@@ -251,22 +295,25 @@ class Pacer:
         """This process's share of the platform's cap, now."""
         return self._overall.limit
 
-    async def turn(self, conversation: str | None, kind: CallKind = SEND) -> None:
+    async def turn(self, conversation: str | None, kind: CallKind = SEND) -> Ticket:
         """Return when a call of ``kind`` to ``conversation`` may go out; takes its token.
+        The caller tells the ticket when the call was answered (in a ``finally``).
 
         ``conversation`` ``None``: a call of no conversation (it waits for a flood's pause).
         """
         if kind == OTHER or conversation is None:
             await self._paused(None if conversation is None else self._chat(conversation))
-            return
+            return Ticket((), self._clock)
         chat = self._chat(conversation)
         bucket = chat.edits if kind == EDIT else chat.sends
+        calls: list[Counted] = []
         async with chat.lock:
             await self._take(bucket)
             if chat.cap is not None and kind == SEND:
-                await self._take(chat.cap)
+                calls.append(await self._take_place(chat.cap))
             async with self._overall_lock:
-                await self._take(self._overall)
+                calls.append(await self._take_place(self._overall))
+        return Ticket(tuple(calls), self._clock)
 
     def retry_after(self, conversation: str | None, seconds: float) -> bool:
         """A 429 for ``conversation``: pause it, or everything in a flood (True)."""
@@ -304,11 +351,18 @@ class Pacer:
             self.waited_s += delay
             await self._sleep(delay)
 
-    async def _take(self, bucket: Bucket | Window) -> None:
-        while (delay := bucket.wait(self._clock())) > 0:
+    async def _take(self, bucket: Bucket) -> None:
+        await self._wait_for(bucket)
+        bucket.take(self._clock())
+
+    async def _take_place(self, window: Window) -> Counted:
+        await self._wait_for(window)
+        return window.take(self._clock())
+
+    async def _wait_for(self, limit: Bucket | Window) -> None:
+        while (delay := limit.wait(self._clock())) > 0:
             self.waited_s += delay
             await self._sleep(delay)
-        bucket.take(self._clock())
 
     def _chat(self, conversation: str) -> _Chat:
         chat = self._chats.get(conversation)

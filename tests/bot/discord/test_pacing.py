@@ -29,7 +29,7 @@ async def test_twelve_parts_to_one_channel_keep_five_in_any_five_seconds() -> No
     pacer = Pacer(policy, clock=clock, sleep=clock.sleep, is_group=client.is_group)
     sent = []
     for _ in range(12):
-        await pacer.turn("123")
+        (await pacer.turn("123")).answered()
         sent.append(clock.now)
     for first in range(len(sent)):
         within = [t for t in sent if sent[first] <= t < sent[first] + 5.0]
@@ -42,5 +42,5 @@ async def test_channels_do_not_wait_for_each_other() -> None:
     policy = discord_pacing(load_settings(_env_file=None)).policy
     pacer = Pacer(policy, clock=clock, sleep=clock.sleep, is_group=lambda _c: True)
     for channel in range(20):
-        await pacer.turn(str(channel))
+        (await pacer.turn(str(channel))).answered()
     assert clock.now == 0.0

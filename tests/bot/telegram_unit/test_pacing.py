@@ -45,7 +45,7 @@ async def send_times(
     start = clock.now
     times = []
     for _ in range(n):
-        await pacer.turn(chat_id, kind)
+        (await pacer.turn(chat_id, kind)).answered()
         times.append(round(clock.now - start, 6))
     return times
 
@@ -84,7 +84,7 @@ async def test_the_overall_rate_binds_a_burst_over_many_chats(clock):
     start = clock.now
     times = []
     for chat in range(1, 101):
-        await p.turn(str(chat))
+        (await p.turn(str(chat))).answered()
         times.append(clock.now - start)
     # 30 in any second, never 30 at once and 30 more in the same second.
     for i, first in enumerate(times):
@@ -103,7 +103,7 @@ async def test_a_429_pauses_only_its_chat(clock):
     p.retry_after(PRIVATE, 7)
     assert await send_times(p, clock, OTHER, 1) == [0]
     start = clock.now
-    await p.turn(PRIVATE)
+    (await p.turn(PRIVATE)).answered()
     assert clock.now - start == pytest.approx(7)
     assert p.global_pauses == 0
 
@@ -114,7 +114,7 @@ async def test_429s_from_several_chats_at_once_pause_everything(clock):
         p.retry_after(chat, 5)
     assert p.global_pauses == 1
     start = clock.now
-    await p.turn("99")  # a chat that got no 429 waits too
+    (await p.turn("99")).answered()  # a chat that got no 429 waits too
     assert clock.now - start == pytest.approx(5)
 
 
@@ -144,9 +144,9 @@ async def test_idle_chats_are_forgotten(clock, monkeypatch):
     monkeypatch.setattr("bot.delivery.pacing._MAX_CHATS", 10)
     p = pacer(clock)
     for chat in range(1, 11):
-        await p.turn(str(chat))
+        (await p.turn(str(chat))).answered()
     clock.now += 60
-    await p.turn("500")
+    (await p.turn("500")).answered()
     assert len(p._chats) == 1
 
 
