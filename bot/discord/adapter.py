@@ -195,7 +195,8 @@ class DiscordAdapter:
         return taken
 
     async def _read_after(self, last: Incoming) -> int:
-        channel = self.bot.get_partial_messageable(int(last.channel_id))
+        guild = None if last.guild_id is None else int(last.guild_id)  # its roles known
+        channel = self.bot.get_partial_messageable(int(last.channel_id), guild_id=guild)
 
         async def read() -> list[discord.Message]:
             after = discord.Object(int(last.message_id))

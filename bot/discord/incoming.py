@@ -93,6 +93,9 @@ class Incoming:
     reply_to: str | None = None
     #: Who started the thread it was written in (``None`` outside threads).
     thread_owner: str | None = None
+    #: The bot's own role in the guild (made for it when it was added) when the message
+    #: mentions it: people pick it from the mention list as often as the bot's name.
+    my_role: str | None = None
 
     @property
     def key(self) -> str:
@@ -122,6 +125,9 @@ class Incoming:
         owner = thread.owner_id if thread is not None else None
         author = message.author
         mentions_me = bot_id is not None and any(str(u) == bot_id for u in message.raw_mentions)
+        my_role = _my_role(message)
+        if my_role is not None:
+            mentions_me = True
         reference = message.reference
         return cls(
             message_id=str(message.id),
@@ -152,13 +158,17 @@ class Incoming:
                 else None
             ),
             thread_owner=None if owner is None else str(owner),
+            my_role=my_role,
         )
 
     def text(self, bot_id: str | None) -> str:
-        """The content without the bot's own mention."""
+        """The content without the bot's own mention (by name or by its role)."""
+        content = self.content
+        if self.my_role is not None:
+            content = content.replace(f"<@&{self.my_role}>", "")
         if bot_id is None:
-            return self.content.strip()
-        return mentions_of(bot_id).sub("", self.content).strip()
+            return content.strip()
+        return mentions_of(bot_id).sub("", content).strip()
 
     def to_json(self) -> Json:
         data: Json = {k: getattr(self, k) for k in self.__slots__ if k != "attachments"}
@@ -169,6 +179,17 @@ class Incoming:
     def from_json(cls, data: Json) -> Incoming:
         attachments = tuple(Attachment(**a) for a in data.get("attachments") or [])
         return cls(**{**data, "attachments": attachments})
+
+
+def _my_role(message: discord.Message) -> str | None:
+    """The bot's managed role, when ``message`` mentions it (discord.py knows the role
+    from the guild's GUILD_CREATE; read from the message's mentions, not its content,
+    which Discord may withhold)."""
+    guild = message.guild
+    role = guild.self_role if guild is not None else None
+    if role is None or role not in message.role_mentions:
+        return None
+    return str(role.id)
 
 
 #: What a person writes; the rest are Discord's own lines ("pinned a message", "started a

@@ -36,6 +36,9 @@ __all__ = ["UNREADABLE_MESSAGE", "DiscordMe", "Listening", "MessageHandler"]
 log = logging.getLogger(__name__)
 
 UNREADABLE_MESSAGE = "I cannot read this kind of message yet; please send text or a file."
+#: Discord may keep a message's text from a bot without the message content intent when
+#: it mentions the bot's role rather than the bot.
+ROLE_ONLY_MESSAGE = "I could not read that: please mention me by name, not by my role."
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 #: Discord: "A thread has already been created for this message".
 THREAD_EXISTS = 160004
@@ -157,7 +160,8 @@ class MessageHandler:
             await say(m.channel_id, "⚠️ " + " ".join(problems))
         if not text and not attachments:
             if not problems:
-                await say(m.channel_id, UNREADABLE_MESSAGE)
+                unread = ROLE_ONLY_MESSAGE if m.my_role is not None else UNREADABLE_MESSAGE
+                await say(m.channel_id, unread)
             return False
         # An open question is answered by the whole message: its voice heard, its files
         # named (they were dropped, a voice answer was lost behind the waiting turn).

@@ -700,7 +700,14 @@ class FakeDiscordServer:
         with self._lock:
             joined = gid not in self._guilds
             guild = self._guilds.setdefault(
-                gid, {"name": name or f"Guild {gid}", "channels": [], "members": [self.bot_id]}
+                gid,
+                {
+                    "name": name or f"Guild {gid}",
+                    "channels": [],
+                    "members": [self.bot_id],
+                    # Discord gives a bot a role of its own where it is added.
+                    "bot_role": self._snowflake(),
+                },
             )
             if name:
                 guild["name"] = name
@@ -721,6 +728,11 @@ class FakeDiscordServer:
                 event = "THREAD_CREATE" if channel["type"] in (10, 11, 12) else "CHANNEL_CREATE"
                 self._dispatch(event, lambda _s, c=channel: c, guild_id=gid, intent=INTENT_GUILDS)
             return self._guild_create(gid, None)
+
+    def bot_role(self, guild_id: int | str) -> str:
+        """The role Discord made for the bot in the guild (``<@&id>`` mentions it)."""
+        with self._lock:
+            return self._guilds[_sid(guild_id)]["bot_role"]
 
     # -- test-side scripting -----------------------------------------------------------
 
@@ -1147,7 +1159,19 @@ class FakeDiscordServer:
                     "managed": False,
                     "mentionable": False,
                     "flags": 0,
-                }
+                },
+                {
+                    "id": guild["bot_role"],
+                    "name": self._user(self.bot_id)["username"],
+                    "color": 0,
+                    "hoist": False,
+                    "position": 1,
+                    "permissions": _EVERYONE_PERMISSIONS,
+                    "managed": True,
+                    "mentionable": False,
+                    "flags": 0,
+                    "tags": {"bot_id": self.bot_id},
+                },
             ],
             "joined_at": _iso(time.time()),
             "large": False,
@@ -1211,7 +1235,7 @@ class FakeDiscordServer:
             "edited_timestamp": None,
             "tts": False,
             "mention_everyone": False,
-            "mention_roles": [],
+            "mention_roles": re.findall(r"<@&(\d+)>", content) if guild_id is not None else [],
             "attachments": [
                 self._attachment(channel_id, item[0], item[1], item[2] if len(item) > 2 else None)
                 for item in attachments

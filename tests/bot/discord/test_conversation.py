@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+from bot.discord.messages import ROLE_ONLY_MESSAGE
 from engine.hub import Notification
 from engine.llm.scripted import text
 from engine.store import utcnow
@@ -43,6 +44,33 @@ async def test_a_mention_in_a_guild_channel_is_answered_there(
     dm = fake.dm(ALICE, "and here?")["channel_id"]
     await until(lambda: texts(fake, dm) == ["echo: and here?"])
     assert fake.messages(dm)[0].reply_to is None
+
+
+async def test_a_mention_of_the_bots_role_is_a_mention_of_the_bot(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """Discord makes the bot a role of its own where it is added, and people pick it
+    from the mention list as often as the bot's name: it was not taken for a mention, and
+    the question went unanswered. The model reads the question without it."""
+    fake.allowed_intents |= INTENT_MESSAGE_CONTENT
+    await make_service(discord_message_content="true")
+    role = fake.bot_role(GUILD)
+    fake.channel_message(GUILD, GENERAL, ALICE, f"<@&{role}> what time is it")
+    await until(lambda: texts(fake, GENERAL) == ["echo: what time is it"])
+    fake.channel_message(GUILD, GENERAL, ALICE, "<@&999999999999999999> and another role?")
+    fake.channel_message(GUILD, GENERAL, ALICE, f"<@{fake.bot_id}> only this")
+    await until(lambda: texts(fake, GENERAL) == ["echo: what time is it", "echo: only this"])
+
+
+async def test_without_message_content_a_role_mention_asks_for_a_mention_by_name(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """Without the message content intent Discord may send a message that mentions the
+    bot's role, not the bot, without its text (the fake does): the person is told how to
+    be read, not that the message's kind is unknown."""
+    await make_service()
+    fake.channel_message(GUILD, GENERAL, ALICE, f"<@&{fake.bot_role(GUILD)}> what time is it")
+    await until(lambda: texts(fake, GENERAL) == [ROLE_ONLY_MESSAGE])
 
 
 async def stored(service, message_id: str) -> None:

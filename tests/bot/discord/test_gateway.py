@@ -10,7 +10,12 @@ from bot.platform.chunks import split_markdown
 from bot.platform.lanes import Lanes
 from engine.llm.scripted import text
 from tests.bot.discord.conftest import ALICE, GENERAL, GUILD, MakeService, texts, until
-from tests.fakes.discord_server import GATEWAY_PATH, RESUME_GATEWAY_PATH, FakeDiscordServer
+from tests.fakes.discord_server import (
+    GATEWAY_PATH,
+    INTENT_MESSAGE_CONTENT,
+    RESUME_GATEWAY_PATH,
+    FakeDiscordServer,
+)
 
 MESSAGES = "POST /channels/{channel_id}/messages"
 
@@ -150,6 +155,21 @@ async def test_a_mention_among_a_busy_channels_talk_during_a_restart_is_answered
     fake.channel_message(GUILD, GENERAL, ALICE, "are you back?", mentions_bot=True, offline=True)
     await make_service()
     await until(lambda: texts(fake, GENERAL) == ["echo: hello bot", "echo: are you back?"])
+
+
+async def test_a_mention_of_the_bots_role_during_a_restart_is_answered(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """Catch-up reads a channel through a partial channel, which knew no guild and so no
+    role of the bot's: the guild is named, and a role mention counts there too."""
+    fake.allowed_intents |= INTENT_MESSAGE_CONTENT
+    service = await make_service(discord_message_content="true")
+    fake.channel_message(GUILD, GENERAL, ALICE, "hello bot", mentions_bot=True)
+    await until(lambda: texts(fake, GENERAL) == ["echo: hello bot"])
+    await service.stop()
+    fake.channel_message(GUILD, GENERAL, ALICE, f"<@&{fake.bot_role(GUILD)}> back?", offline=True)
+    await make_service(discord_message_content="true")
+    await until(lambda: texts(fake, GENERAL) == ["echo: hello bot", "echo: back?"])
 
 
 async def test_a_reply_in_flight_when_the_service_stops_is_recorded_and_never_sent_again(
