@@ -7,7 +7,7 @@ ready for speech).
 """
 
 from voice.settings import VoiceSettings
-from voice.speech import Speaker, Speech, SpeechError, sentences, spoken
+from voice.speech import Speaker, Speech, SpeechError, links, sentences, spoken
 from voice.transcription import Transcriber, Transcription, TranscriptionError
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "Transcription",
     "TranscriptionError",
     "VoiceSettings",
+    "links",
     "sentences",
     "spoken",
 ]

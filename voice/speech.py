@@ -12,19 +12,31 @@ from __future__ import annotations
 import logging
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
 from providers import Endpoint, ProviderRegistry
 from voice.endpoints import AudioChoice, failure_of
 
-__all__ = ["MAX_SPEECH_CHARS", "Speaker", "Speech", "SpeechError", "sentences", "spoken"]
+__all__ = [
+    "MAX_SPEECH_CHARS",
+    "Speaker",
+    "Speech",
+    "SpeechError",
+    "links",
+    "sentences",
+    "spoken",
+]
 
 log = logging.getLogger(__name__)
 
 #: OpenAI's ``/v1/audio/speech`` takes at most 4,096 characters: a part is at most this.
 MAX_SPEECH_CHARS = 2000
 _SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
+_MARKDOWN_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
+_BARE_URL = re.compile(r"(?<![(<\w])https?://[^\s<>()\[\]`]+")
+_ANY_LINK = re.compile(f"{_MARKDOWN_LINK.pattern}|{_BARE_URL.pattern}")
 
 
 class SpeechError(Exception):
@@ -40,12 +52,34 @@ class Speech(AudioChoice):
 
 
 def spoken(markdown: str) -> str:
-    """Markdown as it is read aloud: code fences, emphasis marks and link targets gone."""
+    """Markdown as it is read aloud: code fences, emphasis marks and link targets gone (a
+    bare address said as its host: no one listens to a URL read out)."""
     text = re.sub(r"```[^\n]*\n(.*?)```", r"\1", markdown, flags=re.DOTALL)
-    text = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", text)
+    text = _MARKDOWN_LINK.sub(r"\1", text)
+    text = _BARE_URL.sub(_said_address, text)
     text = re.sub(r"^\s{0,3}(#{1,6}|>|[-*+])\s+", "", text, flags=re.MULTILINE)
     text = re.sub(r"(\*\*|__|\*|_|`|~~)", "", text)
     return re.sub(r"[ \t]+", " ", text).strip()
+
+
+def links(markdown: str) -> str:
+    """The links a spoken ``markdown`` does not say, as Markdown lines to send beside its
+    voice messages ("" when it has none): a listener cannot follow an address he heard."""
+    found = [
+        f"[{m.group(1)}]({m.group(2)})" if m.group(1) else _trimmed(m.group())
+        for m in _ANY_LINK.finditer(markdown)
+    ]
+    return "\n".join(f"🔗 {line}" for line in dict.fromkeys(found))
+
+
+def _said_address(match: re.Match[str]) -> str:
+    url = _trimmed(match.group())
+    return (urlsplit(url).hostname or "a link") + match.group()[len(url) :]
+
+
+def _trimmed(url: str) -> str:
+    """A bare address without the sentence's punctuation after it."""
+    return url.rstrip(".,;:!?'\"")
 
 
 def sentences(text: str, limit: int = MAX_SPEECH_CHARS) -> list[str]:

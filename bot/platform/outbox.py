@@ -21,6 +21,7 @@ from bot.platform.protocols import MessageRef, OutboxSender
 from bot.platform.voice_mode import VoiceMode
 from engine.hub import ChatHub
 from engine.store import AlsoWithKey, AlsoWithRow
+from voice import links
 
 __all__ = [
     "DONE",
@@ -202,7 +203,7 @@ class RowSender:
         """The reply's parts, as the outbox stores them: spoken in a chat with voice on
         (written when there is nothing to read aloud: never nothing), else written."""
         if self.voice_mode is not None and self.voice_mode.is_on(source):
-            said = self.spoken(source, text)
+            said = self._aloud(source, text)
             if said:
                 return said
         return self.written(source, text)
@@ -211,8 +212,18 @@ class RowSender:
         """``text`` as voice messages, each recorded under ``key`` before it is sent (its
         text the fallback); ``VoiceOut`` for ``send_voice_message``."""
         said = self.spoken(source, text)
-        await self.send_durable(source, key, said)
+        await self.send_durable(source, key, said + self._links(source, text, said))
         return len(said)
+
+    def _aloud(self, source: str, text: str) -> list[Any]:
+        said = self.spoken(source, text)
+        return said + self._links(source, text, said)
+
+    def _links(self, source: str, text: str, said: list[Any]) -> list[Any]:
+        """The links ``text`` had, written after its voice messages: the spoken form
+        drops their addresses (they were lost)."""
+        shown = links(text)
+        return self.written(source, shown) if said and shown else []
 
     def answering(
         self, conn: Connection, source: str, answer_id: int, prepared: list[Any]

@@ -248,6 +248,29 @@ async def test_voice_on_turns_replies_into_voice_messages_and_off_back(
     assert len(voices(telegram)) == 1
 
 
+async def test_a_spoken_reply_keeps_its_links_in_a_message_after_it(
+    speaking, telegram, model, fake_openai
+):
+    """No one can follow an address heard: a bare one is said as its host, and every link
+    comes written after the voice message (the spoken form dropped their targets, and
+    the links were lost)."""
+    from engine.llm.scripted import text as reply
+
+    model.add(reply("Read [the docs](https://docs.example/start) and https://b.example/y."))
+    private(telegram, text="/voice on")
+    await eventually(lambda: any("voice messages" in t for t in texts(telegram, ALICE)))
+    private(telegram, text="where do I start?")
+    await eventually(lambda: any(t.startswith("🔗") for t in texts(telegram, ALICE)))
+    assert [r["input"] for r in fake_openai.speech_requests] == ["Read the docs and b.example."]
+    [shown] = [m for m in telegram.messages(ALICE) if m.text and m.text.startswith("🔗")]
+    assert shown.text == "🔗 the docs\n🔗 https://b.example/y"
+    assert {"type": "text_link", "url": "https://docs.example/start"}.items() <= next(
+        e for e in shown.entities or [] if e["type"] == "text_link"
+    ).items()
+    sent = [m for m in telegram.messages(ALICE) if m.voice is not None or m is shown]
+    assert sent[-1] is shown and sent[-2].voice is not None  # the links after the voice
+
+
 async def test_a_speech_failure_sends_the_text_instead(speaking, telegram, model, fake_openai):
     private(telegram, text="/voice on")
     await eventually(lambda: any("voice messages" in t for t in texts(telegram, ALICE)))
