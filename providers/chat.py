@@ -53,7 +53,7 @@ class ChatModels:
             self._model(_Settings(name, provider.base_url, provider.api_key))
             for provider in self._registry.current
             if "chat" in provider.serves
-            for name in provider.models
+            for name in provider.models_for("chat")
         ]
         self._models.offer(offered)
 

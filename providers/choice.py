@@ -84,10 +84,9 @@ class ServiceChoice:
         for provider in self._registry.current if self._registry is not None else ():
             if self.service not in provider.serves:
                 continue
-            model = (
-                wanted if wanted and (wanted in provider.models or not provider.models) else None
-            )
-            model = model or (provider.models[0] if provider.models else None)
+            listed, fits = provider.models, provider.models_for(self.service)
+            model = wanted if wanted and (wanted in listed or not listed) else None
+            model = model or (fits[0] if fits else None)
             if model:
                 return Endpoint(provider.base_url, provider.api_key, model, provider.name)
         return self._fallback

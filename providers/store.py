@@ -59,6 +59,20 @@ class Provider:
             f"models={self.models!r}, key={masked(self.api_key)!r})"
         )
 
+    def models_for(self, service: str) -> tuple[str, ...]:
+        """The listed models that do ``service``: all of them for a provider serving only
+        that; else told apart by their names (``whisper-1`` transcribes, ``tts-1``
+        speaks, ``text-embedding-3-small`` embeds; a name of none of these chats). A
+        service none of whose names fits gets every model: which one it is cannot be
+        told, and the first is asked as before. A provider serving chat and audio offered
+        its audio models to ``/model`` (found by review)."""
+        if self.serves == (service,):
+            return self.models
+        named = tuple(m for m in self.models if _service_named(m) == service)
+        if service == "chat":
+            return tuple(m for m in self.models if _service_named(m) is None)
+        return named or self.models
+
     def shown(self) -> dict[str, object]:
         """What the CLI and the API show: everything but the key in full."""
         return {
@@ -102,6 +116,20 @@ class Provider:
         if len(listed) > _MAX_MODELS or any(len(m) > 200 for m in listed):
             raise ProviderError(f"models: at most {_MAX_MODELS} names of at most 200 characters")
         return cls(name_of(name), url, key, tuple(wanted), tuple(listed))
+
+
+#: How the names of models that do not chat say what they do (OpenAI's, Groq's, local
+#: servers' usual ones).
+_NAMED_FOR = (
+    ("transcription", re.compile(r"whisper|transcri|(?<![a-z])stt(?![a-z])", re.IGNORECASE)),
+    ("speech", re.compile(r"(?<![a-z])tts(?![a-z])|speech|kokoro|piper", re.IGNORECASE)),
+    ("embeddings", re.compile(r"embed", re.IGNORECASE)),
+)
+
+
+def _service_named(model: str) -> str | None:
+    """The service a model's name says it does; ``None``: none of those (a chat model)."""
+    return next((service for service, name in _NAMED_FOR if name.search(model)), None)
 
 
 def _words(value: object, field: str) -> list[str]:

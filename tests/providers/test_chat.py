@@ -59,3 +59,27 @@ async def test_a_providers_chat_model_gets_portable_tool_schemas_like_a_configur
     [body] = sent
     parameters = body["tools"][0]["function"]["parameters"]
     assert "$defs" not in json.dumps(parameters) and "$ref" not in json.dumps(parameters)
+
+
+async def test_a_provider_serving_chat_and_audio_offers_only_its_chat_models(two_processes):
+    """``/model`` lists what can chat: a provider's whisper, tts and embedding models
+    were offered beside its chat models (found by review)."""
+    (registry, _), _buses = two_processes
+    models = ModelRegistry([EchoModel(name="primary")])
+    async with httpx.AsyncClient() as http:
+        chat = ChatModels(registry, models, http)
+        await registry.store.add(
+            Provider.checked(
+                "openai",
+                "https://openai.example/v1",
+                KEY,
+                "chat,transcription,speech,embeddings",
+                "gpt-4o,whisper-1,gpt-4o-mini-tts,tts-1-hd,text-embedding-3-small,o3-mini",
+            )
+        )
+        await registry.store.add(
+            Provider.checked("local", "http://127.0.0.1:9/v1", "", "chat", "whisper-chat-7b")
+        )
+        await registry.load()
+        chat.offer()
+    assert list(models.names) == ["primary", "gpt-4o", "o3-mini", "whisper-chat-7b"]

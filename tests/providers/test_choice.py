@@ -172,3 +172,19 @@ async def eventually(predicate, within_s: float = 5.0) -> None:
     while not predicate():
         assert loop.time() < deadline, "not in time"
         await asyncio.sleep(0.01)
+
+
+async def test_a_provider_serving_several_jobs_gives_each_the_model_named_for_it(registry):
+    """One provider for chat, transcription and speech, its models listed together: each
+    job takes the model whose name says it does that job (transcription took the first
+    listed, a chat model, and failed on every voice note; found by review)."""
+    from bot.settings import load_settings
+
+    settings = load_settings(_env_file=None, transcribe_model=None, speech_model=None)
+    listed = "gpt-4o,whisper-1,gpt-4o-transcribe,tts-1"
+    await registry.add(provider("openai", serves="chat,transcription,speech", models=listed))
+    transcription, speech = Transcription(settings, registry), Speech(settings, registry)
+    assert transcription.endpoint().model == "whisper-1"
+    assert speech.endpoint().model == "tts-1"
+    configured = load_settings(_env_file=None, transcribe_model="gpt-4o-transcribe")
+    assert Transcription(configured, registry).endpoint().model == "gpt-4o-transcribe"
