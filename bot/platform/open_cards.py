@@ -34,7 +34,7 @@ from engine.hub import ChatHub, HubError
 from engine.session import ApprovalRequired, Question, attachments_block
 from engine.store import InboxError
 
-__all__ = ["CardFace", "OpenCards", "Words", "card_is_live", "tapped"]
+__all__ = ["CardFace", "OpenCards", "Words", "card_is_live", "tapped", "with_files"]
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +129,7 @@ class OpenCards:
         True: the message was the answer (or was already: the same words, or its event
         handled before; never a new message then). False when the hub no longer waits for
         it (closed as expired: the message is a message)."""
-        if attachments:
-            text = f"{text}\n\n{attachments_block(list(attachments))}".strip()
+        text = with_files(text, attachments)
         repeated = False
         try:
             await self._hub.answer(card.tool_call_id, text, source=card.source, also=also)
@@ -385,3 +384,11 @@ def tapped(
     if card.message_id is None and shown_at:
         return replace(card, message_id=shown_at)
     return card
+
+
+def with_files(text: str, attachments: Sequence[dict[str, Any]]) -> str:
+    """A person's words to the agent with the files their message brought named as a
+    message's are (kept in the workspace): a question's answer, a rejection's reason."""
+    if not attachments:
+        return text
+    return f"{text}\n\n{attachments_block(list(attachments))}".strip()

@@ -613,6 +613,7 @@ class FakeTelegramServer:
         file_id: str | None = None,
         chat_type: str = "private",
         message_thread_id: int | None = None,
+        reply_to_message_id: int | None = None,
         username: str | None = "alice",
         first_name: str = "Alice",
     ) -> Json:
@@ -626,6 +627,7 @@ class FakeTelegramServer:
             user_id,
             chat_type=chat_type,
             message_thread_id=message_thread_id,
+            reply_to_message_id=reply_to_message_id,
             username=username,
             first_name=first_name,
         )

@@ -19,6 +19,7 @@ from bot.delivery import CardRow, EventAlreadyHandled
 from bot.platform.access import Access
 from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
+from bot.platform.open_cards import with_files
 from bot.platform.voice_notes import VoiceNotes
 from bot.telegram.dispatch.approvals import ApprovalTaps
 from bot.telegram.inbound.downloads import Downloads
@@ -121,7 +122,8 @@ class MessageHandler:
         if problems:  # one warning per message, whatever went wrong with its files
             await say(m.chat_id, m.thread_id, "⚠️ " + " ".join(problems))
         if target is not None and target[0] == "reason":  # for an approval card's ❌, heard
-            await self._approvals.reject(target[1], m.user_name, text, self._access.decider(user))
+            reason = with_files(text, attachments)  # a photo's caption: the photo named too
+            await self._approvals.reject(target[1], m.user_name, reason, self._access.decider(user))
             return False
         if not text.strip() and not attachments:
             if not problems:

@@ -70,6 +70,30 @@ async def test_a_rejected_card_asks_for_the_reason_and_then_shows_it(service, te
     assert "keep the data" in telegram.message(ALICE, card.message_id).text
 
 
+async def test_a_photo_given_as_the_reason_is_named_to_the_agent(service, telegram, model):
+    """A reason sent as a photo with a caption: the caption is the reason and the photo,
+    kept in the workspace, is named in it (it was kept but never named: the agent could
+    not look at what it was shown instead)."""
+    model.add(shell("rm -rf data"), text("Understood."))
+    telegram.user_message(ALICE, ALICE, "clean up")
+    card = await eventually(lambda: find(telegram, ALICE, "Approval needed"))
+    telegram.callback(ALICE, ALICE, card.message_id, format_callback(_call_id(card), "reject"))
+    await eventually(lambda: "reason" in (telegram.message(ALICE, card.message_id).text or ""))
+
+    telegram.photo_message(
+        ALICE,
+        ALICE,
+        b"\xff\xd8\xff\xe0jpeg",
+        caption="delete this one",
+        reply_to_message_id=card.message_id,
+    )
+
+    await eventually(lambda: "Understood." in texts(telegram, ALICE))
+    [result] = [m["content"] for m in model.requests[-1][0] if m["role"] == "tool"]
+    assert "delete this one" in result and "uploads/telegram/" in result
+    assert "delete this one" in telegram.message(ALICE, card.message_id).text
+
+
 async def test_a_clarification_forces_a_reply(service, telegram, model):
     ask = tool_call("ask_user_clarification", '{"question": "Which city?"}', "q")
     model.add(ask, text("Booking Rome."))
