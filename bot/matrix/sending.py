@@ -63,6 +63,7 @@ __all__ = [
     "check",
     "content_of",
     "contents_of",
+    "edit_of",
     "leave",
     "matrix_pacing",
 ]
@@ -212,6 +213,43 @@ _SMALLEST_CUT = 500
 
 def _size(content: Json) -> int:
     return len(json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def edit_of(content: Json, event_id: str) -> Json:
+    """An ``m.replace`` of ``event_id`` by ``content``, within ``CONTENT_BUDGET``: the new
+    content, and around it the fallback clients without edits show. The content is
+    there twice, so a card of 6,000 characters of Chinese (18 KB of body and as much
+    HTML) made an edit of 72 KB, which the homeserver refused: the card kept its choices
+    after it was decided. Too big, the fallback is its body's beginning, plain; still too
+    big, the new content is plain text; still, its body is cut."""
+    new = {k: v for k, v in content.items() if k != "m.relates_to"}
+    relates = {"rel_type": "m.replace", "event_id": event_id}
+    edit = {
+        **new,
+        "body": f"* {new.get('body', '')}",
+        "m.new_content": new,
+        "m.relates_to": relates,
+    }
+    if _size(edit) <= CONTENT_BUDGET:
+        return edit
+    fallback = {k: v for k, v in new.items() if k not in ("format", "formatted_body")}
+    fallback["body"] = f"* {new.get('body', '')[:_FALLBACK_CHARS]}…"
+    edit = {**fallback, "m.new_content": new, "m.relates_to": relates}
+    if _size(edit) > CONTENT_BUDGET:
+        new = {k: v for k, v in new.items() if k not in ("format", "formatted_body")}
+        edit["m.new_content"] = new
+    if _size(edit) > CONTENT_BUDGET:
+        over = _size(edit) - CONTENT_BUDGET
+        body = new.get("body", "").encode()
+        keep = max(0, len(body) - over - _CUT_MARGIN)
+        new["body"] = body[:keep].decode(errors="ignore") + "…"
+    return edit
+
+
+#: Characters of an edit's fallback when the whole content twice would not fit.
+_FALLBACK_CHARS = 1000
+#: Bytes a cut body leaves to spare (the "…", and room under the limit).
+_CUT_MARGIN = 256
 
 
 def in_thread(content: Json, place: Place) -> Json:
@@ -390,12 +428,7 @@ class MatrixSender(RowSender):
         """Edit a message of the bot's (``m.replace``); failures are logged."""
         if room_id in self.client.rooms.encrypted:
             return
-        edit = {
-            **{k: v for k, v in content.items() if k != "m.relates_to"},
-            "body": f"* {content.get('body', '')}",
-            "m.new_content": {k: v for k, v in content.items() if k != "m.relates_to"},
-            "m.relates_to": {"rel_type": "m.replace", "event_id": event_id},
-        }
+        edit = edit_of(content, event_id)
 
         async def send() -> Any:
             return await self.client.send(room_id, _event(edit))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bot.matrix.sending import CONTENT_BUDGET, contents_of
+from bot.matrix.sending import CONTENT_BUDGET, contents_of, edit_of
 
 
 def numbers_table(rows: int = 180, columns: int = 12) -> str:
@@ -37,3 +37,36 @@ def test_a_long_table_is_cut_until_each_message_fits_the_event_limit() -> None:
 def test_a_short_reply_is_one_message() -> None:
     [content] = contents_of("**hello**")
     assert content["body"] == "**hello**" and "<strong>hello</strong>" in content["formatted_body"]
+
+
+def test_an_edit_carries_its_content_twice_and_still_fits_the_event_limit() -> None:
+    """A decided card of 6,000 characters of Chinese: 36 KB of content, twice in its edit,
+    was 72 KB, which Synapse refuses (the card kept its choices; found by review). The
+    fallback for clients without edits is shortened, plain; the new content keeps its
+    HTML."""
+    [content] = contents_of("**Approval needed**\n\n```\n" + "删除" * 3000 + "\n```")
+    assert size(content) > CONTENT_BUDGET // 2
+    edit = edit_of(content, "$card")
+    assert size(edit) <= CONTENT_BUDGET
+    assert edit["m.new_content"] == content  # whole, HTML too
+    assert edit["m.relates_to"] == {"rel_type": "m.replace", "event_id": "$card"}
+    assert edit["body"].startswith("* **Approval needed**") and "formatted_body" not in edit
+
+
+def test_an_edit_too_big_even_once_is_plain_then_cut() -> None:
+    content = {"msgtype": "m.text", "body": "字" * 30_000, "format": "x", "formatted_body": "y"}
+    edit = edit_of(content, "$big")
+    assert size(edit) <= CONTENT_BUDGET
+    assert set(edit["m.new_content"]) == {"msgtype", "body"}
+    assert edit["m.new_content"]["body"].startswith("字" * 1000)
+
+
+def test_a_small_edit_is_the_content_with_its_fallback() -> None:
+    [content] = contents_of("**done**")
+    edit = edit_of(content, "$e")
+    assert edit == {
+        **content,
+        "body": "* **done**",
+        "m.new_content": content,
+        "m.relates_to": {"rel_type": "m.replace", "event_id": "$e"},
+    }
