@@ -7,16 +7,31 @@ import pytest
 from voice import links, sentences, spoken
 
 
-def test_a_link_is_said_by_its_words_and_written_with_its_address() -> None:
-    reply = "Read [the guide](https://docs.example/start) first."
-    assert spoken(reply) == "Read the guide first."
-    assert links(reply) == "🔗 [the guide](https://docs.example/start)"
-
-
-def test_a_bare_address_is_said_as_its_host_and_written_whole() -> None:
-    reply = "It is at https://status.example.org/incidents/42?x=1, as of today."
-    assert spoken(reply) == "It is at status.example.org, as of today."
-    assert links(reply) == "🔗 https://status.example.org/incidents/42?x=1"
+@pytest.mark.parametrize(
+    ("reply", "said", "written"),
+    [
+        (  # a link: said by its words, written with its address
+            "Read [the guide](https://docs.example/start) first.",
+            "Read the guide first.",
+            "🔗 [the guide](https://docs.example/start)",
+        ),
+        (  # a bare address: said as its host, written whole
+            "It is at https://status.example.org/incidents/42?x=1, as of today.",
+            "It is at status.example.org, as of today.",
+            "🔗 https://status.example.org/incidents/42?x=1",
+        ),
+        (  # an address in code is a link too, and the code is read plainly
+            "Open `https://local.example:8080/admin` now.",
+            "Open local.example now.",
+            "🔗 https://local.example:8080/admin",
+        ),
+    ],
+)
+def test_what_is_said_aloud_and_what_is_written_beside_it(
+    reply: str, said: str, written: str
+) -> None:
+    assert spoken(reply) == said
+    assert links(reply) == written
 
 
 def test_each_link_is_written_once_in_the_order_said() -> None:
@@ -37,12 +52,6 @@ def test_each_link_is_written_once_in_the_order_said() -> None:
 )
 def test_a_reply_without_a_web_link_writes_nothing_beside_its_voice(reply: str) -> None:
     assert links(reply) == ""
-
-
-def test_an_address_in_code_is_a_link_too_and_the_code_is_read_plainly() -> None:
-    reply = "Open `https://local.example:8080/admin` now."
-    assert spoken(reply) == "Open local.example now."
-    assert links(reply) == "🔗 https://local.example:8080/admin"
 
 
 def test_a_long_reply_is_cut_between_sentences_within_the_limit() -> None:
