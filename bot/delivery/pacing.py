@@ -33,10 +33,11 @@ platforms allow (their counters are per second and per minute).
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 import logging
 import math
-from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -66,6 +67,8 @@ _MAX_CHATS = 4096  # remembered buckets before idle (full) ones are forgotten
 FLEET_HEADROOM = 0.8
 #: How often a full window looks again while the calls that fill it are under way.
 IN_FLIGHT_POLL_S = 0.02
+#: A call counts as under way at most this long (every client's calls time out sooner).
+MAX_UNDER_WAY_S = 120.0
 
 #: What a call is to the pacer: a new message, an edit of one, or anything else.
 CallKind = Literal["send", "edit", "other"]
@@ -167,25 +170,23 @@ class Bucket:
 
 
 @dataclass(slots=True)
-class Counted:
-    """A call counted in a window: from its turn until ``seconds`` after its answer."""
-
-    start: float
-    answered_at: float = math.inf  # under way
-
-
-@dataclass(slots=True)
 class Window:
-    """A ``Cap`` kept: the latest calls within its window, those under way included.
+    """A ``Cap`` kept: the calls within its window, those under way included. A call
+    counts from its turn (``take``) until ``seconds`` after its answer (``done``); one
+    that never ends counts as answered ``MAX_UNDER_WAY_S`` after its turn.
 
     ``share``: how many keep the cap together (a fleet's live members); this one keeps
     its part of ``FLEET_HEADROOM`` of it, rounded down, at least one.
     """
 
     cap: Cap
-    calls: deque[Counted] = field(default_factory=deque)
     paused_until: float = 0.0
     share: Callable[[], int] = lambda: 1
+    #: The calls under way, by token: their turns' times, oldest first.
+    under_way: dict[int, float] = field(default_factory=dict)
+    #: When the calls still in the window were answered, in order.
+    answered: list[float] = field(default_factory=list)
+    _tokens: Iterator[int] = field(default_factory=itertools.count)
 
     @property
     def limit(self) -> int:
@@ -196,25 +197,25 @@ class Window:
 
     def wait(self, now: float) -> float:
         pause = max(0.0, self.paused_until - now)
-        limit = self.limit
         self._forget(now)
-        over = len(self.calls) - limit + 1
-        if over > 0:
-            counted = sorted(c.answered_at for c in self._counted(now))
-            over = len(counted) - limit + 1
+        over = len(self.under_way) + len(self.answered) - self.limit + 1
         if over <= 0:
             return pause if pause > _EPSILON else 0.0
-        # The ``over`` first to leave must have left, just after ``seconds``: a margin
+        if over > len(self.answered):  # a call under way must end first: look again soon
+            oldest = next(iter(self.under_way.values()))
+            return max(pause, min(IN_FLIGHT_POLL_S, oldest + MAX_UNDER_WAY_S - now + _MARGIN_S))
+        # The ``over`` first answered must have left, just after ``seconds``: a margin
         # keeps the count under the limit wherever the other side draws the window's edge.
-        leaves = counted[over - 1]
-        if leaves == math.inf:
-            return max(pause, IN_FLIGHT_POLL_S)
-        return max(pause, leaves + self.cap.seconds + _MARGIN_S - now)
+        return max(pause, self.answered[over - 1] + self.cap.seconds + _MARGIN_S - now)
 
-    def take(self, now: float) -> Counted:
-        call = Counted(now)
-        self.calls.append(call)
-        return call
+    def take(self, now: float) -> int:
+        token = next(self._tokens)
+        self.under_way[token] = now
+        return token
+
+    def done(self, token: int, now: float) -> None:
+        if self.under_way.pop(token, None) is not None:
+            bisect.insort(self.answered, now)
 
     def pause(self, until: float) -> None:
         self.paused_until = max(self.paused_until, until)
@@ -225,19 +226,19 @@ class Window:
         return pause if pause > _EPSILON else 0.0
 
     def idle(self, now: float) -> bool:
-        return not self._counted(now) and self.paused_until <= now
+        self._forget(now)
+        return not self.under_way and not self.answered and self.paused_until <= now
 
-    def _counted(self, now: float) -> list[Counted]:
-        """The calls still in the window: answered within it, or under way."""
-        horizon = self._forget(now)
-        return [c for c in self.calls if c.answered_at > horizon]
-
-    def _forget(self, now: float) -> float:
-        """The oldest calls that left the window are forgotten; returns its start."""
-        horizon = now - self.cap.seconds - _MARGIN_S
-        while self.calls and self.calls[0].answered_at <= horizon:
-            self.calls.popleft()
-        return horizon
+    def _forget(self, now: float) -> None:
+        """Calls under way too long count as answered; those that left are forgotten."""
+        for token, start in list(self.under_way.items()):
+            if start + MAX_UNDER_WAY_S > now:
+                break
+            del self.under_way[token]
+            bisect.insort(self.answered, start + MAX_UNDER_WAY_S)
+        left = bisect.bisect_right(self.answered, now - self.cap.seconds - _MARGIN_S)
+        if left:
+            del self.answered[:left]
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,13 +246,13 @@ class Ticket:
     """A call's turn: ``answered`` once the platform answered it (or it failed or was
     never made), so the windows it is counted in start forgetting it."""
 
-    calls: tuple[Counted, ...]
+    places: tuple[tuple[Window, int], ...]
     clock: Callable[[], float]
 
     def answered(self) -> None:
         now = self.clock()
-        for call in self.calls:
-            call.answered_at = min(call.answered_at, now)
+        for window, token in self.places:
+            window.done(token, now)
 
 
 @dataclass(slots=True)
@@ -306,14 +307,18 @@ class Pacer:
             return Ticket((), self._clock)
         chat = self._chat(conversation)
         bucket = chat.edits if kind == EDIT else chat.sends
-        calls: list[Counted] = []
-        async with chat.lock:
-            await self._take(bucket)
-            if chat.cap is not None and kind == SEND:
-                calls.append(await self._take_place(chat.cap))
-            async with self._overall_lock:
-                calls.append(await self._take_place(self._overall))
-        return Ticket(tuple(calls), self._clock)
+        places: list[tuple[Window, int]] = []
+        try:
+            async with chat.lock:
+                await self._take(bucket)
+                if chat.cap is not None and kind == SEND:
+                    places.append(await self._take_place(chat.cap))
+                async with self._overall_lock:
+                    places.append(await self._take_place(self._overall))
+        except BaseException:  # cancelled while waiting: no call made, none under way
+            Ticket(tuple(places), self._clock).answered()
+            raise
+        return Ticket(tuple(places), self._clock)
 
     def retry_after(self, conversation: str | None, seconds: float) -> bool:
         """A 429 for ``conversation``: pause it, or everything in a flood (True)."""
@@ -355,9 +360,9 @@ class Pacer:
         await self._wait_for(bucket)
         bucket.take(self._clock())
 
-    async def _take_place(self, window: Window) -> Counted:
+    async def _take_place(self, window: Window) -> tuple[Window, int]:
         await self._wait_for(window)
-        return window.take(self._clock())
+        return window, window.take(self._clock())
 
     async def _wait_for(self, limit: Bucket | Window) -> None:
         while (delay := limit.wait(self._clock())) > 0:

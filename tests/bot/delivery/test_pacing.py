@@ -25,9 +25,9 @@ from bot.delivery import (
     TenureLost,
     Unavailable,
 )
-from bot.delivery.pacing import FLEET_HEADROOM, Pacer
+from bot.delivery.pacing import FLEET_HEADROOM, MAX_UNDER_WAY_S, Pacer
 from tests.bot.delivery.fakes import make_outbound
-from tests.clock import FakeTime
+from tests.clock import FakeTime, settle
 
 #: The platform's cap: 30 sends in any second, for the whole fleet.
 OVERALL = Cap(30, 1.0)
@@ -101,6 +101,36 @@ async def test_calls_held_up_on_the_way_are_counted_until_they_are_answered() ->
         await time.advance(0.05)
     (await late).answered()
     assert time.now >= answered_at + OVERALL.seconds
+
+
+async def test_a_turn_cancelled_while_it_waits_leaves_no_call_under_way() -> None:
+    """A send to a group takes its place in the group's window, then waits for the
+    platform's: cancelled there (a stop, a lost lease), it made no call. It stayed under
+    way for good, and five of them stopped the group's sends forever (found by review)."""
+    time = FakeTime(auto=False)
+    policy = PacingPolicy(group=Rate(100, 100.0), group_cap=Cap(5, 5.0), overall=Cap(1, 1.0))
+    pacer = Pacer(policy, clock=time, sleep=time.sleep, is_group=lambda c: c == "group")
+    for _ in range(5):
+        blocker = await pacer.turn("someone")  # the platform's window full, under way
+        waiting = asyncio.create_task(pacer.turn("group"))
+        await settle()
+        waiting.cancel()
+        await settle()
+        blocker.answered()
+        await time.advance(10.0)
+    late = asyncio.create_task(pacer.turn("group"))
+    await time.advance(1.1)
+    assert late.done()
+    (await late).answered()
+
+
+async def test_a_call_never_answered_stops_counting_after_a_while() -> None:
+    """A client whose call never ends (no timeout) must not hold the window for good."""
+    time = FakeTime()
+    pacer = Pacer(PacingPolicy(overall=Cap(1, 1.0)), clock=time, sleep=time.sleep)
+    await pacer.turn("lost")  # never answered
+    (await pacer.turn("next")).answered()
+    assert MAX_UNDER_WAY_S < time.now <= MAX_UNDER_WAY_S + 1.1
 
 
 async def test_a_call_that_failed_or_was_never_made_is_not_counted_as_under_way(
