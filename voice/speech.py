@@ -34,9 +34,15 @@ log = logging.getLogger(__name__)
 #: OpenAI's ``/v1/audio/speech`` takes at most 4,096 characters: a part is at most this.
 MAX_SPEECH_CHARS = 2000
 _SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
-_MARKDOWN_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
-_BARE_URL = re.compile(r"(?<![(<\w])https?://[^\s<>()\[\]`]+")
+#: A link's target may hold balanced parentheses (Wikipedia's) or be in angle brackets,
+#: and a title may follow it.
+_MARKDOWN_LINK = re.compile(
+    r'!?\[([^\]]+)\]\(\s*(?:<([^>\s]+)>|((?:[^()\s]|\([^()\s]*\))+))(?:\s+"[^"]*")?\s*\)'
+)
+_AUTOLINK = re.compile(r"<(https?://[^>\s]+)>")
+_BARE_URL = re.compile(r"(?<![\w/])https?://[^\s<>\[\]`()][^\s<>\[\]`]*")
 _ANY_LINK = re.compile(f"{_MARKDOWN_LINK.pattern}|{_BARE_URL.pattern}")
+_TRAILING = ".,;:!?'\"*_~"
 
 
 class SpeechError(Exception):
@@ -55,7 +61,7 @@ def spoken(markdown: str) -> str:
     """Markdown as it is read aloud: code fences, emphasis marks and link targets gone (a
     bare address said as its host: no one listens to a URL read out)."""
     text = re.sub(r"```[^\n]*\n(.*?)```", r"\1", markdown, flags=re.DOTALL)
-    text = _MARKDOWN_LINK.sub(r"\1", text)
+    text = _MARKDOWN_LINK.sub(r"\1", _AUTOLINK.sub(r"\1", text))
     text = _BARE_URL.sub(_said_address, text)
     text = re.sub(r"^\s{0,3}(#{1,6}|>|[-*+])\s+", "", text, flags=re.MULTILINE)
     text = re.sub(r"(\*\*|__|\*|_|`|~~)", "", text)
@@ -66,8 +72,8 @@ def links(markdown: str) -> str:
     """The links a spoken ``markdown`` does not say, as Markdown lines to send beside its
     voice messages ("" when it has none): a listener cannot follow an address he heard."""
     found = [
-        f"[{m.group(1)}]({m.group(2)})" if m.group(1) else _trimmed(m.group())
-        for m in _ANY_LINK.finditer(markdown)
+        f"[{m.group(1)}]({m.group(2) or m.group(3)})" if m.group(1) else _trimmed(m.group())
+        for m in _ANY_LINK.finditer(_AUTOLINK.sub(r"\1", markdown))
     ]
     return "\n".join(f"🔗 {line}" for line in dict.fromkeys(found))
 
@@ -78,8 +84,14 @@ def _said_address(match: re.Match[str]) -> str:
 
 
 def _trimmed(url: str) -> str:
-    """A bare address without the sentence's punctuation after it."""
-    return url.rstrip(".,;:!?'\"")
+    """A bare address without what follows it in the sentence: punctuation, emphasis
+    marks, a closing parenthesis it did not open."""
+    while True:
+        url = url.rstrip(_TRAILING)
+        if url.endswith(")") and url.count("(") < url.count(")"):
+            url = url[:-1]
+            continue
+        return url
 
 
 def sentences(text: str, limit: int = MAX_SPEECH_CHARS) -> list[str]:

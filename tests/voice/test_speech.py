@@ -6,6 +6,8 @@ import pytest
 
 from voice import links, sentences, spoken
 
+WIKI = "https://en.wikipedia.org/wiki/Python_(programming_language)"
+
 
 @pytest.mark.parametrize(
     ("reply", "said", "written"),
@@ -24,6 +26,33 @@ from voice import links, sentences, spoken
             "Open `https://local.example:8080/admin` now.",
             "Open local.example now.",
             "🔗 https://local.example:8080/admin",
+        ),
+        # Shapes found by review, each cut, missed or read out whole before:
+        (  # a target with parentheses (Wikipedia's)
+            f"See [Python]({WIKI}) for more.",
+            "See Python for more.",
+            f"🔗 [Python]({WIKI})",
+        ),
+        (f"See {WIKI} now.", "See en.wikipedia.org now.", f"🔗 {WIKI}"),
+        (  # an address in parentheses
+            "More details (https://docs.example/start).",
+            "More details (docs.example).",
+            "🔗 https://docs.example/start",
+        ),
+        (  # an autolink
+            "Autolink <https://docs.example/start> here.",
+            "Autolink docs.example here.",
+            "🔗 https://docs.example/start",
+        ),
+        (  # a link with a title
+            'See [the docs](https://docs.example/start "Docs").',
+            "See the docs.",
+            "🔗 [the docs](https://docs.example/start)",
+        ),
+        (  # a bold address
+            "Bold **https://docs.example/start** here.",
+            "Bold docs.example here.",
+            "🔗 https://docs.example/start",
         ),
     ],
 )
