@@ -116,8 +116,11 @@ class ApprovalTaps:
         result = await decide(self._hub, card.source, card.tool_call_id, action.action, decider)
         await self._cards.after_tap(card, result, action.action, c.user_name)
 
-    async def reject(self, card: CardRow, user_name: str, note: str, decider: Decider) -> None:
-        """Reject with ``note`` (a reason, or none): the window closes, the card shows it."""
+    async def reject(
+        self, card: CardRow, user_name: str, note: str, decider: Decider, *, shown: str = ""
+    ) -> None:
+        """Reject with ``note`` (a reason, or none): the window closes, the card shows it
+        (or ``shown``: the reason as people read it, its files named by name only)."""
         refused = await self._hub.decision_refusal(card.tool_call_id, decider)
         if refused is not None:  # a reason from someone else: the window stays open
             chat_id, thread_id = parse_source(card.source)
@@ -125,7 +128,7 @@ class ApprovalTaps:
             return
         self._rejecting.close(card.tool_call_id)
         result = await decide(self._hub, card.source, card.tool_call_id, "reject", decider, note)
-        await self._cards.after_tap(card, result, "reject", user_name, note)
+        await self._cards.after_tap(card, result, "reject", user_name, shown or note)
 
     async def _open_window(self, card: CardRow, user_name: str, decider: Decider) -> None:
         seconds = int(self._window_s)

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from bot.delivery import CardRow, EventAlreadyHandled
@@ -122,8 +123,16 @@ class MessageHandler:
         if problems:  # one warning per message, whatever went wrong with its files
             await say(m.chat_id, m.thread_id, "⚠️ " + " ".join(problems))
         if target is not None and target[0] == "reason":  # for an approval card's ❌, heard
-            reason = with_files(text, attachments)  # a photo's caption: the photo named too
-            await self._approvals.reject(target[1], m.user_name, reason, self._access.decider(user))
+            # A photo's caption: the agent told where the photo is, the card its name.
+            await self._approvals.reject(
+                target[1],
+                m.user_name,
+                with_files(text, attachments),
+                self._access.decider(user),
+                shown=" ".join(
+                    [text, *(f"📎 {Path(a['path']).name}" for a in attachments)]
+                ).strip(),
+            )
             return False
         if not text.strip() and not attachments:
             if not problems:

@@ -91,7 +91,11 @@ async def test_a_photo_given_as_the_reason_is_named_to_the_agent(service, telegr
     await eventually(lambda: "Understood." in texts(telegram, ALICE))
     [result] = [m["content"] for m in model.requests[-1][0] if m["role"] == "tool"]
     assert "delete this one" in result and "uploads/telegram/" in result
-    assert "delete this one" in telegram.message(ALICE, card.message_id).text
+    # The card shows the reason as people read it: the photo by its name, not the note
+    # to the agent (it showed the agent's "[SYSTEM INFO]" block; found by review).
+    shown = telegram.message(ALICE, card.message_id).text
+    assert "delete this one 📎" in shown and ".jpg" in shown
+    assert "SYSTEM" not in shown and "uploads/" not in shown
 
 
 async def test_a_clarification_forces_a_reply(service, telegram, model):
