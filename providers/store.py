@@ -69,8 +69,8 @@ class Provider:
         if self.serves == (service,):
             return self.models
         named = tuple(m for m in self.models if _service_named(m) == service)
-        if service == "chat":
-            return tuple(m for m in self.models if _service_named(m) is None)
+        if service == _CHAT:
+            return named
         return named or self.models
 
     def shown(self) -> dict[str, object]:
@@ -119,17 +119,27 @@ class Provider:
 
 
 #: How the names of models that do not chat say what they do (OpenAI's, Groq's, local
-#: servers' usual ones).
-_NAMED_FOR = (
+#: servers' usual ones); ``None``: a model that does none of the jobs (images,
+#: moderation, reranking, realtime audio), never offered to chat.
+_NAMED_FOR: tuple[tuple[str | None, re.Pattern[str]], ...] = (
     ("transcription", re.compile(r"whisper|transcri|(?<![a-z])stt(?![a-z])", re.IGNORECASE)),
-    ("speech", re.compile(r"(?<![a-z])tts(?![a-z])|speech|kokoro|piper", re.IGNORECASE)),
-    ("embeddings", re.compile(r"embed", re.IGNORECASE)),
+    (
+        "speech",
+        re.compile(r"tts|speech(?!less)|kokoro|piper|orpheus|chatterbox|(?<![a-z])bark", re.I),
+    ),
+    (
+        "embeddings",
+        re.compile(r"embed|(?<![a-z])(?:bge|e5|gte)-|minilm|voyage-(?!.*rerank)", re.I),
+    ),
+    (None, re.compile(r"moderation|dall-e|gpt-image|image-|rerank|realtime", re.IGNORECASE)),
 )
+_CHAT = "chat"
 
 
 def _service_named(model: str) -> str | None:
-    """The service a model's name says it does; ``None``: none of those (a chat model)."""
-    return next((service for service, name in _NAMED_FOR if name.search(model)), None)
+    """The job a model's name says it does: chat when it names none; ``None`` when it
+    names one chathub has no use for."""
+    return next((service for service, name in _NAMED_FOR if name.search(model)), _CHAT)
 
 
 def _words(value: object, field: str) -> list[str]:

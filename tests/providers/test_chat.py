@@ -83,3 +83,41 @@ async def test_a_provider_serving_chat_and_audio_offers_only_its_chat_models(two
         await registry.load()
         chat.offer()
     assert list(models.names) == ["primary", "gpt-4o", "o3-mini", "whisper-chat-7b"]
+
+
+@pytest.mark.parametrize(
+    ("model", "job"),
+    [
+        ("gpt-4o", "chat"),
+        ("gpt-4o-audio-preview", "chat"),
+        ("speechless-llama2-13b", "chat"),
+        ("llama3.1", "chat"),
+        ("whisper-large-v3-turbo", "transcription"),
+        ("gpt-4o-mini-transcribe", "transcription"),
+        ("tts-1-hd", "speech"),
+        ("xtts-v2", "speech"),
+        ("melotts", "speech"),
+        ("kokoro", "speech"),
+        ("orpheus", "speech"),
+        ("text-embedding-3-small", "embeddings"),
+        ("bge-m3", "embeddings"),
+        ("all-minilm", "embeddings"),
+        ("voyage-3", "embeddings"),
+        ("omni-moderation-latest", None),
+        ("dall-e-3", None),
+        ("gpt-realtime", None),
+        ("rerank-2", None),
+    ],
+)
+def test_a_models_name_tells_the_job_it_is_offered_for(model: str, job: str | None) -> None:
+    """Found by review: local speech and embedding models were offered to /model, and
+    the speech or embeddings job asked the chat model listed first."""
+    both = Provider.checked(
+        "mixed",
+        "https://mixed.example/v1",
+        KEY,
+        "chat,transcription,speech,embeddings",
+        f"{model},other-chat-7b,whisper-1,tts-1,text-embedding-3-small",
+    )
+    for service in ("chat", "transcription", "speech", "embeddings"):
+        assert (model in both.models_for(service)) == (service == job), service
