@@ -160,7 +160,8 @@ class MessageHandler:
             await say(m.channel_id, "⚠️ " + " ".join(problems))
         if not text and not attachments:
             if not problems:
-                unread = ROLE_ONLY_MESSAGE if m.my_role is not None else UNREADABLE_MESSAGE
+                withheld = m.my_role is not None and not self._listening.reads_content
+                unread = ROLE_ONLY_MESSAGE if withheld else UNREADABLE_MESSAGE
                 await say(m.channel_id, unread)
             return False
         # An open question is answered by the whole message: its voice heard, its files

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from bot.discord.messages import ROLE_ONLY_MESSAGE
+from bot.discord.messages import ROLE_ONLY_MESSAGE, UNREADABLE_MESSAGE
 from engine.hub import Notification
 from engine.llm.scripted import text
 from engine.store import utcnow
@@ -60,6 +60,9 @@ async def test_a_mention_of_the_bots_role_is_a_mention_of_the_bot(
     fake.channel_message(GUILD, GENERAL, ALICE, "<@&999999999999999999> and another role?")
     fake.channel_message(GUILD, GENERAL, ALICE, f"<@{fake.bot_id}> only this")
     await until(lambda: texts(fake, GENERAL) == ["echo: what time is it", "echo: only this"])
+    # The role alone, its text read: nothing to answer, and nothing was withheld.
+    fake.channel_message(GUILD, GENERAL, ALICE, f"<@&{role}>")
+    await until(lambda: texts(fake, GENERAL)[2:] == [UNREADABLE_MESSAGE])
 
 
 async def test_without_message_content_a_role_mention_asks_for_a_mention_by_name(
