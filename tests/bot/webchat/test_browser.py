@@ -23,7 +23,8 @@ from tests.fakes.openai_server import FakeOpenAIServer
 WAIT_MS = 60_000  # a guard against a hang, never a timing assertion (20 s once ran out
 # for the first answer on the loaded 2-core CI machine)
 
-pytestmark = needs_chromium
+# A whole page's scenario, each step guarded by WAIT_MS: more than the suite's 60 s.
+pytestmark = [needs_chromium, pytest.mark.timeout(240)]
 
 
 @pytest.fixture
