@@ -13,11 +13,21 @@ from bot.platform.commands import Command, CommandContext
 from scheduler.grants import JobGrants
 from scheduler.service import Scheduler, SchedulerError
 
-__all__ = ["JOBS_HELP", "NO_JOBS", "JobAction", "JobChoice", "JobEntry", "Jobs", "jobs_command"]
+__all__ = [
+    "JOBS_HEADER",
+    "JOBS_HELP",
+    "NO_JOBS",
+    "JobAction",
+    "JobChoice",
+    "JobEntry",
+    "Jobs",
+    "jobs_command",
+]
 
 NO_JOBS = "No scheduled jobs in this chat. Ask me, e.g. “every weekday at 8 send me a briefing”."
 
 JOBS_HELP = "Scheduled jobs of this chat"
+JOBS_HEADER = "Scheduled jobs:"
 
 JobChoice = Literal["pause", "resume", "delete", "revoke"]
 
@@ -46,17 +56,20 @@ class Jobs:
 
     async def listing(self, source: str) -> tuple[str, list[JobEntry]]:
         """The list's text (``NO_JOBS`` when empty) and its jobs, in order."""
-        jobs = await self.scheduler.jobs(source)
-        if not jobs:
+        listed = await self.listed(source)
+        if not listed:
             return NO_JOBS, []
-        lines = ["Scheduled jobs:"]
-        entries = []
-        for job in jobs:
+        return "\n".join([JOBS_HEADER, *(text for text, _ in listed)]), [e for _, e in listed]
+
+    async def listed(self, source: str) -> list[tuple[str, JobEntry]]:
+        """Each job's lines (a blank line first) and its entry, in order."""
+        listed = []
+        for job in await self.scheduler.jobs(source):
             grants = JobGrants.of(job.run_context)
-            lines.append(f"\n#{job.id} {job.title}\n{self.scheduler.describe(job)}")
+            lines = [f"\n#{job.id} {job.title}\n{self.scheduler.describe(job)}"]
             lines += [f"  • {line}" for line in grants.lines()] or ["  • asks before acting"]
-            entries.append(JobEntry(job.id, job.enabled, bool(grants)))
-        return "\n".join(lines), entries
+            listed.append(("\n".join(lines), JobEntry(job.id, job.enabled, bool(grants))))
+        return listed
 
     async def act(self, source: str, action: JobAction) -> str:
         """Do ``action``; the sentence to show (a refusal is the scheduler's own words)."""

@@ -22,7 +22,7 @@ from bot.platform.cards import EXPIRED, NOT_ALLOWED
 from bot.platform.failures import SORRY_TAP, report_failure
 from bot.platform.protocols import Answer
 from bot.telegram.dispatch.approvals import ApprovalTaps
-from bot.telegram.dispatch.jobs import JOBS_PREFIX, JobsPanel, parse_job_callback
+from bot.telegram.dispatch.jobs import JOBS_PREFIX, JobsPanel, ShowPage, parse_job_callback
 from bot.telegram.dispatch.memory import MEMORY_PREFIX, MemoryPanel
 from bot.telegram.inbound.fields import fits_db_id
 from bot.telegram.inbound.updates import Callback
@@ -128,7 +128,7 @@ class Callbacks:
         source = c.source
         if (
             action is None
-            or not fits_db_id(action.job_id)  # no job has it, and the lookup would overflow
+            or (not isinstance(action, ShowPage) and not fits_db_id(action.job_id))
             or self._jobs is None
             or source is None
             or c.chat_id is None
@@ -139,9 +139,13 @@ class Callbacks:
         if not self._access.is_allowed(c.user_id):
             await answer(NOT_ALLOWED)
             return
-        outcome = await self._jobs.act(source, action)  # only this chat's jobs
-        await answer(outcome)
-        text, keyboard = await self._jobs.render(source)
+        if isinstance(action, ShowPage):
+            await answer(None)
+            text, keyboard = await self._jobs.render(source, action.page)
+        else:
+            outcome = await self._jobs.act(source, action)  # only this chat's jobs
+            await answer(outcome)
+            text, keyboard = await self._jobs.render(source, showing=action.job_id)
         await self._sender.edit(c.chat_id, c.message_id, text, [], keyboard)
 
     async def _on_memory(self, c: Callback, answer: Answer) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from bot.platform.commands import CommandContext
 from bot.platform.jobs import NO_JOBS, JobAction, JobEntry, Jobs
-from bot.telegram.dispatch.jobs import JobsPanel, parse_job_callback
+from bot.telegram.dispatch.jobs import JobsPanel, ShowPage, parse_job_callback
 from bot.terminal import terminal_commands
 from scheduler.service import SchedulerError, StopReport
 
@@ -80,6 +80,35 @@ async def test_telegram_adds_a_button_row_per_job() -> None:
     assert await panel.render("other") == (NO_JOBS, None)
     assert parse_job_callback("jb1:4:r") == JobAction(4, "resume")
     assert parse_job_callback("jb1:04:r") is None and parse_job_callback("jb1:4:x") is None
+
+
+async def test_telegram_shows_fifty_jobs_a_page_at_a_time_within_one_message() -> None:
+    """A chat's 50 jobs were one message of 6,300 characters, which Telegram refused:
+    ``/jobs`` answered "something went wrong" (found by review). A page fits one message
+    and 100 buttons; an action shows the page of the job it was on."""
+    many = [
+        Job(n, f"Morning briefing number {n} " + "x" * 60, run_context=READS) for n in range(1, 51)
+    ]
+    panel = JobsPanel(Scheduler(*many))  # type: ignore[arg-type]
+    seen: list[int] = []
+    page, pages = 1, None
+    while True:
+        text, keyboard = await panel.render("mine", page)
+        assert keyboard is not None and len(text) <= 4096
+        buttons = [b["callback_data"] for row in keyboard["inline_keyboard"] for b in row]
+        assert len(buttons) <= 100
+        seen += [int(d.split(":")[1]) for d in buttons if d.endswith(":p")]
+        pages = pages or int(text.split(" of ")[1].split(")")[0])
+        assert text.startswith(f"Scheduled jobs (page {page} of {pages}):")
+        if f"jb1:{page + 1}:v" not in buttons:
+            break
+        assert parse_job_callback(f"jb1:{page + 1}:v") == ShowPage(page + 1)
+        page += 1
+    assert seen == list(range(1, 51)) and page == pages > 1
+    last, _ = await panel.render("mine", showing=50)
+    assert "#50 " in last and last.startswith(f"Scheduled jobs (page {pages} of")
+    beyond, _ = await panel.render("mine", 10**6)  # a page that is gone: the last one
+    assert beyond == last
 
 
 async def test_the_terminal_lists_the_jobs_when_it_has_a_scheduler() -> None:
