@@ -109,7 +109,7 @@ class RunCards:
 
     async def _ask(self, event: ApprovalRequired) -> None:
         try:
-            await self._hub.visiting.show(self._chat, event)
+            await self._show(event)
             record = await self._inbox.get(event.tool_call_id)
             now = utcnow()
             asked_at = record.requested_at if record is not None else now
@@ -121,7 +121,8 @@ class RunCards:
                 REJECT,
                 decider=OPERATOR,
                 note=wait_ran_out(self._wait),
-                source=self._chat,
+                # From no chat: a call whose card could not be shown is no chat's call.
+                source=None,
             )
             self._waits.pop(event.tool_call_id, None)
             await self._hub.visiting.close(self._chat, event.tool_call_id, TIMED_OUT)
@@ -131,3 +132,18 @@ class RunCards:
             raise
         except Exception:
             log.exception("job card for call %s failed", event.tool_call_id)
+
+    async def _show(self, event: ApprovalRequired) -> None:
+        """The card in the chat; one that cannot be shown still ends at the job's limit
+        (the call waits in the inbox meanwhile): the run waited for good, and every fire
+        after it was skipped (found by review)."""
+        try:
+            await self._hub.visiting.show(self._chat, event)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(
+                "the card for job call %s could not be shown; the inbox shows it, and it is "
+                "rejected at the job's limit",
+                event.tool_call_id,
+            )

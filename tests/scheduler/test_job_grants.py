@@ -298,6 +298,35 @@ async def test_a_card_left_alone_is_rejected_after_the_jobs_limit_and_the_briefi
         await hub.decide(card.tool_call_id, APPROVE, decider=OPERATOR, source=ORIGIN)
 
 
+async def test_a_card_that_could_not_be_shown_is_still_rejected_at_the_jobs_limit(
+    acting: Scheduler,
+    hub: ChatHub,
+    clock: FakeClock,
+    model: EchoModel,
+    sleeps: Sleeps,
+    origin: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Showing the card failed once (the database away for a moment): nothing ever
+    decided the call, the run waited for good and every later fire was skipped, told to
+    no one (found by review). It waits in the inbox and ends at the job's limit."""
+    job = await acting.create_cron(
+        ORIGIN, "Daily brief", "0 8 * * *", "Brief me from notes.", approval_wait_s=600
+    )
+    calls_then_says(model, "read_file", {"path": "notes.txt"}, "Could not read")
+
+    async def show_fails(_self: object, _chat: str, _event: ApprovalRequired) -> None:
+        raise ConnectionError("database connection lost")
+
+    monkeypatch.setattr(type(hub.visiting), "show", show_fails)
+    await fire(acting, clock, job)
+    waited = await sleeps.end_longer_than(100)
+    assert 590 < waited <= 600
+    status, result, _ = await result_of(acting, job)
+    assert status == "done"
+    assert "Nobody approved this call within 10 minute(s)" in (result or "")
+
+
 async def test_rejected_in_the_chat_the_run_reads_why(
     acting: Scheduler, hub: ChatHub, clock: FakeClock, model: EchoModel, origin: int
 ) -> None:
