@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from functools import partial
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from engine.bus import JobCompleted
 from engine.core import Engine
@@ -322,8 +323,8 @@ class JobRunner:
                 first, last = group[0].scheduled_for, group[-1].scheduled_for
                 summary = (
                     f"Scheduled job '{job.title}' missed {sum(run.fires for run in group)} "
-                    "run(s) between "
-                    f"{first.isoformat()} and {last.isoformat()} while chathub was not running."
+                    f"run(s) between {_local(first, job.timezone)} and "
+                    f"{_local(last, job.timezone)} while chathub was not running."
                 )
                 self._notify(job, group, summary, "job_missed")
                 notified.update(run.id for run in group)
@@ -406,3 +407,13 @@ def _summary(job: Job, run: Run) -> str:
     if run.status == "abandoned":
         return f"Scheduled job '{job.title}' was abandoned: {run.error}"
     return f"Scheduled job '{job.title}' failed: {run.error}"
+
+
+def _local(moment: datetime, zone: str) -> str:
+    """A fire's time as its job's chat reads it (in UTC the agent repeated "07:00" for a
+    Rome 08:00 job; found by review)."""
+    try:
+        local = moment.astimezone(ZoneInfo(zone))
+    except (ZoneInfoNotFoundError, ValueError):
+        return moment.isoformat()
+    return f"{local:%a %d %b %Y %H:%M} ({zone})"

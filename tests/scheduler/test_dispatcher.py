@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -899,7 +900,25 @@ async def test_more_missed_fires_than_rows_are_told_whole_with_when_they_began(
     missed = [r for r in await scheduler.store.runs(job.id) if r.status == "missed"]
     assert len(missed) == MAX_MISSED_ROWS
     [notice] = [n for n in notified if n.event_type == "job_missed"]
-    assert f"missed 150 run(s) between {first.isoformat()} and " in notice.summary
+    # In the job's zone, as its chat reads the time (it was UTC; found by review).
+    shown = first.astimezone(ZoneInfo(job.timezone))
+    assert f"missed 150 run(s) between {shown:%a %d %b %Y %H:%M} ({job.timezone}) and " in (
+        notice.summary
+    )
+
+
+async def test_the_missed_notice_tells_the_times_in_the_jobs_zone(
+    scheduler, clock, notified, origin
+) -> None:
+    """A Rome 08:00 job told "07:00:00+00:00", which the agent repeated (found by review)."""
+    job = await scheduler.create_cron(
+        ORIGIN, "Briefing", "0 8 * * *", "Brief me.", timezone="Europe/Rome"
+    )
+    clock.now = job.next_run_at + timedelta(days=2, hours=1)  # down for two days
+    await scheduler.dispatcher.step()
+    await asyncio.wait_for(scheduler.dispatcher.drain(), 5)
+    [notice] = [n for n in notified if n.event_type == "job_missed"]
+    assert "08:00 (Europe/Rome) and " in notice.summary and "+00:00" not in notice.summary
 
 
 async def test_missed_fires_are_told_once_when_two_workers_step_at_once(
