@@ -49,6 +49,7 @@ class Answer:
         self._turn = turn
         self._model = model
         self._lock = lock
+        self._released = False
         self.id = completion_id()
         self.created = created
 
@@ -106,9 +107,14 @@ class Answer:
         self._done()
 
     def _done(self) -> None:
+        """Once: the lock released a second time (a stream's generator collected after
+        the response had let go) was the conversation's next request's, and a third ran
+        beside it (found by review)."""
+        if self._released:
+            return
+        self._released = True
         self._turn.close()
-        if self._lock.locked():
-            self._lock.release()
+        self._lock.release()
 
     @staticmethod
     def _sse(body: dict[str, Any]) -> bytes:

@@ -1,0 +1,85 @@
+"""One request's answer lets its conversation go exactly once, however its stream ends."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from bot.completions.answer import Answer, EventStream
+from bot.completions.conversations import Conversation
+from bot.completions.exchange import Turn
+
+
+class _Events:
+    def close(self) -> None:
+        pass
+
+
+class _Keeper:
+    async def finish(self, conversation: Conversation, said: str) -> None:
+        pass
+
+
+def answer_holding(lock: asyncio.Lock) -> Answer:
+    """An answer read back (its turn ended before): it holds ``lock`` as a request does."""
+    turn = Turn(None, _Events(), None, running=False, answer="hello", holds=False)  # type: ignore[arg-type]
+    return Answer(_Keeper(), Conversation(1, "main", "n", "h", 1), turn, "main", lock, created=0)
+
+
+async def next_request_runs_alone(
+    lock: asyncio.Lock,
+    receive: Callable[[], Awaitable[Any]],
+    send: Callable[[Any], Awaitable[None]],
+) -> None:
+    """The conversation's next request waits for the lock; once it is in, the stream of
+    the one before has ended, and the lock stays held (a third request would wait)."""
+    inside = asyncio.Event()
+
+    async def next_request() -> None:
+        async with lock:
+            inside.set()
+            await asyncio.sleep(3600)
+
+    following = asyncio.create_task(next_request())
+    await asyncio.sleep(0)
+    try:
+        await EventStream(answer_holding(lock))({"type": "http"}, receive, send)
+        await asyncio.wait_for(inside.wait(), 1)
+        await asyncio.sleep(0.05)  # the stream's generator let go of too
+        assert lock.locked(), "the next request is running, and the conversation is free"
+    finally:
+        following.cancel()
+
+
+async def test_a_slow_last_send_does_not_free_the_next_requests_lock() -> None:
+    """The stream let go twice (its generator, then the response): the second time was the
+    next request's lock, and a third ran beside it (found by review)."""
+    lock = asyncio.Lock()
+    await lock.acquire()
+
+    async def receive() -> Any:
+        await asyncio.sleep(3600)
+
+    async def send(message: Any) -> None:  # the socket drains slowly at the end
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            await asyncio.sleep(0.01)
+
+    await next_request_runs_alone(lock, receive, send)
+
+
+async def test_a_client_gone_while_its_socket_was_full_does_not_free_the_next_lock() -> None:
+    lock = asyncio.Lock()
+    await lock.acquire()
+    paused = asyncio.Event()
+
+    async def receive() -> Any:
+        await paused.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        if b"hello" in message.get("body", b""):
+            paused.set()  # the client stopped reading, then went away
+            await asyncio.sleep(3600)
+
+    await next_request_runs_alone(lock, receive, send)
