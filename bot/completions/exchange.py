@@ -82,6 +82,9 @@ class _Turn:
     round_text: str = ""
     said: bool = False
     waiting: dict[int, float] = field(default_factory=dict)
+    #: The stream fell behind in this round: its text is sent no further than the gap,
+    #: and completed from the answer at ``Done``.
+    gap: bool = False
 
 
 class Turn:
@@ -218,6 +221,7 @@ class Exchange:
                 continue
             except Lagged as lagged:  # the answer's text is made whole at Done
                 log.info("an API stream fell behind by %d events", lagged.missed)
+                turn.gap = True
                 continue
             except BusClosed:
                 return
@@ -244,6 +248,8 @@ class Exchange:
     def _told(self, turn: _Turn, event: Any) -> Piece | None:
         match event:
             case TextDelta(text=text, depth=0):
+                if turn.gap:  # after a hole: the rest comes from the answer, once
+                    return None
                 turn.round_text += text
                 return Piece(text)
             case ToolStart(tool_call_id=call_id, name=name, depth=depth):
@@ -283,6 +289,7 @@ class Exchange:
         """A line of its own; the model's next text is a new round."""
         text = _line(line, turn)
         turn.round_text = ""
+        turn.gap = False
         event: dict[str, Any] = {"type": kind, "id": call_id, "depth": depth}
         if name is not None:
             event["name"] = name

@@ -1,4 +1,5 @@
-"""One request's answer lets its conversation go exactly once, however its stream ends."""
+"""One request's answer, however its stream ends: its conversation let go exactly once, and
+its text sent whole, once."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from typing import Any
 
 from bot.completions.answer import Answer, EventStream
 from bot.completions.conversations import Conversation
-from bot.completions.exchange import Turn
+from bot.completions.exchange import Exchange, Turn
+from engine.bus import Lagged
+from engine.hub import HubEvent
+from engine.session import Done, TextDelta
 
 
 class _Events:
@@ -83,3 +87,33 @@ async def test_a_client_gone_while_its_socket_was_full_does_not_free_the_next_lo
             await asyncio.sleep(3600)
 
     await next_request_runs_alone(lock, receive, send)
+
+
+class _Scripted:
+    """A source's events as a request reads them: these items, then nothing."""
+
+    def __init__(self, *items: object) -> None:
+        self._items = list(items)
+
+    async def recv(self) -> HubEvent:
+        item = self._items.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return HubEvent("api:1", 1, item)  # type: ignore[arg-type]
+
+
+async def test_a_stream_that_fell_behind_gets_the_rest_of_the_answer_once() -> None:
+    """Its deltas went on after the hole, and at the end the whole answer again after a
+    blank line: the client read "one two six seven\\n\\none two three four five six
+    seven" (found by review). It gets the text up to the hole, then the rest, once."""
+    exchange = Exchange(None, None)  # type: ignore[arg-type]
+    events = _Scripted(
+        TextDelta("one "),
+        TextDelta("two "),
+        Lagged(3),  # "three four five " missed
+        TextDelta("six "),
+        TextDelta("seven"),
+        Done("one two three four five six seven", 1),
+    )
+    pieces = [piece.text async for piece in exchange.follow(events, None)]  # type: ignore[arg-type]
+    assert "".join(pieces) == "one two three four five six seven"
