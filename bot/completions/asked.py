@@ -24,8 +24,10 @@ __all__ = [
     "read_request",
 ]
 
-#: A request's body at most (a long conversation's whole history fits).
-MAX_BODY_BYTES = 1024 * 1024
+#: A request's body at most: a long conversation's whole history with its images, which
+#: clients send inline (base64) and send again with every request (OpenAI takes images
+#: up to 20 MB; 1 MiB refused a single photo; found by review).
+MAX_BODY_BYTES = 32 * 1024 * 1024
 #: At most this much of what the client carried and the conversation did not hold is given
 #: to the agent (the newest of it).
 MAX_CARRIED_CHARS = 32_000

@@ -23,7 +23,9 @@ __all__ = ["MAX_IMAGES", "Image", "decode_images", "keep_images"]
 
 MAX_IMAGES = 10
 _TYPES = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp"}
-_DATA_URL = re.compile(r"data:(?P<type>[a-z]+/[a-z0-9.+-]+);base64,(?P<data>.*)", re.S)
+#: Spellings clients send for a type above.
+_ALIASES = {"image/jpg": "image/jpeg", "image/pjpeg": "image/jpeg"}
+_DATA_URL = re.compile(r"data:(?P<type>[a-z]+/[a-z0-9.+-]+);base64,(?P<data>.*)", re.S | re.I)
 _FOLDER = Path("uploads") / "api"
 
 
@@ -52,6 +54,7 @@ def decode_images(urls: list[str]) -> list[Image]:
                 code="unsupported_content",
             )
         kind = matched["type"].lower()
+        kind = _ALIASES.get(kind, kind)
         if kind not in _TYPES:
             raise ApiError(
                 400,

@@ -109,6 +109,8 @@ class ChatMessage(BaseModel):
             kind = part.get("type")
             if kind == "text" and isinstance(part.get("text"), str):
                 texts.append(part["text"])
+            elif kind == "refusal" and self.role == "assistant":  # what it declined, said
+                texts.append(str(part.get("refusal") or ""))
             elif kind not in _IMAGE_PARTS:
                 raise ApiError(
                     400,
@@ -140,9 +142,11 @@ class CompletionRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    model: str = Field(min_length=1, max_length=64)
+    #: Longer than any model's name: an unknown one is answered 404 ``model_not_found``.
+    model: str = Field(min_length=1, max_length=256)
     messages: list[ChatMessage] = Field(max_length=MAX_MESSAGES)
-    stream: bool = False
+    #: ``null`` is OpenAI's "not set".
+    stream: bool | None = False
     user: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     n: int | None = Field(default=None, ge=1)
     stream_options: dict[str, Any] | None = None

@@ -15,6 +15,7 @@ import pytest
 
 from bot.checks.exposure import ApiExposureError
 from bot.completions import CompletionsApi
+from bot.completions.asked import MAX_BODY_BYTES
 from bot.http.app import create_app
 from tests.bot.completions.conftest import GUARD_S, V1Server, until, user_messages
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -72,13 +73,14 @@ async def test_a_model_that_is_not_an_agent_is_404_model_not_found(
 
 
 async def test_a_body_over_the_limit_is_413(v1: V1Server, fake_openai: FakeOpenAIServer):
-    big = {"model": "main", "messages": [{"role": "user", "content": "x" * (2 * 1024 * 1024)}]}
+    over = "x" * (MAX_BODY_BYTES + 1024)
+    big = {"model": "main", "messages": [{"role": "user", "content": over}]}
     refused(await post(v1, big), 413, "request_too_large")
     reader, writer = await asyncio.open_connection("127.0.0.1", v1.port)
     writer.write(  # the body is never sent: refused from its content-length alone
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
         b"authorization: Bearer " + v1.api.token.encode() + b"\r\n"
-        b"content-length: 3145728\r\n\r\n"
+        b"content-length: " + str(MAX_BODY_BYTES + 1).encode() + b"\r\n\r\n"
     )
     head = await asyncio.wait_for(reader.read(200), GUARD_S)
     writer.close()
@@ -117,6 +119,36 @@ async def test_text_parts_are_taken_and_an_image_is_kept_as_an_attachment(
     kept = list((tmp_path / "workspace" / "uploads" / "api").rglob("*_image.png"))
     assert len(kept) == 1 and kept[0].read_bytes().startswith(b"\x89PNG")
     assert kept[0].name in asked  # the model is told the file's path
+
+
+async def test_what_openais_clients_send_that_was_refused_is_taken(
+    v1: V1Server, fake_openai: FakeOpenAIServer, tmp_path
+):
+    """Found by review, each answered 400 (a long name 400, not 404): ``"stream": null``
+    (OpenAI's "not set"), an assistant's refusal part in the history, an image typed
+    ``image/PNG`` or ``image/jpg``, and a photo of 1.5 MB (over a 1 MiB body)."""
+    for _ in range(4):
+        fake_openai.reply_text("ok")
+    refusal = {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't"}]}
+    history = [{"role": "user", "content": "a"}, refusal, {"role": "user", "content": "b"}]
+    photo = base64.b64encode(b"\xff\xd8\xff\xe0" + b"x" * 1_500_000).decode()
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\nfake image bytes").decode()
+
+    def image(url: str) -> list[dict[str, object]]:
+        part = {"type": "image_url", "image_url": {"url": url}}
+        return [{"role": "user", "content": [{"type": "text", "text": "look"}, part]}]
+
+    for body in (
+        {"model": "main", "messages": HI, "stream": None},
+        {"model": "main", "messages": history},
+        {"model": "main", "messages": image(f"data:image/PNG;base64,{png}")},
+        {"model": "main", "messages": image(f"data:image/jpg;base64,{photo}"), "user": "p"},
+    ):
+        answer = await post(v1, body)
+        assert answer.status_code == 200, answer.text
+    kept = (tmp_path / "workspace" / "uploads" / "api").rglob("*_image.*")
+    assert sorted(path.suffix for path in kept) == [".jpg", ".png"]
+    refused(await post(v1, {"model": "x" * 70, "messages": HI}), 404, "model_not_found")
 
 
 @pytest.mark.parametrize(
