@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.hub import NoticeWithdrawn
-from engine.store import Database, insert_for, utcnow
+from engine.store import Database, chat_sessions, insert_for, utcnow
 from scheduler.tables import job_runs as r
 from scheduler.tables import scheduled_jobs as j
 
@@ -160,7 +160,9 @@ class JobStore:
         return await self._db.run(_delete, job_id)
 
     async def set_run_context(self, job_id: int, run_context: dict[str, Any] | None) -> Job:
-        """Replace a live job's grants (its runs' RunContext); later runs apply them."""
+        """Replace a live job's grants (its runs' RunContext): later runs apply them, and
+        so do its runs in flight from their next call (their sessions', in the same
+        commit)."""
         return await self._db.run(_set_run_context, job_id, run_context)
 
     async def set_enabled(self, job_id: int, enabled: bool, next_run_at: datetime | None) -> Job:
@@ -398,6 +400,13 @@ def _set_run_context(conn: Connection, job_id: int, run_context: dict[str, Any] 
     conn.execute(
         j.update().where(j.c.id == job_id, j.c.deleted_at.is_(None)).values(run_context=run_context)
     )
+    running = _running_sessions(conn, job_id)
+    if running:
+        conn.execute(
+            chat_sessions.update()
+            .where(chat_sessions.c.id.in_(running))
+            .values(run_context=run_context)
+        )
     job = _get(conn, job_id)
     assert job is not None
     return job

@@ -327,6 +327,35 @@ async def test_a_card_that_could_not_be_shown_is_still_rejected_at_the_jobs_limi
     assert "Nobody approved this call within 10 minute(s)" in (result or "")
 
 
+@pytest.mark.parametrize("change", ["revoke", "narrow"])
+async def test_grants_taken_back_hold_for_the_run_in_flight(
+    acting: Scheduler, hub: ChatHub, clock: FakeClock, model: EchoModel, origin: int, change: str
+) -> None:
+    """The owner sees a job acting and presses 🔒 ("now asks before every action"), or
+    narrows its grants, while its run waits on a card: once approved, the run read the
+    file it had been granted at its start anyway, unasked (found by review). It asks."""
+    grants = acting.grants.check({"read": ["notes.txt", "reports"]})
+    job = await acting.create_cron(ORIGIN, "Brief", "0 8 * * *", "Brief me.", grants=grants)
+    model.add(
+        tool_call("execute_cmd", json.dumps({"command": "true"})),  # not granted: a card
+        tool_call("read_file", json.dumps({"path": "notes.txt"})),  # granted at the start
+        lambda messages: LlmResponse(content=f"Brief: {tool_text(messages)}"),
+    )
+    events = hub.events(ORIGIN)
+    await fire(acting, clock, job)
+    card = await next_card(events)
+    assert card.name == "execute_cmd"
+
+    if change == "revoke":
+        await acting.revoke_grants(ORIGIN, job.id)
+    else:
+        await acting.set_grants(job.id, acting.grants.check({"read": ["reports"]}))
+    await hub.decide(card.tool_call_id, APPROVE, decider=OPERATOR, source=ORIGIN)
+
+    asked = await next_card(events)
+    assert asked.name == "read_file"
+
+
 async def test_rejected_in_the_chat_the_run_reads_why(
     acting: Scheduler, hub: ChatHub, clock: FakeClock, model: EchoModel, origin: int
 ) -> None:

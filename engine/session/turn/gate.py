@@ -66,7 +66,7 @@ async def run_approval_gate(
         source=env.session.source,
         call=call,
         args=args,
-        run_context=env.session.run_context,
+        run_context=await _run_context(env),
     )
     verdict = await env.policy.check(request)
     if verdict.decision is Decision.ALLOW:
@@ -112,3 +112,13 @@ def _announce(env: TurnEnv, call: ToolCallRow, args: dict[str, Any]) -> None:
 def _collect(collected: list[ToolCallEvent] | None, event: ToolCallEvent) -> None:
     if collected is not None:
         collected.append(event)
+
+
+async def _run_context(env: TurnEnv) -> dict[str, Any] | None:
+    """The session's grants as they are now: a scheduled job's may be narrowed or revoked
+    while its run goes on (its owner's 🔒), and the run read a revoked file unasked
+    (found by review). Only a session that has grants reads them again."""
+    if env.session.run_context is None:
+        return None
+    row = await env.store.sessions.get(env.session.id)
+    return row.run_context if row is not None else None
