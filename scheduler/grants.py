@@ -19,6 +19,7 @@ from engine.approval import (
     PathRefused,
     canonical_path,
     is_fs_tool,
+    tool_matches,
     validate_tool_pattern,
 )
 from engine.tools import Workspace
@@ -98,18 +99,24 @@ class JobGrants:
             working_directory=wd if isinstance(wd, str) and wd else None,
         )
 
-    def without(self, revoked: JobGrants) -> JobGrants:
-        """These grants less ``revoked``'s entries (a revoked working directory: the root)."""
+    def beyond(self, now: JobGrants) -> JobGrants:
+        """What these grants give that ``now``'s do not (nothing: a narrowing). A folder
+        covers what is in it, a write grant covers reads, ``mcp__news__*`` covers
+        ``mcp__news__search``; a working directory other than ``now``'s is more. (An
+        exact comparison refused narrowing a folder to a file in it, or writes to reads;
+        found by review.)"""
+        writable = now.write
         return JobGrants(
-            tools=tuple(t for t in self.tools if t not in revoked.tools),
-            mcp_servers=tuple(s for s in self.mcp_servers if s not in revoked.mcp_servers),
-            read=tuple(p for p in self.read if p not in revoked.read),
-            write=tuple(p for p in self.write if p not in revoked.write),
+            tools=tuple(t for t in self.tools if not any(_tool_covers(n, t) for n in now.tools)),
+            mcp_servers=tuple(s for s in self.mcp_servers if s not in now.mcp_servers),
+            read=tuple(
+                p for p in self.read if not any(_path_covers(n, p) for n in (*now.read, *writable))
+            ),
+            write=tuple(p for p in self.write if not any(_path_covers(n, p) for n in writable)),
             working_directory=(
-                None
-                if revoked.working_directory is not None
-                and revoked.working_directory == self.working_directory
-                else self.working_directory
+                self.working_directory
+                if self.working_directory not in (None, now.working_directory)
+                else None
             ),
         )
 
@@ -120,6 +127,40 @@ class JobGrants:
         return JobGrants(
             (*self.tools, tool), self.mcp_servers, self.read, self.write, self.working_directory
         )
+
+
+def _tool_covers(granted: str, asked: str) -> bool:
+    """Whether tool pattern ``granted`` matches every tool ``asked`` matches."""
+    if granted == asked:
+        return True
+    if asked.endswith("*") or asked in FS_CLASSES:
+        return granted.endswith("*") and asked.startswith(granted[:-1]) and asked not in FS_CLASSES
+    return tool_matches(granted, asked)
+
+
+def _path_covers(granted: str, asked: str) -> bool:
+    """Whether path grant ``granted`` covers every path ``asked`` grants (a bare folder is
+    its subtree; ``.`` the whole workspace; ``x*`` what starts with ``x``)."""
+    g, a = _tree(granted), _tree(asked)
+    if g == "":
+        return True  # the whole workspace
+    if a == "":
+        return False
+    if _is_prefix(granted):
+        return a.startswith(g)
+    if _is_prefix(asked):  # "ab*" reaches past the folder "ab": only "ab/x*" stays in it
+        return a.startswith(g + "/")
+    return a == g or a.startswith(g + "/")
+
+
+def _is_prefix(entry: str) -> bool:
+    return entry.endswith("*") and not entry.endswith("/*")
+
+
+def _tree(entry: str) -> str:
+    """A grant's base: the folder (or prefix) it covers; "" for the whole workspace."""
+    base = entry.rstrip("*").rstrip("/") if entry.endswith("*") else entry.rstrip("/")
+    return "" if base in (".", "") else base
 
 
 class GrantChecker:

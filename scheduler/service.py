@@ -281,7 +281,7 @@ class Scheduler:
         """Narrow or revoke a job's grants (the owner's pages and API): ``grants`` may only
         keep what the job has; widening goes through a chat, where the owner approves it."""
         job = await self._live(job_id)
-        added = grants.without(JobGrants.of(job.run_context))
+        added = grants.beyond(JobGrants.of(job.run_context))
         if added:
             raise SchedulerError(
                 f"grants: only narrowing is possible here ({'; '.join(added.lines())}: not "

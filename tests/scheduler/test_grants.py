@@ -112,7 +112,7 @@ def test_bad_grants_are_refused_saying_what_to_change(
     assert says in str(refused.value)
 
 
-def test_narrowing_keeps_only_what_is_left(checker: GrantChecker) -> None:
+def test_what_is_beyond_other_grants_is_what_they_lack(checker: GrantChecker) -> None:
     grants = checker.check(
         {
             "tools": ["execute_cmd", "web_fetch"],
@@ -121,7 +121,37 @@ def test_narrowing_keeps_only_what_is_left(checker: GrantChecker) -> None:
         }
     )
 
-    narrowed = grants.without(JobGrants(tools=("web_fetch",), working_directory="reports"))
+    narrowed = grants.beyond(JobGrants(tools=("web_fetch",), working_directory="reports"))
 
     assert narrowed == JobGrants(tools=("execute_cmd",), read=("notes",))
     assert grants.with_tool("notify").tools == ("execute_cmd", "web_fetch", "notify")
+
+
+@pytest.mark.parametrize(
+    ("now", "asked", "more"),
+    [
+        # A folder covers what is in it; writing covers reading (found by review: both
+        # were refused as "not granted now").
+        (JobGrants(read=("reports",)), JobGrants(read=("reports/today.md",)), False),
+        (JobGrants(write=("reports",)), JobGrants(read=("reports",)), False),
+        (JobGrants(read=(".",)), JobGrants(read=("anything/at/all",)), False),
+        (JobGrants(read=("reports",)), JobGrants(read=("reports/x*",)), False),
+        (JobGrants(tools=("mcp__news__*",)), JobGrants(tools=("mcp__news__search",)), False),
+        (JobGrants(tools=("mcp__news__*",)), JobGrants(tools=("mcp__news__s*",)), False),
+        (JobGrants(working_directory="reports"), JobGrants(), False),
+        # Each of these is more than now.
+        (JobGrants(read=("reports",)), JobGrants(read=("reports2",)), True),
+        (JobGrants(read=("reports",)), JobGrants(read=("reports*",)), True),
+        (JobGrants(read=("reports",)), JobGrants(write=("reports",)), True),
+        (JobGrants(read=("reports/today.md",)), JobGrants(read=("reports",)), True),
+        (JobGrants(read=("reports",)), JobGrants(read=(".",)), True),
+        (JobGrants(tools=("mcp__news__search",)), JobGrants(tools=("mcp__news__*",)), True),
+        (JobGrants(tools=("web_fetch",)), JobGrants(tools=("web_fetch_all",)), True),
+        (JobGrants(mcp_servers=("news",)), JobGrants(mcp_servers=("mail",)), True),
+        (JobGrants(working_directory="reports"), JobGrants(working_directory="notes"), True),
+    ],
+)
+def test_what_asked_grants_give_beyond_the_jobs_now(
+    now: JobGrants, asked: JobGrants, more: bool
+) -> None:
+    assert bool(asked.beyond(now)) is more
