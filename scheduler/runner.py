@@ -309,7 +309,7 @@ class JobRunner:
                     await self.store.mark_delivered([run.id], "none")  # nobody to tell now
                 elif run.status == "missed":
                     missed[run.job_id].append(run)
-                elif job.kind == "async" and job.parent_session_id is not None:
+                elif job.kind == "async" and await self._parent_is_live(job):
                     try:
                         await self._return_to_parent(job, run)
                     except Exception:  # the next sweep tries again; the others go on
@@ -358,6 +358,16 @@ class JobRunner:
             )
         )
 
+    async def _parent_is_live(self, job: Job) -> bool:
+        """Whether an async task's result goes back into the conversation that asked for
+        it: that one is still its chat's (after ``/new`` the result was injected into the
+        old one, and nothing reached the chat; found by review). Else the chat is told."""
+        if job.parent_session_id is None:
+            return False
+        if job.origin_source is None:
+            return True  # no chat: the conversation itself is where it is read
+        return await self.hub.is_current(job.origin_source, job.parent_session_id)
+
     async def _return_to_parent(self, job: Job, run: Run) -> None:
         """An async task's result enters its parent conversation as ``task_completed``."""
         payload = json.dumps(
@@ -402,11 +412,14 @@ def _event_type(run: Run) -> str:
 
 
 def _summary(job: Job, run: Run) -> str:
+    what = (
+        f"Background task '{job.title}'" if job.kind == "async" else f"Scheduled job '{job.title}'"
+    )
     if run.status == "done":
-        return f"Scheduled job '{job.title}' finished. Its result:\n\n{run.result or ''}"
+        return f"{what} finished. Its result:\n\n{run.result or ''}"
     if run.status == "abandoned":
-        return f"Scheduled job '{job.title}' was abandoned: {run.error}"
-    return f"Scheduled job '{job.title}' failed: {run.error}"
+        return f"{what} was abandoned: {run.error}"
+    return f"{what} failed: {run.error}"
 
 
 def _local(moment: datetime, zone: str) -> str:

@@ -472,6 +472,34 @@ async def test_an_async_task_returns_to_its_parent_and_shares_its_scratchpad(
     assert (await scheduler.store.get(job.id)).enabled is False  # a single run
 
 
+async def test_an_async_tasks_result_after_new_reaches_the_chat(
+    engine: Engine,
+    hub: ChatHub,
+    scheduler: Scheduler,
+    model: EchoModel,
+    manual_sleep: ManualSleep,
+    notified: list[Notification],
+    origin: int,
+) -> None:
+    """The person typed /new while the task ran: its result went into the old
+    conversation, marked delivered, and nothing reached the chat (found by review). The
+    chat's conversation of now is told."""
+    model.add(text("There are 25 primes below 100."), text("Your task is done: 25 primes."))
+    job = await scheduler.create_async(ORIGIN, origin, "Primes", "Count the primes below 100.")
+    await hub.clear(ORIGIN)
+    events = hub.events(ORIGIN)
+
+    await scheduler.dispatcher.step()
+    await scheduler.dispatcher.drain()
+
+    [notice] = [n for n in notified if n.refs.get("job_id") == job.id]
+    assert notice.summary.startswith("Background task 'Primes' finished.")
+    assert "25 primes below 100" in notice.summary
+    await deliver_notifications(hub, manual_sleep, events)
+    [run] = await scheduler.store.runs(job.id)
+    assert run.delivery_status == "delivered"
+
+
 # -- deleting a job while it runs -----------------------------------------------------------------
 
 
