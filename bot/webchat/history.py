@@ -72,6 +72,9 @@ def _page(conn: Connection, session_id: int, before: int | None, limit: int) -> 
     rows = conn.execute(query).all()
     more = len(rows) > limit
     rows = list(reversed(rows[:limit]))
+    # Where the next page starts: the oldest row read, before any is left out (a page of
+    # notifications only ended the history there; found by review).
+    oldest = rows[0].id if rows else None
     calls: dict[int, list[dict[str, Any]]] = {}
     # A synthetic assistant row is how background work reached the agent (a notification,
     # an async task's result: ``engine.session.turn.injection``): not something it said or did.
@@ -107,7 +110,7 @@ def _page(conn: Connection, session_id: int, before: int | None, limit: int) -> 
         for row in rows
         if row.role == "user" or row.content or calls.get(row.id)
     ]
-    next_before = rows[0].id if more and rows else None
+    next_before = oldest if more else None
     return HistoryPage(session_id, messages, next_before)
 
 
