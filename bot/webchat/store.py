@@ -87,9 +87,12 @@ class ConversationStore:
 
 
 def _number(conversation_id: str) -> int | None:
+    """A conversation's id as written everywhere (``web:<id>``, its uploads' folder): "01"
+    is none (it opened conversation 1 under a second source, ``web:01``; found by review)."""
     if not conversation_id.isascii() or not conversation_id.isdigit() or len(conversation_id) > 18:
         return None
-    return int(conversation_id)
+    number = int(conversation_id)
+    return number if str(number) == conversation_id else None
 
 
 def _conversation(row: sa.Row) -> Conversation:

@@ -44,6 +44,9 @@ async def _use(conversations: ConversationStore) -> None:
     assert [c.id for c in await conversations.listed()] == [made.id]
     assert await conversations.is_open(str(made.id))
     assert not await conversations.is_open("nope") and not await conversations.is_open("99")
+    # Its id as written everywhere: "01" opened conversation 1 under a second source,
+    # web:01, whose messages its history never showed (found by review).
+    assert not await conversations.is_open(f"0{made.id}")
     assert await conversations.hide(made.id)
     assert not await conversations.is_open(str(made.id))
     assert await conversations.listed() == []
