@@ -430,7 +430,7 @@ class ApiRoutes:
     async def resolve_clarification(self, request: Request) -> Response:
         request_id = request.path_params["request_id"]
         body = await json_body(request, ClarificationAnswer)
-        decided = await self.ops.answer(request_id, body.answer)
+        decided = await self.ops.answer(request_id, body.answer, by=API_DECIDER)
         resolution = decided.resolution
         return SafeJSONResponse(
             {

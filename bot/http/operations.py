@@ -105,10 +105,10 @@ class Operations:
         except (HubError, ValueError) as exc:  # a bad bypass: refused before anything changed
             raise OperationError("invalid", str(exc)) from None
 
-    async def answer(self, request_id: int, answer: str) -> Decided:
+    async def answer(self, request_id: int, answer: str, *, by: str) -> Decided:
         try:
             if self.hub is not None:
-                return await self.hub.answer(request_id, answer)
+                return await self.hub.answer(request_id, answer, by=by)
             return await self.engine.resolve_question(request_id, answer)
         except InboxError as exc:
             raise _inbox_error(exc) from None

@@ -487,7 +487,7 @@ class WebInbox:
         if not text:
             return _back("empty", request_id, ok=False)
         try:
-            await self.ops.answer(request_id, text[:MAX_TEXT_CHARS])
+            await self.ops.answer(request_id, text[:MAX_TEXT_CHARS], by=WEB_DECIDER)
         except OperationError as exc:
             return _back(exc.code if exc.code in _FLASH else exc.kind, request_id, ok=False)
         return _back("answer", request_id)

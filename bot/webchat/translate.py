@@ -18,6 +18,7 @@ from bot.webchat.protocol import (
     DoneFrame,
     ErrorFrame,
     NewSessionFrame,
+    QuestionAnswered,
     ServerFrame,
     TextDeltaFrame,
     ThinkingDelta,
@@ -26,7 +27,7 @@ from bot.webchat.protocol import (
     UserMessageFrame,
 )
 from engine.approval import SHORT_BYPASS_SECONDS
-from engine.hub import DecisionMade, NewSession
+from engine.hub import ANSWERED, DecisionMade, NewSession
 from engine.session import (
     AgentEnd,
     AgentStart,
@@ -137,6 +138,8 @@ def to_frame(event: Any) -> ServerFrame | None:
         case NewSession(session_id=session_id):
             return NewSessionFrame(session_id=session_id)
         case DecisionMade(tool_call_id=call_id, outcome=outcome, by=by, note=note):
+            if outcome == ANSWERED:  # a question answered elsewhere: its box closes
+                return QuestionAnswered(request_id=call_id, answer=note)
             return resolved_frame(call_id, outcome, by, note)
     return None
 

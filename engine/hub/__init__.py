@@ -10,6 +10,7 @@ from engine.hub.controls import AUTO_MODEL
 from engine.hub.events import SourceEvents
 from engine.hub.hub import ChatHub
 from engine.hub.types import (
+    ANSWERED,
     APPROVE,
     CHOICES,
     REJECT,
@@ -46,6 +47,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "ANSWERED",
     "APPROVE",
     "AUTO_MODEL",
     "CHANNEL",

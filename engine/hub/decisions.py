@@ -13,7 +13,14 @@ from engine.hub.adapters import AdapterRegistry
 from engine.hub.placement import Placement
 from engine.hub.protocols import Publish, StandingGrant
 from engine.hub.turns.sources import SourceRegistry
-from engine.hub.types import Choice, DecisionMade, SendOptions, check_text, validate_source
+from engine.hub.types import (
+    ANSWERED,
+    Choice,
+    DecisionMade,
+    SendOptions,
+    check_text,
+    validate_source,
+)
 from engine.store.inbox import ApprovalRecord
 
 __all__ = ["Decisions"]
@@ -126,6 +133,7 @@ class Decisions:
         *,
         source: str | None,
         also: Callable[[Connection], None] | None = None,
+        by: str | None = None,
     ) -> Decided:
         check_text(answer, SendOptions(), self._config.max_message_chars)
         if source is not None:
@@ -133,7 +141,10 @@ class Decisions:
         else:
             chat = await self._chat_of(await self._engine.store.inbox.get(request_id))
         if chat is None:
-            return await self._engine.resolve_question(request_id, answer, also=also)
+            decided = await self._engine.resolve_question(request_id, answer, also=also)
+            if by is not None:
+                await self._answered_in(decided.resolution.session_id, request_id, answer, by)
+            return decided
         state = await self._sources.state(chat)
         bridge = self._adapters.bridge(chat, state.session_id)
         decided = await self._engine.resolve_question(
@@ -147,4 +158,15 @@ class Decisions:
         )
         if not decided.resolution.live:  # its turn waits elsewhere, or none
             await self._placement.decided(chat, request_id, in_chat=True)
+        if by is not None:  # answered away from the chat's card: every view of it closes it
+            self._publish(chat, state.session_id, DecisionMade(request_id, ANSWERED, by, answer))
         return decided
+
+    async def _answered_in(self, session_id: int, request_id: int, answer: str, by: str) -> None:
+        """A question answered away from its chat (the inbox, the API): the chat's views
+        close its box while the session is still the chat's (the web chat kept it open;
+        found by review)."""
+        session = await self._engine.store.sessions.get(session_id)
+        if session is None or await self._sources.current_session(session.source) != session_id:
+            return
+        self._publish(session.source, session_id, DecisionMade(request_id, ANSWERED, by, answer))

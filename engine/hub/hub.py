@@ -290,10 +290,12 @@ class ChatHub:
         *,
         source: str | None = None,
         also: Callable[[Connection], None] | None = None,
+        by: str | None = None,
     ) -> Decided:
-        """The one door for an answer to the agent's question (``source`` as for ``decide``;
-        ``also`` commits with the answer: the message that gave it marked handled)."""
-        return await self._decisions.answer(request_id, answer, source=source, also=also)
+        """The one door for an answer to the agent's question (``source`` and ``by`` as
+        for ``decide``; ``also`` commits with the answer: the message that gave it marked
+        handled)."""
+        return await self._decisions.answer(request_id, answer, source=source, also=also, by=by)
 
     async def decision_refusal(self, tool_call_id: int, decider: Decider) -> str | None:
         """Why ``decider`` may not decide the call now (``None``: they may, or it is closed);

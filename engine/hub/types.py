@@ -184,12 +184,17 @@ CHOICES: dict[str, Choice] = {
 
 @dataclass(frozen=True, slots=True)
 class DecisionMade:
-    """A gated call was decided away from the chat (the web inbox, the API): cards close."""
+    """A gated call was decided, or a question answered (``ANSWERED``, ``note`` the
+    answer), away from the chat's card (the web inbox, the API): cards close."""
 
     tool_call_id: int
-    outcome: str  # approve, bypass_15m, bypass_session or reject
+    outcome: str  # approve, bypass_15m, bypass_session, reject or answered
     by: str
     note: str = ""
+
+
+#: ``DecisionMade.outcome`` of a question answered.
+ANSWERED = "answered"
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from bot.http.operations import Operations
+from bot.http.web import WEB_DECIDER
 from tests.bot.webchat.conftest import ChatServer, Client
 from tests.fakes.openai_server import FakeOpenAIServer
 
@@ -159,6 +161,27 @@ async def test_a_question_answered(server: ChatServer, fake_openai: FakeOpenAISe
     await one.send(type="answer_question", request_id=question["request_id"], answer="red", ref="x")
     error = await one.until("error")
     assert error[-1]["code"] == "expired" and error[-1]["ref"] == "x"
+
+
+async def test_a_question_answered_in_the_inbox_closes_the_pages_box(
+    server: ChatServer, fake_openai: FakeOpenAIServer
+):
+    """The owner answers on the inbox page (or the API): the turn went on, but the open
+    tab kept the answer box, and answering it said the question was closed (found by
+    review)."""
+    fake_openai.reply_tool_calls(("q1", "ask_user_clarification", {"question": "Which colour?"}))
+    fake_openai.reply_text("Blue it is.")
+    tab = await server.client()
+    await tab.send(type="message", text="paint it")
+    question = (await tab.until("agent_question"))[-1]
+    await Operations(server.hub.engine, server.hub).answer(
+        question["request_id"], "blue", by=WEB_DECIDER
+    )
+    frames = await tab.until("done")
+    answered = [f for f in frames if f["type"] == "question_answered"]
+    assert answered == [
+        {"type": "question_answered", "request_id": question["request_id"], "answer": "blue"}
+    ]
 
 
 async def test_two_sockets_of_a_conversation_see_everything(
