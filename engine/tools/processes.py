@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -19,7 +20,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ProcessIdentity", "members_of", "process_identity", "reap_group"]
+__all__ = [
+    "ProcessIdentity",
+    "keep_environment_private",
+    "members_of",
+    "process_identity",
+    "reap_group",
+]
 
 log = logging.getLogger(__name__)
 
@@ -125,3 +132,18 @@ async def reap_group(
         await sleep(0.01)
         waited += 0.01
     return True
+
+
+_PR_SET_DUMPABLE = 4
+
+
+def keep_environment_private() -> bool:
+    """Make this process non-dumpable (Linux): another process of the same user, a
+    command it runs included, can then neither read its /proc files (``environ``: the
+    credentials it started with) nor attach to it; root still can. Core dumps are off
+    too. Whether it took."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux: nothing to do here
+        return False

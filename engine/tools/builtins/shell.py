@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Iterable
@@ -43,7 +44,7 @@ from typing import Any
 from engine.tools.base import ToolError
 from engine.tools.builtins._common import BuiltinTool, object_schema
 from engine.tools.output import OutputCollector
-from engine.tools.processes import process_identity
+from engine.tools.processes import keep_environment_private, process_identity
 from engine.tools.protocols import ProcessLog, ToolCategory, ToolContext
 from engine.tools.workspace import Workspace
 
@@ -61,6 +62,15 @@ DEFAULT_HIDDEN_ENV: frozenset[str] = frozenset(
         "DATABASE_URL",
         "CHATHUB_TEST_POSTGRES_URL",
     }
+)
+
+#: Names that hold a credential, whoever set them (the platforms' tokens, the providers'
+#: keys, passwords; Slack's, Discord's and Matrix's reached every command, found by
+#: review), and every variable of chathub's own settings.
+_CREDENTIAL = re.compile(
+    r"TOKEN|SECRET|PASSW|API_KEY|PRIVATE_KEY|CREDENTIAL|DATABASE_URL|POSTGRES_URL"
+    r"|^(TELEGRAM|DISCORD|SLACK|MATRIX|LLM|EMBEDDING|SPEECH|TRANSCRIBE|CHATHUB)_",
+    re.IGNORECASE,
 )
 
 #: After the shell exits and its group is killed, how long to wait for the pipe to close.
@@ -104,6 +114,9 @@ class ExecuteCmd(BuiltinTool):
         self.max_timeout_s = max_timeout_s
         self.max_output_chars = max_output_chars
         self.hidden_env = frozenset(hidden_env)
+        # A command is a child of this process, as the same user: it could read this
+        # process's environment as it started (/proc/$PPID/environ), credentials and all.
+        keep_environment_private()
         self.description = (
             "Run a shell command (/bin/sh -c) in the workspace and return its combined "
             "stdout and stderr followed by '[exit code N]'. A non-zero exit code is "
@@ -162,7 +175,11 @@ class ExecuteCmd(BuiltinTool):
         return min(float(value), self.max_timeout_s)
 
     def _env(self) -> dict[str, str]:
-        return {key: val for key, val in os.environ.items() if key not in self.hidden_env}
+        return {
+            key: val
+            for key, val in os.environ.items()
+            if key not in self.hidden_env and not _CREDENTIAL.search(key)
+        }
 
     async def _execute(
         self, command: str, cwd: Path, limit_s: float, processes: ProcessLog | None = None

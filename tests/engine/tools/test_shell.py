@@ -123,6 +123,77 @@ async def test_chathub_credentials_are_not_passed_to_commands(
     assert result == "unset visible\n[exit code 0]"
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "SLACK_BOT_TOKEN",
+        "SLACK_SIGNING_SECRET",
+        "DISCORD_BOT_TOKEN",
+        "MATRIX_ACCESS_TOKEN",
+        "MATRIX_PASSWORD",
+        "EMBEDDING_API_KEY",
+        "SPEECH_API_KEY",
+        "TRANSCRIBE_API_KEY",
+        "GITHUB_TOKEN",
+        "PGPASSWORD",
+    ],
+)
+async def test_every_credential_is_kept_from_commands(
+    shell: ExecuteCmd, ctx: ToolContext, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Only Telegram's and the LLM's were: Slack's, Discord's and Matrix's tokens and the
+    providers' keys reached every command (found by review)."""
+    monkeypatch.setenv(name, "sekrit")
+    result = await shell.run({"command": "env"}, ctx)
+    assert "sekrit" not in result
+
+
+_AS_NOBODY = """
+import asyncio, ctypes, os, sys
+from pathlib import Path
+from engine.tools.builtins.shell import ExecuteCmd
+from engine.tools.protocols import ToolContext
+from engine.tools.workspace import Workspace
+os.setgid(65534)
+os.setuid(65534)
+# As a service started by that user is: dumpable (a change of user made it not).
+ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)
+workspace = Workspace(Path(sys.argv[1]))
+ctx = ToolContext(session_id=1, stack_id=1, agent_id="main", depth=0,
+                  working_directory=workspace.root, scratchpad=None)
+command = "cat /proc/$PPID/environ | tr '\\\\0' '\\\\n' | grep -c ^TELEGRAM_BOT_TOKEN= || true"
+print(asyncio.run(ExecuteCmd(workspace).run({"command": command}, ctx)))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="becomes another user to run as a deployment does")
+def test_a_command_cannot_read_the_credentials_the_service_started_with() -> None:
+    """A command runs as the service's user, its child: it read the service's environment
+    as it started, every credential in it, from /proc/$PPID/environ (found by review).
+    The service is not dumpable, so that file is closed to it (as a deployment runs: not
+    as root, whom nothing stops)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="chathub-nobody-"))  # a place the user may enter
+    root.chmod(0o777)
+    env = {**os.environ, "TELEGRAM_BOT_TOKEN": "sekrit", "PYTHONPATH": str(Path.cwd())}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _AS_NOBODY, str(root)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=root,
+        )
+    finally:
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+    assert done.returncode == 0, done.stderr
+    assert "0" in done.stdout.splitlines(), done.stdout  # not one line of it read
+
+
 async def test_timeout_kills_the_process_group_and_returns_partial_output(
     shell: ExecuteCmd, ctx: ToolContext
 ) -> None:
