@@ -36,7 +36,7 @@ from engine.tls import shared_tls_context
 from memory.deriver import Deriver, DeriverLimits
 from memory.embedder import Embedder, EmbedderLimits
 from memory.embeddings import ChosenEmbeddings, EmbeddingChoice, EmbeddingClient, EmbeddingConfig
-from memory.facts import FactLimits, FactStore
+from memory.facts import Fact, FactLimits, FactStore
 from memory.followups import FollowUps
 from memory.indexer import Indexer
 from memory.optouts import OptOuts
@@ -241,6 +241,15 @@ class MemoryService:
 
     async def user_for(self, identity: Identity) -> int:
         return await self.users.resolve(identity)
+
+    async def facts_in(self, source: str, user_id: int) -> list[Fact]:
+        """``user_id``'s facts as ``source`` may read them: all of them in a personal
+        conversation, in a group only those learned in that group (nothing told in private
+        reaches a room others read: ``/memory``, the memory tools and the profile alike)."""
+        facts = await self.facts.list(user_id)
+        if is_personal(source):
+            return facts
+        return [fact for fact in facts if fact.origin_source == source]
 
     async def turn_context(self, source: str, metadata: Mapping[str, Any] | None) -> str | None:
         """The speaker's profile for a turn of ``source`` (``ChatHub.add_turn_context``):

@@ -100,8 +100,10 @@ class MemoryList(_FactTool):
         self.parameters = object_schema({}, [])
 
     async def _run(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        _, user_id = await self._speaker(ctx)
-        facts = await self._memory.facts.list(user_id)
+        source, user_id = await self._speaker(ctx)
+        # In a group, only what was learned there (the private ones were listed to the
+        # whole room; found by review).
+        facts = await self._memory.facts_in(source, user_id)
         return json.dumps(
             {"facts": [{"id": f.id, "fact": f.body} for f in facts]}, ensure_ascii=False
         )
@@ -144,11 +146,12 @@ class MemoryForget(_FactTool):
         )
 
     async def _run(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        _, user_id = await self._speaker(ctx)
+        source, user_id = await self._speaker(ctx)
         fact_id = args["id"]
         if isinstance(fact_id, bool) or not isinstance(fact_id, int):
             raise ToolError("memory_forget: `id` must be a fact's number")
-        if not await self._memory.facts.delete(user_id, fact_id):
+        seen = {fact.id for fact in await self._memory.facts_in(source, user_id)}
+        if fact_id not in seen or not await self._memory.facts.delete(user_id, fact_id):
             raise ToolError(f"memory_forget: there is no fact {fact_id} about this person")
         return json.dumps({"forgotten": fact_id})
 

@@ -100,10 +100,7 @@ class MemoryFront:
         """``user``'s facts as ``/memory`` shows them in ``source``: all of them in a
         personal conversation, in a group only those learned in that group."""
         assert self.memory is not None
-        facts = await self.memory.facts.list(user)
-        if not is_personal(source):
-            facts = [fact for fact in facts if fact.origin_source == source]
-        return facts
+        return await self.memory.facts_in(source, user)
 
     async def listing(
         self, source: str, user: int | None, *, page: int = 0, per_page: int | None = None

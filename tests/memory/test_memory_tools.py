@@ -121,6 +121,30 @@ async def test_in_a_group_the_tools_act_for_whoever_wrote_the_latest_message(
     assert await tools.memory.facts.list(ann) == [ann_fact]
 
 
+async def test_in_a_group_the_tools_see_only_what_was_learned_in_that_group(
+    store: Store, tools: Tools
+) -> None:
+    """Nothing told in private reaches a room others read: the profile and /memory held
+    to it, but memory_list, which runs unasked, gave the whole group Ann's private facts,
+    and memory_forget could delete them from there (found by review)."""
+    ann = await tools.memory.user_for(Identity("telegram", ANN))
+    private = await tools.memory.facts.add(
+        ann,
+        "Ann is pregnant and has not told anyone",
+        origin_source=f"telegram:{ANN}",
+        created_by="deriver",
+    )
+    group = await store.sessions.create(GROUP)
+    await say(store, group.id, [("user", "hi all", said_by(ANN, "Ann"))])
+    learned = await tools.call("memory_save", group.id, fact="Ann likes tea")
+
+    assert await tools.call("memory_list", group.id) == {
+        "facts": [{"id": learned["saved"]["id"], "fact": "Ann likes tea"}]
+    }
+    await tools.refused("memory_forget", group.id, id=private.id)
+    assert private in await tools.memory.facts.list(ann)
+
+
 async def test_in_a_private_chat_the_tools_act_for_its_person(store: Store, tools: Tools) -> None:
     session = await store.sessions.create(f"telegram:{ANN}")
     await say(store, session.id, [("user", "remember this", {"telegram_message_id": 1})])
