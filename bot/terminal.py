@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from bot.platform.cards import CardContent, Choice, card_content, decide, outcome_line
+from bot.platform.cards import CardContent, Choice, card_content, decide, outcome_line, plainly
 from bot.platform.commands import CommandContext, CommandRegistry, shared_commands
 from bot.platform.memory import MemoryFront, memory_commands
 from engine.approval import OPERATOR
@@ -108,7 +108,7 @@ def terminal_commands(
 
 
 def _preview(text: str) -> str:
-    text = " ".join(text.split())
+    text = plainly(" ".join(text.split()))  # a model's escapes never drive the terminal
     return text if len(text) <= _PREVIEW else text[: _PREVIEW - 1] + "…"
 
 
@@ -123,7 +123,7 @@ class TerminalRenderer:
         match event:
             case TextDelta(text=text, depth=0):
                 self._streaming = True
-                self._write(text)
+                self._write(plainly(text))
             case Thinking(content=content) if content and not self._streaming:
                 self._line(f"· {_preview(content)}")
             case ToolStart(name=name, arguments=arguments):
