@@ -127,6 +127,7 @@ class Engine:
                 bypasses,
                 tool_categories=lambda name: getattr(tools.get(name), "category", None),
                 requester_of=store.inbox.requester_of,
+                lasting=lambda name: bool(getattr(tools.get(name), "lasting", False)),
             )
         return cls(
             store=store,

@@ -64,6 +64,7 @@ class _SchedulerTool(BuiltinTool):
 
 class ExecuteTask(_SchedulerTool):
     name = "execute_task"
+    lasting = True  # a job and its grants outlive any bypass of the session
     description = (
         "Run work later or in the background. mode 'cron': a scheduled task with a crontab "
         "spec in `cron` (5 fields 'min hour day month weekday', e.g. '0 8 * * 1-5' for "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.approval.bypass import Bypass, Bypasses
@@ -45,13 +46,17 @@ class RulesPolicy:
         clock: Clock = utcnow,
         run_context_for: RunContextFor = _default_run_context,
         requester_of: RequesterOf = _nobody,
+        lasting: Callable[[str], bool] = lambda _name: False,
     ) -> None:
         """``requester_of``: who asked for a call (by its id), for a bypass that covers
-        one person's calls."""
+        one person's calls; ``lasting``: whether a tool's effect outlives the turn (no
+        bypass covers it: a bypass of 15 minutes let the model schedule a job with
+        standing grants nobody saw, which outlived it; found by review)."""
         self.rule_store = rule_store
         self.workspace = workspace
         self.bypasses = bypasses if bypasses is not None else Bypasses(clock)
         self.tool_categories = tool_categories
+        self.lasting = lasting
         self.clock = clock
         self.run_context_for = run_context_for
         self.requester_of = requester_of
@@ -113,7 +118,7 @@ class RulesPolicy:
         if decision is Decision.ALLOW:
             return Verdict(decision, reason)
 
-        bypass = await self._bypass(request, tool)
+        bypass = None if self.lasting(tool) else await self._bypass(request, tool)
         if bypass is not None:
             return Verdict(Decision.ALLOW, f"session bypass ({bypass.scope})")
         if fast_path(decision, rc, tool, path) is Decision.ALLOW:

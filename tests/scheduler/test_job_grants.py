@@ -786,3 +786,14 @@ async def wait_until_card_or_done(events: Any) -> list[HubEvent]:
 
     await asyncio.wait_for(collect(), 5)
     return seen
+
+
+async def test_no_bypass_of_a_chat_schedules_a_job_unasked(
+    acting: Scheduler, engine: Engine
+) -> None:
+    """A job and its grants outlive a ⏱ 15 min or 🔄 Session bypass (found by review):
+    execute_task is lasting, so every call of it asks; the tools of the moment do not."""
+    for tool in scheduler_tools(acting):
+        engine.tools.register(tool)
+    assert engine.policy.lasting("execute_task")
+    assert not engine.policy.lasting("execute_cmd") and not engine.policy.lasting("list_tasks")

@@ -24,6 +24,9 @@ class BuiltinTool:
     interactive_only: bool = False
     #: Safe to run again after a crash interrupted it (read-only or idempotent).
     rerun_safe: bool = False
+    #: What it does outlives the turn (a scheduled job and its standing grants): a
+    #: session's bypass (⏱ 15 min, 🔄 Session) never covers it, every call asks.
+    lasting: bool = False
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         validate_args(self, args)

@@ -58,6 +58,7 @@ class Env:
             CATEGORIES.get,
             self.clock,
             run_context_for=self._run_context,
+            lasting=lambda name: name == "execute_task",
         )
 
     async def _run_context(self, session_id: int) -> RunContext:
@@ -155,6 +156,14 @@ async def test_bypass_never_turns_deny_into_allow(env: Env) -> None:
     env.bypasses.grant(1, "all")
     assert await env.decide("execute_cmd") is Decision.DENY
     assert await env.decide("write_file", path="secrets/key") is Decision.DENY
+
+
+async def test_no_bypass_covers_a_call_whose_effect_outlives_it(env: Env) -> None:
+    """⏱ 15 min or 🔄 Session let the model schedule a job with standing grants, unseen,
+    which outlived the bypass and a restart (found by review): such a call still asks."""
+    env.bypasses.grant(1, "all")
+    assert await env.decide("execute_cmd", command="ls") is Decision.ALLOW
+    assert await env.decide("execute_task", mode="cron", prompt="x") is Decision.REQUIRE
 
 
 async def test_expired_bypass_is_ignored(env: Env) -> None:
