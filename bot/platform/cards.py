@@ -166,14 +166,22 @@ async def decide(
     choice: Choice,
     decider: Decider,
     note: str = "",
+    *,
+    by: str | None = None,
 ) -> Decided:
-    """Record ``choice``: ``decided``; ``expired`` when the call is no longer open;
+    """Record ``choice`` (``by``: announced to the chat's every view, as the hub's
+    ``DecisionMade``): ``decided``; ``expired`` when the call is no longer open;
     ``kept`` when the decider may not decide it after all (the card stays as it is);
     ``taken`` when another decision came first (a double click: that one closes the card
     with its outcome; closing it as expired here showed "Expired" on an approved call)."""
     try:
         await hub.decide(
-            tool_call_id, HubChoice.named(choice), decider=decider, note=note, source=source
+            tool_call_id,
+            HubChoice.named(choice),
+            decider=decider,
+            note=note,
+            by=by,
+            source=source,
         )
     except NotPermitted as exc:  # a check just before said yes: the card stays open
         log.warning("decision on %s refused: %s", tool_call_id, exc)

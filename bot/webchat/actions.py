@@ -31,7 +31,6 @@ from bot.webchat.protocol import (
     Notice,
     Ping,
     Pong,
-    QuestionAnswered,
     RejectTool,
     Resume,
     SendMessage,
@@ -39,7 +38,7 @@ from bot.webchat.protocol import (
     Stop,
 )
 from bot.webchat.rooms import Rooms
-from bot.webchat.translate import BYPASS_SECS, resolved_frame
+from bot.webchat.translate import BYPASS_SECS
 from bot.webchat.uploads import AttachmentError, Uploads
 from bot.webchat.voice import carries_sound, hear
 from engine.approval import OPERATOR
@@ -223,25 +222,24 @@ class Actions:
         ref: str | None,
         reply: Reply,
     ) -> None:
-        decided = await decide(self._hub, source, tool_call_id, choice, OPERATOR, note)
-        if decided == "decided":
-            frame = resolved_frame(tool_call_id, choice, WEB_CHAT_DECIDER, note)
-            await self._rooms.broadcast(source, frame)
-        elif decided in ("expired", "taken"):  # gone, or decided by another tap first
+        # Announced by the hub to every tab, on whichever process of a fleet serves it (a
+        # broadcast here reached this process's tabs only; found by review).
+        decided = await decide(
+            self._hub, source, tool_call_id, choice, OPERATOR, note, by=WEB_CHAT_DECIDER
+        )
+        if decided in ("expired", "taken"):  # gone, or decided by another tap first
             await reply.send(ErrorFrame(code="expired", message=EXPIRED, ref=ref))
-        else:
+        elif decided == "kept":
             await reply.send(ErrorFrame(code="not_allowed", message=NOT_ALLOWED, ref=ref))
 
     async def _answer(
         self, source: str, request_id: int, answer: str, ref: str | None, reply: Reply
     ) -> None:
         try:
-            await self._hub.answer(request_id, answer, source=source)
+            await self._hub.answer(request_id, answer, source=source, by=WEB_CHAT_DECIDER)
         except InboxError:  # answered, gone, or another conversation's
             await reply.send(ErrorFrame(code="expired", message=QUESTION_CLOSED, ref=ref))
             return
         except HubError as exc:  # empty or too long
             await reply.send(ErrorFrame(code="refused", message=str(exc), ref=ref))
             return
-        answered = QuestionAnswered(request_id=request_id, answer=answer)
-        await self._rooms.broadcast(source, answered)

@@ -246,3 +246,29 @@ async def test_text_beside_tool_calls_is_a_thinking_delta(
     assert thinking and "Let me write it." in thinking[0]["text"]
     await client.send(type="approve_tool", tool_call_id=frames[-1]["tool_call_id"])
     assert (await client.until("done"))[-1]["content"] == "Written."
+
+
+async def test_a_tab_served_by_another_process_sees_a_card_and_a_question_close(
+    make_server, fake_openai: FakeOpenAIServer
+):
+    """Two web chat front ends over one hub's events, as two processes of a fleet whose
+    hubs relay them: a decision and an answer given in one tab reached only the tabs of
+    its own process, and the other tab's card stayed open (found by review)."""
+    one = await make_server()
+    two = await make_server()
+    fake_openai.reply_tool_calls(("w1", "write_file", {"path": "a.txt", "content": "x\n"}))
+    fake_openai.reply_tool_calls(("q1", "ask_user_clarification", {"question": "Which?"}))
+    fake_openai.reply_text("Wrote it.")
+    a = await one.client("c9")
+    b = await two.client("c9")
+    await a.send(type="message", text="write it")
+    card = (await a.until("approval_required"))[-1]
+    await b.until("approval_required")
+    await a.send(type="approve_tool", tool_call_id=card["tool_call_id"])
+    asked = await a.until("agent_question")
+    await a.send(type="answer_question", request_id=asked[-1]["request_id"], answer="that")
+    seen = {"a": asked + await a.until("done"), "b": await b.until("done")}
+    for tab, frames in seen.items():
+        kinds = [f["type"] for f in frames]
+        assert kinds.count("approval_resolved") == 1, (tab, kinds)
+        assert kinds.count("question_answered") == 1, (tab, kinds)
