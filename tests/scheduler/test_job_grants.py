@@ -270,6 +270,15 @@ async def test_a_jobs_fires_while_its_run_waits_on_a_card_are_skipped_not_run_ag
     assert [n.event_type for n in notified if n.event_type == "job_missed"] == []
 
 
+async def reads_notes_unasked_for(acting: Scheduler, model: EchoModel) -> Job:
+    """A daily brief whose run reads notes.txt, not granted: its card waits 10 minutes."""
+    job = await acting.create_cron(
+        ORIGIN, "Daily brief", "0 8 * * *", "Brief me from notes.", approval_wait_s=600
+    )
+    calls_then_says(model, "read_file", {"path": "notes.txt"}, "Could not read")
+    return job
+
+
 async def test_a_card_left_alone_is_rejected_after_the_jobs_limit_and_the_briefing_says_so(
     acting: Scheduler,
     hub: ChatHub,
@@ -278,10 +287,7 @@ async def test_a_card_left_alone_is_rejected_after_the_jobs_limit_and_the_briefi
     sleeps: Sleeps,
     origin: int,
 ) -> None:
-    job = await acting.create_cron(
-        ORIGIN, "Daily brief", "0 8 * * *", "Brief me from notes.", approval_wait_s=600
-    )
-    calls_then_says(model, "read_file", {"path": "notes.txt"}, "Could not read")
+    job = await reads_notes_unasked_for(acting, model)
     events = hub.events(ORIGIN)
 
     await fire(acting, clock, job)
@@ -310,10 +316,7 @@ async def test_a_card_that_could_not_be_shown_is_still_rejected_at_the_jobs_limi
     """Showing the card failed once (the database away for a moment): nothing ever
     decided the call, the run waited for good and every later fire was skipped, told to
     no one (found by review). It waits in the inbox and ends at the job's limit."""
-    job = await acting.create_cron(
-        ORIGIN, "Daily brief", "0 8 * * *", "Brief me from notes.", approval_wait_s=600
-    )
-    calls_then_says(model, "read_file", {"path": "notes.txt"}, "Could not read")
+    job = await reads_notes_unasked_for(acting, model)
 
     async def show_fails(_self: object, _chat: str, _event: ApprovalRequired) -> None:
         raise ConnectionError("database connection lost")
