@@ -4,8 +4,9 @@ A run executes in a new ephemeral, non-interactive session (source ``cron``, the
 agent, its grants as the run context, context label ``CronJob: <title>``; an async task
 shares its parent's scratchpad), with the profile of the user the job serves. What its
 grants allow runs; a call outside them asks in the job's chat (``asking.RunCards``) and
-waits up to the job's limit. A run taken again after a crash resumes its session when a
-call of it waits for a decision (the card's old button still works), else starts anew.
+waits up to the job's limit. A run taken again after a crash resumes its session: a call
+that waits for a decision asks with its old card, one that was running is reported to the
+model as cut short, never run again.
 The lease is renewed while the run works; losing it stops the run. The result is stored
 before any delivery; delivery is recorded separately.
 """
@@ -204,13 +205,13 @@ class JobRunner:
         return None
 
     async def _resumable(self, run: Run) -> ChatSessionHandler | None:
-        """The session of an earlier attempt whose call waits for a decision: its card's
-        button still works, so the run goes on from there instead of starting over."""
+        """The session of an earlier attempt of the run (a crash, a stop, a lost lease cut
+        it): the run goes on from where it was. A call that waits for a decision asks
+        again with its old card; one that was running is told to the model as cut short,
+        not run again (the engine's rule). It started over, and ran again the commands
+        and sends of the attempt before (found by review)."""
         if run.session_id is None:
             return None
-        open_calls = await self.engine.store.history.session_open_tool_calls(run.session_id)
-        if not any(call.status == "pending" for _frame, call in open_calls):
-            return None  # nothing was waiting for a human: the run starts over
         return await self.engine.open_session(run.session_id)
 
     async def _new_session(self, job: Job) -> ChatSessionHandler:
@@ -237,10 +238,24 @@ class JobRunner:
         metadata = _sender(job)
         profile = await self.hub.visiting.turn_context(chat, metadata)
         if resuming:
-            return await handler.resume_turn(extra_system_dynamic=profile, emit=cards)
+            resumed = await handler.resume_turn(extra_system_dynamic=profile, emit=cards)
+            if resumed is not None:
+                return resumed
+            said = await self._answered(handler.session.id)
+            if said is not None:  # the attempt before had answered: that is the result
+                return said
         return await handler.handle_message(
             job.prompt, metadata=metadata, extra_system_dynamic=profile, emit=cards
         )
+
+    async def _answered(self, session_id: int) -> Final | None:
+        """The answer an earlier attempt's session ends with, if it does."""
+        history = self.engine.store.history
+        root = await self.engine.store.sessions.root_frame(session_id)
+        last = await history.last_message(root.id)
+        if last is None or last.role != "assistant" or not last.content:
+            return None
+        return Final(last.content, last.id, last.input_tokens, last.output_tokens, False, ())
 
     def _chat_of(self, job: Job) -> str | None:
         """Where the run's calls ask: the job's chat, else the home chat (``None``: nowhere,

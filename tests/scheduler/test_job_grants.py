@@ -800,3 +800,42 @@ async def test_no_bypass_of_a_chat_schedules_a_job_unasked(
         engine.tools.register(tool)
     assert engine.policy.lasting("execute_task")
     assert not engine.policy.lasting("execute_cmd") and not engine.policy.lasting("list_tasks")
+
+
+async def test_a_run_taken_again_after_a_stop_does_not_run_its_commands_again(
+    make_scheduler: Callable[..., Scheduler],
+    engine: Engine,
+    clock: FakeClock,
+    model: EchoModel,
+    sleeps: Sleeps,
+    origin: int,
+) -> None:
+    """The process stopped while the run's second call was under way: taken again, the
+    run started over in a new session, and the model, seeing nothing done, ran the first
+    command a second time (found by review). It goes on in its session: the command ran
+    once, the cut call is reported, and the model answers from there."""
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    first = make_scheduler(owner="worker-a", sleep=sleeps)
+    grants = first.grants.check({"tools": ["execute_cmd", "wait_here"]})
+    job = await first.create_cron(ORIGIN, "Log", "0 8 * * *", "Log a line.", grants=grants)
+
+    def next_step(messages: Sequence[Message]) -> LlmResponse:
+        done = " ".join(str(m["content"]) for m in messages if m["role"] == "tool")
+        if "[exit code 0]" not in done:
+            return tool_call("execute_cmd", json.dumps({"command": "echo ran >> runs.log"}))
+        if blocker.runs == 0:
+            return tool_call("wait_here", "{}")
+        return LlmResponse(content="Logged it.")
+
+    for _ in range(4):
+        model.add(next_step)
+    await fire(first, clock, job)
+    await asyncio.wait_for(blocker.started.wait(), 5)
+    await first.dispatcher.close()  # a stop while the second call is under way
+
+    second = make_scheduler(owner="worker-b", sleep=sleeps)
+    clock.advance(timedelta(minutes=5))
+    await second.dispatcher.step()
+    assert (await result_of(second, job))[:2] == ("done", "Logged it.")
+    assert (engine.workspace.root / "runs.log").read_text() == "ran\n"
