@@ -356,9 +356,11 @@ class WebInbox:
         except RequestError as exc:  # ``page`` given twice: neither is taken
             return _plain(400, exc.message)
         page = min(_positive_int(query.page, 1), MAX_PAGE)
-        sessions = await self.ops.engine.store.views.list_sessions(
-            page=page, per_page=SESSIONS_PER_PAGE
-        )
+        views = self.ops.engine.store.views
+        sessions = await views.list_sessions(page=page, per_page=SESSIONS_PER_PAGE)
+        last = max(1, -(-sessions["total"] // SESSIONS_PER_PAGE))
+        if page > last:  # past the end: the last page ("No sessions yet" while there were)
+            sessions = await views.list_sessions(page=last, per_page=SESSIONS_PER_PAGE)
         try:
             jobs = await self.ops.jobs()
         except OperationError:
@@ -383,7 +385,7 @@ class WebInbox:
             approvals=[self._approval(item, now) for item in await self.ops.approvals()],
             questions=[self._question(item, now) for item in await self.ops.questions()],
             sessions=sessions,
-            pages=max(1, -(-sessions["total"] // SESSIONS_PER_PAGE)),
+            pages=last,
             jobs=jobs,
             deliveries=deliveries,
             flash=_flash(request),

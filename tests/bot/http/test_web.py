@@ -194,6 +194,9 @@ async def test_session_detail_shows_messages_tool_calls_and_reasoning_collapsed(
         assert (await web.get(f"/?page={page}")).status_code == 200, page
     inbox = (await web.get("/")).text
     assert f'href="/sessions/{session["id"]}"' in inbox
+    # Past the end: the last page, not "No sessions yet" (found by review).
+    beyond = (await web.get("/?page=99")).text
+    assert f'href="/sessions/{session["id"]}"' in beyond and "No sessions yet" not in beyond
     events.close()
 
 
