@@ -505,22 +505,25 @@ class Service:
         if self.http and webhook is None:
             await self._start_http(None, deliveries)
 
-    async def _job_owner_allowed(self, owner_id: str) -> bool:
-        """Whether the user a scheduled job acts for may still use the bot: a Telegram
+    async def _job_owner_allowed(self, owner_id: str) -> bool | None:
+        """Whether the user a scheduled job acts for may still use the bot: a platform's
         user while allowed (owner, allowlist, paired); the operator's own front ends
-        (``web:``, ``console:``) always."""
+        (``web:``, ``console:``) always; ``None`` when their platform is not running
+        here (nobody can tell)."""
         platform, _, user = owner_id.partition(":")
         if platform in OPERATOR_PLATFORMS:
             return True
-        if platform == "telegram" and self.adapter is not None:
-            return self.adapter.access.is_allowed(user)
-        if platform == "discord" and self.discord is not None and self.discord.adapter:
-            return self.discord.adapter.access.is_allowed(user)
-        if platform == "slack" and self.slack is not None and self.slack.adapter:
-            return self.slack.adapter.access.is_allowed(user)
-        if platform == "matrix" and self.matrix is not None and self.matrix.adapter:
-            return self.matrix.adapter.access.is_allowed(user)
-        return False
+        if platform == "telegram":
+            access = None if self.adapter is None else self.adapter.access
+        elif platform == "discord":
+            access = self.discord.adapter.access if self.discord and self.discord.adapter else None
+        elif platform == "slack":
+            access = self.slack.adapter.access if self.slack and self.slack.adapter else None
+        elif platform == "matrix":
+            access = self.matrix.adapter.access if self.matrix and self.matrix.adapter else None
+        else:
+            return False
+        return None if access is None else access.is_allowed(user)
 
     async def _start_http(
         self, webhook: TelegramWebhook | None, deliveries: Deliveries | None

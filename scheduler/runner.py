@@ -50,7 +50,9 @@ TASK_COMPLETED_REASONING = (
 
 
 #: Whether the user a job serves (``telegram:42``) may still use the bot (their access).
-OwnerCheck = Callable[[str], Awaitable[bool]]
+#: Whether the user a job acts for may use the bot now; ``None``: it cannot be told here
+#: (their platform is not running in this service).
+OwnerCheck = Callable[[str], Awaitable[bool | None]]
 
 
 async def _everyone_allowed(_owner_id: str) -> bool:
@@ -189,7 +191,14 @@ class JobRunner:
 
     async def _refusal(self, job: Job) -> str | None:
         """Why the job may not run now (its owner lost access, its directory is gone)."""
-        if job.owner_id is not None and not await self.owner_allowed(job.owner_id):
+        allowed = True if job.owner_id is None else await self.owner_allowed(job.owner_id)
+        if allowed is None:  # said "no longer allowed", which was not so (found by review)
+            platform = (job.owner_id or "").partition(":")[0]
+            return (
+                f"it did not run: {platform} is not running in this service, so the user it "
+                f"acts for ({job.owner_id}) could not be checked"
+            )
+        if not allowed:
             return (
                 f"it did not run: the user it acts for ({job.owner_id}) is no longer allowed "
                 "to use this bot"

@@ -516,6 +516,32 @@ async def test_a_job_whose_owner_lost_access_stops_and_says_why(
     assert model.requests == []  # nothing ran for them
 
 
+async def test_a_job_whose_owners_platform_is_not_running_says_so(
+    make_scheduler: Callable[..., Scheduler],
+    clock: FakeClock,
+    model: EchoModel,
+    origin: int,
+) -> None:
+    """Discord's user's job, in a service started without Discord: it said the user was
+    "no longer allowed", which nobody had decided (found by review)."""
+
+    async def cannot_tell(owner_id: str) -> bool | None:
+        return None
+
+    scheduler = make_scheduler(owner="worker-b")
+    scheduler.runner.owner_allowed = cannot_tell
+    job = await scheduler.create_cron(
+        ORIGIN, "Daily brief", "0 8 * * *", "Brief me.", owner_id="discord:42"
+    )
+
+    await fire(scheduler, clock, job)
+
+    status, _, error = await result_of(scheduler, job)
+    assert status == "failed"
+    assert "discord is not running" in (error or "") and "no longer allowed" not in (error or "")
+    assert model.requests == []
+
+
 # -- the user's profile in every scheduled turn ------------------------------------------------
 
 
