@@ -105,14 +105,12 @@ class JobGrants:
         ``mcp__news__search``; a working directory other than ``now``'s is more. (An
         exact comparison refused narrowing a folder to a file in it, or writes to reads;
         found by review.)"""
-        writable = now.write
+        readable = (*now.read, *now.write)
         return JobGrants(
             tools=tuple(t for t in self.tools if not any(_tool_covers(n, t) for n in now.tools)),
             mcp_servers=tuple(s for s in self.mcp_servers if s not in now.mcp_servers),
-            read=tuple(
-                p for p in self.read if not any(_path_covers(n, p) for n in (*now.read, *writable))
-            ),
-            write=tuple(p for p in self.write if not any(_path_covers(n, p) for n in writable)),
+            read=tuple(p for p in self.read if not any(_path_covers(n, p) for n in readable)),
+            write=tuple(p for p in self.write if not any(_path_covers(n, p) for n in now.write)),
             working_directory=(
                 self.working_directory
                 if self.working_directory not in (None, now.working_directory)
@@ -159,7 +157,7 @@ def _is_prefix(entry: str) -> bool:
 
 def _tree(entry: str) -> str:
     """A grant's base: the folder (or prefix) it covers; "" for the whole workspace."""
-    base = entry.rstrip("*").rstrip("/") if entry.endswith("*") else entry.rstrip("/")
+    base = entry.rstrip("*").rstrip("/")
     return "" if base in (".", "") else base
 
 

@@ -49,9 +49,8 @@ TASK_COMPLETED_REASONING = (
 )
 
 
-#: Whether the user a job serves (``telegram:42``) may still use the bot (their access).
-#: Whether the user a job acts for may use the bot now; ``None``: it cannot be told here
-#: (their platform is not running in this service).
+#: Whether the user a job acts for (``telegram:42``) may use the bot now; ``None``: it
+#: cannot be told here (their platform is not running in this service).
 OwnerCheck = Callable[[str], Awaitable[bool | None]]
 
 

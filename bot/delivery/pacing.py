@@ -231,7 +231,8 @@ class Window:
 
     def _forget(self, now: float) -> None:
         """Calls under way too long count as answered; those that left are forgotten."""
-        for token, start in list(self.under_way.items()):
+        while self.under_way:  # oldest first: stop at the first still under way
+            token, start = next(iter(self.under_way.items()))
             if start + MAX_UNDER_WAY_S > now:
                 break
             del self.under_way[token]

@@ -493,53 +493,41 @@ async def test_the_working_directory_is_where_relative_paths_start(
     assert JobGrants.of((await acting.store.get(job.id)).run_context).read == ("reports/today.md",)
 
 
-async def test_a_job_whose_owner_lost_access_stops_and_says_why(
+@pytest.mark.parametrize(
+    ("answer", "owner", "says", "not_said"),
+    [
+        (False, "telegram:42", "telegram:42) is no longer allowed", "not running"),
+        # Discord's user's job in a service started without Discord: it said the user was
+        # "no longer allowed", which nobody had decided (found by review).
+        (None, "discord:42", "discord is not running", "no longer allowed"),
+    ],
+    ids=["lost-access", "platform-not-running"],
+)
+async def test_a_job_whose_owner_cannot_act_now_stops_and_says_why(
     make_scheduler: Callable[..., Scheduler],
     clock: FakeClock,
     model: EchoModel,
     origin: int,
+    answer: bool | None,
+    owner: str,
+    says: str,
+    not_said: str,
 ) -> None:
-    async def nobody_allowed(owner_id: str) -> bool:
-        return False
+    async def owner_check(owner_id: str) -> bool | None:
+        return answer
 
     scheduler = make_scheduler(owner="worker-b")
-    scheduler.runner.owner_allowed = nobody_allowed
+    scheduler.runner.owner_allowed = owner_check
     job = await scheduler.create_cron(
-        ORIGIN, "Daily brief", "0 8 * * *", "Brief me.", owner_id="telegram:42"
+        ORIGIN, "Daily brief", "0 8 * * *", "Brief me.", owner_id=owner
     )
 
     await fire(scheduler, clock, job)
 
     status, _, error = await result_of(scheduler, job)
     assert status == "failed"
-    assert "telegram:42" in (error or "") and "no longer allowed" in (error or "")
+    assert says in (error or "") and not_said not in (error or "")
     assert model.requests == []  # nothing ran for them
-
-
-async def test_a_job_whose_owners_platform_is_not_running_says_so(
-    make_scheduler: Callable[..., Scheduler],
-    clock: FakeClock,
-    model: EchoModel,
-    origin: int,
-) -> None:
-    """Discord's user's job, in a service started without Discord: it said the user was
-    "no longer allowed", which nobody had decided (found by review)."""
-
-    async def cannot_tell(owner_id: str) -> bool | None:
-        return None
-
-    scheduler = make_scheduler(owner="worker-b")
-    scheduler.runner.owner_allowed = cannot_tell
-    job = await scheduler.create_cron(
-        ORIGIN, "Daily brief", "0 8 * * *", "Brief me.", owner_id="discord:42"
-    )
-
-    await fire(scheduler, clock, job)
-
-    status, _, error = await result_of(scheduler, job)
-    assert status == "failed"
-    assert "discord is not running" in (error or "") and "no longer allowed" not in (error or "")
-    assert model.requests == []
 
 
 # -- the user's profile in every scheduled turn ------------------------------------------------

@@ -4,7 +4,6 @@ homeserver that took the first PUT (its answer lost on the way back) shows it on
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from typing import Any
 
 from nio.responses import RoomSendResponse
@@ -16,6 +15,7 @@ from bot.matrix.incoming import source_of
 from bot.matrix.sending import MatrixClient, MatrixSender, Rooms
 from bot.platform.open_cards import REPOST_FIRST_S, OpenCards
 from bot.platform.tasks import Background, Runtime
+from tests.bot.platform.test_open_cards import Store
 from tests.engine.hub.conftest import ManualSleep
 
 ROOM = "!room:example.org"
@@ -35,27 +35,6 @@ class Homeserver:
             self.lost -= 1
             raise TimeoutError("the answer never came")
         return RoomSendResponse(f"$event{len(self.events)}", room)
-
-
-class Store:
-    def __init__(self) -> None:
-        self.rows: dict[int, CardRow] = {}
-
-    async def save(self, card: CardRow) -> None:
-        self.rows[card.tool_call_id] = card
-
-    async def get(self, tool_call_id: int) -> CardRow | None:
-        return self.rows.get(tool_call_id)
-
-    async def open(self, source: str | None = None) -> list[CardRow]:
-        return [c for c in self.rows.values() if c.state == "open"]
-
-    async def close(self, tool_call_id: int, state: str) -> bool:
-        card = self.rows.get(tool_call_id)
-        if card is None or card.state != "open":
-            return False
-        self.rows[tool_call_id] = replace(card, state=state)
-        return True
 
 
 async def test_a_card_posted_again_is_not_a_second_event() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
@@ -11,6 +10,7 @@ from bot.platform.access import BUSY, WELCOME, Access, PairingDesk, pairing_comm
 from bot.platform.commands import CommandContext
 from bot.platform.protocols import PairingCode
 from engine.store import notifier_for
+from tests.bot.platform.conftest import stop_watching, until
 from tests.pg import postgres_url
 
 
@@ -141,14 +141,6 @@ async def test_pair_and_unpair_commands() -> None:
     assert WELCOME.startswith("👋")
 
 
-async def _until(check: Callable[[], bool]) -> None:
-    for _ in range(500):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("never happened")
-
-
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 async def test_an_unpaired_user_is_refused_by_every_process_of_a_fleet(backend: str) -> None:
     """Two processes over one database: the /unpair taken by one reaches the other, which
@@ -179,18 +171,14 @@ async def test_an_unpaired_user_is_refused_by_every_process_of_a_fleet(backend: 
 
         assert await desks[0].unpair("5")
 
-        await _until(lambda: not second.is_allowed("5"))
+        await until(lambda: not second.is_allowed("5"))
         assert not first.is_allowed("5")
         offer = await first.offer_pairing("6", "chat6", "Carol")
         assert offer.to_user is not None
         assert await desks[0].pair("C0", "9") is not None
-        await _until(lambda: second.is_allowed("6"))
+        await until(lambda: second.is_allowed("6"))
     finally:
-        for watch in watches:
-            watch.cancel()
-        await asyncio.gather(*watches, return_exceptions=True)
-        for notifier in dict.fromkeys(notifiers):
-            await notifier.close()
+        await stop_watching(watches, notifiers)
 
 
 async def _no_welcome(_code: PairingCode) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from bot.platform.voice_mode import VoiceMode
 from engine.store import AppSettings, SqliteDatabase, notifier_for
+from tests.bot.platform.conftest import stop_watching, until
 from tests.pg import migrated_sqlite, postgres_url
 
 CHAT = "telegram:42"
@@ -19,14 +20,6 @@ class Speech:
 
     def endpoint(self) -> object:
         return object()
-
-
-async def _until(check) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(500):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("never happened")
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
@@ -55,13 +48,9 @@ async def test_voice_on_in_one_process_reaches_the_one_that_replies(
         await asyncio.sleep(0.2)  # both listen
         receiver, owner = modes
         await receiver.set(CHAT, True)
-        await _until(lambda: owner.is_on(CHAT))
+        await until(lambda: owner.is_on(CHAT))
         await receiver.set(CHAT, False)
-        await _until(lambda: not owner.is_on(CHAT))
+        await until(lambda: not owner.is_on(CHAT))
     finally:
-        for watch in watches:
-            watch.cancel()
-        await asyncio.gather(*watches, return_exceptions=True)
-        for notifier in dict.fromkeys(notifiers):
-            await notifier.close()
+        await stop_watching(watches, notifiers)
         await db.close()
