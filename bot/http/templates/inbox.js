@@ -12,10 +12,35 @@
     const response = await fetch(url || window.location.pathname + window.location.search, {
       credentials: "same-origin", headers: { "accept": "text/html" },
     });
+    if (signedOut(response)) return;
     if (!response.ok) return;
     const doc = new DOMParser().parseFromString(await response.text(), "text/html");
     const fresh = doc.getElementById("live");
     if (fresh) { target.replaceWith(fresh); bind(); }
+  }
+
+  function signedOut(response) {
+    // A sign-in that ended (expired, revoked elsewhere) leads to the sign-in page, which
+    // brings the visitor back here: nothing on this page would change until then.
+    const toLogin = response.redirected && new URL(response.url).pathname === "/login";
+    if (response.status !== 401 && !toLogin) return false;
+    window.location.assign("/login");
+    return true;
+  }
+
+  function refused(form, text) {
+    // The server's own sentence (a stale form token, a call decided meanwhile), shown
+    // where the page shows its messages; the buttons work again.
+    form.querySelectorAll("button").forEach((b) => { b.disabled = false; });
+    const note = document.createElement("p");
+    note.className = "flash error";
+    note.setAttribute("role", "status");
+    note.textContent = text.trim() || "That did not work; reload the page and try again.";
+    const target = live();
+    if (target) {
+      target.querySelectorAll("p.flash").forEach((p) => p.remove());
+      target.prepend(note);
+    }
   }
 
   function busyReading() {
@@ -40,6 +65,8 @@
         headers: { "content-type": "application/x-www-form-urlencoded" },
       });
       busy = false;
+      if (signedOut(response)) return;
+      if (!response.ok) { refused(form, await response.text()); return; }
       // The server answers 303 to the inbox with a flash message; fetch followed it.
       await refresh(response.redirected ? response.url : undefined);
       if (response.redirected) history.replaceState(null, "", response.url);

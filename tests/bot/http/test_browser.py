@@ -124,3 +124,45 @@ def test_approving_an_execute_cmd_by_clicking_runs_it_and_edits_the_telegram_car
     page.context.add_cookies([cookie])  # the old cookie, replayed
     page.goto(f"http://127.0.0.1:{port}/")
     assert page.url.endswith("/login")
+
+
+def test_a_click_after_the_sign_in_ended_leads_to_the_sign_in_and_loses_nothing(
+    serve, telegram, fake_openai, tmp_path, browser_page
+):
+    port = free_port()
+    serve(HTTP_PORT=str(port), CHATHUB_API_TOKEN=TOKEN)
+    command = "echo after-signing-in-again > again.txt"
+    fake_openai.reply_tool_calls(("call_1", "execute_cmd", json.dumps({"command": command})))
+    fake_openai.reply_text("Done: again.txt is written.")
+    telegram.user_message(ALICE, ALICE, "please write again.txt")
+    wait_for(lambda: any(m.reply_markup for m in telegram.messages(ALICE)))
+
+    page = browser_page
+    wait_for_http(port)
+    page.goto(f"http://127.0.0.1:{port}/")
+    page.fill("input[name=token]", TOKEN)
+    page.get_by_role("button", name="Sign in").click()
+    approval = page.locator("section.approval").first
+    approval.wait_for()
+
+    # A stale form token: the server's sentence is shown, and the buttons work again.
+    page.eval_on_selector_all("input[name=csrf]", "els => els.forEach(e => e.value = 'stale')")
+    approval.get_by_role("button", name="✅ Approve").click()
+    page.get_by_role("status").filter(has_text="reload the page").wait_for()
+    assert approval.get_by_role("button", name="✅ Approve").is_enabled()
+
+    # The sign-in ends (the cookie is gone): a click leads to the sign-in page.
+    page.context.clear_cookies()
+    approval.get_by_role("button", name="✅ Approve").click()
+    page.wait_for_url("**/login")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "inbox-signed-out-click.png"), full_page=True)
+    assert not (tmp_path / "workspace" / "again.txt").exists()
+
+    page.fill("input[name=token]", TOKEN)
+    page.get_by_role("button", name="Sign in").click()
+    approval = page.locator("section.approval").first
+    approval.wait_for()  # still pending: nothing was decided while signed out
+    approval.get_by_role("button", name="✅ Approve").click()
+    page.get_by_role("status").filter(has_text="Approved call").wait_for()
+    wait_for(lambda: (tmp_path / "workspace" / "again.txt").exists())
