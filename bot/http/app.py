@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -152,6 +152,8 @@ class InternalErrors:
 
         try:
             await self.app(scope, receive, sending)
+        except ClientDisconnect:  # gone while its body was read: nobody is left to answer
+            log.info("client left during %s %s", scope.get("method"), scope.get("path"))
         except Exception:
             error_id = secrets.token_hex(6)
             log.exception(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -308,3 +309,31 @@ async def test_the_real_limit_is_twenty_megabytes_streamed_to_disk(make_server):
         assert over.status_code == 413
         assert over.json() == {"error": "The file is over the limit of 20 MB."}
     assert [p.name for p in _folder(server, conversation).iterdir()] == [taken.json()["id"]]
+
+
+async def test_a_client_that_leaves_mid_upload_leaves_no_file_and_no_internal_error(
+    stored: ChatServer, http: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+):
+    conversation = await _conversation(http)
+    folder = _folder(stored, conversation)
+
+    async def leaving() -> AsyncIterator[bytes]:
+        yield b"z" * (LIMIT // 2)
+        while not folder.exists() or not any(folder.iterdir()):  # the part is being written
+            await asyncio.sleep(0.01)
+        raise ConnectionAbortedError("the browser's tab was closed")
+
+    with pytest.raises(ConnectionAbortedError):
+        await http.post(
+            f"/chat/conversations/{conversation}/files",
+            params={"name": "half.bin"},
+            content=leaving(),
+            headers=OCTETS,
+        )
+    for _ in range(200):  # the server notices the connection's end on its own
+        if not any(folder.iterdir()):
+            break
+        await asyncio.sleep(0.01)
+    assert list(folder.iterdir()) == []
+    assert (await _upload(http, conversation, "next.bin", b"ok")).status_code == 201
+    assert not [r for r in caplog.records if "internal error" in r.getMessage()]
