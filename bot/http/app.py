@@ -132,7 +132,8 @@ class InternalErrors:
     JSON ``{"error": "internal error (id …)"}`` everywhere but on the page's routes
     (``pages``), which get the same sentence as plain text. The exception's text and
     traceback go to the log only. An exception after the answer started is logged and the
-    connection ends (nothing more can be said).
+    connection ends (nothing more can be said); a client that left while its body was
+    read is no error.
     """
 
     def __init__(self, app: ASGIApp, *, pages: list[Route] | tuple[Route, ...] = ()) -> None:

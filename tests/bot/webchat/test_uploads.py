@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import httpx
@@ -311,6 +311,14 @@ async def test_the_real_limit_is_twenty_megabytes_streamed_to_disk(make_server):
     assert [p.name for p in _folder(server, conversation).iterdir()] == [taken.json()["id"]]
 
 
+async def _until(check: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("never happened")
+
+
 async def test_a_client_that_leaves_mid_upload_leaves_no_file_and_no_internal_error(
     stored: ChatServer, http: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
 ):
@@ -319,8 +327,7 @@ async def test_a_client_that_leaves_mid_upload_leaves_no_file_and_no_internal_er
 
     async def leaving() -> AsyncIterator[bytes]:
         yield b"z" * (LIMIT // 2)
-        while not folder.exists() or not any(folder.iterdir()):  # the part is being written
-            await asyncio.sleep(0.01)
+        await _until(lambda: folder.exists() and any(folder.iterdir()))  # the part is written
         raise ConnectionAbortedError("the browser's tab was closed")
 
     with pytest.raises(ConnectionAbortedError):
@@ -330,10 +337,6 @@ async def test_a_client_that_leaves_mid_upload_leaves_no_file_and_no_internal_er
             content=leaving(),
             headers=OCTETS,
         )
-    for _ in range(200):  # the server notices the connection's end on its own
-        if not any(folder.iterdir()):
-            break
-        await asyncio.sleep(0.01)
-    assert list(folder.iterdir()) == []
+    await _until(lambda: not any(folder.iterdir()))  # the server notices on its own
     assert (await _upload(http, conversation, "next.bin", b"ok")).status_code == 201
     assert not [r for r in caplog.records if "internal error" in r.getMessage()]
