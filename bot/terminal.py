@@ -142,15 +142,15 @@ class TerminalRenderer:
                 if self._streaming:
                     self._write("\n")
                 else:
-                    self._write(content + "\n")
+                    self._write(plainly(content) + "\n")
                 self._streaming = False
             case Error(message=message):
-                self._line(f"! {message}")
+                self._line(f"! {plainly(message)}")
             case ApprovalRequired():
                 self._line(describe_approval(event))
                 self._line(APPROVE_HELP)
             case Question(question=question):
-                self._line(f"? {question}")
+                self._line(f"? {plainly(question)}")
 
     def _line(self, text: str) -> None:
         if self._streaming:  # tool activity after streamed text starts on its own line
@@ -387,5 +387,5 @@ class TerminalChat:
         self._out.flush()
 
     def _say(self, text: str) -> None:
-        self._out.write(text + "\n")
+        self._out.write(plainly(text) + "\n")  # a fact or a job's name may be a model's
         self._out.flush()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from bot.platform.commands import Command, CommandContext
+from bot.terminal import TerminalChat, TerminalRenderer
+from engine.session import Done, Question, TextDelta
 from tests.fakes.openai_server import FakeOpenAIServer
 
 
@@ -141,3 +145,32 @@ def test_the_log_goes_to_a_file_not_between_the_prompt_and_the_answer(
     assert f"the log is in {log}" in stderr
     assert "WARNING" not in stderr and "ERROR" not in stderr, stderr
     assert "WARNING" in log.read_text() or "ERROR" in log.read_text()
+
+
+def test_a_models_escapes_never_drive_the_terminal() -> None:
+    """Every text a model wrote reaches the terminal as text: its answer (streamed or
+    whole) and its question; an escape could set the title, write the clipboard (OSC 52)
+    or hide what came before (found by review: only streamed text was shown plainly)."""
+    out = io.StringIO()
+    render = TerminalRenderer(out)
+    hostile = "ok\r\x1b[2K\x1b]52;c;cm0gLXJmIH4=\x07 done\nline two"
+    render(Done(content=hostile, message_id=1))  # a whole answer: nothing streamed
+    render(Question(request_id=2, question=hostile, session_id=1))
+    render(TextDelta(text=hostile))
+    render(Done(content=hostile, message_id=3))
+    shown = out.getvalue()
+    assert "\x1b" not in shown and "\r" not in shown and "\x07" not in shown
+    assert shown.count("line two") == 3  # the line breaks are kept, as text
+
+
+async def test_a_commands_reply_is_shown_as_text() -> None:
+    """A fact ``/memory`` lists or a job ``/jobs`` names may be a model's words."""
+    out = io.StringIO()
+    chat = TerminalChat(None, None, stdout=out)  # type: ignore[arg-type]
+
+    async def hostile(context: CommandContext) -> str:
+        return "fact: \x1b]0;owned\x07 likes tea\nfact two"
+
+    chat.commands.register(Command("facts", "a model's facts", hostile))
+    await chat._command("/facts")
+    assert out.getvalue() == "fact: \\x1b]0;owned\\u0007 likes tea\nfact two\n"
