@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
 _ANY = re.compile(".*")
+_CHUNK_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,10 +222,16 @@ class SlackAdapter:
         async with self._session.get(url, headers=headers) as answer:
             if answer.status != 200:
                 raise OSError(f"HTTP {answer.status}")
-            data = await answer.content.read(limit + 1)
-        if len(data) > limit:
-            raise ValueError("larger than the limit")
-        return data
+            if (answer.content_length or 0) > limit:
+                raise ValueError("larger than the limit")
+            # Read to the end: one read gives what has arrived so far (a clip was cut to
+            # its first 32 KB until 2026-12-06).
+            data = bytearray()
+            async for chunk in answer.content.iter_chunked(_CHUNK_BYTES):
+                data += chunk
+                if len(data) > limit:
+                    raise ValueError("larger than the limit")
+        return bytes(data)
 
     async def _welcome(self, paired: PairingCode) -> None:
         await self.sender.say_at(Place(paired.chat), WELCOME)

@@ -35,6 +35,19 @@ async def test_an_audio_clip_is_heard_said_back_and_answered(
     assert fake_openai.transcription_requests[0]["audio"] == CLIP
 
 
+async def test_a_clip_larger_than_one_network_read_is_heard_whole(
+    fake: FakeSlackServer, make_service, fake_openai: FakeOpenAIServer
+) -> None:
+    """Until 2026-12-06 the download kept what one read gave: a 2 MB clip reached the
+    transcriber as its first 32 KB (found by review)."""
+    await make_service(transcribe_model="whisper-1", transcribe_base_url=fake_openai.base_url)
+    fake_openai.transcribe("order more coffee")
+    big = CLIP + bytes(range(256)) * 8000
+    fake.dm(ALICE, "", files=[("audio_message.webm", big, "audio/webm", 3200)])
+    await until(lambda: fake_openai.transcription_requests)
+    assert fake_openai.transcription_requests[0]["audio"] == big
+
+
 async def test_a_clip_too_long_is_refused_before_download(
     fake: FakeSlackServer, make_service, fake_openai: FakeOpenAIServer
 ) -> None:
