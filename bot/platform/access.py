@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
@@ -28,6 +29,10 @@ UserId = str | int
 BUSY = "I am not taking new people right now; try later."
 WELCOME = "👋 Welcome! You can talk to me now."
 _MAX_ID_DIGITS = 19  # a signed 64-bit id: what every store here can hold
+#: The ids that are not numbers: Slack's members (``U…``, ``W…`` in an Enterprise Grid)
+#: and Matrix's users (``@name:server``, at most 255 characters).
+_WORDED_ID = re.compile(r"[UW][A-Z0-9]{2,30}|@[a-z0-9._=/+\-]+:[A-Za-z0-9.\-:\[\]]+")
+_MAX_WORDED_ID = 255
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +56,12 @@ class Access:
         owner: UserId | None = None,
         clock: Callable[[], float],
         reminder_s: float = 600.0,
+        command_prefix: str = "/",
     ) -> None:
+        """``command_prefix``: how a command is written on this platform (Slack's are
+        ``/chathub <command>``), for the hint that tells the owner to ``pair``."""
         self.store = store
+        self.command_prefix = command_prefix
         self.allowed = frozenset(str(user_id) for user_id in allowed)
         self.owner = None if owner is None else str(owner)
         self.paired: set[str] = set()
@@ -135,7 +144,10 @@ class Access:
         )
         to_owner = None
         if new and self.owner is not None:
-            to_owner = f"{name} (id {user_id}) asks to talk to me. Approve with /pair {code.code}"
+            to_owner = (
+                f"{name} (id {user_id}) asks to talk to me. "
+                f"Approve with {self.command_prefix}pair {code.code}"
+            )
         return PairingOffer(to_user, to_owner)
 
     async def pair(self, code: str, by: str | None) -> PairingCode | None:
@@ -243,8 +255,11 @@ def pairing_commands(desk: PairingDesk) -> list[Command]:
 
 
 def _id_argument(text: str) -> str | None:
-    """A user id argument in its canonical spelling, or ``None``: ASCII digits
-    (``str.isdigit`` accepts "²", which ``int`` refuses), an optional minus, 64 bits."""
+    """A user id argument in its canonical spelling, or ``None``: a Slack member id or a
+    Matrix user id as written (until 2026-12-06 neither could be unpaired), else ASCII
+    digits (``str.isdigit`` accepts "²", which ``int`` refuses), an optional minus, 64 bits."""
+    if len(text) <= _MAX_WORDED_ID and _WORDED_ID.fullmatch(text):
+        return text
     digits = text.removeprefix("-")
     if not digits.isascii() or not digits.isdigit() or len(digits) > _MAX_ID_DIGITS:
         return None

@@ -82,6 +82,8 @@ class FrontConfig:
     recover_outbox_at_start: bool = True
     #: A fleet's process (``None``: the only one).
     process_id: str | None = None
+    #: How a command is written on the platform (Slack's: ``/chathub <command>``).
+    command_prefix: str = "/"
 
 
 class Front(Generic[In]):
@@ -115,6 +117,7 @@ class Front(Generic[In]):
             owner=config.owner_id,
             clock=time.monotonic,
             reminder_s=config.pairing_reminder_s,
+            command_prefix=config.command_prefix,
         )
         desk = desk if desk is not None else PairingDesk()
         desk.add(self.access, welcome)

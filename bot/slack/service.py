@@ -117,6 +117,7 @@ class SlackService:
                 allowed_user_ids=frozenset(settings.slack_allowed_user_ids),
                 recover_outbox_at_start=fleet is None,
                 process_id=fleet.owner if fleet is not None else None,
+                command_prefix="/chathub ",  # the slash command of the app's manifest
             ),
         )
         self.adapter = adapter = SlackAdapter(

@@ -133,8 +133,19 @@ async def test_pair_and_unpair_commands() -> None:
     assert await pair.handler(run("c0")) == "Paired Bob (id 5)."
     assert welcomed[0].chat == "chat5" and store.paired == {"5": "9"} and a.is_allowed("5")
     assert "No pending pairing" in str(await pair.handler(run("c0")))  # used once
-    for junk in ("", "x", "²", "1" * 20, "99999999999999999999"):
+    for junk in (
+        "",
+        "x",
+        "²",
+        "1" * 20,
+        "99999999999999999999",
+        "u0bob",
+        "@bob",
+        "@b:" + "x" * 260,
+    ):
         assert await unpair.handler(run(junk)) == "Usage: /unpair <user_id>"
+    for worded in ("U0BOB00001", "W0BOB00001", "@bob:example.org", "@bob.b=1:[::1]:8448"):
+        assert await unpair.handler(run(worded)) == f"{worded} was not paired."
     assert await unpair.handler(run(" 5 ")) == "Unpaired 5."
     assert not a.is_allowed("5")
     assert await unpair.handler(run("5")) == "5 was not paired."

@@ -4,9 +4,20 @@ the model."""
 
 from __future__ import annotations
 
+import re
+
 from bot.slack.messages import NOT_PAIRED
 from engine.llm.scripted import text
-from tests.bot.slack.conftest import ALICE, BOB, GENERAL, MakeService, slack_of, texts, until
+from tests.bot.slack.conftest import (
+    ALICE,
+    BOB,
+    GENERAL,
+    OWNER,
+    MakeService,
+    slack_of,
+    texts,
+    until,
+)
 from tests.fakes.slack_server import FakeSlackServer
 
 
@@ -49,3 +60,23 @@ async def test_stop_written_in_a_thread_stops_that_conversation(
     await until(lambda: len(texts(fake, GENERAL, asked.ts)) >= 3)
     await slack_of(service).drain()
     assert all(not t.startswith("echo:") for t in texts(fake, GENERAL, asked.ts))
+
+
+async def test_the_owner_pairs_with_the_command_slack_takes_and_can_unpair(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    """Until 2026-12-06 the owner was told "/pair CODE", which Slack refuses as an unknown
+    command, and "/unpair U…" answered its usage line: a Slack member id is no number
+    (found by review)."""
+    service = await make_service()
+    fake.dm(BOB, "hello")  # a stranger: a code for them, a line for the owner
+    owner_dm = fake.dm_channel(OWNER)
+    await until(lambda: any("/chathub pair " in m.text for m in fake.messages(owner_dm)))
+    code = re.search(r"/chathub pair (\S+)", fake.messages(owner_dm)[-1].text)
+    assert code is not None
+    fake.slash(owner_dm, OWNER, "/chathub", f"pair {code.group(1)}")
+    await until(lambda: any("Paired" in t for t in private(fake, OWNER)))
+    assert slack_of(service).is_allowed(BOB)
+    fake.slash(owner_dm, OWNER, "/chathub", f"unpair {BOB}")
+    await until(lambda: f"Unpaired {BOB}." in private(fake, OWNER))
+    assert not slack_of(service).is_allowed(BOB)
