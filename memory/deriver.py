@@ -184,7 +184,10 @@ class Deriver:
                 log.warning(
                     "memory: the deriver's model failed on session %d: %s", session_id, error
                 )
-                await self._failed(session_id, batch)
+                # A model that is away is waited for, not counted: an outage of three
+                # rounds skipped a batch for good until 2026-12-06 (found by review).
+                if not error.away:
+                    await self._failed(session_id, batch)
                 return changed, False
             except BadOutput as error:
                 log.warning(
@@ -281,7 +284,7 @@ def parse_operations(answer: str) -> list[Any]:
         text = fenced.group(1).strip()
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         raise BadOutput(f"not JSON ({len(text)} characters)") from None
     if not isinstance(value, dict):
         raise BadOutput(f"a JSON {type(value).__name__}, not an object")

@@ -78,7 +78,8 @@ class Embedder:
             try:
                 vectors = await client.embed([body for _, _, body in batch.documents])
             except EmbeddingError as exc:
-                await self._failed(model, batch, exc)
+                if not exc.retriable:  # an endpoint that is away is waited for, not counted
+                    await self._failed(model, batch, exc)
                 raise
             rows = [
                 (doc_id, source, vector)

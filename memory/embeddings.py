@@ -38,8 +38,19 @@ MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 MAX_DIMENSIONS = 8_192
 
 
+#: What a server answers when it is away or busy, whatever it was sent.
+AWAY_STATUSES = frozenset({429, 502, 503, 504})
+
+
 class EmbeddingError(Exception):
-    """The embeddings endpoint failed; ``str()`` is one sentence for the log."""
+    """The embeddings endpoint failed; ``str()`` is one sentence for the log.
+    ``retriable``: the endpoint was away (unreachable, timed out, busy: ``AWAY_STATUSES``),
+    so the batch is not to blame and is not counted as failing (a 500 is: the server
+    answered, and may have choked on the batch)."""
+
+    def __init__(self, message: str, *, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.retriable = retriable
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +108,13 @@ class EmbeddingClient:
             )
         except httpx.TimeoutException as exc:
             raise EmbeddingError(
-                f"the embeddings endpoint did not answer within {self.config.timeout_s:g} s"
+                f"the embeddings endpoint did not answer within {self.config.timeout_s:g} s",
+                retriable=True,
             ) from exc
         except httpx.TransportError as exc:
-            raise EmbeddingError(f"cannot reach the embeddings endpoint {self._url}") from exc
+            raise EmbeddingError(
+                f"cannot reach the embeddings endpoint {self._url}", retriable=True
+            ) from exc
         if response.status_code in (401, 403):  # the body may quote the key
             raise EmbeddingError(
                 f"the embeddings endpoint refused its key (HTTP {response.status_code})"
@@ -108,13 +122,14 @@ class EmbeddingClient:
         if response.status_code != 200:
             raise EmbeddingError(
                 f"the embeddings endpoint answered HTTP {response.status_code}: "
-                f"{response.text[:200]!r}"
+                f"{response.text[:200]!r}",
+                retriable=response.status_code in AWAY_STATUSES,
             )
         if len(response.content) > MAX_RESPONSE_BYTES:
             raise EmbeddingError("the embeddings endpoint's answer is too large")
         try:
             payload = response.json()
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: absurdly nested
             raise EmbeddingError("the embeddings endpoint's answer is not JSON") from exc
         return _vectors(payload, len(texts))
 
@@ -199,12 +214,27 @@ def _vectors(payload: Any, count: int) -> list[list[float]]:
         vector = item.get("embedding") if isinstance(item, dict) else None
         if not isinstance(vector, list) or not 0 < len(vector) <= MAX_DIMENSIONS:
             raise EmbeddingError("the embeddings endpoint returned an item without a vector")
-        if not all(
-            isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-            for x in vector
-        ):
+        numbers = _finite_floats(vector)
+        if numbers is None:
             raise EmbeddingError("the embeddings endpoint returned a vector that is not numbers")
-        vectors.append(normalised([float(x) for x in vector]))
+        vectors.append(normalised(numbers))
     if len({len(v) for v in vectors}) != 1:
         raise EmbeddingError("the embeddings endpoint returned vectors of different lengths")
     return vectors
+
+
+def _finite_floats(values: list[Any]) -> list[float] | None:
+    """``values`` as finite floats, or ``None``: a bool, a string, an infinity, or an
+    integer too large for a float (400 digits raised ``OverflowError``) is no number."""
+    numbers: list[float] = []
+    for x in values:
+        if not isinstance(x, int | float) or isinstance(x, bool):
+            return None
+        try:
+            number = float(x)
+        except OverflowError:
+            return None
+        if not math.isfinite(number):
+            return None
+        numbers.append(number)
+    return numbers

@@ -671,7 +671,7 @@ def _arguments(raw: str | None) -> Any:
         return None
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         return raw
 
 

@@ -200,7 +200,7 @@ def pending_question_frame(item: InboxItem) -> AgentQuestion:
 def _arguments(text: str | None) -> dict[str, Any]:
     try:
         value = json.loads(text or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         return {}
     return value if isinstance(value, dict) else {}
 

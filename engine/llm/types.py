@@ -54,6 +54,12 @@ class LlmError(Exception):
 
     retriable: bool = False
 
+    @property
+    def away(self) -> bool:
+        """The model could not be asked (unreachable, timed out, busy): whatever was sent
+        is not to blame (a 500 or an unreadable answer may be the request's doing)."""
+        return False
+
     def __init__(
         self,
         message: str,
@@ -70,20 +76,27 @@ class LlmError(Exception):
 
 class LlmTimeout(LlmError):
     retriable = True
+    away = True  # type: ignore[assignment]
 
 
 class LlmConnectionError(LlmError):
     retriable = True
+    away = True  # type: ignore[assignment]
 
 
 class LlmRateLimited(LlmError):
     retriable = True
+    away = True  # type: ignore[assignment]
 
 
 class LlmServerError(LlmError):
     """HTTP 5xx."""
 
     retriable = True
+
+    @property
+    def away(self) -> bool:
+        return self.status in (502, 503, 504)  # a gateway's or an overloaded server's
 
 
 class LlmProviderError(LlmError):

@@ -646,6 +646,44 @@ async def test_a_model_error_is_counted_retried_and_the_batch_skipped_after_thre
     ]
 
 
+async def test_a_model_that_is_away_is_waited_for_not_counted(
+    setup: Setup, fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    """Unreachable, busy or overloaded is no fault of the batch: until 2026-12-06 three
+    rounds of an outage skipped it for good, and its facts were never learned."""
+    chat = await setup.session("telegram:111")
+    [said] = await setup.say(chat, [("", "I moved to Oslo")])
+    working = setup.models
+    setup.models = [
+        OpenAICompatModel(ModelConfig(name=MODEL, base_url="http://127.0.0.1:9/v1"), http)
+    ]
+    for _ in range(4):  # connection refused
+        assert await setup.deriver.derive_pending() == 0
+    assert await setup.mark(chat) == (0, 0)  # nothing counted
+    setup.models = working
+    for status in (429, 502, 503, 504):
+        fake_openai.reply_error(status, model=MODEL)
+        assert await setup.deriver.derive_pending() == 0
+    assert await setup.mark(chat) == (0, 0)
+    fake_openai.reply_text(answer(add("Ann lives in Oslo", said)), model=MODEL)
+    assert await setup.deriver.derive_pending() == 1
+    assert [body for _, body, *_ in await setup.stored()] == ["Ann lives in Oslo"]
+
+
+async def test_an_answer_nested_past_the_parsers_depth_is_a_bad_answer(
+    setup: Setup, fake_openai: FakeOpenAIServer
+) -> None:
+    """A few kB of '[[[[' raised RecursionError, which ended every round before the other
+    sessions were derived, at every round (found by review)."""
+    first, second = await setup.session("telegram:111"), await setup.session("telegram:222")
+    await setup.say(first, [("", "one")])
+    [two] = await setup.say(second, [("", "I like tea")])
+    fake_openai.reply_text('{"operations": ' + "[" * 100_000 + "]" * 100_000 + "}", model=MODEL)
+    fake_openai.reply_text(answer(add("Ann likes tea", two)), model=MODEL)
+    assert await setup.deriver.derive_pending() == 1
+    assert await setup.mark(first) == (0, 1)  # counted as a bad answer
+
+
 async def test_an_error_after_a_failure_resets_on_success(
     setup: Setup, fake_openai: FakeOpenAIServer
 ) -> None:

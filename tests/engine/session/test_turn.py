@@ -63,6 +63,23 @@ async def test_several_tool_calls_in_one_response_run_in_order(engine: Engine, m
     assert tool_messages(model.requests[1][0]) == ["a", "bb"]
 
 
+async def test_arguments_nested_past_the_parsers_depth_are_a_tool_error_not_a_broken_session(
+    engine: Engine, model
+):
+    """6 kB of '[[[[' raised RecursionError: the turn failed, and every later turn of the
+    session failed again drawing up its transcript, as did its page (found by review)."""
+    nested = "[" * 3_000 + "]" * 3_000
+    model.add(tool_call("list_files", nested, "c1"), text("Sorry."))
+    handler = await engine.new_session("console")
+    events: list = []
+    assert isinstance(await handler.handle_message("list", emit=events.append), Final)
+    [error] = [e for e in events if isinstance(e, ev.ToolError)]
+    assert "nest too deeply" in error.error
+    model.add(text("hello again"))
+    assert isinstance(await handler.handle_message("are you there?"), Final)
+    assert await engine.store.views.session_detail(handler.session.id) is not None
+
+
 async def test_malformed_json_arguments_go_back_to_the_model_and_the_turn_goes_on(
     engine: Engine, model
 ):
