@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,6 +39,7 @@ from engine.llm.types import (
 _MAX_ERROR_TEXT = 500
 #: Token counts above this are junk (and would not fit a 64-bit database column).
 _MAX_COUNT = 2**63 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _Malformed(Exception):
@@ -397,7 +399,7 @@ def _arguments(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
-        return value
+        return _whole(value)
     if isinstance(value, dict):  # a few servers send the object instead of JSON text
         return json.dumps(value)
     raise _Malformed(f"a tool call's arguments are {_kind(value)}, not text")
@@ -415,14 +417,25 @@ def _reasoning(message: dict[str, Any]) -> str | None:
 
 def _text(value: Any, what: str) -> str | None:
     """A field the answer is made of: text or absent, anything else is malformed."""
-    if value is None or isinstance(value, str):
-        return value
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return _whole(value)
     raise _Malformed(f"{what} is {_kind(value)}, not text")
 
 
 def _side_text(value: Any) -> str | None:
     """Side information (reasoning, finish reason): a wrong type is dropped, not fatal."""
-    return value if isinstance(value, str) else None
+    return _whole(value) if isinstance(value, str) else None
+
+
+def _whole(text: str) -> str:
+    """``text`` with surrogate pairs joined and a lone surrogate as U+FFFD: JSON's
+    ``"\\ud83d"`` is valid (a server emits one when a token cuts an emoji) but no
+    character, and storing it failed the turn (found by review)."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def _object(value: Any, what: str) -> dict[str, Any]:

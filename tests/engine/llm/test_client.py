@@ -223,6 +223,41 @@ async def test_a_server_that_ignores_stream_is_still_understood(
     assert deltas == ["plain"]
 
 
+async def test_a_lone_surrogate_from_the_server_becomes_a_replacement_character(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    """JSON's "\\ud83d" is valid (a server writes one when a token cuts an emoji) but no
+    character: storing it failed the turn (found by review). A pair is joined."""
+    completion = {
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "content": "smile \ud83d and \ud83d\ude00",
+                    "reasoning_content": "hm \udc00",
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "read_file", "arguments": '{"path": "a\udfff"}'},
+                        }
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ]
+    }
+    fake_openai.reply_raw(json.dumps(completion))
+
+    response = await make_model(http, fake_openai.base_url).complete(USER, [])
+
+    assert response.content == "smile \ufffd and \U0001f600"
+    assert response.reasoning_content == "hm \ufffd"
+    assert response.tool_calls[0].arguments == '{"path": "a\ufffd"}'
+    for text in (response.content, response.reasoning_content, response.tool_calls[0].arguments):
+        text.encode("utf-8")  # storable
+
+
 # -- failures ------------------------------------------------------------------------
 
 
