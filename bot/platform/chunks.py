@@ -18,6 +18,10 @@ __all__ = ["MIN_LIMIT", "split_markdown"]
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 #: The shortest limit that fits a reopened fence, its closing and some text.
 MIN_LIMIT = 32
+#: A fence is reopened as its marks and language, no longer than this: the whole opening
+#: line was copied to the top of every later message until 2026-12-06, and one of 2,000
+#: characters left no room for text, so the split never ended (found by review).
+_MAX_REOPENED = 24
 
 
 def split_markdown(text: str, limit: int) -> list[str]:
@@ -111,9 +115,13 @@ class _Messages:
         if len(self.lines) > self.reopened and body.strip():
             self.done.append(body)
         self.lines, self.fences, self.reopened = [], [], 0
-        if fence is not None:  # the code goes on in the next message
+        if fence is not None and len(fence) + _closing_cost(fence) < self.limit // 2:
+            # The code goes on in the next message (at a limit too small for the fence and
+            # some code, it goes on as plain text rather than never ending).
             self._append(fence, fence)
             self.reopened = 1
+        else:
+            self.fence = None
 
 
 def _closing_cost(fence: str | None) -> int:
@@ -126,7 +134,7 @@ def _after(line: str, fence: str | None) -> str | None:
     if match is None:
         return fence
     if fence is None:
-        return line.strip()
+        return _opened(match.group(1), match.group(2))
     # Closed by a fence of the same character, at least as long, with no info string.
     opener = _FENCE.match(fence)
     assert opener is not None
@@ -134,6 +142,16 @@ def _after(line: str, fence: str | None) -> str | None:
     if marks[0] == opener.group(1)[0] and len(marks) >= len(opener.group(1)) and not rest.strip():
         return None
     return fence
+
+
+def _opened(marks: str, info: str) -> str | None:
+    """The fence a line opens, as it is reopened: its marks and language. ``None`` for a
+    backtick line whose info string holds a backtick: CommonMark's inline span
+    (```` ```ls -la``` lists it ````), which opens no block."""
+    if marks[0] == "`" and "`" in info:
+        return None
+    words = info.split()
+    return (marks + (words[0] if words else ""))[:_MAX_REOPENED]
 
 
 def _closing(fence: str) -> str:

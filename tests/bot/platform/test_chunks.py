@@ -4,7 +4,10 @@ limits are refused."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -120,3 +123,45 @@ def test_a_longer_or_tilde_fence_is_closed_only_by_its_own_kind() -> None:
         assert sum(line.startswith("~~~") for line in lines) % 2 == 0, message
     assert any(m.startswith("````markdown\nrow") for m in messages)  # reopened, not closed by ```
     assert rejoined(messages) == words(answer)
+
+
+def test_a_long_one_line_code_span_then_more_text_ends_and_fits() -> None:
+    """A model's minified JSON in ``` on one line, 2,400 characters, then prose: the whole
+    line was reopened at the top of every later message, left no room, and the split never
+    ended (the event loop and every chat froze; found by review). Run apart, with a clock."""
+    blob = json.dumps({f"key{i}": "value" for i in range(150)}, separators=(",", ":"))
+    answer = "Here it is:\n```" + blob + "```\n" + ("It sets every key. " * 20 + "\n\n") * 12
+    program = (
+        "import sys\nfrom bot.platform.chunks import split_markdown\n"
+        "answer = sys.stdin.read()\n"
+        "messages = split_markdown(answer, 2000)\n"
+        "assert all(len(m) <= 2000 for m in messages)\n"
+        "print(len(messages))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], input=answer, capture_output=True, text=True, timeout=20
+    )
+    assert done.returncode == 0, done.stderr
+    messages = split_markdown(answer, 2000)
+    assert "".join("".join(messages).split()) == "".join(answer.split())  # no fence added
+
+
+def test_an_inline_triple_backtick_span_opens_no_block() -> None:
+    """CommonMark: a backtick fence's info string holds no backtick, so "```ls``` lists"
+    is a closed span; read as an opener, every later message began with it, in code."""
+    answer = "```ls -la``` lists the files.\n\n" + ("Then each in turn. " * 8 + "\n\n") * 30
+    messages = split_markdown(answer, 500)
+    assert len(messages) > 2
+    assert all("```" not in m for m in messages[1:])
+    assert rejoined(messages) == words(answer)
+
+
+def test_a_fence_is_reopened_as_its_marks_and_language_only() -> None:
+    answer = (
+        '```python title="a very long title of the block" linenums=1\n'
+        + "\n".join(f"x_{n} = {n}" for n in range(200))
+        + "\n```"
+    )
+    messages = split_markdown(answer, 300)
+    assert all(m.startswith("```python\n") for m in messages[1:])
+    assert all(len(m) <= 300 and balanced(m) for m in messages)
