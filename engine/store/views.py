@@ -360,7 +360,7 @@ def _arguments(raw: str | None) -> Any:
         return {}
     try:
         parsed = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         return raw
     return parsed if isinstance(parsed, dict) else raw
 

@@ -180,7 +180,7 @@ def _json_or_empty(arguments: str | None) -> str:
         return "{}"
     try:
         json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         return "{}"
     return arguments
 

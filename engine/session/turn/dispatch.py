@@ -41,6 +41,10 @@ def parse_arguments(raw: str | None) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(raw)
+    except RecursionError:  # a few kB of "[[[[": Python's parser gives up
+        raise ToolError(
+            "tool arguments nest too deeply; send them as a flatter JSON object"
+        ) from None
     except ValueError as exc:
         raise ToolError(
             f"invalid JSON in tool arguments ({exc.msg} at position {exc.pos}); "
