@@ -166,7 +166,7 @@ async def chathub_bot(
     freeze_startup_objects()  # as chathub serve does
     assert service.discord is not None and service.discord.adapter is not None
     adapter = service.discord.adapter
-    await until(lambda: adapter.bot_id is not None)
+    await until(lambda: adapter.bot.is_ready())  # on the gateway, its guilds known
     try:
         yield
     finally:

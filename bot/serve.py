@@ -569,6 +569,7 @@ class Service:
             me = await startup.identify()
             adapter.bot_id, adapter.bot_username = me.get("id"), me.get("username")
             self._spawn(startup.register_commands(adapter.commands.listed()), "tg-commands")
+            await adapter.hub.until_started()  # nothing reaches the hub while it recovers
             await receive()
         except StartupRefused as exc:
             if self.refused is not None and not self.refused.done():

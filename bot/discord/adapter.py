@@ -161,6 +161,10 @@ class DiscordAdapter:
 
     # -- what the gateway delivers (``GatewaySink``) ------------------------------------------
 
+    def known_as(self, bot_id: str) -> None:
+        """The bot's own id, from the login (before any event is taken)."""
+        self._me.id = bot_id
+
     def ready(self, bot_id: str) -> None:
         """A new gateway session (a start, an IDENTIFY after INVALID_SESSION, a fleet's
         fail-over): what was written meanwhile is fetched (``catch_up``)."""

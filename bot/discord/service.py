@@ -145,6 +145,8 @@ class DiscordService:
         assert token is not None
         try:
             await self._login(bot, token)
+            if bot.user is not None:  # known from the login: a mention is one before READY
+                self.adapter.known_as(str(bot.user.id))
             self._tasks.spawn(self._sync_commands(bot))
             if self.owner_home and self.settings.discord_owner_id:
                 self._tasks.spawn(self._home_at_owner(bot, self.settings.discord_owner_id))
@@ -179,9 +181,11 @@ class DiscordService:
                 await asyncio.sleep(delay)
 
     async def _connect(self, bot: discord.Client) -> None:
-        if self.fleet is not None:  # the gateway's last holder may have died mid-message
-            assert self.adapter is not None
-            await self.adapter.front.take_over()
+        assert self.adapter is not None
+        await self.hub.until_started()
+        # What this process stored and did not handle before a stop, or what the gateway's
+        # last holder (a fleet's) did before it died.
+        await self.adapter.front.take_over()
         try:
             await bot.connect(reconnect=True)
         finally:

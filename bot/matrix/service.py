@@ -200,8 +200,10 @@ class MatrixService:
     async def _sync(self) -> None:
         """The sync loop, until cancelled (the lease lost, a stop)."""
         assert self.adapter is not None
-        if self.fleet is not None:  # the loop's last holder may have died mid-event
-            await self.adapter.take_over()
+        # What this process stored and did not handle before a stop, or what the loop's
+        # last holder (a fleet's) did before it died.
+        await self.hub.until_started()
+        await self.adapter.take_over()
         self._syncing = True
         try:
             await self.adapter.sync.run()

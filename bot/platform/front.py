@@ -175,17 +175,16 @@ class Front(Generic[In]):
 
     async def start(self, cards: OpenCards) -> None:
         """Local state and the hub subscription, before the hub recovers; no platform
-        call. Messages stored but not handled before a stop are handed over again."""
+        call. The messages stored but not handled before a stop wait for ``take_over``,
+        which the service calls once the hub started and the bot knows who it is (until
+        2026-12-06 they were handled here: before the hub's recovery, which queued them
+        a second time, and before the bot knew its own id, so a mention stayed in the
+        text and "@bot /new" went to the model; found by review)."""
         await self.access.load()
         await cards.load(self.runtime)
         self.background.spawn(self._renderer.pump(self.hub.events(), self._outgoing.submit))
         if self.config.recover_outbox_at_start:
             await self.outbound.recover()
-        if self.config.process_id is None:
-            # One process: what it stored and did not handle before a stop. In a fleet the
-            # receiver may be handling those right now (a command would run twice): the
-            # process that wins the receiver's lease takes them over (the services).
-            await self.take_over()
 
     async def take_over(self) -> None:
         """The messages stored but not handled, to their lanes: this process's before a

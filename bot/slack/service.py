@@ -164,6 +164,9 @@ class SlackService:
             if self.owner_home and self.settings.slack_owner_id:
                 self._tasks.spawn(self._home_at_owner(self.settings.slack_owner_id))
             if not self.socket_mode:
+                if self.fleet is None:  # what it stored and did not handle before a stop
+                    await self.hub.until_started()
+                    await self.adapter.take_over()
                 return  # the HTTP app takes the events from now on
             fleet = self.fleet
             if fleet is None:
@@ -202,8 +205,10 @@ class SlackService:
         await self._retried(
             lambda: web.apps_connections_open(app_token=app_token), "SLACK_APP_TOKEN"
         )
-        if self.fleet is not None:  # the socket's last holder may have died mid-message
-            await self.adapter.take_over()
+        # What this process stored and did not handle before a stop, or what the socket's
+        # last holder (a fleet's) did before it died.
+        await self.hub.until_started()
+        await self.adapter.take_over()
         handler = AsyncSocketModeHandler(
             self.adapter.app, app_token, ping_interval=self.ping_interval_s
         )

@@ -126,6 +126,7 @@ class ChatHub:
             engine, self._sources, self._adapters, self._home, self._tasks, placement, clock
         )
         self._batcher = NotificationBatcher(self._background.deliver, config.notify_window_s, sleep)
+        self._started = asyncio.Event()
         self._decisions = Decisions(
             engine, self._sources, self._adapters, placement, publish, config
         )
@@ -143,6 +144,13 @@ class ChatHub:
         # One process recovers everything a crash left; a fleet's scan takes, source by
         # source, what no live process holds (a dead one's turns and queued messages).
         await self.placement.start(self._consumer.ensure)
+        self._started.set()
+
+    async def until_started(self) -> None:
+        """Until ``start`` recovered what a stop left: a front end takes no message before
+        (one stored while the hub recovered was queued twice and answered twice until
+        2026-12-06, found by review)."""
+        await self._started.wait()
 
     async def close(self) -> None:
         """Stop the tasks. Turns in flight stay as they are and are resumed at next start."""

@@ -90,7 +90,7 @@ async def make_service(
         await service.start()
         services.append(service)
         if ready:
-            await until(lambda: discord_of(service).bot_id is not None or service.refused.done())
+            await until(lambda: discord_of(service).bot.is_ready() or service.refused.done())
         return service
 
     yield make

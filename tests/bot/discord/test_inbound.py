@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+from bot.discord.incoming import Incoming
 from bot.discord.messages import UNREADABLE_MESSAGE
 from tests.bot.discord.conftest import (
     ALICE,
@@ -142,3 +143,40 @@ async def test_a_slow_turn_shows_typing_until_its_answer(
     await until(lambda: len(fake.typing_in(channel)) >= 1)
     release.set()
     await until(lambda: texts(fake, channel) == ["echo: take your time"])
+
+
+def _stored(channel: str, key: str, content: str, *, guild: str | None = None) -> Incoming:
+    return Incoming(
+        message_id=key,
+        channel_id=channel,
+        parent_id=None,
+        guild_id=guild,
+        user_id=str(ALICE),
+        user_name="Alice",
+        is_bot=False,
+        content=content,
+        mentions_me=guild is not None,
+    )
+
+
+async def test_messages_stored_before_a_stop_reach_the_hub_once_and_as_written(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """Handed over at the next start: until 2026-12-06 before the hub's recovery, which
+    queued the second one again (answered "first, second, second"), and before the bot
+    knew its id, so a stored "@bot /new" went to the model (found by review)."""
+    channel = fake.dm_channel_id(ALICE)
+    first = await make_service()
+    events = discord_of(first).events
+    for key, words in (("1579000000000000001", "first"), ("1579000000000000002", "second")):
+        await events.record([(key, None, _stored(channel, key, words).to_json())])
+    command = "1579000000000000003"
+    asked = _stored(str(GENERAL), command, f"<@{fake.bot_id}> /new", guild=str(GUILD))
+    await events.record([(command, None, asked.to_json())])
+    await first.stop()
+
+    second = await make_service()
+    await until(lambda: texts(fake, GENERAL) and any("second" in t for t in texts(fake, channel)))
+    await discord_of(second).drain()
+    assert texts(fake, channel) == ["echo: first\n\nsecond"]  # one turn took both, once
+    assert texts(fake, GENERAL) == ["🆕 New conversation started."]  # a command, as live

@@ -218,7 +218,7 @@ def discord_driver(
         await service.start()
         assert service.discord is not None and service.discord.adapter is not None
         adapter = service.discord.adapter
-        await eventually(lambda: adapter.bot_id is not None)
+        await eventually(lambda: adapter.bot.is_ready())
         return service
 
     return DiscordDriver(fake, start, workspace)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.incoming import Incoming
 from bot.slack.messages import (
     FILES_NOT_READ,
     NAME_RETRY_S,
@@ -16,7 +17,7 @@ from bot.slack.messages import (
 from bot.slack.sending import SlackSender
 from tests.bot.slack.conftest import ALICE, BOB, GENERAL, OWNER, MakeService, slack_of, texts, until
 from tests.engine.hub.conftest import EchoModel, held
-from tests.fakes.slack_server import BOT_USER_ID, FakeSlackServer
+from tests.fakes.slack_server import BOT_USER_ID, TEAM_ID, FakeSlackServer
 
 CAROL = "U0CAROL001"
 
@@ -295,3 +296,33 @@ async def test_a_refused_name_is_asked_again_only_after_a_while(fake: FakeSlackS
     now[0] += NAMES_DOWN_S
     assert await handler.name_of(BOB) == "bob"
     assert len(fake.calls_to("users.info")) == 4
+
+
+async def test_a_mention_stored_before_a_stop_runs_as_written_after_the_restart(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    """Handed over when the bot knows who it is: until 2026-12-06 it was handled before
+    auth.test answered, its mention stayed in the text, and "@chathub /new" went to the
+    model (found by review)."""
+    first = await make_service()
+    events = fake.events
+    fake.events = frozenset()  # the message is in Slack; its event was stored, not handled
+    asked = fake.mention(GENERAL, ALICE, "/new")
+    fake.events = events
+    stored = Incoming.of(
+        {
+            "type": "app_mention",
+            "channel": GENERAL,
+            "ts": asked.ts,
+            "user": ALICE,
+            "text": asked.text,
+        },
+        TEAM_ID,
+        BOT_USER_ID,
+    )
+    assert stored is not None
+    await slack_of(first).front.events.record([(stored.key, None, stored.to_json())])
+    await first.stop()
+    await make_service(ready=False)
+    await until(lambda: texts(fake, GENERAL, asked.ts))
+    assert texts(fake, GENERAL, asked.ts) == ["🆕 New conversation started."]
