@@ -75,10 +75,12 @@ def _parse_entry(index: int, entry: Any) -> McpServerConfig:
     name = entry.get("name")
     if not isinstance(name, str):
         raise ValueError(f"{where}: name: required, a string")
-    if not _NAME.match(name) or "__" in name:
+    # Not ending in '_' either: server "git_"'s tools (mcp__git___push) would fall under
+    # every bypass, rule and allow_tools pattern written for server "git" (found by review).
+    if not _NAME.match(name) or "__" in name or name.endswith("_"):
         raise ValueError(
             f"{where}: name: {name!r} must be 1-32 lowercase letters, digits, '_' or '-', "
-            "starting with a letter or digit, without '__'"
+            "starting with a letter or digit, without '__', not ending in '_'"
         )
     where = f"{where} ({name})"
     if name in RESERVED_GROUPS:

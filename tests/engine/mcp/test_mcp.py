@@ -112,6 +112,8 @@ def test_parse_mcp_servers_accepts_both_transports() -> None:
         ([{"command": ["x"]}], r"mcp_servers\[0\]: name"),
         ([{"name": "Time", "command": ["x"]}], r"mcp_servers\[0\]: name: 'Time'"),
         ([{"name": "a__b", "command": ["x"]}], "without '__'"),
+        # Its tools (mcp__git___push) would match every pattern written for server "git".
+        ([{"name": "git_", "command": ["x"]}], "not ending in '_'"),
         ([{"name": "config", "command": ["x"]}], "reserved"),
         ([{"name": "t"}], r"mcp_servers\[0\] \(t\): give exactly one of command"),
         ([{"name": "t", "command": ["x"], "url": "http://h"}], "exactly one"),
