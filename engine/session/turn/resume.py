@@ -35,6 +35,7 @@ async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> Ca
     call that had been launched (not safe to repeat, and started) is not run again: the
     model is told it was interrupted and may or may not have had its effect.
     """
+    tools_known = False
     for call in calls:
         stored = await env.store.history.get_tool_call(call.id)
         if stored is not None and stored.status != call.status:
@@ -47,6 +48,11 @@ async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> Ca
         if stored is not None and stored.launched_at is not None:
             await env.recorder.interrupted(call)
             continue
+        if not tools_known and env.refresh_tools is not None:
+            # The tools the session had activated (an MCP server's): a call of theirs
+            # approved after a restart failed as an unknown tool until 2026-12-06.
+            await env.refresh_tools(env)
+            tools_known = True
         if await handle_tool_call(env, call, None) is CallFlow.CANCELLED:
             return CallFlow.CANCELLED
     return CallFlow.CONTINUE

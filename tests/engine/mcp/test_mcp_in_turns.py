@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from engine.approval import OPERATOR
 from engine.config import AppConfig, EngineConfig, load_settings
 from engine.core import Engine
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel, text, tool_call
 from engine.mcp.config import McpServerConfig
+from engine.session import events as ev
 from engine.session.outcomes import Final
 from engine.session.turn.gate import AllowAll
+from tests.engine.session.helpers import start_until
 
 TIME = McpServerConfig(
     name="time",
@@ -28,8 +33,7 @@ TIME = McpServerConfig(
 )
 
 
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
+async def open_engine(tmp_path: Path, model: ScriptedModel, policy: Any = None) -> Engine:
     settings = load_settings(
         database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
         chathub_workspace=tmp_path / "workspace",
@@ -39,8 +43,12 @@ async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
     config = AppConfig(
         settings=settings, models=(), engine=EngineConfig(max_tool_rounds=6), mcp_servers=(TIME,)
     )
-    model = ScriptedModel(name="primary")
-    engine = await Engine.open(config, models=ModelRegistry([model]), policy=AllowAll())
+    return await Engine.open(config, models=ModelRegistry([model]), policy=policy)
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
+    engine = await open_engine(tmp_path, ScriptedModel(name="primary"), AllowAll())
     yield engine
     await engine.close()
 
@@ -81,3 +89,34 @@ async def test_activating_an_unknown_group_is_a_tool_error(engine: Engine):
     await handler.handle_message("read my mail")
     [error] = [m["content"] for m in model.requests[1][0] if m["role"] == "tool"]
     assert error.startswith("Error:") and "gmail" in error and "time" in error
+
+
+async def test_a_call_approved_after_a_restart_runs_on_its_server(tmp_path: Path):
+    """The resumed turn knew only the built-in tools: the approved call failed as an
+    unknown tool and never reached the server (found by review)."""
+    model = ScriptedModel(name="primary")
+    args = {"timezone": "Europe/Rome"}
+    model.add(
+        tool_call("activate_tools", json.dumps({"groups": ["time"]}), "a"),
+        tool_call("mcp__time__get_current_time", json.dumps(args), "t"),
+        text("It is evening in Rome."),
+    )
+    first = await open_engine(tmp_path, model)  # the rules ask before an MCP call
+    handler = await first.new_session("telegram:-100")
+    turn, request = await start_until(
+        lambda emit: handler.handle_message("time in Rome?", emit=emit), ev.ApprovalRequired, []
+    )
+    assert request.name == "mcp__time__get_current_time"
+    turn.cancel()
+    await first.close()  # the process stops while the card waits
+
+    again = await open_engine(tmp_path, model)
+    try:
+        decided = await again.approve(request.tool_call_id, decider=OPERATOR)
+        assert decided.resumed is not None
+        assert isinstance(await asyncio.wait_for(decided.resumed, 20), Final)
+        call = await again.store.history.get_tool_call(request.tool_call_id)
+        assert call is not None and call.status == "done", call
+        assert "Europe/Rome" in (call.result or "")
+    finally:
+        await again.close()
