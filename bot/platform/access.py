@@ -33,6 +33,7 @@ _MAX_ID_DIGITS = 19  # a signed 64-bit id: what every store here can hold
 #: and Matrix's users (``@name:server``, at most 255 characters).
 _WORDED_ID = re.compile(r"[UW][A-Z0-9]{2,30}|@[a-z0-9._=/+\-]+:[A-Za-z0-9.\-:\[\]]+")
 _MAX_WORDED_ID = 255
+_LINK_JOINT = re.compile(r"\]([(\[])")
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,7 @@ class Access:
         self._reminded[user_id] = now
         if code is None:
             return PairingOffer(to_user=BUSY)
+        name = unlinked(name)
         to_user = (
             f"Hi {name}! I only talk to people my owner approved.\n"
             f"Your pairing code is {code.code} (valid 24 hours). "
@@ -239,7 +241,7 @@ def pairing_commands(desk: PairingDesk) -> list[Command]:
         paired = await desk.pair(c.argument.strip(), c.user_id)
         if paired is None:
             return "No pending pairing with that code (wrong, used or expired)."
-        return f"Paired {paired.name} (id {paired.user_id})."
+        return f"Paired {unlinked(paired.name)} (id {paired.user_id})."
 
     async def unpair(c: CommandContext) -> str:
         user_id = _id_argument(c.argument.strip())
@@ -267,3 +269,10 @@ def _id_argument(text: str) -> str | None:
     if not -(2**63) <= number < 2**63:
         return None
     return str(number)
+
+
+def unlinked(name: str) -> str:
+    """A stranger's name, as written, that no renderer makes a link of: a zero-width space
+    parts "](" (a name "[Telegram Support](https://evil.example)" reached the owner as a
+    link labelled "Telegram Support"; found by review)."""
+    return _LINK_JOINT.sub("]\u200b\\1", name)

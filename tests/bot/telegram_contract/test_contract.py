@@ -147,6 +147,20 @@ async def test_pairing_a_stranger(service, telegram, model):
     assert service.hub.home == home
 
 
+async def test_a_strangers_name_never_becomes_a_link_for_the_owner(service, telegram, model):
+    """A first name "[Telegram Support](https://…)" reached the owner as a link labelled
+    "Telegram Support" (found by review); the name is shown as written."""
+    name = "[Telegram Support](https://evil.example/login)"
+    telegram.user_message(STRANGER, STRANGER, "hi", first_name=name, username=None)
+    notice = await eventually(lambda: find(telegram, OWNER, "asks to talk"))
+    assert "[Telegram Support]" in notice.text and "(https://evil.example/login)" in notice.text
+    assert not any(e.get("type") == "text_link" for e in notice.entities or [])
+    code = notice.text.split("/pair ")[1].split()[0]
+    telegram.user_message(OWNER, OWNER, f"/pair {code}")
+    paired = await eventually(lambda: find(telegram, OWNER, "Paired"))
+    assert not any(e.get("type") == "text_link" for e in paired.entities or [])
+
+
 async def test_a_forged_callback_changes_nothing(service, telegram, model):
     model.add(shell("echo x"), text("ok"))
     telegram.user_message(ALICE, ALICE, "go")
