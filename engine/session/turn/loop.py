@@ -16,10 +16,7 @@ from engine.session.turn.llm_round import RoundResult, call_llm_round
 from engine.session.turn.subagents import is_batch, run_batch
 from engine.session.turn.tool_call import CallFlow, handle_tool_call
 from engine.session.turn.turn_env import TurnEnv
-from engine.store.rows import AssistantRecord, MessageRow, NewToolCall, ToolCallRow
-
-NOT_RUN_NOTE = "Not run: the turn was stopped by the user before this call started."
-
+from engine.store.rows import AssistantRecord, MessageRow, NewToolCall
 
 RequestBuilder = Callable[[TurnEnv, bool], list[Message]]
 
@@ -109,17 +106,12 @@ async def _run_calls(env: TurnEnv, row: MessageRow, collected: list[ToolCallEven
         )
     for index, call in enumerate(row.tool_calls):
         if env.scope.cancelled:
-            await _cancel_unstarted(env, row.tool_calls[index:])
+            await env.recorder.not_run(row.tool_calls[index:])
             return CallFlow.CANCELLED
         if await handle_tool_call(env, call, collected) is CallFlow.CANCELLED:
-            await _cancel_unstarted(env, row.tool_calls[index + 1 :])
+            await env.recorder.not_run(row.tool_calls[index + 1 :])
             return CallFlow.CANCELLED
     return CallFlow.CONTINUE
-
-
-async def _cancel_unstarted(env: TurnEnv, calls: list[ToolCallRow]) -> None:
-    for call in calls:
-        await env.recorder.cancelled(call, NOT_RUN_NOTE)
 
 
 def _assistant_record(round_: RoundResult) -> AssistantRecord:

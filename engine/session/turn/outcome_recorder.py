@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from engine.bus.chat import ToolCallEvent
 from engine.session.context.transcript import FrameTranscript
 from engine.session.turn.emitter import TurnEmitter
@@ -9,6 +11,7 @@ from engine.store.history import History
 from engine.store.rows import ToolCallRow, ToolStatus
 
 CANCELLED_NOTE = "Tool call cancelled by the user (/stop) before it finished."
+NOT_RUN_NOTE = "Not run: the turn was stopped by the user before this call started."
 
 
 def interrupted_note(tool_name: str) -> str:
@@ -43,6 +46,11 @@ class OutcomeRecorder:
     async def cancelled(self, call: ToolCallRow, note: str = CANCELLED_NOTE) -> None:
         await self._store(call, "cancelled", note)
         self._emitter.tool_cancelled(call.id, call.name)
+
+    async def not_run(self, calls: Sequence[ToolCallRow]) -> None:
+        """Calls a stopped turn never started: cancelled, so no resume runs them."""
+        for call in calls:
+            await self.cancelled(call, NOT_RUN_NOTE)
 
     async def rejected(self, call: ToolCallRow, reason: str) -> ToolCallEvent:
         await self._store(call, "rejected", reason)

@@ -65,10 +65,14 @@ async def run_batch(env: TurnEnv, calls: list[ToolCallRow], collected: list[Tool
     approved: list[tuple[ToolCallRow, SubAgentRequest]] = []
     for call in calls:  # call order: ToolStart, then the gate
         env.emitter.tool_start(call.id, call.name, call.arguments or "")
-    for call in calls:
+    for index, call in enumerate(calls):
         args = check_call(env.tools, call.name, call.arguments)
         gate = await run_approval_gate(env, call, args, collected)
         if gate is GateOutcome.CHANNEL_CLOSED:
+            # Stopped at a later call's gate: the ones approved before it never ran, and
+            # stay so (until 2026-12-06 they stayed "running", and the next message's
+            # resume ran a sub-agent the user had stopped; found by review).
+            await env.recorder.not_run([c for c, _ in approved] + calls[index + 1 :])
             return False
         if gate is GateOutcome.PROCEED:
             request = sub_agent_request(call.name, args)

@@ -14,6 +14,7 @@ from engine.llm.scripted import text, tool_call
 from engine.llm.types import LlmResponse, Message, ToolCallRequest
 from engine.session import events as ev
 from engine.session.outcomes import Cancelled, Final
+from engine.session.protocols import Decision, GateRequest, Verdict
 from tests.engine.session.helpers import tool_messages
 
 Route = Callable[[Sequence[Message], list[str]], Awaitable[LlmResponse]]
@@ -318,3 +319,47 @@ def test_task_agents_ship(engine: Engine) -> None:
     assert (researcher.kind, generalist.kind) == ("task", "task")
     assert researcher.tools is not None and "write_file" not in researcher.tools
     assert generalist.tools is None
+
+
+class _SecondAsks:
+    """The gate lets the batch's first sub-agent go and asks about the second."""
+
+    async def check(self, request: GateRequest) -> Verdict:
+        if request.args.get("prompt") == "second":
+            return Verdict(Decision.REQUIRE, "ask")
+        return Verdict(Decision.ALLOW)
+
+
+async def test_a_stop_at_a_later_gate_of_a_batch_leaves_nothing_of_it_to_run(engine: Engine):
+    """The sub-agent approved before the stop stayed "running", and the next message's
+    resume ran it (found by review)."""
+    children: list[str] = []
+
+    async def route(messages: list[Message], tools: Sequence[object]) -> LlmResponse:
+        me, task = who(messages), last_user(messages)
+        if me == "main":
+            if has_tool_result(messages):
+                return text("main done")
+            calls = (subtask("researcher", "first", "a"), subtask("generalist", "second", "b"))
+            return LlmResponse(content="", tool_calls=calls)
+        children.append(task)
+        return text(f"{task} result")
+
+    engine.models = type(engine.models)([RoutedModel(route)])
+    engine.policy = _SecondAsks()
+    handler = await engine.new_session("cron", is_interactive=False)
+    asked = asyncio.Event()
+    turn = asyncio.create_task(
+        handler.handle_message(
+            "go", emit=lambda e: asked.set() if isinstance(e, ev.ApprovalRequired) else None
+        )
+    )
+    await asyncio.wait_for(asked.wait(), 5)
+    handler.cancel()  # /stop
+    assert isinstance(await asyncio.wait_for(turn, 5), Cancelled)
+    root = await engine.store.sessions.root_frame(handler.session.id)
+    [row] = [r for r in await engine.store.history.load(root.id) if r.tool_calls]
+    assert [c.status for c in row.tool_calls] == ["cancelled", "cancelled"]
+
+    await handler.handle_message("something else")
+    assert children == []
