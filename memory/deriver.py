@@ -48,7 +48,7 @@ from memory.facts import (
 from memory.marks import Marks
 from memory.optouts import opted_out_in
 from memory.tables import memory_derive_marks
-from memory.users import BatchSpeakers, identity_of, is_personal
+from memory.users import BatchSpeakers, forgotten_through_in, identity_of, is_personal
 
 __all__ = ["SYSTEM_PROMPT", "BadOutput", "Deriver", "DeriverLimits", "parse_operations"]
 
@@ -395,6 +395,8 @@ def _read_batch(
         if identity is None:
             continue  # nobody can tell who said it: nobody's fact
         user_id = speakers.user_id(identity)
+        if speakers.forgotten(user_id, row.id):
+            continue  # said before the speaker's /forget_me: never learned from again
         messages.append(
             _Message(row.id, row.role, row.content or "", user_id, identity.display_name)
         )
@@ -441,6 +443,8 @@ def _apply(
     changed = 0
     touched: set[int] = set()
     for user_id, user_ops in ops.items():
+        if forgotten_through_in(conn, user_id) >= batch.first_id:
+            continue  # /forget_me while the model was asked about these messages
         for op in user_ops:
             if op.kind == "add" and op.body is not None:
                 add_in(conn, user_id, op.body, batch.source, "deriver", op.message_ids, limits)

@@ -133,6 +133,10 @@ def _index_batch(conn: Connection, session_id: int, limits: IndexerLimits) -> tu
         if m.role in INDEXED_ROLES and m.status == "ok" and not m.is_synthetic:
             speaker = identity_of(source, m.metadata) if m.role == "user" else None
             user_id = speakers.user_id(speaker) if speaker is not None else None
+            if speakers.owner_forgotten(source, m.id) or (
+                user_id is not None and speakers.forgotten(user_id, m.id)
+            ):
+                continue  # said before the speaker's /forget_me: never indexed again
             documents += _documents(
                 session_id,
                 source,

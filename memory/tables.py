@@ -95,6 +95,9 @@ memory_users = Table(
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("display_name", String(255)),
     Column("created_at", UtcDateTime, nullable=False),
+    #: The newest message id at the person's last ``/forget_me`` (0027): their words up
+    #: to it are never derived nor indexed again.
+    Column("forgotten_through", Id),
 )
 
 #: A platform's id of a person -> the one user: ("telegram", "123"), ("web", "owner").

@@ -25,6 +25,8 @@ __all__ = [
     "BatchSpeakers",
     "Identity",
     "Users",
+    "forget_through_in",
+    "forgotten_through_in",
     "identity_of",
     "is_personal",
     "resolve_in",
@@ -109,12 +111,40 @@ class BatchSpeakers:
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
         self._ids: dict[Identity, int] = {}
+        self._forgotten: dict[int, int] = {}
 
     def user_id(self, identity: Identity) -> int:
         found = self._ids.get(identity)
         if found is None:
             found = self._ids[identity] = resolve_in(self._conn, identity)
         return found
+
+    def forgotten(self, user_id: int, message_id: int) -> bool:
+        """Whether the person said ``/forget_me`` after ``message_id`` was written: it is
+        never learned from nor indexed again."""
+        through = self._forgotten.get(user_id)
+        if through is None:
+            through = self._forgotten[user_id] = forgotten_through_in(self._conn, user_id)
+        return message_id <= through
+
+    def owner_forgotten(self, source: str, message_id: int) -> bool:
+        """Whether the person whose own conversation ``source`` is forgot it after
+        ``message_id`` (both sides of it: the assistant's rows too)."""
+        owner = identity_of(source, None) if is_personal(source) else None
+        return owner is not None and self.forgotten(self.user_id(owner), message_id)
+
+
+def forgotten_through_in(conn: Connection, user_id: int) -> int:
+    """The newest message id at the person's last ``/forget_me`` (0: never)."""
+    u = memory_users
+    value = conn.execute(sa.select(u.c.forgotten_through).where(u.c.id == user_id)).scalar()
+    return int(value or 0)
+
+
+def forget_through_in(conn: Connection, user_id: int, message_id: int) -> None:
+    """Mark the person's words up to ``message_id`` forgotten (in the forget's transaction)."""
+    u = memory_users
+    conn.execute(u.update().where(u.c.id == user_id).values(forgotten_through=message_id))
 
 
 def resolve_in(conn: Connection, identity: Identity) -> int:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from engine.bus.chat import ChatEventBus
 from engine.config import ModelConfig
 from engine.llm.client import OpenAICompatModel
 from engine.llm.protocols import ChatModel
@@ -22,7 +23,9 @@ from engine.store.inbox import SENDER_KEY
 from engine.store.schema import chat_history
 from memory.deriver import SYSTEM_PROMPT, BadOutput, Deriver, DeriverLimits, parse_operations
 from memory.facts import FactStore
+from memory.indexer import Indexer
 from memory.optouts import OptOuts
+from memory.service import MemoryService
 from memory.tables import memory_derive_marks, memory_facts
 from memory.users import Identity, Users
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -749,3 +752,52 @@ def test_the_prompt_says_messages_are_data_and_what_a_fact_is() -> None:
 @pytest.fixture(autouse=True)
 def _logs(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="memory.deriver")
+
+
+# -- /forget_me ------------------------------------------------------------------------------
+
+
+async def test_what_was_said_before_forget_me_is_never_learned_again(
+    setup: Setup, fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    """Until 2026-12-06 a batch the deriver had not reached (the model away), or was
+    asking the model about at that moment, brought the forgotten facts back."""
+    memory = MemoryService(setup.store.db, ChatEventBus())
+    chat = await setup.session(f"telegram:{ANN}")
+    [before] = await setup.say(chat, [("", "my doctor is Dr. Berg")])
+    ann = await memory.user_for(Identity("telegram", ANN))
+    fake_openai.reply_error(503, model=MODEL)  # the model is away: the batch waits
+    await setup.deriver.derive_pending()
+    await memory.forget_user(ann)
+    asked = len(fake_openai.requests)
+    assert await setup.deriver.derive_pending() == 0
+    assert len(fake_openai.requests) == asked  # nothing of Ann's is left to ask about
+
+    # Forgotten while the model is being asked about a batch: its answer is dropped.
+    [during] = await setup.say(chat, [("", "I live in Oslo")])
+    setup.models = [Before(model(http, fake_openai), lambda: memory.forget_user(ann))]
+    fake_openai.reply_text(answer(add("Ann lives in Oslo", during)), model=MODEL)
+    await setup.deriver.derive_pending()
+    assert await memory.facts.list(ann) == []
+
+    # What is said after is learned as ever.
+    setup.models = [model(http, fake_openai)]
+    [after] = await setup.say(chat, [("", "I like tea")])
+    fake_openai.reply_text(answer(add("Ann likes tea", after)), model=MODEL)
+    assert await setup.deriver.derive_pending() == 1
+    assert before < during < after
+
+
+async def test_what_was_said_before_forget_me_is_never_indexed_again(setup: Setup) -> None:
+    """Both sides of the person's own conversation, when the index was behind."""
+    memory = MemoryService(setup.store.db, ChatEventBus())
+    chat = await setup.session(f"telegram:{ANN}")
+    await setup.say(chat, [("", "my secret diary entry"), (None, "noted")])
+    ann = await memory.user_for(Identity("telegram", ANN))
+    await memory.forget_user(ann)
+    await Indexer(setup.store.db).catch_up()
+    assert await memory.search.sessions(f"telegram:{ANN}", "diary") == []
+    await setup.say(chat, [("", "a new diary page")])
+    await Indexer(setup.store.db).catch_up()
+    [hit] = await memory.search.sessions(f"telegram:{ANN}", "diary")
+    assert "new" in hit.snippet
