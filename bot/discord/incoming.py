@@ -124,7 +124,12 @@ class Incoming:
         parent = thread.parent_id if thread is not None else None
         owner = thread.owner_id if thread is not None else None
         author = message.author
-        mentions_me = bot_id is not None and any(str(u) == bot_id for u in message.raw_mentions)
+        # The mentions Discord lists, not only those written in the text: a reply pings its
+        # author, and was not for the bot until 2026-12-06 (found by review).
+        mentions_me = bot_id is not None and (
+            any(str(u) == bot_id for u in message.raw_mentions)
+            or any(str(u.id) == bot_id for u in message.mentions)
+        )
         my_role = _my_role(message)
         if my_role is not None:
             mentions_me = True

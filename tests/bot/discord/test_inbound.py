@@ -180,3 +180,21 @@ async def test_messages_stored_before_a_stop_reach_the_hub_once_and_as_written(
     await discord_of(second).drain()
     assert texts(fake, channel) == ["echo: first\n\nsecond"]  # one turn took both, once
     assert texts(fake, GENERAL) == ["🆕 New conversation started."]  # a command, as live
+
+
+async def test_a_reply_to_the_bot_in_a_server_is_for_the_bot(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    """A reply pings its author: Discord lists the bot among its mentions (and gives it
+    the text without the content intent), though no <@id> is written. It was not for the
+    bot until 2026-12-06, so a question could not be answered by a reply in a server
+    (found by review)."""
+    await make_service()
+    fake.channel_message(GUILD, GENERAL, ALICE, "first", mentions_bot=True)
+    await until(lambda: texts(fake, GENERAL) == ["echo: first"])
+    answer = fake.messages(GENERAL)[0]
+    pushed = fake.channel_message(GUILD, GENERAL, ALICE, "and then?", reply_to=answer.id)
+    assert any(m["id"] == fake.bot_id for m in pushed["mentions"])
+    assert "<@" not in pushed["content"]
+    await until(lambda: len(texts(fake, GENERAL)) == 2)
+    assert texts(fake, GENERAL)[1] == "echo: and then?"
