@@ -28,6 +28,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
+from pydantic import ValidationError
 from sqlalchemy.engine import Connection
 
 from engine.mcp.config import McpServerConfig
@@ -233,8 +234,10 @@ def _describe(exc: BaseException) -> str:
 
     if isinstance(exc, MCPError) and exc.code == mt.CONNECTION_CLOSED:
         return "the server closed the connection during the handshake (it exited?)"
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    # The model and the chat read this: the exception's words, never its class (the log
+    # has it).
+    text = " ".join(str(exc).split())
+    return text[:300] if text else "an error without a message"
 
 
 class McpManager:
@@ -378,8 +381,18 @@ class McpManager:
             raise ToolError(f"mcp server {server}: {exc.message}") from None
         except ToolError:
             raise
+        except (ValidationError, RuntimeError) as exc:
+            # The server answered, with a result the SDK refuses (a malformed content block,
+            # structured content against its own output schema): the link is fine, and
+            # restarting the server would lose its state (found by review).
+            log.warning("mcp server %s: a result the MCP client refused", server, exc_info=True)
+            raise ToolError(
+                f"mcp server {server} answered with a result that is not valid MCP "
+                f"({_describe(exc) if isinstance(exc, RuntimeError) else 'malformed content'})"
+            ) from None
         except Exception as exc:
-            # Broken pipes, HTTP failures, malformed results: the link is not trustworthy.
+            # Broken pipes, HTTP failures: the link is not trustworthy.
+            log.warning("mcp server %s failed", server, exc_info=True)
             self._drop(conn)
             raise ToolError(
                 f"mcp server {server} failed: {_describe(exc)}; it will be restarted on next use"

@@ -158,9 +158,13 @@ def validate_args(tool: Tool, args: Any) -> None:
     name = tool.name
     if not isinstance(args, dict):
         raise ToolError(f"{name}: arguments must be a JSON object, got {_json_type(args)}")
-    schema = tool.parameters or {}
-    properties: dict[str, Any] = schema.get("properties") or {}
-    required: list[str] = schema.get("required") or []
+    # A server's schema is its own to get wrong ("enum": 5): what is not the shape this
+    # reads is left unchecked, never a crash of the turn (found by review).
+    schema = tool.parameters if isinstance(tool.parameters, dict) else {}
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        properties = {}
+    required = [key for key in _list(schema.get("required")) if isinstance(key, str)]
 
     for key in required:
         if key not in args:
@@ -179,7 +183,8 @@ def validate_args(tool: Tool, args: Any) -> None:
         if not isinstance(prop, dict):
             continue
         declared = prop.get("type")
-        types = [declared] if isinstance(declared, str) else list(declared or [])
+        types = [declared] if isinstance(declared, str) else _list(declared)
+        types = [t for t in types if isinstance(t, str)]
         if types and not any(_matches(value, t) for t in types):
             if value is None and key not in required:
                 continue
@@ -189,9 +194,13 @@ def validate_args(tool: Tool, args: Any) -> None:
                 f"got {_json_type(value)}"
             )
         enum = prop.get("enum")
-        if enum is not None and value not in enum:
+        if isinstance(enum, list) and value not in enum:
             allowed = ", ".join(repr(item) for item in enum)
             raise ToolError(f"{name}: argument {key!r} must be one of {allowed}, got {value!r}")
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _article(word: str) -> str:

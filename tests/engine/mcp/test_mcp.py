@@ -33,6 +33,7 @@ from scheduler.events import EventStore
 from scheduler.tables import events
 
 BROKEN = str(Path(__file__).with_name("broken_server.py"))
+RAW = str(Path(__file__).with_name("raw_server.py"))
 TIME = McpServerConfig(
     name="time",
     transport="stdio",
@@ -274,6 +275,45 @@ async def test_a_crashing_server_fails_the_call_and_restarts(store: Store) -> No
             await manager.call("broken", "fail", {})
         with pytest.raises(ToolError, match="Field required"):  # the server's own check
             await manager.call("broken", "echo", {})
+
+
+def _raw(tools: list[Any], result: Any) -> McpServerConfig:
+    """tests/engine/mcp/raw_server.py, listing ``tools`` and answering ``result``."""
+    env = {"TOOLS_JSON": json.dumps(tools), "RESULT_JSON": json.dumps(result)}
+    return McpServerConfig(
+        name="raw", transport="stdio", command=(sys.executable, RAW), env=env, timeout_s=15
+    )
+
+
+_PID = {"name": "pid", "inputSchema": {"type": "object"}}
+_COUNTED = {
+    "name": "echo",
+    "inputSchema": {"type": "object"},
+    "outputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+}
+
+
+@pytest.mark.parametrize(
+    ("tool", "result"),
+    [
+        (_COUNTED, {"content": [], "structuredContent": {"n": "x"}}),  # not its output schema
+        ({"name": "echo", "inputSchema": {"type": "object"}}, {"content": [{"type": "text"}]}),
+    ],
+    ids=["output-schema", "malformed-block"],
+)
+async def test_a_result_the_client_refuses_names_no_exception_and_keeps_the_server(
+    store: Store, tool: Any, result: Any
+) -> None:
+    """The model and the chat read "ValidationError: 12 validation errors for
+    CallToolResult ...", and the server was restarted, losing its state, though it had
+    answered (found by review)."""
+    async with _manager(store, _raw([_PID, tool], result)) as manager:
+        before = await manager.call("raw", "pid", {})
+        with pytest.raises(ToolError) as refused:
+            await manager.call("raw", "echo", {})
+        assert "not valid MCP" in str(refused.value)
+        assert not re.search(r"[A-Z][a-z]+(Error|Exception)\b", str(refused.value))
+        assert await manager.call("raw", "pid", {}) == before
 
 
 async def _events(store: Store, want: int) -> list[Any]:

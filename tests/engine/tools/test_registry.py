@@ -234,6 +234,24 @@ def test_unknown_argument_is_allowed_when_the_schema_is_open() -> None:
     validate_args(FakeTool("open"), {"anything": 1})
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"mode": {"enum": 5}}},
+        {"type": "object", "properties": {"mode": {"type": 7}}},
+        {"type": "object", "properties": {"mode": {"type": [{"x": 1}]}}},
+        {"type": "object", "properties": ["mode"]},
+        {"type": "object", "required": "mode"},
+        {"type": "object", "required": [5]},
+        "not a schema",
+    ],
+)
+def test_a_servers_malformed_schema_is_left_unchecked_never_a_crash(schema: Any) -> None:
+    """An MCP server's "enum": 5 raised TypeError, which failed the turn (found by
+    review): what is not the shape read here goes unchecked (the server checks)."""
+    validate_args(FakeTool("mcp__x__pick", parameters=schema), {"mode": 1})
+
+
 def test_arguments_must_be_an_object() -> None:
     with pytest.raises(ToolError, match="open: arguments must be a JSON object, got array"):
         validate_args(FakeTool("open"), [1, 2])

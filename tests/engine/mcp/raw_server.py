@@ -1,0 +1,59 @@
+"""A stdio MCP server written by hand (JSON-RPC lines), for results no SDK server sends.
+
+Its tools come from ``TOOLS_JSON`` (a JSON list of tool objects; default: ``echo``), and
+every call but ``pid`` answers ``RESULT_JSON`` when given (else its arguments as text).
+``pid`` answers the process id, so a test can tell whether the server was restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+ECHO = {
+    "name": "echo",
+    "description": "echo",
+    "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
+}
+TOOLS = json.loads(os.environ.get("TOOLS_JSON") or "null") or [ECHO]
+RESULT = json.loads(os.environ.get("RESULT_JSON") or "null")
+
+
+def send(message: dict) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def answer(request: dict) -> dict | None:
+    method, params = request.get("method"), request.get("params") or {}
+    if method == "initialize":
+        return {
+            "protocolVersion": params["protocolVersion"],
+            "capabilities": {"tools": {"listChanged": True}},
+            "serverInfo": {"name": "raw", "version": "0"},
+        }
+    if method == "tools/list":
+        return {"tools": TOOLS}
+    if method == "tools/call":
+        if params.get("name") == "pid":
+            return {"content": [{"type": "text", "text": str(os.getpid())}]}
+        if RESULT is not None:
+            return RESULT
+        return {"content": [{"type": "text", "text": json.dumps(params.get("arguments") or {})}]}
+    if method == "ping":
+        return {}
+    return None
+
+
+for line in sys.stdin:
+    if not line.strip():
+        continue
+    request = json.loads(line)
+    if "id" not in request:
+        continue  # a notification
+    result = answer(request)
+    if result is None:
+        send({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32601, "message": "no"}})
+    else:
+        send({"jsonrpc": "2.0", "id": request["id"], "result": result})
