@@ -302,6 +302,12 @@ class McpManager:
                 if attempt == 2:
                     raise
                 continue  # the server had died while idle: a listing is safe to repeat
+            except ToolError as exc:
+                # A server that starts but never lists (it hangs) waits as long as one that
+                # cannot start: remembered, or every round waited its timeout again
+                # (found by review).
+                self._start_failures[server] = (time.monotonic(), str(exc))
+                raise
             if self._conns.get(server) is conn:
                 self._tools[server] = specs
             return specs

@@ -3,6 +3,8 @@
 Its tools come from ``TOOLS_JSON`` (a JSON list of tool objects; default: ``echo``), and
 every call but ``pid`` answers ``RESULT_JSON`` when given (else its arguments as text).
 ``pid`` answers the process id, so a test can tell whether the server was restarted.
+With ``LIST_HANGS`` set, ``tools/list`` is never answered; with ``STARTS_FILE``, each start
+adds a line to that file.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ ECHO = {
 }
 TOOLS = json.loads(os.environ.get("TOOLS_JSON") or "null") or [ECHO]
 RESULT = json.loads(os.environ.get("RESULT_JSON") or "null")
+LIST_HANGS = bool(os.environ.get("LIST_HANGS"))
+if os.environ.get("STARTS_FILE"):
+    with open(os.environ["STARTS_FILE"], "a") as starts:
+        starts.write(f"{os.getpid()}\n")
 
 
 def send(message: dict) -> None:
@@ -52,6 +58,8 @@ for line in sys.stdin:
     request = json.loads(line)
     if "id" not in request:
         continue  # a notification
+    if LIST_HANGS and request.get("method") == "tools/list":
+        continue
     result = answer(request)
     if result is None:
         send({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32601, "message": "no"}})

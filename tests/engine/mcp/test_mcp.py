@@ -316,6 +316,28 @@ async def test_a_result_the_client_refuses_names_no_exception_and_keeps_the_serv
         assert await manager.call("raw", "pid", {}) == before
 
 
+async def test_a_server_that_never_lists_is_not_waited_for_at_every_round(
+    store: Store, tmp_path: Path
+) -> None:
+    """It started, then never answered tools/list: each round's listing started it again
+    and waited its whole timeout (found by review). Like a failed start, it is left alone
+    by the rounds for START_RETRY_S; an explicit use tries again."""
+    starts = tmp_path / "starts"
+    server = McpServerConfig(
+        name="raw",
+        transport="stdio",
+        command=(sys.executable, RAW),
+        env={"LIST_HANGS": "1", "STARTS_FILE": str(starts)},
+        timeout_s=1.0,
+    )
+    async with _manager(store, server) as manager:
+        with pytest.raises(ToolError, match="did not answer"):
+            await manager.tools("raw", passive=True)
+        with pytest.raises(ToolError, match="did not answer"):
+            await manager.tools("raw", passive=True)  # the next round: not started again
+        assert len(starts.read_text().split()) == 1
+
+
 async def _events(store: Store, want: int) -> list[Any]:
     def select(conn: Any) -> list[Any]:
         return conn.execute(sa.select(events).order_by(events.c.id)).all()
