@@ -39,6 +39,8 @@ Outcome = Literal["approve", "reject", "bypass_15m", "bypass_session", "cancelle
 
 CALLBACK_PREFIX = "ap1"
 MAX_CALLBACK_BYTES = 64  # Telegram's limit for callback_data
+#: A question's card, as an approval card's (3,500): room is left for its outcome line.
+QUESTION_CHARS = 3500
 ACTION_CODES: dict[str, str] = {
     "approve": "a",
     "reject": "r",
@@ -300,9 +302,18 @@ def resolved_card(
     ``note`` (a rejection reason) follows a colon. Send it without buttons.
     """
     verb, suffix = outcome_line(outcome)
+    line = _Text().add("\n\n").add(verb, "bold").add(f" by {by}" if by else "").add(suffix)
+    # The outcome always shows: a card as long as a message is cut to make room (a long
+    # question's closing edit was refused as too long, and it looked open for good).
+    room = TELEGRAM_LIMIT - line.length
+    shown = _cut_units(original_text, room, "…")
+    cut = utf16_len(shown) - (1 if shown != original_text else 0)
     out = _Text()
-    out.add(original_text)
-    out.entities.extend(dict(e) for e in original_entities or ())
+    out.add(shown)
+    for entity in original_entities or ():
+        if entity["offset"] < cut:
+            length = min(entity["length"], cut - entity["offset"])
+            out.entities.append({**entity, "length": length})
     out.add("\n\n")
     out.add(verb, "bold")
     if by:
@@ -326,7 +337,7 @@ def question_text(question: str) -> tuple[str, list[dict[str, Any]]]:
     """
     out = _Text()
     out.add("❓ Question", "bold").add("\n\n")
-    room = TELEGRAM_LIMIT - out.length - 1
+    room = QUESTION_CHARS - out.length - 1
     chunks = render_markdown(question, limit=room)
     if not chunks:
         return out.text().rstrip(), list(out.entities)

@@ -10,13 +10,14 @@ import pytest
 
 from bot.telegram.dispatch.approvals import CardAction, parse_callback
 from bot.telegram.rendering.cards import (
+    QUESTION_CHARS,
     Card,
     approval_card,
     format_callback,
     question_text,
     resolved_card,
 )
-from bot.telegram.rendering.render import utf16_len
+from bot.telegram.rendering.render import TELEGRAM_LIMIT, utf16_len
 from engine.session.events import ApprovalRequired
 from engine.tools.preview import ApprovalPreview
 from tests.bot.telegram_render.test_render import check_entities, utf16_slice
@@ -358,3 +359,20 @@ def test_cut_single_line_is_not_called_complete() -> None:
     check_card(card)
     assert "showing only the beginning" in card.text
     assert "of 1 lines" not in card.text
+
+
+def test_a_closed_question_or_card_as_long_as_a_message_still_shows_its_outcome() -> None:
+    """A question filled 4,092 units and its closing line went past Telegram's limit: the
+    edit was refused and the question looked open for good (found by review). A question
+    leaves room now, and a card stored long before is cut to make room."""
+    text, entities = question_text("**Which** " + " ".join(["city"] * 2000))
+    assert utf16_len(text) <= QUESTION_CHARS
+    closed, _ = resolved_card(text, entities, "cancelled", None)
+    assert utf16_len(closed) <= TELEGRAM_LIMIT and closed.endswith("Cancelled (/stop)")
+    stored = "😀" * 2040 + " end"  # 4,084 units, made before the room was left
+    bold = [{"type": "bold", "offset": 0, "length": utf16_len(stored)}]
+    closed, kept = resolved_card(stored, bold, "approve", "Alice", note="x" * 500)
+    assert utf16_len(closed) <= TELEGRAM_LIMIT and "✅ Approved by Alice" in closed
+    [entity, outcome] = kept[:2]
+    assert entity["offset"] + entity["length"] <= closed.index("…") * 2  # within the text
+    assert outcome["type"] == "bold"
