@@ -108,8 +108,12 @@ def resolved_text(text: str, outcome: str, by: str | None, note: str | None = No
         line += f": {note}"
     line = line[: MESSAGE_LIMIT // 2]
     room = MESSAGE_LIMIT - len(line) - 2
-    body = text if len(text) <= room else text[: room - 1] + "…"
-    return f"{body}\n\n{line}"
+    if len(text) <= room:
+        return f"{text}\n\n{line}"
+    # Cut where Markdown is whole: a code block is closed, and the outcome is not shown as
+    # code (it was until 2026-12-06; found by review).
+    body = (split_markdown(text, room - 2) or [""])[0]
+    return f"{body}\n…\n\n{line}"
 
 
 def question_text(question: str) -> str:

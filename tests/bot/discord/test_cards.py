@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from bot.delivery import CardRow, Pacing
-from bot.discord.cards import card_text
+from bot.discord.cards import card_text, resolved_text
 from bot.platform import open_cards
 from bot.platform.cards import EXPIRED, NOT_ALLOWED, CardContent
 from bot.platform.controls import ControlId, parse_control
@@ -66,6 +66,17 @@ def test_a_huge_call_fits_one_message_and_says_it_is_cut() -> None:
     body = card_text(shown)
     assert len(body) <= 2000 and "Cut" in body
     assert body.count("````") == 2  # a fence longer than the content's backticks
+
+
+def test_a_decided_cut_card_shows_its_outcome_outside_the_code() -> None:
+    """A reason of 40 characters or more cut the card's body inside its code block, and
+    the outcome showed as code (found by review)."""
+    shown = CardContent("execute_cmd", "main", 0, "Command", "echo hello world\n" * 200, "sh")
+    closed = resolved_text(card_text(shown), "reject", "Alice", "Too risky on production. " * 3)
+    assert len(closed) <= 2000
+    body, outcome = closed.rsplit("\n\n", 1)
+    assert outcome.startswith("**❌ Rejected** by Alice: Too risky")
+    assert body.count("```") % 2 == 0 and body.endswith("\n…")  # every block closed
 
 
 async def test_someone_not_allowed_is_refused_and_the_card_stays(
