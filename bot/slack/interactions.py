@@ -26,7 +26,7 @@ from bot.slack.cards import SlackCards, modal, modal_text, parse_metadata
 from bot.slack.incoming import is_message_id, source_of
 from bot.slack.messages import NOT_PAIRED, MessageHandler, SlackMe
 from bot.slack.mrkdwn import to_mrkdwn
-from bot.slack.sending import MESSAGE_LIMIT
+from bot.slack.sending import MESSAGE_LIMIT, mrkdwn_parts
 from engine.hub import ChatHub
 
 __all__ = ["NOT_HERE", "Interactions"]
@@ -34,6 +34,18 @@ __all__ = ["NOT_HERE", "Interactions"]
 log = logging.getLogger(__name__)
 
 NOT_HERE = "I do not work in this workspace."
+#: The commands about one conversation: in a channel every thread is its own, and Slack
+#: gives a slash command no thread, so they are written in the thread instead (until
+#: 2026-12-06 "/chathub new" posted "New conversation started." to the whole channel).
+ABOUT_A_THREAD = frozenset(
+    {"new", "clear", "stop", "model", "context", "cost", "compact", "resettools"}
+)
+IN_THE_THREAD = (
+    "In a channel each thread is its own conversation: write `@chathub /{name}` in the "
+    "thread it is about."
+)
+#: A slash command's response URL takes five answers.
+MAX_RESPONSES = 5
 #: Tells the person who clicked (or ran a command) something only they see.
 Respond = Callable[[str], Awaitable[None]]
 Json = dict[str, Any]
@@ -214,7 +226,17 @@ class Interactions:
         words = str(body.get("text") or "").strip().split(None, 1)
         name = words[0].lstrip("/").lower() if words else "help"
         argument = words[1] if len(words) > 1 else ""
+        if name in ABOUT_A_THREAD and not channel.startswith("D"):
+            await respond(to_mrkdwn(IN_THE_THREAD.format(name=name)))
+            return
         # Slack gives a command no thread: it acts on the DM, or on the channel itself.
         reply = await self._messages.run_command(source_of(channel), name, argument, user)
-        if reply:
-            await respond(to_mrkdwn(reply)[:MESSAGE_LIMIT])
+        # In parts, as a message is (until 2026-12-06 a long /memory was cut at 4,000).
+        parts = mrkdwn_parts(reply or "")
+        if len(parts) > MAX_RESPONSES:
+            parts = [
+                *parts[: MAX_RESPONSES - 1],
+                parts[MAX_RESPONSES - 1][: MESSAGE_LIMIT - 2] + " …",
+            ]
+        for part in parts:
+            await respond(part)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 
-from bot.slack.messages import NOT_PAIRED
+from bot.slack.interactions import Interactions
+from bot.slack.messages import NOT_PAIRED, SlackMe
 from engine.llm.scripted import text
 from tests.bot.slack.conftest import (
     ALICE,
@@ -80,3 +81,57 @@ async def test_the_owner_pairs_with_the_command_slack_takes_and_can_unpair(
     fake.slash(owner_dm, OWNER, "/chathub", f"unpair {BOB}")
     await until(lambda: f"Unpaired {BOB}." in private(fake, OWNER))
     assert not slack_of(service).is_allowed(BOB)
+
+
+async def test_a_conversation_command_in_a_channel_points_to_the_thread(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    """Each thread of a channel is its own conversation, and a slash command has no
+    thread: "/chathub new" there posted "New conversation started." to everyone."""
+    service = await make_service()
+    fake.slash(GENERAL, ALICE, "/chathub", "new")
+    await until(lambda: private(fake, ALICE))
+    assert "@chathub /new" in private(fake, ALICE)[0]
+    await slack_of(service).drain()
+    assert texts(fake, GENERAL) == []
+
+
+class _Listing:
+    """A message handler whose every command answers ``reply``."""
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+
+    async def run_command(self, *_: object, **__: object) -> str:
+        return self.reply
+
+
+class _Everyone:
+    def is_allowed(self, user: object) -> bool:
+        return True
+
+
+async def test_a_long_command_reply_comes_whole_in_parts() -> None:
+    """A long /chathub memory was cut at 4,000 characters, its tail lost."""
+    facts = [f"{n}. " + "likes long walks on the beach and tea " * 5 for n in range(1, 31)]
+    reply = "What I remember about you (30):\n" + "\n".join(facts)
+    said: list[str] = []
+
+    async def respond(text: str) -> None:
+        said.append(text)
+
+    async def no_view(trigger: str, view: object) -> bool:
+        return False
+
+    interactions = Interactions(
+        None,  # type: ignore[arg-type]
+        SlackMe(team_id="T1"),
+        _Everyone(),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        _Listing(reply),  # type: ignore[arg-type]
+        no_view,
+    )
+    body = {"team_id": "T1", "user_id": "U0ALICE001", "channel_id": "D0ALICE001", "text": "memory"}
+    await interactions.command(body, respond)
+    assert len(said) == 2 and all(len(part) <= 4000 for part in said)
+    assert "30. likes" in said[-1]
