@@ -83,7 +83,8 @@ Only facts about this person, from their own messages (the other messages are co
 Nothing passing (today's weather, a one-off question), nothing already stored. \
 With nothing to change answer {"operations": []}."""
 
-_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+#: A fenced answer: from its first fence to its last (the facts may quote backticks).
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*)```", re.DOTALL)
 _THINKING = re.compile(r"^\s*<think>.*?</think>", re.DOTALL)
 
 ModelSource = Callable[[], Sequence[ChatModel]]
@@ -279,13 +280,17 @@ def build_prompt(
 def parse_operations(answer: str) -> list[Any]:
     """The ``operations`` list of an answer (bare JSON or in a ```json fence)."""
     text = _THINKING.sub("", answer or "").strip()
-    fenced = _FENCE.search(text)
-    if fenced:
-        text = fenced.group(1).strip()
-    try:
+    try:  # bare JSON first: a fact may quote ``` (read as a fence until 2026-12-06)
         value = json.loads(text)
     except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
-        raise BadOutput(f"not JSON ({len(text)} characters)") from None
+        fenced = _FENCE.search(text)
+        if fenced is None:
+            raise BadOutput(f"not JSON ({len(text)} characters)") from None
+        text = fenced.group(1).strip()
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            raise BadOutput(f"not JSON ({len(text)} characters)") from None
     if not isinstance(value, dict):
         raise BadOutput(f"a JSON {type(value).__name__}, not an object")
     operations = value.get("operations")

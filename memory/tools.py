@@ -161,9 +161,10 @@ def _since(value: str | None) -> datetime | None:
         return None
     try:
         when = datetime.fromisoformat(value)
-    except ValueError:
+        # In UTC here: year 1 or 9999 with an offset overflowed in the database's bind.
+        return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
+    except (ValueError, OverflowError):
         raise ToolError(f"search_sessions: `since` is not an ISO date: {value!r}") from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def memory_tools(store: Store, memory: MemoryService) -> list[Tool]:

@@ -463,6 +463,22 @@ async def test_json_in_a_fence_is_accepted(setup: Setup, fake_openai: FakeOpenAI
 
 
 @pytest.mark.parametrize(
+    "wrapped",
+    [
+        lambda body: body,  # bare
+        lambda body: f"```json\n{body}\n```",
+        lambda body: f"Here you go:\n```\n{body}\n```\nDone.",
+    ],
+    ids=["bare", "fenced", "prose-around"],
+)
+def test_a_fact_quoting_backticks_is_read_as_written(wrapped: Any) -> None:
+    """A bare answer whose fact quoted ``` was read as fenced, and a fenced one was cut at
+    the backticks inside it: a valid answer counted as a failure (found by review)."""
+    ops = [{"op": "add", "fact": "Ann writes code in ```python``` fences", "message_ids": [1]}]
+    assert parse_operations(wrapped(json.dumps({"operations": ops}))) == ops
+
+
+@pytest.mark.parametrize(
     ("text", "reason"),
     [
         ('{"operations": [{"op": "add", ', "not JSON"),

@@ -199,6 +199,12 @@ async def test_bad_arguments_are_answered_with_sentences(store: Store, tools: To
     assert "fact" in await refused("memory_save", session.id)
     assert "other" in await refused("memory_save", session.id, fact="x", other=1)
     assert await tools.call("memory_list", session.id) == {"facts": []}
+    # Dates at the edge of time: valid, but out of range in UTC (the database's bind
+    # overflowed, and the model read "internal error"; found by review).
+    for since in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:00:00-05:00", "yesterday"):
+        assert "not an ISO date" in await refused(
+            "search_sessions", session.id, query="hotel", since=since
+        )
 
 
 async def test_memory_save_through_a_group_turn_stores_the_fact_as_the_groups(chat: Chat) -> None:  # noqa: F811
