@@ -232,10 +232,15 @@ class MemoryService:
         identity = identity_of(source, metadata)
         return None if identity is None else await self.users.resolve(identity)
 
-    async def speaker(self, session_id: int) -> tuple[str, int | None] | None:
-        """``(source, user id)`` of whoever wrote the session's latest message (the person
-        a memory tool acts for); ``None`` for an unknown session."""
-        found = await self._db.run(_latest_message, session_id)
+    async def speaker(
+        self, session_id: int, *, before: int | None = None
+    ) -> tuple[str, int | None] | None:
+        """``(source, user id)`` of whoever wrote the session's latest message, or the
+        latest ``before`` the message that made a tool's call (the person a memory tool
+        acts for: in a group someone else's message may join the turn meanwhile, and the
+        tool acted for them until 2026-12-06; found by review); ``None`` for an unknown
+        session."""
+        found = await self._db.run(_latest_message, session_id, before)
         if found is None:
             return None
         source, metadata = found
@@ -332,7 +337,9 @@ class MemoryService:
         return True
 
 
-def _latest_message(conn: Connection, session_id: int) -> tuple[str, Any] | None:
+def _latest_message(
+    conn: Connection, session_id: int, before: int | None = None
+) -> tuple[str, Any] | None:
     source = conn.execute(
         sa.select(chat_sessions.c.source).where(chat_sessions.c.id == session_id)
     ).scalar()
@@ -343,6 +350,7 @@ def _latest_message(conn: Connection, session_id: int) -> tuple[str, Any] | None
         sa.select(h.c.metadata)
         .join(stack, stack.c.id == h.c.session_stack_id)
         .where(stack.c.session_id == session_id, stack.c.depth == 0, h.c.role == "user")
+        .where(h.c.id < before if before is not None else sa.true())
         .order_by(h.c.id.desc())
         .limit(1)
     ).scalar()

@@ -78,7 +78,7 @@ class _FactTool(BuiltinTool):
         self._memory = memory
 
     async def _speaker(self, ctx: ToolContext) -> tuple[str, int]:
-        found = await self._memory.speaker(ctx.session_id)
+        found = await self._memory.speaker(ctx.session_id, before=ctx.asked_in)
         if found is None or found[1] is None:
             raise ToolError(f"{self.name}: nobody in this chat can be told apart to remember for")
         source, user_id = found

@@ -51,6 +51,9 @@ class ToolContext:
     scratchpad: Scratchpad
     #: Set for the one call being run when it is not safe to repeat (see ``rerun_safe``).
     processes: ProcessLog | None = None
+    #: The message that made the call: what was said before it is what it answers (a
+    #: message that joined the turn later is not; memory's tools act for its speaker).
+    asked_in: int | None = None
 
 
 class Tool(Protocol):

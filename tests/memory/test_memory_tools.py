@@ -67,7 +67,9 @@ class Tools:
         self.by_name = {tool.name: tool for tool in memory_tools(store, self.memory)}
         self._tmp = tmp_path
 
-    async def call(self, name: str, session_id: int, **args: Any) -> Any:
+    async def call(
+        self, name: str, session_id: int, *, asked_in: int | None = None, **args: Any
+    ) -> Any:
         ctx = ToolContext(
             session_id=session_id,
             stack_id=0,
@@ -75,6 +77,7 @@ class Tools:
             depth=0,
             working_directory=self._tmp,
             scratchpad=None,  # type: ignore[arg-type]  # the memory tools never touch it
+            asked_in=asked_in,
         )
         return json.loads(await self.by_name[name].run(args, ctx))
 
@@ -119,6 +122,25 @@ async def test_in_a_group_the_tools_act_for_whoever_wrote_the_latest_message(
     assert await tools.call("memory_forget", group.id, id=bob_fact.id) == {"forgotten": bob_fact.id}
     assert await tools.memory.facts.list(bob) == []
     assert await tools.memory.facts.list(ann) == [ann_fact]
+
+
+async def test_in_a_group_a_tool_acts_for_whom_its_call_answers_not_who_wrote_since(
+    store: Store, tools: Tools
+) -> None:
+    """Bob's line joined Ann's turn between its rounds: the save the model made for Ann
+    was stored as Bob's fact (found by review)."""
+    group = await store.sessions.create(GROUP)
+    [_, asking] = await say(
+        store,
+        group.id,
+        [("user", "remember I am vegetarian", said_by(ANN, "Ann")), ("assistant", "", None)],
+    )
+    await say(store, group.id, [("user", "lol", said_by(BOB, "Bob"))])  # joins the turn
+    await tools.call("memory_save", group.id, asked_in=asking, fact="Ann is vegetarian")
+    ann = await tools.memory.user_for(Identity("telegram", ANN))
+    bob = await tools.memory.user_for(Identity("telegram", BOB))
+    assert [f.body for f in await tools.memory.facts.list(ann)] == ["Ann is vegetarian"]
+    assert await tools.memory.facts.list(bob) == []
 
 
 async def test_in_a_group_the_tools_see_only_what_was_learned_in_that_group(

@@ -73,7 +73,7 @@ async def handle_tool_call(
 
 async def _dispatch(env: TurnEnv, call: ToolCallRow, args: dict[str, Any]) -> DispatchResult:
     """Run an approved call; one not safe to repeat is marked launched before it starts."""
-    ctx = env.tool_ctx
+    ctx = replace(env.tool_ctx, asked_in=call.message_id)
     tool = env.tools.get(call.name)
     if tool is not None and not rerun_safe(tool):
         await env.recorder.launched(call)

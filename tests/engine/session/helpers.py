@@ -49,9 +49,11 @@ class EchoTool:
     def __init__(self, name: str = "echo") -> None:
         self.name = name
         self.calls: list[dict[str, Any]] = []
+        self.contexts: list[ToolContext] = []
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         self.calls.append(args)
+        self.contexts.append(ctx)
         return args["text"] * args.get("times", 1)
 
 

@@ -80,6 +80,19 @@ async def test_arguments_nested_past_the_parsers_depth_are_a_tool_error_not_a_br
     assert await engine.store.views.session_detail(handler.session.id) is not None
 
 
+async def test_a_tool_is_told_which_message_made_its_call(engine: Engine, model):
+    """What was said before that message is what the call answers (memory's tools act for
+    its speaker, not for whoever wrote since)."""
+    echo = EchoTool()
+    engine.tools.register(echo)
+    model.add(tool_call("echo", '{"text": "a"}', "x"), text("ok"))
+    handler = await engine.new_session("console")
+    assert isinstance(await handler.handle_message("go"), Final)
+    root = await engine.store.sessions.root_frame(handler.session.id)
+    [asking] = [row for row in await engine.store.history.load(root.id) if row.tool_calls]
+    assert [ctx.asked_in for ctx in echo.contexts] == [asking.id]
+
+
 async def test_malformed_json_arguments_go_back_to_the_model_and_the_turn_goes_on(
     engine: Engine, model
 ):
