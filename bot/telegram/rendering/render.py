@@ -19,6 +19,7 @@ Splitting rules (``render_markdown`` and ``plain_chunks``):
 
 from __future__ import annotations
 
+import bisect
 import logging
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
@@ -27,7 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pyromark
-from telegramify_markdown import convert
+from telegramify_markdown import RenderConfig, convert
 from telegramify_markdown import utf16_len as _lib_utf16_len
 from telegramify_markdown.converter import STANDARD_OPTIONS
 
@@ -51,6 +52,16 @@ TELEGRAM_LIMIT = 4096
 _LINK_SCHEMES = frozenset({"http", "https", "tg"})
 
 _SPOILER_TAGS = frozenset({"<tg-spoiler>", "</tg-spoiler>"})
+#: Where a dropped link's target is still worth reading: shown after its label.
+_SHOWN_SCHEMES = frozenset({"mailto", "tel"})
+
+
+def _render_config() -> RenderConfig:
+    """The library's symbols but an open task's: its default is a *ticked* box (☑), so
+    "- [ ] pay the invoice" read as done (found by review)."""
+    config = RenderConfig.isolated()
+    config.markdown_symbol.task_uncompleted = "\N{BALLOT BOX}"  # ☐
+    return config
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,13 +83,50 @@ def render_markdown(markdown: str, *, limit: int = TELEGRAM_LIMIT) -> list[Chunk
     if not markdown or not markdown.strip():
         return []
     try:
-        text, lib_entities = convert(_escape_html(markdown))
+        text, lib_entities = convert(_escape_html(markdown), config=_CONFIG)
     except Exception:  # a renderer bug must not lose the reply
         log.warning("markdown conversion failed; sending plain text", exc_info=True)
         return plain_chunks(markdown, limit=limit)
-    entities = [e.to_dict() for e in lib_entities if _keep_entity(e.type, e.url)]
+    entities: list[dict[str, Any]] = []
+    addresses: list[tuple[int, str]] = []
+    for entity in lib_entities:
+        if _keep_entity(entity.type, entity.url):
+            entities.append(entity.to_dict())
+        elif (address := _address(entity.url)) is not None:
+            addresses.append((entity.offset + entity.length, f" ({address})"))
+    text, entities = _inserted(text, entities, addresses)
     entities.sort(key=lambda e: (e["offset"], -e["length"]))
     return split_text(text, entities, limit=limit)
+
+
+def _address(url: str | None) -> str | None:
+    """What a link Telegram cannot carry points to, when that is worth reading as text:
+    an e-mail address, a phone number (until 2026-12-06 "[support](mailto:…)" showed
+    "support" and nothing else; found by review)."""
+    scheme, _, rest = (url or "").partition(":")
+    rest = rest.split("?", 1)[0].strip()
+    return rest if scheme.lower() in _SHOWN_SCHEMES and rest else None
+
+
+def _inserted(
+    text: str, entities: list[dict[str, Any]], pieces: list[tuple[int, str]]
+) -> tuple[str, list[dict[str, Any]]]:
+    """``pieces`` (UTF-16 offset, text) put into ``text``; the entities after each move on,
+    those around it grow."""
+    for at, piece in sorted(pieces, reverse=True):
+        units = _utf16_table(text)
+        index = bisect.bisect_left(units, at)
+        text = text[:index] + piece + text[index:]
+        grow = utf16_len(piece)
+        for entity in entities:
+            if entity["offset"] >= at:
+                entity["offset"] += grow
+            elif entity["offset"] + entity["length"] > at:
+                entity["length"] += grow
+    return text, entities
+
+
+_CONFIG = _render_config()
 
 
 def plain_chunks(text: str, *, limit: int = TELEGRAM_LIMIT) -> list[Chunk]:

@@ -115,6 +115,27 @@ def test_unsafe_or_relative_links_become_plain_text() -> None:
     assert chunk.text == "a b c"
 
 
+def test_a_mail_or_phone_link_shows_its_address_and_later_entities_stay_in_place() -> None:
+    """A mailto: link (Telegram carries no such text_link) showed only its label: the
+    address was lost (found by review)."""
+    [chunk] = render_markdown(
+        "Write to *[support](mailto:help@example.com?subject=x)* or "
+        "[call](tel:+4712345678) 😀 **now** [site](https://x.org)"
+    )
+    assert chunk.text == ("Write to support (help@example.com) or call (+4712345678) 😀 now site")
+    assert entity_texts(chunk, "italic") == ["support"]
+    assert entity_texts(chunk, "bold") == ["now"]
+    assert entity_texts(chunk, "text_link") == ["site"]
+
+
+def test_an_open_task_does_not_look_done() -> None:
+    """The library's open task is U+2611, a *ticked* box (found by review)."""
+    [chunk] = render_markdown("- [ ] pay the invoice\n- [x] send the report")
+    first, second = chunk.text.splitlines()
+    assert first.startswith("☐") and "\u2611" not in first
+    assert second.startswith("✅")
+
+
 def test_empty_and_whitespace_input() -> None:
     assert render_markdown("") == []
     assert render_markdown("  \n\n\t ") == []
