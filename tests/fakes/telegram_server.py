@@ -62,6 +62,7 @@ from tests.fakes.telegram_limits import Limits, RateLimits
 Json = dict[str, Any]
 
 MAX_TEXT_LENGTH = 4096
+MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024
 MAX_CAPTION_LENGTH = 1024
 MAX_CALLBACK_DATA_BYTES = 64
 MAX_CALLBACK_ANSWER_LENGTH = 200
@@ -1225,6 +1226,8 @@ class FakeTelegramServer:
         stored = self._files.get(str(params.get("file_id", "")))
         if stored is None:
             raise _bad("invalid file_id")
+        if len(stored.data) > MAX_DOWNLOAD_BYTES:  # the Bot API hands bots up to 20 MB
+            raise _bad("file is too big")
         return _file_json(stored)
 
     def _send_message_draft(self, token: str, params: Json, files: dict[str, UploadedFile]) -> bool:

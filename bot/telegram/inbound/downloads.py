@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bot.telegram.inbound.media import FileRef
 from bot.telegram.inbound.updates import Message
-from bot.telegram.sending.api import Json, TelegramError
+from bot.telegram.sending.api import BadRequest, Json, TelegramError
 from bot.telegram.sending.delivery import TelegramSender
 
 __all__ = ["Downloads"]
@@ -54,6 +54,18 @@ class Downloads:
                 target = self._workspace / relative
                 download = partial(self._api.download_file, info["file_path"], target)
                 await self._sender.call(m.chat_id, download)
+            except BadRequest as exc:
+                log.warning("download of %s refused: %s", ref.file_id, exc)
+                # getFile's own word for a file over the Bot API's 20 MB, when the message
+                # did not say its size (it read "I could not download" until 2026-12-06).
+                big = "too big" in str(exc).lower()
+                problems.append(
+                    f"{ref.name} is too large to download (Telegram hands bots files of up "
+                    "to 20 MB)."
+                    if big
+                    else f"I could not download {ref.name}."
+                )
+                continue
             except (TelegramError, KeyError, OSError) as exc:
                 log.warning("download of %s failed: %s", ref.file_id, exc)
                 problems.append(f"I could not download {ref.name}.")

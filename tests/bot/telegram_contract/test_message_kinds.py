@@ -357,3 +357,15 @@ async def test_talk_in_a_topic_the_bot_created_is_not_addressed_to_it(service, t
     topic_message(telegram, "a real reply to the bot", reply_to=bots_message)
     await eventually(lambda: any("a real reply" in t for t in texts(telegram, GROUP)))
     assert not any("among colleagues" in t for t in texts(telegram, GROUP))
+
+
+async def test_a_file_over_telegrams_download_limit_whose_size_was_not_said_gets_why(
+    service, telegram, model
+):
+    """getFile refuses it ("file is too big"): the person read "I could not download",
+    not why (found by review)."""
+    telegram.add_file("huge1", b"x" * (20 * 1024 * 1024 + 1))
+    document = {"file_id": "huge1", "file_unique_id": "huge1u", "file_name": "holiday.mp4"}
+    private(telegram, document=document)
+    reply = await only_reply(telegram)
+    assert reply.startswith("⚠️ holiday.mp4 is too large to download (Telegram hands bots")
