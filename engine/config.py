@@ -10,6 +10,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, ValidationError, field_validator
@@ -49,9 +50,21 @@ def split_csv(value: Any) -> list[str]:
 
 
 def http_url(value: str) -> str:
-    """An ``http(s)://`` URL without its trailing slash (a ValueError names the problem)."""
+    """An ``http(s)://`` URL without its trailing slash (a ValueError names the problem):
+    a host, a port that is a number up to 65535, no space. A mistyped port or bracket
+    passed until 2026-12-06 and broke every request with an error nothing expected
+    (voice notes lost, ``providers test`` a traceback; found by review)."""
     if not value.startswith(("http://", "https://")):
         raise ValueError(f"{value!r} must start with http:// or https://")
+    if any(c.isspace() or not c.isprintable() for c in value):
+        raise ValueError(f"{value!r} holds a space or a control character")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - read to check it: a port that is no number raises
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not a URL: {exc}") from None
+    if not parts.hostname:
+        raise ValueError(f"{value!r} names no host")
     return value.rstrip("/")
 
 

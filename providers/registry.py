@@ -100,6 +100,8 @@ async def probe(http: httpx.AsyncClient, provider: Provider, *, timeout_s: float
         raise ProviderError(f"{provider.base_url} did not answer within {timeout_s:g} s") from None
     except httpx.HTTPError:
         raise ProviderError(f"{provider.base_url} cannot be reached") from None
+    except (httpx.InvalidURL, ValueError, OverflowError, ExceptionGroup):  # unsendable
+        raise ProviderError(f"{provider.name}'s address or key cannot be used") from None
     if answer.status_code in (401, 403):
         raise ProviderError(f"{provider.name} refused its key (HTTP {answer.status_code})")
     if answer.status_code >= 400:

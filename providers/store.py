@@ -103,11 +103,15 @@ class Provider:
             url = http_url(base_url.strip())
         except ValueError as exc:
             raise ProviderError(f"base_url: {exc}") from None
+        if "@" in url.split("/", 3)[2]:  # shown in lists, pages and logs: no password there
+            raise ProviderError("base_url: no user or password in it; give the key as api_key")
         if api_key is not None and not isinstance(api_key, str):
             raise ProviderError("api_key: a string")
         key = (api_key or "").strip()
-        if any(c.isspace() for c in key) or not key.isprintable():
-            raise ProviderError("api_key: one word without spaces")
+        # ASCII, as a header carries it: a key pasted with a typographic dash could not be
+        # sent (found by review).
+        if not key.isascii() or any(c.isspace() for c in key) or not key.isprintable():
+            raise ProviderError("api_key: one word of ASCII characters, without spaces")
         wanted = _words(serves, "serves")
         unknown = [s for s in wanted if s not in SERVICES]
         if not wanted or unknown:

@@ -140,6 +140,11 @@ class Speaker:
             raise SpeechError(
                 f"the speech server did not answer within {self._timeout_s:g} s"
             ) from None
+        except (httpx.InvalidURL, ValueError, OverflowError, ExceptionGroup) as exc:  # unsendable
+            log.warning("speech at %s: %s", endpoint.base_url, type(exc).__name__)
+            raise SpeechError(
+                "the speech server's address or key cannot be used; check its settings"
+            ) from None
         except httpx.HTTPError as exc:
             log.warning("speech at %s failed: %s", endpoint.base_url, type(exc).__name__)
             raise SpeechError("the speech server cannot be reached") from None

@@ -64,6 +64,11 @@ class Transcriber:
             raise TranscriptionError(
                 f"the transcription server did not answer within {self._timeout_s:g} s"
             ) from None
+        except (httpx.InvalidURL, ValueError, OverflowError, ExceptionGroup) as exc:  # unsendable
+            log.warning("transcription at %s: %s", endpoint.base_url, type(exc).__name__)
+            raise TranscriptionError(
+                "the transcription server's address or key cannot be used; check its settings"
+            ) from None
         except httpx.HTTPError as exc:
             log.warning("transcription at %s failed: %s", endpoint.base_url, type(exc).__name__)
             raise TranscriptionError("the transcription server cannot be reached") from None

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from bot.checks.result import Problem
-from engine.config import ModelConfig
+from engine.config import ModelConfig, http_url
 from engine.llm import LlmConnectionError, LlmError, LlmRequestError, LlmTimeout, OpenAICompatModel
 
 __all__ = [
@@ -83,7 +83,10 @@ def normalize_base_url(text: str) -> str:
         )
     if not parts.path:
         url += "/v1"
-    return url
+    try:  # a port or bracket mistyped (it ended setup with a traceback; found by review)
+        return http_url(url)
+    except ValueError as exc:
+        raise Problem(str(exc), kind="bad_url") from None
 
 
 async def list_models(http: httpx.AsyncClient, endpoint: Endpoint, timeout_s: float) -> list[str]:
@@ -98,6 +101,11 @@ async def list_models(http: httpx.AsyncClient, endpoint: Endpoint, timeout_s: fl
     except httpx.HTTPError as exc:  # refused, DNS, TLS, dropped connection
         log.info("GET %s failed: %s: %s", url, type(exc).__name__, exc)
         raise Problem(f"nothing answers at {endpoint.base_url}", kind="unreachable") from None
+    except (httpx.InvalidURL, ValueError, OverflowError, ExceptionGroup) as exc:  # unsendable
+        log.info("GET %s refused: %s: %s", url, type(exc).__name__, exc)
+        raise Problem(
+            f"{endpoint.base_url} is not an address that can be called", kind="bad_url"
+        ) from None
     if response.status_code in (401, 403):
         said = "needs an API key" if not endpoint.api_key else "refused the API key"
         raise Problem(

@@ -187,6 +187,10 @@ def test_custom_url_typed_after_a_url_without_a_scheme(
         term.send(fake.base_url.removeprefix("http://"))
         term.expect(r"✗ '127\.0\.0\.1:\d+/v1' is not a URL: it must start with http://")
         term.expect("Base URL of an OpenAI-compatible endpoint")
+        # A mistyped port ended setup with a traceback (found by review): asked again.
+        term.send(fake.base_url.replace("/v1", "x/v1"))
+        term.expect(r"✗ 'http://127\.0\.0\.1:\d+x/v1' is not a URL: Port could not be cast")
+        term.expect("Base URL of an OpenAI-compatible endpoint")
         term.send(fake.base_url.removesuffix("/v1"))  # no path: /v1 is added
         term.expect(r"API key \(Enter if it needs none\): ")
         term.send("")

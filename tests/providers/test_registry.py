@@ -48,6 +48,17 @@ def test_a_provider_is_checked_and_never_shows_its_key():
         ({"serves": "singing"}, "serves:"),
         ({"serves": ""}, "serves:"),
         ({"api_key": "two words"}, "api_key:"),
+        # Mistyped ports and brackets, a space, no host: they passed until 2026-12-06 and
+        # broke each request with an error nothing expected (found by review).
+        ({"base_url": "http://localhost:80a0/v1"}, "base_url:"),
+        ({"base_url": "http://127.0.0.1:99999/v1"}, "base_url:"),
+        ({"base_url": "http://[::1/v1"}, "base_url:"),
+        ({"base_url": "http://exa mple.org/v1"}, "base_url:"),
+        ({"base_url": "https:///v1"}, "base_url:"),
+        # A password in the address would be shown in lists, pages and logs.
+        ({"base_url": "https://user:secret@proxy.example/v1"}, "base_url:"),
+        # A key pasted with a typographic dash cannot go in a header.
+        ({"api_key": "sk\u2010live0123456789"}, "api_key:"),
         ({"models": ",".join(f"m{n}" for n in range(60))}, "models:"),
     ],
 )
