@@ -31,9 +31,9 @@ async def test_a_server_that_cannot_be_called_is_one_sentence(
     http: httpx.AsyncClient, fake_openai: FakeOpenAIServer, base_url: str, key: str
 ) -> None:
     base_url = base_url.format(fake=fake_openai.base_url)
-    with pytest.raises(TranscriptionError, match="cannot|address or key"):
+    with pytest.raises(TranscriptionError, match=r"cannot|address or key"):
         await Transcriber(http, timeout_s=2).transcribe(
             Endpoint(base_url, key, "whisper-1"), b"OggS....", "voice.ogg", "audio/ogg"
         )
-    with pytest.raises(SpeechError, match="cannot|address or key"):
+    with pytest.raises(SpeechError, match=r"cannot|address or key"):
         await Speaker(http, timeout_s=2).speak(Endpoint(base_url, key, "tts-1"), "hello", "alloy")
