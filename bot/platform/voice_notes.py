@@ -158,10 +158,11 @@ class VoiceNotes:
             if NOT_SET_UP not in heard.problems and attachment.get("kind") == "voice":
                 heard.problems.append(NOT_SET_UP)
             return None
+        mime_type = str(attachment.get("mime_type") or "audio/ogg")
         try:
             audio = (self.workspace / str(attachment["path"])).read_bytes()
             return await self._transcriber.transcribe(
-                endpoint, audio, Path(name).name, str(attachment.get("mime_type") or "audio/ogg")
+                endpoint, audio, uploaded_name(name, mime_type), mime_type
             )
         except (OSError, KeyError) as exc:
             log.warning("reading %s for transcription failed: %s", name, exc)
@@ -169,3 +170,34 @@ class VoiceNotes:
         except TranscriptionError as exc:
             heard.problems.append(f"🎤 I could not transcribe {name}: {exc}.")
         return None
+
+
+#: The extensions transcription servers read a format from (OpenAI's list), and the one
+#: each audio type is written with.
+_AUDIO_SUFFIXES = frozenset(
+    {".flac", ".m4a", ".mp3", ".mp4", ".mpeg", ".mpga", ".oga", ".ogg", ".opus", ".wav", ".webm"}
+)
+_SUFFIX_OF = {
+    "audio/ogg": ".ogg",
+    "audio/opus": ".ogg",
+    "audio/webm": ".webm",
+    "audio/mpeg": ".mp3",
+    "audio/mp3": ".mp3",
+    "audio/mp4": ".m4a",
+    "audio/x-m4a": ".m4a",
+    "audio/aac": ".m4a",
+    "audio/wav": ".wav",
+    "audio/x-wav": ".wav",
+    "audio/flac": ".flac",
+}
+
+
+def uploaded_name(name: str, mime_type: str) -> str:
+    """The file's name as sent to be transcribed, with an extension that says its format:
+    OpenAI reads the format from it, and Element names a voice message "Voice message"
+    (every one was refused as "Invalid file format" until 2026-12-06; found by review)."""
+    base = Path(name).name or "voice"
+    if Path(base).suffix.lower() in _AUDIO_SUFFIXES:
+        return base
+    kind = mime_type.split(";", 1)[0].strip().lower()
+    return base + _SUFFIX_OF.get(kind, ".ogg")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.platform.voice_notes import VoiceNotes
+from bot.platform.voice_notes import VoiceNotes, uploaded_name
 from providers import Endpoint
 
 
@@ -42,3 +42,13 @@ async def test_audio_larger_than_it_said_is_held_to_the_limit_once_downloaded(
         ]
     assert transcriber.uploads == []
     assert not (tmp_path / "uploads").exists()
+
+
+def test_a_voice_note_is_sent_to_be_heard_with_an_extension_that_says_its_format() -> None:
+    """Element names a voice message "Voice message": OpenAI reads the format from the
+    extension and refused every one as "Invalid file format" (found by review)."""
+    assert uploaded_name("Voice message", "audio/ogg") == "Voice message.ogg"
+    assert uploaded_name("clip", "audio/webm; codecs=opus") == "clip.webm"
+    assert uploaded_name("memo.M4A", "audio/mp4") == "memo.M4A"
+    assert uploaded_name("notes.txt", "audio/mpeg") == "notes.txt.mp3"
+    assert uploaded_name("../../x", "application/octet-stream") == "x.ogg"
