@@ -8,7 +8,7 @@ import logging
 
 from bot.checks.database import missing_sqlite_file
 from bot.checks.result import Check
-from engine.approval import DEFAULT_GROUP, RuleStore, evaluate
+from engine.approval import DEFAULT_GROUP, Rule, RuleStore, evaluate
 from engine.session import Decision
 from engine.store import connect
 
@@ -40,8 +40,8 @@ async def check_shell_gate(database_url: str) -> Check:
     finally:
         if db is not None:
             await db.close()
-    decision, rule = evaluate(rules, DEFAULT_GROUP, SHELL_TOOL, None, None, None)
-    if decision is not Decision.ALLOW or rule is None:
+    rule = _unasked(rules)
+    if rule is None:
         return fine
     return Check(
         "workspace.shell",
@@ -49,3 +49,17 @@ async def check_shell_gate(database_url: str) -> Check:
         f"rule {rule.id} lets {SHELL_TOOL} run without asking: the agent's shell can read secrets/",
         f"remove it (`chathub rules remove {rule.id}`) or add a narrower rule",
     )
+
+
+def _unasked(rules: list[Rule]) -> Rule | None:
+    """The rule that lets the shell run unasked somewhere: in any group, for any agent or
+    chat a rule names (until 2026-12-06 only a call of no chat and no agent was asked
+    about, so "allow execute_cmd for telegram:42" passed as asking; found by review)."""
+    groups = {DEFAULT_GROUP, *(r.group for r in rules)}
+    places = {(None, None), *((r.agent_id, r.source) for r in rules)}
+    for group in sorted(groups):
+        for agent, source in sorted(places, key=str):
+            decision, rule = evaluate(rules, group, SHELL_TOOL, None, agent, source)
+            if decision is Decision.ALLOW and rule is not None:
+                return rule
+    return None

@@ -244,17 +244,27 @@ def _secrets_link(s: Setup) -> None:
     (s.home / "workspace" / "secrets").symlink_to(s.home / "workspace" / "notes")
 
 
-def _shell_allowed(s: Setup) -> None:
+def _shell_allowed(s: Setup, **scope: str) -> None:
     async def add() -> None:
         db = await open_database(s.env["DATABASE_URL"], LAYERS)
         try:
             store = RuleStore(db)
             await store.seed_defaults()
-            await store.add_rule("execute_cmd", "allow", priority=10, note="trust me")
+            await store.add_rule("execute_cmd", "allow", priority=10, note="trust me", **scope)
         finally:
             await db.close()
 
     asyncio.run(add())
+
+
+def _shell_allowed_in_one_chat(s: Setup) -> None:
+    """The usual way to trust one's own chat: it passed as "asks" until 2026-12-06, only a
+    call of no chat and no agent was looked at (found by review)."""
+    _shell_allowed(s, source="telegram:42")
+
+
+def _shell_allowed_for_one_agent(s: Setup) -> None:
+    _shell_allowed(s, agent_id="main")
 
 
 def _mcp_broken(s: Setup) -> None:
@@ -324,6 +334,14 @@ BROKEN = {
         _shell_allowed,
         r"✗ rule \d+ lets execute_cmd run without asking: the agent's shell can read secrets/ "
         r"— remove it \(`chathub rules remove \d+`\)",
+    ),
+    "shell runs unasked in one chat": (
+        _shell_allowed_in_one_chat,
+        r"✗ rule \d+ lets execute_cmd run without asking: the agent's shell can read secrets/",
+    ),
+    "shell runs unasked for one agent": (
+        _shell_allowed_for_one_agent,
+        r"✗ rule \d+ lets execute_cmd run without asking: the agent's shell can read secrets/",
     ),
     "port taken": (_occupy, r"✗ HTTP port 127\.0\.0\.1:\d+ is taken by another program"),
     "mcp server": (_mcp_broken, r"✗ MCP server gone did not start or list its tools"),
