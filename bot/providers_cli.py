@@ -77,7 +77,11 @@ async def run_providers_command(
                     print(f"chathub: {args.key_env} is not set", file=err)
                     return 2
             else:
-                key = (read_key or getpass.getpass)("API key (Enter: none): ")
+                try:
+                    key = (read_key or getpass.getpass)("API key (Enter: none): ")
+                except (EOFError, KeyboardInterrupt):  # Ctrl-D, Ctrl-C (a traceback before)
+                    print("\ncancelled; nothing was added", file=err)
+                    return 130
             try:
                 provider = Provider.checked(args.name, args.base_url, key, args.serves, args.models)
                 await store.add(provider)

@@ -102,6 +102,8 @@ async def run_rules_command(
                 rule_id = int(args.id)
             except (TypeError, ValueError):
                 raise RuleError("id", f"{args.id!r} is not a rule id") from None
+            if not 0 < rule_id < 2**63:  # the database's integer (a traceback until 2026-12-06)
+                raise RuleError("id", f"{args.id!r} is not a rule id")
             rule = await store.remove_rule(rule_id)
             print(f"removed rule {rule.id} ({rule.tool_pattern} -> {rule.action})", file=out)
         else:

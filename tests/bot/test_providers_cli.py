@@ -89,3 +89,23 @@ async def test_a_refused_key_fails_the_test_in_one_line(url: str, fake_openai) -
 async def test_bad_input_is_one_line_and_status_2(url: str, argv, said) -> None:
     status, _out, err = await run(url, *argv, key=KEY)
     assert status == 2 and said in err and "Traceback" not in err and KEY not in err
+
+
+@pytest.mark.parametrize("stop", [EOFError, KeyboardInterrupt])
+async def test_ctrl_d_or_ctrl_c_at_the_key_prompt_adds_nothing_in_one_line(
+    url: str, stop: type[BaseException]
+) -> None:
+    """A traceback until 2026-12-06 (found by review)."""
+    parser = argparse.ArgumentParser()
+    add_providers_parser(parser.add_subparsers(dest="command"))
+    out, err = io.StringIO(), io.StringIO()
+
+    def interrupted(prompt: str) -> str:
+        raise stop
+
+    argv = ["providers", "add", "x", "--base-url", "http://127.0.0.1:9/v1", "--serves", "chat"]
+    status = await run_providers_command(
+        parser.parse_args(argv), url, out=out, err=err, read_key=interrupted
+    )
+    assert (status, err.getvalue().strip()) == (130, "cancelled; nothing was added")
+    assert (await run(url, "list"))[1].strip() == "No providers."

@@ -64,6 +64,8 @@ async def test_add_then_remove(url: str) -> None:
         (["add", "--tool", "*", "--action", "allow"], "tool:"),
         (["remove", "9999"], "id:"),
         (["remove", "abc"], "id:"),
+        (["remove", "99999999999999999999"], "id:"),  # past the database's integer
+        (["remove", "-1"], "id:"),
     ],
 )
 async def test_bad_input_names_the_field(url: str, argv: list[str], field: str) -> None:
