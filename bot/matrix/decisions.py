@@ -16,7 +16,7 @@ from functools import partial
 
 from nio import AsyncClient, RoomGetEventResponse
 
-from bot.delivery import CardRow
+from bot.delivery import OTHER, CardRow, RetryLater, Unavailable
 from bot.matrix.cards import MatrixCards, choice_of
 from bot.matrix.incoming import Incoming, parse_source
 from bot.matrix.people import People
@@ -103,8 +103,13 @@ class Decisions:
 
     async def _still_there(self, m: Incoming) -> bool:
         """Whether the reaction still stands (a redacted one has lost its content)."""
-        try:
-            answer = await call(self._nio.room_get_event(m.room_id, m.event_id))
+        try:  # paced and retried: a 429 read as "redacted" until 2026-12-06 (found by review)
+            answer = await self._sender.outbound.call(
+                m.room_id, lambda: call(self._nio.room_get_event(m.room_id, m.event_id)), kind=OTHER
+            )
+        except (RetryLater, Unavailable) as exc:
+            log.warning("reaction %s in %s: %s; taken", m.event_id, m.room_id, exc.description)
+            return True  # it came, and nothing said it went: not knowing is not "gone"
         except MatrixError as exc:
             log.info("reaction %s in %s: %s", m.event_id, m.room_id, exc.description)
             return False

@@ -181,8 +181,12 @@ class Incoming:
         return _message(event_id, room_id, sender, content, relates)
 
     @classmethod
-    def invite(cls, room_id: str, sender: str, event_id: str | None) -> Incoming:
-        key = event_id if is_event_id(event_id) else f"invite:{room_id}:{sender}"
+    def invite(cls, room_id: str, sender: str, event_id: str | None, batch: str = "") -> Incoming:
+        """``batch``: the sync that brought it, for an invite whose state has no event id
+        (Synapse's): a second invite to the same room by the same person, after a kick or
+        a pairing, was stored under the first's key and never acted on until 2026-12-06
+        (found by review)."""
+        key = event_id if is_event_id(event_id) else f"invite:{room_id}:{sender}:{batch}"
         assert key is not None
         return cls("invite", room_id, key, sender)
 

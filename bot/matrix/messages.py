@@ -20,7 +20,7 @@ from typing import Any
 from nio import AsyncClient, RoomGetEventResponse
 from sqlalchemy.engine import Connection
 
-from bot.delivery import RetryLater, Unavailable
+from bot.delivery import OTHER, RetryLater, Unavailable
 from bot.matrix.activity import RoomActivity
 from bot.matrix.cards import MatrixCards
 from bot.matrix.decisions import Decisions
@@ -128,6 +128,10 @@ class MessageHandler:
             return True
         try:
             answer = await call(self._nio.room_get_event(room_id, event_id))
+        except (RetryLater, Unavailable):
+            # Not knowing is not "no", as for is_direct: a reply to the bot was dropped
+            # during a 429 until 2026-12-06 (found by review).
+            raise
         except MatrixError:
             return False
         return isinstance(answer, RoomGetEventResponse) and answer.event.sender == self._me.user_id
@@ -242,8 +246,10 @@ class MessageHandler:
 
     async def _on_invite(self, m: Incoming) -> None:
         if self._access.is_allowed(m.sender):
-            try:
-                await call(self._nio.join(m.room_id))
+            try:  # paced and retried: a 429 or a 5xx lost the invite until 2026-12-06
+                await self._sender.outbound.call(
+                    m.room_id, lambda: call(self._nio.join(m.room_id)), kind=OTHER
+                )
             except MatrixError as exc:
                 log.warning("joining %s failed: %s", m.room_id, exc.description)
             return

@@ -22,7 +22,7 @@ from typing import Any
 
 from nio import AsyncClient, InviteMemberEvent, MessageDirection, RoomMessagesResponse, SyncResponse
 
-from bot.delivery import Backoff
+from bot.delivery import Backoff, RetryLater, Unavailable
 from bot.matrix.incoming import Incoming, is_room_id, writable
 from bot.matrix.people import MatrixMe
 from bot.matrix.sending import MatrixError, Rooms, TokenRevoked, call
@@ -97,20 +97,25 @@ class SyncLoop:
                 await asyncio.sleep(delay)
                 continue
             failures = 0
-            events = await self._events(answer, token, history=not first_ever)
-            if events:
-                try:
+            try:
+                events = await self._events(answer, token, history=not first_ever)
+                if events:
                     await self._take(events)  # stored before the token moves past them
-                except TokenRevoked:
-                    raise
-                except MatrixError as exc:  # the homeserver, asked about one: the batch again
-                    failures += 1
-                    delay = _BACKOFF.delay(failures)
-                    log.warning(
-                        "Matrix events not taken (%s); again in %.1f s", exc.description, delay
-                    )
-                    await asyncio.sleep(delay)
-                    continue
+            except TokenRevoked:
+                raise
+            except MatrixError as exc:  # the homeserver, asked about one: the batch again
+                failures += 1
+                delay = _BACKOFF.delay(failures)
+                log.warning("Matrix events not taken (%s); again in %.1f s", exc.description, delay)
+                await asyncio.sleep(delay)
+                continue
+            except Exception:  # the database away: the batch again (it ended receiving for
+                # the life of the process until 2026-12-06; found by review)
+                failures += 1
+                delay = _BACKOFF.delay(failures)
+                log.exception("Matrix events not taken; again in %.1f s", delay)
+                await asyncio.sleep(delay)
+                continue
             await self._settings.set(key, answer.next_batch)
             token, first_ever, full_state = answer.next_batch, False, False
             self.synced.set()
@@ -136,7 +141,7 @@ class SyncLoop:
         for room_id, invited in answer.rooms.invite.items():
             inviter = _inviter(invited.invite_state, me)
             if is_room_id(room_id) and writable(room_id) and inviter is not None:
-                events.append(Incoming.invite(room_id, *inviter))
+                events.append(Incoming.invite(room_id, *inviter, batch=answer.next_batch))
         for room_id in answer.rooms.leave:
             self._forget(room_id)
         for room_id, joined in answer.rooms.join.items():
@@ -168,6 +173,8 @@ class SyncLoop:
                         room_id, start=start, end=since, direction=MessageDirection.back, limit=100
                     )
                 )
+            except (RetryLater, Unavailable):
+                raise  # the batch again, later: its gap was lost until 2026-12-06
             except MatrixError as exc:
                 log.warning("reading back %s failed: %s", room_id, exc.description)
                 break

@@ -8,9 +8,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from nio import JoinedMembersError
+from nio import JoinedMembersError, RoomGetEventError
 
-from bot.delivery import Unavailable
+from bot.delivery import RetryLater, Unavailable
 from bot.matrix.incoming import Incoming
 from bot.matrix.messages import MessageHandler
 from bot.matrix.people import MatrixMe
@@ -95,3 +95,34 @@ async def test_a_thread_follow_up_is_for_the_bot_before_its_session_exists() -> 
     # (they were offered a pairing code in the thread, and the owner told, at every line).
     chat = Incoming("message", ROOM, "$c", "@mallory:example.org", "Alice, the usual?", "$root")
     assert not await messages.addressed(chat)
+
+
+class LimitedOnce:
+    """matrix-nio's client whose room_get_event answers a 429 (M_LIMIT_EXCEEDED)."""
+
+    async def room_get_event(self, room_id: str, event_id: str) -> Any:
+        limited = RoomGetEventError("Too Many Requests", "M_LIMIT_EXCEEDED", retry_after_ms=100)
+        limited.transport_response = Answered(429)  # type: ignore[assignment]
+        return limited
+
+
+class NoCards:
+    async def at(self, room_id: str, event_id: str) -> None:
+        return None
+
+
+async def test_a_reply_whose_target_cannot_be_read_now_is_asked_again_not_dropped() -> None:
+    """A reply to the bot in a group room was taken for one to nobody during a 429, and
+    the sync token moved past it (found by review): the batch is taken again."""
+    rooms = Rooms()
+    rooms.members[ROOM] = 5
+    me = MatrixMe(user_id="@bot:example.org", display_name="Bot")
+    access = Access(Store(), allowed=["@alice:example.org"], clock=lambda: 0.0)
+    unused: Any = None
+    messages = MessageHandler(
+        NoSessionsYet(), LimitedOnce(), me, unused, rooms, access, unused, NoCards(),  # type: ignore[arg-type]
+        *([unused] * 4),
+    )  # fmt: skip
+    reply = Incoming("message", ROOM, "$r", "@alice:example.org", "and then?", None, "$answer")
+    with pytest.raises(RetryLater):
+        await messages.addressed(reply)

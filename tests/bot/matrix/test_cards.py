@@ -8,10 +8,11 @@ from typing import Any
 
 from nio.responses import RoomSendResponse
 
-from bot.delivery import CardRow, Pacing
+from bot.delivery import CardRow, Pacing, Unavailable
 from bot.delivery.outbound import Outbound
 from bot.matrix.cards import MatrixFace
-from bot.matrix.incoming import source_of
+from bot.matrix.decisions import Decisions
+from bot.matrix.incoming import Incoming, source_of
 from bot.matrix.sending import MatrixClient, MatrixSender, Rooms
 from bot.platform.open_cards import REPOST_FIRST_S, OpenCards
 from bot.platform.tasks import Background, Runtime
@@ -57,3 +58,25 @@ async def test_a_card_posted_again_is_not_a_second_event() -> None:
 
     assert store.rows[7].message_id is not None
     assert len(homeserver.events) == 1, "the room shows the card twice"
+
+
+class _Away:
+    """The delivery layer, past its retries: the homeserver still answers 503."""
+
+    async def call(self, *args: Any, **kwargs: Any) -> Any:
+        raise Unavailable("HTTP 503")
+
+
+class _SenderAway:
+    outbound = _Away()
+
+
+async def test_a_reaction_that_cannot_be_checked_now_still_decides() -> None:
+    """A 429 or 5xx while asking whether the ✅ was taken back read as "redacted": the card
+    kept waiting though its person had decided (found by review)."""
+    unused: Any = None
+    decisions = Decisions(unused, unused, unused, unused, _SenderAway(), unused)  # type: ignore[arg-type]
+    reaction = Incoming(
+        "reaction", "!room:example.org", "$r", "@alice:example.org", "✅", None, "$c"
+    )
+    assert await decisions._still_there(reaction)
