@@ -154,7 +154,7 @@ class SyncLoop:
             self._learn(room_id, timeline, None)
             if not history:
                 continue  # the account's first sync: what was said before is not answered
-            for raw in timeline:
+            for raw in _since_invited(timeline, me):
                 if isinstance(raw, dict):
                     incoming = Incoming.of(raw, room_id, me)
                     if incoming is not None:
@@ -218,3 +218,24 @@ def _inviter(invite_state: list[Any], me: str) -> tuple[str, str | None] | None:
         ):
             return event.sender, event.source.get("event_id")
     return None
+
+
+def _since_invited(timeline: list[Any], me: str) -> list[Any]:
+    """A room the bot joins in this batch: its timeline from the bot's invite on (from its
+    join when the invite is not in it). What was said before the bot was invited is not
+    for it: until 2026-12-06 it answered a room's earlier messages, up to 50 at once
+    (found by review)."""
+    cut = None
+    for index, raw in enumerate(timeline):
+        if not isinstance(raw, dict) or raw.get("type") != "m.room.member":
+            continue
+        if raw.get("state_key") != me:
+            continue
+        membership = (raw.get("content") or {}).get("membership")
+        unsigned = raw.get("unsigned") if isinstance(raw.get("unsigned"), dict) else {}
+        before = (unsigned.get("prev_content") or {}).get("membership")
+        if membership == "invite":
+            cut = index
+        elif membership == "join" and before != "join" and cut is None:
+            cut = index  # a join, not a change of the bot's name in a room it is in
+    return timeline if cut is None else timeline[cut + 1 :]

@@ -382,3 +382,18 @@ async def test_the_sync_goes_on_after_the_database_failed_once(make_service, acc
     accounts.alice.say(room, "second")
     await until(lambda: "second" in "\n".join(_said(accounts, room)))
     assert "first" in "\n".join(_said(accounts, room))  # the failed batch, taken again
+
+
+async def test_what_was_said_before_the_bot_was_invited_is_not_answered(make_service, accounts):
+    """A room joined comes with its latest events: until 2026-12-06 they were taken as
+    new, and the bot answered what was said before it was there (found by review)."""
+    await make_service()
+    alice, bot = accounts.alice, accounts.bot
+    room = alice.create_room(direct=True)
+    for n in range(3):
+        alice.say(room, f"note to self {n}")
+    alice.invite(room, bot.user_id)
+    await until(lambda: joined(alice, room, bot.user_id))
+    alice.say(room, "hello bot")
+    await until(lambda: "echo: hello bot" in "\n".join(bodies(alice, room, bot.user_id)))
+    assert "note to self" not in "\n".join(bodies(alice, room, bot.user_id))
