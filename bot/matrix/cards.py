@@ -14,7 +14,7 @@ from typing import Any
 
 from bot.delivery import CardRow, CardStore
 from bot.matrix.incoming import parse_source
-from bot.matrix.sending import MatrixSender, content_of, in_thread
+from bot.matrix.sending import MatrixSender, content_of, fitted, in_thread
 from bot.platform.cards import CardContent, Choice, outcome_line
 from bot.platform.open_cards import OpenCards, Words
 from engine.hub import ChatHub
@@ -124,12 +124,12 @@ class MatrixFace:
 
     async def post(self, card: CardRow, attachment: Any) -> str | None:
         place = parse_source(card.source)
-        content = in_thread(content_of(_shown(card)), place)
+        content = in_thread(fitted(content_of(_shown(card))), place)
         return await self._sender.post_now(place, content, f"card.{card.tool_call_id}")
 
     async def closed(self, card: CardRow, outcome: str, by: str | None, note: str | None) -> None:
         assert card.message_id is not None
-        content = content_of(_closed(card, outcome, by, note))
+        content = fitted(content_of(_closed(card, outcome, by, note)))
         await self._sender.replace(card.conversation, card.message_id, content)
 
 

@@ -39,6 +39,8 @@ from engine.store import SENDER_KEY, AppSettings
 __all__ = ["ENCRYPTED", "FILES_NOT_READ", "NOT_PAIRED", "MessageHandler"]
 
 log = logging.getLogger(__name__)
+#: Thread roots remembered as the bot's or not (the oldest forgotten first).
+_ROOTS_KEPT = 1000
 
 FILES_NOT_READ = "I cannot read files sent on Matrix yet; please write what you need as text."
 ENCRYPTED = (
@@ -82,6 +84,7 @@ class MessageHandler:
         self._activity = activity
         self._settings = settings
         self._voice = voice
+        self._roots: dict[tuple[str, str], bool] = {}
 
     # -- what is stored at all --------------------------------------------------------------
 
@@ -107,7 +110,26 @@ class MessageHandler:
             return True
         if m.thread is None or not self._access.is_allowed(m.sender):
             return False
-        return await self._threads.joined(m.source)
+        if await self._threads.joined(m.source):
+            return True
+        # Element's "Reply in thread" on the bot's answer: no mention, and its reply is a
+        # thread's fallback (not read as one); it was for no one until 2026-12-06 (found
+        # by review).
+        if await self._root_is_mine(m.room_id, m.thread):
+            self._threads.join(m.source)
+            return True
+        return False
+
+    async def _root_is_mine(self, room_id: str, root: str) -> bool:
+        """Whether the bot wrote a thread's root (asked once per thread and process)."""
+        key = (room_id, root)
+        known = self._roots.get(key)
+        if known is None:
+            known = await self._is_mine(room_id, root)
+            if len(self._roots) >= _ROOTS_KEPT:
+                self._roots.pop(next(iter(self._roots)))
+            self._roots[key] = known
+        return known
 
     async def is_direct(self, room_id: str) -> bool:
         """A room of the bot and one person (its joined members, asked once per change)."""

@@ -231,6 +231,20 @@ def _size(content: Json) -> int:
     return len(json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode())
 
 
+def fitted(content: Json, budget: int = CONTENT_BUDGET) -> Json:
+    """``content`` within ``budget`` bytes: as it is, else plain text (its HTML may be many
+    times its Markdown: a question's table of 4 KB was 233 KB, which the homeserver
+    refused, and the card was never shown; found by review), else its body cut."""
+    if _size(content) <= budget:
+        return content
+    plain = {k: v for k, v in content.items() if k not in ("format", "formatted_body")}
+    if _size(plain) > budget:
+        body = str(plain.get("body", "")).encode()
+        keep = max(0, len(body) - (_size(plain) - budget) - _CUT_MARGIN)
+        plain["body"] = body[:keep].decode(errors="ignore") + "…"
+    return plain
+
+
 def edit_of(content: Json, event_id: str) -> Json:
     """An ``m.replace`` of ``event_id`` by ``content``, within ``CONTENT_BUDGET``: the new
     content, and around it the fallback clients without edits show. The content is
@@ -250,16 +264,8 @@ def edit_of(content: Json, event_id: str) -> Json:
         return edit
     fallback = {k: v for k, v in new.items() if k not in ("format", "formatted_body")}
     fallback["body"] = f"* {new.get('body', '')[:_FALLBACK_CHARS]}…"
-    edit = {**fallback, "m.new_content": new, "m.relates_to": relates}
-    if _size(edit) > CONTENT_BUDGET:
-        new = {k: v for k, v in new.items() if k not in ("format", "formatted_body")}
-        edit["m.new_content"] = new
-    if _size(edit) > CONTENT_BUDGET:
-        over = _size(edit) - CONTENT_BUDGET
-        body = new.get("body", "").encode()
-        keep = max(0, len(body) - over - _CUT_MARGIN)
-        new["body"] = body[:keep].decode(errors="ignore") + "…"
-    return edit
+    around = {**fallback, "m.relates_to": relates}
+    return {**around, "m.new_content": fitted(new, CONTENT_BUDGET - _size(around))}
 
 
 #: Characters of an edit's fallback when the whole content twice would not fit.

@@ -124,22 +124,36 @@ class MatrixService:
 
     async def _run(self) -> None:
         assert self.adapter is not None
-        try:
-            await self._sign_in()
-            self._signed_in.set()
-            if self.owner_home and self.settings.matrix_owner_id:
-                self._tasks.spawn(self._home_at_owner(self.settings.matrix_owner_id))
-            if self.fleet is None:
-                await self._sync()
-            else:  # one sync loop for the fleet: the lease's holder's
-                election = ReceiverElection(
-                    Leases(self.db), self.fleet.owner, self._sync, name=SYNC_LEASE
-                )
-                await election.run()
-        except _Refused as exc:
-            self._refuse(exc.line)
-        except TokenRevoked:
-            self._refuse(REVOKED)
+        settings = self.settings
+        logged_in_again = False
+        while True:
+            try:
+                await self._sign_in()
+                self._signed_in.set()
+                if self.owner_home and settings.matrix_owner_id and not logged_in_again:
+                    self._tasks.spawn(self._home_at_owner(settings.matrix_owner_id))
+                if self.fleet is None:
+                    await self._sync()
+                else:  # one sync loop for the fleet: the lease's holder's
+                    election = ReceiverElection(
+                        Leases(self.db), self.fleet.owner, self._sync, name=SYNC_LEASE
+                    )
+                    await election.run()
+                return
+            except _Refused as exc:
+                self._refuse(exc.line)
+                return
+            except TokenRevoked:
+                if settings.matrix_access_token or logged_in_again:
+                    self._refuse(REVOKED if settings.matrix_access_token else _password_line())
+                    return
+                # The token a password's login gave was revoked while running: log in
+                # again now (until 2026-12-06 it said MATRIX_ACCESS_TOKEN, which nobody
+                # set, and kept the dead token for the next start; found by review).
+                assert settings.matrix_user_id is not None
+                await AppSettings(self.db).set(token_setting(settings.matrix_user_id), "")
+                self.adapter.nio.access_token = ""
+                logged_in_again = True
 
     def _refuse(self, line: str) -> None:
         log.error("Matrix: %s", line)

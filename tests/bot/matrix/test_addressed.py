@@ -42,6 +42,20 @@ class Answered:
         self.status = status
 
 
+class NoCards:
+    async def at(self, room_id: str, event_id: str) -> None:
+        return None
+
+
+class NotTheBots:
+    """A homeserver for which every thread root asked about is someone else's."""
+
+    async def room_get_event(self, room_id: str, event_id: str) -> Any:
+        missing = RoomGetEventError("Event not found", "M_NOT_FOUND")
+        missing.transport_response = Answered(404)  # type: ignore[assignment]
+        return missing
+
+
 def handler(nio: Homeserver, rooms: Rooms) -> MessageHandler:
     unused: Any = None
     return MessageHandler(
@@ -79,7 +93,10 @@ async def test_a_thread_follow_up_is_for_the_bot_before_its_session_exists() -> 
     me = MatrixMe(user_id="@bot:example.org", display_name="Bot")
     unused: Any = None
     access = Access(Store(), allowed=["@alice:example.org"], clock=lambda: 0.0)
-    messages = MessageHandler(NoSessionsYet(), unused, me, unused, rooms, access, *([unused] * 6))  # type: ignore[arg-type]
+    messages = MessageHandler(
+        NoSessionsYet(), NotTheBots(), me, unused, rooms, access, unused, NoCards(),  # type: ignore[arg-type]
+        *([unused] * 4),
+    )  # fmt: skip
 
     def said(text: str, thread: str) -> Incoming:
         return Incoming("message", ROOM, f"$e{len(text)}", "@alice:example.org", text, thread)
@@ -104,11 +121,6 @@ class LimitedOnce:
         limited = RoomGetEventError("Too Many Requests", "M_LIMIT_EXCEEDED", retry_after_ms=100)
         limited.transport_response = Answered(429)  # type: ignore[assignment]
         return limited
-
-
-class NoCards:
-    async def at(self, room_id: str, event_id: str) -> None:
-        return None
 
 
 async def test_a_reply_whose_target_cannot_be_read_now_is_asked_again_not_dropped() -> None:

@@ -6,13 +6,16 @@ import asyncio
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import pytest
 from sqlalchemy.exc import OperationalError
 
 from bot.matrix.incoming import source_of
+from bot.matrix.service import token_setting
 from engine.approval import Decider
 from engine.hub import Choice
 from engine.llm.scripted import text
+from engine.store import AppSettings
 from tests.bot.matrix.conftest import bodies, bot_messages, direct_room, joined, until
 from tests.bot.platform_contract.scripts import shell
 from tests.bot.telegram_contract.conftest import stop
@@ -397,3 +400,46 @@ async def test_what_was_said_before_the_bot_was_invited_is_not_answered(make_ser
     alice.say(room, "hello bot")
     await until(lambda: "echo: hello bot" in "\n".join(bodies(alice, room, bot.user_id)))
     assert "note to self" not in "\n".join(bodies(alice, room, bot.user_id))
+
+
+async def test_a_thread_on_the_bots_answer_is_for_the_bot(make_service, accounts):
+    """Element's "Reply in thread" on the bot's answer carries no mention and only the
+    thread's falling-back reply: it was for no one (found by review)."""
+    await make_service()
+    alice, owner, bot = accounts.alice, accounts.owner, accounts.bot
+    room = alice.create_room(invite=[bot.user_id, owner.user_id])
+    await until(lambda: joined(alice, room, bot.user_id))
+    owner.join(room)
+    alice.say(room, "bot, hello", **{"m.mentions": {"user_ids": [bot.user_id]}})
+    await until(lambda: "echo: bot, hello" in bodies(alice, room, bot.user_id))
+    root = next(
+        m["event_id"]
+        for m in bot_messages(alice, room, bot.user_id)
+        if m["content"]["body"] == "echo: bot, hello"
+    )
+    thread = {"rel_type": "m.thread", "event_id": root, "is_falling_back": True}
+    relation = {**thread, "m.in_reply_to": {"event_id": root}}
+    alice.say(room, "tell me more", **{"m.relates_to": relation, "m.mentions": {}})
+    await until(lambda: "echo: tell me more" in bodies(alice, room, bot.user_id))
+
+
+async def test_a_password_logs_in_again_when_its_token_is_revoked_while_running(
+    make_service, accounts, homeserver
+):
+    """The kept token was revoked (signed out elsewhere): the service said
+    MATRIX_ACCESS_TOKEN, which nobody had set, and kept the dead token, so the next start
+    refused too (found by review). It logs in again and goes on."""
+    service = await make_service(matrix_access_token="", matrix_password="secret")
+    settings = AppSettings(service.engine.store.db)
+    kept = await settings.get(token_setting(accounts.bot.user_id))
+    assert kept
+    async with httpx.AsyncClient() as http:  # signed out elsewhere
+        logout = f"{homeserver.url}/_matrix/client/v3/logout"
+        signed_out = await http.post(logout, json={}, headers={"Authorization": f"Bearer {kept}"})
+        signed_out.raise_for_status()
+    room = direct_room(accounts)
+    await until(lambda: joined(accounts.alice, room, accounts.bot.user_id))
+    accounts.alice.say(room, "still there?")
+    await until(lambda: "echo: still there?" in _said(accounts, room))
+    assert not service.refused.done()
+    assert await settings.get(token_setting(accounts.bot.user_id)) not in ("", kept)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from bot.matrix.sending import CONTENT_BUDGET, contents_of, edit_of
+from bot.matrix.cards import question_text
+from bot.matrix.sending import CONTENT_BUDGET, content_of, contents_of, edit_of, fitted
 
 
 def numbers_table(rows: int = 180, columns: int = 12) -> str:
@@ -82,3 +83,18 @@ def test_an_image_the_model_wrote_is_a_link_never_an_img() -> None:
     assert "<img" not in html
     assert '<a href="https://evil.example/x.png?d=secret">chart</a>' in html
     assert "data:" not in html
+
+
+def test_a_card_whose_html_is_too_big_is_plain_then_cut_to_fit() -> None:
+    """A question's table with rows that leave cells out: 6 KB of Markdown, hundreds of
+    KB of HTML (markdown-it fills each row); the homeserver refused the card, which was
+    never shown (found by review)."""
+    columns = "|" + "|".join(f"c{i}" for i in range(40)) + "|\n"
+    table = columns + "|" + "|".join("-" for _ in range(40)) + "|\n" + "|r|\n" * 500
+    question = content_of(question_text("Which row should I keep?\n\n" + table))
+    assert size(question) > CONTENT_BUDGET
+    fit = fitted(question)
+    assert size(fit) <= CONTENT_BUDGET and "formatted_body" not in fit
+    assert fit["body"] == question["body"]  # the words all there, as Markdown
+    huge = fitted({"msgtype": "m.text", "body": "界" * 40_000})
+    assert size(huge) <= CONTENT_BUDGET and huge["body"].endswith("…")
