@@ -465,7 +465,13 @@ class McpManager:
 
     async def _on_message(self, server: str, message: Any) -> None:
         if isinstance(message, Exception):
+            # A line the client could not read (a lone surrogate, say) may have been the
+            # answer a call waits for: the link goes now, so the call fails at once
+            # instead of at its timeout (30 s until 2026-12-06; found by review).
             log.warning("mcp server %s: transport error: %s", server, _describe(message))
+            conn = self._conns.get(server)
+            if conn is not None:
+                self._drop(conn)
             return
         method = getattr(message, "method", None)
         if not isinstance(method, str):

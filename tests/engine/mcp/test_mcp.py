@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -336,6 +337,20 @@ async def test_a_server_that_never_lists_is_not_waited_for_at_every_round(
         with pytest.raises(ToolError, match="did not answer"):
             await manager.tools("raw", passive=True)  # the next round: not started again
         assert len(starts.read_text().split()) == 1
+
+
+async def test_a_line_the_client_cannot_read_fails_the_call_at_once(store: Store) -> None:
+    """A result holding a lone surrogate (Node writes one for a string cut inside an
+    emoji) is refused by the SDK's reader as a whole: the call waited its whole timeout
+    (found by review). The link goes at once, and the server is started again."""
+    result = {"content": [{"type": "text", "text": "before \ud800 after"}]}
+    server = _raw([_PID, {"name": "get", "inputSchema": {"type": "object"}}], result)
+    async with _manager(store, replace(server, timeout_s=30)) as manager:
+        first = await manager.call("raw", "pid", {})
+        with pytest.raises(ToolError) as failed:
+            await manager.call("raw", "get", {})
+        assert "did not answer" not in str(failed.value)
+        assert await manager.call("raw", "pid", {}) != first  # started again
 
 
 async def _events(store: Store, want: int) -> list[Any]:
