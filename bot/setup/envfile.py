@@ -5,6 +5,7 @@ file exactly as it was."""
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import stat
@@ -12,6 +13,8 @@ import tempfile
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+
+from dotenv import dotenv_values
 
 __all__ = ["EnvFile", "EnvFileError"]
 
@@ -53,19 +56,24 @@ class EnvFile:
         return None
 
     def values(self) -> dict[str, str]:
-        """The file's assignments, unquoted (the last one of a name wins, as for dotenv)."""
-        found: dict[str, str] = {}
-        for line in self._lines():
-            match = _ASSIGNMENT.match(line)
-            if match:
-                found[match.group(1)] = _unquote(line[match.end() :])
-        return found
+        """The file's assignments as ``chathub serve`` reads them: by python-dotenv, as
+        pydantic-settings does (until 2026-12-06 a quoted value with a comment after it,
+        ``URL="https://…"  # proxy``, kept its quotes here; found by review)."""
+        text = "\n".join(self._lines())
+        return {k: v for k, v in dotenv_values(stream=io.StringIO(text)).items() if v is not None}
 
     def write(self, updates: Mapping[str, str]) -> Path | None:
         """Set ``updates``, keep every other line; return the backup's path (if any)."""
         problem = self.problem()
         if problem:
             raise EnvFileError(problem)
+        for name, value in updates.items():
+            if "${" in value:  # dotenv expands it in any quotes: the service would read
+                # another value (found by review)
+                raise EnvFileError(
+                    f"{name}: its value holds '${{', which .env expands to something else; "
+                    f"set {name} in the environment instead"
+                )
         text = _merge(self._lines(), updates, self._clock())
         try:
             return self._replace(text)
@@ -145,11 +153,3 @@ def _quote(value: str) -> str:
     if _BARE.fullmatch(value):
         return value
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _unquote(raw: str) -> str:
-    raw = raw.strip()
-    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
-        inner = raw[1:-1]
-        return inner.replace('\\"', '"').replace("\\\\", "\\") if raw[0] == '"' else inner
-    return raw.split(" #", 1)[0].strip()

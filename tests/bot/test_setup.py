@@ -23,7 +23,7 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from bot.checks.discovery import LocalServer
-from bot.setup.envfile import EnvFile
+from bot.setup.envfile import EnvFile, EnvFileError
 from bot.setup.terminal import Terminal
 from bot.setup.wizard import Network, SetupOptions, Wizard
 from tests.bot.process import free_port
@@ -417,6 +417,25 @@ def test_envfile_quotes_what_needs_it(tmp_path: Path) -> None:
 
     settings = Settings(_env_file=tmp_path / ".env")  # dotenv reads what we wrote
     assert settings.llm_api_key == 'a b"c\\d'
+
+
+def test_envfile_reads_and_writes_as_the_service_does(tmp_path: Path) -> None:
+    """A quoted value with a comment after it kept its quotes here (setup then probed
+    '"https://…"' and wrote it back quoted twice), and a secret holding "${…}" was
+    written where the service expands it, in any quotes (found by review)."""
+    env = tmp_path / ".env"
+    env.write_text('DISCORD_API_URL="https://proxy.example/api/v10"  # through the proxy\n')
+    target = EnvFile(env)
+    assert target.values()["DISCORD_API_URL"] == "https://proxy.example/api/v10"
+    with pytest.raises(EnvFileError, match=r"LLM_API_KEY: its value holds '\$\{'"):
+        target.write({"LLM_API_KEY": "pa${HOME}ss"})  # .env would expand it: not written
+    target.write({"LLM_API_KEY": "pa$HOME ss", "LLM_BASE_URL": "http://127.0.0.1:9/v1"})
+    from bot.settings import Settings
+
+    settings = Settings(_env_file=env)
+    assert settings.llm_api_key == "pa$HOME ss"
+    assert settings.discord_api_url == "https://proxy.example/api/v10"
+    assert target.values()["LLM_API_KEY"] == "pa$HOME ss"
 
 
 def test_run_without_a_terminal_prints_the_fix(tmp_path: Path) -> None:
