@@ -103,6 +103,8 @@ class Provider:
             url = http_url(base_url.strip())
         except ValueError as exc:
             raise ProviderError(f"base_url: {exc}") from None
+        if not url.isascii():
+            raise ProviderError("base_url: ASCII only (an international domain as xn--…)")
         if "@" in url.split("/", 3)[2]:  # shown in lists, pages and logs: no password there
             raise ProviderError("base_url: no user or password in it; give the key as api_key")
         if api_key is not None and not isinstance(api_key, str):

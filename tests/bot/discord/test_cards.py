@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import Any
 
@@ -196,4 +197,9 @@ async def test_an_approval_card_sent_during_an_outage_shows_once_discord_is_back
     await until(lambda: sum(c.route == MESSAGES and c.status == 503 for c in fake.calls) == 12)
     await until(lambda: card_in(fake, channel) is not None)
     [waiting] = await service.hub.pending_approvals()
-    assert (await discord_of(service).cards.stored(waiting.tool_call_id)).message_id is not None
+    cards = discord_of(service).cards
+    for _ in range(500):  # the card's message id is stored once Discord's answer is read
+        if (await cards.stored(waiting.tool_call_id)).message_id is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert (await cards.stored(waiting.tool_call_id)).message_id is not None
