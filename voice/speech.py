@@ -9,6 +9,7 @@ sentence; a platform then sends the text instead, never nothing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from typing import Any
@@ -130,13 +131,14 @@ class Speaker:
         headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
         body = {"model": endpoint.model, "input": text, "voice": voice, "response_format": "opus"}
         try:
-            answer = await self._http.post(
-                f"{endpoint.base_url}/audio/speech",
-                json=body,
-                headers=headers,
-                timeout=self._timeout_s,
-            )
-        except httpx.TimeoutException:
+            async with asyncio.timeout(self._timeout_s):  # for the whole answer, not a read
+                answer = await self._http.post(
+                    f"{endpoint.base_url}/audio/speech",
+                    json=body,
+                    headers=headers,
+                    timeout=self._timeout_s,
+                )
+        except (httpx.TimeoutException, TimeoutError):
             raise SpeechError(
                 f"the speech server did not answer within {self._timeout_s:g} s"
             ) from None

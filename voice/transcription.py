@@ -11,6 +11,7 @@ the log, and a key never appears in either.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -52,14 +53,17 @@ class Transcriber:
         headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
         url = f"{endpoint.base_url}/audio/transcriptions"
         try:
-            answer = await self._http.post(
-                url,
-                data={"model": endpoint.model, "response_format": "json"},
-                files={"file": (filename, audio, mime_type)},
-                headers=headers,
-                timeout=self._timeout_s,
-            )
-        except httpx.TimeoutException:
+            # A deadline for the whole answer: httpx's timeout is per read, and a server
+            # that sent a byte now and then held the note far past it (found by review).
+            async with asyncio.timeout(self._timeout_s):
+                answer = await self._http.post(
+                    url,
+                    data={"model": endpoint.model, "response_format": "json"},
+                    files={"file": (filename, audio, mime_type)},
+                    headers=headers,
+                    timeout=self._timeout_s,
+                )
+        except (httpx.TimeoutException, TimeoutError):
             log.warning("transcription at %s timed out", endpoint.base_url)
             raise TranscriptionError(
                 f"the transcription server did not answer within {self._timeout_s:g} s"

@@ -1,13 +1,22 @@
-"""The transcription and speech clients against servers that cannot be called: an
-address or a key no request can carry is one sentence, never an exception of httpx's
-(a voice note was lost with it, and a voice reply sent nothing; found by review)."""
+"""The transcription and speech clients against servers that cannot be called or take
+their time: an address or a key no request can carry is one sentence, never an exception
+of httpx's (a voice note was lost with it, and a voice reply sent nothing), and the
+timeout holds for the whole answer (all found by review)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
 
 from providers import Endpoint
+from tests.fakes.background import BackgroundServer
 from tests.fakes.openai_server import FakeOpenAIServer
 from voice import Speaker, SpeechError, Transcriber, TranscriptionError
 
@@ -37,3 +46,36 @@ async def test_a_server_that_cannot_be_called_is_one_sentence(
         )
     with pytest.raises(SpeechError, match=r"cannot|address or key"):
         await Speaker(http, timeout_s=2).speak(Endpoint(base_url, key, "tts-1"), "hello", "alloy")
+
+
+async def _drip(request: Request) -> StreamingResponse:
+    async def body() -> AsyncIterator[bytes]:
+        for _ in range(20):  # a byte now and then: no read waits long
+            yield b" "
+            await asyncio.sleep(0.2)
+        yield b'{"text": "late"}'
+
+    return StreamingResponse(body(), media_type="application/json")
+
+
+@pytest.fixture(scope="module")
+def dripping() -> Iterator[str]:
+    server = BackgroundServer(
+        Starlette(routes=[Route("/v1/audio/{job}", _drip, methods=["POST"])]), "drip"
+    )
+    server.start()
+    yield f"http://127.0.0.1:{server.port}/v1"
+    server.stop()
+
+
+async def test_the_timeout_is_a_deadline_for_the_whole_answer(
+    http: httpx.AsyncClient, dripping: str
+) -> None:
+    """httpx's timeout is per read: a server sending a byte now and then held a voice
+    note for as long as it liked (found by review)."""
+    with pytest.raises(TranscriptionError, match=r"did not answer within 0\.5 s"):
+        await Transcriber(http, timeout_s=0.5).transcribe(
+            Endpoint(dripping, "", "whisper-1"), b"OggS....", "voice.ogg", "audio/ogg"
+        )
+    with pytest.raises(SpeechError, match=r"did not answer within 0\.5 s"):
+        await Speaker(http, timeout_s=0.5).speak(Endpoint(dripping, "", "tts-1"), "hi", "alloy")
