@@ -100,6 +100,8 @@ log = logging.getLogger(__name__)
 
 
 SHUTDOWN_S = 10.0
+#: In a fleet, how often memory reads again what other processes changed (facts, opt-outs).
+MEMORY_REREAD_S = 2.0
 #: getUpdates failures back off to at most this: polling resumes within seconds of a
 #: Telegram outage ending (the bar: within 10 s of a fault clearing).
 POLL_MAX_BACKOFF_S = 5.0
@@ -316,6 +318,7 @@ class Service:
                 embeddings=embeddings,
                 embedder_limits=EmbedderLimits(batch=settings.embedding_batch),
                 min_similarity=settings.embedding_min_similarity,
+                reread_s=MEMORY_REREAD_S if self.notifier is not None else None,
             )
             await memory.start()
             if owner:  # the owner's web chat and console are the owner's Telegram self

@@ -63,6 +63,11 @@ class ProfileCache:
         for key in [k for k in self._rendered if k[0] == user_id]:
             del self._rendered[key]
 
+    def clear(self) -> None:
+        """Every profile rendered again at its next read (another process changed facts)."""
+        for user_id in {key[0] for key in self._rendered}:
+            self.forget(user_id)
+
     def __len__(self) -> int:
         return len(self._rendered)
 

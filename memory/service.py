@@ -85,13 +85,20 @@ class MemoryService:
         embeddings: EmbeddingConfig | EmbeddingChoice | None = None,
         embedder_limits: EmbedderLimits | None = None,
         min_similarity: float = 0.3,
+        reread_s: float | None = None,
     ) -> None:
         """``models``: the deriver's models in the order to try them; ``None``: no facts
         are derived (search, profiles and the tools still work). ``embeddings``: the
         endpoint for semantic recall, or the choice of one that follows the providers
         (``chathub serve``'s: whoever follows it makes it choose again; while it names
-        nobody, search is full text only); ``None``: search is full text only."""
+        nobody, search is full text only); ``None``: search is full text only.
+        ``reread_s``: in a fleet, other processes change facts and opt-outs too (a
+        derivation, a ``/forget_me`` or ``/memory off`` taken by the receiver), so what is
+        cached here is read again that often (until 2026-12-06 never: a forgotten fact
+        stayed in another process's profiles; found by review)."""
         self._db = db
+        self._reread_s = reread_s
+        self._reread: asyncio.Task[None] | None = None
         self._bus = bus
         self._capacity = capacity
         self.indexer = indexer or Indexer(db)
@@ -130,6 +137,21 @@ class MemoryService:
         self._sub = self._bus.subscribe(self._capacity)
         self._task = asyncio.create_task(self._run(self._sub), name="chathub-memory")
         self.followups.start()
+        if self._reread_s is not None:
+            self._reread = asyncio.create_task(
+                self._read_again(self._reread_s), name="chathub-memory-reread"
+            )
+
+    async def _read_again(self, every_s: float) -> None:
+        """What other processes changed: the opt-outs read again, the profiles dropped."""
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await self.optouts.load()
+            except Exception:  # the database away: the cache as it was, until next time
+                log.warning("memory: the opt-outs could not be read again", exc_info=True)
+                continue
+            self.profiles.clear()
 
     async def _start_semantic(self, embeddings: EmbeddingConfig | EmbeddingChoice) -> None:
         self._semantic_started = True
@@ -207,6 +229,11 @@ class MemoryService:
 
     async def close(self) -> None:
         self._closing = True
+        if self._reread is not None:
+            self._reread.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reread
+            self._reread = None
         if self._semantic_start is not None:
             self._semantic_start.cancel()
             with contextlib.suppress(asyncio.CancelledError):

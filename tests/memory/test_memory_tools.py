@@ -4,6 +4,7 @@ and ``forget_user`` deletes one person's memory and nobody else's."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from memory.service import MemoryService
 from memory.tables import memory_documents
 from memory.tools import memory_tools
 from memory.users import Identity
+from tests.memory.conftest import MEMORY_LAYERS
 from tests.memory.test_isolation import (  # noqa: F401 (the fixture)
     ANN,
     BOB,
@@ -317,3 +319,38 @@ async def count_history(store: Store) -> int:
         return int(conn.execute(sa.select(sa.func.count()).select_from(chat_history)).scalar_one())
 
     return await store.db.run(read)
+
+
+async def test_in_a_fleet_what_another_process_changed_is_read_again(
+    store: Store, store_url: str
+) -> None:
+    """Two processes over one database: a /forget_me and a /memory off taken by one (the
+    receiver's) left the other's cached profile and opt-outs as they were, for good
+    (found by review)."""
+    other_store = await Store.open(store_url, MEMORY_LAYERS)
+    here = MemoryService(store.db, ChatEventBus(), reread_s=0.05)
+    there = MemoryService(other_store.db, ChatEventBus(), reread_s=0.05)
+    await here.start()
+    await there.start()
+    try:
+        ann = await here.user_for(Identity("telegram", ANN))
+        await here.facts.add(
+            ann, "Ann likes tea", origin_source=f"telegram:{ANN}", created_by="tool"
+        )
+        metadata = said_by(ANN, "Ann")
+        assert "Ann likes tea" in str(await here.turn_context(f"telegram:{ANN}", metadata))
+        await there.forget_user(ann)
+        await there.set_opt_out(GROUP, opted_out=True)
+        for _ in range(200):
+            if (
+                GROUP in here.optouts
+                and await here.turn_context(f"telegram:{ANN}", metadata) is None
+            ):
+                break
+            await asyncio.sleep(0.01)
+        assert await here.turn_context(f"telegram:{ANN}", metadata) is None
+        assert GROUP in here.optouts
+    finally:
+        await here.close()
+        await there.close()
+        await other_store.close()
