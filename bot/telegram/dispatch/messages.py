@@ -37,6 +37,8 @@ from engine.store import SENDER_KEY
 __all__ = ["UNREADABLE_MESSAGE", "BotIdentity", "MessageHandler"]
 
 log = logging.getLogger(__name__)
+#: Albums whose first item was for the bot, by chat (the oldest forgotten first).
+_ALBUMS_KEPT = 200
 
 UNREADABLE_MESSAGE = "I cannot read this kind of message yet; please send text, a photo or a file."
 
@@ -83,6 +85,7 @@ class MessageHandler:
         self._downloads = downloads
         self._activity = activity
         self._voice = voice
+        self._albums: dict[tuple[int, str], None] = {}
 
     async def handle(self, m: Message) -> bool:
         """True when the update was marked handled along the way. A failure of ours is
@@ -196,7 +199,20 @@ class MessageHandler:
         return refused, kept
 
     def _addressed(self, m: Message) -> bool:
-        """In groups the bot answers only when mentioned, replied to, or commanded."""
+        """In groups the bot answers only when mentioned, replied to, or commanded; an
+        album's later items when its first one was (only that one has the caption: the
+        model saw one photo of "@bot compare these" until 2026-12-06; found by review)."""
+        album = (m.chat_id, m.album) if m.album is not None else None
+        if album is not None and album in self._albums:
+            return True
+        addressed = self._mentions_me(m)
+        if addressed and album is not None:
+            if len(self._albums) >= _ALBUMS_KEPT:
+                self._albums.pop(next(iter(self._albums)))
+            self._albums[album] = None
+        return addressed
+
+    def _mentions_me(self, m: Message) -> bool:
         me = self._me
         if me.id is not None and m.reply_to_user_id == me.id:
             return True

@@ -94,6 +94,8 @@ class Message:
     edited: bool = False
     #: Malformed fields left out, e.g. ``"message.entities (not a list)"``.
     dropped: tuple[str, ...] = ()
+    #: The album it is part of (Telegram sends one message per photo or file of it).
+    album: str | None = None
 
     @property
     def is_group(self) -> bool:
@@ -259,6 +261,7 @@ def _message(update_id: int, message: Json, drops: Drops, *, edited: bool) -> In
         described=descriptions_of(message, drops) if media else (),
         edited=edited,
         dropped=tuple(drops.dropped),
+        album=drops.text(message, "media_group_id") if media else None,
     )
 
 

@@ -369,3 +369,32 @@ async def test_a_file_over_telegrams_download_limit_whose_size_was_not_said_gets
     private(telegram, document=document)
     reply = await only_reply(telegram)
     assert reply.startswith("⚠️ holiday.mp4 is too large to download (Telegram hands bots")
+
+
+def _album_photo(telegram: Any, message_id: int, file_id: str, caption: str | None) -> None:
+    stored = telegram.add_file(file_id, b"\xff\xd8\xff\xe0jpeg-" + file_id.encode())
+    size = {"width": 800, "height": 600, "file_size": 20}
+    message: dict[str, Any] = {
+        "message_id": message_id,
+        "from": {"id": ALICE, "is_bot": False, "first_name": "Alice"},
+        "chat": {"id": GROUP, "type": "supergroup", "title": "Team"},
+        "date": int(time.time()),
+        "media_group_id": "13579",
+        "photo": [{"file_id": file_id, "file_unique_id": stored["file_unique_id"], **size}],
+    }
+    if caption is not None:  # only an album's first item carries the caption
+        mention = {"type": "mention", "offset": 0, "length": len(telegram.bot_username) + 1}
+        message.update(caption=caption, caption_entities=[mention])
+    telegram.push_update({"message": message})
+
+
+async def test_every_photo_of_an_album_addressed_in_a_group_reaches_the_model(
+    service, telegram, model
+):
+    """Only the first item of an album has the caption that mentions the bot: the others
+    were for no one, and the model saw one photo of "compare these" (found by review)."""
+    _album_photo(telegram, 71, "album-photo-1", f"@{telegram.bot_username} compare these")
+    _album_photo(telegram, 72, "album-photo-2", None)
+    await eventually(lambda: len(telegram.calls_to("getFile")) == 2)
+    fetched = sorted(c.params.get("file_id") for c in telegram.calls_to("getFile"))
+    assert fetched == ["album-photo-1", "album-photo-2"]
