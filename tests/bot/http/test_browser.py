@@ -39,15 +39,22 @@ def browser_page():
             browser.close()
 
 
+def _asked_to_run(serve, telegram, fake_openai, command: str, written: str) -> int:
+    """The service on a port of its own; Alice asks for ``command``, which writes
+    ``written``: its card waits. Returns the port."""
+    port = free_port()
+    serve(HTTP_PORT=str(port), CHATHUB_API_TOKEN=TOKEN)
+    fake_openai.reply_tool_calls(("call_1", "execute_cmd", json.dumps({"command": command})))
+    fake_openai.reply_text(f"Done: {written} is written.")
+    telegram.user_message(ALICE, ALICE, f"please write {written}")
+    return port
+
+
 def test_approving_an_execute_cmd_by_clicking_runs_it_and_edits_the_telegram_card(
     serve, telegram, fake_openai, tmp_path, browser_page
 ):
-    port = free_port()
-    serve(HTTP_PORT=str(port), CHATHUB_API_TOKEN=TOKEN)
     command = "echo clicked-in-a-browser > clicked.txt"
-    fake_openai.reply_tool_calls(("call_1", "execute_cmd", json.dumps({"command": command})))
-    fake_openai.reply_text("Done: clicked.txt is written.")
-    telegram.user_message(ALICE, ALICE, "please write clicked.txt")
+    port = _asked_to_run(serve, telegram, fake_openai, command, "clicked.txt")
 
     card = wait_for(
         lambda: next(
@@ -129,12 +136,8 @@ def test_approving_an_execute_cmd_by_clicking_runs_it_and_edits_the_telegram_car
 def test_a_click_after_the_sign_in_ended_leads_to_the_sign_in_and_loses_nothing(
     serve, telegram, fake_openai, tmp_path, browser_page
 ):
-    port = free_port()
-    serve(HTTP_PORT=str(port), CHATHUB_API_TOKEN=TOKEN)
     command = "echo after-signing-in-again > again.txt"
-    fake_openai.reply_tool_calls(("call_1", "execute_cmd", json.dumps({"command": command})))
-    fake_openai.reply_text("Done: again.txt is written.")
-    telegram.user_message(ALICE, ALICE, "please write again.txt")
+    port = _asked_to_run(serve, telegram, fake_openai, command, "again.txt")
     wait_for(lambda: any(m.reply_markup for m in telegram.messages(ALICE)))
 
     page = browser_page
