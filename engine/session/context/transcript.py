@@ -57,6 +57,7 @@ class FrameTranscript:
         if row.role != "assistant" and self._open.has_assistant:
             self._close_open_block()
         self._open.rows.append(row)
+        self._keep_within_window()
 
     def last_row(self) -> MessageRow | None:
         if self._open.rows:
@@ -97,7 +98,12 @@ class FrameTranscript:
         self._closed_rows += len(block.rows)
         self._closed_flat.extend(block.rendered)
         self._open = _Block()
-        while self._closed and self._closed_rows + len(block.rows) > self._max_messages:
+
+    def _keep_within_window(self) -> None:
+        """Whole old turns are dropped while the closed turns and the open one hold more
+        rows than the window (until 2026-12-06 the turn just closed counted twice, and a
+        finished turn longer than half the window was dropped; found by review)."""
+        while self._closed and self._closed_rows + len(self._open.rows) > self._max_messages:
             oldest = self._closed.popleft()
             self._closed_rows -= len(oldest.rows)
             for _ in oldest.rendered:  # they lead the flat list: drop just those

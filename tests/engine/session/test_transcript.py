@@ -66,6 +66,17 @@ def test_consecutive_user_rows_merge_into_one_message():
     ]
 
 
+def test_a_finished_turn_that_fits_the_window_with_the_next_message_is_kept():
+    """The turn just closed was counted twice: one longer than half the window was
+    dropped, and the model lost the turn it had just finished (found by review)."""
+    transcript = FrameTranscript(max_messages=20, max_tool_result_chars=None)
+    rounds = [_assistant(i, f"round {i}", ("done", "r", None)) for i in range(2, 12)]
+    transcript.load([_user(1, "refactor it"), *rounds, _assistant(12, "Refactored.")])
+    transcript.add(_user(13, "now commit it"))
+    contents = [m.get("content") for m in transcript.messages()]
+    assert contents[0] == "refactor it" and "Refactored." in contents
+
+
 def test_the_history_window_drops_whole_old_turns():
     transcript = FrameTranscript(max_messages=5, max_tool_result_chars=None)
     rows = []
