@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from engine.agents.catalog import AgentDefinition
-from engine.session.context.compaction import CompactionResult
+from engine.session.context.compaction import CompactionError, CompactionResult
 from engine.session.context.compaction_trigger import CompactionTrigger
 from engine.session.context.frame_envs import FrameEnvs
 from engine.session.context.frames import SessionFrames
@@ -234,7 +234,11 @@ class ChatSessionHandler:
             )
 
     async def force_compact(self) -> CompactionResult | None:
-        """``/compact``: summarise now, whatever the size; ``None`` when too little to do."""
+        """``/compact``: summarise now, whatever the size; ``None`` when too little to do.
+        Refused while a turn runs: waiting for it blocked the chat's lane, so the answer
+        to the turn's question or a ``/stop`` queued behind it (found by review)."""
+        if self.processing.locked():
+            raise CompactionError("a turn is running; compact when it has ended")
         async with self.processing:
             frame = await self._frames.root()
             await fail_orphans(self._history, await self._frames.transcript(frame))

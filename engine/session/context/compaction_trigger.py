@@ -38,6 +38,9 @@ class CompactionTrigger:
         except CompactionError as exc:
             log.warning("compaction skipped for session %s: %s", self._session.id, exc)
             return transcript
+        except Exception:  # a summariser's bug must not fail every turn (found by review)
+            log.exception("compaction failed for session %s; skipped", self._session.id)
+            return transcript
         if done is None:
             return transcript
         self._compacted(frame)

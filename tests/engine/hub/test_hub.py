@@ -336,6 +336,20 @@ async def test_model_selection_usage_and_tool_reset(hub: ChatHub, engine, model)
         await hub.force_compact("telegram:1")  # compaction is opt-in
 
 
+async def test_compact_while_a_turn_waits_is_refused_at_once(hub: ChatHub, model):
+    """/compact waited for the running turn's lock; front ends run commands in the chat's
+    lane, so the answer to the turn's question and /stop queued behind it, until the turn
+    ended (found by review)."""
+    model.add(tool_call("ask_user_clarification", json.dumps({"question": "Which city?"}), "q"))
+    model.add(text("Booking Rome."))
+    events = hub.events("telegram:1")
+    await hub.send_message("telegram:1", "book a hotel")
+    while not isinstance((await events.recv()).event, ev.Question):
+        pass
+    with pytest.raises(CompactionError, match="a turn is running"):
+        await asyncio.wait_for(hub.force_compact("telegram:1"), 5)
+
+
 @pytest.mark.parametrize("source", ["", "Telegram:1", "telegram 1", "telegram::1", "x" * 300, 42])
 async def test_a_bad_source_name_is_refused(hub: ChatHub, source):
     with pytest.raises(HubError, match="source"):

@@ -69,3 +69,28 @@ async def test_force_compaction_for_the_compact_command(engine: Engine, model):
     model.add(text("next"))
     await handler.handle_message("question 3")
     assert "SUMMARY of three questions" in contents(model.requests[-1][0])
+
+
+async def test_a_summarisers_unexpected_error_skips_compaction_and_the_turn_goes_on(
+    engine: Engine, model
+):
+    """Only CompactionError was caught: any other failure of the summarising call failed
+    the turn, and every later one, since compaction is tried at each turn's start (found
+    by review)."""
+    engine.compaction = CompactionConfig(enabled=True, threshold_tokens=100, keep_recent=1)
+    handler = await engine.new_session("console")
+    for i in range(3):
+        model.add(text(f"answer {i}", input_tokens=50))
+        await handler.handle_message(f"question {i}")
+    model.add(text("big", input_tokens=5_000))
+    await handler.handle_message("question 3")
+    answering = model.complete
+
+    async def summariser_bug(messages, tools, *, on_delta=None):  # type: ignore[no-untyped-def]
+        if "checkpoint summary" in str(messages[0]["content"]):
+            raise KeyError("choices")  # a client's bug on some answer's shape
+        return await answering(messages, tools, on_delta=on_delta)
+
+    model.complete = summariser_bug
+    model.add(text("answer 4"))
+    assert isinstance(await handler.handle_message("question 4"), Final)
