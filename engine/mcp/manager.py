@@ -240,6 +240,16 @@ def _describe(exc: BaseException) -> str:
     return text[:300] if text else "an error without a message"
 
 
+def _lost_a_message(exc: Exception) -> bool:
+    """Whether an unreadable line was a JSON object (a message lost), not stray text."""
+    if not isinstance(exc, ValidationError):
+        return False
+    return any(
+        isinstance(error.get("input"), str) and error["input"].lstrip().startswith("{")
+        for error in exc.errors()
+    )
+
+
 class McpManager:
     """The configured MCP servers: lazy connections, tool listings, calls, notifications, grants."""
 
@@ -465,12 +475,13 @@ class McpManager:
 
     async def _on_message(self, server: str, message: Any) -> None:
         if isinstance(message, Exception):
-            # A line the client could not read (a lone surrogate, say) may have been the
-            # answer a call waits for: the link goes now, so the call fails at once
-            # instead of at its timeout (30 s until 2026-12-06; found by review).
             log.warning("mcp server %s: transport error: %s", server, _describe(message))
             conn = self._conns.get(server)
-            if conn is not None:
+            if conn is not None and _lost_a_message(message):
+                # A JSON-RPC message the client could not read (a lone surrogate, say) may
+                # have been the answer a call waits for: the link goes now, so the call
+                # fails at once instead of at its timeout (found by review). A stray line
+                # of text (a print left in a server) costs nothing.
                 self._drop(conn)
             return
         method = getattr(message, "method", None)

@@ -4,7 +4,8 @@ Its tools come from ``TOOLS_JSON`` (a JSON list of tool objects; default: ``echo
 every call but ``pid`` answers ``RESULT_JSON`` when given (else its arguments as text).
 ``pid`` answers the process id, so a test can tell whether the server was restarted.
 With ``LIST_HANGS`` set, ``tools/list`` is never answered; with ``STARTS_FILE``, each start
-adds a line to that file.
+adds a line to that file; with ``CHATTY``, a line of plain text (a print left in) comes
+before each call's answer.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ ECHO = {
 TOOLS = json.loads(os.environ.get("TOOLS_JSON") or "null") or [ECHO]
 RESULT = json.loads(os.environ.get("RESULT_JSON") or "null")
 LIST_HANGS = bool(os.environ.get("LIST_HANGS"))
+CHATTY = bool(os.environ.get("CHATTY"))
 if os.environ.get("STARTS_FILE"):
     with open(os.environ["STARTS_FILE"], "a") as starts:
         starts.write(f"{os.getpid()}\n")
@@ -60,6 +62,8 @@ for line in sys.stdin:
         continue  # a notification
     if LIST_HANGS and request.get("method") == "tools/list":
         continue
+    if CHATTY and request.get("method") == "tools/call":
+        sys.stdout.write("handling a call\n")
     result = answer(request)
     if result is None:
         send({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32601, "message": "no"}})

@@ -353,6 +353,17 @@ async def test_a_line_the_client_cannot_read_fails_the_call_at_once(store: Store
         assert await manager.call("raw", "pid", {}) != first  # started again
 
 
+async def test_a_stray_line_of_text_keeps_the_server(store: Store) -> None:
+    """A print left in a server is logged, and its calls work on the same process (each
+    restarted it for a moment this session, when every unreadable line dropped the link;
+    found by review)."""
+    server = _raw([_PID], None)
+    chatty = replace(server, env={**(server.env or {}), "CHATTY": "1"})
+    async with _manager(store, chatty) as manager:
+        pids = [await manager.call("raw", "pid", {}) for _ in range(3)]
+        assert len(set(pids)) == 1
+
+
 async def _events(store: Store, want: int) -> list[Any]:
     def select(conn: Any) -> list[Any]:
         return conn.execute(sa.select(events).order_by(events.c.id)).all()
