@@ -129,6 +129,8 @@ class _Batch:
     opted_out: bool
     more: bool
     facts: dict[int, list[Fact]] = field(default_factory=dict)  # per speaker, in scope
+    #: Per speaker, how far their words were forgotten when the batch was read.
+    forgotten: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,6 +419,7 @@ def _read_batch(
     )
     for user_id in {m.user_id for m in messages if m.user_id is not None}:
         batch.facts[user_id] = _facts_in_scope(conn, user_id, source, limits.facts_shown)
+        batch.forgotten[user_id] = forgotten_through_in(conn, user_id)
     return batch
 
 
@@ -448,7 +451,7 @@ def _apply(
     changed = 0
     touched: set[int] = set()
     for user_id, user_ops in ops.items():
-        if forgotten_through_in(conn, user_id) >= batch.first_id:
+        if forgotten_through_in(conn, user_id) != batch.forgotten.get(user_id, 0):
             continue  # /forget_me while the model was asked about these messages
         for op in user_ops:
             if op.kind == "add" and op.body is not None:

@@ -39,14 +39,14 @@ MAX_DIMENSIONS = 8_192
 
 
 #: What a server answers when it is away or busy, whatever it was sent.
-AWAY_STATUSES = frozenset({429, 502, 503, 504})
+AWAY_STATUSES = frozenset({429, 503})
 
 
 class EmbeddingError(Exception):
     """The embeddings endpoint failed; ``str()`` is one sentence for the log.
-    ``retriable``: the endpoint was away (unreachable, timed out, busy: ``AWAY_STATUSES``),
-    so the batch is not to blame and is not counted as failing (a 500 is: the server
-    answered, and may have choked on the batch)."""
+    ``retriable``: the endpoint was away (unreachable, busy: ``AWAY_STATUSES``), so the
+    batch is not to blame and is not counted as failing (a 500 or a timeout is: the
+    batch may cause it every time, and would otherwise stall every later one)."""
 
     def __init__(self, message: str, *, retriable: bool = False) -> None:
         super().__init__(message)
@@ -108,8 +108,7 @@ class EmbeddingClient:
             )
         except httpx.TimeoutException as exc:
             raise EmbeddingError(
-                f"the embeddings endpoint did not answer within {self.config.timeout_s:g} s",
-                retriable=True,
+                f"the embeddings endpoint did not answer within {self.config.timeout_s:g} s"
             ) from exc
         except httpx.TransportError as exc:
             raise EmbeddingError(

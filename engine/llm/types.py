@@ -56,8 +56,9 @@ class LlmError(Exception):
 
     @property
     def away(self) -> bool:
-        """The model could not be asked (unreachable, timed out, busy): whatever was sent
-        is not to blame (a 500 or an unreadable answer may be the request's doing)."""
+        """The model could not be asked (unreachable, busy: 429, 503): whatever was sent
+        is not to blame (a 500, a timeout or an unreadable answer may be the request's
+        doing, every time)."""
         return False
 
     def __init__(
@@ -75,8 +76,9 @@ class LlmError(Exception):
 
 
 class LlmTimeout(LlmError):
+    """Not ``away``: a request too big for a slow model times out every time."""
+
     retriable = True
-    away = True  # type: ignore[assignment]
 
 
 class LlmConnectionError(LlmError):
@@ -96,7 +98,9 @@ class LlmServerError(LlmError):
 
     @property
     def away(self) -> bool:
-        return self.status in (502, 503, 504)  # a gateway's or an overloaded server's
+        # 503 only: a gateway's 502 or 504 may answer this request so every time (a
+        # batch too big for the model behind it), and would then never be passed over.
+        return self.status == 503
 
 
 class LlmProviderError(LlmError):

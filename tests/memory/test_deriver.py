@@ -17,7 +17,7 @@ from engine.bus.chat import ChatEventBus
 from engine.config import ModelConfig
 from engine.llm.client import OpenAICompatModel
 from engine.llm.protocols import ChatModel
-from engine.llm.types import LlmResponse, Message, ToolSchema
+from engine.llm.types import LlmResponse, LlmTimeout, Message, ToolSchema
 from engine.store import Store
 from engine.store.inbox import SENDER_KEY
 from engine.store.schema import chat_history
@@ -680,13 +680,42 @@ async def test_a_model_that_is_away_is_waited_for_not_counted(
         assert await setup.deriver.derive_pending() == 0
     assert await setup.mark(chat) == (0, 0)  # nothing counted
     setup.models = working
-    for status in (429, 502, 503, 504):
+    for status in (429, 503):
         fake_openai.reply_error(status, model=MODEL)
         assert await setup.deriver.derive_pending() == 0
     assert await setup.mark(chat) == (0, 0)
     fake_openai.reply_text(answer(add("Ann lives in Oslo", said)), model=MODEL)
     assert await setup.deriver.derive_pending() == 1
     assert [body for _, body, *_ in await setup.stored()] == ["Ann lives in Oslo"]
+
+
+class _TimesOutOn:
+    """A model that times out on every batch holding ``words`` (too big for it), and
+    answers the others with ``answers``."""
+
+    name = MODEL
+    cache_hints = False
+
+    def __init__(self, words: str, answers: list[str]) -> None:
+        self._words, self._answers = words, answers
+
+    async def complete(self, messages: Any, tools: Any, **_: Any) -> LlmResponse:
+        if self._words in json.dumps(messages):
+            raise LlmTimeout(f"{MODEL} did not answer within 60 s", model=MODEL)
+        return LlmResponse(content=self._answers.pop(0))
+
+
+async def test_a_batch_that_times_out_every_time_is_passed_over(setup: Setup) -> None:
+    """A timeout is the request's doing as often as an outage's: counted, so a batch too
+    big for the model does not stop every other session's derivation for good (it did
+    for a while this session; found by review)."""
+    stuck, other = await setup.session("telegram:111"), await setup.session("telegram:222")
+    await setup.say(stuck, [("", "a very long paste")])
+    [said] = await setup.say(other, [("", "I like tea")])
+    setup.models = [_TimesOutOn("a very long paste", [answer(add("Bob likes tea", said))])]
+    for _ in range(4):
+        await setup.deriver.derive_pending()
+    assert [body for _, body, *_ in await setup.stored()] == ["Bob likes tea"]
 
 
 async def test_an_answer_nested_past_the_parsers_depth_is_a_bad_answer(
@@ -796,12 +825,38 @@ async def test_what_was_said_before_forget_me_is_never_learned_again(
     await setup.deriver.derive_pending()
     assert await memory.facts.list(ann) == []
 
-    # What is said after is learned as ever.
+    # What is said after is learned as ever, in a batch read after the forget too (the
+    # first version of this fix dropped it: found by review).
     setup.models = [model(http, fake_openai)]
+    fake_openai.reply_error(503, model=MODEL)
     [after] = await setup.say(chat, [("", "I like tea")])
-    fake_openai.reply_text(answer(add("Ann likes tea", after)), model=MODEL)
+    await setup.deriver.derive_pending()  # away: the batch waits
+    [later] = await setup.say(chat, [("", "and coffee")])
+    fake_openai.reply_text(
+        answer(add("Ann likes tea", after), add("Ann likes coffee", later)), model=MODEL
+    )
+    assert await setup.deriver.derive_pending() == 2
+    assert before < during < after < later
+
+
+async def test_a_batch_read_after_forget_me_learns_what_was_said_since(
+    setup: Setup, fake_openai: FakeOpenAIServer
+) -> None:
+    """The model was away while Ann forgot, and she went on talking: the next batch holds
+    a line from before the forget (passed over) and one from after (learned). The first
+    version of the forget's fix dropped both (found by review)."""
+    memory = MemoryService(setup.store.db, ChatEventBus())
+    chat = await setup.session(f"telegram:{ANN}")
+    [before] = await setup.say(chat, [("", "my doctor is Dr. Berg")])
+    ann = await memory.user_for(Identity("telegram", ANN))
+    fake_openai.reply_error(503, model=MODEL)
+    await setup.deriver.derive_pending()
+    await memory.forget_user(ann)
+    [after] = await setup.say(chat, [("", "I live in Oslo")])
+    fake_openai.reply_text(answer(add("Ann lives in Oslo", after)), model=MODEL)
     assert await setup.deriver.derive_pending() == 1
-    assert before < during < after
+    assert [f.body for f in await memory.facts.list(ann)] == ["Ann lives in Oslo"]
+    assert "Dr. Berg" not in str(fake_openai.requests[-1]["messages"]) and before < after
 
 
 async def test_what_was_said_before_forget_me_is_never_indexed_again(setup: Setup) -> None:
