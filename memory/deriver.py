@@ -83,8 +83,8 @@ Only facts about this person, from their own messages (the other messages are co
 Nothing passing (today's weather, a one-off question), nothing already stored. \
 With nothing to change answer {"operations": []}."""
 
-#: A fenced answer: from its first fence to its last (the facts may quote backticks).
-_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*)```", re.DOTALL)
+#: Where a fenced answer's JSON starts.
+_FENCE = re.compile(r"```(?:json|JSON)?\s*")
 _THINKING = re.compile(r"^\s*<think>.*?</think>", re.DOTALL)
 
 ModelSource = Callable[[], Sequence[ChatModel]]
@@ -282,23 +282,35 @@ def build_prompt(
 def parse_operations(answer: str) -> list[Any]:
     """The ``operations`` list of an answer (bare JSON or in a ```json fence)."""
     text = _THINKING.sub("", answer or "").strip()
-    try:  # bare JSON first: a fact may quote ``` (read as a fence until 2026-12-06)
-        value = json.loads(text)
-    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
-        fenced = _FENCE.search(text)
-        if fenced is None:
-            raise BadOutput(f"not JSON ({len(text)} characters)") from None
-        text = fenced.group(1).strip()
-        try:
-            value = json.loads(text)
-        except (ValueError, RecursionError):
-            raise BadOutput(f"not JSON ({len(text)} characters)") from None
+    value = _json(text)  # bare JSON first: a fact may quote ``` (read as a fence before)
+    fenced = _FENCE.search(text) if value is None else None
+    if fenced is not None:  # one JSON value from the fence on, whatever follows it
+        value = _first_json(text, fenced.end())
+    if value is None:
+        raise BadOutput(f"not JSON ({len(text)} characters)")
     if not isinstance(value, dict):
         raise BadOutput(f"a JSON {type(value).__name__}, not an object")
     operations = value.get("operations")
     if not isinstance(operations, list):
         raise BadOutput('no "operations" list')
     return operations
+
+
+def _json(text: str) -> Any:
+    """``text`` as JSON, or ``None`` (nested past the parser's depth included)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _first_json(text: str, start: int) -> Any:
+    """The JSON value that begins at ``start``, whatever comes after it (a closing fence,
+    prose, another block), or ``None``."""
+    try:
+        return json.JSONDecoder().raw_decode(text, start)[0]
+    except (ValueError, RecursionError):
+        return None
 
 
 def _checked(

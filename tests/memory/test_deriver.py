@@ -468,8 +468,9 @@ async def test_json_in_a_fence_is_accepted(setup: Setup, fake_openai: FakeOpenAI
         lambda body: body,  # bare
         lambda body: f"```json\n{body}\n```",
         lambda body: f"Here you go:\n```\n{body}\n```\nDone.",
+        lambda body: f"```json\n{body}\n```\nFor example:\n```\nfoo\n```",
     ],
-    ids=["bare", "fenced", "prose-around"],
+    ids=["bare", "fenced", "prose-around", "another-block-after"],
 )
 def test_a_fact_quoting_backticks_is_read_as_written(wrapped: Any) -> None:
     """A bare answer whose fact quoted ``` was read as fenced, and a fenced one was cut at
