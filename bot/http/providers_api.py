@@ -14,8 +14,16 @@ __all__ = ["ProviderIn", "ProviderItem", "ProviderList", "ProviderRemoved", "Pro
 Service = Literal["chat", "embeddings", "transcription", "speech"]
 ModelName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"\S")]
 _PORT = r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})"
+_H = "[0-9A-Fa-f]{1,4}"
+#: An IPv6 address in brackets, written in full or shortened, nothing a parser refuses.
+_IPV6 = (
+    rf"\[(?:(?:{_H}:){{7}}{_H}|(?:{_H}:){{1,7}}:|(?:{_H}:){{1,6}}:{_H}"
+    rf"|(?:{_H}:){{1,5}}(?::{_H}){{1,2}}|(?:{_H}:){{1,4}}(?::{_H}){{1,3}}"
+    rf"|(?:{_H}:){{1,3}}(?::{_H}){{1,4}}|(?:{_H}:){{1,2}}(?::{_H}){{1,5}}"
+    rf"|{_H}:(?::{_H}){{1,6}}|:(?:(?::{_H}){{1,7}}|:))\]"
+)
 _BASE_URL = (
-    r"^https?://[A-Za-z0-9._~%!$&'()*+,;=-]+"
+    rf"^https?://(?:[A-Za-z0-9._~%!$&'()*+,;=-]+|{_IPV6})"
     rf"(?::{_PORT}?)?(?:[/?#][!-~]*)?$"
 )
 
@@ -26,8 +34,8 @@ class ProviderIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, regex_engine="python-re")
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-    #: What ``Provider.checked`` takes: printable ASCII, a host (by name or IPv4), no user
-    #: or password, a port up to 65535.
+    #: What ``Provider.checked`` takes: printable ASCII, a host (a name, IPv4 or IPv6), no
+    #: user or password, a port up to 65535.
     base_url: str = Field(min_length=8, max_length=2000, pattern=_BASE_URL)
     #: Printable ASCII without spaces (what a bearer token is).
     api_key: str = Field(default="", max_length=4000, pattern=r"^[!-~]*$")

@@ -275,4 +275,5 @@ def unlinked(name: str) -> str:
     """A stranger's name, as written, that no renderer makes a link of: a zero-width space
     parts "](" (a name "[Telegram Support](https://evil.example)" reached the owner as a
     link labelled "Telegram Support"; found by review)."""
-    return _LINK_JOINT.sub("]\u200b\\1", name)
+    # One line: a reference definition ("[x]: https://…") must start one.
+    return _LINK_JOINT.sub("]\u200b\\1", " ".join(name.split()))

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from bot.platform.access import BUSY, WELCOME, Access, PairingDesk, pairing_commands
+from bot.platform.access import BUSY, WELCOME, Access, PairingDesk, pairing_commands, unlinked
 from bot.platform.commands import CommandContext
 from bot.platform.protocols import PairingCode
 from engine.store import notifier_for
@@ -194,3 +194,12 @@ async def test_an_unpaired_user_is_refused_by_every_process_of_a_fleet(backend: 
 
 async def _no_welcome(_code: PairingCode) -> None:
     return None
+
+
+def test_a_strangers_name_is_one_line_that_makes_no_link() -> None:
+    """'](' was broken up; a name over several lines could still hold a reference
+    definition ("[x]: https://…" starts a line) and make a link of it (found by review)."""
+    assert unlinked("[Support](https://evil.example)") == "[Support]\u200b(https://evil.example)"
+    folded = unlinked("[Matrix Support]\n\n[matrix support]: https://evil.example\n")
+    assert "\n" not in folded and folded.startswith("[Matrix Support] [matrix support]:")
+    assert unlinked("Bob (the builder)") == "Bob (the builder)"
