@@ -114,6 +114,10 @@ class EmbeddingClient:
             raise EmbeddingError(
                 f"cannot reach the embeddings endpoint {self._url}", retriable=True
             ) from exc
+        except (httpx.InvalidURL, UnicodeEncodeError) as exc:  # a key no header carries
+            raise EmbeddingError(
+                "the embeddings endpoint's address or key cannot be used", retriable=True
+            ) from exc
         if response.status_code in (401, 403):  # the body may quote the key
             raise EmbeddingError(
                 f"the embeddings endpoint refused its key (HTTP {response.status_code})"

@@ -109,6 +109,12 @@ class OpenAICompatModel:
         except httpx.TransportError as exc:
             # Dropped connections, broken chunked encoding: the endpoint, not the request.
             raise self._error(LlmConnectionError, "connection failed", exc) from exc
+        except (httpx.InvalidURL, UnicodeEncodeError) as exc:
+            # An address or a key no request can carry (a key pasted with a typographic
+            # dash raised UnicodeEncodeError out of the client; found by review): the
+            # next model may be set up right.
+            message = "its address or API key cannot be used; check the settings"
+            raise self._error(LlmConnectionError, message, exc) from exc
 
     async def _whole(self, payload: bytes, on_delta: DeltaCallback | None) -> LlmResponse:
         response = await self._http.post(

@@ -399,3 +399,12 @@ async def test_hostile_query_text_is_safe_for_the_hybrid(
 
 def test_vectors_repr_names_the_kind() -> None:
     assert repr(Vectors("numpy")) == "Vectors('numpy')"
+
+
+async def test_a_key_no_header_can_carry_is_one_clear_error(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    """A key pasted with a typographic dash raised UnicodeEncodeError (found by review)."""
+    dashed = client_for(fake_openai, http, api_key="sk\u2010live0123")
+    with pytest.raises(EmbeddingError, match="address or key cannot be used"):
+        await dashed.embed(["hello"])

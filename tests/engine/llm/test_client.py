@@ -351,6 +351,17 @@ async def test_a_stream_that_stalls_midway_times_out(
     assert "".join(deltas) == "I was about to say"
 
 
+@both_modes
+async def test_a_key_no_header_can_carry_is_an_llm_error(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient, stream: bool
+) -> None:
+    """A key pasted with a typographic dash raised UnicodeEncodeError out of the client,
+    which promises an LlmError for every failure (found by review)."""
+    model = make_model(http, fake_openai.base_url, stream=stream, api_key="sk\u2010live0123")
+    with pytest.raises(LlmConnectionError, match="address or API key cannot be used"):
+        await model.complete(USER, [])
+
+
 async def test_a_refused_connection_is_a_connection_error(http: httpx.AsyncClient) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
