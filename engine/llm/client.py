@@ -270,6 +270,7 @@ class _StreamedAnswer:
         "_check_choice",
         "_content",
         "_finish",
+        "_held",
         "_on_delta",
         "_reasoning",
         "_saw_choice",
@@ -287,6 +288,9 @@ class _StreamedAnswer:
         self._usage: Any = None
         self._finish: str | None = None
         self._saw_choice = False
+        #: A high surrogate ending a delta: its pair may start the next (a token cut an
+        #: emoji), and each half alone became U+FFFD (found by review).
+        self._held = ""
 
     def feed(self, chunk: dict[str, Any]) -> None:
         if chunk.get("usage"):
@@ -298,7 +302,7 @@ class _StreamedAnswer:
         self._saw_choice = True
         self._check_choice(choice)
         delta = _object(choice.get("delta"), "a stream delta")
-        text = _text(delta.get("content"), "a content delta")
+        text = self._whole_so_far(_raw_text(delta.get("content"), "a content delta"))
         if text:
             self._content.append(text)
             if self._on_delta is not None:
@@ -312,11 +316,21 @@ class _StreamedAnswer:
         if finish:
             self._finish = finish
 
+    def _whole_so_far(self, raw: str | None) -> str:
+        text = self._held + (raw or "")
+        self._held = ""
+        if text and "\ud800" <= text[-1] <= "\udbff":
+            text, self._held = text[:-1], text[-1]
+        return _whole(text)
+
     def result(self, model: str, *, done: bool) -> LlmResponse:
         if not self._saw_choice:
             raise _Malformed("the stream carried no choices")
         if not done and self._finish is None:
             raise _Malformed("the stream ended before the answer was finished")
+        if self._held:  # a half that never found its pair
+            self._content.append("\ufffd")
+            self._held = ""
         return LlmResponse(
             content="".join(self._content) or None,
             tool_calls=self._calls.result(),
@@ -376,11 +390,11 @@ class _StreamedCalls:
         if name and name != call.name:  # some servers repeat the name on every fragment
             call.name += name
         if fn.get("arguments") is not None:
-            call.arguments.append(_arguments(fn["arguments"]))
+            call.arguments.append(_raw_arguments(fn["arguments"]))  # made whole once joined
 
     def result(self) -> tuple[ToolCallRequest, ...]:
         made = [
-            ToolCallRequest(c.id, c.name, "".join(c.arguments))
+            ToolCallRequest(c.id, c.name, _whole("".join(c.arguments)))
             for c in self._calls
             if c.name or any(c.arguments)  # an id alone announces nothing to run
         ]
@@ -402,10 +416,14 @@ def _distinct_ids(calls: list[ToolCallRequest]) -> tuple[ToolCallRequest, ...]:
 
 def _arguments(value: Any) -> str:
     """Tool arguments as JSON text; the dispatcher checks that text and tells the model."""
+    return _whole(_raw_arguments(value))
+
+
+def _raw_arguments(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
-        return _whole(value)
+        return value
     if isinstance(value, dict):  # a few servers send the object instead of JSON text
         return json.dumps(value)
     raise _Malformed(f"a tool call's arguments are {_kind(value)}, not text")
@@ -423,10 +441,13 @@ def _reasoning(message: dict[str, Any]) -> str | None:
 
 def _text(value: Any, what: str) -> str | None:
     """A field the answer is made of: text or absent, anything else is malformed."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return _whole(value)
+    raw = _raw_text(value, what)
+    return None if raw is None else _whole(raw)
+
+
+def _raw_text(value: Any, what: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
     raise _Malformed(f"{what} is {_kind(value)}, not text")
 
 

@@ -22,7 +22,7 @@ from engine.llm.types import (
     ToolCallRequest,
     Usage,
 )
-from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.openai_server import FakeOpenAIServer, delta_chunk
 
 USER = [{"role": "user", "content": "Hello?"}]
 READ_FILE = {
@@ -256,6 +256,22 @@ async def test_a_lone_surrogate_from_the_server_becomes_a_replacement_character(
     assert response.tool_calls[0].arguments == '{"path": "a\ufffd"}'
     for text in (response.content, response.reasoning_content, response.tool_calls[0].arguments):
         text.encode("utf-8")  # storable
+
+
+async def test_a_pair_split_across_streamed_deltas_is_joined(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    """A token that cuts an emoji sends its halves in two deltas: each became U+FFFD
+    (found by review). A half that never finds its pair is one U+FFFD at the end."""
+    fake_openai.reply_chunks(
+        delta_chunk({"role": "assistant", "content": "smile \ud83d"}),
+        delta_chunk({"content": "\ude00 ok \ud83d"}, "stop"),
+    )
+    deltas: list[str] = []
+    model = make_model(http, fake_openai.base_url, stream=True)
+    response = await model.complete(USER, [], on_delta=deltas.append)
+    assert response.content == "smile \U0001f600 ok \ufffd"
+    assert "".join(deltas) == "smile \U0001f600 ok "
 
 
 # -- failures ------------------------------------------------------------------------
