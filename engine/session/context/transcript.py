@@ -69,6 +69,11 @@ class FrameTranscript:
         if self._open.rows and self._open.rows[-1].id == row_id:
             self._open.rows.pop()
 
+    def open_input_tokens(self) -> int | None:
+        """The largest context the open turn's rounds were sent (their input tokens)."""
+        counts = [r.input_tokens for r in self._open.rows if r.input_tokens is not None]
+        return max(counts) if counts else None
+
     def open_tool_calls(self) -> list[ToolCallRow]:
         return [
             call

@@ -47,9 +47,11 @@ class TurnConclusion:
                 await fail_orphans(self._history, env.transcript)  # /stop: never resumed
                 env.emitter.error(CANCELLED_MESSAGE)
             case Failed(message):
+                self._context_seen(env)
                 await self._fail_turn(env, message)  # the notice commits with the failed mark
                 env.emitter.error(message)
             case Exhausted(rounds):
+                self._context_seen(env)
                 notice = (
                     f"Stopped after {rounds} tool rounds without a final answer. "
                     "Send a message to continue."
@@ -57,6 +59,13 @@ class TurnConclusion:
                 await self._fail_turn(env, notice)  # ended, told once: never resumed
                 env.emitter.error(notice)
         return outcome
+
+    def _context_seen(self, env: TurnEnv) -> None:
+        """A root turn that ended without an answer still says how big its context grew,
+        so the next turn compacts it (until 2026-12-06 only an answer did: after a turn
+        that overflowed, every later one was sent as big and failed too; found by review)."""
+        if env.frame.depth == 0 and (tokens := env.transcript.open_input_tokens()) is not None:
+            self._compaction.answered(tokens)
 
     async def _fail_turn(self, env: TurnEnv, notice: str) -> None:
         """A failure the user is told about: its unanswered rows are marked ``failed`` in the

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from engine.config import CompactionConfig
 from engine.core import Engine
 from engine.llm.scripted import text
-from engine.session.outcomes import Final
+from engine.llm.types import LlmRequestError, LlmResponse, ToolCallRequest, Usage
+from engine.session.context.compaction import SUMMARIZER_PREAMBLE
+from engine.session.outcomes import Exhausted, Failed, Final
+from tests.engine.session.helpers import EchoTool
 
 
 def contents(messages) -> str:
@@ -94,3 +99,35 @@ async def test_a_summarisers_unexpected_error_skips_compaction_and_the_turn_goes
     model.complete = summariser_bug
     model.add(text("answer 4"))
     assert isinstance(await handler.handle_message("question 4"), Final)
+
+
+def _big_round(i: int, tokens: int) -> LlmResponse:
+    return LlmResponse(
+        content="thinking " + "z" * 3000,
+        tool_calls=(ToolCallRequest(f"c{i}", "echo", '{"text": "y", "times": 150}'),),
+        usage=Usage(input_tokens=tokens),
+    )
+
+
+@pytest.mark.parametrize("ending", ["failed", "exhausted"])
+async def test_a_turn_that_ended_without_an_answer_still_gets_the_next_turn_compacted(
+    engine: Engine, model, ending: str
+):
+    """Only an answer told the trigger how big the context was: after a turn that
+    overflowed (a 400) or ran out of rounds, the next was sent as big, and failed too
+    (found by review)."""
+    engine.compaction = CompactionConfig(enabled=True, threshold_tokens=2_000, keep_recent=2)
+    engine.tools.register(EchoTool())
+    handler = await engine.new_session("console")
+    model.add(text("first answer", input_tokens=100))
+    await handler.handle_message("hello")
+    rounds = 4 if ending == "failed" else 6  # max_tool_rounds is 6
+    model.add(*(_big_round(i, 1000 * (i + 1)) for i in range(rounds)))
+    if ending == "failed":
+        model.add(LlmRequestError("maximum context length exceeded", status=400))
+    result = await handler.handle_message("do lots of work")
+    assert isinstance(result, Failed if ending == "failed" else Exhausted)
+    model.add(text("SUMMARY of the work"), text("answer 3"))
+    await handler.handle_message("continue")
+    summarised = model.requests[-2][0]
+    assert SUMMARIZER_PREAMBLE in "\n".join(str(m.get("content")) for m in summarised)
