@@ -322,6 +322,10 @@ class Compactor:
             raise CompactionError("context compaction is not enabled ([compaction] enabled)")
         if not self.applies_to(session, frame):
             return None
+        if not force and last_input_tokens and last_input_tokens < self.config.threshold_tokens:
+            # Known to be small: the rows are not read (the whole history was read and
+            # rendered at each turn's start until 2026-12-06; found by review).
+            return None
         previous = await self.summaries.latest(frame.id)
         covered = previous.covers_up_to_message_id if previous else 0
         if rows is None:

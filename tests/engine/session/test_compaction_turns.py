@@ -131,3 +131,25 @@ async def test_a_turn_that_ended_without_an_answer_still_gets_the_next_turn_comp
     await handler.handle_message("continue")
     summarised = model.requests[-2][0]
     assert SUMMARIZER_PREAMBLE in "\n".join(str(m.get("content")) for m in summarised)
+
+
+async def test_a_turn_known_to_be_small_reads_no_history_to_decide(engine: Engine, model):
+    """With compaction on, each turn's start read and rendered the whole history since the
+    last summary, though the last answer said the context was far below the threshold:
+    per-turn cost grew with the history (found by review)."""
+    engine.compaction = CompactionConfig(enabled=True, threshold_tokens=10**9, keep_recent=2)
+    handler = await engine.new_session("console")
+    history = engine.store.history
+    loads: list[int] = []
+    load = history.load
+
+    async def counted(stack_id, *, after_id=0, limit=None):  # type: ignore[no-untyped-def]
+        rows = await load(stack_id, after_id=after_id, limit=limit)
+        loads.append(len(rows))
+        return rows
+
+    history.load = counted  # type: ignore[method-assign]
+    for i in range(30):
+        model.add(text(f"answer {i}", input_tokens=50))
+        await handler.handle_message(f"question {i}")
+    assert loads == [0, 0]  # the first turn's, before any answer said how big it was
