@@ -28,7 +28,7 @@ from engine.session.context.transcript import FrameTranscript
 from engine.session.deps import HandlerDeps
 from engine.session.outcomes import Cancelled, Failed, TurnResult
 from engine.session.protocols import EmitFn, PendingUserInput, RecordsAnswers
-from engine.session.turn.cancel import TurnScopes
+from engine.session.turn.cancel import CancelScope, TurnCancelled, TurnScopes
 from engine.session.turn.conclusion import TurnConclusion
 from engine.session.turn.emitter import TurnEmitter
 from engine.session.turn.injection import (
@@ -128,7 +128,7 @@ class ChatSessionHandler:
             emitter = TurnEmitter(emit, records)
             frame = await self._frames.root()
             tools = self._tools.for_frame(frame, interface_tools)  # a clash fails before writes
-            transcript = await self._turn_context(frame)
+            transcript = await self._turn_context(frame, scope)
             interrupted = transcript.open_tool_calls()  # left by a crash: run before the answer
             user_row = await self._history.append_message(
                 frame.id,
@@ -244,9 +244,14 @@ class ChatSessionHandler:
             await fail_orphans(self._history, await self._frames.transcript(frame))
             return await self._compaction.force(frame)
 
-    async def _turn_context(self, frame: FrameRow) -> FrameTranscript:
-        """The root's transcript for a new turn: orphans out, compacted if it grew too big."""
+    async def _turn_context(self, frame: FrameRow, scope: CancelScope) -> FrameTranscript:
+        """The root's transcript for a new turn: orphans out, compacted if it grew too big
+        (in the turn's scope: a ``/stop`` waited for the whole summarising call until
+        2026-12-06; found by review)."""
         transcript = await self._frames.transcript(frame)
         await self.scratchpad.notes()
         await fail_orphans(self._history, transcript)
-        return await self._compaction.before_turn(frame, transcript)
+        try:
+            return await scope.run(self._compaction.before_turn(frame, transcript))
+        except TurnCancelled:  # stopped while summarising: nothing stored, the turn stops
+            return transcript

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 import pytest
@@ -11,7 +12,7 @@ from engine.core import Engine
 from engine.llm.scripted import text
 from engine.llm.types import LlmRequestError, LlmResponse, ToolCallRequest, Usage
 from engine.session.context.compaction import SUMMARIZER_PREAMBLE
-from engine.session.outcomes import Exhausted, Failed, Final
+from engine.session.outcomes import Cancelled, Exhausted, Failed, Final
 from tests.engine.session.helpers import EchoTool
 
 
@@ -153,3 +154,31 @@ async def test_a_turn_known_to_be_small_reads_no_history_to_decide(engine: Engin
         model.add(text(f"answer {i}", input_tokens=50))
         await handler.handle_message(f"question {i}")
     assert loads == [0, 0]  # the first turn's, before any answer said how big it was
+
+
+async def test_a_stop_while_the_turn_start_summarises_stops_it(engine: Engine, model):
+    """The summarising call was outside the turn's cancel scope: /stop waited for it, up
+    to the model's timeout, and the summary was stored anyway (found by review)."""
+    engine.compaction = CompactionConfig(enabled=True, threshold_tokens=100, keep_recent=1)
+    handler = await engine.new_session("console")
+    for i in range(3):
+        model.add(text(f"answer {i}", input_tokens=50))
+        await handler.handle_message(f"question {i}")
+    model.add(text("big context", input_tokens=5_000))
+    await handler.handle_message("question 3")
+    asked, never = asyncio.Event(), asyncio.Event()
+    answering = model.complete
+
+    async def summarising_slowly(messages, tools, *, on_delta=None):  # type: ignore[no-untyped-def]
+        if "checkpoint summary" in str(messages[0]["content"]):
+            asked.set()
+            await never.wait()
+        return await answering(messages, tools, on_delta=on_delta)
+
+    model.complete = summarising_slowly
+    turn = asyncio.create_task(handler.handle_message("question 4"))
+    await asyncio.wait_for(asked.wait(), 5)
+    handler.cancel()  # what /stop does
+    assert isinstance(await asyncio.wait_for(turn, 5), Cancelled)
+    root = await engine.store.sessions.root_frame(handler.session.id)
+    assert await engine.store.summaries.latest(root.id) is None  # nothing stored
