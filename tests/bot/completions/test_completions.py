@@ -517,11 +517,11 @@ async def test_a_request_whose_turn_fails_before_it_begins_ends_with_a_sentence(
     real = ChatSessionHandler._turn_context
     failed = []
 
-    async def fails_once(self: Any, frame: Any) -> Any:
+    async def fails_once(self: Any, frame: Any, *rest: Any) -> Any:
         if not failed:
             failed.append(frame)
             raise RuntimeError("the database connection was lost")
-        return await real(self, frame)
+        return await real(self, frame, *rest)
 
     monkeypatch.setattr(ChatSessionHandler, "_turn_context", fails_once)
     fake_openai.reply_text("fine")
