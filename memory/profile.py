@@ -66,7 +66,8 @@ class ProfileCache:
     def clear(self) -> None:
         """Every profile rendered again at its next read (another process changed facts)."""
         for user_id in {key[0] for key in self._rendered}:
-            self.forget(user_id)
+            self._changes[user_id] = self._changes.get(user_id, 0) + 1
+        self._rendered.clear()
 
     def __len__(self) -> int:
         return len(self._rendered)

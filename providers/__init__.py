@@ -10,10 +10,11 @@ now: a provider serving it, else the settings'; followed on the bus) and ``probe
 
 from providers.choice import Endpoint, ServiceChoice
 from providers.registry import ProviderRegistry, follow_providers, probe
-from providers.store import SERVICES, Provider, ProviderError, ProviderStore, masked
+from providers.store import SERVICES, UNSENDABLE, Provider, ProviderError, ProviderStore, masked
 
 __all__ = [
     "SERVICES",
+    "UNSENDABLE",
     "Endpoint",
     "Provider",
     "ProviderError",

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import httpx
 
 from engine.bus import Lagged, ProviderRegistered, ProviderUnregistered, SystemEventBus
-from providers.store import Provider, ProviderError, ProviderStore
+from providers.store import UNSENDABLE, Provider, ProviderError, ProviderStore
 
 __all__ = ["ProviderRegistry", "follow_providers", "probe"]
 
@@ -100,7 +100,7 @@ async def probe(http: httpx.AsyncClient, provider: Provider, *, timeout_s: float
         raise ProviderError(f"{provider.base_url} did not answer within {timeout_s:g} s") from None
     except httpx.HTTPError:
         raise ProviderError(f"{provider.base_url} cannot be reached") from None
-    except (httpx.InvalidURL, ValueError, OverflowError, ExceptionGroup):  # unsendable
+    except UNSENDABLE:
         raise ProviderError(f"{provider.name}'s address or key cannot be used") from None
     if answer.status_code in (401, 403):
         raise ProviderError(f"{provider.name} refused its key (HTTP {answer.status_code})")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import httpx
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -43,6 +44,17 @@ def masked(key: str) -> str:
     if len(key) < 20:
         return "…" * 3
     return f"{key[:3]}…{key[-4:]}"
+
+
+#: What sending a request to an endpoint can raise before any answer, when its address or
+#: key cannot be carried (a port that is no number, a key with a typographic dash): each
+#: caller says so in one sentence of its own.
+UNSENDABLE: tuple[type[BaseException], ...] = (
+    httpx.InvalidURL,
+    ValueError,
+    OverflowError,
+    ExceptionGroup,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from providers import Endpoint, ProviderRegistry
+from providers import UNSENDABLE, Endpoint, ProviderRegistry
 from voice.endpoints import AudioChoice, failure_of
 
 __all__ = [
@@ -142,7 +142,7 @@ class Speaker:
             raise SpeechError(
                 f"the speech server did not answer within {self._timeout_s:g} s"
             ) from None
-        except (httpx.InvalidURL, ValueError, OverflowError, ExceptionGroup) as exc:  # unsendable
+        except UNSENDABLE as exc:
             log.warning("speech at %s: %s", endpoint.base_url, type(exc).__name__)
             raise SpeechError(
                 "the speech server's address or key cannot be used; check its settings"

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from providers import Endpoint, ProviderRegistry
+from providers import UNSENDABLE, Endpoint, ProviderRegistry
 from voice.endpoints import AudioChoice, failure_of
 
 __all__ = ["Transcriber", "Transcription", "TranscriptionError"]
@@ -68,7 +68,7 @@ class Transcriber:
             raise TranscriptionError(
                 f"the transcription server did not answer within {self._timeout_s:g} s"
             ) from None
-        except (httpx.InvalidURL, ValueError, OverflowError, ExceptionGroup) as exc:  # unsendable
+        except UNSENDABLE as exc:
             log.warning("transcription at %s: %s", endpoint.base_url, type(exc).__name__)
             raise TranscriptionError(
                 "the transcription server's address or key cannot be used; check its settings"

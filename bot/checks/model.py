@@ -17,6 +17,7 @@ import httpx
 from bot.checks.result import Problem
 from engine.config import ModelConfig, http_url
 from engine.llm import LlmConnectionError, LlmError, LlmRequestError, LlmTimeout, OpenAICompatModel
+from providers import UNSENDABLE
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -101,7 +102,7 @@ async def list_models(http: httpx.AsyncClient, endpoint: Endpoint, timeout_s: fl
     except httpx.HTTPError as exc:  # refused, DNS, TLS, dropped connection
         log.info("GET %s failed: %s: %s", url, type(exc).__name__, exc)
         raise Problem(f"nothing answers at {endpoint.base_url}", kind="unreachable") from None
-    except (httpx.InvalidURL, ValueError, OverflowError, ExceptionGroup) as exc:  # unsendable
+    except UNSENDABLE as exc:
         log.info("GET %s refused: %s: %s", url, type(exc).__name__, exc)
         raise Problem(
             f"{endpoint.base_url} is not an address that can be called", kind="bad_url"

@@ -11,6 +11,7 @@ from engine.config import CompactionConfig
 from engine.core import Engine
 from engine.llm.scripted import text
 from engine.llm.types import LlmRequestError, LlmResponse, ToolCallRequest, Usage
+from engine.session import ChatSessionHandler
 from engine.session.context.compaction import SUMMARIZER_PREAMBLE
 from engine.session.outcomes import Cancelled, Exhausted, Failed, Final
 from tests.engine.session.helpers import EchoTool
@@ -77,12 +78,9 @@ async def test_force_compaction_for_the_compact_command(engine: Engine, model):
     assert "SUMMARY of three questions" in contents(model.requests[-1][0])
 
 
-async def test_a_summarisers_unexpected_error_skips_compaction_and_the_turn_goes_on(
-    engine: Engine, model
-):
-    """Only CompactionError was caught: any other failure of the summarising call failed
-    the turn, and every later one, since compaction is tried at each turn's start (found
-    by review)."""
+async def _over_the_threshold(engine: Engine, model) -> ChatSessionHandler:  # type: ignore[no-untyped-def]
+    """A session whose last answer's context passed the threshold: its next turn's start
+    summarises."""
     engine.compaction = CompactionConfig(enabled=True, threshold_tokens=100, keep_recent=1)
     handler = await engine.new_session("console")
     for i in range(3):
@@ -90,6 +88,16 @@ async def test_a_summarisers_unexpected_error_skips_compaction_and_the_turn_goes
         await handler.handle_message(f"question {i}")
     model.add(text("big", input_tokens=5_000))
     await handler.handle_message("question 3")
+    return handler
+
+
+async def test_a_summarisers_unexpected_error_skips_compaction_and_the_turn_goes_on(
+    engine: Engine, model
+):
+    """Only CompactionError was caught: any other failure of the summarising call failed
+    the turn, and every later one, since compaction is tried at each turn's start (found
+    by review)."""
+    handler = await _over_the_threshold(engine, model)
     answering = model.complete
 
     async def summariser_bug(messages, tools, *, on_delta=None):  # type: ignore[no-untyped-def]
@@ -159,13 +167,7 @@ async def test_a_turn_known_to_be_small_reads_no_history_to_decide(engine: Engin
 async def test_a_stop_while_the_turn_start_summarises_stops_it(engine: Engine, model):
     """The summarising call was outside the turn's cancel scope: /stop waited for it, up
     to the model's timeout, and the summary was stored anyway (found by review)."""
-    engine.compaction = CompactionConfig(enabled=True, threshold_tokens=100, keep_recent=1)
-    handler = await engine.new_session("console")
-    for i in range(3):
-        model.add(text(f"answer {i}", input_tokens=50))
-        await handler.handle_message(f"question {i}")
-    model.add(text("big context", input_tokens=5_000))
-    await handler.handle_message("question 3")
+    handler = await _over_the_threshold(engine, model)
     asked, never = asyncio.Event(), asyncio.Event()
     answering = model.complete
 
