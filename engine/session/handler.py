@@ -221,8 +221,9 @@ class ChatSessionHandler:
         lose it nor tell it twice); ``on_stored`` runs right after the commit.
         """
         async with self.processing:
+            scope = self._scopes.fresh()
             frame = await self._frames.root()
-            transcript = await self._frames.transcript(frame)
+            transcript = await self._compacted(frame, await self._frames.transcript(frame), scope)
             await store_tool_result(
                 self._history, frame, transcript, tool_name, payload, reasoning=reasoning, also=also
             )
@@ -230,7 +231,7 @@ class ChatSessionHandler:
                 await on_stored()
             parts = self._prompts.root(None, None, None)
             return await self._resume.resume(
-                TurnEmitter(emit, records), parts, interface_tools, self._scopes.fresh()
+                TurnEmitter(emit, records), parts, interface_tools, scope
             )
 
     async def force_compact(self) -> CompactionResult | None:
@@ -251,6 +252,14 @@ class ChatSessionHandler:
         transcript = await self._frames.transcript(frame)
         await self.scratchpad.notes()
         await fail_orphans(self._history, transcript)
+        return await self._compacted(frame, transcript, scope)
+
+    async def _compacted(
+        self, frame: FrameRow, transcript: FrameTranscript, scope: CancelScope
+    ) -> FrameTranscript:
+        """The transcript, compacted first when it grew too big: before a new turn and
+        before a notification (a chat that only receives them compacted never; until
+        2026-12-06)."""
         try:
             return await scope.run(self._compaction.before_turn(frame, transcript))
         except TurnCancelled:  # stopped while summarising: nothing stored, the turn stops

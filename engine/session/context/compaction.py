@@ -8,7 +8,7 @@ boundary are summarised by a model, the summary is stored in ``chat_summaries`` 
 context is the summary plus the rows after that id. ``/compact`` forces it.
 
 The boundary rule (see :func:`choose_boundary`): the kept part starts at a turn start,
-a user/agent row right after an assistant row. A tool call and its result live on the
+a user/agent row (or a notification) right after an assistant row. A tool call and its result live on the
 same assistant row (``MessageRow.tool_calls``) and every row of a turn is kept or
 summarised together, so no call is ever separated from its result or its follow-up.
 """
@@ -25,7 +25,7 @@ from engine.config import CompactionConfig
 from engine.llm.protocols import ChatModel
 from engine.llm.registry import ModelRegistry
 from engine.llm.types import LlmError, Message
-from engine.session.context.transcript import FrameTranscript
+from engine.session.context.transcript import FrameTranscript, starts_turn
 from engine.store.history import History
 from engine.store.rows import OPEN_TOOL_STATUSES, FrameRow, MessageRow, SessionRow
 from engine.store.summaries import SummaryRow, SummaryStore
@@ -146,7 +146,8 @@ def choose_boundary(rows: Sequence[MessageRow], keep_recent: int) -> int | None:
     """The id of the last row to summarise, or ``None`` when there is nothing to compact.
 
     ``rows`` are a frame's rows since the previous summary, oldest first. The kept part
-    starts at a turn start (a user/agent row right after an assistant row), at least
+    starts at a turn start (a user/agent row or a notification right after an assistant
+    row: ``starts_turn``), at least
     ``keep_recent`` rows from the end, as late as possible. So the summarised part ends
     with the assistant row that closed a turn: a tool call and its result (same row) and
     the rounds of one turn are never split, and the kept part renders as whole turns.
@@ -160,7 +161,7 @@ def choose_boundary(rows: Sequence[MessageRow], keep_recent: int) -> int | None:
         previous = rows[i - 1]
         if _has_open_call(previous):
             break
-        ends_turn = previous.role == "assistant" and (i == len(rows) or rows[i].role != "assistant")
+        ends_turn = previous.role == "assistant" and (i == len(rows) or starts_turn(rows[i]))
         if ends_turn:
             best = i
     return rows[best - 1].id if best is not None else None

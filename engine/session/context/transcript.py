@@ -4,8 +4,9 @@ Loaded once per handler, then updated write-through by the turn (the handler's l
 it the only writer of its frames), so a model step renders only the current turn's rows:
 the cost of a step does not grow with history length.
 
-Rows are grouped in blocks. A block starts at a user/agent row that follows an assistant
-row; consecutive user/agent rows share a block and are merged into one ``user`` message.
+Rows are grouped in blocks, a block per turn. A block starts at a user/agent row that
+follows an assistant row, or at a notification brought in (``starts_turn``); consecutive
+user/agent rows share a block and are merged into one ``user`` message.
 Closed blocks are rendered once, with previous-turn tool results over the limit hidden;
 the open block is rendered fresh on every step.
 """
@@ -48,13 +49,15 @@ class FrameTranscript:
 
     def load(self, rows: list[MessageRow]) -> None:
         """Seed from stored rows (oldest first); a leading partial turn is dropped."""
-        start = next((i for i, r in enumerate(rows) if r.role != "assistant"), len(rows))
+        start = next((i for i, r in enumerate(rows) if starts_turn(r)), len(rows))
         for row in rows[start:]:
             self.add(row)
         self.loaded = True
 
-    def add(self, row: MessageRow) -> None:
-        if row.role != "assistant" and self._open.has_assistant:
+    def add(self, row: MessageRow, *, within_turn: bool = False) -> None:
+        """``within_turn``: a message taken into the running turn at a round boundary; it
+        joins the turn's block (a new block would hide the results the turn just read)."""
+        if not within_turn and starts_turn(row) and self._open.has_assistant:
             self._close_open_block()
         self._open.rows.append(row)
         self._keep_within_window()
@@ -116,6 +119,14 @@ class FrameTranscript:
 
     def _reflatten(self) -> None:
         self._closed_flat = deque(message for block in self._closed for message in block.rendered)
+
+
+def starts_turn(row: MessageRow) -> bool:
+    """Whether ``row`` can open a turn: a user/agent message, or a notification (a synthetic
+    assistant row stored outside any turn; until 2026-12-06 a chat that only received
+    notifications was one turn forever: never windowed, never compacted, read back empty;
+    found by review)."""
+    return row.role != "assistant" or row.is_synthetic
 
 
 def _render(rows: list[MessageRow], hide_over: int | None) -> list[Message]:

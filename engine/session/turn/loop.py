@@ -59,7 +59,7 @@ async def inject_pending_input(env: TurnEnv, pending: PendingUserInput) -> None:
         row = await env.store.history.append_message(
             env.frame.id, "user", queued.text, metadata=queued.metadata, consumes=queued.queued_id
         )
-        env.transcript.add(row)
+        env.transcript.add(row, within_turn=True)
         env.emitter.user_message(row.id, row.content, attachments_of(queued.metadata))
 
 

@@ -184,3 +184,30 @@ async def test_a_stop_while_the_turn_start_summarises_stops_it(engine: Engine, m
     assert isinstance(await asyncio.wait_for(turn, 5), Cancelled)
     root = await engine.store.sessions.root_frame(handler.session.id)
     assert await engine.store.summaries.latest(root.id) is None  # nothing stored
+
+
+async def test_a_chat_that_only_receives_notifications_is_compacted_and_read_back(
+    engine: Engine, model
+):
+    """Briefings into a chat nobody answers were one turn forever: never compacted, sent
+    whole to the model at every notification, and read back empty after a restart (found
+    by review)."""
+    engine.compaction = CompactionConfig(enabled=True, threshold_tokens=100, keep_recent=1)
+    handler = await engine.new_session("console")
+    for i in range(3):
+        model.add(text(f"told {i}", input_tokens=50 if i < 2 else 5_000))
+        await handler.deliver_notifications(f'[{{"summary": "briefing {i}"}}]')
+    model.add(text("SUMMARY: briefings 0 to 2 were told."), text("told 3"))
+
+    await handler.deliver_notifications('[{"summary": "briefing 3"}]')
+
+    summarise, answer = model.requests[-2][0], model.requests[-1][0]
+    assert "briefing 0" in contents(summarise)
+    assert "SUMMARY: briefings 0 to 2" in contents(answer)
+    assert "briefing 0" not in contents(answer) and "briefing 3" in contents(answer)
+
+    reopened = await engine.open_session(handler.session.id)  # a restart reads it back
+    model.add(text("told 4"))
+    await reopened.deliver_notifications('[{"summary": "briefing 4"}]')
+    prompt = contents(model.requests[-1][0])
+    assert "SUMMARY: briefings 0 to 2" in prompt and "told 3" in prompt

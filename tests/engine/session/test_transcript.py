@@ -86,3 +86,48 @@ def test_the_history_window_drops_whole_old_turns():
     contents = [m["content"] for m in transcript.messages()]
     assert contents[0].startswith("q") and len(contents) <= 5
     assert contents[-2:] == ["q4", "a4"]
+
+
+def _notification(id_: int, payload: str) -> MessageRow:
+    """A notification brought into the conversation: a synthetic assistant row whose one
+    call is done with the notifications as its result."""
+    row = MessageRow(id_, 1, "assistant", "", "ok", True, None, None, NOW)
+    row.tool_calls = [
+        ToolCallRow(id_ * 10, id_, f"read_{id_}", "read_notification", "{}", payload, "done")
+    ]  # type: ignore[arg-type]
+    return row
+
+
+def test_a_notification_starts_a_turn_of_its_own():
+    """A chat that only receives notifications (briefings nobody answers) was one turn
+    forever: the window never dropped a row, the model was sent the whole history at
+    every notification, and a reload read nothing at all (found by review)."""
+    rows = []
+    for i in range(10):
+        rows += [_notification(2 * i + 1, f"briefing {i}"), _assistant(2 * i + 2, f"told {i}")]
+    live = FrameTranscript(max_messages=4, max_tool_result_chars=None)
+    for row in rows:
+        live.add(row)
+    reloaded = FrameTranscript(max_messages=4, max_tool_result_chars=None)
+    reloaded.load(rows[-5:])  # a window of the newest rows, a partial turn first
+
+    for transcript in (live, reloaded):
+        messages = transcript.messages()
+        assert [m["content"] for m in messages if m["role"] == "tool"] == [
+            "briefing 8",
+            "briefing 9",
+        ]
+        assert [m["content"] for m in messages if m.get("content")][-1] == "told 9"
+
+
+def test_a_message_taken_into_the_running_turn_hides_none_of_its_results():
+    """A message sent while the turn worked joins it at a round boundary; it closed the
+    turn's block, so the results the turn had just read were hidden from its next round
+    as if they were an old turn's (found by review)."""
+    transcript = FrameTranscript(max_messages=100, max_tool_result_chars=10)
+    transcript.add(_user(1, "read the log"))
+    transcript.add(_assistant(2, "", ("done", "a long log line " * 5, None)))
+    transcript.add(_user(3, "and the errors only"), within_turn=True)
+
+    tool = [m["content"] for m in transcript.messages() if m["role"] == "tool"]
+    assert tool == ["a long log line " * 5]
