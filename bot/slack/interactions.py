@@ -23,7 +23,7 @@ from bot.platform.controls import ControlId, parse_control
 from bot.platform.failures import SORRY_TAP, report_failure
 from bot.platform.open_cards import tapped
 from bot.slack.cards import SlackCards, modal, modal_text, parse_metadata
-from bot.slack.incoming import is_message_id, source_of
+from bot.slack.incoming import is_message_id, source_of, unescape
 from bot.slack.messages import NOT_PAIRED, MessageHandler, SlackMe
 from bot.slack.mrkdwn import to_mrkdwn
 from bot.slack.sending import MESSAGE_LIMIT, mrkdwn_parts
@@ -223,7 +223,8 @@ class Interactions:
         if not isinstance(channel, str) or not is_message_id(channel, "0.0"):
             await respond(EXPIRED)
             return
-        words = str(body.get("text") or "").strip().split(None, 1)
+        # Escaped as a message's text is ("Tom &amp; Jerry"; until 2026-12-06 taken as it came).
+        words = unescape(str(body.get("text") or "")).strip().split(None, 1)
         name = words[0].lstrip("/").lower() if words else "help"
         argument = words[1] if len(words) > 1 else ""
         if name in ABOUT_A_THREAD and not channel.startswith("D"):

@@ -135,3 +135,42 @@ async def test_a_long_command_reply_comes_whole_in_parts() -> None:
     await interactions.command(body, respond)
     assert len(said) == 2 and all(len(part) <= 4000 for part in said)
     assert "30. likes" in said[-1]
+
+
+class _Recording(_Listing):
+    def __init__(self) -> None:
+        super().__init__("done")
+        self.calls: list[tuple[str, str]] = []
+
+    async def run_command(self, source: str, name: str, argument: str, user: str) -> str:
+        self.calls.append((name, argument))
+        return self.reply
+
+
+async def test_a_command_gets_its_words_as_typed() -> None:
+    """Slack sends a command's text with ``&``, ``<`` and ``>`` escaped, as a message's:
+    "/chathub search Tom & Jerry" searched for "Tom &amp; Jerry" (found by review)."""
+    handler = _Recording()
+
+    async def respond(text: str) -> None:
+        pass
+
+    async def no_view(trigger: str, view: object) -> bool:
+        return False
+
+    interactions = Interactions(
+        None,  # type: ignore[arg-type]
+        SlackMe(team_id="T1"),
+        _Everyone(),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        handler,  # type: ignore[arg-type]
+        no_view,
+    )
+    body = {
+        "team_id": "T1",
+        "user_id": "U0ALICE001",
+        "channel_id": "D0ALICE001",
+        "text": "search Tom &amp; Jerry &lt;3",
+    }
+    await interactions.command(body, respond)
+    assert handler.calls == [("search", "Tom & Jerry <3")]
