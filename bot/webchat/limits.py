@@ -22,6 +22,9 @@ class SocketLimits:
     max_refused: int = 200
     #: Sockets open at once, all conversations together; one more is refused (HTTP 403).
     max_sockets: int = 1000
+    #: How often a socket's sign-in is checked while it only listens (each frame it sends
+    #: is checked before it acts): an ended sign-in's socket is closed (1008).
+    signin_check_s: float = 30.0
 
 
 class FrameRate:

@@ -29,7 +29,7 @@ from bot.platform.voice_notes import VoiceNotes
 from bot.webchat.auth import Access, SocketAuth
 from bot.webchat.conversations import source_of
 from bot.webchat.history import DEFAULT_PAGE, MAX_PAGE
-from bot.webchat.store import MAX_TITLE_CHARS, ConversationStore, clean_title
+from bot.webchat.store import ConversationStore, clean_title
 from bot.webchat.uploads import TooLarge, Uploads, audio_type, safe_name
 from bot.webchat.voice import upload_refusal
 from engine.hub import ChatHub
@@ -51,13 +51,13 @@ Handler = Callable[[Request, Access], Awaitable[Response]]
 class NewConversation(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    title: Annotated[str, Field(max_length=MAX_TITLE_CHARS * 4)] = ""
+    title: str = ""  # cut by clean_title, as a pasted one is (the body's limit bounds it)
 
 
 class Rename(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    title: Annotated[str, Field(min_length=1, max_length=MAX_TITLE_CHARS * 4)]
+    title: Annotated[str, Field(min_length=1)]  # cut, never refused for its length
 
 
 class PageQuery(BaseModel):

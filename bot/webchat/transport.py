@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 
 CLOSE_TOO_BIG = 1009
 CLOSE_POLICY = 1008
+#: A frame on a socket whose conversation was deleted since it opened (until 2026-12-06 it
+#: went on: a message was answered in a conversation nobody could list; found by review).
+DELETED = "This conversation was deleted; nothing was done. Open another one."
 RATE_LIMITED = "Too many frames; slow down (this one was not taken)."
 BINARY = "Frames are JSON text; a binary frame is not taken."
 
@@ -138,6 +141,7 @@ class WebChat:
         events = self.hub.events(source, remote=True)
         self.rooms.join(source, socket)
         pump: asyncio.Task[None] | None = None
+        watch: asyncio.Task[None] | None = None
         try:
             session_id = await self.hub.session_id(source)
             await socket.send(
@@ -146,13 +150,15 @@ class WebChat:
             await socket.send(TurnRunning(running=await self.hub.is_busy(source)))
             await self._show_pending(socket, session_id, source)
             pump = asyncio.create_task(self._pump(events, socket), name=f"ws:{source}")
+            watch = asyncio.create_task(self._watch(websocket, socket), name=f"ws-auth:{source}")
             await self._read(conversation, websocket, socket)
         finally:
             self.rooms.leave(source, socket)
             events.close()
-            if pump is not None:
-                pump.cancel()
-                await asyncio.gather(pump, return_exceptions=True)
+            for task in (pump, watch):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
 
     def _limits(self) -> Limits:
         voice = self._voice
@@ -197,6 +203,25 @@ class WebChat:
             if socket.gone:
                 return
 
+    async def _signed_out(self, websocket: WebSocket, socket: ChatSocket) -> bool:
+        """Whether the sign-in that opened the socket has ended (signed out, ended on
+        /signins, expired) since its handshake; the socket is then closed, and the page's
+        reconnect goes to the sign-in page (until 2026-12-06 the socket kept every right it
+        had: it sent messages and approved calls; found by review)."""
+        if await self.auth.refusal(websocket) is None:
+            return False
+        log.info("web chat socket closed: its sign-in has ended")
+        await socket.close(CLOSE_POLICY, "signed out")
+        return True
+
+    async def _watch(self, websocket: WebSocket, socket: ChatSocket) -> None:
+        """A socket that only listens is checked now and then: it receives the
+        conversation's events."""
+        while not socket.gone:
+            await asyncio.sleep(self.limits.signin_check_s)
+            if await self._signed_out(websocket, socket):
+                return
+
     async def _read(self, conversation: str, websocket: WebSocket, socket: ChatSocket) -> None:
         source = source_of(conversation)
         limits = self.limits
@@ -228,6 +253,11 @@ class WebChat:
                 await socket.send(ErrorFrame(code=bad.code, message=bad.message, ref=bad.ref))
                 continue
             refused = 0
+            if await self._signed_out(websocket, socket):
+                return
+            if not await self.conversations.is_open(conversation):  # deleted in another tab
+                await socket.send(ErrorFrame(code="deleted", message=DELETED, ref=frame.ref))
+                continue
             await self.actions.run(source, frame, socket)
             if isinstance(frame, SendMessage):
                 await self.conversations.used(conversation)

@@ -176,6 +176,65 @@ async def test_the_inbox_sign_in_cookie_opens_a_socket(server: ChatServer):
             pass
 
 
+async def test_a_socket_whose_sign_in_ended_acts_no_more(
+    server: ChatServer, fake_openai: FakeOpenAIServer
+):
+    """Ending a sign-in (sign out, "End" on /signins, expiry) left its open socket every
+    right it had: it approved a call with "no more asking" and talked to the agent
+    (found by review)."""
+    fake_openai.reply_tool_calls(("w1", "write_file", {"path": "a.txt", "content": "a"}))
+    fake_openai.reply_text("ok")
+    signin = await server.signins.create("127.0.0.1", "test")
+    cookie = {"Cookie": f"{COOKIE}={signin.secret}"}
+    owner = await server.client("c1")
+    await owner.send(type="message", text="write")
+    call = (await owner.until("approval_required"))[-1]["tool_call_id"]
+    browser = Client(await server.connect("c1", auth=False, headers=cookie))
+    await browser.opened()
+    await server.signins.revoke(signin.signin.handle)
+
+    await browser.send(type="approve_tool", tool_call_id=call, bypass_secs=0, ref="a")
+
+    with pytest.raises(ConnectionClosed) as closed:
+        while True:
+            assert (await browser.recv())["type"] != "approval_resolved"
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    assert await server.hub.pending_approvals(await server.hub.session_id("web:c1"))
+
+
+async def test_a_listening_socket_is_closed_once_its_sign_in_ends(make_server):
+    """A socket that only listens receives the conversation's events: it is checked now
+    and then, not only when it sends."""
+    server = await make_server(SocketLimits(signin_check_s=0.01))
+    signin = await server.signins.create("127.0.0.1", "test")
+    cookie = {"Cookie": f"{COOKIE}={signin.secret}"}
+    browser = Client(await server.connect("c1", auth=False, headers=cookie))
+    await browser.opened()
+    await server.signins.revoke(signin.signin.handle)
+    with pytest.raises(ConnectionClosed):
+        await browser.recv()
+
+
+async def test_a_lone_surrogate_is_refused_as_invalid(
+    server: ChatServer, fake_openai: FakeOpenAIServer
+):
+    """JSON's "\\ud800" is no character: a message or an answer holding one failed at the
+    write, answered as a failure of ours (``internal``, a traceback in the log; found by
+    review)."""
+    fake_openai.reply_tool_calls(("q1", "ask_user_clarification", {"question": "Which colour?"}))
+    fake_openai.reply_text("Blue it is.")
+    client = await server.client()
+    await client.connection.send('{"type": "message", "text": "hi \\ud800", "ref": "m1"}')
+    assert (await refused(client, "invalid"))["ref"] == "m1"
+    await client.send(type="message", text="paint it")
+    question = (await client.until("agent_question"))[-1]
+    answer = '{"type": "answer_question", "request_id": %d, "answer": "x \\ud800", "ref": "a1"}'
+    await client.connection.send(answer % question["request_id"])
+    assert (await client.until("error", ref="a1"))[-1]["code"] == "invalid"
+    await client.send(type="answer_question", request_id=question["request_id"], answer="blue")
+    await client.until("done")
+
+
 async def test_a_malformed_conversation_id_is_refused(server: ChatServer):
     for conversation in ("", "a:b", "x" * 41, "%20"):
         with pytest.raises(InvalidStatus):

@@ -9,6 +9,7 @@ conversation. Screenshots at desktop and phone widths go to ``test-artifacts/`` 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -451,3 +452,48 @@ async def test_a_voice_message_in_chromium(
         await context.close()
     assert errors == []
     assert len(fake_openai.transcription_requests) == 1
+
+
+async def test_a_conversation_chosen_while_another_loads_shows_only_its_own_in_chromium(
+    browser: Any, make_server, fake_openai: FakeOpenAIServer, artifacts: Path
+):
+    """Choosing B while A's history was still on its way: A's history arrived into B's
+    thread, under B's title (found by review)."""
+    server: ChatServer = await make_server(page=True)
+    context, page = await _signed_in(browser, server)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    first = page.url.split("#c=")[1]
+    fake_openai.reply_text("answer in A")
+    await _send(page, "secret of A")
+    await page.wait_for_selector(".msg.assistant:has-text('answer in A')")
+    second = await page.evaluate(
+        "fetch('/chat/conversations', {method: 'POST', credentials: 'same-origin', headers:"
+        " {'X-CSRF-Token': document.querySelector('meta[name=csrf]').content,"
+        " 'Content-Type': 'application/json'}, body: '{\"title\": \"B\"}'})"
+        ".then((r) => r.json()).then((c) => c.id)"
+    )
+    await page.goto(f"{server.http}/chat#c={second}")
+    await page.reload()
+    await page.wait_for_selector(f"#conversations li.current[data-id='{second}']")
+
+    held, asked = asyncio.Event(), asyncio.Event()
+
+    async def hold(route: Any) -> None:
+        asked.set()
+        await held.wait()
+        await route.continue_()
+
+    await page.route(f"**/chat/conversations/{first}/messages*", hold)
+    async with _evidence_on_failure(page, artifacts, "webchat-switch-race"):
+        await page.click(f"#conversations li[data-id='{first}']")
+        await asked.wait()
+        await page.click(f"#conversations li[data-id='{second}']")
+        await page.wait_for_selector(f"#conversations li.current[data-id='{second}']")
+        async with page.expect_response(f"**/chat/conversations/{first}/messages*"):
+            held.set()
+        await page.evaluate("new Promise((done) => setTimeout(done, 0))")  # its handlers ran
+        assert await page.text_content("#title") == "B"
+        assert "secret of A" not in (await page.text_content("#thread") or "")
+    assert errors == []
+    await context.close()

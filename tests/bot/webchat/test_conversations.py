@@ -34,6 +34,9 @@ async def test_create_list_rename_and_delete(http: httpx.AsyncClient):
         await http.post("/chat/conversations", json={"title": "  Plans\nfor <b>May</b> "})
     ).json()
     assert second["title"] == "Plans for <b>May</b>"  # one line, kept as text
+    pasted = await http.post("/chat/conversations", json={"title": "t" * 1000})
+    assert pasted.status_code == 201 and pasted.json()["title"] == "t" * 200  # cut, not refused
+    await http.delete(f"/chat/conversations/{pasted.json()['id']}")
     listed = (await http.get("/chat/conversations")).json()["conversations"]
     assert [c["id"] for c in listed] == [second["id"], first.json()["id"]]
 
@@ -185,3 +188,19 @@ async def test_without_a_token_loopback_needs_no_sign_in_but_still_the_origin_an
     with pytest.raises(InvalidStatus):
         async with server.connect(conversation, auth=False, headers=foreign):
             pass
+
+
+async def test_a_conversation_deleted_in_another_tab_takes_no_more_messages(
+    make_server, fake_openai: FakeOpenAIServer
+):
+    """A tab that had it open went on: its message was answered in a conversation nobody
+    could list any more (found by review)."""
+    server = await make_server(stored=True)
+    async with httpx.AsyncClient(base_url=server.http, headers=BEARER) as http:
+        created = (await http.post("/chat/conversations", json={})).json()
+        tab = await server.client(created["id"])
+        assert (await http.delete(f"/chat/conversations/{created['id']}")).status_code == 204
+        await tab.send(type="message", text="hello?", ref="m1")
+        answer = await tab.recv()
+    assert answer["type"] == "error" and answer["code"] == "deleted" and answer["ref"] == "m1"
+    assert fake_openai.requests == []
