@@ -31,6 +31,7 @@ Instants that coincide (``0 2,3 * * *`` on a spring-forward day) fire once.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from apscheduler.triggers.base import BaseTrigger
 
 __all__ = ["CronError", "CronSchedule"]
+
+log = logging.getLogger(__name__)
 
 
 class CronError(ValueError):
@@ -58,10 +61,13 @@ class _Field:
 
     def value(self, token: str) -> int:
         if token.isdigit():
-            number = int(token)
-            if not self.low <= number <= self.high:
+            # Past four digits no field is in range: int() of thousands of digits raises
+            # (Python's digit limit) instead of saying so (found by review).
+            number = int(token) if len(token) <= 4 else None
+            if number is None or not self.low <= number <= self.high:
+                shown = token if len(token) <= 8 else f"{token[:8]}…"
                 raise CronError(
-                    f"cron spec: {self.name} {number} out of range {self.low}-{self.high}"
+                    f"cron spec: {self.name} {shown} out of range {self.low}-{self.high}"
                 )
             return number
         lowered = token.lower()
@@ -126,11 +132,13 @@ def _expand(text: str, spec_field: _Field) -> frozenset[int]:
                 )
         step = 1
         if match["step"] is not None:
-            if not match["step"].isdigit() or int(match["step"]) == 0:
+            given = match["step"]
+            if not given.isdigit() or len(given) > 4 or int(given) == 0:
                 raise CronError(
-                    f"cron spec: {spec_field.name} step {match['step']!r} must be a number of at least 1"
+                    f"cron spec: {spec_field.name} step {given[:8]!r} must be a number "
+                    "from 1 to 9999"
                 )
-            step = int(match["step"])
+            step = int(given)
         values.update(range(first, last + 1, step))
     return frozenset(values)
 
@@ -152,10 +160,18 @@ def _aps(values: frozenset[int], spec_field: _Field) -> str:
     return ",".join(ranges)
 
 
+#: Longer than any IANA name (the longest is 32 characters).
+_MAX_ZONE_CHARS = 64
+
+
 def _zone(name: str) -> ZoneInfo:
+    if len(name) > _MAX_ZONE_CHARS:
+        raise CronError(f"timezone: {name[:20]!r}… is not an IANA time zone")
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
+    # OSError: a folder of the database ("Europe": IsADirectoryError), a name the file
+    # system refuses (until 2026-12-06 they failed the turn; found by review).
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):
         raise CronError(f"timezone: {name!r} is not an IANA time zone") from None
 
 
@@ -320,7 +336,11 @@ class CronSchedule:
         from cron_descriptor import ExpressionDescriptor, Options
 
         options = Options(locale_code=_locale_code(locale), day_of_week_start_index_zero=True)
-        return ExpressionDescriptor(expression, options).get_description()
+        try:
+            return ExpressionDescriptor(expression, options).get_description()
+        except Exception:  # its own reading refuses some valid specs ("06,07" weekdays)
+            log.info("cron-descriptor could not describe %r; shown as written", self.spec)
+            return self.spec
 
     # -- wall clock → instants -----------------------------------------------------------------
 

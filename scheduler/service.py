@@ -56,6 +56,12 @@ class SchedulerLimits:
 
 
 @lru_cache(maxsize=4096)
+def _is_row_id(job_id: int) -> bool:
+    """Whether ``job_id`` can name a row: a huge one overflowed the driver and the tool
+    answered "internal error" instead of "no such task" (until 2026-12-06; found by review)."""
+    return 0 < job_id < 2**63
+
+
 def _schedule(spec: str, timezone: str) -> CronSchedule:
     return CronSchedule.parse(spec, timezone)
 
@@ -377,13 +383,13 @@ class Scheduler:
             )
 
     async def _live(self, job_id: int) -> Job:
-        job = await self.store.get(job_id)
+        job = await self.store.get(job_id) if _is_row_id(job_id) else None
         if job is None or job.deleted_at is not None:
             raise SchedulerError(f"task {job_id}: no such task")
         return job
 
     async def _owned(self, source: str, job_id: int) -> Job:
-        job = await self.store.get(job_id)
+        job = await self.store.get(job_id) if _is_row_id(job_id) else None
         if job is None or job.deleted_at is not None or job.origin_source != source:
             raise SchedulerError(f"task {job_id}: no such task in this chat")
         return job

@@ -8,6 +8,7 @@ it when it announces a gated call; how a surface shows it is ``engine.approval.p
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 from engine.tools.base import ToolError
 from engine.tools.protocols import DescribesCalls
 from engine.tools.workspace import Workspace
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ApprovalPreview", "preview_call"]
 
@@ -45,7 +48,11 @@ def preview_call(
 ) -> ApprovalPreview | None:
     """What the call would do; ``tool``: the called tool, if it describes its calls."""
     if isinstance(tool, DescribesCalls):
-        summary = tool.describe_call(args)
+        try:
+            summary = tool.describe_call(args)
+        except Exception:  # the card goes without it: a description never fails the turn
+            log.exception("describing a %s call failed; the card shows its arguments", name)
+            return None
         return ApprovalPreview(kind="summary", summary=summary) if summary else None
     try:
         if name == "execute_cmd":

@@ -967,3 +967,41 @@ async def test_missed_fires_are_told_once_when_two_workers_step_at_once(
     await a.dispatcher.drain()
     await b.dispatcher.drain()
     assert len([n for n in notified if n.event_type == "job_missed"]) == 1
+
+
+async def test_a_crashed_run_tells_the_chat_no_exception_text(
+    scheduler: Scheduler,
+    clock: FakeClock,
+    origin: int,
+    notified: list[Notification],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The run's exception (class, text, SQL) was the failure the chat's agent read and
+    relayed (found by review): the chat gets a sentence with an error id, the log the rest."""
+
+    async def broken(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("INSERT INTO chat_history failed: database is locked")
+
+    monkeypatch.setattr(ChatSessionHandler, "handle_message", broken)
+    job = await scheduler.create_cron(ORIGIN, "Morning digest", "0 8 * * *", "go")
+    clock.now = job.next_run_at
+    await scheduler.dispatcher.step()
+    await scheduler.dispatcher.drain()
+
+    [run] = await scheduler.store.runs(job.id)
+    [notice] = [n for n in notified if n.refs.get("job_id") == job.id]
+    assert run.status == "failed"
+    assert "internal error (error " in notice.summary
+    assert "RuntimeError" not in notice.summary and "INSERT" not in notice.summary
+
+
+@pytest.mark.parametrize("job_id", [2**63, 10**30])
+async def test_a_task_id_no_row_can_have_is_no_such_task(
+    scheduler: Scheduler, origin: int, job_id: int
+) -> None:
+    """Past the database's integers the driver overflowed: "internal error" instead of
+    "no such task" (found by review)."""
+    with pytest.raises(SchedulerError, match="no such task"):
+        await scheduler.delete(ORIGIN, job_id)
+    with pytest.raises(SchedulerError, match="no such task"):
+        await scheduler.toggle(ORIGIN, job_id, False)
