@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from engine.core import Engine
 from engine.hub import ChatHub
@@ -354,7 +354,11 @@ class Scheduler:
             text = job.spec
         if not job.enabled or job.next_run_at is None:
             return f"{text} — paused" if job.deleted_at is None else text
-        local = job.next_run_at.astimezone(ZoneInfo(job.timezone))
+        try:
+            zone = ZoneInfo(job.timezone)
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # dropped by a tzdata update
+            return f"{text} — its time zone {job.timezone!r} is gone; give it a new schedule"
+        local = job.next_run_at.astimezone(zone)
         return f"{text} — next: {local:%a %d %b %Y %H:%M} ({job.timezone})"
 
     # -- internals ---------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 
 from engine.hub import NoticeWithdrawn
 from engine.store import Database, chat_sessions, insert_for, utcnow
+from scheduler.cron import CronError
 from scheduler.tables import job_runs as r
 from scheduler.tables import scheduled_jobs as j
 
@@ -528,7 +529,13 @@ def _materialize(conn: Connection, now: datetime, next_fire: NextFire, batch: in
     for job in due:
         assert job.next_run_at is not None
         grace = timedelta(seconds=job.misfire_grace_s)
-        fires = _due_fires(job, now, grace, next_fire)
+        try:
+            fires = _due_fires(job, now, grace, next_fire)
+            upcoming = next_fire(job, max(fires[-1], now))
+        except CronError as exc:  # its zone left the time-zone database since it was made
+            rows.append(_unreadable(job, now, exc))
+            moves[job.id] = None  # paused, its chat told; the other jobs fire
+            continue
         on_time = [f for f in fires if now - f <= grace]
         late = [f for f in fires if now - f > grace]
         if job.coalesce and len(on_time) > 1:
@@ -538,7 +545,6 @@ def _materialize(conn: Connection, now: datetime, next_fire: NextFire, batch: in
             on_time = []
         rows += [_new_run(job.id, fire, "pending", now) for fire in on_time]
         rows += _missed_rows(job.id, late, now)
-        upcoming = next_fire(job, max(fires[-1], now))
         moves[job.id] = upcoming  # None (a single run, or an ended schedule): disabled
     created: list[Run] = []
     missed_counts: dict[int, int] = {}
@@ -552,6 +558,20 @@ def _materialize(conn: Connection, now: datetime, next_fire: NextFire, batch: in
     by_id = {job.id: job for job in due}
     read = {run.job_id: by_id[run.job_id] for run in created}
     return Materialized(created, missed_counts, len(due), read)
+
+
+def _unreadable(job: Job, now: datetime, error: CronError) -> dict[str, Any]:
+    """A failed run telling the job's chat that its schedule cannot be read any more (a
+    zone tzdata dropped, as ``US/Pacific-New`` in 2020): until 2026-12-06 its error failed
+    every step, and no job of anyone fired (found by review)."""
+    log.warning("job %s paused: its schedule cannot be read (%s)", job.id, error)
+    assert job.next_run_at is not None
+    return {
+        **_new_run(job.id, job.next_run_at, "failed", now),
+        "error": f"its schedule cannot be read any more ({error}); it is paused until it "
+        "is given a new one",
+        "finished_at": now,
+    }
 
 
 def _missed_rows(job_id: int, late: list[datetime], now: datetime) -> list[dict[str, Any]]:

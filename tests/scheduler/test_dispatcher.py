@@ -1005,3 +1005,39 @@ async def test_a_task_id_no_row_can_have_is_no_such_task(
         await scheduler.delete(ORIGIN, job_id)
     with pytest.raises(SchedulerError, match="no such task"):
         await scheduler.toggle(ORIGIN, job_id, False)
+
+
+async def test_a_job_whose_zone_left_tzdata_is_paused_and_the_others_fire(
+    scheduler: Scheduler, clock: FakeClock, origin: int, notified: list[Notification]
+) -> None:
+    """A tzdata update drops zones (``US/Pacific-New`` in 2020): that one job's error failed
+    every step, so no job of anyone fired, and ``/jobs`` failed in its chat (found by
+    review). It is paused and its chat told; the others fire."""
+    from bot.platform.jobs import Jobs
+
+    good = await scheduler.create_cron(ORIGIN, "Morning", "0 8 * * *", "brief me")
+    gone = await scheduler.store.create(
+        NewJob(
+            kind="cron",
+            title="Old",
+            prompt="p",
+            timezone="US/Pacific-New",
+            spec="0 8 * * *",
+            origin_source=ORIGIN,
+            next_run_at=good.next_run_at,
+        )
+    )
+    _text, entries = await Jobs(scheduler).listing(ORIGIN)
+    assert len(entries) == 2
+    clock.now = good.next_run_at + timedelta(seconds=1)
+
+    await scheduler.dispatcher.wake()
+    await scheduler.dispatcher.drain()
+
+    assert [r.status for r in await scheduler.store.runs(good.id)] == ["done"]
+    [failed] = await scheduler.store.runs(gone.id)
+    assert failed.status == "failed" and "cannot be read" in (failed.error or "")
+    assert not (await scheduler.store.get(gone.id)).enabled  # type: ignore[union-attr]
+    await scheduler.dispatcher.step()  # the sweep tells its chat
+    await scheduler.dispatcher.drain()
+    assert any("cannot be read" in n.summary for n in notified if n.refs.get("job_id") == gone.id)
