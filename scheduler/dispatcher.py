@@ -180,7 +180,11 @@ class Dispatcher:
                 lambda: self.store.claim_deliveries(owner, now, until)
             )
             if pending:
-                await self.runner.deliver(pending)
+                # Beside the step, not in it: a result brought back into its conversation
+                # waits for that chat's turn (a long command, a card nobody answers), and
+                # until 2026-12-06 no job of any chat fired meanwhile (found by review). Its
+                # runs are busy from the start: no other sweep takes them.
+                self._track(asyncio.create_task(self.runner.deliver(pending)))
             self.last_step_at = now
             return StepReport(
                 created=len(made.runs),
@@ -195,12 +199,14 @@ class Dispatcher:
         """Claimed runs waiting for an execution slot."""
         return len(self._queue)
 
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
     def _spawn_workers(self) -> None:
         while self._queue and self._workers < self._max_concurrent and not self._closing:
             self._workers += 1
-            task = asyncio.create_task(self._work())
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            self._track(asyncio.create_task(self._work()))
         if self._queue and self._renewer is None and not self._closing:
             self._renewer = asyncio.create_task(self._renew_queued())
 

@@ -392,6 +392,7 @@ async def test_an_async_result_that_cannot_be_brought_back_holds_up_no_other_res
     alive = make_scheduler(owner="worker-b")
     clock.advance(LEASE + timedelta(seconds=1))
     await alive.dispatcher.step()
+    await alive.dispatcher.drain()  # a sweep delivers beside the step
     assert cron_run.id in notified_runs(notified)
 
 
@@ -1041,3 +1042,56 @@ async def test_a_job_whose_zone_left_tzdata_is_paused_and_the_others_fire(
     await scheduler.dispatcher.step()  # the sweep tells its chat
     await scheduler.dispatcher.drain()
     assert any("cannot be read" in n.summary for n in notified if n.refs.get("job_id") == gone.id)
+
+
+async def test_a_result_waiting_for_its_chat_holds_up_no_other_chats_jobs(
+    engine: Engine,
+    hub: ChatHub,
+    make_scheduler: Callable[..., Scheduler],
+    clock: FakeClock,
+    model: EchoModel,
+    origin: int,
+) -> None:
+    """A sweep brought a task's result back into its conversation inside the dispatch
+    step, so it waited for that chat's running turn (a long command, a card nobody
+    answers), and no job of any chat fired meanwhile (found by review)."""
+    dead = make_scheduler(owner="worker-a")
+    await dead.store.create(
+        NewJob(
+            kind="async",
+            title="Research",
+            prompt="find",
+            timezone="UTC",
+            origin_source=ORIGIN,
+            parent_session_id=origin,
+            single_run=True,
+            next_run_at=clock(),
+        )
+    )
+    await dead.store.materialize(clock(), dead.next_fire)
+    [run] = await dead.store.claim("worker-a", clock(), LEASE, 1)
+    await dead.store.finish(
+        run.id, "worker-a", status="done", result="42", deliver_until=clock() + LEASE
+    )
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    model.add(tool_call("wait_here", "{}", "w"), text("done waiting"))
+    await hub.send_message(ORIGIN, "run the long thing")
+    await asyncio.wait_for(blocker.started.wait(), 5)
+    alive = make_scheduler(owner="worker-b")
+    clock.advance(LEASE + timedelta(seconds=1))
+
+    try:
+        await asyncio.wait_for(alive.dispatcher.step(), 5)  # its sweep takes the result
+        await engine.store.sessions.for_source("telegram:2")
+        briefing = await alive.create_cron("telegram:2", "Morning", "0 8 * * *", "brief me")
+        clock.now = briefing.next_run_at + timedelta(seconds=1)
+        model.add(text("Good morning."))
+        await asyncio.wait_for(alive.dispatcher.step(), 5)  # the 08:00 wake
+    finally:
+        blocker.release.set()
+    model.add(text("The research says 42."))
+    await alive.dispatcher.drain()
+    assert [r.status for r in await alive.store.runs(briefing.id)] == ["done"]
+    [brought] = await alive.store.runs(run.job_id)
+    assert brought.delivery_status == "delivered"
