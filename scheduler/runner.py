@@ -146,6 +146,9 @@ class JobRunner:
 
     async def _run_session(self, job: Job, run: Run) -> tuple[str, str | None, str | None] | None:
         """The run's outcome, or None when it must not run (lease lost, job deleted)."""
+        # The job as it is now, not as the step read it: a run may wait in the queue, and
+        # its grants be revoked meanwhile (found by review). ``start`` checks once more.
+        job = await self.store.get(job.id) or job
         refused = await self._refusal(job)
         if refused is not None:
             return "failed", None, refused

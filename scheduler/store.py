@@ -832,6 +832,15 @@ def _start(conn: Connection, run_id: int, owner: str, session_id: int) -> str:
     ``deleted`` (its job was deleted while it waited) or ``stopped`` (a kill asked it to)."""
     held = {"b_run": run_id, "b_owner": owner}
     if conn.execute(_START, {**held, "b_session": session_id}).rowcount == 1:
+        # The grants the session starts with are the job's as this commit sees them: a
+        # revoke since the session was made reaches it (later ones reach running sessions).
+        job_id = sa.select(r.c.job_id).where(r.c.id == run_id).scalar_subquery()
+        grants = sa.select(j.c.run_context).where(j.c.id == job_id).scalar_subquery()
+        conn.execute(
+            chat_sessions.update()
+            .where(chat_sessions.c.id == session_id)
+            .values(run_context=grants)
+        )
         return "started"
     still = conn.execute(sa.select(_job_live.label("live")).where(_held_by), held).first()
     if still is None:

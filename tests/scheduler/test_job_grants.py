@@ -359,6 +359,44 @@ async def test_grants_taken_back_hold_for_the_run_in_flight(
     assert asked.name == "read_file"
 
 
+async def test_grants_taken_back_while_the_run_waits_for_a_worker_hold_for_it(
+    make_scheduler: Callable[..., Scheduler],
+    engine: Engine,
+    hub: ChatHub,
+    clock: FakeClock,
+    model: EchoModel,
+    sleeps: Sleeps,
+    origin: int,
+) -> None:
+    """A run claimed but queued (every worker busy) started with the job as the step had
+    read it: after 🔒 it read the file unasked (found by review). It asks."""
+    acting = make_scheduler(owner="worker-a", sleep=sleeps, max_concurrent=1)
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    slow = await acting.create_cron(
+        ORIGIN, "Slow", "0 8 * * *", "Wait.", grants=acting.grants.check({"tools": ["wait_here"]})
+    )
+    brief = await acting.create_cron(
+        ORIGIN,
+        "Daily brief",
+        "0 8 * * *",
+        "Read notes.txt and brief me.",
+        grants=acting.grants.check({"read": ["notes.txt"]}),
+    )
+    model.add(tool_call("wait_here", "{}"), text("slow done"))
+    briefing_from_what_it_read(model)
+    events = hub.events(ORIGIN)
+    clock.now = slow.next_run_at + timedelta(seconds=1)
+    await acting.dispatcher.step()  # both claimed: "Slow" runs, "Daily brief" waits
+    await asyncio.wait_for(blocker.started.wait(), 5)
+    assert acting.dispatcher.queued == 1
+
+    await acting.revoke_grants(ORIGIN, brief.id)
+    blocker.release.set()
+
+    assert (await next_card(events)).name == "read_file"
+
+
 async def test_rejected_in_the_chat_the_run_reads_why(
     acting: Scheduler, hub: ChatHub, clock: FakeClock, model: EchoModel, origin: int
 ) -> None:
