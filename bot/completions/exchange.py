@@ -13,6 +13,7 @@ goes on without it: the answer stays in the conversation.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -38,6 +39,7 @@ from engine.session import (
     ToolStart,
     UserMessage,
 )
+from engine.store import InboxItem
 
 __all__ = ["KEEPALIVE", "Exchange", "ExchangeLimits", "Piece", "Turn"]
 
@@ -196,6 +198,9 @@ class Exchange:
         turn = _Turn()
         started = mine is None  # a running turn is followed from now
         quiet_looks = 0
+        if source is not None:
+            for piece in await self._already_waiting(turn, source):
+                yield piece
         while True:
             try:
                 async with asyncio.timeout(self._timeout(turn)):  # no task per event
@@ -229,6 +234,8 @@ class Exchange:
             if not started:
                 # In a fleet a long message comes back cut to fit the notice that carried it.
                 started = isinstance(event, UserMessage) and carried(event.content, mine or "")
+                if not started:  # a decision taken meanwhile is waited for no more
+                    self._told(turn, event, quiet=True)
                 continue
             if isinstance(event, Done):
                 usage = (event.input_tokens or 0, event.output_tokens or 0)
@@ -245,7 +252,31 @@ class Exchange:
                 turn.said = turn.said or bool(piece.text)
                 yield piece
 
-    def _told(self, turn: _Turn, event: Any) -> Piece | None:
+    async def _already_waiting(self, turn: _Turn, source: str) -> list[Piece]:
+        """What the chat's turn waits for as this request begins to follow it (a message
+        sent while a card waits, a retry): said, and waited for no longer than a
+        decision's wait (until 2026-12-06 only a request that saw the card asked knew,
+        and the next one kept its client waiting until someone decided; found by review)."""
+        session = await self._hub.current_session(source)
+        if session is None:
+            return []
+        pieces = [
+            self._waits(turn, item.tool_call_id, _approval_line(item.name), "approval_required",
+                        item.name, item.depth)
+            for item in await self._hub.pending_approvals(session)
+        ] + [
+            self._waits(turn, item.tool_call_id, _question_line(_question_of(item)), "question",
+                        None, item.depth)
+            for item in await self._hub.pending_questions(session)
+        ]  # fmt: skip
+        return [piece for piece in pieces if piece is not None]
+
+    def _told(self, turn: _Turn, event: Any, *, quiet: bool = False) -> Piece | None:
+        """``quiet``: only what is waited for is kept up to date (nothing is said)."""
+        if quiet and not isinstance(
+            event, DecisionMade | ToolRejected | ToolDone | ToolError | ToolCancelled
+        ):
+            return None
         match event:
             case TextDelta(text=text, depth=0):
                 if turn.gap:  # after a hole: the rest comes from the answer, once
@@ -255,16 +286,11 @@ class Exchange:
             case ToolStart(tool_call_id=call_id, name=name, depth=depth):
                 return self._progress(turn, f"🔧 {name}", "tool_start", call_id, name, depth)
             case ApprovalRequired(tool_call_id=call_id, name=name, depth=depth):
-                turn.waiting[call_id] = self._clock()
-                line = (
-                    f"⏸ {name} waits for approval: approve or reject it {DECIDE_WHERE}. "
-                    "This answer goes on once it is decided."
-                )
-                return self._progress(turn, line, "approval_required", call_id, name, depth)
+                line = _approval_line(name)
+                return self._waits(turn, call_id, line, "approval_required", name, depth)
             case Question(request_id=request_id, question=question, depth=depth):
-                turn.waiting[request_id] = self._clock()
-                line = f"❓ {question} (answer it {DECIDE_WHERE})"
-                return self._progress(turn, line, "question", request_id, None, depth)
+                line = _question_line(question)
+                return self._waits(turn, request_id, line, "question", None, depth)
             case DecisionMade(tool_call_id=call_id, outcome=outcome, by=by):
                 turn.waiting.pop(call_id, None)
                 verb, suffix = outcome_line(outcome)
@@ -282,6 +308,15 @@ class Exchange:
             ):
                 turn.waiting.pop(call_id, None)
         return None
+
+    def _waits(
+        self, turn: _Turn, call_id: int, line: str, kind: str, name: str | None, depth: int
+    ) -> Piece | None:
+        """A card or a question waited for from now (told once: ``None`` when it was)."""
+        if call_id in turn.waiting:
+            return None
+        turn.waiting[call_id] = self._clock()
+        return self._progress(turn, line, kind, call_id, name, depth)
 
     def _progress(
         self, turn: _Turn, line: str, kind: str, call_id: int, name: str | None, depth: int
@@ -306,6 +341,25 @@ class Exchange:
         if not turn.waiting:
             return False
         return self._clock() - min(turn.waiting.values()) >= self.limits.decision_wait_s
+
+
+def _approval_line(name: str) -> str:
+    return (
+        f"⏸ {name} waits for approval: approve or reject it {DECIDE_WHERE}. "
+        "This answer goes on once it is decided."
+    )
+
+
+def _question_line(question: str) -> str:
+    return f"❓ {question} (answer it {DECIDE_WHERE})"
+
+
+def _question_of(item: InboxItem) -> str:
+    try:
+        question = json.loads(item.arguments or "{}").get("question")
+    except (ValueError, RecursionError, AttributeError):
+        question = None
+    return question if isinstance(question, str) else "a question"
 
 
 def _line(text: str, turn: _Turn | None = None) -> str:

@@ -268,6 +268,33 @@ async def test_a_non_streaming_request_waits_for_the_decision_too(
     assert "Rejected by" in answer.choices[0].message.content
 
 
+@pytest.mark.parametrize("next_request", ["a new message", "the same request again"])
+async def test_a_request_that_meets_a_waiting_card_is_told_and_ends_after_the_wait(
+    make_v1, fake_openai: FakeOpenAIServer, next_request: str
+):
+    """Only the request that saw the card knew it waited: the next message of the chat,
+    or a client's retry of the first, got keep-alives until someone decided, however long
+    that took, and held the conversation meanwhile (found by review)."""
+    v1 = await make_v1(limits=ExchangeLimits(decision_wait_s=0.3, keepalive_s=0.05))
+    fake_openai.reply_tool_calls(WRITE)
+    fake_openai.reply_text("Written.")
+    first = {"model": "main", "user": "patient", "messages": [{"role": "user", "content": "write"}]}
+    later = first
+    if next_request == "a new message":
+        later = {**first, "messages": [{"role": "user", "content": "is it done?"}]}
+    async with v1.http() as http:
+        told = (await http.post("/v1/chat/completions", json=first)).json()
+        assert "Still waiting" in told["choices"][0]["message"]["content"]
+        again = await asyncio.wait_for(http.post("/v1/chat/completions", json=later), GUARD_S)
+        said = again.json()["choices"][0]["message"]["content"]
+        assert "write_file waits for approval" in said and "Still waiting" in said
+        [card] = (await http.get("/api/inbox")).json()["approvals"]
+        await http.post(
+            f"/api/inbox/approvals/{card['tool_call_id']}/resolve", json={"action": "approve"}
+        )
+    await until(lambda: answered(v1, "api:1"))
+
+
 async def test_a_wait_for_a_decision_ends_after_the_limit_and_the_turn_goes_on(
     make_v1, fake_openai: FakeOpenAIServer
 ):
