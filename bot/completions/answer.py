@@ -55,7 +55,13 @@ class Answer:
 
     async def whole(self) -> dict[str, Any]:
         try:
-            said = "".join([piece.text async for piece in self._pieces()])
+            parts: list[str] = []
+            async for piece in self._pieces():
+                if piece.void:  # a model that failed mid-answer: its words are dropped
+                    parts = [_without_tail("".join(parts), piece.void)]
+                    continue
+                parts.append(piece.text)
+            said = "".join(parts)
             await self._finish(said)
         finally:
             self._done()
@@ -165,3 +171,7 @@ async def _until_gone(receive: Receive, writer: asyncio.Task[Any] | None) -> boo
             if writer is not None:
                 writer.cancel()
             return True
+
+
+def _without_tail(text: str, count: int) -> str:
+    return text[: len(text) - count] if count <= len(text) else ""

@@ -30,6 +30,7 @@ from engine.session import (
     ApprovalRequired,
     Done,
     Error,
+    ModelFallback,
     Question,
     TextDelta,
     ToolCancelled,
@@ -56,6 +57,9 @@ class Piece:
     text: str
     event: dict[str, Any] | None = None
     usage: tuple[int, int] | None = None
+    #: The last ``void`` characters said are not the answer's (a model that failed
+    #: mid-answer): a whole answer drops them and this line, a stream has sent them.
+    void: int = 0
 
 
 #: Nothing to say yet: a keep-alive for the connection.
@@ -283,6 +287,16 @@ class Exchange:
                     return None
                 turn.round_text += text
                 return Piece(text)
+            case ModelFallback(failed_model=failed, next_model=following):
+                if not turn.round_text:  # nothing of the failed model's was said
+                    return None
+                # Its words stay with the stream that sent them, and the next model's
+                # answer follows in full (until 2026-12-06 the two ran together, and the
+                # answer came twice; found by review).
+                void = len(turn.round_text)
+                line = _line(f"↪ {failed} stopped mid-answer; {following} answers instead.", turn)
+                turn.round_text, turn.gap = "", False
+                return Piece(line, {"type": "model_fallback", "depth": 0}, void=void)
             case ToolStart(tool_call_id=call_id, name=name, depth=depth):
                 return self._progress(turn, f"🔧 {name}", "tool_start", call_id, name, depth)
             case ApprovalRequired(tool_call_id=call_id, name=name, depth=depth):

@@ -128,13 +128,22 @@ def rate_clock() -> StepClock:
 
 
 @pytest.fixture
-async def engine(tmp_path: Path, fake_openai: FakeOpenAIServer) -> AsyncIterator[Engine]:
+def fallback_models() -> list[str]:
+    """``LLM_FALLBACK_MODELS`` (a module overrides this fixture to have some)."""
+    return []
+
+
+@pytest.fixture
+async def engine(
+    tmp_path: Path, fake_openai: FakeOpenAIServer, fallback_models: list[str]
+) -> AsyncIterator[Engine]:
     settings = load_settings(
         database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
         chathub_workspace=tmp_path / "workspace",
         chathub_timezone="UTC",
         llm_base_url=fake_openai.base_url,
         llm_model="fake-model",
+        llm_fallback_models=fallback_models,
         _env_file=None,
     )
     config = replace(
