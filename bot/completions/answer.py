@@ -13,8 +13,8 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from bot.completions.conversations import Conversation
-from bot.completions.exchange import KEEPALIVE, Piece, Turn
-from bot.completions.protocol import chunk, completion, completion_id, usage_chunk
+from bot.completions.exchange import INTERRUPTED, KEEPALIVE, Piece, Turn
+from bot.completions.protocol import ApiError, chunk, completion, completion_id, usage_chunk
 
 __all__ = ["Answer", "EventStream", "Keeper"]
 
@@ -57,6 +57,8 @@ class Answer:
         try:
             parts: list[str] = []
             async for piece in self._pieces():
+                if piece is INTERRUPTED:  # nothing is held: the turn goes on after a restart
+                    raise ApiError(503, piece.text, code="service_unavailable", kind="server_error")
                 if piece.void:  # a model that failed mid-answer: its words are dropped
                     parts = [_without_tail("".join(parts), piece.void)]
                     continue
@@ -78,6 +80,13 @@ class Answer:
                 if piece is KEEPALIVE:
                     yield b": keep-alive\n\n"
                     continue
+                if piece is INTERRUPTED:
+                    # As OpenAI ends a stream that failed: an error, no finish, no [DONE];
+                    # its clients raise it (until 2026-12-06 the cut text ended "stop", and
+                    # the conversation held it as the answer; found by review).
+                    error = {"message": piece.text, "type": "server_error"}
+                    yield self._sse({"error": {**error, "code": "service_unavailable"}})
+                    return
                 if not piece.text:
                     continue
                 said.append(piece.text)

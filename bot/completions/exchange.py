@@ -42,7 +42,7 @@ from engine.session import (
 )
 from engine.store import InboxItem
 
-__all__ = ["KEEPALIVE", "Exchange", "ExchangeLimits", "Piece", "Turn"]
+__all__ = ["INTERRUPTED", "KEEPALIVE", "Exchange", "ExchangeLimits", "Piece", "Turn"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,13 @@ class Piece:
 
 #: Nothing to say yet: a keep-alive for the connection.
 KEEPALIVE = Piece("")
+
+#: The service stopped before the answer was complete: no answer ends here (the turn
+#: goes on after the restart; the same request sent again then reads its answer back).
+INTERRUPTED = Piece(
+    "chathub stopped before this answer was complete; send the same request again once it is back.",
+    {"type": "interrupted"},
+)
 
 
 #: A request's message whose turn never began, and nothing works on its chat any more.
@@ -232,7 +239,8 @@ class Exchange:
                 log.info("an API stream fell behind by %d events", lagged.missed)
                 turn.gap = True
                 continue
-            except BusClosed:
+            except BusClosed:  # the service is stopping: this is not an answer's end
+                yield INTERRUPTED
                 return
             event = item.event
             if not started:

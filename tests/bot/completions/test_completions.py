@@ -11,8 +11,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import sqlalchemy as sa
 
 from bot.completions import ExchangeLimits
+from bot.completions.tables import api_conversations
 from tests.bot.completions.conftest import GUARD_S, V1Server, until, user_messages
 from tests.fakes.openai_server import FakeOpenAIServer
 
@@ -560,3 +562,42 @@ async def test_a_request_whose_turn_fails_before_it_begins_ends_with_a_sentence(
     async with v1.http() as http:  # "Send it again." does what it says
         again = await asyncio.wait_for(http.post("/v1/chat/completions", json=body), 10)
     assert again.json()["choices"][0]["message"]["content"] == "fine"
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_answer_cut_by_the_service_stopping_is_no_answer(
+    v1: V1Server, fake_openai: FakeOpenAIServer, stream: bool
+):
+    """chathub stopping mid-answer ended the request with "stop" (and [DONE]) after "The
+    answer is", and the conversation held that as the answer (found by review): the
+    client gets an error, as OpenAI ends a failed stream, and nothing is held."""
+    fake_openai.reply_hang(partial="The answer is")
+    body = {"model": "main", "user": "u", "stream": stream, "messages": [HI_FIRST]}
+    async with v1.http() as http:
+        if stream:
+            lines: list[str] = []
+            async with http.stream("POST", "/v1/chat/completions", json=body) as raw:
+                async for line in raw.aiter_lines():
+                    lines.append(line)
+                    if '"is"' in line:  # the last word the model sent: chathub stops
+                        closing = asyncio.create_task(v1.hub.close())
+            last = json.loads([line for line in lines if line.startswith("data: ")][-1][6:])
+            assert last["error"]["code"] == "service_unavailable"
+            assert "data: [DONE]" not in lines and '"finish_reason": "stop"' not in str(lines)
+        else:
+            asked = asyncio.create_task(http.post("/v1/chat/completions", json=body))
+            await until(lambda: _asked_model(fake_openai))
+            closing = asyncio.create_task(v1.hub.close())
+            answer = await asked
+            assert answer.status_code == 503
+            assert answer.json()["error"]["code"] == "service_unavailable"
+    fake_openai.reset()
+    await closing
+    held = await v1.engine.store.db.run(
+        lambda conn: conn.execute(sa.select(api_conversations.c.length)).scalar()
+    )
+    assert held == 1  # the message, not the cut text as its answer
+
+
+async def _asked_model(fake_openai: FakeOpenAIServer) -> bool:
+    return bool(fake_openai.requests)
