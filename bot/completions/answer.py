@@ -45,6 +45,9 @@ class Answer:
         self._keeper = keeper
         self._usage_chunk = usage
         self._tokens: tuple[int, int] | None = None
+        #: ``length`` when the model's last answer was cut at its token limit (until
+        #: 2026-12-06 always ``stop``; found by review).
+        self._finish_reason = "stop"
         self._conversation = conversation
         self._turn = turn
         self._model = model
@@ -68,7 +71,13 @@ class Answer:
         finally:
             self._done()
         return completion(
-            self.id, self.created, self._model, said, self._conversation.source, self._tokens
+            self.id,
+            self.created,
+            self._model,
+            said,
+            self._conversation.source,
+            self._tokens,
+            self._finish_reason,
         )
 
     async def events(self) -> AsyncIterator[bytes]:
@@ -94,7 +103,8 @@ class Answer:
                 yield self._sse(chunk(*self._head(), {"content": piece.text}, extra=extra))
             await self._finish("".join(said))
             extra = {"conversation": self._conversation.source}
-            yield self._sse(chunk(*self._head(), {}, finish_reason="stop", extra=extra))
+            finish = self._finish_reason
+            yield self._sse(chunk(*self._head(), {}, finish_reason=finish, extra=extra))
             if self._usage_chunk:
                 yield self._sse(usage_chunk(*self._head(), self._tokens))
             yield b"data: [DONE]\n\n"
@@ -108,6 +118,8 @@ class Answer:
         async for piece in self._turn.pieces():
             if piece.usage is not None:
                 self._tokens = piece.usage
+            if piece.truncated:
+                self._finish_reason = "length"
             yield piece
 
     async def _finish(self, said: str) -> None:

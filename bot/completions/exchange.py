@@ -60,6 +60,8 @@ class Piece:
     #: The last ``void`` characters said are not the answer's (a model that failed
     #: mid-answer): a whole answer drops them and this line, a stream has sent them.
     void: int = 0
+    #: The answer was cut at the model's token limit (the last piece): ``length``.
+    truncated: bool = False
 
 
 #: Nothing to say yet: a keep-alive for the connection.
@@ -254,7 +256,7 @@ class Exchange:
                 answer = event.content
                 if is_cut(answer) and source is not None:
                     answer = await self._stored_answer(source)
-                yield Piece(_rest_of(turn, answer), usage=usage)
+                yield Piece(_rest_of(turn, answer), usage=usage, truncated=event.truncated)
                 return
             if isinstance(event, Error):
                 yield Piece(_line(f"⚠️ {event.message}", turn), {"type": "error"})

@@ -107,7 +107,14 @@ class ChatMessage(BaseModel):
         texts = []
         for part in self.content:
             kind = part.get("type")
-            if kind == "text" and isinstance(part.get("text"), str):
+            if kind == "text":
+                if not isinstance(part.get("text"), str):  # it said text parts are not taken
+                    raise ApiError(
+                        400,
+                        "A text part's 'text' must be a string.",
+                        param="messages",
+                        code="invalid_content",
+                    )
                 texts.append(part["text"])
             elif kind == "refusal" and self.role == "assistant":  # what it declined, said
                 texts.append(str(part.get("refusal") or ""))
@@ -191,8 +198,10 @@ def completion(
     content: str,
     conversation: str,
     usage: tuple[int, int] | None = None,
+    finish_reason: str = "stop",
 ) -> dict[str, Any]:
-    """A whole answer (``stream`` false); ``usage``: the final model call's tokens."""
+    """A whole answer (``stream`` false); ``usage``: the final model call's tokens;
+    ``finish_reason`` ``length``: the model's last answer was cut at its token limit."""
     return {
         "id": ident,
         "object": "chat.completion",
@@ -203,7 +212,7 @@ def completion(
                 "index": 0,
                 "message": {"role": "assistant", "content": content, "refusal": None},
                 "logprobs": None,
-                "finish_reason": "stop",
+                "finish_reason": finish_reason,
             }
         ],
         "usage": usage_of(usage),
@@ -296,7 +305,7 @@ class CompletionChoice(BaseModel):
     index: int
     message: AnswerMessage
     logprobs: None = None
-    finish_reason: Literal["stop"]
+    finish_reason: Literal["stop", "length"]
 
 
 class Usage(BaseModel):

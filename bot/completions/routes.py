@@ -133,8 +133,11 @@ class CompletionsApi:
 
     async def elsewhere(self, request: Request) -> Response:
         path = request.url.path
-        if path in ("/v1/models", "/v1/chat/completions"):
-            allowed = "GET" if path.endswith("models") else "POST"
+        # A model's own path is a route too: DELETE /v1/models/main was "no route" (404;
+        # until 2026-12-06, found by review).
+        model_path = path.startswith("/v1/models/") and "/" not in path[len("/v1/models/") :]
+        if path in ("/v1/models", "/v1/chat/completions") or model_path:
+            allowed = "POST" if path == "/v1/chat/completions" else "GET"
             raise ApiError(
                 405,
                 f"{path} takes {allowed} only.",

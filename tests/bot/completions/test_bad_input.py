@@ -159,6 +159,8 @@ async def test_what_openais_clients_send_that_was_refused_is_taken(
         ({"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}, "base64"),
         ({"type": "image_url", "image_url": {"url": "data:image/png;base64,"}}, "empty"),
         ({"type": "input_audio", "input_audio": {}}, "input_audio"),
+        # It said text parts were not taken (found by review).
+        ({"type": "text", "text": 42}, "'text' must be a string"),
     ],
 )
 async def test_a_part_that_cannot_be_taken_is_refused_clearly(
@@ -197,6 +199,10 @@ async def test_unknown_routes_and_methods_under_v1(v1: V1Server):
         wrong = await http.get("/v1/chat/completions")
         refused(wrong, 405, "method_not_allowed")
         assert wrong.headers["allow"] == "POST"
+        wrong = await http.delete("/v1/models/main")  # was "no route" (found by review)
+        refused(wrong, 405, "method_not_allowed")
+        assert wrong.headers["allow"] == "GET"
+        refused(await http.get("/v1/models/main/x"), 404, "unknown_url")
 
 
 async def test_a_conversation_name_that_is_not_printable_is_refused(v1: V1Server):

@@ -601,3 +601,21 @@ async def test_an_answer_cut_by_the_service_stopping_is_no_answer(
 
 async def _asked_model(fake_openai: FakeOpenAIServer) -> bool:
     return bool(fake_openai.requests)
+
+
+async def test_an_answer_cut_at_the_models_token_limit_ends_with_length(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """OpenAI's contract, for clients that continue or warn on a cut answer: it said
+    "stop" (found by review)."""
+    for _ in range(2):
+        fake_openai.reply_text("The three reasons are: first, the", finish_reason="length")
+    async with v1.client() as client:
+        whole = await client.chat.completions.create(model="main", user="a", messages=[HI_FIRST])
+        stream = await client.chat.completions.create(
+            model="main", user="b", stream=True, messages=[HI_FIRST]
+        )
+        chunks = [c async for c in stream]
+    assert whole.choices[0].message.content.startswith("The three reasons")
+    assert whole.choices[0].finish_reason == "length"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
