@@ -43,8 +43,19 @@ class EventStore:
         return await self._db.run(_add, source, type_, payload)
 
     async def take(self, limit: int = 50) -> list[Event]:
-        """The oldest unprocessed events, marked processed in the same transaction."""
+        """The oldest unprocessed events, leased to the taker in the same transaction for
+        ``TAKE_LEASE`` (``processed_at`` while ``processed`` is false): ``done`` once read,
+        ``give_back`` when the reading failed; a taker that died leaves them to the next
+        take after the lease."""
         return await self._db.run(_take, limit)
+
+    async def done(self, ids: list[int]) -> None:
+        """Events read: never taken again."""
+        await self._db.run(_done, ids)
+
+    async def give_back(self, ids: list[int]) -> None:
+        """Events whose reading failed: the next take has them again."""
+        await self._db.run(_give_back, ids)
 
     async def unprocessed_count(self) -> int:
         return await self._db.run(_unprocessed_count)
@@ -62,24 +73,41 @@ def _add(conn: Connection, source: str, type_: str, payload: Any) -> int:
     return inserted.inserted_primary_key[0]
 
 
-def _take(conn: Connection, limit: int) -> list[Event]:
-    """The oldest unprocessed events, marked processed: only those this statement moved
-    (two tics taking at once, a fleet's, each get their own)."""
+#: How long taken events are the taker's: a tic that died with them (kill -9) leaves them
+#: to a later tic after this.
+TAKE_LEASE = timedelta(minutes=10)
+
+
+def _take(conn: Connection, limit: int, lease: timedelta = TAKE_LEASE) -> list[Event]:
+    """The oldest unprocessed events not leased to another taker, leased to this one: only
+    those this statement moved (two tics taking at once, a fleet's, each get their own)."""
+    now = utcnow()
+    free = sa.and_(
+        e.c.processed.is_(False),
+        sa.or_(e.c.processed_at.is_(None), e.c.processed_at <= now - lease),
+    )
     ids = [
-        row.id
-        for row in conn.execute(
-            sa.select(e.c.id).where(e.c.processed.is_(False)).order_by(e.c.id).limit(limit)
-        )
+        row.id for row in conn.execute(sa.select(e.c.id).where(free).order_by(e.c.id).limit(limit))
     ]
     if not ids:
         return []
     taken = conn.execute(
         e.update()
-        .where(e.c.id.in_(ids), e.c.processed.is_(False))
-        .values(processed=True, processed_at=utcnow())
+        .where(e.c.id.in_(ids), free)
+        .values(processed_at=now)
         .returning(e.c.id, e.c.source, e.c.type, e.c.payload, e.c.created_at)
     ).all()
     return sorted((Event(*row) for row in taken), key=lambda event: event.id)
+
+
+def _done(conn: Connection, ids: list[int]) -> None:
+    conn.execute(e.update().where(e.c.id.in_(ids)).values(processed=True, processed_at=utcnow()))
+
+
+def _give_back(conn: Connection, ids: list[int]) -> None:
+    conn.execute(
+        e.update().where(e.c.id.in_(ids), e.c.processed.is_(False)).values(processed_at=None)
+    )
 
 
 def _unprocessed_count(conn: Connection) -> int:

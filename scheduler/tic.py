@@ -1,6 +1,7 @@
 """The tic: every ``TIC_INTERVAL_SECONDS`` the watcher agent reads a batch of new events.
 
-Each tick takes the unprocessed events (marked processed in the same transaction) and
+Each tick takes the unprocessed events (leased to it in the same transaction; marked
+processed once its turn answered, given back when it failed) and
 gives them to the ``tic`` system agent in an ephemeral session that can ask nobody
 (``auto_deny_approvals``) and runs only with the ``notify`` interface tool to speak.
 Quiet by default: no events, no session; nothing worth saying, no message; the same
@@ -17,12 +18,16 @@ from typing import Any
 
 from engine.core import Engine
 from engine.hub import ChatHub, Notification
+from engine.session import Final, TurnResult
 from engine.tools import BuiltinTool, ToolCategory, ToolContext, ToolError, object_schema
 from scheduler.events import EventStore
 
 __all__ = ["NotifyTool", "Tic", "TickReport"]
 
 log = logging.getLogger(__name__)
+
+#: Tics an event may fail (every model away, a crash) before it is dropped.
+MAX_TRIES = 3
 
 #: The tic may read the workspace (memory, notification rules) and nothing else.
 TIC_RUN_CONTEXT = {"allow_fs_reads": ["memory/*"], "allow_fs_writes": []}
@@ -88,6 +93,8 @@ class Tic:
         self.events = EventStore(engine.store.db)
         self.batch = batch
         self.dedupe_window = dedupe_window
+        #: Failed tics per event taken again (this process's; a restart starts over).
+        self._failures: dict[int, int] = {}
 
     async def tick(self) -> TickReport:
         events = await self.events.take(self.batch)
@@ -111,10 +118,32 @@ class Tic:
         profile = (
             await self.hub.visiting.turn_context(self.hub.home, None) if self.hub.home else None
         )
+        outcome: TurnResult | None = None
         try:
-            await handler.handle_message(
+            outcome = await handler.handle_message(
                 prompt, is_synthetic=True, interface_tools=[notify], extra_system_dynamic=profile
             )
         except Exception:
             log.exception("tic session %s failed", handler.session.id)
+        await self._settle([event.id for event in events], isinstance(outcome, Final))
         return TickReport(len(events), handler.session.id)
+
+    async def _settle(self, ids: list[int], read: bool) -> None:
+        """Read events are done; those of a tic that failed (every model away, a crash)
+        are read again by the next one, up to ``MAX_TRIES`` tics (until 2026-12-06 they
+        were marked before the agent read them, and a failed tic lost them; found by
+        review): an event that fails every tic is not tried for ever."""
+        for event_id in ids:
+            self._failures[event_id] = 0 if read else self._failures.get(event_id, 0) + 1
+        given_up = [i for i in ids if self._failures[i] >= MAX_TRIES]
+        if given_up:
+            log.warning(
+                "%d event(s) failed %d tics; dropped: %s", len(given_up), MAX_TRIES, given_up
+            )
+        finished = ids if read else given_up
+        for event_id in finished:
+            self._failures.pop(event_id, None)
+        if finished:
+            await self.events.done(finished)
+        if not read and len(finished) < len(ids):
+            await self.events.give_back([i for i in ids if i not in set(finished)])

@@ -31,13 +31,14 @@ from engine.hub import (
 )
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import text, tool_call
-from engine.llm.types import LlmResponse, Message
+from engine.llm.types import LlmError, LlmResponse, Message
 from engine.session.events import ApprovalRequired, Done
 from engine.store.inbox import InboxError
 from scheduler.events import EventStore
 from scheduler.grants import JobGrants
 from scheduler.service import Scheduler
 from scheduler.store import Job
+from scheduler.tic import MAX_TRIES
 from scheduler.tools import scheduler_tools
 from tests.clock import FakeClock
 from tests.engine.hub.conftest import EchoModel, wait_done
@@ -762,6 +763,30 @@ async def test_the_tic_knows_the_home_chats_user(
     assert report.events == 1
     assert "The owner is Ada." in json.dumps(model.requests[-1][0])
     assert seen == [(ORIGIN, None)]
+
+
+async def test_the_events_of_a_tic_that_failed_are_read_by_the_next(
+    acting: Scheduler, engine: Engine, hub: ChatHub, model: EchoModel
+) -> None:
+    """They were marked processed before the agent read them: a tic whose models were all
+    away lost the boss's mail for good (found by review). An event that fails every tic
+    is dropped after ``MAX_TRIES``."""
+    await hub.set_home(ORIGIN)
+    store = EventStore(engine.store.db)
+    await store.add("mail", "new_mail", {"from": "boss", "subject": "URGENT"})
+    model.add(LlmError("HTTP 503: overloaded", model="scripted"))
+
+    assert (await acting.tic.tick()).events == 1  # every model away: given back
+    model.add(text("nothing to say"))
+    assert (await acting.tic.tick()).events == 1
+    assert "URGENT" in json.dumps(model.requests[-1][0])
+    assert (await acting.tic.tick()).events == 0  # read: done
+
+    await store.add("mail", "new_mail", {"subject": "breaks every tic"})
+    for _ in range(MAX_TRIES):
+        model.add(LlmError("HTTP 503: overloaded", model="scripted"))
+        assert (await acting.tic.tick()).events == 1
+    assert (await acting.tic.tick()).events == 0
 
 
 async def test_a_process_stopping_mid_wait_leaves_the_card_open_for_the_run_taken_again(

@@ -74,6 +74,16 @@ async def test_events_are_taken_once(events):
     assert await events.take() == []
 
 
+async def test_events_taken_by_a_tic_that_died_are_taken_again_after_the_lease(events):
+    await events.add("mail", "message", {"n": 1})
+    assert len(await events.take()) == 1  # a tic takes it, then is killed
+    assert await events.take() == []  # leased: no other tic reads it meanwhile
+    retaken = await events._db.run(lambda conn: _take(conn, 50, timedelta(0)))
+    assert [e.payload for e in retaken] == [{"n": 1}]
+    await events.done([retaken[0].id])
+    assert await events._db.run(lambda conn: _take(conn, 50, timedelta(0))) == []
+
+
 async def test_two_tics_taking_at_once_never_share_an_event(
     store: Store, open_store: Callable[[], Awaitable[Store]], backend: str
 ) -> None:
