@@ -427,6 +427,40 @@ async def test_missed_fires_are_told_once_as_one_notice(
     assert all(r.delivery_status == "delivered" for r in await scheduler.store.runs(job.id))
 
 
+async def test_a_jobs_missed_fires_are_one_notice_when_a_sweep_would_cut_them(
+    hub: ChatHub,
+    scheduler: Scheduler,
+    clock: FakeClock,
+    model: EchoModel,
+    manual_sleep: ManualSleep,
+    notified: list[Notification],
+    origin: int,
+) -> None:
+    """A sweep reads 100 rows: a minutely job's missed rows after an hourly job's were cut,
+    and its downtime was told in two notices (found by review)."""
+    hourly = await scheduler.create_cron(ORIGIN, "Hourly", "0 * * * *", "check")
+    clock.now = datetime(2026, 1, 1, 0, 59, 30, tzinfo=UTC)
+    minutely = await scheduler.create_cron(ORIGIN, "Ticker", "* * * * *", "tick")
+    assert hourly.next_run_at == minutely.next_run_at
+    clock.now = datetime(2026, 1, 1, 4, 0, 30, tzinfo=UTC)  # down from 00:59:40
+    model.add(text("Checked."), text("Ticked."))
+    events = hub.events(ORIGIN)
+
+    await scheduler.dispatcher.step()
+    await scheduler.dispatcher.drain()
+    await deliver_notifications(hub, manual_sleep, events)
+    clock.advance(timedelta(seconds=30))
+    await scheduler.dispatcher.step()
+    await scheduler.dispatcher.drain()
+
+    ticker = [
+        n.summary
+        for n in notified
+        if n.event_type == "job_missed" and n.refs["job_id"] == minutely.id
+    ]
+    assert len(ticker) == 1 and "missed 180 run(s)" in ticker[0], ticker
+
+
 # -- async tasks ----------------------------------------------------------------------------------
 
 
