@@ -217,6 +217,9 @@ class CompletionsApi:
                     holds=conversation.length <= at,
                 )
                 if again is not None:
+                    if not again.running and conversation.length == at + 1:
+                        conversation = await self._held_as_read_back(conversation, at)
+                        again.holds = True
                     return conversation, again
                 # Its turn failed, or it got no answer and nothing works on it: it runs
                 # again, and the conversation forgets what it held after it (a failure's
@@ -248,6 +251,21 @@ class CompletionsApi:
             self._conversations.remember(held)
             return held, turn
         raise AssertionError("unreachable")
+
+    async def _held_as_read_back(self, conversation: Conversation, at: int) -> Conversation:
+        """The conversation without the answer it held to its ``at``-th message, which the
+        answer read back now replaces: the client never got the one held (it sent the
+        request again) and goes on with this one, whose progress lines differ (until
+        2026-12-06 its next request matched nothing and left for a new conversation; found
+        by review)."""
+        rewound, unit = await self._conversations.rewind(conversation, at)
+        try:
+            await self._db.run(unit)
+        except StaleConversation:  # another request moved it on: it keeps what it held
+            self._conversations.forget(conversation)
+            return conversation
+        self._conversations.remember(rewound)
+        return rewound
 
     async def finish(self, conversation: Conversation, said: str) -> None:
         """The answer as the client got it, held before its last piece is sent (when the

@@ -619,3 +619,49 @@ async def test_an_answer_cut_at_the_models_token_limit_ends_with_length(
     assert whole.choices[0].message.content.startswith("The three reasons")
     assert whole.choices[0].finish_reason == "length"
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+
+async def test_an_answer_read_back_for_a_retry_is_the_one_the_conversation_goes_on_from(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """The conversation held the first answer as sent (its progress lines in it); the
+    retry of a client that never got it read back the final text alone, and the client's
+    next whole-history request matched nothing: a new conversation (found by review)."""
+    fake_openai.reply_tool_calls(("l1", "list_files", {"path": "."}))
+    fake_openai.reply_text("The folder is empty.")
+    first = [{"role": "user", "content": "what is in my folder?"}]
+    async with v1.http() as http:
+        asked = asyncio.create_task(
+            http.post("/v1/chat/completions", json={"model": "main", "messages": first})
+        )
+
+        async def approvals() -> list:
+            return (await http.get("/api/inbox")).json()["approvals"]
+
+        call = (await until(approvals))[0]
+        await http.post(
+            f"/api/inbox/approvals/{call['tool_call_id']}/resolve", json={"action": "approve"}
+        )
+        lost = (await asyncio.wait_for(asked, GUARD_S)).json()  # it never reached the client
+        assert "list_files" in lost["choices"][0]["message"]["content"]
+        again = await http.post(
+            "/v1/chat/completions",
+            json={"model": "main", "messages": first},
+            headers={"x-stainless-retry-count": "1"},
+        )
+        got = again.json()["choices"][0]["message"]["content"]
+        fake_openai.reply_text("Shall I make one?")
+        follow = await http.post(
+            "/v1/chat/completions",
+            json={
+                "model": "main",
+                "messages": [
+                    *first,
+                    {"role": "assistant", "content": got},
+                    {"role": "user", "content": "make a file then"},
+                ],
+            },
+        )
+    assert got == "The folder is empty."
+    assert follow.json()["chathub"]["conversation"] == "api:1"
+    assert user_messages(fake_openai.requests[-1]) == ["what is in my folder?", "make a file then"]
