@@ -68,6 +68,22 @@ async def deliver_notifications(hub: ChatHub, manual_sleep: ManualSleep, events:
     return seen[-1].event
 
 
+async def research_task(scheduler: Scheduler, clock: FakeClock, origin: int) -> None:
+    """An async task of ORIGIN's conversation ``origin``, due now."""
+    await scheduler.store.create(
+        NewJob(
+            kind="async",
+            title="Research",
+            prompt="find",
+            timezone="UTC",
+            origin_source=ORIGIN,
+            parent_session_id=origin,
+            single_run=True,
+            next_run_at=clock(),
+        )
+    )
+
+
 # -- a cron job fires -----------------------------------------------------------------------------
 
 
@@ -353,18 +369,7 @@ async def test_an_async_result_that_cannot_be_brought_back_holds_up_no_other_res
     parent's agent removed) is tried again later, and the results after it are told (they
     never were: the failure ended the sweep, every time; found by review)."""
     dead = make_scheduler(owner="worker-a")
-    await dead.store.create(
-        NewJob(
-            kind="async",
-            title="Research",
-            prompt="find",
-            timezone="UTC",
-            origin_source=ORIGIN,
-            parent_session_id=origin,
-            single_run=True,
-            next_run_at=clock(),
-        )
-    )
+    await research_task(dead, clock, origin)
     cron = await dead.store.create(
         NewJob(
             kind="cron",
@@ -1090,18 +1095,7 @@ async def test_a_result_waiting_for_its_chat_holds_up_no_other_chats_jobs(
     step, so it waited for that chat's running turn (a long command, a card nobody
     answers), and no job of any chat fired meanwhile (found by review)."""
     dead = make_scheduler(owner="worker-a")
-    await dead.store.create(
-        NewJob(
-            kind="async",
-            title="Research",
-            prompt="find",
-            timezone="UTC",
-            origin_source=ORIGIN,
-            parent_session_id=origin,
-            single_run=True,
-            next_run_at=clock(),
-        )
-    )
+    await research_task(dead, clock, origin)
     await dead.store.materialize(clock(), dead.next_fire)
     [run] = await dead.store.claim("worker-a", clock(), LEASE, 1)
     await dead.store.finish(

@@ -372,24 +372,17 @@ async def test_grants_taken_back_while_the_run_waits_for_a_worker_hold_for_it(
     """A run claimed but queued (every worker busy) started with the job as the step had
     read it: after 🔒 it read the file unasked (found by review). It asks."""
     acting = make_scheduler(owner="worker-a", sleep=sleeps, max_concurrent=1)
-    blocker = BlockingTool()
-    engine.tools.register(blocker)
-    slow = await acting.create_cron(
-        ORIGIN, "Slow", "0 8 * * *", "Wait.", grants=acting.grants.check({"tools": ["wait_here"]})
-    )
+    _slow, blocker = await blocked_run(acting, engine, clock, model)
     brief = await acting.create_cron(
         ORIGIN,
         "Daily brief",
-        "0 8 * * *",
+        "0 9 * * *",
         "Read notes.txt and brief me.",
         grants=acting.grants.check({"read": ["notes.txt"]}),
     )
-    model.add(tool_call("wait_here", "{}"), text("slow done"))
     briefing_from_what_it_read(model)
     events = hub.events(ORIGIN)
-    clock.now = slow.next_run_at + timedelta(seconds=1)
-    await acting.dispatcher.step()  # both claimed: "Slow" runs, "Daily brief" waits
-    await asyncio.wait_for(blocker.started.wait(), 5)
+    await fire(acting, clock, brief)  # claimed; it waits for the one worker
     assert acting.dispatcher.queued == 1
 
     await acting.revoke_grants(ORIGIN, brief.id)

@@ -97,12 +97,14 @@ async def test_a_conversation_command_in_a_channel_points_to_the_thread(
 
 
 class _Listing:
-    """A message handler whose every command answers ``reply``."""
+    """A message handler whose every command answers ``reply``, and notes what it ran."""
 
     def __init__(self, reply: str) -> None:
         self.reply = reply
+        self.calls: list[tuple[str, str]] = []
 
-    async def run_command(self, *_: object, **__: object) -> str:
+    async def run_command(self, source: str, name: str, argument: str, user: str) -> str:
+        self.calls.append((name, argument))
         return self.reply
 
 
@@ -111,49 +113,12 @@ class _Everyone:
         return True
 
 
-async def test_a_long_command_reply_comes_whole_in_parts() -> None:
-    """A long /chathub memory was cut at 4,000 characters, its tail lost."""
-    facts = [f"{n}. " + "likes long walks on the beach and tea " * 5 for n in range(1, 31)]
-    reply = "What I remember about you (30):\n" + "\n".join(facts)
+async def _command(text: str, handler: _Listing) -> list[str]:
+    """``/chathub <text>`` in Alice's DM, straight to ``Interactions``; what it answered."""
     said: list[str] = []
 
-    async def respond(text: str) -> None:
-        said.append(text)
-
-    async def no_view(trigger: str, view: object) -> bool:
-        return False
-
-    interactions = Interactions(
-        None,  # type: ignore[arg-type]
-        SlackMe(team_id="T1"),
-        _Everyone(),  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        _Listing(reply),  # type: ignore[arg-type]
-        no_view,
-    )
-    body = {"team_id": "T1", "user_id": "U0ALICE001", "channel_id": "D0ALICE001", "text": "memory"}
-    await interactions.command(body, respond)
-    assert len(said) == 2 and all(len(part) <= 4000 for part in said)
-    assert "30. likes" in said[-1]
-
-
-class _Recording(_Listing):
-    def __init__(self) -> None:
-        super().__init__("done")
-        self.calls: list[tuple[str, str]] = []
-
-    async def run_command(self, source: str, name: str, argument: str, user: str) -> str:
-        self.calls.append((name, argument))
-        return self.reply
-
-
-async def test_a_command_gets_its_words_as_typed() -> None:
-    """Slack sends a command's text with ``&``, ``<`` and ``>`` escaped, as a message's:
-    "/chathub search Tom & Jerry" searched for "Tom &amp; Jerry" (found by review)."""
-    handler = _Recording()
-
-    async def respond(text: str) -> None:
-        pass
+    async def respond(answer: str) -> None:
+        said.append(answer)
 
     async def no_view(trigger: str, view: object) -> bool:
         return False
@@ -166,11 +131,23 @@ async def test_a_command_gets_its_words_as_typed() -> None:
         handler,  # type: ignore[arg-type]
         no_view,
     )
-    body = {
-        "team_id": "T1",
-        "user_id": "U0ALICE001",
-        "channel_id": "D0ALICE001",
-        "text": "search Tom &amp; Jerry &lt;3",
-    }
+    body = {"team_id": "T1", "user_id": "U0ALICE001", "channel_id": "D0ALICE001", "text": text}
     await interactions.command(body, respond)
+    return said
+
+
+async def test_a_long_command_reply_comes_whole_in_parts() -> None:
+    """A long /chathub memory was cut at 4,000 characters, its tail lost."""
+    facts = [f"{n}. " + "likes long walks on the beach and tea " * 5 for n in range(1, 31)]
+    reply = "What I remember about you (30):\n" + "\n".join(facts)
+    said = await _command("memory", _Listing(reply))
+    assert len(said) == 2 and all(len(part) <= 4000 for part in said)
+    assert "30. likes" in said[-1]
+
+
+async def test_a_command_gets_its_words_as_typed() -> None:
+    """Slack sends a command's text with ``&``, ``<`` and ``>`` escaped, as a message's:
+    "/chathub search Tom & Jerry" searched for "Tom &amp; Jerry" (found by review)."""
+    handler = _Listing("done")
+    await _command("search Tom &amp; Jerry &lt;3", handler)
     assert handler.calls == [("search", "Tom & Jerry <3")]
