@@ -208,7 +208,12 @@ class WebChat:
         /signins, expired) since its handshake; the socket is then closed, and the page's
         reconnect goes to the sign-in page (until 2026-12-06 the socket kept every right it
         had: it sent messages and approved calls; found by review)."""
-        if await self.auth.refusal(websocket) is None:
+        try:
+            refused = await self.auth.refusal(websocket)
+        except Exception:  # the database away for a moment: a live socket is not cut for it
+            log.warning("checking a web chat socket's sign-in failed", exc_info=True)
+            return False
+        if refused is None:
             return False
         log.info("web chat socket closed: its sign-in has ended")
         await socket.close(CLOSE_POLICY, "signed out")

@@ -202,6 +202,25 @@ async def test_a_socket_whose_sign_in_ended_acts_no_more(
     assert await server.hub.pending_approvals(await server.hub.session_id("web:c1"))
 
 
+async def test_a_sign_in_that_cannot_be_looked_up_for_a_moment_cuts_no_socket(
+    server: ChatServer, monkeypatch
+):
+    """The database away for a moment is not a sign-out: the socket stays, its frame is
+    answered."""
+    signin = await server.signins.create("127.0.0.1", "test")
+    browser = Client(
+        await server.connect("c1", auth=False, headers={"Cookie": f"{COOKIE}={signin.secret}"})
+    )
+    await browser.opened()
+
+    async def away(secret: str) -> None:
+        raise ConnectionError("the database is restarting")
+
+    monkeypatch.setattr(server.signins, "lookup", away)
+    await browser.send(type="ping")
+    assert (await browser.recv())["type"] == "pong"
+
+
 async def test_a_listening_socket_is_closed_once_its_sign_in_ends(make_server):
     """A socket that only listens receives the conversation's events: it is checked now
     and then, not only when it sends."""
