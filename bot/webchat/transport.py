@@ -219,6 +219,15 @@ class WebChat:
         await socket.close(CLOSE_POLICY, "signed out")
         return True
 
+    async def _deleted(self, conversation: str) -> bool:
+        """Whether the conversation was deleted since the socket opened (in another tab);
+        a failed look (the database away) lets the frame go on, to its own failure."""
+        try:
+            return not await self.conversations.is_open(conversation)
+        except Exception:
+            log.warning("checking web chat conversation %s failed", conversation, exc_info=True)
+            return False
+
     async def _watch(self, websocket: WebSocket, socket: ChatSocket) -> None:
         """A socket that only listens is checked now and then: it receives the
         conversation's events."""
@@ -260,7 +269,7 @@ class WebChat:
             refused = 0
             if await self._signed_out(websocket, socket):
                 return
-            if not await self.conversations.is_open(conversation):  # deleted in another tab
+            if await self._deleted(conversation):
                 await socket.send(ErrorFrame(code="deleted", message=DELETED, ref=frame.ref))
                 continue
             await self.actions.run(source, frame, socket)
