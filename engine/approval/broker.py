@@ -105,6 +105,11 @@ class ApprovalBroker:
             announce()
             return await future  # type: ignore[return-value]
 
+    async def recorded(self, tool_call_id: int) -> Verdict | None:
+        """The decision recorded for the call (``None``: none yet): a resumed call's."""
+        record = await self.inbox.get(tool_call_id)
+        return None if record is None or record.decision is None else _verdict(record)
+
     async def wait_for_answer(
         self, call: ToolCallRow, session_id: int, announce: Callable[[], None]
     ) -> str | None:

@@ -83,6 +83,10 @@ class HumanApprovals(Protocol):
         self, request: GateRequest, announce: Announce
     ) -> Verdict | None: ...
 
+    async def recorded(self, tool_call_id: int) -> Verdict | None:
+        """The decision a human recorded for the call while no turn waited; ``None``: none."""
+        ...
+
     async def wait_for_answer(
         self, call: ToolCallRow, session_id: int, announce: Announce
     ) -> str | None: ...

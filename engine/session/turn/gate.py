@@ -58,8 +58,19 @@ async def run_approval_gate(
     call: ToolCallRow,
     args: dict[str, Any],
     collected: list[ToolCallEvent] | None = None,
+    *,
+    resumed: bool = False,
 ) -> GateOutcome:
-    """Allow → proceed; deny → ``rejected``; require → a human decides (or auto-deny)."""
+    """Allow → proceed; deny → ``rejected``; require → a human decides (or auto-deny).
+
+    ``resumed``: a call a crash or a closed channel left open; a human may have decided it
+    meanwhile. Their rejection stands whatever the rules say now (until 2026-12-06 a bypass
+    or an allow rule granted since ran a call the human had rejected; found by review); a
+    deny rule still beats their approval."""
+    recorded = await env.approvals.recorded(call.id) if resumed else None
+    if recorded is not None and recorded.decision is not Decision.ALLOW:
+        _collect(collected, await env.recorder.rejected(call, rejection_message(recorded.reason)))
+        return GateOutcome.REJECTED
     request = GateRequest(
         session_id=env.session.id,
         agent_id=env.frame.agent_id,

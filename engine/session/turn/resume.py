@@ -53,7 +53,7 @@ async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> Ca
             # approved after a restart failed as an unknown tool until 2026-12-06.
             await env.refresh_tools(env)
             tools_known = True
-        if await handle_tool_call(env, call, None) is CallFlow.CANCELLED:
+        if await handle_tool_call(env, call, None, resumed=True) is CallFlow.CANCELLED:
             return CallFlow.CANCELLED
     return CallFlow.CONTINUE
 

@@ -35,16 +35,21 @@ class CallFlow(Enum):
 
 
 async def handle_tool_call(
-    env: TurnEnv, call: ToolCallRow, collected: list[ToolCallEvent] | None
+    env: TurnEnv,
+    call: ToolCallRow,
+    collected: list[ToolCallEvent] | None,
+    *,
+    resumed: bool = False,
 ) -> CallFlow:
-    """Handle one persisted call end to end; ``collected`` gathers events for the bus."""
+    """Handle one persisted call end to end; ``collected`` gathers events for the bus;
+    ``resumed``: a call left open (``run_approval_gate``)."""
     env.emitter.tool_start(call.id, call.name, call.arguments or "")
     try:
         args = check_call(env.tools, call.name, call.arguments)
     except ToolError as exc:
         _collect(collected, await env.recorder.failed(call, str(exc)))
         return CallFlow.CONTINUE
-    gate = await run_approval_gate(env, call, args, collected)
+    gate = await run_approval_gate(env, call, args, collected, resumed=resumed)
     if gate is GateOutcome.CHANNEL_CLOSED:
         return CallFlow.CANCELLED
     if gate is GateOutcome.REJECTED:

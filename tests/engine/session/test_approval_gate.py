@@ -288,6 +288,39 @@ async def test_a_rejection_made_after_a_restart_reaches_the_model(open_engine, m
     ]
 
 
+@pytest.mark.parametrize("since", ["a bypass", "an allow rule"])
+async def test_a_rejection_made_after_a_restart_stands_whatever_was_allowed_since(
+    open_engine, model, tmp_path, since: str
+):
+    """The resumed call asked the rules first and read the human's decision only when
+    they said "ask": a bypass from another card of the session, or an allow rule added
+    since, ran the command the human had just rejected (found by review)."""
+    first = await open_engine()
+    model.add(shell("echo ran > ran.txt"))
+    handler = await first.new_session("console")
+    turn, request = await started_turn(handler, "do it", [])
+    first.approvals.close_session(handler.session.id)
+    await asyncio.wait_for(turn, 5)
+    await first.close()
+
+    second = await open_engine()
+    if since == "a bypass":
+        second.approvals.bypasses.grant(handler.session.id, "all")
+    else:
+        await second.policy.rules()  # seeded
+        await second.policy.rule_store.add_rule("execute_cmd", "allow", priority=1)
+        second.policy.invalidate()
+    model.add(text("Not run."))
+    decided = await second.reject(request.tool_call_id, "never run this", decider=OPERATOR)
+    await asyncio.wait_for(decided.resumed, 5)
+
+    assert not (tmp_path / "workspace" / "ran.txt").exists()
+    assert await status_of(second, request.tool_call_id) == "rejected"
+    assert tool_messages(model.requests[-1][0]) == [
+        "User rejected this tool call. Reason: never run this"
+    ]
+
+
 async def test_a_restart_resume_asks_again_and_the_answer_completes_it(open_engine, model):
     first = await open_engine()
     model.add(shell("echo again"))
