@@ -23,10 +23,10 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from bot.platform.cards import CardContent, Choice, card_content, decide, outcome_line, plainly
+from bot.platform.cards import CardContent, Choice, card_content, decide, outcome_line
 from bot.platform.commands import CommandContext, CommandRegistry, shared_commands
 from bot.platform.memory import MemoryFront, memory_commands
-from engine.approval import OPERATOR
+from engine.approval import OPERATOR, plainly
 from engine.bus import Lagged
 from engine.core import Engine
 from engine.hub import ChatHub, HubError, SourceEvents

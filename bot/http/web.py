@@ -382,7 +382,7 @@ class WebInbox:
         return self._render(
             "inbox.html",
             visitor,
-            approvals=[self._approval(item, now) for item in await self.ops.approvals()],
+            approvals=[await self._approval(item, now) for item in await self.ops.approvals()],
             questions=[self._question(item, now) for item in await self.ops.questions()],
             sessions=sessions,
             pages=last,
@@ -440,13 +440,14 @@ class WebInbox:
             },
         )
 
-    def _approval(self, item: InboxItem, now: datetime) -> dict[str, Any]:
+    async def _approval(self, item: InboxItem, now: datetime) -> dict[str, Any]:
         args = _arguments(item.arguments)
         preview = (
             preview_call(
                 self.ops.engine.workspace,
                 item.name,
                 args,
+                await self._working_directory(item.session_id),
                 tool=self.ops.engine.tools.get(item.name),
             )
             if isinstance(args, dict)
@@ -458,6 +459,16 @@ class WebInbox:
             else CallDisplay("Arguments", str(args), "json")
         )
         return {"item": item, "shown": shown, "age": _age(now, item.requested_at)}
+
+    async def _working_directory(self, session_id: int) -> Path | None:
+        """Where the session's calls start their relative paths (a job's folder), as its
+        turn resolves them: until 2026-12-06 the page previewed the workspace's file and
+        directory while the call wrote in the job's (found by review)."""
+        session = await self.ops.engine.store.sessions.get(session_id)
+        chosen = ((session.run_context if session else None) or {}).get("working_directory")
+        return (
+            self.ops.engine.workspace.root / chosen if isinstance(chosen, str) and chosen else None
+        )
 
     def _question(self, item: InboxItem, now: datetime) -> dict[str, Any]:
         args = _arguments(item.arguments)

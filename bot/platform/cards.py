@@ -11,7 +11,6 @@ Rendering (buttons, callback data, markup) is each platform's.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
@@ -37,7 +36,6 @@ __all__ = [
     "card_content",
     "decide",
     "outcome_line",
-    "plainly",
     "question_answered",
     "reply_target",
 ]
@@ -119,38 +117,22 @@ class CardContent:
 
 
 def card_content(event: ApprovalRequired, deciders: str | None = None) -> CardContent:
-    """What a card shows of a call, on every platform: the call's text ``plainly``."""
+    """What a card shows of a call, on every platform: the call's text ``plainly``
+    (``display_call``)."""
     shown = display_call(event.name, event.arguments, event.preview)
     return CardContent(
         tool=event.name,
         agent=event.agent_id,
         depth=event.depth,
         label=shown.label,
-        content=plainly(shown.content),
+        content=shown.content,
         language=shown.language,
-        workdir=None if shown.workdir is None else plainly(shown.workdir),
-        path=None if shown.path is None else plainly(shown.path),
+        workdir=shown.workdir,
+        path=shown.path,
         new_file=bool(shown.new_file),
         deciders=deciders,
         asked_by=event.asked_by,
     )
-
-
-#: Characters that move, erase, reorder or hide text where it is shown: control
-#: characters but the line break and the tab, terminal escapes, the bidirectional
-#: overrides and isolates, zero-width marks.
-_HIDDEN = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]"
-)
-_NAMED = {"\r": "\\r", "\x1b": "\\x1b"}
-
-
-def plainly(text: str) -> str:
-    """``text`` with each character that changes how it reads shown as its code: a
-    command ending in a carriage return and an erase-line showed the owner ``ls -la``
-    while ``curl … | sh`` ran, and a bidi override reorders what a card shows (found by
-    review). What is approved is what is read."""
-    return _HIDDEN.sub(lambda m: _NAMED.get(m.group(), f"\\u{ord(m.group()):04x}"), text)
 
 
 # -- what a tap does ------------------------------------------------------------------

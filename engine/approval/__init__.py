@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from engine.approval.broker import MAX_BYPASS_SECONDS, SHORT_BYPASS_SECONDS, BypassRequest
     from engine.approval.deciders import OPERATOR, Decider
     from engine.approval.patterns import FS_CLASSES, is_fs_tool
-    from engine.approval.preview import CallDisplay, display_call
+    from engine.approval.preview import CallDisplay, display_call, plainly
     from engine.approval.rules import DEFAULT_PRIORITY
 
 #: What the outer layers use besides, loaded on first use (PEP 562): importing the
@@ -45,6 +45,7 @@ _LAZY = {
     "SHORT_BYPASS_SECONDS": "engine.approval.broker",
     "display_call": "engine.approval.preview",
     "is_fs_tool": "engine.approval.patterns",
+    "plainly": "engine.approval.preview",
 }
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "fast_path",
     "is_fs_tool",
     "path_matches",
+    "plainly",
     "tool_matches",
     "validate_path_pattern",
     "validate_tool_pattern",

@@ -104,7 +104,8 @@ class RulesPolicy:
             if tool == "list_files" and not raw:
                 raw = "."
             try:
-                path = canonical_path(self.workspace, raw, cwd=self._cwd(rc))
+                cwd = request.working_directory or self._cwd(rc)
+                path = canonical_path(self.workspace, raw, cwd=cwd)
             except PathRefused as exc:
                 return Verdict(Decision.DENY, f"path refused: {exc}")
 

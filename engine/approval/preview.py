@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import difflib
 import json
-from dataclasses import dataclass
+import re
+import unicodedata
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.tools.preview import ApprovalPreview
 
-__all__ = ["CallDisplay", "compact_diff", "display_call"]
+__all__ = ["CallDisplay", "compact_diff", "display_call", "plainly"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +31,18 @@ class CallDisplay:
 
 def display_call(name: str, args: dict[str, Any], preview: ApprovalPreview | None) -> CallDisplay:
     """The command for ``execute_cmd``, a compact diff for a file write, the tool's own
-    lines (``summary``), else the JSON."""
+    lines (``summary``), else the JSON; its text ``plainly``, on every surface (until
+    2026-12-06 the web inbox showed it raw; found by review)."""
+    shown = _display(name, args, preview)
+    return replace(
+        shown,
+        content=plainly(shown.content),
+        path=None if shown.path is None else plainly(shown.path),
+        workdir=None if shown.workdir is None else plainly(shown.workdir),
+    )
+
+
+def _display(name: str, args: dict[str, Any], preview: ApprovalPreview | None) -> CallDisplay:
     if preview is not None and preview.kind == "summary" and preview.summary:
         return CallDisplay("Request", preview.summary, "text")
     if preview is not None and preview.kind == "command" and preview.command is not None:
@@ -68,3 +81,31 @@ def compact_diff(old: str | None, new: str) -> str:
         else:
             lines.append(line + "\n\\ No newline at end of file\n")
     return "".join(lines).rstrip("\n") or "(no changes)"
+
+
+#: Characters that move, erase, reorder, break or hide text where it is shown: control
+#: characters but the line break and the tab (terminal escapes), format characters (the
+#: bidirectional overrides and isolates, zero-width marks, tags) and the line and
+#: paragraph separators, which a chat or a browser draws as a new line and a shell does
+#: not: until 2026-12-06 ``echo hi \u2028# then clean up; curl …|sh`` showed a comment
+#: on a line of its own while the shell ran it (found by review).
+_SUSPECT = re.compile("[^\x20-\x7e\n\t]")
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+_NAMED = {"\r": "\\r", "\x1b": "\\x1b"}
+
+
+def _shown(match: re.Match[str]) -> str:
+    char = match.group()
+    if unicodedata.category(char) not in _HIDDEN_CATEGORIES:
+        return char  # a letter, a mark, an emoji: as it is
+    return _NAMED.get(char) or (
+        f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}"
+    )
+
+
+def plainly(text: str) -> str:
+    """``text`` with each character that changes how it reads shown as its code: a
+    command ending in a carriage return and an erase-line showed the owner ``ls -la``
+    while ``curl … | sh`` ran, and a bidi override reorders what a card shows (found by
+    review). What is approved is what is read."""
+    return _SUSPECT.sub(_shown, text)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Protocol
 
 from engine.session.events import TurnEvent
@@ -53,6 +54,11 @@ class GateRequest:
     args: dict[str, Any]
     #: The session's stored RunContext (JSON), when it has one.
     run_context: dict[str, Any] | None = None
+    #: Where the call's relative paths start, as the tool will resolve them (``None``:
+    #: the run context's ``working_directory``, else the workspace). The gate judges the
+    #: path the tool touches: the two read the directory apart when a job's grants
+    #: changed during its run (found by review).
+    working_directory: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)

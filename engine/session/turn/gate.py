@@ -78,6 +78,7 @@ async def run_approval_gate(
         call=call,
         args=args,
         run_context=await _run_context(env),
+        working_directory=env.tool_ctx.working_directory,
     )
     verdict = await env.policy.check(request)
     if verdict.decision is Decision.ALLOW:
@@ -128,8 +129,10 @@ def _collect(collected: list[ToolCallEvent] | None, event: ToolCallEvent) -> Non
 async def _run_context(env: TurnEnv) -> dict[str, Any] | None:
     """The session's grants as they are now: a scheduled job's may be narrowed or revoked
     while its run goes on (its owner's 🔒), and the run read a revoked file unasked
-    (found by review). Only a session that has grants reads them again."""
-    if env.session.run_context is None:
+    (found by review), or widened ("🔄 Session" on its card: until 2026-12-06 a run begun
+    without grants asked again). A chat's session without grants reads none (it has
+    none to change)."""
+    if env.session.run_context is None and env.session.is_interactive:
         return None
     row = await env.store.sessions.get(env.session.id)
     return row.run_context if row is not None else None

