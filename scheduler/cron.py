@@ -63,7 +63,8 @@ class _Field:
         if token.isdigit():
             # Past four digits no field is in range: int() of thousands of digits raises
             # (Python's digit limit) instead of saying so (found by review).
-            number = int(token) if len(token) <= 4 else None
+            digits = token.lstrip("0") or "0"  # "00005" is 5, as crontab reads it
+            number = int(digits) if len(digits) <= 4 else None
             if number is None or not self.low <= number <= self.high:
                 shown = token if len(token) <= 8 else f"{token[:8]}…"
                 raise CronError(
@@ -133,12 +134,13 @@ def _expand(text: str, spec_field: _Field) -> frozenset[int]:
         step = 1
         if match["step"] is not None:
             given = match["step"]
-            if not given.isdigit() or len(given) > 4 or int(given) == 0:
+            digits = given.lstrip("0")  # empty: zero
+            if not given.isdigit() or not digits or len(digits) > 4:
                 raise CronError(
                     f"cron spec: {spec_field.name} step {given[:8]!r} must be a number "
                     "from 1 to 9999"
                 )
-            step = int(given)
+            step = int(digits)
         values.update(range(first, last + 1, step))
     return frozenset(values)
 

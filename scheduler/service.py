@@ -55,13 +55,13 @@ class SchedulerLimits:
     approval_wait_s: int = 30 * 60
 
 
-@lru_cache(maxsize=4096)
 def _is_row_id(job_id: int) -> bool:
     """Whether ``job_id`` can name a row: a huge one overflowed the driver and the tool
     answered "internal error" instead of "no such task" (until 2026-12-06; found by review)."""
     return 0 < job_id < 2**63
 
 
+@lru_cache(maxsize=4096)
 def _schedule(spec: str, timezone: str) -> CronSchedule:
     return CronSchedule.parse(spec, timezone)
 

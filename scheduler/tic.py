@@ -49,6 +49,8 @@ class NotifyTool(BuiltinTool):
         self.events = events
         self.source = source
         self.window = window
+        #: Notifications sent through it (a tic that told someone has read its events).
+        self.sent = 0
         self.parameters = object_schema(
             {
                 "event_type": {"type": "string", "description": "The kind, e.g. mail_from_boss."},
@@ -70,6 +72,7 @@ class NotifyTool(BuiltinTool):
         if not await self.events.first_notice(event_type, summary, self.window):
             return "not sent: the same notification went out within the last 24 hours"
         self.hub.notify(Notification(self.source, event_type, summary, refs=args.get("refs") or {}))
+        self.sent += 1
         return "sent"
 
 
@@ -125,7 +128,10 @@ class Tic:
             )
         except Exception:
             log.exception("tic session %s failed", handler.session.id)
-        await self._settle([event.id for event in events], isinstance(outcome, Final))
+        # A tic that told someone has read its events, though it failed after: given
+        # back, they were told again in other words (found by review).
+        read = isinstance(outcome, Final) or notify.sent > 0
+        await self._settle([event.id for event in events], read)
         return TickReport(len(events), handler.session.id)
 
     async def _settle(self, ids: list[int], read: bool) -> None:

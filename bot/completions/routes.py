@@ -135,7 +135,8 @@ class CompletionsApi:
         path = request.url.path
         # A model's own path is a route too: DELETE /v1/models/main was "no route" (404;
         # until 2026-12-06, found by review).
-        model_path = path.startswith("/v1/models/") and "/" not in path[len("/v1/models/") :]
+        name = path.removeprefix("/v1/models/") if path.startswith("/v1/models/") else ""
+        model_path = bool(name) and "/" not in name
         if path in ("/v1/models", "/v1/chat/completions") or model_path:
             allowed = "POST" if path == "/v1/chat/completions" else "GET"
             raise ApiError(

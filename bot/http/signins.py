@@ -125,8 +125,9 @@ class SignIns:
         await self._db.run(_create, signin, self._fingerprint, self._limits(now))
         return NewSignIn(secret, signin)
 
-    async def lookup(self, secret: str) -> SignIn | None:
-        """The live sign-in the cookie names (its last use noted), or None.
+    async def lookup(self, secret: str, *, touch: bool = True) -> SignIn | None:
+        """The live sign-in the cookie names (its last use noted, unless ``touch`` is off:
+        a check that is no use of it), or None.
 
         A value of the wrong shape never reaches the database; an expired row is deleted,
         and a row made under another token takes every such row with it.
@@ -135,7 +136,7 @@ class SignIns:
             return None
         now = self._clock()
         return await self._db.run(
-            _lookup, _hash(secret), self._fingerprint, now, self._limits(now), self.policy
+            _lookup, _hash(secret), self._fingerprint, now, self._limits(now), self.policy, touch
         )
 
     async def revoke(self, handle: str) -> bool:
@@ -216,6 +217,7 @@ def _lookup(
     now: datetime,
     limits: _Limits,
     policy: SignInPolicy,
+    touch: bool = True,
 ) -> SignIn | None:
     row = conn.execute(sa.select(w).where(w.c.id_hash == handle)).one_or_none()
     if row is None:
@@ -228,7 +230,7 @@ def _lookup(
         conn.execute(sa.delete(w).where(w.c.id_hash == handle))
         return None
     signin = _signin(row)
-    if now - row.last_seen_at >= policy.touch_every:
+    if touch and now - row.last_seen_at >= policy.touch_every:
         conn.execute(sa.update(w).where(w.c.id_hash == handle).values(last_seen_at=now))
         signin = SignIn(signin.handle, signin.created_at, now, signin.address, signin.user_agent)
     return signin

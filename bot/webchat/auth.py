@@ -80,6 +80,18 @@ class SocketAuth:
             return Access(csrf_token(secret))
         return "signed_out"
 
+    async def still_signed_in(self, connection: HTTPConnection, *, touch: bool) -> bool:
+        """Whether the sign-in an open socket was let in with is still live (signed out,
+        ended on /signins or expired: no longer). Only the cookie's: a bearer token was
+        checked at the handshake (a new one takes a restart), and the address's
+        throttle is not the socket's doing (someone else's wrong tokens cut it, found by
+        review). ``touch``: a frame the person sent is a use of the sign-in; a check of
+        a tab left open is none (it kept an idle sign-in alive)."""
+        if self._signins is None or bearer_token(connection.headers) is not None:
+            return True
+        secret = connection.cookies.get(COOKIE, "")
+        return bool(secret) and await self._signins.lookup(secret, touch=touch) is not None
+
 
 def same_origin(connection: HTTPConnection) -> bool:
     """No ``Origin`` (not a browser), or this very host over http(s)."""

@@ -203,17 +203,18 @@ class WebChat:
             if socket.gone:
                 return
 
-    async def _signed_out(self, websocket: WebSocket, socket: ChatSocket) -> bool:
+    async def _signed_out(
+        self, websocket: WebSocket, socket: ChatSocket, *, touch: bool = True
+    ) -> bool:
         """Whether the sign-in that opened the socket has ended (signed out, ended on
         /signins, expired) since its handshake; the socket is then closed, and the page's
         reconnect goes to the sign-in page (until 2026-12-06 the socket kept every right it
         had: it sent messages and approved calls; found by review)."""
         try:
-            refused = await self.auth.refusal(websocket)
+            if await self.auth.still_signed_in(websocket, touch=touch):
+                return False
         except Exception:  # the database away for a moment: a live socket is not cut for it
             log.warning("checking a web chat socket's sign-in failed", exc_info=True)
-            return False
-        if refused is None:
             return False
         log.info("web chat socket closed: its sign-in has ended")
         await socket.close(CLOSE_POLICY, "signed out")
@@ -233,7 +234,7 @@ class WebChat:
         conversation's events."""
         while not socket.gone:
             await asyncio.sleep(self.limits.signin_check_s)
-            if await self._signed_out(websocket, socket):
+            if await self._signed_out(websocket, socket, touch=False):
                 return
 
     async def _read(self, conversation: str, websocket: WebSocket, socket: ChatSocket) -> None:
@@ -269,7 +270,9 @@ class WebChat:
             refused = 0
             if await self._signed_out(websocket, socket):
                 return
-            if await self._deleted(conversation):
+            # Only a message: a deleted conversation's running turn may still be stopped
+            # or decided from the tab that shows it.
+            if isinstance(frame, SendMessage) and await self._deleted(conversation):
                 await socket.send(ErrorFrame(code="deleted", message=DELETED, ref=frame.ref))
                 continue
             await self.actions.run(source, frame, socket)

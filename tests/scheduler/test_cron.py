@@ -549,3 +549,18 @@ def test_a_spec_cron_descriptor_cannot_read_is_shown_as_written() -> None:
 def test_describe_in_another_locale() -> None:
     described = CronSchedule.parse("0 8 * * *", "Europe/Rome").describe("it")
     assert described.startswith("Alle 08:00")
+
+
+def test_leading_zeros_are_read_as_crontab_reads_them() -> None:
+    schedule = CronSchedule.parse("00000 08 * * */0002", "UTC")
+    assert CronSchedule.parse("0 8 * * */2", "UTC").fires(
+        datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 15, tzinfo=UTC)
+    ) == schedule.fires(datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 15, tzinfo=UTC))
+
+
+def test_a_spec_is_parsed_once_for_every_job_that_shares_it() -> None:
+    """Every next fire missed in its cache, every /jobs line and every card parsed the
+    spec again once its cache had moved to another function (found by review)."""
+    from scheduler import service
+
+    assert service._schedule("0 8 * * *", "UTC") is service._schedule("0 8 * * *", "UTC")

@@ -782,6 +782,20 @@ async def test_the_events_of_a_tic_that_failed_are_read_by_the_next(
     assert (await acting.tic.tick()).events == 0
 
 
+async def test_a_tic_that_told_someone_and_then_failed_tells_it_no_more(
+    acting: Scheduler, engine: Engine, hub: ChatHub, model: EchoModel
+) -> None:
+    """Its notification went out; a failed tic's events given back were told again, in
+    other words, at the next tic (found by review of the change that gave them back)."""
+    await hub.set_home(ORIGIN)
+    await EventStore(engine.store.db).add("mail", "new_mail", {"subject": "URGENT"})
+    said = {"event_type": "mail", "summary": "The boss mailed: URGENT."}
+    model.add(tool_call("notify", json.dumps(said)), LlmError("HTTP 503", model="scripted"))
+
+    assert (await acting.tic.tick()).events == 1
+    assert (await acting.tic.tick()).events == 0
+
+
 async def test_a_process_stopping_mid_wait_leaves_the_card_open_for_the_run_taken_again(
     make_scheduler: Callable[..., Scheduler],
     hub: ChatHub,

@@ -57,10 +57,20 @@ class FrameTranscript:
     def add(self, row: MessageRow, *, within_turn: bool = False) -> None:
         """``within_turn``: a message taken into the running turn at a round boundary; it
         joins the turn's block (a new block would hide the results the turn just read)."""
-        if not within_turn and starts_turn(row) and self._open.has_assistant:
+        if not within_turn and self._opens_turn(row):
             self._close_open_block()
         self._open.rows.append(row)
         self._keep_within_window()
+
+    def _opens_turn(self, row: MessageRow) -> bool:
+        """Whether ``row`` closes the open block: a message after the turn's rows, or a
+        notification after a turn that ended (one left with a call open, a crash's, is
+        resumed from the open block: a notification that came first hid its calls)."""
+        if not self._open.has_assistant:
+            return False
+        if row.role != "assistant":
+            return True
+        return row.is_synthetic and not self.open_tool_calls()
 
     def last_row(self) -> MessageRow | None:
         if self._open.rows:

@@ -203,6 +203,7 @@ async def test_unknown_routes_and_methods_under_v1(v1: V1Server):
         refused(wrong, 405, "method_not_allowed")
         assert wrong.headers["allow"] == "GET"
         refused(await http.get("/v1/models/main/x"), 404, "unknown_url")
+        refused(await http.get("/v1/models/"), 404, "unknown_url")  # no name: no route
 
 
 async def test_a_conversation_name_that_is_not_printable_is_refused(v1: V1Server):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -213,12 +214,54 @@ async def test_a_sign_in_that_cannot_be_looked_up_for_a_moment_cuts_no_socket(
     )
     await browser.opened()
 
-    async def away(secret: str) -> None:
+    async def away(secret: str, *, touch: bool = True) -> None:
         raise ConnectionError("the database is restarting")
 
     monkeypatch.setattr(server.signins, "lookup", away)
     await browser.send(type="ping")
     assert (await browser.recv())["type"] == "pong"
+
+
+async def test_a_bearer_socket_is_not_cut_by_someone_elses_wrong_tokens(server: ChatServer):
+    """The check of an open socket went through the address's throttle: ten wrong tokens
+    from behind the same proxy closed a healthy API socket (found by review)."""
+    client = await server.client("c1")
+    for _ in range(10):
+        with pytest.raises(InvalidStatus):
+            async with server.connect(
+                "c2", auth=False, headers={"Authorization": "Bearer wrong-token"}
+            ):
+                pass
+    await client.send(type="ping")
+    assert (await client.recv())["type"] == "pong"
+
+
+async def test_a_tab_left_open_does_not_keep_its_sign_in_alive(make_server):
+    """The check of a listening socket noted a use of its sign-in: a tab left open kept
+    an idle sign-in alive past its 12 h (found by review)."""
+    server = await make_server(SocketLimits(signin_check_s=0.01))
+    now = [datetime.now(UTC)]
+    server.signins._clock = lambda: now[0]
+    signin = await server.signins.create("127.0.0.1", "test")
+    tab = Client(
+        await server.connect("c1", auth=False, headers={"Cookie": f"{COOKIE}={signin.secret}"})
+    )
+    await tab.opened()
+    started = now[0]
+    now[0] = started + timedelta(hours=11)
+    checked = asyncio.Event()
+    looked_up = server.signins.lookup
+
+    async def noting(secret: str, *, touch: bool = True):  # type: ignore[no-untyped-def]
+        try:
+            return await looked_up(secret, touch=touch)
+        finally:
+            checked.set()
+
+    server.signins.lookup = noting  # type: ignore[method-assign]
+    await asyncio.wait_for(checked.wait(), 5)  # the tab's check ran at 11 h
+    now[0] = started + timedelta(hours=13)
+    assert await looked_up(signin.secret) is None  # idle since its creation: ended
 
 
 async def test_a_listening_socket_is_closed_once_its_sign_in_ends(make_server):

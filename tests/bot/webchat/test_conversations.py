@@ -204,3 +204,21 @@ async def test_a_conversation_deleted_in_another_tab_takes_no_more_messages(
         answer = await tab.recv()
     assert answer["type"] == "error" and answer["code"] == "deleted" and answer["ref"] == "m1"
     assert fake_openai.requests == []
+
+
+async def test_a_turn_of_a_conversation_deleted_meanwhile_can_still_be_stopped(
+    make_server, fake_openai: FakeOpenAIServer
+):
+    """Deleting hides a conversation; its running turn goes on: the tab that shows it
+    must still stop it (every frame was refused as "deleted"; found by review)."""
+    server = await make_server(stored=True)
+    fake_openai.reply_hang(partial="Thinking about it ")
+    async with httpx.AsyncClient(base_url=server.http, headers=BEARER) as http:
+        created = (await http.post("/chat/conversations", json={})).json()
+        tab = await server.client(created["id"])
+        await tab.send(type="message", text="a long question")
+        await tab.until("text_delta")
+        assert (await http.delete(f"/chat/conversations/{created['id']}")).status_code == 204
+        await tab.send(type="stop", ref="s1")
+        frames = await tab.until("error", code="turn")
+    assert all(frame.get("code") != "deleted" for frame in frames)

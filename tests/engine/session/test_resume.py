@@ -265,3 +265,42 @@ async def test_a_tool_round_after_an_ended_turn_is_resumed_again(engine: Engine,
         root.id, AssistantRecord(content=""), [NewToolCall("c2", "list_files", "{}", "done", "")]
     )
     assert await engine.interrupted_sessions() == [handler.session.id]
+
+
+async def test_a_notification_after_a_crash_leaves_the_cut_call_to_the_resume(
+    engine: Engine, model
+):
+    """A notification is a turn of its own, but not while the turn before left a call
+    open: it closed that turn's block and the resume never saw the call, left running
+    for good (found by review)."""
+    handler = await engine.new_session("console")
+    root = await engine.store.sessions.root_frame(handler.session.id)
+    await engine.store.history.append_message(root.id, "user", "list the workspace")
+    message = await engine.store.history.append_assistant(
+        root.id, AssistantRecord(content=""), [NewToolCall("c1", "list_files", "{}")]
+    )
+    [call] = message.tool_calls
+
+    model.add(text("done"))
+    await handler.deliver_notifications('[{"summary": "briefing"}]')
+
+    stored = await engine.store.history.get_tool_call(call.id)
+    assert stored is not None and stored.status == "done"
+    assert await engine.interrupted_sessions() == []
+
+
+async def test_a_notification_after_an_interrupted_sub_agent_still_brings_its_result(
+    engine: Engine, model
+):
+    handler = await engine.new_session("console")
+    root = await engine.store.sessions.root_frame(handler.session.id)
+    await engine.store.history.append_message(root.id, "user", "research X")
+    call, _child = await spawn_child(engine, handler.session.id, root, "c1", "find X")
+
+    model.add(text("X is 42"), text("Done: 42, and noted the briefing."))
+    result = await handler.deliver_notifications('[{"summary": "briefing"}]')
+
+    assert isinstance(result, Final)
+    parent_call = await engine.store.history.get_tool_call(call.id)
+    assert parent_call is not None and parent_call.status == "done"
+    assert "X is 42" in tool_messages(model.requests[-1][0])
