@@ -271,17 +271,12 @@ class FleetWork:
         self.lost([state.name])
 
     def lost(self, sources: Iterable[str]) -> None:
-        """Leases that slipped away: stop taking those sources' messages here at once, and
-        stop their turns: a turn waiting here for a decision or an answer (the new owner
-        resumes it, and is told of them) never ended, and kept the chat's state busy here
-        for good (until 2026-12-06; found by review)."""
+        """Leases that slipped away: stop taking those sources' messages here at once."""
         for source in sources:
             state = self._sources.get(source)
             if state is not None:
                 state.inbox.clear()  # in memory only: the rows are the new owner's
                 state.inbox.seen.clear()
-                if state.handler is not None and state.is_processing:
-                    state.handler.cancel()
 
     async def idle(self, state: SourceState) -> None:
         """The source's consumer found nothing more: let it go, unless a row came in."""

@@ -880,3 +880,36 @@ async def test_a_resume_asked_at_another_process_waits_for_the_running_turn(
         assert await asyncio.wait_for(resuming, 10) is None  # nothing was cut
         assert b.model.calls == 0
         assert (await a.engine.store.db.run(answers))[source] == ["echo: a long job"]
+
+
+async def test_work_that_fails_while_holding_a_chat_lets_it_go(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task's result another worker told first (``AlreadyTold``) raised in ``holding``:
+    the process kept the chat's lease with nothing running, and another process's result
+    for the chat waited until its user wrote (found by review)."""
+    from engine.session.handler import ChatSessionHandler
+
+    class ToldFirst(Exception):
+        pass
+
+    notifier = LocalNotifier("shared")
+    async with member(url, tmp_path, "a", notifier) as a, member(url, tmp_path, "b", notifier) as b:
+        source = "telegram:4"
+        session_id = await a.hub.session_id(source)
+
+        async def told_first(self: ChatSessionHandler, *args: Any, **kwargs: Any) -> Any:
+            raise ToldFirst("run(s) [1] were told already")
+
+        monkeypatch.setattr(ChatSessionHandler, "inject_tool_result", told_first)
+        with pytest.raises(ToldFirst):
+            await a.hub.inject(session_id, "task_completed", "{}", "a task ended")
+        monkeypatch.undo()
+        b.model.add(text("Your report is ready."))
+        b.hub.notify(Notification("cron", "job_done", "report ready", target=source))
+
+        async def told() -> bool:
+            got = (await a.engine.store.db.run(answers)).get(source, [])
+            return "Your report is ready." in got
+
+        await until(told, within=8)
