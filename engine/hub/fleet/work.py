@@ -181,6 +181,13 @@ class FleetWork:
         state = self._sources.get(source) or await self._sources.state(source)
         state.held += 1
         try:
+            if state.resume_first and state.consumer is None:
+                # A turn the chat's last owner left cut goes first, as after a restart:
+                # the held work's own turn would answer in its place, and the cut
+                # message stayed unanswered (until 2026-12-06; found by review).
+                self._start(state)
+                if state.consumer is not None:
+                    await asyncio.wait([state.consumer])
             with fenced(fence):
                 yield
         finally:

@@ -913,3 +913,75 @@ async def test_work_that_fails_while_holding_a_chat_lets_it_go(
             return "Your report is ready." in got
 
         await until(told, within=8)
+
+
+async def _no_scan() -> int:
+    return 0
+
+
+async def test_a_result_for_a_chat_a_dead_owner_left_cut_comes_after_the_cut_turn(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The result's hold took the chat before any scan did: the cut turn was marked to
+    resume first, but nothing resumed it; the result's own turn answered in its place,
+    "hello?" stayed unanswered and the chat held with nothing running (found by review)."""
+    notifier = LocalNotifier("shared")
+    source = "telegram:32"
+    async with member(url, tmp_path, "b", notifier, ttl=TTL) as b:
+        async with dead_member(url, tmp_path / "w-dead") as a:
+            assert a.hub.fleet is not None and b.hub.fleet is not None
+            a.model.gate = asyncio.Event()
+            await a.hub.fleet.ownership.claim(source)
+            await a.hub.send_message(source, "hello?")
+            await asyncio.wait_for(a.model.started.wait(), 5)
+            monkeypatch.setattr(b.hub.fleet, "scan", _no_scan)  # b's hold wins the race
+            await a.kill()
+            b.model.add(text("Your report is ready."))
+            b.hub.notify(Notification("cron", "job_done", "report ready", target=source))
+
+            async def told() -> bool:
+                got = (await b.engine.store.db.run(transcripts)).get(source, [])
+                return ("assistant", "Your report is ready.") in got
+
+            await until(told, within=8)
+            monkeypatch.undo()
+
+        async def both_answered() -> bool:  # the cut turn, then the result's (in that order:
+            got = (await b.engine.store.db.run(transcripts)).get(source, [])  # FIFO script)
+            return [role for role, _ in got] == ["user", "assistant", "assistant"]
+
+        await until(both_answered, within=8)
+
+        async def let_go() -> bool:
+            return not b.hub.fleet.owns(source)  # type: ignore[union-attr]
+
+        await until(let_go, within=8)
+
+
+async def test_new_on_a_chat_a_dead_owner_left_cut_lets_the_chat_go(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same with /new: the chat stayed held by b with nothing running, and a result
+    fired at another process never arrived (found by review)."""
+    notifier = LocalNotifier("shared")
+    source = "telegram:31"
+    async with member(url, tmp_path, "b", notifier, ttl=TTL) as b:
+        async with dead_member(url, tmp_path / "w-dead") as a:
+            assert a.hub.fleet is not None and b.hub.fleet is not None
+            a.model.gate = asyncio.Event()
+            await a.hub.fleet.ownership.claim(source)
+            await a.hub.send_message(source, "hello?")
+            await asyncio.wait_for(a.model.started.wait(), 5)
+            monkeypatch.setattr(b.hub.fleet, "scan", _no_scan)
+            await a.kill()
+            await asyncio.wait_for(b.hub.clear(source), 10)  # /new, at b
+            monkeypatch.undo()
+        async with member(url, tmp_path, "c", notifier, ttl=TTL) as c:
+            c.model.add(text("Your report is ready."))
+            c.hub.notify(Notification("cron", "job_done", "report ready", target=source))
+
+            async def told() -> bool:
+                got = (await b.engine.store.db.run(answers)).get(source, [])
+                return "Your report is ready." in got
+
+            await until(told, within=8)
