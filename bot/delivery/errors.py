@@ -68,7 +68,9 @@ def clamp_retry_after(raw: Any) -> float:
         return RETRY_AFTER_DEFAULT_S
     try:
         seconds = float(raw)
-    except (TypeError, ValueError, OverflowError):
+    except OverflowError:  # an integer past a float's range: as long as one can wait
+        return RETRY_AFTER_MAX_S if raw > 0 else RETRY_AFTER_MIN_S
+    except (TypeError, ValueError):
         return RETRY_AFTER_DEFAULT_S
     if math.isnan(seconds):
         return RETRY_AFTER_DEFAULT_S

@@ -103,6 +103,8 @@ class DeliveryMarks:
         self.retry_s = retry_s
         self._sent: list[tuple[int, str | None]] = []
         self._writing: list[tuple[int, str | None]] = []
+        #: Who waits for the records of ``_sent``: told when the commit carrying them ran.
+        self._waiting: list[asyncio.Future[None]] = []
         # Records that failed: written again after a pause, with whatever came meanwhile.
         self._failed: list[tuple[int, str | None]] = []
         self._marking: asyncio.Task[None] | None = None
@@ -113,14 +115,17 @@ class DeliveryMarks:
         """The rows delivered whose record is not committed yet."""
         return {outbox_id for outbox_id, _ in (*self._failed, *self._writing, *self._sent)}
 
-    def add(self, outbox_id: int, message_id: str | None) -> None:
-        """Not awaited by the sender: the reply is out; a crash before the commit sends it
-        again at the next start. That window (the commit's few ms) is small beside the one
-        no client can close: a crash while the platform's answer to the send is on its way.
-        """
+    def add(self, outbox_id: int, message_id: str | None) -> asyncio.Future[None]:
+        """Record a delivery; the future is done once the commit carrying it ran (written,
+        or failed: then it is written again in the background). A sender awaits it, so a
+        crash after the platform answered does not send the reply again (until 2026-12-06
+        nobody waited, and a kill within the commit's few ms did; found by review)."""
         self._sent.append((outbox_id, message_id))
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
         if self._marking is None or self._marking.done():
             self._marking = asyncio.create_task(self._write(), name="outbox-marks")
+        return waiter
 
     async def _write(self) -> None:
         if self.delay_s > 0:
@@ -135,6 +140,7 @@ class DeliveryMarks:
 
     async def _write_once(self) -> bool:
         self._writing, self._sent, self._failed = self._failed + self._sent, [], []
+        waiting, self._waiting = self._waiting, []
         try:
             await self.store.mark_sent_many(self._writing)
         except Exception:
@@ -143,6 +149,9 @@ class DeliveryMarks:
             return False
         finally:
             self._writing = []
+            for waiter in waiting:
+                if not waiter.done():
+                    waiter.set_result(None)
         return True
 
     async def flush(self) -> None:

@@ -466,7 +466,9 @@ class Outbound:
         message_id = self.client.message_id(answer)
         self.postponements.settled(row)
         if not record_now:
-            self._marks.add(row.id, message_id)
+            # Recorded with whatever else was delivered meanwhile, in one commit, before
+            # this returns (a stop does not lose the record: it is written regardless).
+            await asyncio.shield(self._marks.add(row.id, message_id))
             return Delivery.SENT, message_id
         try:
             await self.store.mark_sent(row.id, message_id)
