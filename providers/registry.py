@@ -110,7 +110,9 @@ async def probe(http: httpx.AsyncClient, provider: Provider, *, timeout_s: float
         data = answer.json().get("data")
     except (ValueError, AttributeError):
         data = None
-    listed = {m.get("id") for m in data if isinstance(m, dict)} if isinstance(data, list) else set()
+    # Only string ids: a server listing ``{"id": ["x"]}`` made the test a 500 (found by review).
+    models = data if isinstance(data, list) else []
+    listed = {m["id"] for m in models if isinstance(m, dict) and isinstance(m.get("id"), str)}
     missing = [m for m in provider.models if listed and m not in listed]
     line = f"{provider.name} answers ({len(listed)} models listed)"
     if missing:

@@ -54,8 +54,13 @@ def has_token(headers: Mapping[str, str], expected: bytes | None) -> bool:
 
 
 def from_this_machine(headers: Mapping[str, str]) -> bool:
-    """A loopback ``Host``, and no ``Origin`` (not a browser) or a loopback one."""
+    """A loopback ``Host``, and no ``Origin`` (not a browser) or a loopback one; never what
+    a browser says another site sent (``Sec-Fetch-Site``): an ``<img>`` on any page the
+    owner visits sends no ``Origin``, and reran the paid health checks at will (until
+    2026-12-06; found by review)."""
     if not _loopback(headers.get("host", "")):
+        return False
+    if headers.get("sec-fetch-site", "").lower() in ("cross-site", "same-site"):
         return False
     origin = headers.get("origin")
     if origin is None:

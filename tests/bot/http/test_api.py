@@ -118,6 +118,12 @@ async def test_without_a_token_on_loopback_no_header_is_needed(engine):
             headers={"origin": "https://evil.example", "content-type": "text/plain"},
         )
         assert forged.status_code == 401
+        # Nor a GET another site's page makes with no Origin (an <img>): it reran the
+        # paid health checks at will (found by review).
+        for path in ("/api/inbox", "/api/health/details?fresh=true"):
+            img = await c.get(path, headers={"sec-fetch-site": "cross-site"})
+            assert img.status_code == 401, path
+        assert (await c.get("/api/inbox", headers={"sec-fetch-site": "none"})).status_code == 200
 
 
 # -- sessions -----------------------------------------------------------------------------------

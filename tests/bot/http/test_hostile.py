@@ -292,3 +292,49 @@ async def test_hostile_updates_on_the_webhook_are_refused_plainly(webhook, tally
     assert tally.requests == len(_hostile_updates()) + 6
     assert [update["update_id"] for update in submitted] == [7, 8]
     assert submitted[0]["message"]["text"] == "\ud800"
+
+
+async def test_a_nul_character_is_stored_as_a_replacement_on_postgresql(tmp_path) -> None:
+    """PostgreSQL stores no NUL in text: one in a query value or a JSON string was a 500
+    there (SQLite takes it; found by review). It reads as U+FFFD, as a form's does."""
+    from bot.schema import LAYERS
+    from bot.settings import load_settings
+    from engine.config import AppConfig, EngineConfig
+    from engine.llm.registry import ModelRegistry
+    from engine.store import Store
+    from scheduler.events import EventStore
+    from tests.bot.http.test_api import AUTH, TOKEN
+    from tests.engine.hub.conftest import EchoModel
+    from tests.pg import fresh_postgres_database
+
+    async with fresh_postgres_database(migrated=True) as url:
+        settings = load_settings(
+            database_url=url,
+            chathub_workspace=tmp_path / "ws",
+            chathub_timezone="UTC",
+            _env_file=None,
+        )
+        store = await Store.open(url, LAYERS)
+        engine = await Engine.open(
+            AppConfig(settings=settings, models=(), engine=EngineConfig()),
+            models=ModelRegistry([EchoModel(name="primary")]),
+            store=store,
+        )
+        events = EventStore(engine.store.db)
+        app = create_app(
+            api=ApiRoutes(Operations(engine), token=TOKEN),
+            events=EventsEndpoint(events, TOKEN),
+            host="0.0.0.0",
+        )
+        try:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                listed = await client.get("/api/sessions?source=a%00b", headers=AUTH)
+                assert listed.status_code == 200, listed.text
+                event = {"source": "a\u0000b", "type": "t", "payload": {"x": "y"}}
+                sent = await client.post("/api/events", json=event, headers=AUTH)
+                assert sent.status_code < 300, sent.text
+            [taken] = await events.take()
+            assert taken.source == "a\ufffdb"
+        finally:
+            await engine.close()

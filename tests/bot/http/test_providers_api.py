@@ -104,3 +104,12 @@ async def test_a_provider_at_an_ipv6_address_is_taken(client, registry):
     answer = await client.post("/api/providers", json=body, headers=AUTH)
     assert answer.status_code == 201, answer.text
     assert [p.base_url for p in await registry.store.all()] == ["http://[::1]:11434/v1"]
+
+
+async def test_a_provider_listing_odd_model_ids_is_tested_not_crashed(client, fake_openai):
+    """``{"id": ["gpt", "x"]}`` in its /models made the test a 500 (found by review)."""
+    body = {"name": "local", "base_url": fake_openai.base_url, "serves": ["chat"]}
+    assert (await client.post("/api/providers", json=body, headers=AUTH)).status_code == 201
+    fake_openai.models = [["gpt", "x"], {"nested": "id"}]
+    tested = await client.post("/api/providers/local/test", headers=AUTH)
+    assert tested.status_code == 200 and tested.json()["ok"] is True, tested.text

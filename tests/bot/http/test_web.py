@@ -191,7 +191,8 @@ async def test_session_detail_shows_messages_tool_calls_and_reasoning_collapsed(
     assert "echo: hello" in page.text
     assert (await web.get("/sessions/999999")).status_code == 404
     assert (await web.get("/sessions/99999999999999999999999")).status_code == 404
-    for page in ("0", "-3", "abc", "99999999999999999999999"):  # a bad page shows a page
+    # A bad page shows a page, a very long one too (it was a 400; found by review).
+    for page in ("0", "-3", "abc", "99999999999999999999999", "9" * 1001, "x" * 1001):
         assert (await web.get(f"/?page={page}")).status_code == 200, page
     inbox = (await web.get("/")).text
     assert f'href="/sessions/{session["id"]}"' in inbox
