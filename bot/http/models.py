@@ -303,18 +303,18 @@ def parse_json(raw: bytes, *, surrogates: bool = False) -> Any:
     except ValueError:
         raise RequestError(422, "body is not valid JSON") from None
     _check_shape(data, surrogates=surrogates)
-    return data if surrogates else _no_nul(data)
+    return data if surrogates else without_nul(data)
 
 
-def _no_nul(value: Any) -> Any:
+def without_nul(value: Any) -> Any:
     """``value`` with each NUL character as U+FFFD: PostgreSQL stores none in text, and one
     in a field was a 500 there (found by review). Nothing else reads as a NUL."""
     if isinstance(value, str):
         return value.replace("\x00", "\ufffd")
     if isinstance(value, dict):
-        return {_no_nul(key): _no_nul(item) for key, item in value.items()}
+        return {without_nul(key): without_nul(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_no_nul(item) for item in value]
+        return [without_nul(item) for item in value]
     return value
 
 
@@ -396,7 +396,7 @@ def query_params(request: Request, model: type[M]) -> M:
         _check_text(value, False)
         if len(value) > 1000:
             raise RequestError(422, f"{name}: too long.")
-        values[name] = value.replace("\x00", "\ufffd")  # as in a body (``_no_nul``)
+        values[name] = value.replace("\x00", "\ufffd")  # as in a body (``without_nul``)
     return validate(model, values)
 
 

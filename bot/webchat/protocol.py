@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from bot.http.models import without_nul
 from bot.webchat.uploads import MAX_ATTACHMENTS, UPLOAD_ID_PATTERN
 
 __all__ = [
@@ -152,6 +153,7 @@ def parse_client_frame(text: str) -> Any:
         raise FrameError("invalid", "The frame is nested too deeply.", ref)
     if _has_lone_surrogate(data):  # "\ud800": no character, and no row can store it
         raise FrameError("invalid", LONE_SURROGATE, ref)
+    data = without_nul(data)  # PostgreSQL stores no NUL in text (it was "internal" there)
     kind = data.get("type")
     if not isinstance(kind, str):
         raise FrameError("invalid", "A frame needs a string field 'type'.", ref)

@@ -297,6 +297,18 @@ async def test_a_lone_surrogate_is_refused_as_invalid(
     await client.until("done")
 
 
+async def test_a_nul_character_is_taken_as_a_replacement(
+    server: ChatServer, fake_openai: FakeOpenAIServer
+):
+    """PostgreSQL stores no NUL in text: a message holding one was "internal" there."""
+    fake_openai.reply_text("ok")
+    client = await server.client()
+    await client.connection.send('{"type": "message", "text": "a\\u0000b", "ref": "m1"}')
+    await client.until("done")
+    asked = [m for m in fake_openai.requests[-1]["messages"] if m["role"] == "user"][-1]
+    assert "a\ufffdb" in str(asked["content"])
+
+
 async def test_a_malformed_conversation_id_is_refused(server: ChatServer):
     for conversation in ("", "a:b", "x" * 41, "%20"):
         with pytest.raises(InvalidStatus):
