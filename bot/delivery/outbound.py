@@ -29,10 +29,11 @@ when it comes back it hands them back (``release``) instead of sending them a se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
@@ -144,6 +145,9 @@ class Delivery(enum.Enum):
 @dataclass(eq=False)
 class _Lane:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: Calls holding or waiting for the lock: the lane is forgotten when none is left (a
+    #: lane per conversation ever seen was kept for the process's life; found by review).
+    users: int = 0
 
 
 class Outbound:
@@ -221,9 +225,21 @@ class Outbound:
         """
         if kind != SEND or conversation is None:
             return await self._run(conversation, op, kind=kind, may_send=may_send)
-        lane = self._lanes.setdefault(conversation, _Lane())
-        async with lane.lock:
+        async with self._lane(conversation):
             return await self._run(conversation, op, kind=kind, may_send=may_send)
+
+    @contextlib.asynccontextmanager
+    async def _lane(self, conversation: str) -> AsyncIterator[None]:
+        """The conversation's lane held: its calls one at a time, in order."""
+        lane = self._lanes.setdefault(conversation, _Lane())
+        lane.users += 1
+        try:
+            async with lane.lock:
+                yield
+        finally:
+            lane.users -= 1
+            if not lane.users and self._lanes.get(conversation) is lane:
+                del self._lanes[conversation]
 
     async def edit(
         self, conversation: str, message_id: str, op: Callable[[], Awaitable[Any]]
@@ -232,9 +248,8 @@ class Outbound:
         (False: a newer edit of the same message came while this one waited, and replaced it)."""
         key = (conversation, message_id)
         ticket = self._edits[key] = self._edits.get(key, 0) + 1
-        lane = self._lanes.setdefault(conversation, _Lane())
         try:
-            async with lane.lock:
+            async with self._lane(conversation):
                 if self._edits.get(key) != ticket:
                     return False
                 await self._run(conversation, op, kind=EDIT)

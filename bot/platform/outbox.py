@@ -162,9 +162,9 @@ class Outbox(Generic[Prepared, Row]):
         progress.shown, progress.at = text, now
 
     def reset_progress(self, source: str) -> None:
-        """The next tool call starts a new progress message."""
-        progress = self._of(source)
-        progress.ref, progress.lines, progress.shown = None, [], ""
+        """The next tool call starts a new progress message (the source's entry goes: one
+        per source ever seen was kept for the process's life; found by review)."""
+        self._progress.pop(source, None)
 
     def _of(self, source: str) -> _Progress:
         progress = self._progress.get(source)

@@ -109,7 +109,7 @@ class Callbacks:
 
     async def handle(self, c: Callback) -> None:
         async def send(text: str | None) -> None:
-            await self._sender.answer_callback(c.callback_id, text)
+            await self._sender.answer_callback(c.callback_id, text, c.chat_id)
 
         answer = OneAnswer(send)
         try:

@@ -214,9 +214,13 @@ class TelegramSender(RowSender):
             if not is_not_modified(exc):
                 log.warning("editing message %s in chat %s failed: %s", message_id, chat_id, exc)
 
-    async def answer_callback(self, callback_id: str, text: str | None) -> None:
+    async def answer_callback(
+        self, callback_id: str, text: str | None, chat_id: int | None = None
+    ) -> None:
+        """``chat_id``: where the tapped button is; a 429 pauses that chat (with none, a
+        429 on one person's taps paused every chat; found by review)."""
         try:
-            await self.call(None, lambda: self.api.answer_callback_query(callback_id, text=text))
+            await self.call(chat_id, lambda: self.api.answer_callback_query(callback_id, text=text))
         except TelegramError as exc:
             log.info("answering callback %s failed: %s", callback_id, exc)
 

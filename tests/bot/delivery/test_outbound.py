@@ -271,3 +271,19 @@ async def test_a_delivery_is_recorded_before_it_returns(store: Store, outbox: Ou
     restarted.client = client
     assert await restarted.recover() == 0
     assert len(client.delivered(ALICE)) == 1
+
+
+async def test_a_conversations_lane_is_forgotten_once_its_calls_are_done(
+    outbox: OutboxStore,
+) -> None:
+    """A lane per conversation ever sent to was kept for the process's life (found by
+    review): a bot that talks to many chats grew without bound."""
+    out, _client, _time = make_outbound(outbox)
+    for i in range(100):
+        await out.send(f"chat{i}", {"text": "hi"})
+        await out.edit(f"chat{i}", "1", _nothing)
+    assert out._lanes == {}
+
+
+async def _nothing() -> None:
+    return None

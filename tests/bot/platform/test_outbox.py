@@ -115,6 +115,7 @@ async def test_the_progress_line_is_one_message_edited_at_most_every_interval() 
     await outbox.show_progress("s", force=True)  # unchanged: no edit
     assert len(sender.log) == 3
     outbox.reset_progress("s")
+    assert outbox._progress == {}  # forgotten: one per source was kept for good (review)
     outbox.tool_started("s", 0, "x", "")
     await outbox.show_progress("s")
     assert sender.log[-1] == ("send_progress", "⚙ x ")

@@ -498,3 +498,21 @@ async def test_delivery_with_rejected_entities_is_sent_plain(
     assert message_id == "101"
     [row] = await outbox_rows(sqlite_tg_store, out)
     assert (row["status"], row["message_id"]) == ("sent", "101")
+
+
+async def test_a_429_on_one_persons_taps_pauses_their_chat_only(
+    sqlite_tg_store: TelegramStore,
+) -> None:
+    """A tap's answer went out with no chat, so its 429 paused every chat of the bot for
+    up to a minute (found by review): it pauses the chat of the tapped button."""
+    out, api, time = make(sqlite_tg_store, auto=False)
+    api.fail("answer_callback_query", RetryAfter(30))
+    tap = asyncio.create_task(sender(out).answer_callback("cb-1", None, PRIVATE))
+    await settle()
+    reply = asyncio.create_task(sender(out).send_text(OTHER_PRIVATE, "hello bob"))
+    await settle()
+    try:
+        assert send_times(api, OTHER_PRIVATE), "another chat waited out one person's tap 429"
+    finally:
+        await time.advance(31)
+        await asyncio.gather(tap, reply)
