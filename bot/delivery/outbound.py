@@ -427,8 +427,11 @@ class Outbound:
         others a moment later (``Redelivery``: a row it claimed must not look due again).
         """
         waiting = self.postponements.waiting(row.conversation)
-        if waiting and not record_now:
-            await self.postponements.queue_behind(row, waiting)
+        # A redelivery goes too when only its own rows wait; not past an earlier row that
+        # failed again (a chat's rows can fall in two claims: after a restart with more
+        # than a claim's rows pending, the later one overtook it; found by review).
+        if waiting and (not record_now or any(other < row.id for other in waiting)):
+            await self.postponements.queue_behind(row, waiting, redelivered=record_now)
             return Delivery.POSTPONED, None
         if self.handback is not None and await self._behind_another(row):
             await self.postponements.hold(row, HOLD_S)

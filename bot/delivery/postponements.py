@@ -69,6 +69,9 @@ class Postponements:
         self._waiting: dict[str, set[int]] = {}
         # Conversations held behind another process's earlier row, until when.
         self._held: dict[str, datetime] = {}
+        # The time the last postponed row of a retry round is due again: its round's later
+        # rows take the very same (``wait_with``).
+        self._due_again: tuple[int, datetime] | None = None
         #: Rows ``Redelivery`` claimed and has not settled (sending, or waiting for their
         #: turn in their chat): never made due again meanwhile (another process of a fleet
         #: would claim and send them too).
@@ -77,7 +80,9 @@ class Postponements:
     def waiting(self, conversation: str) -> set[int] | None:
         return self._waiting.get(conversation) or None
 
-    async def queue_behind(self, row: OutboxRow, waiting: set[int]) -> None:
+    async def queue_behind(
+        self, row: OutboxRow, waiting: set[int], *, redelivered: bool = False
+    ) -> None:
         """An earlier reply to this chat waits for a retry: this one goes after it.
 
         Sending it now could put it before the earlier one in the chat. Instead the chat's
@@ -88,7 +93,9 @@ class Postponements:
         """
         waiting.add(row.id)
         due = max(self._now(), self._held.get(row.conversation, self._now()))
-        moving = sorted(waiting - self.in_flight)
+        # ``redelivered``: a row ``Redelivery`` claimed (in flight, its claim's lease as its
+        # time): it is given back with the others, or it waited out that lease.
+        moving = sorted((waiting - self.in_flight) | ({row.id} if redelivered else set()))
         try:
             moved = await self.store.reschedule(moving, due)
         except Exception:  # they keep their old times; this one is due at the next start
@@ -149,6 +156,7 @@ class Postponements:
         delay = self.schedule.delay(attempts)
         now = self._now()
         due = now + timedelta(seconds=delay)
+        self._due_again = (row.id, due)
         self.stats.postponed += 1
         log.warning(
             "delivery %s to %s postponed (attempt %d: %s); next try in %.1f s",
@@ -177,7 +185,13 @@ class Postponements:
             return
         ids = [later.id for later in rest]
         self._waiting.setdefault(row.conversation, set()).update(ids)
-        due = self._now() + timedelta(seconds=self.schedule.delay(row.attempts + 1))
+        # The row's own due time, not one read a moment later: the round's later rows were
+        # due a few ms after a reply queued behind it, which went first (found by review).
+        postponed = self._due_again
+        if postponed is not None and postponed[0] == row.id:
+            due = postponed[1]
+        else:
+            due = self._now() + timedelta(seconds=self.schedule.delay(row.attempts + 1))
         try:
             moved = await self.store.reschedule(ids, due)
         except Exception:  # pending: due at their lease's end, the orphan scan, or a start

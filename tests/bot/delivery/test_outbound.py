@@ -26,6 +26,7 @@ from bot.delivery import (
     clamp_retry_after,
 )
 from bot.delivery.errors import RETRY_AFTER_DEFAULT_S, RETRY_AFTER_MIN_S
+from bot.delivery.redelivery import BATCH
 from engine.store import Store
 from tests.bot.delivery.fakes import make_outbound, outbox_rows, wall
 from tests.clock import settle
@@ -287,3 +288,81 @@ async def test_a_conversations_lane_is_forgotten_once_its_calls_are_done(
 
 async def _nothing() -> None:
     return None
+
+
+async def test_a_replys_parts_stay_in_order_when_its_first_part_fails_again(
+    store: Store, outbox: OutboxStore
+) -> None:
+    """The round's later rows were due again a few ms after a reply queued behind the
+    failed one (the clock read twice, a commit apart), and that reply went between the
+    parts (found by review)."""
+    out, client, time = make_outbound(outbox, Pacing.unpaced(max_attempts=1))
+    redelivery = Redelivery(out, outbox, now=wall(time), sleep=time.sleep)
+
+    real_postpone = outbox.postpone
+
+    async def postpone(*args: Any) -> bool:  # a database write takes a few ms
+        moved = await real_postpone(*args)
+        time.now += 0.005  # one commit's round trip
+        return moved
+
+    outbox.postpone = postpone  # type: ignore[method-assign]
+
+    real_send = client.send
+    sends = 0
+
+    async def send(conversation: str, payload: dict[str, Any]) -> Any:
+        nonlocal sends
+        sends += 1
+        if sends == 2:  # the retry of part 1: meanwhile alice writes again and is answered
+            await out.deliver(ALICE, "final:2:0", {"text": "next reply"})
+        return await real_send(conversation, payload)
+
+    client.send = send  # type: ignore[method-assign]
+    client.fail(ALICE, Unavailable("502"), Unavailable("502"))  # Telegram down a few s
+
+    # A long answer in two parts, recorded with the answer and sent in line: part 1 fails
+    # and is postponed, part 2 queues behind it (both due now).
+    def record(conn: Any) -> Any:
+        return out.record_in(conn, ALICE, "final:1", [{"text": "part 1"}, {"text": "part 2"}])
+
+    rows = await store.db.run(record)
+    await out.deliver_rows(rows)
+
+    # Redelivery's loop: claim what is due, then sleep until the earliest due row.
+    for _ in range(10):
+        await redelivery.run_due()
+        due = await outbox.next_attempt_at()
+        if due is None:
+            break
+        time.now = max(time.now, (due - wall(time)()).total_seconds() + time.now)
+    await out.flush()
+    assert [t.payload["text"] for t in client.delivered(ALICE)] == [
+        "part 1",
+        "part 2",
+        "next reply",
+    ]
+
+
+async def test_a_chats_replies_stay_in_order_when_pending_rows_exceed_one_claim(
+    store: Store, outbox: OutboxStore
+) -> None:
+    """After a restart a chat's rows fell in two claims; the first failed again and the
+    second claim's row went out before it (found by review)."""
+    out, client, time = make_outbound(outbox, Pacing.unpaced(max_attempts=1))
+    # Recorded before a crash / during an outage: alice's "one", 50 other chats' replies,
+    # then alice's "two".
+    assert await outbox.enqueue(ALICE, "final:1:0", {"text": "one"}) is not None
+    for i in range(BATCH):
+        assert await outbox.enqueue(f"chat{i}", f"final:{100 + i}:0", {"text": "x"}) is not None
+    assert await outbox.enqueue(ALICE, "final:2:0", {"text": "two"}) is not None
+    assert await out.recover() == BATCH + 2  # the restart: everything due
+
+    client.fail(ALICE, Unavailable("502 Bad Gateway"))  # alice's first try fails once
+    redelivery = Redelivery(out, outbox, now=wall(time), sleep=time.sleep)
+    await redelivery.run_due()  # batch 1: "one" postponed
+    await redelivery.run_due()  # batch 2: "two"
+    time.now += 300
+    await redelivery.run_due()  # "one", when due
+    await out.flush()
+    assert [t.payload["text"] for t in client.delivered(ALICE)] == ["one", "two"]
