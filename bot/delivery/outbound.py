@@ -195,6 +195,8 @@ class Outbound:
             store, self.schedule, self.stats, now, self.postponed, strand=self.strand
         )
         self._lanes: dict[str, _Lane] = {}
+        #: A single process's stranded rows (``strand``).
+        self._stranded: set[int] = set()
         # The newest edit asked for each (conversation, message): an older one still
         # waiting for its turn is dropped, the latest text wins.
         self._edits: dict[tuple[str, str], int] = {}
@@ -391,10 +393,27 @@ class Outbound:
 
     def strand(self, outbox_ids: Collection[int]) -> None:
         """Rows in flight with this process that it will not send and could not make due
-        (the database away): a fleet's orphan scan makes them due later. A single process
-        finds them at its next start (or when a retry's lease ends)."""
+        (the database away): a fleet's orphan scan makes them due later; a single process
+        makes them due itself once the database answers (``unstrand``, from
+        ``Redelivery``; until 2026-12-06 they waited for the next start; found by review)."""
         if self.handback is not None:
             self.handback.stranded.update(outbox_ids)
+        else:
+            self._stranded.update(outbox_ids)
+
+    @property
+    def has_stranded(self) -> bool:
+        return bool(self._stranded)
+
+    async def unstrand(self) -> None:
+        """Make this process's stranded rows due now (a single process's: see ``strand``);
+        they stay stranded while the database is away."""
+        if not self._stranded:
+            return
+        stranded = sorted(self._stranded)
+        await self.store.reschedule(stranded, self._now())
+        self._stranded.difference_update(stranded)
+        self.postponed.set()
 
     async def deliver_rows(self, rows: Sequence[OutboxRow]) -> None:
         """Send one reply's recorded rows in order; once one is handed back (the tenure

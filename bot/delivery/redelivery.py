@@ -67,6 +67,8 @@ class Redelivery:
                 )
                 await self._sleep(ERROR_PAUSE_S)
                 continue
+            if due is None and self.outbound.has_stranded:
+                due = self._now() + timedelta(seconds=ERROR_PAUSE_S)  # the database, again
             if due is None:
                 await wake.wait()
                 continue
@@ -76,6 +78,7 @@ class Redelivery:
 
     async def run_due(self) -> int:
         """Claim the rows due now and deliver them; how many were tried."""
+        await self.outbound.unstrand()  # rows whose schedule could not be stored: due now
         now = self._now()
         lease_until = now + timedelta(seconds=self.outbound.schedule.lease_s)
         mark = self.outbound.mark()

@@ -366,3 +366,31 @@ async def test_a_chats_replies_stay_in_order_when_pending_rows_exceed_one_claim(
     await redelivery.run_due()  # "one", when due
     await out.flush()
     assert [t.payload["text"] for t in client.delivered(ALICE)] == ["one", "two"]
+
+
+async def test_a_postponement_not_stored_is_still_retried_without_a_restart(
+    store: Store, outbox: OutboxStore
+) -> None:
+    """One outage took the platform and the database: the row stayed pending with no
+    schedule, and the reply waited for a restart (found by review)."""
+    out, client, time = make_outbound(outbox, Pacing.unpaced(max_attempts=1))
+    client.fail(ALICE, Unavailable("NetworkError: connection reset"))
+    real_postpone = outbox.postpone
+    calls = 0
+
+    async def postpone_once_failing(*args: Any) -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise OSError("database connection lost")
+        return await real_postpone(*args)
+
+    outbox.postpone = postpone_once_failing  # type: ignore[method-assign]
+    assert await out.deliver(ALICE, "final:1:0", {"text": "the answer"}) is None
+    redelivery = Redelivery(out, outbox, now=wall(time), sleep=time.sleep)
+    for _ in range(12):  # an hour, in 5-minute steps: the network and database are back
+        time.now += 300
+        await redelivery.run_due()
+    await out.flush()
+    [row] = await outbox_rows(store)
+    assert client.delivered(ALICE), f"never retried: {row['status']}, next={row['next_attempt_at']}"
