@@ -12,7 +12,7 @@ from starlette.requests import Request
 from bot.completions.conversations import digest
 from bot.completions.images import Image, decode_images
 from bot.completions.protocol import ApiError, ChatMessage, CompletionRequest, parse_request
-from bot.http.models import RequestError, parse_json, read_body
+from bot.http.models import RequestError, parse_json, read_body, without_nul
 
 __all__ = [
     "CONVERSATION_HEADER",
@@ -40,7 +40,7 @@ _INSTRUCTION_ROLES = ("system", "developer")
 async def read_request(request: Request) -> CompletionRequest:
     try:
         raw = await read_body(request, MAX_BODY_BYTES)
-        data = parse_json(raw)
+        data = parse_json(raw, keep_nul=True)  # a name with one is refused (not printable)
     except RequestError as bad:
         if bad.status == 413:
             raise ApiError(
@@ -49,6 +49,8 @@ async def read_request(request: Request) -> CompletionRequest:
                 code="request_too_large",
             ) from None
         raise ApiError(400, bad.message) from None
+    if isinstance(data, dict) and "messages" in data:  # no row stores a NUL (PostgreSQL)
+        data = {**data, "messages": without_nul(data["messages"])}
     return parse_request(data)
 
 

@@ -292,8 +292,9 @@ def _int(text: str) -> int:
     return int(text)
 
 
-def parse_json(raw: bytes, *, surrogates: bool = False) -> Any:
-    """The JSON value of ``raw``, or ``RequestError(422)`` saying what is wrong with it."""
+def parse_json(raw: bytes, *, surrogates: bool = False, keep_nul: bool = False) -> Any:
+    """The JSON value of ``raw``, or ``RequestError(422)`` saying what is wrong with it;
+    a NUL in a string as U+FFFD unless ``keep_nul`` (the caller refuses or replaces it)."""
     try:
         data = json.loads(raw, parse_constant=_constant, parse_float=_float, parse_int=_int)
     except _Refused as refused:
@@ -303,7 +304,7 @@ def parse_json(raw: bytes, *, surrogates: bool = False) -> Any:
     except ValueError:
         raise RequestError(422, "body is not valid JSON") from None
     _check_shape(data, surrogates=surrogates)
-    return data if surrogates else without_nul(data)
+    return data if surrogates or keep_nul else without_nul(data)
 
 
 def without_nul(value: Any) -> Any:

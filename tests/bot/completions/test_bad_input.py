@@ -211,6 +211,16 @@ async def test_a_conversation_name_that_is_not_printable_is_refused(v1: V1Server
     refused(await post(v1, body), 400)
 
 
+async def test_a_nul_in_a_message_is_taken_as_a_replacement(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """PostgreSQL stores no NUL in text: a message holding one was a 500 there."""
+    fake_openai.reply_text("ok")
+    body = {"model": "main", "messages": [{"role": "user", "content": "a\x00b"}]}
+    assert (await post(v1, body)).status_code == 200
+    assert user_messages(fake_openai.requests[-1])[-1] == "a\ufffdb"
+
+
 async def test_a_retry_count_that_is_no_count_marks_no_retry(
     v1: V1Server, fake_openai: FakeOpenAIServer
 ):

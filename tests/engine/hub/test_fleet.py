@@ -919,6 +919,26 @@ async def _no_scan() -> int:
     return 0
 
 
+@contextlib.asynccontextmanager
+async def left_cut(
+    url: str, tmp_path: Path, source: str, b: Any, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[None]:
+    """``source``'s owner killed mid-turn on "hello?"; ``b`` scans not (its hold wins the
+    race for the chat) until the block ends."""
+    async with dead_member(url, tmp_path / "w-dead") as a:
+        assert a.hub.fleet is not None and b.hub.fleet is not None
+        a.model.gate = asyncio.Event()
+        await a.hub.fleet.ownership.claim(source)
+        await a.hub.send_message(source, "hello?")
+        await asyncio.wait_for(a.model.started.wait(), 5)
+        monkeypatch.setattr(b.hub.fleet, "scan", _no_scan)
+        await a.kill()
+        try:
+            yield
+        finally:
+            monkeypatch.undo()
+
+
 async def test_a_result_for_a_chat_a_dead_owner_left_cut_comes_after_the_cut_turn(
     url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -928,14 +948,7 @@ async def test_a_result_for_a_chat_a_dead_owner_left_cut_comes_after_the_cut_tur
     notifier = LocalNotifier("shared")
     source = "telegram:32"
     async with member(url, tmp_path, "b", notifier, ttl=TTL) as b:
-        async with dead_member(url, tmp_path / "w-dead") as a:
-            assert a.hub.fleet is not None and b.hub.fleet is not None
-            a.model.gate = asyncio.Event()
-            await a.hub.fleet.ownership.claim(source)
-            await a.hub.send_message(source, "hello?")
-            await asyncio.wait_for(a.model.started.wait(), 5)
-            monkeypatch.setattr(b.hub.fleet, "scan", _no_scan)  # b's hold wins the race
-            await a.kill()
+        async with left_cut(url, tmp_path, source, b, monkeypatch):
             b.model.add(text("Your report is ready."))
             b.hub.notify(Notification("cron", "job_done", "report ready", target=source))
 
@@ -944,7 +957,6 @@ async def test_a_result_for_a_chat_a_dead_owner_left_cut_comes_after_the_cut_tur
                 return ("assistant", "Your report is ready.") in got
 
             await until(told, within=8)
-            monkeypatch.undo()
 
         async def both_answered() -> bool:  # the cut turn, then the result's (in that order:
             got = (await b.engine.store.db.run(transcripts)).get(source, [])  # FIFO script)
@@ -966,16 +978,8 @@ async def test_new_on_a_chat_a_dead_owner_left_cut_lets_the_chat_go(
     notifier = LocalNotifier("shared")
     source = "telegram:31"
     async with member(url, tmp_path, "b", notifier, ttl=TTL) as b:
-        async with dead_member(url, tmp_path / "w-dead") as a:
-            assert a.hub.fleet is not None and b.hub.fleet is not None
-            a.model.gate = asyncio.Event()
-            await a.hub.fleet.ownership.claim(source)
-            await a.hub.send_message(source, "hello?")
-            await asyncio.wait_for(a.model.started.wait(), 5)
-            monkeypatch.setattr(b.hub.fleet, "scan", _no_scan)
-            await a.kill()
+        async with left_cut(url, tmp_path, source, b, monkeypatch):
             await asyncio.wait_for(b.hub.clear(source), 10)  # /new, at b
-            monkeypatch.undo()
         async with member(url, tmp_path, "c", notifier, ttl=TTL) as c:
             c.model.add(text("Your report is ready."))
             c.hub.notify(Notification("cron", "job_done", "report ready", target=source))

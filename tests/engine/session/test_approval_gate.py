@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 
@@ -270,16 +271,25 @@ async def test_an_approval_made_after_a_restart_runs_the_call_and_finishes_the_t
     assert await second.interrupted_sessions() == []
 
 
-async def test_a_rejection_made_after_a_restart_reaches_the_model(open_engine, model):
+async def asked_then_restarted(
+    open_engine, model, command: str, message: str
+) -> tuple[Engine, Any, ev.ApprovalRequired]:  # type: ignore[no-untyped-def]
+    """A turn that asked for ``command``, its process gone before anyone decided: the
+    engine opened again on the same database, the session, the request."""
     first = await open_engine()
-    model.add(shell("shutdown now"))
+    model.add(shell(command))
     handler = await first.new_session("console")
-    turn, request = await started_turn(handler, "turn it off", [])
-    first.approvals.close_session(handler.session.id)
+    turn, request = await started_turn(handler, message, [])
+    first.approvals.close_session(handler.session.id)  # the process goes away
     await asyncio.wait_for(turn, 5)
     await first.close()
+    return await open_engine(), handler, request
 
-    second = await open_engine()
+
+async def test_a_rejection_made_after_a_restart_reaches_the_model(open_engine, model):
+    second, _handler, request = await asked_then_restarted(
+        open_engine, model, "shutdown now", "turn it off"
+    )
     model.add(text("I will not shut it down."))
     decided = await second.reject(request.tool_call_id, "not today", decider=OPERATOR)
     assert isinstance(await asyncio.wait_for(decided.resumed, 5), Final)
@@ -295,15 +305,9 @@ async def test_a_rejection_made_after_a_restart_stands_whatever_was_allowed_sinc
     """The resumed call asked the rules first and read the human's decision only when
     they said "ask": a bypass from another card of the session, or an allow rule added
     since, ran the command the human had just rejected (found by review)."""
-    first = await open_engine()
-    model.add(shell("echo ran > ran.txt"))
-    handler = await first.new_session("console")
-    turn, request = await started_turn(handler, "do it", [])
-    first.approvals.close_session(handler.session.id)
-    await asyncio.wait_for(turn, 5)
-    await first.close()
-
-    second = await open_engine()
+    second, handler, request = await asked_then_restarted(
+        open_engine, model, "echo ran > ran.txt", "do it"
+    )
     if since == "a bypass":
         second.approvals.bypasses.grant(handler.session.id, "all")
     else:
@@ -357,15 +361,7 @@ async def test_a_grant_given_during_a_run_begun_without_any_reaches_it(
 
 
 async def test_a_restart_resume_asks_again_and_the_answer_completes_it(open_engine, model):
-    first = await open_engine()
-    model.add(shell("echo again"))
-    handler = await first.new_session("console")
-    turn, request = await started_turn(handler, "go", [])
-    first.approvals.close_session(handler.session.id)
-    await asyncio.wait_for(turn, 5)
-    await first.close()
-
-    second = await open_engine()
+    second, handler, request = await asked_then_restarted(open_engine, model, "echo again", "go")
     assert await second.interrupted_sessions() == [handler.session.id]
     model.add(text("Ran it."))
     resumed, _ = await start_until(
