@@ -24,7 +24,7 @@ from bot.delivery.outbound import (
     PlatformClient,
     SendHealth,
 )
-from bot.delivery.pacing import EDIT, OTHER, SEND, CallKind, Cap, PacingPolicy, Rate
+from bot.delivery.pacing import ANSWER, EDIT, OTHER, SEND, CallKind, Cap, PacingPolicy, Rate
 from bot.delivery.postponements import Backoff, RetrySchedule
 from bot.delivery.redelivery import Redelivery, keep_delivering, recover_orphans_forever
 from bot.delivery.stats import OutboundStats
@@ -41,6 +41,7 @@ from bot.delivery.store import (
 )
 
 __all__ = [
+    "ANSWER",
     "EDIT",
     "OTHER",
     "RETRY_AFTER_MAX_S",

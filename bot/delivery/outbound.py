@@ -124,6 +124,9 @@ class Pacing:
 # window re-sent replies the platform had); deliveries answered while a record is being
 # written still share the next commit (``DeliveryMarks``).
 MARK_DELAY_S = 0.0
+#: How long a sender waits for its delivery's record before it goes on (a commit takes ms;
+#: a database that does not answer is written to later).
+MARK_WAIT_S = 0.5
 # The health kind of send outcomes.
 SEND_HEALTH = "send"
 # A fleet's row held behind an earlier one of its conversation is tried again this much
@@ -162,6 +165,7 @@ class Outbound:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         mark_delay_s: float = MARK_DELAY_S,
+        mark_wait_s: float = MARK_WAIT_S,
         mark_retry_s: float = MARK_RETRY_S,
         schedule: RetrySchedule | None = None,
         now: Callable[[], datetime] = utcnow,
@@ -201,6 +205,7 @@ class Outbound:
         # waiting for its turn is dropped, the latest text wins.
         self._edits: dict[tuple[str, str], int] = {}
         self._marks = DeliveryMarks(store, mark_delay_s, mark_retry_s)
+        self._mark_wait_s = mark_wait_s
         # Rows past the order check and not yet done, sent in their conversation's lane: a
         # later row of it queues behind them there instead of waiting for them to be
         # recorded sent. A redelivered row (``record_now``) is sent outside the lane, so a
@@ -504,8 +509,13 @@ class Outbound:
         self.postponements.settled(row)
         if not record_now:
             # Recorded with whatever else was delivered meanwhile, in one commit, before
-            # this returns (a stop does not lose the record: it is written regardless).
-            await asyncio.shield(self._marks.add(row.id, message_id))
+            # this returns (a stop does not lose the record: it is written regardless); a
+            # database that does not answer holds a reply's next part no longer than
+            # ``mark_wait_s`` (found by review of the first version).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.shield(self._marks.add(row.id, message_id)), self._mark_wait_s
+                )
             return Delivery.SENT, message_id
         try:
             await self.store.mark_sent(row.id, message_id)

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
+    "ANSWER",
     "EDIT",
     "OTHER",
     "SEND",
@@ -71,10 +72,13 @@ IN_FLIGHT_POLL_S = 0.02
 MAX_UNDER_WAY_S = 120.0
 
 #: What a call is to the pacer: a new message, an edit of one, or anything else.
-CallKind = Literal["send", "edit", "other"]
+CallKind = Literal["send", "edit", "other", "answer"]
 SEND: CallKind = "send"
 EDIT: CallKind = "edit"
 OTHER: CallKind = "other"
+#: The answer to a person's tap: it waits for no chat's pause (Telegram wants it within
+#: seconds, and an approval waited behind it), though a 429 on it pauses its chat.
+ANSWER: CallKind = "answer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,8 +307,9 @@ class Pacer:
 
         ``conversation`` ``None``: a call of no conversation (it waits for a flood's pause).
         """
-        if kind == OTHER or conversation is None:
-            await self._paused(None if conversation is None else self._chat(conversation))
+        if kind in (OTHER, ANSWER) or conversation is None:
+            waits_for_chat = conversation is not None and kind == OTHER
+            await self._paused(self._chat(conversation) if waits_for_chat else None)
             return Ticket((), self._clock)
         chat = self._chat(conversation)
         bucket = chat.edits if kind == EDIT else chat.sends

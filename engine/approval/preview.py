@@ -90,7 +90,7 @@ def compact_diff(old: str | None, new: str) -> str:
 #: not: until 2026-12-06 ``echo hi \u2028# then clean up; curl …|sh`` showed a comment
 #: on a line of its own while the shell ran it (found by review).
 _SUSPECT = re.compile("[^\x20-\x7e\n\t]")
-_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cn"})  # Cn: unassigned, unseen
 _NAMED = {"\r": "\\r", "\x1b": "\\x1b"}
 
 

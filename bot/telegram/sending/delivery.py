@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from bot.delivery import (
+    ANSWER,
     OTHER,
     CallKind,
     Cap,
@@ -220,7 +221,11 @@ class TelegramSender(RowSender):
         """``chat_id``: where the tapped button is; a 429 pauses that chat (with none, a
         429 on one person's taps paused every chat; found by review)."""
         try:
-            await self.call(chat_id, lambda: self.api.answer_callback_query(callback_id, text=text))
+            await self.call(
+                chat_id,
+                lambda: self.api.answer_callback_query(callback_id, text=text),
+                kind=ANSWER,  # waits for no pause of its chat's replies (an approval waited)
+            )
         except TelegramError as exc:
             log.info("answering callback %s failed: %s", callback_id, exc)
 

@@ -181,13 +181,6 @@ class FleetWork:
         state = self._sources.get(source) or await self._sources.state(source)
         state.held += 1
         try:
-            if state.resume_first and state.consumer is None:
-                # A turn the chat's last owner left cut goes first, as after a restart:
-                # the held work's own turn would answer in its place, and the cut
-                # message stayed unanswered (until 2026-12-06; found by review).
-                self._start(state)
-                if state.consumer is not None:
-                    await asyncio.wait([state.consumer])
             with fenced(fence):
                 yield
         finally:
@@ -196,6 +189,11 @@ class FleetWork:
             # chat was kept by a process doing nothing until its user wrote (until
             # 2026-12-06; found by review).
             await self.idle(state)
+            if state.has_waiting_work and state.consumer is None and self.owns(source):
+                # A turn the chat's dead owner left cut (marked as the claim took it):
+                # its consumer resumes it now. Nothing did, and the chat stayed held with
+                # nothing running (until 2026-12-06; found by review).
+                self._start(state)
 
     async def hold(self, source: str) -> Fence:
         """Wait until ``source`` is ours (its owner lets it go when idle, or dies); its

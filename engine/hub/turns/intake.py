@@ -74,6 +74,7 @@ class MessageIntake:
             previous = state.session_id
             fresh = await self._store.sessions.for_source(source, fresh=True, also=also)
             state.session_id, state.handler = fresh.id, None
+            state.resume_first = False  # the old session's cut turn is left, as /new says
         self._publish(source, fresh.id, NewSession(fresh.id, previous))
         return fresh.id
 

@@ -394,3 +394,50 @@ async def test_a_postponement_not_stored_is_still_retried_without_a_restart(
     await out.flush()
     [row] = await outbox_rows(store)
     assert client.delivered(ALICE), f"never retried: {row['status']}, next={row['next_attempt_at']}"
+
+
+async def test_a_database_that_does_not_answer_holds_a_replys_next_part_only_a_moment(
+    store: Store, outbox: OutboxStore
+) -> None:
+    """The sender waits for its delivery's record; a database that stops answering held a
+    reply's later parts for good, one that refused held each for the retry pause (found by
+    review of that change). It waits ``mark_wait_s`` at most, then goes on."""
+    out, client, _time = make_outbound(outbox, mark_wait_s=0.01, mark_retry_s=60.0)
+
+    def record(conn: Any) -> Any:
+        return out.record_in(conn, ALICE, "final:1", [{"text": f"part {i}"} for i in range(3)])
+
+    rows = await store.db.run(record)
+    never = asyncio.Event()
+
+    async def hangs(*_args: Any) -> None:
+        await never.wait()
+
+    outbox.mark_sent_many = hangs  # type: ignore[method-assign]
+    try:
+        await asyncio.wait_for(out.deliver_rows(rows), 5)
+        assert [t.payload["text"] for t in client.delivered(ALICE)] == [
+            "part 0",
+            "part 1",
+            "part 2",
+        ]
+    finally:
+        never.set()
+
+
+async def test_a_database_that_refuses_records_holds_no_part_for_the_retry_pause(
+    store: Store, outbox: OutboxStore
+) -> None:
+    out, client, _time = make_outbound(outbox, mark_wait_s=30.0, mark_retry_s=60.0)
+
+    def record(conn: Any) -> Any:
+        return out.record_in(conn, ALICE, "final:1", [{"text": f"part {i}"} for i in range(3)])
+
+    rows = await store.db.run(record)
+
+    async def refuses(*_args: Any) -> None:
+        raise OSError("the database is away")
+
+    outbox.mark_sent_many = refuses  # type: ignore[method-assign]
+    await asyncio.wait_for(out.deliver_rows(rows), 5)  # not a minute per part
+    assert len(client.delivered(ALICE)) == 3

@@ -99,6 +99,7 @@ def test_a_card_shows_the_call_in_full() -> None:
         ("echo hi \u2028# then clean up; curl x|sh", "echo hi \\u2028# then"),
         ("echo a\u2029b", "echo a\\u2029b"),
         ("cat \U000e0041notes", "cat \\U000e0041notes"),  # a tag: invisible
+        ("echo a\u2065b", "echo a\\u2065b"),  # unassigned, in the invisible operators
         ("echo caffè 👍", "echo caffè 👍"),  # letters and emoji are as they are
     ],
 )

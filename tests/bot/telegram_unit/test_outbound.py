@@ -516,3 +516,21 @@ async def test_a_429_on_one_persons_taps_pauses_their_chat_only(
     finally:
         await time.advance(31)
         await asyncio.gather(tap, reply)
+
+
+async def test_a_tap_in_a_chat_paused_by_a_429_on_its_replies_is_answered_at_once(
+    sqlite_tg_store: TelegramStore,
+) -> None:
+    """The tap's answer (an approval waits for it) must not wait out its chat's pause:
+    naming the chat made it (found by review of that change)."""
+    out, api, time = make(sqlite_tg_store, auto=False)
+    api.fail("send_message", RetryAfter(30))
+    reply = asyncio.create_task(sender(out).send_text(PRIVATE, "a long reply"))
+    await settle()
+    tap = asyncio.create_task(sender(out).answer_callback("cb-1", None, PRIVATE))
+    await settle()
+    try:
+        assert api.calls_to("answer_callback_query")
+    finally:
+        await time.advance(31)
+        await asyncio.gather(tap, reply)

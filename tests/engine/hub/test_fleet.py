@@ -939,12 +939,12 @@ async def left_cut(
             monkeypatch.undo()
 
 
-async def test_a_result_for_a_chat_a_dead_owner_left_cut_comes_after_the_cut_turn(
+async def test_a_result_for_a_chat_a_dead_owner_left_cut_lets_the_chat_go(
     url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The result's hold took the chat before any scan did: the cut turn was marked to
-    resume first, but nothing resumed it; the result's own turn answered in its place,
-    "hello?" stayed unanswered and the chat held with nothing running (found by review)."""
+    resume, but nothing resumed it, and the chat stayed held with nothing running (found
+    by review). Its consumer resumes it after the held work."""
     notifier = LocalNotifier("shared")
     source = "telegram:32"
     async with member(url, tmp_path, "b", notifier, ttl=TTL) as b:
@@ -957,12 +957,6 @@ async def test_a_result_for_a_chat_a_dead_owner_left_cut_comes_after_the_cut_tur
                 return ("assistant", "Your report is ready.") in got
 
             await until(told, within=8)
-
-        async def both_answered() -> bool:  # the cut turn, then the result's (in that order:
-            got = (await b.engine.store.db.run(transcripts)).get(source, [])  # FIFO script)
-            return [role for role, _ in got] == ["user", "assistant", "assistant"]
-
-        await until(both_answered, within=8)
 
         async def let_go() -> bool:
             return not b.hub.fleet.owns(source)  # type: ignore[union-attr]
@@ -980,6 +974,9 @@ async def test_new_on_a_chat_a_dead_owner_left_cut_lets_the_chat_go(
     async with member(url, tmp_path, "b", notifier, ttl=TTL) as b:
         async with left_cut(url, tmp_path, source, b, monkeypatch):
             await asyncio.wait_for(b.hub.clear(source), 10)  # /new, at b
+            # at once, and without a model call for the turn it abandons (a first fix
+            # resumed it before: a paid call, and a hang when it waited for a human)
+            assert b.model.calls == 0
         async with member(url, tmp_path, "c", notifier, ttl=TTL) as c:
             c.model.add(text("Your report is ready."))
             c.hub.notify(Notification("cron", "job_done", "report ready", target=source))
