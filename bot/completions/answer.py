@@ -61,7 +61,7 @@ class Answer:
             parts: list[str] = []
             async for piece in self._pieces():
                 if piece is INTERRUPTED:  # nothing is held: the turn goes on after a restart
-                    raise ApiError(503, piece.text, code="service_unavailable", kind="server_error")
+                    raise _interrupted()
                 if piece.void:  # a model that failed mid-answer: its words are dropped
                     parts = [_without_tail("".join(parts), piece.void)]
                     continue
@@ -93,8 +93,7 @@ class Answer:
                     # As OpenAI ends a stream that failed: an error, no finish, no [DONE];
                     # its clients raise it (until 2026-12-06 the cut text ended "stop", and
                     # the conversation held it as the answer; found by review).
-                    error = {"message": piece.text, "type": "server_error"}
-                    yield self._sse({"error": {**error, "code": "service_unavailable"}})
+                    yield self._sse(_interrupted().body())
                     return
                 if not piece.text:
                     continue
@@ -196,3 +195,8 @@ async def _until_gone(receive: Receive, writer: asyncio.Task[Any] | None) -> boo
 
 def _without_tail(text: str, count: int) -> str:
     return text[: len(text) - count] if count <= len(text) else ""
+
+
+def _interrupted() -> ApiError:
+    """The service stopped before the answer was complete (``INTERRUPTED``)."""
+    return ApiError(503, INTERRUPTED.text, code="service_unavailable", kind="server_error")

@@ -62,8 +62,9 @@ class ApiError(Exception):
         self.param = param
         self.headers = headers or {}
 
-    def response(self) -> SafeJSONResponse:
-        body = {
+    def body(self) -> dict[str, Any]:
+        """OpenAI's error object (a response's body, or a failed stream's last event)."""
+        return {
             "error": {
                 "message": self.message,
                 "type": self.kind,
@@ -71,7 +72,9 @@ class ApiError(Exception):
                 "code": self.code,
             }
         }
-        return SafeJSONResponse(body, status_code=self.status, headers=self.headers)
+
+    def response(self) -> SafeJSONResponse:
+        return SafeJSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
 class ErrorDetail(BaseModel):

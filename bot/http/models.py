@@ -58,10 +58,13 @@ __all__ = [
     "RequestError",
     "SafeJSONResponse",
     "SessionsQuery",
+    "check_shape",
+    "ids_in_range",
     "json_body",
     "parse_json",
     "query_params",
     "read_body",
+    "without_nul",
 ]
 
 log = logging.getLogger(__name__)
@@ -303,7 +306,7 @@ def parse_json(raw: bytes, *, surrogates: bool = False, keep_nul: bool = False) 
         raise RequestError(422, _TOO_DEEP) from None
     except ValueError:
         raise RequestError(422, "body is not valid JSON") from None
-    _check_shape(data, surrogates=surrogates)
+    check_shape(data, surrogates=surrogates)
     return data if surrogates or keep_nul else without_nul(data)
 
 
@@ -322,8 +325,9 @@ def without_nul(value: Any) -> Any:
 _TOO_DEEP = f"The JSON is nested too deeply (at most {MAX_JSON_DEPTH} levels)."
 
 
-def _check_shape(data: Any, *, surrogates: bool) -> None:
-    """Depth at most ``MAX_JSON_DEPTH``; no lone surrogate in any string (iterative walk)."""
+def check_shape(data: Any, *, surrogates: bool = False) -> None:
+    """Depth at most ``MAX_JSON_DEPTH``; no lone surrogate in any string unless
+    ``surrogates`` (iterative walk); ``RequestError(422)`` saying which is wrong."""
     stack: list[tuple[Any, int]] = [(data, 0)]
     while stack:
         value, depth = stack.pop()
@@ -397,7 +401,7 @@ def query_params(request: Request, model: type[M]) -> M:
         _check_text(value, False)
         if len(value) > 1000:
             raise RequestError(422, f"{name}: too long.")
-        values[name] = value.replace("\x00", "\ufffd")  # as in a body (``without_nul``)
+        values[name] = without_nul(value)  # as in a body
     return validate(model, values)
 
 

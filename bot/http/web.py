@@ -35,7 +35,7 @@ from bot.delivery import DeliverySummary
 from bot.http.credentials import bearer_token, from_this_machine, token_matches
 from bot.http.health_details import HealthDetails
 from bot.http.memory_pages import MemoryAdmin, MemoryPages
-from bot.http.models import ids_in_range
+from bot.http.models import ids_in_range, without_nul
 from bot.http.operations import OperationError, Operations
 from bot.http.pages import Visitor
 from bot.http.provider_pages import ProviderPages
@@ -564,8 +564,7 @@ async def _form(request: Request) -> dict[str, str] | None:
     for key, value in parse_qsl(body, keep_blank_values=True):
         if key in form:  # a field given twice is refused, not decided by the last one
             return {_REPEATED: key}
-        # PostgreSQL stores no NUL in text: a reason or an answer holding one was a 500.
-        form[key] = value.replace("\x00", "\ufffd")
+        form[key] = without_nul(value)  # PostgreSQL stores none: a reason with one was a 500
     return form
 
 

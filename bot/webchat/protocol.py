@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from bot.http.models import without_nul
+from bot.http.models import RequestError, check_shape, without_nul
 from bot.webchat.uploads import MAX_ATTACHMENTS, UPLOAD_ID_PATTERN
 
 __all__ = [
@@ -136,9 +136,6 @@ _CLIENT_TYPES = {model.model_fields["type"].annotation.__args__[0] for model in 
 _client_adapter: TypeAdapter[Any] = TypeAdapter(ClientFrame)
 
 
-LONE_SURROGATE = "The text holds a lone UTF-16 surrogate, which is not a character."
-
-
 def parse_client_frame(text: str) -> Any:
     """The frame ``text`` holds, or ``FrameError`` saying in a sentence what is wrong."""
     try:
@@ -151,8 +148,10 @@ def parse_client_frame(text: str) -> Any:
     ref = ref if ref is not None and len(ref) <= MAX_REF_CHARS else None
     if _depth(data) > _MAX_DEPTH:
         raise FrameError("invalid", "The frame is nested too deeply.", ref)
-    if _has_lone_surrogate(data):  # "\ud800": no character, and no row can store it
-        raise FrameError("invalid", LONE_SURROGATE, ref)
+    try:  # a lone surrogate ("\ud800"): no character, and no row can store it
+        check_shape(data)
+    except RequestError as bad:  # (until 2026-12-06 the write failed: "internal")
+        raise FrameError("invalid", bad.message, ref) from None
     data = without_nul(data)  # PostgreSQL stores no NUL in text (it was "internal" there)
     kind = data.get("type")
     if not isinstance(kind, str):
@@ -186,23 +185,6 @@ def _depth(value: Any, level: int = 0) -> int:
     if isinstance(value, list):
         return max((_depth(v, level + 1) for v in value), default=level + 1)
     return level
-
-
-def _has_lone_surrogate(value: Any) -> bool:
-    """Whether a string in ``value`` (nested at most ``_MAX_DEPTH``) holds one: JSON's
-    ``"\\ud800"`` decodes to it (until 2026-12-06 the write failed, answered as a failure
-    of ours, ``internal``; found by review)."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return True
-        return False
-    if isinstance(value, dict):
-        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_lone_surrogate(v) for v in value)
-    return False
 
 
 def _first_problem(kind: str, exc: ValidationError) -> str:

@@ -905,18 +905,25 @@ async def test_work_that_fails_while_holding_a_chat_lets_it_go(
         with pytest.raises(ToldFirst):
             await a.hub.inject(session_id, "task_completed", "{}", "a task ended")
         monkeypatch.undo()
-        b.model.add(text("Your report is ready."))
-        b.hub.notify(Notification("cron", "job_done", "report ready", target=source))
-
-        async def told() -> bool:
-            got = (await a.engine.store.db.run(answers)).get(source, [])
-            return "Your report is ready." in got
-
-        await until(told, within=8)
+        await report_told(b, a, source)
 
 
 async def _no_scan() -> int:
     return 0
+
+
+async def report_told(fired_at: Any, read_in: Any, source: str) -> None:
+    """A cron result fired at ``fired_at`` for ``source`` reaches its chat, read in
+    ``read_in``'s database (within 8 s)."""
+    fired_at.model.add(text("Your report is ready."))
+    fired_at.hub.notify(Notification("cron", "job_done", "report ready", target=source))
+
+    async def told() -> bool:
+        return "Your report is ready." in (await read_in.engine.store.db.run(answers)).get(
+            source, []
+        )
+
+    await until(told, within=8)
 
 
 @contextlib.asynccontextmanager
@@ -949,14 +956,7 @@ async def test_a_result_for_a_chat_a_dead_owner_left_cut_lets_the_chat_go(
     source = "telegram:32"
     async with member(url, tmp_path, "b", notifier, ttl=TTL) as b:
         async with left_cut(url, tmp_path, source, b, monkeypatch):
-            b.model.add(text("Your report is ready."))
-            b.hub.notify(Notification("cron", "job_done", "report ready", target=source))
-
-            async def told() -> bool:
-                got = (await b.engine.store.db.run(transcripts)).get(source, [])
-                return ("assistant", "Your report is ready.") in got
-
-            await until(told, within=8)
+            await report_told(b, b, source)
 
         async def let_go() -> bool:
             return not b.hub.fleet.owns(source)  # type: ignore[union-attr]
@@ -978,11 +978,4 @@ async def test_new_on_a_chat_a_dead_owner_left_cut_lets_the_chat_go(
             # resumed it before: a paid call, and a hang when it waited for a human)
             assert b.model.calls == 0
         async with member(url, tmp_path, "c", notifier, ttl=TTL) as c:
-            c.model.add(text("Your report is ready."))
-            c.hub.notify(Notification("cron", "job_done", "report ready", target=source))
-
-            async def told() -> bool:
-                got = (await b.engine.store.db.run(answers)).get(source, [])
-                return "Your report is ready." in got
-
-            await until(told, within=8)
+            await report_told(c, b, source)
