@@ -284,8 +284,16 @@ function connect(id, deliver) {
 }
 
 function frameOut(frame) {
-  if (state.socket && state.socket.readyState === WebSocket.OPEN) {
-    state.socket.send(JSON.stringify(frame));
+  const socket = state.socket;
+  if (socket && socket.readyState === WebSocket.OPEN) {
+    socket.send(JSON.stringify(frame));
+    return true;
+  }
+  // Still connecting (a page just loaded, a conversation just chosen): it goes when the
+  // socket opens. Until 2026-12-06 it was refused with "Not connected", draft kept, on a
+  // slow machine; a socket that closes first gives the draft back as any other does.
+  if (socket && socket.readyState === WebSocket.CONNECTING) {
+    socket.addEventListener("open", () => socket.send(JSON.stringify(frame)), { once: true });
     return true;
   }
   notice("Not connected; trying again…", true);

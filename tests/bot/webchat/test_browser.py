@@ -367,6 +367,59 @@ async def test_what_the_server_took_is_not_put_back_at_a_later_drop_in_chromium(
     await context.close()
 
 
+#: Holds the page's sockets in their connecting state until ``window.__openSockets()``:
+#: a slow network, or a loaded machine, as the page sees it.
+HOLD_SOCKETS = """
+(() => {
+  const Native = window.WebSocket;
+  const held = [];
+  window.__openSockets = () => held.splice(0).forEach((open) => open());
+  window.WebSocket = function (url) {
+    const socket = new EventTarget();
+    socket.readyState = Native.CONNECTING;
+    socket.send = () => { throw new DOMException("Still connecting", "InvalidStateError"); };
+    socket.close = () => { socket.readyState = Native.CLOSED; };
+    held.push(() => {
+      if (socket.readyState === Native.CLOSED) return;
+      const real = new Native(url);
+      socket.send = (data) => real.send(data);
+      socket.close = () => real.close();
+      for (const type of ["open", "message", "close"]) {
+        real.addEventListener(type, (event) => {
+          socket.readyState = real.readyState;
+          const copy = type === "message"
+            ? new MessageEvent("message", { data: event.data }) : new Event(type);
+          socket.dispatchEvent(copy);
+          socket[`on${type}`]?.(copy);
+        });
+      }
+    });
+    return socket;
+  };
+  Object.assign(window.WebSocket, { CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3 });
+})();
+"""
+
+
+async def test_a_message_sent_while_the_socket_connects_goes_when_it_opens_in_chromium(
+    browser: Any, make_server, fake_openai: FakeOpenAIServer, artifacts: Path
+):
+    """Sent as the page loads, before its socket is open: it leaves when the socket opens
+    (it was refused with "Not connected", the draft left in the box; CI's slow machine met
+    it in the voice test)."""
+    server: ChatServer = await make_server(page=True)
+    context, page = await _signed_in(browser, server, init_script=HOLD_SOCKETS)
+    async with _evidence_on_failure(page, artifacts, "webchat-sent-while-connecting"):
+        fake_openai.reply_text("Heard you.")
+        await _send(page, "typed at once")
+        assert await page.input_value("#input") == ""
+        await page.evaluate("window.__openSockets()")
+        await page.wait_for_selector(".msg.assistant:has-text('Heard you.')")
+        assert await page.text_content(".msg.user") == "typed at once"
+        assert await page.locator(".notice.error").count() == 0
+    await context.close()
+
+
 @pytest.fixture
 async def microphone_browser() -> AsyncIterator[Any]:
     """Chromium with a fake microphone (a beep) that needs no one to allow it."""
