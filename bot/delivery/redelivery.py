@@ -6,7 +6,9 @@ due again (``RetrySchedule``: 1 s, doubling, at most 5 min apart). This loop sle
 until the earliest row is due — or until a new postponement wakes it — claims what is
 due, and delivers it: chats concurrently, each chat's rows in order; when one fails again
 the rest of that chat waits with it, so a chat never sees a later reply before an
-earlier one that was waiting. At start every pending row is due at once
+earlier one that was waiting. Each chat's rows go in a task of their own and the loop
+goes on claiming meanwhile: a chat held by a 429 storm (up to 20 waits of a minute in
+line) holds up no other (until 2026-12-06 the round waited for its slowest chat). At start every pending row is due at once
 (``Outbound.recover``).
 
 Time is injected (``now`` for the stored schedule, ``sleep`` for the waits): tests run
@@ -49,35 +51,51 @@ class Redelivery:
         self._sleep = sleep
         # Shared with the postponements: a row being sent here is never moved by them.
         self._in_flight = outbound.postponements.in_flight
+        # Each chat's delivery under way: the chat's next rows go after it.
+        self._chats: dict[str, asyncio.Task[None]] = {}
 
     async def run(self) -> None:
         """Deliver postponed rows as they come due, until cancelled."""
         wake = self.outbound.postponed
-        while True:
-            wake.clear()  # before reading the schedule: a postponement from now on wakes us
-            try:
-                if await self.run_due():
-                    continue  # a full batch, perhaps: look again at once
-                due = await self.store.next_attempt_at()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the database is away: the rows wait, nothing is lost
-                log.exception(
-                    "redelivering postponed %s messages failed", self.outbound.client.name
-                )
-                await self._sleep(ERROR_PAUSE_S)
-                continue
-            if due is None and self.outbound.has_stranded:
-                due = self._now() + timedelta(seconds=ERROR_PAUSE_S)  # the database, again
-            if due is None:
-                await wake.wait()
-                continue
-            delay = (due - self._now()).total_seconds()
-            if delay > 0:
-                await self._wait(delay, wake)
+        try:
+            while True:
+                await self._round(wake)
+        finally:  # a stop: each attempt under way still ends and is recorded (shielded)
+            for chat in self._chats.values():
+                chat.cancel()
+
+    async def _round(self, wake: asyncio.Event) -> None:
+        """Start what is due, then sleep until more is (or a postponement comes in)."""
+        wake.clear()  # before reading the schedule: a postponement from now on wakes us
+        try:
+            if await self.start_due():
+                return  # a full batch, perhaps: look again at once
+            due = await self.store.next_attempt_at()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the database is away: the rows wait, nothing is lost
+            log.exception("redelivering postponed %s messages failed", self.outbound.client.name)
+            await self._sleep(ERROR_PAUSE_S)
+            return
+        if due is None and self.outbound.has_stranded:
+            due = self._now() + timedelta(seconds=ERROR_PAUSE_S)  # the database, again
+        if due is None:
+            await wake.wait()
+            return
+        delay = (due - self._now()).total_seconds()
+        if delay > 0:
+            await self._wait(delay, wake)
 
     async def run_due(self) -> int:
-        """Claim the rows due now and deliver them; how many were tried."""
+        """Claim the rows due now and deliver them; how many were tried. Returns when
+        their deliveries have ended (``run`` does not wait for them)."""
+        claimed = await self.start_due()
+        await asyncio.gather(*self._chats.values(), return_exceptions=True)
+        return claimed
+
+    async def start_due(self) -> int:
+        """Claim the rows due now and start their delivery, a task per chat queued behind
+        that chat's task still under way; how many were claimed."""
         await self.outbound.unstrand()  # rows whose schedule could not be stored: due now
         now = self._now()
         lease_until = now + timedelta(seconds=self.outbound.schedule.lease_s)
@@ -93,21 +111,31 @@ class Redelivery:
         by_chat: dict[str, list[OutboxRow]] = {}
         for row in rows:
             by_chat.setdefault(row.conversation, []).append(row)
-        outcomes = await asyncio.gather(
-            *(self._deliver_chat(chat_rows) for chat_rows in by_chat.values()),
-            return_exceptions=True,
-        )
-        for outcome in outcomes:
-            if isinstance(outcome, Exception):  # that chat's rows wait for their lease
-                log.error("redelivering to a chat failed", exc_info=outcome)
+        for chat, chat_rows in by_chat.items():
+            self._start_chat(chat, chat_rows)
         return len(rows)
 
-    async def _deliver_chat(self, rows: list[OutboxRow]) -> None:
-        """One chat's claimed rows in order. Each stays in flight until its own attempt
-        ends (``attempt_to_the_end``, which a stop does not cut short); the rows not tried
-        leave it when the round ends for them."""
+    def _start_chat(self, chat: str, rows: list[OutboxRow]) -> None:
+        task = asyncio.create_task(self._deliver_chat(rows, self._chats.get(chat)))
+        self._chats[chat] = task
+
+        def ended(task: asyncio.Task[None]) -> None:
+            if self._chats.get(chat) is task:
+                del self._chats[chat]
+            if not task.cancelled() and task.exception() is not None:
+                # That chat's rows wait for their lease.
+                log.error("redelivering to a chat failed", exc_info=task.exception())
+
+        task.add_done_callback(ended)
+
+    async def _deliver_chat(self, rows: list[OutboxRow], after: asyncio.Task[None] | None) -> None:
+        """One chat's claimed rows in order, after the chat's earlier ones (``after``).
+        Each stays in flight until its own attempt ends (``attempt_to_the_end``, which a
+        stop does not cut short); the rows not tried leave it when this ends for them."""
         tried = 0
         try:
+            if after is not None:  # its outcome is its own: a row it postponed still waits
+                await asyncio.wait({after})  # for ours, ``attempt`` queues behind it
             for index, row in enumerate(rows):
                 tried = index + 1
                 if not await self._deliver(row, rows[tried:]):

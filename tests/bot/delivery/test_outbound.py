@@ -255,6 +255,46 @@ async def test_a_redelivery_in_flight_when_the_service_stops_is_recorded_not_sen
     assert len(client.delivered(ALICE)) == 1
 
 
+async def test_a_chat_held_by_a_429_storm_holds_up_no_other_chats_redelivery(
+    store: Store, outbox: OutboxStore
+) -> None:
+    """Alice's redelivered reply meets 429s of a minute each; Bob's postponed reply comes
+    due meanwhile and goes when due, not after Alice's storm (the round waited for its
+    slowest chat, up to 20 minutes; found by review)."""
+    out, client, time = make_outbound(outbox, Pacing.unpaced(max_attempts=1), auto=False)
+    assert await outbox.enqueue(ALICE, "final:1:0", {"text": "for alice"}) is not None
+    assert await out.recover() == 1  # a restart: alice's reply is due
+    client.fail(BOB, Unavailable("502 Bad Gateway"))
+    assert await out.deliver(BOB, "final:2:0", {"text": "for bob"}) is None  # due in 1 s
+    client.throttle(ALICE, 60)
+    client.throttle(ALICE, 60)
+    redelivery = Redelivery(out, outbox, now=wall(time), sleep=time.sleep)
+    running = asyncio.create_task(redelivery.run())
+
+    async def until(condition: Any, what: str) -> None:  # the database answers from a thread
+        for _ in range(500):
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"never: {what}")
+
+    await until(lambda: len(time.sleeps) == 2, "alice paused and the loop waiting for bob")
+    assert sorted(time.sleeps) == [1.0, 60.0]
+    await time.advance(1)
+    await until(lambda: client.delivered(BOB), "bob's reply sent when due")
+    assert client.delivered(ALICE) == []
+    await time.advance(60)
+    await time.advance(60)
+    await until(lambda: client.delivered(ALICE), "alice's reply sent after the storm")
+    running.cancel()
+    await out.flush()
+    stored = await outbox_rows(store)
+    assert [(r["conversation"], r["status"]) for r in stored] == [
+        (ALICE, "sent"),
+        (BOB, "sent"),
+    ]
+
+
 async def test_a_delivery_is_recorded_before_it_returns(store: Store, outbox: OutboxStore) -> None:
     """The record of a sent reply was written by a task of its own after ``deliver``
     returned: a kill in that commit's few ms sent the reply again at the next start, a
