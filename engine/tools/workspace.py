@@ -68,9 +68,24 @@ class Workspace:
                     f"(a symlink leads to {resolved})"
                 )
             raise ToolError(f"path {path!r} is outside the workspace {self.root}")
-        if resolved == self.secrets or resolved.is_relative_to(self.secrets):
+        if self._in_secrets(resolved):
             raise ToolError(f"path {path!r} is in secrets/: secrets/ is never readable")
         return resolved
+
+    def _in_secrets(self, resolved: Path) -> bool:
+        """Whether canonical ``resolved`` is ``secrets/`` or beneath it, under any spelling
+        a file system may take for it: ``realpath`` keeps the case it was given, and on a
+        case-insensitive one (macOS, Windows, a casefolded Linux directory) ``Secrets/key``
+        is ``secrets/key`` (until 2026-12-06 it was let through)."""
+        if resolved == self.root:
+            return False
+        top = resolved.relative_to(self.root).parts[0]
+        if top.casefold() == SECRETS_DIR:  # also "SECRETS", "ſecrets": refused on any
+            return True
+        try:  # another name for the same directory (a normalizing file system)
+            return os.path.samefile(self.root / top, self.secrets)
+        except OSError:  # one of them does not exist: not the same directory
+            return False
 
     def relative(self, path: Path) -> str:
         """``path`` relative to the root, for messages (``.`` for the root itself)."""

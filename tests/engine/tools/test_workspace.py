@@ -99,6 +99,17 @@ def test_secrets_are_refused_however_they_are_named(workspace: Workspace) -> Non
             workspace.resolve(path)
 
 
+def test_secrets_are_refused_in_any_case(workspace: Workspace) -> None:
+    """On a case-insensitive file system (macOS, Windows, a casefolded directory)
+    ``Secrets/key`` opens ``secrets/key``; it was let through, the check comparing names
+    as given. Refused on every file system: it never names anything else worth reading."""
+    (workspace.root / "secrets").mkdir()
+    for path in ("Secrets", "SECRETS/token", "docs/../Secrets/x", "\u017fecrets/token"):
+        with pytest.raises(ToolError, match="secrets/ is never readable"):
+            workspace.resolve(path)
+    assert workspace.resolve("notes/Secrets") == workspace.root / "notes" / "Secrets"
+
+
 def test_a_file_merely_named_like_secrets_elsewhere_is_fine(workspace: Workspace) -> None:
     assert workspace.resolve("notes/secrets") == workspace.root / "notes" / "secrets"
     assert workspace.resolve("secrets.txt") == workspace.root / "secrets.txt"
