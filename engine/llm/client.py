@@ -22,6 +22,7 @@ from engine.llm.protocols import ModelSettings
 from engine.llm.types import (
     DeltaCallback,
     LlmConnectionError,
+    LlmContextOverflow,
     LlmError,
     LlmProtocolError,
     LlmProviderError,
@@ -213,6 +214,8 @@ class OpenAICompatModel:
             kind = LlmTimeout
         elif status >= 500:
             kind = LlmServerError
+        elif status == 413 or (status >= 400 and says_context_overflow(text)):
+            kind = LlmContextOverflow
         elif status >= 400:
             kind = LlmRequestError
         else:
@@ -239,6 +242,8 @@ class OpenAICompatModel:
             kind = LlmRateLimited
         elif status >= 500:
             kind = LlmServerError
+        elif says_context_overflow(detail):  # OpenRouter tells it in band
+            kind = LlmContextOverflow
         return kind(
             f"{self._config.name}: the provider reported an error: {detail}",
             model=self._config.name,
@@ -528,6 +533,28 @@ def _cost(value: Any) -> float | None:
     except OverflowError:  # an integer past the float range
         return None
     return cost if math.isfinite(cost) and cost >= 0 else None
+
+
+#: How servers say a request is over the model's context window (OpenAI's code and
+#: sentence, vLLM, llama.cpp, Ollama, LiteLLM, OpenRouter, Anthropic's and Gemini's
+#: gateways), lower-cased.
+CONTEXT_OVERFLOW_PHRASES = (
+    "context_length_exceeded",
+    "context length",
+    "context window",
+    "context size",
+    "maximum context",
+    "prompt is too long",
+    "input is too long",
+    "too many tokens",
+    "exceeds the maximum number of tokens",
+)
+
+
+def says_context_overflow(text: str) -> bool:
+    """Whether an error's text says the request is over the model's context window."""
+    lowered = text.lower()
+    return any(phrase in lowered for phrase in CONTEXT_OVERFLOW_PHRASES)
 
 
 def _error_text(text: str) -> str:

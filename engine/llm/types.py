@@ -116,6 +116,11 @@ class LlmRequestError(LlmError):
     retriable = False
 
 
+class LlmContextOverflow(LlmRequestError):
+    """The request does not fit the model's context window (a 413, or a 4xx saying so):
+    the same request fails every time, a smaller one may not."""
+
+
 class LlmProtocolError(LlmError):
     """The endpoint answered with something that is not a chat completion."""
 

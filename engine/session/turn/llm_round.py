@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.llm.protocols import ChatModel
-from engine.llm.types import LlmError, LlmResponse, Message, ToolSchema
+from engine.llm.types import LlmContextOverflow, LlmError, LlmResponse, Message, ToolSchema
+from engine.session.context.elision import ContextFit
 from engine.session.turn.cancel import CancelScope, TurnCancelled
 from engine.session.turn.emitter import TurnEmitter
 
@@ -31,7 +32,36 @@ MessagesFor = Callable[[bool], list[Message]]
 """Builds the request messages; the flag says whether the model wants cache hints."""
 
 
+#: What a user is told when even the smallest request does not fit.
+OUTGROWN = (
+    "The conversation has outgrown the model's context window, even with older tool "
+    "output left out; start a new conversation."
+)
+
+
 async def call_llm_round(
+    candidates: Sequence[ChatModel],
+    messages_for: MessagesFor,
+    tools: Sequence[ToolSchema],
+    scope: CancelScope,
+    emitter: TurnEmitter,
+    fit: ContextFit | None = None,
+) -> RoundResult:
+    """Ask the candidates; a request over the model's context window is asked again
+    with older tool output left out (``fit``: the turn's level, which it keeps)."""
+    fit = fit if fit is not None else ContextFit()
+    while True:
+        try:
+            return await _ask_candidates(
+                candidates, lambda hints: fit.apply(messages_for(hints)), tools, scope, emitter
+            )
+        except LlmContextOverflow as exc:
+            if not fit.tighten(messages_for(False)):
+                raise TurnFailed(OUTGROWN) from exc
+            log.warning("the request outgrew %s's context window: level %d", exc.model, fit.level)
+
+
+async def _ask_candidates(
     candidates: Sequence[ChatModel],
     messages_for: MessagesFor,
     tools: Sequence[ToolSchema],
@@ -62,6 +92,8 @@ async def call_llm_round(
         except LlmError as exc:
             detail = f" [{exc.detail}]" if exc.detail else ""
             log.warning("model %s failed: %s%s", model.name, exc, detail)
+            if isinstance(exc, LlmContextOverflow):
+                raise  # smaller, it may fit: ``call_llm_round`` leaves output out
             if not exc.retriable:
                 raise TurnFailed(f"The model rejected the request: {exc}") from exc
             reason = str(exc)

@@ -9,6 +9,7 @@ from typing import Any
 from engine.bus.chat import ToolCallEvent
 from engine.failpoints import failpoint
 from engine.llm.types import LlmResponse, Message
+from engine.session.context.elision import ContextFit
 from engine.session.outcomes import Cancelled, Exhausted, Final, TurnOutcome
 from engine.session.protocols import PendingUserInput
 from engine.session.turn.cancel import TurnCancelled
@@ -27,6 +28,7 @@ async def run_agent_turn(
     pending_input: PendingUserInput | None = None,
 ) -> TurnOutcome:
     collected: list[ToolCallEvent] = []
+    fit = ContextFit()  # tool output left out once the turn outgrew the context window
     for _ in range(env.limits.max_tool_rounds):
         if env.scope.cancelled:
             return Cancelled()
@@ -41,6 +43,7 @@ async def run_agent_turn(
                 env.tool_schemas,
                 env.scope,
                 env.emitter,
+                fit,
             )
         except TurnCancelled:
             return Cancelled()

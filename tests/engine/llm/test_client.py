@@ -13,6 +13,7 @@ from engine.config import ModelConfig
 from engine.llm.client import OpenAICompatModel
 from engine.llm.types import (
     LlmConnectionError,
+    LlmContextOverflow,
     LlmError,
     LlmProtocolError,
     LlmRateLimited,
@@ -307,6 +308,45 @@ async def test_http_errors_map_to_llm_errors(
     assert caught.value.status == status
     assert caught.value.model == "fake-model"
     assert "the server explains why" in str(caught.value)
+
+
+@both_modes
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [
+        (400, "This model's maximum context length is 8192 tokens. However, you requested 9001"),
+        (400, "the request exceeds the available context size, try increasing it"),  # llama.cpp
+        (400, "prompt is too long: 210000 tokens > 200000 maximum"),
+        (422, "Input is too long for requested model."),
+        (413, "Request Entity Too Large"),
+    ],
+)
+async def test_a_request_over_the_context_window_is_told_apart(
+    fake_openai: FakeOpenAIServer,
+    http: httpx.AsyncClient,
+    stream: bool,
+    status: int,
+    said: str,
+) -> None:
+    """The turn leaves older tool output out and asks again only for this error."""
+    fake_openai.reply_error(status, said)
+    with pytest.raises(LlmContextOverflow) as caught:
+        await make_model(http, fake_openai.base_url, stream=stream).complete(USER, [])
+    assert caught.value.status == status and said in str(caught.value)
+    assert not caught.value.retriable
+
+
+async def test_other_request_errors_and_in_band_overflows(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    fake_openai.reply_error(400, "Invalid schema for function 'echo'")
+    with pytest.raises(LlmRequestError) as caught:
+        await make_model(http, fake_openai.base_url).complete(USER, [])
+    assert not isinstance(caught.value, LlmContextOverflow)
+    error = {"message": "This endpoint's maximum context length is 4096 tokens", "code": 400}
+    fake_openai.reply_raw(json.dumps({"error": error}))  # OpenRouter: in a 200 answer
+    with pytest.raises(LlmContextOverflow):
+        await make_model(http, fake_openai.base_url, stream=False).complete(USER, [])
 
 
 async def test_a_long_error_text_is_truncated(

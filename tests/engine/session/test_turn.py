@@ -6,9 +6,17 @@ import pytest
 
 from engine.core import Engine
 from engine.llm.scripted import ScriptedModel, text, tool_call
-from engine.llm.types import LlmRequestError, LlmResponse, LlmServerError, LlmTimeout
+from engine.llm.types import (
+    LlmContextOverflow,
+    LlmRequestError,
+    LlmResponse,
+    LlmServerError,
+    LlmTimeout,
+)
 from engine.session import events as ev
+from engine.session.context.elision import LEFT_OUT
 from engine.session.outcomes import Exhausted, Failed, Final
+from engine.session.turn.llm_round import OUTGROWN
 from tests.engine.session.helpers import EchoTool, tool_messages
 
 
@@ -203,6 +211,69 @@ async def test_a_request_error_does_not_fall_back(engine: Engine, model):
     result = await handler.handle_message("hi")
     assert isinstance(result, Failed) and "HTTP 400" in result.message
     assert backup.requests == []
+
+
+def _overflow() -> LlmContextOverflow:
+    return LlmContextOverflow(
+        "primary: HTTP 400: This model's maximum context length is 8192 tokens",
+        model="primary",
+        status=400,
+    )
+
+
+async def test_a_turn_that_outgrows_the_context_window_goes_on_with_older_output_left_out(
+    engine: Engine, model
+):
+    """Four rounds of big tool output, then the model says the request is over its window:
+    it is asked again with all but the newest three results left out, and the turn's later
+    rounds are sent that way from the start (the turn failed with the provider's 400)."""
+    engine.tools.register(EchoTool())
+    model.add(*[tool_call("echo", f'{{"text": "{i}", "times": 2000}}', f"c{i}") for i in range(4)])
+    model.add(_overflow())
+    model.add(tool_call("echo", '{"text": "4", "times": 2000}', "c4"))
+    model.add(text("All read."))
+    handler = await engine.new_session("console")
+    result = await handler.handle_message("read everything")
+    assert isinstance(result, Final) and result.content == "All read."
+    overflowed, retried, last = model.requests[-3:]
+    assert tool_messages(overflowed[0]) == [str(i) * 2000 for i in range(4)]
+    left_out = LEFT_OUT.format(chars=2000)
+    assert tool_messages(retried[0]) == [left_out] + [str(i) * 2000 for i in (1, 2, 3)]
+    assert tool_messages(last[0]) == [left_out] * 2 + [str(i) * 2000 for i in (2, 3, 4)]
+    rows = await engine.store.history.load((await engine.store.sessions.root_frame(1)).id)
+    stored = [c.result for row in rows for c in row.tool_calls]
+    assert stored == [str(i) * 2000 for i in range(5)]  # what is stored is whole
+
+
+async def test_a_turn_that_outgrows_the_window_with_nothing_to_leave_out_says_so(
+    engine: Engine, model
+):
+    """No tool output to leave out: one plain sentence, not the provider's 400."""
+    backup = ScriptedModel([text("never")], name="backup")
+    engine.models = type(engine.models)([model, backup])
+    model.add(_overflow())
+    handler = await engine.new_session("console")
+    result = await handler.handle_message("x" * 100)
+    assert isinstance(result, Failed) and result.message == OUTGROWN
+    assert backup.requests == [] and len(model.requests) == 1
+
+
+async def test_each_level_leaves_out_more_until_the_newest_result_is_cut(engine: Engine, model):
+    """Overflowing again and again: three newest whole, then one, then the newest cut to
+    its head and tail; past that, the turn ends with the sentence."""
+    engine.tools.register(EchoTool())
+    model.add(*[tool_call("echo", f'{{"text": "{i}", "times": 9000}}', f"c{i}") for i in range(4)])
+    model.add(_overflow(), _overflow(), _overflow(), _overflow())
+    handler = await engine.new_session("console")
+    result = await handler.handle_message("read everything")
+    assert isinstance(result, Failed) and result.message == OUTGROWN
+    *_, whole, three, one, cut = (tool_messages(request[0]) for request in model.requests)
+    left_out = LEFT_OUT.format(chars=9000)
+    assert whole == [str(i) * 9000 for i in range(4)]
+    assert three == [left_out, "1" * 9000, "2" * 9000, "3" * 9000]
+    assert one == [left_out, left_out, left_out, "3" * 9000]
+    assert cut[:3] == one[:3] and cut[3].startswith("3" * 3000 + "\n[… 5000 characters left out")
+    assert cut[3].endswith("]\n" + "3" * 1000)
 
 
 async def test_the_round_limit_ends_the_turn_as_exhausted(engine: Engine, model):
