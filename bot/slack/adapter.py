@@ -219,18 +219,22 @@ class SlackAdapter:
         if not (host == urlsplit(self.config.api_url).hostname or host.endswith(".slack.com")):
             raise ValueError(f"not a Slack file host: {host}")
         headers = {"Authorization": f"Bearer {self.config.bot_token}"}
-        async with self._session.get(url, headers=headers) as answer:
-            if answer.status != 200:
-                raise OSError(f"HTTP {answer.status}")
-            if (answer.content_length or 0) > limit:
-                raise ValueError("larger than the limit")
-            # Read to the end: one read gives what has arrived so far (a clip was cut to
-            # its first 32 KB until 2026-12-06).
-            data = bytearray()
-            async for chunk in answer.content.iter_chunked(_CHUNK_BYTES):
-                data += chunk
-                if len(data) > limit:
+        try:
+            async with self._session.get(url, headers=headers) as answer:
+                if answer.status != 200:
+                    raise OSError(f"HTTP {answer.status}")
+                if (answer.content_length or 0) > limit:
                     raise ValueError("larger than the limit")
+                # Read to the end: one read gives what has arrived so far (a clip was cut
+                # to its first 32 KB until 2026-12-06).
+                data = bytearray()
+                async for chunk in answer.content.iter_chunked(_CHUNK_BYTES):
+                    data += chunk
+                    if len(data) > limit:
+                        raise ValueError("larger than the limit")
+        except aiohttp.ClientError as exc:  # cut off, refused: "I could not download it"
+            # (until 2026-12-06 it went past that, and the message's words were lost)
+            raise OSError(f"the download failed: {exc}") from None
         return bytes(data)
 
     async def _welcome(self, paired: PairingCode) -> None:

@@ -4,6 +4,7 @@ the fake speech server and uploaded as audio files (the external upload flow).""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from bot.serve import Service
@@ -46,6 +47,55 @@ async def test_a_clip_larger_than_one_network_read_is_heard_whole(
     fake.dm(ALICE, "", files=[("audio_message.webm", big, "audio/webm", 3200)])
     await until(lambda: fake_openai.transcription_requests)
     assert fake_openai.transcription_requests[0]["audio"] == big
+
+
+async def test_a_clip_whose_download_breaks_off_is_said_and_the_words_still_answered(
+    fake: FakeSlackServer, make_service, fake_openai: FakeOpenAIServer
+) -> None:
+    """The file's server closed the connection before its Content-Length: aiohttp's error
+    went past the download's handling, and the message's words were lost behind "something
+    went wrong" (found by review)."""
+
+    async def breaking_off(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: audio/webm\r\nContent-Length: 5000")
+        writer.write(b"\r\n\r\n" + CLIP[:100])
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(breaking_off, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    await make_service(transcribe_model="whisper-1", transcribe_base_url=fake_openai.base_url)
+    dm = fake.dm_channel(ALICE)
+    clip = {
+        "id": "F0CUT",
+        "name": "audio_message.webm",
+        "mimetype": "audio/webm",
+        "size": 5000,
+        "subtype": "slack_audio",
+        "duration_ms": 3000,
+        "url_private": f"http://127.0.0.1:{port}/files-pri/T1-F0CUT/audio_message.webm",
+    }
+    ts = "1999999999.000100"
+    fake.push_event(
+        {
+            "type": "message",
+            "channel": dm,
+            "channel_type": "im",
+            "user": ALICE,
+            "text": "please summarise my clip",
+            "ts": ts,
+            "event_ts": ts,
+            "files": [clip],
+        }
+    )
+    try:
+        await until(lambda: any(t.startswith("echo:") for t in said(fake)))
+    finally:
+        server.close()
+    assert said(fake)[0] == "⚠️ I could not download audio_message.webm."
+    assert said(fake)[1].startswith("echo: please summarise my clip")
+    assert fake_openai.transcription_requests == []
 
 
 async def test_a_clip_too_long_is_refused_before_download(
