@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,10 @@ SOCKET_LEASE = "slack:socket"
 #: Where the HTTP Events API posts (the app's Request URL ends with it).
 EVENTS_PATH = "/slack/events"
 _BACKOFF = Backoff(first_s=0.5, cap_s=5.0)
+#: The shape of Slack's signature headers: bolt's check raised (a 500, an error logged)
+#: on a timestamp that is no integer or a signature beyond ASCII (until 2026-12-06).
+_TIMESTAMP = re.compile(r"[0-9]{1,15}")
+_SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
 
 _TOKEN_REFUSALS = frozenset(
     {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
@@ -150,6 +155,8 @@ class SlackService:
     async def _events(self, request: Request) -> Response:
         """Slack's POSTs: verified and acknowledged by bolt once the bot knows who it is
         (before that a 503, which Slack retries)."""
+        if not _signed_like_slack(request):
+            return PlainTextResponse("invalid request", status_code=401)
         if self._http is None or not self._identified.is_set():
             return PlainTextResponse("starting", status_code=503)
         return await self._http.handle(request)
@@ -252,3 +259,10 @@ class _Refused(Exception):
     def __init__(self, line: str) -> None:
         super().__init__(line)
         self.line = line
+
+
+def _signed_like_slack(request: Request) -> bool:
+    """Whether the signature headers have Slack's shape (bolt checks their value)."""
+    timestamp = request.headers.get("x-slack-request-timestamp", "")
+    signature = request.headers.get("x-slack-signature", "")
+    return bool(_TIMESTAMP.fullmatch(timestamp) and _SIGNATURE.fullmatch(signature))

@@ -53,6 +53,28 @@ async def test_a_bad_signature_is_refused_with_401(
     assert texts(fake, fake.dm_channel(ALICE)) == []
 
 
+@pytest.mark.parametrize(
+    ("timestamp", "signature"),
+    [("abc", "v0=00"), ("1e9", "v0=00"), (None, "v0=é"), (None, "v0=" + "A" * 64)],
+    ids=["word", "exponent", "not-ascii", "upper-case"],
+)
+async def test_junk_signature_headers_are_refused_with_401(
+    service: Service, fake: FakeSlackServer, timestamp: str | None, signature: str
+) -> None:
+    """Bolt's check raised on these: a 500 and an error in the log for each (found by
+    review)."""
+    body = json.dumps({"type": "event_callback", "team_id": "T1", "event": {"type": "message"}})
+    headers = {
+        "Content-Type": "application/json",
+        "X-Slack-Request-Timestamp": timestamp or str(int(time.time())),
+        "X-Slack-Signature": signature.encode("latin-1"),
+    }
+    assert fake.request_url is not None
+    async with httpx.AsyncClient() as client:
+        answer = await client.post(fake.request_url, content=body, headers=headers)
+    assert answer.status_code == 401
+
+
 async def test_a_replayed_request_is_answered_once(service: Service, fake: FakeSlackServer) -> None:
     dm = fake.dm_channel(ALICE)
     fake.dm(ALICE, "only once")
