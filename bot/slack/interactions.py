@@ -38,7 +38,20 @@ NOT_HERE = "I do not work in this workspace."
 #: gives a slash command no thread, so they are written in the thread instead (until
 #: 2026-12-06 "/chathub new" posted "New conversation started." to the whole channel).
 ABOUT_A_THREAD = frozenset(
-    {"new", "clear", "stop", "model", "context", "cost", "compact", "resettools"}
+    {
+        "new",
+        "clear",
+        "stop",
+        "model",
+        "context",
+        "cost",
+        "compact",
+        "resettools",
+        # A channel's replies go to its threads, and its past conversations are theirs:
+        # in the channel these did nothing (until 2026-12-06; found by review).
+        "voice",
+        "search",
+    }
 )
 IN_THE_THREAD = (
     "In a channel each thread is its own conversation: write `@chathub /{name}` in the "

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from bot.slack.interactions import Interactions
 from bot.slack.messages import NOT_PAIRED, SlackMe
 from engine.llm.scripted import text
@@ -94,6 +96,23 @@ async def test_a_conversation_command_in_a_channel_points_to_the_thread(
     assert "@chathub /new" in private(fake, ALICE)[0]
     await slack_of(service).drain()
     assert texts(fake, GENERAL) == []
+
+
+@pytest.mark.parametrize("command", ["voice on", "search budget"])
+async def test_voice_and_search_in_a_channel_point_to_the_thread(
+    make_service: MakeService, fake: FakeSlackServer, command: str
+) -> None:
+    """They act on one conversation, and a channel's are its threads: "/chathub voice on"
+    there said replies now came as voice and none did; a search found nothing, searching
+    the channel, which has no conversations of its own (found by review)."""
+    await make_service()
+    fake.slash(GENERAL, ALICE, "/chathub", command)
+    await until(lambda: private(fake, ALICE))
+    name = command.split()[0]
+    assert private(fake, ALICE) == [
+        f"In a channel each thread is its own conversation: write `@chathub /{name}` in the "
+        "thread it is about."
+    ]
 
 
 class _Listing:
