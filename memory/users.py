@@ -53,14 +53,16 @@ def platform_of(source: str) -> str:
 
 def is_personal(source: str) -> bool:
     """Whether ``source`` is one person's conversation with the bot (a Telegram private
-    chat, whose chat id is the user's id; the operator's web chat and console), not a group
-    where others read along."""
+    chat, whose chat id is the user's id; a Slack DM, whose channel id starts with ``D``;
+    the operator's web chat and console), not a group where others read along."""
     platform = platform_of(source)
     if platform in _OPERATOR_SOURCES:
         return True
+    chat = source.split(":")[1] if source.count(":") >= 1 else ""
     if platform == "telegram":
-        chat = source.split(":")[1] if source.count(":") >= 1 else ""
         return chat.isdigit()  # groups and channels have negative ids
+    if platform == "slack":  # a DM, or a thread in one (until 2026-12-06: a group)
+        return chat.startswith("D")
     return False
 
 

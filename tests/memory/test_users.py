@@ -73,6 +73,8 @@ def test_personal_conversations_are_private_chats_and_the_operators_front_ends()
     assert not is_personal("telegram:-1001234:7")
     assert not is_personal("telegram")
     assert not is_personal("matrix:!room")
+    assert is_personal("slack:D0123ABC") and is_personal("slack:D0123ABC:1700000000.000100")
+    assert not is_personal("slack:C0123ABC") and not is_personal("slack:G0123ABC:1.2")
 
 
 # -- Users -------------------------------------------------------------------------------------

@@ -115,6 +115,21 @@ async def test_voice_and_search_in_a_channel_point_to_the_thread(
     ]
 
 
+async def test_a_person_switches_memory_off_in_their_own_dm(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    """A DM is one person's conversation: it was taken for a group, so only the owner
+    could switch memory off there, and /memory spoke of "this group" (found by review)."""
+    await make_service()
+    dm = fake.dm_channel(ALICE)
+    fake.slash(dm, ALICE, "/chathub", "memory off")
+    await until(lambda: private(fake, ALICE))
+    assert private(fake, ALICE)[0].startswith("Memory is off in this chat")
+    fake.slash(dm, ALICE, "/chathub", "memory")
+    await until(lambda: len(private(fake, ALICE)) == 2)
+    assert private(fake, ALICE)[1].startswith("I remember nothing about you in this chat.")
+
+
 class _Listing:
     """A message handler whose every command answers ``reply``, and notes what it ran."""
 
