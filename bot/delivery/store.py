@@ -102,10 +102,13 @@ class EventStore:
     async def last_seq(self) -> int | None:
         return await self._db.run(_last_seq, self.platform)
 
-    async def recent(self, since: datetime, limit: int) -> list[Json]:
-        """The payloads received since ``since``, newest first, at most ``limit`` (a
-        platform that catches up after a reconnect reads where its conversations were)."""
-        return await self._db.run(_recent_events, self.platform, since, limit)
+    async def recent(
+        self, since: datetime, limit: int, before: datetime | None = None
+    ) -> list[Json]:
+        """The payloads received since ``since`` (and before ``before``), newest first, at
+        most ``limit`` (a platform that catches up after a reconnect reads where its
+        conversations were)."""
+        return await self._db.run(_recent_events, self.platform, since, limit, before)
 
 
 @quick_unit
@@ -155,12 +158,14 @@ def _unhandled(conn: Connection, platform: str) -> list[Json]:
     return [row[0] for row in rows]
 
 
-def _recent_events(conn: Connection, platform: str, since: datetime, limit: int) -> list[Json]:
+def _recent_events(
+    conn: Connection, platform: str, since: datetime, limit: int, before: datetime | None
+) -> list[Json]:
+    received = sa.and_(e.c.platform == platform, e.c.received_at >= since)
+    if before is not None:
+        received = sa.and_(received, e.c.received_at < before)
     rows = conn.execute(
-        sa.select(e.c.payload)
-        .where(e.c.platform == platform, e.c.received_at >= since)
-        .order_by(e.c.received_at.desc())
-        .limit(limit)
+        sa.select(e.c.payload).where(received).order_by(e.c.received_at.desc()).limit(limit)
     )
     return [row[0] for row in rows]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import discord
@@ -60,6 +60,26 @@ CATCH_UP_CHANNELS = 100
 CATCH_UP_MESSAGES = 300
 
 
+@dataclass(slots=True)
+class _Held:
+    """A new session's live messages that wait for their conversation's catch-up."""
+
+    #: The conversations still to read; ``None``: not known yet, every one waits.
+    waiting: set[str] | None = None
+    messages: list[Incoming] = field(default_factory=list)
+
+    def holds(self, channel: str) -> bool:
+        return self.waiting is None or channel in self.waiting
+
+    def release(self, waiting: set[str]) -> list[Incoming]:
+        """Only ``waiting``'s conversations wait from now on: the others' messages, in
+        the order they came."""
+        self.waiting = waiting
+        going = [m for m in self.messages if m.channel_id not in waiting]
+        self.messages = [m for m in self.messages if m.channel_id in waiting]
+        return going
+
+
 @dataclass(frozen=True, slots=True)
 class DiscordConfig:
     """What the adapter is told by the service (``bot/discord/service.py``)."""
@@ -95,6 +115,9 @@ class DiscordAdapter:
         are spoken (``/voice``), and ``speak`` what speaks them."""
         self.hub, self.config = hub, config
         self._me = DiscordMe()
+        #: The gateway session's start, and its live messages waiting for the catch-up.
+        self._began: datetime | None = None
+        self._held: _Held | None = None
         self.front = front = Front(
             DISCORD,
             Incoming,
@@ -165,21 +188,34 @@ class DiscordAdapter:
         """The bot's own id, from the login (before any event is taken)."""
         self._me.id = bot_id
 
+    def session_began(self) -> None:
+        """READY arrived: a new gateway session, before any of its messages is taken.
+        Its live messages wait for their conversation's catch-up (``ready``)."""
+        self._began = utcnow()
+        self._held = _Held()
+
     def ready(self, bot_id: str) -> None:
         """A new gateway session (a start, an IDENTIFY after INVALID_SESSION, a fleet's
-        fail-over): what was written meanwhile is fetched (``catch_up``)."""
+        fail-over) is ready: what was written meanwhile is fetched (``catch_up``)."""
         self._me.id = bot_id
-        self.front.background.spawn(self.catch_up())
+        began, held = self._began or utcnow(), self._held or _Held(channels=set())
+        self.front.background.spawn(self.catch_up(began, held))
 
-    async def catch_up(self) -> int:
+    async def catch_up(self, began: datetime, held: _Held) -> int:
         """Messages written while no session was open (Discord does not replay them to a
-        new one): each conversation of the last day is read after its newest stored
-        message, and what is for the bot is taken as if the gateway had sent it, once
-        (stored by id). Returns how many were new."""
+        new one): each conversation of the last day is read after its newest message
+        stored before the session ``began``, and what is for the bot is taken as if the
+        gateway had sent it, once (stored by id). A live message of a conversation not
+        read yet waits in ``held`` until it is, so a channel's messages go in order. Until
+        2026-12-06 the newest stored message was any, a live one too: one written right
+        after READY made the catch-up read after it, and what was written while the bot
+        was away was lost; one read after a live message was answered after it (both
+        found by review). Returns how many were new."""
+        taken = 0
         try:
             since = utcnow() - CATCH_UP_WINDOW
             newest: dict[str, Incoming] = {}
-            for payload in await self.events.recent(since, CATCH_UP_EVENTS):
+            for payload in await self.events.recent(since, CATCH_UP_EVENTS, before=began):
                 try:
                     seen = Incoming.from_json(payload)
                     order = int(seen.message_id)  # snowflakes grow with time
@@ -188,15 +224,26 @@ class DiscordAdapter:
                 known = newest.get(seen.channel_id)
                 if known is None or order > int(known.message_id):
                     newest[seen.channel_id] = seen
-            taken = 0
-            for last in list(newest.values())[:CATCH_UP_CHANNELS]:
-                taken += await self._read_after(last)
+            reading = list(newest.values())[:CATCH_UP_CHANNELS]
+            self._let_go(held.release({last.channel_id for last in reading}))
+            for last in reading:
+                try:
+                    taken += await self._read_after(last)
+                finally:
+                    self._let_go(held.release((held.waiting or set()) - {last.channel_id}))
         except Exception:
             report_failure(log, "catching up with Discord")
-            return 0
+        finally:
+            self._let_go(held.release(set()))
+            if self._held is held:
+                self._held = None
         if taken:
             log.info("caught up with %d Discord message(s) written while disconnected", taken)
         return taken
+
+    def _let_go(self, messages: list[Incoming]) -> None:
+        for message in messages:
+            self.front.queue(message)
 
     async def _read_after(self, last: Incoming) -> int:
         guild = None if last.guild_id is None else int(last.guild_id)  # its roles known
@@ -224,7 +271,7 @@ class DiscordAdapter:
                 guild_id=last.guild_id,
                 thread_owner=last.thread_owner,
             )
-            taken += await self._take(incoming)
+            taken += await self._take(incoming, live=False)
         return taken
 
     async def message(self, message: discord.Message) -> None:
@@ -238,10 +285,20 @@ class DiscordAdapter:
         except Exception:
             report_failure(log, f"receiving Discord message {message.id}")
 
-    async def _take(self, incoming: Incoming) -> int:
-        """Stored and queued when it is for the bot and new; 1 when it was."""
+    async def _take(self, incoming: Incoming, *, live: bool = True) -> int:
+        """Stored and queued when it is for the bot and new (a live one waits when its
+        conversation is still to be caught up); 1 when it was."""
         if not self._messages.addressed(incoming):
             return 0
+        held = self._held
+        if live and held is not None and held.holds(incoming.channel_id):
+            if not await self.front.record(incoming):
+                return 0
+            if held.holds(incoming.channel_id):
+                held.messages.append(incoming)
+            else:  # let go while it was being stored
+                self.front.queue(incoming)
+            return 1
         return await self.front.take(incoming)
 
     async def interaction(self, interaction: discord.Interaction) -> None:

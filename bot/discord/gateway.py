@@ -35,6 +35,8 @@ _DESCRIPTION_LIMIT = 100
 
 
 class GatewaySink(Protocol):
+    def session_began(self) -> None: ...
+
     def ready(self, bot_id: str) -> None: ...
 
     async def message(self, message: discord.Message) -> None: ...
@@ -104,6 +106,12 @@ class DiscordGateway(discord.Client):
     async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
         if not initial:
             await self._sleep(self._identify_gap_s)
+
+    async def on_socket_event_type(self, event_type: str) -> None:
+        # READY, seen before any of the session's messages (discord.py's on_ready waits
+        # for the guilds, and messages arrive meanwhile).
+        if event_type == "READY":
+            self._sink.session_began()
 
     async def on_ready(self) -> None:
         assert self.user is not None

@@ -196,7 +196,7 @@ class Front(Generic[In]):
                 log.warning("a stored %s event could not be read; left as it is", self.name)
                 continue
             if stored.key not in self._queued:
-                self._submit(stored)
+                self.queue(stored)
 
     async def close(self, grace_s: float = Lanes.GRACE_S) -> None:
         """``grace_s``: how long the item each lane has in hand may take to finish."""
@@ -213,12 +213,21 @@ class Front(Generic[In]):
 
     async def take(self, stored: In) -> int:
         """Stored (under its key) and queued in its lane when new; 1 when it was."""
-        new = await self.events.record([(stored.key, None, stored.to_json())])
+        new = await self.record(stored)
         if new:
-            self._submit(stored)
-        return len(new)
+            self.queue(stored)
+        return int(new)
 
-    def _submit(self, stored: In) -> None:
+    async def record(self, stored: In) -> bool:
+        """Stored under its key, to be queued by the caller (``queue``; a take-over does not
+        queue it meanwhile); whether it was new."""
+        new = bool(await self.events.record([(stored.key, None, stored.to_json())]))
+        if new:
+            self._queued.add(stored.key)
+        return new
+
+    def queue(self, stored: In) -> None:
+        """A recorded message to its lane."""
         self._queued.add(stored.key)
         self._incoming.submit(stored.lane, stored)
 

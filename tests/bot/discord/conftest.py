@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from discord.gateway import DiscordWebSocket
 from bot.delivery import Pacing
 from bot.serve import Service
 from engine.llm.registry import ModelRegistry
+from engine.store import utcnow
 from tests.bot.telegram_contract.conftest import app_config
 from tests.engine.hub.conftest import EchoModel
 from tests.fakes.discord_server import FakeDiscordServer
@@ -105,3 +107,16 @@ def discord_of(service: Service) -> Any:
 
 def texts(fake: FakeDiscordServer, channel: int | str) -> list[str]:
     return [m.content for m in fake.messages(channel, include_deleted=False)]
+
+
+async def stored(service: Service, message_id: str) -> None:
+    """Until the bot has stored the gateway's message ``message_id``."""
+    events = discord_of(service).events
+    for _ in range(2000):
+        if any(
+            p["message_id"] == message_id
+            for p in await events.recent(utcnow() - timedelta(hours=1), 20)
+        ):
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"message {message_id} was never stored")

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 from bot.discord.messages import ROLE_ONLY_MESSAGE, UNREADABLE_MESSAGE
 from engine.hub import Notification
 from engine.llm.scripted import text
-from engine.store import utcnow
 from tests.bot.discord.conftest import (
     ALICE,
     GENERAL,
@@ -16,6 +14,7 @@ from tests.bot.discord.conftest import (
     OWNER,
     MakeService,
     discord_of,
+    stored,
     texts,
     until,
 )
@@ -74,16 +73,6 @@ async def test_without_message_content_a_role_mention_asks_for_a_mention_by_name
     await make_service()
     fake.channel_message(GUILD, GENERAL, ALICE, f"<@&{fake.bot_role(GUILD)}> what time is it")
     await until(lambda: texts(fake, GENERAL) == [ROLE_ONLY_MESSAGE])
-
-
-async def stored(service, message_id: str) -> None:
-    """Until the bot has stored the gateway's message ``message_id``."""
-    events = discord_of(service).events
-    for _ in range(2000):
-        if any(p["message_id"] == message_id for p in await events.recent(utcnow() - HOUR, 20)):
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"message {message_id} was never stored")
 
 
 async def test_in_a_busy_channel_each_answer_replies_to_the_message_it_answers(

@@ -9,7 +9,16 @@ import pytest
 from bot.platform.chunks import split_markdown
 from bot.platform.lanes import Lanes
 from engine.llm.scripted import text
-from tests.bot.discord.conftest import ALICE, GENERAL, GUILD, MakeService, texts, until
+from tests.bot.discord.conftest import (
+    ALICE,
+    GENERAL,
+    GUILD,
+    MakeService,
+    discord_of,
+    stored,
+    texts,
+    until,
+)
 from tests.fakes.discord_server import (
     GATEWAY_PATH,
     INTENT_MESSAGE_CONTENT,
@@ -103,6 +112,57 @@ async def test_what_was_written_while_the_bot_was_down_is_answered_after_the_res
     assert fake.identify_count == 2 and fake.resume_count == 0
     fake.dm(ALICE, "four")  # and the live ones after it, once
     await until(lambda: texts(fake, channel) == ["echo: one", "echo: two", "echo: four"])
+
+
+async def test_what_was_written_while_down_is_not_lost_to_a_message_right_after_ready(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """A live message between READY and discord.py's ``on_ready`` (which waits for the
+    guilds) was stored first, and the catch-up read after it: what was written while the
+    bot was down was lost (found by review)."""
+    fake.allowed_intents |= INTENT_MESSAGE_CONTENT
+    service = await make_service(discord_open_channel_ids=str(GENERAL))
+    channel = fake.dm(ALICE, "one")["channel_id"]
+    fake.channel_message(GUILD, GENERAL, ALICE, "hello")
+    await until(lambda: texts(fake, channel) == ["echo: one"])
+    await until(lambda: texts(fake, GENERAL) == ["echo: hello"])
+    await service.stop()
+    fake.dm(ALICE, "two (while down)", offline=True)
+    fake.channel_message(GUILD, GENERAL, ALICE, "are you there?", offline=True)
+    second = await make_service(ready=False, discord_open_channel_ids=str(GENERAL))
+    await until(lambda: fake.session is not None and "READY" in fake.session.event_names())
+    assert not discord_of(second).bot.is_ready()  # discord.py still waits for the guilds
+    fake.dm(ALICE, "three (live)")
+    fake.channel_message(GUILD, GENERAL, ALICE, "hm")
+    for where, before, after in ((channel, "two", "three"), (GENERAL, "are you there?", "hm")):
+        await until(lambda: in_order(texts(fake, where)[1:], before, after))  # noqa: B023
+
+
+async def test_a_live_message_waits_for_its_channels_catch_up(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """The catch-up's read of the channel is slow and a live message comes meanwhile: it
+    was answered first, and the model read the two out of order (found by review)."""
+    service = await make_service()
+    channel = fake.dm(ALICE, "one")["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: one"])
+    await service.stop()
+    fake.dm(ALICE, "two (while down)", offline=True)
+    history = "GET /channels/{channel_id}/messages"
+    read = fake.hold_answers(history)  # the catch-up's read is slow
+    try:
+        second = await make_service()
+        await until(lambda: fake.calls_to(history))
+        await stored(second, fake.dm(ALICE, "three (live)")["id"])
+    finally:
+        read.set()
+    await until(lambda: in_order(texts(fake, channel)[1:], "two", "three"))
+
+
+def in_order(answers: list[str], first: str, then: str) -> bool:
+    """Both answered, ``first`` before ``then`` (in one turn, when they queued together)."""
+    said = "\n".join(answers)
+    return first in said and then in said and said.index(first) < said.index(then)
 
 
 async def test_a_reply_in_the_bots_own_thread_written_during_a_restart_is_answered(
