@@ -234,12 +234,13 @@ class MessageHandler:
     async def _answer_question(
         self, m: Incoming, card: CardRow, text: str, attachments: list[dict[str, Any]]
     ) -> bool:
-        """A reply to an open question, or any plain message while one is open, answers it."""
+        """A reply to an open question, or any plain message while one is open, answers it
+        (the card shows who did, its button gone: until 2026-12-06 it kept its "✍️ Answer"
+        button, which then said it had expired; found by review)."""
         return await self._cards.answer(
             card,
             text,
-            by=None,
-            quietly=True,
+            by=m.user_name,
             also=marking(DISCORD, m.message_id),
             goes_on=partial(self._activity.start_typing, m.source),
             attachments=attachments,

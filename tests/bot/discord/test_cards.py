@@ -16,7 +16,7 @@ from bot.platform.controls import ControlId, parse_control
 from bot.platform.open_cards import card_is_live
 from engine.approval import Decider
 from engine.hub import APPROVE
-from engine.llm.scripted import text
+from engine.llm.scripted import text, tool_call
 from tests.bot.discord.conftest import ALICE, BOB, GENERAL, GUILD, MakeService, discord_of, until
 from tests.bot.platform_contract.scripts import shell
 from tests.fakes.discord_server import FakeDiscordServer, SentMessage
@@ -203,3 +203,25 @@ async def test_an_approval_card_sent_during_an_outage_shows_once_discord_is_back
             break
         await asyncio.sleep(0.01)
     assert (await cards.stored(waiting.tool_call_id)).message_id is not None
+
+
+async def test_a_question_answered_by_a_message_shows_who_answered_and_loses_its_button(
+    fake: FakeDiscordServer, make_service: MakeService, model: Any
+) -> None:
+    """Answered by a plain message, the question kept its "✍️ Answer" button, which then
+    said it had expired (the modal's answer closed it; found by review)."""
+    ask = tool_call("ask_user_clarification", '{"question": "Which city?"}', "q")
+    model.add(ask, text("Booking Rome."))
+    await make_service()
+    channel = fake.dm(ALICE, "book a hotel")["channel_id"]
+
+    def question() -> SentMessage | None:
+        return next((m for m in fake.messages(channel) if m.content.startswith("**❓")), None)
+
+    await until(lambda: question() is not None)
+    fake.dm(ALICE, "Rome")
+    await until(lambda: any(m.content == "Booking Rome." for m in fake.messages(channel)))
+    shown = question()
+    assert shown is not None
+    await until(lambda: not fake.message(channel, shown.id).components)
+    assert fake.message(channel, shown.id).content.endswith("**✍️ Answered** by Alice")
