@@ -31,6 +31,8 @@ PREFIX = "discord:"
 
 Json = dict[str, Any]
 
+#: Heads what a forwarded message said, in the text the model reads.
+FORWARDED = "[Forwarded message]"
 _MAX_NAME = 100
 
 
@@ -134,6 +136,15 @@ class Incoming:
         if my_role is not None:
             mentions_me = True
         reference = message.reference
+        # A forward carries the message it forwards as a snapshot (its own text is empty,
+        # or a comment): that is what was said (until 2026-12-06 it was "a kind of message
+        # I cannot read", and the forwarded message's id became the reply's; found by review).
+        forwarded = reference is not None and reference.type is discord.MessageReferenceType.forward
+        snapshots = message.message_snapshots if forwarded else []
+        content = message.content or ""
+        for snapshot in snapshots:
+            content = f"{content}\n\n{FORWARDED}\n{snapshot.content}".lstrip("\n")
+        files = [*message.attachments, *(a for s in snapshots for a in s.attachments)]
         return cls(
             message_id=str(message.id),
             channel_id=str(message.channel.id),
@@ -142,7 +153,7 @@ class Incoming:
             user_id=str(author.id),
             user_name=(author.display_name or author.name or str(author.id))[:_MAX_NAME],
             is_bot=bool(author.bot),
-            content=message.content or "",
+            content=content,
             mentions_me=mentions_me,
             attachments=tuple(
                 Attachment(
@@ -154,12 +165,12 @@ class Incoming:
                     a.is_voice_message(),
                     a.duration,
                 )
-                for a in message.attachments
+                for a in files
             ),
-            embeds=len(message.embeds),
+            embeds=len(message.embeds) + sum(len(s.embeds) for s in snapshots),
             reply_to=(
                 str(reference.message_id)
-                if reference is not None and reference.message_id is not None
+                if reference is not None and reference.message_id is not None and not forwarded
                 else None
             ),
             thread_owner=None if owner is None else str(owner),

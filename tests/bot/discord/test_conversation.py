@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from bot.discord.incoming import FORWARDED
 from bot.discord.messages import ROLE_ONLY_MESSAGE, UNREADABLE_MESSAGE
 from engine.hub import Notification
 from engine.llm.scripted import text
@@ -43,6 +44,33 @@ async def test_a_mention_in_a_guild_channel_is_answered_there(
     dm = fake.dm(ALICE, "and here?")["channel_id"]
     await until(lambda: texts(fake, dm) == ["echo: and here?"])
     assert fake.messages(dm)[0].reply_to is None
+
+
+async def test_a_forwarded_message_is_read_as_what_it_forwards(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """Discord's forward: an empty message whose snapshot holds what was forwarded. It
+    was "a kind of message I cannot read" (found by review)."""
+    await make_service()
+    pushed = fake.dm(ALICE, "first")
+    channel = pushed["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: first"])
+    elsewhere = {"type": 1, "message_id": "1234567890123456789", "channel_id": "1234567890"}
+    said = {
+        **{"content": "the meeting moved to 3pm", "type": 0, "flags": 0, "embeds": []},
+        **{"attachments": [], "mentions": [], "mention_roles": [], "edited_timestamp": None},
+    }
+    forward = {
+        **pushed,
+        "id": str(int(pushed["id"]) + 10),
+        "content": "",
+        "message_reference": elsewhere,
+        "message_snapshots": [{"message": {**said, "timestamp": pushed["timestamp"]}}],
+    }
+    fake.dispatch("MESSAGE_CREATE", forward)
+    await until(lambda: len(texts(fake, channel)) == 2)
+    assert texts(fake, channel)[1] == f"echo: {FORWARDED}\nthe meeting moved to 3pm"
+    assert fake.messages(channel)[1].reply_to is None
 
 
 async def test_a_mention_of_the_bots_role_is_a_mention_of_the_bot(
