@@ -12,6 +12,7 @@ what was code. Telegram renders entities, not Markdown, and has its own splitter
 from __future__ import annotations
 
 import re
+import unicodedata
 
 __all__ = ["MIN_LIMIT", "split_markdown"]
 
@@ -22,6 +23,7 @@ MIN_LIMIT = 32
 #: line was copied to the top of every later message until 2026-12-06, and one of 2,000
 #: characters left no room for text, so the split never ended (found by review).
 _MAX_REOPENED = 24
+_ZWJ = "\u200d"
 
 
 def split_markdown(text: str, limit: int) -> list[str]:
@@ -162,7 +164,38 @@ def _closing(fence: str) -> str:
 
 def _cut_point(piece: str, room: int) -> int:
     """Where to cut a piece longer than ``room``: after its last space past the middle,
-    else at ``room`` (at least one character, so a cut always advances)."""
+    else at ``room``, stepped back off a character drawn as one with the one before it
+    (an emoji's joiner, skin tone or variation, an accent, a flag's second half: until
+    2026-12-06 a long line of emoji was cut inside them; found by review). At least one
+    character, so a cut always advances."""
     room = max(room, 1)
     space = piece.rfind(" ", 0, room)
-    return space + 1 if space > room // 2 else room
+    if space > room // 2:
+        return space + 1
+    cut = room
+    while cut > room // 2 and _drawn_with_previous(piece, cut):
+        cut -= 1
+    return cut if cut > room // 2 else room
+
+
+def _drawn_with_previous(text: str, at: int) -> bool:
+    """Whether ``text[at]`` is drawn as one with ``text[at - 1]`` (a cut between them
+    breaks what a reader sees as one character)."""
+    if not 0 < at < len(text):
+        return False
+    here, before = text[at], text[at - 1]
+    if before == _ZWJ or here == _ZWJ or unicodedata.category(here) in ("Mn", "Mc", "Me"):
+        return True
+    code = ord(here)
+    if 0xFE00 <= code <= 0xFE0F or 0x1F3FB <= code <= 0x1F3FF or 0xE0020 <= code <= 0xE007F:
+        return True  # a variation selector, a skin tone, a subdivision flag's tag
+    if _is_regional(here) and _is_regional(before):  # a flag is two: which half is this?
+        run = at
+        while run > 0 and _is_regional(text[run - 1]):
+            run -= 1
+        return (at - run) % 2 == 1
+    return False
+
+
+def _is_regional(char: str) -> bool:
+    return 0x1F1E6 <= ord(char) <= 0x1F1FF

@@ -165,3 +165,24 @@ def test_a_fence_is_reopened_as_its_marks_and_language_only() -> None:
     messages = split_markdown(answer, 300)
     assert all(m.startswith("```python\n") for m in messages[1:])
     assert all(len(m) <= 300 and balanced(m) for m in messages)
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "👨\u200d👩\u200d👧\u200d👦",
+        "👍🏽",
+        "❤️",
+        "e\u0301",
+        "🇫🇷",
+        "🏴\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f",
+    ],
+    ids=["family", "skin-tone", "variation", "accent", "flag", "subdivision-flag"],
+)
+def test_a_long_line_without_spaces_is_not_cut_inside_what_is_drawn_as_one(unit: str) -> None:
+    """700 family emoji in a row were cut every 2,000 characters inside a family: each
+    message began and ended with a broken one (found by review)."""
+    text = "x" + unit * (5000 // len(unit))
+    parts = split_markdown(text, 2000)
+    assert "".join(parts) == text and all(len(part) <= 2000 for part in parts)
+    assert all(part.lstrip("x").startswith(unit) for part in parts)
