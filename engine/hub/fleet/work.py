@@ -149,17 +149,43 @@ class FleetWork:
         held = self.ownership.owns(source)
         if not await self.ownership.claim(source):
             return False
-        if not held:
+        epoch = self.ownership.epoch(source)
+        if held:
+            state = self._sources.get(source)
+            if state is not None and state.epoch is None:  # made while held
+                state.epoch = epoch
+        else:
             self._sources.forget(source)
+            self._retire_earlier_tenure(source, epoch)
             # A turn the last owner left cut goes first, as after a restart: a new turn
             # would take its unanswered message for an orphan and drop it. That owner may
             # be this process, its consumer still winding down from the fenced turn.
             state = await self._sources.state(source)
+            state.epoch = epoch
             if not state.is_processing and await self._engine.store.sessions.interrupted(
                 state.session_id
             ):
                 state.resume_first = True
         return True
+
+    def _retire_earlier_tenure(self, source: str, epoch: int | None) -> None:
+        """The source taken anew while a turn of an earlier tenure still runs or waits
+        here (another process held it meanwhile: the epoch moved): that state is retired
+        and a fresh one, of the source's current session, takes its messages. Its turn's
+        waits for a human end (closed, not cancelled: the calls stay pending, so the
+        session stays cut and whoever holds the chat asks again), which frees the
+        session's handler. Until 2026-12-06 the old state was kept: a turn that waited
+        for a decision given elsewhere never ended here and the chat went silent when
+        this process took it again, and a message after a /new given elsewhere was
+        queued for the old session and dropped (both found by review). The same epoch:
+        nobody held it meanwhile, and the old turn's fence still holds; it goes on."""
+        old = self._sources.get(source)
+        if old is None or old.epoch == epoch:
+            return
+        if old.consumer is None and not old.is_processing:
+            return
+        self._sources.retire(old)
+        self._engine.approvals.close_session(old.session_id)
 
     async def stop(self, source: str, stop_here: StopHere) -> int:
         """The rows are everyone's and the turn may run elsewhere: both go."""
@@ -271,7 +297,11 @@ class FleetWork:
     def fenced_out(self, state: SourceState) -> None:
         """A turn of the source was fenced: its lease was gone by then, whatever the last
         renewal saw. Its queued work here is dropped (the rows stay), and a later claim
-        (a scan, a message) takes it anew and resumes the cut turn first."""
+        (a scan, a message) takes it anew and resumes the cut turn first. A retired
+        state's turn forgets nothing: the tenure it ran under is gone already, and the
+        current one is not its to forget (until 2026-12-06 it was forgotten)."""
+        if state.retired:
+            return
         self.ownership.forget(state.name)
         self.lost([state.name])
 
@@ -284,8 +314,9 @@ class FleetWork:
                 state.inbox.seen.clear()
 
     async def idle(self, state: SourceState) -> None:
-        """The source's consumer found nothing more: let it go, unless a row came in."""
-        if not self.ownership.owns(state.name) or not _quiet(state):
+        """The source's consumer found nothing more: let it go, unless a row came in (a
+        retired state's consumer lets nothing go: the source's current tenure is not its)."""
+        if state.retired or not self.ownership.owns(state.name) or not _quiet(state):
             return
         if await self.pull(state.name):
             return

@@ -100,7 +100,7 @@ class InboxConsumer:
         finally:
             state.consumer = None
             state.last_active = self._clock()
-            if state.has_waiting_work and self._placement.owns(state.name) and not self._closing:
+            if self._works(state) and state.has_waiting_work and not self._closing:
                 self.ensure(state)  # pushed (or decided) while this one was finishing
 
     async def _work(self, state: SourceState) -> None:
@@ -124,14 +124,19 @@ class InboxConsumer:
             finally:
                 if not self._closing:  # a fleet lets the source go, unless a row came in
                     await self._placement.idle(state)
-            if not state.has_waiting_work or not self._placement.owns(state.name):
+            if not state.has_waiting_work or not self._works(state):
                 return
+
+    def _works(self, state: SourceState) -> bool:
+        """Whether ``state``'s source is this process's to work, under this state (a
+        retired one's tenure is over, though the source may be held again)."""
+        return not state.retired and self._placement.owns(state.name)
 
     async def _resume_if_cut(self, state: SourceState) -> bool:
         """The cut turn first, when there is one (found at the start, or marked since: a
         decision for it, a turn fenced out and the source taken again); whether the
         source is still this process's to work."""
-        if not self._placement.owns(state.name):
+        if not self._works(state):
             return False
         if state.resume_first:
             state.resume_first = False

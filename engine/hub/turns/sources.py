@@ -37,6 +37,11 @@ class SourceState:
     #: a fleet does not let the source go meanwhile.
     held: int = 0
     last_active: float = 0.0
+    #: A fleet's: the lease epoch this state was claimed under (``None``: not claimed).
+    epoch: int | None = None
+    #: A fleet's: an earlier tenure's state, replaced when the source was taken anew while
+    #: its turn still ran or waited here; it acts on nothing more (``SourceRegistry.retire``).
+    retired: bool = False
 
     @property
     def is_idle(self) -> bool:
@@ -67,13 +72,15 @@ class SourceState:
 class SourceRegistry:
     """The live sources by name; creates them with their session and opens their handler."""
 
-    __slots__ = ("_clock", "_creating", "_engine", "_sources")
+    __slots__ = ("_clock", "_creating", "_engine", "_retired", "_sources")
 
     def __init__(self, engine: Engine, clock: MonotonicClock) -> None:
         self._engine = engine
         self._clock = clock
         self._sources: dict[str, SourceState] = {}
         self._creating = asyncio.Lock()
+        #: Retired states whose consumer or turn has not ended yet (``close`` cancels them).
+        self._retired: list[SourceState] = []
 
     def __len__(self) -> int:
         return len(self._sources)
@@ -121,9 +128,23 @@ class SourceRegistry:
         if state is not None and state.is_idle and not state.is_processing:
             del self._sources[source]
 
+    def retire(self, state: SourceState) -> None:
+        """``state`` belongs to an earlier tenure of its source (a fleet took the source
+        anew while its turn still ran or waited here): out of the registry, its queued
+        work dropped (the rows stay), acting on nothing more; the next use of the source
+        reads a fresh state (its current session) from the database."""
+        state.retired = True
+        state.resume_first = False
+        state.inbox.clear()
+        state.inbox.seen.clear()
+        if self._sources.get(state.name) is state:
+            del self._sources[state.name]
+        self._retired = [s for s in self._retired if not _ended(s)] + [state]
+
     def tasks(self) -> Iterator[asyncio.Task[Any]]:
-        """Every source's consumer and turn task (``ChatHub.close`` cancels them)."""
-        for state in self._sources.values():
+        """Every source's consumer and turn task, retired ones' too (``ChatHub.close``
+        cancels them)."""
+        for state in [*self._sources.values(), *self._retired]:
             yield from state.tasks()
 
     def evict_idle(self, idle_s: float, now: float | None = None) -> int:
@@ -147,3 +168,7 @@ class SourceRegistry:
         while True:
             await sleep(interval)
             self.evict_idle(idle_s)
+
+
+def _ended(state: SourceState) -> bool:
+    return all(task.done() for task in state.tasks())

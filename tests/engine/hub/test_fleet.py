@@ -979,3 +979,121 @@ async def test_new_on_a_chat_a_dead_owner_left_cut_lets_the_chat_go(
             assert b.model.calls == 0
         async with member(url, tmp_path, "c", notifier, ttl=TTL) as c:
             await report_told(c, b, source)
+
+
+# -- a chat taken anew while an earlier tenure's turn still runs or waits here -----------------
+
+
+async def _no_scan() -> int:
+    return 0
+
+
+async def lose(m: Member, source: str) -> None:
+    """``m``'s renewal of ``source`` fails once (the database away a moment): it stops
+    working the chat at once, and the lease lapses in the database."""
+    fleet = m.hub.fleet
+    assert fleet is not None
+    ownership = fleet.ownership
+    renew = ownership.renew_sources
+
+    async def losing() -> list[str]:
+        ownership.forget(source)
+        return [source]
+
+    ownership.renew_sources = losing  # type: ignore[method-assign]
+    try:
+        await until(lambda: _now(not fleet.owns(source)))
+    finally:
+        ownership.renew_sources = renew  # type: ignore[method-assign]
+    other = Leases(m.engine.store.db)
+
+    async def lapsed() -> bool:
+        return await other.holder(lease_name(source)) is None
+
+    await until(lapsed)
+
+
+async def _now(value: bool) -> bool:
+    return value
+
+
+async def test_a_chat_taken_again_answers_though_its_old_turn_waited_for_a_decision_given_elsewhere(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """a's turn waits for an approval when a loses the chat; the button is pressed at b,
+    which takes the chat over, runs the call once and answers, then lets the chat go. The
+    next message reaches a: it was queued behind a's old turn, waiting for a decision that
+    never reached a, and never answered (found by review)."""
+    source = "telegram:46"
+    assert pick(source, ("a", "b")) == "a"  # the next message goes to a
+    async with (
+        member(url, tmp_path, "a", None, ttl=TTL, rules=True) as a,
+        member(url, tmp_path, "b", None, ttl=TTL, rules=True) as b,
+    ):
+        assert a.hub.fleet is not None and b.hub.fleet is not None
+        for m in (a, b):  # nobody takes the chat but as the test says
+            monkeypatch.setattr(m.hub.fleet, "scan", _no_scan)
+            await m.hub.fleet.ownership.refresh_members()
+        a.model.add(tool_call("execute_cmd", '{"command": "echo run >> runs.log"}', "c1"))
+        await a.hub.fleet.ownership.claim(source)
+        await a.hub.send_message(source, "run it")
+        call = await pending_call(a.engine)
+
+        await lose(a, source)
+        b.model.add(text("Ran it."))
+        await b.hub.decide(call, APPROVE, decider=OPERATOR, source=source)
+
+        async def taken_over() -> bool:
+            return (await b.engine.store.db.run(answers)).get(source) == ["Ran it."]
+
+        await until(taken_over)
+        await until(lambda: _now(not b.hub.fleet.owns(source)))  # type: ignore[union-attr]
+        assert ran(tmp_path / "workspace-b") == ["run"]
+
+        await a.hub.send_message(source, "hello again")  # a takes the chat anew
+
+        async def answered() -> bool:
+            return "echo: hello again" in (await a.engine.store.db.run(answers)).get(source, [])
+
+        await until(answered)
+        assert ran(tmp_path / "workspace-a") == []  # the call ran once, at b
+
+
+async def test_a_message_after_a_new_given_elsewhere_is_answered_in_the_fresh_session(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """a's turn is in its model call when a loses the chat; /new at b moves the chat to a
+    fresh session and lets it go; the next message reaches a, whose old turn still winds
+    down. It was queued for the old session and dropped (found by review)."""
+    source = "telegram:47"
+    assert pick(source, ("a", "b")) == "a"
+    async with (
+        member(url, tmp_path, "a", None, ttl=TTL) as a,
+        member(url, tmp_path, "b", None, ttl=TTL) as b,
+    ):
+        assert a.hub.fleet is not None and b.hub.fleet is not None
+        scans = {}
+        for m in (a, b):
+            scans[m.name] = m.hub.fleet.scan
+            monkeypatch.setattr(m.hub.fleet, "scan", _no_scan)
+            await m.hub.fleet.ownership.refresh_members()
+        a.model.gate = asyncio.Event()
+        await a.hub.fleet.ownership.claim(source)
+        await a.hub.send_message(source, "first")
+        await asyncio.wait_for(a.model.started.wait(), 5)
+
+        await lose(a, source)
+        fresh = await asyncio.wait_for(b.hub.clear(source), 10)  # /new, at b
+        assert not b.hub.fleet.owns(source)
+
+        await a.hub.send_message(source, "after new")
+        a.model.gate.set()  # a's old turn ends, its answer fenced out
+        for m in (a, b):
+            monkeypatch.setattr(m.hub.fleet, "scan", scans[m.name])
+
+        async def answered() -> bool:
+            return "echo: after new" in (await a.engine.store.db.run(answers)).get(source, [])
+
+        await until(answered)
+        stored = await a.engine.store.db.run(user_rows, source)
+        assert stored[-1] == (fresh, "after new")
