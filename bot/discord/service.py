@@ -29,6 +29,7 @@ from bot.discord.messages import Listening
 from bot.discord.sending import discord_pacing
 from bot.fleet.receiver import ReceiverElection
 from bot.platform.access import PairingDesk
+from bot.platform.failures import report_failure
 from bot.platform.front import FrontConfig
 from bot.platform.jobs import Jobs
 from bot.platform.tasks import Background
@@ -186,12 +187,33 @@ class DiscordService:
         # What this process stored and did not handle before a stop, or what the gateway's
         # last holder (a fleet's) did before it died.
         await self.adapter.front.take_over()
+        failures = 0
         try:
-            await bot.connect(reconnect=True)
+            while True:
+                try:
+                    await bot.connect(reconnect=True)
+                    return
+                except Exception as exc:
+                    if refusal(exc) is not None:
+                        raise
+                    # discord.py reconnects by itself after what the network does; what it
+                    # raises past that (an event it could not read) ended the service
+                    # until 2026-12-06. A new session goes on, its catch-up reading what
+                    # came meanwhile.
+                    failures += 1
+                    delay = _LOGIN_BACKOFF.delay(failures)
+                    report_failure(log, "the Discord gateway connection")
+                    log.warning("connecting to the Discord gateway again in %.1f s", delay)
+                    await self._close_socket(bot)
+                    await asyncio.sleep(delay)
         finally:
-            if bot.ws is not None and not bot.is_closed():  # the lease is gone: let go
-                with contextlib.suppress(Exception):
-                    await bot.ws.close(code=1000)
+            await self._close_socket(bot)
+
+    @staticmethod
+    async def _close_socket(bot: discord.Client) -> None:
+        if bot.ws is not None and not bot.is_closed():  # the lease is gone: let go
+            with contextlib.suppress(Exception):
+                await bot.ws.close(code=1000)
 
     async def _home_at_owner(self, bot: discord.Client, owner: str) -> None:
         """Background notifications (a job's result, the tic's) go to the owner's DM

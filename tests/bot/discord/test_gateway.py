@@ -61,6 +61,27 @@ async def test_after_invalid_session_it_identifies_again_at_the_gateway_it_was_g
     await until(lambda: texts(fake, channel) == ["echo: still there?"])
 
 
+async def test_an_event_the_library_cannot_read_costs_a_reconnect_not_the_service(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """discord.py raises out of its gateway loop on an event it cannot parse (a shape
+    Discord changed): the service ended with "the Discord connection failed (KeyError)".
+    Now it connects again, and what was written meanwhile is read back."""
+    service = await make_service()
+    pushed = fake.dm(ALICE, "one")
+    channel = pushed["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: one"])
+    # A forward whose snapshot lacks a field discord.py reads without a default.
+    odd = {**pushed, "id": str(int(pushed["id"]) + 10), "content": ""}
+    odd["message_reference"] = {"type": 1, "message_id": "1", "channel_id": "1"}
+    odd["message_snapshots"] = [{"message": {"content": "x"}}]
+    fake.dispatch("MESSAGE_CREATE", odd)
+    await until(lambda: fake.identify_count == 2)
+    fake.dm(ALICE, "two")
+    await until(lambda: texts(fake, channel) == ["echo: one", "echo: two"])
+    assert not service.refused.done()
+
+
 async def test_a_dropped_connection_resumes_and_loses_nothing(
     fake: FakeDiscordServer, make_service: MakeService
 ) -> None:
