@@ -192,13 +192,23 @@ class DiscordAdapter:
         """READY arrived: a new gateway session, before any of its messages is taken.
         Its live messages wait for their conversation's catch-up (``ready``)."""
         self._began = utcnow()
-        self._held = _Held()
+        held = _Held()
+        if self._held is not None and self._held.waiting is None:
+            # The last session's catch-up never began (a second READY cancels discord.py's
+            # wait for the first one's guilds, so its on_ready never comes): what it held
+            # waits for this one's (until 2026-12-06 it waited for a restart; found by review).
+            held.messages, self._held.messages = self._held.messages, []
+        self._held = held
 
     def ready(self, bot_id: str) -> None:
         """A new gateway session (a start, an IDENTIFY after INVALID_SESSION, a fleet's
         fail-over) is ready: what was written meanwhile is fetched (``catch_up``)."""
         self._me.id = bot_id
-        began, held = self._began or utcnow(), self._held or _Held(channels=set())
+        held = self._held
+        if held is None or self._began is None:  # no READY seen for it: a session of now
+            began, held = utcnow(), _Held(waiting=set())
+        else:
+            began = self._began
         self.front.background.spawn(self.catch_up(began, held))
 
     async def catch_up(self, began: datetime, held: _Held) -> int:

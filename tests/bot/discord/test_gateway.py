@@ -180,6 +180,36 @@ async def test_a_live_message_waits_for_its_channels_catch_up(
     await until(lambda: in_order(texts(fake, channel)[1:], "two", "three"))
 
 
+async def test_a_message_held_for_a_catch_up_that_never_began_waits_for_the_next(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """A second READY (a new session after INVALID_SESSION) cancels discord.py's wait for
+    the first one's guilds: the first's on_ready never comes, nor its catch-up. A live
+    message held for it waited for a restart (found by review)."""
+    service = await make_service()
+    adapter = discord_of(service)
+    channel = fake.dm(ALICE, "one")["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: one"])
+    adapter.session_began()  # READY, whose on_ready never comes
+    await stored(service, fake.dm(ALICE, "two (live)")["id"])
+    adapter.session_began()  # the next READY
+    assert adapter.bot_id is not None
+    adapter.ready(adapter.bot_id)
+    await until(lambda: texts(fake, channel) == ["echo: one", "echo: two (live)"])
+
+
+async def test_ready_alone_catches_up(fake: FakeDiscordServer, make_service: MakeService) -> None:
+    """Without the READY seen first (a path that skips it), ready raised a TypeError."""
+    service = await make_service()
+    adapter = discord_of(service)
+    channel = fake.dm(ALICE, "one")["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: one"])
+    fake.dm(ALICE, "two", offline=True)
+    assert adapter.bot_id is not None
+    adapter.ready(adapter.bot_id)
+    await until(lambda: texts(fake, channel) == ["echo: one", "echo: two"])
+
+
 def in_order(answers: list[str], first: str, then: str) -> bool:
     """Both answered, ``first`` before ``then`` (in one turn, when they queued together)."""
     said = "\n".join(answers)
