@@ -191,13 +191,15 @@ class DiscordAdapter:
     def session_began(self) -> None:
         """READY arrived: a new gateway session, before any of its messages is taken.
         Its live messages wait for their conversation's catch-up (``ready``)."""
-        self._began = utcnow()
-        held = _Held()
-        if self._held is not None and self._held.waiting is None:
+        held, previous = _Held(), self._held
+        if previous is not None and previous.waiting is None and self._began is not None:
             # The last session's catch-up never began (a second READY cancels discord.py's
             # wait for the first one's guilds, so its on_ready never comes): what it held
-            # waits for this one's (until 2026-12-06 it waited for a restart; found by review).
-            held.messages, self._held.messages = self._held.messages, []
+            # waits for this one's, which reads from the last one's start (until
+            # 2026-12-06 it waited for a restart; found by review).
+            held.messages, previous.messages = previous.messages, []
+        else:
+            self._began = utcnow()
         self._held = held
 
     def ready(self, bot_id: str) -> None:
