@@ -51,8 +51,10 @@ class Redelivery:
         self._sleep = sleep
         # Shared with the postponements: a row being sent here is never moved by them.
         self._in_flight = outbound.postponements.in_flight
-        # Each chat's delivery under way: the chat's next rows go after it.
+        # Each chat's newest delivery: the chat's next rows go after it.
         self._chats: dict[str, asyncio.Task[None]] = {}
+        # Every delivery under way, those queued behind another included (a stop ends all).
+        self._running: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         """Deliver postponed rows as they come due, until cancelled."""
@@ -61,8 +63,12 @@ class Redelivery:
             while True:
                 await self._round(wake)
         finally:  # a stop: each attempt under way still ends and is recorded (shielded)
-            for chat in self._chats.values():
-                chat.cancel()
+            # Every chat's task, not only its newest: one queued behind another left that
+            # one running past the stop, on to the chat's next rows (found by review).
+            running = list(self._running)
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
 
     async def _round(self, wake: asyncio.Event) -> None:
         """Start what is due, then sleep until more is (or a postponement comes in)."""
@@ -90,7 +96,7 @@ class Redelivery:
         """Claim the rows due now and deliver them; how many were tried. Returns when
         their deliveries have ended (``run`` does not wait for them)."""
         claimed = await self.start_due()
-        await asyncio.gather(*self._chats.values(), return_exceptions=True)
+        await asyncio.gather(*self._running, return_exceptions=True)
         return claimed
 
     async def start_due(self) -> int:
@@ -118,8 +124,10 @@ class Redelivery:
     def _start_chat(self, chat: str, rows: list[OutboxRow]) -> None:
         task = asyncio.create_task(self._deliver_chat(rows, self._chats.get(chat)))
         self._chats[chat] = task
+        self._running.add(task)
 
         def ended(task: asyncio.Task[None]) -> None:
+            self._running.discard(task)
             if self._chats.get(chat) is task:
                 del self._chats[chat]
             if not task.cancelled() and task.exception() is not None:

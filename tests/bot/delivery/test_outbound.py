@@ -295,6 +295,52 @@ async def test_a_chat_held_by_a_429_storm_holds_up_no_other_chats_redelivery(
     ]
 
 
+async def test_a_stop_ends_every_chat_delivery_those_queued_behind_another_too(
+    store: Store, outbox: OutboxStore
+) -> None:
+    """Alice's "one" is on its way, "two" behind it in the same task; "three" comes due
+    and is claimed behind them. The stop cancelled only the chat's newest task: the first
+    went on after the stop, and "two" was sent by a service that had stopped (found by
+    review)."""
+    out, client, time = make_outbound(outbox, Pacing.unpaced(max_attempts=1), auto=False)
+    for n, text in enumerate(["one", "two"]):
+        assert await outbox.enqueue(ALICE, f"final:{n}:0", {"text": text}) is not None
+    assert await out.recover() == 2  # a restart: both due
+    taken, answer = client.hold(ALICE)  # "one" taken, its answer slow
+    redelivery = Redelivery(out, outbox, now=wall(time), sleep=time.sleep)
+    running = asyncio.create_task(redelivery.run())
+
+    async def until(condition: Any, what: str) -> None:  # the database answers from a thread
+        for _ in range(500):
+            if await condition():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"never: {what}")
+
+    async def one_taken() -> bool:
+        return taken.is_set()
+
+    await until(one_taken, "one taken")
+    assert await outbox.enqueue(ALICE, "final:3:0", {"text": "three"}) is not None
+    await outbox.recover(wall(time)())  # due now
+    out.postponed.set()  # the loop looks again
+
+    async def three_claimed() -> bool:
+        three = [r for r in await outbox_rows(store) if r["payload"]["text"] == "three"]
+        return three[0]["next_attempt_at"] > wall(time)()
+
+    await until(three_claimed, "three claimed, queued behind the chat's first task")
+    running.cancel()  # the stop
+    await asyncio.gather(running, return_exceptions=True)
+    stopping = asyncio.create_task(out.flush())
+    answer.set()
+    await stopping
+    await settle()
+    for _ in range(3):
+        await time.advance(60)
+    assert [t.payload["text"] for t in client.delivered(ALICE)] == ["one"]
+
+
 async def test_a_delivery_is_recorded_before_it_returns(store: Store, outbox: OutboxStore) -> None:
     """The record of a sent reply was written by a task of its own after ``deliver``
     returned: a kill in that commit's few ms sent the reply again at the next start, a
