@@ -135,8 +135,16 @@ function renderSidebar() {
 
 async function select(id) {
   if (state.socket) {
-    state.socket.onclose = null;
-    state.socket.close();
+    const old = state.socket;
+    old.onclose = null;
+    old.onmessage = null;
+    // Messages sent while it connected leave first, to the conversation they were written
+    // in (closed at once, they were lost: neither sent nor given back; found by review).
+    if (old.readyState === WebSocket.CONNECTING && old.queued) {
+      old.addEventListener("open", () => old.close(), { once: true });
+    } else {
+      old.close();
+    }
     state.socket = null;
   }
   if (state.current !== id) clearAttached(); // a conversation's files are its own
@@ -293,6 +301,7 @@ function frameOut(frame) {
   // socket opens. Until 2026-12-06 it was refused with "Not connected", draft kept, on a
   // slow machine; a socket that closes first gives the draft back as any other does.
   if (socket && socket.readyState === WebSocket.CONNECTING) {
+    socket.queued = (socket.queued || 0) + 1;
     socket.addEventListener("open", () => socket.send(JSON.stringify(frame)), { once: true });
     return true;
   }

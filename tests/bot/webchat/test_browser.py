@@ -420,6 +420,28 @@ async def test_a_message_sent_while_the_socket_connects_goes_when_it_opens_in_ch
     await context.close()
 
 
+async def test_a_message_sent_while_connecting_goes_though_another_conversation_is_chosen(
+    browser: Any, make_server, fake_openai: FakeOpenAIServer, artifacts: Path
+):
+    """Sent while the socket connects, then another conversation chosen before it opened:
+    the socket was closed at once, and the message was neither sent nor given back
+    (found by review). It goes to the conversation it was written in."""
+    server: ChatServer = await make_server(page=True)
+    context, page = await _signed_in(browser, server, init_script=HOLD_SOCKETS)
+    first = page.url.split("#c=")[1]
+    async with _evidence_on_failure(page, artifacts, "webchat-sent-then-switched"):
+        fake_openai.reply_text("Heard you.")
+        await _send(page, "typed at once")
+        await page.click("#new")
+        await page.wait_for_function(f"!location.hash.endsWith('={first}')")
+        await page.evaluate("window.__openSockets()")
+        await page.click(f"#conversations li[data-id='{first}']")
+        await page.evaluate("window.__openSockets()")
+        await page.wait_for_selector(".msg.assistant:has-text('Heard you.')")
+        assert await page.text_content(".msg.user") == "typed at once"
+    await context.close()
+
+
 @pytest.fixture
 async def microphone_browser() -> AsyncIterator[Any]:
     """Chromium with a fake microphone (a beep) that needs no one to allow it."""
