@@ -127,6 +127,13 @@ class FleetWork:
             owned = await self.claim(source)
         if not owned:
             self._sources.forget(source)  # its session as the database has it now
+            kept = self._sources.get(source)
+            if kept is not None and _busy(kept):
+                # An earlier tenure's turn still winds down or waits here, and another
+                # process works the chat now: the message is for the chat's current
+                # session, not that turn's (it was queued for the old one, and dropped,
+                # after a /new given elsewhere; found by review).
+                self._retire(kept)
         state = await self._sources.state(source, agent_id=options.agent_id)
         row = await queue_message(self._engine.store, source, state.session_id, text, options, also)
         if owned and self.ownership.owns(source):
@@ -180,12 +187,12 @@ class FleetWork:
         queued for the old session and dropped (both found by review). The same epoch:
         nobody held it meanwhile, and the old turn's fence still holds; it goes on."""
         old = self._sources.get(source)
-        if old is None or old.epoch == epoch:
-            return
-        if old.consumer is None and not old.is_processing:
-            return
-        self._sources.retire(old)
-        self._engine.approvals.close_session(old.session_id)
+        if old is not None and old.epoch != epoch and _busy(old):
+            self._retire(old)
+
+    def _retire(self, state: SourceState) -> None:
+        self._sources.retire(state)
+        self._engine.approvals.close_session(state.session_id)
 
     async def stop(self, source: str, stop_here: StopHere) -> int:
         """The rows are everyone's and the turn may run elsewhere: both go."""
@@ -478,3 +485,8 @@ def _unowned_work(conn: Connection, interrupted: set[int]) -> list[str]:
     )
     queued = set(conn.execute(sa.select(queued_messages.c.source).distinct()).scalars())
     return sorted((queued | cut) - live)
+
+
+def _busy(state: SourceState) -> bool:
+    """A consumer or a turn of the source runs (or waits) here."""
+    return state.consumer is not None or state.is_processing

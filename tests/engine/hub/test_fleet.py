@@ -1059,14 +1059,17 @@ async def test_a_chat_taken_again_answers_though_its_old_turn_waited_for_a_decis
         assert ran(tmp_path / "workspace-a") == []  # the call ran once, at b
 
 
+@pytest.mark.parametrize(
+    ("source", "picked"), [("telegram:47", "a"), ("telegram:40", "b")], ids=["a-picked", "b-picked"]
+)
 async def test_a_message_after_a_new_given_elsewhere_is_answered_in_the_fresh_session(
-    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, picked: str
 ) -> None:
     """a's turn is in its model call when a loses the chat; /new at b moves the chat to a
     fresh session and lets it go; the next message reaches a, whose old turn still winds
-    down. It was queued for the old session and dropped (found by review)."""
-    source = "telegram:47"
-    assert pick(source, ("a", "b")) == "a"
+    down (the chat a's to take, or b's). It was queued for the old session and dropped
+    (found by review)."""
+    assert pick(source, ("a", "b")) == picked
     async with (
         member(url, tmp_path, "a", None, ttl=TTL) as a,
         member(url, tmp_path, "b", None, ttl=TTL) as b,
