@@ -6,7 +6,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.llm.protocols import ChatModel
 from engine.llm.types import LlmContextOverflow, LlmError, LlmResponse, Message, ToolSchema
@@ -26,6 +26,9 @@ class RoundResult:
     response: LlmResponse
     model: str
     duration_ms: int
+    #: What the turn leaves out of its requests from here on (``None``: nothing; a turn
+    #: that never overflows never makes one).
+    fit: ContextFit | None = None
 
 
 MessagesFor = Callable[[bool], list[Message]]
@@ -48,17 +51,23 @@ async def call_llm_round(
     fit: ContextFit | None = None,
 ) -> RoundResult:
     """Ask the candidates; a request over the model's context window is asked again
-    with older tool output left out (``fit``: the turn's level, which it keeps)."""
-    fit = fit if fit is not None else ContextFit()
+    with older tool output left out (``fit``: what the turn leaves out so far; the
+    result carries it on)."""
     while True:
+        asked = messages_for if fit is None else _fitted(messages_for, fit)
         try:
-            return await _ask_candidates(
-                candidates, lambda hints: fit.apply(messages_for(hints)), tools, scope, emitter
-            )
+            result = await _ask_candidates(candidates, asked, tools, scope, emitter)
         except LlmContextOverflow as exc:
+            fit = fit if fit is not None else ContextFit()
             if not fit.tighten(messages_for(False)):
                 raise TurnFailed(OUTGROWN) from exc
             log.warning("the request outgrew %s's context window: level %d", exc.model, fit.level)
+            continue
+        return result if fit is None else replace(result, fit=fit)
+
+
+def _fitted(messages_for: MessagesFor, fit: ContextFit) -> MessagesFor:
+    return lambda hints: fit.apply(messages_for(hints))
 
 
 async def _ask_candidates(

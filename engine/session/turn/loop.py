@@ -28,7 +28,7 @@ async def run_agent_turn(
     pending_input: PendingUserInput | None = None,
 ) -> TurnOutcome:
     collected: list[ToolCallEvent] = []
-    fit = ContextFit()  # tool output left out once the turn outgrew the context window
+    fit: ContextFit | None = None  # what is left out once the turn outgrew the window
     for _ in range(env.limits.max_tool_rounds):
         if env.scope.cancelled:
             return Cancelled()
@@ -45,6 +45,7 @@ async def run_agent_turn(
                 env.emitter,
                 fit,
             )
+            fit = round_.fit
         except TurnCancelled:
             return Cancelled()
         response = round_.response
