@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from engine.text import clean_text
 from providers import UNSENDABLE, Endpoint, ProviderRegistry
 from voice.endpoints import AudioChoice, failure_of
 
@@ -85,10 +86,12 @@ def _text_of(answer: httpx.Response, endpoint: Endpoint) -> str:
         raise TranscriptionError(failed)
     try:
         data = answer.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past Python's depth
         data = None
     text = data.get("text") if isinstance(data, dict) else None
     if not isinstance(text, str):
         log.warning("transcription at %s: no text in %r", endpoint.base_url, answer.text[:300])
         raise TranscriptionError("the transcription server's answer holds no text")
-    return text.strip()[:MAX_TRANSCRIPT]
+    # A lone surrogate or a NUL in what was heard failed the turn, and the voice note
+    # was lost behind "something went wrong" (until 2026-12-06; found by review).
+    return clean_text(text).strip()[:MAX_TRANSCRIPT]

@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from providers import Endpoint
 from tests.fakes.background import BackgroundServer
-from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.openai_server import FakeOpenAIServer, ScriptedReply
 from voice import Speaker, SpeechError, Transcriber, TranscriptionError
 
 UNSENDABLE = [
@@ -79,3 +79,36 @@ async def test_the_timeout_is_a_deadline_for_the_whole_answer(
         )
     with pytest.raises(SpeechError, match=r"did not answer within 0\.5 s"):
         await Speaker(http, timeout_s=0.5).speak(Endpoint(dripping, "", "tts-1"), "hi", "alloy")
+
+
+@pytest.mark.parametrize(
+    ("body", "heard"),
+    [
+        (b'{"text": "book a table \\ud83d"}', "book a table \ufffd"),  # a token cut an emoji
+        (b'{"text": "book\\u0000 a table"}', "book\ufffd a table"),
+    ],
+    ids=["lone-surrogate", "nul"],
+)
+async def test_what_was_heard_is_text_every_encoder_takes(
+    http: httpx.AsyncClient, fake_openai: FakeOpenAIServer, body: bytes, heard: str
+) -> None:
+    """A lone surrogate in the transcript failed the turn (no UTF-8 encoder takes it) and
+    the voice note was lost behind "something went wrong" (found by review)."""
+    fake_openai.transcription_failures.append(ScriptedReply("raw", status=200, body=body))
+    text = await Transcriber(http, timeout_s=5).transcribe(
+        Endpoint(fake_openai.base_url, "", "whisper-1"), b"OggS....", "voice.ogg", "audio/ogg"
+    )
+    assert text == heard
+    text.encode("utf-8")
+
+
+async def test_an_answer_nested_past_pythons_depth_is_one_sentence(
+    http: httpx.AsyncClient, fake_openai: FakeOpenAIServer
+) -> None:
+    """It escaped as a RecursionError (found by review)."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    fake_openai.transcription_failures.append(ScriptedReply("raw", status=200, body=deep))
+    with pytest.raises(TranscriptionError, match="holds no text"):
+        await Transcriber(http, timeout_s=5).transcribe(
+            Endpoint(fake_openai.base_url, "", "whisper-1"), b"OggS....", "voice.ogg", "audio/ogg"
+        )

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from bot.telegram.sending.api import Json
+from engine.text import clean_text
 
 __all__ = [
     "DB_ID_MAX",
@@ -26,25 +27,6 @@ __all__ = [
 
 # Ids are stored in signed 64-bit columns: a bigger one cannot name anything we stored.
 DB_ID_MIN, DB_ID_MAX = -(2**63), 2**63 - 1
-
-
-def clean_text(text: str) -> str:
-    """``text`` that every encoder downstream accepts, at the same UTF-16 offsets.
-
-    A lone surrogate (JSON ``"\\ud800"`` decodes to one) cannot be encoded as UTF-8, so
-    the database, the model request and Telegram itself would each fail on it; NUL is
-    refused by PostgreSQL. Each becomes U+FFFD, one UTF-16 unit like what it replaces,
-    so entity offsets stay right. A surrogate pair split over two characters is joined.
-    """
-    if text.isascii() and "\x00" not in text:
-        return text  # the common case, without an encode
-    if "\x00" in text:
-        text = text.replace("\x00", "\ufffd")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return text
 
 
 def fits_db_id(value: int) -> bool:
