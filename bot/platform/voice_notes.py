@@ -143,6 +143,10 @@ class VoiceNotes:
             if kind not in VOICE_KINDS:
                 heard.attachments.append(attachment)
                 continue
+            too_large = self._measured(attachment)
+            if too_large is not None:
+                heard.problems.append(too_large)
+                continue
             text = await self._transcribe(attachment, heard)
             if text is not None:
                 heard.texts.append(text)
@@ -150,6 +154,22 @@ class VoiceNotes:
             elif kind != "voice":
                 heard.attachments.append(attachment)  # a sound file stays a file
         return heard
+
+    def _measured(self, attachment: Json) -> str | None:
+        """Why a downloaded voice file is not sent to transcription after all: measured,
+        it is over ``max_bytes`` (its message gave no size, or less than it has); then it
+        is not kept either. Telegram's were sent whatever their size (until 2026-12-06;
+        found by review): only the other platforms' downloads measured them."""
+        name = str(attachment.get("name") or "the voice message")
+        try:
+            path = self.workspace / str(attachment["path"])
+            size = path.stat().st_size
+        except (OSError, KeyError):
+            return None  # unreadable: ``_transcribe`` says so
+        why = self.refusal(str(attachment.get("kind")), name, size, None)
+        if why is not None:
+            path.unlink(missing_ok=True)
+        return why
 
     async def _transcribe(self, attachment: Json, heard: Heard) -> str | None:
         name = str(attachment.get("name") or "the voice message")

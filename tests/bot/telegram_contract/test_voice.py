@@ -104,6 +104,24 @@ async def test_a_50_mb_audio_file_is_refused_before_download(heard, telegram, fa
     assert telegram.calls_to("getFile") == []
 
 
+async def test_a_voice_note_that_gave_no_size_is_measured_once_downloaded(
+    start_service, telegram, model, fake_openai
+):
+    """The Bot API's file_size is optional: a 100 KB note that gave none went to the
+    transcription server past VOICE_MAX_BYTES (found by review)."""
+    service = await start_service(
+        transcribe_model="whisper-1",
+        transcribe_base_url=fake_openai.base_url,
+        voice_max_bytes=4096,
+    )
+    telegram.add_file("v1", OGG + bytes(100_000))
+    private(telegram, voice=voice())
+    reply = await only_reply(telegram)
+    assert "too large to transcribe" in reply
+    assert fake_openai.transcription_requests == []
+    assert not list((service.hub.workspace_root / "uploads").rglob("*.ogg"))  # not kept
+
+
 async def test_an_empty_voice_note_gets_a_clear_line(heard, telegram, model, fake_openai):
     telegram.add_file("v0", b"")
     private(telegram, voice=voice("v0"))
