@@ -108,8 +108,8 @@ async def probe(http: httpx.AsyncClient, provider: Provider, *, timeout_s: float
         raise ProviderError(f"{provider.name} answered HTTP {answer.status_code} for /models")
     try:
         data = answer.json().get("data")
-    except (ValueError, AttributeError):
-        data = None
+    except (ValueError, AttributeError, RecursionError):  # RecursionError: nested past
+        data = None  # Python's depth, it escaped as a 500 (until 2026-12-06; found by review)
     # Only string ids: a server listing ``{"id": ["x"]}`` made the test a 500 (found by review).
     models = data if isinstance(data, list) else []
     listed = {m["id"] for m in models if isinstance(m, dict) and isinstance(m.get("id"), str)}

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 
 from bot.settings import load_settings
 from engine.bus import JobCompleted, ProviderRegistered, ProviderUnregistered
 from engine.bus.broadcast import DEFAULT_CAPACITY
-from providers import Provider, ProviderError, masked
+from providers import Provider, ProviderError, masked, probe
 from voice import Transcription
 
 KEY = "gsk_live_0123456789abcdef"
@@ -148,3 +149,12 @@ async def test_offered_models_are_chosen_by_name_never_fallbacks_never_shadowing
         assert models.candidates() == [configured]  # offered models are no fallbacks
         assert [m.name for m in models.candidates("llama-x")] == ["llama-x", "primary"]
         assert KEY not in repr(models.get("llama-x"))
+
+
+async def test_a_listing_nested_past_pythons_depth_is_a_listing_of_none() -> None:
+    """It escaped the provider test as a RecursionError (a 500; found by review)."""
+    deep = b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    transport = httpx.MockTransport(lambda _request: httpx.Response(200, content=deep))
+    async with httpx.AsyncClient(transport=transport) as http:
+        line = await probe(http, Provider("deep", "http://deep.example/v1", "", ("chat",), ("m",)))
+    assert line == "deep answers (0 models listed)"
