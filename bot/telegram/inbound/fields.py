@@ -18,7 +18,6 @@ __all__ = [
     "Drops",
     "as_int",
     "as_number",
-    "clean_text",
     "file_id_of",
     "fits_db_id",
     "size_of",

@@ -12,14 +12,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.telegram.inbound.fields import (
-    Drops,
-    as_int,
-    as_number,
-    clean_text,
-)
+from bot.telegram.inbound.fields import Drops, as_int, as_number
 from bot.telegram.inbound.media import MEDIA_FIELDS, FileRef, descriptions_of, files_of
 from bot.telegram.sending.api import Json
+from engine.text import clean_text
 
 __all__ = [
     "Callback",

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from bot.telegram.inbound.fields import clean_text
 from bot.telegram.inbound.updates import Callback, Ignored, Message, parse_update
+from engine.text import clean_text
 from tests.bot.junk import JSON_VALUES, Users, junk_message_fields, junk_update
 
 ALICE = 111
