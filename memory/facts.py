@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.store import Database, utcnow
+from engine.text import clean_text
 from memory.tables import memory_facts
 
 __all__ = ["Fact", "FactError", "FactLimits", "FactStore", "clean_fact"]
@@ -50,7 +51,10 @@ def clean_fact(body: object, limits: FactLimits) -> str:
         raise FactError("A fact must be text.")
     if "\x00" in body:  # PostgreSQL's text holds no NUL
         raise FactError("A fact cannot hold a NUL character.")
-    line = " ".join(body.split())
+    # A lone surrogate (JSON's "\ud83d", a token that cut an emoji) is no character: it
+    # failed the commit, and a model's fact holding one stopped fact derivation for good
+    # (until 2026-12-06; found by review). It becomes U+FFFD, as in every outside text.
+    line = " ".join(clean_text(body).split())
     if not line:
         raise FactError("A fact cannot be empty.")
     if len(line) > limits.max_chars:

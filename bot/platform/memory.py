@@ -161,25 +161,30 @@ class MemoryFront:
 
     # -- /forget_me ------------------------------------------------------------------------
 
-    async def forget_prompt(self, user: int | None, confirm: str) -> str:
-        """What ``/forget_me`` asks before it deletes; ``confirm`` says how to go on."""
+    async def forget_prompt(self, user: int | None, confirm: str, source: str) -> str:
+        """What ``/forget_me`` asks before it deletes; ``confirm`` says how to go on. In a
+        group it counts nothing: the room would learn how much is remembered of the person
+        elsewhere (it did, until 2026-12-06; found by review)."""
         if self.memory is None:
             return MEMORY_OFF
         if user is None:
             return NOBODY
-        count = len(await self.memory.facts.list(user))
+        what = "everything I remember about you"
+        if is_personal(source):
+            what += f": {_facts(len(await self.memory.facts.list(user)))}"
         return (
-            f"This deletes everything I remember about you: {_facts(count)}, and what you "
-            f"said from my search index (in groups too), with both sides of your own "
-            f"conversations. {HISTORY_KEPT}\n\n{confirm}"
+            f"This deletes {what}, and what you said from my search index (in groups too), "
+            f"with both sides of your own conversations. {HISTORY_KEPT}\n\n{confirm}"
         )
 
-    async def forget(self, user: int | None) -> str:
+    async def forget(self, user: int | None, source: str) -> str:
         if self.memory is None:
             return MEMORY_OFF
         if user is None:
             return NOBODY
         done: Forgotten = await self.memory.forget_user(user)
+        if not is_personal(source):  # the room is told nothing of how much there was
+            return f"Done: I deleted everything I remembered about you. {HISTORY_KEPT}"
         entries = "search entry" if done.documents == 1 else "search entries"
         return (
             f"Done: I deleted {_facts(done.facts)} and {done.documents} {entries}. {HISTORY_KEPT}"
@@ -204,8 +209,8 @@ def memory_commands(front: MemoryFront) -> list[Command]:
     async def forget_me(c: CommandContext) -> str:
         user = await front.person(c.source, c.user_id)
         if c.argument.strip().lower() == "yes":
-            return await front.forget(user)
-        return await front.forget_prompt(user, "Send /forget_me yes to go ahead.")
+            return await front.forget(user, c.source)
+        return await front.forget_prompt(user, "Send /forget_me yes to go ahead.", c.source)
 
     return [
         Command("search", SEARCH_HELP, search, argument="<words>"),

@@ -64,6 +64,12 @@ def test_a_fact_of_100_kb_is_refused_with_its_length() -> None:
     assert is_a_sentence(message)
 
 
+def test_a_lone_surrogate_in_a_fact_is_a_replacement_character() -> None:
+    """A model's JSON may hold "\\ud83d" (a token that cut an emoji): the commit failed,
+    and the deriver retried the same batch forever (found by review)."""
+    assert clean_fact("likes \ud83d tea", LIMITS) == "likes \ufffd tea"
+
+
 def test_a_fact_is_one_line_and_its_length_is_counted_after_that() -> None:
     assert clean_fact("  likes\n\ntea   and\tcake ", LIMITS) == "likes tea and cake"
     assert clean_fact("a " * 250, LIMITS) == " ".join(["a"] * 250)  # 499 once joined

@@ -133,9 +133,9 @@ class MemoryPanel:
     async def _forget_me(self, c: CommandContext) -> None:
         user = await self.front.person(c.source, c.user_id)
         if c.argument.strip().lower() == "yes":
-            await self._send(c.source, await self.front.forget(user))
+            await self._send(c.source, await self.front.forget(user, c.source))
             return
-        text = await self.front.forget_prompt(user, "Are you sure?")
+        text = await self.front.forget_prompt(user, "Are you sure?", c.source)
         keyboard = None
         if user is not None and c.user_id is not None:
             owner = int(c.user_id)
@@ -203,7 +203,7 @@ class MemoryPanel:
                 await answer(None)
                 await self._show(c, *await self.render(source, c.user_id, tap.page))
             case "forget":
-                result = await self.front.forget(presser)
+                result = await self.front.forget(presser, source)
                 await answer("Forgotten.")
                 await self._show(c, result, None)
             case "cancel":

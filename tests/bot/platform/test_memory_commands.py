@@ -119,3 +119,19 @@ async def test_in_a_group_the_listing_is_the_group_s_and_switching_is_the_owner_
     # A person's own private chat is theirs to switch.
     await front.switch("telegram:111", "off", is_owner=False)
     assert "telegram:111" in memory.optouts
+
+
+async def test_forget_me_in_a_group_tells_the_room_no_counts(store: Store) -> None:
+    """The prompt and the answer said how many facts and search entries there were of the
+    person, private ones too, to the whole room (found by review)."""
+    memory = MemoryService(store.db, ChatEventBus())
+    front = MemoryFront(memory)
+    ann = await front.person("telegram:-5", "111")
+    for n in range(7):
+        await memory.facts.add(ann, f"private {n}", origin_source="telegram:111", created_by="user")
+    prompt = await front.forget_prompt(ann, "Are you sure?", "telegram:-5")
+    assert "7 facts" not in prompt and "everything I remember about you" in prompt
+    done = await front.forget(ann, "telegram:-5")
+    assert done.startswith("Done: I deleted everything I remembered about you.")
+    assert await memory.facts.list(ann) == []
+    assert "you: 0 facts" in await front.forget_prompt(ann, "?", "telegram:111")  # counted there
