@@ -8,7 +8,7 @@ restart never indexes a thing twice or skips one.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,7 +148,14 @@ def _index_batch(conn: Connection, session_id: int, limits: IndexerLimits) -> tu
                 limits,
                 user_id,
             )
-    for s in summaries if indexed else ():
+    # A summary holds the conversation from its first message on: in a person's own
+    # conversation forgotten since, it holds their forgotten words (indexed after the
+    # forget, it brought them back into /search until 2026-12-06; found by review).
+    if summaries and indexed and speakers.owner_forgotten(source, _first_message(conn, root)):
+        summaries_kept: Sequence[Any] = ()
+    else:
+        summaries_kept = summaries if indexed else ()
+    for s in summaries_kept:
         documents += _documents(
             session_id, source, "summary", s.id, "summary", s.content, s.created_at, limits
         )
@@ -163,6 +170,16 @@ def _index_batch(conn: Connection, session_id: int, limits: IndexerLimits) -> tu
         )
     more = len(messages) == limits.batch or len(summaries) == limits.batch
     return len(documents), more
+
+
+def _first_message(conn: Connection, root: Any) -> int:
+    """The id of the session's first root-frame message (0: none)."""
+    first = conn.execute(
+        sa.select(sa.func.min(chat_history.c.id))
+        .join(chat_sessions_stack, chat_sessions_stack.c.id == chat_history.c.session_stack_id)
+        .where(root)
+    ).scalar()
+    return int(first or 0)
 
 
 def _documents(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import sqlalchemy as sa
 
 from engine.bus.chat import ChatEvent, ChatEventBus, CompactionEvent
@@ -12,6 +13,7 @@ from engine.store import Store
 from memory.indexer import Indexer, IndexerLimits, chunks
 from memory.service import MemoryService
 from memory.tables import memory_documents, memory_watermarks
+from memory.users import Identity
 from tests.memory.conftest import MEMORY_LAYERS, write_history
 
 
@@ -195,3 +197,27 @@ async def test_a_failing_round_is_retried_with_the_next_event(store: Store) -> N
     await service.close()
 
     assert sorted(d[1] for d in await documents(store)) == [first, second]
+
+
+@pytest.mark.parametrize("indexed_before", [True, False], ids=["after-the-forget", "index-behind"])
+async def test_a_summary_of_a_forgotten_private_chat_is_never_indexed(
+    store: Store, indexed_before: bool
+) -> None:
+    """The history is kept after /forget_me, so the conversation's next compaction
+    summarises the forgotten words, and that summary (or one not indexed yet at the
+    forget) was indexed: /search found them again (found by review)."""
+    memory = MemoryService(store.db, ChatEventBus())
+    source = "telegram:111"
+    chat = await store.sessions.create(source)
+    frame = await store.sessions.root_frame(chat.id)
+    ids = await write_history(store, chat.id, [("user", "my secret diary"), ("assistant", "ok")])
+    if indexed_before:
+        await Indexer(store.db).catch_up()
+    else:
+        await store.summaries.add(frame.id, "Ann keeps a secret diary", ids[-1])
+    await memory.forget_user(await memory.user_for(Identity("telegram", "111")))
+    more = await write_history(store, chat.id, [("user", "the weather?"), ("assistant", "sun")])
+    await store.summaries.add(frame.id, "Ann keeps a secret diary; asked about weather", more[-1])
+    await Indexer(store.db).catch_up()
+    assert await memory.search.sessions(source, "diary") == []
+    assert [hit.snippet for hit in await memory.search.sessions(source, "weather")]
