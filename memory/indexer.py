@@ -26,7 +26,7 @@ from engine.store import (
 )
 from memory.optouts import opted_out_in
 from memory.tables import memory_documents, memory_watermarks, scope_of
-from memory.users import BatchSpeakers, identity_of
+from memory.users import BatchSpeakers, identity_of, is_personal
 
 __all__ = ["Indexer", "IndexerLimits", "chunks"]
 
@@ -151,7 +151,9 @@ def _index_batch(conn: Connection, session_id: int, limits: IndexerLimits) -> tu
     # A summary holds the conversation from its first message on: in a person's own
     # conversation forgotten since, it holds their forgotten words (indexed after the
     # forget, it brought them back into /search until 2026-12-06; found by review).
-    if summaries and indexed and speakers.owner_forgotten(source, _first_message(conn, root)):
+    # Only a personal conversation has an owner to have forgotten it: no query for groups.
+    personal = summaries and indexed and is_personal(source)
+    if personal and speakers.owner_forgotten(source, _first_message(conn, root)):
         summaries_kept: Sequence[Any] = ()
     else:
         summaries_kept = summaries if indexed else ()

@@ -68,7 +68,9 @@ def _left_out(messages: list[Message], level: _Level) -> list[Message]:
     for index in results:
         if index in whole:
             continue
-        content = _text(messages[index].get("content"))
+        content = messages[index].get("content")
+        if not isinstance(content, str):  # the transcript renders every result as text
+            continue
         if index == newest and level.cut_newest:
             shorter = _cut(content)
         else:
@@ -76,14 +78,6 @@ def _left_out(messages: list[Message], level: _Level) -> list[Message]:
         if len(shorter) < len(content):
             out[index] = {**messages[index], "content": shorter}
     return out
-
-
-def _text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # parts: their texts
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return ""
 
 
 def _cut(content: str) -> str:
