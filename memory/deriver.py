@@ -7,7 +7,8 @@ delete operations against that speaker's stored facts, then applies them all and
 mark **in one transaction**. The model calls happen before it, outside any transaction;
 so a process killed at any moment loses or doubles nothing: the batch is read again.
 
-A model error or an answer that is not the JSON asked for counts a failure on the mark
+A model error, an answer that is not the JSON asked for, or an unexpected fault while
+asking (a provider client's own) counts a failure on the mark
 (retried next round; ``memory/marks.py``, shared with the embedder); after ``max_failures``
 the batch is skipped, so one bad batch never
 stops a session. A bad operation (unknown, a fact ``clean_fact`` refuses, an id that is
@@ -198,6 +199,12 @@ class Deriver:
                     session_id,
                     error,
                 )
+                await self._failed(session_id, batch)
+                return changed, True
+            except Exception:  # a fault of a client or a parser: the batch's, counted
+                # Uncounted, it ended every round on this batch before any later session
+                # was derived, for good (found by review on 2026-12-06).
+                log.exception("memory: deriving session %d failed", session_id)
                 await self._failed(session_id, batch)
                 return changed, True
             count, touched = await self._db.run(_apply, session_id, batch, ops, self._facts.limits)

@@ -719,6 +719,40 @@ async def test_a_batch_that_times_out_every_time_is_passed_over(setup: Setup) ->
     assert [body for _, body, *_ in await setup.stored()] == ["Bob likes tea"]
 
 
+class _BreaksOn:
+    """A model whose client has a fault of its own on every batch holding ``words`` (no
+    ``LlmError``: a provider's unexpected exception), and answers the others."""
+
+    name = MODEL
+    cache_hints = False
+
+    def __init__(self, words: str, answers: list[str]) -> None:
+        self._words, self._answers = words, answers
+
+    async def complete(self, messages: Any, tools: Any, **_: Any) -> LlmResponse:
+        if self._words in json.dumps(messages):
+            raise KeyError("choices")
+        return LlmResponse(content=self._answers.pop(0))
+
+
+async def test_an_unexpected_fault_on_a_batch_counts_a_failure_and_the_others_go_on(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An exception that is neither a model error nor a bad answer ended every round on
+    the same batch, before any later session was derived, for good (found by review)."""
+    stuck, other = await setup.session("telegram:111"), await setup.session("telegram:222")
+    [bad] = await setup.say(stuck, [("", "the batch that breaks the client")])
+    [said] = await setup.say(other, [("", "I like tea")])
+    setup.models = [_BreaksOn("breaks the client", [answer(add("Bob likes tea", said))])]
+    assert await setup.deriver.derive_pending() == 1
+    assert await setup.mark(stuck) == (0, 1)
+    for _ in range(2):
+        await setup.deriver.derive_pending()
+    assert await setup.mark(stuck) == (bad, 0)  # skipped after three, as a model error is
+    assert [body for _, body, *_ in await setup.stored()] == ["Bob likes tea"]
+    assert "KeyError" in caplog.text  # the log has the details
+
+
 async def test_an_answer_nested_past_the_parsers_depth_is_a_bad_answer(
     setup: Setup, fake_openai: FakeOpenAIServer
 ) -> None:
