@@ -12,17 +12,20 @@ person, so a stranger's reactions cannot make the bot talk.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 from nio import AsyncClient, RoomGetEventResponse
 
 from bot.delivery import OTHER, CardRow, RetryLater, Unavailable
 from bot.matrix.cards import MatrixCards, choice_of
-from bot.matrix.incoming import Incoming, parse_source
+from bot.matrix.incoming import MATRIX, Incoming, parse_source
 from bot.matrix.people import People
 from bot.matrix.sending import MatrixError, MatrixSender, call
 from bot.platform.access import Access
 from bot.platform.cards import NOT_ALLOWED, Choice, decide
+from bot.platform.handover import marking
 from bot.platform.open_cards import card_is_live
 from engine.hub import ChatHub
 
@@ -61,14 +64,22 @@ class Decisions:
             return
         await self._decide(card, choice, m.sender)
 
-    async def reply(self, m: Incoming, text: str) -> bool:
-        """A reply to a card: True when it was one (a reason, an answer, or refused)."""
+    async def reply(
+        self,
+        m: Incoming,
+        text: str,
+        attachments: Sequence[dict[str, Any]] = (),
+        goes_on: Callable[[], object] | None = None,
+    ) -> bool:
+        """A reply to a card: True when it was one (a reason, an answer, or refused).
+        An answer carries the files its message brought (``attachments``) and marks the
+        event handled in its own commit; ``goes_on``: the waiting turn goes on."""
         assert m.relates_to is not None
         card = await self._cards.at(m.room_id, m.relates_to)
         if card is None or card.state != "open" or card.conversation != m.room_id:
             return False
         if card.kind == "question":
-            await self._answer(card, text, m.sender)
+            await self._answer(card, text, m, attachments, goes_on)
         else:
             await self._decide(card, "reject", m.sender, text)
         return True
@@ -87,12 +98,28 @@ class Decisions:
         if not await self._cards.after_tap(card, result, choice, name, note):
             await self._refuse(card, user, NOT_ALLOWED)
 
-    async def _answer(self, card: CardRow, text: str, user: str) -> None:
-        if not self._access.is_allowed(user):
-            await self._refuse(card, user, NOT_ALLOWED)
+    async def _answer(
+        self,
+        card: CardRow,
+        text: str,
+        m: Incoming,
+        attachments: Sequence[dict[str, Any]],
+        goes_on: Callable[[], object] | None,
+    ) -> None:
+        if not self._access.is_allowed(m.sender):
+            await self._refuse(card, m.sender, NOT_ALLOWED)
             return
         if text.strip():
-            await self._cards.answer(card, text, by=await self._people.name_of(user))
+            # Marked in the answer's commit: a crash before a mark of its own handed the
+            # same reply over again as a new message (found by review on 2026-12-06).
+            await self._cards.answer(
+                card,
+                text,
+                by=await self._people.name_of(m.sender),
+                also=marking(MATRIX, m.key),
+                goes_on=goes_on,
+                attachments=attachments,
+            )
 
     async def _refuse(self, card: CardRow, user: str, line: str) -> None:
         if (card.tool_call_id, user) in self._refused:

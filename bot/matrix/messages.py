@@ -209,9 +209,10 @@ class MessageHandler:
             return False
         # A reply to a card (a reason) and an open question's answer are the whole
         # message, its audio heard (a voice answer was lost behind the waiting turn).
-        if m.relates_to is not None and await self._decisions.reply(m, text):
+        goes_on = partial(self._activity.start_typing, m.source)
+        if m.relates_to is not None and await self._decisions.reply(m, text, attachments, goes_on):
             return False
-        if await self._answer_question(m, text, attachments):
+        if await self._answer_question(m, text, attachments, goes_on):
             return False
         metadata = {
             "matrix_event_id": m.event_id,
@@ -318,7 +319,11 @@ class MessageHandler:
     # -- questions ----------------------------------------------------------------------------
 
     async def _answer_question(
-        self, m: Incoming, text: str, attachments: list[dict[str, Any]]
+        self,
+        m: Incoming,
+        text: str,
+        attachments: list[dict[str, Any]],
+        goes_on: Callable[[], object],
     ) -> bool:
         """Any plain message in the conversation while a question is open answers it."""
         card = await self._cards.question_now(m.source)
@@ -329,6 +334,6 @@ class MessageHandler:
             text,
             by=await self.name_of(m.sender),
             also=marking(MATRIX, m.key),
-            goes_on=partial(self._activity.start_typing, m.source),
+            goes_on=goes_on,
             attachments=attachments,
         )

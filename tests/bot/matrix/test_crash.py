@@ -16,7 +16,9 @@ from tests.bot.process import service_env, wait_for
 from tests.fakes.openai_server import FakeOpenAIServer
 
 
-def serve(tmp_path: Path, homeserver: Homeserver, bot, alice, model) -> subprocess.Popen:
+def serve(
+    tmp_path: Path, homeserver: Homeserver, bot, alice, model, **extra: str
+) -> subprocess.Popen:
     env = service_env(
         tmp_path,
         model.base_url,
@@ -25,6 +27,7 @@ def serve(tmp_path: Path, homeserver: Homeserver, bot, alice, model) -> subproce
         MATRIX_PASSWORD="secret",  # logged in with once, the token kept
         MATRIX_ALLOWED_USER_IDS=alice.user_id,
         MEMORY_ENABLED="false",
+        **extra,
     )
     return subprocess.Popen(
         [sys.executable, "-m", "bot.cli", "serve"],
@@ -40,6 +43,20 @@ def recorded(db: Path, event_id: str) -> bool:
     with sqlite3.connect(db) as conn:
         query = "SELECT count(*) FROM platform_cards WHERE platform = 'matrix' AND message_id = ?"
         return conn.execute(query, (event_id,)).fetchone()[0] == 1
+
+
+def card_state(db: Path, event_id: str) -> str:
+    with sqlite3.connect(db) as conn:
+        query = "SELECT state FROM platform_cards WHERE platform = 'matrix' AND message_id = ?"
+        return conn.execute(query, (event_id,)).fetchone()[0]
+
+
+def asked_last(model: FakeOpenAIServer) -> str | None:
+    """What the user said last in the model's newest request."""
+    if not model.requests:
+        return None
+    said = [m["content"] for m in model.requests[-1]["messages"] if m["role"] == "user"]
+    return said[-1] if said else None
 
 
 def test_an_old_card_works_once_after_kill_9_and_nothing_said_meanwhile_is_lost(
@@ -88,3 +105,65 @@ def test_an_old_card_works_once_after_kill_9_and_nothing_said_meanwhile_is_lost(
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(15)
+
+
+def test_an_answer_to_a_question_is_not_a_new_message_after_kill_9_before_its_mark(
+    tmp_path: Path, fake_openai: FakeOpenAIServer, homeserver: Homeserver
+) -> None:
+    """A reply to the question card answered it, but the event was marked handled in a
+    commit of its own after: killed between the two, the restart handed the same reply
+    over again as a new message to the agent (found by review on 2026-12-06)."""
+    tag = uuid.uuid4().hex[:8]
+    bot, alice = homeserver.register(f"askbot{tag}"), homeserver.register(f"askalice{tag}")
+    ask = {"question": "Which city?"}
+    fake_openai.reply_tool_calls(("call_q", "ask_user_clarification", ask))
+    first = serve(tmp_path, homeserver, bot, alice, fake_openai)
+    room = alice.create_room(invite=[bot.user_id], direct=True)
+
+    def question():
+        return next(
+            (
+                m
+                for m in bot_messages(alice, room, bot.user_id)
+                if "❓ Question" in m["content"]["body"]
+            ),
+            None,
+        )
+
+    try:
+        wait_for(lambda: joined(alice, room, bot.user_id), 30)
+        alice.say(room, "book a hotel")
+        shown = wait_for(question, 30)
+        wait_for(lambda: recorded(tmp_path / "chathub.db", shown["event_id"]))
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(15)
+
+    fake_openai.reply_text("Booking Rome.")
+    fake_openai.reply_text("Noted.")
+    fake_openai.reply_text("You're welcome.")
+    second = serve(
+        tmp_path, homeserver, bot, alice, fake_openai, CHATHUB_FAILPOINTS="before_event_marked"
+    )
+    try:
+        alice.reply(room, shown["event_id"], "Rome")
+        assert second.wait(30) == -signal.SIGKILL
+    finally:
+        second.kill()
+    assert card_state(tmp_path / "chathub.db", shown["event_id"]) != "open"  # answered
+
+    third = serve(tmp_path, homeserver, bot, alice, fake_openai)
+    try:
+        wait_for(lambda: "Booking Rome." in bodies(alice, room, bot.user_id), 30)
+        alice.say(room, "thanks")  # in order behind the reply, were it handed over again
+        wait_for(lambda: asked_last(fake_openai) == "thanks", 30)
+        user_turns = [
+            m["content"]
+            for request in fake_openai.requests
+            for m in request["messages"]
+            if m["role"] == "user"
+        ]
+        assert "Rome" not in user_turns, "the answer came again as a new message"
+    finally:
+        third.send_signal(signal.SIGTERM)
+        third.wait(15)
