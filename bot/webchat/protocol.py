@@ -14,6 +14,7 @@ import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from bot.http.models import RequestError, check_shape, without_nul
 from bot.webchat.uploads import MAX_ATTACHMENTS, UPLOAD_ID_PATTERN
@@ -145,7 +146,7 @@ def parse_client_frame(text: str) -> Any:
     if not isinstance(data, dict):
         raise FrameError("bad_json", "A frame must be one JSON object.")
     ref = data.get("ref") if isinstance(data.get("ref"), str) else None
-    ref = ref if ref is not None and len(ref) <= MAX_REF_CHARS else None
+    ref = ref if ref is not None and len(ref) <= MAX_REF_CHARS and _encodable(ref) else None
     if _depth(data) > _MAX_DEPTH:
         raise FrameError("invalid", "The frame is nested too deeply.", ref)
     try:  # a lone surrogate ("\ud800"): no character, and no row can store it
@@ -203,6 +204,15 @@ def _first_problem(kind: str, exc: ValidationError) -> str:
     return f"Field '{field}' of the '{kind}' frame: {error['msg']}."
 
 
+def _encodable(text: str) -> bool:
+    """No lone surrogate: a ``ref`` echoed with one silenced the socket (found by review)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 # -- server → client ------------------------------------------------------------------------
 
 
@@ -210,7 +220,12 @@ class _ServerFrame(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     def dump(self) -> str:
-        return self.model_dump_json()
+        try:
+            return self.model_dump_json()
+        except PydanticSerializationError:  # a lone surrogate in some text: sent escaped
+            # Raised, it marked the socket gone: every frame after it was dropped while
+            # the tab stayed open (found by review on 2026-12-06).
+            return json.dumps(self.model_dump(mode="json"))
 
 
 class Limits(BaseModel):

@@ -301,9 +301,14 @@ class ChatSocket:
     async def send(self, frame: ServerFrame) -> None:
         if self.gone:
             return
+        try:
+            text = frame.dump()
+        except Exception:  # a fault of ours in one frame: the socket itself is fine
+            log.exception("a %s could not be written; not sent", type(frame).__name__)
+            return
         async with self._lock:
             try:
-                await self._websocket.send_text(frame.dump())
+                await self._websocket.send_text(text)
             except Exception:  # closed under us: the reader sees the disconnect
                 self.gone = True
 

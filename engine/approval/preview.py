@@ -90,7 +90,10 @@ def compact_diff(old: str | None, new: str) -> str:
 #: not: until 2026-12-06 ``echo hi \u2028# then clean up; curl …|sh`` showed a comment
 #: on a line of its own while the shell ran it (found by review).
 _SUSPECT = re.compile("[^\x20-\x7e\n\t]")
-_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cn"})  # Cn: unassigned, unseen
+#: Cn: unassigned, unseen; Cs: a lone surrogate (``"\\ud83d"`` in a tool call's JSON, a
+#: token that cut an emoji), which no encoder takes: until 2026-12-06 the web chat's socket
+#: and the terminal went silent on such a card (found by review).
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cn", "Cs"})
 _NAMED = {"\r": "\\r", "\x1b": "\\x1b"}
 
 

@@ -11,6 +11,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from bot.http.web import COOKIE
 from bot.webchat.limits import MAX_FRAME_BYTES, SocketLimits
+from bot.webchat.translate import resolved_frame
 from tests.bot.webchat.conftest import ChatServer, Client, StepClock
 from tests.fakes.openai_server import FakeOpenAIServer
 
@@ -297,6 +298,32 @@ async def test_a_lone_surrogate_is_refused_as_invalid(
     await client.until("done")
 
 
+async def test_a_lone_surrogate_in_a_ref_is_refused_and_the_socket_goes_on(server: ChatServer):
+    """The ref was echoed into the error frame, which could not be written: the socket was
+    marked gone and, open still, answered nothing more (found by review)."""
+    client = await server.client()
+    await client.connection.send('{"type": "message", "text": "hi", "ref": "\\ud800"}')
+    assert (await refused(client, "invalid")).get("ref") is None
+    await client.send(type="ping", ref="p1")
+    await client.until("pong", ref="p1")
+
+
+async def test_a_card_whose_call_holds_a_lone_surrogate_is_shown_and_decided(
+    server: ChatServer, fake_openai: FakeOpenAIServer
+):
+    """A model's "\\ud83d" (a token that cut an emoji) in a call's JSON arguments made a
+    card no socket could write: every tab went silent while the turn waited on it, and a
+    reload did the same (found by review)."""
+    fake_openai.reply_tool_calls(("c1", "execute_cmd", '{"command": "echo \\ud83d done"}'))
+    fake_openai.reply_text("It could not run.")
+    client = await server.client()
+    await client.send(type="message", text="say it")
+    card = (await client.until("approval_required"))[-1]
+    assert card["content"] == "echo \\ud83d done"  # shown as its code, as a control is
+    await client.send(type="reject_tool", tool_call_id=card["tool_call_id"])
+    await client.until("done")
+
+
 async def test_a_nul_character_is_taken_as_a_replacement(
     server: ChatServer, fake_openai: FakeOpenAIServer
 ):
@@ -346,3 +373,9 @@ async def test_sockets_over_the_limit_are_refused(make_server):
     third = await server.client("c")
     await third.send(type="ping")
     assert (await third.recv())["type"] == "pong"
+
+
+def test_a_frame_holding_a_lone_surrogate_is_written_escaped() -> None:
+    """Any text of ours that kept one (a note, a tool's output) is still a frame."""
+    frame = resolved_frame(7, "reject", "Ann", note="cut \ud83d emoji")
+    assert json.loads(frame.dump())["note"] == "cut \ud83d emoji"
