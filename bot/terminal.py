@@ -29,7 +29,7 @@ from bot.platform.memory import MemoryFront, memory_commands
 from engine.approval import OPERATOR, plainly
 from engine.bus import Lagged
 from engine.core import Engine
-from engine.hub import ChatHub, HubError, SourceEvents
+from engine.hub import ChatHub, DecisionMade, HubError, SourceEvents
 from engine.session import (
     ApprovalRequired,
     Done,
@@ -72,6 +72,8 @@ def log_to_file(home: Path | None = None) -> Path:
 
 
 HELP = "Commands: /help lists them, /new starts afresh, /quit leaves. Ctrl-C stops a running turn."
+log = logging.getLogger(__name__)
+
 APPROVE_HELP = (
     "Approve? [y]es / [t] 15 min / [a]lways this session / anything else rejects (as the reason)"
 )
@@ -294,6 +296,9 @@ class TerminalChat:
             if text.startswith("/"):
                 await self._command(text)
                 continue
+            if self._asking is not None:  # a job's card, shown while no turn of ours ran
+                await self._answer(text)  # (it went to the model as a message; review)
+                continue
             self._running = True
             try:
                 await self._hub.send_message(SOURCE, text)
@@ -308,7 +313,13 @@ class TerminalChat:
         wait for their turn."""
         while self._running:
             if self._asking is not None and self._backlog:
-                await self._answer(self._backlog.pop(0))
+                line = self._backlog[0]
+                if line in _QUIT:  # left for _converse, the call kept pending (as at EOF)
+                    self._close_prompts()
+                elif line.startswith("/"):  # a command, never a reason ("/quit" was one)
+                    await self._command(self._backlog.pop(0))
+                else:
+                    await self._answer(self._backlog.pop(0))
                 continue
             if self._asking is not None and self._stdin_closed:
                 self._close_prompts()  # nobody can answer: the call stays pending
@@ -326,6 +337,7 @@ class TerminalChat:
             if line is None:
                 self._stdin_closed = True
             elif line.strip().lower() in _STOP:  # for this turn: now, as Ctrl-C (and Telegram)
+                self._drop_backlog()
                 await self._command(line.strip())
             elif line.strip():
                 self._backlog.append(line.strip())
@@ -337,7 +349,14 @@ class TerminalChat:
             event = item.event
             if isinstance(event, ApprovalRequired | Question):
                 self._asking = event
-            self._render(event)  # events it does not show (NewSession, ...) pass by
+            if isinstance(event, DecisionMade) and self._asks(event.tool_call_id):
+                self._asking = None  # decided elsewhere: the next line is no answer
+                verb, suffix = outcome_line(event.outcome)
+                self._say(f"{verb} by {event.by}{suffix}")
+            try:
+                self._render(event)  # events it does not show (NewSession, ...) pass by
+            except Exception:  # one event's fault: the turn's end must still be seen
+                log.exception("showing %s failed", type(event).__name__)
             if isinstance(event, Done | Error):
                 self._asking = None
                 self._running = False
@@ -370,6 +389,18 @@ class TerminalChat:
                 except (InboxError, HubError) as exc:
                     self._say(f"! {exc}")
 
+    def _asks(self, call_id: int) -> bool:
+        match self._asking:
+            case ApprovalRequired(tool_call_id=asked) | Question(request_id=asked):
+                return asked == call_id
+        return False
+
+    def _drop_backlog(self) -> None:
+        """``/stop`` drops what was typed meanwhile, as the hub drops queued messages."""
+        if self._backlog:
+            self._say(f"({len(self._backlog)} line(s) typed meanwhile dropped)")
+            self._backlog.clear()
+
     def _close_prompts(self) -> None:
         """The call stays pending (asked again at the next start) and the turn ends."""
         asking, self._asking = self._asking, None
@@ -378,6 +409,7 @@ class TerminalChat:
 
     def _interrupt(self) -> None:
         if self._running:
+            self._drop_backlog()
             self._stopping = asyncio.ensure_future(self._hub.cancel(SOURCE))
         else:
             raise KeyboardInterrupt

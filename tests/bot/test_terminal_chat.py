@@ -174,3 +174,15 @@ async def test_a_commands_reply_is_shown_as_text() -> None:
     chat.commands.register(Command("facts", "a model's facts", hostile))
     await chat._command("/facts")
     assert out.getvalue() == "fact: \\x1b]0;owned\\u0007 likes tea\nfact two\n"
+
+
+def test_a_card_whose_call_holds_a_lone_surrogate_is_shown_and_answered(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+):
+    """A model's "\\ud83d" (a token that cut an emoji) in a call's arguments could not be
+    written to the screen: the event pump died, and ``chathub chat`` hung for good, Ctrl-C
+    too (found by review)."""
+    fake_openai.reply_tool_calls(("c1", "execute_cmd", '{"command": "echo \\ud83d done"}'))
+    fake_openai.reply_text("Not run, then.")
+    out = _run_chat(tmp_path, fake_openai, "say it\nn\n")
+    assert "$ echo \\ud83d done" in out and "Not run, then." in out

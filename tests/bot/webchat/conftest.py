@@ -7,7 +7,6 @@ import asyncio
 import json
 import socket
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,7 @@ from bot.http.operations import Operations
 from bot.http.signins import LoginThrottle, SignIns
 from bot.http.web import WebInbox
 from bot.platform.voice_notes import VoiceNotes
-from bot.schema import LAYERS
-from bot.settings import load_config, load_settings
+from bot.settings import load_settings
 from bot.webchat.auth import SocketAuth
 from bot.webchat.conversations import AnyConversation, ConversationDirectory
 from bot.webchat.limits import MAX_FRAME_BYTES, SocketLimits
@@ -31,11 +29,8 @@ from bot.webchat.routes import ConversationRoutes
 from bot.webchat.store import ConversationStore
 from bot.webchat.transport import WebChat
 from bot.webchat.uploads import MAX_UPLOAD_BYTES, Uploads
-from engine.config import EngineConfig, HubConfig
 from engine.core import Engine
 from engine.hub import ChatHub
-from engine.store import Store
-from tests.engine.hub.conftest import ManualSleep
 from tests.fakes.openai_server import FakeOpenAIServer
 from voice import Transcriber, Transcription
 
@@ -125,43 +120,6 @@ class ChatServer:
 @pytest.fixture
 def rate_clock() -> StepClock:
     return StepClock()
-
-
-@pytest.fixture
-def fallback_models() -> list[str]:
-    """``LLM_FALLBACK_MODELS`` (a module overrides this fixture to have some)."""
-    return []
-
-
-@pytest.fixture
-async def engine(
-    tmp_path: Path, fake_openai: FakeOpenAIServer, fallback_models: list[str]
-) -> AsyncIterator[Engine]:
-    settings = load_settings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
-        chathub_workspace=tmp_path / "workspace",
-        chathub_timezone="UTC",
-        llm_base_url=fake_openai.base_url,
-        llm_model="fake-model",
-        llm_fallback_models=fallback_models,
-        _env_file=None,
-    )
-    config = replace(
-        load_config(settings), engine=EngineConfig(max_tool_rounds=6, command_timeout_s=20)
-    )
-    # Every layer and the web chat's (until bot/schema.py lists it).
-    store = await Store.open(settings.database_url, LAYERS)
-    engine = await Engine.open(config, store=store)  # default rules: writes and commands ask
-    yield engine
-    await engine.close()
-
-
-@pytest.fixture
-async def hub(engine: Engine) -> AsyncIterator[ChatHub]:
-    hub = ChatHub(engine, HubConfig(idle_evict_s=600), sleep=ManualSleep())
-    await hub.start()
-    yield hub
-    await hub.close()
 
 
 @pytest.fixture
