@@ -22,7 +22,6 @@ from bot.http.operations import Operations
 from bot.http.signins import LoginThrottle
 from engine.core import Engine
 from engine.hub import ChatHub
-from tests.bot.webchat.conftest import engine, fallback_models, hub  # noqa: F401 - the same engine and hub
 
 TOKEN = "completions-token-0123456789"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
