@@ -200,9 +200,11 @@ class PairingDesk:
 
     async def unpair(self, user_id: str) -> bool:
         removed = False
-        for access, _welcome in self._platforms:
-            removed = await access.unpair(user_id) or removed
-        await self._tell_the_fleet()
+        try:
+            for access, _welcome in self._platforms:
+                removed = await access.unpair(user_id) or removed
+        finally:  # those that did unpair are told to the fleet, whatever failed after
+            await self._tell_the_fleet()
         return removed
 
     async def watch(self) -> None:

@@ -113,7 +113,7 @@ class MessageHandler:
         target = await self._cards.answered_now(
             m.source,
             reply_to=None if m.reply_to_message_id is None else str(m.reply_to_message_id),
-            is_command=m.text.startswith("/"),
+            is_command=m.is_command,
         )
         say = self._sender.say_in
         files = await self._files(m) if m.files else _Files()
@@ -216,7 +216,7 @@ class MessageHandler:
         me = self._me
         if me.id is not None and m.reply_to_user_id == me.id:
             return True
-        if m.text.startswith("/"):
+        if m.is_command:  # a path ("/etc/hosts is broken @bot") is no command
             return m.command(me.username) is not None
         for entity in m.entities:
             kind = entity.get("type")

@@ -304,6 +304,13 @@ async def test_a_message_of_no_known_kind_gets_a_plain_sentence(service, telegra
     assert len(model.requests) == 1  # the ping alone
 
 
+async def test_a_message_starting_with_a_path_reaches_the_model(service, telegram, model):
+    """Any text starting with "/" was a command: "/etc/hosts is broken" got "Unknown
+    command" and the help, and never reached the model (found by review)."""
+    private(telegram, text="/etc/hosts is broken")
+    assert await only_reply(telegram) == "echo: /etc/hosts is broken"
+
+
 async def test_a_service_message_is_not_answered(service, telegram):
     private(telegram, pinned_message={"message_id": 1, "date": 0, "chat": {"id": ALICE}})
     private(telegram, text="after the pin")

@@ -434,3 +434,21 @@ def test_junk_in_optional_fields_never_costs_the_message(fields: dict[str, Any])
     m = parsed(update)
     check_clean(m)
     assert m.text == "T1 keep me" and m.chat_id == ALICE and m.user_id == ALICE
+
+
+@pytest.mark.parametrize(
+    ("text", "command"),
+    [
+        ("/search\nholiday plans", ("search", "holiday plans")),  # any space ends the name
+        ("/model@MyBot\n2", ("model", "2")),
+        ("/Help", ("help", "")),
+        ("/model@OtherBot 2", None),  # another bot's
+        ("/home/alice/project", None),  # a path, as Telegram marks no command in it
+        ("/etc/hosts is broken", None),
+        ("/", None),
+        ("/ search", None),
+    ],
+)
+def test_a_command_is_what_telegram_marks_as_one(text: str, command: Any) -> None:
+    """A path was "Unknown command", and so was ``/search`` then a line break (review)."""
+    assert parsed(message(text=text)).command("MyBot") == command
