@@ -228,7 +228,7 @@ class CompletionsApi:
                 held, holding = await self._conversations.rewind(conversation, at)
                 position = at
             else:
-                held, holding = self._conversations.holding(conversation, digests[taken:])
+                held, holding = await self._held_with(conversation, taken, digests)
                 position = held.length
             context = context_of(asked.instructions, dialog[taken:-1])
             if asked.images and not attachments:
@@ -252,6 +252,25 @@ class CompletionsApi:
             self._conversations.remember(held)
             return held, turn
         raise AssertionError("unreachable")
+
+    async def _held_with(
+        self, conversation: Conversation, taken: int, digests: Sequence[str]
+    ) -> tuple[Conversation, Callable[[Connection], None]]:
+        """The conversation holding the request's new ``digests``, chained where the
+        client's history parts from what it held: a whole history whose earlier message
+        was edited goes on from the edit (chained after the old answer, every request
+        after it carried the edited messages again as earlier ones; found by review).
+        A client that sends only its newest message parts nowhere: chained at the end."""
+        if len(digests) == 1 or taken >= conversation.length:
+            return self._conversations.holding(conversation, digests[taken:])
+        rewound, rewinding = await self._conversations.rewind(conversation, taken)
+        held, holding = self._conversations.holding(rewound, digests[taken:])
+
+        def both(conn: Connection) -> None:
+            rewinding(conn)
+            holding(conn)
+
+        return held, both
 
     async def _held_as_read_back(self, conversation: Conversation, at: int) -> Conversation:
         """The conversation without the answer it held to its ``at``-th message, which the

@@ -147,6 +147,33 @@ async def test_a_conversation_named_by_user_continues_and_adds_nothing_twice(
     assert assistant == ["First answer.", "Second answer."]
 
 
+async def test_a_named_conversation_goes_on_from_an_edited_message(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """Open WebUI's edit of an earlier message: the edited branch was chained after the old
+    answer, so every request after it carried the edited messages again as "earlier
+    messages" the agent had not seen (found by review)."""
+    for answer in ("A1.", "A2.", "A2 edited.", "A3."):
+        fake_openai.reply_text(answer)
+
+    def said(role: str, text: str) -> dict[str, str]:
+        return {"role": role, "content": text}
+
+    one, a1 = said("user", "one"), said("assistant", "A1.")
+    edited, a2 = said("user", "TWO EDITED"), said("assistant", "A2 edited.")
+    async with v1.client() as client:
+        for messages in (
+            [one],
+            [one, a1, said("user", "two")],
+            [one, a1, edited],  # the person edits "two"
+            [one, a1, edited, a2, said("user", "three")],  # and goes on from there
+        ):
+            await client.chat.completions.create(model="main", user="alice", messages=messages)
+    last = fake_openai.requests[-1]["messages"]
+    assert last[-2] == said("user", "three")  # the message, before the closing system row
+    assert not any("Earlier messages" in str(m["content"]) for m in last if m["role"] == "system")
+
+
 async def test_different_names_never_share_history(v1: V1Server, fake_openai: FakeOpenAIServer):
     fake_openai.reply_text("A.")
     fake_openai.reply_text("B.")
