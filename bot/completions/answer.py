@@ -5,7 +5,9 @@ response that lets the answer go however it ends."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
@@ -15,8 +17,11 @@ from starlette.types import Receive, Scope, Send
 from bot.completions.conversations import Conversation
 from bot.completions.exchange import INTERRUPTED, KEEPALIVE, Piece, Turn
 from bot.completions.protocol import ApiError, chunk, completion, completion_id, usage_chunk
+from bot.http.models import SafeJSONResponse
 
-__all__ = ["Answer", "EventStream", "Keeper"]
+__all__ = ["Answer", "EventStream", "Keeper", "WholeAnswer"]
+
+log = logging.getLogger(__name__)
 
 
 class Keeper(Protocol):
@@ -53,6 +58,11 @@ class Answer:
         self._model = model
         self._lock = lock
         self._released = False
+        #: The streamed pieces the client took (each one's ``send`` returned).
+        self._sent: list[str] = []
+        self._held = False
+        #: Set by the response as the client disconnects, before it cancels the writer.
+        self.client_left = False
         self.id = completion_id()
         self.created = created
 
@@ -83,7 +93,6 @@ class Answer:
     async def events(self) -> AsyncIterator[bytes]:
         """OpenAI's chunks; a client that goes away stops this, never the turn."""
         try:
-            said: list[str] = []
             yield self._sse(chunk(*self._head(), {"role": "assistant", "content": ""}))
             async for piece in self._pieces():
                 if piece is KEEPALIVE:
@@ -97,16 +106,20 @@ class Answer:
                     return
                 if not piece.text:
                     continue
-                said.append(piece.text)
                 extra = {"event": piece.event} if piece.event else None
                 yield self._sse(chunk(*self._head(), {"content": piece.text}, extra=extra))
-            await self._finish("".join(said))
+                self._sent.append(piece.text)  # resumed: the writer sent it
+            await self._finish("".join(self._sent))
             extra = {"conversation": self._conversation.source}
             finish = self._finish_reason
             yield self._sse(chunk(*self._head(), {}, finish_reason=finish, extra=extra))
             if self._usage_chunk:
                 yield self._sse(usage_chunk(*self._head(), self._tokens))
             yield b"data: [DONE]\n\n"
+        except asyncio.CancelledError:  # while waiting for the turn's next piece
+            if self.client_left:
+                await self.left()
+            raise
         finally:
             self._done()
 
@@ -122,8 +135,21 @@ class Answer:
             yield piece
 
     async def _finish(self, said: str) -> None:
-        if self._turn.holds:  # a failure's sentence too: clients send it back as its answer
+        if self._turn.holds and not self._held:  # a failure's sentence too: clients send
+            self._held = True  # it back as its answer
             await self._keeper.finish(self._conversation, said)
+
+    async def left(self) -> None:
+        """The client went away mid-answer: what it was sent is held as the answer (Open
+        WebUI keeps a stopped answer and sends it back with the next message: until
+        2026-12-06 that history matched nothing, and the chat went on in a conversation of
+        its own, away from the session whose turn went on; found by review)."""
+        if not self._sent or self._released:
+            return
+        try:
+            await self._finish("".join(self._sent))
+        except Exception:  # held or not, the conversation's next request may go on
+            log.exception("holding the answer of %s as sent failed", self._conversation.source)
 
     def _head(self) -> tuple[str, int, str]:
         return self.id, self.created, self._model
@@ -150,9 +176,7 @@ class Answer:
 class EventStream(Response):
     """The answer's server-sent events, written as they come; the answer is let go
     however the response ends. A client that goes away ends the writing (the turn goes
-    on): a watcher waits for its ``http.disconnect`` beside the writer, one task, no more
-    (Starlette's ``StreamingResponse`` costs a task group per response on this hot path).
-    """
+    on), and what it was sent is held as the answer (``Answer.left``)."""
 
     media_type = "text/event-stream"
 
@@ -166,28 +190,60 @@ class EventStream(Response):
         self._answer = answer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        writer = asyncio.current_task()
-        watcher = asyncio.create_task(_until_gone(receive, writer))
-        try:
+        async with _watched(receive, self._answer):
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             async for data in self._answer.events():
                 await send({"type": "http.response.body", "body": data, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except asyncio.CancelledError:
-            if not watcher.done() or watcher.cancelled() or not watcher.result():
-                raise  # cancelled from outside, not by the client going away
-            if writer is not None:
-                writer.uncancel()  # ours, taken back: the task goes on to end the response
-        finally:
-            watcher.cancel()
-            self._answer.close()
 
 
-async def _until_gone(receive: Receive, writer: asyncio.Task[Any] | None) -> bool:
+class WholeAnswer(Response):
+    """The answer as one ``chat.completion``, once the turn gives it. A client that goes
+    away meanwhile lets the answer go at once (the turn goes on): until 2026-12-06 the
+    conversation's next request waited for a turn nobody read, up to the decision wait
+    of an approval, 300 s (found by review)."""
+
+    def __init__(self, answer: Answer) -> None:
+        super().__init__()
+        self._answer = answer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response: Response | None = None
+        async with _watched(receive, self._answer):
+            try:
+                response = SafeJSONResponse(await self._answer.whole())
+            except ApiError as failed:  # the service stopped before the answer was whole
+                response = failed.response()
+        if response is not None:
+            await response(scope, receive, send)
+
+
+@contextlib.asynccontextmanager
+async def _watched(receive: Receive, answer: Answer) -> AsyncIterator[None]:
+    """The body's work, cancelled when the client disconnects (a watcher waits for its
+    ``http.disconnect`` beside it: one task, no more; Starlette's ``StreamingResponse``
+    costs a task group per response on this hot path); the answer let go however it ends."""
+    writer = asyncio.current_task()
+    watcher = asyncio.create_task(_until_gone(receive, writer, answer))
+    try:
+        yield
+    except asyncio.CancelledError:
+        if not watcher.done() or watcher.cancelled() or not watcher.result():
+            raise  # cancelled from outside, not by the client going away
+        if writer is not None:
+            writer.uncancel()  # ours, taken back: the task goes on to end the response
+        await answer.left()
+    finally:
+        watcher.cancel()
+        answer.close()
+
+
+async def _until_gone(receive: Receive, writer: asyncio.Task[Any] | None, answer: Answer) -> bool:
     """Cancel ``writer`` when the client disconnects; whether it did."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
+            answer.client_left = True
             if writer is not None:
                 writer.cancel()
             return True

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from bot.completions.answer import Answer, EventStream
+from bot.completions.answer import Answer, EventStream, WholeAnswer
 from bot.completions.asked import Asked, asked_of, context_of, read_request
 from bot.completions.conversations import (
     POSITION_KEY,
@@ -182,7 +182,7 @@ class CompletionsApi:
         )
         if body.stream:
             return EventStream(answer)
-        return SafeJSONResponse(await answer.whole())
+        return WholeAnswer(answer)
 
     # -- steps ---------------------------------------------------------------------------------
 

@@ -492,6 +492,77 @@ async def test_a_client_that_goes_away_does_not_stop_the_turn(
     assert len(fake_openai.requests) == asked
 
 
+WRITE = ("w1", "write_file", {"path": "note.txt", "content": "hi\n"})
+
+
+async def approvals(http: httpx.AsyncClient) -> list[dict[str, Any]]:
+    return (await http.get("/api/inbox")).json()["approvals"]
+
+
+async def test_a_stream_stopped_mid_answer_is_held_as_the_client_shows_it(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """Open WebUI's Stop keeps the answer shown so far and sends it back with the next
+    message: it was never held, so that history matched nothing and the chat went on in a
+    conversation of its own, away from the session whose turn went on (found by review)."""
+    fake_openai.reply_tool_calls(WRITE)
+    fake_openai.reply_text("Written.")
+    fake_openai.reply_text("Yes.")
+    asked = {"role": "user", "content": "write note.txt"}
+    shown = ""
+    async with v1.http() as http:
+        body = {"model": "main", "stream": True, "messages": [asked]}
+        async with http.stream("POST", "/v1/chat/completions", json=body) as raw:
+            async for line in raw.aiter_lines():
+                if line.startswith("data: {"):
+                    shown += json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+                if "waits for approval" in shown:
+                    break  # Stop
+        [card] = await until(lambda: approvals(http))
+        await http.post(
+            f"/api/inbox/approvals/{card['tool_call_id']}/resolve", json={"action": "approve"}
+        )
+        await until(lambda: answered(v1, "api:1"))
+        go_on = [asked, {"role": "assistant", "content": shown}, {"role": "user", "content": "ok?"}]
+        second = await http.post("/v1/chat/completions", json={"model": "main", "messages": go_on})
+    assert second.json()["chathub"]["conversation"] == "api:1"
+    assert user_messages(fake_openai.requests[-1]) == ["write note.txt", "ok?"]
+
+
+async def test_a_whole_answer_whose_client_left_lets_the_next_request_in(
+    make_v1, fake_openai: FakeOpenAIServer
+):
+    """A request not streamed held its conversation until its turn ended, though nobody
+    would read the answer: the next request got nothing, headers neither, for as long as
+    an approval may wait (300 s by default; found by review)."""
+    v1 = await make_v1(limits=ExchangeLimits(decision_wait_s=60, keepalive_s=15))
+    fake_openai.reply_tool_calls(WRITE)
+    named = {"model": "main", "user": "script"}
+    async with v1.http() as http:
+        first = asyncio.create_task(
+            http.post(
+                "/v1/chat/completions",
+                json={**named, "messages": [{"role": "user", "content": "write"}]},
+            )
+        )
+        await until(lambda: approvals(http))
+        first.cancel()  # Ctrl-C: the connection closes
+        with pytest.raises(asyncio.CancelledError):
+            await first
+    async with (
+        v1.http() as http,
+        http.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={**named, "stream": True, "messages": [{"role": "user", "content": "done?"}]},
+        ) as raw,
+    ):
+        assert raw.status_code == 200  # at once, with what the turn waits for
+        async for line in raw.aiter_lines():
+            if "waits for approval" in line:
+                break
+
+
 async def test_a_hundred_conversations_at_once(v1: V1Server, fake_openai: FakeOpenAIServer):
     fake_openai.echo = True
     async with v1.client() as client:
