@@ -11,6 +11,7 @@ rejected with a reason the model reads, and the card says so.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 #: The outcomes of a card closed without a decision (``bot.platform.cards``' lines).
 TIMED_OUT = "timed_out"
 STOPPED = "stopped"
+#: The longest wait between tries of a rejection at a job's limit that failed.
+REJECT_RETRY_MAX_S = 60.0
 
 
 def wait_ran_out(wait: timedelta) -> str:
@@ -116,14 +119,7 @@ class RunCards:
             left = (asked_at + self._wait - now).total_seconds()
             if left > 0:
                 await self._sleep(left)
-            await self._hub.decide(
-                event.tool_call_id,
-                REJECT,
-                decider=OPERATOR,
-                note=wait_ran_out(self._wait),
-                # From no chat: a call whose card could not be shown is no chat's call.
-                source=None,
-            )
+            await self._reject(event.tool_call_id)
             self._waits.pop(event.tool_call_id, None)
             await self._hub.visiting.close(self._chat, event.tool_call_id, TIMED_OUT)
         except InboxError:
@@ -132,6 +128,33 @@ class RunCards:
             raise
         except Exception:
             log.exception("job card for call %s failed", event.tool_call_id)
+
+    async def _reject(self, call_id: int) -> None:
+        """The call rejected at the job's limit, tried again until it is (``InboxError``:
+        decided meanwhile). One failure (the database away a moment) left the run waiting
+        for good, and every fire after it was skipped, told to no one (found by review)."""
+        for attempt in itertools.count():
+            try:
+                await self._hub.decide(
+                    call_id,
+                    REJECT,
+                    decider=OPERATOR,
+                    note=wait_ran_out(self._wait),
+                    # From no chat: a call whose card could not be shown is no chat's call.
+                    source=None,
+                )
+                return
+            except (InboxError, asyncio.CancelledError):
+                raise
+            except Exception:
+                delay = min(2.0**attempt, REJECT_RETRY_MAX_S)
+                log.warning(
+                    "rejecting job call %s at its limit failed; again in %.0f s",
+                    call_id,
+                    delay,
+                    exc_info=True,
+                )
+                await self._sleep(delay)
 
     async def _show(self, event: ApprovalRequired) -> None:
         """The card in the chat; one that cannot be shown still ends at the job's limit

@@ -294,13 +294,28 @@ class JobRunner:
         )
 
     async def _keep_lease(self, run_id: int, stop: Callable[[], None]) -> None:
+        """Renew the run's lease every third of it. A renewal that fails (the database
+        away a moment) is tried again at the next: until 2026-12-06 one ended the renewals
+        for good, and another worker took the run over while it still ran (found by
+        review). Once the lease has run out unrenewed, the run stops: it is no longer ours."""
         interval = max(self.lease.total_seconds() / 3, 0.05)
+        held_until = self._clock() + self.lease  # at the latest: claimed a moment ago
         while True:
             await self._sleep(interval)
-            if not await self.store.heartbeat(run_id, self.owner, self._clock() + self.lease):
+            expires_at = self._clock() + self.lease
+            try:
+                kept = await self.store.heartbeat(run_id, self.owner, expires_at)
+            except Exception:
+                if self._clock() < held_until:
+                    log.warning("renewing the lease of run %s failed", run_id, exc_info=True)
+                    continue
+                log.exception("run %s could not renew its lease in time; stopping it", run_id)
+                kept = False
+            if not kept:
                 log.warning("run %s lost its lease; stopping it", run_id)
                 stop()
                 return
+            held_until = expires_at
 
     async def deliver(
         self, runs: list[Run], *, claimed: bool = False, jobs: dict[int, Job] | None = None

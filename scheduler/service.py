@@ -276,7 +276,13 @@ class Scheduler:
     async def toggle(self, source: str, job_id: int, enabled: bool) -> Job:
         """Pause or resume; resuming computes the next run from now (no catch-up)."""
         job = await self._owned(source, job_id)
-        next_run = self.next_fire(job, self._clock()) if enabled else None
+        try:
+            next_run = self.next_fire(job, self._clock()) if enabled else None
+        except CronError as exc:  # its zone left the time-zone database (review)
+            raise SchedulerError(
+                f"task {job_id}: its schedule cannot be read any more ({exc}); give it a "
+                "new schedule"
+            ) from None
         if enabled and next_run is None:
             raise SchedulerError(f"task {job_id} has no future run to resume")
         job = await self.store.set_enabled(job.id, enabled, next_run)

@@ -512,6 +512,30 @@ async def test_an_async_task_returns_to_its_parent_and_shares_its_scratchpad(
     assert (await scheduler.store.get(job.id)).enabled is False  # a single run
 
 
+async def test_an_async_task_asked_for_before_a_long_restart_still_runs(
+    engine: Engine,
+    make_scheduler: Callable[..., Scheduler],
+    clock: FakeClock,
+    model: EchoModel,
+    origin: int,
+    notified: list[Notification],
+) -> None:
+    """Made, then the process stopped for more than the misfire grace (a deploy): its one
+    fire was recorded missed, the chat told a "Scheduled job" missed a run, and the
+    conversation that asked never got its result (found by review)."""
+    model.add(text("Found it."), text("Your research is done."))
+    before = make_scheduler(owner="worker-a")
+    job = await before.create_async(ORIGIN, origin, "Research", "find")
+    await before.close()
+    clock.advance(timedelta(minutes=10))
+    after = make_scheduler(owner="worker-b")
+    assert (await after.dispatcher.step()).started == 1
+    await after.dispatcher.drain()
+    [run] = await after.store.runs(job.id)
+    assert (run.status, run.result) == ("done", "Found it.")
+    assert not [n for n in notified if "missed" in n.summary]
+
+
 async def test_an_async_tasks_result_after_new_reaches_the_chat(
     engine: Engine,
     hub: ChatHub,
@@ -1053,7 +1077,7 @@ async def test_a_job_whose_zone_left_tzdata_is_paused_and_the_others_fire(
     """A tzdata update drops zones (``US/Pacific-New`` in 2020): that one job's error failed
     every step, so no job of anyone fired, and ``/jobs`` failed in its chat (found by
     review). It is paused and its chat told; the others fire."""
-    from bot.platform.jobs import Jobs
+    from bot.platform.jobs import JobAction, Jobs
 
     good = await scheduler.create_cron(ORIGIN, "Morning", "0 8 * * *", "brief me")
     gone = await scheduler.store.create(
@@ -1081,6 +1105,10 @@ async def test_a_job_whose_zone_left_tzdata_is_paused_and_the_others_fire(
     await scheduler.dispatcher.step()  # the sweep tells its chat
     await scheduler.dispatcher.drain()
     assert any("cannot be read" in n.summary for n in notified if n.refs.get("job_id") == gone.id)
+    # ▶️ on it says why it cannot go on (CronError went past every handler: "something
+    # went wrong" in the chat, 500 from the API; found by review).
+    said = await Jobs(scheduler).act(ORIGIN, JobAction(gone.id, "resume"))
+    assert "cannot be read" in said and "new schedule" in said
 
 
 async def test_a_result_waiting_for_its_chat_holds_up_no_other_chats_jobs(
@@ -1123,3 +1151,40 @@ async def test_a_result_waiting_for_its_chat_holds_up_no_other_chats_jobs(
     assert [r.status for r in await alive.store.runs(briefing.id)] == ["done"]
     [brought] = await alive.store.runs(run.job_id)
     assert brought.delivery_status == "delivered"
+
+
+async def test_a_failed_lease_renewal_is_tried_again_and_the_run_stays_its_workers(
+    engine: Engine,
+    make_scheduler: Callable[..., Scheduler],
+    clock: FakeClock,
+    model: EchoModel,
+) -> None:
+    """One renewal that hit "database is locked" ended the renewals for good: the lease
+    ran out under the running turn and another worker ran it again (found by review)."""
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    model.add(tool_call("wait_here", "{}", "w"))
+    sleep = ManualSleep()
+    worker = make_scheduler(owner="worker-a", sleep=sleep)
+    job = await worker.create_cron(ORIGIN, "Long brief", "0 8 * * *", "go")
+    clock.now = datetime(2026, 1, 1, 8, 0, 5, tzinfo=UTC)
+    await worker.dispatcher.step()
+    await asyncio.wait_for(blocker.started.wait(), 5)
+    renew = worker.store.heartbeat
+    locked = [OSError("database is locked")]
+
+    async def once_locked(*args: Any) -> bool:
+        if locked:
+            raise locked.pop()
+        return await renew(*args)
+
+    worker.store.heartbeat = once_locked  # type: ignore[method-assign]
+    for _ in range(6):  # two minutes, a renewal every 20 s: the first one fails
+        clock.advance(LEASE / 3)
+        await sleep.release(LEASE.total_seconds() / 3)
+    other = make_scheduler(owner="worker-b")
+    assert (await other.dispatcher.step()).started == 0  # still worker a's
+    blocker.release.set()
+    await asyncio.wait_for(worker.dispatcher.drain(), 5)
+    [run] = await worker.store.runs(job.id)
+    assert (run.status, run.attempt, run.lease_owner) == ("done", 1, "worker-a")

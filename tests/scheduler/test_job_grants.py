@@ -75,6 +75,21 @@ class Sleeps:
 
         return await asyncio.wait_for(find(), 5)
 
+    async def end(self, seconds: float) -> None:
+        """End the first sleep of exactly ``seconds`` (one that comes, if none yet)."""
+
+        async def find() -> None:
+            while True:
+                for i, (asked, future) in enumerate(self.long):
+                    if asked == seconds:
+                        del self.long[i]
+                        future.set_result(None)
+                        return
+                self._changed.clear()
+                await self._changed.wait()
+
+        await asyncio.wait_for(find(), 5)
+
 
 def tool_text(messages: Sequence[Message]) -> str:
     return next((str(m["content"]) for m in reversed(messages) if m["role"] == "tool"), "")
@@ -326,6 +341,36 @@ async def test_a_card_that_could_not_be_shown_is_still_rejected_at_the_jobs_limi
     await fire(acting, clock, job)
     waited = await sleeps.end_longer_than(100)
     assert 590 < waited <= 600
+    status, result, _ = await result_of(acting, job)
+    assert status == "done"
+    assert "Nobody approved this call within 10 minute(s)" in (result or "")
+
+
+async def test_a_rejection_at_the_limit_that_failed_is_tried_again(
+    acting: Scheduler,
+    hub: ChatHub,
+    clock: FakeClock,
+    model: EchoModel,
+    sleeps: Sleeps,
+    origin: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rejecting the call at the job's limit failed once (the database away a moment):
+    nothing tried again, the run waited for good and every later fire was skipped, told to
+    no one (found by review)."""
+    job = await reads_notes_unasked_for(acting, model)
+    decide = hub.decide
+    lost = [ConnectionError("database connection lost")]
+
+    async def once_lost(*args: Any, **kwargs: Any) -> Any:
+        if lost:
+            raise lost.pop()
+        return await decide(*args, **kwargs)
+
+    monkeypatch.setattr(hub, "decide", once_lost)
+    await fire(acting, clock, job)
+    assert 590 < await sleeps.end_longer_than(100) <= 600  # the limit: the rejection fails
+    await sleeps.end(1.0)  # the first wait before trying again
     status, result, _ = await result_of(acting, job)
     assert status == "done"
     assert "Nobody approved this call within 10 minute(s)" in (result or "")
