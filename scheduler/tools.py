@@ -216,6 +216,7 @@ class DeleteTask(_SchedulerTool):
 class ToggleTask(_SchedulerTool):
     name = "toggle_task"
     rerun_safe = True  # idempotent: the same state again
+    lasting = True  # a job resumed runs its standing grants after any bypass (review)
     description = "Pause (enabled=false) or resume (enabled=true) one of this chat's tasks."
 
     def __init__(self, scheduler: Scheduler) -> None:

@@ -690,19 +690,20 @@ async def test_a_model_that_is_away_is_waited_for_not_counted(
     assert [body for _, body, *_ in await setup.stored()] == ["Ann lives in Oslo"]
 
 
-class _TimesOutOn:
-    """A model that times out on every batch holding ``words`` (too big for it), and
-    answers the others with ``answers``."""
+class _FailsOn:
+    """A model that raises ``error`` on every batch holding ``words`` (a timeout: too big
+    for it; any other exception: a fault of its client's), and answers the others with
+    ``answers``."""
 
     name = MODEL
     cache_hints = False
 
-    def __init__(self, words: str, answers: list[str]) -> None:
-        self._words, self._answers = words, answers
+    def __init__(self, words: str, error: Exception, answers: list[str]) -> None:
+        self._words, self._error, self._answers = words, error, answers
 
     async def complete(self, messages: Any, tools: Any, **_: Any) -> LlmResponse:
         if self._words in json.dumps(messages):
-            raise LlmTimeout(f"{MODEL} did not answer within 60 s", model=MODEL)
+            raise self._error
         return LlmResponse(content=self._answers.pop(0))
 
 
@@ -713,26 +714,11 @@ async def test_a_batch_that_times_out_every_time_is_passed_over(setup: Setup) ->
     stuck, other = await setup.session("telegram:111"), await setup.session("telegram:222")
     await setup.say(stuck, [("", "a very long paste")])
     [said] = await setup.say(other, [("", "I like tea")])
-    setup.models = [_TimesOutOn("a very long paste", [answer(add("Bob likes tea", said))])]
+    timeout = LlmTimeout(f"{MODEL} did not answer within 60 s", model=MODEL)
+    setup.models = [_FailsOn("a very long paste", timeout, [answer(add("Bob likes tea", said))])]
     for _ in range(4):
         await setup.deriver.derive_pending()
     assert [body for _, body, *_ in await setup.stored()] == ["Bob likes tea"]
-
-
-class _BreaksOn:
-    """A model whose client has a fault of its own on every batch holding ``words`` (no
-    ``LlmError``: a provider's unexpected exception), and answers the others."""
-
-    name = MODEL
-    cache_hints = False
-
-    def __init__(self, words: str, answers: list[str]) -> None:
-        self._words, self._answers = words, answers
-
-    async def complete(self, messages: Any, tools: Any, **_: Any) -> LlmResponse:
-        if self._words in json.dumps(messages):
-            raise KeyError("choices")
-        return LlmResponse(content=self._answers.pop(0))
 
 
 async def test_an_unexpected_fault_on_a_batch_counts_a_failure_and_the_others_go_on(
@@ -743,7 +729,8 @@ async def test_an_unexpected_fault_on_a_batch_counts_a_failure_and_the_others_go
     stuck, other = await setup.session("telegram:111"), await setup.session("telegram:222")
     [bad] = await setup.say(stuck, [("", "the batch that breaks the client")])
     [said] = await setup.say(other, [("", "I like tea")])
-    setup.models = [_BreaksOn("breaks the client", [answer(add("Bob likes tea", said))])]
+    fault = KeyError("choices")  # a provider client's own exception, no LlmError
+    setup.models = [_FailsOn("breaks the client", fault, [answer(add("Bob likes tea", said))])]
     assert await setup.deriver.derive_pending() == 1
     assert await setup.mark(stuck) == (0, 1)
     for _ in range(2):

@@ -320,7 +320,8 @@ async def test_a_card_left_alone_is_rejected_after_the_jobs_limit_and_the_briefi
         await hub.decide(card.tool_call_id, APPROVE, decider=OPERATOR, source=ORIGIN)
 
 
-async def test_a_card_that_could_not_be_shown_is_still_rejected_at_the_jobs_limit(
+@pytest.mark.parametrize("failing", ["show", "reject"])
+async def test_a_card_whose_showing_or_rejection_failed_once_still_ends_at_the_jobs_limit(
     acting: Scheduler,
     hub: ChatHub,
     clock: FakeClock,
@@ -328,49 +329,33 @@ async def test_a_card_that_could_not_be_shown_is_still_rejected_at_the_jobs_limi
     sleeps: Sleeps,
     origin: int,
     monkeypatch: pytest.MonkeyPatch,
+    failing: str,
 ) -> None:
-    """Showing the card failed once (the database away for a moment): nothing ever
-    decided the call, the run waited for good and every later fire was skipped, told to
-    no one (found by review). It waits in the inbox and ends at the job's limit."""
+    """Showing the card, or rejecting its call at the job's limit, failed once (the
+    database away for a moment): nothing ever decided the call, the run waited for good
+    and every later fire was skipped, told to no one (found by review). A card not shown
+    waits in the inbox and ends at the limit; a rejection that failed is tried again."""
     job = await reads_notes_unasked_for(acting, model)
-
-    async def show_fails(_self: object, _chat: str, _event: ApprovalRequired) -> None:
-        raise ConnectionError("database connection lost")
-
-    monkeypatch.setattr(type(hub.visiting), "show", show_fails)
-    await fire(acting, clock, job)
-    waited = await sleeps.end_longer_than(100)
-    assert 590 < waited <= 600
-    status, result, _ = await result_of(acting, job)
-    assert status == "done"
-    assert "Nobody approved this call within 10 minute(s)" in (result or "")
-
-
-async def test_a_rejection_at_the_limit_that_failed_is_tried_again(
-    acting: Scheduler,
-    hub: ChatHub,
-    clock: FakeClock,
-    model: EchoModel,
-    sleeps: Sleeps,
-    origin: int,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Rejecting the call at the job's limit failed once (the database away a moment):
-    nothing tried again, the run waited for good and every later fire was skipped, told to
-    no one (found by review)."""
-    job = await reads_notes_unasked_for(acting, model)
-    decide = hub.decide
     lost = [ConnectionError("database connection lost")]
 
-    async def once_lost(*args: Any, **kwargs: Any) -> Any:
+    async def show_fails(_self: object, _chat: str, _event: ApprovalRequired) -> None:
+        raise lost[0]
+
+    decide = hub.decide
+
+    async def decide_fails_once(*args: Any, **kwargs: Any) -> Any:
         if lost:
             raise lost.pop()
         return await decide(*args, **kwargs)
 
-    monkeypatch.setattr(hub, "decide", once_lost)
+    if failing == "show":
+        monkeypatch.setattr(type(hub.visiting), "show", show_fails)
+    else:
+        monkeypatch.setattr(hub, "decide", decide_fails_once)
     await fire(acting, clock, job)
-    assert 590 < await sleeps.end_longer_than(100) <= 600  # the limit: the rejection fails
-    await sleeps.end(1.0)  # the first wait before trying again
+    assert 590 < await sleeps.end_longer_than(100) <= 600
+    if failing == "reject":
+        await sleeps.end(1.0)  # the first wait before trying again
     status, result, _ = await result_of(acting, job)
     assert status == "done"
     assert "Nobody approved this call within 10 minute(s)" in (result or "")
@@ -924,10 +909,12 @@ async def test_no_bypass_of_a_chat_schedules_a_job_unasked(
     acting: Scheduler, engine: Engine
 ) -> None:
     """A job and its grants outlive a ⏱ 15 min or 🔄 Session bypass (found by review):
-    execute_task is lasting, so every call of it asks; the tools of the moment do not."""
+    execute_task is lasting, so every call of it asks, and so is toggle_task (a paused job
+    resumed under a bypass ran its standing grants on after it; found by review); the
+    tools of the moment do not."""
     for tool in scheduler_tools(acting):
         engine.tools.register(tool)
-    assert engine.policy.lasting("execute_task")
+    assert engine.policy.lasting("execute_task") and engine.policy.lasting("toggle_task")
     assert not engine.policy.lasting("execute_cmd") and not engine.policy.lasting("list_tasks")
 
 

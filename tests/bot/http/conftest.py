@@ -9,14 +9,14 @@ import pytest
 
 from bot.schema import LAYERS
 from bot.settings import load_settings
-from engine.config import AppConfig, EngineConfig, HubConfig
+from engine.config import AppConfig, EngineConfig
 from engine.core import Engine
 from engine.hub import ChatHub
 from engine.llm.registry import ModelRegistry
 from engine.store import Store
 from scheduler.service import Scheduler
 from tests.clock import FakeClock
-from tests.engine.hub.conftest import EchoModel, ManualSleep
+from tests.engine.hub.conftest import EchoModel
 
 
 @pytest.fixture
@@ -39,14 +39,6 @@ async def engine(tmp_path: Path, model: EchoModel) -> AsyncIterator[Engine]:
     engine = await Engine.open(config, models=ModelRegistry([model]), store=store)  # default rules
     yield engine
     await engine.close()
-
-
-@pytest.fixture
-async def hub(engine: Engine) -> AsyncIterator[ChatHub]:
-    hub = ChatHub(engine, HubConfig(idle_evict_s=60), sleep=ManualSleep())
-    await hub.start()
-    yield hub
-    await hub.close()
 
 
 @pytest.fixture

@@ -45,6 +45,22 @@ def recorded(db: Path, event_id: str) -> bool:
         return conn.execute(query, (event_id,)).fetchone()[0] == 1
 
 
+def bot_message(person, room: str, bot: str, needle: str) -> dict | None:
+    """The bot's first message in ``room`` holding ``needle``, as ``person`` sees it."""
+    return next(
+        (m for m in bot_messages(person, room, bot) if needle in m["content"]["body"]), None
+    )
+
+
+def shown_after(tmp_path: Path, alice, room: str, bot, said: str, card) -> dict:
+    """Alice says ``said`` once the bot joined; the ``card`` it shows, recorded."""
+    wait_for(lambda: joined(alice, room, bot.user_id), 30)
+    alice.say(room, said)
+    shown = wait_for(card, 30)
+    wait_for(lambda: recorded(tmp_path / "chathub.db", shown["event_id"]))
+    return shown
+
+
 def card_state(db: Path, event_id: str) -> str:
     with sqlite3.connect(db) as conn:
         query = "SELECT state FROM platform_cards WHERE platform = 'matrix' AND message_id = ?"
@@ -70,20 +86,10 @@ def test_an_old_card_works_once_after_kill_9_and_nothing_said_meanwhile_is_lost(
     room = alice.create_room(invite=[bot.user_id], direct=True)
 
     def card():
-        return next(
-            (
-                m
-                for m in bot_messages(alice, room, bot.user_id)
-                if "Approval needed" in m["content"]["body"]
-            ),
-            None,
-        )
+        return bot_message(alice, room, bot.user_id, "Approval needed")
 
     try:
-        wait_for(lambda: joined(alice, room, bot.user_id), 30)
-        alice.say(room, "run it")
-        shown = wait_for(card, 30)
-        wait_for(lambda: recorded(tmp_path / "chathub.db", shown["event_id"]))
+        shown = shown_after(tmp_path, alice, room, bot, "run it", card)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
     finally:
@@ -121,20 +127,10 @@ def test_an_answer_to_a_question_is_not_a_new_message_after_kill_9_before_its_ma
     room = alice.create_room(invite=[bot.user_id], direct=True)
 
     def question():
-        return next(
-            (
-                m
-                for m in bot_messages(alice, room, bot.user_id)
-                if "❓ Question" in m["content"]["body"]
-            ),
-            None,
-        )
+        return bot_message(alice, room, bot.user_id, "❓ Question")
 
     try:
-        wait_for(lambda: joined(alice, room, bot.user_id), 30)
-        alice.say(room, "book a hotel")
-        shown = wait_for(question, 30)
-        wait_for(lambda: recorded(tmp_path / "chathub.db", shown["event_id"]))
+        shown = shown_after(tmp_path, alice, room, bot, "book a hotel", question)
     finally:
         first.send_signal(signal.SIGTERM)
         first.wait(15)

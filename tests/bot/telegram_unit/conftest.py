@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot.telegram.store import TelegramStore
-from engine.store import Store
+from engine.store import Database, Store
 from tests.pg import BACKENDS, database_url
 
 
@@ -24,11 +24,17 @@ async def tg_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
 
 
 @pytest.fixture
-async def sqlite_tg_store(tmp_path: Path) -> AsyncIterator[TelegramStore]:
-    """SQLite only: for the outbound and poller tests, whose subject is not the database."""
+async def sqlite_db(tmp_path: Path) -> AsyncIterator[Database]:
+    """SQLite only: for the tests whose subject is not the database."""
     async with database_url("sqlite", tmp_path, migrated=True) as url:
         store = await Store.open(url)
         try:
-            yield TelegramStore(store.db)
+            yield store.db
         finally:
             await store.close()
+
+
+@pytest.fixture
+def sqlite_tg_store(sqlite_db: Database) -> TelegramStore:
+    """SQLite only: for the outbound and poller tests, whose subject is not the database."""
+    return TelegramStore(sqlite_db)

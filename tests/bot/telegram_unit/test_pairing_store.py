@@ -4,15 +4,13 @@ Telegram stranger may be another platform's (a Slack or Matrix id is no number).
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from bot.platform.access import Access, PairingDesk, pairing_commands
 from bot.platform.commands import CommandContext
 from bot.platform.pairing import PairingStore as PlatformPairingStore
 from bot.telegram.dispatch.access import PairingStore
 from bot.telegram.store import TelegramStore
-from engine.store import Database, Store
-from tests.pg import database_url
+from engine.store import Database
 
 
 async def test_a_slack_owner_pairs_a_telegram_stranger(sqlite_tg_store: TelegramStore) -> None:
@@ -42,21 +40,14 @@ async def test_a_slack_owner_pairs_a_telegram_stranger(sqlite_tg_store: Telegram
 
 
 async def test_a_slack_or_matrix_member_is_unpaired_with_telegram_configured(
-    tmp_path: Path,
+    sqlite_db: Database,
 ) -> None:
     """Telegram's store, first on the desk, raised ValueError on a worded id: the owner was
     told "sorry" and the member stayed paired on their own platform (found by review)."""
-    async with database_url("sqlite", tmp_path, migrated=True) as url:
-        store = await Store.open(url)
-        try:
-            await _unpair_a_slack_member(store.db)
-        finally:
-            await store.close()
-
-
-async def _unpair_a_slack_member(db: Database) -> None:
-    telegram = Access(PairingStore(TelegramStore(db)), owner="999", clock=time.monotonic)
-    slack = Access(PlatformPairingStore(db, "slack"), owner="U0OWNER01", clock=time.monotonic)
+    telegram = Access(PairingStore(TelegramStore(sqlite_db)), owner="999", clock=time.monotonic)
+    slack = Access(
+        PlatformPairingStore(sqlite_db, "slack"), owner="U0OWNER01", clock=time.monotonic
+    )
     await slack.store.pair("U0BOB0001", "Bob", "U0OWNER01")
     await slack.load()
     desk = PairingDesk()
