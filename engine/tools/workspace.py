@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from pathlib import Path
 
 from engine.tools.base import ToolError
@@ -20,7 +22,8 @@ class Workspace:
     ``..`` and every symlink, including symlinked parents, are resolved), then checked
     against the canonical root. A symlink pointing out is therefore refused, whatever
     its name inside the workspace. The check is made when a tool resolves its path;
-    the tools then open the canonical path, never the name the model gave.
+    the tools then open the canonical path (``open``), never the name the model gave,
+    and hold what they opened to what was checked.
     """
 
     def __init__(self, root: Path) -> None:
@@ -72,6 +75,57 @@ class Workspace:
             raise ToolError(f"path {path!r} is in secrets/: secrets/ is never readable")
         return resolved
 
+    def open(self, path: Path, flags: int) -> int:
+        """A descriptor of ``path`` (canonical, from ``resolve``) that is what was checked.
+
+        A folder swapped for a symlink between the check and the open led the file tools
+        into ``secrets/``, and a hard link is a second name for a file there that no path
+        check sees (both found by review on 2026-12-06). So the last part is never
+        followed (``O_NOFOLLOW``), the file opened is held to the path checked (Linux
+        names it in ``/proc/self/fd``), and a file with more than one name is refused when
+        one of them is in ``secrets/``. ``OSError`` as ``os.open`` raises it."""
+        flags |= os.O_NOFOLLOW | os.O_CLOEXEC
+        created = False
+        if flags & os.O_CREAT:
+            try:  # made here: taken away again if it is not where it was checked
+                fd, created = os.open(path, flags | os.O_EXCL, 0o644), True
+            except FileExistsError:
+                fd = os.open(path, flags & ~os.O_CREAT)
+        else:
+            fd = os.open(path, flags)
+        try:
+            opened = _name_of(fd)
+            if opened is not None and opened != path:
+                if created:
+                    with contextlib.suppress(OSError):
+                        os.unlink(opened)
+                raise ToolError(
+                    f"'{self.relative(path)}' changed while it was opened (it leads to "
+                    f"{opened} now); nothing was read or written"
+                )
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and self._a_secret(st):
+                raise ToolError(
+                    f"'{self.relative(path)}' is another name (a hard link) for a file in "
+                    "secrets/: secrets/ is never readable"
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _a_secret(self, st: os.stat_result) -> bool:
+        """Whether the file ``st`` describes is one of the files under ``secrets/``."""
+        for folder, _dirs, files in os.walk(self.secrets):
+            for name in files:
+                try:
+                    other = os.lstat(os.path.join(folder, name))
+                except OSError:
+                    continue
+                if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+                    return True
+        return False
+
     def _in_secrets(self, resolved: Path) -> bool:
         """Whether canonical ``resolved`` is ``secrets/`` or beneath it, under any spelling
         a file system may take for it: ``realpath`` keeps the case it was given, and on a
@@ -94,3 +148,11 @@ class Workspace:
         except ValueError:
             return str(path)
         return rel.as_posix() or "."
+
+
+def _name_of(fd: int) -> Path | None:
+    """The path the kernel gives an open descriptor (``None`` where it gives none)."""
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        return None

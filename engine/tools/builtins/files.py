@@ -1,7 +1,8 @@
 """File tools: read_file, write_file, edit_file, list_files.
 
 Every path goes through ``Workspace.resolve`` (relative paths are taken from the
-agent's working directory) and the tools then touch only the canonical path. Blocking
+agent's working directory) and the tools then touch only the canonical path, opened as
+it was checked (``Workspace.open``). Blocking
 file I/O runs in a worker thread so a slow disk never stalls the event loop.
 """
 
@@ -11,7 +12,7 @@ import asyncio
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from engine.tools.base import ToolError
 from engine.tools.builtins._common import BuiltinTool, object_schema
@@ -46,11 +47,37 @@ def _regular_file(tool: str, path: Path, rel: str) -> os.stat_result:
         raise ToolError(f"{tool}: no such file '{rel}'") from None
     except OSError as exc:
         raise _os_error(tool, "open", rel, exc) from None
+    return _regular(tool, st, rel)
+
+
+def _regular(tool: str, st: os.stat_result, rel: str) -> os.stat_result:
     if stat.S_ISDIR(st.st_mode):
         raise ToolError(f"{tool}: '{rel}' is a directory; use list_files to see what is in it")
     if not stat.S_ISREG(st.st_mode):
         raise ToolError(f"{tool}: '{rel}' is not a regular file")
     return st
+
+
+#: Never blocks on a FIFO put where a file was (ENXIO for a writer with no reader).
+_OPEN_FLAGS = os.O_NONBLOCK
+
+
+def _open_regular(
+    workspace: Workspace, tool: str, path: Path, rel: str, flags: int
+) -> tuple[int, os.stat_result]:
+    """A descriptor of the regular file ``path`` as it was checked (``Workspace.open``)."""
+    _regular_file(tool, path, rel)
+    try:
+        fd = workspace.open(path, flags | _OPEN_FLAGS)
+    except FileNotFoundError:
+        raise ToolError(f"{tool}: no such file '{rel}'") from None
+    except OSError as exc:
+        raise _os_error(tool, "open", rel, exc) from None
+    try:
+        return fd, _regular(tool, os.fstat(fd), rel)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _not_text(tool: str, rel: str, size: int) -> ToolError:
@@ -92,12 +119,13 @@ class ReadFile(BuiltinTool):
         return await asyncio.to_thread(self._read, path, self.workspace.relative(path))
 
     def _read(self, path: Path, rel: str) -> str:
-        size = _regular_file(self.name, path, rel).st_size
+        fd, st = _open_regular(self.workspace, self.name, path, rel, os.O_RDONLY)
+        size = st.st_size
         limit = self.max_chars
         head_chars = limit // 2
         tail_chars = limit - head_chars
         try:
-            with path.open("rb") as f:
+            with os.fdopen(fd, "rb") as f:
                 if size <= limit * _MAX_UTF8_BYTES:
                     text = _decode_whole(self.name, rel, f.read())
                     if not text:
@@ -158,9 +186,19 @@ class WriteFile(BuiltinTool):
         if path.is_dir():
             raise ToolError(f"{self.name}: '{rel}' is a directory")
         existed = path.exists()
+        if existed:
+            _regular_file(self.name, path, rel)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+            # Emptied only once it is known to be the file checked (``Workspace.open``).
+            fd = self.workspace.open(path, os.O_WRONLY | os.O_CREAT | _OPEN_FLAGS)
+        except OSError as exc:
+            raise _os_error(self.name, "write", rel, exc) from None
+        try:
+            with os.fdopen(fd, "wb") as f:
+                _regular(self.name, os.fstat(f.fileno()), rel)
+                f.truncate(0)
+                f.write(data)
         except OSError as exc:
             raise _os_error(self.name, "write", rel, exc) from None
         what = "replaced" if existed else "created"
@@ -202,11 +240,15 @@ class EditFile(BuiltinTool):
         return await asyncio.to_thread(self._edit, path, self.workspace.relative(path), old, new)
 
     def _edit(self, path: Path, rel: str, old: str, new: str) -> str:
-        size = _regular_file(self.name, path, rel).st_size
+        fd, st = _open_regular(self.workspace, self.name, path, rel, os.O_RDWR)
+        with os.fdopen(fd, "r+b") as f:
+            return self._edit_open(f, st.st_size, rel, old, new)
+
+    def _edit_open(self, f: BinaryIO, size: int, rel: str, old: str, new: str) -> str:
         if size > MAX_EDIT_BYTES:
             raise ToolError(f"{self.name}: '{rel}' is too large to edit ({size} bytes)")
         try:
-            text = _decode_whole(self.name, rel, path.read_bytes())
+            text = _decode_whole(self.name, rel, f.read())
         except OSError as exc:
             raise _os_error(self.name, "read", rel, exc) from None
         first = text.find(old)
@@ -225,7 +267,9 @@ class EditFile(BuiltinTool):
         updated = text[:first] + new + text[first + len(old) :]
         try:
             data = updated.encode("utf-8")
-            path.write_bytes(data)
+            f.seek(0)
+            f.truncate()
+            f.write(data)
         except UnicodeEncodeError as exc:
             raise ToolError(f"{self.name}: 'new' is not valid Unicode text: {exc.reason}") from None
         except OSError as exc:

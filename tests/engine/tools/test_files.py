@@ -326,3 +326,83 @@ async def test_list_outside_or_secrets_is_refused(
         await ls.run({"path": ".."}, ctx)
     with pytest.raises(ToolError, match="secrets/ is never readable"):
         await ls.run({"path": "secrets"}, ctx)
+
+
+# --- what is opened is what was checked -------------------------------------------------
+
+SECRET = "sk-live-do-not-leak"
+
+
+class SwappedAfterCheck(Workspace):
+    """Another actor (a sub-agent's command, a job's run, an MCP server) swaps ``notes/``
+    for a symlink into ``secrets/`` right after the path was checked."""
+
+    def resolve(self, path: str, *, cwd: Path | None = None) -> Path:
+        checked = super().resolve(path, cwd=cwd)
+        os.rename(self.root / "notes", self.root / "notes.old")
+        os.symlink(self.secrets, self.root / "notes")
+        return checked
+
+
+@pytest.fixture
+def swapped(tmp_path: Path) -> SwappedAfterCheck:
+    workspace = SwappedAfterCheck(tmp_path / "racing")
+    workspace.secrets.mkdir()
+    (workspace.secrets / "api.key").write_text(SECRET)
+    (workspace.root / "notes").mkdir()
+    (workspace.root / "notes" / "api.key").write_text("harmless")
+    return workspace
+
+
+ARGUMENTS = {
+    ReadFile: {},
+    WriteFile: {"content": "overwritten"},
+    EditFile: {"old": SECRET, "new": "overwritten"},
+}
+
+
+@pytest.mark.parametrize("tool", [ReadFile, WriteFile, EditFile])
+async def test_a_folder_swapped_for_a_symlink_after_the_check_leads_nowhere(
+    swapped: SwappedAfterCheck, ctx: ToolContext, tool: type
+) -> None:
+    """The tools opened the checked path by name, following a symlink made after the
+    check: read_file read secrets/api.key, write_file and edit_file overwrote it (found
+    by review on 2026-12-06)."""
+    args = {"path": "notes/api.key", **ARGUMENTS[tool]}
+    with pytest.raises(ToolError, match="changed while it was opened"):
+        await tool(swapped).run(args, dataclasses.replace(ctx, working_directory=swapped.root))
+    assert (swapped.secrets / "api.key").read_text() == SECRET
+
+
+async def test_a_new_file_in_a_folder_swapped_after_the_check_is_not_left_in_secrets(
+    swapped: SwappedAfterCheck, ctx: ToolContext
+) -> None:
+    write = WriteFile(swapped)
+    args = {"path": "notes/new.txt", "content": "planted"}
+    with pytest.raises(ToolError, match="changed while it was opened"):
+        await write.run(args, dataclasses.replace(ctx, working_directory=swapped.root))
+    assert sorted(p.name for p in swapped.secrets.iterdir()) == ["api.key"]
+
+
+@pytest.mark.parametrize("tool", [ReadFile, EditFile])
+async def test_a_hard_link_to_a_secret_is_refused(
+    workspace: Workspace, ctx: ToolContext, tool: type
+) -> None:
+    """A hard link is a second name for the file, which no path check sees: memory/
+    (allowed unasked by the seeded rules) read secrets/api.key (found by review)."""
+    workspace.secrets.mkdir()
+    (workspace.secrets / "api.key").write_text(SECRET)
+    (workspace.root / "memory").mkdir()
+    os.link(workspace.secrets / "api.key", workspace.root / "memory" / "notes.txt")
+    args = {"path": "memory/notes.txt", **ARGUMENTS[tool]}
+    with pytest.raises(ToolError, match="a hard link"):
+        await tool(workspace).run(args, ctx)
+    assert (workspace.secrets / "api.key").read_text() == SECRET
+
+
+async def test_a_hard_link_between_two_ordinary_files_is_read(
+    workspace: Workspace, read: ReadFile, ctx: ToolContext
+) -> None:
+    (workspace.root / "a.txt").write_text("shared")
+    os.link(workspace.root / "a.txt", workspace.root / "b.txt")
+    assert await read.run({"path": "b.txt"}, ctx) == "shared"
