@@ -218,7 +218,11 @@ class CompletionsApi:
                     holds=conversation.length <= at,
                 )
                 if again is not None:
-                    if not again.running and conversation.length == at + 1:
+                    # What it held to that message (an answer read back, or what a stopped
+                    # stream had shown while its turn runs on) gives way to this answer,
+                    # which the client goes on with (a Stop then Regenerate, holding the
+                    # partial, sent the chat to a new conversation; found by review).
+                    if conversation.length == at + 1:
                         conversation = await self._held_as_read_back(conversation, at)
                         again.holds = True
                     return conversation, again

@@ -499,6 +499,19 @@ async def approvals(http: httpx.AsyncClient) -> list[dict[str, Any]]:
     return (await http.get("/api/inbox")).json()["approvals"]
 
 
+async def stream(http: httpx.AsyncClient, messages: list[Any], stop_at: str = "") -> str:
+    """The text a streamed answer shows, until ``stop_at`` appears (Stop) if given."""
+    shown = ""
+    body = {"model": "main", "stream": True, "messages": messages}
+    async with http.stream("POST", "/v1/chat/completions", json=body) as raw:
+        async for line in raw.aiter_lines():
+            if line.startswith("data: {"):
+                shown += json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+            if stop_at and stop_at in shown:
+                break
+    return shown
+
+
 async def test_a_stream_stopped_mid_answer_is_held_as_the_client_shows_it(
     v1: V1Server, fake_openai: FakeOpenAIServer
 ):
@@ -509,15 +522,8 @@ async def test_a_stream_stopped_mid_answer_is_held_as_the_client_shows_it(
     fake_openai.reply_text("Written.")
     fake_openai.reply_text("Yes.")
     asked = {"role": "user", "content": "write note.txt"}
-    shown = ""
     async with v1.http() as http:
-        body = {"model": "main", "stream": True, "messages": [asked]}
-        async with http.stream("POST", "/v1/chat/completions", json=body) as raw:
-            async for line in raw.aiter_lines():
-                if line.startswith("data: {"):
-                    shown += json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
-                if "waits for approval" in shown:
-                    break  # Stop
+        shown = await stream(http, [asked], stop_at="waits for approval")  # Stop
         [card] = await until(lambda: approvals(http))
         await http.post(
             f"/api/inbox/approvals/{card['tool_call_id']}/resolve", json={"action": "approve"}
@@ -527,6 +533,36 @@ async def test_a_stream_stopped_mid_answer_is_held_as_the_client_shows_it(
         second = await http.post("/v1/chat/completions", json={"model": "main", "messages": go_on})
     assert second.json()["chathub"]["conversation"] == "api:1"
     assert user_messages(fake_openai.requests[-1]) == ["write note.txt", "ok?"]
+
+
+async def test_stop_then_regenerate_while_the_turn_runs_keeps_the_conversation(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """The stopped stream's text was held, so the regenerated answer, following the same
+    turn, was not: the next message, carrying it, began a new conversation (review)."""
+    for reply in ("A1.", WRITE, "Written.", "Yes."):
+        if isinstance(reply, str):
+            fake_openai.reply_text(reply)
+        else:
+            fake_openai.reply_tool_calls(reply)
+    hello, write = {"role": "user", "content": "hello"}, {"role": "user", "content": "write"}
+    async with v1.http() as http:
+        history = [hello, {"role": "assistant", "content": await stream(http, [hello])}, write]
+        await stream(http, history, stop_at="waits for approval")  # Stop
+        regenerate = asyncio.create_task(stream(http, history))  # while the turn runs
+        [card] = await until(lambda: approvals(http))
+        await http.post(
+            f"/api/inbox/approvals/{card['tool_call_id']}/resolve", json={"action": "approve"}
+        )
+        regenerated = await asyncio.wait_for(regenerate, GUARD_S)
+        go_on = [
+            *history,
+            {"role": "assistant", "content": regenerated},
+            {"role": "user", "content": "ok?"},
+        ]
+        third = await http.post("/v1/chat/completions", json={"model": "main", "messages": go_on})
+    assert "Written." in regenerated
+    assert third.json()["chathub"]["conversation"] == "api:1"
 
 
 async def test_a_whole_answer_whose_client_left_lets_the_next_request_in(
