@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -88,6 +89,8 @@ ANSWERS: dict[str, Choice] = {
 _QUIT = ("/quit", "/exit")
 #: Typed during a turn, these run at once (they are about that turn); other lines wait.
 _STOP = ("/stop",)
+#: What a command looks like: ``/name`` of letters, digits and ``_``, then a space or the end.
+_COMMAND_SHAPE = re.compile(r"/[A-Za-z0-9_]{1,32}(?=\s|$)")
 _PREVIEW = 160
 
 
@@ -293,7 +296,7 @@ class TerminalChat:
                 continue
             if text in _QUIT:
                 return
-            if text.startswith("/"):
+            if _COMMAND_SHAPE.match(text):  # a path ("/etc/hosts is broken") is a message
                 await self._command(text)
                 continue
             if self._asking is not None:  # a job's card, shown while no turn of ours ran
@@ -316,8 +319,8 @@ class TerminalChat:
                 line = self._backlog[0]
                 if line in _QUIT:  # left for _converse, the call kept pending (as at EOF)
                     self._close_prompts()
-                elif line.startswith("/"):  # a command, never a reason ("/quit" was one)
-                    await self._command(self._backlog.pop(0))
+                elif self._is_command(line):  # never a reason ("/quit" was one), but a
+                    await self._command(self._backlog.pop(0))  # path is an answer
                 else:
                     await self._answer(self._backlog.pop(0))
                 continue
@@ -358,7 +361,8 @@ class TerminalChat:
             except Exception:  # one event's fault: the turn's end must still be seen
                 log.exception("showing %s failed", type(event).__name__)
             if isinstance(event, Done | Error):
-                self._asking = None
+                if self._asking is not None and self._asking.session_id == item.session_id:
+                    self._asking = None  # ours ended; a job's card asks on (review)
                 self._running = False
             self._changed.set()
 
@@ -388,6 +392,11 @@ class TerminalChat:
                     await self._hub.answer(request_id, text, source=SOURCE)
                 except (InboxError, HubError) as exc:
                     self._say(f"! {exc}")
+
+    def _is_command(self, line: str) -> bool:
+        """``/name`` of one of the terminal's commands (a path, ``/home/ann``, is not)."""
+        name, _, _rest = line.partition(" ")
+        return self.commands.get(name[1:].lower(), is_owner=True) is not None
 
     def _asks(self, call_id: int) -> bool:
         match self._asking:

@@ -16,6 +16,7 @@ import pytest
 
 from bot.terminal import SOURCE, TerminalChat
 from engine.approval import OPERATOR
+from engine.core import Engine
 from engine.hub import ChatHub, Choice
 from scheduler.service import Scheduler
 from tests.clock import FakeClock
@@ -100,6 +101,57 @@ async def test_y_at_the_prompt_decides_a_jobs_card_shown_there(
         assert "y" not in said(fake_openai)
     finally:
         await scheduler.close()
+
+
+async def test_a_jobs_card_shown_during_a_turn_still_takes_y_after_that_turn(
+    engine: Engine, hub: ChatHub, keyboard: Keyboard, fake_openai: FakeOpenAIServer
+) -> None:
+    """The end of the console's own turn closed the job's prompt too: the card still said
+    "Approve? [y]es", but the "y" went to the model as a message (found by review)."""
+    (engine.workspace.root / "notes.txt").write_text("Buy milk.")
+    clock = FakeClock()
+    scheduler = Scheduler(engine, hub, timezone="UTC", clock=clock, owner="terminal-test")
+    try:
+        fake_openai.reply_hang(partial="Thinking ")  # the console's turn
+        keyboard.type("hello")
+        await keyboard.shows("Thinking")
+        job = await scheduler.create_cron(SOURCE, "Notes", "0 8 * * *", "Brief me.")
+        fake_openai.reply_tool_calls(("r1", "read_file", {"path": "notes.txt"}))
+        fake_openai.reply_text("Brief: buy milk.")
+        clock.now = job.next_run_at + timedelta(seconds=1)
+        await scheduler.dispatcher.step()
+        await keyboard.shows("Approve? [y]es")  # the job's card, during the console's turn
+        keyboard.type("/stop")  # the console's turn ends; the job's card is still open
+        await keyboard.shows("Stopped")
+        keyboard.type("y")
+        await asyncio.wait_for(scheduler.dispatcher.drain(), TIMEOUT_S)
+        [run] = await scheduler.store.runs(job.id)
+        assert run.status == "done"
+        assert "y" not in said(fake_openai)
+    finally:
+        await scheduler.close()
+
+
+async def test_a_path_answers_a_question(keyboard: Keyboard, fake_openai: FakeOpenAIServer) -> None:
+    """At a prompt every line starting with "/" ran as a command: "/home/ann/project"
+    answering "Which directory?" was "Unknown command" (found by review)."""
+    ask = {"question": "Which directory?"}
+    fake_openai.reply_tool_calls(("q1", "ask_user_clarification", ask))
+    fake_openai.reply_text("Using it.")
+    keyboard.type("set up the project")
+    await keyboard.shows("Which directory?")
+    keyboard.type("/home/ann/project")
+    await keyboard.shows("Using it.")
+    assert said(fake_openai, "tool")[-1] == "/home/ann/project"
+
+
+async def test_a_message_starting_with_a_path_is_a_message(
+    keyboard: Keyboard, fake_openai: FakeOpenAIServer
+) -> None:
+    fake_openai.reply_text("Let me look.")
+    keyboard.type("/etc/hosts is broken")
+    await keyboard.shows("Let me look.")
+    assert said(fake_openai)[-1] == "/etc/hosts is broken"
 
 
 async def test_a_card_decided_elsewhere_leaves_the_next_line_a_message(
