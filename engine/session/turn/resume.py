@@ -36,7 +36,7 @@ async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> Ca
     model is told it was interrupted and may or may not have had its effect.
     """
     tools_known = False
-    for call in calls:
+    for index, call in enumerate(calls):
         stored = await env.store.history.get_tool_call(call.id)
         if stored is not None and stored.status != call.status:
             call.status, call.result = stored.status, stored.result
@@ -44,6 +44,7 @@ async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> Ca
         if call.status not in ("running", "pending"):
             continue
         if env.scope.cancelled:
+            await _not_run(env, calls[index:])
             return CallFlow.CANCELLED
         if stored is not None and stored.launched_at is not None:
             await env.recorder.interrupted(call)
@@ -54,8 +55,15 @@ async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> Ca
             await env.refresh_tools(env)
             tools_known = True
         if await handle_tool_call(env, call, None, resumed=True) is CallFlow.CANCELLED:
+            await _not_run(env, calls[index + 1 :])
             return CallFlow.CANCELLED
     return CallFlow.CONTINUE
+
+
+async def _not_run(env: TurnEnv, calls: Sequence[ToolCallRow]) -> None:
+    """The round's calls a stop came before, closed as not run (as the live loop does):
+    left open, the next message ran them (found by review on 2026-12-06)."""
+    await env.recorder.not_run([c for c in calls if c.status in ("running", "pending")])
 
 
 class TurnResume:
@@ -149,6 +157,8 @@ class TurnResume:
                     flow = CallFlow.CANCELLED
         elif isinstance(outcome, Cancelled):
             flow = CallFlow.CANCELLED
+        if flow is CallFlow.CANCELLED:  # the parent's round stops here too
+            await _not_run(parent_env, parent_env.transcript.open_tool_calls())
         await self._store.sessions.terminate_frame(child.id)
         return flow
 

@@ -11,7 +11,7 @@ from engine.session import events as ev
 from engine.session.outcomes import Cancelled, Exhausted, Failed, Final
 from engine.session.turn.resume import REAPED_NOTE
 from engine.store.rows import AssistantRecord, FrameRow, NewToolCall
-from tests.engine.session.helpers import BlockingTool, roles, tool_messages
+from tests.engine.session.helpers import BlockingTool, EchoTool, roles, tool_messages
 
 
 async def spawn_child(engine: Engine, session_id: int, root: FrameRow, call_id: str, prompt: str):
@@ -139,6 +139,32 @@ async def test_stop_during_a_resume_cancels_it(engine: Engine, model):
     call = await engine.store.history.get_tool_call(message.tool_calls[0].id)
     assert call is not None and call.status == "cancelled"
     assert await engine.interrupted_sessions() == []  # a /stop is not resumed at start
+
+
+async def test_a_stop_during_a_resume_closes_the_rounds_later_calls_too(engine: Engine, model):
+    """They stayed open: the next message ran the call the person had just stopped
+    (found by review; the live loop closed them already)."""
+    blocker, echo = BlockingTool(), EchoTool()
+    engine.tools.register(blocker)
+    engine.tools.register(echo)
+    handler = await engine.new_session("console")
+    root = await engine.store.sessions.root_frame(handler.session.id)
+    await engine.store.history.append_message(root.id, "user", "do two things")
+    message = await engine.store.history.append_assistant(
+        root.id,
+        AssistantRecord(content=""),
+        [NewToolCall("w", "wait_here", "{}"), NewToolCall("e", "echo", '{"text": "boom"}')],
+    )
+    resumed = asyncio.create_task(handler.resume_turn())
+    await asyncio.wait_for(blocker.started.wait(), 5)
+    handler.cancel()
+    assert isinstance(await asyncio.wait_for(resumed, 5), Cancelled)
+    later = await engine.store.history.get_tool_call(message.tool_calls[1].id)
+    assert later is not None and later.status == "cancelled"
+
+    model.add(text("ok"))
+    await handler.handle_message("hello again")
+    assert echo.calls == []
 
 
 async def test_a_stopped_or_failed_turn_is_not_resumed_at_start(engine: Engine, model):
