@@ -80,7 +80,8 @@ async def _ask_candidates(
     """Ask each candidate in turn until one answers usefully.
 
     Retriable failures (timeout, connection, 429, 5xx, malformed or empty answers, a
-    model client's own bug) move on to the next model; a request error (other 4xx) ends
+    model client's own bug, a context window too small) move on to the next model; a
+    request error (other 4xx) ends
     the turn at once, since another model would get the same wrong request. The
     ``TurnFailed`` message is shown to the user: the models' plain reasons, no exception
     texts (those are in the log).
@@ -88,6 +89,7 @@ async def _ask_candidates(
     if not candidates:
         raise TurnFailed("No model is configured: set LLM_MODEL.")
     failures: list[str] = []
+    overflow: LlmContextOverflow | None = None
     messages: list[Message] | None = None
     hints: bool | None = None
     on_delta = emitter.text_delta if emitter.streams else None
@@ -102,8 +104,11 @@ async def _ask_candidates(
             detail = f" [{exc.detail}]" if exc.detail else ""
             log.warning("model %s failed: %s%s", model.name, exc, detail)
             if isinstance(exc, LlmContextOverflow):
-                raise  # smaller, it may fit: ``call_llm_round`` leaves output out
-            if not exc.retriable:
+                # The next model's window may be bigger (until 2026-12-06 none was asked;
+                # found by review); when none takes it, ``call_llm_round`` leaves
+                # output out and asks them all again.
+                overflow = overflow or exc
+            elif not exc.retriable:
                 raise TurnFailed(f"The model rejected the request: {exc}") from exc
             reason = str(exc)
         except TurnCancelled:
@@ -123,4 +128,6 @@ async def _ask_candidates(
         failures.append(reason)
         if index + 1 < len(candidates):
             emitter.model_fallback(model.name, candidates[index + 1].name, reason)
+    if overflow is not None:
+        raise overflow
     raise TurnFailed("Every model failed: " + "; ".join(failures))

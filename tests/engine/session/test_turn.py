@@ -248,14 +248,26 @@ async def test_a_turn_that_outgrows_the_context_window_goes_on_with_older_output
 async def test_a_turn_that_outgrows_the_window_with_nothing_to_leave_out_says_so(
     engine: Engine, model
 ):
-    """No tool output to leave out: one plain sentence, not the provider's 400."""
-    backup = ScriptedModel([text("never")], name="backup")
+    """No tool output to leave out, and no model's window takes it: one plain sentence,
+    not the provider's 400."""
+    backup = ScriptedModel([_overflow()], name="backup")
     engine.models = type(engine.models)([model, backup])
     model.add(_overflow())
     handler = await engine.new_session("console")
     result = await handler.handle_message("x" * 100)
     assert isinstance(result, Failed) and result.message == OUTGROWN
-    assert backup.requests == [] and len(model.requests) == 1
+    assert len(backup.requests) == 1 and len(model.requests) == 1
+
+
+async def test_a_request_over_one_models_window_goes_to_the_next(engine: Engine, model):
+    """The fallback model, whose window is bigger, was never asked: the turn failed with
+    "start a new conversation" (found by review on 2026-12-06)."""
+    backup = ScriptedModel([text("from the bigger window")], name="backup")
+    engine.models = type(engine.models)([model, backup])
+    model.add(_overflow())
+    handler = await engine.new_session("console")
+    result = await handler.handle_message("x" * 100)
+    assert isinstance(result, Final) and result.content == "from the bigger window"
 
 
 async def test_each_level_leaves_out_more_until_the_newest_result_is_cut(engine: Engine, model):
