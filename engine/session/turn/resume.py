@@ -99,22 +99,31 @@ class TurnResume:
             return None
         frame = frames[-1]
         env = await self._envs.for_frame(frame, emitter, interface_tools, scope)
-        try:
-            outcome = await self._continue_frame(env, root_parts, seed=True)
-            while outcome is not None and frame.parent_tool_call_id is not None:
-                parent = frames[frames.index(frame) - 1]
-                parent_env = await self._envs.for_frame(parent, emitter, interface_tools, scope)
-                flow = await self._propagate(parent_env, frame, outcome)
-                frame, env = parent, parent_env
-                if flow is CallFlow.CANCELLED:
-                    outcome = Cancelled()
-                    break
-                outcome = await self._continue_frame(env, root_parts, seed=False)
-        except TurnFailed as exc:
-            outcome = Failed(str(exc))
+        outcome = await self._outcome_of(env, root_parts, seed=True)
+        while outcome is not None and frame.parent_tool_call_id is not None:
+            parent = frames[frames.index(frame) - 1]
+            parent_env = await self._envs.for_frame(parent, emitter, interface_tools, scope)
+            flow = await self._propagate(parent_env, frame, outcome)
+            frame, env = parent, parent_env
+            if flow is CallFlow.CANCELLED:
+                outcome = Cancelled()
+                break
+            outcome = await self._outcome_of(env, root_parts, seed=False)
         if outcome is None:
             return None
         return await self._conclusion.conclude(outcome, env, None, False)
+
+    async def _outcome_of(
+        self, env: TurnEnv, root_parts: SystemParts, *, seed: bool
+    ) -> TurnResult | None:
+        """``_continue_frame``; every model failing is the frame's ``Failed``: a child's is
+        its parent's failed call, as in a live turn (until 2026-12-06 it ended the turn
+        at the child's level, and the next start resumed the failed child again; found
+        by review)."""
+        try:
+            return await self._continue_frame(env, root_parts, seed=seed)
+        except TurnFailed as exc:
+            return Failed(str(exc))
 
     async def _continue_frame(
         self, env: TurnEnv, root_parts: SystemParts, *, seed: bool

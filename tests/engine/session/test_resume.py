@@ -6,7 +6,7 @@ import asyncio
 
 from engine.core import Engine
 from engine.llm.scripted import text, tool_call
-from engine.llm.types import LlmError
+from engine.llm.types import LlmError, LlmServerError
 from engine.session import events as ev
 from engine.session.outcomes import Cancelled, Exhausted, Failed, Final
 from engine.session.turn.resume import REAPED_NOTE
@@ -92,6 +92,37 @@ async def test_an_interrupted_child_finishes_then_its_parent(engine: Engine, mod
     child_request, root_request = (request[0] for request in model.requests)
     assert [m["content"] for m in child_request if m["role"] == "user"] == ["find X"]
     assert tool_messages(root_request) == ["X is 42"]
+    assert await engine.interrupted_sessions() == []
+
+
+async def test_a_resumed_child_whose_models_all_fail_is_its_parents_failed_call(
+    engine: Engine, model
+):
+    """It ended the turn at the child's level: the spawning call stayed running, the child
+    frame active, and the next start resumed the failed child again (found by review)."""
+    handler = await engine.new_session("console")
+    session_id = handler.session.id
+    root = await engine.store.sessions.root_frame(session_id)
+    await engine.store.history.append_message(root.id, "user", "research X")
+    message = await engine.store.history.append_assistant(
+        root.id,
+        AssistantRecord(content=""),
+        [NewToolCall("c1", "execute_task", '{"prompt": "find X"}')],
+    )
+    [call] = message.tool_calls
+    child = await engine.store.sessions.push_frame(
+        session_id, agent_id="main", depth=1, parent_tool_call_id=call.id, agent_prompt="find X"
+    )
+    await engine.store.history.append_message(child.id, "agent", "find X")
+    model.add(LlmServerError("primary: HTTP 503: down", model="primary", status=503))
+    model.add(text("The research could not be done."))
+
+    result = await handler.resume_turn()
+
+    assert isinstance(result, Final) and result.content == "The research could not be done."
+    spawning = await engine.store.history.get_tool_call(call.id)
+    assert spawning is not None and spawning.status == "failed"
+    assert [f.depth for f in await engine.store.sessions.active_frames(session_id)] == [0]
     assert await engine.interrupted_sessions() == []
 
 
