@@ -134,7 +134,15 @@ class TurnResume:
             return Cancelled()
         last = env.transcript.last_row()
         if last is None:
-            return None
+            if env.frame.depth == 0 or not env.frame.agent_prompt:
+                return None
+            # Killed between opening the child's frame and storing its prompt (two
+            # commits): the prompt the frame keeps is stored now. Until 2026-12-06 the
+            # resume gave up on the empty frame at every start (found by review).
+            last = await self._store.history.append_message(
+                env.frame.id, "agent", env.frame.agent_prompt
+            )
+            env.transcript.add(last)
         if seed and not open_calls and last.role == "assistant" and not last.tool_calls:
             if env.frame.depth == 0:
                 return None  # the root already answered: nothing was interrupted

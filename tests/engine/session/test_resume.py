@@ -126,6 +126,36 @@ async def test_a_resumed_child_whose_models_all_fail_is_its_parents_failed_call(
     assert await engine.interrupted_sessions() == []
 
 
+async def test_a_child_frame_opened_before_a_crash_without_its_prompt_runs(engine: Engine, model):
+    """Killed between the child's frame and its prompt (two commits): the resume found
+    nothing to do at every start, the spawning call stayed running (found by review)."""
+    handler = await engine.new_session("console")
+    session_id = handler.session.id
+    root = await engine.store.sessions.root_frame(session_id)
+    await engine.store.history.append_message(root.id, "user", "research X")
+    message = await engine.store.history.append_assistant(
+        root.id,
+        AssistantRecord(content=""),
+        [NewToolCall("c1", "execute_task", '{"mode": "sync", "prompt": "find X"}')],
+    )
+    [call] = message.tool_calls
+    await engine.store.sessions.push_frame(
+        session_id,
+        agent_id="generalist",
+        depth=1,
+        parent_tool_call_id=call.id,
+        agent_prompt="find X",
+    )
+    model.add(text("X is 42"), text("Done: 42."))
+
+    result = await handler.resume_turn()
+
+    assert isinstance(result, Final) and result.content == "Done: 42."
+    spawning = await engine.store.history.get_tool_call(call.id)
+    assert spawning is not None and (spawning.status, spawning.result) == ("done", "X is 42")
+    assert await engine.interrupted_sessions() == []
+
+
 async def test_an_interrupted_parallel_batch_is_reaped_before_the_cascade(engine: Engine, model):
     handler = await engine.new_session("console")
     session_id = handler.session.id
