@@ -159,8 +159,14 @@ class _Connection:
             async with contextlib.AsyncExitStack() as stack:
                 if config.transport == "stdio":
                     assert config.command is not None and self._stderr is not None
+                    # A byte that is no UTF-8 (a Latin-1 file name a server echoes) is
+                    # U+FFFD: "strict" killed the reader, and the call waited out its
+                    # timeout on a dead connection (found by review on 2026-12-06).
                     params = StdioServerParameters(
-                        command=config.command[0], args=list(config.command[1:]), env=config.env
+                        command=config.command[0],
+                        args=list(config.command[1:]),
+                        env=config.env,
+                        encoding_error_handler="replace",
                     )
                     try:
                         read, write = await stack.enter_async_context(

@@ -5,7 +5,8 @@ every call but ``pid`` answers ``RESULT_JSON`` when given (else its arguments as
 ``pid`` answers the process id, so a test can tell whether the server was restarted.
 With ``LIST_HANGS`` set, ``tools/list`` is never answered; with ``STARTS_FILE``, each start
 adds a line to that file; with ``CHATTY``, a line of plain text (a print left in) comes
-before each call's answer.
+before each call's answer; with ``LATIN1``, answers are written in Latin-1 (a byte that is
+no UTF-8, as a server echoing a Latin-1 file name writes).
 """
 
 from __future__ import annotations
@@ -23,13 +24,17 @@ TOOLS = json.loads(os.environ.get("TOOLS_JSON") or "null") or [ECHO]
 RESULT = json.loads(os.environ.get("RESULT_JSON") or "null")
 LIST_HANGS = bool(os.environ.get("LIST_HANGS"))
 CHATTY = bool(os.environ.get("CHATTY"))
+LATIN1 = bool(os.environ.get("LATIN1"))
 if os.environ.get("STARTS_FILE"):
     with open(os.environ["STARTS_FILE"], "a") as starts:
         starts.write(f"{os.getpid()}\n")
 
 
 def send(message: dict) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
+    if LATIN1:
+        sys.stdout.buffer.write((json.dumps(message, ensure_ascii=False) + "\n").encode("latin-1"))
+    else:
+        sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
 
 

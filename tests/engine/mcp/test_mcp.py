@@ -353,6 +353,16 @@ async def test_a_line_the_client_cannot_read_fails_the_call_at_once(store: Store
         assert await manager.call("raw", "pid", {}) != first  # started again
 
 
+async def test_an_answer_that_is_no_utf8_comes_with_replacement_characters(store: Store) -> None:
+    """One Latin-1 byte killed the SDK's reader, and the call waited out its timeout on a
+    dead connection (found by review)."""
+    result = {"content": [{"type": "text", "text": "café.txt"}]}
+    server = _raw([_PID, {"name": "get", "inputSchema": {"type": "object"}}], result)
+    latin1 = replace(server, env={**(server.env or {}), "LATIN1": "1"}, timeout_s=30)
+    async with _manager(store, latin1) as manager:
+        assert await manager.call("raw", "get", {}) == "caf\ufffd.txt"
+
+
 async def test_a_stray_line_of_text_keeps_the_server(store: Store) -> None:
     """A print left in a server is logged, and its calls work on the same process (each
     restarted it for a moment this session, when every unreadable line dropped the link;
