@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 RECURSION = 2
 #: Schema nodes written before every further ``$ref`` is cut (a bound on the output size).
 MAX_NODES = 2_000
+#: ``$ref``s followed inside one another at most (a chain of 300 overflowed the stack).
+MAX_REF_DEPTH = 32
 
 # Keywords whose value is a schema, a list of schemas, or a map of names to schemas; every
 # other keyword's value is data (``enum``, ``default``, ``const``, ``examples``) and is copied.
@@ -156,7 +158,7 @@ class _Inliner:
         if target is None:
             self.unresolved.append(ref)
             base = {}
-        elif path.count(ref) >= RECURSION or self.nodes > MAX_NODES:
+        elif path.count(ref) >= RECURSION or self.nodes > MAX_NODES or len(path) >= MAX_REF_DEPTH:
             self.cut.append(ref)
             base = _plain(target)
         else:
@@ -182,20 +184,35 @@ def _plain(target: Any) -> dict[str, Any]:
     return plain
 
 
-def allows_null(schema: Any, root: Any, _seen: tuple[str, ...] = ()) -> bool:
+def allows_null(
+    schema: Any,
+    root: Any,
+    _seen: tuple[str, ...] = (),
+    _known: dict[str, bool] | None = None,
+) -> bool:
     """Whether ``null`` may be valid for ``schema`` (``$ref``s resolved in ``root``).
 
     Errs towards yes: only a ``type``, ``const``, ``enum``, ``anyOf``/``oneOf``/``allOf`` that
-    rules null out says no, so a value is never dropped on a guess.
+    rules null out says no, so a value is never dropped on a guess. Each ``$ref`` is judged
+    once (``_known``), and past ``MAX_REF_DEPTH`` nested ones the answer is yes: refs that
+    fan out (``anyOf: [D1, D1]`` at every level) were walked once per path, 2^depth times,
+    on the event loop, and a chain of 300 overflowed Python's stack (found by review).
     """
     if isinstance(schema, bool):
         return schema
     if not isinstance(schema, dict):
         return True
+    known: dict[str, bool] = {} if _known is None else _known
     ref = schema.get("$ref")
     if isinstance(ref, str) and ref not in _seen:
-        target = resolve_ref(root, ref)
-        if target is not None and not allows_null(target, root, (*_seen, ref)):
+        if len(_seen) >= MAX_REF_DEPTH:
+            return True
+        verdict = known.get(ref)
+        if verdict is None:
+            target = resolve_ref(root, ref)
+            verdict = target is None or allows_null(target, root, (*_seen, ref), known)
+            known[ref] = verdict
+        if not verdict:
             return False
     if schema.get("nullable") is True:  # OpenAPI 3.0's spelling
         return True
@@ -214,11 +231,13 @@ def allows_null(schema: Any, root: Any, _seen: tuple[str, ...] = ()) -> bool:
         if (
             isinstance(options, list)
             and options
-            and not any(allows_null(option, root, _seen) for option in options)
+            and not any(allows_null(option, root, _seen, known) for option in options)
         ):
             return False
     parts = schema.get("allOf")
-    return not (isinstance(parts, list) and not all(allows_null(p, root, _seen) for p in parts))
+    return not (
+        isinstance(parts, list) and not all(allows_null(p, root, _seen, known) for p in parts)
+    )
 
 
 def portable_tools(tools: Sequence[ToolSchema]) -> list[ToolSchema]:

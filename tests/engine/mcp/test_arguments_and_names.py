@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from engine.llm.tool_schemas import portable_schema
 from engine.mcp import McpToolSpec, mcp_tool_names
 from engine.mcp.arguments import drop_optional_nulls
 from engine.mcp.tools import McpTool, mcp_tools
@@ -131,6 +132,46 @@ CTX = ToolContext(
     working_directory=Path("."),
     scratchpad=_Pad(),
 )
+
+
+def _fanning_out(depth: int) -> dict[str, Any]:
+    """``D0 → anyOf[D1, D1] → anyOf[D2, D2] …``: 2^depth paths through ``depth`` definitions."""
+    defs: dict[str, Any] = {
+        f"D{i}": {"anyOf": [{"$ref": f"#/$defs/D{i + 1}"}, {"$ref": f"#/$defs/D{i + 1}"}]}
+        for i in range(depth)
+    }
+    defs[f"D{depth}"] = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    return {"type": "object", "properties": {"x": {"$ref": "#/$defs/D0"}}, "$defs": defs}
+
+
+def test_refs_that_fan_out_are_each_followed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """They were walked once per path, 2^depth times, on the event loop before every call:
+    a server's schema froze every chat for seconds, or hours (found by review)."""
+    import engine.llm.tool_schemas as schemas
+    import engine.mcp.arguments as arguments
+
+    followed: list[str] = []
+
+    def counted(root: Any, ref: str) -> Any:
+        followed.append(ref)
+        return schemas.resolve_ref(root, ref)
+
+    monkeypatch.setattr(arguments, "resolve_ref", counted)
+    schema = _fanning_out(16)
+    assert drop_optional_nulls(schema, {"x": {"n": None}}) == {"x": {}}
+    assert len(followed) <= 2 * 17
+
+
+def test_a_chain_of_300_refs_is_cut_not_a_crash() -> None:
+    """It overflowed Python's stack in every turn that offered the tool (found by review)."""
+    defs: dict[str, Any] = {f"D{i}": {"$ref": f"#/$defs/D{i + 1}"} for i in range(300)}
+    defs["D300"] = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    schema = {"type": "object", "properties": {"x": {"$ref": "#/$defs/D0"}}, "$defs": defs}
+    assert drop_optional_nulls(schema, {"x": {"n": None}, "y": None}) == {
+        "x": {"n": None},  # too deep to know: kept as sent
+        "y": None,
+    }
+    assert portable_schema(schema)["properties"]["x"]["type"] == "object"
 
 
 async def test_a_tool_sends_its_arguments_without_optional_nulls() -> None:
