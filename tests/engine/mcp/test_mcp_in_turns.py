@@ -82,6 +82,24 @@ async def test_a_server_s_tools_appear_from_the_round_after_activation(engine: E
     assert "mcp__time__get_current_time" in offered(model, 3)
 
 
+async def test_a_task_agents_tools_list_holds_for_a_server_it_activates(engine: Engine):
+    """researcher ("never changes anything"; tools: read_file, list_files, …) activated a
+    server itself and was offered all of its tools (found by review)."""
+    model = engine.models.candidates(None)[0]
+    assert isinstance(model, ScriptedModel)
+    model.add(
+        tool_call("execute_subtask", json.dumps({"agent_id": "researcher", "prompt": "look"})),
+        tool_call("activate_tools", json.dumps({"groups": ["time"]}), "a"),  # the researcher
+        text("found nothing"),
+        text("done"),  # the root again
+    )
+    handler = await engine.new_session("cron", is_interactive=False)
+    await handler.handle_message("research")
+    researcher = offered(model, 2)  # its round after the activation
+    assert "read_file" in researcher and "write_file" not in researcher
+    assert not [name for name in researcher if name.startswith("mcp__")]
+
+
 async def test_activating_an_unknown_group_is_a_tool_error(engine: Engine):
     model = engine.models.candidates(None)[0]
     model.add(tool_call("activate_tools", json.dumps({"groups": ["gmail"]}), "a"), text("ok"))
