@@ -12,9 +12,11 @@ from engine.approval.broker import BypassRequest
 from engine.approval.deciders import OPERATOR
 from engine.core import Engine
 from engine.llm.scripted import text, tool_call
+from engine.llm.types import LlmResponse
 from engine.session import events as ev
 from engine.session.outcomes import CANCELLED_ERROR, Cancelled, Final, background_error
 from engine.session.turn.gate import AUTO_DENIED
+from engine.session.turn.outcome_recorder import NOT_RUN_NOTE
 from engine.store.inbox import MAX_NOTE_CHARS, InboxError
 from tests.engine.session.helpers import start_until, tool_messages
 
@@ -269,6 +271,46 @@ async def test_an_approval_made_after_a_restart_runs_the_call_and_finishes_the_t
     assert await status_of(second, request.tool_call_id) == "done"
     assert not any(isinstance(e, ev.ApprovalRequired) for e in events)  # not asked twice
     assert await second.interrupted_sessions() == []
+
+
+async def test_a_rounds_later_calls_run_after_its_waiting_channel_closed_and_it_was_decided(
+    open_engine, model, tmp_path
+):
+    """The surface went away while the first call waited (the terminal's input ended, a
+    fleet handed the chat over): the round's later calls were closed as "stopped by the
+    user" and never ran after the approval (found by review)."""
+    engine = await open_engine()
+    both = LlmResponse(
+        content="",
+        tool_calls=(
+            *shell("echo a >> a.log", "c1").tool_calls,
+            *shell("echo b >> b.log", "c2").tool_calls,
+        ),
+    )
+    model.add(both)
+    handler = await engine.new_session("console")
+    turn, first = await started_turn(handler, "do a then b", [])
+    engine.approvals.close_session(handler.session.id)
+    await asyncio.wait_for(turn, 5)
+    events: list = []
+
+    decided = await engine.approve(first.tool_call_id, emit=events.append, decider=OPERATOR)
+    second = await until_asked(events)  # the later call is asked for, as a resume asks
+    model.add(text("Both done."))
+    await engine.approve(second.tool_call_id, decider=OPERATOR)
+
+    assert isinstance(await asyncio.wait_for(decided.resumed, 5), Final)
+    assert (tmp_path / "workspace" / "b.log").read_text() == "b\n"
+    assert NOT_RUN_NOTE not in tool_messages(model.requests[-1][0])
+
+
+async def until_asked(events: list) -> ev.ApprovalRequired:
+    for _ in range(500):
+        asked = [e for e in events if isinstance(e, ev.ApprovalRequired)]
+        if asked:
+            return asked[-1]
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never asked: {events}")
 
 
 async def asked_then_restarted(
