@@ -74,62 +74,69 @@ def said(model: FakeOpenAIServer, role: str = "user") -> list[str]:
     return [m["content"] for r in model.requests for m in r["messages"] if m["role"] == role]
 
 
+class Briefing:
+    """A job of the console that reads notes.txt (its card asks), fired on demand."""
+
+    def __init__(self, engine: Engine, hub: ChatHub, model: FakeOpenAIServer) -> None:
+        (engine.workspace.root / "notes.txt").write_text("Buy milk.")
+        self.clock = FakeClock()
+        self.scheduler = Scheduler(
+            engine, hub, timezone="UTC", clock=self.clock, owner="terminal-test"
+        )
+        self._model = model
+
+    async def fire(self) -> int:
+        job = await self.scheduler.create_cron(SOURCE, "Notes", "0 8 * * *", "Brief me.")
+        self._model.reply_tool_calls(("r1", "read_file", {"path": "notes.txt"}))
+        self._model.reply_text("Brief: buy milk.")
+        self.clock.now = job.next_run_at + timedelta(seconds=1)
+        await self.scheduler.dispatcher.step()
+        return job.id
+
+    async def done(self, job_id: int) -> bool:
+        await asyncio.wait_for(self.scheduler.dispatcher.drain(), TIMEOUT_S)
+        [run] = await self.scheduler.store.runs(job_id)
+        return run.status == "done"
+
+
+@pytest.fixture
+async def briefing(
+    engine: Engine, hub: ChatHub, fake_openai: FakeOpenAIServer
+) -> AsyncIterator[Briefing]:
+    job = Briefing(engine, hub, fake_openai)
+    yield job
+    await job.scheduler.close()
+
+
 async def test_y_at_the_prompt_decides_a_jobs_card_shown_there(
-    engine,
-    hub: ChatHub,
-    keyboard: Keyboard,
-    fake_openai: FakeOpenAIServer,
+    keyboard: Keyboard, briefing: Briefing, fake_openai: FakeOpenAIServer
 ) -> None:
     """The card printed "Approve? [y]es …" at the prompt, but the "y" went to the model
     as a message and the job's run waited on (found by review)."""
-    (engine.workspace.root / "notes.txt").write_text("Buy milk.")
-    clock = FakeClock()
-    scheduler = Scheduler(engine, hub, timezone="UTC", clock=clock, owner="terminal-test")
-    try:
-        await keyboard.shows("› ")
-        job = await scheduler.create_cron(SOURCE, "Notes", "0 8 * * *", "Brief me.")
-        fake_openai.reply_tool_calls(("r1", "read_file", {"path": "notes.txt"}))
-        fake_openai.reply_text("Brief: buy milk.")
-        fake_openai.reply_text("(a chat message)")
-        clock.now = job.next_run_at + timedelta(seconds=1)
-        await scheduler.dispatcher.step()
-        await keyboard.shows("Approve? [y]es")
-        keyboard.type("y")
-        await asyncio.wait_for(scheduler.dispatcher.drain(), TIMEOUT_S)
-        [run] = await scheduler.store.runs(job.id)
-        assert run.status == "done"
-        assert "y" not in said(fake_openai)
-    finally:
-        await scheduler.close()
+    await keyboard.shows("› ")
+    job_id = await briefing.fire()
+    fake_openai.reply_text("(a chat message)")
+    await keyboard.shows("Approve? [y]es")
+    keyboard.type("y")
+    assert await briefing.done(job_id)
+    assert "y" not in said(fake_openai)
 
 
 async def test_a_jobs_card_shown_during_a_turn_still_takes_y_after_that_turn(
-    engine: Engine, hub: ChatHub, keyboard: Keyboard, fake_openai: FakeOpenAIServer
+    keyboard: Keyboard, briefing: Briefing, fake_openai: FakeOpenAIServer
 ) -> None:
     """The end of the console's own turn closed the job's prompt too: the card still said
     "Approve? [y]es", but the "y" went to the model as a message (found by review)."""
-    (engine.workspace.root / "notes.txt").write_text("Buy milk.")
-    clock = FakeClock()
-    scheduler = Scheduler(engine, hub, timezone="UTC", clock=clock, owner="terminal-test")
-    try:
-        fake_openai.reply_hang(partial="Thinking ")  # the console's turn
-        keyboard.type("hello")
-        await keyboard.shows("Thinking")
-        job = await scheduler.create_cron(SOURCE, "Notes", "0 8 * * *", "Brief me.")
-        fake_openai.reply_tool_calls(("r1", "read_file", {"path": "notes.txt"}))
-        fake_openai.reply_text("Brief: buy milk.")
-        clock.now = job.next_run_at + timedelta(seconds=1)
-        await scheduler.dispatcher.step()
-        await keyboard.shows("Approve? [y]es")  # the job's card, during the console's turn
-        keyboard.type("/stop")  # the console's turn ends; the job's card is still open
-        await keyboard.shows("Stopped")
-        keyboard.type("y")
-        await asyncio.wait_for(scheduler.dispatcher.drain(), TIMEOUT_S)
-        [run] = await scheduler.store.runs(job.id)
-        assert run.status == "done"
-        assert "y" not in said(fake_openai)
-    finally:
-        await scheduler.close()
+    fake_openai.reply_hang(partial="Thinking ")  # the console's turn
+    keyboard.type("hello")
+    await keyboard.shows("Thinking")
+    job_id = await briefing.fire()
+    await keyboard.shows("Approve? [y]es")  # the job's card, during the console's turn
+    keyboard.type("/stop")  # the console's turn ends; the job's card is still open
+    await keyboard.shows("Stopped")
+    keyboard.type("y")
+    assert await briefing.done(job_id)
+    assert "y" not in said(fake_openai)
 
 
 async def test_a_path_answers_a_question(keyboard: Keyboard, fake_openai: FakeOpenAIServer) -> None:

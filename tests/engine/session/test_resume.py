@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from engine.core import Engine
 from engine.llm.scripted import text, tool_call
@@ -10,7 +11,7 @@ from engine.llm.types import LlmError, LlmServerError
 from engine.session import events as ev
 from engine.session.outcomes import Cancelled, Exhausted, Failed, Final
 from engine.session.turn.resume import REAPED_NOTE
-from engine.store.rows import AssistantRecord, FrameRow, NewToolCall
+from engine.store.rows import AssistantRecord, FrameRow, NewToolCall, ToolCallRow
 from tests.engine.session.helpers import BlockingTool, EchoTool, roles, tool_messages
 
 
@@ -95,25 +96,39 @@ async def test_an_interrupted_child_finishes_then_its_parent(engine: Engine, mod
     assert await engine.interrupted_sessions() == []
 
 
-async def test_a_resumed_child_whose_models_all_fail_is_its_parents_failed_call(
-    engine: Engine, model
-):
-    """It ended the turn at the child's level: the spawning call stayed running, the child
-    frame active, and the next start resumed the failed child again (found by review)."""
-    handler = await engine.new_session("console")
+async def child_cut_short(
+    engine: Engine, handler: Any, *, prompt_stored: bool
+) -> tuple[int, ToolCallRow]:
+    """A turn a crash left inside its sub-agent (``find X``): the session and the spawning
+    call; ``prompt_stored``: the child's frame got its prompt row before the crash."""
     session_id = handler.session.id
     root = await engine.store.sessions.root_frame(session_id)
     await engine.store.history.append_message(root.id, "user", "research X")
     message = await engine.store.history.append_assistant(
         root.id,
         AssistantRecord(content=""),
-        [NewToolCall("c1", "execute_task", '{"prompt": "find X"}')],
+        [NewToolCall("c1", "execute_task", '{"mode": "sync", "prompt": "find X"}')],
     )
     [call] = message.tool_calls
     child = await engine.store.sessions.push_frame(
-        session_id, agent_id="main", depth=1, parent_tool_call_id=call.id, agent_prompt="find X"
+        session_id,
+        agent_id="generalist",
+        depth=1,
+        parent_tool_call_id=call.id,
+        agent_prompt="find X",
     )
-    await engine.store.history.append_message(child.id, "agent", "find X")
+    if prompt_stored:
+        await engine.store.history.append_message(child.id, "agent", "find X")
+    return session_id, call
+
+
+async def test_a_resumed_child_whose_models_all_fail_is_its_parents_failed_call(
+    engine: Engine, model
+):
+    """It ended the turn at the child's level: the spawning call stayed running, the child
+    frame active, and the next start resumed the failed child again (found by review)."""
+    handler = await engine.new_session("console")
+    session_id, call = await child_cut_short(engine, handler, prompt_stored=True)
     model.add(LlmServerError("primary: HTTP 503: down", model="primary", status=503))
     model.add(text("The research could not be done."))
 
@@ -130,22 +145,7 @@ async def test_a_child_frame_opened_before_a_crash_without_its_prompt_runs(engin
     """Killed between the child's frame and its prompt (two commits): the resume found
     nothing to do at every start, the spawning call stayed running (found by review)."""
     handler = await engine.new_session("console")
-    session_id = handler.session.id
-    root = await engine.store.sessions.root_frame(session_id)
-    await engine.store.history.append_message(root.id, "user", "research X")
-    message = await engine.store.history.append_assistant(
-        root.id,
-        AssistantRecord(content=""),
-        [NewToolCall("c1", "execute_task", '{"mode": "sync", "prompt": "find X"}')],
-    )
-    [call] = message.tool_calls
-    await engine.store.sessions.push_frame(
-        session_id,
-        agent_id="generalist",
-        depth=1,
-        parent_tool_call_id=call.id,
-        agent_prompt="find X",
-    )
+    _session_id, call = await child_cut_short(engine, handler, prompt_stored=False)
     model.add(text("X is 42"), text("Done: 42."))
 
     result = await handler.resume_turn()
