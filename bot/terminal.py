@@ -89,8 +89,7 @@ ANSWERS: dict[str, Choice] = {
 _QUIT = ("/quit", "/exit")
 #: Typed during a turn, these run at once (they are about that turn); other lines wait.
 _STOP = ("/stop",)
-#: What a command looks like: ``/name`` of letters, digits and ``_``, then a space or the end.
-_COMMAND_SHAPE = re.compile(r"/[A-Za-z0-9_]{1,32}(?=\s|$)")
+_LONE_WORD = re.compile(r"/[A-Za-z0-9_]{1,32}")
 _PREVIEW = 160
 
 
@@ -296,7 +295,9 @@ class TerminalChat:
                 continue
             if text in _QUIT:
                 return
-            if _COMMAND_SHAPE.match(text):  # a path ("/etc/hosts is broken") is a message
+            # One of the commands, or a lone "/word" (told it is unknown); a path with
+            # words after it ("/tmp is full") is a message.
+            if self._is_command(text) or _LONE_WORD.fullmatch(text):
                 await self._command(text)
                 continue
             if self._asking is not None:  # a job's card, shown while no turn of ours ran
@@ -396,6 +397,8 @@ class TerminalChat:
     def _is_command(self, line: str) -> bool:
         """``/name`` of one of the terminal's commands (a path, ``/home/ann``, is not)."""
         name, _, _rest = line.partition(" ")
+        if not name.startswith("/"):
+            return False
         return self.commands.get(name[1:].lower(), is_owner=True) is not None
 
     def _asks(self, call_id: int) -> bool:

@@ -118,7 +118,8 @@ class Engine:
             )
         )
         mcp = McpManager(config.mcp_servers, store.db, notifications=notifications)
-        tools.register(ActivateTools(mcp))
+        agents = AgentCatalog.load(config.agents_dir)
+        tools.register(ActivateTools(mcp, agents))
         bypasses = Bypasses()
         if policy is None:
             policy = RulesPolicy(
@@ -132,7 +133,7 @@ class Engine:
         return cls(
             store=store,
             models=models or ModelRegistry.from_config(config.models),
-            agents=AgentCatalog.load(config.agents_dir),
+            agents=agents,
             tools=tools,
             policy=policy,
             approvals=ApprovalBroker(store.inbox, bypasses, approvers=settings.approvers),

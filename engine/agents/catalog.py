@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Literal, cast
 
@@ -37,6 +38,15 @@ class AgentDefinition:
     description: str = ""
     #: Only these tools (besides the per-level ones every agent gets); None: all.
     tools: tuple[str, ...] | None = None
+
+    def lists(self, tool: str) -> bool:
+        """Whether ``tools`` names ``tool`` (a name, or a pattern: ``mcp__news__*``);
+        true for every tool when there is no list."""
+        if self.tools is None:
+            return True
+        return tool in self.tools or any(
+            "*" in name and fnmatchcase(tool, name) for name in self.tools
+        )
 
 
 def parse_agent(agent_id: str, text: str) -> AgentDefinition:

@@ -13,12 +13,15 @@ import hashlib
 import logging
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.mcp.arguments import drop_optional_nulls
 from engine.mcp.config import RESERVED_GROUPS
 from engine.mcp.manager import McpManager, McpToolSpec
 from engine.tools.base import ToolError
+
+if TYPE_CHECKING:
+    from engine.agents.catalog import AgentCatalog
 from engine.tools.builtins._common import BuiltinTool, object_schema
 from engine.tools.protocols import Tool, ToolCategory, ToolContext
 from engine.tools.registry import validate_args
@@ -184,8 +187,10 @@ class ActivateTools(BuiltinTool):
     rerun_safe = True  # idempotent: a grant again
     category = ToolCategory.INTROSPECTION
 
-    def __init__(self, manager: McpManager) -> None:
+    def __init__(self, manager: McpManager, agents: AgentCatalog | None = None) -> None:
+        """``agents``: a task agent is told only of the tools its ``tools`` list names."""
         self._manager = manager
+        self._agents = agents
         available = ", ".join([*manager.server_names, CONFIG_GROUP])
         self.description = (
             "Make more tools available to you, by group. Groups: the MCP servers "
@@ -203,6 +208,11 @@ class ActivateTools(BuiltinTool):
             },
             ["groups"],
         )
+
+    def _offers(self, ctx: ToolContext, name: str) -> bool:
+        """Whether this level is offered ``name`` (toolsets.py filters the same way)."""
+        agent = None if ctx.depth == 0 or self._agents is None else self._agents.get(ctx.agent_id)
+        return agent is None or agent.lists(name)
 
     async def _run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         groups: list[str] = []
@@ -235,7 +245,9 @@ class ActivateTools(BuiltinTool):
                 raise ToolError(
                     f"activate_tools: cannot activate {group!r}, nothing was activated: {exc}"
                 ) from None
-            names = [tool.name for tool in mcp_tools(manager, specs)]
+            names = [
+                tool.name for tool in mcp_tools(manager, specs) if self._offers(ctx, tool.name)
+            ]
             lines.append(f"{group}: {', '.join(names) if names else '(no tools)'}")
         await manager.grant(ctx.session_id, stack_id, groups)
 

@@ -88,7 +88,7 @@ class Workspace:
         created = False
         if flags & os.O_CREAT:
             try:  # made here: taken away again if it is not where it was checked
-                fd, created = os.open(path, flags | os.O_EXCL, 0o644), True
+                fd, created = os.open(path, flags | os.O_EXCL, 0o666), True  # the umask applies
             except FileExistsError:
                 fd = os.open(path, flags & ~os.O_CREAT)
         else:

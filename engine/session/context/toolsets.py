@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from fnmatch import fnmatchcase
 
 from engine.agents.catalog import AgentCatalog
 from engine.config import EngineConfig
@@ -112,9 +111,11 @@ class LevelTools:
                 else base.filtered(lambda t: t.category is not ToolCategory.CONFIG)
             )
             extra = await visible_mcp_tools(mcp, session_id, frame.id, frame.depth)
-            listed = self._listed(frame)
-            if listed is not None:  # a task agent's list holds for granted tools too
-                extra = [t for t in extra if listed(t.name)]
+            agent = self._agents.get(frame.agent_id) if frame.depth > 0 else None
+            if agent is not None:  # a task agent's list holds for granted tools too
+                # (until 2026-12-06 ``researcher``, which "changes nothing", was offered
+                # every tool of a server it activated itself; found by review)
+                extra = [t for t in extra if agent.lists(t.name)]
             if extra:
                 names = set(tools.names)
                 tools = ToolRegistry([*tools, *(t for t in extra if t.name not in names)])
@@ -122,18 +123,6 @@ class LevelTools:
                 env.tools, env.tool_schemas = tools, tools.schemas()
 
         return refresh
-
-    def _listed(self, frame: FrameRow) -> Callable[[str], bool] | None:
-        """Whether a name is on ``frame``'s agent's ``tools`` list (a name, or a pattern
-        such as ``mcp__news__*``); ``None`` when the agent has no list. Until 2026-12-06
-        a ``researcher`` ("changes nothing") was offered every tool of a server it
-        activated itself, write and delete tools too (found by review)."""
-        agent = self._agents.get(frame.agent_id) if frame.depth > 0 else None
-        if agent is None or agent.tools is None:
-            return None
-        names = frozenset(agent.tools)
-        patterns = [name for name in names if "*" in name]
-        return lambda name: name in names or any(fnmatchcase(name, p) for p in patterns)
 
     def _has_config_tools(self) -> bool:
         # A loop, not any(<generator>): this runs at every turn start, once per tool.

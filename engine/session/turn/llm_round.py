@@ -108,7 +108,7 @@ async def _ask_candidates(
                 # found by review); when none takes it, ``call_llm_round`` leaves
                 # output out and asks them all again.
                 overflow = overflow or exc
-            elif not exc.retriable:
+            elif not exc.retriable and overflow is None:
                 raise TurnFailed(f"The model rejected the request: {exc}") from exc
             reason = str(exc)
         except TurnCancelled:

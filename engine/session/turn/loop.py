@@ -113,12 +113,12 @@ async def _run_calls(env: TurnEnv, row: MessageRow, collected: list[ToolCallEven
             await env.recorder.not_run(row.tool_calls[index:])
             return CallFlow.CANCELLED
         if await handle_tool_call(env, call, collected) is CallFlow.CANCELLED:
-            if env.scope.cancelled:  # a stop: what it came before never runs
+            if env.scope.cancelled or call.status not in ("running", "pending"):
                 await env.recorder.not_run(row.tool_calls[index + 1 :])
-            # Else the waiting channel closed (the terminal's input ended, a fleet handed
-            # the chat over): the later calls stay open for the resume, after the call
-            # waited on is decided. They were closed as "stopped by the user" and never
-            # ran until 2026-12-06 (found by review).
+            # Else the waiting channel closed on this call (the terminal's input ended, a
+            # fleet handed the chat over), which waits on: the later calls stay open for
+            # the resume, after it is decided. They were closed as "stopped by the user"
+            # and never ran until 2026-12-06 (found by review).
             return CallFlow.CANCELLED
     return CallFlow.CONTINUE
 

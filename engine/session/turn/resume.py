@@ -55,8 +55,8 @@ async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> Ca
             await env.refresh_tools(env)
             tools_known = True
         if await handle_tool_call(env, call, None, resumed=True) is CallFlow.CANCELLED:
-            if env.scope.cancelled:  # a stop, not a waiting channel that closed (loop.py)
-                await _not_run(env, calls[index + 1 :])
+            if env.scope.cancelled or call.status not in ("running", "pending"):
+                await _not_run(env, calls[index + 1 :])  # else the channel closed (loop.py)
             return CallFlow.CANCELLED
     return CallFlow.CONTINUE
 

@@ -98,6 +98,8 @@ async def test_a_task_agents_tools_list_holds_for_a_server_it_activates(engine: 
     researcher = offered(model, 2)  # its round after the activation
     assert "read_file" in researcher and "write_file" not in researcher
     assert not [name for name in researcher if name.startswith("mcp__")]
+    told = [m["content"] for m in model.requests[2][0] if m["role"] == "tool"][-1]
+    assert "mcp__time" not in told  # nor is it told of them
 
 
 async def test_activating_an_unknown_group_is_a_tool_error(engine: Engine):

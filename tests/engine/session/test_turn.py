@@ -270,6 +270,21 @@ async def test_a_request_over_one_models_window_goes_to_the_next(engine: Engine,
     assert isinstance(result, Final) and result.content == "from the bigger window"
 
 
+async def test_after_an_overflow_a_fallbacks_refusal_still_leaves_output_out(engine: Engine, model):
+    """The backup's own 400 ended the turn, where leaving output out let the first model
+    answer (found by review of the change that asks the fallbacks)."""
+    engine.tools.register(EchoTool())
+    backup = ScriptedModel(
+        [LlmRequestError("backup: HTTP 400: input too large", status=400)], name="backup"
+    )
+    engine.models = type(engine.models)([model, backup])
+    model.add(*[tool_call("echo", f'{{"text": "{i}", "times": 2000}}', f"c{i}") for i in range(4)])
+    model.add(_overflow(), text("All read."))
+    handler = await engine.new_session("console")
+    result = await handler.handle_message("read everything")
+    assert isinstance(result, Final) and result.content == "All read."
+
+
 async def test_each_level_leaves_out_more_until_the_newest_result_is_cut(engine: Engine, model):
     """Overflowing again and again: three newest whole, then one, then the newest cut to
     its head and tail; past that, the turn ends with the sentence."""

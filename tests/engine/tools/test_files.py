@@ -406,3 +406,15 @@ async def test_a_hard_link_between_two_ordinary_files_is_read(
     (workspace.root / "a.txt").write_text("shared")
     os.link(workspace.root / "a.txt", workspace.root / "b.txt")
     assert await read.run({"path": "b.txt"}, ctx) == "shared"
+
+
+async def test_a_new_file_takes_its_mode_from_the_umask(
+    write: WriteFile, ctx: ToolContext, workspace: Workspace
+) -> None:
+    """0o644 was forced: a group-shared workspace (umask 002) lost its group write."""
+    old = os.umask(0o002)
+    try:
+        await write.run({"path": "shared.txt", "content": "x"}, ctx)
+    finally:
+        os.umask(old)
+    assert (workspace.root / "shared.txt").stat().st_mode & 0o777 == 0o664
