@@ -89,7 +89,8 @@ ANSWERS: dict[str, Choice] = {
 _QUIT = ("/quit", "/exit")
 #: Typed during a turn, these run at once (they are about that turn); other lines wait.
 _STOP = ("/stop",)
-_LONE_WORD = re.compile(r"/[A-Za-z0-9_]{1,32}")
+#: What a command looks like: ``/name`` of letters, digits and ``_``, then a space or the end.
+_COMMAND_SHAPE = re.compile(r"/[A-Za-z0-9_]{1,32}(?=\s|$)")
 _PREVIEW = 160
 
 
@@ -295,9 +296,9 @@ class TerminalChat:
                 continue
             if text in _QUIT:
                 return
-            # One of the commands, or a lone "/word" (told it is unknown); a path with
-            # words after it ("/tmp is full") is a message.
-            if self._is_command(text) or _LONE_WORD.fullmatch(text):
+            # A command's shape, as Telegram marks one (an unknown one is told so); a path
+            # ("/etc/hosts is broken") is a message.
+            if _COMMAND_SHAPE.match(text):
                 await self._command(text)
                 continue
             if self._asking is not None:  # a job's card, shown while no turn of ours ran
