@@ -9,7 +9,7 @@ from engine.session.context.frame_envs import FrameEnvs
 from engine.session.context.frames import SessionFrames
 from engine.session.context.prompts import SessionPrompts
 from engine.session.outcomes import Cancelled, Exhausted, Failed, Final, TurnResult
-from engine.session.turn.dispatch import Completed, DispatchResult, Interrupted
+from engine.session.turn.dispatch import Completed, DispatchResult, Interrupted, Suspended
 from engine.session.turn.dispatch import Failed as DispatchFailed
 from engine.session.turn.llm_round import TurnFailed
 from engine.session.turn.loop import run_agent_turn
@@ -54,6 +54,10 @@ class SubAgentFrames:
             outcome: TurnResult = await run_agent_turn(child_env, requests, None)
         except TurnFailed as exc:
             outcome = Failed(str(exc))
+        if isinstance(outcome, Cancelled) and not env.scope.cancelled:
+            # Its waiting channel closed, nobody stopped it: it goes on at the resume
+            # (closed as stopped, its approved call never ran until 2026-12-06; review).
+            return Suspended()
         await self._close_frame(child)
         return _result(child_env, agent_id, outcome)
 

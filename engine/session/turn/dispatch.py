@@ -32,7 +32,14 @@ class Interrupted:
     """A ``/stop`` hit the tool while it ran; its work was dropped."""
 
 
-DispatchResult = Completed | Failed | Interrupted
+@dataclass(frozen=True, slots=True)
+class Suspended:
+    """A sub-agent's call waits on a person whose channel closed (the terminal's input
+    ended, a fleet handed the chat over): its frame stays for the resume, and so does
+    the spawning call."""
+
+
+DispatchResult = Completed | Failed | Interrupted | Suspended
 
 
 def parse_arguments(raw: str | None) -> dict[str, Any]:

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.bus.chat import ToolCallEvent
-from engine.session.turn.dispatch import Completed, DispatchResult, Failed, Interrupted, check_call
+from engine.session.turn.dispatch import (
+    Completed,
+    DispatchResult,
+    Failed,
+    Interrupted,
+    Suspended,
+    check_call,
+)
 from engine.session.turn.gate import GateOutcome, run_approval_gate
 from engine.session.turn.turn_env import TurnEnv
 from engine.store.rows import ToolCallRow
@@ -98,5 +105,7 @@ async def run_batch(env: TurnEnv, calls: list[ToolCallRow], collected: list[Tool
                 collected.append(await env.recorder.failed(call, error))
             case Interrupted():
                 await env.recorder.cancelled(call)
+                cancelled = True
+            case Suspended():  # left open: the resume reaps the batch's frames
                 cancelled = True
     return not cancelled

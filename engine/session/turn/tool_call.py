@@ -17,6 +17,7 @@ from engine.session.turn.dispatch import (
     DispatchResult,
     Failed,
     Interrupted,
+    Suspended,
     check_call,
     execute_tool_call,
 )
@@ -72,6 +73,8 @@ async def handle_tool_call(
             _collect(collected, await env.recorder.failed(call, error))
         case Interrupted():
             await env.recorder.cancelled(call)
+            return CallFlow.CANCELLED
+        case Suspended():  # the call stays open, its child frame with it, for the resume
             return CallFlow.CANCELLED
     return CallFlow.CONTINUE
 

@@ -304,6 +304,36 @@ async def test_a_rounds_later_calls_run_after_its_waiting_channel_closed_and_it_
     assert NOT_RUN_NOTE not in tool_messages(model.requests[-1][0])
 
 
+async def test_a_sub_agents_call_decided_after_its_channel_closed_runs_and_so_does_the_rest(
+    open_engine, model, tmp_path
+):
+    """The sub-agent's frame was ended and its spawning call closed as "cancelled by the
+    user (/stop)": the approval given afterwards ran nothing (found by review)."""
+    engine = await open_engine()
+    task = tool_call("execute_subtask", '{"agent_id": "generalist", "prompt": "write a"}', "t1")
+    model.add(
+        LlmResponse(
+            content="", tool_calls=(*task.tool_calls, *shell("echo b >> b.log", "c2").tool_calls)
+        )
+    )
+    model.add(shell("echo a >> a.log", "a1"))  # the sub-agent's call: it asks
+    handler = await engine.new_session("cron", is_interactive=False)
+    turn, first = await started_turn(handler, "write a through a helper, then b", [])
+    engine.approvals.close_session(handler.session.id)
+    await asyncio.wait_for(turn, 5)
+    model.add(text("a written."), text("Both done."))
+    events: list = []
+
+    decided = await engine.approve(first.tool_call_id, emit=events.append, decider=OPERATOR)
+    later = await until_asked(events)  # the round's later call, as a resume asks
+    await engine.approve(later.tool_call_id, decider=OPERATOR)
+
+    result = await asyncio.wait_for(decided.resumed, 5)
+    assert isinstance(result, Final) and result.content == "Both done."
+    workspace = tmp_path / "workspace"
+    assert (workspace / "a.log").read_text() == "a\n" and (workspace / "b.log").read_text() == "b\n"
+
+
 async def until_asked(events: list) -> ev.ApprovalRequired:
     for _ in range(500):
         asked = [e for e in events if isinstance(e, ev.ApprovalRequired)]
