@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import signal
 import sys
 import threading
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from bot.platform.cards import CardContent, Choice, card_content, decide, outcome_line
-from bot.platform.commands import CommandContext, CommandRegistry, shared_commands
+from bot.platform.commands import COMMAND, CommandContext, CommandRegistry, shared_commands
 from bot.platform.memory import MemoryFront, memory_commands
 from engine.approval import OPERATOR, plainly
 from engine.bus import Lagged
@@ -89,8 +88,6 @@ ANSWERS: dict[str, Choice] = {
 _QUIT = ("/quit", "/exit")
 #: Typed during a turn, these run at once (they are about that turn); other lines wait.
 _STOP = ("/stop",)
-#: What a command looks like: ``/name`` of letters, digits and ``_``, then a space or the end.
-_COMMAND_SHAPE = re.compile(r"/[A-Za-z0-9_]{1,32}(?=\s|$)")
 _PREVIEW = 160
 
 
@@ -298,7 +295,7 @@ class TerminalChat:
                 return
             # A command's shape, as Telegram marks one (an unknown one is told so); a path
             # ("/etc/hosts is broken") is a message.
-            if _COMMAND_SHAPE.match(text):
+            if COMMAND.match(text):
                 await self._command(text)
                 continue
             if self._asking is not None:  # a job's card, shown while no turn of ours ran

@@ -11,6 +11,7 @@ the shared ones from ``shared_commands``, and where strangers can write, the own
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
@@ -20,7 +21,13 @@ from bot.delivery import EventAlreadyHandled
 from engine.hub import AUTO_MODEL, ChatHub, HubError
 from engine.session import CompactionError
 
+#: A command as Telegram marks one (a ``bot_command`` entity), and as every text front end
+#: reads one: ``/name`` of up to 32 letters, digits and ``_``, maybe ``@bot``, then a space
+#: of any kind or the end (a path, ``/etc/hosts``, is no command).
+COMMAND = re.compile(r"/([A-Za-z0-9_]{1,32})(?:@([A-Za-z0-9_]{1,64}))?(?=\s|$)")
+
 __all__ = [
+    "COMMAND",
     "INTRO",
     "Command",
     "CommandContext",

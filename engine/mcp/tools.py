@@ -19,12 +19,12 @@ from engine.mcp.arguments import drop_optional_nulls
 from engine.mcp.config import RESERVED_GROUPS
 from engine.mcp.manager import McpManager, McpToolSpec
 from engine.tools.base import ToolError
-
-if TYPE_CHECKING:
-    from engine.agents.catalog import AgentCatalog
 from engine.tools.builtins._common import BuiltinTool, object_schema
 from engine.tools.protocols import Tool, ToolCategory, ToolContext
 from engine.tools.registry import validate_args
+
+if TYPE_CHECKING:
+    from engine.agents.catalog import AgentCatalog
 
 __all__ = [
     "CONFIG_GROUP",

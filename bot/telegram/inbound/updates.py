@@ -9,10 +9,10 @@ strings are repaired (``clean_text``); an update with nothing usable is ``Ignore
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.platform.commands import COMMAND
 from bot.telegram.inbound.fields import Drops, as_int, as_number
 from bot.telegram.inbound.media import MEDIA_FIELDS, FileRef, descriptions_of, files_of
 from bot.telegram.sending.api import Json
@@ -68,10 +68,6 @@ _SERVICE_KEYS = (
 )
 CHAT_TYPES = frozenset({"private", "group", "supergroup", "channel"})
 # Optional fields of an entity that the adapter (or a re-send) may read, with their type.
-#: A command as Telegram marks one (a ``bot_command`` entity): ``/name`` of up to 32
-#: letters, digits and ``_``, maybe ``@bot``, then a space of any kind or the end.
-_COMMAND = re.compile(r"/([A-Za-z0-9_]{1,32})(?:@([A-Za-z0-9_]{1,64}))?(?=\s|$)")
-
 _ENTITY_STRINGS = ("url", "language", "custom_emoji_id")
 
 
@@ -109,14 +105,14 @@ class Message:
     @property
     def is_command(self) -> bool:
         """``/name[@bot]``, to this bot or another: no answer to a question."""
-        return _COMMAND.match(self.text) is not None
+        return COMMAND.match(self.text) is not None
 
     def command(self, bot_username: str | None) -> tuple[str, str] | None:
         """``(name, argument)`` for ``/name[@bot] argument`` addressed to this bot. A name
         is what Telegram marks as a command (letters, digits, ``_``) and ends at any space:
         ``/home/alice/project``, an answer to "Which directory?", was "Unknown command",
         and so was ``/search`` followed by a line break (found by review)."""
-        match = _COMMAND.match(self.text)
+        match = COMMAND.match(self.text)
         if match is None:
             return None
         name, target = match.group(1), match.group(2)

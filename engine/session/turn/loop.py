@@ -15,7 +15,7 @@ from engine.session.protocols import PendingUserInput
 from engine.session.turn.cancel import TurnCancelled
 from engine.session.turn.llm_round import RoundResult, call_llm_round
 from engine.session.turn.subagents import is_batch, run_batch
-from engine.session.turn.tool_call import CallFlow, handle_tool_call
+from engine.session.turn.tool_call import CallFlow, end_round, handle_tool_call
 from engine.session.turn.turn_env import TurnEnv
 from engine.store.rows import AssistantRecord, MessageRow, NewToolCall
 
@@ -113,12 +113,7 @@ async def _run_calls(env: TurnEnv, row: MessageRow, collected: list[ToolCallEven
             await env.recorder.not_run(row.tool_calls[index:])
             return CallFlow.CANCELLED
         if await handle_tool_call(env, call, collected) is CallFlow.CANCELLED:
-            if env.scope.cancelled or call.status not in ("running", "pending"):
-                await env.recorder.not_run(row.tool_calls[index + 1 :])
-            # Else the waiting channel closed on this call (the terminal's input ended, a
-            # fleet handed the chat over), which waits on: the later calls stay open for
-            # the resume, after it is decided. They were closed as "stopped by the user"
-            # and never ran until 2026-12-06 (found by review).
+            await end_round(env, call, row.tool_calls[index + 1 :])
             return CallFlow.CANCELLED
     return CallFlow.CONTINUE
 

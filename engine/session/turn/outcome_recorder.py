@@ -48,9 +48,11 @@ class OutcomeRecorder:
         self._emitter.tool_cancelled(call.id, call.name)
 
     async def not_run(self, calls: Sequence[ToolCallRow]) -> None:
-        """Calls a stopped turn never started: cancelled, so no resume runs them."""
+        """Calls a stopped turn never started: cancelled, so no resume runs them (the
+        ones among ``calls`` that already ended keep their outcome)."""
         for call in calls:
-            await self.cancelled(call, NOT_RUN_NOTE)
+            if call.status in ("running", "pending"):
+                await self.cancelled(call, NOT_RUN_NOTE)
 
     async def rejected(self, call: ToolCallRow, reason: str) -> ToolCallEvent:
         await self._store(call, "rejected", reason)

@@ -15,7 +15,7 @@ from engine.session.turn.conclusion import TurnConclusion
 from engine.session.turn.emitter import TurnEmitter
 from engine.session.turn.llm_round import TurnFailed
 from engine.session.turn.loop import run_agent_turn
-from engine.session.turn.tool_call import CallFlow, handle_tool_call
+from engine.session.turn.tool_call import CallFlow, end_round, handle_tool_call
 from engine.session.turn.turn_env import TurnEnv
 from engine.store import Store
 from engine.store.rows import FrameRow, ToolCallRow
@@ -44,7 +44,7 @@ async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> Ca
         if call.status not in ("running", "pending"):
             continue
         if env.scope.cancelled:
-            await _not_run(env, calls[index:])
+            await env.recorder.not_run(calls[index:])
             return CallFlow.CANCELLED
         if stored is not None and stored.launched_at is not None:
             await env.recorder.interrupted(call)
@@ -55,16 +55,9 @@ async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> Ca
             await env.refresh_tools(env)
             tools_known = True
         if await handle_tool_call(env, call, None, resumed=True) is CallFlow.CANCELLED:
-            if env.scope.cancelled or call.status not in ("running", "pending"):
-                await _not_run(env, calls[index + 1 :])  # else the channel closed (loop.py)
+            await end_round(env, call, calls[index + 1 :])
             return CallFlow.CANCELLED
     return CallFlow.CONTINUE
-
-
-async def _not_run(env: TurnEnv, calls: Sequence[ToolCallRow]) -> None:
-    """The round's calls a stop came before, closed as not run (as the live loop does):
-    left open, the next message ran them (found by review on 2026-12-06)."""
-    await env.recorder.not_run([c for c in calls if c.status in ("running", "pending")])
 
 
 class TurnResume:
@@ -176,7 +169,7 @@ class TurnResume:
         elif isinstance(outcome, Cancelled):
             flow = CallFlow.CANCELLED
         if flow is CallFlow.CANCELLED:  # the parent's round stops here too
-            await _not_run(parent_env, parent_env.transcript.open_tool_calls())
+            await parent_env.recorder.not_run(parent_env.transcript.open_tool_calls())
         await self._store.sessions.terminate_frame(child.id)
         return flow
 

@@ -6,6 +6,7 @@ executed exactly as a live one ("re-run from intent"). The gate itself is ``gate
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from enum import Enum
 from typing import Any
@@ -77,6 +78,17 @@ async def handle_tool_call(
         case Suspended():  # the call stays open, its child frame with it, for the resume
             return CallFlow.CANCELLED
     return CallFlow.CONTINUE
+
+
+async def end_round(env: TurnEnv, call: ToolCallRow, later: Sequence[ToolCallRow]) -> None:
+    """The round's ``later`` calls once ``call`` came back ``CANCELLED``: not run after a
+    stop, or after a call that ended; left open when ``call`` itself still waits because
+    its waiting channel closed (the terminal's input ended, a fleet handed the chat
+    over): the resume runs them once it is decided. Until 2026-12-06 they were closed as
+    "stopped by the user" and never ran, and a stop during a resume left them open for
+    the next message to run (both found by review)."""
+    if env.scope.cancelled or call.status not in ("running", "pending"):
+        await env.recorder.not_run(later)
 
 
 async def _dispatch(env: TurnEnv, call: ToolCallRow, args: dict[str, Any]) -> DispatchResult:
