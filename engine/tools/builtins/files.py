@@ -52,10 +52,14 @@ def _regular_file(tool: str, path: Path, rel: str) -> os.stat_result:
 
 def _regular(tool: str, st: os.stat_result, rel: str) -> os.stat_result:
     if stat.S_ISDIR(st.st_mode):
-        raise ToolError(f"{tool}: '{rel}' is a directory; use list_files to see what is in it")
+        raise _a_directory(tool, rel)
     if not stat.S_ISREG(st.st_mode):
         raise ToolError(f"{tool}: '{rel}' is not a regular file")
     return st
+
+
+def _a_directory(tool: str, rel: str) -> ToolError:
+    return ToolError(f"{tool}: '{rel}' is a directory; use list_files to see what is in it")
 
 
 #: Never blocks on a FIFO put where a file was (ENXIO for a writer with no reader).
@@ -65,12 +69,14 @@ _OPEN_FLAGS = os.O_NONBLOCK
 def _open_regular(
     workspace: Workspace, tool: str, path: Path, rel: str, flags: int
 ) -> tuple[int, os.stat_result]:
-    """A descriptor of the regular file ``path`` as it was checked (``Workspace.open``)."""
-    _regular_file(tool, path, rel)
+    """A descriptor of the regular file ``path`` as it was checked (``Workspace.open``);
+    what it is comes from the descriptor, not from another look at the path."""
     try:
         fd = workspace.open(path, flags | _OPEN_FLAGS)
     except FileNotFoundError:
         raise ToolError(f"{tool}: no such file '{rel}'") from None
+    except IsADirectoryError:  # opened for writing (edit_file)
+        raise _a_directory(tool, rel) from None
     except OSError as exc:
         raise _os_error(tool, "open", rel, exc) from None
     try:
