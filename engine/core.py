@@ -208,13 +208,20 @@ class Engine:
         emit: EmitFn | None = None,
         records: RecordsAnswers | None = None,
         resume: bool = True,
+        also: Callable[[Connection], None] | None = None,
     ) -> Decided:
         """Approve a pending call, live or persisted before a restart (then its turn resumes,
-        unless ``resume`` is off: a fleet resumes it where the session is owned).
+        unless ``resume`` is off: a fleet resumes it where the session is owned); ``also``
+        commits with the decision.
 
         ``NotPermitted`` when ``decider`` may not decide it under ``APPROVERS``."""
         resolution = await self.approvals.approve(
-            tool_call_id, bypass, decider=decider, session_id=session_id, shown_in=shown_in
+            tool_call_id,
+            bypass,
+            decider=decider,
+            session_id=session_id,
+            shown_in=shown_in,
+            also=also,
         )
         return self._after_decision(resolution, emit, records, resume)
 
@@ -229,9 +236,10 @@ class Engine:
         emit: EmitFn | None = None,
         records: RecordsAnswers | None = None,
         resume: bool = True,
+        also: Callable[[Connection], None] | None = None,
     ) -> Decided:
         resolution = await self.approvals.reject(
-            tool_call_id, note, decider=decider, session_id=session_id, shown_in=shown_in
+            tool_call_id, note, decider=decider, session_id=session_id, shown_in=shown_in, also=also
         )
         return self._after_decision(resolution, emit, records, resume)
 

@@ -11,9 +11,11 @@ Rendering (buttons, callback data, markup) is each platform's.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
+
+from sqlalchemy.engine import Connection
 
 from bot.platform.protocols import MessageRef, ShownCard
 from engine.approval import Decider, display_call
@@ -150,9 +152,11 @@ async def decide(
     note: str = "",
     *,
     by: str | None = None,
+    also: Callable[[Connection], None] | None = None,
 ) -> Decided:
     """Record ``choice`` (``by``: announced to the chat's every view, as the hub's
-    ``DecisionMade``): ``decided``; ``expired`` when the call is no longer open;
+    ``DecisionMade``; ``also`` committed with it, rolled back when it is refused):
+    ``decided``; ``expired`` when the call is no longer open;
     ``kept`` when the decider may not decide it after all (the card stays as it is);
     ``taken`` when another decision came first (a double click: that one closes the card
     with its outcome; closing it as expired here showed "Expired" on an approved call)."""
@@ -164,6 +168,7 @@ async def decide(
             note=note,
             by=by,
             source=source,
+            also=also,
         )
     except NotPermitted as exc:  # a check just before said yes: the card stays open
         log.warning("decision on %s refused: %s", tool_call_id, exc)

@@ -148,10 +148,12 @@ class ApprovalBroker:
         decider: Decider,
         session_id: int | None = None,
         shown_in: str | None = None,
+        also: Callable[[Connection], None] | None = None,
     ) -> Resolution:
         """Approve a pending call (live or persisted); ``InboxError`` if it cannot apply,
         ``NotPermitted`` if ``decider`` may not decide it. ``session_id`` / ``shown_in``:
-        the deciding chat's session and source (``InboxStore.decide``)."""
+        the deciding chat's session and source, ``also`` what commits with the decision
+        (``InboxStore.decide``)."""
         if bypass is not None:  # a bad bypass is refused before anything changes
             validate_bypass(bypass.scope, bypass.value, bypass.ttl)
         record = await self.inbox.decide(
@@ -160,6 +162,7 @@ class ApprovalBroker:
             session_id=session_id,
             shown_in=shown_in,
             vet=self._vet(decider),
+            also=also,
         )
         if bypass is not None:
             # A person who may decide only their own calls (``requester+owner``) lets only
@@ -182,6 +185,7 @@ class ApprovalBroker:
         decider: Decider,
         session_id: int | None = None,
         shown_in: str | None = None,
+        also: Callable[[Connection], None] | None = None,
     ) -> Resolution:
         record = await self.inbox.decide(
             tool_call_id,
@@ -190,6 +194,7 @@ class ApprovalBroker:
             session_id=session_id,
             shown_in=shown_in,
             vet=self._vet(decider),
+            also=also,
         )
         return self._deliver(self._approvals, record, _verdict(record))
 

@@ -72,13 +72,16 @@ class Decisions:
         note: str,
         by: str | None,
         source: str | None,
+        also: Callable[[Connection], None] | None = None,
     ) -> Decided:
         record = await self._engine.store.inbox.get(tool_call_id)
         chat = validate_source(source) if source is not None else await self._chat_of(record)
         if chat is None:  # a call in no chat now: the engine alone records it
             if choice.approved:
-                return await self._engine.approve(tool_call_id, choice.bypass, decider=decider)
-            return await self._engine.reject(tool_call_id, note, decider=decider)
+                return await self._engine.approve(
+                    tool_call_id, choice.bypass, decider=decider, also=also
+                )
+            return await self._engine.reject(tool_call_id, note, decider=decider, also=also)
         state = await self._sources.state(chat)
         # Another session's call asking in this chat (a job's run), or the chat's own.
         foreign = None
@@ -94,6 +97,7 @@ class Decisions:
             "emit": bridge,
             "records": bridge,
             "resume": self._placement.resumes_in_place and foreign is None,
+            "also": also,
         }
         if not choice.approved:
             decided = await self._engine.reject(tool_call_id, note, **recorded)

@@ -279,6 +279,7 @@ class ChatHub:
         note: str = "",
         by: str | None = None,
         source: str | None = None,
+        also: Callable[[Connection], None] | None = None,
     ) -> Decided:
         """The one door for a human's decision on a gated call, from every surface.
 
@@ -286,9 +287,10 @@ class ChatHub:
         of another chat is refused (``InboxError`` ``other_session``). Without it (the web
         inbox, the API, an operator) the chat is found from the call's own row. ``note``:
         a rejection's reason; ``by`` names a decider away from the chat, whose cards
-        there close with it. ``NotPermitted`` when ``decider`` may not decide it."""
+        there close with it; ``also`` commits with the decision (a reason's message
+        marked handled). ``NotPermitted`` when ``decider`` may not decide it."""
         return await self._decisions.decide(
-            tool_call_id, choice, decider=decider, note=note, by=by, source=source
+            tool_call_id, choice, decider=decider, note=note, by=by, source=source, also=also
         )
 
     async def answer(

@@ -108,6 +108,7 @@ class InboxStore:
         session_id: int | None = None,
         shown_in: str | None = None,
         vet: Vet | None = None,
+        also: Callable[[Connection], None] | None = None,
     ) -> ApprovalRecord:
         """Record a human's decision once; ``InboxError`` when it cannot apply.
 
@@ -116,9 +117,11 @@ class InboxStore:
 
         ``vet`` sees the record in the same transaction, so who asked and whether it is
         still open are read together with the write (``NotPermitted`` when it refuses).
+        ``also`` commits with the decision (the message that gave a rejection's reason
+        marked handled); a decision refused rolls it back.
         """
         return await self._db.run(
-            _decide, tool_call_id, Decision(decision), note, session_id, shown_in, vet
+            _decide, tool_call_id, Decision(decision), note, session_id, shown_in, vet, also
         )
 
     async def get(self, tool_call_id: int) -> ApprovalRecord | None:
@@ -280,6 +283,7 @@ def _decide(
     session_id: int | None,
     shown_in: str | None,
     vet: Vet | None,
+    also: Callable[[Connection], None] | None = None,
 ) -> ApprovalRecord:
     record = _get(conn, tool_call_id)
     if record is not None and shown_in is not None and record.shown_in == shown_in:
@@ -303,6 +307,8 @@ def _decide(
     )
     if done.rowcount != 1:
         raise InboxError("resolved", f"tool call {tool_call_id} was already decided")
+    if also is not None:
+        also(conn)
     return replace(record, decision=decision, note=note, decided_at=now)
 
 

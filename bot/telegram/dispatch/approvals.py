@@ -9,7 +9,10 @@ a reason" button.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from sqlalchemy.engine import Connection
 
 from bot.delivery import CardRow
 from bot.platform.access import Access
@@ -117,18 +120,30 @@ class ApprovalTaps:
         await self._cards.after_tap(card, result, action.action, c.user_name)
 
     async def reject(
-        self, card: CardRow, user_name: str, note: str, decider: Decider, *, shown: str = ""
-    ) -> None:
+        self,
+        card: CardRow,
+        user_name: str,
+        note: str,
+        decider: Decider,
+        *,
+        shown: str = "",
+        also: Callable[[Connection], None] | None = None,
+    ) -> bool:
         """Reject with ``note`` (a reason, or none): the window closes, the card shows it
-        (or ``shown``: the reason as people read it, its files named by name only)."""
+        (or ``shown``: the reason as people read it, its files named by name only).
+        ``also`` commits with the decision (the reason's update marked handled): whether
+        it did."""
         refused = await self._hub.decision_refusal(card.tool_call_id, decider)
         if refused is not None:  # a reason from someone else: the window stays open
             chat_id, thread_id = parse_source(card.source)
             await self._sender.say_in(chat_id, thread_id, f"⚠️ {refused}")
-            return
+            return False
         self._rejecting.close(card.tool_call_id)
-        result = await decide(self._hub, card.source, card.tool_call_id, "reject", decider, note)
+        result = await decide(
+            self._hub, card.source, card.tool_call_id, "reject", decider, note, also=also
+        )
         await self._cards.after_tap(card, result, "reject", user_name, shown or note)
+        return result == "decided"
 
     async def _open_window(self, card: CardRow, user_name: str, decider: Decider) -> None:
         seconds = int(self._window_s)

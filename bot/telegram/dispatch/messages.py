@@ -126,17 +126,7 @@ class MessageHandler:
         if problems:  # one warning per message, whatever went wrong with its files
             await say(m.chat_id, m.thread_id, "⚠️ " + " ".join(problems))
         if target is not None and target[0] == "reason":  # for an approval card's ❌, heard
-            # A photo's caption: the agent told where the photo is, the card its name.
-            await self._approvals.reject(
-                target[1],
-                m.user_name,
-                with_files(text, attachments),
-                self._access.decider(user),
-                shown=" ".join(
-                    [text, *(f"📎 {Path(a['path']).name}" for a in attachments)]
-                ).strip(),
-            )
-            return False
+            return await self._reason(m, target[1], user, text, attachments)
         if not text.strip() and not attachments:
             if not problems:
                 await say(m.chat_id, m.thread_id, UNREADABLE_MESSAGE)
@@ -171,6 +161,29 @@ class MessageHandler:
             return True
         self._activity.start_typing(m.source)
         return True
+
+    async def _reason(
+        self, m: Message, card: CardRow, user: str, text: str, attachments: list[Json]
+    ) -> bool:
+        """A rejection's reason, its update marked handled in the decision's commit (a
+        kill between the two made the reason a message to the agent after the restart);
+        True when it was. A photo's caption: the agent told where the photo is, the card
+        its name."""
+        update_id = m.update_id
+        try:
+            return await self._approvals.reject(
+                card,
+                m.user_name,
+                with_files(text, attachments),
+                self._access.decider(user),
+                shown=" ".join(
+                    [text, *(f"📎 {Path(a['path']).name}" for a in attachments)]
+                ).strip(),
+                also=lambda conn: mark_handled_in(conn, update_id),
+            )
+        except EventAlreadyHandled:  # another poller of the fleet gave it already
+            log.info("update %s was handled already; no second decision", update_id)
+            return True
 
     async def _files(self, m: Message) -> _Files:
         """The message's files downloaded, its voice notes heard (what was heard is said

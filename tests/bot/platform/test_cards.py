@@ -163,7 +163,7 @@ async def test_what_a_tap_does(button: Any, choice: Choice) -> None:
     assert await decide(hub, "s", 5, button, OPERATOR, "why") == "decided"  # type: ignore[arg-type]
     [(name, args, kwargs)] = hub.calls
     assert (name, args) == ("decide", (5, choice))
-    assert kwargs == {"decider": OPERATOR, "note": "why", "by": None, "source": "s"}
+    assert kwargs == {"decider": OPERATOR, "note": "why", "by": None, "source": "s", "also": None}
 
 
 async def test_a_closed_call_expires_and_a_refusal_keeps_the_card() -> None:

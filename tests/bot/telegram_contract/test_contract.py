@@ -473,6 +473,42 @@ async def test_an_answer_and_its_update_handled_mark_commit_together(
     assert seen == [True]
 
 
+async def test_a_reason_and_its_update_handled_mark_commit_together(
+    start_service, telegram, model, monkeypatch
+):
+    """A rejection's reason marks its update handled in the decision's commit: a kill
+    right after the decision cannot hand the update over again (the mark came after, and
+    a kill between the two made the reason a message to the agent after the restart)."""
+    from bot.platform.open_cards import OpenCards
+
+    service = await start_service()
+    seen: list[bool] = []
+    original = OpenCards.after_tap
+
+    async def look_then_show(self: OpenCards, card, result, choice, *args, **kwargs):
+        def handled(conn: sa.Connection) -> bool:
+            events = platform_events.c
+            query = sa.select(events.handled_at).where(events.event_id == update)
+            return conn.execute(query).scalar() is not None
+
+        if choice == "reject" and result == "decided":
+            seen.append(await service.engine.store.db.run(handled))
+        return await original(self, card, result, choice, *args, **kwargs)
+
+    monkeypatch.setattr(OpenCards, "after_tap", look_then_show)
+    model.add(shell("rm -rf data"), text("Understood."))
+    telegram.user_message(ALICE, ALICE, "clean up")
+    card = await eventually(lambda: find(telegram, ALICE, "Approval needed"))
+    telegram.callback(ALICE, ALICE, card.message_id, format_callback(_call_id(card), "reject"))
+    await eventually(lambda: "reason" in (telegram.message(ALICE, card.message_id).text or ""))
+    reply = telegram.user_message(
+        ALICE, ALICE, "keep the data", reply_to_message_id=card.message_id
+    )
+    update = str(reply["update_id"])
+    await eventually(lambda: "Understood." in texts(telegram, ALICE))
+    assert seen == [True]
+
+
 def long_shell(call_id: str = "c1"):  # type: ignore[no-untyped-def]
     """A call too long for its card: the call in full rides along as a document."""
     return tool_call("execute_cmd", json.dumps({"command": "echo " + "x" * 5000}), call_id)

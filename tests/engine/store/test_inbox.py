@@ -70,6 +70,38 @@ async def test_a_decision_applies_once_to_the_right_session(store: Store, root):
     assert (await store.inbox.get(call.id)).decision is Decision.REJECTED
 
 
+async def test_what_commits_with_a_decision_is_rolled_back_with_a_refused_one(store: Store, root):
+    """``also`` (a reason's message marked handled) is written in the decision's commit,
+    and not at all when the decision is refused."""
+    call = await gated_call(store, root)
+    await store.inbox.request_approval(call.id, root.session_id)
+    written: list[str] = []
+
+    def note_it(conn: sa.Connection) -> None:
+        conn.execute(sa.text("CREATE TABLE IF NOT EXISTS marks (what TEXT)"))
+        conn.execute(sa.text("INSERT INTO marks VALUES ('reason')"))
+        written.append("reason")
+
+    def marks(conn: sa.Connection) -> list[str]:
+        return list(conn.execute(sa.text("SELECT what FROM marks")).scalars())
+
+    await store.inbox.decide(call.id, Decision.REJECTED, "keep it", also=note_it)
+    with pytest.raises(InboxError):
+        await store.inbox.decide(call.id, Decision.APPROVED, also=note_it)
+    assert written == ["reason"]  # the refused decision never ran it
+    assert await store.db.run(marks) == ["reason"]
+
+    other = await gated_call(store, root, "write_file")
+    await store.inbox.request_approval(other.id, root.session_id)
+
+    def handled_before(conn: sa.Connection) -> None:
+        raise LookupError("its message was handled before")
+
+    with pytest.raises(LookupError):
+        await store.inbox.decide(other.id, Decision.REJECTED, "again", also=handled_before)
+    assert (await store.inbox.get(other.id)).decision is None  # rolled back with it
+
+
 async def test_a_call_that_never_asked_cannot_be_approved(store: Store, root):
     call = await gated_call(store, root)  # still running: the gate let it through
     with pytest.raises(InboxError) as err:
