@@ -54,6 +54,10 @@ class Handback:
         """Taken before rows are recorded or claimed (``OutboxRow.taken_at``)."""
         return self.tenure.mark()
 
+    def holds_now(self) -> bool:
+        """Whether rows taken now would be this process's to send."""
+        return self.tenure.tenure_holds(self.tenure.mark())
+
     def may_send(self, row: OutboxRow) -> Callable[[], bool]:
         """What to ask right before each try of ``row``."""
         tenure, mark = self.tenure, row.taken_at

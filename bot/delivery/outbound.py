@@ -338,6 +338,11 @@ class Outbound:
             self.health.succeeded(SEND_HEALTH)
             return result
 
+    def may_take(self) -> bool:
+        """Whether rows claimed now would be this process's to send: always outside a
+        fleet; in one, while its membership holds."""
+        return self.handback is None or self.handback.holds_now()
+
     def mark(self) -> float | None:
         """A fleet's: taken before rows are recorded or claimed (``taken``)."""
         return None if self.handback is None else self.handback.mark()

@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 BATCH = 50
 #: After a failure of the loop itself (the database away), try again this much later.
 ERROR_PAUSE_S = 5.0
+#: While a fleet member's tenure is broken (paused, cut off, its membership renewed
+#: late), it claims nothing for this long: what it claimed it would hand straight back.
+TENURE_PAUSE_S = 1.0
 
 
 class Redelivery:
@@ -72,6 +75,12 @@ class Redelivery:
 
     async def _round(self, wake: asyncio.Event) -> None:
         """Start what is due, then sleep until more is (or a postponement comes in)."""
+        if not self.outbound.may_take():
+            # Each row claimed would be handed back and claimed again at once: a busy
+            # loop of the database until the membership holds again (found by review
+            # on 2026-12-06). Another member sends them meanwhile.
+            await self._sleep(TENURE_PAUSE_S)
+            return
         wake.clear()  # before reading the schedule: a postponement from now on wakes us
         try:
             if await self.start_due():

@@ -199,6 +199,12 @@ class SourceOwnership:
     async def renew_membership(self) -> None:
         if self._membership is None:
             return
+        if self._member_since is None:
+            # The last joining again failed (the database away): renewing the lease it
+            # still holds would leave the tenure broken for good, every reply taken from
+            # then on handed back unsent. A tenure starts only with a join.
+            await self.join()
+            return
         started = self._monotonic()
         try:
             kept = await self._leases.renew(self._membership, self.config.lease_ttl_s)

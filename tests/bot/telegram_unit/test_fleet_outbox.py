@@ -10,7 +10,7 @@ leases; A's tenure (what its ``SourceOwnership`` would say) is a switch.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -50,13 +50,15 @@ class SwitchTenure:
     def __init__(self) -> None:
         self.marks = 0
         self.lapsed_after: int | None = None
+        #: False: broken for every mark, those taken from now on too (not joined again).
+        self.holding = True
 
     def mark(self) -> float:
         self.marks += 1
         return float(self.marks)
 
     def tenure_holds(self, mark: float) -> bool:
-        return self.lapsed_after is None or mark > self.lapsed_after
+        return self.holding and (self.lapsed_after is None or mark > self.lapsed_after)
 
     def lapse(self) -> None:
         self.lapsed_after = self.marks
@@ -202,6 +204,48 @@ async def test_a_paused_recorder_hands_its_reply_back_and_another_sends_it_once(
     ]
     assert await a.redelivery.run_due() == 0  # nothing is left for A to send again
     assert a.sent() == []
+
+
+async def turns_until(check: Callable[[], object], turns: int = 100_000) -> None:
+    """Let the event loop run until ``check()`` holds (no wall-clock time: the loops
+    under test sleep on a fake clock)."""
+    for _ in range(turns):
+        if check():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("never came true")
+
+
+async def test_a_member_whose_tenure_is_broken_claims_nothing_until_it_holds_again(
+    fleet: Fleet,
+) -> None:
+    """Its membership lapsed and not joined again yet: each row its retry loop claimed
+    was handed straight back and claimed again, a busy loop of the database (found by
+    review on 2026-12-06). It pauses instead, and sends once the tenure holds again."""
+    a = fleet.process("A")
+    rows = await record(a, "final:1", "the answer")
+    a.tenure.holding = False
+    await a.out.deliver_rows(rows)  # handed back: due for the fleet
+    claims = 0
+    claim_due = a.outbox.claim_due
+
+    async def counted(*args: Any, **kwargs: Any) -> list[OutboxRow]:
+        nonlocal claims
+        claims += 1
+        return await claim_due(*args, **kwargs)
+
+    a.outbox.claim_due = counted  # type: ignore[method-assign]
+    sleeps = a.redelivery._sleep.__self__.sleeps  # type: ignore[attr-defined]
+    loop = asyncio.create_task(a.redelivery.run())
+    try:
+        await turns_until(lambda: claims >= 20 or sum(sleeps) >= 5.0)
+        assert claims <= 1 and a.sent() == []
+        a.tenure.holding = True
+        await turns_until(a.sent)
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+    assert a.sent() == ["the answer"]
 
 
 async def test_a_tenure_broken_during_the_retry_wait_sends_no_second_try(fleet: Fleet) -> None:

@@ -168,6 +168,28 @@ async def test_the_database_away_ends_the_tenure_until_joined_again(store: Store
     assert ownership.tenure_holds(ownership.mark())
 
 
+async def test_after_a_failed_joining_again_the_next_round_joins_rather_than_renews(
+    store: Store,
+) -> None:
+    """The database away for a moment: the renewal and the joining again both fail, but
+    the membership lease has not expired yet. The next round's renewal would keep it, and
+    the tenure stayed broken for good: every reply the live member took was handed back,
+    none sent (found by review on 2026-12-06). The round joins again instead."""
+    ownership, leases, clock = tenured(store)
+    await ownership.join()
+    before = ownership.mark()
+    leases.answer = None
+    with pytest.raises(ConnectionError):
+        await ownership.renew_membership()
+    leases.answer = True
+    clock.now += 1.0  # back well within the 4 s lease
+    await ownership.renew_membership()
+    assert not ownership.tenure_holds(before)  # taken before the break: not its own
+    assert ownership.tenure_holds(ownership.mark())
+    await ownership.renew_membership()  # and it goes on being renewed
+    assert ownership.tenure_holds(ownership.mark())
+
+
 async def test_leaving_ends_the_tenure(store: Store) -> None:
     ownership, _, _ = tenured(store)
     await ownership.join()
