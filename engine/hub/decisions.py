@@ -82,7 +82,7 @@ class Decisions:
                     tool_call_id, choice.bypass, decider=decider, also=also
                 )
             return await self._engine.reject(tool_call_id, note, decider=decider, also=also)
-        state = await self._sources.state(chat)
+        state = await self._placement.current(chat)
         # Another session's call asking in this chat (a job's run), or the chat's own.
         foreign = None
         if record is not None and record.shown_in == chat and record.session_id != state.session_id:
@@ -149,7 +149,7 @@ class Decisions:
             if by is not None:
                 await self._answered_in(decided.resolution.session_id, request_id, answer, by)
             return decided
-        state = await self._sources.state(chat)
+        state = await self._placement.current(chat)
         bridge = self._adapters.bridge(chat, state.session_id)
         decided = await self._engine.resolve_question(
             request_id,

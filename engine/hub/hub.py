@@ -130,7 +130,7 @@ class ChatHub:
         self._decisions = Decisions(
             engine, self._sources, self._adapters, placement, publish, config
         )
-        self._controls = SessionControls(engine, self._sources)
+        self._controls = SessionControls(engine, self._sources, placement)
         #: Sessions no chat owns (a scheduled job's run) serving a chat's user, asking there.
         self.visiting = Visitors(engine, self._sources, self._adapters, self._decisions)
 
@@ -318,7 +318,7 @@ class ChatHub:
 
     async def session_id(self, source: str) -> int:
         """The session ``source`` talks to now (created when it has none yet)."""
-        return (await self._sources.state(validate_source(source))).session_id
+        return (await self.placement.current(validate_source(source))).session_id
 
     async def cancel_session(self, session_id: int) -> None:
         """The one door for stopping a session from outside its chat (a job's run, the

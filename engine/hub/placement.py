@@ -55,6 +55,12 @@ class Placement(Protocol):
         """Whether this process runs ``source``'s work now."""
         ...
 
+    async def current(self, source: str) -> SourceState:
+        """``source``'s state for what reaches it from outside its queue (a decision, an
+        answer, a control): read again from the database when another process may have
+        moved the source to a new session since this one last held it."""
+        ...
+
     def turn_fence(self, source: str) -> Fence | None:
         """What every transaction of a turn of ``source`` checks first (``None``: nothing)."""
         ...
@@ -133,6 +139,9 @@ class LocalPlacement:
 
     def owns(self, source: str) -> bool:
         return True
+
+    async def current(self, source: str) -> SourceState:
+        return await self._sources.state(source)
 
     def turn_fence(self, source: str) -> Fence | None:
         return None

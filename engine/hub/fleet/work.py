@@ -96,6 +96,14 @@ class FleetWork:
     def owns(self, source: str) -> bool:
         return self.ownership.owns(source)
 
+    async def current(self, source: str) -> SourceState:
+        if not self.ownership.owns(source):
+            # What this process kept of a chat it let go may be an older session's: a
+            # tap after /new given elsewhere was refused as another session's call
+            # (found by review on 2026-12-06).
+            self._sources.forget(source)
+        return await self._sources.state(source)
+
     def fence(self, source: str) -> Fence | None:
         return self.ownership.fence(source)
 

@@ -520,6 +520,45 @@ async def test_an_approval_pressed_on_another_process_wakes_the_waiting_turn(
         assert b.model.calls == 0
 
 
+async def test_a_tap_at_a_process_that_worked_the_chat_before_a_new_elsewhere_decides(
+    url: str, tmp_path: Path
+) -> None:
+    """a worked the chat and let it go, keeping what it knew of it; /new at b moved the
+    chat to a fresh session, whose turn asks. The tap reaching a was decided against the
+    session a remembered and refused as another session's call: the card showed expired
+    and b's turn waited for good (found by review on 2026-12-06)."""
+    notifier = LocalNotifier("shared")
+    source = "telegram:77"
+    async with (
+        member(url, tmp_path, "a", notifier, rules=True) as a,
+        member(url, tmp_path, "b", notifier, rules=True) as b,
+    ):
+        assert a.hub.fleet is not None and b.hub.fleet is not None
+        await a.hub.fleet.ownership.claim(source)
+        await a.hub.send_message(source, "hello")
+
+        async def let_go() -> bool:
+            said = (await a.engine.store.db.run(answers)).get(source)
+            return said == ["echo: hello"] and not a.hub.fleet.owns(source)  # type: ignore[union-attr]
+
+        await until(let_go)
+        before = await a.hub.session_id(source)
+        fresh = await asyncio.wait_for(b.hub.clear(source), 10)
+        assert await a.hub.session_id(source) == fresh != before
+        b.model.add(tool_call("execute_cmd", '{"command": "echo run >> runs.log"}', "c1"))
+        b.model.add(text("Ran it."))
+        await b.hub.fleet.ownership.claim(source)
+        await b.hub.send_message(source, "run it")
+        call = await pending_call(b.engine)
+        await a.hub.decide(call, APPROVE, decider=OPERATOR, source=source)  # the tap, at a
+
+        async def ran_it() -> bool:
+            return "Ran it." in (await b.engine.store.db.run(answers)).get(source, [])
+
+        await until(ran_it)
+        assert ran(tmp_path / "workspace-b") == ["run"]
+
+
 async def test_a_question_answered_on_another_process_wakes_the_waiting_turn(
     url: str, tmp_path: Path
 ) -> None:
