@@ -13,7 +13,15 @@ import json
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    TypeAdapter,
+    ValidationError,
+)
 from pydantic_core import PydanticSerializationError
 
 from bot.http.models import RequestError, check_shape, without_nul
@@ -89,13 +97,21 @@ class Resume(_ClientFrame):
     type: Literal["resume"]
 
 
+def _one_of_the_bypasses(seconds: int) -> int:
+    if seconds not in (0, 900):
+        raise ValueError("must be 0 (this session), 900 (15 minutes) or null")
+    return seconds
+
+
 class ApproveTool(_ClientFrame):
     """Approve a waiting call; ``bypass_secs`` 900: no more asking for 15 minutes, 0: for
     this session."""
 
     type: Literal["approve_tool"]
     tool_call_id: Id
-    bypass_secs: Literal[0, 900] | None = None
+    # Strict: ``false`` or ``0.0`` (a client's "no bypass") was taken as 0, the widest
+    # bypass there is (found by review on 2026-12-06).
+    bypass_secs: Annotated[StrictInt, AfterValidator(_one_of_the_bypasses)] | None = None
 
 
 class RejectTool(_ClientFrame):

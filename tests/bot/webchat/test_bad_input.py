@@ -57,6 +57,10 @@ async def test_an_unknown_type_is_refused(server: ChatServer):
         ({"type": "approve_tool", "tool_call_id": "7"}, "tool_call_id"),
         ({"type": "approve_tool", "tool_call_id": 2**70}, "tool_call_id"),
         ({"type": "approve_tool", "tool_call_id": 7, "bypass_secs": 5}, "bypass_secs"),
+        # "No bypass" written as false or 0.0 is not 0 (a bypass for the whole session).
+        ({"type": "approve_tool", "tool_call_id": 7, "bypass_secs": False}, "bypass_secs"),
+        ({"type": "approve_tool", "tool_call_id": 7, "bypass_secs": 0.0}, "bypass_secs"),
+        ({"type": "approve_tool", "tool_call_id": 7, "bypass_secs": 900.0}, "bypass_secs"),
         ({"type": "message", "text": "hi", "extra": 1}, "has no field 'extra'"),
         ({"type": "ping", "v": 2}, "version 1"),
     ],
