@@ -256,7 +256,11 @@ class GrantChecker:
             rel = canonical_path(self._workspace, raw)
         except PathRefused as exc:
             raise GrantError(f"grants.working_directory: {exc}") from None
-        if not (self._workspace.root / rel).is_dir():
+        try:
+            is_dir = (self._workspace.root / rel).is_dir()
+        except OSError:  # a name too long for the file system: it names no directory
+            is_dir = False  # (it raised past every handler: a 500; found by review)
+        if not is_dir:
             raise GrantError(
                 f"grants.working_directory: {raw!r} is not a directory of the workspace"
             )

@@ -92,6 +92,7 @@ def test_no_grants_is_nothing(checker: GrantChecker) -> None:
         ({"read": ["*"]}, "patterns are not granted"),
         ({"read": ["."]}, "is the whole workspace"),
         ({"working_directory": "nowhere"}, "is not a directory of the workspace"),
+        ({"working_directory": "a" * 300}, "is not a directory of the workspace"),
         ({"working_directory": "notes/today.md"}, "is not a directory"),
         ({"working_directory": "../outside"}, "outside the workspace"),
         ({"working_directory": "secrets"}, "secrets/"),
