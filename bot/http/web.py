@@ -23,6 +23,7 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlparse
@@ -500,7 +501,11 @@ class WebInbox:
     async def toggle_job(
         self, request: Request, form: dict[str, str], visitor: Visitor
     ) -> Response:
-        return await self._on_job(request, "toggle", self.ops.toggle_job)
+        """What the button said (``enabled``: 1 resume, 0 pause): a page shown before the
+        job was paused elsewhere resumed it, the opposite (found by review on
+        2026-12-06). A form without it flips, as before."""
+        wanted = {"1": True, "0": False}.get(form.get("enabled", ""))
+        return await self._on_job(request, "toggle", partial(self.ops.toggle_job, enabled=wanted))
 
     async def delete_job(
         self, request: Request, form: dict[str, str], visitor: Visitor

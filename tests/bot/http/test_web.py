@@ -220,6 +220,22 @@ async def test_jobs_pause_resume_and_delete_from_the_page(web, scheduler):
     assert "no longer exists" in (await web.get(gone.headers["location"])).text
 
 
+async def test_a_stale_pause_button_pauses_a_job_paused_elsewhere_meanwhile(web, scheduler):
+    """The page said ⏸ Pause; the job was paused elsewhere (another tab, the API, a
+    chat) before the click: it stays paused (the form carried no wish, and the server
+    flipped it: resumed)."""
+    csrf = await signed_in(web)
+    job = await scheduler.create_cron(ORIGIN, title="Brief", spec="0 8 * * *", prompt="Brief me")
+    page = (await web.get("/")).text
+    [wanted] = re.findall(rf'action="/jobs/{job.id}/toggle".*?name="enabled" value="(\d)"', page)
+    assert wanted == "0"  # the button pauses
+    await scheduler.store.set_enabled(job.id, False, None)  # paused elsewhere
+    await web.post(f"/jobs/{job.id}/toggle", data={"csrf": csrf, "enabled": wanted})
+    assert (await scheduler.store.get(job.id)).enabled is False
+    await web.post(f"/jobs/{job.id}/toggle", data={"csrf": csrf, "enabled": "1"})
+    assert (await scheduler.store.get(job.id)).enabled is True
+
+
 async def test_without_a_token_the_page_is_loopback_only(engine):
     inbox = WebInbox(Operations(engine), token=None)
     with pytest.raises(ValueError, match="CHATHUB_API_TOKEN"):
