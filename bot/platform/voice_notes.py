@@ -101,14 +101,17 @@ class VoiceNotes:
         workspace, named after ``stem``) and heard. ``download`` raises ``OSError`` or
         ``ValueError`` when it cannot."""
         attachments, problems = [], []
-        for audio in files:
+        for index, audio in enumerate(files):
             kind = "voice" if audio.get("voice") else "audio"
             name = str(audio.get("name") or "audio")
             why = self.refusal(kind, name, audio.get("size"), audio.get("seconds"))
             if why is not None:
                 problems.append(why)
                 continue
-            relative = folder / _SAFE.sub("_", f"{stem}_{Path(name).name}")[:150]
+            # Each file of the message its own path: Slack names every clip alike, and
+            # the second overwrote the first, heard twice (found by review on 2026-12-06).
+            own = f"{stem}_{index}" if index else stem
+            relative = folder / _SAFE.sub("_", f"{own}_{Path(name).name}")[:150]
             try:
                 data = await download(str(audio["url"]))
                 # Its real size: a message may give none, or less than the file has.

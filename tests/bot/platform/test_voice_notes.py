@@ -44,6 +44,33 @@ async def test_audio_larger_than_it_said_is_held_to_the_limit_once_downloaded(
     assert not (tmp_path / "uploads").exists()
 
 
+class Echoing:
+    async def transcribe(self, endpoint: Endpoint, audio: bytes, filename: str, mime: str) -> str:
+        return audio.decode()
+
+
+async def test_two_clips_of_one_message_named_alike_are_both_kept_and_heard(
+    tmp_path: Path,
+) -> None:
+    """Slack names every clip ``audio_message.webm``: the second was written over the
+    first, which was lost, and heard twice (found by review on 2026-12-06)."""
+    notes = VoiceNotes(Transcription(), Echoing(), tmp_path, max_bytes=1 << 20, max_seconds=600)
+    said = {"https://files.slack.com/a": b"first clip", "https://files.slack.com/b": b"second"}
+    files = [
+        {"url": url, "name": "audio_message.webm", "mime": "audio/webm", "voice": True}
+        for url in said
+    ]
+
+    async def download(url: str) -> bytes:
+        return said[url]
+
+    heard = await notes.fetch(files, Path("uploads/slack/C1"), "1700000000.000100", download)
+    assert heard.texts == ["first clip", "second"]
+    paths = [a["path"] for a in heard.attachments]
+    assert len(set(paths)) == 2
+    assert [(tmp_path / p).read_bytes() for p in paths] == [b"first clip", b"second"]
+
+
 def test_a_voice_note_is_sent_to_be_heard_with_an_extension_that_says_its_format() -> None:
     """Element names a voice message "Voice message": OpenAI reads the format from the
     extension and refused every one as "Invalid file format" (found by review)."""
