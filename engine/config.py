@@ -65,6 +65,10 @@ def http_url(value: str) -> str:
         raise ValueError(f"{value!r} is not a URL: {exc}") from None
     if not parts.hostname:
         raise ValueError(f"{value!r} names no host")
+    if "?" in value or "#" in value:
+        # Requests are made by appending a path: it landed inside the query, and every
+        # one failed as a missing model (found by review on 2026-12-06).
+        raise ValueError(f"{value!r} has a query or a fragment; give the address alone")
     return value.rstrip("/")
 
 

@@ -95,8 +95,13 @@ async def probe(http: httpx.AsyncClient, provider: Provider, *, timeout_s: float
     said, not refused (some servers list nothing)."""
     headers = {"Authorization": f"Bearer {provider.api_key}"} if provider.api_key else {}
     try:
-        answer = await http.get(f"{provider.base_url}/models", headers=headers, timeout=timeout_s)
-    except httpx.TimeoutException:
+        # The whole answer within ``timeout_s``: httpx's timeout is per read, and a
+        # server sending a byte now and then held the test for good (found by review).
+        async with asyncio.timeout(timeout_s):
+            answer = await http.get(
+                f"{provider.base_url}/models", headers=headers, timeout=timeout_s
+            )
+    except (httpx.TimeoutException, TimeoutError):
         raise ProviderError(f"{provider.base_url} did not answer within {timeout_s:g} s") from None
     except httpx.HTTPError:
         raise ProviderError(f"{provider.base_url} cannot be reached") from None

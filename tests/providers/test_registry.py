@@ -4,6 +4,7 @@ the SystemEventBus (this process's changes and another process's)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import httpx
 import pytest
@@ -56,6 +57,9 @@ def test_a_provider_is_checked_and_never_shows_its_key():
         ({"base_url": "http://[::1/v1"}, "base_url:"),
         ({"base_url": "http://exa mple.org/v1"}, "base_url:"),
         ({"base_url": "https:///v1"}, "base_url:"),
+        # A path appended to it would land in the query (found by review on 2026-12-06).
+        ({"base_url": "https://generativelanguage.example/v1?key=x"}, "base_url:"),
+        ({"base_url": "https://api.example/v1#models"}, "base_url:"),
         # A password in the address would be shown in lists, pages and logs.
         ({"base_url": "https://user:secret@proxy.example/v1"}, "base_url:"),
         # A key pasted with a typographic dash cannot go in a header.
@@ -158,3 +162,29 @@ async def test_a_listing_nested_past_pythons_depth_is_a_listing_of_none() -> Non
     async with httpx.AsyncClient(transport=transport) as http:
         line = await probe(http, Provider("deep", "http://deep.example/v1", "", ("chat",), ("m",)))
     assert line == "deep answers (0 models listed)"
+
+
+async def test_a_probe_of_a_server_that_drips_its_answer_ends_at_its_timeout() -> None:
+    """httpx bounds each read: a server sending a byte now and then held the test (the
+    CLI's, the page's, the API's) far past its timeout (found by review on 2026-12-06)."""
+
+    async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n"
+        writer.write(head)
+        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+            for _ in range(500):
+                writer.write(b" ")
+                await writer.drain()
+                await asyncio.sleep(0.05)
+        writer.close()
+
+    server = await asyncio.start_server(drip, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    slow = Provider.checked("slow", f"http://127.0.0.1:{port}/v1", "", "chat", "m")
+    try:
+        async with httpx.AsyncClient() as http:
+            with pytest.raises(ProviderError, match=r"did not answer within 0\.3 s"):
+                await asyncio.wait_for(probe(http, slow, timeout_s=0.3), timeout=10)
+    finally:
+        server.close()
