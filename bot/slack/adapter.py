@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.delivery import Pacing, RetrySchedule, Tenure
@@ -162,8 +163,22 @@ class SlackAdapter:
 
     def _bolt_app(self) -> AsyncApp:
         config = self.config
+        web = self.web
+        # Without a token of its own bolt asks ``authorize`` who the bot is, which answers
+        # from the service's ``auth.test``: with the token, bolt made a second call at
+        # its first envelope, and when Slack failed that one (a 429, a 5xx) it
+        # acknowledged the envelope with "reinstall this app" and the message was lost
+        # (found by review on 2026-12-06). Its per-request client gets the token back.
+        tokenless = AsyncWebClient(
+            base_url=web.base_url, session=web.session, headers=web.headers, retry_handlers=[]
+        )
+
+        async def authorize() -> AuthorizeResult:  # bolt passes what a function names
+            return self.authorized()
+
         app = AsyncApp(
-            client=self.web,
+            client=tokenless,
+            authorize=authorize,
             signing_secret=config.signing_secret or "",
             request_verification_enabled=config.signing_secret is not None,
             process_before_response=True,
@@ -179,6 +194,17 @@ class SlackAdapter:
         app.shortcut(_ANY)(_acknowledge)
         app.options(_ANY)(_acknowledge)
         return app
+
+    def authorized(self) -> AuthorizeResult:
+        """Bolt's answer to "who is this bot", from the service's ``auth.test``."""
+        me = self.me
+        return AuthorizeResult(
+            enterprise_id=None,
+            team_id=me.team_id,
+            bot_user_id=me.user_id,
+            bot_id=me.bot_id,
+            bot_token=self.web.token,
+        )
 
     async def _on_event(self, body: Json, event: Json) -> None:
         """Stored (when it is for the bot and new) before bolt acknowledges it; raising

@@ -79,3 +79,23 @@ async def test_slack_down_at_start_is_retried(
     fake.dm(ALICE, "up again")
     await until(lambda: texts(fake, dm) == ["echo: up again"])
     assert not service.refused.done()
+
+
+async def test_a_message_is_answered_while_auth_test_fails_after_the_start(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    """Bolt asked auth.test again at its first envelope: when Slack failed that call (a
+    5xx, a 429) it acknowledged the envelope with "reinstall this app" and the message
+    was never stored, lost (found by review on 2026-12-06). It asks the service, which
+    knows already."""
+    service = await make_service()
+    asked = len(fake.calls_to("auth.test"))
+    fake.fail_next("auth.test", "internal_error", status=500, count=5)
+    dm = fake.dm_channel(ALICE)
+    fake.dm(ALICE, "hello")
+    await until(lambda: texts(fake, dm) == ["echo: hello"])
+    fake.rate_limit_next("auth.test", count=5)
+    fake.dm(ALICE, "again")
+    await until(lambda: texts(fake, dm) == ["echo: hello", "echo: again"])
+    await slack_of(service).drain()
+    assert len(fake.calls_to("auth.test")) == asked  # bolt asked nothing of its own
