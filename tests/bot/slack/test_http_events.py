@@ -75,6 +75,32 @@ async def test_junk_signature_headers_are_refused_with_401(
     assert answer.status_code == 401
 
 
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        (b"\xff\xfe not utf-8", "application/x-www-form-urlencoded"),
+        (b"{not json", "application/json"),
+        (b"payload=%7Bnot-json", "application/x-www-form-urlencoded"),
+        (b"[1, 2]", "application/json"),
+    ],
+    ids=["not-utf8", "bad-json", "bad-payload", "json-list"],
+)
+async def test_junk_with_a_wrong_signature_is_refused_with_401(
+    service: Service, fake: FakeSlackServer, body: bytes, kind: str
+) -> None:
+    """Bolt parses the body before it checks the signature: junk in Slack's headers was
+    a 500 and a traceback (found by review on 2026-12-06)."""
+    headers = {
+        "Content-Type": kind,
+        "X-Slack-Request-Timestamp": str(int(time.time())),
+        "X-Slack-Signature": "v0=" + "0" * 64,  # Slack's shape, a wrong value
+    }
+    assert fake.request_url is not None
+    async with httpx.AsyncClient() as client:
+        answer = await client.post(fake.request_url, content=body, headers=headers)
+    assert answer.status_code == 401
+
+
 async def test_a_replayed_request_is_answered_once(service: Service, fake: FakeSlackServer) -> None:
     dm = fake.dm_channel(ALICE)
     fake.dm(ALICE, "only once")
