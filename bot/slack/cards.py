@@ -24,7 +24,7 @@ from bot.platform.cards import (
 from bot.platform.controls import ControlId
 from bot.platform.open_cards import OpenCards, Words
 from bot.slack.incoming import is_message_id, parse_source
-from bot.slack.mrkdwn import to_mrkdwn
+from bot.slack.mrkdwn import code_block, escape, to_mrkdwn
 from bot.slack.sending import SlackSender
 from engine.hub import ChatHub
 
@@ -60,32 +60,26 @@ def parse_metadata(data: object) -> tuple[str, str] | None:
     return (channel, ts) if is_message_id(channel, ts) else None
 
 
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def card_text(shown: CardContent, limit: int = SECTION_LIMIT) -> str:
     """The card as mrkdwn within ``limit``: the title, the tool, who may decide, the call
     in a code block (its beginning, said so, when it does not fit)."""
     lines = [
-        f"*{_escape(shown.title)}*",
-        f"Tool: `{_escape(shown.tool[:100])}` · Agent: `{_escape(shown.agent[:100])}`",
+        f"*{escape(shown.title)}*",
+        f"Tool: `{escape(shown.tool[:100])}` · Agent: `{escape(shown.agent[:100])}`",
     ]
     if shown.depth > 0:
         lines[-1] += f" (sub-agent, depth {shown.depth})"
     if shown.deciders:
-        lines.append(f"_👤 {_escape(shown.deciders[:200])}_")
+        lines.append(f"_👤 {escape(shown.deciders[:200])}_")
     if shown.label == "Diff" and shown.path:
         new = " (new file)" if shown.new_file else ""
-        lines.append(f"File: `{_escape(shown.path[:200])}`{new}")
-    workdir = f"Working directory: `{_escape(shown.workdir[:200])}`" if shown.workdir else ""
+        lines.append(f"File: `{escape(shown.path[:200])}`{new}")
+    workdir = f"Working directory: `{escape(shown.workdir[:200])}`" if shown.workdir else ""
     head = "\n".join(lines) + f"\n{shown.label}:\n"
 
     def assemble(content: str, note: str) -> str:
         tail = "\n".join(part for part in (workdir, note) if part)
-        # ``` cannot be escaped inside a block: a zero-width space keeps it from closing.
-        body = _escape(content).replace("```", "`\u200b``")
-        return head + f"```\n{body}\n```" + (f"\n{tail}" if tail else "")
+        return head + code_block(content) + (f"\n{tail}" if tail else "")
 
     whole = assemble(shown.content, "")
     if len(whole) <= limit:
@@ -133,9 +127,9 @@ def card_blocks(card: CardRow) -> list[Json]:
 
 def resolved_blocks(card: CardRow, outcome: str, by: str | None, note: str | None) -> list[Json]:
     verb, suffix = outcome_line(outcome)
-    line = f"*{verb}*" + (f" by {_escape(by)}" if by else "") + suffix
+    line = f"*{verb}*" + (f" by {escape(by)}" if by else "") + suffix
     if note:
-        line += f": {_escape(note)}"
+        line += f": {escape(note)}"
     context = {"type": "context", "elements": [{"type": "mrkdwn", "text": line[:2000]}]}
     return [_section(card.text), context]
 

@@ -17,12 +17,13 @@ from collections.abc import Sequence
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-__all__ = ["to_mrkdwn"]
+__all__ = ["code_block", "escape", "to_mrkdwn"]
 
 _PARSER = MarkdownIt("commonmark").enable(["table", "strikethrough"])
 _SAFE_LINK = re.compile(r"^(https?://|mailto:)", re.IGNORECASE)
 _MARKS = {"strong": "*", "em": "_", "s": "~"}
 _ZWSP = "\u200b"
+_BACKTICK_PAIR = re.compile(r"`(?=`)")
 _BULLETS = ("•", "◦", "▪")
 
 
@@ -52,6 +53,13 @@ def _parsed(markdown: str) -> str:
 def escape(text: str) -> str:
     """Slack's three escapes: what the model writes stays text."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def code_block(code: str) -> str:
+    """``code`` as a code block: ``` cannot be escaped inside one, so a zero-width space
+    between backticks keeps what the code holds from closing it (a Markdown example in a
+    ```` fence closed the block early, the rest shown formatted, until 2026-12-06)."""
+    return f"```\n{_BACKTICK_PAIR.sub('`' + _ZWSP, escape(code))}\n```"
 
 
 def _url(href: str) -> str:
@@ -87,7 +95,7 @@ class _Blocks:
                 self._gap()
             return index + 3
         if kind in ("fence", "code_block"):
-            self._block(f"```\n{escape(token.content.rstrip(chr(10)))}\n```")
+            self._block(code_block(token.content.rstrip("\n")))
             self._gap()
         elif kind == "html_block":
             self._block(escape(token.content.rstrip("\n")))
@@ -158,7 +166,7 @@ class _Blocks:
         ]
         if len(lines) > 1:
             lines.insert(1, "  ".join("-" * w for w in widths))
-        self._block("```\n" + escape("\n".join(lines)) + "\n```")
+        self._block(code_block("\n".join(lines)))
         self._gap()
         return index + 1
 

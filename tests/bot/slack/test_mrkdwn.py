@@ -4,6 +4,7 @@ writes ever becoming a ping or a link of its own making."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -83,6 +84,23 @@ def test_a_table_is_an_aligned_code_block() -> None:
 
 def test_an_unclosed_code_block_is_closed() -> None:
     assert to_mrkdwn("look:\n```\nx = 1") == "look:\n\n```\nx = 1\n```"
+
+
+@pytest.mark.parametrize(
+    "markdown",
+    [
+        "Save this as README.md:\n\n````markdown\n# Tool\n\n```bash\npip install *tool*\n```\n````",
+        "~~~\n```python\nx = 1\n```\n~~~",
+        "````\n````` five\n````",
+    ],
+    ids=["four-backticks", "tildes", "five-inside"],
+)
+def test_code_that_holds_a_fence_stays_one_code_block(markdown: str) -> None:
+    """A Markdown example inside a ```` or ~~~ fence closed Slack's block early, the rest
+    of the code shown formatted (found by review on 2026-12-06)."""
+    out = to_mrkdwn(markdown)
+    assert re.findall(r"`{3,}", out) == ["```", "```"], out
+    assert "*tool*" not in out.split("```")[0] + out.split("```")[-1]
 
 
 def test_an_image_is_a_link_to_it() -> None:
