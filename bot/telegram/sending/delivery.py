@@ -29,12 +29,13 @@ from bot.delivery import (
 from bot.platform.outbox import RowSender
 from bot.platform.protocols import MessageRef
 from bot.platform.voice_mode import VoiceMode
-from bot.platform.voice_out import VOICE, Speak, audio_of, text_instead, voice_payloads
+from bot.platform.voice_out import VOICE, Speak, audio_of, text_instead
 from bot.telegram.inbound.updates import parse_source
 from bot.telegram.rendering.render import progress_text, render_markdown
 from bot.telegram.sending.api import BotApi, Json, TelegramError, is_not_modified
 from bot.telegram.settings import TelegramSettings
 from bot.telegram.store import TELEGRAM
+from voice import sentences, spoken
 
 __all__ = ["TelegramClient", "TelegramSender", "telegram_pacing"]
 
@@ -122,9 +123,19 @@ class TelegramSender(RowSender):
         return self._parts(text, parse_source(source)[1])
 
     def spoken(self, source: str, text: str) -> list[Json]:
-        """Each part of at most 2,000 characters is one Telegram message (4,096 at most)."""
+        """A voice row per part of at most 2,000 characters, its text one Telegram message
+        (4,096 at most). A part that renders to more (a padded table) is spoken message by
+        message, so the text sent when speech fails is all of it: until 2026-12-06 only
+        its first message was, and the rest of the reply lost (found by review)."""
         thread_id = parse_source(source)[1]
-        return voice_payloads(text, lambda said: self._parts(said, thread_id)[0])
+        payloads: list[Json] = []
+        for said in sentences(spoken(text)):
+            parts = self._parts(said, thread_id)  # none: nothing to read or show
+            if len(parts) == 1:
+                payloads.append({**parts[0], VOICE: said})
+            else:
+                payloads.extend({**part, VOICE: part["text"]} for part in parts)
+        return payloads
 
     @staticmethod
     def _parts(text: str, thread_id: int | None) -> list[Json]:

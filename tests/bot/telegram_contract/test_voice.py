@@ -298,6 +298,27 @@ async def test_a_speech_failure_sends_the_text_instead(speaking, telegram, model
     assert voices(telegram) == []
 
 
+async def test_a_part_longer_than_a_message_is_all_sent_when_speech_fails(
+    speaking, telegram, model, fake_openai
+):
+    """A padded table renders a 2,000-character part into more than one Telegram message:
+    when speech failed only the first was sent, the rest of the reply lost (found by
+    review on 2026-12-06)."""
+    from engine.llm.scripted import text as reply
+
+    rows = ["| name | description |", "|---|---|"]
+    rows += [f"| row{i} | " + ("y" * 150 if i == 0 else "short") + " |" for i in range(60)]
+    model.add(reply("\n".join(rows)))
+    private(telegram, text="/voice on")
+    await eventually(lambda: any("voice messages" in t for t in texts(telegram, ALICE)))
+    for _ in range(10):
+        fake_openai.speech_failures.append(ScriptedReply("error", status=500, body=b"{}"))
+    private(telegram, text="the table")
+    await eventually(lambda: "row59" in "".join(texts(telegram, ALICE)))
+    shown = "".join(texts(telegram, ALICE))
+    assert all(f"row{i} " in shown for i in range(60)) and voices(telegram) == []
+
+
 async def test_a_long_answer_is_spoken_in_parts_cut_between_sentences(
     speaking, telegram, model, fake_openai
 ):
