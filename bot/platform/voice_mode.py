@@ -50,22 +50,21 @@ class VoiceMode:
         self._on: set[str] = set()
 
     async def load(self) -> None:
-        stored = await self._settings.get(_KEY)
-        try:
-            sources = json.loads(stored) if stored else []
-        except ValueError:
-            log.warning("the voice replies setting could not be read; voice is off everywhere")
-            sources = []
-        self._on = {s for s in sources if isinstance(s, str)}
+        self._on = _sources(await self._settings.get(_KEY))
 
     def is_on(self, source: str) -> bool:
         return source in self._on and self.speech.endpoint() is not None
 
     async def set(self, source: str, on: bool) -> None:
-        await self.load()  # another process may have changed it meanwhile
-        changed = self._on | {source} if on else self._on - {source}
-        await self._settings.set(_KEY, json.dumps(sorted(changed)))
-        self._on = changed
+        """Read and written in one transaction: another chat's (or process's) ``/voice``
+        at the same moment was lost when the two read the list before either wrote it
+        (found by review on 2026-12-06)."""
+
+        def changed(stored: str | None) -> str:
+            sources = _sources(stored)
+            return json.dumps(sorted(sources | {source} if on else sources - {source}))
+
+        self._on = _sources(await self._settings.change(_KEY, changed))
         if self._notifier is not None:
             try:
                 await self._notifier.publish(VOICE_CHANNEL, {})
@@ -86,6 +85,15 @@ class VoiceMode:
                     except Exception:  # a stale setting must not stay: until it is read
                         log.exception("reading the voice replies setting again failed")
                         await asyncio.sleep(self._retry_s)
+
+
+def _sources(stored: str | None) -> set[str]:
+    try:
+        sources = json.loads(stored) if stored else []
+    except ValueError:
+        log.warning("the voice replies setting could not be read; voice is off everywhere")
+        sources = []
+    return {s for s in sources if isinstance(s, str)} if isinstance(sources, list) else set()
 
 
 def voice_command(mode: VoiceMode) -> Command:

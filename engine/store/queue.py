@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.store.db import Database
+from engine.store.dialects import insert_for
 from engine.store.schema import app_settings, queued_messages, utcnow
 
 q = queued_messages
@@ -78,6 +79,12 @@ class AppSettings:
     async def set(self, key: str, value: str) -> None:
         await self._db.run(_set_setting, key, value)
 
+    async def change(self, key: str, change: Callable[[str | None], str]) -> str:
+        """Read ``key``, ``change`` it and write it in one transaction (the row locked on
+        PostgreSQL): two changes at once, in two chats or two processes, both hold. The
+        value written."""
+        return await self._db.run(_change_setting, key, change)
+
 
 def _push(conn: Connection, row: QueuedRow, also: Callable[[Connection], None] | None) -> QueuedRow:
     values = {k: getattr(row, k) for k in row.__slots__ if k != "id"}
@@ -110,6 +117,21 @@ def _get_setting(conn: Connection, key: str) -> str | None:
     return conn.execute(
         sa.select(app_settings.c.value).where(app_settings.c.key == key)
     ).scalar_one_or_none()
+
+
+def _change_setting(conn: Connection, key: str, change: Callable[[str | None], str]) -> str:
+    locked = sa.select(app_settings.c.value).where(app_settings.c.key == key).with_for_update()
+    current = conn.execute(locked).scalar_one_or_none()
+    if current is None:
+        value = change(None)
+        insert = insert_for(conn.dialect.name, app_settings).on_conflict_do_nothing()
+        added = conn.execute(insert.values(key=key, value=value, updated_at=utcnow()))
+        if added.rowcount == 1:
+            return value
+        current = conn.execute(locked).scalar_one()  # another's first write came between
+    value = change(current)
+    _set_setting(conn, key, value)
+    return value
 
 
 def _set_setting(conn: Connection, key: str, value: str) -> None:

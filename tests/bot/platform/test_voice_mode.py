@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from bot.platform.voice_mode import VoiceMode
-from engine.store import AppSettings, SqliteDatabase, notifier_for
+from engine.store import AppSettings, SqliteDatabase, connect, notifier_for
 from tests.bot.platform.conftest import stop_watching, until
-from tests.pg import migrated_sqlite, postgres_url
+from tests.pg import database_url, migrated_sqlite, postgres_url
 
 CHAT = "telegram:42"
 
@@ -54,3 +54,27 @@ async def test_voice_on_in_one_process_reaches_the_one_that_replies(
     finally:
         await stop_watching(watches, notifiers)
         await db.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_two_chats_turning_voice_on_at_once_both_have_it(
+    backend: str, tmp_path: Path
+) -> None:
+    """Each read the list, then wrote it with its own chat added: the second write lost
+    the first chat, told "voice on" all the same (found by review on 2026-12-06)."""
+    if backend == "postgresql":
+        url = postgres_url()
+        if url is None:
+            pytest.skip("CHATHUB_TEST_POSTGRES_URL is not set")
+    async with database_url(backend, tmp_path, migrated=True) as url:
+        dbs = [connect(url), connect(url)]  # two processes' connections
+        try:
+            modes = [VoiceMode(AppSettings(db), Speech()) for db in dbs]  # type: ignore[arg-type]
+            chats = [f"telegram:{n}" for n in range(8)]
+            await asyncio.gather(*(modes[n % 2].set(chat, True) for n, chat in enumerate(chats)))
+            fresh = VoiceMode(AppSettings(dbs[0]), Speech())  # type: ignore[arg-type]
+            await fresh.load()
+            assert all(fresh.is_on(chat) for chat in chats)
+        finally:
+            for db in dbs:
+                await db.close()
