@@ -24,7 +24,7 @@ _IPV6 = (
 )
 _BASE_URL = (
     rf"^https?://(?:[A-Za-z0-9._~%!$&'()*+,;=-]+|{_IPV6})"
-    rf"(?::{_PORT}?)?(?:[/?#][!-~]*)?$"
+    rf"(?::{_PORT}?)?(?:/[!\x22$->@-~]*)?$"  # a path, no query or fragment (http_url)
 )
 
 
