@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
@@ -217,13 +218,53 @@ def create_app(
 
     routes.append(_route("healthz", healthz))
     return Starlette(
-        routes=routes,
+        routes=one_route_per_path(routes),
         middleware=[Middleware(InternalErrors, pages=pages)],
         exception_handlers={404: _not_routed, 405: _not_routed},
     )
 
 
 _NOT_ROUTED = {404: "no such route", 405: "method not allowed on this route"}
+
+
+def one_route_per_path(routes: Sequence[BaseRoute]) -> list[BaseRoute]:
+    """The routes of one path (a method each) as one route: Starlette answers a method no
+    route takes from the first route of the path, and its 405 named that route's methods
+    only (``PUT /login`` said ``Allow: GET, HEAD``; found by review on 2026-12-06)."""
+    by_path: dict[str, list[Route]] = {}
+    for route in routes:
+        if isinstance(route, Route):
+            by_path.setdefault(route.path, []).append(route)
+    merged: list[BaseRoute] = []
+    for route in routes:
+        if not isinstance(route, Route):
+            merged.append(route)
+            continue
+        same = by_path.pop(route.path, None)
+        if same is None:
+            continue  # merged with the path's first route
+        if len(same) == 1 or not all(_answers_requests(r.endpoint) for r in same):
+            merged.extend(same)
+            continue
+        endpoints = {method: r.endpoint for r in same for method in r.methods or ()}
+        merged.append(
+            Route(route.path, _by_method(endpoints), methods=list(endpoints), name=route.name)
+        )
+    return merged
+
+
+def _answers_requests(endpoint: Any) -> bool:
+    """A request-to-response function (not an ASGI app), as Starlette tells them."""
+    return inspect.isfunction(endpoint) or inspect.ismethod(endpoint)
+
+
+def _by_method(
+    endpoints: dict[str, Callable[[Request], Awaitable[Response]]],
+) -> Callable[[Request], Awaitable[Response]]:
+    async def dispatch(request: Request) -> Response:
+        return await endpoints[request.method](request)
+
+    return dispatch
 
 
 async def _not_routed(request: Request, exc: Exception) -> Response:

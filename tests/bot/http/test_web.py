@@ -220,6 +220,20 @@ async def test_jobs_pause_resume_and_delete_from_the_page(web, scheduler):
     assert "no longer exists" in (await web.get(gone.headers["location"])).text
 
 
+async def test_a_method_a_page_lacks_is_405_naming_every_method_it_has(web):
+    """Each method was a route of its own: the 405 named the first one's (found by
+    review on 2026-12-06)."""
+    for method, path, allowed in (
+        ("PUT", "/login", {"GET", "HEAD", "POST"}),
+        ("DELETE", "/providers", {"GET", "HEAD", "POST"}),
+        ("GET", "/jobs/1/toggle", {"POST"}),
+    ):
+        answer = await web.request(method, path)
+        assert answer.status_code == 405, (method, path)
+        assert set(answer.headers["allow"].split(", ")) == allowed, (method, path)
+    assert (await web.get("/login")).status_code == 200  # each method still its own
+
+
 async def test_a_stale_pause_button_pauses_a_job_paused_elsewhere_meanwhile(web, scheduler):
     """The page said ⏸ Pause; the job was paused elsewhere (another tab, the API, a
     chat) before the click: it stays paused (the form carried no wish, and the server

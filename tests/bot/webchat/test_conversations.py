@@ -81,6 +81,20 @@ async def test_bad_requests_are_refused_in_a_sentence(http: httpx.AsyncClient):
         assert "Traceback" not in response.text
 
 
+async def test_a_method_a_path_lacks_is_405_naming_every_method_it_has(
+    http: httpx.AsyncClient,
+):
+    """``GET /chat/conversations/1`` said ``Allow: PATCH``: DELETE was a route of its own
+    (found by review on 2026-12-06)."""
+    for method, path, allowed in (
+        ("PUT", "/chat/conversations", {"GET", "HEAD", "POST"}),
+        ("GET", "/chat/conversations/1", {"PATCH", "DELETE"}),
+    ):
+        answer = await http.request(method, path, headers=BEARER)
+        assert answer.status_code == 405, (method, path)
+        assert set(answer.headers["allow"].split(", ")) == allowed, (method, path)
+
+
 async def test_signed_out_foreign_origin_and_missing_csrf_are_refused(stored: ChatServer):
     async with httpx.AsyncClient(base_url=stored.http) as anonymous:
         assert (await anonymous.get("/chat/conversations")).status_code == 401
