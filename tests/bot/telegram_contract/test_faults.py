@@ -187,3 +187,12 @@ async def test_an_update_id_far_above_the_offset_is_handled_and_the_offset_follo
     await eventually(lambda: after["update_id"] + 1 in offsets())
     assert after["update_id"] in offsets()
     assert texts(telegram, ALICE) == ["echo: first", "echo: far", "echo: next"]
+
+
+async def test_health_says_the_database_is_unreachable_in_words_only(service, caplog) -> None:
+    """``/healthz`` is open to anyone: it named the exception's class (found by review on
+    2026-12-06); the log has the details."""
+    await service.engine.store.db.close()
+    report = await service.health()
+    assert report["ok"] is False and report["database"] == "unreachable"
+    assert "could not reach the database" in caplog.text
