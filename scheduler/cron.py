@@ -121,8 +121,10 @@ def _expand(text: str, spec_field: _Field) -> frozenset[int]:
             first = spec_field.value(match["first"])
             if match["last"] is not None:
                 last = spec_field.value(match["last"])
-                if spec_field is _DOW and last == 0 and match["last"].lower() == "sun":
-                    last = 7  # fri-sun: the name sun ends a range as 7
+                if spec_field is _DOW and last == 0 < first and match["last"].lower() == "sun":
+                    # fri-sun: the name sun ends a range as 7; sun-sun stays Sunday (it was
+                    # 0-7, every day; found by review on 2026-12-06).
+                    last = 7
             elif match["step"] is not None:
                 last = spec_field.high
             else:

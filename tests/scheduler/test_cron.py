@@ -110,6 +110,9 @@ def test_sunday_is_zero_seven_and_sun(spec: str) -> None:
     [
         ("5-7", {"Fri", "Sat", "Sun"}),
         ("fri-sun", {"Fri", "Sat", "Sun"}),
+        ("sun-sun", {"Sun"}),  # it was 0-7: every day (found by review on 2026-12-06)
+        ("0-sun", {"Sun"}),
+        ("sun-sat", {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"}),
         ("0-6", {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"}),
         ("0-7", {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"}),
         ("*/2", {"Sun", "Tue", "Thu", "Sat"}),  # 0,2,4,6 as in Vixie cron
