@@ -15,7 +15,7 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from engine.approval import OPERATOR
 from engine.hub import REJECT, ChatHub
@@ -113,9 +113,8 @@ class RunCards:
     async def _ask(self, event: ApprovalRequired) -> None:
         try:
             await self._show(event)
-            record = await self._inbox.get(event.tool_call_id)
             now = utcnow()
-            asked_at = record.requested_at if record is not None else now
+            asked_at = await self._asked_at(event.tool_call_id, now)
             left = (asked_at + self._wait - now).total_seconds()
             if left > 0:
                 await self._sleep(left)
@@ -128,6 +127,20 @@ class RunCards:
             raise
         except Exception:
             log.exception("job card for call %s failed", event.tool_call_id)
+
+    async def _asked_at(self, call_id: int, now: datetime) -> datetime:
+        """When the call first asked (a run taken again after a restart waits for what is
+        left); ``now`` when that cannot be read: the wait still ends at the job's limit
+        (one failed read, the database away a moment, left the run waiting for good and
+        every fire after it skipped; found by review on 2026-12-06)."""
+        try:
+            record = await self._inbox.get(call_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("reading when job call %s asked failed; waiting from now", call_id)
+            return now
+        return record.requested_at if record is not None else now
 
     async def _reject(self, call_id: int) -> None:
         """The call rejected at the job's limit, tried again until it is (``InboxError``:

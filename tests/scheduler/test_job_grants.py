@@ -320,7 +320,7 @@ async def test_a_card_left_alone_is_rejected_after_the_jobs_limit_and_the_briefi
         await hub.decide(card.tool_call_id, APPROVE, decider=OPERATOR, source=ORIGIN)
 
 
-@pytest.mark.parametrize("failing", ["show", "reject"])
+@pytest.mark.parametrize("failing", ["show", "read", "reject"])
 async def test_a_card_whose_showing_or_rejection_failed_once_still_ends_at_the_jobs_limit(
     acting: Scheduler,
     hub: ChatHub,
@@ -348,8 +348,18 @@ async def test_a_card_whose_showing_or_rejection_failed_once_still_ends_at_the_j
             raise lost.pop()
         return await decide(*args, **kwargs)
 
+    inbox = acting.engine.store.inbox
+    get = inbox.get
+
+    async def get_fails_once(*args: Any, **kwargs: Any) -> Any:
+        if lost:
+            raise lost.pop()
+        return await get(*args, **kwargs)
+
     if failing == "show":
         monkeypatch.setattr(type(hub.visiting), "show", show_fails)
+    elif failing == "read":  # when the call asked, read after the card (since 2026-12-06)
+        monkeypatch.setattr(inbox, "get", get_fails_once)
     else:
         monkeypatch.setattr(hub, "decide", decide_fails_once)
     await fire(acting, clock, job)
