@@ -124,18 +124,19 @@ class TelegramSender(RowSender):
 
     def spoken(self, source: str, text: str) -> list[Json]:
         """A voice row per part of at most 2,000 characters, its text one Telegram message
-        (4,096 at most). A part that renders to more (a padded table) is spoken message by
-        message, so the text sent when speech fails is all of it: until 2026-12-06 only
-        its first message was, and the rest of the reply lost (found by review)."""
+        (4,096 at most), the text sent when speech fails."""
         thread_id = parse_source(source)[1]
-        payloads: list[Json] = []
-        for said in sentences(spoken(text)):
-            parts = self._parts(said, thread_id)  # none: nothing to read or show
-            if len(parts) == 1:
-                payloads.append({**parts[0], VOICE: said})
-            else:
-                payloads.extend({**part, VOICE: part["text"]} for part in parts)
-        return payloads
+        return [row for said in sentences(spoken(text)) for row in self._voice(said, thread_id)]
+
+    def _voice(self, said: str, thread_id: int | None) -> list[Json]:
+        """A part whose text takes more than one message (a padded table) is cut smaller
+        until each piece takes one: until 2026-12-06 only its first message was its text,
+        and the rest of the reply was lost when speech failed (found by review)."""
+        parts = self._parts(said, thread_id)  # none: nothing to read or show
+        if len(parts) <= 1:
+            return [{**part, VOICE: said} for part in parts]
+        smaller = sentences(said, max(len(said) // 2, 1))
+        return [row for piece in smaller for row in self._voice(piece, thread_id)]
 
     @staticmethod
     def _parts(text: str, thread_id: int | None) -> list[Json]:

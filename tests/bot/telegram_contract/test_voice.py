@@ -305,10 +305,11 @@ async def test_a_part_longer_than_a_message_is_all_sent_when_speech_fails(
     when speech failed only the first was sent, the rest of the reply lost (found by
     review on 2026-12-06)."""
     from engine.llm.scripted import text as reply
+    from voice import spoken
 
     rows = ["| name | description |", "|---|---|"]
     rows += [f"| row{i} | " + ("y" * 150 if i == 0 else "short") + " |" for i in range(60)]
-    model.add(reply("\n".join(rows)))
+    model.add(reply("\n".join(rows)), reply("\n".join(rows)))
     private(telegram, text="/voice on")
     await eventually(lambda: any("voice messages" in t for t in texts(telegram, ALICE)))
     for _ in range(10):
@@ -317,6 +318,13 @@ async def test_a_part_longer_than_a_message_is_all_sent_when_speech_fails(
     await eventually(lambda: "row59" in "".join(texts(telegram, ALICE)))
     shown = "".join(texts(telegram, ALICE))
     assert all(f"row{i} " in shown for i in range(60)) and voices(telegram) == []
+    # Spoken, each clip reads a piece of what is said aloud, within the speech limit.
+    fake_openai.speech_failures.clear()
+    private(telegram, text="the table again")
+    await eventually(lambda: len(voices(telegram)) >= 2)
+    said = spoken("\n".join(rows))
+    inputs = [r["input"] for r in fake_openai.speech_requests]
+    assert inputs and all(len(i) <= 2000 and i in said for i in inputs)
 
 
 async def test_a_long_answer_is_spoken_in_parts_cut_between_sentences(
