@@ -97,12 +97,21 @@ class FleetWork:
         return self.ownership.owns(source)
 
     async def current(self, source: str) -> SourceState:
-        if not self.ownership.owns(source):
-            # What this process kept of a chat it let go may be an older session's: a
-            # tap after /new given elsewhere was refused as another session's call
-            # (found by review on 2026-12-06).
-            self._sources.forget(source)
-        return await self._sources.state(source)
+        if self.ownership.owns(source):
+            return await self._sources.state(source)
+        # What this process kept of a chat it let go may be an older session's: a tap
+        # after /new given elsewhere was refused as another session's call (found by
+        # review on 2026-12-06).
+        self._sources.forget(source)
+        state = await self._sources.state(source)
+        if state.is_idle:  # read from the database just now
+            return state
+        # An earlier tenure's turn still runs or waits here: the chat's current session
+        # gets a state of its own, not kept (retiring this one would close its waits).
+        session_id = await self._engine.store.sessions.active_for_source(source)
+        if session_id is None or session_id == state.session_id:
+            return state
+        return SourceState(source, session_id, last_active=state.last_active)
 
     def fence(self, source: str) -> Fence | None:
         return self.ownership.fence(source)

@@ -520,13 +520,15 @@ async def test_an_approval_pressed_on_another_process_wakes_the_waiting_turn(
         assert b.model.calls == 0
 
 
+@pytest.mark.parametrize("kept", ["idle", "busy"])
 async def test_a_tap_at_a_process_that_worked_the_chat_before_a_new_elsewhere_decides(
-    url: str, tmp_path: Path
+    url: str, tmp_path: Path, kept: str
 ) -> None:
     """a worked the chat and let it go, keeping what it knew of it; /new at b moved the
     chat to a fresh session, whose turn asks. The tap reaching a was decided against the
     session a remembered and refused as another session's call: the card showed expired
-    and b's turn waited for good (found by review on 2026-12-06)."""
+    and b's turn waited for good (found by review on 2026-12-06). ``busy``: an earlier
+    tenure's turn still waits at a (the first fix missed it)."""
     notifier = LocalNotifier("shared")
     source = "telegram:77"
     async with (
@@ -543,6 +545,11 @@ async def test_a_tap_at_a_process_that_worked_the_chat_before_a_new_elsewhere_de
 
         await until(let_go)
         before = await a.hub.session_id(source)
+        waiting = asyncio.create_task(asyncio.Event().wait())
+        if kept == "busy":
+            state = a.hub._sources.get(source)
+            assert state is not None
+            state.turn = waiting  # as a turn of the earlier tenure waiting for a human
         fresh = await asyncio.wait_for(b.hub.clear(source), 10)
         assert await a.hub.session_id(source) == fresh != before
         b.model.add(tool_call("execute_cmd", '{"command": "echo run >> runs.log"}', "c1"))
@@ -557,6 +564,7 @@ async def test_a_tap_at_a_process_that_worked_the_chat_before_a_new_elsewhere_de
 
         await until(ran_it)
         assert ran(tmp_path / "workspace-b") == ["run"]
+        waiting.cancel()
 
 
 async def test_a_question_answered_on_another_process_wakes_the_waiting_turn(
