@@ -6,6 +6,7 @@ A refusal is one sentence with its fix; the homeserver's errcode is kept in it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -52,8 +53,9 @@ class MatrixProbe:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         url = self._homeserver + path
         try:
-            answer = await self._http.get(url, headers=headers, timeout=self._timeout_s)
-        except httpx.TimeoutException:
+            async with asyncio.timeout(self._timeout_s):  # the whole answer, not each read
+                answer = await self._http.get(url, headers=headers, timeout=self._timeout_s)
+        except (httpx.TimeoutException, TimeoutError):
             raise Problem(
                 f"{self._homeserver} did not answer within {self._timeout_s:g} s",
                 kind="timeout",

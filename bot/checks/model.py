@@ -8,6 +8,7 @@ is one real chat completion offering one tool, through the engine's own client
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
@@ -94,8 +95,11 @@ async def list_models(http: httpx.AsyncClient, endpoint: Endpoint, timeout_s: fl
     """The model ids the endpoint lists, in its order; ``Problem`` with a plain sentence."""
     url = endpoint.base_url.rstrip("/") + "/models"
     try:
-        response = await http.get(url, headers=endpoint.headers(), timeout=timeout_s)
-    except httpx.TimeoutException:
+        # The whole answer within the time: httpx's timeout is per read, and a server
+        # that drips its answer held setup and the doctor for as long (found by review).
+        async with asyncio.timeout(timeout_s):
+            response = await http.get(url, headers=endpoint.headers(), timeout=timeout_s)
+    except (httpx.TimeoutException, TimeoutError):
         raise Problem(
             f"{endpoint.base_url} did not answer within {timeout_s:g} s", kind="timeout"
         ) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import httpx
@@ -55,9 +56,10 @@ async def _is_chathub(host: str, port: int, http: httpx.AsyncClient, timeout_s: 
     if host in ("0.0.0.0", "::"):
         shown = "127.0.0.1"
     try:
-        response = await http.get(f"http://{shown}:{port}/healthz", timeout=timeout_s)
+        async with asyncio.timeout(timeout_s):  # the whole answer, not each read
+            response = await http.get(f"http://{shown}:{port}/healthz", timeout=timeout_s)
         body = response.json()
-    except (httpx.HTTPError, ValueError):
+    except (httpx.HTTPError, ValueError, TimeoutError):
         return False
     return isinstance(body, dict) and "ok" in body and "database" in body
 

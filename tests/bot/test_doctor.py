@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from bot.checks.database import check_database
 from bot.checks.discord import DiscordProbe
+from bot.checks.model import Endpoint, list_models
 from bot.checks.result import Check, Problem
 from bot.cli import main
 from bot.http.health_details import PATH, HealthDetails, bearer, service_checks
@@ -32,6 +33,7 @@ from engine.store.db import open_database
 from tests.bot.process import free_port, wait_for
 from tests.fakes.background import BackgroundServer
 from tests.fakes.discord_server import FakeDiscordServer
+from tests.fakes.dripping_server import dripping_server
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_server import SOCKET_MODE_DISABLED_ERROR, FakeSlackServer
 from tests.fakes.telegram_server import FakeTelegramServer, Webhook
@@ -921,3 +923,12 @@ def test_slack_checks_in_health_details(healthy: Setup, with_slack: FakeSlackSer
         "slack.mode": True,
         "slack.owner": True,
     }
+
+
+async def test_a_model_endpoint_that_drips_its_answer_is_a_timeout_in_time() -> None:
+    """httpx bounds each read: an endpoint sending a byte now and then held setup and the
+    doctor for as long as it dripped (found by review on 2026-12-06)."""
+    async with dripping_server() as base, httpx.AsyncClient() as http:
+        with pytest.raises(Problem) as refused:
+            await asyncio.wait_for(list_models(http, Endpoint(f"{base}/v1"), 0.3), timeout=10)
+    assert refused.value.kind == "timeout"

@@ -4,7 +4,6 @@ the SystemEventBus (this process's changes and another process's)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import httpx
 import pytest
@@ -13,6 +12,7 @@ from bot.settings import load_settings
 from engine.bus import JobCompleted, ProviderRegistered, ProviderUnregistered
 from engine.bus.broadcast import DEFAULT_CAPACITY
 from providers import Provider, ProviderError, masked, probe
+from tests.fakes.dripping_server import dripping_server
 from voice import Transcription
 
 KEY = "gsk_live_0123456789abcdef"
@@ -167,24 +167,7 @@ async def test_a_listing_nested_past_pythons_depth_is_a_listing_of_none() -> Non
 async def test_a_probe_of_a_server_that_drips_its_answer_ends_at_its_timeout() -> None:
     """httpx bounds each read: a server sending a byte now and then held the test (the
     CLI's, the page's, the API's) far past its timeout (found by review on 2026-12-06)."""
-
-    async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n"
-        writer.write(head)
-        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-            for _ in range(500):
-                writer.write(b" ")
-                await writer.drain()
-                await asyncio.sleep(0.05)
-        writer.close()
-
-    server = await asyncio.start_server(drip, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    slow = Provider.checked("slow", f"http://127.0.0.1:{port}/v1", "", "chat", "m")
-    try:
-        async with httpx.AsyncClient() as http:
-            with pytest.raises(ProviderError, match=r"did not answer within 0\.3 s"):
-                await asyncio.wait_for(probe(http, slow, timeout_s=0.3), timeout=10)
-    finally:
-        server.close()
+    async with dripping_server() as base, httpx.AsyncClient() as http:
+        slow = Provider.checked("slow", f"{base}/v1", "", "chat", "m")
+        with pytest.raises(ProviderError, match=r"did not answer within 0\.3 s"):
+            await asyncio.wait_for(probe(http, slow, timeout_s=0.3), timeout=10)
