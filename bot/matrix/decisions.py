@@ -17,8 +17,9 @@ from functools import partial
 from typing import Any
 
 from nio import AsyncClient, RoomGetEventResponse
+from sqlalchemy.engine import Connection
 
-from bot.delivery import OTHER, CardRow, RetryLater, Unavailable
+from bot.delivery import OTHER, CardRow, EventAlreadyHandled, RetryLater, Unavailable
 from bot.matrix.cards import MatrixCards, choice_of
 from bot.matrix.incoming import MATRIX, Incoming, parse_source
 from bot.matrix.people import People
@@ -80,11 +81,23 @@ class Decisions:
             return False
         if card.kind == "question":
             await self._answer(card, text, m, attachments, goes_on)
-        else:
-            await self._decide(card, "reject", m.sender, text)
+            return True
+        try:
+            # Marked in the rejection's commit: a crash before a mark of its own gave the
+            # agent the reason again, as a message (until 2026-12-06).
+            await self._decide(card, "reject", m.sender, text, also=marking(MATRIX, m.key))
+        except EventAlreadyHandled:  # given before (another process of a fleet took it)
+            log.info("Matrix event %s was handled already; no second decision", m.key)
         return True
 
-    async def _decide(self, card: CardRow, choice: Choice, user: str, note: str = "") -> None:
+    async def _decide(
+        self,
+        card: CardRow,
+        choice: Choice,
+        user: str,
+        note: str = "",
+        also: Callable[[Connection], None] | None = None,
+    ) -> None:
         if not self._access.is_allowed(user):
             await self._refuse(card, user, NOT_ALLOWED)
             return
@@ -93,7 +106,9 @@ class Decisions:
         if refused is not None:  # the card stays as it is, for those who may decide
             await self._refuse(card, user, refused)
             return
-        result = await decide(self._hub, card.source, card.tool_call_id, choice, decider, note)
+        result = await decide(
+            self._hub, card.source, card.tool_call_id, choice, decider, note, also=also
+        )
         name = partial(self._people.name_of, user)
         if not await self._cards.after_tap(card, result, choice, name, note):
             await self._refuse(card, user, NOT_ALLOWED)

@@ -163,3 +163,54 @@ def test_an_answer_to_a_question_is_not_a_new_message_after_kill_9_before_its_ma
     finally:
         third.send_signal(signal.SIGTERM)
         third.wait(15)
+
+
+def test_a_reason_for_a_rejection_is_not_a_new_message_after_kill_9_before_its_mark(
+    tmp_path: Path, fake_openai: FakeOpenAIServer, homeserver: Homeserver
+) -> None:
+    """A reply to an approval card rejected it with its reason, but the event was marked
+    handled in a commit of its own after: killed between the two, the restart gave the
+    agent the reason again, as a message (until 2026-12-06)."""
+    tag = uuid.uuid4().hex[:8]
+    bot, alice = homeserver.register(f"nobot{tag}"), homeserver.register(f"noalice{tag}")
+    fake_openai.reply_tool_calls(("call_1", "execute_cmd", {"command": "rm -rf data"}))
+    first = serve(tmp_path, homeserver, bot, alice, fake_openai)
+    room = alice.create_room(invite=[bot.user_id], direct=True)
+
+    def card():
+        return bot_message(alice, room, bot.user_id, "Approval needed")
+
+    try:
+        shown = shown_after(tmp_path, alice, room, bot, "clean up", card)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(15)
+
+    # Twice each: the killed process may have asked the model already, its answer lost.
+    for reply in ("Left it.", "Left it.", "You're welcome.", "You're welcome."):
+        fake_openai.reply_text(reply)
+    second = serve(
+        tmp_path, homeserver, bot, alice, fake_openai, CHATHUB_FAILPOINTS="before_event_marked"
+    )
+    try:
+        alice.reply(room, shown["event_id"], "keep the data")
+        assert second.wait(30) == -signal.SIGKILL
+    finally:
+        second.kill()
+    assert card_state(tmp_path / "chathub.db", shown["event_id"]) != "open"  # rejected
+
+    third = serve(tmp_path, homeserver, bot, alice, fake_openai)
+    try:
+        wait_for(lambda: "Left it." in bodies(alice, room, bot.user_id), 30)
+        alice.say(room, "thanks")  # in order behind the reply, were it handed over again
+        wait_for(lambda: asked_last(fake_openai) == "thanks", 30)
+        user_turns = [
+            m["content"]
+            for request in fake_openai.requests
+            for m in request["messages"]
+            if m["role"] == "user"
+        ]
+        assert "keep the data" not in user_turns, "the reason came again as a message"
+    finally:
+        third.send_signal(signal.SIGTERM)
+        third.wait(15)
