@@ -23,7 +23,7 @@ _PARSER = MarkdownIt("commonmark").enable(["table", "strikethrough"])
 _SAFE_LINK = re.compile(r"^(https?://|mailto:)", re.IGNORECASE)
 _MARKS = {"strong": "*", "em": "_", "s": "~"}
 _ZWSP = "\u200b"
-_BACKTICK_PAIR = re.compile(r"`(?=`)")
+_FENCE_RUN = re.compile(r"`{3,}")  # only these close a block: ``x`` copies as it is
 _BULLETS = ("•", "◦", "▪")
 
 
@@ -57,9 +57,11 @@ def escape(text: str) -> str:
 
 def code_block(code: str) -> str:
     """``code`` as a code block: ``` cannot be escaped inside one, so a zero-width space
-    between backticks keeps what the code holds from closing it (a Markdown example in a
+    between the backticks of each run of three or more keeps the code from closing it (a
+    Markdown example in a
     ```` fence closed the block early, the rest shown formatted, until 2026-12-06)."""
-    return f"```\n{_BACKTICK_PAIR.sub('`' + _ZWSP, escape(code))}\n```"
+    broken = _FENCE_RUN.sub(lambda run: _ZWSP.join(run.group()), escape(code))
+    return f"```\n{broken}\n```"
 
 
 def _url(href: str) -> str:
