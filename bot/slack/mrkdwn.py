@@ -58,8 +58,8 @@ def escape(text: str) -> str:
 def code_block(code: str) -> str:
     """``code`` as a code block: ``` cannot be escaped inside one, so a zero-width space
     between the backticks of each run of three or more keeps the code from closing it (a
-    Markdown example in a
-    ```` fence closed the block early, the rest shown formatted, until 2026-12-06)."""
+    Markdown example in a ```` fence closed the block early, the rest shown formatted,
+    until 2026-12-06)."""
     broken = _FENCE_RUN.sub(lambda run: _ZWSP.join(run.group()), escape(code))
     return f"```\n{broken}\n```"
 
