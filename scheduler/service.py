@@ -33,6 +33,8 @@ class SchedulerError(ValueError):
 
 #: How often a stop looks whether the runs it asked to stop have ended.
 STOP_POLL_S = 0.05
+#: ``scheduled_jobs.spec``'s width.
+MAX_SPEC_CHARS = 255
 #: How often it asks the run again to stop, while it has not.
 STOP_AGAIN_S = 1.0
 
@@ -166,10 +168,13 @@ class Scheduler:
         ``owner_id``: whom it serves (its runs see that user's profile and ask them)."""
         timezone = timezone or self.timezone
         self._check_text(title, prompt)
+        self._check_agent(agent_id)
         try:
             schedule = _schedule(spec.strip(), timezone)
         except CronError as exc:
             raise SchedulerError(str(exc)) from None
+        if len(schedule.spec) > MAX_SPEC_CHARS:  # its column's width
+            raise SchedulerError(f"cron spec: longer than {MAX_SPEC_CHARS} characters")
         now = self._clock()
         first = schedule.next_fire(now)
         if first is None:
@@ -189,7 +194,7 @@ class Scheduler:
                 title=title.strip(),
                 prompt=prompt,
                 timezone=timezone,
-                spec=spec.strip(),
+                spec=schedule.spec,  # spaces between fields made one
                 agent_id=agent_id,
                 origin_source=source,
                 run_context=(grants or JobGrants()).run_context(),
@@ -216,6 +221,7 @@ class Scheduler:
     ) -> Job:
         """A task that runs now in the background; its result returns to the parent session."""
         self._check_text(title, prompt)
+        self._check_agent(agent_id)
         if source is not None:
             await self._check_count(source)
         job = await self.store.create(
@@ -380,6 +386,15 @@ class Scheduler:
             raise SchedulerError(
                 f"prompt: {len(prompt)} characters; the limit is {self.limits.max_prompt_chars}"
             )
+
+    def _check_agent(self, agent_id: str) -> None:
+        """A job runs as an agent the service has: an unknown one failed at every run, and
+        one longer than its column failed the job's INSERT on PostgreSQL as an internal
+        error (found by review on 2026-12-06)."""
+        agents = self.engine.agents
+        if agents.get(agent_id) is None:
+            known = ", ".join(["main", *sorted(a.id for a in agents.task_agents())])
+            raise SchedulerError(f"agent: there is no agent {agent_id[:64]!r} (agents: {known})")
 
     async def _check_count(self, source: str) -> None:
         # Finished one-off tasks (single runs that fired, async tasks done) do not count.

@@ -657,6 +657,25 @@ async def test_oversized_or_empty_text_is_refused(scheduler: Scheduler, origin: 
     assert await scheduler.jobs(ORIGIN) == []
 
 
+async def test_a_spec_or_agent_wider_than_its_column_is_refused_in_a_sentence(
+    scheduler: Scheduler, origin: int
+) -> None:
+    """Accepted by the checks, they failed the job's INSERT on PostgreSQL: the model read
+    "internal error" (found by review on 2026-12-06). Spaces between fields are one."""
+    spaced = await scheduler.create_cron(ORIGIN, "t", "0" + " " * 300 + "8 * * *", "do it")
+    assert spaced.spec == "0 8 * * *"
+    every = ",".join(map(str, range(60))) + " " + ",".join(map(str, range(24)))
+    wide = every + " " + ",".join(map(str, range(1, 32))) + " * *"
+    with pytest.raises(SchedulerError, match="cron spec: longer than 255 characters"):
+        await scheduler.create_cron(ORIGIN, "t", wide, "do it")
+    for agent in ("a" * 100, "nobody"):
+        with pytest.raises(SchedulerError, match="agent: there is no agent"):
+            await scheduler.create_cron(ORIGIN, "t", "0 8 * * *", "do it", agent_id=agent)
+        with pytest.raises(SchedulerError, match="agent: there is no agent"):
+            await scheduler.create_async(ORIGIN, origin, "t", "do it", agent_id=agent)
+    assert [job.id for job in await scheduler.jobs(ORIGIN)] == [spaced.id]
+
+
 async def test_the_per_chat_job_limit(make_scheduler: Callable[..., Scheduler]) -> None:
     scheduler = make_scheduler(limits=SchedulerLimits(max_jobs_per_source=2))
     first = await scheduler.create_cron(ORIGIN, "one", "0 8 * * *", "a")
