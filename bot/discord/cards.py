@@ -14,14 +14,13 @@ import re
 
 from bot.delivery import CardRow, CardStore
 from bot.discord.incoming import target_of
-from bot.discord.sending import MESSAGE_LIMIT, Buttons, DiscordSender
+from bot.discord.sending import MESSAGE_LIMIT, Buttons, DiscordSender, in_messages
 from bot.platform.cards import (
     CHOICE_LABELS,
     CardContent,
     Choice,
     outcome_line,
 )
-from bot.platform.chunks import split_markdown
 from bot.platform.controls import ControlId
 from bot.platform.open_cards import OpenCards, Words
 from engine.hub import ChatHub
@@ -112,13 +111,13 @@ def resolved_text(text: str, outcome: str, by: str | None, note: str | None = No
         return f"{text}\n\n{line}"
     # Cut where Markdown is whole: a code block is closed, and the outcome is not shown as
     # code (it was until 2026-12-06; found by review).
-    body = (split_markdown(text, room - 2) or [""])[0]
+    body = (in_messages(text, room - 2) or [""])[0]
     return f"{body}\n…\n\n{line}"
 
 
 def question_text(question: str) -> str:
     head = "**❓ Question**\n\n"
-    chunks = split_markdown(question, MESSAGE_LIMIT - len(head) - 1) or [""]
+    chunks = in_messages(question, MESSAGE_LIMIT - len(head) - 1) or [""]
     return head + chunks[0] + ("…" if len(chunks) > 1 else "")
 
 

@@ -21,10 +21,9 @@ from bot.delivery import CardRow, PlatformError
 from bot.discord.cards import DiscordCards
 from bot.discord.incoming import source_of
 from bot.discord.messages import Listening
-from bot.discord.sending import MESSAGE_LIMIT, discord_call
+from bot.discord.sending import discord_call, in_messages
 from bot.platform.access import Access
 from bot.platform.cards import EXPIRED, NOT_ALLOWED, decide
-from bot.platform.chunks import split_markdown
 from bot.platform.commands import CommandRegistry
 from bot.platform.controls import ControlId, parse_control
 from bot.platform.failures import SORRY_TAP, report_failure
@@ -208,7 +207,7 @@ class Interactions:
         if not reply:
             await _quietly(interaction.delete_original_response)
             return
-        chunks = split_markdown(reply, MESSAGE_LIMIT)
+        chunks = in_messages(reply)
         await _quietly(lambda: interaction.edit_original_response(content=chunks[0]))
         for chunk in chunks[1:]:
             await _quietly(lambda chunk=chunk: interaction.followup.send(chunk))

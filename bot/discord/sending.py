@@ -58,6 +58,7 @@ __all__ = [
     "DiscordSender",
     "discord_call",
     "discord_pacing",
+    "in_messages",
     "view_of",
 ]
 
@@ -72,6 +73,11 @@ MESSAGE_LIMIT = 2000
 Buttons = list[list[Json]]
 
 _NO_PINGS = discord.AllowedMentions.none()
+
+
+def in_messages(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
+    """``text`` in Discord messages: only backtick fences are code there."""
+    return split_markdown(text, limit, tildes=False)
 
 
 _asker = chat_history.alias("asker")
@@ -265,7 +271,7 @@ class DiscordSender(RowSender):
     # -- the outbox's sender ----------------------------------------------------------------
 
     def written(self, source: str, text: str) -> list[Json]:
-        return [_content(chunk) for chunk in split_markdown(text, MESSAGE_LIMIT)]
+        return [_content(chunk) for chunk in in_messages(text)]
 
     def spoken(self, source: str, text: str) -> list[Json]:
         return voice_payloads(text, _content)
@@ -334,7 +340,7 @@ class DiscordSender(RowSender):
 
     async def say_in(self, channel: str, text: str) -> None:
         """Markdown ``text`` as one or more messages; a failure is logged, not raised."""
-        for chunk in split_markdown(text, MESSAGE_LIMIT):
+        for chunk in in_messages(text):
             if await self.send(channel, chunk) is None:
                 return
 

@@ -17,6 +17,7 @@ import unicodedata
 __all__ = ["MIN_LIMIT", "split_markdown"]
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+_BACKTICK_FENCE = re.compile(r"^ {0,3}(`{3,})(.*)$")
 #: The shortest limit that fits a reopened fence, its closing and some text.
 MIN_LIMIT = 32
 #: A fence is reopened as its marks and language, no longer than this: the whole opening
@@ -26,15 +27,18 @@ _MAX_REOPENED = 24
 _ZWJ = "\u200d"
 
 
-def split_markdown(text: str, limit: int) -> list[str]:
-    """``text`` in messages of at most ``limit`` characters (none for blank text)."""
+def split_markdown(text: str, limit: int, *, tildes: bool = True) -> list[str]:
+    """``text`` in messages of at most ``limit`` characters (none for blank text).
+    ``tildes``: whether a ``~~~`` line opens code, as in CommonMark; Discord draws only
+    backtick fences, and took a ``~~~`` line for one: it lost track of the real code block
+    after it and cut it open (found by review on 2026-12-06)."""
     if limit < MIN_LIMIT:
         raise ValueError(f"limit: at least {MIN_LIMIT} characters, got {limit}")
     if not text.strip():
         return []
     if len(text) <= limit:
         return [text]
-    out = _Messages(limit)
+    out = _Messages(limit, _FENCE if tildes else _BACKTICK_FENCE)
     for line in text.split("\n"):
         out.add_line(line)
     out.flush()
@@ -44,8 +48,9 @@ def split_markdown(text: str, limit: int) -> list[str]:
 class _Messages:
     """The messages so far and the one being filled, with the fence open at its end."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, fences: re.Pattern[str]) -> None:
         self.limit = limit
+        self.opens = fences  # the lines that open or close code
         self.done: list[str] = []
         self.lines: list[str] = []
         self.fences: list[str | None] = []  # the fence open after each of ``lines``
@@ -60,7 +65,7 @@ class _Messages:
         return joined + _closing_cost(fence_after) <= self.limit
 
     def add_line(self, line: str) -> None:
-        after = _after(line, self.fence)
+        after = _after(line, self.fence) if self.opens.match(line) else self.fence
         if self.fits(line, after):
             self._append(line, after)
             return

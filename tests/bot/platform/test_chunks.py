@@ -125,6 +125,18 @@ def test_a_longer_or_tilde_fence_is_closed_only_by_its_own_kind() -> None:
     assert rejoined(messages) == words(answer)
 
 
+def test_without_tildes_a_tilde_line_is_text_and_a_later_block_stays_closed() -> None:
+    """Discord draws only backtick fences: a ``~~~`` line in prose was taken for one, the
+    real block after it was lost track of and cut open (found by review on 2026-12-06)."""
+    code = "\n".join(f"print('line {n:04d}')" for n in range(150))  # about 3,000 characters
+    text = "Notes\n~~~\nsection two\n\n```py\n" + code + "\n```\nThat is all."
+    parts = split_markdown(text, 2000, tildes=False)
+    assert len(parts) >= 2 and all(len(part) <= 2000 for part in parts)
+    assert all(part.count("```") % 2 == 0 for part in parts), parts
+    assert parts[-1].endswith("That is all.") and "~~~" in parts[0]
+    assert split_markdown(text, 2000)[0].count("~~~") == 2  # CommonMark's: a tilde block
+
+
 def test_a_long_one_line_code_span_then_more_text_ends_and_fits() -> None:
     """A model's minified JSON in ``` on one line, 2,400 characters, then prose: the whole
     line was reopened at the top of every later message, left no room, and the split never
