@@ -108,6 +108,12 @@ class EventStore:
         """The payloads received since ``since`` (and before ``before``), newest first, at
         most ``limit`` (a platform that catches up after a reconnect reads where its
         conversations were)."""
+        return [payload for payload, _at in await self.received(since, limit, before)]
+
+    async def received(
+        self, since: datetime, limit: int, before: datetime | None = None
+    ) -> list[tuple[Json, datetime]]:
+        """``recent`` with when each came (the next page is ``before`` the last one's)."""
         return await self._db.run(_recent_events, self.platform, since, limit, before)
 
 
@@ -160,14 +166,13 @@ def _unhandled(conn: Connection, platform: str) -> list[Json]:
 
 def _recent_events(
     conn: Connection, platform: str, since: datetime, limit: int, before: datetime | None
-) -> list[Json]:
+) -> list[tuple[Json, datetime]]:
     received = sa.and_(e.c.platform == platform, e.c.received_at >= since)
     if before is not None:
         received = sa.and_(received, e.c.received_at < before)
-    rows = conn.execute(
-        sa.select(e.c.payload).where(received).order_by(e.c.received_at.desc()).limit(limit)
-    )
-    return [row[0] for row in rows]
+    newest_first = e.c.received_at.desc()
+    query = sa.select(e.c.payload, e.c.received_at).where(received).order_by(newest_first)
+    return [(row[0], row[1]) for row in conn.execute(query.limit(limit))]
 
 
 def _last_seq(conn: Connection, platform: str) -> int | None:

@@ -52,8 +52,12 @@ log = logging.getLogger(__name__)
 
 #: After a new gateway session: the conversations of this long ago are read again...
 CATCH_UP_WINDOW = timedelta(days=1)
-#: ...found among this many newest stored messages, at most this many of them...
+#: ...found among the newest stored messages, read in pages of this many, at most this
+#: many pages (a busy open channel stores every message: one page of its talk hid every
+#: other conversation until 2026-12-06)...
 CATCH_UP_EVENTS = 2000
+CATCH_UP_PAGES = 25
+#: ...at most this many conversations...
 CATCH_UP_CHANNELS = 100
 #: ...and at most this many messages each, oldest first (pages of 100: a mention among a
 #: busy channel's talk during a restart is found; 50 read only the first 50 after).
@@ -225,17 +229,7 @@ class DiscordAdapter:
         found by review). Returns how many were new."""
         taken = 0
         try:
-            since = utcnow() - CATCH_UP_WINDOW
-            newest: dict[str, Incoming] = {}
-            for payload in await self.events.recent(since, CATCH_UP_EVENTS, before=began):
-                try:
-                    seen = Incoming.from_json(payload)
-                    order = int(seen.message_id)  # snowflakes grow with time
-                except (TypeError, ValueError):
-                    continue
-                known = newest.get(seen.channel_id)
-                if known is None or order > int(known.message_id):
-                    newest[seen.channel_id] = seen
+            newest = await self._newest_stored(before=began)
             reading = list(newest.values())[:CATCH_UP_CHANNELS]
             self._let_go(held.release({last.channel_id for last in reading}))
             for last in reading:
@@ -252,6 +246,27 @@ class DiscordAdapter:
         if taken:
             log.info("caught up with %d Discord message(s) written while disconnected", taken)
         return taken
+
+    async def _newest_stored(self, *, before: datetime) -> dict[str, Incoming]:
+        """Each conversation's newest message stored in the window before ``before``, the
+        most recently active first, up to ``CATCH_UP_CHANNELS`` of them."""
+        since = utcnow() - CATCH_UP_WINDOW
+        newest: dict[str, Incoming] = {}
+        for _page in range(CATCH_UP_PAGES):
+            page = await self.events.received(since, CATCH_UP_EVENTS, before=before)
+            for payload, _at in page:
+                try:
+                    seen = Incoming.from_json(payload)
+                    order = int(seen.message_id)  # snowflakes grow with time
+                except (TypeError, ValueError):
+                    continue
+                known = newest.get(seen.channel_id)
+                if known is None or order > int(known.message_id):
+                    newest[seen.channel_id] = seen
+            if len(page) < CATCH_UP_EVENTS or len(newest) >= CATCH_UP_CHANNELS:
+                break
+            before = page[-1][1]
+        return newest
 
     def _let_go(self, messages: list[Incoming]) -> None:
         for message in messages:

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from bot.discord import adapter as discord_adapter
 from bot.platform.chunks import split_markdown
 from bot.platform.lanes import Lanes
 from engine.llm.scripted import text
@@ -322,3 +323,23 @@ async def test_a_discord_outage_at_start_is_waited_out(
     assert not service.refused.done()
     channel = fake.dm(ALICE, "there?")["channel_id"]
     await until(lambda: texts(fake, channel) == ["echo: there?"])
+
+
+async def test_a_busy_open_channel_hides_no_conversation_from_the_catch_up(
+    fake: FakeDiscordServer, make_service: MakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An open channel stores every message: its talk filled the one page of stored
+    messages the catch-up read, and a DM written while the bot was away was never
+    answered (found by review on 2026-12-06). Scaled down: pages of 5 for 2,000."""
+    monkeypatch.setattr(discord_adapter, "CATCH_UP_EVENTS", 5)
+    fake.allowed_intents |= INTENT_MESSAGE_CONTENT
+    service = await make_service(discord_open_channel_ids=str(GENERAL))
+    dm = fake.dm(ALICE, "one")["channel_id"]
+    await until(lambda: texts(fake, dm) == ["echo: one"])
+    for n in range(12):  # the open channel talks on, every message stored
+        said = fake.channel_message(GUILD, GENERAL, ALICE, f"chatter {n}")
+        await stored(service, said["id"])
+    await service.stop()
+    fake.dm(ALICE, "two (while down)", offline=True)
+    await make_service(discord_open_channel_ids=str(GENERAL))
+    await until(lambda: texts(fake, dm) == ["echo: one", "echo: two (while down)"])
