@@ -156,7 +156,11 @@ class JobRunner:
         resuming = handler.session.id == run.session_id
         # One transaction records the session and checks the run is still ours and its job
         # still there (a claimed run may have waited in the dispatcher's queue).
-        started = await self.store.start(run.id, self.owner, handler.session.id)
+        now = self._clock()
+        held_until = now + self.lease
+        started = await self.store.start(
+            run.id, self.owner, handler.session.id, lease=(now, held_until)
+        )
         if started == "lost":
             log.warning("run %s lost its lease before it started; not run here", run.id)
             return None
@@ -166,7 +170,7 @@ class JobRunner:
             await self.store.mark_delivered([run.id], "none")
             return None
         cards = self._cards(job)
-        keeper = asyncio.create_task(self._keep_lease(run.id, handler.cancel))
+        keeper = asyncio.create_task(self._keep_lease(run.id, handler.cancel, held_until))
         outcome: TurnResult | None = None
         crashed: str | None = None
         try:
@@ -293,13 +297,15 @@ class JobRunner:
             sleep=self._sleep,
         )
 
-    async def _keep_lease(self, run_id: int, stop: Callable[[], None]) -> None:
+    async def _keep_lease(
+        self, run_id: int, stop: Callable[[], None], held_until: datetime
+    ) -> None:
         """Renew the run's lease every third of it. A renewal that fails (the database
         away a moment) is tried again at the next: until 2026-12-06 one ended the renewals
         for good, and another worker took the run over while it still ran (found by
-        review). Once the lease has run out unrenewed, the run stops: it is no longer ours."""
+        review). Once the lease has run out unrenewed, the run stops: it is no longer ours.
+        ``held_until``: the lease as the run's start renewed it."""
         interval = max(self.lease.total_seconds() / 3, 0.05)
-        held_until = self._clock() + self.lease  # at the latest: claimed a moment ago
         while True:
             await self._sleep(interval)
             expires_at = self._clock() + self.lease

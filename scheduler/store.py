@@ -221,13 +221,20 @@ class JobStore:
         attempt not counted, claimable at once by anyone. How many were given back."""
         return await self._db.run(_release, owner, list(run_ids))
 
-    async def start(self, run_id: int, owner: str, session_id: int) -> str:
+    async def start(
+        self,
+        run_id: int,
+        owner: str,
+        session_id: int,
+        lease: tuple[datetime, datetime] | None = None,
+    ) -> str:
         """Record the session of a claimed run about to execute, if it is still ours.
 
-        ``started``; ``lost`` (the lease went to another owner; do not run it); ``deleted``
-        (the job was deleted while the run waited; do not run it).
+        ``started``; ``lost`` (the lease went to another owner, or ran out at ``lease``'s
+        now; do not run it); ``deleted`` (the job was deleted while the run waited; do not
+        run it). ``lease``: (now, until when) the run is held from its start.
         """
-        return await self._db.run(_start, run_id, owner, session_id)
+        return await self._db.run(_start, run_id, owner, session_id, lease)
 
     async def abandon_expired(self, now: datetime) -> list[Run]:
         """Runs whose lease expired after their last attempt become ``abandoned``."""
@@ -799,6 +806,22 @@ _START = (
     .where(_held_by, _job_live, r.c.cancel_requested_at.is_(None))
     .values(session_id=sa.bindparam("b_session"))
 )
+# Started only while the lease has not run out, and renewed from the start: a worker slow
+# between its claim and its start (a long owner check) ran the run while another worker,
+# which had claimed it once the lease ran out, ran it too (found by review on 2026-12-06).
+_START_RENEWED = (
+    r.update()
+    .where(
+        _held_by,
+        _job_live,
+        r.c.cancel_requested_at.is_(None),
+        r.c.lease_expires_at > sa.bindparam("b_now", type_=r.c.lease_expires_at.type),
+    )
+    .values(
+        session_id=sa.bindparam("b_session"),
+        lease_expires_at=sa.bindparam("b_expires", type_=r.c.lease_expires_at.type),
+    )
+)
 _HELD = sa.select(r.c.id).where(_held_by)
 # A run asked to stop (a kill, a delete) renews no more: its runner stops it.
 _HEARTBEAT = (
@@ -837,11 +860,23 @@ _SET_MESSAGES = (
 )
 
 
-def _start(conn: Connection, run_id: int, owner: str, session_id: int) -> str:
+def _start(
+    conn: Connection,
+    run_id: int,
+    owner: str,
+    session_id: int,
+    lease: tuple[datetime, datetime] | None = None,
+) -> str:
     """Record the run's session if the run is still ours: ``started``, ``lost`` or
-    ``deleted`` (its job was deleted while it waited) or ``stopped`` (a kill asked it to)."""
+    ``deleted`` (its job was deleted while it waited) or ``stopped`` (a kill asked it to).
+    ``lease``: (now, until when): held only while unexpired at ``now``, renewed to then."""
     held = {"b_run": run_id, "b_owner": owner}
-    if conn.execute(_START, {**held, "b_session": session_id}).rowcount == 1:
+    values = {**held, "b_session": session_id}
+    statement = _START
+    if lease is not None:
+        statement = _START_RENEWED
+        values.update(b_now=lease[0], b_expires=lease[1])
+    if conn.execute(statement, values).rowcount == 1:
         # The grants the session starts with are the job's as this commit sees them: a
         # revoke since the session was made reaches it (later ones reach running sessions).
         job_id = sa.select(r.c.job_id).where(r.c.id == run_id).scalar_subquery()
@@ -852,8 +887,10 @@ def _start(conn: Connection, run_id: int, owner: str, session_id: int) -> str:
             .values(run_context=grants)
         )
         return "started"
-    still = conn.execute(sa.select(_job_live.label("live")).where(_held_by), held).first()
-    if still is None:
+    still = conn.execute(
+        sa.select(_job_live.label("live"), r.c.lease_expires_at).where(_held_by), held
+    ).first()
+    if still is None or (lease is not None and still.lease_expires_at <= lease[0]):
         return "lost"
     return "stopped" if still.live else "deleted"
 

@@ -547,6 +547,28 @@ async def test_start_records_the_session_only_while_the_run_is_held_and_its_job_
     assert await jobs.start(other.id, "worker-a", 8) == "deleted"
 
 
+async def test_a_run_starts_only_while_its_lease_holds(jobs: JobStore) -> None:
+    """A worker slow between its claim and its start (a long owner check) started the run
+    after its lease ran out, and another worker that had claimed it meanwhile ran it too
+    (found by review on 2026-12-06)."""
+    run = await pending_run(jobs)
+    await jobs.claim("worker-a", at(1), LEASE, 1)
+    late = at(1) + LEASE + timedelta(seconds=1)
+    assert await jobs.start(run.id, "worker-a", 7, lease=(late, late + LEASE)) == "lost"
+    assert (await jobs.run(run.id)).session_id is None
+    [taken] = await jobs.claim("worker-b", late, LEASE, 1)  # the other worker's, alone
+    assert taken.id == run.id
+
+
+async def test_a_runs_start_renews_its_lease(jobs: JobStore) -> None:
+    run = await pending_run(jobs)
+    await jobs.claim("worker-a", at(1), LEASE, 1)
+    soon = at(1) + LEASE / 2
+    assert await jobs.start(run.id, "worker-a", 7, lease=(soon, soon + LEASE)) == "started"
+    assert (await jobs.run(run.id)).lease_expires_at == soon + LEASE
+    assert await jobs.claim("worker-b", at(1) + LEASE + timedelta(seconds=1), LEASE, 1) == []
+
+
 async def test_finish_returns_the_stored_run_and_settles_a_deleted_jobs_delivery(
     jobs: JobStore,
 ) -> None:
