@@ -28,8 +28,7 @@ from bot.platform.commands import CommandRegistry
 from bot.platform.controls import ControlId, parse_control
 from bot.platform.failures import SORRY_TAP, report_failure
 from bot.platform.open_cards import tapped
-from engine.hub import ChatHub, HubError
-from engine.store import InboxError
+from engine.hub import ChatHub
 
 __all__ = ["NOT_HERE", "Interactions"]
 
@@ -169,13 +168,9 @@ class Interactions:
             await _tell(interaction, "An answer needs some text.")
             return
         await interaction.response.defer()
-        try:
-            await self._hub.answer(card.tool_call_id, text, source=card.source)
-        except (InboxError, HubError) as exc:
-            log.info("question %s not answerable: %s", card.tool_call_id, exc)
-            await self._cards.close(card, "expired", "expired")
-            return
-        await self._cards.close(card, "answered", "answered", by=interaction.user.display_name)
+        # Every platform's rule (``OpenCards.answer``): the same words again, a double
+        # submit, are the answer given, not an expired question.
+        await self._cards.answer(card, text, by=interaction.user.display_name)
 
     # -- slash commands -------------------------------------------------------------------
 
