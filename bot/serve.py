@@ -402,7 +402,7 @@ class Service:
                 receive = poller.run
                 if fleet is not None:  # one process of the fleet polls: the lease's holder
                     self.receiver = ReceiverElection(
-                        Leases(engine.store.db), fleet.owner, poller.run
+                        Leases(engine.store.db), fleet.owner, poller.run, settle=adapter.handled
                     )
                     receive = self.receiver.run
             self._spawn(self._reach_telegram(startup, adapter, receive), "tg-startup")

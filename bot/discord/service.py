@@ -156,7 +156,11 @@ class DiscordService:
                 await self._connect(bot)
             else:  # one gateway connection for the fleet: the lease's holder's
                 election = ReceiverElection(
-                    Leases(self.db), fleet.owner, lambda: self._connect(bot), name=GATEWAY_LEASE
+                    Leases(self.db),
+                    fleet.owner,
+                    lambda: self._connect(bot),
+                    name=GATEWAY_LEASE,
+                    settle=self.adapter.front.handled,
                 )
                 await election.run()
         except Exception as exc:

@@ -52,7 +52,12 @@ class ReceiverElection:
         ttl_s: float = RECEIVER_TTL_S,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
+        settle: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """``settle``: what must end before the lease is let go once the receiver stopped
+        (the events it took, still being handled: the next holder hands over every one
+        not marked handled, and one in hand here, a command, ran twice; found by review on
+        2026-12-06); waited for at most ``ttl_s``, as long as the lease lasts unrenewed."""
         if not ttl_s > 0:
             raise ValueError(f"the receiver's lease needs a positive ttl, not {ttl_s!r}")
         self._leases = leases
@@ -62,6 +67,7 @@ class ReceiverElection:
         self.ttl_s = ttl_s
         self._sleep = sleep
         self._monotonic = monotonic
+        self._settle = settle
         #: The lease while this process receives, else None (``/metrics``).
         self.lease: Lease | None = None
         #: How many times this process won the lease, and lost it while receiving.
@@ -134,11 +140,21 @@ class ReceiverElection:
                 if lost:  # counted once the receiver is stopped: whoever sees it sees that
                     self.lost += 1
                     log.warning("%s: lost the lease (epoch %d); stopped", self.name, lease.epoch)
+                await self._settled()
                 # Let the next process in now rather than at expiry. Harmless when the lease
                 # is lost already: a release needs our owner and epoch on a live lease.
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(self.interval_s):
                         await self._leases.release(lease)
+
+    async def _settled(self) -> None:
+        if self._settle is None:
+            return
+        try:
+            async with asyncio.timeout(self.ttl_s):
+                await self._settle()
+        except Exception:  # a timeout included: the lease ends by itself meanwhile
+            log.warning("%s: what was received is not handled yet; letting go", self.name)
 
     async def _renew(self, lease: Lease) -> bool:
         # A renewal slower than what is left of the lease could confirm one that already

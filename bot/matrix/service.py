@@ -136,7 +136,11 @@ class MatrixService:
                     await self._sync()
                 else:  # one sync loop for the fleet: the lease's holder's
                     election = ReceiverElection(
-                        Leases(self.db), self.fleet.owner, self._sync, name=SYNC_LEASE
+                        Leases(self.db),
+                        self.fleet.owner,
+                        self._sync,
+                        name=SYNC_LEASE,
+                        settle=self.adapter.front.handled,
                     )
                     await election.run()
                 return

@@ -206,8 +206,13 @@ class Front(Generic[In]):
         await self.outbound.flush()
 
     async def drain(self) -> None:
-        await self._incoming.join()
+        await self.handled()
         await self._outgoing.join()
+
+    async def handled(self) -> None:
+        """Until every message taken so far is handled (a fleet's receiver lets its lease
+        go only then)."""
+        await self._incoming.join()
 
     # -- messages ------------------------------------------------------------------------
 

@@ -198,7 +198,11 @@ class SlackService:
                 await self._connect()
             else:  # one socket for the fleet: the lease's holder's
                 election = ReceiverElection(
-                    Leases(self.db), fleet.owner, self._connect, name=SOCKET_LEASE
+                    Leases(self.db),
+                    fleet.owner,
+                    self._connect,
+                    name=SOCKET_LEASE,
+                    settle=self.adapter.front.handled,
                 )
                 await election.run()
         except _Refused as exc:

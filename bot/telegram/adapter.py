@@ -169,8 +169,13 @@ class TelegramAdapter:
 
     async def drain(self) -> None:
         """Wait until every submitted update and every received event was handled."""
-        await self._incoming.join()
+        await self.handled()
         await self._outgoing.join()
+
+    async def handled(self) -> None:
+        """Until every update submitted so far is handled (a fleet's receiver lets its
+        lease go only then)."""
+        await self._incoming.join()
 
     # -- incoming ------------------------------------------------------------------------
 

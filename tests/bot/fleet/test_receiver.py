@@ -208,6 +208,37 @@ async def test_stopping_releases_the_lease_for_the_next_process(url: str) -> Non
         await db.close()
 
 
+async def test_stopping_lets_the_lease_go_once_what_was_received_is_handled(url: str) -> None:
+    """A stop released the lease at once while an update taken was still being handled
+    (the lanes' grace): the next holder handed it over again, and a command ran twice
+    (found by review on 2026-12-06)."""
+    db = connect(url)
+    polling: set[str] = set()
+    in_hand = asyncio.Event()
+    election = ReceiverElection(
+        Leases(db),
+        "a",
+        FakePoller(polling, "a").run,
+        ttl_s=30,
+        sleep=yielding,
+        settle=in_hand.wait,
+    )
+    task = asyncio.create_task(election.run())
+    try:
+        await until(lambda: polling == {"a"}, "it polls")
+        task.cancel()
+        await until(lambda: polling == set(), "the poller stopped")
+        held = await Leases(db).holder(RECEIVER_LEASE)
+        assert held is not None and held.owner == "a"  # the update in hand comes first
+        in_hand.set()
+        await asyncio.gather(task, return_exceptions=True)
+        assert await Leases(db).holder(RECEIVER_LEASE) is None  # then at once, not in 30 s
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await db.close()
+
+
 async def test_a_receiver_that_fails_ends_the_election_with_its_error(url: str) -> None:
     db = connect(url)
 
