@@ -116,7 +116,15 @@ def _unprocessed_count(conn: Connection) -> int:
     ).scalar_one()
 
 
+_NOTICE_LOCK = sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:digest, 0))")
+
+
 def _first_notice(conn: Connection, digest: str, window: timedelta) -> bool:
+    if conn.dialect.name == "postgresql":
+        # Two processes' tics telling the same thing at once both read nothing and both
+        # sent (found by review on 2026-12-06): the second waits for the first's commit.
+        # SQLite's transactions (BEGIN IMMEDIATE) are one at a time already.
+        conn.execute(_NOTICE_LOCK, {"digest": digest})
     now = utcnow()
     n = notification_log
     seen = conn.execute(

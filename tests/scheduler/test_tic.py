@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -111,3 +112,17 @@ async def test_two_tics_taking_at_once_never_share_an_event(
     taken_by_first = await store.db.run(lambda conn: _take(SecondTakesAfterTheRead(conn), 50))
     assert [event.payload for event in taken_by_second] == [{"n": 1}]
     assert taken_by_first == []
+
+
+async def test_the_same_notice_from_two_processes_at_once_goes_out_once(
+    open_store: Callable[[], Awaitable[Store]], backend: str
+) -> None:
+    """Each read that nothing was sent, then both sent (found by review on 2026-12-06)."""
+    one, two = EventStore((await open_store()).db), EventStore((await open_store()).db)
+    for attempt in range(10):
+        summary = f"The boss wrote ({attempt})."
+        firsts = await asyncio.gather(
+            one.first_notice("mail", summary, timedelta(hours=24)),
+            two.first_notice("mail", summary, timedelta(hours=24)),
+        )
+        assert firsts.count(True) == 1, f"attempt {attempt}: both sent"
