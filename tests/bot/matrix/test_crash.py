@@ -10,6 +10,8 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from tests.bot.matrix.conftest import bodies, bot_messages, joined
 from tests.bot.matrix.homeserver import Homeserver
 from tests.bot.process import service_env, wait_for
@@ -113,44 +115,68 @@ def test_an_old_card_works_once_after_kill_9_and_nothing_said_meanwhile_is_lost(
         second.wait(15)
 
 
-def test_an_answer_to_a_question_is_not_a_new_message_after_kill_9_before_its_mark(
-    tmp_path: Path, fake_openai: FakeOpenAIServer, homeserver: Homeserver
+@pytest.mark.parametrize(
+    ("call", "card", "reply", "answer"),
+    [
+        (
+            ("call_q", "ask_user_clarification", {"question": "Which city?"}),
+            "❓ Question",
+            "Rome",
+            "Booking Rome.",
+        ),
+        (
+            ("call_1", "execute_cmd", {"command": "rm -rf data"}),
+            "Approval needed",
+            "keep the data",
+            "Left it.",
+        ),
+    ],
+    ids=["a-question's-answer", "a-rejection's-reason"],
+)
+def test_a_reply_to_a_card_is_not_a_new_message_after_kill_9_before_its_mark(
+    tmp_path: Path,
+    fake_openai: FakeOpenAIServer,
+    homeserver: Homeserver,
+    call: tuple[str, str, dict[str, str]],
+    card: str,
+    reply: str,
+    answer: str,
 ) -> None:
-    """A reply to the question card answered it, but the event was marked handled in a
-    commit of its own after: killed between the two, the restart handed the same reply
-    over again as a new message to the agent (found by review on 2026-12-06)."""
+    """A reply to the card answered the question (or rejected the call with its reason),
+    but the event was marked handled in a commit of its own after: killed between the
+    two, the restart handed the same reply over again as a new message to the agent
+    (found by review on 2026-12-06: the answer; the reason, later that day)."""
     tag = uuid.uuid4().hex[:8]
     bot, alice = homeserver.register(f"askbot{tag}"), homeserver.register(f"askalice{tag}")
-    ask = {"question": "Which city?"}
-    fake_openai.reply_tool_calls(("call_q", "ask_user_clarification", ask))
+    fake_openai.reply_tool_calls(call)
     first = serve(tmp_path, homeserver, bot, alice, fake_openai)
     room = alice.create_room(invite=[bot.user_id], direct=True)
 
-    def question():
-        return bot_message(alice, room, bot.user_id, "❓ Question")
+    def shown_card():
+        return bot_message(alice, room, bot.user_id, card)
 
     try:
-        shown = shown_after(tmp_path, alice, room, bot, "book a hotel", question)
+        shown = shown_after(tmp_path, alice, room, bot, "do it", shown_card)
     finally:
         first.send_signal(signal.SIGTERM)
         first.wait(15)
 
     # Twice each: the killed process may have asked the model already, its answer lost.
-    for reply in ("Booking Rome.", "Booking Rome.", "You're welcome.", "You're welcome."):
-        fake_openai.reply_text(reply)
+    for said in (answer, answer, "You're welcome.", "You're welcome."):
+        fake_openai.reply_text(said)
     second = serve(
         tmp_path, homeserver, bot, alice, fake_openai, CHATHUB_FAILPOINTS="before_event_marked"
     )
     try:
-        alice.reply(room, shown["event_id"], "Rome")
+        alice.reply(room, shown["event_id"], reply)
         assert second.wait(30) == -signal.SIGKILL
     finally:
         second.kill()
-    assert card_state(tmp_path / "chathub.db", shown["event_id"]) != "open"  # answered
+    assert card_state(tmp_path / "chathub.db", shown["event_id"]) != "open"  # decided
 
     third = serve(tmp_path, homeserver, bot, alice, fake_openai)
     try:
-        wait_for(lambda: "Booking Rome." in bodies(alice, room, bot.user_id), 30)
+        wait_for(lambda: answer in bodies(alice, room, bot.user_id), 30)
         alice.say(room, "thanks")  # in order behind the reply, were it handed over again
         wait_for(lambda: asked_last(fake_openai) == "thanks", 30)
         user_turns = [
@@ -159,58 +185,7 @@ def test_an_answer_to_a_question_is_not_a_new_message_after_kill_9_before_its_ma
             for m in request["messages"]
             if m["role"] == "user"
         ]
-        assert "Rome" not in user_turns, "the answer came again as a new message"
-    finally:
-        third.send_signal(signal.SIGTERM)
-        third.wait(15)
-
-
-def test_a_reason_for_a_rejection_is_not_a_new_message_after_kill_9_before_its_mark(
-    tmp_path: Path, fake_openai: FakeOpenAIServer, homeserver: Homeserver
-) -> None:
-    """A reply to an approval card rejected it with its reason, but the event was marked
-    handled in a commit of its own after: killed between the two, the restart gave the
-    agent the reason again, as a message (until 2026-12-06)."""
-    tag = uuid.uuid4().hex[:8]
-    bot, alice = homeserver.register(f"nobot{tag}"), homeserver.register(f"noalice{tag}")
-    fake_openai.reply_tool_calls(("call_1", "execute_cmd", {"command": "rm -rf data"}))
-    first = serve(tmp_path, homeserver, bot, alice, fake_openai)
-    room = alice.create_room(invite=[bot.user_id], direct=True)
-
-    def card():
-        return bot_message(alice, room, bot.user_id, "Approval needed")
-
-    try:
-        shown = shown_after(tmp_path, alice, room, bot, "clean up", card)
-    finally:
-        first.send_signal(signal.SIGTERM)
-        first.wait(15)
-
-    # Twice each: the killed process may have asked the model already, its answer lost.
-    for reply in ("Left it.", "Left it.", "You're welcome.", "You're welcome."):
-        fake_openai.reply_text(reply)
-    second = serve(
-        tmp_path, homeserver, bot, alice, fake_openai, CHATHUB_FAILPOINTS="before_event_marked"
-    )
-    try:
-        alice.reply(room, shown["event_id"], "keep the data")
-        assert second.wait(30) == -signal.SIGKILL
-    finally:
-        second.kill()
-    assert card_state(tmp_path / "chathub.db", shown["event_id"]) != "open"  # rejected
-
-    third = serve(tmp_path, homeserver, bot, alice, fake_openai)
-    try:
-        wait_for(lambda: "Left it." in bodies(alice, room, bot.user_id), 30)
-        alice.say(room, "thanks")  # in order behind the reply, were it handed over again
-        wait_for(lambda: asked_last(fake_openai) == "thanks", 30)
-        user_turns = [
-            m["content"]
-            for request in fake_openai.requests
-            for m in request["messages"]
-            if m["role"] == "user"
-        ]
-        assert "keep the data" not in user_turns, "the reason came again as a message"
+        assert reply not in user_turns, "the reply came again as a new message"
     finally:
         third.send_signal(signal.SIGTERM)
         third.wait(15)
