@@ -18,6 +18,7 @@ from bot.completions.conversations import Conversation
 from bot.completions.exchange import INTERRUPTED, KEEPALIVE, Piece, Turn
 from bot.completions.protocol import ApiError, chunk, completion, completion_id, usage_chunk
 from bot.http.models import SafeJSONResponse
+from bot.platform.failures import report_failure
 
 __all__ = ["Answer", "EventStream", "Keeper", "WholeAnswer"]
 
@@ -120,6 +121,15 @@ class Answer:
             if self.client_left:
                 await self.left()
             raise
+        except Exception:
+            # A failure of ours once the stream began: OpenAI's error event, as a failed
+            # stream ends (it cut the connection, and the client's SDK raised a transport
+            # error instead of the error id; found by review on 2026-12-06).
+            error = report_failure(log, f"streaming the answer of {self._conversation.source}")
+            failed = ApiError(
+                500, f"An internal error (id {error}).", code="internal_error", kind="server_error"
+            )
+            yield self._sse(failed.body())
         finally:
             self._done()
 

@@ -270,6 +270,30 @@ async def test_tool_activity_and_an_approval_decided_through_the_inbox_api(
     assert (tmp_path / "workspace" / "note.txt").read_text() == "hi\n"
 
 
+async def test_a_failure_of_ours_mid_stream_is_an_openai_error_event(
+    v1: V1Server, fake_openai: FakeOpenAIServer, monkeypatch: Any, caplog: Any
+):
+    """Once the stream began, a failure of ours (here holding the answer) cut the
+    connection: the SDK raised a transport error, never the error's id (found by review on
+    2026-12-06). It ends as OpenAI ends a failed stream: an error event."""
+    fake_openai.reply_text("Hello there.")
+
+    async def broken(*_args: Any, **_kwargs: Any) -> None:
+        raise RuntimeError("database is locked")
+
+    monkeypatch.setattr(v1.api, "finish", broken)
+    async with v1.client() as client:
+        stream = await client.chat.completions.create(
+            model="main", stream=True, messages=[{"role": "user", "content": "hi"}]
+        )
+        with pytest.raises(openai.APIError) as failed:
+            async for _ in stream:
+                pass
+    assert "internal error (id " in failed.value.message
+    assert "database is locked" not in failed.value.message
+    assert "database is locked" in caplog.text
+
+
 async def test_a_non_streaming_request_waits_for_the_decision_too(
     v1: V1Server, fake_openai: FakeOpenAIServer
 ):
