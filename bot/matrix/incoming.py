@@ -14,6 +14,7 @@ is not answered, such a thread is answered as its room.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -38,7 +39,7 @@ Json = dict[str, Any]
 Kind = Literal["message", "reaction", "invite", "encrypted"]
 
 _ROOM = re.compile(r"^![^:\s$]{1,255}(?::[^\s$]{1,255})?$")
-_EVENT = re.compile(r"^\$[^\s]{1,255}$")
+_EVENT = re.compile(r"^\$[^\s]{1,254}$")  # 255 in all: the events table's key
 _WRITABLE = re.compile(r"^[!$][A-Za-z0-9_.+\-:]{1,120}$")
 _USER = re.compile(r"^@[^:\s]{1,255}:[^\s]{1,255}$")
 #: What a person writes; ``m.notice`` is what bots write, and is never answered.
@@ -186,9 +187,14 @@ class Incoming:
         (Synapse's): a second invite to the same room by the same person, after a kick or
         a pairing, was stored under the first's key and never acted on until 2026-12-06
         (found by review)."""
-        key = event_id if is_event_id(event_id) else f"invite:{room_id}:{sender}:{batch}"
-        assert key is not None
-        return cls("invite", room_id, key, sender)
+        if is_event_id(event_id):
+            assert event_id is not None
+            return cls("invite", room_id, event_id, sender)
+        # Hashed: a user id may be 255 characters, and the key as written outgrew its
+        # column on PostgreSQL: the insert failed and the sync took the batch again
+        # forever (found by review on 2026-12-06).
+        said = f"{room_id}\0{sender}\0{batch}".encode()
+        return cls("invite", room_id, f"invite:{hashlib.sha256(said).hexdigest()}", sender)
 
     def to_json(self) -> Json:
         data = {k: getattr(self, k) for k in self.__slots__}
@@ -209,7 +215,7 @@ def _message(
     msgtype, body = content.get("msgtype"), content.get("body")
     if relates.get("rel_type") == "m.replace":
         return None  # an edit: the first version was answered
-    if not isinstance(body, str):
+    if not isinstance(body, str) or not isinstance(msgtype, str):
         return None
     files = 1 if msgtype in _FILE_TYPES else 0
     if msgtype not in _TEXT_TYPES and not files:

@@ -155,10 +155,9 @@ class SyncLoop:
             if not history:
                 continue  # the account's first sync: what was said before is not answered
             for raw in _since_invited(timeline, me):
-                if isinstance(raw, dict):
-                    incoming = Incoming.of(raw, room_id, me)
-                    if incoming is not None:
-                        events.append(incoming)
+                incoming = _read(raw, room_id, me)
+                if incoming is not None:
+                    events.append(incoming)
         return events
 
     async def _gap(self, room_id: str, start: str | None, since: str) -> list[Json]:
@@ -239,3 +238,17 @@ def _since_invited(timeline: list[Any], me: str) -> list[Any]:
         elif membership == "join" and before != "join" and cut is None:
             cut = index  # a join, not a change of the bot's name in a room it is in
     return timeline if cut is None else timeline[cut + 1 :]
+
+
+def _read(raw: object, room_id: str, me: str | None) -> Incoming | None:
+    """An event as the bot takes it; ``None`` for one it cannot read. Any member may send
+    any shape (another homeserver's events are not checked): one that raised here made the
+    loop ask for the same batch forever, and nothing after it was ever received (found by
+    review on 2026-12-06)."""
+    if not isinstance(raw, dict):
+        return None
+    try:
+        return Incoming.of(raw, room_id, me)
+    except Exception:
+        log.warning("a Matrix event in %s could not be read; skipped", room_id, exc_info=True)
+        return None

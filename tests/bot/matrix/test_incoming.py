@@ -66,6 +66,10 @@ def test_a_message_and_its_thread_and_reply():
             "m.reaction",
         ),
         event({"membership": "join"}, "m.room.member"),
+        # Another homeserver's events are not checked: a msgtype that is no string raised,
+        # and the sync asked for the same batch forever (found by review on 2026-12-06).
+        event({"msgtype": ["m.text"], "body": "boom"}),
+        event({"msgtype": {"m.text": 1}, "body": "boom"}),
     ],
 )
 def test_junk_is_not_a_message(raw):
@@ -132,3 +136,16 @@ def test_a_word_that_begins_like_the_bots_name_does_not_mention_it():
     named = Incoming.of(event({"msgtype": "m.text", "body": "what do you think, max?"}), ROOM, ME)
     assert maximum is not None and not maximum.mentions_user(ME, "Max")
     assert named is not None and named.mentions_user(ME, "Max")
+
+
+def test_an_invite_without_an_event_id_has_a_key_its_column_holds():
+    """Synapse's invite state carries no event id: the key named the room, the inviter and
+    the sync, and a long user id (up to 255 characters) outgrew the column on PostgreSQL,
+    the sync taking the batch again forever (found by review on 2026-12-06)."""
+    inviter = "@" + "m" * 200 + ":evil.example"
+    first = Incoming.invite(ROOM, inviter, None, batch="s123456_789012_3_4567_890_12_345")
+    again = Incoming.invite(ROOM, inviter, None, batch="s123456_789012_3_4567_890_12_345")
+    later = Incoming.invite(ROOM, inviter, None, batch="s999")
+    assert len(first.key) <= 255 and first.key == again.key != later.key
+    assert Incoming.invite(ROOM, inviter, "$" + "e" * 254).key == "$" + "e" * 254
+    assert Incoming.invite(ROOM, inviter, "$" + "e" * 255).key.startswith("invite:")
