@@ -123,12 +123,13 @@ def _store(
 ) -> bool:
     if not EMBED_MARKS.move(conn, model, batch.after, batch.last_id):
         return False  # another process stored this batch meanwhile
-    # A document deleted while its batch was away (``/forget_me``) gets no vector.
-    ids = [doc_id for doc_id, _, _ in rows]
-    present = set(
-        conn.execute(
-            sa.select(memory_documents.c.id).where(memory_documents.c.id.in_(ids))
-        ).scalars()
-    )
-    vectors.write(conn, model, [row for row in rows if row[0] in present])
+    # A document deleted while its batch was away (``/forget_me``) gets no vector, nor
+    # does another stored since under its id (SQLite gives a deleted row's id again: the
+    # vector of Ann's words went to Bob's, and a search in Ann's chat found his; found by
+    # review on 2026-12-06): the row must still be what was embedded.
+    d = memory_documents
+    embedded = {doc_id: (source, body) for doc_id, source, body in batch.documents}
+    now = conn.execute(sa.select(d.c.id, d.c.source, d.c.body).where(d.c.id.in_(embedded)))
+    same = {int(r.id) for r in now if embedded.get(int(r.id)) == (r.source, r.body)}
+    vectors.write(conn, model, [row for row in rows if row[0] in same])
     return True

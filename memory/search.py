@@ -272,12 +272,14 @@ def _hybrid(
     best = fuse([[doc_id for doc_id, _ in by_words], by_meaning], limit)
     hits = dict(by_words)
     missing = [doc_id for doc_id in best if doc_id not in hits]
-    hits.update(_plain_hits(conn, missing))
+    hits.update(_plain_hits(conn, source, missing))
     return [hits[doc_id] for doc_id in best if doc_id in hits]
 
 
-def _plain_hits(conn: Connection, ids: list[int]) -> dict[int, Hit]:
-    """Hits for documents found by meaning alone: their opening words as the snippet."""
+def _plain_hits(conn: Connection, source: str, ids: list[int]) -> dict[int, Hit]:
+    """Hits for documents found by meaning alone, of ``source`` only (a vector stored for
+    another document under a reused id showed another chat's words until 2026-12-06):
+    their opening words as the snippet."""
     if not ids:
         return {}
     d, s = memory_documents, chat_sessions
@@ -293,7 +295,7 @@ def _plain_hits(conn: Connection, ids: list[int]) -> dict[int, Hit]:
             sa.func.substr(d.c.body, 1, PLAIN_SNIPPET_CHARS + 1).label("opening"),
         )
         .join(s, s.c.id == d.c.session_id)
-        .where(d.c.id.in_(ids))
+        .where(d.c.id.in_(ids), d.c.source == source)
     )
     out: dict[int, Hit] = {}
     for row in rows:

@@ -15,13 +15,16 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from engine.bus.chat import ChatEventBus
 from engine.store import Store, migrate
 from engine.store.db import SqliteDatabase
 from memory.embedder import Embedder, EmbedderLimits
 from memory.embeddings import EmbeddingClient, EmbeddingConfig, EmbeddingError
 from memory.indexer import Indexer
 from memory.search import RRF_K, Search, Semantic, fuse
+from memory.service import MemoryService
 from memory.tables import memory_documents, memory_embed_marks
+from memory.users import Identity
 from memory.vectors import Vectors, detect
 from tests.fakes.openai_server import FakeOpenAIServer, ScriptedReply
 from tests.memory.conftest import MEMORY_LAYERS, write_history
@@ -289,6 +292,38 @@ async def test_a_document_deleted_meanwhile_gets_no_vector_and_forgetting_drops_
     assert await sqlite_store.db.run(lambda c: c.execute(sa.text(count)).scalar()) == 1
     await sqlite_store.db.run(lambda c: c.execute(memory_documents.delete()))
     assert await sqlite_store.db.run(lambda c: c.execute(sa.text(count)).scalar()) == 0
+
+
+async def test_a_vector_never_lands_on_another_document_given_a_deleted_ones_id(
+    sqlite_store: Store, fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    """Ann's newest words were being embedded when she said /forget_me, and Bob's next
+    message was indexed under an id SQLite gave again: her vector was stored for his
+    words, and a search by meaning in her chat showed them (found by review on
+    2026-12-06)."""
+
+    memory = MemoryService(sqlite_store.db, ChatEventBus())
+    bob = await sqlite_store.sessions.create("telegram:222")
+    ann = await sqlite_store.sessions.create("telegram:111")
+    await write_history(sqlite_store, ann.id, [("user", "ann secret")])
+    await Indexer(sqlite_store.db).catch_up()
+    vectors = await detect(sqlite_store.db)
+    assert vectors is not None
+
+    class ForgettingClient(EmbeddingClient):
+        async def embed(self, texts: list[str]) -> list[list[float]]:  # type: ignore[override]
+            out = await super().embed(texts)
+            await memory.forget_user(await memory.user_for(Identity("telegram", "111")))
+            await write_history(sqlite_store, bob.id, [("user", "bob private bank pin 9090")])
+            await Indexer(sqlite_store.db).catch_up()
+            return out
+
+    client = ForgettingClient(EmbeddingConfig(MODEL, fake_openai.base_url), http)
+    await Embedder(sqlite_store.db, client, vectors).embed_pending()
+    count = "SELECT count(*) FROM memory_vectors"
+    assert await sqlite_store.db.run(lambda c: c.execute(sa.text(count)).scalar()) == 0
+    search = Search(sqlite_store.db, Semantic(client, vectors, 0.0))
+    assert await search.sessions("telegram:111", "anything at all") == []
 
 
 async def test_another_model_embeds_everything_under_its_own_mark(
