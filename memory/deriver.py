@@ -415,7 +415,11 @@ def _read_batch(
     speakers = BatchSpeakers(conn)
     for row in rows if not opted_out else ():
         if row.role == "assistant":
-            messages.append(_Message(row.id, row.role, row.content or "", None, None))
+            # The bot's side of a person's own conversation they forgot goes with it, as
+            # the indexer drops it: it repeated what they said, and the fact came back
+            # (found by review on 2026-12-06).
+            if not speakers.owner_forgotten(source, row.id):
+                messages.append(_Message(row.id, row.role, row.content or "", None, None))
             continue
         identity = identity_of(source, row.metadata)
         if identity is None:

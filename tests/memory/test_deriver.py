@@ -881,6 +881,26 @@ async def test_a_batch_read_after_forget_me_learns_what_was_said_since(
     assert "Dr. Berg" not in str(fake_openai.requests[-1]["messages"]) and before < after
 
 
+async def test_the_bots_side_of_a_forgotten_conversation_is_not_sent_again(
+    setup: Setup, fake_openai: FakeOpenAIServer
+) -> None:
+    """Ann forgot her own conversation while its batch waited: her words were passed over,
+    but the bot's answer repeating them was sent to the model, and her fact came back
+    (found by review on 2026-12-06)."""
+    memory = MemoryService(setup.store.db, ChatEventBus())
+    chat = await setup.session(f"telegram:{ANN}")
+    said = [("", "my doctor is Dr. Berg"), (None, "Noted: your doctor is Dr. Berg.")]
+    await setup.say(chat, said)
+    ann = await memory.user_for(Identity("telegram", ANN))
+    fake_openai.reply_error(503, model=MODEL)  # the model is away: the batch waits
+    await setup.deriver.derive_pending()
+    await memory.forget_user(ann)
+    [after] = await setup.say(chat, [("", "I live in Oslo")])
+    fake_openai.reply_text(answer(add("Ann lives in Oslo", after)), model=MODEL)
+    assert await setup.deriver.derive_pending() == 1
+    assert "Dr. Berg" not in str(fake_openai.requests[-1]["messages"])
+
+
 async def test_what_was_said_before_forget_me_is_never_indexed_again(setup: Setup) -> None:
     """Both sides of the person's own conversation, when the index was behind."""
     memory = MemoryService(setup.store.db, ChatEventBus())
