@@ -221,7 +221,7 @@ class Search:
     ) -> list[Hit]:
         """The best ``limit`` hits for ``query`` among ``source``'s conversations."""
         terms = query_terms(query)
-        if not terms:
+        if not terms or "\x00" in source:  # no source holds a NUL (PostgreSQL raised on it)
             return []
         limit = max(1, min(limit, MAX_LIMIT))
         semantic = self.semantic

@@ -131,6 +131,13 @@ async def test_query_syntax_in_user_text_is_searched_as_words(store: Store, quer
         assert hits == []
 
 
+async def test_a_source_holding_a_nul_finds_nothing(store: Store) -> None:
+    """The API takes the source as given: a NUL raised on PostgreSQL, a 500 (found by
+    review on 2026-12-06)."""
+    await indexed(store, "telegram:1", [("user", "I'm vegetarian")])
+    assert await Search(store.db).sessions("telegram:1\x00", "vegetarian") == []
+
+
 def test_a_long_query_keeps_its_first_terms() -> None:
     terms = query_terms(" ".join(f"w{n}" for n in range(5000)))
     assert terms == [f"w{n}" for n in range(MAX_TERMS)]
