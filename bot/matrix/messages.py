@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -210,7 +211,8 @@ class MessageHandler:
         # A reply to a card (a reason) and an open question's answer are the whole
         # message, its audio heard (a voice answer was lost behind the waiting turn).
         goes_on = partial(self._activity.start_typing, m.source)
-        if m.relates_to is not None and await self._decisions.reply(m, text, attachments, goes_on):
+        to_card = await self._to_card(m)
+        if to_card is not None and await self._decisions.reply(to_card, text, attachments, goes_on):
             return False
         if await self._answer_question(m, text, attachments, goes_on):
             return False
@@ -229,6 +231,17 @@ class MessageHandler:
             return True
         self._activity.start_typing(m.source)
         return True
+
+    async def _to_card(self, m: Incoming) -> Incoming | None:
+        """``m`` as a reply to the card it answers, if it may be one: a reply, or a
+        message in the thread of a card (Element's "Reply in thread" beside "Reply": the
+        card is its root, its reply a thread's fallback; it began a conversation of its own
+        and the card waited on, until 2026-12-06; found by review)."""
+        if m.relates_to is not None:
+            return m
+        if m.thread is not None and await self._cards.at(m.room_id, m.thread) is not None:
+            return replace(m, relates_to=m.thread)
+        return None
 
     async def _hear(self, m: Incoming, audio: dict[str, Any]) -> Heard | None:
         """An audio message transcribed (refused first when too long or large); what was

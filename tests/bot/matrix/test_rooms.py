@@ -171,6 +171,41 @@ async def test_reactions_that_decide_nothing(make_service, accounts, model):
     assert (service.engine.workspace.root / "runs.log").read_text() == "ok\n"
 
 
+async def test_a_reason_written_in_the_cards_thread_rejects_it(make_service, accounts, model):
+    """Element's "Reply in thread" on the card: the card is the thread's root and its reply
+    a thread's fallback. It began a conversation of its own in the thread, and the card
+    waited on (found by review on 2026-12-06)."""
+    model.add(shell("echo no >> runs.log"), text("Not run."))
+    service, room = await _dm(make_service, accounts)
+    accounts.alice.say(room, "run it")
+    card = await until(
+        lambda: next(
+            (
+                m
+                for m in bot_messages(accounts.alice, room, accounts.bot.user_id)
+                if "Approval needed" in m["content"]["body"]
+            ),
+            None,
+        )
+    )
+    in_its_thread = {
+        "rel_type": "m.thread",
+        "event_id": card["event_id"],
+        "is_falling_back": True,
+        "m.in_reply_to": {"event_id": card["event_id"]},
+    }
+    accounts.alice.say(room, "not in this folder", **{"m.relates_to": in_its_thread})
+    await until(lambda: "Not run." in _said(accounts, room))
+    card_now = next(
+        m
+        for m in bot_messages(accounts.alice, room, accounts.bot.user_id)
+        if m["event_id"] == card["event_id"]
+    )
+    assert "Rejected" in card_now["content"]["body"]
+    assert "not in this folder" in card_now["content"]["body"]
+    assert not (service.engine.workspace.root / "runs.log").exists()
+
+
 async def test_a_reaction_redacted_before_it_is_handled_decides_nothing(
     make_service, accounts, model
 ):
