@@ -385,6 +385,12 @@ def _latest_message(
 
 
 def _forget_user(conn: Connection, user_id: int) -> tuple[int, int]:
+    # Marked first: this waits for a deriver or an indexer that read the mark (under a
+    # share lock), so what they wrote is deleted below; what they have not reached yet, or
+    # are working on now, is passed over: until 2026-12-06 a batch behind the forget
+    # brought the facts back.
+    newest = conn.execute(sa.select(sa.func.max(chat_history.c.id))).scalar()
+    forget_through_in(conn, user_id, int(newest or 0))
     d = memory_documents
     personal = [
         source
@@ -397,10 +403,6 @@ def _forget_user(conn: Connection, user_id: int) -> tuple[int, int]:
         d.delete().where(sa.or_(d.c.user_id == user_id, d.c.source.in_(personal)))
     ).rowcount
     facts = conn.execute(memory_facts.delete().where(memory_facts.c.user_id == user_id)).rowcount
-    # What the deriver and the indexer have not reached yet, or are working on now, is
-    # passed over: until 2026-12-06 a batch behind the forget brought the facts back.
-    newest = conn.execute(sa.select(sa.func.max(chat_history.c.id))).scalar()
-    forget_through_in(conn, user_id, int(newest or 0))
     return int(facts), int(documents)
 
 

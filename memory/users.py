@@ -137,9 +137,14 @@ class BatchSpeakers:
 
 
 def forgotten_through_in(conn: Connection, user_id: int) -> int:
-    """The newest message id at the person's last ``/forget_me`` (0: never)."""
+    """The newest message id at the person's last ``/forget_me`` (0: never). Read with a
+    share lock on PostgreSQL: a ``/forget_me`` (which marks first, ``_forget_user``) waits
+    for the transaction that read it and then deletes what it wrote; one that committed
+    between the read and that commit deleted nothing of it, and the fact or the search
+    rows came back (found by review on 2026-12-06). SQLite's writers go one at a time."""
     u = memory_users
-    value = conn.execute(sa.select(u.c.forgotten_through).where(u.c.id == user_id)).scalar()
+    read = sa.select(u.c.forgotten_through).where(u.c.id == user_id).with_for_update(read=True)
+    value = conn.execute(read).scalar()
     return int(value or 0)
 
 

@@ -4,6 +4,8 @@ the fake OpenAI server with scripted answers."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -12,7 +14,9 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.util import await_only
 
+import memory.deriver as deriver_module
 from engine.bus.chat import ChatEventBus
 from engine.config import ModelConfig
 from engine.llm.client import OpenAICompatModel
@@ -899,6 +903,33 @@ async def test_the_bots_side_of_a_forgotten_conversation_is_not_sent_again(
     fake_openai.reply_text(answer(add("Ann lives in Oslo", after)), model=MODEL)
     assert await setup.deriver.derive_pending() == 1
     assert "Dr. Berg" not in str(fake_openai.requests[-1]["messages"])
+
+
+async def test_a_forget_me_during_the_derivers_apply_deletes_what_it_writes(
+    setup: Setup, fake_openai: FakeOpenAIServer, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's /forget_me committed between the apply's check and its commit:
+    it deleted nothing of it, and the fact stood right after "Done: I deleted everything"
+    (found by review on 2026-12-06). The forget waits for the apply, then deletes."""
+    if backend != "postgresql":
+        pytest.skip("SQLite's writers go one at a time")
+    memory = MemoryService(setup.store.db, ChatEventBus())
+    chat = await setup.session(f"telegram:{ANN}")
+    [said] = await setup.say(chat, [("", "my doctor is Dr. Berg")])
+    ann = await memory.user_for(Identity("telegram", ANN))
+    forgetting: list[asyncio.Task[Any]] = []
+
+    def forget_meanwhile(name: str) -> None:
+        if name == "deriver_before_commit":
+            forgetting.append(asyncio.ensure_future(memory.forget_user(ann)))
+            with contextlib.suppress(TimeoutError):  # done at once, or waits for this commit
+                await_only(asyncio.wait_for(asyncio.shield(forgetting[0]), 0.5))
+
+    monkeypatch.setattr(deriver_module, "failpoint", forget_meanwhile)
+    fake_openai.reply_text(answer(add("Ann's doctor is Dr. Berg", said)), model=MODEL)
+    await setup.deriver.derive_pending()
+    await forgetting[0]
+    assert [f.body for f in await memory.facts.list(ann)] == []
 
 
 async def test_what_was_said_before_forget_me_is_never_indexed_again(setup: Setup) -> None:
