@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from starlette.responses import Response
@@ -23,6 +23,21 @@ from bot.platform.failures import report_failure
 __all__ = ["Answer", "EventStream", "Keeper", "WholeAnswer"]
 
 log = logging.getLogger(__name__)
+
+
+#: A stream's headers: no content-length, the body is as long as the answer.
+STREAM_HEADERS = (
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+)
+#: An SSE comment: it keeps a proxy from cutting a stream that is silent for a while.
+KEEPALIVE_LINE = b": keep-alive\n\n"
+
+
+def sse(body: dict[str, Any]) -> bytes:
+    """``body`` as one server-sent event."""
+    return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
 
 
 class Keeper(Protocol):
@@ -94,28 +109,28 @@ class Answer:
     async def events(self) -> AsyncIterator[bytes]:
         """OpenAI's chunks; a client that goes away stops this, never the turn."""
         try:
-            yield self._sse(chunk(*self._head(), {"role": "assistant", "content": ""}))
+            yield sse(chunk(*self._head(), {"role": "assistant", "content": ""}))
             async for piece in self._pieces():
                 if piece is KEEPALIVE:
-                    yield b": keep-alive\n\n"
+                    yield KEEPALIVE_LINE
                     continue
                 if piece is INTERRUPTED:
                     # As OpenAI ends a stream that failed: an error, no finish, no [DONE];
                     # its clients raise it (until 2026-12-06 the cut text ended "stop", and
                     # the conversation held it as the answer; found by review).
-                    yield self._sse(_interrupted().body())
+                    yield sse(_interrupted().body())
                     return
                 if not piece.text:
                     continue
                 extra = {"event": piece.event} if piece.event else None
-                yield self._sse(chunk(*self._head(), {"content": piece.text}, extra=extra))
+                yield sse(chunk(*self._head(), {"content": piece.text}, extra=extra))
                 self._sent.append(piece.text)  # resumed: the writer sent it
             await self._finish("".join(self._sent))
             extra = {"conversation": self._conversation.source}
             finish = self._finish_reason
-            yield self._sse(chunk(*self._head(), {}, finish_reason=finish, extra=extra))
+            yield sse(chunk(*self._head(), {}, finish_reason=finish, extra=extra))
             if self._usage_chunk:
-                yield self._sse(usage_chunk(*self._head(), self._tokens))
+                yield sse(usage_chunk(*self._head(), self._tokens))
             yield b"data: [DONE]\n\n"
         except asyncio.CancelledError:  # while waiting for the turn's next piece
             if self.client_left:
@@ -129,7 +144,7 @@ class Answer:
             failed = ApiError(
                 500, f"An internal error (id {error}).", code="internal_error", kind="server_error"
             )
-            yield self._sse(failed.body())
+            yield sse(failed.body())
         finally:
             self._done()
 
@@ -178,10 +193,6 @@ class Answer:
         self._turn.close()
         self._lock.release()
 
-    @staticmethod
-    def _sse(body: dict[str, Any]) -> bytes:
-        return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
-
 
 class EventStream(Response):
     """The answer's server-sent events, written as they come; the answer is let go
@@ -192,11 +203,7 @@ class EventStream(Response):
 
     def __init__(self, answer: Answer) -> None:
         super().__init__()
-        self.raw_headers = [  # no content-length: the body is as long as the answer
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-        ]
+        self.raw_headers = list(STREAM_HEADERS)
         self._answer = answer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -205,6 +212,79 @@ class EventStream(Response):
             async for data in self._answer.events():
                 await send({"type": "http.response.body", "body": data, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class QueuedStream(Response):
+    """A streamed request whose conversation another request is being answered in: its
+    headers and keep-alives go out while it waits its turn (``queued``: its answer, once
+    the conversation's lock is its), then its answer's events, as any stream's. A client
+    that leaves meanwhile leaves the queue; a refusal once the stream began is its error
+    event."""
+
+    def __init__(self, queued: Callable[[], Awaitable[Answer]], keepalive_s: float) -> None:
+        super().__init__()
+        self.raw_headers = list(STREAM_HEADERS)
+        self._queued = queued
+        self._keepalive_s = keepalive_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        answer = await self._turn_come(receive, send)
+        if answer is None:
+            return  # gone, or told why not
+        async with _watched(receive, answer):
+            async for data in answer.events():
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _turn_come(self, receive: Receive, send: Send) -> Answer | None:
+        """The answer once its turn comes; ``None`` when the client left first, or the
+        request was refused (its error event sent)."""
+        waiting = asyncio.ensure_future(self._queued())
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            while True:
+                done, _ = await asyncio.wait(
+                    {waiting, gone}, timeout=self._keepalive_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                if gone in done:
+                    await _let_go(waiting)
+                    return None
+                if waiting in done:
+                    break
+                await send(
+                    {"type": "http.response.body", "body": KEEPALIVE_LINE, "more_body": True}
+                )
+        except BaseException:  # the client gone under a keep-alive, or a stop
+            await _let_go(waiting)
+            raise
+        finally:
+            gone.cancel()
+        try:
+            return waiting.result()
+        except ApiError as refused:
+            failed = refused
+        except Exception:
+            error = report_failure(log, "a request waiting for its conversation")
+            failed = ApiError(
+                500, f"An internal error (id {error}).", code="internal_error", kind="server_error"
+            )
+        await send({"type": "http.response.body", "body": sse(failed.body()), "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return None
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _let_go(waiting: asyncio.Future[Answer]) -> None:
+    """A queued request left: out of the queue, or its answer let go if its turn came."""
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    if waiting.done() and not waiting.cancelled() and waiting.exception() is None:
+        waiting.result().close()
 
 
 class WholeAnswer(Response):

@@ -40,7 +40,7 @@ from engine.session import (
     ToolStart,
     UserMessage,
 )
-from engine.store import InboxItem
+from engine.store import InboxItem, utcnow
 
 __all__ = ["INTERRUPTED", "KEEPALIVE", "Exchange", "ExchangeLimits", "Piece", "Turn"]
 
@@ -276,14 +276,21 @@ class Exchange:
             return []
         pieces = [
             self._waits(turn, item.tool_call_id, _approval_line(item.name), "approval_required",
-                        item.name, item.depth)
+                        item.name, item.depth, asked=self._asked(item))
             for item in await self._hub.pending_approvals(session)
         ] + [
             self._waits(turn, item.tool_call_id, _question_line(_question_of(item)), "question",
-                        None, item.depth)
+                        None, item.depth, asked=self._asked(item))
             for item in await self._hub.pending_questions(session)
         ]  # fmt: skip
         return [piece for piece in pieces if piece is not None]
+
+    def _asked(self, item: InboxItem) -> float:
+        """When ``item`` began to wait, on this exchange's clock: a request that finds it
+        waiting waits only what is left of a decision's wait (it waited a whole one more,
+        after the request before it had waited its own; found by review on 2026-12-06)."""
+        waited = (utcnow() - item.requested_at).total_seconds()
+        return self._clock() - min(max(waited, 0.0), self.limits.decision_wait_s)
 
     def _told(self, turn: _Turn, event: Any, *, quiet: bool = False) -> Piece | None:
         """``quiet``: only what is waited for is kept up to date (nothing is said)."""
@@ -334,12 +341,21 @@ class Exchange:
         return None
 
     def _waits(
-        self, turn: _Turn, call_id: int, line: str, kind: str, name: str | None, depth: int
+        self,
+        turn: _Turn,
+        call_id: int,
+        line: str,
+        kind: str,
+        name: str | None,
+        depth: int,
+        *,
+        asked: float | None = None,
     ) -> Piece | None:
-        """A card or a question waited for from now (told once: ``None`` when it was)."""
+        """A card or a question waited for since ``asked`` (default: now; told once:
+        ``None`` when it was)."""
         if call_id in turn.waiting:
             return None
-        turn.waiting[call_id] = self._clock()
+        turn.waiting[call_id] = self._clock() if asked is None else asked
         return self._progress(turn, line, kind, call_id, name, depth)
 
     def _progress(

@@ -25,8 +25,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from bot.completions.answer import Answer, EventStream, WholeAnswer
-from bot.completions.asked import Asked, asked_of, context_of, read_request
+from bot.completions.answer import Answer, EventStream, QueuedStream, WholeAnswer
+from bot.completions.asked import Asked, CompletionRequest, asked_of, context_of, read_request
 from bot.completions.conversations import (
     POSITION_KEY,
     AnswerTo,
@@ -156,7 +156,32 @@ class CompletionsApi:
         )
         lock = self._locks.setdefault(conversation.id, asyncio.Lock())
         contended = lock.locked()
+        if contended and body.stream:
+            # Its headers and keep-alives go out while the request before it is answered:
+            # nothing went out until then (up to a decision's wait, 300 s), and a proxy cut
+            # it after 60 s of silence (found by review on 2026-12-06).
+            async def when_free() -> Answer:
+                await lock.acquire()
+                return await self._answer(conversation, heads, taken, asked, body, lock, True)
+
+            return QueuedStream(when_free, self.exchange.limits.keepalive_s)
         await lock.acquire()
+        answer = await self._answer(conversation, heads, taken, asked, body, lock, contended)
+        if body.stream:
+            return EventStream(answer)
+        return WholeAnswer(answer)
+
+    async def _answer(
+        self,
+        conversation: Conversation,
+        heads: list[str],
+        taken: int,
+        asked: Asked,
+        body: CompletionRequest,
+        lock: asyncio.Lock,
+        contended: bool,
+    ) -> Answer:
+        """The request's answer, ``lock`` held (let go here when it cannot begin)."""
         try:
             if contended:  # read again: as the request before this one left it
                 conversation, taken = await self._conversations.get(conversation, heads)
@@ -171,7 +196,7 @@ class CompletionsApi:
         except BaseException:
             lock.release()
             raise
-        answer = Answer(
+        return Answer(
             self,
             conversation,
             turn,
@@ -180,9 +205,6 @@ class CompletionsApi:
             created=int(self._clock()),
             usage=body.include_usage,
         )
-        if body.stream:
-            return EventStream(answer)
-        return WholeAnswer(answer)
 
     # -- steps ---------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -15,6 +16,7 @@ import sqlalchemy as sa
 
 from bot.completions import ExchangeLimits
 from bot.completions.tables import api_conversations
+from engine.store.schema import tool_approvals, utcnow
 from tests.bot.completions.conftest import GUARD_S, V1Server, until, user_messages
 from tests.fakes.openai_server import FakeOpenAIServer
 
@@ -292,6 +294,80 @@ async def test_a_failure_of_ours_mid_stream_is_an_openai_error_event(
     assert "internal error (id " in failed.value.message
     assert "database is locked" not in failed.value.message
     assert "database is locked" in caplog.text
+
+
+async def test_a_request_that_meets_a_long_waiting_card_waits_only_what_is_left(
+    make_v1, fake_openai: FakeOpenAIServer
+):
+    """It waited a whole decision's wait from its own start, whatever the card had waited
+    already: after the request before it had waited its own, about twice that (found by
+    review on 2026-12-06). Here the card has waited for an hour."""
+    v1 = await make_v1(limits=ExchangeLimits(decision_wait_s=60, keepalive_s=0.05))
+    fake_openai.reply_tool_calls(WRITE)
+    fake_openai.reply_text("Written.")
+    first = {"model": "main", "user": "patient", "messages": [{"role": "user", "content": "write"}]}
+    later = {**first, "messages": [{"role": "user", "content": "is it done?"}]}
+    async with v1.http() as http:
+        async with http.stream(
+            "POST", "/v1/chat/completions", json={**first, "stream": True}
+        ) as raw:
+            async for line in raw.aiter_lines():
+                if "waits for approval" in line:
+                    break  # the client leaves: its turn waits on
+
+        def an_hour_ago(conn: sa.Connection) -> None:
+            conn.execute(tool_approvals.update().values(requested_at=utcnow() - timedelta(hours=1)))
+
+        await v1.engine.store.db.run(an_hour_ago)
+        again = await asyncio.wait_for(http.post("/v1/chat/completions", json=later), GUARD_S)
+        said = again.json()["choices"][0]["message"]["content"]
+        assert "write_file waits for approval" in said and "Still waiting" in said
+        [card] = (await http.get("/api/inbox")).json()["approvals"]
+        await http.post(
+            f"/api/inbox/approvals/{card['tool_call_id']}/resolve", json={"action": "approve"}
+        )
+
+
+async def test_a_stream_queued_behind_a_waiting_one_gets_its_headers_and_keepalives(
+    make_v1, fake_openai: FakeOpenAIServer
+):
+    """A second stream of a conversation whose turn waits for a decision got no byte, not
+    even its headers, until the first request ended (a decision's wait, 300 s): a proxy
+    cut it after 60 s of silence (found by review on 2026-12-06)."""
+    v1 = await make_v1(limits=ExchangeLimits(decision_wait_s=60, keepalive_s=0.05))
+    fake_openai.reply_tool_calls(WRITE)
+    fake_openai.reply_text("Written.")
+    first = {
+        "model": "main",
+        "user": "two-tabs",
+        "stream": True,
+        "messages": [{"role": "user", "content": "write"}],
+    }
+    second = {**first, "messages": [{"role": "user", "content": "is it done?"}]}
+    async with v1.http() as http, v1.http() as other:
+        async with http.stream("POST", "/v1/chat/completions", json=first) as raw:
+            told = raw.aiter_lines()  # kept: a loop broken over a fresh one closes the stream
+            async for line in told:
+                if "waits for approval" in line:
+                    break
+            queued = other.build_request("POST", "/v1/chat/completions", json=second)
+            waiting = await asyncio.wait_for(other.send(queued, stream=True), GUARD_S)
+            try:
+                assert waiting.status_code == 200  # while the first still waits
+                lines = waiting.aiter_lines()
+                first_line = await asyncio.wait_for(anext(lines), GUARD_S)
+                assert first_line == ": keep-alive"
+            finally:
+                await waiting.aclose()  # it leaves the queue
+        [card] = (await http.get("/api/inbox")).json()["approvals"]
+        await http.post(
+            f"/api/inbox/approvals/{card['tool_call_id']}/resolve", json={"action": "approve"}
+        )
+        await until(lambda: answered(v1, "api:1"))
+        fake_openai.reply_text("You're welcome.")
+        thanks = {**first, "stream": False, "messages": [{"role": "user", "content": "thanks"}]}
+        after = await asyncio.wait_for(http.post("/v1/chat/completions", json=thanks), GUARD_S)
+    assert after.json()["choices"][0]["message"]["content"] == "You're welcome."  # not held
 
 
 async def test_a_non_streaming_request_waits_for_the_decision_too(
