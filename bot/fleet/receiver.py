@@ -57,7 +57,7 @@ class ReceiverElection:
         """``settle``: what must end before the lease is let go once the receiver stopped
         (the events it took, still being handled: the next holder hands over every one
         not marked handled, and one in hand here, a command, ran twice; found by review on
-        2026-12-06); waited for at most ``ttl_s``, as long as the lease lasts unrenewed."""
+        2026-12-06); waited for at most what is left of the lease, unrenewed."""
         if not ttl_s > 0:
             raise ValueError(f"the receiver's lease needs a positive ttl, not {ttl_s!r}")
         self._leases = leases
@@ -140,18 +140,23 @@ class ReceiverElection:
                 if lost:  # counted once the receiver is stopped: whoever sees it sees that
                     self.lost += 1
                     log.warning("%s: lost the lease (epoch %d); stopped", self.name, lease.epoch)
-                await self._settled()
-                # Let the next process in now rather than at expiry. Harmless when the lease
-                # is lost already: a release needs our owner and epoch on a live lease.
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(self.interval_s):
-                        await self._leases.release(lease)
+                try:
+                    await self._settled(confirmed + self.ttl_s - self._monotonic())
+                finally:  # a second cancellation (a stop's deadline) lets go too
+                    # Let the next process in now rather than at expiry. Harmless when the
+                    # lease is lost already: a release needs our owner and epoch on a live
+                    # lease.
+                    with contextlib.suppress(Exception):
+                        async with asyncio.timeout(self.interval_s):
+                            await self._leases.release(lease)
 
-    async def _settled(self) -> None:
-        if self._settle is None:
+    async def _settled(self, left_s: float) -> None:
+        """``settle``, for at most ``left_s``: what is left of the lease (past it, the next
+        holder takes the events over anyway)."""
+        if self._settle is None or left_s <= 0:
             return
         try:
-            async with asyncio.timeout(self.ttl_s):
+            async with asyncio.timeout(left_s):
                 await self._settle()
         except Exception:  # a timeout included: the lease ends by itself meanwhile
             log.warning("%s: what was received is not handled yet; letting go", self.name)

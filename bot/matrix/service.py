@@ -236,7 +236,13 @@ class MatrixService:
             self.hub.use_default_home(source_of(room))
 
     async def close(self) -> None:
-        await self._tasks.close()
+        # Together: a fleet's election, stopping, lets its lease go once the events in
+        # hand are handled, which the lanes' close gives its grace to (one after the
+        # other, a stop waited for both: past the service's budget with three platforms).
+        closing = [self._tasks.close()]
+        if self.adapter is not None:
+            closing.append(self.adapter.front.stop_taking())
+        await asyncio.gather(*closing)
         if self.adapter is not None:
             await self.adapter.close()
 

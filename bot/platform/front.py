@@ -209,6 +209,10 @@ class Front(Generic[In]):
         await self.handled()
         await self._outgoing.join()
 
+    async def stop_taking(self, grace_s: float = Lanes.GRACE_S) -> None:
+        """The messages in hand get ``grace_s`` to be handled; no more are (a stop)."""
+        await self._incoming.close(grace_s)
+
     async def handled(self) -> None:
         """Until every message taken so far is handled (a fleet's receiver lets its lease
         go only then)."""

@@ -239,6 +239,32 @@ async def test_stopping_lets_the_lease_go_once_what_was_received_is_handled(url:
         await db.close()
 
 
+async def test_a_second_stop_while_settling_still_lets_the_lease_go(url: str) -> None:
+    """A stop's deadline cancels the election again while it waits for the events in hand:
+    the release was skipped, and the next process waited out the lease (found by review on
+    2026-12-06)."""
+    db = connect(url)
+    polling: set[str] = set()
+    never = asyncio.Event()
+    election = ReceiverElection(
+        Leases(db), "a", FakePoller(polling, "a").run, ttl_s=30, sleep=yielding, settle=never.wait
+    )
+    task = asyncio.create_task(election.run())
+    try:
+        await until(lambda: polling == {"a"}, "it polls")
+        task.cancel()
+        await until(lambda: polling == set(), "the poller stopped")
+        for _ in range(5):
+            await asyncio.sleep(0)
+        task.cancel()  # the deadline: settling is cut short
+        await asyncio.gather(task, return_exceptions=True)
+        assert await Leases(db).holder(RECEIVER_LEASE) is None
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await db.close()
+
+
 async def test_a_receiver_that_fails_ends_the_election_with_its_error(url: str) -> None:
     db = connect(url)
 
