@@ -330,11 +330,7 @@ def _find(
                 c.c.updated_at >= now - FIRST_RETRY_WINDOW,
                 c.c.opening.is_(None) if opening is None else c.c.opening == opening,
             )
-            # One whose answer was never held first: a retry follows a try whose client
-            # never got its answer, and the newest was another client's, answered, with the
-            # same first words: its answer was read back to this one (found by review on
-            # 2026-12-06).
-            .order_by(c.c.length.asc(), c.c.updated_at.desc(), c.c.id.desc())
+            .order_by(c.c.updated_at.desc(), c.c.id.desc())
             .limit(1)
         ).first()
         if row is not None:

