@@ -27,6 +27,14 @@ async def idle(v1: V1Server, source: str) -> bool:
     return await v1.hub.current_session(source) is not None and not await v1.hub.is_busy(source)
 
 
+async def approve_the_card(http: httpx.AsyncClient) -> None:
+    """The one approval waiting, approved through the API."""
+    [card] = (await http.get("/api/inbox")).json()["approvals"]
+    await http.post(
+        f"/api/inbox/approvals/{card['tool_call_id']}/resolve", json={"action": "approve"}
+    )
+
+
 async def answered(v1: V1Server, source: str) -> bool:
     return bool(await v1.api.last_answer(source)) and not await v1.hub.is_busy(source)
 
@@ -322,10 +330,7 @@ async def test_a_request_that_meets_a_long_waiting_card_waits_only_what_is_left(
         again = await asyncio.wait_for(http.post("/v1/chat/completions", json=later), GUARD_S)
         said = again.json()["choices"][0]["message"]["content"]
         assert "write_file waits for approval" in said and "Still waiting" in said
-        [card] = (await http.get("/api/inbox")).json()["approvals"]
-        await http.post(
-            f"/api/inbox/approvals/{card['tool_call_id']}/resolve", json={"action": "approve"}
-        )
+        await approve_the_card(http)
 
 
 async def test_a_stream_queued_behind_a_waiting_one_gets_its_headers_and_keepalives(
@@ -359,10 +364,7 @@ async def test_a_stream_queued_behind_a_waiting_one_gets_its_headers_and_keepali
                 assert first_line == ": keep-alive"
             finally:
                 await waiting.aclose()  # it leaves the queue
-        [card] = (await http.get("/api/inbox")).json()["approvals"]
-        await http.post(
-            f"/api/inbox/approvals/{card['tool_call_id']}/resolve", json={"action": "approve"}
-        )
+        await approve_the_card(http)
         await until(lambda: answered(v1, "api:1"))
         fake_openai.reply_text("You're welcome.")
         thanks = {**first, "stream": False, "messages": [{"role": "user", "content": "thanks"}]}
@@ -417,10 +419,7 @@ async def test_a_request_that_meets_a_waiting_card_is_told_and_ends_after_the_wa
         again = await asyncio.wait_for(http.post("/v1/chat/completions", json=later), GUARD_S)
         said = again.json()["choices"][0]["message"]["content"]
         assert "write_file waits for approval" in said and "Still waiting" in said
-        [card] = (await http.get("/api/inbox")).json()["approvals"]
-        await http.post(
-            f"/api/inbox/approvals/{card['tool_call_id']}/resolve", json={"action": "approve"}
-        )
+        await approve_the_card(http)
     await until(lambda: answered(v1, "api:1"))
 
 

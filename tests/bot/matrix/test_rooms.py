@@ -33,6 +33,18 @@ def _said(accounts, room):
     return bodies(accounts.alice, room, accounts.bot.user_id)
 
 
+def _card(accounts, room):
+    """The approval card in ``room`` as Alice sees it (``None`` before it shows)."""
+    return next(
+        (
+            m
+            for m in bot_messages(accounts.alice, room, accounts.bot.user_id)
+            if "Approval needed" in m["content"]["body"]
+        ),
+        None,
+    )
+
+
 async def test_a_strangers_invite_is_declined_with_a_pairing_code_and_the_owner_told(
     make_service, accounts
 ):
@@ -142,16 +154,7 @@ async def test_reactions_that_decide_nothing(make_service, accounts, model):
     accounts.alice.invite(room, accounts.bob.user_id)
     accounts.bob.join(room)
     accounts.alice.say(room, "run it", **{"m.mentions": {"user_ids": [accounts.bot.user_id]}})
-    card = await until(
-        lambda: next(
-            (
-                m
-                for m in bot_messages(accounts.alice, room, accounts.bot.user_id)
-                if "Approval needed" in m["content"]["body"]
-            ),
-            None,
-        )
-    )
+    card = await until(lambda: _card(accounts, room))
     plain = accounts.alice.say(room, "a plain message")
     accounts.bob.react(room, card["event_id"], "✅")
     accounts.alice.react(room, plain, "✅")
@@ -178,16 +181,7 @@ async def test_a_reason_written_in_the_cards_thread_rejects_it(make_service, acc
     model.add(shell("echo no >> runs.log"), text("Not run."))
     service, room = await _dm(make_service, accounts)
     accounts.alice.say(room, "run it")
-    card = await until(
-        lambda: next(
-            (
-                m
-                for m in bot_messages(accounts.alice, room, accounts.bot.user_id)
-                if "Approval needed" in m["content"]["body"]
-            ),
-            None,
-        )
-    )
+    card = await until(lambda: _card(accounts, room))
     in_its_thread = {
         "rel_type": "m.thread",
         "event_id": card["event_id"],
@@ -212,16 +206,7 @@ async def test_a_reaction_redacted_before_it_is_handled_decides_nothing(
     model.add(shell("echo no >> runs.log"))
     service, room = await _dm(make_service, accounts)
     accounts.alice.say(room, "run it")
-    card = await until(
-        lambda: next(
-            (
-                m
-                for m in bot_messages(accounts.alice, room, accounts.bot.user_id)
-                if "Approval needed" in m["content"]["body"]
-            ),
-            None,
-        )
-    )
+    card = await until(lambda: _card(accounts, room))
     await stop(service)  # down: the reaction and its redaction wait for the next sync
     reaction = accounts.alice.react(room, card["event_id"], "✅")
     accounts.alice.redact(room, reaction)
@@ -346,16 +331,7 @@ async def test_a_decision_taken_elsewhere_edits_the_matrix_card(
     model.add(shell(command), text("Done."))
     service, room = await _dm(make_service, accounts)
     accounts.alice.say(room, "run it")
-    card = await until(
-        lambda: next(
-            (
-                m
-                for m in bot_messages(accounts.alice, room, accounts.bot.user_id)
-                if "Approval needed" in m["content"]["body"]
-            ),
-            None,
-        )
-    )
+    card = await until(lambda: _card(accounts, room))
     pending = await service.hub.pending_approvals()
     await service.hub.decide(
         pending[0].tool_call_id,
