@@ -323,8 +323,14 @@ class FleetWork:
         renewal saw. Its queued work here is dropped (the rows stay), and a later claim
         (a scan, a message) takes it anew and resumes the cut turn first. A retired
         state's turn forgets nothing: the tenure it ran under is gone already, and the
-        current one is not its to forget (until 2026-12-06 it was forgotten)."""
+        current one is not its to forget (until 2026-12-06 it was forgotten). Nor is a
+        holding of another epoch: the source taken anew while this turn was being stopped,
+        before the claim retired it, lost its new lease here, and the message that took it
+        was never answered (a race seen under load on 2026-12-06)."""
         if state.retired:
+            return
+        held = self.ownership.epoch(state.name)
+        if state.epoch is not None and held is not None and held != state.epoch:
             return
         self.ownership.forget(state.name)
         self.lost([state.name])

@@ -20,6 +20,7 @@ from engine.core import Engine
 from engine.hub import APPROVE, ChatHub
 from engine.hub.fleet.ownership import FleetConfig, lease_name, pick
 from engine.hub.turns.inbox import queue_message
+from engine.hub.turns.sources import SourceState
 from engine.hub.types import Notification, SendOptions
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel, text, tool_call
@@ -1033,6 +1034,30 @@ async def test_new_on_a_chat_a_dead_owner_left_cut_lets_the_chat_go(
 
 async def _no_scan() -> int:
     return 0
+
+
+async def test_a_turn_fenced_after_its_chat_was_taken_anew_leaves_the_new_lease(
+    url: str, tmp_path: Path
+) -> None:
+    """The old turn's fence stop came after the message that took the chat anew had its
+    new lease, before the claim retired the old state: it forgot the new lease, and that
+    message was never answered (a race seen under load on 2026-12-06)."""
+    source = "telegram:48"
+    async with member(url, tmp_path, "a", None, ttl=TTL) as a:
+        fleet = a.hub.fleet
+        assert fleet is not None
+        await fleet.ownership.claim(source)
+        old = SourceState(source, 1, epoch=fleet.ownership.epoch(source))
+        await lose(a, source)
+        leases = Leases(a.engine.store.db)
+        taken = await leases.acquire(lease_name(source), "b", TTL)  # b works it meanwhile
+        assert taken is not None and await leases.release(taken)
+        assert await fleet.ownership.claim(source)  # taken anew: another epoch
+        assert fleet.ownership.epoch(source) != old.epoch
+        fleet.fenced_out(old)
+        assert fleet.owns(source)
+        fleet.fenced_out(SourceState(source, 1, epoch=fleet.ownership.epoch(source)))
+        assert not fleet.owns(source)  # its own tenure's fence: let go, as before
 
 
 async def lose(m: Member, source: str) -> None:
