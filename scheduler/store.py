@@ -809,19 +809,9 @@ _START = (
 # Started only while the lease has not run out, and renewed from the start: a worker slow
 # between its claim and its start (a long owner check) ran the run while another worker,
 # which had claimed it once the lease ran out, ran it too (found by review on 2026-12-06).
-_START_RENEWED = (
-    r.update()
-    .where(
-        _held_by,
-        _job_live,
-        r.c.cancel_requested_at.is_(None),
-        r.c.lease_expires_at > sa.bindparam("b_now", type_=r.c.lease_expires_at.type),
-    )
-    .values(
-        session_id=sa.bindparam("b_session"),
-        lease_expires_at=sa.bindparam("b_expires", type_=r.c.lease_expires_at.type),
-    )
-)
+_START_RENEWED = _START.where(
+    r.c.lease_expires_at > sa.bindparam("b_now", type_=r.c.lease_expires_at.type)
+).values(lease_expires_at=sa.bindparam("b_expires", type_=r.c.lease_expires_at.type))
 _HELD = sa.select(r.c.id).where(_held_by)
 # A run asked to stop (a kill, a delete) renews no more: its runner stops it.
 _HEARTBEAT = (

@@ -140,10 +140,7 @@ class Answer:
             # A failure of ours once the stream began: OpenAI's error event, as a failed
             # stream ends (it cut the connection, and the client's SDK raised a transport
             # error instead of the error id; found by review on 2026-12-06).
-            error = report_failure(log, f"streaming the answer of {self._conversation.source}")
-            failed = ApiError(
-                500, f"An internal error (id {error}).", code="internal_error", kind="server_error"
-            )
+            failed = _internal_error(f"streaming the answer of {self._conversation.source}")
             yield sse(failed.body())
         finally:
             self._done()
@@ -265,10 +262,7 @@ class QueuedStream(Response):
         except ApiError as refused:
             failed = refused
         except Exception:
-            error = report_failure(log, "a request waiting for its conversation")
-            failed = ApiError(
-                500, f"An internal error (id {error}).", code="internal_error", kind="server_error"
-            )
+            failed = _internal_error("a request waiting for its conversation")
         await send({"type": "http.response.body", "body": sse(failed.body()), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return None
@@ -341,6 +335,14 @@ async def _until_gone(receive: Receive, writer: asyncio.Task[Any] | None, answer
 
 def _without_tail(text: str, count: int) -> str:
     return text[: len(text) - count] if count <= len(text) else ""
+
+
+def _internal_error(what: str) -> ApiError:
+    """A failure of ours, logged under an id, as OpenAI's 500 (a stream's last event)."""
+    error = report_failure(log, what)
+    return ApiError(
+        500, f"An internal error (id {error}).", code="internal_error", kind="server_error"
+    )
 
 
 def _interrupted() -> ApiError:

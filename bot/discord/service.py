@@ -30,7 +30,7 @@ from bot.discord.sending import discord_pacing
 from bot.fleet.receiver import ReceiverElection
 from bot.platform.access import PairingDesk
 from bot.platform.failures import report_failure
-from bot.platform.front import FrontConfig
+from bot.platform.front import FrontConfig, stop_platform
 from bot.platform.jobs import Jobs
 from bot.platform.tasks import Background
 from bot.platform.voice_mode import VoiceMode
@@ -237,15 +237,7 @@ class DiscordService:
             log.warning("registering the Discord slash commands failed: %s", exc)
 
     async def close(self) -> None:
-        # Together: a fleet's election, stopping, lets its lease go once the events in
-        # hand are handled, which the lanes' close gives its grace to (one after the
-        # other, a stop waited for both: past the service's budget with three platforms).
-        closing = [self._tasks.close()]
-        if self.adapter is not None:
-            closing.append(self.adapter.front.stop_taking())
-        await asyncio.gather(*closing)
-        if self.adapter is not None:
-            await self.adapter.close()
+        await stop_platform(self._tasks, self.adapter)
 
     def state(self) -> str:
         """For ``/healthz``: ``ok`` (this process holds a live gateway connection),

@@ -280,16 +280,17 @@ class ApiRoutes:
         self._providers = providers
 
     def routes(self) -> list[Route]:
-        """One route per path with every method of it: a method the path does not have is
-        405 with all the ones it has in ``Allow`` (not only the first route's)."""
-        by_path: dict[str, dict[str, Handler]] = {}
-        for spec in OPERATIONS:
-            if spec.served_by == "api":
-                handler = self._guarded(getattr(self, spec.name))
-                by_path.setdefault(spec.path, {})[spec.method] = handler
+        """A route per operation; the app makes a path's routes one (``one_route_per_path``:
+        a method the path does not have is 405 with all the ones it has in ``Allow``)."""
         return [
-            Route(path, _by_method(handlers), methods=list(handlers), name=f"api {path}")
-            for path, handlers in by_path.items()
+            Route(
+                spec.path,
+                self._guarded(getattr(self, spec.name)),
+                methods=[spec.method],
+                name=f"api {spec.path}",
+            )
+            for spec in OPERATIONS
+            if spec.served_by == "api"
         ]
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -673,17 +674,6 @@ def _arguments(raw: str | None) -> Any:
         return json.loads(raw)
     except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         return raw
-
-
-def _by_method(handlers: dict[str, Handler]) -> Handler:
-    if len(handlers) == 1:
-        return next(iter(handlers.values()))
-
-    async def dispatch(request: Request) -> Response:
-        method = "GET" if request.method == "HEAD" else request.method
-        return await handlers[method](request)
-
-    return dispatch
 
 
 def error_status(exc: OperationError) -> int:

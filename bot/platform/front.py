@@ -44,7 +44,7 @@ from engine.hub import ChatHub, HubEvent
 from engine.store import Database
 from memory.service import MemoryService
 
-__all__ = ["Front", "FrontConfig", "Stored"]
+__all__ = ["Front", "FrontConfig", "Platform", "Stored", "stop_platform"]
 
 log = logging.getLogger(__name__)
 
@@ -274,3 +274,25 @@ async def handled_then_marked(
     if not marked:
         failpoint("before_event_marked")
         await mark()
+
+
+class Platform(Protocol):
+    """A platform's adapter as its service stops it."""
+
+    @property
+    def front(self) -> Front[Any]: ...
+
+    async def close(self) -> None: ...
+
+
+async def stop_platform(tasks: Background, adapter: Platform | None) -> None:
+    """A platform service's stop: its tasks and its messages in hand together (a fleet's
+    election, stopping, lets its lease go once those are handled, which the lanes' close
+    gives its grace to; one after the other, a stop waited for both, past the service's
+    budget with three platforms), then the rest of the adapter."""
+    closing = [tasks.close()]
+    if adapter is not None:
+        closing.append(adapter.front.stop_taking())
+    await asyncio.gather(*closing)
+    if adapter is not None:
+        await adapter.close()

@@ -28,7 +28,7 @@ from starlette.routing import Route
 from bot.delivery import Backoff, Pacing, RetrySchedule, keep_delivering
 from bot.fleet.receiver import ReceiverElection
 from bot.platform.access import PairingDesk
-from bot.platform.front import FrontConfig
+from bot.platform.front import FrontConfig, stop_platform
 from bot.platform.jobs import Jobs
 from bot.platform.tasks import Background
 from bot.platform.voice_mode import VoiceMode
@@ -257,15 +257,7 @@ class SlackService:
             self.hub.use_default_home(source_of(channel))
 
     async def close(self) -> None:
-        # Together: a fleet's election, stopping, lets its lease go once the events in
-        # hand are handled, which the lanes' close gives its grace to (one after the
-        # other, a stop waited for both: past the service's budget with three platforms).
-        closing = [self._tasks.close()]
-        if self.adapter is not None:
-            closing.append(self.adapter.front.stop_taking())
-        await asyncio.gather(*closing)
-        if self.adapter is not None:
-            await self.adapter.close()
+        await stop_platform(self._tasks, self.adapter)
 
     async def state(self) -> str:
         """For ``/healthz``: ``ok`` (events arrive: a live socket, or signed in for the
