@@ -85,8 +85,7 @@ class Embedder:
                 (doc_id, source, vector)
                 for (doc_id, source, _), vector in zip(batch.documents, vectors, strict=True)
             ]
-            if await self._db.run(_store, self._vectors, model, batch, rows):
-                done += len(rows)
+            done += await self._db.run(_store, self._vectors, model, batch, rows)
 
     async def _failed(self, model: str, batch: _Batch, exc: EmbeddingError) -> None:
         limit = self.limits.max_failures
@@ -120,16 +119,26 @@ def _store(
     model: str,
     batch: _Batch,
     rows: list[tuple[int, str, list[float]]],
-) -> bool:
-    if not EMBED_MARKS.move(conn, model, batch.after, batch.last_id):
-        return False  # another process stored this batch meanwhile
+) -> int:
+    """The batch's vectors stored and the mark moved past it; how many documents it
+    passed (0: another process stored this batch meanwhile)."""
     # A document deleted while its batch was away (``/forget_me``) gets no vector, nor
     # does another stored since under its id (SQLite gives a deleted row's id again: the
     # vector of Ann's words went to Bob's, and a search in Ann's chat found his; found by
-    # review on 2026-12-06): the row must still be what was embedded.
+    # review on 2026-12-06): the row must still be what was embedded. The mark stops
+    # before such another document, which the next batch embeds (it was passed over,
+    # never embedded, until 2026-12-06).
     d = memory_documents
     embedded = {doc_id: (source, body) for doc_id, source, body in batch.documents}
     now = conn.execute(sa.select(d.c.id, d.c.source, d.c.body).where(d.c.id.in_(embedded)))
-    same = {int(r.id) for r in now if embedded.get(int(r.id)) == (r.source, r.body)}
-    vectors.write(conn, model, [row for row in rows if row[0] in same])
-    return True
+    current = {int(r.id): (r.source, r.body) for r in now}
+    other = [doc_id for doc_id in current if current[doc_id] != embedded[doc_id]]
+    through = min(other) - 1 if other else batch.last_id
+    if not EMBED_MARKS.move(conn, model, batch.after, through):
+        return 0
+    vectors.write(
+        conn,
+        model,
+        [row for row in rows if row[0] <= through and current.get(row[0]) == embedded[row[0]]],
+    )
+    return sum(1 for doc_id, _, _ in batch.documents if doc_id <= through)

@@ -25,7 +25,7 @@ from engine.store import (
     utcnow,
 )
 from memory.optouts import opted_out_in
-from memory.tables import memory_documents, memory_watermarks, scope_of
+from memory.tables import memory_documents, memory_embed_marks, memory_watermarks, scope_of
 from memory.users import BatchSpeakers, identity_of, is_personal
 
 __all__ = ["Indexer", "IndexerLimits", "chunks"]
@@ -162,6 +162,8 @@ def _index_batch(conn: Connection, session_id: int, limits: IndexerLimits) -> tu
             session_id, source, "summary", s.id, "summary", s.content, s.created_at, limits
         )
     if documents:
+        if conn.dialect.name == "sqlite":
+            _number_past_every_mark(conn, documents)
         conn.execute(_insert_ignoring_duplicates(conn), documents)
     if messages or summaries:
         _set_watermark(
@@ -210,6 +212,21 @@ def _documents(
         }
         for number, body in enumerate(chunks(content or "", limits.chunk_chars))
     ]
+
+
+def _number_past_every_mark(conn: Connection, documents: list[dict[str, Any]]) -> None:
+    """Ids past the newest document and past every embedding mark. SQLite gives a deleted
+    newest row's id to the next insert, and a document under an id a mark has passed was
+    never embedded (until 2026-12-06; PostgreSQL's sequence never gives an id twice)."""
+    newest = conn.execute(
+        sa.select(
+            sa.func.max(memory_documents.c.id),
+            sa.select(sa.func.max(memory_embed_marks.c.last_document_id)).scalar_subquery(),
+        )
+    ).one()
+    first = max(newest[0] or 0, newest[1] or 0) + 1
+    for number, document in enumerate(documents):
+        document["id"] = first + number
 
 
 def _insert_ignoring_duplicates(conn: Connection) -> Any:

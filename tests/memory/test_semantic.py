@@ -311,19 +311,51 @@ async def test_a_vector_never_lands_on_another_document_given_a_deleted_ones_id(
     assert vectors is not None
 
     class ForgettingClient(EmbeddingClient):
+        forgotten = False
+
         async def embed(self, texts: list[str]) -> list[list[float]]:  # type: ignore[override]
             out = await super().embed(texts)
-            await memory.forget_user(await memory.user_for(Identity("telegram", "111")))
-            await write_history(sqlite_store, bob.id, [("user", "bob private bank pin 9090")])
-            await Indexer(sqlite_store.db).catch_up()
+            if not self.forgotten:
+                self.forgotten = True
+                await memory.forget_user(await memory.user_for(Identity("telegram", "111")))
+                await write_history(sqlite_store, bob.id, [("user", "bob private bank pin 9090")])
+                await Indexer(sqlite_store.db).catch_up()
             return out
 
     client = ForgettingClient(EmbeddingConfig(MODEL, fake_openai.base_url), http)
     await Embedder(sqlite_store.db, client, vectors).embed_pending()
-    count = "SELECT count(*) FROM memory_vectors"
-    assert await sqlite_store.db.run(lambda c: c.execute(sa.text(count)).scalar()) == 0
+    by_source = "SELECT source FROM memory_vectors"
+    assert await sqlite_store.db.run(lambda c: c.execute(sa.text(by_source)).scalars().all()) == [
+        "telegram:222"  # Bob's words under an id of their own, embedded as his
+    ]
     search = Search(sqlite_store.db, Semantic(client, vectors, 0.0))
     assert await search.sessions("telegram:111", "anything at all") == []
+
+
+async def test_a_document_indexed_after_the_newest_was_forgotten_is_embedded(
+    sqlite_store: Store, fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    """SQLite gives a deleted newest row's id to the next insert: Bob's words, indexed
+    after Ann's embedded ones were forgotten, sat under the embedding mark and were never
+    embedded, found by full text only (found by review on 2026-12-06)."""
+    memory = MemoryService(sqlite_store.db, ChatEventBus())
+    ann = await sqlite_store.sessions.create("telegram:111")
+    bob = await sqlite_store.sessions.create("telegram:222")
+    await write_history(sqlite_store, ann.id, [("user", "ann secret")])
+    await Indexer(sqlite_store.db).catch_up()
+    vectors = await detect(sqlite_store.db)
+    assert vectors is not None
+    embedder = Embedder(sqlite_store.db, client_for(fake_openai, http), vectors)
+    assert await embedder.embed_pending() == 1
+    await memory.forget_user(await memory.user_for(Identity("telegram", "111")))
+    await write_history(sqlite_store, bob.id, [("user", "bob likes sailing")])
+    await Indexer(sqlite_store.db).catch_up()
+
+    assert await embedder.embed_pending() == 1
+    by_source = "SELECT source FROM memory_vectors"
+    assert await sqlite_store.db.run(lambda c: c.execute(sa.text(by_source)).scalars().all()) == [
+        "telegram:222"
+    ]
 
 
 async def test_another_model_embeds_everything_under_its_own_mark(
