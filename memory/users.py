@@ -16,7 +16,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from engine.store import SENDER_KEY, Database, insert_for, utcnow
+from engine.store import (
+    SENDER_KEY,
+    Database,
+    chat_history,
+    chat_sessions,
+    chat_sessions_stack,
+    insert_for,
+    utcnow,
+)
 from memory.tables import memory_identities, memory_users
 
 __all__ = [
@@ -114,6 +122,7 @@ class BatchSpeakers:
         self._conn = conn
         self._ids: dict[Identity, int] = {}
         self._forgotten: dict[int, int] = {}
+        self._owners: dict[str, Identity | None] = {}
 
     def user_id(self, identity: Identity) -> int:
         found = self._ids.get(identity)
@@ -132,8 +141,31 @@ class BatchSpeakers:
     def owner_forgotten(self, source: str, message_id: int) -> bool:
         """Whether the person whose own conversation ``source`` is forgot it after
         ``message_id`` (both sides of it: the assistant's rows too)."""
-        owner = identity_of(source, None) if is_personal(source) else None
+        owner = self._owner(source) if is_personal(source) else None
         return owner is not None and self.forgotten(self.user_id(owner), message_id)
+
+    def _owner(self, source: str) -> Identity | None:
+        """The person whose own conversation ``source`` is: named by the source (a Telegram
+        private chat), else the speaker of its messages (a Slack DM: the bot's side of it
+        was indexed again after the person's /forget_me until 2026-12-06)."""
+        if source not in self._owners:
+            self._owners[source] = identity_of(source, None) or _speaker_in(self._conn, source)
+        return self._owners[source]
+
+
+def _speaker_in(conn: Connection, source: str) -> Identity | None:
+    """Who wrote the newest message of ``source`` that names its speaker."""
+    h, stack, sessions = chat_history, chat_sessions_stack, chat_sessions
+    said = conn.execute(
+        sa.select(h.c.metadata)
+        .join(stack, stack.c.id == h.c.session_stack_id)
+        .join(sessions, sessions.c.id == stack.c.session_id)
+        .where(sessions.c.source == source, h.c.role == "user", h.c.is_synthetic.is_(False))
+        .where(h.c.metadata.is_not(None))
+        .order_by(h.c.id.desc())
+        .limit(1)
+    ).scalar()
+    return identity_of(source, said) if isinstance(said, Mapping) else None
 
 
 def forgotten_through_in(conn: Connection, user_id: int) -> int:

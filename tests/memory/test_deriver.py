@@ -945,3 +945,22 @@ async def test_what_was_said_before_forget_me_is_never_indexed_again(setup: Setu
     await Indexer(setup.store.db).catch_up()
     [hit] = await memory.search.sessions(f"telegram:{ANN}", "diary")
     assert "new" in hit.snippet
+
+
+async def test_both_sides_of_a_slack_dm_forgotten_with_the_index_behind_stay_forgotten(
+    setup: Setup,
+) -> None:
+    """A Slack DM's source does not name its person: the bot's side was indexed again
+    after their /forget_me (a known gap until 2026-12-06)."""
+    memory = MemoryService(setup.store.db, ChatEventBus())
+    source = "slack:D0ANN"
+    chat = await setup.session(source)
+    await setup.say(chat, [("U0ANN", "my secret diary entry"), (None, "your diary is noted")])
+    ann = await memory.user_for(Identity("slack", "U0ANN"))
+    await memory.forget_user(ann)
+    await Indexer(setup.store.db).catch_up()
+    assert await memory.search.sessions(source, "diary") == []
+    await setup.say(chat, [("U0ANN", "a new diary page")])
+    await Indexer(setup.store.db).catch_up()
+    [hit] = await memory.search.sessions(source, "diary")
+    assert "new" in hit.snippet
