@@ -49,6 +49,10 @@ class EventStore:
         take after the lease."""
         return await self._db.run(_take, limit)
 
+    async def renew(self, ids: list[int]) -> None:
+        """The lease of taken events renewed while it holds (a turn that outlasts it)."""
+        await self._db.run(_renew, ids)
+
     async def done(self, ids: list[int]) -> None:
         """Events read: never taken again."""
         await self._db.run(_done, ids)
@@ -98,6 +102,15 @@ def _take(conn: Connection, limit: int, lease: timedelta = TAKE_LEASE) -> list[E
         .returning(e.c.id, e.c.source, e.c.type, e.c.payload, e.c.created_at)
     ).all()
     return sorted((Event(*row) for row in taken), key=lambda event: event.id)
+
+
+def _renew(conn: Connection, ids: list[int], lease: timedelta = TAKE_LEASE) -> None:
+    now = utcnow()
+    conn.execute(
+        e.update()
+        .where(e.c.id.in_(ids), e.c.processed.is_(False), e.c.processed_at > now - lease)
+        .values(processed_at=now)
+    )
 
 
 def _done(conn: Connection, ids: list[int]) -> None:

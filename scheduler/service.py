@@ -128,7 +128,7 @@ class Scheduler:
         #: How long a kill or delete waits for the run to stop before saying it did not.
         self.stop_wait_s = 10.0
         self._tasks: set[asyncio.Task[None]] = set()
-        self.tic = Tic(engine, hub)
+        self.tic = Tic(engine, hub, sleep=sleep)
         self.tic_interval_s = tic_interval_s
 
     async def start(self) -> None:

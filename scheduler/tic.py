@@ -10,8 +10,10 @@ event type and summary within 24 hours is not delivered twice.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -20,14 +22,17 @@ from engine.core import Engine
 from engine.hub import ChatHub, Notification
 from engine.session import Final, TurnResult
 from engine.tools import BuiltinTool, ToolCategory, ToolContext, ToolError, object_schema
-from scheduler.events import EventStore
+from scheduler.events import TAKE_LEASE, EventStore
 
-__all__ = ["NotifyTool", "Tic", "TickReport"]
+__all__ = ["RENEW_EVERY_S", "NotifyTool", "Tic", "TickReport"]
 
 log = logging.getLogger(__name__)
 
 #: Tics an event may fail (every model away, a crash) before it is dropped.
 MAX_TRIES = 3
+
+#: How often a tic's turn renews the lease of the events it took: a turn may outlast it.
+RENEW_EVERY_S = TAKE_LEASE.total_seconds() / 3
 
 #: The tic may read the workspace (memory, notification rules) and nothing else.
 TIC_RUN_CONTEXT = {"allow_fs_reads": ["memory/*"], "allow_fs_writes": []}
@@ -90,8 +95,10 @@ class Tic:
         *,
         batch: int = 50,
         dedupe_window: timedelta = timedelta(hours=24),
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.engine = engine
+        self._sleep = sleep
         self.hub = hub
         self.events = EventStore(engine.store.db)
         self.batch = batch
@@ -122,17 +129,31 @@ class Tic:
             await self.hub.visiting.turn_context(self.hub.home, None) if self.hub.home else None
         )
         outcome: TurnResult | None = None
+        # Until 2026-12-06 a turn longer than the lease let another tic read them again.
+        keeper = asyncio.create_task(self._keep([event.id for event in events]))
         try:
             outcome = await handler.handle_message(
                 prompt, is_synthetic=True, interface_tools=[notify], extra_system_dynamic=profile
             )
         except Exception:
             log.exception("tic session %s failed", handler.session.id)
+        finally:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
         # A tic that told someone has read its events, though it failed after: given
         # back, they were told again in other words (found by review).
         read = isinstance(outcome, Final) or notify.sent > 0
         await self._settle([event.id for event in events], read)
         return TickReport(len(events), handler.session.id)
+
+    async def _keep(self, ids: list[int]) -> None:
+        """The events' lease renewed while the turn reads them."""
+        while True:
+            await self._sleep(RENEW_EVERY_S)
+            try:
+                await self.events.renew(ids)
+            except Exception:  # the database away: the next renewal tries again
+                log.warning("renewing the lease of the tic's events failed", exc_info=True)
 
     async def _settle(self, ids: list[int], read: bool) -> None:
         """Read events are done; those of a tic that failed (every model away, a crash)

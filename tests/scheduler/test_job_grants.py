@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from engine.approval.deciders import OPERATOR
 from engine.approval.rules import RuleStore
@@ -38,10 +39,11 @@ from scheduler.events import EventStore
 from scheduler.grants import JobGrants
 from scheduler.service import Scheduler
 from scheduler.store import Job
-from scheduler.tic import MAX_TRIES
+from scheduler.tables import events
+from scheduler.tic import MAX_TRIES, RENEW_EVERY_S
 from scheduler.tools import scheduler_tools
 from tests.clock import FakeClock
-from tests.engine.hub.conftest import EchoModel, wait_done
+from tests.engine.hub.conftest import EchoModel, held, wait_done
 from tests.engine.session.helpers import BlockingTool
 from tests.scheduler.conftest import ORIGIN
 
@@ -833,6 +835,35 @@ async def test_a_tic_that_told_someone_and_then_failed_tells_it_no_more(
     model.add(tool_call("notify", json.dumps(said)), LlmError("HTTP 503", model="scripted"))
 
     assert (await acting.tic.tick()).events == 1
+    assert (await acting.tic.tick()).events == 0
+
+
+async def test_a_tic_whose_turn_outlasts_the_lease_keeps_its_events(
+    acting: Scheduler, engine: Engine, hub: ChatHub, model: EchoModel, sleeps: Sleeps
+) -> None:
+    """The events' lease ran out under a turn longer than 10 minutes, and another tic (a
+    fleet's, or this one's next) read them again (found by review on 2026-12-06)."""
+    await hub.set_home(ORIGIN)
+    await EventStore(engine.store.db).add("mail", "new_mail", {"subject": "slow"})
+    release = held(model)
+    tick = asyncio.create_task(acting.tic.tick())
+    await release.asked.wait()
+    taken_at = await engine.store.db.run(
+        lambda c: c.execute(sa.select(events.c.processed_at)).scalar()
+    )
+
+    assert await sleeps.end_longer_than(60) == RENEW_EVERY_S
+    for _ in range(200):
+        renewed = await engine.store.db.run(
+            lambda c: c.execute(sa.select(events.c.processed_at)).scalar()
+        )
+        if renewed > taken_at:
+            break
+        await asyncio.sleep(0.005)
+    assert renewed > taken_at
+    model.add(text("nothing to say"))
+    release.set()
+    assert (await tick).events == 1
     assert (await acting.tic.tick()).events == 0
 
 
