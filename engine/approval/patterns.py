@@ -84,8 +84,10 @@ def validate_path_pattern(pattern: str) -> str:
     parts = pattern.split("/")
     if ".." in parts:
         raise ValueError(f"path pattern {pattern!r} must not contain '..'")
-    pattern = pattern.rstrip("/") or "."
-    return pattern
+    # Written as the gate's canonical paths are: ``./private/*`` and ``private//*`` were
+    # stored as written and never matched a path (a deny rule that did nothing, until
+    # 2026-12-06).
+    return "/".join(part for part in parts if part not in ("", ".")) or "."
 
 
 def tool_matches(pattern: str, tool_name: str) -> bool:

@@ -163,12 +163,23 @@ def _to_rule(row: sa.Row) -> Rule:
         tool_pattern=row.tool_pattern,
         action=Decision(row.action),
         priority=row.priority,
-        path_pattern=row.path_pattern,
+        path_pattern=_as_matched(row.path_pattern),
         agent_id=row.agent_id,
         source=row.source,
         note=row.note or "",
         created_at=row.created_at,
     )
+
+
+def _as_matched(path_pattern: str | None) -> str | None:
+    """A stored pattern as the gate matches it: one stored before 2026-12-06 may be
+    written ``./private/*``, which matched nothing."""
+    if path_pattern is None:
+        return None
+    try:
+        return validate_path_pattern(path_pattern)
+    except ValueError:  # stored by hand: kept as written
+        return path_pattern
 
 
 def _check_name(field: str, value: str | None) -> str | None:

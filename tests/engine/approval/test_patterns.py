@@ -52,6 +52,13 @@ def test_tool_patterns(pattern: str, tool: str, expected: bool) -> None:
         ("log*", "logs/a", True),
         ("*", "anything/at/all", True),
         ("data/", "data", True),
+        # Written with ``./`` or ``//``: matched as the canonical path (a deny rule so
+        # written did nothing until 2026-12-06).
+        ("./private/*", "private/key", True),
+        ("private//*", "private/key", True),
+        ("./private/key", "private/key", True),
+        ("./*", "anything", True),
+        ("./", ".", True),
     ],
 )
 def test_path_patterns(pattern: str, path: str, expected: bool) -> None:

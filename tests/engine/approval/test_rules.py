@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from engine.approval.rules import (
     CATCH_ALL_PRIORITY,
@@ -16,6 +17,7 @@ from engine.approval.rules import (
     evaluate,
 )
 from engine.session.protocols import Decision
+from engine.store import approval_rules, utcnow
 from engine.store.db import Database, open_database
 from memory.rules import MEMORY_TOOLS
 from tests.pg import BACKENDS, database_url
@@ -97,6 +99,34 @@ async def test_add_and_remove_a_rule(rules: RuleStore) -> None:
     assert removed.id == rule.id
     with pytest.raises(RuleError, match="id: no rule"):
         await rules.remove_rule(rule.id)
+
+
+async def test_a_deny_rule_written_with_dot_slash_denies(rules: RuleStore, db: Database) -> None:
+    """Stored as written, ``./private/*`` never matched the gate's canonical path: the
+    rule was listed and did nothing (found by review on 2026-12-06); one stored so before
+    is read as it is matched."""
+    await rules.add_rule("read_file", "allow", priority=30)
+    await rules.add_rule("@fs_any", "deny", path_pattern="./private/*", priority=5)
+    await db.run(
+        lambda c: c.execute(
+            sa.insert(approval_rules).values(
+                group_name="default",
+                tool_pattern="@fs_any",
+                action="deny",
+                priority=6,
+                path_pattern="./keys//*",
+                created_at=utcnow(),
+            )
+        )
+    )
+    loaded = await rules.list_rules()
+
+    def decide(path: str) -> Decision:
+        return evaluate(loaded, None, "read_file", path, "main", "telegram:1")[0]
+
+    assert decide("private/key") is Decision.DENY
+    assert decide("keys/id_ed25519") is Decision.DENY
+    assert decide("notes.md") is Decision.ALLOW
 
 
 async def test_invalid_pattern_is_refused_naming_the_field(rules: RuleStore) -> None:
