@@ -9,6 +9,8 @@ it when it announces a gated call; how a surface shows it is ``engine.approval.p
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,10 +61,10 @@ def preview_call(
             return _command(workspace, args, cwd)
         if name == "write_file":
             path = workspace.resolve(args["path"], cwd=cwd)
-            return _file(workspace, path, _read(path), str(args["content"]))
+            return _file(workspace, path, _read(workspace, path), str(args["content"]))
         if name == "edit_file":
             path = workspace.resolve(args["path"], cwd=cwd)
-            old_text = _read(path)
+            old_text = _read(workspace, path)
             if old_text is None or str(args["old"]) not in old_text:
                 return None
             new_text = old_text.replace(str(args["old"]), str(args["new"]), 1)
@@ -88,10 +90,16 @@ def _file(workspace: Workspace, path: Path, old_text: str | None, new_text: str)
     )
 
 
-def _read(path: Path) -> str | None:
-    """The current text, ``None`` for a file that does not exist yet."""
-    if not path.exists():
+def _read(workspace: Workspace, path: Path) -> str | None:
+    """The current text, ``None`` for a file that does not exist yet. Opened as the file
+    tools open it (``Workspace.open``): a hard link to a file in ``secrets/`` showed the
+    secret on the card until 2026-12-06."""
+    try:
+        fd = workspace.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO: no wait
+    except FileNotFoundError:
         return None
-    if not path.is_file() or path.stat().st_size > MAX_PREVIEW_BYTES:
-        raise ToolError("not previewable")
-    return path.read_text(encoding="utf-8")
+    with os.fdopen(fd, "rb") as file:
+        st = os.fstat(file.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_PREVIEW_BYTES:
+            raise ToolError("not previewable")
+        return file.read(MAX_PREVIEW_BYTES + 1).decode("utf-8")
