@@ -12,7 +12,7 @@ import asyncio
 import os
 import stat
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from engine.tools.base import ToolError
 from engine.tools.builtins._common import BuiltinTool, object_schema
@@ -196,15 +196,10 @@ class WriteFile(BuiltinTool):
             _regular_file(self.name, path, rel)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            # Emptied only once it is known to be the file checked (``Workspace.open``).
-            fd = self.workspace.open(path, os.O_WRONLY | os.O_CREAT | _OPEN_FLAGS)
-        except OSError as exc:
-            raise _os_error(self.name, "write", rel, exc) from None
-        try:
-            with os.fdopen(fd, "wb") as f:
-                _regular(self.name, os.fstat(f.fileno()), rel)
-                f.truncate(0)
-                f.write(data)
+            if existed:  # replaced only once it is known to be the file checked
+                fd, _ = _open_regular(self.workspace, self.name, path, rel, os.O_WRONLY)
+                os.close(fd)
+            self.workspace.replace(path, data)
         except OSError as exc:
             raise _os_error(self.name, "write", rel, exc) from None
         what = "replaced" if existed else "created"
@@ -247,16 +242,28 @@ class EditFile(BuiltinTool):
 
     def _edit(self, path: Path, rel: str, old: str, new: str) -> str:
         fd, st = _open_regular(self.workspace, self.name, path, rel, os.O_RDWR)
-        with os.fdopen(fd, "r+b") as f:
-            return self._edit_open(f, st.st_size, rel, old, new)
-
-    def _edit_open(self, f: BinaryIO, size: int, rel: str, old: str, new: str) -> str:
-        if size > MAX_EDIT_BYTES:
-            raise ToolError(f"{self.name}: '{rel}' is too large to edit ({size} bytes)")
+        with os.fdopen(fd, "rb") as f:
+            if st.st_size > MAX_EDIT_BYTES:
+                raise ToolError(f"{self.name}: '{rel}' is too large to edit ({st.st_size} bytes)")
+            try:
+                text = _decode_whole(self.name, rel, f.read())
+            except OSError as exc:
+                raise _os_error(self.name, "read", rel, exc) from None
+        updated, first = self._edited(text, rel, old, new)
         try:
-            text = _decode_whole(self.name, rel, f.read())
+            self.workspace.replace(path, updated.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise ToolError(f"{self.name}: 'new' is not valid Unicode text: {exc.reason}") from None
         except OSError as exc:
-            raise _os_error(self.name, "read", rel, exc) from None
+            raise _os_error(self.name, "write", rel, exc) from None
+        line = text.count("\n", 0, first) + 1
+        return (
+            f"edited {rel}: replaced 1 occurrence at line {line} "
+            f"({old.count(chr(10)) + 1} lines -> {new.count(chr(10)) + 1} lines)"
+        )
+
+    def _edited(self, text: str, rel: str, old: str, new: str) -> tuple[str, int]:
+        """``text`` with ``old`` replaced once, and where it was."""
         first = text.find(old)
         if first < 0:
             raise ToolError(
@@ -270,21 +277,7 @@ class EditFile(BuiltinTool):
                 f"{self.name}: 'old' text occurs {count} times in {rel}; include more "
                 "surrounding lines so it matches exactly once"
             )
-        updated = text[:first] + new + text[first + len(old) :]
-        try:
-            data = updated.encode("utf-8")
-            f.seek(0)
-            f.truncate()
-            f.write(data)
-        except UnicodeEncodeError as exc:
-            raise ToolError(f"{self.name}: 'new' is not valid Unicode text: {exc.reason}") from None
-        except OSError as exc:
-            raise _os_error(self.name, "write", rel, exc) from None
-        line = text.count("\n", 0, first) + 1
-        return (
-            f"edited {rel}: replaced 1 occurrence at line {line} "
-            f"({old.count(chr(10)) + 1} lines -> {new.count(chr(10)) + 1} lines)"
-        )
+        return text[:first] + new + text[first + len(old) :], first
 
 
 class ListFiles(BuiltinTool):

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -418,3 +421,65 @@ async def test_a_new_file_takes_its_mode_from_the_umask(
     finally:
         os.umask(old)
     assert (workspace.root / "shared.txt").stat().st_mode & 0o777 == 0o664
+
+
+#: One tool call in a process whose files may not grow past 1,000 bytes (a full disk, a
+#: quota): what the call answered, or the error it raised.
+_LIMITED_CALL = """
+import asyncio, json, resource, signal, sys
+from pathlib import Path
+from engine.tools.base import ToolError
+from engine.tools.builtins.files import EditFile, WriteFile
+from engine.tools.protocols import ToolContext
+from engine.tools.workspace import Workspace
+
+root, name, args = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+workspace = Workspace(root)
+tool = {"edit_file": EditFile, "write_file": WriteFile}[name](workspace)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+try:
+    said = asyncio.run(tool.run(args, ToolContext(1, 1, "main", 0, root, None)))
+except ToolError as exc:
+    said = f"ToolError: {exc}"
+print(said)
+"""
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("edit_file", {"path": "plan.md", "old": "HEAD", "new": "B" * 300}),
+        ("write_file", {"path": "plan.md", "content": "C" * 1100}),
+    ],
+)
+def test_a_write_the_disk_cannot_take_leaves_the_file_as_it_was(
+    tmp_path: Path, tool: str, args: dict[str, str]
+) -> None:
+    """Emptied in place first, a full disk left the file cut short, neither the old text
+    nor the new, and edit_file's error came at the close, an internal error (found by
+    review on 2026-12-06)."""
+    original = "HEAD\n" + "A" * 900 + "\nTAIL\n"
+    (tmp_path / "plan.md").write_text(original)
+    done = subprocess.run(
+        [sys.executable, "-c", _LIMITED_CALL, str(tmp_path), tool, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[3],
+        timeout=60,
+    )
+    assert done.stdout.startswith(f"ToolError: {tool}: cannot write 'plan.md'"), done
+    assert (tmp_path / "plan.md").read_text() == original
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.md"]  # nothing left beside
+
+
+async def test_a_replaced_file_keeps_its_permissions(
+    write: WriteFile, edit: EditFile, ctx: ToolContext, workspace: Workspace
+) -> None:
+    script = workspace.root / "run.sh"
+    script.write_text("echo old\n")
+    script.chmod(0o750)
+    await write.run({"path": "run.sh", "content": "echo new\n"}, ctx)
+    await edit.run({"path": "run.sh", "old": "new", "new": "newer"}, ctx)
+    assert (script.read_text(), script.stat().st_mode & 0o777) == ("echo newer\n", 0o750)
