@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -179,6 +180,7 @@ def validate_args(tool: Tool, args: Any) -> None:
             raise ToolError(f"{name}: unknown {noun} {listed} (expected: {expected})")
 
     for key, value in args.items():
+        _check_value(name, key, value)
         prop = properties.get(key)
         if not isinstance(prop, dict):
             continue
@@ -197,6 +199,13 @@ def validate_args(tool: Tool, args: Any) -> None:
         if isinstance(enum, list) and value not in enum:
             allowed = ", ".join(repr(item) for item in enum)
             raise ToolError(f"{name}: argument {key!r} must be one of {allowed}, got {value!r}")
+
+
+def _check_value(name: str, key: str, value: Any) -> None:
+    """A number no tool can act on, refused before anyone is asked to approve it (until
+    2026-12-06 a ``"timeout_s": NaN`` killed an approved command at once)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ToolError(f"{name}: argument {key!r} must be a finite number, got {value}")
 
 
 def _list(value: Any) -> list[Any]:

@@ -150,6 +150,13 @@ class ExecuteCmd(BuiltinTool):
             raise ToolError(f"{self.name}: 'command' is empty")
         if "\0" in command:
             raise ToolError(f"{self.name}: 'command' contains a NUL byte")
+        try:  # half an emoji (a token that cut it): an internal error until 2026-12-06
+            os.fsencode(command)
+        except UnicodeEncodeError:
+            raise ToolError(
+                f"{self.name}: 'command' holds half of a character (e.g. of an emoji); "
+                "send it again whole"
+            ) from None
         cwd = self._workdir(args.get("workdir"), ctx.working_directory)
         timeout = self._timeout(args.get("timeout_s"))
         log.info(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,6 +210,22 @@ def test_wrong_type_is_named(key: str, value: Any, message: str) -> None:
         validate_args(WRITE, args)
 
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ('{"ratio": NaN}', "argument 'ratio' must be a finite number, got nan"),
+        ('{"ratio": 1e999}', "argument 'ratio' must be a finite number, got inf"),
+        ('{"retries": -Infinity}', "argument 'retries' must be a finite number, got -inf"),
+    ],
+)
+def test_what_no_tool_can_act_on_is_refused_before_the_gate(raw: str, message: str) -> None:
+    """A ``"timeout_s": NaN`` killed an approved command at once (found by review on
+    2026-12-06)."""
+    args = {"path": "a", "content": "", **json.loads(raw)}
+    with pytest.raises(ToolError, match=re.escape(f"write_file: {message}")):
+        validate_args(WRITE, args)
 
 
 def test_integral_float_counts_as_integer() -> None:

@@ -110,6 +110,12 @@ async def test_bad_arguments_are_tool_errors(shell: ExecuteCmd, ctx: ToolContext
         await shell.run({"command": "true", "timeout_s": "10"}, ctx)
     with pytest.raises(ToolError, match="unknown argument 'cwd'"):
         await shell.run({"command": "true", "cwd": "/"}, ctx)
+    # Half an emoji (a token that cut it) and a number JSON cannot hold: an internal
+    # error, and a command killed at once, until 2026-12-06 (found by review).
+    with pytest.raises(ToolError, match="'command' holds half of a character"):
+        await shell.run({"command": "echo \ud83d"}, ctx)
+    with pytest.raises(ToolError, match="'timeout_s' must be a finite number, got nan"):
+        await shell.run({"command": "true", "timeout_s": float("nan")}, ctx)
 
 
 async def test_chathub_credentials_are_not_passed_to_commands(
