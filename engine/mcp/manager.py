@@ -54,6 +54,9 @@ Clock = Callable[[], datetime]
 
 # How long the per-round tool listing leaves a server that failed to start alone.
 START_RETRY_S = 60.0
+# A server's tool listing ends within these: a longer one is a server that loops.
+MAX_LIST_PAGES = 100
+MAX_LISTED_TOOLS = 2000
 # Grace for a dropped connection's shutdown before its task is cancelled outright.
 _CLOSE_GRACE_S = 8.0
 # Notifications handled here or too chatty to pass on.
@@ -240,6 +243,8 @@ def _describe(exc: BaseException) -> str:
 
     if isinstance(exc, MCPError) and exc.code == mt.CONNECTION_CLOSED:
         return "the server closed the connection during the handshake (it exited?)"
+    if isinstance(exc, ValidationError):  # pydantic's words name classes and echo input
+        return "it answered with something that is not valid MCP"
     # The model and the chat read this: the exception's words, never its class (the log
     # has it).
     text = " ".join(str(exc).split())
@@ -335,9 +340,10 @@ class McpManager:
         server = conn.config.name
         specs: list[McpToolSpec] = []
         cursor: str | None = None
+        seen: set[str] = set()
         async with self._guard(conn, limit):
             session = self._session(conn)
-            while True:
+            for _ in range(MAX_LIST_PAGES):
                 params = mt.PaginatedRequestParams(cursor=cursor) if cursor else None
                 result = await session.list_tools(params=params)
                 for tool in result.tools:
@@ -353,6 +359,16 @@ class McpManager:
                 cursor = result.next_cursor
                 if not cursor:
                     return specs
+                # A cursor given again asked for one page for ever, until the timeout
+                # restarted a server that had answered every request (until 2026-12-06).
+                if cursor in seen or len(specs) > MAX_LISTED_TOOLS:
+                    break
+                seen.add(cursor)
+        raise ToolError(
+            f"mcp server {server} lists its tools without end (a page cursor given again, "
+            f"or over {MAX_LISTED_TOOLS} tools in {MAX_LIST_PAGES} pages); its tools are "
+            "not offered"
+        )
 
     async def call(
         self, server: str, tool: str, args: dict[str, Any], timeout_s: float | None = None

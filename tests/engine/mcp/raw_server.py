@@ -6,7 +6,10 @@ every call but ``pid`` answers ``RESULT_JSON`` when given (else its arguments as
 With ``LIST_HANGS`` set, ``tools/list`` is never answered; with ``STARTS_FILE``, each start
 adds a line to that file; with ``CHATTY``, a line of plain text (a print left in) comes
 before each call's answer; with ``LATIN1``, answers are written in Latin-1 (a byte that is
-no UTF-8, as a server echoing a Latin-1 file name writes).
+no UTF-8, as a server echoing a Latin-1 file name writes); with ``NEXT_CURSOR``, every
+listing names that cursor for a next page (a paging bug), each counted as a line of
+``LISTS_FILE`` when given; with ``BAD_INIT``, the handshake's answer lacks its protocol
+version.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ RESULT = json.loads(os.environ.get("RESULT_JSON") or "null")
 LIST_HANGS = bool(os.environ.get("LIST_HANGS"))
 CHATTY = bool(os.environ.get("CHATTY"))
 LATIN1 = bool(os.environ.get("LATIN1"))
+NEXT_CURSOR = os.environ.get("NEXT_CURSOR")
+BAD_INIT = bool(os.environ.get("BAD_INIT"))
 if os.environ.get("STARTS_FILE"):
     with open(os.environ["STARTS_FILE"], "a") as starts:
         starts.write(f"{os.getpid()}\n")
@@ -42,12 +47,15 @@ def answer(request: dict) -> dict | None:
     method, params = request.get("method"), request.get("params") or {}
     if method == "initialize":
         return {
-            "protocolVersion": params["protocolVersion"],
+            **({} if BAD_INIT else {"protocolVersion": params["protocolVersion"]}),
             "capabilities": {"tools": {"listChanged": True}},
             "serverInfo": {"name": "raw", "version": "0"},
         }
     if method == "tools/list":
-        return {"tools": TOOLS}
+        if os.environ.get("LISTS_FILE"):
+            with open(os.environ["LISTS_FILE"], "a") as lists:
+                lists.write("list\n")
+        return {"tools": TOOLS, **({"nextCursor": NEXT_CURSOR} if NEXT_CURSOR else {})}
     if method == "tools/call":
         if params.get("name") == "pid":
             return {"content": [{"type": "text", "text": str(os.getpid())}]}

@@ -339,6 +339,42 @@ async def test_a_server_that_never_lists_is_not_waited_for_at_every_round(
         assert len(starts.read_text().split()) == 1
 
 
+async def test_a_server_that_gives_its_page_cursor_again_is_not_asked_for_ever(
+    store: Store, tmp_path: Path
+) -> None:
+    """Asked for one page thousands of times until the timeout, then restarted as "did
+    not answer" though it had answered every request (found by review on 2026-12-06)."""
+    lists = tmp_path / "lists"
+    server = McpServerConfig(
+        name="raw",
+        transport="stdio",
+        command=(sys.executable, RAW),
+        env={"NEXT_CURSOR": "page2", "LISTS_FILE": str(lists)},
+        timeout_s=15,
+    )
+    async with _manager(store, server) as manager:
+        with pytest.raises(ToolError, match="lists its tools without end"):
+            await manager.tools("raw")
+    assert len(lists.read_text().split()) == 2  # the first page, and page2 once
+
+
+async def test_a_handshake_that_is_not_valid_mcp_is_said_in_a_sentence(store: Store) -> None:
+    """The model and the chat read pydantic's words: the class, the echoed input and a
+    link (found by review on 2026-12-06)."""
+    server = McpServerConfig(
+        name="raw",
+        transport="stdio",
+        command=(sys.executable, RAW),
+        env={"BAD_INIT": "1"},
+        timeout_s=15,
+    )
+    async with _manager(store, server) as manager:
+        with pytest.raises(ToolError) as failed:
+            await manager.tools("raw")
+    assert "not valid MCP" in str(failed.value)
+    assert not re.search(r"validation error|pydantic|input_value", str(failed.value))
+
+
 async def test_a_line_the_client_cannot_read_fails_the_call_at_once(store: Store) -> None:
     """A result holding a lone surrogate (Node writes one for a string cut inside an
     emoji) is refused by the SDK's reader as a whole: the call waited its whole timeout
