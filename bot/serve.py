@@ -370,7 +370,7 @@ class Service:
                     streaming=settings.telegram_streaming,
                     recover_outbox_at_start=fleet is None,
                 ),
-                jobs=JobsPanel(scheduler),
+                jobs=JobsPanel(scheduler, settings.approvers),
                 memory=self.memory,
                 desk=desk,
                 voice=self._voice_notes(settings, engine.workspace.root),
@@ -408,7 +408,7 @@ class Service:
             self._spawn(self._reach_telegram(startup, adapter, receive), "tg-startup")
         # What every platform service beside Telegram is given.
         shared: dict[str, Any] = {
-            "jobs": Jobs(scheduler),
+            "jobs": Jobs(scheduler, settings.approvers),
             "memory": self.memory,
             "desk": desk,
             "schedule": self.schedule,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bot.platform.commands import Command, CommandContext
+from engine.approval import Decider, Requester, refusal
 from scheduler.grants import JobGrants
 from scheduler.service import Scheduler, SchedulerError
 
@@ -48,11 +49,18 @@ class JobEntry:
     granted: bool = False
 
 
+#: What a button may do only for someone the ``APPROVERS`` rule lets decide the job
+#: owner's calls: what gives a job back its power, or takes the job away.
+_DECIDED: frozenset[JobChoice] = frozenset({"resume", "delete"})
+
+
 class Jobs:
     """The jobs of a source, through the scheduler (only that source's jobs)."""
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, scheduler: Scheduler, approvers: str = "requester+owner") -> None:
+        """``approvers``: ``APPROVERS``, the rule for who may resume or delete a job."""
         self.scheduler = scheduler
+        self.approvers = approvers
 
     async def listing(self, source: str) -> tuple[str, list[JobEntry]]:
         """The list's text (``NO_JOBS`` when empty) and its jobs, in order."""
@@ -71,8 +79,15 @@ class Jobs:
             listed.append(("\n".join(lines), JobEntry(job.id, job.enabled, bool(grants))))
         return listed
 
-    async def act(self, source: str, action: JobAction) -> str:
-        """Do ``action``; the sentence to show (a refusal is the scheduler's own words)."""
+    async def act(self, source: str, action: JobAction, decider: Decider) -> str:
+        """Do ``action`` for ``decider``; the sentence to show (a refusal is the scheduler's
+        own words, or the ``APPROVERS`` rule's: a member who may not approve the job
+        owner's ``toggle_task`` resumed their job with its standing grants from the panel
+        until 2026-12-06). Pausing and revoking take power away: any allowed member may."""
+        if action.action in _DECIDED:
+            refused = await self._refusal(source, action.job_id, decider)
+            if refused is not None:
+                return refused
         try:
             if action.action == "delete":
                 job, stop = await self.scheduler.delete_reporting(source, action.job_id)
@@ -86,6 +101,16 @@ class Jobs:
             return f"{'Resumed' if job.enabled else 'Paused'} #{job.id}."
         except SchedulerError as exc:
             return str(exc)[:180]
+
+    async def _refusal(self, source: str, job_id: int, decider: Decider) -> str | None:
+        job = next((j for j in await self.scheduler.jobs(source) if j.id == job_id), None)
+        if job is None:
+            return None  # the scheduler says so
+        if not job.owner_id:
+            if self.approvers == "requester+owner":
+                return None  # nobody asked for it (the operator's): as every allowed member's
+            return refusal(self.approvers, decider, None)
+        return refusal(self.approvers, decider, Requester(job.owner_id))
 
 
 def jobs_command(jobs: Jobs) -> Command:

@@ -27,7 +27,7 @@ from engine.faces import lazy_attributes
 
 if TYPE_CHECKING:
     from engine.approval.broker import MAX_BYPASS_SECONDS, SHORT_BYPASS_SECONDS, BypassRequest
-    from engine.approval.deciders import OPERATOR, Decider
+    from engine.approval.deciders import OPERATOR, Decider, Requester, refusal
     from engine.approval.patterns import FS_CLASSES, is_fs_tool
     from engine.approval.preview import CallDisplay, display_call, plainly
     from engine.approval.rules import DEFAULT_PRIORITY
@@ -42,10 +42,12 @@ _LAZY = {
     "FS_CLASSES": "engine.approval.patterns",
     "MAX_BYPASS_SECONDS": "engine.approval.broker",
     "OPERATOR": "engine.approval.deciders",
+    "Requester": "engine.approval.deciders",
     "SHORT_BYPASS_SECONDS": "engine.approval.broker",
     "display_call": "engine.approval.preview",
     "is_fs_tool": "engine.approval.patterns",
     "plainly": "engine.approval.preview",
+    "refusal": "engine.approval.deciders",
 }
 
 __all__ = [
@@ -63,6 +65,7 @@ __all__ = [
     "Decider",
     "PathRefused",
     "PermissionGroup",
+    "Requester",
     "Rule",
     "RuleError",
     "RuleStore",
@@ -75,6 +78,7 @@ __all__ = [
     "is_fs_tool",
     "path_matches",
     "plainly",
+    "refusal",
     "tool_matches",
     "validate_path_pattern",
     "validate_tool_pattern",

@@ -143,7 +143,8 @@ class Callbacks:
             await answer(None)
             text, keyboard = await self._jobs.render(source, action.page)
         else:
-            outcome = await self._jobs.act(source, action)  # only this chat's jobs
+            decider = self._access.decider(c.user_id)
+            outcome = await self._jobs.act(source, action, decider)  # only this chat's jobs
             await answer(outcome)
             text, keyboard = await self._jobs.render(source, showing=action.job_id)
         await self._sender.edit(c.chat_id, c.message_id, text, [], keyboard)

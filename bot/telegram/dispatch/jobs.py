@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from bot.platform.jobs import JOBS_HEADER, NO_JOBS, JobAction, JobChoice, JobEntry, Jobs
 from bot.telegram.sending.api import Json
+from engine.approval import Decider
 from scheduler.service import Scheduler
 
 __all__ = ["JOBS_PREFIX", "JobsPanel", "ShowPage", "parse_job_callback"]
@@ -46,8 +47,8 @@ def parse_job_callback(data: str) -> JobAction | ShowPage | None:
 
 
 class JobsPanel:
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.jobs = Jobs(scheduler)
+    def __init__(self, scheduler: Scheduler, approvers: str = "requester+owner") -> None:
+        self.jobs = Jobs(scheduler, approvers)
 
     async def render(
         self, source: str, page: int = 1, *, showing: int | None = None
@@ -96,8 +97,8 @@ class JobsPanel:
                 )
         return rows
 
-    async def act(self, source: str, action: JobAction) -> str:
-        return await self.jobs.act(source, action)
+    async def act(self, source: str, action: JobAction, decider: Decider) -> str:
+        return await self.jobs.act(source, action, decider)
 
 
 def _button(text: str, data: str) -> Json:

@@ -5,10 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from bot.platform.commands import CommandContext
 from bot.platform.jobs import NO_JOBS, JobAction, JobEntry, Jobs
 from bot.telegram.dispatch.jobs import JobsPanel, ShowPage, parse_job_callback
 from bot.terminal import terminal_commands
+from engine.approval import OPERATOR, Decider
 from scheduler.service import SchedulerError, StopReport
 
 
@@ -18,6 +21,7 @@ class Job:
     title: str
     enabled: bool = True
     run_context: dict[str, Any] | None = field(default=None)
+    owner_id: str | None = None
 
 
 class Scheduler:
@@ -56,14 +60,17 @@ async def test_the_list_and_the_actions() -> None:
     )
     assert entries == [JobEntry(3, True, True), JobEntry(4, False)]
     assert await jobs.listing("other") == (NO_JOBS, [])
-    assert await jobs.act("mine", JobAction(3, "revoke")) == "#3 now asks before every action."
+    assert (
+        await jobs.act("mine", JobAction(3, "revoke"), OPERATOR)
+        == "#3 now asks before every action."
+    )
     assert (await jobs.listing("mine"))[1][0] == JobEntry(3, True, False)
-    assert await jobs.act("mine", JobAction(3, "pause")) == "Paused #3."
-    assert await jobs.act("mine", JobAction(4, "resume")) == "Resumed #4."
-    assert await jobs.act("mine", JobAction(3, "delete")) == "Deleted #3."
-    assert await jobs.act("mine", JobAction(3, "delete")) == "No job #3 in this chat."
+    assert await jobs.act("mine", JobAction(3, "pause"), OPERATOR) == "Paused #3."
+    assert await jobs.act("mine", JobAction(4, "resume"), OPERATOR) == "Resumed #4."
+    assert await jobs.act("mine", JobAction(3, "delete"), OPERATOR) == "Deleted #3."
+    assert await jobs.act("mine", JobAction(3, "delete"), OPERATOR) == "No job #3 in this chat."
     stubborn = Jobs(Scheduler(Job(9, "Stuck")))  # type: ignore[arg-type]
-    assert await stubborn.act("mine", JobAction(9, "delete")) == (
+    assert await stubborn.act("mine", JobAction(9, "delete"), OPERATOR) == (
         "Deleted #9; its run is still stopping."
     )
 
@@ -117,3 +124,38 @@ async def test_the_terminal_lists_the_jobs_when_it_has_a_scheduler() -> None:
     assert "/jobs — Scheduled jobs of this chat" in commands.help_text()
     reply = await commands.run("jobs", CommandContext(None, "mine"))  # type: ignore[arg-type]
     assert reply is not None and "#3 Briefing" in reply
+
+
+@pytest.mark.parametrize(
+    ("policy", "who", "owner_id", "refused"),
+    [
+        (
+            "requester+owner",
+            "222",
+            "111",
+            "Only user 111 (who asked) or the owner can decide this.",
+        ),
+        ("requester+owner", "111", "111", None),  # the job's own person
+        ("requester+owner", "222", None, None),  # nobody asked for it: any allowed member
+        ("owner", "111", "111", "Only the owner can decide this."),
+        ("owner", "999", "111", None),
+        ("allowed", "222", "111", None),
+    ],
+)
+async def test_resuming_or_deleting_follows_the_approvers_rule(
+    policy: str, who: str, owner_id: str | None, refused: str | None
+) -> None:
+    """A member who may not approve the job owner's toggle_task resumed their job, with
+    its standing grants, from the panel (found by review on 2026-12-06). Pausing and
+    revoking take power away: any allowed member may."""
+    decider = Decider(who, is_owner=who == "999", is_allowed=True)
+    for action in ("resume", "delete"):
+        jobs = Jobs(Scheduler(Job(4, "Cleanup", False, READS, owner_id)), policy)  # type: ignore[arg-type]
+        said = await jobs.act("mine", JobAction(4, action), decider)  # type: ignore[arg-type]
+        assert said == refused if refused else not said.startswith("Only"), (action, said)
+    jobs = Jobs(Scheduler(Job(4, "Cleanup", True, READS, owner_id)), policy)  # type: ignore[arg-type]
+    assert await jobs.act("mine", JobAction(4, "pause"), decider) == "Paused #4."
+    assert (
+        await jobs.act("mine", JobAction(4, "revoke"), decider)
+        == "#4 now asks before every action."
+    )

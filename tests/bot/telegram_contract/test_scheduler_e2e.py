@@ -11,7 +11,8 @@ import pytest
 
 from engine.llm.scripted import text, tool_call
 from engine.llm.types import LlmResponse, Message
-from tests.bot.telegram_contract.conftest import ALICE, eventually, find, stop, texts
+from scheduler.grants import JobGrants
+from tests.bot.telegram_contract.conftest import ALICE, OWNER, eventually, find, stop, texts
 from tests.bot.telegram_contract.routed_model import RoutedModel, last_tool, last_user, system_text
 
 
@@ -228,5 +229,45 @@ async def test_execute_task_sync_runs_a_sub_agent_and_answers_inline(
             lambda: any("According to the researcher" in t for t in texts(telegram, ALICE))
         )
         assert await service.scheduler.jobs(f"telegram:{ALICE}") == []  # inline, not a job
+    finally:
+        await stop(service)
+
+
+async def test_a_member_who_may_not_approve_cannot_resume_the_owners_job(
+    start_service, telegram, clock
+):
+    """APPROVERS=owner: Bob may not approve the owner's toggle_task, yet his tap on the
+    panel's ▶️ Resume brought back the owner's paused job with its standing grants (found
+    by review on 2026-12-06)."""
+    bob, group = 222, -100778
+    service = await start_service(
+        clock=clock, telegram_allowed_user_ids=f"{ALICE},{bob}", approvers="owner"
+    )
+    try:
+        source = f"telegram:{group}"
+        job = await service.scheduler.create_cron(
+            source,
+            "Cleanup",
+            "0 8 * * *",
+            "Delete old files.",
+            grants=JobGrants(tools=("execute_cmd",)),
+            owner_id=str(OWNER),
+        )
+        await service.scheduler.toggle(source, job.id, False)  # the owner paused it
+        telegram.user_message(group, bob, "/jobs", chat_type="supergroup", first_name="Bob")
+        panel = await eventually(lambda: find(telegram, group, "Cleanup"))
+
+        telegram.callback(group, bob, panel.message_id, f"jb1:{job.id}:r", first_name="Bob")
+        await eventually(
+            lambda: any(
+                "Only the owner" in (a.get("text") or "") for a in telegram.callback_answers
+            )
+        )
+        assert not (await service.scheduler.store.get(job.id)).enabled
+        telegram.callback(group, OWNER, panel.message_id, f"jb1:{job.id}:r")
+        await eventually(
+            lambda: any("Resumed" in (a.get("text") or "") for a in telegram.callback_answers)
+        )
+        assert (await service.scheduler.store.get(job.id)).enabled
     finally:
         await stop(service)
