@@ -723,5 +723,7 @@ async def serve(config: AppConfig) -> None:
         await asyncio.wait_for(service.stop(), SHUTDOWN_S)
     except TimeoutError:
         log.error("shutdown took longer than %.0f s; exiting anyway", SHUTDOWN_S)
+    else:
+        log.info("chathub stopped")
     if refused.done():  # one line, no traceback, exit status 1
         raise SystemExit(f"chathub: {refused.result()}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import os
 import signal
@@ -46,6 +47,7 @@ from engine.session import (
     TurnEvent,
 )
 from engine.store import InboxError
+from engine.text import clean_text
 
 if TYPE_CHECKING:  # the scheduler comes only with a service that has one
     from bot.platform.jobs import Jobs
@@ -190,14 +192,22 @@ class _LineReader:
         self._loop = loop
         self._stream = stream
         self._next: asyncio.Future[str | None] | None = None
+        if isinstance(stream, io.TextIOWrapper):  # a byte no UTF-8 (a Latin-1 paste): U+FFFD
+            stream.reconfigure(errors="replace")
         threading.Thread(target=self._pump, name="chathub-stdin", daemon=True).start()
 
     def _pump(self) -> None:
-        while True:
-            line = self._stream.readline()
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, line or None)
-            if not line:
-                return
+        """Each line, cleaned as a platform's text is (a lone surrogate, NUL), then the end:
+        a line Python could not decode killed this thread and the chat waited for ever, and
+        one it decoded to a surrogate ended the chat on the database (until 2026-12-06)."""
+        try:
+            while line := self._stream.readline():
+                self._loop.call_soon_threadsafe(self._queue.put_nowait, clean_text(line))
+        except Exception:  # the terminal is gone or unreadable: the chat ends
+            log.warning("reading the terminal failed; the chat ends", exc_info=True)
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                self._loop.call_soon_threadsafe(self._queue.put_nowait, None)
 
     def line_future(self) -> asyncio.Future[str | None]:
         """The next line, as one future shared until ``take`` consumes it."""
@@ -257,6 +267,7 @@ class TerminalChat:
         self._backlog: list[str] = []
         self._changed = asyncio.Event()
         self._stopping: asyncio.Future[int] | None = None
+        self._leaving = asyncio.Event()  # Ctrl-C at the prompt
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -284,7 +295,7 @@ class TerminalChat:
                 return
             else:
                 self._prompt()
-                line = await reader.readline()
+                line = await self._next_line(reader)
             if line is None:
                 self._say("")
                 return
@@ -309,6 +320,15 @@ class TerminalChat:
                 self._say(f"! {exc}")
                 continue
             await self._wait_turn(reader)
+
+    async def _next_line(self, reader: _LineReader) -> str | None:
+        """The next line typed; ``None`` at the end of input or at Ctrl-C."""
+        leaving = asyncio.ensure_future(self._leaving.wait())
+        try:
+            await asyncio.wait({leaving, reader.line_future()}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            leaving.cancel()
+        return None if self._leaving.is_set() else reader.take()
 
     async def _wait_turn(self, reader: _LineReader) -> None:
         """Until the turn ends; lines answer its prompts, ``/stop`` stops it, the others
@@ -418,11 +438,14 @@ class TerminalChat:
             self._hub.leave_waiting(asking.session_id)
 
     def _interrupt(self) -> None:
+        """Ctrl-C: the turn stops; at the prompt the chat ends as at ``/quit`` (it raised
+        ``KeyboardInterrupt`` into the loop until 2026-12-06: ``chathub serve`` printed a
+        traceback into the chat and skipped its graceful stop)."""
         if self._running:
             self._drop_backlog()
             self._stopping = asyncio.ensure_future(self._hub.cancel(SOURCE))
         else:
-            raise KeyboardInterrupt
+            self._leaving.set()
 
     def _prompt(self) -> None:
         self._out.write("› ")

@@ -217,6 +217,9 @@ async def http_server(parts: HttpParts) -> ListeningServer:
         host=settings.http_host,
         port=settings.http_port,
         log_level="warning",
+        # uvicorn's records go to the root logger's handlers (a file while the terminal
+        # chat runs): its own stderr handler printed them into the chat until 2026-12-06.
+        log_config=None,
         # A bigger frame is refused by the socket layer itself (1009) before it is buffered.
         ws_max_size=2 * MAX_WEB_CHAT_FRAME_BYTES,
     )

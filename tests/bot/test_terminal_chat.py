@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import io
+import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bot.platform.commands import Command, CommandContext
 from bot.terminal import TerminalChat, TerminalRenderer
 from engine.session import Done, Question, TextDelta
+from tests.bot.process import free_port, service_env, wait_for, wait_for_http
 from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.terminal import PtySession
 
 
 def _run_chat(tmp_path: Path, fake: FakeOpenAIServer, stdin: str, **env: str) -> str:
@@ -186,3 +192,70 @@ def test_a_card_whose_call_holds_a_lone_surrogate_is_shown_and_answered(
     fake_openai.reply_text("Not run, then.")
     out = _run_chat(tmp_path, fake_openai, "say it\nn\n")
     assert "$ echo \\ud83d done" in out and "Not run, then." in out
+
+
+@pytest.mark.parametrize("locale", ["utf-8", "C"])
+def test_a_line_that_is_no_utf8_is_read_and_the_next_answered(
+    tmp_path: Path, fake_openai: FakeOpenAIServer, locale: str
+) -> None:
+    """A Latin-1 paste: in a UTF-8 locale the reader thread died and the chat waited for
+    ever; in the C locale its byte reached the database as a surrogate and ended the chat
+    with a traceback (found by review on 2026-12-06)."""
+    fake_openai.reply_text("answer one")
+    fake_openai.reply_text("answer two")
+    env = {"PYTHONIOENCODING": "utf-8:strict"} if locale == "utf-8" else {"LC_ALL": "C"}
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "chat"],
+        input=b"caf\xe9\nhello\n",
+        capture_output=True,
+        env={**service_env(tmp_path, fake_openai.base_url), **env},
+        cwd=tmp_path,
+        timeout=30,
+    )
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert (done.returncode, "Traceback" in err) == (0, False), err
+    assert "answer one" in out and "answer two" in out
+    assert "caf\ufffd" in json.dumps(fake_openai.requests[0], ensure_ascii=False)
+
+
+def test_ctrl_c_at_the_prompt_of_serve_stops_it_gracefully(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+) -> None:
+    """It raised KeyboardInterrupt into the loop: the service's stop never ran, and
+    uvicorn printed a traceback into the chat (found by review on 2026-12-06)."""
+    fake_openai.reply_text("Hello there.")
+    env = service_env(tmp_path, fake_openai.base_url, HTTP_PORT=str(free_port()))
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    argv = [sys.executable, "-m", "bot.cli", "-v", "serve"]
+    with PtySession(argv, cwd=tmp_path, env=env, timeout_s=30) as term:
+        term.expect("› ")
+        term.send("hi")
+        term.expect("Hello there.")
+        term.expect("› ")
+        term.ctrl_c()
+        assert term.wait(timeout_s=20) == 0
+    assert "Traceback" not in term.output
+    log = tmp_path / ".local" / "state" / "chathub" / "chathub.log"
+    assert "chathub stopped" in log.read_text()
+
+
+def test_what_uvicorn_logs_goes_to_the_file_not_into_the_chat(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+) -> None:
+    """A port scanner or a TLS client on the plain port: uvicorn's own stderr handler
+    printed "Invalid HTTP request received." between the prompt and the answer (found by
+    review on 2026-12-06)."""
+    port = free_port()
+    env = service_env(tmp_path, fake_openai.base_url, HTTP_PORT=str(port))
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    with PtySession([sys.executable, "-m", "bot.cli", "serve"], cwd=tmp_path, env=env) as term:
+        term.expect("› ")
+        wait_for_http(port)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as junk:
+            junk.sendall(b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03 not http\r\n\r\n")
+            junk.recv(1000)
+        log = tmp_path / ".local" / "state" / "chathub" / "chathub.log"
+        wait_for(lambda: "Invalid HTTP request" in log.read_text(), 10)
+        term.send("/quit")
+        assert term.wait(timeout_s=20) == 0
+    assert "Invalid HTTP request" not in term.output
