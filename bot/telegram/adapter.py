@@ -107,7 +107,10 @@ class TelegramAdapter:
             sender,
             downloads,
             activity,
+            runtime,
+            store.mark_handled,
             voice,
+            album_quiet_s=config.album_quiet_s,
         )
         self._callbacks = Callbacks(access, sender, approvals, jobs, panel)
         self._events = EventRenderer(

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.platform.cards import REJECT_WINDOW_S
+from bot.telegram.dispatch.albums import ALBUM_QUIET_S
 
 __all__ = ["TelegramConfig"]
 
@@ -24,6 +25,8 @@ class TelegramConfig:
     reject_window_s: float = REJECT_WINDOW_S
     pairing_reminder_s: float = 600.0
     max_download_bytes: int = 20 * 1024 * 1024
+    #: How long after an album's latest item its next may still come (one message of all).
+    album_quiet_s: float = ALBUM_QUIET_S
     #: Show the answer while it is written: a draft in private chats, an edited message
     #: in groups (``TELEGRAM_STREAMING``).
     streaming: bool = False

@@ -10,18 +10,22 @@ handled in one commit.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy.engine import Connection
 
 from bot.delivery import CardRow, EventAlreadyHandled
 from bot.platform.access import Access
 from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.open_cards import with_files
+from bot.platform.tasks import Runtime
 from bot.platform.voice_notes import VoiceNotes
+from bot.telegram.dispatch.albums import ALBUM_QUIET_S, Album, Albums
 from bot.telegram.dispatch.approvals import ApprovalTaps
 from bot.telegram.inbound.downloads import Downloads
 from bot.telegram.inbound.media import FileRef
@@ -72,9 +76,13 @@ class MessageHandler:
         sender: TelegramSender,
         downloads: Downloads,
         activity: ChatActivity,
+        runtime: Runtime,
+        mark_handled: Callable[[int], Awaitable[None]],
         voice: VoiceNotes | None = None,
+        album_quiet_s: float = ALBUM_QUIET_S,
     ) -> None:
-        """``voice``: voice notes transcribed (``None``: they stay files)."""
+        """``mark_handled``: an update marked handled (an album whose sending failed);
+        ``voice``: voice notes transcribed (``None``: they stay files)."""
         self._hub = hub
         self._me = me
         self._access = access
@@ -85,7 +93,9 @@ class MessageHandler:
         self._downloads = downloads
         self._activity = activity
         self._voice = voice
-        self._albums: dict[tuple[int, str], None] = {}
+        self._mark_handled = mark_handled
+        self._addressed_albums: dict[tuple[int, str], None] = {}
+        self._albums = Albums(self._send_album, runtime, album_quiet_s)
 
     async def handle(self, m: Message) -> bool:
         """True when the update was marked handled along the way. A failure of ours is
@@ -101,6 +111,8 @@ class MessageHandler:
     async def _on_message(self, m: Message) -> bool:
         if m.is_group and not self._addressed(m):
             return False
+        if m.album is None:  # an album the chat sent before this goes first
+            await self._albums.flush(m.chat_id)
         user = str(m.user_id)
         if not self._access.is_allowed(user):
             if not m.is_group:
@@ -140,9 +152,13 @@ class MessageHandler:
             # Who asked: with APPROVERS requester+owner they may decide what this turn gates.
             SENDER_KEY: {"id": user, "name": m.user_name},
         }
+        update_id = m.update_id
+        if m.album is not None and attachments:  # one message of every item (albums.py)
+            first = Album(m.source, m.chat_id, m.thread_id, metadata)
+            await self._albums.add((m.chat_id, m.album), first, text, attachments, update_id)
+            return True  # marked in the album's commit (a crash before: handed over again)
         if attachments:
             metadata["attachments"] = attachments
-        update_id = m.update_id
         try:
             # Stored and marked handled in one commit: a crash leaves both or neither (and
             # an update left unhandled is handed over again at the next start).
@@ -161,6 +177,38 @@ class MessageHandler:
             return True
         self._activity.start_typing(m.source)
         return True
+
+    async def _send_album(self, album: Album) -> None:
+        """An album's items as one message, every item's update marked handled in its
+        commit; a failure tells the chat and marks them handled (as a message's does)."""
+        update_ids = list(album.update_ids)
+
+        def mark(conn: Connection) -> None:
+            for update_id in update_ids:
+                mark_handled_in(conn, update_id)
+
+        say = partial(self._sender.say_in, album.chat_id, album.thread_id)
+        try:
+            await self._hub.send_message(
+                album.source,
+                album.text,
+                SendOptions(metadata=album.options_metadata),
+                also=mark,
+                redelivered_if_lost=True,
+            )
+        except EventAlreadyHandled:  # another poller of the fleet handed them over too
+            log.info("album updates %s were handled already; not queued again", update_ids)
+            return
+        except HubError as exc:
+            await say(f"⚠️ {exc}")
+        except Exception:
+            error = report_failure(log, f"album of updates {update_ids} in {album.source}")
+            await say(SORRY_MESSAGE.format(error=error))
+        else:
+            self._activity.start_typing(album.source)
+            return
+        for update_id in update_ids:
+            await self._mark_handled(update_id)
 
     async def _reason(
         self, m: Message, card: CardRow, user: str, text: str, attachments: list[Json]
@@ -216,13 +264,13 @@ class MessageHandler:
         album's later items when its first one was (only that one has the caption: the
         model saw one photo of "@bot compare these" until 2026-12-06; found by review)."""
         album = (m.chat_id, m.album) if m.album is not None else None
-        if album is not None and album in self._albums:
+        if album is not None and album in self._addressed_albums:
             return True
         addressed = self._mentions_me(m)
         if addressed and album is not None:
-            if len(self._albums) >= _ALBUMS_KEPT:
-                self._albums.pop(next(iter(self._albums)))
-            self._albums[album] = None
+            if len(self._addressed_albums) >= _ALBUMS_KEPT:
+                self._addressed_albums.pop(next(iter(self._addressed_albums)))
+            self._addressed_albums[album] = None
         return addressed
 
     def _mentions_me(self, m: Message) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.bot.telegram_contract.conftest import ALICE, eventually, texts
+from tests.bot.telegram_contract.conftest import ALICE, eventually, stop, texts
 
 _MESSAGE_IDS = itertools.count(5000)
 BOT_ID = 123456  # the fake's bot, from the token's prefix
@@ -378,21 +378,69 @@ async def test_a_file_over_telegrams_download_limit_whose_size_was_not_said_gets
     assert reply.startswith("⚠️ holiday.mp4 is too large to download (Telegram hands bots")
 
 
-def _album_photo(telegram: Any, message_id: int, file_id: str, caption: str | None) -> None:
+def _album_photo(
+    telegram: Any,
+    message_id: int,
+    file_id: str,
+    caption: str | None,
+    chat: dict[str, Any] | None = None,
+    album: str = "13579",
+) -> None:
     stored = telegram.add_file(file_id, b"\xff\xd8\xff\xe0jpeg-" + file_id.encode())
     size = {"width": 800, "height": 600, "file_size": 20}
+    chat = chat or {"id": GROUP, "type": "supergroup", "title": "Team"}
     message: dict[str, Any] = {
         "message_id": message_id,
         "from": {"id": ALICE, "is_bot": False, "first_name": "Alice"},
-        "chat": {"id": GROUP, "type": "supergroup", "title": "Team"},
+        "chat": chat,
         "date": int(time.time()),
-        "media_group_id": "13579",
+        "media_group_id": album,
         "photo": [{"file_id": file_id, "file_unique_id": stored["file_unique_id"], **size}],
     }
     if caption is not None:  # only an album's first item carries the caption
-        mention = {"type": "mention", "offset": 0, "length": len(telegram.bot_username) + 1}
-        message.update(caption=caption, caption_entities=[mention])
+        message["caption"] = caption
+        if chat["type"] != "private":
+            mention = {"type": "mention", "offset": 0, "length": len(telegram.bot_username) + 1}
+            message["caption_entities"] = [mention]
     telegram.push_update({"message": message})
+
+
+def _users_words(request: Any) -> str:
+    return str([m["content"] for m in request[0] if m["role"] == "user"][-1])
+
+
+@pytest.mark.parametrize("where", ["private", "group"])
+async def test_an_album_is_one_message_to_the_agent_and_gets_one_answer(
+    service, telegram, model, where
+):
+    """Each item was a message of its own: the model answered "compare these" having
+    seen one photo, then again for the next (found by review on 2026-12-06). A message
+    after the album comes after it."""
+    chat = (
+        {"id": ALICE, "type": "private", "first_name": "Alice"}
+        if where == "private"
+        else {"id": GROUP, "type": "supergroup", "title": "Team"}
+    )
+    mention = "" if where == "private" else f"@{telegram.bot_username} "
+    _album_photo(telegram, 81, f"{where}-1", f"{mention}compare these", chat, "24680")
+    _album_photo(telegram, 82, f"{where}-2", None, chat, "24680")
+    _album_photo(telegram, 83, f"{where}-3", None, chat, "24680")
+    await eventually(lambda: len(texts(telegram, chat["id"])) == 1)
+    [request] = model.requests
+    words = _users_words(request)
+    assert "compare these" in words
+    assert all(f"{where}-{n}" in words for n in (1, 2, 3)), words
+
+    _album_photo(telegram, 84, f"{where}-4", f"{mention}and this one", chat, "97531")
+    entities = [{"type": "mention", "offset": 0, "length": len(mention) - 1}] if mention else None
+    telegram.user_message(
+        chat["id"], ALICE, f"{mention}which is best?", chat_type=chat["type"], entities=entities
+    )
+    await eventually(lambda: len(texts(telegram, chat["id"])) == 3)
+    assert [_users_words(r).splitlines()[0] for r in model.requests[1:]] == [
+        f"{mention}and this one".strip(),
+        f"{mention}which is best?".strip(),
+    ]
 
 
 async def test_every_photo_of_an_album_addressed_in_a_group_reaches_the_model(
@@ -405,3 +453,23 @@ async def test_every_photo_of_an_album_addressed_in_a_group_reaches_the_model(
     await eventually(lambda: len(telegram.calls_to("getFile")) == 2)
     fetched = sorted(c.params.get("file_id") for c in telegram.calls_to("getFile"))
     assert fetched == ["album-photo-1", "album-photo-2"]
+
+
+async def test_an_album_gathered_when_the_service_stops_is_answered_after_the_restart(
+    start_service, telegram, model
+):
+    """Its items' updates stay unhandled until the album's message is stored: a stop
+    (or a crash) while it is gathered hands them over again at the next start."""
+    chat = {"id": ALICE, "type": "private", "first_name": "Alice"}
+    first = await start_service()
+    _album_photo(telegram, 91, "stopped-1", "what is this?", chat, "11223")
+    _album_photo(telegram, 92, "stopped-2", None, chat, "11223")
+    await eventually(lambda: len(telegram.calls_to("getFile")) == 2)
+    await stop(first)
+    assert model.requests == [] and texts(telegram, ALICE) == []
+
+    await start_service()
+    await eventually(lambda: texts(telegram, ALICE))
+    [request] = model.requests
+    assert "stopped-1" in _users_words(request) and "stopped-2" in _users_words(request)
+    assert len(texts(telegram, ALICE)) == 1

@@ -1,0 +1,116 @@
+"""An album as one message to the agent.
+
+Telegram sends each photo or file of an album as an update of its own, moments apart, and
+only the first carries the caption. Each item was a hub message of its own until
+2026-12-06: the model answered "compare these two photos" having seen one, then answered
+again for the next (found by review). Now an album's items, downloaded in their chat's
+lane as any file is, are gathered until none came for ``quiet_s``, then sent as one
+message whose commit marks every item's update handled. Until then their updates stay
+unhandled in the store: a process that dies meanwhile hands them over again at its next
+start. A message of the same chat that comes after the album (or another album) sends it
+first, so the chat's order holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.platform.tasks import Runtime
+from bot.telegram.sending.api import Json
+
+__all__ = ["ALBUM_QUIET_S", "Album", "Albums"]
+
+#: How long after an album's latest item its next one may still come.
+ALBUM_QUIET_S = 0.8
+
+
+@dataclass(slots=True)
+class Album:
+    """The items of one album so far: the first item's place and metadata, every item's
+    text, files and update."""
+
+    source: str
+    chat_id: int
+    thread_id: int | None
+    metadata: dict[str, Any]
+    texts: list[str] = field(default_factory=list)
+    attachments: list[Json] = field(default_factory=list)
+    update_ids: list[int] = field(default_factory=list)
+    #: The wait for its next item; then the sending (started once).
+    waiting: asyncio.Task[None] | None = None
+    sending: asyncio.Future[None] | None = None
+
+    @property
+    def text(self) -> str:
+        return "\n".join(text for text in self.texts if text)
+
+    @property
+    def options_metadata(self) -> dict[str, Any]:
+        return (
+            {**self.metadata, "attachments": self.attachments}
+            if self.attachments
+            else self.metadata
+        )
+
+
+class Albums:
+    """Albums being gathered, by chat and album id; ``send`` gets each one once."""
+
+    def __init__(
+        self,
+        send: Callable[[Album], Awaitable[None]],
+        runtime: Runtime,
+        quiet_s: float = ALBUM_QUIET_S,
+    ) -> None:
+        self._send = send
+        self._runtime = runtime
+        self._quiet_s = quiet_s
+        self._open: dict[tuple[int, str], Album] = {}
+
+    async def add(
+        self,
+        key: tuple[int, str],
+        first: Album,
+        text: str,
+        attachments: list[Json],
+        update_id: int,
+    ) -> None:
+        """An item of album ``key`` (``first``: the album as its first item opens it)."""
+        await self.flush(key[0], keep=key[1])  # an earlier album of the chat goes first
+        album = self._open.get(key)
+        if album is None or album.sending is not None:  # an item after it was sent
+            album = self._open[key] = first
+        album.texts.append(text)
+        album.attachments += attachments
+        album.update_ids.append(update_id)
+        if album.waiting is not None:
+            album.waiting.cancel()
+        album.waiting = self._runtime.background.spawn(self._after_quiet(key, album))
+
+    async def flush(self, chat_id: int, *, keep: str | None = None) -> None:
+        """Every album of ``chat_id`` sent now, but ``keep`` (one whose sending began is
+        waited for)."""
+        for (chat, album_id), album in list(self._open.items()):
+            if chat == chat_id and album_id != keep:
+                await self._sent((chat, album_id), album)
+
+    async def _after_quiet(self, key: tuple[int, str], album: Album) -> None:
+        await self._runtime.sleep(self._quiet_s)
+        await self._sent(key, album)
+
+    async def _sent(self, key: tuple[int, str], album: Album) -> None:
+        if album.sending is None:
+            if album.waiting is not None and album.waiting is not asyncio.current_task():
+                album.waiting.cancel()  # still asleep: nothing of the sending is cut
+            album.sending = self._runtime.background.spawn(self._send(album))
+            album.sending.add_done_callback(lambda _done: self._forget(key, album))
+        with contextlib.suppress(Exception):  # the sender says what went wrong
+            await asyncio.shield(album.sending)
+
+    def _forget(self, key: tuple[int, str], album: Album) -> None:
+        if self._open.get(key) is album:
+            del self._open[key]
