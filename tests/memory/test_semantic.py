@@ -10,6 +10,7 @@ import math
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -294,6 +295,19 @@ async def test_a_document_deleted_meanwhile_gets_no_vector_and_forgetting_drops_
     assert await sqlite_store.db.run(lambda c: c.execute(sa.text(count)).scalar()) == 0
 
 
+async def _ann_indexed_and_bob(store: Store) -> tuple[MemoryService, Any, Vectors]:
+    """Ann's words indexed in her chat, Bob's chat still empty: the memory, Bob's session
+    and the vectors."""
+    memory = MemoryService(store.db, ChatEventBus())
+    ann = await store.sessions.create("telegram:111")
+    bob = await store.sessions.create("telegram:222")
+    await write_history(store, ann.id, [("user", "ann secret")])
+    await Indexer(store.db).catch_up()
+    vectors = await detect(store.db)
+    assert vectors is not None
+    return memory, bob, vectors
+
+
 async def test_a_vector_never_lands_on_another_document_given_a_deleted_ones_id(
     sqlite_store: Store, fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
 ) -> None:
@@ -302,13 +316,7 @@ async def test_a_vector_never_lands_on_another_document_given_a_deleted_ones_id(
     words, and a search by meaning in her chat showed them (found by review on
     2026-12-06)."""
 
-    memory = MemoryService(sqlite_store.db, ChatEventBus())
-    bob = await sqlite_store.sessions.create("telegram:222")
-    ann = await sqlite_store.sessions.create("telegram:111")
-    await write_history(sqlite_store, ann.id, [("user", "ann secret")])
-    await Indexer(sqlite_store.db).catch_up()
-    vectors = await detect(sqlite_store.db)
-    assert vectors is not None
+    memory, bob, vectors = await _ann_indexed_and_bob(sqlite_store)
 
     class ForgettingClient(EmbeddingClient):
         forgotten = False
@@ -338,13 +346,7 @@ async def test_a_document_indexed_after_the_newest_was_forgotten_is_embedded(
     """SQLite gives a deleted newest row's id to the next insert: Bob's words, indexed
     after Ann's embedded ones were forgotten, sat under the embedding mark and were never
     embedded, found by full text only (found by review on 2026-12-06)."""
-    memory = MemoryService(sqlite_store.db, ChatEventBus())
-    ann = await sqlite_store.sessions.create("telegram:111")
-    bob = await sqlite_store.sessions.create("telegram:222")
-    await write_history(sqlite_store, ann.id, [("user", "ann secret")])
-    await Indexer(sqlite_store.db).catch_up()
-    vectors = await detect(sqlite_store.db)
-    assert vectors is not None
+    memory, bob, vectors = await _ann_indexed_and_bob(sqlite_store)
     embedder = Embedder(sqlite_store.db, client_for(fake_openai, http), vectors)
     assert await embedder.embed_pending() == 1
     await memory.forget_user(await memory.user_for(Identity("telegram", "111")))

@@ -280,9 +280,13 @@ async def test_a_crashing_server_fails_the_call_and_restarts(store: Store) -> No
 
 def _raw(tools: list[Any], result: Any) -> McpServerConfig:
     """tests/engine/mcp/raw_server.py, listing ``tools`` and answering ``result``."""
-    env = {"TOOLS_JSON": json.dumps(tools), "RESULT_JSON": json.dumps(result)}
+    return _raw_server({"TOOLS_JSON": json.dumps(tools), "RESULT_JSON": json.dumps(result)})
+
+
+def _raw_server(env: dict[str, str], timeout_s: float = 15) -> McpServerConfig:
+    """tests/engine/mcp/raw_server.py with ``env`` (its doc says what each variable does)."""
     return McpServerConfig(
-        name="raw", transport="stdio", command=(sys.executable, RAW), env=env, timeout_s=15
+        name="raw", transport="stdio", command=(sys.executable, RAW), env=env, timeout_s=timeout_s
     )
 
 
@@ -324,13 +328,7 @@ async def test_a_server_that_never_lists_is_not_waited_for_at_every_round(
     and waited its whole timeout (found by review). Like a failed start, it is left alone
     by the rounds for START_RETRY_S; an explicit use tries again."""
     starts = tmp_path / "starts"
-    server = McpServerConfig(
-        name="raw",
-        transport="stdio",
-        command=(sys.executable, RAW),
-        env={"LIST_HANGS": "1", "STARTS_FILE": str(starts)},
-        timeout_s=1.0,
-    )
+    server = _raw_server({"LIST_HANGS": "1", "STARTS_FILE": str(starts)}, timeout_s=1.0)
     async with _manager(store, server) as manager:
         with pytest.raises(ToolError, match="did not answer"):
             await manager.tools("raw", passive=True)
@@ -345,13 +343,7 @@ async def test_a_server_that_gives_its_page_cursor_again_is_not_asked_for_ever(
     """Asked for one page thousands of times until the timeout, then restarted as "did
     not answer" though it had answered every request (found by review on 2026-12-06)."""
     lists = tmp_path / "lists"
-    server = McpServerConfig(
-        name="raw",
-        transport="stdio",
-        command=(sys.executable, RAW),
-        env={"NEXT_CURSOR": "page2", "LISTS_FILE": str(lists)},
-        timeout_s=15,
-    )
+    server = _raw_server({"NEXT_CURSOR": "page2", "LISTS_FILE": str(lists)})
     async with _manager(store, server) as manager:
         with pytest.raises(ToolError, match="lists its tools without end"):
             await manager.tools("raw")
@@ -361,14 +353,7 @@ async def test_a_server_that_gives_its_page_cursor_again_is_not_asked_for_ever(
 async def test_a_handshake_that_is_not_valid_mcp_is_said_in_a_sentence(store: Store) -> None:
     """The model and the chat read pydantic's words: the class, the echoed input and a
     link (found by review on 2026-12-06)."""
-    server = McpServerConfig(
-        name="raw",
-        transport="stdio",
-        command=(sys.executable, RAW),
-        env={"BAD_INIT": "1"},
-        timeout_s=15,
-    )
-    async with _manager(store, server) as manager:
+    async with _manager(store, _raw_server({"BAD_INIT": "1"})) as manager:
         with pytest.raises(ToolError) as failed:
             await manager.tools("raw")
     assert "not valid MCP" in str(failed.value)
