@@ -97,12 +97,15 @@ class MessageHandler:
     async def handle(self, m: Incoming) -> bool:
         """True when the event was marked handled along the way. A failure of ours is
         logged with a short error id, and the sender told that id: never the exception."""
+        place = [m.channel_id]  # the thread it began, once it began one
         try:
-            return await self._on_message(m)
+            return await self._on_message(m, place)
         except Exception:
             error = report_failure(log, f"message {m.message_id} in channel {m.channel_id}")
             if self._access.is_allowed(m.user_id):  # a stranger learns nothing more
-                await self._sender.say_in(m.channel_id, SORRY_MESSAGE.format(error=error))
+                # Where the talk goes on: the parent channel heard of a thread's failure
+                # until 2026-12-06.
+                await self._sender.say_in(place[-1], SORRY_MESSAGE.format(error=error))
             return False
 
     def addressed(self, m: Incoming) -> bool:
@@ -119,7 +122,7 @@ class MessageHandler:
         own_thread = m.parent_id is not None and m.thread_owner == self._me.id
         return own_thread and self._listening.reads_content
 
-    async def _on_message(self, m: Incoming) -> bool:
+    async def _on_message(self, m: Incoming, place: list[str]) -> bool:
         if not self.addressed(m):
             return False
         say = self._sender.say_in
@@ -149,6 +152,7 @@ class MessageHandler:
             and m.channel_id in self._listening.thread_channels
         ):
             m = await self._in_a_thread(m, text)
+            place.append(m.channel_id)
         attachments, problems = await self._download(m)
         if self._voice is not None and attachments:
             heard = await self._voice.hear(attachments)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
+import bot.discord.messages as messages_module
 from bot.discord.incoming import FORWARDED
 from bot.discord.messages import ROLE_ONLY_MESSAGE, UNREADABLE_MESSAGE
 from engine.hub import Notification
@@ -158,6 +161,24 @@ async def test_in_a_thread_channel_a_mention_starts_a_thread_the_talk_goes_on_in
     await until(lambda: texts(fake, thread) == ["echo: plan my week", "echo: and monday?"])
     said = [m["content"] for m in model.requests[-1][0] if m["role"] == "user"]
     assert said[-2:] == ["plan my week", "and monday?"]  # one conversation
+
+
+async def test_a_failure_after_a_thread_began_is_told_in_the_thread(
+    fake: FakeDiscordServer, make_service: MakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The conversation went on in the thread, and the sorry went to the channel (found
+    by review on 2026-12-06)."""
+
+    async def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("the hub broke")
+
+    monkeypatch.setattr(messages_module, "hand_over", broken)
+    await make_service(discord_thread_channel_ids=str(GENERAL))
+    thread = fake.channel_message(GUILD, GENERAL, ALICE, "plan my week", mentions_bot=True)["id"]
+    await until(lambda: texts(fake, thread))
+    [sorry] = texts(fake, thread)
+    assert sorry.startswith("Sorry, something went wrong") and "RuntimeError" not in sorry
+    assert texts(fake, GENERAL) == []
 
 
 async def test_with_message_content_its_own_thread_needs_no_mention(
