@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection
 from engine.store import Database
 from memory.embeddings import ChosenEmbeddings, EmbeddingClient, EmbeddingError
 from memory.marks import Marks
-from memory.tables import memory_documents, memory_embed_marks
+from memory.tables import documents_in_id_order, memory_documents, memory_embed_marks
 from memory.vectors import Vectors
 
 __all__ = ["Embedder", "EmbedderLimits"]
@@ -103,6 +103,7 @@ class Embedder:
 
 
 def _read_batch(conn: Connection, model: str, size: int) -> _Batch | None:
+    documents_in_id_order(conn)  # every document with a lower id is committed
     after = EMBED_MARKS.read(conn, model).at
     d = memory_documents
     rows = conn.execute(

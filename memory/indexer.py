@@ -25,7 +25,13 @@ from engine.store import (
     utcnow,
 )
 from memory.optouts import opted_out_in
-from memory.tables import memory_documents, memory_embed_marks, memory_watermarks, scope_of
+from memory.tables import (
+    documents_in_id_order,
+    memory_documents,
+    memory_embed_marks,
+    memory_watermarks,
+    scope_of,
+)
 from memory.users import BatchSpeakers, identity_of, is_personal
 
 __all__ = ["Indexer", "IndexerLimits", "chunks"]
@@ -162,6 +168,7 @@ def _index_batch(conn: Connection, session_id: int, limits: IndexerLimits) -> tu
             session_id, source, "summary", s.id, "summary", s.content, s.created_at, limits
         )
     if documents:
+        documents_in_id_order(conn)
         if conn.dialect.name == "sqlite":
             _number_past_every_mark(conn, documents)
         conn.execute(_insert_ignoring_duplicates(conn), documents)

@@ -5,6 +5,7 @@ text. Recall on paraphrased queries is printed with and without the hybrid."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -15,13 +16,14 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.util import await_only
 
 from engine.bus.chat import ChatEventBus
 from engine.store import Store, migrate
 from engine.store.db import SqliteDatabase
 from memory.embedder import Embedder, EmbedderLimits
 from memory.embeddings import EmbeddingClient, EmbeddingConfig, EmbeddingError
-from memory.indexer import Indexer
+from memory.indexer import Indexer, IndexerLimits, _index_batch
 from memory.search import RRF_K, Search, Semantic, fuse
 from memory.service import MemoryService
 from memory.tables import memory_documents, memory_embed_marks
@@ -477,3 +479,70 @@ async def test_a_key_no_header_can_carry_is_one_clear_error(
     dashed = client_for(fake_openai, http, api_key="sk\u2010live0123")
     with pytest.raises(EmbeddingError, match="address or key cannot be used"):
         await dashed.embed(["hello"])
+
+
+class _RecordedVectors:
+    """Where the embedder stores vectors, on a PostgreSQL without pgvector: recorded."""
+
+    kind = "recorded"
+
+    def __init__(self) -> None:
+        self.documents: list[int] = []
+
+    def write(self, conn: sa.Connection, model: str, rows: list[tuple[int, str, Any]]) -> None:
+        self.documents += [doc_id for doc_id, _, _ in rows]
+
+
+async def test_a_document_committed_after_a_later_one_is_still_embedded(
+    store: Store,
+    store_url: str,
+    backend: str,
+    fake_openai: FakeOpenAIServer,
+    http: httpx.AsyncClient,
+) -> None:
+    """PostgreSQL gives ids at insert, not at commit: one indexing transaction still open
+    with a lower id while another committed a higher one, the embedder's mark passed the
+    lower id before it was committed, and it was never embedded (found by review on
+    2026-12-06). Indexing and the embedder's read take one lock, so ids commit in order."""
+    if backend != "postgresql":
+        pytest.skip("two transactions at once: PostgreSQL's")
+    other = await Store.open(store_url, MEMORY_LAYERS)
+    try:
+        slow = await store.sessions.create("telegram:1")
+        quick = await store.sessions.create("telegram:2")
+        await write_history(store, slow.id, [("user", "slow words")])
+        await write_history(store, quick.id, [("user", "quick words")])
+        inserted, release = asyncio.Event(), asyncio.Event()
+
+        def index_slowly(conn: sa.Connection) -> None:
+            _index_batch(conn, slow.id, IndexerLimits())
+            inserted.set()  # its document has its id, not yet committed
+            await_only(release.wait())
+
+        slow_indexing = asyncio.create_task(store.db.run(index_slowly))
+        await inserted.wait()
+        quick_indexing = asyncio.create_task(other.db.run(_index_batch, quick.id, IndexerLimits()))
+        await _until_waiting_or_done(store, quick_indexing)
+        vectors = _RecordedVectors()
+        embedder = Embedder(other.db, client_for(fake_openai, http), vectors)  # type: ignore[arg-type]
+        embedding = asyncio.create_task(embedder.embed_pending())
+        await _until_waiting_or_done(store, embedding)
+        release.set()
+        await asyncio.gather(slow_indexing, quick_indexing, embedding)
+        await embedder.embed_pending()
+        ids = await store.db.run(
+            lambda c: c.execute(sa.select(memory_documents.c.id)).scalars().all()
+        )
+        assert sorted(vectors.documents) == sorted(ids) and len(ids) == 2
+    finally:
+        await other.close()
+
+
+async def _until_waiting_or_done(store: Store, task: asyncio.Task[Any]) -> None:
+    """Until ``task`` is done or something waits for a lock on the server."""
+    waiting = sa.text("SELECT count(*) FROM pg_locks WHERE NOT granted")
+    for _ in range(500):
+        if task.done() or await store.db.run(lambda c: c.execute(waiting).scalar()):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("neither done nor waiting")
