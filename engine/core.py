@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import weakref
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from engine.session.protocols import ApprovalPolicy, EmitFn, RecordsAnswers
 from engine.store import Store
 from engine.store.inbox import InboxItem
 from engine.tools.builtins import builtin_tools
+from engine.tools.preview import ApprovalPreview, preview_call
 from engine.tools.processes import reap_group
 from engine.tools.registry import ToolRegistry
 from engine.tools.workspace import Workspace
@@ -266,6 +268,20 @@ class Engine:
 
     async def pending_questions(self, session_id: int | None = None) -> list[InboxItem]:
         return await self.store.inbox.pending_questions(session_id)
+
+    async def preview_pending(self, item: InboxItem) -> ApprovalPreview | None:
+        """What a waiting call would do, as its turn showed it when it asked: from its
+        session's working directory (a page showing it later: a reload, the inbox)."""
+        try:
+            args = json.loads(item.arguments or "{}")
+        except ValueError:
+            return None
+        if not isinstance(args, dict):
+            return None
+        session = await self.store.sessions.get(item.session_id)
+        chosen = ((session.run_context if session else None) or {}).get("working_directory")
+        cwd = self.workspace.root / chosen if isinstance(chosen, str) and chosen else None
+        return preview_call(self.workspace, item.name, args, cwd, tool=self.tools.get(item.name))
 
     def cancel_session(self, session_id: int) -> bool:
         """Stop a live session's turn with its approvals and questions; False if none is live."""

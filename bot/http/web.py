@@ -44,7 +44,6 @@ from bot.http.signins import LoginThrottle, SignIns, csrf_token, is_handle
 from engine.approval import CallDisplay, display_call
 from engine.hub import CHOICES
 from engine.store import MAX_PAGE, InboxItem, utcnow
-from engine.tools import preview_call
 from memory.service import MemoryService
 from providers import ProviderRegistry
 
@@ -435,33 +434,13 @@ class WebInbox:
 
     async def _approval(self, item: InboxItem, now: datetime) -> dict[str, Any]:
         args = _arguments(item.arguments)
-        preview = (
-            preview_call(
-                self.ops.engine.workspace,
-                item.name,
-                args,
-                await self._working_directory(item.session_id),
-                tool=self.ops.engine.tools.get(item.name),
-            )
-            if isinstance(args, dict)
-            else None
-        )
+        preview = await self.ops.engine.preview_pending(item)
         shown: CallDisplay = (
             display_call(item.name, args, preview)
             if isinstance(args, dict)
             else CallDisplay("Arguments", str(args), "json")
         )
         return {"item": item, "shown": shown, "age": _age(now, item.requested_at)}
-
-    async def _working_directory(self, session_id: int) -> Path | None:
-        """Where the session's calls start their relative paths (a job's folder), as its
-        turn resolves them: until 2026-12-06 the page previewed the workspace's file and
-        directory while the call wrote in the job's (found by review)."""
-        session = await self.ops.engine.store.sessions.get(session_id)
-        chosen = ((session.run_context if session else None) or {}).get("working_directory")
-        return (
-            self.ops.engine.workspace.root / chosen if isinstance(chosen, str) and chosen else None
-        )
 
     def _question(self, item: InboxItem, now: datetime) -> dict[str, Any]:
         args = _arguments(item.arguments)

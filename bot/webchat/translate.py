@@ -45,6 +45,7 @@ from engine.session import (
     UserMessage,
 )
 from engine.store import InboxItem
+from engine.tools import ApprovalPreview
 from scheduler.runner import JOB_LABEL
 
 __all__ = [
@@ -171,8 +172,12 @@ def resolved_frame(
     return ApprovalResolved(tool_call_id=tool_call_id, outcome=outcome, line=line, by=by, note=note)
 
 
-def pending_approval_event(item: InboxItem, *, visiting: bool = False) -> ApprovalRequired:
-    """A stored waiting call as the event that showed it (a socket that opens later).
+def pending_approval_event(
+    item: InboxItem, preview: ApprovalPreview | None, *, visiting: bool = False
+) -> ApprovalRequired:
+    """A stored waiting call as the event that showed it (a socket that opens later), with
+    its ``preview`` (``hub.preview``: the card showed the call's JSON instead of the
+    diff or the command after a reload until 2026-12-06).
 
     ``visiting``: the call of a scheduled job's run asking in this conversation; its card
     names the job (from the run's session label, as the run named it)."""
@@ -184,6 +189,7 @@ def pending_approval_event(item: InboxItem, *, visiting: bool = False) -> Approv
         session_id=item.session_id,
         agent_id=item.agent_id,
         depth=item.depth,
+        preview=preview,
         asked_by=(label.removeprefix(JOB_LABEL) or "A scheduled job") if visiting else None,
     )
 

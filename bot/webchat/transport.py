@@ -179,10 +179,12 @@ class WebChat:
         of a scheduled job's run asking here included."""
         hub = self.hub
         for item in await hub.pending_approvals(session_id):
-            await socket.send(await self._card(pending_approval_event(item)))
+            event = pending_approval_event(item, await hub.preview(item))
+            await socket.send(await self._card(event))
         for item in await hub.pending_approvals(shown_in=source):
             if item.session_id != session_id:
-                await socket.send(await self._card(pending_approval_event(item, visiting=True)))
+                event = pending_approval_event(item, await hub.preview(item), visiting=True)
+                await socket.send(await self._card(event))
         for item in await hub.pending_questions(session_id):
             await socket.send(pending_question_frame(item))
 

@@ -57,6 +57,7 @@ from engine.store.inbox import InboxItem
 from engine.store.leases import Leases
 from engine.store.notify import Notifier
 from engine.store.views import SessionUsage
+from engine.tools.preview import ApprovalPreview
 
 __all__ = ["ChatHub"]
 
@@ -336,6 +337,10 @@ class ChatHub:
     ) -> list[InboxItem]:
         """Calls waiting for a decision: a session's, or those asking in ``shown_in``."""
         return await self.engine.pending_approvals(session_id, shown_in=shown_in)
+
+    async def preview(self, item: InboxItem) -> ApprovalPreview | None:
+        """What waiting call ``item`` would do, as its card showed it when asked."""
+        return await self.engine.preview_pending(item)
 
     async def pending_questions(self, session_id: int | None = None) -> list[InboxItem]:
         return await self.engine.pending_questions(session_id)

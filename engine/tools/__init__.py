@@ -10,13 +10,14 @@ from engine.faces import lazy_attributes
 if TYPE_CHECKING:
     from engine.tools.base import ToolError
     from engine.tools.builtins._common import BuiltinTool, object_schema
-    from engine.tools.preview import preview_call
+    from engine.tools.preview import ApprovalPreview, preview_call
     from engine.tools.protocols import Tool, ToolCategory, ToolContext
     from engine.tools.workspace import SECRETS_DIR, Workspace
 
 #: What the outer layers use besides, loaded on first use (PEP 562): importing the
 #: face costs nothing more, and no cycle runs through it.
 _LAZY = {
+    "ApprovalPreview": "engine.tools.preview",
     "BuiltinTool": "engine.tools.builtins._common",
     "SECRETS_DIR": "engine.tools.workspace",
     "Tool": "engine.tools.protocols",
@@ -30,6 +31,7 @@ _LAZY = {
 
 __all__ = [
     "SECRETS_DIR",
+    "ApprovalPreview",
     "BuiltinTool",
     "Tool",
     "ToolCategory",

@@ -226,6 +226,9 @@ async def test_a_reconnect_mid_turn_gets_running_then_the_answer(
         again = await second.recv()
         assert again["type"] == "approval_required"
         assert again["tool_call_id"] == card["tool_call_id"]
+        # The same card: a file write's path and content, not the call's JSON (found by
+        # review on 2026-12-06).
+        assert again == card
         await second.send(type="approve_tool", tool_call_id=again["tool_call_id"])
         frames = await second.until("done")
     assert frames[-1]["content"] == "Written after the reload."
