@@ -156,10 +156,21 @@ async function select(id) {
   clearThread();
   setRunning(false);
   // Subscribe first, then load the history: frames that arrive meanwhile wait, and what
-  // the history already shows is not shown twice.
+  // the history already shows is not shown twice. The server says hello once it is
+  // subscribed: the history is read after it (read while the socket still opened, what
+  // happened in between was in neither until 2026-12-06; found by review), or after the
+  // socket closed (the history is shown while it reconnects).
   const waiting = [];
   let loaded = false;
-  connect(id, (frame) => (loaded ? handle(frame) : waiting.push(frame)));
+  let subscribed;
+  const greeted = new Promise((resolve) => (subscribed = resolve));
+  const socket = connect(id, (frame) => {
+    if (frame.type === "hello") subscribed();
+    loaded ? handle(frame) : waiting.push(frame);
+  });
+  socket.addEventListener("close", () => subscribed(), { once: true });
+  await greeted;
+  if (state.current !== id) return;
   try {
     await loadHistory(id, null);
   } catch (error) {
@@ -289,6 +300,7 @@ function connect(id, deliver) {
     const wait = Math.min(10000, 500 * 2 ** state.retry++);
     setTimeout(() => { if (state.current === id && !state.socket) select(id); }, wait);
   };
+  return socket;
 }
 
 function frameOut(frame) {

@@ -448,6 +448,34 @@ async def test_a_message_sent_while_connecting_goes_though_another_conversation_
     await context.close()
 
 
+async def test_a_tab_whose_socket_opens_late_shows_what_happened_meanwhile(
+    browser: Any, make_server, fake_openai: FakeOpenAIServer, artifacts: Path
+):
+    """A socket's handshake slower than the history's fetch (a new TLS connection beside
+    the page's kept one): what happened between the history's read and the subscription
+    was in neither, until the next reload (found by review on 2026-12-06). The history
+    is read once the server said hello."""
+    server: ChatServer = await make_server(page=True)
+    context, page = await _signed_in(browser, server)
+    conversation = page.url.split("#c=")[1]
+    slow = await browser.new_context(viewport={"width": 1000, "height": 700})
+    slow.set_default_timeout(WAIT_MS)
+    await slow.add_cookies(await context.cookies())
+    await slow.add_init_script(HOLD_SOCKETS)
+    second = await slow.new_page()
+    async with _evidence_on_failure(second, artifacts, "webchat-late-socket"):
+        await second.goto(f"{server.http}/chat#c={conversation}")
+        await second.wait_for_load_state("networkidle")  # its socket still connecting
+        fake_openai.reply_text("The answer is 42.")
+        await _send(page, "what is the answer?")
+        await page.wait_for_selector(".msg.assistant:has-text('42')")
+        await second.evaluate("window.__openSockets()")
+        await second.wait_for_selector(".msg.assistant:has-text('42')")
+        assert await second.text_content(".msg.user") == "what is the answer?"
+    await slow.close()
+    await context.close()
+
+
 @pytest.fixture
 async def microphone_browser() -> AsyncIterator[Any]:
     """Chromium with a fake microphone (a beep) that needs no one to allow it."""
