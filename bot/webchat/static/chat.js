@@ -370,6 +370,9 @@ function handle(frame) {
       const line = state.tools.get(frame.tool_call_id);
       if (line) line.textContent += `\n${text}`;
       else thread.append(el("div", "tool", text));
+      // Its card or question, still open when the call ended (a stop): nothing to decide.
+      closeCard(frame.tool_call_id, ENDED_UNDECIDED);
+      closeQuestion(frame.tool_call_id, ENDED_UNANSWERED, false);
       break;
     }
     case "approval_required": setRunning(true); showCard(frame); break;
@@ -387,7 +390,8 @@ function handle(frame) {
       break;
     case "error":
       notice(frame.message, true);
-      if (frame.code === "turn") { endStreaming(); setRunning(false); }
+      if (frame.code === "turn") { endStreaming(); setRunning(false); closeEverything(); }
+      if (frame.code === "expired" || frame.code === "not_allowed") enableChoices();
       break;
     case "notice": notice(frame.text); break;
     case "new_session": clearThread(); notice("New conversation."); break;
@@ -431,10 +435,11 @@ function showCard(frame) {
 }
 
 function decide(card, toolCallId, choice) {
+  if (card.classList.contains("deciding")) return; // a double click decides once
   if (choice.choice !== "reject") {
     const approve = { type: "approve_tool", tool_call_id: toolCallId };
     if (choice.bypass_secs !== null) approve.bypass_secs = choice.bypass_secs;
-    frameOut(approve);
+    if (frameOut(approve)) deciding(card);
     return;
   }
   if (card.querySelector(".reason")) return;
@@ -444,12 +449,38 @@ function decide(card, toolCallId, choice) {
   reason.setAttribute("aria-label", "Reason");
   const confirm = el("button", "confirm-reject", "Reject");
   confirm.type = "button";
-  const reject = () => frameOut({ type: "reject_tool", tool_call_id: toolCallId, reason: reason.value });
+  const reject = () => {
+    if (!card.classList.contains("deciding") && frameOut({ type: "reject_tool", tool_call_id: toolCallId, reason: reason.value })) deciding(card);
+  };
   confirm.addEventListener("click", reject);
   reason.addEventListener("keydown", (event) => { if (event.key === "Enter") { event.preventDefault(); reject(); } });
   row.append(reason, confirm);
   card.append(row);
   reason.focus();
+}
+
+// Until 2026-12-06 a double click on Approve showed "This button has expired." though
+// the call was approved, and a card or a question outlived the turn that asked (a stop),
+// its buttons still there; found by review.
+const ENDED_UNDECIDED = "⊘ The turn ended before a decision.";
+const ENDED_UNANSWERED = "⊘ The turn ended before an answer.";
+
+function deciding(card) {
+  card.classList.add("deciding");
+  for (const button of card.querySelectorAll(".choices button")) button.disabled = true;
+}
+
+function enableChoices() {
+  for (const card of state.cards.values()) {
+    if (card.classList.contains("closed")) continue;
+    card.classList.remove("deciding");
+    for (const button of card.querySelectorAll(".choices button")) button.disabled = false;
+  }
+}
+
+function closeEverything() {
+  for (const id of state.cards.keys()) closeCard(id, ENDED_UNDECIDED);
+  for (const id of state.questions.keys()) closeQuestion(id, ENDED_UNANSWERED, false);
 }
 
 function closeCard(toolCallId, line) {
@@ -481,15 +512,17 @@ function showQuestion(frame) {
   box.append(row);
   state.questions.set(frame.request_id, box);
   thread.append(box);
-  answer.focus();
+  // Not while a message is being typed: its next keys and Enter became the answer (found
+  // by review on 2026-12-06).
+  if (document.activeElement !== input || !input.value.trim()) answer.focus();
 }
 
-function closeQuestion(requestId, text) {
+function closeQuestion(requestId, text, answered = true) {
   const box = state.questions.get(requestId);
   if (!box || box.classList.contains("closed")) return;
   box.classList.add("closed");
   box.querySelector(".answer")?.remove();
-  box.append(el("div", "outcome", `↳ ${text}`));
+  box.append(el("div", "outcome", answered ? `↳ ${text}` : text));
 }
 
 // -- the composer --------------------------------------------------------------------

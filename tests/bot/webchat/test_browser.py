@@ -476,6 +476,64 @@ async def test_a_tab_whose_socket_opens_late_shows_what_happened_meanwhile(
     await context.close()
 
 
+async def test_a_stop_closes_the_card_and_the_question_and_a_double_click_decides_once(
+    browser: Any, make_server, fake_openai: FakeOpenAIServer, artifacts: Path
+):
+    """After Stop a card offered its buttons and a question took text, each only an
+    error then; a double click on Approve showed "This button has expired." though the
+    call was approved (found by review on 2026-12-06)."""
+    server: ChatServer = await make_server(page=True)
+    context, page = await _signed_in(browser, server)
+    async with _evidence_on_failure(page, artifacts, "webchat-stop-closes"):
+        fake_openai.reply_tool_calls(("w1", "write_file", {"path": "x.txt", "content": "x"}))
+        await _send(page, "write x")
+        await page.wait_for_selector(".card .choice.approve")
+        await page.click("#send")  # Stop
+        await page.wait_for_selector(".card.closed .outcome")
+        fake_openai.reply_tool_calls(
+            ("q1", "ask_user_clarification", {"question": "Which colour?"})
+        )
+        await _send(page, "paint it")
+        await page.wait_for_selector(".question textarea")
+        await page.click("#send")
+        await page.wait_for_selector(".question.closed .outcome")
+        assert await page.locator(".card:not(.closed), .question:not(.closed)").count() == 0
+
+        fake_openai.reply_tool_calls(("w2", "write_file", {"path": "y.txt", "content": "y"}))
+        fake_openai.reply_text("Done writing.")
+        await _send(page, "write y")
+        await page.wait_for_selector(".card:not(.closed) .choice.approve")
+        await page.dblclick(".card:not(.closed) .choice.approve")
+        await page.wait_for_selector(".msg.assistant:has-text('Done writing.')")
+        errors = await page.locator(".notice.error").all_text_contents()
+        assert not any("expired" in error for error in errors), errors
+    await context.close()
+
+
+async def test_a_question_does_not_take_the_keys_of_a_message_being_typed(
+    browser: Any, make_server, fake_openai: FakeOpenAIServer, artifacts: Path
+):
+    """The box took the focus: the rest of the sentence and its Enter became the answer
+    (found by review on 2026-12-06)."""
+    server: ChatServer = await make_server(page=True)
+    context, page = await _signed_in(browser, server)
+    conversation = page.url.split("#c=")[1]
+    async with _evidence_on_failure(page, artifacts, "webchat-question-focus"):
+        await page.click("#input")
+        await page.keyboard.type("also paint the ga")
+        other = await server.client(conversation)  # a turn asked from another tab
+        fake_openai.reply_tool_calls(
+            ("q1", "ask_user_clarification", {"question": "Which colour?"})
+        )
+        await other.send(type="message", text="paint the fence", ref="m1")
+        await page.wait_for_selector(".question textarea")
+        await page.keyboard.type("rage door")
+        assert await page.input_value("#input") == "also paint the garage door"
+        assert await page.input_value(".question textarea") == ""
+        await other.close()
+    await context.close()
+
+
 @pytest.fixture
 async def microphone_browser() -> AsyncIterator[Any]:
     """Chromium with a fake microphone (a beep) that needs no one to allow it."""
