@@ -47,16 +47,36 @@ async function api(method, path, body) {
     credentials: "same-origin",
     body: body === undefined ? undefined : JSON.stringify(body),
   });
-  if (response.status === 401) {
-    location.href = "/login";
-    throw new Error("signed out");
-  }
+  if (response.status === 401) signedOut();
   if (!response.ok) {
     let message = `request failed (${response.status})`;
     try { message = (await response.json()).error || message; } catch (e) { /* not JSON */ }
     throw new Error(message);
   }
   return response.status === 204 ? null : response.json();
+}
+
+// The sign-in ended (idle, or ended on /signins): to the sign-in page, which leads back
+// here, where the conversation and the draft come back (until 2026-12-06 it led to the
+// inbox, and the draft was lost; found by review).
+const RETURN_KEY = "chathub.return";
+
+function signedOut() {
+  try {
+    sessionStorage.setItem(RETURN_KEY, JSON.stringify({ conversation: state.current, draft: input.value }));
+  } catch (error) { /* storage refused: the sign-in still leads back */ }
+  location.href = "/login?next=/chat";
+  throw new Error("signed out");
+}
+
+function returned() {
+  try {
+    const saved = JSON.parse(sessionStorage.getItem(RETURN_KEY) || "null");
+    sessionStorage.removeItem(RETURN_KEY);
+    return saved && typeof saved === "object" ? saved : {};
+  } catch (error) {
+    return {};
+  }
 }
 
 // One file's bytes as the body (no form encoding); the server answers its id. ``more``:
@@ -76,10 +96,7 @@ async function uploadFile(conversation, file, name = file.name, more = "") {
   } catch (error) { // the connection broke (or the server closed it on a body too large)
     throw new Error(`The upload of ${name} did not get through; try again.`);
   }
-  if (response.status === 401) {
-    location.href = "/login?next=/chat";
-    throw new Error("signed out");
-  }
+  if (response.status === 401) signedOut();
   if (!response.ok) {
     let message = `The upload of ${name} failed (${response.status}).`;
     try { message = (await response.json()).error || message; } catch (e) { /* not JSON */ }
@@ -846,9 +863,11 @@ $("delete").addEventListener("click", async () => {
 $("menu").addEventListener("click", () => $("sidebar").classList.toggle("open"));
 
 (async () => {
+  const back = returned();
   await loadConversations();
-  const wanted = (location.hash.match(/^#c=(\d+)$/) || [])[1];
+  const wanted = (location.hash.match(/^#c=(\d+)$/) || [])[1] || back.conversation;
   const start = state.conversations.find((c) => c.id === wanted) || state.conversations[0];
+  if (typeof back.draft === "string" && back.draft && !input.value) input.value = back.draft;
   await select(start.id);
   input.focus();
 })();

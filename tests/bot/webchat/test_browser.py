@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from bot.webchat.limits import SocketLimits
 from tests.bot.webchat.conftest import TOKEN, ChatServer
 from tests.browser import ARTIFACTS, CHROMIUM, OFFLINE, needs_chromium
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -531,6 +532,26 @@ async def test_a_question_does_not_take_the_keys_of_a_message_being_typed(
         assert await page.input_value("#input") == "also paint the garage door"
         assert await page.input_value(".question textarea") == ""
         await other.close()
+    await context.close()
+
+
+async def test_a_sign_in_that_ended_leads_back_to_the_chat_with_its_draft(
+    browser: Any, make_server, fake_openai: FakeOpenAIServer, artifacts: Path
+):
+    """Ended on /signins (or idle): signing in again led to the inbox, and what was
+    being typed was gone (found by review on 2026-12-06)."""
+    server: ChatServer = await make_server(page=True, limits=SocketLimits(signin_check_s=0.1))
+    context, page = await _signed_in(browser, server)
+    await page.click("#new")
+    await page.wait_for_selector("#conversations li:nth-child(2)")
+    second = page.url.split("#c=")[1]
+    async with _evidence_on_failure(page, artifacts, "webchat-signed-out"):
+        await page.fill("#input", "a long message I was writing")
+        await server.signins.revoke_others(None)
+        await page.wait_for_url("**/login?next=/chat")
+        await _sign_in(page, server.http, artifacts)
+        await page.wait_for_selector(f"#conversations li.current[data-id='{second}']")
+        assert await page.input_value("#input") == "a long message I was writing"
     await context.close()
 
 
