@@ -215,7 +215,7 @@ def memory_commands(front: MemoryFront) -> list[Command]:
     return [
         Command("search", SEARCH_HELP, search, argument="<words>"),
         Command("memory", MEMORY_HELP, memory, argument="[off|on]"),
-        Command("forget_me", FORGET_HELP, forget_me),
+        Command("forget_me", FORGET_HELP, forget_me, argument="[yes]"),
     ]
 
 

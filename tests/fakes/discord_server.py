@@ -928,8 +928,9 @@ class FakeDiscordServer:
             declared = {o["name"]: o for o in command.get("options") or []}
             given = []
             for key, value in (options or {}).items():
-                kind = declared[key]["type"] if key in declared else _option_type(value)
-                given.append({"name": key, "type": kind, "value": value})
+                if key not in declared:  # Discord's client offers only the declared ones
+                    raise ValueError(f"/{name} declares no option {key!r}")
+                given.append({"name": key, "type": declared[key]["type"], "value": value})
             data: Json = {"id": command["id"], "name": name, "type": command.get("type", 1)}
             if given:
                 data["options"] = given
@@ -2435,16 +2436,6 @@ def _walk(components: Iterable[Any]) -> Iterable[Json]:
         for key in ("component", "accessory"):
             if isinstance(component.get(key), dict):
                 yield from _walk([component[key]])
-
-
-def _option_type(value: Any) -> int:
-    if isinstance(value, bool):
-        return 5
-    if isinstance(value, int):
-        return 4
-    if isinstance(value, float):
-        return 10
-    return 3
 
 
 def _submitted(modal_components: list[Json], values: Mapping[str, Any]) -> list[Json]:

@@ -41,6 +41,21 @@ async def test_a_slash_command_is_deferred_then_answered_in_place(
     assert answer.interaction_id is not None  # the deferral, edited: one message
 
 
+async def test_forget_me_is_confirmed_through_its_slash_command(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """It asked for "/forget_me yes", which its slash command could not say: Discord's
+    client sends only the options a command declares, and it declared none (found by
+    review on 2026-12-06)."""
+    await make_service()
+    await until(lambda: "forget_me" in _names(fake))
+    dm = fake.dm_channel_id(ALICE)
+    fake.slash(dm, ALICE, "forget_me")
+    await until(lambda: any("/forget_me yes" in m.content for m in fake.messages(dm)))
+    fake.slash(dm, ALICE, "forget_me", {"text": "yes"})
+    await until(lambda: any(m.content.startswith("Done: I deleted") for m in fake.messages(dm)))
+
+
 async def test_a_command_without_a_reply_leaves_no_thinking_message(
     fake: FakeDiscordServer, make_service: MakeService
 ) -> None:
