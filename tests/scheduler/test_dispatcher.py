@@ -1126,7 +1126,7 @@ async def test_a_job_whose_zone_left_tzdata_is_paused_and_the_others_fire(
     assert any("cannot be read" in n.summary for n in notified if n.refs.get("job_id") == gone.id)
     # ▶️ on it says why it cannot go on (CronError went past every handler: "something
     # went wrong" in the chat, 500 from the API; found by review).
-    said = await Jobs(scheduler).act(ORIGIN, JobAction(gone.id, "resume"))
+    said = await Jobs(scheduler).act(ORIGIN, JobAction(gone.id, "resume"), OPERATOR)
     assert "cannot be read" in said and "new schedule" in said
 
 
