@@ -1097,6 +1097,7 @@ async def test_a_job_whose_zone_left_tzdata_is_paused_and_the_others_fire(
     every step, so no job of anyone fired, and ``/jobs`` failed in its chat (found by
     review). It is paused and its chat told; the others fire."""
     from bot.platform.jobs import JobAction, Jobs
+    from engine.approval import OPERATOR
 
     good = await scheduler.create_cron(ORIGIN, "Morning", "0 8 * * *", "brief me")
     gone = await scheduler.store.create(
