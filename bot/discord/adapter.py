@@ -163,7 +163,9 @@ class DiscordAdapter:
             self.events,
             voice,
         )
-        self._interactions = Interactions(hub, self.access, config.listening, cards, self.commands)
+        self._interactions = Interactions(
+            hub, self.access, config.listening, cards, self.commands, messages.offer_pairing
+        )
         front.attach(
             sender, cards, activity, messages.handle, progress_interval_s=config.progress_interval_s
         )

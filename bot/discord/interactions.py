@@ -12,7 +12,7 @@ its reply edits the deferral (``None``: the deferral goes, the hub's event says 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import discord
@@ -36,7 +36,11 @@ log = logging.getLogger(__name__)
 
 NOT_HERE = "I do not work in this server."
 NOT_PAIRED = "You are not allowed to use this bot; send me a direct message to ask for access."
+ASKED_ALREADY = "You are not allowed to use this bot yet; the owner has your request."
 _MODAL_TEXT = 1000
+
+#: ``(user, channel, name, tell)``: a stranger's pairing code offered, the owner told.
+Pairing = Callable[[str, str, str, Callable[[str, str], Awaitable[None]]], Awaitable[None]]
 
 
 class Interactions:
@@ -47,12 +51,15 @@ class Interactions:
         listening: Listening,
         cards: DiscordCards,
         commands: CommandRegistry,
+        pairing: Pairing | None = None,
     ) -> None:
+        """``pairing``: a stranger's request in their DM (``MessageHandler.offer_pairing``)."""
         self._hub = hub
         self._access = access
         self._listening = listening
         self._cards = cards
         self._commands = commands
+        self._pairing = pairing
 
     async def handle(self, interaction: discord.Interaction) -> None:
         """Every interaction gets its answer; a failure of ours too (its id, never the
@@ -182,13 +189,32 @@ class Interactions:
             error = report_failure(log, f"slash command /{name}")
             await _tell(interaction, SORRY_TAP.format(error=error))
 
+    async def _stranger(self, interaction: discord.Interaction, user: str) -> None:
+        """In their own DM a stranger's command is their request, as a message there is:
+        a pairing code, the owner told (until 2026-12-06 they were told to send a direct
+        message, in one; found by review); elsewhere a refusal."""
+        if interaction.guild_id is not None or self._pairing is None:
+            await _tell(interaction, NOT_PAIRED)
+            return
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        told: list[str] = []
+
+        async def tell(_channel: str, text: str) -> None:
+            told.append(text)
+            await _tell(interaction, text)
+
+        name = interaction.user.display_name
+        await self._pairing(user, str(interaction.channel_id), name, tell)
+        if not told:  # their code was given within the reminder window
+            await _tell(interaction, ASKED_ALREADY)
+
     async def _slash(self, interaction: discord.Interaction, name: str, argument: str) -> None:
         if not self._here(interaction):
             await _tell(interaction, NOT_HERE)
             return
         user = str(interaction.user.id)
         if not self._access.is_allowed(user):
-            await _tell(interaction, NOT_PAIRED)
+            await self._stranger(interaction, user)
             return
         channel = interaction.channel
         parent = (

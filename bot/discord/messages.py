@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -218,9 +219,16 @@ class MessageHandler:
         return in_thread
 
     async def _offer_pairing(self, m: Incoming) -> None:
-        offer = await self._access.offer_pairing(m.user_id, m.channel_id, m.user_name)
+        await self.offer_pairing(m.user_id, m.channel_id, m.user_name, self._sender.say_in)
+
+    async def offer_pairing(
+        self, user_id: str, channel_id: str, name: str, tell: Callable[[str, str], Awaitable[None]]
+    ) -> None:
+        """A stranger wrote in their DM: ``tell`` them their pairing code (not again within
+        the reminder window: then nothing), and the owner."""
+        offer = await self._access.offer_pairing(user_id, channel_id, name)
         if offer.to_user is not None:
-            await self._sender.say_in(m.channel_id, offer.to_user)
+            await tell(channel_id, offer.to_user)
         owner = self._access.owner
         if offer.to_owner is not None and owner is not None:
             await self.say_to_user(owner, offer.to_owner)

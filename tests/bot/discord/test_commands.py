@@ -5,8 +5,17 @@ from __future__ import annotations
 import httpx
 
 from bot.discord.gateway import UNKNOWN_COMMAND
-from bot.discord.interactions import NOT_HERE, NOT_PAIRED
-from tests.bot.discord.conftest import ALICE, BOB, OTHER_CHANNEL, TOKEN, MakeService, until
+from bot.discord.interactions import ASKED_ALREADY, NOT_HERE, NOT_PAIRED
+from tests.bot.discord.conftest import (
+    ALICE,
+    BOB,
+    GENERAL,
+    OTHER_CHANNEL,
+    OWNER,
+    TOKEN,
+    MakeService,
+    until,
+)
 from tests.fakes.discord_server import FakeDiscordServer
 
 PUT_COMMANDS = "PUT /applications/{application_id}/commands"
@@ -69,12 +78,32 @@ async def test_a_command_without_a_reply_leaves_no_thinking_message(
     )
 
 
-async def test_a_stranger_s_slash_command_is_refused_to_them_alone(
+async def test_a_stranger_s_slash_command_in_their_dm_asks_for_access_to_them_alone(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """As a message in their DM does: a pairing code for them, the owner told (until
+    2026-12-06 they were told to send a direct message, in one; found by review). A
+    second one within the reminder window says the owner has the request."""
+    await make_service()
+    await until(lambda: "new" in _names(fake))
+    dm = fake.dm_channel_id(BOB)
+    fake.slash(dm, BOB, "new")
+    await until(lambda: any("/pair" in m.content for m in fake.messages(fake.dm_channel_id(OWNER))))
+    [deferred] = fake.interaction_responses
+    assert deferred.type == 5 and deferred.data is not None and deferred.data["flags"] & 64
+    code = next(m for m in fake.messages(dm) if m.interaction_id)
+    assert "code" in code.content.lower() and code.ephemeral
+    fake.slash(dm, BOB, "help")
+    await until(lambda: any(m.content == ASKED_ALREADY for m in fake.messages(dm)))
+    assert not any("New conversation" in m.content for m in fake.messages(dm))
+
+
+async def test_a_stranger_s_slash_command_in_a_server_is_refused_to_them_alone(
     fake: FakeDiscordServer, make_service: MakeService
 ) -> None:
     await make_service()
     await until(lambda: "new" in _names(fake))
-    fake.slash(fake.dm_channel_id(BOB), BOB, "new")
+    fake.slash(GENERAL, BOB, "new")
     await until(lambda: len(fake.interaction_responses) == 1)
     response = fake.interaction_responses[0]
     assert response.type == 4 and response.data is not None
