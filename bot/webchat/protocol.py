@@ -329,6 +329,9 @@ class ThinkingDelta(_ServerFrame):
     type: Literal["thinking_delta"] = "thinking_delta"
     text: str
     depth: int = 0
+    #: The text beside the calls rendered as an answer is (its streamed deltas were raw
+    #: Markdown); ``None`` for reasoning.
+    html: str | None = None
 
 
 class ToolStartFrame(_ServerFrame):

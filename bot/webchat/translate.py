@@ -110,7 +110,8 @@ def to_frame(event: Any) -> ServerFrame | None:
             return TextDeltaFrame(text=text, depth=depth)
         case Thinking(content=content, reasoning=reasoning, depth=depth):
             text = content or reasoning or ""
-            return ThinkingDelta(text=text, depth=depth) if text else None
+            html = render_markdown(content) if content else None
+            return ThinkingDelta(text=text, depth=depth, html=html) if text else None
         case ToolStart(tool_call_id=call_id, name=name, arguments=arguments, depth=depth):
             return ToolStartFrame(tool_call_id=call_id, name=name, arguments=arguments, depth=depth)
         case ToolDone(tool_call_id=call_id, name=name, result=result, depth=depth):

@@ -230,10 +230,11 @@ async function loadHistory(id, before) {
     if (message.role === "user") {
       nodes.push(userBubble(message.text, message.attachments));
     } else {
+      // What the model wrote, then the calls it made beside it, as they came live.
+      if (message.html) nodes.push(answerBubble(message.html));
       for (const tool of message.tools) {
         nodes.push(el("div", "tool", `⚙ ${tool.name} — ${tool.status}`));
       }
-      if (message.html) nodes.push(answerBubble(message.html));
     }
   }
   const first = thread.querySelector(".msg, .tool, .notice, .card, .question");
@@ -370,8 +371,16 @@ function handle(frame) {
       state.streaming.append(document.createTextNode(frame.text));
       break;
     case "thinking_delta":
-      // Streamed already when it came as text deltas; otherwise a line of its own.
-      if (frame.depth === 0 && !state.streaming) thread.append(el("div", "tool", `· ${frame.text}`));
+      // Streamed already when it came as text deltas: shown as rendered now (it stayed
+      // raw Markdown until 2026-12-06); otherwise a line of its own.
+      if (frame.depth !== 0) break;
+      if (state.streaming && frame.html) {
+        state.streaming.innerHTML = frame.html; // rendered and sanitized by the server
+        addCopyButtons(state.streaming);
+        endStreaming();
+      } else if (!state.streaming) {
+        thread.append(el("div", "tool", `· ${frame.text}`));
+      }
       break;
     case "tool_start": {
       setRunning(true);

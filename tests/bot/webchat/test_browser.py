@@ -555,6 +555,39 @@ async def test_a_sign_in_that_ended_leads_back_to_the_chat_with_its_draft(
     await context.close()
 
 
+#: Each node of the thread as "kind: its first line".
+_THREAD = (
+    "[...document.querySelectorAll('#thread > *')]"
+    ".map((n) => n.className.split(' ')[0] + ': ' + n.textContent.split('\\n')[0])"
+)
+
+
+async def test_text_beside_tool_calls_is_rendered_and_keeps_its_place_after_a_reload(
+    browser: Any, make_server, fake_openai: FakeOpenAIServer, artifacts: Path
+):
+    """Live it stayed raw Markdown, and after a reload it came below the calls it
+    introduced (found by review on 2026-12-06)."""
+    server: ChatServer = await make_server(page=True)
+    context, page = await _signed_in(browser, server)
+    async with _evidence_on_failure(page, artifacts, "webchat-text-beside-tools"):
+        fake_openai.reply_tool_calls(
+            ("r1", "read_file", {"path": "notes.txt"}), content="Let me **look** at it first."
+        )
+        fake_openai.reply_text("The file is *missing*.")
+        await _send(page, "check the file")
+        await page.click(".card .choice.approve")
+        await page.wait_for_selector(".msg.assistant em:text('missing')")
+        await page.wait_for_selector(".msg.assistant strong:text('look')")
+        live = [n for n in await page.evaluate(_THREAD) if not n.startswith("card")]
+        await page.reload()
+        await page.wait_for_selector(".msg.assistant em:text('missing')")
+        await page.wait_for_selector(".msg.assistant strong:text('look')")
+        kinds = [n.split(":")[0] for n in await page.evaluate(_THREAD)]
+        assert kinds == [n.split(":")[0] for n in live] == ["msg", "msg", "tool", "msg"]
+        assert "**" not in await page.text_content("#thread")
+    await context.close()
+
+
 @pytest.fixture
 async def microphone_browser() -> AsyncIterator[Any]:
     """Chromium with a fake microphone (a beep) that needs no one to allow it."""
