@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
-import secrets
 import stat
 from pathlib import Path
 
@@ -115,54 +113,6 @@ class Workspace:
             os.close(fd)
             raise
         return fd
-
-    def replace(self, path: Path, data: bytes) -> None:
-        """``path`` (canonical, from ``resolve``) holds ``data``, or stays as it was.
-
-        Written to a new file beside it and renamed over it: emptied in place first, a full
-        disk or a quota left it cut short, neither the old text nor the new (until
-        2026-12-06). The folder is opened once and held to the path checked, as ``open``
-        holds a file; the file's permissions are kept. ``OSError`` as the calls raise it."""
-        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            folder = os.open(path.parent, flags)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
-                raise
-            raise ToolError(  # a folder when checked, a symlink or a file now
-                f"'{self.relative(path.parent)}' changed while it was opened (it is no "
-                "folder now); nothing was written"
-            ) from None
-        try:
-            opened = _name_of(folder)
-            if opened is not None and opened != path.parent:
-                raise ToolError(
-                    f"'{self.relative(path.parent)}' changed while it was opened (it leads "
-                    f"to {opened} now); nothing was written"
-                )
-            try:
-                mode: int | None = stat.S_IMODE(
-                    os.stat(path.name, dir_fd=folder, follow_symlinks=False).st_mode
-                )
-            except FileNotFoundError:
-                mode = None
-            temporary = f".chathub-{secrets.token_hex(8)}.tmp"
-            new = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(temporary, new, 0o666, dir_fd=folder)  # the umask applies
-            try:
-                with os.fdopen(fd, "wb") as file:
-                    if mode is not None:
-                        os.fchmod(file.fileno(), mode)
-                    file.write(data)
-                    file.flush()
-                    os.fsync(file.fileno())
-                os.replace(temporary, path.name, src_dir_fd=folder, dst_dir_fd=folder)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary, dir_fd=folder)
-                raise
-        finally:
-            os.close(folder)
 
     def _a_secret(self, st: os.stat_result) -> bool:
         """Whether the file ``st`` describes is one of the files under ``secrets/``."""

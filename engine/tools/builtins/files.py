@@ -9,6 +9,7 @@ file I/O runs in a worker thread so a slow disk never stalls the event loop.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import stat
 from pathlib import Path
@@ -64,6 +65,23 @@ def _a_directory(tool: str, rel: str) -> ToolError:
 
 #: Never blocks on a FIFO put where a file was (ENXIO for a writer with no reader).
 _OPEN_FLAGS = os.O_NONBLOCK
+
+
+def _write_whole(fd: int, data: bytes) -> None:
+    """``data`` as the whole content of the open file ``fd``, its space reserved before a
+    byte of the old content goes: a full disk, a quota or a size limit leaves the file as
+    it was (it was emptied first and left cut short until 2026-12-06). Written in place,
+    the file stays the same file: its owner, its links, its attributes."""
+    if data:
+        try:
+            os.posix_fallocate(fd, 0, len(data))
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+    written = 0
+    while written < len(data):
+        written += os.pwrite(fd, data[written:], written)
+    os.ftruncate(fd, len(data))
 
 
 def _open_regular(
@@ -196,12 +214,17 @@ class WriteFile(BuiltinTool):
             _regular_file(self.name, path, rel)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            if existed:  # replaced only once it is known to be the file checked
-                fd, _ = _open_regular(self.workspace, self.name, path, rel, os.O_WRONLY)
-                os.close(fd)
-            self.workspace.replace(path, data)
+            fd = self.workspace.open(path, os.O_WRONLY | os.O_CREAT | _OPEN_FLAGS)
         except OSError as exc:
             raise _os_error(self.name, "write", rel, exc) from None
+        try:
+            # Written only once it is known to be the file checked (``Workspace.open``).
+            _regular(self.name, os.fstat(fd), rel)
+            _write_whole(fd, data)
+        except OSError as exc:
+            raise _os_error(self.name, "write", rel, exc) from None
+        finally:
+            os.close(fd)
         what = "replaced" if existed else "created"
         return f"wrote {len(data)} bytes to {rel} ({what})"
 
@@ -242,20 +265,22 @@ class EditFile(BuiltinTool):
 
     def _edit(self, path: Path, rel: str, old: str, new: str) -> str:
         fd, st = _open_regular(self.workspace, self.name, path, rel, os.O_RDWR)
-        with os.fdopen(fd, "rb") as f:
+        with os.fdopen(fd, "r+b") as f:
             if st.st_size > MAX_EDIT_BYTES:
                 raise ToolError(f"{self.name}: '{rel}' is too large to edit ({st.st_size} bytes)")
             try:
                 text = _decode_whole(self.name, rel, f.read())
             except OSError as exc:
                 raise _os_error(self.name, "read", rel, exc) from None
-        updated, first = self._edited(text, rel, old, new)
-        try:
-            self.workspace.replace(path, updated.encode("utf-8"))
-        except UnicodeEncodeError as exc:
-            raise ToolError(f"{self.name}: 'new' is not valid Unicode text: {exc.reason}") from None
-        except OSError as exc:
-            raise _os_error(self.name, "write", rel, exc) from None
+            updated, first = self._edited(text, rel, old, new)
+            try:
+                _write_whole(f.fileno(), updated.encode("utf-8"))
+            except UnicodeEncodeError as exc:
+                raise ToolError(
+                    f"{self.name}: 'new' is not valid Unicode text: {exc.reason}"
+                ) from None
+            except OSError as exc:
+                raise _os_error(self.name, "write", rel, exc) from None
         line = text.count("\n", 0, first) + 1
         return (
             f"edited {rel}: replaced 1 occurrence at line {line} "

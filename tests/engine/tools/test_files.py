@@ -474,12 +474,18 @@ def test_a_write_the_disk_cannot_take_leaves_the_file_as_it_was(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.md"]  # nothing left beside
 
 
-async def test_a_replaced_file_keeps_its_permissions(
+async def test_a_written_file_stays_the_same_file(
     write: WriteFile, edit: EditFile, ctx: ToolContext, workspace: Workspace
 ) -> None:
+    """Its mode, its owner and its other names: a file written beside it and renamed
+    over it was another file (found by review of the change on 2026-12-06)."""
     script = workspace.root / "run.sh"
     script.write_text("echo old\n")
     script.chmod(0o750)
+    os.link(script, workspace.root / "also.sh")
+    inode = script.stat().st_ino
     await write.run({"path": "run.sh", "content": "echo new\n"}, ctx)
     await edit.run({"path": "run.sh", "old": "new", "new": "newer"}, ctx)
     assert (script.read_text(), script.stat().st_mode & 0o777) == ("echo newer\n", 0o750)
+    assert script.stat().st_ino == inode
+    assert (workspace.root / "also.sh").read_text() == "echo newer\n"
