@@ -177,8 +177,9 @@ class TelegramAdapter:
 
     async def handled(self) -> None:
         """Until every update submitted so far is handled (a fleet's receiver lets its
-        lease go only then)."""
+        lease go only then), and every album gathered from them sent."""
         await self._incoming.join()
+        await self._messages.gathered()
 
     # -- incoming ------------------------------------------------------------------------
 

@@ -4,11 +4,14 @@ Telegram sends each photo or file of an album as an update of its own, moments a
 only the first carries the caption. Each item was a hub message of its own until
 2026-12-06: the model answered "compare these two photos" having seen one, then answered
 again for the next (found by review). Now an album's items, downloaded in their chat's
-lane as any file is, are gathered until none came for ``quiet_s``, then sent as one
-message whose commit marks every item's update handled. Until then their updates stay
-unhandled in the store: a process that dies meanwhile hands them over again at its next
-start. A message of the same chat that comes after the album (or another album) sends it
-first, so the chat's order holds.
+lane as any file is, are gathered until none came for ``quiet_s`` after the last one
+was downloaded (an item is held from before its download: a slow one does not split the
+album), then sent as one message whose commit marks every item's update handled, those
+whose files could not be read too. Until then their updates stay unhandled in the
+store: a process that dies meanwhile hands them over again at its next start, and a
+fleet's receiver sends what it gathered before it lets its lease go (``flush_all``). A
+message of the same chat that comes after the album (or another album) sends it first,
+so the chat's order holds.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ class Album:
     texts: list[str] = field(default_factory=list)
     attachments: list[Json] = field(default_factory=list)
     update_ids: list[int] = field(default_factory=list)
+    #: Items on their way (downloading): no quiet wait runs meanwhile.
+    arriving: int = 0
     #: The wait for its next item; then the sending (started once).
     waiting: asyncio.Task[None] | None = None
     sending: asyncio.Future[None] | None = None
@@ -69,9 +74,20 @@ class Albums:
         self._send = send
         self._runtime = runtime
         self._quiet_s = quiet_s
-        self._open: dict[tuple[int, str], Album] = {}
+        #: The albums gathered or being sent, by (chat, album id).
+        self.open: dict[tuple[int, str], Album] = {}
 
-    async def add(
+    async def hold(self, key: tuple[int, str], first: Album) -> None:
+        """An item of album ``key`` is on its way (its files downloading): the album waits
+        for it (``first``: the album as its first item opens it)."""
+        await self.flush(key[0], keep=key[1])  # an earlier album of the chat goes first
+        album = self._gathering(key, first)
+        album.arriving += 1
+        if album.waiting is not None:
+            album.waiting.cancel()
+            album.waiting = None
+
+    def add(
         self,
         key: tuple[int, str],
         first: Album,
@@ -79,22 +95,38 @@ class Albums:
         attachments: list[Json],
         update_id: int,
     ) -> None:
-        """An item of album ``key`` (``first``: the album as its first item opens it)."""
-        await self.flush(key[0], keep=key[1])  # an earlier album of the chat goes first
-        album = self._open.get(key)
-        if album is None or album.sending is not None:  # an item after it was sent
-            album = self._open[key] = first
+        """The held item of album ``key``: its text and files (none when they could not be
+        read: its update is marked with the album's), then the quiet wait begins again."""
+        album = self._gathering(key, first)
         album.texts.append(text)
         album.attachments += attachments
         album.update_ids.append(update_id)
-        if album.waiting is not None:
-            album.waiting.cancel()
-        album.waiting = self._runtime.background.spawn(self._after_quiet(key, album))
+        self.release(key)
+
+    def release(self, key: tuple[int, str]) -> None:
+        """A held item arrived (or failed): the album waits for the next a while."""
+        album = self.open.get(key)
+        if album is None or album.sending is not None:
+            return
+        album.arriving = max(0, album.arriving - 1)
+        if album.arriving == 0 and album.waiting is None:
+            album.waiting = self._runtime.background.spawn(self._after_quiet(key, album))
+
+    async def flush_all(self) -> None:
+        """Every album gathered, sent now (a fleet's receiver, before its lease goes)."""
+        for key, album in list(self.open.items()):
+            await self._sent(key, album)
+
+    def _gathering(self, key: tuple[int, str], first: Album) -> Album:
+        album = self.open.get(key)
+        if album is None or album.sending is not None:  # an item after it was sent
+            album = self.open[key] = first
+        return album
 
     async def flush(self, chat_id: int, *, keep: str | None = None) -> None:
         """Every album of ``chat_id`` sent now, but ``keep`` (one whose sending began is
         waited for)."""
-        for (chat, album_id), album in list(self._open.items()):
+        for (chat, album_id), album in list(self.open.items()):
             if chat == chat_id and album_id != keep:
                 await self._sent((chat, album_id), album)
 
@@ -112,5 +144,5 @@ class Albums:
             await asyncio.shield(album.sending)
 
     def _forget(self, key: tuple[int, str], album: Album) -> None:
-        if self._open.get(key) is album:
-            del self._open[key]
+        if self.open.get(key) is album:
+            del self.open[key]

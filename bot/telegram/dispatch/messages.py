@@ -111,7 +111,7 @@ class MessageHandler:
     async def _on_message(self, m: Message) -> bool:
         if m.is_group and not self._addressed(m):
             return False
-        if m.album is None:  # an album the chat sent before this goes first
+        if m.album is None and self._albums.open:  # an album the chat sent before goes first
             await self._albums.flush(m.chat_id)
         user = str(m.user_id)
         if not self._access.is_allowed(user):
@@ -128,6 +128,13 @@ class MessageHandler:
             is_command=m.is_command,
         )
         say = self._sender.say_in
+        metadata: dict[str, Any] = {
+            "telegram_message_id": m.message_id,
+            # Who asked: with APPROVERS requester+owner they may decide what this turn gates.
+            SENDER_KEY: {"id": user, "name": m.user_name},
+        }
+        if m.album is not None and target is None:  # one message of every item (albums.py)
+            return await self._album_item(m, (m.chat_id, m.album), metadata)
         files = await self._files(m) if m.files else _Files()
         attachments, problems = files.attachments, files.problems
         lines = [m.text, *files.texts, *m.described]
@@ -147,16 +154,7 @@ class MessageHandler:
         # named (they were dropped, a voice answer was an empty one).
         if target is not None and await self._answer_question(m, target[1], text, attachments):
             return False
-        metadata: dict[str, Any] = {
-            "telegram_message_id": m.message_id,
-            # Who asked: with APPROVERS requester+owner they may decide what this turn gates.
-            SENDER_KEY: {"id": user, "name": m.user_name},
-        }
         update_id = m.update_id
-        if m.album is not None and attachments:  # one message of every item (albums.py)
-            first = Album(m.source, m.chat_id, m.thread_id, metadata)
-            await self._albums.add((m.chat_id, m.album), first, text, attachments, update_id)
-            return True  # marked in the album's commit (a crash before: handed over again)
         if attachments:
             metadata["attachments"] = attachments
         try:
@@ -178,16 +176,50 @@ class MessageHandler:
         self._activity.start_typing(m.source)
         return True
 
+    async def _album_item(self, m: Message, key: tuple[int, str], metadata: dict[str, Any]) -> bool:
+        """An item of an album, held by its album from before its download to the end;
+        True: its update is marked in the album's commit (a crash before: handed over
+        again)."""
+        first = Album(m.source, m.chat_id, m.thread_id, metadata)
+        await self._albums.hold(key, first)
+        try:
+            files = await self._files(m) if m.files else _Files()
+        except BaseException:
+            self._albums.release(key)
+            raise
+        if files.problems:
+            await self._sender.say_in(m.chat_id, m.thread_id, "⚠️ " + " ".join(files.problems))
+        text = "\n".join(line for line in [m.text, *files.texts, *m.described] if line)
+        self._albums.add(key, first, text, files.attachments, m.update_id)
+        return True
+
+    async def gathered(self) -> None:
+        """Until every album gathered so far was sent (a fleet's receiver lets its lease go
+        only then: the next holder would hand its items over again)."""
+        await self._albums.flush_all()
+
     async def _send_album(self, album: Album) -> None:
         """An album's items as one message, every item's update marked handled in its
         commit; a failure tells the chat and marks them handled (as a message's does)."""
         update_ids = list(album.update_ids)
 
         def mark(conn: Connection) -> None:
+            """Every item's update marked; one handled already (by another poller of a
+            fleet) is not sent again, but the album goes with the others."""
+            handled = 0
             for update_id in update_ids:
-                mark_handled_in(conn, update_id)
+                try:
+                    mark_handled_in(conn, update_id)
+                except EventAlreadyHandled:
+                    handled += 1
+            if handled == len(update_ids):
+                raise EventAlreadyHandled(str(update_ids))
 
         say = partial(self._sender.say_in, album.chat_id, album.thread_id)
+        if not album.text and not album.attachments:  # nothing could be read: told already
+            for update_id in update_ids:
+                await self._mark_handled(update_id)
+            return
         try:
             await self._hub.send_message(
                 album.source,

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.bot.telegram_contract.conftest import ALICE, eventually, stop, texts
+from tests.engine.hub.conftest import held
 
 _MESSAGE_IDS = itertools.count(5000)
 BOT_ID = 123456  # the fake's bot, from the token's prefix
@@ -473,3 +474,32 @@ async def test_an_album_gathered_when_the_service_stops_is_answered_after_the_re
     [request] = model.requests
     assert "stopped-1" in _users_words(request) and "stopped-2" in _users_words(request)
     assert len(texts(telegram, ALICE)) == 1
+
+
+async def test_an_album_whose_item_downloads_slowly_is_still_one_message(service, telegram, model):
+    """The quiet wait began when an item was added, after its download: a photo slower
+    than it split the album (found by review of the change on 2026-12-06). An item is
+    held from before its download."""
+    chat = {"id": ALICE, "type": "private", "first_name": "Alice"}
+    _album_photo(telegram, 85, "slow-1", "compare these", chat, "55555")
+    await eventually(lambda: len(telegram.calls_to("getFile")) == 1)
+    telegram.hang_next("getFile", seconds=1.5)  # longer than the 0.8 s quiet wait
+    _album_photo(telegram, 86, "slow-2", None, chat, "55555")
+    await eventually(lambda: texts(telegram, ALICE))
+    [request] = model.requests
+    assert "slow-1" in _users_words(request) and "slow-2" in _users_words(request)
+
+
+async def test_a_receiver_lets_its_updates_go_only_with_its_albums_sent(service, telegram, model):
+    """A fleet's receiver releases its lease once ``handled()`` returns: an album still
+    gathered then was handed over again by the next holder while this one sent it (found
+    by review of the change on 2026-12-06)."""
+    chat = {"id": ALICE, "type": "private", "first_name": "Alice"}
+    release = held(model)
+    _album_photo(telegram, 87, "held-1", "what is this?", chat, "77777")
+    await eventually(lambda: len(telegram.calls_to("getFile")) == 1)
+    await service.adapter.handled()
+    assert service.hub.has_work(f"telegram:{ALICE}")  # given to the hub, as a message is
+    release.set()
+    await eventually(lambda: texts(telegram, ALICE))
+    assert await service.adapter.store.unhandled() == []
