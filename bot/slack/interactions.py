@@ -24,7 +24,7 @@ from bot.platform.failures import SORRY_TAP, report_failure
 from bot.platform.open_cards import tapped
 from bot.slack.cards import SlackCards, modal, modal_text, parse_metadata
 from bot.slack.incoming import is_message_id, source_of, unescape
-from bot.slack.messages import NOT_PAIRED, MessageHandler, SlackMe
+from bot.slack.messages import ASKED_ALREADY, NOT_PAIRED, MessageHandler, SlackMe
 from bot.slack.mrkdwn import to_mrkdwn
 from bot.slack.sending import MESSAGE_LIMIT, mrkdwn_parts
 from engine.hub import ChatHub
@@ -229,10 +229,14 @@ class Interactions:
             await respond(NOT_HERE)
             return
         user = str(body.get("user_id") or "")
-        if not self._access.is_allowed(user):
-            await respond(NOT_PAIRED)
-            return
         channel = body.get("channel_id")
+        if not self._access.is_allowed(user):
+            # In their DM a stranger's command is their request, as a message there is (it
+            # told them to send a direct message, in one, until 2026-12-06; found by review).
+            dm = isinstance(channel, str) and channel.startswith("D")
+            if not dm or not await self._messages.offer_pairing(user, channel, respond):
+                await respond(ASKED_ALREADY if dm else NOT_PAIRED)
+            return
         if not isinstance(channel, str) or not is_message_id(channel, "0.0"):
             await respond(EXPIRED)
             return

@@ -40,12 +40,13 @@ from bot.slack.sending import (
 from engine.hub import ChatHub
 from engine.store import SENDER_KEY
 
-__all__ = ["FILES_NOT_READ", "NOT_PAIRED", "MessageHandler", "SlackMe"]
+__all__ = ["ASKED_ALREADY", "FILES_NOT_READ", "NOT_PAIRED", "MessageHandler", "SlackMe"]
 
 log = logging.getLogger(__name__)
 
 FILES_NOT_READ = "I cannot read files sent on Slack yet; please write what you need as text."
 NOT_PAIRED = "You are not allowed to use this bot; send me a direct message to ask for access."
+ASKED_ALREADY = "You are not allowed to use this bot yet; the owner has your request."
 _COMMAND = re.compile(r"^/([a-z0-9_]{1,32})(?:\s+(.*))?$", re.DOTALL)
 _MAX_NAME = 100
 #: A person whose name Slack refused (``user_not_found``, missing scope) is asked again
@@ -229,12 +230,23 @@ class MessageHandler:
         return name
 
     async def _offer_pairing(self, m: Incoming) -> None:
-        offer = await self._access.offer_pairing(m.user, m.channel, await self.name_of(m.user))
+        async def say(text: str) -> None:
+            await self._sender.say_at(Place(m.channel), text)
+
+        await self.offer_pairing(m.user, m.channel, say)
+
+    async def offer_pairing(
+        self, user: str, channel: str, tell: Callable[[str], Awaitable[None]]
+    ) -> bool:
+        """A stranger wrote in their DM: ``tell`` them their pairing code (not again within
+        the reminder window), and the owner; whether they were told."""
+        offer = await self._access.offer_pairing(user, channel, await self.name_of(user))
         if offer.to_user is not None:
-            await self._sender.say_at(Place(m.channel), offer.to_user)
+            await tell(offer.to_user)
         owner = self._access.owner
         if offer.to_owner is not None and owner is not None:
             await self.say_to_user(owner, offer.to_owner)
+        return offer.to_user is not None
 
     async def say_to_user(self, user: str, text: str) -> None:
         """A DM to ``user`` (its channel opened first); a failure is logged."""

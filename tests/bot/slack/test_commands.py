@@ -9,7 +9,7 @@ import re
 import pytest
 
 from bot.slack.interactions import Interactions
-from bot.slack.messages import NOT_PAIRED, SlackMe
+from bot.slack.messages import ASKED_ALREADY, NOT_PAIRED, SlackMe
 from engine.llm.scripted import text
 from tests.bot.slack.conftest import (
     ALICE,
@@ -48,6 +48,22 @@ async def test_a_stranger_running_the_command_is_told_to_ask(
     await make_service()
     fake.slash(GENERAL, BOB, "/chathub", "new")
     await until(lambda: private(fake, BOB) == [NOT_PAIRED])
+
+
+async def test_a_stranger_s_command_in_their_dm_asks_for_access(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    """As a message in their DM does: a pairing code only they see, the owner told
+    (until 2026-12-06 they were told to send a direct message, in one; found by review).
+    Again within the reminder window: the owner has the request."""
+    await make_service()
+    dm = fake.dm_channel(BOB)
+    fake.slash(dm, BOB, "/chathub", "start")
+    await until(lambda: any("code" in t.lower() for t in private(fake, BOB)))
+    await until(lambda: any("/chathub pair" in t for t in texts(fake, fake.dm_channel(OWNER))))
+    fake.slash(dm, BOB, "/chathub", "help")
+    await until(lambda: private(fake, BOB)[-1] == ASKED_ALREADY)
+    assert texts(fake, dm) == []  # nothing in the conversation itself
 
 
 async def test_stop_written_in_a_thread_stops_that_conversation(
