@@ -417,7 +417,7 @@ function handle(frame) {
     case "error":
       notice(frame.message, true);
       if (frame.code === "turn") { endStreaming(); setRunning(false); closeEverything(); }
-      if (frame.code === "expired" || frame.code === "not_allowed") enableChoices();
+      if (frame.ref && frame.ref.startsWith("card-")) enableChoices(frame.ref.slice(5));
       break;
     case "notice": notice(frame.text); break;
     case "new_session": clearThread(); notice("New conversation."); break;
@@ -463,7 +463,7 @@ function showCard(frame) {
 function decide(card, toolCallId, choice) {
   if (card.classList.contains("deciding")) return; // a double click decides once
   if (choice.choice !== "reject") {
-    const approve = { type: "approve_tool", tool_call_id: toolCallId };
+    const approve = { type: "approve_tool", tool_call_id: toolCallId, ref: `card-${toolCallId}` };
     if (choice.bypass_secs !== null) approve.bypass_secs = choice.bypass_secs;
     if (frameOut(approve)) deciding(card);
     return;
@@ -476,7 +476,8 @@ function decide(card, toolCallId, choice) {
   const confirm = el("button", "confirm-reject", "Reject");
   confirm.type = "button";
   const reject = () => {
-    if (!card.classList.contains("deciding") && frameOut({ type: "reject_tool", tool_call_id: toolCallId, reason: reason.value })) deciding(card);
+    const frame = { type: "reject_tool", tool_call_id: toolCallId, reason: reason.value, ref: `card-${toolCallId}` };
+    if (!card.classList.contains("deciding") && frameOut(frame)) deciding(card);
   };
   confirm.addEventListener("click", reject);
   reason.addEventListener("keydown", (event) => { if (event.key === "Enter") { event.preventDefault(); reject(); } });
@@ -496,12 +497,12 @@ function deciding(card) {
   for (const button of card.querySelectorAll(".choices button")) button.disabled = true;
 }
 
-function enableChoices() {
-  for (const card of state.cards.values()) {
-    if (card.classList.contains("closed")) continue;
-    card.classList.remove("deciding");
-    for (const button of card.querySelectorAll(".choices button")) button.disabled = false;
-  }
+// The card a refused decision was for (its frame's ref) gets its buttons back.
+function enableChoices(toolCallId) {
+  const card = [...state.cards.entries()].find(([id]) => String(id) === toolCallId)?.[1];
+  if (!card || card.classList.contains("closed")) return;
+  card.classList.remove("deciding");
+  for (const button of card.querySelectorAll(".choices button")) button.disabled = false;
 }
 
 function closeEverything() {

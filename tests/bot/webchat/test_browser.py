@@ -10,6 +10,7 @@ conversation. Screenshots at desktop and phone widths go to ``test-artifacts/`` 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -508,6 +509,42 @@ async def test_a_stop_closes_the_card_and_the_question_and_a_double_click_decide
         await page.wait_for_selector(".msg.assistant:has-text('Done writing.')")
         errors = await page.locator(".notice.error").all_text_contents()
         assert not any("expired" in error for error in errors), errors
+    await context.close()
+
+
+def _card_frame(tool_call_id: int) -> str:
+    choices = [
+        {"choice": "approve", "label": "✅ Approve", "bypass_secs": None},
+        {"choice": "reject", "label": "❌ Reject", "bypass_secs": None},
+    ]
+    frame = {
+        "type": "approval_required",
+        "tool_call_id": tool_call_id,
+        "tool": "execute_cmd",
+        "label": "Command",
+        "content": f"echo {tool_call_id}",
+        "depth": 0,
+        "choices": choices,
+    }
+    return json.dumps(frame)
+
+
+async def test_a_refused_decision_gives_back_the_buttons_of_its_own_card_only(
+    browser: Any, make_server, fake_openai: FakeOpenAIServer, artifacts: Path
+):
+    """Any refusal gave back the buttons of every card, one whose decision was still on
+    its way too (found by review of the change on 2026-12-06)."""
+    server: ChatServer = await make_server(page=True)
+    context, page = await _signed_in(browser, server, init_script=HOLD_SOCKETS)
+    async with _evidence_on_failure(page, artifacts, "webchat-refused-card"):
+        for call in (1, 2):
+            await page.evaluate(f"handle({_card_frame(call)})")
+        await page.click(".card[data-call='1'] .choice.approve")
+        await page.click(".card[data-call='2'] .choice.approve")
+        refused = {"type": "error", "code": "expired", "message": "gone", "ref": "card-1"}
+        await page.evaluate(f"handle({json.dumps(refused)})")
+        assert await page.is_enabled(".card[data-call='1'] .choice.approve")
+        assert await page.is_disabled(".card[data-call='2'] .choice.approve")
     await context.close()
 
 
