@@ -28,6 +28,7 @@ from engine.mcp.manager import McpManager
 from engine.mcp.protocols import NotificationSink
 from engine.mcp.tools import ActivateTools
 from engine.session.context.compaction import Compactor
+from engine.session.context.frame_envs import chosen_directory
 from engine.session.context.messages import MessageBuilder
 from engine.session.deps import HandlerDeps
 from engine.session.handler import ChatSessionHandler
@@ -279,8 +280,7 @@ class Engine:
         if not isinstance(args, dict):
             return None
         session = await self.store.sessions.get(item.session_id)
-        chosen = ((session.run_context if session else None) or {}).get("working_directory")
-        cwd = self.workspace.root / chosen if isinstance(chosen, str) and chosen else None
+        cwd = chosen_directory(session, self.workspace)
         return preview_call(self.workspace, item.name, args, cwd, tool=self.tools.get(item.name))
 
     def cancel_session(self, session_id: int) -> bool:

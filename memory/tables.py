@@ -41,7 +41,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
-from engine.store import Id, UtcDateTime, metadata
+from engine.store import Id, UtcDateTime, metadata, serialize
 
 __all__ = [
     "SEARCH_INDEX_DDL",
@@ -211,14 +211,9 @@ def seed_rows(conn: Connection) -> None:
             conn.execute(text(statement))
 
 
-#: PostgreSQL's lock for writing documents and for reading them past a mark.
-_DOCUMENTS_LOCK = text("SELECT pg_advisory_xact_lock(7882827048211275620)")  # "memory_d"
-
-
 def documents_in_id_order(conn: Connection) -> None:
     """Taken before documents are inserted and before they are read past a mark, held to
     the commit: PostgreSQL gives an id at the insert, so a transaction still open with a
     lower id than one committed since would be passed by the embedder's mark and never
     embedded (until 2026-12-06). SQLite's writers go one at a time."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(_DOCUMENTS_LOCK)
+    serialize(conn, "memory:documents")

@@ -130,7 +130,8 @@ class Tic:
         )
         outcome: TurnResult | None = None
         # Until 2026-12-06 a turn longer than the lease let another tic read them again.
-        keeper = asyncio.create_task(self._keep([event.id for event in events]))
+        ids = [event.id for event in events]
+        keeper = asyncio.create_task(self._keep(ids))
         try:
             outcome = await handler.handle_message(
                 prompt, is_synthetic=True, interface_tools=[notify], extra_system_dynamic=profile
@@ -143,7 +144,7 @@ class Tic:
         # A tic that told someone has read its events, though it failed after: given
         # back, they were told again in other words (found by review).
         read = isinstance(outcome, Final) or notify.sent > 0
-        await self._settle([event.id for event in events], read)
+        await self._settle(ids, read)
         return TickReport(len(events), handler.session.id)
 
     async def _keep(self, ids: list[int]) -> None:

@@ -22,7 +22,7 @@ from bot.discord.cards import DiscordCards
 from bot.discord.incoming import source_of
 from bot.discord.messages import Listening
 from bot.discord.sending import discord_call, in_messages
-from bot.platform.access import Access
+from bot.platform.access import ASKED_ALREADY, Access
 from bot.platform.cards import EXPIRED, NOT_ALLOWED, decide
 from bot.platform.commands import CommandRegistry
 from bot.platform.controls import ControlId, parse_control
@@ -36,11 +36,11 @@ log = logging.getLogger(__name__)
 
 NOT_HERE = "I do not work in this server."
 NOT_PAIRED = "You are not allowed to use this bot; send me a direct message to ask for access."
-ASKED_ALREADY = "You are not allowed to use this bot yet; the owner has your request."
 _MODAL_TEXT = 1000
 
-#: ``(user, channel, name, tell)``: a stranger's pairing code offered, the owner told.
-Pairing = Callable[[str, str, str, Callable[[str, str], Awaitable[None]]], Awaitable[None]]
+#: ``(user, channel, name, tell)``: a stranger's pairing code offered, the owner told;
+#: whether they were told.
+Pairing = Callable[[str, str, str, Callable[[str, str], Awaitable[None]]], Awaitable[bool]]
 
 
 class Interactions:
@@ -197,16 +197,13 @@ class Interactions:
             await _tell(interaction, NOT_PAIRED)
             return
         await interaction.response.defer(ephemeral=True, thinking=True)
-        told: list[str] = []
 
         async def tell(_channel: str, text: str) -> None:
-            told.append(text)
             await _tell(interaction, text)
 
         name = interaction.user.display_name
-        await self._pairing(user, str(interaction.channel_id), name, tell)
-        if not told:  # their code was given within the reminder window
-            await _tell(interaction, ASKED_ALREADY)
+        if not await self._pairing(user, str(interaction.channel_id), name, tell):
+            await _tell(interaction, ASKED_ALREADY)  # their code came within the reminder window
 
     async def _slash(self, interaction: discord.Interaction, name: str, argument: str) -> None:
         if not self._here(interaction):

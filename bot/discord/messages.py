@@ -223,15 +223,16 @@ class MessageHandler:
 
     async def offer_pairing(
         self, user_id: str, channel_id: str, name: str, tell: Callable[[str, str], Awaitable[None]]
-    ) -> None:
+    ) -> bool:
         """A stranger wrote in their DM: ``tell`` them their pairing code (not again within
-        the reminder window: then nothing), and the owner."""
+        the reminder window), and the owner; whether they were told."""
         offer = await self._access.offer_pairing(user_id, channel_id, name)
         if offer.to_user is not None:
             await tell(channel_id, offer.to_user)
         owner = self._access.owner
         if offer.to_owner is not None and owner is not None:
             await self.say_to_user(owner, offer.to_owner)
+        return offer.to_user is not None
 
     async def say_to_user(self, user_id: str, text: str) -> None:
         """A DM to ``user_id`` (its channel opened first); a failure is logged."""

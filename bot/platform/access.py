@@ -21,13 +21,23 @@ from engine.approval import Decider
 from engine.hub import ChatHub
 from engine.store import Notifier
 
-__all__ = ["ACCESS_CHANNEL", "Access", "PairingDesk", "PairingOffer", "UserId", "pairing_commands"]
+__all__ = [
+    "ACCESS_CHANNEL",
+    "ASKED_ALREADY",
+    "Access",
+    "PairingDesk",
+    "PairingOffer",
+    "UserId",
+    "pairing_commands",
+]
 
 #: A person's id as a platform gives it: a number (Telegram, Discord) or a string.
 UserId = str | int
 
 BUSY = "I am not taking new people right now; try later."
 WELCOME = "👋 Welcome! You can talk to me now."
+#: A stranger's command in their DM when their code came within the reminder window.
+ASKED_ALREADY = "You are not allowed to use this bot yet; the owner has your request."
 _MAX_ID_DIGITS = 19  # a signed 64-bit id: what every store here can hold
 #: The ids that are not numbers: Slack's members (``U…``, ``W…`` in an Enterprise Grid)
 #: and Matrix's users (``@name:server``, at most 255 characters).

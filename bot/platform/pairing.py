@@ -10,7 +10,6 @@ platform wait at a time.
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from datetime import datetime, timedelta
 
@@ -19,7 +18,7 @@ from sqlalchemy.engine import Connection
 
 from bot.platform.protocols import PairingCode
 from bot.platform.tables import platform_pairing, platform_people
-from engine.store import Database, insert_for, utcnow
+from engine.store import Database, insert_for, serialize, utcnow
 
 __all__ = [
     "CODE_ALPHABET",
@@ -28,7 +27,6 @@ __all__ = [
     "MAX_PENDING_CODES",
     "PairingStore",
     "draw_code",
-    "serialize",
 ]
 
 # No 0/O or 1/I/L: a code read aloud or retyped from a phone should not be ambiguous.
@@ -36,22 +34,6 @@ CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
 CODE_LENGTH = 6
 CODE_TTL = timedelta(hours=24)
 MAX_PENDING_CODES = 3
-
-
-def serialize(conn: Connection, name: str) -> None:
-    """Hold a transaction-scoped lock named ``name`` on PostgreSQL (SQLite's writer lock
-    already serialises every unit of work).
-
-    A name of up to 8 bytes is its own key (Telegram's ``pairing`` keeps the key it always
-    had); a longer one is keyed by its hash, so ``pairing:discord`` and ``pairing:slack``
-    are two locks.
-    """
-    if conn.dialect.name == "postgresql":
-        raw = name.encode()
-        if len(raw) > 8:
-            raw = hashlib.blake2b(raw, digest_size=8).digest()
-        key = int.from_bytes(raw.ljust(8, b"\0"), "big") & 0x7FFF_FFFF_FFFF_FFFF
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
 
 
 def draw_code(conn: Connection, column: sa.Column[str]) -> str:

@@ -17,14 +17,14 @@ from functools import partial
 from typing import Any
 
 from bot.delivery import CardRow
-from bot.platform.access import Access
+from bot.platform.access import ASKED_ALREADY, Access
 from bot.platform.cards import EXPIRED, NOT_ALLOWED, decide
 from bot.platform.controls import ControlId, parse_control
 from bot.platform.failures import SORRY_TAP, report_failure
 from bot.platform.open_cards import tapped
 from bot.slack.cards import SlackCards, modal, modal_text, parse_metadata
 from bot.slack.incoming import is_message_id, source_of, unescape
-from bot.slack.messages import ASKED_ALREADY, NOT_PAIRED, MessageHandler, SlackMe
+from bot.slack.messages import NOT_PAIRED, MessageHandler, SlackMe
 from bot.slack.mrkdwn import to_mrkdwn
 from bot.slack.sending import MESSAGE_LIMIT, mrkdwn_parts
 from engine.hub import ChatHub

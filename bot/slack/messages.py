@@ -40,13 +40,12 @@ from bot.slack.sending import (
 from engine.hub import ChatHub
 from engine.store import SENDER_KEY
 
-__all__ = ["ASKED_ALREADY", "FILES_NOT_READ", "NOT_PAIRED", "MessageHandler", "SlackMe"]
+__all__ = ["FILES_NOT_READ", "NOT_PAIRED", "MessageHandler", "SlackMe"]
 
 log = logging.getLogger(__name__)
 
 FILES_NOT_READ = "I cannot read files sent on Slack yet; please write what you need as text."
 NOT_PAIRED = "You are not allowed to use this bot; send me a direct message to ask for access."
-ASKED_ALREADY = "You are not allowed to use this bot yet; the owner has your request."
 _COMMAND = re.compile(r"^/([a-z0-9_]{1,32})(?:\s+(.*))?$", re.DOTALL)
 _MAX_NAME = 100
 #: A person whose name Slack refused (``user_not_found``, missing scope) is asked again

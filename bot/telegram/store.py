@@ -24,10 +24,9 @@ from bot.platform.pairing import (  # noqa: F401 (tests read them here)
     CODE_TTL,
     MAX_PENDING_CODES,
     draw_code,
-    serialize,
 )
 from bot.telegram.tables import telegram_pairing, telegram_users
-from engine.store import Database, SqliteDatabase, quick_unit, utcnow
+from engine.store import Database, SqliteDatabase, quick_unit, serialize, utcnow
 
 __all__ = ["TELEGRAM", "PairingRow", "TelegramStore", "mark_handled_in"]
 

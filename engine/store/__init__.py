@@ -19,7 +19,7 @@ from engine.store.views import SessionViews
 
 if TYPE_CHECKING:
     from engine.store.db import SqliteDatabase, quick_unit
-    from engine.store.dialects import PerDialect, insert_for
+    from engine.store.dialects import PerDialect, insert_for, serialize
     from engine.store.fencing import fenced
     from engine.store.history import AlsoWithKey, AlsoWithRow
     from engine.store.inbox import SENDER_KEY, InboxError, InboxItem, NotPermitted
@@ -88,6 +88,7 @@ _LAZY = {
     "notifier_for": "engine.store.notify",
     "permission_groups": "engine.store.schema",
     "quick_unit": "engine.store.db",
+    "serialize": "engine.store.dialects",
     "sources": "engine.store.schema",
     "utcnow": "engine.store.schema",
 }
@@ -183,6 +184,7 @@ __all__ = [
     "open_database",
     "permission_groups",
     "quick_unit",
+    "serialize",
     "sources",
     "utcnow",
 ]

@@ -1,4 +1,5 @@
-"""Dialect-specific statements (``INSERT ... ON CONFLICT``), built for the dialect in use.
+"""Dialect-specific statements (``INSERT ... ON CONFLICT``, PostgreSQL's transaction
+locks), built for the dialect in use.
 
 Importing ``sqlalchemy.dialects.postgresql`` costs about 2 MB and 20 ms; a SQLite service
 never needs it, so the dialect's module loads when a statement is first built for it.
@@ -6,12 +7,14 @@ never needs it, so the dialect's module loads when a statement is first built fo
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
-__all__ = ["PerDialect", "insert_for"]
+__all__ = ["PerDialect", "insert_for", "serialize"]
 
 T = TypeVar("T")
 
@@ -35,3 +38,19 @@ class PerDialect(dict[str, T]):
     def __missing__(self, dialect: str) -> T:
         value = self[dialect] = self._build(dialect)
         return value
+
+
+def serialize(conn: Connection, name: str) -> None:
+    """Hold a transaction-scoped lock named ``name`` on PostgreSQL (SQLite's writer lock
+    already serialises every unit of work).
+
+    A name of up to 8 bytes is its own key (Telegram's ``pairing`` keeps the key it always
+    had); a longer one is keyed by its hash, so ``pairing:discord`` and ``pairing:slack``
+    are two locks.
+    """
+    if conn.dialect.name == "postgresql":
+        raw = name.encode()
+        if len(raw) > 8:
+            raw = hashlib.blake2b(raw, digest_size=8).digest()
+        key = int.from_bytes(raw.ljust(8, b"\0"), "big") & 0x7FFF_FFFF_FFFF_FFFF
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})

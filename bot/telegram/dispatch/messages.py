@@ -216,29 +216,26 @@ class MessageHandler:
                 raise EventAlreadyHandled(str(update_ids))
 
         say = partial(self._sender.say_in, album.chat_id, album.thread_id)
-        if not album.text and not album.attachments:  # nothing could be read: told already
-            for update_id in update_ids:
-                await self._mark_handled(update_id)
-            return
-        try:
-            await self._hub.send_message(
-                album.source,
-                album.text,
-                SendOptions(metadata=album.options_metadata),
-                also=mark,
-                redelivered_if_lost=True,
-            )
-        except EventAlreadyHandled:  # another poller of the fleet handed them over too
-            log.info("album updates %s were handled already; not queued again", update_ids)
-            return
-        except HubError as exc:
-            await say(f"⚠️ {exc}")
-        except Exception:
-            error = report_failure(log, f"album of updates {update_ids} in {album.source}")
-            await say(SORRY_MESSAGE.format(error=error))
-        else:
-            self._activity.start_typing(album.source)
-            return
+        if album.text or album.attachments:  # else nothing could be read: told already
+            try:
+                await self._hub.send_message(
+                    album.source,
+                    album.text,
+                    SendOptions(metadata=album.options_metadata),
+                    also=mark,
+                    redelivered_if_lost=True,
+                )
+            except EventAlreadyHandled:  # another poller of the fleet handed them over too
+                log.info("album updates %s were handled already; not queued again", update_ids)
+                return
+            except HubError as exc:
+                await say(f"⚠️ {exc}")
+            except Exception:
+                error = report_failure(log, f"album of updates {update_ids} in {album.source}")
+                await say(SORRY_MESSAGE.format(error=error))
+            else:
+                self._activity.start_typing(album.source)
+                return
         for update_id in update_ids:
             await self._mark_handled(update_id)
 

@@ -499,7 +499,7 @@ function deciding(card) {
 
 // The card a refused decision was for (its frame's ref) gets its buttons back.
 function enableChoices(toolCallId) {
-  const card = [...state.cards.entries()].find(([id]) => String(id) === toolCallId)?.[1];
+  const card = state.cards.get(Number(toolCallId));
   if (!card || card.classList.contains("closed")) return;
   card.classList.remove("deciding");
   for (const button of card.querySelectorAll(".choices button")) button.disabled = false;

@@ -17,6 +17,7 @@ from engine.session.turn.turn_env import SubAgentRunner, TurnEnv
 from engine.store.rows import FrameRow, SessionRow
 from engine.tools.protocols import Tool, ToolContext
 from engine.tools.registry import ToolRegistry
+from engine.tools.workspace import Workspace
 
 
 class FrameEnvs:
@@ -107,7 +108,10 @@ class FrameEnvs:
 def working_directory(session: SessionRow, deps: HandlerDeps) -> Path:
     """The directory relative paths of the session's tools start from: its RunContext's
     ``working_directory`` (workspace-relative, as the gate reads it), else the workspace."""
-    chosen = (session.run_context or {}).get("working_directory")
-    if isinstance(chosen, str) and chosen:
-        return deps.workspace.root / chosen
-    return deps.builder.working_directory
+    return chosen_directory(session, deps.workspace) or deps.builder.working_directory
+
+
+def chosen_directory(session: SessionRow | None, workspace: Workspace) -> Path | None:
+    """The session's RunContext ``working_directory``, when it chose one."""
+    chosen = ((session.run_context if session else None) or {}).get("working_directory")
+    return workspace.root / chosen if isinstance(chosen, str) and chosen else None

@@ -5,7 +5,8 @@ from __future__ import annotations
 import httpx
 
 from bot.discord.gateway import UNKNOWN_COMMAND
-from bot.discord.interactions import ASKED_ALREADY, NOT_HERE, NOT_PAIRED
+from bot.discord.interactions import NOT_HERE, NOT_PAIRED
+from bot.platform.access import ASKED_ALREADY
 from tests.bot.discord.conftest import (
     ALICE,
     BOB,

@@ -8,8 +8,9 @@ import re
 
 import pytest
 
+from bot.platform.access import ASKED_ALREADY
 from bot.slack.interactions import Interactions
-from bot.slack.messages import ASKED_ALREADY, NOT_PAIRED, SlackMe
+from bot.slack.messages import NOT_PAIRED, SlackMe
 from engine.llm.scripted import text
 from tests.bot.slack.conftest import (
     ALICE,
