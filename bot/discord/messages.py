@@ -181,6 +181,8 @@ class MessageHandler:
             metadata["attachments"] = attachments
         if m.guild_id is not None and m.parent_id is None:
             metadata[REPLY_TO_KEY] = m.message_id  # its answer replies to it
+        elif m.is_dm:
+            self._sender.seen_direct(m.channel_id)
         handed = await hand_over(self._hub, DISCORD, m.message_id, m.source, text, metadata)
         if handed.refusal is not None:
             await say(m.channel_id, handed.refusal)

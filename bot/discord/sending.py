@@ -267,6 +267,14 @@ class DiscordSender(RowSender):
         """``voice_mode``: the chats whose replies are spoken (``/voice on``)."""
         super().__init__(outbound, target_of, voice_mode)
         self.bot = bot
+        #: DM channels seen here: their answers reply to no message, so the history is
+        #: not read for one (a third of a DM's path from the gateway to its reply). The
+        #: set is only ever added to, and read under the GIL from the database's thread.
+        self._direct: set[str] = set()
+
+    def seen_direct(self, channel_id: str) -> None:
+        """``channel_id`` is a DM channel (a channel's id never changes its kind)."""
+        self._direct.add(channel_id)
 
     # -- the outbox's sender ----------------------------------------------------------------
 
@@ -283,8 +291,9 @@ class DiscordSender(RowSender):
         answers (the turn's newest), so a busy channel shows whom it answers; stored with
         the row, a redelivery replies too. It replied to the newest message taken in,
         another person's while the turn ran (found by review)."""
-        if not prepared or parse_source(source)[1] is not None:
-            return prepared  # a thread's conversation needs none
+        channel, thread = parse_source(source)
+        if not prepared or thread is not None or channel in self._direct:
+            return prepared  # a thread's conversation needs none, nor a DM's
         asked = conn.execute(_ASKED, {"answer": answer_id}).scalar()
         reply_to = asked.get(REPLY_TO_KEY) if isinstance(asked, dict) else None
         if not isinstance(reply_to, str):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
 import bot.discord.messages as messages_module
 from bot.discord.incoming import FORWARDED
@@ -147,6 +149,29 @@ async def test_a_notification_told_in_a_channel_replies_to_no_old_message(
     )
     await until(lambda: len(texts(fake, GENERAL)) == 2)
     assert fake.messages(GENERAL)[1].reply_to is None
+
+
+async def test_a_dm_answer_looks_up_no_message_to_reply_to(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """A DM's answer replies to no message, so its commit reads no history for one (a
+    third of the path from the gateway to a DM's reply, measured by
+    bench/discord_e2e.py); a server channel's still does (the test above)."""
+    statements: list[str] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
+        statements.append(statement)
+
+    await make_service()
+    event.listen(Engine, "before_cursor_execute", seen)
+    try:
+        channel = fake.dm(ALICE, "hello there")["channel_id"]
+        await until(lambda: texts(fake, channel) == ["echo: hello there"])
+    finally:
+        event.remove(Engine, "before_cursor_execute", seen)
+    assert statements  # the listener hears this service's database
+    assert not [s for s in statements if "FROM chat_history AS said" in s]
+    assert fake.messages(channel)[0].reply_to is None
 
 
 async def test_in_a_thread_channel_a_mention_starts_a_thread_the_talk_goes_on_in(
