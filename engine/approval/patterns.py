@@ -23,6 +23,7 @@ __all__ = [
     "PathRefused",
     "canonical_path",
     "is_fs_tool",
+    "literal_path_pattern",
     "path_matches",
     "tool_matches",
     "validate_path_pattern",
@@ -70,13 +71,26 @@ def validate_tool_pattern(pattern: str) -> str:
 
 
 def validate_path_pattern(pattern: str) -> str:
-    """Return ``pattern`` normalized (no trailing ``/``), or raise ``ValueError``."""
+    """Return ``pattern`` normalized (no trailing ``/``), or raise ``ValueError``: a pattern
+    as a person types it into a rule (a leading ``~`` or a ``\\`` means a home folder or a
+    Windows path there, never the workspace)."""
     pattern = (pattern or "").strip()
+    if pattern.startswith("~") or "\\" in pattern:
+        raise ValueError(
+            f"path pattern {pattern!r} must be relative to the workspace (no leading '/' or '~')"
+        )
+    return literal_path_pattern(pattern)
+
+
+def literal_path_pattern(pattern: str) -> str:
+    """``pattern`` as the program writes one (a job's grant: a canonical workspace path),
+    its characters taken as they are: ``~draft.txt`` is a file of that name. Normalized
+    (no trailing ``/``), or ``ValueError``."""
     if not pattern:
         raise ValueError("path pattern is empty")
     if "\0" in pattern:
         raise ValueError("path pattern contains a NUL byte")
-    if pattern.startswith("/") or pattern.startswith("~") or "\\" in pattern:
+    if pattern.startswith("/"):
         raise ValueError(
             f"path pattern {pattern!r} must be relative to the workspace (no leading '/' or '~')"
         )

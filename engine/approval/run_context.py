@@ -10,9 +10,9 @@ from engine.approval.patterns import (
     FS_READ_TOOLS,
     FS_WRITE_TOOLS,
     is_fs_tool,
+    literal_path_pattern,
     path_matches,
     tool_matches,
-    validate_path_pattern,
     validate_tool_pattern,
 )
 from engine.session.protocols import Decision
@@ -38,8 +38,11 @@ _LISTS = (
 
 
 def _grant(entry: str) -> str:
-    """A grant as a path pattern: a bare ``dir`` means the ``dir`` subtree."""
-    pattern = validate_path_pattern(entry)
+    """A grant as a path pattern: a bare ``dir`` means the ``dir`` subtree. Grants are the
+    scheduler's canonical paths, taken literally: a file named ``~draft.txt`` is granted
+    (until 2026-12-07 it was refused as a home folder, which voided every grant of its
+    job, so each call of a run asked in the chat; found by review)."""
+    pattern = literal_path_pattern(entry)
     return pattern if pattern.endswith("*") else f"{pattern}/*" if pattern != "." else "*"
 
 

@@ -196,6 +196,28 @@ async def test_a_job_granted_a_read_reads_the_file_and_briefs_without_any_card(
     assert "Brief: Buy milk" in job_notices(notified)[0].summary
 
 
+async def test_a_file_named_with_a_tilde_or_backslash_is_granted_as_named(
+    acting: Scheduler, engine: Engine, hub: ChatHub, clock: FakeClock, model: EchoModel
+) -> None:
+    """``~draft.txt`` (an editor's lock file, a draft) is a file of the workspace: its grant
+    reads it unasked, and the job's other grants hold (until 2026-12-07 the run's grants
+    were read as typed rules, where a leading ``~`` means a home folder: the grant was
+    refused, every grant of the job with it, and each call asked in the chat; found by
+    review)."""
+    for name in ("~draft.txt", "a\\b.txt"):
+        (engine.workspace.root / name).write_text(NOTES)
+    grants = acting.grants.check({"read": ["~draft.txt", "a\\b.txt", "notes.txt"]})
+    events = hub.events(ORIGIN)
+    for hour, path in enumerate(("~draft.txt", "a\\b.txt", "notes.txt"), start=8):
+        job = await acting.create_cron(
+            ORIGIN, f"Brief {hour}", f"0 {hour} * * *", "Brief me.", grants=grants
+        )
+        briefing_from_what_it_read(model, path)
+        await fire(acting, clock, job)
+        assert await result_of(acting, job) == ("done", f"Brief: {NOTES}", None)
+    assert events.pending == 0  # no card: every read was granted
+
+
 async def test_a_job_granted_a_tool_calls_it_without_asking_and_nothing_else(
     acting: Scheduler, hub: ChatHub, clock: FakeClock, model: EchoModel, origin: int
 ) -> None:
