@@ -152,6 +152,18 @@ class JobRunner:
         refused = await self._refusal(job)
         if refused is not None:
             return "failed", None, refused
+        if not await self._owner_may_act(job):
+            # Paused, so the chat is told once, not at every fire (until 2026-12-07 a
+            # minutely job said "no longer allowed" every minute; found by review).
+            await self.store.set_enabled(job.id, False, None)
+            return (
+                "failed",
+                None,
+                (
+                    f"it did not run: the user it acts for ({job.owner_id}) is no longer allowed "
+                    "to use this bot, so it is paused (resume it in /jobs once they are again)"
+                ),
+            )
         handler = await self._resumable(run) or await self._new_session(job)
         resuming = handler.session.id == run.session_id
         # One transaction records the session and checks the run is still ours and its job
@@ -200,18 +212,14 @@ class JobRunner:
         return "failed", None, background_error(outcome) or "the run ended without an answer"
 
     async def _refusal(self, job: Job) -> str | None:
-        """Why the job may not run now (its owner lost access, its directory is gone)."""
+        """Why the job may not run now (its owner's platform is not here, its directory is
+        gone); an owner who lost access is ``_owner_may_act``'s."""
         allowed = True if job.owner_id is None else await self.owner_allowed(job.owner_id)
         if allowed is None:  # said "no longer allowed", which was not so (found by review)
             platform = (job.owner_id or "").partition(":")[0]
             return (
                 f"it did not run: {platform} is not running in this service, so the user it "
                 f"acts for ({job.owner_id}) could not be checked"
-            )
-        if not allowed:
-            return (
-                f"it did not run: the user it acts for ({job.owner_id}) is no longer allowed "
-                "to use this bot"
             )
         grants = JobGrants.of(job.run_context)
         if grants.working_directory is not None:
@@ -222,6 +230,9 @@ class JobRunner:
                     "is no longer there"
                 )
         return None
+
+    async def _owner_may_act(self, job: Job) -> bool:
+        return job.owner_id is None or await self.owner_allowed(job.owner_id) is not False
 
     async def _resumable(self, run: Run) -> ChatSessionHandler | None:
         """The session of an earlier attempt of the run (a crash, a stop, a lost lease cut

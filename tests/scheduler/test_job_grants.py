@@ -626,6 +626,40 @@ async def test_a_job_whose_owner_cannot_act_now_stops_and_says_why(
     assert model.requests == []  # nothing ran for them
 
 
+async def test_a_job_whose_owner_lost_access_is_paused_and_says_so_once(
+    make_scheduler: Callable[..., Scheduler],
+    clock: FakeClock,
+    model: EchoModel,
+    origin: int,
+    notified: list[Notification],
+) -> None:
+    """Until 2026-12-07 it stayed enabled and told the chat "no longer allowed" at every
+    fire (a minutely job, every minute; found by review)."""
+
+    async def removed(owner_id: str) -> bool | None:
+        return False
+
+    scheduler = make_scheduler(owner="worker-b")
+    scheduler.runner.owner_allowed = removed
+    job = await scheduler.create_cron(
+        ORIGIN, "Daily brief", "0 8 * * *", "Brief me.", owner_id="telegram:42"
+    )
+    first_fire = job.next_run_at
+    assert first_fire is not None
+    for day in range(3):
+        clock.now = first_fire + timedelta(days=day, seconds=1)
+        await scheduler.dispatcher.step()
+        await asyncio.wait_for(scheduler.dispatcher.drain(), 5)
+
+    paused = await scheduler.store.get(job.id)
+    assert paused is not None and not paused.enabled and paused.next_run_at is None
+    [run] = await scheduler.store.runs(job.id)
+    assert run.status == "failed" and "paused" in (run.error or "")
+    [notice] = job_notices(notified)
+    assert "no longer allowed" in notice.summary and "paused" in notice.summary
+    assert model.requests == []
+
+
 # -- the user's profile in every scheduled turn ------------------------------------------------
 
 
