@@ -20,7 +20,7 @@ from typing import Any
 
 from engine.core import Engine
 from engine.hub import ChatHub, Notification
-from engine.session import Final, TurnResult
+from engine.session import Failed, Final, TurnResult
 from engine.tools import BuiltinTool, ToolCategory, ToolContext, ToolError, object_schema
 from scheduler.events import TAKE_LEASE, EventStore
 
@@ -28,8 +28,16 @@ __all__ = ["RENEW_EVERY_S", "NotifyTool", "Tic", "TickReport"]
 
 log = logging.getLogger(__name__)
 
-#: Tics an event may fail (every model away, a crash) before it is dropped.
+#: Tics an event may fail (a crash, a model that fails on it) before it is dropped; a tic
+#: whose every model was away (unreachable, busy) counts against none of its events.
 MAX_TRIES = 3
+
+#: An event's share of a tic's prompt: a bigger one is cut (its payload may be 256 KB,
+#: and a batch over the model's window failed every tic and was dropped whole).
+EVENT_CHARS = 4_000
+
+#: A tic's events together: those past it wait for the next tic, not counted as failed.
+BATCH_CHARS = 40_000
 
 #: How often a tic's turn renews the lease of the events it took: a turn may outlast it.
 RENEW_EVERY_S = TAKE_LEASE.total_seconds() / 3
@@ -107,9 +115,13 @@ class Tic:
         self._failures: dict[int, int] = {}
 
     async def tick(self) -> TickReport:
-        events = await self.events.take(self.batch)
-        if not events:
+        taken = await self.events.take(self.batch)
+        if not taken:
             return TickReport(0, None)
+        shown = _within_budget([_shown(event.to_json()) for event in taken])
+        events, later = taken[: len(shown)], [event.id for event in taken[len(shown) :]]
+        if later:
+            await self.events.give_back(later)
         agent = "tic" if self.engine.agents.get("tic") else "main"
         handler = await self.engine.new_session(
             "tic",
@@ -121,9 +133,7 @@ class Tic:
             context_label="Tic",
         )
         notify = NotifyTool(self.hub, self.events, "tic", self.dedupe_window)
-        prompt = "New events:\n" + json.dumps(
-            [e.to_json() for e in events], ensure_ascii=False, indent=1
-        )
+        prompt = "New events:\n" + json.dumps(shown, ensure_ascii=False, indent=1)
         # The tic watches on the owner's behalf: it knows them as their home chat's turns do.
         profile = (
             await self.hub.visiting.turn_context(self.hub.home, None) if self.hub.home else None
@@ -144,7 +154,12 @@ class Tic:
         # A tic that told someone has read its events, though it failed after: given
         # back, they were told again in other words (found by review).
         read = isinstance(outcome, Final) or notify.sent > 0
-        await self._settle(ids, read)
+        if not read and isinstance(outcome, Failed) and outcome.away:
+            # Every model away: not the events' doing (until 2026-12-07 three such tics,
+            # 45 minutes of an outage, dropped them unread; found by review).
+            await self.events.give_back(ids)
+        else:
+            await self._settle(ids, read)
         return TickReport(len(events), handler.session.id)
 
     async def _keep(self, ids: list[int]) -> None:
@@ -175,3 +190,30 @@ class Tic:
             await self.events.done(finished)
         if not read and len(finished) < len(ids):
             await self.events.give_back([i for i in ids if i not in set(finished)])
+
+
+def _shown(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` as the tic's prompt shows it: its payload cut to ``EVENT_CHARS`` when the
+    event is bigger, and saying so."""
+    size = len(json.dumps(event, ensure_ascii=False))
+    if size <= EVENT_CHARS:
+        return event
+    payload = json.dumps(event["payload"], ensure_ascii=False)
+    room = max(EVENT_CHARS - (size - len(payload)), 200)
+    return {
+        **event,
+        "payload": payload[:room],
+        "cut": f"the payload was {len(payload)} characters; only its first {room} are shown",
+    }
+
+
+def _within_budget(shown: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first events whose prompt fits ``BATCH_CHARS`` (always the first one)."""
+    kept: list[dict[str, Any]] = []
+    used = 0
+    for event in shown:
+        used += len(json.dumps(event, ensure_ascii=False))
+        if kept and used > BATCH_CHARS:
+            break
+        kept.append(event)
+    return kept

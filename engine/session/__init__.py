@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         UserMessage,
     )
     from engine.session.handler import ChatSessionHandler
-    from engine.session.outcomes import Final, TurnResult, background_error
+    from engine.session.outcomes import Failed, Final, TurnResult, background_error
     from engine.session.protocols import ApprovalPolicy, Decision
     from engine.session.turn.gate import AllowAll
 
@@ -56,6 +56,7 @@ _LAZY = {
     "Decision": "engine.session.protocols",
     "Done": "engine.session.events",
     "Error": "engine.session.events",
+    "Failed": "engine.session.outcomes",
     "Final": "engine.session.outcomes",
     "FrameTranscript": "engine.session.context.transcript",
     "attachments_block": "engine.session.context.transcript",
@@ -91,6 +92,7 @@ __all__ = [
     "Decision",
     "Done",
     "Error",
+    "Failed",
     "Final",
     "FrameTranscript",
     "ModelFallback",

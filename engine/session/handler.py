@@ -153,7 +153,7 @@ class ChatSessionHandler:
                     requests = self._prompts.requests(parts)
                     outcome = await run_agent_turn(env, requests, pending_input)
             except TurnFailed as exc:
-                outcome = Failed(str(exc))
+                outcome = Failed(str(exc), away=exc.away)
             return await self._conclusion.conclude(outcome, env, user_row, is_synthetic)
 
     async def resume_turn(

@@ -32,9 +32,12 @@ TurnOutcome = Final | Cancelled | Exhausted
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """The turn stopped on an error the user was shown (every model failed, say)."""
+    """The turn stopped on an error the user was shown (every model failed, say).
+    ``away``: every model was unreachable or busy (a background caller may try the same
+    work again later without counting it as the work's failure)."""
 
     message: str
+    away: bool = False
 
 
 TurnResult = TurnOutcome | Failed

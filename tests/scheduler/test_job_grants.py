@@ -32,7 +32,13 @@ from engine.hub import (
 )
 from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import text, tool_call
-from engine.llm.types import LlmError, LlmResponse, Message
+from engine.llm.types import (
+    LlmContextOverflow,
+    LlmError,
+    LlmResponse,
+    LlmServerError,
+    Message,
+)
 from engine.session.events import ApprovalRequired, Done
 from engine.store.inbox import InboxError
 from scheduler.events import EventStore
@@ -878,6 +884,57 @@ async def test_the_events_of_a_tic_that_failed_are_read_by_the_next(
         model.add(LlmError("HTTP 503: overloaded", model="scripted"))
         assert (await acting.tic.tick()).events == 1
     assert (await acting.tic.tick()).events == 0
+
+
+async def test_a_tic_whose_models_were_all_away_counts_against_no_event(
+    acting: Scheduler, engine: Engine, hub: ChatHub, model: EchoModel
+) -> None:
+    """An outage longer than ``MAX_TRIES`` tics (45 minutes at the default interval)
+    dropped the boss's mail unread until 2026-12-07 (found by review)."""
+    await hub.set_home(ORIGIN)
+    store = EventStore(engine.store.db)
+    await store.add("mail", "new_mail", {"from": "boss", "subject": "URGENT"})
+    for _ in range(MAX_TRIES + 2):
+        model.add(LlmServerError("HTTP 503: overloaded", model="scripted", status=503))
+        assert (await acting.tic.tick()).events == 1
+    model.add(text("nothing to say"))
+    assert (await acting.tic.tick()).events == 1
+    assert "URGENT" in json.dumps(model.requests[-1][0])
+    assert (await acting.tic.tick()).events == 0  # read at last: done
+
+
+async def test_a_huge_event_is_cut_and_a_big_batch_waits_for_the_next_tic(
+    acting: Scheduler, engine: Engine, hub: ChatHub, model: EchoModel
+) -> None:
+    """A 200 KB payload (the events endpoint takes 256 KB) made every tic's request
+    overflow the model's window, and the whole batch, the boss's mail with it, was dropped
+    after ``MAX_TRIES`` (until 2026-12-07; found by review)."""
+    await hub.set_home(ORIGIN)
+    store = EventStore(engine.store.db)
+    await store.add("mail", "new_mail", {"from": "boss", "subject": "URGENT"})
+    await store.add("webhook", "log_dump", {"body": "x" * 200_000})
+    for index in range(30):
+        await store.add("feed", "item", {"text": f"item {index} " + "y" * 3_000})
+    sizes: list[int] = []
+    answer = model.complete
+
+    async def window_of_25k_tokens(
+        messages: list[Message], tools: Any, *, on_delta: Any = None
+    ) -> LlmResponse:
+        sizes.append(len(json.dumps(messages)))
+        if sizes[-1] > 100_000:
+            raise LlmContextOverflow("over the context window", model="scripted")
+        return await answer(messages, tools, on_delta=on_delta)
+
+    model.complete = window_of_25k_tokens  # type: ignore[method-assign]
+    read = 0
+    for _ in range(5):
+        model.add(text("nothing to say"))
+        read += (await acting.tic.tick()).events
+    assert read == 32 and await store.unprocessed_count() == 0  # every event read once
+    assert max(sizes) < 100_000 and len(sizes) > 1
+    first = json.dumps(model.requests[0][0])
+    assert "URGENT" in first and "only its first" in first and "x" * 5_000 not in first
 
 
 async def test_a_tic_that_told_someone_and_then_failed_tells_it_no_more(

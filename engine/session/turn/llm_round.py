@@ -18,7 +18,12 @@ log = logging.getLogger(__name__)
 
 
 class TurnFailed(Exception):
-    """The turn cannot go on; the message is what the user is shown."""
+    """The turn cannot go on; the message is what the user is shown. ``away``: no model
+    could be asked (unreachable, busy), so the same request may well work later."""
+
+    def __init__(self, message: str, *, away: bool = False) -> None:
+        super().__init__(message)
+        self.away = away
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +94,7 @@ async def _ask_candidates(
     if not candidates:
         raise TurnFailed("No model is configured: set LLM_MODEL.")
     failures: list[str] = []
+    every_away = True  # every model unreachable or busy: nothing was the request's doing
     overflow: LlmContextOverflow | None = None
     messages: list[Message] | None = None
     hints: bool | None = None
@@ -103,6 +109,7 @@ async def _ask_candidates(
         except LlmError as exc:
             detail = f" [{exc.detail}]" if exc.detail else ""
             log.warning("model %s failed: %s%s", model.name, exc, detail)
+            every_away = every_away and exc.away
             if isinstance(exc, LlmContextOverflow):
                 # The next model's window may be bigger (until 2026-12-06 none was asked;
                 # found by review); when none takes it, ``call_llm_round`` leaves
@@ -119,15 +126,17 @@ async def _ask_candidates(
             error_id = uuid.uuid4().hex[:6]
             log.exception("model %s failed unexpectedly (error %s)", model.name, error_id)
             reason = f"{model.name}: the model call failed unexpectedly (error {error_id})"
+            every_away = False
         else:
             if response.content or response.tool_calls:
                 elapsed = int((time.perf_counter() - started) * 1000)
                 return RoundResult(response, model.name, elapsed)
             reason = f"{model.name}: the model returned an empty response (no text, no tool call)"
+            every_away = False
             log.warning("model %s failed: %s", model.name, reason)
         failures.append(reason)
         if index + 1 < len(candidates):
             emitter.model_fallback(model.name, candidates[index + 1].name, reason)
     if overflow is not None:
         raise overflow
-    raise TurnFailed("Every model failed: " + "; ".join(failures))
+    raise TurnFailed("Every model failed: " + "; ".join(failures), away=every_away)

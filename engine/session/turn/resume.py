@@ -117,7 +117,7 @@ class TurnResume:
         try:
             return await self._continue_frame(env, root_parts, seed=seed)
         except TurnFailed as exc:
-            return Failed(str(exc))
+            return Failed(str(exc), away=exc.away)
 
     async def _continue_frame(
         self, env: TurnEnv, root_parts: SystemParts, *, seed: bool
