@@ -125,12 +125,14 @@ class MatrixService:
     async def _run(self) -> None:
         assert self.adapter is not None
         settings = self.settings
-        logged_in_again = False
+        logged_in_again = homed = False
+        failures = 0
         while True:
             try:
                 await self._sign_in()
                 self._signed_in.set()
-                if self.owner_home and settings.matrix_owner_id and not logged_in_again:
+                if self.owner_home and settings.matrix_owner_id and not homed:
+                    homed = True
                     self._tasks.spawn(self._home_at_owner(settings.matrix_owner_id))
                 if self.fleet is None:
                     await self._sync()
@@ -158,6 +160,14 @@ class MatrixService:
                 await AppSettings(self.db).set(token_setting(settings.matrix_user_id), "")
                 self.adapter.nio.access_token = ""
                 logged_in_again = True
+            except Exception:
+                # A failure of ours (the database away while signing in or taking over):
+                # signed in and synced again after a pause (until 2026-12-07 the task
+                # ended, and the bot heard nothing more until a restart; found by review).
+                failures += 1
+                delay = _BACKOFF.delay(failures)
+                log.exception("Matrix receiving stopped; started again in %.1f s", delay)
+                await asyncio.sleep(delay)
 
     def _refuse(self, line: str) -> None:
         log.error("Matrix: %s", line)

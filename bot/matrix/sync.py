@@ -101,6 +101,10 @@ class SyncLoop:
                 events = await self._events(answer, token, history=not first_ever)
                 if events:
                     await self._take(events)  # stored before the token moves past them
+                # Its failure (the database away) takes the batch again, its events
+                # stored by id: until 2026-12-07 it ended receiving for the life of the
+                # process (found by review).
+                await self._settings.set(key, answer.next_batch)
             except TokenRevoked:
                 raise
             except MatrixError as exc:  # the homeserver, asked about one: the batch again
@@ -116,7 +120,6 @@ class SyncLoop:
                 log.exception("Matrix events not taken; again in %.1f s", delay)
                 await asyncio.sleep(delay)
                 continue
-            await self._settings.set(key, answer.next_batch)
             token, first_ever, full_state = answer.next_batch, False, False
             self.synced.set()
 

@@ -12,6 +12,7 @@ from sqlalchemy.exc import OperationalError
 
 from bot.matrix.incoming import source_of
 from bot.matrix.service import token_setting
+from bot.matrix.sync import SyncLoop
 from engine.approval import Decider
 from engine.hub import Choice
 from engine.llm.scripted import text
@@ -396,6 +397,48 @@ async def test_the_sync_goes_on_after_the_database_failed_once(make_service, acc
     accounts.alice.say(room, "second")
     await until(lambda: "second" in "\n".join(_said(accounts, room)))
     assert "first" in "\n".join(_said(accounts, room))  # the failed batch, taken again
+
+
+async def test_the_sync_goes_on_after_its_token_could_not_be_stored_once(make_service, accounts):
+    """The sync token's write was outside the retried step: one "database is locked"
+    there ended receiving for the life of the process (found by review on 2026-12-07)."""
+    service, room = await _dm(make_service, accounts)
+    settings = service.matrix.adapter.sync._settings
+    real_set, failed = settings.set, []
+
+    async def set_once_failing(key: str, value: Any, *args: Any, **kwargs: Any) -> Any:
+        if key.startswith("matrix:next_batch:") and not failed:
+            failed.append(key)
+            raise OperationalError("UPDATE app_settings", {}, Exception("database is locked"))
+        return await real_set(key, value, *args, **kwargs)
+
+    settings.set = set_once_failing
+    accounts.alice.say(room, "second")
+    await until(lambda: failed)
+    accounts.alice.say(room, "third")
+    await until(lambda: "echo: third" in "\n".join(_said(accounts, room)))
+    assert "\n".join(_said(accounts, room)).count("echo: second") == 1
+
+
+async def test_receiving_starts_again_after_a_failure_of_ours_as_it_began(
+    make_service, accounts, monkeypatch
+):
+    """Any other failure of ours in the receiving task (the database away as the sync
+    began) ended it for the life of the process, the health saying "connecting" for ever
+    (found by review on 2026-12-07): it starts again after a pause."""
+    real_run, failed = SyncLoop.run, []
+
+    async def run_failing_once(self: SyncLoop) -> None:
+        if not failed:
+            failed.append(self)
+            raise OperationalError("SELECT app_settings", {}, Exception("database is locked"))
+        await real_run(self)
+
+    monkeypatch.setattr(SyncLoop, "run", run_failing_once)
+    service, room = await _dm(make_service, accounts)  # synced: "ok"
+    accounts.alice.say(room, "after the failure")
+    await until(lambda: "echo: after the failure" in "\n".join(_said(accounts, room)))
+    assert failed and service.matrix.state() == "ok"
 
 
 async def test_what_was_said_before_the_bot_was_invited_is_not_answered(make_service, accounts):
