@@ -213,6 +213,12 @@ class CardStore:
     async def at(self, conversation: str, message_id: str) -> CardRow | None:
         return await self._db.run(_card_at, self.platform, conversation, message_id)
 
+    async def shown_as(self, tool_call_id: int, message_id: str) -> CardRow | None:
+        """The open card ``tool_call_id`` with ``message_id`` recorded as its message when
+        it had none yet (a platform that learns it before its post's answer came); the
+        card as it is then, or ``None`` when it is not open."""
+        return await self._db.run(_shown_as, self.platform, tool_call_id, message_id)
+
     async def close(self, tool_call_id: int, state: str) -> bool:
         """Mark an open card closed; False when it was not open (someone else closed it)."""
         return await self._db.run(_close_card, self.platform, tool_call_id, state)
@@ -249,6 +255,19 @@ def _card_at(conn: Connection, platform: str, conversation: str, message_id: str
         )
     ).first()
     return CardRow(*row) if row else None
+
+
+def _shown_as(
+    conn: Connection, platform: str, tool_call_id: int, message_id: str
+) -> CardRow | None:
+    mine = sa.and_(c.c.platform == platform, c.c.tool_call_id == tool_call_id)
+    conn.execute(
+        c.update()
+        .where(mine, c.c.state == "open", c.c.message_id.is_(None))
+        .values(message_id=message_id)
+    )
+    card = _card(conn, platform, tool_call_id)
+    return card if card is not None and card.state == "open" else None
 
 
 def _close_card(conn: Connection, platform: str, tool_call_id: int, state: str) -> bool:

@@ -10,11 +10,21 @@ card shown before a restart still works after it, once.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from bot.delivery import CardRow, CardStore
+from nio import RoomGetEventResponse
+
+from bot.delivery import OTHER, CardRow, CardStore, RetryLater, Unavailable
 from bot.matrix.incoming import parse_source
-from bot.matrix.sending import MatrixSender, content_of, fitted, in_thread
+from bot.matrix.sending import (
+    MatrixError,
+    MatrixSender,
+    call,
+    content_of,
+    fitted,
+    in_thread,
+)
 from bot.platform.cards import CardContent, Choice, outcome_line
 from bot.platform.open_cards import OpenCards, Words
 from engine.hub import ChatHub
@@ -36,6 +46,9 @@ QUESTION_LINE = "Reply to this message to answer."
 #: How much of a call a card shows (the inbox page shows it all).
 CARD_LIMIT = 6000
 _VARIATION_SELECTOR = "\ufe0f"
+#: The transaction id a card is posted with (``MatrixFace.post``): the homeserver gives it
+#: back to the account that sent the event.
+_CARD_TXN = re.compile(r"chathub\.card\.(\d+)")
 
 
 def choice_of(key: str) -> Choice | None:
@@ -138,7 +151,45 @@ class MatrixCards(OpenCards):
 
     def __init__(self, hub: ChatHub, store: CardStore, sender: MatrixSender) -> None:
         super().__init__(hub, store, MatrixFace(sender))
+        self._sender = sender
 
     async def at(self, room_id: str, event_id: str) -> CardRow | None:
-        """The card shown by ``event_id`` in ``room_id`` (open or not), from the store."""
-        return await self.store.at(room_id, event_id)
+        """The card shown by ``event_id`` in ``room_id`` (open or not), from the store; or
+        a card of the room posted and not recorded yet (the answer of its post slow or
+        lost): the homeserver says which, by the transaction id the card was sent with.
+        Until 2026-12-07 a ✅ in that window decided nothing, and the card waited until
+        it expired (found by review)."""
+        card = await self.store.at(room_id, event_id)
+        if card is None and any(
+            c.conversation == room_id and c.message_id is None for c in await self.store.open()
+        ):
+            card = await self._posted_as(room_id, event_id)
+        return card
+
+    async def _posted_as(self, room_id: str, event_id: str) -> CardRow | None:
+        """The open card whose post made ``event_id``, now recorded as shown by it."""
+        sender = self._sender
+        try:  # a 429 or an outage raises: the event is read again, not dropped
+            answer = await sender.outbound.call(
+                room_id, lambda: call(sender.nio.room_get_event(room_id, event_id)), kind=OTHER
+            )
+        except (RetryLater, Unavailable):
+            raise
+        except MatrixError:
+            return None
+        if (
+            not isinstance(answer, RoomGetEventResponse)
+            or answer.event.sender != sender.nio.user_id
+        ):
+            return None
+        unsigned = answer.event.source.get("unsigned")
+        txn = unsigned.get("transaction_id") if isinstance(unsigned, dict) else None
+        posted = _CARD_TXN.fullmatch(txn) if isinstance(txn, str) else None
+        if posted is None:
+            return None
+        tool_call_id = int(posted.group(1))
+        card = await self.store.get(tool_call_id)
+        if card is None or card.conversation != room_id:
+            return None
+        card = await self.store.shown_as(tool_call_id, event_id)
+        return card if card is not None and card.message_id == event_id else None

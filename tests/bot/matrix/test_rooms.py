@@ -354,6 +354,35 @@ async def test_a_decision_taken_elsewhere_edits_the_matrix_card(
     await until(lambda: "Done." in _said(accounts, room))
 
 
+async def test_a_reaction_on_a_card_whose_post_was_not_answered_decides_it(
+    make_service, accounts, model
+):
+    """The homeserver made the card's event but its answer to the bot was lost (the card
+    is posted again later): Alice's ✅ decided nothing, and the card waited until it
+    expired (found by review on 2026-12-07). The event's transaction id says which card
+    it is."""
+    model.add(shell("echo ok >> runs.log"), text("Ran it."))
+    service, room = await _dm(make_service, accounts)
+    nio = service.matrix.adapter.nio
+    real_send, answered = nio.room_send, asyncio.Event()
+
+    async def answers_of_cards_lost(room_id, message_type, content, tx_id=None, **kwargs):
+        answer = await real_send(room_id, message_type, content, tx_id=tx_id, **kwargs)
+        if tx_id and tx_id.startswith("chathub.card.") and not answered.is_set():
+            raise TimeoutError  # the event is made; its answer never came back
+        return answer
+
+    nio.room_send = answers_of_cards_lost
+    accounts.alice.say(room, "run it")
+    card = await until(lambda: _card(accounts, room))
+    accounts.alice.react(room, card["event_id"], "✅")
+    try:
+        await until(lambda: "Ran it." in "\n".join(_said(accounts, room)))
+    finally:
+        answered.set()
+    assert (service.engine.workspace.root / "runs.log").read_text() == "ok\n"
+
+
 async def test_a_strangers_mention_in_a_group_room_gets_a_pairing_code(make_service, accounts):
     await make_service()
     room = accounts.alice.create_room(invite=[accounts.bot.user_id, accounts.bob.user_id])
