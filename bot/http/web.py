@@ -44,6 +44,7 @@ from bot.http.signins import LoginThrottle, SignIns, csrf_token, is_handle
 from engine.approval import CallDisplay, display_call
 from engine.hub import CHOICES
 from engine.store import MAX_PAGE, InboxItem, utcnow
+from engine.text import clean_text
 from memory.service import MemoryService
 from providers import ProviderRegistry
 
@@ -423,7 +424,9 @@ class WebInbox:
             )
         )
         return HTMLResponse(
-            html,
+            # A lone surrogate (a model's token that cut an emoji, in a question or a
+            # call's arguments) made the whole page a 500 until 2026-12-07 (found by review).
+            clean_text(html),
             status_code=status,
             headers={
                 "content-security-policy": "default-src 'self'; style-src 'self' 'unsafe-inline'",

@@ -14,6 +14,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from bot.http.api import ApiRoutes
 from bot.http.app import create_app
 from bot.http.operations import Operations
 from bot.http.signins import LoginThrottle, SignIns
@@ -152,6 +153,23 @@ async def test_reject_with_a_reason_15_min_and_answering_a_question(web, hub, mo
             f"/questions/{question.request_id}", data={"csrf": csrf, "answer": answer}
         )
         assert "already decided elsewhere" in (await web.get(again.headers["location"])).text
+    events.close()
+
+
+async def test_a_question_or_a_call_holding_half_an_emoji_shows_its_pages(web, hub, model):
+    """A model's token that cut an emoji (a lone surrogate in the call's JSON) made the
+    inbox a 500 while the question was open, and the session's page a 500 for good
+    (found by review on 2026-12-07)."""
+    await signed_in(web)
+    events = hub.events(ORIGIN)
+    model.add(tool_call("ask_user_clarification", '{"question": "Which one \\ud83d?"}', "q1"))
+    await hub.send_message(ORIGIN, "go")
+    await next_event(events, ev.Question)
+    inbox = await web.get("/")
+    assert inbox.status_code == 200 and "Which one \ufffd?" in inbox.text
+    [session] = (await hub.engine.store.views.list_sessions())["items"]
+    page = await web.get(f"/sessions/{session['id']}")
+    assert page.status_code == 200 and "\ufffd" in page.text
     events.close()
 
 
@@ -490,6 +508,24 @@ async def test_wrong_bearer_headers_on_the_page_count_as_failed_sign_ins(site):
     site.clock.advance(timedelta(minutes=15))
     right = await script.get("/", headers={"authorization": f"Bearer {TOKEN}"})
     assert right.status_code == 200
+
+
+async def test_api_requests_without_a_token_do_not_lock_the_owner_out(site):
+    """A monitor not yet given the token (``/metrics`` every 15 s) or a browser opening
+    ``/api/inbox`` sends no header: ten of them made the owner's right token a 429 on
+    every surface from that address for 15 minutes (found by review on 2026-12-07). A
+    wrong bearer is still counted (the test above)."""
+    throttle = LoginThrottle(clock=site.clock)
+    operations = Operations(site.engine, site.hub, site.scheduler)
+    app = create_app(
+        api=ApiRoutes(operations, token=TOKEN, throttle=throttle),
+        web=WebInbox(operations, token=TOKEN, throttle=throttle, clock=site.clock),
+        host="0.0.0.0",
+    )
+    monitor = await site.client(app, address="198.51.100.10")
+    for path in ["/metrics", "/api/inbox"] * 6:
+        assert (await monitor.get(path)).status_code == 401
+    assert (await monitor.post("/login", data={"token": TOKEN})).status_code == 303
 
 
 async def test_the_sign_ins_page_lists_and_ends_sign_ins(site):
