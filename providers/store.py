@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.config import http_url
-from engine.store import Database, app_settings, utcnow
+from engine.store import Database, app_settings, serialize, utcnow
 from providers.tables import api_providers
 
 __all__ = ["SERVICES", "Provider", "ProviderError", "ProviderStore", "masked"]
@@ -181,6 +181,8 @@ class ProviderStore:
 
     async def remove(self, name: str) -> Provider | None:
         """``name`` as typed: found as stored (``Groq`` is ``groq``)."""
+        if "\x00" in name:  # no stored name holds one (PostgreSQL refused it: a 500)
+            return None
         return await self._db.run(_remove, name_of(name))
 
     async def all(self) -> list[Provider]:
@@ -189,6 +191,8 @@ class ProviderStore:
     async def get(self, name: str) -> Provider | None:
         """``name`` as typed: found as stored (``Groq`` is ``groq``; ``chathub providers
         add Groq`` took it, and ``remove Groq`` said there was none)."""
+        if "\x00" in name:
+            return None
         return await self._db.run(_get, name_of(name))
 
     async def version(self) -> int:
@@ -216,6 +220,10 @@ def _get(conn: Connection, name: str) -> Provider | None:
 
 
 def _add(conn: Connection, provider: Provider) -> bool:
+    # One change at a time on PostgreSQL: two at once lost a version bump (another
+    # process never saw the provider) or raised a primary-key error for a name given twice
+    # (a 500); until 2026-12-07 (found by review).
+    serialize(conn, "providers")
     if _get(conn, provider.name) is not None:
         return False
     conn.execute(
@@ -233,6 +241,7 @@ def _add(conn: Connection, provider: Provider) -> bool:
 
 
 def _remove(conn: Connection, name: str) -> Provider | None:
+    serialize(conn, "providers")
     provider = _get(conn, name)
     if provider is not None:
         conn.execute(api_providers.delete().where(api_providers.c.name == name))

@@ -155,6 +155,36 @@ async def test_offered_models_are_chosen_by_name_never_fallbacks_never_shadowing
         assert KEY not in repr(models.get("llama-x"))
 
 
+async def test_changes_made_at_once_by_two_processes_are_each_counted_once(two_processes):
+    """On PostgreSQL two changes at once read the same version and wrote the same next
+    one (a process watching the registry missed one for good), and one name added twice
+    at once was a primary-key error, a 500 (found by review on 2026-12-07)."""
+    (first, second), _buses = two_processes
+    stores = first.store, second.store
+    await stores[0].add(groq(name="seed"))  # the version's row exists
+    before = await stores[0].version()
+    added = await asyncio.gather(
+        *(
+            store.add(groq(name=f"p{side}x{i}"))
+            for i in range(10)
+            for side, store in enumerate(stores)
+        )
+    )
+    assert added == [None] * 20
+    assert await stores[0].version() == before + 20
+    twice = await asyncio.gather(
+        *(store.add(groq(name="same")) for store in stores), return_exceptions=True
+    )
+    assert sorted(type(result).__name__ for result in twice) == ["NoneType", "ProviderError"]
+
+
+async def test_a_name_holding_a_nul_is_no_provider(two_processes):
+    """PostgreSQL refuses a NUL in a query: ``DELETE /api/providers/a%00b`` was a 500."""
+    (first, _second), _buses = two_processes
+    assert await first.store.get("a\x00b") is None
+    assert await first.store.remove("a\x00b") is None
+
+
 async def test_a_listing_nested_past_pythons_depth_is_a_listing_of_none() -> None:
     """It escaped the provider test as a RecursionError (a 500; found by review)."""
     deep = b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
