@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 from sqlalchemy.engine import Connection
 
+from engine.approval.broker import BypassRequest
+from engine.approval.bypass import BypassScope
 from engine.approval.deciders import Decider
 from engine.config import HubConfig
 from engine.core import Decided, Engine
@@ -101,8 +103,11 @@ class Decisions:
         }
         if not choice.approved:
             decided = await self._engine.reject(tool_call_id, note, **recorded)
-        elif foreign is not None and choice.bypass is not None and choice.bypass.seconds is None:
-            # "🔄 Session" on a job's card: the job gets the tool, not a bypass of all.
+        elif foreign is not None and _is_session_bypass(choice.bypass):
+            # "🔄 Session" on a job's card: the job gets the tool, not a bypass of all. A
+            # narrower scope (the API's category, an MCP server) is that bypass of the
+            # run, never a lasting grant of the tool (until 2026-12-07 it was one; found
+            # by review).
             decided = await self._engine.approve(tool_call_id, None, **recorded)
             if self.standing_grant is not None:
                 await self.standing_grant(foreign, tool_call_id)
@@ -174,3 +179,13 @@ class Decisions:
         if session is None or await self._sources.current_session(session.source) != session_id:
             return
         self._publish(session.source, session_id, DecisionMade(request_id, ANSWERED, by, answer))
+
+
+def _is_session_bypass(bypass: BypassRequest | None) -> bool:
+    """The chat's "🔄 Session": everything, for as long as the session lasts."""
+    return (
+        bypass is not None
+        and bypass.seconds is None
+        and bypass.value is None
+        and bypass.scope == BypassScope.ALL
+    )

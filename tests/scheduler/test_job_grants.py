@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from engine.approval import BypassRequest
 from engine.approval.deciders import OPERATOR
 from engine.approval.rules import RuleStore
 from engine.config import AppConfig
@@ -25,6 +26,7 @@ from engine.hub import (
     CHOICES,
     REJECT,
     ChatHub,
+    Choice,
     DecisionMade,
     HubEvent,
     Notification,
@@ -489,6 +491,35 @@ async def test_session_on_a_jobs_card_grants_the_job_that_tool_for_later_runs(
 
     assert (await result_of(acting, job))[0] == "done"
     assert JobGrants.of((await acting.store.get(job.id)).run_context).tools == ("execute_cmd",)
+
+
+@pytest.mark.parametrize(
+    "bypass",
+    [BypassRequest("category", "Filesystem"), BypassRequest("mcp_server", "news")],
+    ids=["category", "mcp-server"],
+)
+async def test_a_narrower_bypass_on_a_jobs_card_grants_the_job_nothing_lasting(
+    acting: Scheduler,
+    hub: ChatHub,
+    clock: FakeClock,
+    model: EchoModel,
+    origin: int,
+    bypass: BypassRequest,
+) -> None:
+    """The API's approve with a category or an MCP server's scope was taken for "🔄
+    Session" and granted the job ``execute_cmd`` for every later run (found by review on
+    2026-12-07)."""
+    hub.visiting.on_standing_grant(acting.grant_for_session)
+    job = await acting.create_cron(ORIGIN, "Todos", "0 8 * * *", "Plan the day.")
+    model.add(tool_call("execute_cmd", json.dumps({"command": "true"})), text("planned"))
+    events = hub.events(ORIGIN)
+
+    await fire(acting, clock, job)
+    card = await next_card(events)
+    await hub.decide(card.tool_call_id, Choice(True, bypass), decider=OPERATOR, source=ORIGIN)
+
+    assert (await result_of(acting, job))[0] == "done"
+    assert JobGrants.of((await acting.store.get(job.id)).run_context).tools == ()
 
 
 async def test_a_card_of_a_job_cannot_be_decided_from_another_chat(
