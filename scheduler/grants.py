@@ -175,8 +175,13 @@ class GrantChecker:
         self._tool_names = tool_names
         self._mcp_servers = mcp_servers
 
-    def check(self, raw: object) -> JobGrants:
-        """``raw`` (``execute_task``'s ``grants`` or the API's body) as checked grants."""
+    def check(self, raw: object, *, as_shown: bool = False) -> JobGrants:
+        """``raw`` (``execute_task``'s ``grants`` or the API's body) as checked grants.
+        ``as_shown``: its paths are written as a job's grants are shown (from the
+        workspace's root, as ``GET /api/jobs`` gives them), not from its working
+        directory: the API's narrowing, whose body is what it read (until 2026-12-07 the
+        job's own grants, sent back, were read as ``reports/reports/notes.txt`` and
+        refused as more; found by review)."""
         if raw is None:
             return JobGrants()
         if not isinstance(raw, dict):
@@ -192,8 +197,8 @@ class GrantChecker:
         return JobGrants(
             tools=self._tools(_entries(raw, "tools")),
             mcp_servers=servers,
-            read=self._paths(_entries(raw, "read"), cwd, "read"),
-            write=self._paths(_entries(raw, "write"), cwd, "write"),
+            read=self._paths(_entries(raw, "read"), None if as_shown else cwd, "read"),
+            write=self._paths(_entries(raw, "write"), None if as_shown else cwd, "write"),
             working_directory=cwd,
         )
 

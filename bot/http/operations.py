@@ -156,7 +156,7 @@ class Operations:
         asked for in a chat, where the owner approves it with the job's card)."""
         job = await self.job(job_id)
         try:
-            grants = self._jobs().grants.check(body)
+            grants = self._jobs().grants.check(body, as_shown=True)
             job = await self._jobs().set_grants(job.id, grants)
         except (GrantError, SchedulerError) as exc:
             raise OperationError("invalid", str(exc)) from None

@@ -317,6 +317,28 @@ async def test_a_jobs_grants_are_listed_and_can_only_be_narrowed(client, engine,
     assert missing.status_code == 404
 
 
+async def test_a_jobs_grants_as_listed_can_be_sent_back_narrower(client, engine, scheduler):
+    """With a working directory, the grants ``GET /api/jobs`` shows (paths from the
+    workspace's root) were read from that directory when sent back: the job's own read
+    grant became ``reports/reports/notes.txt`` and was refused as a widening (found by
+    review on 2026-12-07)."""
+    (engine.workspace.root / "reports").mkdir(parents=True, exist_ok=True)
+    (engine.workspace.root / "reports" / "notes.txt").write_text("x")
+    grants = scheduler.grants.check(
+        {"read": ["notes.txt"], "tools": ["execute_cmd"], "working_directory": "reports"}
+    )
+    job = await scheduler.create_cron(ORIGIN, "Brief", "0 8 * * *", "brief me", grants=grants)
+
+    [listed] = (await client.get("/api/jobs", headers=AUTH)).json()["items"]
+    assert listed["grants"]["read"] == ["reports/notes.txt"]
+    narrowed = await client.put(
+        f"/api/jobs/{job.id}/grants", json={**listed["grants"], "tools": []}, headers=AUTH
+    )
+    assert narrowed.status_code == 200, narrowed.json()
+    assert narrowed.json()["grants"]["read"] == ["reports/notes.txt"]
+    assert narrowed.json()["grants"]["tools"] == []
+
+
 async def test_jobs_list_toggle_kill_delete(client, engine, scheduler):
     job = await scheduler.create_cron(ORIGIN, "Morning", "0 8 * * *", "summarise the news")
 
