@@ -79,8 +79,14 @@ class VoiceNotes:
         return None if endpoint is None else endpoint.origin
 
     def refusal(self, kind: str, name: str, size: int | None, seconds: int | None) -> str | None:
-        """Why a voice file is not even downloaded (too long, too large), or ``None``."""
+        """Why a voice file is not even downloaded (too long, too large), or ``None``. A
+        sound file nothing would transcribe is any file: kept as one, within the
+        platform's own download limit (until 2026-12-07 a 30-minute ``lecture.mp3`` was
+        refused as too long to transcribe with no transcription set up, and the model
+        never saw it; found by review)."""
         if kind not in VOICE_KINDS:
+            return None
+        if kind == "audio" and self._transcription.endpoint() is None:
             return None
         if seconds is not None and seconds > self.max_seconds:
             return f"🎤 {name} is {seconds} s long; I transcribe at most {self.max_seconds} s."

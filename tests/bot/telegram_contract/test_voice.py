@@ -80,6 +80,28 @@ async def test_without_transcription_one_line_says_how_to_set_it_up(start_servic
     assert len(model.requests) == 1  # the ping alone
 
 
+async def test_without_transcription_a_long_audio_file_is_kept_as_a_file(
+    start_service, telegram, model
+):
+    """A sound file nothing would transcribe is any file (found by review on 2026-12-07:
+    a 30-minute lecture was refused as too long to transcribe and never downloaded)."""
+    await start_service()
+    telegram.add_file("a1", b"ID3" + bytes(100))
+    audio = {
+        "file_id": "a1",
+        "file_unique_id": "a1u",
+        "duration": 1800,
+        "file_name": "lecture.mp3",
+        "mime_type": "audio/mpeg",
+        "file_size": 103,
+    }
+    private(telegram, audio=audio, caption="summarise the attached lecture")
+    await eventually(lambda: any(t.startswith("echo:") for t in texts(telegram, ALICE)))
+    assert telegram.calls_to("getFile")
+    assert "lecture.mp3" in received_last(model)
+    assert not any("🎤" in t for t in texts(telegram, ALICE))
+
+
 async def test_a_voice_note_too_long_is_refused_before_download(
     start_service, telegram, model, fake_openai
 ):
