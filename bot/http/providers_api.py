@@ -33,7 +33,9 @@ class ProviderIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, regex_engine="python-re")
 
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+    #: Stored in lower case, as the CLI and the page store it (``Groq`` is ``groq``: the
+    #: API alone refused it until 2026-12-07).
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     #: What ``Provider.checked`` takes: printable ASCII, a host (a name, IPv4 or IPv6), no
     #: user or password, a port up to 65535.
     base_url: str = Field(min_length=8, max_length=2000, pattern=_BASE_URL)

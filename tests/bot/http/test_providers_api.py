@@ -106,6 +106,17 @@ async def test_a_provider_at_an_ipv6_address_is_taken(client, registry):
     assert [p.base_url for p in await registry.store.all()] == ["http://[::1]:11434/v1"]
 
 
+async def test_a_name_in_capitals_is_stored_in_lower_case_as_everywhere(client, registry):
+    """The CLI and the page take ``Groq`` as ``groq``; the API refused it (found by review
+    on 2026-12-07)."""
+    body = {"name": "Groq", "base_url": "https://api.groq.com/openai/v1", "serves": ["chat"]}
+    answer = await client.post("/api/providers", json=body, headers=AUTH)
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["name"] == "groq"
+    assert (await client.delete("/api/providers/GROQ", headers=AUTH)).status_code == 200
+    assert await registry.store.all() == []
+
+
 async def test_a_provider_listing_odd_model_ids_is_tested_not_crashed(client, fake_openai):
     """``{"id": ["gpt", "x"]}`` in its /models made the test a 500 (found by review)."""
     body = {"name": "local", "base_url": fake_openai.base_url, "serves": ["chat"]}
