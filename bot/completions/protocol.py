@@ -155,10 +155,11 @@ class CompletionRequest(BaseModel):
     #: Longer than any model's name: an unknown one is answered 404 ``model_not_found``.
     model: str = Field(min_length=1, max_length=256)
     messages: list[ChatMessage] = Field(max_length=MAX_MESSAGES)
-    #: ``null`` is OpenAI's "not set".
-    stream: bool | None = False
+    #: ``null`` is OpenAI's "not set". Strict, as OpenAI is: ``"yes"`` or ``1`` is a 400
+    #: (it was taken as ``true`` until 2026-12-07).
+    stream: bool | None = Field(default=False, strict=True)
     user: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
-    n: int | None = Field(default=None, ge=1)
+    n: int | None = Field(default=None, ge=1, strict=True)
     stream_options: dict[str, Any] | None = None
 
     @property
@@ -182,12 +183,36 @@ def parse_request(data: Any) -> CompletionRequest:
         request = CompletionRequest.model_validate(data)
     except ValidationError as invalid:
         first = invalid.errors(include_url=False, include_input=False)[0]
-        where = ".".join(str(part) for part in first["loc"]) or "body"
-        message = str(first["msg"]).removeprefix("Value error, ")
+        where, message = _described(first["loc"], str(first["msg"]))
         raise ApiError(400, f"{where}: {message}.", param=where) from None
     if not request.messages:
         raise ApiError(400, "messages: at least one message is needed.", param="messages")
     return request
+
+
+#: The request's and a message's fields: what an error's place may name.
+_FIELDS = frozenset(CompletionRequest.model_fields) | frozenset(ChatMessage.model_fields)
+
+
+def _described(loc: tuple[int | str, ...], message: str) -> tuple[str, str]:
+    """An error's place written as OpenAI writes it (``messages[0].content``), without
+    pydantic's union branches (``messages.0.content.str``), and its sentence in the
+    request's terms (until 2026-12-07 "Input should be a valid dictionary or instance of
+    ChatMessage" reached the client; found by review)."""
+    where = ""
+    for part in loc:
+        if isinstance(part, int):
+            where += f"[{part}]"
+        elif part in _FIELDS:
+            where += f".{part}" if where else part
+        else:
+            break  # a union's branch, or a model's name: pydantic's, not the request's
+    where = where or "body"
+    if where.endswith(".content"):
+        return where, "must be a string or a list of content parts"
+    if where.startswith("messages[") and where.endswith("]"):
+        return where, "must be an object with a role and its content"
+    return where, message.removeprefix("Value error, ")
 
 
 def completion_id() -> str:

@@ -61,6 +61,33 @@ async def test_a_malformed_request_is_400_and_reaches_no_model(
     assert fake_openai.requests == []
 
 
+@pytest.mark.parametrize(
+    ("body", "param", "said"),
+    [
+        (
+            {"model": "main", "messages": [{"role": "user", "content": {"type": "text"}}]},
+            "messages[0].content",
+            "must be a string or a list of content parts",
+        ),
+        ({"model": "main", "messages": [*HI, "hi"]}, "messages[1]", "role and its content"),
+        ({"model": "main", "messages": HI, "stream": "yes"}, "stream", "boolean"),
+        ({"model": "main", "messages": HI, "stream": 1}, "stream", "boolean"),
+        ({"model": "main", "messages": HI, "n": "1"}, "n", "integer"),
+    ],
+)
+async def test_a_refusal_names_its_place_as_openai_does_and_nothing_of_pydantic(
+    v1: V1Server, fake_openai: FakeOpenAIServer, body: object, param: str, said: str
+):
+    """``messages.0.content.str`` and "instance of ChatMessage" reached the client, and
+    ``"stream": "yes"`` was taken as ``true`` (found by review on 2026-12-07)."""
+    answer = await post(v1, body)
+    message = refused(answer, 400)
+    assert answer.json()["error"]["param"] == param
+    assert message.startswith(f"{param}: ") and said in message
+    assert "ChatMessage" not in message and ".str" not in message
+    assert fake_openai.requests == []
+
+
 async def test_a_model_that_is_not_an_agent_is_404_model_not_found(
     v1: V1Server, fake_openai: FakeOpenAIServer
 ):
