@@ -70,6 +70,36 @@ async def test_a_strangers_invite_is_declined_with_a_pairing_code_and_the_owner_
     assert not joined(accounts.bob, room, accounts.bot.user_id)
 
 
+async def test_the_owner_who_left_their_direct_room_is_told_in_a_new_one(make_service, accounts):
+    """The owner tidied their rooms in Element and left the one with the bot: a stranger's
+    pairing request went on into that room, read by nobody (found by review on
+    2026-12-07). The bot opens a new direct room with them instead."""
+    await make_service()
+    owner = accounts.owner
+    old = direct_room(accounts, owner)
+    await until(lambda: joined(owner, old, accounts.bot.user_id))
+    owner.say(old, "hi")
+    await until(lambda: bodies(owner, old, accounts.bot.user_id))
+    owner.request("POST", f"/_matrix/client/v3/rooms/{quote(old, safe='')}/leave", {})
+
+    accounts.bob.create_room(invite=[accounts.bot.user_id], direct=True)  # a stranger asks
+
+    def told() -> list[str]:
+        rooms = accounts.bot.request("GET", "/_matrix/client/v3/joined_rooms")["joined_rooms"]
+        return [
+            room
+            for room in rooms
+            if any("/pair" in b for b in bodies(accounts.bot, room, accounts.bot.user_id))
+        ]
+
+    [new] = await until(told)
+    assert new != old
+    members = accounts.bot.request(
+        "GET", f"/_matrix/client/v3/rooms/{quote(new, safe='')}/state/m.room.member/{owner.user_id}"
+    )
+    assert members["membership"] == "invite"  # the owner is asked into the new room
+
+
 async def test_in_a_group_room_only_a_mention_or_a_reply_is_answered(make_service, accounts):
     await make_service()
     room = accounts.alice.create_room(invite=[accounts.bot.user_id, accounts.owner.user_id])

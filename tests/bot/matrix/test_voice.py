@@ -63,6 +63,42 @@ async def test_a_voice_message_too_long_is_refused_before_download(
     assert fake_openai.transcription_requests == []
 
 
+async def test_a_voice_file_larger_than_it_says_is_read_no_further_than_the_limit(
+    make_service, accounts, fake_openai: FakeOpenAIServer
+):
+    """A voice message giving no size, whose file is 8 MB for a 1 MB limit: matrix-nio
+    read it whole into memory before it was measured (found by review on 2026-12-07)."""
+    service = await make_service(
+        transcribe_model="whisper-1",
+        transcribe_base_url=fake_openai.base_url,
+        voice_max_bytes=1024 * 1024,
+    )
+    messages = service.matrix.adapter.messages
+    real_media, read = messages._media, []
+
+    async def measured(url: str) -> bytes:
+        data = await real_media(url)
+        read.append(len(data))
+        return data
+
+    messages._media = measured
+    room = direct_room(accounts)
+    await until(lambda: joined(accounts.alice, room, accounts.bot.user_id))
+    url = accounts.alice.upload(b"OggS" + bytes(8 * 1024 * 1024), "audio/ogg", "voice.ogg")
+    content = {
+        "msgtype": "m.audio",
+        "body": "Voice message",
+        "url": url,
+        "info": {"mimetype": "audio/ogg", "duration": 3000},  # no size
+        "org.matrix.msc3245.voice": {},
+    }
+    accounts.alice.send(room, content)
+    said = await until(lambda: bodies(accounts.alice, room, accounts.bot.user_id))
+    assert "too large to transcribe (the limit is 1 MB)" in said[0]
+    assert read == [1024 * 1024 + 1]
+    assert fake_openai.transcription_requests == []
+
+
 async def test_voice_on_makes_replies_voice_messages(
     make_service, accounts, fake_openai: FakeOpenAIServer
 ):
