@@ -7,7 +7,7 @@ ready for speech).
 """
 
 from voice.settings import VoiceSettings
-from voice.speech import Speaker, Speech, SpeechError, links, sentences, spoken
+from voice.speech import Speaker, Speech, SpeechError, links, sentences, spoken, spoken_parts
 from voice.transcription import Transcriber, Transcription, TranscriptionError
 
 __all__ = [
@@ -21,4 +21,5 @@ __all__ = [
     "links",
     "sentences",
     "spoken",
+    "spoken_parts",
 ]

@@ -28,6 +28,7 @@ __all__ = [
     "links",
     "sentences",
     "spoken",
+    "spoken_parts",
 ]
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,59 @@ def sentences(text: str, limit: int = MAX_SPEECH_CHARS) -> list[str]:
     if current:
         parts.append(current)
     return [p for p in parts if p]
+
+
+def spoken_parts(markdown: str, limit: int = MAX_SPEECH_CHARS) -> list[tuple[str, str]]:
+    """``markdown`` in parts to read aloud, each ``(said, written)``: what is spoken (at
+    most ``limit`` characters) and the reply's own words it comes from, the Markdown a
+    chat shows when speech fails. Cut between blocks (paragraphs, lists, code blocks,
+    whole), a block too long to say at once between its sentences. Until 2026-12-07 the
+    text shown was the spoken form cut between sentences: a code block's lines and
+    indentation, a list's items, ran together on one line (found by review)."""
+    parts: list[tuple[str, str]] = []
+    written: list[str] = []
+
+    def flush() -> None:
+        if written:
+            parts.append((spoken("\n\n".join(written)), "\n\n".join(written)))
+            written.clear()
+
+    for block in _blocks(markdown):
+        if len(spoken(block)) > limit:
+            flush()
+            parts += [(spoken(piece), piece) for piece in sentences(block, limit)]
+        elif len(spoken("\n\n".join([*written, block]))) > limit:
+            flush()
+            written.append(block)
+        else:
+            written.append(block)
+    flush()
+    return [(said, text) for said, text in parts if said or text.strip()]
+
+
+def _blocks(markdown: str) -> list[str]:
+    """``markdown``'s blocks: what blank lines part, a fenced code block one block."""
+    blocks: list[str] = []
+    lines: list[str] = []
+    fence: str | None = None
+    for line in markdown.strip().split("\n"):
+        opening = _FENCE.match(line)
+        if fence is None and opening is not None:
+            fence = opening.group(1)
+        elif fence is not None and line.strip().startswith(fence):
+            fence = None
+        if fence is None and not line.strip():
+            if lines:
+                blocks.append("\n".join(lines))
+                lines = []
+            continue
+        lines.append(line)
+    if lines:
+        blocks.append("\n".join(lines))
+    return blocks
+
+
+_FENCE = re.compile(r"^\s{0,3}(```+|~~~+)")
 
 
 class Speaker:

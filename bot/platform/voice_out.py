@@ -1,9 +1,9 @@
 """Voice replies as every platform that speaks records and sends them.
 
 A reply in a chat with voice on (``/voice on``), or the agent's ``send_voice_message``,
-is its text read aloud (``voice.spoken``) cut between sentences (``voice.sentences``),
-each part one outbox row: the platform's text message for that part, plus the part to
-speak under ``VOICE``. The row is recorded (durable, sent once) and spoken when it is
+is its text read aloud (``voice.spoken_parts``: cut between blocks, a long one between
+sentences), each part one outbox row: the platform's text message of the part's own
+words, plus what it says under ``VOICE``. The row is recorded (durable, sent once) and spoken when it is
 sent: the platform's client asks ``speak`` for OGG/Opus and sends a voice message. Any
 speech failure is the platform's refusal whose ``fallback`` is the row without
 ``VOICE``: its text, so the chat never gets nothing.
@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bot.delivery import Refused
-from voice import SpeechError, sentences, spoken
+from voice import SpeechError, spoken_parts
 
 __all__ = ["VOICE", "Speak", "audio_of", "text_instead", "voice_payloads"]
 
@@ -30,9 +30,9 @@ VOICE = "voice"
 
 
 def voice_payloads(text: str, as_text: Callable[[str], Json], field: str = VOICE) -> list[Json]:
-    """``text`` read aloud, one payload per few sentences: ``as_text(part)`` (the part's
-    text message, its fallback) with the part to speak under ``field``."""
-    return [{**as_text(said), field: said} for said in sentences(spoken(text))]
+    """``text`` read aloud, one payload per few blocks: ``as_text(written)`` (the reply's
+    own words of the part, its fallback) with what the part says under ``field``."""
+    return [{**as_text(written), field: said} for said, written in spoken_parts(text)]
 
 
 async def audio_of(speak: Speak | None, said: str, failed: Callable[[str], Refused]) -> bytes:

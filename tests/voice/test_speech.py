@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from voice import links, sentences, spoken
+from voice import links, sentences, spoken, spoken_parts
 
 WIKI = "https://en.wikipedia.org/wiki/Python_(programming_language)"
 
@@ -81,6 +81,22 @@ def test_each_link_is_written_once_in_the_order_said() -> None:
 )
 def test_a_reply_without_a_web_link_writes_nothing_beside_its_voice(reply: str) -> None:
     assert links(reply) == ""
+
+
+def test_a_reply_is_said_in_parts_that_keep_its_own_words_for_the_text() -> None:
+    """What a chat shows when speech fails is the reply's Markdown, cut between blocks:
+    a code block whole with its indentation, a list with its lines (until 2026-12-07 it
+    was the spoken form, run together on one line)."""
+    code = "```python\nfor x in items:\n    print(x)\n```"
+    reply = f"Steps:\n1. Install it.\n2. Run it.\n\n{code}\n\nThat is all."
+    [(said, written)] = spoken_parts(reply)
+    assert written == reply and said == spoken(reply)
+    parts = spoken_parts(reply, limit=34)
+    assert [w for _s, w in parts] == ["Steps:\n1. Install it.\n2. Run it.", code, "That is all."]
+    assert all(len(s) <= 34 for s, _w in parts)
+    long = spoken_parts("One. Two two. Three three three.", limit=14)
+    assert long == [(p, p) for p in sentences("One. Two two. Three three three.", limit=14)]
+    assert spoken_parts("") == [] and spoken_parts("\n\n") == []
 
 
 def test_a_long_reply_is_cut_between_sentences_within_the_limit() -> None:

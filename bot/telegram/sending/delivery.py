@@ -35,7 +35,7 @@ from bot.telegram.rendering.render import progress_text, render_markdown
 from bot.telegram.sending.api import BotApi, Json, TelegramError, is_not_modified
 from bot.telegram.settings import TelegramSettings
 from bot.telegram.store import TELEGRAM
-from voice import sentences, spoken
+from voice import sentences, spoken, spoken_parts
 
 __all__ = ["TelegramClient", "TelegramSender", "telegram_pacing"]
 
@@ -126,17 +126,21 @@ class TelegramSender(RowSender):
         """A voice row per part of at most 2,000 characters, its text one Telegram message
         (4,096 at most), the text sent when speech fails."""
         thread_id = parse_source(source)[1]
-        return [row for said in sentences(spoken(text)) for row in self._voice(said, thread_id)]
+        return [
+            row
+            for said, written in spoken_parts(text)
+            for row in self._voice(said, written, thread_id)
+        ]
 
-    def _voice(self, said: str, thread_id: int | None) -> list[Json]:
+    def _voice(self, said: str, written: str, thread_id: int | None) -> list[Json]:
         """A part whose text takes more than one message (a padded table) is cut smaller
         until each piece takes one: until 2026-12-06 only its first message was its text,
         and the rest of the reply was lost when speech failed (found by review)."""
-        parts = self._parts(said, thread_id)  # none: nothing to read or show
+        parts = self._parts(written, thread_id)  # none: nothing to read or show
         if len(parts) <= 1:
             return [{**part, VOICE: said} for part in parts]
-        smaller = sentences(said, max(len(said) // 2, 1))
-        return [row for piece in smaller for row in self._voice(piece, thread_id)]
+        smaller = sentences(written, max(len(written) // 2, 1))
+        return [row for piece in smaller for row in self._voice(spoken(piece), piece, thread_id)]
 
     @staticmethod
     def _parts(text: str, thread_id: int | None) -> list[Json]:

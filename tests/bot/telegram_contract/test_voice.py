@@ -320,6 +320,30 @@ async def test_a_speech_failure_sends_the_text_instead(speaking, telegram, model
     assert voices(telegram) == []
 
 
+async def test_a_speech_failure_sends_the_replys_own_words(speaking, telegram, model, fake_openai):
+    """The text sent was the spoken form cut between sentences: a code block's lines and
+    indentation and a list's items ran together on one line (found by review on
+    2026-12-07)."""
+    from engine.llm.scripted import text as reply
+
+    answer = (
+        "Steps:\n1. Install it.\n2. Run it.\n\n"
+        "```python\nfor x in items:\n    if x:\n        print(x)\n```"
+    )
+    model.add(reply(answer))
+    private(telegram, text="/voice on")
+    await eventually(lambda: any("voice messages" in t for t in texts(telegram, ALICE)))
+    for _ in range(5):
+        fake_openai.speech_failures.append(ScriptedReply("error", status=500, body=b"{}"))
+    private(telegram, text="how?")
+    await eventually(lambda: any("print(x)" in t for t in texts(telegram, ALICE)))
+    [sent] = [m for m in telegram.messages(ALICE) if m.text and "print(x)" in m.text]
+    assert voices(telegram) == []
+    assert "1. Install it.\n2. Run it." in sent.text
+    assert "for x in items:\n    if x:\n        print(x)" in sent.text
+    assert any(e["type"] == "pre" for e in sent.entities or [])
+
+
 async def test_a_part_longer_than_a_message_is_all_sent_when_speech_fails(
     speaking, telegram, model, fake_openai
 ):
