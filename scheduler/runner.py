@@ -120,6 +120,11 @@ class JobRunner:
             if finished is None:
                 log.warning("run %s lost its lease before finishing; not delivered here", run.id)
                 return None
+            if error is not None and error == lost_access(job.owner_id):
+                # Paused once its run is recorded, so the chat is told once, not at every
+                # fire (until 2026-12-07 a minutely job said "no longer allowed" every
+                # minute; found by review).
+                await self.store.set_enabled(job.id, False, None)
             self.engine.system_bus.publish(JobCompleted(job.id, run.id, status))
             handed_over = True
             await self.deliver([finished], claimed=True, jobs={job.id: job})
@@ -152,18 +157,6 @@ class JobRunner:
         refused = await self._refusal(job)
         if refused is not None:
             return "failed", None, refused
-        if not await self._owner_may_act(job):
-            # Paused, so the chat is told once, not at every fire (until 2026-12-07 a
-            # minutely job said "no longer allowed" every minute; found by review).
-            await self.store.set_enabled(job.id, False, None)
-            return (
-                "failed",
-                None,
-                (
-                    f"it did not run: the user it acts for ({job.owner_id}) is no longer allowed "
-                    "to use this bot, so it is paused (resume it in /jobs once they are again)"
-                ),
-            )
         handler = await self._resumable(run) or await self._new_session(job)
         resuming = handler.session.id == run.session_id
         # One transaction records the session and checks the run is still ours and its job
@@ -212,8 +205,8 @@ class JobRunner:
         return "failed", None, background_error(outcome) or "the run ended without an answer"
 
     async def _refusal(self, job: Job) -> str | None:
-        """Why the job may not run now (its owner's platform is not here, its directory is
-        gone); an owner who lost access is ``_owner_may_act``'s."""
+        """Why the job may not run now (its owner lost access, or their platform is not
+        here; its directory is gone)."""
         allowed = True if job.owner_id is None else await self.owner_allowed(job.owner_id)
         if allowed is None:  # said "no longer allowed", which was not so (found by review)
             platform = (job.owner_id or "").partition(":")[0]
@@ -221,6 +214,8 @@ class JobRunner:
                 f"it did not run: {platform} is not running in this service, so the user it "
                 f"acts for ({job.owner_id}) could not be checked"
             )
+        if not allowed:
+            return lost_access(job.owner_id)
         grants = JobGrants.of(job.run_context)
         if grants.working_directory is not None:
             directory = self.engine.workspace.root / grants.working_directory
@@ -230,9 +225,6 @@ class JobRunner:
                     "is no longer there"
                 )
         return None
-
-    async def _owner_may_act(self, job: Job) -> bool:
-        return job.owner_id is None or await self.owner_allowed(job.owner_id) is not False
 
     async def _resumable(self, run: Run) -> ChatSessionHandler | None:
         """The session of an earlier attempt of the run (a crash, a stop, a lost lease cut
@@ -492,3 +484,12 @@ def _local(moment: datetime, zone: str) -> str:
     except (ZoneInfoNotFoundError, ValueError):
         return moment.isoformat()
     return f"{local:%a %d %b %Y %H:%M} ({zone})"
+
+
+def lost_access(owner_id: str | None) -> str:
+    """A run's error when the user its job acts for is no longer allowed: the job is
+    paused with it."""
+    return (
+        f"it did not run: the user it acts for ({owner_id}) is no longer allowed to use this "
+        "bot, so it is paused (resume it in /jobs once they are again)"
+    )

@@ -24,13 +24,17 @@ from engine.session import Failed, Final, TurnResult
 from engine.tools import BuiltinTool, ToolCategory, ToolContext, ToolError, object_schema
 from scheduler.events import TAKE_LEASE, EventStore
 
-__all__ = ["RENEW_EVERY_S", "NotifyTool", "Tic", "TickReport"]
+__all__ = ["MAX_AWAY_TRIES", "RENEW_EVERY_S", "NotifyTool", "Tic", "TickReport"]
 
 log = logging.getLogger(__name__)
 
-#: Tics an event may fail (a crash, a model that fails on it) before it is dropped; a tic
-#: whose every model was away (unreachable, busy) counts against none of its events.
+#: Tics an event may fail (a crash, a model that fails on it) before it is dropped.
 MAX_TRIES = 3
+#: Tics whose every model was away (unreachable, busy) an event may sit out before it is
+#: dropped: a whole outage of a few hours, but not for ever (a 429 that answers this
+#: request every time, a quota it is too big for, would hold the oldest events, which
+#: every tic takes first, and nothing newer would ever be read).
+MAX_AWAY_TRIES = 12
 
 #: An event's share of a tic's prompt: a bigger one is cut (its payload may be 256 KB,
 #: and a batch over the model's window failed every tic and was dropped whole).
@@ -111,8 +115,10 @@ class Tic:
         self.events = EventStore(engine.store.db)
         self.batch = batch
         self.dedupe_window = dedupe_window
-        #: Failed tics per event taken again (this process's; a restart starts over).
+        #: Failed tics per event taken again (this process's; a restart starts over), and
+        #: those whose every model was away.
         self._failures: dict[int, int] = {}
+        self._away: dict[int, int] = {}
 
     async def tick(self) -> TickReport:
         taken = await self.events.take(self.batch)
@@ -154,12 +160,8 @@ class Tic:
         # A tic that told someone has read its events, though it failed after: given
         # back, they were told again in other words (found by review).
         read = isinstance(outcome, Final) or notify.sent > 0
-        if not read and isinstance(outcome, Failed) and outcome.away:
-            # Every model away: not the events' doing (until 2026-12-07 three such tics,
-            # 45 minutes of an outage, dropped them unread; found by review).
-            await self.events.give_back(ids)
-        else:
-            await self._settle(ids, read)
+        away = not read and isinstance(outcome, Failed) and outcome.away
+        await self._settle(ids, read, away=away)
         return TickReport(len(events), handler.session.id)
 
     async def _keep(self, ids: list[int]) -> None:
@@ -171,21 +173,23 @@ class Tic:
             except Exception:  # the database away: the next renewal tries again
                 log.warning("renewing the lease of the tic's events failed", exc_info=True)
 
-    async def _settle(self, ids: list[int], read: bool) -> None:
-        """Read events are done; those of a tic that failed (every model away, a crash)
-        are read again by the next one, up to ``MAX_TRIES`` tics (until 2026-12-06 they
-        were marked before the agent read them, and a failed tic lost them; found by
-        review): an event that fails every tic is not tried for ever."""
+    async def _settle(self, ids: list[int], read: bool, *, away: bool = False) -> None:
+        """Read events are done; those of a tic that failed (a crash, a model failing on
+        them) are read again by the next one, up to ``MAX_TRIES`` tics (until 2026-12-06
+        they were marked before the agent read them, and a failed tic lost them; found by
+        review), and of one whose every model was away up to ``MAX_AWAY_TRIES`` (until
+        2026-12-07 three such tics, 45 minutes of an outage, dropped them unread): an event
+        that fails every tic is not tried for ever."""
+        counts, limit = (self._away, MAX_AWAY_TRIES) if away else (self._failures, MAX_TRIES)
         for event_id in ids:
-            self._failures[event_id] = 0 if read else self._failures.get(event_id, 0) + 1
-        given_up = [i for i in ids if self._failures[i] >= MAX_TRIES]
+            counts[event_id] = 0 if read else counts.get(event_id, 0) + 1
+        given_up = [i for i in ids if counts[i] >= limit]
         if given_up:
-            log.warning(
-                "%d event(s) failed %d tics; dropped: %s", len(given_up), MAX_TRIES, given_up
-            )
+            log.warning("%d event(s) failed %d tics; dropped: %s", len(given_up), limit, given_up)
         finished = ids if read else given_up
         for event_id in finished:
             self._failures.pop(event_id, None)
+            self._away.pop(event_id, None)
         if finished:
             await self.events.done(finished)
         if not read and len(finished) < len(ids):

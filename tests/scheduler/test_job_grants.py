@@ -37,6 +37,7 @@ from engine.llm.scripted import text, tool_call
 from engine.llm.types import (
     LlmContextOverflow,
     LlmError,
+    LlmRateLimited,
     LlmResponse,
     LlmServerError,
     Message,
@@ -48,7 +49,7 @@ from scheduler.grants import JobGrants
 from scheduler.service import Scheduler
 from scheduler.store import Job
 from scheduler.tables import events
-from scheduler.tic import MAX_TRIES, RENEW_EVERY_S
+from scheduler.tic import MAX_AWAY_TRIES, MAX_TRIES, RENEW_EVERY_S
 from scheduler.tools import scheduler_tools
 from tests.clock import FakeClock
 from tests.engine.hub.conftest import EchoModel, held, wait_done
@@ -932,6 +933,14 @@ async def test_a_tic_whose_models_were_all_away_counts_against_no_event(
     assert (await acting.tic.tick()).events == 1
     assert "URGENT" in json.dumps(model.requests[-1][0])
     assert (await acting.tic.tick()).events == 0  # read at last: done
+
+    # A 429 this batch gets every time (a quota it is too big for) holds it for
+    # ``MAX_AWAY_TRIES`` tics, not for ever: the events after it are read then.
+    await store.add("mail", "new_mail", {"subject": "too big for the quota"})
+    for _ in range(MAX_AWAY_TRIES):
+        model.add(LlmRateLimited("HTTP 429: tokens per minute", model="scripted", status=429))
+        assert (await acting.tic.tick()).events == 1
+    assert (await acting.tic.tick()).events == 0
 
 
 async def test_a_huge_event_is_cut_and_a_big_batch_waits_for_the_next_tic(
