@@ -134,12 +134,13 @@ def sentences(text: str, limit: int = MAX_SPEECH_CHARS) -> list[str]:
 
 
 def spoken_parts(markdown: str, limit: int = MAX_SPEECH_CHARS) -> list[tuple[str, str]]:
-    """``markdown`` in parts to read aloud, each ``(said, written)``: what is spoken (at
-    most ``limit`` characters) and the reply's own words it comes from, the Markdown a
-    chat shows when speech fails. Cut between blocks (paragraphs, lists, code blocks,
-    whole), a block too long to say at once between its sentences. Until 2026-12-07 the
-    text shown was the spoken form cut between sentences: a code block's lines and
-    indentation, a list's items, ran together on one line (found by review)."""
+    """``markdown`` in parts to read aloud, each ``(said, written)``: what is spoken and
+    the reply's own words it comes from, the Markdown a chat shows when speech fails, both
+    at most ``limit`` characters. Cut between blocks (paragraphs, lists, code blocks,
+    whole); a block too long at once between its lines (a code block's pieces each fenced),
+    a line too long between its sentences. Until 2026-12-07 the text shown was the spoken
+    form cut between sentences: a code block's lines and indentation, a list's items, ran
+    together on one line (found by review)."""
     parts: list[tuple[str, str]] = []
     written: list[str] = []
 
@@ -149,16 +150,44 @@ def spoken_parts(markdown: str, limit: int = MAX_SPEECH_CHARS) -> list[tuple[str
             written.clear()
 
     for block in _blocks(markdown):
-        if len(spoken(block)) > limit:
-            flush()
-            parts += [(spoken(piece), piece) for piece in sentences(block, limit)]
-        elif len(spoken("\n\n".join([*written, block]))) > limit:
-            flush()
+        if _size("\n\n".join([*written, block])) <= limit:
+            written.append(block)
+            continue
+        flush()
+        if _size(block) <= limit:
             written.append(block)
         else:
-            written.append(block)
+            parts += [(spoken(piece), piece) for piece in _cut(block, limit)]
     flush()
     return [(said, text) for said, text in parts if said or text.strip()]
+
+
+def _size(markdown: str) -> int:
+    """What a part takes: its spoken form and its text must each fit."""
+    return max(len(markdown), len(spoken(markdown)))
+
+
+def _cut(block: str, limit: int) -> list[str]:
+    """A block too long for one part, cut between its lines (a code block's pieces each
+    opened and closed with its fence), a line too long between its sentences."""
+    lines = block.split("\n")
+    fence = _FENCE.match(lines[0])
+    opening, closing = "", ""
+    if fence is not None:
+        opening, closing = lines[0] + "\n", "\n" + fence.group(1)
+        lines = lines[1:-1] if _FENCE.match(lines[-1]) and len(lines) > 1 else lines[1:]
+    room = max(limit - len(opening) - len(closing), 1)
+    pieces: list[str] = []
+    current: list[str] = []
+    for line in lines:
+        for part in [line] if len(line) <= room else sentences(line, room):
+            if current and len("\n".join([*current, part])) > room:
+                pieces.append("\n".join(current))
+                current = []
+            current.append(part)
+    if current:
+        pieces.append("\n".join(current))
+    return [f"{opening}{piece}{closing}" for piece in pieces]
 
 
 def _blocks(markdown: str) -> list[str]:

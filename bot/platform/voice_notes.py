@@ -80,19 +80,19 @@ class VoiceNotes:
 
     def refusal(self, kind: str, name: str, size: int | None, seconds: int | None) -> str | None:
         """Why a voice file is not even downloaded (too long, too large), or ``None``. A
-        sound file nothing would transcribe is any file: kept as one, within the
-        platform's own download limit (until 2026-12-07 a 30-minute ``lecture.mp3`` was
-        refused as too long to transcribe with no transcription set up, and the model
-        never saw it; found by review)."""
+        sound file nothing would transcribe is kept as a file however long it is (until
+        2026-12-07 a 30-minute ``lecture.mp3`` was refused as too long to transcribe with
+        no transcription set up, and the model never saw it; found by review), within
+        ``max_bytes`` still, which every platform's download of it is held to."""
         if kind not in VOICE_KINDS:
             return None
-        if kind == "audio" and self._transcription.endpoint() is None:
-            return None
-        if seconds is not None and seconds > self.max_seconds:
+        untranscribed = kind == "audio" and self._transcription.endpoint() is None
+        if seconds is not None and seconds > self.max_seconds and not untranscribed:
             return f"🎤 {name} is {seconds} s long; I transcribe at most {self.max_seconds} s."
         if size is not None and size > self.max_bytes:
             mb = self.max_bytes / (1024 * 1024)
-            return f"🎤 {name} is too large to transcribe (the limit is {mb:g} MB)."
+            what = "too large" if untranscribed else "too large to transcribe"
+            return f"🎤 {name} is {what} (the limit is {mb:g} MB)."
         return None
 
     async def fetch(

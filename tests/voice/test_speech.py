@@ -91,9 +91,22 @@ def test_a_reply_is_said_in_parts_that_keep_its_own_words_for_the_text() -> None
     reply = f"Steps:\n1. Install it.\n2. Run it.\n\n{code}\n\nThat is all."
     [(said, written)] = spoken_parts(reply)
     assert written == reply and said == spoken(reply)
-    parts = spoken_parts(reply, limit=34)
+    parts = spoken_parts(reply, limit=45)
     assert [w for _s, w in parts] == ["Steps:\n1. Install it.\n2. Run it.", code, "That is all."]
-    assert all(len(s) <= 34 for s, _w in parts)
+    assert all(len(s) <= 45 and len(w) <= 45 for s, w in parts)
+    # A code block longer than a part: cut between its lines, each piece fenced, and
+    # read without its fence.
+    long_code = "```python\n" + "\n".join(f"print({i})  # step {i}." for i in range(60)) + "\n```"
+    pieces = spoken_parts(long_code, limit=200)
+    assert len(pieces) > 1
+    for said, written in pieces:
+        assert written.startswith("```python\n") and written.endswith("\n```")
+        assert len(written) <= 200 and "```" not in said and "python" not in said
+        assert "\nprint(" in written or written.count("print(") == 1  # its lines kept
+    # Links say little and write much: the written text fits a part too (a Discord
+    # message's 2,000 characters).
+    links = " ".join(f"[l{i}](https://example.org/a/long/path/{i})" for i in range(40))
+    assert all(len(w) <= 400 for _s, w in spoken_parts(links, limit=400))
     long = spoken_parts("One. Two two. Three three three.", limit=14)
     assert long == [(p, p) for p in sentences("One. Two two. Three three three.", limit=14)]
     assert spoken_parts("") == [] and spoken_parts("\n\n") == []
