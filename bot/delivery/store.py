@@ -213,6 +213,11 @@ class CardStore:
     async def at(self, conversation: str, message_id: str) -> CardRow | None:
         return await self._db.run(_card_at, self.platform, conversation, message_id)
 
+    async def unshown_in(self, conversation: str) -> bool:
+        """Whether an open card of ``conversation`` has no message recorded yet (posted,
+        its answer not come, or not shown yet)."""
+        return await self._db.run(_unshown_in, self.platform, conversation)
+
     async def shown_as(self, tool_call_id: int, message_id: str) -> CardRow | None:
         """The open card ``tool_call_id`` with ``message_id`` recorded as its message when
         it had none yet (a platform that learns it before its post's answer came); the
@@ -255,6 +260,20 @@ def _card_at(conn: Connection, platform: str, conversation: str, message_id: str
         )
     ).first()
     return CardRow(*row) if row else None
+
+
+def _unshown_in(conn: Connection, platform: str, conversation: str) -> bool:
+    found = conn.execute(
+        sa.select(c.c.tool_call_id)
+        .where(
+            c.c.platform == platform,
+            c.c.conversation == conversation,
+            c.c.message_id.is_(None),
+            c.c.state == "open",
+        )
+        .limit(1)
+    ).first()
+    return found is not None
 
 
 def _shown_as(

@@ -160,9 +160,7 @@ class MatrixCards(OpenCards):
         Until 2026-12-07 a ✅ in that window decided nothing, and the card waited until
         it expired (found by review)."""
         card = await self.store.at(room_id, event_id)
-        if card is None and any(
-            c.conversation == room_id and c.message_id is None for c in await self.store.open()
-        ):
+        if card is None and await self.store.unshown_in(room_id):
             card = await self._posted_as(room_id, event_id)
         return card
 

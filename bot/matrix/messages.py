@@ -10,6 +10,7 @@ message, stored and marked handled in one commit.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable
@@ -92,6 +93,7 @@ class MessageHandler:
         self._settings = settings
         self._voice = voice
         self._roots: dict[tuple[str, str], bool] = {}
+        self._opening = asyncio.Lock()  # one direct room opened at a time
 
     # -- what is stored at all --------------------------------------------------------------
 
@@ -343,18 +345,28 @@ class MessageHandler:
             await self._sender.say_at(Place(room), text)
 
     async def direct_room(self, user: str) -> str | None:
-        room = self._me.direct.get(user) or await self._settings.get(f"matrix:direct:{user}")
-        if room is not None and await self._still_with(room, user):
+        """``user``'s direct room with the bot: the one stored (another process may have
+        opened a new one), else the one this process saw them write in, while they are
+        still in it; else a new one, stored. One at a time here: two notices at once
+        opened two rooms."""
+        key = f"matrix:direct:{user}"
+        async with self._opening:
+            stored = await self._settings.get(key)
+            for room in dict.fromkeys(r for r in (stored, self._me.direct.get(user)) if r):
+                if await self._still_with(room, user):
+                    self._me.direct[user] = room
+                    if room != stored:
+                        await self._settings.set(key, room)
+                    return room
+            try:
+                answer = await call(self._nio.room_create(is_direct=True, invite=[user]))
+            except MatrixError as exc:
+                log.warning("could not open a direct room with %s: %s", user, exc.description)
+                return None
+            room = str(answer.room_id)
+            self._me.direct[user] = room
+            await self._settings.set(key, room)
             return room
-        try:
-            answer = await call(self._nio.room_create(is_direct=True, invite=[user]))
-        except MatrixError as exc:
-            log.warning("could not open a direct room with %s: %s", user, exc.description)
-            return None
-        room = str(answer.room_id)
-        self._me.direct[user] = room
-        await self._settings.set(f"matrix:direct:{user}", room)
-        return room
 
     async def _still_with(self, room: str, user: str) -> bool:
         """Whether ``room`` still holds ``user`` and the bot (joined, or ``user`` invited):
