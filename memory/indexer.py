@@ -32,7 +32,7 @@ from memory.tables import (
     memory_watermarks,
     scope_of,
 )
-from memory.users import BatchSpeakers, identity_of, is_personal
+from memory.users import BatchSpeakers, identity_of, is_personal_in
 
 __all__ = ["Indexer", "IndexerLimits", "chunks"]
 
@@ -158,7 +158,7 @@ def _index_batch(conn: Connection, session_id: int, limits: IndexerLimits) -> tu
     # conversation forgotten since, it holds their forgotten words (indexed after the
     # forget, it brought them back into /search until 2026-12-06; found by review).
     # Only a personal conversation has an owner to have forgotten it: no query for groups.
-    personal = summaries and indexed and is_personal(source)
+    personal = summaries and indexed and is_personal_in(conn, source)
     if personal and speakers.owner_forgotten(source, _first_message(conn, root)):
         summaries_kept: Sequence[Any] = ()
     else:

@@ -47,10 +47,12 @@ from memory.users import (
     OPERATOR_PLATFORMS,
     OWNER,
     Identity,
+    PersonalSources,
     Users,
     forget_through_in,
     identity_of,
     is_personal,
+    personal_sources_in,
 )
 from memory.vectors import detect
 
@@ -105,6 +107,8 @@ class MemoryService:
         self.search = Search(db)
         self.users = Users(db)
         self.optouts = OptOuts(db)
+        #: Conversations a platform recorded as one person's (a Discord DM).
+        self.personal = PersonalSources(db)
         self.facts = FactStore(db, limits=fact_limits, on_change=self._facts_changed)
         self.profiles = ProfileCache(self.facts, profile_limits)
         #: Embedding and fact derivation: run after indexing rounds, in a task of their own.
@@ -127,6 +131,7 @@ class MemoryService:
 
     async def start(self) -> None:
         await self.optouts.load()
+        await self.personal.load()
         embeddings = self._embeddings
         if isinstance(embeddings, EmbeddingChoice) and embeddings.endpoint() is None:
             # Nothing embeds yet: memory as without embeddings, until a provider serving
@@ -148,6 +153,7 @@ class MemoryService:
             await asyncio.sleep(every_s)
             try:
                 await self.optouts.load()
+                await self.personal.load()
             except Exception:  # the database away: the cache as it was, until next time
                 log.warning("memory: the opt-outs could not be read again", exc_info=True)
                 continue
@@ -282,12 +288,24 @@ class MemoryService:
     async def user_for(self, identity: Identity) -> int:
         return await self.users.resolve(identity)
 
+    def is_personal(self, source: str) -> bool:
+        """Whether ``source`` is one person's conversation: its form says so (a Telegram
+        private chat, a Slack DM) or its platform recorded it (a Discord DM: until
+        2026-12-07 one counted as a group, and its person could not switch memory off
+        there)."""
+        return source in self.personal
+
+    async def note_personal(self, source: str) -> None:
+        """``source`` is one person's conversation with the bot, which its form does not
+        say (a Discord DM): recorded once."""
+        await self.personal.record(source)
+
     async def facts_in(self, source: str, user_id: int) -> list[Fact]:
         """``user_id``'s facts as ``source`` may read them: all of them in a personal
         conversation, in a group only those learned in that group (nothing told in private
         reaches a room others read: ``/memory``, the memory tools and the profile alike)."""
         facts = await self.facts.list(user_id)
-        if is_personal(source):
+        if self.is_personal(source):
             return facts
         return [fact for fact in facts if fact.origin_source == source]
 
@@ -300,7 +318,7 @@ class MemoryService:
         if identity is None:
             return None
         user_id = await self.users.resolve(identity)  # cached after the first turn
-        return await self.profiles.profile(user_id, None if is_personal(source) else source)
+        return await self.profiles.profile(user_id, None if self.is_personal(source) else source)
 
     def _facts_changed(self, user_id: int) -> None:
         self.profiles.forget(user_id)
@@ -392,12 +410,13 @@ def _forget_user(conn: Connection, user_id: int) -> tuple[int, int]:
     newest = conn.execute(sa.select(sa.func.max(chat_history.c.id))).scalar()
     forget_through_in(conn, user_id, int(newest or 0))
     d = memory_documents
+    recorded = personal_sources_in(conn)
     personal = [
         source
         for source in conn.execute(
             sa.select(d.c.source).where(d.c.user_id == user_id).distinct()
         ).scalars()
-        if is_personal(source)
+        if is_personal(source) or source in recorded
     ]
     documents = conn.execute(
         d.delete().where(sa.or_(d.c.user_id == user_id, d.c.source.in_(personal)))

@@ -150,6 +150,15 @@ memory_optouts = Table(
     Column("created_at", UtcDateTime, nullable=False),
 )
 
+#: Conversations with one person whose source does not say so (a Discord DM), as their
+#: platform learned them (0028): memory treats them as ``is_personal``'s.
+memory_personal_sources = Table(
+    "memory_personal_sources",
+    metadata,
+    Column("source", String(255), primary_key=True),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
 #: How far each embedding model got (0016): documents up to this id have its vectors (or
 #: were skipped after ``failures`` attempts). The vectors' own table is ``memory/vectors.py``'s.
 memory_embed_marks = Table(

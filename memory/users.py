@@ -25,18 +25,21 @@ from engine.store import (
     insert_for,
     utcnow,
 )
-from memory.tables import memory_identities, memory_users
+from memory.tables import memory_identities, memory_personal_sources, memory_users
 
 __all__ = [
     "OPERATOR_PLATFORMS",
     "OWNER",
     "BatchSpeakers",
     "Identity",
+    "PersonalSources",
     "Users",
     "forget_through_in",
     "forgotten_through_in",
     "identity_of",
     "is_personal",
+    "is_personal_in",
+    "personal_sources_in",
     "resolve_in",
 ]
 
@@ -72,6 +75,61 @@ def is_personal(source: str) -> bool:
     if platform == "slack":  # a DM, or a thread in one (until 2026-12-06: a group)
         return chat.startswith("D")
     return False
+
+
+#: Platforms whose sources do not say whether they are one person's: theirs are found in
+#: ``memory_personal_sources``, which the platform fills as it meets them.
+_UNTOLD = frozenset({"discord"})
+
+
+def is_personal_in(conn: Connection, source: str) -> bool:
+    """``is_personal``, or a conversation its platform recorded as one person's (a Discord
+    DM), read inside a caller's transaction."""
+    if is_personal(source):
+        return True
+    if platform_of(source) not in _UNTOLD:
+        return False
+    found = conn.execute(
+        sa.select(memory_personal_sources.c.source).where(
+            memory_personal_sources.c.source == source
+        )
+    ).first()
+    return found is not None
+
+
+def personal_sources_in(conn: Connection) -> set[str]:
+    """Every conversation a platform recorded as one person's."""
+    return set(conn.execute(sa.select(memory_personal_sources.c.source)).scalars())
+
+
+class PersonalSources:
+    """The recorded personal conversations, read at start (and again in a fleet), then
+    cached: a source is never recorded back as a group's."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._sources: set[str] = set()
+
+    async def load(self) -> None:
+        self._sources |= await self._db.run(personal_sources_in)
+
+    def __contains__(self, source: object) -> bool:
+        return isinstance(source, str) and (is_personal(source) or source in self._sources)
+
+    async def record(self, source: str) -> None:
+        """``source`` is one person's conversation with the bot (its platform knows)."""
+        if source in self or platform_of(source) not in _UNTOLD:
+            return
+        await self._db.run(_record_personal, source)
+        self._sources.add(source)
+
+
+def _record_personal(conn: Connection, source: str) -> None:
+    conn.execute(
+        insert_for(conn.dialect.name, memory_personal_sources)
+        .values(source=source, created_at=utcnow())
+        .on_conflict_do_nothing()
+    )
 
 
 def identity_of(source: str, metadata: Mapping[str, Any] | None) -> Identity | None:
@@ -141,7 +199,7 @@ class BatchSpeakers:
     def owner_forgotten(self, source: str, message_id: int) -> bool:
         """Whether the person whose own conversation ``source`` is forgot it after
         ``message_id`` (both sides of it: the assistant's rows too)."""
-        owner = self._owner(source) if is_personal(source) else None
+        owner = self._owner(source) if is_personal_in(self._conn, source) else None
         return owner is not None and self.forgotten(self.user_id(owner), message_id)
 
     def _owner(self, source: str) -> Identity | None:

@@ -162,9 +162,16 @@ class DiscordAdapter:
             config.workspace,
             self.events,
             voice,
+            memory,
         )
         self._interactions = Interactions(
-            hub, self.access, config.listening, cards, self.commands, messages.offer_pairing
+            hub,
+            self.access,
+            config.listening,
+            cards,
+            self.commands,
+            messages.offer_pairing,
+            messages.seen_direct,
         )
         front.attach(
             sender, cards, activity, messages.handle, progress_interval_s=config.progress_interval_s

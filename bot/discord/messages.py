@@ -22,7 +22,7 @@ import discord
 from bot.delivery import CardRow, EventStore, PlatformError
 from bot.discord.activity import ChannelActivity
 from bot.discord.cards import DiscordCards
-from bot.discord.incoming import DISCORD, REPLY_TO_KEY, Attachment, Incoming
+from bot.discord.incoming import DISCORD, REPLY_TO_KEY, Attachment, Incoming, source_of
 from bot.discord.sending import DiscordError, DiscordSender, discord_call
 from bot.platform.access import Access
 from bot.platform.commands import CommandRegistry
@@ -31,6 +31,7 @@ from bot.platform.handover import hand_over, marking
 from bot.platform.voice_notes import VoiceNotes
 from engine.hub import ChatHub
 from engine.store import SENDER_KEY
+from memory.service import MemoryService
 
 __all__ = ["UNREADABLE_MESSAGE", "DiscordMe", "Listening", "MessageHandler"]
 
@@ -80,9 +81,11 @@ class MessageHandler:
         workspace: Path,
         events: EventStore,
         voice: VoiceNotes | None = None,
+        memory: MemoryService | None = None,
     ) -> None:
         """``events``: where a thread the bot starts is recorded (its catch-up reads it);
-        ``voice``: audio attachments and voice messages transcribed."""
+        ``voice``: audio attachments and voice messages transcribed; ``memory``: told of
+        each DM, one person's conversation (its source does not say so)."""
         self._hub = hub
         self._me = me
         self._listening = listening
@@ -94,6 +97,7 @@ class MessageHandler:
         self._workspace = workspace
         self._events = events
         self._voice = voice
+        self._memory = memory
 
     async def handle(self, m: Incoming) -> bool:
         """True when the event was marked handled along the way. A failure of ours is
@@ -131,6 +135,8 @@ class MessageHandler:
             if m.is_dm:
                 await self._offer_pairing(m)
             return False
+        if m.is_dm:
+            await self.seen_direct(m.channel_id)
         text = m.text(self._me.id)
         command = _COMMAND.match(text)
         if command is not None:
@@ -181,8 +187,6 @@ class MessageHandler:
             metadata["attachments"] = attachments
         if m.guild_id is not None and m.parent_id is None:
             metadata[REPLY_TO_KEY] = m.message_id  # its answer replies to it
-        elif m.is_dm:
-            self._sender.seen_direct(m.channel_id)
         handed = await hand_over(self._hub, DISCORD, m.message_id, m.source, text, metadata)
         if handed.refusal is not None:
             await say(m.channel_id, handed.refusal)
@@ -191,6 +195,14 @@ class MessageHandler:
             return True
         self._activity.start_typing(m.source)
         return True
+
+    async def seen_direct(self, channel_id: str) -> None:
+        """A DM channel met: its answers reply to no message, and memory takes it as one
+        person's conversation (until 2026-12-07 a group's: only the owner could switch
+        memory off in their own DM, and it showed only what was learned there)."""
+        self._sender.seen_direct(channel_id)
+        if self._memory is not None:
+            await self._memory.note_personal(source_of(channel_id))
 
     async def _in_a_thread(self, m: Incoming, text: str) -> Incoming:
         """The message as the start of a thread on it (its own source from now on); when

@@ -69,6 +69,10 @@ class MemoryFront:
     def __init__(self, memory: MemoryService | None) -> None:
         self.memory = memory
 
+    def _personal(self, source: str) -> bool:
+        """One person's conversation: as its form says, or as its platform recorded it."""
+        return self.memory.is_personal(source) if self.memory is not None else is_personal(source)
+
     async def person(self, source: str, user_id: str | None) -> int | None:
         """The memory user of ``user_id`` (the platform's id) in ``source``; without one,
         the conversation's operator or owner (``None`` when nobody can tell)."""
@@ -116,7 +120,7 @@ class MemoryFront:
         page = min(max(page, 0), pages - 1)
         first = page * per_page if per_page else 0
         shown = facts[first : first + per_page] if per_page else facts
-        where = "in this chat" if is_personal(source) else "from this group"
+        where = "in this chat" if self._personal(source) else "from this group"
         lines = []
         if not facts:
             lines.append(f"I remember nothing about you {where}.")
@@ -139,7 +143,7 @@ class MemoryFront:
         """``/memory off`` / ``/memory on`` (in a group, the owner's only)."""
         if self.memory is None:
             return MEMORY_OFF
-        if not is_personal(source) and not is_owner:
+        if not self._personal(source) and not is_owner:
             return ONLY_OWNER
         off = argument == "off"
         await self.memory.set_opt_out(source, opted_out=off)
@@ -170,7 +174,7 @@ class MemoryFront:
         if user is None:
             return NOBODY
         what = "everything I remember about you"
-        if is_personal(source):
+        if self._personal(source):
             what += f": {_facts(len(await self.memory.facts.list(user)))}"
         return (
             f"This deletes {what}, and what you said from my search index (in groups too), "
@@ -183,7 +187,7 @@ class MemoryFront:
         if user is None:
             return NOBODY
         done: Forgotten = await self.memory.forget_user(user)
-        if not is_personal(source):  # the room is told nothing of how much there was
+        if not self._personal(source):  # the room is told nothing of how much there was
             return f"Done: I deleted everything I remembered about you. {HISTORY_KEPT}"
         entries = "search entry" if done.documents == 1 else "search entries"
         return (

@@ -15,7 +15,16 @@ from engine.store import Store
 from engine.store.inbox import SENDER_KEY
 from memory.service import MemoryService
 from memory.tables import memory_identities, memory_users
-from memory.users import Identity, Users, identity_of, is_personal, resolve_in
+from memory.users import (
+    Identity,
+    PersonalSources,
+    Users,
+    identity_of,
+    is_personal,
+    is_personal_in,
+    personal_sources_in,
+    resolve_in,
+)
 
 
 def sender(user_id: str, name: str | None = None) -> dict[str, object]:
@@ -75,6 +84,26 @@ def test_personal_conversations_are_private_chats_and_the_operators_front_ends()
     assert not is_personal("matrix:!room")
     assert is_personal("slack:D0123ABC") and is_personal("slack:D0123ABC:1700000000.000100")
     assert not is_personal("slack:C0123ABC") and not is_personal("slack:G0123ABC:1.2")
+
+
+async def test_a_conversation_its_platform_recorded_as_one_persons_is_personal(
+    store: Store,
+) -> None:
+    """A Discord DM's source reads as a server channel's: its platform records it, and
+    every process reads it so (the deriver's and the indexer's units through
+    ``is_personal_in``; until 2026-12-07 a DM counted as a group)."""
+    dm, channel = "discord:1111", "discord:2222"
+    first, second = PersonalSources(store.db), PersonalSources(store.db)
+    await first.record(dm)
+    await first.record(dm)  # once
+    await first.record("matrix:!room")  # its form is read where it tells; not recorded
+    assert dm in first and channel not in first and "telegram:111" in first
+    assert dm not in second  # another process learns it when it reads them again
+    await second.load()
+    assert dm in second
+    assert await store.db.run(is_personal_in, dm)
+    assert not await store.db.run(is_personal_in, channel)
+    assert await store.db.run(personal_sources_in) == {dm}
 
 
 # -- Users -------------------------------------------------------------------------------------

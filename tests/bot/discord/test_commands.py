@@ -66,6 +66,26 @@ async def test_forget_me_is_confirmed_through_its_slash_command(
     await until(lambda: any(m.content.startswith("Done: I deleted") for m in fake.messages(dm)))
 
 
+async def test_in_her_own_dm_a_member_switches_memory_off_and_on(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """A DM's source reads as a server channel's: memory took it for a group, where only
+    the owner may switch it off, and showed only what was learned there (found by review;
+    until 2026-12-07). The DM is recorded as hers when she writes there, or commands."""
+    service = await make_service()
+    await until(lambda: "memory" in _names(fake))
+    dm = fake.dm_channel_id(ALICE)
+    fake.slash(dm, ALICE, "memory", {"text": "off"})
+    await until(lambda: any(m.content.startswith("Memory is off") for m in fake.messages(dm)))
+    fake.dm(ALICE, "/memory on")
+    await until(
+        lambda: any(m.content == "Memory is on in this chat again." for m in fake.messages(dm))
+    )
+    assert service.memory is not None and service.memory.is_personal(f"discord:{dm}")
+    assert not service.memory.is_personal(f"discord:{GENERAL}")
+    assert not any("only the bot's owner" in m.content for m in fake.messages(dm))
+
+
 async def test_a_command_without_a_reply_leaves_no_thinking_message(
     fake: FakeDiscordServer, make_service: MakeService
 ) -> None:
