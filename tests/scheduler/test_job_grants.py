@@ -478,38 +478,27 @@ async def test_rejected_in_the_chat_the_run_reads_why(
     assert "not today" in ((await result_of(acting, job))[1] or "")
 
 
-async def test_session_on_a_jobs_card_grants_the_job_that_tool_for_later_runs(
-    acting: Scheduler, hub: ChatHub, clock: FakeClock, model: EchoModel, origin: int
-) -> None:
-    hub.visiting.on_standing_grant(acting.grant_for_session)
-    job = await acting.create_cron(ORIGIN, "Todos", "0 8 * * *", "Plan the day.")
-    model.add(tool_call("execute_cmd", json.dumps({"command": "true"})), text("planned"))
-    events = hub.events(ORIGIN)
-
-    await fire(acting, clock, job)
-    card = await next_card(events)
-    await hub.decide(card.tool_call_id, CHOICES["bypass_session"], decider=OPERATOR, source=ORIGIN)
-
-    assert (await result_of(acting, job))[0] == "done"
-    assert JobGrants.of((await acting.store.get(job.id)).run_context).tools == ("execute_cmd",)
-
-
 @pytest.mark.parametrize(
-    "bypass",
-    [BypassRequest("category", "Filesystem"), BypassRequest("mcp_server", "news")],
-    ids=["category", "mcp-server"],
+    ("choice", "granted"),
+    [
+        (CHOICES["bypass_session"], ("execute_cmd",)),
+        # The API's approve with a category or an MCP server's scope was taken for "🔄
+        # Session" and granted the job ``execute_cmd`` for every later run (found by
+        # review on 2026-12-07): it is that bypass of the run, nothing lasting.
+        (Choice(True, BypassRequest("category", "Filesystem")), ()),
+        (Choice(True, BypassRequest("mcp_server", "news")), ()),
+    ],
+    ids=["session", "category", "mcp-server"],
 )
-async def test_a_narrower_bypass_on_a_jobs_card_grants_the_job_nothing_lasting(
+async def test_session_on_a_jobs_card_grants_the_job_that_tool_for_later_runs(
     acting: Scheduler,
     hub: ChatHub,
     clock: FakeClock,
     model: EchoModel,
     origin: int,
-    bypass: BypassRequest,
+    choice: Choice,
+    granted: tuple[str, ...],
 ) -> None:
-    """The API's approve with a category or an MCP server's scope was taken for "🔄
-    Session" and granted the job ``execute_cmd`` for every later run (found by review on
-    2026-12-07)."""
     hub.visiting.on_standing_grant(acting.grant_for_session)
     job = await acting.create_cron(ORIGIN, "Todos", "0 8 * * *", "Plan the day.")
     model.add(tool_call("execute_cmd", json.dumps({"command": "true"})), text("planned"))
@@ -517,10 +506,10 @@ async def test_a_narrower_bypass_on_a_jobs_card_grants_the_job_nothing_lasting(
 
     await fire(acting, clock, job)
     card = await next_card(events)
-    await hub.decide(card.tool_call_id, Choice(True, bypass), decider=OPERATOR, source=ORIGIN)
+    await hub.decide(card.tool_call_id, choice, decider=OPERATOR, source=ORIGIN)
 
     assert (await result_of(acting, job))[0] == "done"
-    assert JobGrants.of((await acting.store.get(job.id)).run_context).tools == ()
+    assert JobGrants.of((await acting.store.get(job.id)).run_context).tools == granted
 
 
 async def test_a_card_of_a_job_cannot_be_decided_from_another_chat(
