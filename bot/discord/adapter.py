@@ -171,7 +171,6 @@ class DiscordAdapter:
             cards,
             self.commands,
             messages.offer_pairing,
-            messages.seen_direct,
         )
         front.attach(
             sender, cards, activity, messages.handle, progress_interval_s=config.progress_interval_s

@@ -52,17 +52,17 @@ class Interactions:
         cards: DiscordCards,
         commands: CommandRegistry,
         pairing: Pairing | None = None,
-        seen_direct: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
-        """``pairing``: a stranger's request in their DM (``MessageHandler.offer_pairing``);
-        ``seen_direct``: a DM channel met (``MessageHandler.seen_direct``)."""
+        """``pairing``: a stranger's request in their DM (``MessageHandler.offer_pairing``).
+        A DM is recorded as its person's (memory) from its messages only: an interaction
+        without a guild may come from a group DM, or a DM between other people (an app
+        their own account installed), never one person's conversation with the bot."""
         self._hub = hub
         self._access = access
         self._listening = listening
         self._cards = cards
         self._commands = commands
         self._pairing = pairing
-        self._seen_direct = seen_direct
 
     async def handle(self, interaction: discord.Interaction) -> None:
         """Every interaction gets its answer; a failure of ours too (its id, never the
@@ -223,8 +223,6 @@ class Interactions:
         channel_id = str(interaction.channel_id)
         source = source_of(str(parent), channel_id) if parent else source_of(channel_id)
         await interaction.response.defer(thinking=True)
-        if interaction.guild_id is None and self._seen_direct is not None:
-            await self._seen_direct(channel_id)  # ``/memory off`` in a DM is its person's
         context = self._access.command_context(self._hub, source, argument.strip(), user)
         reply = await self._commands.run(name, context)
         if not reply:

@@ -71,13 +71,14 @@ async def test_in_her_own_dm_a_member_switches_memory_off_and_on(
 ) -> None:
     """A DM's source reads as a server channel's: memory took it for a group, where only
     the owner may switch it off, and showed only what was learned there (found by review;
-    until 2026-12-07). The DM is recorded as hers when she writes there, or commands."""
+    until 2026-12-07). The DM is recorded as hers when she writes there (its slash
+    commands then take it so: an interaction without a guild may be a group DM's)."""
     service = await make_service()
     await until(lambda: "memory" in _names(fake))
     dm = fake.dm_channel_id(ALICE)
-    fake.slash(dm, ALICE, "memory", {"text": "off"})
+    fake.dm(ALICE, "/memory off")
     await until(lambda: any(m.content.startswith("Memory is off") for m in fake.messages(dm)))
-    fake.dm(ALICE, "/memory on")
+    fake.slash(dm, ALICE, "memory", {"text": "on"})
     await until(
         lambda: any(m.content == "Memory is on in this chat again." for m in fake.messages(dm))
     )
