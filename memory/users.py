@@ -181,6 +181,7 @@ class BatchSpeakers:
         self._ids: dict[Identity, int] = {}
         self._forgotten: dict[int, int] = {}
         self._owners: dict[str, Identity | None] = {}
+        self._personal: dict[str, bool] = {}
 
     def user_id(self, identity: Identity) -> int:
         found = self._ids.get(identity)
@@ -199,7 +200,10 @@ class BatchSpeakers:
     def owner_forgotten(self, source: str, message_id: int) -> bool:
         """Whether the person whose own conversation ``source`` is forgot it after
         ``message_id`` (both sides of it: the assistant's rows too)."""
-        owner = self._owner(source) if is_personal_in(self._conn, source) else None
+        personal = self._personal.get(source)
+        if personal is None:  # once a source per batch (a Discord channel's is a query)
+            personal = self._personal[source] = is_personal_in(self._conn, source)
+        owner = self._owner(source) if personal else None
         return owner is not None and self.forgotten(self.user_id(owner), message_id)
 
     def _owner(self, source: str) -> Identity | None:

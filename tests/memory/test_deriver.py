@@ -947,20 +947,29 @@ async def test_what_was_said_before_forget_me_is_never_indexed_again(setup: Setu
     assert "new" in hit.snippet
 
 
+@pytest.mark.parametrize(
+    ("source", "person"),
+    [("slack:D0ANN", Identity("slack", "U0ANN")), ("discord:5555", Identity("discord", "7777"))],
+    ids=["slack-dm", "discord-dm"],
+)
 async def test_both_sides_of_a_slack_dm_forgotten_with_the_index_behind_stay_forgotten(
-    setup: Setup,
+    setup: Setup, source: str, person: Identity
 ) -> None:
     """A Slack DM's source does not name its person: the bot's side was indexed again
-    after their /forget_me (a known gap until 2026-12-06)."""
+    after their /forget_me (a known gap until 2026-12-06). A Discord DM's does not even
+    say it is a DM: its front end records it (until 2026-12-07 it counted as a group, and
+    the bot's side of it stayed searchable)."""
     memory = MemoryService(setup.store.db, ChatEventBus())
-    source = "slack:D0ANN"
+    await memory.note_personal(source)  # what the Discord front end does (Slack's: nothing)
     chat = await setup.session(source)
-    await setup.say(chat, [("U0ANN", "my secret diary entry"), (None, "your diary is noted")])
-    ann = await memory.user_for(Identity("slack", "U0ANN"))
+    await setup.say(
+        chat, [(person.external_id, "my secret diary entry"), (None, "your diary is noted")]
+    )
+    ann = await memory.user_for(person)
     await memory.forget_user(ann)
     await Indexer(setup.store.db).catch_up()
     assert await memory.search.sessions(source, "diary") == []
-    await setup.say(chat, [("U0ANN", "a new diary page")])
+    await setup.say(chat, [(person.external_id, "a new diary page")])
     await Indexer(setup.store.db).catch_up()
     [hit] = await memory.search.sessions(source, "diary")
     assert "new" in hit.snippet
