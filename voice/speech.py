@@ -62,7 +62,7 @@ class Speech(AudioChoice):
 def spoken(markdown: str) -> str:
     """Markdown as it is read aloud: code fences, emphasis marks and link targets gone (a
     bare address said as its host: no one listens to a URL read out)."""
-    text = re.sub(r"```[^\n]*\n(.*?)```", r"\1", markdown, flags=re.DOTALL)
+    text = _CODE_BLOCK.sub(r"\2", markdown)
     text = _MARKDOWN_LINK.sub(r"\1", _AUTOLINK.sub(r"\1", text))
     text = _BARE_URL.sub(_said_address, text)
     text = re.sub(r"^\s{0,3}(#{1,6}|>|[-*+])\s+", "", text, flags=re.MULTILINE)
@@ -191,27 +191,40 @@ def _cut(block: str, limit: int) -> list[str]:
 
 
 def _blocks(markdown: str) -> list[str]:
-    """``markdown``'s blocks: what blank lines part, a fenced code block one block."""
+    """``markdown``'s blocks: what blank lines part, a fenced code block always one block
+    of its own (the text right before or after it is another)."""
     blocks: list[str] = []
     lines: list[str] = []
+
+    def flush() -> None:
+        if lines:
+            blocks.append("\n".join(lines))
+            lines.clear()
+
     fence: str | None = None
-    for line in markdown.strip().split("\n"):
-        opening = _FENCE.match(line)
-        if fence is None and opening is not None:
-            fence = opening.group(1)
-        elif fence is not None and line.strip().startswith(fence):
-            fence = None
-        if fence is None and not line.strip():
-            if lines:
-                blocks.append("\n".join(lines))
-                lines = []
+    for line in markdown.strip().replace("\r\n", "\n").split("\n"):
+        stripped = line.strip()
+        if fence is not None:
+            lines.append(line)
+            if stripped.startswith(fence) and not stripped.strip(fence[0]):
+                fence = None
+                flush()
             continue
-        lines.append(line)
-    if lines:
-        blocks.append("\n".join(lines))
+        opening = _FENCE.match(line)
+        if opening is not None:
+            flush()
+            fence = opening.group(1)
+            lines.append(line)
+        elif not stripped:
+            flush()
+        else:
+            lines.append(line)
+    flush()
     return blocks
 
 
+#: A fenced code block, its words kept: closed, or running to the end of the text.
+_CODE_BLOCK = re.compile(r"(```|~~~)[^\n]*\n(.*?)(?:\1|\Z)", re.DOTALL)
 _FENCE = re.compile(r"^\s{0,3}(```+|~~~+)")
 
 

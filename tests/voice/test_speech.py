@@ -103,6 +103,12 @@ def test_a_reply_is_said_in_parts_that_keep_its_own_words_for_the_text() -> None
         assert written.startswith("```python\n") and written.endswith("\n```")
         assert len(written) <= 200 and "```" not in said and "python" not in said
         assert "\nprint(" in written or written.count("print(") == 1  # its lines kept
+    # A code block right after a line of text (no blank line between): its own block,
+    # so every piece of it is fenced and none is read with its fence (found by review).
+    joined = f"Here is the script:\n{long_code[:-4]}\n```\nThat is all."
+    for said, written in spoken_parts(joined, limit=200):
+        assert written.count("```") in (0, 2) and "`" not in said
+    assert spoken("~~~\nls -la\n~~~") == "ls -la" and spoken("```sh\nunclosed") == "unclosed"
     # Links say little and write much: the written text fits a part too (a Discord
     # message's 2,000 characters).
     links = " ".join(f"[l{i}](https://example.org/a/long/path/{i})" for i in range(40))

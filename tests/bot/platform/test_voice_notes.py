@@ -79,3 +79,26 @@ def test_a_voice_note_is_sent_to_be_heard_with_an_extension_that_says_its_format
     assert uploaded_name("memo.M4A", "audio/mp4") == "memo.M4A"
     assert uploaded_name("notes.txt", "audio/mpeg") == "notes.txt.mp3"
     assert uploaded_name("../../x", "application/octet-stream") == "x.ogg"
+
+
+class Nowhere:
+    """No transcription set up."""
+
+    def endpoint(self) -> None:
+        return None
+
+
+def test_an_audio_file_nothing_transcribes_is_held_to_the_size_not_the_length(
+    tmp_path: Path,
+) -> None:
+    """A 30-minute lecture was refused as too long to transcribe with no transcription
+    set up (until 2026-12-07); its size is still held to the limit, which every platform's
+    download of it is."""
+    notes = VoiceNotes(Nowhere(), Echoing(), tmp_path, max_bytes=1 << 20, max_seconds=600)  # type: ignore[arg-type]
+    assert notes.refusal("audio", "lecture.mp3", 1000, 1800) is None
+    assert "too large (the limit is 1 MB)" in (notes.refusal("audio", "big.mp3", 2 << 20, 5) or "")
+    assert "I transcribe at most 600 s" in (notes.refusal("voice", "note.ogg", 1000, 1800) or "")
+    transcribing = VoiceNotes(
+        Transcription(), Echoing(), tmp_path, max_bytes=1 << 20, max_seconds=600
+    )
+    assert "at most 600 s" in (transcribing.refusal("audio", "lecture.mp3", 1000, 1800) or "")
