@@ -11,6 +11,7 @@ message, stored and marked handled in one commit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import Callable
@@ -93,7 +94,8 @@ class MessageHandler:
         self._settings = settings
         self._voice = voice
         self._roots: dict[tuple[str, str], bool] = {}
-        self._opening = asyncio.Lock()  # one direct room opened at a time
+        #: One direct room opened at a time per person (two notices at once opened two).
+        self._opening: dict[str, asyncio.Lock] = {}
 
     # -- what is stored at all --------------------------------------------------------------
 
@@ -350,9 +352,10 @@ class MessageHandler:
         still in it; else a new one, stored. One at a time here: two notices at once
         opened two rooms."""
         key = f"matrix:direct:{user}"
-        async with self._opening:
+        async with self._opening.setdefault(user, asyncio.Lock()):
             stored = await self._settings.get(key)
-            for room in dict.fromkeys(r for r in (stored, self._me.direct.get(user)) if r):
+            tried = [r for r in dict.fromkeys((stored, self._me.direct.get(user))) if r]
+            for room in tried:
                 if await self._still_with(room, user):
                     self._me.direct[user] = room
                     if room != stored:
@@ -363,9 +366,16 @@ class MessageHandler:
             except MatrixError as exc:
                 log.warning("could not open a direct room with %s: %s", user, exc.description)
                 return None
-            room = str(answer.room_id)
+            made = str(answer.room_id)
+            # Another process may have opened one meanwhile (each process looks for the
+            # owner's at start): the first stored stays, and this one is left.
+            room = await self._settings.change(
+                key, lambda now: made if now in (None, *tried) else now
+            )
+            if room != made:
+                with contextlib.suppress(MatrixError):
+                    await leave(self._nio, made, "another room was opened for this talk")
             self._me.direct[user] = room
-            await self._settings.set(key, room)
             return room
 
     async def _still_with(self, room: str, user: str) -> bool:
