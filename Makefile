@@ -17,15 +17,13 @@ run: $(STAMP)
 # Three pytest workers (pytest-xdist) on two cores, a test file each at a time: the suite
 # waits on subprocesses, HTTP and the databases about half the time (two workers: 10.5
 # minutes here, three: 8). Each worker has its own PostgreSQL and SQLite templates
-# (tests/pg.py). The longest files go out first (tests/conftest.py, HEAVY_FIRST; xdist's
-# own order, most tests first, left a one-test minute for last). `make test
-# TEST_WORKERS=0` runs in one process.
+# (tests/pg.py). `make test TEST_WORKERS=0` runs in one process.
 TEST_WORKERS ?= 3
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -14,37 +14,6 @@ from tests.fakes.openai_server import FakeOpenAIServer
 os.environ.setdefault("MEMORY_DERIVE_FACTS", "false")
 
 
-#: The files that take longest (``pytest --durations=0`` on 2026-12-07: 1,705 s of tests
-#: in all), handed to the workers first. pytest-xdist hands out a file at a time, by
-#: default the files with the most tests first: a one-test file of a minute (the kill
-#: storm) went out last and ran alone, a minute of ``make test``'s ten. With
-#: ``--no-loadscope-reorder`` (the Makefile) the workers take them in this order.
-HEAVY_FIRST = (
-    "tests/bot/matrix/test_rooms.py",
-    "tests/bot/test_startup_faults.py",
-    "tests/bot/fleet/test_fleet_processes.py",
-    "tests/bot/test_junk_updates.py",
-    "tests/bot/test_kill_approved_commands.py",
-    "tests/engine/hub/test_fleet.py",
-    "tests/bot/webchat/test_browser.py",
-    "tests/bot/platform_contract/test_approvals.py",
-    "tests/bot/fleet/test_fleet_cron.py",
-    "tests/bot/http/test_fuzz.py",
-    "tests/memory/test_deriver.py",
-    "tests/bot/matrix/test_crash.py",
-    "tests/bot/test_terminal_chat.py",
-    "tests/bot/test_serve.py",
-    "tests/bot/discord/test_gateway.py",
-    "tests/bot/telegram_contract/test_message_kinds.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The heavy files first, each file's tests together and in order (a stable sort)."""
-    rank = {path: index for index, path in enumerate(HEAVY_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
-
-
 @pytest.fixture(scope="session")
 def _fake_openai_server() -> Iterator[FakeOpenAIServer]:
     # One server for the whole run: starting and stopping uvicorn costs ~0.2 s.
