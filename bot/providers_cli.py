@@ -89,6 +89,9 @@ async def run_providers_command(
                 print(f"chathub: {exc}", file=err)
                 return 2
             print(f"Added {_shown(provider)}", file=out)
+            note = provider.unlisted_note()
+            if note is not None:
+                print(f"Note: {note}", file=out)
             return 0
         provider = await store.get(args.name)
         if provider is None:

@@ -19,6 +19,11 @@ __all__ = ["ProviderPages"]
 
 _FLASH = {
     "added": "Provider {name} added: the next job it serves uses it.",
+    "added_unlisted": (
+        "Provider {name} added. It lists no models: it does its jobs only with the model "
+        "the configuration names for each (LLM_MODEL, TRANSCRIBE_MODEL, SPEECH_MODEL or "
+        "EMBEDDING_MODEL); list its models to use it without."
+    ),
     "removed": "Provider {name} removed.",
     "gone": "There is no provider {name}.",
 }
@@ -78,7 +83,7 @@ class ProviderPages:
             await self._registry.add(provider)
         except ProviderError as exc:
             return await self.page(request, visitor, said=str(exc), error=True, status=422)
-        return _back("added", provider.name)
+        return _back("added_unlisted" if provider.unlisted_note() else "added", provider.name)
 
     async def remove(self, request: Request, form: dict[str, str], visitor: Visitor) -> Response:
         name = request.path_params["name"][:64]

@@ -56,6 +56,20 @@ async def test_a_provider_is_named_as_it_was_added(url: str) -> None:
     assert (status, err) == (0, "") and "Removed groq." in out
 
 
+async def test_a_provider_listing_no_models_is_added_with_a_note_saying_when_it_is_used(
+    url: str,
+) -> None:
+    """It was accepted and then passed over without a word when no model was configured
+    for its job (found by review on 2026-12-07)."""
+    base = "https://api.groq.com/openai/v1"
+    status, out, _ = await run(url, "add", "groq", "--base-url", base, "--serves", "transcription")
+    assert status == 0 and "Note: groq lists no models" in out and "TRANSCRIBE_MODEL" in out
+    status, out, _ = await run(
+        url, "add", "local", "--base-url", base, "--serves", "speech", "--models", "tts-1"
+    )
+    assert status == 0 and "Note:" not in out
+
+
 async def test_a_refused_key_fails_the_test_in_one_line(url: str, fake_openai) -> None:
     fake_openai.api_key = "the-right-one"
     await run(url, "add", "x", "--base-url", fake_openai.base_url, "--serves", "chat", key=KEY)

@@ -68,6 +68,22 @@ async def test_add_test_and_remove_a_provider(web, engine, fake_openai: FakeOpen
     assert "Provider local removed." in (await web.get(removed.headers["location"])).text
 
 
+async def test_a_provider_listing_no_models_is_added_saying_when_it_is_used(web, registry):
+    """It was added and then passed over without a word when no model was configured for
+    its job (found by review on 2026-12-07)."""
+    csrf = await signed_in(web)
+    form = {
+        "csrf": csrf,
+        "name": "groq",
+        "base_url": "https://api.groq.com/openai/v1",
+        "serves_transcription": "1",
+    }
+    added = await web.post("/providers", data=form, headers={"origin": "http://inbox.test"})
+    page = await web.get(added.headers["location"])
+    assert "Provider groq added. It lists no models" in page.text
+    assert "TRANSCRIBE_MODEL" in page.text
+
+
 async def test_a_bad_form_says_which_field_and_adds_nothing(web, registry):
     csrf = await signed_in(web)
     form = {"csrf": csrf, "name": "x", "base_url": "ftp://nowhere", "serves_chat": "1"}
