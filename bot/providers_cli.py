@@ -91,7 +91,7 @@ async def run_providers_command(
             print(f"Added {_shown(provider)}", file=out)
             note = provider.unlisted_note()
             if note is not None:
-                print(f"Note: {note}", file=out)
+                print(f"Note: {provider.name} {note}", file=out)
             return 0
         provider = await store.get(args.name)
         if provider is None:

@@ -53,9 +53,8 @@ from memory.users import (
     BatchSpeakers,
     forgotten_through_in,
     identity_of,
-    is_personal,
     is_personal_in,
-    personal_sources_in,
+    personal_rule_in,
 )
 
 __all__ = ["SYSTEM_PROMPT", "BadOutput", "Deriver", "DeriverLimits", "parse_operations"]
@@ -457,17 +456,11 @@ def _facts_in_scope(conn: Connection, user_id: int, source: str, cap: int) -> li
     """The facts a derivation in ``source`` may see and change: in a group the ones
     learned in that group; in a personal conversation the ones learned in personal ones.
     So nothing told in private is rewritten into a fact a group is shown, nor the reverse."""
-    personal = is_personal_in(conn, source)
-    recorded = personal_sources_in(conn) if personal else set()
-    facts = [
-        f
-        for f in list_in(conn, user_id)
-        if (
-            is_personal(f.origin_source) or f.origin_source in recorded
-            if personal
-            else f.origin_source == source
-        )
-    ]
+    if is_personal_in(conn, source):
+        personal = personal_rule_in(conn)
+        facts = [f for f in list_in(conn, user_id) if personal(f.origin_source)]
+    else:
+        facts = [f for f in list_in(conn, user_id) if f.origin_source == source]
     facts.sort(key=lambda f: (f.updated_at, f.id))
     return facts[-cap:] if cap > 0 else []
 

@@ -51,8 +51,7 @@ from memory.users import (
     Users,
     forget_through_in,
     identity_of,
-    is_personal,
-    personal_sources_in,
+    personal_rule_in,
 )
 from memory.vectors import detect
 
@@ -410,13 +409,13 @@ def _forget_user(conn: Connection, user_id: int) -> tuple[int, int]:
     newest = conn.execute(sa.select(sa.func.max(chat_history.c.id))).scalar()
     forget_through_in(conn, user_id, int(newest or 0))
     d = memory_documents
-    recorded = personal_sources_in(conn)
+    personal_here = personal_rule_in(conn)
     personal = [
         source
         for source in conn.execute(
             sa.select(d.c.source).where(d.c.user_id == user_id).distinct()
         ).scalars()
-        if is_personal(source) or source in recorded
+        if personal_here(source)
     ]
     documents = conn.execute(
         d.delete().where(sa.or_(d.c.user_id == user_id, d.c.source.in_(personal)))

@@ -9,7 +9,7 @@ same way: its source prefix is its platform name, its sender id the external id.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,7 @@ __all__ = [
     "identity_of",
     "is_personal",
     "is_personal_in",
+    "personal_rule_in",
     "personal_sources_in",
     "resolve_in",
 ]
@@ -100,6 +101,12 @@ def is_personal_in(conn: Connection, source: str) -> bool:
 def personal_sources_in(conn: Connection) -> set[str]:
     """Every conversation a platform recorded as one person's."""
     return set(conn.execute(sa.select(memory_personal_sources.c.source)).scalars())
+
+
+def personal_rule_in(conn: Connection) -> Callable[[str], bool]:
+    """``is_personal_in`` for many sources: the recorded ones read once."""
+    recorded = personal_sources_in(conn)
+    return lambda source: is_personal(source) or source in recorded
 
 
 class PersonalSources:

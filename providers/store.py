@@ -86,13 +86,14 @@ class Provider:
         return named or self.models
 
     def unlisted_note(self) -> str | None:
-        """What to tell whoever added a provider listing no models: it does a job only
-        with the model the configuration names for it (``TRANSCRIBE_MODEL``, …), and is
-        passed over otherwise (until 2026-12-07 nothing said so; found by review)."""
+        """What to tell whoever added a provider listing no models, its name the subject:
+        it does a job only with the model the configuration names for it
+        (``TRANSCRIBE_MODEL``, …), and is passed over otherwise (until 2026-12-07 nothing
+        said so; found by review)."""
         if self.models:
             return None
         return (
-            f"{self.name} lists no models: it does {', '.join(self.serves)} only with the "
+            f"lists no models: it does {', '.join(self.serves)} only with the "
             "model the configuration names for it (LLM_MODEL, TRANSCRIBE_MODEL, "
             "SPEECH_MODEL or EMBEDDING_MODEL); list its models to use it without."
         )

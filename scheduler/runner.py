@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from functools import partial
+from typing import NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from engine.bus import JobCompleted
@@ -43,6 +44,17 @@ JOB_LABEL = "CronJob: "
 OPERATOR_PLATFORMS = ("web", "console")
 
 log = logging.getLogger(__name__)
+
+
+class Ran(NamedTuple):
+    """How a run ended: its status, result and error as recorded; ``pauses``: its job is
+    paused once the run is recorded (the user it acts for lost access)."""
+
+    status: str
+    result: str | None
+    error: str | None
+    pauses: bool = False
+
 
 TASK_COMPLETED_TOOL = "task_completed"
 TASK_COMPLETED_REASONING = (
@@ -107,25 +119,24 @@ class JobRunner:
             ran = await self._run_session(job, run)
             if ran is None:
                 return None
-            status, result, error = ran
             finished = await self.store.finish(
                 run.id,
                 self.owner,
-                status=status,
-                result=result,
-                error=error,
+                status=ran.status,
+                result=ran.result,
+                error=ran.error,
                 run=run,
                 deliver_until=self._clock() + self.lease,
             )
             if finished is None:
                 log.warning("run %s lost its lease before finishing; not delivered here", run.id)
                 return None
-            if error is not None and error == lost_access(job.owner_id):
+            if ran.pauses:
                 # Paused once its run is recorded, so the chat is told once, not at every
                 # fire (until 2026-12-07 a minutely job said "no longer allowed" every
                 # minute; found by review).
                 await self.store.set_enabled(job.id, False, None)
-            self.engine.system_bus.publish(JobCompleted(job.id, run.id, status))
+            self.engine.system_bus.publish(JobCompleted(job.id, run.id, ran.status))
             handed_over = True
             await self.deliver([finished], claimed=True, jobs={job.id: job})
             return finished
@@ -149,14 +160,14 @@ class JobRunner:
         runs = await read()
         return [run for run in runs if run.id not in self.busy and run.id not in self._released]
 
-    async def _run_session(self, job: Job, run: Run) -> tuple[str, str | None, str | None] | None:
+    async def _run_session(self, job: Job, run: Run) -> Ran | None:
         """The run's outcome, or None when it must not run (lease lost, job deleted)."""
         # The job as it is now, not as the step read it: a run may wait in the queue, and
         # its grants be revoked meanwhile (found by review). ``start`` checks once more.
         job = await self.store.get(job.id) or job
         refused = await self._refusal(job)
         if refused is not None:
-            return "failed", None, refused
+            return refused
         handler = await self._resumable(run) or await self._new_session(job)
         resuming = handler.session.id == run.session_id
         # One transaction records the session and checks the run is still ours and its job
@@ -199,30 +210,40 @@ class JobRunner:
         if cards is not None:
             await cards.close()
         if crashed is not None:
-            return "failed", None, crashed
+            return Ran("failed", None, crashed)
         if isinstance(outcome, Final):
-            return "done", outcome.content, None
-        return "failed", None, background_error(outcome) or "the run ended without an answer"
+            return Ran("done", outcome.content, None)
+        return Ran("failed", None, background_error(outcome) or "the run ended without an answer")
 
-    async def _refusal(self, job: Job) -> str | None:
-        """Why the job may not run now (its owner lost access, or their platform is not
-        here; its directory is gone)."""
+    async def _refusal(self, job: Job) -> Ran | None:
+        """The run, failed, when the job may not run now (its owner lost access: the job
+        is paused too; or their platform is not here; its directory is gone)."""
         allowed = True if job.owner_id is None else await self.owner_allowed(job.owner_id)
         if allowed is None:  # said "no longer allowed", which was not so (found by review)
             platform = (job.owner_id or "").partition(":")[0]
-            return (
+            return Ran(
+                "failed",
+                None,
                 f"it did not run: {platform} is not running in this service, so the user it "
-                f"acts for ({job.owner_id}) could not be checked"
+                f"acts for ({job.owner_id}) could not be checked",
             )
         if not allowed:
-            return lost_access(job.owner_id)
+            return Ran(
+                "failed",
+                None,
+                f"it did not run: the user it acts for ({job.owner_id}) is no longer allowed "
+                "to use this bot, so it is paused (resume it in /jobs once they are again)",
+                pauses=True,
+            )
         grants = JobGrants.of(job.run_context)
         if grants.working_directory is not None:
             directory = self.engine.workspace.root / grants.working_directory
             if not directory.is_dir():
-                return (
+                return Ran(
+                    "failed",
+                    None,
                     f"it did not run: its working directory {grants.working_directory} "
-                    "is no longer there"
+                    "is no longer there",
                 )
         return None
 
@@ -484,12 +505,3 @@ def _local(moment: datetime, zone: str) -> str:
     except (ZoneInfoNotFoundError, ValueError):
         return moment.isoformat()
     return f"{local:%a %d %b %Y %H:%M} ({zone})"
-
-
-def lost_access(owner_id: str | None) -> str:
-    """A run's error when the user its job acts for is no longer allowed: the job is
-    paused with it."""
-    return (
-        f"it did not run: the user it acts for ({owner_id}) is no longer allowed to use this "
-        "bot, so it is paused (resume it in /jobs once they are again)"
-    )

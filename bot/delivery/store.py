@@ -218,11 +218,14 @@ class CardStore:
         its answer not come, or not shown yet)."""
         return await self._db.run(_unshown_in, self.platform, conversation)
 
-    async def shown_as(self, tool_call_id: int, message_id: str) -> CardRow | None:
-        """The open card ``tool_call_id`` with ``message_id`` recorded as its message when
-        it had none yet (a platform that learns it before its post's answer came); the
-        card as it is then, or ``None`` when it is not open."""
-        return await self._db.run(_shown_as, self.platform, tool_call_id, message_id)
+    async def shown_as(
+        self, tool_call_id: int, conversation: str, message_id: str
+    ) -> CardRow | None:
+        """The open card ``tool_call_id`` of ``conversation`` with ``message_id`` recorded
+        as its message when it had none yet (a platform that learns it before its post's
+        answer came); the card then, or ``None`` when no open card of that conversation
+        is shown by ``message_id``."""
+        return await self._db.run(_shown_as, self.platform, tool_call_id, conversation, message_id)
 
     async def close(self, tool_call_id: int, state: str) -> bool:
         """Mark an open card closed; False when it was not open (someone else closed it)."""
@@ -277,16 +280,17 @@ def _unshown_in(conn: Connection, platform: str, conversation: str) -> bool:
 
 
 def _shown_as(
-    conn: Connection, platform: str, tool_call_id: int, message_id: str
+    conn: Connection, platform: str, tool_call_id: int, conversation: str, message_id: str
 ) -> CardRow | None:
-    mine = sa.and_(c.c.platform == platform, c.c.tool_call_id == tool_call_id)
-    conn.execute(
-        c.update()
-        .where(mine, c.c.state == "open", c.c.message_id.is_(None))
-        .values(message_id=message_id)
+    mine = sa.and_(
+        c.c.platform == platform,
+        c.c.tool_call_id == tool_call_id,
+        c.c.conversation == conversation,
+        c.c.state == "open",
     )
-    card = _card(conn, platform, tool_call_id)
-    return card if card is not None and card.state == "open" else None
+    conn.execute(c.update().where(mine, c.c.message_id.is_(None)).values(message_id=message_id))
+    row = conn.execute(sa.select(*_CARD_COLUMNS).where(mine, c.c.message_id == message_id)).first()
+    return CardRow(*row) if row else None
 
 
 def _close_card(conn: Connection, platform: str, tool_call_id: int, state: str) -> bool:

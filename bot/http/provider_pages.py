@@ -19,11 +19,6 @@ __all__ = ["ProviderPages"]
 
 _FLASH = {
     "added": "Provider {name} added: the next job it serves uses it.",
-    "added_unlisted": (
-        "Provider {name} added. It lists no models: it does its jobs only with the model "
-        "the configuration names for each (LLM_MODEL, TRANSCRIBE_MODEL, SPEECH_MODEL or "
-        "EMBEDDING_MODEL); list its models to use it without."
-    ),
     "removed": "Provider {name} removed.",
     "gone": "There is no provider {name}.",
 }
@@ -57,12 +52,16 @@ class ProviderPages:
         params = request.query_params
         code, name = params.get("done", ""), params.get("name", "")[:64]
         flash = said or (_FLASH[code].format(name=name) if code in _FLASH else None)
+        providers = await self._registry.store.all()
+        if code == "added":  # one listing no models says when it is used (the CLI's note)
+            note = next((p.unlisted_note() for p in providers if p.name == name), None)
+            flash = f"Provider {name} added. It {note}" if note else flash
         return self._inbox.render(
             "providers.html",
             visitor,
             status=status,
             enabled=True,
-            providers=[p.shown() for p in await self._registry.store.all()],
+            providers=[p.shown() for p in providers],
             services=SERVICES,
             flash=flash,
             flash_error=error or code == "gone",
@@ -83,7 +82,7 @@ class ProviderPages:
             await self._registry.add(provider)
         except ProviderError as exc:
             return await self.page(request, visitor, said=str(exc), error=True, status=422)
-        return _back("added_unlisted" if provider.unlisted_note() else "added", provider.name)
+        return _back("added", provider.name)
 
     async def remove(self, request: Request, form: dict[str, str], visitor: Visitor) -> Response:
         name = request.path_params["name"][:64]

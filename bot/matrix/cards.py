@@ -185,9 +185,4 @@ class MatrixCards(OpenCards):
         posted = _CARD_TXN.fullmatch(txn) if isinstance(txn, str) else None
         if posted is None:
             return None
-        tool_call_id = int(posted.group(1))
-        card = await self.store.get(tool_call_id)
-        if card is None or card.conversation != room_id:
-            return None
-        card = await self.store.shown_as(tool_call_id, event_id)
-        return card if card is not None and card.message_id == event_id else None
+        return await self.store.shown_as(int(posted.group(1)), room_id, event_id)

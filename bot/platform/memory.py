@@ -17,7 +17,7 @@ from bot.platform.commands import Command, CommandContext
 from memory.facts import Fact
 from memory.search import Hit
 from memory.service import Forgotten, MemoryService
-from memory.users import Identity, is_personal
+from memory.users import Identity
 
 __all__ = [
     "FORGET_HELP",
@@ -70,8 +70,10 @@ class MemoryFront:
         self.memory = memory
 
     def _personal(self, source: str) -> bool:
-        """One person's conversation: as its form says, or as its platform recorded it."""
-        return self.memory.is_personal(source) if self.memory is not None else is_personal(source)
+        """One person's conversation: as its form says, or as its platform recorded it
+        (asked only with memory on)."""
+        assert self.memory is not None
+        return self.memory.is_personal(source)
 
     async def person(self, source: str, user_id: str | None) -> int | None:
         """The memory user of ``user_id`` (the platform's id) in ``source``; without one,

@@ -2,11 +2,11 @@
 
 A reply in a chat with voice on (``/voice on``), or the agent's ``send_voice_message``,
 is its text read aloud (``voice.spoken_parts``: cut between blocks, a long one between
-sentences), each part one outbox row: the platform's text message of the part's own
-words, plus what it says under ``VOICE``. The row is recorded (durable, sent once) and spoken when it is
-sent: the platform's client asks ``speak`` for OGG/Opus and sends a voice message. Any
-speech failure is the platform's refusal whose ``fallback`` is the row without
-``VOICE``: its text, so the chat never gets nothing.
+its lines), each part one outbox row: the platform's text message of the part's own
+words, plus what it says under ``VOICE``. The row is recorded (durable, sent once) and
+spoken when it is sent: the platform's client asks ``speak`` for OGG/Opus and sends a
+voice message. Any speech failure is the platform's refusal whose ``fallback`` is the row
+without ``VOICE``: its text, so the chat never gets nothing.
 """
 
 from __future__ import annotations
