@@ -189,7 +189,17 @@ class WebChat:
             await socket.send(pending_question_frame(item))
 
     async def _card(self, event: ApprovalRequired) -> ServerFrame:
-        return approval_frame(event, await self.hub.who_may_decide(event.tool_call_id))
+        """The card with who may decide it; without that line when it cannot be read (the
+        database away for a moment: the card itself still reaches the tab, which would
+        otherwise hear nothing more of its conversation)."""
+        try:
+            deciders = await self.hub.who_may_decide(event.tool_call_id)
+        except Exception:
+            log.warning(
+                "who may decide call %s could not be read", event.tool_call_id, exc_info=True
+            )
+            deciders = None
+        return approval_frame(event, deciders)
 
     async def _pump(self, events: SourceEvents, socket: ChatSocket) -> None:
         async for item in events:
@@ -230,6 +240,14 @@ class WebChat:
         except Exception:
             log.warning("checking web chat conversation %s failed", conversation, exc_info=True)
             return False
+
+    async def _used(self, conversation: str) -> None:
+        """The sidebar's order noted; a failed note (the database away) cuts no socket: the
+        message itself was accepted."""
+        try:
+            await self.conversations.used(conversation)
+        except Exception:
+            log.warning("web chat conversation %s: its use not noted", conversation, exc_info=True)
 
     async def _watch(self, websocket: WebSocket, socket: ChatSocket) -> None:
         """A socket that only listens is checked now and then: it receives the
@@ -279,7 +297,7 @@ class WebChat:
                 continue
             await self.actions.run(source, frame, socket)
             if isinstance(frame, SendMessage):
-                await self.conversations.used(conversation)
+                await self._used(conversation)
 
 
 def _utf8_size(text: str, limit: int) -> int:

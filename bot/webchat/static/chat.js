@@ -118,9 +118,16 @@ function notice(text, error) {
 
 function setRunning(running) {
   state.running = running;
-  send.textContent = running ? "Stop" : "Send";
-  send.classList.toggle("stop", running);
+  showSendOrStop();
   $("status").textContent = running ? "working…" : "";
+}
+
+// The button does what it says: STOP while a turn runs and nothing is typed, SEND when a
+// draft is there (it joins the running turn; until 2026-12-07 "Stop" sent the draft).
+function showSendOrStop() {
+  const stops = state.running && !hasDraft();
+  send.textContent = stops ? "Stop" : "Send";
+  send.classList.toggle("stop", stops);
 }
 
 // -- conversations -------------------------------------------------------------------
@@ -401,7 +408,10 @@ function handle(frame) {
       closeQuestion(frame.tool_call_id, ENDED_UNANSWERED, false);
       break;
     }
-    case "approval_required": setRunning(true); showCard(frame); break;
+    case "approval_required":
+      if (!frame.asked_by) setRunning(true); // a job's card: this conversation runs nothing
+      showCard(frame);
+      break;
     case "approval_resolved": closeCard(frame.tool_call_id, frame.line); break;
     case "agent_question": setRunning(true); showQuestion(frame); break;
     case "question_answered": closeQuestion(frame.request_id, frame.answer); break;
@@ -445,7 +455,10 @@ function showCard(frame) {
   let what = `⚠ ${frame.tool}${who} wants to run with:`;
   if (frame.label === "Command") what = `⚠ ${frame.tool}${who} wants to run${frame.workdir ? ` in ${frame.workdir}` : ""}:`;
   if (frame.label === "Diff") what = `⚠ ${frame.tool}${who} wants to write ${frame.path || ""}${frame.new_file ? " (new file)" : ""}`;
-  if (frame.asked_by) what = `⏰ ${frame.asked_by} wants to run: ${frame.tool}`;
+  if (frame.asked_by) {
+    what = `⏰ ${frame.asked_by} wants to run: ${frame.tool}`;
+    card.dataset.job = "1";
+  }
   card.append(el("div", "what", what), el("pre", "", frame.content));
   if (frame.deciders) card.append(el("div", "who", frame.deciders));
   const choices = el("div", "choices");
@@ -505,8 +518,10 @@ function enableChoices(toolCallId) {
   for (const button of card.querySelectorAll(".choices button")) button.disabled = false;
 }
 
+// What the conversation's own turn left open; a scheduled job's card waits on (its call
+// is still pending: it closes on its own approval_resolved).
 function closeEverything() {
-  for (const id of state.cards.keys()) closeCard(id, ENDED_UNDECIDED);
+  for (const [id, card] of state.cards) if (!card.dataset.job) closeCard(id, ENDED_UNDECIDED);
   for (const id of state.questions.keys()) closeQuestion(id, ENDED_UNANSWERED, false);
 }
 
@@ -558,12 +573,11 @@ function hasDraft() {
   return input.value.trim() !== "" || state.attached.length > 0 || state.uploading > 0;
 }
 
+// Enter with nothing typed does nothing (a second Enter stopped the turn it had started):
+// the STOP button and Esc stop.
 function submitMessage() {
   const text = input.value;
-  if (!hasDraft()) {
-    if (state.running) frameOut({ type: "stop" });
-    return;
-  }
+  if (!hasDraft()) return;
   if (state.uploading > 0) {
     notice("Wait until the files are uploaded.", true);
     return;
@@ -577,6 +591,7 @@ function submitMessage() {
     input.value = "";
     clearAttached();
   }
+  showSendOrStop();
 }
 
 // A message sent was answered (``frame``): taken by the server, or refused (its draft
@@ -591,6 +606,7 @@ function sentBack(ref, frame) {
 function restoreDraft(sending, withFiles) {
   input.value = input.value.trim() ? `${sending.text}\n${input.value}` : sending.text;
   if (withFiles && !state.attached.length) for (const entry of sending.attached) showAttached(entry);
+  showSendOrStop();
 }
 
 $("composer").addEventListener("submit", (event) => {
@@ -604,6 +620,7 @@ $("composer").addEventListener("submit", (event) => {
 function clearAttached() {
   state.attached = [];
   $("chips").replaceChildren();
+  showSendOrStop();
 }
 
 function chip(name) {
@@ -629,6 +646,7 @@ async function attach(file) {
   const conversation = state.current;
   const item = chip(file.name);
   state.uploading++;
+  showSendOrStop();
   let uploaded;
   try {
     uploaded = await uploadFile(conversation, file);
@@ -638,6 +656,7 @@ async function attach(file) {
     return;
   } finally {
     state.uploading--;
+    showSendOrStop();
   }
   if (state.current !== conversation || !item.isConnected) return; // switched meanwhile
   showAttached({ id: uploaded.id, name: uploaded.name, size: uploaded.size }, item);
@@ -654,9 +673,11 @@ function showAttached(entry, item = chip(entry.name)) {
   remove.addEventListener("click", () => {
     state.attached = state.attached.filter((file) => file !== entry);
     item.remove();
+    showSendOrStop();
   });
   item.append(remove);
   state.attached.push(entry);
+  showSendOrStop();
 }
 
 $("attach").addEventListener("click", () => $("files").click());
@@ -665,6 +686,7 @@ $("files").addEventListener("change", () => {
   $("files").value = ""; // the same file can be chosen again
   for (const file of chosen) attach(file);
 });
+input.addEventListener("input", showSendOrStop);
 input.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
     event.preventDefault();
@@ -678,6 +700,8 @@ document.addEventListener("keydown", (event) => {
     notice("Voice message cancelled.");
     return;
   }
+  // Esc in a card's reason or a question's answer leaves that box; it stops no turn.
+  if (event.target.closest && event.target.closest(".card, .question")) return;
   if (event.key === "Escape" && state.running) frameOut({ type: "stop" });
 });
 

@@ -383,3 +383,41 @@ def test_a_frame_holding_a_lone_surrogate_is_written_escaped() -> None:
     """Any text of ours that kept one (a note, a tool's output) is still a frame."""
     frame = resolved_frame(7, "reject", "Ann", note="cut \ud83d emoji")
     assert json.loads(frame.dump())["note"] == "cut \ud83d emoji"
+
+
+async def test_a_card_whose_deciders_cannot_be_read_for_a_moment_still_reaches_the_tab(
+    server: ChatServer, fake_openai: FakeOpenAIServer, monkeypatch
+):
+    """One failed read while building a card (the database away for a moment) ended the
+    socket's event pump: no card, no answer, nothing more in that tab (found by review)."""
+    fake_openai.reply_tool_calls(("w1", "write_file", {"path": "a.txt", "content": "x\n"}))
+    fake_openai.reply_text("Wrote it.")
+
+    async def away(tool_call_id: int) -> str:
+        raise ConnectionError("the database is restarting")
+
+    monkeypatch.setattr(server.hub, "who_may_decide", away)
+    tab = await server.client()
+    await tab.send(type="message", text="write a.txt", ref="m")
+    card = (await tab.until("approval_required"))[-1]
+    assert card["deciders"] is None
+    await tab.send(type="approve_tool", tool_call_id=card["tool_call_id"])
+    assert (await tab.until("done"))[-1]["content"] == "Wrote it."
+
+
+async def test_a_message_whose_use_cannot_be_noted_cuts_no_socket(
+    server: ChatServer, fake_openai: FakeOpenAIServer, monkeypatch
+):
+    """Noting a conversation's use (the sidebar's order) failed with the database away
+    for a moment, and the socket closed with 1011 under an accepted message."""
+
+    async def away(conversation_id: str) -> None:
+        raise ConnectionError("the database is restarting")
+
+    monkeypatch.setattr(server.webchat.conversations, "used", away)
+    fake_openai.reply_text("Here.")
+    tab = await server.client()
+    await tab.send(type="message", text="hello", ref="m")
+    assert (await tab.until("done"))[-1]["content"] == "Here."
+    await tab.send(type="ping")
+    assert (await tab.until("pong"))[-1]["type"] == "pong"
