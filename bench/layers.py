@@ -13,6 +13,7 @@ The same rules are asserted by tests/test_layers.py (a structure, not a timing).
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,6 +48,18 @@ def relative(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
 
+@functools.cache
+def tree(path: Path) -> ast.Module:
+    """``path`` parsed, once per run: every rule reads the same files."""
+    return ast.parse(path.read_text())
+
+
+@functools.cache
+def nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of ``path``, walked once."""
+    return tuple(ast.walk(tree(path)))
+
+
 def layer_tables() -> dict[str, set[str]]:
     """Table names per outer layer: the ``sa.Table("name", ...)`` of its ``tables.py``."""
     found: dict[str, set[str]] = {}
@@ -55,7 +68,7 @@ def layer_tables() -> dict[str, set[str]]:
         tables = ROOT / folder / "tables.py"
         if not tables.exists():
             continue
-        for node in ast.walk(ast.parse(tables.read_text())):
+        for node in nodes(tables):
             if (
                 isinstance(node, ast.Call)
                 and getattr(node.func, "attr", getattr(node.func, "id", "")) == "Table"
@@ -74,7 +87,7 @@ def layer_settings() -> dict[str, set[str]]:
         settings = ROOT / folder / "settings.py"
         if not settings.exists():
             continue
-        for node in ast.walk(ast.parse(settings.read_text())):
+        for node in nodes(settings):
             if isinstance(node, ast.ClassDef):
                 for item in node.body:
                     if (
@@ -89,7 +102,7 @@ def layer_settings() -> dict[str, set[str]]:
 def names_in(path: Path) -> set[str]:
     """String constants and identifiers of ``path`` (what it could name a table or field by)."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in nodes(path):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             names.add(node.value)
         elif isinstance(node, ast.Name):
@@ -105,7 +118,7 @@ def names_in(path: Path) -> set[str]:
 
 def imports_of(path: Path) -> Iterator[tuple[str, str]]:
     """``(module, name)`` of each ``from module import name`` in ``path``."""
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in nodes(path):
         if isinstance(node, ast.ImportFrom) and node.module:
             for alias in node.names:
                 yield node.module, alias.name
@@ -121,8 +134,7 @@ def engine_packages() -> set[str]:
 
 def face_names(package: str) -> set[str]:
     """What ``engine.<package>``'s face gives: the names in its ``__all__``."""
-    tree = ast.parse((ROOT / "engine" / package / "__init__.py").read_text())
-    for node in tree.body:
+    for node in tree(ROOT / "engine" / package / "__init__.py").body:
         if (
             isinstance(node, ast.Assign)
             and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
@@ -139,7 +151,7 @@ def below_faces() -> list[str]:
     faces = {package: face_names(package) for package in packages}
     found = []
     for path in (p for folder in OUTER for p in python_files(folder)):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in nodes(path):
             if isinstance(node, ast.ImportFrom) and node.module:
                 parts = node.module.split(".")
                 if parts[0] != "engine" or len(parts) < 2 or parts[1] not in packages:
@@ -168,7 +180,7 @@ def import_circles() -> list[list[str]]:
             modules[name.removesuffix(".__init__")] = path
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in nodes(path):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
             elif isinstance(node, ast.Import):
@@ -236,7 +248,7 @@ def re_exports() -> list[str]:
             continue
         imported: set[str] = set()
         listed: list[str] = []
-        for node in ast.parse(path.read_text()).body:
+        for node in tree(path).body:
             if isinstance(node, ast.ImportFrom):
                 imported |= {alias.asname or alias.name for alias in node.names}
             elif (
@@ -256,7 +268,7 @@ def through_the_hub() -> list[str]:
     ``self._hub.engine``, ...) instead of the hub's own face (issue 34: one door)."""
     found = []
     for path in (p for folder in ("bot", "scheduler", "memory") for p in python_files(folder)):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in nodes(path):
             if not (isinstance(node, ast.Attribute) and node.attr == "engine"):
                 continue
             owner = node.value
@@ -266,48 +278,45 @@ def through_the_hub() -> list[str]:
     return found
 
 
-def findings() -> list[Finding]:
-    out: list[Finding] = []
-
+def hub_door() -> Finding:
     reached = through_the_hub()
-    out.append(
-        Finding(
-            "places outside engine/ that reach the engine through the hub (hub.engine): 0",
-            not reached,
-            "; ".join(reached) or "none",
-        )
+    return Finding(
+        "places outside engine/ that reach the engine through the hub (hub.engine): 0",
+        not reached,
+        "; ".join(reached) or "none",
     )
 
+
+def no_shims() -> Finding:
     shims = re_exports()
-    out.append(
-        Finding(
-            "modules re-exporting what they import (a package's face apart): 0",
-            not shims,
-            "; ".join(shims) or "none",
-        )
+    return Finding(
+        "modules re-exporting what they import (a package's face apart): 0",
+        not shims,
+        "; ".join(shims) or "none",
     )
 
+
+def no_circles() -> Finding:
     circles = import_circles()
-    out.append(
-        Finding(
-            "import circles among the modules of bot/, scheduler/, memory/, engine/: 0",
-            not circles,
-            "; ".join(" ⇄ ".join(group) for group in circles) or "none",
-        )
+    return Finding(
+        "import circles among the modules of bot/, scheduler/, memory/, engine/: 0",
+        not circles,
+        "; ".join(" ⇄ ".join(group) for group in circles) or "none",
     )
 
+
+def faces_held() -> Finding:
     below = below_faces()
-    out.append(
-        Finding(
-            "imports from outside engine/ past an engine package's face: 0",
-            not below,
-            "; ".join(below[:10]) + (f" (+{len(below) - 10} more)" if len(below) > 10 else "")
-            if below
-            else "none",
-        )
+    more = f" (+{len(below) - 10} more)" if len(below) > 10 else ""
+    return Finding(
+        "imports from outside engine/ past an engine package's face: 0",
+        not below,
+        "; ".join(below[:10]) + more if below else "none",
     )
+
+
+def own_tables_imported() -> Finding:
     tables = layer_tables()
-    settings = layer_settings()
     foreign_imports = []
     scanned = [*python_files("bot"), *python_files("engine"), *python_files("scheduler")]
     for path in [*scanned, *python_files("memory")]:
@@ -316,33 +325,50 @@ def findings() -> list[Finding]:
                 name in t for t in tables.values()
             ):
                 foreign_imports.append(f"{relative(path)}: {name}")
-    out.append(
-        Finding(
-            "imports from engine.store.schema of another layer's table: 0",
-            not foreign_imports,
-            ", ".join(foreign_imports) or "none",
-        )
+    return Finding(
+        "imports from engine.store.schema of another layer's table: 0",
+        not foreign_imports,
+        ", ".join(foreign_imports) or "none",
     )
 
-    outer_names = set().union(*tables.values(), *settings.values())
+
+def engine_names_no_layer() -> Finding:
+    outer_names = set().union(*layer_tables().values(), *layer_settings().values())
     engine_hits = []
     for path in python_files("engine"):
         named = names_in(path) & outer_names
         if named:
             engine_hits.append(f"{relative(path)}: {', '.join(sorted(named))}")
-    out.append(
-        Finding(
-            "modules under engine/ naming a platform, scheduler or HTTP table or setting: 0",
-            not engine_hits,
-            "; ".join(engine_hits) or "none",
-        )
+    return Finding(
+        "modules under engine/ naming a platform, scheduler or HTTP table or setting: 0",
+        not engine_hits,
+        "; ".join(engine_hits) or "none",
     )
+
+
+def owners() -> Finding:
+    tables, settings = layer_tables(), layer_settings()
     counts = ", ".join(
         f"{layer} {len(tables[layer])} tables / {len(settings[layer])} settings"
         for layer in LAYER_PACKAGES
     )
-    out.append(Finding("each outer layer owns its tables and settings", True, counts))
-    return out
+    return Finding("each outer layer owns its tables and settings", True, counts)
+
+
+#: The rules, each read from the code when called (tests/test_layers.py runs one a test).
+CHECKS = (
+    hub_door,
+    no_shims,
+    no_circles,
+    faces_held,
+    own_tables_imported,
+    engine_names_no_layer,
+    owners,
+)
+
+
+def findings() -> list[Finding]:
+    return [check() for check in CHECKS]
 
 
 def main() -> int:
