@@ -128,8 +128,9 @@ class MessageHandler:
         if not self._access.is_allowed(m.user):
             if m.is_dm:
                 await self._offer_pairing(m)
-            else:
-                await self._sender.ephemeral(m.channel, m.user, NOT_PAIRED, place.thread_ts)
+            else:  # in the thread only when there is one: Slack shows no ephemeral in a
+                # thread without replies (a top-level mention's line was seen by nobody)
+                await self._sender.ephemeral(m.channel, m.user, NOT_PAIRED, m.thread_ts)
             return False
         text = m.text_without(self._me.user_id)
         command = _COMMAND.match(text)

@@ -100,13 +100,19 @@ async def slack_call(op: Callable[[], Awaitable[T]]) -> T:
     try:
         return await op()
     except SlackApiError as exc:
+        # Slack's edge answers a 5xx in plain text (slack_sdk's ``data`` is then a string),
+        # and a body that is no JSON comes as aiohttp's own response (``status``): both
+        # read as an outage, never as a refusal (until 2026-12-07 an AttributeError failed
+        # the reply for good; found by review).
         response = exc.response
-        status = response.status_code
-        error = str(response.get("error") or f"HTTP {status}")
+        status = int(getattr(response, "status_code", None) or getattr(response, "status", 0))
+        data = getattr(response, "data", None)
+        error = str((data.get("error") if isinstance(data, dict) else None) or f"HTTP {status}")
         if status == 429:
-            headers = {k.lower(): v for k, v in (response.headers or {}).items()}
+            raw = getattr(response, "headers", None) or {}
+            headers = {str(k).lower(): v for k, v in raw.items()}
             raise SlackRetryLater(clamp_retry_after(headers.get("retry-after")), error) from None
-        if status >= 500 or error in _SLACK_DOWN:
+        if status >= 500 or status == 0 or error in _SLACK_DOWN:
             raise SlackUnavailable(error) from None
         raise SlackRefused(error) from None
     except (aiohttp.ClientError, OSError, TimeoutError, SlackClientError) as exc:

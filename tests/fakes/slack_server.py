@@ -379,6 +379,9 @@ class Message:
     """Set for the bot's messages."""
     ephemeral_to: str | None = None
     """The user who alone sees it, for an ephemeral message."""
+    hidden: bool = False
+    """An ephemeral message Slack took but shows nobody: one into a thread that has no
+    reply yet ("only shown if there is already an active thread")."""
     via: str = "api"
     """``"user"`` (pushed by the test), ``"api"``, ``"response_url"`` or ``"ack"``."""
     mrkdwn: bool = True
@@ -567,12 +570,17 @@ class _ResponseUrl:
     uses: int = 0
 
 
+#: What Slack's edge (Envoy) answers in plain text when the API behind it is away.
+EDGE_ERROR = "upstream connect error or disconnect/reset before headers. reset reason: overflow"
+
+
 @dataclass(slots=True)
 class _Fault:
     count: int
     status: int
     error: str
     retry_after: float = 0.0
+    plain: bool = False  # the edge's own answer: a text/plain body, no JSON
 
 
 @dataclass(slots=True)
@@ -819,7 +827,9 @@ class FakeSlackServer:
             return [
                 m
                 for m in self._ephemerals
-                if m.ephemeral_to == user and (channel is None or m.channel == channel)
+                if m.ephemeral_to == user
+                and not m.hidden
+                and (channel is None or m.channel == channel)
             ]
 
     def calls_to(self, method: str) -> list[Call]:
@@ -934,6 +944,11 @@ class FakeSlackServer:
         ``{"ok": false, "error": error}`` and ``status`` (Slack's API errors are 200;
         ``"internal_error"`` with 500, ``"service_unavailable"`` with 503...)."""
         self._arm(method, _Fault(count, status, error))
+
+    def edge_error_next(self, method: str, status: int = 503, count: int = 1) -> None:
+        """Answer the next ``count`` calls of ``method`` as Slack's edge proxy does when
+        the API behind it is down: ``status`` with a text/plain body, no JSON."""
+        self._arm(method, _Fault(count, status, EDGE_ERROR, plain=True))
 
     def clear_faults(self) -> None:
         with self._lock:
@@ -2064,7 +2079,9 @@ class FakeSlackServer:
             else:
                 response = _error_response(error)
             call_error = None
-            if response.status_code != 200 or not json.loads(bytes(response.body)).get("ok"):
+            if response.media_type == "text/plain":  # the edge's own answer
+                call_error = bytes(response.body).decode()
+            elif response.status_code != 200 or not json.loads(bytes(response.body)).get("ok"):
                 call_error = json.loads(bytes(response.body)).get("error")
             self.calls.append(
                 Call(
@@ -2096,6 +2113,8 @@ class FakeSlackServer:
         if fault is not None:
             if fault.status == 429:
                 return self._rate_limited(fault.retry_after)
+            if fault.plain:
+                return Response(fault.error, status_code=fault.status, media_type="text/plain")
             return _error_response(SlackError(fault.error, status=fault.status))
         try:
             needed = scope(self, params) if callable(scope) else scope
@@ -2260,6 +2279,10 @@ class FakeSlackServer:
         text = p.get("text")
         checked = _check_message(text, blocks, self._next_id)
         thread_ts = _str_or_none(p.get("thread_ts"))
+        active = thread_ts is None or any(
+            m.thread_ts == thread_ts and m.ts != thread_ts
+            for m in self._messages.get(channel.id, ())
+        )
         message = Message(
             channel=channel.id,
             ts=self._next_ts(),
@@ -2269,6 +2292,7 @@ class FakeSlackServer:
             thread_ts=thread_ts,
             bot_id=BOT_ID,
             ephemeral_to=user,
+            hidden=not active,
             created=time.time(),
         )
         self._ephemerals.append(message)

@@ -81,3 +81,16 @@ async def test_a_429_storm_is_waited_out_and_the_reply_sent_once(
     assert fake.count_429 == 4
     await adapter.drain()
     assert texts(fake, dm) == ["Through the storm."]
+
+
+async def test_a_reply_met_by_slacks_edge_in_plain_text_is_sent_when_it_answers_again(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    """A 503 in plain text failed the reply for good as an unsendable payload: the
+    AttributeError of reading a JSON error from text (found by review)."""
+    await make_service(pacing=Pacing.unpaced(backoff_s=(0.01,)))
+    fake.edge_error_next("chat.postMessage", count=2)
+    dm = fake.dm_channel(ALICE)
+    fake.dm(ALICE, "hello")
+    await until(lambda: texts(fake, dm) == ["echo: hello"])
+    assert len(fake.calls_to("chat.postMessage")) == 3

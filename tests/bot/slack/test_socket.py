@@ -81,6 +81,19 @@ async def test_slack_down_at_start_is_retried(
     assert not service.refused.done()
 
 
+async def test_slacks_edge_answering_in_plain_text_at_start_is_retried(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    """A 503 in plain text (Slack's edge, no JSON) raised an AttributeError that ended
+    the start-up for good: no socket, /healthz "connecting" for ever (found by review)."""
+    fake.edge_error_next("auth.test", count=2)
+    service = await make_service()
+    dm = fake.dm_channel(ALICE)
+    fake.dm(ALICE, "up again")
+    await until(lambda: texts(fake, dm) == ["echo: up again"])
+    assert not service.refused.done()
+
+
 async def test_a_message_is_answered_while_auth_test_fails_after_the_start(
     make_service: MakeService, fake: FakeSlackServer
 ) -> None:
