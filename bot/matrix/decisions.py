@@ -72,16 +72,16 @@ class Decisions:
         attachments: Sequence[dict[str, Any]] = (),
         goes_on: Callable[[], object] | None = None,
     ) -> bool:
-        """A reply to a card: True when it was one (a reason, an answer, or refused).
+        """A reply to a card: True when it was one (a reason, an answer, or refused; an
+        answer the hub does not take, the question gone or the text too long, is a message).
         An answer carries the files its message brought (``attachments``) and marks the
         event handled in its own commit; ``goes_on``: the waiting turn goes on."""
         assert m.relates_to is not None
         card = await self._cards.at(m.room_id, m.relates_to)
         if card is None or card.state != "open" or card.conversation != m.room_id:
             return False
-        if card.kind == "question":
-            await self._answer(card, text, m, attachments, goes_on)
-            return True
+        if card.kind == "question":  # not taken (expired, too long): a message then
+            return await self._answer(card, text, m, attachments, goes_on)
         try:
             # Marked in the rejection's commit: a crash before a mark of its own gave the
             # agent the reason again, as a message (until 2026-12-06).
@@ -120,21 +120,22 @@ class Decisions:
         m: Incoming,
         attachments: Sequence[dict[str, Any]],
         goes_on: Callable[[], object] | None,
-    ) -> None:
+    ) -> bool:
         if not self._access.is_allowed(m.sender):
             await self._refuse(card, m.sender, NOT_ALLOWED)
-            return
-        if text.strip():
-            # Marked in the answer's commit: a crash before a mark of its own handed the
-            # same reply over again as a new message (found by review on 2026-12-06).
-            await self._cards.answer(
-                card,
-                text,
-                by=await self._people.name_of(m.sender),
-                also=marking(MATRIX, m.key),
-                goes_on=goes_on,
-                attachments=attachments,
-            )
+            return True
+        if not text.strip():
+            return True
+        # Marked in the answer's commit: a crash before a mark of its own handed the
+        # same reply over again as a new message (found by review on 2026-12-06).
+        return await self._cards.answer(
+            card,
+            text,
+            by=await self._people.name_of(m.sender),
+            also=marking(MATRIX, m.key),
+            goes_on=goes_on,
+            attachments=attachments,
+        )
 
     async def _refuse(self, card: CardRow, user: str, line: str) -> None:
         if (card.tool_call_id, user) in self._refused:

@@ -30,7 +30,7 @@ from bot.delivery import (
 )
 from bot.platform.cards import CardContent, RejectWindows, card_content, reply_target
 from bot.platform.tasks import Runtime
-from engine.hub import ChatHub, HubError
+from engine.hub import ChatHub, HubError, TextRefused
 from engine.session import ApprovalRequired, Question, attachments_block
 from engine.store import InboxError
 
@@ -128,13 +128,17 @@ class OpenCards:
         as a message's are.
         True: the message was the answer (or was already: the same words, or its event
         handled before; never a new message then). False when the hub no longer waits for
-        it (closed as expired: the message is a message)."""
+        it (closed as expired: the message is a message), or takes no such text (too long:
+        the card stays open, and the message, refused as one, tells why)."""
         text = with_files(text, attachments)
         repeated = False
         try:
             await self._hub.answer(card.tool_call_id, text, source=card.source, also=also)
         except EventAlreadyHandled:
             repeated = True
+        except TextRefused as exc:  # the question still waits (until 2026-12-07 closed)
+            log.info("answer to question %s refused: %s", card.tool_call_id, exc)
+            return False
         except (InboxError, HubError) as exc:
             if not (isinstance(exc, InboxError) and exc.code == "repeated"):
                 log.info("question %s not answerable: %s", card.tool_call_id, exc)

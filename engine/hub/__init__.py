@@ -23,6 +23,7 @@ from engine.hub.types import (
     NoticeWithdrawn,
     Notification,
     SendOptions,
+    TextRefused,
     validate_source,
 )
 
@@ -69,6 +70,7 @@ __all__ = [
     "SendOptions",
     "SourceDefaults",
     "SourceEvents",
+    "TextRefused",
     "carried",
     "is_cut",
     "pick",

@@ -27,6 +27,7 @@ __all__ = [
     "NoticeWithdrawn",
     "Notification",
     "SendOptions",
+    "TextRefused",
     "check_text",
     "validate_source",
 ]
@@ -38,6 +39,11 @@ MAX_SOURCE_CHARS = 255
 
 class HubError(ValueError):
     """A request the hub refuses; the message says what was wrong."""
+
+
+class TextRefused(HubError):
+    """A message's (or an answer's) text the hub takes from nobody: too long, empty. Not a
+    sign that what it answers is gone."""
 
 
 class NoticeWithdrawn(Exception):
@@ -62,14 +68,14 @@ def check_text(text: object, options: SendOptions, limit: int) -> None:
     """Refuse a text that is no string, longer than ``limit`` characters, or empty (a
     message with attachments may be empty)."""
     if not isinstance(text, str):
-        raise HubError("text: must be a string")
+        raise TextRefused("text: must be a string")
     if len(text) > limit:
-        raise HubError(
+        raise TextRefused(
             f"message is {len(text)} characters long; the limit is {limit}. "
             "Send it as a file instead."
         )
     if not text.strip() and not (options.metadata or {}).get("attachments"):
-        raise HubError("message is empty")
+        raise TextRefused("message is empty")
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,9 @@ from bot.platform.open_cards import card_is_live
 from bot.slack.cards import card_text, parse_metadata
 from engine.approval import Decider
 from engine.hub import APPROVE
-from engine.llm.scripted import text
+from engine.llm.scripted import text, tool_call
 from tests.bot.platform_contract.scripts import shell, tool_results
-from tests.bot.slack.conftest import ALICE, BOB, GENERAL, OWNER, MakeService, slack_of, until
+from tests.bot.slack.conftest import ALICE, BOB, GENERAL, OWNER, MakeService, slack_of, texts, until
 from tests.fakes.slack_server import FakeSlackServer, Message
 
 
@@ -217,3 +217,25 @@ async def test_a_decision_taken_elsewhere_updates_the_slack_card(
 def test_action_ids_round_trip() -> None:
     for parsed in (ControlId("card", 7, "bypass_15m"), ControlId("ask", 2**63 - 1)):
         assert parse_control(str(parsed)) == parsed
+
+
+async def test_an_answer_over_the_limit_is_refused_and_the_question_still_waits(
+    make_service: MakeService, fake: FakeSlackServer, model
+) -> None:
+    """An answer longer than the hub takes (32,000 characters; Slack takes 40,000)
+    closed the question's card as expired while the turn still waited for it: the next,
+    short answer went nowhere (found by review)."""
+    model.add(tool_call("ask_user_clarification", '{"question": "Which city?"}', "q"))
+    model.add(text("Booking Rome."))
+    service = await make_service()
+    dm = fake.dm_channel(ALICE)
+    fake.dm(ALICE, "book a hotel")
+    await until(lambda: any(m.buttons for m in fake.messages(dm)))
+    question = next(m for m in fake.messages(dm) if m.buttons)
+    fake.dm(ALICE, "R" * 33_000)
+    await until(lambda: any("the limit is" in t for t in texts(fake, dm)))
+    await slack_of(service).drain()
+    assert await service.hub.pending_questions()
+    assert fake.message(dm, question.ts).buttons  # still answerable
+    fake.dm(ALICE, "Rome")
+    await until(lambda: "Booking Rome." in texts(fake, dm))
