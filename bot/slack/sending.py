@@ -312,7 +312,8 @@ class SlackSender(RowSender):
 
     async def status(self, place: Place, text: str) -> bool:
         """The thread's "is thinking…" status (``assistant.threads.setStatus``; empty
-        clears it); False when Slack refused it (not an assistant thread, no scope)."""
+        clears it); False when Slack refused it (not an assistant thread, no scope), not
+        when it was away (a 5xx, a 429: the next turn asks again)."""
         if place.thread_ts is None:
             return False
         thread_ts = place.thread_ts
@@ -326,7 +327,7 @@ class SlackSender(RowSender):
             await self.outbound.call(place.channel, lambda: slack_call(set_status), kind=OTHER)
         except SlackError as exc:
             log.debug("setting the status in %s failed: %s", place.channel, exc.description)
-            return False
+            return not isinstance(exc, SlackRefused)
         return True
 
     async def open_dm(self, user: str) -> str | None:

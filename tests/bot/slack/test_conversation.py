@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.delivery import Pacing
 from bot.slack.incoming import Incoming
 from bot.slack.messages import (
     FILES_NOT_READ,
@@ -251,6 +252,25 @@ async def test_a_thread_shows_the_bot_is_thinking_while_a_turn_runs(
     assert fake.statuses[0] == (GENERAL, asked.ts, "is thinking…")
     release.set()
     await until(lambda: texts(fake, GENERAL, asked.ts) == ["echo: take your time"])
+
+
+async def test_a_status_slack_failed_to_set_for_a_while_is_set_again_later(
+    make_service: MakeService, fake: FakeSlackServer, model: EchoModel
+) -> None:
+    """A 5xx on setStatus (retried, given up) turned the status off until a restart, as
+    a refusal does (found by review)."""
+    await make_service(pacing=Pacing.unpaced(backoff_s=(0.01,), max_attempts=2))
+    fake.fail_next("assistant.threads.setStatus", "internal_error", status=500, count=2)
+    release = held(model)
+    first = fake.mention(GENERAL, ALICE, "one")
+    await until(lambda: len(fake.calls_to("assistant.threads.setStatus")) == 2)
+    release.set()
+    await until(lambda: texts(fake, GENERAL, first.ts) == ["echo: one"])
+    release = held(model)
+    second = fake.mention(GENERAL, ALICE, "two")
+    await until(lambda: any(status[1] == second.ts for status in fake.statuses))
+    release.set()
+    await until(lambda: texts(fake, GENERAL, second.ts) == ["echo: two"])
 
 
 async def test_a_rate_limited_name_lookup_is_not_repeated_before_each_answer(
