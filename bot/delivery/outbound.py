@@ -317,8 +317,10 @@ class Outbound:
                         asked,
                         wait,
                     )
-                if self.pacer.retry_after(conversation, wait):
+                if self.pacer.retry_after(conversation, wait, kind):
                     self.stats.global_pauses += 1
+                if self.pacer.waits_alone(conversation, kind):
+                    await self._sleep(wait)
                 continue
             except Unavailable as exc:
                 errors += 1

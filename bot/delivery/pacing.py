@@ -127,6 +127,10 @@ class PacingPolicy:
     #: 429s from this many different chats within ``flood_window_s`` mean a global flood.
     flood_chats: int = 3
     flood_window_s: float = 1.0
+    #: The platform limits each method apart (Slack's tiers): a 429 on an edit pauses the
+    #: conversation's edits only, and one on any other call (a DM opened, a modal, a
+    #: status) nothing but that call, not the conversation's messages nor the platform.
+    per_method: bool = False
 
     @classmethod
     def uniform(cls, per_second: float, *, burst: float = 1) -> PacingPolicy:
@@ -309,6 +313,7 @@ class Pacer:
         """
         if kind in (OTHER, ANSWER) or conversation is None:
             waits_for_chat = conversation is not None and kind == OTHER
+            waits_for_chat = waits_for_chat and not self.policy.per_method
             await self._paused(self._chat(conversation) if waits_for_chat else None)
             return Ticket((), self._clock)
         chat = self._chat(conversation)
@@ -326,12 +331,24 @@ class Pacer:
             raise
         return Ticket(tuple(places), self._clock)
 
-    def retry_after(self, conversation: str | None, seconds: float) -> bool:
-        """A 429 for ``conversation``: pause it, or everything in a flood (True)."""
+    def retry_after(self, conversation: str | None, seconds: float, kind: CallKind = SEND) -> bool:
+        """A 429 for a call of ``kind`` to ``conversation``: pause it, or everything in a
+        flood (True). Where each method is limited apart (``per_method``) an edit pauses
+        the conversation's edits only, and another call nothing here: it waits alone
+        (``waits_alone``)."""
+        if self.waits_alone(conversation, kind):
+            log.info("%s: 429 for a call (%s); it waits %gs", self._name, conversation, seconds)
+            return False
         now = self._clock()
         until = now + seconds
         if conversation is not None:
             chat = self._chat(conversation)
+            if kind == EDIT and self.policy.per_method:
+                chat.edits.pause(until)
+                log.info(
+                    "%s: 429 for edits in %s; they wait %gs", self._name, conversation, seconds
+                )
+                return False
             chat.sends.pause(until)
             chat.edits.pause(until)
         self._recent_429s[conversation] = now
@@ -350,6 +367,12 @@ class Pacer:
             return True
         log.info("%s: 429 for %s; it waits %gs", self._name, conversation, seconds)
         return False
+
+    def waits_alone(self, conversation: str | None, kind: CallKind) -> bool:
+        """Whether a 429 of this call pauses nothing but the call itself (its caller waits
+        the retry-after): a call of no conversation's messages where each method is
+        limited apart."""
+        return self.policy.per_method and (conversation is None or kind in (OTHER, ANSWER))
 
     async def _paused(self, chat: _Chat | None) -> None:
         while True:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import aiohttp
@@ -58,6 +59,7 @@ __all__ = [
     "SlackError",
     "SlackSender",
     "mrkdwn_parts",
+    "per_method",
     "slack_call",
     "slack_pacing",
 ]
@@ -138,6 +140,13 @@ def slack_pacing(settings: SlackSettings) -> Pacing:
             edits=Rate(2, 0.5),
         )
     )
+
+
+def per_method(pacing: Pacing) -> Pacing:
+    """``pacing`` with Slack's rule that each method is limited apart (its tiers): a 429
+    on a modal, a DM opened or an edit holds no channel's messages (until 2026-12-07 one
+    paused the channel, or the whole app; found by review). Any pacing passed in too."""
+    return replace(pacing, policy=replace(pacing.policy, per_method=True))
 
 
 def mrkdwn_parts(markdown: str, limit: int = MESSAGE_LIMIT) -> list[str]:

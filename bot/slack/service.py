@@ -37,7 +37,7 @@ from bot.platform.voice_out import Speak
 from bot.settings import Settings
 from bot.slack.adapter import SlackAdapter, SlackConfig
 from bot.slack.incoming import source_of
-from bot.slack.sending import SlackError, SlackRefused, slack_call, slack_pacing
+from bot.slack.sending import SlackError, SlackRefused, per_method, slack_call, slack_pacing
 from engine.hub import ChatHub, FleetConfig
 from engine.store import Database, Leases
 from memory.service import MemoryService
@@ -130,7 +130,7 @@ class SlackService:
             hub,
             self.db,
             config,
-            self.pacing or slack_pacing(settings),
+            per_method(self.pacing or slack_pacing(settings)),
             schedule=self.schedule,
             tenure=ownership,
             members=(lambda: len(ownership.members)) if ownership is not None else None,

@@ -195,3 +195,53 @@ async def test_a_call_of_another_kind_through_outbound_counts_no_send(
     await out.call("alice", typing, kind=OTHER)
     assert ran == pytest.approx([0.0, 3.0])
     assert out.stats.sent == 1
+
+
+async def test_where_each_method_is_limited_apart_a_429_holds_only_its_own_calls(
+    outbox: OutboxStore,
+) -> None:
+    """Slack limits each method apart: a 429 on opening a modal or a DM (no conversation)
+    paused the whole app, and one on a status or a card's edit held the channel's
+    messages (found by review). With ``per_method`` such a call waits alone, and an
+    edit's 429 holds the edits."""
+    policy = PacingPolicy(private=Rate(100, 100.0), edits=Rate(100, 100.0), per_method=True)
+    out, client, time = make_outbound(outbox, Pacing(policy=policy), auto=False)
+    asked: list[float] = []
+
+    async def limited_once() -> str:
+        asked.append(time.now)
+        if len(asked) % 2:
+            raise RetryLater(6.0, "ratelimited")
+        return "done"
+
+    for conversation in (None, "alice"):  # views.open; setStatus in alice's channel
+        call = asyncio.create_task(out.call(conversation, limited_once, kind=OTHER))
+        await settle()
+        started = time.now
+        assert asked[-1] == started  # met its 429
+        await out.send("alice", {"text": "hi"})
+        assert client.delivered()[-1].at == started  # at once: nothing else paused
+        assert not call.done()
+        await time.advance(6.0)
+        assert await call == "done" and asked[-1] == started + 6.0  # it waited alone
+    assert out.pacer.global_pauses == 0
+
+    out.pacer.retry_after("alice", 5.0, EDIT)  # chat.update's 429
+    await out.send("alice", {"text": "and again"})
+    assert client.delivered()[-1].at == time.now
+    edit = asyncio.create_task(out.pacer.turn("alice", EDIT))
+    await settle()
+    assert not edit.done()  # the edits wait it out
+    await time.advance(5.0)
+    (await edit).answered()
+
+
+def test_a_429_on_any_call_holds_the_conversation_where_limits_are_per_chat() -> None:
+    """Telegram's flood control is per chat, whatever the method: there it still holds
+    everything of the conversation."""
+    time = FakeTime()
+    pacer = Pacer(PacingPolicy(), clock=time, sleep=time.sleep)
+    pacer.retry_after("alice", 5.0, EDIT)
+    assert not pacer.waits_alone("alice", OTHER) and not pacer.waits_alone(None, OTHER)
+    pacer.retry_after(None, 5.0, OTHER)
+    assert pacer.global_pauses == 1

@@ -10,7 +10,7 @@ from bot.delivery.pacing import Pacer
 from bot.settings import load_settings
 from bot.slack.sending import MESSAGE_LIMIT, SlackClient, mrkdwn_parts, slack_pacing
 from engine.llm.scripted import text
-from tests.bot.slack.conftest import ALICE, MakeService, slack_of, texts, until
+from tests.bot.slack.conftest import ALICE, BOB, MakeService, slack_of, texts, until
 from tests.fakes.slack_server import FakeSlackServer
 
 
@@ -94,3 +94,21 @@ async def test_a_reply_met_by_slacks_edge_in_plain_text_is_sent_when_it_answers_
     fake.dm(ALICE, "hello")
     await until(lambda: texts(fake, dm) == ["echo: hello"])
     assert len(fake.calls_to("chat.postMessage")) == 3
+
+
+async def test_a_429_on_another_method_holds_no_reply(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    """Slack limits each method apart: a 429 on conversations.open (the owner's DM
+    opened to tell of a pairing request) paused every call of the app, and an allowed
+    person's reply waited its retry-after (found by review)."""
+    await make_service(pacing=Pacing.unpaced())
+    alice = fake.dm_channel(ALICE)
+    fake.dm(ALICE, "warm")  # her name known: no lookup on the path
+    await until(lambda: texts(fake, alice) == ["echo: warm"])
+    fake.rate_limit_next("conversations.open", retry_after=60)
+    fake.dm(BOB, "let me in")  # a stranger: the owner is to be told in their DM
+    await until(lambda: fake.count_429 == 1)
+    fake.dm(ALICE, "hello")
+    await until(lambda: texts(fake, alice) == ["echo: warm", "echo: hello"])
+    assert fake.count_429 == 1  # conversations.open still waits its minute, alone
