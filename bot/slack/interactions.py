@@ -11,6 +11,7 @@ works after it, once. Refusals are ephemeral: only the person who clicked sees t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -34,6 +35,9 @@ __all__ = ["NOT_HERE", "Interactions"]
 log = logging.getLogger(__name__)
 
 NOT_HERE = "I do not work in this workspace."
+#: How long a decision waits for the decider's name (``users.info``, once per person):
+#: asked before the decision, a quick tool's end closed the card first, without it.
+NAME_WAIT_S = 1.0
 #: The commands about one conversation: in a channel every thread is its own, and Slack
 #: gives a slash command no thread, so they are written in the thread instead (until
 #: 2026-12-06 "/chathub new" posted "New conversation started." to the whole channel).
@@ -138,8 +142,9 @@ class Interactions:
             )
             return
         assert parsed.choice is not None
+        name = await self._name_soon(user)
         result = await decide(self._hub, card.source, card.tool_call_id, parsed.choice, decider)
-        await self._after(card, result, parsed.choice, user, respond)
+        await self._after(card, result, parsed.choice, name, respond)
 
     async def _ask(
         self, trigger: str, action: ControlId, card: CardRow, shown_at: str, respond: Respond
@@ -149,10 +154,23 @@ class Interactions:
         if not await self._open_view(trigger, modal(action, card.conversation, shown_at)):
             await respond("I could not open the form; please click again.")
 
+    async def _name_soon(self, user: str) -> str | Callable[[], Awaitable[str]]:
+        """The decider's name, known before the decision (the card names who decided,
+        and the tool's end can close it first); how to ask later if Slack is slow."""
+        try:
+            return await asyncio.wait_for(self._messages.name_of(user), NAME_WAIT_S)
+        except TimeoutError:
+            return partial(self._messages.name_of, user)
+
     async def _after(
-        self, card: CardRow, result: str, outcome: str, user: str, respond: Respond, note: str = ""
+        self,
+        card: CardRow,
+        result: str,
+        outcome: str,
+        name: str | Callable[[], Awaitable[str]],
+        respond: Respond,
+        note: str = "",
     ) -> None:
-        name = partial(self._messages.name_of, user)
         if not await self._cards.after_tap(card, result, outcome, name, note):
             await respond(NOT_ALLOWED)
 
@@ -199,12 +217,13 @@ class Interactions:
         if refused is not None:
             await tell(user, refused)
             return
+        name = await self._name_soon(user)
         result = await decide(self._hub, card.source, card.tool_call_id, "reject", decider, text)
 
         async def told(line: str) -> None:
             await tell(user, line)
 
-        await self._after(card, result, "reject", user, told, text)
+        await self._after(card, result, "reject", name, told, text)
 
     async def _answer(
         self, card: CardRow, text: str, user: str, tell: Callable[[str, str], Awaitable[None]]

@@ -723,6 +723,7 @@ class FakeSlackServer:
         self._pending: deque[Delivery] = deque()  # events waiting for a connection
         self._live: list[_Conn] = []
         self._faults: dict[str, list[_Fault]] = {}
+        self._slow: dict[str, float] = {}
         self._windows: dict[str, _Window] = {}
         self._counter = itertools.count(1)
         self._last_ts = 0
@@ -944,6 +945,10 @@ class FakeSlackServer:
         ``{"ok": false, "error": error}`` and ``status`` (Slack's API errors are 200;
         ``"internal_error"`` with 500, ``"service_unavailable"`` with 503...)."""
         self._arm(method, _Fault(count, status, error))
+
+    def slow(self, method: str, seconds: float) -> None:
+        """Answer every call of ``method`` ``seconds`` late (Slack's round trip)."""
+        self._slow[method] = seconds
 
     def edge_error_next(self, method: str, status: int = 503, count: int = 1) -> None:
         """Answer the next ``count`` calls of ``method`` as Slack's edge proxy does when
@@ -2058,8 +2063,11 @@ class FakeSlackServer:
     # -- Web API -----------------------------------------------------------------------------
 
     async def _api(self, request: Request) -> Response:
-        now = time.monotonic()
         method = str(request.path_params["method"])
+        delay = self._slow.get(method)
+        if delay:  # Slack's round trip for this method (``slow``)
+            await asyncio.sleep(delay)
+        now = time.monotonic()
         content_type = request.headers.get("content-type", "")
         header = request.headers.get("authorization", "")
         token: str | None = header[7:].strip() if header.lower().startswith("bearer ") else None

@@ -239,3 +239,19 @@ async def test_an_answer_over_the_limit_is_refused_and_the_question_still_waits(
     assert fake.message(dm, question.ts).buttons  # still answerable
     fake.dm(ALICE, "Rome")
     await until(lambda: "Booking Rome." in texts(fake, dm))
+
+
+async def test_a_card_names_who_decided_though_their_name_was_not_known_yet(
+    make_service: MakeService, fake: FakeSlackServer, model
+) -> None:
+    """The decider's name was asked after the decision: a quick tool's end closed the
+    card first, as "Approved" without who (found by review)."""
+    model.add(shell("echo hi"), text("Ran it."))
+    await make_service()
+    fake.slow("users.info", 0.2)  # the owner has not written to the bot yet
+    fake.mention(GENERAL, ALICE, "run it")
+    await until(lambda: any(m.buttons and m.ts for m in fake.messages(GENERAL)))
+    card = next(m for m in fake.messages(GENERAL) if m.buttons)
+    fake.click(card, OWNER, next(a for a in card.action_ids if a.endswith(":approve")))
+    await until(lambda: "Ran it." in texts(fake, GENERAL, card.thread_ts or card.ts))
+    await until(lambda: "Approved* by owner" in str(fake.message(GENERAL, card.ts).blocks))
