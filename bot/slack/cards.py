@@ -25,7 +25,7 @@ from bot.platform.controls import ControlId
 from bot.platform.open_cards import OpenCards, Words
 from bot.slack.incoming import is_message_id, parse_source
 from bot.slack.mrkdwn import code_block, escape, to_mrkdwn
-from bot.slack.sending import SlackSender
+from bot.slack.sending import SlackSender, mrkdwn_parts
 from engine.hub import ChatHub
 
 __all__ = [
@@ -139,11 +139,26 @@ def _summary(card: CardRow) -> str:
     return "🔐 Approval needed" if card.kind == "approval" else "❓ A question for you"
 
 
+#: Said under a question too long for its card.
+QUESTION_CUT = "⚠️ Cut: the inbox page shows the whole question."
+#: A last paragraph this short is kept under a cut question: what is asked is usually there.
+ASKED_CHARS = 500
+
+
 def question_text(question: str) -> str:
+    """The question as mrkdwn within a section; a long one cut where its Markdown may be
+    cut (a code block closed), its last paragraph kept (until 2026-12-07 it was cut at a
+    character count: the code block left open, an escape halved, the question itself
+    gone; found by review)."""
     head = "*❓ Question*\n\n"
     body = to_mrkdwn(question)
     room = SECTION_LIMIT - len(head)
-    return head + (body if len(body) <= room else body[: room - 1] + "…")
+    if len(body) <= room:
+        return head + body
+    last = question.rstrip().rsplit("\n\n", 1)[-1]
+    asked = to_mrkdwn(last) if len(last) <= ASKED_CHARS and "```" not in last else ""
+    tail = "\n…\n" + (f"{asked}\n" if asked else "") + QUESTION_CUT
+    return head + mrkdwn_parts(question, room - len(tail))[0] + tail
 
 
 def modal(action: ControlId, channel: str, ts: str) -> Json:

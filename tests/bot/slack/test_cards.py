@@ -3,6 +3,7 @@ or an answer, refusals only the clicking person sees."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -12,7 +13,7 @@ from bot.delivery import CardRow
 from bot.platform.cards import EXPIRED, NOT_ALLOWED, CardContent
 from bot.platform.controls import ControlId, parse_control
 from bot.platform.open_cards import card_is_live
-from bot.slack.cards import card_text, parse_metadata
+from bot.slack.cards import QUESTION_CUT, card_text, parse_metadata, question_text
 from engine.approval import Decider
 from engine.hub import APPROVE
 from engine.llm.scripted import text, tool_call
@@ -255,3 +256,18 @@ async def test_a_card_names_who_decided_though_their_name_was_not_known_yet(
     fake.click(card, OWNER, next(a for a in card.action_ids if a.endswith(":approve")))
     await until(lambda: "Ran it." in texts(fake, GENERAL, card.thread_ts or card.ts))
     await until(lambda: "Approved* by owner" in str(fake.message(GENERAL, card.ts).blocks))
+
+
+def test_a_long_question_is_cut_where_its_markdown_may_be_and_keeps_what_it_asks() -> None:
+    """A question over a section was cut at a character count: its code block left open,
+    an escape halved ("&am…"), and the question itself, at its end, gone (found by
+    review)."""
+    code = "\n".join(f"+ line {i} & <x>" for i in range(300))
+    shown = question_text(
+        f"Here is the diff I plan:\n\n```diff\n{code}\n```\n\nProd or **staging**?"
+    )
+    assert len(shown) <= 3000
+    assert shown.count("```") % 2 == 0
+    assert not re.search(r"&[a-z]{0,3}\n", shown)  # every escape whole
+    assert shown.endswith("Prod or *staging*?\n" + QUESTION_CUT)
+    assert question_text("Which city?") == "*❓ Question*\n\nWhich city?"
