@@ -30,7 +30,7 @@ from bot.delivery import (
 )
 from bot.platform.access import Access, PairingDesk
 from bot.platform.jobs import Jobs
-from bot.platform.lanes import Lanes
+from bot.platform.lanes import ArrivalOrder, Lanes
 from bot.platform.menu import chat_commands
 from bot.platform.open_cards import OpenCards
 from bot.platform.outbox import Outbox
@@ -169,6 +169,7 @@ class Front(Generic[In]):
         self._incoming: Lanes[str, In] = Lanes(self._handle_in_lane, f"{self.name}-in")
         #: Keys queued or being handled here: a take-over never queues one twice.
         self._queued: set[str] = set()
+        self._arrivals: ArrivalOrder[str] = ArrivalOrder()
         self._outgoing: Lanes[str, HubEvent] = Lanes(self._renderer.render, f"{self.name}-out")
 
     # -- life cycle ----------------------------------------------------------------------
@@ -220,12 +221,21 @@ class Front(Generic[In]):
 
     # -- messages ------------------------------------------------------------------------
 
-    async def take(self, stored: In) -> int:
-        """Stored (under its key) and queued in its lane when new; 1 when it was."""
-        new = await self.record(stored)
-        if new:
-            self.queue(stored)
-        return int(new)
+    async def take(
+        self, stored: In, *, addressed: Callable[[In], Awaitable[bool]] | None = None
+    ) -> int:
+        """Stored (under its key) and queued in its lane when new and, when ``addressed``
+        says, for the bot; 1 when it was. A lane's messages are queued in the order they
+        came to ``take``, though each comes in a task of its own (slack_sdk's envelopes,
+        discord.py's events) and awaits the store and ``addressed`` (a mention overtook a
+        line whose thread was being looked up; found by review on 2026-12-07)."""
+        async with self._arrivals.turn(stored.lane):
+            if addressed is not None and not await addressed(stored):
+                return 0
+            new = await self.record(stored)
+            if new:
+                self.queue(stored)
+            return int(new)
 
     async def record(self, stored: In) -> bool:
         """Stored under its key, to be queued by the caller (``queue``; a take-over does not

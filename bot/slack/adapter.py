@@ -214,10 +214,9 @@ class SlackAdapter:
             await self.take(incoming)
 
     async def take(self, incoming: Incoming) -> int:
-        """Stored and queued when it is for the bot and new; 1 when it was."""
-        if not await self._messages.addressed(incoming):
-            return 0
-        return await self.front.take(incoming)
+        """Stored and queued when it is for the bot and new, in the order its
+        conversation's messages came; 1 when it was."""
+        return await self.front.take(incoming, addressed=self._messages.addressed)
 
     async def _on_action(self, ack: Any, body: Json, respond: Any) -> None:
         await ack()

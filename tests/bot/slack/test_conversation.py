@@ -346,3 +346,32 @@ async def test_a_mention_stored_before_a_stop_runs_as_written_after_the_restart(
     await make_service(ready=False)
     await until(lambda: texts(fake, GENERAL, asked.ts))
     assert texts(fake, GENERAL, asked.ts) == ["🆕 New conversation started."]
+
+
+async def test_two_lines_in_a_thread_keep_their_order_after_a_restart(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    """Each envelope is a task of its own: after a restart a plain line's thread is
+    looked up before it is stored, a mention's is not, and the mention sent right after
+    it reached the model first (found by review)."""
+    first = await make_service()
+    asked = fake.mention(GENERAL, ALICE, "start")
+    await until(lambda: texts(fake, GENERAL, asked.ts) == ["echo: start"])
+    await slack_of(first).drain()
+    await first.stop()
+    second = await make_service()
+    line = {
+        "type": "message",
+        "user": ALICE,
+        "channel": GENERAL,
+        "channel_type": "channel",
+        "ts": f"{float(asked.ts) + 10:.6f}",
+        "thread_ts": asked.ts,
+        "text": "AAA first",
+    }
+    fake.push_event(line)
+    fake.push_event(dict(line, ts=f"{float(asked.ts) + 11:.6f}", text=f"<@{BOT_USER_ID}> BBB"))
+    await until(lambda: len(texts(fake, GENERAL, asked.ts)) >= 2)
+    await slack_of(second).drain()
+    said = "\n".join(texts(fake, GENERAL, asked.ts)[1:])
+    assert said.index("AAA") < said.index("BBB"), said
