@@ -626,7 +626,8 @@ async def test_a_jobs_card_neither_makes_the_conversation_busy_nor_closes_with_i
     nothing, and the conversation's own turn, stopped, closed it though its call still
     waited (found by review on 2026-12-07)."""
     server: ChatServer = await make_server(page=True)
-    context, page = await _signed_in(browser, server)
+    # The frames are the test's alone: the socket's own (turn_running) could come between.
+    context, page = await _signed_in(browser, server, init_script=HOLD_SOCKETS)
     async with _evidence_on_failure(page, artifacts, "webchat-job-card"):
         await page.wait_for_selector("#send:text('Send')")
         job = {**json.loads(_card_frame(8)), "asked_by": "Notes"}
