@@ -22,12 +22,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+#: The first and the longest pause between two polls: a predicate may start a process
+#: (``psql``) or scan a fake's whole log, and a wait of seconds polled every 20 ms spent
+#: more CPU than the processes it waited for on the two cores the suite runs on.
+POLL_FIRST_S, POLL_MOST_S = 0.02, 0.1
+
+
 def wait_for(predicate: Callable[[], Any], within_s: float = 20) -> Any:
-    """Poll ``predicate`` (a subprocess's effects cannot be awaited) until it is truthy."""
+    """Poll ``predicate`` (a subprocess's effects cannot be awaited) until it is truthy,
+    soon at first, then at most every ``POLL_MOST_S``."""
     deadline = time.monotonic() + within_s
+    pause = POLL_FIRST_S
     while not (value := predicate()):
         assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
+        time.sleep(pause)
+        pause = min(pause * 1.5, POLL_MOST_S)
     return value
 
 
