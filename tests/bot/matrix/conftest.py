@@ -28,15 +28,18 @@ TIMEOUT = 15.0
 
 
 async def until(condition: Callable[[], Any], within_s: float = TIMEOUT) -> Any:
-    """Wait until ``condition()`` is truthy (run in a thread: it may ask Synapse)."""
+    """Wait until ``condition()`` is truthy (run in a thread: it may ask Synapse, whose
+    answer costs it more than the bot's work: polled soon at first, then every 200 ms)."""
     deadline = time.monotonic() + within_s
+    pause = 0.05
     while True:
         value = await asyncio.to_thread(condition)
         if value:
             return value
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting for the condition")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(pause)
+        pause = min(pause * 1.5, 0.2)
 
 
 @dataclass
