@@ -124,15 +124,19 @@ async def stop(service: Service) -> None:
 
 
 async def eventually(predicate: Callable[[], Any], within_s: float = 5.0) -> Any:
-    """Wait until ``predicate()`` is truthy (the fake answers over real HTTP)."""
+    """Wait until ``predicate()`` is truthy (the fake answers over real HTTP): polled soon
+    at first, then every 50 ms at most (a predicate may ask a real server, Synapse, in
+    the loop the service runs in)."""
     deadline = time.monotonic() + within_s
+    pause = 0.01
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met in time: {getattr(predicate, '__doc__', '')}")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(pause)
+        pause = min(pause * 1.5, 0.05)
 
 
 async def eventually_true(check: Callable[[], Awaitable[bool]], within_s: float = 5.0) -> None:
