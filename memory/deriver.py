@@ -17,6 +17,7 @@ not the speaker's) is logged and left out; the others are applied.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -172,7 +173,13 @@ class Deriver:
         that cannot be reached ends the round (the other sessions wait for the next)."""
         changed = 0
         for session_id in await self.pending():
-            done, reached = await self._derive(session_id)
+            try:
+                done, reached = await self._derive(session_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # its rows unreadable or unwritable: the others go on
+                log.exception("memory: deriving session %d failed; the others go on", session_id)
+                continue
             changed += done
             if not reached:
                 break

@@ -8,6 +8,8 @@ restart never indexes a thing twice or skips one.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,8 @@ from memory.tables import (
     scope_of,
 )
 from memory.users import BatchSpeakers, identity_of, is_personal_in
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Indexer", "IndexerLimits", "chunks"]
 
@@ -83,10 +87,17 @@ class Indexer:
         return await self._db.run(_sessions_behind)
 
     async def catch_up(self) -> int:
-        """Index every session that is behind; return the documents written."""
+        """Index every session that is behind; return the documents written. A session
+        whose rows cannot be indexed is logged and passed over in this round: the others
+        are not held behind it (it is tried again at the next)."""
         written = 0
         for session_id in await self.behind():
-            written += await self.index_session(session_id)
+            try:
+                written += await self.index_session(session_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("memory: indexing session %d failed; the others go on", session_id)
         return written
 
 

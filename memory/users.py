@@ -25,6 +25,7 @@ from engine.store import (
     insert_for,
     utcnow,
 )
+from engine.text import clean_text
 from memory.tables import memory_identities, memory_personal_sources, memory_users
 
 __all__ = [
@@ -139,13 +140,21 @@ def _record_personal(conn: Connection, source: str) -> None:
     )
 
 
+#: The longest display name kept (the column's size).
+NAME_CHARS = 255
+
+
 def identity_of(source: str, metadata: Mapping[str, Any] | None) -> Identity | None:
     """Who said a message of ``source`` with ``metadata``; ``None`` when nobody can tell."""
     platform = platform_of(source)
     sender = (metadata or {}).get(SENDER_KEY)
     if isinstance(sender, Mapping) and sender.get("id") not in (None, ""):
+        # A platform's names come as people wrote them: a NUL (PostgreSQL refuses it) or
+        # half an emoji made the person's row unwritable, and each round of indexing and
+        # learning stopped at it, for every later session (found by review, 2026-12-07).
         name = sender.get("name")
-        return Identity(platform, str(sender["id"]), name if isinstance(name, str) else None)
+        shown = clean_text(name)[:NAME_CHARS] if isinstance(name, str) else None
+        return Identity(platform, clean_text(str(sender["id"])), shown)
     if platform in _OPERATOR_SOURCES:
         return Identity(_OPERATOR_SOURCES[platform], OWNER)
     if platform == "telegram" and is_personal(source):

@@ -973,3 +973,36 @@ async def test_both_sides_of_a_slack_dm_forgotten_with_the_index_behind_stay_for
     await Indexer(setup.store.db).catch_up()
     [hit] = await memory.search.sessions(source, "diary")
     assert "new" in hit.snippet
+
+
+async def test_a_name_no_database_takes_or_a_row_that_fails_holds_no_other_session(
+    setup: Setup, fake_openai: FakeOpenAIServer
+) -> None:
+    """A display name with a NUL (PostgreSQL refuses it) or half an emoji made its
+    speaker unwritable, and a sender id past the column (PostgreSQL) failed the same way:
+    each round stopped at that session, for every later one (found by review)."""
+    named = await setup.session("matrix:!a:example.org")
+    [said] = await setup.say(named, [("@mallory:example.org", "I keep bees")])
+
+    def rename(conn: sa.Connection) -> None:
+        sender = {"id": "@mallory:example.org", "name": "Mal\x00lory \ud83d"}
+        conn.execute(
+            chat_history.update()
+            .where(chat_history.c.id == said)
+            .values(metadata={SENDER_KEY: sender})
+        )
+
+    await setup.store.db.run(rename)
+    too_long = await setup.session("matrix:!b:example.org")
+    await setup.say(too_long, [("@" + "x" * 300 + ":example.org", "hello")])
+    group = await setup.session(GROUP)
+    [ann_msg] = await setup.say(group, [(ANN, "I live in Lisbon")])
+    fake_openai.reply_text(answer(add("Keeps bees", said)), model=MODEL)
+    for _ in range(2):  # the too long id's batch, on SQLite; Ann's
+        fake_openai.reply_text(answer(add("Ann lives in Lisbon", ann_msg)), model=MODEL)
+
+    await setup.deriver.derive_pending()
+
+    stored = await setup.stored()
+    assert ("Keeps bees", "matrix:!a:example.org") in [(f[1], f[2]) for f in stored]
+    assert (await setup.user(ANN), "Ann lives in Lisbon") in [(f[0], f[1]) for f in stored]

@@ -10,6 +10,8 @@ import sqlalchemy as sa
 
 from engine.bus.chat import ChatEvent, ChatEventBus, CompactionEvent
 from engine.store import Store
+from engine.store.inbox import SENDER_KEY
+from engine.store.schema import chat_history
 from memory.indexer import Indexer, IndexerLimits, chunks
 from memory.service import MemoryService
 from memory.tables import memory_documents, memory_watermarks
@@ -221,3 +223,35 @@ async def test_a_summary_of_a_forgotten_private_chat_is_never_indexed(
     await Indexer(store.db).catch_up()
     assert await memory.search.sessions(source, "diary") == []
     assert [hit.snippet for hit in await memory.search.sessions(source, "weather")]
+
+
+async def test_a_name_no_database_takes_or_a_row_that_fails_holds_no_other_session(
+    store: Store,
+) -> None:
+    """A display name with a NUL or half an emoji, or a sender id past the column
+    (PostgreSQL), stopped every round of indexing at its session (found by review)."""
+    senders = [
+        {"id": "@mallory:example.org", "name": "Mal\x00lory \ud83d"},
+        {"id": "@" + "x" * 300 + ":example.org", "name": "X"},
+        {"id": "@ann:example.org", "name": "Ann"},
+    ]
+    for n, sender in enumerate(senders):
+        session = await store.sessions.create(f"matrix:!room{n}:example.org")
+        [row] = await write_history(store, session.id, [("user", f"the lisbon hotel {n}")])
+
+        def tag(conn: sa.Connection, row: int = row, sender: dict = sender) -> None:
+            conn.execute(
+                chat_history.update()
+                .where(chat_history.c.id == row)
+                .values(metadata={SENDER_KEY: sender})
+            )
+
+        await store.db.run(tag)
+
+    await Indexer(store.db).catch_up()
+
+    def indexed(conn: sa.Connection) -> set[str]:
+        return {r.source for r in conn.execute(sa.select(memory_documents.c.source))}
+
+    found = await store.db.run(indexed)
+    assert {"matrix:!room0:example.org", "matrix:!room2:example.org"} <= found
