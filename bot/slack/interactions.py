@@ -55,6 +55,9 @@ ABOUT_A_THREAD = frozenset(
         # in the channel these did nothing (until 2026-12-06; found by review).
         "voice",
         "search",
+        # "memory off" there said memory was off, and switched off no thread's (until
+        # 2026-12-07; found by review).
+        "memory",
     }
 )
 IN_THE_THREAD = (

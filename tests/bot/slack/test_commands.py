@@ -115,13 +115,14 @@ async def test_a_conversation_command_in_a_channel_points_to_the_thread(
     assert texts(fake, GENERAL) == []
 
 
-@pytest.mark.parametrize("command", ["voice on", "search budget"])
-async def test_voice_and_search_in_a_channel_point_to_the_thread(
+@pytest.mark.parametrize("command", ["voice on", "search budget", "memory off", "memory"])
+async def test_voice_search_and_memory_in_a_channel_point_to_the_thread(
     make_service: MakeService, fake: FakeSlackServer, command: str
 ) -> None:
     """They act on one conversation, and a channel's are its threads: "/chathub voice on"
     there said replies now came as voice and none did; a search found nothing, searching
-    the channel, which has no conversations of its own (found by review)."""
+    the channel, which has no conversations of its own; "memory off" said memory was off
+    and every thread's words were still learned (found by review)."""
     await make_service()
     fake.slash(GENERAL, ALICE, "/chathub", command)
     await until(lambda: private(fake, ALICE))
