@@ -34,14 +34,15 @@ class ProfileLimits:
 
 def render_profile(facts: Iterable[Fact], limits: ProfileLimits) -> str | None:
     """The newest facts that fit in ``limits.max_chars`` (heading included), oldest first;
-    ``None`` without any."""
+    ``None`` without any. A fact too long for the room left is passed over, not the end
+    of the profile (one long newest fact hid every other until 2026-12-07)."""
     newest_first = sorted(facts, key=lambda f: (f.updated_at, f.id), reverse=True)
     budget = limits.max_chars - len(HEADING)  # each line pays for the newline before it
     lines: list[str] = []
     for fact in newest_first:
         line = "- " + json.dumps(fact.body, ensure_ascii=False)
         if len(line) + 1 > budget:
-            break
+            continue
         budget -= len(line) + 1
         lines.append(line)
     if not lines:

@@ -24,8 +24,9 @@ class MemorySettings(BaseSettings):
     memory_derive_facts: bool = True
     #: The model the fact deriver asks (a configured model's name); unset: the main model.
     memory_model: str | None = None
-    #: The profile a turn sees is at most this many characters.
-    memory_profile_chars: int = Field(2_000, ge=200, le=20_000)
+    #: The profile a turn sees is at most this many characters (its heading takes 202:
+    #: at 200 no fact was ever shown).
+    memory_profile_chars: int = Field(2_000, ge=400, le=20_000)
     #: One fact is at most this many characters.
     memory_fact_chars: int = Field(500, ge=50, le=5_000)
     #: An OpenAI-compatible embeddings model (``/v1/embeddings``): search also finds

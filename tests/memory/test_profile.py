@@ -8,12 +8,16 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
+import pytest
+from pydantic import ValidationError
+
 from engine.bus.chat import ChatEventBus
 from engine.store import Store
 from engine.store.inbox import SENDER_KEY
 from memory.facts import Fact
 from memory.profile import HEADING, ProfileCache, ProfileLimits, render_profile
 from memory.service import MemoryService
+from memory.settings import MemorySettings
 from memory.tables import memory_facts
 from memory.users import Identity
 
@@ -197,3 +201,22 @@ async def test_an_opted_out_conversation_gets_no_profile(store: Store) -> None:
     assert await restarted.turn_context("telegram:111", None) is None
     await memory.set_opt_out("telegram:111", opted_out=False)
     assert lines_of(await memory.turn_context("telegram:111", None) or "") == ["likes tea"]
+
+
+def test_a_long_newest_fact_hides_no_other() -> None:
+    """The first fact that did not fit ended the profile: with long facts allowed
+    (MEMORY_FACT_CHARS up to 5,000) one long newest fact left the profile empty (found by
+    review)."""
+    facts = [fact(1, "Lives in Lisbon"), fact(2, "Has a dog"), fact(3, "x" * 1_990)]
+    assert lines_of(render_profile(facts, ProfileLimits()) or "") == [
+        "Lives in Lisbon",
+        "Has a dog",
+    ]
+
+
+def test_a_profile_size_with_no_room_for_a_fact_is_refused() -> None:
+    """At 200 characters (allowed until 2026-12-07) the heading alone was over: no
+    profile was ever shown, and nothing said why."""
+    with pytest.raises(ValidationError, match="memory_profile_chars"):
+        MemorySettings(memory_profile_chars=200)
+    assert MemorySettings(memory_profile_chars=400).memory_profile_chars > len(HEADING)
