@@ -145,7 +145,11 @@ class DiscordFace:
     async def post(self, card: CardRow, attachment: tuple[str, bytes] | None) -> str | None:
         buttons = card_buttons if card.kind == "approval" else question_buttons
         sent = await self._sender.send_now(
-            card.conversation, card.text, buttons(card.tool_call_id), attachment
+            card.conversation,
+            card.text,
+            buttons(card.tool_call_id),
+            attachment,
+            nonce=f"card-{card.tool_call_id}",  # posted again after an outage: once
         )
         return None if sent is None else str(sent.id)
 

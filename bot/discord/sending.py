@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -225,6 +226,8 @@ class DiscordClient:
             if payload.get("document"):
                 name, data = payload["document"]
                 kwargs["file"] = discord.File(io.BytesIO(data), filename=name)
+            if payload.get("nonce") is not None:  # the same message however often it is tried
+                kwargs["nonce"] = payload["nonce"]
             return await channel.send(payload.get("content") or None, **kwargs)
 
         try:
@@ -237,7 +240,8 @@ class DiscordClient:
         """The row's words spoken and posted as a voice message (no text beside it)."""
         audio = await audio_of(self.speak, str(payload[VOICE]), SpeechFailed)
         reply_to = int(payload["reply_to"]) if payload.get("reply_to") else None
-        route, form, file = voice_message(int(conversation), audio, reply_to)
+        nonce = payload.get("nonce")
+        route, form, file = voice_message(int(conversation), audio, reply_to, nonce)
         try:
             answer = await discord_call(
                 lambda: self.bot.http.request(route, files=[file], form=form)
@@ -336,10 +340,12 @@ class DiscordSender(RowSender):
         content: str,
         buttons: Buttons | None = None,
         document: tuple[str, bytes] | None = None,
+        nonce: str | None = None,
     ) -> discord.Message | None:
         """``send``, its failure raised (``DiscordError``: a card is posted again after an
-        outage, not lost)."""
-        payload: Json = {"content": content}
+        outage, not lost); ``nonce`` names the message for Discord (a card's, by its call),
+        else one is made for this send's tries."""
+        payload: Json = _content(content, nonce)
         if buttons:
             payload["buttons"] = buttons
         if document is not None:
@@ -386,5 +392,10 @@ class DiscordSender(RowSender):
             log.debug("typing indicator in %s failed: %s", channel, exc)
 
 
-def _content(text: str) -> Json:
-    return {"content": text}
+def _content(text: str, nonce: str | None = None) -> Json:
+    """A message's payload with its nonce, made when it is prepared (for a reply, stored
+    with its outbox row): Discord takes a repeated nonce (``enforce_nonce``) as the
+    message it already has, so a try whose answer was lost, or a redelivery, posts
+    nothing twice. discord.py made a new nonce at each try (a reply posted twice after a
+    dropped answer until 2026-12-07; found by review)."""
+    return {"content": text, "nonce": nonce or str(secrets.randbits(63))}

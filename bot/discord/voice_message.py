@@ -84,10 +84,12 @@ def waveform_of(audio: bytes) -> bytes:
 
 
 def voice_message(
-    channel_id: int, audio: bytes, reply_to: int | None = None
+    channel_id: int, audio: bytes, reply_to: int | None = None, nonce: str | None = None
 ) -> tuple[discord.http.Route, list[Json], discord.File]:
     """The request posting ``audio`` as a voice message: its route, its multipart form
-    (``payload_json`` and ``files[0]``) and the file (rewound by the library's retries)."""
+    (``payload_json`` and ``files[0]``) and the file (rewound by the library's retries);
+    ``nonce`` enforced, so a retry posts it once (discord.py's own retry after a 5xx
+    posted it twice until 2026-12-07)."""
     attachment = {
         "id": 0,
         "filename": FILENAME,
@@ -99,6 +101,8 @@ def voice_message(
         "attachments": [attachment],
         "allowed_mentions": discord.AllowedMentions.none().to_dict(),
     }
+    if nonce is not None:
+        payload["nonce"], payload["enforce_nonce"] = nonce, True
     if reply_to is not None:  # a reply to the message that asked (it may be gone)
         reference = discord.MessageReference(
             message_id=reply_to, channel_id=channel_id, fail_if_not_exists=False

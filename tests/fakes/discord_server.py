@@ -399,6 +399,8 @@ class _Fault:
     code: int
     retry_after: float = 0.0
     is_global: bool = False
+    taken: bool = False  # the request is carried out; only its answer is the error
+    matching: str | None = None  # only a request whose body holds this text
 
 
 @dataclass(slots=True)
@@ -763,6 +765,15 @@ class FakeDiscordServer:
         ``{"message", "code"}`` (e.g. 403 "Missing Permissions" 50013)."""
         text = message if message is not None else f"{status}: {_REASONS.get(status, 'Error')}"
         self._arm(route, _Fault(count, status, text, code))
+
+    def lose_answer_next(
+        self, route: str, count: int = 1, *, status: int = 503, matching: str | None = None
+    ) -> None:
+        """Carry out the next ``count`` requests of ``route`` (whose body holds
+        ``matching``), then answer each with ``status`` (Discord took the message; its
+        answer never reached the bot)."""
+        text = f"{status}: {_REASONS.get(status, 'Error')}"
+        self._arm(route, _Fault(count, status, text, 0, taken=True, matching=matching))
 
     def clear_faults(self) -> None:
         with self._lock:
@@ -1552,10 +1563,13 @@ class FakeDiscordServer:
         if unauthorized:
             return _error_response(ApiError(401, "401: Unauthorized"))
         bucket = self._bucket(route, req.params, now)
-        fault = self._take_fault(route)
+        fault = self._take_fault(route, req.body)
         if fault is not None:
             if fault.status == 429:
                 return self._rate_limited(fault.retry_after, bucket, now, is_global=fault.is_global)
+            if fault.taken:
+                with contextlib.suppress(ApiError):
+                    handler(self, req)
             return _error_response(ApiError(fault.status, fault.message, fault.code))
         if self.enforce_limits and bucket.remaining <= 0:
             return self._rate_limited(bucket.reset_at - now, bucket, now)
@@ -1600,11 +1614,13 @@ class FakeDiscordServer:
             headers["X-RateLimit-Scope"] = "user"
         return _json(body, 429, headers)
 
-    def _take_fault(self, route: str) -> _Fault | None:
+    def _take_fault(self, route: str, body: Any = None) -> _Fault | None:
         for key in (route, "*"):
             queue = self._faults.get(key)
             if queue:
                 fault = queue[0]
+                if fault.matching is not None and fault.matching not in json.dumps(body):
+                    continue
                 fault.count -= 1
                 if fault.count <= 0:
                     queue.pop(0)

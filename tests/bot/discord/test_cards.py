@@ -225,3 +225,17 @@ async def test_a_question_answered_by_a_message_shows_who_answered_and_loses_its
     assert shown is not None
     await until(lambda: not fake.message(channel, shown.id).components)
     assert fake.message(channel, shown.id).content.endswith("**✍️ Answered** by Alice")
+
+
+async def test_a_card_whose_answer_was_lost_is_posted_once(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    """Discord took the card, its answer was lost, and the card was posted again: two
+    cards, one of them dead (found by review). It is named by its call (its nonce)."""
+    model.add(shell("echo hi"), text("Done."))
+    await make_service()
+    fake.lose_answer_next(MESSAGES, matching="Approval needed")
+    channel = fake.dm(ALICE, "run it")["channel_id"]
+    await until(lambda: len(fake.calls_to(MESSAGES)) >= 3)  # the progress line, the card twice
+    await until(lambda: (c := card_in(fake, channel)) is not None and c.components)
+    assert sum("Approval needed" in m.content for m in fake.messages(channel)) == 1

@@ -28,6 +28,7 @@ from tests.engine.hub.conftest import held
 from tests.fakes.discord_server import INTENT_MESSAGE_CONTENT, FakeDiscordServer
 
 HOUR = timedelta(hours=1)
+MESSAGES = "POST /channels/{channel_id}/messages"
 
 
 async def test_a_dm_is_answered_once(fake: FakeDiscordServer, make_service: MakeService) -> None:
@@ -235,3 +236,18 @@ async def test_with_discord_alone_notifications_go_to_the_owner_s_dm(
     service = await make_service()
     home = f"discord:{fake.dm_channel_id(OWNER)}"
     await until(lambda: service.hub.home == home)
+
+
+async def test_a_reply_whose_answer_was_lost_is_posted_once(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """Discord took the reply, its answer was lost (a 503 after the fact), and the send
+    was tried again with a new nonce of discord.py's: the reply came twice (found by
+    review). The nonce is the outbox row's: Discord knows the second try."""
+    await make_service()
+    fake.lose_answer_next(MESSAGES)
+    channel = fake.dm(ALICE, "hi")["channel_id"]
+    await until(lambda: len(fake.calls_to(MESSAGES)) >= 2)
+    await until(lambda: texts(fake, channel) == ["echo: hi"])
+    nonces = {(call.body or {}).get("nonce") for call in fake.calls_to(MESSAGES)}
+    assert len(nonces) == 1 and None not in nonces

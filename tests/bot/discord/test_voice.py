@@ -11,7 +11,15 @@ from engine.approval import RuleStore
 from engine.llm.scripted import text as reply
 from engine.llm.scripted import tool_call
 from tests.bot.delivery.fakes import outbox_rows
-from tests.bot.discord.conftest import ALICE, GENERAL, GUILD, MakeService, texts, until
+from tests.bot.discord.conftest import (
+    ALICE,
+    GENERAL,
+    GUILD,
+    MakeService,
+    discord_of,
+    texts,
+    until,
+)
 from tests.bot.platform_contract.scripts import tool_results
 from tests.engine.hub.conftest import EchoModel
 from tests.fakes.discord_server import FakeDiscordServer, SentMessage
@@ -110,12 +118,31 @@ async def test_voice_on_makes_replies_voice_messages_and_off_back(
     assert fake_openai.speech_requests[-1]["input"] == "echo: hello aloud"
     assert "echo: hello aloud" not in texts(fake, channel)
     rows = [p for p in await outbox_payloads(service) if p.get("voice")]
-    assert rows == [{"content": "echo: hello aloud", "voice": "echo: hello aloud"}]
+    assert [{k: v for k, v in row.items() if k != "nonce"} for row in rows] == [
+        {"content": "echo: hello aloud", "voice": "echo: hello aloud"}
+    ]
+    assert rows[0]["nonce"]  # the row's, for every try (see the lost answer below)
 
     fake.dm(ALICE, "/voice off")
     await until(lambda: any("now come as text" in t for t in texts(fake, channel)))
     fake.dm(ALICE, "and now?")
     await until(lambda: "echo: and now?" in texts(fake, channel))
+    assert len(voice_messages(fake, channel)) == 1
+
+
+async def test_a_voice_message_whose_answer_was_lost_is_posted_once(
+    fake: FakeDiscordServer, make_service: MakeService, fake_openai: FakeOpenAIServer
+) -> None:
+    """Discord took the voice message and its answer was lost: it was posted again, with
+    no nonce to tell it was the same (found by review)."""
+    service = await speaking(make_service, fake_openai)
+    channel = fake.dm_channel_id(ALICE)
+    await voice_on(fake, channel)
+    fake.lose_answer_next("POST /channels/{channel_id}/messages", matching='"flags": 8192')
+    fake.dm(ALICE, "hello aloud")
+    await until(lambda: voice_messages(fake, channel))
+    await until(lambda: len(fake_openai.speech_requests) >= 2)  # spoken for the second try
+    await discord_of(service).drain()
     assert len(voice_messages(fake, channel)) == 1
 
 
