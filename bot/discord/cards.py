@@ -55,10 +55,19 @@ def question_buttons(tool_call_id: int) -> Buttons:
     return [[{"custom_id": str(ControlId("ask", tool_call_id)), "label": ANSWER_LABEL, "style": 1}]]
 
 
-def _fence(content: str) -> str:
-    """A code fence longer than any run of backticks in ``content``."""
-    longest = max((len(run) for run in re.findall(r"`+", content)), default=0)
-    return "`" * max(3, longest + 1)
+#: A run that would end a code block on Discord, whatever the fence's length.
+_FENCE_RUN = re.compile(r"`{3,}")
+_ZWSP = "\u200b"
+
+
+def _in_code(content: str) -> str:
+    """``content`` safe inside a code block: Discord ends one at the first ```, whatever
+    fence opened it (a longer fence, CommonMark's rule, is none of Discord's), so a zero-
+    width space parts each run of three or more. Until 2026-12-07 a command holding ```
+    closed the card's block early and the rest was drawn as Markdown: a ``||spoiler||``
+    could hide part of the command from its approver (found by review). The whole call
+    rides along as a file when the card is cut."""
+    return _FENCE_RUN.sub(lambda run: _ZWSP.join(run.group()), content)
 
 
 def card_text(shown: CardContent, limit: int = MESSAGE_LIMIT) -> str:
@@ -73,19 +82,19 @@ def card_text(shown: CardContent, limit: int = MESSAGE_LIMIT) -> str:
         lines.append(f"File: `{shown.path[:200]}`{' (new file)' if shown.new_file else ''}")
     workdir = f"Working directory: `{shown.workdir[:200]}`" if shown.workdir else ""
     head = "\n".join(lines) + f"\n{shown.label}:\n"
-    fence = _fence(shown.content)
+    code = _in_code(shown.content)
 
     def assemble(content: str, note: str) -> str:
         tail = "\n".join(part for part in (workdir, note) if part)
-        block = f"{fence}{shown.language}\n{content}\n{fence}"
+        block = f"```{shown.language}\n{content}\n```"
         return head + block + (f"\n{tail}" if tail else "")
 
-    whole = assemble(shown.content, "")
+    whole = assemble(code, "")
     if len(whole) <= limit:
         return whole
     note = "⚠️ Cut: showing only the beginning."
     room = limit - len(assemble("…", note))
-    return assemble(shown.content[: max(0, room - 1)].rstrip() + "\n…", note)[:limit]
+    return assemble(code[: max(0, room - 1)].rstrip() + "\n…", note)[:limit]
 
 
 def _whole(shown: CardContent) -> int:
