@@ -222,18 +222,24 @@ class Front(Generic[In]):
     # -- messages ------------------------------------------------------------------------
 
     async def take(
-        self, stored: In, *, addressed: Callable[[In], Awaitable[bool]] | None = None
+        self,
+        stored: In,
+        *,
+        addressed: Callable[[In], Awaitable[bool]] | None = None,
+        park: Callable[[In], bool] | None = None,
     ) -> int:
         """Stored (under its key) and queued in its lane when new and, when ``addressed``
-        says, for the bot; 1 when it was. A lane's messages are queued in the order they
-        came to ``take``, though each comes in a task of its own (slack_sdk's envelopes,
-        discord.py's events) and awaits the store and ``addressed`` (a mention overtook a
-        line whose thread was being looked up; found by review on 2026-12-07)."""
+        says, for the bot; 1 when it was. ``park`` may keep a stored message back (True:
+        the caller queues it later, a conversation still being caught up). A lane's
+        messages are stored and queued (or parked) in the order they came to ``take``,
+        though each comes in a task of its own (slack_sdk's envelopes, discord.py's
+        events) and awaits the store and ``addressed`` (a mention overtook a line whose
+        thread was being looked up; found by review on 2026-12-07)."""
         async with self._arrivals.turn(stored.lane):
             if addressed is not None and not await addressed(stored):
                 return 0
             new = await self.record(stored)
-            if new:
+            if new and not (park is not None and park(stored)):
                 self.queue(stored)
             return int(new)
 

@@ -802,11 +802,13 @@ class FakeDiscordServer:
         reply_to: int | str | None = None,
         offline: bool = False,
         voice_seconds: float | None = None,
+        extra: Json | None = None,
     ) -> Json:
         """Push a DM from ``user_id`` (MESSAGE_CREATE without ``guild_id``); returns it.
         ``offline``: written while no bot is connected: kept in the channel (its history
         shows it), sent to no session. ``voice_seconds``: a voice message (its one
-        attachment carries a duration and a waveform, the message the voice flag)."""
+        attachment carries a duration and a waveform, the message the voice flag).
+        ``extra``: fields set on the message as Discord would send it (a shape of its)."""
         uid = _sid(user_id)
         with self._lock:
             if not offline:
@@ -818,6 +820,8 @@ class FakeDiscordServer:
                 for attachment in message["attachments"]:
                     attachment["duration_secs"] = voice_seconds
                     attachment["waveform"] = "AAAA"
+            message.update(copy.deepcopy(extra or {}))
+            self._known[channel_id][message["id"]] = copy.deepcopy(message)  # its history too
             if not offline:
                 self._dispatch_message(message, None)
             return copy.deepcopy(message)

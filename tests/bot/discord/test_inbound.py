@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
+from typing import Any
 
 from bot.discord.incoming import Incoming
 from bot.discord.messages import UNREADABLE_MESSAGE
@@ -198,3 +201,64 @@ async def test_a_reply_to_the_bot_in_a_server_is_for_the_bot(
     assert "<@" not in pushed["content"]
     await until(lambda: len(texts(fake, GENERAL)) == 2)
     assert texts(fake, GENERAL)[1] == "echo: and then?"
+
+
+async def test_two_messages_held_for_their_catch_up_keep_their_order(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """Right after a READY a live message waits for its conversation's catch-up; it was
+    stored outside the channel's arrival order, so on PostgreSQL (a pool: inserts finish
+    in any order) the later of two quick messages could be queued first (found by
+    review). Here the first one's insert waits for the second to come, at most a second."""
+    service = await make_service()
+    channel = fake.dm(ALICE, "one")["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: one"])
+    await service.stop()
+    fake.dm(ALICE, "two (while down)", offline=True)
+    history = "GET /channels/{channel_id}/messages"
+    read = fake.hold_answers(history)
+    second = await make_service()
+    events = discord_of(second).events
+    record = events.record
+    four_came = asyncio.Event()
+
+    async def racing(batch: Any, **kw: Any) -> Any:
+        contents = [payload.get("content") for _key, _at, payload in batch]
+        if "four" in contents:
+            four_came.set()
+        elif "three" in contents:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(four_came.wait(), 1.0)
+        return await record(batch, **kw)
+
+    events.record = racing
+    try:
+        await until(lambda: fake.calls_to(history))
+        fake.dm(ALICE, "three")
+        fake.dm(ALICE, "four")
+        await until(lambda: four_came.is_set() or len(texts(fake, channel)) > 1)
+    finally:
+        read.set()
+    await until(lambda: "four" in "\n".join(texts(fake, channel)))
+    said = "\n".join(texts(fake, channel)[1:])
+    assert said.index("three") < said.index("four"), said
+
+
+async def test_one_message_the_catch_up_cannot_read_loses_no_other_conversation(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """A message discord.py could not read in one conversation's history (a shape Discord
+    changed: a forward's snapshot without its fields) ended the whole catch-up, and a
+    mention written meanwhile in another channel was never answered (found by review)."""
+    service = await make_service()
+    fake.channel_message(GUILD, GENERAL, ALICE, "in the channel", mentions_bot=True)
+    await until(lambda: texts(fake, GENERAL) == ["echo: in the channel"])
+    dm = fake.dm(ALICE, "in the dm")["channel_id"]  # stored later: read first
+    await until(lambda: texts(fake, dm) == ["echo: in the dm"])
+    await service.stop()
+    elsewhere = {"type": 1, "message_id": "1", "channel_id": "1"}
+    odd = {"message_reference": elsewhere, "message_snapshots": [{"message": {"content": "x"}}]}
+    fake.dm(ALICE, "", offline=True, extra=odd)
+    fake.channel_message(GUILD, GENERAL, ALICE, "while away", mentions_bot=True, offline=True)
+    await make_service()
+    await until(lambda: "echo: while away" in texts(fake, GENERAL))
