@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from bot.discord import adapter as discord_adapter
+from bot.discord.service import RECONNECT_BACKOFF
 from bot.platform.chunks import split_markdown
 from bot.platform.lanes import Lanes
 from engine.llm.scripted import text
@@ -343,3 +344,20 @@ async def test_a_busy_open_channel_hides_no_conversation_from_the_catch_up(
     fake.dm(ALICE, "two (while down)", offline=True)
     await make_service(discord_open_channel_ids=str(GENERAL))
     await until(lambda: texts(fake, dm) == ["echo: one", "echo: two (while down)"])
+
+
+async def test_a_session_that_fails_at_every_start_keeps_within_discords_identify_limit(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """A guild discord.py cannot read (a channel without a field it requires) fails every
+    new session: the service IDENTIFYs again, sooner at first, then at most every five
+    minutes. Capped at 5 s it came to 17,000 IDENTIFYs a day; past Discord's 1,000 the
+    token is reset and the bot is dead (found by review)."""
+    odd_guild, odd_channel = 300_000_000_000_000_021, 300_000_000_000_000_022
+    fake.add_guild(odd_guild, channels=[odd_channel], name="Odd")
+    del fake._channels[str(odd_channel)]["name"]  # discord.py reads it without a default
+    service = await make_service(ready=False)
+    await until(lambda: fake.identify_count >= 3, within_s=15)  # 0.5 s, then 1 s apart
+    assert not service.refused.done()
+    steady = RECONNECT_BACKOFF.delay(10_000)
+    assert 86_400 / steady <= 1_000 / 3  # a third of Discord's daily IDENTIFYs at most
