@@ -17,7 +17,9 @@ import unicodedata
 __all__ = ["MIN_LIMIT", "split_markdown"]
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
-_BACKTICK_FENCE = re.compile(r"^ {0,3}(`{3,})(.*)$")
+#: Discord's: only backticks, and at any indent (it draws ``` as code wherever it stands:
+#: a fence indented under a list item was cut open until 2026-12-07; found by review).
+_BACKTICK_FENCE = re.compile(r"^[ \t]*(`{3,})(.*)$")
 #: The shortest limit that fits a reopened fence, its closing and some text.
 MIN_LIMIT = 32
 #: A fence is reopened as its marks and language, no longer than this: the whole opening
@@ -65,7 +67,7 @@ class _Messages:
         return joined + _closing_cost(fence_after) <= self.limit
 
     def add_line(self, line: str) -> None:
-        after = _after(line, self.fence) if self.opens.match(line) else self.fence
+        after = _after(line, self.fence, self.opens)
         if self.fits(line, after):
             self._append(line, after)
             return
@@ -135,9 +137,10 @@ def _closing_cost(fence: str | None) -> int:
     return 0 if fence is None else len(_closing(fence)) + 1
 
 
-def _after(line: str, fence: str | None) -> str | None:
-    """The fence open after ``line`` (``None``: outside code)."""
-    match = _FENCE.match(line)
+def _after(line: str, fence: str | None, fences: re.Pattern[str] = _FENCE) -> str | None:
+    """The fence open after ``line`` (``None``: outside code), ``fences`` the lines that
+    open or close code."""
+    match = fences.match(line)
     if match is None:
         return fence
     if fence is None:

@@ -137,6 +137,18 @@ def test_without_tildes_a_tilde_line_is_text_and_a_later_block_stays_closed() ->
     assert split_markdown(text, 2000)[0].count("~~~") == 2  # CommonMark's: a tilde block
 
 
+def test_without_tildes_a_fence_indented_under_a_list_item_is_closed_and_reopened() -> None:
+    """Discord draws ``` as code at any indent; a fence four spaces in (under a list item,
+    common in a model's answers) was not taken for one, and the block was cut open: a
+    bare fence ending the first message, the code shown as text (found by review)."""
+    code = "\n".join(f'    print("line number {i} of the example program")' for i in range(60))
+    answer = f"Steps:\n\n1. Install it:\n\n    ```python\n{code}\n    ```\n\n2. Done."
+    parts = split_markdown(answer, 2000, tildes=False)
+    assert len(parts) == 2 and all(len(part) <= 2000 for part in parts)
+    assert [part.count("```") % 2 for part in parts] == [0, 0], parts
+    assert parts[1].startswith("```python\n") and parts[1].endswith("2. Done.")
+
+
 def test_a_long_one_line_code_span_then_more_text_ends_and_fits() -> None:
     """A model's minified JSON in ``` on one line, 2,400 characters, then prose: the whole
     line was reopened at the top of every later message, left no room, and the split never
