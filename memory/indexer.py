@@ -38,7 +38,16 @@ from memory.users import BatchSpeakers, identity_of, is_personal_in
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Indexer", "IndexerLimits", "chunks"]
+
+class SessionsFailed(Exception):
+    """Sessions a catch-up could not index (each logged); the others it did."""
+
+    def __init__(self, sessions: list[int]) -> None:
+        super().__init__(f"sessions not indexed: {sessions}")
+        self.sessions = sessions
+
+
+__all__ = ["Indexer", "IndexerLimits", "SessionsFailed", "chunks"]
 
 #: Roles whose text is worth finding again (tool output and system prompts are not).
 INDEXED_ROLES = ("user", "assistant")
@@ -88,9 +97,11 @@ class Indexer:
 
     async def catch_up(self) -> int:
         """Index every session that is behind; return the documents written. A session
-        whose rows cannot be indexed is logged and passed over in this round: the others
-        are not held behind it (it is tried again at the next)."""
+        whose rows cannot be indexed is logged and passed over: the others are not held
+        behind it; ``SessionsFailed`` is raised once all were tried (the round failed:
+        the next one catches up again)."""
         written = 0
+        failed: list[int] = []
         for session_id in await self.behind():
             try:
                 written += await self.index_session(session_id)
@@ -98,6 +109,9 @@ class Indexer:
                 raise
             except Exception:
                 log.exception("memory: indexing session %d failed; the others go on", session_id)
+                failed.append(session_id)
+        if failed:
+            raise SessionsFailed(failed)
         return written
 
 

@@ -4,6 +4,7 @@ and the service keeps up with the bus (lagged or not) without ever indexing twic
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 import sqlalchemy as sa
@@ -12,7 +13,7 @@ from engine.bus.chat import ChatEvent, ChatEventBus, CompactionEvent
 from engine.store import Store
 from engine.store.inbox import SENDER_KEY
 from engine.store.schema import chat_history
-from memory.indexer import Indexer, IndexerLimits, chunks
+from memory.indexer import Indexer, IndexerLimits, SessionsFailed, chunks
 from memory.service import MemoryService
 from memory.tables import memory_documents, memory_watermarks
 from memory.users import Identity
@@ -201,6 +202,38 @@ async def test_a_failing_round_is_retried_with_the_next_event(store: Store) -> N
     assert sorted(d[1] for d in await documents(store)) == [first, second]
 
 
+async def test_a_session_passed_over_in_a_catch_up_is_caught_up_at_the_next_event(
+    store: Store,
+) -> None:
+    """A catch-up passes over a session whose rows fail and indexes the others; the
+    round still counts as failed, so the next event catches up again (a review of the
+    change found the passed-over session left until its own next message)."""
+    early = await store.sessions.create("telegram:1")
+    [missed] = await write_history(store, early.id, [("user", "one")])
+
+    class FailingOnce(Indexer):
+        failed = False
+
+        async def index_session(self, session_id: int) -> int:
+            if session_id == early.id and not self.failed:
+                self.failed = True
+                raise RuntimeError("database went away")
+            return await super().index_session(session_id)
+
+    bus = ChatEventBus()
+    service = MemoryService(store.db, bus, indexer=FailingOnce(store.db))
+    await service.start()  # its first round catches up: the early session fails
+    await service.settled()
+    other = await store.sessions.create("telegram:2")
+    [later] = await write_history(store, other.id, [("user", "two")])
+    bus.user_message(event(other.id, later))
+    bus.close()
+    await service.drained()
+    await service.close()
+
+    assert sorted(d[1] for d in await documents(store)) == [missed, later]
+
+
 @pytest.mark.parametrize("indexed_before", [True, False], ids=["after-the-forget", "index-behind"])
 async def test_a_summary_of_a_forgotten_private_chat_is_never_indexed(
     store: Store, indexed_before: bool
@@ -248,7 +281,8 @@ async def test_a_name_no_database_takes_or_a_row_that_fails_holds_no_other_sessi
 
         await store.db.run(tag)
 
-    await Indexer(store.db).catch_up()
+    with contextlib.suppress(SessionsFailed):  # the too long id's, on PostgreSQL
+        await Indexer(store.db).catch_up()
 
     def indexed(conn: sa.Connection) -> set[str]:
         return {r.source for r in conn.execute(sa.select(memory_documents.c.source))}
