@@ -71,15 +71,16 @@ class Decisions:
         text: str,
         attachments: Sequence[dict[str, Any]] = (),
         goes_on: Callable[[], object] | None = None,
-    ) -> bool:
-        """A reply to a card: True when it was one (a reason, an answer, or refused; an
-        answer the hub does not take, the question gone or the text too long, is a message).
-        An answer carries the files its message brought (``attachments``) and marks the
-        event handled in its own commit; ``goes_on``: the waiting turn goes on."""
+    ) -> bool | None:
+        """A reply to a card: True when it was one (a reason, an answer, or refused);
+        False for an answer the hub does not take (the question gone, the text too long):
+        a message then, answering no other question; ``None`` when it replies to no open
+        card here. An answer carries the files its message brought (``attachments``) and
+        marks the event handled in its own commit; ``goes_on``: the waiting turn goes on."""
         assert m.relates_to is not None
         card = await self._cards.at(m.room_id, m.relates_to)
         if card is None or card.state != "open" or card.conversation != m.room_id:
-            return False
+            return None
         if card.kind == "question":  # not taken (expired, too long): a message then
             return await self._answer(card, text, m, attachments, goes_on)
         try:

@@ -222,9 +222,14 @@ class MessageHandler:
         # message, its audio heard (a voice answer was lost behind the waiting turn).
         goes_on = partial(self._activity.start_typing, m.source)
         to_card = await self._to_card(m)
-        if to_card is not None and await self._decisions.reply(to_card, text, attachments, goes_on):
+        replied = None
+        if to_card is not None:
+            replied = await self._decisions.reply(to_card, text, attachments, goes_on)
+        if replied:
             return False
-        if await self._answer_question(m, text, attachments, goes_on):
+        # A reply to a question that did not take it is a message: it answers no other
+        # question (a review of 2026-12-07's change found it given to the newest one).
+        if replied is None and await self._answer_question(m, text, attachments, goes_on):
             return False
         metadata = {
             "matrix_event_id": m.event_id,

@@ -15,7 +15,7 @@ from bot.matrix.service import token_setting
 from bot.matrix.sync import SyncLoop
 from engine.approval import Decider
 from engine.hub import Choice
-from engine.llm.scripted import text
+from engine.llm.scripted import text, tool_call
 from engine.store import AppSettings
 from tests.bot.matrix.conftest import bodies, bot_messages, direct_room, joined, until
 from tests.bot.platform_contract.scripts import shell
@@ -559,3 +559,31 @@ async def test_a_password_logs_in_again_when_its_token_is_revoked_while_running(
     await until(lambda: "echo: still there?" in _said(accounts, room))
     assert not service.refused.done()
     assert await settings.get(token_setting(accounts.bot.user_id)) not in ("", kept)
+
+
+async def test_a_reply_to_a_question_over_the_limit_is_refused_and_the_question_waits(
+    make_service, accounts, model
+):
+    """An answer longer than the hub takes closed the question's card as expired while
+    the turn still waited for it (found by review on Slack, every platform's rule); a
+    Matrix reply the question does not take is a message, refused with its sentence."""
+    model.add(tool_call("ask_user_clarification", '{"question": "Which city?"}', "q"))
+    model.add(text("Booking Rome."))
+    service, room = await _dm(make_service, accounts)
+    accounts.alice.say(room, "book a hotel")
+    question = await until(
+        lambda: next(
+            (
+                m
+                for m in bot_messages(accounts.alice, room, accounts.bot.user_id)
+                if "Which city?" in m["content"]["body"]
+            ),
+            None,
+        )
+    )
+    accounts.alice.reply(room, question["event_id"], "R" * 33_000)
+    await until(lambda: any("the limit is" in b for b in _said(accounts, room)))
+    assert await service.hub.pending_questions()
+    accounts.alice.reply(room, question["event_id"], "Rome")
+    await until(lambda: "Booking Rome." in _said(accounts, room))
+    assert sum("the limit is" in b for b in _said(accounts, room)) == 1
