@@ -30,7 +30,7 @@ from bot.platform.memory import MemoryFront, memory_commands
 from engine.approval import OPERATOR, plainly
 from engine.bus import Lagged
 from engine.core import Engine
-from engine.hub import ChatHub, DecisionMade, HubError, SourceEvents
+from engine.hub import ChatHub, DecisionMade, HubError, SourceEvents, TextRefused
 from engine.session import (
     ApprovalRequired,
     Done,
@@ -409,6 +409,9 @@ class TerminalChat:
             case Question(request_id=request_id):
                 try:
                     await self._hub.answer(request_id, text, source=SOURCE)
+                except TextRefused as exc:  # the question still waits: the next line answers
+                    self._asking = asking
+                    self._say(f"! {exc}")
                 except (InboxError, HubError) as exc:
                     self._say(f"! {exc}")
 

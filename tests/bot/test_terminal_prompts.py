@@ -152,6 +152,22 @@ async def test_a_path_answers_a_question(keyboard: Keyboard, fake_openai: FakeOp
     assert said(fake_openai, "tool")[-1] == "/home/ann/project"
 
 
+async def test_an_answer_over_the_limit_is_refused_and_the_next_line_answers(
+    hub: ChatHub, keyboard: Keyboard, fake_openai: FakeOpenAIServer
+) -> None:
+    """A refused answer (too long) left the question waiting but the prompt gone: the
+    next line went in as a new message, behind the waiting turn (found by review)."""
+    fake_openai.reply_tool_calls(("q1", "ask_user_clarification", {"question": "Which city?"}))
+    fake_openai.reply_text("Booking it.")
+    keyboard.type("book a hotel")
+    await keyboard.shows("Which city?")
+    keyboard.type("R" * (hub.config.max_message_chars + 1))
+    await keyboard.shows("the limit is")
+    keyboard.type("Rome")
+    await keyboard.shows("Booking it.")
+    assert said(fake_openai, "tool")[-1] == "Rome"
+
+
 async def test_a_message_starting_with_a_path_is_a_message(
     keyboard: Keyboard, fake_openai: FakeOpenAIServer
 ) -> None:
