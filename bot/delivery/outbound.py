@@ -255,8 +255,11 @@ class Outbound:
         (False: a newer edit of the same message came while this one waited, and replaced it)."""
         key = (conversation, message_id)
         ticket = self._edits[key] = self._edits.get(key, 0) + 1
+        # Where each method is limited apart, edits keep a lane of their own: one waiting
+        # out its 429 held the conversation's replies (found by review on 2026-12-07).
+        lane = f"{conversation}\x00edits" if self.pacer.policy.per_method else conversation
         try:
-            async with self._lane(conversation):
+            async with self._lane(lane):
                 if self._edits.get(key) != ticket:
                     return False
                 await self._run(conversation, op, kind=EDIT)

@@ -270,6 +270,9 @@ class _Chat:
     edits: Bucket
     cap: Window | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: Edits wait on their own where each method is limited apart (``per_method``): an
+    #: edit waiting out its 429 held the conversation's new messages behind it.
+    edit_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class Pacer:
@@ -319,8 +322,9 @@ class Pacer:
         chat = self._chat(conversation)
         bucket = chat.edits if kind == EDIT else chat.sends
         places: list[tuple[Window, int]] = []
+        apart = kind == EDIT and self.policy.per_method
         try:
-            async with chat.lock:
+            async with chat.edit_lock if apart else chat.lock:
                 await self._take(bucket)
                 if chat.cap is not None and kind == SEND:
                     places.append(await self._take_place(chat.cap))

@@ -245,3 +245,27 @@ def test_a_429_on_any_call_holds_the_conversation_where_limits_are_per_chat() ->
     assert not pacer.waits_alone("alice", OTHER) and not pacer.waits_alone(None, OTHER)
     pacer.retry_after(None, 5.0, OTHER)
     assert pacer.global_pauses == 1
+
+
+async def test_where_each_method_is_limited_apart_an_edit_waiting_out_a_429_holds_no_reply(
+    outbox: OutboxStore,
+) -> None:
+    """The edit's 429 paused only the edits, but the edit waited it out in the
+    conversation's lane (and under its lock), and the replies behind it waited as long
+    (found by review of the change)."""
+    policy = PacingPolicy(private=Rate(100, 100.0), edits=Rate(100, 100.0), per_method=True)
+    out, client, time = make_outbound(outbox, Pacing(policy=policy), auto=False)
+    tries: list[float] = []
+
+    async def update() -> None:
+        tries.append(time.now)
+        if len(tries) == 1:
+            raise RetryLater(30.0, "ratelimited")
+
+    edit = asyncio.create_task(out.edit("alice", "m1", update))
+    await settle()
+    assert tries == [0.0] and not edit.done()  # waiting out its 30 s
+    await out.send("alice", {"text": "the reply"})
+    assert client.delivered()[-1].at == 0.0  # not behind the edit
+    await time.advance(30.0)
+    assert await edit and tries == [0.0, 30.0]
