@@ -70,17 +70,29 @@ def _in_code(content: str) -> str:
     return _FENCE_RUN.sub(lambda run: _ZWSP.join(run.group()), content)
 
 
+def _span(text: str) -> str:
+    """``text`` as inline code that no backtick in it can end (a path or an agent's name
+    is the model's: one with a backtick ended the span, and what followed was drawn as
+    Markdown on the card; found by review on 2026-12-07)."""
+    if "`" not in text:
+        return f"`{text}`"
+    return f"`` {re.sub(r'`(?=`)', '`' + _ZWSP, text)} ``"
+
+
 def card_text(shown: CardContent, limit: int = MESSAGE_LIMIT) -> str:
     """The card as Markdown within ``limit``: the title, the tool, who may decide, the
     call in a code block (its beginning, said so, when it does not fit)."""
-    lines = [f"**{shown.title}**", f"Tool: `{shown.tool[:100]}` · Agent: `{shown.agent[:100]}`"]
+    lines = [
+        f"**{shown.title}**",
+        f"Tool: {_span(shown.tool[:100])} · Agent: {_span(shown.agent[:100])}",
+    ]
     if shown.depth > 0:
         lines[-1] += f" (sub-agent, depth {shown.depth})"
     if shown.deciders:
         lines.append(f"*👤 {shown.deciders[:200]}*")
     if shown.label == "Diff" and shown.path:
-        lines.append(f"File: `{shown.path[:200]}`{' (new file)' if shown.new_file else ''}")
-    workdir = f"Working directory: `{shown.workdir[:200]}`" if shown.workdir else ""
+        lines.append(f"File: {_span(shown.path[:200])}{' (new file)' if shown.new_file else ''}")
+    workdir = f"Working directory: {_span(shown.workdir[:200])}" if shown.workdir else ""
     head = "\n".join(lines) + f"\n{shown.label}:\n"
     code = _in_code(shown.content)
 

@@ -145,6 +145,8 @@ def _after(line: str, fence: str | None, fences: re.Pattern[str] = _FENCE) -> st
         return fence
     if fence is None:
         return _opened(match.group(1), match.group(2))
+    if fences is _BACKTICK_FENCE:  # Discord's: any ``` ends the block it is in
+        return None
     # Closed by a fence of the same character, at least as long, with no info string.
     opener = _FENCE.match(fence)
     assert opener is not None

@@ -149,6 +149,18 @@ def test_without_tildes_a_fence_indented_under_a_list_item_is_closed_and_reopene
     assert parts[1].startswith("```python\n") and parts[1].endswith("2. Done.")
 
 
+def test_without_tildes_any_backtick_fence_ends_the_block_as_discord_draws_it() -> None:
+    """A ```` block holding a ``` line: Discord ends the block there, but the splitter
+    took it, by CommonMark's rule, for code going on, closed and reopened a block at
+    the cut, and what followed was drawn the other way round (found by review)."""
+    prose = "\n".join(f"Some words of line {n}, and some more words." for n in range(60))
+    text = f"````md\nan example\n```\n{prose}\n````"
+    parts = split_markdown(text, 2000, tildes=False)
+    assert len(parts) == 2
+    assert not parts[1].startswith("`")  # prose on Discord: no block reopened around it
+    assert parts[0].endswith("more words.")
+
+
 def test_a_long_one_line_code_span_then_more_text_ends_and_fits() -> None:
     """A model's minified JSON in ``` on one line, 2,400 characters, then prose: the whole
     line was reopened at the top of every later message, left no room, and the split never
