@@ -231,16 +231,24 @@ async def test_a_question_answered_by_a_message_shows_who_answered_and_loses_its
     assert fake.message(channel, shown.id).content.endswith("**✍️ Answered** by Alice")
 
 
-async def test_a_card_whose_answer_was_lost_is_posted_once(
-    fake: FakeDiscordServer, make_service: MakeService, model
+async def test_a_card_whose_answers_were_lost_is_posted_once(
+    fake: FakeDiscordServer, make_service: MakeService, model, monkeypatch
 ) -> None:
-    """Discord took the card, its answer was lost, and the card was posted again: two
-    cards, one of them dead (found by review). It is named by its call (its nonce)."""
+    """Discord took the card and every answer of the send's tries was lost: the card was
+    posted again later, a second card (found by review). It is named by its call (its
+    nonce), in the send's tries and in the later post alike."""
+    unpaced = Pacing.unpaced.__func__  # type: ignore[attr-defined]
+
+    def quick(cls: type[Pacing], **retries: Any) -> Pacing:
+        return unpaced(cls, backoff_s=(0.01, 0.02, 0.04, 0.08, 0.16), **retries)
+
+    monkeypatch.setattr(Pacing, "unpaced", classmethod(quick))
+    monkeypatch.setattr(open_cards, "REPOST_FIRST_S", 0.05)
     model.add(shell("echo hi"), text("Done."))
     await make_service()
-    fake.lose_answer_next(MESSAGES, matching="Approval needed")
+    fake.lose_answer_next(MESSAGES, 6, matching="Approval needed")  # the send's six tries
     channel = fake.dm(ALICE, "run it")["channel_id"]
-    await until(lambda: len(fake.calls_to(MESSAGES)) >= 3)  # the progress line, the card twice
+    await until(lambda: sum("Approval needed" in str(c.body) for c in fake.calls_to(MESSAGES)) >= 7)
     await until(lambda: (c := card_in(fake, channel)) is not None and c.components)
     assert sum("Approval needed" in m.content for m in fake.messages(channel)) == 1
 
