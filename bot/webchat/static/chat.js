@@ -700,9 +700,14 @@ document.addEventListener("keydown", (event) => {
     notice("Voice message cancelled.");
     return;
   }
+  if (event.key !== "Escape") return;
   // Esc in a card's reason or a question's answer leaves that box; it stops no turn.
-  if (event.target.closest && event.target.closest(".card, .question")) return;
-  if (event.key === "Escape" && state.running) frameOut({ type: "stop" });
+  const box = event.target;
+  if (box.matches && box.matches(".card input, .question textarea")) {
+    box.blur();
+    return;
+  }
+  if (state.running) frameOut({ type: "stop" });
 });
 
 // -- voice messages: recorded with the microphone, uploaded as a voice note, sent at once;

@@ -611,6 +611,7 @@ async def test_the_composers_keys_and_button_do_what_they_say_in_chromium(
         await page.fill(".card[data-call='7'] .reason input", "hm, no wait")
         await page.press(".card[data-call='7'] .reason input", "Escape")
         assert await page.evaluate(sent) == 0
+        assert not await page.evaluate("document.activeElement.matches('.reason input')")
 
         await page.press("#input", "Escape")  # Esc in the composer stops
         assert await page.evaluate(sent) == 1
