@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -177,16 +178,21 @@ async def test_a_lagging_service_catches_up_from_the_database(store: Store) -> N
     assert indexer.catch_ups >= 2  # the start, and at least one Lagged
 
 
+class FailingOnce(Indexer):
+    """An indexer whose first index of a session (of ``only``, when given) fails."""
+
+    def __init__(self, db: Any, only: int | None = None) -> None:
+        super().__init__(db)
+        self.only, self.failed = only, False
+
+    async def index_session(self, session_id: int) -> int:
+        if not self.failed and self.only in (None, session_id):
+            self.failed = True
+            raise RuntimeError("database went away")
+        return await super().index_session(session_id)
+
+
 async def test_a_failing_round_is_retried_with_the_next_event(store: Store) -> None:
-    class FailingOnce(Indexer):
-        failed = False
-
-        async def index_session(self, session_id: int) -> int:
-            if not self.failed:
-                self.failed = True
-                raise RuntimeError("database went away")
-            return await super().index_session(session_id)
-
     bus = ChatEventBus()
     service = MemoryService(store.db, bus, indexer=FailingOnce(store.db))
     await service.start()
@@ -210,18 +216,8 @@ async def test_a_session_passed_over_in_a_catch_up_is_caught_up_at_the_next_even
     change found the passed-over session left until its own next message)."""
     early = await store.sessions.create("telegram:1")
     [missed] = await write_history(store, early.id, [("user", "one")])
-
-    class FailingOnce(Indexer):
-        failed = False
-
-        async def index_session(self, session_id: int) -> int:
-            if session_id == early.id and not self.failed:
-                self.failed = True
-                raise RuntimeError("database went away")
-            return await super().index_session(session_id)
-
     bus = ChatEventBus()
-    service = MemoryService(store.db, bus, indexer=FailingOnce(store.db))
+    service = MemoryService(store.db, bus, indexer=FailingOnce(store.db, only=early.id))
     await service.start()  # its first round catches up: the early session fails
     await service.settled()
     other = await store.sessions.create("telegram:2")

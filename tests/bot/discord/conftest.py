@@ -120,3 +120,14 @@ async def stored(service: Service, message_id: str) -> None:
             return
         await asyncio.sleep(0.005)
     raise AssertionError(f"message {message_id} was never stored")
+
+
+async def answered_then_down(fake: FakeDiscordServer, make_service: MakeService) -> str:
+    """Alice's DM answered, the service stopped, one more DM written while it was down;
+    the DM channel's id."""
+    service = await make_service()
+    channel = fake.dm(ALICE, "one")["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: one"])
+    await service.stop()
+    fake.dm(ALICE, "two (while down)", offline=True)
+    return str(channel)

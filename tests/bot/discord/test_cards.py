@@ -64,6 +64,19 @@ def test_custom_ids_round_trip() -> None:
         assert parse_control(str(parsed)) == parsed
 
 
+@pytest.fixture
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real retry policy, its waits shortened: a send's six tries, then a card posted
+    again after 50 ms."""
+    unpaced = Pacing.unpaced.__func__  # type: ignore[attr-defined]
+
+    def quick(cls: type[Pacing], **retries: Any) -> Pacing:
+        return unpaced(cls, backoff_s=(0.01, 0.02, 0.04, 0.08, 0.16), **retries)
+
+    monkeypatch.setattr(Pacing, "unpaced", classmethod(quick))
+    monkeypatch.setattr(open_cards, "REPOST_FIRST_S", 0.05)
+
+
 def test_a_huge_call_fits_one_message_and_says_it_is_cut() -> None:
     shown = CardContent("execute_cmd", "main", 0, "Command", "echo ```x```\n" * 500, "sh")
     body = card_text(shown)
@@ -181,19 +194,12 @@ async def test_a_call_too_long_for_the_card_comes_with_it_in_full_as_a_file(
 
 
 async def test_an_approval_card_sent_during_an_outage_shows_once_discord_is_back(
-    fake: FakeDiscordServer, make_service: MakeService, model, monkeypatch: pytest.MonkeyPatch
+    fake: FakeDiscordServer, make_service: MakeService, model, quick_retries: None
 ) -> None:
     """Discord answers 503 to every try of the progress line and of the card: the card
     stays open and shows once Discord answers again (it was closed unseen, and the turn
     waited for a decision nobody could give in Discord; found by review). The waits are
     the real policy's, shortened."""
-    unpaced = Pacing.unpaced.__func__  # type: ignore[attr-defined]
-
-    def quick(cls: type[Pacing], **retries: Any) -> Pacing:
-        return unpaced(cls, backoff_s=(0.01, 0.02, 0.04, 0.08, 0.16), **retries)
-
-    monkeypatch.setattr(Pacing, "unpaced", classmethod(quick))
-    monkeypatch.setattr(open_cards, "REPOST_FIRST_S", 0.05)
     model.add(shell("echo hi"), text("Ran it."))
     service = await make_service()
     fake.fail_next(MESSAGES, 12, status=503)  # the progress line's six tries, the card's six
@@ -232,18 +238,11 @@ async def test_a_question_answered_by_a_message_shows_who_answered_and_loses_its
 
 
 async def test_a_card_whose_answers_were_lost_is_posted_once(
-    fake: FakeDiscordServer, make_service: MakeService, model, monkeypatch
+    fake: FakeDiscordServer, make_service: MakeService, model, quick_retries: None
 ) -> None:
     """Discord took the card and every answer of the send's tries was lost: the card was
     posted again later, a second card (found by review). It is named by its call (its
     nonce), in the send's tries and in the later post alike."""
-    unpaced = Pacing.unpaced.__func__  # type: ignore[attr-defined]
-
-    def quick(cls: type[Pacing], **retries: Any) -> Pacing:
-        return unpaced(cls, backoff_s=(0.01, 0.02, 0.04, 0.08, 0.16), **retries)
-
-    monkeypatch.setattr(Pacing, "unpaced", classmethod(quick))
-    monkeypatch.setattr(open_cards, "REPOST_FIRST_S", 0.05)
     model.add(shell("echo hi"), text("Done."))
     await make_service()
     fake.lose_answer_next(MESSAGES, 6, matching="Approval needed")  # the send's six tries

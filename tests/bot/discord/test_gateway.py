@@ -16,6 +16,7 @@ from tests.bot.discord.conftest import (
     GENERAL,
     GUILD,
     MakeService,
+    answered_then_down,
     discord_of,
     stored,
     texts,
@@ -166,11 +167,7 @@ async def test_a_live_message_waits_for_its_channels_catch_up(
 ) -> None:
     """The catch-up's read of the channel is slow and a live message comes meanwhile: it
     was answered first, and the model read the two out of order (found by review)."""
-    service = await make_service()
-    channel = fake.dm(ALICE, "one")["channel_id"]
-    await until(lambda: texts(fake, channel) == ["echo: one"])
-    await service.stop()
-    fake.dm(ALICE, "two (while down)", offline=True)
+    channel = await answered_then_down(fake, make_service)
     history = "GET /channels/{channel_id}/messages"
     read = fake.hold_answers(history)  # the catch-up's read is slow
     try:

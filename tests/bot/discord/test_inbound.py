@@ -18,6 +18,7 @@ from tests.bot.discord.conftest import (
     OTHER_GUILD,
     OWNER,
     MakeService,
+    answered_then_down,
     discord_of,
     texts,
     until,
@@ -210,11 +211,7 @@ async def test_two_messages_held_for_their_catch_up_keep_their_order(
     stored outside the channel's arrival order, so on PostgreSQL (a pool: inserts finish
     in any order) the later of two quick messages could be queued first (found by
     review). Here the first one's insert waits for the second to come, at most a second."""
-    service = await make_service()
-    channel = fake.dm(ALICE, "one")["channel_id"]
-    await until(lambda: texts(fake, channel) == ["echo: one"])
-    await service.stop()
-    fake.dm(ALICE, "two (while down)", offline=True)
+    channel = await answered_then_down(fake, make_service)
     history = "GET /channels/{channel_id}/messages"
     read = fake.hold_answers(history)
     second = await make_service()
