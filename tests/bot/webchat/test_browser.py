@@ -733,6 +733,9 @@ async def test_a_voice_message_in_chromium(
     mic = page.locator("#mic")
     assert await mic.get_attribute("aria-label") == "Record a voice message"
 
+    # The page's start ends by putting the keyboard in the composer: on a loaded machine
+    # that came after the test's focus on the microphone, and Space went to the composer.
+    await page.wait_for_selector("#input:focus")
     # Esc while recording throws the recording away: nothing is uploaded.
     await mic.focus()
     await page.keyboard.press("Enter")  # a button: the keyboard works as a click does
@@ -747,7 +750,10 @@ async def test_a_voice_message_in_chromium(
     await page.keyboard.press("Space")
     # A second recorded at least: the clock ticks every half second, but a loaded machine
     # can hold the page's timers past 0:01 (it went from 0:00 to 0:02 once, under CI's load).
-    await page.wait_for_selector("#recording:text-matches('Recording 0:(0[1-9]|[1-5][0-9])')")
+    async with _evidence_on_failure(page, artifacts, "webchat-voice-recording"):
+        await page.wait_for_selector(
+            "#recording:text-matches('Recording 0:(0[1-9]|[1-5][0-9])')", timeout=20_000
+        )
     label = "Stop recording and send the voice message"
     assert await mic.get_attribute("aria-label") == label
     await page.screenshot(path=str(artifacts / "webchat-voice-recording.png"))
