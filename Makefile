@@ -15,8 +15,9 @@ run: $(STAMP)
 	$(VENV)/bin/chathub run
 
 # Three pytest workers (pytest-xdist) on two cores, a test file each at a time: the suite
-# waits on subprocesses, HTTP and the databases about half the time (two workers: 10.5
-# minutes here, three: 8). Each worker has its own PostgreSQL and SQLite templates
+# waits on subprocesses, HTTP and the databases part of the time (two workers: 10.5
+# minutes here, three: 8, when the suite was smaller; four measured no faster than three
+# on 2026-12-07). Each worker has its own PostgreSQL and SQLite templates
 # (tests/pg.py). `make test TEST_WORKERS=0` runs in one process.
 TEST_WORKERS ?= 3
 
