@@ -17,7 +17,6 @@ not the speaker's) is logged and left out; the others are applied.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
@@ -175,8 +174,6 @@ class Deriver:
         for session_id in await self.pending():
             try:
                 done, reached = await self._derive(session_id)
-            except asyncio.CancelledError:
-                raise
             except Exception:  # its rows unreadable or unwritable: the others go on
                 log.exception("memory: deriving session %d failed; the others go on", session_id)
                 continue

@@ -8,7 +8,6 @@ restart never indexes a thing twice or skips one.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -105,8 +104,6 @@ class Indexer:
         for session_id in await self.behind():
             try:
                 written += await self.index_session(session_id)
-            except asyncio.CancelledError:
-                raise
             except Exception:
                 log.exception("memory: indexing session %d failed; the others go on", session_id)
                 failed.append(session_id)

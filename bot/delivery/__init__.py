@@ -17,6 +17,7 @@ from bot.delivery.errors import (
     describe,
 )
 from bot.delivery.handback import Tenure, TenureLost
+from bot.delivery.keyed_locks import KeyedLocks
 from bot.delivery.outbound import (
     Delivery,
     Outbound,
@@ -55,6 +56,7 @@ __all__ = [
     "DeliverySummary",
     "EventAlreadyHandled",
     "EventStore",
+    "KeyedLocks",
     "Outbound",
     "OutboundStats",
     "OutboxRow",

@@ -33,7 +33,7 @@ import contextlib
 import enum
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
@@ -47,6 +47,7 @@ from bot.delivery.errors import (
     describe,
 )
 from bot.delivery.handback import MARK_RETRY_S, DeliveryMarks, Handback, Tenure, TenureLost
+from bot.delivery.keyed_locks import KeyedLocks
 from bot.delivery.pacing import EDIT, OTHER, SEND, CallKind, Pacer, PacingPolicy, Ticket
 from bot.delivery.postponements import Postponements, RetrySchedule
 from bot.delivery.stats import OutboundStats
@@ -145,14 +146,6 @@ class Delivery(enum.Enum):
     RELEASED = "released"
 
 
-@dataclass(eq=False)
-class _Lane:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    #: Calls holding or waiting for the lock: the lane is forgotten when none is left (a
-    #: lane per conversation ever seen was kept for the process's life; found by review).
-    users: int = 0
-
-
 class Outbound:
     """One platform's paced client and outbox sender."""
 
@@ -198,7 +191,7 @@ class Outbound:
         self.postponements = Postponements(
             store, self.schedule, self.stats, now, self.postponed, strand=self.strand
         )
-        self._lanes: dict[str, _Lane] = {}
+        self._lanes: KeyedLocks[str] = KeyedLocks()
         #: A single process's stranded rows (``strand``).
         self._stranded: set[int] = set()
         # The newest edit asked for each (conversation, message): an older one still
@@ -232,21 +225,8 @@ class Outbound:
         """
         if kind != SEND or conversation is None:
             return await self._run(conversation, op, kind=kind, may_send=may_send)
-        async with self._lane(conversation):
+        async with self._lanes.hold(conversation):
             return await self._run(conversation, op, kind=kind, may_send=may_send)
-
-    @contextlib.asynccontextmanager
-    async def _lane(self, conversation: str) -> AsyncIterator[None]:
-        """The conversation's lane held: its calls one at a time, in order."""
-        lane = self._lanes.setdefault(conversation, _Lane())
-        lane.users += 1
-        try:
-            async with lane.lock:
-                yield
-        finally:
-            lane.users -= 1
-            if not lane.users and self._lanes.get(conversation) is lane:
-                del self._lanes[conversation]
 
     async def edit(
         self, conversation: str, message_id: str, op: Callable[[], Awaitable[Any]]
@@ -259,7 +239,7 @@ class Outbound:
         # out its 429 held the conversation's replies (found by review on 2026-12-07).
         lane = f"{conversation}\x00edits" if self.pacer.policy.per_method else conversation
         try:
-            async with self._lane(lane):
+            async with self._lanes.hold(lane):
                 if self._edits.get(key) != ticket:
                     return False
                 await self._run(conversation, op, kind=EDIT)

@@ -315,8 +315,10 @@ class Pacer:
         ``conversation`` ``None``: a call of no conversation (it waits for a flood's pause).
         """
         if kind in (OTHER, ANSWER) or conversation is None:
-            waits_for_chat = conversation is not None and kind == OTHER
-            waits_for_chat = waits_for_chat and not self.policy.per_method
+            # Another call waits for its conversation's pause, unless 429s are per method.
+            waits_for_chat = (
+                conversation is not None and kind == OTHER and not self.policy.per_method
+            )
             await self._paused(self._chat(conversation) if waits_for_chat else None)
             return Ticket((), self._clock)
         chat = self._chat(conversation)

@@ -21,6 +21,7 @@ from bot.platform.cards import (
     Choice,
     outcome_line,
 )
+from bot.platform.chunks import in_code_block
 from bot.platform.controls import ControlId
 from bot.platform.open_cards import OpenCards, Words
 from engine.hub import ChatHub
@@ -55,19 +56,7 @@ def question_buttons(tool_call_id: int) -> Buttons:
     return [[{"custom_id": str(ControlId("ask", tool_call_id)), "label": ANSWER_LABEL, "style": 1}]]
 
 
-#: A run that would end a code block on Discord, whatever the fence's length.
-_FENCE_RUN = re.compile(r"`{3,}")
 _ZWSP = "\u200b"
-
-
-def _in_code(content: str) -> str:
-    """``content`` safe inside a code block: Discord ends one at the first ```, whatever
-    fence opened it (a longer fence, CommonMark's rule, is none of Discord's), so a zero-
-    width space parts each run of three or more. Until 2026-12-07 a command holding ```
-    closed the card's block early and the rest was drawn as Markdown: a ``||spoiler||``
-    could hide part of the command from its approver (found by review). The whole call
-    rides along as a file when the card is cut."""
-    return _FENCE_RUN.sub(lambda run: _ZWSP.join(run.group()), content)
 
 
 def _span(text: str) -> str:
@@ -94,7 +83,10 @@ def card_text(shown: CardContent, limit: int = MESSAGE_LIMIT) -> str:
         lines.append(f"File: {_span(shown.path[:200])}{' (new file)' if shown.new_file else ''}")
     workdir = f"Working directory: {_span(shown.workdir[:200])}" if shown.workdir else ""
     head = "\n".join(lines) + f"\n{shown.label}:\n"
-    code = _in_code(shown.content)
+    # Discord ends a block at the first ```, whatever fence opened it: until 2026-12-07 a
+    # longer fence was relied on, and a command holding ``` was drawn as Markdown after
+    # it, where a ||spoiler|| could hide its end from the approver (found by review).
+    code = in_code_block(shown.content)
 
     def assemble(content: str, note: str) -> str:
         tail = "\n".join(part for part in (workdir, note) if part)

@@ -10,7 +10,6 @@ message, stored and marked handled in one commit.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import re
@@ -25,7 +24,7 @@ from aiohttp import ClientError
 from nio import AsyncClient, RoomGetEventResponse
 from sqlalchemy.engine import Connection
 
-from bot.delivery import OTHER, RetryLater, Unavailable
+from bot.delivery import OTHER, KeyedLocks, RetryLater, Unavailable
 from bot.matrix.activity import RoomActivity
 from bot.matrix.cards import MatrixCards
 from bot.matrix.decisions import Decisions
@@ -95,7 +94,7 @@ class MessageHandler:
         self._voice = voice
         self._roots: dict[tuple[str, str], bool] = {}
         #: One direct room opened at a time per person (two notices at once opened two).
-        self._opening: dict[str, asyncio.Lock] = {}
+        self._opening: KeyedLocks[str] = KeyedLocks()
 
     # -- what is stored at all --------------------------------------------------------------
 
@@ -357,7 +356,7 @@ class MessageHandler:
         still in it; else a new one, stored. One at a time here: two notices at once
         opened two rooms."""
         key = f"matrix:direct:{user}"
-        async with self._opening.setdefault(user, asyncio.Lock()):
+        async with self._opening.hold(user):
             stored = await self._settings.get(key)
             tried = [r for r in dict.fromkeys((stored, self._me.direct.get(user))) if r]
             for room in tried:

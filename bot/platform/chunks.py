@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["MIN_LIMIT", "split_markdown"]
+__all__ = ["MIN_LIMIT", "in_code_block", "split_markdown"]
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 #: Discord's: only backticks, and at any indent (it draws ``` as code wherever it stands:
@@ -27,6 +27,15 @@ MIN_LIMIT = 32
 #: characters left no room for text, so the split never ended (found by review).
 _MAX_REOPENED = 24
 _ZWJ = "\u200d"
+_ZWSP = "\u200b"
+#: What ends a code block on Slack and Discord, whatever fence opened it.
+_FENCE_RUN = re.compile(r"`{3,}")
+
+
+def in_code_block(code: str) -> str:
+    """``code`` that nothing in it can end the code block it is put in: ``` cannot be
+    escaped there, so a zero-width space parts each run of three or more backticks."""
+    return _FENCE_RUN.sub(lambda run: _ZWSP.join(run.group()), code)
 
 
 def split_markdown(text: str, limit: int, *, tildes: bool = True) -> list[str]:
@@ -40,7 +49,7 @@ def split_markdown(text: str, limit: int, *, tildes: bool = True) -> list[str]:
         return []
     if len(text) <= limit:
         return [text]
-    out = _Messages(limit, _FENCE if tildes else _BACKTICK_FENCE)
+    out = _Messages(limit, _FENCE if tildes else _BACKTICK_FENCE, any_run_closes=not tildes)
     for line in text.split("\n"):
         out.add_line(line)
     out.flush()
@@ -50,9 +59,10 @@ def split_markdown(text: str, limit: int, *, tildes: bool = True) -> list[str]:
 class _Messages:
     """The messages so far and the one being filled, with the fence open at its end."""
 
-    def __init__(self, limit: int, fences: re.Pattern[str]) -> None:
+    def __init__(self, limit: int, fences: re.Pattern[str], *, any_run_closes: bool) -> None:
         self.limit = limit
         self.opens = fences  # the lines that open or close code
+        self.any_run_closes = any_run_closes  # Discord's: any ``` ends the block it is in
         self.done: list[str] = []
         self.lines: list[str] = []
         self.fences: list[str | None] = []  # the fence open after each of ``lines``
@@ -67,7 +77,7 @@ class _Messages:
         return joined + _closing_cost(fence_after) <= self.limit
 
     def add_line(self, line: str) -> None:
-        after = _after(line, self.fence, self.opens)
+        after = _after(line, self.fence, self.opens, self.any_run_closes)
         if self.fits(line, after):
             self._append(line, after)
             return
@@ -137,15 +147,17 @@ def _closing_cost(fence: str | None) -> int:
     return 0 if fence is None else len(_closing(fence)) + 1
 
 
-def _after(line: str, fence: str | None, fences: re.Pattern[str] = _FENCE) -> str | None:
+def _after(
+    line: str, fence: str | None, fences: re.Pattern[str], any_run_closes: bool
+) -> str | None:
     """The fence open after ``line`` (``None``: outside code), ``fences`` the lines that
-    open or close code."""
+    open or close code; ``any_run_closes``: any of them ends an open block (Discord's)."""
     match = fences.match(line)
     if match is None:
         return fence
     if fence is None:
         return _opened(match.group(1), match.group(2))
-    if fences is _BACKTICK_FENCE:  # Discord's: any ``` ends the block it is in
+    if any_run_closes:
         return None
     # Closed by a fence of the same character, at least as long, with no info string.
     opener = _FENCE.match(fence)

@@ -21,6 +21,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 from bot.delivery import (
     CardStore,
     EventStore,
+    KeyedLocks,
     Outbound,
     OutboxStore,
     Pacing,
@@ -30,7 +31,7 @@ from bot.delivery import (
 )
 from bot.platform.access import Access, PairingDesk
 from bot.platform.jobs import Jobs
-from bot.platform.lanes import ArrivalOrder, Lanes
+from bot.platform.lanes import Lanes
 from bot.platform.menu import chat_commands
 from bot.platform.open_cards import OpenCards
 from bot.platform.outbox import Outbox
@@ -169,7 +170,7 @@ class Front(Generic[In]):
         self._incoming: Lanes[str, In] = Lanes(self._handle_in_lane, f"{self.name}-in")
         #: Keys queued or being handled here: a take-over never queues one twice.
         self._queued: set[str] = set()
-        self._arrivals: ArrivalOrder[str] = ArrivalOrder()
+        self._arrivals: KeyedLocks[str] = KeyedLocks()  # a lane's arrivals, in order
         self._outgoing: Lanes[str, HubEvent] = Lanes(self._renderer.render, f"{self.name}-out")
 
     # -- life cycle ----------------------------------------------------------------------
@@ -235,7 +236,7 @@ class Front(Generic[In]):
         though each comes in a task of its own (slack_sdk's envelopes, discord.py's
         events) and awaits the store and ``addressed`` (a mention overtook a line whose
         thread was being looked up; found by review on 2026-12-07)."""
-        async with self._arrivals.turn(stored.lane):
+        async with self._arrivals.hold(stored.lane):
             if addressed is not None and not await addressed(stored):
                 return 0
             new = await self.record(stored)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-__all__ = ["ArrivalOrder", "Lanes"]
+__all__ = ["Lanes"]
 
 log = logging.getLogger(__name__)
 
@@ -77,29 +76,3 @@ class Lanes(Generic[K, T]):
                 self._queues.pop(key, None)
             if not self._workers:
                 self._idle.set()
-
-
-class ArrivalOrder(Generic[K]):
-    """A key's arrivals pass ``turn`` in the order they came, though each is handled by a
-    task of its own (slack_sdk's envelopes, discord.py's events) and awaits before it
-    reaches its lane (a lookup, the store): a first-come lock per key, taken before any
-    other await. Keys never wait for each other; a key's lock lives while it is used."""
-
-    def __init__(self) -> None:
-        self._locks: dict[K, tuple[asyncio.Lock, int]] = {}
-
-    @asynccontextmanager
-    async def turn(self, key: K) -> AsyncIterator[None]:
-        lock, users = self._locks.get(key, (None, 0))
-        if lock is None:
-            lock = asyncio.Lock()
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:  # FIFO: a free lock is taken without a pause
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)

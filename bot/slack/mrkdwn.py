@@ -17,13 +17,14 @@ from collections.abc import Sequence
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from bot.platform.chunks import in_code_block
+
 __all__ = ["code_block", "escape", "to_mrkdwn"]
 
 _PARSER = MarkdownIt("commonmark").enable(["table", "strikethrough"])
 _SAFE_LINK = re.compile(r"^(https?://|mailto:)", re.IGNORECASE)
 _MARKS = {"strong": "*", "em": "_", "s": "~"}
 _ZWSP = "\u200b"
-_FENCE_RUN = re.compile(r"`{3,}")  # only these close a block: ``x`` copies as it is
 _BULLETS = ("•", "◦", "▪")
 
 
@@ -60,8 +61,7 @@ def code_block(code: str) -> str:
     between the backticks of each run of three or more keeps the code from closing it (a
     Markdown example in a ```` fence closed the block early, the rest shown formatted,
     until 2026-12-06)."""
-    broken = _FENCE_RUN.sub(lambda run: _ZWSP.join(run.group()), escape(code))
-    return f"```\n{broken}\n```"
+    return f"```\n{in_code_block(escape(code))}\n```"
 
 
 def _url(href: str) -> str:
