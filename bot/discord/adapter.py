@@ -77,11 +77,12 @@ class _Held:
 
     def release(self, waiting: set[str]) -> list[Incoming]:
         """Only ``waiting``'s conversations wait from now on: the others' messages, in
-        the order they came."""
+        the order they were written (live ones and those the catch-up read wait
+        together; snowflake ids grow with time)."""
         self.waiting = waiting
         going = [m for m in self.messages if m.channel_id not in waiting]
         self.messages = [m for m in self.messages if m.channel_id in waiting]
-        return going
+        return sorted(going, key=lambda m: int(m.message_id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +311,7 @@ class DiscordAdapter:
                 guild_id=last.guild_id,
                 thread_owner=last.thread_owner,
             )
-            taken += await self._take(incoming, live=False)
+            taken += await self._take(incoming)
         return taken
 
     async def message(self, message: discord.Message) -> None:
@@ -324,19 +325,21 @@ class DiscordAdapter:
         except Exception:
             report_failure(log, f"receiving Discord message {message.id}")
 
-    async def _take(self, incoming: Incoming, *, live: bool = True) -> int:
-        """Stored and queued when it is for the bot and new (a live one waits when its
+    async def _take(self, incoming: Incoming) -> int:
+        """Stored and queued when it is for the bot and new (it waits while its
         conversation is still to be caught up); 1 when it was."""
         if not self._messages.addressed(incoming):
             return 0
         held = self._held
-        if not live or held is None:
+        if held is None:
             return await self.front.take(incoming)
 
         def park(stored: Incoming) -> bool:
             """Kept back while its conversation is still to be read (not when it was let
             go meanwhile); in order with the rest of its channel (until 2026-12-07 stored
-            outside that order: on PostgreSQL two quick messages could swap)."""
+            outside that order: on PostgreSQL two quick messages could swap). The
+            catch-up's own messages wait too: one it read that was newer than a held
+            live one was queued before it (until 2026-12-07; found by review)."""
             if not held.holds(stored.channel_id):
                 return False
             held.messages.append(stored)

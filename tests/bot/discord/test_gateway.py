@@ -179,6 +179,27 @@ async def test_a_live_message_waits_for_its_channels_catch_up(
     await until(lambda: in_order(texts(fake, channel)[1:], "two", "three"))
 
 
+async def test_a_message_the_catch_up_reads_after_a_held_live_one_comes_after_it(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """A live message waits for its conversation's catch-up; the catch-up's read finds a
+    newer one whose live event has not come yet. That one was queued at once, before the
+    held one: answered out of order (found by review)."""
+    service = await make_service()
+    adapter = discord_of(service)
+    channel = fake.dm(ALICE, "one")["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: one"])
+    fake.dm(ALICE, "two (while down)", offline=True)
+    adapter.session_began()  # a new session: its live messages wait for the catch-up
+    await stored(service, fake.dm(ALICE, "three (live)")["id"])
+    fake.dm(ALICE, "four (its event still to come)", offline=True)
+    assert adapter.bot_id is not None
+    adapter.ready(adapter.bot_id)
+    await until(lambda: all(w in "\n".join(texts(fake, channel)) for w in ("three", "four")))
+    said = "\n".join(texts(fake, channel)[1:])
+    assert said.index("two") < said.index("three") < said.index("four"), said
+
+
 async def test_a_message_held_for_a_catch_up_that_never_began_waits_for_the_next(
     fake: FakeDiscordServer, make_service: MakeService
 ) -> None:
