@@ -19,9 +19,11 @@ __all__ = ["DEFAULT_API_URL", "DiscordIdentity", "DiscordProbe", "invite_url", "
 log = logging.getLogger(__name__)
 
 DEFAULT_API_URL = "https://discord.com/api/v10"
-#: View Channels, Send Messages, Send Messages in Threads, Read Message History, Attach
-#: Files, Send Voice Messages (spoken replies in server channels; docs/discord.md).
-PERMISSIONS = (1 << 10) | (1 << 11) | (1 << 38) | (1 << 16) | (1 << 15) | (1 << 46)
+#: View Channels, Send Messages, Create Public Threads (a thread channel's answers: until
+#: 2026-12-07 missing, and in a server whose everyone role lacks it Discord refused every
+#: thread the bot started, so it answered in the channel), Send Messages in Threads, Read Message History, Attach Files, Send
+#: Voice Messages (spoken replies in server channels; docs/discord.md).
+PERMISSIONS = (1 << 10) | (1 << 11) | (1 << 35) | (1 << 38) | (1 << 16) | (1 << 15) | (1 << 46)
 
 
 def token_problem(token: str) -> str | None:

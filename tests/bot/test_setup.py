@@ -327,7 +327,7 @@ def test_discord_token_checked_and_owner_typed(
         term.expect("✓ This is chathub-bot.")
         term.expect(
             r"https://discord\.com/oauth2/authorize\?client_id=1100000000000000001"
-            r"&scope=bot\+applications\.commands&permissions=70643622185984"
+            r"&scope=bot\+applications\.commands&permissions=70677981924352"
         )
         term.expect(r"Your Discord user id \(Enter to skip\): ")
         term.send("@me")
