@@ -21,6 +21,7 @@ from engine.llm.scripted import text, tool_call
 from engine.session import ApprovalRequired
 from tests.bot.discord.conftest import ALICE, BOB, GENERAL, GUILD, MakeService, discord_of, until
 from tests.bot.platform_contract.scripts import shell
+from tests.engine.hub.conftest import held
 from tests.fakes.discord_server import FakeDiscordServer, SentMessage
 
 MESSAGES = "POST /channels/{channel_id}/messages"
@@ -280,3 +281,27 @@ def test_a_path_holding_a_backtick_stays_in_its_code_span() -> None:
     span = re.fullmatch(r"File: (`+) (.*) \1", line)
     assert span is not None and "``" not in span.group(2)
     assert span.group(2).replace("\u200b", "") == path
+
+
+async def test_a_question_answered_in_its_modal_shows_typing_while_the_turn_goes_on(
+    fake: FakeDiscordServer, make_service: MakeService, model: Any
+) -> None:
+    """The question's wait stops "typing…"; answered in the ✍️ modal (not by a message,
+    whose handler starts it), it shows again while the turn goes on (the tool's end)."""
+    ask = tool_call("ask_user_clarification", '{"question": "Which city?"}', "q")
+    model.add(ask)
+    await make_service()
+    channel = fake.dm(ALICE, "book a hotel")["channel_id"]
+    await until(lambda: any(m.content.startswith("**❓") for m in fake.messages(channel)))
+    question = next(m for m in fake.messages(channel) if m.content.startswith("**❓"))
+    release = held(model)  # the turn's next round takes its time
+    model.add(text("Booking Rome."))
+    typed = len(fake.typing_in(channel))
+    fake.click(channel, question.id, ALICE, question.custom_ids[0])
+    await until(lambda: [r.type for r in fake.interaction_responses][-1:] == [9])  # the modal
+    call = int(question.custom_ids[0].split(":")[1])
+    fake.modal_submit(channel, ALICE, f"answer:{call}", {"text": "Rome"}, message_id=question.id)
+    await release.asked.wait()
+    await until(lambda: len(fake.typing_in(channel)) > typed)
+    release.set()
+    await until(lambda: any(m.content == "Booking Rome." for m in fake.messages(channel)))
