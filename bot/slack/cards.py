@@ -24,7 +24,7 @@ from bot.platform.cards import (
 from bot.platform.controls import ControlId
 from bot.platform.open_cards import OpenCards, Words
 from bot.slack.incoming import is_message_id, parse_source
-from bot.slack.mrkdwn import code_block, escape, to_mrkdwn
+from bot.slack.mrkdwn import code_block, escape, escape_within, to_mrkdwn
 from bot.slack.sending import SlackSender, mrkdwn_parts
 from engine.hub import ChatHub
 
@@ -40,6 +40,8 @@ __all__ = [
 ANSWER_LABEL = "✍️ Answer"
 #: Block Kit: a section's text, a modal's title.
 SECTION_LIMIT = 3000
+#: A context block's text element (the outcome line under a closed card).
+CONTEXT_LIMIT = 2000
 _STYLES: dict[Choice, str] = {"approve": "primary", "reject": "danger"}
 _MODAL_TEXT = 1000
 
@@ -127,10 +129,10 @@ def card_blocks(card: CardRow) -> list[Json]:
 
 def resolved_blocks(card: CardRow, outcome: str, by: str | None, note: str | None) -> list[Json]:
     verb, suffix = outcome_line(outcome)
-    line = f"*{verb}*" + (f" by {escape(by)}" if by else "") + suffix
+    line = f"*{verb}*" + (f" by {escape_within(by, 200)}" if by else "") + suffix
     if note:
-        line += f": {escape(note)}"
-    context = {"type": "context", "elements": [{"type": "mrkdwn", "text": line[:2000]}]}
+        line += f": {escape_within(note, CONTEXT_LIMIT - len(line) - 2)}"
+    context = {"type": "context", "elements": [{"type": "mrkdwn", "text": line}]}
     return [_section(card.text), context]
 
 

@@ -56,6 +56,22 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def escape_within(text: str, limit: int) -> str:
+    """``text`` escaped in at most ``limit`` characters, cut (``…``) before an escape,
+    never inside one (a cut after escaping left ``&am`` on screen)."""
+    shown = escape(text)
+    if len(shown) <= limit:
+        return shown
+    kept, used = [], 0
+    for char in text:
+        part = escape(char)
+        if used + len(part) > limit - 1:
+            break
+        kept.append(part)
+        used += len(part)
+    return "".join(kept) + "…"
+
+
 def code_block(code: str) -> str:
     """``code`` as a code block: ``` cannot be escaped inside one, so a zero-width space
     between the backticks of each run of three or more keeps the code from closing it (a

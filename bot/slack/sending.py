@@ -50,7 +50,7 @@ from bot.platform.protocols import MessageRef
 from bot.platform.voice_mode import VoiceMode
 from bot.platform.voice_out import VOICE, Speak, audio_of, text_instead, voice_payloads
 from bot.slack.incoming import SLACK, Place, parse_source
-from bot.slack.mrkdwn import to_mrkdwn
+from bot.slack.mrkdwn import escape, escape_within, to_mrkdwn
 from bot.slack.settings import SlackSettings
 
 __all__ = [
@@ -71,6 +71,8 @@ Json = dict[str, Any]
 
 #: Slack's advice for a message's text (it takes 40,000 and cuts longer ones).
 MESSAGE_LIMIT = 4000
+#: A progress line's most characters, escapes counted.
+PROGRESS_LINE = 300
 #: Errors that mean Slack, not the request, failed.
 _SLACK_DOWN = frozenset(
     {"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"}
@@ -258,7 +260,7 @@ class SlackSender(RowSender):
         await self.say_at(parse_source(source), text)
 
     def progress_text(self, lines: Sequence[str]) -> str:
-        return last_lines([_escape(line) for line in lines], MESSAGE_LIMIT, 300)
+        return last_lines([escape_within(line, PROGRESS_LINE) for line in lines], MESSAGE_LIMIT)
 
     async def send_progress(self, source: str, text: str) -> MessageRef | None:
         place = parse_source(source)
@@ -312,7 +314,7 @@ class SlackSender(RowSender):
         self, channel: str, user: str, text: str, thread_ts: str | None = None
     ) -> None:
         """A message only ``user`` sees (a refusal, a command's answer); failures logged."""
-        arguments: Json = {"channel": channel, "user": user, "text": _escape(text)}
+        arguments: Json = {"channel": channel, "user": user, "text": escape(text)}
         if thread_ts:
             arguments["thread_ts"] = thread_ts
         await self._other(
@@ -393,8 +395,3 @@ def _shared_ts(file: Any, channel: str) -> str | None:
             if isinstance(ts, str):
                 return ts
     return None
-
-
-def _escape(text: str) -> str:
-    """Plain text for a mrkdwn field: Slack's three escapes, nothing else."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -13,7 +13,15 @@ from bot.delivery import CardRow
 from bot.platform.cards import EXPIRED, NOT_ALLOWED, CardContent
 from bot.platform.controls import ControlId, parse_control
 from bot.platform.open_cards import card_is_live
-from bot.slack.cards import QUESTION_CUT, card_text, parse_metadata, question_text
+from bot.slack.cards import (
+    CONTEXT_LIMIT,
+    QUESTION_CUT,
+    card_text,
+    parse_metadata,
+    question_text,
+    resolved_blocks,
+)
+from bot.slack.sending import PROGRESS_LINE, SlackSender
 from engine.approval import Decider
 from engine.hub import APPROVE
 from engine.llm.scripted import text, tool_call
@@ -271,3 +279,20 @@ def test_a_long_question_is_cut_where_its_markdown_may_be_and_keeps_what_it_asks
     assert not re.search(r"&[a-z]{0,3}\n", shown)  # every escape whole
     assert shown.endswith("Prod or *staging*?\n" + QUESTION_CUT)
     assert question_text("Which city?") == "*❓ Question*\n\nWhich city?"
+
+
+def test_a_long_reject_reason_is_cut_before_an_escape_not_inside_one() -> None:
+    """The outcome line was escaped, then cut at Block Kit's 2,000: a reason of ``<``s
+    ended in ``&l`` (found by review)."""
+    card = CardRow(7, "approval", "slack:C1", "C1", "1.1", "Run `ls`?", None, "open")
+    [_section, context] = resolved_blocks(card, "reject", "Ann", "<" * 3000)
+    line = context["elements"][0]["text"]
+    assert len(line) <= CONTEXT_LIMIT
+    assert line.endswith("&lt;…"), line[-12:]
+
+
+def test_a_long_progress_line_is_cut_before_an_escape_not_inside_one() -> None:
+    sender = SlackSender(None, None)  # type: ignore[arg-type]  (text alone)
+    shown = sender.progress_text(["🔧 shell: " + "<" * 400])
+    assert len(shown) <= PROGRESS_LINE
+    assert shown.endswith("&lt;…"), shown[-12:]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.slack.mrkdwn import _parsed, to_mrkdwn
+from bot.slack.mrkdwn import _parsed, escape, escape_within, to_mrkdwn
 
 ZWSP = "\u200b"
 
@@ -169,3 +169,19 @@ def test_plain_text_comes_out_as_the_parser_would_give_it(text: str) -> None:
 )
 def test_a_plain_sentence_is_itself(text: str) -> None:
     assert to_mrkdwn(text) == text
+
+
+#: An escape Slack reads, or a character that needs none.
+_WHOLE_ESCAPES = re.compile(r"&(?!amp;|lt;|gt;)")
+
+
+@given(st.text(alphabet="<>&a", max_size=60), st.integers(min_value=1, max_value=40))
+@settings(max_examples=200, deadline=None)
+def test_text_escaped_within_a_limit_is_never_cut_inside_an_escape(text: str, limit: int) -> None:
+    """A progress line or an outcome line was escaped, then cut: ``&am`` on screen."""
+    shown = escape_within(text, limit)
+    assert len(shown) <= limit
+    assert not _WHOLE_ESCAPES.search(shown), shown
+    assert shown.removesuffix("…") == escape(text)[: len(shown.removesuffix("…"))]
+    if len(escape(text)) <= limit:
+        assert shown == escape(text)
