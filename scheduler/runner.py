@@ -216,8 +216,11 @@ class JobRunner:
         return Ran("failed", None, background_error(outcome) or "the run ended without an answer")
 
     async def _refusal(self, job: Job) -> Ran | None:
-        """The run, failed, when the job may not run now (its owner lost access: the job
-        is paused too; or their platform is not here; its directory is gone)."""
+        """The run, failed, when the job may not run now (its owner lost access, or their
+        platform is not here, or its directory is gone), and the job paused: the chat is
+        told once, not at every fire (until 2026-12-07 only a lost access paused it, and a
+        */5 job with its directory gone told its chat every five minutes; found by
+        review). Resuming it in /jobs checks again."""
         allowed = True if job.owner_id is None else await self.owner_allowed(job.owner_id)
         if allowed is None:  # said "no longer allowed", which was not so (found by review)
             platform = (job.owner_id or "").partition(":")[0]
@@ -225,7 +228,9 @@ class JobRunner:
                 "failed",
                 None,
                 f"it did not run: {platform} is not running in this service, so the user it "
-                f"acts for ({job.owner_id}) could not be checked",
+                f"acts for ({job.owner_id}) could not be checked; it is paused (resume it "
+                "in /jobs once it runs again)",
+                pauses=True,
             )
         if not allowed:
             return Ran(
@@ -243,7 +248,9 @@ class JobRunner:
                     "failed",
                     None,
                     f"it did not run: its working directory {grants.working_directory} "
-                    "is no longer there",
+                    "is no longer there, so it is paused (resume it in /jobs once it is "
+                    "back)",
+                    pauses=True,
                 )
         return None
 

@@ -653,28 +653,45 @@ async def test_a_job_whose_owner_cannot_act_now_stops_and_says_why(
     assert model.requests == []  # nothing ran for them
 
 
-async def test_a_job_whose_owner_lost_access_is_paused_and_says_so_once(
+@pytest.mark.parametrize(
+    ("why", "says"),
+    [
+        ("lost-access", "no longer allowed"),
+        ("platform-not-running", "discord is not running"),
+        ("directory-gone", "reports is no longer there"),
+    ],
+)
+async def test_a_job_that_cannot_run_is_paused_and_says_so_once(
     make_scheduler: Callable[..., Scheduler],
+    engine: Engine,
     clock: FakeClock,
     model: EchoModel,
     origin: int,
     notified: list[Notification],
+    why: str,
+    says: str,
 ) -> None:
-    """Until 2026-12-07 it stayed enabled and told the chat "no longer allowed" at every
-    fire (a minutely job, every minute; found by review)."""
+    """Until 2026-12-07 it stayed enabled and told the chat why at every fire (a */5 job,
+    every five minutes: its owner's lost access until that morning, its platform not
+    running here or its working directory gone until that evening; found by review)."""
+    answers = {"lost-access": False, "platform-not-running": None}
 
-    async def removed(owner_id: str) -> bool | None:
-        return False
+    async def owner_check(owner_id: str) -> bool | None:
+        return answers.get(why, True)
 
     scheduler = make_scheduler(owner="worker-b")
-    scheduler.runner.owner_allowed = removed
+    scheduler.runner.owner_allowed = owner_check
+    grants = scheduler.grants.check({"working_directory": "reports"})
+    owner = "discord:42" if why == "platform-not-running" else "telegram:42"
     job = await scheduler.create_cron(
-        ORIGIN, "Daily brief", "0 8 * * *", "Brief me.", owner_id="telegram:42"
+        ORIGIN, "Inbox", "*/5 * * * *", "Brief me.", grants=grants, owner_id=owner
     )
+    if why == "directory-gone":
+        (engine.workspace.root / "reports").rmdir()
     first_fire = job.next_run_at
     assert first_fire is not None
-    for day in range(3):
-        clock.now = first_fire + timedelta(days=day, seconds=1)
+    for n in range(3):
+        clock.now = first_fire + timedelta(minutes=5 * n, seconds=1)
         await scheduler.dispatcher.step()
         await asyncio.wait_for(scheduler.dispatcher.drain(), 5)
 
@@ -683,7 +700,7 @@ async def test_a_job_whose_owner_lost_access_is_paused_and_says_so_once(
     [run] = await scheduler.store.runs(job.id)
     assert run.status == "failed" and "paused" in (run.error or "")
     [notice] = job_notices(notified)
-    assert "no longer allowed" in notice.summary and "paused" in notice.summary
+    assert says in notice.summary and "paused" in notice.summary
     assert model.requests == []
 
 
