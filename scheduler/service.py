@@ -356,14 +356,30 @@ class Scheduler:
         except CronError as exc:
             return f"{spec} (not valid: {exc})"
 
+    def finished(self, job: Job) -> bool:
+        """A one-off task that is over (a single run that fired, a background task
+        started): nothing to pause or resume, only to delete (until 2026-12-07 it was
+        listed as paused with a ▶️ Resume that could only fail; found by review)."""
+        if not job.single_run or job.enabled:
+            return False
+        if job.kind != "cron":
+            return True
+        try:
+            return self.next_fire(job, self._clock()) is None
+        except CronError:
+            return False  # paused with a schedule to mend, not over
+
     def describe(self, job: Job) -> str:
         """``every weekday at 08:00 — next: Mon 1 Dec 08:00 (Europe/Rome)`` style."""
+        done = " — done" if self.finished(job) and job.deleted_at is None else ""
         if job.kind != "cron" or job.spec is None:
-            return f"{job.kind} task"
+            return f"{job.kind} task{done}"
         try:
             text = _schedule(job.spec, job.timezone).describe()
         except CronError:
             text = job.spec
+        if done:
+            return f"{text}{done}"
         if not job.enabled or job.next_run_at is None:
             return f"{text} — paused" if job.deleted_at is None else text
         try:
@@ -398,9 +414,7 @@ class Scheduler:
 
     async def _check_count(self, source: str) -> None:
         # Finished one-off tasks (single runs that fired, async tasks done) do not count.
-        existing = sum(
-            1 for job in await self.store.for_source(source) if job.enabled or not job.single_run
-        )
+        existing = sum(1 for job in await self.store.for_source(source) if not self.finished(job))
         if existing >= self.limits.max_jobs_per_source:
             raise SchedulerError(
                 f"this chat already has {existing} scheduled tasks (the limit is "

@@ -629,6 +629,9 @@ class JobItem(BaseModel):
     grants: JobGrantsBody
     grant_lines: list[str]
     running: bool
+    #: A one-off task that is over (a single run that fired, a background task started):
+    #: it cannot be resumed, only deleted.
+    finished: bool
     last_run: JobLastRun | None
 
 

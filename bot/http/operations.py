@@ -44,6 +44,8 @@ class JobView:
     last_result: str | None = None
     last_error: str | None = None
     last_at: datetime | None = None
+    #: A one-off task that is over: nothing to pause or resume (``Scheduler.finished``).
+    finished: bool = False
 
     @property
     def grant_lines(self) -> list[str]:
@@ -57,6 +59,7 @@ class JobView:
         data["grants"] = grants.to_json()
         data["grant_lines"] = grants.lines()
         data["running"] = self.running
+        data["finished"] = self.finished
         data["last_run"] = (
             None
             if self.last_status is None
@@ -145,7 +148,7 @@ class Operations:
             job = await self._jobs().toggle(job.origin_source, job.id, wanted)
         except SchedulerError as exc:
             raise OperationError("conflict", str(exc)) from None
-        return JobView(job, self._jobs().describe(job), False)
+        return _view(self._jobs(), job, False, None)
 
     async def revoke_job_grants(self, job_id: int) -> JobView:
         """The job asks before every action from now on."""
@@ -160,7 +163,7 @@ class Operations:
             job = await self._jobs().set_grants(job.id, grants)
         except (GrantError, SchedulerError) as exc:
             raise OperationError("invalid", str(exc)) from None
-        return JobView(job, self._jobs().describe(job), False)
+        return _view(self._jobs(), job, False, None)
 
     async def delete_job(self, job_id: int) -> StopReport:
         """Delete a job; its runs in flight are stopped wherever they run (the report says
@@ -200,8 +203,7 @@ def _plain(value: Any) -> Any:
 
 
 def _view(scheduler: Scheduler, job: Job, running: bool, last: LastRun | None) -> JobView:
+    described, finished = scheduler.describe(job), scheduler.finished(job)
     if last is None:
-        return JobView(job, scheduler.describe(job), running)
-    return JobView(
-        job, scheduler.describe(job), running, last.status, last.result, last.error, last.at
-    )
+        return JobView(job, described, running, finished=finished)
+    return JobView(job, described, running, last.status, last.result, last.error, last.at, finished)

@@ -47,6 +47,8 @@ class JobEntry:
     enabled: bool
     #: Whether the job may do anything without asking (a platform offers to revoke it).
     granted: bool = False
+    #: A one-off task that is over: nothing to pause or resume, only to delete.
+    finished: bool = False
 
 
 #: What a button may do only for someone the ``APPROVERS`` rule lets decide the job
@@ -76,7 +78,8 @@ class Jobs:
             grants = JobGrants.of(job.run_context)
             lines = [f"\n#{job.id} {job.title}\n{self.scheduler.describe(job)}"]
             lines += [f"  • {line}" for line in grants.lines()] or ["  • asks before acting"]
-            listed.append(("\n".join(lines), JobEntry(job.id, job.enabled, bool(grants))))
+            entry = JobEntry(job.id, job.enabled, bool(grants), self.scheduler.finished(job))
+            listed.append(("\n".join(lines), entry))
         return listed
 
     async def act(self, source: str, action: JobAction, decider: Decider) -> str:

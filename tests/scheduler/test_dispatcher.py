@@ -736,6 +736,31 @@ async def test_resuming_computes_the_next_run_from_now_without_catching_up(
     assert await scheduler.store.runs(job.id) == []
 
 
+async def test_a_one_off_task_that_fired_is_done_not_paused(
+    scheduler: Scheduler, clock: FakeClock, origin: int
+) -> None:
+    """A single run that fired, or a background task started, was listed as paused with
+    a ▶️ Resume that answered "no future run to resume" (found by review)."""
+    xmas = await scheduler.create_cron(ORIGIN, "Xmas", "0 0 9 25 12 * 2026", "Merry xmas.")
+    later = await scheduler.create_cron(ORIGIN, "Later", "0 0 9 26 12 * 2026", "Later.")
+    research = await scheduler.create_async(ORIGIN, origin, "Research", "find things")
+    later = await scheduler.toggle(ORIGIN, later.id, False)  # paused before its day
+    assert xmas.single_run and xmas.next_run_at is not None
+    clock.now = xmas.next_run_at + timedelta(seconds=1)
+    await scheduler.dispatcher.step()
+    await scheduler.dispatcher.drain()
+
+    jobs = {job.id: job for job in await scheduler.jobs(ORIGIN)}
+    for done in (xmas, research):
+        assert scheduler.finished(jobs[done.id])
+        assert scheduler.describe(jobs[done.id]).endswith(" — done")
+    assert not scheduler.finished(jobs[later.id])  # paused, and it can be resumed
+    assert scheduler.describe(jobs[later.id]).endswith(" — paused")
+    with pytest.raises(SchedulerError, match="no future run"):
+        await scheduler.toggle(ORIGIN, xmas.id, True)
+    assert (await scheduler.toggle(ORIGIN, later.id, True)).enabled
+
+
 # -- the APScheduler wake-up ----------------------------------------------------------------------
 
 

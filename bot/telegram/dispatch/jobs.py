@@ -82,15 +82,12 @@ class JobsPanel:
         for entry in entries:
             job_id = entry.job_id
             toggle = ("⏸ Pause", "p") if entry.enabled else ("▶️ Resume", "r")
-            rows.append(
-                [
-                    {
-                        "text": f"{toggle[0]} #{job_id}",
-                        "callback_data": f"{JOBS_PREFIX}:{job_id}:{toggle[1]}",
-                    },
-                    {"text": f"🗑 Delete #{job_id}", "callback_data": f"{JOBS_PREFIX}:{job_id}:d"},
-                ]
-            )
+            row = [_button(f"🗑 Delete #{job_id}", f"{JOBS_PREFIX}:{job_id}:d")]
+            if not entry.finished:  # an ended one-off task has nothing to resume
+                row.insert(
+                    0, _button(f"{toggle[0]} #{job_id}", f"{JOBS_PREFIX}:{job_id}:{toggle[1]}")
+                )
+            rows.append(row)
             if entry.granted:
                 rows[-1].append(
                     {"text": f"🔒 Revoke #{job_id}", "callback_data": f"{JOBS_PREFIX}:{job_id}:g"}

@@ -22,6 +22,7 @@ class Job:
     enabled: bool = True
     run_context: dict[str, Any] | None = field(default=None)
     owner_id: str | None = None
+    finished: bool = False
 
 
 class Scheduler:
@@ -33,6 +34,9 @@ class Scheduler:
 
     def describe(self, job: Job) -> str:
         return "every day at 08:00"
+
+    def finished(self, job: Job) -> bool:
+        return job.finished
 
     async def delete_reporting(self, source: str, job_id: int) -> tuple[Job, StopReport]:
         if job_id not in self._jobs:
@@ -76,12 +80,14 @@ async def test_the_list_and_the_actions() -> None:
 
 
 async def test_telegram_adds_a_button_row_per_job() -> None:
-    panel = JobsPanel(Scheduler(Job(3, "Briefing"), Job(4, "Tea", False, READS)))  # type: ignore[arg-type]
+    done = Job(5, "Xmas", False, finished=True)  # a one-off task that fired: delete only
+    panel = JobsPanel(Scheduler(Job(3, "Briefing"), Job(4, "Tea", False, READS), done))  # type: ignore[arg-type]
     text, keyboard = await panel.render("mine")
     assert text.startswith("Scheduled jobs:") and keyboard is not None
     assert [[b["callback_data"] for b in row] for row in keyboard["inline_keyboard"]] == [
         ["jb1:3:p", "jb1:3:d"],
         ["jb1:4:r", "jb1:4:d", "jb1:4:g"],
+        ["jb1:5:d"],
     ]
     assert parse_job_callback("jb1:4:g") == JobAction(4, "revoke")
     assert await panel.render("other") == (NO_JOBS, None)
