@@ -281,6 +281,42 @@ async def _let_go(waiting: asyncio.Future[Answer]) -> None:
         waiting.result().close()
 
 
+class QueuedWhole(Response):
+    """A whole (not streamed) request whose conversation another request is being
+    answered in: it waits its turn (``queued``), then answers as ``WholeAnswer``. A client
+    that leaves meanwhile leaves the queue, its message never sent (until 2026-12-07 only
+    a stream's did: a whole request whose client gave up, the SDK's timeout, still sent
+    its message and ran a turn for nobody; found by review)."""
+
+    def __init__(self, queued: Callable[[], Awaitable[Answer]]) -> None:
+        super().__init__()
+        self._queued = queued
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        waiting = asyncio.ensure_future(self._queued())
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # a stop
+            await _let_go(waiting)
+            raise
+        finally:
+            gone.cancel()
+        if not waiting.done():  # the client left first
+            await _let_go(waiting)
+            return
+        try:
+            answer = waiting.result()
+        except ApiError as refused:
+            await refused.response()(scope, receive, send)
+            return
+        except Exception:
+            failed = _internal_error("a request waiting for its conversation")
+            await failed.response()(scope, receive, send)
+            return
+        await WholeAnswer(answer)(scope, receive, send)
+
+
 class WholeAnswer(Response):
     """The answer as one ``chat.completion``, once the turn gives it. A client that goes
     away meanwhile lets the answer go at once (the turn goes on): until 2026-12-06 the

@@ -83,9 +83,12 @@ class Asked:
         return digest("instructions", "\n\n".join(self.instructions))
 
 
-def asked_of(request: Request, body: CompletionRequest, agent: str) -> Asked:
+def asked_of(request: Request, body: CompletionRequest, agent: str, limit: int) -> Asked:
     """What ``body`` asks of ``agent``; ``ApiError(400)`` for a last message that is not
-    the user's, or is empty, or carries images that cannot be taken."""
+    the user's, or is empty, or longer than ``limit`` characters (the hub's), or carries
+    images that cannot be taken. Told before the request waits for its conversation: a
+    busy one's queued stream has sent its 200 (until 2026-12-07 a message too long was a
+    400 only when its conversation was idle; found by review)."""
     messages = body.messages
     last = messages[-1]
     if last.role != "user":
@@ -94,8 +97,14 @@ def asked_of(request: Request, body: CompletionRequest, agent: str) -> Asked:
             f"The last message must be the user's (its role is '{last.role}').",
             param="messages",
         )
-    images = decode_images(last.image_urls())
     text = last.text()
+    if len(text) > limit:
+        raise ApiError(
+            400,
+            f"The last message is {len(text):,} characters long; the limit is {limit:,}.",
+            param="messages",
+        )
+    images = decode_images(last.image_urls())
     if not text.strip() and not images:
         raise ApiError(400, "The last message is empty.", param="messages")
     instructions: list[str] = []

@@ -41,6 +41,7 @@ from engine.session import (
     UserMessage,
 )
 from engine.store import InboxItem, utcnow
+from engine.text import clean_text
 
 __all__ = ["INTERRUPTED", "KEEPALIVE", "Exchange", "ExchangeLimits", "Piece", "Turn"]
 
@@ -367,7 +368,7 @@ class Exchange:
         turn.gap = False
         event: dict[str, Any] = {"type": kind, "id": call_id, "depth": depth}
         if name is not None:
-            event["name"] = name
+            event["name"] = clean_text(name)
         return Piece(text, event)
 
     def _timeout(self, turn: _Turn) -> float:
@@ -403,9 +404,12 @@ def _question_of(item: InboxItem) -> str:
 
 
 def _line(text: str, turn: _Turn | None = None) -> str:
-    """``text`` as a paragraph of its own in the answer."""
+    """``text`` as a paragraph of its own in the answer, in characters every encoder
+    takes: a question or a name the model wrote may hold a lone surrogate (half an emoji),
+    which failed the stream's UTF-8 and, escaped in a whole answer, came back in the
+    client's history, which ``/v1`` refuses (until 2026-12-07; found by review)."""
     lead = "\n\n" if turn is not None and turn.said and turn.round_text else ""
-    return f"{lead}{text}\n\n"
+    return f"{lead}{clean_text(text)}\n\n"
 
 
 def _rest_of(turn: _Turn, answer: str) -> str:

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from bot.completions.answer import Answer, EventStream, QueuedStream, WholeAnswer
+from bot.completions.answer import Answer, EventStream, QueuedStream, QueuedWhole, WholeAnswer
 from bot.completions.asked import Asked, CompletionRequest, asked_of, context_of, read_request
 from bot.completions.conversations import (
     POSITION_KEY,
@@ -84,6 +84,12 @@ class CompletionsApi:
         self.exchange = Exchange(hub, self.last_answer, limits)
         # One request at a time per conversation: a second waits for the first's answer.
         self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._waiting = 0
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for their conversation's turn (one left by its client is not)."""
+        return self._waiting
 
     def routes(self) -> list[Route]:
         return [
@@ -149,24 +155,31 @@ class CompletionsApi:
 
     async def completions(self, request: Request) -> Response:
         body = await read_request(request)
-        asked = asked_of(request, body, self._agent(body.model))
+        limit = self._hub.config.max_message_chars
+        asked = asked_of(request, body, self._agent(body.model), limit)
         heads = chain(asked.digests)
         conversation, taken = await self._conversations.find(
             asked.agent, asked.name, heads, retried=asked.retried, opening=asked.opening
         )
         lock = self._locks.setdefault(conversation.id, asyncio.Lock())
-        contended = lock.locked()
-        if contended and body.stream:
-            # Its headers and keep-alives go out while the request before it is answered:
-            # nothing went out until then (up to a decision's wait, 300 s), and a proxy cut
-            # it after 60 s of silence (found by review on 2026-12-06).
+        if lock.locked():
+            # It waits in its response, which watches the client: one that leaves takes
+            # its message out of the queue. A stream's headers and keep-alives go out
+            # meanwhile: nothing went out until then (up to a decision's wait, 300 s), and
+            # a proxy cut it after 60 s of silence (found by review on 2026-12-06).
             async def when_free() -> Answer:
-                await lock.acquire()
+                self._waiting += 1
+                try:
+                    await lock.acquire()
+                finally:
+                    self._waiting -= 1
                 return await self._answer(conversation, heads, taken, asked, body, lock, True)
 
-            return QueuedStream(when_free, self.exchange.limits.keepalive_s)
+            if body.stream:
+                return QueuedStream(when_free, self.exchange.limits.keepalive_s)
+            return QueuedWhole(when_free)
         await lock.acquire()
-        answer = await self._answer(conversation, heads, taken, asked, body, lock, contended)
+        answer = await self._answer(conversation, heads, taken, asked, body, lock, False)
         if body.stream:
             return EventStream(answer)
         return WholeAnswer(answer)

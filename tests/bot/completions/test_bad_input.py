@@ -14,10 +14,11 @@ import openai
 import pytest
 
 from bot.checks.exposure import ApiExposureError
-from bot.completions import CompletionsApi
+from bot.completions import CompletionsApi, ExchangeLimits
 from bot.completions.asked import MAX_BODY_BYTES
 from bot.http.app import create_app
 from tests.bot.completions.conftest import GUARD_S, V1Server, until, user_messages
+from tests.bot.completions.test_completions import WRITE, approve_the_card
 from tests.fakes.openai_server import FakeOpenAIServer
 
 HI = [{"role": "user", "content": "hi"}]
@@ -315,3 +316,41 @@ async def test_an_internal_failure_answers_in_openais_error_shape(
     error = answer.json()["error"]
     assert error["type"] == "server_error" and error["code"] == "internal_error"
     assert "internal error (id " in error["message"] and "secret" not in answer.text
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
+async def test_a_message_too_long_is_a_400_whether_or_not_its_conversation_is_busy(
+    make_v1: Any, fake_openai: FakeOpenAIServer, busy: bool
+) -> None:
+    """Queued behind a busy conversation, a streamed request has its 200 sent before it is
+    read: the refusal came as an error event in a 200 stream, which the SDK raises as a
+    bare ``APIError`` (found by review). It is read before it waits now."""
+    v1 = await make_v1(limits=ExchangeLimits(decision_wait_s=60, keepalive_s=0.05))
+    fake_openai.reply_tool_calls(WRITE)
+    fake_openai.reply_text("Written.")
+    async with v1.client() as client, v1.http() as http:
+        if busy:
+            first = await client.chat.completions.create(
+                model="main",
+                user="tabs",
+                stream=True,
+                messages=[{"role": "user", "content": "write"}],
+            )
+            async for piece in first:
+                if "waits for approval" in (piece.choices[0].delta.content or ""):
+                    break
+        with pytest.raises(openai.BadRequestError) as refused:
+            stream = await client.chat.completions.create(
+                model="main",
+                user="tabs",
+                stream=True,
+                messages=[{"role": "user", "content": "x" * 32_001}],
+            )
+            async for _ in stream:
+                pass
+        if busy:
+            await approve_the_card(http)
+            async for _ in first:
+                pass
+    assert "32,001 characters long; the limit is 32,000" in str(refused.value)
+    assert refused.value.status_code == 400

@@ -898,3 +898,104 @@ async def test_an_answer_read_back_for_a_retry_is_the_one_the_conversation_goes_
     assert got == "The folder is empty."
     assert follow.json()["chathub"]["conversation"] == "api:1"
     assert user_messages(fake_openai.requests[-1]) == ["what is in my folder?", "make a file then"]
+
+
+USER_PICKS = {"role": "user", "content": "pick one"}
+#: A question whose emoji a token cut in half: its JSON holds a lone surrogate.
+HALF_EMOJI_QUESTION = ("q1", "ask_user_clarification", '{"question": "Which one \\ud83d?"}')
+
+
+async def test_a_streamed_question_with_half_an_emoji_is_told_not_an_internal_error(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+) -> None:
+    """Its line failed the stream's UTF-8: the client read "An internal error" (found by
+    review)."""
+    fake_openai.reply_tool_calls(HALF_EMOJI_QUESTION)
+    body = {"model": "main", "stream": True, "user": "half", "messages": [USER_PICKS]}
+    data: dict[str, Any] = {}
+    async with v1.http() as http, http.stream("POST", "/v1/chat/completions", json=body) as raw:
+        async for line in raw.aiter_lines():
+            if line.startswith("data: {"):
+                data = json.loads(line.removeprefix("data: "))
+                told = [c["delta"].get("content") or "" for c in data.get("choices", [])]
+                if "error" in data or any("Which one" in t for t in told):
+                    break
+    assert "error" not in data, data
+    assert "Which one \ufffd?" in data["choices"][0]["delta"]["content"]
+
+
+async def test_a_whole_answer_with_half_an_emoji_can_be_sent_back_with_the_next_message(
+    make_v1: Any, fake_openai: FakeOpenAIServer
+) -> None:
+    """The whole answer carried the lone surrogate, escaped; a client sending its history
+    back escaped it too, and ``/v1`` refused every later request of the conversation with a
+    400 (found by review)."""
+    v1 = await make_v1(limits=ExchangeLimits(decision_wait_s=0.3, keepalive_s=0.05))
+    fake_openai.reply_tool_calls(HALF_EMOJI_QUESTION)
+    async with v1.http() as http:
+        answer = await http.post(
+            "/v1/chat/completions", json={"model": "main", "messages": [USER_PICKS]}
+        )
+        assert answer.status_code == 200, answer.text
+        said = answer.json()["choices"][0]["message"]["content"]
+        assert "Which one \ufffd?" in said
+        fake_openai.reply_text("ok")
+        history = [
+            USER_PICKS,
+            {"role": "assistant", "content": said},
+            {"role": "user", "content": "the first one"},
+        ]
+        raw = json.dumps({"model": "main", "messages": history}).encode()  # escaped, as sent
+        again = await http.post(
+            "/v1/chat/completions", content=raw, headers={"content-type": "application/json"}
+        )
+    assert again.status_code == 200, again.text
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+async def test_a_queued_request_whose_client_left_sends_nothing(
+    make_v1: Any, fake_openai: FakeOpenAIServer, stream: bool
+) -> None:
+    """A request waiting for its conversation's turn, whose client gives up (a timeout,
+    Ctrl-C): its message is never sent. A whole one (``stream: false``, the SDK's default)
+    stayed queued, nobody watching its socket, and its message went to the agent once the
+    turn came: a turn for nobody (found by review)."""
+    v1 = await make_v1(limits=ExchangeLimits(decision_wait_s=60, keepalive_s=0.05))
+    fake_openai.reply_tool_calls(WRITE)
+    fake_openai.reply_text("Written.")
+    first = {
+        "model": "main",
+        "user": "two-tabs",
+        "stream": True,
+        "messages": [{"role": "user", "content": "write"}],
+    }
+    second = {**first, "stream": stream, "messages": [{"role": "user", "content": "never mind"}]}
+    async with v1.http() as http:
+        async with http.stream("POST", "/v1/chat/completions", json=first) as raw:
+            told = raw.aiter_lines()
+            async for line in told:
+                if "waits for approval" in line:
+                    break
+            async with v1.http() as impatient:
+                asking = asyncio.create_task(impatient.post("/v1/chat/completions", json=second))
+
+                async def queued() -> bool:
+                    return v1.api.waiting == 1
+
+                await until(queued)
+                asking.cancel()  # the client gives up: its connection closes
+                await asyncio.gather(asking, return_exceptions=True)
+
+            async def let_go() -> bool:
+                return v1.api.waiting == 0
+
+            await until(let_go)
+            await approve_the_card(http)
+            async for _ in told:
+                pass
+        fake_openai.reply_text("You're welcome.")
+        thanks = {**first, "stream": False, "messages": [{"role": "user", "content": "thanks"}]}
+        after = await asyncio.wait_for(http.post("/v1/chat/completions", json=thanks), GUARD_S)
+    assert after.json()["choices"][0]["message"]["content"] == "You're welcome."
+    said = [m for request in fake_openai.requests for m in user_messages(request)]
+    assert "never mind" not in said
