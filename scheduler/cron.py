@@ -147,6 +147,20 @@ def _expand(text: str, spec_field: _Field) -> frozenset[int]:
     return frozenset(values)
 
 
+def _described_weekdays(expression: str) -> str:
+    """``expression`` with a stepped day-of-week (``5/1``, ``mon/2``) written as the days
+    it matches: cron-descriptor reads a step in its own way ("Friday through Saturday" for
+    5/1, which fires on Sunday, 7, too), and the card and /jobs named the wrong days
+    (until 2026-12-07; found by review)."""
+    parts = expression.split()
+    where = 4 if len(parts) == 5 else 5
+    if len(parts) not in (5, 6, 7) or "/" not in parts[where]:
+        return expression
+    days = sorted({day % 7 for day in _expand(parts[where], _DOW)})
+    parts[where] = "*" if len(days) == 7 else ",".join(map(str, days))
+    return " ".join(parts)
+
+
 def _aps(values: frozenset[int], spec_field: _Field) -> str:
     """An APScheduler field expression for ``values``: ``*`` or a list of ranges."""
     if values == frozenset(range(spec_field.low, spec_field.high + 1)):
@@ -334,7 +348,7 @@ class CronSchedule:
 
     def describe(self, locale: str = "en") -> str:
         """A human-readable description (cron-descriptor), e.g. "At 08:00 AM, Monday through Friday"."""
-        expression = _NICKNAMES.get(self.spec, self.spec)
+        expression = _described_weekdays(_NICKNAMES.get(self.spec, self.spec))
         # Crontab weekdays (0 and 7 Sunday) are cron-descriptor's default; a 6-field spec is read
         # seconds-first since its last field (day-of-week) is never a 4-digit year.
         from cron_descriptor import ExpressionDescriptor, Options

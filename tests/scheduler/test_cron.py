@@ -543,6 +543,21 @@ def test_describe_in_english_uses_crontab_weekdays(spec: str, description: str) 
     assert CronSchedule.parse(spec, "Europe/Rome").describe() == description
 
 
+_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+@pytest.mark.parametrize("spec", ["0 8 * * 5/1", "0 8 * * mon/2", "0 8 * * 7/2", "0 8 * * */3"])
+def test_a_stepped_weekday_is_described_as_the_days_it_fires_on(spec: str) -> None:
+    """cron-descriptor read ``5/1`` as "Friday through Saturday" (it fires on Sunday too)
+    and ``7/2`` as every day (it fires on Sundays only): the card an owner approves named
+    other days than the job's (found by review)."""
+    schedule = CronSchedule.parse(spec, "UTC")
+    fired = schedule.fires(datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 8, tzinfo=UTC))
+    described = schedule.describe()
+    assert {_DAYS[f.weekday()] for f in fired} == {d for d in _DAYS if d in described}, described
+    assert "through" not in described
+
+
 def test_a_spec_cron_descriptor_cannot_read_is_shown_as_written() -> None:
     """Valid here, refused by cron-descriptor ("06,07" weekdays): its FormatError failed
     the approval card's preview, and the turn (found by review)."""
