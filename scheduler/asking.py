@@ -30,13 +30,13 @@ from engine.session import (
 )
 from engine.store import InboxError, InboxStore, utcnow
 
-__all__ = ["RunCards", "wait_ran_out"]
+__all__ = ["CARD_STOPPED", "RunCards", "wait_ran_out"]
 
 log = logging.getLogger(__name__)
 
 #: The outcomes of a card closed without a decision (``bot.platform.cards``' lines).
 TIMED_OUT = "timed_out"
-STOPPED = "stopped"
+CARD_STOPPED = "stopped"
 #: The longest wait between tries of a rejection at a job's limit that failed.
 REJECT_RETRY_MAX_S = 60.0
 
@@ -106,7 +106,9 @@ class RunCards:
             return
         task.cancel()
         if close:
-            closing = asyncio.create_task(self._hub.visiting.close(self._chat, call_id, STOPPED))
+            closing = asyncio.create_task(
+                self._hub.visiting.close(self._chat, call_id, CARD_STOPPED)
+            )
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
 

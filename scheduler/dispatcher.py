@@ -158,7 +158,10 @@ class Dispatcher:
         async with self._step_lock:
             now = self._clock()
             made = await self.store.materialize(now, self.next_fire)
-            abandoned = await self.store.abandon_expired(now)
+            ended = await self.store.abandon_expired(now)
+            if any(run.session_id is not None for run in ended):
+                # Their sessions' calls waited for good, cards open (found by review).
+                self._track(asyncio.create_task(self.runner.close_calls_left(ended)))
             room = self._max_claimed - len(self._held)
             claimed = await self.store.claim_with_jobs(
                 self.runner.owner, now, self._lease, room, made.read
@@ -189,7 +192,7 @@ class Dispatcher:
             return StepReport(
                 created=len(made.runs),
                 missed=sum(made.missed.values()),
-                abandoned=len(abandoned),
+                abandoned=sum(run.status == "abandoned" for run in ended),
                 started=started,
                 delivered=len(pending),
             )

@@ -19,18 +19,19 @@ import json
 import logging
 import secrets
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from typing import NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from engine.approval import OPERATOR
 from engine.bus import JobCompleted
 from engine.core import Engine
-from engine.hub import ChatHub, Notification
+from engine.hub import REJECT, ChatHub, Notification
 from engine.session import ChatSessionHandler, Final, TurnResult, background_error
-from engine.store import SENDER_KEY, utcnow
-from scheduler.asking import RunCards
+from engine.store import SENDER_KEY, InboxError, utcnow
+from scheduler.asking import CARD_STOPPED, RunCards
 from scheduler.grants import JobGrants
 from scheduler.store import STOPPED, AlreadyTold, Job, JobStore, Run, mark_delivered_in
 
@@ -313,6 +314,32 @@ class JobRunner:
         if job.kind not in ("cron", "async"):
             return None
         return job.origin_source or self.hub.home or None
+
+    async def close_calls_left(self, runs: Sequence[Run]) -> None:
+        """Runs ended without their worker (a deleted job's, one asked to stop, one
+        abandoned): the calls their sessions wait on are rejected and their cards closed
+        as stopped. Until 2026-12-07 a job deleted while its run's card waited in a
+        stopped process left the card and the call open for good, and ✅ still took it
+        (found by review)."""
+        for run in runs:
+            if run.session_id is None:
+                continue
+            try:
+                job = await self.store.get(run.job_id)
+                chat = None if job is None else self._chat_of(job)
+                for item in await self.hub.pending_approvals(run.session_id):
+                    await self._close_left(chat, item.tool_call_id, run)
+            except Exception:
+                log.exception("closing the calls left by run %s of job %s", run.id, run.job_id)
+
+    async def _close_left(self, chat: str | None, call_id: int, run: Run) -> None:
+        note = f"The job's run ended ({run.error or run.status}) before this was decided."
+        try:
+            await self.hub.decide(call_id, REJECT, decider=OPERATOR, note=note, source=None)
+        except InboxError:
+            return  # decided meanwhile
+        if chat is not None:
+            await self.hub.visiting.close(chat, call_id, CARD_STOPPED)
 
     def _cards(self, job: Job) -> RunCards | None:
         chat = self._chat_of(job)

@@ -237,7 +237,8 @@ class JobStore:
         return await self._db.run(_start, run_id, owner, session_id, lease)
 
     async def abandon_expired(self, now: datetime) -> list[Run]:
-        """Runs whose lease expired after their last attempt become ``abandoned``."""
+        """Runs whose lease expired after their last attempt become ``abandoned``; those
+        of a deleted job or asked to stop end as failed. Every run ended so, in order."""
         return await self._db.run(_abandon_expired, now)
 
     async def heartbeat(self, run_id: int, owner: str, expires_at: datetime) -> bool:
@@ -887,25 +888,21 @@ def _start(
 
 def _abandon_expired(conn: Connection, now: datetime) -> list[Run]:
     # A deleted job's run whose worker died is not retried: it just ends; so does a run a
-    # kill asked to stop (its worker stopped renewing, or died).
-    conn.execute(
-        r.update()
-        .where(
-            r.c.status == "running",
-            r.c.lease_expires_at < now,
-            r.c.job_id.in_(sa.select(j.c.id).where(j.c.deleted_at.is_not(None))),
+    # kill asked to stop (its worker stopped renewing, or died). Each is returned (its
+    # session's calls still wait: the caller closes them).
+    ended: list[Run] = []
+    deleted = r.c.job_id.in_(sa.select(j.c.id).where(j.c.deleted_at.is_not(None)))
+    for which, error in ((deleted, "job deleted"), (r.c.cancel_requested_at.is_not(None), STOPPED)):
+        expired = (r.c.status == "running", r.c.lease_expires_at < now, which)
+        rows = conn.execute(sa.select(r).where(*expired)).all()
+        if not rows:
+            continue
+        conn.execute(
+            r.update()
+            .where(r.c.id.in_([row.id for row in rows]), r.c.status == "running")
+            .values(status="failed", error=error, delivery_status="none", finished_at=now)
         )
-        .values(status="failed", error="job deleted", delivery_status="none", finished_at=now)
-    )
-    conn.execute(
-        r.update()
-        .where(
-            r.c.status == "running",
-            r.c.lease_expires_at < now,
-            r.c.cancel_requested_at.is_not(None),
-        )
-        .values(status="failed", error=STOPPED, delivery_status="none", finished_at=now)
-    )
+        ended += [replace(_run_row(row), status="failed", error=error) for row in rows]
     rows = conn.execute(
         sa.select(r)
         .join(j, j.c.id == r.c.job_id)
@@ -927,7 +924,7 @@ def _abandon_expired(conn: Connection, now: datetime) -> list[Run]:
             )
         )
         abandoned.append(replace(_run_row(row), status="abandoned"))
-    return abandoned
+    return ended + abandoned
 
 
 def _heartbeat(conn: Connection, run_id: int, owner: str, expires_at: datetime) -> bool:

@@ -404,6 +404,41 @@ async def test_a_card_whose_showing_or_rejection_failed_once_still_ends_at_the_j
     assert "Nobody approved this call within 10 minute(s)" in (result or "")
 
 
+async def test_a_job_deleted_while_its_runs_card_waits_in_a_stopped_process_closes_the_card(
+    make_scheduler: Callable[..., Scheduler],
+    hub: ChatHub,
+    clock: FakeClock,
+    model: EchoModel,
+    sleeps: Sleeps,
+    origin: int,
+) -> None:
+    """A deploy stops the process while the briefing's card waits; 🗑 in /jobs after the
+    restart. The run ended as "job deleted" once its lease ran out, but its call stayed
+    pending for good, its card open, and ✅ still took it (found by review)."""
+    first = make_scheduler(owner="worker-a", sleep=sleeps)
+    job = await first.create_cron(ORIGIN, "Daily brief", "0 8 * * *", "Brief me from notes.")
+    briefing_from_what_it_read(model)
+    events = hub.events(ORIGIN)
+    await fire(first, clock, job)
+    card = await next_card(events)
+    await first.dispatcher.close()  # SIGTERM while the card waits: the card is left open
+
+    second = make_scheduler(owner="worker-b", sleep=sleeps)
+    second.stop_wait_s = 0
+    await second.delete(ORIGIN, job.id)
+    clock.advance(timedelta(minutes=5))  # the old lease has run out
+    await second.dispatcher.step()
+    await second.dispatcher.drain()
+
+    [run] = await second.store.runs(job.id)
+    assert (run.status, run.error) == ("failed", "job deleted")
+    assert await hub.pending_approvals(shown_in=ORIGIN) == []
+    closed = await next_close(events)
+    assert (closed.tool_call_id, closed.outcome) == (card.tool_call_id, "stopped")
+    with pytest.raises(InboxError):
+        await hub.decide(card.tool_call_id, APPROVE, decider=OPERATOR, source=ORIGIN)
+
+
 @pytest.mark.parametrize("change", ["revoke", "narrow"])
 async def test_grants_taken_back_hold_for_the_run_in_flight(
     acting: Scheduler, hub: ChatHub, clock: FakeClock, model: EchoModel, origin: int, change: str
