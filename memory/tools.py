@@ -9,6 +9,7 @@ that user's id, which the tool finds, not the model.
 from __future__ import annotations
 
 import json
+from collections.abc import Container
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,9 +32,12 @@ class SearchSessions(BuiltinTool):
     category = ToolCategory.INTROSPECTION
     rerun_safe = True
 
-    def __init__(self, store: Store, search: Search) -> None:
+    def __init__(self, store: Store, search: Search, optouts: Container[str] = ()) -> None:
+        """``optouts``: the conversations with memory off, where it refuses as every
+        memory tool does (until 2026-12-07 it searched them; found by review)."""
         self._store = store
         self._search = search
+        self._optouts = optouts
         self.parameters = object_schema(
             {
                 "query": {"type": "string", "description": "Words to look for."},
@@ -50,6 +54,8 @@ class SearchSessions(BuiltinTool):
         session = await self._store.sessions.get(ctx.session_id)
         if session is None:
             raise ToolError("search_sessions: this session is unknown")
+        if session.source in self._optouts:
+            raise ToolError("search_sessions: memory is switched off in this conversation")
         since = _since(args.get("since"))
         hits = await self._search.sessions(
             session.source, args["query"], limit=int(args.get("limit") or 5), since=since
@@ -170,7 +176,7 @@ def _since(value: str | None) -> datetime | None:
 def memory_tools(store: Store, memory: MemoryService) -> list[Tool]:
     """The memory tools, for ``engine.tools.register``."""
     return [
-        SearchSessions(store, memory.search),
+        SearchSessions(store, memory.search, memory.optouts),
         MemoryList(memory),
         MemorySave(memory),
         MemoryForget(memory),

@@ -195,3 +195,14 @@ async def test_deleted_documents_leave_the_index(store: Store) -> None:
     search = Search(store.db)
     assert await search.sessions("telegram:1", "passport") == []
     assert len(await search.sessions("telegram:2", "passport")) == 1
+
+
+async def test_it_refuses_in_a_conversation_with_memory_off(store: Store) -> None:
+    """Every memory tool refuses where memory is off; search_sessions searched on (found
+    by review)."""
+    session = await indexed(store, "telegram:1", [("user", "my secret recipe is risotto")])
+    tool = SearchSessions(store, Search(store.db), optouts={"telegram:1"})
+    with pytest.raises(ToolError, match="memory is switched off"):
+        await tool.run({"query": "risotto"}, context(session))
+    elsewhere = SearchSessions(store, Search(store.db), optouts={"telegram:2"})
+    assert json.loads(await elsewhere.run({"query": "risotto"}, context(session)))["results"]
