@@ -149,6 +149,11 @@ class MemoryFront:
             return ONLY_OWNER
         off = argument == "off"
         await self.memory.set_opt_out(source, opted_out=off)
+        if not off and source in self.memory.optouts:  # its channel's (group's) opt-out
+            return (
+                "Memory is off in the channel or group this conversation is part of, and "
+                "that covers it: switch it on there with /memory on."
+            )
         if off:
             return (
                 "Memory is off in this chat: nothing new is remembered or indexed for search "

@@ -23,6 +23,7 @@ from engine.session.turn.gate import AllowAll
 from engine.store import Store
 from engine.store.inbox import SENDER_KEY
 from memory.embeddings import EmbeddingConfig
+from memory.optouts import opted_out_in
 from memory.profile import HEADING
 from memory.service import MemoryService
 from memory.tools import memory_tools
@@ -224,6 +225,25 @@ async def test_an_opted_out_conversation_gets_no_profile(chat: Chat) -> None:
     assert "vegetarian" not in json.dumps(off)
     await chat.memory.set_opt_out(f"telegram:{ANN}", opted_out=False)
     [on] = await chat.turn(f"telegram:{ANN}", "and now?", said_by(ANN, "Ann", 2))
+    assert profile_of(on) == ["Ann is vegetarian"]
+
+
+async def test_an_opt_out_of_a_group_covers_its_topics(chat: Chat) -> None:
+    """``/memory off`` in a Telegram group (a Discord channel, a Matrix room) said memory
+    was off, and its topics (threads) went on learning and showing the profile (found by
+    review)."""
+    group, topic = "telegram:-1001", "telegram:-1001:7"
+    await chat.fact(ANN, "Ann is vegetarian", topic)
+    chat.fake.reply_text("one")
+    chat.fake.reply_text("two")
+    await chat.memory.set_opt_out(group, opted_out=True)
+    assert topic in chat.memory.optouts and "telegram:-10017" not in chat.memory.optouts
+    assert await chat.hub.engine.store.db.run(opted_out_in, topic)  # the indexer's check
+    [off] = await chat.turn(topic, "what do I eat?", said_by(ANN, "Ann"))
+    assert profile_of(off) is None
+    await chat.memory.set_opt_out(group, opted_out=False)
+    assert not await chat.hub.engine.store.db.run(opted_out_in, topic)
+    [on] = await chat.turn(topic, "and now?", said_by(ANN, "Ann", 2))
     assert profile_of(on) == ["Ann is vegetarian"]
 
 

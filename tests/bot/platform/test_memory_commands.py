@@ -119,6 +119,12 @@ async def test_in_a_group_the_listing_is_the_group_s_and_switching_is_the_owner_
     # A person's own private chat is theirs to switch.
     await front.switch("telegram:111", "off", is_owner=False)
     assert "telegram:111" in memory.optouts
+    # The group's topics are off with it; one cannot be switched on alone.
+    assert "telegram:-5:9" in memory.optouts
+    said = await front.switch("telegram:-5:9", "on", is_owner=True)
+    assert "switch it on there" in said and "telegram:-5:9" in memory.optouts
+    await front.switch("telegram:-5", "on", is_owner=True)
+    assert "telegram:-5:9" not in memory.optouts
 
 
 async def test_forget_me_in_a_group_tells_the_room_no_counts(store: Store) -> None:
