@@ -61,6 +61,10 @@ __all__ = ["SYSTEM_PROMPT", "BadOutput", "Deriver", "DeriverLimits", "parse_oper
 
 log = logging.getLogger(__name__)
 
+#: A model's answers that blame the settings, not the batch: a wrong or revoked key, a
+#: model name the server does not know.
+SETTINGS_REFUSED = frozenset({401, 403, 404})
+
 #: Per session, how far its messages were read for facts (``memory/marks.py``).
 DERIVE_MARKS = Marks(memory_derive_marks, "session_id", "last_message_id")
 
@@ -199,8 +203,10 @@ class Deriver:
                     "memory: the deriver's model failed on session %d: %s", session_id, error
                 )
                 # A model that is away is waited for, not counted: an outage of three
-                # rounds skipped a batch for good until 2026-12-06 (found by review).
-                if not error.away:
+                # rounds skipped a batch for good until 2026-12-06; so is one that refuses
+                # the settings (a wrong key, a model it does not know) until they are
+                # mended: until 2026-12-07 that skipped every batch (found by review).
+                if not (error.away or error.status in SETTINGS_REFUSED):
                     await self._failed(session_id, batch)
                 return changed, False
             except BadOutput as error:

@@ -44,8 +44,8 @@ AWAY_STATUSES = frozenset({429, 503})
 
 class EmbeddingError(Exception):
     """The embeddings endpoint failed; ``str()`` is one sentence for the log.
-    ``retriable``: the endpoint was away (unreachable, busy: ``AWAY_STATUSES``), so the
-    batch is not to blame and is not counted as failing (a 500 or a timeout is: the
+    ``retriable``: the endpoint was away (unreachable, busy: ``AWAY_STATUSES``) or refused
+    the settings (a key, a model), so the batch is not to blame and is not counted as failing (a 500 or a timeout is: the
     batch may cause it every time, and would otherwise stall every later one)."""
 
     def __init__(self, message: str, *, retriable: bool = False) -> None:
@@ -118,9 +118,13 @@ class EmbeddingClient:
             raise EmbeddingError(
                 "the embeddings endpoint's address or key cannot be used", retriable=True
             ) from exc
-        if response.status_code in (401, 403):  # the body may quote the key
+        if response.status_code in (401, 403, 404):  # the body may quote the key
+            # The settings' fault (a key, a model, a path), not the batch's: waited for
+            # until they are mended (until 2026-12-07 counted, and every batch skipped).
+            refused = "its key" if response.status_code != 404 else "its model or path"
             raise EmbeddingError(
-                f"the embeddings endpoint refused its key (HTTP {response.status_code})"
+                f"the embeddings endpoint refused {refused} (HTTP {response.status_code})",
+                retriable=True,
             )
         if response.status_code != 200:
             raise EmbeddingError(

@@ -694,6 +694,23 @@ async def test_a_model_that_is_away_is_waited_for_not_counted(
     assert [body for _, body, *_ in await setup.stored()] == ["Ann lives in Oslo"]
 
 
+async def test_a_model_that_refuses_the_key_is_waited_for_not_counted(
+    setup: Setup, fake_openai: FakeOpenAIServer
+) -> None:
+    """A wrong or revoked key (401, 403) or a model name the server does not know (404)
+    is the setting's fault, not the batch's: counted, three rounds of it skipped every
+    batch for good until the operator mended the key (found by review)."""
+    chat = await setup.session("telegram:111")
+    [said] = await setup.say(chat, [("", "I moved to Oslo")])
+    for status in (401, 403, 404, 401):
+        fake_openai.reply_error(status, model=MODEL)
+        assert await setup.deriver.derive_pending() == 0
+    assert await setup.mark(chat) == (0, 0)  # nothing counted
+    fake_openai.reply_text(answer(add("Ann lives in Oslo", said)), model=MODEL)
+    assert await setup.deriver.derive_pending() == 1
+    assert [body for _, body, *_ in await setup.stored()] == ["Ann lives in Oslo"]
+
+
 class _FailsOn:
     """A model that raises ``error`` on every batch holding ``words`` (a timeout: too big
     for it; any other exception: a fault of its client's), and answers the others with

@@ -162,16 +162,21 @@ async def test_an_unreachable_or_silent_endpoint_is_one_clear_error(
 async def test_an_endpoint_that_is_away_is_waited_for_not_counted(
     sqlite_store: Store, fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
 ) -> None:
-    """Unreachable, busy or overloaded: the batch is no more to blame than the documents
-    after it (until 2026-12-06 three such failures skipped it for good)."""
+    """Unreachable, busy or overloaded, or refusing the settings: the batch is no more to
+    blame than the documents after it (until 2026-12-06 three such failures skipped it
+    for good)."""
     session = await sqlite_store.sessions.create("telegram:1")
     await write_history(sqlite_store, session.id, [("user", "the hotel near Alfama")])
     await Indexer(sqlite_store.db).catch_up()
     vectors = await detect(sqlite_store.db)
     assert vectors is not None
     away = EmbeddingClient(EmbeddingConfig(MODEL, "http://127.0.0.1:9/v1"), http)
+    # A key it refuses (401, 403), a model or path it does not know (404): the settings'
+    # fault, mended by the operator; counted, they skipped every batch for good until
+    # 2026-12-07 (found by review).
     for client, failure in [(away, None)] * 3 + [
-        (client_for(fake_openai, http), raw("busy", status=status)) for status in (429, 503)
+        (client_for(fake_openai, http), raw("busy", status=status))
+        for status in (429, 503, 401, 403, 404, 401)
     ]:
         if failure is not None:
             fake_openai.embedding_failures.append(failure)
