@@ -302,7 +302,7 @@ class Outbound:
                     )
                 if self.pacer.retry_after(conversation, wait, kind):
                     self.stats.global_pauses += 1
-                if self.pacer.waits_alone(conversation, kind):
+                if self.pacer.waits_itself(conversation, kind):
                     await self._sleep(wait)
                 continue
             except Unavailable as exc:

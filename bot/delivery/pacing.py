@@ -374,6 +374,13 @@ class Pacer:
         log.info("%s: 429 for %s; it waits %gs", self._name, conversation, seconds)
         return False
 
+    def waits_itself(self, conversation: str | None, kind: CallKind) -> bool:
+        """Whether a call retried after a 429 must sleep out its retry-after itself: its
+        next ``turn`` waits for no pause the 429 set (a call that waits alone; a tap's
+        answer, which waits for no conversation's pause: until 2026-12-07 it was retried
+        at once, 20 times, through a flood wait; found by review)."""
+        return self.waits_alone(conversation, kind) or (kind == ANSWER and conversation is not None)
+
     def waits_alone(self, conversation: str | None, kind: CallKind) -> bool:
         """Whether a 429 of this call pauses nothing but the call itself (its caller waits
         the retry-after): a call of no conversation's messages where each method is

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from bot.delivery import (
+    ANSWER,
     RETRY_AFTER_MAX_S,
     OutboxStore,
     Pacing,
@@ -91,6 +92,26 @@ async def test_a_retry_after_that_is_not_a_number_pauses_the_default(
 ) -> None:
     for junk in ("soon", None, True, {"seconds": 3}):
         assert await waited_after_a_429(outbox, junk) == pytest.approx(RETRY_AFTER_DEFAULT_S)
+
+
+async def test_a_429_on_a_taps_answer_is_waited_out_before_it_is_tried_again(
+    outbox: OutboxStore,
+) -> None:
+    """A tap's answer waits for no conversation's pause (it is no message of theirs), so
+    the pause its own 429 set held it back not at all: it was tried again at once, 20
+    times through a flood wait, and the tap was left unanswered (found by review)."""
+    out, _client, time = make_outbound(outbox, CLAMPED_ONLY)
+    tried_at: list[float] = []
+
+    async def answer_the_tap() -> bool:
+        tried_at.append(time())
+        if len(tried_at) == 1:
+            raise RetryLater(5)
+        return True
+
+    assert await out.call(ALICE, answer_the_tap, kind=ANSWER)
+    assert len(tried_at) == 2 and tried_at[1] - tried_at[0] == pytest.approx(5)
+    assert time.sleeps == [pytest.approx(5)]  # the wait, once
 
 
 # -- a 429 storm -----------------------------------------------------------------------------
