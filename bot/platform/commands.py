@@ -91,6 +91,10 @@ class CommandRegistry:
             return None
         return command
 
+    def knows(self, name: str) -> bool:
+        """Whether ``/name`` is one of these commands (the owner's too)."""
+        return name in self._commands
+
     def listed(self) -> tuple[tuple[str, str], ...]:
         """``(name, help)`` of the commands everyone has (a platform's command menu)."""
         return tuple((c.name, c.help) for c in self._commands.values() if not c.owner_only)

@@ -307,7 +307,11 @@ class MessageHandler:
         if me.id is not None and m.reply_to_user_id == me.id:
             return True
         if m.is_command:  # a path ("/etc/hosts is broken @bot") is no command
-            return m.command(me.username) is not None
+            # Telegram gives a command without "@bot" to every bot of the group: one that
+            # is not ours is another bot's (until 2026-12-07 each got "Unknown command"
+            # and the whole help text; found by review).
+            command = m.command(me.username)
+            return command is not None and (m.names_a_bot or self._commands.knows(command[0]))
         for entity in m.entities:
             kind = entity.get("type")
             if kind == "text_mention" and (entity.get("user") or {}).get("id") == me.id:

@@ -120,6 +120,12 @@ class Message:
             return None
         return name.lower(), self.text[match.end() :].strip()
 
+    @property
+    def names_a_bot(self) -> bool:
+        """Whether the command says whose it is (``/name@bot``)."""
+        match = COMMAND.match(self.text)
+        return match is not None and bool(match.group(2))
+
 
 @dataclass(frozen=True, slots=True)
 class Callback:

@@ -198,13 +198,26 @@ async def test_a_long_reply_is_split(service, telegram, model):
 
 
 async def test_in_groups_only_a_mention_or_a_reply_is_answered(service, telegram, model):
+    """And a command, when it is ours: Telegram gives one without "@bot" to every bot of
+    the group, and another bot's (``/roll``) got "Unknown command" and the whole help
+    text (found by review)."""
     group = -1001
     telegram.user_message(group, ALICE, "chatting among ourselves", chat_type="supergroup")
+    telegram.user_message(group, ALICE, "/roll 2d6", chat_type="supergroup")
+    telegram.user_message(group, ALICE, "/jobs", chat_type="supergroup")
     mention = f"@{telegram.bot_username} what time is it?"
     entities = [{"type": "mention", "offset": 0, "length": len(telegram.bot_username) + 1}]
     telegram.user_message(group, ALICE, mention, chat_type="supergroup", entities=entities)
-    await eventually(lambda: any("what time is it" in t for t in texts(telegram, group)))
-    assert not any("among ourselves" in t for t in texts(telegram, group))
+    telegram.user_message(group, ALICE, f"/roll@{telegram.bot_username}", chat_type="supergroup")
+    await eventually(
+        lambda: all(
+            any(words in t for t in texts(telegram, group))
+            for words in ("Unknown command /roll", "what time is it", "No scheduled jobs")
+        )
+    )
+    said = texts(telegram, group)
+    assert not any("among ourselves" in t for t in said)
+    assert sum("Unknown command" in t for t in said) == 1  # the one that named this bot
 
 
 async def test_forum_topics_are_separate_conversations(service, telegram, model):
