@@ -12,6 +12,7 @@ from bot.delivery import SEND
 from bot.platform.tasks import Runtime
 from bot.telegram.config import TelegramConfig
 from bot.telegram.inbound.updates import parse_source
+from bot.telegram.rendering.render import cut_utf16
 from bot.telegram.sending.api import TelegramError
 from bot.telegram.sending.delivery import TelegramSender
 from engine.hub import ChatHub
@@ -19,6 +20,10 @@ from engine.hub import ChatHub
 __all__ = ["ChatActivity"]
 
 log = logging.getLogger(__name__)
+
+#: The most of an answer a draft or a streamed message shows, in UTF-16 units (under
+#: Telegram's 4,096).
+STREAM_LIMIT = 4000
 
 
 @dataclass(eq=False)
@@ -98,7 +103,9 @@ class ChatActivity:
         if not text or now - live.stream_at < self._config.stream_interval_s:
             return
         live.stream_at = now
-        text = text[:4000]
+        # Telegram counts UTF-16 units: 4,000 characters of emoji were 8,000, and the
+        # stream was refused as too long (until 2026-12-07; found by review).
+        text = cut_utf16(text, STREAM_LIMIT)
         try:
             if live.chat_id > 0:
                 if live.drafts == 0:

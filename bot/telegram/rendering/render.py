@@ -35,6 +35,7 @@ from telegramify_markdown.converter import STANDARD_OPTIONS
 __all__ = [
     "TELEGRAM_LIMIT",
     "Chunk",
+    "cut_utf16",
     "plain_chunks",
     "progress_text",
     "render_markdown",
@@ -181,12 +182,12 @@ def progress_text(lines: Sequence[str], *, limit: int = TELEGRAM_LIMIT) -> str:
     if len(kept) == len(lines):
         return "\n".join(reversed(kept))
     if not kept:  # the last line alone is too long: keep its beginning
-        return _truncate(lines[-1], limit)
+        return cut_utf16(lines[-1], limit)
     marker = "…"
     while kept and used + utf16_len(marker) + 1 > limit:
         used -= utf16_len(kept.pop()) + (1 if kept else 0)
     if not kept:
-        return _truncate(lines[-1], limit)
+        return cut_utf16(lines[-1], limit)
     return "\n".join([marker, *reversed(kept)])
 
 
@@ -198,7 +199,7 @@ def _check_limit(limit: int) -> None:
         raise ValueError(f"limit must be at least 2 UTF-16 units, got {limit}")
 
 
-def _truncate(text: str, limit: int) -> str:
+def cut_utf16(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` UTF-16 units, ending with ``…`` when cut."""
     if utf16_len(text) <= limit:
         return text

@@ -370,6 +370,14 @@ async def test_streaming_shows_a_draft_in_private_and_an_edited_message_in_group
         await eventually(lambda: any("in the group" in t for t in texts(telegram, group)))
         streamed = await eventually(lambda: [m for m in telegram.messages(group) if m.deleted])
         assert len(streamed) == 1 and "in the group" in (streamed[0].text or "")
+
+        # 2,100 emoji: 4,200 UTF-16 units, which Telegram counts (a cut at 4,000 characters
+        # was refused as too long, and nothing streamed; found by review).
+        other = -1004
+        mention = f"@{telegram.bot_username} " + "😀" * 2100
+        telegram.user_message(other, ALICE, mention, chat_type="supergroup", entities=entities)
+        streamed = await eventually(lambda: [m for m in telegram.messages(other) if m.deleted])
+        assert len(streamed) == 1 and (streamed[0].text or "").endswith("😀…")
     finally:
         await stop(service)
 
