@@ -11,7 +11,9 @@ whose files could not be read too. Until then their updates stay unhandled in th
 store: a process that dies meanwhile hands them over again at its next start, and a
 fleet's receiver sends what it gathered before it lets its lease go (``flush_all``). A
 message of the same chat that comes after the album (or another album) sends it first,
-so the chat's order holds.
+so the chat's order holds. An album sent while a question is open answers it whole, as
+a message does (until 2026-12-07 its first item did, and the rest went to the agent as
+a new message with an answer of its own; found by review).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class Album:
     texts: list[str] = field(default_factory=list)
     attachments: list[Json] = field(default_factory=list)
     update_ids: list[int] = field(default_factory=list)
+    #: What its first item answers (an open question, an ❌'s reason window): the whole
+    #: album does.
+    target: tuple[str, Any] | None = None
     #: Items on their way (downloading): no quiet wait runs meanwhile.
     arriving: int = 0
     #: The wait for its next item; then the sending (started once).

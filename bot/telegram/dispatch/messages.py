@@ -133,8 +133,8 @@ class MessageHandler:
             # Who asked: with APPROVERS requester+owner they may decide what this turn gates.
             SENDER_KEY: {"id": user, "name": m.user_name},
         }
-        if m.album is not None and target is None:  # one message of every item (albums.py)
-            return await self._album_item(m, (m.chat_id, m.album), metadata)
+        if m.album is not None:  # one message of every item (albums.py), answering or not
+            return await self._album_item(m, (m.chat_id, m.album), metadata, target)
         files = await self._files(m) if m.files else _Files()
         attachments, problems = files.attachments, files.problems
         lines = [m.text, *files.texts, *m.described]
@@ -144,17 +144,21 @@ class MessageHandler:
         text = "\n".join(line for line in lines if line)
         if problems:  # one warning per message, whatever went wrong with its files
             await say(m.chat_id, m.thread_id, "⚠️ " + " ".join(problems))
+        update_id = m.update_id
+        marked = partial(_marked, [update_id])
         if target is not None and target[0] == "reason":  # for an approval card's ❌, heard
-            return await self._reason(m, target[1], user, text, attachments)
+            return await self._reason(target[1], m.user_name, user, text, attachments, marked)
         if not text.strip() and not attachments:
             if not problems:
                 await say(m.chat_id, m.thread_id, UNREADABLE_MESSAGE)
             return False
         # An open question is answered by the whole message: its voice heard, its files
         # named (they were dropped, a voice answer was an empty one).
-        if target is not None and await self._answer_question(m, target[1], text, attachments):
+        answering = target is not None and target[0] == "answer"
+        if answering and await self._answer_question(
+            m.source, target[1], text, attachments, marked
+        ):
             return False
-        update_id = m.update_id
         if attachments:
             metadata["attachments"] = attachments
         try:
@@ -176,11 +180,17 @@ class MessageHandler:
         self._activity.start_typing(m.source)
         return True
 
-    async def _album_item(self, m: Message, key: tuple[int, str], metadata: dict[str, Any]) -> bool:
+    async def _album_item(
+        self,
+        m: Message,
+        key: tuple[int, str],
+        metadata: dict[str, Any],
+        target: tuple[str, CardRow] | None,
+    ) -> bool:
         """An item of an album, held by its album from before its download to the end;
         True: its update is marked in the album's commit (a crash before: handed over
-        again)."""
-        first = Album(m.source, m.chat_id, m.thread_id, metadata)
+        again). ``target``: what the album answers, when it is its first item."""
+        first = Album(m.source, m.chat_id, m.thread_id, metadata, target=target)
         await self._albums.hold(key, first)
         try:
             files = await self._files(m) if m.files else _Files()
@@ -202,21 +212,11 @@ class MessageHandler:
         """An album's items as one message, every item's update marked handled in its
         commit; a failure tells the chat and marks them handled (as a message's does)."""
         update_ids = list(album.update_ids)
-
-        def mark(conn: Connection) -> None:
-            """Every item's update marked; one handled already (by another poller of a
-            fleet) is not sent again, but the album goes with the others."""
-            handled = 0
-            for update_id in update_ids:
-                try:
-                    mark_handled_in(conn, update_id)
-                except EventAlreadyHandled:
-                    handled += 1
-            if handled == len(update_ids):
-                raise EventAlreadyHandled(str(update_ids))
-
+        mark = partial(_marked, update_ids)
         say = partial(self._sender.say_in, album.chat_id, album.thread_id)
         if album.text or album.attachments:  # else nothing could be read: told already
+            if album.target is not None and await self._album_answers(album, mark):
+                return
             try:
                 await self._hub.send_message(
                     album.source,
@@ -239,27 +239,46 @@ class MessageHandler:
         for update_id in update_ids:
             await self._mark_handled(update_id)
 
+    async def _album_answers(self, album: Album, mark: Callable[[Connection], None]) -> bool:
+        """The album as the answer to its first item's question, or as the reason of its
+        ❌; whether it was taken so (an expired question: the album is a message)."""
+        assert album.target is not None
+        kind, card = album.target
+        sender = album.metadata[SENDER_KEY]
+        text, attachments = album.text, album.attachments
+        if kind == "reason":  # taken, or refused (the window left open): never a message
+            if not await self._reason(card, sender["name"], sender["id"], text, attachments, mark):
+                for update_id in album.update_ids:
+                    await self._mark_handled(update_id)
+            return True
+        return await self._answer_question(album.source, card, text, attachments, mark)
+
     async def _reason(
-        self, m: Message, card: CardRow, user: str, text: str, attachments: list[Json]
+        self,
+        card: CardRow,
+        user_name: str,
+        user: str,
+        text: str,
+        attachments: list[Json],
+        mark: Callable[[Connection], None],
     ) -> bool:
-        """A rejection's reason, its update marked handled in the decision's commit (a
+        """A rejection's reason, its updates marked handled in the decision's commit (a
         kill between the two made the reason a message to the agent after the restart);
         True when it was. A photo's caption: the agent told where the photo is, the card
         its name."""
-        update_id = m.update_id
         try:
             return await self._approvals.reject(
                 card,
-                m.user_name,
+                user_name,
                 with_files(text, attachments),
                 self._access.decider(user),
                 shown=" ".join(
                     [text, *(f"📎 {Path(a['path']).name}" for a in attachments)]
                 ).strip(),
-                also=lambda conn: mark_handled_in(conn, update_id),
+                also=mark,
             )
         except EventAlreadyHandled:  # another poller of the fleet gave it already
-            log.info("update %s was handled already; no second decision", update_id)
+            log.info("a reason for card %s was handled already; no second", card.tool_call_id)
             return True
 
     async def _files(self, m: Message) -> _Files:
@@ -341,19 +360,36 @@ class MessageHandler:
             await self._sender.say_in(m.chat_id, m.thread_id, reply)
 
     async def _answer_question(
-        self, m: Message, card: CardRow, text: str, attachments: list[dict[str, Any]]
+        self,
+        source: str,
+        card: CardRow,
+        text: str,
+        attachments: list[dict[str, Any]],
+        mark: Callable[[Connection], None],
     ) -> bool:
         """A reply to a question (or any message while one is open) answers it."""
-        update_id = m.update_id
         return await self._cards.answer(
             card,
             text,
             by=None,
             quietly=True,
-            also=lambda conn: mark_handled_in(conn, update_id),
-            goes_on=partial(self._activity.start_typing, m.source),
+            also=mark,
+            goes_on=partial(self._activity.start_typing, source),
             attachments=attachments,
         )
+
+
+def _marked(update_ids: list[int], conn: Connection) -> None:
+    """Every update marked handled; one handled already (by another poller of a fleet) is
+    not handed over again, but the others go on (``EventAlreadyHandled``: all were)."""
+    handled = 0
+    for update_id in update_ids:
+        try:
+            mark_handled_in(conn, update_id)
+        except EventAlreadyHandled:
+            handled += 1
+    if handled == len(update_ids):
+        raise EventAlreadyHandled(str(update_ids))
 
 
 def _utf16_slice(text: str, offset: int, length: int) -> str:

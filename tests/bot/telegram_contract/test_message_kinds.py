@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from engine.llm.scripted import text, tool_call
 from tests.bot.telegram_contract.conftest import ALICE, eventually, stop, texts
 from tests.engine.hub.conftest import held
 
@@ -442,6 +443,23 @@ async def test_an_album_is_one_message_to_the_agent_and_gets_one_answer(
         f"{mention}and this one".strip(),
         f"{mention}which is best?".strip(),
     ]
+
+
+async def test_an_album_answering_a_question_is_the_whole_answer(service, telegram, model):
+    """Its first item answered the open question and the rest went to the agent as a new
+    message, which got an answer of its own (found by review)."""
+    ask = tool_call("ask_user_clarification", '{"question": "Which two photos?"}', "q")
+    model.add(ask, text("Got them."))
+    telegram.user_message(ALICE, ALICE, "compare two photos for me")
+    await eventually(lambda: any(t.startswith("❓") for t in texts(telegram, ALICE)))
+    chat = {"id": ALICE, "type": "private", "first_name": "Alice"}
+    _album_photo(telegram, 9001, "answer-photo-1", "these two", chat, "4242")
+    _album_photo(telegram, 9002, "answer-photo-2", None, chat, "4242")
+    await eventually(lambda: "Got them." in texts(telegram, ALICE))
+    await service.adapter.drain()
+    [_asked, answered] = model.requests  # no third: the album was no message of its own
+    [result] = [m["content"] for m in answered[0] if m["role"] == "tool"]
+    assert "these two" in result and "answer-photo-1" in result and "answer-photo-2" in result
 
 
 async def test_every_photo_of_an_album_addressed_in_a_group_reaches_the_model(
