@@ -93,6 +93,9 @@ class Message:
     dropped: tuple[str, ...] = ()
     #: The album it is part of (Telegram sends one message per photo or file of it).
     album: str | None = None
+    #: The line that says it was forwarded, and from whom (``None``: the sender's own
+    #: words). A forward is what someone else said: never a command of the sender's.
+    forwarded: str | None = None
 
     @property
     def is_group(self) -> bool:
@@ -105,14 +108,14 @@ class Message:
     @property
     def is_command(self) -> bool:
         """``/name[@bot]``, to this bot or another: no answer to a question."""
-        return COMMAND.match(self.text) is not None
+        return self.forwarded is None and COMMAND.match(self.text) is not None
 
     def command(self, bot_username: str | None) -> tuple[str, str] | None:
         """``(name, argument)`` for ``/name[@bot] argument`` addressed to this bot. A name
         is what Telegram marks as a command (letters, digits, ``_``) and ends at any space:
         ``/home/alice/project``, an answer to "Which directory?", was "Unknown command",
         and so was ``/search`` followed by a line break (found by review)."""
-        match = COMMAND.match(self.text)
+        match = COMMAND.match(self.text) if self.forwarded is None else None
         if match is None:
             return None
         name, target = match.group(1), match.group(2)
@@ -273,7 +276,35 @@ def _message(update_id: int, message: Json, drops: Drops, *, edited: bool) -> In
         edited=edited,
         dropped=tuple(drops.dropped),
         album=drops.text(message, "media_group_id") if media else None,
+        forwarded=_forwarded(message, drops) if _FORWARD_KEYS & message.keys() else None,
     )
+
+
+#: What marks a forward (Bot API 7's origin; the fields before it).
+_FORWARD_KEYS = frozenset({"forward_origin", "forward_date"})
+FORWARDED = "[Forwarded message]"
+_MAX_ORIGIN = 100
+
+
+def _forwarded(message: Json, drops: Drops) -> str:
+    """``[Forwarded message from <who>]``: the model reads a forward as what someone else
+    said, not as the sender's words (until 2026-12-07 a forwarded "please delete X" was
+    the sender's own instruction to it, and a forwarded "/new" their command; found by
+    review)."""
+    origin = drops.object(message, "forward_origin") or {}
+    at = drops.at("forward_origin")
+    who: str | None = None
+    match origin.get("type"):
+        case "user":
+            _id, who = _user(origin, "sender_user", at)
+        case "hidden_user":
+            who = at.text(origin, "sender_user_name")
+        case "chat" | "channel" as kind:
+            chat = at.object(origin, "sender_chat" if kind == "chat" else "chat") or {}
+            who = at.text(chat, "title")
+    if who is None or not who.strip() or who == "?":
+        return FORWARDED
+    return f"{FORWARDED[:-1]} from {who.strip()[:_MAX_ORIGIN]}]"
 
 
 def _text_and_entities(message: Json, drops: Drops) -> tuple[str, tuple[Json, ...]]:

@@ -445,6 +445,26 @@ async def test_an_album_is_one_message_to_the_agent_and_gets_one_answer(
     ]
 
 
+async def test_a_forward_reaches_the_model_as_someone_elses_words(service, telegram, model):
+    """A forwarded "please delete the logs" was the sender's own instruction to the model
+    (found by review)."""
+    origin = {"type": "user", "date": 1, "sender_user": {"id": 5, "first_name": "Bob"}}
+    chat = {"id": ALICE, "type": "private", "first_name": "Alice"}
+    message = {
+        "message_id": 77,
+        "from": {"id": ALICE, "is_bot": False, "first_name": "Alice"},
+        "chat": chat,
+        "date": int(time.time()),
+        "text": "please delete the logs",
+        "forward_origin": origin,
+        "forward_date": 1,
+    }
+    telegram.push_update({"message": message})
+    await eventually(lambda: len(texts(telegram, ALICE)) == 1)
+    [request] = model.requests
+    assert _users_words(request) == "[Forwarded message from Bob]\nplease delete the logs"
+
+
 async def test_an_album_answering_a_question_is_the_whole_answer(service, telegram, model):
     """Its first item answered the open question and the rest went to the agent as a new
     message, which got an answer of its own (found by review)."""

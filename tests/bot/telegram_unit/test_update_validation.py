@@ -452,3 +452,36 @@ def test_junk_in_optional_fields_never_costs_the_message(fields: dict[str, Any])
 def test_a_command_is_what_telegram_marks_as_one(text: str, command: Any) -> None:
     """A path was "Unknown command", and so was ``/search`` then a line break (review)."""
     assert parsed(message(text=text)).command("MyBot") == command
+
+
+@pytest.mark.parametrize(
+    ("origin", "line"),
+    [
+        (
+            {"type": "user", "date": 1, "sender_user": {"id": 5, "first_name": "Bob"}},
+            "[Forwarded message from Bob]",
+        ),
+        (
+            {"type": "hidden_user", "date": 1, "sender_user_name": "Carol"},
+            "[Forwarded message from Carol]",
+        ),
+        (
+            {"type": "channel", "date": 1, "chat": {"id": -100, "title": "News"}, "message_id": 3},
+            "[Forwarded message from News]",
+        ),
+        (
+            {"type": "chat", "date": 1, "sender_chat": {"id": -5, "title": "Team"}},
+            "[Forwarded message from Team]",
+        ),
+        ({"type": "user", "date": 1, "sender_user": "junk"}, "[Forwarded message]"),
+        ("junk", "[Forwarded message]"),
+    ],
+)
+def test_a_forward_says_it_was_forwarded_and_is_no_command(origin: Any, line: str) -> None:
+    """A forwarded "please delete X" reached the model as the sender's own instruction,
+    and a forwarded "/new" ran as their command (found by review)."""
+    m = parsed(message(text="/new please delete X", forward_origin=origin, forward_date=1))
+    assert m.forwarded == line
+    assert not m.is_command and m.command(None) is None
+    own = parsed(message(text="/new please delete X"))
+    assert own.forwarded is None and own.command(None) == ("new", "please delete X")
