@@ -30,7 +30,8 @@ from bot.delivery import (
 )
 from bot.platform.cards import CardContent, RejectWindows, card_content, reply_target
 from bot.platform.tasks import Runtime
-from engine.hub import ChatHub, HubError, TextRefused
+from engine.approval import OPERATOR
+from engine.hub import REJECT, ChatHub, HubError, TextRefused
 from engine.session import ApprovalRequired, Question, attachments_block
 from engine.store import InboxError
 
@@ -46,6 +47,12 @@ REPOST_MAX_S = 300.0
 #: card with its outcome; if nothing has after this long (a crash between a decision, or
 #: a /stop, and its card's edit), the card closes as expired.
 TAKEN_GRACE_S = 60.0
+#: What the model reads of a call, or a question, whose card the platform refused.
+NOT_SHOWN = (
+    "The approval card could not be shown in the chat, so nobody could approve this call "
+    "and it did not run. Tell the user it needs their approval."
+)
+QUESTION_NOT_SHOWN = "(The question could not be shown in the chat; nobody answered it.)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,9 +261,25 @@ class OpenCards:
             return exc.seconds if isinstance(exc, RetryLater) else 0.0
         if message_id is None:
             await self.close_quietly(card, "expired")  # never shown: nothing may answer it
+            await self._unseen_ends(card)
         elif self._is_open(card):  # not decided meanwhile
             await self._save(replace(card, message_id=message_id))
         return None
+
+    async def _unseen_ends(self, card: CardRow) -> None:
+        """A card the platform refused (a closed topic, a blocked bot) ends its wait: its
+        call is rejected, its question answered as unseen, and the turn goes on to say so
+        (until 2026-12-07 it waited for a decision nobody could see, for good; found by
+        review)."""
+        try:
+            if card.kind == "approval":
+                await self._hub.decide(
+                    card.tool_call_id, REJECT, decider=OPERATOR, note=NOT_SHOWN, source=None
+                )
+            else:
+                await self._hub.answer(card.tool_call_id, QUESTION_NOT_SHOWN)
+        except (InboxError, HubError) as exc:  # decided meanwhile (the inbox), or gone
+            log.info("card %s refused, and its wait had ended: %s", card.tool_call_id, exc)
 
     async def _post_again(self, card: CardRow, attachment: Any, least: float) -> None:
         """Until it shows, is refused, or is decided elsewhere (the inbox, ``/stop``)."""

@@ -8,8 +8,16 @@ from dataclasses import replace
 from typing import Any
 
 from bot.delivery import CardRow, Refused, RetryLater, Unavailable
-from bot.platform.open_cards import REPOST_FIRST_S, TAKEN_GRACE_S, OpenCards, tapped
+from bot.platform.open_cards import (
+    NOT_SHOWN,
+    QUESTION_NOT_SHOWN,
+    REPOST_FIRST_S,
+    TAKEN_GRACE_S,
+    OpenCards,
+    tapped,
+)
 from bot.platform.tasks import Background, Runtime
+from engine.store import InboxError
 from tests.engine.hub.conftest import ManualSleep
 
 
@@ -170,9 +178,9 @@ class AwayFace(Face):
         return f"m{card.tool_call_id}"
 
 
-def away_for(face: Face) -> tuple[OpenCards, Store, ManualSleep]:
+def away_for(face: Face, hub: Any = None) -> tuple[OpenCards, Store, ManualSleep]:
     store, sleep = Store(), ManualSleep()
-    cards = OpenCards(None, store, face)  # type: ignore[arg-type]
+    cards = OpenCards(hub, store, face)
     return cards, store, sleep
 
 
@@ -219,13 +227,37 @@ async def test_a_card_decided_elsewhere_while_the_platform_was_away_is_not_poste
     assert face.posts == 1 and store.rows[7].state == "resolved"
 
 
-async def test_a_card_the_platform_refuses_is_closed_unseen() -> None:
-    face = AwayFace(Refused("Forbidden: bot was blocked by the user"))
-    cards, store, sleep = away_for(face)
+class Hub:
+    """The hub's doors a refused card ends its wait through."""
+
+    def __init__(self) -> None:
+        self.decided: list[tuple[int, str, str]] = []
+        self.answered: list[tuple[int, str]] = []
+
+    async def decide(self, call_id: int, choice: Any, *, decider: Any, note: str, source: Any):
+        self.decided.append((call_id, choice.name, note))
+
+    async def answer(self, request_id: int, answer: str) -> None:
+        if request_id == 9:
+            raise InboxError("decided", "answered in the inbox meanwhile")
+        self.answered.append((request_id, answer))
+
+
+async def test_a_card_the_platform_refuses_is_closed_unseen_and_its_wait_ends() -> None:
+    """The turn waited for good for a decision on a card nobody could see (a blocked bot,
+    a closed topic; found by review): its call is rejected, its question answered as
+    unseen, and the model says so."""
+    face = AwayFace(*[Refused("Forbidden: bot was blocked by the user")] * 3)
+    hub = Hub()
+    cards, store, sleep = away_for(face, hub)
     background = await loaded(cards, sleep)
     await cards.show(card(7))
+    await cards.show(replace(card(8), kind="question"))
+    await cards.show(replace(card(9), kind="question"))  # answered elsewhere meanwhile
     await asyncio.gather(*background.running())
-    assert face.posts == 1 and store.rows[7].state == "expired"
+    assert face.posts == 3 and all(store.rows[n].state == "expired" for n in (7, 8, 9))
+    assert hub.decided == [(7, "reject", NOT_SHOWN)]
+    assert hub.answered == [(8, QUESTION_NOT_SHOWN)]
 
 
 class Platform:

@@ -57,6 +57,24 @@ async def test_an_approved_card_says_who_approved_and_loses_its_buttons(service,
     assert telegram.callback_answers  # the spinner was stopped
 
 
+async def test_a_card_telegram_refuses_ends_its_wait_and_the_turn_goes_on(
+    service, telegram, model
+):
+    """A card Telegram refused (a closed topic, a blocked bot) closed unseen, and its turn
+    waited for good for a decision nobody could see (found by review): its call is
+    rejected and the model says so."""
+    model.add(shell("echo hi >> runs.log"), text("I could not run it."))
+    # The progress line's and the card's (a topic closed a moment; the answer goes out).
+    telegram.fail_next("sendMessage", 2, status=400, description="Bad Request: TOPIC_CLOSED")
+    telegram.user_message(ALICE, ALICE, "log it")
+    await eventually(lambda: "I could not run it." in texts(telegram, ALICE))
+    assert not find(telegram, ALICE, "Approval needed")
+    [_, after] = model.requests
+    [result] = [m["content"] for m in after[0] if m["role"] == "tool"]
+    assert "could not be shown" in result
+    assert not (service.hub.workspace_root / "runs.log").exists()
+
+
 async def test_a_rejected_card_asks_for_the_reason_and_then_shows_it(service, telegram, model):
     model.add(shell("rm -rf data"), text("Understood."))
     telegram.user_message(ALICE, ALICE, "clean up")
