@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from nio import AsyncClient
 
 from bot.matrix.sending import MatrixError, call
+from bot.platform.access import unlinked
 
 __all__ = ["MatrixMe", "People"]
 
@@ -41,6 +42,9 @@ class People:
         except MatrixError as exc:
             log.info("the display name of %s: %s", user, exc.description)
             return user
-        name = str(getattr(answer, "displayname", None) or user)[:_MAX_NAME]
+        # A name anyone chooses, which the bot says back as Markdown (a refusal, "by" on
+        # a card): never a link (a stranger named "[Security check](https://evil…)" made
+        # the bot post that link in its own voice until 2026-12-07; found by review).
+        name = unlinked(str(getattr(answer, "displayname", None) or user)[:_MAX_NAME])
         self._names[user] = name
         return name

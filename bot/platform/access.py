@@ -29,6 +29,7 @@ __all__ = [
     "PairingOffer",
     "UserId",
     "pairing_commands",
+    "unlinked",
 ]
 
 #: A person's id as a platform gives it: a number (Telegram, Discord) or a string.
