@@ -155,6 +155,17 @@ class MessageHandler:
             count = self._rooms.members[room_id] = len(answer.members)
         return count <= 2
 
+    async def _note_direct(self, m: Incoming) -> None:
+        """The person's direct room, as this message shows it: only a cache, so a
+        homeserver away a moment (the members unknown after a restart) loses nothing
+        (until 2026-12-07 its 502 failed the message: "Sorry", marked handled, never
+        given to the agent; found by review)."""
+        try:
+            if await self.is_direct(m.room_id):
+                self._me.direct[m.sender] = m.room_id
+        except (RetryLater, Unavailable) as exc:
+            log.info("members of %s unknown for now: %s", m.room_id, exc.description)
+
     async def _is_mine(self, room_id: str, event_id: str) -> bool:
         if await self._cards.at(room_id, event_id) is not None:
             return True
@@ -194,8 +205,7 @@ class MessageHandler:
         if not self._access.is_allowed(m.sender):
             await self._stranger(m)
             return False
-        if await self.is_direct(m.room_id):
-            self._me.direct[m.sender] = m.room_id
+        await self._note_direct(m)
         text = m.text_to(self._me.display_name)
         command = _COMMAND.match(text)
         if command is not None:
