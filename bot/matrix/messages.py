@@ -31,7 +31,7 @@ from bot.matrix.decisions import Decisions
 from bot.matrix.incoming import MATRIX, Incoming, Place
 from bot.matrix.people import MatrixMe, People
 from bot.matrix.sending import MatrixError, MatrixRefused, MatrixSender, Rooms, call, leave
-from bot.platform.access import Access
+from bot.platform.access import ASKED_ALREADY, Access
 from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.handover import hand_over, marking
@@ -40,7 +40,7 @@ from bot.platform.voice_notes import Heard, VoiceNotes
 from engine.hub import ChatHub
 from engine.store import SENDER_KEY, AppSettings
 
-__all__ = ["ENCRYPTED", "FILES_NOT_READ", "NOT_PAIRED", "MessageHandler"]
+__all__ = ["ENCRYPTED", "FILES_NOT_READ", "MessageHandler"]
 
 log = logging.getLogger(__name__)
 #: Thread roots remembered as the bot's or not (the oldest forgotten first).
@@ -51,7 +51,6 @@ ENCRYPTED = (
     "I cannot read encrypted rooms yet, so I will not answer here. Invite me to a room "
     "without encryption."
 )
-NOT_PAIRED = "You are not allowed to use this bot: invite me to a direct chat to ask for access."
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 #: Matrix 1.11's authenticated media (what matrix-nio's ``download`` asks).
 _MEDIA = "/_matrix/client/v1/media/download"
@@ -335,7 +334,9 @@ class MessageHandler:
                 log.warning("joining %s failed: %s", m.room_id, exc.description)
             return
         offer = await self._access.offer_pairing(m.sender, m.room_id, await self.name_of(m.sender))
-        reason = offer.to_user or NOT_PAIRED
+        # Within the reminder window their code was given already: "invite me to ask"
+        # told them to do what they had just done (until 2026-12-07; found by review).
+        reason = offer.to_user or ASKED_ALREADY
         try:  # the decline's reason is what the stranger reads
             await leave(self._nio, m.room_id, reason[:500])
         except MatrixError as exc:

@@ -15,6 +15,7 @@ from sqlalchemy.exc import OperationalError
 from bot.matrix.incoming import source_of
 from bot.matrix.service import token_setting
 from bot.matrix.sync import SyncLoop
+from bot.platform.access import ASKED_ALREADY
 from engine.approval import Decider
 from engine.hub import Choice
 from engine.llm.scripted import text, tool_call
@@ -51,10 +52,13 @@ def _card(accounts, room):
 async def test_a_strangers_invite_is_declined_with_a_pairing_code_and_the_owner_told(
     make_service, accounts
 ):
+    """A second invite within the reminder window is told the owner has their request
+    (it was told to "invite me to a direct chat", what they had just done; found by
+    review)."""
     await make_service()
     room = accounts.bob.create_room(invite=[accounts.bot.user_id], direct=True)
 
-    def declined():
+    def declined(room: str) -> Any:
         events = accounts.bob.messages(room)
         return next(
             (
@@ -67,9 +71,12 @@ async def test_a_strangers_invite_is_declined_with_a_pairing_code_and_the_owner_
             None,
         )
 
-    leave = await until(declined)
+    leave = await until(lambda: declined(room))
     assert "code" in leave["content"].get("reason", "").lower()
     assert not joined(accounts.bob, room, accounts.bot.user_id)
+    again = accounts.bob.create_room(invite=[accounts.bot.user_id], direct=True)
+    second = await until(lambda: declined(again))
+    assert second["content"].get("reason") == ASKED_ALREADY
 
 
 async def test_the_owner_who_left_their_direct_room_is_told_in_a_new_one(make_service, accounts):
