@@ -120,8 +120,12 @@ class MatrixRefused(MatrixError, Refused):
     pass
 
 
-class TokenRevoked(MatrixRefused):
-    """``M_UNKNOWN_TOKEN``: the access token was revoked (logged out, deactivated)."""
+class TokenRevoked(MatrixUnavailable):
+    """``M_UNKNOWN_TOKEN``: the access token was revoked (logged out, deactivated). To a
+    send it is the homeserver away, not a refusal of the message: the row waits for the
+    new login (a password's, at once; a new token's, at the next start) instead of
+    failing for good (until 2026-12-07 a reply sent as the token was revoked was lost;
+    found by review)."""
 
 
 def check(response: Any) -> Any:

@@ -583,23 +583,31 @@ async def test_a_thread_on_the_bots_answer_is_for_the_bot(make_service, accounts
 
 
 async def test_a_password_logs_in_again_when_its_token_is_revoked_while_running(
-    make_service, accounts, homeserver
+    make_service, accounts, homeserver, model
 ):
     """The kept token was revoked (signed out elsewhere): the service said
     MATRIX_ACCESS_TOKEN, which nobody had set, and kept the dead token, so the next start
-    refused too (found by review). It logs in again and goes on."""
+    refused too (found by review). It logs in again and goes on; the answer of a turn
+    that ran meanwhile, sent with the dead token, comes after the new login (it was
+    marked failed for good; found by review)."""
     service = await make_service(matrix_access_token="", matrix_password="secret")
     settings = AppSettings(service.engine.store.db)
     kept = await settings.get(token_setting(accounts.bot.user_id))
     assert kept
-    async with httpx.AsyncClient() as http:  # signed out elsewhere
+    room = direct_room(accounts)
+    await until(lambda: joined(accounts.alice, room, accounts.bot.user_id))
+    model.add(text("the long answer"))
+    release = held(model)
+    accounts.alice.say(room, "think hard")
+    await asyncio.wait_for(release.asked.wait(), 15)
+    async with httpx.AsyncClient() as http:  # signed out elsewhere, while the turn runs
         logout = f"{homeserver.url}/_matrix/client/v3/logout"
         signed_out = await http.post(logout, json={}, headers={"Authorization": f"Bearer {kept}"})
         signed_out.raise_for_status()
-    room = direct_room(accounts)
-    await until(lambda: joined(accounts.alice, room, accounts.bot.user_id))
+    release.set()
     accounts.alice.say(room, "still there?")
     await until(lambda: "echo: still there?" in _said(accounts, room))
+    await until(lambda: "the long answer" in _said(accounts, room))
     assert not service.refused.done()
     assert await settings.get(token_setting(accounts.bot.user_id)) not in ("", kept)
 
