@@ -53,6 +53,8 @@ class MatrixConfig:
     #: Events per room in one sync answer (more: the gap is read back).
     timeline_limit: int = 50
     sync_timeout_ms: int = 30_000
+    #: What this database's transaction ids begin with (``transaction_prefix``).
+    txn_prefix: str = "chathub"
 
 
 class MatrixAdapter:
@@ -110,7 +112,9 @@ class MatrixAdapter:
         client = MatrixClient(nio, rooms, speak)
         self.outbound = front.deliver_with(client)
         self.access, self.commands = front.access, front.commands
-        self.sender = sender = MatrixSender(client, self.outbound, voice_mode)
+        self.sender = sender = MatrixSender(
+            client, self.outbound, voice_mode, txn_prefix=config.txn_prefix
+        )
         if voice_mode is not None:
             front.commands.register(voice_command(voice_mode))
         self.cards = cards = MatrixCards(hub, front.card_store, sender)

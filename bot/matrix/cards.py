@@ -48,7 +48,6 @@ CARD_LIMIT = 6000
 _VARIATION_SELECTOR = "\ufe0f"
 #: The transaction id a card is posted with (``MatrixFace.post``): the homeserver gives it
 #: back to the account that sent the event.
-_CARD_TXN = re.compile(r"chathub\.card\.(\d+)")
 
 
 def choice_of(key: str) -> Choice | None:
@@ -182,7 +181,8 @@ class MatrixCards(OpenCards):
             return None
         unsigned = answer.event.source.get("unsigned")
         txn = unsigned.get("transaction_id") if isinstance(unsigned, dict) else None
-        posted = _CARD_TXN.fullmatch(txn) if isinstance(txn, str) else None
+        card_txn = re.compile(rf"{re.escape(sender.txn_prefix)}\.card\.(\d+)")
+        posted = card_txn.fullmatch(txn) if isinstance(txn, str) else None
         if posted is None:
             return None
         return await self.store.shown_as(int(posted.group(1)), room_id, event_id)

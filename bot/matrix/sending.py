@@ -377,12 +377,19 @@ class MatrixSender(RowSender):
     """The outbox's sender (``OutboxSender``) and every other call the adapter makes."""
 
     def __init__(
-        self, client: MatrixClient, outbound: Outbound, voice_mode: VoiceMode | None = None
+        self,
+        client: MatrixClient,
+        outbound: Outbound,
+        voice_mode: VoiceMode | None = None,
+        *,
+        txn_prefix: str = "chathub",
     ) -> None:
-        """``voice_mode``: the rooms whose replies are spoken (``/voice on``)."""
+        """``voice_mode``: the rooms whose replies are spoken (``/voice on``);
+        ``txn_prefix``: what this database's transaction ids begin with."""
         super().__init__(outbound, lambda source: parse_source(source).room_id, voice_mode)
         self.client = client
         self.nio = client.nio
+        self.txn_prefix = txn_prefix
 
     # -- the outbox's sender ----------------------------------------------------------------
 
@@ -399,10 +406,10 @@ class MatrixSender(RowSender):
         self, conn: Connection, source: str, key: str, prepared: list[Any]
     ) -> list[OutboxRow]:
         """Each part's transaction id is its row's key: the same PUT however often tried."""
-        return super().record(conn, source, key, _with_txns(key, prepared))
+        return super().record(conn, source, key, self._with_txns(key, prepared))
 
     async def send_durable(self, source: str, key: str, prepared: list[Any]) -> None:
-        await super().send_durable(source, key, _with_txns(key, prepared))
+        await super().send_durable(source, key, self._with_txns(key, prepared))
 
     async def say(self, source: str, text: str) -> None:
         await self.say_at(parse_source(source), text)
@@ -432,7 +439,8 @@ class MatrixSender(RowSender):
         """``post``, its failure raised (``MatrixError``: a card is posted again after an
         outage, not lost). ``key``: the same transaction id every time it is posted (a
         first try that reached the homeserver, its answer lost, is not a second event)."""
-        answer = await self.outbound.send(place.room_id, _event(content, key and f"chathub.{key}"))
+        txn = key and f"{self.txn_prefix}.{key}"
+        answer = await self.outbound.send(place.room_id, _event(content, txn))
         return self.client.message_id(answer)
 
     async def say_at(self, place: Place, markdown: str) -> None:
@@ -444,7 +452,7 @@ class MatrixSender(RowSender):
     async def notice_once(self, room_id: str, key: str, text: str) -> None:
         """A plain notice sent once ever under ``key`` (recorded first), even into an
         encrypted room: the one thing the bot says there."""
-        payload = _event(_notice(text), f"chathub.{key}", plain_notice=True)
+        payload = _event(_notice(text), f"{self.txn_prefix}.{key}", plain_notice=True)
         try:
             await self.outbound.deliver(room_id, key, payload)
         except MatrixError as exc:
@@ -464,6 +472,17 @@ class MatrixSender(RowSender):
         except MatrixError as exc:
             log.warning("editing %s in %s failed: %s", event_id, room_id, exc.description)
 
+    def _with_txns(self, key: str, prepared: list[Any]) -> list[Any]:
+        events = []
+        for index, content in enumerate(prepared):
+            said = content.get(_VOICE) if isinstance(content, dict) else None
+            text = {k: v for k, v in content.items() if k != _VOICE}
+            event = _event(text, f"{self.txn_prefix}.{key}.{index}".replace(":", "."))
+            if said:
+                event[VOICE] = said
+            events.append(event)
+        return events
+
     async def typing(self, room_id: str, on: bool) -> None:
         """The typing notice (30 s at most, renewed by the activity); failures ignored."""
         if room_id in self.client.rooms.encrypted:
@@ -480,15 +499,3 @@ class MatrixSender(RowSender):
 
 def _notice(text: str) -> Json:
     return {"msgtype": "m.notice", "body": text, "m.mentions": {}}
-
-
-def _with_txns(key: str, prepared: list[Any]) -> list[Any]:
-    events = []
-    for index, content in enumerate(prepared):
-        said = content.get(_VOICE) if isinstance(content, dict) else None
-        text = {k: v for k, v in content.items() if k != _VOICE}
-        event = _event(text, f"chathub.{key}.{index}".replace(":", "."))
-        if said:
-            event[VOICE] = said
-        events.append(event)
-    return events

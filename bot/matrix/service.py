@@ -16,6 +16,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from secrets import token_hex
 from typing import Any
 
 from nio import LoginResponse, WhoamiResponse
@@ -44,6 +45,19 @@ log = logging.getLogger(__name__)
 SYNC_LEASE = "matrix:sync"
 _BACKOFF = Backoff(first_s=0.5, cap_s=10.0)
 REVOKED = "MATRIX_ACCESS_TOKEN: the homeserver does not accept this token (M_UNKNOWN_TOKEN)"
+
+
+#: Where this database's transaction-id prefix is kept (``app_settings``).
+TXN_PREFIX_SETTING = "matrix:txn_prefix"
+
+
+async def transaction_prefix(kept: AppSettings) -> str:
+    """What every transaction id of this database begins with, made once and kept: a
+    homeserver keeps a device's transaction ids a day and answers a reused one with its
+    old event, so a fresh database (ids from 1 again) on the same access token had its
+    first replies taken for old ones, never shown (until 2026-12-07; found by review).
+    Every process of a fleet reads the same one."""
+    return await kept.change(TXN_PREFIX_SETTING, lambda old: old or f"chathub.{token_hex(4)}")
 
 
 def token_setting(user_id: str) -> str:
@@ -87,6 +101,7 @@ class MatrixService:
         assert homeserver is not None and user_id is not None
         kept = AppSettings(self.db)
         token = settings.matrix_access_token or await kept.get(token_setting(user_id)) or ""
+        txn_prefix = await transaction_prefix(kept)
         ownership = self.hub.fleet.ownership if self.hub.fleet is not None else None
         config = MatrixConfig(
             homeserver=homeserver,
@@ -100,6 +115,7 @@ class MatrixService:
             ),
             timeline_limit=self.timeline_limit,
             sync_timeout_ms=self.sync_timeout_ms,
+            txn_prefix=txn_prefix,
         )
         self.adapter = adapter = MatrixAdapter(
             self.hub,

@@ -82,8 +82,11 @@ async def make_service(
         ready: bool = True,
         pacing: Pacing | None = None,
         timeline_limit: int = 50,
+        database: str | None = None,
         **settings: Any,
     ) -> Service:
+        """``database``: a fresh database of that name instead of the test's own."""
+        url = database_url if database is None else migrated_sqlite(tmp_path / f"{database}.db")
         values = {
             "matrix_homeserver": homeserver.url,
             "matrix_user_id": accounts.bot.user_id,
@@ -92,7 +95,7 @@ async def make_service(
             "matrix_allowed_user_ids": accounts.alice.user_id,
             **settings,
         }
-        config = app_config(database_url, tmp_path / "workspace", **values)
+        config = app_config(url, tmp_path / "workspace", **values)
         service = Service(
             config,
             models=ModelRegistry([model]),
