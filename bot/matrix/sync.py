@@ -157,7 +157,7 @@ class SyncLoop:
             self._learn(room_id, timeline, None)
             if not history:
                 continue  # the account's first sync: what was said before is not answered
-            for raw in _since_invited(timeline, me):
+            for raw in _as_edited(_since_invited(timeline, me)):
                 incoming = _read(raw, room_id, me)
                 if incoming is not None:
                     events.append(incoming)
@@ -241,6 +241,38 @@ def _since_invited(timeline: list[Any], me: str) -> list[Any]:
         elif membership == "join" and before != "join" and cut is None:
             cut = index  # a join, not a change of the bot's name in a room it is in
     return timeline if cut is None else timeline[cut + 1 :]
+
+
+def _as_edited(timeline: list[Any]) -> list[Any]:
+    """The timeline with each message as its sender last edited it in the same batch (an
+    edit later on is not answered: the first version was). A message corrected while the
+    bot was down, or before it read the batch, was answered as first written: the agent
+    acted on words the person took back (until 2026-12-07; found by review)."""
+    edits: dict[str, tuple[Any, Json]] = {}
+    for raw in timeline:
+        if not isinstance(raw, dict) or raw.get("type") != "m.room.message":
+            continue
+        content = raw.get("content")
+        if not isinstance(content, dict):
+            continue
+        relates, new = content.get("m.relates_to"), content.get("m.new_content")
+        if isinstance(relates, dict) and relates.get("rel_type") == "m.replace":
+            target = relates.get("event_id")
+            if isinstance(target, str) and isinstance(new, dict):
+                edits[target] = (raw.get("sender"), new)
+    if not edits:
+        return timeline
+    edited = []
+    for raw in timeline:
+        edit = edits.get(raw.get("event_id")) if isinstance(raw, dict) else None
+        content = raw.get("content") if isinstance(raw, dict) else None
+        if edit is not None and edit[0] == raw.get("sender") and isinstance(content, dict):
+            relations = (
+                {"m.relates_to": content["m.relates_to"]} if "m.relates_to" in content else {}
+            )
+            raw = {**raw, "content": {**edit[1], **relations}}
+        edited.append(raw)
+    return edited
 
 
 def _read(raw: object, room_id: str, me: str | None) -> Incoming | None:

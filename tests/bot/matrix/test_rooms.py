@@ -541,6 +541,31 @@ async def test_a_fresh_database_on_the_same_token_shows_its_first_replies(make_s
     await until(lambda: "echo: two" in _said(accounts, room))
 
 
+async def test_a_message_corrected_before_the_bot_read_it_is_answered_as_corrected(
+    make_service, accounts
+):
+    """The message and its edit came in one batch (the bot was down): every edit was
+    dropped as "the first version was answered", and the agent acted on the words the
+    person took back (found by review)."""
+    alice = accounts.alice
+    service, room = await _dm(make_service, accounts)
+    await stop(service)
+    original = alice.say(room, "delete the staging database")
+    corrected = {"msgtype": "m.text", "body": "delete the staging cache"}
+    alice.send(
+        room,
+        {
+            **corrected,
+            "body": "* delete the staging cache",
+            "m.new_content": corrected,
+            "m.relates_to": {"rel_type": "m.replace", "event_id": original},
+        },
+    )
+    await make_service()
+    await until(lambda: _said(accounts, room))
+    assert _said(accounts, room) == ["echo: delete the staging cache"]
+
+
 async def test_receiving_starts_again_after_a_failure_of_ours_as_it_began(
     make_service, accounts, monkeypatch
 ):
