@@ -337,8 +337,12 @@ class MessageHandler:
         # Within the reminder window their code was given already: "invite me to ask"
         # told them to do what they had just done (until 2026-12-07; found by review).
         reason = offer.to_user or ASKED_ALREADY
-        try:  # the decline's reason is what the stranger reads
-            await leave(self._nio, m.room_id, reason[:500])
+        try:  # the decline's reason is what the stranger reads; paced and retried (a
+            # 429 left the bot invited and the stranger without their code until
+            # 2026-12-07; found by review)
+            await self._sender.outbound.call(
+                m.room_id, lambda: leave(self._nio, m.room_id, reason[:500]), kind=OTHER
+            )
         except MatrixError as exc:
             log.info("declining %s failed: %s", m.room_id, exc.description)
         await self._tell_owner(offer.to_owner)

@@ -165,10 +165,16 @@ async def leave(nio: AsyncClient, room_id: str, reason: str) -> None:
         answer.release()
     except (ClientError, OSError, TimeoutError, ValueError) as exc:
         raise MatrixUnavailable(f"{type(exc).__name__}: {exc}") from None
+    body = body if isinstance(body, dict) else {}
+    code = str(body.get("errcode") or f"HTTP {status}")
+    if status == 429 or code == "M_LIMIT_EXCEEDED":  # leaves are limited as messages are
+        seconds = body.get("retry_after_ms")
+        seconds = seconds / 1000 if isinstance(seconds, int | float) else None
+        raise MatrixRetryLater(clamp_retry_after(seconds), code)
     if status >= 500:
         raise MatrixUnavailable(f"HTTP {status}")
     if status >= 400:
-        raise MatrixRefused(str((body or {}).get("errcode") or f"HTTP {status}"))
+        raise MatrixRefused(code)
 
 
 def matrix_pacing(settings: MatrixSettings) -> Pacing:

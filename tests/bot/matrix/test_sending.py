@@ -4,8 +4,20 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bot.matrix.cards import question_text
-from bot.matrix.sending import CONTENT_BUDGET, content_of, contents_of, edit_of, fitted
+from bot.matrix.sending import (
+    CONTENT_BUDGET,
+    MatrixRefused,
+    MatrixRetryLater,
+    MatrixUnavailable,
+    content_of,
+    contents_of,
+    edit_of,
+    fitted,
+    leave,
+)
 
 
 def numbers_table(rows: int = 180, columns: int = 12) -> str:
@@ -98,3 +110,47 @@ def test_a_card_whose_html_is_too_big_is_plain_then_cut_to_fit() -> None:
     assert fit["body"] == question["body"]  # the words all there, as Markdown
     huge = fitted({"msgtype": "m.text", "body": "界" * 40_000})
     assert size(huge) <= CONTENT_BUDGET and huge["body"].endswith("…")
+
+
+class _Answer:
+    def __init__(self, status: int, body: dict) -> None:
+        self.status, self._body = status, body
+
+    async def json(self, content_type: object = None) -> dict:
+        return self._body
+
+    def release(self) -> None:
+        pass
+
+
+class _Homeserver:
+    """matrix-nio's raw ``send``, answering one status and body."""
+
+    access_token = "token"
+
+    def __init__(self, status: int, body: dict) -> None:
+        self.answer = _Answer(status, body)
+
+    async def send(self, method: str, path: str, data: str, headers: dict) -> _Answer:
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "error"),
+    [
+        (429, {"errcode": "M_LIMIT_EXCEEDED", "retry_after_ms": 2500}, MatrixRetryLater),
+        (429, {}, MatrixRetryLater),
+        (502, {}, MatrixUnavailable),
+        (403, {"errcode": "M_FORBIDDEN"}, MatrixRefused),
+    ],
+)
+async def test_a_decline_the_homeserver_limits_is_tried_again_not_dropped(
+    status: int, body: dict, error: type[Exception]
+) -> None:
+    """Synapse limits leaves as it limits messages: a stranger's decline that met a 429
+    was taken for a refusal and dropped, the bot left invited and the stranger without
+    their code (found by review)."""
+    with pytest.raises(error) as raised:
+        await leave(_Homeserver(status, body), "!room:hs", "your code is 123")  # type: ignore[arg-type]
+    if body.get("retry_after_ms"):
+        assert raised.value.seconds == 2.5  # type: ignore[attr-defined]
