@@ -142,7 +142,8 @@ class MatrixFace:
     async def closed(self, card: CardRow, outcome: str, by: str | None, note: str | None) -> None:
         assert card.message_id is not None
         content = fitted(content_of(_closed(card, outcome, by, note)))
-        await self._sender.replace(card.conversation, card.message_id, content)
+        key = f"card-closed.{card.tool_call_id}"
+        await self._sender.replace_for_good(card.conversation, card.message_id, content, key)
 
 
 class MatrixCards(OpenCards):

@@ -354,6 +354,46 @@ async def test_an_m_limit_exceeded_storm_delays_replies_and_loses_none(
     assert service.matrix.adapter.outbound.stats.retry_after >= 1
 
 
+async def test_a_card_decided_while_the_homeserver_is_away_is_closed_once_it_is_back(
+    make_service, accounts, model
+):
+    """The closing edit had only the sender's in-line tries, then was dropped (the card's
+    row closed already): the decided card offered its choices for good, and a ✅ on it did
+    nothing (found by review). It is recorded and sent as a reply is."""
+    model.add(shell("echo ok >> runs.log"), text("Done."))
+    service, room = await _dm(make_service, accounts)
+    accounts.alice.say(room, "run it")
+    card = await until(lambda: _card(accounts, room))
+    nio = service.matrix.adapter.nio
+    real_send, away, refused = nio.room_send, [True], []
+
+    async def away_a_while(room_id, message_type, content, tx_id=None, **kwargs):
+        if away[0]:
+            refused.append(tx_id)
+            raise ClientConnectionError("502 Bad Gateway from the proxy")
+        return await real_send(room_id, message_type, content, tx_id=tx_id, **kwargs)
+
+    nio.room_send = away_a_while
+    [pending] = await service.hub.pending_approvals()
+    owner = Decider("owner", is_owner=True, is_allowed=True)
+    await service.hub.decide(
+        pending.tool_call_id, Choice.named("approve"), decider=owner, by="the inbox"
+    )
+    await until(lambda: len(refused) >= 7)  # the sender's tries, spent: postponed
+    away[0] = False  # the homeserver is back
+    await until(lambda: "Done." in "\n".join(_said(accounts, room)))
+
+    def closed() -> bool:
+        shown = next(
+            m
+            for m in bot_messages(accounts.alice, room, accounts.bot.user_id)
+            if m["event_id"] == card["event_id"]
+        )
+        return "Approved" in shown["content"]["body"]
+
+    await until(closed)
+
+
 @pytest.mark.parametrize(
     "command",
     [
