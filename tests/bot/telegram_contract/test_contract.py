@@ -57,9 +57,7 @@ async def test_an_approved_card_says_who_approved_and_loses_its_buttons(service,
     assert telegram.callback_answers  # the spinner was stopped
 
 
-async def test_a_card_telegram_refuses_ends_its_wait_and_the_turn_goes_on(
-    service, telegram, model
-):
+async def test_a_card_telegram_refuses_ends_its_wait_and_the_turn_goes_on(service, telegram, model):
     """A card Telegram refused (a closed topic, a blocked bot) closed unseen, and its turn
     waited for good for a decision nobody could see (found by review): its call is
     rejected and the model says so."""
