@@ -78,7 +78,7 @@ _NO_PINGS = discord.AllowedMentions.none()
 
 def in_messages(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
     """``text`` in Discord messages: only backtick fences are code there."""
-    return split_markdown(text, limit, tildes=False)
+    return split_markdown(text, limit, tildes=False, tables=False)
 
 
 _asker = chat_history.alias("asker")

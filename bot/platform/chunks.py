@@ -5,7 +5,10 @@ characters). Cuts fall on the best boundary that fits: a blank line between para
 (when that keeps at least half a message), else a line end, else a space, else anywhere.
 A cut inside a fenced code block closes the fence at the end of that message and opens
 it again, with its language, at the start of the next, so every message renders as code
-what was code. Telegram renders entities, not Markdown, and has its own splitter
+what was code. A cut inside a table repeats its header and delimiter rows at the start
+of the next message, where the table goes on, so every part renders as a table (until
+2026-12-07 the parts after the first were raw pipe text; found by review). Telegram
+renders entities, not Markdown, and has its own splitter
 (``bot/telegram/rendering/render.py``).
 """
 
@@ -30,6 +33,9 @@ _ZWJ = "\u200d"
 _ZWSP = "\u200b"
 #: What ends a code block on Slack and Discord, whatever fence opened it.
 _FENCE_RUN = re.compile(r"`{3,}")
+#: A table's delimiter row (``| --- | :-: |``), which makes the row before it a header.
+_DELIMITER = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+Table = tuple[str, str]  # a table's header and delimiter rows
 
 
 def in_code_block(code: str) -> str:
@@ -38,18 +44,20 @@ def in_code_block(code: str) -> str:
     return _FENCE_RUN.sub(lambda run: _ZWSP.join(run.group()), code)
 
 
-def split_markdown(text: str, limit: int, *, tildes: bool = True) -> list[str]:
+def split_markdown(text: str, limit: int, *, tildes: bool = True, tables: bool = True) -> list[str]:
     """``text`` in messages of at most ``limit`` characters (none for blank text).
     ``tildes``: whether a ``~~~`` line opens code, as in CommonMark; Discord draws only
     backtick fences, and took a ``~~~`` line for one: it lost track of the real code block
-    after it and cut it open (found by review on 2026-12-06)."""
+    after it and cut it open (found by review on 2026-12-06). ``tables``: whether the
+    platform draws tables (Discord does not: its parts need no header again)."""
     if limit < MIN_LIMIT:
         raise ValueError(f"limit: at least {MIN_LIMIT} characters, got {limit}")
     if not text.strip():
         return []
     if len(text) <= limit:
         return [text]
-    out = _Messages(limit, _FENCE if tildes else _BACKTICK_FENCE, any_run_closes=not tildes)
+    fences = _FENCE if tildes else _BACKTICK_FENCE
+    out = _Messages(limit, fences, any_run_closes=not tildes, tables=tables)
     for line in text.split("\n"):
         out.add_line(line)
     out.flush()
@@ -59,15 +67,21 @@ def split_markdown(text: str, limit: int, *, tildes: bool = True) -> list[str]:
 class _Messages:
     """The messages so far and the one being filled, with the fence open at its end."""
 
-    def __init__(self, limit: int, fences: re.Pattern[str], *, any_run_closes: bool) -> None:
+    def __init__(
+        self, limit: int, fences: re.Pattern[str], *, any_run_closes: bool, tables: bool
+    ) -> None:
         self.limit = limit
         self.opens = fences  # the lines that open or close code
         self.any_run_closes = any_run_closes  # Discord's: any ``` ends the block it is in
+        self.repeat_tables = tables
         self.done: list[str] = []
         self.lines: list[str] = []
         self.fences: list[str | None] = []  # the fence open after each of ``lines``
         self.fence: str | None = None  # open at the end of ``lines``
-        self.reopened = 0  # leading lines that only reopen a fence
+        self.tables: list[Table | None] = []  # the table open after each of ``lines``
+        self.table: Table | None = None  # open at the end of ``lines``
+        self.cut_table: Table | None = None  # the last message ended inside this table
+        self.reopened = 0  # leading lines that only reopen a fence or a table
 
     def size(self, lines: list[str]) -> int:
         return sum(len(line) for line in lines) + max(len(lines) - 1, 0)
@@ -77,15 +91,18 @@ class _Messages:
         return joined + _closing_cost(fence_after) <= self.limit
 
     def add_line(self, line: str) -> None:
+        self._reopen_table(line)
         after = _after(line, self.fence, self.opens, self.any_run_closes)
+        table = self._table_after(line) if after is None and self.fence is None else None
         if self.fits(line, after):
-            self._append(line, after)
+            self._append(line, after, table)
             return
         for paragraphs in (True, False):  # the last paragraph moves on with it, or not
             if len(self.lines) > self.reopened:
                 self._end_message(paragraphs=paragraphs)
+                self._reopen_table(line)
                 if self.fits(line, after):
-                    self._append(line, after)
+                    self._append(line, after, table)
                     return
         # A line longer than a message: cut it where it fits, the fence state unchanged.
         rest = line
@@ -95,25 +112,52 @@ class _Messages:
             self._append(rest[:take], self.fence)
             rest = rest[take:]
             self._end_message(paragraphs=False)
-        self._append(rest, after)
+        self._append(rest, after, table)
 
-    def _append(self, line: str, fence: str | None) -> None:
+    def _append(self, line: str, fence: str | None, table: Table | None = None) -> None:
         self.lines.append(line)
         self.fences.append(fence)
         self.fence = fence
+        self.tables.append(table)
+        self.table = table
+
+    def _table_after(self, line: str) -> Table | None:
+        """The table open after ``line``: one goes on while its rows do, and a delimiter
+        row under a row of cells opens one."""
+        if not self.repeat_tables or "|" not in line:
+            return None
+        if self.table is not None:
+            return self.table if line.strip() else None
+        previous = self.lines[-1] if self.lines else None
+        if previous is not None and "|" in previous and _DELIMITER.match(line):
+            return (previous, line)
+        return None
+
+    def _reopen_table(self, line: str) -> None:
+        """The header and delimiter rows of the table the last message was cut in, at the
+        top of this one, when ``line`` goes on with that table."""
+        table, self.cut_table = self.cut_table, None
+        if table is None or self.lines or "|" not in line or not line.strip():
+            return
+        for row in table:
+            self._append(row, None, table)
+        self.reopened = len(self.lines)
 
     def _end_message(self, *, paragraphs: bool = True) -> None:
         """Send what is filled (its last paragraph may move on to the next message)."""
         carried: list[str] = []
         carried_fences: list[str | None] = []
+        carried_tables: list[Table | None] = []
         cut = self._paragraph_cut() if paragraphs and self.fence is None else None
         if cut is not None:
             carried, carried_fences = self.lines[cut + 1 :], self.fences[cut + 1 :]
-            del self.lines[cut:], self.fences[cut:]
+            carried_tables = self.tables[cut + 1 :]
+            del self.lines[cut:], self.fences[cut:], self.tables[cut:]
             self.fence = self.fences[-1] if self.fences else None
+            self.table = self.tables[-1] if self.tables else None
         self.flush()
-        for line, fence in zip(carried, carried_fences, strict=True):
-            self._append(line, fence)
+        for line, fence, table in zip(carried, carried_fences, carried_tables, strict=True):
+            self._append(line, fence, table)
 
     def _paragraph_cut(self) -> int | None:
         """The last blank line outside code that keeps at least half the message."""
@@ -133,7 +177,9 @@ class _Messages:
             body += "\n" + _closing(fence)
         if len(self.lines) > self.reopened and body.strip():
             self.done.append(body)
-        self.lines, self.fences, self.reopened = [], [], 0
+        self.cut_table = self.table if fence is None else None
+        self.lines, self.fences, self.tables, self.reopened = [], [], [], 0
+        self.table = None
         if fence is not None and len(fence) + _closing_cost(fence) < self.limit // 2:
             # The code goes on in the next message (at a limit too small for the fence and
             # some code, it goes on as plain text rather than never ending).

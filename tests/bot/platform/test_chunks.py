@@ -222,3 +222,28 @@ def test_a_long_line_without_spaces_is_not_cut_inside_what_is_drawn_as_one(unit:
     parts = split_markdown(text, 2000)
     assert "".join(parts) == text and all(len(part) <= 2000 for part in parts)
     assert all(part.lstrip("x").startswith(unit) for part in parts)
+
+
+def test_a_table_cut_goes_on_under_its_header_in_the_next_message() -> None:
+    """Parts after the first were raw pipe text: no header, no delimiter row, so Element
+    (and Slack's rendering) drew no table (found by review)."""
+    header, delimiter = "| name | size |", "| --- | ---: |"
+    rows = [f"| file{n:03} | {n * 7} kB |" for n in range(120)]
+    text = "Here they are:\n\n" + "\n".join([header, delimiter, *rows]) + "\n\nThat is all."
+    parts = split_markdown(text, 400)
+    assert len(parts) > 3 and all(len(part) <= 400 for part in parts)
+    with_rows = [part for part in parts if "| file" in part]
+    for part in with_rows:
+        table = part[part.index("| name") :].split("\n")
+        assert table[:2] == [header, delimiter], part
+    said = [line for part in parts for line in part.split("\n") if line.startswith("| file")]
+    assert said == rows  # every row once, in order
+    assert parts[-1].endswith("That is all.")
+    # Discord draws no tables: its parts carry no header again.
+    discord = split_markdown(text, 400, tildes=False, tables=False)
+    assert sum(part.count(header) for part in discord) == 1
+
+
+def test_a_row_with_pipes_outside_a_table_is_not_taken_for_one() -> None:
+    text = "a | b\n" + "\n".join(f"line {n} | x" for n in range(100))
+    assert "a | b" not in "\n".join(split_markdown(text, 300)[1:])
