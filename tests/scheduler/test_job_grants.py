@@ -415,14 +415,7 @@ async def test_a_job_deleted_while_its_runs_card_waits_in_a_stopped_process_clos
     """A deploy stops the process while the briefing's card waits; 🗑 in /jobs after the
     restart. The run ended as "job deleted" once its lease ran out, but its call stayed
     pending for good, its card open, and ✅ still took it (found by review)."""
-    first = make_scheduler(owner="worker-a", sleep=sleeps)
-    job = await first.create_cron(ORIGIN, "Daily brief", "0 8 * * *", "Brief me from notes.")
-    briefing_from_what_it_read(model)
-    events = hub.events(ORIGIN)
-    await fire(first, clock, job)
-    card = await next_card(events)
-    await first.dispatcher.close()  # SIGTERM while the card waits: the card is left open
-
+    job, card, events = await card_left_by_a_stop(make_scheduler, hub, clock, model, sleeps)
     second = make_scheduler(owner="worker-b", sleep=sleeps)
     second.stop_wait_s = 0
     await second.delete(ORIGIN, job.id)
@@ -1069,15 +1062,7 @@ async def test_a_process_stopping_mid_wait_leaves_the_card_open_for_the_run_take
     sleeps: Sleeps,
     origin: int,
 ) -> None:
-    first = make_scheduler(owner="worker-a", sleep=sleeps)
-    job = await first.create_cron(ORIGIN, "Daily brief", "0 8 * * *", "Brief me from notes.")
-    briefing_from_what_it_read(model)
-    events = hub.events(ORIGIN)
-    await fire(first, clock, job)
-    card = await next_card(events)
-
-    await first.dispatcher.close()  # a graceful stop (SIGTERM) while the card waits
-
+    job, card, events = await card_left_by_a_stop(make_scheduler, hub, clock, model, sleeps)
     assert all(not isinstance(e.event, DecisionMade) for e in await drained(events))
     # Taken again after the restart: the same call asks, and the old card decides it.
     second = make_scheduler(owner="worker-b", sleep=sleeps)
@@ -1086,6 +1071,25 @@ async def test_a_process_stopping_mid_wait_leaves_the_card_open_for_the_run_take
     assert (await next_card(events)).tool_call_id == card.tool_call_id
     await hub.decide(card.tool_call_id, APPROVE, decider=OPERATOR, source=ORIGIN)
     assert (await result_of(second, job))[:2] == ("done", f"Brief: {NOTES}")
+
+
+async def card_left_by_a_stop(
+    make_scheduler: Callable[..., Scheduler],
+    hub: ChatHub,
+    clock: FakeClock,
+    model: EchoModel,
+    sleeps: Sleeps,
+) -> tuple[Job, ApprovalRequired, Any]:
+    """A briefing's run asks with a card, and its process stops gracefully (SIGTERM, a
+    deploy) while the card waits: the job, the card and the chat's events."""
+    first = make_scheduler(owner="worker-a", sleep=sleeps)
+    job = await first.create_cron(ORIGIN, "Daily brief", "0 8 * * *", "Brief me from notes.")
+    briefing_from_what_it_read(model)
+    events = hub.events(ORIGIN)
+    await fire(first, clock, job)
+    card = await next_card(events)
+    await first.dispatcher.close()
+    return job, card, events
 
 
 async def drained(events: Any) -> list[HubEvent]:

@@ -339,16 +339,9 @@ async def test_a_stream_queued_behind_a_waiting_one_gets_its_headers_and_keepali
     """A second stream of a conversation whose turn waits for a decision got no byte, not
     even its headers, until the first request ended (a decision's wait, 300 s): a proxy
     cut it after 60 s of silence (found by review on 2026-12-06)."""
-    v1 = await make_v1(limits=ExchangeLimits(decision_wait_s=60, keepalive_s=0.05))
-    fake_openai.reply_tool_calls(WRITE)
-    fake_openai.reply_text("Written.")
-    first = {
-        "model": "main",
-        "user": "two-tabs",
-        "stream": True,
-        "messages": [{"role": "user", "content": "write"}],
-    }
-    second = {**first, "messages": [{"role": "user", "content": "is it done?"}]}
+    v1 = await writing_with_a_card(make_v1, fake_openai)
+    first = two_tabs("write")
+    second = two_tabs("is it done?")
     async with v1.http() as http, v1.http() as other:
         async with http.stream("POST", "/v1/chat/completions", json=first) as raw:
             told = raw.aiter_lines()  # kept: a loop broken over a fresh one closes the stream
@@ -367,7 +360,7 @@ async def test_a_stream_queued_behind_a_waiting_one_gets_its_headers_and_keepali
         await approve_the_card(http)
         await until(lambda: answered(v1, "api:1"))
         fake_openai.reply_text("You're welcome.")
-        thanks = {**first, "stream": False, "messages": [{"role": "user", "content": "thanks"}]}
+        thanks = two_tabs("thanks", stream=False)
         after = await asyncio.wait_for(http.post("/v1/chat/completions", json=thanks), GUARD_S)
     assert after.json()["choices"][0]["message"]["content"] == "You're welcome."  # not held
 
@@ -960,16 +953,9 @@ async def test_a_queued_request_whose_client_left_sends_nothing(
     Ctrl-C): its message is never sent. A whole one (``stream: false``, the SDK's default)
     stayed queued, nobody watching its socket, and its message went to the agent once the
     turn came: a turn for nobody (found by review)."""
-    v1 = await make_v1(limits=ExchangeLimits(decision_wait_s=60, keepalive_s=0.05))
-    fake_openai.reply_tool_calls(WRITE)
-    fake_openai.reply_text("Written.")
-    first = {
-        "model": "main",
-        "user": "two-tabs",
-        "stream": True,
-        "messages": [{"role": "user", "content": "write"}],
-    }
-    second = {**first, "stream": stream, "messages": [{"role": "user", "content": "never mind"}]}
+    v1 = await writing_with_a_card(make_v1, fake_openai)
+    first = two_tabs("write")
+    second = two_tabs("never mind", stream=stream)
     async with v1.http() as http:
         async with http.stream("POST", "/v1/chat/completions", json=first) as raw:
             told = raw.aiter_lines()
@@ -994,8 +980,26 @@ async def test_a_queued_request_whose_client_left_sends_nothing(
             async for _ in told:
                 pass
         fake_openai.reply_text("You're welcome.")
-        thanks = {**first, "stream": False, "messages": [{"role": "user", "content": "thanks"}]}
+        thanks = two_tabs("thanks", stream=False)
         after = await asyncio.wait_for(http.post("/v1/chat/completions", json=thanks), GUARD_S)
     assert after.json()["choices"][0]["message"]["content"] == "You're welcome."
     said = [m for request in fake_openai.requests for m in user_messages(request)]
     assert "never mind" not in said
+
+
+async def writing_with_a_card(make_v1: Any, fake_openai: FakeOpenAIServer) -> V1Server:
+    """``/v1`` whose agent's next turn writes a file (a card waits) and says "Written."."""
+    v1 = await make_v1(limits=ExchangeLimits(decision_wait_s=60, keepalive_s=0.05))
+    fake_openai.reply_tool_calls(WRITE)
+    fake_openai.reply_text("Written.")
+    return v1
+
+
+def two_tabs(text: str, *, stream: bool = True) -> dict[str, Any]:
+    """A request of the conversation two tabs share."""
+    return {
+        "model": "main",
+        "user": "two-tabs",
+        "stream": stream,
+        "messages": [{"role": "user", "content": text}],
+    }
