@@ -61,9 +61,11 @@ __all__ = ["SYSTEM_PROMPT", "BadOutput", "Deriver", "DeriverLimits", "parse_oper
 
 log = logging.getLogger(__name__)
 
-#: A model's answers that blame the settings, not the batch: a wrong or revoked key, a
-#: model name the server does not know.
-SETTINGS_REFUSED = frozenset({401, 403, 404})
+#: A model's answers that blame the settings, not the batch: a wrong or revoked key (401),
+#: a model name the server does not know (404). A 403 stays counted: some providers answer
+#: a batch their moderation flags with it, and uncounted it stopped every later session
+#: (found by review).
+SETTINGS_REFUSED = frozenset({401, 404})
 
 #: Per session, how far its messages were read for facts (``memory/marks.py``).
 DERIVE_MARKS = Marks(memory_derive_marks, "session_id", "last_message_id")

@@ -119,12 +119,13 @@ class EmbeddingClient:
                 "the embeddings endpoint's address or key cannot be used", retriable=True
             ) from exc
         if response.status_code in (401, 403, 404):  # the body may quote the key
-            # The settings' fault (a key, a model, a path), not the batch's: waited for
-            # until they are mended (until 2026-12-07 counted, and every batch skipped).
-            refused = "its key" if response.status_code != 404 else "its model or path"
+            # A key (401) or a model or path (404) it does not know is the settings'
+            # fault, not the batch's: waited for until mended (until 2026-12-07 counted,
+            # and every batch skipped). A 403 may be the batch's (moderation): counted.
+            refused = "its model or path" if response.status_code == 404 else "its key"
             raise EmbeddingError(
                 f"the embeddings endpoint refused {refused} (HTTP {response.status_code})",
-                retriable=True,
+                retriable=response.status_code != 403,
             )
         if response.status_code != 200:
             raise EmbeddingError(

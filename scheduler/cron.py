@@ -156,6 +156,11 @@ def _described_weekdays(expression: str) -> str:
     where = 4 if len(parts) == 5 else 5
     if len(parts) not in (5, 6, 7) or "/" not in parts[where]:
         return expression
+    if parts[where].startswith("*") and not parts[where - 2].startswith("*"):
+        # A day-of-week led by "*" restricts nothing to Vixie cron, which then fires on the
+        # days of the month that are also those weekdays: written as a list, it reads as
+        # a second restriction, which cron-descriptor joins with "or" (found by review).
+        return expression
     days = sorted({day % 7 for day in _expand(parts[where], _DOW)})
     parts[where] = "*" if len(days) == 7 else ",".join(map(str, days))
     return " ".join(parts)

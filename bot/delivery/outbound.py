@@ -48,7 +48,7 @@ from bot.delivery.errors import (
 )
 from bot.delivery.handback import MARK_RETRY_S, DeliveryMarks, Handback, Tenure, TenureLost
 from bot.delivery.keyed_locks import KeyedLocks
-from bot.delivery.pacing import EDIT, OTHER, SEND, CallKind, Pacer, PacingPolicy, Ticket
+from bot.delivery.pacing import ANSWER, EDIT, OTHER, SEND, CallKind, Pacer, PacingPolicy, Ticket
 from bot.delivery.postponements import Postponements, RetrySchedule
 from bot.delivery.stats import OutboundStats
 from bot.delivery.store import OutboxRow, OutboxStore
@@ -130,6 +130,9 @@ MARK_DELAY_S = 0.0
 MARK_WAIT_S = 0.5
 # The health kind of send outcomes.
 SEND_HEALTH = "send"
+#: The longest a tap's answer waits out a 429, once; a longer wait, or a second 429,
+#: and it is given up.
+ANSWER_WAIT_MOST_S = 5.0
 # A fleet's row held behind an earlier one of its conversation is tried again this much
 # later (the earlier one is in flight with another process, or due once a dead one's
 # membership lapses: the orphan scan makes it due within a scan interval after that).
@@ -302,6 +305,13 @@ class Outbound:
                     )
                 if self.pacer.retry_after(conversation, wait, kind):
                     self.stats.global_pauses += 1
+                if kind == ANSWER and (throttled > 1 or wait > ANSWER_WAIT_MOST_S):
+                    # A tap's answer is worth little late (the platform lets the query
+                    # go within seconds) and its caller decides the tap after it, in
+                    # the chat's lane: it is given up, not waited for minutes (a flood
+                    # held the approval and the chat 20 minutes; found by review).
+                    self.stats.failed += 1
+                    raise
                 if self.pacer.waits_itself(conversation, kind):
                     await self._sleep(wait)
                 continue

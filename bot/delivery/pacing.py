@@ -378,7 +378,8 @@ class Pacer:
         """Whether a call retried after a 429 must sleep out its retry-after itself: its
         next ``turn`` waits for no pause the 429 set (a call that waits alone; a tap's
         answer, which waits for no conversation's pause: until 2026-12-07 it was retried
-        at once, 20 times, through a flood wait; found by review)."""
+        at once, 20 times, through a flood wait; found by review; ``Outbound`` gives it
+        one short wait at most)."""
         return self.waits_alone(conversation, kind) or (kind == ANSWER and conversation is not None)
 
     def waits_alone(self, conversation: str | None, kind: CallKind) -> bool:

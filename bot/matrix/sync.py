@@ -258,31 +258,42 @@ def _as_edited(timeline: list[Any]) -> list[Any]:
     edit later on is not answered: the first version was). A message corrected while the
     bot was down, or before it read the batch, was answered as first written: the agent
     acted on words the person took back (until 2026-12-07; found by review)."""
-    edits: dict[str, tuple[Any, Json]] = {}
+    edits: dict[str, Json] = {}
+    senders: dict[str, Any] = {}  # each message's sender: only their own edits count
     for raw in timeline:
         if not isinstance(raw, dict) or raw.get("type") != "m.room.message":
             continue
+        senders[str(raw.get("event_id"))] = raw.get("sender")
         content = raw.get("content")
         if not isinstance(content, dict):
             continue
         relates, new = content.get("m.relates_to"), content.get("m.new_content")
         if isinstance(relates, dict) and relates.get("rel_type") == "m.replace":
             target = relates.get("event_id")
-            if isinstance(target, str) and isinstance(new, dict):
-                edits[target] = (raw.get("sender"), new)
+            if isinstance(target, str) and _whole(new) and senders.get(target) == raw.get("sender"):
+                edits[target] = new
     if not edits:
         return timeline
     edited = []
     for raw in timeline:
         edit = edits.get(raw.get("event_id")) if isinstance(raw, dict) else None
         content = raw.get("content") if isinstance(raw, dict) else None
-        if edit is not None and edit[0] == raw.get("sender") and isinstance(content, dict):
+        if edit is not None and isinstance(content, dict):
             relations = (
                 {"m.relates_to": content["m.relates_to"]} if "m.relates_to" in content else {}
             )
-            raw = {**raw, "content": {**edit[1], **relations}}
+            raw = {**raw, "content": {**edit, **relations}}
         edited.append(raw)
     return edited
+
+
+def _whole(new_content: object) -> bool:
+    """Whether an edit's new content is a message of its own (its type and its words)."""
+    return (
+        isinstance(new_content, dict)
+        and isinstance(new_content.get("msgtype"), str)
+        and isinstance(new_content.get("body"), str)
+    )
 
 
 def _read(raw: object, room_id: str, me: str | None) -> Incoming | None:

@@ -697,15 +697,19 @@ async def test_a_model_that_is_away_is_waited_for_not_counted(
 async def test_a_model_that_refuses_the_key_is_waited_for_not_counted(
     setup: Setup, fake_openai: FakeOpenAIServer
 ) -> None:
-    """A wrong or revoked key (401, 403) or a model name the server does not know (404)
-    is the setting's fault, not the batch's: counted, three rounds of it skipped every
-    batch for good until the operator mended the key (found by review)."""
+    """A wrong or revoked key (401) or a model name the server does not know (404) is the
+    setting's fault, not the batch's: counted, three rounds of it skipped every batch for
+    good until the operator mended the key (found by review). A 403 is counted (a
+    provider's moderation answers a batch with it)."""
     chat = await setup.session("telegram:111")
     [said] = await setup.say(chat, [("", "I moved to Oslo")])
-    for status in (401, 403, 404, 401):
+    for status in (401, 404, 401, 404):
         fake_openai.reply_error(status, model=MODEL)
         assert await setup.deriver.derive_pending() == 0
     assert await setup.mark(chat) == (0, 0)  # nothing counted
+    fake_openai.reply_error(403, model=MODEL)
+    assert await setup.deriver.derive_pending() == 0
+    assert await setup.mark(chat) == (0, 1)  # counted
     fake_openai.reply_text(answer(add("Ann lives in Oslo", said)), model=MODEL)
     assert await setup.deriver.derive_pending() == 1
     assert [body for _, body, *_ in await setup.stored()] == ["Ann lives in Oslo"]

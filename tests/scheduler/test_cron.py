@@ -558,6 +558,14 @@ def test_a_stepped_weekday_is_described_as_the_days_it_fires_on(spec: str) -> No
     assert "through" not in described
 
 
+def test_a_star_stepped_weekday_beside_a_day_of_month_is_not_described_as_either() -> None:
+    """``0 9 1 * */2`` fires on a 1st that is a Sunday, Tuesday, Thursday or Saturday (a
+    "*" day-of-week restricts nothing to Vixie cron); written as a list it was described
+    with "or" (found by review)."""
+    described = CronSchedule.parse("0 9 1 * */2", "UTC").describe()
+    assert " or " not in described, described
+
+
 def test_a_spec_cron_descriptor_cannot_read_is_shown_as_written() -> None:
     """Valid here, refused by cron-descriptor ("06,07" weekdays): its FormatError failed
     the approval card's preview, and the turn (found by review)."""

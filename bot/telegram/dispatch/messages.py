@@ -215,9 +215,9 @@ class MessageHandler:
         mark = partial(_marked, update_ids)
         say = partial(self._sender.say_in, album.chat_id, album.thread_id)
         if album.text or album.attachments:  # else nothing could be read: told already
-            if album.target is not None and await self._album_answers(album, mark):
-                return
             try:
+                if album.target is not None and await self._album_answers(album, mark):
+                    return
                 await self._hub.send_message(
                     album.source,
                     album.text,

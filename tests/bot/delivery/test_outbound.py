@@ -114,6 +114,24 @@ async def test_a_429_on_a_taps_answer_is_waited_out_before_it_is_tried_again(
     assert time.sleeps == [pytest.approx(5)]  # the wait, once
 
 
+@pytest.mark.parametrize("waits", [[30.0], [2.0, 2.0]], ids=["long", "twice"])
+async def test_a_taps_answer_is_given_up_rather_than_held_through_a_flood(
+    outbox: OutboxStore, waits: list[float]
+) -> None:
+    """Its caller decides the tap after it, in the chat's lane: waiting each retry-after
+    out (up to a minute, 20 times) held the approval and the chat for 20 minutes (found
+    by review). A long wait, or a second 429, gives it up at once."""
+    out, _client, time = make_outbound(outbox, CLAMPED_ONLY)
+    answers = [RetryLater(seconds) for seconds in waits]
+
+    async def answer_the_tap() -> bool:
+        raise answers.pop(0)
+
+    with pytest.raises(RetryLater):
+        await out.call(ALICE, answer_the_tap, kind=ANSWER)
+    assert answers == [] and sum(time.sleeps) <= 2.0
+
+
 # -- a 429 storm -----------------------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ from nio.responses import SyncError
 
 from bot.matrix.people import MatrixMe
 from bot.matrix.sending import Rooms
-from bot.matrix.sync import SyncLoop
+from bot.matrix.sync import SyncLoop, _as_edited
 
 
 class _Stopped(Exception):
@@ -47,3 +47,33 @@ async def test_a_limited_sync_waits_what_the_homeserver_asked() -> None:
     with pytest.raises(_Stopped):
         await loop.run()
     assert waited == [7.0]
+
+
+def _message(event_id: str, sender: str, body: str, **content: Any) -> dict[str, Any]:
+    return {
+        "type": "m.room.message",
+        "event_id": event_id,
+        "sender": sender,
+        "content": {"msgtype": "m.text", "body": body, **content},
+    }
+
+
+def _edit(event_id: str, sender: str, of: str, new: dict[str, Any]) -> dict[str, Any]:
+    replace = {"rel_type": "m.replace", "event_id": of}
+    return _message(event_id, sender, "* edited", **{"m.new_content": new, "m.relates_to": replace})
+
+
+def test_a_message_is_read_as_its_own_senders_last_whole_edit_in_the_batch() -> None:
+    """Another member's "edit" (a client lets anyone send one) or one without its words
+    must not become the message (found by review)."""
+    timeline = [
+        _message("$1", "@ann:hs", "delete the staging database"),
+        _edit("$2", "@ann:hs", "$1", {"msgtype": "m.text", "body": "delete the staging cache"}),
+        _edit("$3", "@eve:hs", "$1", {"msgtype": "m.text", "body": "delete everything"}),
+        _edit("$4", "@ann:hs", "$1", {"body": "no type: not a message"}),
+        _message("$5", "@bob:hs", "hello"),
+    ]
+    read = _as_edited(timeline)
+    assert read[0]["content"]["body"] == "delete the staging cache"
+    assert read[4] == timeline[4] and read[1:4] == timeline[1:4]
+    assert _as_edited(timeline[:1]) == timeline[:1]
