@@ -223,37 +223,26 @@ class JobRunner:
         */5 job with its directory gone told its chat every five minutes; found by
         review). Resuming it in /jobs checks again."""
         allowed = True if job.owner_id is None else await self.owner_allowed(job.owner_id)
+        why: str | None = None
         if allowed is None:  # said "no longer allowed", which was not so (found by review)
             platform = (job.owner_id or "").partition(":")[0]
-            return Ran(
-                "failed",
-                None,
-                f"it did not run: {platform} is not running in this service, so the user it "
-                f"acts for ({job.owner_id}) could not be checked; it is paused (resume it "
-                "in /jobs once it runs again)",
-                pauses=True,
+            why = (
+                f"{platform} is not running in this service, so the user it acts for "
+                f"({job.owner_id}) could not be checked; {_paused(job, 'once it runs again')}"
             )
-        if not allowed:
-            return Ran(
-                "failed",
-                None,
-                f"it did not run: the user it acts for ({job.owner_id}) is no longer allowed "
-                "to use this bot, so it is paused (resume it in /jobs once they are again)",
-                pauses=True,
+        elif not allowed:
+            why = (
+                f"the user it acts for ({job.owner_id}) is no longer allowed to use this "
+                f"bot, so {_paused(job, 'once they are again')}"
             )
-        grants = JobGrants.of(job.run_context)
-        if grants.working_directory is not None:
-            directory = self.engine.workspace.root / grants.working_directory
-            if not directory.is_dir():
-                return Ran(
-                    "failed",
-                    None,
-                    f"it did not run: its working directory {grants.working_directory} "
-                    "is no longer there, so it is paused (resume it in /jobs once it is "
-                    "back)",
-                    pauses=True,
+        else:
+            directory = JobGrants.of(job.run_context).working_directory
+            if directory is not None and not (self.engine.workspace.root / directory).is_dir():
+                why = (
+                    f"its working directory {directory} is no longer there, so "
+                    f"{_paused(job, 'once it is back')}"
                 )
-        return None
+        return None if why is None else Ran("failed", None, f"it did not run: {why}", pauses=True)
 
     async def _resumable(self, run: Run) -> ChatSessionHandler | None:
         """The session of an earlier attempt of the run (a crash, a stop, a lost lease cut
@@ -539,3 +528,11 @@ def _local(moment: datetime, zone: str) -> str:
     except (ZoneInfoNotFoundError, ValueError):
         return moment.isoformat()
     return f"{local:%a %d %b %Y %H:%M} ({zone})"
+
+
+def _paused(job: Job, until: str) -> str:
+    """What a refused run says of its job: a recurring one is paused (resumed in /jobs
+    when it can run again); a one-off that did not run is over."""
+    if job.single_run:
+        return "it will not run (a one-off: schedule it again when it can)"
+    return f"it is paused (resume it in /jobs {until})"

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -25,6 +25,9 @@ from scheduler.tic import Tic
 __all__ = ["Scheduler", "SchedulerError", "SchedulerLimits", "StopReport"]
 
 log = logging.getLogger(__name__)
+
+#: A run's statuses while it is still to finish.
+IN_FLIGHT = frozenset({"pending", "running"})
 
 
 class SchedulerError(ValueError):
@@ -356,22 +359,27 @@ class Scheduler:
         except CronError as exc:
             return f"{spec} (not valid: {exc})"
 
-    def finished(self, job: Job) -> bool:
-        """A one-off task that is over (a single run that fired, a background task
-        started): nothing to pause or resume, only to delete (until 2026-12-07 it was
-        listed as paused with a ▶️ Resume that could only fail; found by review)."""
-        if not job.single_run or job.enabled:
-            return False
-        if job.kind != "cron":
-            return True
-        try:
-            return self.next_fire(job, self._clock()) is None
-        except CronError:
-            return False  # paused with a schedule to mend, not over
+    async def last_statuses(self, jobs: Sequence[Job]) -> dict[int, str]:
+        """The latest run's status of each one-off task that is off (``finished``'s
+        question; a job with runs still to come needs none)."""
+        return await self.store.last_statuses(
+            [j.id for j in jobs if j.single_run and not j.enabled]
+        )
 
-    def describe(self, job: Job) -> str:
-        """``every weekday at 08:00 — next: Mon 1 Dec 08:00 (Europe/Rome)`` style."""
-        done = " — done" if self.finished(job) and job.deleted_at is None else ""
+    def finished(self, job: Job, last: str | None) -> bool:
+        """A one-off task that fired (a single run, a background task started), ``last``
+        its latest run's status: nothing to pause or resume, only to delete (until
+        2026-12-07 it was listed as paused with a ▶️ Resume that could only fail; found
+        by review). One paused before its day never ran: it is paused."""
+        return job.single_run and not job.enabled and last is not None
+
+    def describe(self, job: Job, last: str | None = None) -> str:
+        """``every weekday at 08:00 — next: Mon 1 Dec 08:00 (Europe/Rome)`` style;
+        ``last``: the latest run's status (a one-off task that fired is "done", or
+        "running" while its run goes on)."""
+        done = ""
+        if self.finished(job, last) and job.deleted_at is None:
+            done = " — running" if last in IN_FLIGHT else " — done"
         if job.kind != "cron" or job.spec is None:
             return f"{job.kind} task{done}"
         try:
@@ -414,7 +422,9 @@ class Scheduler:
 
     async def _check_count(self, source: str) -> None:
         # Finished one-off tasks (single runs that fired, async tasks done) do not count.
-        existing = sum(1 for job in await self.store.for_source(source) if not self.finished(job))
+        jobs = await self.store.for_source(source)
+        last = await self.last_statuses(jobs)
+        existing = sum(1 for job in jobs if not self.finished(job, last.get(job.id)))
         if existing >= self.limits.max_jobs_per_source:
             raise SchedulerError(
                 f"this chat already has {existing} scheduled tasks (the limit is "

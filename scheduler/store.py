@@ -304,6 +304,11 @@ class JobStore:
     async def run(self, run_id: int) -> Run | None:
         return await self._db.run(_run, run_id)
 
+    async def last_statuses(self, job_ids: Sequence[int]) -> dict[int, str]:
+        """Each job's latest run's status (a fire skipped while a run went on is none);
+        a job without runs is left out."""
+        return await self._db.run(_last_statuses, list(job_ids)) if job_ids else {}
+
     async def overview(self) -> JobsOverview:
         """Every live job, oldest first, with its run in flight and latest run (the
         operator's job list)."""
@@ -326,6 +331,16 @@ def run_counts(conn: Connection) -> dict[str, int]:
     """How many runs there are in each status (a unit of work's part: the metrics scrape)."""
     rows = conn.execute(sa.select(r.c.status, sa.func.count()).group_by(r.c.status)).all()
     return {str(status): int(n) for status, n in rows}
+
+
+def _last_statuses(conn: Connection, job_ids: list[int]) -> dict[int, str]:
+    latest = (
+        sa.select(sa.func.max(r.c.id))
+        .where(r.c.job_id.in_(job_ids), sa.or_(r.c.error.is_(None), r.c.error != SKIPPED_NOTE))
+        .group_by(r.c.job_id)
+    )
+    rows = conn.execute(sa.select(r.c.job_id, r.c.status).where(r.c.id.in_(latest)))
+    return {int(row.job_id): str(row.status) for row in rows}
 
 
 def _overview(conn: Connection) -> JobsOverview:

@@ -179,6 +179,7 @@ class ListTasks(_SchedulerTool):
 
     async def _run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         jobs = await self.scheduler.jobs(await self._source(ctx))
+        last = await self.scheduler.last_statuses(jobs)
         return json.dumps(
             [
                 {
@@ -188,7 +189,7 @@ class ListTasks(_SchedulerTool):
                     "cron": job.spec,
                     "timezone": job.timezone,
                     "enabled": job.enabled,
-                    "schedule": self.scheduler.describe(job),
+                    "schedule": self.scheduler.describe(job, last.get(job.id)),
                     "grants": JobGrants.of(job.run_context).lines(),
                 }
                 for job in jobs

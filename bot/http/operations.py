@@ -203,7 +203,8 @@ def _plain(value: Any) -> Any:
 
 
 def _view(scheduler: Scheduler, job: Job, running: bool, last: LastRun | None) -> JobView:
-    described, finished = scheduler.describe(job), scheduler.finished(job)
+    status = None if last is None else last.status
+    described, finished = scheduler.describe(job, status), scheduler.finished(job, status)
     if last is None:
         return JobView(job, described, running, finished=finished)
     return JobView(job, described, running, last.status, last.result, last.error, last.at, finished)

@@ -74,12 +74,14 @@ class Jobs:
     async def listed(self, source: str) -> list[tuple[str, JobEntry]]:
         """Each job's lines (a blank line first) and its entry, in order."""
         listed = []
-        for job in await self.scheduler.jobs(source):
+        jobs = await self.scheduler.jobs(source)
+        last = await self.scheduler.last_statuses(jobs)
+        for job in jobs:
             grants = JobGrants.of(job.run_context)
-            lines = [f"\n#{job.id} {job.title}\n{self.scheduler.describe(job)}"]
+            lines = [f"\n#{job.id} {job.title}\n{self.scheduler.describe(job, last.get(job.id))}"]
             lines += [f"  • {line}" for line in grants.lines()] or ["  • asks before acting"]
-            entry = JobEntry(job.id, job.enabled, bool(grants), self.scheduler.finished(job))
-            listed.append(("\n".join(lines), entry))
+            over = self.scheduler.finished(job, last.get(job.id))
+            listed.append(("\n".join(lines), JobEntry(job.id, job.enabled, bool(grants), over)))
         return listed
 
     async def act(self, source: str, action: JobAction, decider: Decider) -> str:

@@ -32,11 +32,14 @@ class Scheduler:
     async def jobs(self, source: str) -> list[Job]:
         return list(self._jobs.values()) if source == "mine" else []
 
-    def describe(self, job: Job) -> str:
+    def describe(self, job: Job, last: str | None = None) -> str:
         return "every day at 08:00"
 
-    def finished(self, job: Job) -> bool:
-        return job.finished
+    async def last_statuses(self, jobs: list[Job]) -> dict[int, str]:
+        return {job.id: "done" for job in jobs if job.finished}
+
+    def finished(self, job: Job, last: str | None) -> bool:
+        return last is not None
 
     async def delete_reporting(self, source: str, job_id: int) -> tuple[Job, StopReport]:
         if job_id not in self._jobs:
