@@ -908,16 +908,16 @@ def _abandon_expired(conn: Connection, now: datetime) -> list[Run]:
     ended: list[Run] = []
     deleted = r.c.job_id.in_(sa.select(j.c.id).where(j.c.deleted_at.is_not(None)))
     for which, error in ((deleted, "job deleted"), (r.c.cancel_requested_at.is_not(None), STOPPED)):
-        expired = (r.c.status == "running", r.c.lease_expires_at < now, which)
-        rows = conn.execute(sa.select(r).where(*expired)).all()
-        if not rows:
-            continue
-        conn.execute(
-            r.update()
-            .where(r.c.id.in_([row.id for row in rows]), r.c.status == "running")
-            .values(status="failed", error=error, delivery_status="none", finished_at=now)
-        )
-        ended += [replace(_run_row(row), status="failed", error=error) for row in rows]
+        # Only the runs this statement ended (another process of a fleet may end them too).
+        ended += [
+            _run_row(row)
+            for row in conn.execute(
+                r.update()
+                .where(r.c.status == "running", r.c.lease_expires_at < now, which)
+                .values(status="failed", error=error, delivery_status="none", finished_at=now)
+                .returning(*r.c)
+            )
+        ]
     rows = conn.execute(
         sa.select(r)
         .join(j, j.c.id == r.c.job_id)
