@@ -18,7 +18,9 @@ run: $(STAMP)
 # waits on subprocesses, HTTP and the databases part of the time (two workers: 10.5
 # minutes here, three: 8, when the suite was smaller; four measured no faster than three
 # on 2026-12-07). Each worker has its own PostgreSQL and SQLite templates
-# (tests/pg.py). `make test TEST_WORKERS=0` runs in one process.
+# (tests/pg.py). `make test TEST_WORKERS=0` runs in one process. Files are handed out in
+# the order tests/conftest.py gives them, the slowest first (xdist's own order, the most
+# tests first, handed out last a file of seven tests that runs 90 s: a tail of it).
 TEST_WORKERS ?= 3
 # The project's own modules compiled once, before the workers and the hundreds of
 # `chathub` processes the tests start each import them (an environment with
@@ -30,7 +32,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/python -m compileall -q -j 0 $(CODE)
-	PYTHONDONTWRITEBYTECODE= $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	PYTHONDONTWRITEBYTECODE= $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
