@@ -333,12 +333,19 @@ def run_counts(conn: Connection) -> dict[str, int]:
     return {str(status): int(n) for status, n in rows}
 
 
-def _last_statuses(conn: Connection, job_ids: list[int]) -> dict[int, str]:
-    latest = (
+def _latest_runs(*where: Any) -> sa.Select[Any]:
+    """The id of each job's latest run (of the jobs ``where`` keeps). A fire skipped
+    while a run went on is no run: the run's outcome is the last."""
+    return (
         sa.select(sa.func.max(r.c.id))
-        .where(r.c.job_id.in_(job_ids), sa.or_(r.c.error.is_(None), r.c.error != SKIPPED_NOTE))
+        .join(j, j.c.id == r.c.job_id)
+        .where(*where, sa.or_(r.c.error.is_(None), r.c.error != SKIPPED_NOTE))
         .group_by(r.c.job_id)
     )
+
+
+def _last_statuses(conn: Connection, job_ids: list[int]) -> dict[int, str]:
+    latest = _latest_runs(r.c.job_id.in_(job_ids))
     rows = conn.execute(sa.select(r.c.job_id, r.c.status).where(r.c.id.in_(latest)))
     return {int(row.job_id): str(row.status) for row in rows}
 
@@ -348,13 +355,7 @@ def _overview(conn: Connection) -> JobsOverview:
     running = conn.execute(
         sa.select(r.c.job_id).where(r.c.status == "running").distinct()
     ).scalars()
-    latest = (
-        sa.select(sa.func.max(r.c.id))
-        .join(j, j.c.id == r.c.job_id)
-        # A fire skipped while a run went on is no run: the run's outcome is the last.
-        .where(j.c.deleted_at.is_(None), sa.or_(r.c.error.is_(None), r.c.error != SKIPPED_NOTE))
-        .group_by(r.c.job_id)
-    )
+    latest = _latest_runs(j.c.deleted_at.is_(None))
     last = {
         row.job_id: LastRun(row.status, row.result, row.error, row.finished_at or row.created_at)
         for row in conn.execute(

@@ -46,8 +46,6 @@ QUESTION_LINE = "Reply to this message to answer."
 #: How much of a call a card shows (the inbox page shows it all).
 CARD_LIMIT = 6000
 _VARIATION_SELECTOR = "\ufe0f"
-#: The transaction id a card is posted with (``MatrixFace.post``): the homeserver gives it
-#: back to the account that sent the event.
 
 
 def choice_of(key: str) -> Choice | None:
@@ -152,6 +150,9 @@ class MatrixCards(OpenCards):
     def __init__(self, hub: ChatHub, store: CardStore, sender: MatrixSender) -> None:
         super().__init__(hub, store, MatrixFace(sender))
         self._sender = sender
+        #: The transaction id a card is posted with (``MatrixFace.post``): the homeserver
+        #: gives it back to the account that sent the event.
+        self._card_txn = re.compile(rf"{re.escape(sender.txn_prefix)}\.card\.(\d+)")
 
     async def at(self, room_id: str, event_id: str) -> CardRow | None:
         """The card shown by ``event_id`` in ``room_id`` (open or not), from the store; or
@@ -182,8 +183,7 @@ class MatrixCards(OpenCards):
             return None
         unsigned = answer.event.source.get("unsigned")
         txn = unsigned.get("transaction_id") if isinstance(unsigned, dict) else None
-        card_txn = re.compile(rf"{re.escape(sender.txn_prefix)}\.card\.(\d+)")
-        posted = card_txn.fullmatch(txn) if isinstance(txn, str) else None
+        posted = self._card_txn.fullmatch(txn) if isinstance(txn, str) else None
         if posted is None:
             return None
         return await self.store.shown_as(int(posted.group(1)), room_id, event_id)

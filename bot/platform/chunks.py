@@ -127,7 +127,7 @@ class _Messages:
         if not self.repeat_tables or "|" not in line:
             return None
         if self.table is not None:
-            return self.table if line.strip() else None
+            return self.table
         previous = self.lines[-1] if self.lines else None
         if previous is not None and "|" in previous and _DELIMITER.match(line):
             return (previous, line)
@@ -137,7 +137,7 @@ class _Messages:
         """The header and delimiter rows of the table the last message was cut in, at the
         top of this one, when ``line`` goes on with that table."""
         table, self.cut_table = self.cut_table, None
-        if table is None or self.lines or "|" not in line or not line.strip():
+        if table is None or self.lines or "|" not in line:
             return
         for row in table:
             self._append(row, None, table)

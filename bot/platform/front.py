@@ -239,12 +239,12 @@ class Front(Generic[In]):
         async with self._arrivals.hold(stored.lane):
             if addressed is not None and not await addressed(stored):
                 return 0
-            new = await self.record(stored)
+            new = await self._record(stored)
             if new and not (park is not None and park(stored)):
                 self.queue(stored)
             return int(new)
 
-    async def record(self, stored: In) -> bool:
+    async def _record(self, stored: In) -> bool:
         """Stored under its key, to be queued by the caller (``queue``; a take-over does not
         queue it meanwhile); whether it was new."""
         new = bool(await self.events.record([(stored.key, None, stored.to_json())]))

@@ -87,11 +87,9 @@ class JobsPanel:
                 row.insert(
                     0, _button(f"{toggle[0]} #{job_id}", f"{JOBS_PREFIX}:{job_id}:{toggle[1]}")
                 )
-            rows.append(row)
             if entry.granted:
-                rows[-1].append(
-                    {"text": f"🔒 Revoke #{job_id}", "callback_data": f"{JOBS_PREFIX}:{job_id}:g"}
-                )
+                row.append(_button(f"🔒 Revoke #{job_id}", f"{JOBS_PREFIX}:{job_id}:g"))
+            rows.append(row)
         return rows
 
     async def act(self, source: str, action: JobAction, decider: Decider) -> str:
