@@ -339,6 +339,9 @@ class MatrixClient:
     async def send(self, conversation: str, payload: Json) -> Json:
         if conversation in self.rooms.encrypted and not payload.get("plain_notice"):
             raise MatrixRefused("encrypted room: nothing is sent in plain text")
+        if not self.nio.access_token:  # a password's login under way after a revoked token
+            # (matrix-nio raised "Not logged in", and the reply was failed for good)
+            raise MatrixUnavailable("signing in again")
         kind, content = payload.get("type") or "m.room.message", payload.get("content") or {}
         txn = payload.get("txn") or _txn()
         if payload.get(VOICE):

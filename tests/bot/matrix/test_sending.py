@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from bot.matrix.cards import question_text
 from bot.matrix.sending import (
     CONTENT_BUDGET,
+    MatrixClient,
     MatrixRefused,
     MatrixRetryLater,
     MatrixUnavailable,
+    Rooms,
     content_of,
     contents_of,
     edit_of,
@@ -160,3 +163,18 @@ async def test_a_decline_the_homeserver_limits_is_tried_again_not_dropped(
         await leave(_Homeserver(status, body), "!room:hs", "your code is 123")  # type: ignore[arg-type]
     if body.get("retry_after_ms"):
         assert raised.value.seconds == 2.5  # type: ignore[attr-defined]
+
+
+async def test_a_reply_sent_while_signing_in_again_waits_for_the_login() -> None:
+    """A revoked token is dropped while a password logs in again: matrix-nio raised "Not
+    logged in" for a reply sent then, and the outbox failed it for good (found by CI)."""
+
+    class SigningIn:
+        access_token = ""
+
+        async def room_send(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("nothing is sent without a token")
+
+    client = MatrixClient(SigningIn(), Rooms(), None)  # type: ignore[arg-type]
+    with pytest.raises(MatrixUnavailable):
+        await client.send("!room:hs", {"content": {"msgtype": "m.text", "body": "hi"}})
