@@ -26,6 +26,8 @@ class Homeserver:
     """``room_send`` as Synapse does it: one event per transaction id. The first
     ``lost`` PUTs are taken but their answers never come back (a proxy timing out)."""
 
+    access_token = "token"  # signed in
+
     def __init__(self, lost: int) -> None:
         self.events: dict[str, dict[str, Any]] = {}
         self.lost = lost
