@@ -50,7 +50,7 @@ class SlackDriver:
 
     async def say(self, text: str) -> None:
         if text.startswith("/"):
-            self.fake.slash(self.channel, ALICE, "/chathub", text[1:])
+            await self._interact(lambda: self.fake.slash(self.channel, ALICE, "/chathub", text[1:]))
         else:
             self.fake.dm(ALICE, text)
 
@@ -80,17 +80,17 @@ class SlackDriver:
         return sum(t.startswith("*" + QUESTION_MARK) for t in self.shown())
 
     async def approve(self, card: Prompt) -> None:
-        self._click(card, "approve")
+        await self._click(card, "approve")
 
     async def approve_and_stop_asking(self, card: Prompt, *, for_: StopAsking) -> None:
-        self._click(card, "bypass_15m" if for_ == "15m" else "bypass_session")
+        await self._click(card, "bypass_15m" if for_ == "15m" else "bypass_session")
 
     async def reject(self, card: Prompt, reason: str = "") -> None:
         """❌ opens a modal; its reason (empty: none) is submitted."""
         before = len(self.fake.views)
-        self._click(card, "reject")
+        await self._click(card, "reject")
         view = await eventually(lambda: self.fake.views[before:])
-        self.fake.submit_view(view[0], ALICE, {"text": reason})
+        await self._interact(lambda: self.fake.submit_view(view[0], ALICE, {"text": reason}))
 
     async def question(self) -> Prompt:
         question = await eventually(lambda: self._next(QUESTION_MARK, self._questions_seen))
@@ -100,9 +100,9 @@ class SlackDriver:
         """✍️ Answer opens a modal; the answer is submitted from it."""
         message: Message = question.handle
         before = len(self.fake.views)
-        self.fake.click(message, ALICE, message.action_ids[0])
+        await self._interact(lambda: self.fake.click(message, ALICE, message.action_ids[0]))
         view = await eventually(lambda: self.fake.views[before:])
-        self.fake.submit_view(view[0], ALICE, {"text": text})
+        await self._interact(lambda: self.fake.submit_view(view[0], ALICE, {"text": text}))
 
     async def expect_stopped(self) -> None:
         await eventually(lambda: any("Stopped" in t for t in self.shown()))
@@ -145,10 +145,24 @@ class SlackDriver:
         private = self.fake.ephemerals(ALICE, self.channel)
         return sorted([*posted, *private], key=lambda m: m.created)
 
-    def _click(self, card: Prompt, choice: str) -> None:
+    async def _click(self, card: Prompt, choice: str) -> None:
         message: Message = card.handle
         current = self.fake.message(self.channel, message.ts)
-        self.fake.click(current, ALICE, next(a for a in current.action_ids if a.endswith(choice)))
+        action = next(a for a in current.action_ids if a.endswith(choice))
+        await self._interact(lambda: self.fake.click(current, ALICE, action))
+
+    async def _interact(self, act: Callable[[], object]) -> None:
+        """A click, a modal or a slash command, as Alice does it: Slack refuses one while the
+        app is between Socket Mode connections (its client reconnects when its pings go
+        unanswered a while, as on a loaded machine), and she does it again once it is back."""
+        while True:
+            await eventually(lambda: self.fake.ready_connections or None)
+            try:
+                act()
+                return
+            except RuntimeError as refused:
+                if "no Socket Mode connection" not in str(refused):
+                    raise
 
     def _next(self, mark: str, seen: set[str]) -> Message | None:
         for message in self._messages():
