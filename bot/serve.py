@@ -52,6 +52,7 @@ from bot.platform.voice_tool import SendVoiceMessage, VoiceOut
 from bot.schema import LAYERS
 from bot.settings import Settings, service_settings
 from bot.telegram.adapter import TelegramAdapter
+from bot.telegram.chat_moves import FollowingMoves
 from bot.telegram.config import TelegramConfig
 from bot.telegram.dispatch.jobs import JobsPanel
 from bot.telegram.inbound.poller import Poller
@@ -341,8 +342,8 @@ class Service:
             )
         self.refused = asyncio.get_running_loop().create_future()
         if self.api is not None:
-            api = self.api
             store = TelegramStore(engine.store.db, process_id=self.process_id)
+            api = FollowingMoves(self.api, store.moves)  # groups that became supergroups
             deliveries = partial(engine.store.db.run, delivery_summary)
             self.telegram_health = health = TelegramHealth()
             pacing = self.pacing or telegram_pacing(settings)

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from bot.delivery import Outbound
@@ -25,6 +26,7 @@ from bot.platform.outgoing import EventRenderer
 from bot.platform.tasks import Background, Runtime
 from bot.platform.voice_mode import VoiceMode
 from bot.platform.voice_notes import VoiceNotes
+from bot.telegram.chat_moves import moved_message
 from bot.telegram.config import TelegramConfig
 from bot.telegram.dispatch.access import PairedIds, PairingStore
 from bot.telegram.dispatch.approvals import ApprovalTaps
@@ -34,7 +36,14 @@ from bot.telegram.dispatch.jobs import JobsPanel
 from bot.telegram.dispatch.memory import MemoryPanel
 from bot.telegram.dispatch.messages import BotIdentity, MessageHandler
 from bot.telegram.inbound.downloads import Downloads
-from bot.telegram.inbound.updates import Callback, Ignored, Message, chat_key, parse_update
+from bot.telegram.inbound.updates import (
+    Callback,
+    ChatMove,
+    Ignored,
+    Message,
+    chat_key,
+    parse_update,
+)
 from bot.telegram.rendering.chat_cards import ChatCards
 from bot.telegram.rendering.progress import ChatActivity
 from bot.telegram.sending.api import BotApi, Json
@@ -198,9 +207,13 @@ class TelegramAdapter:
         Junk never gets this far (``parse_update`` checks every field).
         """
         incoming = parse_update(update)
+        if isinstance(incoming, Message | Callback) and incoming.chat_id is not None:
+            incoming = await self._in_its_conversation(incoming)
         match incoming:
             case Ignored(reason=reason):
                 log.info("ignored update %s: %s", incoming.update_id, reason)
+            case ChatMove(old_chat_id=old, new_chat_id=new):
+                await self.store.moves.record(old, new)
             case Message(edited=True):
                 log.info("ignored an edited message in chat %s", incoming.chat_id)
             case Message():
@@ -208,6 +221,28 @@ class TelegramAdapter:
             case Callback():
                 await self._callbacks.handle(incoming)
         return False
+
+    async def _in_its_conversation(self, incoming: Message | Callback) -> Message | Callback:
+        """A former group's supergroup speaks in the group's conversation, its messages
+        known as moved (``bot/telegram/chat_moves.py``)."""
+        assert incoming.chat_id is not None
+        original = await self.store.moves.original(incoming.chat_id)
+        if original == incoming.chat_id:
+            return incoming
+        if isinstance(incoming, Callback):
+            message = incoming.message_id
+            return replace(
+                incoming,
+                chat_id=original,
+                message_id=None if message is None else moved_message(message),
+            )
+        reply_to = incoming.reply_to_message_id
+        return replace(
+            incoming,
+            chat_id=original,
+            message_id=moved_message(incoming.message_id),
+            reply_to_message_id=None if reply_to is None else moved_message(reply_to),
+        )
 
     def decider(self, user_id: int | None) -> Decider:
         """Who taps a card or replies to it, for the ``APPROVERS`` rule."""

@@ -25,6 +25,7 @@ from bot.platform.pairing import (  # noqa: F401 (tests read them here)
     MAX_PENDING_CODES,
     draw_code,
 )
+from bot.telegram.chat_moves import ChatMoves
 from bot.telegram.tables import telegram_pairing, telegram_users
 from engine.store import Database, SqliteDatabase, quick_unit, serialize, utcnow
 
@@ -56,6 +57,7 @@ class TelegramStore:
         self.events = EventStore(db, TELEGRAM)
         self.cards = CardStore(db, TELEGRAM)
         self.outbox = OutboxStore(db, TELEGRAM, process_id=process_id)
+        self.moves = ChatMoves(db)
 
     # -- updates -------------------------------------------------------------------------
 

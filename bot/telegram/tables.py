@@ -1,7 +1,8 @@
-"""The Telegram adapter's own tables (paired people, pairing codes), on the one shared
+"""The Telegram adapter's own tables (paired people, pairing codes, groups that became
+supergroups), on the one shared
 ``MetaData`` (``engine.store.schema``).
 
-Created by the migrations in ``bot/telegram/migrations/`` (0005); queried by
+Created by the migrations in ``bot/telegram/migrations/`` (0005, 0029); queried by
 ``bot/telegram/store.py``. Its updates, cards and outbox rows are the delivery layer's
 (``bot/delivery/tables.py``, since 0021).
 """
@@ -12,7 +13,7 @@ from sqlalchemy import BigInteger, Column, Index, String, Table, Text
 
 from engine.store import UtcDateTime, metadata
 
-__all__ = ["telegram_pairing", "telegram_users"]
+__all__ = ["telegram_chat_moves", "telegram_pairing", "telegram_users"]
 
 _Big = BigInteger()
 
@@ -37,3 +38,13 @@ telegram_pairing = Table(
     Column("used_at", UtcDateTime),
     Index("ix_tg_pairing_user", "user_id", "created_at"),
 )
+
+telegram_chat_moves = Table(
+    "telegram_chat_moves",
+    metadata,
+    Column("old_chat_id", _Big, primary_key=True, autoincrement=False),
+    Column("new_chat_id", _Big, nullable=False, unique=True),
+    Column("moved_at", UtcDateTime, nullable=False),
+)
+"""A group that Telegram made a supergroup (a new chat id): its conversation keeps the
+old id's source, and whatever is sent to it goes to the new id (``chat_moves.py``)."""

@@ -186,11 +186,19 @@ class ApiError(Exception):
     ``retry_after`` is sent as given (any JSON value); ``None`` or ``OMIT`` sends none.
     """
 
-    def __init__(self, status: int, description: str, retry_after: Any = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        description: str,
+        retry_after: Any = None,
+        *,
+        migrate_to_chat_id: Any = None,
+    ) -> None:
         super().__init__(description)
         self.status = status
         self.description = description
         self.retry_after = retry_after
+        self.migrate_to_chat_id = migrate_to_chat_id
 
 
 def _bad(description: str) -> ApiError:
@@ -339,6 +347,7 @@ class FakeTelegramServer:
         self._callbacks: set[str] = set()
         self._next_callback = 1
         self._file_counter = 0
+        self._moved: dict[int, Any] = {}  # a group made a supergroup -> what 400s name
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -545,6 +554,39 @@ class FakeTelegramServer:
         if entities:
             message["entities"] = entities
         return self.push_update({"message": message})
+
+    def migrate_group(
+        self,
+        chat_id: int,
+        user_id: int,
+        *,
+        new_chat_id: int | None = None,
+        announced: bool = True,
+        named: Any = None,
+    ) -> int:
+        """Group ``chat_id`` becomes a supergroup (``user_id`` made it one), as Telegram
+        does it: a ``migrate_to_chat_id`` message in the group, a ``migrate_from_chat_id``
+        one as the supergroup's first (none: ``announced=False``), and from then on every
+        call naming the group is a 400 naming the supergroup (``named``: what it names
+        instead, to test junk). Returns the supergroup's id."""
+        new = -1_000_000_000_000 + chat_id if new_chat_id is None else new_chat_id
+        if not announced:
+            with self._lock:
+                self._moved[chat_id] = new if named is None else named
+            return new
+        old_message = self._new_message(
+            chat_id, user_id, chat_type="group", username="alice", first_name="Alice"
+        )
+        old_message["migrate_to_chat_id"] = new
+        self.push_update({"message": old_message})
+        new_message = self._new_message(
+            new, user_id, chat_type="supergroup", username="alice", first_name="Alice"
+        )
+        new_message["migrate_from_chat_id"] = chat_id
+        with self._lock:
+            self._moved[chat_id] = new if named is None else named
+        self.push_update({"message": new_message})
+        return new
 
     def edited_message(
         self,
@@ -830,6 +872,13 @@ class FakeTelegramServer:
                 result = await self._get_updates(params)
             else:
                 with self._lock:
+                    moved = self._moved.get(_moved_chat(params), OMIT)
+                    if moved is not OMIT:
+                        raise ApiError(
+                            400,
+                            "Bad Request: group chat was upgraded to a supergroup chat",
+                            migrate_to_chat_id=moved,
+                        )
                     limits = self.limits
                     if limits is not None and (wait := limits.check(method, params)):
                         raise ApiError(429, f"Too Many Requests: retry after {wait}", wait)
@@ -1372,6 +1421,13 @@ def _optional_int(value: Any, name: str) -> int | None:
     return None if value is None or value == "" else _int(value, name)
 
 
+def _moved_chat(params: Json) -> int | None:
+    try:
+        return int(params.get("chat_id"))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
 def _chat_id(params: Json) -> int:
     value = params.get("chat_id")
     if value is None or value == "":
@@ -1513,6 +1569,8 @@ def _error_response(error: ApiError) -> JSONResponse:
     body: Json = {"ok": False, "error_code": error.status, "description": error.description}
     if error.retry_after is not None and error.retry_after is not OMIT:
         body["parameters"] = {"retry_after": error.retry_after}
+    if error.migrate_to_chat_id is not None:
+        body["parameters"] = {"migrate_to_chat_id": error.migrate_to_chat_id}
     return _ApiResponse(body, status_code=error.status)
 
 

@@ -11,7 +11,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bot.telegram.sending.api import BadRequest, Forbidden, ServerError, TelegramError
+from bot.telegram.sending.api import (
+    BadRequest,
+    ChatMoved,
+    Forbidden,
+    ServerError,
+    TelegramError,
+)
 from bot.telegram.sending.errors import NotFound, Unauthorized, retry_after
 
 __all__ = ["error_from_answer"]
@@ -21,6 +27,7 @@ def error_from_answer(status: int, body: bytes | str) -> TelegramError:
     """The core's error for an HTTP ``status`` answer with ``body`` (JSON or anything)."""
     description = f"HTTP {status}"
     raw_retry_after: Any = None
+    moved_to: Any = None
     data = _json(body)
     if isinstance(data, dict):
         if isinstance(data.get("description"), str) and data["description"]:
@@ -28,8 +35,11 @@ def error_from_answer(status: int, body: bytes | str) -> TelegramError:
         parameters = data.get("parameters")
         if isinstance(parameters, dict):
             raw_retry_after = parameters.get("retry_after")
+            moved_to = parameters.get("migrate_to_chat_id")
     if status == 429 or raw_retry_after is not None:  # any status naming a wait: wait
         return retry_after(raw_retry_after, description)
+    if status == 400 and isinstance(moved_to, int) and not isinstance(moved_to, bool):
+        return ChatMoved(description, moved_to)
     if status == 400:
         return BadRequest(description)
     if status == 401:

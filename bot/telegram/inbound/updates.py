@@ -20,6 +20,7 @@ from engine.text import clean_text
 
 __all__ = [
     "Callback",
+    "ChatMove",
     "Ignored",
     "Incoming",
     "Message",
@@ -149,13 +150,23 @@ class Callback:
 
 
 @dataclass(frozen=True, slots=True)
+class ChatMove:
+    """Telegram made group ``old_chat_id`` supergroup ``new_chat_id`` (either chat's service
+    message says so: ``bot/telegram/chat_moves.py``)."""
+
+    update_id: int
+    old_chat_id: int
+    new_chat_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class Ignored:
     update_id: int | None
     reason: str
     details: dict[str, Any] = field(default_factory=dict)
 
 
-Incoming = Message | Callback | Ignored
+Incoming = Message | Callback | ChatMove | Ignored
 
 
 def source_of(chat_id: int, thread_id: int | None = None) -> str:
@@ -189,7 +200,7 @@ def parse_update(update: object) -> Incoming:
     if update_id is None:
         return Ignored(None, "not an update object with an integer update_id")
     incoming = _parse_kind(update_id, update)
-    if not isinstance(incoming, Ignored) and incoming.dropped:
+    if isinstance(incoming, Message | Callback) and incoming.dropped:
         log.info("update %s: dropped malformed %s", update_id, "; ".join(incoming.dropped))
     return incoming
 
@@ -244,6 +255,8 @@ def _message(update_id: int, message: Json, drops: Drops, *, edited: bool) -> In
     chat_id = None if chat is None else drops.at("chat").id(chat, "id")
     if chat is None or chat_id is None:
         return Ignored(update_id, "message without a chat id")
+    if "migrate_to_chat_id" in message or "migrate_from_chat_id" in message:
+        return _chat_move(update_id, message, chat_id, drops)
     user_id, user_name = _user(message, "from", drops)
     if user_id is None:
         return Ignored(update_id, "message without a sender (channel post or anonymous admin)")
@@ -278,6 +291,18 @@ def _message(update_id: int, message: Json, drops: Drops, *, edited: bool) -> In
         album=drops.text(message, "media_group_id") if media else None,
         forwarded=_forwarded(message, drops) if _FORWARD_KEYS & message.keys() else None,
     )
+
+
+def _chat_move(update_id: int, message: Json, chat_id: int, drops: Drops) -> Incoming:
+    """The old group's ``migrate_to_chat_id`` or the new supergroup's first message,
+    ``migrate_from_chat_id`` (sent by whoever moved it, or by nobody)."""
+    moved_to = drops.id(message, "migrate_to_chat_id")
+    if moved_to is not None:
+        return ChatMove(update_id, chat_id, moved_to)
+    moved_from = drops.id(message, "migrate_from_chat_id")
+    if moved_from is not None:
+        return ChatMove(update_id, moved_from, chat_id)
+    return Ignored(update_id, "chat move without an integer chat id")
 
 
 #: What marks a forward (Bot API 7's origin; the fields before it).

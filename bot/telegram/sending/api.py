@@ -18,6 +18,7 @@ __all__ = [
     "ALLOWED_UPDATES",
     "BadRequest",
     "BotApi",
+    "ChatMoved",
     "Forbidden",
     "Json",
     "NetworkError",
@@ -43,6 +44,14 @@ class RetryAfter(TelegramError, RetryLater):
 
 class BadRequest(TelegramError, Refused):
     """400: the request itself is wrong (bad entities, message not modified, ...)."""
+
+
+class ChatMoved(BadRequest):
+    """400: the group became a supergroup, ``new_chat_id`` (``bot/telegram/chat_moves.py``)."""
+
+    def __init__(self, description: str, new_chat_id: int) -> None:
+        super().__init__(description)
+        self.new_chat_id = new_chat_id
 
 
 class Forbidden(TelegramError, Refused):

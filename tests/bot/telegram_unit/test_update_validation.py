@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from bot.telegram.inbound.updates import Callback, Ignored, Message, parse_update
+from bot.telegram.inbound.updates import Callback, ChatMove, Ignored, Message, parse_update
 from engine.text import clean_text
 from tests.bot.junk import JSON_VALUES, Users, junk_message_fields, junk_update
 
@@ -235,6 +235,30 @@ def test_without_a_usable_chat_sender_or_id_a_message_is_ignored(
 ) -> None:
     result = parse_update(message(**fields))
     assert isinstance(result, Ignored) and result.reason == reason
+
+
+GROUP, SUPERGROUP = -4242, -1_000_000_004_242
+
+
+@pytest.mark.parametrize(
+    ("chat", "fields"),
+    [
+        (GROUP, {"migrate_to_chat_id": SUPERGROUP}),
+        (SUPERGROUP, {"migrate_from_chat_id": GROUP}),
+        (SUPERGROUP, {"migrate_from_chat_id": GROUP, "from": None}),  # nobody named
+    ],
+)
+def test_a_group_made_a_supergroup_is_a_chat_move(chat: int, fields: dict[str, Any]) -> None:
+    update = message(chat={"id": chat, "type": "group"}, text=None, **fields)
+    assert parse_update(update) == ChatMove(1, GROUP, SUPERGROUP)
+
+
+@pytest.mark.parametrize("junk", ["-100", True, 2**64, [], 4.5])
+def test_a_chat_move_naming_no_usable_chat_is_ignored(junk: Any) -> None:
+    update = message(chat={"id": GROUP, "type": "group"}, text=None, migrate_to_chat_id=junk)
+    result = parse_update(update)
+    assert isinstance(result, Ignored)
+    assert result.reason == "chat move without an integer chat id"
 
 
 def test_a_sender_name_that_is_junk_falls_back_to_the_id() -> None:
