@@ -156,7 +156,7 @@ class MatrixAdapter:
         await self.front.start(self.cards)
 
     async def take_over(self) -> None:
-        await self.front.take_over()
+        await self.front.take_over(addressed=self.messages.addressed)
 
     async def close(self) -> None:
         await self.front.close()

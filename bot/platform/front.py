@@ -188,9 +188,15 @@ class Front(Generic[In]):
         if self.config.recover_outbox_at_start:
             await self.outbound.recover()
 
-    async def take_over(self) -> None:
+    async def take_over(self, *, addressed: Callable[[In], Awaitable[bool]] | None = None) -> None:
         """The messages stored but not handled, to their lanes: this process's before a
-        restart, or a dead fleet member's (one handled twice is refused by its mark)."""
+        restart, or a dead fleet member's (one handled twice is refused by its mark).
+
+        ``addressed`` (the check a message passed when it was stored) is made again of
+        each for what it notes: a mention joins its thread, so a follow-up sent there
+        while the mention waits is for the bot (until 2026-12-07 it was dropped after a
+        restart: the thread had neither been joined in this process nor had a session
+        yet; found by review). Its answer is not asked: each was for the bot then."""
         for payload in await self.events.unhandled():
             try:
                 stored = self._stored.from_json(payload)
@@ -198,6 +204,8 @@ class Front(Generic[In]):
                 log.warning("a stored %s event could not be read; left as it is", self.name)
                 continue
             if stored.key not in self._queued:
+                if addressed is not None:
+                    await addressed(stored)
                 self.queue(stored)
 
     async def close(self, grace_s: float = Lanes.GRACE_S) -> None:

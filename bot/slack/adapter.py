@@ -144,7 +144,7 @@ class SlackAdapter:
         await self.front.start(self.cards)
 
     async def take_over(self) -> None:
-        await self.front.take_over()
+        await self.front.take_over(addressed=self._messages.addressed)
 
     def identify(self, auth: Json) -> None:
         """Who the bot is, from ``auth.test`` (before any event is taken)."""

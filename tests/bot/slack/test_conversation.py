@@ -348,6 +348,34 @@ async def test_a_mention_stored_before_a_stop_runs_as_written_after_the_restart(
     assert texts(fake, GENERAL, asked.ts) == ["🆕 New conversation started."]
 
 
+async def test_a_follow_up_to_a_mention_waiting_since_a_restart_is_answered(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    """The mention stored before a stop is taken over and waits for Alice's name (the
+    names are asked again after a start); her line in its thread meanwhile was dropped
+    until 2026-12-07: the thread was not joined in this process and had no session yet
+    (found by review)."""
+    first = await make_service()
+    events = fake.events
+    fake.events = frozenset()  # the mention is in Slack; its event was stored, not handled
+    asked = fake.mention(GENERAL, ALICE, "hello")
+    fake.events = events
+    event = {"type": "app_mention", "channel": GENERAL, "ts": asked.ts, "user": ALICE}
+    stored = Incoming.of({**event, "text": asked.text}, TEAM_ID, BOT_USER_ID)
+    assert stored is not None
+    await slack_of(first).front.events.record([(stored.key, None, stored.to_json())])
+    await first.stop()
+
+    fake.slow("users.info", 0.2)
+    second = await make_service()
+    fake.thread_message(GENERAL, ALICE, "are you there?", asked.ts)
+
+    # Both reach the model, in one turn or two.
+    await until(lambda: "are you there?" in "\n".join(texts(fake, GENERAL, asked.ts)))
+    await slack_of(second).drain()
+    assert "hello" in "\n".join(texts(fake, GENERAL, asked.ts))
+
+
 async def test_two_lines_in_a_thread_keep_their_order_after_a_restart(
     make_service: MakeService, fake: FakeSlackServer
 ) -> None:
