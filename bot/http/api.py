@@ -32,7 +32,7 @@ from bot.completions import (
 )
 from bot.delivery import OutboundStats
 from bot.fleet.receiver import RECEIVER_LEASE
-from bot.http.credentials import Refusal, bearer_refusal, has_token
+from bot.http.credentials import Refusal, bearer_refusal, has_token, peer_of
 from bot.http.health_details import HealthDetails
 from bot.http.memory_pages import (
     FactDeleted,
@@ -313,7 +313,7 @@ class ApiRoutes:
         return guarded
 
     def _authorized(self, request: Request) -> bool:
-        return has_token(request.headers, self._token)
+        return has_token(request.headers, self._token, peer=peer_of(request))
 
     # -- providers -----------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from starlette.routing import Route
 
 from bot.checks.result import Check
 from bot.doctor import Doctor
-from bot.http.credentials import has_token
+from bot.http.credentials import has_token, peer_of
 from engine.config import AppConfig
 
 __all__ = ["PATH", "HealthDetails", "bearer", "service_checks"]
@@ -45,7 +45,7 @@ def bearer(token: str | None) -> Authorized:
     expected = token.encode() if token else None
 
     def authorized(request: Request) -> bool:
-        return has_token(request.headers, expected)
+        return has_token(request.headers, expected, peer=peer_of(request))
 
     return authorized
 

@@ -33,7 +33,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from bot.delivery import DeliverySummary
-from bot.http.credentials import bearer_token, from_this_machine, token_matches
+from bot.http.credentials import bearer_token, from_this_machine, peer_of, token_matches
 from bot.http.health_details import HealthDetails
 from bot.http.memory_pages import MemoryAdmin, MemoryPages
 from bot.http.models import ids_in_range, without_nul
@@ -179,7 +179,11 @@ class WebInbox:
         if self._token is None or self._signins is None:
             # Loopback without a token: only from this machine (not a page of another site
             # nor a DNS rebinding's, which would read the form token here).
-            return Visitor(self._fixed_csrf) if from_this_machine(request.headers) else None
+            return (
+                Visitor(self._fixed_csrf)
+                if from_this_machine(request.headers, peer=peer_of(request))
+                else None
+            )
         given = bearer_token(request.headers)
         address = _address(request)
         # A bearer header is a sign-in attempt too: counted, and not even checked once its

@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 from starlette.requests import HTTPConnection
 
-from bot.http.credentials import bearer_token, from_this_machine, token_matches
+from bot.http.credentials import bearer_token, from_this_machine, peer_of, token_matches
 from bot.http.signins import LoginThrottle, SignIns, csrf_token
 from bot.http.web import COOKIE
 
@@ -63,7 +63,7 @@ class SocketAuth:
         if not same_origin(connection):
             return "foreign_origin"
         if self._token is None or self._signins is None:
-            if not from_this_machine(connection.headers):
+            if not from_this_machine(connection.headers, peer=peer_of(connection)):
                 return "foreign_origin"  # a DNS rebinding's page names its own host
             return Access(self._loopback_csrf)
         address = connection.client.host if connection.client else None

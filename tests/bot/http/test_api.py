@@ -523,6 +523,21 @@ async def test_wrong_bearer_tokens_are_throttled_with_the_page_sign_in(engine):
         assert (await c.get("/api/inbox", headers=AUTH)).status_code == 200
 
 
+async def test_without_a_token_a_request_a_proxy_passes_on_is_not_this_machines(engine):
+    """A TLS proxy on this machine (a webhook needs one) that passes the client's Host on
+    made anyone sending ``Host: localhost`` the operator until 2026-12-07 (found by review):
+    approving pending calls, reading every session."""
+    app = create_app(api=ApiRoutes(Operations(engine), token=None), host="127.0.0.1")
+    proxy = httpx.ASGITransport(app=app, client=("127.0.0.1", 40000))
+    async with httpx.AsyncClient(transport=proxy, base_url="http://localhost") as c:
+        assert (await c.get("/api/inbox")).status_code == 200  # this machine itself
+        passed_on = {"x-forwarded-for": "203.0.113.7"}
+        assert (await c.get("/api/inbox", headers=passed_on)).status_code == 401
+    afar = httpx.ASGITransport(app=app, client=("203.0.113.7", 40000))
+    async with httpx.AsyncClient(transport=afar, base_url="http://localhost") as c:
+        assert (await c.get("/api/inbox")).status_code == 401
+
+
 async def test_a_method_a_path_lacks_is_405_naming_every_method_it_has(client):
     for method, path, allowed in (
         ("OPTIONS", "/api/memory/users/1/facts", {"GET", "HEAD", "POST"}),

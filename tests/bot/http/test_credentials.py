@@ -8,6 +8,7 @@ import pytest
 from bot.http.credentials import bearer_token, has_token
 
 TOKEN = b"s3cret-token"
+HERE = "127.0.0.1"
 
 
 @pytest.mark.parametrize(
@@ -47,14 +48,39 @@ def test_without_a_header_there_is_no_token() -> None:
 )
 def test_a_missing_or_wrong_token_does_not_pass(header: str | None) -> None:
     headers = {} if header is None else {"authorization": header}
-    assert not has_token(headers, TOKEN)
+    assert not has_token(headers, TOKEN, peer=HERE)
 
 
 def test_the_right_token_passes_and_without_a_configured_token_this_machine_does() -> None:
-    assert has_token({"authorization": "Bearer s3cret-token"}, TOKEN)
-    assert has_token({"host": "127.0.0.1:8080"}, None)
-    assert has_token({"host": "localhost", "authorization": "Bearer anything"}, None)
-    assert has_token({"host": "[::1]:8080", "origin": "http://localhost:8080"}, None)
+    assert has_token({"authorization": "Bearer s3cret-token"}, TOKEN, peer="203.0.113.7")
+    assert has_token({"host": "127.0.0.1:8080"}, None, peer=HERE)
+    assert has_token({"host": "localhost", "authorization": "Bearer anything"}, None, peer=HERE)
+    assert has_token({"host": "[::1]:8080", "origin": "http://localhost:8080"}, None, peer="::1")
+    assert has_token({"host": "localhost"}, None, peer="::ffff:127.0.0.1")
+    assert has_token({"host": "localhost"}, None, peer="127.0.0.2")
+
+
+@pytest.mark.parametrize(
+    ("peer", "headers"),
+    [
+        ("203.0.113.7", {}),  # another machine naming this one's Host
+        ("10.0.0.5", {}),
+        (None, {}),  # the server does not say who it is
+        ("testclient", {}),
+        ("", {}),
+        # A proxy on this machine passing another client's request on (with its Host):
+        (HERE, {"x-forwarded-for": "203.0.113.7"}),
+        (HERE, {"x-real-ip": "203.0.113.7"}),
+        (HERE, {"forwarded": "for=203.0.113.7;proto=https"}),
+        (HERE, {"x-forwarded-for": "127.0.0.1"}),  # what a proxy says is not looked into
+    ],
+)
+def test_without_a_configured_token_only_this_machine_itself_passes(
+    peer: str | None, headers: dict[str, str]
+) -> None:
+    """Until 2026-12-07 a loopback Host was enough: behind a TLS proxy that passes the
+    client's Host on, anyone sending ``Host: localhost`` was the operator."""
+    assert not has_token({"host": "localhost:8080", **headers}, None, peer=peer)
 
 
 @pytest.mark.parametrize(
@@ -75,4 +101,4 @@ def test_without_a_configured_token_a_browser_page_of_another_site_does_not_pass
 ) -> None:
     """The owner's browser may visit any site, and any site can send a request to
     127.0.0.1: a text/plain POST approved a command with a bypass for everything."""
-    assert not has_token(headers, None)
+    assert not has_token(headers, None, peer=HERE)
