@@ -130,9 +130,15 @@ class Workspace:
         """Whether canonical ``resolved`` is ``secrets/`` or beneath it, under any spelling
         a file system may take for it: ``realpath`` keeps the case it was given, and on a
         case-insensitive one (macOS, Windows, a casefolded Linux directory) ``Secrets/key``
-        is ``secrets/key`` (until 2026-12-06 it was let through)."""
+        is ``secrets/key`` (until 2026-12-06 it was let through); and the folder a
+        ``secrets`` symlink leads to (until 2026-12-07 its files were readable through
+        the link itself when it led deeper into the workspace: only the path's first
+        part was compared; found by review)."""
         if resolved == self.root:
             return False
+        kept = Path(os.path.realpath(self.secrets))  # a symlink to a folder deeper inside
+        if kept != self.secrets and resolved.is_relative_to(kept):
+            return True
         top = resolved.relative_to(self.root).parts[0]
         if top.casefold() == SECRETS_DIR:  # also "SECRETS", "ſecrets": refused on any
             return True

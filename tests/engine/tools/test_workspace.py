@@ -99,6 +99,19 @@ def test_secrets_are_refused_however_they_are_named(workspace: Workspace) -> Non
             workspace.resolve(path)
 
 
+def test_secrets_kept_deeper_in_the_workspace_are_refused(workspace: Workspace) -> None:
+    """``secrets`` a symlink to ``config/keys``: its files were readable by either name
+    until 2026-12-07 (only the path's first part was compared; found by review)."""
+    (workspace.root / "config" / "keys").mkdir(parents=True)
+    (workspace.root / "config" / "keys" / "api.key").write_text("sk-SECRET\n")
+    (workspace.root / "secrets").symlink_to("config/keys", target_is_directory=True)
+
+    for path in ("secrets/api.key", "config/keys/api.key", "config/keys", "config/../secrets"):
+        with pytest.raises(ToolError, match="secrets/ is never readable"):
+            workspace.resolve(path)
+    assert workspace.resolve("config/other.toml") == workspace.root / "config" / "other.toml"
+
+
 def test_secrets_are_refused_in_any_case(workspace: Workspace) -> None:
     """On a case-insensitive file system (macOS, Windows, a casefolded directory)
     ``Secrets/key`` opens ``secrets/key``; it was let through, the check comparing names
