@@ -115,7 +115,17 @@ class Jobs:
             if self.approvers == "requester+owner":
                 return None  # nobody asked for it (the operator's): as every allowed member's
             return refusal(self.approvers, decider, None)
-        return refusal(self.approvers, decider, Requester(job.owner_id))
+        return refusal(self.approvers, decider, _requester(job.owner_id, source))
+
+
+def _requester(owner_id: str, source: str) -> Requester:
+    """The job's person as a tapper in ``source`` is named: the scheduler names them with
+    their platform (``telegram:111``), a tap by the bare id (until 2026-12-07 they never
+    matched, and only the owner could resume or delete a member's job; found by review).
+    Someone of another platform keeps the platform's name: no tapper here is them."""
+    platform, _, user = owner_id.partition(":")
+    same = user and source.partition(":")[0] == platform
+    return Requester(user if same else owner_id)
 
 
 def jobs_command(jobs: Jobs) -> Command:
