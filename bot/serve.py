@@ -155,9 +155,11 @@ class Service:
     _serve_lock: ServeLock | None = None
     #: Discord (``DISCORD_BOT_TOKEN``), beside Telegram or alone.
     discord: DiscordService | None = None
-    #: Tests: Discord's pacing and the wait between IDENTIFYs (None: Discord's own).
+    #: Tests: Discord's pacing, the wait between IDENTIFYs (None: Discord's own) and the
+    #: login's waits.
     discord_pacing: Pacing | None = None
     discord_identify_gap_s: float | None = None
+    discord_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     #: Slack (``SLACK_BOT_TOKEN``), beside the others or alone.
     slack: SlackService | None = None
     #: Tests: Slack's pacing and socket ping interval (None: Slack's own).
@@ -430,6 +432,7 @@ class Service:
                 voice_mode=await self._voice_replies(settings),
                 speak=self._speak,
                 identify_gap_s=self.discord_identify_gap_s,
+                sleep=self.discord_sleep,
                 **shared,
             )
             await self.discord.start()  # subscribed before the hub recovers, as Telegram

@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +79,25 @@ def refusal(error: BaseException) -> str | None:
     return None
 
 
+#: The longest one wait before logging in again, whatever Discord asks for.
+LOGIN_WAIT_MOST_S = 900.0
+
+
+def _login_wait(error: Exception) -> float | None:
+    """How long Discord asks the login to wait (0: a failure worth retrying at once, as
+    the backoff says); ``None``: not worth retrying. A 429 is a wait, never a refusal:
+    one past discord.py's 30 s cap (``RateLimited``), or Cloudflare's without ``Via``,
+    shut the whole service down until 2026-12-07, Telegram with it (found by review)."""
+    if isinstance(error, discord.RateLimited):
+        wait = error.retry_after
+        return wait if isinstance(wait, int | float) and math.isfinite(wait) else 0.0
+    if isinstance(error, discord.HTTPException):
+        return 0.0 if error.status == 429 or error.status >= 500 else None
+    if isinstance(error, aiohttp.ClientError | OSError | TimeoutError):
+        return 0.0
+    return None
+
+
 @dataclass
 class DiscordService:
     settings: Settings
@@ -100,6 +121,8 @@ class DiscordService:
     #: The chats whose replies are spoken (``/voice``), and what speaks them.
     voice_mode: VoiceMode | None = None
     speak: Speak | None = None
+    #: Tests: the login's waits between tries.
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     adapter: DiscordAdapter | None = None
 
     def __post_init__(self) -> None:
@@ -181,17 +204,20 @@ class DiscordService:
                 self.refused.set_result(line)
 
     async def _login(self, bot: discord.Client, token: str) -> None:
-        """Retried while Discord or the network fails; a refusal raises."""
+        """Retried while Discord or the network fails or asks to wait; a refusal raises."""
         failures = 0
         while True:
             try:
                 await bot.login(token)
                 return
-            except (aiohttp.ClientError, OSError, TimeoutError, discord.DiscordServerError) as exc:
+            except Exception as exc:
+                wait = _login_wait(exc)
+                if wait is None:
+                    raise
                 failures += 1
-                delay = _LOGIN_BACKOFF.delay(failures)
+                delay = min(max(wait, _LOGIN_BACKOFF.delay(failures)), LOGIN_WAIT_MOST_S)
                 log.warning("Discord login failed (%s); retrying in %.1f s", exc, delay)
-                await asyncio.sleep(delay)
+                await self.sleep(delay)
 
     async def _connect(self, bot: discord.Client) -> None:
         assert self.adapter is not None

@@ -83,7 +83,7 @@ from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -400,6 +400,7 @@ class _Fault:
     retry_after: float = 0.0
     is_global: bool = False
     taken: bool = False  # the request is carried out; only its answer is the error
+    cloudflare: bool = False  # Cloudflare's ban: HTML, no ``Via``
     matching: str | None = None  # only a request whose body holds this text
 
 
@@ -751,6 +752,13 @@ class FakeDiscordServer:
         message = "You are being rate limited."
         fault = _Fault(count, 429, message, 0, retry_after=retry_after, is_global=is_global)
         self._arm(route, fault)
+
+    def block_next(self, route: str, count: int = 1) -> None:
+        """Answer the next ``count`` requests of ``route`` as Cloudflare does an address
+        it bans for a while: 429 in HTML, without ``Via`` (discord.py does not retry it)."""
+        self._arm(
+            route, _Fault(count, 429, "Error 1015: You are being rate limited", 0, cloudflare=True)
+        )
 
     def fail_next(
         self,
@@ -1558,7 +1566,10 @@ class FakeDiscordServer:
             held = self._holds.get(route)
         if held is not None:
             await asyncio.to_thread(held.wait)
-        response.headers["Via"] = "1.1 google"  # discord.py retries only 429s that have it
+        if _CLOUDFLARE in response.headers:
+            del response.headers[_CLOUDFLARE]
+        else:
+            response.headers["Via"] = "1.1 google"  # discord.py retries only 429s that have it
         return response
 
     def _answer(
@@ -1569,6 +1580,9 @@ class FakeDiscordServer:
         bucket = self._bucket(route, req.params, now)
         fault = self._take_fault(route, req.body)
         if fault is not None:
+            if fault.cloudflare:
+                html = f"<html><body><h1>{fault.message}</h1></body></html>"
+                return HTMLResponse(html, 429, headers={_CLOUDFLARE: "1"})
             if fault.status == 429:
                 return self._rate_limited(fault.retry_after, bucket, now, is_global=fault.is_global)
             if fault.taken:
@@ -2721,6 +2735,10 @@ def _compressor(kind: str | None) -> Callable[[bytes], bytes] | None:
         cobj = zstandard.ZstdCompressor().compressobj()
         return lambda data: cobj.compress(data) + cobj.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
     raise ValueError(kind)
+
+
+#: Marks an answer of Cloudflare's own (it gets no ``Via``); never sent.
+_CLOUDFLARE = "x-fake-cloudflare"
 
 
 def _json(

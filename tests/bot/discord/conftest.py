@@ -72,7 +72,13 @@ async def make_service(
     database_url = migrated_sqlite(tmp_path / "chathub.db")
     services: list[Service] = []
 
-    async def make(*, ready: bool = True, **settings: Any) -> Service:
+    async def make(
+        *,
+        ready: bool = True,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+        **settings: Any,
+    ) -> Service:
+        """``sleep``: the login's waits (None: asyncio's)."""
         values = {
             "discord_bot_token": TOKEN,
             "discord_api_url": fake.base_url,
@@ -88,6 +94,7 @@ async def make_service(
             http=False,
             discord_pacing=Pacing.unpaced(),
             discord_identify_gap_s=0.0,
+            **({"discord_sleep": sleep} if sleep is not None else {}),
         )
         await service.start()
         services.append(service)

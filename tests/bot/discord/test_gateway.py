@@ -344,6 +344,26 @@ async def test_a_discord_outage_at_start_is_waited_out(
     await until(lambda: texts(fake, channel) == ["echo: there?"])
 
 
+async def test_a_rate_limit_at_login_is_waited_out_not_the_end_of_the_service(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """A 429 past discord.py's 30 s cap, then Cloudflare's (no ``Via``): until 2026-12-07
+    either shut the whole service down, Telegram with it (found by review)."""
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    fake.rate_limit_next("GET /users/@me", retry_after=31.0)
+    fake.block_next("GET /users/@me")
+    service = await make_service(sleep=sleep)
+
+    assert not service.refused.done()
+    assert waits[0] == 31.0 and len(waits) == 2
+    channel = fake.dm(ALICE, "there?")["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: there?"])
+
+
 async def test_a_busy_open_channel_hides_no_conversation_from_the_catch_up(
     fake: FakeDiscordServer, make_service: MakeService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
