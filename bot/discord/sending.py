@@ -257,9 +257,17 @@ class DiscordClient:
         return str(sent) if sent else None
 
     def fallback(self, payload: Json, error: Refused) -> Json | None:
-        """A voice reply not spoken (or refused): its text. Markdown is plain text to
-        Discord: nothing simpler to send for any other message."""
-        return text_instead(payload)
+        """A voice reply not spoken (or refused): its text. A reply refused: the same
+        message replying to nothing (a channel that denies the bot Read Message History
+        refuses every reply, 160002, and takes a plain message: until 2026-12-07 each
+        answer there was lost; found by review). Markdown is plain text to Discord:
+        nothing simpler to send for any other message."""
+        text = text_instead(payload)
+        if text is not None:
+            return text
+        if payload.get("reply_to"):
+            return {key: value for key, value in payload.items() if key != "reply_to"}
+        return None
 
 
 class DiscordSender(RowSender):

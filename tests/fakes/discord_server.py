@@ -768,11 +768,13 @@ class FakeDiscordServer:
         status: int = 500,
         message: str | None = None,
         code: int = 0,
+        matching: str | None = None,
     ) -> None:
-        """Answer the next ``count`` requests of ``route`` (``"*"``: any) with an error
-        ``{"message", "code"}`` (e.g. 403 "Missing Permissions" 50013)."""
+        """Answer the next ``count`` requests of ``route`` (``"*"``: any; whose body holds
+        ``matching``) with an error ``{"message", "code"}`` (e.g. 403 "Missing
+        Permissions" 50013)."""
         text = message if message is not None else f"{status}: {_REASONS.get(status, 'Error')}"
-        self._arm(route, _Fault(count, status, text, code))
+        self._arm(route, _Fault(count, status, text, code, matching=matching))
 
     def lose_answer_next(
         self, route: str, count: int = 1, *, status: int = 503, matching: str | None = None

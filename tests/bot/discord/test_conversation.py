@@ -129,6 +129,26 @@ async def test_in_a_busy_channel_each_answer_replies_to_the_message_it_answers(
     assert replies["echo: and the weather?"] == owner["id"]
 
 
+async def test_where_replies_are_refused_the_answer_comes_as_a_plain_message(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """A channel that denies the bot Read Message History refuses every reply (160002)
+    and takes a plain message: each answer there was lost until 2026-12-07 (found by
+    review)."""
+    await make_service()
+    fake.fail_next(
+        "POST /channels/{channel_id}/messages",
+        10,
+        status=403,
+        code=160002,
+        message="Cannot reply without permission to read message history",
+        matching="message_reference",
+    )
+    fake.channel_message(GUILD, GENERAL, ALICE, "hello there", mentions_bot=True)
+    await until(lambda: texts(fake, GENERAL) == ["echo: hello there"])
+    assert [m.reply_to for m in fake.messages(GENERAL)] == [None]
+
+
 async def test_a_notification_told_in_a_channel_replies_to_no_old_message(
     fake: FakeDiscordServer, make_service: MakeService, model
 ) -> None:
