@@ -17,7 +17,7 @@ from bot.platform.cards import (
     decide,
     question_answered,
 )
-from bot.platform.commands import CommandContext, CommandRegistry, shared_commands
+from bot.platform.commands import COMMAND, CommandContext, CommandRegistry, shared_commands
 from bot.platform.failures import SORRY_MESSAGE, SORRY_TAP, report_failure
 from bot.platform.memory import MemoryFront, memory_commands
 from bot.platform.tasks import Background
@@ -128,9 +128,11 @@ class Actions:
             await self._send(source, frame, reply)
             return
         text = frame.text.strip()
-        if text.startswith("/") and len(text) > 1:
-            head, _, argument = text.partition(" ")
-            name = head[1:].lower()
+        # A command as every front end reads one: "/etc/hosts: what is this?" is a
+        # message (until 2026-12-07 it was "Unknown command" and the draft was lost).
+        command = COMMAND.match(text)
+        if command is not None:
+            name, argument = command.group(1).lower(), text[command.end() :]
             if not await self._command(source, name, argument.strip(), frame.ref, reply):
                 await reply.send(Accepted(ref=frame.ref))  # done: every message is answered
             return

@@ -34,6 +34,22 @@ async def test_the_shared_commands_work_as_everywhere(server: ChatServer):
     assert await server.hub.session_id("web:c1") == fresh[-1]["session_id"]
 
 
+@pytest.mark.parametrize(
+    "text", ["/etc/hosts: what is this file for?", "/home/alice/project", "/", "/ hello"]
+)
+async def test_a_message_starting_with_a_path_or_a_slash_is_a_message(
+    server: ChatServer, fake_openai: FakeOpenAIServer, text: str
+):
+    """As on every front end (``COMMAND``): until 2026-12-07 it was "Unknown command",
+    nothing reached the model, and the page dropped the draft (found by review)."""
+    fake_openai.reply_text("It maps names to addresses.")
+    client = await server.client()
+    await client.send(type="message", text=text, ref="m1")
+    frames = await client.until("done")
+    assert not any(f["type"] == "notice" for f in frames), frames
+    assert any(f["type"] == "user_message" and f["text"] == text for f in frames), frames
+
+
 async def test_resume_with_nothing_interrupted_says_so(server: ChatServer):
     client = await server.client()
     await client.send(type="resume", ref="r")
