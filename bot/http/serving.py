@@ -23,7 +23,13 @@ from bot.completions import SOURCE_PREFIX as API_PREFIX
 from bot.completions import CompletionsApi, ExchangeLimits, talkable_agents
 from bot.delivery import OutboundStats
 from bot.http.api import ApiRoutes
-from bot.http.app import EventsEndpoint, Health, TelegramWebhook, create_app
+from bot.http.app import (
+    EventsEndpoint,
+    Health,
+    TelegramWebhook,
+    create_app,
+    one_route_per_path,
+)
 from bot.http.health_details import HealthDetails
 from bot.http.operations import Operations
 from bot.http.signins import LoginThrottle, SignInPolicy, SignIns
@@ -119,7 +125,8 @@ class LazyChat:
                     voice=self._voice,
                 )
                 self._close = webchat.close
-                self._router = Router(routes=webchat.routes())
+                # Every method of a path in its 405's Allow, as the rest of the app's.
+                self._router = Router(routes=one_route_per_path(webchat.routes()))
         return self._router
 
 

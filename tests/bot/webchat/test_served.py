@@ -43,6 +43,11 @@ async def test_a_conversation_through_the_served_app_survives_kill_9(
     await asyncio.wait_for(until_up(base, child), GUARD_S)
     async with httpx.AsyncClient(base_url=base, headers=BEARER) as http:
         created = (await http.post("/chat/conversations", json={"title": "served"})).json()
+        # The served chat's 405 names every method of its path, as the rest of the app's
+        # (until 2026-12-07 this one said "GET, HEAD"; found by review).
+        refused = await http.put("/chat/conversations")
+        assert refused.status_code == 405
+        assert set(refused.headers["allow"].split(", ")) == {"GET", "HEAD", "POST"}
     url = f"ws://127.0.0.1:{port}/ws/chat?conversation={created['id']}"
 
     fake_openai.reply_text("Hello over the socket.")
