@@ -39,6 +39,11 @@ class ChannelActivity:
         if task is None or task.done():
             self._typing[source] = self._runtime.background.spawn(self._keep_typing(source))
 
+    def is_typing(self, source: str) -> bool:
+        """Whether "is typing…" is kept up in ``source`` (or about to be)."""
+        task = self._typing.get(source)
+        return task is not None and not task.done()
+
     def stop_typing(self, source: str) -> None:
         task = self._typing.pop(source, None)
         if task is not None:

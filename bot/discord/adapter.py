@@ -150,7 +150,7 @@ class DiscordAdapter:
         self.outbound = outbound = front.deliver_with(DiscordClient(bot, speak))
         self.sender = sender = DiscordSender(bot, outbound, voice_mode)
         self.cards = cards = DiscordCards(hub, front.card_store, sender)
-        activity = ChannelActivity(hub, sender, front.runtime)
+        self.activity = activity = ChannelActivity(hub, sender, front.runtime)
         self._messages = messages = MessageHandler(
             hub,
             self._me,

@@ -252,7 +252,8 @@ class MessageHandler:
             return False
         if handed.before:
             return True
-        self._activity.start_typing(m.source)
+        if not self._cards.open_in(m.source):  # none under a card that waits for a person
+            self._activity.start_typing(m.source)
         return True
 
     async def _to_card(self, m: Incoming) -> Incoming | None:

@@ -108,6 +108,13 @@ class EventRenderer:
         self._activity.stop_typing(source)
         self._waiting.add(source)
 
+    def _next_turn(self, source: str) -> None:
+        """A message queued behind the turn that ended has its turn now: "typing…" for it
+        (its own start was taken for the earlier turn's, whose end stopped it: until
+        2026-12-07 the queued turn ran without; found by review)."""
+        if self._busy(source):
+            self._activity.start_typing(source)
+
     def _going_on(self, source: str) -> None:
         """The turn goes on after its wait (a tap on the card, an answer, the inbox): its
         "typing…" again, if a turn still works there (a job's card closing in a quiet
@@ -155,6 +162,7 @@ class EventRenderer:
                 # for the answer, not for a cosmetic edit above it.
                 await outbox.show_progress(source, force=True)
                 outbox.reset_progress(source)
+                self._next_turn(source)
             case Error():
                 activity.stop_typing(source)
                 await activity.end_stream(source)
@@ -162,6 +170,7 @@ class EventRenderer:
                 outbox.reset_progress(source)
                 key = event.key if isinstance(event, FailureNotice) else None
                 await outbox.notice(source, event.message, key)
+                self._next_turn(source)
             case DecisionMade(tool_call_id=call_id, outcome=outcome, by=by, note=note):
                 await cards.close_by_id(source, call_id, outcome, "resolved", by=by, note=note)
                 self._going_on(source)

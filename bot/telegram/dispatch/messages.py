@@ -177,7 +177,8 @@ class MessageHandler:
         except EventAlreadyHandled:  # another poller of the fleet handed it over too
             log.info("update %s was handled already; not queued again", update_id)
             return True
-        self._activity.start_typing(m.source)
+        if not self._cards.open_in(m.source):  # none under a card that waits for a person
+            self._activity.start_typing(m.source)
         return True
 
     async def _album_item(
@@ -234,7 +235,8 @@ class MessageHandler:
                 error = report_failure(log, f"album of updates {update_ids} in {album.source}")
                 await say(SORRY_MESSAGE.format(error=error))
             else:
-                self._activity.start_typing(album.source)
+                if not self._cards.open_in(album.source):  # none under a waiting card
+                    self._activity.start_typing(album.source)
                 return
         for update_id in update_ids:
             await self._mark_handled(update_id)

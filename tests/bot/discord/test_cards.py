@@ -19,7 +19,16 @@ from engine.approval import Decider
 from engine.hub import APPROVE
 from engine.llm.scripted import text, tool_call
 from engine.session import ApprovalRequired
-from tests.bot.discord.conftest import ALICE, BOB, GENERAL, GUILD, MakeService, discord_of, until
+from tests.bot.discord.conftest import (
+    ALICE,
+    BOB,
+    GENERAL,
+    GUILD,
+    MakeService,
+    discord_of,
+    stored,
+    until,
+)
 from tests.bot.platform_contract.scripts import shell
 from tests.engine.hub.conftest import held
 from tests.fakes.discord_server import FakeDiscordServer, SentMessage
@@ -305,3 +314,19 @@ async def test_a_question_answered_in_its_modal_shows_typing_while_the_turn_goes
     await until(lambda: len(fake.typing_in(channel)) > typed)
     release.set()
     await until(lambda: any(m.content == "Booking Rome." for m in fake.messages(channel)))
+
+
+async def test_a_message_sent_while_a_card_waits_starts_no_typing_under_it(
+    fake: FakeDiscordServer, make_service: MakeService, model: Any
+) -> None:
+    """No "typing…" while a card waits for the person; a message queued behind it
+    started it again, every 8 s until someone decided (found by review)."""
+    model.add(shell("echo hi"), text("Ran it."))
+    service = await make_service()
+    channel = fake.dm(ALICE, "run it")["channel_id"]
+    await until(lambda: any("Approval needed" in m.content for m in fake.messages(channel)))
+    adapter = discord_of(service)
+    said = fake.dm(ALICE, "are you there?")
+    await stored(service, said["id"])
+    await adapter.drain()
+    assert not adapter.activity.is_typing(f"discord:{channel}")

@@ -6,7 +6,7 @@ from typing import Any
 
 from bot.platform.outgoing import EventRenderer
 from engine.hub import DecisionMade, HubEvent
-from engine.session import ApprovalRequired, Question, ToolDone
+from engine.session import ApprovalRequired, Done, Error, Question, ToolDone
 
 SOURCE = "chat:1"
 
@@ -42,6 +42,12 @@ class Outbox:
     def tool_ended(self, *args: Any) -> None: ...
 
     async def show_progress(self, *args: Any, **kwargs: Any) -> None: ...
+
+    async def final(self, *args: Any) -> None: ...
+
+    async def notice(self, *args: Any) -> None: ...
+
+    def reset_progress(self, source: str) -> None: ...
 
 
 def renderer(activity: Activity, *, busy: bool = True) -> EventRenderer:
@@ -85,3 +91,16 @@ async def test_a_job_card_closing_in_a_quiet_chat_starts_no_typing() -> None:
     await render(SOURCE, at(ApprovalRequired(7, "shell", {}, 9, "main", asked_by="Inbox")))
     await render(SOURCE, at(DecisionMade(7, "timed_out", "the job")))
     assert not activity.typing
+
+
+async def test_a_queued_messages_turn_shows_typing_after_the_answer_before_it() -> None:
+    """A message sent while a turn ran has its turn next: its own "typing…" had been taken
+    for the running turn's, whose answer stopped it, and the queued turn ran without
+    (until 2026-12-07; found by review on Discord)."""
+    for ended in (Done("The first answer.", 3), Error("The model failed.")):
+        activity = Activity()
+        await renderer(activity).render(SOURCE, at(ended))
+        assert activity.typing, ended
+        quiet = Activity()
+        await renderer(quiet, busy=False).render(SOURCE, at(ended))
+        assert not quiet.typing, ended
