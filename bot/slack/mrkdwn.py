@@ -21,7 +21,10 @@ from bot.platform.chunks import in_code_block
 
 __all__ = ["code_block", "escape", "to_mrkdwn"]
 
-_PARSER = MarkdownIt("commonmark").enable(["table", "strikethrough"])
+#: No indented code blocks: a long answer is cut into messages before each is converted,
+#: and a part that began with a nested list's indented line showed it as code (until
+#: 2026-12-07; found by review). Models fence their code.
+_PARSER = MarkdownIt("commonmark").enable(["table", "strikethrough"]).disable("code")
 _SAFE_LINK = re.compile(r"^(https?://|mailto:)", re.IGNORECASE)
 _MARKS = {"strong": "*", "em": "_", "s": "~"}
 _ZWSP = "\u200b"

@@ -77,6 +77,9 @@ PROGRESS_LINE = 300
 _SLACK_DOWN = frozenset(
     {"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"}
 )
+#: A rate limit told in the answer's body (200): chat.postMessage's "Application has
+#: posted too many messages" failed the reply for good until 2026-12-07 (found by review).
+_SLOW_DOWN = frozenset({"rate_limited", "ratelimited"})
 
 
 class SlackError(PlatformError):
@@ -112,7 +115,7 @@ async def slack_call(op: Callable[[], Awaitable[T]]) -> T:
         status = int(getattr(response, "status_code", None) or getattr(response, "status", 0))
         data = getattr(response, "data", None)
         error = str((data.get("error") if isinstance(data, dict) else None) or f"HTTP {status}")
-        if status == 429:
+        if status == 429 or error in _SLOW_DOWN:
             raw = getattr(response, "headers", None) or {}
             headers = {str(k).lower(): v for k, v in raw.items()}
             raise SlackRetryLater(clamp_retry_after(headers.get("retry-after")), error) from None

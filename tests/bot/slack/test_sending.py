@@ -45,6 +45,20 @@ def test_an_unclosed_code_block_at_the_cut_is_still_closed() -> None:
     assert all(len(p) <= MESSAGE_LIMIT and p.count("```") % 2 == 0 for p in parts)
 
 
+def test_a_long_nested_list_cut_into_parts_shows_no_code_block() -> None:
+    """Cut between an item and its indented child, the next part began with an indented
+    line, which Markdown reads as code: a stray code block (found by review)."""
+    markdown = "\n".join(
+        f"{i}. Item number {i} with some words here\n"
+        f"    - nested detail for item {i} that is a bit long"
+        for i in range(1, 80)
+    )
+    parts = mrkdwn_parts(markdown, limit=1000)
+    assert len(parts) > 1
+    assert not any("```" in part for part in parts)
+    assert "```\nprint(1)\n```" in mrkdwn_parts("```\nprint(1)\n```")[0]  # fenced: code
+
+
 def test_an_empty_answer_is_no_message() -> None:
     assert mrkdwn_parts("") == [] and mrkdwn_parts("   \n ") == []
 
@@ -90,6 +104,19 @@ async def test_a_reply_met_by_slacks_edge_in_plain_text_is_sent_when_it_answers_
     AttributeError of reading a JSON error from text (found by review)."""
     await make_service(pacing=Pacing.unpaced(backoff_s=(0.01,)))
     fake.edge_error_next("chat.postMessage", count=2)
+    dm = fake.dm_channel(ALICE)
+    fake.dm(ALICE, "hello")
+    await until(lambda: texts(fake, dm) == ["echo: hello"])
+    assert len(fake.calls_to("chat.postMessage")) == 3
+
+
+async def test_a_rate_limit_told_in_the_answers_body_is_waited_out(
+    make_service: MakeService, fake: FakeSlackServer
+) -> None:
+    """chat.postMessage's ``rate_limited`` ("Application has posted too many messages")
+    comes with a 200: read as a refusal, it failed the reply for good (found by review)."""
+    await make_service(pacing=Pacing.unpaced(backoff_s=(0.01,), max_retry_after_s=0.02))
+    fake.fail_next("chat.postMessage", "rate_limited", count=2)
     dm = fake.dm_channel(ALICE)
     fake.dm(ALICE, "hello")
     await until(lambda: texts(fake, dm) == ["echo: hello"])
