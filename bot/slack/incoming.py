@@ -13,6 +13,7 @@ Sources: a DM is ``slack:<channel>`` (its ``D…`` id); a thread is
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ __all__ = [
     "is_message_id",
     "is_ts",
     "parse_source",
+    "readable",
     "source_of",
     "unescape",
 ]
@@ -154,12 +156,13 @@ class Incoming:
             audio=_audio_of(files),
         )
 
-    def text_without(self, bot_user_id: str | None) -> str:
-        """The text without the bot's mention, Slack's escapes undone."""
+    def text_without(self, bot_user_id: str | None, names: Mapping[str, str] = {}) -> str:
+        """The text without the bot's mention, as the person typed it: Slack's markup
+        read (``readable``; ``names``: people's names by id) and its escapes undone."""
         text = self.text
         if bot_user_id is not None:
             text = re.sub(rf"<@{re.escape(bot_user_id)}(\|[^>]*)?>", "", text)
-        return unescape(text).strip()
+        return readable(text, names).strip()
 
     def to_json(self) -> Json:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -195,6 +198,36 @@ def _audio_of(files: object) -> tuple[Json, ...]:
             }
         )
     return tuple(found)
+
+
+_MARKUP = re.compile(r"<([^<>\n]+)>")
+_SPECIAL = {"here": "@here", "channel": "@channel", "everyone": "@everyone"}
+
+
+def readable(text: str, names: Mapping[str, str] = {}) -> str:
+    """Slack's text as the person typed it: its markup for a link (``<url|label>``, what
+    a bare ``example.com`` or an e-mail address becomes), a person (``<@U1>``), a channel
+    (``<#C1|general>``) and ``<!here>`` read back, its escapes undone. Until 2026-12-07
+    the model read the markup and repeated it, and the reply's renderer took
+    ``<http://example.com|example.com>`` for one link to ``http://example.com|…``
+    (found by review)."""
+    return unescape(_MARKUP.sub(lambda found: _read(found.group(1), names), text))
+
+
+def _read(inside: str, names: Mapping[str, str]) -> str:
+    target, _, label = inside.partition("|")
+    label = unescape(label)
+    if target.startswith("@"):
+        return "@" + (label or names.get(target[1:]) or target[1:])
+    if target.startswith("#"):
+        return "#" + (label or target[1:])
+    if target.startswith("!"):
+        special = target[1:].split("^", 1)[0]
+        return label or _SPECIAL.get(special, "@" + special)
+    url = unescape(target)
+    if not label or label in (url, url.split(":", 1)[-1].removeprefix("//")):
+        return label or url  # a link as typed: the address itself
+    return f"[{label}]({url})"
 
 
 def unescape(text: str) -> str:

@@ -132,7 +132,7 @@ class MessageHandler:
                 # thread without replies (a top-level mention's line was seen by nobody)
                 await self._sender.ephemeral(m.channel, m.user, NOT_PAIRED, m.thread_ts)
             return False
-        text = m.text_without(self._me.user_id)
+        text = m.text_without(self._me.user_id, self._me.names)
         command = _COMMAND.match(text)
         if command is not None:
             name, argument = command.group(1), command.group(2) or ""

@@ -3,6 +3,7 @@ without a mention, strangers, what is never answered, and people's names."""
 
 from __future__ import annotations
 
+import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.delivery import Pacing
@@ -66,6 +67,40 @@ async def test_a_thread_follow_up_sent_at_once_after_the_mention_is_answered(
     await until(lambda: "and the date?" in "".join(texts(fake, GENERAL, asked.ts)))
     assert "what time is it?" in texts(fake, GENERAL, asked.ts)[0]
     await slack_of(service).drain()
+
+
+@pytest.mark.parametrize(
+    ("sent", "read"),
+    [
+        (  # what a bare domain and an e-mail address become in Slack
+            "mail <mailto:bob@corp.com|bob@corp.com> about <http://example.com|example.com>",
+            "mail bob@corp.com about example.com",
+        ),
+        (
+            "<https://x.com/a?b=1&amp;c=2|the docs>, <https://y.org>",
+            "[the docs](https://x.com/a?b=1&c=2), https://y.org",
+        ),
+        (
+            "ask <@U0BOB00001|bob> in <#C0GENERAL1|general> <#C9> <!here>",
+            "ask @bob in #general #C9 @here",
+        ),
+        ("<!subteam^S1|@devs> by <!date^1700000000^{date}|Nov 14>", "@devs by Nov 14"),
+        ("a &lt;b&gt; &amp; c <not markup", "a <b> & c <not markup"),
+    ],
+)
+async def test_slacks_markup_reaches_the_model_as_the_person_typed_it(
+    make_service: MakeService, fake: FakeSlackServer, model: EchoModel, sent: str, read: str
+) -> None:
+    """Slack sends a link, a person, a channel in its own markup: the model read it and
+    repeated it, and the reply's renderer made ``<http://example.com|example.com>`` one
+    link to ``http://example.com|example.com`` (found by review)."""
+    await make_service()
+    dm = fake.dm_channel(ALICE)
+    fake.dm(ALICE, sent)
+    await until(lambda: texts(fake, dm))
+    said = [m["content"] for m in model.requests[-1][0] if m["role"] == "user"]
+    assert said[-1].endswith(read), said[-1]
+    assert "%7C" not in texts(fake, dm)[0]
 
 
 async def test_a_strangers_mention_brings_the_bot_into_no_thread(
