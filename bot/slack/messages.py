@@ -29,7 +29,7 @@ from bot.platform.threads import JoinedThreads
 from bot.platform.voice_notes import Heard, VoiceNotes
 from bot.slack.activity import ThreadActivity
 from bot.slack.cards import SlackCards
-from bot.slack.incoming import SLACK, Incoming, Place
+from bot.slack.incoming import SLACK, Incoming, Place, source_of
 from bot.slack.sending import (
     SlackError,
     SlackRetryLater,
@@ -279,8 +279,17 @@ class MessageHandler:
     async def _answer_question(
         self, m: Incoming, text: str, attachments: list[dict[str, Any]]
     ) -> bool:
-        """Any plain message in the conversation while a question is open answers it."""
-        card = await self._cards.question_now(m.source)
+        """Any plain message in the conversation while a question is open answers it; in a
+        DM, so does a reply in the question's own thread (Slack's "Reply in thread" on it:
+        a thread of a DM is a conversation of its own, and until 2026-12-07 the answer
+        began one, out of context, while the question waited; found by review)."""
+        source = m.source
+        card = await self._cards.question_now(source)
+        if card is None and m.is_dm and m.thread_ts is not None:
+            source = source_of(m.channel)
+            card = await self._cards.question_now(source, reply_to=m.thread_ts)
+            if card is not None and card.message_id != m.thread_ts:
+                return False  # a thread of another message of the DM: its own talk
         if card is None:
             return False
         return await self._cards.answer(
@@ -288,7 +297,7 @@ class MessageHandler:
             text,
             by=await self.name_of(m.user),
             also=marking(SLACK, m.key),
-            goes_on=partial(self._activity.start_typing, m.source),
+            goes_on=partial(self._activity.start_typing, source),
             attachments=attachments,
         )
 

@@ -250,6 +250,36 @@ async def test_an_answer_over_the_limit_is_refused_and_the_question_still_waits(
     await until(lambda: "Booking Rome." in texts(fake, dm))
 
 
+async def test_in_a_dm_a_reply_in_the_questions_own_thread_answers_it(
+    make_service: MakeService, fake: FakeSlackServer, model
+) -> None:
+    """Slack's "Reply in thread" on the question: a DM's thread is its own conversation,
+    and the answer began one, out of context, while the question waited (found by
+    review). A thread of another message of the DM stays its own conversation."""
+    model.add(tool_call("ask_user_clarification", '{"question": "Which city?"}', "q"))
+    model.add(text("Booking Rome."))
+    service = await make_service()
+    dm = fake.dm_channel(ALICE)
+    fake.dm(ALICE, "book a hotel")
+    await until(lambda: any(m.buttons for m in fake.messages(dm)))
+    question = next(m for m in fake.messages(dm) if m.buttons)
+    fake.push_event(
+        {
+            "type": "message",
+            "channel": dm,
+            "channel_type": "im",
+            "user": ALICE,
+            "ts": f"{float(question.ts) + 5:.6f}",
+            "thread_ts": question.ts,
+            "text": "Rome",
+        }
+    )
+    await until(lambda: "Booking Rome." in texts(fake, dm))
+    await slack_of(service).drain()
+    assert await service.hub.pending_questions() == []
+    assert [m.text for m in fake.messages(dm) if m.thread_ts == question.ts] == []
+
+
 async def test_a_card_names_who_decided_though_their_name_was_not_known_yet(
     make_service: MakeService, fake: FakeSlackServer, model
 ) -> None:
