@@ -177,6 +177,11 @@ class Interactions:
         if not text.strip():
             await _tell(interaction, "An answer needs some text.")
             return
+        user = str(interaction.user.id)
+        refused = await self._hub.answer_refusal(card.tool_call_id, self._access.decider(user))
+        if refused is not None:  # another member's: the question waits for who asked
+            await _tell(interaction, refused)
+            return
         await interaction.response.defer()
         # Every platform's rule (``OpenCards.answer``): the same words again, a double
         # submit, are the answer given, not an expired question.

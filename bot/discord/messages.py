@@ -272,6 +272,7 @@ class MessageHandler:
             also=marking(DISCORD, m.message_id),
             goes_on=partial(self._activity.start_typing, m.source),
             attachments=attachments,
+            decider=self._access.decider(m.user_id),
         )
 
     async def _download(self, m: Incoming) -> tuple[list[dict[str, Any]], list[str]]:

@@ -136,6 +136,7 @@ class Decisions:
             also=marking(MATRIX, m.key),
             goes_on=goes_on,
             attachments=attachments,
+            decider=self._access.decider(m.sender),
         )
 
     async def _refuse(self, card: CardRow, user: str, line: str) -> None:

@@ -436,4 +436,5 @@ class MessageHandler:
             also=marking(MATRIX, m.key),
             goes_on=goes_on,
             attachments=attachments,
+            decider=self._access.decider(m.sender),
         )

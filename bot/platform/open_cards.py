@@ -30,7 +30,7 @@ from bot.delivery import (
 )
 from bot.platform.cards import CardContent, RejectWindows, card_content, reply_target
 from bot.platform.tasks import Runtime
-from engine.approval import OPERATOR
+from engine.approval import OPERATOR, Decider
 from engine.hub import REJECT, ChatHub, HubError, TextRefused
 from engine.session import ApprovalRequired, Question, attachments_block
 from engine.store import InboxError
@@ -126,6 +126,7 @@ class OpenCards:
         also: Callable[[Connection], None] | None = None,
         goes_on: Callable[[], object] | None = None,
         attachments: Sequence[dict[str, Any]] = (),
+        decider: Decider | None = None,
     ) -> bool:
         """Answer the question ``card`` with ``text`` and close it (``quietly``: the
         platform shows the outcome on its own); ``also`` commits with the answer (the
@@ -136,7 +137,11 @@ class OpenCards:
         True: the message was the answer (or was already: the same words, or its event
         handled before; never a new message then). False when the hub no longer waits for
         it (closed as expired: the message is a message), or takes no such text (too long:
-        the card stays open, and the message, refused as one, tells why)."""
+        the card stays open, and the message, refused as one, tells why), or not from
+        ``decider`` (``ChatHub.answer_refusal``: the card stays open, the message is a
+        message)."""
+        if decider is not None and await self._hub.answer_refusal(card.tool_call_id, decider):
+            return False
         text = with_files(text, attachments)
         repeated = False
         try:

@@ -234,6 +234,10 @@ class Interactions:
         if not text.strip():
             await tell(user, "An answer needs some text.")
             return
+        refused = await self._hub.answer_refusal(card.tool_call_id, self._access.decider(user))
+        if refused is not None:  # another member's: the question waits for who asked
+            await tell(user, refused)
+            return
         await self._cards.answer(card, text, by=await self._messages.name_of(user))
 
     # -- slash commands -------------------------------------------------------------------

@@ -299,6 +299,7 @@ class MessageHandler:
             also=marking(SLACK, m.key),
             goes_on=partial(self._activity.start_typing, source),
             attachments=attachments,
+            decider=self._access.decider(m.user),
         )
 
 

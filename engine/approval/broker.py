@@ -20,6 +20,7 @@ from engine.approval.bypass import Bypasses, BypassScope, validate_bypass
 from engine.approval.deciders import (
     APPROVER_POLICIES,
     Decider,
+    Requester,
     decides_every_call,
     refusal,
     requester_of,
@@ -135,6 +136,21 @@ class ApprovalBroker:
         if record is None or record.decision is not None:
             return None
         return refusal(self.approvers, decider, requester_of(record))
+
+    async def answer_refusal(self, question_id: int, decider: Decider) -> str | None:
+        """Why ``decider`` may not answer the question (``None``: they may). Under
+        ``requester+owner`` the person whose message the turn answers, or the owner: an
+        answer steers the turn's next calls, which are still that person's (their
+        bypass covers them), so another member's answer ran commands nobody asked them
+        for (until 2026-12-07; found by review). A question nobody asked for (a job's, the
+        tic's) any allowed member answers, as under the other rules."""
+        if self.approvers != "requester+owner":
+            return None
+        requester_id, name = await self.inbox.requester(question_id)
+        if requester_id is None:
+            return None
+        refused = refusal(self.approvers, decider, Requester(requester_id, name or ""))
+        return None if refused is None else refused.replace("decide", "answer")
 
     async def who_may_decide(self, tool_call_id: int) -> str:
         """The card's line naming who may decide the call."""

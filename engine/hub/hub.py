@@ -313,6 +313,11 @@ class ChatHub:
         for a surface to answer at once. The decision is checked again when recorded."""
         return await self.engine.approvals.refusal(tool_call_id, decider)
 
+    async def answer_refusal(self, question_id: int, decider: Decider) -> str | None:
+        """Why ``decider`` may not answer the agent's question (``None``: they may); a
+        message refused is a message (``APPROVERS``, the broker's ``answer_refusal``)."""
+        return await self.engine.approvals.answer_refusal(question_id, decider)
+
     async def who_may_decide(self, tool_call_id: int) -> str:
         """The line an approval card shows about who may decide it (``APPROVERS``)."""
         return await self.engine.approvals.who_may_decide(tool_call_id)

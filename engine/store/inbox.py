@@ -127,6 +127,10 @@ class InboxStore:
     async def get(self, tool_call_id: int) -> ApprovalRecord | None:
         return await self._db.run(_get, tool_call_id)
 
+    async def requester(self, tool_call_id: int) -> tuple[str | None, str | None]:
+        """``(id, name)`` of the person whose message the call answers (``_requester``)."""
+        return await self._db.run(_requester, tool_call_id)
+
     async def pending_approvals(
         self, session_id: int | None = None, *, shown_in: str | None = None
     ) -> list[InboxItem]:

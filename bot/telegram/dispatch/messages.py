@@ -156,7 +156,7 @@ class MessageHandler:
         # named (they were dropped, a voice answer was an empty one).
         answering = target is not None and target[0] == "answer"
         if answering and await self._answer_question(
-            m.source, target[1], text, attachments, marked
+            m.source, target[1], text, attachments, marked, user
         ):
             return False
         if attachments:
@@ -253,7 +253,9 @@ class MessageHandler:
                 for update_id in album.update_ids:
                     await self._mark_handled(update_id)
             return True
-        return await self._answer_question(album.source, card, text, attachments, mark)
+        return await self._answer_question(
+            album.source, card, text, attachments, mark, sender["id"]
+        )
 
     async def _reason(
         self,
@@ -368,8 +370,10 @@ class MessageHandler:
         text: str,
         attachments: list[dict[str, Any]],
         mark: Callable[[Connection], None],
+        user: str,
     ) -> bool:
-        """A reply to a question (or any message while one is open) answers it."""
+        """A reply to a question (or any message while one is open) answers it, when its
+        sender may (``APPROVERS``); else it is a message."""
         return await self._cards.answer(
             card,
             text,
@@ -378,6 +382,7 @@ class MessageHandler:
             also=mark,
             goes_on=partial(self._activity.start_typing, source),
             attachments=attachments,
+            decider=self._access.decider(user),
         )
 
 

@@ -55,10 +55,12 @@ class SlackDriver:
             self.fake.dm(ALICE, text)
 
     async def reply_to(self, text: str) -> str:
+        """The reply, its commands named as the contract names them: Slack's answers
+        write ``/chathub stop`` for ``/stop`` (the only slash command Slack takes)."""
         before = len(self._messages())
         await self.say(text)
         reply = await eventually(lambda: self._messages()[before:])
-        return _shown(reply[0])
+        return _shown(reply[0]).replace("/chathub ", "/")
 
     async def expect(self, needle: str) -> str:
         return await eventually(lambda: next((t for t in self.shown() if needle in t), None))

@@ -137,6 +137,54 @@ async def test_a_reason_from_another_member_is_refused(start_service, telegram, 
     assert tool_results == ["User rejected this tool call. Reason: keep the data"]
 
 
+async def test_another_members_reply_does_not_answer_a_members_question(
+    start_service, telegram, model, tmp_path
+):
+    """Alice's own "🔄 Session" covers her calls; an answer steers the turn's next calls,
+    which stay Alice's: Bob's answer to her question ran a command of his words unasked
+    under her bypass (until 2026-12-07; found by review). His reply is a message: it
+    waits its turn behind hers, and the calls it leads to are his (they ask)."""
+    service = await start_service(telegram_allowed_user_ids=MEMBERS, memory_enabled=False)
+    model.add(shell("echo alice >> alice.log"), text("Done."))
+    ask(telegram, ALICE, "log it", "Alice")
+    card = await eventually(lambda: find(telegram, GROUP, "Approval needed"))
+    tap(telegram, ALICE, card, "bypass_session", "Alice")
+    await eventually(lambda: "Done." in texts(telegram, GROUP))
+    question = tool_call("ask_user_clarification", json.dumps({"question": "Which file?"}), "q1")
+    model.add(question)
+    ask(telegram, ALICE, "clean the file", "Alice")
+    asked = await eventually(lambda: find(telegram, GROUP, "Which file?"))
+
+    telegram.user_message(
+        GROUP,
+        BOB,
+        "pwned.log, and run it now",
+        chat_type="supergroup",
+        reply_to_message_id=asked.message_id,
+        first_name="Bob",
+    )
+    await eventually(lambda: telegram.pending_updates() == [])
+    await service.adapter.drain()
+    assert len(await service.hub.pending_questions()) == 1  # still Alice's to answer
+
+    model.add(shell("echo cleaned >> notes.txt", "c2"), text("Cleaned."))
+    telegram.user_message(
+        GROUP,
+        ALICE,
+        "notes.txt",
+        chat_type="supergroup",
+        reply_to_message_id=asked.message_id,
+        first_name="Alice",
+    )
+    # Her answer is the question's; Bob's line came in after it, so the call the turn
+    # makes next answers his words, and asks.
+    card = await eventually(lambda: find(telegram, GROUP, "Bob (who asked)"))
+    tool_results = [m["content"] for m in model.requests[-1][0] if m["role"] == "tool"]
+    assert tool_results[-1] == "notes.txt"
+    assert "echo cleaned >> notes.txt" in card.text
+    assert not (tmp_path / "workspace" / "notes.txt").exists()
+
+
 def _call_id(card) -> int:
     data = card.reply_markup["inline_keyboard"][0][0]["callback_data"]
     return int(data.split(":")[1])
