@@ -7,7 +7,7 @@ import json
 import logging
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -33,9 +33,11 @@ from engine.session.context.messages import MessageBuilder
 from engine.session.deps import HandlerDeps
 from engine.session.handler import ChatSessionHandler
 from engine.session.outcomes import TurnResult
-from engine.session.protocols import ApprovalPolicy, EmitFn, RecordsAnswers
+from engine.session.protocols import ApprovalPolicy, EmitFn, GateRequest, RecordsAnswers
+from engine.session.turn.gate import denies_reading
 from engine.store import Store
 from engine.store.inbox import InboxItem
+from engine.store.rows import ToolCallRow
 from engine.tools.builtins import builtin_tools
 from engine.tools.preview import ApprovalPreview, preview_call
 from engine.tools.processes import reap_group
@@ -281,7 +283,11 @@ class Engine:
             return None
         session = await self.store.sessions.get(item.session_id)
         cwd = chosen_directory(session, self.workspace)
-        return preview_call(self.workspace, item.name, args, cwd, tool=self.tools.get(item.name))
+        call = ToolCallRow(item.tool_call_id, 0, "", item.name, item.arguments, None, "pending")
+        request = GateRequest(item.session_id, item.agent_id, item.source, call, args)
+        readable = not await denies_reading(self.policy, replace(request, working_directory=cwd))
+        tool = self.tools.get(item.name)
+        return preview_call(self.workspace, item.name, args, cwd, tool=tool, readable=readable)
 
     def cancel_session(self, session_id: int) -> bool:
         """Stop a live session's turn with its approvals and questions; False if none is live."""

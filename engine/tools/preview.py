@@ -47,8 +47,12 @@ def preview_call(
     args: dict[str, Any],
     cwd: Path | None = None,
     tool: object = None,
+    *,
+    readable: bool = True,
 ) -> ApprovalPreview | None:
-    """What the call would do; ``tool``: the called tool, if it describes its calls."""
+    """What the call would do; ``tool``: the called tool, if it describes its calls;
+    ``readable``: whether the rules let the file a write names be read (if not, its card
+    shows the call's own arguments only: ``ApprovalPolicy.denies_reading``)."""
     if isinstance(tool, DescribesCalls):
         try:
             summary = tool.describe_call(args)
@@ -59,6 +63,8 @@ def preview_call(
     try:
         if name == "execute_cmd":
             return _command(workspace, args, cwd)
+        if not readable:
+            return None
         if name == "write_file":
             path = workspace.resolve(args["path"], cwd=cwd)
             return _file(workspace, path, _read(workspace, path), str(args["content"]))

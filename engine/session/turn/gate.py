@@ -7,11 +7,12 @@ data they exchange) is in ``engine.session.protocols``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from enum import StrEnum
 from typing import Any
 
 from engine.bus.chat import ToolCallEvent
-from engine.session.protocols import Decision, GateRequest, Verdict
+from engine.session.protocols import ApprovalPolicy, Decision, GateRequest, Verdict
 from engine.session.turn.cancel import TurnCancelled
 from engine.session.turn.turn_env import TurnEnv
 from engine.store.rows import ToolCallRow
@@ -21,6 +22,7 @@ __all__ = [
     "AUTO_DENIED",
     "AllowAll",
     "GateOutcome",
+    "denies_reading",
     "rejection_message",
     "run_approval_gate",
 ]
@@ -92,9 +94,10 @@ async def run_approval_gate(
     if env.session.auto_deny_approvals:
         _collect(collected, await env.recorder.rejected(call, AUTO_DENIED))
         return GateOutcome.REJECTED
+    readable = call.name not in _WRITES or not await denies_reading(env.policy, request)
     try:
         decided = await env.scope.run(
-            env.approvals.wait_for_approval(request, lambda: _announce(env, call, args))
+            env.approvals.wait_for_approval(request, lambda: _announce(env, call, args, readable))
         )
     except TurnCancelled:
         await env.recorder.cancelled(call)
@@ -108,7 +111,20 @@ async def run_approval_gate(
     return GateOutcome.REJECTED
 
 
-def _announce(env: TurnEnv, call: ToolCallRow, args: dict[str, Any]) -> None:
+async def denies_reading(policy: ApprovalPolicy, request: GateRequest) -> bool:
+    """Whether the rules deny reading the file the call names: a write's card then shows
+    none of its content (until 2026-12-07 ``write_file`` on a file ``read_file`` may not
+    read showed all of it on the card, to a group and the API's stream, before anyone
+    decided; found by review)."""
+    reading = replace(request, call=replace(request.call, name="read_file"))
+    return (await policy.check(reading)).decision is Decision.DENY
+
+
+#: The calls whose card shows the file as it is (``preview_call``).
+_WRITES = frozenset({"write_file", "edit_file"})
+
+
+def _announce(env: TurnEnv, call: ToolCallRow, args: dict[str, Any], readable: bool) -> None:
     env.emitter.approval_required(
         call.id,
         call.name,
@@ -116,7 +132,12 @@ def _announce(env: TurnEnv, call: ToolCallRow, args: dict[str, Any]) -> None:
         session_id=env.session.id,
         agent_id=env.frame.agent_id,
         preview=preview_call(
-            env.workspace, call.name, args, env.tool_ctx.working_directory, env.tools.get(call.name)
+            env.workspace,
+            call.name,
+            args,
+            env.tool_ctx.working_directory,
+            env.tools.get(call.name),
+            readable=readable,
         ),
     )
 

@@ -113,6 +113,36 @@ async def test_a_rejection_without_a_note_says_so_plainly(engine: Engine, model)
     assert tool_messages(model.requests[1][0]) == ["User rejected this tool call."]
 
 
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("write_file", {"path": "private/payroll.txt", "content": "x"}),
+        ("edit_file", {"path": "private/payroll.txt", "old": "alice", "new": "carol"}),
+    ],
+)
+async def test_a_write_card_shows_nothing_of_a_file_the_rules_deny_reading(
+    engine: Engine, model, tmp_path, name: str, args: dict[str, Any]
+):
+    """``deny @fs_read private/*``: a write there only asks, and its card showed the whole
+    file to the chat (a group, the API's stream) before anyone decided (found by review).
+    The inbox's view of the waiting call shows nothing of it either."""
+    (tmp_path / "workspace" / "private").mkdir()
+    (tmp_path / "workspace" / "private" / "payroll.txt").write_text("alice 9000\n")
+    await engine.policy.rule_store.add_rule(
+        "@fs_read", "deny", path_pattern="private/*", priority=5
+    )
+    engine.policy.invalidate()
+    model.add(tool_call(name, json.dumps(args), "c1"), text("Left it."))
+    handler = await engine.new_session("console")
+    turn, request = await started_turn(handler, "change it", [])
+
+    assert request.preview is None  # the card shows the call's own arguments
+    [waiting] = await engine.pending_approvals()
+    assert await engine.preview_pending(waiting) is None
+    await engine.reject(request.tool_call_id, decider=OPERATOR)
+    await asyncio.wait_for(turn, 5)
+
+
 async def test_allowed_and_denied_calls_never_ask(engine: Engine, model, tmp_path):
     secret = tmp_path / "workspace" / "secrets"
     secret.mkdir()
