@@ -151,9 +151,16 @@ async def _new(c: CommandContext) -> None:
 
 
 async def _stop(c: CommandContext) -> str:
+    """Says how many waiting messages it dropped: each was acknowledged as taken, and
+    until 2026-12-07 they vanished without a word (found by review)."""
     busy = await c.hub.is_busy(c.source)  # here, or (a fleet) in the process working it
     dropped = await c.hub.cancel(c.source)
-    return "⏹ Stopped." if busy or dropped else "Nothing to stop."
+    if not busy and not dropped:
+        return "Nothing to stop."
+    if not dropped:
+        return "⏹ Stopped."
+    waiting = "1 message that was" if dropped == 1 else f"{dropped} messages that were"
+    return f"⏹ Stopped. Dropped {waiting} waiting: send again what still matters."
 
 
 async def _models(c: CommandContext) -> str:

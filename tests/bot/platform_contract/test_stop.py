@@ -54,3 +54,26 @@ def _allow_the_blocker(conn) -> None:
             created_at=utcnow(),
         )
     )
+
+
+@pytest.mark.only_on("telegram-ptb", "telegram-aiogram", "webchat", "discord", "slack", "matrix")
+async def test_stop_says_how_many_waiting_messages_it_dropped(driver, model):
+    """Each was acknowledged as taken; until 2026-12-07 they vanished without a word
+    (found by review). The terminal takes no line while a turn runs."""
+    blocker = await _a_turn_blocked_in_a_tool(driver, model)
+    await driver.say("and then this")
+    await _queued(driver, 1)
+
+    await driver.say("/stop")
+
+    await driver.expect("Dropped 1 message that was waiting")
+    assert blocker.cancelled
+
+
+async def _queued(driver, count: int) -> None:
+    queue = driver.service.engine.store.queue
+    for _ in range(500):
+        if len(await queue.pending()) == count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never {count} message(s) waiting")
