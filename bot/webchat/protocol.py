@@ -317,6 +317,16 @@ class UserMessageFrame(_ServerFrame):
     attachments: list[Attachment] = []
 
 
+class QueuedMessageFrame(_ServerFrame):
+    """A message taken and waiting for its turn, shown to a tab that opens meanwhile (a
+    reload, a second tab): its ``user_message`` comes when its turn takes it."""
+
+    type: Literal["queued_message"] = "queued_message"
+    queued_id: int
+    text: str
+    attachments: list[Attachment] = []
+
+
 class TextDeltaFrame(_ServerFrame):
     type: Literal["text_delta"] = "text_delta"
     text: str
@@ -459,6 +469,7 @@ SERVER_FRAMES: tuple[type[_ServerFrame], ...] = (
     Pong,
     Notice,
     UserMessageFrame,
+    QueuedMessageFrame,
     TextDeltaFrame,
     ThinkingDelta,
     ToolStartFrame,

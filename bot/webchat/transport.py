@@ -31,6 +31,7 @@ from bot.webchat.protocol import (
     Hello,
     LaggedFrame,
     Limits,
+    QueuedMessageFrame,
     SendMessage,
     ServerFrame,
     TurnRunning,
@@ -39,6 +40,7 @@ from bot.webchat.protocol import (
 from bot.webchat.rooms import Rooms
 from bot.webchat.translate import (
     approval_frame,
+    attachments_of,
     pending_approval_event,
     pending_question_frame,
     to_frame,
@@ -187,6 +189,14 @@ class WebChat:
                 await socket.send(await self._card(event))
         for item in await hub.pending_questions(session_id):
             await socket.send(pending_question_frame(item))
+        # Taken, waiting for their turn: until 2026-12-07 a reload showed them nowhere until
+        # their turn came, and a message whose "accepted" was lost looked lost (the page
+        # asks to send it again; found by review).
+        for row in await hub.waiting_messages(source):
+            attachments = attachments_of((row.metadata or {}).get("attachments"))
+            await socket.send(
+                QueuedMessageFrame(queued_id=row.id, text=row.content, attachments=attachments)
+            )
 
     async def _card(self, event: ApprovalRequired) -> ServerFrame:
         """The card with who may decide it; without that line when it cannot be read (the

@@ -56,6 +56,7 @@ from engine.session.outcomes import TurnResult
 from engine.store.inbox import InboxItem
 from engine.store.leases import Leases
 from engine.store.notify import Notifier
+from engine.store.queue import QueuedRow
 from engine.store.views import SessionUsage
 from engine.tools.preview import ApprovalPreview
 
@@ -349,6 +350,11 @@ class ChatHub:
 
     async def pending_questions(self, session_id: int | None = None) -> list[InboxItem]:
         return await self.engine.pending_questions(session_id)
+
+    async def waiting_messages(self, source: str) -> list[QueuedRow]:
+        """The people's messages ``source`` took that wait for their turn, oldest first."""
+        rows = await self.engine.store.queue.pending(validate_source(source))
+        return [row for row in rows if not row.is_synthetic]
 
     def leave_waiting(self, session_id: int) -> int:
         """The session's turn stops waiting for its decisions and answers (its surface

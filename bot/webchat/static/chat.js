@@ -239,8 +239,12 @@ async function loadHistory(id, before) {
     } else {
       // What the model wrote, then the calls it made beside it, as they came live.
       if (message.html) nodes.push(answerBubble(message.html));
+      // As live: what it was called with, then how it ended (a question's answer, a
+      // tool's result); until 2026-12-07 only its name and status came back.
       for (const tool of message.tools) {
-        nodes.push(el("div", "tool", `⚙ ${tool.name} — ${tool.status}`));
+        const start = toolStart(tool.name, tool.arguments);
+        const ended = ["done", "failed", "rejected", "cancelled"].includes(tool.status);
+        nodes.push(el("div", "tool", ended ? `${start}\n${toolEnd(tool.name, tool.status, tool.preview)}` : start));
       }
     }
   }
@@ -365,7 +369,21 @@ function handle(frame) {
       setRunning(true);
       if (!state.shown.has(frame.id)) {
         state.shown.add(frame.id);
-        thread.append(userBubble(frame.text, frame.attachments));
+        const waited = [...thread.querySelectorAll(".msg.user.queued")].find(
+          (bubble) => bubble.dataset.text === frame.text,
+        );
+        if (waited) waited.classList.remove("queued"); // its turn took it: now it is history
+        else thread.append(userBubble(frame.text, frame.attachments));
+      }
+      break;
+    case "queued_message": // taken before this tab opened, waiting for its turn
+      if (!thread.querySelector(`.msg.user.queued[data-queued="${frame.queued_id}"]`)) {
+        const bubble = userBubble(frame.text, frame.attachments);
+        bubble.classList.add("queued");
+        bubble.title = "Waiting for its turn";
+        bubble.dataset.queued = frame.queued_id;
+        bubble.dataset.text = frame.text;
+        thread.append(bubble);
       }
       break;
     case "text_delta":
@@ -392,14 +410,13 @@ function handle(frame) {
     case "tool_start": {
       setRunning(true);
       endStreaming();
-      const line = el("div", "tool", `⚙ ${frame.name} ${preview(frame.arguments)}`);
+      const line = el("div", "tool", toolStart(frame.name, frame.arguments));
       state.tools.set(frame.tool_call_id, line);
       thread.append(line);
       break;
     }
     case "tool_end": {
-      const icon = { done: "✓", failed: "✗", rejected: "⊘", cancelled: "⊘" }[frame.status] || "•";
-      const text = `  ${icon} ${frame.name}: ${preview(frame.preview) || frame.status}`;
+      const text = toolEnd(frame.name, frame.status, frame.preview);
       const line = state.tools.get(frame.tool_call_id);
       if (line) line.textContent += `\n${text}`;
       else thread.append(el("div", "tool", text));
@@ -440,6 +457,15 @@ function handle(frame) {
 function endStreaming() {
   if (state.streaming) state.streaming.classList.remove("streaming");
   state.streaming = null;
+}
+
+function toolStart(name, args) {
+  return `⚙ ${name} ${preview(args)}`;
+}
+
+function toolEnd(name, status, result) {
+  const icon = { done: "✓", failed: "✗", rejected: "⊘", cancelled: "⊘" }[status] || "•";
+  return `  ${icon} ${name}: ${preview(result) || status}`;
 }
 
 function preview(text) {
@@ -523,6 +549,9 @@ function enableChoices(toolCallId) {
 function closeEverything() {
   for (const [id, card] of state.cards) if (!card.dataset.job) closeCard(id, ENDED_UNDECIDED);
   for (const id of state.questions.keys()) closeQuestion(id, ENDED_UNANSWERED, false);
+  // A stop drops the waiting messages (its notice says how many); one a failed turn left
+  // waiting shows again when its own turn takes it.
+  for (const bubble of thread.querySelectorAll(".msg.user.queued")) bubble.remove();
 }
 
 function closeCard(toolCallId, line) {

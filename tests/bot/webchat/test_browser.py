@@ -84,6 +84,16 @@ async def _send(page: Any, text: str) -> None:
     await page.press("#input", "Enter")
 
 
+async def _taken(server: ChatServer, text: str) -> None:
+    """Until the server has taken the message (stored, waiting for its turn)."""
+    queue = server.hub.engine.store.queue
+    for _ in range(1000):
+        if any(row.content == text for row in await queue.pending()):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{text!r} was never taken")
+
+
 async def test_the_page_in_chromium(
     browser: Any, make_server, fake_openai: FakeOpenAIServer, artifacts: Path
 ):
@@ -152,14 +162,18 @@ async def test_the_page_in_chromium(
     await page.locator(".notice.error:has-text('Interrupted by user.')").nth(1).wait_for()
     await page.wait_for_selector("#send:text('Send')")
 
-    # Reload in the middle of a turn: STOP is still shown, the card too; then the answer.
+    # Reload in the middle of a turn: STOP is still shown, the card too, and the message
+    # sent behind it, waiting for its turn; then the answers.
     fake_openai.reply_tool_calls(("w2", "write_file", {"path": "reload.txt", "content": "y\n"}))
     fake_openai.reply_text("Written after the reload.")
     await _send(page, "write reload.txt")
     await page.wait_for_selector(".card:not(.closed) .choice.approve")
+    await _send(page, "and then that")
+    await _taken(server, "and then that")
     await page.reload()
     await page.wait_for_selector("#send:text('Stop')")
     await page.wait_for_selector(".card:not(.closed) .choice.approve")
+    await page.wait_for_selector(".msg.user.queued:has-text('and then that')")
 
     # A second tab on the same conversation shows the same thread and the same card.
     second = await context.new_page()
@@ -168,6 +182,9 @@ async def test_the_page_in_chromium(
     await second.wait_for_selector(".card:not(.closed) .choice.approve")
     await second.click(".card:not(.closed) .choice.approve")  # decided in tab two...
     await page.wait_for_selector(".msg.assistant:has-text('Written after the reload.')")
+    # The turn took it once it went on (the model read it beside the call's result).
+    assert await page.locator(".msg.user:has-text('and then that')").count() == 1
+    assert await page.locator(".msg.user.queued").count() == 0
     await page.wait_for_selector("#send:text('Send')")
     assert await page.locator(".card:not(.closed)").count() == 0  # ...closed in tab one
     await second.wait_for_selector(".msg.assistant:has-text('Written after the reload.')")
@@ -693,12 +710,17 @@ async def test_text_beside_tool_calls_is_rendered_and_keeps_its_place_after_a_re
         await page.wait_for_selector(".msg.assistant em:text('missing')")
         await page.wait_for_selector(".msg.assistant strong:text('look')")
         live = [n for n in await page.evaluate(_THREAD) if not n.startswith("card")]
+        live_tool = await page.text_content("#thread .tool")
         await page.reload()
         await page.wait_for_selector(".msg.assistant em:text('missing')")
         await page.wait_for_selector(".msg.assistant strong:text('look')")
         kinds = [n.split(":")[0] for n in await page.evaluate(_THREAD)]
         assert kinds == [n.split(":")[0] for n in live] == ["msg", "msg", "tool", "msg"]
         assert "**" not in await page.text_content("#thread")
+        # The call as live: its arguments and how it ended (until 2026-12-07 its name
+        # and status only: a question's answer was gone after a reload; found by review).
+        tool = await page.text_content("#thread .tool")
+        assert tool == live_tool and tool.startswith('⚙ read_file {"path": "notes.txt"}\n  ')
     await context.close()
 
 

@@ -235,6 +235,38 @@ async def test_a_reconnect_mid_turn_gets_running_then_the_answer(
     assert "tool_end" in types(frames)
 
 
+async def test_a_tab_opened_while_a_message_waits_for_its_turn_is_shown_it(
+    server: ChatServer, fake_openai: FakeOpenAIServer
+):
+    """Taken ("accepted") behind a card: a reload showed it nowhere until its turn came,
+    and a message whose "accepted" the dropped socket never got looked lost (found by
+    review). Its ``user_message`` comes when its turn takes it."""
+    fake_openai.reply_tool_calls(write_call("w1"))
+    fake_openai.reply_text("Written.")
+    fake_openai.reply_text("And the next one.")
+    first = await server.client()
+    await first.send(type="message", text="write it")
+    card = (await first.until("approval_required"))[-1]
+    await first.send(type="message", text="then this", ref="m2")
+    accepted = (await first.until("accepted"))[-1]
+    await first.close()
+
+    async with server.connect() as connection:
+        second = Client(connection)
+        await second.opened()
+        shown = await second.until("queued_message")
+        assert shown[-1] == {
+            "type": "queued_message",
+            "queued_id": accepted["queued_id"],
+            "text": "then this",
+            "attachments": [],
+        }
+        await second.send(type="approve_tool", tool_call_id=card["tool_call_id"])
+        frames = await second.until("user_message")
+        assert frames[-1]["text"] == "then this"
+        await second.until("done")
+
+
 async def test_text_beside_tool_calls_is_a_thinking_delta(
     server: ChatServer, fake_openai: FakeOpenAIServer
 ):
