@@ -228,19 +228,27 @@ def test_action_ids_round_trip() -> None:
         assert parse_control(str(parsed)) == parsed
 
 
-async def test_an_answer_over_the_limit_is_refused_and_the_question_still_waits(
+async def _asked_which_city(
     make_service: MakeService, fake: FakeSlackServer, model
-) -> None:
-    """An answer longer than the hub takes (32,000 characters; Slack takes 40,000)
-    closed the question's card as expired while the turn still waited for it: the next,
-    short answer went nowhere (found by review)."""
+) -> tuple[Any, str, Message]:
+    """Alice's DM, where the agent asks "Which city?" (then books Rome): the service,
+    the DM and the question's card."""
     model.add(tool_call("ask_user_clarification", '{"question": "Which city?"}', "q"))
     model.add(text("Booking Rome."))
     service = await make_service()
     dm = fake.dm_channel(ALICE)
     fake.dm(ALICE, "book a hotel")
     await until(lambda: any(m.buttons for m in fake.messages(dm)))
-    question = next(m for m in fake.messages(dm) if m.buttons)
+    return service, dm, next(m for m in fake.messages(dm) if m.buttons)
+
+
+async def test_an_answer_over_the_limit_is_refused_and_the_question_still_waits(
+    make_service: MakeService, fake: FakeSlackServer, model
+) -> None:
+    """An answer longer than the hub takes (32,000 characters; Slack takes 40,000)
+    closed the question's card as expired while the turn still waited for it: the next,
+    short answer went nowhere (found by review)."""
+    service, dm, question = await _asked_which_city(make_service, fake, model)
     fake.dm(ALICE, "R" * 33_000)
     await until(lambda: any("the limit is" in t for t in texts(fake, dm)))
     await slack_of(service).drain()
@@ -256,13 +264,7 @@ async def test_in_a_dm_a_reply_in_the_questions_own_thread_answers_it(
     """Slack's "Reply in thread" on the question: a DM's thread is its own conversation,
     and the answer began one, out of context, while the question waited (found by
     review). A thread of another message of the DM stays its own conversation."""
-    model.add(tool_call("ask_user_clarification", '{"question": "Which city?"}', "q"))
-    model.add(text("Booking Rome."))
-    service = await make_service()
-    dm = fake.dm_channel(ALICE)
-    fake.dm(ALICE, "book a hotel")
-    await until(lambda: any(m.buttons for m in fake.messages(dm)))
-    question = next(m for m in fake.messages(dm) if m.buttons)
+    service, dm, question = await _asked_which_city(make_service, fake, model)
     fake.push_event(
         {
             "type": "message",
