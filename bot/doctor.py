@@ -49,7 +49,9 @@ def config_checks(load: Callable[[], AppConfig]) -> tuple[AppConfig | None, list
     try:
         config = load()
         settings = service_settings(config)
-        check_api_exposure(settings.http_host, settings.chathub_api_token)
+        check_api_exposure(
+            settings.http_host, settings.chathub_api_token, public=settings.reached_from_outside()
+        )
     except (ConfigError, ApiExposureError) as exc:
         return None, [Check("config", False, f"configuration: {exc}", _config_fix(str(exc)))]
     checks = [Check("config", True, "configuration parses")]

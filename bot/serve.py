@@ -234,7 +234,11 @@ class Service:
     async def start(self) -> None:
         settings = service_settings(self.config)
         if self.http:  # refuse before anything starts: an open API needs a token
-            check_api_exposure(settings.http_host, settings.chathub_api_token)
+            check_api_exposure(
+                settings.http_host,
+                settings.chathub_api_token,
+                public=settings.reached_from_outside(),
+            )
         if settings.chathub_fleet:  # refused before anything starts, as the API's exposure
             check_fleet_database(settings.database_url)
         settings.check_slack_events()

@@ -41,6 +41,16 @@ class Settings(
 
     model_config = SETTINGS_CONFIG
 
+    def reached_from_outside(self) -> str | None:
+        """The setting that has the world reach this service's HTTP port (through a proxy
+        on this machine, its requests from loopback), if one does: the API then needs
+        ``CHATHUB_API_TOKEN`` (``check_api_exposure``)."""
+        if self.telegram_webhook_url:
+            return "TELEGRAM_WEBHOOK_URL"
+        if self.slack_bot_token and not self.slack_app_token and self.slack_signing_secret:
+            return "SLACK_SIGNING_SECRET (Slack's Events API over HTTP)"
+        return None
+
 
 def load_settings(**overrides: Any) -> Settings:
     return read_settings(Settings, **overrides)

@@ -234,6 +234,7 @@ def _webhook_while_polling(s: Setup) -> None:
 def _webhook_elsewhere(s: Setup) -> None:
     s.env["TELEGRAM_WEBHOOK_URL"] = "https://bot.example.org/telegram"
     s.env["TELEGRAM_WEBHOOK_SECRET"] = "s3cret"
+    s.env["CHATHUB_API_TOKEN"] = "webhook-mode-token"
 
 
 def _workspace_is_a_file(s: Setup) -> None:
@@ -326,8 +327,12 @@ BROKEN = {
         r"✗ Telegram's webhook is not set, chathub's is https://bot\.example\.org/telegram",
     ),
     "webhook without secret": (
-        _set(TELEGRAM_WEBHOOK_URL="https://bot.example.org/telegram"),
+        _set(TELEGRAM_WEBHOOK_URL="https://bot.example.org/telegram", CHATHUB_API_TOKEN="t0ken"),
         r"✗ TELEGRAM_WEBHOOK_URL is set without TELEGRAM_WEBHOOK_SECRET",
+    ),
+    "webhook without a token": (  # until 2026-12-07 every request through it was the operator
+        _set(TELEGRAM_WEBHOOK_URL="https://bot.example.org/telegram", TELEGRAM_WEBHOOK_SECRET="s"),
+        r"✗ configuration: CHATHUB_API_TOKEN: required with TELEGRAM_WEBHOOK_URL",
     ),
     "no owner": (_unset("TELEGRAM_OWNER_ID"), r"✗ TELEGRAM_OWNER_ID is not set"),
     "workspace": (_workspace_is_a_file, r"✗ workspace \S+ is not a directory"),
@@ -720,6 +725,7 @@ def test_http_mode_with_its_secret_passes(
 ) -> None:
     del healthy.env["SLACK_APP_TOKEN"]
     healthy.env["SLACK_SIGNING_SECRET"] = "s3cret"
+    healthy.env["CHATHUB_API_TOKEN"] = "events-over-http-token"
     status, lines = healthy.doctor(capsys)
     assert status == 0, "\n".join(lines)
     assert any("/slack/events" in line and line.startswith("✓") for line in lines)

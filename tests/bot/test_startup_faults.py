@@ -171,6 +171,7 @@ def test_webhook_mode_retries_set_webhook(serve, telegram, fake_openai):
         HTTP_PORT=str(port),
         TELEGRAM_WEBHOOK_URL="https://bot.example.org/telegram/webhook",
         TELEGRAM_WEBHOOK_SECRET="s3cret",
+        CHATHUB_API_TOKEN="webhook-mode-token",  # reached from outside: a token
     )
     wait_for(lambda: telegram.webhook.url == "https://bot.example.org/telegram/webhook")
     wait_for(lambda: (health(port) or {}).get("telegram") == "ok")

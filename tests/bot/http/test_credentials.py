@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from bot.checks.exposure import ApiExposureError, check_api_exposure
 from bot.http.credentials import bearer_token, has_token
+from bot.settings import load_settings
 
 TOKEN = b"s3cret-token"
 HERE = "127.0.0.1"
@@ -102,3 +104,30 @@ def test_without_a_configured_token_a_browser_page_of_another_site_does_not_pass
     """The owner's browser may visit any site, and any site can send a request to
     127.0.0.1: a text/plain POST approved a command with a bypass for everything."""
     assert not has_token(headers, None, peer=HERE)
+
+
+@pytest.mark.parametrize(
+    ("settings", "public"),
+    [
+        ({}, None),
+        ({"telegram_webhook_url": "https://bot.example/hook"}, "TELEGRAM_WEBHOOK_URL"),
+        (
+            {"slack_bot_token": "xoxb-1", "slack_signing_secret": "s3cret"},
+            "SLACK_SIGNING_SECRET (Slack's Events API over HTTP)",
+        ),
+        ({"slack_bot_token": "xoxb-1", "slack_app_token": "xapp-1"}, None),  # Socket Mode
+    ],
+)
+def test_a_service_the_world_reaches_needs_a_token(settings: dict, public: str | None) -> None:
+    """Reached through a proxy on this machine, every request comes from loopback: without
+    a token each was the operator (until 2026-12-07; found by review)."""
+    loaded = load_settings(_env_file=None, **settings)
+    assert loaded.reached_from_outside() == public
+    check_api_exposure("127.0.0.1", "t0ken", public=public)
+    if public is None:
+        check_api_exposure("127.0.0.1", None, public=public)
+    else:
+        with pytest.raises(
+            ApiExposureError, match=f"CHATHUB_API_TOKEN: required with {public.split()[0]}"
+        ):
+            check_api_exposure("127.0.0.1", None, public=public)

@@ -24,6 +24,7 @@ async def service(make_service: MakeService, fake: FakeSlackServer) -> Service:
         http_port=port,
         slack_app_token=None,
         slack_signing_secret=fake.signing_secret,
+        chathub_api_token="events-over-http-token",  # reached from outside: a token
     )
     assert service.slack is not None and not service.slack.socket_mode
     fake.request_url = f"http://127.0.0.1:{port}/slack/events"

@@ -264,6 +264,7 @@ async def test_webhook_mode_checks_the_secret(start_service, telegram, unused_po
         http_port=unused_port,
         telegram_webhook_url="https://bot.example.org/telegram/webhook",
         telegram_webhook_secret="s3cret",
+        chathub_api_token="webhook-mode-token",  # reached from outside: a token
     )
     try:
         assert telegram.webhook.url == "https://bot.example.org/telegram/webhook"
