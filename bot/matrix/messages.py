@@ -252,7 +252,9 @@ class MessageHandler:
             return False
         if handed.before:
             return True
-        if not self._cards.open_in(m.source):  # none under a card that waits for a person
+        if not await self._cards.waits_on_a_person(
+            m.source
+        ):  # none while its turn waits for a person
             self._activity.start_typing(m.source)
         return True
 

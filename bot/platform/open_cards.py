@@ -182,6 +182,21 @@ class OpenCards:
     def open_in(self, source: str) -> list[CardRow]:
         return list(self._open.get(source, {}).values())
 
+    async def waits_on_a_person(self, source: str) -> bool:
+        """Whether the turn of ``source`` itself waits for a card or a question here (no
+        "typing…" then); a scheduled job's card visiting the chat holds no turn of its
+        (until 2026-12-07 one made every turn there run without "typing…"; found by
+        review). Read only when a card is open there."""
+        cards = self.open_in(source)
+        if not cards:
+            return False
+        session = await self._hub.current_session(source)
+        if session is None:
+            return False
+        waiting = {item.tool_call_id for item in await self._hub.pending_approvals(session)}
+        waiting |= {item.tool_call_id for item in await self._hub.pending_questions(session)}
+        return any(card.tool_call_id in waiting for card in cards)
+
     def answered_by(
         self, source: str, *, reply_to: str | None = None, is_command: bool = False
     ) -> tuple[Literal["answer", "reason"], CardRow] | None:

@@ -149,7 +149,8 @@ class EventRenderer:
                 outbox.tool_ended(source, depth, name, SKIPPED)
                 await cards.close_by_id(source, event.tool_call_id, "cancelled", "cancelled")
             case ApprovalRequired():
-                self._wait(source)
+                if not event.asked_by:  # a job's card visiting here holds no turn of this chat
+                    self._wait(source)
                 await cards.send_card(source, event)
             case Question():
                 self._wait(source)

@@ -177,7 +177,9 @@ class MessageHandler:
         except EventAlreadyHandled:  # another poller of the fleet handed it over too
             log.info("update %s was handled already; not queued again", update_id)
             return True
-        if not self._cards.open_in(m.source):  # none under a card that waits for a person
+        if not await self._cards.waits_on_a_person(
+            m.source
+        ):  # none while its turn waits for a person
             self._activity.start_typing(m.source)
         return True
 
@@ -235,7 +237,9 @@ class MessageHandler:
                 error = report_failure(log, f"album of updates {update_ids} in {album.source}")
                 await say(SORRY_MESSAGE.format(error=error))
             else:
-                if not self._cards.open_in(album.source):  # none under a waiting card
+                if not await self._cards.waits_on_a_person(
+                    album.source
+                ):  # none while its turn waits
                     self._activity.start_typing(album.source)
                 return
         for update_id in update_ids:

@@ -87,10 +87,21 @@ async def test_a_job_card_closing_in_a_quiet_chat_starts_no_typing() -> None:
     """A scheduled job's card timed out in a chat where no turn runs: "typing…" started
     there for good (found by review on Matrix)."""
     activity = Activity()
+    activity.typing = False  # a quiet chat
     render = renderer(activity, busy=False).render
     await render(SOURCE, at(ApprovalRequired(7, "shell", {}, 9, "main", asked_by="Inbox")))
     await render(SOURCE, at(DecisionMade(7, "timed_out", "the job")))
     assert not activity.typing
+
+
+async def test_a_job_card_visiting_a_chat_whose_turn_runs_leaves_its_typing_on() -> None:
+    """The job's card holds no turn of this chat (until 2026-12-07 it stopped the chat's
+    "typing…", and messages sent meanwhile started none; found by review)."""
+    activity = Activity()
+    await renderer(activity).render(
+        SOURCE, at(ApprovalRequired(7, "shell", {}, 9, "main", asked_by="Morning report"))
+    )
+    assert activity.typing
 
 
 async def test_a_queued_messages_turn_shows_typing_after_the_answer_before_it() -> None:
