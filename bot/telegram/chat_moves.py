@@ -14,6 +14,7 @@ every reply, card edit and scheduled briefing to it failed for good.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -40,6 +41,8 @@ T = TypeVar("T")
 
 #: Supergroup (and channel) ids are ``-100`` and the channel's id: -10¹² and below.
 _SUPERGROUP_ABOVE = -1_000_000_000_000
+#: How long a chat found not moved is taken so before the table is read again.
+NOT_MOVED_KEPT_S = 60.0
 #: Added to the id of a message in a former group's supergroup (``FollowingMoves``);
 #: Telegram's message ids stay below 2³¹.
 MOVED = 1 << 40
@@ -77,14 +80,17 @@ def is_supergroup(chat_id: int) -> bool:
 class ChatMoves:
     """The groups that became supergroups, recorded for good and kept in memory once read.
 
-    Each id is looked up once per process; a move another process records later is
-    learnt from Telegram's 400 (a call) or was read already (its new chat's messages come
-    after its first one, which recorded it)."""
+    A move once read is kept for good; that a chat has not moved is read again after
+    ``NOT_MOVED_KEPT_S``: in a fleet another process may record it (from Telegram's 400,
+    when the service messages never came), and until 2026-12-07 this one went on taking
+    the supergroup's messages for a conversation of their own (found by review)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._db = db
-        self._new: dict[int, int | None] = {}  # a group's supergroup; None: not moved
-        self._old: dict[int, int | None] = {}  # a supergroup's former group
+        self._clock = clock
+        self._new: dict[int, int] = {}  # a group's supergroup
+        self._old: dict[int, int] = {}  # a supergroup's former group
+        self._unmoved: dict[int, float] = {}  # a chat found not moved: until when it is kept
 
     async def record(self, old: int, new: int) -> bool:
         """That group ``old`` is supergroup ``new`` now; False for ids that cannot be so."""
@@ -95,23 +101,36 @@ class ChatMoves:
             await self._db.run(_record, old, new)
             log.info("group %s is supergroup %s now", old, new)
         self._new[old], self._old[new] = new, old
+        self._unmoved.pop(old, None)
+        self._unmoved.pop(new, None)
         return True
 
     async def current(self, chat_id: int) -> int:
         """Where a call to ``chat_id`` goes."""
         if not is_basic_group(chat_id):
             return chat_id
-        if chat_id not in self._new:
-            self._new[chat_id] = await self._db.run(_new_of, chat_id)
-        return self._new[chat_id] or chat_id
+        return await self._looked_up(chat_id, self._new, _new_of)
 
     async def original(self, chat_id: int) -> int:
         """The chat whose conversation a message from ``chat_id`` continues."""
         if not is_supergroup(chat_id):
             return chat_id
-        if chat_id not in self._old:
-            self._old[chat_id] = await self._db.run(_old_of, chat_id)
-        return self._old[chat_id] or chat_id
+        return await self._looked_up(chat_id, self._old, _old_of)
+
+    async def _looked_up(
+        self, chat_id: int, known: dict[int, int], read: Callable[[Connection, int], int | None]
+    ) -> int:
+        if chat_id in known:
+            return known[chat_id]
+        now = self._clock()
+        if self._unmoved.get(chat_id, 0.0) > now:
+            return chat_id
+        found = await self._db.run(read, chat_id)
+        if found is None:
+            self._unmoved[chat_id] = now + NOT_MOVED_KEPT_S
+            return chat_id
+        known[chat_id] = found
+        return found
 
 
 @quick_unit
@@ -165,9 +184,16 @@ class FollowingMoves:
     async def _existing(
         self, chat_id: int, message_id: int, call: Callable[[int, int], Awaitable[T]]
     ) -> T:
-        if message_id < MOVED:
+        if message_id < MOVED:  # the group's own: never another chat's message
             return await call(chat_id, message_id)
-        return await call(await self._moves.current(chat_id), message_id - MOVED)
+        message_id -= MOVED
+        target = await self._moves.current(chat_id)
+        try:
+            return await call(target, message_id)
+        except ChatMoved as moved:  # the move another process of a fleet learnt
+            if not await self._moves.record(target, moved.new_chat_id):
+                raise
+            return await call(moved.new_chat_id, message_id)
 
     async def send_message(
         self,
