@@ -263,11 +263,13 @@ class DiscordClient:
         answer there was lost; found by review). Markdown is plain text to Discord:
         nothing simpler to send for any other message."""
         text = text_instead(payload)
-        if text is not None:
-            return text
-        if payload.get("reply_to"):
-            return {key: value for key, value in payload.items() if key != "reply_to"}
-        return None
+        if text is not None:  # and a voice reply refused as a reply replies to nothing
+            return _no_reply(text) if "reply" in error.description.lower() else text
+        return _no_reply(payload) if payload.get("reply_to") else None
+
+
+def _no_reply(payload: Json) -> Json:
+    return {key: value for key, value in payload.items() if key != "reply_to"}
 
 
 class DiscordSender(RowSender):

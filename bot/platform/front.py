@@ -205,8 +205,16 @@ class Front(Generic[In]):
                 continue
             if stored.key not in self._queued:
                 if addressed is not None:
-                    await addressed(stored)
+                    await self._noted(addressed, stored)
                 self.queue(stored)
+
+    async def _noted(self, addressed: Callable[[In], Awaitable[bool]], stored: In) -> None:
+        """What ``addressed`` notes; a platform that fails to say (Matrix asks the
+        homeserver) holds up no take-over: the message is queued all the same."""
+        try:
+            await addressed(stored)
+        except Exception as exc:
+            log.info("taking over a stored %s event: %s (queued all the same)", self.name, exc)
 
     async def close(self, grace_s: float = Lanes.GRACE_S) -> None:
         """``grace_s``: how long the item each lane has in hand may take to finish."""

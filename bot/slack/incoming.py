@@ -215,8 +215,8 @@ def readable(text: str, names: Mapping[str, str] = {}) -> str:
 
 
 def _read(inside: str, names: Mapping[str, str]) -> str:
+    """Still escaped, as the whole text is: it is unescaped once, after."""
     target, _, label = inside.partition("|")
-    label = unescape(label)
     if target.startswith("@"):
         return "@" + (label or names.get(target[1:]) or target[1:])
     if target.startswith("#"):
@@ -224,7 +224,7 @@ def _read(inside: str, names: Mapping[str, str]) -> str:
     if target.startswith("!"):
         special = target[1:].split("^", 1)[0]
         return label or _SPECIAL.get(special, "@" + special)
-    url = unescape(target)
+    url = target
     if not label or label in (url, url.split(":", 1)[-1].removeprefix("//")):
         return label or url  # a link as typed: the address itself
     return f"[{label}]({url})"

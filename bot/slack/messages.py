@@ -66,8 +66,10 @@ class SlackMe:
     names: dict[str, str] = field(default_factory=dict)
 
 
-#: ``/name`` as a reply writes a command; not a path's part (``a/new``) nor a URL's.
-_NAMED_COMMAND = re.compile(r"(?<![\w/:.])/([A-Za-z0-9_]{1,32})\b(?!/)")
+#: ``/name`` as a reply writes a command: at a line's or a word's start (not a path's
+#: part, ``~/memory``, ``a/new``, nor a URL's), not followed by more path.
+_NAMED_COMMAND = re.compile(r"(?<![^\s(\"'*_])/([A-Za-z0-9_]{1,32})\b(?![/\w]|\.\w)")
+_CODE = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)
 
 
 def slack_commands(reply: str, is_command: Callable[[str], bool]) -> str:
@@ -80,7 +82,11 @@ def slack_commands(reply: str, is_command: Callable[[str], bool]) -> str:
         named = found.group(1)
         return f"/chathub {named}" if is_command(named.lower()) else found.group(0)
 
-    return _NAMED_COMMAND.sub(written, reply)
+    parts, end = [], 0
+    for code in _CODE.finditer(reply):  # code is shown as it is
+        parts += [_NAMED_COMMAND.sub(written, reply[end : code.start()]), code.group(0)]
+        end = code.end()
+    return "".join([*parts, _NAMED_COMMAND.sub(written, reply[end:])])
 
 
 class MessageHandler:

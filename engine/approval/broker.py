@@ -142,8 +142,8 @@ class ApprovalBroker:
         ``requester+owner`` the person whose message the turn answers, or the owner: an
         answer steers the turn's next calls, which are still that person's (their
         bypass covers them), so another member's answer ran commands nobody asked them
-        for (until 2026-12-07; found by review). A question nobody asked for (a job's, the
-        tic's) any allowed member answers, as under the other rules."""
+        for (until 2026-12-07; found by review). A question nobody asked for (no usable
+        sender) any allowed member answers, as under the other rules."""
         if self.approvers != "requester+owner":
             return None
         requester_id, name = await self.inbox.requester(question_id)

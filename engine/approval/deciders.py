@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.store.inbox import ApprovalRecord
+from engine.store.inbox import REQUESTER_ID_CHARS, ApprovalRecord
 
 __all__ = [
     "APPROVER_POLICIES",
@@ -74,7 +74,8 @@ def refusal(policy: str, decider: Decider, requester: Requester | None) -> str |
         return "Only allowed members can decide this."
     if policy == "owner" or requester is None:
         return "Only the owner can decide this."
-    if decider.user_id is not None and decider.user_id == requester.user_id:
+    # As stored: a longer id (a bridged Matrix user's) is its first characters there.
+    if decider.user_id is not None and decider.user_id[:REQUESTER_ID_CHARS] == requester.user_id:
         return None
     who = requester.name or f"user {requester.user_id}"
     return f"Only {who} (who asked) or the owner can decide this."

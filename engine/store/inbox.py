@@ -217,6 +217,11 @@ def _request(conn: Connection, tool_call_id: int, session_id: int) -> ApprovalRe
     )
 
 
+#: A requester's id as stored (``tool_approvals.requester_id``); compared so (a Matrix id
+#: may run to 255 characters).
+REQUESTER_ID_CHARS = 64
+
+
 def _requester(conn: Connection, tool_call_id: int) -> tuple[str | None, str | None]:
     """The sender of the last person's message before the call in its session.
 
@@ -250,7 +255,7 @@ def _sender(
     if not isinstance(sender, dict) or not isinstance(sender.get("id"), str) or not sender["id"]:
         return None, None
     name = sender.get("name")
-    return sender["id"][:64], name[:255] if isinstance(name, str) and name else None
+    return sender["id"][:REQUESTER_ID_CHARS], name[:255] if isinstance(name, str) and name else None
 
 
 def _owner(conn: Connection, tool_call_id: int) -> sa.Row | None:

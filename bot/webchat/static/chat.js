@@ -235,6 +235,7 @@ async function loadHistory(id, before) {
     if (state.shown.has(message.id)) continue;
     state.shown.add(message.id);
     if (message.role === "user") {
+      if (!before) queuedBubble(message.text)?.remove(); // taken before the history was read
       nodes.push(userBubble(message.text, message.attachments));
     } else {
       // What the model wrote, then the calls it made beside it, as they came live.
@@ -255,6 +256,11 @@ async function loadHistory(id, before) {
     thread.prepend(...nodes);
     scrollDown();
   }
+}
+
+// A message shown waiting for its turn (``queued_message``), by its text.
+function queuedBubble(text) {
+  return [...thread.querySelectorAll(".msg.user.queued")].find((bubble) => bubble.dataset.text === text);
 }
 
 function userBubble(text, attachments) {
@@ -365,17 +371,22 @@ function handle(frame) {
   switch (frame.type) {
     case "hello": state.limits = frame.limits; break;
     case "turn_running": setRunning(frame.running); break;
-    case "user_message":
+    case "user_message": {
       setRunning(true);
-      if (!state.shown.has(frame.id)) {
-        state.shown.add(frame.id);
-        const waited = [...thread.querySelectorAll(".msg.user.queued")].find(
-          (bubble) => bubble.dataset.text === frame.text,
-        );
-        if (waited) waited.classList.remove("queued"); // its turn took it: now it is history
-        else thread.append(userBubble(frame.text, frame.attachments));
+      const waited = queuedBubble(frame.text);
+      if (state.shown.has(frame.id)) {
+        if (waited) waited.remove(); // the history shows it already
+        break;
+      }
+      state.shown.add(frame.id);
+      if (waited) { // its turn took it: now it is history, below what came before it
+        waited.classList.remove("queued");
+        thread.append(waited);
+      } else {
+        thread.append(userBubble(frame.text, frame.attachments));
       }
       break;
+    }
     case "queued_message": // taken before this tab opened, waiting for its turn
       if (!thread.querySelector(`.msg.user.queued[data-queued="${frame.queued_id}"]`)) {
         const bubble = userBubble(frame.text, frame.attachments);

@@ -9,8 +9,11 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 import bot.discord.messages as messages_module
+from bot.delivery import Refused
 from bot.discord.incoming import FORWARDED
 from bot.discord.messages import ROLE_ONLY_MESSAGE, UNREADABLE_MESSAGE
+from bot.discord.sending import DiscordClient
+from bot.platform.voice_out import VOICE
 from engine.hub import Notification
 from engine.llm.scripted import text
 from tests.bot.discord.conftest import (
@@ -147,6 +150,16 @@ async def test_where_replies_are_refused_the_answer_comes_as_a_plain_message(
     fake.channel_message(GUILD, GENERAL, ALICE, "hello there", mentions_bot=True)
     await until(lambda: texts(fake, GENERAL) == ["echo: hello there"])
     assert [m.reply_to for m in fake.messages(GENERAL)] == [None]
+
+
+def test_a_voice_reply_refused_as_a_reply_falls_back_to_text_replying_to_nothing() -> None:
+    """Its text kept the reference Discord refused, and was refused too (found by review)."""
+    client = DiscordClient(None)  # type: ignore[arg-type]
+    payload = {VOICE: "Hello.", "content": "Hello.", "reply_to": "5"}
+    refused = Refused("Cannot reply without permission to read message history")
+    assert client.fallback(payload, refused) == {"content": "Hello."}
+    unspoken = client.fallback(payload, Refused("speech failed"))
+    assert unspoken == {"content": "Hello.", "reply_to": "5"}  # a reply still
 
 
 async def test_a_notification_told_in_a_channel_replies_to_no_old_message(

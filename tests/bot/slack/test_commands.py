@@ -10,7 +10,7 @@ import pytest
 
 from bot.platform.access import ASKED_ALREADY
 from bot.slack.interactions import Interactions
-from bot.slack.messages import NOT_PAIRED, SlackMe
+from bot.slack.messages import NOT_PAIRED, SlackMe, slack_commands
 from engine.llm.scripted import text
 from tests.bot.slack.conftest import (
     ALICE,
@@ -219,3 +219,22 @@ async def test_a_command_gets_its_words_as_typed() -> None:
     handler = _Listing("done")
     await _command("search Tom &amp; Jerry &lt;3", handler)
     assert handler.calls == [("search", "Tom & Jerry <3")]
+
+
+@pytest.mark.parametrize(
+    ("reply", "written"),
+    [
+        (
+            "/new — start over. Send /forget_me yes.",
+            "/chathub new — start over. Send /chathub forget_me yes.",
+        ),
+        ('(/new) or "/memory"', '(/chathub new) or "/chathub memory"'),
+        # A path, a URL, code and words that are no command stay as they are.
+        ("~/memory, a/new, /etc/new, /new.txt, https://x.com/new", None),
+        ("`/new` and ```\n/new\n```", None),
+        ("/launch the rockets", None),
+    ],
+)
+def test_only_the_commands_a_reply_names_are_rewritten(reply: str, written: str | None) -> None:
+    known = {"new", "memory", "forget_me"}
+    assert slack_commands(reply, known.__contains__) == (written or reply)

@@ -86,6 +86,10 @@ async def test_a_thread_follow_up_sent_at_once_after_the_mention_is_answered(
         ),
         ("<!subteam^S1|@devs> by <!date^1700000000^{date}|Nov 14>", "@devs by Nov 14"),
         ("a &lt;b&gt; &amp; c <not markup", "a <b> & c <not markup"),
+        (  # what she typed literally, "&lt;", stays so: unescaped once
+            "<https://x.com/?q=&amp;lt;b|a &amp;lt; b>",
+            "[a &lt; b](https://x.com/?q=&lt;b)",
+        ),
     ],
 )
 async def test_slacks_markup_reaches_the_model_as_the_person_typed_it(

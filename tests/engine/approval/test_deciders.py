@@ -68,3 +68,13 @@ def test_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError) as refused:
         load_settings(_env_file=None)
     assert str(refused.value).startswith("APPROVERS: ")
+
+
+def test_a_long_id_is_the_requester_as_stored() -> None:
+    """The requester's id is stored in 64 characters; a bridged Matrix user's runs longer
+    and was refused their own card and answer (until 2026-12-07; found by review)."""
+    long_id = "@" + "telegram_123456789_" * 5 + ":bridge.example.org"
+    stored = Requester(long_id[:64], "Dana")
+    assert refusal("requester+owner", Decider(long_id, is_allowed=True), stored) is None
+    other = Decider(long_id[:63] + "x" + long_id[64:], is_allowed=True)
+    assert refusal("requester+owner", other, stored) is not None
