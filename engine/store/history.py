@@ -59,6 +59,8 @@ _TOOL_COLUMNS = (
     t.c.launched_at,
 )
 _OPEN = ("running", "pending")
+#: The result of a call its turn's failure ended before it ran (or ran to its end).
+TURN_FAILED_NOTE = "Not run to its end: the turn failed."
 
 # Built once: these run on every model step.
 _INSERT_MESSAGE = Prepared(h.insert())
@@ -150,8 +152,9 @@ class History:
 
     async def fail_unanswered(self, stack_id: int, *, also: AlsoWithKey | None = None) -> list[int]:
         """End a turn the user was told failed: its unanswered user/agent rows (after the
-        last answer) become ``failed`` and the frame records where the turn ended (a tool
-        round left last is not resumed); their ids. ``also`` commits with them (the
+        last answer) become ``failed``, its open calls too (never run later), and the
+        frame records where the turn ended (a tool round left last is not resumed); their
+        ids. ``also`` commits with them (the
         notice's delivery record)."""
         return await self._db.run(_fail_unanswered, stack_id, also)
 
@@ -347,6 +350,14 @@ def _fail_unanswered(conn: Connection, stack_id: int, also: AlsoWithKey | None) 
     ids = [row[0] for row in conn.execute(query)]
     if ids:
         conn.execute(h.update().where(h.c.id.in_(ids)).values(status="failed"))
+    # Its calls still open end with it: the person was told it failed, and until
+    # 2026-12-07 the chat's next message (or a restart) ran them (found by review).
+    rounds = sa.select(h.c.id).where(h.c.session_stack_id == stack_id)
+    conn.execute(
+        t.update()
+        .where(t.c.message_id.in_(rounds), t.c.status.in_(_OPEN))
+        .values(status="failed", result=TURN_FAILED_NOTE, updated_at=utcnow())
+    )
     # A tool round may be the last row left: the turn ended there, it is not to resume.
     last = sa.select(sa.func.max(h.c.id)).where(ok).scalar_subquery()
     conn.execute(frames.update().where(frames.c.id == stack_id).values(ended_turn_at=last))

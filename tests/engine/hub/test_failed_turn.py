@@ -5,16 +5,20 @@ is delivered once; the user never sees a Python exception, only an id found in t
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
+from typing import Any
 
 import pytest
 from sqlalchemy.engine import Connection
 
 from engine.core import Engine
 from engine.hub import ChatHub, FailureNotice, HubEvent, SendOptions
+from engine.llm.scripted import tool_call
 from engine.llm.types import LlmServerError
 from engine.session import events as ev
+from engine.session.protocols import Decision, Verdict
 from engine.store.history import AlsoWithKey
 from engine.store.schema import app_settings, utcnow
 from tests.engine.hub.conftest import EchoModel, wait_done
@@ -134,6 +138,36 @@ async def test_after_a_restart_the_failed_message_is_not_run_again(
     assert len(model.requests) == asked + 1  # only the new message went to the model
     users = [m["content"] for m in model.requests[-1][0] if m["role"] == "user"]
     assert users == ["a new one"]
+
+
+async def test_a_failed_turns_open_calls_never_run_later(
+    hub: ChatHub, engine: Engine, model: EchoModel, tmp_path
+) -> None:
+    """The turn raised with its tool round open: the person was told it failed, and until
+    2026-12-07 the chat's next message ran its command (found by review)."""
+
+    class FailsOnce:
+        def __init__(self) -> None:
+            self.failed = False
+
+        async def check(self, request: Any) -> Verdict:
+            if not self.failed:
+                self.failed = True
+                raise RuntimeError("a hiccup of the rules")
+            return Verdict(Decision.ALLOW)
+
+    hub.on_failure("telegram:", NoticeLog())
+    engine.policy = FailsOnce()
+    events = hub.events(SOURCE)
+    command = json.dumps({"command": "echo sent >> mail.log"})
+    model.add(tool_call("execute_cmd", command, "c1"))
+    await hub.send_message(SOURCE, "mail Bob")
+    await next_error(events)
+
+    await hub.send_message(SOURCE, "hello")
+    await wait_done(events)
+    assert not (tmp_path / "workspace" / "mail.log").exists()
+    assert await engine.interrupted_sessions() == []
 
 
 async def test_every_model_failing_records_the_notice_with_the_failed_mark(
