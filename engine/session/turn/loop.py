@@ -35,7 +35,10 @@ async def run_agent_turn(
         if pending_input is not None:
             await inject_pending_input(env, pending_input)
         if env.refresh_tools is not None:  # activate_tools in round N shows in round N+1
-            await env.refresh_tools(env)
+            try:  # a granted MCP server starting: /stop does not wait for its handshake
+                await env.scope.run(env.refresh_tools(env))
+            except TurnCancelled:
+                return Cancelled()
         try:
             round_ = await call_llm_round(
                 env.models,

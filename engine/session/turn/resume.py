@@ -10,7 +10,7 @@ from engine.session.context.messages import SystemParts
 from engine.session.context.prompts import SessionPrompts
 from engine.session.context.transcript import FrameTranscript
 from engine.session.outcomes import Cancelled, Exhausted, Failed, Final, TurnResult
-from engine.session.turn.cancel import CancelScope
+from engine.session.turn.cancel import CancelScope, TurnCancelled
 from engine.session.turn.conclusion import TurnConclusion
 from engine.session.turn.emitter import TurnEmitter
 from engine.session.turn.llm_round import TurnFailed
@@ -52,7 +52,11 @@ async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> Ca
         if not tools_known and env.refresh_tools is not None:
             # The tools the session had activated (an MCP server's): a call of theirs
             # approved after a restart failed as an unknown tool until 2026-12-06.
-            await env.refresh_tools(env)
+            try:  # an MCP server starting: /stop does not wait for its handshake
+                await env.scope.run(env.refresh_tools(env))
+            except TurnCancelled:
+                await env.recorder.not_run(calls[index:])
+                return CallFlow.CANCELLED
             tools_known = True
         if await handle_tool_call(env, call, None, resumed=True) is CallFlow.CANCELLED:
             await end_round(env, call, calls[index + 1 :])

@@ -18,7 +18,7 @@ from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import ScriptedModel, text, tool_call
 from engine.mcp.config import McpServerConfig
 from engine.session import events as ev
-from engine.session.outcomes import Final
+from engine.session.outcomes import Cancelled, Final
 from engine.session.turn.gate import AllowAll
 from tests.engine.session.helpers import start_until
 
@@ -140,3 +140,45 @@ async def test_a_call_approved_after_a_restart_runs_on_its_server(tmp_path: Path
         assert "Europe/Rome" in (call.result or "")
     finally:
         await again.close()
+
+
+async def test_stop_while_a_round_starts_a_silent_server_stops_at_once(tmp_path: Path):
+    """A granted server that never answers its handshake: the round waited out its
+    timeout (30 s by default) before /stop took (found by review on 2026-12-07)."""
+    started = tmp_path / "started"
+    mute = McpServerConfig(
+        name="mute",
+        transport="stdio",
+        command=(
+            sys.executable,
+            "-c",
+            f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(120)",
+        ),
+        env=None,
+        url=None,
+        headers=None,
+        timeout_s=120,
+    )
+    settings = load_settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'chathub.db'}",
+        chathub_workspace=tmp_path / "workspace",
+        chathub_timezone="UTC",
+        _env_file=None,
+    )
+    config = AppConfig(settings=settings, models=(), engine=EngineConfig(), mcp_servers=(mute,))
+    model = ScriptedModel([text("hi")], name="primary")
+    engine = await Engine.open(config, models=ModelRegistry([model]), policy=AllowAll())
+    try:
+        handler = await engine.new_session("console")
+        await engine.mcp.grant(handler.session.id, None, ["mute"])  # activated earlier
+        turn = asyncio.create_task(handler.handle_message("hello"))
+        for _ in range(3000):  # until the round is starting the server
+            if started.exists():
+                break
+            await asyncio.sleep(0.01)
+        handler.cancel()  # /stop
+        result = await asyncio.wait_for(turn, 30)  # a guard: the fix takes no time
+        assert isinstance(result, Cancelled)
+        assert not model.requests  # the model was never asked
+    finally:
+        await engine.close()
