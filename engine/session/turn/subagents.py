@@ -95,7 +95,15 @@ async def run_batch(env: TurnEnv, calls: list[ToolCallRow], collected: list[Tool
                 return Interrupted()
             return await runner.run_sub_agent(env, call, request.agent_id, request.prompt)
 
-    results = await asyncio.gather(*(one(call, request) for call, request in approved))
+    # One child raising cancels its siblings: with ``gather`` they ran on, orphans that
+    # wrote rows and ran tools after the turn ended, out of /stop's reach (until
+    # 2026-12-07; found by review).
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(call, request)) for call, request in approved]
+    except BaseExceptionGroup as raised:
+        raise raised.exceptions[0] from None
+    results = [task.result() for task in tasks]
     cancelled = False
     for (call, _request), result in zip(approved, results, strict=True):  # call order
         match result:

@@ -363,3 +363,56 @@ async def test_a_stop_at_a_later_gate_of_a_batch_leaves_nothing_of_it_to_run(eng
 
     await handler.handle_message("something else")
     assert children == []
+
+
+class _OneChildRaises:
+    """A batch of two sub-agents: the slow one waits in a tool; the other one's call
+    breaks the rules' check once the slow one is waiting."""
+
+    name = "primary"
+    cache_hints = False
+
+    async def complete(self, messages, tools, *, on_delta=None):  # type: ignore[no-untyped-def]
+        first = messages[0]["content"]
+        child = "sub-agent" in (first if isinstance(first, str) else json.dumps(first))
+        if any(m["role"] == "tool" for m in messages):
+            return text("done")
+        if child:
+            task = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+            return tool_call("wait_here" if "slow" in task else "echo", '{"text": "x"}', "c")
+
+        def sub(prompt: str, call_id: str) -> ToolCallRequest:
+            arguments = json.dumps({"agent_id": "generalist", "prompt": prompt})
+            return ToolCallRequest(call_id, "execute_subtask", arguments)
+
+        return LlmResponse(content="", tool_calls=(sub("slow job", "a"), sub("fast job", "b")))
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_batch_whose_child_raises_leaves_no_sibling_running(engine: Engine):
+    """``gather`` re-raised at once and the siblings ran on after the turn ended, writing
+    rows and running tools out of /stop's reach (found by review on 2026-12-07)."""
+    from tests.engine.session.helpers import BlockingTool, EchoTool
+
+    blocker = BlockingTool()
+
+    class EchoBreaksTheRules:
+        async def check(self, request: GateRequest) -> Verdict:
+            if request.call.name == "echo":
+                await blocker.started.wait()
+                raise RuntimeError("a hiccup of the rules")
+            return Verdict(Decision.ALLOW)
+
+    engine.models = type(engine.models)([_OneChildRaises()])
+    engine.policy = EchoBreaksTheRules()
+    engine.tools.register(blocker)
+    engine.tools.register(EchoTool())
+    handler = await engine.new_session("cron", is_interactive=False)
+
+    with pytest.raises(RuntimeError):
+        await asyncio.wait_for(handler.handle_message("two jobs"), 10)
+
+    assert blocker.cancelled  # the slow sibling ended with its batch
+    blocker.release.set()
