@@ -174,7 +174,7 @@ class MessageHandler:
             await self._sender.say_at(place, "⚠️ " + FILES_NOT_READ)
             if not text:
                 return False
-        if not text:
+        if not text and not attachments:  # an audio file kept, unheard: the agent gets it
             return False
         # An open question is answered by the whole message, its audio heard (a voice
         # answer was lost behind the waiting turn).

@@ -110,6 +110,17 @@ async def test_a_clip_too_long_is_refused_before_download(
     assert fake_openai.transcription_requests == []
 
 
+async def test_an_audio_file_alone_without_transcription_reaches_the_agent(
+    fake: FakeSlackServer, make_service
+) -> None:
+    """Kept as a file, and then dropped without a word: it had no text (until 2026-12-07;
+    found by review). The agent gets it, as on Telegram and Discord."""
+    await make_service()
+    fake.dm(ALICE, "", files=[("meeting.mp3", b"ID3" + bytes(400), "audio/mpeg", None)])
+    await until(lambda: said(fake))
+    assert "meeting.mp3" in said(fake)[-1]
+
+
 async def test_other_files_are_still_not_read(fake: FakeSlackServer, make_service) -> None:
     await make_service()
     fake.dm(ALICE, "", files=[("notes.pdf", b"%PDF-1.4", "application/pdf", None)])
