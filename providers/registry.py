@@ -112,9 +112,15 @@ async def probe(http: httpx.AsyncClient, provider: Provider, *, timeout_s: float
     if answer.status_code >= 400:
         raise ProviderError(f"{provider.name} answered HTTP {answer.status_code} for /models")
     try:
-        data = answer.json().get("data")
-    except (ValueError, AttributeError, RecursionError):  # RecursionError: nested past
-        data = None  # Python's depth, it escaped as a 500 (until 2026-12-06; found by review)
+        body = answer.json()
+    except ValueError:  # a web page (a web UI, a base URL short of its /v1) is no API
+        raise ProviderError(
+            f"{provider.name} answered /models with something that is no API's answer: is "
+            "the base URL the API's (often ending in /v1)?"
+        ) from None  # until 2026-12-07 "answers (0 models listed)"; found by review
+    except RecursionError:  # nested past Python's depth, it escaped as a 500 (until
+        body = None  # 2026-12-06; found by review)
+    data = body.get("data") if isinstance(body, dict) else None
     # Only string ids: a server listing ``{"id": ["x"]}`` made the test a 500 (found by review).
     models = data if isinstance(data, list) else []
     listed = {m["id"] for m in models if isinstance(m, dict) and isinstance(m.get("id"), str)}

@@ -194,6 +194,17 @@ async def test_a_listing_nested_past_pythons_depth_is_a_listing_of_none() -> Non
     assert line == "deep answers (0 models listed)"
 
 
+async def test_a_web_page_answering_the_listing_is_no_provider() -> None:
+    """A web UI answering every path with its page, a base URL short of its /v1: it was
+    "answers (0 models listed)", and every call through it failed later (found by review
+    on 2026-12-07)."""
+    page = httpx.Response(200, html="<!doctype html><html><body>Open WebUI</body></html>")
+    transport = httpx.MockTransport(lambda _request: page)
+    async with httpx.AsyncClient(transport=transport) as http:
+        with pytest.raises(ProviderError, match="no API's answer: is the base URL the API's"):
+            await probe(http, Provider("local", "http://127.0.0.1:3000", "", ("chat",), ()))
+
+
 async def test_a_probe_of_a_server_that_drips_its_answer_ends_at_its_timeout() -> None:
     """httpx bounds each read: a server sending a byte now and then held the test (the
     CLI's, the page's, the API's) far past its timeout (found by review on 2026-12-06)."""
