@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from engine.llm.tool_schemas import with_tool_schemas
     from engine.llm.types import (
         LlmConnectionError,
+        LlmEndpointError,
         LlmError,
         LlmRequestError,
         LlmResponse,
@@ -31,6 +32,7 @@ _LAZY = {
     "ChatModel": "engine.llm.protocols",
     "LlmConnectionError": "engine.llm.types",
     "LlmError": "engine.llm.types",
+    "LlmEndpointError": "engine.llm.types",
     "LlmRequestError": "engine.llm.types",
     "LlmResponse": "engine.llm.types",
     "LlmTimeout": "engine.llm.types",
@@ -49,6 +51,7 @@ _LAZY = {
 __all__ = [
     "ChatModel",
     "LlmConnectionError",
+    "LlmEndpointError",
     "LlmError",
     "LlmRequestError",
     "LlmResponse",

@@ -23,6 +23,7 @@ from engine.llm.types import (
     DeltaCallback,
     LlmConnectionError,
     LlmContextOverflow,
+    LlmEndpointError,
     LlmError,
     LlmProtocolError,
     LlmProviderError,
@@ -216,6 +217,8 @@ class OpenAICompatModel:
             kind = LlmServerError
         elif status == 413 or (status >= 400 and says_context_overflow(text)):
             kind = LlmContextOverflow
+        elif status in _ENDPOINT_REFUSALS:
+            kind = LlmEndpointError
         elif status >= 400:
             kind = LlmRequestError
         else:
@@ -558,10 +561,14 @@ def says_context_overflow(text: str) -> bool:
 
 
 def _error_text(text: str) -> str:
-    """The server's own explanation from an OpenAI-style error body, else the raw text."""
+    """The server's own explanation from an OpenAI-style error body, else the raw text;
+    a web page says it is one (its HTML reached the chat until 2026-12-07; found by
+    review)."""
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
+        if text.lstrip().startswith("<"):
+            return "a web page, not an API's answer (is the base URL the API's, up to /v1?)"
         return _clip(text.strip()) or "(empty body)"
     if isinstance(data, dict):
         error = data.get("error", data)
@@ -572,6 +579,10 @@ def _error_text(text: str) -> str:
         elif isinstance(error, str):
             return _clip(error)
     return _clip(text.strip())
+
+
+#: The statuses an endpoint refuses with whatever is asked (``LlmEndpointError``).
+_ENDPOINT_REFUSALS = frozenset({401, 402, 403, 404})
 
 
 def _clip(text: str) -> str:

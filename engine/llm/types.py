@@ -110,6 +110,15 @@ class LlmProviderError(LlmError):
     retriable = True
 
 
+class LlmEndpointError(LlmError):
+    """HTTP 401, 402, 403, 404: the endpoint refused (a key revoked, credit run out, a
+    model removed): not the request's doing, so the next model (another endpoint, another
+    key) is asked. Until 2026-12-07 these ended the turn with the fallback never tried
+    (found by review)."""
+
+    retriable = True
+
+
 class LlmRequestError(LlmError):
     """HTTP 4xx other than 429: the request itself is wrong; another model will not help."""
 

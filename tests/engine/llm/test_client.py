@@ -14,6 +14,7 @@ from engine.llm.client import OpenAICompatModel
 from engine.llm.types import (
     LlmConnectionError,
     LlmContextOverflow,
+    LlmEndpointError,
     LlmError,
     LlmProtocolError,
     LlmRateLimited,
@@ -23,7 +24,10 @@ from engine.llm.types import (
     ToolCallRequest,
     Usage,
 )
-from tests.fakes.openai_server import FakeOpenAIServer, delta_chunk
+from engine.session.turn.cancel import CancelScope
+from engine.session.turn.emitter import TurnEmitter
+from engine.session.turn.llm_round import TurnFailed, call_llm_round
+from tests.fakes.openai_server import FakeOpenAIServer, ScriptedReply, delta_chunk
 
 USER = [{"role": "user", "content": "Hello?"}]
 READ_FILE = {
@@ -287,7 +291,13 @@ async def test_a_pair_split_across_streamed_deltas_is_joined(
         (500, LlmServerError, True),
         (503, LlmServerError, True),
         (400, LlmRequestError, False),
-        (401, LlmRequestError, False),
+        # The endpoint refuses whatever is asked (a key revoked, credit gone, a model
+        # removed): the next model is tried (until 2026-12-07 the turn ended; found by
+        # review).
+        (401, LlmEndpointError, True),
+        (402, LlmEndpointError, True),
+        (403, LlmEndpointError, True),
+        (404, LlmEndpointError, True),
     ],
 )
 async def test_http_errors_map_to_llm_errors(
@@ -308,6 +318,39 @@ async def test_http_errors_map_to_llm_errors(
     assert caught.value.status == status
     assert caught.value.model == "fake-model"
     assert "the server explains why" in str(caught.value)
+
+
+@pytest.mark.parametrize("status", [401, 403, 404])
+async def test_a_key_or_model_the_endpoint_refuses_falls_back_to_the_next_model(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient, status: int
+) -> None:
+    """A key revoked, a model removed: until 2026-12-07 the turn ended with the configured
+    fallback (another endpoint, another key) never asked (found by review)."""
+    fake_openai.reply_error(status, "Incorrect API key provided", model="primary")
+    fake_openai.reply_text("Hello from the backup.", model="backup")
+    models = [make_model(http, fake_openai.base_url, name=n) for n in ("primary", "backup")]
+
+    result = await call_llm_round(
+        models, lambda _hints: list(USER), [], CancelScope(), TurnEmitter(None)
+    )
+
+    assert result.model == "backup" and result.response.content == "Hello from the backup."
+
+
+async def test_a_web_page_for_an_answer_is_said_so_not_shown(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    """A base URL that is a web server's: its HTML error page reached the chat."""
+    page = b"<!DOCTYPE html><html><head><title>404 Not Found</title></head></html>"
+    fake_openai.enqueue(ScriptedReply("error", status=404, body=page), model="primary")
+    model = make_model(http, fake_openai.base_url, name="primary")
+
+    with pytest.raises(TurnFailed) as caught:
+        await call_llm_round(
+            [model], lambda _hints: list(USER), [], CancelScope(), TurnEmitter(None)
+        )
+
+    assert "<" not in str(caught.value) and "a web page, not an API's answer" in str(caught.value)
 
 
 @both_modes
