@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -53,12 +54,20 @@ class OpenAICompatModel:
 
     ``config.timeout_s`` bounds connecting and each read, so a server that stops
     sending halfway through a stream fails as ``LlmTimeout`` while a long but
-    live stream is not cut off.
+    live stream is not cut off; and the time between two pieces of the answer, so a
+    stream of keep-alive comments alone does too (``clock``: the stream's time).
     """
 
-    def __init__(self, config: ModelSettings, http: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        config: ModelSettings,
+        http: httpx.AsyncClient,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._config = config
         self._http = http
+        self._clock = clock
         self._url = config.base_url.rstrip("/") + "/chat/completions"
         self._headers = {"Content-Type": "application/json"}
         if config.api_key:
@@ -179,9 +188,20 @@ class OpenAICompatModel:
     ) -> LlmResponse:
         answer = _StreamedAnswer(on_delta, self._check_choice)
         done = False
+        heard = self._clock()
         async for line in response.aiter_lines():
             if not line.startswith("data:"):
-                continue  # blank separators, ``: keep-alive`` comments, ``event:`` lines
+                # Blank separators, ``event:`` lines, ``: keep-alive`` comments: each
+                # resets httpx's read timeout, and a queued request's comments alone held
+                # the turn until /stop (until 2026-12-07; found by review).
+                if self._clock() - heard > self._config.timeout_s:
+                    raise LlmTimeout(
+                        f"{self._config.name}: no answer within {self._config.timeout_s:g} s "
+                        "(the server only kept the connection open)",
+                        model=self._config.name,
+                    )
+                continue
+            heard = self._clock()
             data = line[5:].strip()
             if data == "[DONE]":
                 done = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -318,6 +319,22 @@ async def test_http_errors_map_to_llm_errors(
     assert caught.value.status == status
     assert caught.value.model == "fake-model"
     assert "the server explains why" in str(caught.value)
+
+
+async def test_a_stream_of_keep_alive_comments_alone_times_out(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    """A provider queueing the request sends ``: PROCESSING`` comments: each reset httpx's
+    read timeout, and the turn hung until /stop (found by review on 2026-12-07). Here each
+    line takes a second on the stream's clock."""
+    keep_alive = ": OPENROUTER PROCESSING\n\n" * 30
+    fake_openai.reply_raw(keep_alive + 'data: {"x": 1}\n\n', content_type="text/event-stream")
+    ticks = itertools.count()
+    config = ModelConfig(name="m", base_url=fake_openai.base_url, timeout_s=10, stream=True)
+    model = OpenAICompatModel(config, http, clock=lambda: float(next(ticks)))
+
+    with pytest.raises(LlmTimeout, match="no answer within 10 s"):
+        await model.complete(USER, [])
 
 
 @pytest.mark.parametrize("status", [401, 403, 404])
