@@ -36,6 +36,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from bot.delivery.errors import (
@@ -149,6 +150,10 @@ class Delivery(enum.Enum):
     RELEASED = "released"
 
 
+#: How many plainer versions of a refused message are tried (``PlatformClient.fallback``).
+FALLBACKS_MOST = 3
+
+
 class Outbound:
     """One platform's paced client and outbox sender."""
 
@@ -254,22 +259,27 @@ class Outbound:
     async def send(
         self, conversation: str, payload: Json, *, may_send: Callable[[], bool] | None = None
     ) -> Any:
-        """Send ``payload`` now (not recorded); after a refusal, the client's fallback once."""
+        """Send ``payload`` now (not recorded); after a refusal, the client's plainer one,
+        and so on a few times (a voice reply whose speech failed, then whose reference was
+        refused: once only, it was lost until 2026-12-07; found by review)."""
         client = self.client
-        try:
-            return await self.call(
-                conversation, lambda: client.send(conversation, payload), may_send=may_send
-            )
-        except Refused as exc:
-            simpler = client.fallback(payload, exc)
-            if simpler is None:
-                raise
-            log.warning(
-                "%s refused a message (%s); sending it plainer", client.name, exc.description
-            )
-            return await self.call(
-                conversation, lambda: client.send(conversation, simpler), may_send=may_send
-            )
+        attempt = payload
+        for _ in range(FALLBACKS_MOST):
+            try:
+                return await self.call(
+                    conversation, partial(client.send, conversation, attempt), may_send=may_send
+                )
+            except Refused as exc:
+                simpler = client.fallback(attempt, exc)
+                if simpler is None or simpler == attempt:
+                    raise
+                log.warning(
+                    "%s refused a message (%s); sending it plainer", client.name, exc.description
+                )
+                attempt = simpler
+        return await self.call(
+            conversation, partial(client.send, conversation, attempt), may_send=may_send
+        )
 
     async def _run(
         self,

@@ -113,9 +113,12 @@ class FakeClient:
         return answer.get("id") if isinstance(answer, dict) else None
 
     def fallback(self, payload: Json, error: Refused) -> Json | None:
-        """Markup the platform refuses: the same text without it."""
+        """Markup the platform refuses: the same text without it; a reply refused: the
+        same message replying to nothing."""
         if payload.get("markup") and "markup" in error.description.lower():
             return {**payload, "markup": None}
+        if payload.get("reply_to") and "reply" in error.description.lower():
+            return {key: value for key, value in payload.items() if key != "reply_to"}
         return None
 
     # -- what happened ---------------------------------------------------------------------

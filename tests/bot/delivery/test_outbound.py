@@ -223,6 +223,27 @@ async def test_a_refusal_the_fallback_fixes_is_sent_plain_once(
     assert (row["status"], row["message_id"], row["payload"]) == ("sent", message_id, payload)
 
 
+async def test_a_message_refused_twice_for_two_reasons_is_sent_plainer_twice(
+    store: Store, outbox: OutboxStore
+) -> None:
+    """Its markup refused, then its reference: the fallback was tried once, and the reply
+    was lost (a Discord voice reply whose speech failed, in a channel refusing replies;
+    found by review on 2026-12-07)."""
+    out, client, _ = make_outbound(outbox)
+    client.fail(
+        ALICE, Refused("Bad Request: markup is invalid"), Refused("Cannot reply without history")
+    )
+    payload = {"text": "hi", "markup": {"keyboard": [["ok"]]}, "reply_to": "7"}
+    message_id = await out.deliver(ALICE, "final:1:0", payload)
+    await out.flush()
+    assert [t.payload for t in client.tries_to(ALICE)] == [
+        payload,
+        {"text": "hi", "markup": None, "reply_to": "7"},
+        {"text": "hi", "markup": None},
+    ]
+    assert message_id == client.tries_to(ALICE)[-1].message_id
+
+
 async def test_an_outage_postpones_and_the_retry_loop_delivers_once(
     store: Store, outbox: OutboxStore
 ) -> None:
