@@ -144,10 +144,13 @@ class InboxConsumer:
         return True
 
     async def _dispatch(self, state: SourceState, unit: Unit) -> None:
+        # Prepared inside the turn's guard: a failure there (the database, the agent's
+        # lookup) is the turn's, told and recorded; until 2026-12-07 it killed the
+        # consumer and the message waited for a restart (found by review).
+        await self._run_turn(state, unit, self._turn(state, unit))
+
+    async def _turn(self, state: SourceState, unit: Unit) -> None:
         handler = await self._sources.handler(state)
-        if not state.inbox.is_current(unit):
-            await settle(self._db, [unit])
-            return  # a /stop came while this unit was being prepared: it is dropped
         options = unit.options
         defaults = self._adapters.defaults_for(state.name)
         dynamic = await self._adapters.dynamic(
@@ -155,8 +158,11 @@ class InboxConsumer:
             options.metadata,
             options.extra_system_dynamic or defaults.extra_system_dynamic,
         )
+        if not state.inbox.is_current(unit):
+            await settle(self._db, [unit])
+            return  # a /stop came while this unit was being prepared: it is dropped
         bridge = self._adapters.bridge(state.name, state.session_id)
-        turn = handler.handle_message(
+        await handler.handle_message(
             unit.text,
             is_synthetic=options.is_synthetic,
             metadata=options.metadata,
@@ -170,7 +176,6 @@ class InboxConsumer:
             consumes=unit.queued_id,
             also=unit.also,
         )
-        await self._run_turn(state, unit, turn)
 
     async def _run_turn(
         self, state: SourceState, unit: Unit | None, turn: Coroutine[Any, Any, Any]

@@ -170,6 +170,33 @@ async def test_a_failed_turns_open_calls_never_run_later(
     assert await engine.interrupted_sessions() == []
 
 
+async def test_a_message_whose_turn_cannot_be_prepared_is_told_and_not_left_queued(
+    hub: ChatHub, engine: Engine, model: EchoModel
+) -> None:
+    """Opening its session's handler failed (the database away a moment): the consumer
+    died, nobody was told, and the message waited for a restart (found by review on
+    2026-12-07). It is the turn's failure now; the next message is answered."""
+    hub.on_failure("telegram:", NoticeLog())
+    opened = engine.open_session
+    failures = iter([OSError("database is locked")])
+
+    async def flaky(session_id: int) -> Any:
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        return await opened(session_id)
+
+    engine.open_session = flaky  # type: ignore[method-assign]
+    events = hub.events(SOURCE)
+    await hub.send_message(SOURCE, "first")
+    await next_error(events)
+    assert await engine.store.queue.pending(SOURCE) == []
+
+    await hub.send_message(SOURCE, "second")
+    seen = await wait_done(events)
+    assert seen[-1].event.content == "echo: second"
+
+
 async def test_every_model_failing_records_the_notice_with_the_failed_mark(
     hub: ChatHub, engine: Engine, model: EchoModel
 ) -> None:
