@@ -53,9 +53,18 @@ def parse_arguments(raw: str | None) -> dict[str, Any]:
             "tool arguments nest too deeply; send them as a flatter JSON object"
         ) from None
     except ValueError as exc:
+        # Ended before the object did: most likely the answer was cut at the model's
+        # output limit, and sent again whole it is cut again (found by review).
+        ends_early = exc.pos >= len(raw.rstrip()) and not exc.msg.startswith("Extra data")
+        cut = ends_early or exc.msg.startswith("Unterminated")
+        hint = (
+            "they end too early, as when an answer is cut at the output limit: send less "
+            "in one call (a long file in parts)"
+            if cut
+            else "send the arguments as one JSON object"
+        )
         raise ToolError(
-            f"invalid JSON in tool arguments ({exc.msg} at position {exc.pos}); "
-            "send the arguments as one JSON object"
+            f"invalid JSON in tool arguments ({exc.msg}: position {exc.pos}); {hint}"
         ) from None
     if not isinstance(value, dict):
         raise ToolError(f"tool arguments must be a JSON object, got {type(value).__name__}")

@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 import pytest
 
 from engine.session.turn.cancel import CancelScope
-from engine.session.turn.dispatch import Failed, execute_tool_call
+from engine.session.turn.dispatch import Failed, execute_tool_call, parse_arguments
+from engine.tools.base import ToolError
 from engine.tools.protocols import ToolCategory, ToolContext
 from engine.tools.registry import ToolRegistry
 
@@ -41,3 +42,23 @@ async def test_a_crashing_tool_is_one_plain_sentence_with_an_error_id(
         error_id in r.getMessage() and r.exc_info for r in caplog.records
     )  # the traceback is in the log, under the id
     assert logging.ERROR in {r.levelno for r in caplog.records}
+
+
+@pytest.mark.parametrize(
+    ("raw", "cut"),
+    [
+        ('{"path": "a.txt", "content": "lorem ipsum', True),  # cut at the output limit
+        ('{"a": [1, 2', True),
+        ('{"a": 1} and more', False),
+        ('{"a": 1,,}', False),
+    ],
+)
+def test_arguments_that_end_too_early_say_the_answer_was_likely_cut(raw: str, cut: bool) -> None:
+    """The model read only "invalid JSON (Unterminated string starting at at position
+    30)", and sent the same oversized call again, paying the output limit every round
+    (found by review on 2026-12-07)."""
+    with pytest.raises(ToolError) as refused:
+        parse_arguments(raw)
+    said = str(refused.value)
+    assert " at at " not in said
+    assert ("cut at the output limit: send less in one call" in said) is cut
