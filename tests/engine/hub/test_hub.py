@@ -468,6 +468,33 @@ async def test_a_redeliverable_message_to_a_busy_chat_is_queued_as_usual(
     await wait_done(events)
 
 
+async def test_stop_while_a_taken_messages_context_is_read_drops_that_message(
+    hub: ChatHub, engine, model
+):
+    """/stop came while the consumer read the taken message's context (the memory
+    profile): its turn ran all the same (found by review on 2026-12-07)."""
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_profile(source: str, metadata: object) -> None:
+        if not entered.is_set():
+            entered.set()
+            await release.wait()
+
+    hub.add_turn_context(slow_profile)  # type: ignore[arg-type]
+    events = hub.events("telegram:1")
+    await hub.send_message("telegram:1", "do the long thing")
+    await asyncio.wait_for(entered.wait(), 5)
+
+    await hub.cancel("telegram:1")
+    release.set()
+    await hub.send_message("telegram:1", "and now this")
+    seen = await wait_done(events)
+
+    assert seen[-1].event.content == "echo: and now this"
+    asked = [m["content"] for request in model.requests for m in request[0] if m["role"] == "user"]
+    assert "do the long thing" not in asked
+
+
 async def test_stop_settles_a_redeliverable_message_it_drops(hub: ChatHub, engine, model):
     marks = Marks(engine)
     await marks.create()
