@@ -17,7 +17,14 @@ import httpx
 
 from bot.checks.result import Problem
 from engine.config import ModelConfig, http_url
-from engine.llm import LlmConnectionError, LlmError, LlmRequestError, LlmTimeout, OpenAICompatModel
+from engine.llm import (
+    LlmConnectionError,
+    LlmEndpointError,
+    LlmError,
+    LlmRequestError,
+    LlmTimeout,
+    OpenAICompatModel,
+)
 from providers import UNSENDABLE
 
 __all__ = [
@@ -153,7 +160,7 @@ async def check_tool_calling(
     client = OpenAICompatModel(replace(model, timeout_s=timeout_s), http)
     try:
         answer = await client.complete(_MESSAGES, [_TOOL])
-    except LlmRequestError as exc:
+    except (LlmRequestError, LlmEndpointError) as exc:  # an endpoint's refusal: 401, 403, 404
         if exc.status in (401, 403):
             raise Problem(
                 f"{model.base_url} refused the API key (HTTP {exc.status})",

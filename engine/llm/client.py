@@ -194,9 +194,10 @@ class OpenAICompatModel:
                 # Blank separators, ``event:`` lines, ``: keep-alive`` comments: each
                 # resets httpx's read timeout, and a queued request's comments alone held
                 # the turn until /stop (until 2026-12-07; found by review).
-                if self._clock() - heard > self._config.timeout_s:
+                waited = KEEP_ALIVE_TIMEOUTS * self._config.timeout_s
+                if self._clock() - heard > waited:
                     raise LlmTimeout(
-                        f"{self._config.name}: no answer within {self._config.timeout_s:g} s "
+                        f"{self._config.name}: no answer within {waited:g} s "
                         "(the server only kept the connection open)",
                         model=self._config.name,
                     )
@@ -601,6 +602,9 @@ def _error_text(text: str) -> str:
     return _clip(text.strip())
 
 
+#: How many ``timeout_s`` a stream may send keep-alive comments alone: a reasoning model
+#: behind a gateway thinks for minutes while it says ``: PROCESSING`` (not forever).
+KEEP_ALIVE_TIMEOUTS = 5
 #: The statuses an endpoint refuses with whatever is asked (``LlmEndpointError``).
 _ENDPOINT_REFUSALS = frozenset({401, 402, 403, 404})
 

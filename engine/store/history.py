@@ -25,6 +25,7 @@ from engine.store.rows import (
 from engine.store.schema import chat_history as h
 from engine.store.schema import chat_llm_tools as t
 from engine.store.schema import chat_sessions_stack as frames
+from engine.store.schema import tool_approvals as approvals
 from engine.store.schema import utcnow
 
 #: More work for a message's transaction, given the new message's id.
@@ -352,10 +353,13 @@ def _fail_unanswered(conn: Connection, stack_id: int, also: AlsoWithKey | None) 
         conn.execute(h.update().where(h.c.id.in_(ids)).values(status="failed"))
     # Its calls still open end with it: the person was told it failed, and until
     # 2026-12-07 the chat's next message (or a restart) ran them (found by review).
+    # A call still waiting for a person's decision (asked before, its card open) is left
+    # to it: the next message or a restart asks it again, and its card still decides it.
     rounds = sa.select(h.c.id).where(h.c.session_stack_id == stack_id)
+    undecided = sa.select(approvals.c.tool_call_id).where(approvals.c.decision.is_(None))
     conn.execute(
         t.update()
-        .where(t.c.message_id.in_(rounds), t.c.status.in_(_OPEN))
+        .where(t.c.message_id.in_(rounds), t.c.status.in_(_OPEN), t.c.id.not_in(undecided))
         .values(status="failed", result=TURN_FAILED_NOTE, updated_at=utcnow())
     )
     # A tool round may be the last row left: the turn ended there, it is not to resume.

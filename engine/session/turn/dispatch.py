@@ -52,7 +52,7 @@ def parse_arguments(raw: str | None) -> dict[str, Any]:
         raise ToolError(
             "tool arguments nest too deeply; send them as a flatter JSON object"
         ) from None
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         # Ended before the object did: most likely the answer was cut at the model's
         # output limit, and sent again whole it is cut again (found by review).
         ends_early = exc.pos >= len(raw.rstrip()) and not exc.msg.startswith("Extra data")
@@ -65,6 +65,10 @@ def parse_arguments(raw: str | None) -> dict[str, Any]:
         )
         raise ToolError(
             f"invalid JSON in tool arguments ({exc.msg}: position {exc.pos}); {hint}"
+        ) from None
+    except ValueError:  # a number of thousands of digits: Python's limit on reading one
+        raise ToolError(
+            "tool arguments hold a number too long to read; send it as a string"
         ) from None
     if not isinstance(value, dict):
         raise ToolError(f"tool arguments must be a JSON object, got {type(value).__name__}")

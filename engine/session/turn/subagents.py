@@ -101,8 +101,9 @@ async def run_batch(env: TurnEnv, calls: list[ToolCallRow], collected: list[Tool
     try:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(one(call, request)) for call, request in approved]
-    except BaseExceptionGroup as raised:
-        raise raised.exceptions[0] from None
+    except BaseExceptionGroup as raised:  # the child's own error, not a sibling's cancel
+        errors = [e for e in raised.exceptions if not isinstance(e, asyncio.CancelledError)]
+        raise (errors or list(raised.exceptions))[0] from None
     results = [task.result() for task in tasks]
     cancelled = False
     for (call, _request), result in zip(approved, results, strict=True):  # call order

@@ -538,3 +538,24 @@ async def test_the_model_cannot_call_an_approval_or_bypass(engine: Engine, model
     [seen] = tool_messages(model.requests[1][0])
     assert "unknown tool" in seen.lower()
     assert engine.approvals.bypasses.active(handler.session.id) == []
+
+
+async def test_a_turn_failing_later_leaves_a_call_waiting_for_a_decision_to_it(
+    engine: Engine, model
+):
+    """A failed turn ends its open calls (the next message ran them), but not one a
+    person is still asked about: its card decides it, or the next turn asks again (found
+    by review of that fix on 2026-12-07)."""
+    model.add(tool_call("execute_cmd", json.dumps({"command": "echo hi"}), "c1"))
+    handler = await engine.new_session("console")
+    turn, request = await started_turn(handler, "run it", [])
+    engine.approvals.close_session(handler.session.id)  # nobody can answer now: it waits
+    await asyncio.wait_for(turn, 5)
+
+    root = await engine.store.sessions.root_frame(handler.session.id)
+    await engine.store.history.fail_unanswered(root.id)  # a later turn of it failed
+
+    call = await engine.store.history.get_tool_call(request.tool_call_id)
+    assert call is not None and call.status == "pending"
+    [waiting] = await engine.pending_approvals()
+    assert waiting.tool_call_id == request.tool_call_id

@@ -62,3 +62,10 @@ def test_arguments_that_end_too_early_say_the_answer_was_likely_cut(raw: str, cu
     said = str(refused.value)
     assert " at at " not in said
     assert ("cut at the output limit: send less in one call" in said) is cut
+
+
+def test_a_number_too_long_to_read_is_a_tool_error() -> None:
+    """Past Python's 4,300 digits ``json`` raises a plain ValueError (no position): it
+    escaped as an AttributeError and failed the turn (found by review on 2026-12-07)."""
+    with pytest.raises(ToolError, match="a number too long to read"):
+        parse_arguments('{"a": ' + "1" * 5000 + "}")
