@@ -35,6 +35,7 @@ from bot.platform.access import ASKED_ALREADY, Access
 from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.handover import hand_over, marking
+from bot.platform.outgoing import typing_for_its_turn
 from bot.platform.threads import JoinedThreads
 from bot.platform.voice_notes import Heard, VoiceNotes
 from engine.hub import ChatHub
@@ -252,10 +253,7 @@ class MessageHandler:
             return False
         if handed.before:
             return True
-        if not await self._cards.waits_on_a_person(
-            m.source
-        ):  # none while its turn waits for a person
-            self._activity.start_typing(m.source)
+        await typing_for_its_turn(self._activity, self._cards, m.source)
         return True
 
     async def _to_card(self, m: Incoming) -> Incoming | None:

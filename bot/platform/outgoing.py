@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bot.platform.outbox import DONE, FAILED, SKIPPED, Outbox
 from engine.bus import Lagged
@@ -29,7 +29,10 @@ from engine.session import (
     ToolStart,
 )
 
-__all__ = ["Activity", "CardShelf", "EventRenderer"]
+if TYPE_CHECKING:
+    from bot.platform.open_cards import OpenCards
+
+__all__ = ["Activity", "CardShelf", "EventRenderer", "typing_for_its_turn"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,13 @@ class Activity(Protocol):
     def stop_typing(self, source: str) -> None: ...
 
     async def end_stream(self, source: str) -> None: ...
+
+
+async def typing_for_its_turn(activity: Activity, cards: OpenCards, source: str) -> None:
+    """ "typing…" for a message just handed over, unless the conversation's own turn waits
+    for a person (a card, a question): none shows under one (``waits_on_a_person``)."""
+    if not await cards.waits_on_a_person(source):
+        activity.start_typing(source)
 
 
 class EventRenderer:

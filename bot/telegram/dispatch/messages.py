@@ -23,6 +23,7 @@ from bot.platform.access import Access
 from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.open_cards import with_files
+from bot.platform.outgoing import typing_for_its_turn
 from bot.platform.tasks import Runtime
 from bot.platform.voice_notes import VoiceNotes
 from bot.telegram.dispatch.albums import ALBUM_QUIET_S, Album, Albums
@@ -177,10 +178,7 @@ class MessageHandler:
         except EventAlreadyHandled:  # another poller of the fleet handed it over too
             log.info("update %s was handled already; not queued again", update_id)
             return True
-        if not await self._cards.waits_on_a_person(
-            m.source
-        ):  # none while its turn waits for a person
-            self._activity.start_typing(m.source)
+        await typing_for_its_turn(self._activity, self._cards, m.source)
         return True
 
     async def _album_item(
@@ -237,10 +235,7 @@ class MessageHandler:
                 error = report_failure(log, f"album of updates {update_ids} in {album.source}")
                 await say(SORRY_MESSAGE.format(error=error))
             else:
-                if not await self._cards.waits_on_a_person(
-                    album.source
-                ):  # none while its turn waits
-                    self._activity.start_typing(album.source)
+                await typing_for_its_turn(self._activity, self._cards, album.source)
                 return
         for update_id in update_ids:
             await self._mark_handled(update_id)
