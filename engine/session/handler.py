@@ -120,10 +120,14 @@ class ChatSessionHandler:
         records: RecordsAnswers | None = None,
         consumes: int | None = None,
         also: Callable[[Connection], None] | None = None,
+        admitted: Callable[[], Awaitable[bool]] | None = None,
     ) -> TurnResult:
         """Store ``text`` (replacing queued message ``consumes`` and running ``also``, in the
-        same commit) and answer it."""
+        same commit) and answer it; when ``admitted``, asked once the session is free, says
+        no, the message is dropped unstored (a ``/stop`` came while it waited)."""
         async with self.processing:
+            if admitted is not None and not await admitted():
+                return Cancelled()
             scope = self._scopes.fresh()
             emitter = TurnEmitter(emit, records)
             frame = await self._frames.root()

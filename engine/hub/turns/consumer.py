@@ -158,10 +158,16 @@ class InboxConsumer:
             options.metadata,
             options.extra_system_dynamic or defaults.extra_system_dynamic,
         )
-        if not state.inbox.is_current(unit):
-            await settle(self._db, [unit])
-            return  # a /stop came while this unit was being prepared: it is dropped
         bridge = self._adapters.bridge(state.name, state.session_id)
+
+        async def admitted() -> bool:
+            # A /stop while this unit was prepared, or while it waited for the session (a
+            # notification's turn held it): it is dropped. Until 2026-12-08 only the first.
+            if state.inbox.is_current(unit):
+                return True
+            await settle(self._db, [unit])
+            return False
+
         await handler.handle_message(
             unit.text,
             is_synthetic=options.is_synthetic,
@@ -175,6 +181,7 @@ class InboxConsumer:
             records=bridge,
             consumes=unit.queued_id,
             also=unit.also,
+            admitted=admitted,
         )
 
     async def _run_turn(

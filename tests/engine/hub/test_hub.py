@@ -26,7 +26,7 @@ from engine.llm.scripted import text, tool_call
 from engine.session import events as ev
 from engine.session.context.compaction import CompactionError
 from engine.store.inbox import InboxError
-from tests.engine.hub.conftest import EchoModel, ManualSleep, wait_done
+from tests.engine.hub.conftest import EchoModel, ManualSleep, held, wait_done
 from tests.engine.session.helpers import BlockingTool, EchoTool, roles
 
 
@@ -506,3 +506,38 @@ async def test_stop_settles_a_redeliverable_message_it_drops(hub: ChatHub, engin
         await asyncio.sleep(0)
     assert await marks.names() == ["u3"]  # never handed over again after a restart
     assert await user_rows(engine, await session_of(hub, "telegram:5")) == []
+
+
+async def test_stop_while_a_taken_message_waits_for_a_notification_turn_drops_it(
+    hub: ChatHub, engine, model, manual_sleep: ManualSleep
+):
+    """A notification turn held the session when the next message was taken: /stop
+    stopped that turn, and the taken message, waiting for it, ran all the same (found
+    by review on 2026-12-07; fixed on 2026-12-08)."""
+    await hub.set_home("telegram:1")
+    release = held(model)
+    events = hub.events("telegram:1")
+    hub.notify(Notification("cron", "job_done", "backup finished"))
+    await manual_sleep.release(hub.config.notify_window_s)
+    await asyncio.wait_for(release.asked.wait(), 5)  # the notification turn asks the model
+    taken = asyncio.Event()
+
+    async def noting(source: str, metadata: object) -> None:
+        taken.set()  # the consumer goes on to the session's lock without a pause
+
+    hub.add_turn_context(noting)  # type: ignore[arg-type]
+    await hub.send_message("telegram:1", "do the long thing")
+    await asyncio.wait_for(taken.wait(), 5)
+
+    assert await hub.cancel("telegram:1") == 0  # the message was taken: none waited
+    release.set()
+    await hub.send_message("telegram:1", "and now this")
+    seen = await wait_done(events)
+    while seen[-1].event.content != "echo: and now this":
+        seen = await wait_done(events)
+
+    asked = [m["content"] for request in model.requests for m in request[0] if m["role"] == "user"]
+    assert "do the long thing" not in asked
+    assert "do the long thing" not in [
+        c for c, _ in await user_rows(engine, await session_of(hub, "telegram:1"))
+    ]
