@@ -162,7 +162,7 @@ class InboxConsumer:
 
         async def admitted() -> bool:
             # A /stop while this unit was prepared, or while it waited for the session (a
-            # notification's turn held it): it is dropped. Until 2026-12-08 only the first.
+            # notification's turn held it): it is dropped. Until the evening of 2026-12-07 only the first.
             if state.inbox.is_current(unit):
                 return True
             await settle(self._db, [unit])

@@ -513,7 +513,7 @@ async def test_stop_while_a_taken_message_waits_for_a_notification_turn_drops_it
 ):
     """A notification turn held the session when the next message was taken: /stop
     stopped that turn, and the taken message, waiting for it, ran all the same (found
-    by review on 2026-12-07; fixed on 2026-12-08)."""
+    by review on 2026-12-07; fixed the same day)."""
     await hub.set_home("telegram:1")
     release = held(model)
     events = hub.events("telegram:1")
