@@ -139,7 +139,7 @@ class _Batch:
     first_id: int
     last_id: int
     messages: list[_Message]
-    opted_out: bool
+    passed_over: bool  # memory off there, or a background run's (nothing learned)
     more: bool
     facts: dict[int, list[Fact]] = field(default_factory=dict)  # per speaker, in scope
     #: Per speaker, how far their words were forgotten when the batch was read.
@@ -199,7 +199,7 @@ class Deriver:
             if batch is None:
                 return changed, True
             try:
-                ops = {} if batch.opted_out else await self._ask(batch)
+                ops = {} if batch.passed_over else await self._ask(batch)
             except LlmError as error:
                 log.warning(
                     "memory: the deriver's model failed on session %d: %s", session_id, error
@@ -414,11 +414,14 @@ def _eligible(session_id: int) -> Any:
 def _read_batch(
     conn: Connection, session_id: int, limits: DeriverLimits, fact_limits: FactLimits
 ) -> _Batch | None:
-    source = conn.execute(
-        sa.select(chat_sessions.c.source).where(chat_sessions.c.id == session_id)
-    ).scalar()
-    if source is None:
+    session = conn.execute(
+        sa.select(chat_sessions.c.source, chat_sessions.c.is_ephemeral).where(
+            chat_sessions.c.id == session_id
+        )
+    ).first()
+    if session is None:
         return None
+    source = session.source
     mark = DERIVE_MARKS.read(conn, session_id)
     rows = conn.execute(
         _eligible(session_id)
@@ -428,10 +431,12 @@ def _read_batch(
     ).all()
     if not rows:
         return None
-    opted_out = opted_out_in(conn, source)
+    # A background run (a job's, the tic's) teaches nothing: until 2026-12-07 a job's
+    # prompt taught facts to a person of the platform "cron" (found by review).
+    passed_over = session.is_ephemeral or opted_out_in(conn, source)
     messages: list[_Message] = []
     speakers = BatchSpeakers(conn)
-    for row in rows if not opted_out else ():
+    for row in rows if not passed_over else ():
         if row.role == "assistant":
             # The bot's side of a person's own conversation they forgot goes with it, as
             # the indexer drops it: it repeated what they said, and the fact came back
@@ -455,7 +460,7 @@ def _read_batch(
         first_id=int(rows[0].id),
         last_id=int(rows[-1].id),
         messages=messages,
-        opted_out=opted_out,
+        passed_over=passed_over,
         more=len(rows) == limits.batch_messages,
     )
     for user_id in {m.user_id for m in messages if m.user_id is not None}:

@@ -123,7 +123,9 @@ def _watermark(conn: Connection, session_id: int) -> tuple[int, int]:
 
 def _index_batch(conn: Connection, session_id: int, limits: IndexerLimits) -> tuple[int, bool]:
     session = conn.execute(
-        sa.select(chat_sessions.c.source).where(chat_sessions.c.id == session_id)
+        sa.select(chat_sessions.c.source, chat_sessions.c.is_ephemeral).where(
+            chat_sessions.c.id == session_id
+        )
     ).first()
     if session is None:
         return 0, False
@@ -153,8 +155,11 @@ def _index_batch(conn: Connection, session_id: int, limits: IndexerLimits) -> tu
         .limit(limits.batch)
     ).all()
     documents: list[dict[str, Any]] = []
-    # An opted-out conversation's rows are passed over for good (the watermark moves).
-    indexed = not opted_out_in(conn, source)
+    # An opted-out conversation's rows are passed over for good (the watermark moves), and
+    # so are a background run's (a job's, the tic's): what reaches a chat of it is indexed
+    # there; until 2026-12-07 every person's job runs were indexed under "cron", searched
+    # by every job (found by review).
+    indexed = not session.is_ephemeral and not opted_out_in(conn, source)
     speakers = BatchSpeakers(conn)
     for m in messages if indexed else ():
         # Synthetic prompts (ticks, briefings) are the system's words, not the user's.

@@ -31,7 +31,7 @@ from engine.bus import (
     UserMessage,
 )
 from engine.llm import ChatModel
-from engine.store import Database, chat_history, chat_sessions, chat_sessions_stack
+from engine.store import VISITS_KEY, Database, chat_history, chat_sessions, chat_sessions_stack
 from engine.tls import shared_tls_context
 from memory.deriver import Deriver, DeriverLimits
 from memory.embedder import Embedder, EmbedderLimits
@@ -270,9 +270,10 @@ class MemoryService:
         """``(source, user id)`` of whoever wrote the session's latest message, or the
         latest ``before`` the message that made a tool's call (the person a memory tool
         acts for: in a group someone else's message may join the turn meanwhile, and the
-        tool acted for them until 2026-12-06; found by review); ``None`` for an unknown
-        session."""
-        found = await self._db.run(_latest_message, session_id, before)
+        tool acted for them until 2026-12-06; found by review), in the session's conversation
+        (``conversation_in``: a job's run, its chat's); ``None`` for an unknown session or
+        one that serves no conversation."""
+        found = await self._db.run(conversation_in, session_id, before)
         if found is None:
             return None
         source, metadata = found
@@ -381,13 +382,19 @@ class MemoryService:
         return True
 
 
-def _latest_message(
+def conversation_in(
     conn: Connection, session_id: int, before: int | None = None
 ) -> tuple[str, Any] | None:
-    source = conn.execute(
-        sa.select(chat_sessions.c.source).where(chat_sessions.c.id == session_id)
-    ).scalar()
-    if source is None:
+    """The conversation whose memory session ``session_id`` uses and the metadata of its
+    latest user message (before ``before``): its own source, or for a background run (a
+    job's) the chat it serves, ``VISITS_KEY``; ``None``: an unknown session, or a run that
+    serves no chat (the tic)."""
+    session = conn.execute(
+        sa.select(chat_sessions.c.source, chat_sessions.c.is_ephemeral).where(
+            chat_sessions.c.id == session_id
+        )
+    ).first()
+    if session is None:
         return None
     h, stack = chat_history, chat_sessions_stack
     metadata = conn.execute(
@@ -398,7 +405,10 @@ def _latest_message(
         .order_by(h.c.id.desc())
         .limit(1)
     ).scalar()
-    return source, metadata
+    if not session.is_ephemeral:
+        return session.source, metadata
+    visits = metadata.get(VISITS_KEY) if isinstance(metadata, Mapping) else None
+    return (visits, metadata) if isinstance(visits, str) and visits else None
 
 
 def _forget_user(conn: Connection, user_id: int) -> tuple[int, int]:

@@ -17,7 +17,7 @@ from engine.store import Store
 from engine.tools import BuiltinTool, Tool, ToolCategory, ToolContext, ToolError, object_schema
 from memory.facts import FactError
 from memory.search import MAX_LIMIT, Search
-from memory.service import MemoryService
+from memory.service import MemoryService, conversation_in
 
 __all__ = ["MemoryForget", "MemoryList", "MemorySave", "SearchSessions", "memory_tools"]
 
@@ -51,14 +51,17 @@ class SearchSessions(BuiltinTool):
         )
 
     async def _run(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        session = await self._store.sessions.get(ctx.session_id)
-        if session is None:
-            raise ToolError("search_sessions: this session is unknown")
-        if session.source in self._optouts:
+        # A job's run searches the chat it serves (until 2026-12-07 every run searched
+        # "cron", where every person's jobs were; found by review).
+        found = await self._store.db.run(conversation_in, ctx.session_id, ctx.asked_in)
+        if found is None:
+            raise ToolError("search_sessions: this session has no conversation to search")
+        source = found[0]
+        if source in self._optouts:
             raise ToolError("search_sessions: memory is switched off in this conversation")
         since = _since(args.get("since"))
         hits = await self._search.sessions(
-            session.source, args["query"], limit=int(args.get("limit") or 5), since=since
+            source, args["query"], limit=int(args.get("limit") or 5), since=since
         )
         return json.dumps(
             {

@@ -30,7 +30,7 @@ from engine.bus import JobCompleted
 from engine.core import Engine
 from engine.hub import REJECT, ChatHub, Notification
 from engine.session import ChatSessionHandler, Final, TurnResult, background_error
-from engine.store import SENDER_KEY, InboxError, utcnow
+from engine.store import SENDER_KEY, VISITS_KEY, InboxError, utcnow
 from scheduler.asking import CARD_STOPPED, RunCards
 from scheduler.grants import JobGrants
 from scheduler.store import STOPPED, AlreadyTold, Job, JobStore, Run, mark_delivered_in
@@ -284,8 +284,15 @@ class JobRunner:
             said = await self._answered(handler.session.id)
             if said is not None:  # the attempt before had answered: that is the result
                 return said
+        # The run's memory is its chat's (its search, its person's facts): until 2026-12-07
+        # every run searched and saved under the one source "cron", so one person's job
+        # found another's, and /forget_me and /memory off missed them (found by review).
+        visits = {VISITS_KEY: chat} if chat else {}
         return await handler.handle_message(
-            job.prompt, metadata=metadata, extra_system_dynamic=profile, emit=cards
+            job.prompt,
+            metadata={**(metadata or {}), **visits} or None,
+            extra_system_dynamic=profile,
+            emit=cards,
         )
 
     async def _answered(self, session_id: int) -> Final | None:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from engine.store.dialects import PerDialect, insert_for, serialize
     from engine.store.fencing import fenced
     from engine.store.history import AlsoWithKey, AlsoWithRow
-    from engine.store.inbox import SENDER_KEY, InboxError, InboxItem, NotPermitted
+    from engine.store.inbox import SENDER_KEY, VISITS_KEY, InboxError, InboxItem, NotPermitted
     from engine.store.leases import (
         Lease,
         Leases,
@@ -71,6 +71,7 @@ _LAZY = {
     "PgNotifier": "engine.store.notify",
     "Prepared": "engine.store.prepared",
     "SENDER_KEY": "engine.store.inbox",
+    "VISITS_KEY": "engine.store.inbox",
     "SqliteDatabase": "engine.store.db",
     "UtcDateTime": "engine.store.schema",
     "app_settings": "engine.store.schema",
@@ -137,6 +138,7 @@ __all__ = [
     "MAX_PAGE",
     "MAX_PER_PAGE",
     "SENDER_KEY",
+    "VISITS_KEY",
     "AlsoWithKey",
     "AlsoWithRow",
     "AppSettings",

@@ -29,6 +29,9 @@ ASK_USER_TOOL = "ask_user_clarification"
 MAX_NOTE_CHARS = 4000
 #: The user message metadata naming who sent it: ``{"id": "<platform user id>", "name": ...}``.
 SENDER_KEY = "sender"
+#: The prompt metadata of a background run (a job's) naming the conversation it serves:
+#: the run's memory (its search, its person's facts) is that conversation's.
+VISITS_KEY = "visits"
 
 
 class Decision(StrEnum):

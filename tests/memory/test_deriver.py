@@ -394,6 +394,19 @@ async def test_an_opted_out_conversation_is_passed_over(
     ]
 
 
+async def test_a_background_runs_session_teaches_nothing(
+    setup: Setup, fake_openai: FakeOpenAIServer
+) -> None:
+    """A job's run (an ephemeral session): its prompt taught facts to a person of the
+    platform "cron" until 2026-12-07 (found by review)."""
+    run = (await setup.store.sessions.create("cron", is_ephemeral=True)).id
+    [prompt] = await setup.say(run, [("111", "I like jazz")])
+    assert await setup.deriver.derive_pending() == 0
+    assert fake_openai.requests == []
+    assert await setup.mark(run) == (prompt, 0)
+    assert await setup.stored() == []
+
+
 async def test_memory_switched_off_while_the_model_answers_stores_nothing(
     setup: Setup, fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
 ) -> None:
