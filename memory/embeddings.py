@@ -118,6 +118,10 @@ class EmbeddingClient:
             raise EmbeddingError(
                 "the embeddings endpoint's address or key cannot be used", retriable=True
             ) from exc
+        except httpx.DecodingError as exc:  # a Content-Encoding the body has not (a proxy's)
+            raise EmbeddingError(
+                "the embeddings endpoint's answer could not be read", retriable=True
+            ) from exc
         if response.status_code in (401, 403, 404):  # the body may quote the key
             # A key (401) or a model or path (404) it does not know is the settings'
             # fault, not the batch's: waited for until mended (until 2026-12-07 counted,

@@ -38,7 +38,7 @@ from memory.embedder import Embedder, EmbedderLimits
 from memory.embeddings import ChosenEmbeddings, EmbeddingChoice, EmbeddingClient, EmbeddingConfig
 from memory.facts import Fact, FactLimits, FactStore
 from memory.followups import FollowUps
-from memory.indexer import Indexer
+from memory.indexer import Indexer, SessionsFailed
 from memory.optouts import OptOuts
 from memory.profile import ProfileCache, ProfileLimits
 from memory.search import Search, Semantic
@@ -375,6 +375,12 @@ class MemoryService:
                 await self.indexer.index_session(session_id)
         except asyncio.CancelledError:
             raise
+        except SessionsFailed:  # each logged; the others were indexed: they go on
+            # Until 2026-12-07 one session that could never be indexed kept the follow-ups
+            # (facts, embeddings) asleep for every conversation until a restart (found by
+            # review).
+            self.followups.wake()
+            return False
         except Exception:
             log.exception("memory: indexing failed; retrying with the next event")
             return False

@@ -142,6 +142,9 @@ def _record_personal(conn: Connection, source: str) -> None:
 
 #: The longest display name kept (the column's size).
 NAME_CHARS = 255
+#: The longest platform id a person is known by (the column's size): a longer one is no
+#: platform's (Matrix allows 255), and nobody's words are told apart by it.
+EXTERNAL_ID_CHARS = 255
 
 
 def identity_of(source: str, metadata: Mapping[str, Any] | None) -> Identity | None:
@@ -154,7 +157,10 @@ def identity_of(source: str, metadata: Mapping[str, Any] | None) -> Identity | N
         # learning stopped at it, for every later session (found by review, 2026-12-07).
         name = sender.get("name")
         shown = clean_text(name)[:NAME_CHARS] if isinstance(name, str) else None
-        return Identity(platform, clean_text(str(sender["id"])), shown)
+        external_id = clean_text(str(sender["id"]))
+        if len(external_id) > EXTERNAL_ID_CHARS:
+            return None  # unwritable (PostgreSQL): every round of indexing stopped at it
+        return Identity(platform, external_id, shown)
     if platform in _OPERATOR_SOURCES:
         return Identity(_OPERATOR_SOURCES[platform], OWNER)
     if platform == "telegram" and is_personal(source):

@@ -120,6 +120,9 @@ class OpenAICompatModel:
         except httpx.TransportError as exc:
             # Dropped connections, broken chunked encoding: the endpoint, not the request.
             raise self._error(LlmConnectionError, "connection failed", exc) from exc
+        except httpx.DecodingError as exc:  # a Content-Encoding the body has not (a proxy's)
+            message = "its answer could not be read (a broken Content-Encoding)"
+            raise self._error(LlmConnectionError, message, exc) from exc
         except (httpx.InvalidURL, UnicodeEncodeError) as exc:
             # An address or a key no request can carry (a key pasted with a typographic
             # dash raised UnicodeEncodeError out of the client; found by review): the

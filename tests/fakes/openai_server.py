@@ -80,6 +80,8 @@ class ScriptedReply:
     status: int = 200
     body: bytes = b""
     content_type: str = "application/json"
+    #: A ``Content-Encoding`` the body does not have (a proxy that breaks it), when set.
+    content_encoding: str = ""
     #: Seconds the server waits before answering (a slow model).
     delay_s: float = 0.0
 
@@ -283,14 +285,20 @@ class FakeOpenAIServer:
         *,
         status: int = 200,
         content_type: str = "application/json",
+        content_encoding: str = "",
         model: str | None = None,
     ) -> None:
-        """Send ``body`` verbatim whatever the request asked (malformed answers)."""
+        """Send ``body`` verbatim whatever the request asked (malformed answers), under
+        ``content_encoding`` when given (a body that does not decode)."""
         data = body.encode() if isinstance(body, str) else body
-        self.enqueue(
-            ScriptedReply("raw", status=status, body=data, content_type=content_type),
-            model=model,
+        reply = ScriptedReply(
+            "raw",
+            status=status,
+            body=data,
+            content_type=content_type,
+            content_encoding=content_encoding,
         )
+        self.enqueue(reply, model=model)
 
     def reply_json(self, value: Any, *, status: int = 200, model: str | None = None) -> None:
         """Any JSON value as the whole body (a completion with junk in it, a bare number)."""
@@ -381,9 +389,7 @@ class FakeOpenAIServer:
                 assert self._release is not None
                 await self._release.wait()
                 return _error(503, "hang released")
-            return Response(
-                failure.body, status_code=failure.status, media_type=failure.content_type
-            )
+            return _raw(failure)
         data = [
             {"object": "embedding", "index": n, "embedding": embed(t)} for n, t in enumerate(texts)
         ]
@@ -429,9 +435,7 @@ class FakeOpenAIServer:
                 assert self._release is not None
                 await self._release.wait()
                 return _error(503, "hang released")
-            return Response(
-                failure.body, status_code=failure.status, media_type=failure.content_type
-            )
+            return _raw(failure)
         return JSONResponse(
             {"text": text if text is not None else f"transcript of {len(audio)} bytes"}
         )
@@ -451,9 +455,7 @@ class FakeOpenAIServer:
             self.speech_requests.append(body)
             failure = self.speech_failures.popleft() if self.speech_failures else None
         if failure is not None:
-            return Response(
-                failure.body, status_code=failure.status, media_type=failure.content_type
-            )
+            return _raw(failure)
         return Response(opus_silence(), media_type="audio/ogg")
 
     async def _handle(self, request: Request) -> Response:
@@ -484,7 +486,7 @@ class FakeOpenAIServer:
         if reply.kind == "error":
             return Response(reply.body, status_code=reply.status, media_type="application/json")
         if reply.kind == "raw":
-            return Response(reply.body, status_code=reply.status, media_type=reply.content_type)
+            return _raw(reply)
         release = self._release
         assert release is not None
         if reply.kind == "hang":
@@ -538,6 +540,13 @@ def _error_type(status: int) -> str:
     if status == 429:
         return "rate_limit_exceeded"
     return "server_error" if status >= 500 else "invalid_request_error"
+
+
+def _raw(reply: ScriptedReply) -> Response:
+    headers = {"content-encoding": reply.content_encoding} if reply.content_encoding else None
+    return Response(
+        reply.body, status_code=reply.status, media_type=reply.content_type, headers=headers
+    )
 
 
 def _error(status: int, message: str) -> JSONResponse:

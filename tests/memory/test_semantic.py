@@ -137,6 +137,12 @@ def test_fusion_breaks_ties_by_the_newer_document_and_keeps_the_limit() -> None:
         ),
         (raw('{"error": {"message": "model not found"}}', status=404), "HTTP 404"),
         (raw("overloaded", status=503), "HTTP 503"),
+        # A Content-Encoding the body has not (a proxy's): httpx.DecodingError escaped as
+        # it was, and search failed instead of going on in full text (found by review).
+        (
+            ScriptedReply(kind="raw", body=b"not gzip", content_encoding="gzip"),
+            "could not be read",
+        ),
     ],
 )
 async def test_a_bad_embeddings_answer_is_one_clear_error(

@@ -16,6 +16,7 @@ from engine.store.inbox import SENDER_KEY
 from memory.service import MemoryService
 from memory.tables import memory_identities, memory_users
 from memory.users import (
+    EXTERNAL_ID_CHARS,
     Identity,
     PersonalSources,
     Users,
@@ -194,3 +195,12 @@ async def test_linking_never_moves_an_identity_that_has_its_own_user(store: Stor
     assert await users.resolve(Identity("web", "owner")) == web
     assert await Users(store.db).resolve(Identity("web", "owner")) == web
     assert await users.identities(owner) == [Identity("telegram", "42")]
+
+
+def test_a_sender_id_longer_than_any_platforms_is_nobody() -> None:
+    """Past the column (PostgreSQL refuses it) the person's row could not be written, and
+    each round of indexing failed at their session (found by review on 2026-12-07)."""
+    longest = "@" + "x" * 242 + ":example.org"
+    assert len(longest) == EXTERNAL_ID_CHARS
+    assert identity_of("matrix:!r:example.org", {SENDER_KEY: {"id": longest}}) is not None
+    assert identity_of("matrix:!r:example.org", {SENDER_KEY: {"id": longest + "x"}}) is None

@@ -478,6 +478,19 @@ async def test_a_key_no_header_can_carry_is_an_llm_error(
         await model.complete(USER, [])
 
 
+@both_modes
+async def test_an_answer_that_does_not_decode_is_an_llm_error(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient, stream: bool
+) -> None:
+    """A Content-Encoding the body has not (a proxy's) raised httpx.DecodingError out of
+    the client, and the fallback model was never asked (found by review on 2026-12-07)."""
+    fake_openai.reply_raw(b"not gzip at all", content_encoding="gzip")
+    model = make_model(http, fake_openai.base_url, stream=stream)
+    with pytest.raises(LlmConnectionError, match="could not be read") as caught:
+        await model.complete(USER, [])
+    assert caught.value.retriable
+
+
 async def test_a_refused_connection_is_a_connection_error(http: httpx.AsyncClient) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
