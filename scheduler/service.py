@@ -337,11 +337,14 @@ class Scheduler:
         with contextlib.suppress(SchedulerError):
             await self.grant_tool(job_id, call.name)
 
-    async def owner_of(self, session_id: int, source: str) -> str | None:
+    async def owner_of(
+        self, session_id: int, source: str, *, before: int | None = None
+    ) -> str | None:
         """Whom a job created in ``session_id`` (a chat of ``source``) serves: the person whose
-        message the creating turn answers (``telegram:42``); the operator's front ends speak
-        for their owner (``web:owner``); ``None`` when nobody can tell."""
-        sender = await self.engine.store.inbox.last_sender(session_id)
+        message the creating turn answers (the last before message ``before``, when given:
+        the one that made the call), ``telegram:42``; the operator's front ends speak for
+        their owner (``web:owner``); ``None`` when nobody can tell."""
+        sender = await self.engine.store.inbox.last_sender(session_id, before=before)
         platform = source.split(":", 1)[0]
         if sender is not None:
             return f"{platform}:{sender}"

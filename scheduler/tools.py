@@ -61,6 +61,24 @@ class _SchedulerTool(BuiltinTool):
             raise ToolError(f"{self.name}: this session is unknown")
         return session.source
 
+    async def _theirs_only(self, ctx: ToolContext, source: str, job_id: object, doing: str) -> None:
+        """Under ``APPROVERS=requester+owner`` a person resumes or deletes only a job that
+        serves them (or nobody), as the ``/jobs`` panel rules: the call's card names the
+        one who asked the agent, who approved it themselves, and until 2026-12-07 a
+        member resumed another's job, with its standing grants, or deleted it (found by
+        review). The bot's owner does it from ``/jobs``."""
+        if self.scheduler.engine.approvals.approvers != "requester+owner":
+            return  # the card's rule covers it: the owner decides, or any allowed member
+        job = next((j for j in await self.scheduler.jobs(source) if j.id == job_id), None)
+        if job is None or not job.owner_id:
+            return  # the scheduler says it is not there; nobody's job is everyone's
+        asker = await self.scheduler.owner_of(ctx.session_id, source, before=ctx.asked_in)
+        if asker != job.owner_id:
+            raise ToolError(
+                f"{self.name}: task {job.id} serves someone else; only they can {doing} it "
+                "(or the bot's owner, from /jobs)"
+            )
+
 
 class ExecuteTask(_SchedulerTool):
     name = "execute_task"
@@ -126,7 +144,7 @@ class ExecuteTask(_SchedulerTool):
         try:
             grants = self.scheduler.grants.check(args.get("grants"))
             wait = _wait_seconds(args.get("approval_wait_minutes"))
-            owner = await self.scheduler.owner_of(ctx.session_id, source)
+            owner = await self.scheduler.owner_of(ctx.session_id, source, before=ctx.asked_in)
             if mode == "cron":
                 if not args.get("cron"):
                     raise ToolError("execute_task: mode 'cron' needs a `cron` spec")
@@ -207,8 +225,10 @@ class DeleteTask(_SchedulerTool):
         self.parameters = object_schema({"task_id": {"type": "integer"}}, ["task_id"])
 
     async def _run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        source = await self._source(ctx)
+        await self._theirs_only(ctx, source, args["task_id"], "delete")
         try:
-            job = await self.scheduler.delete(await self._source(ctx), args["task_id"])
+            job = await self.scheduler.delete(source, args["task_id"])
         except SchedulerError as exc:
             raise ToolError(f"delete_task: {exc}") from None
         return f"deleted task {job.id} ({job.title})"
@@ -228,10 +248,11 @@ class ToggleTask(_SchedulerTool):
         )
 
     async def _run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        source = await self._source(ctx)
+        if args["enabled"]:  # pausing takes power away: anyone allowed may
+            await self._theirs_only(ctx, source, args["task_id"], "resume")
         try:
-            job = await self.scheduler.toggle(
-                await self._source(ctx), args["task_id"], args["enabled"]
-            )
+            job = await self.scheduler.toggle(source, args["task_id"], args["enabled"])
         except SchedulerError as exc:
             raise ToolError(f"toggle_task: {exc}") from None
         state = "resumed" if job.enabled else "paused"

@@ -160,10 +160,11 @@ class InboxStore:
         ``also`` commits with it (the message that answered it marked handled)."""
         return await self._db.run(_answer, tool_call_id, answer, session_id, also)
 
-    async def last_sender(self, session_id: int) -> str | None:
-        """The platform id of whoever wrote the session's last person's message (``None``:
-        a synthetic message, or nobody named); the owner of work that turn asks for."""
-        sender_id, _name = await self._db.run(_sender, session_id)
+    async def last_sender(self, session_id: int, *, before: int | None = None) -> str | None:
+        """The platform id of whoever wrote the session's last person's message (before
+        message ``before``, when given) (``None``: a synthetic message, or nobody named);
+        the owner of work that turn asks for."""
+        sender_id, _name = await self._db.run(_sender, session_id, before=before)
         return sender_id
 
     async def answer_of(self, tool_call_id: int) -> str | None:
