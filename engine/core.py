@@ -186,8 +186,11 @@ class Engine:
         self._handlers[row.id] = handler
         return handler
 
-    async def open_session(self, session_id: int) -> ChatSessionHandler:
-        """The session's live handler, or a new one over its stored state."""
+    async def open_session(
+        self, session_id: int, *, scratchpad_of: int | None = None
+    ) -> ChatSessionHandler:
+        """The session's live handler, or a new one over its stored state (sharing
+        ``scratchpad_of``'s scratchpad, as ``new_session`` made it)."""
         handler = self._handlers.get(session_id)
         if handler is not None:
             return handler
@@ -196,7 +199,9 @@ class Engine:
             raise LookupError(f"no session {session_id}")
         handler = self._handlers.get(session_id)  # opened meanwhile
         if handler is None:
-            handler = ChatSessionHandler(row, self.agents[row.agent_id], self.deps)
+            handler = ChatSessionHandler(
+                row, self.agents[row.agent_id], self.deps, scratchpad_of=scratchpad_of
+            )
             self._handlers[session_id] = handler
         return handler
 

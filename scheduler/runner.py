@@ -169,7 +169,7 @@ class JobRunner:
         refused = await self._refusal(job)
         if refused is not None:
             return refused
-        handler = await self._resumable(run) or await self._new_session(job)
+        handler = await self._resumable(run, job) or await self._new_session(job)
         resuming = handler.session.id == run.session_id
         # One transaction records the session and checks the run is still ours and its job
         # still there (a claimed run may have waited in the dispatcher's queue).
@@ -244,15 +244,17 @@ class JobRunner:
                 )
         return None if why is None else Ran("failed", None, f"it did not run: {why}", pauses=True)
 
-    async def _resumable(self, run: Run) -> ChatSessionHandler | None:
+    async def _resumable(self, run: Run, job: Job) -> ChatSessionHandler | None:
         """The session of an earlier attempt of the run (a crash, a stop, a lost lease cut
         it): the run goes on from where it was. A call that waits for a decision asks
         again with its old card; one that was running is told to the model as cut short,
         not run again (the engine's rule). It started over, and ran again the commands
-        and sends of the attempt before (found by review)."""
+        and sends of the attempt before (found by review). An async task shares its
+        parent's scratchpad again (until 2026-12-07 a task taken up after a restart had an
+        empty one of its own; found by review)."""
         if run.session_id is None:
             return None
-        return await self.engine.open_session(run.session_id)
+        return await self.engine.open_session(run.session_id, scratchpad_of=_scratchpad_of(job))
 
     async def _new_session(self, job: Job) -> ChatSessionHandler:
         handler = await self.engine.new_session(
@@ -263,7 +265,7 @@ class JobRunner:
             run_context=job.run_context,
             context_label=f"{JOB_LABEL}{job.title}",
             auto_deny_approvals=self._chat_of(job) is None,
-            scratchpad_of=job.parent_session_id if job.kind == "async" else None,
+            scratchpad_of=_scratchpad_of(job),
         )
         servers = JobGrants.of(job.run_context).mcp_servers
         if servers and self.engine.mcp is not None:
@@ -496,6 +498,11 @@ class JobRunner:
             )
         except AlreadyTold:  # another worker's injection stored it first
             log.info("the result of task %s was brought back already", job.id)
+
+
+def _scratchpad_of(job: Job) -> int | None:
+    """The session whose scratchpad a run shares: an async task's parent's."""
+    return job.parent_session_id if job.kind == "async" else None
 
 
 def _sender(job: Job) -> dict[str, object] | None:

@@ -18,12 +18,15 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from engine.bus.system import JobCompleted
+from engine.config import AppConfig, HubConfig
 from engine.core import Engine
 from engine.hub import ChatHub, Notification
+from engine.llm.registry import ModelRegistry
 from engine.llm.scripted import text, tool_call
 from engine.session import handler as handler_module
 from engine.session.events import Done
 from engine.session.handler import ChatSessionHandler
+from engine.session.turn.gate import AllowAll
 from scheduler.dispatcher import WAKE_ID
 from scheduler.runner import TASK_COMPLETED_TOOL
 from scheduler.service import Scheduler, SchedulerError, SchedulerLimits
@@ -510,6 +513,50 @@ async def test_an_async_task_returns_to_its_parent_and_shares_its_scratchpad(
     [done] = [e.event for e in await wait_done(events) if isinstance(e.event, Done)]
     assert done.content == "Your background research is done: 42."
     assert (await scheduler.store.get(job.id)).enabled is False  # a single run
+
+
+async def test_an_async_task_taken_up_after_a_restart_still_shares_its_parents_scratchpad(
+    app_config: AppConfig,
+    engine: Engine,
+    hub: ChatHub,
+    hub_config: HubConfig,
+    scheduler: Scheduler,
+    model: EchoModel,
+    clock: FakeClock,
+    origin: int,
+) -> None:
+    """The restarted process reopened the task's session without its parent's scratchpad:
+    the task went on with an empty one of its own (until 2026-12-07; found by review)."""
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    await engine.store.scratchpad.set(origin, "plan", "PARENT-NOTE-42")
+    await research_task(scheduler, clock, origin)
+    [job] = await scheduler.store.for_source(ORIGIN)
+    model.add(tool_call("wait_here", "{}"))
+    await scheduler.dispatcher.step()
+    await asyncio.wait_for(blocker.started.wait(), 5)
+    await scheduler.dispatcher.close()  # a deploy while the task works
+
+    again = await Engine.open(app_config, models=ModelRegistry([model]), policy=AllowAll())
+    hub_again = ChatHub(again, hub_config)
+    await hub_again.start()
+    restarted = Scheduler(again, hub_again, timezone="UTC", clock=clock, owner="worker-b")
+    try:
+        again.tools.register(BlockingTool())  # its call was cut short: never run again
+        model.add(text("Found it."))
+        clock.advance(timedelta(minutes=5))
+        await restarted.dispatcher.step()
+        await asyncio.wait_for(restarted.dispatcher.drain(), 5)
+        [run] = await restarted.store.runs(job.id)
+    finally:
+        await restarted.close()
+        await hub_again.close()
+        await again.close()
+    assert (run.status, run.result) == ("done", "Found it.")
+    [_first, resumed] = [r for r in model.requests if last_user_text(r[0]) == "find"]
+    assert "PARENT-NOTE-42" in "\n".join(
+        str(m["content"]) for m in resumed[0] if m["role"] == "system"
+    )
 
 
 async def test_an_async_task_asked_for_before_a_long_restart_still_runs(
