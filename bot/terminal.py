@@ -18,6 +18,7 @@ import contextlib
 import io
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from bot.platform.cards import CardContent, Choice, card_content, decide, outcome_line
 from bot.platform.commands import COMMAND, CommandContext, CommandRegistry, shared_commands
+from bot.platform.failures import report_failure
 from bot.platform.memory import MemoryFront, memory_commands
 from engine.approval import OPERATOR, plainly
 from engine.bus import Lagged
@@ -45,6 +47,7 @@ from engine.session import (
     ToolRejected,
     ToolStart,
     TurnEvent,
+    UserMessage,
 )
 from engine.store import InboxError
 from engine.text import clean_text
@@ -91,6 +94,22 @@ _QUIT = ("/quit", "/exit")
 #: Typed during a turn, these run at once (they are about that turn); other lines wait.
 _STOP = ("/stop",)
 _PREVIEW = 160
+#: After a stop, how often the chat looks whether the hub still works on the console: a
+#: message the stop dropped before its turn began ends with no event.
+IDLE_CHECK_S = 0.2
+#: What a terminal acts on in a model's text: control characters but the line break and
+#: the tab (escapes that move, erase, retitle, write the clipboard), C1 controls, lone
+#: surrogates, and the bidirectional overrides and isolates. A joiner, a tag or a
+#: direction mark is part of how a language or an emoji is written (``plainly``, for cards,
+#: showed them as codes: a Persian answer's ``\u200c``; found by review on 2026-12-07).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_NAMED = {"\r": "\\r", "\x1b": "\\x1b"}
+
+
+def readable(text: str) -> str:
+    """A model's answer as the terminal may print it: written as it is, but for what a
+    terminal would act on, shown as its code."""
+    return _UNSAFE.sub(lambda m: _NAMED.get(m.group()) or f"\\u{ord(m.group()):04x}", text)
 
 
 def terminal_commands(
@@ -127,26 +146,30 @@ class TerminalRenderer:
         match event:
             case TextDelta(text=text, depth=0):
                 self._streaming = True
-                self._write(plainly(text))
+                self._write(readable(text))
             case Thinking(content=content) if content and not self._streaming:
                 self._line(f"· {_preview(content)}")
+            # A tool's name is the model's until it is checked (a name of escapes reached
+            # the terminal raw until 2026-12-07; found by review).
             case ToolStart(name=name, arguments=arguments):
-                self._line(f"⚙ {name} {_preview(arguments)}")
+                self._line(f"⚙ {plainly(name)} {_preview(arguments)}")
             case ToolDone(name=name, result=result):
-                self._line(f"  ✓ {name}: {_preview(result)}")
+                self._line(f"  ✓ {plainly(name)}: {_preview(result)}")
             case ToolError(name=name, error=error):
-                self._line(f"  ✗ {name}: {_preview(error)}")
+                self._line(f"  ✗ {plainly(name)}: {_preview(error)}")
             case ToolRejected(name=name, reason=reason):
-                self._line(f"  ⊘ {name}: {_preview(reason)}")
+                self._line(f"  ⊘ {plainly(name)}: {_preview(reason)}")
             case ToolCancelled(name=name):
-                self._line(f"  ⊘ {name}: cancelled")
+                self._line(f"  ⊘ {plainly(name)}: cancelled")
             case ModelFallback(failed_model=failed, next_model=nxt, reason=reason):
-                self._line(f"! {failed} failed ({_preview(reason)}); trying {nxt}")
+                self._line(
+                    f"! {plainly(failed)} failed ({_preview(reason)}); trying {plainly(nxt)}"
+                )
             case Done(content=content):
                 if self._streaming:
                     self._write("\n")
                 else:
-                    self._write(plainly(content) + "\n")
+                    self._write(readable(content) + "\n")
                 self._streaming = False
             case Error(message=message):
                 self._line(f"! {plainly(message)}")
@@ -174,14 +197,18 @@ def describe_approval(event: ApprovalRequired) -> str:
 
 
 def describe_card(card: CardContent) -> str:
-    who = f" (agent {card.agent}, sub-agent depth {card.depth})" if card.depth > 0 else ""
+    """A job's card names its job, as every platform's does: it looked like the chat's own
+    turn's until 2026-12-07, and its call was approved as one's own (found by review)."""
+    tool = plainly(card.tool)
+    who = f" (agent {plainly(card.agent)}, sub-agent depth {card.depth})" if card.depth > 0 else ""
+    head = f"⏰ {plainly(card.asked_by)}: " if card.asked_by else "⚠ "
     if card.label == "Command":
         where = f" in {card.workdir}" if card.workdir else ""
-        return f"⚠ {card.tool}{who} wants to run{where}:\n  $ {card.content}"
+        return f"{head}{tool}{who} wants to run{where}:\n  $ {card.content}"
     if card.label == "Diff":
         new = " (new file)" if card.new_file else ""
-        return f"⚠ {card.tool}{who} wants to write {card.path}{new}\n{card.content}"
-    return f"⚠ {card.tool}{who} wants to run with:\n{card.content}"
+        return f"{head}{tool}{who} wants to write {card.path}{new}\n{card.content}"
+    return f"{head}{tool}{who} wants to run with:\n{card.content}"
 
 
 class _LineReader:
@@ -236,7 +263,8 @@ class TerminalChat:
     Lines go to the hub as messages of the ``console`` source, one turn at a time (lines
     typed during a turn wait for it to end, so piped input runs line by line); the turn's
     events come back from the hub's event stream and are rendered; a line answers the
-    approval prompt or question a turn shows; Ctrl-C stops the turn (``hub.cancel``).
+    approval prompt or question a turn shows (the latest shown; one still open is shown
+    again after it); Ctrl-C stops the turn (``hub.cancel``).
     """
 
     def __init__(
@@ -249,11 +277,15 @@ class TerminalChat:
         stdout: TextIO = sys.stdout,
         jobs: Jobs | None = None,
         memory: MemoryService | None = None,
+        typed_ahead_answers: bool | None = None,
     ) -> None:
         """``events``: the ``console`` source's events, subscribed before the hub started;
         ``resuming``: the hub resumes a turn of it a restart interrupted (its events are
         in ``events`` from its start); ``jobs``: the console's scheduled jobs (``/jobs``);
-        ``memory``: long-term memory (``/search``, ``/memory``, ``/forget_me``)."""
+        ``memory``: long-term memory (``/search``, ``/memory``, ``/forget_me``);
+        ``typed_ahead_answers``: a line read before a prompt was shown may answer it (piped
+        input; by default when stdin is no terminal). At a terminal it may not: the second
+        line of a paste rejected a command its sender never saw (found by review)."""
         self._hub = hub
         self._resuming = resuming
         self._events = events
@@ -261,16 +293,26 @@ class TerminalChat:
         self._out = stdout
         self._render = TerminalRenderer(stdout)
         self.commands = terminal_commands(jobs, memory)
-        self._asking: ApprovalRequired | Question | None = None
+        if typed_ahead_answers is None:
+            typed_ahead_answers = not (hasattr(stdin, "isatty") and stdin.isatty())
+        self._typed_ahead_answers = typed_ahead_answers
+        #: The prompts shown and not answered, oldest first, each with the number of lines
+        #: read when it was shown (two at once: a job's card while the chat's own waits).
+        self._open: list[tuple[ApprovalRequired | Question, int]] = []
         self._running = False
+        self._began = False  # the running turn is our message's (its echo came)
+        self._stop_asked = False
         self._stdin_closed = False
-        self._backlog: list[str] = []
+        self._read = 0  # lines read so far
+        self._backlog: list[tuple[int, str]] = []  # (its number, the line)
         self._changed = asyncio.Event()
         self._stopping: asyncio.Future[int] | None = None
         self._leaving = asyncio.Event()  # Ctrl-C at the prompt
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        if isinstance(self._out, io.TextIOWrapper):  # a Latin-1 terminal: "?" for "—"
+            self._out.reconfigure(errors="replace")  # (a traceback until 2026-12-07)
         reader = _LineReader(loop, self._stdin)
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, self._interrupt)
@@ -278,7 +320,7 @@ class TerminalChat:
         try:
             session_id = await self._hub.session_id(SOURCE)
             self._say(f"chathub — session {session_id}. {HELP}")
-            self._running = self._resuming
+            self._running = self._began = self._resuming
             if self._running:
                 self._say("Resuming the turn a restart interrupted…")
                 await self._wait_turn(reader)
@@ -290,7 +332,7 @@ class TerminalChat:
     async def _converse(self, reader: _LineReader) -> None:
         while True:
             if self._backlog:
-                line: str | None = self._backlog.pop(0)
+                line: str | None = self._backlog.pop(0)[1]
             elif self._stdin_closed:
                 return
             else:
@@ -309,15 +351,19 @@ class TerminalChat:
             if COMMAND.match(text):
                 await self._command(text)
                 continue
-            if self._asking is not None:  # a job's card, shown while no turn of ours ran
+            if self._open:  # a job's card, shown while no turn of ours ran
                 await self._answer(text)  # (it went to the model as a message; review)
                 continue
-            self._running = True
+            self._running, self._began, self._stop_asked = True, False, False
             try:
                 await self._hub.send_message(SOURCE, text)
             except HubError as exc:
                 self._running = False
                 self._say(f"! {exc}")
+                continue
+            except Exception:  # the database busy past its wait, say: the chat goes on
+                self._running = False
+                self._failed(f"sending {text[:40]!r}")
                 continue
             await self._wait_turn(reader)
 
@@ -328,22 +374,28 @@ class TerminalChat:
             await asyncio.wait({leaving, reader.line_future()}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             leaving.cancel()
-        return None if self._leaving.is_set() else reader.take()
+        if self._leaving.is_set():
+            return None
+        self._read += 1
+        return reader.take()
 
     async def _wait_turn(self, reader: _LineReader) -> None:
         """Until the turn ends; lines answer its prompts, ``/stop`` stops it, the others
         wait for their turn."""
         while self._running:
-            if self._asking is not None and self._backlog:
-                line = self._backlog[0]
+            answer = self._answer_waiting()
+            if answer is not None:
+                line = answer[1]
                 if line in _QUIT:  # left for _converse, the call kept pending (as at EOF)
                     self._close_prompts()
-                elif self._is_command(line):  # never a reason ("/quit" was one), but a
-                    await self._command(self._backlog.pop(0))  # path is an answer
+                    continue
+                self._backlog.remove(answer)
+                if self._is_command(line):  # never a reason ("/quit" was one), but a
+                    await self._command(line)  # path is an answer
                 else:
-                    await self._answer(self._backlog.pop(0))
+                    await self._answer(line)
                 continue
-            if self._asking is not None and self._stdin_closed:
+            if self._open and self._stdin_closed:
                 self._close_prompts()  # nobody can answer: the call stays pending
                 continue
             self._changed.clear()
@@ -351,18 +403,36 @@ class TerminalChat:
             waits: set[asyncio.Future[Any]] = {woke}
             if not self._stdin_closed:
                 waits.add(reader.line_future())
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            # After a stop the hub may drop our message before its turn began: no event
+            # says so, and the chat waited for ever (found by review on 2026-12-07).
+            timeout = IDLE_CHECK_S if self._stop_asked else None
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             woke.cancel()
+            if self._stop_asked and not self._hub.has_work(SOURCE):
+                self._running = False
+                continue
             if self._stdin_closed or not reader.line_future().done():
                 continue
             line = reader.take()
+            self._read += 1
             if line is None:
                 self._stdin_closed = True
             elif line.strip().lower() in _STOP:  # for this turn: now, as Ctrl-C (and Telegram)
                 self._drop_backlog()
                 await self._command(line.strip())
             elif line.strip():
-                self._backlog.append(line.strip())
+                self._backlog.append((self._read, line.strip()))
+
+    def _answer_waiting(self) -> tuple[int, str] | None:
+        """The first line waiting that may answer the latest prompt: one read after it was
+        shown (or any, when typed-ahead answers are allowed)."""
+        if not self._open:
+            return None
+        shown_at = self._open[-1][1]
+        for entry in self._backlog:
+            if self._typed_ahead_answers or entry[0] > shown_at:
+                return entry
+        return None
 
     async def _pump(self) -> None:
         async for item in self._events:
@@ -370,36 +440,57 @@ class TerminalChat:
                 continue
             event = item.event
             if isinstance(event, ApprovalRequired | Question):
-                self._asking = event
-            if isinstance(event, DecisionMade) and self._asks(event.tool_call_id):
-                self._asking = None  # decided elsewhere: the next line is no answer
+                self._open.append((event, self._read))
+            if isinstance(event, UserMessage):
+                self._began = True  # (a background turn's has no message)
+            if isinstance(event, DecisionMade) and self._forget(event.tool_call_id):
+                # decided elsewhere: the next line is no answer to it
                 verb, suffix = outcome_line(event.outcome)
-                self._say(f"{verb} by {event.by}{suffix}")
+                by = f" by {event.by}" if event.by else ""  # ("by  —" until 2026-12-07)
+                self._say(f"{verb}{by}{suffix}")
             try:
                 self._render(event)  # events it does not show (NewSession, ...) pass by
             except Exception:  # one event's fault: the turn's end must still be seen
                 log.exception("showing %s failed", type(event).__name__)
             if isinstance(event, Done | Error):
-                if self._asking is not None and self._asking.session_id == item.session_id:
-                    self._asking = None  # ours ended; a job's card asks on (review)
-                self._running = False
+                # Ours ended (a job's card asks on: review); a background turn's end (a
+                # task's result told) is not our message's, which may still wait (until
+                # 2026-12-07 it ended the wait: Ctrl-C then left the chat; review).
+                self._open = [(p, n) for p, n in self._open if p.session_id != item.session_id]
+                if self._began or not self._hub.has_work(SOURCE):
+                    self._running = self._began = False
             self._changed.set()
 
     async def _command(self, text: str) -> None:
         head, _, argument = text.partition(" ")
         name = head[1:].lower()
         context = CommandContext(self._hub, SOURCE, argument.strip(), None, is_owner=True)
+        if f"/{name}" in _STOP:
+            self._stop_asked = True
         try:
             reply = await self.commands.run(name, context)
+            if reply is None and name in ("new", "clear"):  # the terminal shows no events
+                reply = f"New conversation (session {await self._hub.session_id(SOURCE)})."
         except HubError as exc:
             reply = f"! {exc}"
-        if reply is None and name in ("new", "clear"):  # the terminal does not show events
-            reply = f"New conversation (session {await self._hub.session_id(SOURCE)})."
+        except Exception:
+            self._failed(f"/{name}")
+            return
         if reply:
             self._say(reply)
 
     async def _answer(self, text: str) -> None:
-        asking, self._asking = self._asking, None
+        """``text`` answers the latest prompt shown; one still open is shown again."""
+        asking = self._open.pop()[0]
+        try:
+            await self._answered(asking, text)
+        except Exception:
+            self._failed(f"answering call {_call_of(asking)}")
+        if self._open and self._open[-1][0] is not asking:
+            self._say("Still waiting for an answer:")
+            self._render(self._open[-1][0])
+
+    async def _answered(self, asking: ApprovalRequired | Question, text: str) -> None:
         match asking:
             case ApprovalRequired(tool_call_id=call_id):
                 choice = ANSWERS.get(text.lower(), "reject")
@@ -410,10 +501,15 @@ class TerminalChat:
                 try:
                     await self._hub.answer(request_id, text, source=SOURCE)
                 except TextRefused as exc:  # the question still waits: the next line answers
-                    self._asking = asking
+                    self._open.append((asking, self._read))
                     self._say(f"! {exc}")
                 except (InboxError, HubError) as exc:
                     self._say(f"! {exc}")
+
+    def _failed(self, what: str) -> None:
+        """One line for a failure of ours (the details in the log, by the error's id)."""
+        error = report_failure(log, f"the terminal chat: {what}")
+        self._say(f"! That failed (error {error}); try again.")
 
     def _is_command(self, line: str) -> bool:
         """``/name`` of one of the terminal's commands (a path, ``/home/ann``, is not)."""
@@ -422,11 +518,11 @@ class TerminalChat:
             return False
         return self.commands.get(name[1:].lower(), is_owner=True) is not None
 
-    def _asks(self, call_id: int) -> bool:
-        match self._asking:
-            case ApprovalRequired(tool_call_id=asked) | Question(request_id=asked):
-                return asked == call_id
-        return False
+    def _forget(self, call_id: int) -> bool:
+        """Drop the prompt of ``call_id``; whether one was open."""
+        kept = [(p, n) for p, n in self._open if _call_of(p) != call_id]
+        forgot, self._open = len(kept) != len(self._open), kept
+        return forgot
 
     def _drop_backlog(self) -> None:
         """``/stop`` drops what was typed meanwhile, as the hub drops queued messages."""
@@ -435,10 +531,10 @@ class TerminalChat:
             self._backlog.clear()
 
     def _close_prompts(self) -> None:
-        """The call stays pending (asked again at the next start) and the turn ends."""
-        asking, self._asking = self._asking, None
-        if asking is not None:
-            self._hub.leave_waiting(asking.session_id)
+        """The calls stay pending (asked again at the next start) and the turn ends."""
+        open_, self._open = self._open, []
+        for session_id in {prompt.session_id for prompt, _ in open_}:
+            self._hub.leave_waiting(session_id)
 
     def _interrupt(self) -> None:
         """Ctrl-C: the turn stops; at the prompt the chat ends as at ``/quit`` (it raised
@@ -446,7 +542,9 @@ class TerminalChat:
         traceback into the chat and skipped its graceful stop)."""
         if self._running:
             self._drop_backlog()
+            self._stop_asked = True
             self._stopping = asyncio.ensure_future(self._hub.cancel(SOURCE))
+            self._changed.set()
         else:
             self._leaving.set()
 
@@ -457,3 +555,7 @@ class TerminalChat:
     def _say(self, text: str) -> None:
         self._out.write(plainly(text) + "\n")  # a fact or a job's name may be a model's
         self._out.flush()
+
+
+def _call_of(prompt: ApprovalRequired | Question) -> int:
+    return prompt.tool_call_id if isinstance(prompt, ApprovalRequired) else prompt.request_id

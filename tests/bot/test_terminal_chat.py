@@ -169,6 +169,38 @@ def test_a_models_escapes_never_drive_the_terminal() -> None:
     assert shown.count("line two") == 3  # the line breaks are kept, as text
 
 
+def test_an_answer_is_written_as_its_language_and_its_emoji_are() -> None:
+    """The escaping meant for cards showed a Persian answer's zero-width non-joiner, an
+    emoji's joiners and a flag's tags as codes (found by review on 2026-12-07); what a
+    terminal acts on, and a bidi override, are still shown as codes."""
+    out = io.StringIO()
+    render = TerminalRenderer(out)
+    persian = "می\u200cخواهم"
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"
+    scotland = "\U0001f3f4\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f"
+    render(TextDelta(text=f"{persian} {family} {scotland} \u202eevil\x1b[2J"))
+    render(Done(content="", message_id=1))
+    shown = out.getvalue()
+    assert f"{persian} {family} {scotland} " in shown
+    assert "\\u202e" in shown and "\\x1b" in shown and "\x1b" not in shown
+
+
+def test_a_terminal_that_is_not_utf8_chats(tmp_path: Path, fake_openai: FakeOpenAIServer) -> None:
+    """A Latin-1 terminal: the banner's "—" raised UnicodeEncodeError before the first
+    prompt (found by review on 2026-12-07)."""
+    fake_openai.reply_text("Bonjour — ça va ?")
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "chat"],
+        input="salut\n".encode("latin-1"),
+        capture_output=True,
+        env={**service_env(tmp_path, fake_openai.base_url), "PYTHONIOENCODING": "latin-1"},
+        cwd=tmp_path,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr.decode("latin-1")[-1500:]
+    assert "Bonjour ? ça va ?" in done.stdout.decode("latin-1")
+
+
 async def test_a_commands_reply_is_shown_as_text() -> None:
     """A fact ``/memory`` lists or a job ``/jobs`` names may be a model's words."""
     out = io.StringIO()

@@ -18,8 +18,10 @@ from bot.terminal import SOURCE, TerminalChat
 from engine.approval import OPERATOR
 from engine.core import Engine
 from engine.hub import ChatHub, Choice
+from engine.session.turn.conclusion import CANCELLED_MESSAGE
 from scheduler.service import Scheduler
 from tests.clock import FakeClock
+from tests.engine.session.helpers import BlockingTool
 from tests.fakes.openai_server import FakeOpenAIServer
 
 TIMEOUT_S = 10.0
@@ -36,12 +38,16 @@ async def until(condition: Callable[[], Any], what: str) -> Any:
 class Keyboard:
     """A terminal chat with a pipe for stdin and a buffer for the screen."""
 
-    def __init__(self, hub: ChatHub) -> None:
+    def __init__(self, hub: ChatHub, *, typed_ahead_answers: bool | None = None) -> None:
         read, write = os.pipe()
         self._keys = os.fdopen(write, "w")
         self.screen = io.StringIO()
         self.chat = TerminalChat(
-            hub, hub.events(SOURCE), stdin=os.fdopen(read, "r"), stdout=self.screen
+            hub,
+            hub.events(SOURCE),
+            stdin=os.fdopen(read, "r"),
+            stdout=self.screen,
+            typed_ahead_answers=typed_ahead_answers,
         )
         self.task = asyncio.create_task(self.chat.run())
 
@@ -245,3 +251,137 @@ async def test_stop_drops_the_lines_typed_during_the_turn(
     await keyboard.shows("Stopped")
     await keyboard.close()
     assert "then delete the old backups" not in said(fake_openai)
+
+
+async def test_stop_typed_right_after_a_message_gives_the_prompt_back(
+    keyboard: Keyboard, fake_openai: FakeOpenAIServer
+) -> None:
+    """A paste "hello\\n/stop": the stop dropped the message before its turn began, no
+    event said so, and the terminal waited for ever (found by review on 2026-12-07)."""
+    fake_openai.reply_text("Answered.")
+    fake_openai.reply_text("Answered.")
+    await keyboard.shows("› ")
+    keyboard.type("hello\n/stop")
+    await keyboard.shows("Stopped")
+    keyboard.type("second message")
+    await until(lambda: "second message" in said(fake_openai), "the next message asked")
+    await until(lambda: keyboard.screen.getvalue().endswith("› "), "the prompt back")
+
+
+async def test_a_background_turn_ending_leaves_our_message_running(
+    hub: ChatHub, engine: Engine, keyboard: Keyboard, fake_openai: FakeOpenAIServer
+) -> None:
+    """A task's result told while our message waited: its end ended our wait, and Ctrl-C
+    during our turn then left the chat (found by review on 2026-12-07)."""
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    fake_openai.reply_tool_calls(("b1", "wait_here", {}))  # the background turn
+    fake_openai.reply_text("Your backup finished.")
+    fake_openai.reply_hang(partial="Thinking ")  # our message's turn
+    await keyboard.shows("› ")
+    session_id = await hub.session_id(SOURCE)
+    told = asyncio.create_task(hub.inject(session_id, "task_completed", '{"ok": 1}', "done"))
+    await keyboard.shows("Approve? [y]es")
+    keyboard.type("y")
+    await asyncio.wait_for(blocker.started.wait(), TIMEOUT_S)
+    keyboard.type("hello")
+    await until(lambda: keyboard.chat._backlog == [] and hub.has_work(SOURCE), "queued")
+    blocker.release.set()
+    await keyboard.shows("Your backup finished.")
+    await keyboard.shows("Thinking")
+
+    keyboard.chat._interrupt()  # Ctrl-C during our turn
+    await keyboard.shows(CANCELLED_MESSAGE)
+    await told
+    assert not keyboard.task.done(), keyboard.screen.getvalue()
+
+
+async def test_a_pasted_second_line_waits_as_a_message_not_an_answer(
+    hub: ChatHub, fake_openai: FakeOpenAIServer
+) -> None:
+    """At a terminal a line read before a prompt was shown does not answer it: the second
+    line of a paste rejected the command with itself as the reason (found by review)."""
+    keyboard = Keyboard(hub, typed_ahead_answers=False)
+    try:
+        fake_openai.reply_tool_calls(("c1", "execute_cmd", {"command": "echo deploying"}))
+        fake_openai.reply_text("Deployed.")
+        fake_openai.reply_text("Noted.")
+        keyboard.type("run the deploy script\nit is in the repo root")
+        await keyboard.shows("Approve? [y]es")
+        keyboard.type("y")
+        await keyboard.shows("Noted.")
+        assert said(fake_openai, "tool")[0].startswith("deploying")
+        assert said(fake_openai)[-1] == "it is in the repo root"  # a message of its own
+    finally:
+        await keyboard.close()
+
+
+async def test_two_cards_at_once_are_answered_latest_first_then_the_other(
+    hub: ChatHub, keyboard: Keyboard, briefing: Briefing, fake_openai: FakeOpenAIServer
+) -> None:
+    """A job's card shown while the chat's own waited took its place: the chat's own
+    could no longer be answered, and its turn waited for ever (found by review)."""
+    fake_openai.reply_tool_calls(("c1", "execute_cmd", {"command": "echo hi"}))
+    keyboard.type("say hi")
+    await keyboard.shows("$ echo hi")
+    job_id = await briefing.fire()
+    fake_openai.reply_text("It said hi.")
+    await keyboard.shows("⏰ Notes: read_file wants to run")
+    keyboard.type("y")  # the latest card shown: the job's
+    assert await briefing.done(job_id)
+    await keyboard.shows("Still waiting for an answer:")
+    keyboard.type("y")  # the chat's own, shown again
+    await keyboard.shows("It said hi.")
+    assert said(fake_openai, "tool")[-1].startswith("hi")
+
+
+async def test_a_jobs_card_closed_by_nobody_names_nobody(
+    hub: ChatHub, keyboard: Keyboard, briefing: Briefing, fake_openai: FakeOpenAIServer
+) -> None:
+    """A job's card whose wait ran out: "⌛ Not decided in time by  — …" (found by review
+    on 2026-12-07)."""
+    await keyboard.shows("› ")
+    job_id = await briefing.fire()
+    await keyboard.shows("⏰ Notes: read_file wants to run")  # a job's card says whose
+    [item] = await hub.pending_approvals(shown_in=SOURCE)
+    await hub.visiting.close(SOURCE, item.tool_call_id, "timed_out")  # scheduler/asking.py
+    await keyboard.shows("Not decided in time")
+    assert " by  " not in keyboard.screen.getvalue()
+    await hub.decide(item.tool_call_id, Choice.named("reject"), decider=OPERATOR)
+    await briefing.done(job_id)
+
+
+async def test_a_tool_name_of_escapes_is_shown_as_codes(
+    keyboard: Keyboard, fake_openai: FakeOpenAIServer
+) -> None:
+    """The name is the model's until it is checked (found by review on 2026-12-07)."""
+    fake_openai.reply_tool_calls(("c1", "x\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J", {}))
+    fake_openai.reply_text("Sorry.")
+    keyboard.type("hi")
+    await keyboard.shows("Sorry.")
+    screen = keyboard.screen.getvalue()
+    assert "\x1b" not in screen and "\x07" not in screen
+
+
+async def test_a_failure_of_ours_is_one_line_and_the_chat_goes_on(
+    hub: ChatHub, keyboard: Keyboard, fake_openai: FakeOpenAIServer
+) -> None:
+    """The database busy past its wait (another process holding SQLite's write lock)
+    ended the chat, and `chathub serve` with it, on a traceback (found by review on
+    2026-12-07)."""
+    send = hub.send_message
+    busy = True
+
+    async def sometimes_busy(*args: Any, **kwargs: Any) -> Any:
+        if busy:
+            raise RuntimeError("database is locked")
+        return await send(*args, **kwargs)
+
+    hub.send_message = sometimes_busy  # type: ignore[method-assign]
+    keyboard.type("hello")
+    await keyboard.shows("! That failed (error ")
+    assert "database is locked" not in keyboard.screen.getvalue()
+    busy = False
+    fake_openai.reply_text("Hello again.")
+    keyboard.type("hello")
+    await keyboard.shows("Hello again.")
