@@ -257,25 +257,38 @@ def _as_edited(timeline: list[Any]) -> list[Any]:
     """The timeline with each message as its sender last edited it in the same batch (an
     edit later on is not answered: the first version was). A message corrected while the
     bot was down, or before it read the batch, was answered as first written: the agent
-    acted on words the person took back (until 2026-12-07; found by review)."""
+    acted on words the person took back (until 2026-12-07; found by review). A message
+    its sender deleted takes no edit: it stays empty, and is not answered (its last edit
+    was, until 2026-12-07; found by review)."""
     edits: dict[str, Json] = {}
     senders: dict[str, Any] = {}  # each message's sender: only their own edits count
+    deleted = {
+        str(raw.get("redacts") or (raw.get("content") or {}).get("redacts"))
+        for raw in timeline
+        if isinstance(raw, dict) and raw.get("type") == "m.room.redaction"
+    }
     for raw in timeline:
         if not isinstance(raw, dict) or raw.get("type") != "m.room.message":
             continue
-        senders[str(raw.get("event_id"))] = raw.get("sender")
         content = raw.get("content")
         if not isinstance(content, dict):
             continue
+        event_id = str(raw.get("event_id"))
+        unsigned = raw.get("unsigned") if isinstance(raw.get("unsigned"), dict) else {}
+        if content and "redacted_because" not in unsigned and event_id not in deleted:
+            senders[event_id] = raw.get("sender")
         relates, new = content.get("m.relates_to"), content.get("m.new_content")
         if isinstance(relates, dict) and relates.get("rel_type") == "m.replace":
             target = relates.get("event_id")
             if isinstance(target, str) and _whole(new) and senders.get(target) == raw.get("sender"):
                 edits[target] = new
-    if not edits:
+    deleted.discard("None")
+    if not edits and not deleted:
         return timeline
     edited = []
     for raw in timeline:
+        if isinstance(raw, dict) and raw.get("event_id") in deleted:
+            raw = {**raw, "content": {}}  # deleted in this batch: nothing to answer
         edit = edits.get(raw.get("event_id")) if isinstance(raw, dict) else None
         content = raw.get("content") if isinstance(raw, dict) else None
         if edit is not None and isinstance(content, dict):

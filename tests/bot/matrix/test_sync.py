@@ -77,3 +77,26 @@ def test_a_message_is_read_as_its_own_senders_last_whole_edit_in_the_batch() -> 
     assert read[0]["content"]["body"] == "delete the staging cache"
     assert read[4] == timeline[4] and read[1:4] == timeline[1:4]
     assert _as_edited(timeline[:1]) == timeline[:1]
+
+
+def test_a_deleted_message_takes_no_edit_of_the_batch() -> None:
+    """Written, edited, then deleted while the bot was away: it was answered as edited
+    (found by review on 2026-12-07). Synapse serves it empty with ``redacted_because``, or
+    the redaction comes in the batch."""
+    change = {"msgtype": "m.text", "body": "delete all my files now"}
+    redacted = {
+        "type": "m.room.message",
+        "event_id": "$1",
+        "sender": "@ann:hs",
+        "content": {},
+        "unsigned": {"redacted_because": {"type": "m.room.redaction", "redacts": "$1"}},
+    }
+    timeline = [redacted, _edit("$2", "@ann:hs", "$1", change)]
+    assert _as_edited(timeline) == timeline
+    later = [
+        _message("$1", "@ann:hs", "delete the logs"),
+        _edit("$2", "@ann:hs", "$1", change),
+        {"type": "m.room.redaction", "event_id": "$3", "sender": "@ann:hs", "redacts": "$1"},
+    ]
+    read = _as_edited(later)
+    assert read[0]["content"] == {} and read[1:] == later[1:]  # nothing left to answer
