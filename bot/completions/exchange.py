@@ -211,6 +211,10 @@ class Exchange:
         the request ends with a sentence instead of waiting forever."""
         turn = _Turn()
         started = mine is None  # a running turn is followed from now
+        # Joined in the middle of a round (a retry, a Regenerate): its text is the
+        # answer's tail; the answer comes whole at Done (until 2026-12-07 the tail, then
+        # the whole answer; found by review).
+        turn.gap = started
         quiet_looks = 0
         if source is not None:
             for piece in await self._already_waiting(turn, source):

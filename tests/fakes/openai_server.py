@@ -84,6 +84,8 @@ class ScriptedReply:
     content_encoding: str = ""
     #: Seconds the server waits before answering (a slow model).
     delay_s: float = 0.0
+    #: A streamed answer stops after this many words of its content until ``go_on()``.
+    pause_after: int = 0
 
 
 class FakeOpenAIServer:
@@ -124,6 +126,7 @@ class FakeOpenAIServer:
         self._per_model: dict[str, deque[ScriptedReply]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._release: asyncio.Event | None = None
+        self._going_on = threading.Event()  # paused streams go on (``pause_after``)
         self._runner: BackgroundServer | None = None
         self._port = 0
         self._counter = 0
@@ -166,9 +169,15 @@ class FakeOpenAIServer:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
+    def go_on(self) -> None:
+        """Paused streams (``pause_after``) go on to their end."""
+        self._going_on.set()
+
     def reset(self) -> None:
         """Forget scripts, the answering function, recorded requests, the model listing and
-        the key; release hangs (for a shared server)."""
+        the key; release hangs and pauses (for a shared server)."""
+        self._going_on.set()
+        self._going_on = threading.Event()
         with self._lock:
             self._shared.clear()
             self._per_model.clear()
@@ -206,11 +215,13 @@ class FakeOpenAIServer:
         finish_reason: str = "stop",
         model: str | None = None,
         delay_s: float = 0.0,
+        pause_after: int = 0,
     ) -> None:
         """An assistant text answer; ``usage`` is ``(prompt_tokens, completion_tokens)``.
 
         ``reasoning_field="reasoning"`` sends reasoning the way some providers name it;
-        ``delay_s``: answered that much later (real time: a slow model).
+        ``delay_s``: answered that much later (real time: a slow model); ``pause_after``:
+        a stream stops after that many words until ``go_on()`` (a model mid-answer).
         """
         self.enqueue(
             ScriptedReply(
@@ -222,6 +233,7 @@ class FakeOpenAIServer:
                 cost=cost,
                 finish_reason=finish_reason,
                 delay_s=delay_s,
+                pause_after=pause_after,
             ),
             model=model,
         )
@@ -500,7 +512,10 @@ class FakeOpenAIServer:
             await asyncio.sleep(reply.delay_s)
         if stream:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return _sse(_stream_completion(completion_id, str(model), reply, include_usage))
+            chunks = _stream_completion(completion_id, str(model), reply, include_usage)
+            if reply.pause_after:
+                return _sse(_paused(chunks, reply.pause_after, self._going_on))
+            return _sse(chunks)
         return JSONResponse(_whole_completion(completion_id, str(model), reply))
 
 
@@ -638,6 +653,18 @@ def _stream_completion(
             }
         )
     yield "[DONE]"
+
+
+async def _paused(
+    chunks: Iterable[str], words: int, going_on: threading.Event
+) -> AsyncIterator[str]:
+    """``chunks``, stopped after ``words`` of content until ``going_on`` is set."""
+    said = 0
+    for chunk in chunks:
+        yield chunk
+        said += '"content": "' in chunk and '"content": ""' not in chunk
+        if said == words:
+            await asyncio.get_running_loop().run_in_executor(None, going_on.wait)
 
 
 async def _then_stall(chunks: Iterable[str], release: asyncio.Event) -> AsyncIterator[str]:

@@ -9,6 +9,7 @@ answered which needs no clock."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -283,3 +284,37 @@ async def test_a_marked_first_message_with_other_instructions_begins_its_own_con
     assert other.json()["chathub"] != first.json()["chathub"]
     assert again.json()["chathub"] == first.json()["chathub"]  # a retry of A's is A's
     assert len(fake_openai.requests) == 2
+
+
+ANSWER = "Alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu."
+
+
+async def test_a_request_sent_again_mid_answer_gets_the_answer_once(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """Open WebUI's Stop, then Regenerate, while the agent writes its answer: the second
+    request joined the round in its middle, was sent its tail, then the whole answer
+    again (found by review on 2026-12-07)."""
+    fake_openai.reply_text("Hi.")
+    fake_openai.reply_text(ANSWER, pause_after=3)
+    hello = {"role": "user", "content": "hello"}
+    ask = {"role": "user", "content": "say the greek letters"}
+    async with v1.http() as http:
+        first = await http.post("/v1/chat/completions", json={"model": "main", "messages": [hello]})
+        history = [hello, {"role": "assistant", "content": said(first)}, ask]
+        body = {"model": "main", "messages": history, "stream": True}
+        async with http.stream("POST", "/v1/chat/completions", json=body) as raw:
+            words = 0
+            async for line in raw.aiter_lines():  # Stop, while the answer pauses
+                if line.startswith("data: {"):
+                    words += bool(json.loads(line[6:])["choices"][0]["delta"].get("content"))
+                    if words == 3:
+                        break
+        text = ""
+        async with http.stream("POST", "/v1/chat/completions", json=body) as raw:  # again
+            fake_openai.go_on()  # the answer goes on: this request follows it from here
+            async for line in raw.aiter_lines():
+                if line.startswith("data: {"):
+                    text += json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+    assert len(fake_openai.requests) == 2  # the turn ran once: the request followed it
+    assert text == ANSWER
