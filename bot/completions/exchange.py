@@ -172,9 +172,15 @@ class Exchange:
         events = self._hub.events(source, remote=True)  # before looking: nothing missed
         try:
             state = await answered()
+            working = self._hub.has_work(source) or await self._hub.is_busy(source)
+            if state.answer is None and not working:
+                # Its turn may have ended between the two looks: an answer is stored
+                # before its chat is idle (until 2026-12-07 the message ran again, its
+                # tools too; found by review).
+                state = await answered()
             if state.answer is not None:
                 return Turn(self, events, None, running=False, answer=state.answer, holds=holds)
-            if not state.failed and (self._hub.has_work(source) or await self._hub.is_busy(source)):
+            if not state.failed and working:
                 # Its turn runs (follow it from now), or it waits for one (its echo first).
                 mine = None if state.stored else text
                 return Turn(self, events, mine, source=source, holds=holds)

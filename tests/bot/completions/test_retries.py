@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from bot.completions.routes import CompletionsApi
 from engine.store import utcnow
 from tests.bot.completions.conftest import V1Server, until, user_messages
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -318,3 +319,40 @@ async def test_a_request_sent_again_mid_answer_gets_the_answer_once(
                     text += json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
     assert len(fake_openai.requests) == 2  # the turn ran once: the request followed it
     assert text == ANSWER
+
+
+async def test_a_request_sent_again_as_its_turn_ends_never_runs_it_again(
+    v1: V1Server, fake_openai: FakeOpenAIServer, monkeypatch: Any
+):
+    """What became of the message was read (no answer yet), then whether anything still
+    worked on the chat (nothing: the turn had ended between the two): the message ran a
+    second time, its tools too (found by review on 2026-12-07)."""
+    fake_openai.reply_text("Hi.")
+    fake_openai.reply_text(ANSWER, pause_after=2)
+    fake_openai.reply_text("A SECOND RUN.")
+    read = CompletionsApi._answer_to
+
+    async def read_just_before_the_end(api: Any, *args: Any) -> Any:
+        state = await read(api, *args)  # no answer yet: the turn runs
+
+        async def idle() -> bool:
+            return not v1.hub.has_work("api:1") and not await v1.hub.is_busy("api:1")
+
+        fake_openai.go_on()
+        await until(idle)  # ... and ends right after the look
+        return state
+
+    hello = {"role": "user", "content": "hello"}
+    ask = {"role": "user", "content": "say the greek letters"}
+    async with v1.http() as http:
+        first = await http.post("/v1/chat/completions", json={"model": "main", "messages": [hello]})
+        history = [hello, {"role": "assistant", "content": said(first)}, ask]
+        body = {"model": "main", "messages": history, "stream": True}
+        async with http.stream("POST", "/v1/chat/completions", json=body) as raw:
+            async for line in raw.aiter_lines():  # Stop, while the answer pauses
+                if line.startswith("data: {") and "alpha" in line.lower():
+                    break
+        monkeypatch.setattr(CompletionsApi, "_answer_to", read_just_before_the_end)
+        again = await http.post("/v1/chat/completions", json={**body, "stream": False})
+    assert len(fake_openai.requests) == 2  # the message ran once
+    assert said(again) == ANSWER
