@@ -279,6 +279,13 @@ class JobRunner:
         chat = self._chat_of(job) or self.hub.home
         metadata = _sender(job)
         profile = await self.hub.visiting.turn_context(chat, metadata)
+        # The job's own zone, beside the service's date line: a 07:00 Tokyo briefing on a
+        # UTC service was told it was 22:00 the day before, and briefed on the wrong day
+        # (until 2026-12-07; found by review).
+        zone = (
+            f"This task runs in {job.timezone}: it is {_local(self._clock(), job.timezone)} there."
+        )
+        profile = f"{profile}\n\n{zone}" if profile else zone
         if resuming:
             resumed = await handler.resume_turn(extra_system_dynamic=profile, emit=cards)
             if resumed is not None:

@@ -1283,3 +1283,19 @@ async def test_a_failed_lease_renewal_is_tried_again_and_the_run_stays_its_worke
     await asyncio.wait_for(worker.dispatcher.drain(), 5)
     [run] = await worker.store.runs(job.id)
     assert (run.status, run.attempt, run.lease_owner) == ("done", 1, "worker-a")
+
+
+async def test_a_jobs_run_is_told_the_time_in_the_jobs_zone(
+    scheduler: Scheduler, clock: FakeClock, model: EchoModel, origin: int
+) -> None:
+    """A 07:00 Tokyo briefing on a UTC service was told only it was 22:00 the day before,
+    and briefed on the wrong day (found by review on 2026-12-07)."""
+    job = await scheduler.create_cron(
+        ORIGIN, "Briefing", "0 7 * * *", "brief me on today", timezone="Asia/Tokyo"
+    )
+    assert job.next_run_at == datetime(2026, 1, 1, 22, tzinfo=UTC)  # 07:00 in Tokyo
+    clock.now = job.next_run_at + timedelta(seconds=2)
+    await scheduler.dispatcher.step()
+    await scheduler.dispatcher.drain()
+    system = "\n".join(str(m["content"]) for m in model.requests[0][0] if m["role"] == "system")
+    assert "it is Fri 02 Jan 2026 07:00 (Asia/Tokyo) there" in system
