@@ -218,7 +218,8 @@ class JobStore:
 
     async def release(self, owner: str, run_ids: Sequence[int]) -> int:
         """Give back claimed runs that never started (no session yet): pending again, their
-        attempt not counted, claimable at once by anyone. How many were given back."""
+        attempt not counted, claimable at once by anyone (one a kill asked to stop ends,
+        failed: ``STOPPED``). How many were given back."""
         return await self._db.run(_release, owner, list(run_ids))
 
     async def start(
@@ -788,14 +789,30 @@ def _renew(conn: Connection, owner: str, run_ids: list[int], expires_at: datetim
 def _release(conn: Connection, owner: str, run_ids: list[int]) -> int:
     released = 0
     for chunk in _chunks(run_ids):
+        unstarted = sa.and_(
+            r.c.id.in_(chunk),
+            r.c.lease_owner == owner,
+            r.c.status == "running",
+            r.c.session_id.is_(None),
+        )
+        # One a kill asked to stop ends so: given back, it was never claimed again nor
+        # ended (only a running run ends at its lease), pending for good (until 2026-12-07;
+        # found by review).
+        released += conn.execute(
+            r.update()
+            .where(unstarted, r.c.cancel_requested_at.is_not(None))
+            .values(
+                status="failed",
+                error=STOPPED,
+                delivery_status="none",
+                finished_at=utcnow(),
+                lease_owner=None,
+                lease_expires_at=None,
+            )
+        ).rowcount
         done = conn.execute(
             r.update()
-            .where(
-                r.c.id.in_(chunk),
-                r.c.lease_owner == owner,
-                r.c.status == "running",
-                r.c.session_id.is_(None),
-            )
+            .where(unstarted, r.c.cancel_requested_at.is_(None))
             .values(
                 status="pending",
                 lease_owner=None,

@@ -605,6 +605,21 @@ async def test_release_gives_back_only_claimed_runs_that_never_started(jobs: Job
     assert (again.id, again.attempt) == (queued.id, 1)
 
 
+async def test_a_run_a_kill_stopped_while_queued_ends_when_given_back(jobs: JobStore) -> None:
+    """A kill while the run waited in its worker's queue, then a deploy that gave it back:
+    pending for good, never claimed (it was asked to stop) nor ended (found by review on
+    2026-12-07)."""
+    queued = await pending_run(jobs)
+    await jobs.claim("worker-a", at(1), LEASE, 2)
+    await jobs.request_stop(queued.job_id)
+
+    assert await jobs.release("worker-a", [queued.id]) == 1
+
+    ended = await jobs.run(queued.id)
+    assert (ended.status, ended.error, ended.delivery_status) == ("failed", STOPPED, "none")
+    assert await jobs.claim("worker-b", at(1, 0, 1), LEASE, 10) == []
+
+
 def id_of(run: Run) -> int:
     return run.id
 
