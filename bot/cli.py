@@ -139,7 +139,7 @@ async def _serve(config: AppConfig) -> None:
 
 
 async def _chat(config: AppConfig) -> None:
-    from bot.serve import open_engine
+    from bot.serve import open_engine, open_memory
     from bot.terminal import SOURCE, TerminalChat, console_interrupted, log_to_file
     from engine.hub import ChatHub
 
@@ -147,12 +147,19 @@ async def _chat(config: AppConfig) -> None:
     engine = await open_engine(config)
     hub = ChatHub(engine, config.hub, recover_prefix=SOURCE)
     events = hub.events(SOURCE)  # before the hub resumes an interrupted turn
+    memory = None
     try:
+        # Its memory, full text alone (until 2026-12-07 none: /memory said it was switched
+        # off, and /forget_me deleted nothing; found by review).
+        if config.settings.memory_enabled:
+            memory = await open_memory(engine, hub, config.settings)
         resuming = await console_interrupted(engine)
         await hub.start()
-        await TerminalChat(hub, events, resuming=resuming).run()
+        await TerminalChat(hub, events, resuming=resuming, memory=memory).run()
     finally:
         await hub.close()
+        if memory is not None:
+            await memory.close()
         await engine.close()
 
 

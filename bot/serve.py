@@ -313,26 +313,13 @@ class Service:
             )
             self._spawn(embeddings.follow(engine.system_bus), "embeddings")
             # Subscribed before the hub starts: turns it resumes publish (catch-up apart).
-            self.memory = memory = MemoryService(
-                engine.store.db,
-                engine.bus,
-                fact_limits=FactLimits(max_chars=settings.memory_fact_chars),
-                profile_limits=ProfileLimits(max_chars=settings.memory_profile_chars),
-                # MEMORY_MODEL first, the other models as fallbacks (unset: the main model).
-                models=(lambda: engine.models.candidates(settings.memory_model))
-                if settings.memory_derive_facts
-                else None,
+            self.memory = await open_memory(
+                engine,
+                hub,
+                settings,
                 embeddings=embeddings,
-                embedder_limits=EmbedderLimits(batch=settings.embedding_batch),
-                min_similarity=settings.embedding_min_similarity,
                 reread_s=MEMORY_REREAD_S if self.notifier is not None else None,
             )
-            await memory.start()
-            if owner:  # the owner's web chat and console are the owner's Telegram self
-                await memory.link_operator(Identity("telegram", str(owner)))
-            for tool in memory_tools(engine.store, memory):
-                engine.tools.register(tool)
-            hub.add_turn_context(memory.turn_context)
         webhook: TelegramWebhook | None = None
         deliveries: Deliveries | None = None  # the web inbox's "deliveries waiting"
         # /pair on any platform redeems a code from any platform; in a fleet every process
@@ -664,6 +651,40 @@ async def open_engine(
     return await Engine.open(
         config, models=models, policy=policy, store=store, notifications=EventStore(store.db)
     )
+
+
+async def open_memory(
+    engine: Engine,
+    hub: ChatHub,
+    settings: Settings,
+    *,
+    embeddings: EmbeddingChoice | None = None,
+    reread_s: float | None = None,
+) -> MemoryService:
+    """Long-term memory as ``MEMORY_*`` set it, started, its tools registered and its
+    profile in every turn of ``hub`` (before the hub starts: the turns it resumes publish);
+    ``embeddings``: semantic recall (none: full text alone)."""
+    memory = MemoryService(
+        engine.store.db,
+        engine.bus,
+        fact_limits=FactLimits(max_chars=settings.memory_fact_chars),
+        profile_limits=ProfileLimits(max_chars=settings.memory_profile_chars),
+        # MEMORY_MODEL first, the other models as fallbacks (unset: the main model).
+        models=(lambda: engine.models.candidates(settings.memory_model))
+        if settings.memory_derive_facts
+        else None,
+        embeddings=embeddings,
+        embedder_limits=EmbedderLimits(batch=settings.embedding_batch),
+        min_similarity=settings.embedding_min_similarity,
+        reread_s=reread_s,
+    )
+    await memory.start()
+    if settings.telegram_owner_id:  # the owner's web chat and console: their Telegram self
+        await memory.link_operator(Identity("telegram", str(settings.telegram_owner_id)))
+    for tool in memory_tools(engine.store, memory):
+        engine.tools.register(tool)
+    hub.add_turn_context(memory.turn_context)
+    return memory
 
 
 def freeze_startup_objects() -> None:

@@ -185,6 +185,17 @@ def test_an_answer_is_written_as_its_language_and_its_emoji_are() -> None:
     assert "\\u202e" in shown and "\\x1b" in shown and "\x1b" not in shown
 
 
+def test_chathub_chat_has_long_term_memory(tmp_path: Path, fake_openai: FakeOpenAIServer) -> None:
+    """`chathub chat` ran no memory: /memory said it was switched off and /forget_me
+    deleted nothing, though the service had stored facts (found by review on 2026-12-07)."""
+    fake_openai.reply_tool_calls(("m1", "memory_save", {"fact": "Ada likes tea."}))
+    fake_openai.reply_text("Noted.")
+    out = _run_chat(tmp_path, fake_openai, "remember I like tea\n/memory\n/search tea\n")
+    assert "Long-term memory is switched off." not in out
+    assert "What I remember about you in this chat (1):\n1. Ada likes tea." in out
+    assert "Found in this chat's past conversations:" in out and "remember I like [tea]" in out
+
+
 def test_a_terminal_that_is_not_utf8_chats(tmp_path: Path, fake_openai: FakeOpenAIServer) -> None:
     """A Latin-1 terminal: the banner's "—" raised UnicodeEncodeError before the first
     prompt (found by review on 2026-12-07)."""
