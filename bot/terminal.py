@@ -332,12 +332,13 @@ class TerminalChat:
     async def _converse(self, reader: _LineReader) -> None:
         while True:
             if self._backlog:
-                line: str | None = self._backlog.pop(0)[1]
+                number, line = self._backlog.pop(0)
             elif self._stdin_closed:
                 return
             else:
                 self._prompt()
                 line = await self._next_line(reader)
+                number = self._read
             if line is None:
                 self._say("")
                 return
@@ -351,8 +352,8 @@ class TerminalChat:
             if COMMAND.match(text):
                 await self._command(text)
                 continue
-            if self._open:  # a job's card, shown while no turn of ours ran
-                await self._answer(text)  # (it went to the model as a message; review)
+            if self._open and self._answers(number):  # a job's card, shown while no turn
+                await self._answer(text)  # of ours ran (it went to the model as a message)
                 continue
             self._running, self._began, self._stop_asked = True, False, False
             try:
@@ -428,11 +429,13 @@ class TerminalChat:
         shown (or any, when typed-ahead answers are allowed)."""
         if not self._open:
             return None
-        shown_at = self._open[-1][1]
-        for entry in self._backlog:
-            if self._typed_ahead_answers or entry[0] > shown_at:
-                return entry
-        return None
+        return next((entry for entry in self._backlog if self._answers(entry[0])), None)
+
+    def _answers(self, number: int) -> bool:
+        """Whether line ``number`` may answer the latest prompt: read after it was shown
+        (a pasted line waiting in the backlog decided a job's card shown after it, until
+        2026-12-07; found by review), or any when typed-ahead answers are allowed."""
+        return self._typed_ahead_answers or number > self._open[-1][1]
 
     async def _pump(self) -> None:
         async for item in self._events:
@@ -465,7 +468,7 @@ class TerminalChat:
         head, _, argument = text.partition(" ")
         name = head[1:].lower()
         context = CommandContext(self._hub, SOURCE, argument.strip(), None, is_owner=True)
-        if f"/{name}" in _STOP:
+        if f"/{name}" in (*_STOP, "/new", "/clear"):  # each drops what waits (review)
             self._stop_asked = True
         try:
             reply = await self.commands.run(name, context)
@@ -531,9 +534,13 @@ class TerminalChat:
             self._backlog.clear()
 
     def _close_prompts(self) -> None:
-        """The calls stay pending (asked again at the next start) and the turn ends."""
+        """The calls stay pending (asked again at the next start) and the turn ends; a
+        job's card waits on (the web inbox may still decide it)."""
         open_, self._open = self._open, []
-        for session_id in {prompt.session_id for prompt, _ in open_}:
+        ours = {
+            p.session_id for p, _ in open_ if not isinstance(p, ApprovalRequired) or not p.asked_by
+        }
+        for session_id in ours:
             self._hub.leave_waiting(session_id)
 
     def _interrupt(self) -> None:

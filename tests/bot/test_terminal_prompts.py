@@ -385,3 +385,55 @@ async def test_a_failure_of_ours_is_one_line_and_the_chat_goes_on(
     fake_openai.reply_text("Hello again.")
     keyboard.type("hello")
     await keyboard.shows("Hello again.")
+
+
+async def test_a_pasted_line_never_decides_a_jobs_card_shown_after_it(
+    hub: ChatHub, engine: Engine, fake_openai: FakeOpenAIServer
+) -> None:
+    """The paste's second line, waiting during our turn, rejected a job's card shown
+    after it once our turn ended (found by review on 2026-12-07): it is a message."""
+    briefing = Briefing(engine, hub, fake_openai)
+    keyboard = Keyboard(hub, typed_ahead_answers=False)
+    try:
+        fake_openai.reply_text("Thinking about it.", pause_after=1)  # our turn, paused
+        keyboard.type("hello\nplease go on")
+        await keyboard.shows("Thinking")
+        await until(lambda: keyboard.chat._backlog, "the second line waiting")
+        job_id = await briefing.fire()
+        await keyboard.shows("⏰ Notes: read_file wants to run")
+        fake_openai.reply_text("Noted.")
+        fake_openai.go_on()  # our turn ends
+        await until(lambda: "please go on" in said(fake_openai), "the line sent as a message")
+        [card] = await hub.pending_approvals(shown_in=SOURCE)  # the job's card still waits
+        await until(lambda: keyboard.screen.getvalue().endswith("› "), "the prompt back")
+        keyboard.type("y")
+        assert await briefing.done(job_id)
+        assert card.tool_call_id not in [c.tool_call_id for c in await hub.pending_approvals()]
+    finally:
+        await keyboard.close()
+        await briefing.scheduler.close()
+
+
+async def test_new_at_a_background_turns_card_gives_the_prompt_back(
+    hub: ChatHub, engine: Engine, keyboard: Keyboard, fake_openai: FakeOpenAIServer
+) -> None:
+    """/new dropped our message waiting behind a task's turn, with no event: the chat
+    waited for ever (found by review on 2026-12-07)."""
+    blocker = BlockingTool()
+    engine.tools.register(blocker)
+    fake_openai.reply_tool_calls(("b1", "wait_here", {}))  # the background turn
+    fake_openai.reply_tool_calls(("c1", "execute_cmd", {"command": "echo hi"}))  # asks
+    await keyboard.shows("› ")
+    session_id = await hub.session_id(SOURCE)
+    told = asyncio.create_task(hub.inject(session_id, "task_completed", '{"ok":1}', "done"))
+    await keyboard.shows("Approve? [y]es")
+    keyboard.type("y")
+    await asyncio.wait_for(blocker.started.wait(), TIMEOUT_S)
+    keyboard.type("hello")  # our message, waiting behind the background turn
+    await until(lambda: keyboard.chat._backlog == [] and hub.has_work(SOURCE), "queued")
+    blocker.release.set()
+    await keyboard.shows("$ echo hi")  # the background turn's second card
+    keyboard.type("/new")
+    await keyboard.shows("New conversation")
+    await until(lambda: keyboard.screen.getvalue().endswith("› "), "the prompt back")
+    await told
