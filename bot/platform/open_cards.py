@@ -158,9 +158,17 @@ class OpenCards:
                 return False
             repeated = True
         await self._closed(card, "answered", by, quietly)
-        if not repeated and goes_on is not None:
+        if not repeated and goes_on is not None and self.turn_goes_on(card.source):
             goes_on()
         return True
+
+    def turn_goes_on(self, source: str) -> bool:
+        """Whether a turn of ``source`` may still run: "typing…" is started only then. A
+        turn that ended while the card's edit was sent, or while a hand-over was read,
+        had it started after its end, renewed until the next turn ended (found by review
+        on 2026-12-07). In a fleet the turn may run elsewhere: yes."""
+        hub = self._hub
+        return hub is None or hub.fleet is not None or hub.has_work(source)
 
     async def _closed(self, card: CardRow, state: str, by: str | None, quietly: bool) -> None:
         if quietly:

@@ -73,7 +73,7 @@ class Activity(Protocol):
 async def typing_for_its_turn(activity: Activity, cards: OpenCards, source: str) -> None:
     """ "typing…" for a message just handed over, unless the conversation's own turn waits
     for a person (a card, a question): none shows under one (``waits_on_a_person``)."""
-    if not await cards.waits_on_a_person(source):
+    if not await cards.waits_on_a_person(source) and cards.turn_goes_on(source):
         activity.start_typing(source)
 
 

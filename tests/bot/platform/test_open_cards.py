@@ -350,3 +350,37 @@ async def test_a_card_a_tap_found_taken_closes_once_nothing_else_closed_it() -> 
     await sleep.release(TAKEN_GRACE_S)
     await asyncio.gather(*background.running())
     assert (store.rows[7].state, store.rows[8].state) == ("expired", "resolved")
+
+
+class OneProcessHub:
+    """A hub of one process, as far as an answer asks: the turn it resumes ends at once."""
+
+    fleet = None
+
+    def __init__(self) -> None:
+        self.working: set[str] = set()
+
+    async def answer_refusal(self, tool_call_id: int, decider: object) -> None:
+        return None
+
+    async def answer(self, tool_call_id: int, text: str, **_: object) -> None:
+        self.working.discard("chat:1")  # the resumed turn answered before the card's edit
+
+    def has_work(self, source: str) -> bool:
+        return source in self.working
+
+
+async def test_typing_starts_after_an_answer_only_while_its_turn_goes_on() -> None:
+    """The turn resumed by the answer ended while the card's closing edit was sent:
+    "typing…" was started after its end, and renewed until the next turn ended (found by
+    review on 2026-12-07)."""
+    hub, typing = OneProcessHub(), []
+    cards = OpenCards(hub, Store(), Face())  # type: ignore[arg-type]
+    await cards.show(question(2))
+    assert await cards.answer(question(2), "Rome", by="Ann", goes_on=lambda: typing.append(1))
+    assert typing == []
+    hub.working.add("chat:1")  # a turn still running: typing shows
+    await cards.show(question(3))
+    hub.answer = lambda *a, **k: asyncio.sleep(0)  # type: ignore[method-assign]
+    assert await cards.answer(question(3), "Paris", by="Ann", goes_on=lambda: typing.append(1))
+    assert typing == [1]
