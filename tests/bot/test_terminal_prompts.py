@@ -268,6 +268,23 @@ async def test_stop_typed_right_after_a_message_gives_the_prompt_back(
     await until(lambda: keyboard.screen.getvalue().endswith("› "), "the prompt back")
 
 
+async def hello_behind_a_tasks_turn(
+    hub: ChatHub, keyboard: Keyboard, blocker: BlockingTool
+) -> asyncio.Task[None]:
+    """A task's result told into the console: its turn (scripted to call ``wait_here``,
+    approved with ``y``) holds on in the tool while "hello" is typed, which waits behind
+    it. The telling, to await."""
+    await keyboard.shows("› ")
+    session_id = await hub.session_id(SOURCE)
+    told = asyncio.create_task(hub.inject(session_id, "task_completed", '{"ok": 1}', "done"))
+    await keyboard.shows("Approve? [y]es")
+    keyboard.type("y")
+    await asyncio.wait_for(blocker.started.wait(), TIMEOUT_S)
+    keyboard.type("hello")
+    await until(lambda: keyboard.chat._backlog == [] and hub.has_work(SOURCE), "queued")
+    return told
+
+
 async def test_a_background_turn_ending_leaves_our_message_running(
     hub: ChatHub, engine: Engine, keyboard: Keyboard, fake_openai: FakeOpenAIServer
 ) -> None:
@@ -278,14 +295,7 @@ async def test_a_background_turn_ending_leaves_our_message_running(
     fake_openai.reply_tool_calls(("b1", "wait_here", {}))  # the background turn
     fake_openai.reply_text("Your backup finished.")
     fake_openai.reply_hang(partial="Thinking ")  # our message's turn
-    await keyboard.shows("› ")
-    session_id = await hub.session_id(SOURCE)
-    told = asyncio.create_task(hub.inject(session_id, "task_completed", '{"ok": 1}', "done"))
-    await keyboard.shows("Approve? [y]es")
-    keyboard.type("y")
-    await asyncio.wait_for(blocker.started.wait(), TIMEOUT_S)
-    keyboard.type("hello")
-    await until(lambda: keyboard.chat._backlog == [] and hub.has_work(SOURCE), "queued")
+    told = await hello_behind_a_tasks_turn(hub, keyboard, blocker)
     blocker.release.set()
     await keyboard.shows("Your backup finished.")
     await keyboard.shows("Thinking")
@@ -423,14 +433,7 @@ async def test_new_at_a_background_turns_card_gives_the_prompt_back(
     engine.tools.register(blocker)
     fake_openai.reply_tool_calls(("b1", "wait_here", {}))  # the background turn
     fake_openai.reply_tool_calls(("c1", "execute_cmd", {"command": "echo hi"}))  # asks
-    await keyboard.shows("› ")
-    session_id = await hub.session_id(SOURCE)
-    told = asyncio.create_task(hub.inject(session_id, "task_completed", '{"ok":1}', "done"))
-    await keyboard.shows("Approve? [y]es")
-    keyboard.type("y")
-    await asyncio.wait_for(blocker.started.wait(), TIMEOUT_S)
-    keyboard.type("hello")  # our message, waiting behind the background turn
-    await until(lambda: keyboard.chat._backlog == [] and hub.has_work(SOURCE), "queued")
+    told = await hello_behind_a_tasks_turn(hub, keyboard, blocker)
     blocker.release.set()
     await keyboard.shows("$ echo hi")  # the background turn's second card
     keyboard.type("/new")

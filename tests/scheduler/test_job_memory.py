@@ -9,9 +9,7 @@ of the platform "cron" (past ``/forget_me`` and ``/memory off``) (found by revie
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
-import pytest
 import sqlalchemy as sa
 
 from engine.core import Engine
@@ -19,29 +17,20 @@ from engine.hub import ChatHub
 from engine.llm.scripted import text
 from memory.service import MemoryService
 from memory.tables import memory_documents, memory_identities
-from memory.tools import memory_tools
 from memory.users import Identity
 from scheduler.service import Scheduler
 from tests.clock import FakeClock
 from tests.engine.hub.conftest import EchoModel, wait_done
+from tests.memory import test_engine as memory_engine
 from tests.scheduler import test_job_grants as grants
 from tests.scheduler.test_job_grants import calls_then_says, fire, result_of
 
-# The engine with the real approval rules, and a scheduler acting on it.
+# The engine with the real approval rules, a scheduler acting on it, memory as served.
 engine, acting, sleeps = grants.engine, grants.acting, grants.sleeps
+memory = memory_engine.memory
 
 ANN, BOB = "telegram:111", "telegram:222"
 SECRET = "my door code is 4921"
-
-
-@pytest.fixture
-async def memory(engine: Engine) -> AsyncIterator[MemoryService]:
-    service = MemoryService(engine.store.db, engine.bus)
-    await service.start()
-    for tool in memory_tools(engine.store, service):
-        engine.tools.register(tool)
-    yield service
-    await service.close()
 
 
 async def said_in(hub: ChatHub, source: str, words: str) -> None:

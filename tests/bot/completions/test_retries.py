@@ -290,6 +290,24 @@ async def test_a_marked_first_message_with_other_instructions_begins_its_own_con
 ANSWER = "Alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu."
 
 
+async def stopped_mid_answer(http: httpx.AsyncClient, words: int) -> dict[str, Any]:
+    """A conversation whose second answer (``ANSWER``, paused after ``words`` words) the
+    client stopped after those words (Open WebUI's Stop); the body to send it again."""
+    hello = {"role": "user", "content": "hello"}
+    ask = {"role": "user", "content": "say the greek letters"}
+    first = await http.post("/v1/chat/completions", json={"model": "main", "messages": [hello]})
+    history = [hello, {"role": "assistant", "content": said(first)}, ask]
+    body = {"model": "main", "messages": history, "stream": True}
+    async with http.stream("POST", "/v1/chat/completions", json=body) as raw:
+        seen = 0
+        async for line in raw.aiter_lines():
+            if line.startswith("data: {"):
+                seen += bool(json.loads(line[6:])["choices"][0]["delta"].get("content"))
+                if seen == words:
+                    break
+    return body
+
+
 async def test_a_request_sent_again_mid_answer_gets_the_answer_once(
     v1: V1Server, fake_openai: FakeOpenAIServer
 ):
@@ -298,19 +316,8 @@ async def test_a_request_sent_again_mid_answer_gets_the_answer_once(
     again (found by review on 2026-12-07)."""
     fake_openai.reply_text("Hi.")
     fake_openai.reply_text(ANSWER, pause_after=3)
-    hello = {"role": "user", "content": "hello"}
-    ask = {"role": "user", "content": "say the greek letters"}
     async with v1.http() as http:
-        first = await http.post("/v1/chat/completions", json={"model": "main", "messages": [hello]})
-        history = [hello, {"role": "assistant", "content": said(first)}, ask]
-        body = {"model": "main", "messages": history, "stream": True}
-        async with http.stream("POST", "/v1/chat/completions", json=body) as raw:
-            words = 0
-            async for line in raw.aiter_lines():  # Stop, while the answer pauses
-                if line.startswith("data: {"):
-                    words += bool(json.loads(line[6:])["choices"][0]["delta"].get("content"))
-                    if words == 3:
-                        break
+        body = await stopped_mid_answer(http, 3)
         text = ""
         async with http.stream("POST", "/v1/chat/completions", json=body) as raw:  # again
             fake_openai.go_on()  # the answer goes on: this request follows it from here
@@ -342,16 +349,8 @@ async def test_a_request_sent_again_as_its_turn_ends_never_runs_it_again(
         await until(idle)  # ... and ends right after the look
         return state
 
-    hello = {"role": "user", "content": "hello"}
-    ask = {"role": "user", "content": "say the greek letters"}
     async with v1.http() as http:
-        first = await http.post("/v1/chat/completions", json={"model": "main", "messages": [hello]})
-        history = [hello, {"role": "assistant", "content": said(first)}, ask]
-        body = {"model": "main", "messages": history, "stream": True}
-        async with http.stream("POST", "/v1/chat/completions", json=body) as raw:
-            async for line in raw.aiter_lines():  # Stop, while the answer pauses
-                if line.startswith("data: {") and "alpha" in line.lower():
-                    break
+        body = await stopped_mid_answer(http, 2)
         monkeypatch.setattr(CompletionsApi, "_answer_to", read_just_before_the_end)
         again = await http.post("/v1/chat/completions", json={**body, "stream": False})
     assert len(fake_openai.requests) == 2  # the message ran once
