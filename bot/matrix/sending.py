@@ -192,14 +192,21 @@ def matrix_pacing(settings: MatrixSettings) -> Pacing:
     )
 
 
-def content_of(markdown: str, msgtype: str = "m.text") -> Json:
+def content_of(
+    markdown: str, msgtype: str = "m.text", references: dict[str, Any] | None = None
+) -> Json:
     """An ``m.room.message`` content: the Markdown as its body, its HTML beside it,
     mentioning no one: with ``m.mentions`` present homeservers notify only whom it names;
     without it they read the text, and the model's "@room" (or a stranger's display name
-    said back) notified the whole room wherever the bot has the power to."""
-    html = _MARKDOWN.render(markdown).strip()
+    said back) notified the whole room wherever the bot has the power to. ``references``:
+    the link definitions of the whole reply this is a part of (``[the docs][1]`` in one
+    part, ``[1]: https://…`` in another lost the address until 2026-12-07; found by
+    review)."""
+    env = {"references": dict(references)} if references else {}
+    html = _MARKDOWN.render(markdown, env).strip()
     content: Json = {"msgtype": msgtype, "body": markdown, "m.mentions": {}}
-    if html != f"<p>{_escape(markdown)}</p>":  # plain text needs no HTML
+    # Plain text needs no HTML, and a part of link definitions alone renders none.
+    if html and html != f"<p>{_escape(markdown)}</p>":
         content["format"] = _HTML
         content["formatted_body"] = html
     return content
@@ -220,8 +227,10 @@ def contents_of(markdown: str, limit: int = MESSAGE_LIMIT) -> list[Json]:
     makes it too big is cut again (until 2026-12-06 a long table's reply was refused by
     the homeserver and lost); one that no cut brings within it goes as plain text."""
     contents = []
+    whole: dict[str, Any] = {}
+    _MARKDOWN.parse(markdown, whole)  # its link definitions, for every part
     for part in parts(markdown, limit):
-        content = content_of(part)
+        content = content_of(part, references=whole.get("references"))
         if _size(content) <= CONTENT_BUDGET:
             contents.append(content)
         elif limit > _SMALLEST_CUT:

@@ -178,3 +178,18 @@ async def test_a_reply_sent_while_signing_in_again_waits_for_the_login() -> None
     client = MatrixClient(SigningIn(), Rooms(), None)  # type: ignore[arg-type]
     with pytest.raises(MatrixUnavailable):
         await client.send("!room:hs", {"content": {"msgtype": "m.text", "body": "hi"}})
+
+
+def test_a_cut_replys_reference_links_keep_their_addresses_in_the_html() -> None:
+    """A reply cut into messages rendered each part alone: "[the docs][1]" in one and
+    "[1]: https://…" in another, Element showed no address at all, and the part of the
+    definitions an empty formatted body (found by review on 2026-12-07)."""
+    reply = (
+        "See [the docs][1] and [the code][2].\n\n" + ("word " * 1700) + "\n\n"
+        "[1]: https://example.com/docs\n[2]: https://example.com/code"
+    )
+    parts = contents_of(reply)
+    assert len(parts) > 1
+    assert 'href="https://example.com/docs"' in parts[0]["formatted_body"]
+    assert all(p.get("formatted_body", None) != "" for p in parts)
+    assert content_of("[1]: https://example.com/docs").get("formatted_body") is None
