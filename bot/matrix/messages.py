@@ -156,13 +156,16 @@ class MessageHandler:
         return count <= 2
 
     async def _note_direct(self, m: Incoming) -> None:
-        """The person's direct room, as this message shows it: only a cache, so a
+        """The person's direct room, as this message shows it, kept for the next start:
+        the owner who declined the room the bot opened and wrote in one of their own was
+        invited into a new room at every start (until 2026-12-07; found by review). A
         homeserver away a moment (the members unknown after a restart) loses nothing
         (until 2026-12-07 its 502 failed the message: "Sorry", marked handled, never
         given to the agent; found by review)."""
         try:
-            if await self.is_direct(m.room_id):
+            if await self.is_direct(m.room_id) and self._me.direct.get(m.sender) != m.room_id:
                 self._me.direct[m.sender] = m.room_id
+                await self._settings.set(f"matrix:direct:{m.sender}", m.room_id)
         except (RetryLater, Unavailable) as exc:
             log.info("members of %s unknown for now: %s", m.room_id, exc.description)
 

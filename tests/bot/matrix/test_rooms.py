@@ -123,6 +123,38 @@ async def test_the_owner_who_left_their_direct_room_is_told_in_a_new_one(
     assert limited
 
 
+async def test_the_owners_own_direct_room_is_their_home_after_a_restart(make_service, accounts):
+    """The owner declined the room the bot opened and talks in one of their own (as
+    docs/matrix.md says): every start invited them into a new room, and the notices
+    waited there (found by review on 2026-12-07)."""
+    owner, bot = accounts.owner, accounts.bot
+    service = await make_service()
+    settings = AppSettings(service.engine.store.db)
+    key = f"matrix:direct:{owner.user_id}"
+    opened = await until_async(lambda: settings.get(key))
+    owner.request("POST", f"/_matrix/client/v3/rooms/{quote(opened, safe='')}/leave", {})
+    mine = direct_room(accounts, owner)
+    await until(lambda: joined(owner, mine, bot.user_id))
+    owner.say(mine, "hi")
+    await until(lambda: "echo: hi" in bodies(owner, mine, bot.user_id))
+    assert await settings.get(key) == mine
+    await stop(service)
+
+    service = await make_service()
+    await until(lambda: service.hub.home == source_of(mine))
+    rooms = bot.request("GET", "/_matrix/client/v3/joined_rooms")["joined_rooms"]
+    assert set(rooms) <= {opened, mine}  # no new room, no new invite
+    await stop(service)
+
+
+async def until_async(read: Any) -> Any:
+    for _ in range(200):
+        if value := await read():
+            return value
+        await asyncio.sleep(0.05)
+    raise AssertionError("never came")
+
+
 async def test_in_a_group_room_only_a_mention_or_a_reply_is_answered(make_service, accounts):
     await make_service()
     room = accounts.alice.create_room(invite=[accounts.bot.user_id, accounts.owner.user_id])
