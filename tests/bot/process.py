@@ -28,7 +28,14 @@ def free_port() -> int:
 POLL_FIRST_S, POLL_MOST_S = 0.02, 0.1
 
 
-def wait_for(predicate: Callable[[], Any], within_s: float = 20) -> Any:
+#: How long a subprocess's effect is waited for: a guard against a hang, never a timing
+#: assertion. A service that starts, fails a call and retries it takes 8 s here alone;
+#: 20 s ran out while the suite's first files started three workers' processes at once
+#: (on 2026-12-07, a slow day of this machine).
+WAIT_MOST_S = 60.0
+
+
+def wait_for(predicate: Callable[[], Any], within_s: float = WAIT_MOST_S) -> Any:
     """Poll ``predicate`` (a subprocess's effects cannot be awaited) until it is truthy,
     soon at first, then at most every ``POLL_MOST_S``."""
     deadline = time.monotonic() + within_s
@@ -55,7 +62,7 @@ def service_env(home: Path, model_url: str, **extra: str) -> dict[str, str]:
     }
 
 
-def wait_for_http(port: int, within_s: float = 20) -> None:
+def wait_for_http(port: int, within_s: float = WAIT_MOST_S) -> None:
     """Until ``chathub serve``'s HTTP app answers on ``port``: it starts once Telegram
     polling has begun (its modules load meanwhile), a moment after the bot answers."""
 
