@@ -44,10 +44,12 @@ STOP_AGAIN_S = 1.0
 
 @dataclass(frozen=True, slots=True)
 class StopReport:
-    """The sessions of the runs asked to stop, and whether all of them had stopped."""
+    """The sessions of the runs asked to stop, and whether all of them had stopped;
+    ``queued``: runs claimed but not started yet, which end as they would start."""
 
     sessions: list[int]
     stopped: bool
+    queued: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +267,8 @@ class Scheduler:
         """Stop the job's runs in flight, on whichever process of a fleet runs them, and
         wait until they have stopped (``stopped``) or ``stop_wait_s`` has passed."""
         sessions = await self.store.request_stop(job_id)
-        return StopReport(sessions, await self._stopped(job_id, sessions))
+        queued = await self.store.stopping_unstarted(job_id)
+        return StopReport(sessions, await self._stopped(job_id, sessions), queued)
 
     async def _stopped(self, job_id: int, sessions: list[int]) -> bool:
         if not sessions:

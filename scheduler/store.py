@@ -319,6 +319,11 @@ class JobStore:
         """Ask the job's runs in flight to stop; their session ids (``running_sessions``)."""
         return await self._db.run(_request_stop, job_id)
 
+    async def stopping_unstarted(self, job_id: int) -> int:
+        """How many of the job's runs asked to stop were claimed but not started (no
+        session yet): they end as they would start, or when given back."""
+        return await self._db.run(_stopping_unstarted, job_id)
+
     async def job_of_session(self, session_id: int) -> int | None:
         """The job whose run works in ``session_id`` (``None``: no run's session)."""
         return await self._db.run(_job_of_session, session_id)
@@ -377,6 +382,19 @@ def _request_stop(conn: Connection, job_id: int) -> list[int]:
         .values(cancel_requested_at=utcnow())
     )
     return _running_sessions(conn, job_id)
+
+
+def _stopping_unstarted(conn: Connection, job_id: int) -> int:
+    return int(
+        conn.execute(
+            sa.select(sa.func.count()).where(
+                r.c.job_id == job_id,
+                r.c.status == "running",
+                r.c.session_id.is_(None),
+                r.c.cancel_requested_at.is_not(None),
+            )
+        ).scalar_one()
+    )
 
 
 def _job_of_session(conn: Connection, session_id: int) -> int | None:
