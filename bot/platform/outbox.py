@@ -145,7 +145,8 @@ class Outbox(Generic[Prepared, Row]):
                 return
 
     async def show_progress(self, source: str, *, force: bool = False) -> None:
-        """One message edited in place, at most every ``progress_interval_s``."""
+        """One message edited in place, at most every ``progress_interval_s``; ``force``:
+        the last marks, on a line already shown only."""
         progress = self._of(source)
         if not progress.lines:
             return
@@ -153,6 +154,8 @@ class Outbox(Generic[Prepared, Row]):
         if text == progress.shown:
             return
         now = self._clock()
+        if progress.ref is None and force:
+            return  # never shown (the platform refused it): not sent below the answer
         if progress.ref is None:
             progress.ref = await self._sender.send_progress(source, text)
         elif force or now - progress.at >= self._interval:

@@ -196,3 +196,36 @@ async def test_health_says_the_database_is_unreachable_in_words_only(service, ca
     report = await service.health()
     assert report["ok"] is False and report["database"] == "unreachable"
     assert "could not reach the database" in caplog.text
+
+
+def _allow_shell(conn: Any) -> None:
+    from engine.store.schema import approval_rules, utcnow
+
+    rule = {"group_name": "default", "tool_pattern": "execute_cmd", "action": "allow"}
+    conn.execute(
+        sa.insert(approval_rules).values(**rule, priority=1, note="test", created_at=utcnow())
+    )
+
+
+async def test_a_progress_line_refused_leaves_nothing_to_the_next_turn(service, telegram, model):
+    """The chat's topic closed for a turn: its progress line was never shown, the forced
+    last edit after the answer sent it below the answer, raised, and the next turn's line
+    listed this turn's calls (found by review on 2026-12-07)."""
+    import json
+
+    from engine.llm.scripted import text, tool_call
+
+    await service.engine.store.db.run(_allow_shell)
+    service.engine.policy.invalidate()
+    for turn, answer in (("first-turn", "One."), ("second-turn", "Two.")):
+        arguments = json.dumps({"command": f"echo {turn}"})
+        model.add(tool_call("execute_cmd", arguments, turn), text(answer))
+    closed = "Bad Request: TOPIC_CLOSED"
+    telegram.fail_next("sendMessage", 3, status=400, description=closed)  # the whole turn
+    telegram.user_message(ALICE, ALICE, "first")
+    await eventually(lambda: len(telegram.calls_to("sendMessage")) >= 3)
+
+    telegram.user_message(ALICE, ALICE, "second")  # the topic is open again
+    await eventually(lambda: "Two." in texts(telegram, ALICE))
+    progress = [t for t in texts(telegram, ALICE) if t.startswith("⚙")]
+    assert progress and all("first-turn" not in t for t in progress), progress
