@@ -138,7 +138,7 @@ class MessageHandler:
             return await self._album_item(m, (m.chat_id, m.album), metadata, target)
         files = await self._files(m) if m.files else _Files()
         attachments, problems = files.attachments, files.problems
-        lines = [m.forwarded, m.text, *files.texts, *m.described]
+        lines = [m.forwarded, m.text_with_links, *files.texts, *m.described]
         if m.location is not None:
             lat, lon = m.location
             lines.append(f"📍 Location: {lat:.6f}, {lon:.6f}")
@@ -200,7 +200,8 @@ class MessageHandler:
             raise
         if files.problems:
             await self._sender.say_in(m.chat_id, m.thread_id, "⚠️ " + " ".join(files.problems))
-        text = "\n".join(line for line in [m.forwarded, m.text, *files.texts, *m.described] if line)
+        said = [m.forwarded, m.text_with_links, *files.texts, *m.described]
+        text = "\n".join(line for line in said if line)
         self._albums.add(key, first, text, files.attachments, m.update_id)
         return True
 

@@ -103,6 +103,27 @@ class Message:
         return self.chat_type in GROUP_TYPES
 
     @property
+    def text_with_links(self) -> str:
+        """The text as the model reads it: a hidden link's address after its words ("this
+        article (https://…)"), unless the text says it already (until 2026-12-07 the
+        model got the words alone; found by review)."""
+        links = sorted(
+            (e for e in self.entities if e["type"] == "text_link" and e.get("url")),
+            key=lambda e: int(e["offset"]),
+        )
+        if not links:
+            return self.text
+        units = self.text.encode("utf-16-le")  # Telegram counts UTF-16 units
+        parts, at = [], 0
+        for link in links:
+            end = (int(link["offset"]) + int(link["length"])) * 2
+            if end < at or link["url"] in self.text:
+                continue
+            parts += [units[at:end].decode("utf-16-le", "replace"), f" ({link['url']})"]
+            at = end
+        return "".join(parts) + units[at:].decode("utf-16-le", "replace")
+
+    @property
     def source(self) -> str:
         return source_of(self.chat_id, self.thread_id)
 

@@ -541,3 +541,12 @@ async def test_a_receiver_lets_its_updates_go_only_with_its_albums_sent(service,
     release.set()
     await eventually(lambda: texts(telegram, ALICE))
     assert await service.adapter.store.unhandled() == []
+
+
+async def test_a_hidden_links_address_reaches_the_model(service, telegram, model):
+    """A formatted link's address is only in its entity: the agent was asked to summarize
+    an article it could not find (found by review on 2026-12-07)."""
+    url = "https://example.com/articles/42"
+    entities = [{"type": "text_link", "offset": 10, "length": 12, "url": url}]
+    telegram.user_message(ALICE, ALICE, "summarize this article", entities=entities)
+    await eventually(lambda: any(url in t for t in texts(telegram, ALICE)))  # echoed back

@@ -509,3 +509,18 @@ def test_a_forward_says_it_was_forwarded_and_is_no_command(origin: Any, line: st
     assert not m.is_command and m.command(None) is None
     own = parsed(message(text="/new please delete X"))
     assert own.forwarded is None and own.command(None) == ("new", "please delete X")
+
+
+def test_a_hidden_links_address_follows_its_words_for_the_model() -> None:
+    """ "summarize [this article](https://…)": the model got the words alone (found by
+    review on 2026-12-07). Offsets count UTF-16 units: an emoji before the link is two."""
+    text = "🔥 read this article and that one: https://b.example"
+    links = [
+        {"type": "text_link", "offset": 8, "length": 12, "url": "https://a.example/42"},
+        {"type": "text_link", "offset": 25, "length": 8, "url": "https://b.example"},
+    ]
+    m = parsed(message(text=text, entities=links))
+    assert m.text_with_links == (
+        "🔥 read this article (https://a.example/42) and that one: https://b.example"
+    )
+    assert parsed(message(text="plain")).text_with_links == "plain"
