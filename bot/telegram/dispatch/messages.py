@@ -138,7 +138,7 @@ class MessageHandler:
             return await self._album_item(m, (m.chat_id, m.album), metadata, target)
         files = await self._files(m) if m.files else _Files()
         attachments, problems = files.attachments, files.problems
-        lines = [m.forwarded, m.text_with_links, *files.texts, *m.described]
+        lines = [m.forwarded, self._replied(m), m.text_with_links, *files.texts, *m.described]
         if m.location is not None:
             lat, lon = m.location
             lines.append(f"📍 Location: {lat:.6f}, {lon:.6f}")
@@ -200,7 +200,7 @@ class MessageHandler:
             raise
         if files.problems:
             await self._sender.say_in(m.chat_id, m.thread_id, "⚠️ " + " ".join(files.problems))
-        said = [m.forwarded, m.text_with_links, *files.texts, *m.described]
+        said = [m.forwarded, self._replied(m), m.text_with_links, *files.texts, *m.described]
         text = "\n".join(line for line in said if line)
         self._albums.add(key, first, text, files.attachments, m.update_id)
         return True
@@ -310,6 +310,12 @@ class MessageHandler:
             else:
                 refused.append(why)
         return refused, kept
+
+    def _replied(self, m: Message) -> str | None:
+        """What the message replies to, unless the bot said it (that is in the history)."""
+        if m.replying_to is None or (self._me.id is not None and m.reply_to_user_id == self._me.id):
+            return None
+        return m.replying_to
 
     def _addressed(self, m: Message) -> bool:
         """In groups the bot answers only when mentioned, replied to, or commanded; an

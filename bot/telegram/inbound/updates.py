@@ -97,6 +97,10 @@ class Message:
     #: The line that says it was forwarded, and from whom (``None``: the sender's own
     #: words). A forward is what someone else said: never a command of the sender's.
     forwarded: str | None = None
+    #: The line that quotes what it replies to (the quoted part, else the replied
+    #: message's text or caption), with its sender: ``None`` when it replies to nothing
+    #: with words.
+    replying_to: str | None = None
 
     @property
     def is_group(self) -> bool:
@@ -290,6 +294,7 @@ def _message(update_id: int, message: Json, drops: Drops, *, edited: bool) -> In
     text, entities = _text_and_entities(message, drops)
     thread_id = _thread_id(message, drops)
     reply_id, reply_user = _reply(message, drops, thread_id)
+    replying_to = _replying_to(message, drops) if reply_id is not None else None
     media = not MEDIA_FIELDS.isdisjoint(message)  # most are text: no file to look for
     return Message(
         update_id=update_id,
@@ -303,6 +308,7 @@ def _message(update_id: int, message: Json, drops: Drops, *, edited: bool) -> In
         entities=entities,
         reply_to_message_id=reply_id,
         reply_to_user_id=reply_user,
+        replying_to=replying_to,
         files=files_of(message, drops) if media else (),
         # A venue carries its location; its description names the point already.
         location=None if isinstance(message.get("venue"), dict) else _location(message, drops),
@@ -412,6 +418,30 @@ def _reply(message: Json, drops: Drops, thread_id: int | None) -> tuple[int | No
         return None, None
     sender = at.object(reply, "from")
     return reply_id, None if sender is None else at.at("from").id(sender, "id")
+
+
+#: The most of a replied message the model reads with the reply.
+REPLIED_CHARS = 500
+
+
+def _replying_to(message: Json, drops: Drops) -> str | None:
+    """``[In reply to Bob: "…"]``: what a reply is about. "@bot translate this" as a reply
+    to Bob's French message reached the model as that line alone (until 2026-12-07; found
+    by review). The part the person quoted, else the message's text or caption."""
+    reply = drops.object(message, "reply_to_message")
+    if reply is None:
+        return None
+    quote = message.get("quote")
+    words = quote.get("text") if isinstance(quote, dict) else None
+    if not isinstance(words, str) or not words.strip():
+        words = reply.get("text") if isinstance(reply.get("text"), str) else reply.get("caption")
+    if not isinstance(words, str) or not words.strip():
+        return None
+    words = clean_text(words.strip())
+    if len(words) > REPLIED_CHARS:
+        words = words[:REPLIED_CHARS] + "…"
+    _id, name = _user(reply, "from", drops.at("reply_to_message"))
+    return f'[In reply to {name}: "{words}"]'
 
 
 def _thread_id(message: Json, drops: Drops) -> int | None:

@@ -550,3 +550,25 @@ async def test_a_hidden_links_address_reaches_the_model(service, telegram, model
     entities = [{"type": "text_link", "offset": 10, "length": 12, "url": url}]
     telegram.user_message(ALICE, ALICE, "summarize this article", entities=entities)
     await eventually(lambda: any(url in t for t in texts(telegram, ALICE)))  # echoed back
+
+
+async def test_a_mention_replying_to_a_members_message_shows_it_to_the_model(
+    service, telegram, model
+):
+    """ "@bot translate this" as a reply to Bob's message reached the model as that line
+    alone (found by review on 2026-12-07)."""
+    group = -100777
+    said = telegram.user_message(
+        group, 222, "Je ne sais pas quoi faire ce soir", chat_type="supergroup", first_name="Bob"
+    )
+    bot = telegram.bot_username
+    telegram.user_message(
+        group,
+        ALICE,
+        f"@{bot} translate this",
+        chat_type="supergroup",
+        reply_to_message_id=said["message"]["message_id"],
+        entities=[{"type": "mention", "offset": 0, "length": len(bot) + 1}],
+    )
+    quoted = '[In reply to Bob: "Je ne sais pas quoi faire ce soir"]'
+    await eventually(lambda: any(quoted in t for t in texts(telegram, group)))  # echoed
