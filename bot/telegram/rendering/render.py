@@ -84,7 +84,7 @@ def render_markdown(markdown: str, *, limit: int = TELEGRAM_LIMIT) -> list[Chunk
     if not markdown or not markdown.strip():
         return []
     try:
-        text, lib_entities = convert(_escape_html(markdown), config=_CONFIG)
+        text, lib_entities = convert(_escape_html(_table_links(markdown)), config=_CONFIG)
     except Exception:  # a renderer bug must not lose the reply
         log.warning("markdown conversion failed; sending plain text", exc_info=True)
         return plain_chunks(markdown, limit=limit)
@@ -206,6 +206,38 @@ def cut_utf16(text: str, limit: int) -> str:
     units = _utf16_table(text)
     end = max(i for i, u in enumerate(units) if u <= limit - 1)
     return text[:end] + "…"
+
+
+def _table_links(markdown: str) -> str:
+    """A link in a table cell as its words and its address: a table is drawn as
+    preformatted text, where "[guide](https://…)" showed "guide" alone (until 2026-12-07;
+    found by review). The parser says where each link of a cell is (byte offsets)."""
+    if "|" not in markdown or "](" not in markdown:
+        return markdown  # no table with a link (and no parse to pay for)
+    source = markdown.encode("utf-8")
+    rewrites: list[tuple[int, int, str]] = []
+    tables, link, words = 0, None, []
+    for event, span in pyromark.events_with_range(markdown, options=STANDARD_OPTIONS):
+        start, end = span["start"], span["end"]
+        if isinstance(event, dict) and "Start" in event:
+            opened = event["Start"]
+            if isinstance(opened, dict) and "Table" in opened:
+                tables += 1
+            elif tables and isinstance(opened, dict) and "Link" in opened:
+                link, words = (start, end, str(opened["Link"].get("dest_url") or "")), []
+        elif isinstance(event, dict) and "End" in event:
+            if event["End"] == "Table":
+                tables -= 1
+            elif event["End"] == "Link" and link is not None:
+                label = "".join(words).strip()
+                shown = f"{label} ({link[2]})" if label and label != link[2] else link[2]
+                rewrites.append((link[0], link[1], shown))
+                link = None
+        elif link is not None and isinstance(event, dict):
+            words += [str(v) for k, v in event.items() if k in ("Text", "Code")]
+    for start, end, shown in reversed(rewrites):
+        source = source[:start] + shown.encode("utf-8") + source[end:]
+    return source.decode("utf-8")
 
 
 def _escape_html(markdown: str) -> str:

@@ -298,3 +298,20 @@ def test_progress_cuts_a_single_huge_line() -> None:
     text = progress_text(["short", "😀" * 500], limit=101)
     assert utf16_len(text) <= 101
     assert text.endswith("…") and text.startswith("😀")
+
+
+def test_a_link_in_a_table_keeps_its_address() -> None:
+    """A table is drawn as preformatted text: "[guide](https://…)" in a cell showed
+    "guide" alone (found by review on 2026-12-07); a code span in a cell stays as it is."""
+    table = (
+        "| Step | Link |\n|---|---|\n"
+        "| Install | [guide](https://example.com/guide) and `[x](y)` |\n"
+        "| Raw | <https://b.example> |\n"
+    )
+    [chunk] = render_markdown(f"See [a](https://a.example).\n\n{table}")
+    assert "guide (https://example.com/guide) and [x](y)" in chunk.text
+    assert "| https://b.example" in chunk.text
+    assert chunk.text.startswith("See a.")  # a link outside a table stays a link
+    assert chunk.entities[0] == {
+        "type": "text_link", "offset": 4, "length": 1, "url": "https://a.example"
+    }  # fmt: skip
