@@ -194,6 +194,8 @@ class CardRow:
     text: str
     extra: Any
     state: str
+    #: The ❌ reject window open on it (``CardStore.open_window``), as stored.
+    reject_window: Any = None
 
 
 _CARD_COLUMNS = [c.c[k] for k in CardRow.__slots__]
@@ -227,6 +229,13 @@ class CardStore:
         is shown by ``message_id``."""
         return await self._db.run(_shown_as, self.platform, tool_call_id, conversation, message_id)
 
+    async def open_window(self, tool_call_id: int, window: Any) -> None:
+        """Keep the ❌ reject window open on the card (a JSON object), for a restart."""
+        mine = sa.and_(c.c.platform == self.platform, c.c.tool_call_id == tool_call_id)
+        await self._db.run(
+            lambda conn: conn.execute(c.update().where(mine).values(reject_window=window))
+        )
+
     async def close(self, tool_call_id: int, state: str) -> bool:
         """Mark an open card closed; False when it was not open (someone else closed it)."""
         return await self._db.run(_close_card, self.platform, tool_call_id, state)
@@ -241,7 +250,8 @@ def _save_card(conn: Connection, platform: str, card: CardRow) -> None:
     if conn.execute(sa.select(c.c.tool_call_id).where(mine)).first():
         # A card decided, answered or cancelled is never opened again (a card posted
         # again by one process of a fleet after another closed it was); one that expired
-        # unseen is shown again when its call still waits.
+        # unseen is shown again when its call still waits. Its reject window stays.
+        del values["reject_window"]
         conn.execute(c.update().where(mine, c.c.state.in_(("open", "expired"))).values(**values))
     else:
         conn.execute(c.insert().values(platform=platform, created_at=utcnow(), **values))

@@ -190,6 +190,10 @@ class OpenCards:
     def open_in(self, source: str) -> list[CardRow]:
         return list(self._open.get(source, {}).values())
 
+    def all_open(self) -> list[CardRow]:
+        """Every card held open here."""
+        return [card for cards in self._open.values() for card in cards.values()]
+
     async def waits_on_a_person(self, source: str) -> bool:
         """Whether the turn of ``source`` itself waits for a card or a question here (no
         "typing…" then); a scheduled job's card visiting the chat holds no turn of its

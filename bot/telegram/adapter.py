@@ -102,7 +102,9 @@ class TelegramAdapter:
         self._runtime = runtime = Runtime(clock, sleep, background)
         self.cards = cards = ChatCards(hub, store.cards, sender)
         activity = ChatActivity(hub, sender, config, runtime)
-        approvals = ApprovalTaps(hub, access, cards, sender, config.reject_window_s, runtime)
+        self._approvals = approvals = ApprovalTaps(
+            hub, access, cards, sender, config.reject_window_s, runtime
+        )
         panel = MemoryPanel(memory, sender)
         self.commands = telegram_commands(access, sender, jobs, panel, desk, voice_mode)
         downloads = Downloads(sender, config.workspace, config.max_download_bytes)
@@ -154,6 +156,7 @@ class TelegramAdapter:
         at once (``Redelivery``); answers stored without outbox rows are sent here."""
         await self.access.load()
         await self.cards.load(self._runtime)
+        await self._approvals.restore_windows()
         self._background.spawn(self._events.pump(self.hub.events(), self._outgoing.submit))
         if self.config.recover_outbox_at_start:
             await self.outbound.recover()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from sqlalchemy.engine import Connection
 
@@ -32,6 +33,7 @@ from bot.telegram.rendering.chat_cards import ChatCards
 from bot.telegram.sending.delivery import TelegramSender
 from engine.approval import Decider
 from engine.hub import ChatHub
+from engine.store import utcnow
 
 __all__ = ["REASON_PROMPT", "ApprovalTaps", "CardAction", "parse_callback"]
 
@@ -149,6 +151,14 @@ class ApprovalTaps:
         seconds = int(self._window_s)
         window = RejectWindow(self._runtime.clock() + seconds, user_name, decider)
         self._rejecting.open(card.tool_call_id, window)
+        # Kept with the card: a restart inside the window lost it (a reply with the reason
+        # became a message queued behind the turn the card held; until 2026-12-07).
+        kept = {
+            "until": (utcnow() + timedelta(seconds=seconds)).isoformat(),
+            "by": user_name,
+            "decider": [decider.user_id, decider.is_owner, decider.is_allowed],
+        }
+        await self._cards.store.open_window(card.tool_call_id, kept)
         text = f"{card.text}\n\n{REASON_PROMPT.format(seconds=seconds)}"
         keyboard = reject_window_keyboard(card.tool_call_id)
         if card.message_id is not None:  # None only for a tap on no message
@@ -156,7 +166,28 @@ class ApprovalTaps:
             await self._sender.edit(chat_id, message_id, text, card.extra or [], keyboard)
         self._runtime.background.spawn(self._reject_after_window(card, user_name, decider))
 
-    async def _reject_after_window(self, card: CardRow, user_name: str, decider: Decider) -> None:
-        await self._runtime.sleep(self._window_s)
+    async def restore_windows(self) -> None:
+        """The reject windows open when the process stopped, with what is left of each
+        (one that ran out meanwhile rejects at once, as it would have)."""
+        for card in self._cards.all_open():
+            kept = card.reject_window
+            try:
+                until = datetime.fromisoformat(kept["until"])
+                user_id, is_owner, is_allowed = kept["decider"]
+                decider = Decider(user_id, is_owner=bool(is_owner), is_allowed=bool(is_allowed))
+                user_name = str(kept["by"])
+            except (TypeError, KeyError, ValueError):
+                continue  # none, or not one this version wrote
+            left = max((until - utcnow()).total_seconds(), 0.0)
+            window = RejectWindow(self._runtime.clock() + left, user_name, decider)
+            self._rejecting.open(card.tool_call_id, window)
+            self._runtime.background.spawn(
+                self._reject_after_window(card, user_name, decider, left)
+            )
+
+    async def _reject_after_window(
+        self, card: CardRow, user_name: str, decider: Decider, wait_s: float | None = None
+    ) -> None:
+        await self._runtime.sleep(self._window_s if wait_s is None else wait_s)
         if card.tool_call_id in self._rejecting:
             await self.reject(card, user_name, "", decider)

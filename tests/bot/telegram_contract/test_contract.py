@@ -570,3 +570,41 @@ async def test_a_card_whose_document_fails_shows_once_and_takes_a_tap(
     )
     await eventually(lambda: "Ran it." in texts(telegram, ALICE))
     assert len([t for t in texts(telegram, ALICE) if "Approval needed" in t]) == 1
+
+
+async def _reject_window_across_a_restart(start_service, telegram, model):
+    """A card whose ❌ was tapped once (its reason asked for), then a restart (a deploy)
+    inside the window; the card, as the chat shows it."""
+    model.add(shell("rm -rf data"), text("Understood."))
+    first = await start_service()
+    telegram.user_message(ALICE, ALICE, "clean up")
+    card = await eventually(lambda: find(telegram, ALICE, "Approval needed"))
+    telegram.callback(ALICE, ALICE, card.message_id, format_callback(_call_id(card), "reject"))
+    await eventually(
+        lambda: "Reply to this message" in (telegram.message(ALICE, card.message_id).text or "")
+    )
+    await stop(first)
+    await start_service()
+    return card
+
+
+async def test_a_reason_given_after_a_restart_inside_the_window_rejects(
+    start_service, telegram, model
+):
+    """The window lived in memory: the reply with the reason became a message queued
+    behind the turn the card held, and the card waited (found by review on 2026-12-07)."""
+    card = await _reject_window_across_a_restart(start_service, telegram, model)
+    telegram.user_message(ALICE, ALICE, "keep the data", reply_to_message_id=card.message_id)
+    await eventually(lambda: "Understood." in texts(telegram, ALICE))
+    assert "Rejected" in telegram.message(ALICE, card.message_id).text
+
+
+async def test_reject_without_a_reason_after_a_restart_rejects_at_once(
+    start_service, telegram, model
+):
+    card = await _reject_window_across_a_restart(start_service, telegram, model)
+    [[button]] = telegram.message(ALICE, card.message_id).reply_markup["inline_keyboard"]
+    assert "without a reason" in button["text"]
+    telegram.callback(ALICE, ALICE, card.message_id, button["callback_data"])
+    await eventually(lambda: "Understood." in texts(telegram, ALICE))
+    assert "Rejected" in telegram.message(ALICE, card.message_id).text
