@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import socket
 import subprocess
 import time
@@ -16,10 +17,23 @@ import httpx
 ALICE = 111
 
 
+#: Ports handed out, below the kernel's range for outgoing connections (32768 and up here):
+#: a port ``bind(0)`` had just given was taken by another test's outgoing connection before
+#: the service bound it ("HTTP port … is taken by another program", 2026-12-07).
+_PORTS = range(20_000, 32_000)
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port free now, that no outgoing connection takes meanwhile."""
+    for _ in range(100):
+        port = random.choice(_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # held by a listener: another one
+            return port
+    raise AssertionError("no free port")
 
 
 #: The first and the longest pause between two polls: a predicate may start a process

@@ -161,8 +161,6 @@ def find(telegram: FakeTelegramServer, chat_id: int, needle: str) -> SentMessage
 
 @pytest.fixture
 def unused_port() -> int:
-    import socket
+    from tests.bot.process import free_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()
