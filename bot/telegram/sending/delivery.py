@@ -31,7 +31,7 @@ from bot.platform.protocols import MessageRef
 from bot.platform.voice_mode import VoiceMode
 from bot.platform.voice_out import VOICE, Speak, audio_of, text_instead
 from bot.telegram.inbound.updates import parse_source
-from bot.telegram.rendering.render import progress_text, render_markdown
+from bot.telegram.rendering.render import cut_utf16, progress_text, render_markdown
 from bot.telegram.sending.api import BotApi, Json, TelegramError, is_not_modified
 from bot.telegram.settings import TelegramSettings
 from bot.telegram.store import TELEGRAM
@@ -235,7 +235,10 @@ class TelegramSender(RowSender):
         self, callback_id: str, text: str | None, chat_id: int | None = None
     ) -> None:
         """``chat_id``: where the tapped button is; a 429 pauses that chat (with none, a
-        429 on one person's taps paused every chat; found by review)."""
+        429 on one person's taps paused every chat; found by review). The text is cut to
+        Telegram's 200 UTF-16 units: "Only 𝐀𝐧𝐧𝐚 … (who asked)" with a long name in a
+        fancy font was refused, and the tapper saw nothing (until 2026-12-07; review)."""
+        text = None if text is None else cut_utf16(text, CALLBACK_TEXT_UNITS)
         try:
             await self.call(
                 chat_id,
@@ -244,6 +247,10 @@ class TelegramSender(RowSender):
             )
         except TelegramError as exc:
             log.info("answering callback %s failed: %s", callback_id, exc)
+
+
+#: The most ``answerCallbackQuery`` shows.
+CALLBACK_TEXT_UNITS = 200
 
 
 def _chat_of(source: str) -> str:

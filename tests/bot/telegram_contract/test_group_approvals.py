@@ -201,3 +201,19 @@ async def test_without_an_owner_id_several_allowed_users_have_no_owner(start_ser
     service = await start_service(telegram_owner_id=None, telegram_allowed_user_ids=MEMBERS)
     assert not service.adapter.decider(ALICE).is_owner
     assert not service.adapter.decider(BOB).is_owner
+
+
+async def test_a_refusal_naming_a_long_fancy_name_still_answers_the_tap(
+    start_service, telegram, model
+):
+    """ "Only 𝐀𝐥𝐢𝐜𝐞… (who asked)": a first and a last name of 64 letters each in a
+    mathematical font are 256 UTF-16 units, past the 200 answerCallbackQuery shows; Telegram
+    refused the answer and the tapper saw nothing (found by review on 2026-12-07)."""
+    await start_service(telegram_allowed_user_ids=MEMBERS)
+    fancy = "𝐀" * 64 + " " + "𝐁" * 64  # mathematical bold: two UTF-16 units each
+    model.add(shell("echo ran >> runs.log"), text("Done."))
+    ask(telegram, ALICE, "log it", fancy)
+    card = await eventually(lambda: find(telegram, GROUP, "Approval needed"))
+    tap(telegram, BOB, card, "approve", "Bob")
+    [said] = await eventually(lambda: answers(telegram))
+    assert said.startswith("Only 𝐀") and said.endswith("…")
