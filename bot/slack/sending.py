@@ -50,7 +50,7 @@ from bot.platform.protocols import MessageRef
 from bot.platform.voice_mode import VoiceMode
 from bot.platform.voice_out import VOICE, Speak, audio_of, text_instead, voice_payloads
 from bot.slack.incoming import SLACK, Place, parse_source
-from bot.slack.mrkdwn import escape, escape_within, to_mrkdwn
+from bot.slack.mrkdwn import escape, escape_within, link_definitions, to_mrkdwn
 from bot.slack.settings import SlackSettings
 
 __all__ = [
@@ -158,10 +158,11 @@ def mrkdwn_parts(markdown: str, limit: int = MESSAGE_LIMIT) -> list[str]:
     """``markdown`` as mrkdwn messages of at most ``limit`` characters, cut where the
     Markdown may be cut (a code block closed and opened again at a cut)."""
     parts: list[str] = []
+    references = link_definitions(markdown)
     pending = split_markdown(markdown, limit * 7 // 8)
     while pending:
         chunk = pending.pop(0)
-        converted = to_mrkdwn(chunk)
+        converted = to_mrkdwn(chunk, references)
         if len(converted) <= limit:
             if converted.strip():
                 parts.append(converted)
