@@ -139,10 +139,15 @@ async def _serve(config: AppConfig) -> None:
 
 
 async def _chat(config: AppConfig) -> None:
+    from bot.fleet.single_sqlite import SqliteInUse, hold_console_lock
     from bot.serve import open_engine, open_memory
     from bot.terminal import SOURCE, TerminalChat, console_interrupted, log_to_file
     from engine.hub import ChatHub
 
+    try:
+        lock = hold_console_lock(config.settings.database_url)
+    except SqliteInUse as exc:
+        raise SystemExit(f"chathub: {exc}") from None
     print(f"chathub: the log is in {log_to_file()}", file=sys.stderr, flush=True)
     engine = await open_engine(config)
     hub = ChatHub(engine, config.hub, recover_prefix=SOURCE)
@@ -161,6 +166,8 @@ async def _chat(config: AppConfig) -> None:
         if memory is not None:
             await memory.close()
         await engine.close()
+        if lock is not None:
+            lock.close()
 
 
 if __name__ == "__main__":

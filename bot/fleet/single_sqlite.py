@@ -5,7 +5,9 @@ second service on the same file would poll Telegram and run turns beside the fir
 ``hold_serve_lock`` takes an exclusive, non-blocking ``flock`` on ``<database>.serve.lock``
 for the life of the process: the kernel drops it when the process ends, ``kill -9``
 included, so a crash never leaves a stale lock behind. ``chathub chat`` (the terminal)
-takes no lock and runs beside a service.
+runs beside a service, one at a time: ``hold_console_lock`` (``<database>.console.lock``);
+a second one re-ran the first one's live turn as "interrupted" (until 2026-12-07; found by
+review).
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-__all__ = ["ServeLock", "SqliteInUse", "hold_serve_lock", "lock_path_for"]
+__all__ = ["ServeLock", "SqliteInUse", "hold_console_lock", "hold_serve_lock", "lock_path_for"]
 
 
 class SqliteInUse(Exception):
@@ -37,13 +40,14 @@ class ServeLock:
             self._fd = None
 
 
-def lock_path_for(database_url: str) -> Path | None:
-    """The lock file of a SQLite database file; None for PostgreSQL or ``:memory:``."""
+def lock_path_for(database_url: str, role: str = "serve") -> Path | None:
+    """The lock file of a SQLite database file for ``role``; None for PostgreSQL or
+    ``:memory:``."""
     url = make_url(database_url)
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
         return None
     database = Path(url.database).expanduser().resolve()
-    return database.with_name(database.name + ".serve.lock")
+    return database.with_name(f"{database.name}.{role}.lock")
 
 
 def hold_serve_lock(database_url: str) -> ServeLock | None:
@@ -51,7 +55,33 @@ def hold_serve_lock(database_url: str) -> ServeLock | None:
 
     Raises ``SqliteInUse`` when another process holds it.
     """
-    path = lock_path_for(database_url)
+    return _hold(
+        database_url,
+        "serve",
+        lambda who, name: (
+            f"{who} is running on this SQLite database ({name}); SQLite serves "
+            "one process — to run several, use PostgreSQL (docs/scale-out.md)."
+        ),
+    )
+
+
+def hold_console_lock(database_url: str) -> ServeLock | None:
+    """Hold the terminal conversation of a SQLite database (None: PostgreSQL).
+
+    Raises ``SqliteInUse`` when another ``chathub chat`` holds it.
+    """
+    return _hold(
+        database_url,
+        "console",
+        lambda who, name: (
+            f"{who} is open on this SQLite database ({name}); the terminal "
+            "conversation is one at a time: go on in that one, or end it first."
+        ),
+    )
+
+
+def _hold(database_url: str, role: str, refusal: Callable[[str, str], str]) -> ServeLock | None:
+    path = lock_path_for(database_url, role)
     if path is None:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -61,11 +91,9 @@ def hold_serve_lock(database_url: str) -> ServeLock | None:
     except BlockingIOError:
         holder = _read_pid(fd)
         os.close(fd)
-        who = f"Another chathub serve (pid {holder})" if holder else "Another chathub serve"
-        raise SqliteInUse(
-            f"{who} is running on this SQLite database ({path.name.removesuffix('.serve.lock')}); "
-            "SQLite serves one process — to run several, use PostgreSQL (docs/scale-out.md)."
-        ) from None
+        command = "chathub serve" if role == "serve" else "chathub chat"
+        who = f"Another {command} (pid {holder})" if holder else f"Another {command}"
+        raise SqliteInUse(refusal(who, path.name.removesuffix(f".{role}.lock"))) from None
     except BaseException:
         os.close(fd)
         raise

@@ -27,7 +27,21 @@ def _run_chat(tmp_path: Path, fake: FakeOpenAIServer, stdin: str, **env: str) ->
 def _chat_process(
     tmp_path: Path, fake: FakeOpenAIServer, stdin: str, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    environment = {
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "chat"],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=_environment(tmp_path, fake, **env),
+        cwd=tmp_path,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def _environment(tmp_path: Path, fake: FakeOpenAIServer, **env: str) -> dict[str, str]:
+    return {
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(tmp_path),
         "LLM_BASE_URL": fake.base_url,
@@ -39,17 +53,6 @@ def _chat_process(
         "MEMORY_DERIVE_FACTS": os.environ.get("MEMORY_DERIVE_FACTS", "false"),
         **env,
     }
-    done = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "chat"],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=environment,
-        cwd=tmp_path,
-        timeout=30,
-    )
-    assert done.returncode == 0, done.stderr
-    return done
 
 
 def test_a_multi_turn_conversation_with_tool_calls(tmp_path: Path, fake_openai: FakeOpenAIServer):
@@ -302,3 +305,42 @@ def test_what_uvicorn_logs_goes_to_the_file_not_into_the_chat(
         term.send("/quit")
         assert term.wait(timeout_s=20) == 0
     assert "Invalid HTTP request" not in term.output
+
+
+def test_a_second_chathub_chat_on_one_database_is_refused(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+) -> None:
+    """Two terminals on one conversation: the second took the first one's live turn for
+    one a crash had cut and ran it again (found by review on 2026-12-07)."""
+    fake_openai.reply_text("Hello.")
+    first = subprocess.Popen(
+        [sys.executable, "-m", "bot.cli", "chat"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_environment(tmp_path, fake_openai),
+        cwd=tmp_path,
+    )
+    try:
+        assert first.stdin is not None and first.stdout is not None
+        first.stdin.write("hi\n")
+        first.stdin.flush()
+        while "Hello." not in first.stdout.readline():  # the first one chats
+            pass
+        second = subprocess.run(
+            [sys.executable, "-m", "bot.cli", "chat"],
+            input="hi again\n",
+            capture_output=True,
+            text=True,
+            env=_environment(tmp_path, fake_openai),
+            cwd=tmp_path,
+            timeout=30,
+        )
+        assert second.returncode != 0
+        assert "Another chathub chat (pid" in second.stderr and "one at a time" in second.stderr
+        assert "Traceback" not in second.stderr
+    finally:
+        first.kill()
+        first.wait()
+    assert "hi again" not in json.dumps(fake_openai.requests)
