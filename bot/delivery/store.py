@@ -305,7 +305,9 @@ def _shown_as(
 
 def _close_card(conn: Connection, platform: str, tool_call_id: int, state: str) -> bool:
     mine = sa.and_(c.c.platform == platform, c.c.tool_call_id == tool_call_id)
-    done = conn.execute(c.update().where(mine, c.c.state == "open").values(state=state))
+    done = conn.execute(
+        c.update().where(mine, c.c.state == "open").values(state=state, reject_window=None)
+    )
     return done.rowcount > 0
 
 

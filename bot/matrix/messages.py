@@ -168,6 +168,8 @@ class MessageHandler:
                 await self._settings.set(f"matrix:direct:{m.sender}", m.room_id)
         except (RetryLater, Unavailable) as exc:
             log.info("members of %s unknown for now: %s", m.room_id, exc.description)
+        except Exception:  # only a cache: the database away a moment fails no message
+            log.exception("keeping %s as the direct room of %s failed", m.room_id, m.sender)
 
     async def _is_mine(self, room_id: str, event_id: str) -> bool:
         if await self._cards.at(room_id, event_id) is not None:

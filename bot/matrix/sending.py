@@ -222,19 +222,24 @@ def parts(markdown: str, limit: int = MESSAGE_LIMIT) -> list[str]:
     return [part for part in split_markdown(markdown, limit) if part.strip()]
 
 
-def contents_of(markdown: str, limit: int = MESSAGE_LIMIT) -> list[Json]:
+def contents_of(
+    markdown: str, limit: int = MESSAGE_LIMIT, references: dict[str, Any] | None = None
+) -> list[Json]:
     """``markdown`` as messages' contents each within ``CONTENT_BUDGET``: a part whose HTML
     makes it too big is cut again (until 2026-12-06 a long table's reply was refused by
-    the homeserver and lost); one that no cut brings within it goes as plain text."""
+    the homeserver and lost); one that no cut brings within it goes as plain text.
+    ``references``: the whole reply's link definitions (read here when not given)."""
     contents = []
-    whole: dict[str, Any] = {}
-    _MARKDOWN.parse(markdown, whole)  # its link definitions, for every part
+    if references is None:
+        whole: dict[str, Any] = {}
+        _MARKDOWN.parse(markdown, whole)  # its link definitions, for every part
+        references = whole.get("references") or {}
     for part in parts(markdown, limit):
-        content = content_of(part, references=whole.get("references"))
+        content = content_of(part, references=references)
         if _size(content) <= CONTENT_BUDGET:
             contents.append(content)
         elif limit > _SMALLEST_CUT:
-            contents.extend(contents_of(part, limit // 2))
+            contents.extend(contents_of(part, limit // 2, references))
         else:
             contents.append(
                 {k: v for k, v in content.items() if k not in ("format", "formatted_body")}

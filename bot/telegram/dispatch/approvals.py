@@ -77,6 +77,10 @@ def parse_callback(data: object) -> CardAction | None:
     return CardAction(tool_call_id, action)  # type: ignore[arg-type]
 
 
+#: The least a restored reject window waits: the hub recovers its sessions first.
+RESTORED_WAIT_LEAST_S = 5.0
+
+
 class ApprovalTaps:
     def __init__(
         self,
@@ -167,18 +171,19 @@ class ApprovalTaps:
         self._runtime.background.spawn(self._reject_after_window(card, user_name, decider))
 
     async def restore_windows(self) -> None:
-        """The reject windows open when the process stopped, with what is left of each
-        (one that ran out meanwhile rejects at once, as it would have)."""
+        """The reject windows open when the process stopped, with what is left of each;
+        one that ran out meanwhile rejects a moment after start (once the hub runs), for
+        the person who tapped it as they may decide now."""
         for card in self._cards.all_open():
             kept = card.reject_window
             try:
-                until = datetime.fromisoformat(kept["until"])
-                user_id, is_owner, is_allowed = kept["decider"]
-                decider = Decider(user_id, is_owner=bool(is_owner), is_allowed=bool(is_allowed))
+                left = (datetime.fromisoformat(kept["until"]) - utcnow()).total_seconds()
+                user_id = kept["decider"][0]
                 user_name = str(kept["by"])
-            except (TypeError, KeyError, ValueError):
+            except (TypeError, KeyError, ValueError, IndexError):
                 continue  # none, or not one this version wrote
-            left = max((until - utcnow()).total_seconds(), 0.0)
+            decider = self._access.decider(str(user_id)) if user_id else Decider(None)
+            left = max(left, RESTORED_WAIT_LEAST_S)
             window = RejectWindow(self._runtime.clock() + left, user_name, decider)
             self._rejecting.open(card.tool_call_id, window)
             self._runtime.background.spawn(

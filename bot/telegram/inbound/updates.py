@@ -121,7 +121,7 @@ class Message:
         parts, at = [], 0
         for link in links:
             end = (int(link["offset"]) + int(link["length"])) * 2
-            if end < at or link["url"] in self.text:
+            if end < at or link["url"] in self.text.split():
                 continue
             parts += [units[at:end].decode("utf-16-le", "replace"), f" ({link['url']})"]
             at = end

@@ -212,11 +212,11 @@ def _table_links(markdown: str) -> str:
     """A link in a table cell as its words and its address: a table is drawn as
     preformatted text, where "[guide](https://…)" showed "guide" alone (until 2026-12-07;
     found by review). The parser says where each link of a cell is (byte offsets)."""
-    if "|" not in markdown or "](" not in markdown:
+    if "|" not in markdown or "]" not in markdown:
         return markdown  # no table with a link (and no parse to pay for)
     source = markdown.encode("utf-8")
-    rewrites: list[tuple[int, int, str]] = []
-    tables, link, words = 0, None, []
+    rewrites: list[tuple[int, int, bytes]] = []
+    tables, link, inner = 0, None, []
     for event, span in pyromark.events_with_range(markdown, options=STANDARD_OPTIONS):
         start, end = span["start"], span["end"]
         if isinstance(event, dict) and "Start" in event:
@@ -224,19 +224,23 @@ def _table_links(markdown: str) -> str:
             if isinstance(opened, dict) and "Table" in opened:
                 tables += 1
             elif tables and isinstance(opened, dict) and "Link" in opened:
-                link, words = (start, end, str(opened["Link"].get("dest_url") or "")), []
+                link, inner = (start, end, str(opened["Link"].get("dest_url") or "")), []
+            elif link is not None:
+                inner.append((start, end))
         elif isinstance(event, dict) and "End" in event:
             if event["End"] == "Table":
                 tables -= 1
             elif event["End"] == "Link" and link is not None:
-                label = "".join(words).strip()
-                shown = f"{label} ({link[2]})" if label and label != link[2] else link[2]
+                # The label as written (its escapes kept: a "\|" stays in its cell).
+                label = source[inner[0][0] : inner[-1][1]].strip() if inner else b""
+                address = link[2].encode("utf-8")
+                shown = label + b" (" + address + b")" if label and label != address else address
                 rewrites.append((link[0], link[1], shown))
                 link = None
-        elif link is not None and isinstance(event, dict):
-            words += [str(v) for k, v in event.items() if k in ("Text", "Code")]
+        elif link is not None:
+            inner.append((start, end))
     for start, end, shown in reversed(rewrites):
-        source = source[:start] + shown.encode("utf-8") + source[end:]
+        source = source[:start] + shown + source[end:]
     return source.decode("utf-8")
 
 

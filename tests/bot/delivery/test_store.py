@@ -301,3 +301,24 @@ async def test_a_failed_record_of_a_delivery_is_tried_again_without_a_next_send(
         while [r["status"] for r in await outbox_rows(store)] != ["sent"]:  # noqa: ASYNC110
             await asyncio.sleep(0.001)
     assert a.failures == 0
+
+
+async def test_a_cards_reject_window_is_kept_until_the_card_closes(any_db_url: str) -> None:
+    """Kept for a restart inside it (migration 0031); gone with the card, so a card shown
+    again later starts without one (found by review on 2026-12-07)."""
+    from bot.delivery import CardRow, CardStore
+
+    store = await Store.open(any_db_url, LAYERS)
+    try:
+        cards = CardStore(store.db, "telegram")
+        await cards.save(CardRow(7, "approval", "telegram:1", "1", "500", "Run ls?", None, "open"))
+        window = {"until": NOW.isoformat(), "by": "Ann", "decider": ["1", False, True]}
+        await cards.open_window(7, window)
+        await cards.save(CardRow(7, "approval", "telegram:1", "1", "501", "Run ls?", None, "open"))
+        [kept] = await cards.open()
+        assert (kept.message_id, kept.reject_window) == ("501", window)  # a save keeps it
+        assert await cards.close(7, "rejected")
+        closed = await cards.get(7)
+        assert closed is not None and closed.reject_window is None
+    finally:
+        await store.close()

@@ -193,3 +193,13 @@ def test_a_cut_replys_reference_links_keep_their_addresses_in_the_html() -> None
     assert 'href="https://example.com/docs"' in parts[0]["formatted_body"]
     assert all(p.get("formatted_body", None) != "" for p in parts)
     assert content_of("[1]: https://example.com/docs").get("formatted_body") is None
+
+
+def test_a_part_cut_again_for_its_html_keeps_the_replys_link_definitions() -> None:
+    """A part over the size budget was cut again and read alone: its links lost their
+    addresses (found by review on 2026-12-07)."""
+    address = "https://example.com/" + "d" * 300  # each link's HTML carries it whole
+    links = "\n".join(f"- [a{i}][d]" for i in range(2000))
+    parts = contents_of(f"{links}\n\n[d]: {address}", limit=20_000)
+    assert len(parts) > 2
+    assert all(address in p["formatted_body"] for p in parts[:-1])

@@ -144,9 +144,7 @@ async def test_a_429_on_another_method_holds_no_reply(
 def test_a_cut_replys_reference_links_keep_their_addresses() -> None:
     """Cut into messages, "[the docs][1]" in one and "[1]: https://…" in another: Slack
     showed "[the docs][1]" and no address at all (found by review on 2026-12-07)."""
-    reply = (
-        "See [the docs][1].\n\n" + ("word " * 1200) + "\n\n[1]: https://example.com/docs"
-    )
+    reply = "See [the docs][1].\n\n" + ("word " * 1200) + "\n\n[1]: https://example.com/docs"
     parts = mrkdwn_parts(reply, limit=3000)
     assert len(parts) > 1
     assert "<https://example.com/docs|the docs>" in parts[0]

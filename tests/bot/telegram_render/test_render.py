@@ -315,3 +315,12 @@ def test_a_link_in_a_table_keeps_its_address() -> None:
     assert chunk.entities[0] == {
         "type": "text_link", "offset": 4, "length": 1, "url": "https://a.example"
     }  # fmt: skip
+
+
+def test_a_table_links_label_keeps_its_escapes_and_a_reference_link_its_address() -> None:
+    """The label as written: an escaped "|" made a new cell and cut the address off; a
+    reference-style link in a cell lost its address (found by review on 2026-12-07)."""
+    [escaped] = render_markdown("| h |\n|---|\n| [a\\|b](https://x.example) |")
+    assert "a|b (https://x.example)" in escaped.text
+    [referenced] = render_markdown("| h |\n|---|\n| [a][r] |\n\n[r]: https://r.example")
+    assert "a (https://r.example)" in referenced.text
