@@ -60,8 +60,8 @@ platform_cards = Table(
     Column("extra", JSON),
     Column("state", String(16), nullable=False, server_default="open"),
     Column("created_at", UtcDateTime, nullable=False),
-    #: The ❌ reject window open on it: ``{"until": <ISO time>, "by": <name>, "decider":
-    #: {...}}`` (migration 0031).
+    #: The ❌ reject window open on it: ``{"until": <ISO time>, "by": <name>, "user": <id>}``
+    #: (migration 0031).
     Column("reject_window", JSON),
     PrimaryKeyConstraint("platform", "tool_call_id"),
     Index("ix_platform_cards_message", "platform", "conversation", "message_id"),

@@ -48,7 +48,7 @@ from bot.delivery import (
 )
 from bot.matrix.incoming import MATRIX, Place, parse_source
 from bot.matrix.settings import MatrixSettings
-from bot.platform.chunks import split_markdown
+from bot.platform.chunks import link_definitions, split_markdown
 from bot.platform.outbox import RowSender, last_lines
 from bot.platform.protocols import MessageRef
 from bot.platform.voice_mode import VoiceMode
@@ -231,9 +231,7 @@ def contents_of(
     ``references``: the whole reply's link definitions (read here when not given)."""
     contents = []
     if references is None:
-        whole: dict[str, Any] = {}
-        _MARKDOWN.parse(markdown, whole)  # its link definitions, for every part
-        references = whole.get("references") or {}
+        references = link_definitions(markdown) or {}
     for part in parts(markdown, limit):
         content = content_of(part, references=references)
         if _size(content) <= CONTENT_BUDGET:

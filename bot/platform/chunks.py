@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Any
 
-__all__ = ["MIN_LIMIT", "in_code_block", "split_markdown"]
+__all__ = ["MIN_LIMIT", "in_code_block", "link_definitions", "split_markdown"]
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 #: Discord's: only backticks, and at any indent (it draws ``` as code wherever it stands:
@@ -36,6 +37,23 @@ _FENCE_RUN = re.compile(r"`{3,}")
 #: A table's delimiter row (``| --- | :-: |``), which makes the row before it a header.
 _DELIMITER = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
 Table = tuple[str, str]  # a table's header and delimiter rows
+
+
+def link_definitions(markdown: str) -> dict[str, Any] | None:
+    """The answer's ``[1]: https://…`` definitions (markdown-it's ``references``), which
+    each part renders with: cut into messages, "[the docs][1]" in one part and its
+    definition in another lost the address (until 2026-12-07; found by review). ``None``
+    when it has none: most answers, which are not parsed for it."""
+    if "]:" not in markdown:
+        return None
+    from markdown_it import MarkdownIt  # only for an answer that defines a link
+
+    env: dict[str, Any] = {}
+    try:
+        MarkdownIt("commonmark").parse(markdown, env)
+    except Exception:  # a part is rendered without them then
+        return None
+    return env.get("references")
 
 
 def in_code_block(code: str) -> str:

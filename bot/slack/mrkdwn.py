@@ -20,7 +20,7 @@ from markdown_it.token import Token
 
 from bot.platform.chunks import in_code_block
 
-__all__ = ["code_block", "escape", "link_definitions", "to_mrkdwn"]
+__all__ = ["code_block", "escape", "to_mrkdwn"]
 
 #: No indented code blocks: a long answer is cut into messages before each is converted,
 #: and a part that began with a nested list's indented line showed it as code (until
@@ -41,24 +41,10 @@ _SYNTAX = re.compile(r"[\\`*_~\[\]<>&#|=+\-\t\r\n\f\v\x00-\x08\x0e-\x1f\x7f]|^\d
 def to_mrkdwn(markdown: str, references: dict[str, Any] | None = None) -> str:
     """``markdown`` as mrkdwn; never raises (what it cannot parse it shows as text).
     ``references``: the link definitions of the whole reply this is a part of
-    (``link_definitions``)."""
+    (``bot.platform.chunks.link_definitions``)."""
     if markdown and markdown == markdown.strip() and _SYNTAX.search(markdown) is None:
         return markdown
     return _parsed(markdown, references)
-
-
-def link_definitions(markdown: str) -> dict[str, Any] | None:
-    """The reply's ``[1]: https://…`` definitions, for each of its parts: cut into
-    messages, "[the docs][1]" in one and its definition in another lost the address
-    (until 2026-12-07; found by review)."""
-    if "]:" not in markdown:
-        return None
-    env: dict[str, Any] = {}
-    try:
-        _PARSER.parse(markdown, env)
-    except Exception:  # as _parsed: a part is shown as text then
-        return None
-    return env.get("references")
 
 
 def _parsed(markdown: str, references: dict[str, Any] | None = None) -> str:

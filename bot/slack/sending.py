@@ -44,13 +44,13 @@ from bot.delivery import (
     Unavailable,
     clamp_retry_after,
 )
-from bot.platform.chunks import split_markdown
+from bot.platform.chunks import link_definitions, split_markdown
 from bot.platform.outbox import RowSender, last_lines
 from bot.platform.protocols import MessageRef
 from bot.platform.voice_mode import VoiceMode
 from bot.platform.voice_out import VOICE, Speak, audio_of, text_instead, voice_payloads
 from bot.slack.incoming import SLACK, Place, parse_source
-from bot.slack.mrkdwn import escape, escape_within, link_definitions, to_mrkdwn
+from bot.slack.mrkdwn import escape, escape_within, to_mrkdwn
 from bot.slack.settings import SlackSettings
 
 __all__ = [

@@ -160,7 +160,7 @@ class ApprovalTaps:
         kept = {
             "until": (utcnow() + timedelta(seconds=seconds)).isoformat(),
             "by": user_name,
-            "decider": [decider.user_id, decider.is_owner, decider.is_allowed],
+            "user": decider.user_id,  # what they may decide is read again at a restart
         }
         await self._cards.store.open_window(card.tool_call_id, kept)
         text = f"{card.text}\n\n{REASON_PROMPT.format(seconds=seconds)}"
@@ -178,9 +178,9 @@ class ApprovalTaps:
             kept = card.reject_window
             try:
                 left = (datetime.fromisoformat(kept["until"]) - utcnow()).total_seconds()
-                user_id = kept["decider"][0]
+                user_id = kept["user"]
                 user_name = str(kept["by"])
-            except (TypeError, KeyError, ValueError, IndexError):
+            except (TypeError, KeyError, ValueError):
                 continue  # none, or not one this version wrote
             decider = self._access.decider(str(user_id)) if user_id else Decider(None)
             left = max(left, RESTORED_WAIT_LEAST_S)
