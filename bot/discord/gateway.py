@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 
 #: Discord allows one IDENTIFY per 5 s; discord.py waits that long before each but the first.
 IDENTIFY_GAP_S = 5.0
+# How long discord.py waits after the last GUILD_CREATE before on_ready: short, since
+# nothing is chunked and the catch-up waits for it.
+GUILD_READY_TIMEOUT_S = 0.5
 _DESCRIPTION_LIMIT = 100
 
 
@@ -82,7 +85,7 @@ class DiscordGateway(discord.Client):
             intents=intents,
             # Long waits surface as RateLimited (the outbox postpones) instead of a sleep.
             max_ratelimit_timeout=30.0,
-            guild_ready_timeout=0.5,
+            guild_ready_timeout=GUILD_READY_TIMEOUT_S,
             chunk_guilds_at_startup=False,
             member_cache_flags=discord.MemberCacheFlags.none(),
             allowed_mentions=discord.AllowedMentions.none(),

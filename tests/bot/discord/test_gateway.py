@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from bot.discord import adapter as discord_adapter
+from bot.discord import gateway as discord_gateway
 from bot.discord.service import RECONNECT_BACKOFF
 from bot.platform.chunks import split_markdown
 from bot.platform.lanes import Lanes
@@ -139,7 +140,7 @@ async def test_what_was_written_while_the_bot_was_down_is_answered_after_the_res
 
 
 async def test_what_was_written_while_down_is_not_lost_to_a_message_right_after_ready(
-    fake: FakeDiscordServer, make_service: MakeService
+    fake: FakeDiscordServer, make_service: MakeService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A live message between READY and discord.py's ``on_ready`` (which waits for the
     guilds) was stored first, and the catch-up read after it: what was written while the
@@ -153,6 +154,8 @@ async def test_what_was_written_while_down_is_not_lost_to_a_message_right_after_
     await service.stop()
     fake.dm(ALICE, "two (while down)", offline=True)
     fake.channel_message(GUILD, GENERAL, ALICE, "are you there?", offline=True)
+    # A wider wait for the guilds, so a loaded machine still lands the live message in it.
+    monkeypatch.setattr(discord_gateway, "GUILD_READY_TIMEOUT_S", 5.0)
     second = await make_service(ready=False, discord_open_channel_ids=str(GENERAL))
     await until(lambda: fake.session is not None and "READY" in fake.session.event_names())
     assert not discord_of(second).bot.is_ready()  # discord.py still waits for the guilds
