@@ -13,7 +13,7 @@ from bot.platform.tasks import Runtime
 from bot.telegram.config import TelegramConfig
 from bot.telegram.inbound.updates import parse_source
 from bot.telegram.rendering.render import cut_utf16
-from bot.telegram.sending.api import TelegramError
+from bot.telegram.sending.api import BadRequest, TelegramError
 from bot.telegram.sending.delivery import TelegramSender
 from engine.hub import ChatHub
 
@@ -55,6 +55,9 @@ class ChatActivity:
         self._sleep = runtime.sleep
         self._background = runtime.background
         self._chats: dict[str, _Live] = {}
+        #: Telegram refused a draft (older Bot API servers allow them only to bots in
+        #: forum topic mode): private chats stream as groups do, by an edited message.
+        self._drafts_refused = False
 
     # -- typing ---------------------------------------------------------------------------
 
@@ -107,16 +110,8 @@ class ChatActivity:
         # stream was refused as too long (until 2026-12-07; found by review).
         text = cut_utf16(text, STREAM_LIMIT)
         try:
-            if live.chat_id > 0:
-                if live.drafts == 0:
-                    live.drafts = int(now * 1000) % 2_000_000_000 + 1
-                await self._sender.call(
-                    live.chat_id,
-                    lambda: self._api.send_message_draft(
-                        live.chat_id, live.drafts, text, message_thread_id=live.thread_id
-                    ),
-                    kind=SEND,
-                )
+            if live.chat_id > 0 and not self._drafts_refused:
+                await self._show_draft(live, text, now)
             elif live.stream_message_id is None:
                 sent = await self._sender.send_text(live.chat_id, text, thread_id=live.thread_id)
                 live.stream_message_id = sent.get("message_id")
@@ -124,6 +119,28 @@ class ChatActivity:
                 await self._sender.edit(live.chat_id, live.stream_message_id, text, [], None)
         except TelegramError as exc:
             log.info("streaming to chat %s failed: %s", live.chat_id, exc)
+
+    async def _show_draft(self, live: _Live, text: str, now: float) -> None:
+        """The answer so far as a draft; refused (a bot outside forum topic mode, on a
+        server that allows drafts only there), the stream goes on as an edited message,
+        in this chat and from then on in every private chat (until 2026-12-07 each draft
+        was refused and the private chat saw nothing until the answer; found by review)."""
+        if live.drafts == 0:
+            live.drafts = int(now * 1000) % 2_000_000_000 + 1
+        try:
+            await self._sender.call(
+                live.chat_id,
+                lambda: self._api.send_message_draft(
+                    live.chat_id, live.drafts, text, message_thread_id=live.thread_id
+                ),
+                kind=SEND,
+            )
+        except BadRequest as exc:
+            log.info("Telegram refused a draft (%s): streaming by messages instead", exc)
+            self._drafts_refused = True
+            live.drafts = 0
+            sent = await self._sender.send_text(live.chat_id, text, thread_id=live.thread_id)
+            live.stream_message_id = sent.get("message_id")
 
     async def end_stream(self, source: str) -> None:
         """The final answer replaces the streamed one (a draft simply ends)."""

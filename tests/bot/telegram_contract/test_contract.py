@@ -371,6 +371,28 @@ async def eventually_async(request) -> None:
             await asyncio.sleep(0.02)
 
 
+async def test_a_bot_refused_drafts_streams_to_private_chats_by_an_edited_message(
+    start_service, telegram, model
+):
+    """A Bot API server that allows drafts only to bots in forum topic mode refuses each
+    one: the private chat saw nothing until the answer (found by review)."""
+    telegram.fail_next(
+        "sendMessageDraft",
+        100,
+        status=400,
+        description="Bad Request: method is available only for bots with forum topic mode",
+    )
+    service = await start_service(telegram_streaming=True)
+    try:
+        telegram.user_message(ALICE, ALICE, "stream please")
+        await eventually(lambda: "echo: stream please" in texts(telegram, ALICE))
+        streamed = await eventually(lambda: [m for m in telegram.messages(ALICE) if m.deleted])
+        assert [m.text for m in streamed] == ["echo: stream please"]
+        assert telegram.drafts(ALICE) == []
+    finally:
+        await stop(service)
+
+
 async def test_streaming_shows_a_draft_in_private_and_an_edited_message_in_groups(
     start_service, telegram, model
 ):
