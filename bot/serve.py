@@ -91,10 +91,13 @@ __all__ = ["Service", "open_engine", "serve"]
 if TYPE_CHECKING:
     import uvicorn
 
+    from bot.discord.adapter import DiscordAdapter
     from bot.discord.service import DiscordService
     from bot.http.app import TelegramWebhook
     from bot.http.web import Deliveries
+    from bot.matrix.adapter import MatrixAdapter
     from bot.matrix.service import MatrixService
+    from bot.slack.adapter import SlackAdapter
     from bot.slack.service import SlackService
 
 log = logging.getLogger(__name__)
@@ -300,6 +303,7 @@ class Service:
             lease=timedelta(seconds=settings.scheduler_lease_seconds),
             tic_interval_s=settings.tic_interval_seconds,
             owner_allowed=self._job_owner_allowed,
+            chat_gone=self._job_chat_gone,
         )
         hub.visiting.on_standing_grant(scheduler.grant_for_session)
         for tool in scheduler_tools(scheduler):
@@ -511,17 +515,29 @@ class Service:
         platform, _, user = owner_id.partition(":")
         if platform in OPERATOR_PLATFORMS:
             return True
-        if platform == "telegram":
-            access = None if self.adapter is None else self.adapter.access
-        elif platform == "discord":
-            access = self.discord.adapter.access if self.discord and self.discord.adapter else None
-        elif platform == "slack":
-            access = self.slack.adapter.access if self.slack and self.slack.adapter else None
-        elif platform == "matrix":
-            access = self.matrix.adapter.access if self.matrix and self.matrix.adapter else None
-        else:
+        if platform not in ("telegram", "discord", "slack", "matrix"):
             return False
-        return None if access is None else access.is_allowed(user)
+        adapter = self._adapter_of(platform)
+        return None if adapter is None else adapter.access.is_allowed(user)
+
+    async def _job_chat_gone(self, source: str) -> str | None:
+        """Why a job's chat takes nothing more from the bot (its platform refused a
+        delivery there for good, and nothing went through since), or ``None``."""
+        adapter = self._adapter_of(source.partition(":")[0])
+        if adapter is None:
+            return None
+        return await adapter.outbound.store.gone_reason(adapter.cards.conversation(source))
+
+    def _adapter_of(
+        self, platform: str
+    ) -> TelegramAdapter | DiscordAdapter | SlackAdapter | MatrixAdapter | None:
+        """The platform's adapter when it runs here."""
+        if platform == "telegram":
+            return self.adapter
+        service = {"discord": self.discord, "slack": self.slack, "matrix": self.matrix}.get(
+            platform
+        )
+        return None if service is None else service.adapter
 
     async def _start_http(
         self, webhook: TelegramWebhook | None, deliveries: Deliveries | None

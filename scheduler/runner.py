@@ -35,7 +35,14 @@ from scheduler.asking import CARD_STOPPED, RunCards
 from scheduler.grants import JobGrants
 from scheduler.store import STOPPED, AlreadyTold, Job, JobStore, Run, mark_delivered_in
 
-__all__ = ["JOB_LABEL", "OPERATOR_PLATFORMS", "TASK_COMPLETED_TOOL", "JobRunner", "OwnerCheck"]
+__all__ = [
+    "JOB_LABEL",
+    "OPERATOR_PLATFORMS",
+    "TASK_COMPLETED_TOOL",
+    "ChatCheck",
+    "JobRunner",
+    "OwnerCheck",
+]
 
 #: A run's session is labelled ``CronJob: <title>`` (the inbox shows it; a card names the
 #: job from it).
@@ -68,8 +75,17 @@ TASK_COMPLETED_REASONING = (
 OwnerCheck = Callable[[str], Awaitable[bool | None]]
 
 
+#: Why a chat (``telegram:42``) takes nothing more from the bot (the platform refused a
+#: delivery there for good: blocked, removed, deleted), or ``None``.
+ChatCheck = Callable[[str], Awaitable[str | None]]
+
+
 async def _everyone_allowed(_owner_id: str) -> bool:
     return True
+
+
+async def _never_gone(_source: str) -> None:
+    return None
 
 
 class JobRunner:
@@ -85,9 +101,11 @@ class JobRunner:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         approval_wait: timedelta = timedelta(minutes=30),
         owner_allowed: OwnerCheck | None = None,
+        chat_gone: ChatCheck | None = None,
     ) -> None:
         """``approval_wait``: how long a run waits for a decision (a job may say otherwise);
-        ``owner_allowed``: the front ends' access, asked before a job acts for its owner."""
+        ``owner_allowed``: the front ends' access, asked before a job acts for its owner;
+        ``chat_gone``: the platforms' word on whether the job's chat still takes messages."""
         self.engine = engine
         self.hub = hub
         self.store = store
@@ -97,6 +115,7 @@ class JobRunner:
         self._sleep = sleep
         self.approval_wait = approval_wait
         self.owner_allowed = owner_allowed or _everyone_allowed
+        self.chat_gone = chat_gone or _never_gone
         #: Runs this process is executing or delivering (the sweep leaves them alone).
         self.busy: set[int] = set()
         #: Runs that left ``busy`` since the dispatcher's last sweep began (see ``sweepable``).
@@ -237,10 +256,19 @@ class JobRunner:
             )
         else:
             directory = JobGrants.of(job.run_context).working_directory
+            chat = self._chat_of(job)
+            gone = None if chat is None else await self.chat_gone(chat)
             if directory is not None and not (self.engine.workspace.root / directory).is_dir():
                 why = (
                     f"its working directory {directory} is no longer there, so "
                     f"{_paused(job, 'once it is back')}"
+                )
+            elif gone is not None:
+                # Until 2026-12-07 a job of a chat that had blocked the bot ran at every
+                # fire (its tools, the model's tokens) and its answer was refused each time.
+                why = (
+                    f"its chat ({chat}) no longer takes the bot's messages ({gone}), so "
+                    f"{_paused(job, 'once the bot can write there again')}"
                 )
         return None if why is None else Ran("failed", None, f"it did not run: {why}", pauses=True)
 

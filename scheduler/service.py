@@ -18,7 +18,7 @@ from engine.store import fenced, utcnow
 from scheduler.cron import CronError, CronSchedule
 from scheduler.dispatcher import Dispatcher
 from scheduler.grants import GrantChecker, JobGrants
-from scheduler.runner import OPERATOR_PLATFORMS, JobRunner, OwnerCheck
+from scheduler.runner import OPERATOR_PLATFORMS, ChatCheck, JobRunner, OwnerCheck
 from scheduler.store import Job, JobStore, NewJob
 from scheduler.tic import Tic
 
@@ -96,8 +96,10 @@ class Scheduler:
         max_claimed: int = 20_000,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         owner_allowed: OwnerCheck | None = None,
+        chat_gone: ChatCheck | None = None,
     ) -> None:
-        """``owner_allowed``: the front ends' access check for the user a job acts for."""
+        """``owner_allowed``: the front ends' access check for the user a job acts for;
+        ``chat_gone``: why a job's chat takes nothing more from the bot, if it does not."""
         self.engine = engine
         self.hub = hub
         self.timezone = timezone
@@ -114,6 +116,7 @@ class Scheduler:
             sleep=sleep,
             approval_wait=timedelta(seconds=self.limits.approval_wait_s),
             owner_allowed=owner_allowed,
+            chat_gone=chat_gone,
         )
         self.dispatcher = Dispatcher(
             self.store,

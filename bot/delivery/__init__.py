@@ -9,6 +9,7 @@ its inbound events and its cards. The face: import from ``bot.delivery``.
 
 from bot.delivery.errors import (
     RETRY_AFTER_MAX_S,
+    Gone,
     PlatformError,
     Refused,
     RetryLater,
@@ -56,6 +57,7 @@ __all__ = [
     "DeliverySummary",
     "EventAlreadyHandled",
     "EventStore",
+    "Gone",
     "KeyedLocks",
     "Outbound",
     "OutboundStats",

@@ -4,7 +4,9 @@ A platform's client raises these (its own errors subclass them): ``RetryLater`` 
 wait, then the same call), ``Unavailable`` (5xx, a lost or hung connection: retried with
 backoff, then postponed), ``Refused`` (an answer no retry changes — blocked, the
 conversation gone, a request the platform refuses: the delivery fails with the
-platform's reason). Any other ``PlatformError`` postpones a delivery.
+platform's reason), and of those ``Gone`` (the conversation takes nothing more from the
+bot: blocked, removed, deleted; its scheduled jobs pause). Any other ``PlatformError``
+postpones a delivery.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ __all__ = [
     "RETRY_AFTER_DEFAULT_S",
     "RETRY_AFTER_MAX_S",
     "RETRY_AFTER_MIN_S",
+    "Gone",
     "PlatformError",
     "Refused",
     "RetryLater",
@@ -56,6 +59,12 @@ class Unavailable(PlatformError):
 
 class Refused(PlatformError):
     """The platform said no for this request (blocked, gone, malformed): never retried."""
+
+
+class Gone(Refused):
+    """The conversation takes no more messages from the bot (it was blocked, removed from
+    it, or it was deleted): every later delivery there fails alike, until someone there
+    lets the bot in again."""
 
 
 def clamp_retry_after(raw: Any) -> float:

@@ -40,6 +40,7 @@ from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from bot.delivery.errors import (
+    Gone,
     PlatformError,
     Refused,
     RetryLater,
@@ -504,7 +505,7 @@ class Outbound:
             await self._release(row)
             return Delivery.RELEASED, None
         except Refused as exc:  # blocked, conversation gone, a request refused
-            await self.postponements.fail(row, exc.description)
+            await self.postponements.fail(row, exc.description, gone=isinstance(exc, Gone))
             return Delivery.FAILED, None
         except PlatformError as exc:  # the platform or the network is down: not this message
             await self.postponements.postpone(row, exc)

@@ -201,12 +201,13 @@ class Postponements:
             others = self._waiting.get(row.conversation, set()) - set(ids)
             self._keep(row.conversation, moved | others)
 
-    async def fail(self, row: OutboxRow, reason: str) -> None:
+    async def fail(self, row: OutboxRow, reason: str, *, gone: bool = False) -> None:
+        """``gone``: the conversation refused it for good (``Gone``)."""
         self.settled(row)
         log.error("could not deliver %s to %s: %s", row.dedupe_key, row.conversation, reason)
         self.stats.deliveries_failed += 1
         try:
-            await self.store.mark_failed(row.id, reason)
+            await self.store.mark_failed(row.id, reason, gone=gone)
         except Exception:  # pending: tried again (the orphan scan, the next start), refused again
             log.exception("recording the failed delivery %s failed", row.dedupe_key)
             self._strand([row.id])

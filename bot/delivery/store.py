@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from bot.delivery.tables import platform_cards, platform_events, platform_outbox
+from bot.delivery.tables import platform_cards, platform_events, platform_gone, platform_outbox
 from engine.store import (
     Database,
     PerDialect,
@@ -46,6 +46,7 @@ __all__ = [
 Json = dict[str, Any]
 
 o = platform_outbox
+g = platform_gone
 c = platform_cards
 e = platform_events
 
@@ -403,10 +404,17 @@ class OutboxStore:
         if sent:
             await self._db.run(_mark_sent_many, list(sent))
 
-    async def mark_failed(self, outbox_id: int, error: str) -> bool:
+    async def mark_failed(self, outbox_id: int, error: str, *, gone: bool = False) -> bool:
         """A refused delivery: failed, unless it is no longer pending with this process
-        (a fleet's: another took it since, and its outcome counts); whether it was."""
-        return await self._db.run(_mark_failed, outbox_id, error[:2000], self.process_id)
+        (a fleet's: another took it since, and its outcome counts); whether it was.
+        ``gone``: the platform refused it for good (``Gone``), and its conversation is
+        noted so (``gone_reason``) until a delivery there goes through."""
+        return await self._db.run(_mark_failed, outbox_id, error[:2000], self.process_id, gone)
+
+    async def gone_reason(self, conversation: str) -> str | None:
+        """Why ``conversation`` takes nothing more from the bot (its last refusal for good,
+        nothing delivered there since), or ``None``."""
+        return await self._db.run(_gone_reason, self.platform, conversation)
 
     async def postpone(
         self, outbox_id: int, error: str, tried_at: datetime, next_attempt_at: datetime
@@ -547,13 +555,31 @@ def _postpone(
 
 
 @quick_unit
-def _mark_failed(conn: Connection, outbox_id: int, error: str, own: str | None) -> bool:
+def _mark_failed(
+    conn: Connection, outbox_id: int, error: str, own: str | None, gone: bool = False
+) -> bool:
     moved = conn.execute(
         o.update()
         .where(o.c.id == outbox_id, _pending_with(own))
         .values(status="failed", error=error, attempts=o.c.attempts + 1, message_id=None)
     )
+    if gone and moved.rowcount == 1:
+        row = conn.execute(sa.select(o.c.platform, o.c.conversation).where(o.c.id == outbox_id))
+        platform, conversation = row.one()
+        where = (g.c.platform == platform, g.c.conversation == conversation)
+        conn.execute(g.delete().where(*where))
+        conn.execute(
+            g.insert().values(
+                platform=platform, conversation=conversation, reason=error, since=utcnow()
+            )
+        )
     return moved.rowcount == 1
+
+
+@quick_unit
+def _gone_reason(conn: Connection, platform: str, conversation: str) -> str | None:
+    where = (g.c.platform == platform, g.c.conversation == conversation)
+    return conn.execute(sa.select(g.c.reason).where(*where)).scalar_one_or_none()
 
 
 def _reschedule(
@@ -704,6 +730,18 @@ def _pending_outbox(conn: Connection, platform: str) -> list[OutboxRow]:
     return [OutboxRow(*row) for row in conn.execute(query.order_by(o.c.id))]
 
 
+_TAKES_AGAIN = Prepared(
+    g.delete().where(
+        sa.exists()
+        .where(
+            o.c.id == sa.bindparam("oid"),
+            o.c.platform == g.c.platform,
+            o.c.conversation == g.c.conversation,
+        )
+        .correlate(g)
+    )
+)
+
 _MARK_OUTBOX = Prepared(
     o.update()
     .where(o.c.id == sa.bindparam("oid"))
@@ -727,6 +765,9 @@ def _mark_sent_many(conn: Connection, sent: list[tuple[int, str | None]]) -> Non
             for oid, mid in sent
         ],
     )
+    # A delivery went through: its conversation takes messages again (the bot unblocked,
+    # added back). Nearly always nothing to delete: the table holds refusals only.
+    _TAKES_AGAIN.executemany(conn, [{"oid": oid} for oid, _ in sent])
 
 
 def _undelivered_finals(conn: Connection, platform: str) -> list[tuple[str, int, str]]:

@@ -23,7 +23,7 @@ from sqlalchemy import (
 
 from engine.store import Id, UtcDateTime, metadata
 
-__all__ = ["platform_cards", "platform_events", "platform_outbox"]
+__all__ = ["platform_cards", "platform_events", "platform_gone", "platform_outbox"]
 
 #: What a platform is called in every table (``telegram``, ``discord``, ...).
 _Platform = String(32)
@@ -95,4 +95,17 @@ platform_outbox = Table(
     Index("ix_platform_outbox_status", "status", "id"),
     Index("ix_platform_outbox_due", "status", "next_attempt_at"),
     Index("ix_platform_outbox_conversation", "platform", "conversation", "status", "id"),
+)
+
+#: Conversations that take nothing more from the bot, as a delivery there was last refused
+#: for good (``bot.delivery.Gone``: blocked, removed, deleted): their scheduled jobs pause.
+#: Cleared when a delivery there goes through again (migration 0032).
+platform_gone = Table(
+    "platform_gone",
+    metadata,
+    Column("platform", _Platform, nullable=False),
+    Column("conversation", _Conversation, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("since", UtcDateTime, nullable=False),
+    PrimaryKeyConstraint("platform", "conversation"),
 )

@@ -31,6 +31,7 @@ from sqlalchemy.engine import Connection
 from bot.delivery import (
     OTHER,
     Cap,
+    Gone,
     Outbound,
     Pacing,
     PacingPolicy,
@@ -133,6 +134,16 @@ class DiscordRefused(DiscordError, Refused):
     pass
 
 
+class DiscordGone(DiscordRefused, Gone):
+    """The channel is deleted (10003), the bot no longer sees it (50001), or the person
+    takes no DMs from it (50007): nothing sent there gets through."""
+
+
+#: Discord's JSON error codes of a conversation that takes nothing from the bot. Not
+#: 50013 (missing permissions): a file where only text is allowed says it too.
+GONE_CODES = frozenset({10003, 50001, 50007})
+
+
 class SpeechFailed(DiscordRefused):
     """A voice reply that could not be spoken: its text goes instead (``fallback``)."""
 
@@ -149,7 +160,8 @@ async def discord_call(op: Callable[[], Awaitable[T]]) -> T:
             raise DiscordRetryLater(clamp_retry_after(None), text) from None
         if exc.status >= 500:
             raise DiscordUnavailable(f"{exc.status}: {text}") from None
-        refused = DiscordRefused(f"{exc.status}: {text}")
+        kind = DiscordGone if exc.code in GONE_CODES else DiscordRefused
+        refused = kind(f"{exc.status}: {text}")
         refused.code = exc.code or None
         raise refused from None
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:

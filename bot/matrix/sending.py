@@ -35,6 +35,7 @@ from sqlalchemy.engine import Connection
 from bot.delivery import (
     OTHER,
     Cap,
+    Gone,
     Outbound,
     OutboxRow,
     Pacing,
@@ -120,6 +121,11 @@ class MatrixRefused(MatrixError, Refused):
     pass
 
 
+class MatrixGone(MatrixRefused, Gone):
+    """``M_FORBIDDEN``: the bot left the room, was kicked or banned, or may not speak there:
+    nothing sent there gets through."""
+
+
 class TokenRevoked(MatrixUnavailable):
     """``M_UNKNOWN_TOKEN``: the access token was revoked (logged out, deactivated). To a
     send it is the homeserver away, not a refusal of the message: the row waits for the
@@ -142,7 +148,7 @@ def check(response: Any) -> Any:
         raise TokenRevoked(code)
     if status >= 500 or status == 0:
         raise MatrixUnavailable(f"{code}: {response.message}")
-    raise MatrixRefused(code)
+    raise (MatrixGone if code == "M_FORBIDDEN" else MatrixRefused)(code)
 
 
 async def call(op: Any) -> Any:

@@ -176,6 +176,10 @@ class OpenCards:
         else:
             await self.close(card, state, state, by=by)
 
+    def conversation(self, source: str) -> str:
+        """Where ``source``'s cards and replies go (the platform's chat, channel or room)."""
+        return self._face.conversation(source)
+
     def _row(self, source: str, key: int, kind: str, words: Words) -> CardRow:
         conversation = self._face.conversation(source)
         return CardRow(key, kind, source, conversation, None, words.text, words.extra, "open")

@@ -34,6 +34,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.delivery import (
     OTHER,
     Cap,
+    Gone,
     Outbound,
     Pacing,
     PacingPolicy,
@@ -98,6 +99,15 @@ class SlackRefused(SlackError, Refused):
     pass
 
 
+class SlackGone(SlackRefused, Gone):
+    """The channel is gone or archived, the bot was removed from it, or the person's
+    account is deactivated: nothing sent there gets through."""
+
+
+#: Slack's error codes of a conversation that takes nothing from the bot.
+GONE_ERRORS = frozenset({"channel_not_found", "is_archived", "not_in_channel", "account_inactive"})
+
+
 class SpeechFailed(SlackRefused):
     """A voice reply that could not be spoken: its text goes instead (``fallback``)."""
 
@@ -121,7 +131,7 @@ async def slack_call(op: Callable[[], Awaitable[T]]) -> T:
             raise SlackRetryLater(clamp_retry_after(headers.get("retry-after")), error) from None
         if status >= 500 or status == 0 or error in _SLACK_DOWN:
             raise SlackUnavailable(error) from None
-        raise SlackRefused(error) from None
+        raise (SlackGone if error in GONE_ERRORS else SlackRefused)(error) from None
     except (aiohttp.ClientError, OSError, TimeoutError, SlackClientError) as exc:
         raise SlackUnavailable(f"{type(exc).__name__}: {exc}") from None
 

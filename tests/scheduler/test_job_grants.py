@@ -687,6 +687,9 @@ async def test_a_job_whose_owner_cannot_act_now_stops_and_says_why(
         ("lost-access", "no longer allowed"),
         ("platform-not-running", "discord is not running"),
         ("directory-gone", "reports is no longer there"),
+        # The chat blocked the bot: until 2026-12-07 the job ran at every fire, and its
+        # answer was refused each time (found by review).
+        ("chat-gone", "no longer takes the bot's messages (Forbidden: bot was blocked"),
     ],
 )
 async def test_a_job_that_cannot_run_is_paused_and_says_so_once(
@@ -707,8 +710,14 @@ async def test_a_job_that_cannot_run_is_paused_and_says_so_once(
     async def owner_check(owner_id: str) -> bool | None:
         return answers.get(why, True)
 
+    async def chat_gone(source: str) -> str | None:
+        if why == "chat-gone" and source == ORIGIN:
+            return "Forbidden: bot was blocked by the user"
+        return None
+
     scheduler = make_scheduler(owner="worker-b")
     scheduler.runner.owner_allowed = owner_check
+    scheduler.runner.chat_gone = chat_gone
     grants = scheduler.grants.check({"working_directory": "reports"})
     owner = "discord:42" if why == "platform-not-running" else "telegram:42"
     job = await scheduler.create_cron(

@@ -45,6 +45,7 @@ from bot.telegram.sending.api import (
     NetworkError,
     ServerError,
     TelegramError,
+    bad_request,
 )
 from bot.telegram.sending.errors import NotFound, Unauthorized, retry_after
 
@@ -67,7 +68,7 @@ def _translated() -> Iterator[None]:
     except ag_error.TelegramNotFound as exc:
         raise NotFound(exc.message) from exc
     except ag_error.TelegramBadRequest as exc:
-        raise BadRequest(exc.message) from exc
+        raise bad_request(exc.message) from exc
     except ag_error.TelegramForbiddenError as exc:
         raise Forbidden(exc.message) from exc
     except ag_error.TelegramServerError as exc:

@@ -12,11 +12,11 @@ import json
 from typing import Any
 
 from bot.telegram.sending.api import (
-    BadRequest,
     ChatMoved,
     Forbidden,
     ServerError,
     TelegramError,
+    bad_request,
 )
 from bot.telegram.sending.errors import NotFound, Unauthorized, retry_after
 
@@ -41,7 +41,7 @@ def error_from_answer(status: int, body: bytes | str) -> TelegramError:
     if status == 400 and isinstance(moved_to, int) and not isinstance(moved_to, bool):
         return ChatMoved(description, moved_to)
     if status == 400:
-        return BadRequest(description)
+        return bad_request(description)
     if status == 401:
         return Unauthorized(description)
     if status == 403:

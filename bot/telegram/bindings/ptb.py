@@ -30,6 +30,7 @@ from bot.telegram.sending.api import (
     NetworkError,
     ServerError,
     TelegramError,
+    bad_request,
 )
 from bot.telegram.sending.errors import retry_after
 from engine.tls import shared_tls_context
@@ -86,7 +87,7 @@ def _translated() -> Iterator[None]:
         seconds = value.total_seconds() if isinstance(value, dtm.timedelta) else value
         raise retry_after(seconds, exc.message) from exc
     except tg_error.BadRequest as exc:  # a NetworkError subclass in ptb: test it first
-        raise BadRequest(exc.message) from exc
+        raise bad_request(exc.message) from exc
     except tg_error.Forbidden as exc:
         raise Forbidden(exc.message) from exc
     except tg_error.NetworkError as exc:  # TimedOut included

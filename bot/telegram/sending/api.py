@@ -12,19 +12,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from bot.delivery import PlatformError, Refused, RetryLater, Unavailable
+from bot.delivery import Gone, PlatformError, Refused, RetryLater, Unavailable
 
 __all__ = [
     "ALLOWED_UPDATES",
     "BadRequest",
     "BotApi",
     "ChatMoved",
+    "ChatNotFound",
     "Forbidden",
     "Json",
     "NetworkError",
     "RetryAfter",
     "ServerError",
     "TelegramError",
+    "bad_request",
     "is_not_modified",
 ]
 
@@ -54,8 +56,19 @@ class ChatMoved(BadRequest):
         self.new_chat_id = new_chat_id
 
 
-class Forbidden(TelegramError, Refused):
-    """403: the bot was blocked or removed from the chat."""
+class ChatNotFound(BadRequest, Gone):
+    """400 "chat not found": the chat was deleted, or the person never started the bot."""
+
+
+def bad_request(description: str) -> BadRequest:
+    """A 400 as its kind (``ChatMoved`` is told apart by its parameters, not here)."""
+    if "chat not found" in description.lower():
+        return ChatNotFound(description)
+    return BadRequest(description)
+
+
+class Forbidden(TelegramError, Gone):
+    """403: the bot was blocked, removed from the chat, or may not start one there."""
 
 
 class ServerError(TelegramError, Unavailable):

@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from bot.delivery import (
+    Gone,
     Outbound,
     OutboxStore,
     Pacing,
@@ -81,8 +82,12 @@ class FakeClient:
         return held
 
     def gone(self, conversation: str, reason: str = "Not Found: conversation deleted") -> None:
-        """Every send to ``conversation`` from now on is refused with ``reason``."""
+        """Every send to ``conversation`` from now on is refused for good with ``reason``."""
         self._gone[conversation] = reason
+
+    def back(self, conversation: str) -> None:
+        """``conversation`` takes messages again (the bot unblocked, added back)."""
+        self._gone.pop(conversation, None)
 
     # -- bot.delivery.PlatformClient -------------------------------------------------------
 
@@ -94,7 +99,7 @@ class FakeClient:
         await asyncio.sleep(0)  # in flight: other calls go out before this one's answer
         error: PlatformError | None = None
         if conversation in self._gone:
-            error = Refused(self._gone[conversation])
+            error = Gone(self._gone[conversation])
         elif self._script.get(conversation):
             error = self._script[conversation].pop(0)
         if error is not None:

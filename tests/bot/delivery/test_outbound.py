@@ -207,6 +207,27 @@ async def test_a_row_for_a_conversation_that_no_longer_exists_fails_once_for_goo
     assert (again["status"], again["attempts"]) == ("failed", 1)
 
 
+async def test_a_conversation_that_refuses_for_good_is_noted_until_a_delivery_gets_through(
+    store: Store, outbox: OutboxStore
+) -> None:
+    """Blocked, removed, deleted (``Gone``): the conversation is noted as taking nothing
+    more from the bot (its scheduled jobs pause on it), until a delivery there goes through
+    again; a refusal of one message (``Refused``) notes nothing."""
+    out, client, _ = make_outbound(outbox)
+    client.gone(BOB, "Forbidden: bot was blocked by the user")
+    assert await out.deliver(BOB, "final:1:0", {"text": "your briefing"}) is None
+    assert await outbox.gone_reason(BOB) == "Forbidden: bot was blocked by the user"
+    client.fail(ALICE, Refused("Bad Request: message is too long"))
+    assert await out.deliver(ALICE, "final:2:0", {"text": "x" * 5000}) is None
+    assert await outbox.gone_reason(ALICE) is None
+    assert await OutboxStore(store.db, "other").gone_reason(BOB) is None  # its platform's
+
+    client.back(BOB)  # unblocked: they write, the bot answers
+    assert await out.deliver(BOB, "final:3:0", {"text": "welcome back"}) is not None
+    await out.flush()
+    assert await outbox.gone_reason(BOB) is None
+
+
 async def test_a_refusal_the_fallback_fixes_is_sent_plain_once(
     store: Store, outbox: OutboxStore
 ) -> None:

@@ -322,3 +322,25 @@ async def test_a_cards_reject_window_is_kept_until_the_card_closes(any_db_url: s
         assert closed is not None and closed.reject_window is None
     finally:
         await store.close()
+
+
+async def test_a_conversation_refused_for_good_is_noted_until_a_delivery_there_is_sent(
+    any_db_url: str,
+) -> None:
+    """Migration 0032: the latest refusal for good of a conversation is kept (one note, its
+    newest reason), per platform, and a delivery sent there clears it."""
+    store = await Store.open(any_db_url, LAYERS)
+    try:
+        fake, other = OutboxStore(store.db, FAKE), OutboxStore(store.db, "other")
+        first, second, third = await enqueue(fake, "42", "one", "two", "three")
+        [theirs] = await enqueue(other, "42", "theirs")
+        assert await fake.mark_failed(first.id, "Forbidden: bot was kicked", gone=True)
+        assert await fake.mark_failed(second.id, "Forbidden: bot was blocked", gone=True)
+        assert await fake.gone_reason("42") == "Forbidden: bot was blocked"
+        assert await other.gone_reason("42") is None
+        await other.mark_sent_many([(theirs.id, "9")])  # another platform's chat 42
+        assert await fake.gone_reason("42") == "Forbidden: bot was blocked"
+        await fake.mark_sent_many([(third.id, "10")])
+        assert await fake.gone_reason("42") is None
+    finally:
+        await store.close()

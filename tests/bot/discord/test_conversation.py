@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -150,6 +151,38 @@ async def test_where_replies_are_refused_the_answer_comes_as_a_plain_message(
     fake.channel_message(GUILD, GENERAL, ALICE, "hello there", mentions_bot=True)
     await until(lambda: texts(fake, GENERAL) == ["echo: hello there"])
     assert [m.reply_to for m in fake.messages(GENERAL)] == [None]
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "gone"),
+    [
+        (50007, "Cannot send messages to this user", True),
+        (50001, "Missing Access", True),
+        (50013, "Missing Permissions", False),  # a file where only text may go says it too
+    ],
+)
+async def test_a_dm_that_refuses_the_bot_for_good_is_noted_for_its_jobs(
+    fake: FakeDiscordServer, make_service: MakeService, code: int, message: str, gone: bool
+) -> None:
+    """Alice closed her DMs to the bot: the refusal is noted (``Gone``), so her scheduled
+    jobs pause instead of running at every fire for answers Discord refuses."""
+    service = await make_service()
+    channel = fake.dm(ALICE, "one")["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: one"])
+    route = "POST /channels/{channel_id}/messages"
+    fake.fail_next(route, 10, status=403, code=code, message=message)
+    outbox = discord_of(service).outbound.store
+    before = len(fake.calls_to(route))
+    fake.dm(ALICE, "two")
+    await until(lambda: len(fake.calls_to(route)) > before)
+    for _ in range(500):  # the refused reply's row settles (failed)
+        if not await outbox.pending():
+            break
+        await asyncio.sleep(0.01)
+    reason = await outbox.gone_reason(str(channel))
+    assert (reason is not None) is gone
+    assert reason is None or message in reason
+    assert await service.scheduler.runner.chat_gone(f"discord:{channel}") == reason
 
 
 def test_a_voice_reply_refused_as_a_reply_falls_back_to_text_replying_to_nothing() -> None:

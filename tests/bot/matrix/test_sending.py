@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from nio import RoomSendError
 
+from bot.delivery import Gone
 from bot.matrix.cards import question_text
 from bot.matrix.sending import (
     CONTENT_BUDGET,
@@ -15,6 +18,7 @@ from bot.matrix.sending import (
     MatrixRetryLater,
     MatrixUnavailable,
     Rooms,
+    check,
     content_of,
     contents_of,
     edit_of,
@@ -203,3 +207,19 @@ def test_a_part_cut_again_for_its_html_keeps_the_replys_link_definitions() -> No
     parts = contents_of(f"{links}\n\n[d]: {address}", limit=20_000)
     assert len(parts) > 2
     assert all(address in p["formatted_body"] for p in parts[:-1])
+
+
+@pytest.mark.parametrize(
+    ("status", "errcode", "gone"),
+    [(403, "M_FORBIDDEN", True), (413, "M_TOO_LARGE", False), (400, "M_UNKNOWN", False)],
+)
+def test_a_room_that_refuses_the_bot_for_good_is_told_from_a_refused_message(
+    status: int, errcode: str, gone: bool
+) -> None:
+    """Kicked, banned, left: ``M_FORBIDDEN`` is ``Gone`` (the room's scheduled jobs pause
+    on it); a refusal of this one message is not."""
+    refused = RoomSendError.from_dict({"errcode": errcode, "error": "no"}, "!room:hs")
+    refused.transport_response = SimpleNamespace(status=status)
+    with pytest.raises(MatrixRefused) as raised:
+        check(refused)
+    assert isinstance(raised.value, Gone) is gone

@@ -3,6 +3,8 @@ without a mention, strangers, what is never answered, and people's names."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -442,3 +444,30 @@ async def test_two_lines_in_a_thread_keep_their_order_after_a_restart(
     await slack_of(second).drain()
     said = "\n".join(texts(fake, GENERAL, asked.ts)[1:])
     assert said.index("AAA") < said.index("BBB"), said
+
+
+@pytest.mark.parametrize(
+    ("error", "gone"),
+    [("channel_not_found", True), ("is_archived", True), ("msg_too_long", False)],
+)
+async def test_a_channel_that_refuses_the_bot_for_good_is_noted_for_its_jobs(
+    make_service: MakeService, fake: FakeSlackServer, error: str, gone: bool
+) -> None:
+    """The channel was archived, or the bot removed from it: the refusal is noted, so its
+    scheduled jobs pause instead of running at every fire for answers Slack refuses."""
+    service = await make_service()
+    asked = fake.mention(GENERAL, ALICE, "one")
+    await until(lambda: texts(fake, GENERAL, asked.ts) == ["echo: one"])
+    fake.fail_next("chat.postMessage", error, count=10)
+    before = len(fake.calls_to("chat.postMessage"))
+    again = fake.mention(GENERAL, ALICE, "two")
+    await until(lambda: len(fake.calls_to("chat.postMessage")) > before)
+    outbox = slack_of(service).outbound.store
+    for _ in range(500):  # the refused reply's row settles (failed)
+        if not await outbox.pending():
+            break
+        await asyncio.sleep(0.01)
+    reason = await outbox.gone_reason(GENERAL)
+    assert reason == (error if gone else None)
+    chat = f"slack:{GENERAL}:{again.ts}"
+    assert await service.scheduler.runner.chat_gone(chat) == reason

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.delivery import Gone, Refused
 from bot.telegram.bindings.factory import make_bot_api
 from bot.telegram.sending.api import (
     ALLOWED_UPDATES,
@@ -148,6 +149,27 @@ async def test_403_raises_forbidden(api: BotApi, fake: FakeTelegramServer) -> No
     with pytest.raises(Forbidden) as caught:
         await api.send_chat_action(CHAT)
     assert caught.value.description == "Forbidden: bot was blocked by the user"
+
+
+@pytest.mark.parametrize(
+    ("status", "description", "gone"),
+    [
+        (403, "Forbidden: bot was kicked from the group chat", True),
+        (400, "Bad Request: chat not found", True),
+        (400, "Bad Request: message is too long", False),
+        (400, "Bad Request: TOPIC_CLOSED", False),
+    ],
+)
+async def test_a_chat_that_refuses_the_bot_for_good_is_told_from_a_refused_message(
+    api: BotApi, fake: FakeTelegramServer, status: int, description: str, gone: bool
+) -> None:
+    """Blocked, removed, deleted: ``Gone`` (the chat's scheduled jobs pause on it); a
+    refusal of this one message is not."""
+    fake.fail_next("sendMessage", status=status, description=description)
+    with pytest.raises(Refused) as caught:
+        await api.send_message(CHAT, "hi")
+    assert isinstance(caught.value, Gone) is gone
+    assert "chat not found" not in description or isinstance(caught.value, BadRequest)
 
 
 async def test_unreachable_server_raises_network_error(

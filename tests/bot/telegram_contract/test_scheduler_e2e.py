@@ -271,3 +271,64 @@ async def test_a_member_who_may_not_approve_cannot_resume_the_owners_job(
         assert (await service.scheduler.store.get(job.id)).enabled
     finally:
         await stop(service)
+
+
+async def test_a_briefing_for_a_chat_that_blocked_the_bot_pauses_until_it_is_resumed(
+    start_service, telegram, clock
+):
+    """Alice blocked the bot: until 2026-12-07 her minutely briefing ran at every fire
+    (the model, its tools) and Telegram refused each answer. Now the first refusal is
+    noted, the next fire pauses the job, and after she writes again (the bot's answer
+    goes through) a resumed job runs."""
+    briefed: list[str] = []
+
+    def route(messages: Sequence[Message]) -> LlmResponse:
+        if "You are the tic" in system_text(messages):
+            return text("nothing to report")
+        if last_user(messages) == "Write today's briefing.":
+            briefed.append("run")
+            return text("Sunny.")
+        tool = last_tool(messages)
+        if tool and "job_result" in tool:
+            return text("Your briefing: sunny.")
+        return text(f"echo: {last_user(messages)}")
+
+    service = await start_service(model_override=RoutedModel(route), clock=clock)
+    try:
+        source = f"telegram:{ALICE}"
+        telegram.user_message(ALICE, ALICE, "hello")
+        await eventually(lambda: "echo: hello" in texts(telegram, ALICE))
+        job = await service.scheduler.create_cron(
+            source, "Briefing", "* * * * *", "Write today's briefing.", owner_id=source
+        )
+        telegram.fail_next("sendMessage", 1000, status=403)  # blocked
+
+        async def fire(minute: int) -> None:
+            clock.now = datetime(2026, 12, 1, 8, minute, 5, tzinfo=UTC)
+            await service.scheduler.dispatcher.step()
+            await service.scheduler.dispatcher.drain()
+
+        await fire(0)
+        [run] = await service.scheduler.store.runs(job.id)
+        await eventually_async(lambda: _delivered(service, run.id))
+        await eventually_async(lambda: _gone(service))
+        await fire(1)
+        assert briefed == ["run"]  # the second fire did not run the model
+        paused = await service.scheduler.store.get(job.id)
+        assert not paused.enabled and paused.next_run_at is None
+        last = max(await service.scheduler.store.runs(job.id), key=lambda r: r.id)
+        assert "no longer takes the bot's messages" in (last.error or "")
+        assert "Forbidden: bot was blocked by the user" in (last.error or "")
+
+        telegram.clear_faults()  # she unblocks the bot and writes
+        telegram.user_message(ALICE, ALICE, "I am back")
+        await eventually(lambda: "echo: I am back" in texts(telegram, ALICE))
+        await service.scheduler.toggle(source, job.id, True)
+        await fire(2)
+        assert briefed == ["run", "run"]
+    finally:
+        await stop(service)
+
+
+async def _gone(service) -> bool:
+    return await service.adapter.outbound.store.gone_reason(str(ALICE)) is not None
