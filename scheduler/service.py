@@ -269,8 +269,7 @@ class Scheduler:
     async def stop(self, job_id: int) -> StopReport:
         """Stop the job's runs in flight, on whichever process of a fleet runs them, and
         wait until they have stopped (``stopped``) or ``stop_wait_s`` has passed."""
-        sessions = await self.store.request_stop(job_id)
-        queued = await self.store.stopping_unstarted(job_id)
+        sessions, queued = await self.store.stop_runs(job_id)
         return StopReport(sessions, await self._stopped(job_id, sessions), queued)
 
     async def _stopped(self, job_id: int, sessions: list[int]) -> bool:

@@ -319,6 +319,13 @@ class JobStore:
         """Ask the job's runs in flight to stop; their session ids (``running_sessions``)."""
         return await self._db.run(_request_stop, job_id)
 
+    async def stop_runs(self, job_id: int) -> tuple[list[int], int]:
+        """``request_stop`` and ``stopping_unstarted`` in one transaction: a run given
+        back between the two (a deploy's release ends a stopped queued run) was counted
+        by neither, and a kill that had stopped it answered "no run in flight" (until
+        2026-12-07; found by review)."""
+        return await self._db.run(_stop_runs, job_id)
+
     async def stopping_unstarted(self, job_id: int) -> int:
         """How many of the job's runs asked to stop were claimed but not started (no
         session yet): they end as they would start, or when given back."""
@@ -382,6 +389,10 @@ def _request_stop(conn: Connection, job_id: int) -> list[int]:
         .values(cancel_requested_at=utcnow())
     )
     return _running_sessions(conn, job_id)
+
+
+def _stop_runs(conn: Connection, job_id: int) -> tuple[list[int], int]:
+    return _request_stop(conn, job_id), _stopping_unstarted(conn, job_id)
 
 
 def _stopping_unstarted(conn: Connection, job_id: int) -> int:

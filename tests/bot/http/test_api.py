@@ -357,6 +357,38 @@ async def test_a_kill_of_a_run_waiting_in_its_workers_queue_is_a_stop(client, en
     assert await scheduler.store.stopping_unstarted(job.id) == 1
 
 
+async def test_a_kill_whose_queued_run_is_given_back_meanwhile_is_still_a_stop(
+    client, engine, scheduler, monkeypatch
+):
+    """The stop was asked, then (a deploy) the worker gave the run back, which ends a
+    stopped queued run, before the kill counted the queued ones: it answered 409 "no run
+    in flight" for a run it had stopped (found by review on 2026-12-07)."""
+    job = await scheduler.create_cron(ORIGIN, "Morning", "0 8 * * *", "summarise the news")
+    now = utcnow()
+    await engine.store.db.run(
+        lambda conn: conn.execute(
+            sa.insert(job_runs).values(
+                job_id=job.id, scheduled_for=now, status="running", lease_owner="worker-x",
+                created_at=now,
+            )
+        )
+    )  # fmt: skip
+    asked = scheduler.store.request_stop
+
+    async def asked_then_given_back(job_id: int) -> list[int]:
+        sessions = await asked(job_id)
+        await engine.store.db.run(
+            lambda conn: conn.execute(
+                sa.update(job_runs).where(job_runs.c.job_id == job_id).values(status="failed")
+            )
+        )
+        return sessions
+
+    monkeypatch.setattr(scheduler.store, "request_stop", asked_then_given_back)
+    killed = await client.post(f"/api/jobs/{job.id}/kill", headers=AUTH)
+    assert killed.status_code == 200, killed.json()
+
+
 async def test_jobs_list_toggle_kill_delete(client, engine, scheduler):
     job = await scheduler.create_cron(ORIGIN, "Morning", "0 8 * * *", "summarise the news")
 
