@@ -100,6 +100,11 @@ class Interactions:
         if parsed is None or parsed.kind not in ("card", "ask"):
             await _tell(interaction, EXPIRED)
             return
+        if parsed.kind == "card" and parsed.choice != "reject":
+            # Acknowledged before anything is read: a database busy past Discord's 3 s
+            # made the click "fail" to the user (until 2026-12-07; found by review). A
+            # click that opens a form cannot wait: the form must be its first answer.
+            await interaction.response.defer()
         user = str(interaction.user.id)
         shown_at = str(interaction.message.id) if interaction.message is not None else None
         card = await self._cards.held(parsed.tool_call_id)
@@ -124,7 +129,6 @@ class Interactions:
                 interaction, "Reject", f"reason:{card.tool_call_id}", "Reason (optional)", False
             )
             return
-        await interaction.response.defer()  # at once; the card's edit shows the outcome
         assert parsed.choice is not None
         result = await decide(self._hub, card.source, card.tool_call_id, parsed.choice, decider)
         await self._after(interaction, card, result, parsed.choice)
@@ -149,6 +153,7 @@ class Interactions:
         if parsed is None or parsed.kind not in ("reason", "answer"):
             await _tell(interaction, EXPIRED)
             return
+        await interaction.response.defer()  # before any read, as a click's (``_click``)
         user = str(interaction.user.id)
         card = await self._cards.held(parsed.tool_call_id)
         kind = "approval" if parsed.kind == "reason" else "question"
@@ -169,7 +174,6 @@ class Interactions:
         if refused is not None:
             await _tell(interaction, refused)
             return
-        await interaction.response.defer()
         result = await decide(self._hub, card.source, card.tool_call_id, "reject", decider, text)
         await self._after(interaction, card, result, "reject", text)
 
@@ -182,7 +186,6 @@ class Interactions:
         if refused is not None:  # another member's: the question waits for who asked
             await _tell(interaction, refused)
             return
-        await interaction.response.defer()
         # Every platform's rule (``OpenCards.answer``): the same words again, a double
         # submit, are the answer given, not an expired question.
         await self._cards.answer(card, text, by=interaction.user.display_name)

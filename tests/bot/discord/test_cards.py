@@ -40,12 +40,16 @@ def card_in(fake: FakeDiscordServer, channel: int | str) -> SentMessage | None:
     return next((m for m in fake.messages(channel) if "Approval needed" in m.content), None)
 
 
-def ephemeral_answers(fake: FakeDiscordServer) -> list[str]:
-    return [
+def ephemeral_answers(fake: FakeDiscordServer, channel: int | str | None = None) -> list[str]:
+    """What only the clicker read: the interaction's ephemeral response, or (a click
+    acknowledged first) an ephemeral follow-up in ``channel``."""
+    answers = [
         (r.data or {}).get("content", "")
         for r in fake.interaction_responses
         if r.type == 4 and (r.data or {}).get("flags", 0) & 64
     ]
+    followups = [] if channel is None else fake.messages(channel)
+    return answers + [m.content for m in followups if m.ephemeral]
 
 
 @pytest.mark.parametrize(
@@ -118,7 +122,7 @@ async def test_someone_not_allowed_is_refused_and_the_card_stays(
     assert card is not None
     approve = next(c for c in card.custom_ids if c.endswith(":approve"))
     fake.click(GENERAL, card.id, BOB, approve)
-    await until(lambda: NOT_ALLOWED in ephemeral_answers(fake))
+    await until(lambda: NOT_ALLOWED in ephemeral_answers(fake, GENERAL))
     assert fake.message(GENERAL, card.id).components  # still undecided
 
     fake.click(GENERAL, card.id, ALICE, approve)
@@ -172,7 +176,7 @@ async def test_a_reason_given_after_the_card_was_decided_elsewhere_is_refused(
     await until(lambda: any(m.content == "Done." for m in fake.messages(channel)))
     call = reject.split(":")[1]
     fake.modal_submit(channel, ALICE, f"reason:{call}", {"text": "too late"}, message_id=card.id)
-    await until(lambda: EXPIRED in ephemeral_answers(fake))
+    await until(lambda: EXPIRED in ephemeral_answers(fake, channel))
     assert "Approved" in fake.message(channel, card.id).content
 
 
@@ -330,3 +334,31 @@ async def test_a_message_sent_while_a_card_waits_starts_no_typing_under_it(
     await stored(service, said["id"])
     await adapter.drain()
     assert not adapter.activity.is_typing(f"discord:{channel}")
+
+
+async def test_a_click_is_acknowledged_before_anything_is_read(
+    fake: FakeDiscordServer, make_service: MakeService, model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The card and the call were read before the click's deferral: a database busy past
+    Discord's 3 s made the click "fail" to the user (found by review on 2026-12-07)."""
+    model.add(shell("echo hi"), text("Ran it."))
+    service = await make_service()
+    channel = fake.dm(ALICE, "run it")["channel_id"]
+    await until(lambda: (c := card_in(fake, channel)) is not None and c.components)
+    card = card_in(fake, channel)
+    assert card is not None
+    busy = asyncio.Event()
+    refusal = service.hub.decision_refusal
+
+    async def busy_database(*args: Any, **kwargs: Any) -> str | None:
+        await busy.wait()
+        return await refusal(*args, **kwargs)
+
+    monkeypatch.setattr(service.hub, "decision_refusal", busy_database)
+    approve = next(c for c in card.custom_ids if c.endswith(":approve"))
+    fake.click(channel, card.id, ALICE, approve)
+    try:
+        await until(lambda: [r.type for r in fake.interaction_responses] == [6])
+    finally:
+        busy.set()
+    await until(lambda: any(m.content == "Ran it." for m in fake.messages(channel)))
