@@ -40,6 +40,14 @@ def card_in(fake: FakeDiscordServer, channel: int | str) -> SentMessage | None:
     return next((m for m in fake.messages(channel) if "Approval needed" in m.content), None)
 
 
+async def card_shown(fake: FakeDiscordServer, channel: int | str) -> SentMessage:
+    """The approval card once it is shown in ``channel`` with its buttons."""
+    await until(lambda: (c := card_in(fake, channel)) is not None and c.components)
+    card = card_in(fake, channel)
+    assert card is not None
+    return card
+
+
 def ephemeral_answers(fake: FakeDiscordServer, channel: int | str | None = None) -> list[str]:
     """What only the clicker read: the interaction's ephemeral response, or (a click
     acknowledged first) an ephemeral follow-up in ``channel``."""
@@ -138,9 +146,7 @@ async def test_a_decision_taken_elsewhere_edits_the_discord_card(
     model.add(shell("echo hi"), text("Done."))
     service = await make_service()
     channel = fake.dm(ALICE, "run it")["channel_id"]
-    await until(lambda: (c := card_in(fake, channel)) is not None and c.components)
-    card = card_in(fake, channel)
-    assert card is not None
+    card = await card_shown(fake, channel)
     pending = await service.hub.pending_approvals()
     await service.hub.decide(
         pending[0].tool_call_id,
@@ -160,9 +166,7 @@ async def test_a_reason_given_after_the_card_was_decided_elsewhere_is_refused(
     model.add(shell("echo hi"), text("Done."))
     service = await make_service()
     channel = fake.dm(ALICE, "run it")["channel_id"]
-    await until(lambda: (c := card_in(fake, channel)) is not None and c.components)
-    card = card_in(fake, channel)
-    assert card is not None
+    card = await card_shown(fake, channel)
     reject = next(c for c in card.custom_ids if c.endswith(":reject"))
     fake.click(channel, card.id, ALICE, reject)
     await until(lambda: [r.type for r in fake.interaction_responses] == [9])  # the modal
@@ -199,9 +203,8 @@ async def test_a_call_too_long_for_the_card_comes_with_it_in_full_as_a_file(
     model.add(shell(command), text("Ran it."))
     await make_service()
     channel = fake.dm(ALICE, "run the long one")["channel_id"]
-    await until(lambda: (c := card_in(fake, channel)) is not None and c.components)
-    card = card_in(fake, channel)
-    assert card is not None and len(card.content) <= 2000 and "Cut" in card.content
+    card = await card_shown(fake, channel)
+    assert len(card.content) <= 2000 and "Cut" in card.content
     assert [(f.filename, f.data) for f in card.files] == [
         (f"approval-{card.custom_ids[0].split(':')[1]}.txt", command.encode())
     ]
@@ -262,7 +265,7 @@ async def test_a_card_whose_answers_were_lost_is_posted_once(
     fake.lose_answer_next(MESSAGES, 6, matching="Approval needed")  # the send's six tries
     channel = fake.dm(ALICE, "run it")["channel_id"]
     await until(lambda: sum("Approval needed" in str(c.body) for c in fake.calls_to(MESSAGES)) >= 7)
-    await until(lambda: (c := card_in(fake, channel)) is not None and c.components)
+    await card_shown(fake, channel)
     assert sum("Approval needed" in m.content for m in fake.messages(channel)) == 1
 
 
@@ -344,9 +347,7 @@ async def test_a_click_is_acknowledged_before_anything_is_read(
     model.add(shell("echo hi"), text("Ran it."))
     service = await make_service()
     channel = fake.dm(ALICE, "run it")["channel_id"]
-    await until(lambda: (c := card_in(fake, channel)) is not None and c.components)
-    card = card_in(fake, channel)
-    assert card is not None
+    card = await card_shown(fake, channel)
     busy = asyncio.Event()
     refusal = service.hub.decision_refusal
 

@@ -339,19 +339,24 @@ async def test_a_jobs_grants_as_listed_can_be_sent_back_narrower(client, engine,
     assert narrowed.json()["grants"]["tools"] == []
 
 
-async def test_a_kill_of_a_run_waiting_in_its_workers_queue_is_a_stop(client, engine, scheduler):
-    """A run claimed by a worker but not started yet: the kill stops it (it ends as it
-    would start), and the API said "no run in flight" (found by review on 2026-12-07)."""
-    job = await scheduler.create_cron(ORIGIN, "Morning", "0 8 * * *", "summarise the news")
+async def claimed_not_started(engine, job_id: int) -> None:
+    """A run of the job claimed by a worker (``worker-x``) and waiting in its queue."""
     now = utcnow()
     await engine.store.db.run(
         lambda conn: conn.execute(
             sa.insert(job_runs).values(
-                job_id=job.id, scheduled_for=now, status="running", lease_owner="worker-x",
+                job_id=job_id, scheduled_for=now, status="running", lease_owner="worker-x",
                 created_at=now,
             )
         )
     )  # fmt: skip
+
+
+async def test_a_kill_of_a_run_waiting_in_its_workers_queue_is_a_stop(client, engine, scheduler):
+    """A run claimed by a worker but not started yet: the kill stops it (it ends as it
+    would start), and the API said "no run in flight" (found by review on 2026-12-07)."""
+    job = await scheduler.create_cron(ORIGIN, "Morning", "0 8 * * *", "summarise the news")
+    await claimed_not_started(engine, job.id)
     killed = await client.post(f"/api/jobs/{job.id}/kill", headers=AUTH)
     assert killed.status_code == 200 and killed.json()["cancelled_sessions"] == []
     assert await scheduler.store.stopping_unstarted(job.id) == 1
@@ -364,15 +369,7 @@ async def test_a_kill_whose_queued_run_is_given_back_meanwhile_is_still_a_stop(
     stopped queued run, before the kill counted the queued ones: it answered 409 "no run
     in flight" for a run it had stopped (found by review on 2026-12-07)."""
     job = await scheduler.create_cron(ORIGIN, "Morning", "0 8 * * *", "summarise the news")
-    now = utcnow()
-    await engine.store.db.run(
-        lambda conn: conn.execute(
-            sa.insert(job_runs).values(
-                job_id=job.id, scheduled_for=now, status="running", lease_owner="worker-x",
-                created_at=now,
-            )
-        )
-    )  # fmt: skip
+    await claimed_not_started(engine, job.id)
     asked = scheduler.store.request_stop
 
     async def asked_then_given_back(job_id: int) -> list[int]:
