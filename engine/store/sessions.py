@@ -101,6 +101,10 @@ class Sessions:
     async def terminate_frame(self, frame_id: int) -> None:
         await self._db.run(_terminate_frame, frame_id)
 
+    async def ended_child(self, session_id: int, tool_call_id: int) -> FrameRow | None:
+        """The ended frame sub-agent call ``tool_call_id`` ran (the newest), if any."""
+        return await self._db.run(_ended_child, session_id, tool_call_id)
+
     async def interrupted(self, session_id: int | None = None) -> list[int]:
         """Non-ephemeral sessions a crash left mid-turn, oldest first (``session_id``:
         that one, if it was).
@@ -233,6 +237,20 @@ def _push_frame(
 
 def _terminate_frame(conn: Connection, frame_id: int) -> None:
     conn.execute(f.update().where(f.c.id == frame_id).values(terminated_at=utcnow()))
+
+
+def _ended_child(conn: Connection, session_id: int, tool_call_id: int) -> FrameRow | None:
+    row = conn.execute(
+        sa.select(*_FRAME_COLUMNS)
+        .where(
+            f.c.session_id == session_id,
+            f.c.terminated_at.is_not(None),
+            f.c.parent_tool_call_id == tool_call_id,
+        )
+        .order_by(f.c.id.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else FrameRow(*row)
 
 
 def _interrupted(conn: Connection, session_id: int | None = None) -> list[int]:

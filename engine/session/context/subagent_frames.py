@@ -5,6 +5,7 @@ of them, are ``subagents.py``."""
 from __future__ import annotations
 
 from engine.agents.catalog import AgentCatalog
+from engine.failpoints import failpoint
 from engine.session.context.frame_envs import FrameEnvs
 from engine.session.context.frames import SessionFrames
 from engine.session.context.prompts import SessionPrompts
@@ -99,6 +100,7 @@ class SubAgentFrames:
 
     async def _close_frame(self, child: FrameRow) -> None:
         await self._store.sessions.terminate_frame(child.id)
+        failpoint("after_child_frame_ended")  # the parent's call result is the next commit
         self._frames.forget(child.id)
 
 

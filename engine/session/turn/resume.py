@@ -25,6 +25,10 @@ REAPED_NOTE = (
     "this sub-agent was interrupted by a restart while it ran in parallel with "
     "others; its work was lost. Run it again if it is still needed."
 )
+ENDED_CHILD_NOTE = (
+    "the service restarted as this sub-agent ended, and it left no answer; it may have "
+    "done part of its task. Check before retrying."
+)
 
 
 async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> CallFlow:
@@ -33,7 +37,8 @@ async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> Ca
     Each row is re-read first: a question answered while no turn waited was completed
     in the database behind this handler's transcript, and must not be asked again. A
     call that had been launched (not safe to repeat, and started) is not run again: the
-    model is told it was interrupted and may or may not have had its effect.
+    model is told it was interrupted and may or may not have had its effect. Nor is a
+    sub-agent call whose child frame had ended: its answer is the call's result.
     """
     tools_known = False
     for index, call in enumerate(calls):
@@ -49,6 +54,13 @@ async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> Ca
         if stored is not None and stored.launched_at is not None:
             await env.recorder.interrupted(call)
             continue
+        child = await env.store.sessions.ended_child(env.frame.session_id, call.id)
+        if child is not None:
+            # Killed between the child frame's end and the call's result (two commits;
+            # a batch's results wait for its last child): until 2026-12-07 the sub-agent
+            # ran again from scratch, its tools (a mail sent) twice (found by review).
+            await _record_ended_child(env, call, child)
+            continue
         if not tools_known and env.refresh_tools is not None:
             # The tools the session had activated (an MCP server's): a call of theirs
             # approved after a restart failed as an unknown tool until 2026-12-06.
@@ -62,6 +74,16 @@ async def resume_pending_tools(env: TurnEnv, calls: Sequence[ToolCallRow]) -> Ca
             await end_round(env, call, calls[index + 1 :])
             return CallFlow.CANCELLED
     return CallFlow.CONTINUE
+
+
+async def _record_ended_child(env: TurnEnv, call: ToolCallRow, child: FrameRow) -> None:
+    """An ended child's answer as its spawning call's result; none: the call failed."""
+    env.emitter.tool_start(call.id, call.name, call.arguments or "")
+    last = await env.store.history.load(child.id, limit=1)
+    if last and last[0].role == "assistant" and not last[0].tool_calls:
+        await env.recorder.completed(call, last[0].content)
+    else:  # it failed, ran out of rounds or was stopped: its tools may have run
+        await env.recorder.failed(call, ENDED_CHILD_NOTE)
 
 
 class TurnResume:

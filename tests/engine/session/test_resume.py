@@ -10,7 +10,7 @@ from engine.llm.scripted import text, tool_call
 from engine.llm.types import LlmError, LlmServerError
 from engine.session import events as ev
 from engine.session.outcomes import Cancelled, Exhausted, Failed, Final
-from engine.session.turn.resume import REAPED_NOTE
+from engine.session.turn.resume import ENDED_CHILD_NOTE, REAPED_NOTE
 from engine.store.rows import AssistantRecord, FrameRow, NewToolCall, ToolCallRow
 from tests.engine.session.helpers import BlockingTool, EchoTool, roles, tool_messages
 
@@ -179,6 +179,45 @@ async def test_an_interrupted_parallel_batch_is_reaped_before_the_cascade(engine
     assert len(model.requests) == 1
     assert tool_messages(model.requests[0][0]) == [f"Error: {REAPED_NOTE}"] * 2
     assert [f.depth for f in await engine.store.sessions.active_frames(session_id)] == [0]
+
+
+async def test_children_that_ended_before_their_results_were_stored_are_not_run_again(
+    engine: Engine, model
+):
+    """Killed between a child frame's end and its spawning call's result (two commits; a
+    batch's results wait for its last child): the resume ran the sub-agents again from
+    scratch, their tools twice (found by review). One answered, one left no answer."""
+    handler = await engine.new_session("cron", is_interactive=False)
+    session_id = handler.session.id
+    root = await engine.store.sessions.root_frame(session_id)
+    await engine.store.history.append_message(root.id, "user", "research X")
+    arguments = '{"agent_id": "researcher", "prompt": "find X"}'
+    message = await engine.store.history.append_assistant(
+        root.id,
+        AssistantRecord(content=""),
+        [NewToolCall(c, "execute_subtask", arguments) for c in ("a", "b")],
+    )
+    for call, answer in zip(message.tool_calls, ("X is 42", None), strict=True):
+        child = await engine.store.sessions.push_frame(
+            session_id,
+            agent_id="researcher",
+            depth=1,
+            parent_tool_call_id=call.id,
+            agent_prompt="find X",
+        )
+        await engine.store.history.append_message(child.id, "agent", "find X")
+        if answer is not None:
+            await engine.store.history.append_assistant(child.id, AssistantRecord(content=answer))
+        await engine.store.sessions.terminate_frame(child.id)
+
+    model.add(text("X is 42."))
+    result = await handler.resume_turn()
+
+    assert isinstance(result, Final) and result.content == "X is 42."
+    assert len(model.requests) == 1  # the root only: no researcher was asked again
+    assert tool_messages(model.requests[0][0]) == ["X is 42", f"Error: {ENDED_CHILD_NOTE}"]
+    assert [f.depth for f in await engine.store.sessions.active_frames(session_id)] == [0]
+    assert await engine.interrupted_sessions() == []
 
 
 async def test_stop_during_a_resume_cancels_it(engine: Engine, model):
