@@ -119,6 +119,10 @@ class Incoming:
     #: An ``m.audio`` message's file: ``url`` (mxc), ``mime``, ``size``, ``seconds``,
     #: ``name``, ``voice`` (recorded as a voice message, MSC3245).
     audio: dict[str, Any] | None = None
+    #: The room's joined members when it was sent, as its sync batch showed them
+    #: (``None``: not known, asked when needed). Not stored: only whether it is for the
+    #: bot, asked before it is stored, reads it.
+    members: int | None = None
 
     @property
     def key(self) -> str:
@@ -197,7 +201,7 @@ class Incoming:
         return cls("invite", room_id, f"invite:{hashlib.sha256(said).hexdigest()}", sender)
 
     def to_json(self) -> Json:
-        data = {k: getattr(self, k) for k in self.__slots__}
+        data = {k: getattr(self, k) for k in self.__slots__ if k != "members"}
         data["mentions"] = list(self.mentions) if self.mentions is not None else None
         return data
 

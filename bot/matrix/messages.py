@@ -110,7 +110,11 @@ class MessageHandler:
                 m.relates_to is not None
                 and await self._cards.at(m.room_id, m.relates_to) is not None
             )
-        if await self.is_direct(m.room_id):
+        # As the room was when it was sent: a direct message followed in the same batch
+        # by a third member's join was judged a group room's, and dropped (until
+        # 2026-12-07; found by review).
+        direct = m.members <= 2 if m.members is not None else await self.is_direct(m.room_id)
+        if direct:
             return True
         if m.mentions_user(self._me.user_id, self._me.display_name) or (
             m.relates_to is not None and await self._is_mine(m.room_id, m.relates_to)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from nio import AsyncClient, InviteMemberEvent, MessageDirection, RoomMessagesResponse, SyncResponse
@@ -159,10 +160,12 @@ class SyncLoop:
             self._learn(room_id, timeline, None)
             if not history:
                 continue  # the account's first sync: what was said before is not answered
+            members = _members_when_sent(timeline, joined.summary)
             for raw in _as_edited(_since_invited(timeline, me)):
                 incoming = _read(raw, room_id, me)
                 if incoming is not None:
-                    events.append(incoming)
+                    count = members.get(incoming.event_id)
+                    events.append(incoming if count is None else replace(incoming, members=count))
         return events
 
     async def _gap(self, room_id: str, start: str | None, since: str) -> list[Json]:
@@ -251,6 +254,50 @@ def _since_invited(timeline: list[Any], me: str) -> list[Any]:
         elif membership == "join" and before != "join" and cut is None:
             cut = index  # a join, not a change of the bot's name in a room it is in
     return timeline if cut is None else timeline[cut + 1 :]
+
+
+def _members_when_sent(timeline: list[Any], summary: Any) -> dict[str, int]:
+    """The room's joined members when each event of the timeline was sent, by event id:
+    walked back from the batch's end (the summary's count) through the timeline's member
+    events. A direct room's message followed in the same batch by a third member's join
+    was judged by the count at the end, taken for a group room's message to nobody and
+    dropped (until 2026-12-07; found by review). Empty when the timeline changes no
+    membership (the room's count holds for all of it) or the count at its end is not
+    known; the events before a member event whose change cannot be read are left out
+    (their room's members are asked, as before)."""
+    count = getattr(summary, "joined_member_count", None)
+    if not isinstance(count, int) or not any(
+        isinstance(raw, dict) and raw.get("type") == "m.room.member" for raw in timeline
+    ):
+        return {}
+    counts: dict[str, int] = {}
+    for raw in reversed(timeline):
+        if not isinstance(raw, dict):
+            continue
+        if raw.get("type") == "m.room.member":
+            change = _joined_change(raw)
+            if change is None:
+                break
+            count -= change
+        elif isinstance(raw.get("event_id"), str):
+            counts[raw["event_id"]] = count
+    return counts
+
+
+def _joined_change(member: Json) -> int | None:
+    """What a member event did to the count of joined members: 1 (a join), -1 (a joined
+    member's leave, kick or ban), 0 (a new name, an invite); ``None`` when the membership
+    it replaced is not shown (``unsigned.prev_content``)."""
+    content = member.get("content") if isinstance(member.get("content"), dict) else {}
+    unsigned = member.get("unsigned") if isinstance(member.get("unsigned"), dict) else {}
+    before = unsigned.get("prev_content")
+    if isinstance(before, dict):
+        was = before.get("membership")
+    elif "replaces_state" in unsigned:
+        return None  # it replaced a membership this does not show
+    else:
+        was = None  # the member's first
+    return int(content.get("membership") == "join") - int(was == "join")
 
 
 def _as_edited(timeline: list[Any]) -> list[Any]:
