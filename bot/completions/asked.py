@@ -20,6 +20,7 @@ __all__ = [
     "MAX_CARRIED_CHARS",
     "Asked",
     "asked_of",
+    "carried_of",
     "context_of",
     "read_request",
 ]
@@ -159,20 +160,24 @@ def _name(request: Request, body: CompletionRequest) -> str | None:
     return named
 
 
-def context_of(instructions: list[str], carried: list[tuple[str, str]]) -> str | None:
-    """What the client sent beside its message for this turn: its instructions, and the
-    messages it carried that the conversation does not hold (newest kept)."""
-    parts = []
-    if instructions:
-        parts.append(
-            "The client of this conversation (chathub's OpenAI-compatible API) gives these "
-            "instructions:\n" + "\n\n".join(instructions)
-        )
-    if carried:
-        lines = [f"{role}: {said}" for role, said in carried]
-        text = "\n\n".join(lines)[-MAX_CARRIED_CHARS:]
-        parts.append(
-            "Earlier messages of this conversation, as the client carried them (they are not "
-            "in your history):\n" + text
-        )
-    return "\n\n".join(parts) or None
+def context_of(instructions: list[str]) -> str | None:
+    """The client's instructions, for this turn only: it sends them with every request."""
+    if not instructions:
+        return None
+    return (
+        "The client of this conversation (chathub's OpenAI-compatible API) gives these "
+        "instructions:\n" + "\n\n".join(instructions)
+    )
+
+
+def carried_of(carried: list[tuple[str, str]]) -> str | None:
+    """The messages the client carried before its message that the conversation does not
+    hold (newest kept), stored with the message: the client never sends them again."""
+    if not carried:
+        return None
+    lines = [f"{role}: {said}" for role, said in carried]
+    text = "\n\n".join(lines)[-MAX_CARRIED_CHARS:]
+    return (
+        "Earlier messages of this conversation, as the client carried them (not said here; "
+        "the client's message follows):\n" + text
+    )

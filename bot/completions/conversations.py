@@ -35,6 +35,7 @@ from sqlalchemy.engine import Connection
 from bot.completions.layer import SOURCE_PREFIX
 from bot.completions.tables import api_conversation_heads as heads_table
 from bot.completions.tables import api_conversations as c
+from engine.session import CARRIED_KEY
 from engine.store import Database, PerDialect, Prepared, insert_for, quick_unit, utcnow
 from engine.store import chat_history as h
 from engine.store import chat_llm_tools as tools
@@ -211,6 +212,13 @@ class ConversationMap:
         if session_id is None:
             return AnswerTo(stored=False, answer=None, failed=False, legacy=False)
         return await self._db.run(_answer_to, session_id, position)
+
+    async def carried_at(self, session_id: int | None, position: int) -> str | None:
+        """What the conversation's ``position``-th message carried (``CARRIED_KEY``) when
+        its turn last began (``None``: nothing, or it never began)."""
+        if session_id is None:
+            return None
+        return await self._db.run(_carried_at, session_id, position)
 
     async def rewind(
         self, conversation: Conversation, position: int
@@ -399,6 +407,18 @@ def _answer_to(conn: Connection, session_id: int, position: int) -> AnswerTo:
     return AnswerTo(
         stored=True, answer=None if row is None else row.content, failed=False, legacy=False
     )
+
+
+@quick_unit
+def _carried_at(conn: Connection, session_id: int, position: int) -> str | None:
+    metadata = conn.execute(
+        _top_level(session_id, "user", h.c.metadata)
+        .where(h.c.metadata[POSITION_KEY].as_integer() == position)
+        .order_by(h.c.id.desc())
+        .limit(1)
+    ).scalar()
+    carried = (metadata or {}).get(CARRIED_KEY)
+    return carried if isinstance(carried, str) else None
 
 
 def _head_at(conn: Connection, conversation_id: int, position: int) -> str:

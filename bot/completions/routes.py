@@ -26,7 +26,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bot.completions.answer import Answer, EventStream, QueuedStream, QueuedWhole, WholeAnswer
-from bot.completions.asked import Asked, CompletionRequest, asked_of, context_of, read_request
+from bot.completions.asked import (
+    Asked,
+    CompletionRequest,
+    asked_of,
+    carried_of,
+    context_of,
+    read_request,
+)
 from bot.completions.conversations import (
     POSITION_KEY,
     AnswerTo,
@@ -47,6 +54,7 @@ from bot.http.credentials import bearer_refusal
 from bot.http.models import SafeJSONResponse
 from bot.http.signins import LoginThrottle
 from engine.hub import ChatHub, HubError, SendOptions
+from engine.session import CARRIED_KEY
 from engine.store import Database
 from engine.store import chat_history as h
 
@@ -237,9 +245,10 @@ class CompletionsApi:
         self, conversation: Conversation, taken: int, asked: Asked, retried_at: int | None
     ) -> tuple[Conversation, Turn]:
         """The request's new messages given to the agent: the last as the message (its
-        images as attachments), the others it carried (and the client's instructions) as
-        context of that turn; ``taken``: how many of them the conversation holds already;
-        ``retried_at``: where it holds the message of a request the client sent again."""
+        images as attachments), the others it carried stored with it (the client's
+        instructions are that turn's context); ``taken``: how many of them the conversation
+        holds already; ``retried_at``: where it holds the message of a request the client
+        sent again."""
         digests, dialog = asked.digests, asked.dialog
         attachments: list[dict[str, Any]] = []
         for attempt in range(2):
@@ -266,16 +275,25 @@ class CompletionsApi:
                 # sentence), so its answer is held in its place.
                 held, holding = await self._conversations.rewind(conversation, at)
                 position = at
+                # What it carried the first time: the conversation holds that by now.
+                carried = await self._carried_at(conversation, at)
+                carried = carried or carried_of(dialog[taken:-1])
             else:
                 held, holding = await self._held_with(conversation, taken, digests)
                 position = held.length
-            context = context_of(asked.instructions, dialog[taken:-1])
+                carried = carried_of(dialog[taken:-1])
             if asked.images and not attachments:
                 root = self._hub.workspace_root
                 attachments = await keep_images(root, conversation.id, asked.images)
             meta: dict[str, Any] = {**_META, POSITION_KEY: position}
+            if carried:
+                # In the session's history with the message, for every turn after it: the
+                # conversation holds those messages now, so no request carries them again
+                # (until 2026-12-07 they were this turn's context only; found by review).
+                meta[CARRIED_KEY] = carried
             if attachments:
                 meta["attachments"] = attachments
+            context = context_of(asked.instructions)
             options = SendOptions(agent_id=asked.agent, extra_system_dynamic=context, metadata=meta)
             # What the client has seen now is held in the transaction storing its message.
             try:
@@ -342,6 +360,12 @@ class CompletionsApi:
         if state.legacy and conversation.length > position:
             return replace(state, answer=await self.last_answer(conversation.source))
         return state
+
+    async def _carried_at(self, conversation: Conversation, position: int) -> str | None:
+        """What the conversation's ``position``-th message carried when its turn last
+        began (its request sent again after a failure carries nothing new)."""
+        session_id = await self._hub.current_session(conversation.source)
+        return await self._conversations.carried_at(session_id, position)
 
     async def last_answer(self, source: str) -> str:
         """The last answer of the conversation ``source`` (empty: none yet)."""

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
         message_chars,
     )
     from engine.session.context.messages import SystemParts
-    from engine.session.context.transcript import FrameTranscript, attachments_block
+    from engine.session.context.transcript import CARRIED_KEY, FrameTranscript, attachments_block
     from engine.session.events import (
         AgentEnd,
         AgentStart,
@@ -49,6 +49,7 @@ _LAZY = {
     "AllowAll": "engine.session.turn.gate",
     "ApprovalPolicy": "engine.session.protocols",
     "ApprovalRequired": "engine.session.events",
+    "CARRIED_KEY": "engine.session.context.transcript",
     "ChatSessionHandler": "engine.session.handler",
     "CompactionConfig": "engine.session.context.compaction",
     "CompactionError": "engine.session.context.compaction",
@@ -80,6 +81,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "CARRIED_KEY",
     "AgentEnd",
     "AgentStart",
     "AllowAll",

@@ -25,7 +25,7 @@ from engine.config import CompactionConfig
 from engine.llm.protocols import ChatModel
 from engine.llm.registry import ModelRegistry
 from engine.llm.types import LlmError, Message
-from engine.session.context.transcript import FrameTranscript, starts_turn
+from engine.session.context.transcript import FrameTranscript, starts_turn, with_carried
 from engine.store.history import History
 from engine.store.rows import OPEN_TOOL_STATUSES, FrameRow, MessageRow, SessionRow
 from engine.store.summaries import SummaryRow, SummaryStore
@@ -186,7 +186,8 @@ def format_rows(rows: Sequence[MessageRow]) -> list[str]:
     for row in rows:
         if row.role != "assistant":
             label = "USER" if row.role == "user" else "AGENT"
-            entries.append(f"[{label}]: {_clip(row.content, MESSAGE_HEAD, MESSAGE_TAIL)}")
+            said = with_carried(row)  # what it carried is summarised with it
+            entries.append(f"[{label}]: {_clip(said, MESSAGE_HEAD, MESSAGE_TAIL)}")
             continue
         text = _clip(row.content or "", MESSAGE_HEAD, MESSAGE_TAIL)
         if row.tool_calls:

@@ -21,6 +21,11 @@ from typing import Any
 from engine.llm.types import Message
 from engine.store.rows import MessageRow, ToolCallRow
 
+#: The key of a user message's metadata that holds what its sender carried with it: text
+#: that stands before the message in the session's history (an API client's earlier
+#: messages the session never held; ``bot/completions``).
+CARRIED_KEY = "carried"
+
 INTERRUPTED = (
     "Error: tool call was interrupted (connection lost before user approval). "
     "Please retry the operation."
@@ -156,14 +161,22 @@ def _render(rows: list[MessageRow], hide_over: int | None) -> list[Message]:
 
 
 def _user_text(row: MessageRow) -> str:
+    text = with_carried(row)
     attachments = (row.metadata or {}).get("attachments")
     if not attachments:
+        return text
+    return f"{text}\n\n{attachments_block(attachments)}" if text else attachments_block(attachments)
+
+
+def with_carried(row: MessageRow) -> str:
+    """The row's content after what its sender carried with it (``CARRIED_KEY``): kept
+    out of the content, which is what was said, yet the session's history as much, so
+    every later turn reads it (until 2026-12-07 only the turn of the message did; found
+    by review)."""
+    carried = (row.metadata or {}).get(CARRIED_KEY)
+    if not isinstance(carried, str) or not carried:
         return row.content
-    return (
-        f"{row.content}\n\n{attachments_block(attachments)}"
-        if row.content
-        else (attachments_block(attachments))
-    )
+    return f"{carried}\n\n{row.content}" if row.content else carried
 
 
 def attachments_block(attachments: list[dict[str, Any]]) -> str:

@@ -181,7 +181,7 @@ async def test_a_named_conversation_goes_on_from_an_edited_message(
             await client.chat.completions.create(model="main", user="alice", messages=messages)
     last = fake_openai.requests[-1]["messages"]
     assert last[-2] == said("user", "three")  # the message, before the closing system row
-    assert not any("Earlier messages" in str(m["content"]) for m in last if m["role"] == "system")
+    assert "Earlier messages" not in json.dumps(last)
 
 
 async def test_different_names_never_share_history(v1: V1Server, fake_openai: FakeOpenAIServer):
@@ -228,9 +228,11 @@ async def test_a_history_without_a_name_continues_the_conversation_it_came_from(
     assert user_messages(fake_openai.requests[2]) == ["hello"]
 
 
-async def test_a_carried_history_the_conversation_never_held_is_given_as_context(
+async def test_a_carried_history_the_conversation_never_held_is_given_with_the_message(
     v1: V1Server, fake_openai: FakeOpenAIServer
 ):
+    """Before it, in the session's history, for this turn and every later one
+    (``test_carried_history.py``)."""
     fake_openai.reply_text("Noted.")
     async with v1.client() as client:
         await client.chat.completions.create(
@@ -241,9 +243,8 @@ async def test_a_carried_history_the_conversation_never_held_is_given_as_context
                 {"role": "user", "content": "what is my name?"},
             ],
         )
-    request = fake_openai.requests[-1]
-    assert user_messages(request) == ["what is my name?"]
-    assert "my name is Zoe" in json.dumps(request["messages"])
+    [asked] = user_messages(fake_openai.requests[-1])
+    assert asked.endswith("my name is Zoe\n\nassistant: Hello Zoe.\n\nwhat is my name?")
 
 
 async def test_tool_activity_and_an_approval_decided_through_the_inbox_api(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from engine.session.context.transcript import INTERRUPTED, FrameTranscript
+from engine.session.context.compaction import format_rows
+from engine.session.context.transcript import CARRIED_KEY, INTERRUPTED, FrameTranscript
 from engine.store.rows import MessageRow, ToolCallRow
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -64,6 +65,20 @@ def test_consecutive_user_rows_merge_into_one_message():
         {"role": "user", "content": "a\n\nb"},
         {"role": "assistant", "content": "c"},
     ]
+
+
+def test_what_a_message_carried_stands_before_it_in_every_later_turn():
+    """An API client's earlier messages the session never held, kept in the message's
+    metadata: the model reads them with the message, and the summary keeps them."""
+    carried = MessageRow(1, 1, "user", "what is my name?", "ok", False, None, None, NOW)
+    carried.metadata = {CARRIED_KEY: "Earlier messages:\nuser: my name is Zoe"}
+    transcript = FrameTranscript(max_messages=100, max_tool_result_chars=None)
+    transcript.load([carried, _assistant(2, "Zoe."), _user(3, "and again?")])
+    assert transcript.messages()[0] == {
+        "role": "user",
+        "content": "Earlier messages:\nuser: my name is Zoe\n\nwhat is my name?",
+    }
+    assert "my name is Zoe" in format_rows([carried])[0]
 
 
 def test_a_finished_turn_that_fits_the_window_with_the_next_message_is_kept():
