@@ -379,11 +379,16 @@ class MatrixClient:
     async def _voice(self, said: str, text_content: Json) -> Json:
         """The voice message's content: ``said`` spoken, uploaded, in the text's thread."""
         audio = await audio_of(self.speak, said, SpeechFailed)
-        uploaded, _keys = await self.nio.upload(
-            lambda *_: io.BytesIO(audio),
-            content_type="audio/ogg",
-            filename="reply.ogg",
-            filesize=len(audio),
+        # Through ``call``: a dropped connection is the homeserver away, retried (until
+        # 2026-12-07 it escaped as a bug, and the reply was failed for good, neither voice
+        # nor text; found by review).
+        uploaded, _keys = await call(
+            self.nio.upload(
+                lambda *_: io.BytesIO(audio),
+                content_type="audio/ogg",
+                filename="reply.ogg",
+                filesize=len(audio),
+            )
         )
         url = check(uploaded).content_uri
         content: Json = {

@@ -101,8 +101,11 @@ class Outbox(Generic[Prepared, Row]):
         return record
 
     def failure_unit(self, source: str, notice: str) -> AlsoWithKey:
-        """A failed turn's notice in the outbox, written in the transaction ending the turn."""
-        prepared = self._sender.prepare(source, f"⚠️ {notice}")
+        """A failed turn's notice in the outbox, written in the transaction ending the turn:
+        as text in a chat with voice on too (until 2026-12-07 it was read aloud only, and
+        its error id, there to be quoted to the owner, was nowhere to read; found by
+        review)."""
+        prepared = self._sender.written(source, f"⚠️ {notice}")
 
         def record(conn: Connection, key: str) -> None:
             self._notices[key] = self._sender.record(conn, source, key, prepared)

@@ -91,6 +91,10 @@ class OutboxSender(Protocol[Prepared, Row]):
 
     def prepare(self, source: str, text: str) -> Prepared: ...
 
+    def written(self, source: str, text: str) -> Prepared:
+        """``text`` as messages to read, in a chat with voice on too (a notice)."""
+        ...
+
     def answering(
         self, conn: Connection, source: str, answer_id: int, prepared: Prepared
     ) -> Prepared: ...
