@@ -20,6 +20,7 @@ from bot.platform.cards import (
 from bot.platform.commands import COMMAND, CommandContext, CommandRegistry, shared_commands
 from bot.platform.failures import SORRY_MESSAGE, SORRY_TAP, report_failure
 from bot.platform.memory import MemoryFront, memory_commands
+from bot.platform.open_cards import with_files
 from bot.platform.tasks import Background
 from bot.platform.voice_notes import VoiceNotes
 from bot.webchat.conversations import PREFIX
@@ -124,54 +125,72 @@ class Actions:
             await reply.send(ErrorFrame(code="internal", message=sorry, ref=frame.ref))
 
     async def _message(self, source: str, frame: SendMessage, reply: Reply) -> None:
-        if frame.attachments:  # files make it a message: no command, no answer, takes them
-            await self._send(source, frame, reply)
-            return
-        text = frame.text.strip()
-        # A command as every front end reads one: "/etc/hosts: what is this?" is a
-        # message (until 2026-12-07 it was "Unknown command" and the draft was lost).
-        command = COMMAND.match(text)
-        if command is not None:
-            name, argument = command.group(1).lower(), text[command.end() :]
-            if not await self._command(source, name, argument.strip(), frame.ref, reply):
-                await reply.send(Accepted(ref=frame.ref))  # done: every message is answered
-            return
-        if await self._answers_question(source, frame, reply):
-            return
-        await self._send(source, frame, reply)
-
-    async def _send(self, source: str, frame: SendMessage, reply: Reply) -> None:
-        options = None
-        text = frame.text
-        if frame.attachments:
-            conversation_id = source.removeprefix(PREFIX)
-            try:
-                found = self._uploads.attachments(conversation_id, list(frame.attachments))
-            except AttachmentError as exc:
-                await reply.send(ErrorFrame(code="attachment", message=str(exc), ref=frame.ref))
+        text, files = frame.text, []
+        if frame.attachments:  # files make it a message: no command
+            attached = await self._attached(source, frame, reply)
+            if attached is None:
+                return  # the page was told why
+            text, files = attached
+        else:
+            # A command as every front end reads one: "/etc/hosts: what is this?" is a
+            # message (until 2026-12-07 it was "Unknown command" and the draft was lost).
+            command = COMMAND.match(text.strip())
+            if command is not None:
+                name, argument = command.group(1).lower(), text.strip()[command.end() :]
+                if not await self._command(source, name, argument.strip(), frame.ref, reply):
+                    await reply.send(Accepted(ref=frame.ref))  # done: every message is answered
                 return
-            if carries_sound(found):  # heard first, as on every platform (voice.py)
-                heard = await hear(self._voice, text, found)
-                if heard.quotes:  # every tab sees what was heard before the answer
-                    await self._rooms.broadcast(source, Notice(text=heard.quotes))
-                if not heard.text and not heard.attachments:  # nothing left to send
-                    said = heard.warning or NOTHING_HEARD
-                    await reply.send(ErrorFrame(code="voice", message=said, ref=frame.ref))
-                    return
-                if heard.warning:
-                    await reply.send(Notice(text=heard.warning, ref=frame.ref))
-                text, found = heard.text, heard.attachments
-            if found:
-                options = SendOptions(metadata={"attachments": found})
+        # The whole message answers an open question, a voice note heard and its files
+        # named, as on every platform (until 2026-12-07 one with files was queued behind
+        # the turn that waited for that very answer; found by review).
+        if await self._answers_question(source, with_files(text, files), frame.ref, reply):
+            return
+        await self._send(source, text, files, frame.ref, reply)
+
+    async def _attached(
+        self, source: str, frame: SendMessage, reply: Reply
+    ) -> tuple[str, list[dict[str, Any]]] | None:
+        """The message's words and files, sound heard first as on every platform
+        (voice.py); ``None``: nothing to send, the page told why."""
+        conversation_id = source.removeprefix(PREFIX)
+        try:
+            found = self._uploads.attachments(conversation_id, list(frame.attachments))
+        except AttachmentError as exc:
+            await reply.send(ErrorFrame(code="attachment", message=str(exc), ref=frame.ref))
+            return None
+        if not carries_sound(found):
+            return frame.text, found
+        heard = await hear(self._voice, frame.text, found)
+        if heard.quotes:  # every tab sees what was heard before the answer
+            await self._rooms.broadcast(source, Notice(text=heard.quotes))
+        if not heard.text and not heard.attachments:  # nothing left to send
+            said = heard.warning or NOTHING_HEARD
+            await reply.send(ErrorFrame(code="voice", message=said, ref=frame.ref))
+            return None
+        if heard.warning:
+            await reply.send(Notice(text=heard.warning, ref=frame.ref))
+        return heard.text, list(heard.attachments)
+
+    async def _send(
+        self,
+        source: str,
+        text: str,
+        files: list[dict[str, Any]],
+        ref: str | None,
+        reply: Reply,
+    ) -> None:
+        options = SendOptions(metadata={"attachments": files}) if files else None
         try:
             queued = await self._hub.send_message(source, text, options)
         except HubError as exc:  # the hub's refusals are sentences meant for people
-            await reply.send(ErrorFrame(code="refused", message=str(exc), ref=frame.ref))
+            await reply.send(ErrorFrame(code="refused", message=str(exc), ref=ref))
             return
-        await reply.send(Accepted(ref=frame.ref, queued_id=queued))
+        await reply.send(Accepted(ref=ref, queued_id=queued))
 
-    async def _answers_question(self, source: str, frame: SendMessage, reply: Reply) -> bool:
-        """A plain message while a question is open answers it (``question_answered``, every
+    async def _answers_question(
+        self, source: str, answer: str, ref: str | None, reply: Reply
+    ) -> bool:
+        """A message while a question is open answers it (``question_answered``, every
         platform's rule); a question is open only while its turn waits (here, or in a
         fleet in the process running it)."""
         if not await self._hub.is_busy(source):
@@ -181,7 +200,7 @@ class Actions:
         question = question_answered(open_questions, is_command=False)
         if question is None:
             return False
-        await self._answer(source, question.tool_call_id, frame.text, frame.ref, reply)
+        await self._answer(source, question.tool_call_id, answer, ref, reply)
         return True  # its question_answered (to every tab) or its error tells the page
 
     async def _command(
@@ -239,7 +258,9 @@ class Actions:
     ) -> None:
         try:
             await self._hub.answer(request_id, answer, source=source, by=WEB_CHAT_DECIDER)
-        except InboxError:  # answered, gone, or another conversation's
+        except InboxError as exc:  # answered, gone, or another conversation's
+            if exc.code == "repeated":  # these very words again (a double submit): answered
+                return  # until 2026-12-07 "no longer open", in red (found by review)
             await reply.send(ErrorFrame(code="expired", message=QUESTION_CLOSED, ref=ref))
             return
         except HubError as exc:  # empty or too long

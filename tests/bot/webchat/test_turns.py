@@ -6,6 +6,7 @@ import pytest
 
 from bot.http.operations import Operations
 from bot.http.web import WEB_DECIDER
+from engine.store import InboxError
 from tests.bot.webchat.conftest import ChatServer, Client
 from tests.fakes.openai_server import FakeOpenAIServer
 
@@ -307,3 +308,31 @@ async def test_a_tab_served_by_another_process_sees_a_card_and_a_question_close(
         kinds = [f["type"] for f in frames]
         assert kinds.count("approval_resolved") == 1, (tab, kinds)
         assert kinds.count("question_answered") == 1, (tab, kinds)
+
+
+async def test_the_same_answer_sent_twice_is_no_error(
+    server: ChatServer,
+    fake_openai: FakeOpenAIServer,
+):
+    """A double click on the question's Answer: the second frame, the same words, was
+    shown as "That question is no longer open." (found by review on 2026-12-07)."""
+    fake_openai.reply_tool_calls(("q1", "ask_user_clarification", {"question": "Which colour?"}))
+    fake_openai.reply_text("Blue it is.")
+    tab = await server.client()
+    await tab.send(type="message", text="paint it")
+    question = (await tab.until("agent_question"))[-1]
+    request_id = question["request_id"]
+    # A double click: two frames, the second read once the first was recorded.
+    await tab.send(type="answer_question", request_id=request_id, answer="blue", ref="a1")
+    await tab.send(type="answer_question", request_id=request_id, answer="blue", ref="a2")
+    await tab.send(type="ping", ref="after")
+    frames = await tab.until("pong", ref="after")
+    errors = [f for f in frames if f["type"] == "error"]
+    # The hub itself tells a repeat from a closed question (what the page could be told).
+    try:
+        await server.hub.answer(request_id, "blue", source="web:c1")
+    except InboxError as exc:
+        assert exc.code == "repeated", exc.code
+    assert errors == [], f"a repeated answer was shown as an error: {errors}"
+    await tab.until("done")
+    await tab.close()

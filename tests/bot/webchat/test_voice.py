@@ -291,3 +291,40 @@ async def test_a_voice_mark_cannot_be_attached_or_forged(
     assert error["code"] == "invalid" and error["ref"] == "m"
     await _nothing_sent(client, fake_openai)
     await client.close()
+
+
+async def test_a_voice_message_answers_the_open_question(
+    http,
+    voice_notes,
+    fake_openai: FakeOpenAIServer,
+):
+    """The agent asks "Which size?" and the person answers with the page's microphone:
+    the voice note was heard, then queued as a new message behind the turn that waited
+    for that very answer, which never came (found by review on 2026-12-07)."""
+    server, client_http = await http(voice=voice_notes())
+    conversation = await _conversation(client_http)
+    fake_openai.reply_tool_calls(("q1", "ask_user_clarification", {"question": "Which size?"}))
+    fake_openai.reply_text("Large it is.")
+    client = await server.client(conversation)
+    await client.send(type="message", text="order a coffee")
+    question = (await client.until("agent_question"))[-1]
+
+    # The person answers with the page's microphone button: an upload, then a message.
+    uploaded = await _upload(client_http, conversation, "voice-message.ogg", OGG, seconds=1.0)
+    assert uploaded.status_code == 201, uploaded.text
+    fake_openai.transcribe("large")
+    await client.send(type="message", text="", attachments=[uploaded.json()["id"]], ref="v1")
+
+    # Whatever comes first: the question answered, or the voice note taken as a new message.
+    while True:
+        frame = await client.recv()
+        if frame["type"] in ("question_answered", "accepted", "error"):
+            break
+    assert frame["type"] == "question_answered", (
+        f"the spoken answer was not taken as the answer: got {frame}; "
+        f"open questions still: {[q.tool_call_id for q in await server.hub.pending_questions()]}"
+    )
+    assert frame["request_id"] == question["request_id"] and "large" in frame["answer"]
+    done = await client.until("done")
+    assert done[-1]["content"] == "Large it is."
+    await client.close()
