@@ -207,10 +207,16 @@ async function select(id) {
   for (const frame of waiting) handle(frame);
 }
 
-function clearThread() {
-  thread.replaceChildren();
+// A new conversation keeps the scheduled jobs' cards still open: their calls wait on in
+// this chat (until 2026-12-07 /new dropped them, and nobody was shown the decision).
+function clearThread(keepJobs = false) {
+  const jobs = keepJobs
+    ? [...state.cards].filter(([, card]) => card.dataset.job && !card.classList.contains("closed"))
+    : [];
+  thread.replaceChildren(...jobs.map(([, card]) => card));
   state.shown.clear();
   state.cards.clear();
+  for (const [id, card] of jobs) state.cards.set(id, card);
   state.questions.clear();
   state.tools.clear();
   state.streaming = null;
@@ -458,7 +464,7 @@ function handle(frame) {
       if (frame.ref && frame.ref.startsWith("card-")) enableChoices(frame.ref.slice(5));
       break;
     case "notice": notice(frame.text); break;
-    case "new_session": clearThread(); notice("New conversation."); break;
+    case "new_session": clearThread(true); notice("New conversation."); break;
     case "lagged": select(state.current); return;
     default: break;
   }

@@ -13,14 +13,20 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bot.webchat.conversations import source_of
 from bot.webchat.limits import SocketLimits
+from engine.core import Engine
+from engine.hub import ChatHub
+from scheduler.service import Scheduler
 from tests.bot.webchat.conftest import TOKEN, ChatServer
 from tests.browser import ARTIFACTS, CHROMIUM, OFFLINE, needs_chromium
+from tests.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAIServer
 
 WAIT_MS = 60_000  # a guard against a hang, never a timing assertion (20 s once ran out
@@ -862,3 +868,47 @@ async def test_a_conversation_chosen_while_another_loads_shows_only_its_own_in_c
         assert "secret of A" not in (await page.text_content("#thread") or "")
     assert errors == []
     await context.close()
+
+
+async def test_new_leaves_a_waiting_jobs_card_on_the_page(
+    browser: Any,
+    make_server,
+    engine: Engine,
+    hub: ChatHub,
+    fake_openai: FakeOpenAIServer,
+    artifacts: Path,
+):
+    """The conversation's own stop leaves a job's card open (its call still waits); /new
+    dropped it, and nobody was shown the decision until its wait ran out (found by review
+    on 2026-12-07)."""
+    server: ChatServer = await make_server(page=True)
+    context, page = await _signed_in(browser, server)
+    conversation = page.url.split("#c=")[1]
+    source = source_of(conversation)
+    (engine.workspace.root / "notes.txt").write_text("Buy milk.")
+    clock = FakeClock()
+    scheduler = Scheduler(engine, hub, timezone="UTC", clock=clock, owner="web-test")
+    try:
+        async with _evidence_on_failure(page, artifacts, "new-keeps-job-card"):
+            job = await scheduler.create_cron(source, "Notes", "0 8 * * *", "Brief me.")
+            fake_openai.reply_tool_calls(("r1", "read_file", {"path": "notes.txt"}))
+            fake_openai.reply_text("Brief: done")
+            assert job.next_run_at is not None
+            clock.now = job.next_run_at + timedelta(seconds=1)
+            await scheduler.dispatcher.step()
+            await page.wait_for_selector(".card[data-job='1'] .choice.approve")
+
+            await _send(page, "/new")
+            await page.wait_for_selector(".notice:has-text('New conversation.')")
+            # The job's call still waits for a decision in this conversation ...
+            waiting = await hub.pending_approvals(shown_in=source)
+            assert [item.name for item in waiting] == ["read_file"]
+            # ... and the page no longer shows it: nobody can decide it here.
+            shown = await page.locator(".card[data-job='1'] .choices button").count()
+            assert shown > 0, (
+                "after /new the job's card is gone from the page, though its call still "
+                f"waits ({len(waiting)} pending in {source})"
+            )
+    finally:
+        await scheduler.close()
+        await context.close()
