@@ -251,7 +251,12 @@ async function loadHistory(id, before) {
       for (const tool of message.tools) {
         const start = toolStart(tool.name, tool.arguments);
         const ended = ["done", "failed", "rejected", "cancelled"].includes(tool.status);
-        nodes.push(el("div", "tool", ended ? `${start}\n${toolEnd(tool.name, tool.status, tool.preview)}` : start));
+        const line = el("div", "tool", ended ? `${start}\n${toolEnd(tool.name, tool.status, tool.preview)}` : start);
+        // Known by its call: the frames replayed after the history do not show it twice
+        // (until 2026-12-07 a call made while a reload read the history was; found by review).
+        if (ended) line.dataset.ended = "1";
+        state.tools.set(tool.tool_call_id, line);
+        nodes.push(line);
       }
     }
   }
@@ -427,6 +432,7 @@ function handle(frame) {
     case "tool_start": {
       setRunning(true);
       endStreaming();
+      if (state.tools.has(frame.tool_call_id)) break; // the history showed it
       const line = el("div", "tool", toolStart(frame.name, frame.arguments));
       state.tools.set(frame.tool_call_id, line);
       thread.append(line);
@@ -435,8 +441,9 @@ function handle(frame) {
     case "tool_end": {
       const text = toolEnd(frame.name, frame.status, frame.preview);
       const line = state.tools.get(frame.tool_call_id);
-      if (line) line.textContent += `\n${text}`;
-      else thread.append(el("div", "tool", text));
+      if (!line) thread.append(el("div", "tool", text));
+      else if (!line.dataset.ended) line.textContent += `\n${text}`;
+      if (line) line.dataset.ended = "1";
       // Its card or question, still open when the call ended (a stop): nothing to decide.
       closeCard(frame.tool_call_id, ENDED_UNDECIDED);
       closeQuestion(frame.tool_call_id, ENDED_UNANSWERED, false);
@@ -631,6 +638,7 @@ function submitMessage() {
   const ref = `message-${++state.sent}`;
   const frame = { type: "message", text, ref };
   if (state.attached.length) frame.attachments = state.attached.map((file) => file.id);
+  if (tooLong(frame)) return;
   if (frameOut(frame)) {
     // The draft comes back if the server refuses it or the connection drops first.
     state.sending.set(ref, { text, attached: state.attached, conversation: state.current });
@@ -638,6 +646,24 @@ function submitMessage() {
     clearAttached();
   }
   showSendOrStop();
+}
+
+// Over what the server takes, said here and the draft kept: a paste past the frame's size
+// dropped the connection, and the page advised sending it again, which dropped it again
+// (until 2026-12-07; found by review).
+function tooLong(frame) {
+  const limits = state.limits || {};
+  const chars = [...frame.text].length;
+  if (limits.max_message_chars && chars > limits.max_message_chars) {
+    notice(`A message holds at most ${limits.max_message_chars} characters; this one has ${chars}. Attach it as a file instead.`, true);
+    return true;
+  }
+  const bytes = new TextEncoder().encode(JSON.stringify(frame)).length;
+  if (limits.max_frame_bytes && bytes > limits.max_frame_bytes) {
+    notice(`This message is too large to send (${bytes} bytes; at most ${limits.max_frame_bytes}). Attach it as a file instead.`, true);
+    return true;
+  }
+  return false;
 }
 
 // A message sent was answered (``frame``): taken by the server, or refused (its draft

@@ -19,10 +19,12 @@ from typing import Any
 
 import pytest
 
+from bot.http.operations import Operations
+from bot.http.web import WEB_DECIDER
 from bot.webchat.conversations import source_of
 from bot.webchat.limits import SocketLimits
 from engine.core import Engine
-from engine.hub import ChatHub
+from engine.hub import ChatHub, Choice
 from scheduler.service import Scheduler
 from tests.bot.webchat.conftest import TOKEN, ChatServer
 from tests.browser import ARTIFACTS, CHROMIUM, OFFLINE, needs_chromium
@@ -912,3 +914,76 @@ async def test_new_leaves_a_waiting_jobs_card_on_the_page(
     finally:
         await scheduler.close()
         await context.close()
+
+
+_TOOL_LINES = "[...document.querySelectorAll('#thread .tool')].map((n) => n.textContent)"
+
+
+async def test_a_call_made_while_the_history_loads_is_shown_once(
+    browser: Any,
+    make_server,
+    fake_openai: FakeOpenAIServer,
+    artifacts: Path,
+):
+    server: ChatServer = await make_server(page=True)
+    context, page = await _signed_in(browser, server)
+    conversation = page.url.split("#c=")[1]
+    source = f"web:{conversation}"
+    fake_openai.reply_tool_calls(("w1", "write_file", {"path": "a.txt", "content": "x\n"}))
+    fake_openai.reply_tool_calls(("r1", "read_file", {"path": "a.txt"}))  # asks too
+    async with _evidence_on_failure(page, artifacts, "reload-tools-once"):
+        await _send(page, "write a.txt then read it")
+        await page.wait_for_selector(".card .choice.approve")
+
+        held, asked = asyncio.Event(), asyncio.Event()
+
+        async def hold(route: Any) -> None:
+            asked.set()
+            await held.wait()
+            await route.continue_()
+
+        await page.route(f"**/chat/conversations/{conversation}/messages*", hold)
+        await page.reload()  # subscribed; its history read is held
+        await asked.wait()
+        # Meanwhile the card is approved elsewhere (the inbox) and the turn goes on.
+        [waiting] = await server.hub.pending_approvals(await server.hub.session_id(source))
+        await Operations(server.hub.engine, server.hub).decide(
+            waiting.tool_call_id, Choice.named("approve"), by=WEB_DECIDER
+        )
+        session_id = await server.hub.session_id(source)
+        for _ in range(1500):  # until the next call (read_file) started and asks
+            if [i.name for i in await server.hub.pending_approvals(session_id)] == ["read_file"]:
+                break
+            await asyncio.sleep(0.01)
+        held.set()
+        await page.wait_for_selector(".card:has-text('read_file') .choice.approve")
+        await page.evaluate("new Promise((done) => setTimeout(done, 100))")
+        lines = await page.evaluate(_TOOL_LINES)
+        reads = [line for line in lines if "read_file" in line]
+        writes = [line for line in lines if "write_file" in line]
+        assert (len(writes), len(reads)) == (1, 1), f"tool lines shown: {lines}"
+    await context.close()
+
+
+async def test_a_paste_over_the_frame_size_is_refused_in_a_sentence_not_a_dropped_socket(
+    browser: Any,
+    make_server,
+    fake_openai: FakeOpenAIServer,
+    artifacts: Path,
+):
+    """A pasted log past the socket's frame size dropped the connection, and the page
+    advised sending it again, which dropped it again (found by review on 2026-12-07)."""
+    server: ChatServer = await make_server(page=True)
+    context, page = await _signed_in(browser, server)
+    async with _evidence_on_failure(page, artifacts, "large-paste"):
+        await page.wait_for_selector("#send:text('Send')")
+        pasted = "log line 0123456789\n" * 30_000  # 600 000 characters, as many bytes
+        await page.evaluate("(text) => { document.getElementById('input').value = text; }", pasted)
+        await page.press("#input", "Enter")
+        said = await page.wait_for_selector(".notice.error")
+        text = await said.text_content()
+        assert "send it again" not in text, f"the page said: {text!r}"
+        assert "at most" in text and "Attach it as a file" in text, text
+        kept = await page.evaluate("document.getElementById('input').value")
+        assert kept == pasted  # the draft stays
+    await context.close()
