@@ -151,6 +151,19 @@ def test_the_message_says_what_is_wrong() -> None:
         settings(CHATHUB_TIMEZONE="Mars/Base")
 
 
+@pytest.mark.parametrize("variable", ["TRANSCRIBE_BASE_URL", "SPEECH_BASE_URL"])
+def test_an_audio_servers_address_with_a_password_is_refused_without_showing_it(
+    variable: str,
+) -> None:
+    """Named whole in log lines (a failed voice note, a provider change): a password in it
+    was logged (found by review on 2026-12-07)."""
+    with pytest.raises(ConfigError) as refused:
+        settings(**{variable: "http://alice:hunter2@speech.local:8000/v1"})
+    said = str(refused.value)
+    assert said.startswith(f"{variable}: ") and "no user or password" in said
+    assert "hunter2" not in said
+
+
 def test_several_bad_values_are_all_reported() -> None:
     with pytest.raises(ConfigError) as refused:
         settings(HTTP_PORT="0", TELEGRAM_LIBRARY="x")
