@@ -20,11 +20,11 @@ import discord
 from bot.delivery import CardRow, PlatformError
 from bot.discord.cards import DiscordCards
 from bot.discord.incoming import source_of
-from bot.discord.messages import Listening
+from bot.discord.messages import IN_ITS_THREAD, Listening
 from bot.discord.sending import discord_call, in_messages
 from bot.platform.access import ASKED_ALREADY, Access
 from bot.platform.cards import EXPIRED, NOT_ALLOWED, decide
-from bot.platform.commands import CommandRegistry
+from bot.platform.commands import ABOUT_A_CONVERSATION, CommandRegistry
 from bot.platform.controls import ControlId, parse_control
 from bot.platform.failures import SORRY_TAP, report_failure
 from bot.platform.open_cards import tapped
@@ -229,6 +229,11 @@ class Interactions:
             getattr(channel, "parent_id", None) if isinstance(channel, discord.Thread) else None
         )
         channel_id = str(interaction.channel_id)
+        if self._listening.starts_threads(parent and str(parent), channel_id) and (
+            name in ABOUT_A_CONVERSATION
+        ):
+            await _tell(interaction, IN_ITS_THREAD.format(name=name))
+            return
         source = source_of(str(parent), channel_id) if parent else source_of(channel_id)
         await interaction.response.defer(thinking=True)
         context = self._access.command_context(self._hub, source, argument.strip(), user)

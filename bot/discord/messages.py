@@ -25,7 +25,7 @@ from bot.discord.cards import DiscordCards
 from bot.discord.incoming import DISCORD, REPLY_TO_KEY, Attachment, Incoming, source_of
 from bot.discord.sending import DiscordError, DiscordSender, discord_call
 from bot.platform.access import Access
-from bot.platform.commands import CommandRegistry
+from bot.platform.commands import ABOUT_A_CONVERSATION, CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.handover import hand_over, marking
 from bot.platform.outgoing import typing_for_its_turn
@@ -66,6 +66,18 @@ class Listening:
     thread_channels: frozenset[str] = frozenset()
     reads_content: bool = False
     max_download_bytes: int = 25 * 1024 * 1024
+
+    def starts_threads(self, parent_id: str | None, channel_id: str) -> bool:
+        """A channel where a mention starts a thread, not one of its threads: each thread
+        is a conversation, the channel itself none."""
+        return parent_id is None and channel_id in self.thread_channels
+
+
+#: A command about one conversation (``ABOUT_A_CONVERSATION``) in a channel whose threads
+#: are the conversations.
+IN_ITS_THREAD = (
+    "In this channel each thread is its own conversation: use /{name} in the thread it is about."
+)
 
 
 class MessageHandler:
@@ -142,6 +154,11 @@ class MessageHandler:
         command = _COMMAND.match(text)
         if command is not None:
             name, argument = command.group(1), command.group(2) or ""
+            if self._listening.starts_threads(m.parent_id, m.channel_id) and (
+                name in ABOUT_A_CONVERSATION
+            ):
+                await say(m.channel_id, IN_ITS_THREAD.format(name=name))
+                return False
             context = self._access.command_context(
                 self._hub,
                 m.source,
@@ -154,11 +171,7 @@ class MessageHandler:
                 await say(m.channel_id, reply)
             return False
         question = await self._cards.question_now(m.source, reply_to=m.reply_to or None)
-        if (
-            question is None
-            and m.parent_id is None
-            and m.channel_id in self._listening.thread_channels
-        ):
+        if question is None and self._listening.starts_threads(m.parent_id, m.channel_id):
             m = await self._in_a_thread(m, text)
             place.append(m.channel_id)
         attachments, problems = await self._download(m)

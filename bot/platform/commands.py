@@ -27,6 +27,7 @@ from engine.session import CompactionError
 COMMAND = re.compile(r"/([A-Za-z0-9_]{1,32})(?:@([A-Za-z0-9_]{1,64}))?(?=\s|$)")
 
 __all__ = [
+    "ABOUT_A_CONVERSATION",
     "COMMAND",
     "INTRO",
     "Command",
@@ -36,6 +37,27 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: The commands about one conversation. In a channel whose every thread is its own
+#: conversation (Slack's channels, Discord's ``DISCORD_THREAD_CHANNEL_IDS``), they mean
+#: nothing outside a thread: there they are refused, naming the thread instead (until
+#: 2026-12-06 Slack's "/chathub new" said a new conversation began; until 2026-12-07 a
+#: Discord "/voice on" there promised voice replies no thread gave; found by review).
+ABOUT_A_CONVERSATION = frozenset(
+    {
+        "new",
+        "clear",
+        "stop",
+        "model",
+        "context",
+        "cost",
+        "compact",
+        "resettools",
+        "voice",
+        "search",
+        "memory",
+    }
+)
 
 INTRO = "Talk to me in plain words; I answer and use tools, asking first before anything risky."
 

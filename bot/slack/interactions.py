@@ -20,6 +20,7 @@ from typing import Any
 from bot.delivery import CardRow
 from bot.platform.access import ASKED_ALREADY, Access
 from bot.platform.cards import EXPIRED, NOT_ALLOWED, decide
+from bot.platform.commands import ABOUT_A_CONVERSATION
 from bot.platform.controls import ControlId, parse_control
 from bot.platform.failures import SORRY_TAP, report_failure
 from bot.platform.open_cards import tapped
@@ -38,28 +39,8 @@ NOT_HERE = "I do not work in this workspace."
 #: How long a decision waits for the decider's name (``users.info``, once per person):
 #: asked before the decision, a quick tool's end closed the card first, without it.
 NAME_WAIT_S = 1.0
-#: The commands about one conversation: in a channel every thread is its own, and Slack
-#: gives a slash command no thread, so they are written in the thread instead (until
-#: 2026-12-06 "/chathub new" posted "New conversation started." to the whole channel).
-ABOUT_A_THREAD = frozenset(
-    {
-        "new",
-        "clear",
-        "stop",
-        "model",
-        "context",
-        "cost",
-        "compact",
-        "resettools",
-        # A channel's replies go to its threads, and its past conversations are theirs:
-        # in the channel these did nothing (until 2026-12-06; found by review).
-        "voice",
-        "search",
-        # "memory off" there said memory was off, and switched off no thread's (until
-        # 2026-12-07; found by review).
-        "memory",
-    }
-)
+#: Slack gives a slash command no thread: those about a conversation
+#: (``ABOUT_A_CONVERSATION``) are written in the thread instead.
 IN_THE_THREAD = (
     "In a channel each thread is its own conversation: write `@chathub /{name}` in the "
     "thread it is about."
@@ -270,7 +251,7 @@ class Interactions:
         words = unescape(str(body.get("text") or "")).strip().split(None, 1)
         name = words[0].lstrip("/").lower() if words else "help"
         argument = words[1] if len(words) > 1 else ""
-        if name in ABOUT_A_THREAD and not channel.startswith("D"):
+        if name in ABOUT_A_CONVERSATION and not channel.startswith("D"):
             await respond(to_mrkdwn(IN_THE_THREAD.format(name=name)))
             return
         # Slack gives a command no thread: it acts on the DM, or on the channel itself.

@@ -6,11 +6,13 @@ import httpx
 
 from bot.discord.gateway import UNKNOWN_COMMAND
 from bot.discord.interactions import NOT_HERE, NOT_PAIRED
+from bot.discord.messages import IN_ITS_THREAD
 from bot.platform.access import ASKED_ALREADY
 from tests.bot.discord.conftest import (
     ALICE,
     BOB,
     GENERAL,
+    GUILD,
     OTHER_CHANNEL,
     OWNER,
     TOKEN,
@@ -168,3 +170,24 @@ async def test_a_command_an_older_version_registered_is_answered_not_left_hangin
     await until(lambda: len(fake.interaction_responses) == 1)
     response = fake.interaction_responses[0]
     assert response.data is not None and response.data["content"] == UNKNOWN_COMMAND
+
+
+async def test_a_conversations_command_in_a_thread_channel_names_the_thread_instead(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """Each mention there starts a thread, its own conversation: "/voice on" in the
+    channel set the channel's source, which no conversation uses, and said replies would
+    come as voice; the next thread was answered in text (found by review on 2026-12-07)."""
+    await make_service(discord_thread_channel_ids=str(GENERAL))
+    await until(lambda: "voice" in _names(fake))
+    fake.slash(GENERAL, ALICE, "voice", {"text": "on"})
+    told = IN_ITS_THREAD.format(name="voice")
+    await until(lambda: any(m.content == told and m.ephemeral for m in fake.messages(GENERAL)))
+    fake.channel_message(GUILD, GENERAL, ALICE, "/new", mentions_bot=True)
+    await until(
+        lambda: IN_ITS_THREAD.format(name="new") in [m.content for m in fake.messages(GENERAL)]
+    )
+    thread = fake.channel_message(GUILD, GENERAL, ALICE, "plan my week", mentions_bot=True)["id"]
+    await until(lambda: "echo: plan my week" in [m.content for m in fake.messages(thread)])
+    fake.slash(thread, ALICE, "model", {"text": "1"})  # in the thread: its conversation's
+    await until(lambda: any(m.content == "Model: primary." for m in fake.messages(thread)))
