@@ -6,6 +6,7 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+import aiohttp
 import pytest
 from nio import RoomSendError
 
@@ -25,6 +26,7 @@ from bot.matrix.sending import (
     fitted,
     leave,
 )
+from bot.platform.voice_out import VOICE
 
 
 def numbers_table(rows: int = 180, columns: int = 12) -> str:
@@ -223,3 +225,31 @@ def test_a_room_that_refuses_the_bot_for_good_is_told_from_a_refused_message(
     with pytest.raises(MatrixRefused) as raised:
         check(refused)
     assert isinstance(raised.value, Gone) is gone
+
+
+async def test_a_dropped_upload_is_the_delivery_layers_outage_not_a_bug() -> None:
+    """A voice reply's audio upload met a dropped connection (a restart, a proxy reset):
+    aiohttp's own error escaped, ``Outbound`` took it for a payload no client can send,
+    and the reply was failed for good, neither voice nor text. It is the homeserver away
+    (``MatrixUnavailable``): retried, then postponed (found by review on 2026-12-07)."""
+
+    class Homeserver:
+        access_token = "token"
+
+        async def upload(self, *args, **kwargs):
+            raise aiohttp.ServerDisconnectedError()
+
+        async def room_send(self, *args, **kwargs):
+            raise AssertionError("not reached: the upload failed first")
+
+    async def speak(_text: str) -> bytes:
+        return b"OggS" + bytes(64)
+
+    client = MatrixClient(Homeserver(), Rooms(), speak)  # type: ignore[arg-type]
+    payload = {
+        "content": {"msgtype": "m.text", "body": "echo: hello aloud"},
+        "txn": "chathub.t.0",
+        VOICE: "echo: hello aloud",
+    }
+    with pytest.raises(MatrixUnavailable):  # retried, then postponed: not lost
+        await client.send("!room:hs", payload)
