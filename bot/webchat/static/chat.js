@@ -648,16 +648,11 @@ function submitMessage() {
   showSendOrStop();
 }
 
-// Over what the server takes, said here and the draft kept: a paste past the frame's size
-// dropped the connection, and the page advised sending it again, which dropped it again
-// (until 2026-12-07; found by review).
+// Past the socket's frame size, said here and the draft kept: such a paste dropped the
+// connection, and the page advised sending it again, which dropped it again (until
+// 2026-12-07; found by review). A message past the hub's length is the server's to refuse.
 function tooLong(frame) {
   const limits = state.limits || {};
-  const chars = [...frame.text].length;
-  if (limits.max_message_chars && chars > limits.max_message_chars) {
-    notice(`A message holds at most ${limits.max_message_chars} characters; this one has ${chars}. Attach it as a file instead.`, true);
-    return true;
-  }
   const bytes = new TextEncoder().encode(JSON.stringify(frame)).length;
   if (limits.max_frame_bytes && bytes > limits.max_frame_bytes) {
     notice(`This message is too large to send (${bytes} bytes; at most ${limits.max_frame_bytes}). Attach it as a file instead.`, true);

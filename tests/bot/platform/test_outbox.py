@@ -18,6 +18,9 @@ class Sender:
     def prepare(self, source: str, text: str) -> list[str]:
         return text.split("|")  # a "part" per |
 
+    def written(self, source: str, text: str) -> list[str]:
+        return self.prepare(source, text)
+
     def answering(self, conn: Any, source: str, answer_id: int, prepared: list[str]) -> list[str]:
         return prepared
 
