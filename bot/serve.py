@@ -304,6 +304,7 @@ class Service:
             tic_interval_s=settings.tic_interval_seconds,
             owner_allowed=self._job_owner_allowed,
             chat_gone=self._job_chat_gone,
+            chat_back=self._job_chat_back,
         )
         hub.visiting.on_standing_grant(scheduler.grant_for_session)
         for tool in scheduler_tools(scheduler):
@@ -527,6 +528,12 @@ class Service:
         if adapter is None:
             return None
         return await adapter.outbound.store.gone_reason(adapter.cards.conversation(source))
+
+    async def _job_chat_back(self, source: str) -> None:
+        """A job resumed in ``source``: its chat's refusal for good is forgotten."""
+        adapter = self._adapter_of(source.partition(":")[0])
+        if adapter is not None:
+            await adapter.outbound.store.forget_gone(adapter.cards.conversation(source))
 
     def _adapter_of(
         self, platform: str

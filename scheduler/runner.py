@@ -39,6 +39,7 @@ __all__ = [
     "JOB_LABEL",
     "OPERATOR_PLATFORMS",
     "TASK_COMPLETED_TOOL",
+    "ChatBack",
     "ChatCheck",
     "JobRunner",
     "OwnerCheck",
@@ -78,6 +79,8 @@ OwnerCheck = Callable[[str], Awaitable[bool | None]]
 #: Why a chat (``telegram:42``) takes nothing more from the bot (the platform refused a
 #: delivery there for good: blocked, removed, deleted), or ``None``.
 ChatCheck = Callable[[str], Awaitable[str | None]]
+#: A person says a chat takes the bot's messages again (they resumed a job there).
+ChatBack = Callable[[str], Awaitable[None]]
 
 
 async def _everyone_allowed(_owner_id: str) -> bool:
@@ -256,7 +259,7 @@ class JobRunner:
             )
         else:
             directory = JobGrants.of(job.run_context).working_directory
-            chat = self._chat_of(job)
+            chat = self.chat_of(job)
             gone = None if chat is None else await self.chat_gone(chat)
             if directory is not None and not (self.engine.workspace.root / directory).is_dir():
                 why = (
@@ -292,7 +295,7 @@ class JobRunner:
             is_ephemeral=True,
             run_context=job.run_context,
             context_label=f"{JOB_LABEL}{job.title}",
-            auto_deny_approvals=self._chat_of(job) is None,
+            auto_deny_approvals=self.chat_of(job) is None,
             scratchpad_of=_scratchpad_of(job),
         )
         servers = JobGrants.of(job.run_context).mcp_servers
@@ -304,7 +307,7 @@ class JobRunner:
         self, job: Job, handler: ChatSessionHandler, cards: RunCards | None, resuming: bool
     ) -> TurnResult | None:
         """The run's turn: the job's prompt as its owner's message, with their profile."""
-        chat = self._chat_of(job) or self.hub.home
+        chat = self.chat_of(job) or self.hub.home
         metadata = _sender(job)
         profile = await self.hub.visiting.turn_context(chat, metadata)
         # The job's own zone, beside the service's date line: a 07:00 Tokyo briefing on a
@@ -341,7 +344,7 @@ class JobRunner:
             return None
         return Final(last.content, last.id, last.input_tokens, last.output_tokens, False, ())
 
-    def _chat_of(self, job: Job) -> str | None:
+    def chat_of(self, job: Job) -> str | None:
         """Where the run's calls ask: the job's chat, else the home chat (``None``: nowhere,
         and its session rejects what would need a human)."""
         if job.kind not in ("cron", "async"):
@@ -359,7 +362,7 @@ class JobRunner:
                 continue
             try:
                 job = await self.store.get(run.job_id)
-                chat = None if job is None else self._chat_of(job)
+                chat = None if job is None else self.chat_of(job)
                 for item in await self.hub.pending_approvals(run.session_id):
                     await self._close_left(chat, item.tool_call_id, run)
             except Exception:
@@ -375,7 +378,7 @@ class JobRunner:
             await self.hub.visiting.close(chat, call_id, CARD_STOPPED)
 
     def _cards(self, job: Job) -> RunCards | None:
-        chat = self._chat_of(job)
+        chat = self.chat_of(job)
         if chat is None:
             return None
         wait = timedelta(seconds=job.approval_wait_s) if job.approval_wait_s else self.approval_wait

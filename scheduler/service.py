@@ -18,7 +18,7 @@ from engine.store import fenced, utcnow
 from scheduler.cron import CronError, CronSchedule
 from scheduler.dispatcher import Dispatcher
 from scheduler.grants import GrantChecker, JobGrants
-from scheduler.runner import OPERATOR_PLATFORMS, ChatCheck, JobRunner, OwnerCheck
+from scheduler.runner import OPERATOR_PLATFORMS, ChatBack, ChatCheck, JobRunner, OwnerCheck
 from scheduler.store import Job, JobStore, NewJob
 from scheduler.tic import Tic
 
@@ -97,9 +97,11 @@ class Scheduler:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         owner_allowed: OwnerCheck | None = None,
         chat_gone: ChatCheck | None = None,
+        chat_back: ChatBack | None = None,
     ) -> None:
         """``owner_allowed``: the front ends' access check for the user a job acts for;
-        ``chat_gone``: why a job's chat takes nothing more from the bot, if it does not."""
+        ``chat_gone``: why a job's chat takes nothing more from the bot, if it does not;
+        ``chat_back``: forgets that, when a person resumes a job there."""
         self.engine = engine
         self.hub = hub
         self.timezone = timezone
@@ -118,6 +120,7 @@ class Scheduler:
             owner_allowed=owner_allowed,
             chat_gone=chat_gone,
         )
+        self._chat_back = chat_back
         self.dispatcher = Dispatcher(
             self.store,
             self.runner,
@@ -299,6 +302,13 @@ class Scheduler:
             ) from None
         if enabled and next_run is None:
             raise SchedulerError(f"task {job_id} has no future run to resume")
+        chat = self.runner.chat_of(job)
+        if enabled and chat is not None and self._chat_back is not None:
+            # The person says the bot is welcome there again: its next run is tried (its
+            # answer refused again, the note comes back). Until 2026-12-07 a job paused
+            # for a blocked chat paused again at its first fire after a resume, the note
+            # being cleared only by a recorded delivery (found by review).
+            await self._chat_back(chat)
         job = await self.store.set_enabled(job.id, enabled, next_run)
         await self.dispatcher.reschedule()
         return job

@@ -411,6 +411,10 @@ class OutboxStore:
         noted so (``gone_reason``) until a delivery there goes through."""
         return await self._db.run(_mark_failed, outbox_id, error[:2000], self.process_id, gone)
 
+    async def forget_gone(self, conversation: str) -> None:
+        """A person says ``conversation`` takes messages again (a job resumed there)."""
+        await self._db.run(_forget_gone, self.platform, conversation)
+
     async def gone_reason(self, conversation: str) -> str | None:
         """Why ``conversation`` takes nothing more from the bot (its last refusal for good,
         nothing delivered there since), or ``None``."""
@@ -566,14 +570,17 @@ def _mark_failed(
     if gone and moved.rowcount == 1:
         row = conn.execute(sa.select(o.c.platform, o.c.conversation).where(o.c.id == outbox_id))
         platform, conversation = row.one()
-        where = (g.c.platform == platform, g.c.conversation == conversation)
-        conn.execute(g.delete().where(*where))
+        noted = {"reason": error, "since": utcnow(), "outbox_id": outbox_id}
         conn.execute(
-            g.insert().values(
-                platform=platform, conversation=conversation, reason=error, since=utcnow()
-            )
+            insert_for(conn.dialect.name, g)
+            .values(platform=platform, conversation=conversation, **noted)
+            .on_conflict_do_update(index_elements=[g.c.platform, g.c.conversation], set_=noted)
         )
     return moved.rowcount == 1
+
+
+def _forget_gone(conn: Connection, platform: str, conversation: str) -> None:
+    conn.execute(g.delete().where(g.c.platform == platform, g.c.conversation == conversation))
 
 
 @quick_unit
@@ -737,6 +744,8 @@ _TAKES_AGAIN = Prepared(
             o.c.id == sa.bindparam("oid"),
             o.c.platform == g.c.platform,
             o.c.conversation == g.c.conversation,
+            o.c.id > g.c.outbox_id,  # recorded after the refusal: a late mark of an earlier
+            # row (batched, or another process's) says nothing of it (found by review)
         )
         .correlate(g)
     )

@@ -99,7 +99,8 @@ platform_outbox = Table(
 
 #: Conversations that take nothing more from the bot, as a delivery there was last refused
 #: for good (``bot.delivery.Gone``: blocked, removed, deleted): their scheduled jobs pause.
-#: Cleared when a delivery there goes through again (migration 0032).
+#: Cleared when a later delivery there goes through, or a job there is resumed (migration
+#: 0032).
 platform_gone = Table(
     "platform_gone",
     metadata,
@@ -107,5 +108,8 @@ platform_gone = Table(
     Column("conversation", _Conversation, nullable=False),
     Column("reason", Text, nullable=False),
     Column("since", UtcDateTime, nullable=False),
+    #: The refused row: only a row recorded after it clears the note (an earlier one's
+    #: sent mark, written late, says nothing of the refusal).
+    Column("outbox_id", BigInteger, nullable=False),
     PrimaryKeyConstraint("platform", "conversation"),
 )

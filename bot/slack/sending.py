@@ -100,12 +100,13 @@ class SlackRefused(SlackError, Refused):
 
 
 class SlackGone(SlackRefused, Gone):
-    """The channel is gone or archived, the bot was removed from it, or the person's
-    account is deactivated: nothing sent there gets through."""
+    """The channel is gone or archived, or the bot was removed from it: nothing sent
+    there gets through."""
 
 
-#: Slack's error codes of a conversation that takes nothing from the bot.
-GONE_ERRORS = frozenset({"channel_not_found", "is_archived", "not_in_channel", "account_inactive"})
+#: Slack's error codes of a conversation that takes nothing from the bot (not
+#: ``account_inactive``: that is the bot's own token, every conversation alike).
+GONE_ERRORS = frozenset({"channel_not_found", "is_archived", "not_in_channel"})
 
 
 class SpeechFailed(SlackRefused):

@@ -143,7 +143,8 @@ class Actions:
         # The whole message answers an open question, a voice note heard and its files
         # named, as on every platform (until 2026-12-07 one with files was queued behind
         # the turn that waited for that very answer; found by review).
-        if await self._answers_question(source, with_files(text, files), frame.ref, reply):
+        answer = with_files(text, files)
+        if await self._answers_question(source, answer, frame.ref, reply, acknowledge=bool(files)):
             return
         await self._send(source, text, files, frame.ref, reply)
 
@@ -188,11 +189,12 @@ class Actions:
         await reply.send(Accepted(ref=ref, queued_id=queued))
 
     async def _answers_question(
-        self, source: str, answer: str, ref: str | None, reply: Reply
+        self, source: str, answer: str, ref: str | None, reply: Reply, *, acknowledge: bool
     ) -> bool:
         """A message while a question is open answers it (``question_answered``, every
         platform's rule); a question is open only while its turn waits (here, or in a
-        fleet in the process running it)."""
+        fleet in the process running it). ``acknowledge``: its ref is answered too (the
+        page knows plain words by the answer's text; not words heard or files named)."""
         if not await self._hub.is_busy(source):
             return False
         session_id = await self._hub.session_id(source)
@@ -200,7 +202,11 @@ class Actions:
         question = question_answered(open_questions, is_command=False)
         if question is None:
             return False
-        await self._answer(source, question.tool_call_id, answer, ref, reply)
+        if await self._answer(source, question.tool_call_id, answer, ref, reply) and acknowledge:
+            # The page drops the draft it keeps for the message and ends the microphone's
+            # "Transcribing…" (until 2026-12-07 neither happened for an answer with files
+            # or a voice note; found by review).
+            await reply.send(Accepted(ref=ref))
         return True  # its question_answered (to every tab) or its error tells the page
 
     async def _command(
@@ -255,14 +261,17 @@ class Actions:
 
     async def _answer(
         self, source: str, request_id: int, answer: str, ref: str | None, reply: Reply
-    ) -> None:
+    ) -> bool:
+        """Whether it is the question's answer (given now, or these very words before);
+        the page was told why not."""
         try:
             await self._hub.answer(request_id, answer, source=source, by=WEB_CHAT_DECIDER)
         except InboxError as exc:  # answered, gone, or another conversation's
             if exc.code == "repeated":  # these very words again (a double submit): answered
-                return  # until 2026-12-07 "no longer open", in red (found by review)
+                return True  # until 2026-12-07 "no longer open", in red (found by review)
             await reply.send(ErrorFrame(code="expired", message=QUESTION_CLOSED, ref=ref))
-            return
+            return False
         except HubError as exc:  # empty or too long
             await reply.send(ErrorFrame(code="refused", message=str(exc), ref=ref))
-            return
+            return False
+        return True

@@ -15,5 +15,6 @@ def upgrade(op: Operations) -> None:
         sa.Column("conversation", sa.String(255), nullable=False),
         sa.Column("reason", sa.Text, nullable=False),
         sa.Column("since", UtcDateTime, nullable=False),
+        sa.Column("outbox_id", sa.BigInteger, nullable=False),
         sa.PrimaryKeyConstraint("platform", "conversation"),
     )

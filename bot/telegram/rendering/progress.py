@@ -8,7 +8,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from bot.delivery import SEND
+from bot.delivery import SEND, Gone
 from bot.platform.tasks import Runtime
 from bot.telegram.config import TelegramConfig
 from bot.telegram.inbound.updates import parse_source
@@ -136,6 +136,8 @@ class ChatActivity:
                 kind=SEND,
             )
         except BadRequest as exc:
+            if isinstance(exc, Gone):
+                raise  # the chat's refusal, not the drafts': every private chat keeps them
             log.info("Telegram refused a draft (%s): streaming by messages instead", exc)
             self._drafts_refused = True
             live.drafts = 0

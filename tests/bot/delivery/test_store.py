@@ -344,3 +344,24 @@ async def test_a_conversation_refused_for_good_is_noted_until_a_delivery_there_i
         assert await fake.gone_reason("42") is None
     finally:
         await store.close()
+
+
+async def test_an_older_delivery_marked_late_does_not_clear_a_newer_refusal(
+    any_db_url: str,
+) -> None:
+    """A sent mark is batched (and another process records its own): one of a row sent
+    before the block, committed after the refusal, cleared the note (found by review)."""
+    store = await Store.open(any_db_url, LAYERS)
+    try:
+        fake = OutboxStore(store.db, FAKE)
+        earlier, later = await enqueue(fake, "42", "sent before the block", "refused after")
+        # The platform took ``earlier``; its mark waits in the batch. Then she blocks the
+        # bot, and ``later`` is refused for good: noted at once.
+        assert await fake.mark_failed(later.id, "Forbidden: bot was blocked", gone=True)
+        # The batch carrying the earlier delivery's mark commits now.
+        await fake.mark_sent_many([(earlier.id, "7")])
+        assert await fake.gone_reason("42") == "Forbidden: bot was blocked", (
+            "a delivery older than the refusal cleared it"
+        )
+    finally:
+        await store.close()

@@ -448,7 +448,12 @@ async def test_two_lines_in_a_thread_keep_their_order_after_a_restart(
 
 @pytest.mark.parametrize(
     ("error", "gone"),
-    [("channel_not_found", True), ("is_archived", True), ("msg_too_long", False)],
+    [
+        ("channel_not_found", True),
+        ("is_archived", True),
+        ("msg_too_long", False),
+        ("account_inactive", False),  # the bot's token's account: no one conversation's
+    ],
 )
 async def test_a_channel_that_refuses_the_bot_for_good_is_noted_for_its_jobs(
     make_service: MakeService, fake: FakeSlackServer, error: str, gone: bool

@@ -278,8 +278,9 @@ async def test_a_briefing_for_a_chat_that_blocked_the_bot_pauses_until_it_is_res
 ):
     """Alice blocked the bot: until 2026-12-07 her minutely briefing ran at every fire
     (the model, its tools) and Telegram refused each answer. Now the first refusal is
-    noted, the next fire pauses the job, and after she writes again (the bot's answer
-    goes through) a resumed job runs."""
+    noted, the next fire pauses the job, and once she unblocks the bot and resumes it in
+    /jobs (a command's reply is no recorded delivery: the resume itself says the chat is
+    back; found by review) it runs."""
     briefed: list[str] = []
 
     def route(messages: Sequence[Message]) -> LlmResponse:
@@ -320,9 +321,10 @@ async def test_a_briefing_for_a_chat_that_blocked_the_bot_pauses_until_it_is_res
         assert "no longer takes the bot's messages" in (last.error or "")
         assert "Forbidden: bot was blocked by the user" in (last.error or "")
 
-        telegram.clear_faults()  # she unblocks the bot and writes
-        telegram.user_message(ALICE, ALICE, "I am back")
-        await eventually(lambda: "echo: I am back" in texts(telegram, ALICE))
+        telegram.clear_faults()  # she unblocks the bot, opens /jobs and taps Resume
+        before = len(texts(telegram, ALICE))
+        telegram.user_message(ALICE, ALICE, "/jobs")
+        await eventually(lambda: len(texts(telegram, ALICE)) > before)
         await service.scheduler.toggle(source, job.id, True)
         await fire(2)
         assert briefed == ["run", "run"]

@@ -315,16 +315,42 @@ async def test_a_voice_message_answers_the_open_question(
     fake_openai.transcribe("large")
     await client.send(type="message", text="", attachments=[uploaded.json()["id"]], ref="v1")
 
-    # Whatever comes first: the question answered, or the voice note taken as a new message.
-    while True:
-        frame = await client.recv()
-        if frame["type"] in ("question_answered", "accepted", "error"):
-            break
-    assert frame["type"] == "question_answered", (
-        f"the spoken answer was not taken as the answer: got {frame}; "
-        f"open questions still: {[q.tool_call_id for q in await server.hub.pending_questions()]}"
+    frames = await client.until("done")
+    [answered] = [f for f in frames if f["type"] == "question_answered"]
+    assert answered["request_id"] == question["request_id"] and "large" in answered["answer"]
+    # Its ref answered too, as taken and not queued: the page's microphone leaves its
+    # "Transcribing…" (found by review).
+    assert [(f["type"], f.get("queued_id")) for f in frames if f.get("ref") == "v1"] == [
+        ("accepted", None)
+    ]
+    assert frames[-1]["content"] == "Large it is."
+    await client.close()
+
+
+async def test_words_with_a_file_answering_the_question_are_acknowledged_by_their_ref(
+    http,
+    fake_openai: FakeOpenAIServer,
+):
+    """Words with a file answer the question; the page keeps the message's draft until
+    something answers its ref (found by review on 2026-12-07)."""
+    server, client_http = await http()
+    conversation = await _conversation(client_http)
+    fake_openai.reply_tool_calls(("q1", "ask_user_clarification", {"question": "Which file?"}))
+    fake_openai.reply_text("Got it.")
+    client = await server.client(conversation)
+    await client.send(type="message", text="read my notes")
+    await client.until("agent_question")
+    uploaded = await _upload(client_http, conversation, "notes.txt", b"milk", voice=False)
+    assert uploaded.status_code == 201, uploaded.text
+    await client.send(
+        type="message", text="this one", attachments=[uploaded.json()["id"]], ref="m1"
     )
-    assert frame["request_id"] == question["request_id"] and "large" in frame["answer"]
-    done = await client.until("done")
-    assert done[-1]["content"] == "Large it is."
+    await client.until("done")
+    await client.send(type="ping", ref="after")
+    await client.until("pong", ref="after")
+    [answered] = [f for f in client.seen if f.get("type") == "question_answered"]
+    assert "this one" in answered["answer"] and "notes.txt" in answered["answer"]
+    assert [(f["type"], f.get("queued_id")) for f in client.seen if f.get("ref") == "m1"] == [
+        ("accepted", None)
+    ]
     await client.close()
