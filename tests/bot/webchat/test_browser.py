@@ -987,3 +987,34 @@ async def test_a_paste_over_the_frame_size_is_refused_in_a_sentence_not_a_droppe
         kept = await page.evaluate("document.getElementById('input').value")
         assert kept == pasted  # the draft stays
     await context.close()
+
+
+async def test_the_mic_is_usable_again_after_a_voice_note_answered_a_question(
+    microphone_browser: Any,
+    make_server,
+    voice_notes,
+    fake_openai,
+    artifacts: Path,
+):
+    """The page ends the microphone's "Transcribing…" when its voice note's ref is
+    answered: an answer to the open question gave it nothing, and the mic stayed busy
+    (found by review on 2026-12-07)."""
+    server: ChatServer = await make_server(page=True, voice=voice_notes())
+    context, page = await _signed_in(microphone_browser, server)
+    fake_openai.reply_tool_calls(("q1", "ask_user_clarification", {"question": "Which size?"}))
+    fake_openai.reply_text("Large it is.")
+    await _send(page, "order a coffee")
+    await page.wait_for_selector(".question textarea")
+    fake_openai.transcribe("large")
+    async with _evidence_on_failure(page, artifacts, "voice-answer-mic"):
+        await page.click("#mic")
+        await page.wait_for_selector(
+            "#recording:text-matches('Recording 0:(0[1-9]|[1-5][0-9])')", timeout=20_000
+        )
+        await page.click("#mic")
+        await page.wait_for_selector(".question.closed")
+        await page.wait_for_selector(".msg.assistant:has-text('Large it is.')")
+        await page.wait_for_function(
+            "document.getElementById('mic').getAttribute('aria-disabled') === 'false'"
+        )
+    await context.close()
