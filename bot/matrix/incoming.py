@@ -36,7 +36,7 @@ MATRIX = "matrix"
 PREFIX = "matrix:"
 
 Json = dict[str, Any]
-Kind = Literal["message", "reaction", "invite", "encrypted"]
+Kind = Literal["message", "reaction", "invite", "encrypted", "upgrade"]
 
 _ROOM = re.compile(r"^![^:\s$]{1,255}(?::[^\s$]{1,255})?$")
 _EVENT = re.compile(r"^\$[^\s]{1,254}$")  # 255 in all: the events table's key
@@ -105,7 +105,8 @@ class Incoming:
     room_id: str
     event_id: str
     sender: str
-    #: A message's text (its reply fallback removed); a reaction's key.
+    #: A message's text (its reply fallback removed); a reaction's key; an upgrade's new
+    #: room.
     text: str = ""
     #: The thread it is in (its root's event id).
     thread: str | None = None
@@ -174,6 +175,11 @@ class Incoming:
         relates = relates if isinstance(relates, dict) else {}
         if kind == "m.room.encrypted":
             return cls("encrypted", room_id, event_id, sender)
+        if kind == "m.room.tombstone" and event.get("state_key") == "":
+            new_room = content.get("replacement_room")
+            if not is_room_id(new_room) or not writable(new_room):
+                return None
+            return cls("upgrade", room_id, event_id, sender, text=new_room)
         if kind == "m.reaction":
             target, key = relates.get("event_id"), relates.get("key")
             if relates.get("rel_type") != "m.annotation" or not is_event_id(target):

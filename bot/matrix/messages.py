@@ -103,7 +103,7 @@ class MessageHandler:
         an encrypted event, a reaction on a card; a message in a direct room, mentioning
         the bot, replying to it, or in a thread the bot is in by someone allowed (a
         stranger talking to colleagues there is offered no pairing code)."""
-        if m.kind in ("invite", "encrypted"):
+        if m.kind in ("invite", "encrypted", "upgrade"):
             return True
         if m.kind == "reaction":
             return (
@@ -204,6 +204,9 @@ class MessageHandler:
     async def _on_event(self, m: Incoming) -> bool:
         if m.kind == "invite":
             await self._on_invite(m)
+            return False
+        if m.kind == "upgrade":
+            await self._on_upgrade(m)
             return False
         if m.kind == "encrypted" or m.room_id in self._rooms.encrypted:
             await self._sender.notice_once(m.room_id, f"encrypted:{m.room_id}", ENCRYPTED)
@@ -356,6 +359,23 @@ class MessageHandler:
         except MatrixError as exc:
             log.info("declining %s failed: %s", m.room_id, exc.description)
         await self._tell_owner(offer.to_owner)
+
+    async def _on_upgrade(self, m: Incoming) -> None:
+        """The room was upgraded (``m.room.tombstone``): the bot follows to the new room,
+        paced and retried as an invite's join, when someone allowed upgraded it (a
+        stranger with the power to upgrade a group room would lead it anywhere). Until
+        2026-12-07 it stayed in the old room, read-only after the upgrade, and its
+        replies there were refused (found by review)."""
+        if not self._access.is_allowed(m.sender):
+            log.info("%s upgraded %s; not followed (not allowed)", m.sender, m.room_id)
+            return
+        new_room = m.text
+        try:
+            await self._sender.outbound.call(
+                new_room, lambda: call(self._nio.join(new_room)), kind=OTHER
+            )
+        except MatrixError as exc:  # an invite-only room: the invite brings the bot in
+            log.warning("following %s to %s failed: %s", m.room_id, new_room, exc.description)
 
     async def _stranger(self, m: Incoming) -> None:
         offer = await self._access.offer_pairing(m.sender, m.room_id, await self.name_of(m.sender))

@@ -149,3 +149,28 @@ def test_an_invite_without_an_event_id_has_a_key_its_column_holds():
     assert len(first.key) <= 255 and first.key == again.key != later.key
     assert Incoming.invite(ROOM, inviter, "$" + "e" * 254).key == "$" + "e" * 254
     assert Incoming.invite(ROOM, inviter, "$" + "e" * 255).key.startswith("invite:")
+
+
+@pytest.mark.parametrize(
+    ("content", "state_key", "read"),
+    [
+        ({"replacement_room": "!new:hs", "body": "upgraded"}, "", "!new:hs"),
+        ({"replacement_room": "not a room"}, "", None),
+        ({"replacement_room": 7}, "", None),
+        ({}, "", None),
+        ({"replacement_room": "!new:hs"}, "x", None),  # not the room's tombstone
+    ],
+)
+def test_a_rooms_tombstone_names_the_room_that_replaces_it(
+    content: dict, state_key: str, read: str | None
+) -> None:
+    event = {
+        "type": "m.room.tombstone",
+        "sender": "@alice:hs",
+        "event_id": "$t1",
+        "state_key": state_key,
+        "content": content,
+    }
+    upgrade = Incoming.of(event, "!old:hs", "@bot:hs")
+    assert (upgrade.text if upgrade is not None else None) == read
+    assert upgrade is None or upgrade.kind == "upgrade"

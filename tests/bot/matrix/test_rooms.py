@@ -765,3 +765,20 @@ async def test_a_reply_to_a_question_over_the_limit_is_refused_and_the_question_
     accounts.alice.reply(room, question["event_id"], "Rome")
     await until(lambda: "Booking Rome." in _said(accounts, room))
     assert sum("the limit is" in b for b in _said(accounts, room)) == 1
+
+
+async def test_the_bot_follows_its_room_to_the_room_that_replaces_it(make_service, accounts):
+    """Alice upgrades a public room the bot is in (a new room version): the old room is
+    read-only, and until 2026-12-07 the bot stayed there, its replies refused (found by
+    review). It joins the new room, and answers there. (An invite-only room's new room
+    needs an invite, which Element sends with the upgrade when asked: the invite brings
+    the bot in.)"""
+    service = await make_service()
+    room = accounts.alice.create_room(invite=[accounts.bot.user_id], preset="public_chat")
+    await until(lambda: joined(accounts.alice, room, accounts.bot.user_id))
+    path = f"/_matrix/client/v3/rooms/{quote(room, safe='')}/upgrade"
+    new_room = accounts.alice.request("POST", path, {"new_version": "10"})["replacement_room"]
+    await until(lambda: joined(accounts.alice, new_room, accounts.bot.user_id))
+    accounts.alice.say(new_room, f"{accounts.bot.user_id}: still there?")
+    await until(lambda: any("still there?" in said for said in _said(accounts, new_room)))
+    await stop(service)
