@@ -524,16 +524,31 @@ class Service:
     async def _job_chat_gone(self, source: str) -> str | None:
         """Why a job's chat takes nothing more from the bot (its platform refused a
         delivery there for good, and nothing went through since), or ``None``."""
-        adapter = self._adapter_of(source.partition(":")[0])
-        if adapter is None:
+        conversation = self._conversation_of(source)
+        if conversation is None:
             return None
-        return await adapter.outbound.store.gone_reason(adapter.cards.conversation(source))
+        adapter, where = conversation
+        return await adapter.outbound.store.gone_reason(where)
 
     async def _job_chat_back(self, source: str) -> None:
         """A job resumed in ``source``: its chat's refusal for good is forgotten."""
+        conversation = self._conversation_of(source)
+        if conversation is not None:
+            adapter, where = conversation
+            await adapter.outbound.store.forget_gone(where)
+
+    def _conversation_of(
+        self, source: str
+    ) -> tuple[TelegramAdapter | DiscordAdapter | SlackAdapter | MatrixAdapter, str] | None:
+        """The adapter running ``source``'s platform here, and its conversation there
+        (``None``: not running here, or a source it cannot read)."""
         adapter = self._adapter_of(source.partition(":")[0])
-        if adapter is not None:
-            await adapter.outbound.store.forget_gone(adapter.cards.conversation(source))
+        if adapter is None:
+            return None
+        try:
+            return adapter, adapter.cards.conversation(source)
+        except ValueError:  # a job's chat no platform here can read
+            return None
 
     def _adapter_of(
         self, platform: str

@@ -328,6 +328,7 @@ async def test_a_briefing_for_a_chat_that_blocked_the_bot_pauses_until_it_is_res
         await service.scheduler.toggle(source, job.id, True)
         await fire(2)
         assert briefed == ["run", "run"]
+        assert await service.scheduler.runner.chat_gone("telegram:not-a-chat") is None
     finally:
         await stop(service)
 
