@@ -48,6 +48,11 @@ _ALBUMS_KEPT = 200
 UNREADABLE_MESSAGE = "I cannot read this kind of message yet; please send text, a photo or a file."
 
 
+#: ``/name@another_bot`` in a private chat (in a group it is that bot's, and not ours to
+#: answer).
+ANOTHER_BOTS_COMMAND = "That command names another bot; mine are in /help."
+
+
 @dataclass(frozen=True, slots=True)
 class _Files:
     """What a message's files gave: attachments, sentences of what failed, what was heard."""
@@ -122,6 +127,9 @@ class MessageHandler:
         command = m.command(self._me.username)
         if command is not None:
             await self._command(m, user, *command)
+            return False
+        if m.is_command:  # ``/name@another_bot``: never a message to the model (it was)
+            await self._sender.say_in(m.chat_id, m.thread_id, ANOTHER_BOTS_COMMAND)
             return False
         target = await self._cards.answered_now(
             m.source,
@@ -337,14 +345,15 @@ class MessageHandler:
 
     def _mentions_me(self, m: Message) -> bool:
         me = self._me
-        if me.id is not None and m.reply_to_user_id == me.id:
-            return True
         if m.is_command:  # a path ("/etc/hosts is broken @bot") is no command
             # Telegram gives a command without "@bot" to every bot of the group: one that
             # is not ours is another bot's (until 2026-12-07 each got "Unknown command"
-            # and the whole help text; found by review).
+            # and the whole help text, and as a reply to the bot's message it still did;
+            # found by review).
             command = m.command(me.username)
             return command is not None and (m.names_a_bot or self._commands.knows(command[0]))
+        if me.id is not None and m.reply_to_user_id == me.id:
+            return True
         for entity in m.entities:
             kind = entity.get("type")
             if kind == "text_mention" and (entity.get("user") or {}).get("id") == me.id:

@@ -236,6 +236,48 @@ async def test_in_groups_only_a_mention_or_a_reply_is_answered(service, telegram
     assert sum("Unknown command" in t for t in said) == 1  # the one that named this bot
 
 
+OTHER_BOTS_GROUP = -1004244
+
+
+async def test_another_bots_command_in_a_private_chat_never_reaches_the_model(
+    service, telegram, model
+):
+    """``/model@OtherBot 2`` became a message to the model (found by review on
+    2026-12-07): it is told it names another bot."""
+    telegram.user_message(ALICE, ALICE, "/model@OtherBot 2")
+    await eventually(lambda: texts(telegram, ALICE))
+    await service.adapter.drain()
+    assert not any("OtherBot" in t for t in texts(telegram, ALICE)), texts(telegram, ALICE)
+    assert not model.requests, [r[0][-1] for r in model.requests]
+
+
+async def test_another_bots_command_replying_to_the_bot_gets_no_help_text(service, telegram, model):
+    """Telegram gives "/roll" to every bot of the group (docs: until 2026-12-07 another
+    bot's command got "Unknown command" and the help text): a reply to our message with
+    it is still another bot's command."""
+    bot = telegram.bot_username
+    entities = [{"type": "mention", "offset": 0, "length": len(bot) + 1}]
+    telegram.user_message(
+        OTHER_BOTS_GROUP, ALICE, f"@{bot} hello", chat_type="supergroup", entities=entities
+    )
+    await eventually(lambda: texts(telegram, OTHER_BOTS_GROUP))
+    ours = telegram.messages(OTHER_BOTS_GROUP)[-1].message_id
+    telegram.user_message(
+        OTHER_BOTS_GROUP, ALICE, "/roll@dice_bot", chat_type="supergroup", reply_to_message_id=ours
+    )
+    telegram.user_message(
+        OTHER_BOTS_GROUP, ALICE, "/roll", chat_type="supergroup", reply_to_message_id=ours
+    )
+    telegram.user_message(
+        OTHER_BOTS_GROUP, ALICE, f"@{bot} ping", chat_type="supergroup", entities=entities
+    )
+    await eventually(lambda: any("ping" in t for t in texts(telegram, OTHER_BOTS_GROUP)))
+    await service.adapter.drain()
+    shown = texts(telegram, OTHER_BOTS_GROUP)
+    assert not any("Unknown command" in t for t in shown), shown
+    assert not any("roll" in t for t in shown), shown
+
+
 async def test_forum_topics_are_separate_conversations(service, telegram, model):
     group = -1002
     for topic, words in ((5, "topic five"), (6, "topic six")):
