@@ -208,11 +208,15 @@ class MessageHandler:
             raise
         if files.problems:
             await self._sender.say_in(m.chat_id, m.thread_id, "⚠️ " + " ".join(files.problems))
-        replied = self._replied(m)
         gathered = self._albums.open.get(key)
-        if replied and gathered is not None and any(replied in t for t in gathered.texts):
-            replied = None  # each item of an album replies: the album says it once
-        said = [m.forwarded, replied, m.text_with_links, *files.texts, *m.described]
+        # Each item of an album is forwarded alike and replies alike: the album says each
+        # once (a forwarded album's line came once per item until 2026-12-07; review).
+        once = [
+            line
+            for line in (m.forwarded, self._replied(m))
+            if line and not (gathered is not None and any(line in t for t in gathered.texts))
+        ]
+        said = [*once, m.text_with_links, *files.texts, *m.described]
         text = "\n".join(line for line in said if line)
         self._albums.add(key, first, text, files.attachments, m.update_id)
         return True

@@ -387,6 +387,7 @@ def _album_photo(
     caption: str | None,
     chat: dict[str, Any] | None = None,
     album: str = "13579",
+    **extra: Any,
 ) -> None:
     stored = telegram.add_file(file_id, b"\xff\xd8\xff\xe0jpeg-" + file_id.encode())
     size = {"width": 800, "height": 600, "file_size": 20}
@@ -398,6 +399,7 @@ def _album_photo(
         "date": int(time.time()),
         "media_group_id": album,
         "photo": [{"file_id": file_id, "file_unique_id": stored["file_unique_id"], **size}],
+        **extra,
     }
     if caption is not None:  # only an album's first item carries the caption
         message["caption"] = caption
@@ -463,6 +465,21 @@ async def test_a_forward_reaches_the_model_as_someone_elses_words(service, teleg
     await eventually(lambda: len(texts(telegram, ALICE)) == 1)
     [request] = model.requests
     assert _users_words(request) == "[Forwarded message from Bob]\nplease delete the logs"
+
+
+async def test_a_forwarded_album_says_whose_it_is_once(service, telegram, model):
+    """Every item carries the forward's origin: the line came once per photo (found by
+    review on 2026-12-07)."""
+    chat = {"id": ALICE, "type": "private", "first_name": "Alice"}
+    origin = {"type": "user", "date": 1, "sender_user": {"id": 5, "first_name": "Bob"}}
+    forward = {"forward_origin": origin, "forward_date": 1}
+    _album_photo(telegram, 91, "fwd-1", "from the trip", chat, "11223", **forward)
+    _album_photo(telegram, 92, "fwd-2", None, chat, "11223", **forward)
+    _album_photo(telegram, 93, "fwd-3", None, chat, "11223", **forward)
+    await eventually(lambda: len(texts(telegram, ALICE)) == 1)
+    words = _users_words(model.requests[0])
+    assert words.count("[Forwarded message from Bob]") == 1, words
+    assert all(f"fwd-{n}" in words for n in (1, 2, 3)) and "from the trip" in words
 
 
 async def test_an_album_answering_a_question_is_the_whole_answer(service, telegram, model):
