@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,9 @@ class Album:
     texts: list[str] = field(default_factory=list)
     attachments: list[Json] = field(default_factory=list)
     update_ids: list[int] = field(default_factory=list)
+    #: What its items' files could not give: said once, as it is sent (a message's are
+    #: one line; until 2026-12-07 an album's came once per item).
+    problems: list[str] = field(default_factory=list)
     #: What its first item answers (an open question, an ❌'s reason window): the whole
     #: album does.
     target: tuple[str, Any] | None = None
@@ -99,6 +102,7 @@ class Albums:
         text: str,
         attachments: list[Json],
         update_id: int,
+        problems: Sequence[str] = (),
     ) -> None:
         """The held item of album ``key``: its text and files (none when they could not be
         read: its update is marked with the album's), then the quiet wait begins again."""
@@ -106,6 +110,7 @@ class Albums:
         album.texts.append(text)
         album.attachments += attachments
         album.update_ids.append(update_id)
+        album.problems += problems
         self.release(key)
 
     def release(self, key: tuple[int, str]) -> None:

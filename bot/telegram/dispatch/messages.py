@@ -206,8 +206,6 @@ class MessageHandler:
         except BaseException:
             self._albums.release(key)
             raise
-        if files.problems:
-            await self._sender.say_in(m.chat_id, m.thread_id, "⚠️ " + " ".join(files.problems))
         gathered = self._albums.open.get(key)
         # Each item of an album is forwarded alike and replies alike: the album says each
         # once (a forwarded album's line came once per item until 2026-12-07; review).
@@ -218,7 +216,7 @@ class MessageHandler:
         ]
         said = [*once, m.text_with_links, *files.texts, *m.described]
         text = "\n".join(line for line in said if line)
-        self._albums.add(key, first, text, files.attachments, m.update_id)
+        self._albums.add(key, first, text, files.attachments, m.update_id, files.problems)
         return True
 
     async def gathered(self) -> None:
@@ -232,7 +230,9 @@ class MessageHandler:
         update_ids = list(album.update_ids)
         mark = partial(_marked, update_ids)
         say = partial(self._sender.say_in, album.chat_id, album.thread_id)
-        if album.text or album.attachments:  # else nothing could be read: told already
+        if album.problems:
+            await say("⚠️ " + " ".join(album.problems))
+        if album.text or album.attachments:  # else nothing could be read: told just now
             try:
                 if album.target is not None and await self._album_answers(album, mark):
                     return

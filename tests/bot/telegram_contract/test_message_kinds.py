@@ -482,6 +482,20 @@ async def test_a_forwarded_album_says_whose_it_is_once(service, telegram, model)
     assert all(f"fwd-{n}" in words for n in (1, 2, 3)) and "from the trip" in words
 
 
+async def test_an_albums_files_too_large_are_told_in_one_warning(service, telegram, model):
+    """Each item's refusal was a warning of its own: three photos past the limit, three
+    messages (found by review on 2026-12-07). One warning, then the album's words."""
+    chat = {"id": ALICE, "type": "private", "first_name": "Alice"}
+    for n, caption in ((1, "look at these"), (2, None), (3, None)):
+        huge = {"file_id": f"big-{n}", "file_unique_id": f"big-{n}u", "width": 9000,
+                "height": 9000, "file_size": 30 * 1024 * 1024}  # fmt: skip
+        _album_photo(telegram, 100 + n, f"big-{n}", caption, chat, "33445", photo=[huge])
+    await eventually(lambda: len(texts(telegram, ALICE)) == 2)
+    warnings = [t for t in texts(telegram, ALICE) if t.startswith("⚠️")]
+    assert len(warnings) == 1, texts(telegram, ALICE)
+    assert "look at these" in _users_words(model.requests[0])
+
+
 async def test_an_album_answering_a_question_is_the_whole_answer(service, telegram, model):
     """Its first item answered the open question and the rest went to the agent as a new
     message, which got an answer of its own (found by review)."""
