@@ -260,13 +260,12 @@ class JobRunner:
         else:
             directory = JobGrants.of(job.run_context).working_directory
             chat = self.chat_of(job)
-            gone = None if chat is None else await self.chat_gone(chat)
             if directory is not None and not (self.engine.workspace.root / directory).is_dir():
                 why = (
                     f"its working directory {directory} is no longer there, so "
                     f"{_paused(job, 'once it is back')}"
                 )
-            elif gone is not None:
+            elif chat is not None and (gone := await self.chat_gone(chat)) is not None:
                 # Until 2026-12-07 a job of a chat that had blocked the bot ran at every
                 # fire (its tools, the model's tokens) and its answer was refused each time.
                 why = (
