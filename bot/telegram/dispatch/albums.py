@@ -14,6 +14,12 @@ message of the same chat that comes after the album (or another album) sends it 
 so the chat's order holds. An album sent while a question is open answers it whole, as
 a message does (until 2026-12-07 its first item did, and the rest went to the agent as
 a new message with an answer of its own; found by review).
+
+In a group, an album is for the bot when any of its items mentions it: each item may have
+a caption of its own. Items not addressed so far are held (``Unaddressed``: not
+downloaded, their updates unhandled) until one that is comes, which takes them into its
+album first, or until the album is quiet, when they are marked handled, for no one (until
+2026-12-07 the items before the one with the mention were dropped; found by review).
 """
 
 from __future__ import annotations
@@ -22,15 +28,20 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from bot.platform.tasks import Runtime
 from bot.telegram.sending.api import Json
 
-__all__ = ["ALBUM_QUIET_S", "Album", "Albums"]
+__all__ = ["ALBUM_QUIET_S", "Album", "Albums", "Unaddressed"]
 
 #: How long after an album's latest item its next one may still come.
 ALBUM_QUIET_S = 0.8
+#: Albums held for a mention at once (the oldest let go first); Telegram's has 10 items.
+_UNADDRESSED_KEPT = 200
+_ITEMS_KEPT = 10
+
+Item = TypeVar("Item")
 
 
 @dataclass(slots=True)
@@ -156,3 +167,67 @@ class Albums:
     def _forget(self, key: tuple[int, str], album: Album) -> None:
         if self.open.get(key) is album:
             del self.open[key]
+
+
+@dataclass(slots=True)
+class _Held(Generic[Item]):
+    items: list[tuple[int, Item]] = field(default_factory=list)
+    waiting: asyncio.Task[None] | None = None
+
+
+class Unaddressed(Generic[Item]):
+    """A group's album items that mention no one so far, by (chat, album id): taken by
+    the album's first item that addresses the bot, or let go once the album is quiet
+    (``let_go``: their updates marked handled)."""
+
+    def __init__(
+        self,
+        let_go: Callable[[list[int]], Awaitable[None]],
+        runtime: Runtime,
+        quiet_s: float = ALBUM_QUIET_S,
+    ) -> None:
+        self._let_go = let_go
+        self._runtime = runtime
+        self._quiet_s = quiet_s
+        self._held: dict[tuple[int, str], _Held[Item]] = {}
+
+    def hold(self, key: tuple[int, str], update_id: int, item: Item) -> None:
+        """Item ``update_id`` of album ``key``, held until the album is quiet."""
+        held = self._held.get(key)
+        if held is None:
+            if len(self._held) >= _UNADDRESSED_KEPT:
+                self._release(next(iter(self._held)))
+            held = self._held[key] = _Held()
+        if len(held.items) < _ITEMS_KEPT:
+            held.items.append((update_id, item))
+        else:  # no album is this long: the update is for no one
+            self._runtime.background.spawn(self._let_go([update_id]))
+        if held.waiting is not None:
+            held.waiting.cancel()
+        held.waiting = self._runtime.background.spawn(self._after_quiet(key, held))
+
+    def take(self, key: tuple[int, str]) -> list[Item]:
+        """The items of album ``key`` held so far, in their order; no longer held."""
+        held = self._held.pop(key, None)
+        if held is None:
+            return []
+        if held.waiting is not None:
+            held.waiting.cancel()
+        return [item for _update_id, item in held.items]
+
+    def forget_all(self) -> None:
+        """Nothing held any more, its updates left unhandled: the next start (or a fleet's
+        next receiver) hands them over again."""
+        for key in list(self._held):
+            self.take(key)
+
+    async def _after_quiet(self, key: tuple[int, str], held: _Held[Item]) -> None:
+        await self._runtime.sleep(self._quiet_s)
+        if self._held.get(key) is held:
+            self._release(key)
+
+    def _release(self, key: tuple[int, str]) -> None:
+        held = self._held.pop(key)
+        if held.waiting is not None and held.waiting is not asyncio.current_task():
+            held.waiting.cancel()
+        self._runtime.background.spawn(self._let_go([u for u, _item in held.items]))

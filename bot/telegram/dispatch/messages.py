@@ -26,7 +26,7 @@ from bot.platform.open_cards import with_files
 from bot.platform.outgoing import typing_for_its_turn
 from bot.platform.tasks import Runtime
 from bot.platform.voice_notes import VoiceNotes
-from bot.telegram.dispatch.albums import ALBUM_QUIET_S, Album, Albums
+from bot.telegram.dispatch.albums import ALBUM_QUIET_S, Album, Albums, Unaddressed
 from bot.telegram.dispatch.approvals import ApprovalTaps
 from bot.telegram.inbound.downloads import Downloads
 from bot.telegram.inbound.media import FileRef
@@ -102,6 +102,7 @@ class MessageHandler:
         self._mark_handled = mark_handled
         self._addressed_albums: dict[tuple[int, str], None] = {}
         self._albums = Albums(self._send_album, runtime, album_quiet_s)
+        self._unaddressed: Unaddressed[Message] = Unaddressed(self._let_go, runtime, album_quiet_s)
 
     async def handle(self, m: Message) -> bool:
         """True when the update was marked handled along the way. A failure of ours is
@@ -116,7 +117,15 @@ class MessageHandler:
 
     async def _on_message(self, m: Message) -> bool:
         if m.is_group and not self._addressed(m):
-            return False
+            if m.album is None:
+                return False
+            # A later item's caption may mention the bot: held, marked handled by then.
+            self._unaddressed.hold((m.chat_id, m.album), m.update_id, m)
+            return True
+        if m.album is not None:  # its items before this one that mentioned no one
+            for earlier in self._unaddressed.take((m.chat_id, m.album)):
+                if not await self.handle(earlier):
+                    await self._mark_handled(earlier.update_id)
         if m.album is None and self._albums.open:  # an album the chat sent before goes first
             await self._albums.flush(m.chat_id)
         user = str(m.user_id)
@@ -223,6 +232,11 @@ class MessageHandler:
         """Until every album gathered so far was sent (a fleet's receiver lets its lease go
         only then: the next holder would hand its items over again)."""
         await self._albums.flush_all()
+        self._unaddressed.forget_all()
+
+    async def _let_go(self, update_ids: list[int]) -> None:
+        for update_id in update_ids:
+            await self._mark_handled(update_id)
 
     async def _send_album(self, album: Album) -> None:
         """An album's items as one message, every item's update marked handled in its

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from engine.llm.scripted import text, tool_call
-from tests.bot.telegram_contract.conftest import ALICE, eventually, stop, texts
+from tests.bot.telegram_contract.conftest import ALICE, eventually, eventually_true, stop, texts
 from tests.engine.hub.conftest import held
 
 _MESSAGE_IDS = itertools.count(5000)
@@ -523,6 +523,43 @@ async def test_every_photo_of_an_album_addressed_in_a_group_reaches_the_model(
     await eventually(lambda: len(telegram.calls_to("getFile")) == 2)
     fetched = sorted(c.params.get("file_id") for c in telegram.calls_to("getFile"))
     assert fetched == ["album-photo-1", "album-photo-2"]
+
+
+async def test_a_group_album_whose_mention_is_on_a_later_item_reaches_the_model_whole(
+    service, telegram, model
+):
+    """Each item of an album may have a caption: the items before the one that mentions
+    the bot were for no one, and the model saw the last photo only (found by review on
+    2026-12-07)."""
+    _album_photo(telegram, 61, "late-1", None, album="86420")
+    _album_photo(telegram, 62, "late-2", None, album="86420")
+    _album_photo(telegram, 63, "late-3", f"@{telegram.bot_username} compare these", album="86420")
+    await eventually(lambda: texts(telegram, GROUP))
+    await service.adapter.drain()
+    [request] = model.requests
+    words = _users_words(request)
+    assert "compare these" in words
+    assert all(f"late-{n}" in words for n in (1, 2, 3)), words
+    assert await service.adapter.store.unhandled() == []
+
+
+async def test_a_group_album_that_mentions_no_one_is_let_go_unread(service, telegram, model):
+    """Its items are held for a mention, not downloaded, and marked handled once quiet."""
+    _album_photo(telegram, 64, "chatter-1", None, album="97531")
+    _album_photo(telegram, 65, "chatter-2", None, album="97531")
+    mention = f"@{telegram.bot_username}"
+    entities = [{"type": "mention", "offset": 0, "length": len(mention)}]
+    telegram.user_message(
+        GROUP, ALICE, f"{mention} hello", chat_type="supergroup", entities=entities
+    )
+    await eventually(lambda: texts(telegram, GROUP))
+
+    async def all_handled() -> bool:
+        return await service.adapter.store.unhandled() == []
+
+    await eventually_true(all_handled)
+    [request] = model.requests
+    assert "chatter" not in str(request) and telegram.calls_to("getFile") == []
 
 
 async def test_an_album_gathered_when_the_service_stops_is_answered_after_the_restart(
