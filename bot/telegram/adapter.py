@@ -218,7 +218,7 @@ class TelegramAdapter:
             case ChatMove(old_chat_id=old, new_chat_id=new):
                 await self.store.moves.record(old, new)
             case Message(edited=True):
-                log.info("ignored an edited message in chat %s", incoming.chat_id)
+                await self._messages.edited(incoming)
             case Message():
                 return await self._messages.handle(incoming)
             case Callback():

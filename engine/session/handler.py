@@ -145,7 +145,7 @@ class ChatSessionHandler:
             )
             transcript.add(user_row)
             if not is_synthetic:
-                emitter.user_message(user_row.id, text, attachments_of(metadata))
+                emitter.user_message(user_row.id, user_row.content, attachments_of(metadata))
             env = self._envs.build(frame, transcript, tools, scope, emitter)
             parts = self._prompts.root(extra_system_static, extra_system_dynamic, tail_reminder)
             # The model's rounds are awaited here, not in a helper: each await level is

@@ -197,7 +197,7 @@ def insert_message(
     also: Callable[[Connection], None] | None = None,
 ) -> MessageRow:
     if consumes is not None:
-        consume(conn, consumes)
+        content = consume(conn, consumes) or content  # its words corrected while it waited
     if also is not None:
         also(conn)
     now = utcnow()

@@ -2,7 +2,9 @@
 
 A message is written here before its platform is acknowledged. It leaves the queue in the
 same transaction that stores it as a ``chat_history`` row (``History.append_message(...,
-consumes=id)``), so a crash never loses it and never stores it twice.
+consumes=id)``), so a crash never loses it and never stores it twice. The row's words are
+what is stored: a person's correction of a message still waiting (``amend``) is what the
+turn reads, whichever process runs it.
 """
 
 from __future__ import annotations
@@ -58,6 +60,11 @@ class QueueStore:
         """Queued messages, oldest first (of one source, or of all)."""
         return await self._db.run(_pending, source)
 
+    async def amend(self, source: str, key: str, value: Any, content: str) -> bool:
+        """The waiting message of ``source`` whose metadata has ``key`` = ``value`` (the
+        platform's id of it) says ``content`` now; whether one still waited."""
+        return await self._db.run(_amend, source, key, value, content)
+
     async def remove(self, queued_id: int) -> None:
         """Forget one queued message (its turn failed before storing it; the user was told)."""
         await self._db.run(consume, queued_id)
@@ -105,12 +112,24 @@ def _drop(conn: Connection, source: str) -> int:
     return conn.execute(q.delete().where(q.c.source == source)).rowcount
 
 
-_CONSUME = q.delete().where(q.c.id == sa.bindparam("qid"))
+def _amend(conn: Connection, source: str, key: str, value: Any, content: str) -> bool:
+    waiting = conn.execute(
+        sa.select(q.c.id, q.c.metadata).where(q.c.source == source, ~q.c.is_synthetic)
+    )
+    ids = [row.id for row in waiting if (row.metadata or {}).get(key) == value]
+    if not ids:
+        return False
+    conn.execute(q.update().where(q.c.id == ids[-1]).values(content=content))
+    return True
 
 
-def consume(conn: Connection, queued_id: int) -> None:
-    """Part of the unit of work that stores the queued message as a history row."""
-    conn.execute(_CONSUME, {"qid": queued_id})
+_CONSUME = q.delete().where(q.c.id == sa.bindparam("qid")).returning(q.c.content)
+
+
+def consume(conn: Connection, queued_id: int) -> str | None:
+    """Part of the unit of work that stores the queued message as a history row: its
+    words as they stand now (amended meanwhile, maybe); ``None``: it was gone."""
+    return conn.execute(_CONSUME, {"qid": queued_id}).scalar()
 
 
 def _get_setting(conn: Connection, key: str) -> str | None:

@@ -44,6 +44,8 @@ __all__ = ["UNREADABLE_MESSAGE", "BotIdentity", "MessageHandler"]
 log = logging.getLogger(__name__)
 #: Albums whose first item was for the bot, by chat (the oldest forgotten first).
 _ALBUMS_KEPT = 200
+#: A message's Telegram id in its metadata (an edit of it finds it so while it waits).
+MESSAGE_ID_KEY = "telegram_message_id"
 
 UNREADABLE_MESSAGE = "I cannot read this kind of message yet; please send text, a photo or a file."
 
@@ -147,7 +149,7 @@ class MessageHandler:
         )
         say = self._sender.say_in
         metadata: dict[str, Any] = {
-            "telegram_message_id": m.message_id,
+            MESSAGE_ID_KEY: m.message_id,
             # Who asked: with APPROVERS requester+owner they may decide what this turn gates.
             SENDER_KEY: {"id": user, "name": m.user_name},
         }
@@ -155,11 +157,7 @@ class MessageHandler:
             return await self._album_item(m, (m.chat_id, m.album), metadata, target)
         files = await self._files(m) if m.files else _Files()
         attachments, problems = files.attachments, files.problems
-        lines = [m.forwarded, self._replied(m), m.text_with_links, *files.texts, *m.described]
-        if m.location is not None:
-            lat, lon = m.location
-            lines.append(f"📍 Location: {lat:.6f}, {lon:.6f}")
-        text = "\n".join(line for line in lines if line)
+        text = self._words(m, files.texts)
         if problems:  # one warning per message, whatever went wrong with its files
             await say(m.chat_id, m.thread_id, "⚠️ " + " ".join(problems))
         update_id = m.update_id
@@ -197,6 +195,39 @@ class MessageHandler:
             return True
         await typing_for_its_turn(self._activity, self._cards, m.source)
         return True
+
+    async def edited(self, m: Message) -> None:
+        """A person's correction of a message that still waits for its turn: the turn
+        reads it as corrected (until 2026-12-07 every edit was ignored, and the agent
+        acted on the words taken back; found by review). One read already keeps its
+        answer; a message with files keeps its words (they hold what the files gave)."""
+        if m.files or m.album is not None or m.is_command:
+            return
+        if (m.is_group and not self._addressed(m)) or not self._access.is_allowed(m.user_id):
+            return
+        text = self._words(m)
+        if not text.strip():
+            return
+        try:
+            amended = await self._hub.amend(m.source, MESSAGE_ID_KEY, m.message_id, text)
+        except HubError as exc:
+            await self._sender.say_in(m.chat_id, m.thread_id, f"⚠️ {exc}")
+            return
+        log.info(
+            "message %s in chat %s edited %s",
+            m.message_id,
+            m.chat_id,
+            "while it waited" if amended else "after it was read (not taken again)",
+        )
+
+    def _words(self, m: Message, heard: Sequence[str] = ()) -> str:
+        """What the model reads of a message: whose words it forwards, what it replies
+        to, its text, what its voice notes said, the kinds described, where it points."""
+        lines = [m.forwarded, self._replied(m), m.text_with_links, *heard, *m.described]
+        if m.location is not None:
+            lat, lon = m.location
+            lines.append(f"📍 Location: {lat:.6f}, {lon:.6f}")
+        return "\n".join(line for line in lines if line)
 
     async def _album_item(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from sqlalchemy.engine import Connection
 
@@ -53,6 +54,12 @@ class MessageIntake:
         return await self._placement.accept(
             source, text, options, also, redelivered_if_lost, self._consumer.ensure
         )
+
+    async def amend(self, source: str, key: str, value: Any, text: str) -> bool:
+        """A waiting message corrected (checked as a message is); whether it still waited.
+        Its queue row is what the turn stores and reads, in whichever process runs it."""
+        check_text(text, SendOptions(), self._config.max_message_chars)
+        return await self._store.queue.amend(source, key, value, text)
 
     async def stop(self, source: str) -> int:
         """Drop the queued messages and stop the turn; how many messages were dropped."""

@@ -28,6 +28,7 @@ from tests.bot.telegram_contract.conftest import (
     stop,
     texts,
 )
+from tests.engine.hub.conftest import held
 from tests.engine.session.helpers import BlockingTool
 
 
@@ -366,6 +367,30 @@ async def test_an_edited_message_never_reaches_the_model(service, telegram, mode
     telegram.user_message(ALICE, ALICE, "after")
     await eventually(lambda: "echo: after" in texts(telegram, ALICE))
     assert not any("edited!" in json.dumps(r[0]) for r in model.requests)
+
+
+async def test_an_edit_of_a_message_still_waiting_is_what_the_agent_reads(service, telegram, model):
+    """A message corrected while the agent was busy with the one before: the agent acted
+    on the words taken back (until 2026-12-07; found by review)."""
+    source = f"telegram:{ALICE}"
+    release = held(model)
+    telegram.user_message(ALICE, ALICE, "first")
+    await release.asked.wait()
+    sent = telegram.user_message(ALICE, ALICE, "deploy to prod")
+
+    async def waiting() -> list[str]:
+        return [row.content for row in await service.hub.waiting_messages(source)]
+
+    await eventually_true(lambda: _equals(waiting(), ["deploy to prod"]))
+    telegram.edited_message(ALICE, ALICE, sent["message"]["message_id"], "deploy to staging")
+    await eventually_true(lambda: _equals(waiting(), ["deploy to staging"]))
+    release.set()
+    await eventually(lambda: "echo: deploy to staging" in texts(telegram, ALICE))
+    assert not any("deploy to prod" in json.dumps(r[0]) for r in model.requests)
+
+
+async def _equals(value, expected) -> bool:  # type: ignore[no-untyped-def]
+    return await value == expected
 
 
 async def test_a_photo_is_downloaded_into_the_workspace(service, telegram, model, tmp_path):

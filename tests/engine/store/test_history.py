@@ -355,3 +355,23 @@ async def test_an_acknowledged_message_survives_kill_9(tmp_path: Path) -> None:
         assert (survivor.id, survivor.content) == (message_id, "do not lose me")
     finally:
         await store.close()
+
+
+async def test_a_queued_message_corrected_while_it_waits_is_stored_as_corrected(
+    store: Store, root: FrameRow
+) -> None:
+    """Its queue row's words are what the turn stores (whichever process runs it); one
+    read already is not amended, nor another source's, nor another message's."""
+    session_id = root.session_id
+    queued = await store.queue.push("telegram:42", session_id, "deploy to prod", metadata={"id": 7})
+    await store.queue.push("telegram:42", session_id, "and tell me", metadata={"id": 8})
+    assert not await store.queue.amend("telegram:43", "id", 7, "deploy to staging")
+    assert not await store.queue.amend("telegram:42", "id", 9, "deploy to staging")
+    assert await store.queue.amend("telegram:42", "id", 7, "deploy to staging")
+    row = await store.history.append_message(
+        root.id, "user", "deploy to prod", metadata={"id": 7}, consumes=queued.id
+    )
+    assert row.content == "deploy to staging"
+    assert [m.content for m in await store.history.load(root.id)] == ["deploy to staging"]
+    assert not await store.queue.amend("telegram:42", "id", 7, "too late")
+    assert [r.content for r in await store.queue.pending("telegram:42")] == ["and tell me"]
