@@ -3,7 +3,10 @@ a platform's API)."""
 
 from __future__ import annotations
 
-__all__ = ["clean_text"]
+import json
+from typing import Any
+
+__all__ = ["clean_text", "strict_json"]
 
 
 def clean_text(text: str) -> str:
@@ -23,3 +26,14 @@ def clean_text(text: str) -> str:
     except UnicodeEncodeError:
         text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return text
+
+
+def strict_json(raw: str) -> Any:
+    """``raw`` parsed as JSON proper: ``NaN`` and ``Infinity`` (which ``json.loads``
+    takes, and no JSON encoder writes back) are refused with ``ValueError``, as is
+    nesting past the parser's depth (``RecursionError``). For text a model wrote."""
+    return json.loads(raw, parse_constant=_not_json)
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")

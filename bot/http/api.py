@@ -11,7 +11,6 @@ document (``/api/openapi.json``), from the request and response models' JSON sch
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -87,6 +86,7 @@ from bot.http.providers_api import (
 from bot.http.signins import LoginThrottle
 from engine.hub import REJECT, Choice
 from engine.store import InboxItem, Leases, utcnow
+from engine.text import strict_json
 from memory.facts import FactError
 from memory.service import MemoryService
 from providers import Provider, ProviderError, ProviderRegistry, probe
@@ -671,7 +671,7 @@ def _arguments(raw: str | None) -> Any:
     if raw is None:
         return None
     try:
-        return json.loads(raw)
+        return strict_json(raw)  # a NaN the model wrote would make the answer a 500
     except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         return raw
 

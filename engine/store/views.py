@@ -12,7 +12,6 @@ sub-agent frame starts and, once terminated, ends.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +26,7 @@ from engine.store.schema import chat_history as h
 from engine.store.schema import chat_llm_tools as t
 from engine.store.schema import chat_sessions as s
 from engine.store.schema import chat_sessions_stack as f
+from engine.text import strict_json
 
 MAX_PER_PAGE = 200
 #: Beyond this the page's offset could overflow the database's integers.
@@ -359,7 +359,7 @@ def _arguments(raw: str | None) -> Any:
     if raw is None or raw == "":
         return {}
     try:
-        parsed = json.loads(raw)
+        parsed = strict_json(raw)  # a NaN the model wrote broke the session's page (500)
     except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         return raw
     return parsed if isinstance(parsed, dict) else raw

@@ -619,3 +619,20 @@ async def test_wrong_tokens_on_the_events_endpoint_are_throttled_with_the_rest(e
         assert statuses[:10] == [401] * 10 and statuses[10:] == [429, 429]
         refused = await c.get("/api/inbox", headers=AUTH)  # one count for every route
         assert refused.status_code == 429
+
+
+async def test_a_call_whose_arguments_hold_nan_does_not_break_the_session_detail(
+    client, engine, model
+):
+    """``json.loads`` takes ``NaN``, no JSON encoder writes it: one call the model (or a
+    prompt injection) wrote made the session's detail a 500 (found by review on
+    2026-12-07). Its arguments are shown as written, as any that are not JSON."""
+    written = '{"command": "echo hi", "timeout": NaN}'
+    model.add(tool_call("execute_cmd", written, "c1"))
+    handler = await engine.new_session(ORIGIN)
+    await asyncio.wait_for(handler.handle_message("run it", emit=lambda _e: None), 5)
+
+    detail = await client.get(f"/api/sessions/{handler.session.id}", headers=AUTH)
+    assert detail.status_code == 200, detail.text
+    [call] = [row for row in detail.json()["messages"] if row["kind"] == "tool"]
+    assert call["name"] == "execute_cmd" and call["arguments"] == written
