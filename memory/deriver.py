@@ -36,6 +36,7 @@ from engine.store import (
     chat_sessions_stack,
 )
 from memory.facts import (
+    ADDED_BY_OWNER,
     Fact,
     FactError,
     FactLimits,
@@ -472,10 +473,16 @@ def _read_batch(
 def _facts_in_scope(conn: Connection, user_id: int, source: str, cap: int) -> list[Fact]:
     """The facts a derivation in ``source`` may see and change: in a group the ones
     learned in that group; in a personal conversation the ones learned in personal ones.
-    So nothing told in private is rewritten into a fact a group is shown, nor the reverse."""
+    So nothing told in private is rewritten into a fact a group is shown, nor the reverse.
+    What the owner added (no group is shown it) is a personal one's too: until 2026-12-07
+    the deriver never saw it, and stored it again when the person said it (review)."""
     if is_personal_in(conn, source):
         personal = personal_rule_in(conn)
-        facts = [f for f in list_in(conn, user_id) if personal(f.origin_source)]
+        facts = [
+            f
+            for f in list_in(conn, user_id)
+            if f.origin_source == ADDED_BY_OWNER or personal(f.origin_source)
+        ]
     else:
         facts = [f for f in list_in(conn, user_id) if f.origin_source == source]
     facts.sort(key=lambda f: (f.updated_at, f.id))

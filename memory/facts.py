@@ -20,7 +20,12 @@ from engine.store import Database, utcnow
 from engine.text import clean_text
 from memory.tables import memory_facts
 
-__all__ = ["Fact", "FactError", "FactLimits", "FactStore", "clean_fact"]
+__all__ = ["ADDED_BY_OWNER", "Fact", "FactError", "FactLimits", "FactStore", "clean_fact"]
+
+#: Where a fact added through the inbox or the API counts as learned: no chat, so a
+#: group's profile never shows it (a person's own conversations do, and their deriver
+#: may change it).
+ADDED_BY_OWNER = "inbox"
 
 
 class FactError(ValueError):

@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from bot.http.pages import PageHost, Visitor
 from engine.store import Database
-from memory.facts import Fact, FactError, FactLimits
+from memory.facts import ADDED_BY_OWNER, Fact, FactError, FactLimits
 from memory.search import MAX_LIMIT, Hit
 from memory.service import MemoryService
 from memory.tables import memory_documents, memory_facts, memory_identities, memory_users
@@ -42,9 +42,6 @@ __all__ = [
     "hit_json",
 ]
 
-#: Where a fact added through the inbox or the API counts as learned: no chat, so a
-#: group's profile never shows it (a person's own conversations do).
-ADDED_BY_OWNER = "inbox"
 SEARCH_SHOWN = 10
 MAX_QUERY_CHARS = 1000
 MAX_SOURCE_CHARS = 255

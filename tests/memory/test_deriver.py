@@ -26,9 +26,10 @@ from engine.store import Store
 from engine.store.inbox import SENDER_KEY
 from engine.store.schema import chat_history
 from memory.deriver import SYSTEM_PROMPT, BadOutput, Deriver, DeriverLimits, parse_operations
-from memory.facts import FactStore
+from memory.facts import ADDED_BY_OWNER, FactStore
 from memory.indexer import Indexer
 from memory.optouts import OptOuts
+from memory.profile import ProfileCache
 from memory.service import MemoryService
 from memory.tables import memory_derive_marks, memory_facts
 from memory.users import Identity, Users
@@ -1040,3 +1041,27 @@ async def test_a_name_no_database_takes_or_a_row_that_fails_holds_no_other_sessi
     stored = await setup.stored()
     assert ("Keeps bees", "matrix:!a:example.org") in [(f[1], f[2]) for f in stored]
     assert (await setup.user(ANN), "Ann lives in Lisbon") in [(f[0], f[1]) for f in stored]
+
+
+async def test_a_fact_the_owner_added_is_seen_by_the_persons_own_chat(
+    setup: Setup, fake_openai: FakeOpenAIServer
+) -> None:
+    """Its own chat's profile shows it, yet its deriver never saw it: the model could not
+    update it, and what the person said again was stored a second time (found by review
+    on 2026-12-07)."""
+    ann = await setup.user(ANN)
+    added = await setup.facts.add(
+        ann, "Lives in Turin", origin_source=ADDED_BY_OWNER, created_by="user"
+    )
+    chat = await setup.session(f"telegram:{ANN}")
+    [said] = await setup.say(chat, [(ANN, "I live in Turin, as you know")])
+    fake_openai.reply_text(answer(add("Lives in Turin", said)), model=MODEL)
+
+    await setup.deriver.derive_pending()
+
+    assert {"id": added.id, "fact": "Lives in Turin"} in request_data(fake_openai.requests[0])[
+        "facts"
+    ]
+    assert [body for _user, body, *_ in await setup.stored()] == ["Lives in Turin"]
+    profile = await ProfileCache(setup.facts).profile(ann)
+    assert profile is not None and profile.count("Lives in Turin") == 1
