@@ -36,7 +36,7 @@ MATRIX = "matrix"
 PREFIX = "matrix:"
 
 Json = dict[str, Any]
-Kind = Literal["message", "reaction", "invite", "encrypted", "upgrade"]
+Kind = Literal["message", "edit", "reaction", "invite", "encrypted", "upgrade"]
 
 _ROOM = re.compile(r"^![^:\s$]{1,255}(?::[^\s$]{1,255})?$")
 _EVENT = re.compile(r"^\$[^\s]{1,254}$")  # 255 in all: the events table's key
@@ -161,7 +161,7 @@ class Incoming:
 
     @classmethod
     def of(cls, event: Json, room_id: str, me: str) -> Incoming | None:
-        """The message or reaction a person sent (``None``: the bot's own, an edit, a
+        """The message, edit or reaction a person sent (``None``: the bot's own, a
         notice, state, a redacted or malformed event)."""
         sender, event_id, kind = event.get("sender"), event.get("event_id"), event.get("type")
         if not is_user_id(sender) or sender == me or not is_event_id(event_id):
@@ -219,12 +219,26 @@ class Incoming:
         return cls(**data)
 
 
+def _edit(
+    event_id: str, room_id: str, sender: str, content: Json, relates: Json
+) -> Incoming | None:
+    """An edit (``m.replace``) of a text message: its new words, for the message if it
+    still waits for its turn (one read already keeps its answer)."""
+    target, new = relates.get("event_id"), content.get("m.new_content")
+    if not is_event_id(target) or not isinstance(new, dict):
+        return None
+    body = new.get("body")
+    if not isinstance(body, str) or new.get("msgtype") not in _TEXT_TYPES:
+        return None
+    return Incoming("edit", room_id, event_id, sender, text=body, relates_to=target)
+
+
 def _message(
     event_id: str, room_id: str, sender: str, content: Json, relates: Json
 ) -> Incoming | None:
     msgtype, body = content.get("msgtype"), content.get("body")
     if relates.get("rel_type") == "m.replace":
-        return None  # an edit: the first version was answered
+        return _edit(event_id, room_id, sender, content, relates)
     if not isinstance(body, str) or not isinstance(msgtype, str):
         return None
     files = 1 if msgtype in _FILE_TYPES else 0

@@ -28,7 +28,7 @@ from bot.delivery import OTHER, KeyedLocks, RetryLater, Unavailable
 from bot.matrix.activity import RoomActivity
 from bot.matrix.cards import MatrixCards
 from bot.matrix.decisions import Decisions
-from bot.matrix.incoming import MATRIX, Incoming, Place
+from bot.matrix.incoming import MATRIX, Incoming, Place, source_of
 from bot.matrix.people import MatrixMe, People
 from bot.matrix.sending import MatrixError, MatrixRefused, MatrixSender, Rooms, call, leave
 from bot.platform.access import ASKED_ALREADY, Access
@@ -38,7 +38,7 @@ from bot.platform.handover import hand_over, marking
 from bot.platform.outgoing import typing_for_its_turn
 from bot.platform.threads import JoinedThreads
 from bot.platform.voice_notes import Heard, VoiceNotes
-from engine.hub import ChatHub
+from engine.hub import ChatHub, HubError
 from engine.store import SENDER_KEY, AppSettings
 
 __all__ = ["ENCRYPTED", "FILES_NOT_READ", "MessageHandler"]
@@ -105,6 +105,8 @@ class MessageHandler:
         stranger talking to colleagues there is offered no pairing code)."""
         if m.kind in ("invite", "encrypted", "upgrade"):
             return True
+        if m.kind == "edit":  # it changes only a waiting message of its sender's
+            return self._access.is_allowed(m.sender)
         if m.kind == "reaction":
             return (
                 m.relates_to is not None
@@ -214,6 +216,9 @@ class MessageHandler:
         if m.kind == "reaction":
             await self._decisions.reaction(m)
             return False
+        if m.kind == "edit":
+            await self._on_edit(m)
+            return False
         if not self._access.is_allowed(m.sender):
             await self._stranger(m)
             return False
@@ -267,6 +272,33 @@ class MessageHandler:
             return True
         await typing_for_its_turn(self._activity, self._cards, m.source)
         return True
+
+    async def _on_edit(self, m: Incoming) -> None:
+        """A person's correction of their message that still waits for its turn: the
+        turn reads it as corrected (until 2026-12-07 an edit after the sync batch of its
+        message was ignored, and the agent acted on the words taken back). Only the
+        message's sender's edit counts (anyone may send an ``m.replace``); the edit
+        does not say the message's thread, so the room's threads are looked in too."""
+        text = m.text_to(self._me.display_name)
+        if not m.relates_to or not self._access.is_allowed(m.sender) or not text:
+            return
+        if _COMMAND.match(text):
+            return
+        try:
+            amended = await self._hub.amend(
+                source_of(m.room_id),
+                "matrix_event_id",
+                m.relates_to,
+                text,
+                by=m.sender,
+                threads=True,
+            )
+        except HubError as exc:
+            await self._sender.say_at(m.place, f"⚠️ {exc}")
+            return
+        log.info(
+            "%s edited %s", m.relates_to, "while it waited" if amended else "after it was read"
+        )
 
     async def _to_card(self, m: Incoming) -> Incoming | None:
         """``m`` as a reply to the card it answers, if it may be one: a reply, or a

@@ -209,7 +209,13 @@ class SlackAdapter:
     async def _on_event(self, body: Json, event: Json) -> None:
         """Stored (when it is for the bot and new) before bolt acknowledges it; raising
         here leaves the envelope unacknowledged, for Slack to send again."""
-        incoming = Incoming.of(event, body.get("team_id"), self.me.user_id)
+        team = body.get("team_id")
+        if event.get("subtype") == "message_changed":
+            edited = Incoming.edited(event, team, self.me.user_id)
+            if edited is not None:
+                await self._messages.edited(edited)
+            return
+        incoming = Incoming.of(event, team, self.me.user_id)
         if incoming is not None:
             await self.take(incoming)
 

@@ -38,7 +38,7 @@ from bot.slack.sending import (
     SlackUnavailable,
     slack_call,
 )
-from engine.hub import ChatHub
+from engine.hub import ChatHub, HubError
 from engine.store import SENDER_KEY
 
 __all__ = ["FILES_NOT_READ", "NOT_PAIRED", "MessageHandler", "SlackMe"]
@@ -135,6 +135,25 @@ class MessageHandler:
         if m.thread_ts is None or not self._access.is_allowed(m.user):
             return False
         return await self._threads.joined(m.source)
+
+    async def edited(self, m: Incoming) -> None:
+        """A person's correction of a message that still waits for its turn: the turn
+        reads it as corrected (until 2026-12-07 every edit was ignored, and the agent
+        acted on the words taken back). One read already keeps its answer; a message
+        with files keeps its words."""
+        if m.files or not self._access.is_allowed(m.user) or not await self.addressed(m):
+            return
+        text = m.text_without(self._me.user_id, self._me.names)
+        if not text or _COMMAND.match(text):
+            return
+        try:
+            amended = await self._hub.amend(m.source, "slack_ts", m.ts, text)
+        except HubError as exc:
+            await self._sender.say_at(m.place, f"⚠️ {exc}")
+            return
+        log.info(
+            "message %s edited %s", m.key, "while it waited" if amended else "after it was read"
+        )
 
     async def handle(self, m: Incoming) -> bool:
         """True when the event was marked handled along the way. A failure of ours is

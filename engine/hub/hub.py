@@ -223,12 +223,23 @@ class ChatHub:
         validate_source(source)
         return await self._intake.accept(source, text, options, also, redelivered_if_lost)
 
-    async def amend(self, source: str, key: str, value: Any, text: str) -> bool:
+    async def amend(
+        self,
+        source: str,
+        key: str,
+        value: Any,
+        text: str,
+        *,
+        by: str | None = None,
+        threads: bool = False,
+    ) -> bool:
         """A person's correction of their message that still waits for its turn (the one
         whose metadata has ``key`` = ``value``: the platform's id of it): the turn reads
         it as corrected. False: it was read already, or never waited (an idle chat's
-        message is read at once)."""
-        return await self._intake.amend(validate_source(source), key, value, text)
+        message is read at once). ``by``: only a message this person sent; ``threads``:
+        one in a thread of ``source`` too."""
+        source = validate_source(source)
+        return await self._intake.amend(source, key, value, text, by, threads)
 
     async def cancel(self, source: str) -> int:
         """``/stop``: drop the queued messages, stop the turn; how many messages were dropped."""

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from engine.store.dialects import PerDialect, insert_for, serialize
     from engine.store.fencing import fenced
     from engine.store.history import AlsoWithKey, AlsoWithRow
-    from engine.store.inbox import SENDER_KEY, VISITS_KEY, InboxError, InboxItem, NotPermitted
+    from engine.store.inbox import VISITS_KEY, InboxError, InboxItem, NotPermitted
     from engine.store.leases import (
         Lease,
         Leases,
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from engine.store.migrations import discover
     from engine.store.notify import Notice, Notifier, PgNotifier, asyncpg_dsn, notifier_for
     from engine.store.prepared import Prepared
+    from engine.store.queue import SENDER_KEY
     from engine.store.rows import AssistantRecord, NewToolCall
     from engine.store.schema import (
         Id,
@@ -70,7 +71,7 @@ _LAZY = {
     "PerDialect": "engine.store.dialects",
     "PgNotifier": "engine.store.notify",
     "Prepared": "engine.store.prepared",
-    "SENDER_KEY": "engine.store.inbox",
+    "SENDER_KEY": "engine.store.queue",
     "VISITS_KEY": "engine.store.inbox",
     "SqliteDatabase": "engine.store.db",
     "UtcDateTime": "engine.store.schema",

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 
 from engine.store.db import Database
 from engine.store.history import update_tool_status
+from engine.store.queue import SENDER_KEY
 from engine.store.schema import chat_history as h
 from engine.store.schema import chat_llm_tools as t
 from engine.store.schema import chat_sessions as s
@@ -27,8 +28,6 @@ from engine.store.schema import utcnow
 ASK_USER_TOOL = "ask_user_clarification"
 #: Notes and answers are the human's words; beyond this they are cut (and say so).
 MAX_NOTE_CHARS = 4000
-#: The user message metadata naming who sent it: ``{"id": "<platform user id>", "name": ...}``.
-SENDER_KEY = "sender"
 #: The prompt metadata of a background run (a job's) naming the conversation it serves:
 #: the run's memory (its search, its person's facts) is that conversation's.
 VISITS_KEY = "visits"

@@ -22,6 +22,8 @@ from engine.store.dialects import insert_for
 from engine.store.schema import app_settings, queued_messages, utcnow
 
 q = queued_messages
+#: The user message metadata naming who sent it: ``{"id": "<platform user id>", "name": ...}``.
+SENDER_KEY = "sender"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +62,21 @@ class QueueStore:
         """Queued messages, oldest first (of one source, or of all)."""
         return await self._db.run(_pending, source)
 
-    async def amend(self, source: str, key: str, value: Any, content: str) -> bool:
+    async def amend(
+        self,
+        source: str,
+        key: str,
+        value: Any,
+        content: str,
+        *,
+        by: str | None = None,
+        threads: bool = False,
+    ) -> bool:
         """The waiting message of ``source`` whose metadata has ``key`` = ``value`` (the
-        platform's id of it) says ``content`` now; whether one still waited."""
-        return await self._db.run(_amend, source, key, value, content)
+        platform's id of it) says ``content`` now; whether one still waited. ``by``: only
+        if that person sent it (a platform whose edits anyone may forge names them);
+        ``threads``: in the threads of ``source`` too (an edit that does not say where)."""
+        return await self._db.run(_amend, source, key, value, content, by, threads)
 
     async def remove(self, queued_id: int) -> None:
         """Forget one queued message (its turn failed before storing it; the user was told)."""
@@ -112,15 +125,31 @@ def _drop(conn: Connection, source: str) -> int:
     return conn.execute(q.delete().where(q.c.source == source)).rowcount
 
 
-def _amend(conn: Connection, source: str, key: str, value: Any, content: str) -> bool:
-    waiting = conn.execute(
-        sa.select(q.c.id, q.c.metadata).where(q.c.source == source, ~q.c.is_synthetic)
-    )
-    ids = [row.id for row in waiting if (row.metadata or {}).get(key) == value]
+def _amend(
+    conn: Connection,
+    source: str,
+    key: str,
+    value: Any,
+    content: str,
+    by: str | None,
+    threads: bool,
+) -> bool:
+    where = q.c.source == source
+    if threads:
+        where = where | q.c.source.startswith(f"{source}:", autoescape=True)
+    waiting = conn.execute(sa.select(q.c.id, q.c.metadata).where(where, ~q.c.is_synthetic))
+    ids = [row.id for row in waiting if _is_it(row.metadata or {}, key, value, by)]
     if not ids:
         return False
     conn.execute(q.update().where(q.c.id == ids[-1]).values(content=content))
     return True
+
+
+def _is_it(metadata: dict[str, Any], key: str, value: Any, by: str | None) -> bool:
+    if metadata.get(key) != value:
+        return False
+    sender = metadata.get(SENDER_KEY)
+    return by is None or (isinstance(sender, dict) and sender.get("id") == by)
 
 
 _CONSUME = q.delete().where(q.c.id == sa.bindparam("qid")).returning(q.c.content)

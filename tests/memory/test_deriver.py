@@ -22,8 +22,7 @@ from engine.config import ModelConfig
 from engine.llm.client import OpenAICompatModel
 from engine.llm.protocols import ChatModel
 from engine.llm.types import LlmResponse, LlmTimeout, Message, ToolSchema
-from engine.store import Store
-from engine.store.inbox import SENDER_KEY
+from engine.store import SENDER_KEY, Store
 from engine.store.schema import chat_history
 from memory.deriver import SYSTEM_PROMPT, BadOutput, Deriver, DeriverLimits, parse_operations
 from memory.facts import ADDED_BY_OWNER, FactStore

@@ -11,8 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from engine.bus.chat import ChatEvent, ChatEventBus, CompactionEvent
-from engine.store import Store
-from engine.store.inbox import SENDER_KEY
+from engine.store import SENDER_KEY, Store
 from engine.store.schema import chat_history
 from memory.indexer import Indexer, IndexerLimits, SessionsFailed, chunks
 from memory.service import MemoryService

@@ -20,8 +20,7 @@ from engine.hub import ChatHub, SendOptions
 from engine.llm.protocols import ChatModel
 from engine.session.events import Done, Error
 from engine.session.turn.gate import AllowAll
-from engine.store import Store
-from engine.store.inbox import SENDER_KEY
+from engine.store import SENDER_KEY, Store
 from memory.embeddings import EmbeddingConfig
 from memory.optouts import opted_out_in
 from memory.profile import HEADING

@@ -12,8 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from engine.bus.chat import ChatEventBus
-from engine.store import Store
-from engine.store.inbox import SENDER_KEY
+from engine.store import SENDER_KEY, Store
 from memory.facts import Fact
 from memory.profile import HEADING, ProfileCache, ProfileLimits, render_profile
 from memory.service import MemoryService

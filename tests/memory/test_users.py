@@ -11,8 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from engine.bus.chat import ChatEventBus
-from engine.store import Store
-from engine.store.inbox import SENDER_KEY
+from engine.store import SENDER_KEY, Store
 from memory.service import MemoryService
 from memory.tables import memory_identities, memory_users
 from memory.users import (

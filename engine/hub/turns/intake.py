@@ -55,11 +55,13 @@ class MessageIntake:
             source, text, options, also, redelivered_if_lost, self._consumer.ensure
         )
 
-    async def amend(self, source: str, key: str, value: Any, text: str) -> bool:
+    async def amend(
+        self, source: str, key: str, value: Any, text: str, by: str | None, threads: bool
+    ) -> bool:
         """A waiting message corrected (checked as a message is); whether it still waited.
         Its queue row is what the turn stores and reads, in whichever process runs it."""
         check_text(text, SendOptions(), self._config.max_message_chars)
-        return await self._store.queue.amend(source, key, value, text)
+        return await self._store.queue.amend(source, key, value, text, by=by, threads=threads)
 
     async def stop(self, source: str) -> int:
         """Drop the queued messages and stop the turn; how many messages were dropped."""

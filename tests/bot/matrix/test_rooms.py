@@ -782,3 +782,41 @@ async def test_the_bot_follows_its_room_to_the_room_that_replaces_it(make_servic
     accounts.alice.say(new_room, f"{accounts.bot.user_id}: still there?")
     await until(lambda: any("still there?" in said for said in _said(accounts, new_room)))
     await stop(service)
+
+
+async def test_an_edit_of_a_message_still_waiting_is_what_the_agent_reads(
+    make_service, accounts, model
+):
+    """An edit in a later sync batch than its message was dropped as "the first version
+    was answered" even while the message still waited behind the turn before it: the
+    agent acted on the words taken back (found by review on 2026-12-07)."""
+    alice = accounts.alice
+    release = held(model)
+    service, room = await _dm(make_service, accounts)
+    source = source_of(room)
+    alice.say(room, "first")
+    await release.asked.wait()
+    original = alice.say(room, "delete the staging database")
+    await _until_waiting(service, source, ["delete the staging database"])
+    corrected = {"msgtype": "m.text", "body": "delete the staging cache"}
+    alice.send(
+        room,
+        {
+            **corrected,
+            "body": "* delete the staging cache",
+            "m.new_content": corrected,
+            "m.relates_to": {"rel_type": "m.replace", "event_id": original},
+        },
+    )
+    await _until_waiting(service, source, ["delete the staging cache"])
+    release.set()
+    await until(lambda: len(_said(accounts, room)) == 2)
+    assert _said(accounts, room) == ["echo: first", "echo: delete the staging cache"]
+
+
+async def _until_waiting(service, source: str, expected: list[str]) -> None:
+    for _ in range(500):
+        if [row.content for row in await service.hub.waiting_messages(source)] == expected:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{source} never had {expected} waiting")

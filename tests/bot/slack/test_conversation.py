@@ -476,3 +476,44 @@ async def test_a_channel_that_refuses_the_bot_for_good_is_noted_for_its_jobs(
     assert reason == (error if gone else None)
     chat = f"slack:{GENERAL}:{again.ts}"
     assert await service.scheduler.runner.chat_gone(chat) == reason
+
+
+async def test_an_edit_of_a_message_still_waiting_is_what_the_agent_reads(
+    make_service: MakeService, fake: FakeSlackServer, model: EchoModel
+) -> None:
+    """A DM corrected while the agent was busy with the one before: the agent acted on
+    the words taken back (until 2026-12-07; found by review)."""
+    service = await make_service()
+    dm = fake.dm_channel(ALICE)
+    release = held(model)
+    fake.dm(ALICE, "first")
+    await release.asked.wait()
+    waiting = fake.dm(ALICE, "deploy to prod")
+    source = f"slack:{dm}"
+    await until_true(lambda: _waiting(service, source, ["deploy to prod"]))
+    edit = {"type": "message", "user": ALICE, "text": "deploy to staging", "ts": waiting.ts}
+    fake.push_event(
+        {
+            "type": "message",
+            "subtype": "message_changed",
+            "channel": dm,
+            "ts": "9.000001",
+            "channel_type": "im",
+            "message": {**edit, "edited": {"user": ALICE, "ts": "9.000001"}},
+        }
+    )
+    await until_true(lambda: _waiting(service, source, ["deploy to staging"]))
+    release.set()
+    await until(lambda: texts(fake, dm) == ["echo: first", "echo: deploy to staging"])
+
+
+async def _waiting(service, source: str, expected: list[str]) -> bool:  # type: ignore[no-untyped-def]
+    return [row.content for row in await service.hub.waiting_messages(source)] == expected
+
+
+async def until_true(check) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(500):
+        if await check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not met in time")

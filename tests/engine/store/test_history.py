@@ -375,3 +375,23 @@ async def test_a_queued_message_corrected_while_it_waits_is_stored_as_corrected(
     assert [m.content for m in await store.history.load(root.id)] == ["deploy to staging"]
     assert not await store.queue.amend("telegram:42", "id", 7, "too late")
     assert [r.content for r in await store.queue.pending("telegram:42")] == ["and tell me"]
+
+
+async def test_a_waiting_message_is_corrected_only_by_its_sender_and_in_its_threads(
+    store: Store, root: FrameRow
+) -> None:
+    """A platform where anyone may send an edit of anyone's message (Matrix) names the
+    editor; an edit that does not say its thread looks in the room's threads."""
+    session_id = root.session_id
+    said = {"id": "$e1", "sender": {"id": "@alice:hs", "name": "Alice"}}
+    await store.queue.push("matrix:room@hs:$t1", session_id, "delete the database", metadata=said)
+    assert not await store.queue.amend("matrix:room@hs", "id", "$e1", "x", by="@alice:hs")
+    assert not await store.queue.amend(
+        "matrix:room@hs", "id", "$e1", "x", by="@mallory:hs", threads=True
+    )
+    assert not await store.queue.amend("matrix:room", "id", "$e1", "x", threads=True)
+    assert await store.queue.amend(
+        "matrix:room@hs", "id", "$e1", "delete the cache", by="@alice:hs", threads=True
+    )
+    [row] = await store.queue.pending()
+    assert row.content == "delete the cache"
