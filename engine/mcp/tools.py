@@ -96,6 +96,10 @@ def mcp_tool_names(
     return names
 
 
+#: Keywords that give a schema its shape from elsewhere: no default is added beside them.
+_COMPOSED = frozenset({"$ref", "allOf", "anyOf", "oneOf"})
+
+
 class McpTool:
     """One remote tool of an MCP server, offered under a valid function ``name``."""
 
@@ -115,7 +119,11 @@ class McpTool:
         self.description = description
         schema = dict(spec.input_schema) if spec.input_schema else {}
         schema.setdefault("type", "object")
-        schema.setdefault("properties", {})
+        if not _COMPOSED.intersection(schema):
+            # Beside a root ``$ref`` (Go's invopop/jsonschema, zod-to-json-schema) empty
+            # properties won over the referenced ones: the model was offered a tool that
+            # took no argument yet required one (until 2026-12-07; found by review).
+            schema.setdefault("properties", {})
         self.parameters: dict[str, Any] = schema
         self.rerun_safe = spec.rerun_safe
 

@@ -184,6 +184,27 @@ async def test_a_tool_sends_its_arguments_without_optional_nulls() -> None:
     assert len(manager.calls) == 1
 
 
+def test_a_root_ref_schema_reaches_the_model_with_its_properties() -> None:
+    """Go's invopop/jsonschema and zod-to-json-schema (given a name) write a root ``$ref``:
+    empty properties were added beside it and won over the referenced ones, and the model
+    was offered a tool that took no argument yet required ``path`` (found by review on
+    2026-12-07)."""
+    root_ref = {
+        "$ref": "#/$defs/ReadArgs",
+        "$defs": {
+            "ReadArgs": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "head": {"type": "integer"}},
+                "required": ["path"],
+            }
+        },
+    }
+    tool = McpTool(None, McpToolSpec("fs", "read", "", root_ref))  # type: ignore[arg-type]
+    offered = portable_schema(tool.parameters)
+    assert offered["type"] == "object" and set(offered["properties"]) == {"path", "head"}
+    assert offered["required"] == ["path"]
+
+
 # --- names -------------------------------------------------------------------------------
 
 
