@@ -241,7 +241,7 @@ class OpenAICompatModel:
             kind = LlmServerError
         elif status == 413 or (status >= 400 and says_context_overflow(text)):
             kind = LlmContextOverflow
-        elif status in _ENDPOINT_REFUSALS:
+        elif status in _ENDPOINT_REFUSALS or (status == 400 and _says_key_refused(text)):
             kind = LlmEndpointError
         elif status >= 400:
             kind = LlmRequestError
@@ -594,6 +594,8 @@ def _error_text(text: str) -> str:
         if text.lstrip().startswith("<"):
             return "a web page, not an API's answer (is the base URL the API's, up to /v1?)"
         return _clip(text.strip()) or "(empty body)"
+    if isinstance(data, list) and len(data) == 1:  # Gemini's: ``[{"error": {...}}]``
+        data = data[0]
     if isinstance(data, dict):
         error = data.get("error", data)
         if isinstance(error, dict):
@@ -603,6 +605,16 @@ def _error_text(text: str) -> str:
         elif isinstance(error, str):
             return _clip(error)
     return _clip(text.strip())
+
+
+#: What an endpoint that answers a bad key with a 400 says (Gemini: ``API_KEY_INVALID``):
+#: the endpoint's refusal, the next model asked (until 2026-12-07 "the model rejected the
+#: request", the fallback never asked; found by review).
+_KEY_REFUSED = ("API_KEY_INVALID", "PERMISSION_DENIED", "UNAUTHENTICATED")
+
+
+def _says_key_refused(text: str) -> bool:
+    return any(reason in text for reason in _KEY_REFUSED)
 
 
 #: How many ``timeout_s`` a stream may send keep-alive comments alone: a reasoning model

@@ -354,6 +354,92 @@ async def test_a_key_or_model_the_endpoint_refuses_falls_back_to_the_next_model(
     assert result.model == "backup" and result.response.content == "Hello from the backup."
 
 
+#: Gemini's OpenAI-compatible endpoint answers errors as a JSON list; a bad key is a 400.
+GEMINI_BAD_KEY = [
+    {
+        "error": {
+            "code": 400,
+            "message": "API key not valid. Please pass a valid API key.",
+            "status": "INVALID_ARGUMENT",
+            "details": [
+                {
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "API_KEY_INVALID",
+                    "domain": "googleapis.com",
+                    "metadata": {"service": "generativelanguage.googleapis.com"},
+                },
+                {
+                    "@type": "type.googleapis.com/google.rpc.LocalizedMessage",
+                    "locale": "en-US",
+                    "message": "API key not valid. Please pass a valid API key.",
+                },
+            ],
+        }
+    }
+]
+GEMINI_QUOTA = [
+    {
+        "error": {
+            "code": 429,
+            "message": "You exceeded your current quota, please check your plan and billing "
+            "details.",
+            "status": "RESOURCE_EXHAUSTED",
+            "details": [
+                {
+                    "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                    "violations": [
+                        {
+                            "quotaMetric": "generativelanguage.googleapis.com/"
+                            "generate_content_free_tier_requests",
+                            "quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
+                        }
+                    ],
+                },
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "37s"},
+            ],
+        }
+    }
+]
+
+
+def _gemini(status: int, body: object) -> ScriptedReply:
+    return ScriptedReply("error", status=status, body=json.dumps(body, indent=2).encode())
+
+
+async def test_a_gemini_error_is_told_in_its_own_sentence_not_as_raw_json(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    """Its list was shown as it came, 500 characters of JSON (found by review on
+    2026-12-07)."""
+    fake_openai.enqueue(_gemini(429, GEMINI_QUOTA), model="gemini-2.5-flash")
+    model = make_model(http, fake_openai.base_url, name="gemini-2.5-flash")
+
+    with pytest.raises(TurnFailed) as caught:
+        await call_llm_round([model], lambda _h: list(USER), [], CancelScope(), TurnEmitter(None))
+
+    shown = str(caught.value)
+    assert "You exceeded your current quota" in shown
+    assert "@type" not in shown and "[" not in shown and "{" not in shown, shown
+
+
+async def test_a_gemini_key_that_is_not_valid_falls_back_to_the_next_model(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    """Gemini says a bad key with a 400: the turn ended with "the model rejected the
+    request", the configured fallback never asked (found by review on 2026-12-07)."""
+    fake_openai.enqueue(_gemini(400, GEMINI_BAD_KEY), model="gemini-2.5-flash")
+    fake_openai.reply_text("Hello from the backup.", model="backup")
+    models = [
+        make_model(http, fake_openai.base_url, name=n) for n in ("gemini-2.5-flash", "backup")
+    ]
+
+    result = await call_llm_round(
+        models, lambda _hints: list(USER), [], CancelScope(), TurnEmitter(None)
+    )
+
+    assert result.model == "backup"
+
+
 async def test_a_web_page_for_an_answer_is_said_so_not_shown(
     fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
 ) -> None:
