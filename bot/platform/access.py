@@ -153,7 +153,7 @@ class Access:
         to_user = (
             f"Hi {name}! I only talk to people my owner approved.\n"
             f"Your pairing code is {code.code} (valid 24 hours). "
-            f"Ask the owner to send /pair {code.code}."
+            f"Ask the owner to send {self.command_prefix}pair {code.code}."
         )
         to_owner = None
         if new and self.owner is not None:

@@ -186,14 +186,15 @@ class MessageHandler:
                 await self._sender.say_at(place, reply)
             return False
         attachments: list[dict[str, Any]] = []
-        if m.audio and self._voice is not None:
+        hearing = bool(m.audio) and self._voice is not None
+        if m.files > (len(m.audio) if hearing else 0):  # a PDF beside a clip was dropped
+            await self._sender.say_at(place, "⚠️ " + FILES_NOT_READ)  # unsaid until 2026-12-07
+            if not text and not hearing:
+                return False
+        if hearing:
             heard = await self._hear(m)
             text = "\n".join([text, *heard.texts]).strip()
             attachments = heard.attachments
-        elif m.files:
-            await self._sender.say_at(place, "⚠️ " + FILES_NOT_READ)
-            if not text:
-                return False
         if not text and not attachments:  # an audio file kept, unheard: the agent gets it
             return False
         # An open question is answered by the whole message, its audio heard (a voice

@@ -353,7 +353,9 @@ class SlackSender(RowSender):
             await self.outbound.call(place.channel, lambda: slack_call(set_status), kind=OTHER)
         except SlackError as exc:
             log.debug("setting the status in %s failed: %s", place.channel, exc.description)
-            return not isinstance(exc, SlackRefused)
+            # One channel gone (the bot removed, the channel archived) is not the feature
+            # refused: until 2026-12-07 it turned the status off in every channel.
+            return isinstance(exc, SlackGone) or not isinstance(exc, SlackRefused)
         return True
 
     async def open_dm(self, user: str) -> str | None:

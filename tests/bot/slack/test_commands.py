@@ -238,3 +238,16 @@ async def test_a_command_gets_its_words_as_typed() -> None:
 def test_only_the_commands_a_reply_names_are_rewritten(reply: str, written: str | None) -> None:
     known = {"new", "memory", "forget_me"}
     assert slack_commands(reply, known.__contains__) == (written or reply)
+
+
+async def test_the_strangers_code_names_the_command_slack_takes(
+    fake: FakeSlackServer, make_service: MakeService
+) -> None:
+    """The stranger was told to have the owner send ``/pair CODE``, which Slack refuses
+    (found by review on 2026-12-07)."""
+    await make_service()
+    fake.dm(BOB, "let me in")
+    dm = fake.dm_channel(BOB)
+    await until(lambda: any("pairing code" in t for t in texts(fake, dm)))
+    told = next(t for t in texts(fake, dm) if "pairing code" in t)
+    assert "/chathub pair" in told, told

@@ -517,3 +517,28 @@ async def until_true(check) -> None:  # type: ignore[no-untyped-def]
             return
         await asyncio.sleep(0.01)
     raise AssertionError("condition not met in time")
+
+
+async def test_a_refusal_of_the_status_in_one_channel_keeps_it_in_the_others(
+    make_service: MakeService, fake: FakeSlackServer, model: EchoModel
+) -> None:
+    """The bot removed from one channel turned "is thinking…" off in every channel until
+    a restart (found by review on 2026-12-07)."""
+    other = "C0RANDOM01"
+    fake.add_channel(other, "random", members=[ALICE])
+    await make_service()
+    # The bot was just removed from #general: its thread's status is refused there.
+    fake.fail_next("assistant.threads.setStatus", "not_in_channel")
+    release = held(model)
+    first = fake.mention(GENERAL, ALICE, "one")
+    await until(lambda: fake.calls_to("assistant.threads.setStatus"))
+    release.set()
+    await until(lambda: texts(fake, GENERAL, first.ts) == ["echo: one"])
+    # A turn in another channel's thread, that takes its time: it should show the status.
+    release = held(model)
+    second = fake.mention(other, ALICE, "two")
+    try:
+        await until(lambda: any(s[:2] == (other, second.ts) for s in fake.statuses), 3.0)
+    finally:
+        release.set()
+        await until(lambda: texts(fake, other, second.ts) == ["echo: two"])

@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 from bot.serve import Service
+from bot.slack.messages import FILES_NOT_READ
 from engine.approval import RuleStore
 from engine.llm.scripted import text as reply
 from engine.llm.scripted import tool_call
@@ -254,3 +255,22 @@ async def test_a_long_answer_is_spoken_in_parts_cut_between_sentences(
     inputs = [r["input"] for r in fake_openai.speech_requests]
     assert all(len(i) <= 2000 and i.endswith("characters.") for i in inputs)
     assert " ".join(inputs) == (sentence * 120).strip()
+
+
+async def test_a_file_beside_an_audio_clip_is_said_to_be_unread(
+    fake: FakeSlackServer, make_service: MakeService, fake_openai: FakeOpenAIServer
+) -> None:
+    """The clip was heard and the PDF beside it dropped without a word (found by review on
+    2026-12-07); alone it gets ``FILES_NOT_READ``."""
+    await make_service(transcribe_model="whisper-1", transcribe_base_url=fake_openai.base_url)
+    fake_openai.transcribe("summarise the attached notes")
+    fake.dm(
+        ALICE,
+        "",
+        files=[
+            ("audio_message.webm", CLIP, "audio/webm", 3200),
+            ("notes.pdf", b"%PDF-1.4", "application/pdf", None),
+        ],
+    )
+    await until(lambda: any(t.startswith("echo:") for t in said(fake)))
+    assert any(FILES_NOT_READ in t for t in said(fake)), said(fake)
