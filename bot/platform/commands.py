@@ -56,6 +56,9 @@ ABOUT_A_CONVERSATION = frozenset(
         "voice",
         "search",
         "memory",
+        # A job is its thread's: a channel's list was always empty (until 2026-12-07;
+        # found by review).
+        "jobs",
     }
 )
 

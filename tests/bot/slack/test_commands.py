@@ -9,6 +9,7 @@ import re
 import pytest
 
 from bot.platform.access import ASKED_ALREADY
+from bot.platform.jobs import NO_JOBS
 from bot.slack.interactions import Interactions
 from bot.slack.messages import NOT_PAIRED, SlackMe, slack_commands
 from engine.llm.scripted import text
@@ -251,3 +252,20 @@ async def test_the_strangers_code_names_the_command_slack_takes(
     await until(lambda: any("pairing code" in t for t in texts(fake, dm)))
     told = next(t for t in texts(fake, dm) if "pairing code" in t)
     assert "/chathub pair" in told, told
+
+
+async def test_jobs_in_a_channel_points_to_its_threads(
+    fake: FakeSlackServer, make_service: MakeService
+) -> None:
+    """A job is the thread's it was asked in: in a channel ``/chathub jobs`` said "No
+    scheduled jobs in this chat" while its threads had some (found by review on
+    2026-12-07)."""
+    service = await make_service()
+    asked = fake.mention(GENERAL, ALICE, "every weekday at 8 send me a briefing")
+    await until(lambda: texts(fake, GENERAL, asked.ts))
+    thread = f"slack:{GENERAL}:{asked.ts}"
+    await service.scheduler.create_cron(thread, "Briefing", "0 8 * * 1-5", "brief me")
+    fake.slash(GENERAL, ALICE, "/chathub", "jobs")
+    await until(lambda: fake.ephemerals(ALICE))
+    told = fake.ephemerals(ALICE)[-1].text
+    assert told != NO_JOBS and "thread" in told, told
