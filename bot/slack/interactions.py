@@ -31,11 +31,14 @@ from bot.slack.mrkdwn import to_mrkdwn
 from bot.slack.sending import MESSAGE_LIMIT, mrkdwn_parts
 from engine.hub import ChatHub
 
-__all__ = ["NOT_HERE", "Interactions"]
+__all__ = ["NOT_HERE", "NOT_OUR_DM", "Interactions"]
 
 log = logging.getLogger(__name__)
 
 NOT_HERE = "I do not work in this workspace."
+NOT_OUR_DM = (
+    "I am not in this conversation: send /chathub in our direct messages, or in a channel I am in."
+)
 #: How long a decision waits for the decider's name (``users.info``, once per person):
 #: asked before the decision, a quick tool's end closed the card first, without it.
 NAME_WAIT_S = 1.0
@@ -237,10 +240,17 @@ class Interactions:
             return
         user = str(body.get("user_id") or "")
         channel = body.get("channel_id")
+        # Slack runs a command in any conversation: a DM between two people is none of
+        # the bot's (until 2026-12-07 taken for the person's DM with it: "/chathub new"
+        # answered nothing, "sethome" sent every notification where Slack refuses the bot;
+        # found by review).
+        dm = isinstance(channel, str) and channel.startswith("D")
+        if dm and await self._messages.direct_with(user) not in (channel, None):
+            await respond(NOT_OUR_DM)  # (not knowing, Slack away: taken as theirs)
+            return
         if not self._access.is_allowed(user):
             # In their DM a stranger's command is their request, as a message there is (it
             # told them to send a direct message, in one, until 2026-12-06; found by review).
-            dm = isinstance(channel, str) and channel.startswith("D")
             if not dm or not await self._messages.offer_pairing(user, channel, respond):
                 await respond(ASKED_ALREADY if dm else NOT_PAIRED)
             return

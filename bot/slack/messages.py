@@ -118,6 +118,7 @@ class MessageHandler:
         self._download = download or _no_download
         self._clock = clock
         self._refused_until: dict[str, float] = {}  # per person (``NAME_RETRY_S``)
+        self._direct: dict[str, str] = {}  # each person's DM with the bot
         self._paused_until = 0.0  # every lookup: rate limited, or Slack down
 
     async def addressed(self, m: Incoming) -> bool:
@@ -298,9 +299,19 @@ class MessageHandler:
 
     async def say_to_user(self, user: str, text: str) -> None:
         """A DM to ``user`` (its channel opened first); a failure is logged."""
-        channel = await self._sender.open_dm(user)
+        channel = await self.direct_with(user)
         if channel is not None:
             await self._sender.say_at(Place(channel), text)
+
+    async def direct_with(self, user: str) -> str | None:
+        """The DM channel between ``user`` and the bot (opened once per person and
+        process); ``None`` when Slack refused."""
+        channel = self._direct.get(user)
+        if channel is None:
+            channel = await self._sender.open_dm(user)
+            if channel is not None:
+                self._direct[user] = channel
+        return channel
 
     async def _answer_question(
         self, m: Incoming, text: str, attachments: list[dict[str, Any]]

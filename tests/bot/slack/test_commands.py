@@ -10,8 +10,9 @@ import pytest
 
 from bot.platform.access import ASKED_ALREADY
 from bot.platform.jobs import NO_JOBS
-from bot.slack.interactions import Interactions
+from bot.slack.interactions import NOT_OUR_DM, Interactions
 from bot.slack.messages import NOT_PAIRED, SlackMe, slack_commands
+from bot.slack.mrkdwn import to_mrkdwn
 from engine.llm.scripted import text
 from tests.bot.slack.conftest import (
     ALICE,
@@ -176,6 +177,9 @@ class _Listing:
         self.calls.append((name, argument))
         return self.reply
 
+    async def direct_with(self, user: str) -> str:
+        return "D0ALICE001"
+
 
 class _Everyone:
     def is_allowed(self, user: object) -> bool:
@@ -269,3 +273,23 @@ async def test_jobs_in_a_channel_points_to_its_threads(
     await until(lambda: fake.ephemerals(ALICE))
     told = fake.ephemerals(ALICE)[-1].text
     assert told != NO_JOBS and "thread" in told, told
+
+
+@pytest.mark.parametrize("command", ["new", "sethome"])
+async def test_a_command_in_a_dm_between_two_people_is_told_it_is_not_the_bots(
+    fake: FakeSlackServer, make_service: MakeService, command: str
+) -> None:
+    """Slack runs a command in any conversation: every ``D…`` channel was taken for the
+    person's DM with the bot, "new" answered nothing and "sethome" sent every
+    notification where Slack refuses the bot (found by review on 2026-12-07)."""
+    service = await make_service()
+    home = service.hub.home
+    alice_and_bob = "D0ALICEBOB1"
+    fake.add_channel(alice_and_bob, "directmessage", members=[ALICE, BOB], bot_member=False)
+    fake.slash(alice_and_bob, ALICE, "/chathub", command)
+    await until(lambda: fake.ephemerals(ALICE))
+    assert fake.ephemerals(ALICE)[-1].text == to_mrkdwn(NOT_OUR_DM)
+    assert service.hub.home == home
+    if command == "sethome":  # in her own DM with the bot it is hers
+        fake.slash(fake.dm_channel(ALICE), ALICE, "/chathub", command)
+        await until(lambda: service.hub.home == f"slack:{fake.dm_channel(ALICE)}")

@@ -163,9 +163,9 @@ async def test_a_stranger_gets_a_pairing_code_and_the_owner_is_told(
 ) -> None:
     service = await make_service()
     fake.dm(BOB, "let me in")
-    await until(lambda: any("/pair" in t for t in texts(fake, fake.dm_channel(BOB))))
+    await until(lambda: any("/chathub pair" in t for t in texts(fake, fake.dm_channel(BOB))))
     await until(lambda: any("asks to talk to me" in t for t in texts(fake, fake.dm_channel(OWNER))))
-    code = texts(fake, fake.dm_channel(BOB))[0].split("/pair ")[1].split()[0].strip(".")
+    code = texts(fake, fake.dm_channel(BOB))[0].split("/chathub pair ")[1].split()[0].strip(".")
     # The owner pairs Bob from their own DM; Bob is welcomed and then answered.
     fake.dm(OWNER, f" /pair {code}")
     await until(lambda: len(texts(fake, fake.dm_channel(BOB))) == 2)
