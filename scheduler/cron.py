@@ -148,13 +148,19 @@ def _expand(text: str, spec_field: _Field) -> frozenset[int]:
 
 
 def _described_weekdays(expression: str) -> str:
-    """``expression`` with a stepped day-of-week (``5/1``, ``mon/2``) written as the days
-    it matches: cron-descriptor reads a step in its own way ("Friday through Saturday" for
+    """``expression`` with a stepped day-of-week (``5/1``, ``mon/2``), or a range beside a
+    day of the month, written as the days it matches: cron-descriptor reads a step in its own way ("Friday through Saturday" for
     5/1, which fires on Sunday, 7, too), and the card and /jobs named the wrong days
     (until 2026-12-07; found by review)."""
     parts = expression.split()
     where = 4 if len(parts) == 5 else 5
-    if len(parts) not in (5, 6, 7) or "/" not in parts[where]:
+    if len(parts) not in (5, 6, 7):
+        return expression
+    # A range beside a day of the month reads as both ("on day 1 of the month, Monday
+    # through Friday"), though Vixie cron fires on either; a list reads "or" (until
+    # 2026-12-07 the card described a monthly schedule that fires every weekday; review).
+    either = "-" in parts[where] and not parts[where - 2].startswith("*")
+    if "/" not in parts[where] and not either:
         return expression
     if parts[where].startswith("*") and not parts[where - 2].startswith("*"):
         # A day-of-week led by "*" restricts nothing to Vixie cron, which then fires on the
@@ -162,7 +168,10 @@ def _described_weekdays(expression: str) -> str:
         # a second restriction, which cron-descriptor joins with "or" (found by review).
         return expression
     days = sorted({day % 7 for day in _expand(parts[where], _DOW)})
-    parts[where] = "*" if len(days) == 7 else ",".join(map(str, days))
+    if len(days) == 7:  # every weekday, or any day of the month: every day
+        parts[where] = parts[where - 2] = "*"
+    else:
+        parts[where] = ",".join(map(str, days))
     return " ".join(parts)
 
 

@@ -566,6 +566,28 @@ def test_a_star_stepped_weekday_beside_a_day_of_month_is_not_described_as_either
     assert " or " not in described, described
 
 
+@pytest.mark.parametrize(
+    "spec", ["0 8 1 * 1-5", "0 8 1,15 * mon-fri", "0 8 1 * 6-7", "0 0 8 1 * 1-5"]
+)
+def test_a_weekday_range_beside_a_day_of_month_is_described_as_either(spec: str) -> None:
+    """Vixie cron fires on a day matching either; a range read "on day 1 of the month,
+    Monday through Friday", a monthly schedule the owner approved that fires every
+    weekday (found by review on 2026-12-07). A list reads "or"."""
+    schedule = CronSchedule.parse(spec, "UTC")
+    fires = schedule.fires(datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 31, tzinfo=UTC))
+    assert len(fires) > 4
+    assert ", or on " in schedule.describe(), schedule.describe()
+
+
+@pytest.mark.parametrize("spec", ["0 8 1 * 1-7", "0 8 1 * 0/1"])
+def test_every_weekday_beside_a_day_of_month_is_described_as_every_day(spec: str) -> None:
+    """Either a 1st or any weekday: every day, not "on day 1 of the month"."""
+    schedule = CronSchedule.parse(spec, "UTC")
+    fires = schedule.fires(datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 8, tzinfo=UTC))
+    assert len(fires) == 7
+    assert schedule.describe() == "At 08:00 AM"
+
+
 def test_a_spec_cron_descriptor_cannot_read_is_shown_as_written() -> None:
     """Valid here, refused by cron-descriptor ("06,07" weekdays): its FormatError failed
     the approval card's preview, and the turn (found by review)."""
