@@ -11,10 +11,13 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.util import await_only
 
 from engine.store import Store
 from scheduler.store import STOPPED, Job, JobStore, NewJob, Run
+from scheduler.tables import scheduled_jobs
 from tests.scheduler.conftest import cron_next_fire
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -718,3 +721,56 @@ async def test_a_run_given_back_at_shutdown_does_not_run_beside_the_next_fire(
     await jobs.materialize(now, cron_next_fire)
     claimed = await jobs.claim("worker-a2", now, timedelta(seconds=60), 10)
     assert len([r for r in claimed if r.job_id == job.id]) == 1, claimed
+
+
+async def test_a_revoke_committing_while_a_run_starts_reaches_the_run(
+    store: Store, jobs: JobStore, store_url: str, backend: str
+) -> None:
+    """PostgreSQL: a revoke (🔒) written but not committed when the run's start copied
+    the job's grants was passed over (it found no running session: the run had none
+    recorded yet), and the run kept the grants taken back (found by review on
+    2026-12-07). The start now waits for it."""
+    if backend != "postgresql":
+        pytest.skip("two writers at once: PostgreSQL's (SQLite serialises them)")
+    granted = {"allow_tools": ["execute_cmd"], "mcp_servers": []}
+    job = await jobs.create(
+        NewJob(
+            kind="cron",
+            title="Disk",
+            prompt="df -h",
+            timezone="UTC",
+            spec="0 * * * *",
+            origin_source="telegram:1",
+            run_context=granted,
+            next_run_at=T0,
+        )
+    )
+    [run] = (await jobs.materialize(T0, cron_next_fire)).runs
+    await jobs.claim("worker-a", T0, LEASE, 1)
+    session = await store.sessions.create(
+        "cron", is_interactive=False, is_ephemeral=True, run_context=granted
+    )
+    other = create_async_engine(store_url)
+    try:
+        async with other.connect() as conn:
+            revoke = await conn.begin()  # the owner's 🔒, not committed yet
+            await conn.execute(
+                sa.update(scheduled_jobs)
+                .where(scheduled_jobs.c.id == job.id)
+                .values(run_context=None)
+            )
+            starting = asyncio.create_task(
+                jobs.start(run.id, "worker-a", session.id, lease=(T0, T0 + LEASE))
+            )
+            async with other.connect() as watcher:  # until the start waits (or is done)
+                waiting = sa.text("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                for _ in range(1000):
+                    if starting.done() or (await watcher.execute(waiting)).scalar():
+                        break
+                    await asyncio.sleep(0.01)
+            await revoke.commit()
+        assert await asyncio.wait_for(starting, 10) == "started"
+    finally:
+        await other.dispose()
+    stored = await store.sessions.get(session.id)
+    assert stored is not None and stored.run_context is None, stored
