@@ -378,18 +378,29 @@ class Scheduler:
             return f"{spec} (not valid: {exc})"
 
     async def last_statuses(self, jobs: Sequence[Job]) -> dict[int, str]:
-        """The latest run's status of each one-off task that is off (``finished``'s
-        question; a job with runs still to come needs none)."""
-        return await self.store.last_statuses(
-            [j.id for j in jobs if j.single_run and not j.enabled]
-        )
+        """The latest run's status of each one-off task that is off, and of each schedule
+        that ran out (``finished``'s question; a job with runs still to come needs none)."""
+        return await self.store.last_statuses([j.id for j in jobs if self._over(j)])
 
     def finished(self, job: Job, last: str | None) -> bool:
-        """A one-off task that fired (a single run, a background task started), ``last``
-        its latest run's status: nothing to pause or resume, only to delete (until
-        2026-12-07 it was listed as paused with a ▶️ Resume that could only fail; found
-        by review). One paused before its day never ran: it is paused."""
-        return job.single_run and not job.enabled and last is not None
+        """A one-off task that fired (a single run, a background task started), or a
+        schedule that fired and has no fire left (``0 9 1,2 1 * 2026``), ``last`` its
+        latest run's status: nothing to pause or resume, only to delete (until 2026-12-07
+        each was listed as paused with a ▶️ Resume that could only fail, a schedule run
+        out counting against the chat's limit for good; found by review). One paused
+        before its day never ran: it is paused."""
+        return self._over(job) and last is not None
+
+    def _over(self, job: Job) -> bool:
+        """Off, and nothing to resume: a one-off, or a schedule with no fire left."""
+        if job.enabled:
+            return False
+        if job.single_run:
+            return True
+        try:
+            return job.kind == "cron" and self.next_fire(job, self._clock()) is None
+        except CronError:  # its zone left the database: a new schedule would bring it back
+            return False
 
     def describe(self, job: Job, last: str | None = None) -> str:
         """``every weekday at 08:00 — next: Mon 1 Dec 08:00 (Europe/Rome)`` style;

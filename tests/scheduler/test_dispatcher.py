@@ -811,6 +811,29 @@ async def test_a_one_off_task_that_fired_is_done_not_paused(
     assert (await scheduler.toggle(ORIGIN, later.id, True)).enabled
 
 
+async def test_a_schedule_that_ran_out_of_fires_is_done_not_paused(
+    make_scheduler, clock: FakeClock, origin: int
+) -> None:
+    """``0 0 9 1,2 1 * 2026`` fires twice and never again: it was listed as paused with a
+    ▶️ that could only fail, and counted against the chat's job limit for good (found by
+    review on 2026-12-07)."""
+    scheduler = make_scheduler(owner="worker-a", limits=SchedulerLimits(max_jobs_per_source=1))
+    job = await scheduler.create_cron(ORIGIN, "New year", "0 0 9 1,2 1 * 2026", "Hi.")
+    assert not job.single_run
+    for _ in range(2):
+        job = await scheduler.store.get(job.id)
+        assert job is not None and job.next_run_at is not None
+        clock.now = job.next_run_at + timedelta(seconds=1)
+        await scheduler.dispatcher.step()
+        await scheduler.dispatcher.drain()
+    [ended] = await scheduler.jobs(ORIGIN)
+    assert not ended.enabled and ended.next_run_at is None
+    last = await scheduler.last_statuses([ended])
+    assert scheduler.finished(ended, last.get(ended.id))
+    assert scheduler.describe(ended, last.get(ended.id)).endswith(" — done")
+    await scheduler.create_cron(ORIGIN, "Daily", "0 8 * * *", "go")  # within the limit
+
+
 # -- the APScheduler wake-up ----------------------------------------------------------------------
 
 
