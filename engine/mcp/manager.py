@@ -86,6 +86,15 @@ class _ConnectionLost(ToolError):
     """The connection was found closed: the server crashed or exited."""
 
 
+class _SessionGone(_ConnectionLost):
+    """An HTTP server no longer knows the session (it restarted): it ran nothing of the
+    request, which a new session may send again."""
+
+
+class _LinkBroken(ToolError):
+    """Sending or reading failed (a broken pipe, an HTTP failure): the link is dropped."""
+
+
 class _Stderr:
     """The last lines a stdio server wrote to stderr, read by a daemon thread from a pipe."""
 
@@ -95,15 +104,20 @@ class _Stderr:
         self._reader = os.fdopen(read_fd, "r", encoding="utf-8", errors="replace")
         self._lines: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
         self._server = server
+        #: The pipe's end: every process that held it (the server) has exited.
+        self.ended = threading.Event()
         threading.Thread(target=self._pump, name=f"mcp-stderr-{server}", daemon=True).start()
 
     def _pump(self) -> None:
-        with self._reader:
-            for line in self._reader:
-                line = line.rstrip()
-                if line:
-                    self._lines.append(line)
-                    log.debug("mcp server %s stderr: %s", self._server, line)
+        try:
+            with self._reader:
+                for line in self._reader:
+                    line = line.rstrip()
+                    if line:
+                        self._lines.append(line)
+                        log.debug("mcp server %s stderr: %s", self._server, line)
+        finally:
+            self.ended.set()
 
     def close_writer(self) -> None:
         """Drop our copy of the write end once the child holds its own."""
@@ -127,6 +141,12 @@ class _Connection:
         self._ready.add_done_callback(_consume)
         self._stderr = _Stderr(config.name) if config.transport == "stdio" else None
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def exited(self) -> bool:
+        """Whether (stdio) every process that held the server's stderr is gone: the server
+        exited (or closed its stderr: not proof enough to restart one that answers)."""
+        return self._stderr is not None and self._stderr.ended.is_set()
 
     def stderr_tail(self) -> str:
         tail = self._stderr.tail() if self._stderr else ""
@@ -230,6 +250,13 @@ def _consume(future: asyncio.Future[None]) -> None:
     # An exception nobody awaited (the opener timed out first) must not be reported at GC.
     if not future.cancelled():
         future.exception()
+
+
+def _says_session_gone(message: str) -> bool:
+    """The SDK's words for a 404 to a known session ("Session terminated"), or a server's
+    own JSON-RPC error for it ("Session not found")."""
+    words = message.lower()
+    return "session" in words and ("not found" in words or "terminated" in words)
 
 
 def _describe(exc: BaseException) -> str:
@@ -379,8 +406,20 @@ class McpManager:
         config = self.config(server)
         limit = timeout_s if timeout_s is not None else config.timeout_s
         conn = await self._connection(server)
-        async with self._guard(conn, limit):
-            result = await self._session(conn).call_tool(tool, args)
+        exited = conn.exited  # before the call was sent: nothing of it can have run
+        try:
+            async with self._guard(conn, limit):
+                result = await self._session(conn).call_tool(tool, args)
+        except (_ConnectionLost, _LinkBroken) as exc:
+            if not exited and not isinstance(exc, _SessionGone):
+                raise  # it may have run: never sent twice
+            # The server died while idle (killed, out of memory): the call goes to a new
+            # one. Until 2026-12-07 it failed, "it crashed or exited", though nothing ran
+            # (found by review).
+            log.info("mcp server %s had exited; calling %s on a new one", server, tool)
+            conn = await self._connection(server)
+            async with self._guard(conn, limit):
+                result = await self._session(conn).call_tool(tool, args)
         if not isinstance(result, mt.CallToolResult):
             raise ToolError(f"mcp server {server}: unexpected result for {tool}")
         text = _result_text(result)
@@ -414,6 +453,14 @@ class McpManager:
                     f"mcp server {server} closed the connection (it crashed or exited); "
                     f"it will be restarted on next use{conn.stderr_tail()}"
                 ) from None
+            forgotten = exc.code == mt.INVALID_REQUEST and _says_session_gone(exc.message)
+            if forgotten and conn.config.transport == "http":
+                # A redeployed server forgot the session: every call failed so until
+                # chathub restarted (until 2026-12-07; found by review).
+                self._drop(conn)
+                raise _SessionGone(
+                    f"mcp server {server} no longer knows this session (it restarted?)"
+                ) from None
             if exc.code == mt.REQUEST_TIMEOUT:
                 self._drop(conn)
             raise ToolError(f"mcp server {server}: {exc.message}") from None
@@ -432,7 +479,7 @@ class McpManager:
             # Broken pipes, HTTP failures: the link is not trustworthy.
             log.warning("mcp server %s failed", server, exc_info=True)
             self._drop(conn)
-            raise ToolError(
+            raise _LinkBroken(
                 f"mcp server {server} failed: {_describe(exc)}; it will be restarted on next use"
             ) from None
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -422,11 +424,15 @@ async def test_server_notifications_become_events(store: Store) -> None:
 # --- streamable HTTP ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def http_server() -> Iterator[str]:
+def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _serving(port: int) -> Iterator[str]:
+    """broken_server.py over streamable HTTP on ``port``, until the block ends."""
     proc = subprocess.Popen(
         [sys.executable, BROKEN, "--http", str(port)],
         stdout=subprocess.DEVNULL,
@@ -444,6 +450,12 @@ def http_server() -> Iterator[str]:
         proc.wait(10)
 
 
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    with _serving(_free_port()) as url:
+        yield url
+
+
 async def test_streamable_http_server(store: Store, http_server: str) -> None:
     server = McpServerConfig(name="web", transport="http", url=http_server, timeout_s=10)
     async with _manager(store, server) as manager:
@@ -455,3 +467,38 @@ async def test_streamable_http_server(store: Store, http_server: str) -> None:
         with pytest.raises(ToolError, match=r"did not answer within 0\.5 s"):
             await manager.call("web", "hang", {}, timeout_s=0.5)
         assert (await manager.call("web", "echo", {"text": "again"})).startswith("again")
+
+
+async def test_an_http_server_that_restarted_is_used_again(store: Store) -> None:
+    """A redeployed server forgot the MCP session and answered 404: the manager kept the
+    dead session, and every call failed until chathub restarted (found by review on
+    2026-12-07). The call goes to a new session; the server ran nothing of the first try."""
+    port = _free_port()
+    server = McpServerConfig(
+        name="web", transport="http", url=f"http://127.0.0.1:{port}/mcp", timeout_s=10
+    )
+    async with _manager(store, server) as manager:
+        with _serving(port):
+            first = _pid(await manager.call("web", "echo", {"text": "a"}))
+        with _serving(port):
+            second = _pid(await manager.call("web", "echo", {"text": "b"}))
+        assert second != first
+
+
+async def test_a_server_that_died_while_idle_answers_the_next_call_on_a_new_one(
+    store: Store,
+) -> None:
+    """Killed between calls (out of memory, a crash): the next call went to the dead
+    session and failed, "it crashed or exited", though nothing had run (found by review
+    on 2026-12-07). It goes to a new process."""
+    async with _manager(store, BROKEN_SERVER) as manager:
+        first = _pid(await manager.call("broken", "echo", {"text": "a"}))
+        os.kill(first, signal.SIGKILL)
+        conn = manager._conns["broken"]
+        for _ in range(500):  # until its stderr's end says the process is gone
+            if conn.exited:
+                break
+            await asyncio.sleep(0.01)
+        assert conn.exited
+        second = _pid(await manager.call("broken", "echo", {"text": "b"}))
+        assert second != first
