@@ -135,7 +135,7 @@ class OpenAICompatModel:
             self._url, content=payload, headers=self._headers, timeout=self._timeout
         )
         if response.status_code != 200:
-            raise self._status_error(response.status_code, response.text)
+            raise self._status_error(response.status_code, response.text, response.headers)
         return self._from_body(response, on_delta)
 
     def _from_body(self, response: httpx.Response, on_delta: DeltaCallback | None) -> LlmResponse:
@@ -179,7 +179,7 @@ class OpenAICompatModel:
         ) as response:
             if response.status_code != 200:
                 await response.aread()
-                raise self._status_error(response.status_code, response.text)
+                raise self._status_error(response.status_code, response.text, response.headers)
             if response.headers.get("content-type", "").startswith("application/json"):
                 # The server ignored ``stream``: take the whole answer.
                 await response.aread()
@@ -231,12 +231,18 @@ class OpenAICompatModel:
             raise self._body_error(chunk["error"])
         return chunk
 
-    def _status_error(self, status: int, text: str) -> LlmError:
+    def _status_error(
+        self, status: int, text: str, headers: httpx.Headers | None = None
+    ) -> LlmError:
         detail = f"HTTP {status}: {_error_text(text)}"
         if status == 429:
-            kind: type[LlmError] = LlmRateLimited
-        elif status == 408:
-            kind = LlmTimeout
+            limited = LlmRateLimited(
+                f"{self._config.name}: {detail}", model=self._config.name, status=status
+            )
+            limited.retry_after = _seconds(headers.get("retry-after") if headers else None)
+            return limited
+        if status == 408:
+            kind: type[LlmError] = LlmTimeout
         elif status >= 500:
             kind = LlmServerError
         elif status == 413 or (status >= 400 and says_context_overflow(text)):
@@ -582,6 +588,15 @@ def says_context_overflow(text: str) -> bool:
     """Whether an error's text says the request is over the model's context window."""
     lowered = text.lower()
     return any(phrase in lowered for phrase in CONTEXT_OVERFLOW_PHRASES)
+
+
+def _seconds(retry_after: str | None) -> float | None:
+    """``Retry-After`` in seconds (the number form; a date is not waited for)."""
+    try:
+        seconds = float(retry_after) if retry_after is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < float("inf") else None
 
 
 def _error_text(text: str) -> str:

@@ -89,6 +89,8 @@ class LlmConnectionError(LlmError):
 class LlmRateLimited(LlmError):
     retriable = True
     away = True  # type: ignore[assignment]
+    #: How long the server asked to wait (``Retry-After``, seconds), if it said.
+    retry_after: float | None = None
 
 
 class LlmServerError(LlmError):

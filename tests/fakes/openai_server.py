@@ -84,6 +84,8 @@ class ScriptedReply:
     content_encoding: str = ""
     #: Seconds the server waits before answering (a slow model).
     delay_s: float = 0.0
+    #: Headers of an error answer (``Retry-After``).
+    headers: tuple[tuple[str, str], ...] = ()
     #: A streamed answer stops after this many words of its content until ``go_on()``.
     pause_after: int = 0
 
@@ -275,13 +277,20 @@ class FakeOpenAIServer:
         )
 
     def reply_error(
-        self, status: int, message: str | None = None, *, model: str | None = None
+        self,
+        status: int,
+        message: str | None = None,
+        *,
+        model: str | None = None,
+        retry_after: str | None = None,
     ) -> None:
-        """An HTTP error with an OpenAI-style ``{"error": {...}}`` body."""
+        """An HTTP error with an OpenAI-style ``{"error": {...}}`` body (``retry_after``:
+        its ``Retry-After`` header)."""
         message = message or f"fake error {status}"
         error = {"message": message, "type": _error_type(status), "code": status}
         body = json.dumps({"error": error}).encode()
-        self.enqueue(ScriptedReply("error", status=status, body=body), model=model)
+        headers = (("retry-after", retry_after),) if retry_after is not None else ()
+        self.enqueue(ScriptedReply("error", status=status, body=body, headers=headers), model=model)
 
     def reply_hang(self, *, partial: str | None = None, model: str | None = None) -> None:
         """Never answer, until ``reset()`` or ``stop()``.
@@ -496,7 +505,12 @@ class FakeOpenAIServer:
             return _error(500, f"no scripted response for request #{serial} (model {model!r})")
         stream = bool(body.get("stream"))
         if reply.kind == "error":
-            return Response(reply.body, status_code=reply.status, media_type="application/json")
+            return Response(
+                reply.body,
+                status_code=reply.status,
+                media_type="application/json",
+                headers=dict(reply.headers),
+            )
         if reply.kind == "raw":
             return _raw(reply)
         release = self._release

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -9,7 +10,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from engine.llm.protocols import ChatModel
-from engine.llm.types import LlmContextOverflow, LlmError, LlmResponse, Message, ToolSchema
+from engine.llm.types import (
+    DeltaCallback,
+    LlmContextOverflow,
+    LlmError,
+    LlmRateLimited,
+    LlmResponse,
+    Message,
+    ToolSchema,
+)
 from engine.session.context.elision import ContextFit
 from engine.session.turn.cancel import CancelScope, TurnCancelled
 from engine.session.turn.emitter import TurnEmitter
@@ -71,6 +80,31 @@ async def call_llm_round(
         return result if fit is None else replace(result, fit=fit)
 
 
+#: The longest ``Retry-After`` the last model left is waited out once before the turn
+#: gives up (a one-model install met every brief rate limit as a failed turn until
+#: 2026-12-07; found by review); a model with a fallback moves on at once.
+RATE_LIMIT_WAIT_S = 10.0
+
+
+async def _complete(
+    model: ChatModel,
+    messages: list[Message],
+    tools: Sequence[ToolSchema],
+    scope: CancelScope,
+    on_delta: DeltaCallback | None,
+    last: bool,
+) -> LlmResponse:
+    try:
+        return await scope.run(model.complete(messages, tools, on_delta=on_delta))
+    except LlmRateLimited as exc:
+        wait = exc.retry_after
+        if not last or wait is None or wait > RATE_LIMIT_WAIT_S:
+            raise
+        log.info("model %s is rate limited: asked again in %g s", model.name, wait)
+        await scope.run(asyncio.sleep(wait))  # /stop ends the wait
+        return await scope.run(model.complete(messages, tools, on_delta=on_delta))
+
+
 def _fitted(messages_for: MessagesFor, fit: ContextFit) -> MessagesFor:
     return lambda hints: fit.apply(messages_for(hints))
 
@@ -104,8 +138,9 @@ async def _ask_candidates(
             hints = model.cache_hints
             messages = messages_for(hints)
         started = time.perf_counter()
+        last = index + 1 == len(candidates)
         try:
-            response = await scope.run(model.complete(messages, tools, on_delta=on_delta))
+            response = await _complete(model, messages, tools, scope, on_delta, last)
         except LlmError as exc:
             detail = f" [{exc.detail}]" if exc.detail else ""
             log.warning("model %s failed: %s%s", model.name, exc, detail)

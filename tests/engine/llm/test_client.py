@@ -440,6 +440,51 @@ async def test_a_gemini_key_that_is_not_valid_falls_back_to_the_next_model(
     assert result.model == "backup"
 
 
+async def test_a_short_retry_after_on_the_last_model_is_waited_out_once(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    """A one-model install met every brief rate limit as a failed turn, though the
+    endpoint said when to ask again (found by review on 2026-12-07)."""
+    fake_openai.reply_error(429, "Rate limit reached", model="only", retry_after="0")
+    fake_openai.reply_text("Hi!", model="only")
+    model = make_model(http, fake_openai.base_url, name="only")
+
+    result = await call_llm_round(
+        [model], lambda _hints: list(USER), [], CancelScope(), TurnEmitter(None)
+    )
+
+    assert result.response.content == "Hi!" and len(fake_openai.requests) == 2
+
+
+@pytest.mark.parametrize("retry_after", [None, "60", "Wed, 21 Oct 2026 07:28:00 GMT"])
+async def test_a_rate_limit_without_a_short_wait_ends_the_turn_at_once(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient, retry_after: str | None
+) -> None:
+    fake_openai.reply_error(429, "Rate limit reached", model="only", retry_after=retry_after)
+    model = make_model(http, fake_openai.base_url, name="only")
+
+    with pytest.raises(TurnFailed, match="Rate limit reached"):
+        await call_llm_round(
+            [model], lambda _hints: list(USER), [], CancelScope(), TurnEmitter(None)
+        )
+
+    assert len(fake_openai.requests) == 1
+
+
+async def test_a_rate_limited_model_with_a_fallback_moves_on_at_once(
+    fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
+) -> None:
+    fake_openai.reply_error(429, "Rate limit reached", model="primary", retry_after="0")
+    fake_openai.reply_text("Hello from the backup.", model="backup")
+    models = [make_model(http, fake_openai.base_url, name=n) for n in ("primary", "backup")]
+
+    result = await call_llm_round(
+        models, lambda _hints: list(USER), [], CancelScope(), TurnEmitter(None)
+    )
+
+    assert result.model == "backup" and len(fake_openai.requests) == 2
+
+
 async def test_a_web_page_for_an_answer_is_said_so_not_shown(
     fake_openai: FakeOpenAIServer, http: httpx.AsyncClient
 ) -> None:
