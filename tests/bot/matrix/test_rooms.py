@@ -38,6 +38,20 @@ def _said(accounts, room):
     return bodies(accounts.alice, room, accounts.bot.user_id)
 
 
+def _edit(person, room, original, body):
+    """``person`` corrects their message ``original`` to ``body`` (as Element sends it)."""
+    corrected = {"msgtype": "m.text", "body": body}
+    person.send(
+        room,
+        {
+            **corrected,
+            "body": f"* {body}",
+            "m.new_content": corrected,
+            "m.relates_to": {"rel_type": "m.replace", "event_id": original},
+        },
+    )
+
+
 def _card(accounts, room):
     """The approval card in ``room`` as Alice sees it (``None`` before it shows)."""
     return next(
@@ -637,16 +651,7 @@ async def test_a_message_corrected_before_the_bot_read_it_is_answered_as_correct
     service, room = await _dm(make_service, accounts)
     await stop(service)
     original = alice.say(room, "delete the staging database")
-    corrected = {"msgtype": "m.text", "body": "delete the staging cache"}
-    alice.send(
-        room,
-        {
-            **corrected,
-            "body": "* delete the staging cache",
-            "m.new_content": corrected,
-            "m.relates_to": {"rel_type": "m.replace", "event_id": original},
-        },
-    )
+    _edit(alice, room, original, "delete the staging cache")
     await make_service()
     await until(lambda: _said(accounts, room))
     assert _said(accounts, room) == ["echo: delete the staging cache"]
@@ -798,16 +803,7 @@ async def test_an_edit_of_a_message_still_waiting_is_what_the_agent_reads(
     await release.asked.wait()
     original = alice.say(room, "delete the staging database")
     await _until_waiting(service, source, ["delete the staging database"])
-    corrected = {"msgtype": "m.text", "body": "delete the staging cache"}
-    alice.send(
-        room,
-        {
-            **corrected,
-            "body": "* delete the staging cache",
-            "m.new_content": corrected,
-            "m.relates_to": {"rel_type": "m.replace", "event_id": original},
-        },
-    )
+    _edit(alice, room, original, "delete the staging cache")
     await _until_waiting(service, source, ["delete the staging cache"])
     release.set()
     await until(lambda: len(_said(accounts, room)) == 2)
