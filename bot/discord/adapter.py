@@ -325,6 +325,16 @@ class DiscordAdapter:
         except Exception:
             report_failure(log, f"receiving Discord message {message.id}")
 
+    async def edited(self, message: discord.Message) -> None:
+        """A person's correction of a message of theirs (Discord lets only its author
+        edit it); a failure here is logged with the message's id."""
+        if not is_said(message):
+            return
+        try:
+            await self._messages.edited(Incoming.of(message, self._me.id))
+        except Exception:
+            report_failure(log, f"receiving an edit of Discord message {message.id}")
+
     async def _take(self, incoming: Incoming) -> int:
         """Stored and queued when it is for the bot and new (it waits while its
         conversation is still to be caught up); 1 when it was."""

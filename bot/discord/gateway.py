@@ -44,6 +44,8 @@ class GatewaySink(Protocol):
 
     async def message(self, message: discord.Message) -> None: ...
 
+    async def edited(self, message: discord.Message) -> None: ...
+
     async def interaction(self, interaction: discord.Interaction) -> None: ...
 
     async def slash(self, interaction: discord.Interaction, name: str, argument: str) -> None: ...
@@ -126,6 +128,9 @@ class DiscordGateway(discord.Client):
 
     async def on_message(self, message: discord.Message) -> None:
         await self._sink.message(message)
+
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        await self._sink.edited(payload.message)
 
     async def on_interaction(self, interaction: discord.Interaction) -> None:
         await self._sink.interaction(interaction)

@@ -30,7 +30,7 @@ from bot.platform.failures import SORRY_MESSAGE, report_failure
 from bot.platform.handover import hand_over, marking
 from bot.platform.outgoing import typing_for_its_turn
 from bot.platform.voice_notes import VoiceNotes
-from engine.hub import ChatHub
+from engine.hub import ChatHub, HubError
 from engine.store import SENDER_KEY
 from memory.service import MemoryService
 
@@ -45,6 +45,8 @@ ROLE_ONLY_MESSAGE = "I could not read that: please mention me by name, not by my
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 #: Discord: "A thread has already been created for this message".
 THREAD_EXISTS = 160004
+#: A message's Discord id in its metadata (an edit finds it so while it waits).
+MESSAGE_ID_KEY = "discord_message_id"
 _COMMAND = re.compile(r"^/([a-z0-9_]{1,32})(?:\s+(.*))?$", re.DOTALL)
 
 
@@ -126,6 +128,30 @@ class MessageHandler:
                 await self._sender.say_in(place[-1], SORRY_MESSAGE.format(error=error))
             return False
 
+    async def edited(self, m: Incoming) -> None:
+        """A person's correction of a message that still waits for its turn: the turn
+        reads it as corrected (until 2026-12-07 every edit was ignored, and the agent
+        acted on the words taken back). One read already keeps its answer; a message
+        with files keeps its words. A channel message the bot answers in a thread of its
+        own waits in that thread: the channel's threads are looked in too."""
+        if m.attachments or not self.addressed(m) or not self._access.is_allowed(m.user_id):
+            return
+        text = m.text(self._me.id)
+        if not text or _COMMAND.match(text):
+            return
+        try:
+            amended = await self._hub.amend(
+                m.source, MESSAGE_ID_KEY, m.message_id, text, by=m.user_id, threads=True
+            )
+        except HubError as exc:
+            await self._sender.say_in(m.channel_id, f"⚠️ {exc}")
+            return
+        log.info(
+            "message %s edited %s",
+            m.message_id,
+            "while it waited" if amended else "after it was read",
+        )
+
     def addressed(self, m: Incoming) -> bool:
         """Whether the bot answers ``m`` at all (checked before anything is stored)."""
         if m.is_bot or m.user_id == self._me.id:
@@ -194,7 +220,7 @@ class MessageHandler:
         if question is not None and await self._answer_question(m, question, text, attachments):
             return False
         metadata: dict[str, Any] = {
-            "discord_message_id": m.message_id,
+            MESSAGE_ID_KEY: m.message_id,
             SENDER_KEY: {"id": m.user_id, "name": m.user_name},
         }
         if attachments:

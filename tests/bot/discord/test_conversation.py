@@ -317,3 +317,31 @@ async def test_a_reply_whose_answer_was_lost_is_posted_once(
     await until(lambda: texts(fake, channel) == ["echo: hi"])
     nonces = {(call.body or {}).get("nonce") for call in fake.calls_to(MESSAGES)}
     assert len(nonces) == 1 and None not in nonces
+
+
+async def test_an_edit_of_a_dm_still_waiting_is_what_the_agent_reads(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    """A DM corrected while the agent was busy with the one before: the agent acted on
+    the words taken back (until 2026-12-07; found by review)."""
+    service = await make_service()
+    release = held(model)
+    channel = fake.dm(ALICE, "first")["channel_id"]
+    await release.asked.wait()
+    waiting = fake.dm(ALICE, "deploy to prod")
+    source = f"discord:{channel}"
+
+    async def says(expected: list[str]) -> None:
+        for _ in range(500):
+            rows = await service.hub.waiting_messages(source)
+            if [row.content for row in rows] == expected:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"never {expected}")
+
+    await says(["deploy to prod"])
+    edited = {**waiting, "content": "deploy to staging", "edited_timestamp": waiting["timestamp"]}
+    fake.dispatch("MESSAGE_UPDATE", edited)
+    await says(["deploy to staging"])
+    release.set()
+    await until(lambda: texts(fake, channel) == ["echo: first", "echo: deploy to staging"])
