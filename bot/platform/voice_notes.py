@@ -21,7 +21,7 @@ from typing import Any
 
 from voice import Transcriber, Transcription, TranscriptionError
 
-__all__ = ["NOT_SET_UP", "VOICE_KINDS", "Heard", "VoiceNotes"]
+__all__ = ["NOT_SET_UP", "VOICE_KINDS", "Heard", "TooLarge", "VoiceNotes"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,10 @@ NOT_SET_UP = (
     "🎤 I cannot transcribe voice messages: no transcription is set up. The owner can set "
     "TRANSCRIBE_MODEL (or add a provider with `chathub providers add`, docs/voice.md)."
 )
+
+
+class TooLarge(ValueError):
+    """A download found the file larger than it may be (its size was not told before)."""
 
 
 @dataclass(slots=True)
@@ -105,7 +109,7 @@ class VoiceNotes:
         """Audio a platform describes (``url``, ``name``, ``mime``, ``size``, ``seconds``,
         ``voice``): refused when too long or large, else downloaded into ``folder`` (in the
         workspace, named after ``stem``) and heard. ``download`` raises ``OSError`` or
-        ``ValueError`` when it cannot."""
+        ``ValueError`` when it cannot, ``TooLarge`` past ``max_bytes``."""
         attachments, problems = [], []
         for index, audio in enumerate(files):
             kind = "voice" if audio.get("voice") else "audio"
@@ -128,6 +132,9 @@ class VoiceNotes:
                 target = self.workspace / relative
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
+            except TooLarge:  # "could not download" until 2026-12-07 (found by review)
+                problems.append(self.refusal(kind, name, self.max_bytes + 1, None) or "")
+                continue
             except (OSError, ValueError) as exc:
                 log.warning("downloading %s failed: %s", name, exc)
                 problems.append(f"I could not download {name}.")

@@ -30,7 +30,7 @@ from bot.platform.front import Front, FrontConfig
 from bot.platform.jobs import Jobs
 from bot.platform.protocols import PairingCode
 from bot.platform.voice_mode import VoiceMode, voice_command
-from bot.platform.voice_notes import VoiceNotes
+from bot.platform.voice_notes import TooLarge, VoiceNotes
 from bot.platform.voice_out import Speak
 from bot.slack.activity import ThreadActivity
 from bot.slack.cards import SlackCards
@@ -255,14 +255,14 @@ class SlackAdapter:
                 if answer.status != 200:
                     raise OSError(f"HTTP {answer.status}")
                 if (answer.content_length or 0) > limit:
-                    raise ValueError("larger than the limit")
+                    raise TooLarge(url)
                 # Read to the end: one read gives what has arrived so far (a clip was cut
                 # to its first 32 KB until 2026-12-06).
                 data = bytearray()
                 async for chunk in answer.content.iter_chunked(_CHUNK_BYTES):
                     data += chunk
                     if len(data) > limit:
-                        raise ValueError("larger than the limit")
+                        raise TooLarge(url)
         except aiohttp.ClientError as exc:  # cut off, refused: "I could not download it"
             # (until 2026-12-06 it went past that, and the message's words were lost)
             raise OSError(f"the download failed: {exc}") from None

@@ -99,6 +99,53 @@ async def test_a_clip_whose_download_breaks_off_is_said_and_the_words_still_answ
     assert fake_openai.transcription_requests == []
 
 
+async def test_a_clip_larger_than_its_message_said_is_told_too_large(
+    fake: FakeSlackServer, make_service, fake_openai: FakeOpenAIServer
+) -> None:
+    """A clip whose message gave no size, found too large while downloading, was "I could
+    not download" (found by review on 2026-12-07): it is told too large, as one whose
+    size was given."""
+
+    async def large(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: audio/webm\r\n")
+        writer.write(b"Content-Length: 5000\r\n\r\n" + bytes(5000))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(large, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    await make_service(
+        transcribe_model="whisper-1", transcribe_base_url=fake_openai.base_url, voice_max_bytes=1024
+    )
+    clip = {
+        "id": "F0BIG",
+        "name": "audio_message.webm",
+        "mimetype": "audio/webm",
+        "subtype": "slack_audio",
+        "url_private": f"http://127.0.0.1:{port}/files-pri/T1-F0BIG/audio_message.webm",
+    }
+    ts = "1999999999.000200"
+    fake.push_event(
+        {
+            "type": "message",
+            "channel": fake.dm_channel(ALICE),
+            "channel_type": "im",
+            "user": ALICE,
+            "text": "please summarise my clip",
+            "ts": ts,
+            "event_ts": ts,
+            "files": [clip],
+        }
+    )
+    try:
+        await until(lambda: any(t.startswith("echo:") for t in said(fake)))
+    finally:
+        server.close()
+    assert "audio_message.webm is too large to transcribe" in said(fake)[0], said(fake)
+    assert fake_openai.transcription_requests == []
+
+
 async def test_a_clip_too_long_is_refused_before_download(
     fake: FakeSlackServer, make_service, fake_openai: FakeOpenAIServer
 ) -> None:
