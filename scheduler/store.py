@@ -929,16 +929,17 @@ def _start(
     if lease is not None:
         statement = _START_RENEWED
         values.update(b_now=lease[0], b_expires=lease[1])
+    # The grants the session starts with are the job's as this commit sees them: a revoke
+    # since the session was made reaches it (later ones reach running sessions). Read
+    # under a share lock: on PostgreSQL a revoke written but not yet committed (it found
+    # no running session: this one is not recorded yet) was passed over, and the run kept
+    # the grants taken back (until 2026-12-07; found by review). The job's row is locked
+    # before the run's, as a deletion locks them (the other order could deadlock).
+    job_id = sa.select(r.c.job_id).where(r.c.id == run_id).scalar_subquery()
+    grants = conn.execute(
+        sa.select(j.c.run_context).where(j.c.id == job_id).with_for_update(read=True)
+    ).scalar()
     if conn.execute(statement, values).rowcount == 1:
-        # The grants the session starts with are the job's as this commit sees them: a
-        # revoke since the session was made reaches it (later ones reach running sessions).
-        # Read under a share lock: on PostgreSQL a revoke written but not yet committed
-        # (it found no running session: this one is not recorded yet) was passed over,
-        # and the run kept the grants taken back (until 2026-12-07; found by review).
-        job_id = sa.select(r.c.job_id).where(r.c.id == run_id).scalar_subquery()
-        grants = conn.execute(
-            sa.select(j.c.run_context).where(j.c.id == job_id).with_for_update(read=True)
-        ).scalar()
         conn.execute(
             chat_sessions.update()
             .where(chat_sessions.c.id == session_id)

@@ -15,9 +15,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.util import await_only
 
-from engine.store import Store
+from engine.store import Store, utcnow
 from scheduler.store import STOPPED, Job, JobStore, NewJob, Run
-from scheduler.tables import scheduled_jobs
+from scheduler.tables import job_runs, scheduled_jobs
 from tests.scheduler.conftest import cron_next_fire
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -774,3 +774,68 @@ async def test_a_revoke_committing_while_a_run_starts_reaches_the_run(
         await other.dispose()
     stored = await store.sessions.get(session.id)
     assert stored is not None and stored.run_context is None, stored
+
+
+async def test_a_delete_while_a_run_starts_is_no_deadlock(
+    store: Store, jobs: JobStore, store_url: str, backend: str
+) -> None:
+    """PostgreSQL: the start took the job's share lock after the run's row, a deletion
+    takes the job's row then the runs': PostgreSQL killed one of them as a deadlock
+    (found by review of the change on 2026-12-07). The start locks the job first."""
+    if backend != "postgresql":
+        pytest.skip("PostgreSQL's row locks")
+    job = await jobs.create(
+        NewJob(
+            kind="cron",
+            title="Disk",
+            prompt="df -h",
+            timezone="UTC",
+            spec="0 * * * *",
+            origin_source="telegram:1",
+            run_context={"allow_tools": ["execute_cmd"], "mcp_servers": []},
+            next_run_at=T0,
+        )
+    )
+    [run] = (await jobs.materialize(T0, cron_next_fire)).runs
+    await jobs.claim("worker-a", T0, LEASE, 1)
+    session = await store.sessions.create("cron", is_interactive=False, is_ephemeral=True)
+    other = create_async_engine(store_url)
+    errors: list[BaseException] = []
+    try:
+        async with other.connect() as conn:
+            deleting = await conn.begin()  # the chat's delete: _delete's first statement
+            await conn.execute(
+                sa.update(scheduled_jobs)
+                .where(scheduled_jobs.c.id == job.id, scheduled_jobs.c.deleted_at.is_(None))
+                .values(deleted_at=utcnow(), enabled=False, next_run_at=None)
+            )
+            starting = asyncio.create_task(
+                jobs.start(run.id, "worker-a", session.id, lease=(T0, T0 + LEASE))
+            )
+            async with other.connect() as watcher:  # until the start waits (or is done)
+                waiting = sa.text("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                for _ in range(500):
+                    if starting.done() or (await watcher.execute(waiting)).scalar():
+                        break
+                    await asyncio.sleep(0.01)
+            try:  # _delete goes on: _request_stop on the job's running runs
+                await conn.execute(
+                    sa.update(job_runs)
+                    .where(
+                        job_runs.c.job_id == job.id,
+                        job_runs.c.status == "running",
+                        job_runs.c.cancel_requested_at.is_(None),
+                    )
+                    .values(cancel_requested_at=utcnow())
+                )
+                await deleting.commit()
+            except Exception as exc:
+                errors.append(exc)
+                await deleting.rollback()
+        try:
+            await asyncio.wait_for(starting, 15)
+        except Exception as exc:
+            errors.append(exc)
+    finally:
+        await other.dispose()
+    assert not errors, [f"{type(e).__name__}: {str(e)[:300]}" for e in errors]
