@@ -60,7 +60,11 @@ def main(argv: list[str] | None = None) -> None:
         except ConfigError as exc:
             raise SystemExit(f"chathub: configuration error: {exc}") from None
         run = run_rules_command if args.command == "rules" else run_providers_command
-        raise SystemExit(asyncio.run(run(args, settings.database_url)))
+        try:
+            status = asyncio.run(run(args, settings.database_url))
+        except ConfigError as exc:  # the database cannot be opened
+            raise SystemExit(f"chathub: configuration error: {exc}") from None
+        raise SystemExit(status)
     if args.command == "setup":
         if not interactive():  # questions nobody sees would wait forever, or read a pipe
             raise SystemExit(
@@ -130,9 +134,10 @@ async def _serve(config: AppConfig) -> None:
 
     try:
         await serve(config)
-    except ApiExposureError as exc:
-        raise SystemExit(f"chathub: configuration error: {exc}") from None
-    except FleetNeedsPostgres as exc:
+    except (ApiExposureError, FleetNeedsPostgres, ConfigError) as exc:
+        # A setting refused as the service starts (a Slack without its secret, a
+        # workspace that is a file, a database that cannot be opened): one sentence, as
+        # one refused as it is read (until 2026-12-07 a traceback; found by review).
         raise SystemExit(f"chathub: configuration error: {exc}") from None
     except (SqliteInUse, OtherBot) as exc:  # a sentence each, naming no secret
         raise SystemExit(f"chathub: {exc}") from None
@@ -148,8 +153,15 @@ async def _chat(config: AppConfig) -> None:
         lock = hold_console_lock(config.settings.database_url)
     except SqliteInUse as exc:
         raise SystemExit(f"chathub: {exc}") from None
+    except ConfigError as exc:
+        raise SystemExit(f"chathub: configuration error: {exc}") from None
     print(f"chathub: the log is in {log_to_file()}", file=sys.stderr, flush=True)
-    engine = await open_engine(config)
+    try:
+        engine = await open_engine(config)
+    except ConfigError as exc:
+        if lock is not None:
+            lock.close()
+        raise SystemExit(f"chathub: configuration error: {exc}") from None
     hub = ChatHub(engine, config.hub, recover_prefix=SOURCE)
     events = hub.events(SOURCE)  # before the hub resumes an interrupted turn
     memory = None

@@ -246,6 +246,7 @@ class Service:
             check_fleet_database(settings.database_url)
         settings.check_slack_events()
         settings.check_matrix_account()
+        settings.check_telegram_webhook()
         # SQLite serves one process: a second serve on the file is refused (SqliteInUse).
         self._serve_lock = hold_serve_lock(settings.database_url)
         self.engine = engine = await open_engine(

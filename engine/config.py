@@ -207,6 +207,8 @@ def read_settings(cls: type[S], **overrides: Any) -> S:
         return cls(**overrides)
     except ValidationError as exc:
         raise ConfigError(describe_errors(exc)) from None
+    except UnicodeDecodeError:  # a Latin-1 password, an old editor's save
+        raise ConfigError(".env: is not UTF-8 text; save it as UTF-8") from None
 
 
 def load_settings(**overrides: Any) -> EngineSettings:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
+from engine.config import ConfigError
+
 __all__ = ["ServeLock", "SqliteInUse", "hold_console_lock", "hold_serve_lock", "lock_path_for"]
 
 
@@ -84,8 +86,13 @@ def _hold(database_url: str, role: str, refusal: Callable[[str, str], str]) -> S
     path = lock_path_for(database_url, role)
     if path is None:
         return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:  # a file where its folder goes: a traceback until 2026-12-07
+        raise ConfigError(
+            f"DATABASE_URL: cannot open the database ({exc.strerror or exc}: {path.parent})"
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

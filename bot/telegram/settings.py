@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode
 
-from engine.config import SETTINGS_CONFIG, http_url, split_csv
+from engine.config import SETTINGS_CONFIG, ConfigError, http_url, split_csv
 
 __all__ = ["TelegramSettings"]
 
@@ -44,6 +44,14 @@ class TelegramSettings(BaseSettings):
             except ValueError:
                 raise ValueError(f"{part!r} is not a numeric Telegram user id") from None
         return ids
+
+    def check_telegram_webhook(self) -> None:
+        """Refuse, naming the variable, a webhook anyone could post updates to."""
+        if self.telegram_webhook_url and not self.telegram_webhook_secret:
+            raise ConfigError(
+                "TELEGRAM_WEBHOOK_SECRET: required with TELEGRAM_WEBHOOK_URL (Telegram sends "
+                "it with every update, and the bot takes no update without it)"
+            )
 
     @field_validator("telegram_api_url")
     @classmethod

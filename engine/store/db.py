@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
 
+from engine.config import ConfigError
 from engine.store.fencing import Fence, current_fence
 from engine.store.migrations import ENGINE, Layer, Migration, discover
 
@@ -579,11 +580,27 @@ def _pending(
 
 
 async def open_database(url: str, layers: Sequence[Layer] = (ENGINE,)) -> Database:
-    """``connect`` and ``migrate`` (see there for ``layers``)."""
-    db = connect(url)
+    """``connect`` and ``migrate`` (see there for ``layers``). A database that cannot be
+    reached or made (PostgreSQL down, an SQLite path under a file) is a ``ConfigError``
+    naming ``DATABASE_URL`` (until 2026-12-07 a traceback; found by review)."""
+    try:
+        db = connect(url)
+    except OSError as exc:  # its folder cannot be made
+        raise ConfigError(f"DATABASE_URL: cannot open the database ({_reason(exc)})") from exc
     try:
         await migrate(db, layers)
+    except (OSError, sa.exc.DBAPIError) as exc:
+        await db.close()
+        raise ConfigError(f"DATABASE_URL: cannot open the database ({_reason(exc)})") from exc
     except BaseException:
         await db.close()
         raise
     return db
+
+
+def _reason(exc: BaseException) -> str:
+    """A database failure in a few words, without the statement or the password."""
+    cause = exc.orig if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None else exc
+    lines = str(cause).splitlines()
+    words = getattr(cause, "strerror", None) or (lines[0] if lines else "")
+    return str(words or type(cause).__name__)[:200]

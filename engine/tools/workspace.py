@@ -7,6 +7,7 @@ import os
 import stat
 from pathlib import Path
 
+from engine.config import ConfigError
 from engine.tools.base import ToolError
 
 __all__ = ["SECRETS_DIR", "Workspace"]
@@ -28,7 +29,13 @@ class Workspace:
 
     def __init__(self, root: Path) -> None:
         root = Path(root).expanduser()
-        root.mkdir(parents=True, exist_ok=True)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file there, no permission: a traceback until 2026-12-07
+            raise ConfigError(
+                f"CHATHUB_WORKSPACE: {root} is not a directory that can be made "
+                f"({exc.strerror or exc}); set it to a directory"
+            ) from None
         # Resolved once: every later comparison is against the canonical root.
         self.root = Path(os.path.realpath(root))
         self.secrets = self.root / SECRETS_DIR

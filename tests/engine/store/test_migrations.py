@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from bot.schema import LAYERS
+from engine.config import ConfigError
 from engine.store import Store, connect, migrate
 from engine.store.db import SQLITE_BUSY_TIMEOUT_MS
 from engine.store.migrations import ENGINE, Layer, discover
@@ -132,7 +133,8 @@ async def test_concurrent_migrations_on_postgresql_serialise() -> None:
 
 async def test_an_unopenable_sqlite_file_fails_instead_of_hanging(tmp_path: Path) -> None:
     async with asyncio.timeout(10):
-        with pytest.raises(sa.exc.OperationalError, match="unable to open database file"):
+        # One sentence naming the setting, the driver's reason in it (2026-12-07).
+        with pytest.raises(ConfigError, match=r"DATABASE_URL: .*unable to open database file"):
             await Store.open(f"sqlite:///{tmp_path}")  # a directory, not a file
 
 
