@@ -203,7 +203,10 @@ class MessageHandler:
         answer; a message with files keeps its words (they hold what the files gave)."""
         if m.files or m.album is not None or m.is_command:
             return
-        if (m.is_group and not self._addressed(m)) or not self._access.is_allowed(m.user_id):
+        # Only its author edits a message, and only one addressed to the bot waits: an
+        # edit that takes the mention out ("never mind") corrects it too (until 2026-12-07
+        # the addressed words stayed; found by review).
+        if not self._access.is_allowed(m.user_id):
             return
         text = self._words(m)
         if not text.strip():

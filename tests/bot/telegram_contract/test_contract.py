@@ -389,6 +389,39 @@ async def test_an_edit_of_a_message_still_waiting_is_what_the_agent_reads(servic
     assert not any("deploy to prod" in json.dumps(r[0]) for r in model.requests)
 
 
+async def test_a_group_edit_that_drops_the_mention_corrects_the_waiting_message(
+    service, telegram, model
+):
+    """ "@bot drop the prod database" edited to "never mind" while it waited: the edit,
+    no longer addressed to the bot, was ignored (found by review on 2026-12-07)."""
+    group = -1004242
+    mention = f"@{telegram.bot_username}"
+    addressed = [{"type": "mention", "offset": 0, "length": len(mention)}]
+    release = held(model)
+    telegram.user_message(
+        group, ALICE, f"{mention} first", chat_type="supergroup", entities=addressed
+    )
+    await release.asked.wait()
+    sent = telegram.user_message(
+        group,
+        ALICE,
+        f"{mention} drop the prod database",
+        chat_type="supergroup",
+        entities=addressed,
+    )
+
+    async def waiting() -> list[str]:
+        return [row.content for row in await service.hub.waiting_messages(f"telegram:{group}")]
+
+    await eventually_true(lambda: _equals(waiting(), [f"{mention} drop the prod database"]))
+    telegram.edited_message(
+        group, ALICE, sent["message"]["message_id"], "never mind", chat_type="supergroup"
+    )
+    await eventually_true(lambda: _equals(waiting(), ["never mind"]))
+    release.set()
+    await eventually(lambda: "echo: never mind" in texts(telegram, group))
+
+
 async def _equals(value, expected) -> bool:  # type: ignore[no-untyped-def]
     return await value == expected
 
