@@ -507,6 +507,35 @@ async def test_an_edit_of_a_message_still_waiting_is_what_the_agent_reads(
     await until(lambda: texts(fake, dm) == ["echo: first", "echo: deploy to staging"])
 
 
+async def test_an_edit_that_overtakes_its_message_waits_for_it(
+    make_service: MakeService, fake: FakeSlackServer, model: EchoModel
+) -> None:
+    """The edit was applied at once while its message was still in its conversation's
+    lane (behind an earlier message's name lookup): nothing waited yet, and the message
+    was queued as first written (found by review on 2026-12-07). It runs after it."""
+    service = await make_service()
+    dm = fake.dm_channel(ALICE)
+    fake.slow("users.info", 1.0)  # the lane's first message waits for its sender's name
+    release = held(model)
+    fake.dm(ALICE, "first")
+    waiting = fake.dm(ALICE, "deploy to prod")
+    edit = {"type": "message", "user": ALICE, "text": "deploy to staging", "ts": waiting.ts}
+    fake.push_event(
+        {
+            "type": "message",
+            "subtype": "message_changed",
+            "channel": dm,
+            "ts": "9.000002",
+            "channel_type": "im",
+            "message": {**edit, "edited": {"user": ALICE, "ts": "9.000002"}},
+        }
+    )
+    await until_true(lambda: _waiting(service, f"slack:{dm}", ["deploy to staging"]))
+    release.set()
+    await until(lambda: "staging" in "".join(texts(fake, dm)))
+    assert "prod" not in "".join(texts(fake, dm)), texts(fake, dm)
+
+
 async def _waiting(service, source: str, expected: list[str]) -> bool:  # type: ignore[no-untyped-def]
     return [row.content for row in await service.hub.waiting_messages(source)] == expected
 
