@@ -11,6 +11,7 @@ is handed back instead (``release``: due for the fleet unless another process to
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -131,7 +132,13 @@ class DeliveryMarks:
         else:
             self._waiting.append(waiter)
         if self._marking is None or self._marking.done():
-            self._marking = asyncio.create_task(self._write(), name="outbox-marks")
+            # In a context of its own: made inside a turn (a voice message a tool sent),
+            # it took the turn's lease check with it, and once that chat was let go
+            # every record it wrote, any chat's, was refused for good (until 2026-12-07;
+            # found by review).
+            self._marking = asyncio.create_task(
+                self._write(), name="outbox-marks", context=contextvars.Context()
+            )
         return waiter
 
     async def _write(self) -> None:

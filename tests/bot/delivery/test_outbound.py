@@ -29,7 +29,9 @@ from bot.delivery import (
 from bot.delivery.errors import RETRY_AFTER_DEFAULT_S, RETRY_AFTER_MIN_S
 from bot.delivery.redelivery import BATCH
 from engine.store import Store
-from tests.bot.delivery.fakes import make_outbound, outbox_rows, wall
+from engine.store.fencing import fenced
+from engine.store.leases import Leases, lease_fence
+from tests.bot.delivery.fakes import FAKE, make_outbound, outbox_rows, wall
 from tests.clock import settle
 
 ALICE, BOB = "alice", "bob"
@@ -608,3 +610,45 @@ async def test_a_database_that_refuses_records_holds_no_part_for_the_retry_pause
     outbox.mark_sent_many = refuses  # type: ignore[method-assign]
     await asyncio.wait_for(out.deliver_rows(rows), 5)  # not a minute per part
     assert len(client.delivered(ALICE)) == 3
+
+
+class _Holds:
+    """A fleet member whose membership holds throughout."""
+
+    def mark(self) -> float:
+        return 0.0
+
+    def tenure_holds(self, mark: float) -> bool:
+        return True
+
+
+async def test_a_send_inside_a_turns_lease_check_leaves_the_marks_free_of_it(
+    store: Store,
+) -> None:
+    """A voice message a tool sent in a fleet turn started the marks' writer, which took
+    the turn's lease check with it: once that chat was let go, every delivery record it
+    wrote, any chat's, was refused for good (found by review on 2026-12-07)."""
+    outbox = OutboxStore(store.db, FAKE, process_id="a")
+    out, client, _time = make_outbound(outbox, tenure=_Holds(), mark_retry_s=0.05)
+    leases = Leases(store.db)
+    lease = await leases.acquire("source:telegram:5", "a", 30.0)
+    assert lease is not None
+    real, hiccups = outbox.mark_sent_many, [ConnectionError("the database was away")]
+
+    async def hiccup_once(sent: Any) -> None:
+        if hiccups:
+            raise hiccups.pop()
+        await real(sent)
+
+    outbox.mark_sent_many = hiccup_once  # type: ignore[method-assign]
+    with fenced(lease_fence(lease)):  # chat 5's turn sends a voice message
+        assert await out.deliver("chat-5", "voice:1:0", {"text": "spoken"}) is not None
+    assert await leases.release(lease)  # the turn ended, the idle chat let go
+    assert await out.deliver("chat-6", "final:2:0", {"text": "hello"}) is not None
+    assert len(client.delivered()) == 2
+    for _ in range(200):  # the marks' retries, 50 ms apart
+        rows = {row["dedupe_key"]: row["status"] for row in await outbox_rows(store)}
+        if rows == {"voice:1:0": "sent", "final:2:0": "sent"}:
+            break
+        await asyncio.sleep(0.05)
+    assert rows == {"voice:1:0": "sent", "final:2:0": "sent"}, rows
