@@ -91,6 +91,7 @@ class FleetWork:
         # each take the source anew and each make it a fresh state, whose consumers would
         # then run one queued row twice.
         self._claiming: dict[str, asyncio.Lock] = {}
+        self._pulling: dict[str, asyncio.Lock] = {}
         self._keeping: asyncio.Task[None] | None = None
 
     def owns(self, source: str) -> bool:
@@ -170,11 +171,15 @@ class FleetWork:
             return await self._claim(source)
 
     async def _claim(self, source: str) -> bool:
-        held = self.ownership.owns(source)
+        held, before = self.ownership.owns(source), self.ownership.epoch(source)
         if not await self.ownership.claim(source):
             return False
         epoch = self.ownership.epoch(source)
-        if held:
+        # Held still, as far as this process knew, but at a new epoch: another process
+        # held it meanwhile (this one paused before its renewal noticed) and answered
+        # what this one had in hand. Taken anew: until 2026-12-07 that was kept, and
+        # the next turn ran those messages again (found by review).
+        if held and epoch == before:
             state = self._sources.get(source)
             if state is not None and state.epoch is None:  # made while held
                 state.epoch = epoch
@@ -261,21 +266,26 @@ class FleetWork:
         has it (a message accepted here, before the hub's start gave it)."""
         if not await self.claim(source):
             return 0
-        state = await self._sources.state(source)
-        rows = await self._engine.store.queue.pending(source)
-        pulled = 0
-        for row in rows:
-            if row.id in state.inbox.seen:
-                continue
-            if row.session_id != state.session_id:
-                await self._engine.store.queue.remove(row.id)  # its session was replaced
-                continue
-            options = SendOptions.from_row(row.is_synthetic, row.metadata, row.options)
-            state.inbox.seen.add(row.id)
-            state.inbox.push(row.content, options, row.id)
-            pulled += 1
-        # A row no longer pending was consumed: it cannot come back, so it need not be kept.
-        state.inbox.seen &= {row.id for row in rows}
+        # One pull of a source at a time: a read that came back late, after another pull
+        # had dropped a consumed row from ``seen``, pushed that row again, and its message
+        # was stored and answered twice (until 2026-12-07; found by review).
+        async with self._pulling.setdefault(source, asyncio.Lock()):
+            state = await self._sources.state(source)
+            rows = await self._engine.store.queue.pending(source)
+            pulled = 0
+            for row in rows:
+                if row.id in state.inbox.seen:
+                    continue
+                if row.session_id != state.session_id:
+                    await self._engine.store.queue.remove(row.id)  # its session was replaced
+                    continue
+                options = SendOptions.from_row(row.is_synthetic, row.metadata, row.options)
+                state.inbox.seen.add(row.id)
+                state.inbox.push(row.content, options, row.id)
+                pulled += 1
+            # A row no longer pending was consumed: it cannot come back, so it need not be
+            # kept.
+            state.inbox.seen &= {row.id for row in rows}
         if pulled:
             (start or self._start)(state)
         return pulled

@@ -1176,3 +1176,115 @@ async def test_a_message_after_a_new_given_elsewhere_is_answered_in_the_fresh_se
         await until(answered)
         stored = await a.engine.store.db.run(user_rows, source)
         assert stored[-1] == (fresh, "after new")
+
+
+async def test_a_chat_claimed_again_at_a_new_epoch_does_not_run_what_the_other_owner_ran(
+    url: str, tmp_path: Path
+) -> None:
+    """a paused (its renewal not run) while b took the chat over, answered what a had in
+    hand and let go; a message reached a, which claimed the chat again at a new epoch as
+    if it were a renewal: its inbox kept what b answered, and the next turn stored and
+    answered it again (found by review on 2026-12-07)."""
+    source = "telegram:87"  # b's by rendezvous: b's scan takes it at once
+    async with member(url, tmp_path, "a", None) as a, member(url, tmp_path, "b", None) as b:
+        fleet = a.hub.fleet
+        assert fleet is not None and b.hub.fleet is not None
+        for m in (a, b):
+            await m.hub.fleet.ownership.refresh_members()  # type: ignore[union-attr]
+        assert await fleet.claim(source)
+        a.model.gate = asyncio.Event()  # a's answers hang (a paused: SIGSTOP)
+        await a.hub.send_message(source, "first")
+        await asyncio.wait_for(a.model.started.wait(), 5)
+        await a.hub.send_message(source, "second")  # in a's inbox, behind the turn
+        # a is paused: its renewals and scans stop, its source lease runs out.
+        for task in (fleet._keeping, fleet._running):
+            assert task is not None
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        epoch_a = fleet.ownership.epoch(source)
+        await a.engine.store.db.run(
+            lambda conn: conn.execute(
+                leases.update()
+                .where(leases.c.name == lease_name(source))
+                .values(expires_at=leases.c.expires_at - 1000)
+            )
+        )
+
+        # b takes the chat over (its scan), resumes "first", answers "second", lets go.
+        async def b_answered_and_let_go() -> bool:
+            got = (await b.engine.store.db.run(transcripts)).get(source, [])
+            holder = await Leases(b.engine.store.db).holder(lease_name(source))
+            queued = await b.engine.store.queue.pending(source)
+            users = [c for r, c in got if r == "user"]
+            return (
+                users == ["first", "second"]
+                and got[-1][0] == "assistant"
+                and (holder is None and not queued)
+            )
+
+        await until(b_answered_and_let_go)
+        # a goes on before its renewal loop notices: a message reaches a, which claims
+        # the chat (again, as it thinks) and runs it.
+        await a.hub.send_message(source, "third")
+        assert fleet.ownership.epoch(source) != epoch_a  # another tenure
+        a.model.gate.set()
+
+        async def third_answered() -> bool:
+            got = (await a.engine.store.db.run(transcripts)).get(source, [])
+            return "third" in [c for r, c in got if r == "user"] and got[-1][0] == "assistant"
+
+        await until(third_answered)  # a second "second" would have run before it
+        got = (await a.engine.store.db.run(transcripts))[source]
+        assert [c for r, c in got if r == "user"] == ["first", "second", "third"], got
+
+
+async def test_a_pull_whose_read_comes_back_late_pushes_no_consumed_row_again(
+    url: str, tmp_path: Path
+) -> None:
+    """Two pulls of one source, the first one's queue read late: the other pull pushed
+    the row, its turn consumed it and dropped it from ``seen``, and the late read pushed
+    it again: stored and answered twice (found by review on 2026-12-07). One pull of a
+    source runs at a time."""
+    async with member(url, tmp_path, "a", None) as a:
+        fleet = a.hub.fleet
+        assert fleet is not None
+        source = "telegram:77"
+        a.model.gate = asyncio.Event()
+        state = await a.hub._sources.state(source)
+        await queue_message(a.engine.store, source, state.session_id, "first", SendOptions(), None)
+        queue = a.engine.store.queue
+        pending, stalled = queue.pending, [True]
+        read, go = asyncio.Event(), asyncio.Event()
+
+        async def slow_first_read(src: str) -> Any:
+            rows = await pending(src)
+            if stalled.pop() if stalled else False:  # a busy pool, a slow round trip
+                read.set()
+                await go.wait()
+            return rows
+
+        queue.pending = slow_first_read  # type: ignore[method-assign]
+        late = asyncio.create_task(fleet.pull(source))  # a WORK notice's pull
+        await asyncio.wait_for(read.wait(), 5)
+        other = asyncio.create_task(fleet.pull(source))  # a scan's, at the same moment
+        sending: asyncio.Task[Any] | None = None
+        for _ in range(50):  # without one pull at a time it runs through at once
+            if other.done():
+                await asyncio.wait_for(a.model.started.wait(), 5)  # "first" consumed
+                # accepted here: its pull reads [second] and drops "first" from ``seen``
+                sending = asyncio.create_task(a.hub.send_message(source, "second"))
+                await asyncio.wait({sending}, timeout=2)
+                break
+            await asyncio.sleep(0.01)
+        go.set()
+        await asyncio.gather(late, other)
+        await (sending if sending is not None else a.hub.send_message(source, "second"))
+        a.model.gate.set()
+
+        async def answered() -> bool:
+            got = (await a.engine.store.db.run(transcripts)).get(source, [])
+            return "second" in [c for r, c in got if r == "user"] and got[-1][0] == "assistant"
+
+        await until(answered)  # a second "first" would have run before it
+        got = (await a.engine.store.db.run(transcripts))[source]
+        assert [content for role, content in got if role == "user"] == ["first", "second"]
