@@ -246,6 +246,10 @@ class ApprovalBroker:
     def is_waiting(self, tool_call_id: int) -> bool:
         return tool_call_id in self._approvals or tool_call_id in self._questions
 
+    def waiting(self) -> list[int]:
+        """The calls whose turns wait here for a decision or an answer."""
+        return [*self._approvals, *self._questions]
+
     # -- internals ---------------------------------------------------------------------
 
     def _vet(self, decider: Decider) -> Callable[[ApprovalRecord], str | None]:

@@ -331,6 +331,11 @@ class LocalNotifier:
     ) -> NoticeStream:
         return self._subscribers.add(channels, capacity)
 
+    def resync(self) -> None:
+        """Every subscriber told to read the tables again, as PostgreSQL's listener does
+        after it reconnects (notices published meanwhile are lost)."""
+        self._subscribers.resync()
+
     async def close(self) -> None:
         self._subscribers.close()
 

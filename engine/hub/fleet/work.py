@@ -463,6 +463,10 @@ class FleetWork:
             await self.scan()  # notices may have been missed: the tables tell
             for source in self.ownership.owned():
                 await self.pull(source)
+            # A decision told while the listener was away: its turn waited for good,
+            # holding the chat (until 2026-12-07; found by review).
+            for call in self._engine.approvals.waiting():
+                await self._engine.deliver_decided(call)
             return
         source = item.payload.get("source")
         if not isinstance(source, str):

@@ -1288,3 +1288,31 @@ async def test_a_pull_whose_read_comes_back_late_pushes_no_consumed_row_again(
         await until(answered)  # a second "first" would have run before it
         got = (await a.engine.store.db.run(transcripts))[source]
         assert [content for role, content in got if role == "user"] == ["first", "second"]
+
+
+async def test_a_decision_missed_by_the_owners_listener_is_delivered_after_its_resync(
+    url: str, tmp_path: Path
+) -> None:
+    """b recorded an approval for a call whose turn waits at a, and told a while a's
+    listener was away: the resync that followed read the queues, never the decisions,
+    and the turn waited for good, holding the chat (found by review on 2026-12-07)."""
+    # Two notifiers: what b publishes while a's listener is down never reaches a.
+    heard_by_a, heard_by_b = LocalNotifier("a"), LocalNotifier("b")
+    async with (
+        member(url, tmp_path, "a", heard_by_a, rules=True) as a,
+        member(url, tmp_path, "b", heard_by_b, rules=True) as b,
+    ):
+        assert a.hub.fleet is not None
+        a.model.add(tool_call("execute_cmd", '{"command": "echo run >> runs.log"}', "c1"))
+        a.model.add(text("Ran it."))
+        await a.hub.fleet.ownership.claim("telegram:7")
+        await a.hub.send_message("telegram:7", "run it")
+        call = await pending_call(a.engine)
+        await b.hub.decide(call, APPROVE, decider=OPERATOR, source="telegram:7")  # at b
+        # a's listening connection is back: its subscribers are told to re-read the tables
+        heard_by_a.resync()
+
+        async def answered() -> bool:
+            return (await a.engine.store.db.run(answers)).get("telegram:7") == ["Ran it."]
+
+        await until(answered, within=5.0)
