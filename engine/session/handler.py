@@ -121,13 +121,17 @@ class ChatSessionHandler:
         consumes: int | None = None,
         also: Callable[[Connection], None] | None = None,
         admitted: Callable[[], Awaitable[bool]] | None = None,
+        revised: Callable[[], str | None] | None = None,
     ) -> TurnResult:
         """Store ``text`` (replacing queued message ``consumes`` and running ``also``, in the
         same commit) and answer it; when ``admitted``, asked once the session is free, says
-        no, the message is dropped unstored (a ``/stop`` came while it waited)."""
+        no, the message is dropped unstored (a ``/stop`` came while it waited). ``revised``,
+        asked then too: its words as the person corrected them meanwhile (an edit)."""
         async with self.processing:
             if admitted is not None and not await admitted():
                 return Cancelled()
+            if revised is not None:
+                text = revised() or text
             scope = self._scopes.fresh()
             emitter = TurnEmitter(emit, records)
             frame = await self._frames.root()

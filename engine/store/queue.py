@@ -138,14 +138,16 @@ def _amend(
     if threads:
         where = where | q.c.source.startswith(f"{source}:", autoescape=True)
     waiting = conn.execute(sa.select(q.c.id, q.c.metadata).where(where, ~q.c.is_synthetic))
-    ids = [row.id for row in waiting if _is_it(row.metadata or {}, key, value, by)]
+    ids = [row.id for row in waiting if matches(row.metadata or {}, key, value, by)]
     if not ids:
         return False
     conn.execute(q.update().where(q.c.id == ids[-1]).values(content=content))
     return True
 
 
-def _is_it(metadata: dict[str, Any], key: str, value: Any, by: str | None) -> bool:
+def matches(metadata: dict[str, Any], key: str, value: Any, by: str | None) -> bool:
+    """Whether a message's ``metadata`` names it ``key`` = ``value``, sent by ``by`` (any
+    sender when ``None``)."""
     if metadata.get(key) != value:
         return False
     sender = metadata.get(SENDER_KEY)

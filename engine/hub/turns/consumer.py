@@ -147,7 +147,12 @@ class InboxConsumer:
         # Prepared inside the turn's guard: a failure there (the database, the agent's
         # lookup) is the turn's, told and recorded; until 2026-12-07 it killed the
         # consumer and the message waited for a restart (found by review).
-        await self._run_turn(state, unit, self._turn(state, unit))
+        state.inbox.in_hand = unit  # an edit may still reach it until it is stored
+        try:
+            await self._run_turn(state, unit, self._turn(state, unit))
+        finally:
+            if state.inbox.in_hand is unit:
+                state.inbox.in_hand = None
 
     async def _turn(self, state: SourceState, unit: Unit) -> None:
         handler = await self._sources.handler(state)
@@ -168,6 +173,11 @@ class InboxConsumer:
             await settle(self._db, [unit])
             return False
 
+        def revised() -> str | None:
+            """Its words as corrected while it waited (read once the session is free)."""
+            state.inbox.in_hand = None  # stored now: an edit from here on is too late
+            return unit.words
+
         await handler.handle_message(
             unit.text,
             is_synthetic=options.is_synthetic,
@@ -182,6 +192,7 @@ class InboxConsumer:
             consumes=unit.queued_id,
             also=unit.also,
             admitted=admitted,
+            revised=revised,
         )
 
     async def _run_turn(

@@ -11,15 +11,15 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
 from engine.hub.types import SendOptions
 from engine.session.protocols import QueuedMessage
 from engine.store.db import Database
-from engine.store.queue import QueuedRow
+from engine.store.queue import QueuedRow, matches
 
 if TYPE_CHECKING:
     from engine.store import Store
@@ -35,11 +35,21 @@ class Unit:
     queued_id: int | None
     epoch: int
     also: Callable[[Connection], None] | None = None
+    #: Its words as the person corrected them since (an edit; the last counts): a unit
+    #: without a queue row has no other place for them.
+    corrected: list[str] = field(default_factory=list)
+
+    @property
+    def words(self) -> str | None:
+        """Its corrected words, if it was corrected."""
+        return self.corrected[-1] if self.corrected else None
 
 
 class SourceInbox:
     def __init__(self) -> None:
         self._pending: deque[Unit] = deque()
+        #: The unit the consumer took and has not stored yet (it may wait for the session).
+        self.in_hand: Unit | None = None
         self.epoch = 0
         self.wake = asyncio.Event()
         #: In a fleet: the queue rows pushed here that may not be consumed yet (the owner
@@ -62,6 +72,18 @@ class SourceInbox:
     def take(self) -> Unit | None:
         """The oldest message: it seeds one turn (messages are never merged here)."""
         return self._pending.popleft() if self._pending else None
+
+    def amend(self, key: str, value: Any, text: str, by: str | None) -> bool:
+        """A waiting message without a queue row (taken in at once by an idle source: an
+        edit reached it while it waited for the session, or for ``debounce_s``) corrected;
+        whether one was (one with a row is corrected in the database)."""
+        for unit in (*self._pending, self.in_hand):
+            if unit is None or unit.queued_id is not None or unit.options.is_synthetic:
+                continue
+            if matches(unit.options.metadata or {}, key, value, by):
+                unit.corrected.append(text)
+                return True
+        return False
 
     def is_current(self, unit: Unit) -> bool:
         return unit.epoch == self.epoch

@@ -61,7 +61,11 @@ class MessageIntake:
         """A waiting message corrected (checked as a message is); whether it still waited.
         Its queue row is what the turn stores and reads, in whichever process runs it."""
         check_text(text, SendOptions(), self._config.max_message_chars)
-        return await self._store.queue.amend(source, key, value, text, by=by, threads=threads)
+        if await self._store.queue.amend(source, key, value, text, by=by, threads=threads):
+            return True
+        # One taken in without a queue row (an idle source's) waits in memory only.
+        states = self._sources.within(source) if threads else [self._sources.get(source)]
+        return any(s is not None and s.inbox.amend(key, value, text, by) for s in states)
 
     async def stop(self, source: str) -> int:
         """Drop the queued messages and stop the turn; how many messages were dropped."""

@@ -89,6 +89,14 @@ class SourceRegistry:
         """The live state of ``source`` (``None``: not in memory; nothing is created)."""
         return self._sources.get(source)
 
+    def within(self, source: str) -> list[SourceState]:
+        """The live states of ``source`` and of its threads (``source:…``)."""
+        return [
+            state
+            for name, state in self._sources.items()
+            if name == source or name.startswith(f"{source}:")
+        ]
+
     async def current_session(self, source: str) -> int | None:
         """The session ``source`` talks to now, if it has one (nothing is created)."""
         state = self._sources.get(source)

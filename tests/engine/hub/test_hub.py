@@ -10,6 +10,7 @@ import pytest
 
 from engine.approval import BypassRequest
 from engine.approval.deciders import OPERATOR
+from engine.config import HubConfig
 from engine.core import Engine
 from engine.hub import (
     APPROVE,
@@ -541,3 +542,67 @@ async def test_stop_while_a_taken_message_waits_for_a_notification_turn_drops_it
     assert "do the long thing" not in [
         c for c, _ in await user_rows(engine, await session_of(hub, "telegram:1"))
     ]
+
+
+# -- a waiting message corrected -----------------------------------------------------------
+
+SOURCE = "telegram:1"
+_EDITED = {"telegram_message_id": 7, "sender": {"id": "1", "name": "Alice"}}
+
+
+async def test_an_edit_reaches_a_message_waiting_behind_a_notifications_turn(
+    hub: ChatHub, engine: Engine, model, manual_sleep
+) -> None:
+    """A message to a source that looks idle is taken in without a queue row (its
+    platform keeps its own record): waiting behind a notification's turn, an edit of it
+    found no row, and the agent read the words taken back (found by review on
+    2026-12-07)."""
+    marks = Marks(engine)
+    await marks.create()
+    await hub.set_home(SOURCE)
+    release = held(model)
+    events = hub.events(SOURCE)
+    hub.notify(Notification("cron", "job_done", "backup finished"))
+    await manual_sleep.release(hub.config.notify_window_s)
+    await asyncio.wait_for(release.asked.wait(), 5)  # the agent is busy (a notification)
+    await hub.send_message(
+        SOURCE,
+        "deploy to prod",
+        SendOptions(metadata=dict(_EDITED)),
+        also=marks.mark("u1"),
+        redelivered_if_lost=True,
+    )
+    assert await hub.amend(SOURCE, "telegram_message_id", 7, "deploy to staging")
+    release.set()
+    rows: list[str] = []
+    for _ in range(3):
+        await wait_done(events)
+        rows = [c for c, _ in await user_rows(engine, await session_of(hub, SOURCE))]
+        if any(row.startswith("deploy") for row in rows):
+            break
+    assert "deploy to staging" in rows and "deploy to prod" not in rows, rows
+
+
+async def test_an_edit_reaches_a_message_waiting_out_the_debounce(engine: Engine, model) -> None:
+    sleep = ManualSleep()
+    hub = ChatHub(engine, HubConfig(idle_evict_s=60, debounce_s=2.0), sleep=sleep)
+    await hub.start()
+    try:
+        marks = Marks(engine)
+        await marks.create()
+        events = hub.events(SOURCE)
+        await hub.send_message(
+            SOURCE,
+            "deploy to prod",
+            SendOptions(metadata=dict(_EDITED)),
+            also=marks.mark("u1"),
+            redelivered_if_lost=True,
+        )
+        assert await hub.amend(SOURCE, "telegram_message_id", 7, "deploy to staging")
+        assert not await hub.amend(SOURCE, "telegram_message_id", 8, "another message")
+        await sleep.release(2.0)
+        await wait_done(events)
+        rows = [c for c, _ in await user_rows(engine, await session_of(hub, SOURCE))]
+        assert rows == ["deploy to staging"]
+    finally:
+        await hub.close()
