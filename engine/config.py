@@ -285,6 +285,8 @@ def _models(settings: EngineSettings, entries: Any) -> tuple[ModelConfig, ...]:
         problem = _model_problem(entry)
         if problem:
             raise ConfigError(f"CHATHUB_CONFIG: models[{index}] ({entry['name']}) {problem}")
+        if "base_url" in entry:
+            entry = {**entry, "base_url": http_url(entry["base_url"])}
         by_name[entry["name"]] = ModelConfig(**{**defaults, **entry})
     ordered = [by_name.pop(n, None) or ModelConfig(name=n, **defaults) for n in names]
     ordered.extend(by_name.values())
@@ -301,10 +303,13 @@ def _model_problem(entry: dict[str, Any]) -> str | None:
     if not entry["name"].strip():
         return "name must not be empty"
     base_url = entry.get("base_url")
-    if base_url is not None and not (
-        isinstance(base_url, str) and base_url.startswith(("http://", "https://"))
-    ):
-        return "base_url must start with http:// or https://"
+    if base_url is not None:
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            return "base_url must start with http:// or https://"
+        try:  # as LLM_BASE_URL is: a port past 65535 passed here until 2026-12-07 (review)
+            http_url(base_url)
+        except ValueError as exc:
+            return f"base_url: {exc}"
     if not isinstance(entry.get("api_key", ""), str):
         return "api_key must be a string"
     for key in ("cache_hints", "stream", "strict_tool_schemas"):

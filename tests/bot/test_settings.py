@@ -345,6 +345,10 @@ def test_engine_limits_left_out_keep_their_defaults(tmp_path: Path) -> None:
             '[[models]]\nname = "m"\nbase_url = "ftp://x"\n',
             r"models\[0\] \(m\) base_url must start",
         ),
+        (  # checked as LLM_BASE_URL is (until 2026-12-07 a bad port passed; review)
+            '[[models]]\nname = "m"\nbase_url = "http://x:99999/v1"\n',
+            r"models\[0\] \(m\) base_url: .*not a URL",
+        ),
         ('[[models]]\nname = "m"\ntimeout_s = "fast"\n', r"models\[0\] \(m\) timeout_s must be"),
         ('[[models]]\nname = "m"\ntimeout_s = 0\n', r"models\[0\] \(m\) timeout_s must be"),
         ('[[models]]\nname = "m"\ncache_hints = "yes"\n', r"models\[0\] \(m\) cache_hints must be"),
