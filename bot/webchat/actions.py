@@ -32,6 +32,7 @@ from bot.webchat.protocol import (
     Notice,
     Ping,
     Pong,
+    QueuedMessageFrame,
     RejectTool,
     Resume,
     SendMessage,
@@ -39,7 +40,7 @@ from bot.webchat.protocol import (
     Stop,
 )
 from bot.webchat.rooms import Rooms
-from bot.webchat.translate import BYPASS_SECS
+from bot.webchat.translate import BYPASS_SECS, attachments_of
 from bot.webchat.uploads import AttachmentError, Uploads
 from bot.webchat.voice import carries_sound, hear
 from engine.approval import OPERATOR
@@ -181,11 +182,20 @@ class Actions:
         reply: Reply,
     ) -> None:
         options = SendOptions(metadata={"attachments": files}) if files else None
+        waits = self._hub.is_processing(source)  # behind the running turn
         try:
             queued = await self._hub.send_message(source, text, options)
         except HubError as exc:  # the hub's refusals are sentences meant for people
             await reply.send(ErrorFrame(code="refused", message=str(exc), ref=ref))
             return
+        if waits and queued is not None:
+            # Every tab shows it waiting, as a tab opened now does: until 2026-12-07 the
+            # open ones (the sender's too) showed nothing until its turn came (review).
+            # Before the turn's own frames: the page moves it when its turn takes it.
+            waiting = QueuedMessageFrame(
+                queued_id=queued, text=text, attachments=attachments_of(files)
+            )
+            await self._rooms.broadcast(source, waiting)
         await reply.send(Accepted(ref=ref, queued_id=queued))
 
     async def _answers_question(

@@ -268,6 +268,27 @@ async def test_a_tab_opened_while_a_message_waits_for_its_turn_is_shown_it(
         await second.until("done")
 
 
+async def test_the_open_tabs_are_shown_a_message_waiting_for_its_turn(
+    server: ChatServer, fake_openai: FakeOpenAIServer
+):
+    """Only a tab opened afterwards was: the tab already open, and the sender's own, showed
+    nothing until its turn came (found by review on 2026-12-07)."""
+    fake_openai.reply_tool_calls(write_call("w1"))
+    fake_openai.reply_text("Wrote it.")
+    sender = await server.client()
+    other = await server.client()
+    await sender.send(type="message", text="write a", ref="m1")
+    await sender.until("approval_required")
+    await other.until("approval_required")
+    await sender.send(type="message", text="and also b", ref="m2")
+    seen_by_sender = await sender.until("accepted", ref="m2")
+    await other.send(type="ping", ref="p")
+    seen_by_other = await other.until("pong")
+    for frames in (seen_by_sender, seen_by_other):
+        shown = [(f["queued_id"], f["text"]) for f in frames if f["type"] == "queued_message"]
+        assert shown == [(seen_by_sender[-1]["queued_id"], "and also b")]
+
+
 async def test_text_beside_tool_calls_is_a_thinking_delta(
     server: ChatServer, fake_openai: FakeOpenAIServer
 ):
