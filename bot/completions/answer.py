@@ -146,10 +146,9 @@ class Answer:
             self._done()
 
     async def _pieces(self) -> AsyncIterator[Piece]:
-        if not self._turn.running:  # a request sent again: its answer, read back
-            yield Piece(self._turn.answer or "")
-            return
-        async for piece in self._turn.pieces():
+        # A request sent again: its answer, read back.
+        pieces = self._turn.pieces() if self._turn.running else _one(self._turn.answer)
+        async for piece in pieces:
             if piece.usage is not None:
                 self._tokens = piece.usage
             if piece.truncated:
@@ -384,3 +383,7 @@ def _internal_error(what: str) -> ApiError:
 def _interrupted() -> ApiError:
     """The service stopped before the answer was complete (``INTERRUPTED``)."""
     return ApiError(503, INTERRUPTED.text, code="service_unavailable", kind="server_error")
+
+
+async def _one(piece: Piece | None) -> AsyncIterator[Piece]:
+    yield piece if piece is not None else Piece("")

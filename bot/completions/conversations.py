@@ -35,7 +35,7 @@ from sqlalchemy.engine import Connection
 from bot.completions.layer import SOURCE_PREFIX
 from bot.completions.tables import api_conversation_heads as heads_table
 from bot.completions.tables import api_conversations as c
-from engine.session import CARRIED_KEY
+from engine.session import CARRIED_KEY, TRUNCATED_KEY
 from engine.store import Database, PerDialect, Prepared, insert_for, quick_unit, utcnow
 from engine.store import chat_history as h
 from engine.store import chat_llm_tools as tools
@@ -96,6 +96,10 @@ class AnswerTo:
     failed: bool
     #: The session holds no positioned message at all (written before positions were).
     legacy: bool
+    #: The answer's tokens (prompt, completion), as stored with it.
+    usage: tuple[int, int] | None = None
+    #: The answer was cut at the model's token limit (``finish_reason`` ``length``).
+    truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,7 +398,7 @@ def _answer_to(conn: Connection, session_id: int, position: int) -> AnswerTo:
     if asked.status == "failed":
         return AnswerTo(stored=True, answer=None, failed=True, legacy=False)
     final = (
-        answers_in(session_id, h.c.content)
+        answers_in(session_id, h.c.content, h.c.input_tokens, h.c.output_tokens, h.c.metadata)
         .where(
             h.c.id > asked.id,
             h.c.status == "ok",
@@ -404,8 +408,17 @@ def _answer_to(conn: Connection, session_id: int, position: int) -> AnswerTo:
         .limit(1)
     )
     row = conn.execute(final).first()
+    if row is None:
+        return AnswerTo(stored=True, answer=None, failed=False, legacy=False)
+    # Read back as it was given (until 2026-12-07 a request sent again was told "stop" and
+    # no tokens for an answer cut at the token limit; found by review).
     return AnswerTo(
-        stored=True, answer=None if row is None else row.content, failed=False, legacy=False
+        stored=True,
+        answer=row.content,
+        failed=False,
+        legacy=False,
+        usage=(row.input_tokens or 0, row.output_tokens or 0),
+        truncated=bool((row.metadata or {}).get(TRUNCATED_KEY)),
     )
 
 

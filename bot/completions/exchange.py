@@ -114,7 +114,7 @@ class Turn:
         *,
         running: bool = True,
         source: str | None = None,
-        answer: str | None = None,
+        answer: Piece | None = None,
         holds: bool = True,
     ) -> None:
         self._exchange = exchange
@@ -122,7 +122,7 @@ class Turn:
         self._mine = mine
         self._source = source
         #: Whether there is a turn to follow (``False``: a retried request whose answer
-        #: is already in the conversation: ``answer``, read back).
+        #: is already in the conversation: ``answer``, read back with its tokens).
         self.running = running
         self.answer = answer
         #: Whether the conversation is to hold the answer as the client gets it (not when
@@ -179,7 +179,8 @@ class Exchange:
                 # tools too; found by review).
                 state = await answered()
             if state.answer is not None:
-                return Turn(self, events, None, running=False, answer=state.answer, holds=holds)
+                read_back = Piece(state.answer, usage=state.usage, truncated=state.truncated)
+                return Turn(self, events, None, running=False, answer=read_back, holds=holds)
             if not state.failed and working:
                 # Its turn runs (follow it from now), or it waits for one (its echo first).
                 mine = None if state.stored else text

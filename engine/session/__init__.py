@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from engine.session.outcomes import Failed, Final, TurnResult, background_error
     from engine.session.protocols import ApprovalPolicy, Decision
     from engine.session.turn.gate import AllowAll
+    from engine.session.turn.loop import TRUNCATED_KEY
 
 #: What the outer layers use besides, loaded on first use (PEP 562): importing the
 #: face costs nothing more, and no cycle runs through it.
@@ -50,6 +51,7 @@ _LAZY = {
     "ApprovalPolicy": "engine.session.protocols",
     "ApprovalRequired": "engine.session.events",
     "CARRIED_KEY": "engine.session.context.transcript",
+    "TRUNCATED_KEY": "engine.session.turn.loop",
     "ChatSessionHandler": "engine.session.handler",
     "CompactionConfig": "engine.session.context.compaction",
     "CompactionError": "engine.session.context.compaction",
@@ -82,6 +84,7 @@ _LAZY = {
 
 __all__ = [
     "CARRIED_KEY",
+    "TRUNCATED_KEY",
     "AgentEnd",
     "AgentStart",
     "AllowAll",

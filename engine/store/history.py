@@ -258,6 +258,7 @@ def insert_assistant(
             "output_tokens": record.output_tokens,
             "cost": record.cost,
             "duration_ms": record.duration_ms,
+            "metadata": record.metadata,
             "created_at": now,
         },
     )
@@ -295,7 +296,7 @@ def insert_assistant(
         status="ok",
         is_synthetic=record.is_synthetic,
         reasoning_content=record.reasoning_content,
-        metadata=None,
+        metadata=record.metadata,
         created_at=now,
         model=record.model,
         input_tokens=record.input_tokens,

@@ -105,3 +105,6 @@ class AssistantRecord:
     cost: float | None = None
     duration_ms: int | None = None
     is_synthetic: bool = False
+    #: What is kept with it beside (a final answer cut at the model's token limit:
+    #: ``{"truncated": true}``, read back by the OpenAI API for a request sent again).
+    metadata: dict[str, Any] | None = None

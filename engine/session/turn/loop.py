@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from engine.bus.chat import ToolCallEvent
@@ -20,6 +21,10 @@ from engine.session.turn.turn_env import TurnEnv
 from engine.store.rows import AssistantRecord, MessageRow, NewToolCall
 
 RequestBuilder = Callable[[TurnEnv, bool], list[Message]]
+
+#: A final answer's metadata when the model's token limit cut it (``finish_reason``
+#: ``length``): a request sent again is told so too (the OpenAI-compatible API).
+TRUNCATED_KEY = "truncated"
 
 
 async def run_agent_turn(
@@ -73,9 +78,10 @@ async def inject_pending_input(env: TurnEnv, pending: PendingUserInput) -> None:
 async def _finish(env: TurnEnv, round_: RoundResult, collected: list[ToolCallEvent]) -> Final:
     response = round_.response
     also = env.emitter.answer_unit(response.content or "")
-    row = await env.store.history.append_assistant(
-        env.frame.id, _assistant_record(round_), also=also
-    )
+    record = _assistant_record(round_)
+    if response.finish_reason == "length":  # kept: a request sent again is told so too
+        record = replace(record, metadata={TRUNCATED_KEY: True})
+    row = await env.store.history.append_assistant(env.frame.id, record, also=also)
     failpoint("after_final_row")
     env.transcript.add(row)
     return Final(

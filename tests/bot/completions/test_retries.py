@@ -355,3 +355,30 @@ async def test_a_request_sent_again_as_its_turn_ends_never_runs_it_again(
         again = await http.post("/v1/chat/completions", json={**body, "stream": False})
     assert len(fake_openai.requests) == 2  # the message ran once
     assert said(again) == ANSWER
+
+
+async def test_a_retry_read_back_keeps_finish_reason_and_usage(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """An answer cut at the model's token limit, read back for a request sent again, came
+    with ``finish_reason: "stop"`` and no tokens: the client was told it was whole and
+    cost nothing (found by review on 2026-12-07)."""
+    fake_openai.reply_text("Hello.")
+    fake_openai.reply_text(
+        "The three reasons are: first, the", finish_reason="length", usage=(120, 7)
+    )
+    history = [{"role": "user", "content": "hi"}]
+    async with v1.client() as client:
+        hello = await client.chat.completions.create(model="main", messages=history)
+        history += [
+            {"role": "assistant", "content": hello.choices[0].message.content},
+            {"role": "user", "content": "give me three reasons"},
+        ]
+        first = await client.chat.completions.create(model="main", messages=history)
+        asked = len(fake_openai.requests)
+        again = await client.chat.completions.create(model="main", messages=history)
+    assert len(fake_openai.requests) == asked  # read back, not run again
+    assert again.choices[0].message.content == first.choices[0].message.content
+    assert first.choices[0].finish_reason == "length"
+    assert again.choices[0].finish_reason == "length"
+    assert (again.usage.prompt_tokens, again.usage.completion_tokens) == (120, 7)
