@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -732,24 +733,7 @@ async def test_a_revoke_committing_while_a_run_starts_reaches_the_run(
     2026-12-07). The start now waits for it."""
     if backend != "postgresql":
         pytest.skip("two writers at once: PostgreSQL's (SQLite serialises them)")
-    granted = {"allow_tools": ["execute_cmd"], "mcp_servers": []}
-    job = await jobs.create(
-        NewJob(
-            kind="cron",
-            title="Disk",
-            prompt="df -h",
-            timezone="UTC",
-            spec="0 * * * *",
-            origin_source="telegram:1",
-            run_context=granted,
-            next_run_at=T0,
-        )
-    )
-    [run] = (await jobs.materialize(T0, cron_next_fire)).runs
-    await jobs.claim("worker-a", T0, LEASE, 1)
-    session = await store.sessions.create(
-        "cron", is_interactive=False, is_ephemeral=True, run_context=granted
-    )
+    job, run, session = await _claimed_run(store, jobs)
     other = create_async_engine(store_url)
     try:
         async with other.connect() as conn:
@@ -762,12 +746,7 @@ async def test_a_revoke_committing_while_a_run_starts_reaches_the_run(
             starting = asyncio.create_task(
                 jobs.start(run.id, "worker-a", session.id, lease=(T0, T0 + LEASE))
             )
-            async with other.connect() as watcher:  # until the start waits (or is done)
-                waiting = sa.text("SELECT count(*) FROM pg_locks WHERE NOT granted")
-                for _ in range(1000):
-                    if starting.done() or (await watcher.execute(waiting)).scalar():
-                        break
-                    await asyncio.sleep(0.01)
+            await _until_waiting_or_done(other, starting)
             await revoke.commit()
         assert await asyncio.wait_for(starting, 10) == "started"
     finally:
@@ -784,21 +763,7 @@ async def test_a_delete_while_a_run_starts_is_no_deadlock(
     (found by review of the change on 2026-12-07). The start locks the job first."""
     if backend != "postgresql":
         pytest.skip("PostgreSQL's row locks")
-    job = await jobs.create(
-        NewJob(
-            kind="cron",
-            title="Disk",
-            prompt="df -h",
-            timezone="UTC",
-            spec="0 * * * *",
-            origin_source="telegram:1",
-            run_context={"allow_tools": ["execute_cmd"], "mcp_servers": []},
-            next_run_at=T0,
-        )
-    )
-    [run] = (await jobs.materialize(T0, cron_next_fire)).runs
-    await jobs.claim("worker-a", T0, LEASE, 1)
-    session = await store.sessions.create("cron", is_interactive=False, is_ephemeral=True)
+    job, run, session = await _claimed_run(store, jobs)
     other = create_async_engine(store_url)
     errors: list[BaseException] = []
     try:
@@ -812,12 +777,7 @@ async def test_a_delete_while_a_run_starts_is_no_deadlock(
             starting = asyncio.create_task(
                 jobs.start(run.id, "worker-a", session.id, lease=(T0, T0 + LEASE))
             )
-            async with other.connect() as watcher:  # until the start waits (or is done)
-                waiting = sa.text("SELECT count(*) FROM pg_locks WHERE NOT granted")
-                for _ in range(500):
-                    if starting.done() or (await watcher.execute(waiting)).scalar():
-                        break
-                    await asyncio.sleep(0.01)
+            await _until_waiting_or_done(other, starting)
             try:  # _delete goes on: _request_stop on the job's running runs
                 await conn.execute(
                     sa.update(job_runs)
@@ -839,3 +799,36 @@ async def test_a_delete_while_a_run_starts_is_no_deadlock(
     finally:
         await other.dispose()
     assert not errors, [f"{type(e).__name__}: {str(e)[:300]}" for e in errors]
+
+
+async def _claimed_run(store: Store, jobs: JobStore) -> tuple[Job, Run, Any]:
+    """A job granted ``execute_cmd``, its run claimed by worker-a, the run's session."""
+    granted = {"allow_tools": ["execute_cmd"], "mcp_servers": []}
+    job = await jobs.create(
+        NewJob(
+            kind="cron",
+            title="Disk",
+            prompt="df -h",
+            timezone="UTC",
+            spec="0 * * * *",
+            origin_source="telegram:1",
+            run_context=granted,
+            next_run_at=T0,
+        )
+    )
+    [run] = (await jobs.materialize(T0, cron_next_fire)).runs
+    await jobs.claim("worker-a", T0, LEASE, 1)
+    session = await store.sessions.create(
+        "cron", is_interactive=False, is_ephemeral=True, run_context=granted
+    )
+    return job, run, session
+
+
+async def _until_waiting_or_done(engine: Any, task: asyncio.Task[Any]) -> None:
+    """Until ``task`` waits for a row lock (PostgreSQL says so), or is done."""
+    async with engine.connect() as watcher:
+        waiting = sa.text("SELECT count(*) FROM pg_locks WHERE NOT granted")
+        for _ in range(1000):
+            if task.done() or (await watcher.execute(waiting)).scalar():
+                return
+            await asyncio.sleep(0.01)

@@ -77,19 +77,7 @@ async def test_a_clip_whose_download_breaks_off_is_said_and_the_words_still_answ
         "duration_ms": 3000,
         "url_private": f"http://127.0.0.1:{port}/files-pri/T1-F0CUT/audio_message.webm",
     }
-    ts = "1999999999.000100"
-    fake.push_event(
-        {
-            "type": "message",
-            "channel": dm,
-            "channel_type": "im",
-            "user": ALICE,
-            "text": "please summarise my clip",
-            "ts": ts,
-            "event_ts": ts,
-            "files": [clip],
-        }
-    )
+    _clip_in_a_dm(fake, dm, clip, "1999999999.000100")
     try:
         await until(lambda: any(t.startswith("echo:") for t in said(fake)))
     finally:
@@ -125,19 +113,7 @@ async def test_a_clip_larger_than_its_message_said_is_told_too_large(
         "subtype": "slack_audio",
         "url_private": f"http://127.0.0.1:{port}/files-pri/T1-F0BIG/audio_message.webm",
     }
-    ts = "1999999999.000200"
-    fake.push_event(
-        {
-            "type": "message",
-            "channel": fake.dm_channel(ALICE),
-            "channel_type": "im",
-            "user": ALICE,
-            "text": "please summarise my clip",
-            "ts": ts,
-            "event_ts": ts,
-            "files": [clip],
-        }
-    )
+    _clip_in_a_dm(fake, fake.dm_channel(ALICE), clip, "1999999999.000200")
     try:
         await until(lambda: any(t.startswith("echo:") for t in said(fake)))
     finally:
@@ -321,3 +297,19 @@ async def test_a_file_beside_an_audio_clip_is_said_to_be_unread(
     )
     await until(lambda: any(t.startswith("echo:") for t in said(fake)))
     assert any(FILES_NOT_READ in t for t in said(fake)), said(fake)
+
+
+def _clip_in_a_dm(fake: FakeSlackServer, dm: str, clip: dict[str, Any], ts: str) -> None:
+    """Alice's DM asking about ``clip`` (a file whose server the test runs)."""
+    fake.push_event(
+        {
+            "type": "message",
+            "channel": dm,
+            "channel_type": "im",
+            "user": ALICE,
+            "text": "please summarise my clip",
+            "ts": ts,
+            "event_ts": ts,
+            "files": [clip],
+        }
+    )

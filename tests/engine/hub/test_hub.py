@@ -550,6 +550,17 @@ SOURCE = "telegram:1"
 _EDITED = {"telegram_message_id": 7, "sender": {"id": "1", "name": "Alice"}}
 
 
+async def _platforms_message(hub: ChatHub, marks: Marks, text: str) -> None:
+    """Message 7, as Telegram's handler gives it: redeliverable, marked with its update."""
+    await hub.send_message(
+        SOURCE,
+        text,
+        SendOptions(metadata=dict(_EDITED)),
+        also=marks.mark("u1"),
+        redelivered_if_lost=True,
+    )
+
+
 async def test_an_edit_reaches_a_message_waiting_behind_a_notifications_turn(
     hub: ChatHub, engine: Engine, model, manual_sleep
 ) -> None:
@@ -565,13 +576,7 @@ async def test_an_edit_reaches_a_message_waiting_behind_a_notifications_turn(
     hub.notify(Notification("cron", "job_done", "backup finished"))
     await manual_sleep.release(hub.config.notify_window_s)
     await asyncio.wait_for(release.asked.wait(), 5)  # the agent is busy (a notification)
-    await hub.send_message(
-        SOURCE,
-        "deploy to prod",
-        SendOptions(metadata=dict(_EDITED)),
-        also=marks.mark("u1"),
-        redelivered_if_lost=True,
-    )
+    await _platforms_message(hub, marks, "deploy to prod")
     assert await hub.amend(SOURCE, "telegram_message_id", 7, "deploy to staging")
     release.set()
     rows: list[str] = []
@@ -591,13 +596,7 @@ async def test_an_edit_reaches_a_message_waiting_out_the_debounce(engine: Engine
         marks = Marks(engine)
         await marks.create()
         events = hub.events(SOURCE)
-        await hub.send_message(
-            SOURCE,
-            "deploy to prod",
-            SendOptions(metadata=dict(_EDITED)),
-            also=marks.mark("u1"),
-            redelivered_if_lost=True,
-        )
+        await _platforms_message(hub, marks, "deploy to prod")
         assert await hub.amend(SOURCE, "telegram_message_id", 7, "deploy to staging")
         assert not await hub.amend(SOURCE, "telegram_message_id", 8, "another message")
         await sleep.release(2.0)
