@@ -113,7 +113,8 @@ async def test_a_message_edited_or_deleted_while_its_turn_runs_is_answered_once(
     release = held(model)
     pushed = fake.dm(ALICE, "think about it")
     channel = pushed["channel_id"]
-    await until(lambda: service.hub.is_processing(f"discord:{channel}"))
+    # Read: the model was asked (an edit before that corrects it, since 2026-12-07).
+    await release.asked.wait()
     fake.dispatch("MESSAGE_UPDATE", {**copy.deepcopy(pushed), "content": "changed my mind"})
     fake.dispatch("MESSAGE_DELETE", {"id": pushed["id"], "channel_id": channel})
     release.set()
