@@ -141,7 +141,11 @@ class FleetWork:
         row's id."""
         owned = self.ownership.owns(source)
         chosen = None if owned else pick(source, self.ownership.members)
-        if not owned and chosen == self.ownership.owner:
+        if owned or chosen == self.ownership.owner:
+            # Claimed (renewed) before the row is written: a lease this process still
+            # thought it held may have moved meanwhile (a /new given elsewhere), and the
+            # row went to the old session, then dropped as its session's (until
+            # 2026-12-07; found by review).
             owned = await self.claim(source)
         if not owned:
             self._sources.forget(source)  # its session as the database has it now
@@ -460,13 +464,14 @@ class FleetWork:
 
     async def _on_notice(self, item: Notice | Resync) -> None:
         if isinstance(item, Resync):
+            # A decision told while the listener was away: its turn waited for good,
+            # holding the chat (until 2026-12-07; found by review). First: a failure of
+            # the scan below must not skip it.
+            for call in self._engine.approvals.waiting():
+                await self._engine.deliver_decided(call)
             await self.scan()  # notices may have been missed: the tables tell
             for source in self.ownership.owned():
                 await self.pull(source)
-            # A decision told while the listener was away: its turn waited for good,
-            # holding the chat (until 2026-12-07; found by review).
-            for call in self._engine.approvals.waiting():
-                await self._engine.deliver_decided(call)
             return
         source = item.payload.get("source")
         if not isinstance(source, str):

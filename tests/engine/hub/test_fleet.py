@@ -28,7 +28,7 @@ from engine.llm.types import LlmResponse
 from engine.session.turn.gate import AllowAll
 from engine.store.fencing import Fenced, fenced
 from engine.store.leases import Leases, lease_fence
-from engine.store.notify import LocalNotifier
+from engine.store.notify import LocalNotifier, Resync
 from engine.store.schema import (
     chat_history,
     chat_sessions,
@@ -1311,6 +1311,107 @@ async def test_a_decision_missed_by_the_owners_listener_is_delivered_after_its_r
         await b.hub.decide(call, APPROVE, decider=OPERATOR, source="telegram:7")  # at b
         # a's listening connection is back: its subscribers are told to re-read the tables
         heard_by_a.resync()
+
+        async def answered() -> bool:
+            return (await a.engine.store.db.run(answers)).get("telegram:7") == ["Ran it."]
+
+        await until(answered, within=5.0)
+
+
+async def test_a_message_at_a_stale_holder_after_new_elsewhere_is_answered_in_the_fresh_session(
+    url: str, tmp_path: Path
+) -> None:
+    """a held the chat (as far as it knew) but was paused past its lease; b took it, gave
+    /new and let go. A message reaching a was queued for a's old session before the claim
+    found the new epoch, then removed as its session's: acknowledged, never answered
+    (found by review of that day's fleet change on 2026-12-07)."""
+    source = "telegram:87"
+    async with member(url, tmp_path, "a", None) as a, member(url, tmp_path, "b", None) as b:
+        fleet = a.hub.fleet
+        assert fleet is not None and b.hub.fleet is not None
+        for m in (a, b):
+            await m.hub.fleet.ownership.refresh_members()  # type: ignore[union-attr]
+        assert await fleet.claim(source)
+        a.model.gate = asyncio.Event()  # a hangs (SIGSTOP)
+        await a.hub.send_message(source, "first")
+        await asyncio.wait_for(a.model.started.wait(), 5)
+        for task in (fleet._keeping, fleet._running):  # a's renewals and scans stop
+            assert task is not None
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await a.engine.store.db.run(
+            lambda conn: conn.execute(
+                leases.update()
+                .where(leases.c.name == lease_name(source))
+                .values(expires_at=leases.c.expires_at - 1000)
+            )
+        )
+        fresh = await asyncio.wait_for(b.hub.clear(source), 10)  # /new at b
+
+        async def b_let_go() -> bool:
+            return await Leases(b.engine.store.db).holder(lease_name(source)) is None
+
+        await until(b_let_go)
+        assert fleet.ownership.owns(source)  # a still thinks it holds the chat
+        queued = await a.hub.send_message(source, "third")  # acknowledged as taken
+        assert queued is not None
+        a.model.gate.set()
+
+        async def answered() -> bool:
+            rows = await a.engine.store.db.run(user_rows, source)
+            return (fresh, "third") in rows
+
+        try:
+            await until(answered, within=6.0)
+        except AssertionError:
+            rows = await a.engine.store.db.run(user_rows, source)
+            pending = await a.engine.store.queue.pending(source)
+            raise AssertionError(
+                f"'third' never answered in the fresh session {fresh}: user rows {rows}, "
+                f"still queued {[(r.session_id, r.content) for r in pending]}"
+            ) from None
+
+
+async def test_a_decision_missed_while_away_is_delivered_even_if_the_resyncs_scan_fails(
+    url: str, tmp_path: Path
+) -> None:
+    """The resync delivered the waiting calls' decisions after its scan: the database
+    answering badly just after the listener came back made the scan raise, and the
+    decision was never delivered (found by review of that change on 2026-12-07)."""
+    heard_by_a, heard_by_b = LocalNotifier("a"), LocalNotifier("b")
+    async with (
+        member(url, tmp_path, "a", heard_by_a, rules=True) as a,
+        member(url, tmp_path, "b", heard_by_b, rules=True) as b,
+    ):
+        fleet = a.hub.fleet
+        assert fleet is not None
+        a.model.add(tool_call("execute_cmd", '{"command": "echo run >> runs.log"}', "c1"))
+        a.model.add(text("Ran it."))
+        await fleet.ownership.claim("telegram:7")
+        await a.hub.send_message("telegram:7", "run it")
+        call = await pending_call(a.engine)
+        await b.hub.decide(call, APPROVE, decider=OPERATOR, source="telegram:7")  # at b
+        scan, failing = fleet.scan, [True]
+
+        async def scan_failing() -> int:
+            if failing[0]:
+                raise OSError("connection reset by peer")  # the database, just back
+            return await scan()
+
+        on_notice, handled = fleet._on_notice, asyncio.Event()
+
+        async def watched(item):  # type: ignore[no-untyped-def]
+            try:
+                await on_notice(item)
+            finally:
+                if isinstance(item, Resync):
+                    handled.set()
+
+        fleet.scan = scan_failing  # type: ignore[method-assign]
+        fleet._on_notice = watched  # type: ignore[method-assign]
+        heard_by_a.resync()  # a's listening connection is back
+        await asyncio.wait_for(handled.wait(), 5)
+        failing[0] = False  # the database answers again from here on
 
         async def answered() -> bool:
             return (await a.engine.store.db.run(answers)).get("telegram:7") == ["Ran it."]
