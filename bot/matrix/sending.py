@@ -85,7 +85,7 @@ _HTML = "org.matrix.custom.html"
 #: Where ``prepare`` puts a voice reply's spoken text until ``record`` lifts it out.
 _VOICE = "chathub.voice"
 _CLIENT = "/_matrix/client/v3"
-_MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(
+_MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": True}).enable(
     ["table", "strikethrough"]
 )
 

@@ -253,3 +253,13 @@ async def test_a_dropped_upload_is_the_delivery_layers_outage_not_a_bug() -> Non
     }
     with pytest.raises(MatrixUnavailable):  # retried, then postponed: not lost
         await client.send("!room:hs", payload)
+
+
+def test_single_line_breaks_survive_in_the_html() -> None:
+    """A reply's single line breaks were spaces in its HTML: "**Ann**\\nAge: 41" showed on
+    one line in Element, though the same text without formatting kept its lines (found
+    by review on 2026-12-07). A code block keeps its own lines, no <br> in it."""
+    html = content_of("**Ann**\nAge: 41\nCity: Oslo")["formatted_body"]
+    assert html.count("<br") == 2, html
+    code = content_of("See:\n\n```\na\nb\n```")["formatted_body"]
+    assert "<pre><code>a\nb\n</code></pre>" in code, code
