@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 
 from bot.delivery import EventAlreadyHandled
 from bot.delivery.store import mark_handled_in
-from engine.hub import ChatHub, HubError, SendOptions
+from engine.hub import AS_A_FILE, ChatHub, HubError, SendOptions
 
 __all__ = ["HandedOver", "hand_over", "marking"]
 
@@ -34,8 +34,21 @@ class HandedOver:
     before: bool = False
 
 
+#: The advice for a message over the hub's limit on a platform whose files are not read
+#: (Slack's, Matrix's): "send it as a file" led to "I cannot read files" (until 2026-12-07;
+#: found by review).
+IN_PARTS = "Send it in shorter messages."
+
+
 async def hand_over(
-    hub: ChatHub, platform: str, key: str, source: str, text: str, metadata: dict[str, Any]
+    hub: ChatHub,
+    platform: str,
+    key: str,
+    source: str,
+    text: str,
+    metadata: dict[str, Any],
+    *,
+    reads_files: bool = True,
 ) -> HandedOver:
     try:
         await hub.send_message(
@@ -46,7 +59,8 @@ async def hand_over(
             redelivered_if_lost=True,
         )
     except HubError as exc:
-        return HandedOver(refusal=f"⚠️ {exc}")
+        refusal = str(exc) if reads_files else str(exc).replace(AS_A_FILE, IN_PARTS)
+        return HandedOver(refusal=f"⚠️ {refusal}")
     except EventAlreadyHandled:
         log.info("%s event %s was handled already", platform, key)
         return HandedOver(before=True)

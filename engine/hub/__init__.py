@@ -12,6 +12,7 @@ from engine.hub.hub import ChatHub
 from engine.hub.types import (
     ANSWERED,
     APPROVE,
+    AS_A_FILE,
     CHOICES,
     REJECT,
     Choice,
@@ -50,6 +51,7 @@ _LAZY = {
 __all__ = [
     "ANSWERED",
     "APPROVE",
+    "AS_A_FILE",
     "AUTO_MODEL",
     "CHANNEL",
     "CHOICES",

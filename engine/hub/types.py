@@ -64,6 +64,10 @@ def validate_source(source: object) -> str:
     return source
 
 
+#: The advice for a message over the limit (a platform that reads no files says another).
+AS_A_FILE = "Send it as a file instead."
+
+
 def check_text(text: object, options: SendOptions, limit: int) -> None:
     """Refuse a text that is no string, longer than ``limit`` characters, or empty (a
     message with attachments may be empty)."""
@@ -71,8 +75,7 @@ def check_text(text: object, options: SendOptions, limit: int) -> None:
         raise TextRefused("text: must be a string")
     if len(text) > limit:
         raise TextRefused(
-            f"message is {len(text)} characters long; the limit is {limit}. "
-            "Send it as a file instead."
+            f"message is {len(text)} characters long; the limit is {limit}. {AS_A_FILE}"
         )
     if not text.strip() and not (options.metadata or {}).get("attachments"):
         raise TextRefused("message is empty")

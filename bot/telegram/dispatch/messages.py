@@ -213,8 +213,9 @@ class MessageHandler:
             return
         try:
             amended = await self._hub.amend(m.source, MESSAGE_ID_KEY, m.message_id, text)
-        except HubError as exc:
-            await self._sender.say_in(m.chat_id, m.thread_id, f"⚠️ {exc}")
+        except HubError as exc:  # an edit says nothing in the chat (one for no one
+            # may be of any length; until 2026-12-07 the bot spoke of it; found by review)
+            log.info("an edit not taken: %s", exc)
             return
         log.info(
             "message %s in chat %s edited %s",

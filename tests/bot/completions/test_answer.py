@@ -9,7 +9,7 @@ from typing import Any
 
 from bot.completions.answer import Answer, EventStream
 from bot.completions.conversations import Conversation
-from bot.completions.exchange import Exchange, Turn
+from bot.completions.exchange import Exchange, Piece, Turn
 from engine.bus import Lagged
 from engine.hub import HubEvent
 from engine.session import Done, TextDelta
@@ -27,7 +27,7 @@ class _Keeper:
 
 def answer_holding(lock: asyncio.Lock) -> Answer:
     """An answer read back (its turn ended before): it holds ``lock`` as a request does."""
-    turn = Turn(None, _Events(), None, running=False, answer="hello", holds=False)  # type: ignore[arg-type]
+    turn = Turn(None, _Events(), None, running=False, answer=Piece("hello"), holds=False)  # type: ignore[arg-type]
     return Answer(_Keeper(), Conversation(1, "main", "n", "h", 1), turn, "main", lock, created=0)
 
 

@@ -422,6 +422,26 @@ async def test_a_group_edit_that_drops_the_mention_corrects_the_waiting_message(
     await eventually(lambda: "echo: never mind" in texts(telegram, group))
 
 
+async def test_an_edit_past_the_limit_of_a_message_for_no_one_says_nothing(
+    service, telegram, model
+):
+    """An edit the hub refuses (past its length) was answered in the chat, though the
+    message it corrected was never for the bot (found by review on 2026-12-07)."""
+    group = -1004243
+    sent = telegram.user_message(group, ALICE, "chatter", chat_type="supergroup")
+    telegram.edited_message(
+        group, ALICE, sent["message"]["message_id"], "y" * 32_001, chat_type="supergroup"
+    )
+    mention = f"@{telegram.bot_username}"
+    addressed = [{"type": "mention", "offset": 0, "length": len(mention)}]
+    telegram.user_message(
+        group, ALICE, f"{mention} ping", chat_type="supergroup", entities=addressed
+    )
+    await eventually(lambda: texts(telegram, group))
+    await service.adapter.drain()
+    assert texts(telegram, group) == [f"echo: {mention} ping"]
+
+
 async def _equals(value, expected) -> bool:  # type: ignore[no-untyped-def]
     return await value == expected
 
