@@ -821,7 +821,7 @@ async def _until_waiting(service, source: str, expected: list[str]) -> None:
 async def test_a_message_over_the_limit_is_told_to_come_in_parts(make_service, accounts):
     """It was told "Send it as a file instead.", and a file got "I cannot read files sent
     on Matrix yet": a circle (found by review on 2026-12-07)."""
-    service, room = await _dm(make_service, accounts)
+    _service, room = await _dm(make_service, accounts)
     accounts.alice.say(room, "y" * 32_001)
     refusal = await until(lambda: [b for b in _said(accounts, room) if "⚠️" in b])
     assert "Send it in shorter messages." in refusal[0] and "file" not in refusal[0]
