@@ -377,8 +377,12 @@ class MessageHandler:
         return refused, kept
 
     def _replied(self, m: Message) -> str | None:
-        """What the message replies to, unless the bot said it (that is in the history)."""
-        if m.replying_to is None or (self._me.id is not None and m.reply_to_user_id == self._me.id):
+        """What the message replies to, unless the bot said it (that is in the history),
+        but for the part of it the person quoted (which of its lines they mean: lost until
+        2026-12-07; found by review)."""
+        if m.replying_to is None:
+            return None
+        if self._me.id is not None and m.reply_to_user_id == self._me.id and not m.quoted:
             return None
         return m.replying_to
 

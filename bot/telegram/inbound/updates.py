@@ -101,6 +101,9 @@ class Message:
     #: message's text or caption), with its sender: ``None`` when it replies to nothing
     #: with words.
     replying_to: str | None = None
+    #: The person quoted part of what they reply to (the part they mean: said even of the
+    #: bot's own words).
+    quoted: bool = False
 
     @property
     def is_group(self) -> bool:
@@ -295,6 +298,8 @@ def _message(update_id: int, message: Json, drops: Drops, *, edited: bool) -> In
     thread_id = _thread_id(message, drops)
     reply_id, reply_user = _reply(message, drops, thread_id)
     replying_to = _replying_to(message, drops) if reply_id is not None else None
+    if replying_to is None and "external_reply" in message:  # "Reply in another chat"
+        replying_to = _replying_elsewhere(message, drops)
     media = not MEDIA_FIELDS.isdisjoint(message)  # most are text: no file to look for
     return Message(
         update_id=update_id,
@@ -309,6 +314,7 @@ def _message(update_id: int, message: Json, drops: Drops, *, edited: bool) -> In
         reply_to_message_id=reply_id,
         reply_to_user_id=reply_user,
         replying_to=replying_to,
+        quoted=_quote_of(message) is not None,
         files=files_of(message, drops) if media else (),
         # A venue carries its location; its description names the point already.
         location=None if isinstance(message.get("venue"), dict) else _location(message, drops),
@@ -343,8 +349,14 @@ def _forwarded(message: Json, drops: Drops) -> str:
     said, not as the sender's words (until 2026-12-07 a forwarded "please delete X" was
     the sender's own instruction to it, and a forwarded "/new" their command; found by
     review)."""
-    origin = drops.object(message, "forward_origin") or {}
-    at = drops.at("forward_origin")
+    who = _origin(drops.object(message, "forward_origin") or {}, drops.at("forward_origin"))
+    if who is None:
+        return FORWARDED
+    return f"{FORWARDED[:-1]} from {who}]"
+
+
+def _origin(origin: Json, at: Drops) -> str | None:
+    """Who a ``MessageOrigin`` names (a person, a hidden one's name, a chat's title)."""
     who: str | None = None
     match origin.get("type"):
         case "user":
@@ -355,8 +367,8 @@ def _forwarded(message: Json, drops: Drops) -> str:
             chat = at.object(origin, "sender_chat" if kind == "chat" else "chat") or {}
             who = at.text(chat, "title")
     if who is None or not who.strip() or who == "?":
-        return FORWARDED
-    return f"{FORWARDED[:-1]} from {who.strip()[:_MAX_ORIGIN]}]"
+        return None
+    return who.strip()[:_MAX_ORIGIN]
 
 
 def _text_and_entities(message: Json, drops: Drops) -> tuple[str, tuple[Json, ...]]:
@@ -431,17 +443,65 @@ def _replying_to(message: Json, drops: Drops) -> str | None:
     reply = drops.object(message, "reply_to_message")
     if reply is None:
         return None
+    words = _quote_of(message)
+    if words is None:
+        words = reply.get("text") if isinstance(reply.get("text"), str) else reply.get("caption")
+    _id, name = _user(reply, "from", drops.at("reply_to_message"))
+    if not isinstance(words, str) or not words.strip():
+        # A photo, a voice note without words: the model knew nothing was meant (until
+        # 2026-12-07; found by review). Its file is not fetched: it is said what it is.
+        kind = _media_kind(reply)
+        return None if kind is None else f"[In reply to {name}'s {kind}]"
+    return f'[In reply to {name}: "{_clipped(words)}"]'
+
+
+def _replying_elsewhere(message: Json, drops: Drops) -> str | None:
+    """``[In reply to <who> (another chat): "…"]``: "Reply in another chat" sends the part
+    quoted and where it is from, no ``reply_to_message`` (until 2026-12-07 the model read
+    "what does this mean?" alone; found by review)."""
+    external = drops.object(message, "external_reply")
+    if external is None:
+        return None
+    at = drops.at("external_reply")
+    who = _origin(at.object(external, "origin") or {}, at.at("origin")) or "someone"
+    words = _quote_of(message)
+    if words is not None:
+        return f'[In reply to {who}, in another chat: "{_clipped(words)}"]'
+    kind = _media_kind(external)
+    return f"[In reply to {who}'s {kind or 'message'}, in another chat]"
+
+
+def _quote_of(message: Json) -> str | None:
+    """The part of the replied message the person quoted, if they did."""
     quote = message.get("quote")
     words = quote.get("text") if isinstance(quote, dict) else None
-    if not isinstance(words, str) or not words.strip():
-        words = reply.get("text") if isinstance(reply.get("text"), str) else reply.get("caption")
-    if not isinstance(words, str) or not words.strip():
-        return None
+    return words if isinstance(words, str) and words.strip() else None
+
+
+def _clipped(words: str) -> str:
     words = clean_text(words.strip())
-    if len(words) > REPLIED_CHARS:
-        words = words[:REPLIED_CHARS] + "…"
-    _id, name = _user(reply, "from", drops.at("reply_to_message"))
-    return f'[In reply to {name}: "{words}"]'
+    return words[:REPLIED_CHARS] + "…" if len(words) > REPLIED_CHARS else words
+
+
+def _media_kind(message: Json) -> str | None:
+    """What a message without words is (``photo``, ``voice note``), if it is media."""
+    for key in _REPLIED_KINDS:
+        if key in message:
+            return _REPLIED_KINDS[key]
+    return None
+
+
+#: The kinds a replied message without words is named by.
+_REPLIED_KINDS = {
+    "photo": "photo",
+    "video": "video",
+    "voice": "voice note",
+    "video_note": "video message",
+    "audio": "audio file",
+    "document": "file",
+    "animation": "animation",
+    "sticker": "sticker",
+}
 
 
 def _thread_id(message: Json, drops: Drops) -> int | None:

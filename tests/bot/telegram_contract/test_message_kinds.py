@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 
 from engine.llm.scripted import text, tool_call
-from tests.bot.telegram_contract.conftest import ALICE, eventually, eventually_true, stop, texts
+from tests.bot.telegram_contract.conftest import (
+    ALICE,
+    TOKEN,
+    eventually,
+    eventually_true,
+    stop,
+    texts,
+)
 from tests.engine.hub.conftest import held
 
 _MESSAGE_IDS = itertools.count(5000)
@@ -640,3 +647,78 @@ async def test_a_mention_replying_to_a_members_message_shows_it_to_the_model(
     )
     quoted = '[In reply to Bob: "Je ne sais pas quoi faire ce soir"]'
     await eventually(lambda: any(quoted in t for t in texts(telegram, group)))  # echoed
+
+
+def _last_user_words(model: Any) -> str:
+    return next(str(m["content"]) for m in reversed(model.requests[-1][0]) if m["role"] == "user")
+
+
+async def test_a_quote_from_another_chat_reaches_the_model(service, telegram, model):
+    """ "Reply in another chat" sends the quote and its origin, no ``reply_to_message``:
+    the model read "what does this mean?" alone (found by review on 2026-12-07)."""
+    now = int(time.time())
+    news = {"id": -1009999, "type": "channel", "title": "News"}
+    origin = {"type": "channel", "date": now - 60, "chat": news, "message_id": 42}
+    message = {
+        "message_id": 7001,
+        "from": {"id": ALICE, "is_bot": False, "first_name": "Alice"},
+        "chat": {"id": ALICE, "type": "private", "first_name": "Alice"},
+        "date": now,
+        "text": "what does this mean?",
+        "external_reply": {"origin": origin, "chat": news, "message_id": 42},
+        "quote": {"text": "The central bank raised rates by 50 bp", "position": 0},
+    }
+    telegram.push_update({"message": message})
+    await eventually(lambda: texts(telegram, ALICE))
+    words = _last_user_words(model)
+    assert '[In reply to News, in another chat: "The central bank raised rates by 50 bp"]' in words
+
+
+async def test_a_reply_to_a_photo_without_words_says_it_is_one(start_service, telegram, model):
+    """ "@bot what is in this picture?" as a reply to Bob's photo: the model read the
+    question alone, not knowing a photo was meant (found by review on 2026-12-07)."""
+    bob = 222
+    await start_service(telegram_allowed_user_ids=f"{ALICE},{bob}")
+    photo = telegram.photo_message(
+        GROUP, bob, b"\xff\xd8\xff\xe0a-cat", chat_type="supergroup", first_name="Bob"
+    )
+    words = f"@{telegram.bot_username} what is in this picture?"
+    entities = [{"type": "mention", "offset": 0, "length": len(telegram.bot_username) + 1}]
+    telegram.user_message(
+        GROUP,
+        ALICE,
+        words,
+        chat_type="supergroup",
+        entities=entities,
+        reply_to_message_id=photo["message"]["message_id"],
+    )
+    await eventually(lambda: any("what is in this picture" in t for t in texts(telegram, GROUP)))
+    assert "[In reply to Bob's photo]" in _last_user_words(model)
+
+
+async def test_a_quote_of_part_of_the_bots_answer_says_which_part(service, telegram, model):
+    """A reply to the bot's own words carries no line (they are in the history), but the
+    part the person quoted does: "explain this" could not tell which line was meant
+    (found by review on 2026-12-07)."""
+    telegram.user_message(ALICE, ALICE, "option A: keep it. option B: migrate the DB")
+    reply = "echo: option A: keep it. option B: migrate the DB"
+    await eventually(lambda: reply in texts(telegram, ALICE))
+    answer = next(m for m in telegram.messages(ALICE) if m.text == reply)
+    chat = {"id": ALICE, "type": "private", "first_name": "Alice"}
+    bot = {"id": int(TOKEN.split(":")[0]), "is_bot": True, "first_name": "ChatHub"}
+    replied = {"message_id": answer.message_id, "from": bot, "chat": chat, "text": answer.text}
+    telegram.push_update(
+        {
+            "message": {
+                "message_id": 9101,
+                "from": {"id": ALICE, "is_bot": False, "first_name": "Alice"},
+                "chat": chat,
+                "date": int(time.time()),
+                "text": "explain this",
+                "reply_to_message": {**replied, "date": int(time.time()) - 5},
+                "quote": {"text": "option B: migrate the DB", "position": 24},
+            }
+        }
+    )
+    await eventually(lambda: any("explain this" in t for t in texts(telegram, ALICE)))
+    assert "option B: migrate the DB" in _last_user_words(model)
