@@ -15,7 +15,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from functools import partial
 from pathlib import Path
 
 import discord
@@ -332,9 +331,7 @@ class DiscordAdapter:
         if not is_said(message):
             return
         try:
-            edited = Incoming.of(message, self._me.id)
-            # After the message, which may still be on its way in its lane.
-            await self.front.after(edited.lane, partial(self._messages.edited, edited))
+            await self._messages.edited(Incoming.of(message, self._me.id))
         except Exception:
             report_failure(log, f"receiving an edit of Discord message {message.id}")
 

@@ -27,10 +27,10 @@ from bot.discord.sending import DiscordError, DiscordSender, discord_call
 from bot.platform.access import Access
 from bot.platform.commands import ABOUT_A_CONVERSATION, CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
-from bot.platform.handover import hand_over, marking
+from bot.platform.handover import hand_over, hand_over_edit, marking
 from bot.platform.outgoing import typing_for_its_turn
 from bot.platform.voice_notes import VoiceNotes
-from engine.hub import ChatHub, HubError
+from engine.hub import ChatHub
 from engine.store import SENDER_KEY
 from memory.service import MemoryService
 
@@ -139,18 +139,8 @@ class MessageHandler:
         text = m.text(self._me.id)
         if not text or _COMMAND.match(text):
             return
-        try:
-            amended = await self._hub.amend(
-                m.source, MESSAGE_ID_KEY, m.message_id, text, by=m.user_id, threads=True
-            )
-        except HubError as exc:  # an edit says nothing in the chat (one for no one
-            # may be of any length; until 2026-12-07 the bot spoke of it; found by review)
-            log.info("an edit not taken: %s", exc)
-            return
-        log.info(
-            "message %s edited %s",
-            m.message_id,
-            "while it waited" if amended else "after it was read",
+        await hand_over_edit(
+            self._hub, m.source, MESSAGE_ID_KEY, m.message_id, text, by=m.user_id, threads=True
         )
 
     def addressed(self, m: Incoming) -> bool:

@@ -34,11 +34,11 @@ from bot.matrix.sending import MatrixError, MatrixRefused, MatrixSender, Rooms, 
 from bot.platform.access import ASKED_ALREADY, Access
 from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
-from bot.platform.handover import hand_over, marking
+from bot.platform.handover import hand_over, hand_over_edit, marking
 from bot.platform.outgoing import typing_for_its_turn
 from bot.platform.threads import JoinedThreads
 from bot.platform.voice_notes import Heard, VoiceNotes
-from engine.hub import ChatHub, HubError
+from engine.hub import ChatHub
 from engine.store import SENDER_KEY, AppSettings
 
 __all__ = ["ENCRYPTED", "FILES_NOT_READ", "MessageHandler"]
@@ -286,21 +286,14 @@ class MessageHandler:
             return
         if _COMMAND.match(text):
             return
-        try:
-            amended = await self._hub.amend(
-                source_of(m.room_id),
-                "matrix_event_id",
-                m.relates_to,
-                text,
-                by=m.sender,
-                threads=True,
-            )
-        except HubError as exc:  # an edit says nothing in the chat (one for no one
-            # may be of any length; until 2026-12-07 the bot spoke of it; found by review)
-            log.info("an edit not taken: %s", exc)
-            return
-        log.info(
-            "%s edited %s", m.relates_to, "while it waited" if amended else "after it was read"
+        await hand_over_edit(
+            self._hub,
+            source_of(m.room_id),
+            "matrix_event_id",
+            m.relates_to,
+            text,
+            by=m.sender,
+            threads=True,
         )
 
     async def _to_card(self, m: Incoming) -> Incoming | None:

@@ -73,13 +73,6 @@ In = TypeVar("In", bound=Stored)
 
 
 @dataclass(frozen=True, slots=True)
-class _After:
-    """Work that runs in a lane after the messages taken into it before (an edit)."""
-
-    work: Callable[[], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
 class FrontConfig:
     """Who may talk to the bot, and how this process shares the platform."""
 
@@ -174,7 +167,7 @@ class Front(Generic[In]):
             streaming=False,
             busy=lambda source: self.hub.has_work(source),
         )
-        self._incoming: Lanes[str, In | _After] = Lanes(self._handle_in_lane, f"{self.name}-in")
+        self._incoming: Lanes[str, In] = Lanes(self._handle_in_lane, f"{self.name}-in")
         #: Keys queued or being handled here: a take-over never queues one twice.
         self._queued: set[str] = set()
         self._arrivals: KeyedLocks[str] = KeyedLocks()  # a lane's arrivals, in order
@@ -280,21 +273,10 @@ class Front(Generic[In]):
         self._queued.add(stored.key)
         self._incoming.submit(stored.lane, stored)
 
-    async def after(self, lane: str, work: Callable[[], Awaitable[None]]) -> None:
-        """``work`` in ``lane`` once the messages taken into it before are handled: an edit
-        after the message it corrects, which may still be on its way (until 2026-12-07 a
-        Slack edit overtook it, and the words taken back were what the agent read; found
-        by review). Not stored: lost with the process, as the platform's edit event is."""
-        async with self._arrivals.hold(lane):
-            self._incoming.submit(lane, _After(work))
-
-    async def _handle_in_lane(self, _lane: str, stored: In | _After) -> None:
+    async def _handle_in_lane(self, _lane: str, stored: In) -> None:
         """Handled, then marked so (unless the hub's queue push marked it): a failure
         marks it too (a message that breaks its handler is not handed over forever), but
         a stop that cuts it short leaves it unhandled, for the next start."""
-        if isinstance(stored, _After):
-            await stored.work()
-            return
         failpoint("before_event_handled")
         try:
             await handled_then_marked(

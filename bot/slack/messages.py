@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection
 from bot.platform.access import Access
 from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
-from bot.platform.handover import hand_over, marking
+from bot.platform.handover import hand_over, hand_over_edit, marking
 from bot.platform.outgoing import typing_for_its_turn
 from bot.platform.threads import JoinedThreads
 from bot.platform.voice_notes import Heard, VoiceNotes
@@ -38,7 +38,7 @@ from bot.slack.sending import (
     SlackUnavailable,
     slack_call,
 )
-from engine.hub import ChatHub, HubError
+from engine.hub import ChatHub
 from engine.store import SENDER_KEY
 
 __all__ = ["FILES_NOT_READ", "NOT_PAIRED", "MessageHandler", "SlackMe"]
@@ -147,15 +147,7 @@ class MessageHandler:
         text = m.text_without(self._me.user_id, self._me.names)
         if not text or _COMMAND.match(text):
             return
-        try:
-            amended = await self._hub.amend(m.source, "slack_ts", m.ts, text)
-        except HubError as exc:  # an edit says nothing in the chat (one for no one
-            # may be of any length; until 2026-12-07 the bot spoke of it; found by review)
-            log.info("an edit not taken: %s", exc)
-            return
-        log.info(
-            "message %s edited %s", m.key, "while it waited" if amended else "after it was read"
-        )
+        await hand_over_edit(self._hub, m.source, "slack_ts", m.ts, text)
 
     async def handle(self, m: Incoming) -> bool:
         """True when the event was marked handled along the way. A failure of ours is

@@ -22,6 +22,7 @@ from bot.delivery import CardRow, EventAlreadyHandled
 from bot.platform.access import Access
 from bot.platform.commands import CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
+from bot.platform.handover import hand_over_edit
 from bot.platform.open_cards import with_files
 from bot.platform.outgoing import typing_for_its_turn
 from bot.platform.tasks import Runtime
@@ -211,18 +212,7 @@ class MessageHandler:
         text = self._words(m)
         if not text.strip():
             return
-        try:
-            amended = await self._hub.amend(m.source, MESSAGE_ID_KEY, m.message_id, text)
-        except HubError as exc:  # an edit says nothing in the chat (one for no one
-            # may be of any length; until 2026-12-07 the bot spoke of it; found by review)
-            log.info("an edit not taken: %s", exc)
-            return
-        log.info(
-            "message %s in chat %s edited %s",
-            m.message_id,
-            m.chat_id,
-            "while it waited" if amended else "after it was read (not taken again)",
-        )
+        await hand_over_edit(self._hub, m.source, MESSAGE_ID_KEY, m.message_id, text)
 
     def _words(self, m: Message, heard: Sequence[str] = ()) -> str:
         """What the model reads of a message: whose words it forwards, what it replies

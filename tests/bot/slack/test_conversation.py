@@ -4,6 +4,7 @@ without a mention, strangers, what is never answered, and people's names."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
@@ -19,7 +20,17 @@ from bot.slack.messages import (
     SlackMe,
 )
 from bot.slack.sending import SlackSender
-from tests.bot.slack.conftest import ALICE, BOB, GENERAL, OWNER, MakeService, slack_of, texts, until
+from tests.bot.slack.conftest import (
+    ALICE,
+    BOB,
+    GENERAL,
+    OWNER,
+    TIMEOUT,
+    MakeService,
+    slack_of,
+    texts,
+    until,
+)
 from tests.engine.hub.conftest import EchoModel, held
 from tests.fakes.slack_server import BOT_USER_ID, TEAM_ID, FakeSlackServer
 
@@ -507,45 +518,18 @@ async def test_an_edit_of_a_message_still_waiting_is_what_the_agent_reads(
     await until(lambda: texts(fake, dm) == ["echo: first", "echo: deploy to staging"])
 
 
-async def test_an_edit_that_overtakes_its_message_waits_for_it(
-    make_service: MakeService, fake: FakeSlackServer, model: EchoModel
-) -> None:
-    """The edit was applied at once while its message was still in its conversation's
-    lane (behind an earlier message's name lookup): nothing waited yet, and the message
-    was queued as first written (found by review on 2026-12-07). It runs after it."""
-    service = await make_service()
-    dm = fake.dm_channel(ALICE)
-    fake.slow("users.info", 1.0)  # the lane's first message waits for its sender's name
-    release = held(model)
-    fake.dm(ALICE, "first")
-    waiting = fake.dm(ALICE, "deploy to prod")
-    edit = {"type": "message", "user": ALICE, "text": "deploy to staging", "ts": waiting.ts}
-    fake.push_event(
-        {
-            "type": "message",
-            "subtype": "message_changed",
-            "channel": dm,
-            "ts": "9.000002",
-            "channel_type": "im",
-            "message": {**edit, "edited": {"user": ALICE, "ts": "9.000002"}},
-        }
-    )
-    await until_true(lambda: _waiting(service, f"slack:{dm}", ["deploy to staging"]))
-    release.set()
-    await until(lambda: "staging" in "".join(texts(fake, dm)))
-    assert "prod" not in "".join(texts(fake, dm)), texts(fake, dm)
-
-
 async def _waiting(service, source: str, expected: list[str]) -> bool:  # type: ignore[no-untyped-def]
     return [row.content for row in await service.hub.waiting_messages(source)] == expected
 
 
-async def until_true(check) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(500):
-        if await check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not met in time")
+async def until_true(check, within_s: float = 2 * TIMEOUT) -> None:  # type: ignore[no-untyped-def]
+    """Until the coroutine ``check()`` is true (the store and the fake, on a loaded
+    machine: a count of tries ran out under CI's load)."""
+    deadline = time.monotonic() + within_s
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
 
 
 async def test_a_refusal_of_the_status_in_one_channel_keeps_it_in_the_others(
