@@ -160,14 +160,11 @@ class Incoming:
     def edited(cls, event: Json, team_id: str | None, bot_user_id: str | None) -> Incoming | None:
         """A ``message_changed`` event's message as it reads now (in its channel), or
         ``None``: a bot's, a file's, a malformed one."""
-        message, channel = event.get("message"), event.get("channel")
+        message = event.get("message")
         if not isinstance(message, dict):
             return None
-        changed = {**message, "channel": channel, "channel_type": event.get("channel_type")}
-        changed.pop("subtype", None)  # a thread_broadcast's is kept by ``of``'s check
-        if message.get("subtype") not in (None, "", "thread_broadcast"):
-            return None
-        return cls.of(changed, team_id, bot_user_id)
+        where = {"channel": event.get("channel"), "channel_type": event.get("channel_type")}
+        return cls.of({**message, **where}, team_id, bot_user_id)
 
     def text_without(self, bot_user_id: str | None, names: Mapping[str, str] = {}) -> str:
         """The text without the bot's mention, as the person typed it: Slack's markup

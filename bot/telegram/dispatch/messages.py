@@ -105,7 +105,9 @@ class MessageHandler:
         self._mark_handled = mark_handled
         self._addressed_albums: dict[tuple[int, str], None] = {}
         self._albums = Albums(self._send_album, runtime, album_quiet_s)
-        self._unaddressed: Unaddressed[Message] = Unaddressed(self._let_go, runtime, album_quiet_s)
+        self._unaddressed: Unaddressed[Message] = Unaddressed(
+            self._mark_all_handled, runtime, album_quiet_s
+        )
 
     async def handle(self, m: Message) -> bool:
         """True when the update was marked handled along the way. A failure of ours is
@@ -259,7 +261,7 @@ class MessageHandler:
         await self._albums.flush_all()
         self._unaddressed.forget_all()
 
-    async def _let_go(self, update_ids: list[int]) -> None:
+    async def _mark_all_handled(self, update_ids: list[int]) -> None:
         for update_id in update_ids:
             await self._mark_handled(update_id)
 
@@ -293,8 +295,7 @@ class MessageHandler:
             else:
                 await typing_for_its_turn(self._activity, self._cards, album.source)
                 return
-        for update_id in update_ids:
-            await self._mark_handled(update_id)
+        await self._mark_all_handled(update_ids)
 
     async def _album_answers(self, album: Album, mark: Callable[[Connection], None]) -> bool:
         """The album as the answer to its first item's question, or as the reason of its
@@ -305,8 +306,7 @@ class MessageHandler:
         text, attachments = album.text, album.attachments
         if kind == "reason":  # taken, or refused (the window left open): never a message
             if not await self._reason(card, sender["name"], sender["id"], text, attachments, mark):
-                for update_id in album.update_ids:
-                    await self._mark_handled(update_id)
+                await self._mark_all_handled(album.update_ids)
             return True
         return await self._answer_question(
             album.source, card, text, attachments, mark, sender["id"]
