@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import discord
@@ -331,7 +332,9 @@ class DiscordAdapter:
         if not is_said(message):
             return
         try:
-            await self._messages.edited(Incoming.of(message, self._me.id))
+            edited = Incoming.of(message, self._me.id)
+            # After its message, which may still be on its way.
+            await self.front.edit(edited.key, partial(self._messages.edited, edited))
         except Exception:
             report_failure(log, f"receiving an edit of Discord message {message.id}")
 

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 from bot.delivery import (
@@ -70,6 +70,16 @@ class Stored(Protocol):
 
 
 In = TypeVar("In", bound=Stored)
+
+
+#: How long an edit waits for its message to come (``Front.edit``).
+EDIT_WAIT_S = 120.0
+
+
+@dataclass(slots=True)
+class _Edits:
+    until: float
+    works: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +180,8 @@ class Front(Generic[In]):
         self._incoming: Lanes[str, In] = Lanes(self._handle_in_lane, f"{self.name}-in")
         #: Keys queued or being handled here: a take-over never queues one twice.
         self._queued: set[str] = set()
+        #: Edits of messages still on their way here, by the message's key (``edit``).
+        self._edits: dict[str, _Edits] = {}
         self._arrivals: KeyedLocks[str] = KeyedLocks()  # a lane's arrivals, in order
         self._outgoing: Lanes[str, HubEvent] = Lanes(self._renderer.render, f"{self.name}-out")
 
@@ -273,10 +285,33 @@ class Front(Generic[In]):
         self._queued.add(stored.key)
         self._incoming.submit(stored.lane, stored)
 
+    async def edit(self, key: str, work: Callable[[], Awaitable[None]]) -> None:
+        """``work``, a person's edit of message ``key``, done once the message is handed
+        over: now when it is not on its way here, else after it is handled (queued in its
+        lane or held back, ``park``), and again if it comes within ``EDIT_WAIT_S``. Each
+        event comes in a task of its own (discord.py's, slack_sdk's), so an edit can
+        overtake its message: until 2026-12-07 it found nothing waiting, and the words
+        taken back were what the agent read (found by review). Not stored: lost with the
+        process, as the platform's edit event is."""
+        now = time.monotonic()
+        self._forget_edits(now)
+        self._edits.setdefault(key, _Edits(now + EDIT_WAIT_S)).works.append(work)
+        if key in self._queued:
+            log.info("an edit of %s message %s waits for it to be handled", self.name, key)
+        else:
+            await work()  # the message is in the hub already (or never comes)
+
+    def _forget_edits(self, now: float) -> None:
+        """Edits kept for messages that never came (not for the bot, stored before)."""
+        for key in [k for k, edits in self._edits.items() if edits.until < now]:
+            if key not in self._queued:
+                del self._edits[key]
+
     async def _handle_in_lane(self, _lane: str, stored: In) -> None:
         """Handled, then marked so (unless the hub's queue push marked it): a failure
         marks it too (a message that breaks its handler is not handed over forever), but
-        a stop that cuts it short leaves it unhandled, for the next start."""
+        a stop that cuts it short leaves it unhandled, for the next start. Its edits
+        that came meanwhile follow."""
         failpoint("before_event_handled")
         try:
             await handled_then_marked(
@@ -284,6 +319,12 @@ class Front(Generic[In]):
             )
         finally:
             self._queued.discard(stored.key)
+            edits = self._edits.pop(stored.key, None)
+        for work in edits.works if edits is not None else ():
+            try:
+                await work()
+            except Exception:
+                log.exception("an edit of %s message %s failed", self.name, stored.key)
 
     def decider(self, user_id: str | None) -> Decider:
         return self.access.decider(user_id)

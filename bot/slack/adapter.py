@@ -16,6 +16,7 @@ import logging
 import re
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -212,8 +213,8 @@ class SlackAdapter:
         team = body.get("team_id")
         if event.get("subtype") == "message_changed":
             edited = Incoming.edited(event, team, self.me.user_id)
-            if edited is not None:
-                await self._messages.edited(edited)
+            if edited is not None:  # after its message, which may still be on its way
+                await self.front.edit(edited.key, partial(self._messages.edited, edited))
             return
         incoming = Incoming.of(event, team, self.me.user_id)
         if incoming is not None:

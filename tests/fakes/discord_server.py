@@ -97,6 +97,8 @@ GATEWAY_PATH = "/gateway"
 # Discord's resume_gateway_url is another host than /gateway/bot's; here another path of
 # the same server, so tests can tell a RESUME's connection from a fresh IDENTIFY's.
 RESUME_GATEWAY_PATH = "/gateway-resume"
+#: An attachment's download from the CDN (``hold_answers`` takes it too).
+DOWNLOAD = "GET /attachments/{channel_id}/{attachment_id}/{filename}"
 DISCORD_EPOCH_MS = 1_420_070_400_000
 
 DEFAULT_TOKEN = "fake-discord-bot-token"
@@ -541,6 +543,8 @@ class FakeDiscordServer:
         self._sent_by_id: dict[str, SentMessage] = {}
         self._known: dict[str, dict[str, Json]] = {}  # channel -> message id -> user message
         self._files: dict[str, tuple[bytes, str, str]] = {}  # id -> (data, type, filename)
+        #: The attachments' ids asked for from the CDN, in order.
+        self.downloads: list[str] = []
         self._voice_meta: dict[str, Json] = {}  # a voice message's attachment id -> metadata
         self._typing: dict[str, list[float]] = {}
         self._commands: dict[str, list[Json]] = {}  # "" (global) or guild id -> commands
@@ -1650,6 +1654,10 @@ class FakeDiscordServer:
     async def _download(self, request: Request) -> Response:
         with self._lock:
             stored = self._files.get(str(request.path_params["attachment_id"]))
+            self.downloads.append(str(request.path_params["attachment_id"]))
+            held = self._holds.get(DOWNLOAD)
+        if held is not None:
+            await asyncio.to_thread(held.wait)
         if stored is None:
             return _error_response(ApiError(404, "404: Not Found"))
         return Response(stored[0], media_type=stored[1])

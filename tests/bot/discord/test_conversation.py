@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 
 import pytest
@@ -29,7 +30,7 @@ from tests.bot.discord.conftest import (
     until,
 )
 from tests.engine.hub.conftest import held
-from tests.fakes.discord_server import INTENT_MESSAGE_CONTENT, FakeDiscordServer
+from tests.fakes.discord_server import DOWNLOAD, INTENT_MESSAGE_CONTENT, FakeDiscordServer
 
 HOUR = timedelta(hours=1)
 MESSAGES = "POST /channels/{channel_id}/messages"
@@ -345,3 +346,35 @@ async def test_an_edit_of_a_dm_still_waiting_is_what_the_agent_reads(
     await says(["deploy to staging"])
     release.set()
     await until(lambda: texts(fake, channel) == ["echo: first", "echo: deploy to staging"])
+
+
+async def test_an_edit_that_overtakes_its_message_waits_for_it(
+    fake: FakeDiscordServer, make_service: MakeService, model, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The message was still in its channel's lane (behind a file being downloaded) when
+    its edit came: the edit found nothing waiting, and the message was queued as first
+    written (found by review on 2026-12-07). The edit follows it."""
+    service = await make_service()
+    release = held(model)
+    channel = fake.dm(ALICE, "first")["channel_id"]
+    await release.asked.wait()
+    downloads = fake.hold_answers(DOWNLOAD)
+    fake.dm(ALICE, "read this", attachments=[("notes.txt", b"the milk", "text/plain")])
+    await until(lambda: fake.downloads)
+    waiting = fake.dm(ALICE, "deploy to prod")
+    edited = {**waiting, "content": "deploy to staging", "edited_timestamp": waiting["timestamp"]}
+    caplog.set_level(logging.INFO, logger="bot")
+    fake.dispatch("MESSAGE_UPDATE", edited)
+    await until(lambda: "edit of discord message" in caplog.text)  # taken: in the lane
+    downloads.set()
+    source = f"discord:{channel}"
+    waiting_now: list[str] = []
+    deadline = asyncio.get_running_loop().time() + 10
+    while waiting_now[-1:] != ["deploy to prod"] and waiting_now[-1:] != ["deploy to staging"]:
+        assert asyncio.get_running_loop().time() < deadline, waiting_now
+        await asyncio.sleep(0.01)
+        waiting_now = [row.content for row in await service.hub.waiting_messages(source)]
+    assert waiting_now[-1] == "deploy to staging", waiting_now
+    release.set()
+    await until(lambda: "staging" in " ".join(texts(fake, channel)))
+    assert "prod" not in " ".join(texts(fake, channel)), texts(fake, channel)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import logging
 from typing import Any
+
+import pytest
 
 from bot.discord.incoming import Incoming
 from bot.discord.messages import UNREADABLE_MESSAGE
@@ -20,6 +23,7 @@ from tests.bot.discord.conftest import (
     MakeService,
     answered_then_down,
     discord_of,
+    stored,
     texts,
     until,
 )
@@ -240,6 +244,30 @@ async def test_two_messages_held_for_their_catch_up_keep_their_order(
     await until(lambda: "four" in "\n".join(texts(fake, channel)))
     said = "\n".join(texts(fake, channel)[1:])
     assert said.index("three") < said.index("four"), said
+
+
+async def test_an_edit_of_a_message_held_for_its_catch_up_is_what_the_agent_reads(
+    fake: FakeDiscordServer, make_service: MakeService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A live DM right after a READY waits for its conversation's catch-up, and was
+    corrected meanwhile: the edit found nothing waiting, and the agent read the words
+    taken back (found by review on 2026-12-07). The edit follows its message."""
+    channel = await answered_then_down(fake, make_service)
+    read = fake.hold_answers("GET /channels/{channel_id}/messages")
+    try:
+        second = await make_service()
+        await until(lambda: fake.calls_to("GET /channels/{channel_id}/messages"))
+        live = fake.dm(ALICE, "deploy to prod")
+        await stored(second, live["id"])
+        caplog.set_level(logging.INFO, logger="bot")
+        edited = {**live, "content": "deploy to staging", "edited_timestamp": live["timestamp"]}
+        fake.dispatch("MESSAGE_UPDATE", edited)
+        await until(lambda: "edit of discord message" in caplog.text)
+    finally:
+        read.set()
+    await until(lambda: "deploy" in "\n".join(texts(fake, channel)[1:]))
+    said = "\n".join(texts(fake, channel)[1:])
+    assert "deploy to staging" in said and "deploy to prod" not in said, said
 
 
 async def test_one_message_the_catch_up_cannot_read_loses_no_other_conversation(

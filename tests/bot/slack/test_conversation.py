@@ -4,6 +4,7 @@ without a mention, strangers, what is never answered, and people's names."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
@@ -516,6 +517,42 @@ async def test_an_edit_of_a_message_still_waiting_is_what_the_agent_reads(
     await until_true(lambda: _waiting(service, source, ["deploy to staging"]))
     release.set()
     await until(lambda: texts(fake, dm) == ["echo: first", "echo: deploy to staging"])
+
+
+async def test_an_edit_that_overtakes_its_message_waits_for_it(
+    make_service: MakeService,
+    fake: FakeSlackServer,
+    model: EchoModel,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The edit was applied at once while its message was still in its conversation's
+    lane (behind an earlier message's name lookup), or before its own event reached
+    the lane (each envelope is handled in a task of its own): nothing waited yet, and
+    the message was queued as first written (found by review on 2026-12-07). The edit
+    follows its message."""
+    await make_service()
+    caplog.set_level(logging.INFO, logger="bot")
+    dm = fake.dm_channel(ALICE)
+    fake.slow("users.info", 1.0)  # the lane's first message waits for its sender's name
+    release = held(model)
+    fake.dm(ALICE, "first")
+    waiting = fake.dm(ALICE, "deploy to prod")
+    edit = {"type": "message", "user": ALICE, "text": "deploy to staging", "ts": waiting.ts}
+    fake.push_event(
+        {
+            "type": "message",
+            "subtype": "message_changed",
+            "channel": dm,
+            "ts": "9.000002",
+            "channel_type": "im",
+            "message": {**edit, "edited": {"user": ALICE, "ts": "9.000002"}},
+        }
+    )
+    # Taken while it waited (in the queue, or already joining the running turn).
+    await until(lambda: "edited while it waited" in caplog.text, 2 * TIMEOUT)
+    release.set()
+    await until(lambda: "staging" in "".join(texts(fake, dm)))
+    assert "prod" not in "".join(texts(fake, dm)), texts(fake, dm)
 
 
 async def _waiting(service, source: str, expected: list[str]) -> bool:  # type: ignore[no-untyped-def]
