@@ -47,7 +47,7 @@ BATCH_CHARS = 40_000
 RENEW_EVERY_S = TAKE_LEASE.total_seconds() / 3
 
 #: The tic may read the workspace (memory, notification rules) and nothing else.
-TIC_RUN_CONTEXT = {"allow_fs_reads": ["memory/*"], "allow_fs_writes": []}
+TIC_RUN_CONTEXT = {"allow_fs_reads": ["memory/*"], "allow_fs_writes": [], "read_only": True}
 
 
 class NotifyTool(BuiltinTool):

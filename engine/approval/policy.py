@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine.approval.bypass import Bypass, Bypasses
-from engine.approval.patterns import PathRefused, canonical_path, is_fs_tool
+from engine.approval.patterns import FS_WRITE_TOOLS, PathRefused, canonical_path, is_fs_tool
 from engine.approval.protocols import Clock, RequesterOf, RunContextFor, ToolCategories
 from engine.approval.rules import DEFAULT_GROUP, Rule, RuleStore, evaluate
 from engine.approval.run_context import RunContext, fast_path
@@ -109,6 +109,8 @@ class RulesPolicy:
             except PathRefused as exc:
                 return Verdict(Decision.DENY, f"path refused: {exc}")
 
+        if rc.read_only and tool in FS_WRITE_TOOLS:
+            return Verdict(Decision.DENY, "this session writes no file (run context read_only)")
         group = rc.security_group or DEFAULT_GROUP
         decision, rule = evaluate(rules, group, tool, path, request.agent_id, request.source)
         reason = f"rule {rule.id} ({rule.group}: {rule.tool_pattern})" if rule else "no rule"

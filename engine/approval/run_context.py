@@ -27,6 +27,7 @@ _FIELDS = (
     "allow_tools",
     "mcp_servers",
     "working_directory",
+    "read_only",
 )
 _LISTS = (
     "system_prompt_fragments",
@@ -65,6 +66,10 @@ class RunContext:
     allow_tools: list[str] = field(default_factory=list)
     mcp_servers: list[str] = field(default_factory=list)
     working_directory: str | None = None
+    #: No file is written, whatever the rules allow: the tic's (it reads what anyone may
+    #: send the owner; until 2026-12-07 the rule allowing ``memory/*`` let a mail's text
+    #: rewrite the notification rules; found by review).
+    read_only: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.security_group, str) or not self.security_group.strip():
@@ -86,6 +91,8 @@ class RunContext:
                 raise ValueError(f"allow_tools: {exc}") from None
         if self.working_directory is not None and not isinstance(self.working_directory, str):
             raise ValueError("working_directory: must be a string or null")
+        if not isinstance(self.read_only, bool):
+            raise ValueError("read_only: must be true or false")
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object stored in ``chat_sessions.run_context``."""
@@ -97,6 +104,7 @@ class RunContext:
             "allow_tools": list(self.allow_tools),
             "mcp_servers": list(self.mcp_servers),
             "working_directory": self.working_directory,
+            "read_only": self.read_only,
         }
 
     @classmethod
