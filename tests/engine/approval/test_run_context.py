@@ -31,6 +31,7 @@ def test_json_round_trip() -> None:
         ({"allow_fs_writes": "data"}, "allow_fs_writes: must be a list"),
         ({"security_group": ""}, "security_group"),
         ({"colour": "red"}, "unknown field"),
+        ({"read_only": "yes"}, "read_only: must be true or false"),
         ([], "JSON object"),
     ],
 )
