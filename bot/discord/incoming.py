@@ -98,6 +98,8 @@ class Incoming:
     #: The bot's own role in the guild (made for it when it was added) when the message
     #: mentions it: people pick it from the mention list as often as the bot's name.
     my_role: str | None = None
+    #: A reply to one of the bot's own messages (its ping may be switched off).
+    replies_to_me: bool = False
 
     @property
     def key(self) -> str:
@@ -143,7 +145,10 @@ class Incoming:
         snapshots = message.message_snapshots if forwarded else []
         content = message.content or ""
         for snapshot in snapshots:
-            content = f"{content}\n\n{FORWARDED}\n{snapshot.content}".lstrip("\n")
+            # One with nothing to read (embeds, a sticker, a poll) is no forward to the
+            # model: until 2026-12-07 it got an empty "[Forwarded message]" (found by review).
+            if snapshot.content or snapshot.attachments:
+                content = f"{content}\n\n{FORWARDED}\n{snapshot.content}".lstrip("\n")
         files = [*message.attachments, *(a for s in snapshots for a in s.attachments)]
         return cls(
             message_id=str(message.id),
@@ -175,6 +180,7 @@ class Incoming:
             ),
             thread_owner=None if owner is None else str(owner),
             my_role=my_role,
+            replies_to_me=bot_id is not None and _replied_to(reference) == bot_id,
         )
 
     def text(self, bot_id: str | None) -> str:
@@ -195,6 +201,12 @@ class Incoming:
     def from_json(cls, data: Json) -> Incoming:
         attachments = tuple(Attachment(**a) for a in data.get("attachments") or [])
         return cls(**{**data, "attachments": attachments})
+
+
+def _replied_to(reference: discord.MessageReference | None) -> str | None:
+    """The author of the message a reply answers, when Discord sent it along."""
+    resolved = reference.resolved if reference is not None else None
+    return str(resolved.author.id) if isinstance(resolved, discord.Message) else None
 
 
 def _my_role(message: discord.Message) -> str | None:

@@ -154,6 +154,8 @@ class MessageHandler:
         channel = m.parent_id or m.channel_id
         if m.mentions_me or channel in self._listening.open_channels:
             return True
+        if m.replies_to_me and self._listening.reads_content:
+            return True  # its ping switched off (until 2026-12-07 a question waited for good)
         own_thread = m.parent_id is not None and m.thread_owner == self._me.id
         return own_thread and self._listening.reads_content
 

@@ -852,9 +852,11 @@ class FakeDiscordServer:
         reply_to: int | str | None = None,
         offline: bool = False,
         kind: int = 0,
+        ping: bool = True,
     ) -> Json:
         """Push a guild message; ``mentions_bot`` prefixes ``<@bot>`` (``<@id>`` in the
-        content mentions anyone; a reply mentions the replied author). Returns the full
+        content mentions anyone; a reply mentions the replied author unless ``ping`` is
+        switched off, as Discord's client lets a person do). Returns the full
         message: sessions without the message content intent get it without content
         unless it mentions the bot. ``offline``: as ``dm``'s. ``kind``: the message type
         (0: a person's; 6: "pinned a message", 18: "started a thread", … Discord's own)."""
@@ -868,7 +870,7 @@ class FakeDiscordServer:
             mention = f"<@{self.bot_id}>"
             if mentions_bot and mention not in content:
                 content = f"{mention} {content}"
-            message = self._user_message(cid, uid, content, attachments, reply_to)
+            message = self._user_message(cid, uid, content, attachments, reply_to, ping)
             if kind:
                 message["type"] = kind
             if not offline:
@@ -1253,6 +1255,7 @@ class FakeDiscordServer:
         content: str,
         attachments: Sequence[tuple[str, bytes] | tuple[str, bytes, str]],
         reply_to: int | str | None,
+        ping: bool = True,
     ) -> Json:
         channel = self._channels[channel_id]
         guild_id = channel.get("guild_id")
@@ -1289,7 +1292,8 @@ class FakeDiscordServer:
             }
             replied.pop("referenced_message", None)
             message["referenced_message"] = replied
-            replied_author = [replied["author"]["id"]]  # a reply pings its author by default
+            if ping:  # a reply pings its author by default
+                replied_author = [replied["author"]["id"]]
         message["mentions"] = self._mentions(content, guild_id, replied_author)
         if guild_id is not None:
             message["guild_id"] = guild_id

@@ -17,7 +17,7 @@ from bot.discord.messages import ROLE_ONLY_MESSAGE, UNREADABLE_MESSAGE
 from bot.discord.sending import DiscordClient
 from bot.platform.voice_out import VOICE
 from engine.hub import Notification
-from engine.llm.scripted import text
+from engine.llm.scripted import text, tool_call
 from tests.bot.discord.conftest import (
     ALICE,
     GENERAL,
@@ -82,6 +82,51 @@ async def test_a_forwarded_message_is_read_as_what_it_forwards(
     await until(lambda: len(texts(fake, channel)) == 2)
     assert texts(fake, channel)[1] == f"echo: {FORWARDED}\nthe meeting moved to 3pm"
     assert fake.messages(channel)[1].reply_to is None
+
+
+async def test_a_forward_of_nothing_readable_gets_the_plain_sentence(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """A forward of only an embed (a link preview, another bot's card) reached the model as
+    an empty "[Forwarded message]" (found by review on 2026-12-07): like an embed-only
+    message, it gets the one sentence that says what the bot cannot read."""
+    await make_service()
+    pushed = fake.dm(ALICE, "first")
+    channel = pushed["channel_id"]
+    await until(lambda: texts(fake, channel) == ["echo: first"])
+    elsewhere = {"type": 1, "message_id": "1234567890123456789", "channel_id": "1234567890"}
+    embed = {"type": "rich", "title": "Build #42 passed"}
+    said = {
+        **{"content": "", "type": 0, "flags": 0, "embeds": [embed]},
+        **{"attachments": [], "mentions": [], "mention_roles": [], "edited_timestamp": None},
+    }
+    forward = {
+        **pushed,
+        "id": str(int(pushed["id"]) + 10),
+        "content": "",
+        "message_reference": elsewhere,
+        "message_snapshots": [{"message": {**said, "timestamp": pushed["timestamp"]}}],
+    }
+    fake.dispatch("MESSAGE_CREATE", forward)
+    await until(lambda: len(texts(fake, channel)) == 2)
+    assert texts(fake, channel)[1] == UNREADABLE_MESSAGE
+
+
+async def test_a_reply_to_the_bots_question_with_its_ping_off_answers_it(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    """Discord's client lets a person switch a reply's @ mention off: the reply then lists
+    no mention, and with the MESSAGE CONTENT intent it was read and dropped, so the
+    question waited for good (found by review on 2026-12-07)."""
+    fake.allowed_intents |= INTENT_MESSAGE_CONTENT
+    ask = tool_call("ask_user_clarification", '{"question": "Which city?"}', "q")
+    model.add(ask, text("Booking Rome."))
+    await make_service(discord_message_content="true")
+    fake.channel_message(GUILD, GENERAL, ALICE, "book a hotel", mentions_bot=True)
+    await until(lambda: any(m.content.startswith("**❓") for m in fake.messages(GENERAL)))
+    question = next(m for m in fake.messages(GENERAL) if m.content.startswith("**❓"))
+    fake.channel_message(GUILD, GENERAL, ALICE, "Rome", reply_to=question.id, ping=False)
+    await until(lambda: "Booking Rome." in texts(fake, GENERAL))
 
 
 async def test_a_mention_of_the_bots_role_is_a_mention_of_the_bot(
