@@ -100,6 +100,9 @@ if TYPE_CHECKING:
     from bot.slack.adapter import SlackAdapter
     from bot.slack.service import SlackService
 
+#: The platforms a job's chat or owner may be of, besides the operator's own.
+CHAT_PLATFORMS = ("telegram", "discord", "slack", "matrix")
+
 log = logging.getLogger(__name__)
 
 
@@ -517,14 +520,18 @@ class Service:
         platform, _, user = owner_id.partition(":")
         if platform in OPERATOR_PLATFORMS:
             return True
-        if platform not in ("telegram", "discord", "slack", "matrix"):
+        if platform not in CHAT_PLATFORMS:
             return False
         adapter = self._adapter_of(platform)
         return None if adapter is None else adapter.access.is_allowed(user)
 
     async def _job_chat_gone(self, source: str) -> str | None:
         """Why a job's chat takes nothing more from the bot (its platform refused a
-        delivery there for good, and nothing went through since), or ``None``."""
+        delivery there for good, and nothing went through since, or the platform is not
+        running here), or ``None``."""
+        platform = source.partition(":")[0]
+        if platform in CHAT_PLATFORMS and self._adapter_of(platform) is None:
+            return f"{platform} is not running in this service"
         conversation = self._conversation_of(source)
         if conversation is None:
             return None

@@ -459,7 +459,7 @@ class JobRunner:
                     except Exception:  # the next sweep tries again; the others go on
                         log.exception("bringing back the result of task %s failed", job.id)
                 else:
-                    self._notify(job, [run], _summary(job, run), _event_type(run))
+                    await self._notify(job, [run], _summary(job, run), _event_type(run))
                     notified.add(run.id)
             for job_id, group in missed.items():
                 job = await job_of(job_id)
@@ -470,14 +470,25 @@ class JobRunner:
                     f"run(s) between {_local(first, job.timezone)} and "
                     f"{_local(last, job.timezone)} while chathub was not running."
                 )
-                self._notify(job, group, summary, "job_missed")
+                await self._notify(job, group, summary, "job_missed")
                 notified.update(run.id for run in group)
         finally:
             # What is not on its way to a chat is settled; the rest leaves busy when stored.
             self._release([run.id for run in mine if run.id not in notified])
 
-    def _notify(self, job: Job, runs: list[Run], summary: str, event_type: str) -> None:
+    async def _told_in(self, job: Job) -> str | None:
+        """Where a job's notice is read: its chat, or the home chat when its chat cannot
+        be reached (its platform not running here, the chat refusing the bot): until
+        2026-12-07 a job paused for that very reason said so in that chat, read by no one
+        (found by review)."""
+        chat = job.origin_source
+        if chat is not None and self.hub.home and await self.chat_gone(chat) is not None:
+            return self.hub.home
+        return chat
+
+    async def _notify(self, job: Job, runs: list[Run], summary: str, event_type: str) -> None:
         ids = [run.id for run in runs]
+        target = await self._told_in(job)
 
         async def delivered() -> None:
             self._release(ids)  # marked in the commit that stored it
@@ -494,7 +505,7 @@ class JobRunner:
                 event_type=event_type,
                 summary=summary,
                 refs={"job_id": job.id, "run_ids": ids, "title": job.title},
-                target=job.origin_source,
+                target=target,
                 delivered_in=partial(mark_delivered_in, run_ids=ids),
                 on_delivered=delivered,
                 on_answered=answered,

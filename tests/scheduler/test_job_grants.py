@@ -741,6 +741,33 @@ async def test_a_job_that_cannot_run_is_paused_and_says_so_once(
     assert model.requests == []
 
 
+async def test_a_job_whose_chat_cannot_be_reached_says_so_in_the_home_chat(
+    make_scheduler: Callable[..., Scheduler],
+    hub: ChatHub,
+    clock: FakeClock,
+    origin: int,
+    notified: list[Notification],
+) -> None:
+    """A job paused because its chat refuses the bot (or its platform is not running
+    here) said so in that very chat, read by no one (found by review on 2026-12-07)."""
+    home = "console:operator"
+    await hub.set_home(home)
+
+    async def chat_gone(source: str) -> str | None:
+        return "Forbidden: bot was blocked by the user" if source == ORIGIN else None
+
+    scheduler = make_scheduler(owner="worker-b")
+    scheduler.runner.chat_gone = chat_gone
+    job = await scheduler.create_cron(ORIGIN, "Inbox", "0 8 * * *", "Brief me.")
+    assert job.next_run_at is not None
+    clock.now = job.next_run_at + timedelta(seconds=1)
+    await scheduler.dispatcher.step()
+    await asyncio.wait_for(scheduler.dispatcher.drain(), 5)
+
+    [notice] = job_notices(notified)
+    assert "paused" in notice.summary and notice.target == home
+
+
 # -- the user's profile in every scheduled turn ------------------------------------------------
 
 

@@ -329,6 +329,9 @@ async def test_a_briefing_for_a_chat_that_blocked_the_bot_pauses_until_it_is_res
         await fire(2)
         assert briefed == ["run", "run"]
         assert await service.scheduler.runner.chat_gone("telegram:not-a-chat") is None
+        # A platform not running here reaches no one: its jobs' notices go home.
+        gone = await service.scheduler.runner.chat_gone("discord:555")
+        assert gone == "discord is not running in this service"
     finally:
         await stop(service)
 
