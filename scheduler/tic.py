@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,7 +23,7 @@ from engine.core import Engine
 from engine.hub import ChatHub, Notification
 from engine.session import Failed, Final, TurnResult
 from engine.tools import BuiltinTool, ToolCategory, ToolContext, ToolError, object_schema
-from scheduler.events import TAKE_LEASE, EventStore
+from scheduler.events import TAKE_LEASE, Event, EventStore
 
 __all__ = ["MAX_AWAY_TRIES", "RENEW_EVERY_S", "NotifyTool", "Tic", "TickReport"]
 
@@ -161,8 +162,29 @@ class Tic:
         # back, they were told again in other words (found by review).
         read = isinstance(outcome, Final) or notify.sent > 0
         away = not read and isinstance(outcome, Failed) and outcome.away
-        await self._settle(ids, read, away=away)
+        given_up = await self._settle(ids, read, away=away)
+        if given_up:
+            self._tell_dropped([event for event in events if event.id in given_up], away)
         return TickReport(len(events), handler.session.id)
+
+    def _tell_dropped(self, dropped: list[Event], away: bool) -> None:
+        """The home chat learns which events were dropped unread (until 2026-12-07 only
+        the log did: a night's mail, its model down, was gone without a word; found by
+        review)."""
+        kinds = Counter(f"{event.type} from {event.source}" for event in dropped)
+        listed = ", ".join(f"{n} {kind}" if n > 1 else kind for kind, n in kinds.items())
+        why = "no model could be reached" if away else "reading them failed"
+        self.hub.notify(
+            Notification(
+                source="tic",
+                event_type="events_dropped",
+                summary=(
+                    f"{len(dropped)} incoming event(s) were dropped unread after "
+                    f"{MAX_AWAY_TRIES if away else MAX_TRIES} tries ({why}): {listed}."
+                ),
+                refs={"event_ids": [event.id for event in dropped]},
+            )
+        )
 
     async def _keep(self, ids: list[int]) -> None:
         """The events' lease renewed while the turn reads them."""
@@ -173,7 +195,7 @@ class Tic:
             except Exception:  # the database away: the next renewal tries again
                 log.warning("renewing the lease of the tic's events failed", exc_info=True)
 
-    async def _settle(self, ids: list[int], read: bool, *, away: bool = False) -> None:
+    async def _settle(self, ids: list[int], read: bool, *, away: bool = False) -> set[int]:
         """Read events are done; those of a tic that failed (a crash, a model failing on
         them) are read again by the next one, up to ``MAX_TRIES`` tics (until 2026-12-06
         they were marked before the agent read them, and a failed tic lost them; found by
@@ -194,6 +216,7 @@ class Tic:
             await self.events.done(finished)
         if not read and len(finished) < len(ids):
             await self.events.give_back([i for i in ids if i not in set(finished)])
+        return set(given_up)
 
 
 def _shown(event: dict[str, Any]) -> dict[str, Any]:

@@ -973,6 +973,22 @@ async def test_a_mail_cannot_talk_the_tic_into_rewriting_the_owners_memory(
     assert any("writes no file" in line for line in said), said
 
 
+async def test_events_the_tic_gives_up_on_are_told_in_the_home_chat(
+    acting: Scheduler, engine: Engine, hub: ChatHub, model: EchoModel, notified: list[Notification]
+) -> None:
+    """A night's mail, every model away for 12 tics, was dropped with a line in the log
+    and nothing else (found by review on 2026-12-07): the home chat is told what went."""
+    await hub.set_home(ORIGIN)
+    store = EventStore(engine.store.db)
+    await store.add("mail", "new_mail", {"from": "boss", "subject": "URGENT: call me"})
+    for _ in range(MAX_AWAY_TRIES):
+        model.add(LlmServerError("HTTP 503: overloaded", model="scripted", status=503))
+        assert (await acting.tic.tick()).events == 1
+    assert await store.unprocessed_count() == 0  # dropped unread
+    [told] = [n for n in notified if n.event_type == "events_dropped"]
+    assert "new_mail from mail" in told.summary and "no model could be reached" in told.summary
+
+
 async def test_the_tic_knows_the_home_chats_user(
     acting: Scheduler, engine: Engine, hub: ChatHub, model: EchoModel
 ) -> None:
