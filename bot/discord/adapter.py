@@ -291,9 +291,12 @@ class DiscordAdapter:
         channel = self.bot.get_partial_messageable(int(last.channel_id), guild_id=guild)
 
         async def read() -> list[discord.Message]:
+            # The newest ones after it, then in order: what was written while the bot was
+            # away is the newest, and in a busy channel (its talk not stored) the oldest
+            # 300 after the last mention held none of it (until 2026-12-07; found by review).
             after = discord.Object(int(last.message_id))
-            history = channel.history(after=after, limit=CATCH_UP_MESSAGES, oldest_first=True)
-            return [message async for message in history]
+            history = channel.history(after=after, limit=CATCH_UP_MESSAGES, oldest_first=False)
+            return [message async for message in history][::-1]
 
         try:
             messages = await self.outbound.call(

@@ -270,6 +270,24 @@ async def test_an_edit_of_a_message_held_for_its_catch_up_is_what_the_agent_read
     assert "deploy to staging" in said and "deploy to prod" not in said, said
 
 
+async def test_a_mention_written_during_a_restart_is_answered_after_a_busy_day(
+    fake: FakeDiscordServer, make_service: MakeService
+) -> None:
+    """The bot was mentioned in the morning; people then talked among themselves (320
+    messages, heard live, none for the bot, none stored) before a restart, during which
+    Alice mentioned it. The catch-up read the 300 oldest after the morning's mention, all
+    talk from before the restart, and never the mention (found by review on 2026-12-07)."""
+    service = await make_service()
+    fake.channel_message(GUILD, GENERAL, ALICE, "good morning bot", mentions_bot=True)
+    await until(lambda: texts(fake, GENERAL) == ["echo: good morning bot"])
+    for n in range(320):
+        fake.channel_message(GUILD, GENERAL, BOB, f"chatter {n}")
+    await service.stop()
+    fake.channel_message(GUILD, GENERAL, ALICE, "are you back?", mentions_bot=True, offline=True)
+    await make_service()
+    await until(lambda: texts(fake, GENERAL) == ["echo: good morning bot", "echo: are you back?"])
+
+
 async def test_one_message_the_catch_up_cannot_read_loses_no_other_conversation(
     fake: FakeDiscordServer, make_service: MakeService
 ) -> None:
