@@ -132,9 +132,12 @@ class MessageHandler:
         """A person's correction of a message that still waits for its turn: the turn
         reads it as corrected (until 2026-12-07 every edit was ignored, and the agent
         acted on the words taken back). One read already keeps its answer; a message
-        with files keeps its words. A channel message the bot answers in a thread of its
+        with a sound file keeps its words (they hold what was heard); one with other
+        files is corrected too (they are named apart: until 2026-12-07 its edit was
+        ignored; found by review). A channel message the bot answers in a thread of its
         own waits in that thread: the channel's threads are looked in too."""
-        if m.attachments or not self.addressed(m) or not self._access.is_allowed(m.user_id):
+        heard = any(a.voice or (a.content_type or "").startswith("audio/") for a in m.attachments)
+        if heard or not self.addressed(m) or not self._access.is_allowed(m.user_id):
             return
         text = m.text(self._me.id)
         if not text or _COMMAND.match(text):

@@ -141,8 +141,9 @@ class MessageHandler:
         """A person's correction of a message that still waits for its turn: the turn
         reads it as corrected (until 2026-12-07 every edit was ignored, and the agent
         acted on the words taken back). One read already keeps its answer; a message
-        with files keeps its words."""
-        if m.files or not self._access.is_allowed(m.user) or not await self.addressed(m):
+        with a sound clip keeps its words (they hold what was heard); one with other
+        files is corrected too (until 2026-12-07 its edit was ignored; found by review)."""
+        if m.audio or not self._access.is_allowed(m.user) or not await self.addressed(m):
             return
         text = m.text_without(self._me.user_id, self._me.names)
         if not text or _COMMAND.match(text):

@@ -393,6 +393,36 @@ async def test_an_edit_of_a_dm_still_waiting_is_what_the_agent_reads(
     await until(lambda: texts(fake, channel) == ["echo: first", "echo: deploy to staging"])
 
 
+async def test_an_edit_of_a_waiting_message_with_a_file_is_what_the_agent_reads(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    """ "delete every row of this table" with rows.csv, corrected to "count the rows…"
+    while the agent was busy, still ran as first written: an edit of a message with files
+    was ignored (found by review on 2026-12-07). The file stays; the words change."""
+    service = await make_service()
+    release = held(model)
+    channel = fake.dm(ALICE, "first")["channel_id"]
+    await release.asked.wait()
+    csv = ("rows.csv", b"a,b\n1,2\n", "text/csv")
+    waiting = fake.dm(ALICE, "delete every row of this table", attachments=[csv])
+    source = f"discord:{channel}"
+
+    async def says(expected: list[str]) -> None:
+        deadline = asyncio.get_running_loop().time() + 10
+        while [row.content for row in await service.hub.waiting_messages(source)] != expected:
+            assert asyncio.get_running_loop().time() < deadline, f"never {expected}"
+            await asyncio.sleep(0.01)
+
+    await says(["delete every row of this table"])
+    edited = {**waiting, "content": "count the rows of this table"}
+    fake.dispatch("MESSAGE_UPDATE", {**edited, "edited_timestamp": waiting["timestamp"]})
+    await says(["count the rows of this table"])
+    release.set()
+    await until(lambda: any("count the rows" in t for t in texts(fake, channel)))
+    [answer] = [t for t in texts(fake, channel) if "count the rows" in t]
+    assert "rows.csv" in answer  # the file still came with it
+
+
 async def test_an_edit_that_overtakes_its_message_waits_for_it(
     fake: FakeDiscordServer, make_service: MakeService, model, caplog: pytest.LogCaptureFixture
 ) -> None:

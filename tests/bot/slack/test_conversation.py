@@ -4,6 +4,7 @@ without a mention, strangers, what is never answered, and people's names."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 
@@ -517,6 +518,39 @@ async def test_an_edit_of_a_message_still_waiting_is_what_the_agent_reads(
     await until_true(lambda: _waiting(service, source, ["deploy to staging"]))
     release.set()
     await until(lambda: texts(fake, dm) == ["echo: first", "echo: deploy to staging"])
+
+
+async def test_an_edit_of_a_waiting_message_with_a_file_is_what_the_agent_reads(
+    make_service: MakeService, fake: FakeSlackServer, model: EchoModel
+) -> None:
+    """An edit of a message that came with a file (not a sound clip) was ignored, and the
+    agent acted on the words taken back (found by review on 2026-12-07)."""
+    service = await make_service()
+    dm = fake.dm_channel(ALICE)
+    release = held(model)
+    fake.dm(ALICE, "first")
+    await release.asked.wait()
+    waiting = fake.dm(ALICE, "delete every row", files=[("rows.csv", b"a,b", "text/csv", None)])
+    source = f"slack:{dm}"
+    await until_true(lambda: _waiting(service, source, ["delete every row"]))
+    edit = {"type": "message", "user": ALICE, "text": "count the rows", "ts": waiting.ts}
+    fake.push_event(
+        {
+            "type": "message",
+            "subtype": "message_changed",
+            "channel": dm,
+            "ts": "9.000001",
+            "channel_type": "im",
+            "message": {
+                **edit,
+                "files": copy.deepcopy(waiting.files),
+                "edited": {"user": ALICE, "ts": "9.000001"},
+            },
+        }
+    )
+    await until_true(lambda: _waiting(service, source, ["count the rows"]))
+    release.set()
+    await until(lambda: "echo: count the rows" in texts(fake, dm))
 
 
 async def test_an_edit_that_overtakes_its_message_waits_for_it(
