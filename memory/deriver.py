@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from engine.failpoints import failpoint
-from engine.llm import ChatModel, LlmError
+from engine.llm import ChatModel, LlmEndpointError, LlmError
 from engine.store import (
     Database,
     chat_history,
@@ -62,11 +62,12 @@ __all__ = ["SYSTEM_PROMPT", "BadOutput", "Deriver", "DeriverLimits", "parse_oper
 
 log = logging.getLogger(__name__)
 
-#: A model's answers that blame the settings, not the batch: a wrong or revoked key (401),
+#: A model's answers that blame the settings, not the batch: a wrong or revoked key (401,
+#: or Gemini's 400 API_KEY_INVALID: ``_settings_refused``), an account out of credit (402),
 #: a model name the server does not know (404). A 403 stays counted: some providers answer
 #: a batch their moderation flags with it, and uncounted it stopped every later session
 #: (found by review).
-SETTINGS_REFUSED = frozenset({401, 404})
+SETTINGS_REFUSED = frozenset({401, 402, 404})
 
 #: Per session, how far its messages were read for facts (``memory/marks.py``).
 DERIVE_MARKS = Marks(memory_derive_marks, "session_id", "last_message_id")
@@ -209,7 +210,7 @@ class Deriver:
                 # rounds skipped a batch for good until 2026-12-06; so is one that refuses
                 # the settings (a wrong key, a model it does not know) until they are
                 # mended: until 2026-12-07 that skipped every batch (found by review).
-                if not (error.away or error.status in SETTINGS_REFUSED):
+                if not (error.away or _settings_refused(error)):
                     await self._failed(session_id, batch)
                 return changed, False
             except BadOutput as error:
@@ -277,6 +278,16 @@ class Deriver:
                 continue
             return response.content or ""
         raise last or LlmError("no memory model is configured")
+
+
+def _settings_refused(error: LlmError) -> bool:
+    """Whether the model refused the settings (a key, the credit, a model), not the batch.
+    engine/llm makes a 400 an ``LlmEndpointError`` only when it says the key is refused
+    (Gemini's ``API_KEY_INVALID``); until 2026-12-07 that and a 402 were counted, and
+    every batch skipped (found by review)."""
+    if error.status in SETTINGS_REFUSED:
+        return True
+    return isinstance(error, LlmEndpointError) and error.status == 400
 
 
 def build_prompt(

@@ -36,6 +36,8 @@ __all__ = [
 #: Longest answer read (a batch of 64 vectors of 4,096 floats is ~6 MB as JSON).
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 MAX_DIMENSIONS = 8_192
+#: Characters of an error answer read for what it says.
+MAX_ERROR_BODY_CHARS = 4_096
 
 
 #: What a server answers when it is away or busy, whatever it was sent.
@@ -45,8 +47,9 @@ AWAY_STATUSES = frozenset({429, 503})
 class EmbeddingError(Exception):
     """The embeddings endpoint failed; ``str()`` is one sentence for the log.
     ``retriable``: the endpoint was away (unreachable, busy: ``AWAY_STATUSES``) or refused
-    the settings (a key, a model), so the batch is not to blame and is not counted as failing (a 500 or a timeout is: the
-    batch may cause it every time, and would otherwise stall every later one)."""
+    the settings (a key, the account's credit, a model), so the batch is not to blame and
+    is not counted as failing (a 500 or a read timeout is: the batch may cause it every
+    time, and would otherwise stall every later one)."""
 
     def __init__(self, message: str, *, retriable: bool = False) -> None:
         super().__init__(message)
@@ -106,6 +109,14 @@ class EmbeddingClient:
                 headers=self._headers,
                 timeout=httpx.Timeout(self.config.timeout_s),
             )
+        except (httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            # Nothing was sent (a host that drops packets): the endpoint is away, not
+            # slow on this batch (until 2026-12-07 counted; found by review).
+            raise EmbeddingError(
+                f"cannot reach the embeddings endpoint {self._url} "
+                f"within {self.config.timeout_s:g} s",
+                retriable=True,
+            ) from exc
         except httpx.TimeoutException as exc:
             raise EmbeddingError(
                 f"the embeddings endpoint did not answer within {self.config.timeout_s:g} s"
@@ -122,14 +133,17 @@ class EmbeddingClient:
             raise EmbeddingError(
                 "the embeddings endpoint's answer could not be read", retriable=True
             ) from exc
-        if response.status_code in (401, 403, 404):  # the body may quote the key
-            # A key (401) or a model or path (404) it does not know is the settings'
-            # fault, not the batch's: waited for until mended (until 2026-12-07 counted,
-            # and every batch skipped). A 403 may be the batch's (moderation): counted.
-            refused = "its model or path" if response.status_code == 404 else "its key"
+        status = response.status_code
+        if status in (401, 402, 403, 404) or (status == 400 and _says_key_refused(response)):
+            # The body may quote the key: never in the message. A key (401, or Gemini's
+            # 400 API_KEY_INVALID), an account out of credit (402) or a model or path
+            # (404) it does not know is the settings' fault, not the batch's: waited for
+            # until mended (until 2026-12-07 counted, and every batch skipped; the 402
+            # and the 400 found by review). A 403 may be the batch's (moderation): counted.
+            refused = {402: "the account (no credit left)", 404: "its model or path"}
             raise EmbeddingError(
-                f"the embeddings endpoint refused {refused} (HTTP {response.status_code})",
-                retriable=response.status_code != 403,
+                f"the embeddings endpoint refused {refused.get(status, 'its key')} (HTTP {status})",
+                retriable=status != 403,
             )
         if response.status_code != 200:
             raise EmbeddingError(
@@ -144,6 +158,16 @@ class EmbeddingClient:
         except (ValueError, RecursionError) as exc:  # RecursionError: absurdly nested
             raise EmbeddingError("the embeddings endpoint's answer is not JSON") from exc
         return _vectors(payload, len(texts))
+
+
+#: What an endpoint that answers a bad key with a 400 says (Gemini: ``API_KEY_INVALID``),
+#: as ``engine/llm/client.py`` reads it.
+_KEY_REFUSED = ("API_KEY_INVALID", "PERMISSION_DENIED", "UNAUTHENTICATED")
+
+
+def _says_key_refused(response: httpx.Response) -> bool:
+    text = response.text[:MAX_ERROR_BODY_CHARS]
+    return any(reason in text for reason in _KEY_REFUSED)
 
 
 class EmbeddingChoice(ServiceChoice):

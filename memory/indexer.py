@@ -32,6 +32,7 @@ from memory.tables import (
     memory_embed_marks,
     memory_watermarks,
     scope_of,
+    searchable,
 )
 from memory.users import BatchSpeakers, identity_of, is_personal_in
 
@@ -241,6 +242,7 @@ def _documents(
             "chunk": number,
             "role": role,
             "body": body,
+            "search_body": searchable(body),  # Chinese and Japanese words findable
             "created_at": created_at,
             "user_id": user_id,
         }

@@ -4,8 +4,10 @@ Scope: a search only ever sees documents of the asking session's ``source`` (one
 Telegram private chat is one user; a group chat sees its own conversations only).
 
 User text is never query syntax: it is cut into word tokens, each one quoted (FTS5) or
-turned into a plain tsquery of its own (PostgreSQL), and the terms are OR-ed so a hit
+turned into a phrase tsquery of its own (PostgreSQL), and the terms are OR-ed so a hit
 need not contain every word; ranking (BM25 / ``ts_rank``) puts the best matches first.
+A run of Chinese or Japanese characters is cut into overlapping pairs of characters, each
+a phrase of two of the words the index holds (``memory.tables.searchable``).
 
 Semantic recall (``Semantic``: an embeddings endpoint and a place for vectors): the query
 is embedded too, the source's nearest documents are found, and the two rankings are fused
@@ -31,7 +33,7 @@ from sqlalchemy.engine import Connection
 
 from engine.store import Database, UtcDateTime, chat_sessions
 from memory.embeddings import ChosenEmbeddings, EmbeddingClient, EmbeddingError
-from memory.tables import memory_documents, scope_of
+from memory.tables import CJK, WORD_BREAK, memory_documents, scope_of, searchable
 from memory.vectors import Vectors
 
 __all__ = ["MAX_TERMS", "RRF_K", "Hit", "Search", "Semantic", "fuse", "query_terms"]
@@ -49,6 +51,11 @@ CANDIDATES_PER_RESULT = 4
 #: Characters of a hit found by meaning alone shown as its snippet (no word to highlight).
 PLAIN_SNIPPET_CHARS = 200
 _WORD = re.compile(r"\w+")
+#: A word's runs of Chinese or Japanese characters, and what is between them.
+_CJK_RUNS = re.compile(f"[{CJK}]+|[^{CJK}]+")
+_CJK_RUN = re.compile(f"[{CJK}]+")
+#: Two highlights of one CJK word's characters in a PostgreSQL headline ("[东][京]").
+_SPLIT_MARKS = re.compile(f"(?<=[{CJK}])\\]\\[(?=[{CJK}])")
 #: Words too common to find anything by (PostgreSQL's 'english' configuration drops the
 #: same ones; FTS5 would match nearly every row with them and rank that noise).
 STOP_WORDS = frozenset(
@@ -176,17 +183,41 @@ class Hit:
 
 
 def query_terms(query: str) -> list[str]:
-    """The distinct word tokens of ``query``, lower-cased, stop words left out, at most
-    ``MAX_TERMS``."""
-    terms: dict[str, None] = {}
+    """The distinct word tokens of ``query`` as written (the database lowers them as it
+    lowered the text: Python lowers "İ" to "i" and a combining dot, PostgreSQL to "i", and
+    until 2026-12-07 "İstanbul" found nothing there; found by review), compared without
+    case, stop words left out, at most ``MAX_TERMS``. A run of Chinese or Japanese
+    characters gives its overlapping pairs ("东京旅游": 东京, 京旅, 旅游)."""
+    terms: dict[str, str] = {}
     for match in _WORD.finditer(query):
-        word = match.group().lower()[:MAX_TERM_CHARS]
-        if word in STOP_WORDS:
-            continue
-        terms[word] = None
-        if len(terms) == MAX_TERMS:
-            break
-    return list(terms)
+        for word in _pieces(match.group()):
+            word = word[:MAX_TERM_CHARS]
+            key = word.lower()
+            if key in STOP_WORDS or key in terms:
+                continue
+            terms[key] = word
+            if len(terms) == MAX_TERMS:
+                return list(terms.values())
+    return list(terms.values())
+
+
+def _pieces(word: str) -> list[str]:
+    """``word``'s parts: its runs of other characters whole, its CJK runs as overlapping
+    pairs (one character alone as itself)."""
+    pieces: list[str] = []
+    for run in _CJK_RUNS.findall(word):
+        if _CJK_RUN.fullmatch(run) is None or len(run) == 1:
+            pieces.append(run)
+        else:
+            pieces.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return pieces
+
+
+def _readable(snippet: str) -> str:
+    """A snippet of a ``searchable`` text as the words were written."""
+    if WORD_BREAK not in snippet:
+        return snippet
+    return _SPLIT_MARKS.sub("", snippet.replace(WORD_BREAK, ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +349,8 @@ def _search(
     conn: Connection, source: str, terms: list[str], limit: int, since: datetime | None
 ) -> list[tuple[int, Hit]]:
     params: dict[str, object] = {"source": source, "scope": scope_of(source), "limit": limit}
+    # As the index reads its text: a CJK pair becomes a phrase of two words.
+    terms = [searchable(term) or term for term in terms]
     when = ""
     if since is not None:
         when = " AND d.created_at >= :since"
@@ -330,7 +363,8 @@ def _search(
         conn.execute(sa.text("SET LOCAL plan_cache_mode = force_custom_plan"))
         names = [f"t{i}" for i in range(len(terms))]
         params.update(zip(names, terms, strict=True))
-        tsquery = " || ".join(f"plainto_tsquery('english', :{n})" for n in names)
+        # A phrase: a term the parser cuts in two (a CJK pair) matches the two together.
+        tsquery = " || ".join(f"phraseto_tsquery('english', :{n})" for n in names)
         sql = (
             # The scope token narrows the match to the source's rows; weight D (0) is the
             # scope's, A (1) the body's: only the body is ranked. Words that are all stop
@@ -339,7 +373,7 @@ def _search(
             "q AS (SELECT words, CASE WHEN numnode(words) = 0 THEN words "
             "ELSE plainto_tsquery('simple', :scope) && words END AS query FROM w) "
             "SELECT d.id, d.session_id, s.title, d.role, d.kind, d.ref_id, d.created_at, "
-            "ts_headline('english', d.body, q.words, "
+            "ts_headline('english', COALESCE(d.search_body, d.body), q.words, "
             "'StartSel=[, StopSel=], MaxWords=30, MinWords=12') AS snippet "
             "FROM memory_documents d CROSS JOIN q "
             "JOIN chat_sessions s ON s.id = d.session_id "
@@ -377,7 +411,7 @@ def _search(
                 kind=row.kind,
                 ref_id=int(row.ref_id),
                 created_at=row.created_at,
-                snippet=row.snippet,
+                snippet=_readable(row.snippet),
             ),
         )
         for row in conn.execute(statement, params)

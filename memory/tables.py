@@ -4,13 +4,17 @@
 message or of a compaction summary, with the session's source copied in so a search is
 scoped without a join (and indexed as a token, ``scope``, see ``scope_of``). The full-text index over ``body`` is not a SQLAlchemy table:
 
-* SQLite: an FTS5 virtual table ``memory_fts`` over the documents (external content, kept
-  in step by triggers), Porter stemming;
+* SQLite: an FTS5 virtual table ``memory_fts`` over the documents (external content, the
+  view ``memory_fts_content``, kept in step by triggers), Porter stemming;
 * PostgreSQL: a generated ``tsvector`` column ``body_tsv`` (``to_tsvector('english',
-  body)``, stored) with a GIN index.
+  ...)``, stored) with a GIN index.
 
-``create_search_index`` makes it (``seed_rows`` for a database created whole; migration
-0013 holds its own copy of the same statements, as history).
+Both read ``search_body`` where a row has one (0033): the body with every Chinese or
+Japanese character a word of its own (``searchable``), as neither parser cuts a run of
+them into words; a query's CJK words are cut the same way (``memory/search.py``).
+
+``create_search_index`` makes it (``seed_rows`` for a database created whole; migrations
+0013 and 0033 hold their own copies of the same statements, as history).
 
 The people (0014): ``memory_users`` is the one user table every platform maps into through
 ``memory_identities`` (platform, the platform's own id); ``memory_facts`` is each user's
@@ -25,6 +29,7 @@ its column type is the dialect's).
 from __future__ import annotations
 
 import hashlib
+import re
 
 from sqlalchemy import (
     JSON,
@@ -56,6 +61,7 @@ __all__ = [
     "memory_users",
     "memory_watermarks",
     "scope_of",
+    "searchable",
     "seed_rows",
 ]
 
@@ -84,6 +90,9 @@ memory_documents = Table(
     Column("created_at", UtcDateTime, nullable=False),
     # Who said it (0014): null for the assistant, summaries and rows indexed before.
     Column("user_id", Id),
+    # The body as the full-text index reads it (0033, ``searchable``): null when that is
+    # the body itself (no Chinese or Japanese in it).
+    Column("search_body", Text),
     UniqueConstraint("kind", "ref_id", "chunk", name="uq_memory_documents_ref"),
     CheckConstraint("kind IN ('message', 'summary')", name="ck_memory_documents_kind"),
 )
@@ -170,25 +179,55 @@ memory_embed_marks = Table(
     Column("updated_at", UtcDateTime, nullable=False),
 )
 
-#: The full-text index, per dialect.
+#: The full-text index, per dialect (0033's; 0013 made it over ``body`` alone).
 SEARCH_INDEX_DDL: dict[str, tuple[str, ...]] = {
     "sqlite": (
-        "CREATE VIRTUAL TABLE memory_fts USING fts5(body, scope, content='memory_documents', "
+        # The FTS5 content is the text indexed, so a snippet's marks fall on its words.
+        "CREATE VIEW memory_fts_content AS SELECT id, COALESCE(search_body, body) AS body, "
+        "scope FROM memory_documents",
+        "CREATE VIRTUAL TABLE memory_fts USING fts5(body, scope, content='memory_fts_content', "
         "content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')",
         "CREATE TRIGGER memory_documents_ai AFTER INSERT ON memory_documents BEGIN "
-        "INSERT INTO memory_fts(rowid, body, scope) VALUES (new.id, new.body, new.scope); END",
+        "INSERT INTO memory_fts(rowid, body, scope) "
+        "VALUES (new.id, COALESCE(new.search_body, new.body), new.scope); END",
         "CREATE TRIGGER memory_documents_ad AFTER DELETE ON memory_documents BEGIN "
         "INSERT INTO memory_fts(memory_fts, rowid, body, scope) "
-        "VALUES ('delete', old.id, old.body, old.scope); END",
+        "VALUES ('delete', old.id, COALESCE(old.search_body, old.body), old.scope); END",
     ),
     "postgresql": (
         # Stored, so ranking reads the vector instead of parsing every matching body again.
         "ALTER TABLE memory_documents ADD COLUMN body_tsv tsvector "
-        "GENERATED ALWAYS AS (setweight(to_tsvector('english', body), 'A') || "
-        "setweight(to_tsvector('simple', scope), 'D')) STORED",
+        "GENERATED ALWAYS AS (setweight(to_tsvector('english', COALESCE(search_body, body)), "
+        "'A') || setweight(to_tsvector('simple', scope), 'D')) STORED",
         "CREATE INDEX ix_memory_documents_fts ON memory_documents USING gin (body_tsv)",
     ),
 }
+
+#: Chinese and Japanese characters (Han, kana, their iteration marks): written without
+#: spaces, so both parsers keep a whole run of them as one word (Korean has spaces).
+CJK = (
+    "\u3005-\u3007\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003ffff"
+)
+#: Put between a CJK character and a letter or digit beside it: a word break to both
+#: parsers (an ASCII one: PostgreSQL's, in the C locale, reads every non-ASCII character
+#: as a letter), and a control character no one types, so a snippet drops exactly these
+#: (``memory/search.py``).
+WORD_BREAK = "\x1f"
+_CJK_EDGE = re.compile(f"(?<=[{CJK}])(?=\\w)|(?<=\\w)(?=[{CJK}])")
+_CJK_ANY = re.compile(f"[{CJK}]")
+
+
+def searchable(body: str) -> str | None:
+    """``body`` as the full-text index reads it: every Chinese or Japanese character a
+    word of its own (``WORD_BREAK`` around it), so a word inside a sentence is found as a
+    phrase of its characters; ``None`` when that is ``body`` itself. Until 2026-12-07 a
+    whole run was one word, and /search 东京 did not find "我们下周去东京旅游" (found by
+    review)."""
+    if _CJK_ANY.search(body) is None:  # most text: a tenth of the time of the edit
+        return None
+    marked = _CJK_EDGE.sub(WORD_BREAK, body)
+    return None if marked == body else marked
 
 
 def scope_of(source: str) -> str:

@@ -112,6 +112,12 @@ class OpenAICompatModel:
             if stream:
                 return await self._streamed(payload, on_delta)
             return await self._whole(payload, on_delta)
+        except (httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            # Nothing was sent (a host that drops packets: switched off, a VPN peer
+            # offline): unreachable, as a refused connection is, not a slow answer to
+            # this request (until 2026-12-07 an LlmTimeout; found by review).
+            message = f"cannot connect to {self._url} within {self._config.timeout_s:g} s"
+            raise self._error(LlmConnectionError, message, exc) from exc
         except httpx.TimeoutException as exc:
             message = f"timed out after {self._config.timeout_s:g} s"
             raise self._error(LlmTimeout, message, exc) from exc

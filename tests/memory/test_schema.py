@@ -88,3 +88,62 @@ async def test_what_background_runs_left_in_memory_goes_at_the_upgrade(
     assert sources == {"telegram:111"}
     assert bodies == ["Likes Lisbon."]
     assert platforms == ["telegram"]
+
+
+async def test_an_index_made_before_0033_finds_chinese_words_after_the_upgrade(
+    backend: str, tmp_path: Path
+) -> None:
+    """Until 2026-12-07 a run of CJK characters was one word in the index, so a Chinese
+    word inside a sentence was never found (found by review on 2026-12-07); 0033 makes
+    the index again over the documents already there."""
+    from memory.migrations.v0013_memory import _SEARCH_INDEX as OLD_INDEX
+    from memory.search import Search
+
+    async with database_url(backend, tmp_path) as url:
+        store = await Store.open(url, MEMORY_LAYERS)
+        try:
+            chat = (await store.sessions.create("telegram:1")).id
+            said = [("user", "我们下周去东京旅游"), ("user", "the hotel near Alfama")]
+            await write_history(store, chat, said)
+            await Indexer(store.db).catch_up()
+
+            def as_before_0033(conn: sa.Connection) -> None:
+                if conn.dialect.name == "sqlite":
+                    for name in ("memory_documents_ai", "memory_documents_ad"):
+                        conn.execute(sa.text(f"DROP TRIGGER {name}"))
+                    conn.execute(sa.text("DROP TABLE memory_fts"))
+                    conn.execute(sa.text("DROP VIEW memory_fts_content"))
+                else:
+                    conn.execute(sa.text("ALTER TABLE memory_documents DROP COLUMN body_tsv"))
+                conn.execute(sa.text("ALTER TABLE memory_documents DROP COLUMN search_body"))
+                for statement in OLD_INDEX[conn.dialect.name]:
+                    conn.execute(sa.text(statement))
+                if conn.dialect.name == "sqlite":
+                    conn.execute(sa.text("INSERT INTO memory_fts(memory_fts) VALUES ('rebuild')"))
+                conn.execute(_version_table.delete().where(_version_table.c.version == 33))
+
+            await store.db.run(as_before_0033)
+        finally:
+            await store.close()
+        store = await Store.open(url, MEMORY_LAYERS)
+        try:
+            search = Search(store.db)
+            chinese = await search.sessions("telegram:1", "东京")
+            english = await search.sessions("telegram:1", "Alfama")
+
+            def forget(conn: sa.Connection) -> None:
+                conn.execute(memory_documents.delete())
+                if conn.dialect.name == "sqlite":  # the index agrees with its content
+                    conn.execute(
+                        sa.text(
+                            "INSERT INTO memory_fts(memory_fts, rank) VALUES ('integrity-check', 1)"
+                        )
+                    )
+
+            await store.db.run(forget)
+            gone = await search.sessions("telegram:1", "东京")
+        finally:
+            await store.close()
+    assert [h.snippet for h in chinese] == ["我们下周去[东京]旅游"]
+    assert [h.snippet for h in english] == ["the hotel near [Alfama]"]
+    assert gone == []
