@@ -10,12 +10,15 @@ text), and an image becomes a link to it (the page fetches nothing the model nam
 from __future__ import annotations
 
 import html
+import logging
 import re
 from typing import Any
 
 import pyromark
 
 __all__ = ["render_markdown"]
+
+log = logging.getLogger(__name__)
 
 _OPTIONS = (
     pyromark.Options.ENABLE_TABLES
@@ -38,10 +41,16 @@ _MARKS = {"SoftBreak": "\n", "HardBreak": "<br>\n", "Rule": "<hr>\n"}
 
 
 def render_markdown(text: str) -> str:
-    """``text`` (Markdown) as HTML that is safe to insert into the page."""
+    """``text`` (Markdown) as HTML that is safe to insert into the page; a text this
+    module fails on is shown as it is, escaped (every answer and history page goes
+    through here: one such text must not make a conversation unreadable)."""
     writer = _Writer()
-    for event in pyromark.events(text, options=_OPTIONS):
-        writer.event(event)
+    try:
+        for event in pyromark.events(text, options=_OPTIONS):
+            writer.event(event)
+    except Exception:
+        log.exception("Markdown of %d characters could not be rendered; shown as text", len(text))
+        return f"<pre>{_escape(text)}</pre>\n"
     return "".join(writer.out)
 
 
@@ -91,8 +100,12 @@ class _Writer:
             case "BlockQuote":
                 return "<blockquote>\n", "</blockquote>\n"
             case "CodeBlock":
-                language = detail.get("Fenced", "") if isinstance(detail, dict) else ""
-                language = language.split()[0] if language else ""
+                info = detail.get("Fenced", "") if isinstance(detail, dict) else ""
+                # Split on any whitespace: an info string of only a no-break space is
+                # empty after it (``split()[0]`` raised there until 2026-12-07, and the
+                # answer silenced the tab and its history; found by review).
+                words = str(info).split()
+                language = words[0] if words else ""
                 if _LANGUAGE.fullmatch(language):
                     return f'<pre><code class="language-{language}">', "</code></pre>\n"
                 return "<pre><code>", "</code></pre>\n"

@@ -447,7 +447,8 @@ class NewSessionFrame(_ServerFrame):
 
 class ErrorFrame(_ServerFrame):
     """One sentence. ``code`` ``turn``: the running turn ended with it (stop, failure);
-    any other code answers a client frame, which changed nothing."""
+    ``internal`` without ``ref``: an event of the turn could not be shown; any other code
+    answers a client frame, which changed nothing."""
 
     type: Literal["error"] = "error"
     code: str

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketState
 
+from bot.platform.failures import report_failure
 from bot.platform.tasks import Background
 from bot.platform.voice_notes import VoiceNotes
 from bot.webchat.actions import Actions, web_commands
@@ -48,7 +49,7 @@ from bot.webchat.translate import (
 from bot.webchat.uploads import Uploads
 from engine.bus import Lagged
 from engine.hub import ChatHub, SourceEvents
-from engine.session import ApprovalRequired
+from engine.session import ApprovalRequired, Done
 from memory.service import MemoryService
 
 __all__ = ["CLOSE_TOO_BIG", "WebChat"]
@@ -62,6 +63,8 @@ CLOSE_POLICY = 1008
 DELETED = "This conversation was deleted; nothing was done. Open another one."
 RATE_LIMITED = "Too many frames; slow down (this one was not taken)."
 BINARY = "Frames are JSON text; a binary frame is not taken."
+UNSHOWN = "Part of this turn could not be shown here (error {}); reload the page to see it."
+UNSHOWN_ANSWER = "The answer could not be shown here (error {}); reload the page to read it."
 
 
 class WebChat:
@@ -216,14 +219,25 @@ class WebChat:
             if isinstance(item, Lagged):
                 await socket.send(LaggedFrame(missed=item.missed))
                 continue
-            event = item.event
-            frame = (
-                await self._card(event) if isinstance(event, ApprovalRequired) else to_frame(event)
-            )
+            frame = await self._frame(item.event)
             if frame is not None:
                 await socket.send(frame)
             if socket.gone:
                 return
+
+    async def _frame(self, event: object) -> ServerFrame | None:
+        """The frame of one event; a fault of ours building it is logged under an id and
+        the tab is told in a sentence, the pump goes on (until 2026-12-07 it ended: the
+        tab heard nothing more, not even the turn's end; found by review)."""
+        try:
+            if isinstance(event, ApprovalRequired):
+                return await self._card(event)
+            return to_frame(event)
+        except Exception:
+            failure = report_failure(log, f"web chat: showing a {type(event).__name__}")
+            if isinstance(event, Done):  # the turn ended: the tab stops waiting for it
+                return ErrorFrame(code="turn", message=UNSHOWN_ANSWER.format(failure))
+            return ErrorFrame(code="internal", message=UNSHOWN.format(failure))
 
     async def _signed_out(
         self, websocket: WebSocket, socket: ChatSocket, *, touch: bool = True

@@ -81,9 +81,22 @@ class Upload:
         return {"id": self.id, "name": self.name, "size": self.size}
 
 
+#: Sound files known whatever the host: ``mimetypes`` knows ``.ogg``, ``.oga``, ``.m4a``
+#: and ``.flac`` only from /etc/mime.types, which a slim image lacks (there such a file was
+#: a "document", never heard, until 2026-12-07; found by review). Not ``.webm``/``.mp4``.
+_AUDIO_TYPES = {
+    extension: kind
+    for extension, kind in _VOICE_TYPES.items()
+    if extension not in {".webm", ".mp4"}
+} | {".aac": "audio/aac"}
+
+
 def audio_type(name: str) -> str | None:
     """The audio type ``name``'s extension names (``None``: not a sound file; a ``.webm``
     or ``.mp4`` is taken for a video unless it is a voice note)."""
+    known = _AUDIO_TYPES.get(os.path.splitext(name)[1].lower())
+    if known is not None:
+        return known
     guessed = mimetypes.guess_type(name)[0]
     return guessed if guessed is not None and guessed.startswith("audio/") else None
 

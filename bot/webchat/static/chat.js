@@ -16,6 +16,7 @@ const state = {
   socket: null,
   running: false,
   streaming: null, // the answer bubble being streamed
+  beside: null, // the text shown just now beside the calls that follow it (thinking_delta)
   shown: new Set(), // message ids in the thread
   cards: new Map(), // tool_call_id -> card element
   questions: new Map(), // request_id -> question element
@@ -51,7 +52,9 @@ async function api(method, path, body) {
   if (!response.ok) {
     let message = `request failed (${response.status})`;
     try { message = (await response.json()).error || message; } catch (e) { /* not JSON */ }
-    throw new Error(message);
+    const failure = new Error(message);
+    failure.status = response.status;
+    throw failure;
   }
   return response.status === 204 ? null : response.json();
 }
@@ -198,6 +201,10 @@ async function select(id) {
   try {
     await loadHistory(id, null);
   } catch (error) {
+    if (state.current === id && error.status === 404) {
+      await conversationGone(id);
+      return;
+    }
     if (state.current === id) notice(`Could not load the history: ${error.message}`, true);
   }
   // Another conversation chosen meanwhile: this one's frames are not shown in its thread
@@ -205,6 +212,23 @@ async function select(id) {
   if (state.current !== id) return;
   loaded = true;
   for (const frame of waiting) handle(frame);
+}
+
+// The conversation was deleted elsewhere (another tab, the API): it leaves the list and
+// another one opens, which stops the reconnecting (until 2026-12-07 a tab whose socket
+// dropped tried to reconnect to it for ever; found by review).
+async function conversationGone(id) {
+  try {
+    await loadConversations(); // as they are now: another tab may have added some
+  } catch (error) {
+    state.conversations = state.conversations.filter((c) => c.id !== id);
+    renderSidebar();
+    $("status").textContent = "";
+    notice(`This conversation was deleted, and the list could not be read: ${error.message}`, true);
+    return;
+  }
+  await select(state.conversations[0].id);
+  notice("The conversation open here was deleted (in another tab); this one is shown instead.");
 }
 
 // A new conversation keeps the scheduled jobs' cards still open: their calls wait on in
@@ -220,6 +244,7 @@ function clearThread(keepJobs = false) {
   state.questions.clear();
   state.tools.clear();
   state.streaming = null;
+  state.beside = null;
 }
 
 async function loadHistory(id, before) {
@@ -422,17 +447,28 @@ function handle(frame) {
       // raw Markdown until 2026-12-06); otherwise a line of its own.
       if (frame.depth !== 0) break;
       if (state.streaming && frame.html) {
+        state.beside = state.streaming;
         state.streaming.innerHTML = frame.html; // rendered and sanitized by the server
         addCopyButtons(state.streaming);
         endStreaming();
       } else if (!state.streaming) {
-        thread.append(el("div", "tool", `· ${frame.text}`));
+        const line = el("div", "tool", `· ${frame.text}`);
+        if (frame.html) state.beside = line;
+        thread.append(line);
       }
       break;
     case "tool_start": {
       setRunning(true);
       endStreaming();
-      if (state.tools.has(frame.tool_call_id)) break; // the history showed it
+      // The text written beside this call is stored in one row with it: a call the
+      // history showed had its text shown there too, so the copy just streamed goes
+      // (until 2026-12-07 it was shown twice after a reload; found by review).
+      const beside = state.beside;
+      state.beside = null;
+      if (state.tools.has(frame.tool_call_id)) { // the history showed it
+        if (beside) beside.remove();
+        break;
+      }
       const line = el("div", "tool", toolStart(frame.name, frame.arguments));
       state.tools.set(frame.tool_call_id, line);
       thread.append(line);
@@ -768,13 +804,21 @@ document.addEventListener("keydown", (event) => {
     return;
   }
   if (event.key !== "Escape") return;
-  // Esc in a card's reason or a question's answer leaves that box; it stops no turn.
-  const box = event.target;
-  if (box.matches && box.matches(".card input, .question textarea")) {
-    box.blur();
+  // Esc in a card's reason or a question's answer leaves that box for its card (not for
+  // the page: a second Esc there stopped the turn, the card with it, until 2026-12-07;
+  // found by review); it stops no turn.
+  const target = event.target;
+  const holder = target.closest ? target.closest(".card, .question") : null;
+  if (holder) {
+    if (target !== holder) {
+      holder.tabIndex = -1;
+      holder.focus();
+    }
     return;
   }
-  if (state.running) frameOut({ type: "stop" });
+  // Only the composer, or a page with nothing focused, stops the turn.
+  const nothing = target === document.body || target === document.documentElement;
+  if (state.running && (target === input || nothing)) frameOut({ type: "stop" });
 });
 
 // -- voice messages: recorded with the microphone, uploaded as a voice note, sent at once;
@@ -940,8 +984,16 @@ mic.addEventListener("click", () => {
   else startRecording();
 });
 
+// A refused request is said, as for rename (until 2026-12-07 New and Delete said nothing:
+// after a restart of the service, say, a click did nothing at all; found by review).
 $("new").addEventListener("click", async () => {
-  const conversation = await api("POST", "/chat/conversations", {});
+  let conversation;
+  try {
+    conversation = await api("POST", "/chat/conversations", {});
+  } catch (error) {
+    notice(error.message, true);
+    return;
+  }
   state.conversations.unshift(conversation);
   $("sidebar").classList.remove("open");
   await select(conversation.id);
@@ -961,9 +1013,23 @@ $("rename").addEventListener("click", async () => {
 });
 $("delete").addEventListener("click", async () => {
   if (!confirm("Delete this conversation? It disappears from the list.")) return;
-  await api("DELETE", `/chat/conversations/${state.current}`);
-  state.conversations = state.conversations.filter((c) => c.id !== state.current);
-  if (state.conversations.length === 0) state.conversations = [await api("POST", "/chat/conversations", {})];
+  const deleted = state.current;
+  try {
+    await api("DELETE", `/chat/conversations/${deleted}`);
+  } catch (error) {
+    if (error.status !== 404) { // 404: deleted already (another tab); it goes here too
+      notice(error.message, true);
+      return;
+    }
+  }
+  state.conversations = state.conversations.filter((c) => c.id !== deleted);
+  try {
+    if (state.conversations.length === 0) state.conversations = [await api("POST", "/chat/conversations", {})];
+  } catch (error) {
+    renderSidebar();
+    notice(`The conversation was deleted, but a new one could not be started: ${error.message}`, true);
+    return;
+  }
   await select(state.conversations[0].id);
 });
 $("menu").addEventListener("click", () => $("sidebar").classList.toggle("open"));
