@@ -44,6 +44,22 @@ _MARKDOWN_LINK = re.compile(
 _AUTOLINK = re.compile(r"<(https?://[^>\s]+)>")
 _BARE_URL = re.compile(r"(?<![\w/])https?://[^\s<>\[\]`()][^\s<>\[\]`]*")
 _ANY_LINK = re.compile(f"{_MARKDOWN_LINK.pattern}|{_BARE_URL.pattern}")
+#: ``[words][label]`` and ``[words][]``: said as their words.
+_REFERENCE_LINK = re.compile(r"!?\[([^\]\n]+)\]\[([^\]\n]*)\]")
+#: A link reference definition's label and address.
+_LINK_DEFINED = re.compile(
+    r"^ {0,3}\[([^\]\n^][^\]\n]*)\]:[ \t]*(?:<([^>\n]*)>|(\S+))", re.MULTILINE
+)
+#: A link reference definition (``[label]: address "title"``), or a footnote's
+#: (``[^1]: text``, with its indented lines): whole lines, never said.
+_DEFINITION = re.compile(
+    r"^ {0,3}(?:\[\^[^\]\n]+\]:.*(?:\n[ \t]+\S.*)*"
+    r"|\[[^\]\n]+\]:[ \t]*(?:<[^>\n]*>|\S+)"
+    r"(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*)(?:\n|\Z)",
+    re.MULTILINE,
+)
+#: A footnote's mark in the text (``word[^1]``).
+_FOOTNOTE_MARK = re.compile(r"\[\^[^\]\s]+\]")
 _TRAILING = ".,;:!?'\"*_~"
 
 
@@ -63,7 +79,12 @@ def spoken(markdown: str) -> str:
     """Markdown as it is read aloud: code fences, emphasis marks and link targets gone (a
     bare address said as its host: no one listens to a URL read out)."""
     text = _CODE_BLOCK.sub(r"\2", markdown)
+    # Reference-style links: their definitions unsaid, a link said by its words (until
+    # 2026-12-07 "[the guide][1]" was read with its label, and each "[1]: address" line
+    # with its host; found by review).
+    text = _FOOTNOTE_MARK.sub("", _DEFINITION.sub("", text))
     text = _MARKDOWN_LINK.sub(r"\1", _AUTOLINK.sub(r"\1", text))
+    text = _REFERENCE_LINK.sub(r"\1", text)
     text = _BARE_URL.sub(_said_address, text)
     text = re.sub(r"^\s{0,3}(#{1,6}|>|[-*+])\s+", "", text, flags=re.MULTILINE)
     for emphasis in _EMPHASIS:
@@ -88,9 +109,32 @@ def links(markdown: str) -> str:
     voice messages ("" when it has none): a listener cannot follow an address he heard."""
     found = [
         f"[{m.group(1)}]({m.group(2) or m.group(3)})" if m.group(1) else _trimmed(m.group())
-        for m in _ANY_LINK.finditer(_AUTOLINK.sub(r"\1", markdown))
+        for m in _ANY_LINK.finditer(_AUTOLINK.sub(r"\1", _inline_references(markdown)))
     ]
     return "\n".join(f"🔗 {line}" for line in dict.fromkeys(found))
+
+
+def _inline_references(markdown: str) -> str:
+    """``markdown`` with each reference-style link written inline (``[words](address)``)
+    and the definitions it used gone: a link is written by its words, as an inline one."""
+    defined: dict[str, str] = {}
+    for m in _LINK_DEFINED.finditer(markdown):
+        defined.setdefault(m.group(1).strip().casefold(), m.group(2) or m.group(3))
+    used: set[str] = set()
+
+    def inline(m: re.Match[str]) -> str:
+        label = (m.group(2) or m.group(1)).strip().casefold()
+        if label not in defined:
+            return m.group()
+        used.add(label)
+        return f"[{m.group(1)}]({defined[label]})"
+
+    markdown = _REFERENCE_LINK.sub(inline, markdown)
+
+    def unused(m: re.Match[str]) -> str:
+        return "" if m.group(1).strip().casefold() in used else m.group()
+
+    return _LINK_DEFINED.sub(unused, markdown)
 
 
 def _said_address(match: re.Match[str]) -> str:

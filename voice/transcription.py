@@ -21,12 +21,15 @@ from engine.text import clean_text
 from providers import UNSENDABLE, Endpoint, ProviderRegistry
 from voice.endpoints import AudioChoice, failure_of
 
-__all__ = ["Transcriber", "Transcription", "TranscriptionError"]
+__all__ = ["CUT_NOTE", "MAX_TRANSCRIPT", "Transcriber", "Transcription", "TranscriptionError"]
 
 log = logging.getLogger(__name__)
 
-#: The longest transcript kept (a runaway server's answer is cut).
+#: The longest transcript kept (a runaway server's answer, a long recording when
+#: ``VOICE_MAX_SECONDS`` is raised): a longer one is cut on a word, and says so.
 MAX_TRANSCRIPT = 20_000
+#: What ends a cut transcript: the model reads it, the person sees it in the quote.
+CUT_NOTE = f" … [transcript cut at {MAX_TRANSCRIPT:,} characters]"
 
 
 class TranscriptionError(Exception):
@@ -94,4 +97,17 @@ def _text_of(answer: httpx.Response, endpoint: Endpoint) -> str:
         raise TranscriptionError("the transcription server's answer holds no text")
     # A lone surrogate or a NUL in what was heard failed the turn, and the voice note
     # was lost behind "something went wrong" (until 2026-12-06; found by review).
-    return clean_text(text).strip()[:MAX_TRANSCRIPT]
+    return _kept(clean_text(text).strip())
+
+
+def _kept(text: str) -> str:
+    """``text``, or when too long its words up to ``MAX_TRANSCRIPT`` and ``CUT_NOTE``
+    (until 2026-12-07 it was cut there mid-word, and neither the person nor the model was
+    told: the agent summarised half a talk as if whole; found by review). A text without
+    a space near the end (a language written without them) is cut at the limit."""
+    if len(text) <= MAX_TRANSCRIPT:
+        return text
+    space = max(text.rfind(c, 0, MAX_TRANSCRIPT + 1) for c in " \n\t")
+    end = space if space > MAX_TRANSCRIPT // 2 else MAX_TRANSCRIPT
+    log.info("a transcript of %d characters was cut at %d", len(text), end)
+    return text[:end].rstrip() + CUT_NOTE

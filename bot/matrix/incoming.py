@@ -261,8 +261,16 @@ def _message(
     html = (
         content.get("formatted_body") if content.get("format") == "org.matrix.custom.html" else ""
     )
+    # A file's body is its name, unless ``filename`` names it: then the body is its
+    # caption (MSC2530, as Element X sends it), which until 2026-12-07 was dropped, and
+    # the model heard "translate this" as the transcript alone (found by review).
+    filename = content.get("filename")
+    captioned = isinstance(filename, str) and filename != body
     # Only a reply carries the quoted fallback: a message that quotes is taken whole.
-    text = "" if files else _without_fallback(body) if isinstance(reply, dict) else body
+    if files and not captioned:
+        text = ""
+    else:
+        text = _without_fallback(body) if isinstance(reply, dict) else body
     return Incoming(
         "message",
         room_id,

@@ -6,8 +6,9 @@ A platform downloads a message's files as attachments (``path``, ``name``, ``kin
 endpoint ``Transcription`` names now (so a provider added while the service runs is used
 by the next voice note) and keeps the transcript on the attachment, whose file stays in
 the workspace as the audio's reference. A voice note nobody can transcribe is dropped
-with one sentence saying how to set transcription up; an audio file is then kept as a
-file, as before.
+with one sentence saying how to set transcription up; an audio file or a video note is
+then kept as a file, as before. A voice or video note the server fails to hear is
+dropped, with one sentence: the person may send it again.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from providers import Endpoint
 from voice import Transcriber, Transcription, TranscriptionError
+from voice.transcription import CUT_NOTE, MAX_TRANSCRIPT
 
 __all__ = ["NOT_SET_UP", "VOICE_KINDS", "Heard", "TooLarge", "VoiceNotes"]
 
@@ -163,12 +166,23 @@ class VoiceNotes:
             if too_large is not None:
                 heard.problems.append(too_large)
                 continue
-            text = await self._transcribe(attachment, heard)
+            endpoint = self._transcription.endpoint()
+            text = await self._transcribe(attachment, heard, endpoint)
             if text is not None:
+                if text.endswith(CUT_NOTE):  # the model reads it so; the person is told
+                    name = attachment.get("name") or "the voice message"
+                    heard.problems.append(
+                        f"🎤 {name} says more than I keep: its transcript is cut at "
+                        f"{MAX_TRANSCRIPT:,} characters."
+                    )
                 heard.texts.append(text)
                 heard.attachments.append({**attachment, "transcript": text})
-            elif kind != "voice":
-                heard.attachments.append(attachment)  # a sound file stays a file
+            elif kind == "audio" or (kind == "video_note" and endpoint is None):
+                # A sound file stays a file, and so does a video note nothing would
+                # transcribe. One the server failed to hear is dropped as a voice note is:
+                # nothing half-heard reaches the model (until 2026-12-07 it went to the
+                # model unheard, and a turn ran on nothing said; found by review).
+                heard.attachments.append(attachment)
         return heard
 
     def _measured(self, attachment: Json) -> str | None:
@@ -187,9 +201,10 @@ class VoiceNotes:
             path.unlink(missing_ok=True)
         return why
 
-    async def _transcribe(self, attachment: Json, heard: Heard) -> str | None:
+    async def _transcribe(
+        self, attachment: Json, heard: Heard, endpoint: Endpoint | None
+    ) -> str | None:
         name = str(attachment.get("name") or "the voice message")
-        endpoint = self._transcription.endpoint()
         if endpoint is None:
             if NOT_SET_UP not in heard.problems and attachment.get("kind") == "voice":
                 heard.problems.append(NOT_SET_UP)

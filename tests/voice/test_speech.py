@@ -137,3 +137,27 @@ def test_a_mark_that_pairs_with_none_is_kept(reply: str, said: str) -> None:
     """Every ``*`` and ``_`` was dropped: the voice said "firstlast at example dot com",
     and the text sent when speech failed wrote it so (found by review)."""
     assert spoken(reply) == said
+
+
+def test_reference_style_links_are_said_by_their_words_and_written_with_their_address() -> None:
+    """A reference-style link was said with its label ("the install guide one"), and
+    each definition line read out with its host; a footnote with its mark and its text
+    (found by review on 2026-12-07). The written side names each link by its words."""
+    reply = (
+        "See [the install guide][1] and [the API reference][api], or [Docs][].\n"
+        "It is stable[^n].\n\n"
+        "[1]: https://docs.example.com/guide/install\n"
+        '[api]: <https://api.example.com/v2/reference> "API"\n'
+        "[docs]: https://docs.example.com/\n"
+        "[^n]: Since version 2.\n"
+    )
+    [(said, written)] = spoken_parts(reply)
+    assert said == "See the install guide and the API reference, or Docs.\nIt is stable."
+    assert written == reply.strip()
+    assert links(reply).splitlines() == [
+        "🔗 [the install guide](https://docs.example.com/guide/install)",
+        "🔗 [the API reference](https://api.example.com/v2/reference)",
+        "🔗 [Docs](https://docs.example.com/)",
+    ]
+    # Words that only look like a definition are said.
+    assert spoken("[Note]: remember this well") == "[Note]: remember this well"

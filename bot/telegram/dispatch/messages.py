@@ -165,9 +165,14 @@ class MessageHandler:
             await say(m.chat_id, m.thread_id, "⚠️ " + " ".join(problems))
         update_id = m.update_id
         marked = partial(_marked, [update_id])
-        if target is not None and target[0] == "reason":  # for an approval card's ❌, heard
+        usable = bool(text.strip() or attachments)
+        # For an approval card's ❌, heard; a reply with nothing left (a voice note that
+        # could not be transcribed) leaves the window open, so the person may give the
+        # reason again (until 2026-12-07 it rejected the call at once with an empty
+        # reason; found by review).
+        if target is not None and target[0] == "reason" and usable:
             return await self._reason(target[1], m.user_name, user, text, attachments, marked)
-        if not text.strip() and not attachments:
+        if not usable:
             if not problems:
                 await say(m.chat_id, m.thread_id, UNREADABLE_MESSAGE)
             return False

@@ -144,3 +144,31 @@ async def test_a_speech_failure_sends_the_text(
     fake_openai.speech_failures.append(ScriptedReply("error", status=500, body=b"{}"))
     accounts.alice.say(room, "say it")
     await until(lambda: "echo: say it" in bodies(accounts.alice, room, accounts.bot.user_id))
+
+
+async def test_the_caption_of_an_audio_message_reaches_the_model_with_its_transcript(
+    make_service, accounts, fake_openai: FakeOpenAIServer
+):
+    """A captioned m.audio (MSC2530: ``filename`` the file, ``body`` the caption, as
+    Element X sends it) lost its caption: the model got the transcript alone, and the
+    person's instruction was dropped (found by review on 2026-12-07)."""
+    await make_service(transcribe_model="whisper-1", transcribe_base_url=fake_openai.base_url)
+    room = direct_room(accounts)
+    await until(lambda: joined(accounts.alice, room, accounts.bot.user_id))
+    fake_openai.transcribe("we agreed to ship on Tuesday")
+    url = accounts.alice.upload(OGG, "audio/ogg", "standup.ogg")
+    accounts.alice.send(
+        room,
+        {
+            "msgtype": "m.audio",
+            "body": "Translate this into French",
+            "filename": "standup.ogg",
+            "url": url,
+            "info": {"mimetype": "audio/ogg", "duration": 3000, "size": len(OGG)},
+        },
+    )
+    said = await until(
+        lambda: (b := bodies(accounts.alice, room, accounts.bot.user_id)) and len(b) >= 2 and b
+    )
+    assert said[0] == "🎤 “we agreed to ship on Tuesday”"
+    assert said[1].startswith("echo: Translate this into French\nwe agreed to ship on Tuesday")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.platform.voice_notes import VoiceNotes, uploaded_name
+from bot.platform.voice_notes import NOT_SET_UP, VoiceNotes, uploaded_name
 from providers import Endpoint
+from voice import TranscriptionError
 
 
 class Transcription:
@@ -102,3 +103,35 @@ def test_an_audio_file_nothing_transcribes_is_held_to_the_size_not_the_length(
         Transcription(), Echoing(), tmp_path, max_bytes=1 << 20, max_seconds=600
     )
     assert "at most 600 s" in (transcribing.refusal("audio", "lecture.mp3", 1000, 1800) or "")
+
+
+class Failing:
+    async def transcribe(self, endpoint: Endpoint, audio: bytes, filename: str, mime: str) -> str:
+        raise TranscriptionError("the transcription server failed (HTTP 503)")
+
+
+async def test_a_video_note_the_server_fails_to_hear_is_dropped_as_a_voice_note_is(
+    tmp_path: Path,
+) -> None:
+    """A Telegram video note whose transcription failed was kept as an attachment: the
+    model got a turn with nothing the person said (found by review on 2026-12-07). Now
+    it is dropped with the one sentence, as a voice note is; an audio file stays a file,
+    and a video note nothing would transcribe stays one too."""
+    for name in ("note.mp4", "clip.ogg", "song.mp3"):
+        (tmp_path / name).write_bytes(b"\x00" * 100)
+    files = [
+        {"path": "note.mp4", "name": "note.mp4", "kind": "video_note", "mime_type": "video/mp4"},
+        {"path": "clip.ogg", "name": "clip.ogg", "kind": "voice", "mime_type": "audio/ogg"},
+        {"path": "song.mp3", "name": "song.mp3", "kind": "audio", "mime_type": "audio/mpeg"},
+    ]
+    notes = VoiceNotes(Transcription(), Failing(), tmp_path, max_bytes=1 << 20, max_seconds=600)  # type: ignore[arg-type]
+    heard = await notes.hear(files)
+    assert [a["name"] for a in heard.attachments] == ["song.mp3"]
+    assert heard.texts == [] and len(heard.problems) == 3
+    assert heard.problems[0] == (
+        "🎤 I could not transcribe note.mp4: the transcription server failed (HTTP 503)."
+    )
+    unset = VoiceNotes(Nowhere(), Failing(), tmp_path, max_bytes=1 << 20, max_seconds=600)  # type: ignore[arg-type]
+    heard = await unset.hear(files)
+    assert [a["name"] for a in heard.attachments] == ["note.mp4", "song.mp3"]
+    assert heard.problems == [NOT_SET_UP]
