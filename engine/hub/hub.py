@@ -87,7 +87,7 @@ class ChatHub:
         self.config = config = config or HubConfig()
         self._sleep = sleep
         store = engine.store
-        self._home = HomeSource(store.settings, default_home)
+        self._home = HomeSource(store.settings, default_home, notifier if fleet else None)
         self._tasks = BackgroundTasks()
         self._events = HubEvents()
         #: In a fleet, events also go to (and come from) the other processes (``relay.py``).
@@ -141,6 +141,7 @@ class ChatHub:
     async def start(self) -> None:
         """Resume what a crash interrupted, re-queue accepted messages, start the services."""
         await self._home.load()
+        self._spawn(self._home.watch())
         self._spawn(self._batcher.run())
         self._spawn(self._sources.sweep(self.config.idle_evict_s, self._sleep))
         # One process recovers everything a crash left; a fleet's scan takes, source by

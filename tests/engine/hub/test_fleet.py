@@ -260,6 +260,25 @@ async def test_messages_through_any_process_are_answered_once_in_order_and_sprea
         assert chosen == {"a", "b", "c"}
 
 
+async def test_a_home_set_through_one_process_is_the_home_of_the_others(
+    url: str, tmp_path: Path
+) -> None:
+    """``/sethome`` taken by one process was stored and known there only: the tic of any
+    other went on telling the old home until it restarted (found by review on
+    2026-12-07)."""
+    notifier = LocalNotifier("shared")
+    async with (
+        member(url, tmp_path, "a", notifier) as a,
+        member(url, tmp_path, "b", notifier) as b,
+    ):
+        assert a.hub.home == b.hub.home == "console"
+        await a.hub.set_home("telegram:42")
+        deadline = asyncio.get_running_loop().time() + 10
+        while b.hub.home != "telegram:42":
+            assert asyncio.get_running_loop().time() < deadline, b.hub.home
+            await asyncio.sleep(0.01)
+
+
 async def test_two_pulls_at_once_of_a_source_taken_anew_run_its_message_once(
     url: str, tmp_path: Path
 ) -> None:
