@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import event
@@ -57,6 +58,23 @@ async def test_a_mention_in_a_guild_channel_is_answered_there(
     assert fake.messages(dm)[0].reply_to is None
 
 
+def forward_of(pushed: dict[str, Any], content: str, embeds: list[Any]) -> dict[str, Any]:
+    """Discord's forward of a message from elsewhere: an empty message of ``pushed``'s
+    author and channel whose snapshot holds what was forwarded."""
+    elsewhere = {"type": 1, "message_id": "1234567890123456789", "channel_id": "1234567890"}
+    said = {
+        **{"content": content, "type": 0, "flags": 0, "embeds": embeds},
+        **{"attachments": [], "mentions": [], "mention_roles": [], "edited_timestamp": None},
+    }
+    return {
+        **pushed,
+        "id": str(int(pushed["id"]) + 10),
+        "content": "",
+        "message_reference": elsewhere,
+        "message_snapshots": [{"message": {**said, "timestamp": pushed["timestamp"]}}],
+    }
+
+
 async def test_a_forwarded_message_is_read_as_what_it_forwards(
     fake: FakeDiscordServer, make_service: MakeService
 ) -> None:
@@ -66,19 +84,7 @@ async def test_a_forwarded_message_is_read_as_what_it_forwards(
     pushed = fake.dm(ALICE, "first")
     channel = pushed["channel_id"]
     await until(lambda: texts(fake, channel) == ["echo: first"])
-    elsewhere = {"type": 1, "message_id": "1234567890123456789", "channel_id": "1234567890"}
-    said = {
-        **{"content": "the meeting moved to 3pm", "type": 0, "flags": 0, "embeds": []},
-        **{"attachments": [], "mentions": [], "mention_roles": [], "edited_timestamp": None},
-    }
-    forward = {
-        **pushed,
-        "id": str(int(pushed["id"]) + 10),
-        "content": "",
-        "message_reference": elsewhere,
-        "message_snapshots": [{"message": {**said, "timestamp": pushed["timestamp"]}}],
-    }
-    fake.dispatch("MESSAGE_CREATE", forward)
+    fake.dispatch("MESSAGE_CREATE", forward_of(pushed, "the meeting moved to 3pm", []))
     await until(lambda: len(texts(fake, channel)) == 2)
     assert texts(fake, channel)[1] == f"echo: {FORWARDED}\nthe meeting moved to 3pm"
     assert fake.messages(channel)[1].reply_to is None
@@ -94,20 +100,8 @@ async def test_a_forward_of_nothing_readable_gets_the_plain_sentence(
     pushed = fake.dm(ALICE, "first")
     channel = pushed["channel_id"]
     await until(lambda: texts(fake, channel) == ["echo: first"])
-    elsewhere = {"type": 1, "message_id": "1234567890123456789", "channel_id": "1234567890"}
     embed = {"type": "rich", "title": "Build #42 passed"}
-    said = {
-        **{"content": "", "type": 0, "flags": 0, "embeds": [embed]},
-        **{"attachments": [], "mentions": [], "mention_roles": [], "edited_timestamp": None},
-    }
-    forward = {
-        **pushed,
-        "id": str(int(pushed["id"]) + 10),
-        "content": "",
-        "message_reference": elsewhere,
-        "message_snapshots": [{"message": {**said, "timestamp": pushed["timestamp"]}}],
-    }
-    fake.dispatch("MESSAGE_CREATE", forward)
+    fake.dispatch("MESSAGE_CREATE", forward_of(pushed, "", [embed]))
     await until(lambda: len(texts(fake, channel)) == 2)
     assert texts(fake, channel)[1] == UNREADABLE_MESSAGE
 

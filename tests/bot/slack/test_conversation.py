@@ -7,6 +7,7 @@ import asyncio
 import copy
 import logging
 import time
+from typing import Any
 
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
@@ -504,17 +505,7 @@ async def test_an_edit_of_a_message_still_waiting_is_what_the_agent_reads(
     waiting = fake.dm(ALICE, "deploy to prod")
     source = f"slack:{dm}"
     await until_true(lambda: _waiting(service, source, ["deploy to prod"]))
-    edit = {"type": "message", "user": ALICE, "text": "deploy to staging", "ts": waiting.ts}
-    fake.push_event(
-        {
-            "type": "message",
-            "subtype": "message_changed",
-            "channel": dm,
-            "ts": "9.000001",
-            "channel_type": "im",
-            "message": {**edit, "edited": {"user": ALICE, "ts": "9.000001"}},
-        }
-    )
+    push_edit(fake, dm, waiting.ts, "deploy to staging")
     await until_true(lambda: _waiting(service, source, ["deploy to staging"]))
     release.set()
     await until(lambda: texts(fake, dm) == ["echo: first", "echo: deploy to staging"])
@@ -533,21 +524,7 @@ async def test_an_edit_of_a_waiting_message_with_a_file_is_what_the_agent_reads(
     waiting = fake.dm(ALICE, "delete every row", files=[("rows.csv", b"a,b", "text/csv", None)])
     source = f"slack:{dm}"
     await until_true(lambda: _waiting(service, source, ["delete every row"]))
-    edit = {"type": "message", "user": ALICE, "text": "count the rows", "ts": waiting.ts}
-    fake.push_event(
-        {
-            "type": "message",
-            "subtype": "message_changed",
-            "channel": dm,
-            "ts": "9.000001",
-            "channel_type": "im",
-            "message": {
-                **edit,
-                "files": copy.deepcopy(waiting.files),
-                "edited": {"user": ALICE, "ts": "9.000001"},
-            },
-        }
-    )
+    push_edit(fake, dm, waiting.ts, "count the rows", files=waiting.files)
     await until_true(lambda: _waiting(service, source, ["count the rows"]))
     release.set()
     await until(lambda: "echo: count the rows" in texts(fake, dm))
@@ -571,22 +548,29 @@ async def test_an_edit_that_overtakes_its_message_waits_for_it(
     release = held(model)
     fake.dm(ALICE, "first")
     waiting = fake.dm(ALICE, "deploy to prod")
-    edit = {"type": "message", "user": ALICE, "text": "deploy to staging", "ts": waiting.ts}
-    fake.push_event(
-        {
-            "type": "message",
-            "subtype": "message_changed",
-            "channel": dm,
-            "ts": "9.000002",
-            "channel_type": "im",
-            "message": {**edit, "edited": {"user": ALICE, "ts": "9.000002"}},
-        }
-    )
+    push_edit(fake, dm, waiting.ts, "deploy to staging")
     # Taken while it waited (in the queue, or already joining the running turn).
     await until(lambda: "edited while it waited" in caplog.text, 2 * TIMEOUT)
     release.set()
     await until(lambda: "staging" in "".join(texts(fake, dm)))
     assert "prod" not in "".join(texts(fake, dm)), texts(fake, dm)
+
+
+def push_edit(fake: FakeSlackServer, dm: str, ts: str, text: str, *, files: Any = None) -> None:
+    """Alice's ``message_changed`` of her DM ``ts`` (its ``files`` kept, if any)."""
+    edit: dict[str, Any] = {"type": "message", "user": ALICE, "text": text, "ts": ts}
+    if files:
+        edit["files"] = copy.deepcopy(files)
+    fake.push_event(
+        {
+            "type": "message",
+            "subtype": "message_changed",
+            "channel": dm,
+            "ts": "9.000001",
+            "channel_type": "im",
+            "message": {**edit, "edited": {"user": ALICE, "ts": "9.000001"}},
+        }
+    )
 
 
 async def _waiting(service, source: str, expected: list[str]) -> bool:  # type: ignore[no-untyped-def]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import socket
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -40,12 +39,6 @@ READ_FILE = {
     },
 }
 both_modes = pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
-        yield client
 
 
 def make_model(

@@ -8,7 +8,6 @@ parser; harmless junk in side information (usage, reasoning, finish reason) is d
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -35,12 +34,6 @@ def call(fragment: dict[str, Any]) -> dict[str, Any]:
 
 def fn(arguments: Any = "{}", name: Any = "read_file") -> dict[str, Any]:
     return {"name": name, "arguments": arguments}
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
-        yield client
 
 
 def make_model(

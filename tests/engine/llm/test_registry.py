@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx
 import pytest
 
@@ -14,12 +12,6 @@ from engine.llm.types import LlmError, LlmRequestError, LlmResponse
 from tests.fakes.openai_server import FakeOpenAIServer
 
 USER = [{"role": "user", "content": "Hi"}]
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
-        yield client
 
 
 def configs(base_url: str, *names: str) -> list[ModelConfig]:
