@@ -96,6 +96,10 @@ class EventStore:
     def mark_handled_in(self, conn: Connection, event_id: str) -> None:
         mark_handled_in(conn, self.platform, event_id)
 
+    async def payload(self, event_id: str) -> Json | None:
+        """The event as it was stored, if it was (a deletion finds where its message was)."""
+        return await self._db.run(_payload, self.platform, event_id)
+
     async def unhandled(self) -> list[Json]:
         """Stored and not handled, in the platform's order (``seq``), then arrival."""
         return await self._db.run(_unhandled, self.platform)
@@ -154,6 +158,11 @@ def mark_handled_in(conn: Connection, platform: str, event_id: str) -> None:
 @quick_unit
 def _mark_handled(conn: Connection, platform: str, event_id: str) -> None:
     _MARK_HANDLED.execute(conn, {"p": platform, "eid": event_id, "at": utcnow()})
+
+
+def _payload(conn: Connection, platform: str, event_id: str) -> Json | None:
+    query = sa.select(e.c.payload).where(_THIS_EVENT)
+    return conn.execute(query, {"p": platform, "eid": event_id}).scalar()
 
 
 def _unhandled(conn: Connection, platform: str) -> list[Json]:

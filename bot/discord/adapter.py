@@ -341,6 +341,16 @@ class DiscordAdapter:
         except Exception:
             report_failure(log, f"receiving an edit of Discord message {message.id}")
 
+    async def deleted(self, message_id: str) -> None:
+        """A message deleted (by its author, or a moderator) while it waits for its turn
+        is not read (until 2026-12-07 a password pasted by mistake and deleted at once
+        was still read, and maybe repeated; found by review). Where it was is read from
+        its stored event: a message never stored was never for the bot."""
+        try:
+            await self.front.edit(message_id, partial(self._messages.deleted, message_id))
+        except Exception:
+            report_failure(log, f"receiving the deletion of Discord message {message_id}")
+
     async def _take(self, incoming: Incoming) -> int:
         """Stored and queued when it is for the bot and new (it waits while its
         conversation is still to be caught up); 1 when it was."""

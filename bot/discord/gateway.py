@@ -46,6 +46,8 @@ class GatewaySink(Protocol):
 
     async def edited(self, message: discord.Message) -> None: ...
 
+    async def deleted(self, message_id: str) -> None: ...
+
     async def interaction(self, interaction: discord.Interaction) -> None: ...
 
     async def slash(self, interaction: discord.Interaction, name: str, argument: str) -> None: ...
@@ -131,6 +133,9 @@ class DiscordGateway(discord.Client):
 
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         await self._sink.edited(payload.message)
+
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        await self._sink.deleted(str(payload.message_id))
 
     async def on_interaction(self, interaction: discord.Interaction) -> None:
         await self._sink.interaction(interaction)

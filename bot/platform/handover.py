@@ -14,7 +14,7 @@ from bot.delivery import EventAlreadyHandled
 from bot.delivery.store import mark_handled_in
 from engine.hub import AS_A_FILE, ChatHub, HubError, SendOptions
 
-__all__ = ["HandedOver", "hand_over", "marking"]
+__all__ = ["HandedOver", "hand_over", "hand_over_edit", "hand_over_withdrawal", "marking"]
 
 log = logging.getLogger(__name__)
 
@@ -88,4 +88,25 @@ async def hand_over_edit(
         return
     log.info(
         "%s in %s edited %s", value, source, "while it waited" if amended else "after it was read"
+    )
+
+
+async def hand_over_withdrawal(
+    hub: ChatHub,
+    source: str,
+    key: str,
+    value: Any,
+    *,
+    by: str | None = None,
+    threads: bool = False,
+) -> None:
+    """A person's deletion of a message of theirs that still waits for its turn: it is not
+    read (``ChatHub.withdraw``). Nothing is said in the chat; one read already keeps its
+    answer."""
+    withdrawn = await hub.withdraw(source, key, value, by=by, threads=threads)
+    log.info(
+        "%s in %s deleted %s",
+        value,
+        source,
+        "while it waited" if withdrawn else "after it was read",
     )

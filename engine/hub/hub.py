@@ -242,6 +242,15 @@ class ChatHub:
         source = validate_source(source)
         return await self._intake.amend(source, key, value, text, by, threads)
 
+    async def withdraw(
+        self, source: str, key: str, value: Any, *, by: str | None = None, threads: bool = False
+    ) -> bool:
+        """A person's message that still waits for its turn taken back (they deleted it):
+        it is not read. False: it was read already, or never waited. ``key``, ``value``,
+        ``by`` and ``threads`` as in ``amend``."""
+        source = validate_source(source)
+        return await self._intake.withdraw(source, key, value, by, threads)
+
     async def cancel(self, source: str) -> int:
         """``/stop``: drop the queued messages, stop the turn; how many messages were dropped."""
         return await self._intake.stop(validate_source(source))

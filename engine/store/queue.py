@@ -78,6 +78,14 @@ class QueueStore:
         ``threads``: in the threads of ``source`` too (an edit that does not say where)."""
         return await self._db.run(_amend, source, key, value, content, by, threads)
 
+    async def withdraw(
+        self, source: str, key: str, value: Any, *, by: str | None = None, threads: bool = False
+    ) -> int:
+        """The waiting messages of ``source`` whose metadata has ``key`` = ``value`` (their
+        sender took them back) forgotten; how many were. ``by`` and ``threads`` as in
+        ``amend``."""
+        return await self._db.run(_withdraw, source, key, value, by, threads)
+
     async def remove(self, queued_id: int) -> None:
         """Forget one queued message (its turn failed before storing it; the user was told)."""
         await self._db.run(consume, queued_id)
@@ -134,15 +142,31 @@ def _amend(
     by: str | None,
     threads: bool,
 ) -> bool:
-    where = q.c.source == source
-    if threads:
-        where = where | q.c.source.startswith(f"{source}:", autoescape=True)
-    waiting = conn.execute(sa.select(q.c.id, q.c.metadata).where(where, ~q.c.is_synthetic))
-    ids = [row.id for row in waiting if matches(row.metadata or {}, key, value, by)]
+    ids = _waiting(conn, source, key, value, by, threads)
     if not ids:
         return False
     conn.execute(q.update().where(q.c.id == ids[-1]).values(content=content))
     return True
+
+
+def _withdraw(
+    conn: Connection, source: str, key: str, value: Any, by: str | None, threads: bool
+) -> int:
+    ids = _waiting(conn, source, key, value, by, threads)
+    if ids:
+        conn.execute(q.delete().where(q.c.id.in_(ids)))
+    return len(ids)
+
+
+def _waiting(
+    conn: Connection, source: str, key: str, value: Any, by: str | None, threads: bool
+) -> list[int]:
+    """The ids of the waiting messages of ``source`` (and its threads) that ``matches``."""
+    where = q.c.source == source
+    if threads:
+        where = where | q.c.source.startswith(f"{source}:", autoescape=True)
+    waiting = conn.execute(sa.select(q.c.id, q.c.metadata).where(where, ~q.c.is_synthetic))
+    return [row.id for row in waiting if matches(row.metadata or {}, key, value, by)]
 
 
 def matches(metadata: dict[str, Any], key: str, value: Any, by: str | None) -> bool:

@@ -153,6 +153,8 @@ class InboxConsumer:
         finally:
             if state.inbox.in_hand is unit:
                 state.inbox.in_hand = None
+            if state.inbox.taken_back is unit:
+                state.inbox.taken_back = None
 
     async def _turn(self, state: SourceState, unit: Unit) -> None:
         handler = await self._sources.handler(state)
@@ -167,7 +169,7 @@ class InboxConsumer:
 
         async def admitted() -> bool:
             # A /stop while this unit was prepared, or while it waited for the session (a
-            # notification's turn held it): it is dropped. Until the evening of 2026-12-07 only the first.
+            # notification's turn held it), or its sender deleted it: it is dropped. Until the evening of 2026-12-07 only the first.
             if state.inbox.is_current(unit):
                 return True
             await settle(self._db, [unit])

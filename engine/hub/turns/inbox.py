@@ -50,6 +50,8 @@ class SourceInbox:
         self._pending: deque[Unit] = deque()
         #: The unit the consumer took and has not stored yet (it may wait for the session).
         self.in_hand: Unit | None = None
+        #: ``in_hand`` taken back by its sender meanwhile: its turn drops it (``withdraw``).
+        self.taken_back: Unit | None = None
         self.epoch = 0
         self.wake = asyncio.Event()
         #: In a fleet: the queue rows pushed here that may not be consumed yet (the owner
@@ -85,8 +87,27 @@ class SourceInbox:
                 return True
         return False
 
+    def withdraw(self, key: str, value: Any, by: str | None) -> list[Unit]:
+        """Waiting messages their sender took back (deleted): those still queued, out
+        (returned: a caller settles them), and the one in hand marked, which its turn
+        drops once the session is free (``taken_back``)."""
+
+        def taken(unit: Unit | None) -> bool:
+            return (
+                unit is not None
+                and not unit.options.is_synthetic
+                and matches(unit.options.metadata or {}, key, value, by)
+            )
+
+        gone = [unit for unit in self._pending if taken(unit)]
+        for unit in gone:
+            self._pending.remove(unit)
+        if taken(self.in_hand):
+            self.taken_back = self.in_hand
+        return gone
+
     def is_current(self, unit: Unit) -> bool:
-        return unit.epoch == self.epoch
+        return unit.epoch == self.epoch and self.taken_back is not unit
 
     def drain_user(self) -> list[QueuedMessage]:
         """The leading run of user messages, for injection into the running turn.

@@ -67,6 +67,19 @@ class MessageIntake:
         states = self._sources.within(source) if threads else [self._sources.get(source)]
         return any(s is not None and s.inbox.amend(key, value, text, by) for s in states)
 
+    async def withdraw(
+        self, source: str, key: str, value: Any, by: str | None, threads: bool
+    ) -> bool:
+        """A waiting message its sender took back (deleted) forgotten; whether one still
+        waited. Its queue row goes, and the process holding it drops it (in a fleet only
+        this process's units are dropped here: docs/hub.md)."""
+        rows = await self._store.queue.withdraw(source, key, value, by=by, threads=threads)
+        states = self._sources.within(source) if threads else [self._sources.get(source)]
+        units = [u for s in states if s is not None for u in s.inbox.withdraw(key, value, by)]
+        await settle(self._store.db, units)
+        in_hand = any(s is not None and s.inbox.taken_back is not None for s in states)
+        return bool(rows or units or in_hand)
+
     async def stop(self, source: str) -> int:
         """Drop the queued messages and stop the turn; how many messages were dropped."""
         return await self._placement.stop(source, self._stop)

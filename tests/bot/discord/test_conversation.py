@@ -387,6 +387,31 @@ async def test_an_edit_of_a_dm_still_waiting_is_what_the_agent_reads(
     await until(lambda: texts(fake, channel) == ["echo: first", "echo: deploy to staging"])
 
 
+async def test_a_message_deleted_while_it_waits_for_its_turn_is_not_read(
+    fake: FakeDiscordServer, make_service: MakeService, model
+) -> None:
+    """A password pasted by mistake while the agent was busy, and deleted at once, was
+    still read and answered (found by review on 2026-12-07)."""
+    service = await make_service()
+    release = held(model)
+    channel = fake.dm(ALICE, "first")["channel_id"]
+    await release.asked.wait()
+    waiting = fake.dm(ALICE, "my password is hunter2")
+    source = f"discord:{channel}"
+    deadline = asyncio.get_running_loop().time() + 10
+    while not await service.hub.waiting_messages(source):
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.01)
+    fake.dispatch("MESSAGE_DELETE", {"id": waiting["id"], "channel_id": channel})
+    while await service.hub.waiting_messages(source):
+        assert asyncio.get_running_loop().time() < deadline, "the deleted message still waits"
+        await asyncio.sleep(0.01)
+    release.set()
+    fake.dm(ALICE, "sentinel")
+    await until(lambda: "echo: sentinel" in texts(fake, channel))
+    assert not any("hunter2" in t for t in texts(fake, channel)), texts(fake, channel)
+
+
 async def test_an_edit_of_a_waiting_message_with_a_file_is_what_the_agent_reads(
     fake: FakeDiscordServer, make_service: MakeService, model
 ) -> None:

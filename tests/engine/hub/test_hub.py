@@ -605,3 +605,48 @@ async def test_an_edit_reaches_a_message_waiting_out_the_debounce(engine: Engine
         assert rows == ["deploy to staging"]
     finally:
         await hub.close()
+
+
+# -- a waiting message taken back ----------------------------------------------------------
+
+
+async def test_a_message_taken_back_while_it_waits_behind_a_notification_is_not_read(
+    hub: ChatHub, engine: Engine, model, manual_sleep
+) -> None:
+    """Deleted while the agent was busy with a notification's turn: it had no queue row
+    (its platform keeps its own record), and it was read all the same (found by review on
+    2026-12-07). Its platform's record is marked, so it is not handed over again."""
+    marks = Marks(engine)
+    await marks.create()
+    await hub.set_home(SOURCE)
+    release = held(model)
+    events = hub.events(SOURCE)
+    hub.notify(Notification("cron", "job_done", "backup finished"))
+    await manual_sleep.release(hub.config.notify_window_s)
+    await asyncio.wait_for(release.asked.wait(), 5)
+    await _platforms_message(hub, marks, "my password is hunter2")
+    assert await hub.withdraw(SOURCE, "telegram_message_id", 7)
+    release.set()
+    await wait_done(events)
+    await hub.send_message(SOURCE, "sentinel")
+    while (await wait_done(events))[-1].event.content != "echo: sentinel":
+        pass
+    rows = [c for c, _ in await user_rows(engine, await session_of(hub, SOURCE))]
+    assert "my password is hunter2" not in rows, rows
+    assert await marks.names() == ["u1"]
+
+
+async def test_a_queued_message_taken_back_is_not_read(hub: ChatHub, engine: Engine, model) -> None:
+    release = held(model)
+    events = hub.events(SOURCE)
+    await hub.send_message(SOURCE, "first")
+    await asyncio.wait_for(release.asked.wait(), 5)
+    await hub.send_message(SOURCE, "my password is hunter2", SendOptions(metadata=dict(_EDITED)))
+    assert [row.content for row in await hub.waiting_messages(SOURCE)] == ["my password is hunter2"]
+    assert await hub.withdraw(SOURCE, "telegram_message_id", 7, by="1")
+    assert await hub.waiting_messages(SOURCE) == []
+    assert not await hub.withdraw(SOURCE, "telegram_message_id", 7)  # gone already
+    release.set()
+    await wait_done(events)
+    asked = [m["content"] for request in model.requests for m in request[0] if m["role"] == "user"]
+    assert "my password is hunter2" not in asked
