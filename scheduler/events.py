@@ -10,11 +10,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from engine.hub import NoticeWithdrawn
 from engine.store import Database, utcnow
 from scheduler.tables import events as e
 from scheduler.tables import notification_log
 
-__all__ = ["Event", "EventStore"]
+__all__ = ["Event", "EventStore", "NoticeTold", "fingerprint", "record_notice"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +67,28 @@ class EventStore:
 
     async def first_notice(self, event_type: str, summary: str, window: timedelta) -> bool:
         """Record a notification; False when the same one was recorded within ``window``."""
-        digest = hashlib.sha256(f"{event_type}\0{summary.strip()}".encode()).hexdigest()
-        return await self._db.run(_first_notice, digest, window)
+        return await self._db.run(_first_notice, fingerprint(event_type, summary), window)
+
+    async def told_within(self, digest: str, window: timedelta) -> bool:
+        """Whether the notification ``digest`` was recorded within ``window`` (not recorded)."""
+        return await self._db.run(_told_within, digest, window)
+
+
+def fingerprint(event_type: str, summary: str) -> str:
+    """The dedupe key of a notification: its event type and summary."""
+    return hashlib.sha256(f"{event_type}\0{summary.strip()}".encode()).hexdigest()
+
+
+class NoticeTold(NoticeWithdrawn):
+    """The same notification was stored in a chat within the window (another process's
+    tic told it first): the notice that would tell it again rolls back."""
+
+
+def record_notice(conn: Connection, digest: str, window: timedelta) -> None:
+    """A notification's dedupe record, in the transaction that stores it in the chat (a
+    notice lost before it was stored leaves no record refusing it for a day)."""
+    if not _first_notice(conn, digest, window):
+        raise NoticeTold(f"notification {digest[:12]} was told within {window}")
 
 
 def _add(conn: Connection, source: str, type_: str, payload: Any) -> int:
@@ -132,18 +153,19 @@ def _unprocessed_count(conn: Connection) -> int:
 _NOTICE_LOCK = sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:digest, 0))")
 
 
+def _told_within(conn: Connection, digest: str, window: timedelta) -> bool:
+    n = notification_log
+    seen = sa.select(n.c.id).where(n.c.fingerprint == digest, n.c.created_at > utcnow() - window)
+    return conn.execute(seen).first() is not None
+
+
 def _first_notice(conn: Connection, digest: str, window: timedelta) -> bool:
     if conn.dialect.name == "postgresql":
         # Two processes' tics telling the same thing at once both read nothing and both
         # sent (found by review on 2026-12-06): the second waits for the first's commit.
         # SQLite's transactions (BEGIN IMMEDIATE) are one at a time already.
         conn.execute(_NOTICE_LOCK, {"digest": digest})
-    now = utcnow()
-    n = notification_log
-    seen = conn.execute(
-        sa.select(n.c.id).where(n.c.fingerprint == digest, n.c.created_at > now - window)
-    ).first()
-    if seen is not None:
+    if _told_within(conn, digest, window):
         return False
-    conn.execute(n.insert().values(fingerprint=digest, created_at=now))
+    conn.execute(notification_log.insert().values(fingerprint=digest, created_at=utcnow()))
     return True

@@ -151,6 +151,7 @@ class Scheduler:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.tic.close()  # its events wait for their notices no more: leased, read again
         await self.dispatcher.close()
 
     def next_fire(self, job: Job, after: datetime) -> datetime | None:

@@ -1,11 +1,13 @@
 """The tic: every ``TIC_INTERVAL_SECONDS`` the watcher agent reads a batch of new events.
 
 Each tick takes the unprocessed events (leased to it in the same transaction; marked
-processed once its turn answered, given back when it failed) and
+processed once its turn answered and its notices are stored in the home chat, given back
+when it failed) and
 gives them to the ``tic`` system agent in an ephemeral session that can ask nobody
 (``auto_deny_approvals``) and runs only with the ``notify`` interface tool to speak.
 Quiet by default: no events, no session; nothing worth saying, no message; the same
-event type and summary within 24 hours is not delivered twice.
+event type and summary within 24 hours is not delivered twice (recorded in the commit
+that stores the notice in the chat).
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from engine.core import Engine
 from engine.hub import ChatHub, Notification
 from engine.session import Failed, Final, TurnResult
 from engine.tools import BuiltinTool, ToolCategory, ToolContext, ToolError, object_schema
-from scheduler.events import TAKE_LEASE, Event, EventStore
+from scheduler.events import TAKE_LEASE, Event, EventStore, fingerprint, record_notice
 
 __all__ = ["MAX_AWAY_TRIES", "RENEW_EVERY_S", "NotifyTool", "Tic", "TickReport"]
 
@@ -62,13 +65,25 @@ class NotifyTool(BuiltinTool):
     )
     category = ToolCategory.INTROSPECTION
 
-    def __init__(self, hub: ChatHub, events: EventStore, source: str, window: timedelta) -> None:
+    def __init__(
+        self,
+        hub: ChatHub,
+        events: EventStore,
+        source: str,
+        window: timedelta,
+        waiting: set[str] | None = None,
+    ) -> None:
         self.hub = hub
         self.events = events
         self.source = source
         self.window = window
         #: Notifications sent through it (a tic that told someone has read its events).
         self.sent = 0
+        #: Per notification sent: True once stored in the chat, False when given back.
+        self.notices: list[asyncio.Future[bool]] = []
+        #: Fingerprints of notifications handed to the hub, not yet stored nor given back
+        #: (shared by the tics of a process: their record is written only once stored).
+        self.waiting = waiting if waiting is not None else set()
         self.parameters = object_schema(
             {
                 "event_type": {"type": "string", "description": "The kind, e.g. mail_from_boss."},
@@ -87,9 +102,37 @@ class NotifyTool(BuiltinTool):
             raise ToolError("notify: event_type and summary must not be empty")
         if len(summary) > 4000:
             raise ToolError("notify: summary over 4000 characters; say it shorter")
-        if not await self.events.first_notice(event_type, summary, self.window):
+        digest = fingerprint(event_type, summary)
+        if digest in self.waiting:
+            return "not sent: the same notification is already on its way to the user"
+        if await self.events.told_within(digest, self.window):
             return "not sent: the same notification went out within the last 24 hours"
-        self.hub.notify(Notification(self.source, event_type, summary, refs=args.get("refs") or {}))
+        # Its dedupe record commits with the notice in the chat (until 2026-12-07 it was
+        # written here, and a notice lost in a restart was refused for a day; found by
+        # review); meanwhile this process refuses it as on its way.
+        self.waiting.add(digest)
+        told: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        def settle(stored: bool) -> Callable[[], Awaitable[None]]:
+            async def hook() -> None:
+                self.waiting.discard(digest)
+                if not told.done():
+                    told.set_result(stored)
+
+            return hook
+
+        self.hub.notify(
+            Notification(
+                self.source,
+                event_type,
+                summary,
+                refs=args.get("refs") or {},
+                delivered_in=partial(record_notice, digest=digest, window=self.window),
+                on_delivered=settle(True),
+                on_undelivered=settle(False),
+            )
+        )
+        self.notices.append(told)
         self.sent += 1
         return "sent"
 
@@ -120,6 +163,10 @@ class Tic:
         #: those whose every model was away.
         self._failures: dict[int, int] = {}
         self._away: dict[int, int] = {}
+        #: Fingerprints of this process's notices on their way to the home chat.
+        self._waiting: set[str] = set()
+        #: Tics whose events wait for their notices to be stored.
+        self._told: set[asyncio.Task[None]] = set()
 
     async def tick(self) -> TickReport:
         taken = await self.events.take(self.batch)
@@ -139,7 +186,7 @@ class Tic:
             run_context=TIC_RUN_CONTEXT,
             context_label="Tic",
         )
-        notify = NotifyTool(self.hub, self.events, "tic", self.dedupe_window)
+        notify = NotifyTool(self.hub, self.events, "tic", self.dedupe_window, self._waiting)
         prompt = "New events:\n" + json.dumps(shown, ensure_ascii=False, indent=1)
         # The tic watches on the owner's behalf: it knows them as their home chat's turns do.
         profile = (
@@ -149,23 +196,75 @@ class Tic:
         # Until 2026-12-06 a turn longer than the lease let another tic read them again.
         ids = [event.id for event in events]
         keeper = asyncio.create_task(self._keep(ids))
+        handed_over = False
         try:
-            outcome = await handler.handle_message(
-                prompt, is_synthetic=True, interface_tools=[notify], extra_system_dynamic=profile
-            )
-        except Exception:
-            log.exception("tic session %s failed", handler.session.id)
+            try:
+                outcome = await handler.handle_message(
+                    prompt,
+                    is_synthetic=True,
+                    interface_tools=[notify],
+                    extra_system_dynamic=profile,
+                )
+            except Exception:
+                log.exception("tic session %s failed", handler.session.id)
+            # A tic that told someone has read its events, though it failed after: given
+            # back, they were told again in other words (found by review).
+            read = isinstance(outcome, Final) or notify.sent > 0
+            away = not read and isinstance(outcome, Failed) and outcome.away
+            if read and notify.notices:
+                # Its events stay leased until its notices are stored in the home chat:
+                # until 2026-12-07 they were marked read while the notices waited in
+                # memory for a busy chat, and a restart lost both (found by review).
+                task = asyncio.create_task(self._once_told(ids, events, notify.notices, keeper))
+                self._told.add(task)
+                task.add_done_callback(self._told.discard)
+                handed_over = True
+        finally:
+            if not handed_over:
+                keeper.cancel()
+                await asyncio.gather(keeper, return_exceptions=True)
+        if not handed_over:
+            await self._finish(ids, events, read, away)
+        return TickReport(len(events), handler.session.id)
+
+    async def close(self) -> None:
+        """Stop waiting for notices: their events' lease runs out, and a later tic (this
+        service's next start) reads them again."""
+        for task in list(self._told):
+            task.cancel()
+        await asyncio.gather(*self._told, return_exceptions=True)
+        self._waiting.clear()  # the hub that held them is gone with them
+
+    async def _once_told(
+        self,
+        ids: list[int],
+        events: list[Event],
+        notices: list[asyncio.Future[bool]],
+        keeper: asyncio.Task[None],
+    ) -> None:
+        """The events read once every notice of their tic is stored; given back (counted
+        as a failed tic) when one was not: the next tic reads them and tells it again (a
+        notice stored meanwhile is refused as told). A notice neither stored nor given
+        back within the dedupe window gives them back too."""
+        try:
+            try:
+                async with asyncio.timeout(self.dedupe_window.total_seconds()):
+                    stored = await asyncio.gather(*notices)
+            except TimeoutError:
+                log.warning("the tic's notices were not stored within %s", self.dedupe_window)
+                stored = [False]
         finally:
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
-        # A tic that told someone has read its events, though it failed after: given
-        # back, they were told again in other words (found by review).
-        read = isinstance(outcome, Final) or notify.sent > 0
-        away = not read and isinstance(outcome, Failed) and outcome.away
+        try:
+            await self._finish(ids, events, all(stored), False)
+        except Exception:  # the lease runs out: a later tic reads them again
+            log.exception("settling the events of a tic that told someone failed")
+
+    async def _finish(self, ids: list[int], events: list[Event], read: bool, away: bool) -> None:
         given_up = await self._settle(ids, read, away=away)
         if given_up:
             self._tell_dropped([event for event in events if event.id in given_up], away)
-        return TickReport(len(events), handler.session.id)
 
     def _tell_dropped(self, dropped: list[Event], away: bool) -> None:
         """The home chat learns which events were dropped unread (until 2026-12-07 only
