@@ -816,9 +816,11 @@ document.addEventListener("keydown", (event) => {
     }
     return;
   }
-  // Only the composer, or a page with nothing focused, stops the turn.
+  // Only the composer (its box, its buttons: SEND keeps the focus once clicked), or a page
+  // with nothing focused, stops the turn.
   const nothing = target === document.body || target === document.documentElement;
-  if (state.running && (target === input || nothing)) frameOut({ type: "stop" });
+  const composing = target.closest ? target.closest("#composer") !== null : target === input;
+  if (state.running && (composing || nothing)) frameOut({ type: "stop" });
 });
 
 // -- voice messages: recorded with the microphone, uploaded as a voice note, sent at once;

@@ -122,7 +122,8 @@ async def test_esc_stops_only_from_the_composer_or_with_nothing_focused(
     server: ChatServer = await make_server(page=True)
     context, page = await _signed_in(browser, server, init_script=RECORD_SENT)
     stops = "window.__sent.filter((type) => type === 'stop').length"
-    fake_openai.reply_tool_calls(("w1", "write_file", {"path": "a.txt", "content": "x\n"}))
+    for call in ("w1", "w2"):
+        fake_openai.reply_tool_calls((call, "write_file", {"path": "a.txt", "content": "x\n"}))
     async with _evidence_on_failure(page, ARTIFACTS, "webchat-escape-twice"):
         await _send(page, "write a.txt")
         await page.click(".card .choice.reject")  # ❌: the reason box opens, focused
@@ -140,6 +141,16 @@ async def test_esc_stops_only_from_the_composer_or_with_nothing_focused(
         await page.keyboard.press("Escape")
         assert await page.evaluate(stops) == 1
         await page.wait_for_selector(".notice.error:has-text('Interrupted by user.')")
+
+        # Sent with a click: SEND keeps the focus, in the composer, and Esc stops (the
+        # first version of this rule stopped from the message box alone; found by review).
+        await page.wait_for_selector("#send:text('Send')")
+        await page.fill("#input", "write a.txt")
+        await page.click("#send")
+        await page.wait_for_selector(".card:not(.closed) .choice.approve")
+        assert await page.evaluate("!!document.activeElement.closest('#composer')")
+        await page.keyboard.press("Escape")
+        await page.wait_for_function(f"{stops} === 2")
     await context.close()
 
 
