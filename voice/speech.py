@@ -58,8 +58,9 @@ _DEFINITION = re.compile(
     r"(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*)(?:\n|\Z)",
     re.MULTILINE,
 )
-#: A footnote's mark in the text (``word[^1]``).
-_FOOTNOTE_MARK = re.compile(r"\[\^[^\]\s]+\]")
+#: A footnote's mark in the text (``word[^1]``), and a footnote's definition's label.
+_FOOTNOTE_MARK = re.compile(r"\[\^([^\]\s]+)\]")
+_FOOTNOTE_DEFINED = re.compile(r"^ {0,3}\[\^([^\]\s]+)\]:", re.MULTILINE)
 _TRAILING = ".,;:!?'\"*_~"
 
 
@@ -81,10 +82,19 @@ def spoken(markdown: str) -> str:
     text = _CODE_BLOCK.sub(r"\2", markdown)
     # Reference-style links: their definitions unsaid, a link said by its words (until
     # 2026-12-07 "[the guide][1]" was read with its label, and each "[1]: address" line
-    # with its host; found by review).
-    text = _FOOTNOTE_MARK.sub("", _DEFINITION.sub("", text))
+    # with its host; found by review). Only what the text defines: "grid[0][1]" and a
+    # pattern's "[^0-9]" are said as written (the first version took them for links).
+    labels = {m.group(1).strip().casefold() for m in _LINK_DEFINED.finditer(text)}
+    notes = set(_FOOTNOTE_DEFINED.findall(text))
+    text = _DEFINITION.sub("", text)
+    text = _FOOTNOTE_MARK.sub(lambda m: "" if m.group(1) in notes else m.group(), text)
     text = _MARKDOWN_LINK.sub(r"\1", _AUTOLINK.sub(r"\1", text))
-    text = _REFERENCE_LINK.sub(r"\1", text)
+    text = _REFERENCE_LINK.sub(
+        lambda m: (
+            m.group(1) if (m.group(2) or m.group(1)).strip().casefold() in labels else m.group()
+        ),
+        text,
+    )
     text = _BARE_URL.sub(_said_address, text)
     text = re.sub(r"^\s{0,3}(#{1,6}|>|[-*+])\s+", "", text, flags=re.MULTILINE)
     for emphasis in _EMPHASIS:

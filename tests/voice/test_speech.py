@@ -161,3 +161,12 @@ def test_reference_style_links_are_said_by_their_words_and_written_with_their_ad
     ]
     # Words that only look like a definition are said.
     assert spoken("[Note]: remember this well") == "[Note]: remember this well"
+
+
+def test_brackets_that_are_no_reference_are_said_as_written() -> None:
+    """The first version of the reference rule took every "[a][b]" for a link and every
+    "[^x]" for a footnote's mark: "grid[0][1]" was said "grid0", a pattern's "[^0-9]+"
+    as "+" (found by review on 2026-12-07). Only what the text defines is a reference."""
+    assert spoken("Use grid[0][1] to read the cell.") == "Use grid[0][1] to read the cell."
+    assert spoken("Set `a[i][j] = 0` first.") == "Set a[i][j] = 0 first."
+    assert spoken("The pattern `[^0-9]+` skips digits.") == "The pattern [^0-9]+ skips digits."
