@@ -146,8 +146,8 @@ def _images_named(message: ChatMessage) -> str:
 def _name(request: Request, body: CompletionRequest) -> str | None:
     """The conversation the request names: the header, else ``user`` (``None``: none)."""
     named = request.headers.get(CONVERSATION_HEADER)
-    if named is None:
-        named = body.user
+    if named is None or not named.strip():  # a template's unset header: until 2026-12-07
+        named = body.user  # it hid ``user`` and each request began anew (found by review)
     if named is None or not named.strip():
         return None
     named = named.strip()

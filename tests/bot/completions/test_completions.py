@@ -1004,3 +1004,25 @@ def two_tabs(text: str, *, stream: bool = True) -> dict[str, Any]:
         "stream": stream,
         "messages": [{"role": "user", "content": text}],
     }
+
+
+async def test_an_empty_conversation_header_leaves_the_user_field_to_name_it(
+    v1: V1Server, fake_openai: FakeOpenAIServer
+):
+    """A proxy template whose variable was unset sent the header empty: it hid ``user``,
+    and each request began a conversation anew (found by review on 2026-12-07)."""
+    fake_openai.reply_text("one")
+    fake_openai.reply_text("two")
+    async with v1.http() as http:
+        for word in ("first", "second"):
+            answer = await http.post(
+                "/v1/chat/completions",
+                json={
+                    "model": "main",
+                    "user": "me",
+                    "messages": [{"role": "user", "content": word}],
+                },
+                headers={"x-chathub-conversation": ""},
+            )
+            assert answer.status_code == 200, answer.text
+    assert user_messages(fake_openai.requests[-1]) == ["first", "second"]
