@@ -511,6 +511,36 @@ async def test_an_edit_of_a_message_still_waiting_is_what_the_agent_reads(
     await until(lambda: texts(fake, dm) == ["echo: first", "echo: deploy to staging"])
 
 
+async def test_a_message_deleted_while_it_waits_for_its_turn_is_not_read(
+    make_service: MakeService, fake: FakeSlackServer, model: EchoModel
+) -> None:
+    """A password pasted by mistake while the agent was busy, and deleted at once, was
+    still read (found by review on 2026-12-07)."""
+    service = await make_service()
+    dm = fake.dm_channel(ALICE)
+    release = held(model)
+    fake.dm(ALICE, "first")
+    await release.asked.wait()
+    waiting = fake.dm(ALICE, "my password is hunter2")
+    source = f"slack:{dm}"
+    await until_true(lambda: _waiting(service, source, ["my password is hunter2"]))
+    fake.push_event(
+        {
+            "type": "message",
+            "subtype": "message_deleted",
+            "channel": dm,
+            "ts": "9.000003",
+            "channel_type": "im",
+            "deleted_ts": waiting.ts,
+        }
+    )
+    await until_true(lambda: _waiting(service, source, []))
+    release.set()
+    fake.dm(ALICE, "sentinel")
+    await until(lambda: "echo: sentinel" in texts(fake, dm))
+    assert not any("hunter2" in t for t in texts(fake, dm)), texts(fake, dm)
+
+
 async def test_an_edit_of_a_waiting_message_with_a_file_is_what_the_agent_reads(
     make_service: MakeService, fake: FakeSlackServer, model: EchoModel
 ) -> None:
