@@ -117,7 +117,11 @@ def _markup(
 
 
 def _reply(message_id: int | None) -> ReplyParameters | None:
-    return None if message_id is None else ReplyParameters(message_id=message_id)
+    # The replied message may be gone (a question in a group replies to its asker's):
+    # sent all the same, as no reply, rather than refused.
+    if message_id is None:
+        return None
+    return ReplyParameters(message_id=message_id, allow_sending_without_reply=True)
 
 
 def _write(destination: Path, data: bytes) -> None:

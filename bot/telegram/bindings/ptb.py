@@ -147,7 +147,11 @@ def _markup(markup: Json | None) -> telegram.TelegramObject | None:
 
 
 def _reply(message_id: int | None) -> telegram.ReplyParameters | None:
-    return None if message_id is None else telegram.ReplyParameters(message_id=message_id)
+    # The replied message may be gone (a question in a group replies to its asker's):
+    # sent all the same, as no reply, rather than refused.
+    if message_id is None:
+        return None
+    return telegram.ReplyParameters(message_id=message_id, allow_sending_without_reply=True)
 
 
 def _write(destination: Path, data: bytes) -> None:

@@ -31,7 +31,7 @@ from bot.telegram.dispatch.albums import ALBUM_QUIET_S, Album, Albums, Unaddress
 from bot.telegram.dispatch.approvals import ApprovalTaps
 from bot.telegram.inbound.downloads import Downloads
 from bot.telegram.inbound.media import FileRef
-from bot.telegram.inbound.updates import Message
+from bot.telegram.inbound.updates import MESSAGE_ID_KEY, Message
 from bot.telegram.rendering.chat_cards import ChatCards
 from bot.telegram.rendering.progress import ChatActivity
 from bot.telegram.sending.api import Json
@@ -45,8 +45,6 @@ __all__ = ["UNREADABLE_MESSAGE", "BotIdentity", "MessageHandler"]
 log = logging.getLogger(__name__)
 #: Albums whose first item was for the bot, by chat (the oldest forgotten first).
 _ALBUMS_KEPT = 200
-#: A message's Telegram id in its metadata (an edit of it finds it so while it waits).
-MESSAGE_ID_KEY = "telegram_message_id"
 
 UNREADABLE_MESSAGE = "I cannot read this kind of message yet; please send text, a photo or a file."
 

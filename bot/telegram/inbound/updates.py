@@ -18,7 +18,12 @@ from bot.telegram.inbound.media import MEDIA_FIELDS, FileRef, descriptions_of, f
 from bot.telegram.sending.api import Json
 from engine.text import clean_text
 
+#: A message's Telegram id in its metadata (an edit of it finds it so while it waits; a
+#: question in a group replies to it).
+MESSAGE_ID_KEY = "telegram_message_id"
+
 __all__ = [
+    "MESSAGE_ID_KEY",
     "Callback",
     "ChatMove",
     "Ignored",
@@ -446,13 +451,25 @@ def _replying_to(message: Json, drops: Drops) -> str | None:
     words = _quote_of(message)
     if words is None:
         words = reply.get("text") if isinstance(reply.get("text"), str) else reply.get("caption")
-    _id, name = _user(reply, "from", drops.at("reply_to_message"))
+    name = _author(reply, drops.at("reply_to_message"))
     if not isinstance(words, str) or not words.strip():
         # A photo, a voice note without words: the model knew nothing was meant (until
         # 2026-12-07; found by review). Its file is not fetched: it is said what it is.
         kind = _media_kind(reply)
         return None if kind is None else f"[In reply to {name}'s {kind}]"
     return f'[In reply to {name}: "{_clipped(words)}"]'
+
+
+def _author(message: Json, at: Drops) -> str:
+    """Who wrote ``message``: the chat it was sent on behalf of (``sender_chat``: a
+    channel's post forwarded to its discussion group, an anonymous admin's words), by its
+    title, else its sender. Until 2026-12-07 the model read Telegram's placeholder sender
+    ("Telegram", "Group") as the author (found by review)."""
+    chat = at.object(message, "sender_chat")
+    title = None if chat is None else at.at("sender_chat").text(chat, "title")
+    if title is not None and title.strip():
+        return title.strip()[:_MAX_ORIGIN]
+    return _user(message, "from", at)[1]
 
 
 def _replying_elsewhere(message: Json, drops: Drops) -> str | None:
