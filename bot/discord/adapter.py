@@ -32,7 +32,7 @@ from bot.discord.cards import DiscordCards
 from bot.discord.gateway import IDENTIFY_GAP_S, DiscordGateway
 from bot.discord.incoming import DISCORD, Incoming, is_said
 from bot.discord.interactions import Interactions
-from bot.discord.messages import DiscordMe, Listening, MessageHandler
+from bot.discord.messages import MESSAGE_ID_KEY, DiscordMe, Listening, MessageHandler
 from bot.discord.sending import DiscordClient, DiscordSender, discord_call
 from bot.platform.access import WELCOME, PairingDesk
 from bot.platform.failures import report_failure
@@ -347,7 +347,7 @@ class DiscordAdapter:
         was still read, and maybe repeated; found by review). Where it was is read from
         its stored event: a message never stored was never for the bot."""
         try:
-            await self.front.edit(message_id, partial(self._messages.deleted, message_id))
+            await self.front.deleted(message_id, MESSAGE_ID_KEY, message_id)
         except Exception:
             report_failure(log, f"receiving the deletion of Discord message {message_id}")
 

@@ -27,7 +27,7 @@ from bot.discord.sending import DiscordError, DiscordSender, discord_call
 from bot.platform.access import Access
 from bot.platform.commands import ABOUT_A_CONVERSATION, CommandRegistry
 from bot.platform.failures import SORRY_MESSAGE, report_failure
-from bot.platform.handover import hand_over, hand_over_edit, hand_over_withdrawal, marking
+from bot.platform.handover import hand_over, hand_over_edit, marking
 from bot.platform.outgoing import typing_for_its_turn
 from bot.platform.voice_notes import VoiceNotes
 from engine.hub import ChatHub
@@ -145,15 +145,6 @@ class MessageHandler:
         await hand_over_edit(
             self._hub, m.source, MESSAGE_ID_KEY, m.message_id, text, by=m.user_id, threads=True
         )
-
-    async def deleted(self, message_id: str) -> None:
-        """A message deleted while it waits for its turn: not read (its stored event says
-        where it was; one never stored was never for the bot)."""
-        stored = await self._events.payload(message_id)
-        if stored is None:
-            return
-        m = Incoming.from_json(stored)
-        await hand_over_withdrawal(self._hub, m.source, MESSAGE_ID_KEY, m.message_id)
 
     def addressed(self, m: Incoming) -> bool:
         """Whether the bot answers ``m`` at all (checked before anything is stored)."""

@@ -30,6 +30,7 @@ from bot.delivery import (
     Tenure,
 )
 from bot.platform.access import Access, PairingDesk
+from bot.platform.handover import hand_over_withdrawal
 from bot.platform.jobs import Jobs
 from bot.platform.lanes import Lanes
 from bot.platform.menu import chat_commands
@@ -62,6 +63,10 @@ class Stored(Protocol):
     @property
     def lane(self) -> str:
         """What it keeps its order within (a channel, a thread)."""
+
+    @property
+    def source(self) -> str:
+        """The hub's source it is said in."""
 
     def to_json(self) -> Json: ...
 
@@ -300,6 +305,20 @@ class Front(Generic[In]):
             log.info("an edit of %s message %s waits for it to be handled", self.name, key)
         else:
             await work()  # the message is in the hub already (or never comes)
+
+    async def deleted(self, key: str, id_key: str, value: object) -> None:
+        """Message ``key`` deleted: not read if it still waits for its turn (until
+        2026-12-07 it was; found by review), after it is handed over when it is still on
+        its way (``edit``). Where it was is read from its stored event: a message never
+        stored was never for the bot. ``id_key``/``value``: its id in the hub's metadata."""
+
+        async def withdraw() -> None:
+            stored = await self.events.payload(key)
+            if stored is not None:
+                source = self._stored.from_json(stored).source
+                await hand_over_withdrawal(self.hub, source, id_key, value)
+
+        await self.edit(key, withdraw)
 
     def _forget_edits(self, now: float) -> None:
         """Edits kept for messages that never came (not for the bot, stored before)."""

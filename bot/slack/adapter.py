@@ -28,7 +28,6 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.delivery import Pacing, RetrySchedule, Tenure
 from bot.platform.access import WELCOME, PairingDesk
 from bot.platform.front import Front, FrontConfig
-from bot.platform.handover import hand_over_withdrawal
 from bot.platform.jobs import Jobs
 from bot.platform.protocols import PairingCode
 from bot.platform.voice_mode import VoiceMode, voice_command
@@ -220,21 +219,11 @@ class SlackAdapter:
         if event.get("subtype") == "message_deleted":
             channel, ts = event.get("channel"), event.get("deleted_ts")
             if isinstance(channel, str) and isinstance(ts, str):
-                key = f"{channel}:{ts}"
-                await self.front.edit(key, partial(self._deleted, key, ts))
+                await self.front.deleted(f"{channel}:{ts}", "slack_ts", ts)
             return
         incoming = Incoming.of(event, team, self.me.user_id)
         if incoming is not None:
             await self.take(incoming)
-
-    async def _deleted(self, key: str, ts: str) -> None:
-        """A message deleted while it waits for its turn is not read (until 2026-12-07 it
-        was; found by review). Where it was is read from its stored event: one never
-        stored was never for the bot."""
-        stored = await self.front.events.payload(key)
-        if stored is not None:
-            source = Incoming.from_json(stored).source
-            await hand_over_withdrawal(self.front.hub, source, "slack_ts", ts)
 
     async def take(self, incoming: Incoming) -> int:
         """Stored and queued when it is for the bot and new, in the order its
