@@ -112,15 +112,6 @@ class BackgroundDelivery:
         on_stored: Callable[[], Awaitable[None]],
     ) -> None:
         handler = await self._sources.handler(state)
-        while handler.processing.locked():
-            # A turn runs: a /new that stops it moves the chat to a fresh conversation
-            # first, which is where the notice belongs (until 2026-12-07 it went into the
-            # one left; found by review). Free and current when the loop ends.
-            async with handler.processing:
-                pass
-            async with state.moving:
-                pass
-            handler = await self._sources.handler(state)
         defaults = self._adapters.defaults_for(state.name)
         payload = json.dumps([n.to_json() for n in items], ensure_ascii=False)
         try:

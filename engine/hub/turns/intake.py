@@ -93,15 +93,14 @@ class MessageIntake:
         handing over a ``/new`` acted on stopped the conversation that followed it)."""
         if also is not None:
             await _try(self._store.db, also)
-        async with (await self._sources.state(source)).moving:
-            await self._placement.stop(source, self._stop)
-            async with self._placement.holding(source):
-                state = await self._sources.state(source)
-                await self._stop(state)  # whatever was queued meanwhile
-                previous = state.session_id
-                fresh = await self._store.sessions.for_source(source, fresh=True, also=also)
-                state.session_id, state.handler = fresh.id, None
-                state.resume_first = False  # the old session's cut turn is left, as /new says
+        await self._placement.stop(source, self._stop)
+        async with self._placement.holding(source):
+            state = await self._sources.state(source)
+            await self._stop(state)  # whatever was queued meanwhile
+            previous = state.session_id
+            fresh = await self._store.sessions.for_source(source, fresh=True, also=also)
+            state.session_id, state.handler = fresh.id, None
+            state.resume_first = False  # the old session's cut turn is left, as /new says
         self._publish(source, fresh.id, NewSession(fresh.id, previous))
         return fresh.id
 

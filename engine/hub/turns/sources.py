@@ -42,9 +42,6 @@ class SourceState:
     #: A fleet's: an earlier tenure's state, replaced when the source was taken anew while
     #: its turn still ran or waited here; it acts on nothing more (``SourceRegistry.retire``).
     retired: bool = False
-    #: Held by a ``/new`` from the stop of the turn to the fresh session: work waiting for
-    #: that turn (a notice) waits for the move too, and goes to the fresh session.
-    moving: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def is_idle(self) -> bool:

@@ -214,33 +214,6 @@ async def test_a_notification_for_an_unknown_target_goes_home(
     assert await engine.store.sessions.active_for_source("telegram:999") is None
 
 
-async def test_a_notice_waiting_for_a_busy_chat_goes_to_the_conversation_after_new(
-    hub: ChatHub, engine: Engine, model, manual_sleep: ManualSleep
-) -> None:
-    """A briefing waited for the chat's running turn; the person gave up on the turn and
-    typed /new: the briefing went into the conversation just left, and "what did the
-    briefing say?" found nothing (found by review on 2026-12-07)."""
-    blocking = BlockingTool()
-    engine.tools.register(blocking)
-    model.add(tool_call("wait_here", "{}"))
-    await hub.send_message("telegram:1", "run the long thing")
-    await asyncio.wait_for(blocking.started.wait(), 5)
-    events = hub.events("telegram:1")
-    hub.notify(Notification("cron", "job_done", "Morning brief: rain at 10.", target="telegram:1"))
-    await manual_sleep.release(hub.config.notify_window_s)  # it waits for the chat's turn
-
-    fresh = await hub.clear("telegram:1")  # /new
-    deadline = asyncio.get_running_loop().time() + 10
-    while not [
-        m
-        for m in (await engine.store.views.session_detail(fresh))["messages"]
-        if m["kind"] == "thinking"
-    ]:
-        assert asyncio.get_running_loop().time() < deadline, "the briefing is not in the new one"
-        await asyncio.sleep(0.01)
-    await wait_done(events)
-
-
 async def test_the_model_reading_notifications_itself_gets_nothing(hub: ChatHub, model):
     model.add(tool_call("read_notification", "{}", "r"), text("Nothing new."))
     events = hub.events("telegram:1")
